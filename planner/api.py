@@ -1,0 +1,92 @@
+"""The library's front door: build a plan from named options and estimate it.
+
+The CLI, the Megatron-LM importer and the tests all come through here, so one plan built from
+flags, from a saved plan or from a Megatron command line is the same plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import ValidationError
+
+from planner.costs.estimate import Context, evaluate
+from planner.errors import InfeasibleError, PlannerError
+from planner.grid import PlanGrid
+from planner.hardware.spec import HardwareSpec
+from planner.legality import broken_rules, rule_detail, rule_masks
+from planner.models.spec import ModelSpec
+from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
+from planner.presets import format_validation_error, load_hardware, load_model
+from planner.result import plan_json, stage_memory_gib
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A fully resolved configuration: what to train, on what, split how."""
+
+    ctx: Context
+    plan: ParallelPlan
+    gpus: int
+
+
+def _build(kind, what: str, **fields):
+    try:
+        return kind(**fields)
+    except ValidationError as err:
+        raise PlannerError(f"{what}: {format_validation_error(err)}") from err
+
+
+def training_for(model: ModelSpec, global_batch: int | None, seq_len: int | None, precision: str | None) -> TrainingSpec:
+    """Training spec from explicit values, else the model preset's published defaults."""
+    defaults = model.training
+    B = global_batch or (defaults.global_batch if defaults else None)
+    s = seq_len or (defaults.seq_len if defaults else None)
+    if B is None or s is None:
+        missing = "--global-batch" if B is None else "--seq-len"
+        raise PlannerError(f"{missing} is required: model {model.name!r} has no published training defaults")
+    return _build(TrainingSpec, "training", global_batch=B, seq_len=s, **({"precision": precision} if precision else {}))
+
+
+def resolve_world(gpus: int | None, tp: int, pp: int, cp: int, dp: int | None) -> tuple[int, int]:
+    """(gpus, dp) with dp = N/(t·p·c) derived when not given; a mismatch is an error naming both."""
+    mp = tp * pp * cp
+    if gpus is None:
+        dp = dp or 1
+        return mp * dp, dp
+    if gpus % mp:
+        raise InfeasibleError(f"--gpus {gpus} is not divisible by tp·pp·cp = {mp} (tp {tp} × pp {pp} × cp {cp}); "
+                              f"allowed: a multiple of {mp}, e.g. {max(mp, gpus // mp * mp)} or {(gpus // mp + 1) * mp}")
+    if dp is not None and dp * mp != gpus:
+        raise InfeasibleError(f"--dp {dp} disagrees with --gpus {gpus}: tp·pp·cp·dp = {dp * mp}; allowed: --dp {gpus // mp}")
+    return gpus, gpus // mp
+
+
+def make_request(*, model: str | ModelSpec, hardware: str | HardwareSpec | None = None, gpus: int | None = None,
+                 global_batch: int | None = None, seq_len: int | None = None, precision: str | None = None,
+                 options: dict | None = None, **parallel) -> PlanRequest:
+    """Resolve presets, derive dp, and validate the plan's own fields."""
+    model_spec = model if isinstance(model, ModelSpec) else load_model(model)
+    hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware or "dgx-a100-superpod")
+    training = training_for(model_spec, global_batch, seq_len, precision)
+    tp, pp, cp = parallel.get("tp", 1), parallel.get("pp", 1), parallel.get("cp", 1)
+    gpus, dp = resolve_world(gpus, tp, pp, cp, parallel.pop("dp", None))
+    plan = _build(ParallelPlan, "plan", dp=dp, **{k: v for k, v in parallel.items() if v is not None})
+    opts = _build(PlanOptions, "options", **(options or {}))
+    return PlanRequest(ctx=Context(model_spec, hw, training, opts), plan=plan, gpus=gpus)
+
+
+def explain(req: PlanRequest, memory_headroom: float = 0.0) -> dict:
+    """The plan JSON of one configuration, with the memory of every pipeline stage."""
+    grid = PlanGrid.from_plans([req.plan])
+    masks = rule_masks(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus)
+    broken = broken_rules(masks)
+    if broken:
+        details = "; ".join(rule_detail(name, req.plan, req.ctx.model, req.ctx.training, req.gpus) for name in broken)
+        raise InfeasibleError(f"Megatron-LM would reject this plan: {details}")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ev = evaluate(grid, req.ctx)
+    out = plan_json(req.ctx, req.gpus, grid, ev, 0, broken, memory_headroom)
+    out["stages"] = sorted(stage_memory_gib(grid, req.ctx), key=lambda st: -st["total"])
+    return out

@@ -1,0 +1,104 @@
+"""FLOPs, counted GEMM by GEMM (a (M×K)·(K×N) product costs 2·M·K·N).
+
+Narayanan et al. 2021, Appendix: forward per layer is QKV 6Bsh², attention scores 2Bs²h,
+attention over values 2Bs²h, projection 2Bsh², MLP 16Bsh²; backward is twice the forward; the
+logit layer is 2BshV forward. The same per-GEMM count gives grouped-query attention, gated MLPs
+and context parallelism without another formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ArrayLike = np.ndarray | int | float
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM per GPU: FLOPs and its (M, N, K) shape; ``batch`` independent copies."""
+
+    flops: np.ndarray
+    M: np.ndarray
+    N: np.ndarray
+    K: np.ndarray
+
+
+def layer_gemms(b: ArrayLike, s: int, h: int, a: int, g: int, d: int, f: int, t: ArrayLike,
+                c: ArrayLike = 1, *, gated: bool) -> dict[str, Gemm]:
+    """Forward GEMMs of one transformer layer for one micro-batch on one GPU of a t×c group.
+
+    Tokens per GPU T = b·s/c; QKV T×h×(a+2g)d/t, scores (a/t)·b batched (s/c)×d×s, context
+    (a/t)·b batched (s/c)×s×d, projection T×(ad/t)×h, fc1 T×h×(f·(2 if gated))/t, fc2 T×(f/t)×h.
+    Sum for GPT shapes (g = a, d = h/a, f = 4h, t = c = 1): 24bsh² + 4bs²h (Narayanan 2021, App.).
+    """
+    b, t, c = np.asarray(b), np.asarray(t), np.asarray(c)
+    T = b * s / c
+    gate = 2 if gated else 1
+    heads = a / t
+    q = s / c
+
+    def gemm(M, N, K, batch=1.0):
+        M, N, K = np.broadcast_arrays(M, N, K)
+        return Gemm(flops=2.0 * batch * M * N * K, M=M * 1.0, N=N * 1.0, K=K * 1.0)
+
+    return {
+        "qkv": gemm(T, (a + 2 * g) * d / t, h),
+        "attention_scores": gemm(q, s, d, batch=heads * b),
+        "attention_context": gemm(q, d, s, batch=heads * b),
+        "projection": gemm(T, h, a * d / t),
+        "fc1": gemm(T, f * gate / t, h),
+        "fc2": gemm(T, h, f / t),
+    }
+
+
+ATTENTION_CORE = ("attention_scores", "attention_context")
+
+
+def logits_gemm(b: ArrayLike, s: int, h: int, V: ArrayLike, t: ArrayLike, c: ArrayLike = 1) -> Gemm:
+    """The output layer on the last stage: (b·s/c)×h×(V/t), 2·b·s·h·V/(t·c) FLOPs forward."""
+    T = np.asarray(b) * s / np.asarray(c)
+    M, N, K = np.broadcast_arrays(T, np.asarray(V) / np.asarray(t), np.asarray(h))
+    return Gemm(flops=2.0 * M * N * K, M=M * 1.0, N=N * 1.0, K=K * 1.0)
+
+
+def layer_forward_flops(gemms: dict[str, Gemm], *, attention_frac: float = 1.0) -> np.ndarray:
+    """Sum of a layer's forward GEMM FLOPs; ``attention_frac`` scales the attention core (½ for
+    Megatron-LM's causal-mask convention, reference/formulas.md §9)."""
+    return sum(gm.flops * (attention_frac if name in ATTENTION_CORE else 1.0) for name, gm in gemms.items())
+
+
+def model_flops(B: int, s: int, L: int, h: int, a: int, g: int, d: int, f: int, V: int, *, gated: bool,
+                attention_frac: float = 1.0) -> float:
+    """Model FLOPs of one iteration: one forward and one backward (twice the forward) of every GEMM.
+
+    For GPT shapes equals 72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L)) (Korthikanti et al. 2022, Eq. 7);
+    with ``attention_frac = 0.5`` equals Megatron-LM's logged 72·B·s·L·h²·(1 + s/(12h) + V/(12hL))
+    (num_floating_point_operations, reference/formulas.md §9).
+    """
+    per_layer = layer_forward_flops(layer_gemms(B, s, h, a, g, d, f, 1, gated=gated), attention_frac=attention_frac)
+    return float(3.0 * (L * per_layer + logits_gemm(B, s, h, V, 1).flops))
+
+
+def recompute_flops(B: int, s: int, L: int, h: int, a: int, g: int, d: int, f: int, *, gated: bool,
+                    recompute: np.ndarray) -> np.ndarray:
+    """FLOPs re-done by activation recomputation in one iteration, counted honestly.
+
+    Full (code 2): one more forward of every layer (not the logits), so model + recompute equals
+    96·B·s·L·h²·(1 + s/(6h) + V/(16hL)) (Narayanan et al. 2021, Eq. 3). Selective (code 1): one
+    more forward of the attention core, 4·B·s²·h per layer (Korthikanti et al. 2022, §5), which
+    gives 72·B·L·s·h²·(1 + 2s/(9h) + V/(12hL)), not Eq. 8's s/(3h) (reference/formulas.md §10).
+    """
+    gemms = layer_gemms(B, s, h, a, g, d, f, 1, gated=gated)
+    full = L * layer_forward_flops(gemms)
+    core = L * sum(gemms[name].flops for name in ATTENTION_CORE)
+    recompute = np.asarray(recompute)
+    return np.where(recompute == 2, full, np.where(recompute == 1, core, 0.0))
+
+
+def korthikanti_eq8_flops(B: int, s: int, L: int, h: int, V: int) -> float:
+    """Hardware FLOPs with selective recomputation as Korthikanti et al. 2022 Eq. (8) prints it:
+    72·B·L·s·h²·(1 + s/(3h) + V/(12hL)). It counts the recomputed attention core three times
+    over; used only to reproduce that paper's HFU column."""
+    return 72.0 * B * L * s * h**2 * (1 + s / (3 * h) + V / (12 * h * L))

@@ -1,0 +1,105 @@
+"""Memory per GPU, in bytes: weights, gradients, optimizer states and activations.
+
+Activations follow Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", §4 and Table 2 (16-bit activations, 1-byte dropout masks); weights,
+gradients and optimizer states follow Megatron-LM's distributed-optimizer document.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ArrayLike = np.ndarray | int | float
+
+# (weights, gradients, optimizer) bytes per parameter; the optimizer part is sharded over d by the
+# distributed optimizer (Megatron-LM docs/user-guide/features/dist_optimizer.md, reference §10):
+BYTES_PER_PARAM = {
+    "bf16": (2, 4, 4 + 4 + 4),      # bf16 weight, fp32 main grad; fp32 master weight, Adam m, v  -> 18, 6 + 12/d
+    "fp16": (2, 2, 4 + 4 + 4 + 4),  # fp16 weight, fp16 grad; fp32 master weight and grad, m, v  -> 20, 4 + 16/d
+    "fp32": (4, 4, 4 + 4),          # fp32 weight and grad; Adam m, v                            -> 16, 8 + 8/d
+}
+ACTIVATION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def param_state_bytes(num_params: ArrayLike, d: ArrayLike, *, precision: str,
+                      distributed_optimizer: np.ndarray) -> dict[str, np.ndarray]:
+    """Weights, gradients and optimizer states of ``num_params`` parameters on one GPU.
+
+    bf16: 18 bytes per parameter, 6 + 12/d with the distributed optimizer; fp16: 20, 4 + 16/d;
+    fp32: 16, 8 + 8/d (Megatron-LM, dist_optimizer.md).
+    """
+    w, g, o = BYTES_PER_PARAM[precision]
+    n = np.asarray(num_params, dtype=float)
+    shard = np.where(distributed_optimizer, np.asarray(d, dtype=float), 1.0)
+    return {"weights": w * n, "gradients": g * n, "optimizer": o * n / shard}
+
+
+def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, t: ArrayLike, c: ArrayLike = 1, *,
+                               sequence_parallel: np.ndarray, recompute: np.ndarray, unfused_attention: bool,
+                               split_coeff: float = 24.0, replicated_coeff: float = 10.0,
+                               distribute_saved: bool = False) -> np.ndarray:
+    """Activations one transformer layer keeps for the backward pass, per micro-batch, per GPU.
+
+    Korthikanti et al. 2022, Table 2 (recompute codes 0 none, 1 selective, 2 full):
+      none, TP:               sbh·(10 + 24/t + 5as/(ht))     Eq. (2)
+      none, TP+SP:            sbh/t·(34 + 5as/h)             Eq. (4)
+      selective, TP:          sbh·(10 + 24/t)
+      selective, TP+SP:       34·sbh/t
+      full:                   2·sbh (the layer input), 2·sbh/t with SP or --distribute-saved-activations
+    The 5as/h term (scores, softmax, dropout of the unfused attention) vanishes with flash
+    attention, which keeps no s×s tensor. ``split_coeff`` and ``replicated_coeff`` generalise the 24
+    and the 10 to other layer shapes (see ``layer_activation_coeffs``); s is divided by c under
+    context parallelism.
+    """
+    b, t, c = np.asarray(b), np.asarray(t), np.asarray(c)
+    sbh = s * b * h / c
+    scores = 5.0 * a * s / h if unfused_attention else 0.0
+    kept_scores = np.where(np.asarray(recompute) == 1, 0.0, scores)
+    replicated_div = np.where(sequence_parallel, t, 1)
+    stored = sbh * (replicated_coeff / replicated_div + (split_coeff + kept_scores) / t)
+    full_div = np.where(np.asarray(sequence_parallel) | distribute_saved, t, 1)
+    return np.where(np.asarray(recompute) == 2, 2.0 * sbh / full_div, stored)
+
+
+def layer_activation_coeffs(h: int, a: int, g: int, d: int, f: int, *, gated: bool, dropout: bool) -> tuple[float, float]:
+    """(split, replicated) coefficients of sbh in Table 2, from Korthikanti et al. 2022 §4.1's list.
+
+    Split over t: Q 2ad/h, K 2gd/h, V 2gd/h, projection input 2ad/h, MLP internals 2·2f/h (GeLU
+    input and output) or 3·2f/h (SwiGLU's two halves and its output) - 24 for GPT shapes.
+    Replicated without SP: two layer-norm inputs 4, attention and MLP inputs 4, two dropout masks 2 - 10.
+    """
+    split = 2 * a * d / h + 4 * g * d / h + 2 * a * d / h + (6 if gated else 4) * f / h
+    replicated = 8.0 + (2.0 if dropout else 0.0)
+    return split, replicated
+
+
+def in_flight_microbatches(p: ArrayLike, m: ArrayLike, vpp: ArrayLike, i: ArrayLike) -> np.ndarray:
+    """Micro-batches whose activations stage i holds at its peak, in units of the whole stage.
+
+    1F1B (vpp = 1): min(p − i, m) (Megatron schedules.py: warm-up p − i − 1, plus one).
+    Interleaved: min(m·vpp, 2(p − i − 1) + (vpp − 1)·p + 1) chunks of 1/vpp of the stage; for
+    stage 0 that is p·(1 + (p − 1)/(p·vpp)) (Korthikanti et al. 2022, §4.2.3).
+    """
+    p, m, vpp, i = (np.asarray(x) for x in (p, m, vpp, i))
+    one_f_one_b = np.minimum(p - i, m)
+    chunks = np.minimum(m * vpp, 2 * (p - i - 1) + (vpp - 1) * p + 1)
+    return np.where(vpp > 1, chunks / vpp, one_f_one_b).astype(float)
+
+
+def embedding_activation_bytes(s: int, b: ArrayLike, h: int, t: ArrayLike, c: ArrayLike = 1, *,
+                               sequence_parallel: np.ndarray, dropout: bool) -> np.ndarray:
+    """First stage, per micro-batch in flight: the embedding dropout mask sbh (sharded by SP;
+    Korthikanti et al. 2022 §4.3, the sbhp/t term) and the int64 token ids 8sb (Megatron-LM
+    theoretical_memory_usage.py, the 8sbp term)."""
+    b, t, c = np.asarray(b), np.asarray(t), np.asarray(c)
+    mask = (s * b * h / c) / np.where(sequence_parallel, t, 1) if dropout else 0.0
+    return mask + 8.0 * s * b / c
+
+
+def output_layer_activation_bytes(s: int, b: ArrayLike, h: int, V: ArrayLike, t: ArrayLike, c: ArrayLike = 1, *,
+                                  sequence_parallel: np.ndarray) -> np.ndarray:
+    """Last stage, one micro-batch: final layer-norm input 2sbh and output-layer input 2sbh (both
+    sharded by SP) and the fp32 logits 4sbV/t (Korthikanti et al. 2022 §4.3: 4sbh/t·(1 + V/h))."""
+    b, t, c = np.asarray(b), np.asarray(t), np.asarray(c)
+    sb = s * b / c
+    return 4.0 * sb * h / np.where(sequence_parallel, t, 1) + 4.0 * sb * np.asarray(V) / t

@@ -1,0 +1,106 @@
+"""A grid of candidate plans: one named 1-D array per knob, one candidate per index.
+
+``explain`` evaluates a grid of length one and ``search`` one of millions; the cost functions
+never know the difference (DESIGN.md, principle 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from planner.plan import RECOMPUTE_BY_CODE, SPLIT_BY_CODE, ParallelPlan
+
+IntArray = np.ndarray
+
+
+@dataclass(frozen=True)
+class PlanGrid:
+    tp: IntArray
+    pp: IntArray
+    dp: IntArray
+    cp: IntArray
+    vpp: IntArray
+    micro_batch: IntArray
+    sequence_parallel: np.ndarray   # bool
+    recompute: IntArray             # Recompute codes: 0 none, 1 selective, 2 full
+    distributed_optimizer: np.ndarray  # bool
+    split: IntArray                 # StageSplit codes
+    first_layers: IntArray          # explicit first-stage layers, 0 = not given
+    last_layers: IntArray           # explicit last-stage layers, 0 = not given
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    @classmethod
+    def from_plans(cls, plans: list[ParallelPlan]) -> PlanGrid:
+        def col(get, dtype=np.int64):
+            return np.array([get(p) for p in plans], dtype=dtype)
+        return cls(
+            tp=col(lambda p: p.tp), pp=col(lambda p: p.pp), dp=col(lambda p: p.dp), cp=col(lambda p: p.cp),
+            vpp=col(lambda p: p.vpp), micro_batch=col(lambda p: p.micro_batch),
+            sequence_parallel=col(lambda p: p.sequence_parallel and p.tp > 1, bool),
+            recompute=col(lambda p: p.recompute.code, np.int8),
+            distributed_optimizer=col(lambda p: p.distributed_optimizer, bool),
+            split=col(lambda p: p.stage_split.code, np.int8),
+            first_layers=col(lambda p: p.first_stage_layers or 0), last_layers=col(lambda p: p.last_stage_layers or 0),
+        )
+
+    def take(self, index: np.ndarray) -> PlanGrid:
+        return PlanGrid(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def plan(self, i: int) -> ParallelPlan:
+        """The ParallelPlan at index i."""
+        return ParallelPlan(
+            tp=int(self.tp[i]), pp=int(self.pp[i]), dp=int(self.dp[i]), cp=int(self.cp[i]), vpp=int(self.vpp[i]),
+            micro_batch=int(self.micro_batch[i]), sequence_parallel=bool(self.sequence_parallel[i]),
+            recompute=RECOMPUTE_BY_CODE[int(self.recompute[i])],
+            distributed_optimizer=bool(self.distributed_optimizer[i]),
+            stage_split=SPLIT_BY_CODE[int(self.split[i])],
+            first_stage_layers=int(self.first_layers[i]) or None, last_stage_layers=int(self.last_layers[i]) or None,
+        )
+
+
+@dataclass(frozen=True)
+class StageLayers:
+    """Transformer layers on the first, each middle, and the last pipeline stage, and whether
+    that split is one Megatron-LM accepts (arguments.py:953-998)."""
+
+    first: IntArray
+    middle: IntArray
+    last: IntArray
+    legal: np.ndarray
+
+
+def stage_layers(num_layers: int, p: IntArray, split: IntArray, first_given: IntArray,
+                 last_given: IntArray) -> StageLayers:
+    """Layers per stage for an even, embedding/loss-accounted or explicit first/last split.
+
+    Accounted splits count the embedding and/or the loss as one layer each: (L + e + l) must
+    divide by p, the first stage gets one layer fewer for the embedding, the last one fewer for
+    the loss. Explicit first/last sizes leave the rest to divide evenly over the other stages.
+    With p = 1 the one stage holds all L layers.
+    """
+    L = num_layers
+    e = np.isin(split, (1, 3)).astype(np.int64)
+    lo = np.isin(split, (2, 3)).astype(np.int64)
+    total = L + e + lo
+    per = total // p
+    accounted_ok = total % p == 0
+    explicit = (first_given > 0) | (last_given > 0)
+    n_explicit = (first_given > 0).astype(np.int64) + (last_given > 0).astype(np.int64)
+    rest_stages = np.maximum(p - n_explicit, 1)
+    rest_layers = L - first_given - last_given
+    rest_per = rest_layers // rest_stages
+    explicit_ok = (rest_layers >= 0) & (rest_layers % rest_stages == 0) & (p >= 1 + n_explicit)
+    first = np.where(explicit, np.where(first_given > 0, first_given, rest_per), per - e)
+    last = np.where(explicit, np.where(last_given > 0, last_given, rest_per), per - lo)
+    middle = np.where(explicit, rest_per, per)
+    one_stage = p == 1
+    first = np.where(one_stage, L, first)
+    last = np.where(one_stage, L, last)
+    middle = np.where(one_stage, L, middle)
+    legal = np.where(explicit, explicit_ok, accounted_ok) & (first >= 0) & (last >= 0)
+    legal = np.where(one_stage, ~explicit, legal)
+    return StageLayers(first=first, middle=middle, last=last, legal=legal)

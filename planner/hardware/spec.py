@@ -1,0 +1,126 @@
+"""DGX SuperPOD hardware as data: GPU, node, network tiers and the few calibrated factors.
+
+Preset keys carry the datasheet's unit in their name (``hbm_gib``, ``nvlink_gbytes_per_s``,
+``nic_gbits_per_s``); one property converts each to SI. Every number names its source in the
+section's ``sources`` map, which the validator checks is complete.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+GIB = 2**30
+
+
+class _Sourced(BaseModel):
+    """A spec section whose every numeric field given names where its value came from (fields
+    left at their default - a non-blocking tier's bandwidth_frac of 1 - need no source)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    sources: dict[str, str] = Field(description="field name -> datasheet, paper or fit it came from")
+
+    @model_validator(mode="after")
+    def _every_number_sourced(self) -> Self:
+        numeric = [name for name in type(self).model_fields
+                   if name in self.model_fields_set and getattr(self, name) is not None
+                   and isinstance(getattr(self, name), (int, float)) and not isinstance(getattr(self, name), bool)]
+        missing = [name for name in numeric if not self.sources.get(name)]
+        if missing:
+            raise ValueError(f"sources must name where each number comes from; missing: {', '.join(missing)}")
+        unknown = sorted(set(self.sources) - set(type(self).model_fields))
+        if unknown:
+            raise ValueError(f"sources names unknown fields: {', '.join(unknown)}")
+        return self
+
+
+class GPUSpec(_Sourced):
+    name: str
+    hbm_gib: PositiveFloat = Field(description="HBM capacity")
+    peak_bf16_tflops: PositiveFloat = Field(description="dense 16-bit tensor-core peak")
+    peak_tf32_tflops: PositiveFloat = Field(description="dense TF32 tensor-core peak (fp32 training)")
+    peak_fp8_tflops: PositiveFloat | None = Field(None, description="dense FP8 tensor-core peak")
+    hbm_tbytes_per_s: PositiveFloat = Field(description="HBM bandwidth")
+    tdp_watts: PositiveFloat | None = None
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_gib * GIB
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_tbytes_per_s * 1e12
+
+    def peak_flops_per_s(self, precision: str) -> float:
+        """Dense tensor-core peak for the training precision (fp32 trains on TF32 cores)."""
+        tflops = self.peak_tf32_tflops if precision == "fp32" else self.peak_bf16_tflops
+        return tflops * 1e12
+
+
+class NodeSpec(_Sourced):
+    gpus_per_node: PositiveInt
+    nvlink_gbytes_per_s: PositiveFloat = Field(description="NVLink/NVSwitch bandwidth per GPU per direction")
+    nvlink_latency_us: PositiveFloat
+
+    @property
+    def nvlink_bytes_per_s(self) -> float:
+        return self.nvlink_gbytes_per_s * 1e9
+
+
+class NetworkTier(_Sourced):
+    """One level of the fat tree: groups spanning at most ``max_nodes`` nodes stay inside it."""
+
+    name: str
+    max_nodes: PositiveInt
+    latency_us: PositiveFloat
+    bandwidth_frac: PositiveFloat = Field(1.0, le=1.0, description="1 for a non-blocking tier")
+
+
+class NetworkSpec(_Sourced):
+    nics_per_node: PositiveInt = Field(description="compute (rail) NICs per node, storage NICs excluded")
+    nic_gbits_per_s: PositiveFloat
+    tiers: list[NetworkTier] = Field(min_length=1, description="leaf, spine, core: growing max_nodes")
+
+    @model_validator(mode="after")
+    def _tiers_grow(self) -> Self:
+        sizes = [t.max_nodes for t in self.tiers]
+        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+            raise ValueError(f"tiers must be listed with strictly growing max_nodes, got {sizes}")
+        return self
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        return self.nic_gbits_per_s * 1e9 / 8
+
+
+class Calibration(_Sourced):
+    """The few efficiency factors of the cost model, fitted to published runs (megaplan calibrate)."""
+
+    gemm_efficiency: PositiveFloat = Field(le=1.0, description="eta_max: large-GEMM fraction of peak")
+    gemm_half_dim: float = Field(ge=0, description="GEMM dimension at which a dimension's factor is 1/2")
+    flash_attention_efficiency: PositiveFloat = Field(le=1.0, description="flash-attention kernel fraction of peak")
+    memory_efficiency: PositiveFloat = Field(le=1.0, description="fraction of HBM bandwidth memory-bound ops reach")
+    nvlink_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NVLink bandwidth")
+    network_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NIC bandwidth")
+    reserve_gib: float = Field(ge=0, description="memory the framework keeps: CUDA context, workspaces, fragmentation")
+
+    @property
+    def reserve_bytes(self) -> float:
+        return self.reserve_gib * GIB
+
+
+class HardwareSpec(BaseModel):
+    """A DGX SuperPOD-style cluster: identical nodes on a rail-optimised fat tree."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    name: str
+    description: str = ""
+    gpu: GPUSpec
+    node: NodeSpec
+    network: NetworkSpec
+    calibration: Calibration
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.node.gpus_per_node

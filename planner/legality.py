@@ -1,0 +1,77 @@
+"""Megatron-LM's own rules for a parallel configuration, as named masks over a plan grid.
+
+Each mask is True where the rule holds; the names are what ``explain`` and ``search`` report.
+Sources: Megatron-LM megatron/training/arguments.py (validate_args) at commit d98e8a64, as listed
+in reference/formulas.md §10 and DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.grid import PlanGrid, stage_layers
+from planner.models.spec import ModelSpec
+from planner.plan import PlanOptions, TrainingSpec
+
+
+def rule_masks(grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions,
+               num_gpus: int) -> dict[str, np.ndarray]:
+    """Named masks, True where the rule holds, for every plan of the grid."""
+    t, p, d, c, v, b = grid.tp, grid.pp, grid.dp, grid.cp, grid.vpp, grid.micro_batch
+    s, B = training.seq_len, training.global_batch
+    a, g, f, L = model.num_attention_heads, model.query_groups, model.ffn, model.num_layers
+    layers = stage_layers(L, p, grid.split, grid.first_layers, grid.last_layers)
+    m = B // np.maximum(b * d, 1)
+    per_stage = np.where(grid.split > 0, (L + np.isin(grid.split, (1, 3)) + np.isin(grid.split, (2, 3))) // p, L // p)
+    interleaved = v > 1
+    return {
+        "world size = tp·cp·pp·dp": t * c * p * d == num_gpus,
+        "attention heads divisible by tp": a % t == 0,
+        "query groups divisible by tp": np.where(g >= t, g % t == 0, t % g == 0),
+        "ffn hidden size divisible by tp": f % t == 0,
+        "sequence length divisible by tp with sequence parallelism": ~grid.sequence_parallel | (s % t == 0),
+        "sequence length within max_position_embeddings": np.full(len(grid), s <= model.max_position_embeddings
+                                                                   or model.position_embedding_type.value != "learned_absolute"),
+        "global batch divisible by micro-batch × dp": B % (b * d) == 0,
+        "layers split over pipeline stages": layers.legal,
+        "interleaving needs pp > 1 (pp > 2 without p2p overlap)": ~interleaved | (p > (1 if options.overlap_p2p_comm else 2)),
+        "interleaving needs an even split without explicit first/last stages": ~interleaved | ((grid.first_layers == 0) & (grid.last_layers == 0)),
+        "layers per stage divisible by interleaved chunks": ~interleaved | (per_stage % v == 0),
+        "interleaving needs micro-batches divisible by pp": ~interleaved | ((m >= p) & (m % p == 0)),
+        "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": np.full(len(grid), True)
+        if not options.overlap_param_gather else (grid.distributed_optimizer & options.overlap_grad_reduce),
+    }
+
+
+def broken_rules(masks: dict[str, np.ndarray], i: int = 0) -> list[str]:
+    """Names of the rules plan i breaks."""
+    return [name for name, ok in masks.items() if not bool(np.asarray(ok)[i])]
+
+
+def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_gpus: int) -> str:
+    """A broken rule with the values that break it and what would be allowed."""
+    t, p, d, b, v = plan.tp, plan.pp, plan.dp, plan.micro_batch, plan.vpp
+    a, g, f, L = model.num_attention_heads, model.query_groups, model.ffn, model.num_layers
+    s, B = training.seq_len, training.global_batch
+    m = B / (b * d)
+    detail = {
+        "world size = tp·cp·pp·dp": f"tp·cp·pp·dp = {t * plan.cp * p * d} but there are {num_gpus} GPUs",
+        "attention heads divisible by tp": f"{a} attention heads are not divisible by tp {t}; allowed tp: {_divisors(a)}",
+        "query groups divisible by tp": f"{g} query groups and tp {t} do not divide one another",
+        "ffn hidden size divisible by tp": f"ffn hidden size {f} is not divisible by tp {t}",
+        "sequence length divisible by tp with sequence parallelism": f"seq_len {s} is not divisible by tp {t} (needed with sequence parallelism)",
+        "sequence length within max_position_embeddings": f"seq_len {s} exceeds max_position_embeddings {model.max_position_embeddings}",
+        "global batch divisible by micro-batch × dp": f"global batch {B} is not divisible by micro-batch {b} × dp {d} = {b * d}",
+        "layers split over pipeline stages": f"{L} layers do not split over pp {p} with the {plan.stage_split.value} split"
+        f"{'' if L % p == 0 else f'; allowed pp for an even split: {_divisors(L)}'}",
+        "interleaving needs pp > 1 (pp > 2 without p2p overlap)": f"vpp {v} needs pp > 1 (pp is {p})",
+        "interleaving needs an even split without explicit first/last stages": "vpp > 1 cannot combine with explicit first/last stage layers",
+        "layers per stage divisible by interleaved chunks": f"the layers per stage do not divide into vpp {v} chunks",
+        "interleaving needs micro-batches divisible by pp": f"interleaving needs m = B/(b·d) = {m:g} to be a multiple of pp {p}",
+        "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce",
+    }
+    return f"{name}: {detail.get(name, name)}"
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(k) for k in range(1, n + 1) if n % k == 0 and k <= 64)

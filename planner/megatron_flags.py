@@ -1,0 +1,401 @@
+"""Megatron-LM's command-line arguments and a typed parser of a ``pretrain_gpt.py`` argv.
+
+The argument table is ``planner/data/megatron_arguments.json``: every argument of
+Megatron-LM's ``megatron/training/arguments.py`` at commit d98e8a64 (megatron-core 0.20.0).
+:func:`parse_megatron_argv` reads an argv list the way Megatron's argparse parser does
+(``allow_abbrev=False``: no prefix matching), converting values by the table's type and
+enforcing choices, but never running anything.
+
+Flags of older Megatron-LM releases, and flags today's ``validate_args`` rejects or
+deprecates, are read through :data:`ALIASES` into today's destinations, each use adding a
+warning. Explicit modern flags always win over values an alias implies.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Mapping
+
+from planner.errors import PlannerError
+
+__all__ = [
+    "ALIASES", "Alias", "ArgSpec", "MegatronArgError", "MegatronArgs", "UnknownMegatronFlag",
+    "argument_specs", "flag_table", "megatron_source", "parse_megatron_argv", "validate_flag_set",
+]
+
+
+class MegatronArgError(PlannerError):
+    """A Megatron-LM argv the parser cannot read: missing or bad value, bad choice, stray token."""
+
+
+class UnknownMegatronFlag(MegatronArgError):
+    """A flag Megatron-LM's parser (and the alias table) does not know."""
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One argparse argument: its spellings, destination, and how it takes a value."""
+
+    flags: tuple[str, ...]
+    dest: str
+    takes_value: bool
+    nargs: int | str | None = None
+    type: str | None = None
+    choices: tuple[str, ...] | None = None
+    default: object = None
+
+    def const(self, flag: str) -> bool:
+        """The bool a value-less flag stores: store_true, store_false or BooleanOptionalAction."""
+        if flag.startswith("--no-") and "--" + flag[5:] in self.flags:
+            return False
+        if any(f.startswith("--no-") and f[5:] == flag[2:] for f in self.flags):
+            return True
+        return self.default is not True
+
+
+@dataclass(frozen=True)
+class MegatronArgs:
+    """A parsed argv: ``values`` maps dest -> typed value for the flags actually given."""
+
+    values: dict[str, object]
+    given: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+
+
+VALUE = object()
+"""Placeholder in :attr:`Alias.sets`: replaced by the old flag's parsed value."""
+
+
+@dataclass(frozen=True)
+class Alias:
+    """An old or deprecated flag and how today's Megatron-LM spells what it meant.
+
+    ``sets`` are applied over other aliases' values; ``weak`` only fill destinations nothing
+    else set (e.g. the old default ``--checkpoint-num-layers 1``). ``modern`` is the spelling
+    to use today; ``note`` says when the flag existed and what today's code does with it.
+    """
+
+    spec: ArgSpec
+    modern: str
+    note: str
+    sets: Mapping[str, object] = field(default_factory=dict)
+    weak: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def flag(self) -> str:
+        return self.spec.flags[0]
+
+
+def _alias(flag: str, modern: str, note: str, sets: Mapping[str, object] | None = None,
+           weak: Mapping[str, object] | None = None, type: str | None = None,
+           choices: tuple[str, ...] | None = None, nargs: int | str | None = None) -> Alias:
+    dest = flag.lstrip("-").replace("-", "_")
+    spec = ArgSpec((flag,), dest, type is not None or choices is not None, nargs, type, choices)
+    return Alias(spec, modern, note, dict(sets or {}), dict(weak or {}))
+
+
+_RECOMPUTE_NOTE = "renamed to --recompute-* in 2022"
+_ALIAS_LIST: tuple[Alias, ...] = (
+    _alias("--checkpoint-activations", "--recompute-granularity full --recompute-method uniform",
+           "2020-2022 flag; today's validate_args prints 'no longer valid' and exits",
+           {"recompute_granularity": "full"},
+           {"recompute_method": "uniform", "recompute_num_layers": 1}),
+    _alias("--activations-checkpoint-method", "--recompute-granularity full --recompute-method X",
+           f"2021 flag, {_RECOMPUTE_NOTE}",
+           {"recompute_granularity": "full", "recompute_method": VALUE},
+           {"recompute_num_layers": 1}, choices=("uniform", "block")),
+    _alias("--activations-checkpoint-num-layers", "--recompute-num-layers N",
+           f"2021 flag, {_RECOMPUTE_NOTE}", {"recompute_num_layers": VALUE}, type="int"),
+    _alias("--checkpoint-granularity", "--recompute-granularity X",
+           f"2022 flag, {_RECOMPUTE_NOTE}", {"recompute_granularity": VALUE},
+           choices=("full", "selective")),
+    _alias("--checkpoint-method", "--recompute-method X", f"2022 flag, {_RECOMPUTE_NOTE}",
+           {"recompute_method": VALUE}, {"recompute_num_layers": 1}, choices=("uniform", "block")),
+    _alias("--checkpoint-num-layers", "--recompute-num-layers N",
+           f"2020-2022 flag, {_RECOMPUTE_NOTE}", {"recompute_num_layers": VALUE}, type="int"),
+    _alias("--distribute-checkpointed-activations", "--distribute-saved-activations",
+           f"2020-2022 flag, {_RECOMPUTE_NOTE}", {"distribute_saved_activations": True}),
+    _alias("--batch-size", "--micro-batch-size N",
+           "2020 flag; today's validate_args asserts it is unset", {"micro_batch_size": VALUE},
+           type="int"),
+    _alias("--warmup", "--lr-warmup-fraction F",
+           "2020 flag (a fraction of iterations); today's validate_args asserts it is unset",
+           {"lr_warmup_fraction": VALUE}, type="float"),
+    _alias("--model-parallel-size", "--tensor-model-parallel-size N",
+           "2020 flag; today's validate_args asserts it is unset",
+           {"tensor_model_parallel_size": VALUE}, type="int"),
+    _alias("--use-flash-attn", "--attention-backend flash",
+           "2022-2026 flag of the legacy model; still parsed but ignored since May 2026",
+           {"attention_backend": "flash"}),
+    _alias("--fp8-hybrid", "--fp8-format hybrid", "2022-2023 flag", {"fp8_format": "hybrid"}),
+    _alias("--fp8-e4m3", "--fp8-format e4m3", "2022-2023 flag", {"fp8_format": "e4m3"}),
+    _alias("--enable-cuda-graph", "--cuda-graph-impl local", "deprecated by today's validate_args",
+           {"cuda_graph_impl": "local"}),
+    _alias("--external-cuda-graph", "--cuda-graph-impl transformer_engine",
+           "deprecated by today's validate_args", {"cuda_graph_impl": "transformer_engine"}),
+    _alias("--cuda-graph-scope", "--cuda-graph-modules X [X ...]",
+           "deprecated by today's validate_args", {"cuda_graph_modules": VALUE},
+           type="str", nargs="+"),
+    _alias("--hybrid-override-pattern", "--hybrid-layer-pattern P",
+           "deprecated by today's validate_args", {"hybrid_layer_pattern": VALUE}, type="str"),
+    _alias("--mtp-hybrid-override-pattern", "--hybrid-layer-pattern P (unified, with MTP part)",
+           "deprecated by today's validate_args; value kept",
+           {"mtp_hybrid_override_pattern": VALUE}, type="str"),
+    _alias("--no-weight-decay-cond-type", "--apply-wd-to-qk-layernorm",
+           "deprecated by today's validate_args", {"apply_wd_to_qk_layernorm": True},
+           choices=("apply_wd_to_qk_layernorm",)),
+    _alias("--use-rotary-position-embeddings", "--position-embedding-type rope",
+           "legacy RoPE flag, translated by today's validate_args",
+           {"position_embedding_type": "rope"}),
+    _alias("--no-position-embedding", "--position-embedding-type none (or rope)",
+           "today's validate_args rejects it unless the position embedding is rope",
+           {"add_position_embedding": False}, {"position_embedding_type": "none"}),
+    _alias("--no-query-key-layer-scaling", "(default; --apply-query-key-layer-scaling enables)",
+           "2021-2023 flag; scaling was on by default until Nov 2023",
+           {"apply_query_key_layer_scaling": False}),
+    _alias("--DDP-impl", "(dropped; today's DDP always overlaps with --overlap-grad-reduce)",
+           "2020-2023 flag; 'torch' overlapped the gradient all-reduce with the backward pass, "
+           "'local' did not; value kept as ddp_impl", {"ddp_impl": VALUE},
+           choices=("local", "torch")),
+    _alias("--scatter-gather-tensors-in-pipeline", "(dropped)",
+           "Jan 2021 flag; value kept as scatter_gather_tensors_in_pipeline",
+           {"scatter_gather_tensors_in_pipeline": True}),
+    _alias("--no-scatter-gather-tensors-in-pipeline", "(dropped)",
+           "2021-2026 flag; value kept as scatter_gather_tensors_in_pipeline",
+           {"scatter_gather_tensors_in_pipeline": False}),
+    _alias("--use-contiguous-buffers-in-ddp", "(dropped; always contiguous)",
+           "2021 flag; value kept as use_contiguous_buffers_in_local_ddp",
+           {"use_contiguous_buffers_in_local_ddp": True}),
+    _alias("--no-contiguous-buffers-in-local-ddp", "(dropped; always contiguous)",
+           "2021-2023 flag; value kept as use_contiguous_buffers_in_local_ddp",
+           {"use_contiguous_buffers_in_local_ddp": False}),
+    _alias("--async-tensor-model-parallel-allreduce", "(dropped; always asynchronous)",
+           "2021 flag; value kept", {"async_tensor_model_parallel_allreduce": True}),
+    _alias("--no-async-tensor-model-parallel-allreduce", "(dropped; always asynchronous)",
+           "2021-2026 flag; value kept", {"async_tensor_model_parallel_allreduce": False}),
+    _alias("--data-impl", "(dropped; indexed datasets are always mmap)",
+           "2020-2023 flag; value kept as data_impl", {"data_impl": VALUE},
+           choices=("lazy", "cached", "mmap", "infer")),
+    _alias("--use-legacy-models", "(dropped; Megatron Core models only)",
+           "2024-2026 flag; value kept", {"use_legacy_models": True}),
+    _alias("--use-mcore-models", "(default)", "deprecated no-op"),
+    _alias("--use-dist-ckpt", "--ckpt-format torch_dist", "deprecated no-op"),
+    _alias("--dist-ckpt-format", "--ckpt-format X", "deprecated no-op", type="str"),
+    _alias("--ckpt-fully-parallel-save", "(default)", "deprecated no-op"),
+    _alias("--disable-msc", "(default)", "deprecated no-op"),
+)
+ALIASES: Mapping[str, Alias] = {a.flag: a for a in _ALIAS_LIST}
+"""Old or deprecated flag -> :class:`Alias` (what today's Megatron-LM calls it)."""
+
+
+@functools.cache
+def _table_json() -> dict:
+    text = resources.files("planner.data").joinpath("megatron_arguments.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def megatron_source() -> str:
+    """Where the argument table was read: repository, file and commit."""
+    return str(_table_json()["source"])
+
+
+@functools.cache
+def argument_specs() -> tuple[ArgSpec, ...]:
+    """Every argument of today's Megatron-LM parser, in the parser's order."""
+    return tuple(
+        ArgSpec(tuple(a["flags"]), a["dest"], bool(a["takes_value"]), a["nargs"] or None,
+                a["type"], tuple(a["choices"]) if a["choices"] else None, a["default"])
+        for a in _table_json()["arguments"])
+
+
+@functools.cache
+def flag_table() -> dict[str, ArgSpec]:
+    """Flag spelling -> :class:`ArgSpec`, for every spelling in today's parser."""
+    return {flag: spec for spec in argument_specs() for flag in spec.flags}
+
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _is_option(token: str) -> bool:
+    """Whether argparse would read ``token`` as a flag rather than a value."""
+    return token.startswith("-") and token != "-" and not _NEGATIVE_NUMBER.match(token)
+
+
+def _convert_one(spec: ArgSpec, flag: str, raw: str) -> object:
+    """One value, converted by the spec's type and checked against its choices."""
+    kind = spec.type or "str"
+    try:
+        if kind == "int":
+            value: object = int(raw)
+        elif kind == "float":
+            value = float(raw)
+        elif kind == "bool":
+            if raw.lower() not in _TRUE + _FALSE:
+                raise ValueError(raw)
+            value = raw.lower() in _TRUE
+        elif kind == "tuple_type":
+            value = tuple(int(x) for x in raw.strip("()").split(","))
+        elif kind.endswith("freq_type"):
+            value = int(raw) if re.fullmatch(r"\s*[+-]?\d+\s*", raw) else raw
+        else:
+            value = raw
+    except ValueError:
+        raise MegatronArgError(f"{flag} expects {_describe(spec)}, got {raw!r}") from None
+    if spec.choices is not None and str(value) not in spec.choices:
+        raise MegatronArgError(
+            f"{flag} got {raw!r}; allowed: {', '.join(spec.choices)}")
+    return value
+
+
+def _describe(spec: ArgSpec) -> str:
+    kind = {"int": "an integer", "float": "a number", "bool": "true or false",
+            "tuple_type": "integers separated by commas"}.get(spec.type or "", "a value")
+    if spec.choices:
+        kind = "one of " + ", ".join(spec.choices)
+    if spec.nargs in ("+", "*"):
+        return f"{'zero' if spec.nargs == '*' else 'one'} or more values, each {kind}"
+    if isinstance(spec.nargs, int):
+        return f"{spec.nargs} values, each {kind}"
+    return kind
+
+
+def _count_ok(nargs: int | str | None, n: int) -> bool:
+    if nargs is None:
+        return n == 1
+    if nargs == "+":
+        return n >= 1
+    return True if nargs == "*" else n == nargs
+
+
+def _take(spec: ArgSpec, flag: str, inline: str | None, argv: list[str], i: int
+          ) -> tuple[object, int]:
+    """Read the value(s) of ``flag`` (whose token is ``argv[i - 1]``); return it and the next index."""
+    if not spec.takes_value:
+        if inline is not None:
+            raise MegatronArgError(f"{flag} takes no value, got {flag}={inline}")
+        return spec.const(flag), i
+    if inline is not None:
+        raws = [inline]
+    else:
+        want = 1 if spec.nargs is None else spec.nargs
+        stop = i + (want if isinstance(want, int) else len(argv))
+        j = i
+        while j < min(stop, len(argv)) and not _is_option(argv[j]):
+            j += 1
+        raws, i = argv[i:j], j
+    if not raws and spec.nargs in (None, "+") or isinstance(spec.nargs, int) and not raws:
+        raise MegatronArgError(f"{flag} is missing its value: expects {_describe(spec)}")
+    if not _count_ok(spec.nargs, len(raws)):
+        raise MegatronArgError(f"{flag} expects {_describe(spec)}, got {len(raws)}")
+    values = [_convert_one(spec, flag, r) for r in raws]
+    return (values[0] if spec.nargs is None else values), i
+
+
+def _unknown(flag: str) -> UnknownMegatronFlag:
+    real = [f for f in flag_table() if f not in ALIASES]
+    close = difflib.get_close_matches(flag, real, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return UnknownMegatronFlag(f"unknown Megatron-LM flag {flag}{hint}")
+
+
+@dataclass
+class _State:
+    explicit: dict[str, object] = field(default_factory=dict)
+    strong: dict[str, object] = field(default_factory=dict)
+    weak: dict[str, object] = field(default_factory=dict)
+    given: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    stray: list[str] = field(default_factory=list)
+
+    def merged(self) -> dict[str, object]:
+        return {**self.weak, **self.strong, **self.explicit}
+
+
+def _step(argv: list[str], i: int, state: _State) -> int:
+    """Parse the token at ``argv[i]`` (and its values) into ``state``; return the next index."""
+    token = argv[i]
+    if not _is_option(token):
+        state.stray.append(token)
+        return i + 1
+    flag, eq, rest = token.partition("=") if token.startswith("--") else (token, "", "")
+    inline = rest if eq else None
+    alias = ALIASES.get(flag)
+    spec = alias.spec if alias else flag_table().get(flag)
+    if spec is None:
+        raise _unknown(flag)
+    value, nxt = _take(spec, flag, inline, argv, i + 1)
+    state.given.append(flag)
+    if alias is None:
+        state.explicit[spec.dest] = value
+        return nxt
+    state.strong.update({k: value if v is VALUE else v for k, v in alias.sets.items()})
+    for key, val in alias.weak.items():
+        state.weak.setdefault(key, val)
+    state.warnings.append(f"{flag} is an old Megatron-LM flag ({alias.note}); "
+                          f"today: {alias.modern}")
+    return nxt
+
+
+def _stray_error(stray: list[str]) -> MegatronArgError:
+    shown = " ".join(repr(s) for s in stray[:5]) + (" ..." if len(stray) > 5 else "")
+    return MegatronArgError(f"stray positional argument(s) not after a flag: {shown}")
+
+
+def parse_megatron_argv(argv: list[str]) -> MegatronArgs:
+    """Parse a Megatron-LM argv (the arguments after ``pretrain_gpt.py``) without running it.
+
+    Raises :class:`UnknownMegatronFlag` for a flag the parser does not know and
+    :class:`MegatronArgError` for a missing or bad value, a bad choice or stray tokens.
+    """
+    argv = [str(t) for t in argv]
+    state, i = _State(), 0
+    while i < len(argv):
+        if argv[i] == "--":
+            state.stray.extend(argv[i + 1:] or ["--"])
+            break
+        i = _step(argv, i, state)
+    if state.stray:
+        raise _stray_error(state.stray)
+    return MegatronArgs(state.merged(), tuple(state.given), tuple(state.warnings))
+
+
+def validate_flag_set(argv: list[str], allow_aliases: bool = False) -> list[str]:
+    """Problems with an argv meant for today's Megatron-LM; an empty list means it is clean.
+
+    Checks every flag is a real flag of today's parser with a value of the right type and
+    choice, that no destination is set twice and (unless ``allow_aliases``) that no old
+    flag from :data:`ALIASES` is used. Unlike :func:`parse_megatron_argv` it reports all
+    problems instead of stopping at the first.
+    """
+    argv = [str(t) for t in argv]
+    problems: list[str] = []
+    state, i = _State(), 0
+    seen: dict[str, str] = {}
+    while i < len(argv):
+        try:
+            before = len(state.given)
+            i = _step(argv, i, state)
+        except MegatronArgError as err:
+            problems.append(str(err))
+            i += 1
+            while i < len(argv) and not _is_option(argv[i]):
+                i += 1
+            continue
+        if len(state.given) > before:
+            flag = state.given[-1]
+            spec = ALIASES[flag].spec if flag in ALIASES else flag_table()[flag]
+            if spec.dest in seen:
+                problems.append(f"{flag} sets {spec.dest}, already set by {seen[spec.dest]}")
+            seen[spec.dest] = flag
+    if state.stray:
+        problems.append(str(_stray_error(state.stray)))
+    if not allow_aliases:
+        problems.extend(state.warnings)
+    return problems

@@ -1,0 +1,71 @@
+"""Parameter counts, per layer and per pipeline stage, on one tensor-parallel rank.
+
+Closed forms of Narayanan et al. 2021 Eq. (2) generalised to grouped-query attention, gated MLPs,
+RMSNorm and bias-free linears; every function broadcasts over numpy arrays of t.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.models.spec import ModelSpec, Normalization
+
+ArrayLike = np.ndarray | int | float
+
+
+def padded_vocab(V: int, divisible_by: int, t: ArrayLike) -> np.ndarray:
+    """Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by·t``
+    (megatron/training/tokenizer: _vocab_size_with_padding)."""
+    multiple = divisible_by * np.asarray(t)
+    return -(-V // multiple) * multiple
+
+
+def layer_params(h: int, a: int, g: int, d: int, f: int, t: ArrayLike, *, gated: bool, bias: bool,
+                 norm_params_per_norm: int) -> np.ndarray:
+    """Parameters of one transformer layer held by one of t tensor-parallel ranks.
+
+    Weights: QKV h·(a+2g)·d, projection a·d·h, MLP h·f·(2 if gated) + f·h, all split over t.
+    Biases: QKV (a+2g)·d and fc1 f·(2 if gated) split over t; projection and fc2 h each replicated.
+    Two norms of ``norm_params_per_norm`` each, replicated. With t = 1, a = g, d = h/a, f = 4h and
+    LayerNorm this is 12h² + 13h (Narayanan et al. 2021, Eq. 2).
+    """
+    gate = 2 if gated else 1
+    split_weights = h * (a + 2 * g) * d + a * d * h + h * f * gate + f * h
+    split_biases = ((a + 2 * g) * d + f * gate) if bias else 0
+    replicated = (2 * h if bias else 0) + 2 * norm_params_per_norm
+    return (split_weights + split_biases) / np.asarray(t) + replicated
+
+
+def norm_params(model: ModelSpec) -> int:
+    """Parameters of one norm over h: weight and bias for LayerNorm, weight only for RMSNorm."""
+    return (2 if model.normalization is Normalization.LAYERNORM else 1) * model.hidden_size
+
+
+def model_layer_params(model: ModelSpec, t: ArrayLike = 1) -> np.ndarray:
+    """``layer_params`` for a model spec (the adapter that unpacks the spec into letters)."""
+    return layer_params(model.hidden_size, model.num_attention_heads, model.query_groups, model.head_dim,
+                        model.ffn, t, gated=model.swiglu, bias=model.add_bias_linear,
+                        norm_params_per_norm=norm_params(model))
+
+
+def embedding_params(model: ModelSpec, t: ArrayLike, s: int) -> dict[str, np.ndarray]:
+    """Word embedding V_pad·h/t (vocab-parallel), learned position table s_max·h (replicated)."""
+    V = padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, t)
+    word = V * model.hidden_size / np.asarray(t)
+    learned = model.position_embedding_type.value == "learned_absolute"
+    position = model.max_position_embeddings * model.hidden_size if learned else 0
+    return {"word": word, "position": np.broadcast_to(float(position), np.shape(word))}
+
+
+def total_params(model: ModelSpec, *, padded_for_t: int | None = None) -> float:
+    """Every parameter of the model (one copy of tied embeddings).
+
+    Narayanan et al. 2021 Eq. (2): P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)) for GPT shapes
+    with tied embeddings and a learned position table of s rows; plus the final norm (BLOOM's
+    +2h), which Eq. (2) leaves out. ``padded_for_t`` pads V as Megatron does for that t.
+    """
+    V = model.vocab_size if padded_for_t is None else int(padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, padded_for_t))
+    h = model.hidden_size
+    pos = model.max_position_embeddings * h if model.position_embedding_type.value == "learned_absolute" else 0
+    embeddings = V * h * (1 if model.tied_embeddings else 2) + pos
+    return float(model.num_layers * model_layer_params(model) + embeddings + norm_params(model))

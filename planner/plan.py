@@ -1,0 +1,123 @@
+"""What is trained and how it is split: TrainingSpec, PlanOptions and ParallelPlan.
+
+Rules that span several specs (t divides the heads, the batch splits evenly, the plan fits)
+are named masks in ``planner.legality``, so a rejected plan can say which rule it broke.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+
+class Precision(StrEnum):
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+    @property
+    def code(self) -> int:
+        return RECOMPUTE_CODES[self]
+
+
+RECOMPUTE_CODES = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+RECOMPUTE_BY_CODE = {code: r for r, code in RECOMPUTE_CODES.items()}
+
+
+class AttentionKernel(StrEnum):
+    FLASH = "flash"        # Transformer Engine fused/flash attention: today's Megatron default
+    UNFUSED = "unfused"    # explicit softmax over the s x s scores, as in the 2021-22 papers
+
+
+class StageSplit(StrEnum):
+    """How layers are assigned to pipeline stages (Megatron arguments.py:984-998)."""
+
+    EVEN = "even"
+    EMBEDDING = "embedding"              # --account-for-embedding-in-pipeline-split
+    LOSS = "loss"                        # --account-for-loss-in-pipeline-split
+    EMBEDDING_AND_LOSS = "embedding+loss"
+
+    @property
+    def code(self) -> int:
+        return SPLIT_CODES[self]
+
+    @property
+    def embedding_counted(self) -> bool:
+        return self in (StageSplit.EMBEDDING, StageSplit.EMBEDDING_AND_LOSS)
+
+    @property
+    def loss_counted(self) -> bool:
+        return self in (StageSplit.LOSS, StageSplit.EMBEDDING_AND_LOSS)
+
+
+SPLIT_CODES = {StageSplit.EVEN: 0, StageSplit.EMBEDDING: 1, StageSplit.LOSS: 2, StageSplit.EMBEDDING_AND_LOSS: 3}
+SPLIT_BY_CODE = {code: s for s, code in SPLIT_CODES.items()}
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+
+class TrainingSpec(_Spec):
+    global_batch: PositiveInt = Field(description="B, sequences per iteration")
+    seq_len: PositiveInt = Field(description="s, tokens per sequence")
+    precision: Precision = Precision.BF16
+    optimizer: str = Field("adam", pattern="^adam$", description="Adam (the only optimizer modelled)")
+
+
+class PlanOptions(_Spec):
+    """Which Megatron-LM behaviour is modelled; defaults are today's Megatron-LM defaults."""
+
+    attention_kernel: AttentionKernel = AttentionKernel.FLASH
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    grad_reduce_in_bf16: bool = False
+    pp_scatter_gather: bool = Field(False, description="2021 code: p2p split over the t NICs, all-gathered on NVLink")
+    overlap_p2p_comm: bool = Field(True, description="interleaved schedule overlaps p2p (today's default)")
+    distribute_saved_activations: bool = Field(False, description="full recompute: shard layer inputs over TP without SP")
+
+
+class ParallelPlan(_Spec):
+    tp: PositiveInt = Field(1, description="t, tensor-parallel size")
+    pp: PositiveInt = Field(1, description="p, pipeline-parallel size")
+    dp: PositiveInt = Field(1, description="d, data-parallel size")
+    cp: PositiveInt = Field(1, description="c, context-parallel size")
+    ep: PositiveInt = Field(1, description="expert-parallel size")
+    etp: PositiveInt = Field(1, description="expert tensor-parallel size")
+    vpp: PositiveInt = Field(1, description="model chunks per pipeline stage (1: no interleaving)")
+    micro_batch: PositiveInt = Field(1, description="b, sequences per micro-batch")
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    distributed_optimizer: bool = False
+    stage_split: StageSplit = StageSplit.EVEN
+    first_stage_layers: PositiveInt | None = Field(None, description="--decoder-first-pipeline-num-layers")
+    last_stage_layers: PositiveInt | None = Field(None, description="--decoder-last-pipeline-num-layers")
+
+    @model_validator(mode="after")
+    def _own_rules(self) -> Self:
+        for name in ("cp", "ep", "etp"):
+            if getattr(self, name) != 1:
+                raise ValueError(f"{name} must be 1 (context and expert parallelism are not modelled yet)")
+        explicit = self.first_stage_layers is not None or self.last_stage_layers is not None
+        if explicit and self.stage_split is not StageSplit.EVEN:
+            raise ValueError("give either explicit first/last stage layers or an accounted stage_split, not both")
+        if self.tp == 1 and self.sequence_parallel:
+            # Megatron turns SP off silently when t = 1 (arguments.py:1430-1439)
+            object.__setattr__(self, "sequence_parallel", False)
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    def num_microbatches(self, training: TrainingSpec) -> float:
+        """m = B / (b·d)."""
+        return training.global_batch / (self.micro_batch * self.dp)

@@ -1,0 +1,85 @@
+"""Finding and loading presets (shipped inside the wheel) and users' own YAML files."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from planner.errors import PresetError
+from planner.hardware.spec import HardwareSpec
+from planner.models.spec import ModelSpec
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+KINDS: dict[str, type[BaseModel]] = {"models": ModelSpec, "hardware": HardwareSpec}
+DEFAULT_HARDWARE = "dgx-a100-superpod"
+
+
+def _preset_dir(kind: str):
+    return files("planner.presets_data") / kind
+
+
+def preset_names(kind: str) -> list[str]:
+    """Names (file stems) of the presets of one kind, sorted."""
+    return sorted(p.name[:-5] for p in _preset_dir(kind).iterdir() if p.name.endswith(".yaml"))
+
+
+def _kind_of(spec_type: type[BaseModel]) -> str:
+    return next(k for k, v in KINDS.items() if v is spec_type)
+
+
+def format_validation_error(err: ValidationError) -> str:
+    """One line: each failing field by its dotted path and pydantic's reason."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def _read_yaml(text: str, where: str) -> dict:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise PresetError(f"{where}: malformed YAML{at}: {problem}") from err
+    if not isinstance(data, dict):
+        raise PresetError(f"{where}: expected a YAML mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
+    """A spec from a preset name (presets/<kind>/<ref>.yaml) or a path to a YAML file."""
+    kind = _kind_of(spec_type)
+    path = Path(ref).expanduser()
+    if ref.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists():
+        if not path.is_file():
+            raise PresetError(f"{kind} file {ref!r} not found")
+        text, where = path.read_text(), str(path)
+    else:
+        names = preset_names(kind)
+        if ref not in names:
+            raise PresetError(f"unknown {kind} preset {ref!r}; known: {', '.join(names)} (or a path to a YAML file)")
+        text, where = (_preset_dir(kind) / f"{ref}.yaml").read_text(), f"{kind} preset {ref}"
+    try:
+        return spec_type.model_validate(_read_yaml(text, where))
+    except ValidationError as err:
+        raise PresetError(f"{where}: {format_validation_error(err)}") from err
+
+
+def load_model(ref: str) -> ModelSpec:
+    return load_spec(ModelSpec, ref)
+
+
+def load_hardware(ref: str = DEFAULT_HARDWARE) -> HardwareSpec:
+    return load_spec(HardwareSpec, ref)
+
+
+def preset_text(kind: str, name: str) -> str:
+    return (_preset_dir(kind) / f"{name}.yaml").read_text()

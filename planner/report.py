@@ -1,0 +1,90 @@
+"""Rich renderables for explain and search; they are returned, never printed here."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS
+from planner.result import MEMORY_INFO, TIME_INFO
+
+MAX_STAGE_ROWS = 8
+
+
+def plan_line(pj: dict) -> str:
+    par, opt, tr = pj["parallel"], pj["options"], pj["training"]
+    return (f"TP {par['tp']} · PP {par['pp']} · DP {par['dp']} · VPP {par['vpp']} · micro-batch {par['micro_batch']} "
+            f"(m = {pj['estimate']['num_microbatches']:g}) · SP {'on' if par['sequence_parallel'] else 'off'} · "
+            f"recompute {par['recompute']} · distributed optimizer {'on' if par['distributed_optimizer'] else 'off'} · "
+            f"{tr['precision']} · {opt['attention_kernel']} attention")
+
+
+def explain_view(pj: dict) -> Group:
+    est = pj["estimate"]
+    head = Text.assemble(
+        (f"{pj['model']}", "bold"), f" on {pj['gpus']} GPUs of {pj['hardware']}, global batch {pj['training']['global_batch']} "
+        f"× seq {pj['training']['seq_len']}\n", plan_line(pj), "\n",
+        ("Megatron-LM rules: all hold" if pj["legal"] else "Megatron-LM rules broken: " + "; ".join(pj["broken_rules"]),
+         "green" if pj["legal"] else "red"),
+        "\nstage layers: ", ", ".join(str(n) for n in pj["parallel"]["stage_layers"]))
+    return Group(head, Text(""), memory_stage_table(pj), memory_terms_table(pj), time_table(pj), metrics_table(est))
+
+
+def memory_stage_table(pj: dict) -> Table:
+    est = pj["estimate"]
+    cap = est["capacity_gib"]
+    table = Table(title=f"Memory per GPU by pipeline stage (GiB; capacity {cap:.1f}), most loaded first", title_justify="left")
+    for col in ("stage", "layers", *MEMORY_TERMS, "total", "headroom"):
+        table.add_column(col, justify="right")
+    stages = pj.get("stages", [])
+    for st in stages[:MAX_STAGE_ROWS]:
+        room = cap - st["total"]
+        table.add_row(str(st["stage"]), str(st["layers"]), *(f"{st[k]:.2f}" for k in MEMORY_TERMS), f"{st['total']:.2f}",
+                      Text(f"{room:+.2f}", style="green" if room >= 0 else "red"))
+    if len(stages) > MAX_STAGE_ROWS:
+        rest = stages[MAX_STAGE_ROWS:]
+        table.add_row("…", f"{len(rest)} more", *[""] * len(MEMORY_TERMS), f"≤ {max(s['total'] for s in rest):.2f}", "")
+    return table
+
+
+def memory_terms_table(pj: dict) -> Table:
+    est = pj["estimate"]
+    table = Table(title=f"Most loaded GPU (stage {est['peak_stage']}): where the bytes go", title_justify="left")
+    for col, just in (("term", "left"), ("GiB", "right"), ("formula", "left"), ("source", "left")):
+        table.add_column(col, justify=just, overflow="fold")
+    for k in MEMORY_TERMS:
+        formula, source = MEMORY_INFO[k]
+        table.add_row(k, f"{est['memory'][k]:.2f}", Text(formula), Text(source))
+    verdict = "fits" if est["fits"] else f"does NOT fit: {est['peak_memory_gib'] - est['capacity_gib']:.2f} GiB over"
+    table.add_row(Text("total", style="bold"), Text(f"{est['peak_memory_gib']:.2f}", style="bold"),
+                  Text(f"of {est['capacity_gib']:.1f} GiB: {verdict}"), "")
+    return table
+
+
+def time_table(pj: dict) -> Table:
+    est = pj["estimate"]
+    it = est["iteration_s"]
+    table = Table(title="Iteration time, term by term", title_justify="left")
+    for col, just in (("term", "left"), ("seconds", "right"), ("share", "right"), ("formula", "left"), ("source", "left")):
+        table.add_column(col, justify=just, overflow="fold")
+    for k in TIME_TERMS:
+        formula, source = TIME_INFO[k]
+        v = est["time"][k]
+        table.add_row(k, f"{v:.3f}", f"{100 * v / it:.1f}%", Text(formula), Text(source))
+    table.add_row(Text("iteration", style="bold"), Text(f"{it:.3f}", style="bold"), "100%", "sum of the terms above", "")
+    return table
+
+
+def metrics_table(est: dict) -> Table:
+    table = Table(title="Throughput", title_justify="left")
+    for col, just in (("metric", "left"), ("value", "right"), ("meaning", "left")):
+        table.add_column(col, justify=just)
+    table.add_row("tokens/s", f"{est['tokens_per_s']:,.0f}", "global batch × seq_len / iteration")
+    table.add_row("TFLOP/s per GPU (model)", f"{est['tflops_per_gpu']:.1f}", "Korthikanti 2022 Eq. 7 FLOPs, no recomputation: MFU basis")
+    table.add_row("TFLOP/s per GPU (hardware)", f"{est['hw_tflops_per_gpu']:.1f}", "with recomputed FLOPs (full: Narayanan 2021 Eq. 3): HFU basis")
+    table.add_row("TFLOP/s per GPU (Megatron log)", f"{est['megatron_tflops_per_gpu']:.1f}", "as today's Megatron-LM logs it: causal attention halved")
+    table.add_row("MFU", f"{100 * est['mfu']:.1f}%", "model FLOP/s ÷ dense peak")
+    table.add_row("HFU", f"{100 * est['hfu']:.1f}%", "hardware FLOP/s ÷ dense peak")
+    table.add_row("pipeline bubble", f"{100 * est['bubble_frac']:.1f}%", "bubble time ÷ iteration")
+    return table
