@@ -192,3 +192,34 @@ def presets_show(ctx: click.Context, name: str, as_json: bool) -> None:
         echo_json(load_spec(KINDS[kind], name).model_dump(mode="json"))
     else:
         click.echo(preset_text(kind, name).rstrip())
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print {runs: [...], summary: {...}}.")
+@click.option("--regret/--no-regret", default=False, show_default=True,
+              help="Also search each run's best plan and report how much faster it is predicted to be.")
+def validate(as_json: bool, regret: bool) -> None:
+    """Predicted versus published for every Megatron-LM reference run, with errors."""
+    from planner import validate as val
+    result = val.validate()
+    if regret:
+        val.add_regret(result)
+    if as_json:
+        echo_json(result)
+    else:
+        Console().print(report.validation_view(result))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
+@click.option("--write", "write_dir", type=click.Path(file_okay=False, exists=True),
+              help="presets/hardware folder whose YAML files get the fitted values (a checkout's).")
+@click.option("--loso/--no-loso", default=True, show_default=True, help="Also report leave-one-source-out errors (A100).")
+def calibrate(as_json: bool, write_dir: str | None, loso: bool) -> None:
+    """Fit the hardware presets' efficiency factors to the published runs (takes a minute or two)."""
+    from planner import calibrate as cal
+    out = cal.run_calibration(loso=loso, write_dir=write_dir)
+    if as_json:
+        echo_json(out)
+    else:
+        Console().print(report.calibration_view(out))

@@ -38,6 +38,8 @@ def rule_masks(grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options
         "interleaving needs an even split without explicit first/last stages": ~interleaved | ((grid.first_layers == 0) & (grid.last_layers == 0)),
         "layers per stage divisible by interleaved chunks": ~interleaved | (per_stage % v == 0),
         "interleaving needs micro-batches divisible by pp": ~interleaved | ((m >= p) & (m % p == 0)),
+        "tp-comm-overlap needs sequence parallelism": np.full(len(grid), True) if not options.tp_comm_overlap
+        else grid.sequence_parallel,
         "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": np.full(len(grid), True)
         if not options.overlap_param_gather else (grid.distributed_optimizer & options.overlap_grad_reduce),
     }
@@ -68,6 +70,9 @@ def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_g
         "interleaving needs an even split without explicit first/last stages": "vpp > 1 cannot combine with explicit first/last stage layers",
         "layers per stage divisible by interleaved chunks": f"the layers per stage do not divide into vpp {v} chunks",
         "interleaving needs micro-batches divisible by pp": f"interleaving needs m = B/(b·d) = {m:g} to be a multiple of pp {p}",
+        "tp-comm-overlap needs sequence parallelism": np.full(len(grid), True) if not options.tp_comm_overlap
+        else grid.sequence_parallel,
+        "tp-comm-overlap needs sequence parallelism": "--tp-comm-overlap needs --sequence-parallel (and tp > 1)",
         "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce",
     }
     return f"{name}: {detail.get(name, name)}"

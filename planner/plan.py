@@ -82,6 +82,9 @@ class PlanOptions(_Spec):
     grad_reduce_in_bf16: bool = False
     pp_scatter_gather: bool = Field(False, description="2021 code: p2p split over the t NICs, all-gathered on NVLink")
     overlap_p2p_comm: bool = Field(True, description="interleaved schedule overlaps p2p (today's default)")
+    async_tp_comm: bool = Field(True, description="backward TP collectives overlap the weight-gradient GEMMs "
+                                "(Megatron's LinearWithGradAccumulationAndAsyncCommunication; not in the 2021 code)")
+    tp_comm_overlap: bool = Field(False, description="--tp-comm-overlap: TP collectives pipelined with GEMMs (needs SP)")
     distribute_saved_activations: bool = Field(False, description="full recompute: shard layer inputs over TP without SP")
 
 

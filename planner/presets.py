@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 from typing import TypeVar
@@ -56,6 +57,18 @@ def _read_yaml(text: str, where: str) -> dict:
 
 def load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
     """A spec from a preset name (presets/<kind>/<ref>.yaml) or a path to a YAML file."""
+    path = Path(ref).expanduser()
+    if path.is_file():  # a user's file may change between calls: never cached
+        return _load_spec(spec_type, ref)
+    return _load_preset_cached(spec_type, ref)
+
+
+@lru_cache(maxsize=64)
+def _load_preset_cached(spec_type: type[SpecT], ref: str) -> SpecT:
+    return _load_spec(spec_type, ref)
+
+
+def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
     kind = _kind_of(spec_type)
     path = Path(ref).expanduser()
     if ref.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists():

@@ -119,7 +119,7 @@ def stage_memory_bytes(lt: _Letters, ctx: Context, i: np.ndarray) -> dict[str, n
 
 
 def _layer_times(lt: _Letters, ctx: Context) -> dict[str, np.ndarray]:
-    """Per-layer, per-micro-batch compute times on one GPU (seconds)."""
+    """Per-layer, per-micro-batch times on one GPU (seconds), compute and TP communication."""
     cal, gpu = ctx.hardware.calibration, ctx.hardware.gpu
     peak = gpu.peak_flops_per_s(ctx.precision)
     gemms = flops.layer_gemms(lt.b, lt.s, lt.h, lt.a, lt.g, lt.dh, lt.f, lt.t, lt.c, gated=lt.gated)
@@ -137,20 +137,41 @@ def _layer_times(lt: _Letters, ctx: Context) -> dict[str, np.ndarray]:
     else:
         core_fwd = compute.flash_attention_time_s(gemms, peak_flops_per_s=peak, efficiency=cal.flash_attention_efficiency)
         core_bwd = compute.FLASH_BACKWARD_FACTOR * core_fwd
-    fwd = dense + core_fwd + elementwise
-    bwd = compute.BACKWARD_GEMM_FACTOR * dense + core_bwd + compute.BACKWARD_ELEMENTWISE_FACTOR * elementwise
+    overhead = cal.layer_overhead_us * 1e-6  # host and launch time of one layer's kernels
+    fwd = dense + core_fwd + elementwise + overhead
+    bwd = (compute.BACKWARD_GEMM_FACTOR * dense + core_bwd + compute.BACKWARD_ELEMENTWISE_FACTOR * elementwise
+           + compute.BACKWARD_GEMM_FACTOR * overhead)
     recompute = np.where(lt.rc == 2, fwd, np.where(lt.rc == 1, core_fwd, 0.0))
+    tp_raw = comm.tp_layer_comm_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, group_link(ctx.hardware, lt.t, 1),
+                                       activation_bytes=lt.act_bytes, sequence_parallel=lt.sp)
+    # --tp-comm-overlap pipelines the forward collectives with the GEMMs they feed (Transformer Engine
+    # userbuffers); the backward's overlap the weight-gradient GEMMs (as many FLOPs as the forward's)
+    hidden = np.maximum(tp_raw - dense, 0.0)
+    tp_fwd = np.where(lt.sp, hidden, tp_raw) if ctx.options.tp_comm_overlap else tp_raw
+    tp_bwd = hidden if ctx.options.async_tp_comm or ctx.options.tp_comm_overlap else tp_raw
     logits = compute.gemm_time_s(flops.logits_gemm(lt.b, lt.s, lt.h, lt.V, lt.t, lt.c), peak_flops_per_s=peak,
                                  eta_max=cal.gemm_efficiency, half_dim=cal.gemm_half_dim)
     logit_elems = lt.b * lt.s / lt.c * lt.V / lt.t
     sbh = lt.b * lt.s * lt.h / lt.c
     return {
         "fwd": fwd, "bwd": bwd, "recompute": recompute,
+        # forward and backward collectives, and the forward ones again under full recompute (Korthikanti 2022 §5)
+        "tp": tp_fwd * np.where(lt.rc == 2, 2.0, 1.0) + tp_bwd, "tp_fwd": tp_fwd, "tp_bwd": tp_bwd,
         "head_fwd": logits + CROSS_ENTROPY_FWD_BYTES * logit_elems / hbm,
         "head_bwd": compute.BACKWARD_GEMM_FACTOR * logits + CROSS_ENTROPY_BWD_BYTES * logit_elems / hbm,
         "embedding_fwd": EMBEDDING_FWD_BYTES_PER_SBH * sbh / hbm,
         "embedding_bwd": compute.BACKWARD_ELEMENTWISE_FACTOR * EMBEDDING_FWD_BYTES_PER_SBH * sbh / hbm,
     }
+
+
+def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
+    """One transformer layer's forward and backward time for one micro-batch, with its TP
+    communication; the backward includes recomputation (as Korthikanti et al. 2022 Table 4 times it)."""
+    lt = _Letters(grid, ctx)
+    times = _layer_times(lt, ctx)
+    forward = times["fwd"] + times["tp_fwd"]
+    backward = times["bwd"] + times["recompute"] + times["tp"] - times["tp_fwd"]
+    return {"forward": forward[:, 0], "backward": backward[:, 0]}
 
 
 def _grad_bytes(ctx: Context) -> tuple[int, int]:
@@ -177,14 +198,11 @@ def evaluate(grid: PlanGrid, ctx: Context) -> Evaluation:
 
     times = _layer_times(lt, ctx)
     tp_link = group_link(hw, lt.t, 1)
-    tp_layer = comm.tp_layer_comm_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, tp_link, activation_bytes=lt.act_bytes,
-                                         sequence_parallel=lt.sp)
-    tp_edge = tp_layer / 2  # one collective: the embedding's (first stage) or the output layer's (last stage)
+    tp_edge = times["tp_fwd"] / 2  # one collective: the embedding's (first stage) or the output layer's (last stage)
     fwd = n * times["fwd"] + first * times["embedding_fwd"] + last * times["head_fwd"]
     bwd = n * times["bwd"] + first * times["embedding_bwd"] + last * times["head_bwd"]
     rec = n * times["recompute"]
-    # forward + backward per layer, the forward once more under full recompute (Korthikanti 2022 §5)
-    tp = n * tp_layer * np.where(lt.rc == 2, 3.0, 2.0) + (first.astype(float) + last) * tp_edge
+    tp = n * times["tp"] + (first.astype(float) + last) * tp_edge
     per_mb = fwd + bwd + rec + tp
     slow_col = np.argmax(per_mb, axis=1)
     slowest = per_mb[rows, slow_col][:, None]

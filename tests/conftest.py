@@ -1,0 +1,170 @@
+"""Shared fixtures and hypothesis strategies for the core test suite.
+
+The strategies only build valid specs and legal plans (draw the heads, then set
+hidden = heads · head_dim; draw the pipeline, then set the layers to a multiple of it), so
+hypothesis almost never has to discard an example.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from hypothesis import strategies as st
+
+from planner.costs.estimate import Context
+from planner.hardware.spec import HardwareSpec
+from planner.models.spec import ModelSpec
+from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec
+from planner.presets import load_hardware, load_model
+
+REPO = Path(__file__).resolve().parents[1]
+PRESETS = REPO / "presets"
+
+GIB = 2**30
+
+
+# ----------------------------------------------------------------------------- presets
+
+@lru_cache(maxsize=None)
+def a100() -> HardwareSpec:
+    """The DGX A100 80 GB SuperPOD preset (Narayanan 2021 / Korthikanti 2022 system)."""
+    return load_hardware("dgx-a100-superpod")
+
+
+@lru_cache(maxsize=None)
+def model_preset(name: str) -> ModelSpec:
+    return load_model(name)
+
+
+@pytest.fixture(scope="session")
+def dgx_a100() -> HardwareSpec:
+    return a100()
+
+
+@pytest.fixture(scope="session")
+def gpt3_175b() -> ModelSpec:
+    return model_preset("gpt3-175b")
+
+
+def gpt_model(L: int, h: int, a: int, *, V: int = 51200, name: str = "test-gpt", **extra) -> ModelSpec:
+    """A GPT-3-shaped model (4h GeLU MLP, LayerNorm, biases, tied embeddings, learned positions).
+
+    V defaults to the papers' padded 51200 with make_vocab_size_divisible_by = 128, so Megatron's
+    padding leaves it unchanged for t ≤ 8 (51200 = 400·128 = 50·1024).
+    """
+    return ModelSpec(name=name, source="test", num_layers=L, hidden_size=h, num_attention_heads=a,
+                     max_position_embeddings=2048, vocab_size=V, **extra)
+
+
+# ----------------------------------------------------------------------------- strategies
+
+HEAD_DIMS = (16, 32, 64, 128)
+POWERS_OF_TWO_TO_8 = (1, 2, 4, 8)
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+@st.composite
+def model_specs(draw, t: int | None = None) -> ModelSpec:
+    """A valid ModelSpec whose heads (and query groups and ffn) split over ``t`` when given."""
+    t = t or 1
+    k = draw(st.integers(1, 8))
+    a = t * k
+    head_dim = draw(st.sampled_from(HEAD_DIMS))
+    h = a * head_dim
+    # query groups: a (no GQA) or t·j with j dividing a/t, so g % t == 0 and a % g == 0
+    g = draw(st.sampled_from(sorted({a} | {t * j for j in _divisors(k)})))
+    swiglu = draw(st.booleans())
+    ffn = draw(st.one_of(st.none(), st.integers(1, 64).map(lambda r: 64 * t * r)))
+    return ModelSpec(
+        name="hypothesis", source="hypothesis strategy",
+        num_layers=draw(st.integers(1, 32)), hidden_size=h, num_attention_heads=a,
+        num_query_groups=None if g == a else g, ffn_hidden_size=ffn,
+        max_position_embeddings=4096, vocab_size=draw(st.integers(1000, 60000)),
+        swiglu=swiglu,
+        normalization=draw(st.sampled_from(["LayerNorm", "RMSNorm"])),
+        position_embedding_type=draw(st.sampled_from(["learned_absolute", "rope"])),
+        untie_embeddings_and_output_weights=draw(st.booleans()),
+        add_bias_linear=draw(st.booleans()),
+        hidden_dropout=draw(st.sampled_from([0.0, 0.1])),
+        attention_dropout=draw(st.sampled_from([0.0, 0.1])),
+    )
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One legal configuration: everything ``evaluate`` needs."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    options: PlanOptions
+    plan: ParallelPlan
+
+    @property
+    def ctx(self) -> Context:
+        return Context(self.model, a100(), self.training, self.options)
+
+    @property
+    def gpus(self) -> int:
+        return self.plan.world_size
+
+
+def options_strategy() -> st.SearchStrategy[PlanOptions]:
+    return st.builds(
+        PlanOptions,
+        attention_kernel=st.sampled_from(["flash", "unfused"]),
+        overlap_grad_reduce=st.booleans(),
+        grad_reduce_in_bf16=st.booleans(),
+        pp_scatter_gather=st.booleans(),
+        overlap_p2p_comm=st.booleans(),
+        distribute_saved_activations=st.booleans(),
+    )
+
+
+@st.composite
+def plan_for(draw, model: ModelSpec, t: int, p: int, vpp: int, *, split: StageSplit = StageSplit.EVEN,
+             micro_batch: int | None = None, m: int | None = None, d: int | None = None) -> tuple[ParallelPlan, int]:
+    """A legal ParallelPlan on ``model`` and its global batch B = b·d·m (m a multiple of p when interleaved)."""
+    d = d or draw(st.sampled_from(POWERS_OF_TWO_TO_8))
+    b = micro_batch or draw(st.sampled_from((1, 2, 4)))
+    if m is None:
+        m = p * draw(st.integers(1, 4)) if vpp > 1 else draw(st.integers(1, 16))
+    plan = ParallelPlan(
+        tp=t, pp=p, dp=d, vpp=vpp, micro_batch=b,
+        sequence_parallel=draw(st.booleans()) if t > 1 else False,
+        recompute=draw(st.sampled_from(list(Recompute))),
+        distributed_optimizer=draw(st.booleans()),
+        stage_split=split,
+    )
+    return plan, b * d * m
+
+
+@st.composite
+def setups(draw, *, t: int | None = None, p: int | None = None, vpp: int | None = None) -> Setup:
+    """A legal configuration: model, training, options and a plan Megatron-LM would accept."""
+    t = t or draw(st.sampled_from(POWERS_OF_TWO_TO_8))
+    p = p or draw(st.sampled_from(POWERS_OF_TWO_TO_8))
+    vpp = vpp or (draw(st.sampled_from((1, 1, 2, 3))) if p > 1 else 1)
+    model = draw(model_specs(t=t))
+    chunk_layers = draw(st.integers(1, 3))
+    split = StageSplit.EVEN
+    if vpp == 1 and draw(st.booleans()):
+        split = draw(st.sampled_from(list(StageSplit)))
+    e, lo = int(split.embedding_counted), int(split.loss_counted)
+    # L = p·vpp·k for an even split; L + e + lo = p·(k + 2) for an accounted one, so the end
+    # stages keep at least 2 transformer layers
+    L = p * vpp * chunk_layers if split is StageSplit.EVEN else p * (chunk_layers + 2) - e - lo
+    model = model.model_copy(update={"num_layers": L})
+    plan, B = draw(plan_for(model, t, p, vpp, split=split))
+    s = draw(st.sampled_from((128, 256, 512, 1024, 2048)))
+    training = TrainingSpec(global_batch=B, seq_len=s, precision=draw(st.sampled_from(["bf16", "fp16", "fp32"])))
+    options = draw(options_strategy())
+    if vpp > 1 and p <= 2:
+        # Megatron: the interleaved schedule needs pp > 2 unless it overlaps p2p communication
+        options = options.model_copy(update={"overlap_p2p_comm": True})
+    return Setup(model=model, training=training, options=options, plan=plan)

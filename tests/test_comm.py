@@ -1,0 +1,203 @@
+"""Collectives on the DGX A100 SuperPOD and the communication volumes of Narayanan et al. 2021 §4.1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.costs.communication import (dp_grad_sync_time_s, exposed_p2p_transfers, pp_p2p_time_s,
+                                         tp_layer_comm_time_s)
+from planner.hardware.collectives import (Link, all_gather_time_s, all_reduce_time_s, group_link, group_nodes,
+                                          p2p_time_s, reduce_scatter_time_s)
+
+from conftest import a100
+
+BETA = 100e9      # an arbitrary bus bandwidth, bytes/s
+ALPHA = 10e-6     # an arbitrary per-step latency, s
+M = 2**30         # message bytes
+
+
+def link(beta=BETA, alpha=0.0) -> Link:
+    return Link(bus_bytes_per_s=np.asarray(beta), latency_s=np.asarray(alpha), nodes=np.asarray(1))
+
+
+# ----------------------------------------------------------------------------- ring formulas
+
+@pytest.mark.parametrize("n", [2, 4, 8, 64])
+def test_ring_all_reduce_bandwidth_term(n):
+    # Thakur, Rabenseifner & Gropp 2005: ring all-reduce moves 2(n − 1)/n · M per GPU
+    assert float(all_reduce_time_s(n, M, link())) == pytest.approx(2 * (n - 1) / n * M / BETA, rel=1e-12)
+
+
+def test_all_reduce_latency_is_ring_or_tree_whichever_is_smaller():
+    # ring 2(n − 1)·α; tree 2⌈log₂ n⌉·α (NCCL picks the faster for latency)
+    lk = link(alpha=ALPHA)
+    assert float(all_reduce_time_s(2, 0, lk)) == pytest.approx(2 * ALPHA)          # ring 2, tree 2
+    assert float(all_reduce_time_s(8, 0, lk)) == pytest.approx(6 * ALPHA)          # ring 14, tree 6
+    assert float(all_reduce_time_s(1024, 0, lk)) == pytest.approx(20 * ALPHA)      # tree 2·10
+    assert float(all_reduce_time_s(8, M, lk)) == pytest.approx(2 * 7 / 8 * M / BETA + 6 * ALPHA, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 8, 16])
+def test_all_gather_and_reduce_scatter(n):
+    # ring all-gather / reduce-scatter of a gathered M: (n − 1)/n · M/β + (n − 1)α; together they cost
+    # one all-reduce's bandwidth (Korthikanti et al. 2022 §4.2.2)
+    lk = link(alpha=ALPHA)
+    assert float(all_gather_time_s(n, M, lk)) == pytest.approx((n - 1) / n * M / BETA + (n - 1) * ALPHA, rel=1e-12)
+    assert float(reduce_scatter_time_s(n, M, lk)) == float(all_gather_time_s(n, M, lk))
+    bw_only = link()
+    assert float(all_gather_time_s(n, M, bw_only) + reduce_scatter_time_s(n, M, bw_only)) == pytest.approx(
+        float(all_reduce_time_s(n, M, bw_only)), rel=1e-12)
+
+
+def test_one_rank_collectives_are_free():
+    lk = link(alpha=ALPHA)
+    assert float(all_reduce_time_s(1, M, lk)) == 0.0
+    assert float(all_gather_time_s(1, M, lk)) == 0.0
+    assert float(reduce_scatter_time_s(1, M, lk)) == 0.0
+
+
+def test_p2p():
+    assert float(p2p_time_s(M, link(alpha=ALPHA))) == pytest.approx(M / BETA + ALPHA, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- SuperPOD links
+
+NVLINK_BUS = 300e9 * 0.77          # preset: NVLink 300 GB/s per direction × nvlink_bus_efficiency
+NIC = 200e9 / 8                    # preset: one HDR InfiniBand NIC, 200 Gb/s = 25 GB/s
+NIC_BUS = NIC * 0.90               # × network_bus_efficiency
+
+
+def test_a100_preset_values_used_below():
+    hw = a100()
+    assert (hw.node.nvlink_gbytes_per_s, hw.calibration.nvlink_bus_efficiency) == (300.0, 0.77)
+    assert (hw.network.nic_gbits_per_s, hw.network.nics_per_node, hw.calibration.network_bus_efficiency) == (200.0, 8, 0.90)
+    assert [(tier.max_nodes, tier.latency_us) for tier in hw.network.tiers] == [(20, 8.0), (140, 9.0), (560, 10.0)]
+
+
+def test_tp_group_of_eight_is_one_node_on_nvlink():
+    # Megatron rank order puts the 8 TP ranks on adjacent GPUs: one DGX, NVLink/NVSwitch
+    lk = group_link(a100(), 8, 1)
+    assert float(lk.nodes) == 1
+    assert float(lk.bus_bytes_per_s) == pytest.approx(NVLINK_BUS, rel=1e-12)
+    assert float(lk.latency_s) == pytest.approx(5e-6)   # preset nvlink_latency_us
+
+
+def test_dp_group_of_eight_at_stride_eight_spans_eight_nodes_on_one_nic():
+    # t = 8: DP peers are 8 ranks apart, one per node; each drives its own rail NIC (25 GB/s)
+    lk = group_link(a100(), 8, 8)
+    assert float(lk.nodes) == 8
+    assert float(lk.bus_bytes_per_s) == pytest.approx(NIC_BUS, rel=1e-12)
+    assert float(lk.latency_s) == pytest.approx(8e-6)   # leaf tier: 8 nodes ≤ 20
+
+
+def test_group_spanning_two_nodes_gets_eight_nics():
+    # a 16-rank TP group at stride 1 covers 2 nodes with 8 members each: 8 NICs' bandwidth per node
+    lk = group_link(a100(), 16, 1)
+    assert float(lk.nodes) == 2
+    assert float(lk.bus_bytes_per_s) == pytest.approx(min(NVLINK_BUS, 8 * NIC_BUS), rel=1e-12)
+
+
+def test_group_with_two_members_per_node():
+    # 4 ranks at stride 4: 2 nodes, 2 members (2 NICs) on each
+    nodes, extent = group_nodes(4, 4, 8)
+    assert (float(nodes), float(extent)) == (2, 2)
+    assert float(group_link(a100(), 4, 4).bus_bytes_per_s) == pytest.approx(2 * NIC_BUS, rel=1e-12)
+
+
+@pytest.mark.parametrize("stride_nodes, latency_us", [
+    (1, 8.0),      # extent 2 nodes: leaf (≤ 20)
+    (19, 8.0),     # extent 20: still one scalable unit
+    (20, 9.0),     # extent 21: spine (≤ 140)
+    (139, 9.0),    # extent 140: one pod
+    (140, 10.0),   # extent 141: core (≤ 560)
+    (559, 10.0),   # extent 560: Selene
+    (800, 10.0),   # beyond the last tier: its latency
+])
+def test_tier_latency_by_extent(stride_nodes, latency_us):
+    # a pair of ranks stride_nodes·8 apart spans stride_nodes + 1 nodes; the DGX A100 SuperPOD
+    # reference architecture: 20-node scalable units, 140-node pods, 560 nodes on Selene
+    lk = group_link(a100(), 2, stride_nodes * 8)
+    assert float(lk.latency_s) == pytest.approx(latency_us * 1e-6)
+    assert float(lk.bus_bytes_per_s) == pytest.approx(NIC_BUS, rel=1e-12)  # non-blocking fat tree
+
+
+def test_group_link_broadcasts():
+    lk = group_link(a100(), np.array([1, 8, 8, 2]), np.array([1, 1, 8, 8]))
+    np.testing.assert_allclose(lk.bus_bytes_per_s, [NVLINK_BUS, NVLINK_BUS, NIC_BUS, NIC_BUS], rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- volumes
+
+b, s, h = 1, 2048, 12288
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tp_layer_comm_without_sp_is_two_all_reduces(t):
+    # Narayanan et al. 2021 §4.1: 2 all-reduces of b·s·h 16-bit elements per layer in the forward
+    # (8bsh(t − 1)/t per layer forward + backward, bytes-wise 2·2(t − 1)/t·2bsh per direction)
+    got = tp_layer_comm_time_s(b, s, h, t, 1, link(), activation_bytes=2, sequence_parallel=np.array(False))
+    assert float(got) == pytest.approx(2 * 2 * (t - 1) / t * 2 * b * s * h / BETA, rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tp_layer_comm_with_sp_has_the_same_bandwidth(t):
+    # Korthikanti et al. 2022 §4.2.2: all-gather + reduce-scatter cost the same bandwidth as an all-reduce
+    kw = dict(activation_bytes=2)
+    with_sp = tp_layer_comm_time_s(b, s, h, t, 1, link(), sequence_parallel=np.array(True), **kw)
+    without = tp_layer_comm_time_s(b, s, h, t, 1, link(), sequence_parallel=np.array(False), **kw)
+    assert float(with_sp) == pytest.approx(float(without), rel=1e-12)
+    # latency: 2 × (AG + RS) = 4(t − 1)α against 2 all-reduces' 2·min(2(t − 1), 2⌈log₂t⌉)α
+    lat = tp_layer_comm_time_s(b, s, h, t, 1, link(alpha=ALPHA), sequence_parallel=np.array(True), **kw)
+    assert float(lat) - float(with_sp) == pytest.approx(4 * (t - 1) * ALPHA, rel=1e-9)
+
+
+def test_tp_comm_at_t1_is_zero():
+    lk = link(alpha=ALPHA)
+    for sp in (False, True):
+        assert float(tp_layer_comm_time_s(b, s, h, 1, 1, lk, activation_bytes=2, sequence_parallel=np.array(sp))) == 0.0
+
+
+def test_pp_p2p_volumes():
+    # Narayanan et al. 2021 §4.1: b·s·h per micro-batch per boundary; with the 2021 scatter/gather,
+    # b·s·h/t per rank over the t NICs, then an all-gather on NVLink; with SP each rank sends its 1/t
+    t, tp_beta = 8, 200e9
+    full = 2 * b * s * h
+    kw = dict(activation_bytes=2)
+    plain = pp_p2p_time_s(b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(False),
+                          scatter_gather=False, **kw)
+    assert float(plain) == pytest.approx(full / BETA, rel=1e-12)
+    sg = pp_p2p_time_s(b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(False),
+                       scatter_gather=True, **kw)
+    assert float(sg) == pytest.approx(full / t / BETA + (t - 1) / t * full / tp_beta, rel=1e-12)
+    sp = pp_p2p_time_s(b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(True),
+                       scatter_gather=False, **kw)
+    assert float(sp) == pytest.approx(full / t / BETA, rel=1e-12)
+
+
+@pytest.mark.parametrize("p, m, vpp, overlap, expected", [
+    (1, 64, 1, True, 0),                 # no pipeline, no transfers
+    (16, 96, 1, True, 2 * (96 + 15)),    # 1F1B: every micro-batch's forward and backward + fill/drain
+    (16, 96, 1, False, 2 * (96 + 15)),
+    (8, 64, 3, False, 2 * (64 * 3 + 7)),  # interleaved sends vpp times as much (Narayanan 2021 §2.2.2)
+    (8, 64, 3, True, 2 * 7),             # interleaved with p2p overlap: only fill and drain exposed
+])
+def test_exposed_p2p_transfers(p, m, vpp, overlap, expected):
+    assert float(exposed_p2p_transfers(p, m, vpp, overlap_p2p=overlap)) == expected
+
+
+def test_dp_grad_sync():
+    # plain DDP: all-reduce of fp32 gradients (4 bytes per parameter under bf16);
+    # distributed optimizer: reduce-scatter of the gradients + all-gather of bf16 parameters
+    n, d = 1e9, 8
+    plain = dp_grad_sync_time_s(n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(False),
+                                overlap_param_gather=False)
+    assert float(plain) == pytest.approx(2 * (d - 1) / d * 4 * n / BETA, rel=1e-12)
+    dist = dp_grad_sync_time_s(n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(True),
+                               overlap_param_gather=False)
+    assert float(dist) == pytest.approx((d - 1) / d * 4 * n / BETA + (d - 1) / d * 2 * n / BETA, rel=1e-12)
+    hidden = dp_grad_sync_time_s(n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(True),
+                                 overlap_param_gather=True)
+    assert float(hidden) == pytest.approx((d - 1) / d * 4 * n / BETA, rel=1e-12)
+    assert float(dp_grad_sync_time_s(n, 1, link(alpha=ALPHA), grad_bytes=4, param_bytes=2,
+                                     distributed_optimizer=np.array(False), overlap_param_gather=False)) == 0.0

@@ -1,0 +1,166 @@
+"""Every shipped preset loads and round-trips; bad names, paths and YAML give one-line PresetErrors."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from planner.errors import PlannerError, PresetError
+from planner.hardware.spec import HardwareSpec
+from planner.models.params import total_params
+from planner.models.spec import ModelSpec
+from planner.presets import load_hardware, load_model, preset_names
+
+from conftest import PRESETS
+
+MODEL_FILES = sorted((PRESETS / "models").glob("*.yaml"))
+HARDWARE_FILES = sorted((PRESETS / "hardware").glob("*.yaml"))
+
+
+def test_presets_are_found():
+    # the shipped presets of DESIGN.md: the Table 1 models, GPT-3 175B and the DGX A100 SuperPOD
+    assert {"gpt3-175b", "gpt-1t", "gpt-22b", "gpt-530b"} <= {f.stem for f in MODEL_FILES}
+    assert "dgx-a100-superpod" in {f.stem for f in HARDWARE_FILES}
+    assert preset_names("models") == sorted(f.stem for f in MODEL_FILES)
+    assert preset_names("hardware") == sorted(f.stem for f in HARDWARE_FILES)
+
+
+@pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: p.stem)
+def test_model_preset_loads_by_name_and_path(path):
+    spec = load_model(path.stem)
+    assert isinstance(spec, ModelSpec)
+    assert spec.name == path.stem                      # a preset's name is its file stem
+    assert load_model(str(path)) == spec               # a path works wherever a name does
+    assert spec.source                                 # every preset says where its shape comes from
+
+
+@pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: p.stem)
+def test_model_preset_round_trips(path):
+    spec = load_model(path.stem)
+    assert ModelSpec.model_validate(spec.model_dump()) == spec
+    assert ModelSpec.model_validate(spec.model_dump(mode="json")) == spec
+    assert ModelSpec.model_validate_json(spec.model_dump_json()) == spec
+
+
+@pytest.mark.parametrize("path", HARDWARE_FILES, ids=lambda p: p.stem)
+def test_hardware_preset_loads_by_name_and_path(path):
+    spec = load_hardware(path.stem)
+    assert isinstance(spec, HardwareSpec)
+    assert spec.name == path.stem
+    assert load_hardware(str(path)) == spec
+    assert spec.gpu.hbm_gib > 0 and spec.gpu.peak_bf16_tflops > 0
+
+
+@pytest.mark.parametrize("path", HARDWARE_FILES, ids=lambda p: p.stem)
+def test_hardware_preset_round_trips_unset_fields_excluded(path):
+    spec = load_hardware(path.stem)
+    assert HardwareSpec.model_validate(spec.model_dump(exclude_unset=True)) == spec
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: HardwareSpec does not round-trip through model_dump(): the dump writes each NetworkTier's "
+    "default bandwidth_frac = 1.0, which then counts as a set number without a `sources` entry "
+    "(_Sourced._every_number_sourced), so `presets show dgx-a100-superpod --json` cannot be loaded back"))
+@pytest.mark.parametrize("path", HARDWARE_FILES, ids=lambda p: p.stem)
+def test_hardware_preset_round_trips(path):
+    spec = load_hardware(path.stem)
+    assert HardwareSpec.model_validate(spec.model_dump()) == spec
+    assert HardwareSpec.model_validate_json(spec.model_dump_json()) == spec
+
+
+def _one_line(err: Exception) -> str:
+    msg = str(err)
+    assert "\n" not in msg.strip(), msg
+    return msg
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(PresetError) as info:
+        load_model("gpt-4")
+    msg = _one_line(info.value)
+    assert "'gpt-4'" in msg and "gpt3-175b" in msg
+    with pytest.raises(PresetError) as info:
+        load_hardware("dgx-z100")
+    assert "dgx-a100-superpod" in _one_line(info.value)
+
+
+def test_preset_error_is_a_planner_error():
+    # the CLI turns PlannerError into exit code 2 in one place (STYLE.md §9)
+    assert issubclass(PresetError, PlannerError)
+
+
+def test_missing_yaml_file(tmp_path):
+    with pytest.raises(PresetError, match="not found") as info:
+        load_model(str(tmp_path / "nope.yaml"))
+    _one_line(info.value)
+
+
+def test_malformed_yaml(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nnum_layers: [1, 2\nhidden_size: 4\n")
+    with pytest.raises(PresetError, match=r"malformed YAML \(line \d+, column \d+\)") as info:
+        load_model(str(path))
+    _one_line(info.value)
+
+
+def test_yaml_that_is_not_a_mapping(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- 1\n- 2\n")
+    with pytest.raises(PresetError, match="expected a YAML mapping of fields, got list"):
+        load_model(str(path))
+
+
+def test_invalid_model_yaml_names_the_field_and_values(tmp_path):
+    path = tmp_path / "odd.yaml"
+    path.write_text("name: odd\nsource: test\nnum_layers: 4\nhidden_size: 1000\nnum_attention_heads: 7\n"
+                    "max_position_embeddings: 2048\nvocab_size: 1000\n")
+    with pytest.raises(PresetError, match=r"hidden_size \(1000\).*num_attention_heads \(7\)") as info:
+        load_model(str(path))
+    msg = _one_line(info.value)
+    assert str(path) in msg
+
+
+def test_yaml_scientific_notation_string_is_refused(tmp_path):
+    # PyYAML reads 1e9 as a string; the strict spec must refuse it rather than coerce (STYLE.md §5)
+    path = tmp_path / "sci.yaml"
+    path.write_text("name: sci\nsource: test\nnum_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\n"
+                    "max_position_embeddings: 2048\nvocab_size: 5e4\n")
+    with pytest.raises(PresetError, match="vocab_size"):
+        load_model(str(path))
+
+
+def test_user_yaml_model_file_works(tmp_path):
+    # a user's own model file, by path, with the fields of a preset
+    data = {"name": "my-13b", "source": "my notes", "num_layers": 40, "hidden_size": 5120,
+            "num_attention_heads": 40, "max_position_embeddings": 4096, "vocab_size": 32000,
+            "swiglu": True, "ffn_hidden_size": 13824, "normalization": "RMSNorm",
+            "position_embedding_type": "rope", "untie_embeddings_and_output_weights": True,
+            "add_bias_linear": False, "training": {"global_batch": 1024, "seq_len": 4096}}
+    path = tmp_path / "my-13b.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = load_model(str(path))
+    assert (spec.name, spec.num_layers, spec.ffn, spec.training.seq_len) == ("my-13b", 40, 13824, 4096)
+    # Llama-2-13B shape: 40·(4·5120² + 3·5120·13824 + 2·5120) + 2·32000·5120 + 5120 = 13,015,864,320;
+    # Hugging Face's meta-llama/Llama-2-13b-hf lists 13,015,866,880, which adds 40 layers × 64
+    # rotary inv_freq buffers (2,560 values that are not trained parameters)
+    assert total_params(spec) == 13_015_866_880 - 40 * 64
+
+
+def test_user_yaml_hardware_file_works(tmp_path):
+    data = load_hardware("dgx-a100-superpod").model_dump(exclude_unset=True)
+    data["name"] = "my-cluster"
+    data["gpu"]["hbm_gib"] = 40.0
+    path = tmp_path / "my-cluster.yml"
+    path.write_text(yaml.safe_dump(data))
+    spec = load_hardware(str(path))
+    assert (spec.name, spec.gpu.hbm_gib) == ("my-cluster", 40.0)
+
+
+def test_user_file_is_reread_after_it_changes(tmp_path):
+    path = tmp_path / "m.yaml"
+    base = "name: m\nsource: t\nnum_layers: {L}\nhidden_size: 1024\nnum_attention_heads: 16\n" \
+           "max_position_embeddings: 2048\nvocab_size: 1000\n"
+    path.write_text(base.format(L=4))
+    assert load_model(str(path)).num_layers == 4
+    path.write_text(base.format(L=8))
+    assert load_model(str(path)).num_layers == 8
