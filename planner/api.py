@@ -17,7 +17,7 @@ from planner.grid import PlanGrid
 from planner.hardware.spec import HardwareSpec
 from planner.legality import broken_rules, rule_detail, rule_masks
 from planner.models.spec import ModelSpec
-from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
+from planner.plan import ParallelPlan, PlanOptions, Recompute, TrainingSpec  # noqa: F401 (Recompute re-exported)
 from planner.presets import format_validation_error, load_hardware, load_model
 from planner.result import plan_json, stage_memory_gib
 
@@ -90,3 +90,47 @@ def explain(req: PlanRequest, memory_headroom: float = 0.0) -> dict:
     out = plan_json(req.ctx, req.gpus, grid, ev, 0, broken, memory_headroom)
     out["stages"] = sorted(stage_memory_gib(grid, req.ctx), key=lambda st: -st["total"])
     return out
+
+
+PLAN_KEYS = ("model", "gpus", "training", "parallel", "options")
+
+
+def read_plan_file(path: str, rank: int | None = None) -> dict:
+    """One plan JSON from an ``explain --json`` file or the rank-th plan of a ``search --json`` file."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise PlannerError(f"plan file {path!r} not found")
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PlannerError(f"plan file {path!r} is not JSON: {err}") from err
+    if isinstance(data, dict) and isinstance(data.get("plans"), list):
+        plans = data["plans"]
+        k = rank or 1
+        if not 1 <= k <= len(plans):
+            raise PlannerError(f"--rank {k} is out of range: {path!r} holds {len(plans)} plans (allowed: 1..{len(plans)})")
+        data = plans[k - 1]
+    elif rank not in (None, 1):
+        raise PlannerError(f"--rank {rank} given but {path!r} holds a single plan, not a search result")
+    if not isinstance(data, dict) or any(k not in data for k in PLAN_KEYS):
+        raise PlannerError(f"{path!r} is not a megaplan plan: expected the JSON of `megaplan explain --json` or "
+                           f"`megaplan search --json` with keys {', '.join(PLAN_KEYS)}")
+    return data
+
+
+def request_from_plan(data: dict, hardware: str | HardwareSpec | None = None) -> PlanRequest:
+    """Rebuild the request a plan JSON describes (the model from its embedded spec)."""
+    try:
+        model = ModelSpec.model_validate(data["model_spec"]) if "model_spec" in data else load_model(data["model"])
+        par = {k: v for k, v in data["parallel"].items() if k in ParallelPlan.model_fields}
+        tr = data["training"]
+        return make_request(model=model, hardware=hardware or data.get("hardware"), gpus=data["gpus"],
+                            global_batch=tr["global_batch"], seq_len=tr["seq_len"], precision=tr.get("precision"),
+                            options={k: v for k, v in data["options"].items() if k in PlanOptions.model_fields}, **par)
+    except ValidationError as err:
+        raise PlannerError(f"plan: {format_validation_error(err)}") from err
+    except (KeyError, TypeError, AttributeError) as err:
+        raise PlannerError(f"plan JSON is missing or mistypes a field: {err}") from err

@@ -50,13 +50,24 @@ def main() -> None:
     cli()
 
 
+def console() -> Console:
+    """A rich console; output piped to a file or another program gets 160 columns, not 80."""
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
 # ---------------------------------------------------------------- shared options
 
 def plan_options(f):
     """Options that describe one configuration (explain, export)."""
     opts = [
         click.option("--model", "model", help="Model preset name or YAML path (megaplan presets models)."),
-        click.option("--hardware", default="dgx-a100-superpod", show_default=True, help="Hardware preset name or YAML path."),
+        click.option("--hardware", help="Hardware preset name or YAML path [default: dgx-a100-superpod, or the plan's]."),
+        click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="A plan saved by explain/search --json."),
+        click.option("--rank", type=click.IntRange(min=1), help="Which plan of a search --json file (default 1)."),
+        click.option("--megatron-args", help="An existing Megatron-LM command line (quote it)."),
+        click.option("--megatron-args-file", type=click.Path(dir_okay=False), help="A Megatron-LM launch script to read (never run)."),
+        click.option("--env", "env_pairs", multiple=True, metavar="VAR=VALUE",
+                     help="Set a variable of the launch script (e.g. --env MODEL_SIZE=76B); repeatable."),
         click.option("--gpus", type=click.IntRange(min=1), help="N = tp·cp·pp·dp (default: tp·pp·dp)."),
         click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel size t."),
         click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True, help="Pipeline-parallel size p."),
@@ -87,12 +98,23 @@ def plan_options(f):
 
 
 def request_from_options(kw: dict) -> api.PlanRequest:
+    """The plan the options describe: a saved plan, an imported Megatron-LM command line, or flags."""
+    if kw.get("plan_file"):
+        return api.request_from_plan(api.read_plan_file(kw["plan_file"], kw.get("rank")), hardware=kw["hardware"])
+    if kw.get("megatron_args") is not None or kw.get("megatron_args_file"):
+        from planner.importer import import_megatron
+        text = kw["megatron_args"] if kw.get("megatron_args") is not None else _read_text(kw["megatron_args_file"])
+        env = dict(_env_pair(p) for p in kw.get("env_pairs") or ())
+        imported = import_megatron(text, gpus=kw["gpus"], model=kw["model"], hardware=kw["hardware"], env=env)
+        for warning in imported.warnings:
+            click.echo(f"megaplan: warning: {warning}", err=True)
+        return imported.request
     if not kw.get("model"):
         raise click.UsageError("Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path).")
     split = {(False, False): "even", (True, False): "embedding", (False, True): "loss", (True, True): "embedding+loss"}[
         (kw["account_for_embedding_in_pipeline_split"], kw["account_for_loss_in_pipeline_split"])]
     return api.make_request(
-        model=kw["model"], hardware=kw["hardware"], gpus=kw["gpus"], global_batch=kw["global_batch"],
+        model=kw["model"], hardware=kw["hardware"] or "dgx-a100-superpod", gpus=kw["gpus"], global_batch=kw["global_batch"],
         seq_len=kw["seq_len"], precision=kw["precision"],
         tp=kw["tp"], pp=kw["pp"], dp=kw["dp"], vpp=kw["vpp"], micro_batch=kw["micro_batch"],
         sequence_parallel=kw["sequence_parallel"], recompute=kw["recompute"],
@@ -102,6 +124,23 @@ def request_from_options(kw: dict) -> api.PlanRequest:
                  "overlap_param_gather": kw["overlap_param_gather"], "grad_reduce_in_bf16": kw["grad_reduce_in_bf16"],
                  "pp_scatter_gather": kw["pp_scatter_gather"], "overlap_p2p_comm": kw["overlap_p2p_comm"]},
     )
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as err:
+        raise PlannerError(f"cannot read {path!r}: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise PlannerError(f"{path!r} is not a text file") from err
+
+
+def _env_pair(pair: str) -> tuple[str, str]:
+    name, sep, value = pair.partition("=")
+    if not sep or not name:
+        raise PlannerError(f"--env {pair!r}: expected VAR=VALUE")
+    return name, value
 
 
 def echo_json(data) -> None:
@@ -127,7 +166,7 @@ def explain(memory_headroom: float, as_json: bool, **kw) -> None:
     if as_json:
         echo_json(pj)
     else:
-        Console().print(report.explain_view(pj))
+        console().print(report.explain_view(pj))
 
 
 @cli.group(invoke_without_command=True)
@@ -145,11 +184,11 @@ def _list_presets(kinds: list[str], as_json: bool) -> None:
     if as_json:
         echo_json(listing)
         return
-    console = Console()
+    out = console()
     for kind, items in listing.items():
-        console.print(f"[bold]{kind}[/bold]")
+        out.print(f"[bold]{kind}[/bold]")
         for name, summary in items.items():
-            console.print(f"  {name:<26} {summary}")
+            out.print(f"  {name:<26} {summary}", markup=False, highlight=False)
 
 
 def _summary(kind: str, name: str) -> str:
@@ -207,7 +246,7 @@ def validate(as_json: bool, regret: bool) -> None:
     if as_json:
         echo_json(result)
     else:
-        Console().print(report.validation_view(result))
+        console().print(report.validation_view(result))
 
 
 @cli.command()
@@ -222,4 +261,98 @@ def calibrate(as_json: bool, write_dir: str | None, loso: bool) -> None:
     if as_json:
         echo_json(out)
     else:
-        Console().print(report.calibration_view(out))
+        console().print(report.calibration_view(out))
+
+
+def _tristate(name: str, help_text: str):
+    return click.option(f"--{name}/--no-{name}", default=None, help=help_text + " (default: search both)")
+
+
+@cli.command()
+@click.option("--model", "model", required=True, help="Model preset name or YAML path.")
+@click.option("--gpus", type=click.IntRange(min=1), required=True, help="N, the GPUs to split the model over.")
+@click.option("--hardware", default="dgx-a100-superpod", show_default=True, help="Hardware preset name or YAML path.")
+@click.option("--global-batch", type=click.IntRange(min=1), help="Global batch B (default: the model preset's).")
+@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length s (default: the model preset's).")
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@click.option("--attention-kernel", type=click.Choice(["flash", "unfused"]), default="flash", show_default=True)
+@click.option("--tp", type=click.IntRange(min=1), help="Pin tensor-parallel size.")
+@click.option("--pp", type=click.IntRange(min=1), help="Pin pipeline-parallel size.")
+@click.option("--dp", type=click.IntRange(min=1), help="Pin data-parallel size.")
+@click.option("--vpp", type=click.IntRange(min=1), help="Pin interleaved chunks per stage (1: plain 1F1B).")
+@click.option("--micro-batch", type=click.IntRange(min=1), help="Pin micro-batch size.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Pin activation recomputation.")
+@_tristate("sequence-parallel", "Pin sequence parallelism")
+@_tristate("distributed-optimizer", "Pin the distributed optimizer")
+@click.option("--max-tp", type=click.IntRange(min=1), help="Largest TP (default: GPUs per node; larger crosses nodes).")
+@click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=False, show_default=True)
+@click.option("--overlap-param-gather/--no-overlap-param-gather", default=False, show_default=True)
+@click.option("--grad-reduce-in-bf16", is_flag=True, help="Reduce gradients in bf16 instead of fp32.")
+@click.option("--tp-comm-overlap", is_flag=True, help="Model --tp-comm-overlap (plans without SP are then rejected).")
+@click.option("--memory-headroom", type=click.FloatRange(0, 0.9), default=0.0, show_default=True,
+              help="Fraction of HBM kept free.")
+@click.option("--sort", type=click.Choice(["time", "memory"]), default="time", show_default=True)
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="How many plans to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print {plans, evaluated, feasible, rejected}.")
+def search(**kw) -> None:
+    """Rank every legal TP/PP/DP/micro-batch/VPP/recompute/SP configuration by predicted speed.
+
+    \b
+    Example:
+        megaplan search --model gpt3-175b --gpus 1024
+        megaplan search --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --recompute full
+    """
+    from planner.search import Pins, search as run_search
+    req = api.make_request(model=kw["model"], hardware=kw["hardware"], global_batch=kw["global_batch"],
+                           seq_len=kw["seq_len"], precision=kw["precision"],
+                           options={k: kw[k] for k in ("attention_kernel", "overlap_grad_reduce", "overlap_param_gather",
+                                                       "grad_reduce_in_bf16", "tp_comm_overlap")})
+    pins = Pins(tp=kw["tp"], pp=kw["pp"], dp=kw["dp"], vpp=kw["vpp"], micro_batch=kw["micro_batch"],
+                recompute=kw["recompute"] and api.Recompute(kw["recompute"]), sequence_parallel=kw["sequence_parallel"],
+                distributed_optimizer=kw["distributed_optimizer"], max_tp=kw["max_tp"])
+    result = run_search(req.ctx, kw["gpus"], pins, top=kw["top"], sort=kw["sort"], memory_headroom=kw["memory_headroom"])
+    if kw["as_json"]:
+        echo_json(result.to_json())
+    else:
+        console().print(report.search_view(result, req.ctx, kw["gpus"]))
+
+
+@cli.command()
+@plan_options
+@click.option("--format", "fmt", type=click.Choice(["flags", "slurm", "json"]), default="flags", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+def export(fmt: str, output: str | None, force: bool, **kw) -> None:
+    """Write the Megatron-LM flags, a Slurm launch script or the plan JSON for one plan.
+
+    \b
+    Examples:
+        megaplan export --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --recompute selective --sequence-parallel
+        megaplan search --model gpt3-175b --gpus 1024 --json > plans.json
+        megaplan export --plan plans.json --rank 1 --format slurm -o train.sbatch
+    """
+    from planner import export as exp
+    req = request_from_options(kw)
+    if fmt == "json":
+        import json
+        text = json.dumps(api.explain(req), indent=2) + "\n"
+    else:
+        api.explain(req)  # refuses plans Megatron-LM would reject, before writing anything
+        text = exp.flags_text(req) if fmt == "flags" else exp.slurm_script(req)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    _write_new(output, text, force)
+    click.echo(f"wrote {output}", err=True)
+
+
+def _write_new(path: str, text: str, force: bool) -> None:
+    """Write a file, refusing to replace one that exists unless asked to."""
+    import os
+    if os.path.exists(path) and not force:
+        raise PlannerError(f"{path!r} exists; pass --force to overwrite it")
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as err:
+        raise PlannerError(f"cannot write {path!r}: {err.strerror}") from err

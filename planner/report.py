@@ -156,3 +156,26 @@ def calibration_view(out: dict) -> Group:
     if out.get("written"):
         parts.append(Text(f"wrote the fitted values into {out['written']}"))
     return Group(*parts)
+
+
+def search_view(result, ctx, gpus: int) -> Group:
+    cap = ctx.hardware.gpu.hbm_gib
+    table = Table(title=f"{ctx.model.name} on {gpus} GPUs of {ctx.hardware.name}: global batch "
+                        f"{ctx.training.global_batch} × seq {ctx.training.seq_len}, {ctx.training.precision.value}, "
+                        f"{ctx.options.attention_kernel.value} attention", title_justify="left")
+    cols = ("#", "TP", "PP", "DP", "b", "VPP", "recompute", "SP", "DO", f"mem GiB/{cap:g}", "iter s", "tokens/s",
+            "TFLOP/s", "MFU", "bubble")
+    for c in cols:
+        table.add_column(c, justify="left" if c == "recompute" else "right", no_wrap=True)
+    for pj in result.plans:
+        par, est = pj["parallel"], pj["estimate"]
+        table.add_row(str(pj["rank"]), str(par["tp"]), str(par["pp"]), str(par["dp"]), str(par["micro_batch"]),
+                      str(par["vpp"]), par["recompute"], "on" if par["sequence_parallel"] else "-",
+                      "on" if par["distributed_optimizer"] else "-", f"{est['peak_memory_gib']:.1f}",
+                      f"{est['iteration_s']:.2f}", f"{est['tokens_per_s']:,.0f}", f"{est['tflops_per_gpu']:.0f}",
+                      f"{100 * est['mfu']:.1f}%", f"{100 * est['bubble_frac']:.1f}%")
+    rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
+    foot = Text(f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected — {rejected}\n"
+                "DO = distributed optimizer; TFLOP/s and MFU count model FLOPs (no recomputation). "
+                "`megaplan explain` with a plan's options shows every term.")
+    return Group(table, foot)

@@ -1,0 +1,1 @@
+"""megaplan: analytical parallelism planner for Megatron-LM training of large transformers."""

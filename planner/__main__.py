@@ -1,0 +1,5 @@
+"""`python -m planner` runs the megaplan command line."""
+
+from planner.cli import main
+
+main()

@@ -1,0 +1,154 @@
+"""Megatron-LM launch flags, a Slurm launch script and the plan JSON for one plan.
+
+Flags are spelled as Megatron-LM's megatron/training/arguments.py spells them (the table in
+planner/data/megatron_arguments.json); `megaplan explain --megatron-args` reads them back.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.api import PlanRequest
+from planner.models.spec import Normalization, PositionEmbedding
+from planner.plan import AttentionKernel, Recompute, StageSplit
+
+
+def model_flags(req: PlanRequest) -> list[str]:
+    m, tr = req.ctx.model, req.ctx.training
+    flags = ["--num-layers", m.num_layers, "--hidden-size", m.hidden_size, "--num-attention-heads", m.num_attention_heads,
+             "--ffn-hidden-size", m.ffn, "--seq-length", tr.seq_len, "--max-position-embeddings", m.max_position_embeddings,
+             "--vocab-size", m.vocab_size, "--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by]
+    if m.num_query_groups is not None and m.num_query_groups != m.num_attention_heads:
+        flags += ["--group-query-attention", "--num-query-groups", m.num_query_groups]
+    if m.kv_channels is not None:
+        flags += ["--kv-channels", m.kv_channels]
+    if m.swiglu:
+        flags.append("--swiglu")
+    if m.normalization is not Normalization.LAYERNORM:
+        flags += ["--normalization", m.normalization.value]
+    if m.position_embedding_type is not PositionEmbedding.LEARNED:
+        flags += ["--position-embedding-type", m.position_embedding_type.value]
+    if m.untie_embeddings_and_output_weights:
+        flags.append("--untie-embeddings-and-output-weights")
+    if not m.add_bias_linear:
+        flags.append("--disable-bias-linear")
+    flags += ["--hidden-dropout", m.hidden_dropout, "--attention-dropout", m.attention_dropout]
+    return flags
+
+
+def parallel_flags(req: PlanRequest) -> list[str]:
+    p, o, tr = req.plan, req.ctx.options, req.ctx.training
+    flags = ["--tensor-model-parallel-size", p.tp, "--pipeline-model-parallel-size", p.pp,
+             "--micro-batch-size", p.micro_batch, "--global-batch-size", tr.global_batch]
+    if p.vpp > 1:
+        flags += ["--num-virtual-stages-per-pipeline-rank", p.vpp]
+    if p.stage_split.embedding_counted:
+        flags.append("--account-for-embedding-in-pipeline-split")
+    if p.stage_split.loss_counted:
+        flags.append("--account-for-loss-in-pipeline-split")
+    if p.first_stage_layers:
+        flags += ["--decoder-first-pipeline-num-layers", p.first_stage_layers]
+    if p.last_stage_layers:
+        flags += ["--decoder-last-pipeline-num-layers", p.last_stage_layers]
+    if p.sequence_parallel and p.tp > 1:
+        flags.append("--sequence-parallel")
+    if p.recompute is Recompute.SELECTIVE:
+        flags += ["--recompute-granularity", "selective"]
+    elif p.recompute is Recompute.FULL:
+        flags += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
+        if o.distribute_saved_activations and not p.sequence_parallel:
+            flags.append("--distribute-saved-activations")
+    if p.distributed_optimizer:
+        flags.append("--use-distributed-optimizer")
+    flags.append({"bf16": "--bf16", "fp16": "--fp16"}.get(tr.precision.value, "") or None)
+    if o.attention_kernel is AttentionKernel.UNFUSED:
+        flags += ["--attention-backend", "unfused"]
+    else:
+        flags += ["--attention-backend", "flash"]
+    for enabled, flag in ((o.overlap_grad_reduce, "--overlap-grad-reduce"), (o.overlap_param_gather, "--overlap-param-gather"),
+                          (o.grad_reduce_in_bf16, "--grad-reduce-in-bf16"), (o.tp_comm_overlap, "--tp-comm-overlap"),
+                          (p.vpp > 1 and not o.overlap_p2p_comm, "--no-overlap-p2p-communication")):
+        if enabled:
+            flags.append(flag)
+    return [f for f in flags if f is not None]
+
+
+def megatron_argv(req: PlanRequest) -> list[str]:
+    """The pretrain_gpt.py arguments that set up this plan (architecture, parallelism, batch,
+    recomputation, precision, sequence length), as strings."""
+    return [str(x) for x in model_flags(req) + parallel_flags(req)]
+
+
+def flags_text(req: PlanRequest) -> str:
+    """The flags one per line with continuations, ready to paste after pretrain_gpt.py."""
+    argv = megatron_argv(req)
+    lines, i = [], 0
+    while i < len(argv):
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            lines.append(f"{argv[i]} {shlex.quote(argv[i + 1])}")
+            i += 2
+        else:
+            lines.append(argv[i])
+            i += 1
+    return " \\\n".join(lines) + "\n"
+
+
+def needs_cuda_device_max_connections(req: PlanRequest) -> bool:
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 keeps TP/CP communication kernels ordered before compute on
+    GPUs before Blackwell (Megatron-LM checks it when TP or CP > 1 with overlap); never with
+    Megatron FSDP, which needs more than one connection."""
+    gpu = req.ctx.hardware.gpu.name.upper()
+    pre_blackwell = not any(tag in gpu for tag in ("B200", "GB200", "B300"))
+    return pre_blackwell and (req.plan.tp > 1 or req.plan.cp > 1)
+
+
+def slurm_script(req: PlanRequest) -> str:
+    """A complete sbatch script launching pretrain_gpt.py with torchrun on every node."""
+    gpn = req.ctx.hardware.gpus_per_node
+    nodes = -(-req.gpus // gpn)
+    per_node = min(gpn, req.gpus)
+    env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if needs_cuda_device_max_connections(req) else ""
+    plan_args = "\n".join("    " + line.removesuffix(" \\") for line in flags_text(req).rstrip().splitlines())
+    p = req.plan
+    return f"""#!/bin/bash
+# Generated by megaplan for {req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}:
+# TP {p.tp} · PP {p.pp} · DP {p.dp} · VPP {p.vpp} · micro-batch {p.micro_batch} · recompute {p.recompute.value}
+# Fill in every <PLACEHOLDER> before submitting.
+#SBATCH --job-name=megaplan-{req.ctx.model.name}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={per_node}
+#SBATCH --exclusive
+#SBATCH --time=<HH:MM:SS>
+#SBATCH --partition=<PARTITION>
+#SBATCH --account=<ACCOUNT>
+
+set -euo pipefail
+{env}
+MEGATRON_DIR=${{MEGATRON_DIR:-<PATH TO Megatron-LM>}}
+DATA_PATH=${{DATA_PATH:-<PATH TO DATA PREFIX>_text_document}}
+TOKENIZER_ARGS=(--tokenizer-type GPT2BPETokenizer --vocab-file <PATH TO gpt2-vocab.json> --merge-file <PATH TO gpt2-merges.txt>)
+CHECKPOINT_DIR=${{CHECKPOINT_DIR:-<PATH TO CHECKPOINTS>}}
+
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER_PORT=${{MASTER_PORT:-6000}}
+
+PLAN_ARGS=(
+{plan_args}
+)
+
+TRAINING_ARGS=(
+    --train-iters <ITERATIONS>
+    --lr <LR> --min-lr <MIN LR> --lr-decay-style cosine --lr-warmup-iters <WARMUP ITERATIONS>
+    --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0
+    --data-path "$DATA_PATH" --split 949,50,1
+    --save "$CHECKPOINT_DIR" --load "$CHECKPOINT_DIR" --save-interval 1000
+    --log-interval 10 --eval-interval 1000 --eval-iters 10
+)
+
+srun --ntasks-per-node=1 torchrun \\
+    --nproc-per-node {per_node} --nnodes {nodes} \\
+    --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\
+    "$MEGATRON_DIR/pretrain_gpt.py" \\
+    "${{PLAN_ARGS[@]}}" "${{TOKENIZER_ARGS[@]}}" "${{TRAINING_ARGS[@]}}"
+"""

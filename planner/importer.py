@@ -1,0 +1,141 @@
+"""An existing Megatron-LM command line or launch script, read into a plan.
+
+The shell reader (planner.shell) finds the pretrain_gpt.py arguments without running anything;
+the flag table (planner.megatron_flags) types them and maps old spellings; this module turns the
+flags that change cost into a model spec and a plan. Flags that do not change cost (learning
+rate, data paths, logging) are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner import api
+from planner.errors import PlannerError
+from planner.megatron_flags import MegatronArgs, parse_megatron_argv
+from planner.models.spec import ModelSpec
+from planner.presets import load_model
+from planner.shell import extract_launch
+
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}  # vocabulary of tokenizers whose size is fixed
+UNMODELLED = {  # dest -> (value that means "off", what to say)
+    "num_experts": (None, "mixture of experts (--num-experts) is not modelled yet"),
+    "context_parallel_size": (1, "context parallelism (--context-parallel-size > 1) is not modelled yet"),
+    "expert_model_parallel_size": (1, "expert parallelism is not modelled yet"),
+    "fp8_format": (None, "FP8 training (--fp8-format) is not modelled yet"),
+    "use_megatron_fsdp": (False, "Megatron FSDP is not modelled yet"),
+}
+MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
+    "num_layers": "num_layers", "hidden_size": "hidden_size", "num_attention_heads": "num_attention_heads",
+    "ffn_hidden_size": "ffn_hidden_size", "max_position_embeddings": "max_position_embeddings",
+    "vocab_size": "vocab_size", "make_vocab_size_divisible_by": "make_vocab_size_divisible_by",
+    "kv_channels": "kv_channels", "swiglu": "swiglu", "normalization": "normalization",
+    "position_embedding_type": "position_embedding_type",
+    "untie_embeddings_and_output_weights": "untie_embeddings_and_output_weights",
+    "add_bias_linear": "add_bias_linear", "hidden_dropout": "hidden_dropout", "attention_dropout": "attention_dropout",
+}
+
+
+@dataclass(frozen=True)
+class Imported:
+    request: api.PlanRequest
+    warnings: tuple[str, ...]
+    argv: list[str]
+
+
+def _model(v: dict, base: ModelSpec | None) -> ModelSpec:
+    fields = {MODEL_FIELDS[k]: val for k, val in v.items() if k in MODEL_FIELDS}
+    if v.get("group_query_attention") and v.get("num_query_groups"):
+        fields["num_query_groups"] = v["num_query_groups"]
+    if "vocab_size" not in fields and base is None:
+        tok = v.get("tokenizer_type")
+        if tok in TOKENIZER_VOCAB:
+            fields["vocab_size"] = TOKENIZER_VOCAB[tok]
+        elif v.get("vocab_file"):
+            fields["vocab_size"] = TOKENIZER_VOCAB["GPT2BPETokenizer"]  # --vocab-file + --merge-file: GPT-2 BPE
+    if base is not None:
+        merged = {**base.model_dump(exclude={"training"}), **fields}
+        merged.setdefault("max_position_embeddings", v.get("seq_length", base.max_position_embeddings))
+        return ModelSpec.model_validate({**merged, "name": base.name, "training": base.training})
+    missing = [f"--{k.replace('_', '-')}" for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+               if MODEL_FIELDS[k] not in fields]
+    if missing:
+        raise PlannerError(f"the command line does not define the model: {', '.join(missing)} missing "
+                           "(give them, a --tokenizer-type of known size, or --model PRESET)")
+    fields.setdefault("max_position_embeddings", v.get("seq_length", 2048))
+    return ModelSpec.model_validate({"name": "imported", "source": "Megatron-LM command line", **fields})
+
+
+def _vpp(v: dict, L: int, p: int) -> int:
+    if v.get("num_virtual_stages_per_pipeline_rank"):
+        return int(v["num_virtual_stages_per_pipeline_rank"])
+    per_chunk = v.get("num_layers_per_virtual_pipeline_stage")
+    if not per_chunk:
+        return 1
+    extra = int(bool(v.get("account_for_embedding_in_pipeline_split"))) + int(bool(v.get("account_for_loss_in_pipeline_split")))
+    per_stage = (L + extra) // p
+    if per_stage % per_chunk:
+        raise PlannerError(f"--num-layers-per-virtual-pipeline-stage {per_chunk} does not divide the {per_stage} layers per stage")
+    return per_stage // per_chunk
+
+
+def _recompute(v: dict) -> str:
+    if v.get("recompute_activations"):
+        return "selective"
+    gran = v.get("recompute_granularity")
+    return gran if gran in ("full", "selective") else "none"
+
+
+def _attention(v: dict) -> str:
+    backend = v.get("attention_backend")
+    if backend in ("unfused", "local") or (v.get("transformer_impl") == "local" and backend not in ("flash", "fused")):
+        return "unfused"
+    return "flash"
+
+
+def request_from_megatron(args: MegatronArgs, *, gpus: int | None, model: str | None = None,
+                          hardware: str | None = None) -> api.PlanRequest:
+    """The plan a parsed Megatron-LM argv describes."""
+    v = args.values
+    for dest, (off, message) in UNMODELLED.items():
+        if dest in v and v[dest] not in (off, None, False) and not (dest == "context_parallel_size" and v[dest] == 1):
+            raise PlannerError(message)
+    spec = _model(v, load_model(model) if model else None)
+    tp, pp = int(v.get("tensor_model_parallel_size", 1)), int(v.get("pipeline_model_parallel_size", 1))
+    if gpus is None:
+        raise PlannerError("the world size is unknown: the command line has no torchrun/srun process counts; pass --gpus N")
+    b = int(v.get("micro_batch_size", 1))
+    B = v.get("global_batch_size") or b * (gpus // (tp * pp) if gpus % (tp * pp) == 0 else 1)
+    precision = "fp16" if v.get("fp16") else "bf16" if v.get("bf16") else "fp32"
+    split = {(False, False): "even", (True, False): "embedding", (False, True): "loss", (True, True): "embedding+loss"}[
+        (bool(v.get("account_for_embedding_in_pipeline_split")), bool(v.get("account_for_loss_in_pipeline_split")))]
+    options = {
+        "attention_kernel": _attention(v),
+        "overlap_grad_reduce": bool(v.get("overlap_grad_reduce") or v.get("ddp_impl") == "torch"),
+        "overlap_param_gather": bool(v.get("overlap_param_gather")),
+        "grad_reduce_in_bf16": bool(v.get("grad_reduce_in_bf16")),
+        "tp_comm_overlap": bool(v.get("tp_comm_overlap")),
+        "overlap_p2p_comm": bool(v.get("overlap_p2p_comm", True)),
+        "pp_scatter_gather": bool(v.get("scatter_gather_tensors_in_pipeline")),
+        "distribute_saved_activations": bool(v.get("distribute_saved_activations")),
+        "async_tp_comm": v.get("async_tensor_model_parallel_allreduce") is not False,
+    }
+    return api.make_request(
+        model=spec, hardware=hardware, gpus=gpus, global_batch=int(B), seq_len=v.get("seq_length"), precision=precision,
+        tp=tp, pp=pp, vpp=_vpp(v, spec.num_layers, pp), micro_batch=b,
+        sequence_parallel=bool(v.get("sequence_parallel")), recompute=_recompute(v),
+        distributed_optimizer=bool(v.get("use_distributed_optimizer")), stage_split=split,
+        first_stage_layers=v.get("decoder_first_pipeline_num_layers"), last_stage_layers=v.get("decoder_last_pipeline_num_layers"),
+        options=options)
+
+
+def import_megatron(text: str, *, gpus: int | None = None, model: str | None = None, hardware: str | None = None,
+                    env: dict[str, str] | None = None) -> Imported:
+    """Read a command line or launch script and build its plan (nothing in it is executed)."""
+    launch = extract_launch(text, env)
+    args = parse_megatron_argv(launch.argv)
+    world = gpus or launch.world_size
+    warnings = list(args.warnings)
+    if launch.unresolved:
+        warnings.append(f"left unresolved (not needed for the estimate): {', '.join(sorted(set(launch.unresolved)))}")
+    return Imported(request_from_megatron(args, gpus=world, model=model, hardware=hardware), tuple(warnings), launch.argv)
