@@ -164,6 +164,37 @@ def _layer_times(lt: _Letters, ctx: Context) -> dict[str, np.ndarray]:
     }
 
 
+def _stage_step(lt: _Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
+    """One micro-batch through stage i: compute forward, backward, recomputation and TP communication."""
+    n, first, last = lt.stage_info(i)
+    times = _layer_times(lt, ctx)
+    tp_edge = times["tp_fwd"] / 2  # one collective: the embedding's (first stage) or the output layer's (last stage)
+    return {
+        "fwd": n * times["fwd"] + first * times["embedding_fwd"] + last * times["head_fwd"],
+        "bwd": n * times["bwd"] + first * times["embedding_bwd"] + last * times["head_bwd"],
+        "recompute": n * times["recompute"],
+        "tp": n * times["tp"] + (first.astype(float) + last) * tp_edge,
+        "tp_fwd": n * times["tp_fwd"] + first * tp_edge,
+    }
+
+
+def stage_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
+    """Per-micro-batch time of every pipeline stage of a one-plan grid, for drawing its schedule:
+    ``forward`` (compute and TP communication), ``backward`` (with recomputation), each for the
+    whole stage (a chunk of the interleaved schedule takes 1/vpp of it), and ``p2p`` for one
+    transfer between neighbouring stages."""
+    lt = _Letters(grid, ctx)
+    i = np.arange(int(grid.pp[0]))[None, :]
+    step = _stage_step(lt, ctx, i)
+    tp_link = group_link(ctx.hardware, lt.t, 1)
+    pp_link = group_link(ctx.hardware, 2, lt.t * lt.c * lt.d)
+    p2p = comm.pp_p2p_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, pp_link, tp_link, activation_bytes=lt.act_bytes,
+                             sequence_parallel=lt.sp, scatter_gather=ctx.options.pp_scatter_gather)
+    forward = step["fwd"] + step["tp_fwd"]
+    backward = step["bwd"] + step["recompute"] + step["tp"] - step["tp_fwd"]
+    return {"forward": forward[0], "backward": backward[0], "p2p": float(np.asarray(p2p).reshape(-1)[0])}
+
+
 def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
     """One transformer layer's forward and backward time for one micro-batch, with its TP
     communication; the backward includes recomputation (as Korthikanti et al. 2022 Table 4 times it)."""
@@ -196,13 +227,9 @@ def evaluate(grid: PlanGrid, ctx: Context) -> Evaluation:
     rows = np.arange(len(grid))
     peak_stage = rep[rows, peak_col]
 
-    times = _layer_times(lt, ctx)
     tp_link = group_link(hw, lt.t, 1)
-    tp_edge = times["tp_fwd"] / 2  # one collective: the embedding's (first stage) or the output layer's (last stage)
-    fwd = n * times["fwd"] + first * times["embedding_fwd"] + last * times["head_fwd"]
-    bwd = n * times["bwd"] + first * times["embedding_bwd"] + last * times["head_bwd"]
-    rec = n * times["recompute"]
-    tp = n * times["tp"] + (first.astype(float) + last) * tp_edge
+    step = _stage_step(lt, ctx, rep)
+    fwd, bwd, rec, tp = step["fwd"], step["bwd"], step["recompute"], step["tp"]
     per_mb = fwd + bwd + rec + tp
     slow_col = np.argmax(per_mb, axis=1)
     slowest = per_mb[rows, slow_col][:, None]
