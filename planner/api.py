@@ -17,7 +17,7 @@ from planner.grid import PlanGrid
 from planner.hardware.spec import HardwareSpec
 from planner.legality import broken_rules, rule_detail, rule_masks
 from planner.models.spec import ModelSpec
-from planner.plan import ParallelPlan, PlanOptions, Recompute, TrainingSpec  # noqa: F401 (Recompute re-exported)
+from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec
 from planner.presets import format_validation_error, load_hardware, load_model
 from planner.result import plan_json, stage_memory_gib
 
@@ -73,7 +73,9 @@ def make_request(*, model: str | ModelSpec, hardware: str | HardwareSpec | None 
     tp, pp, cp = parallel.get("tp", 1), parallel.get("pp", 1), parallel.get("cp", 1)
     gpus, dp = resolve_world(gpus, tp, pp, cp, parallel.pop("dp", None))
     plan = _build(ParallelPlan, "plan", dp=dp, **{k: v for k, v in parallel.items() if v is not None})
-    opts = _build(PlanOptions, "options", **(options or {}))
+    opts = _build(PlanOptions, "options", **{k: v for k, v in (options or {}).items() if v is not None})
+    if opts.fp8 is not None and hw.gpu.peak_fp8_tflops is None:
+        raise PlannerError(f"--fp8 needs FP8 tensor cores; {hw.gpu.name} has none (use an H100/H200/B200 preset)")
     return PlanRequest(ctx=Context(model_spec, hw, training, opts), plan=plan, gpus=gpus)
 
 
@@ -89,7 +91,59 @@ def explain(req: PlanRequest, memory_headroom: float = 0.0) -> dict:
         ev = evaluate(grid, req.ctx)
     out = plan_json(req.ctx, req.gpus, grid, ev, 0, broken, memory_headroom)
     out["stages"] = sorted(stage_memory_gib(grid, req.ctx), key=lambda st: -st["total"])
+    if not out["estimate"]["fits"]:
+        out["fit_suggestions"] = fit_suggestions(req, memory_headroom)
     return out
+
+
+def _variants(plan: ParallelPlan, model: ModelSpec) -> list[tuple[str, ParallelPlan]]:
+    """The plan with one knob turned: what a user would try first to make it fit."""
+    out = []
+
+    def add(label, **change):
+        try:
+            out.append((label, plan.model_copy(update=change)))
+        except ValidationError:
+            pass
+
+    for rc in ("selective", "full"):
+        if plan.recompute.value != rc:
+            add(f"--recompute {rc}", recompute=Recompute(rc))
+    if plan.tp > 1 and not plan.sequence_parallel:
+        add("--sequence-parallel", sequence_parallel=True)
+    if not plan.distributed_optimizer:
+        add("--use-distributed-optimizer", distributed_optimizer=True)
+    for b in range(1, plan.micro_batch):
+        if plan.micro_batch % b == 0:
+            add(f"--micro-batch {b}", micro_batch=b)
+    for v in range(2, model.num_layers + 1):
+        if v != plan.vpp:
+            add(f"--vpp {v}", vpp=v)
+    for split in StageSplit:
+        if split is not plan.stage_split:
+            add(f"stage split {split.value}", stage_split=split, first_stage_layers=None, last_stage_layers=None)
+    if plan.cp == 1 and plan.dp % 2 == 0:
+        add("--cp 2 (dp halved)", cp=2, dp=plan.dp // 2)
+    return out
+
+
+def fit_suggestions(req: PlanRequest, memory_headroom: float = 0.0, limit: int = 5) -> list[dict]:
+    """Single-knob changes that make a plan that does not fit fit, fastest first (one grid, one evaluation)."""
+    variants = _variants(req.plan, req.ctx.model)
+    if not variants:
+        return []
+    grid = PlanGrid.from_plans([p for _, p in variants])
+    masks = rule_masks(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus)
+    legal = np.all(np.array(list(masks.values())), axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ev = evaluate(grid, req.ctx)
+    cap = req.ctx.hardware.gpu.hbm_bytes * (1 - memory_headroom)
+    ok = np.flatnonzero(legal & (ev.peak_memory_bytes <= cap))
+    ok = ok[np.argsort(ev.iteration_s[ok], kind="stable")][:limit]
+    return [{"change": variants[i][0], "peak_memory_gib": float(ev.peak_memory_bytes[i]) / 2**30,
+             "iteration_s": float(ev.iteration_s[i]), "mfu": float(ev.flops["model"][i] / ev.iteration_s[i] / req.gpus
+                                                                  / req.ctx.hardware.gpu.peak_flops_per_s(req.ctx.precision))}
+            for i in ok]
 
 
 PLAN_KEYS = ("model", "gpus", "training", "parallel", "options")

@@ -132,7 +132,7 @@ def leave_one_source_out(runs: list[Run] | None = None, hardware_name: str = "dg
     return out
 
 
-def write_calibration(path, fitted: Fit, sources: list[str]) -> str:
+def write_calibration(path, fitted: Fit, sources: list[str], carried_from: str | None = None) -> str:
     """Rewrite the fitted values (and their ``sources`` entries) of a hardware preset YAML file in
     place, keeping everything else - comments included - as it was. Returns the new text."""
     import re
@@ -141,6 +141,8 @@ def write_calibration(path, fitted: Fit, sources: list[str]) -> str:
     path = Path(path)
     text = path.read_text()
     note = f"fitted by megaplan calibrate on {fitted.runs} published runs ({'; '.join(sources)})"
+    if carried_from:
+        note = f"carried over from {carried_from}, where it was {note} (an assumption)"
     for key, value in fitted.values.items():
         text, n = re.subn(rf"(?m)^(  {key}: )[-0-9.eE+]+$", rf"\g<1>{value:.4g}", text)
         if n != 1:
@@ -150,7 +152,10 @@ def write_calibration(path, fitted: Fit, sources: list[str]) -> str:
     return text
 
 
-A100_FAMILY = ("dgx-a100-superpod", "dgx-a100-40gb-superpod")  # one GPU, one calibration
+FAMILIES = {  # presets that take a fitted preset's values: the same GPU, or no published run of their own
+    "dgx-a100-superpod": ("dgx-a100-40gb-superpod",),
+    "dgx-h100-superpod": ("dgx-h200-superpod", "dgx-b200-superpod", "gb200-nvl72"),
+}
 
 
 def run_calibration(*, loso: bool = True, write_dir: str | None = None) -> dict:
@@ -174,8 +179,8 @@ def run_calibration(*, loso: bool = True, write_dir: str | None = None) -> dict:
     if write_dir:
         for name, f in fits.items():
             sources = sorted({r.source for r in runs if r.hardware == name})
-            targets = A100_FAMILY if name == "dgx-a100-superpod" else (name,)
-            for target in targets:
-                write_calibration(Path(write_dir) / f"{target}.yaml", f, sources)
+            write_calibration(Path(write_dir) / f"{name}.yaml", f, sources)
+            for target in FAMILIES.get(name, ()):
+                write_calibration(Path(write_dir) / f"{target}.yaml", f, sources, carried_from=name)
         out["written"] = write_dir
     return out

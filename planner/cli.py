@@ -57,6 +57,25 @@ def console() -> Console:
 
 # ---------------------------------------------------------------- shared options
 
+def model_behaviour_options() -> list:
+    """Options of today's Megatron-LM features shared by explain, export and search."""
+    return [
+        click.option("--tp-comm-overlap", is_flag=True, help="--tp-comm-overlap: TP collectives overlapped with GEMMs (needs SP)."),
+        click.option("--fp8", type=click.Choice(["e4m3", "hybrid"]), help="--fp8-format: linear GEMMs in FP8 (MFU still against the BF16 peak)."),
+        click.option("--fp8-param-gather", is_flag=True, help="Keep and all-gather FP8 weights (no 16-bit weight copy)."),
+        click.option("--moe-token-dispatcher", type=click.Choice(["allgather", "alltoall"]), default="allgather", show_default=True),
+        click.option("--moe-capacity-factor", type=click.FloatRange(min=0, min_open=True), help="Expert capacity factor (default: dropless)."),
+        click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), default=1.1, show_default=True,
+                     help="Busiest expert's load over the mean, for dropless routing."),
+    ]
+
+
+def behaviour_from(kw: dict) -> dict:
+    return {"tp_comm_overlap": kw["tp_comm_overlap"], "fp8": kw["fp8"], "fp8_param_gather": kw["fp8_param_gather"],
+            "moe_token_dispatcher": kw["moe_token_dispatcher"], "moe_capacity_factor": kw["moe_capacity_factor"],
+            "moe_load_imbalance": kw["moe_load_imbalance"]}
+
+
 def plan_options(f):
     """Options that describe one configuration (explain, export)."""
     opts = [
@@ -73,6 +92,10 @@ def plan_options(f):
         click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True, help="Pipeline-parallel size p."),
         click.option("--dp", type=click.IntRange(min=1), help="Data-parallel size d (derived from --gpus if omitted)."),
         click.option("--vpp", type=click.IntRange(min=1), default=1, show_default=True, help="Interleaved chunks per stage (1: plain 1F1B)."),
+        click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True, help="Context-parallel size c."),
+        click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True, help="Expert-parallel size (MoE)."),
+        click.option("--etp", type=click.IntRange(min=1), help="Expert tensor-parallel size (MoE; default: --tp)."),
+        click.option("--fsdp", is_flag=True, help="Megatron FSDP: shard weights, gradients and optimizer states."),
         click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True, help="Micro-batch size b."),
         click.option("--global-batch", type=click.IntRange(min=1), help="Global batch B (default: the model preset's)."),
         click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length s (default: the model preset's)."),
@@ -91,6 +114,7 @@ def plan_options(f):
         click.option("--pp-scatter-gather", is_flag=True, help="Model the 2021 pipeline scatter/gather optimisation."),
         click.option("--overlap-p2p-comm/--no-overlap-p2p-comm", default=True, show_default=True,
                      help="Interleaved schedule overlaps p2p (Megatron default)."),
+        *model_behaviour_options(),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -117,12 +141,14 @@ def request_from_options(kw: dict) -> api.PlanRequest:
         model=kw["model"], hardware=kw["hardware"] or "dgx-a100-superpod", gpus=kw["gpus"], global_batch=kw["global_batch"],
         seq_len=kw["seq_len"], precision=kw["precision"],
         tp=kw["tp"], pp=kw["pp"], dp=kw["dp"], vpp=kw["vpp"], micro_batch=kw["micro_batch"],
+        cp=kw["cp"], ep=kw["ep"], etp=kw["etp"], fsdp=kw["fsdp"],
         sequence_parallel=kw["sequence_parallel"], recompute=kw["recompute"],
-        distributed_optimizer=kw["distributed_optimizer"], stage_split=split,
+        distributed_optimizer=kw["distributed_optimizer"] or kw["fsdp"], stage_split=split,
         first_stage_layers=kw["decoder_first_pipeline_num_layers"], last_stage_layers=kw["decoder_last_pipeline_num_layers"],
         options={"attention_kernel": kw["attention_kernel"], "overlap_grad_reduce": kw["overlap_grad_reduce"],
                  "overlap_param_gather": kw["overlap_param_gather"], "grad_reduce_in_bf16": kw["grad_reduce_in_bf16"],
-                 "pp_scatter_gather": kw["pp_scatter_gather"], "overlap_p2p_comm": kw["overlap_p2p_comm"]},
+                 "pp_scatter_gather": kw["pp_scatter_gather"], "overlap_p2p_comm": kw["overlap_p2p_comm"],
+                 **behaviour_from(kw)},
     )
 
 
@@ -264,6 +290,14 @@ def calibrate(as_json: bool, write_dir: str | None, loso: bool) -> None:
         console().print(report.calibration_view(out))
 
 
+def _apply(decorators: list):
+    def wrap(f):
+        for dec in reversed(decorators):
+            f = dec(f)
+        return f
+    return wrap
+
+
 def _tristate(name: str, help_text: str):
     return click.option(f"--{name}/--no-{name}", default=None, help=help_text + " (default: search both)")
 
@@ -279,6 +313,10 @@ def _tristate(name: str, help_text: str):
 @click.option("--tp", type=click.IntRange(min=1), help="Pin tensor-parallel size.")
 @click.option("--pp", type=click.IntRange(min=1), help="Pin pipeline-parallel size.")
 @click.option("--dp", type=click.IntRange(min=1), help="Pin data-parallel size.")
+@click.option("--cp", type=click.IntRange(min=1), help="Pin context-parallel size (default: searched while s/c ≥ 4096).")
+@click.option("--ep", type=click.IntRange(min=1), help="Pin expert-parallel size (MoE).")
+@click.option("--etp", type=click.IntRange(min=1), help="Pin expert tensor-parallel size (MoE; default: searched, 1 or tp).")
+@_tristate("fsdp", "Pin Megatron FSDP")
 @click.option("--vpp", type=click.IntRange(min=1), help="Pin interleaved chunks per stage (1: plain 1F1B).")
 @click.option("--micro-batch", type=click.IntRange(min=1), help="Pin micro-batch size.")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Pin activation recomputation.")
@@ -288,9 +326,9 @@ def _tristate(name: str, help_text: str):
 @click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=False, show_default=True)
 @click.option("--overlap-param-gather/--no-overlap-param-gather", default=False, show_default=True)
 @click.option("--grad-reduce-in-bf16", is_flag=True, help="Reduce gradients in bf16 instead of fp32.")
-@click.option("--tp-comm-overlap", is_flag=True, help="Model --tp-comm-overlap (plans without SP are then rejected).")
 @click.option("--memory-headroom", type=click.FloatRange(0, 0.9), default=0.0, show_default=True,
               help="Fraction of HBM kept free.")
+@_apply(model_behaviour_options())
 @click.option("--sort", type=click.Choice(["time", "memory"]), default="time", show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="How many plans to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print {plans, evaluated, feasible, rejected}.")
@@ -305,9 +343,10 @@ def search(**kw) -> None:
     from planner.search import Pins, search as run_search
     req = api.make_request(model=kw["model"], hardware=kw["hardware"], global_batch=kw["global_batch"],
                            seq_len=kw["seq_len"], precision=kw["precision"],
-                           options={k: kw[k] for k in ("attention_kernel", "overlap_grad_reduce", "overlap_param_gather",
-                                                       "grad_reduce_in_bf16", "tp_comm_overlap")})
+                           options={**{k: kw[k] for k in ("attention_kernel", "overlap_grad_reduce", "overlap_param_gather",
+                                                          "grad_reduce_in_bf16")}, **behaviour_from(kw)})
     pins = Pins(tp=kw["tp"], pp=kw["pp"], dp=kw["dp"], vpp=kw["vpp"], micro_batch=kw["micro_batch"],
+                cp=kw["cp"], ep=kw["ep"], etp=kw["etp"], fsdp=kw["fsdp"],
                 recompute=kw["recompute"] and api.Recompute(kw["recompute"]), sequence_parallel=kw["sequence_parallel"],
                 distributed_optimizer=kw["distributed_optimizer"], max_tp=kw["max_tp"])
     result = run_search(req.ctx, kw["gpus"], pins, top=kw["top"], sort=kw["sort"], memory_headroom=kw["memory_headroom"])

@@ -21,11 +21,14 @@ class PlanGrid:
     pp: IntArray
     dp: IntArray
     cp: IntArray
+    ep: IntArray
+    etp: IntArray
     vpp: IntArray
     micro_batch: IntArray
     sequence_parallel: np.ndarray   # bool
     recompute: IntArray             # Recompute codes: 0 none, 1 selective, 2 full
     distributed_optimizer: np.ndarray  # bool
+    fsdp: np.ndarray                # bool: Megatron FSDP
     split: IntArray                 # StageSplit codes
     first_layers: IntArray          # explicit first-stage layers, 0 = not given
     last_layers: IntArray           # explicit last-stage layers, 0 = not given
@@ -39,6 +42,7 @@ class PlanGrid:
             return np.array([get(p) for p in plans], dtype=dtype)
         return cls(
             tp=col(lambda p: p.tp), pp=col(lambda p: p.pp), dp=col(lambda p: p.dp), cp=col(lambda p: p.cp),
+            ep=col(lambda p: p.ep), etp=col(lambda p: p.etp), fsdp=col(lambda p: p.fsdp, bool),
             vpp=col(lambda p: p.vpp), micro_batch=col(lambda p: p.micro_batch),
             sequence_parallel=col(lambda p: p.sequence_parallel and p.tp > 1, bool),
             recompute=col(lambda p: p.recompute.code, np.int8),
@@ -54,6 +58,7 @@ class PlanGrid:
         """The ParallelPlan at index i."""
         return ParallelPlan(
             tp=int(self.tp[i]), pp=int(self.pp[i]), dp=int(self.dp[i]), cp=int(self.cp[i]), vpp=int(self.vpp[i]),
+            ep=int(self.ep[i]), etp=int(self.etp[i]), fsdp=bool(self.fsdp[i]),
             micro_batch=int(self.micro_batch[i]), sequence_parallel=bool(self.sequence_parallel[i]),
             recompute=RECOMPUTE_BY_CODE[int(self.recompute[i])],
             distributed_optimizer=bool(self.distributed_optimizer[i]),

@@ -24,12 +24,20 @@ def rule_masks(grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options
     m = B // np.maximum(b * d, 1)
     per_stage = np.where(grid.split > 0, (L + np.isin(grid.split, (1, 3)) + np.isin(grid.split, (2, 3))) // p, L // p)
     interleaved = v > 1
+    ep, etp, E = grid.ep, grid.etp, model.num_experts or 1
+    off = np.full(len(grid), True)
     return {
         "world size = tp·cp·pp·dp": t * c * p * d == num_gpus,
         "attention heads divisible by tp": a % t == 0,
         "query groups divisible by tp": np.where(g >= t, g % t == 0, t % g == 0),
         "ffn hidden size divisible by tp": f % t == 0,
         "sequence length divisible by tp with sequence parallelism": ~grid.sequence_parallel | (s % t == 0),
+        "sequence length divisible by 2·cp with context parallelism": (c == 1) | (s % (2 * c) == 0),
+        "experts divisible by ep": (E % ep == 0) if model.is_moe else (ep == 1),
+        "expert grid etp·ep·pp divides the world": (num_gpus % (etp * ep * p) == 0) if model.is_moe else off,
+        "expert tensor parallelism divides expert MLP width": (model.expert_ffn % etp == 0) if model.is_moe else off,
+        "mixture of experts with tp > 1 needs sequence parallelism": (t == 1) | grid.sequence_parallel if model.is_moe else off,
+        "Megatron FSDP modelled without pipeline parallelism": ~grid.fsdp | (p == 1),
         "sequence length within max_position_embeddings": np.full(len(grid), s <= model.max_position_embeddings
                                                                    or model.position_embedding_type.value != "learned_absolute"),
         "global batch divisible by micro-batch × dp": B % (b * d) == 0,
@@ -41,7 +49,8 @@ def rule_masks(grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options
         "tp-comm-overlap needs sequence parallelism": np.full(len(grid), True) if not options.tp_comm_overlap
         else grid.sequence_parallel,
         "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": np.full(len(grid), True)
-        if not options.overlap_param_gather else (grid.distributed_optimizer & options.overlap_grad_reduce),
+        if not options.overlap_param_gather else ((grid.distributed_optimizer | grid.fsdp) & options.overlap_grad_reduce),
+        "fp8 needs bf16 or fp16 training": np.full(len(grid), options.fp8 is None or training.precision.value != "fp32"),
     }
 
 
@@ -52,7 +61,7 @@ def broken_rules(masks: dict[str, np.ndarray], i: int = 0) -> list[str]:
 
 def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_gpus: int) -> str:
     """A broken rule with the values that break it and what would be allowed."""
-    t, p, d, b, v = plan.tp, plan.pp, plan.dp, plan.micro_batch, plan.vpp
+    t, p, d, b, v = plan.tp, plan.pp, plan.dp, plan.micro_batch, plan.vpp  # noqa: F841
     a, g, f, L = model.num_attention_heads, model.query_groups, model.ffn, model.num_layers
     s, B = training.seq_len, training.global_batch
     m = B / (b * d)
@@ -62,6 +71,12 @@ def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_g
         "query groups divisible by tp": f"{g} query groups and tp {t} do not divide one another",
         "ffn hidden size divisible by tp": f"ffn hidden size {f} is not divisible by tp {t}",
         "sequence length divisible by tp with sequence parallelism": f"seq_len {s} is not divisible by tp {t} (needed with sequence parallelism)",
+        "sequence length divisible by 2·cp with context parallelism": (c == 1) | (s % (2 * c) == 0),
+        "experts divisible by ep": (E % ep == 0) if model.is_moe else (ep == 1),
+        "expert grid etp·ep·pp divides the world": (num_gpus % (etp * ep * p) == 0) if model.is_moe else off,
+        "expert tensor parallelism divides expert MLP width": (model.expert_ffn % etp == 0) if model.is_moe else off,
+        "mixture of experts with tp > 1 needs sequence parallelism": (t == 1) | grid.sequence_parallel if model.is_moe else off,
+        "Megatron FSDP modelled without pipeline parallelism": ~grid.fsdp | (p == 1),
         "sequence length within max_position_embeddings": f"seq_len {s} exceeds max_position_embeddings {model.max_position_embeddings}",
         "global batch divisible by micro-batch × dp": f"global batch {B} is not divisible by micro-batch {b} × dp {d} = {b * d}",
         "layers split over pipeline stages": f"{L} layers do not split over pp {p} with the {plan.stage_split.value} split"
@@ -73,6 +88,14 @@ def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_g
         "tp-comm-overlap needs sequence parallelism": np.full(len(grid), True) if not options.tp_comm_overlap
         else grid.sequence_parallel,
         "tp-comm-overlap needs sequence parallelism": "--tp-comm-overlap needs --sequence-parallel (and tp > 1)",
+        "sequence length divisible by 2·cp with context parallelism": f"seq_len {s} is not divisible by 2·cp = {2 * plan.cp}",
+        "experts divisible by ep": (f"{model.num_experts} experts are not divisible by ep {plan.ep}" if model.is_moe
+                                    else f"ep {plan.ep} needs a mixture-of-experts model (num_experts)"),
+        "expert grid etp·ep·pp divides the world": f"etp·ep·pp = {plan.etp}·{plan.ep}·{p} does not divide {num_gpus} GPUs",
+        "expert tensor parallelism divides expert MLP width": f"expert ffn {model.expert_ffn} is not divisible by etp {plan.etp}",
+        "mixture of experts with tp > 1 needs sequence parallelism": f"tp {t} with experts needs --sequence-parallel",
+        "Megatron FSDP modelled without pipeline parallelism": f"Megatron FSDP with pp {p} is not modelled; use pp 1",
+        "fp8 needs bf16 or fp16 training": "--fp8-format needs --bf16 or --fp16",
         "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce",
     }
     return f"{name}: {detail.get(name, name)}"

@@ -62,6 +62,16 @@ SPLIT_CODES = {StageSplit.EVEN: 0, StageSplit.EMBEDDING: 1, StageSplit.LOSS: 2, 
 SPLIT_BY_CODE = {code: s for s, code in SPLIT_CODES.items()}
 
 
+class Fp8Format(StrEnum):
+    E4M3 = "e4m3"
+    HYBRID = "hybrid"
+
+
+class TokenDispatcher(StrEnum):
+    ALLGATHER = "allgather"   # Megatron-LM's default
+    ALLTOALL = "alltoall"
+
+
 class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
 
@@ -86,6 +96,11 @@ class PlanOptions(_Spec):
                                 "(Megatron's LinearWithGradAccumulationAndAsyncCommunication; not in the 2021 code)")
     tp_comm_overlap: bool = Field(False, description="--tp-comm-overlap: TP collectives pipelined with GEMMs (needs SP)")
     distribute_saved_activations: bool = Field(False, description="full recompute: shard layer inputs over TP without SP")
+    fp8: Fp8Format | None = Field(None, description="--fp8-format: linear layers' GEMMs in FP8 (Transformer Engine)")
+    fp8_param_gather: bool = Field(False, description="--fp8-param-gather: keep and all-gather FP8 weights, no bf16 copy")
+    moe_token_dispatcher: TokenDispatcher = TokenDispatcher.ALLGATHER
+    moe_capacity_factor: float | None = Field(None, gt=0, description="--moe-expert-capacity-factor; None: dropless")
+    moe_load_imbalance: float = Field(1.1, ge=1.0, description="busiest expert's tokens / the mean (dropless routing)")
 
 
 class ParallelPlan(_Spec):
@@ -94,21 +109,21 @@ class ParallelPlan(_Spec):
     dp: PositiveInt = Field(1, description="d, data-parallel size")
     cp: PositiveInt = Field(1, description="c, context-parallel size")
     ep: PositiveInt = Field(1, description="expert-parallel size")
-    etp: PositiveInt = Field(1, description="expert tensor-parallel size")
+    etp: PositiveInt | None = Field(None, description="expert tensor-parallel size (Megatron default: tp)")
     vpp: PositiveInt = Field(1, description="model chunks per pipeline stage (1: no interleaving)")
     micro_batch: PositiveInt = Field(1, description="b, sequences per micro-batch")
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
     distributed_optimizer: bool = False
+    fsdp: bool = Field(False, description="Megatron FSDP: weights, gradients and optimizer states sharded over d·c")
     stage_split: StageSplit = StageSplit.EVEN
     first_stage_layers: PositiveInt | None = Field(None, description="--decoder-first-pipeline-num-layers")
     last_stage_layers: PositiveInt | None = Field(None, description="--decoder-last-pipeline-num-layers")
 
     @model_validator(mode="after")
     def _own_rules(self) -> Self:
-        for name in ("cp", "ep", "etp"):
-            if getattr(self, name) != 1:
-                raise ValueError(f"{name} must be 1 (context and expert parallelism are not modelled yet)")
+        if self.etp is None:
+            object.__setattr__(self, "etp", self.tp)  # Megatron: expert TP defaults to TP (arguments.py:587)
         explicit = self.first_stage_layers is not None or self.last_stage_layers is not None
         if explicit and self.stage_split is not StageSplit.EVEN:
             raise ValueError("give either explicit first/last stage layers or an accounted stage_split, not both")

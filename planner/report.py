@@ -28,7 +28,26 @@ def explain_view(pj: dict) -> Group:
         ("Megatron-LM rules: all hold" if pj["legal"] else "Megatron-LM rules broken: " + "; ".join(pj["broken_rules"]),
          "green" if pj["legal"] else "red"),
         "\nstage layers: ", ", ".join(str(n) for n in pj["parallel"]["stage_layers"]))
-    return Group(head, Text(""), memory_stage_table(pj), memory_terms_table(pj), time_table(pj), metrics_table(est))
+    parts = [head, Text(""), memory_stage_table(pj), memory_terms_table(pj)]
+    if "fit_suggestions" in pj:
+        parts.append(fit_suggestions_view(pj))
+    return Group(*parts, time_table(pj), metrics_table(est))
+
+
+def fit_suggestions_view(pj: dict) -> Text:
+    est = pj["estimate"]
+    over = est["peak_memory_gib"] - est["capacity_gib"]
+    lines = [f"Does not fit: stage {est['peak_stage']} needs {est['peak_memory_gib']:.2f} GiB, "
+             f"{over:.2f} GiB more than {est['capacity_gib']:.1f}."]
+    if pj["fit_suggestions"]:
+        lines.append("One change that makes it fit (fastest first):")
+        for sug in pj["fit_suggestions"]:
+            lines.append(f"  {sug['change']:<28} {sug['peak_memory_gib']:6.2f} GiB  {sug['iteration_s']:.3f} s/iteration  "
+                         f"MFU {100 * sug['mfu']:.1f}% (now {est['iteration_s']:.3f} s)")
+    else:
+        lines.append("No single change of recompute, SP, distributed optimizer, micro-batch, VPP, stage split or CP fits it; "
+                     "try `megaplan search` with these GPUs.")
+    return Text("\n".join(lines), style="yellow")
 
 
 def memory_stage_table(pj: dict) -> Table:
@@ -161,21 +180,26 @@ def calibration_view(out: dict) -> Group:
 def search_view(result, ctx, gpus: int) -> Group:
     cap = ctx.hardware.gpu.hbm_gib
     table = Table(title=f"{ctx.model.name} on {gpus} GPUs of {ctx.hardware.name}: global batch "
-                        f"{ctx.training.global_batch} × seq {ctx.training.seq_len}, {ctx.training.precision.value}, "
-                        f"{ctx.options.attention_kernel.value} attention", title_justify="left")
-    cols = ("#", "TP", "PP", "DP", "b", "VPP", "recompute", "SP", "DO", f"mem GiB/{cap:g}", "iter s", "tokens/s",
-            "TFLOP/s", "MFU", "bubble")
+                        f"{ctx.training.global_batch} × seq {ctx.training.seq_len}, {ctx.training.precision.value}"
+                        f"{', FP8' if ctx.options.fp8 else ''}, {ctx.options.attention_kernel.value} attention", title_justify="left")
+    show_cp = any(pj["parallel"]["cp"] > 1 for pj in result.plans)
+    show_ep = ctx.model.is_moe
+    cols = ["#", "TP", "PP", "DP"] + (["CP"] if show_cp else []) + (["EP", "ETP"] if show_ep else []) + [
+        "b", "VPP", "recompute", "SP", "DO", f"mem GiB/{cap:g}", "iter s", "tokens/s", "TFLOP/s", "MFU", "bubble"]
     for c in cols:
         table.add_column(c, justify="left" if c == "recompute" else "right", no_wrap=True)
     for pj in result.plans:
         par, est = pj["parallel"], pj["estimate"]
-        table.add_row(str(pj["rank"]), str(par["tp"]), str(par["pp"]), str(par["dp"]), str(par["micro_batch"]),
-                      str(par["vpp"]), par["recompute"], "on" if par["sequence_parallel"] else "-",
-                      "on" if par["distributed_optimizer"] else "-", f"{est['peak_memory_gib']:.1f}",
-                      f"{est['iteration_s']:.2f}", f"{est['tokens_per_s']:,.0f}", f"{est['tflops_per_gpu']:.0f}",
-                      f"{100 * est['mfu']:.1f}%", f"{100 * est['bubble_frac']:.1f}%")
+        optimizer = "fsdp" if par.get("fsdp") else "on" if par["distributed_optimizer"] else "-"
+        row = [str(pj["rank"]), str(par["tp"]), str(par["pp"]), str(par["dp"])]
+        row += [str(par["cp"])] if show_cp else []
+        row += [str(par["ep"]), str(par["etp"])] if show_ep else []
+        row += [str(par["micro_batch"]), str(par["vpp"]), par["recompute"], "on" if par["sequence_parallel"] else "-",
+                optimizer, f"{est['peak_memory_gib']:.1f}", f"{est['iteration_s']:.2f}", f"{est['tokens_per_s']:,.0f}",
+                f"{est['tflops_per_gpu']:.0f}", f"{100 * est['mfu']:.1f}%", f"{100 * est['bubble_frac']:.1f}%"]
+        table.add_row(*row)
     rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
-    foot = Text(f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected — {rejected}\n"
-                "DO = distributed optimizer; TFLOP/s and MFU count model FLOPs (no recomputation). "
-                "`megaplan explain` with a plan's options shows every term.")
+    foot = Text(f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected — {rejected or 'none'}\n"
+                "DO = distributed optimizer (fsdp: Megatron FSDP); TFLOP/s and MFU count model FLOPs (no recomputation)"
+                f"{', against the BF16 peak' if ctx.options.fp8 else ''}. `megaplan explain` with a plan's options shows every term.")
     return Group(table, foot)

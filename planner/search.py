@@ -19,6 +19,7 @@ from planner.plan import RECOMPUTE_CODES, SPLIT_CODES, Recompute, StageSplit
 from planner.result import plan_json
 
 CHUNK = 65_536
+MIN_CP_TOKENS = 4096  # context parallelism is searched while each rank keeps at least this many tokens
 FITS_RULE = "fits in GPU memory"
 TP_NODE_RULE = "tp within one NVLink domain (--max-tp to cross nodes)"
 
@@ -35,6 +36,10 @@ class Pins:
     tp: int | None = None
     pp: int | None = None
     dp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    fsdp: bool | None = None
     vpp: int | None = None
     micro_batch: int | None = None
     recompute: Recompute | tuple[Recompute, ...] | None = None
@@ -74,10 +79,13 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     def axis(pinned, values):
         return np.array([pinned]) if pinned is not None else np.asarray(values)
 
+    s, model = ctx.training.seq_len, ctx.model
     cols = {"tp": axis(pins.tp, divisors(num_gpus))}
+    cp_values = [c for c in divisors(num_gpus) if c == 1 or (s % (2 * c) == 0 and s // c >= MIN_CP_TOKENS)]
+    cols = _cross(cols, "cp", axis(pins.cp, cp_values))
     cols = _cross(cols, "pp", axis(pins.pp, divisors(num_gpus)))
-    cols = _keep(cols, num_gpus % (cols["tp"] * cols["pp"]) == 0)
-    cols["dp"] = num_gpus // (cols["tp"] * cols["pp"])
+    cols = _keep(cols, num_gpus % (cols["tp"] * cols["cp"] * cols["pp"]) == 0)
+    cols["dp"] = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
     if pins.dp is not None:
         cols = _keep(cols, cols["dp"] == pins.dp)
     split_values = [pins.stage_split.code] if pins.stage_split else list(SPLIT_CODES.values())
@@ -97,11 +105,26 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     dopt = [pins.distributed_optimizer] if pins.distributed_optimizer is not None else [False, True]
     cols = _cross(cols, "distributed_optimizer", np.array(dopt))
     cols = _keep(cols, ~cols["distributed_optimizer"] | (cols["dp"] > 1) | (pins.distributed_optimizer is True))
+    fsdp = [pins.fsdp] if pins.fsdp is not None else [False, True]
+    cols = _cross(cols, "fsdp", np.array(fsdp))
+    # Megatron FSDP runs on the distributed optimizer (arguments.py: v1 turns it on) and needs d·c > 1
+    cols = _keep(cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1) & (cols["pp"] == 1)))
+    if model.is_moe:
+        cols = _cross(cols, "ep", axis(pins.ep, [e for e in divisors(model.num_experts) if num_gpus % e == 0]))
+        if pins.etp is None:  # expert TP: Megatron's default (= tp) or none
+            cols = _cross(cols, "etp_is_tp", np.array([False, True]))
+            cols = _keep(cols, ~(cols["etp_is_tp"] & (cols["tp"] == 1)))  # the same plan twice
+            cols["etp"] = np.where(cols.pop("etp_is_tp"), cols["tp"], 1)
+        else:
+            cols["etp"] = np.full(len(cols["tp"]), pins.etp)
+    else:
+        cols["ep"] = np.full(len(cols["tp"]), pins.ep or 1)
+        cols["etp"] = cols["tp"] if pins.etp is None else np.full(len(cols["tp"]), pins.etp)
     n = len(cols["tp"])
-    ones, zeros = np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    return PlanGrid(tp=cols["tp"], pp=cols["pp"], dp=cols["dp"], cp=ones, vpp=cols["vpp"],
-                    micro_batch=cols["micro_batch"], sequence_parallel=cols["sequence_parallel"],
-                    recompute=cols["recompute"], distributed_optimizer=cols["distributed_optimizer"],
+    zeros = np.zeros(n, dtype=np.int64)
+    return PlanGrid(tp=cols["tp"], pp=cols["pp"], dp=cols["dp"], cp=cols["cp"], ep=cols["ep"], etp=cols["etp"],
+                    vpp=cols["vpp"], micro_batch=cols["micro_batch"], sequence_parallel=cols["sequence_parallel"],
+                    recompute=cols["recompute"], distributed_optimizer=cols["distributed_optimizer"], fsdp=cols["fsdp"],
                     split=cols["split"], first_layers=zeros, last_layers=zeros)
 
 

@@ -69,20 +69,34 @@ def layer_forward_flops(gemms: dict[str, Gemm], *, attention_frac: float = 1.0) 
     return sum(gm.flops * (attention_frac if name in ATTENTION_CORE else 1.0) for name, gm in gemms.items())
 
 
+def _moe_swap(gemms: dict[str, Gemm], B: int, s: int, h: int, f_e: int, topk: int, *, gated: bool) -> dict[str, Gemm]:
+    """A layer's GEMMs with its MLP replaced by top-k experts of width f_e (per token)."""
+    moe = {k: v for k, v in gemms.items() if k not in ("fc1", "fc2")}
+    T = float(B * s * topk)
+    gate = 2 if gated else 1
+    moe["expert_fc1"] = Gemm(flops=np.asarray(2.0 * T * h * f_e * gate), M=np.asarray(T), N=np.asarray(f_e * gate * 1.0), K=np.asarray(h * 1.0))
+    moe["expert_fc2"] = Gemm(flops=np.asarray(2.0 * T * f_e * h), M=np.asarray(T), N=np.asarray(h * 1.0), K=np.asarray(f_e * 1.0))
+    return moe
+
+
 def model_flops(B: int, s: int, L: int, h: int, a: int, g: int, d: int, f: int, V: int, *, gated: bool,
-                attention_frac: float = 1.0) -> float:
+                attention_frac: float = 1.0, moe_layers: int = 0, topk: int = 0, f_e: int = 0) -> float:
     """Model FLOPs of one iteration: one forward and one backward (twice the forward) of every GEMM.
 
     For GPT shapes equals 72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L)) (Korthikanti et al. 2022, Eq. 7);
     with ``attention_frac = 0.5`` equals Megatron-LM's logged 72·B·s·L·h²·(1 + s/(12h) + V/(12hL))
-    (num_floating_point_operations, reference/formulas.md §9).
+    (num_floating_point_operations, reference/formulas.md §9). ``moe_layers`` of the L layers run
+    their tokens through ``topk`` experts of width ``f_e`` instead of the dense MLP (Megatron's
+    formula: e·f_e·k per token in place of e·f; the router's h·E GEMM is not counted, as there).
     """
-    per_layer = layer_forward_flops(layer_gemms(B, s, h, a, g, d, f, 1, gated=gated), attention_frac=attention_frac)
-    return float(3.0 * (L * per_layer + logits_gemm(B, s, h, V, 1).flops))
+    gemms = layer_gemms(B, s, h, a, g, d, f, 1, gated=gated)
+    dense = layer_forward_flops(gemms, attention_frac=attention_frac)
+    moe = layer_forward_flops(_moe_swap(gemms, B, s, h, f_e, topk, gated=gated), attention_frac=attention_frac) if moe_layers else 0.0
+    return float(3.0 * ((L - moe_layers) * dense + moe_layers * moe + logits_gemm(B, s, h, V, 1).flops))
 
 
 def recompute_flops(B: int, s: int, L: int, h: int, a: int, g: int, d: int, f: int, *, gated: bool,
-                    recompute: np.ndarray) -> np.ndarray:
+                    recompute: np.ndarray, moe_layers: int = 0, topk: int = 0, f_e: int = 0) -> np.ndarray:
     """FLOPs re-done by activation recomputation in one iteration, counted honestly.
 
     Full (code 2): one more forward of every layer (not the logits), so model + recompute equals
@@ -91,7 +105,8 @@ def recompute_flops(B: int, s: int, L: int, h: int, a: int, g: int, d: int, f: i
     gives 72·B·L·s·h²·(1 + 2s/(9h) + V/(12hL)), not Eq. 8's s/(3h) (reference/formulas.md §10).
     """
     gemms = layer_gemms(B, s, h, a, g, d, f, 1, gated=gated)
-    full = L * layer_forward_flops(gemms)
+    moe = layer_forward_flops(_moe_swap(gemms, B, s, h, f_e, topk, gated=gated)) if moe_layers else 0.0
+    full = (L - moe_layers) * layer_forward_flops(gemms) + moe_layers * moe
     core = L * sum(gemms[name].flops for name in ATTENTION_CORE)
     recompute = np.asarray(recompute)
     return np.where(recompute == 2, full, np.where(recompute == 1, core, 0.0))

@@ -103,6 +103,7 @@ class Calibration(_Sourced):
     memory_efficiency: PositiveFloat = Field(le=1.0, description="fraction of HBM bandwidth memory-bound ops reach")
     nvlink_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NVLink bandwidth")
     network_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NIC bandwidth")
+    fp8_gemm_efficiency: PositiveFloat = Field(0.5, le=1.0, description="FP8 GEMMs' fraction of the FP8 peak")
     layer_overhead_us: float = Field(0.0, ge=0, description="host/launch time per layer forward (backward 2x)")
     reserve_gib: float = Field(ge=0, description="memory the framework keeps: CUDA context, workspaces, fragmentation")
 

@@ -36,6 +36,27 @@ def layer_params(h: int, a: int, g: int, d: int, f: int, t: ArrayLike, *, gated:
     return (split_weights + split_biases) / np.asarray(t) + replicated
 
 
+def mlp_params(h: int, f: int, t: ArrayLike, *, gated: bool, bias: bool) -> np.ndarray:
+    """One MLP on one of t tensor-parallel ranks: fc1 h·f·(2 if gated) and fc2 f·h split over t;
+    biases fc1 f·(2 if gated) split, fc2 h replicated."""
+    gate = 2 if gated else 1
+    return (h * f * gate + f * h + (f * gate if bias else 0)) / np.asarray(t) + (h if bias else 0)
+
+
+def moe_layer_params(model: ModelSpec, t: ArrayLike, ep: ArrayLike, etp: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters of one mixture-of-experts layer on one GPU.
+
+    Dense: the layer without its MLP (attention and norms, split over t as in ``layer_params``)
+    plus the router h·E, replicated. Expert: E/ep local experts, each an MLP of width f_e split
+    over etp (Megatron theoretical_memory_usage: routed experts divided by etp·ep, not t).
+    """
+    h, E = model.hidden_size, model.num_experts or 0
+    dense_mlp = mlp_params(h, model.ffn, t, gated=model.swiglu, bias=model.add_bias_linear)
+    dense = model_layer_params(model, t) - dense_mlp + h * E
+    expert = E / np.asarray(ep) * mlp_params(h, model.expert_ffn, etp, gated=model.swiglu, bias=model.add_bias_linear)
+    return dense, expert
+
+
 def norm_params(model: ModelSpec) -> int:
     """Parameters of one norm over h: weight and bias for LayerNorm, weight only for RMSNorm."""
     return (2 if model.normalization is Normalization.LAYERNORM else 1) * model.hidden_size
@@ -68,4 +89,16 @@ def total_params(model: ModelSpec, *, padded_for_t: int | None = None) -> float:
     h = model.hidden_size
     pos = model.max_position_embeddings * h if model.position_embedding_type.value == "learned_absolute" else 0
     embeddings = V * h * (1 if model.tied_embeddings else 2) + pos
-    return float(model.num_layers * model_layer_params(model) + embeddings + norm_params(model))
+    dense_layers = model.num_layers - model.num_moe_layers
+    dense, expert = moe_layer_params(model, 1, 1, 1)
+    moe = model.num_moe_layers * float(dense + expert)
+    return float(dense_layers * model_layer_params(model) + moe + embeddings + norm_params(model))
+
+
+def active_params(model: ModelSpec) -> float:
+    """Parameters a token passes through: top-k of the experts (the whole model if dense)."""
+    if not model.is_moe:
+        return total_params(model)
+    _, expert = moe_layer_params(model, 1, 1, 1)
+    unused = model.num_moe_layers * float(expert) * (1 - model.moe_router_topk / model.num_experts)
+    return total_params(model) - unused

@@ -44,6 +44,7 @@ class ModelSpec(BaseModel):
     vocab_size: PositiveInt = Field(description="V before Megatron pads it")
     make_vocab_size_divisible_by: PositiveInt = Field(128, description="Megatron pads V to a multiple of this times t")
     swiglu: bool = Field(False, description="gated MLP with three matrices")
+    squared_relu: bool = Field(False, description="squared-ReLU MLP activation (Nemotron-4) instead of GeLU")
     normalization: Normalization = Normalization.LAYERNORM
     position_embedding_type: PositionEmbedding = PositionEmbedding.LEARNED
     untie_embeddings_and_output_weights: bool = False
@@ -53,6 +54,7 @@ class ModelSpec(BaseModel):
     num_experts: PositiveInt | None = Field(None, description="routed experts; dense if omitted")
     moe_router_topk: PositiveInt = Field(2, description="experts per token")
     moe_ffn_hidden_size: PositiveInt | None = Field(None, description="expert MLP width; f if omitted")
+    moe_layer_freq: PositiveInt = Field(1, description="every k-th layer is a mixture-of-experts layer")
     training: TrainingDefaults | None = Field(None, description="published training defaults")
 
     @model_validator(mode="before")
@@ -77,6 +79,8 @@ class ModelSpec(BaseModel):
                              f"num_attention_heads ({a}) unless kv_channels is given")
         if a % g:
             raise ValueError(f"num_attention_heads ({a}) must be divisible by num_query_groups ({g})")
+        if self.swiglu and self.squared_relu:
+            raise ValueError("swiglu and squared_relu are two MLP activations; choose one")
         if self.num_experts is not None and self.moe_router_topk > self.num_experts:
             raise ValueError(f"moe_router_topk ({self.moe_router_topk}) must be <= num_experts ({self.num_experts})")
         return self
@@ -95,6 +99,20 @@ class ModelSpec(BaseModel):
     def ffn(self) -> int:
         """f: MLP width (4h if not given)."""
         return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def expert_ffn(self) -> int:
+        """f_e: width of one expert's MLP (f if not given, as Megatron does)."""
+        return self.moe_ffn_hidden_size or self.ffn
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (--moe-layer-freq k: layers 0, k, 2k, ...)."""
+        return 0 if self.num_experts is None else -(-self.num_layers // self.moe_layer_freq)
 
     @property
     def tied_embeddings(self) -> bool:

@@ -1,0 +1,154 @@
+"""Time of one transformer layer for one micro-batch on one GPU, and of a pipeline stage.
+
+Compute: GEMMs on the shape-dependent roofline (planner.costs.compute), in FP8 for the linear
+layers when enabled; memory-bound ops over HBM; the attention core unfused or flash. Exposed
+communication: tensor-parallel collectives (less what overlap hides), context-parallel ring
+exchange of keys and values (less what attention compute hides), the MoE token dispatcher.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.costs import communication as comm
+from planner.costs import compute, flops, moe
+from planner.costs.letters import Context, Letters
+from planner.hardware.collectives import group_link, p2p_time_s
+
+CROSS_ENTROPY_FWD_BYTES = 2 + 4 + 4 + 8 + 8 + 4  # per logit: fp32 cast (r2 w4), max (r4), subtract (r4 w4), exp (r4 w4), sum (r4)
+CROSS_ENTROPY_BWD_BYTES = 8 + 6                  # softmax − one-hot (r4 w4), cast to 16 bits (r4 w2)
+EMBEDDING_FWD_BYTES_PER_SBH = 2 + 2 + 2 + 2 + 1  # gather rows (r2 w2), add positions (r2 w2), dropout mask (w1)
+FP8_CAST_BYTES = 2 + 1                           # quantising a 16-bit linear input to FP8: read 2, write 1
+PERMUTE_BYTES = 2 * (2 + 2)                      # MoE permute and unpermute of routed tokens: read, write
+
+
+def _gemm_times(gemms: dict, ctx: Context, *, fp8: bool) -> dict[str, np.ndarray]:
+    cal, gpu = ctx.hardware.calibration, ctx.hardware.gpu
+    peak = gpu.peak_flops_per_s(ctx.precision)
+    fp8_peak = (gpu.peak_fp8_tflops or 0) * 1e12
+    out = {}
+    for name, g in gemms.items():
+        linear = name not in flops.ATTENTION_CORE
+        if fp8 and linear:
+            out[name] = compute.gemm_time_s(g, peak_flops_per_s=fp8_peak, eta_max=cal.fp8_gemm_efficiency,
+                                            half_dim=cal.gemm_half_dim)
+        else:
+            out[name] = compute.gemm_time_s(g, peak_flops_per_s=peak, eta_max=cal.gemm_efficiency, half_dim=cal.gemm_half_dim)
+    return out
+
+
+def _attention_core(lt: Letters, ctx: Context, gemms: dict, gtime: dict, hbm: float) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) time of the attention core: scores, softmax/dropout, context."""
+    cal, peak = ctx.hardware.calibration, ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
+    if lt.unfused:
+        softmax = (compute.elementwise_bytes(lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, sequence_parallel=lt.sp,
+                                             gated=lt.gated, unfused_attention=True, dropout=lt.dropout)
+                   - compute.elementwise_bytes(lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, sequence_parallel=lt.sp,
+                                               gated=lt.gated, unfused_attention=False, dropout=lt.dropout)) / hbm
+        fwd = sum(gtime[k] for k in flops.ATTENTION_CORE) + softmax
+        return fwd, compute.BACKWARD_GEMM_FACTOR * fwd
+    fwd = compute.flash_attention_time_s(gemms, peak_flops_per_s=peak, efficiency=cal.flash_attention_efficiency)
+    return fwd, compute.FLASH_BACKWARD_FACTOR * fwd
+
+
+def _cp_ring_exposed(lt: Letters, ctx: Context, core_fwd, core_bwd) -> tuple[np.ndarray, np.ndarray]:
+    """Context parallelism's ring: c − 1 steps, each passing a b·(s/c)·(2·g·d_h/t) chunk of keys and
+    values to the next rank (dK, dV too in the backward) while attending to the chunk in hand, so a
+    step costs max(transfer, attention/c) (Liu et al. 2023, Ring Attention; Megatron-Core CP)."""
+    gpn = ctx.hardware.gpus_per_node
+    stride = np.where(lt.t * lt.c <= gpn, lt.t, gpn)  # neighbours on NVLink while the ring fits a node
+    link = group_link(ctx.hardware, 2, stride)
+    chunk = lt.act_bytes * lt.b * (lt.s / lt.c) * 2 * lt.g * lt.dh / lt.t
+    step = p2p_time_s(chunk, link)
+    steps = lt.c - 1
+    fwd = steps * np.maximum(step - core_fwd / lt.c, 0.0)
+    bwd = steps * np.maximum(2 * step - core_bwd / lt.c, 0.0)
+    return fwd, bwd
+
+
+def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[str, np.ndarray]:
+    """Per-layer, per-micro-batch times (seconds): compute ``fwd``/``bwd``/``recompute``, TP
+    communication ``tp`` (forward, backward, recompute) and ``tp_fwd``, and context-parallel and MoE
+    dispatcher communication folded into ``tp`` as exposed model-parallel traffic."""
+    cal, gpu, opts = ctx.hardware.calibration, ctx.hardware.gpu, ctx.options
+    hbm = gpu.hbm_bytes_per_s * cal.memory_efficiency
+    gemms = flops.layer_gemms(lt.b, lt.s, lt.h, lt.a, lt.g, lt.dh, lt.f, lt.t, lt.c, gated=lt.gated)
+    gtime = _gemm_times(gemms, ctx, fp8=lt.fp8)
+    core_fwd, core_bwd = _attention_core(lt, ctx, gemms, gtime, hbm)
+    attn_linear = gtime["qkv"] + gtime["projection"]
+    sbh = lt.b * lt.s * lt.h / lt.c
+    elementwise = compute.elementwise_bytes(lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, sequence_parallel=lt.sp,
+                                            gated=lt.gated, unfused_attention=False, dropout=lt.dropout)
+    mlp_elementwise = (6.0 if lt.gated else 4.0) * sbh * (lt.f / lt.h) / lt.t
+    if moe_layer:
+        A = moe.expert_token_assignments(lt.b, lt.s, lt.t, lt.c, lt.k, imbalance=opts.moe_load_imbalance,
+                                         capacity_factor=opts.moe_capacity_factor)
+        T = lt.tokens_per_gpu()
+        egemms = moe.expert_gemms(A, lt.h, lt.f_e, lt.E, lt.ep, lt.etp, gated=lt.gated)
+        mlp_linear = sum(_gemm_times(egemms, ctx, fp8=lt.fp8).values())
+        elementwise = elementwise - mlp_elementwise + A * lt.f_e * (6.0 if lt.gated else 4.0) + PERMUTE_BYTES * A * lt.h
+        ep_link, etp_link = group_link(ctx.hardware, lt.ep, lt.etp), group_link(ctx.hardware, lt.etp, 1)
+        dispatch = moe.dispatcher_time_s(A, T, lt.h, lt.ep, lt.etp, ep_link, etp_link, activation_bytes=lt.act_bytes,
+                                         kind=opts.moe_token_dispatcher.value)
+    else:
+        mlp_linear = gtime["fc1"] + gtime["fc2"]
+        dispatch = 0.0
+    linear = attn_linear + mlp_linear
+    if lt.fp8:  # quantise the four linear inputs (QKV, projection, fc1, fc2) to FP8
+        elementwise = elementwise + FP8_CAST_BYTES * sbh * (2 + lt.a * lt.dh / (lt.h * lt.t) + lt.f / (lt.h * lt.t))
+    overhead = cal.layer_overhead_us * 1e-6  # host and launch time of one layer's kernels
+    fwd = linear + core_fwd + elementwise / hbm + overhead
+    bwd = (compute.BACKWARD_GEMM_FACTOR * linear + core_bwd + compute.BACKWARD_ELEMENTWISE_FACTOR * elementwise / hbm
+           + compute.BACKWARD_GEMM_FACTOR * overhead)
+    recompute = np.where(lt.rc == 2, fwd, np.where(lt.rc == 1, core_fwd, 0.0))
+
+    tp_raw = comm.tp_layer_comm_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, group_link(ctx.hardware, lt.t, 1),
+                                       activation_bytes=lt.act_bytes, sequence_parallel=lt.sp)
+    # --tp-comm-overlap pipelines the forward collectives with the GEMMs they feed (Transformer Engine
+    # userbuffers); the backward's overlap the weight-gradient GEMMs (as many FLOPs as the forward's)
+    hidden = np.maximum(tp_raw - linear, 0.0)
+    tp_fwd = np.where(lt.sp, hidden, tp_raw) if opts.tp_comm_overlap else tp_raw
+    tp_bwd = hidden if opts.async_tp_comm or opts.tp_comm_overlap else tp_raw
+    cp_fwd, cp_bwd = _cp_ring_exposed(lt, ctx, core_fwd, core_bwd)
+    model_fwd = tp_fwd + cp_fwd + dispatch
+    model_bwd = tp_bwd + cp_bwd + dispatch
+    return {"fwd": fwd, "bwd": bwd, "recompute": recompute, "linear": linear,
+            "tp": model_fwd * np.where(lt.rc == 2, 2.0, 1.0) + model_bwd, "tp_fwd": model_fwd}
+
+
+def head_times(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
+    """The embedding (first stage) and the logits with cross-entropy (last stage)."""
+    cal, gpu = ctx.hardware.calibration, ctx.hardware.gpu
+    hbm = gpu.hbm_bytes_per_s * cal.memory_efficiency
+    logits = compute.gemm_time_s(flops.logits_gemm(lt.b, lt.s, lt.h, lt.V, lt.t, lt.c),
+                                 peak_flops_per_s=gpu.peak_flops_per_s(ctx.precision),
+                                 eta_max=cal.gemm_efficiency, half_dim=cal.gemm_half_dim)
+    logit_elems = lt.b * lt.s / lt.c * lt.V / lt.t
+    sbh = lt.b * lt.s * lt.h / lt.c
+    return {
+        "head_fwd": logits + CROSS_ENTROPY_FWD_BYTES * logit_elems / hbm,
+        "head_bwd": compute.BACKWARD_GEMM_FACTOR * logits + CROSS_ENTROPY_BWD_BYTES * logit_elems / hbm,
+        "embedding_fwd": EMBEDDING_FWD_BYTES_PER_SBH * sbh / hbm,
+        "embedding_bwd": compute.BACKWARD_ELEMENTWISE_FACTOR * EMBEDDING_FWD_BYTES_PER_SBH * sbh / hbm,
+    }
+
+
+def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
+    """One micro-batch through stage i: compute forward, backward, recomputation and model-parallel
+    communication (TP, CP, MoE dispatch), its forward part ``tp_fwd``, and the layers' ``linear`` time."""
+    n, first, last = lt.stage_info(i)
+    dense = layer_times(lt, ctx)
+    per = dense if not lt.moe_frac else {
+        k: (1 - lt.moe_frac) * dense[k] + lt.moe_frac * v for k, v in layer_times(lt, ctx, moe_layer=True).items()}
+    head = head_times(lt, ctx)
+    tp_edge = comm.tp_layer_comm_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, group_link(ctx.hardware, lt.t, 1),
+                                        activation_bytes=lt.act_bytes, sequence_parallel=lt.sp) / 2
+    return {
+        "fwd": n * per["fwd"] + first * head["embedding_fwd"] + last * head["head_fwd"],
+        "bwd": n * per["bwd"] + first * head["embedding_bwd"] + last * head["head_bwd"],
+        "recompute": n * per["recompute"],
+        # one collective each for the embedding (first stage) and the output layer (last stage)
+        "tp": n * per["tp"] + (first.astype(float) + last) * tp_edge,
+        "tp_fwd": n * per["tp_fwd"] + first * tp_edge,
+        "linear": n * per["linear"],
+    }
