@@ -10,7 +10,7 @@ import shlex
 
 from planner.api import PlanRequest
 from planner.models.spec import Normalization, PositionEmbedding
-from planner.plan import AttentionKernel, Recompute, StageSplit
+from planner.plan import AttentionKernel, Recompute
 
 
 def model_flags(req: PlanRequest) -> list[str]:

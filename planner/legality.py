@@ -71,12 +71,6 @@ def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_g
         "query groups divisible by tp": f"{g} query groups and tp {t} do not divide one another",
         "ffn hidden size divisible by tp": f"ffn hidden size {f} is not divisible by tp {t}",
         "sequence length divisible by tp with sequence parallelism": f"seq_len {s} is not divisible by tp {t} (needed with sequence parallelism)",
-        "sequence length divisible by 2·cp with context parallelism": (c == 1) | (s % (2 * c) == 0),
-        "experts divisible by ep": (E % ep == 0) if model.is_moe else (ep == 1),
-        "expert grid etp·ep·pp divides the world": (num_gpus % (etp * ep * p) == 0) if model.is_moe else off,
-        "expert tensor parallelism divides expert MLP width": (model.expert_ffn % etp == 0) if model.is_moe else off,
-        "mixture of experts with tp > 1 needs sequence parallelism": (t == 1) | grid.sequence_parallel if model.is_moe else off,
-        "Megatron FSDP modelled without pipeline parallelism": ~grid.fsdp | (p == 1),
         "sequence length within max_position_embeddings": f"seq_len {s} exceeds max_position_embeddings {model.max_position_embeddings}",
         "global batch divisible by micro-batch × dp": f"global batch {B} is not divisible by micro-batch {b} × dp {d} = {b * d}",
         "layers split over pipeline stages": f"{L} layers do not split over pp {p} with the {plan.stage_split.value} split"
@@ -85,8 +79,6 @@ def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_g
         "interleaving needs an even split without explicit first/last stages": "vpp > 1 cannot combine with explicit first/last stage layers",
         "layers per stage divisible by interleaved chunks": f"the layers per stage do not divide into vpp {v} chunks",
         "interleaving needs micro-batches divisible by pp": f"interleaving needs m = B/(b·d) = {m:g} to be a multiple of pp {p}",
-        "tp-comm-overlap needs sequence parallelism": np.full(len(grid), True) if not options.tp_comm_overlap
-        else grid.sequence_parallel,
         "tp-comm-overlap needs sequence parallelism": "--tp-comm-overlap needs --sequence-parallel (and tp > 1)",
         "sequence length divisible by 2·cp with context parallelism": f"seq_len {s} is not divisible by 2·cp = {2 * plan.cp}",
         "experts divisible by ep": (f"{model.num_experts} experts are not divisible by ep {plan.ep}" if model.is_moe

@@ -38,6 +38,9 @@ def format_validation_error(err: ValidationError) -> str:
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
+        value = e.get("input")
+        if isinstance(value, (int, float, str, bool)) and e["type"] != "value_error":
+            msg = f"{msg} (got {value!r})"
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
 

@@ -63,68 +63,85 @@ def test_p2p():
 
 # ----------------------------------------------------------------------------- SuperPOD links
 
-NVLINK_BUS = 300e9 * 0.77          # preset: NVLink 300 GB/s per direction × nvlink_bus_efficiency
-NIC = 200e9 / 8                    # preset: one HDR InfiniBand NIC, 200 Gb/s = 25 GB/s
-NIC_BUS = NIC * 0.90               # × network_bus_efficiency
+# Datasheet values of the DGX A100 SuperPOD preset; the bus efficiencies are calibration data
+# (fitted by megaplan calibrate), so they are read from the preset rather than written here.
+NVLINK = 300e9                     # A100 NVLink3: 600 GB/s per GPU, 300 GB/s each direction
+NIC = 200e9 / 8                    # one HDR InfiniBand NIC per GPU, 200 Gb/s = 25 GB/s (Narayanan 2021 §5)
+
+
+def nvlink_bus() -> float:
+    return NVLINK * a100().calibration.nvlink_bus_efficiency
+
+
+def nic_bus() -> float:
+    return NIC * a100().calibration.network_bus_efficiency
+
+
+def tier_latency_us(name: str) -> float:
+    return next(tier.latency_us for tier in a100().network.tiers if tier.name == name)
 
 
 def test_a100_preset_values_used_below():
     hw = a100()
-    assert (hw.node.nvlink_gbytes_per_s, hw.calibration.nvlink_bus_efficiency) == (300.0, 0.77)
-    assert (hw.network.nic_gbits_per_s, hw.network.nics_per_node, hw.calibration.network_bus_efficiency) == (200.0, 8, 0.90)
-    assert [(tier.max_nodes, tier.latency_us) for tier in hw.network.tiers] == [(20, 8.0), (140, 9.0), (560, 10.0)]
+    assert hw.node.nvlink_gbytes_per_s == 300.0 and hw.node.gpus_per_node == 8
+    assert (hw.network.nic_gbits_per_s, hw.network.nics_per_node) == (200.0, 8)
+    # DGX SuperPOD (A100) reference architecture: 20-node scalable units, 140-node pods; Selene 560 nodes
+    assert [(tier.name, tier.max_nodes) for tier in hw.network.tiers] == [("leaf", 20), ("spine", 140), ("core", 560)]
 
 
 def test_tp_group_of_eight_is_one_node_on_nvlink():
     # Megatron rank order puts the 8 TP ranks on adjacent GPUs: one DGX, NVLink/NVSwitch
     lk = group_link(a100(), 8, 1)
     assert float(lk.nodes) == 1
-    assert float(lk.bus_bytes_per_s) == pytest.approx(NVLINK_BUS, rel=1e-12)
-    assert float(lk.latency_s) == pytest.approx(5e-6)   # preset nvlink_latency_us
+    assert float(lk.bus_bytes_per_s) == pytest.approx(nvlink_bus(), rel=1e-12)
+    assert float(lk.latency_s) == pytest.approx(a100().node.nvlink_latency_us * 1e-6)
 
 
 def test_dp_group_of_eight_at_stride_eight_spans_eight_nodes_on_one_nic():
     # t = 8: DP peers are 8 ranks apart, one per node; each drives its own rail NIC (25 GB/s)
     lk = group_link(a100(), 8, 8)
     assert float(lk.nodes) == 8
-    assert float(lk.bus_bytes_per_s) == pytest.approx(NIC_BUS, rel=1e-12)
-    assert float(lk.latency_s) == pytest.approx(8e-6)   # leaf tier: 8 nodes ≤ 20
+    assert float(lk.bus_bytes_per_s) == pytest.approx(nic_bus(), rel=1e-12)
+    assert float(lk.latency_s) == pytest.approx(tier_latency_us("leaf") * 1e-6)   # 8 nodes ≤ 20
 
 
 def test_group_spanning_two_nodes_gets_eight_nics():
     # a 16-rank TP group at stride 1 covers 2 nodes with 8 members each: 8 NICs' bandwidth per node
     lk = group_link(a100(), 16, 1)
     assert float(lk.nodes) == 2
-    assert float(lk.bus_bytes_per_s) == pytest.approx(min(NVLINK_BUS, 8 * NIC_BUS), rel=1e-12)
+    assert float(lk.bus_bytes_per_s) == pytest.approx(min(nvlink_bus(), 8 * nic_bus()), rel=1e-12)
 
 
 def test_group_with_two_members_per_node():
     # 4 ranks at stride 4: 2 nodes, 2 members (2 NICs) on each
     nodes, extent = group_nodes(4, 4, 8)
     assert (float(nodes), float(extent)) == (2, 2)
-    assert float(group_link(a100(), 4, 4).bus_bytes_per_s) == pytest.approx(2 * NIC_BUS, rel=1e-12)
+    assert float(group_link(a100(), 4, 4).bus_bytes_per_s) == pytest.approx(2 * nic_bus(), rel=1e-12)
 
 
-@pytest.mark.parametrize("stride_nodes, latency_us", [
-    (1, 8.0),      # extent 2 nodes: leaf (≤ 20)
-    (19, 8.0),     # extent 20: still one scalable unit
-    (20, 9.0),     # extent 21: spine (≤ 140)
-    (139, 9.0),    # extent 140: one pod
-    (140, 10.0),   # extent 141: core (≤ 560)
-    (559, 10.0),   # extent 560: Selene
-    (800, 10.0),   # beyond the last tier: its latency
+@pytest.mark.parametrize("stride_nodes, tier", [
+    (1, "leaf"),      # extent 2 nodes: one scalable unit (≤ 20)
+    (19, "leaf"),     # extent 20: still one scalable unit
+    (20, "spine"),    # extent 21: one pod (≤ 140)
+    (139, "spine"),   # extent 140
+    (140, "core"),    # extent 141: across pods (≤ 560)
+    (559, "core"),    # extent 560: all of Selene
+    (800, "core"),    # beyond the last tier: its latency
 ])
-def test_tier_latency_by_extent(stride_nodes, latency_us):
-    # a pair of ranks stride_nodes·8 apart spans stride_nodes + 1 nodes; the DGX A100 SuperPOD
-    # reference architecture: 20-node scalable units, 140-node pods, 560 nodes on Selene
+def test_tier_latency_by_extent(stride_nodes, tier):
+    # a pair of ranks stride_nodes·8 GPUs apart spans stride_nodes + 1 nodes
     lk = group_link(a100(), 2, stride_nodes * 8)
-    assert float(lk.latency_s) == pytest.approx(latency_us * 1e-6)
-    assert float(lk.bus_bytes_per_s) == pytest.approx(NIC_BUS, rel=1e-12)  # non-blocking fat tree
+    assert float(lk.latency_s) == pytest.approx(tier_latency_us(tier) * 1e-6)
+    assert float(lk.bus_bytes_per_s) == pytest.approx(nic_bus(), rel=1e-12)  # non-blocking fat tree
+
+
+def test_tier_latencies_grow_outwards():
+    assert tier_latency_us("leaf") < tier_latency_us("spine") < tier_latency_us("core")
 
 
 def test_group_link_broadcasts():
     lk = group_link(a100(), np.array([1, 8, 8, 2]), np.array([1, 1, 8, 8]))
-    np.testing.assert_allclose(lk.bus_bytes_per_s, [NVLINK_BUS, NVLINK_BUS, NIC_BUS, NIC_BUS], rtol=1e-12)
+    np.testing.assert_allclose(lk.bus_bytes_per_s, [nvlink_bus(), nvlink_bus(), nic_bus(), nic_bus()], rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------- volumes

@@ -208,10 +208,11 @@ def test_first_stage_activations_interleaved_factor():
 
 def test_full_recompute_stage_holds_inputs_plus_one_whole_layer():
     # full recompute: 2sbh/t per layer kept (SP) for p micro-batches × L/p layers, plus one layer's
-    # full activations while it is recomputed, (sbh/t)(34 + 5as/h) (DESIGN.md, Memory)
+    # full activations while it is recomputed, (sbh/t)(34 + 5as/h) (DESIGN.md, Memory), less that
+    # layer's input, which is already among the kept ones (2sbh/t)
     model = gpt_model(96, h, a)
     L, p = 96, 8
-    expected = 2 * sbh / t * L + sbh / t * (34 + 80) + p * (sbh / t + 8 * s * b)
+    expected = 2 * sbh / t * L + sbh / t * (34 + 80 - 2) + p * (sbh / t + 8 * s * b)
     assert _stage0_activations(model, tp=8, pp=p, recompute="full", sp=True) == pytest.approx(expected, rel=1e-9)
 
 

@@ -57,10 +57,6 @@ def test_hardware_preset_round_trips_unset_fields_excluded(path):
     assert HardwareSpec.model_validate(spec.model_dump(exclude_unset=True)) == spec
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: HardwareSpec does not round-trip through model_dump(): the dump writes each NetworkTier's "
-    "default bandwidth_frac = 1.0, which then counts as a set number without a `sources` entry "
-    "(_Sourced._every_number_sourced), so `presets show dgx-a100-superpod --json` cannot be loaded back"))
 @pytest.mark.parametrize("path", HARDWARE_FILES, ids=lambda p: p.stem)
 def test_hardware_preset_round_trips(path):
     spec = load_hardware(path.stem)

@@ -26,8 +26,9 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 def replace(spec, changes: dict):
-    """A copy of a spec with some fields changed, validated like any other input."""
-    return type(spec).model_validate({**spec.model_dump(), **changes})
+    """A copy of a spec with some fields changed, validated like any other input (fields the spec
+    derived itself, such as etp = tp, are derived again)."""
+    return type(spec).model_validate({**spec.model_dump(exclude_unset=True), **changes})
 
 
 def evaluate_one(setup: Setup, plan: ParallelPlan | None = None, training: TrainingSpec | None = None):

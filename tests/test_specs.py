@@ -172,11 +172,6 @@ def test_sequence_parallel_with_tp1_is_silently_off():
     assert ParallelPlan(tp=2, sequence_parallel=True).sequence_parallel is True
 
 
-def test_plan_refuses_unmodelled_parallelism():
-    with pytest.raises(ValidationError, match=r"cp must be 1"):
-        ParallelPlan(cp=2)
-
-
 def test_plan_refuses_explicit_stages_with_an_accounted_split():
     with pytest.raises(ValidationError, match="either explicit first/last stage layers or an accounted stage_split"):
         ParallelPlan(pp=4, first_stage_layers=3, stage_split=StageSplit.EMBEDDING)

@@ -74,7 +74,8 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
         dense = (1 - lt.moe_frac) * dense + lt.moe_frac * moe_layer
     in_flight = memory.in_flight_microbatches(lt.p, lt.m, lt.vpp, i)
     return (in_flight * n * dense
-            + np.where(lt.rc == 2, whole, 0.0)  # the layer being recomputed holds all of its activations
+            # the layer being recomputed holds all of its activations; its input is already counted as kept
+            + np.where(lt.rc == 2, whole - dense, 0.0)
             + first * np.minimum(lt.p, lt.m) * memory.embedding_activation_bytes(
                 lt.s, lt.b, lt.h, lt.t, lt.c, sequence_parallel=lt.sp, dropout=lt.dropout)
             + last * memory.output_layer_activation_bytes(lt.s, lt.b, lt.h, lt.V, lt.t, lt.c, sequence_parallel=lt.sp))

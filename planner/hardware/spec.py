@@ -15,16 +15,18 @@ GIB = 2**30
 
 
 class _Sourced(BaseModel):
-    """A spec section whose every numeric field given names where its value came from (fields
-    left at their default - a non-blocking tier's bandwidth_frac of 1 - need no source)."""
+    """A spec section whose every numeric field given names where its value came from (fields at
+    their documented default - a non-blocking tier's bandwidth_frac of 1 - need no source)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
     sources: dict[str, str] = Field(description="field name -> datasheet, paper or fit it came from")
 
     @model_validator(mode="after")
     def _every_number_sourced(self) -> Self:
-        numeric = [name for name in type(self).model_fields
+        fields = type(self).model_fields
+        numeric = [name for name in fields
                    if name in self.model_fields_set and getattr(self, name) is not None
+                   and getattr(self, name) != fields[name].default
                    and isinstance(getattr(self, name), (int, float)) and not isinstance(getattr(self, name), bool)]
         missing = [name for name in numeric if not self.sources.get(name)]
         if missing:
