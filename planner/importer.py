@@ -19,11 +19,9 @@ from planner.shell import extract_launch
 
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}  # vocabulary of tokenizers whose size is fixed
 UNMODELLED = {  # dest -> (value that means "off", what to say)
-    "num_experts": (None, "mixture of experts (--num-experts) is not modelled yet"),
-    "context_parallel_size": (1, "context parallelism (--context-parallel-size > 1) is not modelled yet"),
-    "expert_model_parallel_size": (1, "expert parallelism is not modelled yet"),
-    "fp8_format": (None, "FP8 training (--fp8-format) is not modelled yet"),
-    "use_megatron_fsdp": (False, "Megatron FSDP is not modelled yet"),
+    "use_torch_fsdp2": (False, "PyTorch FSDP2 (--use-torch-fsdp2) is not modelled; Megatron FSDP (--use-megatron-fsdp) is"),
+    "hybrid_layer_pattern": (None, "hybrid (Mamba) layer patterns are not modelled"),
+    "multi_latent_attention": (False, "multi-latent attention is not modelled"),
 }
 MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
     "num_layers": "num_layers", "hidden_size": "hidden_size", "num_attention_heads": "num_attention_heads",
@@ -33,6 +31,8 @@ MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
     "position_embedding_type": "position_embedding_type",
     "untie_embeddings_and_output_weights": "untie_embeddings_and_output_weights",
     "add_bias_linear": "add_bias_linear", "hidden_dropout": "hidden_dropout", "attention_dropout": "attention_dropout",
+    "squared_relu": "squared_relu", "num_experts": "num_experts", "moe_router_topk": "moe_router_topk",
+    "moe_ffn_hidden_size": "moe_ffn_hidden_size", "moe_layer_freq": "moe_layer_freq",
 }
 
 
@@ -98,14 +98,17 @@ def request_from_megatron(args: MegatronArgs, *, gpus: int | None, model: str | 
     """The plan a parsed Megatron-LM argv describes."""
     v = args.values
     for dest, (off, message) in UNMODELLED.items():
-        if dest in v and v[dest] not in (off, None, False) and not (dest == "context_parallel_size" and v[dest] == 1):
+        if dest in v and v[dest] not in (off, None, False):
             raise PlannerError(message)
+    if isinstance(v.get("moe_layer_freq"), str):
+        raise PlannerError("--moe-layer-freq as a pattern is not modelled; give an integer k (every k-th layer is MoE)")
     spec = _model(v, load_model(model) if model else None)
     tp, pp = int(v.get("tensor_model_parallel_size", 1)), int(v.get("pipeline_model_parallel_size", 1))
     if gpus is None:
         raise PlannerError("the world size is unknown: the command line has no torchrun/srun process counts; pass --gpus N")
     b = int(v.get("micro_batch_size", 1))
-    B = v.get("global_batch_size") or b * (gpus // (tp * pp) if gpus % (tp * pp) == 0 else 1)
+    cp = int(v.get("context_parallel_size") or 1)
+    B = v.get("global_batch_size") or b * (gpus // (tp * pp * cp) if gpus % (tp * pp * cp) == 0 else 1)
     precision = "fp16" if v.get("fp16") else "bf16" if v.get("bf16") else "fp32"
     split = {(False, False): "even", (True, False): "embedding", (False, True): "loss", (True, True): "embedding+loss"}[
         (bool(v.get("account_for_embedding_in_pipeline_split")), bool(v.get("account_for_loss_in_pipeline_split")))]
@@ -119,12 +122,18 @@ def request_from_megatron(args: MegatronArgs, *, gpus: int | None, model: str | 
         "pp_scatter_gather": bool(v.get("scatter_gather_tensors_in_pipeline")),
         "distribute_saved_activations": bool(v.get("distribute_saved_activations")),
         "async_tp_comm": v.get("async_tensor_model_parallel_allreduce") is not False,
+        "fp8": v.get("fp8"),  # --fp8-format stores into args.fp8
+        "fp8_param_gather": bool(v.get("fp8_param_gather")),
+        "moe_token_dispatcher": v.get("moe_token_dispatcher_type") or "allgather",
+        "moe_capacity_factor": v.get("moe_expert_capacity_factor"),
     }
     return api.make_request(
         model=spec, hardware=hardware, gpus=gpus, global_batch=int(B), seq_len=v.get("seq_length"), precision=precision,
         tp=tp, pp=pp, vpp=_vpp(v, spec.num_layers, pp), micro_batch=b,
+        cp=int(v.get("context_parallel_size") or 1), ep=int(v.get("expert_model_parallel_size") or 1),
+        etp=v.get("expert_tensor_parallel_size"), fsdp=bool(v.get("use_megatron_fsdp")),
         sequence_parallel=bool(v.get("sequence_parallel")), recompute=_recompute(v),
-        distributed_optimizer=bool(v.get("use_distributed_optimizer")), stage_split=split,
+        distributed_optimizer=bool(v.get("use_distributed_optimizer") or v.get("use_megatron_fsdp")), stage_split=split,
         first_stage_layers=v.get("decoder_first_pipeline_num_layers"), last_stage_layers=v.get("decoder_last_pipeline_num_layers"),
         options=options)
 

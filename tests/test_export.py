@@ -1,0 +1,129 @@
+"""megaplan export (issue 3, 5): the flags use only Megatron-LM's own argument names, value types and
+choices (checked against tests/data/megatron_arguments.json, Megatron-LM's arguments.py at commit
+d98e8a64), and read back through the importer to the same plan and estimate."""
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from planner import export
+from planner.api import explain, make_request, request_from_plan
+from planner.errors import InfeasibleError
+from planner.importer import import_megatron
+from planner.presets import preset_names
+from planner.search import search
+
+DATA = Path(__file__).parent / "data" / "megatron_arguments.json"
+
+
+@lru_cache(maxsize=1)
+def megatron_flags() -> dict[str, dict]:
+    table = json.loads(DATA.read_text())["arguments"]
+    return {flag: arg for arg in table for flag in arg["flags"]}
+
+
+def megatron_problems(argv: list[str]) -> list[str]:
+    """Flags Megatron-LM's parser would refuse: unknown names, missing or extra values, wrong types, bad choices."""
+    flags, problems, i = megatron_flags(), [], 0
+    convert = {"int": int, "float": float, "str": str, None: str}
+    while i < len(argv):
+        flag = argv[i]
+        arg = flags.get(flag)
+        if arg is None:
+            problems.append(f"unknown flag {flag}")
+            i += 1
+            continue
+        has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        if arg["takes_value"] != has_value:
+            problems.append(f"{flag}: takes_value={arg['takes_value']} but value given={has_value}")
+        if has_value:
+            value = argv[i + 1]
+            try:
+                convert.get(arg["type"], str)(value)
+            except ValueError:
+                problems.append(f"{flag} {value}: not a {arg['type']}")
+            if arg["choices"] and value not in arg["choices"]:
+                problems.append(f"{flag} {value}: not one of {arg['choices']}")
+            i += 2
+        else:
+            i += 1
+    return problems
+
+
+GPUS = {"gpt-22b": 8, "gpt-530b": 2240}  # the published batches (4; 2520 = 2³·3²·5·7) fit few data-parallel sizes
+
+
+def _hardware(model: str) -> tuple[str, int]:
+    if model.startswith("gpt"):
+        return "dgx-a100-superpod", GPUS.get(model, 1024)
+    return "dgx-h100-superpod", 512
+
+
+@pytest.mark.parametrize("model", preset_names("models"))
+def test_top10_plans_of_every_preset_export_valid_flags_and_round_trip(model):
+    hardware, gpus = _hardware(model)
+    req = make_request(model=model, hardware=hardware, gpus=gpus)
+    try:
+        plans = search(req.ctx, gpus, top=10).plans
+    except InfeasibleError:
+        pytest.skip(f"{model} has no plan on {gpus} GPUs")
+    assert plans
+    for pj in plans:
+        plan_req = request_from_plan(pj)
+        argv = export.megatron_argv(plan_req)
+        assert megatron_problems(argv) == [], argv
+        back = import_megatron(" ".join(argv), gpus=gpus, hardware=hardware).request
+        assert back.plan == plan_req.plan
+        assert back.ctx.options == plan_req.ctx.options
+        again = explain(back)["estimate"]
+        assert again["iteration_s"] == pytest.approx(pj["estimate"]["iteration_s"], rel=1e-12)
+        assert again["peak_memory_gib"] == pytest.approx(pj["estimate"]["peak_memory_gib"], rel=1e-12)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(model="gpt3-175b", gpus=1024, tp=8, pp=16, vpp=2, recompute="full", precision="fp16", distributed_optimizer=True),
+    dict(model="gpt3-175b", gpus=64, tp=8, pp=8, vpp=3, recompute="selective", sequence_parallel=True,
+         options={"attention_kernel": "unfused", "overlap_p2p_comm": False}),
+    dict(model="llama3.1-405b", hardware="dgx-h100-superpod", gpus=16384, tp=8, pp=16, stage_split="embedding+loss",
+         sequence_parallel=True, distributed_optimizer=True, options={"overlap_grad_reduce": True, "overlap_param_gather": True}),
+    dict(model="mixtral-8x7b", hardware="dgx-h100-superpod", gpus=256, tp=2, ep=8, etp=1, sequence_parallel=True,
+         distributed_optimizer=True, options={"moe_token_dispatcher": "alltoall", "moe_capacity_factor": 1.25}),
+    dict(model="llama3-70b", hardware="dgx-h100-superpod", gpus=512, tp=4, cp=2, sequence_parallel=True, fsdp=True,
+         distributed_optimizer=True, options={"fp8": "hybrid", "fp8_param_gather": True, "tp_comm_overlap": True}),
+    dict(model="gpt-76b", gpus=1024, tp=8, pp=4, first_stage_layers=14, last_stage_layers=14, recompute="full"),
+])
+def test_every_feature_exports_real_flags_and_round_trips(kw):
+    req = make_request(**kw)
+    argv = export.megatron_argv(req)
+    assert megatron_problems(argv) == []
+    back = import_megatron(export.flags_text(req), gpus=req.gpus, hardware=req.ctx.hardware.name).request
+    assert back.plan == req.plan and back.ctx.options == req.ctx.options
+    assert explain(back)["estimate"]["iteration_s"] == pytest.approx(explain(req)["estimate"]["iteration_s"], rel=1e-12)
+
+
+def test_flags_spell_recomputation_as_megatron_does():
+    full = export.megatron_argv(make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="full"))
+    assert " ".join(full).count("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1") == 1
+    sel = export.megatron_argv(make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="selective"))
+    assert "--recompute-granularity selective" in " ".join(sel) and "--recompute-method" not in sel
+
+
+def test_slurm_script_has_nodes_launcher_environment_and_placeholders():
+    script = export.slurm_script(make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16))
+    assert "#SBATCH --nodes=128" in script and "#SBATCH --gpus-per-node=8" in script
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in script  # TP > 1 before Blackwell
+    assert "torchrun" in script and "pretrain_gpt.py" in script
+    assert "DATA_PATH:?set DATA_PATH" in script and "CHECKPOINT_DIR:?" in script and "PLACEHOLDER_ACCOUNT" in script
+    fsdp = export.slurm_script(make_request(model="llama3-8b", hardware="dgx-h100-superpod", gpus=64, tp=2,
+                                            sequence_parallel=True, fsdp=True, distributed_optimizer=True))
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in fsdp  # Megatron FSDP refuses it
+    blackwell = export.slurm_script(make_request(model="llama3-8b", hardware="dgx-b200-superpod", gpus=64, tp=2))
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in blackwell
+
+
+def test_slurm_script_reads_back_as_the_same_plan():
+    req = make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="selective", sequence_parallel=True)
+    back = import_megatron(export.slurm_script(req)).request
+    assert back.gpus == 1024 and back.plan == req.plan

@@ -1,0 +1,117 @@
+"""megaplan search (issue 3): every returned plan is legal, complete and fits; the vectorised
+ranking agrees with one-plan evaluation; pins, rejections and the closest miss."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.api import make_request
+from planner.costs.estimate import evaluate
+from planner.errors import InfeasibleError
+from planner.grid import PlanGrid
+from planner.legality import rule_masks
+from planner.models.spec import ModelSpec
+from planner.plan import Recompute
+from planner.search import Pins, candidate_grid, search
+
+GIB = 2**30
+
+
+def _gpt(L, h, a, B, s=2048, **extra):
+    return ModelSpec(name="t", source="test", num_layers=L, hidden_size=h, num_attention_heads=a, vocab_size=51200,
+                     max_position_embeddings=s, training={"global_batch": B, "seq_len": s}, **extra)
+
+
+def _check_returned(result, req, gpus):
+    cap = req.ctx.hardware.gpu.hbm_bytes
+    plans = [req.plan.model_validate({k: v for k, v in pj["parallel"].items() if k != "stage_layers"})
+             for pj in result.plans]
+    grid = PlanGrid.from_plans(plans)
+    masks = rule_masks(grid, req.ctx.model, req.ctx.training, req.ctx.options, gpus)
+    assert all(np.all(ok) for ok in masks.values()), [k for k, ok in masks.items() if not np.all(ok)]
+    ev = evaluate(grid, req.ctx)
+    for i, (plan, pj) in enumerate(zip(plans, result.plans)):
+        assert plan.tp * plan.cp * plan.pp * plan.dp == gpus
+        assert pj["estimate"]["peak_memory_gib"] * GIB <= cap
+        # the scalar path (a one-plan grid) agrees with the vectorised one on every returned plan
+        alone = evaluate(PlanGrid.from_plans([plan]), req.ctx)
+        assert alone.iteration_s[0] == pytest.approx(ev.iteration_s[i], rel=1e-12)
+        assert alone.peak_memory_bytes[0] == pytest.approx(ev.peak_memory_bytes[i], rel=1e-12)
+        assert pj["estimate"]["iteration_s"] == pytest.approx(alone.iteration_s[0], rel=1e-12)
+    times = [pj["estimate"]["iteration_s"] for pj in result.plans]
+    assert times == sorted(times)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(heads=st.sampled_from([8, 16, 32]), head_dim=st.sampled_from([64, 128]), pp_mult=st.sampled_from([1, 2, 3, 4]),
+       layers_per=st.sampled_from([2, 4, 6]), nodes=st.sampled_from([1, 2, 4, 8, 16]), batch=st.sampled_from([64, 256, 512]))
+def test_every_returned_plan_is_legal_complete_and_fits(heads, head_dim, pp_mult, layers_per, nodes, batch):
+    model = _gpt(pp_mult * layers_per * 2, heads * head_dim, heads, batch)
+    gpus = 8 * nodes
+    req = make_request(model=model, gpus=gpus)
+    try:
+        result = search(req.ctx, gpus, top=5)
+    except InfeasibleError:
+        return
+    assert 1 <= len(result.plans) <= 5
+    assert result.evaluated == result.feasible + sum(result.rejected.values())
+    _check_returned(result, req, gpus)
+
+
+def test_moe_search_returns_only_plans_megatron_accepts():
+    req = make_request(model="mixtral-8x7b", gpus=256, hardware="dgx-h100-superpod")
+    result = search(req.ctx, 256, top=10)
+    _check_returned(result, req, 256)
+    for pj in result.plans:
+        par = pj["parallel"]
+        assert 8 % par["ep"] == 0                               # experts divisible by ep
+        assert 256 % (par["etp"] * par["ep"] * par["pp"]) == 0  # the expert grid fits the world
+        assert par["tp"] == 1 or par["sequence_parallel"]       # MoE with tp > 1 needs SP
+    assert {pj["parallel"]["ep"] for pj in search(req.ctx, 256, top=200).plans} > {1}  # ep is searched
+
+
+def test_narayanan_published_plan_is_listed_when_pinned():
+    req = make_request(model="gpt3-175b", gpus=1024, precision="fp16", options={"attention_kernel": "unfused"})
+    pins = Pins(tp=8, pp=16, micro_batch=1, vpp=1, recompute=Recompute.FULL, sequence_parallel=False,
+                distributed_optimizer=False, fsdp=False)
+    result = search(req.ctx, 1024, pins)
+    assert result.feasible == 1 and result.evaluated == 1
+    par = result.plans[0]["parallel"]
+    assert (par["tp"], par["pp"], par["dp"], par["micro_batch"]) == (8, 16, 8, 1)
+
+
+def test_rejections_count_every_candidate_once():
+    req = make_request(model="gpt3-175b", gpus=1024)
+    result = search(req.ctx, 1024)
+    grid = candidate_grid(req.ctx, 1024, Pins())
+    assert result.evaluated == len(grid)
+    assert result.feasible + sum(result.rejected.values()) == result.evaluated
+    # 96 heads do not divide by tp 16..1024, and 96 layers by most pipeline sizes
+    assert result.rejected["attention heads divisible by tp"] > 0
+    assert result.rejected["layers split over pipeline stages"] > 0
+
+
+def test_nothing_fits_names_the_closest_miss():
+    req = make_request(model="gpt3-175b", gpus=8)
+    with pytest.raises(InfeasibleError, match=r"every legal plan needs more than 80\.0 GiB per GPU; the smallest, TP \d+ PP \d+"):
+        search(req.ctx, 8)
+
+
+def test_sort_by_memory_orders_by_peak_memory():
+    req = make_request(model="gpt-1.7b", gpus=32)
+    result = search(req.ctx, 32, sort="memory", top=10)
+    mem = [pj["estimate"]["peak_memory_gib"] for pj in result.plans]
+    assert mem == sorted(mem)
+
+
+def test_memory_headroom_lowers_the_capacity():
+    req = make_request(model="gpt3-175b", gpus=1024)
+    result = search(req.ctx, 1024, memory_headroom=0.25, top=20)
+    assert all(pj["estimate"]["peak_memory_gib"] <= 60.0 for pj in result.plans)
+
+
+def test_context_parallelism_is_searched_for_long_sequences():
+    req = make_request(model="llama3-8b", gpus=64, hardware="dgx-h100-superpod", seq_len=32768, global_batch=64)
+    grid = candidate_grid(req.ctx, 64, Pins())
+    assert set(np.unique(grid.cp)) == {1, 2, 4, 8}  # s/c ≥ 4096 tokens per rank: c ≤ 8
