@@ -77,7 +77,8 @@ def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_g
         f"{'' if L % p == 0 else f'; allowed pp for an even split: {_divisors(L)}'}",
         "interleaving needs pp > 1 (pp > 2 without p2p overlap)": f"vpp {v} needs pp > 1 (pp is {p})",
         "interleaving needs an even split without explicit first/last stages": "vpp > 1 cannot combine with explicit first/last stage layers",
-        "layers per stage divisible by interleaved chunks": f"the layers per stage do not divide into vpp {v} chunks",
+        "layers per stage divisible by interleaved chunks": f"{_per_stage(plan, L)} layers per stage do not divide into vpp {v} "
+        f"chunks; allowed vpp: {_divisors(_per_stage(plan, L))}",
         "interleaving needs micro-batches divisible by pp": f"interleaving needs m = B/(b·d) = {m:g} to be a multiple of pp {p}",
         "tp-comm-overlap needs sequence parallelism": "--tp-comm-overlap needs --sequence-parallel (and tp > 1)",
         "sequence length divisible by 2·cp with context parallelism": f"seq_len {s} is not divisible by 2·cp = {2 * plan.cp}",
@@ -91,6 +92,10 @@ def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_g
         "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce",
     }
     return f"{name}: {detail.get(name, name)}"
+
+
+def _per_stage(plan, L: int) -> int:
+    return (L + int(plan.stage_split.embedding_counted) + int(plan.stage_split.loss_counted)) // plan.pp
 
 
 def _divisors(n: int) -> str:
