@@ -173,6 +173,41 @@ def echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
+class TokenCount(click.ParamType):
+    """A positive number of tokens: 300e9, 3e11, 300000000000, or with a suffix 300B, 1.4T, 500M."""
+
+    name = "TOKENS"
+    SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            number = float(value)
+        else:
+            text = str(value).strip().replace("_", "")
+            scale = self.SUFFIX.get(text[-1:].lower(), 1.0)
+            try:
+                number = float(text[:-1] if scale != 1.0 else text) * scale
+            except ValueError:
+                number = float("nan")
+        if not number > 0 or number == float("inf"):
+            self.fail(f"{value!r} is not a positive token count; write e.g. 300e9, 3e11 or 300B", param, ctx)
+        return number
+
+
+def cost_options(f):
+    """--tokens and --gpu-hour-price: the time, GPU-hours, cost and energy to train (estimate.train_days, …)."""
+    from planner.costs.train_cost import DEFAULT_TRAIN_TOKENS
+    f = click.option("--gpu-hour-price", type=click.FloatRange(min=0, min_open=True),
+                     help="Price of one GPU-hour (any currency) for estimate.cost.")(f)
+    return click.option("--tokens", type=TokenCount(), default=DEFAULT_TRAIN_TOKENS, show_default="300e9",
+                        help="Tokens to train on, for days, GPU-hours, cost and energy (e.g. 300e9, 1.4T).")(f)
+
+
+def _with_cost(pj: dict, kw: dict, hardware) -> dict:
+    from planner.costs.train_cost import with_train_cost
+    return with_train_cost(pj, tokens=kw["tokens"], gpu_hour_price=kw["gpu_hour_price"], tdp_watts=hardware.gpu.tdp_watts)
+
+
 # ---------------------------------------------------------------- commands
 
 @cli.command()
@@ -180,7 +215,10 @@ def echo_json(data) -> None:
 @click.option("--memory-headroom", type=click.FloatRange(0, 0.9), default=0.0, show_default=True,
               help="Fraction of HBM kept free.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON.")
-def explain(memory_headroom: float, as_json: bool, **kw) -> None:
+@click.option("--schedule", is_flag=True, help="Draw the pipeline schedule in the terminal (with --json: add it as 'schedule').")
+@click.option("--schedule-file", type=click.Path(dir_okay=False), help="Write the pipeline schedule picture (.svg or .png; needs matplotlib).")
+@cost_options
+def explain(memory_headroom: float, as_json: bool, schedule: bool, schedule_file: str | None, **kw) -> None:
     """Break one configuration down: every byte and every millisecond, with formula and source.
 
     \b
@@ -188,11 +226,28 @@ def explain(memory_headroom: float, as_json: bool, **kw) -> None:
         megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --micro-batch 1 \\
             --recompute full --attention-kernel unfused --precision fp16
     """
-    pj = api.explain(request_from_options(kw), memory_headroom)
+    from planner import plots
+    if schedule_file:
+        plots.check_picture_path(schedule_file, "--schedule-file")
+    req = request_from_options(kw)
+    pj = _with_cost(api.explain(req, memory_headroom), kw, req.ctx.hardware)
+    timeline = _timeline(req, pj) if schedule or schedule_file else None
     if as_json:
-        echo_json(pj)
+        echo_json({**pj, "schedule": timeline.to_json()} if schedule else pj)
     else:
         console().print(report.explain_view(pj))
+        if schedule:
+            from planner.schedule_view import ScheduleView
+            console().print(ScheduleView(timeline, f"Pipeline schedule: {report.plan_line(pj)}"))
+    if schedule_file:
+        plots.save(plots.schedule_figure(timeline, f"{pj['model']} on {pj['gpus']} GPUs: {report.plan_line(pj)}"),
+                   schedule_file, "--schedule-file")
+        click.echo(f"wrote {schedule_file}", err=True)
+
+
+def _timeline(req: api.PlanRequest, pj: dict):
+    from planner.timeline import plan_timeline
+    return plan_timeline(req, pj["estimate"]["time"])
 
 
 @cli.group(invoke_without_command=True)
@@ -304,7 +359,8 @@ def _tristate(name: str, help_text: str):
 
 @cli.command()
 @click.option("--model", "model", required=True, help="Model preset name or YAML path.")
-@click.option("--gpus", type=click.IntRange(min=1), required=True, help="N, the GPUs to split the model over.")
+@click.option("--gpus", type=click.IntRange(min=1), help="N, the GPUs to split the model over.")
+@click.option("--min-gpus", is_flag=True, help="Instead of --gpus: find the smallest cluster (whole nodes) with a plan that fits.")
 @click.option("--hardware", default="dgx-a100-superpod", show_default=True, help="Hardware preset name or YAML path.")
 @click.option("--global-batch", type=click.IntRange(min=1), help="Global batch B (default: the model preset's).")
 @click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length s (default: the model preset's).")
@@ -332,6 +388,7 @@ def _tristate(name: str, help_text: str):
 @click.option("--sort", type=click.Choice(["time", "memory"]), default="time", show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="How many plans to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print {plans, evaluated, feasible, rejected}.")
+@cost_options
 def search(**kw) -> None:
     """Rank every legal TP/PP/DP/micro-batch/VPP/recompute/SP configuration by predicted speed.
 
@@ -339,8 +396,27 @@ def search(**kw) -> None:
     Example:
         megaplan search --model gpt3-175b --gpus 1024
         megaplan search --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --recompute full
+        megaplan search --model gpt3-175b --hardware dgx-a100-40gb-superpod --min-gpus
     """
-    from planner.search import Pins, search as run_search
+    from planner.search import search as run_search
+    if kw["min_gpus"] == (kw["gpus"] is not None):
+        raise click.UsageError("give either --gpus N or --min-gpus (find the smallest cluster), not both" if kw["min_gpus"]
+                               else "Missing option '--gpus' (or --min-gpus to find the smallest cluster that fits).")
+    req, pins = _search_inputs(kw)
+    if kw["min_gpus"]:
+        return _min_gpus(req, pins, kw)
+    result = run_search(req.ctx, kw["gpus"], pins, top=kw["top"], sort=kw["sort"], memory_headroom=kw["memory_headroom"])
+    for pj in result.plans:
+        _with_cost(pj, kw, req.ctx.hardware)
+    if kw["as_json"]:
+        echo_json(result.to_json())
+    else:
+        console().print(report.search_view(result, req.ctx, kw["gpus"]))
+
+
+def _search_inputs(kw: dict):
+    """The context and pins that search's options describe (search, sweep, --min-gpus)."""
+    from planner.search import Pins
     req = api.make_request(model=kw["model"], hardware=kw["hardware"], global_batch=kw["global_batch"],
                            seq_len=kw["seq_len"], precision=kw["precision"],
                            options={**{k: kw[k] for k in ("attention_kernel", "overlap_grad_reduce", "overlap_param_gather",
@@ -349,11 +425,147 @@ def search(**kw) -> None:
                 cp=kw["cp"], ep=kw["ep"], etp=kw["etp"], fsdp=kw["fsdp"],
                 recompute=kw["recompute"] and api.Recompute(kw["recompute"]), sequence_parallel=kw["sequence_parallel"],
                 distributed_optimizer=kw["distributed_optimizer"], max_tp=kw["max_tp"])
-    result = run_search(req.ctx, kw["gpus"], pins, top=kw["top"], sort=kw["sort"], memory_headroom=kw["memory_headroom"])
+    return req, pins
+
+
+def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
+    from planner import report_run
+    from planner.fit import min_gpus
+    fit = min_gpus(req.ctx, pins, memory_headroom=kw["memory_headroom"]).to_json()
+    for size in fit["sizes"]:
+        _with_cost(size["plan"], kw, req.ctx.hardware)
     if kw["as_json"]:
-        echo_json(result.to_json())
+        return echo_json(fit)
+    ctx = req.ctx
+    console().print(report_run.fit_view(fit, f"Smallest cluster for {ctx.model.name} on {ctx.hardware.name}: global batch "
+                                             f"{ctx.training.global_batch} × seq {ctx.training.seq_len}, {ctx.precision}, "
+                                             f"{ctx.options.attention_kernel.value} attention"))
+
+
+@cli.command()
+@click.option("--gpus", "gpu_sizes", required=True, help="Sizes: a list 64,128,256 or a doubling range 64:4096.")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False),
+              help="Draw throughput and scaling efficiency against GPUs (.svg or .png; needs matplotlib).")
+@click.option("--skip-infeasible", is_flag=True, help="List a size with no plan as a row instead of stopping (exit 2).")
+@click.option("--json", "as_json", is_flag=True, help="Print {rows: [{gpus, plan, scaling_efficiency, no_plan}], ...}.")
+@cost_options
+def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json: bool, **kw) -> None:
+    """Best plan at each cluster size: throughput, TFLOP/s, MFU, scaling efficiency, days to train.
+
+    Takes every search option (--hardware, --global-batch, --precision, --tp, --recompute, ...).
+    A size with no legal plan that fits stops the sweep with exit code 2 unless --skip-infeasible.
+
+    \b
+    Example:
+        megaplan sweep --model gpt3-175b --gpus 128:4096 --tokens 300e9 --plot scaling.png
+    """
+    from planner import plots, report_run
+    from planner.sweep import parse_gpu_sizes, sweep as run_sweep
+    sizes = parse_gpu_sizes(gpu_sizes)
+    if plot_file:
+        plots.check_picture_path(plot_file, "--plot")
+    req, pins = _search_inputs({**kw, "gpus": None})
+    result = run_sweep(req.ctx, sizes, pins, tokens=kw["tokens"], gpu_hour_price=kw["gpu_hour_price"],
+                       memory_headroom=kw["memory_headroom"], skip_infeasible=skip_infeasible)
+    ctx = req.ctx
+    title = (f"{ctx.model.name} on {ctx.hardware.name}: global batch {ctx.training.global_batch} × seq "
+             f"{ctx.training.seq_len}, {ctx.precision}, {ctx.options.attention_kernel.value} attention")
+    if as_json:
+        echo_json(result)
     else:
-        console().print(report.search_view(result, req.ctx, kw["gpus"]))
+        console().print(report_run.sweep_view(result, title))
+    if plot_file:
+        plots.save(plots.sweep_figure(result["rows"], title), plot_file, "--plot")
+        click.echo(f"wrote {plot_file}", err=True)
+
+
+SWEEP_OWN = {"gpus", "min_gpus", "top", "sort", "as_json", "tokens", "gpu_hour_price"}
+sweep.params[:0] = [p for p in search.params if p.name not in SWEEP_OWN]
+
+
+@click.command(name="plan", add_help_option=False)
+@plan_options
+def _plan_flags(**kw) -> None:
+    """Parses the plan options given to compare's --a and --b."""
+
+
+def _side_overrides(text: str | None, side: str) -> dict:
+    """The plan options a --a/--b string sets explicitly (their values, by parameter name)."""
+    import shlex
+    from click.core import ParameterSource
+    if not text:
+        return {}
+    try:
+        ctx = _plan_flags.make_context(f"--{side}", shlex.split(text))
+    except (click.ClickException, ValueError) as err:
+        message = err.format_message() if isinstance(err, click.ClickException) else str(err)
+        raise PlannerError(f"--{side} {text!r}: {message}") from err
+    given = {k: v for k, v in ctx.params.items() if ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE}
+    for name in ("plan_file", "rank", "megatron_args", "megatron_args_file", "env_pairs"):
+        if name in given:
+            flag = next(p.opts[0] for p in _plan_flags.params if p.name == name)
+            raise PlannerError(f"--{side} takes plan flags (--tp 4 --recompute full ...), not {flag}")
+    return given
+
+
+def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.PlanRequest:
+    from planner.compare import override_request
+    try:
+        return override_request(base, dict(overrides)) if overrides else base
+    except PlannerError as err:
+        raise PlannerError(f"plan {side.upper()} (--{side}): {err}") from err
+
+
+@cli.command()
+@click.argument("plan_files", nargs=-1, metavar="[PLAN_A [PLAN_B]]")
+@plan_options
+@click.option("--a", "a_args", metavar="'OPTIONS'", help="Plan A's options on top of the shared ones, quoted: --a '--tp 8 --pp 16'.")
+@click.option("--b", "b_args", metavar="'OPTIONS'", help="Plan B's options on top of the shared ones, quoted: --b '--recompute full'.")
+@click.option("--memory-headroom", type=click.FloatRange(0, 0.9), default=0.0, show_default=True, help="Fraction of HBM kept free.")
+@click.option("--json", "as_json", is_flag=True, help="Print {a, b, rows, summary}.")
+@cost_options
+@click.pass_context
+def compare(click_ctx: click.Context, plan_files: tuple[str, ...], a_args: str | None, b_args: str | None,
+            memory_headroom: float, as_json: bool, **kw) -> None:
+    """Two plans side by side: memory terms, time terms and throughput, differences highlighted.
+
+    Plans come from two plan files (a search --json file takes FILE#RANK), or from one file or the
+    shared plan options (flags, --plan, --megatron-args) changed per side by --a and --b.
+
+    \b
+    Examples:
+        megaplan compare a.json b.json
+        megaplan compare plans.json#1 plans.json#2
+        megaplan compare --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --a '--recompute full' --b '--recompute selective --sequence-parallel'
+    """
+    from planner import compare as cmp, report_run
+    from click.core import ParameterSource
+    a_over, b_over = _side_overrides(a_args, "a"), _side_overrides(b_args, "b")
+    shared = [k for k in kw if k not in ("tokens", "gpu_hour_price")
+              and click_ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE]
+    if len(plan_files) > 2 or (plan_files and shared):
+        raise click.UsageError("give two plan files, or one plan (a file or plan options) with --a/--b, not both")
+    if len(plan_files) < 2 and not (a_over or b_over):
+        raise click.UsageError("nothing to compare: give two plan files, or --a and/or --b options that change the plan")
+    bases = [_plan_file_request(f) for f in plan_files] or [request_from_options(kw)]
+    reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
+    pjs = [_with_cost(api.explain(r, memory_headroom), kw, r.ctx.hardware) for r in reqs]
+    result = cmp.compare_plans(*pjs)
+    if as_json:
+        echo_json(result)
+    else:
+        console().print(report_run.compare_view(result))
+
+
+def _plan_file_request(ref: str) -> api.PlanRequest:
+    """A plan file, or FILE#RANK for the rank-th plan of a search --json file."""
+    import os
+    import re
+    path, rank = ref, None
+    m = re.fullmatch(r"(.+)#(\d+)", ref)
+    if m and not os.path.exists(ref):
+        path, rank = m.group(1), int(m.group(2))
+    return api.request_from_plan(api.read_plan_file(path, rank))
 
 
 @cli.command()

@@ -14,10 +14,12 @@ MAX_STAGE_ROWS = 8
 
 def plan_line(pj: dict) -> str:
     par, opt, tr = pj["parallel"], pj["options"], pj["training"]
-    return (f"TP {par['tp']} · PP {par['pp']} · DP {par['dp']} · VPP {par['vpp']} · micro-batch {par['micro_batch']} "
+    extra = (f" · CP {par['cp']}" if par["cp"] > 1 else "") + (f" · EP {par['ep']} · ETP {par['etp']}" if par["ep"] > 1 else "")
+    optimizer = "Megatron FSDP" if par.get("fsdp") else f"distributed optimizer {'on' if par['distributed_optimizer'] else 'off'}"
+    fp8 = f" (FP8 {opt['fp8']} GEMMs)" if opt.get("fp8") else ""
+    return (f"TP {par['tp']} · PP {par['pp']} · DP {par['dp']}{extra} · VPP {par['vpp']} · micro-batch {par['micro_batch']} "
             f"(m = {pj['estimate']['num_microbatches']:g}) · SP {'on' if par['sequence_parallel'] else 'off'} · "
-            f"recompute {par['recompute']} · distributed optimizer {'on' if par['distributed_optimizer'] else 'off'} · "
-            f"{tr['precision']} · {opt['attention_kernel']} attention")
+            f"recompute {par['recompute']} · {optimizer} · {tr['precision']}{fp8} · {opt['attention_kernel']} attention")
 
 
 def explain_view(pj: dict) -> Group:
@@ -106,6 +108,10 @@ def metrics_table(est: dict) -> Table:
     table.add_row("MFU", f"{100 * est['mfu']:.1f}%", "model FLOP/s ÷ dense peak")
     table.add_row("HFU", f"{100 * est['hfu']:.1f}%", "hardware FLOP/s ÷ dense peak")
     table.add_row("pipeline bubble", f"{100 * est['bubble_frac']:.1f}%", "bubble time ÷ iteration")
+    if "train_days" in est:
+        from planner.report_run import cost_rows
+        for row in cost_rows(est):
+            table.add_row(*row)
     return table
 
 
@@ -185,7 +191,7 @@ def search_view(result, ctx, gpus: int) -> Group:
     show_cp = any(pj["parallel"]["cp"] > 1 for pj in result.plans)
     show_ep = ctx.model.is_moe
     cols = ["#", "TP", "PP", "DP"] + (["CP"] if show_cp else []) + (["EP", "ETP"] if show_ep else []) + [
-        "b", "VPP", "recompute", "SP", "DO", f"mem GiB/{cap:g}", "iter s", "tokens/s", "TFLOP/s", "MFU", "bubble"]
+        "b", "VPP", "recompute", "SP", "DO", f"mem GiB/{cap:g}", "iter s", "tokens/s", "TFLOP/s", "MFU", "bubble", "days"]
     for c in cols:
         table.add_column(c, justify="left" if c == "recompute" else "right", no_wrap=True)
     for pj in result.plans:
@@ -196,10 +202,13 @@ def search_view(result, ctx, gpus: int) -> Group:
         row += [str(par["ep"]), str(par["etp"])] if show_ep else []
         row += [str(par["micro_batch"]), str(par["vpp"]), par["recompute"], "on" if par["sequence_parallel"] else "-",
                 optimizer, f"{est['peak_memory_gib']:.1f}", f"{est['iteration_s']:.2f}", f"{est['tokens_per_s']:,.0f}",
-                f"{est['tflops_per_gpu']:.0f}", f"{100 * est['mfu']:.1f}%", f"{100 * est['bubble_frac']:.1f}%"]
+                f"{est['tflops_per_gpu']:.0f}", f"{100 * est['mfu']:.1f}%", f"{100 * est['bubble_frac']:.1f}%",
+                f"{est.get('train_days', float('nan')):,.1f}"]
         table.add_row(*row)
     rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     foot = Text(f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected — {rejected or 'none'}\n"
                 "DO = distributed optimizer (fsdp: Megatron FSDP); TFLOP/s and MFU count model FLOPs (no recomputation)"
-                f"{', against the BF16 peak' if ctx.options.fp8 else ''}. `megaplan explain` with a plan's options shows every term.")
+                f"{', against the BF16 peak' if ctx.options.fp8 else ''}; days to train "
+                f"{result.plans[0]['estimate'].get('train_tokens', 300e9) / 1e9:g}B tokens (--tokens). "
+                "`megaplan explain` with a plan's options shows every term.")
     return Group(table, foot)

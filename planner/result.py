@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Context, Evaluation, _Letters, stage_memory_bytes
+from planner.costs.train_cost import train_cost_terms
 from planner.grid import PlanGrid
 from planner.hardware.spec import GIB
 from planner.plan import ParallelPlan
@@ -24,10 +25,15 @@ TIME_INFO = {
                 "Narayanan 2021 App. (GEMM FLOPs); roofline with calibrated η"),
     "backward": ("m × (2 × forward GEMMs + attention-core backward + 2 × elementwise)", "Narayanan 2021 App.: backward = 2 × forward"),
     "recompute": ("m × (one more layer forward under full; attention core under selective)", "Korthikanti 2022 §5"),
-    "tp_comm": ("m × layers × (2 fwd + 2 bwd [+2 recompute]) all-reduces (AG+RS with SP) of b·s·h on NVLink",
+    "tp_comm": ("m × layers × (2 fwd + 2 bwd [+2 recompute]) all-reduces (AG+RS with SP) of b·s·h on NVLink, less overlap",
                 "Narayanan 2021 §4.1; Korthikanti 2022 §4.2.2; ring cost Thakur et al. 2005"),
+    "cp_comm": ("m × layers × (c−1) ring steps of K,V chunks, each beyond its attention compute",
+                "Ring Attention (Liu et al. 2023); Megatron-Core context parallelism"),
+    "moe_comm": ("m × MoE layers × token dispatch + combine (all-to-all over ep, or all-gather), fwd and bwd",
+                 "Megatron-Core moe/token_dispatcher.py"),
     "pp_comm": ("exposed p2p transfers × (b·s·h[/t] bytes / β + α)", "Narayanan 2021 §4.1, §2.2"),
-    "dp_comm": ("gradient all-reduce (or RS + AG) of the stage's parameters over d, minus what overlap hides",
+    "dp_comm": ("gradient all-reduce (or RS + AG) of the stage's parameters over d·c (experts over expert-DP), "
+                "minus what overlap hides; Megatron FSDP: per-layer gathers beyond compute",
                 "Megatron-LM distributed optimizer; reference/formulas.md §10"),
     "embedding_comm": ("all-reduce of tied word-embedding grads between first and last stage",
                        "Megatron-LM finalize_model_grads.py"),
@@ -80,6 +86,7 @@ def plan_json(ctx: Context, gpus: int, grid: PlanGrid, ev: Evaluation, i: int, b
         "num_microbatches": float(ev.m[i]),
         "memory": {k: float(ev.memory[k][i]) / GIB for k in (*MEMORY_TERMS, "total")},
         "time": {k: float(ev.time[k][i]) for k in TIME_TERMS},
+        **train_cost_terms(tokens / it, gpus, tdp_watts=ctx.hardware.gpu.tdp_watts),  # 300B tokens unless re-filled
     }
     return {
         "model": ctx.model.name,

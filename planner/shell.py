@@ -542,6 +542,15 @@ def _ansi_c(text: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), text)
 
 
+def _flatten(parts: list) -> list:
+    """bashlex packs a second and later ``elif`` into a reservedword whose word is a list."""
+    out = []
+    for p in parts:
+        nested = p.kind == "reservedword" and isinstance(p.word, list)
+        out.extend(_flatten(p.word) if nested else [p])
+    return out
+
+
 class _Interp:
     """Walk bashlex trees tracking variables only; record the first Megatron-LM launch."""
 
@@ -623,7 +632,7 @@ class _Interp:
 
     def run_if(self, parts: list) -> bool:
         segments: list[tuple[str, list]] = []
-        for p in parts:
+        for p in _flatten(parts):
             if p.kind == "reservedword" and p.word in ("if", "then", "elif", "else", "fi"):
                 segments.append((p.word, []))
             elif segments:

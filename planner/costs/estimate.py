@@ -29,8 +29,8 @@ ADAM_BYTES_PER_PARAM = {  # HBM traffic of one Adam step per (sharded) parameter
     "fp16": 2 + 4 + 8 + 8 + 8 + 2 + 4,  # plus reading the fp16 grad into the fp32 main grad
     "fp32": 4 + 8 + 8 + 8 + 4,
 }
-TIME_TERMS = ("forward", "backward", "recompute", "tp_comm", "pp_comm", "dp_comm", "embedding_comm",
-              "bubble", "optimizer")
+TIME_TERMS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "moe_comm", "pp_comm", "dp_comm",
+              "embedding_comm", "bubble", "optimizer")
 _Letters = Letters  # the name earlier code and tests use
 
 
@@ -103,8 +103,8 @@ def evaluate(grid: PlanGrid, ctx: Context) -> Evaluation:
 
     step = stage_step(lt, ctx, rep)
     fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, mem, n), 0.0)
-    fwd, bwd, rec, tp = step["fwd"], step["bwd"], step["recompute"], step["tp"]
-    per_mb = fwd + bwd + rec + tp + fsdp
+    fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
+    per_mb = fwd + bwd + rec + tp + cp + mo + fsdp
     slow_col = np.argmax(per_mb, axis=1)
     slowest = per_mb[rows, slow_col][:, None]
     total = stage_time_sum(per_mb[:, :1], per_mb[:, 1:2], per_mb[:, 2:3], lt.p, np.maximum(lt.p - 2, 0))
@@ -132,7 +132,7 @@ def evaluate(grid: PlanGrid, ctx: Context) -> Evaluation:
         return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
 
     time = {"forward": lt.m * pick(fwd), "backward": lt.m * pick(bwd), "recompute": lt.m * pick(rec),
-            "tp_comm": lt.m * pick(tp), "pp_comm": pp, "dp_comm": dp + lt.m * pick(fsdp),
+            "tp_comm": lt.m * pick(tp), "cp_comm": lt.m * pick(cp), "moe_comm": lt.m * pick(mo), "pp_comm": pp, "dp_comm": dp + lt.m * pick(fsdp),
             "embedding_comm": embedding, "bubble": bubble, "optimizer": optimizer}
     time = {k: np.broadcast_to(v, (len(grid), 1))[:, 0].astype(float) for k, v in time.items()}
     iteration = sum(time[k] for k in TIME_TERMS)
@@ -170,8 +170,9 @@ def stage_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
     pp_link = group_link(ctx.hardware, 2, lt.t * lt.c * lt.d)
     p2p = comm.pp_p2p_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, pp_link, tp_link, activation_bytes=lt.act_bytes,
                              sequence_parallel=lt.sp, scatter_gather=ctx.options.pp_scatter_gather)
-    forward = step["fwd"] + step["tp_fwd"]
-    backward = step["bwd"] + step["recompute"] + step["tp"] - step["tp_fwd"]
+    comm_all = step["tp"] + step["cp"] + step["moe"]
+    forward = step["fwd"] + step["comm_fwd"]
+    backward = step["bwd"] + step["recompute"] + comm_all - step["comm_fwd"]
     return {"forward": forward[0], "backward": backward[0], "p2p": float(np.asarray(p2p).reshape(-1)[0])}
 
 
@@ -180,6 +181,7 @@ def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
     communication; the backward includes recomputation (as Korthikanti et al. 2022 Table 4 times it)."""
     lt = Letters(grid, ctx)
     times = layer_times(lt, ctx)
-    forward = times["fwd"] + times["tp_fwd"]
-    backward = times["bwd"] + times["recompute"] + times["tp"] - times["tp_fwd"]
+    forward = times["fwd"] + times["tp_fwd"] + times["cp_fwd"] + times["moe_fwd"]
+    backward = (times["bwd"] + times["recompute"] + times["tp"] + times["cp"] + times["moe"]
+                - times["tp_fwd"] - times["cp_fwd"] - times["moe_fwd"])
     return {"forward": forward[:, 0], "backward": backward[:, 0]}

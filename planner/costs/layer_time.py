@@ -67,9 +67,9 @@ def _cp_ring_exposed(lt: Letters, ctx: Context, core_fwd, core_bwd) -> tuple[np.
 
 
 def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[str, np.ndarray]:
-    """Per-layer, per-micro-batch times (seconds): compute ``fwd``/``bwd``/``recompute``, TP
-    communication ``tp`` (forward, backward, recompute) and ``tp_fwd``, and context-parallel and MoE
-    dispatcher communication folded into ``tp`` as exposed model-parallel traffic."""
+    """Per-layer, per-micro-batch times (seconds): compute ``fwd``/``bwd``/``recompute``; exposed
+    TP collectives ``tp``, context-parallel ring ``cp`` and MoE token dispatch ``moe`` (forward,
+    backward and recompute), with their forward parts ``*_fwd``."""
     cal, gpu, opts = ctx.hardware.calibration, ctx.hardware.gpu, ctx.options
     hbm = gpu.hbm_bytes_per_s * cal.memory_efficiency
     gemms = flops.layer_gemms(lt.b, lt.s, lt.h, lt.a, lt.g, lt.dh, lt.f, lt.t, lt.c, gated=lt.gated)
@@ -110,10 +110,10 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
     tp_fwd = np.where(lt.sp, hidden, tp_raw) if opts.tp_comm_overlap else tp_raw
     tp_bwd = hidden if opts.async_tp_comm or opts.tp_comm_overlap else tp_raw
     cp_fwd, cp_bwd = _cp_ring_exposed(lt, ctx, core_fwd, core_bwd)
-    model_fwd = tp_fwd + cp_fwd + dispatch
-    model_bwd = tp_bwd + cp_bwd + dispatch
+    again = np.where(lt.rc == 2, 2.0, 1.0)  # full recompute runs the forward's communication once more
     return {"fwd": fwd, "bwd": bwd, "recompute": recompute, "linear": linear,
-            "tp": model_fwd * np.where(lt.rc == 2, 2.0, 1.0) + model_bwd, "tp_fwd": model_fwd}
+            "tp": tp_fwd * again + tp_bwd, "cp": cp_fwd * again + cp_bwd, "moe": dispatch * (again + 1),
+            "tp_fwd": tp_fwd, "cp_fwd": cp_fwd, "moe_fwd": dispatch + 0 * tp_fwd}
 
 
 def head_times(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
@@ -134,8 +134,8 @@ def head_times(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
 
 
 def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
-    """One micro-batch through stage i: compute forward, backward, recomputation and model-parallel
-    communication (TP, CP, MoE dispatch), its forward part ``tp_fwd``, and the layers' ``linear`` time."""
+    """One micro-batch through stage i: compute forward, backward, recomputation; exposed TP, CP and
+    MoE-dispatch communication, their forward share ``comm_fwd``; and the layers' ``linear`` time."""
     n, first, last = lt.stage_info(i)
     dense = layer_times(lt, ctx)
     per = dense if not lt.moe_frac else {
@@ -143,12 +143,14 @@ def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
     head = head_times(lt, ctx)
     tp_edge = comm.tp_layer_comm_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, group_link(ctx.hardware, lt.t, 1),
                                         activation_bytes=lt.act_bytes, sequence_parallel=lt.sp) / 2
+    fwd_comm = n * (per["tp_fwd"] + per["cp_fwd"] + per["moe_fwd"]) + first * tp_edge
     return {
         "fwd": n * per["fwd"] + first * head["embedding_fwd"] + last * head["head_fwd"],
         "bwd": n * per["bwd"] + first * head["embedding_bwd"] + last * head["head_bwd"],
         "recompute": n * per["recompute"],
         # one collective each for the embedding (first stage) and the output layer (last stage)
         "tp": n * per["tp"] + (first.astype(float) + last) * tp_edge,
-        "tp_fwd": n * per["tp_fwd"] + first * tp_edge,
+        "cp": n * per["cp"], "moe": n * per["moe"],
+        "comm_fwd": fwd_comm,  # the forward's share of tp + cp + moe
         "linear": n * per["linear"],
     }

@@ -1,0 +1,112 @@
+"""Two plans side by side: every plan field, memory term, time term and throughput figure, with
+the difference B − A, the ratio B/A and which plan is better on that line."""
+
+from __future__ import annotations
+
+from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS
+
+PLAN_FIELDS = ("gpus", "tp", "pp", "dp", "vpp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer",
+               "precision", "attention_kernel", "global_batch", "seq_len", "hardware", "model")
+# (key in estimate, label, unit, which way is better)
+METRICS = (
+    ("iteration_s", "iteration", "s", "lower"),
+    ("tokens_per_s", "tokens/s", "", "higher"),
+    ("tflops_per_gpu", "TFLOP/s per GPU (model)", "", "higher"),
+    ("mfu", "MFU", "frac", "higher"),
+    ("bubble_frac", "pipeline bubble", "frac", "lower"),
+    ("peak_memory_gib", "peak memory", "GiB", "lower"),
+    ("train_days", "days to train", "", "lower"),
+    ("gpu_hours", "GPU-hours", "", "lower"),
+    ("cost", "cost", "", "lower"),
+    ("energy_mwh", "energy (GPUs)", "MWh", "lower"),
+)
+
+
+def _field(pj: dict, name: str):
+    if name in ("gpus", "hardware", "model"):
+        return pj[name]
+    for section in ("parallel", "options", "training"):
+        if name in pj.get(section, {}):
+            return pj[section][name]
+    return None
+
+
+def _row(section: str, name: str, unit: str, a, b, better_when: str | None) -> dict:
+    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
+    delta = b - a if numeric else None
+    ratio = b / a if numeric and a else None
+    better = None
+    if numeric and better_when and abs(b - a) > 1e-9 * max(abs(a), abs(b), 1e-300):
+        better = "b" if (b < a) == (better_when == "lower") else "a"
+    return {"section": section, "name": name, "unit": unit, "a": a, "b": b, "delta": delta, "ratio": ratio,
+            "differs": a != b, "better": better}
+
+
+def compare_plans(a: dict, b: dict) -> dict:
+    """Rows for plan fields (no better/worse), memory terms (GiB, lower is better), time terms
+    (seconds per iteration, lower is better) and throughput/cost figures."""
+    ea, eb = a["estimate"], b["estimate"]
+    rows = [_row("plan", f, "", _field(a, f), _field(b, f), None) for f in PLAN_FIELDS]
+    rows += [_row("memory", k, "GiB", ea["memory"][k], eb["memory"][k], "lower") for k in (*MEMORY_TERMS, "total")]
+    rows += [_row("time", k, "s", ea["time"][k], eb["time"][k], "lower") for k in TIME_TERMS]
+    rows += [_row("throughput", label, unit, ea.get(k), eb.get(k), way) for k, label, unit, way in METRICS]
+    it_a, it_b = ea["iteration_s"], eb["iteration_s"]
+    summary = {"speedup_b_over_a": it_a / it_b, "faster": "a" if it_a < it_b else "b" if it_b < it_a else None}
+    return {"a": a, "b": b, "rows": rows, "summary": summary}
+
+
+def request_dict(req) -> dict:
+    """The plan JSON fields that rebuild a request (``planner.api.request_from_plan``)."""
+    return {"model": req.ctx.model.name, "model_spec": req.ctx.model.model_dump(mode="json"), "gpus": req.gpus,
+            "training": req.ctx.training.model_dump(mode="json"), "parallel": req.plan.model_dump(mode="json"),
+            "options": req.ctx.options.model_dump(mode="json")}
+
+
+SPLIT_FLAGS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+LAYER_FLAGS = {"decoder_first_pipeline_num_layers": "first_stage_layers", "decoder_last_pipeline_num_layers": "last_stage_layers"}
+WORLD_FIELDS = ("tp", "pp", "cp", "gpus")
+
+
+def override_request(req, overrides: dict):
+    """``req`` with some plan options changed (names as the CLI's plan options: tp, recompute,
+    attention_kernel, gpus, hardware, model, global_batch, …). dp is derived again when the
+    world or the model-parallel sizes change and dp is not given; N = tp·cp·pp·dp when dp is
+    given without gpus."""
+    from planner import api
+    from planner.errors import PlannerError
+    from planner.plan import ParallelPlan, PlanOptions, StageSplit, TrainingSpec
+
+    data = request_dict(req)
+    hardware = overrides.pop("hardware", None) or req.ctx.hardware
+    if "model" in overrides:
+        data["model"] = overrides.pop("model")
+        data.pop("model_spec")
+    par = data["parallel"]
+    if any(k in overrides for k in SPLIT_FLAGS):
+        old = StageSplit(par["stage_split"])
+        emb = overrides.pop(SPLIT_FLAGS[0], old.embedding_counted)
+        loss = overrides.pop(SPLIT_FLAGS[1], old.loss_counted)
+        par["stage_split"] = {(False, False): "even", (True, False): "embedding", (False, True): "loss",
+                              (True, True): "embedding+loss"}[(bool(emb), bool(loss))]
+    for flag, field in LAYER_FLAGS.items():
+        if flag in overrides:
+            par[field] = overrides.pop(flag)
+    if "dp" in overrides and "gpus" not in overrides:
+        data["gpus"] = None  # N = tp·cp·pp·dp
+    elif any(k in overrides for k in WORLD_FIELDS) and "dp" not in overrides:
+        par.pop("dp")        # derived again below
+    if "gpus" in overrides:
+        data["gpus"] = overrides.pop("gpus")
+    for name, value in overrides.items():
+        for section, spec in (("parallel", ParallelPlan), ("options", PlanOptions), ("training", TrainingSpec)):
+            if name in spec.model_fields:
+                data[section][name] = value
+                break
+        else:
+            raise PlannerError(f"option {name.replace('_', '-')!r} cannot change one side of a comparison")
+    if "dp" not in par:
+        mp = par["tp"] * par["pp"] * par.get("cp", 1)
+        if data["gpus"] % mp:
+            raise PlannerError(f"--gpus {data['gpus']} is not divisible by tp·pp·cp = {mp}")
+        par["dp"] = data["gpus"] // mp
+    return api.request_from_plan(data, hardware=hardware)

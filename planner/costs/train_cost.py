@@ -1,0 +1,53 @@
+"""Time, GPU-hours, money and energy to train on a number of tokens at a plan's throughput.
+
+    train_s    = T / (tokens/s)                    (T tokens at the predicted throughput)
+    GPU-hours  = n · train_s / 3600
+    cost       = GPU-hours × price per GPU-hour
+    energy     = GPU-hours × TDP                   (GPUs only, at their rated board power)
+
+For GPT-3-like models tokens/s = n·X/(8·P) under full recomputation, which turns the first line
+into Narayanan et al. 2021 Eq. 4, training time ≈ 8·T·P/(n·X). The energy counts the GPUs only, at
+their thermal design power (the hardware preset's ``gpu.tdp_watts``): no CPUs, network, storage
+or cooling (PUE); it is None where the preset gives no power.
+"""
+
+from __future__ import annotations
+
+SECONDS_PER_DAY = 86_400
+SECONDS_PER_HOUR = 3_600
+WATT_HOURS_PER_MWH = 1e6
+DEFAULT_TRAIN_TOKENS = 300e9  # GPT-3's 300B training tokens (Brown et al. 2020; Narayanan et al. 2021 §5.1)
+
+
+def train_time_s(tokens: float, tokens_per_s: float) -> float:
+    """Seconds to process ``tokens`` at ``tokens_per_s``."""
+    return tokens / tokens_per_s
+
+
+def narayanan_eq4_s(tokens: float, params: float, gpus: int, flops_per_gpu: float) -> float:
+    """Narayanan et al. 2021 Eq. 4: end-to-end training time ≈ 8·T·P/(n·X) seconds."""
+    return 8 * tokens * params / (gpus * flops_per_gpu)
+
+
+def train_cost_terms(tokens_per_s: float, gpus: int, *, tokens: float = DEFAULT_TRAIN_TOKENS,
+                     gpu_hour_price: float | None = None, tdp_watts: float | None = None) -> dict:
+    """The plan JSON's time-and-cost keys: train_tokens, train_days, gpu_hours, gpu_hour_price,
+    cost (None without a price) and energy_mwh (None without a TDP)."""
+    seconds = train_time_s(tokens, tokens_per_s)
+    gpu_hours = gpus * seconds / SECONDS_PER_HOUR
+    return {
+        "train_tokens": tokens,
+        "train_days": seconds / SECONDS_PER_DAY,
+        "gpu_hours": gpu_hours,
+        "gpu_hour_price": gpu_hour_price,
+        "cost": gpu_hours * gpu_hour_price if gpu_hour_price is not None else None,
+        "energy_mwh": gpu_hours * tdp_watts / WATT_HOURS_PER_MWH if tdp_watts is not None else None,
+    }
+
+
+def with_train_cost(pj: dict, *, tokens: float, gpu_hour_price: float | None, tdp_watts: float | None) -> dict:
+    """Refill a plan JSON's time-and-cost keys for another token count or price (in place; returned)."""
+    est = pj["estimate"]
+    est.update(train_cost_terms(est["tokens_per_s"], pj["gpus"], tokens=tokens, gpu_hour_price=gpu_hour_price,
+                                tdp_watts=tdp_watts))
+    return pj

@@ -1,0 +1,68 @@
+"""Scaling sweep: the best plan at each cluster size, with its throughput and scaling efficiency.
+
+Scaling efficiency is throughput per GPU relative to the smallest size that has a plan:
+(tokens/s ÷ N) / (tokens/s₀ ÷ N₀) — 100 % is linear scaling. Every size is an independent search
+(``planner.search.search``) with the same pins and options, so a size can change the plan.
+"""
+
+from __future__ import annotations
+
+import re
+
+from planner.costs.estimate import Context
+from planner.costs.train_cost import with_train_cost
+from planner.errors import InfeasibleError, PlannerError
+from planner.search import Pins, search
+
+MAX_SWEEP_SIZES = 32
+
+
+def parse_gpu_sizes(text: str) -> list[int]:
+    """``64,128,256`` (a list) or ``64:4096`` (doubling from the first to at most the second)."""
+    text = text.strip()
+    doubling = re.fullmatch(r"(\d+)\s*:\s*(\d+)", text)
+    if doubling:
+        lo, hi = int(doubling.group(1)), int(doubling.group(2))
+        if lo < 1 or hi < lo:
+            raise PlannerError(f"--gpus {text!r}: a range LO:HI needs 1 ≤ LO ≤ HI (doubling from LO), e.g. 64:4096")
+        sizes = [lo]
+        while sizes[-1] * 2 <= hi:
+            sizes.append(sizes[-1] * 2)
+    elif re.fullmatch(r"\d+(\s*,\s*\d+)*\s*,?", text):
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+        if any(n < 1 for n in sizes):
+            raise PlannerError(f"--gpus {text!r}: every size must be a positive integer")
+        sizes = sorted(set(sizes))
+    else:
+        raise PlannerError(f"--gpus {text!r}: expected a list like 64,128,256 or a doubling range like 64:4096")
+    if len(sizes) > MAX_SWEEP_SIZES:
+        raise PlannerError(f"--gpus {text!r} gives {len(sizes)} sizes; at most {MAX_SWEEP_SIZES} per sweep")
+    return sizes
+
+
+def sweep(ctx: Context, sizes: list[int], pins: Pins = Pins(), *, tokens: float, gpu_hour_price: float | None = None,
+          memory_headroom: float = 0.0, skip_infeasible: bool = False) -> dict:
+    """The fastest plan at every size. A size with no legal plan that fits raises InfeasibleError
+    naming it, unless ``skip_infeasible``: then its row has ``plan: None`` and the reason."""
+    rows: list[dict] = []
+    for n in sizes:
+        try:
+            result = search(ctx, n, pins, top=1, memory_headroom=memory_headroom)
+        except InfeasibleError as err:
+            if not skip_infeasible:
+                raise InfeasibleError(f"no plan on {n} GPUs: {err} (pass --skip-infeasible to list such sizes as rows)") from err
+            rows.append({"gpus": n, "plan": None, "no_plan": str(err), "scaling_efficiency": None})
+            continue
+        pj = with_train_cost(result.plans[0], tokens=tokens, gpu_hour_price=gpu_hour_price,
+                             tdp_watts=ctx.hardware.gpu.tdp_watts)
+        rows.append({"gpus": n, "plan": pj, "no_plan": None, "scaling_efficiency": None})
+    planned = [r for r in rows if r["plan"]]
+    if not planned:
+        raise InfeasibleError(f"no plan at any size of the sweep ({', '.join(str(n) for n in sizes)} GPUs); "
+                              f"the first: {rows[0]['no_plan']}")
+    base = planned[0]
+    per_gpu0 = base["plan"]["estimate"]["tokens_per_s"] / base["gpus"]
+    for r in planned:
+        r["scaling_efficiency"] = r["plan"]["estimate"]["tokens_per_s"] / r["gpus"] / per_gpu0
+    return {"model": ctx.model.name, "hardware": ctx.hardware.name, "train_tokens": tokens, "baseline_gpus": base["gpus"],
+            "rows": rows}
