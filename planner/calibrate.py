@@ -1,8 +1,8 @@
 """Fit the hardware presets' few efficiency factors to the published runs.
 
-One calibration per GPU generation, never per-run factors: minimise the sum of squared log
-errors of the runs' published metrics (one metric per run) with Nelder-Mead over the factors,
-each mapped to an unbounded variable (logit for fractions, log for the GEMM half dimension).
+One calibration per GPU generation, never per-run factors: minimise the mean squared log error
+of the runs' published metrics (one metric per run) with Nelder-Mead over the factors, each
+mapped to an unbounded variable by a logit of its position inside its physical range (BOUNDS).
 """
 
 from __future__ import annotations

@@ -492,6 +492,7 @@ def _plan_flags(**kw) -> None:
 def _side_overrides(text: str | None, side: str) -> dict:
     """The plan options a --a/--b string sets explicitly (their values, by parameter name)."""
     import shlex
+
     from click.core import ParameterSource
     if not text:
         return {}
@@ -538,8 +539,9 @@ def compare(click_ctx: click.Context, plan_files: tuple[str, ...], a_args: str |
         megaplan compare plans.json#1 plans.json#2
         megaplan compare --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --a '--recompute full' --b '--recompute selective --sequence-parallel'
     """
-    from planner import compare as cmp, report_run
     from click.core import ParameterSource
+
+    from planner import compare as cmp, report_run
     a_over, b_over = _side_overrides(a_args, "a"), _side_overrides(b_args, "b")
     shared = [k for k in kw if k not in ("tokens", "gpu_hour_price")
               and click_ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE]

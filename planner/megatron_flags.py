@@ -24,7 +24,7 @@ from typing import Mapping
 from planner.errors import PlannerError
 
 __all__ = [
-    "ALIASES", "Alias", "ArgSpec", "MegatronArgError", "MegatronArgs", "UnknownMegatronFlag",
+    "ALIASES", "DROPPED_DESTS", "Alias", "ArgSpec", "MegatronArgError", "MegatronArgs", "UnknownMegatronFlag",
     "argument_specs", "flag_table", "megatron_source", "parse_megatron_argv", "validate_flag_set",
 ]
 
@@ -132,8 +132,8 @@ _ALIAS_LIST: tuple[Alias, ...] = (
     _alias("--use-flash-attn", "--attention-backend flash",
            "2022-2026 flag of the legacy model; still parsed but ignored since May 2026",
            {"attention_backend": "flash"}),
-    _alias("--fp8-hybrid", "--fp8-format hybrid", "2022-2023 flag", {"fp8_format": "hybrid"}),
-    _alias("--fp8-e4m3", "--fp8-format e4m3", "2022-2023 flag", {"fp8_format": "e4m3"}),
+    _alias("--fp8-hybrid", "--fp8-format hybrid", "2022-2023 flag", {"fp8": "hybrid"}),
+    _alias("--fp8-e4m3", "--fp8-format e4m3", "2022-2023 flag", {"fp8": "e4m3"}),
     _alias("--enable-cuda-graph", "--cuda-graph-impl local", "deprecated by today's validate_args",
            {"cuda_graph_impl": "local"}),
     _alias("--external-cuda-graph", "--cuda-graph-impl transformer_engine",
@@ -191,6 +191,11 @@ _ALIAS_LIST: tuple[Alias, ...] = (
 )
 ALIASES: Mapping[str, Alias] = {a.flag: a for a in _ALIAS_LIST}
 """Old or deprecated flag -> :class:`Alias` (what today's Megatron-LM calls it)."""
+
+DROPPED_DESTS = frozenset({
+    "ddp_impl", "scatter_gather_tensors_in_pipeline", "use_contiguous_buffers_in_local_ddp",
+    "async_tensor_model_parallel_allreduce", "data_impl", "use_legacy_models"})
+"""Destinations only old flags set: today's parser has no argument for them."""
 
 
 @functools.cache

@@ -75,7 +75,7 @@ def schedule_figure(tl: Timeline, title: str, option: str = "--schedule-file"):
                     coll = ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=colors[chunk % len(colors)],
                                           edgecolors="white", linewidth=edge)
                     coll.set_gid(f"stage{i}-{kind}-chunk{chunk}")
-        sends = [(t.start_s, t.end_s - t.start_s) for t in tl.transfers if t.src == i and t.blocking]
+        sends = [(t.start_s, t.end_s - t.start_s) for t in tl.stage_sends(i) if t.blocking]
         if sends:
             ax.broken_barh(sends, (y - 0.15, 0.3), facecolors=COMM_COLOR).set_gid(f"stage{i}-p2p")
         t0 = tl.pipeline_s

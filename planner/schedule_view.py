@@ -82,8 +82,6 @@ class ScheduleView:
         if tl.p > MAX_STAGE_ROWS:
             half = MAX_STAGE_ROWS // 2
             shown = shown[:half] + [-1] + shown[-half:]
-        by_stage = {i: tl.stage_ops(i) for i in range(tl.p)}
-        sends = {i: sorted((t for t in tl.transfers if t.src == i), key=lambda t: t.start_s) for i in range(tl.p)}
         for i in shown:
             if i < 0:
                 yield Text(f"{'⋮':>{name_w - 1}}  stages {MAX_STAGE_ROWS // 2}–{tl.p - MAX_STAGE_ROWS // 2 - 1} not shown",
@@ -93,7 +91,7 @@ class ScheduleView:
             for k, (lo, hi) in enumerate(windows):
                 if k:
                     row.append(GAP, style="dim")
-                row.append_text(_row(tl, by_stage[i], sends[i], lo, hi, per_col))
+                row.append_text(_row(tl, tl.stage_ops(i), tl.stage_sends(i), lo, hi, per_col))
             yield row
         yield _ruler(name_w, windows, per_col)
         yield Text.assemble(*_legend(tl))

@@ -48,17 +48,23 @@ class LaunchLine:
 _ARRAY, _COND, _ARITH, _CASE = "__mp_array__", "__mp_cond__", "__mp_arith__", "__mp_case__"
 _OPS = ";&|()<>"
 _STARTERS = {"then", "do", "else", "elif", "if", "while", "until", "{", "!", "time"}
+_KEYWORDS = {"if", "then", "elif", "else", "fi", "while", "until", "do", "done"}
 _ARRAY_RE = re.compile(r"([A-Za-z_]\w*)(\+?)=\(")
 _ENTRY = re.compile(r"^[\w.-]*(?:train|finetune)[\w.-]*\.py$")
 _NOT_LAUNCH = {"echo", "printf", "cat", "mkdir", "cd", "ls", "rm", "cp", "mv", "tee", "touch"}
 _MAX_STEPS, _MAX_DEPTH, _MAX_LOOP = 20000, 8, 256
+_IFS = (" ", "\t", "\n")
+_INT = re.compile(r"-?[0-9]{1,18}")
 
 
 _PAIRS = {"(": ")", "{": "}", "[": "]"}
 
 
 def _close(s: str, i: int) -> int:
-    """Index just after the bracket matching ``s[i]`` (one of ``({[``), skipping quotes."""
+    """Index just after the bracket matching ``s[i]`` (one of ``({[``), skipping quotes.
+
+    Raises :class:`ShellParseError` if it is not closed (bashlex would loop on it).
+    """
     opener, closer, depth = s[i], _PAIRS[s[i]], 0
     while i < len(s):
         c = s[i]
@@ -76,18 +82,25 @@ def _close(s: str, i: int) -> int:
             if depth == 0:
                 return i + 1
         i += 1
-    return len(s)
+    raise ShellParseError(f"unterminated {opener} in {s[max(0, i - 30):][:30].strip()!r}")
 
 
 class _Rewriter:
     """Rewrite shell constructs bashlex cannot parse into marker commands and parameters."""
 
-    def __init__(self, s: str, arith: list[str], cmds: list[str]) -> None:
-        self.s, self.arith, self.cmds, self.heredocs = s, arith, cmds, []
+    def __init__(self, s: str, tables: dict[str, list]) -> None:
+        self.s, self.tables = s, tables
+        self.heredocs: list[tuple[str, bool]] = []
+        self.ifs: list[int] = []  # elifs seen per open if
 
-    def _param(self, table: list[str], text: str, prefix: str) -> str:
-        table.append(text)
-        return "${%s%d}" % (prefix, len(table) - 1)
+    def _param(self, kind: str, value: object) -> str:
+        """Store ``value`` in table ``kind``; bashlex sees only a plain ``${__mp_<kind><n>}``.
+
+        Kinds: ``a`` arithmetic, ``c`` command substitution, ``p`` ``${...}`` expansion
+        (rewritten inner text, original text), ``q`` quoted literal text.
+        """
+        self.tables[kind].append(value)
+        return "${__mp_%s%d}" % (kind, len(self.tables[kind]) - 1)
 
     def dollar(self, i: int) -> tuple[str, int]:
         """Rewrite the expansion starting at ``s[i] == '$'``."""
@@ -95,68 +108,83 @@ class _Rewriter:
         if nxt in ("(", "["):
             j = _close(s, i + 1)
             if s.startswith("$((", i) and s[j - 2:j] == "))":
-                return self._param(self.arith, s[i + 3:j - 2], "__mp_a"), j
+                return self._param("a", s[i + 3:j - 2]), j
             if nxt == "[":
-                return self._param(self.arith, s[i + 2:j - 1], "__mp_a"), j
-            return self._param(self.cmds, s[i:j], "__mp_c"), j
+                return self._param("a", s[i + 2:j - 1]), j
+            return self._param("c", s[i:j]), j
         if nxt == "{":
             j = _close(s, i + 1)
-            return "${" + self.inner(i + 2, j - 1) + "}", j
+            return self._param("p", (self.inner(i + 2, j - 1), s[i:j])), j
+        if nxt == "'":
+            j = i + 2
+            while j < len(s) and s[j] != "'":
+                j += 2 if s[j] == "\\" else 1
+            if j >= len(s):
+                raise ShellParseError("unterminated $' quote")
+            return '"' + self._param("q", _ansi_c(s[i + 2:j])) + '"', j + 1
         return "$", i + 1
 
     def inner(self, i: int, end: int) -> str:
-        """Copy ``s[i:end]`` rewriting nested expansions."""
+        """Copy ``s[i:end]`` (inside double quotes or ``${}``) rewriting nested expansions."""
         out = []
         while i < end:
-            if self.s[i] == "$":
+            c = self.s[i]
+            if c == "$":
                 text, i = self.dollar(i)
-                out.append(text)
+            elif c == "`":
+                text, i = self.backquote(i)
             else:
-                j = i + 2 if self.s[i] == "\\" else i + 1
-                out.append(self.s[i:j])
-                i = j
+                j = i + 2 if c == "\\" else i + 1
+                text, i = self.s[i:j], j
+            out.append(text)
         return "".join(out)
+
+    def backquote(self, i: int) -> tuple[str, int]:
+        j = self.s.find("`", i + 1) + 1
+        if not j:
+            raise ShellParseError("unterminated ` quote")
+        return self._param("c", self.s[i:j]), j
 
     def word(self, i: int) -> tuple[str, int]:
         """Read one shell word from ``i``; return its rewritten text and the index after it."""
         s, out = self.s, []
         while i < len(s) and s[i] not in " \t\n" and s[i] not in _OPS:
-            c, j = s[i], i + 1
-            if c == "\\":
-                j = i + 2
-            elif c == "'":
-                j = s.find("'", i + 1) + 1 or len(s)
+            c = s[i]
+            if c == "'":
+                j = s.find("'", i + 1) + 1
+                if not j:
+                    raise ShellParseError("unterminated ' quote")
+                text = '"' + self._param("q", s[i + 1:j - 1]) + '"'
             elif c == "`":
-                j = s.find("`", i + 1) + 1 or len(s)
-                out.append(self._param(self.cmds, s[i:j], "__mp_c"))
-                i = j
-                continue
+                text, j = self.backquote(i)
             elif c == '"':
                 j = i + 1
                 while j < len(s) and s[j] != '"':
                     j += 2 if s[j] == "\\" else 1
-                out.append('"' + self.inner(i + 1, min(j, len(s))) + '"')
-                i = j + 1
-                continue
+                if j >= len(s):
+                    raise ShellParseError('unterminated " quote')
+                text, j = '"' + self.inner(i + 1, j) + '"', j + 1
             elif c == "$":
-                text, i = self.dollar(i)
-                out.append(text)
-                continue
-            out.append(s[i:j])
+                text, j = self.dollar(i)
+            else:
+                j = i + 2 if c == "\\" else i + 1
+                text = s[i:j]
+            out.append(text)
             i = j
         return "".join(out), i
 
     def heredoc_bodies(self, i: int) -> tuple[str, int]:
-        """Copy pending here-document bodies verbatim from ``i`` (a line start)."""
+        """Skip pending here-document bodies from ``i`` (a line start), keeping their ends."""
         out = []
         for delim, strip in self.heredocs:
             while i < len(self.s):
                 end = self.s.find("\n", i) + 1 or len(self.s)
-                line = self.s[i:end]
-                out.append(line)
-                i = end
+                line, i = self.s[i:end], end
                 if (line.lstrip("\t") if strip else line).rstrip("\n") == delim:
+                    out.append(delim + "\n")
                     break
+            else:
+                raise ShellParseError(f"here-document without its end {delim!r}")
         self.heredocs = []
         return "".join(out), i
 
@@ -183,7 +211,7 @@ class _Rewriter:
                 return "".join(out), i + (3 if s.startswith(";;&", i) else 2)
             elif cmd and s.startswith("((", i):
                 j = _close(s, i)
-                out.append(f"{_ARITH} " + self._param(self.arith, s[i + 2:j - 2], "__mp_a"))
+                out.append(f"{_ARITH} " + self._param("a", s[i + 2:j - 2]))
                 i, cmd = j, False
             elif c in _OPS:
                 i, cmd = self.operator(i, mode, out)
@@ -233,10 +261,24 @@ class _Rewriter:
             out.append(text)
         elif mode == "case" and cmd and word == "esac":
             return True, i, True
+        elif cmd and word in ("if", "elif", "fi"):
+            out.append(self.if_word(word))
+            return False, j, word != "fi"
         else:
             out.append(word)
             return False, j, word in _STARTERS
         return False, j, False
+
+    def if_word(self, word: str) -> str:
+        """``elif`` -> ``else if`` (bashlex mislays positions in second and later elifs)."""
+        if word == "if":
+            self.ifs.append(0)
+        elif word == "elif" and self.ifs:
+            self.ifs[-1] += 1
+            return "else if"
+        elif word == "fi" and self.ifs:
+            return "fi" + "; fi" * self.ifs.pop()
+        return word
 
     def _blank(self, i: int) -> int:
         """Skip blanks, newlines, ``;``, line continuations and comments."""
@@ -265,7 +307,7 @@ class _Rewriter:
                 raise ShellParseError("case without esac")
             word, j = self.word(i)
             if word == "esac":
-                return ("".join(parts) + "fi") if parts else ":", j
+                return "".join(parts) + "; ".join(["fi"] * len(parts)) if parts else ":", j
             i += self.s[i] == "("
             patterns = []
             while True:
@@ -278,7 +320,7 @@ class _Rewriter:
                 if self.s[i - 1] == ")":
                     break
             body, i = self.scan(i, "case")
-            keyword = "elif" if parts else "if"
+            keyword = "else if" if parts else "if"
             parts.append(f"{keyword} {_CASE} {subject} {' '.join(patterns)}; then :\n{body}\n")
 
 
@@ -319,14 +361,14 @@ class _Fields:
         if quoted or not self.split:
             self.lit(text, unres)
             return
-        words = text.split()
-        if text[:1].isspace():
+        words = re.split(r"[ \t\n]+", text.strip(" \t\n")) if text.strip(" \t\n") else []
+        if text[:1] in _IFS:
             self.brk()
         for k, word in enumerate(words):
             if k:
                 self.brk()
             self.lit(word, unres)
-        if words and text[-1:].isspace():
+        if words and text[-1:] in _IFS:
             self.brk()
 
     def values(self, items: list[str], quoted: bool, unres: frozenset[str]) -> None:
@@ -516,7 +558,7 @@ def _count(value: _Field | None, unresolved: dict[str, None]) -> int | None:
         return None
     text = value[0].strip()
     low, _, high = text.partition(":")
-    if low.isdigit() and (not high or high == low):
+    if _INT.fullmatch(low) and (not high or high == low):
         return int(low)
     unresolved.update(dict.fromkeys(sorted(value[1])))
     return None
@@ -542,15 +584,6 @@ def _ansi_c(text: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), text)
 
 
-def _flatten(parts: list) -> list:
-    """bashlex packs a second and later ``elif`` into a reservedword whose word is a list."""
-    out = []
-    for p in parts:
-        nested = p.kind == "reservedword" and isinstance(p.word, list)
-        out.extend(_flatten(p.word) if nested else [p])
-    return out
-
-
 class _Interp:
     """Walk bashlex trees tracking variables only; record the first Megatron-LM launch."""
 
@@ -559,15 +592,15 @@ class _Interp:
         self.pinned = set(self.vars)
         self.directives, self.job = directives, []
         self.funcs: dict[str, object] = {}
-        self.arith_exprs: list[str] = []
-        self.cmds: list[str] = []
+        self.tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": []}
         self.src, self.prefix, self.flags = "", [], []
         self.launch: LaunchLine | None = None
         self.steps = self.depth = 0
+        self.exited = False
 
     # -- walking the tree ---------------------------------------------------------------
     def run_text(self, text: str) -> None:
-        rewritten, _ = _Rewriter(text, self.arith_exprs, self.cmds).scan(0, "top")
+        rewritten, _ = _Rewriter(text, self.tables).scan(0, "top")
         trees = _parse(rewritten) if rewritten.strip() else []
         saved, self.src = self.src, rewritten
         try:
@@ -605,13 +638,13 @@ class _Interp:
             return self.command(node)
         if kind in ("list", "compound", "pipeline"):
             return self.sequence(node.list if kind == "compound" else node.parts)
-        if kind == "if":
-            return self.run_if(node.parts)
+        if kind in ("if", "while", "until"):
+            return self.branch(node.parts)
         if kind == "for":
             return self.run_for(node.parts)
         if kind == "function":
             self.funcs[node.name.word] = node.body
-        return True  # while/until loops and the rest are not run
+        return True
 
     def run_nodes(self, nodes: list) -> bool:
         status = True
@@ -630,17 +663,22 @@ class _Interp:
                 status = self.run(p)
         return status != negate
 
-    def run_if(self, parts: list) -> bool:
+    def branch(self, parts: list) -> bool:
+        """``if``/``elif``/``else``, or one pass of a ``while``/``until`` loop."""
         segments: list[tuple[str, list]] = []
-        for p in _flatten(parts):
-            if p.kind == "reservedword" and p.word in ("if", "then", "elif", "else", "fi"):
+        for p in parts:
+            if p.kind == "reservedword" and p.word in _KEYWORDS:
                 segments.append((p.word, []))
             elif segments:
                 segments[-1][1].append(p)
         for k, (word, nodes) in enumerate(segments):
-            if word in ("if", "elif") and self.run_nodes(nodes):
-                return self.run_nodes(segments[k + 1][1]) if k + 1 < len(segments) else True
-            if word == "else":
+            body = segments[k + 1][1] if k + 1 < len(segments) else []
+            if word in ("if", "elif", "while", "until"):
+                if self.run_nodes(nodes) != (word == "until"):
+                    return self.run_nodes(body)
+                if word in ("while", "until"):
+                    return True
+            elif word == "else":
                 return self.run_nodes(nodes)
         return True
 
@@ -688,7 +726,7 @@ class _Interp:
             return any(fnmatch.fnmatchcase(subject, self.string(p, True)) for p in words[2:])
         if head == _ARITH:
             value = self.string(words[1]) if len(words) > 1 else ""
-            return value.lstrip("-").isdigit() and int(value) != 0
+            return bool(_INT.fullmatch(value)) and int(value) != 0
         return None
 
     def builtin(self, words: list[str], fields: list[_Field]) -> bool:
@@ -702,6 +740,7 @@ class _Interp:
                 return False
             return _Test(args[:-1] if name == "[" else args, False, self.vars).run()
         elif name in ("false", "exit", "return"):
+            self.exited = self.exited or name == "exit"
             if name != "false":
                 raise _Stop if name == "exit" else _Return
             return False
@@ -877,12 +916,6 @@ class _Interp:
                     continue
                 b.lit(nxt) if nxt != "\n" else None
                 i += 2
-            elif raw.startswith("$'", i) and not dq:
-                j = i + 2
-                while j < len(raw) and raw[j] != "'":
-                    j += 2 if raw[j] == "\\" else 1
-                b.lit(_ansi_c(raw[i + 2:j]))
-                i = j + 1
             elif raw.startswith('$"', i) and not dq:
                 i += 1
             elif c == "$":
@@ -939,7 +972,7 @@ class _Interp:
             self.unresolved(rawtext, b, blank)
             return
         pre, name, index, rest = m.groups()
-        if re.fullmatch(r"__mp_[ac]\d+", name):
+        if re.fullmatch(r"__mp_[acpq]\d+", name):
             self.rewritten(name, b, dq, blank)
             return
         var = self.vars.get(name)
@@ -972,16 +1005,21 @@ class _Interp:
         self.put(var, name, index, rawtext, b, dq, blank)
 
     def rewritten(self, name: str, b: _Fields, dq: bool, blank: bool) -> None:
-        """Expand a rewriter parameter: ``$((expr))`` (evaluated) or ``$(cmd)`` (never run)."""
-        k = int(name[6:])
-        if name[5] == "c":
-            self.unresolved(self.cmds[k], b, blank)
-            return
-        value, names = self.arith(self.arith_exprs[k])
-        if value is None:
-            self.unresolved(f"$(({self.arith_exprs[k]}))", b, blank, names or None)
+        """Expand a rewriter parameter: arithmetic (evaluated), command substitution (never
+        run), a ``${...}`` expansion or quoted literal text."""
+        kind, entry = name[5], self.tables[name[5]][int(name[6:])]
+        if kind == "q":
+            b.lit(entry)
+        elif kind == "p":
+            self.braced(entry[0], entry[1], b, dq, blank)
+        elif kind == "c":
+            self.unresolved(entry, b, blank)
         else:
-            b.value(str(value), dq)
+            value, names = self.arith(entry)
+            if value is None:
+                self.unresolved(f"$(({entry}))", b, blank, names or None)
+            else:
+                b.value(str(value), dq)
 
     def default(self, var: _Var | None, name: str, index: str | None, op: str, word: str,
                 rawtext: str, b: _Fields, dq: bool, blank: bool) -> None:
@@ -1053,4 +1091,6 @@ def extract_launch(text: str, env: Mapping[str, str] | None = None) -> LaunchLin
         return interp.launch
     if interp.flags:
         return interp.make_launch([], interp.flags, None)
-    raise ShellParseError("no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found")
+    where = " before the script's exit" if interp.exited else ""
+    raise ShellParseError(
+        f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}")

@@ -38,6 +38,7 @@ the timeline appends them (from the estimate) as a tail common to all stages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -90,11 +91,30 @@ class Timeline:
     def iteration_s(self) -> float:
         return self.pipeline_s + sum(self.tail_s.values())
 
+    @cached_property
+    def _by_stage(self) -> dict[int, list[Op]]:
+        out: dict[int, list[Op]] = {i: [] for i in range(self.p)}
+        for op in self.ops:  # sorted by stage, then start
+            out[op.stage].append(op)
+        return out
+
+    @cached_property
+    def _sends(self) -> dict[int, list[Transfer]]:
+        out: dict[int, list[Transfer]] = {i: [] for i in range(self.p)}
+        for t in sorted(self.transfers, key=lambda t: t.start_s):
+            out[t.src].append(t)
+        return out
+
+    def stage_sends(self, stage: int) -> list[Transfer]:
+        """The transfers a stage sends, in time order."""
+        return self._sends[stage]
+
     def stage_ops(self, stage: int) -> list[Op]:
-        return [op for op in self.ops if op.stage == stage]
+        """The operations of one stage in time order."""
+        return self._by_stage[stage]
 
     def busy_s(self, stage: int) -> float:
-        return sum(op.duration_s for op in self.ops if op.stage == stage)
+        return sum(op.duration_s for op in self._by_stage[stage])
 
     def to_json(self, events: bool = True) -> dict:
         out = {"p": self.p, "m": self.m, "vpp": self.vpp, "pipeline_s": self.pipeline_s, "tail_s": dict(self.tail_s),

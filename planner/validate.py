@@ -185,10 +185,11 @@ def _era_pins(run: Run):
     from planner.plan import Recompute
     from planner.search import Pins
     if run.source == N21:
-        return Pins(sequence_parallel=False, distributed_optimizer=False, recompute=(Recompute.NONE, Recompute.FULL))
+        return Pins(sequence_parallel=False, distributed_optimizer=False, fsdp=False,
+                    recompute=(Recompute.NONE, Recompute.FULL))
     if run.source == K22:
-        return Pins(distributed_optimizer=False)
-    return Pins()
+        return Pins(distributed_optimizer=False, fsdp=False)
+    return Pins(fsdp=False)  # Megatron-Core r0.8.0 had no Megatron FSDP
 
 
 def regret(run: Run) -> dict:
@@ -202,7 +203,8 @@ def regret(run: Run) -> dict:
     best = search(req.ctx, req.gpus, pins, top=1).plans[0]
     same = search(req.ctx, req.gpus, replace(pins, recompute=req.plan.recompute,
                                               sequence_parallel=req.plan.sequence_parallel), top=1).plans[0]
-    keys = ("tp", "pp", "dp", "vpp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer", "stage_split")
+    keys = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer", "fsdp",
+            "stage_split")
     return {"published_plan_s": published, "best_plan_s": best["estimate"]["iteration_s"],
             "speedup_pct": 100 * (published / best["estimate"]["iteration_s"] - 1),
             "best_plan": {k: best["parallel"][k] for k in keys},

@@ -35,7 +35,7 @@ def gemm_time_s(gemm: Gemm, *, peak_flops_per_s: float, eta_max: float, half_dim
 
 def elementwise_bytes(b: ArrayLike, s: int, h: int, a: int, f: int, t: ArrayLike, c: ArrayLike = 1, *,
                       sequence_parallel: np.ndarray, gated: bool, unfused_attention: bool,
-                      dropout: bool) -> np.ndarray:
+                      dropout: bool, attention_dropout: bool | None = None) -> np.ndarray:
     """HBM bytes read and written by one layer's memory-bound ops in the forward pass, per GPU.
 
     Each op reads its 16-bit input(s) and writes its output, as Korthikanti et al. 2022 §4.1 lists
@@ -43,14 +43,16 @@ def elementwise_bytes(b: ArrayLike, s: int, h: int, a: int, f: int, t: ArrayLike
     (read 2sbh + 2sbh, write 2sbh, mask sbh: 7sbh each; 6sbh without dropout) - 22sbh, replicated
     over t unless SP shards it; the MLP activation over f channels, 4·sbf/t (GeLU: read 2, write 2)
     or 6·sbf/t (SwiGLU: read two halves, write one); with unfused attention the scale-mask-softmax
-    (read 2as²b/t, write 2as²b/t) and attention dropout (read 2, write 2, mask 1): 9·as²b/t.
-    Tokens are divided by c under context parallelism.
+    (read 2as²b/t, write 2as²b/t) and attention dropout (read 2, write 2, mask 1): 9·as²b/t, 4·as²b/t
+    without attention dropout. ``dropout`` is the hidden dropout, ``attention_dropout`` (default: the
+    same) the one on attention probabilities. Tokens are divided by c under context parallelism.
     """
     b, t, c = np.asarray(b), np.asarray(t), np.asarray(c)
     sbh = s * b * h / c
     replicated = (22.0 if dropout else 20.0) * sbh / np.where(sequence_parallel, t, 1)
     mlp = (6.0 if gated else 4.0) * sbh * (f / h) / t
-    softmax = (9.0 if dropout else 8.0) * a * s * (s / c) * b / t if unfused_attention else 0.0
+    attention_dropout = dropout if attention_dropout is None else attention_dropout
+    softmax = (9.0 if attention_dropout else 4.0) * a * s * (s / c) * b / t if unfused_attention else 0.0
     return replicated + mlp + softmax
 
 

@@ -83,7 +83,8 @@ def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     link = group_link(ctx.hardware, lt.d * lt.c, lt.t)
     per_layer_params = mem["params"] / np.maximum(n, 1)
     gather = all_gather_time_s(lt.d * lt.c, w_bytes * per_layer_params, link)
-    scatter = all_gather_time_s(lt.d * lt.c, w_bytes * per_layer_params, link)  # reduce-scatter, 16-bit grads
+    # reduce-scatter of the 16-bit gradients (Megatron FSDP's grad comm dtype follows the model's by default)
+    scatter = all_gather_time_s(lt.d * lt.c, w_bytes * per_layer_params, link)
     fwd_layer = step["fwd"] / np.maximum(n, 1)
     bwd_layer = (step["bwd"] + step["recompute"]) / np.maximum(n, 1)
     return n * (np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0))

@@ -42,7 +42,8 @@ def _attention_core(lt: Letters, ctx: Context, gemms: dict, gtime: dict, hbm: fl
     cal, peak = ctx.hardware.calibration, ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
     if lt.unfused:
         softmax = (compute.elementwise_bytes(lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, sequence_parallel=lt.sp,
-                                             gated=lt.gated, unfused_attention=True, dropout=lt.dropout)
+                                             gated=lt.gated, unfused_attention=True, dropout=lt.dropout,
+                                             attention_dropout=lt.attn_dropout)
                    - compute.elementwise_bytes(lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, sequence_parallel=lt.sp,
                                                gated=lt.gated, unfused_attention=False, dropout=lt.dropout)) / hbm
         fwd = sum(gtime[k] for k in flops.ATTENTION_CORE) + softmax

@@ -50,7 +50,7 @@ class Letters:
         self.world = self.t * self.c * self.p * self.d
         self.edp = self.world / (self.etp * self.ep * self.p)  # expert data-parallel size
         self.layers = stage_layers(self.L, self.p, _col(grid.split), _col(grid.first_layers), _col(grid.last_layers))
-        self.gated, self.dropout = mo.swiglu, mo.hidden_dropout > 0
+        self.gated, self.dropout, self.attn_dropout = mo.swiglu, mo.hidden_dropout > 0, mo.attention_dropout > 0
         self.unfused = ctx.options.attention_kernel is AttentionKernel.UNFUSED
         self.fp8 = ctx.options.fp8 is not None
         self.act_bytes = memory.ACTIVATION_BYTES[ctx.precision]

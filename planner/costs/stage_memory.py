@@ -11,11 +11,13 @@ from planner.models.params import embedding_params, model_layer_params, moe_laye
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "reserve")
 FP8_WEIGHT_BYTES = 1 + 1  # Transformer Engine keeps an FP8 copy of each linear weight and its transpose
 FSDP_UNSHARDED_LAYERS = 2  # Megatron FSDP gathers the next layer while computing this one
+FSDP_GRAD_BYTES = 2  # Megatron FSDP's main grads default to the model's 16-bit dtype (--megatron-fsdp-main-grads-dtype auto)
 
 
 def stage_params(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
     """Parameters on one GPU of stage i: ``dense`` (sharded over d·c) and ``expert`` (over the
-    expert data-parallel group); ``linear`` counts those in linear layers (FP8 keeps copies)."""
+    expert data-parallel group); ``layers`` those of its transformer layers (FP8 keeps copies of
+    them; norms and biases included, a rounding error) and ``one_layer`` one layer's."""
     mo = ctx.model
     n, first, last = lt.stage_info(i)
     emb = embedding_params(mo, lt.t, lt.s)
@@ -35,16 +37,19 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[st
     expert = memory.param_state_bytes(params["expert"], lt.edp, precision=ctx.precision,
                                       distributed_optimizer=lt.dopt | lt.fsdp)
     states = {k: dense[k] + expert[k] for k in dense}
-    # Megatron FSDP shards the weights and gradients too, keeping a couple of layers whole while they run
-    shard_w = np.where(lt.fsdp, lt.d * lt.c, 1.0)
+    # Megatron FSDP shards the weights and gradients too (dense over d·c, experts over the expert
+    # data-parallel group), keeping a couple of layers whole while they run
+    w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
+    sharded = params["dense"] / (lt.d * lt.c) + params["expert"] / lt.edp
     working = FSDP_UNSHARDED_LAYERS * params["one_layer"]
-    w_bytes, g_bytes, _ = memory.BYTES_PER_PARAM[ctx.precision]
-    states["weights"] = np.where(lt.fsdp, states["weights"] / shard_w + w_bytes * working, states["weights"])
-    states["gradients"] = np.where(lt.fsdp, states["gradients"] / shard_w + g_bytes * working, states["gradients"])
+    states["weights"] = np.where(lt.fsdp, w_bytes * (sharded + working), states["weights"])
+    states["gradients"] = np.where(lt.fsdp, FSDP_GRAD_BYTES * (sharded + working), states["gradients"])
     opts = ctx.options
     if opts.fp8 is not None:  # FP8 copies and transposes, or instead of the 16-bit weight with --fp8-param-gather
         extra = FP8_WEIGHT_BYTES - (w_bytes if opts.fp8_param_gather else 0)
-        states["weights"] = states["weights"] + extra * params["layers"] / shard_w
+        layers_here = np.where(lt.fsdp, params["layers"] * sharded / np.maximum(params["dense"] + params["expert"], 1),
+                               params["layers"])
+        states["weights"] = states["weights"] + extra * layers_here
     return states
 
 
