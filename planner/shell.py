@@ -361,7 +361,12 @@ class _Fields:
         if quoted or not self.split:
             self.lit(text, unres)
             return
+        keep = [u for u in unres if re.search(r"[ \t\n]", u) and u in text]
+        for k, u in enumerate(keep):  # an unresolved placeholder stays one word
+            text = text.replace(u, f"\0{k}\0")
         words = re.split(r"[ \t\n]+", text.strip(" \t\n")) if text.strip(" \t\n") else []
+        for k, u in enumerate(keep):
+            words = [w.replace(f"\0{k}\0", u) for w in words]
         if text[:1] in _IFS:
             self.brk()
         for k, word in enumerate(words):
@@ -375,8 +380,10 @@ class _Fields:
         """Add the elements of ``${X[@]}``: one field each when quoted."""
         self.arrays = True
         for k, item in enumerate(items):
-            if k:
-                self.brk() if self.split else self.lit(" ")
+            if k and self.split:
+                self.brk()
+            elif k:
+                self.lit(" ")
             self.value(item, quoted, unres)
 
     def done(self) -> list[tuple[str, frozenset[str]]]:
@@ -723,7 +730,8 @@ class _Interp:
             return _Test(args[:-1] if args[-1:] == ["]]"] else args, True, self.vars).run()
         if head == _CASE and len(words) > 1:
             subject = self.string(words[1], blank=True)
-            return any(fnmatch.fnmatchcase(subject, self.string(p, True)) for p in words[2:])
+            patterns = [self.string(p, blank=True) for p in words[2:]]
+            return any(fnmatch.fnmatchcase(subject, p) for p in patterns)
         if head == _ARITH:
             value = self.string(words[1]) if len(words) > 1 else ""
             return bool(_INT.fullmatch(value)) and int(value) != 0
@@ -733,7 +741,8 @@ class _Interp:
         name = fields[0][0]
         if name in ("export", "declare", "typeset", "local", "readonly"):
             for raw in words[1:]:
-                self.assign(raw) if _ASSIGN.match(raw) else None
+                if _ASSIGN.match(raw):
+                    self.assign(raw)
         elif name in ("[", "test") and words[0] == name:
             args = [t for w in words[1:] for t, _ in self.expand(w, blank=True)]
             if name == "[" and args[-1:] != ["]"]:
@@ -746,7 +755,8 @@ class _Interp:
             return False
         elif name == "unset":
             for text, _ in fields[1:]:
-                self.vars.pop(text, None) if text not in self.pinned else None
+                if text not in self.pinned:
+                    self.vars.pop(text, None)
         elif name == "eval":
             self.nested(" ".join(t for t, _ in fields[1:]), [])
         elif name in self.funcs:
@@ -811,6 +821,8 @@ class _Interp:
             world = _count((var.value, var.unres), unresolved)
         if nnodes is None and world and nproc and world % nproc == 0:
             nnodes = world // nproc
+        if nproc is None and world and nnodes and world % nnodes == 0:
+            nproc = world // nnodes
         return LaunchLine([t for t, _ in argv], nproc, nnodes, world, list(unresolved), entry)
 
     # -- variables ----------------------------------------------------------------------
@@ -914,7 +926,8 @@ class _Interp:
                     b.lit(c)
                     i += 1
                     continue
-                b.lit(nxt) if nxt != "\n" else None
+                if nxt != "\n":
+                    b.lit(nxt)
                 i += 2
             elif raw.startswith('$"', i) and not dq:
                 i += 1

@@ -1,0 +1,61 @@
+"""megaplan's command line: parse, call the library, render (DESIGN.md, principle 5)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+
+from planner.errors import PlannerError
+
+BAD_INPUT = 2
+
+
+class PlannerGroup(click.Group):
+    """Turns every bad-input error into one line on stderr and exit code 2, never a traceback."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args, prog_name or "megaplan", complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo("megaplan: aborted", err=True)
+            sys.exit(1)
+        except click.ClickException as err:
+            click.echo(f"megaplan: error: {' '.join(err.format_message().split())}", err=True)
+            sys.exit(BAD_INPUT if err.exit_code == 2 or isinstance(err, click.UsageError) else err.exit_code or BAD_INPUT)
+        except PlannerError as err:
+            click.echo(f"megaplan: error: {' '.join(str(err).split())}", err=True)
+            sys.exit(BAD_INPUT)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=PlannerGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="megaplan", prog_name="megaplan")
+def cli() -> None:
+    """megaplan: analytical parallelism planner for Megatron-LM training.
+
+    \b
+    Examples:
+        megaplan search --model gpt3-175b --gpus 1024
+        megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --micro-batch 1
+        megaplan presets
+    """
+
+
+def main() -> None:
+    cli()
+
+
+def console() -> Console:
+    """A rich console; output piped to a file or another program gets 160 columns, not 80."""
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def echo_json(data) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+# The commands register themselves on `cli` when their modules are imported.
+from planner.cli import catalog, plans, runs  # noqa: E402,F401

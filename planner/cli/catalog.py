@@ -1,0 +1,105 @@
+"""Commands on the catalogue and the model's fidelity: presets, validate, calibrate."""
+
+from __future__ import annotations
+
+import click
+
+from planner import report
+from planner.cli import cli, console, echo_json
+from planner.errors import PlannerError
+from planner.presets import KINDS, load_spec, preset_names, preset_text
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def presets(ctx: click.Context, as_json: bool) -> None:
+    """List the shipped model and hardware presets."""
+    ctx.ensure_object(dict)["json"] = as_json
+    if ctx.invoked_subcommand is None:
+        _list_presets(list(KINDS), as_json)
+
+
+def _list_presets(kinds: list[str], as_json: bool) -> None:
+    listing = {kind: {name: _summary(kind, name) for name in preset_names(kind)} for kind in kinds}
+    if as_json:
+        echo_json(listing)
+        return
+    out = console()
+    for kind, items in listing.items():
+        out.print(f"[bold]{kind}[/bold]")
+        for name, summary in items.items():
+            out.print(f"  {name:<26} {summary}", markup=False, highlight=False)
+
+
+def _summary(kind: str, name: str) -> str:
+    spec = load_spec(KINDS[kind], name)
+    if kind == "models":
+        from planner.models.params import total_params
+        tr = spec.training
+        batch = f", B {tr.global_batch} × s {tr.seq_len}" if tr else ""
+        return f"{total_params(spec) / 1e9:,.1f}B params, L {spec.num_layers}, h {spec.hidden_size}, a {spec.num_attention_heads}{batch}"
+    return spec.description or spec.gpu.name
+
+
+@presets.command("models")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def presets_models(ctx: click.Context, as_json: bool) -> None:
+    """List model presets."""
+    _list_presets(["models"], as_json or ctx.obj["json"])
+
+
+@presets.command("hardware")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def presets_hardware(ctx: click.Context, as_json: bool) -> None:
+    """List hardware presets."""
+    _list_presets(["hardware"], as_json or ctx.obj["json"])
+
+
+@presets.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def presets_show(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show one preset (model or hardware) in full."""
+    kind = next((k for k in KINDS if name in preset_names(k)), None)
+    if kind is None:
+        known = ", ".join(n for k in KINDS for n in preset_names(k))
+        raise PlannerError(f"unknown preset {name!r}; known: {known}")
+    if as_json or ctx.obj["json"]:
+        echo_json(load_spec(KINDS[kind], name).model_dump(mode="json"))
+    else:
+        click.echo(preset_text(kind, name).rstrip())
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print {runs: [...], summary: {...}}.")
+@click.option("--regret/--no-regret", default=False, show_default=True,
+              help="Also search each run's best plan and report how much faster it is predicted to be.")
+def validate(as_json: bool, regret: bool) -> None:
+    """Predicted versus published for every Megatron-LM reference run, with errors."""
+    from planner import validate as val
+    result = val.validate()
+    if regret:
+        val.add_regret(result)
+    if as_json:
+        echo_json(result)
+    else:
+        console().print(report.validation_view(result))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
+@click.option("--write", "write_dir", type=click.Path(file_okay=False, exists=True),
+              help="presets/hardware folder whose YAML files get the fitted values (a checkout's).")
+@click.option("--loso/--no-loso", default=True, show_default=True, help="Also report leave-one-source-out errors (A100).")
+def calibrate(as_json: bool, write_dir: str | None, loso: bool) -> None:
+    """Fit the hardware presets' efficiency factors to the published runs (takes a minute or two)."""
+    from planner import calibrate as cal
+    out = cal.run_calibration(loso=loso, write_dir=write_dir)
+    if as_json:
+        echo_json(out)
+    else:
+        console().print(report.calibration_view(out))

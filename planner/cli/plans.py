@@ -1,0 +1,184 @@
+"""Commands on one plan: explain, export, compare."""
+
+from __future__ import annotations
+
+import click
+
+from planner import api, report
+from planner.cli import cli, console, echo_json
+from planner.cli.options import (
+    _with_cost,
+    cost_options,
+    plan_options,
+    request_from_options,
+)
+from planner.errors import PlannerError
+
+
+@cli.command()
+@plan_options
+@click.option("--memory-headroom", type=click.FloatRange(0, 0.9), default=0.0, show_default=True,
+              help="Fraction of HBM kept free.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan JSON.")
+@click.option("--schedule", is_flag=True, help="Draw the pipeline schedule in the terminal (with --json: add it as 'schedule').")
+@click.option("--schedule-file", type=click.Path(dir_okay=False), help="Write the pipeline schedule picture (.svg or .png; needs matplotlib).")
+@cost_options
+def explain(memory_headroom: float, as_json: bool, schedule: bool, schedule_file: str | None, **kw) -> None:
+    """Break one configuration down: every byte and every millisecond, with formula and source.
+
+    \b
+    Example (Narayanan et al. 2021's GPT-3 run):
+        megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --micro-batch 1 \\
+            --recompute full --attention-kernel unfused --precision fp16
+    """
+    from planner import plots
+    if schedule_file:
+        plots.check_picture_path(schedule_file, "--schedule-file")
+    req = request_from_options(kw)
+    pj = _with_cost(api.explain(req, memory_headroom), kw, req.ctx.hardware)
+    timeline = _timeline(req, pj) if schedule or schedule_file else None
+    if as_json:
+        echo_json({**pj, "schedule": timeline.to_json()} if schedule else pj)
+    else:
+        console().print(report.explain_view(pj))
+        if schedule:
+            from planner.schedule_view import ScheduleView
+            console().print(ScheduleView(timeline, f"Pipeline schedule: {report.plan_line(pj)}"))
+    if schedule_file:
+        plots.save(plots.schedule_figure(timeline, f"{pj['model']} on {pj['gpus']} GPUs: {report.plan_line(pj)}"),
+                   schedule_file, "--schedule-file")
+        click.echo(f"wrote {schedule_file}", err=True)
+
+
+def _timeline(req: api.PlanRequest, pj: dict):
+    from planner.timeline import plan_timeline
+    return plan_timeline(req, pj["estimate"]["time"])
+
+
+@click.command(name="plan", add_help_option=False)
+@plan_options
+def _plan_flags(**kw) -> None:
+    """Parses the plan options given to compare's --a and --b."""
+
+
+def _side_overrides(text: str | None, side: str) -> dict:
+    """The plan options a --a/--b string sets explicitly (their values, by parameter name)."""
+    import shlex
+
+    from click.core import ParameterSource
+    if not text:
+        return {}
+    try:
+        ctx = _plan_flags.make_context(f"--{side}", shlex.split(text))
+    except (click.ClickException, ValueError) as err:
+        message = err.format_message() if isinstance(err, click.ClickException) else str(err)
+        raise PlannerError(f"--{side} {text!r}: {message}") from err
+    given = {k: v for k, v in ctx.params.items() if ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE}
+    for name in ("plan_file", "rank", "megatron_args", "megatron_args_file", "env_pairs"):
+        if name in given:
+            flag = next(p.opts[0] for p in _plan_flags.params if p.name == name)
+            raise PlannerError(f"--{side} takes plan flags (--tp 4 --recompute full ...), not {flag}")
+    return given
+
+
+def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.PlanRequest:
+    from planner.compare import override_request
+    try:
+        return override_request(base, dict(overrides)) if overrides else base
+    except PlannerError as err:
+        raise PlannerError(f"plan {side.upper()} (--{side}): {err}") from err
+
+
+@cli.command()
+@click.argument("plan_files", nargs=-1, metavar="[PLAN_A [PLAN_B]]")
+@plan_options
+@click.option("--a", "a_args", metavar="'OPTIONS'", help="Plan A's options on top of the shared ones, quoted: --a '--tp 8 --pp 16'.")
+@click.option("--b", "b_args", metavar="'OPTIONS'", help="Plan B's options on top of the shared ones, quoted: --b '--recompute full'.")
+@click.option("--memory-headroom", type=click.FloatRange(0, 0.9), default=0.0, show_default=True, help="Fraction of HBM kept free.")
+@click.option("--json", "as_json", is_flag=True, help="Print {a, b, rows, summary}.")
+@cost_options
+@click.pass_context
+def compare(click_ctx: click.Context, plan_files: tuple[str, ...], a_args: str | None, b_args: str | None,
+            memory_headroom: float, as_json: bool, **kw) -> None:
+    """Two plans side by side: memory terms, time terms and throughput, differences highlighted.
+
+    Plans come from two plan files (a search --json file takes FILE#RANK), or from one file or the
+    shared plan options (flags, --plan, --megatron-args) changed per side by --a and --b.
+
+    \b
+    Examples:
+        megaplan compare a.json b.json
+        megaplan compare plans.json#1 plans.json#2
+        megaplan compare --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --a '--recompute full' --b '--recompute selective --sequence-parallel'
+    """
+    from click.core import ParameterSource
+
+    from planner import compare as cmp
+    from planner import report_run
+    a_over, b_over = _side_overrides(a_args, "a"), _side_overrides(b_args, "b")
+    shared = [k for k in kw if k not in ("tokens", "gpu_hour_price")
+              and click_ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE]
+    if len(plan_files) > 2 or (plan_files and shared):
+        raise click.UsageError("give two plan files, or one plan (a file or plan options) with --a/--b, not both")
+    if len(plan_files) < 2 and not (a_over or b_over):
+        raise click.UsageError("nothing to compare: give two plan files, or --a and/or --b options that change the plan")
+    bases = [_plan_file_request(f) for f in plan_files] or [request_from_options(kw)]
+    reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
+    pjs = [_with_cost(api.explain(r, memory_headroom), kw, r.ctx.hardware) for r in reqs]
+    result = cmp.compare_plans(*pjs)
+    if as_json:
+        echo_json(result)
+    else:
+        console().print(report_run.compare_view(result))
+
+
+def _plan_file_request(ref: str) -> api.PlanRequest:
+    """A plan file, or FILE#RANK for the rank-th plan of a search --json file."""
+    import os
+    import re
+    path, rank = ref, None
+    m = re.fullmatch(r"(.+)#(\d+)", ref)
+    if m and not os.path.exists(ref):
+        path, rank = m.group(1), int(m.group(2))
+    return api.request_from_plan(api.read_plan_file(path, rank))
+
+
+@cli.command()
+@plan_options
+@click.option("--format", "fmt", type=click.Choice(["flags", "slurm", "json"]), default="flags", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+def export(fmt: str, output: str | None, force: bool, **kw) -> None:
+    """Write the Megatron-LM flags, a Slurm launch script or the plan JSON for one plan.
+
+    \b
+    Examples:
+        megaplan export --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --recompute selective --sequence-parallel
+        megaplan search --model gpt3-175b --gpus 1024 --json > plans.json
+        megaplan export --plan plans.json --rank 1 --format slurm -o train.sbatch
+    """
+    from planner import export as exp
+    req = request_from_options(kw)
+    if fmt == "json":
+        import json
+        text = json.dumps(api.explain(req), indent=2) + "\n"
+    else:
+        api.explain(req)  # refuses plans Megatron-LM would reject, before writing anything
+        text = exp.flags_text(req) if fmt == "flags" else exp.slurm_script(req)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    _write_new(output, text, force)
+    click.echo(f"wrote {output}", err=True)
+
+
+def _write_new(path: str, text: str, force: bool) -> None:
+    """Write a file, refusing to replace one that exists unless asked to."""
+    import os
+    if os.path.exists(path) and not force:
+        raise PlannerError(f"{path!r} exists; pass --force to overwrite it")
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as err:
+        raise PlannerError(f"cannot write {path!r}: {err.strerror}") from err
