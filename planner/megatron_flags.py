@@ -17,15 +17,16 @@ import difflib
 import functools
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Mapping
 
 from planner.errors import PlannerError
 
 __all__ = [
-    "ALIASES", "DROPPED_DESTS", "Alias", "ArgSpec", "MegatronArgError", "MegatronArgs", "UnknownMegatronFlag",
-    "argument_specs", "flag_table", "megatron_source", "parse_megatron_argv", "validate_flag_set",
+    "ALIASES", "DROPPED_DESTS", "Alias", "ArgSpec", "MegatronArgError", "MegatronArgs",
+    "UnknownMegatronFlag", "alias_table_markdown", "argument_specs", "flag_table",
+    "megatron_source", "parse_megatron_argv", "validate_flag_set",
 ]
 
 
@@ -119,7 +120,8 @@ _ALIAS_LIST: tuple[Alias, ...] = (
     _alias("--checkpoint-num-layers", "--recompute-num-layers N",
            f"2020-2022 flag, {_RECOMPUTE_NOTE}", {"recompute_num_layers": VALUE}, type="int"),
     _alias("--distribute-checkpointed-activations", "--distribute-saved-activations",
-           f"2020-2022 flag, {_RECOMPUTE_NOTE}", {"distribute_saved_activations": True}),
+           "2020-2022 flag, renamed with the --recompute-* flags in 2022",
+           {"distribute_saved_activations": True}),
     _alias("--batch-size", "--micro-batch-size N",
            "2020 flag; today's validate_args asserts it is unset", {"micro_batch_size": VALUE},
            type="int"),
@@ -158,7 +160,7 @@ _ALIAS_LIST: tuple[Alias, ...] = (
     _alias("--no-query-key-layer-scaling", "(default; --apply-query-key-layer-scaling enables)",
            "2021-2023 flag; scaling was on by default until Nov 2023",
            {"apply_query_key_layer_scaling": False}),
-    _alias("--DDP-impl", "(dropped; today's DDP always overlaps with --overlap-grad-reduce)",
+    _alias("--DDP-impl", "(dropped; --overlap-grad-reduce overlaps the gradient reduction)",
            "2020-2023 flag; 'torch' overlapped the gradient all-reduce with the backward pass, "
            "'local' did not; value kept as ddp_impl", {"ddp_impl": VALUE},
            choices=("local", "torch")),
@@ -196,6 +198,13 @@ DROPPED_DESTS = frozenset({
     "ddp_impl", "scatter_gather_tensors_in_pipeline", "use_contiguous_buffers_in_local_ddp",
     "async_tensor_model_parallel_allreduce", "data_impl", "use_legacy_models"})
 """Destinations only old flags set: today's parser has no argument for them."""
+
+
+def alias_table_markdown() -> str:
+    """The alias table as a Markdown table (old flag, today's spelling, note) for docs."""
+    rows = ["| old flag | today | note |", "|---|---|---|"]
+    rows += [f"| `{a.flag}` | {a.modern} | {a.note} |" for a in ALIASES.values()]
+    return "\n".join(rows)
 
 
 @functools.cache
@@ -261,7 +270,7 @@ def _convert_one(spec: ArgSpec, flag: str, raw: str) -> object:
 
 def _describe(spec: ArgSpec) -> str:
     kind = {"int": "an integer", "float": "a number", "bool": "true or false",
-            "tuple_type": "integers separated by commas"}.get(spec.type or "", "a value")
+            "tuple_type": "integers separated by commas"}.get(spec.type or "", "a string")
     if spec.choices:
         kind = "one of " + ", ".join(spec.choices)
     if spec.nargs in ("+", "*"):
@@ -281,7 +290,7 @@ def _count_ok(nargs: int | str | None, n: int) -> bool:
 
 def _take(spec: ArgSpec, flag: str, inline: str | None, argv: list[str], i: int
           ) -> tuple[object, int]:
-    """Read the value(s) of ``flag`` (whose token is ``argv[i - 1]``); return it and the next index."""
+    """Read the value(s) of ``flag`` (token ``argv[i - 1]``); return them and the next index."""
     if not spec.takes_value:
         if inline is not None:
             raise MegatronArgError(f"{flag} takes no value, got {flag}={inline}")
@@ -295,7 +304,7 @@ def _take(spec: ArgSpec, flag: str, inline: str | None, argv: list[str], i: int
         while j < min(stop, len(argv)) and not _is_option(argv[j]):
             j += 1
         raws, i = argv[i:j], j
-    if not raws and spec.nargs in (None, "+") or isinstance(spec.nargs, int) and not raws:
+    if not raws and spec.nargs != "*":
         raise MegatronArgError(f"{flag} is missing its value: expects {_describe(spec)}")
     if not _count_ok(spec.nargs, len(raws)):
         raise MegatronArgError(f"{flag} expects {_describe(spec)}, got {len(raws)}")

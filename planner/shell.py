@@ -1,14 +1,21 @@
 """Read a Megatron-LM launch script or command line without running anything.
 
 :func:`extract_launch` parses the text with ``bashlex`` and walks the syntax tree with a small
-interpreter that only tracks variables: assignments, ``export``, arrays and ``+=``,
-``${VAR:-default}`` and friends, integer ``$((...))``, ``if``/``elif``/``else`` on ``[ ]``,
+interpreter that only tracks variables: assignments, ``export``/``declare``, arrays and ``+=``,
+``${X:-default}`` and friends, integer ``$((...))``, ``if``/``elif``/``else`` on ``[ ]``,
 ``[[ ]]`` and ``(( ))`` tests, ``case``, ``for ... in`` loops, functions, ``&&``/``||``,
-``sh -c``/``eval`` strings and ``exit``. No command is ever executed: command substitutions
-``$(...)`` and backquotes stay unresolved placeholders, file tests are taken as true.
+``sh -c``/``eval`` strings and ``exit``. No command is ever executed.
 
-bashlex cannot parse arrays, ``$((``, ``[[``, ``((`` or ``case``; :class:`_Rewriter` first
-turns those into plain commands bashlex reads (marker words handled by the interpreter).
+bashlex cannot parse arrays, ``$((``, ``[[``, ``((`` or ``case`` (and loops on some unclosed
+``${``); :class:`_Rewriter` first turns those into marker commands and opaque
+``${__mp_<kind><n>}`` parameters, so bashlex only ever sees simple words.
+
+Limits: ``source``/``.`` files are not read; ``$(...)`` and backquotes stay unresolved
+placeholders; file tests (``-f``, ``-d`` ...) are taken as true; ``while``/``until`` run one
+pass, ``for`` at most 256 items; ``read``, ``shift``, ``set --``, ``IFS`` changes, globbing and
+``~`` are ignored; arrays are dense (no sparse or associative arrays); arithmetic has no
+assignment, ``++``/``--`` or ``?:``; ``select``, ``coproc`` and ``for ((...))`` do not parse.
+The first launch found wins.
 """
 
 from __future__ import annotations
@@ -19,8 +26,8 @@ import operator
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import bashlex
 
@@ -100,7 +107,7 @@ class _Rewriter:
         (rewritten inner text, original text), ``q`` quoted literal text.
         """
         self.tables[kind].append(value)
-        return "${__mp_%s%d}" % (kind, len(self.tables[kind]) - 1)
+        return f"${{__mp_{kind}{len(self.tables[kind]) - 1}}}"
 
     def dollar(self, i: int) -> tuple[str, int]:
         """Rewrite the expansion starting at ``s[i] == '$'``."""
@@ -129,7 +136,7 @@ class _Rewriter:
         out = []
         while i < end:
             c = self.s[i]
-            if c == "$":
+            if c == "$" and self.s[i + 1:i + 2] != "'":
                 text, i = self.dollar(i)
             elif c == "`":
                 text, i = self.backquote(i)
@@ -327,7 +334,7 @@ class _Rewriter:
 def _parse(text: str) -> list:
     try:
         return bashlex.parse(text)
-    except Exception as err:  # bashlex raises ParsingError, NotImplementedError, asserts...
+    except Exception as err:  # noqa: BLE001  bashlex raises ParsingError, asserts, ...
         first = (str(err).splitlines() or [type(err).__name__])[0]
         raise ShellParseError(f"not a shell script bashlex can parse: {first}") from None
 
@@ -408,11 +415,11 @@ class _Return(Exception):
     """``return`` from a function."""
 
 
-_BRACED = re.compile(r"([#!]?)([A-Za-z_]\w*|\d+|[@*#?$!-])(?:\[([^\]]*)\])?(.*)\Z", re.S)
+_BRACED = re.compile(r"([#!]?)([A-Za-z_]\w*|\d+|[@*#?$!-])(?:\[([^\]]*)\])?(.*)\Z", re.DOTALL)
 _NAME = re.compile(r"[A-Za-z_]\w*|\d|[@*#?$!-]")
-_ASSIGN = re.compile(r"([A-Za-z_]\w*)(?:\[([^\]]*)\])?(\+?)=(.*)\Z", re.S)
-_PATTERN_OP = re.compile(r"(##?|%%?|//?|\^\^?|,,?)(.*)\Z", re.S)
-_DEFAULT_OP = re.compile(r"(:?[-=+?])(.*)\Z", re.S)
+_ASSIGN = re.compile(r"([A-Za-z_]\w*)(?:\[([^\]]*)\])?(\+?)=(.*)\Z", re.DOTALL)
+_PATTERN_OP = re.compile(r"(##?|%%?|//?|\^\^?|,,?)(.*)\Z", re.DOTALL)
+_DEFAULT_OP = re.compile(r"(:?[-=+?])(.*)\Z", re.DOTALL)
 _WRAP = 2 ** 64
 
 
@@ -456,7 +463,8 @@ def _arith_ast(node: ast.AST) -> int:
 
 
 _BINARY = {"=", "==", "!=", "<", ">", "=~", "-eq", "-ne", "-lt", "-le", "-gt", "-ge"}
-_UNARY = set("-e -f -d -r -w -x -s -L -h -p -S -b -c -g -u -k -O -G -N -a -n -z -v -t".split())
+_UNARY = {"-e", "-f", "-d", "-r", "-w", "-x", "-s", "-L", "-h", "-p", "-S", "-b", "-c", "-g",
+          "-u", "-k", "-O", "-G", "-N", "-a", "-n", "-z", "-v", "-t"}
 
 
 class _TestError(Exception):
@@ -574,7 +582,7 @@ def _count(value: _Field | None, unresolved: dict[str, None]) -> int | None:
 def _directives(text: str) -> list[list[_Field]]:
     """``#SBATCH`` lines as option lists of an ``sbatch`` command."""
     out = []
-    for m in re.finditer(r"^[ \t]*#SBATCH[ \t]+(.*)$", text, re.M):
+    for m in re.finditer(r"^[ \t]*#SBATCH[ \t]+(.*)$", text, re.MULTILINE):
         try:
             tokens = shlex.split(m.group(1), comments=True)
         except ValueError:
