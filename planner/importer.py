@@ -138,13 +138,53 @@ def request_from_megatron(args: MegatronArgs, *, gpus: int | None, model: str | 
         options=options)
 
 
+COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; every other one is read and ignored
+    "group_query_attention", "num_query_groups", "seq_length", "tokenizer_type", "tensor_model_parallel_size",
+    "pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
+    "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank", "micro_batch_size",
+    "global_batch_size", "sequence_parallel", "recompute_granularity", "recompute_activations", "use_distributed_optimizer",
+    "use_megatron_fsdp", "fp16", "bf16", "attention_backend", "transformer_impl", "overlap_grad_reduce",
+    "overlap_param_gather", "grad_reduce_in_bf16", "tp_comm_overlap", "overlap_p2p_comm", "fp8", "fp8_param_gather",
+    "moe_token_dispatcher_type", "moe_expert_capacity_factor", "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+    "distribute_saved_activations"}
+
+
+def _drop_unset(argv: list[str], unresolved: list[str]) -> tuple[list[str], list[str]]:
+    """Flags whose value is a variable the script leaves unset: dropped (with a note) when they do
+    not change the estimate, an error naming the variable when they do."""
+    import re
+
+    from planner.megatron_flags import flag_table
+    table, out, notes, i = flag_table(), [], [], 0
+    names = {u.strip("${}") for u in unresolved}
+    pattern = re.compile(r"\$\{?(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b") if names else None
+    while i < len(argv):
+        token = argv[i]
+        value = argv[i + 1] if i + 1 < len(argv) else None
+        hit = pattern.search(value) if pattern and value is not None and token.startswith("--") else None
+        if hit:
+            spec = table.get(token.split("=")[0])
+            if spec is not None and spec.dest in COST_DESTS:
+                name = hit.group(1)
+                raise PlannerError(f"{token} is {value}, which the script leaves unset; pass --env {name}=VALUE "
+                                   "(or give the flag a value)")
+            notes.append(f"{token} {value}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out, notes
+
+
 def import_megatron(text: str, *, gpus: int | None = None, model: str | None = None, hardware: str | None = None,
                     env: dict[str, str] | None = None) -> Imported:
     """Read a command line or launch script and build its plan (nothing in it is executed)."""
     launch = extract_launch(text, env)
-    args = parse_megatron_argv(launch.argv)
+    argv, dropped = _drop_unset(launch.argv, launch.unresolved)
+    args = parse_megatron_argv(argv)
     world = gpus or launch.world_size
     warnings = list(args.warnings)
-    if launch.unresolved:
-        warnings.append(f"left unresolved (not needed for the estimate): {', '.join(sorted(set(launch.unresolved)))}")
+    if dropped:
+        warnings.append(f"ignored flags set from unset variables (they do not change the estimate): {'; '.join(dropped)}")
     return Imported(request_from_megatron(args, gpus=world, model=model, hardware=hardware), tuple(warnings), launch.argv)
