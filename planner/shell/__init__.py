@@ -1,0 +1,60 @@
+"""Read a Megatron-LM launch script or command line without running anything.
+
+:func:`extract_launch` parses the text with ``bashlex`` and walks the syntax tree with a small
+interpreter that only tracks variables: assignments, ``export``/``declare``, arrays and ``+=``,
+``${X:-default}`` and friends, integer ``$((...))``, ``if``/``elif``/``else`` on ``[ ]``,
+``[[ ]]`` and ``(( ))`` tests, ``case``, ``for ... in`` loops, functions, ``&&``/``||``,
+``sh -c``/``eval`` strings and ``exit``. No command is ever executed.
+
+bashlex cannot parse arrays, ``$((``, ``[[``, ``((`` or ``case`` (and loops on some unclosed
+``${``); :class:`~planner.shell.rewrite.Rewriter` first turns those into marker commands and opaque
+``${__mp_<kind><n>}`` parameters, so bashlex only ever sees simple words.
+
+Limits: ``source``/``.`` files are not read; ``$(...)`` and backquotes stay unresolved
+placeholders; file tests (``-f``, ``-d`` ...) are taken as true; ``while``/``until`` run one
+pass, ``for`` at most 256 items; ``read``, ``shift``, ``set --``, ``IFS`` changes, globbing and
+``~`` are ignored; arrays are dense (no sparse or associative arrays); arithmetic has no
+assignment, ``++``/``--`` or ``?:``; ``select``, ``coproc`` and ``for ((...))`` do not parse.
+The first launch found wins.
+
+Modules: ``launch`` (the public types and the launchers' process-count options), ``rewrite``
+(pre-parse rewrites and the bashlex parse), ``fields`` (expanded fields and variable values),
+``expand`` (word and parameter expansion, arithmetic), ``conditions`` (``[ ]``/``[[ ]]``
+tests) and ``interp`` (the interpreter that walks the tree and finds the launch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from planner.shell.interp import Interp, Return, Stop
+from planner.shell.launch import LaunchLine, ShellParseError, sbatch_directives
+
+__all__ = ["LaunchLine", "ShellParseError", "extract_launch"]
+
+
+def extract_launch(text: str, env: Mapping[str, str] | None = None) -> LaunchLine:
+    """Find the Megatron-LM launch in a shell script or command line, without running it.
+
+    ``argv`` holds the arguments after the entry point (``pretrain_gpt.py``, any
+    ``pretrain_*.py``/``train*.py``), or every word if the text is only flags. Process counts
+    come from torchrun / ``python -m torch.distributed.run|launch``, srun/sbatch options and
+    ``#SBATCH`` lines, mpirun or deepspeed, else a ``WORLD_SIZE`` variable. Variables in ``env``
+    are pinned: they win over the script's own assignments and defaults. Variables with no
+    value (``$1``) stay as placeholders in ``argv`` and are listed in ``unresolved``.
+
+    Raises :class:`ShellParseError` if bashlex cannot parse the text or it holds neither an
+    entry point nor flags.
+    """
+    interp = Interp(env or {}, sbatch_directives(text))
+    try:
+        interp.run_text(text)
+    except (Stop, Return):
+        pass
+    if interp.launch is not None:
+        return interp.launch
+    if interp.flags:
+        return interp.make_launch([], interp.flags, None)
+    where = " before the script's exit" if interp.exited else ""
+    raise ShellParseError(
+        f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}")

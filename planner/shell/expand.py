@@ -1,0 +1,324 @@
+"""Word and parameter expansion, and integer arithmetic.
+
+:class:`Expander` expands one word into fields: quotes, ``$X``, ``${X[i]}``, ``${X[@]}``,
+``${#X}``, ``${!X}``, ``${X:-w}`` and the other default forms, ``#``/``%`` trims, ``/``
+replacement, ``^^``/``,,`` case and ``:offset:length`` substrings, and the rewriter's
+``${__mp_...}`` parameters. ``$((...))`` is evaluated by :func:`_arith_ast` on a Python ``ast``
+of numbers and operators only. Command substitutions are never run: they stay placeholders.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import operator
+import re
+from collections.abc import Mapping
+
+from planner.shell.fields import Field, Fields, Var
+from planner.shell.rewrite import close_bracket
+
+MAX_DEPTH = 8
+_BRACED = re.compile(r"([#!]?)([A-Za-z_]\w*|\d+|[@*#?$!-])(?:\[([^\]]*)\])?(.*)\Z", re.DOTALL)
+_NAME = re.compile(r"[A-Za-z_]\w*|\d|[@*#?$!-]")
+_PATTERN_OP = re.compile(r"(##?|%%?|//?|\^\^?|,,?)(.*)\Z", re.DOTALL)
+_DEFAULT_OP = re.compile(r"(:?[-=+?])(.*)\Z", re.DOTALL)
+_WRAP = 2 ** 64
+
+
+def _wrap(v: int) -> int:
+    return (v + _WRAP // 2) % _WRAP - _WRAP // 2
+
+
+_BIN_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+            ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitOr: operator.or_,
+            ast.BitAnd: operator.and_, ast.BitXor: operator.xor}
+_CMP_OPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+            ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+def _arith_ast(node: ast.AST) -> int:
+    """Evaluate a parsed integer expression: numbers and operators only, nothing is run."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return _wrap(node.value)
+    if isinstance(node, ast.UnaryOp):
+        v = _arith_ast(node.operand)
+        return _wrap({ast.USub: -v, ast.UAdd: v, ast.Invert: ~v, ast.Not: int(not v)}[type(node.op)])
+    if isinstance(node, ast.BoolOp):
+        vals = [_arith_ast(v) for v in node.values]
+        return int(all(vals) if isinstance(node.op, ast.And) else any(vals))
+    if isinstance(node, ast.Compare):
+        vals = [_arith_ast(node.left)] + [_arith_ast(c) for c in node.comparators]
+        return int(all(_CMP_OPS[type(op)](x, y) for op, x, y in zip(node.ops, vals, vals[1:])))
+    if isinstance(node, ast.BinOp):
+        a, b, op = _arith_ast(node.left), _arith_ast(node.right), type(node.op)
+        if op in (ast.Div, ast.FloorDiv, ast.Mod):
+            q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
+            return q if op is not ast.Mod else a - b * q
+        if op is ast.Pow:
+            if b < 0:
+                raise ValueError("negative exponent")
+            return _wrap(pow(a, b, _WRAP))
+        if op in (ast.LShift, ast.RShift) and not 0 <= b < 64:
+            raise ValueError("shift out of range")
+        return _wrap(_BIN_OPS[op](a, b))
+    raise ValueError("not an integer expression")
+
+
+def _glob_re(pattern: str) -> str:
+    return "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+
+
+class Expander:
+    """Variables and word expansion: quotes, ``$X``, ``${...}`` forms and ``$((...))``.
+
+    Subclassed by the interpreter; holds the variables, the names ``env`` pinned and the
+    rewriter's side tables.
+    """
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.vars = {str(k): Var(str(v)) for k, v in env.items()}
+        self.pinned = set(self.vars)
+        self.tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": []}
+
+    # -- variables ----------------------------------------------------------------------
+    def set_var(self, name: str, value: str | list[str], unres: frozenset[str],
+                append: bool = False, index: str | None = None) -> None:
+        """Assign (or append to) a variable, unless the caller's ``env`` pinned it."""
+        if name in self.pinned:
+            return
+        old = self.vars.get(name)
+        if index is not None:
+            k, _ = self.arith(index)
+            if k is None or not 0 <= k <= 4096 or isinstance(value, list):
+                return
+            items = old.items() if old else []
+            items += [""] * (k + 1 - len(items))
+            items[k] = items[k] + value if append else value
+            value = items
+        elif append and old is not None:
+            if isinstance(value, list):
+                value = old.items() + value
+            elif isinstance(old.value, list):
+                value = [(old.value[0] if old.value else "") + value] + old.value[1:]
+            else:
+                value = old.value + value
+        if append and old is not None:
+            unres = unres | old.unres
+        self.vars[name] = Var(value, frozenset(unres))
+
+    def element(self, var: Var, index: str | None) -> str | None:
+        items = var.items()
+        if index is None:
+            return items[0] if items else ""
+        k, _ = self.arith(index)
+        if k is None:
+            return None
+        return items[k] if -len(items) <= k < len(items) else ""
+
+    def arith(self, expr: str, depth: int = 0) -> tuple[int | None, set[str]]:
+        """Evaluate bash integer arithmetic; return (value or None, unresolved names)."""
+        fields = self.expand(expr, split=False)
+        names = set().union(*(u for _, u in fields))
+        if names or depth > MAX_DEPTH:
+            return None, names
+        missing: set[str] = set()
+
+        def value(m: re.Match) -> str:
+            var = self.vars.get(m.group())
+            sub = self.arith(self.element(var, None) or "0", depth + 1) if var else (None, set())
+            if sub[0] is None:
+                missing.update(sub[1] or {"$" + m.group()})
+            return str(sub[0] or 0)
+
+        text = re.sub(r"(?<!\w)[A-Za-z_]\w*", value, "".join(t for t, _ in fields))
+        if missing:
+            return None, missing
+        text = re.sub(r"!(?!=)", " not ", text.replace("&&", " and ").replace("||", " or "))
+        try:
+            return _arith_ast(ast.parse(text.strip() or "0", mode="eval").body), set()
+        except (SyntaxError, ValueError, KeyError, ZeroDivisionError, RecursionError,
+                MemoryError, OverflowError, TypeError):
+            return None, set()
+
+    # -- word expansion -----------------------------------------------------------------
+    def string(self, raw: str, blank: bool = False) -> str:
+        return "".join(t for t, _ in self.expand(raw, split=False, blank=blank))
+
+    def expand(self, raw: str, split: bool = True, blank: bool = False) -> list[Field]:
+        """Expand one word: quotes, parameters, arithmetic; split unquoted results if ``split``.
+
+        Unknown variables and command substitutions stay as placeholder text and are named in
+        each field's unresolved set; with ``blank`` (tests) they expand to nothing instead.
+        """
+        b, i, dq = Fields(split), 0, False
+        while i < len(raw):
+            c = raw[i]
+            if c == '"':
+                dq = not dq
+                b.quote(dq)
+                i += 1
+            elif c == "'" and not dq:
+                j = raw.find("'", i + 1) if raw.find("'", i + 1) >= 0 else len(raw)
+                b.lit(raw[i + 1:j])
+                i = j + 1
+            elif c == "\\":
+                nxt = raw[i + 1:i + 2]
+                if dq and nxt not in ('$', '`', '"', '\\', '\n'):
+                    b.lit(c)
+                    i += 1
+                    continue
+                if nxt != "\n":
+                    b.lit(nxt)
+                i += 2
+            elif raw.startswith('$"', i) and not dq:
+                i += 1
+            elif c == "$":
+                i = self.dollar(raw, i, b, dq, blank)
+            else:
+                b.lit(c)
+                i += 1
+        return b.done()
+
+    def unresolved(self, placeholder: str, b: Fields, blank: bool,
+                   names: set[str] | frozenset[str] | None = None) -> None:
+        if not blank:
+            b.lit(placeholder, names or {placeholder})
+
+    def dollar(self, raw: str, i: int, b: Fields, dq: bool, blank: bool) -> int:
+        """Expand the ``$`` expansion at ``raw[i]``; return the index after it."""
+        nxt = raw[i + 1:i + 2]
+        if nxt in ("{", "(", "["):
+            j = close_bracket(raw, i + 1)
+            if nxt == "{":
+                self.braced(raw[i + 2:j - 1], raw[i:j], b, dq, blank)
+            else:
+                self.unresolved(raw[i:j], b, blank)  # command substitution: never run
+            return j
+        m = _NAME.match(raw, i + 1)
+        if not m:
+            b.lit("$")
+            return i + 1
+        self.put(self.vars.get(m.group()), m.group(), None, "$" + m.group(), b, dq, blank)
+        return m.end()
+
+    def put(self, var: Var | None, name: str, index: str | None, placeholder: str,
+            b: Fields, dq: bool, blank: bool) -> None:
+        """Add a variable's value (or a placeholder if it has none)."""
+        if var is None:
+            self.unresolved(placeholder, b, blank, {"$" + name})
+            return
+        index = name if name in ("@", "*") and index is None else index
+        if index == "*" and dq:
+            b.value(" ".join(var.items()), True, var.unres)
+        elif index in ("@", "*"):
+            b.values(var.items(), dq, var.unres)
+        else:
+            text = self.element(var, index)
+            if text is None:
+                self.unresolved(placeholder, b, blank, {"$" + name})
+            else:
+                b.value(text, dq, var.unres)
+
+    def braced(self, inner: str, rawtext: str, b: Fields, dq: bool, blank: bool) -> None:
+        """Expand ``${...}``: plain, ``#`` length, ``!`` indirection, defaults, patterns."""
+        m = _BRACED.match(inner)
+        if not m:
+            self.unresolved(rawtext, b, blank)
+            return
+        pre, name, index, rest = m.groups()
+        if re.fullmatch(r"__mp_[acpq]\d+", name):
+            self.rewritten(name, b, dq, blank)
+            return
+        var = self.vars.get(name)
+        if pre == "!" and var is not None:
+            var = self.vars.get(self.element(var, index) or "")
+            index = None
+        if pre == "#":
+            count = None if var is None or rest else (
+                len(var.items()) if index in ("@", "*") else len(self.element(var, index) or ""))
+            self.put(None if count is None else Var(str(count)), name, None, rawtext, b, dq, blank)
+            return
+        op, pat = _DEFAULT_OP.match(rest), _PATTERN_OP.match(rest)
+        sub = re.fullmatch(r":\s*(-?\d+)(?::\s*(-?\d+))?", rest)
+        if op:
+            self.default(var, name, index, op.group(1), op.group(2), rawtext, b, dq, blank)
+            return
+        whole = index in ("@", "*") or name in ("@", "*")
+        if var is not None and sub:
+            start, length = int(sub.group(1)), sub.group(2)
+            start -= 1 if name in ("@", "*") and start > 0 else 0  # $@ counts from $1
+            items = var.items() if whole else [self.element(var, index) or ""]
+            target = items if whole else items[0]
+            cut = target[start:][:None if length is None else int(length)]
+            var, index = Var(cut, var.unres), index if whole else None
+        elif var is not None and pat:
+            items = [self.transform(x, pat.group(1), pat.group(2)) for x in var.items()]
+            var = Var(items if isinstance(var.value, list) else items[0], var.unres)
+        elif rest:
+            var = None
+        self.put(var, name, index, rawtext, b, dq, blank)
+
+    def rewritten(self, name: str, b: Fields, dq: bool, blank: bool) -> None:
+        """Expand a rewriter parameter: arithmetic (evaluated), command substitution (never
+        run), a ``${...}`` expansion or quoted literal text."""
+        kind, entry = name[5], self.tables[name[5]][int(name[6:])]
+        if kind == "q":
+            b.lit(entry)
+        elif kind == "p":
+            self.braced(entry[0], entry[1], b, dq, blank)
+        elif kind == "c":
+            self.unresolved(entry, b, blank)
+        else:
+            value, names = self.arith(entry)
+            if value is None:
+                self.unresolved(f"$(({entry}))", b, blank, names or None)
+            else:
+                b.value(str(value), dq)
+
+    def default(self, var: Var | None, name: str, index: str | None, op: str, word: str,
+                rawtext: str, b: Fields, dq: bool, blank: bool) -> None:
+        """``${X-w}``, ``${X:-w}``, ``${X:=w}``, ``${X:+w}``, ``${X:?w}`` and their colon-less forms."""
+        empty = var is None or (not any(var.items()) if index in ("@", "*")
+                                else not self.element(var, index))
+        isset = var is not None and not (op.startswith(":") and empty)
+        if op[-1] == "+":
+            if isset:
+                self.put_word(word, b, dq, blank)
+        elif isset:
+            self.put(var, name, index, rawtext, b, dq, blank)
+        elif op[-1] == "?":
+            self.unresolved(rawtext, b, blank, {"$" + name})
+        else:
+            if op[-1] == "=":
+                fields = self.expand(word, split=False)
+                unres = frozenset().union(*(u for _, u in fields))
+                self.set_var(name, "".join(t for t, _ in fields), unres)
+            self.put_word(word, b, dq, blank)
+
+    def put_word(self, word: str, b: Fields, dq: bool, blank: bool) -> None:
+        quoted = dq or "'" in word or '"' in word
+        for text, unres in self.expand(word, split=False, blank=blank):
+            b.value(text, quoted, unres)
+
+    def transform(self, text: str, op: str, raw_pattern: str) -> str:
+        """``#``/``##``/``%``/``%%`` trims, ``/``/``//`` replacement, ``^^``/``,,`` case."""
+        if op[0] in "^,":
+            change = str.upper if op[0] == "^" else str.lower
+            return change(text) if len(op) == 2 else change(text[:1]) + text[1:]
+        if op[0] == "/":
+            find, _, repl = raw_pattern.partition("/")
+            find, repl = self.string(find), self.string(repl)
+            return re.sub(_glob_re(find), lambda _: repl, text, count=0 if op == "//" else 1
+                          ) if find else text
+        pattern, n = self.string(raw_pattern), len(text)
+        shortest = len(op) == 1
+        if op[0] == "#":
+            for k in (range(n + 1) if shortest else range(n, -1, -1)):
+                if fnmatch.fnmatchcase(text[:k], pattern):
+                    return text[k:]
+        else:
+            for k in (range(n, -1, -1) if shortest else range(n + 1)):
+                if fnmatch.fnmatchcase(text[k:], pattern):
+                    return text[:k]
+        return text

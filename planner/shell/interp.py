@@ -1,0 +1,290 @@
+"""The interpreter: walk bashlex trees tracking variables and find the Megatron-LM launch.
+
+:class:`Interp` runs assignments, ``export``/``declare``/``unset``, ``[ ]``, ``[[ ]]`` and
+``(( ))`` conditions, ``if``/``while``/``until``/``for``, ``&&``/``||``/``!``, functions,
+``sh -c`` and ``eval`` strings, and stops at ``exit`` or the first launch of a ``pretrain_*.py``
+/ ``train*.py`` entry point, which it turns into a :class:`LaunchLine` with the launcher's
+process counts. No command is ever executed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import re
+from collections.abc import Mapping
+
+from planner.shell.conditions import Test
+from planner.shell.expand import MAX_DEPTH, Expander
+from planner.shell.fields import Field, Var
+from planner.shell.launch import (
+    INT,
+    LaunchLine,
+    ShellParseError,
+    launch_options,
+    process_count,
+)
+from planner.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse
+
+_KEYWORDS = {"if", "then", "elif", "else", "fi", "while", "until", "do", "done"}
+_ENTRY = re.compile(r"^[\w.-]*(?:train|finetune)[\w.-]*\.py$")
+_NOT_LAUNCH = {"echo", "printf", "cat", "mkdir", "cd", "ls", "rm", "cp", "mv", "tee", "touch"}
+_MAX_STEPS, _MAX_LOOP = 20000, 256
+_ASSIGN = re.compile(r"([A-Za-z_]\w*)(?:\[([^\]]*)\])?(\+?)=(.*)\Z", re.DOTALL)
+
+
+class Stop(Exception):
+    """``exit``, a found launch or the step limit: stop interpreting."""
+
+
+class Return(Exception):
+    """``return`` from a function."""
+
+
+class Interp(Expander):
+    """Walk bashlex trees tracking variables only; record the first Megatron-LM launch."""
+
+    def __init__(self, env: Mapping[str, str], directives: list[list[Field]]) -> None:
+        super().__init__(env)
+        self.directives, self.job = directives, []
+        self.funcs: dict[str, object] = {}
+        self.src, self.prefix, self.flags = "", [], []
+        self.launch: LaunchLine | None = None
+        self.steps = self.depth = 0
+        self.exited = False
+
+    # -- walking the tree ---------------------------------------------------------------
+    def run_text(self, text: str) -> None:
+        rewritten, _ = Rewriter(text, self.tables).scan(0, "top")
+        trees = parse(rewritten) if rewritten.strip() else []
+        saved, self.src = self.src, rewritten
+        try:
+            for tree in trees:
+                self.run(tree)
+        finally:
+            self.src = saved
+
+    def nested(self, text: str, prefix: list[Field]) -> None:
+        """Interpret a ``sh -c`` or ``eval`` string, its launcher words prefixed."""
+        if self.depth >= MAX_DEPTH:
+            return
+        saved, self.prefix = self.prefix, self.prefix + prefix
+        self.depth += 1
+        try:
+            self.run_text(text)
+        except ShellParseError:
+            pass
+        except Stop:
+            if self.launch is not None:
+                raise
+        finally:
+            self.prefix, self.depth = saved, self.depth - 1
+
+    def raw(self, node) -> str:
+        return self.src[node.pos[0]:node.pos[1]]
+
+    def run(self, node) -> bool:
+        """Interpret one node; return its exit status as a bool."""
+        self.steps += 1
+        if self.steps > _MAX_STEPS:
+            raise Stop
+        kind = node.kind
+        if kind == "command":
+            return self.command(node)
+        if kind in ("list", "compound", "pipeline"):
+            return self.sequence(node.list if kind == "compound" else node.parts)
+        if kind in ("if", "while", "until"):
+            return self.branch(node.parts)
+        if kind == "for":
+            return self.run_for(node.parts)
+        if kind == "function":
+            self.funcs[node.name.word] = node.body
+        return True
+
+    def run_nodes(self, nodes: list) -> bool:
+        status = True
+        for node in nodes:
+            status = self.run(node)
+        return status
+
+    def sequence(self, parts: list) -> bool:
+        status, skip, negate = True, False, False
+        for p in parts:
+            if p.kind == "operator":
+                skip = (p.op == "&&" and not status) or (p.op == "||" and status)
+            elif p.kind == "reservedword":
+                negate = negate != (p.word == "!")
+            elif p.kind != "pipe" and not skip:
+                status = self.run(p)
+        return status != negate
+
+    def branch(self, parts: list) -> bool:
+        """``if``/``elif``/``else``, or one pass of a ``while``/``until`` loop."""
+        segments: list[tuple[str, list]] = []
+        for p in parts:
+            if p.kind == "reservedword" and p.word in _KEYWORDS:
+                segments.append((p.word, []))
+            elif segments:
+                segments[-1][1].append(p)
+        for k, (word, nodes) in enumerate(segments):
+            body = segments[k + 1][1] if k + 1 < len(segments) else []
+            if word in ("if", "elif", "while", "until"):
+                if self.run_nodes(nodes) != (word == "until"):
+                    return self.run_nodes(body)
+                if word in ("while", "until"):
+                    return True
+            elif word == "else":
+                return self.run_nodes(nodes)
+        return True
+
+    def run_for(self, parts: list) -> bool:
+        items, body, mode = None, [], ""
+        for p in parts[2:]:
+            if p.kind == "reservedword" and p.word in ("in", "do", "done", ";", "{", "}"):
+                mode, items = p.word, [] if p.word == "in" else items
+            elif mode == "in" and p.kind == "word":
+                items.extend(self.expand(self.raw(p)))
+            elif mode in ("do", "{"):
+                body.append(p)
+        for text, unres in (items or [])[:_MAX_LOOP]:
+            self.set_var(parts[1].word, text, unres)
+            self.run_nodes(body)
+        return True
+
+    # -- simple commands ----------------------------------------------------------------
+    def command(self, node) -> bool:
+        words = [self.raw(p) for p in node.parts if p.kind == "word"]
+        assigns = [self.raw(p) for p in node.parts if p.kind == "assignment"]
+        while words and re.match(r"[A-Za-z_]\w*\[[^\]]*\]\+?=", words[0]):
+            assigns.append(words.pop(0))  # bashlex reads X[i]=v as a word
+        marker = self.marker(words) if words else None
+        if marker is not None:
+            return marker
+        fields = [f for w in words for f in self.expand(w)]
+        if not fields:
+            for raw in assigns:
+                self.assign(raw)
+            return True
+        return self.builtin(words, fields)
+
+    def marker(self, words: list[str]) -> bool | None:
+        """Run a rewritten array assignment, ``[[``, ``case`` or ``((`` command."""
+        head = words[0]
+        if ARRAY in words:
+            self.assign_array(words[words.index(ARRAY) + 1:])
+            return True
+        if head == COND:
+            args = [self.string(w, blank=True) for w in words[1:]]
+            return Test(args[:-1] if args[-1:] == ["]]"] else args, True, self.vars).run()
+        if head == CASE and len(words) > 1:
+            subject = self.string(words[1], blank=True)
+            patterns = [self.string(p, blank=True) for p in words[2:]]
+            return any(fnmatch.fnmatchcase(subject, p) for p in patterns)
+        if head == ARITH:
+            value = self.string(words[1]) if len(words) > 1 else ""
+            return bool(INT.fullmatch(value)) and int(value) != 0
+        return None
+
+    def builtin(self, words: list[str], fields: list[Field]) -> bool:
+        name = fields[0][0]
+        if name in ("export", "declare", "typeset", "local", "readonly"):
+            for raw in words[1:]:
+                if _ASSIGN.match(raw):
+                    self.assign(raw)
+        elif name in ("[", "test") and words[0] == name:
+            args = [t for w in words[1:] for t, _ in self.expand(w, blank=True)]
+            if name == "[" and args[-1:] != ["]"]:
+                return False
+            return Test(args[:-1] if name == "[" else args, False, self.vars).run()
+        elif name in ("false", "exit", "return"):
+            self.exited = self.exited or name == "exit"
+            if name != "false":
+                raise Stop if name == "exit" else Return
+            return False
+        elif name == "unset":
+            for text, _ in fields[1:]:
+                if text not in self.pinned:
+                    self.vars.pop(text, None)
+        elif name == "eval":
+            self.nested(" ".join(t for t, _ in fields[1:]), [])
+        elif name in self.funcs:
+            self.call(name, fields)
+        else:
+            if posixpath.basename(name) in ("sbatch", "salloc"):
+                self.job.append(fields)
+            self.detect(fields)
+        return True
+
+    def call(self, name: str, fields: list[Field]) -> None:
+        """Run a shell function with its positional parameters set."""
+        if self.depth >= MAX_DEPTH:
+            return
+        positional = [k for k in self.vars if k.isdigit() or k in ("@", "#", "*")]
+        saved = {k: self.vars.pop(k) for k in positional}
+        args = fields[1:]
+        self.vars.update({str(k): Var(t, u) for k, (t, u) in enumerate(args, 1)})
+        self.vars["#"] = Var(str(len(args)))
+        self.vars["@"] = Var([t for t, _ in args], frozenset().union(*(u for _, u in args)))
+        self.depth += 1
+        try:
+            self.run(self.funcs[name])
+        except Return:
+            pass
+        finally:
+            self.depth -= 1
+            for k in [k for k in self.vars if k.isdigit() or k in ("@", "#", "*")]:
+                del self.vars[k]
+            self.vars.update(saved)
+
+    def detect(self, fields: list[Field]) -> None:
+        """Record a Megatron-LM launch (or a line of bare flags) in an expanded command."""
+        texts = [t for t, _ in fields]
+        if posixpath.basename(texts[0]) in _NOT_LAUNCH:
+            return
+        for k, text in enumerate(texts):
+            shell = k > 0 and posixpath.basename(texts[k - 1]) in ("sh", "bash", "dash", "zsh")
+            if shell and text == "-c" and k + 1 < len(texts):
+                self.nested(texts[k + 1], fields[:k - 1])
+                return
+            if _ENTRY.match(posixpath.basename(text)):
+                self.launch = self.make_launch(self.prefix + fields[:k], fields[k + 1:], text)
+                raise Stop
+        if texts[0].startswith("-"):
+            self.flags.extend(fields)
+
+    def make_launch(self, launcher: list[Field], argv: list[Field], entry: str | None
+                    ) -> LaunchLine:
+        unresolved = dict.fromkeys(u for _, us in argv for u in sorted(us))
+        opts: dict[str, Field] = {}
+        torch = False
+        for fields in [*self.directives, *self.job, launcher]:
+            torch = launch_options(fields, opts) or torch
+        nproc, nnodes, world = (process_count(opts.get(k), unresolved)
+                                for k in ("nproc", "nnodes", "world"))
+        if nnodes is None and torch and nproc is not None and "nnodes" not in opts:
+            nnodes = 1  # torchrun's default
+        if nproc is not None and nnodes is not None:
+            world = nproc * nnodes
+        elif world is None and isinstance(self.vars.get("WORLD_SIZE", Var([])).value, str):
+            var = self.vars["WORLD_SIZE"]
+            world = process_count((var.value, var.unres), unresolved)
+        if nnodes is None and world and nproc and world % nproc == 0:
+            nnodes = world // nproc
+        if nproc is None and world and nnodes and world % nnodes == 0:
+            nproc = world // nnodes
+        return LaunchLine([t for t, _ in argv], nproc, nnodes, world, list(unresolved), entry)
+
+    # -- variables ----------------------------------------------------------------------
+    def assign(self, raw: str) -> None:
+        m = _ASSIGN.match(raw)
+        if m:
+            name, index, plus, value = m.groups()
+            fields = self.expand(value, split=False)
+            unres = frozenset().union(*(u for _, u in fields))
+            self.set_var(name, "".join(t for t, _ in fields), unres, bool(plus), index)
+
+    def assign_array(self, words: list[str]) -> None:
+        if len(words) >= 2:
+            fields = [f for w in words[2:] for f in self.expand(w)]
+            unres = frozenset().union(*(u for _, u in fields))
+            self.set_var(words[0], [t for t, _ in fields], unres, words[1] == "+=")

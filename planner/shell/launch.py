@@ -1,0 +1,89 @@
+"""The package's public types, and reading a launcher's process counts.
+
+:class:`LaunchLine` is what :func:`planner.shell.extract_launch` returns and
+:class:`ShellParseError` what it raises. The option tables map torchrun /
+``torch.distributed.run|launch``, Slurm (srun, sbatch, salloc and ``#SBATCH`` lines), mpirun and
+deepspeed options to processes per node, nodes and world size.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from planner.errors import PlannerError
+from planner.shell.fields import Field
+
+
+class ShellParseError(PlannerError):
+    """Text that is not a shell script bashlex can parse, or holds no Megatron-LM launch."""
+
+
+@dataclass(frozen=True)
+class LaunchLine:
+    """The Megatron-LM arguments of a launch and the process counts of its launcher."""
+
+    argv: list[str]
+    nproc_per_node: int | None = None
+    nnodes: int | None = None
+    world_size: int | None = None
+    unresolved: list[str] = field(default_factory=list)
+    entry_point: str | None = None
+
+
+INT = re.compile(r"-?[0-9]{1,18}")
+_TORCH = {"--nproc_per_node": "nproc", "--nproc-per-node": "nproc", "--nnodes": "nnodes"}
+_SLURM = {"--ntasks-per-node": "nproc", "--nodes": "nnodes", "-N": "nnodes", "--ntasks": "world",
+          "-n": "world"}
+_MPI = {"-np": "world", "-n": "world", "--np": "world", "-npernode": "nproc",
+        "--npernode": "nproc", "-N": "nproc"}
+_DEEPSPEED = {"--num_gpus": "nproc", "--num-gpus": "nproc", "--num_nodes": "nnodes",
+              "--num-nodes": "nnodes"}
+_LAUNCHERS = {"torchrun": _TORCH, "torch.distributed.run": _TORCH,
+              "torch.distributed.launch": _TORCH, "srun": _SLURM, "sbatch": _SLURM,
+              "salloc": _SLURM, "mpirun": _MPI, "mpiexec": _MPI, "deepspeed": _DEEPSPEED}
+
+
+def launch_options(fields: list[Field], opts: dict[str, Field]) -> bool:
+    """Read process-count options of the launchers in ``fields``; return whether torchrun ran."""
+    table, torch = None, False
+    for k, (text, unres) in enumerate(fields):
+        base = posixpath.basename(text)
+        if base in _LAUNCHERS or base.startswith("python"):
+            table = _LAUNCHERS.get(base)
+            torch = torch or table is _TORCH
+            continue
+        if table is None:
+            continue
+        key, eq, val = text.partition("=") if text.startswith("--") else (text, "", "")
+        if key in table and (eq or k + 1 < len(fields)):
+            opts[table[key]] = (val, unres) if eq else fields[k + 1]
+        elif text[:2] in table and len(text) > 2 and text[1] != "-":
+            opts[table[text[:2]]] = (text[2:], unres)
+    return torch
+
+
+def process_count(value: Field | None, unresolved: dict[str, None]) -> int | None:
+    """A process count (``8``, or ``2:2`` for torchrun's min:max nodes); None if unknown."""
+    if value is None:
+        return None
+    text = value[0].strip()
+    low, _, high = text.partition(":")
+    if INT.fullmatch(low) and (not high or high == low):
+        return int(low)
+    unresolved.update(dict.fromkeys(sorted(value[1])))
+    return None
+
+
+def sbatch_directives(text: str) -> list[list[Field]]:
+    """``#SBATCH`` lines as option lists of an ``sbatch`` command."""
+    out = []
+    for m in re.finditer(r"^[ \t]*#SBATCH[ \t]+(.*)$", text, re.MULTILINE):
+        try:
+            tokens = shlex.split(m.group(1), comments=True)
+        except ValueError:
+            continue
+        out.append([(t, frozenset()) for t in ["sbatch", *tokens]])
+    return out

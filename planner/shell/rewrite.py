@@ -1,0 +1,300 @@
+"""Rewrite what bashlex cannot parse, then parse with bashlex.
+
+bashlex cannot parse arrays, ``$((...))``/``$[...]``, ``[[ ]]``, ``(( ))`` or ``case``, mislays
+positions in second and later ``elif``s, and loops on some unclosed brackets. :class:`Rewriter`
+turns array assignments, ``[[``, ``((`` and ``case`` into marker commands (``ARRAY``, ``COND``,
+``ARITH``, ``CASE``; ``case`` becomes an ``if``/``else if`` chain, ``elif`` becomes ``else if``)
+and every expansion or quoted text into an opaque ``${__mp_<kind><n>}`` parameter whose content
+is kept in a side table, so bashlex only ever sees simple words. :func:`parse` runs bashlex.
+"""
+
+from __future__ import annotations
+
+import re
+
+import bashlex
+
+from planner.shell.launch import ShellParseError
+
+ARRAY, COND, ARITH, CASE = "__mp_array__", "__mp_cond__", "__mp_arith__", "__mp_case__"
+_OPS = ";&|()<>"
+_STARTERS = {"then", "do", "else", "elif", "if", "while", "until", "{", "!", "time"}
+_ARRAY_RE = re.compile(r"([A-Za-z_]\w*)(\+?)=\(")
+_PAIRS = {"(": ")", "{": "}", "[": "]"}
+
+
+def close_bracket(s: str, i: int) -> int:
+    """Index just after the bracket matching ``s[i]`` (one of ``({[``), skipping quotes.
+
+    Raises :class:`ShellParseError` if it is not closed (bashlex would loop on it).
+    """
+    opener, closer, depth = s[i], _PAIRS[s[i]], 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "'\"":
+            i += 1
+            while i < len(s) and s[i] != c:
+                i += 2 if c == '"' and s[i] == "\\" else 1
+        elif c == opener:
+            depth += 1
+        elif c == closer:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise ShellParseError(f"unterminated {opener} in {s[max(0, i - 30):][:30].strip()!r}")
+
+
+class Rewriter:
+    """Rewrite shell constructs bashlex cannot parse into marker commands and parameters."""
+
+    def __init__(self, s: str, tables: dict[str, list]) -> None:
+        self.s, self.tables = s, tables
+        self.heredocs: list[tuple[str, bool]] = []
+        self.ifs: list[int] = []  # elifs seen per open if
+
+    def _param(self, kind: str, value: object) -> str:
+        """Store ``value`` in table ``kind``; bashlex sees only a plain ``${__mp_<kind><n>}``.
+
+        Kinds: ``a`` arithmetic, ``c`` command substitution, ``p`` ``${...}`` expansion
+        (rewritten inner text, original text), ``q`` quoted literal text.
+        """
+        self.tables[kind].append(value)
+        return f"${{__mp_{kind}{len(self.tables[kind]) - 1}}}"
+
+    def dollar(self, i: int) -> tuple[str, int]:
+        """Rewrite the expansion starting at ``s[i] == '$'``."""
+        s, nxt = self.s, self.s[i + 1:i + 2]
+        if nxt in ("(", "["):
+            j = close_bracket(s, i + 1)
+            if s.startswith("$((", i) and s[j - 2:j] == "))":
+                return self._param("a", s[i + 3:j - 2]), j
+            if nxt == "[":
+                return self._param("a", s[i + 2:j - 1]), j
+            return self._param("c", s[i:j]), j
+        if nxt == "{":
+            j = close_bracket(s, i + 1)
+            return self._param("p", (self.inner(i + 2, j - 1), s[i:j])), j
+        if nxt == "'":
+            j = i + 2
+            while j < len(s) and s[j] != "'":
+                j += 2 if s[j] == "\\" else 1
+            if j >= len(s):
+                raise ShellParseError("unterminated $' quote")
+            return '"' + self._param("q", _ansi_c(s[i + 2:j])) + '"', j + 1
+        return "$", i + 1
+
+    def inner(self, i: int, end: int) -> str:
+        """Copy ``s[i:end]`` (inside double quotes or ``${}``) rewriting nested expansions."""
+        out = []
+        while i < end:
+            c = self.s[i]
+            if c == "$" and self.s[i + 1:i + 2] != "'":
+                text, i = self.dollar(i)
+            elif c == "`":
+                text, i = self.backquote(i)
+            else:
+                j = i + 2 if c == "\\" else i + 1
+                text, i = self.s[i:j], j
+            out.append(text)
+        return "".join(out)
+
+    def backquote(self, i: int) -> tuple[str, int]:
+        j = self.s.find("`", i + 1) + 1
+        if not j:
+            raise ShellParseError("unterminated ` quote")
+        return self._param("c", self.s[i:j]), j
+
+    def word(self, i: int) -> tuple[str, int]:
+        """Read one shell word from ``i``; return its rewritten text and the index after it."""
+        s, out = self.s, []
+        while i < len(s) and s[i] not in " \t\n" and s[i] not in _OPS:
+            c = s[i]
+            if c == "'":
+                j = s.find("'", i + 1) + 1
+                if not j:
+                    raise ShellParseError("unterminated ' quote")
+                text = '"' + self._param("q", s[i + 1:j - 1]) + '"'
+            elif c == "`":
+                text, j = self.backquote(i)
+            elif c == '"':
+                j = i + 1
+                while j < len(s) and s[j] != '"':
+                    j += 2 if s[j] == "\\" else 1
+                if j >= len(s):
+                    raise ShellParseError('unterminated " quote')
+                text, j = '"' + self.inner(i + 1, j) + '"', j + 1
+            elif c == "$":
+                text, j = self.dollar(i)
+            else:
+                j = i + 2 if c == "\\" else i + 1
+                text = s[i:j]
+            out.append(text)
+            i = j
+        return "".join(out), i
+
+    def heredoc_bodies(self, i: int) -> tuple[str, int]:
+        """Skip pending here-document bodies from ``i`` (a line start), keeping their ends."""
+        out = []
+        for delim, strip in self.heredocs:
+            while i < len(self.s):
+                end = self.s.find("\n", i) + 1 or len(self.s)
+                line, i = self.s[i:end], end
+                if (line.lstrip("\t") if strip else line).rstrip("\n") == delim:
+                    out.append(delim + "\n")
+                    break
+            else:
+                raise ShellParseError(f"here-document without its end {delim!r}")
+        self.heredocs = []
+        return "".join(out), i
+
+    def scan(self, i: int, mode: str) -> tuple[str, int]:
+        """Rewrite from ``i`` until the end of ``mode``: top, array ``)``, cond ``]]``, case ``;;``."""
+        s, out, cmd = self.s, [], True
+        while i < len(s):
+            c = s[i]
+            if c in " \t" or s.startswith("\\\n", i):
+                step = 2 if c == "\\" else 1
+                out.append(s[i:i + step])
+                i += step
+            elif c == "\n":
+                out.append(" \\\n" if mode in ("array", "cond") else "\n")
+                i, cmd = i + 1, True
+                if self.heredocs:
+                    body, i = self.heredoc_bodies(i)
+                    out.append(body)
+            elif c == "#":
+                i = s.find("\n", i) if s.find("\n", i) >= 0 else len(s)
+            elif mode == "array" and c == ")":
+                return "".join(out), i + 1
+            elif mode == "case" and (s.startswith(";;", i) or s.startswith(";&", i)):
+                return "".join(out), i + (3 if s.startswith(";;&", i) else 2)
+            elif cmd and s.startswith("((", i):
+                j = close_bracket(s, i)
+                out.append(f"{ARITH} " + self._param("a", s[i + 2:j - 2]))
+                i, cmd = j, False
+            elif c in _OPS:
+                i, cmd = self.operator(i, mode, out)
+            else:
+                done, i, cmd = self.word_unit(i, mode, cmd, out)
+                if done:
+                    return "".join(out), i
+        if mode != "top":
+            raise ShellParseError(f"unterminated {'array (' if mode == 'array' else mode} block")
+        return "".join(out), i
+
+    def operator(self, i: int, mode: str, out: list[str]) -> tuple[int, bool]:
+        s = self.s
+        if mode == "cond":
+            if s.startswith("&&", i) or s.startswith("||", i):
+                out.append(" -a " if s[i] == "&" else " -o ")
+                return i + 2, False
+            out.append("\\" + s[i])
+            return i + 1, False
+        if s.startswith("<<", i) and not s.startswith("<<<", i):
+            j = i + 2 + (s[i + 2:i + 3] == "-")
+            while j < len(s) and s[j] in " \t":
+                j += 1
+            word, k = self.word(j)
+            self.heredocs.append((re.sub(r"[\"'\\]", "", word), s[i + 2:i + 3] == "-"))
+            out.append(s[i:k])
+            return k, False
+        out.append(s[i])
+        return i + 1, s[i] in ";&|("
+
+    def word_unit(self, i: int, mode: str, cmd: bool, out: list[str]) -> tuple[bool, int, bool]:
+        """Handle a word at ``i``; return (end of block, next index, command position)."""
+        m = _ARRAY_RE.match(self.s, i) if mode != "cond" else None
+        if m:
+            body, j = self.scan(m.end(), "array")
+            out.append(f"{ARRAY} {m.group(1)} {m.group(2)}= {body}")
+            return False, j, False
+        word, j = self.word(i)
+        if mode == "cond" and word == "]]":
+            out.append(" ]]")
+            return True, j, False
+        if cmd and word == "[[":
+            body, j = self.scan(j, "cond")
+            out.append(COND + body)
+        elif cmd and word == "case":
+            text, j = self.case(j)
+            out.append(text)
+        elif mode == "case" and cmd and word == "esac":
+            return True, i, True
+        elif cmd and word in ("if", "elif", "fi"):
+            out.append(self.if_word(word))
+            return False, j, word != "fi"
+        else:
+            out.append(word)
+            return False, j, word in _STARTERS
+        return False, j, False
+
+    def if_word(self, word: str) -> str:
+        """``elif`` -> ``else if`` (bashlex mislays positions in second and later elifs)."""
+        if word == "if":
+            self.ifs.append(0)
+        elif word == "elif" and self.ifs:
+            self.ifs[-1] += 1
+            return "else if"
+        elif word == "fi" and self.ifs:
+            return "fi" + "; fi" * self.ifs.pop()
+        return word
+
+    def _blank(self, i: int) -> int:
+        """Skip blanks, newlines, ``;``, line continuations and comments."""
+        s = self.s
+        while i < len(s):
+            if s[i] in " \t\n;":
+                i += 1
+            elif s.startswith("\\\n", i):
+                i += 2
+            elif s[i] == "#":
+                i = s.find("\n", i) if s.find("\n", i) >= 0 else len(s)
+            else:
+                break
+        return i
+
+    def case(self, i: int) -> tuple[str, int]:
+        """Turn ``case WORD in pat) ...;; esac`` (after ``case``) into an if/elif chain."""
+        subject, i = self.word(self._blank(i))
+        keyword, i = self.word(self._blank(i))
+        if keyword != "in":
+            raise ShellParseError("case without 'in'")
+        parts: list[str] = []
+        while True:
+            i = self._blank(i)
+            if i >= len(self.s):
+                raise ShellParseError("case without esac")
+            word, j = self.word(i)
+            if word == "esac":
+                return "".join(parts) + "; ".join(["fi"] * len(parts)) if parts else ":", j
+            i += self.s[i] == "("
+            patterns = []
+            while True:
+                pattern, i = self.word(self._blank(i))
+                patterns.append(pattern or "''")
+                i = self._blank(i)
+                if self.s[i:i + 1] not in ("|", ")"):
+                    raise ShellParseError("bad case pattern")
+                i += 1
+                if self.s[i - 1] == ")":
+                    break
+            body, i = self.scan(i, "case")
+            keyword = "else if" if parts else "if"
+            parts.append(f"{keyword} {CASE} {subject} {' '.join(patterns)}; then :\n{body}\n")
+
+
+def _ansi_c(text: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), text)
+
+
+def parse(text: str) -> list:
+    """Parse (rewritten) text with bashlex; any bashlex failure is a :class:`ShellParseError`."""
+    try:
+        return bashlex.parse(text)
+    except Exception as err:  # noqa: BLE001  bashlex raises ParsingError, asserts, ...
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        raise ShellParseError(f"not a shell script bashlex can parse: {first}") from None
