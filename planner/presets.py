@@ -19,8 +19,17 @@ KINDS: dict[str, type[BaseModel]] = {"models": ModelSpec, "hardware": HardwareSp
 DEFAULT_HARDWARE = "dgx-a100-superpod"
 
 
+def presets_root():
+    """The shipped presets: package data of the installed wheel (``planner.presets_data``), or the
+    ``presets/`` folder beside the package when running from a source checkout."""
+    try:
+        return files("planner.presets_data")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "presets"
+
+
 def _preset_dir(kind: str):
-    return files("planner.presets_data") / kind
+    return presets_root() / kind
 
 
 def preset_names(kind: str) -> list[str]:

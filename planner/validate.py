@@ -8,7 +8,6 @@ import csv
 import io
 import re
 from dataclasses import dataclass, field, replace
-from importlib.resources import files
 
 import numpy as np
 
@@ -18,7 +17,7 @@ from planner.costs.flops import korthikanti_eq8_flops
 from planner.grid import PlanGrid
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
-from planner.presets import load_hardware, load_model
+from planner.presets import load_hardware, load_model, presets_root
 
 N21, K22, MLM = "Narayanan 2021", "Korthikanti 2022", "Megatron-LM README H100"
 PAPER_VOCAB = 51200  # V in both papers' FLOP formulas (GPT-2 BPE padded)
@@ -50,7 +49,7 @@ def _pct(text: str) -> float | None:
 
 
 def reference_rows() -> list[dict]:
-    text = (files("planner.presets_data") / "reference" / "published_runs.csv").read_text()
+    text = (presets_root() / "reference" / "published_runs.csv").read_text()
     return list(csv.DictReader(io.StringIO(text)))
 
 
