@@ -191,3 +191,21 @@ def test_context_parallel_ring_exposure_by_hand():
     assert np.asarray(fwd).item() == pytest.approx(7 * max(step - core_fwd / 8, 0.0))
     assert np.asarray(bwd).item() == pytest.approx(7 * max(2 * step - 2.5 * core_fwd / 8, 0.0))
     assert np.asarray(fwd).item() > 0  # at this length the ring is not hidden
+
+
+def test_expert_work_per_gpu_by_hand():
+    """Mixtral on t = 2 with SP: each GPU enters the MoE layer with b·s/(c·t) = 2048 tokens and routes
+    each to 2 experts; dropless routing waits for the busiest expert at 1.1 × the mean, a capacity
+    factor of 1.0 caps it there."""
+    A = moe.expert_token_assignments(1, 4096, 2, 1, 2, imbalance=1.1, capacity_factor=None)
+    assert float(A) == pytest.approx(2048 * 2 * 1.1)
+    assert float(moe.expert_token_assignments(1, 4096, 2, 1, 2, imbalance=1.1, capacity_factor=1.0)) == pytest.approx(4096)
+    gemms = moe.expert_gemms(A, 4096, 14336, 8, 8, 1, gated=True)   # ep 8: one local expert, whole width
+    assert float(gemms["expert_fc1"].flops + gemms["expert_fc2"].flops) == pytest.approx(2 * A * 4096 * 14336 * 3)
+    assert float(gemms["expert_fc1"].M) == pytest.approx(A)       # all of this GPU's pairs hit its one expert
+    four = moe.expert_gemms(A, 4096, 14336, 8, 2, 1, gated=True)  # ep 2: four local experts share them
+    assert float(four["expert_fc1"].M) == pytest.approx(A / 4)
+    assert float(four["expert_fc1"].flops) == pytest.approx(float(gemms["expert_fc1"].flops))
+    # kept for the backward: routed inputs 2·A·h, SwiGLU internals 6·A·f_e, router/combine 2·T·h
+    kept = moe.moe_mlp_activation_bytes(A, 2048, 4096, 14336, 1, gated=True)
+    assert float(kept) == pytest.approx(2 * A * 4096 + 6 * A * 14336 + 2 * 2048 * 4096)

@@ -19,7 +19,7 @@ from planner.costs.letters import Context, Letters
 from planner.costs.schedule import bubble_time_s, stage_time_sum
 from planner.costs.stage_memory import MEMORY_TERMS, stage_memory_bytes
 from planner.grid import PlanGrid
-from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link
+from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
 
 __all__ = ["ADAM_BYTES_PER_PARAM", "Context", "Evaluation", "Letters", "MEMORY_TERMS", "TIME_TERMS", "evaluate",
            "layer_step_times_s", "stage_memory_bytes", "stage_times_s"]
@@ -84,7 +84,7 @@ def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     per_layer_params = mem["params"] / np.maximum(n, 1)
     gather = all_gather_time_s(lt.d * lt.c, w_bytes * per_layer_params, link)
     # reduce-scatter of the 16-bit gradients (Megatron FSDP's grad comm dtype follows the model's by default)
-    scatter = all_gather_time_s(lt.d * lt.c, w_bytes * per_layer_params, link)
+    scatter = reduce_scatter_time_s(lt.d * lt.c, w_bytes * per_layer_params, link)
     fwd_layer = step["fwd"] / np.maximum(n, 1)
     bwd_layer = (step["bwd"] + step["recompute"]) / np.maximum(n, 1)
     return n * (np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0))
