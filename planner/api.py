@@ -56,8 +56,9 @@ def resolve_world(gpus: int | None, tp: int, pp: int, cp: int, dp: int | None) -
         dp = dp or 1
         return mp * dp, dp
     if gpus % mp:
+        nearby = sorted({max(mp, gpus // mp * mp), (gpus // mp + 1) * mp})
         raise InfeasibleError(f"--gpus {gpus} is not divisible by tp·pp·cp = {mp} (tp {tp} × pp {pp} × cp {cp}); "
-                              f"allowed: a multiple of {mp}, e.g. {max(mp, gpus // mp * mp)} or {(gpus // mp + 1) * mp}")
+                              f"allowed: a multiple of {mp}, e.g. {' or '.join(map(str, nearby))}")
     if dp is not None and dp * mp != gpus:
         raise InfeasibleError(f"--dp {dp} disagrees with --gpus {gpus}: tp·pp·cp·dp = {dp * mp}; allowed: --dp {gpus // mp}")
     return gpus, gpus // mp

@@ -185,6 +185,9 @@ def import_megatron(text: str, *, gpus: int | None = None, model: str | None = N
     args = parse_megatron_argv(argv)
     world = gpus or launch.world_size
     warnings = list(args.warnings)
+    for dest, flag in (("rampup_batch_size", "--rampup-batch-size"), ("step_batch_size_schedule", "--step-batch-size-schedule")):
+        if args.values.get(dest):
+            warnings.append(f"{flag} ignored: the estimate is for the full global batch of the steady state")
     if dropped:
         warnings.append(f"ignored flags set from unset variables (they do not change the estimate): {'; '.join(dropped)}")
     return Imported(request_from_megatron(args, gpus=world, model=model, hardware=hardware), tuple(warnings), launch.argv)

@@ -22,6 +22,7 @@ def rule_masks(grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options
     a, g, f, L = model.num_attention_heads, model.query_groups, model.ffn, model.num_layers
     layers = stage_layers(L, p, grid.split, grid.first_layers, grid.last_layers)
     m = B // np.maximum(b * d, 1)
+    explicit = (grid.first_layers > 0) | (grid.last_layers > 0)
     per_stage = np.where(grid.split > 0, (L + np.isin(grid.split, (1, 3)) + np.isin(grid.split, (2, 3))) // p, L // p)
     interleaved = v > 1
     ep, etp, E = grid.ep, grid.etp, model.num_experts or 1
@@ -43,11 +44,15 @@ def rule_masks(grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options
         "global batch divisible by micro-batch × dp": B % (b * d) == 0,
         "layers split over pipeline stages": layers.legal,
         "interleaving needs pp > 1 (pp > 2 without p2p overlap)": ~interleaved | (p > (1 if options.overlap_p2p_comm else 2)),
-        "interleaving needs an even split without explicit first/last stages": ~interleaved | ((grid.first_layers == 0) & (grid.last_layers == 0)),
-        "layers per stage divisible by interleaved chunks": ~interleaved | (per_stage % v == 0),
+        # accounted splits: (L + e + l)/p per stage (arguments.py:953-979); explicit first/last stage sizes:
+        # each of the first, middle and last counts (transformer_config.py:2296-2340)
+        "layers per stage divisible by interleaved chunks": ~interleaved | np.where(
+            explicit, (layers.first % v == 0) & (layers.middle % v == 0) & (layers.last % v == 0), per_stage % v == 0),
         "interleaving needs micro-batches divisible by pp": ~interleaved | ((m >= p) & (m % p == 0)),
         "tp-comm-overlap needs sequence parallelism": np.full(len(grid), True) if not options.tp_comm_overlap
         else grid.sequence_parallel,
+        "fp8-param-gather needs the distributed optimizer or Megatron FSDP": np.full(len(grid), True)
+        if not options.fp8_param_gather else (grid.distributed_optimizer | grid.fsdp),
         "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": np.full(len(grid), True)
         if not options.overlap_param_gather else ((grid.distributed_optimizer | grid.fsdp) & options.overlap_grad_reduce),
         "fp8 needs bf16 or fp16 training": np.full(len(grid), options.fp8 is None or training.precision.value != "fp32"),
@@ -75,10 +80,13 @@ def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_g
         "global batch divisible by micro-batch × dp": f"global batch {B} is not divisible by micro-batch {b} × dp {d} = {b * d}",
         "layers split over pipeline stages": f"{L} layers do not split over pp {p} with the {plan.stage_split.value} split"
         f"{'' if L % p == 0 else f'; allowed pp for an even split: {_divisors(L)}'}",
-        "interleaving needs pp > 1 (pp > 2 without p2p overlap)": f"vpp {v} needs pp > 1 (pp is {p})",
-        "interleaving needs an even split without explicit first/last stages": "vpp > 1 cannot combine with explicit first/last stage layers",
-        "layers per stage divisible by interleaved chunks": f"{_per_stage(plan, L)} layers per stage do not divide into vpp {v} "
-        f"chunks; allowed vpp: {_divisors(_per_stage(plan, L))}",
+        "interleaving needs pp > 1 (pp > 2 without p2p overlap)": f"vpp {v} needs pp > 1, or pp > 2 with "
+        f"--no-overlap-p2p-comm (pp is {p})",
+        "layers per stage divisible by interleaved chunks": (
+            f"first/middle/last stage layers must each divide into vpp {v} chunks"
+            if plan.first_stage_layers or plan.last_stage_layers else
+            f"{_per_stage(plan, L)} layers per stage do not divide into vpp {v} chunks; "
+            f"allowed vpp: {_divisors(_per_stage(plan, L))}"),
         "interleaving needs micro-batches divisible by pp": f"interleaving needs m = B/(b·d) = {m:g} to be a multiple of pp {p}",
         "tp-comm-overlap needs sequence parallelism": "--tp-comm-overlap needs --sequence-parallel (and tp > 1)",
         "sequence length divisible by 2·cp with context parallelism": f"seq_len {s} is not divisible by 2·cp = {2 * plan.cp}",
@@ -89,6 +97,8 @@ def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_g
         "mixture of experts with tp > 1 needs sequence parallelism": f"tp {t} with experts needs --sequence-parallel",
         "Megatron FSDP modelled without pipeline parallelism": f"Megatron FSDP with pp {p} is not modelled; use pp 1",
         "fp8 needs bf16 or fp16 training": "--fp8-format needs --bf16 or --fp16",
+        "fp8-param-gather needs the distributed optimizer or Megatron FSDP": "--fp8-param-gather needs "
+        "--use-distributed-optimizer or --use-megatron-fsdp (arguments.py)",
         "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce",
     }
     return f"{name}: {detail.get(name, name)}"

@@ -105,6 +105,7 @@ def test_every_feature_exports_real_flags_and_round_trips(kw):
 
 def test_flags_spell_recomputation_as_megatron_does():
     full = export.megatron_argv(make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="full"))
+    assert full[full.index("--attention-backend") + 1] == "auto"  # Megatron's default: TE picks flash or cuDNN fused
     assert " ".join(full).count("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1") == 1
     sel = export.megatron_argv(make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="selective"))
     assert "--recompute-granularity selective" in " ".join(sel) and "--recompute-method" not in sel
@@ -118,7 +119,9 @@ def test_slurm_script_has_nodes_launcher_environment_and_placeholders():
     assert "DATA_PATH:?set DATA_PATH" in script and "CHECKPOINT_DIR:?" in script and "PLACEHOLDER_ACCOUNT" in script
     fsdp = export.slurm_script(make_request(model="llama3-8b", hardware="dgx-h100-superpod", gpus=64, tp=2,
                                             sequence_parallel=True, fsdp=True, distributed_optimizer=True))
-    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in fsdp  # Megatron FSDP refuses it
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in fsdp and "CUDA_DEVICE_MAX_CONNECTIONS=1" not in fsdp  # FSDP refuses 1
+    assert "HuggingFaceTokenizer" in fsdp and "TOKENIZER_MODEL:?" in fsdp  # Llama's 128,256-token vocabulary
+    assert "GPT2BPETokenizer" in script
     blackwell = export.slurm_script(make_request(model="llama3-8b", hardware="dgx-b200-superpod", gpus=64, tp=2))
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in blackwell
 
@@ -127,3 +130,18 @@ def test_slurm_script_reads_back_as_the_same_plan():
     req = make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="selective", sequence_parallel=True)
     back = import_megatron(export.slurm_script(req)).request
     assert back.gpus == 1024 and back.plan == req.plan
+
+
+def test_rules_megatron_checks_that_megaplan_also_checks():
+    """Found by feeding exports through Megatron-LM's own parser: --fp8-param-gather without the distributed
+    optimizer is refused (arguments.py), while explicit first/last stage sizes do combine with interleaving
+    when every stage's layers divide by vpp (transformer_config.py)."""
+    from planner.errors import InfeasibleError
+    with pytest.raises(InfeasibleError, match="fp8-param-gather needs"):
+        explain(make_request(model="llama3-70b", hardware="dgx-h100-superpod", gpus=64, tp=8, pp=8, sequence_parallel=True,
+                             options={"fp8": "hybrid", "fp8_param_gather": True}))
+    pj = explain(make_request(model="gpt-76b", gpus=1024, tp=8, pp=4, vpp=2, first_stage_layers=14, last_stage_layers=14,
+                              recompute="full"))
+    assert pj["parallel"]["stage_layers"] == [14, 16, 16, 14]
+    with pytest.raises(InfeasibleError, match="first/middle/last stage layers must each divide into vpp 4"):
+        explain(make_request(model="gpt-76b", gpus=1024, tp=8, pp=4, vpp=4, first_stage_layers=14, last_stage_layers=14))

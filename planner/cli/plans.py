@@ -165,6 +165,11 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
     else:
         api.explain(req)  # refuses plans Megatron-LM would reject, before writing anything
         text = exp.flags_text(req) if fmt == "flags" else exp.slurm_script(req)
+        if fmt == "flags" and exp.needs_cuda_device_max_connections(req):
+            click.echo("megaplan: note: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment "
+                       "(Megatron-LM requires it with TP or CP > 1 before Blackwell)", err=True)
+        elif fmt == "flags" and req.plan.fsdp:
+            click.echo("megaplan: note: leave CUDA_DEVICE_MAX_CONNECTIONS unset (Megatron FSDP refuses 1)", err=True)
     if output is None:
         click.echo(text, nl=False)
         return
