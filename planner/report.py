@@ -56,8 +56,9 @@ def memory_stage_table(pj: dict) -> Table:
     est = pj["estimate"]
     cap = est["capacity_gib"]
     table = Table(title=f"Memory per GPU by pipeline stage (GiB; capacity {cap:.1f}), most loaded first", title_justify="left")
-    for col in ("stage", "layers", *MEMORY_TERMS, "total", "headroom"):
-        table.add_column(col, justify="right")
+    short = {"gradients": "grads", "optimizer": "optim", "activations": "activ"}
+    for col in ("stage", "layers", *(short.get(k, k) for k in MEMORY_TERMS), "total", "free"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     stages = pj.get("stages", [])
     for st in stages[:MAX_STAGE_ROWS]:
         room = cap - st["total"]
