@@ -65,6 +65,8 @@ def plan_options(f):
         click.option("--pp-scatter-gather", is_flag=True, help="Model the 2021 pipeline scatter/gather optimisation."),
         click.option("--overlap-p2p-comm/--no-overlap-p2p-comm", default=True, show_default=True,
                      help="Interleaved schedule overlaps p2p (Megatron default)."),
+        click.option("--async-tp-comm/--no-async-tp-comm", default=True, show_default=True,
+                     help="Backward TP collectives overlap the weight-gradient GEMMs (off in the 2021 code)."),
         *model_behaviour_options(),
     ]
     for opt in reversed(opts):
@@ -99,6 +101,7 @@ def request_from_options(kw: dict) -> api.PlanRequest:
         options={"attention_kernel": kw["attention_kernel"], "overlap_grad_reduce": kw["overlap_grad_reduce"],
                  "overlap_param_gather": kw["overlap_param_gather"], "grad_reduce_in_bf16": kw["grad_reduce_in_bf16"],
                  "pp_scatter_gather": kw["pp_scatter_gather"], "overlap_p2p_comm": kw["overlap_p2p_comm"],
+                 "async_tp_comm": kw["async_tp_comm"],
                  **behaviour_from(kw)},
     )
 
