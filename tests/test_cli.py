@@ -303,3 +303,44 @@ def test_random_arguments_never_escape_as_exceptions(args):
     assert "Traceback" not in result.output
     if result.exit_code == 2:
         assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
+
+
+def _options_of(command: str) -> tuple[list[str], set[str], dict[str, list[str]]]:
+    params = [p for p in cli.commands[command].params if isinstance(p, click.Option)]
+    names = sorted({opt for p in params for opt in (*p.opts, *p.secondary_opts)})
+    takes = {opt for p in params if not p.is_flag for opt in p.opts}
+    choices = {opt: list(p.type.choices) for p in params if isinstance(p.type, click.Choice) for opt in p.opts}
+    return names, takes, choices
+
+
+@st.composite
+def other_command_lines(draw):
+    """``search``, ``export``, ``sweep`` or ``compare`` on a small model with random options and tokens."""
+    command = draw(st.sampled_from(["search", "export", "sweep", "compare"]))
+    names, takes, choices = _options_of(command)
+    args = [command, "--model", "gpt-1.7b"]
+    if command == "search":
+        args += ["--gpus", draw(st.sampled_from(["8", "16", "32", "64", "abc", "0"]))]
+    if command == "sweep":
+        args += ["--gpus", draw(st.sampled_from(["8,16", "8:32", "32:8", "x", "16,16", "0:8"]))]
+    for _ in range(draw(st.integers(0, 5))):
+        word = draw(st.sampled_from(names))
+        if word in ("-o", "--output", "--plot", "--schedule-file", "--write"):
+            continue  # never write files from a fuzz test
+        value = st.one_of(st.sampled_from(choices[word]), VALUES) if word in choices else st.one_of(SMALL_INTS, VALUES)
+        args += [word, draw(value)] if word in takes else [word]
+    return args
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(args=other_command_lines())
+@example(args=["search", "--model", "gpt-1.7b", "--gpus", "8", "--ep", "2"])
+@example(args=["sweep", "--model", "gpt-1.7b", "--gpus", "7,8"])
+@example(args=["compare", "--model", "gpt-1.7b", "--a", "--tp 0"])
+def test_random_arguments_to_search_export_sweep_compare_never_escape(args):
+    result = CliRunner().invoke(cli, args)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
+    assert result.exit_code in (0, 2), (args, result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    if result.exit_code == 2:
+        assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
