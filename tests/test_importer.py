@@ -90,3 +90,9 @@ def test_the_validated_gpt3_run_as_a_command_line_matches_validation():
     pj = explain(req)
     eq3 = 96 * 1536 * 2048 * 96 * 12288**2 * (1 + 2048 / (6 * 12288) + 51200 / (16 * 96 * 12288))
     assert eq3 / pj["estimate"]["iteration_s"] / 1024 / 1e12 == pytest.approx(predict(run), rel=1e-9)
+
+
+def test_the_documented_alias_table_is_the_one_the_importer_uses():
+    from planner.megatron_flags import alias_table_markdown
+    doc = (Path(__file__).parents[1] / "docs" / "megatron-flags.md").read_text()
+    assert alias_table_markdown() in doc
