@@ -142,7 +142,7 @@ def test_first_stage_layer_activations_do_not_depend_on_p(data, t, k):
 @given(data=st.data())
 def test_peak_memory_monotone_in_micro_batch(data):
     setup = data.draw(setups())
-    p, vpp, d = setup.plan.pp, setup.plan.vpp, setup.plan.dp
+    p, d = setup.plan.pp, setup.plan.dp
     # B = d·p·8·r keeps m = B/(b·d) a multiple of p for every b ≤ 8 (interleaving stays legal)
     B = d * p * 8 * data.draw(st.integers(1, 3))
     training = replace(setup.training, {"global_batch": B})

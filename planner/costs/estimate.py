@@ -90,6 +90,14 @@ def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     return n * (np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0))
 
 
+def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
+    """One pipeline transfer between neighbouring stages, tp·c·d ranks apart (rank order tp, cp, dp, pp)."""
+    tp_link = group_link(ctx.hardware, lt.t, 1)
+    pp_link = group_link(ctx.hardware, 2, lt.t * lt.c * lt.d)
+    return comm.pp_p2p_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, pp_link, tp_link, activation_bytes=lt.act_bytes,
+                              sequence_parallel=lt.sp, scatter_gather=ctx.options.pp_scatter_gather)
+
+
 def evaluate(grid: PlanGrid, ctx: Context) -> Evaluation:
     """Estimate every plan of ``grid``: memory of its most loaded stage and its iteration time."""
     lt = Letters(grid, ctx)
@@ -111,11 +119,7 @@ def evaluate(grid: PlanGrid, ctx: Context) -> Evaluation:
     total = stage_time_sum(per_mb[:, :1], per_mb[:, 1:2], per_mb[:, 2:3], lt.p, np.maximum(lt.p - 2, 0))
     bubble = bubble_time_s(total, slowest, lt.vpp)
 
-    tp_link = group_link(hw, lt.t, 1)
-    pp_link = group_link(hw, 2, lt.t * lt.c * lt.d)
-    p2p = comm.pp_p2p_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, pp_link, tp_link, activation_bytes=lt.act_bytes,
-                             sequence_parallel=lt.sp, scatter_gather=opts.pp_scatter_gather)
-    pp = comm.exposed_p2p_transfers(lt.p, lt.m, lt.vpp, overlap_p2p=opts.overlap_p2p_comm) * p2p
+    pp = comm.exposed_p2p_transfers(lt.p, lt.m, lt.vpp, overlap_p2p=opts.overlap_p2p_comm) * _p2p_time_s(lt, ctx)
 
     dp = np.where(lt.fsdp, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, rep))
     grad_bytes, _ = _grad_bytes(ctx)
@@ -167,10 +171,7 @@ def stage_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
     lt = Letters(grid, ctx)
     i = np.arange(int(grid.pp[0]))[None, :]
     step = stage_step(lt, ctx, i)
-    tp_link = group_link(ctx.hardware, lt.t, 1)
-    pp_link = group_link(ctx.hardware, 2, lt.t * lt.c * lt.d)
-    p2p = comm.pp_p2p_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, pp_link, tp_link, activation_bytes=lt.act_bytes,
-                             sequence_parallel=lt.sp, scatter_gather=ctx.options.pp_scatter_gather)
+    p2p = _p2p_time_s(lt, ctx)
     comm_all = step["tp"] + step["cp"] + step["moe"]
     forward = step["fwd"] + step["comm_fwd"]
     backward = step["bwd"] + step["recompute"] + comm_all - step["comm_fwd"]
