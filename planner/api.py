@@ -13,9 +13,9 @@ from pydantic import ValidationError
 
 from planner.costs.estimate import Context, evaluate
 from planner.errors import InfeasibleError, PlannerError
-from planner.grid import PlanGrid
+from planner.space.grid import PlanGrid
 from planner.hardware.spec import HardwareSpec
-from planner.legality import broken_rules, rule_detail, rule_masks
+from planner.space.rules import broken_rules, rule_detail, rule_masks
 from planner.models.spec import ModelSpec
 from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec
 from planner.presets import format_validation_error, load_hardware, load_model

@@ -1,7 +1,7 @@
 """What is trained and how it is split: TrainingSpec, PlanOptions and ParallelPlan.
 
 Rules that span several specs (t divides the heads, the batch splits evenly, the plan fits)
-are named masks in ``planner.legality``, so a rejected plan can say which rule it broke.
+are named masks in ``planner.space.rules``, so a rejected plan can say which rule it broke.
 """
 
 from __future__ import annotations

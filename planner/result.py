@@ -8,7 +8,7 @@ import numpy as np
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Context, Evaluation, _Letters, stage_memory_bytes
 from planner.costs.train_cost import train_cost_terms
-from planner.grid import PlanGrid
+from planner.space.grid import PlanGrid
 from planner.hardware.spec import GIB
 from planner.plan import ParallelPlan
 

@@ -13,8 +13,8 @@ import numpy as np
 
 from planner.costs.estimate import Context, evaluate
 from planner.errors import InfeasibleError
-from planner.grid import PlanGrid
-from planner.legality import rule_masks
+from planner.space.grid import PlanGrid
+from planner.space.rules import rule_masks
 from planner.plan import RECOMPUTE_CODES, SPLIT_CODES, Recompute, StageSplit
 from planner.result import plan_json
 

@@ -217,7 +217,7 @@ def plan_timeline(req, time_terms: dict[str, float] | None = None) -> Timeline:
     """The schedule of one plan (a ``planner.api.PlanRequest``); ``time_terms`` (the plan JSON's
     ``estimate.time``) supplies the tail after the flush: DP and embedding gradient sync, optimizer."""
     from planner.costs.estimate import stage_times_s
-    from planner.grid import PlanGrid
+    from planner.space.grid import PlanGrid
 
     grid = PlanGrid.from_plans([req.plan])
     with np.errstate(divide="ignore", invalid="ignore"):

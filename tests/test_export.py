@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from planner import export
+from planner.megatron import export
 from planner.api import explain, make_request, request_from_plan
 from planner.errors import InfeasibleError
-from planner.importer import import_megatron
+from planner.megatron.importer import import_megatron
 from planner.presets import preset_names
 from planner.search import search
 

@@ -7,8 +7,8 @@ import pytest
 
 from planner.api import explain
 from planner.errors import PlannerError
-from planner.importer import import_megatron
-from planner.validate import load_runs, predict
+from planner.megatron.importer import import_megatron
+from planner.fidelity.validate import load_runs, predict
 
 DATA = Path(__file__).parent / "data"
 BASE = ("--num-layers 24 --hidden-size 2304 --num-attention-heads 24 --seq-length 2048 --max-position-embeddings 2048 "
@@ -93,6 +93,6 @@ def test_the_validated_gpt3_run_as_a_command_line_matches_validation():
 
 
 def test_the_documented_alias_table_is_the_one_the_importer_uses():
-    from planner.megatron_flags import alias_table_markdown
+    from planner.megatron.flags import alias_table_markdown
     doc = (Path(__file__).parents[1] / "docs" / "megatron-flags.md").read_text()
     assert alias_table_markdown() in doc

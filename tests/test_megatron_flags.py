@@ -1,4 +1,4 @@
-"""Tests of planner.megatron_flags: Megatron-LM's argument table and the argv parser."""
+"""Tests of planner.megatron.flags: Megatron-LM's argument table and the argv parser."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.megatron_flags import (
+from planner.megatron.flags import (
     ALIASES,
     DROPPED_DESTS,
     MegatronArgError,

@@ -9,7 +9,7 @@ import pytest
 from planner.api import explain, make_request
 from planner.costs.memory import (activation_bytes_per_layer, embedding_activation_bytes, in_flight_microbatches,
                                   layer_activation_coeffs, output_layer_activation_bytes, param_state_bytes)
-from planner.grid import PlanGrid
+from planner.space.grid import PlanGrid
 from planner.result import stage_memory_gib
 
 from conftest import GIB, a100, gpt_model

@@ -11,7 +11,7 @@ from planner.costs import moe
 from planner.costs.estimate import Letters, evaluate
 from planner.costs.flops import model_flops
 from planner.costs.stage_memory import stage_memory_bytes
-from planner.grid import PlanGrid
+from planner.space.grid import PlanGrid
 from planner.hardware.collectives import group_link
 from planner.models.params import active_params, total_params
 from planner.presets import load_hardware, load_model

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Context, evaluate
 from planner.costs.flops import model_flops, recompute_flops
 from planner.costs.memory import activation_bytes_per_layer, layer_activation_coeffs
-from planner.grid import PlanGrid
+from planner.space.grid import PlanGrid
 from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
-from planner.legality import broken_rules, rule_masks
+from planner.space.rules import broken_rules, rule_masks
 from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
 from planner.result import stage_memory_gib
 

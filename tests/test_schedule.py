@@ -7,9 +7,9 @@ import pytest
 
 from planner.api import explain, make_request
 from planner.errors import InfeasibleError
-from planner.grid import PlanGrid, stage_layers
-from planner.legality import broken_rules, rule_masks
-from planner.costs.schedule import bubble_fraction, bubble_time_s, stage_time_sum
+from planner.space.grid import PlanGrid, stage_layers
+from planner.space.rules import broken_rules, rule_masks
+from planner.costs.pipeline import bubble_fraction, bubble_time_s, stage_time_sum
 from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
 
 from conftest import gpt_model

@@ -1,4 +1,4 @@
-"""Tests of planner.shell: reading Megatron-LM launch scripts without running them."""
+"""Tests of planner.megatron.shell: reading Megatron-LM launch scripts without running them."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner import shell
-from planner.megatron_flags import parse_megatron_argv
-from planner.shell import LaunchLine, ShellParseError, extract_launch
+from planner.megatron import shell
+from planner.megatron.flags import parse_megatron_argv
+from planner.megatron.shell import LaunchLine, ShellParseError, extract_launch
 
 DATA = Path(__file__).parent / "data"
 
@@ -260,7 +260,7 @@ def test_command_substitution_is_never_run(tmp_path):
     assert launch.unresolved == [f"$(touch {mark})", f"`touch {mark}`", "$(date +%s)"]
 
 
-@pytest.mark.parametrize("module", ["planner.shell"] + [f"planner.shell.{m.name}" for m in
+@pytest.mark.parametrize("module", ["planner.megatron.shell"] + [f"planner.megatron.shell.{m.name}" for m in
                                     __import__("pkgutil").iter_modules(shell.__path__)])
 def test_module_never_runs_anything(module):
     tree = ast.parse(inspect.getsource(__import__("importlib").import_module(module)))

@@ -6,10 +6,10 @@ import pytest
 
 from planner import api
 from planner.errors import InfeasibleError, PlannerError
-from planner.fit import lower_bound_gpus, min_gpus
+from planner.runs.min_gpus import lower_bound_gpus, min_gpus
 from planner.plan import Recompute, StageSplit
 from planner.search import Pins
-from planner.sweep import parse_gpu_sizes, sweep
+from planner.runs.sweep import parse_gpu_sizes, sweep
 
 
 @pytest.mark.parametrize("text, sizes", [

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from planner import api
 from planner.errors import PlannerError
-from planner.schedule_view import ScheduleView
+from planner.report.schedule import ScheduleView
 from planner.timeline import BWD, FWD, estimate_pipeline_s, op_order, plan_timeline, simulate
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -196,7 +196,7 @@ def test_interleaved_labels_carry_chunk_letters():
 # ----------------------------------------------------------------------------- pictures
 
 def test_svg_has_stages_blocks_and_labels(tmp_path):
-    plots = pytest.importorskip("planner.plots")
+    plots = pytest.importorskip("planner.report.figures")
     pytest.importorskip("matplotlib")
     tl = _toy(m=4)
     path = tmp_path / "schedule.svg"
@@ -216,7 +216,7 @@ def test_svg_has_stages_blocks_and_labels(tmp_path):
 
 
 def test_png_size_from_header(tmp_path):
-    plots = pytest.importorskip("planner.plots")
+    plots = pytest.importorskip("planner.report.figures")
     pytest.importorskip("matplotlib")
     path = tmp_path / "schedule.png"
     plots.save(plots.schedule_figure(_toy(), "toy"), str(path), "--schedule-file")
@@ -228,7 +228,7 @@ def test_png_size_from_header(tmp_path):
 
 
 def test_picture_path_checks(tmp_path):
-    from planner import plots
+    from planner.report import figures as plots
     with pytest.raises(PlannerError, match="unknown picture format '.pdf'; allowed: .svg, .png"):
         plots.check_picture_path(str(tmp_path / "x.pdf"), "--schedule-file")
     with pytest.raises(PlannerError, match="does not exist"):
@@ -236,7 +236,7 @@ def test_picture_path_checks(tmp_path):
 
 
 def test_missing_matplotlib_says_how_to_install(monkeypatch, tmp_path):
-    from planner import plots
+    from planner.report import figures as plots
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     with pytest.raises(PlannerError, match=r'needs matplotlib.*pip install "megaplan\[plot\]"'):
         plots.check_picture_path(str(tmp_path / "x.svg"), "--schedule-file")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from planner import report
+from planner.report import plan as report
 from planner.cli import cli, console, echo_json
 from planner.errors import PlannerError
 from planner.presets import KINDS, load_spec, preset_names, preset_text
@@ -80,7 +80,7 @@ def presets_show(ctx: click.Context, name: str, as_json: bool) -> None:
               help="Also search each run's best plan and report how much faster it is predicted to be.")
 def validate(as_json: bool, regret: bool) -> None:
     """Predicted versus published for every Megatron-LM reference run, with errors."""
-    from planner import validate as val
+    from planner.fidelity import validate as val
     result = val.validate()
     if regret:
         val.add_regret(result)
@@ -97,7 +97,7 @@ def validate(as_json: bool, regret: bool) -> None:
 @click.option("--loso/--no-loso", default=True, show_default=True, help="Also report leave-one-source-out errors (A100).")
 def calibrate(as_json: bool, write_dir: str | None, loso: bool) -> None:
     """Fit the hardware presets' efficiency factors to the published runs (takes a minute or two)."""
-    from planner import calibrate as cal
+    from planner.fidelity import calibrate as cal
     out = cal.run_calibration(loso=loso, write_dir=write_dir)
     if as_json:
         echo_json(out)

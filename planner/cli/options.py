@@ -79,7 +79,7 @@ def request_from_options(kw: dict) -> api.PlanRequest:
     if kw.get("plan_file"):
         return api.request_from_plan(api.read_plan_file(kw["plan_file"], kw.get("rank")), hardware=kw["hardware"])
     if kw.get("megatron_args") is not None or kw.get("megatron_args_file"):
-        from planner.importer import import_megatron
+        from planner.megatron.importer import import_megatron
         text = kw["megatron_args"] if kw.get("megatron_args") is not None else _read_text(kw["megatron_args_file"])
         env = dict(_env_pair(p) for p in kw.get("env_pairs") or ())
         imported = import_megatron(text, gpus=kw["gpus"], model=kw["model"], hardware=kw["hardware"], env=env)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from planner import api, report
+from planner import api
+from planner.report import plan as report
 from planner.cli import cli, console, echo_json
 from planner.cli.options import (
     _with_cost,
@@ -31,7 +32,7 @@ def explain(memory_headroom: float, as_json: bool, schedule: bool, schedule_file
         megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --micro-batch 1 \\
             --recompute full --attention-kernel unfused --precision fp16
     """
-    from planner import plots
+    from planner.report import figures as plots
     if schedule_file:
         plots.check_picture_path(schedule_file, "--schedule-file")
     req = request_from_options(kw)
@@ -42,7 +43,7 @@ def explain(memory_headroom: float, as_json: bool, schedule: bool, schedule_file
     else:
         console().print(report.explain_view(pj))
         if schedule:
-            from planner.schedule_view import ScheduleView
+            from planner.report.schedule import ScheduleView
             console().print(ScheduleView(timeline, f"Pipeline schedule: {report.plan_line(pj)}"))
     if schedule_file:
         plots.save(plots.schedule_figure(timeline, f"{pj['model']} on {pj['gpus']} GPUs: {report.plan_line(pj)}"),
@@ -82,7 +83,7 @@ def _side_overrides(text: str | None, side: str) -> dict:
 
 
 def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.PlanRequest:
-    from planner.compare import override_request
+    from planner.runs.compare import override_request
     try:
         return override_request(base, dict(overrides)) if overrides else base
     except PlannerError as err:
@@ -113,8 +114,8 @@ def compare(click_ctx: click.Context, plan_files: tuple[str, ...], a_args: str |
     """
     from click.core import ParameterSource
 
-    from planner import compare as cmp
-    from planner import report_run
+    from planner.runs import compare as cmp
+    from planner.report import runs as report_run
     a_over, b_over = _side_overrides(a_args, "a"), _side_overrides(b_args, "b")
     shared = [k for k in kw if k not in ("tokens", "gpu_hour_price")
               and click_ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE]
@@ -157,7 +158,7 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
         megaplan search --model gpt3-175b --gpus 1024 --json > plans.json
         megaplan export --plan plans.json --rank 1 --format slurm -o train.sbatch
     """
-    from planner import export as exp
+    from planner.megatron import export as exp
     req = request_from_options(kw)
     if fmt == "json":
         import json

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from planner import api, report
+from planner import api
+from planner.report import plan as report
 from planner.cli import cli, console, echo_json
 from planner.cli.options import (
     _apply,
@@ -88,8 +89,8 @@ def _search_inputs(kw: dict):
 
 
 def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
-    from planner import report_run
-    from planner.fit import min_gpus
+    from planner.report import runs as report_run
+    from planner.runs.min_gpus import min_gpus
     fit = min_gpus(req.ctx, pins, memory_headroom=kw["memory_headroom"]).to_json()
     for size in fit["sizes"]:
         _with_cost(size["plan"], kw, req.ctx.hardware)
@@ -118,9 +119,10 @@ def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json:
     Example:
         megaplan sweep --model gpt3-175b --gpus 128:4096 --tokens 300e9 --plot scaling.png
     """
-    from planner import plots, report_run
-    from planner.sweep import parse_gpu_sizes
-    from planner.sweep import sweep as run_sweep
+    from planner.report import figures as plots
+    from planner.report import runs as report_run
+    from planner.runs.sweep import parse_gpu_sizes
+    from planner.runs.sweep import sweep as run_sweep
     sizes = parse_gpu_sizes(gpu_sizes)
     if plot_file:
         plots.check_picture_path(plot_file, "--plot")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.costs import memory
-from planner.grid import PlanGrid, stage_layers
+from planner.space.grid import PlanGrid, stage_layers
 from planner.hardware.spec import HardwareSpec
 from planner.models.params import padded_vocab
 from planner.models.spec import ModelSpec

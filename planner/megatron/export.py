@@ -1,7 +1,7 @@
 """Megatron-LM launch flags, a Slurm launch script and the plan JSON for one plan.
 
 Flags are spelled as Megatron-LM's megatron/training/arguments.py spells them (the table in
-planner/data/megatron_arguments.json); `megaplan explain --megatron-args` reads them back.
+planner/megatron/data/megatron_arguments.json); `megaplan explain --megatron-args` reads them back.
 """
 
 from __future__ import annotations

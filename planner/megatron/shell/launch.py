@@ -1,6 +1,6 @@
 """The package's public types, and reading a launcher's process counts.
 
-:class:`LaunchLine` is what :func:`planner.shell.extract_launch` returns and
+:class:`LaunchLine` is what :func:`planner.megatron.shell.extract_launch` returns and
 :class:`ShellParseError` what it raises. The option tables map torchrun /
 ``torch.distributed.run|launch``, Slurm (srun, sbatch, salloc and ``#SBATCH`` lines), mpirun and
 deepspeed options to processes per node, nodes and world size.
@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from planner.errors import PlannerError
-from planner.shell.fields import Field
+from planner.megatron.shell.fields import Field
 
 
 class ShellParseError(PlannerError):

@@ -14,17 +14,17 @@ import posixpath
 import re
 from collections.abc import Mapping
 
-from planner.shell.conditions import Test
-from planner.shell.expand import MAX_DEPTH, Expander
-from planner.shell.fields import Field, Var
-from planner.shell.launch import (
+from planner.megatron.shell.conditions import Test
+from planner.megatron.shell.expand import MAX_DEPTH, Expander
+from planner.megatron.shell.fields import Field, Var
+from planner.megatron.shell.launch import (
     INT,
     LaunchLine,
     ShellParseError,
     launch_options,
     process_count,
 )
-from planner.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse
+from planner.megatron.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse
 
 _KEYWORDS = {"if", "then", "elif", "else", "fi", "while", "until", "do", "done"}
 _ENTRY = re.compile(r"^[\w.-]*(?:train|finetune)[\w.-]*\.py$")

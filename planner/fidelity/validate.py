@@ -14,7 +14,7 @@ import numpy as np
 from planner import api
 from planner.costs.estimate import evaluate, layer_step_times_s
 from planner.costs.flops import korthikanti_eq8_flops
-from planner.grid import PlanGrid
+from planner.space.grid import PlanGrid
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
 from planner.presets import load_hardware, load_model, presets_root

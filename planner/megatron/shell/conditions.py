@@ -11,7 +11,7 @@ import fnmatch
 import re
 from collections.abc import Mapping
 
-from planner.shell.fields import Var
+from planner.megatron.shell.fields import Var
 
 _BINARY = {"=", "==", "!=", "<", ">", "=~", "-eq", "-ne", "-lt", "-le", "-gt", "-ge"}
 _UNARY = {"-e", "-f", "-d", "-r", "-w", "-x", "-s", "-L", "-h", "-p", "-S", "-b", "-c", "-g",

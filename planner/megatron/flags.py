@@ -1,6 +1,6 @@
 """Megatron-LM's command-line arguments and a typed parser of a ``pretrain_gpt.py`` argv.
 
-The argument table is ``planner/data/megatron_arguments.json``: every argument of
+The argument table is ``planner/megatron/data/megatron_arguments.json``: every argument of
 Megatron-LM's ``megatron/training/arguments.py`` at commit d98e8a64 (megatron-core 0.20.0).
 :func:`parse_megatron_argv` reads an argv list the way Megatron's argparse parser does
 (``allow_abbrev=False``: no prefix matching), converting values by the table's type and
@@ -209,7 +209,7 @@ def alias_table_markdown() -> str:
 
 @functools.cache
 def _table_json() -> dict:
-    text = resources.files("planner.data").joinpath("megatron_arguments.json").read_text("utf-8")
+    text = resources.files("planner.megatron.data").joinpath("megatron_arguments.json").read_text("utf-8")
     return json.loads(text)
 
 

@@ -7,7 +7,7 @@ interpreter that only tracks variables: assignments, ``export``/``declare``, arr
 ``sh -c``/``eval`` strings and ``exit``. No command is ever executed.
 
 bashlex cannot parse arrays, ``$((``, ``[[``, ``((`` or ``case`` (and loops on some unclosed
-``${``); :class:`~planner.shell.rewrite.Rewriter` first turns those into marker commands and opaque
+``${``); :class:`~planner.megatron.shell.rewrite.Rewriter` first turns those into marker commands and opaque
 ``${__mp_<kind><n>}`` parameters, so bashlex only ever sees simple words.
 
 Limits: ``source``/``.`` files are not read; ``$(...)`` and backquotes stay unresolved
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from planner.shell.interp import Interp, Return, Stop
-from planner.shell.launch import LaunchLine, ShellParseError, sbatch_directives
+from planner.megatron.shell.interp import Interp, Return, Stop
+from planner.megatron.shell.launch import LaunchLine, ShellParseError, sbatch_directives
 
 __all__ = ["LaunchLine", "ShellParseError", "extract_launch"]
 

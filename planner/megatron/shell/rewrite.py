@@ -14,7 +14,7 @@ import re
 
 import bashlex
 
-from planner.shell.launch import ShellParseError
+from planner.megatron.shell.launch import ShellParseError
 
 ARRAY, COND, ARITH, CASE = "__mp_array__", "__mp_cond__", "__mp_arith__", "__mp_case__"
 _OPS = ";&|()<>"

@@ -110,7 +110,7 @@ def metrics_table(est: dict) -> Table:
     table.add_row("HFU", f"{100 * est['hfu']:.1f}%", "hardware FLOP/s ÷ dense peak")
     table.add_row("pipeline bubble", f"{100 * est['bubble_frac']:.1f}%", "bubble time ÷ iteration")
     if "train_days" in est:
-        from planner.report_run import cost_rows
+        from planner.report.runs import cost_rows
         for row in cost_rows(est):
             table.add_row(*row)
     return table

@@ -1,7 +1,7 @@
 """An existing Megatron-LM command line or launch script, read into a plan.
 
-The shell reader (planner.shell) finds the pretrain_gpt.py arguments without running anything;
-the flag table (planner.megatron_flags) types them and maps old spellings; this module turns the
+The shell reader (planner.megatron.shell) finds the pretrain_gpt.py arguments without running anything;
+the flag table (planner.megatron.flags) types them and maps old spellings; this module turns the
 flags that change cost into a model spec and a plan. Flags that do not change cost (learning
 rate, data paths, logging) are accepted and ignored.
 """
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from planner import api
 from planner.errors import PlannerError
-from planner.megatron_flags import MegatronArgs, parse_megatron_argv
+from planner.megatron.flags import MegatronArgs, parse_megatron_argv
 from planner.models.spec import ModelSpec
 from planner.presets import load_model
-from planner.shell import extract_launch
+from planner.megatron.shell import extract_launch
 
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}  # vocabulary of tokenizers whose size is fixed
 UNMODELLED = {  # dest -> (value that means "off", what to say)
@@ -155,7 +155,7 @@ def _drop_unset(argv: list[str], unresolved: list[str]) -> tuple[list[str], list
     not change the estimate, an error naming the variable when they do."""
     import re
 
-    from planner.megatron_flags import flag_table
+    from planner.megatron.flags import flag_table
     table, out, notes, i = flag_table(), [], [], 0
     names = {u.strip("${}") for u in unresolved}
     pattern = re.compile(r"\$\{?(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b") if names else None

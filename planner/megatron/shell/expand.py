@@ -15,8 +15,8 @@ import operator
 import re
 from collections.abc import Mapping
 
-from planner.shell.fields import Field, Fields, Var
-from planner.shell.rewrite import close_bracket
+from planner.megatron.shell.fields import Field, Fields, Var
+from planner.megatron.shell.rewrite import close_bracket
 
 MAX_DEPTH = 8
 _BRACED = re.compile(r"([#!]?)([A-Za-z_]\w*|\d+|[@*#?$!-])(?:\[([^\]]*)\])?(.*)\Z", re.DOTALL)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.grid import PlanGrid, stage_layers
+from planner.space.grid import PlanGrid, stage_layers
 from planner.models.spec import ModelSpec
 from planner.plan import PlanOptions, TrainingSpec
 
