@@ -11,15 +11,22 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import ValidationError
 
-from planner.costs.estimate import Context, evaluate
+from planner.costs.estimate import evaluate
 from planner.errors import InfeasibleError, PlannerError
-from planner.space.grid import PlanGrid
 from planner.hardware.spec import HardwareSpec
-from planner.space.rules import broken_rules, rule_detail, rule_masks
 from planner.models.spec import ModelSpec
-from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec
+from planner.plan import (
+    Context,
+    ParallelPlan,
+    PlanOptions,
+    Recompute,
+    StageSplit,
+    TrainingSpec,
+)
 from planner.presets import format_validation_error, load_hardware, load_model
 from planner.result import plan_json, stage_memory_gib
+from planner.space.grid import PlanGrid
+from planner.space.rules import rule_masks, rule_messages
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,8 @@ def _build(kind, what: str, **fields):
         raise PlannerError(f"{what}: {format_validation_error(err)}") from err
 
 
-def training_for(model: ModelSpec, global_batch: int | None, seq_len: int | None, precision: str | None) -> TrainingSpec:
+def training_for(model: ModelSpec, global_batch: int | None, seq_len: int | None, precision: str | None,
+                 train_tokens: float | None = None, gpu_hour_price: float | None = None) -> TrainingSpec:
     """Training spec from explicit values, else the model preset's published defaults."""
     defaults = model.training
     B = global_batch or (defaults.global_batch if defaults else None)
@@ -46,7 +54,8 @@ def training_for(model: ModelSpec, global_batch: int | None, seq_len: int | None
     if B is None or s is None:
         missing = "--global-batch" if B is None else "--seq-len"
         raise PlannerError(f"{missing} is required: model {model.name!r} has no published training defaults")
-    return _build(TrainingSpec, "training", global_batch=B, seq_len=s, **({"precision": precision} if precision else {}))
+    given = {"precision": precision, "train_tokens": train_tokens, "gpu_hour_price": gpu_hour_price}
+    return _build(TrainingSpec, "training", global_batch=B, seq_len=s, **{k: v for k, v in given.items() if v is not None})
 
 
 def resolve_world(gpus: int | None, tp: int, pp: int, cp: int, dp: int | None) -> tuple[int, int]:
@@ -66,11 +75,12 @@ def resolve_world(gpus: int | None, tp: int, pp: int, cp: int, dp: int | None) -
 
 def make_request(*, model: str | ModelSpec, hardware: str | HardwareSpec | None = None, gpus: int | None = None,
                  global_batch: int | None = None, seq_len: int | None = None, precision: str | None = None,
-                 options: dict | None = None, **parallel) -> PlanRequest:
+                 train_tokens: float | None = None, gpu_hour_price: float | None = None, options: dict | None = None,
+                 **parallel) -> PlanRequest:
     """Resolve presets, derive dp, and validate the plan's own fields."""
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware or "dgx-a100-superpod")
-    training = training_for(model_spec, global_batch, seq_len, precision)
+    training = training_for(model_spec, global_batch, seq_len, precision, train_tokens, gpu_hour_price)
     tp, pp, cp = parallel.get("tp", 1), parallel.get("pp", 1), parallel.get("cp", 1)
     gpus, dp = resolve_world(gpus, tp, pp, cp, parallel.pop("dp", None))
     plan = _build(ParallelPlan, "plan", dp=dp, **{k: v for k, v in parallel.items() if v is not None})
@@ -83,11 +93,9 @@ def make_request(*, model: str | ModelSpec, hardware: str | HardwareSpec | None 
 def explain(req: PlanRequest, memory_headroom: float = 0.0) -> dict:
     """The plan JSON of one configuration, with the memory of every pipeline stage."""
     grid = PlanGrid.from_plans([req.plan])
-    masks = rule_masks(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus)
-    broken = broken_rules(masks)
+    broken = rule_messages(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus)
     if broken:
-        details = "; ".join(rule_detail(name, req.plan, req.ctx.model, req.ctx.training, req.gpus) for name in broken)
-        raise InfeasibleError(f"Megatron-LM would reject this plan: {details}")
+        raise InfeasibleError(f"Megatron-LM would reject this plan: {'; '.join(broken)}")
     with np.errstate(divide="ignore", invalid="ignore"):
         ev = evaluate(grid, req.ctx)
     out = plan_json(req.ctx, req.gpus, grid, ev, 0, broken, memory_headroom)
@@ -145,47 +153,3 @@ def fit_suggestions(req: PlanRequest, memory_headroom: float = 0.0, limit: int =
              "iteration_s": float(ev.iteration_s[i]), "mfu": float(ev.flops["model"][i] / ev.iteration_s[i] / req.gpus
                                                                   / req.ctx.hardware.gpu.peak_flops_per_s(req.ctx.precision))}
             for i in ok]
-
-
-PLAN_KEYS = ("model", "gpus", "training", "parallel", "options")
-
-
-def read_plan_file(path: str, rank: int | None = None) -> dict:
-    """One plan JSON from an ``explain --json`` file or the rank-th plan of a ``search --json`` file."""
-    import json
-    from pathlib import Path
-
-    p = Path(path)
-    if not p.is_file():
-        raise PlannerError(f"plan file {path!r} not found")
-    try:
-        data = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PlannerError(f"plan file {path!r} is not JSON: {err}") from err
-    if isinstance(data, dict) and isinstance(data.get("plans"), list):
-        plans = data["plans"]
-        k = rank or 1
-        if not 1 <= k <= len(plans):
-            raise PlannerError(f"--rank {k} is out of range: {path!r} holds {len(plans)} plans (allowed: 1..{len(plans)})")
-        data = plans[k - 1]
-    elif rank not in (None, 1):
-        raise PlannerError(f"--rank {rank} given but {path!r} holds a single plan, not a search result")
-    if not isinstance(data, dict) or any(k not in data for k in PLAN_KEYS):
-        raise PlannerError(f"{path!r} is not a megaplan plan: expected the JSON of `megaplan explain --json` or "
-                           f"`megaplan search --json` with keys {', '.join(PLAN_KEYS)}")
-    return data
-
-
-def request_from_plan(data: dict, hardware: str | HardwareSpec | None = None) -> PlanRequest:
-    """Rebuild the request a plan JSON describes (the model from its embedded spec)."""
-    try:
-        model = ModelSpec.model_validate(data["model_spec"]) if "model_spec" in data else load_model(data["model"])
-        par = {k: v for k, v in data["parallel"].items() if k in ParallelPlan.model_fields}
-        tr = data["training"]
-        return make_request(model=model, hardware=hardware or data.get("hardware"), gpus=data["gpus"],
-                            global_batch=tr["global_batch"], seq_len=tr["seq_len"], precision=tr.get("precision"),
-                            options={k: v for k, v in data["options"].items() if k in PlanOptions.model_fields}, **par)
-    except ValidationError as err:
-        raise PlannerError(f"plan: {format_validation_error(err)}") from err
-    except (KeyError, TypeError, AttributeError) as err:
-        raise PlannerError(f"plan JSON is missing or mistypes a field: {err}") from err

@@ -1,15 +1,30 @@
-"""What is trained and how it is split: TrainingSpec, PlanOptions and ParallelPlan.
+"""What is trained and how it is split: TrainingSpec, PlanOptions, ParallelPlan, and the Context
+that bundles the specs a cost function reads.
 
 Rules that span several specs (t divides the heads, the batch splits evenly, the plan fits)
-are named masks in ``planner.space.rules``, so a rejected plan can say which rule it broke.
+are the rule table of ``planner.space.rules``, so a rejected plan can say which rule it broke.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from numpy.typing import ArrayLike
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
+
+from planner.hardware.spec import HardwareSpec
+from planner.models.spec import ModelSpec
+
+DEFAULT_TRAIN_TOKENS = 300e9  # GPT-3's 300B training tokens (Brown et al. 2020; Narayanan et al. 2021 §5.1)
 
 
 class Precision(StrEnum):
@@ -57,6 +72,12 @@ class StageSplit(StrEnum):
     def loss_counted(self) -> bool:
         return self in (StageSplit.LOSS, StageSplit.EMBEDDING_AND_LOSS)
 
+    @classmethod
+    def from_flags(cls, embedding: bool, loss: bool) -> StageSplit:
+        """The split Megatron-LM's --account-for-embedding/loss-in-pipeline-split flags select."""
+        return {(False, False): cls.EVEN, (True, False): cls.EMBEDDING, (False, True): cls.LOSS,
+                (True, True): cls.EMBEDDING_AND_LOSS}[(bool(embedding), bool(loss))]
+
 
 SPLIT_CODES = {StageSplit.EVEN: 0, StageSplit.EMBEDDING: 1, StageSplit.LOSS: 2, StageSplit.EMBEDDING_AND_LOSS: 3}
 SPLIT_BY_CODE = {code: s for s, code in SPLIT_CODES.items()}
@@ -81,6 +102,8 @@ class TrainingSpec(_Spec):
     seq_len: PositiveInt = Field(description="s, tokens per sequence")
     precision: Precision = Precision.BF16
     optimizer: str = Field("adam", pattern="^adam$", description="Adam (the only optimizer modelled)")
+    train_tokens: PositiveFloat = Field(DEFAULT_TRAIN_TOKENS, description="T, tokens to train on (days, GPU-hours, cost)")
+    gpu_hour_price: PositiveFloat | None = Field(None, description="price of one GPU-hour, any currency (cost)")
 
 
 class PlanOptions(_Spec):
@@ -137,5 +160,23 @@ class ParallelPlan(_Spec):
         return self.tp * self.pp * self.dp * self.cp
 
     def num_microbatches(self, training: TrainingSpec) -> float:
-        """m = B / (b·d)."""
-        return training.global_batch / (self.micro_batch * self.dp)
+        return num_microbatches(training.global_batch, self.micro_batch, self.dp)
+
+
+def num_microbatches(B: ArrayLike, b: ArrayLike, d: ArrayLike) -> ArrayLike:
+    """m = B/(b·d): micro-batches each pipeline runs per iteration (Narayanan et al. 2021 §2.2)."""
+    return B / (b * d)
+
+
+@dataclass(frozen=True)
+class Context:
+    """The specs every plan of a grid shares: what is trained, on what, with which Megatron-LM behaviour."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    training: TrainingSpec
+    options: PlanOptions
+
+    @property
+    def precision(self) -> str:
+        return self.training.precision.value

@@ -6,11 +6,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Context, Evaluation, _Letters, stage_memory_bytes
+from planner.costs.estimate import (
+    MEMORY_TERMS,
+    TIME_TERMS,
+    Evaluation,
+    _Letters,
+    stage_memory_bytes,
+)
 from planner.costs.train_cost import train_cost_terms
-from planner.space.grid import PlanGrid
 from planner.hardware.spec import GIB
-from planner.plan import ParallelPlan
+from planner.plan import Context, ParallelPlan
+from planner.space.grid import PlanGrid
 
 MEMORY_INFO = {
     "weights": ("P_stage × 2 bytes (4 in fp32)", "Megatron-LM dist_optimizer.md; parameter count Narayanan 2021 Eq. 2"),
@@ -86,7 +92,8 @@ def plan_json(ctx: Context, gpus: int, grid: PlanGrid, ev: Evaluation, i: int, b
         "num_microbatches": float(ev.m[i]),
         "memory": {k: float(ev.memory[k][i]) / GIB for k in (*MEMORY_TERMS, "total")},
         "time": {k: float(ev.time[k][i]) for k in TIME_TERMS},
-        **train_cost_terms(tokens / it, gpus, tdp_watts=ctx.hardware.gpu.tdp_watts),  # 300B tokens unless re-filled
+        **train_cost_terms(tokens / it, gpus, tokens=ctx.training.train_tokens, gpu_hour_price=ctx.training.gpu_hour_price,
+                           tdp_watts=ctx.hardware.gpu.tdp_watts),
     }
     return {
         "model": ctx.model.name,

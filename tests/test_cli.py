@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from planner.cli import cli
 from planner.presets import load_hardware
 
-
 GPT3 = ["--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16", "--micro-batch", "1"]
 
 

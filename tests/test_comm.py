@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from planner.costs.communication import (dp_grad_sync_time_s, exposed_p2p_transfers, pp_p2p_time_s,
-                                         tp_layer_comm_time_s)
-from planner.hardware.collectives import (Link, all_gather_time_s, all_reduce_time_s, group_link, group_nodes,
-                                          p2p_time_s, reduce_scatter_time_s)
-
 from conftest import a100
+
+from planner.costs.communication import (
+    dp_grad_sync_time_s,
+    exposed_p2p_transfers,
+    pp_p2p_time_s,
+    tp_layer_comm_time_s,
+)
+from planner.hardware.collectives import (
+    Link,
+    all_gather_time_s,
+    all_reduce_time_s,
+    group_link,
+    group_nodes,
+    p2p_time_s,
+    reduce_scatter_time_s,
+)
 
 BETA = 100e9      # an arbitrary bus bandwidth, bytes/s
 ALPHA = 10e-6     # an arbitrary per-step latency, s

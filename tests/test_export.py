@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.megatron import export
-from planner.api import explain, make_request, request_from_plan
+from planner.api import explain, make_request
 from planner.errors import InfeasibleError
+from planner.megatron import export
 from planner.megatron.importer import import_megatron
+from planner.plan_file import request_from_plan
 from planner.presets import preset_names
 from planner.search import search
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.costs.flops import (korthikanti_eq8_flops, layer_forward_flops, layer_gemms, logits_gemm,
-                                 model_flops, recompute_flops)
+from planner.costs.flops import (
+    korthikanti_eq8_flops,
+    layer_forward_flops,
+    layer_gemms,
+    logits_gemm,
+    model_flops,
+    recompute_flops,
+)
 
 PEAK_A100 = 312e12  # Narayanan et al. 2021 §5: A100 16-bit tensor-core peak
 

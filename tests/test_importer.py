@@ -7,8 +7,8 @@ import pytest
 
 from planner.api import explain
 from planner.errors import PlannerError
-from planner.megatron.importer import import_megatron
 from planner.fidelity.validate import load_runs, predict
+from planner.megatron.importer import import_megatron
 
 DATA = Path(__file__).parent / "data"
 BASE = ("--num-layers 24 --hidden-size 2304 --num-attention-heads 24 --seq-length 2048 --max-position-embeddings 2048 "

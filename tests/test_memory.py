@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import GIB, a100, gpt_model
 
 from planner.api import explain, make_request
-from planner.costs.memory import (activation_bytes_per_layer, embedding_activation_bytes, in_flight_microbatches,
-                                  layer_activation_coeffs, output_layer_activation_bytes, param_state_bytes)
-from planner.space.grid import PlanGrid
+from planner.costs.memory import (
+    activation_bytes_per_layer,
+    embedding_activation_bytes,
+    in_flight_microbatches,
+    layer_activation_coeffs,
+    output_layer_activation_bytes,
+    param_state_bytes,
+)
 from planner.result import stage_memory_gib
-
-from conftest import GIB, a100, gpt_model
+from planner.space.grid import PlanGrid
 
 # GPT-3 175B with the Korthikanti et al. 2022 Table 3 setting: s = 2048, b = 1, h = 12288, a = 96, t = 8
 s, b, h, a, t = 2048, 1, 12288, 96, 8

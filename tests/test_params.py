@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import gpt_model
 
-from planner.models.params import (embedding_params, layer_params, model_layer_params, norm_params,
-                                   padded_vocab, total_params)
+from planner.models.params import (
+    embedding_params,
+    layer_params,
+    model_layer_params,
+    norm_params,
+    padded_vocab,
+    total_params,
+)
 from planner.models.spec import ModelSpec
 from planner.presets import load_model
-
-from conftest import gpt_model
 
 
 def narayanan_eq2(l: int, h: int, V: int, s: int) -> float:

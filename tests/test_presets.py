@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from conftest import PRESETS
 
 from planner.errors import PlannerError, PresetError
 from planner.hardware.spec import HardwareSpec
 from planner.models.params import total_params
 from planner.models.spec import ModelSpec
 from planner.presets import load_hardware, load_model, preset_names
-
-from conftest import PRESETS
 
 MODEL_FILES = sorted((PRESETS / "models").glob("*.yaml"))
 HARDWARE_FILES = sorted((PRESETS / "hardware").glob("*.yaml"))

@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import GIB, Setup, a100, model_specs, plan_for, setups
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Context, evaluate
+from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, evaluate
 from planner.costs.flops import model_flops, recompute_flops
 from planner.costs.memory import activation_bytes_per_layer, layer_activation_coeffs
-from planner.space.grid import PlanGrid
-from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
-from planner.space.rules import broken_rules, rule_masks
-from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
+from planner.hardware.collectives import (
+    all_gather_time_s,
+    all_reduce_time_s,
+    group_link,
+    reduce_scatter_time_s,
+)
+from planner.plan import Context, ParallelPlan, PlanOptions, TrainingSpec
 from planner.result import stage_memory_gib
-
-from conftest import GIB, Setup, a100, model_specs, plan_for, setups
+from planner.space.grid import PlanGrid
+from planner.space.rules import broken_rules, rule_masks
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

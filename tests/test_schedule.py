@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import gpt_model
 
 from planner.api import explain, make_request
+from planner.costs.pipeline import bubble_fraction, bubble_time_s, stage_time_sum
 from planner.errors import InfeasibleError
+from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
 from planner.space.grid import PlanGrid, stage_layers
 from planner.space.rules import broken_rules, rule_masks
-from planner.costs.pipeline import bubble_fraction, bubble_time_s, stage_time_sum
-from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
-
-from conftest import gpt_model
 
 
 @pytest.mark.parametrize("p, m, v, expected", [

@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 from planner.api import make_request
 from planner.costs.estimate import evaluate
 from planner.errors import InfeasibleError
-from planner.space.grid import PlanGrid
-from planner.space.rules import rule_masks
 from planner.models.spec import ModelSpec
 from planner.plan import Recompute
-from planner.search import Pins, candidate_grid, search
+from planner.search import search
+from planner.space.candidates import Pins, candidate_grid
+from planner.space.grid import PlanGrid
+from planner.space.rules import rule_masks
 
 GIB = 2**30
 

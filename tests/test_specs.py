@@ -5,13 +5,12 @@ from __future__ import annotations
 import copy
 
 import pytest
+from conftest import a100
 from pydantic import ValidationError
 
 from planner.hardware.spec import HardwareSpec, NetworkTier
 from planner.models.spec import ModelSpec
 from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec
-
-from conftest import a100
 
 MODEL = dict(name="m", source="test", num_layers=4, hidden_size=1024, num_attention_heads=16,
              max_position_embeddings=2048, vocab_size=50257)

@@ -6,10 +6,10 @@ import pytest
 
 from planner import api
 from planner.errors import InfeasibleError, PlannerError
-from planner.runs.min_gpus import lower_bound_gpus, min_gpus
 from planner.plan import Recompute, StageSplit
-from planner.search import Pins
+from planner.runs.min_gpus import lower_bound_gpus, min_gpus
 from planner.runs.sweep import parse_gpu_sizes, sweep
+from planner.space.candidates import Pins
 
 
 @pytest.mark.parametrize("text, sizes", [
@@ -33,7 +33,7 @@ def test_parse_gpu_sizes_rejects(text):
 @pytest.fixture(scope="module")
 def gpt3_sweep():
     req = api.make_request(model="gpt3-175b")
-    return sweep(req.ctx, parse_gpu_sizes("128:4096"), tokens=300e9)
+    return sweep(req.ctx, parse_gpu_sizes("128:4096"))
 
 
 def test_sweep_throughput_grows_and_efficiency_is_relative(gpt3_sweep):
@@ -60,8 +60,8 @@ def test_sweep_days_to_train(gpt3_sweep):
 def test_sweep_size_without_plan():
     req = api.make_request(model="gpt3-175b")
     with pytest.raises(InfeasibleError, match="no plan on 8 GPUs"):
-        sweep(req.ctx, [8, 128], tokens=300e9)
-    out = sweep(req.ctx, [8, 40, 128], tokens=300e9, skip_infeasible=True)
+        sweep(req.ctx, [8, 128])
+    out = sweep(req.ctx, [8, 40, 128], skip_infeasible=True)
     assert [r["plan"] is None for r in out["rows"]] == [True, True, False]
     assert "more than 80.0 GiB" in out["rows"][0]["no_plan"]
     assert "no legal plan" in out["rows"][1]["no_plan"]  # 40 = 8·5: 96 layers, batch 1536 and 96 heads all refuse 5

@@ -14,7 +14,14 @@ from rich.console import Console
 from planner import api
 from planner.errors import PlannerError
 from planner.report.schedule import ScheduleView
-from planner.timeline import BWD, FWD, estimate_pipeline_s, op_order, plan_timeline, simulate
+from planner.timeline import (
+    BWD,
+    FWD,
+    estimate_pipeline_s,
+    op_order,
+    plan_timeline,
+    simulate,
+)
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 N21_OPTIONS = dict(attention_kernel="unfused", pp_scatter_gather=True, overlap_p2p_comm=False, async_tp_comm=False)

@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 
 from planner import api
-from planner.costs.train_cost import (
-    DEFAULT_TRAIN_TOKENS,
-    narayanan_eq4_s,
-    train_cost_terms,
-    train_time_s,
-    with_train_cost,
-)
+from planner.costs.train_cost import narayanan_eq4_s, train_cost_terms, train_time_s
+from planner.plan import DEFAULT_TRAIN_TOKENS
 
 DAY = 86_400
 
@@ -28,7 +23,7 @@ def test_hand_computed_terms():
 
 
 def test_no_price_no_power_gives_none():
-    t = train_cost_terms(1e6, 8)
+    t = train_cost_terms(1e6, 8, tokens=DEFAULT_TRAIN_TOKENS)
     assert t["train_tokens"] == DEFAULT_TRAIN_TOKENS == 300e9
     assert t["cost"] is None and t["gpu_hour_price"] is None and t["energy_mwh"] is None
 
@@ -40,13 +35,13 @@ def test_eq4_closed_form():
     assert train_time_s(300e9, 1e6) == 300_000
 
 
-def _n21_plan(model: str, gpus: int, pp: int, global_batch: int) -> dict:
+def _n21_plan(model: str, gpus: int, pp: int, global_batch: int, **run) -> dict:
     """The 2021 runs as planner/validate.py `_n21` configures them: TP 8, micro-batch 1, no
     interleaving, full recompute, fp16, unfused attention, pipeline scatter/gather, no p2p overlap,
     no async TP all-reduce, gradient all-reduce not overlapped (DDP impl local), seq 2048."""
     req = api.make_request(model=model, gpus=gpus, tp=8, pp=pp, vpp=1, micro_batch=1, global_batch=global_batch,
                            seq_len=2048, precision="fp16", recompute="full", sequence_parallel=False,
-                           distributed_optimizer=False,
+                           distributed_optimizer=False, **run,
                            options=dict(attention_kernel="unfused", pp_scatter_gather=True, overlap_p2p_comm=False,
                                         overlap_grad_reduce=False, async_tp_comm=False))
     return api.explain(req)
@@ -56,8 +51,8 @@ def test_narayanan_2021_gpt3_34_days():
     # §5.1: GPT-3 175B, T = 300B tokens, n = 1024 A100, X = 140 TFLOP/s -> "about 34 days";
     # the plan of NVIDIA's SuperPOD write-up and Megatron-LM examples/gpt3: TP 8, PP 16, DP 8, B 1536.
     # Measured: the planner predicts 143.6 TFLOP/s (Eq. 3) and 33.9 days.
-    pj = _n21_plan("gpt3-175b", 1024, 16, 1536)
-    days = with_train_cost(pj, tokens=300e9, gpu_hour_price=None, tdp_watts=400.0)["estimate"]["train_days"]
+    pj = _n21_plan("gpt3-175b", 1024, 16, 1536, train_tokens=300e9)
+    days = pj["estimate"]["train_days"]
     assert days == pytest.approx(34, rel=0.10)
     assert days == pytest.approx(300e9 / pj["estimate"]["tokens_per_s"] / DAY)
 
@@ -66,8 +61,7 @@ def test_narayanan_2021_1t_84_days():
     # §5.1: 1T (1008B) on 3072 GPUs, T = 450B tokens, X = 163 TFLOP/s -> "84 days"; Table 1's last row:
     # TP 8, PP 64, DP 6, B 3072 (examples/academic_paper_scripts/sc21/run_table_1.sh).
     # Measured: the planner predicts 165.4 TFLOP/s and 83.7 days.
-    pj = _n21_plan("gpt-1t", 3072, 64, 3072)
-    est = with_train_cost(pj, tokens=450e9, gpu_hour_price=2.0, tdp_watts=400.0)["estimate"]
+    est = _n21_plan("gpt-1t", 3072, 64, 3072, train_tokens=450e9, gpu_hour_price=2.0)["estimate"]
     assert est["train_days"] == pytest.approx(84, rel=0.10)
     assert est["gpu_hours"] == pytest.approx(3072 * est["train_days"] * 24)
     assert est["cost"] == pytest.approx(2.0 * est["gpu_hours"])

@@ -7,8 +7,8 @@ import pytest
 from planner import api
 from planner.costs.estimate import _Letters, stage_memory_bytes
 from planner.costs.memory import activation_bytes_per_layer, in_flight_microbatches
-from planner.space.grid import PlanGrid
 from planner.fidelity.validate import K22, MLM, N21, load_runs, validate
+from planner.space.grid import PlanGrid
 
 
 @pytest.fixture(scope="module")

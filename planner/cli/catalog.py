@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from planner.report import plan as report
 from planner.cli import cli, console, echo_json
 from planner.errors import PlannerError
 from planner.presets import KINDS, load_spec, preset_names, preset_text
+from planner.report import plan as report
 
 
 @cli.group(invoke_without_command=True)

@@ -5,26 +5,19 @@ from __future__ import annotations
 import click
 
 from planner import api
-from planner.report import plan as report
 from planner.cli import cli, console, echo_json
-from planner.cli.options import (
-    _with_cost,
-    cost_options,
-    plan_options,
-    request_from_options,
-)
+from planner.cli.options import plan_options, request_from_options, with_run
 from planner.errors import PlannerError
+from planner.plan_file import read_plan_file, request_from_plan
+from planner.report import plan as report
 
 
 @cli.command()
 @plan_options
-@click.option("--memory-headroom", type=click.FloatRange(0, 0.9), default=0.0, show_default=True,
-              help="Fraction of HBM kept free.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON.")
 @click.option("--schedule", is_flag=True, help="Draw the pipeline schedule in the terminal (with --json: add it as 'schedule').")
 @click.option("--schedule-file", type=click.Path(dir_okay=False), help="Write the pipeline schedule picture (.svg or .png; needs matplotlib).")
-@cost_options
-def explain(memory_headroom: float, as_json: bool, schedule: bool, schedule_file: str | None, **kw) -> None:
+def explain(as_json: bool, schedule: bool, schedule_file: str | None, **kw) -> None:
     """Break one configuration down: every byte and every millisecond, with formula and source.
 
     \b
@@ -36,7 +29,7 @@ def explain(memory_headroom: float, as_json: bool, schedule: bool, schedule_file
     if schedule_file:
         plots.check_picture_path(schedule_file, "--schedule-file")
     req = request_from_options(kw)
-    pj = _with_cost(api.explain(req, memory_headroom), kw, req.ctx.hardware)
+    pj = api.explain(req, kw["memory_headroom"])
     timeline = _timeline(req, pj) if schedule or schedule_file else None
     if as_json:
         echo_json({**pj, "schedule": timeline.to_json()} if schedule else pj)
@@ -95,12 +88,10 @@ def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.Plan
 @plan_options
 @click.option("--a", "a_args", metavar="'OPTIONS'", help="Plan A's options on top of the shared ones, quoted: --a '--tp 8 --pp 16'.")
 @click.option("--b", "b_args", metavar="'OPTIONS'", help="Plan B's options on top of the shared ones, quoted: --b '--recompute full'.")
-@click.option("--memory-headroom", type=click.FloatRange(0, 0.9), default=0.0, show_default=True, help="Fraction of HBM kept free.")
 @click.option("--json", "as_json", is_flag=True, help="Print {a, b, rows, summary}.")
-@cost_options
 @click.pass_context
 def compare(click_ctx: click.Context, plan_files: tuple[str, ...], a_args: str | None, b_args: str | None,
-            memory_headroom: float, as_json: bool, **kw) -> None:
+            as_json: bool, **kw) -> None:
     """Two plans side by side: memory terms, time terms and throughput, differences highlighted.
 
     Plans come from two plan files (a search --json file takes FILE#RANK), or from one file or the
@@ -114,34 +105,23 @@ def compare(click_ctx: click.Context, plan_files: tuple[str, ...], a_args: str |
     """
     from click.core import ParameterSource
 
-    from planner.runs import compare as cmp
     from planner.report import runs as report_run
+    from planner.runs import compare as cmp
     a_over, b_over = _side_overrides(a_args, "a"), _side_overrides(b_args, "b")
-    shared = [k for k in kw if k not in ("tokens", "gpu_hour_price")
+    shared = [k for k in kw if k not in ("tokens", "gpu_hour_price", "memory_headroom")
               and click_ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE]
     if len(plan_files) > 2 or (plan_files and shared):
         raise click.UsageError("give two plan files, or one plan (a file or plan options) with --a/--b, not both")
     if len(plan_files) < 2 and not (a_over or b_over):
         raise click.UsageError("nothing to compare: give two plan files, or --a and/or --b options that change the plan")
-    bases = [_plan_file_request(f) for f in plan_files] or [request_from_options(kw)]
+    bases = [with_run(request_from_plan(read_plan_file(f)), kw) for f in plan_files] or [request_from_options(kw)]
     reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
-    pjs = [_with_cost(api.explain(r, memory_headroom), kw, r.ctx.hardware) for r in reqs]
+    pjs = [api.explain(r, kw["memory_headroom"]) for r in reqs]
     result = cmp.compare_plans(*pjs)
     if as_json:
         echo_json(result)
     else:
         console().print(report_run.compare_view(result))
-
-
-def _plan_file_request(ref: str) -> api.PlanRequest:
-    """A plan file, or FILE#RANK for the rank-th plan of a search --json file."""
-    import os
-    import re
-    path, rank = ref, None
-    m = re.fullmatch(r"(.+)#(\d+)", ref)
-    if m and not os.path.exists(ref):
-        path, rank = m.group(1), int(m.group(2))
-    return api.request_from_plan(api.read_plan_file(path, rank))
 
 
 @cli.command()

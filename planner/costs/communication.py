@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.hardware.collectives import Link, all_gather_time_s, all_reduce_time_s, p2p_time_s
+from planner.hardware.collectives import (
+    Link,
+    all_gather_time_s,
+    all_reduce_time_s,
+    p2p_time_s,
+)
 
 ArrayLike = np.ndarray | int | float
 

@@ -15,11 +15,17 @@ import numpy as np
 from planner.costs import communication as comm
 from planner.costs import flops, memory
 from planner.costs.layer_time import layer_times, stage_step
-from planner.costs.letters import Context, Letters
+from planner.costs.letters import Letters
 from planner.costs.pipeline import bubble_time_s, stage_time_sum
 from planner.costs.stage_memory import MEMORY_TERMS, stage_memory_bytes
+from planner.hardware.collectives import (
+    all_gather_time_s,
+    all_reduce_time_s,
+    group_link,
+    reduce_scatter_time_s,
+)
+from planner.plan import Context
 from planner.space.grid import PlanGrid
-from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
 
 __all__ = ["ADAM_BYTES_PER_PARAM", "Context", "Evaluation", "Letters", "MEMORY_TERMS", "TIME_TERMS", "evaluate",
            "layer_step_times_s", "stage_memory_bytes", "stage_times_s"]

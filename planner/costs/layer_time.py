@@ -12,8 +12,9 @@ import numpy as np
 
 from planner.costs import communication as comm
 from planner.costs import compute, flops, moe
-from planner.costs.letters import Context, Letters
+from planner.costs.letters import Letters
 from planner.hardware.collectives import group_link, p2p_time_s
+from planner.plan import Context
 
 CROSS_ENTROPY_FWD_BYTES = 2 + 4 + 4 + 8 + 8 + 4  # per logit: fp32 cast (r2 w4), max (r4), subtract (r4 w4), exp (r4 w4), sum (r4)
 CROSS_ENTROPY_BWD_BYTES = 8 + 6                  # softmax − one-hot (r4 w4), cast to 16 bits (r4 w2)

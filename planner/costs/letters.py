@@ -5,28 +5,12 @@ Every array is shaped (N, 1) so it broadcasts against a (N, S) array of pipeline
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from planner.costs import memory
-from planner.space.grid import PlanGrid, stage_layers
-from planner.hardware.spec import HardwareSpec
 from planner.models.params import padded_vocab
-from planner.models.spec import ModelSpec
-from planner.plan import AttentionKernel, PlanOptions, TrainingSpec
-
-
-@dataclass(frozen=True)
-class Context:
-    model: ModelSpec
-    hardware: HardwareSpec
-    training: TrainingSpec
-    options: PlanOptions
-
-    @property
-    def precision(self) -> str:
-        return self.training.precision.value
+from planner.plan import AttentionKernel, Context
+from planner.space.grid import PlanGrid, stage_layers
 
 
 def _col(x: np.ndarray) -> np.ndarray:

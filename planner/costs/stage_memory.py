@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import memory, moe
-from planner.costs.letters import Context, Letters
-from planner.models.params import embedding_params, model_layer_params, moe_layer_params, norm_params
+from planner.costs.letters import Letters
+from planner.models.params import (
+    embedding_params,
+    model_layer_params,
+    moe_layer_params,
+    norm_params,
+)
+from planner.plan import Context
 
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "reserve")
 FP8_WEIGHT_BYTES = 1 + 1  # Transformer Engine keeps an FP8 copy of each linear weight and its transpose

@@ -16,7 +16,6 @@ from __future__ import annotations
 SECONDS_PER_DAY = 86_400
 SECONDS_PER_HOUR = 3_600
 WATT_HOURS_PER_MWH = 1e6
-DEFAULT_TRAIN_TOKENS = 300e9  # GPT-3's 300B training tokens (Brown et al. 2020; Narayanan et al. 2021 §5.1)
 
 
 def train_time_s(tokens: float, tokens_per_s: float) -> float:
@@ -29,7 +28,7 @@ def narayanan_eq4_s(tokens: float, params: float, gpus: int, flops_per_gpu: floa
     return 8 * tokens * params / (gpus * flops_per_gpu)
 
 
-def train_cost_terms(tokens_per_s: float, gpus: int, *, tokens: float = DEFAULT_TRAIN_TOKENS,
+def train_cost_terms(tokens_per_s: float, gpus: int, *, tokens: float,
                      gpu_hour_price: float | None = None, tdp_watts: float | None = None) -> dict:
     """The plan JSON's time-and-cost keys: train_tokens, train_days, gpu_hours, gpu_hour_price,
     cost (None without a price) and energy_mwh (None without a TDP)."""
@@ -43,11 +42,3 @@ def train_cost_terms(tokens_per_s: float, gpus: int, *, tokens: float = DEFAULT_
         "cost": gpu_hours * gpu_hour_price if gpu_hour_price is not None else None,
         "energy_mwh": gpu_hours * tdp_watts / WATT_HOURS_PER_MWH if tdp_watts is not None else None,
     }
-
-
-def with_train_cost(pj: dict, *, tokens: float, gpu_hour_price: float | None, tdp_watts: float | None) -> dict:
-    """Refill a plan JSON's time-and-cost keys for another token count or price (in place; returned)."""
-    est = pj["estimate"]
-    est.update(train_cost_terms(est["tokens_per_s"], pj["gpus"], tokens=tokens, gpu_hour_price=gpu_hour_price,
-                                tdp_watts=tdp_watts))
-    return pj

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.fidelity.validate import Run, load_runs, predict, validate
 from planner.hardware.spec import HardwareSpec
 from planner.presets import load_hardware
-from planner.fidelity.validate import Run, load_runs, predict, validate
 
 FITTED = {  # hardware preset -> the calibration fields fitted on its runs
     "dgx-a100-superpod": ("gemm_efficiency", "gemm_half_dim", "memory_efficiency", "network_bus_efficiency",

@@ -14,10 +14,10 @@ import numpy as np
 from planner import api
 from planner.costs.estimate import evaluate, layer_step_times_s
 from planner.costs.flops import korthikanti_eq8_flops
-from planner.space.grid import PlanGrid
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
 from planner.presets import load_hardware, load_model, presets_root
+from planner.space.grid import PlanGrid
 
 N21, K22, MLM = "Narayanan 2021", "Korthikanti 2022", "Megatron-LM README H100"
 PAPER_VOCAB = 51200  # V in both papers' FLOP formulas (GPT-2 BPE padded)
@@ -182,7 +182,7 @@ def _era_pins(run: Run):
     """What the run's Megatron-LM release could do: 2021 had no SP, selective recompute or
     distributed optimizer; 2022 had no distributed optimizer in these runs."""
     from planner.plan import Recompute
-    from planner.search import Pins
+    from planner.space.candidates import Pins
     if run.source == N21:
         return Pins(sequence_parallel=False, distributed_optimizer=False, fsdp=False,
                     recompute=(Recompute.NONE, Recompute.FULL))

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from planner import api
 from planner.errors import PlannerError
 from planner.megatron.flags import MegatronArgs, parse_megatron_argv
+from planner.megatron.shell import extract_launch
 from planner.models.spec import ModelSpec
 from planner.presets import load_model
-from planner.megatron.shell import extract_launch
 
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}  # vocabulary of tokenizers whose size is fixed
 UNMODELLED = {  # dest -> (value that means "off", what to say)

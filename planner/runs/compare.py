@@ -55,13 +55,6 @@ def compare_plans(a: dict, b: dict) -> dict:
     return {"a": a, "b": b, "rows": rows, "summary": summary}
 
 
-def request_dict(req) -> dict:
-    """The plan JSON fields that rebuild a request (``planner.api.request_from_plan``)."""
-    return {"model": req.ctx.model.name, "model_spec": req.ctx.model.model_dump(mode="json"), "gpus": req.gpus,
-            "training": req.ctx.training.model_dump(mode="json"), "parallel": req.plan.model_dump(mode="json"),
-            "options": req.ctx.options.model_dump(mode="json")}
-
-
 SPLIT_FLAGS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 LAYER_FLAGS = {"decoder_first_pipeline_num_layers": "first_stage_layers", "decoder_last_pipeline_num_layers": "last_stage_layers"}
 WORLD_FIELDS = ("tp", "pp", "cp", "gpus")
@@ -72,11 +65,11 @@ def override_request(req, overrides: dict):
     attention_kernel, gpus, hardware, model, global_batch, …). dp is derived again when the
     world or the model-parallel sizes change and dp is not given; N = tp·cp·pp·dp when dp is
     given without gpus."""
-    from planner import api
     from planner.errors import PlannerError
     from planner.plan import ParallelPlan, PlanOptions, StageSplit, TrainingSpec
+    from planner.plan_file import request_from_plan, request_to_json
 
-    data = request_dict(req)
+    data = request_to_json(req)
     hardware = overrides.pop("hardware", None) or req.ctx.hardware
     if "model" in overrides:
         data["model"] = overrides.pop("model")
@@ -109,4 +102,4 @@ def override_request(req, overrides: dict):
         if data["gpus"] % mp:
             raise PlannerError(f"--gpus {data['gpus']} is not divisible by tp·pp·cp = {mp}")
         par["dp"] = data["gpus"] // mp
-    return api.request_from_plan(data, hardware=hardware)
+    return request_from_plan(data, hardware=hardware)

@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from planner.costs.estimate import Context
 from planner.costs.memory import BYTES_PER_PARAM
 from planner.errors import InfeasibleError
 from planner.models.params import total_params
-from planner.search import Pins, search
+from planner.plan import Context
+from planner.search import search
+from planner.space.candidates import Pins
 
 MAX_GPUS = 1 << 17   # 131,072 GPUs: beyond any cluster the presets describe
 NEXT_SIZES = 3

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from planner.costs.estimate import Context
-from planner.costs.train_cost import with_train_cost
 from planner.errors import InfeasibleError, PlannerError
-from planner.search import Pins, search
+from planner.plan import Context
+from planner.search import search
+from planner.space.candidates import Pins
 
 MAX_SWEEP_SIZES = 32
 
@@ -40,8 +40,8 @@ def parse_gpu_sizes(text: str) -> list[int]:
     return sizes
 
 
-def sweep(ctx: Context, sizes: list[int], pins: Pins = Pins(), *, tokens: float, gpu_hour_price: float | None = None,
-          memory_headroom: float = 0.0, skip_infeasible: bool = False) -> dict:
+def sweep(ctx: Context, sizes: list[int], pins: Pins = Pins(), *, memory_headroom: float = 0.0,
+          skip_infeasible: bool = False) -> dict:
     """The fastest plan at every size. A size with no legal plan that fits raises InfeasibleError
     naming it, unless ``skip_infeasible``: then its row has ``plan: None`` and the reason."""
     rows: list[dict] = []
@@ -53,9 +53,7 @@ def sweep(ctx: Context, sizes: list[int], pins: Pins = Pins(), *, tokens: float,
                 raise InfeasibleError(f"no plan on {n} GPUs: {err} (pass --skip-infeasible to list such sizes as rows)") from err
             rows.append({"gpus": n, "plan": None, "no_plan": str(err), "scaling_efficiency": None})
             continue
-        pj = with_train_cost(result.plans[0], tokens=tokens, gpu_hour_price=gpu_hour_price,
-                             tdp_watts=ctx.hardware.gpu.tdp_watts)
-        rows.append({"gpus": n, "plan": pj, "no_plan": None, "scaling_efficiency": None})
+        rows.append({"gpus": n, "plan": result.plans[0], "no_plan": None, "scaling_efficiency": None})
     planned = [r for r in rows if r["plan"]]
     if not planned:
         raise InfeasibleError(f"no plan at any size of the sweep ({', '.join(str(n) for n in sizes)} GPUs); "
@@ -64,5 +62,5 @@ def sweep(ctx: Context, sizes: list[int], pins: Pins = Pins(), *, tokens: float,
     per_gpu0 = base["plan"]["estimate"]["tokens_per_s"] / base["gpus"]
     for r in planned:
         r["scaling_efficiency"] = r["plan"]["estimate"]["tokens_per_s"] / r["gpus"] / per_gpu0
-    return {"model": ctx.model.name, "hardware": ctx.hardware.name, "train_tokens": tokens, "baseline_gpus": base["gpus"],
+    return {"model": ctx.model.name, "hardware": ctx.hardware.name, "train_tokens": ctx.training.train_tokens, "baseline_gpus": base["gpus"],
             "rows": rows}

@@ -1,62 +1,171 @@
-"""Megatron-LM's own rules for a parallel configuration, as named masks over a plan grid.
+"""Megatron-LM's own rules for a parallel configuration: one table of Rule(name, holds, message).
 
-Each mask is True where the rule holds; the names are what ``explain`` and ``search`` report.
-Sources: Megatron-LM megatron/training/arguments.py (validate_args) at commit d98e8a64, as listed
-in reference/formulas.md §10 and DESIGN.md.
+Each rule's mask is True where the rule holds over a whole plan grid, and its message says, for
+one plan, which values break it and what is allowed, so a rule can never lose its message.
+Sources: Megatron-LM megatron/training/arguments.py (validate_args) and
+megatron/core/transformer/transformer_config.py at commit d98e8a64 (docs/architecture.md lists
+the lines).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from types import SimpleNamespace
+
 import numpy as np
 
-from planner.space.grid import PlanGrid, stage_layers
-from planner.models.spec import ModelSpec
-from planner.plan import PlanOptions, TrainingSpec
+from planner.models.spec import ModelSpec, PositionEmbedding
+from planner.plan import SPLIT_BY_CODE, PlanOptions, TrainingSpec, num_microbatches
+from planner.space.grid import PlanGrid, StageLayers, stage_layers
+
+
+@dataclass(frozen=True)
+class RuleInputs:
+    """The letters the rules read, over every plan of a grid."""
+
+    grid: PlanGrid
+    model: ModelSpec
+    training: TrainingSpec
+    options: PlanOptions
+    num_gpus: int
+
+    @cached_property
+    def layers(self) -> StageLayers:
+        g = self.grid
+        return stage_layers(self.model.num_layers, g.pp, g.split, g.first_layers, g.last_layers)
+
+    @cached_property
+    def m(self) -> np.ndarray:
+        g = self.grid
+        return num_microbatches(self.training.global_batch, g.micro_batch, g.dp)
+
+    @property
+    def explicit(self) -> np.ndarray:
+        return (self.grid.first_layers > 0) | (self.grid.last_layers > 0)
+
+    def everywhere(self, value: bool) -> np.ndarray:
+        return np.full(len(self.grid), bool(value))
+
+    def one(self, i: int = 0) -> SimpleNamespace:
+        """Plan i's letters as Python numbers, for a rule's message."""
+        g, mo, tr = self.grid, self.model, self.training
+        return SimpleNamespace(
+            t=int(g.tp[i]), p=int(g.pp[i]), d=int(g.dp[i]), c=int(g.cp[i]), v=int(g.vpp[i]), b=int(g.micro_batch[i]),
+            ep=int(g.ep[i]), etp=int(g.etp[i]), m=float(self.m[i]), N=self.num_gpus, s=tr.seq_len, B=tr.global_batch,
+            a=mo.num_attention_heads, g=mo.query_groups, f=mo.ffn, L=mo.num_layers, E=mo.num_experts,
+            f_e=mo.expert_ffn, explicit=bool(self.explicit[i]), split=int(g.split[i]),
+            middle=int(self.layers.middle[i]), max_pos=mo.max_position_embeddings)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A Megatron-LM rule: ``holds`` masks a grid, ``message`` explains plan i's breach."""
+
+    name: str
+    holds: Callable[[RuleInputs], np.ndarray]
+    message: Callable[[SimpleNamespace], str]
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(k) for k in range(1, n + 1) if n % k == 0 and k <= 64)
+
+
+def _interleaving_chunks_ok(r: RuleInputs) -> np.ndarray:
+    # accounted splits: (L + e + l)/p per stage (arguments.py:953-979); explicit first/last stage sizes:
+    # each of the first, middle and last counts (transformer_config.py:2296-2340)
+    v, lay = r.grid.vpp, r.layers
+    each = (lay.first % v == 0) & (lay.middle % v == 0) & (lay.last % v == 0)
+    return (v == 1) | np.where(r.explicit, each, lay.middle % v == 0)
+
+
+def _moe_only(mask: Callable[[RuleInputs], np.ndarray]) -> Callable[[RuleInputs], np.ndarray]:
+    return lambda r: mask(r) if r.model.is_moe else r.everywhere(True)
+
+
+def _learned_positions(r: RuleInputs) -> bool:
+    return r.model.position_embedding_type is PositionEmbedding.LEARNED
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("world size = tp·cp·pp·dp",
+         lambda r: r.grid.tp * r.grid.cp * r.grid.pp * r.grid.dp == r.num_gpus,
+         lambda x: f"tp·cp·pp·dp = {x.t * x.c * x.p * x.d} but there are {x.N} GPUs"),
+    Rule("attention heads divisible by tp",
+         lambda r: r.model.num_attention_heads % r.grid.tp == 0,
+         lambda x: f"{x.a} attention heads are not divisible by tp {x.t}; allowed tp: {_divisors(x.a)}"),
+    Rule("query groups divisible by tp",
+         lambda r: np.where(r.model.query_groups >= r.grid.tp, r.model.query_groups % r.grid.tp == 0,
+                            r.grid.tp % r.model.query_groups == 0),
+         lambda x: f"{x.g} query groups and tp {x.t} do not divide one another"),
+    Rule("ffn hidden size divisible by tp",
+         lambda r: r.model.ffn % r.grid.tp == 0,
+         lambda x: f"ffn hidden size {x.f} is not divisible by tp {x.t}"),
+    Rule("sequence length divisible by tp with sequence parallelism",
+         lambda r: ~r.grid.sequence_parallel | (r.training.seq_len % r.grid.tp == 0),
+         lambda x: f"seq_len {x.s} is not divisible by tp {x.t} (needed with sequence parallelism)"),
+    Rule("sequence length divisible by 2·cp with context parallelism",
+         lambda r: (r.grid.cp == 1) | (r.training.seq_len % (2 * r.grid.cp) == 0),
+         lambda x: f"seq_len {x.s} is not divisible by 2·cp = {2 * x.c}"),
+    Rule("experts divisible by ep",
+         lambda r: (r.model.num_experts % r.grid.ep == 0) if r.model.is_moe else (r.grid.ep == 1),
+         lambda x: (f"{x.E} experts are not divisible by ep {x.ep}; allowed ep: {_divisors(x.E)}" if x.E
+                    else f"ep {x.ep} needs a mixture-of-experts model (num_experts)")),
+    Rule("expert grid etp·ep·pp divides the world",
+         _moe_only(lambda r: r.num_gpus % (r.grid.etp * r.grid.ep * r.grid.pp) == 0),
+         lambda x: f"etp·ep·pp = {x.etp}·{x.ep}·{x.p} does not divide {x.N} GPUs"),
+    Rule("expert tensor parallelism divides expert MLP width",
+         _moe_only(lambda r: r.model.expert_ffn % r.grid.etp == 0),
+         lambda x: f"expert ffn {x.f_e} is not divisible by etp {x.etp}"),
+    Rule("mixture of experts with tp > 1 needs sequence parallelism",
+         _moe_only(lambda r: (r.grid.tp == 1) | r.grid.sequence_parallel),
+         lambda x: f"tp {x.t} with experts needs --sequence-parallel"),
+    Rule("Megatron FSDP modelled without pipeline parallelism",
+         lambda r: ~r.grid.fsdp | (r.grid.pp == 1),
+         lambda x: f"Megatron FSDP with pp {x.p} is not modelled; use pp 1"),
+    Rule("sequence length within max_position_embeddings",
+         lambda r: r.everywhere(r.training.seq_len <= r.model.max_position_embeddings or not _learned_positions(r)),
+         lambda x: f"seq_len {x.s} exceeds max_position_embeddings {x.max_pos}"),
+    Rule("global batch divisible by micro-batch × dp",
+         lambda r: r.training.global_batch % (r.grid.micro_batch * r.grid.dp) == 0,
+         lambda x: f"global batch {x.B} is not divisible by micro-batch {x.b} × dp {x.d} = {x.b * x.d}"),
+    Rule("layers split over pipeline stages",
+         lambda r: r.layers.legal,
+         lambda x: f"{x.L} layers do not split over pp {x.p} with the {SPLIT_BY_CODE[x.split].value} split"
+                   f"{'' if x.L % x.p == 0 else f'; allowed pp for an even split: {_divisors(x.L)}'}"),
+    Rule("interleaving needs pp > 1 (pp > 2 without p2p overlap)",
+         lambda r: (r.grid.vpp == 1) | (r.grid.pp > (1 if r.options.overlap_p2p_comm else 2)),
+         lambda x: f"vpp {x.v} needs pp > 1, or pp > 2 with --no-overlap-p2p-comm (pp is {x.p})"),
+    Rule("layers per stage divisible by interleaved chunks",
+         _interleaving_chunks_ok,
+         lambda x: (f"first/middle/last stage layers must each divide into vpp {x.v} chunks" if x.explicit else
+                    f"{x.middle} layers per stage do not divide into vpp {x.v} chunks; allowed vpp: {_divisors(x.middle)}")),
+    Rule("interleaving needs micro-batches divisible by pp",
+         lambda r: (r.grid.vpp == 1) | ((r.m >= r.grid.pp) & (r.m % r.grid.pp == 0)),
+         lambda x: f"interleaving needs m = B/(b·d) = {x.m:g} to be a multiple of pp {x.p}"),
+    Rule("tp-comm-overlap needs sequence parallelism",
+         lambda r: r.grid.sequence_parallel if r.options.tp_comm_overlap else r.everywhere(True),
+         lambda x: "--tp-comm-overlap needs --sequence-parallel (and tp > 1)"),
+    Rule("fp8-param-gather needs the distributed optimizer or Megatron FSDP",
+         lambda r: (r.grid.distributed_optimizer | r.grid.fsdp) if r.options.fp8_param_gather else r.everywhere(True),
+         lambda x: "--fp8-param-gather needs --use-distributed-optimizer or --use-megatron-fsdp (arguments.py)"),
+    Rule("overlap-param-gather needs distributed optimizer and overlap-grad-reduce",
+         lambda r: ((r.grid.distributed_optimizer | r.grid.fsdp) & r.options.overlap_grad_reduce)
+         if r.options.overlap_param_gather else r.everywhere(True),
+         lambda x: "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce"),
+    Rule("fp8 needs bf16 or fp16 training",
+         lambda r: r.everywhere(r.options.fp8 is None or r.training.precision.value != "fp32"),
+         lambda x: "--fp8-format needs --bf16 or --fp16"),
+)
+RULES_BY_NAME = {rule.name: rule for rule in RULES}
 
 
 def rule_masks(grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions,
                num_gpus: int) -> dict[str, np.ndarray]:
-    """Named masks, True where the rule holds, for every plan of the grid."""
-    t, p, d, c, v, b = grid.tp, grid.pp, grid.dp, grid.cp, grid.vpp, grid.micro_batch
-    s, B = training.seq_len, training.global_batch
-    a, g, f, L = model.num_attention_heads, model.query_groups, model.ffn, model.num_layers
-    layers = stage_layers(L, p, grid.split, grid.first_layers, grid.last_layers)
-    m = B // np.maximum(b * d, 1)
-    explicit = (grid.first_layers > 0) | (grid.last_layers > 0)
-    per_stage = np.where(grid.split > 0, (L + np.isin(grid.split, (1, 3)) + np.isin(grid.split, (2, 3))) // p, L // p)
-    interleaved = v > 1
-    ep, etp, E = grid.ep, grid.etp, model.num_experts or 1
-    off = np.full(len(grid), True)
-    return {
-        "world size = tp·cp·pp·dp": t * c * p * d == num_gpus,
-        "attention heads divisible by tp": a % t == 0,
-        "query groups divisible by tp": np.where(g >= t, g % t == 0, t % g == 0),
-        "ffn hidden size divisible by tp": f % t == 0,
-        "sequence length divisible by tp with sequence parallelism": ~grid.sequence_parallel | (s % t == 0),
-        "sequence length divisible by 2·cp with context parallelism": (c == 1) | (s % (2 * c) == 0),
-        "experts divisible by ep": (E % ep == 0) if model.is_moe else (ep == 1),
-        "expert grid etp·ep·pp divides the world": (num_gpus % (etp * ep * p) == 0) if model.is_moe else off,
-        "expert tensor parallelism divides expert MLP width": (model.expert_ffn % etp == 0) if model.is_moe else off,
-        "mixture of experts with tp > 1 needs sequence parallelism": (t == 1) | grid.sequence_parallel if model.is_moe else off,
-        "Megatron FSDP modelled without pipeline parallelism": ~grid.fsdp | (p == 1),
-        "sequence length within max_position_embeddings": np.full(len(grid), s <= model.max_position_embeddings
-                                                                   or model.position_embedding_type.value != "learned_absolute"),
-        "global batch divisible by micro-batch × dp": B % (b * d) == 0,
-        "layers split over pipeline stages": layers.legal,
-        "interleaving needs pp > 1 (pp > 2 without p2p overlap)": ~interleaved | (p > (1 if options.overlap_p2p_comm else 2)),
-        # accounted splits: (L + e + l)/p per stage (arguments.py:953-979); explicit first/last stage sizes:
-        # each of the first, middle and last counts (transformer_config.py:2296-2340)
-        "layers per stage divisible by interleaved chunks": ~interleaved | np.where(
-            explicit, (layers.first % v == 0) & (layers.middle % v == 0) & (layers.last % v == 0), per_stage % v == 0),
-        "interleaving needs micro-batches divisible by pp": ~interleaved | ((m >= p) & (m % p == 0)),
-        "tp-comm-overlap needs sequence parallelism": np.full(len(grid), True) if not options.tp_comm_overlap
-        else grid.sequence_parallel,
-        "fp8-param-gather needs the distributed optimizer or Megatron FSDP": np.full(len(grid), True)
-        if not options.fp8_param_gather else (grid.distributed_optimizer | grid.fsdp),
-        "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": np.full(len(grid), True)
-        if not options.overlap_param_gather else ((grid.distributed_optimizer | grid.fsdp) & options.overlap_grad_reduce),
-        "fp8 needs bf16 or fp16 training": np.full(len(grid), options.fp8 is None or training.precision.value != "fp32"),
-    }
+    """Named masks, True where the rule holds, for every plan of the grid (in table order)."""
+    r = RuleInputs(grid, model, training, options, num_gpus)
+    return {rule.name: np.broadcast_to(rule.holds(r), (len(grid),)) for rule in RULES}
 
 
 def broken_rules(masks: dict[str, np.ndarray], i: int = 0) -> list[str]:
@@ -64,49 +173,9 @@ def broken_rules(masks: dict[str, np.ndarray], i: int = 0) -> list[str]:
     return [name for name, ok in masks.items() if not bool(np.asarray(ok)[i])]
 
 
-def rule_detail(name: str, plan, model: ModelSpec, training: TrainingSpec, num_gpus: int) -> str:
-    """A broken rule with the values that break it and what would be allowed."""
-    t, p, d, b, v = plan.tp, plan.pp, plan.dp, plan.micro_batch, plan.vpp  # noqa: F841
-    a, g, f, L = model.num_attention_heads, model.query_groups, model.ffn, model.num_layers
-    s, B = training.seq_len, training.global_batch
-    m = B / (b * d)
-    detail = {
-        "world size = tp·cp·pp·dp": f"tp·cp·pp·dp = {t * plan.cp * p * d} but there are {num_gpus} GPUs",
-        "attention heads divisible by tp": f"{a} attention heads are not divisible by tp {t}; allowed tp: {_divisors(a)}",
-        "query groups divisible by tp": f"{g} query groups and tp {t} do not divide one another",
-        "ffn hidden size divisible by tp": f"ffn hidden size {f} is not divisible by tp {t}",
-        "sequence length divisible by tp with sequence parallelism": f"seq_len {s} is not divisible by tp {t} (needed with sequence parallelism)",
-        "sequence length within max_position_embeddings": f"seq_len {s} exceeds max_position_embeddings {model.max_position_embeddings}",
-        "global batch divisible by micro-batch × dp": f"global batch {B} is not divisible by micro-batch {b} × dp {d} = {b * d}",
-        "layers split over pipeline stages": f"{L} layers do not split over pp {p} with the {plan.stage_split.value} split"
-        f"{'' if L % p == 0 else f'; allowed pp for an even split: {_divisors(L)}'}",
-        "interleaving needs pp > 1 (pp > 2 without p2p overlap)": f"vpp {v} needs pp > 1, or pp > 2 with "
-        f"--no-overlap-p2p-comm (pp is {p})",
-        "layers per stage divisible by interleaved chunks": (
-            f"first/middle/last stage layers must each divide into vpp {v} chunks"
-            if plan.first_stage_layers or plan.last_stage_layers else
-            f"{_per_stage(plan, L)} layers per stage do not divide into vpp {v} chunks; "
-            f"allowed vpp: {_divisors(_per_stage(plan, L))}"),
-        "interleaving needs micro-batches divisible by pp": f"interleaving needs m = B/(b·d) = {m:g} to be a multiple of pp {p}",
-        "tp-comm-overlap needs sequence parallelism": "--tp-comm-overlap needs --sequence-parallel (and tp > 1)",
-        "sequence length divisible by 2·cp with context parallelism": f"seq_len {s} is not divisible by 2·cp = {2 * plan.cp}",
-        "experts divisible by ep": (f"{model.num_experts} experts are not divisible by ep {plan.ep}" if model.is_moe
-                                    else f"ep {plan.ep} needs a mixture-of-experts model (num_experts)"),
-        "expert grid etp·ep·pp divides the world": f"etp·ep·pp = {plan.etp}·{plan.ep}·{p} does not divide {num_gpus} GPUs",
-        "expert tensor parallelism divides expert MLP width": f"expert ffn {model.expert_ffn} is not divisible by etp {plan.etp}",
-        "mixture of experts with tp > 1 needs sequence parallelism": f"tp {t} with experts needs --sequence-parallel",
-        "Megatron FSDP modelled without pipeline parallelism": f"Megatron FSDP with pp {p} is not modelled; use pp 1",
-        "fp8 needs bf16 or fp16 training": "--fp8-format needs --bf16 or --fp16",
-        "fp8-param-gather needs the distributed optimizer or Megatron FSDP": "--fp8-param-gather needs "
-        "--use-distributed-optimizer or --use-megatron-fsdp (arguments.py)",
-        "overlap-param-gather needs distributed optimizer and overlap-grad-reduce": "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce",
-    }
-    return f"{name}: {detail.get(name, name)}"
-
-
-def _per_stage(plan, L: int) -> int:
-    return (L + int(plan.stage_split.embedding_counted) + int(plan.stage_split.loss_counted)) // plan.pp
-
-
-def _divisors(n: int) -> str:
-    return ", ".join(str(k) for k in range(1, n + 1) if n % k == 0 and k <= 64)
+def rule_messages(grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int,
+                  i: int = 0) -> list[str]:
+    """Each rule plan i breaks, by name, with the values that break it and what would be allowed."""
+    r = RuleInputs(grid, model, training, options, num_gpus)
+    x = r.one(i)
+    return [f"{rule.name}: {rule.message(x)}" for rule in RULES if not bool(np.broadcast_to(rule.holds(r), (len(grid),))[i])]

@@ -1,0 +1,71 @@
+"""The plan-JSON file: the exchange format between megaplan's commands (explain --json, search
+--json, export --format json) and what rebuilds a request from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from planner.api import PlanRequest, make_request
+from planner.errors import PlannerError
+from planner.hardware.spec import HardwareSpec
+from planner.models.spec import ModelSpec
+from planner.plan import ParallelPlan, PlanOptions
+from planner.presets import format_validation_error, load_model
+
+PLAN_KEYS = ("model", "gpus", "training", "parallel", "options")
+
+
+def read_plan_file(ref: str, rank: int | None = None) -> dict:
+    """One plan JSON from an ``explain --json`` file, or the rank-th plan of a ``search --json`` file
+    (``--rank``, or ``FILE#RANK`` when no file of that exact name exists)."""
+    path = ref
+    m = re.fullmatch(r"(.+)#(\d+)", ref)
+    if m and rank is None and not os.path.exists(ref):
+        path, rank = m.group(1), int(m.group(2))
+    p = Path(path)
+    if not p.is_file():
+        raise PlannerError(f"plan file {path!r} not found")
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PlannerError(f"plan file {path!r} is not JSON: {err}") from err
+    if isinstance(data, dict) and isinstance(data.get("plans"), list):
+        plans = data["plans"]
+        k = rank or 1
+        if not 1 <= k <= len(plans):
+            raise PlannerError(f"--rank {k} is out of range: {path!r} holds {len(plans)} plans (allowed: 1..{len(plans)})")
+        data = plans[k - 1]
+    elif rank not in (None, 1):
+        raise PlannerError(f"--rank {rank} given but {path!r} holds a single plan, not a search result")
+    if not isinstance(data, dict) or any(k not in data for k in PLAN_KEYS):
+        raise PlannerError(f"{path!r} is not a megaplan plan: expected the JSON of `megaplan explain --json` or "
+                           f"`megaplan search --json` with keys {', '.join(PLAN_KEYS)}")
+    return data
+
+
+def request_from_plan(data: dict, hardware: str | HardwareSpec | None = None) -> PlanRequest:
+    """Rebuild the request a plan JSON describes (the model from its embedded spec)."""
+    try:
+        model = ModelSpec.model_validate(data["model_spec"]) if "model_spec" in data else load_model(data["model"])
+        par = {k: v for k, v in data["parallel"].items() if k in ParallelPlan.model_fields}
+        tr = data["training"]
+        return make_request(model=model, hardware=hardware or data.get("hardware"), gpus=data["gpus"],
+                            global_batch=tr["global_batch"], seq_len=tr["seq_len"], precision=tr.get("precision"),
+                            train_tokens=tr.get("train_tokens"), gpu_hour_price=tr.get("gpu_hour_price"),
+                            options={k: v for k, v in data["options"].items() if k in PlanOptions.model_fields}, **par)
+    except ValidationError as err:
+        raise PlannerError(f"plan: {format_validation_error(err)}") from err
+    except (KeyError, TypeError, AttributeError) as err:
+        raise PlannerError(f"plan JSON is missing or mistypes a field: {err}") from err
+
+
+def request_to_json(req: PlanRequest) -> dict:
+    """The plan JSON fields that rebuild a request (``request_from_plan``)."""
+    return {"model": req.ctx.model.name, "model_spec": req.ctx.model.model_dump(mode="json"), "gpus": req.gpus,
+            "training": req.ctx.training.model_dump(mode="json"), "parallel": req.plan.model_dump(mode="json"),
+            "options": req.ctx.options.model_dump(mode="json")}

@@ -1,0 +1,113 @@
+"""The candidate grid: every combination of the searched knobs for N GPUs, built with numpy
+cartesian products (no Python loop over plans); pins narrow an axis to one value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.plan import RECOMPUTE_CODES, SPLIT_CODES, Context, Recompute, StageSplit
+from planner.space.grid import PlanGrid
+
+MIN_CP_TOKENS = 4096  # context parallelism is searched while each rank keeps at least this many tokens
+
+
+def divisors(n: int) -> np.ndarray:
+    k = np.arange(1, n + 1)
+    return k[n % k == 0]
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Knobs fixed by the user; None searches every legal value."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    fsdp: bool | None = None
+    vpp: int | None = None
+    micro_batch: int | None = None
+    recompute: Recompute | tuple[Recompute, ...] | None = None
+    sequence_parallel: bool | None = None
+    distributed_optimizer: bool | None = None
+    stage_split: StageSplit | None = None
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    max_tp: int | None = None
+
+
+def _cross(cols: dict[str, np.ndarray], name: str, values: np.ndarray) -> dict[str, np.ndarray]:
+    """Every existing row combined with every value of a new axis."""
+    n, k = len(next(iter(cols.values()))) if cols else 1, len(values)
+    out = {key: np.repeat(col, k) for key, col in cols.items()}
+    out[name] = np.tile(values, n)
+    return out
+
+
+def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[mask] for k, v in cols.items()}
+
+
+def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
+    """Every combination of the searched knobs for N GPUs (pins narrow an axis to one value)."""
+    L, B = ctx.model.num_layers, ctx.training.global_batch
+
+    def axis(pinned, values):
+        return np.array([pinned]) if pinned is not None else np.asarray(values)
+
+    s, model = ctx.training.seq_len, ctx.model
+    cols = {"tp": axis(pins.tp, divisors(num_gpus))}
+    cp_values = [c for c in divisors(num_gpus) if c == 1 or (s % (2 * c) == 0 and s // c >= MIN_CP_TOKENS)]
+    cols = _cross(cols, "cp", axis(pins.cp, cp_values))
+    cols = _cross(cols, "pp", axis(pins.pp, divisors(num_gpus)))
+    cols = _keep(cols, num_gpus % (cols["tp"] * cols["cp"] * cols["pp"]) == 0)
+    cols["dp"] = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
+    if pins.dp is not None:
+        cols = _keep(cols, cols["dp"] == pins.dp)
+    explicit = pins.first_stage_layers is not None or pins.last_stage_layers is not None
+    split_values = [pins.stage_split.code] if pins.stage_split else [0] if explicit else list(SPLIT_CODES.values())
+    cols = _cross(cols, "split", np.array(split_values, dtype=np.int8))
+    even = L % cols["pp"] == 0  # accounted splits only where the layers do not divide evenly
+    if pins.stage_split is None and not explicit:
+        cols = _keep(cols, (cols["split"] == 0) | ~even)
+    cols = _cross(cols, "micro_batch", axis(pins.micro_batch, divisors(B)))
+    cols = _cross(cols, "vpp", axis(pins.vpp, divisors(L)))
+    cols = _keep(cols, (cols["vpp"] == 1) | (cols["pp"] > 1))
+    allowed = (pins.recompute,) if isinstance(pins.recompute, Recompute) else pins.recompute
+    rc = [r.code for r in allowed] if allowed else list(RECOMPUTE_CODES.values())
+    cols = _cross(cols, "recompute", np.array(rc, dtype=np.int8))
+    sp = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True]
+    cols = _cross(cols, "sequence_parallel", np.array(sp))
+    cols = _keep(cols, ~cols["sequence_parallel"] | (cols["tp"] > 1))  # SP with t = 1 is the same plan
+    dopt = [pins.distributed_optimizer] if pins.distributed_optimizer is not None else [False, True]
+    cols = _cross(cols, "distributed_optimizer", np.array(dopt))
+    cols = _keep(cols, ~cols["distributed_optimizer"] | (cols["dp"] > 1) | (pins.distributed_optimizer is True))
+    fsdp = [pins.fsdp] if pins.fsdp is not None else [False, True]
+    cols = _cross(cols, "fsdp", np.array(fsdp))
+    # Megatron FSDP runs on the distributed optimizer (arguments.py: v1 turns it on) and needs d·c > 1
+    cols = _keep(cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1) & (cols["pp"] == 1)))
+    if model.is_moe:
+        cols = _cross(cols, "ep", axis(pins.ep, [e for e in divisors(model.num_experts) if num_gpus % e == 0]))
+        if pins.etp is None:  # expert TP: Megatron's default (= tp) or none
+            cols = _cross(cols, "etp_is_tp", np.array([False, True]))
+            cols = _keep(cols, ~(cols["etp_is_tp"] & (cols["tp"] == 1)))  # the same plan twice
+            cols["etp"] = np.where(cols.pop("etp_is_tp"), cols["tp"], 1)
+        else:
+            cols["etp"] = np.full(len(cols["tp"]), pins.etp)
+    else:
+        cols["ep"] = np.full(len(cols["tp"]), pins.ep or 1)
+        cols["etp"] = cols["tp"] if pins.etp is None else np.full(len(cols["tp"]), pins.etp)
+    n = len(cols["tp"])
+    first = np.full(n, pins.first_stage_layers or 0, dtype=np.int64)
+    last = np.full(n, pins.last_stage_layers or 0, dtype=np.int64)
+    return PlanGrid(tp=cols["tp"], pp=cols["pp"], dp=cols["dp"], cp=cols["cp"], ep=cols["ep"], etp=cols["etp"],
+                    vpp=cols["vpp"], micro_batch=cols["micro_batch"], sequence_parallel=cols["sequence_parallel"],
+                    recompute=cols["recompute"], distributed_optimizer=cols["distributed_optimizer"], fsdp=cols["fsdp"],
+                    split=cols["split"], first_layers=first, last_layers=last)
+
+
