@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import ValidationError
 
-from planner.costs.estimate import evaluate
+from planner.costs.estimate import Evaluation, evaluate
 from planner.errors import InfeasibleError, PlannerError
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
@@ -24,7 +24,7 @@ from planner.plan import (
     TrainingSpec,
 )
 from planner.presets import format_validation_error, load_hardware, load_model
-from planner.result import plan_json, stage_memory_gib
+from planner.result import plan_json
 from planner.space.grid import PlanGrid
 from planner.space.rules import rule_masks, rule_messages
 
@@ -90,19 +90,31 @@ def make_request(*, model: str | ModelSpec, hardware: str | HardwareSpec | None 
     return PlanRequest(ctx=Context(model_spec, hw, training, opts), plan=plan, gpus=gpus)
 
 
+@dataclass(frozen=True)
+class Explanation:
+    """One plan explained: its plan JSON and the evaluation behind it (with every stage)."""
+
+    plan_json: dict
+    evaluation: Evaluation
+
+
 def explain(req: PlanRequest, memory_headroom: float = 0.0) -> dict:
     """The plan JSON of one configuration, with the memory of every pipeline stage."""
+    return explain_plan(req, memory_headroom).plan_json
+
+
+def explain_plan(req: PlanRequest, memory_headroom: float = 0.0) -> Explanation:
+    """``explain`` with the evaluation kept (the schedule simulation reads its stage times)."""
     grid = PlanGrid.from_plans([req.plan])
     broken = rule_messages(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus)
     if broken:
         raise InfeasibleError(f"Megatron-LM would reject this plan: {'; '.join(broken)}")
     with np.errstate(divide="ignore", invalid="ignore"):
-        ev = evaluate(grid, req.ctx)
+        ev = evaluate(grid, req.ctx, stages=True)
     out = plan_json(req.ctx, req.gpus, grid, ev, 0, broken, memory_headroom)
-    out["stages"] = sorted(stage_memory_gib(grid, req.ctx), key=lambda st: -st["total"])
     if not out["estimate"]["fits"]:
         out["fit_suggestions"] = fit_suggestions(req, memory_headroom)
-    return out
+    return Explanation(out, ev)
 
 
 def _variants(plan: ParallelPlan, model: ModelSpec) -> list[tuple[str, ParallelPlan]]:

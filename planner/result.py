@@ -1,127 +1,110 @@
-"""One plan's estimate as the plan JSON of DESIGN.md, with every term's formula and source."""
+"""One plan's estimate: the typed ``PlanEstimate`` and the plan JSON of the CLI contract around it.
+
+The plan JSON is what ``explain --json`` and ``search --json`` print and what ``--plan`` reads back:
+``{model, hardware, gpus, training, parallel, options, legal, broken_rules, estimate, model_spec}``;
+``estimate`` is a ``PlanEstimate`` (memory in GiB for the most loaded GPU, time in seconds per
+iteration; the terms add up), with each term's formula text and source from the cost module that
+computed it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic import BaseModel, ConfigDict
 
-import numpy as np
-
-from planner.costs.estimate import (
-    MEMORY_TERMS,
-    TIME_TERMS,
-    Evaluation,
-    _Letters,
-    stage_memory_bytes,
-)
+from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas
 from planner.costs.train_cost import train_cost_terms
 from planner.hardware.spec import GIB
-from planner.plan import Context, ParallelPlan
-from planner.space.grid import PlanGrid
-
-MEMORY_INFO = {
-    "weights": ("P_stage × 2 bytes (4 in fp32)", "Megatron-LM dist_optimizer.md; parameter count Narayanan 2021 Eq. 2"),
-    "gradients": ("P_stage × 4 bytes fp32 main grads under bf16 (2 under fp16)", "Megatron-LM dist_optimizer.md"),
-    "optimizer": ("P_stage × 12 bytes (16 under fp16, 8 fp32), ÷ d with the distributed optimizer", "Megatron-LM dist_optimizer.md"),
-    "activations": ("in-flight micro-batches × layers × per-layer bytes (Table 2) + embedding / logits terms",
-                    "Korthikanti et al. 2022 Table 2, §4.2.3, §4.3"),
-    "reserve": ("CUDA context, NCCL/cuBLAS workspaces, fragmentation", "hardware preset calibration.reserve_gib"),
-}
-TIME_INFO = {
-    "forward": ("m × Σ_GEMM F/(peak·η(M,N,K)) + attention core + elementwise bytes/HBM, slowest stage",
-                "Narayanan 2021 App. (GEMM FLOPs); roofline with calibrated η"),
-    "backward": ("m × (2 × forward GEMMs + attention-core backward + 2 × elementwise)", "Narayanan 2021 App.: backward = 2 × forward"),
-    "recompute": ("m × (one more layer forward under full; attention core under selective)", "Korthikanti 2022 §5"),
-    "tp_comm": ("m × layers × (2 fwd + 2 bwd [+2 recompute]) all-reduces (AG+RS with SP) of b·s·h on NVLink, less overlap",
-                "Narayanan 2021 §4.1; Korthikanti 2022 §4.2.2; ring cost Thakur et al. 2005"),
-    "cp_comm": ("m × layers × (c−1) ring steps of K,V chunks, each beyond its attention compute",
-                "Ring Attention (Liu et al. 2023); Megatron-Core context parallelism"),
-    "moe_comm": ("m × MoE layers × token dispatch + combine (all-to-all over ep, or all-gather), fwd and bwd",
-                 "Megatron-Core moe/token_dispatcher.py"),
-    "pp_comm": ("exposed p2p transfers × (b·s·h[/t] bytes / β + α)", "Narayanan 2021 §4.1, §2.2"),
-    "dp_comm": ("gradient all-reduce (or RS + AG) of the stage's parameters over d·c (experts over expert-DP), "
-                "minus what overlap hides; Megatron FSDP: per-layer gathers beyond compute",
-                "Megatron-LM distributed optimizer; reference/formulas.md §10"),
-    "embedding_comm": ("all-reduce of tied word-embedding grads between first and last stage",
-                       "Megatron-LM finalize_model_grads.py"),
-    "bubble": ("(Σ stage times − slowest stage time)/vpp", "Narayanan 2021 §2.2.1-2.2.2: (p−1)(t_f+t_b)/v"),
-    "optimizer": ("Adam HBM traffic per (sharded) parameter / HBM bandwidth", "memory-bound estimate"),
-}
+from planner.plan import Context
+from planner.space.grid import PlanGrid, stage_layers
 
 
-@dataclass(frozen=True)
-class PlanResult:
-    """Everything explain and search say about one plan."""
-
-    ctx: Context
-    gpus: int
-    plan: ParallelPlan
-    broken: list[str]
-    data: dict
-
-    def to_json(self) -> dict:
-        return self.data
+class TermFormula(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    formula: str
+    source: str
 
 
-def _f(x) -> float:
-    return float(np.asarray(x).reshape(-1)[0]) if np.ndim(x) else float(x)
+class PlanEstimate(BaseModel):
+    """What megaplan predicts for one plan (the plan JSON's ``estimate``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    iteration_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float            # model FLOPs (no recomputation) per second per GPU: the MFU basis
+    hw_tflops_per_gpu: float         # with recomputed FLOPs: the HFU basis
+    megatron_tflops_per_gpu: float   # as today's Megatron-LM logs it (causal attention halved)
+    mfu: float
+    hfu: float
+    peak_memory_gib: float
+    capacity_gib: float
+    fits: bool
+    peak_stage: int
+    bubble_frac: float
+    num_microbatches: float
+    memory: dict[str, float]         # GiB, MEMORY_TERMS and total, most loaded GPU
+    time: dict[str, float]           # seconds per iteration, TIME_TERMS
+    formulas: dict[str, dict[str, TermFormula]]  # {"memory": {term: ...}, "time": {term: ...}}
+    train_tokens: float
+    train_days: float
+    gpu_hours: float
+    gpu_hour_price: float | None
+    cost: float | None
+    energy_mwh: float | None
 
 
 def plan_json(ctx: Context, gpus: int, grid: PlanGrid, ev: Evaluation, i: int, broken: list[str],
               memory_headroom: float = 0.0) -> dict:
-    """The plan JSON of DESIGN.md for plan i of an evaluated grid."""
+    """The plan JSON for plan i of an evaluated grid; with ``ev.stages``, every stage's memory too."""
     plan = grid.plan(i)
     it = float(ev.iteration_s[i])
     peak = ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
-    tokens = ctx.training.global_batch * ctx.training.seq_len
+    tokens_per_s = ctx.training.global_batch * ctx.training.seq_len / it
     cap = ctx.hardware.gpu.hbm_bytes * (1 - memory_headroom)
-    layers = stage_layer_list(grid.take(np.array([i])), ctx)
-    per_gpu = lambda f: float(ev.flops[f][i]) / it / gpus  # noqa: E731
-    estimate = {
-        "iteration_s": it,
-        "tokens_per_s": tokens / it,
-        "tflops_per_gpu": per_gpu("model") / 1e12,
-        "hw_tflops_per_gpu": per_gpu("hardware") / 1e12,
-        "megatron_tflops_per_gpu": per_gpu("megatron") / 1e12,
-        "mfu": per_gpu("model") / peak,
-        "hfu": per_gpu("hardware") / peak,
-        "peak_memory_gib": float(ev.peak_memory_bytes[i]) / GIB,
-        "capacity_gib": cap / GIB,
-        "fits": bool(ev.peak_memory_bytes[i] <= cap),
-        "peak_stage": int(ev.peak_stage[i]),
-        "bubble_frac": float(ev.bubble_frac[i]),
-        "num_microbatches": float(ev.m[i]),
-        "memory": {k: float(ev.memory[k][i]) / GIB for k in (*MEMORY_TERMS, "total")},
-        "time": {k: float(ev.time[k][i]) for k in TIME_TERMS},
-        **train_cost_terms(tokens / it, gpus, tokens=ctx.training.train_tokens, gpu_hour_price=ctx.training.gpu_hour_price,
-                           tdp_watts=ctx.hardware.gpu.tdp_watts),
-    }
-    return {
+
+    def per_gpu(kind: str) -> float:
+        return float(ev.flops[kind][i]) / it / gpus
+
+    text = formulas(ctx, plan)
+    estimate = PlanEstimate(
+        iteration_s=it, tokens_per_s=tokens_per_s,
+        tflops_per_gpu=per_gpu("model") / 1e12, hw_tflops_per_gpu=per_gpu("hardware") / 1e12,
+        megatron_tflops_per_gpu=per_gpu("megatron") / 1e12, mfu=per_gpu("model") / peak, hfu=per_gpu("hardware") / peak,
+        peak_memory_gib=float(ev.peak_memory_bytes[i]) / GIB, capacity_gib=cap / GIB,
+        fits=bool(ev.peak_memory_bytes[i] <= cap), peak_stage=int(ev.peak_stage[i]), bubble_frac=float(ev.bubble_frac[i]),
+        num_microbatches=float(ev.m[i]),
+        memory={k: float(ev.memory[k][i]) / GIB for k in (*MEMORY_TERMS, "total")},
+        time={k: float(ev.time[k][i]) for k in TIME_TERMS},
+        formulas={kind: {k: TermFormula(formula=f.text, source=f.source) for k, f in terms.items()}
+                  for kind, terms in text.items()},
+        **train_cost_terms(tokens_per_s, gpus, tokens=ctx.training.train_tokens, gpu_hour_price=ctx.training.gpu_hour_price,
+                           tdp_watts=ctx.hardware.gpu.tdp_watts))
+    out = {
         "model": ctx.model.name,
         "hardware": ctx.hardware.name,
         "gpus": gpus,
         "training": ctx.training.model_dump(mode="json"),
-        "parallel": {**plan.model_dump(mode="json"), "stage_layers": layers},
+        "parallel": {**plan.model_dump(mode="json"), "stage_layers": stage_layer_list(ctx, grid, i)},
         "options": ctx.options.model_dump(mode="json"),
         "legal": not broken,
         "broken_rules": broken,
-        "estimate": estimate,
+        "estimate": estimate.model_dump(mode="json"),
         "model_spec": ctx.model.model_dump(mode="json"),
     }
+    if ev.stages is not None:
+        st = ev.stages
+        p = plan.pp
+        rows = [{"stage": k, "layers": int(st.layers[i, k]),
+                 **{t: float(st.memory[t][i, k]) / GIB for t in (*MEMORY_TERMS, "total")}} for k in range(p)]
+        out["stages"] = sorted(rows, key=lambda row: -row["total"])
+    return out
 
 
-def stage_layer_list(grid: PlanGrid, ctx: Context) -> list[int]:
-    """Layers on each pipeline stage of a one-plan grid, first to last."""
-    lt = _Letters(grid, ctx)
-    i = np.arange(int(grid.pp[0]))[None, :]
-    n, _, _ = lt.stage_info(i)
-    return [int(x) for x in n[0]]
+def stage_layer_list(ctx: Context, grid: PlanGrid, i: int) -> list[int]:
+    """Layers on each pipeline stage of plan i, first to last (``planner.space.grid.stage_layers``)."""
+    lay = stage_layers(ctx.model.num_layers, grid.pp[i:i + 1], grid.split[i:i + 1], grid.first_layers[i:i + 1],
+                       grid.last_layers[i:i + 1])
+    p = int(grid.pp[i])
+    if p == 1:
+        return [int(lay.first[0])]
+    return [int(lay.first[0])] + [int(lay.middle[0])] * (p - 2) + [int(lay.last[0])]
 
-
-def stage_memory_gib(grid: PlanGrid, ctx: Context) -> list[dict[str, float]]:
-    """Memory of every pipeline stage of a one-plan grid, term by term, in GiB (explain)."""
-    lt = _Letters(grid, ctx)
-    i = np.arange(int(grid.pp[0]))[None, :]
-    mem = stage_memory_bytes(lt, ctx, i)
-    n, _, _ = lt.stage_info(i)
-    return [{"stage": int(k), "layers": int(n[0, k]), **{t: float(mem[t][0, k]) / GIB for t in (*MEMORY_TERMS, "total")}}
-            for k in range(i.shape[1])]

@@ -15,7 +15,7 @@ Megatron-LM's two training schedules (megatron/core/pipeline_parallel/schedules.
 Each operation starts when its stage is free and its input has arrived: the forward of virtual
 stage v after the forward of v − 1 plus one p2p transfer, the backward of v after the backward of
 v + 1 plus one transfer (the last virtual stage's backward right after its own forward). A chunk
-takes 1/vpp of its stage's per-micro-batch time (``planner.costs.estimate.stage_times_s``).
+takes 1/vpp of its stage's per-micro-batch time (``planner.costs.estimate.evaluate(..., stages=True)``).
 Transfers block the sender for their duration under 1F1B and under the interleaved schedule
 without ``--overlap-p2p-comm`` (Megatron waits on the batched isend/irecv before computing on); with
 the overlap they only delay the receiver.
@@ -41,6 +41,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
+
+from planner.costs.estimate import Evaluation
+from planner.plan import ParallelPlan, PlanOptions
 
 FWD, BWD = "fwd", "bwd"
 
@@ -213,25 +216,20 @@ def simulate(forward_s, backward_s, p2p_s: float, m: int, vpp: int = 1, *, block
 TAIL_TERMS = ("dp_comm", "embedding_comm", "optimizer")  # after the flush; every other time term is the pipeline's
 
 
-def plan_timeline(req, time_terms: dict[str, float] | None = None) -> Timeline:
-    """The schedule of one plan (a ``planner.api.PlanRequest``); ``time_terms`` (the plan JSON's
-    ``estimate.time``) supplies the tail after the flush: DP and embedding gradient sync, optimizer."""
-    from planner.costs.estimate import stage_times_s
-    from planner.space.grid import PlanGrid
-
-    grid = PlanGrid.from_plans([req.plan])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        times = stage_times_s(grid, req.ctx)
-    m = req.plan.num_microbatches(req.ctx.training)
+def plan_timeline(ev: Evaluation, plan: ParallelPlan, options: PlanOptions, i: int = 0) -> Timeline:
+    """The schedule of plan i of an evaluation made with ``stages=True``: its stage times, and the
+    tail after the flush (DP and embedding gradient sync, optimizer step) from its time terms."""
+    if ev.stages is None:
+        raise ValueError("plan_timeline needs an evaluation with every stage (evaluate(..., stages=True))")
+    m = float(ev.m[i])
     if m != int(m):
         raise ValueError(f"m = B/(b·d) = {m} is not a whole number")
-    interleaved = req.plan.vpp > 1
-    blocking = not (interleaved and req.ctx.options.overlap_p2p_comm)
-    terms = time_terms or {}
-    tail = {"dp_comm": terms.get("dp_comm", 0.0) + terms.get("embedding_comm", 0.0),
-            "optimizer": terms.get("optimizer", 0.0)}
-    return simulate(times["forward"], times["backward"], times["p2p"] if req.plan.pp > 1 else 0.0, int(m),
-                    req.plan.vpp, blocking_p2p=blocking, tail_s=tail)
+    st, p = ev.stages, plan.pp
+    blocking = not (plan.vpp > 1 and options.overlap_p2p_comm)
+    tail = {"dp_comm": float(ev.time["dp_comm"][i] + ev.time["embedding_comm"][i]),
+            "optimizer": float(ev.time["optimizer"][i])}
+    return simulate(st.forward_s[i, :p], st.backward_s[i, :p], float(st.p2p_s[i]) if p > 1 else 0.0, int(m),
+                    plan.vpp, blocking_p2p=blocking, tail_s=tail)
 
 
 def estimate_pipeline_s(time_terms: dict[str, float]) -> float:

@@ -174,3 +174,12 @@ def setups(draw, *, t: int | None = None, p: int | None = None, vpp: int | None 
         # Megatron: the interleaved schedule needs pp > 2 unless it overlaps p2p communication
         options = options.model_copy(update={"overlap_p2p_comm": True})
     return Setup(model=model, training=training, options=options, plan=plan)
+
+
+def stage_memory_gib(plan, ctx) -> list[dict[str, float]]:
+    """Memory of every pipeline stage of one plan, term by term, in GiB, first stage first."""
+    from planner.costs.estimate import MEMORY_TERMS, evaluate
+    from planner.space.grid import PlanGrid
+    st = evaluate(PlanGrid.from_plans([plan]), ctx, stages=True).stages
+    return [{"stage": k, "layers": int(st.layers[0, k]), **{t: float(st.memory[t][0, k]) / GIB for t in (*MEMORY_TERMS, "total")}}
+            for k in range(plan.pp)]

@@ -8,10 +8,10 @@ from conftest import a100
 
 from planner.costs.communication import (
     dp_grad_sync_time_s,
-    exposed_p2p_transfers,
     pp_p2p_time_s,
     tp_layer_comm_time_s,
 )
+from planner.costs.pipeline import exposed_p2p_transfers
 from planner.hardware.collectives import (
     Link,
     all_gather_time_s,

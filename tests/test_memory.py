@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import GIB, a100, gpt_model
+from conftest import GIB, a100, gpt_model, stage_memory_gib
 
 from planner.api import explain, make_request
 from planner.costs.memory import (
     activation_bytes_per_layer,
     embedding_activation_bytes,
-    in_flight_microbatches,
-    layer_activation_coeffs,
+    layer_activation_parts,
     output_layer_activation_bytes,
     param_state_bytes,
 )
-from planner.result import stage_memory_gib
-from planner.space.grid import PlanGrid
+from planner.costs.pipeline import in_flight_microbatches
 
 # GPT-3 175B with the Korthikanti et al. 2022 Table 3 setting: s = 2048, b = 1, h = 12288, a = 96, t = 8
 s, b, h, a, t = 2048, 1, 12288, 96, 8
@@ -108,6 +106,12 @@ def test_activation_bytes_broadcast_over_t_and_b():
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def layer_activation_coeffs(*args, **kw) -> tuple[float, float]:
+    """The attention and MLP parts summed: Table 2's split and replicated coefficients."""
+    parts = layer_activation_parts(*args, **kw)
+    return parts["attention"][0] + parts["mlp"][0], parts["attention"][1] + parts["mlp"][1]
+
+
 def test_layer_activation_coeffs_gpt_shapes():
     # Korthikanti et al. 2022 §4.1: split over t: Q, K 4sbh + V 2sbh + projection input 2sbh +
     # fc1 output 8sbh + GeLU output 8sbh = 24; replicated: two LayerNorm inputs 4sbh, attention
@@ -183,7 +187,7 @@ def _stage0_activations(model, *, tp, pp, recompute, sp, vpp=1, B=64, unfused=Tr
     req = make_request(model=model, hardware=a100(), gpus=tp * pp, global_batch=B, seq_len=2048, precision="bf16",
                        tp=tp, pp=pp, vpp=vpp, micro_batch=1, sequence_parallel=sp, recompute=recompute,
                        options={"attention_kernel": "unfused" if unfused else "flash"})
-    stages = stage_memory_gib(PlanGrid.from_plans([req.plan]), req.ctx)
+    stages = stage_memory_gib(req.plan, req.ctx)
     return stages[0]["activations"] * GIB
 
 

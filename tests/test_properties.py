@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import GIB, Setup, a100, model_specs, plan_for, setups
+from conftest import GIB, Setup, a100, model_specs, plan_for, setups, stage_memory_gib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, evaluate
 from planner.costs.flops import model_flops, recompute_flops
-from planner.costs.memory import activation_bytes_per_layer, layer_activation_coeffs
+from planner.costs.memory import activation_bytes_per_layer, layer_activation_parts
 from planner.hardware.collectives import (
     all_gather_time_s,
     all_reduce_time_s,
@@ -22,7 +22,6 @@ from planner.hardware.collectives import (
     reduce_scatter_time_s,
 )
 from planner.plan import Context, ParallelPlan, PlanOptions, TrainingSpec
-from planner.result import stage_memory_gib
 from planner.space.grid import PlanGrid
 from planner.space.rules import broken_rules, rule_masks
 
@@ -42,7 +41,7 @@ def evaluate_one(setup: Setup, plan: ParallelPlan | None = None, training: Train
 
 
 def stages(setup: Setup, plan: ParallelPlan) -> list[dict]:
-    return stage_memory_gib(PlanGrid.from_plans([plan]), Context(setup.model, a100(), setup.training, setup.options))
+    return stage_memory_gib(plan, Context(setup.model, a100(), setup.training, setup.options))
 
 
 # ----------------------------------------------------------------------------- strategy sanity
@@ -69,7 +68,8 @@ layer_args = st.fixed_dictionaries({
 
 def _layer_bytes(model, args, *, sp, rc):
     h, a, g, d, f = model.hidden_size, model.num_attention_heads, model.query_groups, model.head_dim, model.ffn
-    split, replicated = layer_activation_coeffs(h, a, g, d, f, gated=args["gated"], dropout=args["dropout"])
+    parts = layer_activation_parts(h, a, g, d, f, gated=args["gated"], dropout=args["dropout"])
+    split, replicated = (parts["attention"][i] + parts["mlp"][i] for i in (0, 1))
     return float(activation_bytes_per_layer(
         args["s"], args["b"], h, a, args["t"], sequence_parallel=np.array(sp), recompute=np.array(rc),
         unfused_attention=args["unfused"], split_coeff=split, replicated_coeff=replicated,

@@ -7,7 +7,7 @@ import pytest
 from conftest import gpt_model
 
 from planner.api import explain, make_request
-from planner.costs.pipeline import bubble_fraction, bubble_time_s, stage_time_sum
+from planner.costs.pipeline import bubble_time_s, stage_time_sum
 from planner.errors import InfeasibleError
 from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
 from planner.space.grid import PlanGrid, stage_layers
@@ -21,8 +21,10 @@ from planner.space.rules import broken_rules, rule_masks
     (1, 32, 1, 0.0),
 ])
 def test_bubble_fraction(p, m, v, expected):
-    # Narayanan et al. 2021 §2.2.1: (p − 1)/m; §2.2.2 interleaved: (1/v)·(p − 1)/m
-    assert float(bubble_fraction(p, m, v)) == pytest.approx(expected, rel=1e-12)
+    # Narayanan et al. 2021 §2.2.1: (p − 1)/m; §2.2.2 interleaved: (1/v)·(p − 1)/m of the ideal time m·(t_f + t_b),
+    # here with equal stages of t_f + t_b = 1 s
+    bubble = bubble_time_s(stage_time_sum(1.0, 1.0, 1.0, p, max(p - 2, 0)), 1.0, v)
+    assert float(bubble) / m == pytest.approx(expected, rel=1e-12)
 
 
 def test_bubble_time_of_equal_stages():

@@ -126,8 +126,9 @@ PLANS = {
 @pytest.mark.parametrize("name", PLANS)
 def test_1f1b_makespan_matches_estimate(name):
     req = api.make_request(**PLANS[name])
-    pj = api.explain(req)
-    tl = plan_timeline(req, pj["estimate"]["time"])
+    explained = api.explain_plan(req)
+    pj = explained.plan_json
+    tl = plan_timeline(explained.evaluation, req.plan, req.ctx.options)
     est = estimate_pipeline_s(pj["estimate"]["time"])
     assert tl.pipeline_s == pytest.approx(est, rel=0.02)
     # the tail after the flush is the estimate's remaining terms, so the iterations agree as well
@@ -138,8 +139,9 @@ def test_1f1b_makespan_matches_estimate(name):
 def test_interleaved_makespan_matches_estimate(vpp, overlap):
     req = api.make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, vpp=vpp, recompute="selective",
                            sequence_parallel=True, options=dict(overlap_p2p_comm=overlap))
-    pj = api.explain(req)
-    tl = plan_timeline(req, pj["estimate"]["time"])
+    explained = api.explain_plan(req)
+    pj = explained.plan_json
+    tl = plan_timeline(explained.evaluation, req.plan, req.ctx.options)
     assert tl.pipeline_s == pytest.approx(estimate_pipeline_s(pj["estimate"]["time"]), rel=0.03)
     assert all(t.blocking is (not overlap) for t in tl.transfers)
 
@@ -181,8 +183,8 @@ def test_terminal_rows_legend_and_scale():
 
 def test_terminal_large_m_shows_fill_and_drain_only():
     req = api.make_request(**PLANS["175B Narayanan 2021 (1F1B, full recompute, fp16, unfused)"])
-    pj = api.explain(req)
-    text = _render(ScheduleView(plan_timeline(req, pj["estimate"]["time"])), 120)
+    explained = api.explain_plan(req)
+    text = _render(ScheduleView(plan_timeline(explained.evaluation, req.plan, req.ctx.options)), 120)
     assert "steady state in between (┆) is not drawn" in " ".join(text.split())
     assert text.count("stage ") >= 16 and "stage 15 │" in text
     assert all(len(ln) <= 120 for ln in text.splitlines())

@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 
 from planner import api
-from planner.costs.estimate import _Letters, stage_memory_bytes
-from planner.costs.memory import activation_bytes_per_layer, in_flight_microbatches
+from planner.costs.letters import Letters
+from planner.costs.stage_memory import stage_memory_bytes
+from planner.costs.memory import activation_bytes_per_layer
+from planner.costs.pipeline import in_flight_microbatches
 from planner.fidelity.validate import K22, MLM, N21, load_runs, validate
 from planner.space.grid import PlanGrid
 
@@ -102,7 +104,7 @@ def megatron_weight_and_optimizer_bytes(L, h, a, V, t, p, D, distributed):
 
 def _first_stage_states(model, tp, pp, gpus, distributed):
     req = api.make_request(model=model, gpus=gpus, tp=tp, pp=pp, distributed_optimizer=distributed, precision="bf16")
-    lt = _Letters(PlanGrid.from_plans([req.plan]), req.ctx)
+    lt = Letters(PlanGrid.from_plans([req.plan]), req.ctx)
     mem = stage_memory_bytes(lt, req.ctx, np.zeros((1, 1), dtype=int))
     ours = float(mem["weights"][0, 0] + mem["gradients"][0, 0] + mem["optimizer"][0, 0])
     m = req.ctx.model

@@ -10,6 +10,7 @@ from planner.cli.options import plan_options, request_from_options, with_run
 from planner.errors import PlannerError
 from planner.plan_file import read_plan_file, request_from_plan
 from planner.report import plan as report
+from planner.timeline import plan_timeline
 
 
 @cli.command()
@@ -29,8 +30,9 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, **kw) -> N
     if schedule_file:
         plots.check_picture_path(schedule_file, "--schedule-file")
     req = request_from_options(kw)
-    pj = api.explain(req, kw["memory_headroom"])
-    timeline = _timeline(req, pj) if schedule or schedule_file else None
+    explained = api.explain_plan(req, kw["memory_headroom"])
+    pj = explained.plan_json
+    timeline = plan_timeline(explained.evaluation, req.plan, req.ctx.options) if schedule or schedule_file else None
     if as_json:
         echo_json({**pj, "schedule": timeline.to_json()} if schedule else pj)
     else:
@@ -42,11 +44,6 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, **kw) -> N
         plots.save(plots.schedule_figure(timeline, f"{pj['model']} on {pj['gpus']} GPUs: {report.plan_line(pj)}"),
                    schedule_file, "--schedule-file")
         click.echo(f"wrote {schedule_file}", err=True)
-
-
-def _timeline(req: api.PlanRequest, pj: dict):
-    from planner.timeline import plan_timeline
-    return plan_timeline(req, pj["estimate"]["time"])
 
 
 @click.command(name="plan", add_help_option=False)

@@ -7,6 +7,7 @@ Volumes: Narayanan et al. 2021 §3.2 and §4.1; Korthikanti et al. 2022 §4.2.2 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from planner.hardware.collectives import (
     Link,
@@ -14,8 +15,6 @@ from planner.hardware.collectives import (
     all_reduce_time_s,
     p2p_time_s,
 )
-
-ArrayLike = np.ndarray | int | float
 
 
 def tp_layer_comm_time_s(b: ArrayLike, s: int, h: int, t: ArrayLike, c: ArrayLike, link: Link, *,
@@ -47,21 +46,6 @@ def pp_p2p_time_s(b: ArrayLike, s: int, h: int, t: ArrayLike, c: ArrayLike, link
     sharded = p2p_time_s(full / t, link)
     gathered = sharded + all_gather_time_s(t, full, tp_link) if scatter_gather else p2p_time_s(full, link)
     return np.where(sequence_parallel, sharded, gathered)
-
-
-def exposed_p2p_transfers(p: ArrayLike, m: ArrayLike, vpp: ArrayLike, *, overlap_p2p: bool) -> np.ndarray:
-    """Transfers on the critical path of one iteration.
-
-    1F1B runs p2p on the critical path (Megatron arguments.py:1009-1013): each of the m
-    micro-batches waits for one forward and one backward transfer, and filling and draining the
-    pipeline adds p − 1 of each: 2(m + p − 1). The interleaved schedule sends vpp times as much
-    (Narayanan et al. 2021 §2.2.2): 2(m·vpp + p − 1); with its default p2p overlap only the fill
-    and drain stay exposed: 2(p − 1). None with p = 1.
-    """
-    p, m, vpp = (np.asarray(x, dtype=float) for x in (p, m, vpp))
-    interleaved = 2 * (p - 1) if overlap_p2p else 2 * (m * vpp + p - 1)
-    transfers = np.where(vpp > 1, interleaved, 2 * (m + p - 1))
-    return np.where(p > 1, transfers, 0.0)
 
 
 def dp_grad_sync_time_s(num_params: ArrayLike, d: ArrayLike, link: Link, *, grad_bytes: int, param_bytes: int,

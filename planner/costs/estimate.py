@@ -12,23 +12,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.costs import Formula, flops, memory
 from planner.costs import communication as comm
-from planner.costs import flops, memory
-from planner.costs.layer_time import layer_times, stage_step
+from planner.costs.layer_time import layer_time_formulas, layer_times, stage_step
 from planner.costs.letters import Letters
-from planner.costs.pipeline import bubble_time_s, stage_time_sum
-from planner.costs.stage_memory import MEMORY_TERMS, stage_memory_bytes
+from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, stage_time_sum
+from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes
 from planner.hardware.collectives import (
     all_gather_time_s,
     all_reduce_time_s,
     group_link,
     reduce_scatter_time_s,
 )
-from planner.plan import Context
+from planner.plan import Context, ParallelPlan
 from planner.space.grid import PlanGrid
-
-__all__ = ["ADAM_BYTES_PER_PARAM", "Context", "Evaluation", "Letters", "MEMORY_TERMS", "TIME_TERMS", "evaluate",
-           "layer_step_times_s", "stage_memory_bytes", "stage_times_s"]
 
 ADAM_BYTES_PER_PARAM = {  # HBM traffic of one Adam step per (sharded) parameter
     "bf16": 4 + 8 + 8 + 8 + 2 + 4,   # read fp32 grad; r/w master, m, v; write bf16 weight; zero the grad buffer
@@ -37,12 +34,26 @@ ADAM_BYTES_PER_PARAM = {  # HBM traffic of one Adam step per (sharded) parameter
 }
 TIME_TERMS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "moe_comm", "pp_comm", "dp_comm",
               "embedding_comm", "bubble", "optimizer")
-_Letters = Letters  # the name earlier code and tests use
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Every pipeline stage of every plan, arrays shaped (plans, largest p); a plan's columns beyond
+    its own p are zero. ``forward_s``/``backward_s`` are one micro-batch through the whole stage (a
+    chunk of the interleaved schedule takes 1/vpp of it), the forward with its own communication,
+    the backward with recomputation and the rest; ``p2p_s`` one transfer between neighbours."""
+
+    layers: np.ndarray
+    memory: dict[str, np.ndarray]
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    p2p_s: np.ndarray
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Arrays over the plans of a grid (most loaded stage for memory, slowest for time)."""
+    """Arrays over the plans of a grid (most loaded stage for memory, slowest for time); ``stages``
+    every stage, when asked for."""
 
     m: np.ndarray
     time: dict[str, np.ndarray]
@@ -53,6 +64,7 @@ class Evaluation:
     stage_layers_legal: np.ndarray
     flops: dict[str, np.ndarray]
     bubble_frac: np.ndarray
+    stages: Stages | None = None
 
 
 def _grad_bytes(ctx: Context) -> tuple[int, int]:
@@ -104,8 +116,9 @@ def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
                               sequence_parallel=lt.sp, scatter_gather=ctx.options.pp_scatter_gather)
 
 
-def evaluate(grid: PlanGrid, ctx: Context) -> Evaluation:
-    """Estimate every plan of ``grid``: memory of its most loaded stage and its iteration time."""
+def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluation:
+    """Estimate every plan of ``grid``: memory of its most loaded stage and its iteration time; with
+    ``stages``, also the memory, layers and per-micro-batch times of every pipeline stage."""
     lt = Letters(grid, ctx)
     hw, opts = ctx.hardware, ctx.options
     rep = np.concatenate([np.zeros_like(lt.p), np.minimum(1, lt.p - 1), lt.p - 1], axis=1)  # first, a middle, last
@@ -125,7 +138,8 @@ def evaluate(grid: PlanGrid, ctx: Context) -> Evaluation:
     total = stage_time_sum(per_mb[:, :1], per_mb[:, 1:2], per_mb[:, 2:3], lt.p, np.maximum(lt.p - 2, 0))
     bubble = bubble_time_s(total, slowest, lt.vpp)
 
-    pp = comm.exposed_p2p_transfers(lt.p, lt.m, lt.vpp, overlap_p2p=opts.overlap_p2p_comm) * _p2p_time_s(lt, ctx)
+    p2p = _p2p_time_s(lt, ctx)
+    pp = exposed_p2p_transfers(lt.p, lt.m, lt.vpp, overlap_p2p=opts.overlap_p2p_comm) * p2p
 
     dp = np.where(lt.fsdp, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, rep))
     grad_bytes, _ = _grad_bytes(ctx)
@@ -152,7 +166,22 @@ def evaluate(grid: PlanGrid, ctx: Context) -> Evaluation:
     return Evaluation(m=lt.m[:, 0], time=time, iteration_s=iteration, memory=memory_terms,
                       peak_memory_bytes=memory_terms["total"], peak_stage=peak_stage,
                       stage_layers_legal=lt.layers.legal[:, 0], flops=_flop_terms(lt, ctx),
-                      bubble_frac=time["bubble"] / iteration)
+                      bubble_frac=time["bubble"] / iteration, stages=_every_stage(lt, ctx, p2p) if stages else None)
+
+
+def _every_stage(lt: Letters, ctx: Context, p2p: np.ndarray) -> Stages:
+    """The same stage terms as ``evaluate``'s first, middle and last stage, for every stage."""
+    i = np.arange(int(np.max(lt.p)))[None, :]
+    here = i < lt.p
+    n, _, _ = lt.stage_info(i)
+    mem = stage_memory_bytes(lt, ctx, i)
+    step = stage_step(lt, ctx, i)
+    comm_all = step["tp"] + step["cp"] + step["moe"]
+    forward = step["fwd"] + step["comm_fwd"]
+    backward = step["bwd"] + step["recompute"] + comm_all - step["comm_fwd"]
+    return Stages(layers=np.where(here, n, 0), memory={k: np.where(here, v, 0.0) for k, v in mem.items()},
+                  forward_s=np.where(here, forward, 0.0), backward_s=np.where(here, backward, 0.0),
+                  p2p_s=np.broadcast_to(p2p, lt.p.shape)[:, 0] * 1.0)
 
 
 def _flop_terms(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
@@ -169,21 +198,6 @@ def _flop_terms(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     return {"model": model[idx], "hardware": model[idx] + rec, "megatron": logged[idx]}
 
 
-def stage_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
-    """Per-micro-batch time of every pipeline stage of a one-plan grid, for drawing its schedule:
-    ``forward`` (compute and TP communication), ``backward`` (with recomputation), each for the
-    whole stage (a chunk of the interleaved schedule takes 1/vpp of it), and ``p2p`` for one
-    transfer between neighbouring stages."""
-    lt = Letters(grid, ctx)
-    i = np.arange(int(grid.pp[0]))[None, :]
-    step = stage_step(lt, ctx, i)
-    p2p = _p2p_time_s(lt, ctx)
-    comm_all = step["tp"] + step["cp"] + step["moe"]
-    forward = step["fwd"] + step["comm_fwd"]
-    backward = step["bwd"] + step["recompute"] + comm_all - step["comm_fwd"]
-    return {"forward": forward[0], "backward": backward[0], "p2p": float(np.asarray(p2p).reshape(-1)[0])}
-
-
 def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
     """One transformer layer's forward and backward time for one micro-batch, with its TP
     communication; the backward includes recomputation (as Korthikanti et al. 2022 Table 4 times it)."""
@@ -193,3 +207,47 @@ def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
     backward = (times["bwd"] + times["recompute"] + times["tp"] + times["cp"] + times["moe"]
                 - times["tp_fwd"] - times["cp_fwd"] - times["moe_fwd"])
     return {"forward": forward[:, 0], "backward": backward[:, 0]}
+
+
+def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
+    """Every memory and time term's formula and source for one plan (``evaluate``'s terms)."""
+    opts = ctx.options
+    grad_bytes, param_bytes = _grad_bytes(ctx)
+    if opts.fp8 is not None and opts.fp8_param_gather:
+        param_bytes = 1
+    sp = plan.sequence_parallel and plan.tp > 1
+    message = f"b·s·h{'/(t·c)' if sp else '/c'} × {memory.ACTIVATION_BYTES[ctx.precision]} bytes / β + α"
+    if plan.pp == 1:
+        pp_text = "0 (pp = 1)"
+    elif plan.vpp > 1 and opts.overlap_p2p_comm:
+        pp_text = f"2(p − 1) fill-and-drain transfers (the interleaved schedule overlaps the rest) × ({message})"
+    elif plan.vpp > 1:
+        pp_text = f"2(m·v + p − 1) transfers × ({message})"
+    else:
+        pp_text = f"2(m + p − 1) transfers on the 1F1B critical path × ({message})"
+    if plan.fsdp:
+        dp_text = "per micro-batch and layer: all-gather of the 16-bit weights (forward and backward) and reduce-scatter "\
+                  "of the gradients over d·c, beyond the layer's own compute"
+    elif plan.distributed_optimizer:
+        gather = "hidden by --overlap-param-gather" if opts.overlap_param_gather else f"all-gather of {param_bytes}-byte parameters"
+        dp_text = f"reduce-scatter of {grad_bytes}-byte gradients over d·c + {gather}"
+    else:
+        dp_text = f"all-reduce of {grad_bytes}-byte gradients over d·c"
+    if not plan.fsdp:
+        dp_text += (", less the last micro-batch's backward (--overlap-grad-reduce)" if opts.overlap_grad_reduce else
+                    ", exposed after the last backward") + "; stage i drains i backward steps later"
+    tied = ctx.model.tied_embeddings and plan.pp > 1
+    shard = "d·c" if plan.distributed_optimizer or plan.fsdp else "1"
+    time = {
+        **layer_time_formulas(ctx, plan),
+        "pp_comm": Formula(pp_text, "Narayanan et al. 2021 §2.2, §4.1; Megatron-LM arguments.py (p2p overlap)"),
+        "dp_comm": Formula(dp_text + (" (experts over expert-DP)" if ctx.model.is_moe else ""),
+                           "Megatron-LM distributed optimizer and DDP buckets; ring cost Thakur et al. 2005"),
+        "embedding_comm": Formula(f"all-reduce of V·h/t {grad_bytes}-byte word-embedding grads between first and last stage"
+                                  if tied else "0 (untied embeddings or pp = 1)", "Megatron-LM finalize_model_grads.py"),
+        "bubble": Formula("(Σ stage times − slowest stage time)/v" if plan.pp > 1 else "0 (pp = 1)",
+                          "Narayanan et al. 2021 §2.2.1-2.2.2: (p − 1)(t_f + t_b)/v"),
+        "optimizer": Formula(f"{ADAM_BYTES_PER_PARAM[ctx.precision]} bytes of Adam HBM traffic × P_stage/{shard} "
+                             "/ (W_HBM·η_mem)", "memory-bound estimate of Megatron-LM's fused Adam"),
+    }
+    return {"memory": memory_formulas(ctx, plan), "time": time}

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-ArrayLike = np.ndarray | int | float
+from numpy.typing import ArrayLike
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.costs import Formula, compute, flops, memory, moe
 from planner.costs import communication as comm
-from planner.costs import compute, flops, moe
 from planner.costs.letters import Letters
 from planner.hardware.collectives import group_link, p2p_time_s
-from planner.plan import Context
+from planner.plan import AttentionKernel, Context, ParallelPlan, Recompute
 
 CROSS_ENTROPY_FWD_BYTES = 2 + 4 + 4 + 8 + 8 + 4  # per logit: fp32 cast (r2 w4), max (r4), subtract (r4 w4), exp (r4 w4), sum (r4)
 CROSS_ENTROPY_BWD_BYTES = 8 + 6                  # softmax − one-hot (r4 w4), cast to 16 bits (r4 w2)
@@ -38,16 +38,11 @@ def _gemm_times(gemms: dict, ctx: Context, *, fp8: bool) -> dict[str, np.ndarray
     return out
 
 
-def _attention_core(lt: Letters, ctx: Context, gemms: dict, gtime: dict, hbm: float) -> tuple[np.ndarray, np.ndarray]:
+def _attention_core(lt: Letters, ctx: Context, gemms: dict, gtime: dict, softmax_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) time of the attention core: scores, softmax/dropout, context."""
     cal, peak = ctx.hardware.calibration, ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
     if lt.unfused:
-        softmax = (compute.elementwise_bytes(lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, sequence_parallel=lt.sp,
-                                             gated=lt.gated, unfused_attention=True, dropout=lt.dropout,
-                                             attention_dropout=lt.attn_dropout)
-                   - compute.elementwise_bytes(lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, sequence_parallel=lt.sp,
-                                               gated=lt.gated, unfused_attention=False, dropout=lt.dropout)) / hbm
-        fwd = sum(gtime[k] for k in flops.ATTENTION_CORE) + softmax
+        fwd = sum(gtime[k] for k in flops.ATTENTION_CORE) + softmax_s
         return fwd, compute.BACKWARD_GEMM_FACTOR * fwd
     fwd = compute.flash_attention_time_s(gemms, peak_flops_per_s=peak, efficiency=cal.flash_attention_efficiency)
     return fwd, compute.FLASH_BACKWARD_FACTOR * fwd
@@ -76,25 +71,26 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
     hbm = gpu.hbm_bytes_per_s * cal.memory_efficiency
     gemms = flops.layer_gemms(lt.b, lt.s, lt.h, lt.a, lt.g, lt.dh, lt.f, lt.t, lt.c, gated=lt.gated)
     gtime = _gemm_times(gemms, ctx, fp8=lt.fp8)
-    core_fwd, core_bwd = _attention_core(lt, ctx, gemms, gtime, hbm)
+    parts = compute.elementwise_bytes(lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, sequence_parallel=lt.sp, gated=lt.gated,
+                                      unfused_attention=lt.unfused, dropout=lt.dropout, attention_dropout=lt.attn_dropout)
+    core_fwd, core_bwd = _attention_core(lt, ctx, gemms, gtime, parts["attention_softmax"] / hbm)
     attn_linear = gtime["qkv"] + gtime["projection"]
     sbh = lt.b * lt.s * lt.h / lt.c
-    elementwise = compute.elementwise_bytes(lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, sequence_parallel=lt.sp,
-                                            gated=lt.gated, unfused_attention=False, dropout=lt.dropout)
-    mlp_elementwise = (6.0 if lt.gated else 4.0) * sbh * (lt.f / lt.h) / lt.t
     if moe_layer:
         A = moe.expert_token_assignments(lt.b, lt.s, lt.t, lt.c, lt.k, imbalance=opts.moe_load_imbalance,
                                          capacity_factor=opts.moe_capacity_factor)
         T = lt.tokens_per_gpu()
         egemms = moe.expert_gemms(A, lt.h, lt.f_e, lt.E, lt.ep, lt.etp, gated=lt.gated)
         mlp_linear = sum(_gemm_times(egemms, ctx, fp8=lt.fp8).values())
-        elementwise = elementwise - mlp_elementwise + A * lt.f_e * (6.0 if lt.gated else 4.0) + PERMUTE_BYTES * A * lt.h
+        mlp_elementwise = 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e + PERMUTE_BYTES * A * lt.h
         ep_link, etp_link = group_link(ctx.hardware, lt.ep, lt.etp), group_link(ctx.hardware, lt.etp, 1)
         dispatch = moe.dispatcher_time_s(A, T, lt.h, lt.ep, lt.etp, ep_link, etp_link, activation_bytes=lt.act_bytes,
                                          kind=opts.moe_token_dispatcher.value)
     else:
         mlp_linear = gtime["fc1"] + gtime["fc2"]
+        mlp_elementwise = parts["mlp_activation"]
         dispatch = 0.0
+    elementwise = parts["norm_residual"] + mlp_elementwise
     linear = attn_linear + mlp_linear
     if lt.fp8:  # quantise the four linear inputs (QKV, projection, fc1, fc2) to FP8
         elementwise = elementwise + FP8_CAST_BYTES * sbh * (2 + lt.a * lt.dh / (lt.h * lt.t) + lt.f / (lt.h * lt.t))
@@ -156,3 +152,39 @@ def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
         "comm_fwd": fwd_comm,  # the forward's share of tp + cp + moe
         "linear": n * per["linear"],
     }
+
+
+def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
+    """Formula and source of the compute and model-parallel communication terms for one plan."""
+    opts, mo = ctx.options, ctx.model
+    linear = "FP8 linear GEMMs F/(P_fp8·η_fp8(M,N,K)) + FP8 casts" if opts.fp8 else "Σ_GEMM F/(P_peak·η(M,N,K))"
+    if opts.attention_kernel is AttentionKernel.UNFUSED:
+        core, core_bwd = "score and context GEMMs + softmax/dropout bytes/W_HBM", "2 × attention core"
+    else:
+        core, core_bwd = "flash attention 2·2bs²ad/(t·c)·½ (causal) / (P_peak·η_flash)", f"{compute.FLASH_BACKWARD_FACTOR:g} × flash forward"
+    experts = "; MoE layers: expert GEMMs over the A routed tokens" if mo.is_moe else ""
+    forward = Formula(f"m × layers × [{linear} + {core} + elementwise bytes/(W_HBM·η_mem) + τ], slowest stage; "
+                      f"+ embedding (first) or logits and cross-entropy (last){experts}",
+                      "GEMM FLOPs: Narayanan et al. 2021 Appendix; roofline with calibrated η; FlashAttention-2 (Dao 2023)")
+    backward = Formula(f"m × layers × [2 × GEMMs + {core_bwd} + 2 × elementwise + 2τ]",
+                       "Narayanan et al. 2021 Appendix: backward = 2 × forward GEMM FLOPs")
+    recompute = {Recompute.NONE: Formula("0 (no recomputation)", "—"),
+                 Recompute.SELECTIVE: Formula("m × layers × one more attention-core forward", "Korthikanti et al. 2022 §5"),
+                 Recompute.FULL: Formula("m × layers × one more layer forward (and its TP collectives)",
+                                         "Narayanan et al. 2021 §3.5; Korthikanti et al. 2022 §5")}[plan.recompute]
+    sp = plan.sequence_parallel and plan.tp > 1
+    collectives = "2 all-gathers + 2 reduce-scatters" if sp else "2 all-reduces"
+    hidden = ("; --tp-comm-overlap hides what the GEMMs cover" if opts.tp_comm_overlap else
+              "; backward overlapped with the weight-gradient GEMMs" if opts.async_tp_comm else "")
+    again = " (+ recompute)" if plan.recompute is Recompute.FULL else ""
+    tp = Formula(f"m × layers × {collectives} of b·s·h/c per pass, forward and backward{again}, on the tp group's link"
+                 f"{hidden}" if plan.tp > 1 else "0 (tp = 1)",
+                 "Narayanan et al. 2021 §4.1; Korthikanti et al. 2022 §4.2.2; ring cost Thakur et al. 2005")
+    cp = Formula("m × layers × (c − 1) ring steps of K,V chunks b·(s/c)·2g·d_h/t, each beyond its attention compute"
+                 if plan.cp > 1 else "0 (cp = 1)", "Ring Attention (Liu et al. 2023); Megatron-Core context parallelism")
+    dispatcher = ("all-to-all of the A routed tokens over ep (+ all-gather over etp)"
+                  if opts.moe_token_dispatcher.value == "alltoall" else "all-gather and reduce-scatter over etp·ep")
+    moe_comm = Formula(f"m × MoE layers × dispatch + combine: {dispatcher}, forward and backward" if mo.is_moe
+                       else "0 (dense model)", "Megatron-Core moe/token_dispatcher.py")
+    return {"forward": forward, "backward": backward, "recompute": recompute, "tp_comm": tp, "cp_comm": cp,
+            "moe_comm": moe_comm}

@@ -8,8 +8,7 @@ gradients and optimizer states follow Megatron-LM's distributed-optimizer docume
 from __future__ import annotations
 
 import numpy as np
-
-ArrayLike = np.ndarray | int | float
+from numpy.typing import ArrayLike
 
 # (weights, gradients, optimizer) bytes per parameter; the optimizer part is sharded over d by the
 # distributed optimizer (Megatron-LM docs/user-guide/features/dist_optimizer.md, reference §10):
@@ -48,7 +47,7 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, t: ArrayLik
       full:                   2·sbh (the layer input), 2·sbh/t with SP or --distribute-saved-activations
     The 5as/h term (scores, softmax, dropout of the unfused attention) vanishes with flash
     attention, which keeps no s×s tensor. ``split_coeff`` and ``replicated_coeff`` generalise the 24
-    and the 10 to other layer shapes (see ``layer_activation_coeffs``); s is divided by c under
+    and the 10 to other layer shapes (see ``layer_activation_parts``); s is divided by c under
     context parallelism.
     """
     b, t, c = np.asarray(b), np.asarray(t), np.asarray(c)
@@ -61,29 +60,31 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, t: ArrayLik
     return np.where(np.asarray(recompute) == 2, 2.0 * sbh / full_div, stored)
 
 
-def layer_activation_coeffs(h: int, a: int, g: int, d: int, f: int, *, gated: bool, dropout: bool) -> tuple[float, float]:
-    """(split, replicated) coefficients of sbh in Table 2, from Korthikanti et al. 2022 §4.1's list.
+def mlp_activation_tensors(gated: bool) -> int:
+    """Tensors of f channels the MLP activation reads and writes: GeLU its input and output (2),
+    SwiGLU the two halves of fc1's output and its product (3). The same count gives the bytes the
+    activation kernel moves and the tensors the layer keeps for the backward (Korthikanti et al.
+    2022 §4.1: 4sbf for GeLU's input and output in 16 bits)."""
+    return 3 if gated else 2
 
-    Split over t: Q 2ad/h, K 2gd/h, V 2gd/h, projection input 2ad/h, MLP internals 2·2f/h (GeLU
-    input and output) or 3·2f/h (SwiGLU's two halves and its output) - 24 for GPT shapes.
-    Replicated without SP: two layer-norm inputs 4, attention and MLP inputs 4, two dropout masks 2 - 10.
+
+def layer_activation_parts(h: int, a: int, g: int, d: int, f: int, *, gated: bool, dropout: bool,
+                           fp8: bool = False) -> dict[str, tuple[float, float]]:
+    """(split over t, replicated) coefficients of sbh for the attention block and the MLP block,
+    from Korthikanti et al. 2022 §4.1's list of the tensors a layer keeps (Table 2).
+
+    Attention, split: Q 2ad/h, K and V 4gd/h, projection input 2ad/h; replicated without SP: the
+    first layer norm's input 2, the QKV input 2, the second layer norm's input 2, a dropout mask 1.
+    MLP, split: the activation's tensors 2·(2 or 3)·f/h; replicated: the fc1 input 2, a dropout mask 1.
+    GPT shapes sum to 24 split and 10 replicated (Table 2). FP8 (Transformer Engine) keeps the
+    linear layers' inputs in 1 byte: the QKV and fc1 inputs (1 each) and the projection and fc2
+    inputs (ad/h and f/h) halve.
     """
-    split = 2 * a * d / h + 4 * g * d / h + 2 * a * d / h + (6 if gated else 4) * f / h
-    replicated = 8.0 + (2.0 if dropout else 0.0)
-    return split, replicated
-
-
-def in_flight_microbatches(p: ArrayLike, m: ArrayLike, vpp: ArrayLike, i: ArrayLike) -> np.ndarray:
-    """Micro-batches whose activations stage i holds at its peak, in units of the whole stage.
-
-    1F1B (vpp = 1): min(p − i, m) (Megatron schedules.py: warm-up p − i − 1, plus one).
-    Interleaved: min(m·vpp, 2(p − i − 1) + (vpp − 1)·p + 1) chunks of 1/vpp of the stage; for
-    stage 0 that is p·(1 + (p − 1)/(p·vpp)) (Korthikanti et al. 2022, §4.2.3).
-    """
-    p, m, vpp, i = (np.asarray(x) for x in (p, m, vpp, i))
-    one_f_one_b = np.minimum(p - i, m)
-    chunks = np.minimum(m * vpp, 2 * (p - i - 1) + (vpp - 1) * p + 1)
-    return np.where(vpp > 1, chunks / vpp, one_f_one_b).astype(float)
+    mask = 1.0 if dropout else 0.0
+    fp8_saving = 1.0 if fp8 else 0.0
+    attention_split = 2 * a * d / h + 4 * g * d / h + 2 * a * d / h - fp8_saving * a * d / h
+    mlp_split = 2 * mlp_activation_tensors(gated) * f / h - fp8_saving * f / h
+    return {"attention": (attention_split, 6.0 + mask - fp8_saving), "mlp": (mlp_split, 2.0 + mask - fp8_saving)}
 
 
 def embedding_activation_bytes(s: int, b: ArrayLike, h: int, t: ArrayLike, c: ArrayLike = 1, *,

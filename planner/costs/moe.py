@@ -9,11 +9,11 @@ expert (``imbalance`` ≥ 1), a capacity factor caps it.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from planner.costs.flops import Gemm
+from planner.costs.memory import mlp_activation_tensors
 from planner.hardware.collectives import Link, all_gather_time_s
-
-ArrayLike = np.ndarray | int | float
 
 
 def expert_token_assignments(b: ArrayLike, s: int, t: ArrayLike, c: ArrayLike, k: int, *, imbalance: float,
@@ -75,8 +75,8 @@ def moe_mlp_activation_bytes(A: ArrayLike, T: ArrayLike, h: int, f_e: int, etp: 
                              fp8_inputs: bool = False) -> np.ndarray:
     """What one MoE layer keeps for the backward in place of the dense MLP's tensors, per GPU:
     the routed token copies at the experts' input (2·A·h, 1 byte each with FP8 inputs), the
-    experts' internals at 1/etp width ((4 or 6)·A·etp·f_e/etp bytes, the fc2 input half that with
+    experts' internals at 1/etp width (2·(2 or 3)·A·etp·f_e/etp bytes, ``memory.mlp_activation_tensors``, the fc2 input half that with
     FP8), and the router's fp32 probabilities and the combine's input (2·T·h)."""
     A, T = np.asarray(A, dtype=float), np.asarray(T, dtype=float)
-    inner = (6.0 if gated else 4.0) - (1.0 if fp8_inputs else 0.0)
+    inner = 2.0 * mlp_activation_tensors(gated) - (1.0 if fp8_inputs else 0.0)
     return A * h * (1.0 if fp8_inputs else 2.0) + A * f_e * inner + 2.0 * T * h

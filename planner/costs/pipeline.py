@@ -1,15 +1,18 @@
-"""Pipeline schedule: how per-micro-batch stage times compose into an iteration.
+"""The pipeline schedules' closed forms: micro-batches in flight, exposed point-to-point transfers,
+the bubble, and how per-micro-batch stage times compose into an iteration.
 
-Narayanan et al. 2021 §2.2: the 1F1B bubble is (p − 1)·(t_f + t_b), the interleaved one that
-divided by the chunks per stage v; the steady state runs m micro-batches at the pace of the
-slowest stage.
+Megatron-LM's two schedules (megatron/core/pipeline_parallel/schedules.py): 1F1B
+(``forward_backward_pipelining_without_interleaving``) and the interleaved schedule
+(``forward_backward_pipelining_with_interleaving``), Narayanan et al. 2021 §2.2: the 1F1B bubble is
+(p − 1)·(t_f + t_b), the interleaved one that divided by the chunks per stage v; the steady state
+runs m micro-batches at the pace of the slowest stage. ``planner.timeline`` simulates the same
+schedules op by op.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-ArrayLike = np.ndarray | int | float
+from numpy.typing import ArrayLike
 
 
 def stage_time_sum(first: ArrayLike, middle: ArrayLike, last: ArrayLike, p: ArrayLike, num_middle: ArrayLike) -> np.ndarray:
@@ -27,6 +30,29 @@ def bubble_time_s(stage_sum: ArrayLike, slowest: ArrayLike, vpp: ArrayLike) -> n
     return (np.asarray(stage_sum) - np.asarray(slowest)) / np.asarray(vpp)
 
 
-def bubble_fraction(p: ArrayLike, m: ArrayLike, vpp: ArrayLike = 1) -> np.ndarray:
-    """Ideal bubble over ideal compute time: (p − 1)/(v·m) (Narayanan et al. 2021 §2.2)."""
-    return (np.asarray(p) - 1) / (np.asarray(vpp) * np.asarray(m))
+def in_flight_microbatches(p: ArrayLike, m: ArrayLike, vpp: ArrayLike, i: ArrayLike) -> np.ndarray:
+    """Micro-batches whose activations stage i holds at its peak, in units of the whole stage.
+
+    1F1B (vpp = 1): min(p − i, m) (Megatron schedules.py: warm-up p − i − 1, plus one).
+    Interleaved: min(m·vpp, 2(p − i − 1) + (vpp − 1)·p + 1) chunks of 1/vpp of the stage; for
+    stage 0 that is p·(1 + (p − 1)/(p·vpp)) (Korthikanti et al. 2022, §4.2.3).
+    """
+    p, m, vpp, i = (np.asarray(x) for x in (p, m, vpp, i))
+    one_f_one_b = np.minimum(p - i, m)
+    chunks = np.minimum(m * vpp, 2 * (p - i - 1) + (vpp - 1) * p + 1)
+    return np.where(vpp > 1, chunks / vpp, one_f_one_b).astype(float)
+
+
+def exposed_p2p_transfers(p: ArrayLike, m: ArrayLike, vpp: ArrayLike, *, overlap_p2p: bool) -> np.ndarray:
+    """Transfers on the critical path of one iteration.
+
+    1F1B runs p2p on the critical path (Megatron arguments.py:1009-1013): each of the m
+    micro-batches waits for one forward and one backward transfer, and filling and draining the
+    pipeline adds p − 1 of each: 2(m + p − 1). The interleaved schedule sends vpp times as much
+    (Narayanan et al. 2021 §2.2.2): 2(m·vpp + p − 1); with its default p2p overlap only the fill
+    and drain stay exposed: 2(p − 1). None with p = 1.
+    """
+    p, m, vpp = (np.asarray(x, dtype=float) for x in (p, m, vpp))
+    interleaved = 2 * (p - 1) if overlap_p2p else 2 * (m * vpp + p - 1)
+    transfers = np.where(vpp > 1, interleaved, 2 * (m + p - 1))
+    return np.where(p > 1, transfers, 0.0)

@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from planner.hardware.spec import HardwareSpec
-
-ArrayLike = np.ndarray | int | float
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,9 @@ RMSNorm and bias-free linears; every function broadcasts over numpy arrays of t.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from planner.models.spec import ModelSpec, Normalization
-
-ArrayLike = np.ndarray | int | float
 
 
 def padded_vocab(V: int, divisible_by: int, t: ArrayLike) -> np.ndarray:

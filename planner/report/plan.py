@@ -7,7 +7,6 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS
-from planner.result import MEMORY_INFO, TIME_INFO
 
 MAX_STAGE_ROWS = 8
 
@@ -76,12 +75,18 @@ def memory_terms_table(pj: dict) -> Table:
     for col, just in (("term", "left"), ("GiB", "right"), ("formula", "left"), ("source", "left")):
         table.add_column(col, justify=just, overflow="fold")
     for k in MEMORY_TERMS:
-        formula, source = MEMORY_INFO[k]
+        formula, source = _formula(est, "memory", k)
         table.add_row(k, f"{est['memory'][k]:.2f}", Text(formula), Text(source))
     verdict = "fits" if est["fits"] else f"does NOT fit: {est['peak_memory_gib'] - est['capacity_gib']:.2f} GiB over"
     table.add_row(Text("total", style="bold"), Text(f"{est['peak_memory_gib']:.2f}", style="bold"),
                   Text(f"of {est['capacity_gib']:.1f} GiB: {verdict}"), "")
     return table
+
+
+def _formula(est: dict, kind: str, term: str) -> tuple[str, str]:
+    """A term's formula and source as the cost module that computed it wrote them."""
+    f = est.get("formulas", {}).get(kind, {}).get(term)
+    return (f["formula"], f["source"]) if f else ("", "")
 
 
 def time_table(pj: dict) -> Table:
@@ -91,7 +96,7 @@ def time_table(pj: dict) -> Table:
     for col, just in (("term", "left"), ("seconds", "right"), ("share", "right"), ("formula", "left"), ("source", "left")):
         table.add_column(col, justify=just, overflow="fold")
     for k in TIME_TERMS:
-        formula, source = TIME_INFO[k]
+        formula, source = _formula(est, "time", k)
         v = est["time"][k]
         table.add_row(k, f"{v:.3f}", f"{100 * v / it:.1f}%", Text(formula), Text(source))
     table.add_row(Text("iteration", style="bold"), Text(f"{it:.3f}", style="bold"), "100%", "sum of the terms above", "")
