@@ -45,8 +45,14 @@ def _build(kind, what: str, **fields):
         raise PlannerError(f"{what}: {format_validation_error(err)}") from err
 
 
-def training_for(model: ModelSpec, global_batch: int | None, seq_len: int | None, precision: str | None,
-                 train_tokens: float | None = None, gpu_hour_price: float | None = None) -> TrainingSpec:
+def training_for(
+    model: ModelSpec,
+    global_batch: int | None,
+    seq_len: int | None,
+    precision: str | None,
+    train_tokens: float | None = None,
+    gpu_hour_price: float | None = None,
+) -> TrainingSpec:
     """Training spec from explicit values, else the model preset's published defaults."""
     defaults = model.training
     B = global_batch or (defaults.global_batch if defaults else None)
@@ -55,7 +61,9 @@ def training_for(model: ModelSpec, global_batch: int | None, seq_len: int | None
         missing = "--global-batch" if B is None else "--seq-len"
         raise PlannerError(f"{missing} is required: model {model.name!r} has no published training defaults")
     given = {"precision": precision, "train_tokens": train_tokens, "gpu_hour_price": gpu_hour_price}
-    return _build(TrainingSpec, "training", global_batch=B, seq_len=s, **{k: v for k, v in given.items() if v is not None})
+    return _build(
+        TrainingSpec, "training", global_batch=B, seq_len=s, **{k: v for k, v in given.items() if v is not None}
+    )
 
 
 def resolve_world(gpus: int | None, tp: int, pp: int, cp: int, dp: int | None) -> tuple[int, int]:
@@ -66,17 +74,30 @@ def resolve_world(gpus: int | None, tp: int, pp: int, cp: int, dp: int | None) -
         return mp * dp, dp
     if gpus % mp:
         nearby = sorted({max(mp, gpus // mp * mp), (gpus // mp + 1) * mp})
-        raise InfeasibleError(f"--gpus {gpus} is not divisible by tp·pp·cp = {mp} (tp {tp} × pp {pp} × cp {cp}); "
-                              f"allowed: a multiple of {mp}, e.g. {' or '.join(map(str, nearby))}")
+        raise InfeasibleError(
+            f"--gpus {gpus} is not divisible by tp·pp·cp = {mp} (tp {tp} × pp {pp} × cp {cp}); "
+            f"allowed: a multiple of {mp}, e.g. {' or '.join(map(str, nearby))}"
+        )
     if dp is not None and dp * mp != gpus:
-        raise InfeasibleError(f"--dp {dp} disagrees with --gpus {gpus}: tp·pp·cp·dp = {dp * mp}; allowed: --dp {gpus // mp}")
+        raise InfeasibleError(
+            f"--dp {dp} disagrees with --gpus {gpus}: tp·pp·cp·dp = {dp * mp}; allowed: --dp {gpus // mp}"
+        )
     return gpus, gpus // mp
 
 
-def make_request(*, model: str | ModelSpec, hardware: str | HardwareSpec | None = None, gpus: int | None = None,
-                 global_batch: int | None = None, seq_len: int | None = None, precision: str | None = None,
-                 train_tokens: float | None = None, gpu_hour_price: float | None = None, options: dict | None = None,
-                 **parallel) -> PlanRequest:
+def make_request(
+    *,
+    model: str | ModelSpec,
+    hardware: str | HardwareSpec | None = None,
+    gpus: int | None = None,
+    global_batch: int | None = None,
+    seq_len: int | None = None,
+    precision: str | None = None,
+    train_tokens: float | None = None,
+    gpu_hour_price: float | None = None,
+    options: dict | None = None,
+    **parallel,
+) -> PlanRequest:
     """Resolve presets, derive dp, and validate the plan's own fields."""
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware or "dgx-a100-superpod")
@@ -161,7 +182,17 @@ def fit_suggestions(req: PlanRequest, memory_headroom: float = 0.0, limit: int =
     cap = req.ctx.hardware.gpu.hbm_bytes * (1 - memory_headroom)
     ok = np.flatnonzero(legal & (ev.peak_memory_bytes <= cap))
     ok = ok[np.argsort(ev.iteration_s[ok], kind="stable")][:limit]
-    return [{"change": variants[i][0], "peak_memory_gib": float(ev.peak_memory_bytes[i]) / 2**30,
-             "iteration_s": float(ev.iteration_s[i]), "mfu": float(ev.flops["model"][i] / ev.iteration_s[i] / req.gpus
-                                                                  / req.ctx.hardware.gpu.peak_flops_per_s(req.ctx.precision))}
-            for i in ok]
+    return [
+        {
+            "change": variants[i][0],
+            "peak_memory_gib": float(ev.peak_memory_bytes[i]) / 2**30,
+            "iteration_s": float(ev.iteration_s[i]),
+            "mfu": float(
+                ev.flops["model"][i]
+                / ev.iteration_s[i]
+                / req.gpus
+                / req.ctx.hardware.gpu.peak_flops_per_s(req.ctx.precision)
+            ),
+        }
+        for i in ok
+    ]

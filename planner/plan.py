@@ -48,16 +48,16 @@ RECOMPUTE_BY_CODE = {code: r for r, code in RECOMPUTE_CODES.items()}
 
 
 class AttentionKernel(StrEnum):
-    FLASH = "flash"        # Transformer Engine fused/flash attention: today's Megatron default
-    UNFUSED = "unfused"    # explicit softmax over the s x s scores, as in the 2021-22 papers
+    FLASH = "flash"  # Transformer Engine fused/flash attention: today's Megatron default
+    UNFUSED = "unfused"  # explicit softmax over the s x s scores, as in the 2021-22 papers
 
 
 class StageSplit(StrEnum):
     """How layers are assigned to pipeline stages (Megatron arguments.py:984-998)."""
 
     EVEN = "even"
-    EMBEDDING = "embedding"              # --account-for-embedding-in-pipeline-split
-    LOSS = "loss"                        # --account-for-loss-in-pipeline-split
+    EMBEDDING = "embedding"  # --account-for-embedding-in-pipeline-split
+    LOSS = "loss"  # --account-for-loss-in-pipeline-split
     EMBEDDING_AND_LOSS = "embedding+loss"
 
     @property
@@ -75,8 +75,12 @@ class StageSplit(StrEnum):
     @classmethod
     def from_flags(cls, embedding: bool, loss: bool) -> StageSplit:
         """The split Megatron-LM's --account-for-embedding/loss-in-pipeline-split flags select."""
-        return {(False, False): cls.EVEN, (True, False): cls.EMBEDDING, (False, True): cls.LOSS,
-                (True, True): cls.EMBEDDING_AND_LOSS}[(bool(embedding), bool(loss))]
+        return {
+            (False, False): cls.EVEN,
+            (True, False): cls.EMBEDDING,
+            (False, True): cls.LOSS,
+            (True, True): cls.EMBEDDING_AND_LOSS,
+        }[(bool(embedding), bool(loss))]
 
 
 SPLIT_CODES = {StageSplit.EVEN: 0, StageSplit.EMBEDDING: 1, StageSplit.LOSS: 2, StageSplit.EMBEDDING_AND_LOSS: 3}
@@ -89,7 +93,7 @@ class Fp8Format(StrEnum):
 
 
 class TokenDispatcher(StrEnum):
-    ALLGATHER = "allgather"   # Megatron-LM's default
+    ALLGATHER = "allgather"  # Megatron-LM's default
     ALLTOALL = "alltoall"
 
 
@@ -102,7 +106,9 @@ class TrainingSpec(_Spec):
     seq_len: PositiveInt = Field(description="s, tokens per sequence")
     precision: Precision = Precision.BF16
     optimizer: str = Field("adam", pattern="^adam$", description="Adam (the only optimizer modelled)")
-    train_tokens: PositiveFloat = Field(DEFAULT_TRAIN_TOKENS, description="T, tokens to train on (days, GPU-hours, cost)")
+    train_tokens: PositiveFloat = Field(
+        DEFAULT_TRAIN_TOKENS, description="T, tokens to train on (days, GPU-hours, cost)"
+    )
     gpu_hour_price: PositiveFloat | None = Field(None, description="price of one GPU-hour, any currency (cost)")
 
 
@@ -115,12 +121,21 @@ class PlanOptions(_Spec):
     grad_reduce_in_bf16: bool = False
     pp_scatter_gather: bool = Field(False, description="2021 code: p2p split over the t NICs, all-gathered on NVLink")
     overlap_p2p_comm: bool = Field(True, description="interleaved schedule overlaps p2p (today's default)")
-    async_tp_comm: bool = Field(True, description="backward TP collectives overlap the weight-gradient GEMMs "
-                                "(Megatron's LinearWithGradAccumulationAndAsyncCommunication; not in the 2021 code)")
-    tp_comm_overlap: bool = Field(False, description="--tp-comm-overlap: TP collectives pipelined with GEMMs (needs SP)")
-    distribute_saved_activations: bool = Field(False, description="full recompute: shard layer inputs over TP without SP")
+    async_tp_comm: bool = Field(
+        True,
+        description="backward TP collectives overlap the weight-gradient GEMMs "
+        "(Megatron's LinearWithGradAccumulationAndAsyncCommunication; not in the 2021 code)",
+    )
+    tp_comm_overlap: bool = Field(
+        False, description="--tp-comm-overlap: TP collectives pipelined with GEMMs (needs SP)"
+    )
+    distribute_saved_activations: bool = Field(
+        False, description="full recompute: shard layer inputs over TP without SP"
+    )
     fp8: Fp8Format | None = Field(None, description="--fp8-format: linear layers' GEMMs in FP8 (Transformer Engine)")
-    fp8_param_gather: bool = Field(False, description="--fp8-param-gather: keep and all-gather FP8 weights, no bf16 copy")
+    fp8_param_gather: bool = Field(
+        False, description="--fp8-param-gather: keep and all-gather FP8 weights, no bf16 copy"
+    )
     moe_token_dispatcher: TokenDispatcher = TokenDispatcher.ALLGATHER
     moe_capacity_factor: float | None = Field(None, gt=0, description="--moe-expert-capacity-factor; None: dropless")
     moe_load_imbalance: float = Field(1.1, ge=1.0, description="busiest expert's tokens / the mean (dropless routing)")

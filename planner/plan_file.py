@@ -38,13 +38,17 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
         plans = data["plans"]
         k = rank or 1
         if not 1 <= k <= len(plans):
-            raise PlannerError(f"--rank {k} is out of range: {path!r} holds {len(plans)} plans (allowed: 1..{len(plans)})")
+            raise PlannerError(
+                f"--rank {k} is out of range: {path!r} holds {len(plans)} plans (allowed: 1..{len(plans)})"
+            )
         data = plans[k - 1]
     elif rank not in (None, 1):
         raise PlannerError(f"--rank {rank} given but {path!r} holds a single plan, not a search result")
     if not isinstance(data, dict) or any(k not in data for k in PLAN_KEYS):
-        raise PlannerError(f"{path!r} is not a megaplan plan: expected the JSON of `megaplan explain --json` or "
-                           f"`megaplan search --json` with keys {', '.join(PLAN_KEYS)}")
+        raise PlannerError(
+            f"{path!r} is not a megaplan plan: expected the JSON of `megaplan explain --json` or "
+            f"`megaplan search --json` with keys {', '.join(PLAN_KEYS)}"
+        )
     return data
 
 
@@ -54,10 +58,18 @@ def request_from_plan(data: dict, hardware: str | HardwareSpec | None = None) ->
         model = ModelSpec.model_validate(data["model_spec"]) if "model_spec" in data else load_model(data["model"])
         par = {k: v for k, v in data["parallel"].items() if k in ParallelPlan.model_fields}
         tr = data["training"]
-        return make_request(model=model, hardware=hardware or data.get("hardware"), gpus=data["gpus"],
-                            global_batch=tr["global_batch"], seq_len=tr["seq_len"], precision=tr.get("precision"),
-                            train_tokens=tr.get("train_tokens"), gpu_hour_price=tr.get("gpu_hour_price"),
-                            options={k: v for k, v in data["options"].items() if k in PlanOptions.model_fields}, **par)
+        return make_request(
+            model=model,
+            hardware=hardware or data.get("hardware"),
+            gpus=data["gpus"],
+            global_batch=tr["global_batch"],
+            seq_len=tr["seq_len"],
+            precision=tr.get("precision"),
+            train_tokens=tr.get("train_tokens"),
+            gpu_hour_price=tr.get("gpu_hour_price"),
+            options={k: v for k, v in data["options"].items() if k in PlanOptions.model_fields},
+            **par,
+        )
     except ValidationError as err:
         raise PlannerError(f"plan: {format_validation_error(err)}") from err
     except (KeyError, TypeError, AttributeError) as err:
@@ -66,6 +78,11 @@ def request_from_plan(data: dict, hardware: str | HardwareSpec | None = None) ->
 
 def request_to_json(req: PlanRequest) -> dict:
     """The plan JSON fields that rebuild a request (``request_from_plan``)."""
-    return {"model": req.ctx.model.name, "model_spec": req.ctx.model.model_dump(mode="json"), "gpus": req.gpus,
-            "training": req.ctx.training.model_dump(mode="json"), "parallel": req.plan.model_dump(mode="json"),
-            "options": req.ctx.options.model_dump(mode="json")}
+    return {
+        "model": req.ctx.model.name,
+        "model_spec": req.ctx.model.model_dump(mode="json"),
+        "gpus": req.gpus,
+        "training": req.ctx.training.model_dump(mode="json"),
+        "parallel": req.plan.model_dump(mode="json"),
+        "options": req.ctx.options.model_dump(mode="json"),
+    }

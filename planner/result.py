@@ -30,9 +30,9 @@ class PlanEstimate(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     iteration_s: float
     tokens_per_s: float
-    tflops_per_gpu: float            # model FLOPs (no recomputation) per second per GPU: the MFU basis
-    hw_tflops_per_gpu: float         # with recomputed FLOPs: the HFU basis
-    megatron_tflops_per_gpu: float   # as today's Megatron-LM logs it (causal attention halved)
+    tflops_per_gpu: float  # model FLOPs (no recomputation) per second per GPU: the MFU basis
+    hw_tflops_per_gpu: float  # with recomputed FLOPs: the HFU basis
+    megatron_tflops_per_gpu: float  # as today's Megatron-LM logs it (causal attention halved)
     mfu: float
     hfu: float
     peak_memory_gib: float
@@ -41,8 +41,8 @@ class PlanEstimate(BaseModel):
     peak_stage: int
     bubble_frac: float
     num_microbatches: float
-    memory: dict[str, float]         # GiB, MEMORY_TERMS and total, most loaded GPU
-    time: dict[str, float]           # seconds per iteration, TIME_TERMS
+    memory: dict[str, float]  # GiB, MEMORY_TERMS and total, most loaded GPU
+    time: dict[str, float]  # seconds per iteration, TIME_TERMS
     formulas: dict[str, dict[str, TermFormula]]  # {"memory": {term: ...}, "time": {term: ...}}
     train_tokens: float
     train_days: float
@@ -52,8 +52,9 @@ class PlanEstimate(BaseModel):
     energy_mwh: float | None
 
 
-def plan_json(ctx: Context, gpus: int, grid: PlanGrid, ev: Evaluation, i: int, broken: list[str],
-              memory_headroom: float = 0.0) -> dict:
+def plan_json(
+    ctx: Context, gpus: int, grid: PlanGrid, ev: Evaluation, i: int, broken: list[str], memory_headroom: float = 0.0
+) -> dict:
     """The plan JSON for plan i of an evaluated grid; with ``ev.stages``, every stage's memory too."""
     plan = grid.plan(i)
     it = float(ev.iteration_s[i])
@@ -66,18 +67,33 @@ def plan_json(ctx: Context, gpus: int, grid: PlanGrid, ev: Evaluation, i: int, b
 
     text = formulas(ctx, plan)
     estimate = PlanEstimate(
-        iteration_s=it, tokens_per_s=tokens_per_s,
-        tflops_per_gpu=per_gpu("model") / 1e12, hw_tflops_per_gpu=per_gpu("hardware") / 1e12,
-        megatron_tflops_per_gpu=per_gpu("megatron") / 1e12, mfu=per_gpu("model") / peak, hfu=per_gpu("hardware") / peak,
-        peak_memory_gib=float(ev.peak_memory_bytes[i]) / GIB, capacity_gib=cap / GIB,
-        fits=bool(ev.peak_memory_bytes[i] <= cap), peak_stage=int(ev.peak_stage[i]), bubble_frac=float(ev.bubble_frac[i]),
+        iteration_s=it,
+        tokens_per_s=tokens_per_s,
+        tflops_per_gpu=per_gpu("model") / 1e12,
+        hw_tflops_per_gpu=per_gpu("hardware") / 1e12,
+        megatron_tflops_per_gpu=per_gpu("megatron") / 1e12,
+        mfu=per_gpu("model") / peak,
+        hfu=per_gpu("hardware") / peak,
+        peak_memory_gib=float(ev.peak_memory_bytes[i]) / GIB,
+        capacity_gib=cap / GIB,
+        fits=bool(ev.peak_memory_bytes[i] <= cap),
+        peak_stage=int(ev.peak_stage[i]),
+        bubble_frac=float(ev.bubble_frac[i]),
         num_microbatches=float(ev.m[i]),
         memory={k: float(ev.memory[k][i]) / GIB for k in (*MEMORY_TERMS, "total")},
         time={k: float(ev.time[k][i]) for k in TIME_TERMS},
-        formulas={kind: {k: TermFormula(formula=f.text, source=f.source) for k, f in terms.items()}
-                  for kind, terms in text.items()},
-        **train_cost_terms(tokens_per_s, gpus, tokens=ctx.training.train_tokens, gpu_hour_price=ctx.training.gpu_hour_price,
-                           tdp_watts=ctx.hardware.gpu.tdp_watts))
+        formulas={
+            kind: {k: TermFormula(formula=f.text, source=f.source) for k, f in terms.items()}
+            for kind, terms in text.items()
+        },
+        **train_cost_terms(
+            tokens_per_s,
+            gpus,
+            tokens=ctx.training.train_tokens,
+            gpu_hour_price=ctx.training.gpu_hour_price,
+            tdp_watts=ctx.hardware.gpu.tdp_watts,
+        ),
+    )
     out = {
         "model": ctx.model.name,
         "hardware": ctx.hardware.name,
@@ -93,18 +109,28 @@ def plan_json(ctx: Context, gpus: int, grid: PlanGrid, ev: Evaluation, i: int, b
     if ev.stages is not None:
         st = ev.stages
         p = plan.pp
-        rows = [{"stage": k, "layers": int(st.layers[i, k]),
-                 **{t: float(st.memory[t][i, k]) / GIB for t in (*MEMORY_TERMS, "total")}} for k in range(p)]
+        rows = [
+            {
+                "stage": k,
+                "layers": int(st.layers[i, k]),
+                **{t: float(st.memory[t][i, k]) / GIB for t in (*MEMORY_TERMS, "total")},
+            }
+            for k in range(p)
+        ]
         out["stages"] = sorted(rows, key=lambda row: -row["total"])
     return out
 
 
 def stage_layer_list(ctx: Context, grid: PlanGrid, i: int) -> list[int]:
     """Layers on each pipeline stage of plan i, first to last (``planner.space.grid.stage_layers``)."""
-    lay = stage_layers(ctx.model.num_layers, grid.pp[i:i + 1], grid.split[i:i + 1], grid.first_layers[i:i + 1],
-                       grid.last_layers[i:i + 1])
+    lay = stage_layers(
+        ctx.model.num_layers,
+        grid.pp[i : i + 1],
+        grid.split[i : i + 1],
+        grid.first_layers[i : i + 1],
+        grid.last_layers[i : i + 1],
+    )
     p = int(grid.pp[i])
     if p == 1:
         return [int(lay.first[0])]
     return [int(lay.first[0])] + [int(lay.middle[0])] * (p - 2) + [int(lay.last[0])]
-

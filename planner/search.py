@@ -15,7 +15,7 @@ from planner.costs.estimate import evaluate
 from planner.errors import InfeasibleError
 from planner.plan import Context
 from planner.result import plan_json
-from planner.space.candidates import Pins, candidate_grid
+from planner.space.candidates import NO_PINS, Pins, candidate_grid
 from planner.space.grid import PlanGrid
 from planner.space.rules import rule_masks
 
@@ -35,8 +35,15 @@ class SearchResult:
         return {"plans": self.plans, "evaluated": self.evaluated, "feasible": self.feasible, "rejected": self.rejected}
 
 
-def search(ctx: Context, num_gpus: int, pins: Pins = Pins(), *, top: int = 10, sort: str = "time",
-           memory_headroom: float = 0.0) -> SearchResult:
+def search(
+    ctx: Context,
+    num_gpus: int,
+    pins: Pins = NO_PINS,
+    *,
+    top: int = 10,
+    sort: str = "time",
+    memory_headroom: float = 0.0,
+) -> SearchResult:
     """Rank every legal plan that fits by iteration time (or by peak memory)."""
     grid = candidate_grid(ctx, num_gpus, pins)
     masks = rule_masks(grid, ctx.model, ctx.training, ctx.options, num_gpus)
@@ -55,10 +62,10 @@ def search(ctx: Context, num_gpus: int, pins: Pins = Pins(), *, top: int = 10, s
     peak = np.empty(len(idx))
     with np.errstate(divide="ignore", invalid="ignore"):
         for start in range(0, len(idx), CHUNK):
-            part = idx[start:start + CHUNK]
+            part = idx[start : start + CHUNK]
             ev = evaluate(grid.take(part), ctx)
-            iteration[start:start + CHUNK] = ev.iteration_s
-            peak[start:start + CHUNK] = ev.peak_memory_bytes
+            iteration[start : start + CHUNK] = ev.iteration_s
+            peak[start : start + CHUNK] = ev.peak_memory_bytes
     fits = peak <= capacity
     rejected = {names[k]: int(np.sum(first_broken == k)) for k in range(len(names)) if np.any(first_broken == k)}
     if np.any(~fits):
@@ -79,15 +86,19 @@ def search(ctx: Context, num_gpus: int, pins: Pins = Pins(), *, top: int = 10, s
     return SearchResult(plans=plans, evaluated=len(grid), feasible=int(np.sum(fits)), rejected=rejected)
 
 
-def _nothing_fits(ctx: Context, grid: PlanGrid, idx: np.ndarray, peak: np.ndarray, capacity: float,
-                  rejected: dict[str, int]) -> str:
+def _nothing_fits(
+    ctx: Context, grid: PlanGrid, idx: np.ndarray, peak: np.ndarray, capacity: float, rejected: dict[str, int]
+) -> str:
     if len(idx) == 0:
         reasons = ", ".join(f"{name} ({count})" for name, count in sorted(rejected.items(), key=lambda kv: -kv[1]))
         return f"no legal plan for {ctx.model.name} on these GPUs; rejected by: {reasons}"
     i = idx[np.argmin(peak)]
     p = grid.plan(int(i))
     gib = 2**30
-    return (f"every legal plan needs more than {capacity / gib:.1f} GiB per GPU; the smallest, TP {p.tp} PP {p.pp} "
-            f"DP {p.dp} VPP {p.vpp} micro-batch {p.micro_batch} recompute {p.recompute.value} "
-            f"SP {'on' if p.sequence_parallel else 'off'} distributed optimizer {'on' if p.distributed_optimizer else 'off'}, "
-            f"needs {np.min(peak) / gib:.1f} GiB; try more GPUs, a larger-memory --hardware or a smaller --global-batch")
+    return (
+        f"every legal plan needs more than {capacity / gib:.1f} GiB per GPU; the smallest, TP {p.tp} PP {p.pp} "
+        f"DP {p.dp} VPP {p.vpp} micro-batch {p.micro_batch} recompute {p.recompute.value} "
+        f"SP {'on' if p.sequence_parallel else 'off'} "
+        f"distributed optimizer {'on' if p.distributed_optimizer else 'off'}, "
+        f"needs {np.min(peak) / gib:.1f} GiB; try more GPUs, a larger-memory --hardware or a smaller --global-batch"
+    )

@@ -54,8 +54,8 @@ class Op:
 
     stage: int
     microbatch: int  # 0-based
-    chunk: int       # model chunk on this stage, 0..vpp−1
-    kind: str        # "fwd" | "bwd"
+    chunk: int  # model chunk on this stage, 0..vpp−1
+    kind: str  # "fwd" | "bwd"
     start_s: float
     end_s: float
 
@@ -71,10 +71,10 @@ class Transfer:
     src: int
     dst: int
     microbatch: int
-    kind: str        # direction: "fwd" (activation) | "bwd" (gradient)
+    kind: str  # direction: "fwd" (activation) | "bwd" (gradient)
     start_s: float
     end_s: float
-    blocking: bool   # the sender waits for it (on the sender's critical path)
+    blocking: bool  # the sender waits for it (on the sender's critical path)
 
 
 @dataclass(frozen=True)
@@ -82,12 +82,12 @@ class Timeline:
     p: int
     m: int
     vpp: int
-    forward_s: tuple[float, ...]   # per stage, per micro-batch (whole stage: all chunks)
+    forward_s: tuple[float, ...]  # per stage, per micro-batch (whole stage: all chunks)
     backward_s: tuple[float, ...]
     p2p_s: float
     ops: tuple[Op, ...]
     transfers: tuple[Transfer, ...]
-    pipeline_s: float              # last operation's end
+    pipeline_s: float  # last operation's end
     tail_s: dict[str, float] = field(default_factory=dict)  # after the flush: dp sync, optimizer
 
     @property
@@ -120,15 +120,42 @@ class Timeline:
         return sum(op.duration_s for op in self._by_stage[stage])
 
     def to_json(self, events: bool = True) -> dict:
-        out = {"p": self.p, "m": self.m, "vpp": self.vpp, "pipeline_s": self.pipeline_s, "tail_s": dict(self.tail_s),
-               "iteration_s": self.iteration_s, "p2p_s": self.p2p_s, "stage_forward_s": list(self.forward_s),
-               "stage_backward_s": list(self.backward_s),
-               "stage_idle_frac": [1 - self.busy_s(i) / self.pipeline_s for i in range(self.p)]}
+        out = {
+            "p": self.p,
+            "m": self.m,
+            "vpp": self.vpp,
+            "pipeline_s": self.pipeline_s,
+            "tail_s": dict(self.tail_s),
+            "iteration_s": self.iteration_s,
+            "p2p_s": self.p2p_s,
+            "stage_forward_s": list(self.forward_s),
+            "stage_backward_s": list(self.backward_s),
+            "stage_idle_frac": [1 - self.busy_s(i) / self.pipeline_s for i in range(self.p)],
+        }
         if events:
-            out["ops"] = [{"stage": o.stage, "microbatch": o.microbatch, "chunk": o.chunk, "kind": o.kind,
-                           "start_s": o.start_s, "end_s": o.end_s} for o in self.ops]
-            out["transfers"] = [{"src": t.src, "dst": t.dst, "microbatch": t.microbatch, "kind": t.kind,
-                                 "start_s": t.start_s, "end_s": t.end_s, "blocking": t.blocking} for t in self.transfers]
+            out["ops"] = [
+                {
+                    "stage": o.stage,
+                    "microbatch": o.microbatch,
+                    "chunk": o.chunk,
+                    "kind": o.kind,
+                    "start_s": o.start_s,
+                    "end_s": o.end_s,
+                }
+                for o in self.ops
+            ]
+            out["transfers"] = [
+                {
+                    "src": t.src,
+                    "dst": t.dst,
+                    "microbatch": t.microbatch,
+                    "kind": t.kind,
+                    "start_s": t.start_s,
+                    "end_s": t.end_s,
+                    "blocking": t.blocking,
+                }
+                for t in self.transfers
+            ]
         return out
 
 
@@ -139,7 +166,7 @@ def op_order(p: int, m: int, vpp: int, rank: int) -> list[tuple[str, int, int]]:
         fwd = [(FWD, j, 0) for j in range(m)]
         bwd = [(BWD, j, 0) for j in range(m)]
         steady = [op for i in range(m - warm) for op in (fwd[warm + i], bwd[i])]
-        return fwd[:warm] + steady + bwd[m - warm:]
+        return fwd[:warm] + steady + bwd[m - warm :]
     total = m * vpp
     warm = min(2 * (p - rank - 1) + (vpp - 1) * p, total)
 
@@ -153,15 +180,25 @@ def op_order(p: int, m: int, vpp: int, rank: int) -> list[tuple[str, int, int]]:
     return [virtual(k, FWD) for k in range(warm)] + steady + [virtual(k, BWD) for k in range(total - warm, total)]
 
 
-def simulate(forward_s, backward_s, p2p_s: float, m: int, vpp: int = 1, *, blocking_p2p: bool = True,
-             tail_s: dict[str, float] | None = None) -> Timeline:
+def simulate(
+    forward_s,
+    backward_s,
+    p2p_s: float,
+    m: int,
+    vpp: int = 1,
+    *,
+    blocking_p2p: bool = True,
+    tail_s: dict[str, float] | None = None,
+) -> Timeline:
     """Run the schedule: per-stage, per-micro-batch forward and backward seconds (whole stage) and
     one p2p transfer's seconds; returns every operation and transfer with its start and end."""
     fwd = [float(x) for x in np.atleast_1d(forward_s)]
     bwd = [float(x) for x in np.atleast_1d(backward_s)]
     p = len(fwd)
     if len(bwd) != p or m < 1 or vpp < 1 or (vpp > 1 and p == 1):
-        raise ValueError(f"need one forward and backward time per stage, m ≥ 1, and p > 1 with vpp > 1 (p {p}, m {m}, vpp {vpp})")
+        raise ValueError(
+            f"need one forward and backward time per stage, m ≥ 1, and p > 1 with vpp > 1 (p {p}, m {m}, vpp {vpp})"
+        )
     last_v = p * vpp - 1
     orders = [op_order(p, m, vpp, i) for i in range(p)]
     pos, free = [0] * p, [0.0] * p
@@ -209,8 +246,18 @@ def simulate(forward_s, backward_s, p2p_s: float, m: int, vpp: int = 1, *, block
             raise RuntimeError(f"pipeline schedule deadlocked (p {p}, m {m}, vpp {vpp})")
     ops.sort(key=lambda o: (o.stage, o.start_s))
     makespan = max(o.end_s for o in ops)
-    return Timeline(p=p, m=m, vpp=vpp, forward_s=tuple(fwd), backward_s=tuple(bwd), p2p_s=p2p_s, ops=tuple(ops),
-                    transfers=tuple(transfers), pipeline_s=makespan, tail_s=dict(tail_s or {}))
+    return Timeline(
+        p=p,
+        m=m,
+        vpp=vpp,
+        forward_s=tuple(fwd),
+        backward_s=tuple(bwd),
+        p2p_s=p2p_s,
+        ops=tuple(ops),
+        transfers=tuple(transfers),
+        pipeline_s=makespan,
+        tail_s=dict(tail_s or {}),
+    )
 
 
 TAIL_TERMS = ("dp_comm", "embedding_comm", "optimizer")  # after the flush; every other time term is the pipeline's
@@ -226,13 +273,16 @@ def plan_timeline(ev: Evaluation, plan: ParallelPlan, options: PlanOptions, i: i
         raise ValueError(f"m = B/(b·d) = {m} is not a whole number")
     st, p = ev.stages, plan.pp
     blocking = not (plan.vpp > 1 and options.overlap_p2p_comm)
-    tail = {"dp_comm": float(ev.time["dp_comm"][i] + ev.time["embedding_comm"][i]),
-            "optimizer": float(ev.time["optimizer"][i])}
-    return simulate(st.forward_s[i, :p], st.backward_s[i, :p], float(st.p2p_s[i]) if p > 1 else 0.0, int(m),
-                    plan.vpp, blocking_p2p=blocking, tail_s=tail)
-
-
-def estimate_pipeline_s(time_terms: dict[str, float]) -> float:
-    """The closed form's pipeline part: every time term but the tail (forward + backward + recompute
-    + tp_comm + bubble + pp_comm, and the context- and expert-parallel communication where present)."""
-    return sum(v for k, v in time_terms.items() if k not in TAIL_TERMS)
+    tail = {
+        "dp_comm": sum(float(ev.time[k][i]) for k in TAIL_TERMS if k != "optimizer"),  # DP and embedding sync
+        "optimizer": float(ev.time["optimizer"][i]),
+    }
+    return simulate(
+        st.forward_s[i, :p],
+        st.backward_s[i, :p],
+        float(st.p2p_s[i]) if p > 1 else 0.0,
+        int(m),
+        plan.vpp,
+        blocking_p2p=blocking,
+        tail_s=tail,
+    )

@@ -45,8 +45,9 @@ def cli_wall(args: list[str], runs: int) -> tuple[float, list[float]]:
 
 def in_process(model: str, gpus: int, hardware: str) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    out = subprocess.run([sys.executable, "-c", DRIVER, model, str(gpus), hardware], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", DRIVER, model, str(gpus), hardware], check=True, capture_output=True, text=True
+    ).stdout
     stats = json.loads(out)
     stats["peak_rss_mib"] = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) / 1024
     stats["plans_per_s"] = stats["evaluated"] / stats["search_s"]
@@ -59,15 +60,21 @@ def main() -> None:
     opts = ap.parse_args()
     args = ["search", "--model", "gpt3-175b", "--gpus", "1024", "--json"]
     median, times = cli_wall(args, opts.runs)
-    evaluated = json.loads(subprocess.run([sys.executable, "-m", "planner", *args], check=True,
-                                          capture_output=True, text=True).stdout)["evaluated"]
-    print(f"megaplan search --model gpt3-175b --gpus 1024: median {median:.3f} s over {opts.runs} runs "
-          f"({', '.join(f'{t:.3f}' for t in times)}), {evaluated:,} plans evaluated")
+    evaluated = json.loads(
+        subprocess.run([sys.executable, "-m", "planner", *args], check=True, capture_output=True, text=True).stdout
+    )["evaluated"]
+    print(
+        f"megaplan search --model gpt3-175b --gpus 1024: median {median:.3f} s over {opts.runs} runs "
+        f"({', '.join(f'{t:.3f}' for t in times)}), {evaluated:,} plans evaluated"
+    )
     for model, gpus, hw in (("gpt3-175b", 1024, "dgx-a100-superpod"), ("gpt-1t", 16384, "dgx-a100-superpod")):
         s = in_process(model, gpus, hw)
-        print(f"{model} on {gpus} GPUs: {s['evaluated']:,} plans ({s['feasible']:,} fit) in {s['search_s']:.3f} s "
-              f"(median of 5; the first search in a process {s['first_search_s']:.3f} s) = {s['plans_per_s']:,.0f} plans/s; "
-              f"imports and presets {s['setup_s']:.3f} s; peak RSS {s['peak_rss_mib']:.0f} MiB")
+        print(
+            f"{model} on {gpus} GPUs: {s['evaluated']:,} plans ({s['feasible']:,} fit) in {s['search_s']:.3f} s "
+            f"(median of 5; the first search in a process {s['first_search_s']:.3f} s) = "
+            f"{s['plans_per_s']:,.0f} plans/s; "
+            f"imports and presets {s['setup_s']:.3f} s; peak RSS {s['peak_rss_mib']:.0f} MiB"
+        )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ hypothesis almost never has to discard an example.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -34,13 +34,14 @@ GIB = 2**30
 
 # ----------------------------------------------------------------------------- presets
 
-@lru_cache(maxsize=None)
+
+@cache
 def a100() -> HardwareSpec:
     """The DGX A100 80 GB SuperPOD preset (Narayanan 2021 / Korthikanti 2022 system)."""
     return load_hardware("dgx-a100-superpod")
 
 
-@lru_cache(maxsize=None)
+@cache
 def model_preset(name: str) -> ModelSpec:
     return load_model(name)
 
@@ -61,8 +62,16 @@ def gpt_model(L: int, h: int, a: int, *, V: int = 51200, name: str = "test-gpt",
     V defaults to the papers' padded 51200 with make_vocab_size_divisible_by = 128, so Megatron's
     padding leaves it unchanged for t ≤ 8 (51200 = 400·128 = 50·1024).
     """
-    return ModelSpec(name=name, source="test", num_layers=L, hidden_size=h, num_attention_heads=a,
-                     max_position_embeddings=2048, vocab_size=V, **extra)
+    return ModelSpec(
+        name=name,
+        source="test",
+        num_layers=L,
+        hidden_size=h,
+        num_attention_heads=a,
+        max_position_embeddings=2048,
+        vocab_size=V,
+        **extra,
+    )
 
 
 # ----------------------------------------------------------------------------- strategies
@@ -88,10 +97,15 @@ def model_specs(draw, t: int | None = None) -> ModelSpec:
     swiglu = draw(st.booleans())
     ffn = draw(st.one_of(st.none(), st.integers(1, 64).map(lambda r: 64 * t * r)))
     return ModelSpec(
-        name="hypothesis", source="hypothesis strategy",
-        num_layers=draw(st.integers(1, 32)), hidden_size=h, num_attention_heads=a,
-        num_query_groups=None if g == a else g, ffn_hidden_size=ffn,
-        max_position_embeddings=4096, vocab_size=draw(st.integers(1000, 60000)),
+        name="hypothesis",
+        source="hypothesis strategy",
+        num_layers=draw(st.integers(1, 32)),
+        hidden_size=h,
+        num_attention_heads=a,
+        num_query_groups=None if g == a else g,
+        ffn_hidden_size=ffn,
+        max_position_embeddings=4096,
+        vocab_size=draw(st.integers(1000, 60000)),
         swiglu=swiglu,
         normalization=draw(st.sampled_from(["LayerNorm", "RMSNorm"])),
         position_embedding_type=draw(st.sampled_from(["learned_absolute", "rope"])),
@@ -133,15 +147,29 @@ def options_strategy() -> st.SearchStrategy[PlanOptions]:
 
 
 @st.composite
-def plan_for(draw, model: ModelSpec, t: int, p: int, vpp: int, *, split: StageSplit = StageSplit.EVEN,
-             micro_batch: int | None = None, m: int | None = None, d: int | None = None) -> tuple[ParallelPlan, int]:
+def plan_for(
+    draw,
+    model: ModelSpec,
+    t: int,
+    p: int,
+    vpp: int,
+    *,
+    split: StageSplit = StageSplit.EVEN,
+    micro_batch: int | None = None,
+    m: int | None = None,
+    d: int | None = None,
+) -> tuple[ParallelPlan, int]:
     """A legal ParallelPlan on ``model`` and its global batch B = b·d·m (m a multiple of p when interleaved)."""
     d = d or draw(st.sampled_from(POWERS_OF_TWO_TO_8))
     b = micro_batch or draw(st.sampled_from((1, 2, 4)))
     if m is None:
         m = p * draw(st.integers(1, 4)) if vpp > 1 else draw(st.integers(1, 16))
     plan = ParallelPlan(
-        tp=t, pp=p, dp=d, vpp=vpp, micro_batch=b,
+        tp=t,
+        pp=p,
+        dp=d,
+        vpp=vpp,
+        micro_batch=b,
         sequence_parallel=draw(st.booleans()) if t > 1 else False,
         recompute=draw(st.sampled_from(list(Recompute))),
         distributed_optimizer=draw(st.booleans()),
@@ -180,6 +208,21 @@ def stage_memory_gib(plan, ctx) -> list[dict[str, float]]:
     """Memory of every pipeline stage of one plan, term by term, in GiB, first stage first."""
     from planner.costs.estimate import MEMORY_TERMS, evaluate
     from planner.space.grid import PlanGrid
+
     st = evaluate(PlanGrid.from_plans([plan]), ctx, stages=True).stages
-    return [{"stage": k, "layers": int(st.layers[0, k]), **{t: float(st.memory[t][0, k]) / GIB for t in (*MEMORY_TERMS, "total")}}
-            for k in range(plan.pp)]
+    return [
+        {
+            "stage": k,
+            "layers": int(st.layers[0, k]),
+            **{t: float(st.memory[t][0, k]) / GIB for t in (*MEMORY_TERMS, "total")},
+        }
+        for k in range(plan.pp)
+    ]
+
+
+def pipeline_s(time_terms: dict[str, float]) -> float:
+    """The closed form's pipeline part: every time term but the tail after the flush (forward +
+    backward + recompute + tp_comm + bubble + pp_comm, and CP and MoE communication where present)."""
+    from planner.timeline import TAIL_TERMS
+
+    return sum(v for k, v in time_terms.items() if k not in TAIL_TERMS)

@@ -1,4 +1,4 @@
-"""The command line (DESIGN.md, CLI contract): help, --json, exit codes, one-line errors."""
+"""The command line (docs/architecture.md, the CLI contract): help, --json, exit codes, one-line errors."""
 
 from __future__ import annotations
 
@@ -45,13 +45,24 @@ def test_every_command_has_help(command):
 
 
 def test_explain_and_presets_exist():
-    assert {("explain",), ("presets",), ("presets", "models"), ("presets", "hardware"), ("presets", "show")} <= set(ALL_COMMANDS)
+    assert {("explain",), ("presets",), ("presets", "models"), ("presets", "hardware"), ("presets", "show")} <= set(
+        ALL_COMMANDS
+    )
 
 
 # ----------------------------------------------------------------------------- explain --json
 
-ESTIMATE_KEYS = {"iteration_s", "tokens_per_s", "tflops_per_gpu", "hw_tflops_per_gpu", "mfu", "hfu", "peak_memory_gib",
-                 "memory", "time"}
+ESTIMATE_KEYS = {
+    "iteration_s",
+    "tokens_per_s",
+    "tflops_per_gpu",
+    "hw_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "peak_memory_gib",
+    "memory",
+    "time",
+}
 MEMORY_KEYS = {"weights", "gradients", "optimizer", "activations", "reserve", "total"}
 TIME_KEYS = {"forward", "backward", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer"}
 
@@ -62,12 +73,16 @@ def explain_json(args: list[str]) -> dict:
     return json.loads(result.stdout)
 
 
-@pytest.mark.parametrize("args", [
-    GPT3 + ["--recompute", "full", "--precision", "fp16", "--attention-kernel", "unfused"],
-    GPT3 + ["--recompute", "selective", "--sequence-parallel", "--vpp", "2", "--distributed-optimizer"],
-    ["--model", "gpt-1.7b", "--gpus", "8"],
-    ["--model", "gpt-22b", "--gpus", "8", "--tp", "8", "--recompute", "selective", "--sequence-parallel"],
-], ids=["gpt3-full", "gpt3-interleaved", "1.7b-dp8", "22b-tp8"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        GPT3 + ["--recompute", "full", "--precision", "fp16", "--attention-kernel", "unfused"],
+        GPT3 + ["--recompute", "selective", "--sequence-parallel", "--vpp", "2", "--distributed-optimizer"],
+        ["--model", "gpt-1.7b", "--gpus", "8"],
+        ["--model", "gpt-22b", "--gpus", "8", "--tp", "8", "--recompute", "selective", "--sequence-parallel"],
+    ],
+    ids=["gpt3-full", "gpt3-interleaved", "1.7b-dp8", "22b-tp8"],
+)
 def test_explain_json_shape_and_sums(args):
     out = explain_json(args)
     est = out["estimate"]
@@ -119,7 +134,7 @@ def test_explain_json_peak_is_the_most_loaded_stage():
     stages = out["stages"]
     assert sorted(stage["stage"] for stage in stages) == list(range(16))
     assert max(stage["total"] for stage in stages) == pytest.approx(out["estimate"]["peak_memory_gib"], rel=1e-12)
-    for stage in stages:   # each stage's terms add up too
+    for stage in stages:  # each stage's terms add up too
         assert sum(stage[k] for k in MEMORY_KEYS - {"total"}) == pytest.approx(stage["total"], rel=1e-9)
 
 
@@ -130,6 +145,7 @@ def test_explain_text_output():
 
 
 # ----------------------------------------------------------------------------- bad input
+
 
 def assert_bad_input(result, *needles: str):
     """Exit code 2, exactly one line on stderr, no traceback."""
@@ -142,26 +158,50 @@ def assert_bad_input(result, *needles: str):
     return lines[0]
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["explain", "--model", "gpt-9000", "--gpus", "8"], ["gpt-9000", "gpt3-175b"]),
-    (["explain", "--model", "gpt3-175b", "--gpus", "1000", "--tp", "8", "--pp", "16"], ["1000", "128"]),
-    (["explain", "--model", "gpt3-175b", "--tp", "0"], ["--tp"]),
-    (["explain", "--model", "gpt3-175b", "--recompute", "partial"], ["partial", "selective"]),
-    (["explain", "--model", "gpt3-175b", "--gpus", "abc"], ["--gpus", "abc"]),
-    (["explain", "--model", "gpt3-175b", "--hardware", "dgx-z100"], ["dgx-z100"]),
-    pytest.param(["explain", "--model", "gpt3-175b", "--gpus", "64", "--tp", "8", "--pp", "8", "--vpp", "5"], ["vpp 5"]),
-    (["explain", "--gpus", "8"], ["--model"]),
-    (["explain", "--model", "gpt3-175b", "--no-such-option"], ["--no-such-option"]),
-    (["presets", "show", "gpt-9000"], ["gpt-9000"]),
-    (["no-such-command"], ["no-such-command"]),
-], ids=["unknown-model", "gpus-not-divisible", "tp-0", "recompute-partial", "gpus-abc", "unknown-hardware",
-        "vpp-split", "missing-model", "unknown-option", "unknown-preset-show", "unknown-command"])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["explain", "--model", "gpt-9000", "--gpus", "8"], ["gpt-9000", "gpt3-175b"]),
+        (["explain", "--model", "gpt3-175b", "--gpus", "1000", "--tp", "8", "--pp", "16"], ["1000", "128"]),
+        (["explain", "--model", "gpt3-175b", "--tp", "0"], ["--tp"]),
+        (["explain", "--model", "gpt3-175b", "--recompute", "partial"], ["partial", "selective"]),
+        (["explain", "--model", "gpt3-175b", "--gpus", "abc"], ["--gpus", "abc"]),
+        (["explain", "--model", "gpt3-175b", "--hardware", "dgx-z100"], ["dgx-z100"]),
+        pytest.param(
+            ["explain", "--model", "gpt3-175b", "--gpus", "64", "--tp", "8", "--pp", "8", "--vpp", "5"], ["vpp 5"]
+        ),
+        (["explain", "--gpus", "8"], ["--model"]),
+        (["explain", "--model", "gpt3-175b", "--no-such-option"], ["--no-such-option"]),
+        (["presets", "show", "gpt-9000"], ["gpt-9000"]),
+        (["no-such-command"], ["no-such-command"]),
+    ],
+    ids=[
+        "unknown-model",
+        "gpus-not-divisible",
+        "tp-0",
+        "recompute-partial",
+        "gpus-abc",
+        "unknown-hardware",
+        "vpp-split",
+        "missing-model",
+        "unknown-option",
+        "unknown-preset-show",
+        "unknown-command",
+    ],
+)
 def test_bad_input_exits_2_with_one_line(args, needles):
     assert_bad_input(run(args), *needles)
 
 
-MODEL_YAML = {"name": "tiny", "source": "test", "num_layers": 4, "hidden_size": 448, "num_attention_heads": 7,
-              "max_position_embeddings": 2048, "vocab_size": 1000}
+MODEL_YAML = {
+    "name": "tiny",
+    "source": "test",
+    "num_layers": 4,
+    "hidden_size": 448,
+    "num_attention_heads": 7,
+    "max_position_embeddings": 2048,
+    "vocab_size": 1000,
+}
 
 
 def write_yaml(tmp_path, name, data) -> str:
@@ -174,15 +214,21 @@ def test_heads_not_divisible_by_tp_from_a_yaml(tmp_path):
     path = write_yaml(tmp_path, "tiny.yaml", MODEL_YAML)
     ok = run(["explain", "--model", path, "--gpus", "1", "--global-batch", "8", "--seq-len", "1024", "--json"])
     assert ok.exit_code == 0, ok.output
-    line = assert_bad_input(run(["explain", "--model", path, "--gpus", "2", "--tp", "2", "--global-batch", "8",
-                                 "--seq-len", "1024"]), "7 attention heads", "tp 2")
+    line = assert_bad_input(
+        run(["explain", "--model", path, "--gpus", "2", "--tp", "2", "--global-batch", "8", "--seq-len", "1024"]),
+        "7 attention heads",
+        "tp 2",
+    )
     assert "allowed tp: 1, 7" in line
 
 
 def test_hidden_not_a_multiple_of_heads_from_a_yaml(tmp_path):
     path = write_yaml(tmp_path, "odd.yaml", {**MODEL_YAML, "hidden_size": 1000})
-    assert_bad_input(run(["explain", "--model", path, "--gpus", "1", "--global-batch", "8", "--seq-len", "1024"]),
-                     "hidden_size (1000)", "num_attention_heads (7)")
+    assert_bad_input(
+        run(["explain", "--model", path, "--gpus", "1", "--global-batch", "8", "--seq-len", "1024"]),
+        "hidden_size (1000)",
+        "num_attention_heads (7)",
+    )
 
 
 def test_negative_bandwidth_hardware_yaml(tmp_path):
@@ -209,6 +255,7 @@ def test_model_without_training_defaults_needs_global_batch(tmp_path):
 
 # ----------------------------------------------------------------------------- presets
 
+
 def test_presets_lists_models_and_hardware():
     result = run(["presets"])
     assert result.exit_code == 0, result.output
@@ -234,13 +281,18 @@ def test_presets_show_json():
     result = run(["presets", "show", "gpt3-175b", "--json"])
     assert result.exit_code == 0, result.output
     spec = json.loads(result.stdout)
-    assert (spec["num_layers"], spec["hidden_size"], spec["num_attention_heads"], spec["vocab_size"]) == (96, 12288, 96, 50257)
+    assert (spec["num_layers"], spec["hidden_size"], spec["num_attention_heads"], spec["vocab_size"]) == (
+        96,
+        12288,
+        96,
+        50257,
+    )
 
 
 def test_presets_show_json_loads_back_as_a_hardware_file(tmp_path):
     shown = run(["presets", "show", "dgx-a100-superpod", "--json"])
     assert shown.exit_code == 0, shown.output
-    path = tmp_path / "hw.yaml"          # JSON is YAML
+    path = tmp_path / "hw.yaml"  # JSON is YAML
     path.write_text(shown.stdout)
     result = run(["explain", "--model", "gpt-1.7b", "--gpus", "8", "--hardware", str(path), "--json"])
     assert result.exit_code == 0, result.output
@@ -260,9 +312,39 @@ TAKES_VALUE = {opt for p in EXPLAIN_PARAMS if not p.is_flag for opt in p.opts}
 CHOICES = {opt: list(p.type.choices) for p in EXPLAIN_PARAMS if isinstance(p.type, click.Choice) for opt in p.opts}
 PRESET_WORDS = ["models", "hardware", "show", "--json", "gpt3-175b", "gpt-1.7b", "dgx-a100-superpod", "nope"]
 VALUES = st.one_of(
-    st.sampled_from(["gpt3-175b", "gpt-1.7b", "gpt-22b", "dgx-a100-superpod", "none", "selective", "full", "flash",
-                     "unfused", "bf16", "fp16", "fp32", "x.yaml", "", "-1", "0", "1", "2", "8", "16", "1024", "1e3",
-                     "1.5", "nan", "inf", "--", "=", "A=B", "64:128"]),
+    st.sampled_from(
+        [
+            "gpt3-175b",
+            "gpt-1.7b",
+            "gpt-22b",
+            "dgx-a100-superpod",
+            "none",
+            "selective",
+            "full",
+            "flash",
+            "unfused",
+            "bf16",
+            "fp16",
+            "fp32",
+            "x.yaml",
+            "",
+            "-1",
+            "0",
+            "1",
+            "2",
+            "8",
+            "16",
+            "1024",
+            "1e3",
+            "1.5",
+            "nan",
+            "inf",
+            "--",
+            "=",
+            "A=B",
+            "64:128",
+        ]
+    ),
     st.integers(-5, 5000).map(str),
     st.text(alphabet="abcdefghijk-_=.0123456789 /\\\"'", max_size=12),
 )
@@ -283,7 +365,9 @@ def argument_lists(draw):
         kind = draw(st.sampled_from(["pair", "pair", "pair", "word", "value"]))
         if kind == "pair":
             word = draw(st.sampled_from(words))
-            value = st.one_of(st.sampled_from(CHOICES[word]), VALUES) if word in CHOICES else st.one_of(SMALL_INTS, VALUES)
+            value = (
+                st.one_of(st.sampled_from(CHOICES[word]), VALUES) if word in CHOICES else st.one_of(SMALL_INTS, VALUES)
+            )
             args += [word, draw(value)] if word in TAKES_VALUE else [word]
         else:
             args.append(draw(st.sampled_from(words) if kind == "word" else VALUES))
@@ -302,7 +386,7 @@ def _assert_clean_exit(args: list[str]) -> None:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(args=argument_lists())
-@example(args=["explain", "--model", "gpt-1.7b", "--pp", "16"])            # breaks a legality rule
+@example(args=["explain", "--model", "gpt-1.7b", "--pp", "16"])  # breaks a legality rule
 @example(args=["explain", "--model", "gpt3-175b", "--megatron-args", "--tp"])
 @example(args=["presets", "show"])
 def test_random_arguments_never_escape_as_exceptions(args):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import a100
 
 from planner.costs.communication import (
     dp_grad_sync_time_s,
@@ -22,9 +21,11 @@ from planner.hardware.collectives import (
     reduce_scatter_time_s,
 )
 
-BETA = 100e9      # an arbitrary bus bandwidth, bytes/s
-ALPHA = 10e-6     # an arbitrary per-step latency, s
-M = 2**30         # message bytes
+from conftest import a100
+
+BETA = 100e9  # an arbitrary bus bandwidth, bytes/s
+ALPHA = 10e-6  # an arbitrary per-step latency, s
+M = 2**30  # message bytes
 
 
 def link(beta=BETA, alpha=0.0) -> Link:
@@ -32,6 +33,7 @@ def link(beta=BETA, alpha=0.0) -> Link:
 
 
 # ----------------------------------------------------------------------------- ring formulas
+
 
 @pytest.mark.parametrize("n", [2, 4, 8, 64])
 def test_ring_all_reduce_bandwidth_term(n):
@@ -42,9 +44,9 @@ def test_ring_all_reduce_bandwidth_term(n):
 def test_all_reduce_latency_is_ring_or_tree_whichever_is_smaller():
     # ring 2(n − 1)·α; tree 2⌈log₂ n⌉·α (NCCL picks the faster for latency)
     lk = link(alpha=ALPHA)
-    assert float(all_reduce_time_s(2, 0, lk)) == pytest.approx(2 * ALPHA)          # ring 2, tree 2
-    assert float(all_reduce_time_s(8, 0, lk)) == pytest.approx(6 * ALPHA)          # ring 14, tree 6
-    assert float(all_reduce_time_s(1024, 0, lk)) == pytest.approx(20 * ALPHA)      # tree 2·10
+    assert float(all_reduce_time_s(2, 0, lk)) == pytest.approx(2 * ALPHA)  # ring 2, tree 2
+    assert float(all_reduce_time_s(8, 0, lk)) == pytest.approx(6 * ALPHA)  # ring 14, tree 6
+    assert float(all_reduce_time_s(1024, 0, lk)) == pytest.approx(20 * ALPHA)  # tree 2·10
     assert float(all_reduce_time_s(8, M, lk)) == pytest.approx(2 * 7 / 8 * M / BETA + 6 * ALPHA, rel=1e-12)
 
 
@@ -57,7 +59,8 @@ def test_all_gather_and_reduce_scatter(n):
     assert float(reduce_scatter_time_s(n, M, lk)) == float(all_gather_time_s(n, M, lk))
     bw_only = link()
     assert float(all_gather_time_s(n, M, bw_only) + reduce_scatter_time_s(n, M, bw_only)) == pytest.approx(
-        float(all_reduce_time_s(n, M, bw_only)), rel=1e-12)
+        float(all_reduce_time_s(n, M, bw_only)), rel=1e-12
+    )
 
 
 def test_one_rank_collectives_are_free():
@@ -75,8 +78,8 @@ def test_p2p():
 
 # Datasheet values of the DGX A100 SuperPOD preset; the bus efficiencies are calibration data
 # (fitted by megaplan calibrate), so they are read from the preset rather than written here.
-NVLINK = 300e9                     # A100 NVLink3: 600 GB/s per GPU, 300 GB/s each direction
-NIC = 200e9 / 8                    # one HDR InfiniBand NIC per GPU, 200 Gb/s = 25 GB/s (Narayanan 2021 §5)
+NVLINK = 300e9  # A100 NVLink3: 600 GB/s per GPU, 300 GB/s each direction
+NIC = 200e9 / 8  # one HDR InfiniBand NIC per GPU, 200 Gb/s = 25 GB/s (Narayanan 2021 §5)
 
 
 def nvlink_bus() -> float:
@@ -112,7 +115,7 @@ def test_dp_group_of_eight_at_stride_eight_spans_eight_nodes_on_one_nic():
     lk = group_link(a100(), 8, 8)
     assert float(lk.nodes) == 8
     assert float(lk.bus_bytes_per_s) == pytest.approx(nic_bus(), rel=1e-12)
-    assert float(lk.latency_s) == pytest.approx(tier_latency_us("leaf") * 1e-6)   # 8 nodes ≤ 20
+    assert float(lk.latency_s) == pytest.approx(tier_latency_us("leaf") * 1e-6)  # 8 nodes ≤ 20
 
 
 def test_group_spanning_two_nodes_gets_eight_nics():
@@ -129,15 +132,18 @@ def test_group_with_two_members_per_node():
     assert float(group_link(a100(), 4, 4).bus_bytes_per_s) == pytest.approx(2 * nic_bus(), rel=1e-12)
 
 
-@pytest.mark.parametrize("stride_nodes, tier", [
-    (1, "leaf"),      # extent 2 nodes: one scalable unit (≤ 20)
-    (19, "leaf"),     # extent 20: still one scalable unit
-    (20, "spine"),    # extent 21: one pod (≤ 140)
-    (139, "spine"),   # extent 140
-    (140, "core"),    # extent 141: across pods (≤ 560)
-    (559, "core"),    # extent 560: all of Selene
-    (800, "core"),    # beyond the last tier: its latency
-])
+@pytest.mark.parametrize(
+    "stride_nodes, tier",
+    [
+        (1, "leaf"),  # extent 2 nodes: one scalable unit (≤ 20)
+        (19, "leaf"),  # extent 20: still one scalable unit
+        (20, "spine"),  # extent 21: one pod (≤ 140)
+        (139, "spine"),  # extent 140
+        (140, "core"),  # extent 141: across pods (≤ 560)
+        (559, "core"),  # extent 560: all of Selene
+        (800, "core"),  # beyond the last tier: its latency
+    ],
+)
 def test_tier_latency_by_extent(stride_nodes, tier):
     # a pair of ranks stride_nodes·8 GPUs apart spans stride_nodes + 1 nodes
     lk = group_link(a100(), 2, stride_nodes * 8)
@@ -191,24 +197,30 @@ def test_pp_p2p_volumes():
     t, tp_beta = 8, 200e9
     full = 2 * b * s * h
     kw = dict(activation_bytes=2)
-    plain = pp_p2p_time_s(b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(False),
-                          scatter_gather=False, **kw)
+    plain = pp_p2p_time_s(
+        b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(False), scatter_gather=False, **kw
+    )
     assert float(plain) == pytest.approx(full / BETA, rel=1e-12)
-    sg = pp_p2p_time_s(b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(False),
-                       scatter_gather=True, **kw)
+    sg = pp_p2p_time_s(
+        b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(False), scatter_gather=True, **kw
+    )
     assert float(sg) == pytest.approx(full / t / BETA + (t - 1) / t * full / tp_beta, rel=1e-12)
-    sp = pp_p2p_time_s(b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(True),
-                       scatter_gather=False, **kw)
+    sp = pp_p2p_time_s(
+        b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(True), scatter_gather=False, **kw
+    )
     assert float(sp) == pytest.approx(full / t / BETA, rel=1e-12)
 
 
-@pytest.mark.parametrize("p, m, vpp, overlap, expected", [
-    (1, 64, 1, True, 0),                 # no pipeline, no transfers
-    (16, 96, 1, True, 2 * (96 + 15)),    # 1F1B: every micro-batch's forward and backward + fill/drain
-    (16, 96, 1, False, 2 * (96 + 15)),
-    (8, 64, 3, False, 2 * (64 * 3 + 7)),  # interleaved sends vpp times as much (Narayanan 2021 §2.2.2)
-    (8, 64, 3, True, 2 * 7),             # interleaved with p2p overlap: only fill and drain exposed
-])
+@pytest.mark.parametrize(
+    "p, m, vpp, overlap, expected",
+    [
+        (1, 64, 1, True, 0),  # no pipeline, no transfers
+        (16, 96, 1, True, 2 * (96 + 15)),  # 1F1B: every micro-batch's forward and backward + fill/drain
+        (16, 96, 1, False, 2 * (96 + 15)),
+        (8, 64, 3, False, 2 * (64 * 3 + 7)),  # interleaved sends vpp times as much (Narayanan 2021 §2.2.2)
+        (8, 64, 3, True, 2 * 7),  # interleaved with p2p overlap: only fill and drain exposed
+    ],
+)
 def test_exposed_p2p_transfers(p, m, vpp, overlap, expected):
     assert float(exposed_p2p_transfers(p, m, vpp, overlap_p2p=overlap)) == expected
 
@@ -217,14 +229,29 @@ def test_dp_grad_sync():
     # plain DDP: all-reduce of fp32 gradients (4 bytes per parameter under bf16);
     # distributed optimizer: reduce-scatter of the gradients + all-gather of bf16 parameters
     n, d = 1e9, 8
-    plain = dp_grad_sync_time_s(n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(False),
-                                overlap_param_gather=False)
+    plain = dp_grad_sync_time_s(
+        n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(False), overlap_param_gather=False
+    )
     assert float(plain) == pytest.approx(2 * (d - 1) / d * 4 * n / BETA, rel=1e-12)
-    dist = dp_grad_sync_time_s(n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(True),
-                               overlap_param_gather=False)
+    dist = dp_grad_sync_time_s(
+        n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(True), overlap_param_gather=False
+    )
     assert float(dist) == pytest.approx((d - 1) / d * 4 * n / BETA + (d - 1) / d * 2 * n / BETA, rel=1e-12)
-    hidden = dp_grad_sync_time_s(n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(True),
-                                 overlap_param_gather=True)
+    hidden = dp_grad_sync_time_s(
+        n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(True), overlap_param_gather=True
+    )
     assert float(hidden) == pytest.approx((d - 1) / d * 4 * n / BETA, rel=1e-12)
-    assert float(dp_grad_sync_time_s(n, 1, link(alpha=ALPHA), grad_bytes=4, param_bytes=2,
-                                     distributed_optimizer=np.array(False), overlap_param_gather=False)) == 0.0
+    assert (
+        float(
+            dp_grad_sync_time_s(
+                n,
+                1,
+                link(alpha=ALPHA),
+                grad_bytes=4,
+                param_bytes=2,
+                distributed_optimizer=np.array(False),
+                overlap_param_gather=False,
+            )
+        )
+        == 0.0
+    )

@@ -66,8 +66,16 @@ def test_override_request_derives_dp_and_gpus():
     assert (b.plan.tp, b.plan.pp, b.plan.dp, b.gpus) == (4, 16, 16, 1024)  # dp = 1024/(4·16)
     c = override_request(base, {"dp": 4})
     assert (c.plan.dp, c.gpus) == (4, 512)  # N = 8·16·4
-    d = override_request(base, {"recompute": "selective", "attention_kernel": "unfused", "precision": "fp16",
-                                "account_for_embedding_in_pipeline_split": True, "pp": 8})
+    d = override_request(
+        base,
+        {
+            "recompute": "selective",
+            "attention_kernel": "unfused",
+            "precision": "fp16",
+            "account_for_embedding_in_pipeline_split": True,
+            "pp": 8,
+        },
+    )
     assert d.plan.recompute.value == "selective" and d.ctx.options.attention_kernel.value == "unfused"
     assert d.ctx.training.precision.value == "fp16" and d.plan.stage_split.value == "embedding" and d.plan.dp == 16
     assert base.plan.recompute.value == "none"  # the base is unchanged

@@ -1,27 +1,26 @@
-"""megaplan export (issue 3, 5): the flags use only Megatron-LM's own argument names, value types and
-choices (checked against tests/data/megatron_arguments.json, Megatron-LM's arguments.py at commit
-d98e8a64), and read back through the importer to the same plan and estimate."""
+"""megaplan export: the flags use only Megatron-LM's own argument names, value types and choices
+(checked against Megatron-LM's argument table, dumped from arguments.py at the commit that
+planner.megatron.flags records and shipped unedited), and read back through the importer to the same
+plan and estimate."""
 
 import json
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 
 from planner.api import explain, make_request
 from planner.errors import InfeasibleError
 from planner.megatron import export
+from planner.megatron.flags import argument_table_bytes
 from planner.megatron.importer import import_megatron
 from planner.plan_file import request_from_plan
 from planner.presets import preset_names
 from planner.search import search
 
-DATA = Path(__file__).parent / "data" / "megatron_arguments.json"
-
 
 @lru_cache(maxsize=1)
 def megatron_flags() -> dict[str, dict]:
-    table = json.loads(DATA.read_text())["arguments"]
+    table = json.loads(argument_table_bytes())["arguments"]
     return {flag: arg for arg in table for flag in arg["flags"]}
 
 
@@ -83,18 +82,65 @@ def test_top10_plans_of_every_preset_export_valid_flags_and_round_trip(model):
         assert again["peak_memory_gib"] == pytest.approx(pj["estimate"]["peak_memory_gib"], rel=1e-12)
 
 
-@pytest.mark.parametrize("kw", [
-    dict(model="gpt3-175b", gpus=1024, tp=8, pp=16, vpp=2, recompute="full", precision="fp16", distributed_optimizer=True),
-    dict(model="gpt3-175b", gpus=64, tp=8, pp=8, vpp=3, recompute="selective", sequence_parallel=True,
-         options={"attention_kernel": "unfused", "overlap_p2p_comm": False}),
-    dict(model="llama3.1-405b", hardware="dgx-h100-superpod", gpus=16384, tp=8, pp=16, stage_split="embedding+loss",
-         sequence_parallel=True, distributed_optimizer=True, options={"overlap_grad_reduce": True, "overlap_param_gather": True}),
-    dict(model="mixtral-8x7b", hardware="dgx-h100-superpod", gpus=256, tp=2, ep=8, etp=1, sequence_parallel=True,
-         distributed_optimizer=True, options={"moe_token_dispatcher": "alltoall", "moe_capacity_factor": 1.25}),
-    dict(model="llama3-70b", hardware="dgx-h100-superpod", gpus=512, tp=4, cp=2, sequence_parallel=True, fsdp=True,
-         distributed_optimizer=True, options={"fp8": "hybrid", "fp8_param_gather": True, "tp_comm_overlap": True}),
-    dict(model="gpt-76b", gpus=1024, tp=8, pp=4, first_stage_layers=14, last_stage_layers=14, recompute="full"),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(
+            model="gpt3-175b",
+            gpus=1024,
+            tp=8,
+            pp=16,
+            vpp=2,
+            recompute="full",
+            precision="fp16",
+            distributed_optimizer=True,
+        ),
+        dict(
+            model="gpt3-175b",
+            gpus=64,
+            tp=8,
+            pp=8,
+            vpp=3,
+            recompute="selective",
+            sequence_parallel=True,
+            options={"attention_kernel": "unfused", "overlap_p2p_comm": False},
+        ),
+        dict(
+            model="llama3.1-405b",
+            hardware="dgx-h100-superpod",
+            gpus=16384,
+            tp=8,
+            pp=16,
+            stage_split="embedding+loss",
+            sequence_parallel=True,
+            distributed_optimizer=True,
+            options={"overlap_grad_reduce": True, "overlap_param_gather": True},
+        ),
+        dict(
+            model="mixtral-8x7b",
+            hardware="dgx-h100-superpod",
+            gpus=256,
+            tp=2,
+            ep=8,
+            etp=1,
+            sequence_parallel=True,
+            distributed_optimizer=True,
+            options={"moe_token_dispatcher": "alltoall", "moe_capacity_factor": 1.25},
+        ),
+        dict(
+            model="llama3-70b",
+            hardware="dgx-h100-superpod",
+            gpus=512,
+            tp=4,
+            cp=2,
+            sequence_parallel=True,
+            fsdp=True,
+            distributed_optimizer=True,
+            options={"fp8": "hybrid", "fp8_param_gather": True, "tp_comm_overlap": True},
+        ),
+        dict(model="gpt-76b", gpus=1024, tp=8, pp=4, first_stage_layers=14, last_stage_layers=14, recompute="full"),
+    ],
+)
 def test_every_feature_exports_real_flags_and_round_trips(kw):
     req = make_request(**kw)
     argv = export.megatron_argv(req)
@@ -118,8 +164,17 @@ def test_slurm_script_has_nodes_launcher_environment_and_placeholders():
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in script  # TP > 1 before Blackwell
     assert "torchrun" in script and "pretrain_gpt.py" in script
     assert "DATA_PATH:?set DATA_PATH" in script and "CHECKPOINT_DIR:?" in script and "PLACEHOLDER_ACCOUNT" in script
-    fsdp = export.slurm_script(make_request(model="llama3-8b", hardware="dgx-h100-superpod", gpus=64, tp=2,
-                                            sequence_parallel=True, fsdp=True, distributed_optimizer=True))
+    fsdp = export.slurm_script(
+        make_request(
+            model="llama3-8b",
+            hardware="dgx-h100-superpod",
+            gpus=64,
+            tp=2,
+            sequence_parallel=True,
+            fsdp=True,
+            distributed_optimizer=True,
+        )
+    )
     assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in fsdp and "CUDA_DEVICE_MAX_CONNECTIONS=1" not in fsdp  # FSDP refuses 1
     assert "HuggingFaceTokenizer" in fsdp and "TOKENIZER_MODEL:?" in fsdp  # Llama's 128,256-token vocabulary
     assert "GPT2BPETokenizer" in script
@@ -138,11 +193,26 @@ def test_rules_megatron_checks_that_megaplan_also_checks():
     optimizer is refused (arguments.py), while explicit first/last stage sizes do combine with interleaving
     when every stage's layers divide by vpp (transformer_config.py)."""
     from planner.errors import InfeasibleError
+
     with pytest.raises(InfeasibleError, match="fp8-param-gather needs"):
-        explain(make_request(model="llama3-70b", hardware="dgx-h100-superpod", gpus=64, tp=8, pp=8, sequence_parallel=True,
-                             options={"fp8": "hybrid", "fp8_param_gather": True}))
-    pj = explain(make_request(model="gpt-76b", gpus=1024, tp=8, pp=4, vpp=2, first_stage_layers=14, last_stage_layers=14,
-                              recompute="full"))
+        explain(
+            make_request(
+                model="llama3-70b",
+                hardware="dgx-h100-superpod",
+                gpus=64,
+                tp=8,
+                pp=8,
+                sequence_parallel=True,
+                options={"fp8": "hybrid", "fp8_param_gather": True},
+            )
+        )
+    pj = explain(
+        make_request(
+            model="gpt-76b", gpus=1024, tp=8, pp=4, vpp=2, first_stage_layers=14, last_stage_layers=14, recompute="full"
+        )
+    )
     assert pj["parallel"]["stage_layers"] == [14, 16, 16, 14]
     with pytest.raises(InfeasibleError, match="first/middle/last stage layers must each divide into vpp 4"):
-        explain(make_request(model="gpt-76b", gpus=1024, tp=8, pp=4, vpp=4, first_stage_layers=14, last_stage_layers=14))
+        explain(
+            make_request(model="gpt-76b", gpus=1024, tp=8, pp=4, vpp=4, first_stage_layers=14, last_stage_layers=14)
+        )

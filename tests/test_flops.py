@@ -42,8 +42,14 @@ def test_layer_gemms_gpt_shape_is_24bsh2_plus_4bs2h():
     # values 2Bs²h, projection 2Bsh², MLP 16Bsh² (fc1 8Bsh², fc2 8Bsh²); total 24Bsh² + 4Bs²h
     b, s, h, a = 2, 2048, 12288, 96
     g = layer_gemms(b, s, h, a, a, h // a, 4 * h, 1, gated=False)
-    expected = {"qkv": 6 * b * s * h**2, "attention_scores": 2 * b * s**2 * h, "attention_context": 2 * b * s**2 * h,
-                "projection": 2 * b * s * h**2, "fc1": 8 * b * s * h**2, "fc2": 8 * b * s * h**2}
+    expected = {
+        "qkv": 6 * b * s * h**2,
+        "attention_scores": 2 * b * s**2 * h,
+        "attention_context": 2 * b * s**2 * h,
+        "projection": 2 * b * s * h**2,
+        "fc1": 8 * b * s * h**2,
+        "fc2": 8 * b * s * h**2,
+    }
     assert {k: float(v.flops) for k, v in g.items()} == pytest.approx(expected, rel=1e-12)
     assert float(layer_forward_flops(g)) == pytest.approx(24 * b * s * h**2 + 4 * b * s**2 * h, rel=1e-12)
 
@@ -94,7 +100,7 @@ def test_full_recompute_flops_is_narayanan_eq3(name, L, h, a):
 
 @pytest.mark.parametrize("name, L, h, a", GPT_SHAPES)
 def test_megatron_logged_flops_halve_the_attention_scores(name, L, h, a):
-    # Megatron-LM num_floating_point_operations (formulas.md §9), causal mask:
+    # Megatron-LM num_floating_point_operations (megatron/training/training.py), causal mask:
     # 72·B·s·L·h²·(1 + s/(12h) + V/(12hL))
     B = 512
     logged = 72 * B * S * L * h**2 * (1 + S / (12 * h) + V / (12 * h * L))
@@ -102,7 +108,7 @@ def test_megatron_logged_flops_halve_the_attention_scores(name, L, h, a):
 
 
 def test_megatron_logged_flops_gqa_swiglu():
-    # Megatron-LM transformer_flops, dense model with d = h/a (formulas.md §9):
+    # Megatron-LM transformer_flops, dense model with d = h/a (megatron/training/training.py):
     # F = 6·B·s·L·h²·[e·f/h + 2(1 + g/a) + s/h] + 6·B·s·h·V, e = 3 with SwiGLU
     B, s, L, h, a, g, f, Vp = 128, 8192, 32, 4096, 32, 8, 14336, 128256
     e = 3
@@ -114,7 +120,7 @@ def test_megatron_logged_flops_gqa_swiglu():
 @pytest.mark.parametrize("name, L, h, a", GPT_SHAPES)
 def test_selective_recompute_flops_honest_count(name, L, h, a):
     # Selective recompute re-runs QKᵀ and softmax·V once: 4·B·s²·h per layer (Korthikanti et al.
-    # 2022 §5), giving 72·B·L·s·h²·(1 + 2s/(9h) + V/(12hL)) (formulas.md §10, not Eq. 8's s/(3h))
+    # 2022 §5), giving 72·B·L·s·h²·(1 + 2s/(9h) + V/(12hL)) (not Eq. 8's s/(3h); docs/cost-model.md §3)
     B = 64
     honest = 72 * B * L * S * h**2 * (1 + 2 * S / (9 * h) + V / (12 * h * L))
     total = gpt_model_flops(B, S, L, h, a) + gpt_recompute_flops(B, S, L, h, a, 1)
@@ -142,11 +148,12 @@ def test_eq8_is_as_printed():
     # Korthikanti et al. 2022 Eq. (8): 72·B·L·s·h²·(1 + s/(3h) + V/(12hL))
     B, L, h = 64, 96, 12288
     assert korthikanti_eq8_flops(B, S, L, h, V) == pytest.approx(
-        72 * B * L * S * h**2 * (1 + S / (3 * h) + V / (12 * h * L)), rel=1e-12)
+        72 * B * L * S * h**2 * (1 + S / (3 * h) + V / (12 * h * L)), rel=1e-12
+    )
 
 
 # Korthikanti et al. 2022 Table 5 (selective recompute + SP rows): model, B, GPUs, iteration time,
-# published MFU and HFU (%); formulas.md §2d. The 22B row's 1.10 s is rounded, hence ±0.3 points.
+# published MFU and HFU (%); Korthikanti et al. 2022 Table 5. The 22B row's 1.10 s is rounded, hence ±0.3 points.
 TABLE_5 = [
     ("22B", 48, 6144, 64, 4, 8, 1.10, 41.5, 43.7, 0.3),
     ("175B", 96, 12288, 96, 64, 64, 13.75, 51.4, 52.8, 0.1),
@@ -173,6 +180,6 @@ def test_eq8_selective_overhead_gpt3_and_mt_nlg(L, h, a, published):
 
 @pytest.mark.parametrize("L, h, a, published", [(96, 12288, 96, 1.8), (48, 6144, 64, 3.4)])
 def test_eq8_overcounts_the_honest_selective_count(L, h, a, published):
-    # formulas.md §10: the honest count is 1.8 % below Eq. 8 for 175B and 3.4 % for 22B
+    # the honest count is 1.8 % below Eq. 8 for 175B and 3.4 % for 22B
     honest = gpt_model_flops(1, S, L, h, a) + gpt_recompute_flops(1, S, L, h, a, 1)
     assert round(100 * (korthikanti_eq8_flops(1, S, L, h, V) / honest - 1), 1) == published

@@ -1,4 +1,4 @@
-"""Reading existing Megatron-LM command lines into plans (issue 3): what changes cost is honoured,
+"""Reading existing Megatron-LM command lines into plans: what changes cost is honoured,
 the rest accepted and ignored, old flags read through the alias table, nothing executed."""
 
 from pathlib import Path
@@ -7,12 +7,15 @@ import pytest
 
 from planner.api import explain
 from planner.errors import PlannerError
-from planner.fidelity.validate import load_runs, predict
+from planner.fidelity.runs import load_runs
+from planner.fidelity.validate import predict
 from planner.megatron.importer import import_megatron
 
 DATA = Path(__file__).parent / "data"
-BASE = ("--num-layers 24 --hidden-size 2304 --num-attention-heads 24 --seq-length 2048 --max-position-embeddings 2048 "
-        "--vocab-size 50257 --micro-batch-size 4 --global-batch-size 512 ")
+BASE = (
+    "--num-layers 24 --hidden-size 2304 --num-attention-heads 24 --seq-length 2048 --max-position-embeddings 2048 "
+    "--vocab-size 50257 --micro-batch-size 4 --global-batch-size 512 "
+)
 
 
 def test_sc21_table1_script_reproduces_the_validated_76b_run():
@@ -23,7 +26,7 @@ def test_sc21_table1_script_reproduces_the_validated_76b_run():
     p = req.plan
     assert (req.gpus, p.tp, p.pp, p.dp, p.vpp, p.micro_batch) == (1024, 8, 4, 32, 3, 2)
     assert p.recompute.value == "full" and req.ctx.training.precision.value == "fp16"
-    assert not req.ctx.options.overlap_grad_reduce                                # DDP impl local
+    assert not req.ctx.options.overlap_grad_reduce  # DDP impl local
     assert any("--activations-checkpoint-method" in w for w in imported.warnings)  # read through the alias table
     # the same plan the validation builds from the reference table, up to the 2021-only options
     run = next(r for r in load_runs() if r.id == "N21-T1-76.1B")
@@ -43,7 +46,7 @@ def test_flags_that_choose_modelled_behaviour_are_honoured():
     local = import_megatron(BASE + "--bf16 --transformer-impl local", gpus=32).request
     assert local.ctx.options.attention_kernel.value == "unfused"
     te = import_megatron(BASE + "--bf16", gpus=32).request
-    assert te.ctx.options.attention_kernel.value == "flash"   # Transformer Engine, attention backend auto
+    assert te.ctx.options.attention_kernel.value == "flash"  # Transformer Engine, attention backend auto
 
 
 def test_sequence_parallel_with_tp_1_is_a_no_op_as_in_megatron():
@@ -53,20 +56,29 @@ def test_sequence_parallel_with_tp_1_is_a_no_op_as_in_megatron():
 
 def test_flags_that_do_not_change_cost_are_ignored():
     plain = import_megatron(BASE + "--bf16", gpus=32).request
-    noisy = import_megatron(BASE + "--bf16 --lr 3e-4 --min-lr 3e-5 --log-interval 10 --save /ckpt --data-path /d "
-                            "--eval-iters 10 --seed 1234 --clip-grad 1.0", gpus=32).request
+    noisy = import_megatron(
+        BASE + "--bf16 --lr 3e-4 --min-lr 3e-5 --log-interval 10 --save /ckpt --data-path /d "
+        "--eval-iters 10 --seed 1234 --clip-grad 1.0",
+        gpus=32,
+    ).request
     assert explain(noisy)["estimate"]["iteration_s"] == explain(plain)["estimate"]["iteration_s"]
 
 
 def test_unknown_flag_is_an_error_with_a_suggestion():
-    with pytest.raises(PlannerError, match=r"unknown Megatron-LM flag --pipeline-parallel-size; did you mean "
-                                           r"--pipeline-model-parallel-size\?"):
+    with pytest.raises(
+        PlannerError,
+        match=r"unknown Megatron-LM flag --pipeline-parallel-size; did you mean "
+        r"--pipeline-model-parallel-size\?",
+    ):
         import_megatron(BASE + "--pipeline-parallel-size 2", gpus=32)
 
 
 def test_unset_variables_are_ignored_unless_they_set_the_plan(tmp_path):
-    script = ("#!/bin/bash\nCKPT=$1\ntorchrun --nproc_per_node 8 --nnodes 4 pretrain_gpt.py " + BASE +
-              "--bf16 --tensor-model-parallel-size ${TP} --save $CKPT --train-iters $ITERS\n")
+    script = (
+        "#!/bin/bash\nCKPT=$1\ntorchrun --nproc_per_node 8 --nnodes 4 pretrain_gpt.py "
+        + BASE
+        + "--bf16 --tensor-model-parallel-size ${TP} --save $CKPT --train-iters $ITERS\n"
+    )
     with pytest.raises(PlannerError, match=r"--tensor-model-parallel-size is \$\{TP\}.*--env TP=VALUE"):
         import_megatron(script)
     imported = import_megatron(script, env={"TP": "2"})
@@ -81,10 +93,12 @@ def test_world_size_is_needed_when_the_line_has_no_launcher():
 
 def test_the_validated_gpt3_run_as_a_command_line_matches_validation():
     """Narayanan 2021 §5.1 written as a 2021 command line gives the validation's prediction exactly."""
-    line = ("--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 --max-position-embeddings 2048 "
-            "--vocab-size 50257 --micro-batch-size 1 --global-batch-size 1536 --tensor-model-parallel-size 8 "
-            "--pipeline-model-parallel-size 16 --fp16 --checkpoint-activations --DDP-impl local "
-            "--scatter-gather-tensors-in-pipeline --no-async-tensor-model-parallel-allreduce --attention-backend unfused")
+    line = (
+        "--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 --max-position-embeddings 2048 "
+        "--vocab-size 50257 --micro-batch-size 1 --global-batch-size 1536 --tensor-model-parallel-size 8 "
+        "--pipeline-model-parallel-size 16 --fp16 --checkpoint-activations --DDP-impl local "
+        "--scatter-gather-tensors-in-pipeline --no-async-tensor-model-parallel-allreduce --attention-backend unfused"
+    )
     req = import_megatron(line, gpus=1024).request
     run = next(r for r in load_runs() if r.id == "N21-S51-GPT3-175B-1024")
     pj = explain(req)
@@ -94,5 +108,6 @@ def test_the_validated_gpt3_run_as_a_command_line_matches_validation():
 
 def test_the_documented_alias_table_is_the_one_the_importer_uses():
     from planner.megatron.flags import alias_table_markdown
+
     doc = (Path(__file__).parents[1] / "docs" / "megatron-flags.md").read_text()
     assert alias_table_markdown() in doc

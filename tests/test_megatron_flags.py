@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,56 +11,97 @@ from hypothesis import strategies as st
 
 from planner.megatron.flags import (
     ALIASES,
+    ARGUMENT_TABLE_COMMIT,
+    ARGUMENT_TABLE_SHA256,
     DROPPED_DESTS,
     MegatronArgError,
     UnknownMegatronFlag,
     argument_specs,
+    argument_table_bytes,
     flag_table,
     megatron_source,
     parse_megatron_argv,
     validate_flag_set,
 )
 
-REFERENCE = json.loads((Path(__file__).parent / "data" / "megatron_arguments.json").read_text())
-REAL_FLAGS = {f for arg in REFERENCE["arguments"] for f in arg["flags"]}
+TABLE = json.loads(argument_table_bytes())
+REAL_FLAGS = {f for arg in TABLE["arguments"] for f in arg["flags"]}
 
 
-def test_table_matches_reference_copy():
-    assert len(argument_specs()) == REFERENCE["count"] == 838
+def test_table_is_the_unedited_dump_of_the_recorded_commit():
+    # the shipped file is byte for byte the dump of Megatron-LM's parser at ARGUMENT_TABLE_COMMIT
+    assert hashlib.sha256(argument_table_bytes()).hexdigest() == ARGUMENT_TABLE_SHA256
+    assert ARGUMENT_TABLE_COMMIT in megatron_source() and "add_megatron_arguments" in megatron_source()
+    assert TABLE["count"] == len(TABLE["arguments"]) == len(argument_specs()) == 838
     assert set(flag_table()) == REAL_FLAGS
-    assert "d98e8a64" in megatron_source()
     spec = flag_table()["--tensor-model-parallel-size"]
     assert (spec.dest, spec.type, spec.default) == ("tensor_model_parallel_size", "int", 1)
 
 
 def test_typed_values():
-    argv = ["--num-layers", "96", "--hidden-size=12288", "--lr", "6.0e-5",
-            "--lr-warmup-fraction", ".001", "--split", "949,50,1", "--attention-backend", "flash",
-            "--data-path", "a", "b", "c", "--fp16", "--rampup-batch-size", "16", "16", "5859375",
-            "--window-size", "4,8", "--moe-layer-freq", "2"]
+    argv = [
+        "--num-layers",
+        "96",
+        "--hidden-size=12288",
+        "--lr",
+        "6.0e-5",
+        "--lr-warmup-fraction",
+        ".001",
+        "--split",
+        "949,50,1",
+        "--attention-backend",
+        "flash",
+        "--data-path",
+        "a",
+        "b",
+        "c",
+        "--fp16",
+        "--rampup-batch-size",
+        "16",
+        "16",
+        "5859375",
+        "--window-size",
+        "4,8",
+        "--moe-layer-freq",
+        "2",
+    ]
     parsed = parse_megatron_argv(argv)
     assert parsed.values == {
-        "num_layers": 96, "hidden_size": 12288, "lr": 6.0e-5, "lr_warmup_fraction": 0.001,
-        "split": "949,50,1", "attention_backend": "flash", "data_path": ["a", "b", "c"],
-        "fp16": True, "rampup_batch_size": [16, 16, 5859375], "window_size": (4, 8),
-        "moe_layer_freq": 2}
+        "num_layers": 96,
+        "hidden_size": 12288,
+        "lr": 6.0e-5,
+        "lr_warmup_fraction": 0.001,
+        "split": "949,50,1",
+        "attention_backend": "flash",
+        "data_path": ["a", "b", "c"],
+        "fp16": True,
+        "rampup_batch_size": [16, 16, 5859375],
+        "window_size": (4, 8),
+        "moe_layer_freq": 2,
+    }
     assert parsed.given[:3] == ("--num-layers", "--hidden-size", "--lr")
     assert parsed.warnings == ()
 
 
 def test_boolean_flags():
-    values = parse_megatron_argv([
-        "--sequence-parallel",  # store_true
-        "--no-gradient-accumulation-fusion",  # store_false of gradient_accumulation_fusion
-        "--disable-tp-comm-overlap-ag",  # second spelling of a store_false
-        "--no-rl-skip-bos-token",  # BooleanOptionalAction, negative
-        "--rl-use-sequence-packing",  # BooleanOptionalAction, positive
-        "--no-yarn-correction-range-round-to-int",  # store_false sharing a dest
-    ]).values
-    assert values == {"sequence_parallel": True, "gradient_accumulation_fusion": False,
-                      "tp_comm_overlap_ag": False, "rl_skip_bos_token": False,
-                      "rl_use_sequence_packing": True,
-                      "yarn_correction_range_round_to_int": False}
+    values = parse_megatron_argv(
+        [
+            "--sequence-parallel",  # store_true
+            "--no-gradient-accumulation-fusion",  # store_false of gradient_accumulation_fusion
+            "--disable-tp-comm-overlap-ag",  # second spelling of a store_false
+            "--no-rl-skip-bos-token",  # BooleanOptionalAction, negative
+            "--rl-use-sequence-packing",  # BooleanOptionalAction, positive
+            "--no-yarn-correction-range-round-to-int",  # store_false sharing a dest
+        ]
+    ).values
+    assert values == {
+        "sequence_parallel": True,
+        "gradient_accumulation_fusion": False,
+        "tp_comm_overlap_ag": False,
+        "rl_skip_bos_token": False,
+        "rl_use_sequence_packing": True,
+        "yarn_correction_range_round_to_int": False,
+    }
 
 
 def test_star_nargs_and_negative_numbers():
@@ -72,8 +113,9 @@ def test_star_nargs_and_negative_numbers():
 def test_unknown_flag_suggests_closest():
     with pytest.raises(UnknownMegatronFlag) as info:
         parse_megatron_argv(["--tensor-parallel-size", "8"])
-    assert str(info.value) == ("unknown Megatron-LM flag --tensor-parallel-size; "
-                               "did you mean --tensor-model-parallel-size?")
+    assert str(info.value) == (
+        "unknown Megatron-LM flag --tensor-parallel-size; did you mean --tensor-model-parallel-size?"
+    )
     assert isinstance(info.value, ValueError)
     with pytest.raises(UnknownMegatronFlag, match=r"^unknown Megatron-LM flag --zzzzzzzz$"):
         parse_megatron_argv(["--zzzzzzzz"])
@@ -81,20 +123,24 @@ def test_unknown_flag_suggests_closest():
         parse_megatron_argv(["--num-layer=4"])
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--attention-backend", "fast"],
-     "--attention-backend got 'fast'; allowed: flash, fused, unfused, local, auto"),
-    (["--flash-attention-version", "5"], "--flash-attention-version got '5'; allowed: 2, 3, 4"),
-    (["--num-layers", "x"], "--num-layers expects an integer, got 'x'"),
-    (["--lr", "fast"], "--lr expects a number, got 'fast'"),
-    (["--seq-length"], "--seq-length is missing its value: expects an integer"),
-    (["--seq-length", "--fp16"], "--seq-length is missing its value: expects an integer"),
-    (["--rampup-batch-size", "1", "2"],
-     "--rampup-batch-size expects 3 values, each an integer, got 2"),
-    (["--fp16=1"], "--fp16 takes no value, got --fp16=1"),
-    (["--fp16", "yes", "no"], "stray positional argument(s) not after a flag: 'yes' 'no'"),
-    (["--DDP-impl", "ddp"], "--DDP-impl got 'ddp'; allowed: local, torch"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--attention-backend", "fast"],
+            "--attention-backend got 'fast'; allowed: flash, fused, unfused, local, auto",
+        ),
+        (["--flash-attention-version", "5"], "--flash-attention-version got '5'; allowed: 2, 3, 4"),
+        (["--num-layers", "x"], "--num-layers expects an integer, got 'x'"),
+        (["--lr", "fast"], "--lr expects a number, got 'fast'"),
+        (["--seq-length"], "--seq-length is missing its value: expects an integer"),
+        (["--seq-length", "--fp16"], "--seq-length is missing its value: expects an integer"),
+        (["--rampup-batch-size", "1", "2"], "--rampup-batch-size expects 3 values, each an integer, got 2"),
+        (["--fp16=1"], "--fp16 takes no value, got --fp16=1"),
+        (["--fp16", "yes", "no"], "stray positional argument(s) not after a flag: 'yes' 'no'"),
+        (["--DDP-impl", "ddp"], "--DDP-impl got 'ddp'; allowed: local, torch"),
+    ],
+)
 def test_one_line_errors(argv, message):
     with pytest.raises(MegatronArgError) as info:
         parse_megatron_argv(argv)
@@ -104,8 +150,12 @@ def test_one_line_errors(argv, message):
 
 def test_checkpoint_activations_alias():
     parsed = parse_megatron_argv(["--checkpoint-activations", "--num-layers", "4"])
-    assert parsed.values == {"recompute_granularity": "full", "recompute_method": "uniform",
-                             "recompute_num_layers": 1, "num_layers": 4}
+    assert parsed.values == {
+        "recompute_granularity": "full",
+        "recompute_method": "uniform",
+        "recompute_num_layers": 1,
+        "num_layers": 4,
+    }
     assert parsed.given == ("--checkpoint-activations", "--num-layers")
     (warning,) = parsed.warnings
     assert "--checkpoint-activations" in warning
@@ -113,35 +163,51 @@ def test_checkpoint_activations_alias():
 
 
 def test_activation_checkpoint_aliases_and_explicit_flags_win():
-    parsed = parse_megatron_argv([
-        "--activations-checkpoint-method", "block", "--activations-checkpoint-num-layers", "3",
-        "--distribute-checkpointed-activations", "--checkpoint-activations"])
-    assert parsed.values == {"recompute_granularity": "full", "recompute_method": "block",
-                             "recompute_num_layers": 3, "distribute_saved_activations": True}
+    parsed = parse_megatron_argv(
+        [
+            "--activations-checkpoint-method",
+            "block",
+            "--activations-checkpoint-num-layers",
+            "3",
+            "--distribute-checkpointed-activations",
+            "--checkpoint-activations",
+        ]
+    )
+    assert parsed.values == {
+        "recompute_granularity": "full",
+        "recompute_method": "block",
+        "recompute_num_layers": 3,
+        "distribute_saved_activations": True,
+    }
     assert len(parsed.warnings) == 4
-    explicit = parse_megatron_argv(["--recompute-method", "block", "--checkpoint-activations",
-                                    "--recompute-num-layers", "2"]).values
+    explicit = parse_megatron_argv(
+        ["--recompute-method", "block", "--checkpoint-activations", "--recompute-num-layers", "2"]
+    ).values
     assert explicit["recompute_method"] == "block"
     assert explicit["recompute_num_layers"] == 2
 
 
-@pytest.mark.parametrize("argv, values", [
-    (["--DDP-impl", "torch"], {"ddp_impl": "torch"}),
-    (["--DDP-impl=local"], {"ddp_impl": "local"}),
-    (["--scatter-gather-tensors-in-pipeline"], {"scatter_gather_tensors_in_pipeline": True}),
-    (["--no-scatter-gather-tensors-in-pipeline"], {"scatter_gather_tensors_in_pipeline": False}),
-    (["--model-parallel-size", "4"], {"tensor_model_parallel_size": 4}),
-    (["--batch-size", "8"], {"micro_batch_size": 8}),
-    (["--warmup", "0.01"], {"lr_warmup_fraction": 0.01}),
-    (["--use-flash-attn"], {"attention_backend": "flash"}),
-    (["--fp8-hybrid"], {"fp8": "hybrid"}),
-    (["--enable-cuda-graph"], {"cuda_graph_impl": "local"}),
-    (["--no-position-embedding"], {"add_position_embedding": False,
-                                   "position_embedding_type": "none"}),
-    (["--no-position-embedding", "--use-rotary-position-embeddings"],
-     {"add_position_embedding": False, "position_embedding_type": "rope"}),
-    (["--use-mcore-models"], {}),
-])
+@pytest.mark.parametrize(
+    "argv, values",
+    [
+        (["--DDP-impl", "torch"], {"ddp_impl": "torch"}),
+        (["--DDP-impl=local"], {"ddp_impl": "local"}),
+        (["--scatter-gather-tensors-in-pipeline"], {"scatter_gather_tensors_in_pipeline": True}),
+        (["--no-scatter-gather-tensors-in-pipeline"], {"scatter_gather_tensors_in_pipeline": False}),
+        (["--model-parallel-size", "4"], {"tensor_model_parallel_size": 4}),
+        (["--batch-size", "8"], {"micro_batch_size": 8}),
+        (["--warmup", "0.01"], {"lr_warmup_fraction": 0.01}),
+        (["--use-flash-attn"], {"attention_backend": "flash"}),
+        (["--fp8-hybrid"], {"fp8": "hybrid"}),
+        (["--enable-cuda-graph"], {"cuda_graph_impl": "local"}),
+        (["--no-position-embedding"], {"add_position_embedding": False, "position_embedding_type": "none"}),
+        (
+            ["--no-position-embedding", "--use-rotary-position-embeddings"],
+            {"add_position_embedding": False, "position_embedding_type": "rope"},
+        ),
+        (["--use-mcore-models"], {}),
+    ],
+)
 def test_alias_values(argv, values):
     parsed = parse_megatron_argv(argv)
     assert parsed.values == values
@@ -162,29 +228,67 @@ def test_alias_table_is_consistent_with_todays_parser():
                 assert word in REAL_FLAGS and word not in ALIASES, (flag, word)
     # flags today's parser still accepts but validate_args rejects or deprecates
     assert {f for f in ALIASES if f in REAL_FLAGS} == {
-        "--checkpoint-activations", "--batch-size", "--warmup", "--model-parallel-size",
-        "--use-flash-attn", "--enable-cuda-graph", "--external-cuda-graph", "--cuda-graph-scope",
-        "--hybrid-override-pattern", "--mtp-hybrid-override-pattern",
-        "--no-weight-decay-cond-type", "--use-rotary-position-embeddings",
-        "--no-position-embedding", "--use-mcore-models", "--use-dist-ckpt",
-        "--dist-ckpt-format", "--ckpt-fully-parallel-save", "--disable-msc"}
+        "--checkpoint-activations",
+        "--batch-size",
+        "--warmup",
+        "--model-parallel-size",
+        "--use-flash-attn",
+        "--enable-cuda-graph",
+        "--external-cuda-graph",
+        "--cuda-graph-scope",
+        "--hybrid-override-pattern",
+        "--mtp-hybrid-override-pattern",
+        "--no-weight-decay-cond-type",
+        "--use-rotary-position-embeddings",
+        "--no-position-embedding",
+        "--use-mcore-models",
+        "--use-dist-ckpt",
+        "--dist-ckpt-format",
+        "--ckpt-fully-parallel-save",
+        "--disable-msc",
+    }
     assert "--num-layers-per-virtual-pipeline-stage" not in ALIASES  # still valid today
 
 
 def test_validate_flag_set():
-    clean = ["--num-layers", "96", "--tensor-model-parallel-size", "8", "--bf16",
-             "--recompute-granularity", "full", "--data-path", "a", "b"]
+    clean = [
+        "--num-layers",
+        "96",
+        "--tensor-model-parallel-size",
+        "8",
+        "--bf16",
+        "--recompute-granularity",
+        "full",
+        "--data-path",
+        "a",
+        "b",
+    ]
     assert validate_flag_set(clean) == []
-    problems = validate_flag_set(["--num-layers", "2", "--num-layers", "3", "--bogus-flag", "1",
-                                  "--attention-backend", "fast", "--DDP-impl", "local", "x"])
+    problems = validate_flag_set(
+        [
+            "--num-layers",
+            "2",
+            "--num-layers",
+            "3",
+            "--bogus-flag",
+            "1",
+            "--attention-backend",
+            "fast",
+            "--DDP-impl",
+            "local",
+            "x",
+        ]
+    )
     assert problems == [
         "--num-layers sets num_layers, already set by --num-layers",
         "unknown Megatron-LM flag --bogus-flag",
         "--attention-backend got 'fast'; allowed: flash, fused, unfused, local, auto",
         "stray positional argument(s) not after a flag: 'x'",
-        ("--DDP-impl is an old Megatron-LM flag (2020-2023 flag; 'torch' overlapped the gradient "
-         "all-reduce with the backward pass, 'local' did not; value kept as ddp_impl); today: "
-         "(dropped; --overlap-grad-reduce overlaps the gradient reduction)"),
+        (
+            "--DDP-impl is an old Megatron-LM flag (2020-2023 flag; 'torch' overlapped the gradient "
+            "all-reduce with the backward pass, 'local' did not; value kept as ddp_impl); today: "
+            "(dropped; --overlap-grad-reduce overlaps the gradient reduction)"
+        ),
     ]
     assert validate_flag_set(["--DDP-impl", "local"], allow_aliases=True) == []
 
@@ -193,8 +297,12 @@ _SOME_FLAGS = sorted(REAL_FLAGS)[::7] + list(ALIASES)[:8]
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from(_SOME_FLAGS + ["--", "-", "-1", "1e3", "=", "torch"]),
-                          st.text(max_size=10)), max_size=12))
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(_SOME_FLAGS + ["--", "-", "-1", "1e3", "=", "torch"]), st.text(max_size=10)),
+        max_size=12,
+    )
+)
 def test_random_argv_raises_only_documented_errors(argv):
     try:
         parsed = parse_megatron_argv(argv)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import GIB, a100, gpt_model, stage_memory_gib
 
 from planner.api import explain, make_request
 from planner.costs.memory import (
@@ -17,17 +16,22 @@ from planner.costs.memory import (
 )
 from planner.costs.pipeline import in_flight_microbatches
 
+from conftest import GIB, a100, gpt_model, stage_memory_gib
+
 # GPT-3 175B with the Korthikanti et al. 2022 Table 3 setting: s = 2048, b = 1, h = 12288, a = 96, t = 8
 s, b, h, a, t = 2048, 1, 12288, 96, 8
 sbh = s * b * h
-five_as_h = 5 * a * s / h   # = 80 for GPT-3 (K22 §5)
+five_as_h = 5 * a * s / h  # = 80 for GPT-3 (K22 §5)
 
 NONE, SELECTIVE, FULL = 0, 1, 2
 
 
 def act(t=t, *, sp, rc, unfused=True, **kw):
-    return float(activation_bytes_per_layer(s, b, h, a, t, sequence_parallel=np.array(sp), recompute=np.array(rc),
-                                            unfused_attention=unfused, **kw))
+    return float(
+        activation_bytes_per_layer(
+            s, b, h, a, t, sequence_parallel=np.array(sp), recompute=np.array(rc), unfused_attention=unfused, **kw
+        )
+    )
 
 
 def test_gpt3_attention_score_coefficient():
@@ -67,7 +71,7 @@ def test_table2_tensor_sequence_parallel_selective():
 
 def test_table2_full_recompute():
     # 2·sbh: only the layer input is kept (K22 Table 2); sharded to 2sbh/t by SP or by
-    # --distribute-saved-activations (Megatron arguments.py:1410-1421, formulas.md §10)
+    # --distribute-saved-activations (Megatron-LM arguments.py:1410-1421)
     assert act(sp=False, rc=FULL) == 2 * sbh
     assert act(sp=True, rc=FULL) == 2 * sbh / t
     assert act(sp=False, rc=FULL, distribute_saved=True) == 2 * sbh / t
@@ -94,14 +98,21 @@ def test_flash_attention_drops_the_score_term():
     # no s×s tensor is kept by a flash kernel: Table 2 without 5as/(ht)
     assert act(sp=False, rc=NONE, unfused=False) == pytest.approx(sbh * (10 + 24 / t), rel=1e-12)
     assert act(sp=True, rc=NONE, unfused=False) == pytest.approx(sbh * 34 / t, rel=1e-12)
-    # ... which leaves selective recompute nothing to save (DESIGN.md, Memory)
+    # ... which leaves selective recompute nothing to save (docs/cost-model.md §5.2)
     assert act(sp=True, rc=SELECTIVE, unfused=False) == act(sp=True, rc=NONE, unfused=False)
 
 
 def test_activation_bytes_broadcast_over_t_and_b():
-    got = activation_bytes_per_layer(s, np.array([[1], [2]]), h, a, np.array([[1, 2, 4, 8]]),
-                                     sequence_parallel=np.array(False), recompute=np.array(NONE),
-                                     unfused_attention=True)
+    got = activation_bytes_per_layer(
+        s,
+        np.array([[1], [2]]),
+        h,
+        a,
+        np.array([[1, 2, 4, 8]]),
+        sequence_parallel=np.array(False),
+        recompute=np.array(NONE),
+        unfused_attention=True,
+    )
     want = [[bb * sbh * (10 + (24 + 80) / tt) for tt in (1, 2, 4, 8)] for bb in (1, 2)]
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
@@ -128,12 +139,15 @@ def test_layer_activation_coeffs_gqa_swiglu():
     assert split == pytest.approx(2 + 1 + 2 + 6 * 14336 / 4096, rel=1e-12)
 
 
-# Megatron-LM docs/user-guide/features/dist_optimizer.md (formulas.md §10): bytes per parameter
-@pytest.mark.parametrize("precision, plain, sharded", [
-    ("bf16", 18, lambda d: 6 + 12 / d),
-    ("fp16", 20, lambda d: 4 + 16 / d),
-    ("fp32", 16, lambda d: 8 + 8 / d),
-])
+# Megatron-LM docs/user-guide/features/dist_optimizer.md: bytes per parameter
+@pytest.mark.parametrize(
+    "precision, plain, sharded",
+    [
+        ("bf16", 18, lambda d: 6 + 12 / d),
+        ("fp16", 20, lambda d: 4 + 16 / d),
+        ("fp32", 16, lambda d: 8 + 8 / d),
+    ],
+)
 @pytest.mark.parametrize("d", [1, 2, 8, 64])
 def test_bytes_per_parameter(precision, plain, sharded, d):
     n = 1_000_000
@@ -166,7 +180,7 @@ def test_in_flight_interleaved_stage0(p, vpp):
 
 def test_in_flight_interleaved_few_microbatches():
     # with m·vpp chunks in total fewer than the warm-up, all m micro-batches are in flight
-    assert float(in_flight_microbatches(8, 8, 2, 0)) == pytest.approx(8.0)   # min(16, 14 + 8 + 1)/2
+    assert float(in_flight_microbatches(8, 8, 2, 0)) == pytest.approx(8.0)  # min(16, 14 + 8 + 1)/2
     assert float(in_flight_microbatches(8, 64, 2, 7)) == pytest.approx(4.5)  # (0 + 8 + 1)/2 on the last stage
 
 
@@ -184,9 +198,21 @@ def test_embedding_and_output_layer_activations():
 
 
 def _stage0_activations(model, *, tp, pp, recompute, sp, vpp=1, B=64, unfused=True):
-    req = make_request(model=model, hardware=a100(), gpus=tp * pp, global_batch=B, seq_len=2048, precision="bf16",
-                       tp=tp, pp=pp, vpp=vpp, micro_batch=1, sequence_parallel=sp, recompute=recompute,
-                       options={"attention_kernel": "unfused" if unfused else "flash"})
+    req = make_request(
+        model=model,
+        hardware=a100(),
+        gpus=tp * pp,
+        global_batch=B,
+        seq_len=2048,
+        precision="bf16",
+        tp=tp,
+        pp=pp,
+        vpp=vpp,
+        micro_batch=1,
+        sequence_parallel=sp,
+        recompute=recompute,
+        options={"attention_kernel": "unfused" if unfused else "flash"},
+    )
     stages = stage_memory_gib(req.plan, req.ctx)
     return stages[0]["activations"] * GIB
 
@@ -202,7 +228,9 @@ def test_first_stage_activations_korthikanti_eq5_and_eq6():
     assert _stage0_activations(model, tp=8, pp=p, recompute="none", sp=True) == pytest.approx(eq5 + embedding, rel=1e-9)
     # Eq. 6, TP + SP + selective: 34·sbhL/t
     eq6 = 34 * sbh * L / t
-    assert _stage0_activations(model, tp=8, pp=p, recompute="selective", sp=True) == pytest.approx(eq6 + embedding, rel=1e-9)
+    assert _stage0_activations(model, tp=8, pp=p, recompute="selective", sp=True) == pytest.approx(
+        eq6 + embedding, rel=1e-9
+    )
 
 
 def test_first_stage_activations_interleaved_factor():
@@ -217,7 +245,7 @@ def test_first_stage_activations_interleaved_factor():
 
 def test_full_recompute_stage_holds_inputs_plus_one_whole_layer():
     # full recompute: 2sbh/t per layer kept (SP) for p micro-batches × L/p layers, plus one layer's
-    # full activations while it is recomputed, (sbh/t)(34 + 5as/h) (DESIGN.md, Memory), less that
+    # full activations while it is recomputed, (sbh/t)(34 + 5as/h) (docs/cost-model.md §5.2), less that
     # layer's input, which is already among the kept ones (2sbh/t)
     model = gpt_model(96, h, a)
     L, p = 96, 8
@@ -229,8 +257,17 @@ def test_gpt3_stage_weights_and_states_fp16():
     # Narayanan 2021 GPT-3 plan (t = 8, p = 16, fp16): stage 0 holds 6 layers of (12h² + 7h)/8 + 6h
     # parameters, the word embedding 51200·h/8 and the position table 2048·h. fp16: weights 2,
     # gradients 2, optimizer 16 bytes per parameter (Megatron dist_optimizer.md).
-    req = make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, micro_batch=1, global_batch=1536,
-                       recompute="full", precision="fp16", options={"attention_kernel": "unfused"})
+    req = make_request(
+        model="gpt3-175b",
+        gpus=1024,
+        tp=8,
+        pp=16,
+        micro_batch=1,
+        global_batch=1536,
+        recompute="full",
+        precision="fp16",
+        options={"attention_kernel": "unfused"},
+    )
     out = explain(req)
     stage0 = next(st for st in out["stages"] if st["stage"] == 0)
     P0 = 6 * ((12 * h**2 + 7 * h) / 8 + 6 * h) + 51200 * h / 8 + 2048 * h

@@ -36,13 +36,14 @@ def test_llama3_405b_parameter_count():
     # Llama 3 paper Table 3: 405B; by hand 126·(2·16384·(16384 + 8·128·2)/… ) - written out:
     h, a, g, d, f, L, V = 16384, 128, 8, 128, 53248, 126, 128256
     per_layer = h * (a + 2 * g) * d + a * d * h + 3 * h * f + 2 * h  # QKV, proj, SwiGLU, two RMSNorms
-    by_hand = L * per_layer + 2 * V * h + h                         # untied embeddings, final norm
+    by_hand = L * per_layer + 2 * V * h + h  # untied embeddings, final norm
     assert total_params(load_model("llama3.1-405b")) == by_hand
     assert by_hand / 1e9 == pytest.approx(405.85, abs=0.01)
 
 
 def test_moe_model_flops_match_megatron_formula():
-    """Megatron-LM num_floating_point_operations (reference/formulas.md §9) for Mixtral, causal-halved:
+    """Megatron-LM num_floating_point_operations (megatron/training/training.py at commit d98e8a64) for
+    Mixtral, causal-halved:
     F = 6T[h(e·f_e·k·L) + L(h(q + 2k_v) + q·h)] + 6Bs²qL + 6T·h·V with e = 3 (SwiGLU)."""
     m = load_model("mixtral-8x7b")
     B, s = 8, 4096
@@ -59,37 +60,44 @@ def test_expert_state_shards_over_ep_and_expert_data_parallel():
     base = dict(model="mixtral-8x7b", hardware="dgx-h100-superpod", gpus=256, tp=2, etp=1, sequence_parallel=True)
     m = load_model("mixtral-8x7b")
     h, f = 4096, 14336
-    expert_mlp = 3 * h * f                                  # one SwiGLU expert, no biases
+    expert_mlp = 3 * h * f  # one SwiGLU expert, no biases
     for ep in (1, 2, 4, 8):
         mem = _stage0(make_request(ep=ep, **base))
         assert mem["expert_params"] == pytest.approx(m.num_layers * 8 / ep * expert_mlp)
     # optimizer states of experts shard over the expert data-parallel group 256/(etp·ep·pp)
     dopt = _stage0(make_request(ep=8, distributed_optimizer=True, **base))
     edp = 256 // 8
-    dense_opt = 12 * dopt["dense_params"] / 128             # d·c = 128
+    dense_opt = 12 * dopt["dense_params"] / 128  # d·c = 128
     assert dopt["optimizer"] == pytest.approx(dense_opt + 12 * dopt["expert_params"] / edp)
 
 
 def test_alltoall_dispatcher_time_by_hand():
     hw = load_hardware("dgx-h100-superpod")
-    link = group_link(hw, 8, 1)                              # ep 8 inside one node: NVLink
-    A = 4096 * 2 * 1.1                                       # tokens × top-2 × imbalance
-    send = 2 * A * 4096                                      # bf16 token copies
+    link = group_link(hw, 8, 1)  # ep 8 inside one node: NVLink
+    A = 4096 * 2 * 1.1  # tokens × top-2 × imbalance
+    send = 2 * A * 4096  # bf16 token copies
     nvlink = 450e9 * hw.calibration.nvlink_bus_efficiency
     one = 7 / 8 * send / nvlink + 7 * hw.node.nvlink_latency_us * 1e-6
     got = moe.dispatcher_time_s(A, 4096, 4096, 8, 1, link, group_link(hw, 1, 1), activation_bytes=2, kind="alltoall")
-    assert float(got) == pytest.approx(2 * one)              # dispatch + combine
+    assert float(got) == pytest.approx(2 * one)  # dispatch + combine
 
 
 def test_context_parallel_ring_is_hidden_when_attention_is_long_enough():
     # Llama 3 8B, s = 32768, cp 4 in one node: each of the 3 ring steps moves b·(s/c)·2·g·d/t bf16 values
-    kw = dict(model="llama3-8b", hardware="dgx-h100-superpod", gpus=8, tp=2, sequence_parallel=True, seq_len=32768,
-              global_batch=8)
+    kw = dict(
+        model="llama3-8b",
+        hardware="dgx-h100-superpod",
+        gpus=8,
+        tp=2,
+        sequence_parallel=True,
+        seq_len=32768,
+        global_batch=8,
+    )
     req = make_request(cp=4, **kw)
     chunk = 2 * 1 * (32768 / 4) * 2 * 8 * 128 / 2
     hw = req.ctx.hardware
     step = chunk / (450e9 * hw.calibration.nvlink_bus_efficiency) + hw.node.nvlink_latency_us * 1e-6
-    assert step < 1e-3                                        # 33.6 MB… no: 16.8 MB over NVLink, ~47 µs
+    assert step < 1e-3  # 33.6 MB… no: 16.8 MB over NVLink, ~47 µs
     one = evaluate(PlanGrid.from_plans([make_request(cp=1, **kw).plan]), make_request(cp=1, **kw).ctx)
     four = evaluate(PlanGrid.from_plans([req.plan]), req.ctx)
     # splitting the sequence 4 ways quarters the activations per GPU (the layer terms scale with s/c)
@@ -99,8 +107,15 @@ def test_context_parallel_ring_is_hidden_when_attention_is_long_enough():
 @settings(max_examples=30, deadline=None)
 @given(cp=st.sampled_from([1, 2, 4, 8]), tp=st.sampled_from([1, 2, 4]), b=st.sampled_from([1, 2]))
 def test_activation_memory_falls_with_cp(cp, tp, b):
-    kw = dict(model="llama3-8b", hardware="dgx-h100-superpod", tp=tp, sequence_parallel=tp > 1, micro_batch=b,
-              seq_len=65536, global_batch=64)
+    kw = dict(
+        model="llama3-8b",
+        hardware="dgx-h100-superpod",
+        tp=tp,
+        sequence_parallel=tp > 1,
+        micro_batch=b,
+        seq_len=65536,
+        global_batch=64,
+    )
     small = _stage0(make_request(gpus=tp * cp, cp=cp, **kw))["activations"]
     large = _stage0(make_request(gpus=tp * cp * 2, cp=cp * 2, **kw))["activations"]
     assert large < small
@@ -109,8 +124,15 @@ def test_activation_memory_falls_with_cp(cp, tp, b):
 @settings(max_examples=30, deadline=None)
 @given(ep=st.sampled_from([1, 2, 4]), etp=st.sampled_from([1, 2]), dopt=st.booleans())
 def test_expert_memory_falls_with_ep(ep, etp, dopt):
-    kw = dict(model="mixtral-8x7b", hardware="dgx-h100-superpod", gpus=64, tp=2, etp=etp, sequence_parallel=True,
-              distributed_optimizer=dopt)
+    kw = dict(
+        model="mixtral-8x7b",
+        hardware="dgx-h100-superpod",
+        gpus=64,
+        tp=2,
+        etp=etp,
+        sequence_parallel=True,
+        distributed_optimizer=dopt,
+    )
     a, b = _stage0(make_request(ep=ep, **kw)), _stage0(make_request(ep=ep * 2, **kw))
     assert b["expert_params"] == pytest.approx(a["expert_params"] / 2)
     assert b["weights"] + b["gradients"] + b["optimizer"] < a["weights"] + a["gradients"] + a["optimizer"]
@@ -132,14 +154,18 @@ def test_fp8_keeps_weight_copies_and_halves_linear_inputs():
 
 def test_fp8_speeds_up_but_mfu_stays_on_the_bf16_peak():
     kw = dict(model="llama3-70b", hardware="dgx-h100-superpod", gpus=64, tp=8, pp=4, sequence_parallel=True)
-    bf16, fp8 = explain(make_request(**kw))["estimate"], explain(make_request(options={"fp8": "hybrid"}, **kw))["estimate"]
+    bf16, fp8 = (
+        explain(make_request(**kw))["estimate"],
+        explain(make_request(options={"fp8": "hybrid"}, **kw))["estimate"],
+    )
     assert fp8["iteration_s"] < bf16["iteration_s"]
-    peak = 989.4e12                                                     # H100 dense BF16
+    peak = 989.4e12  # H100 dense BF16
     assert fp8["mfu"] == pytest.approx(fp8["tflops_per_gpu"] * 1e12 / peak)
 
 
 def test_fp8_needs_fp8_tensor_cores():
     from planner.errors import PlannerError
+
     with pytest.raises(PlannerError, match="FP8 tensor cores"):
         make_request(model="gpt3-175b", gpus=64, tp=8, pp=8, options={"fp8": "e4m3"})
 
@@ -149,8 +175,8 @@ def test_fsdp_shards_weights_gradients_and_optimizer():
     ddp, fsdp = _stage0(make_request(**kw)), _stage0(make_request(fsdp=True, **kw))
     P = ddp["params"]
     assert ddp["weights"] == pytest.approx(2 * P) and ddp["gradients"] == pytest.approx(4 * P)
-    one_layer = (P - 2 * 128256 * 4096 - 4096) / 32     # a transformer layer's parameters
-    assert fsdp["weights"] == pytest.approx(2 * P / 64 + 2 * 2 * one_layer, rel=1e-6)   # + two layers gathered
+    one_layer = (P - 2 * 128256 * 4096 - 4096) / 32  # a transformer layer's parameters
+    assert fsdp["weights"] == pytest.approx(2 * P / 64 + 2 * 2 * one_layer, rel=1e-6)  # + two layers gathered
     # Megatron FSDP keeps 16-bit main grads by default (--megatron-fsdp-main-grads-dtype auto)
     assert fsdp["gradients"] == pytest.approx(2 * P / 64 + 2 * 2 * one_layer, rel=1e-6)
     assert fsdp["optimizer"] == pytest.approx(ddp["optimizer"])
@@ -159,8 +185,18 @@ def test_fsdp_shards_weights_gradients_and_optimizer():
 def test_meta_llama3_405b_plan_is_legal_and_explained_stage_by_stage():
     """Llama 3 paper §3.3.2: TP 8, CP 1, PP 16, DP 128 on 16,384 H100s, 16M-token batches of 8192,
     126 layers over 16 stages with the embedding and the loss each counted as a layer."""
-    pj = explain(make_request(model="llama3.1-405b", hardware="dgx-h100-superpod", gpus=16384, tp=8, pp=16,
-                              stage_split="embedding+loss", sequence_parallel=True, distributed_optimizer=True))
+    pj = explain(
+        make_request(
+            model="llama3.1-405b",
+            hardware="dgx-h100-superpod",
+            gpus=16384,
+            tp=8,
+            pp=16,
+            stage_split="embedding+loss",
+            sequence_parallel=True,
+            distributed_optimizer=True,
+        )
+    )
     assert pj["legal"] and pj["parallel"]["dp"] == 128
     assert pj["parallel"]["stage_layers"] == [7] + [8] * 14 + [7]
     assert len(pj["stages"]) == 16 and 0 < pj["estimate"]["mfu"] < 0.6
@@ -176,17 +212,20 @@ def test_context_parallel_ring_exposure_by_hand():
     from planner.costs.compute import flash_attention_time_s
     from planner.costs.flops import layer_gemms
     from planner.costs.layer_time import _cp_ring_exposed
-    req = make_request(model="llama3-8b", hardware="dgx-h100-superpod", gpus=64, tp=8, cp=8, sequence_parallel=True,
-                       global_batch=8)
+
+    req = make_request(
+        model="llama3-8b", hardware="dgx-h100-superpod", gpus=64, tp=8, cp=8, sequence_parallel=True, global_batch=8
+    )
     hw, lt = req.ctx.hardware, Letters(PlanGrid.from_plans([req.plan]), req.ctx)
-    chunk = 2 * 1 * (8192 / 8) * 2 * 8 * 128 / 8                        # bytes: bf16, K and V, g·d/t channels
-    nic = 400e9 / 8 * hw.calibration.network_bus_efficiency              # one rail NIC, NCCL efficiency
-    step = chunk / nic + hw.network.tiers[0].latency_us * 1e-6           # two nodes, one leaf switch
-    attention = 2 * 2 * (32 / 8) * 1 * (8192 / 8) * 8192 * 128           # scores + context FLOPs, per GPU
+    chunk = 2 * 1 * (8192 / 8) * 2 * 8 * 128 / 8  # bytes: bf16, K and V, g·d/t channels
+    nic = 400e9 / 8 * hw.calibration.network_bus_efficiency  # one rail NIC, NCCL efficiency
+    step = chunk / nic + hw.network.tiers[0].latency_us * 1e-6  # two nodes, one leaf switch
+    attention = 2 * 2 * (32 / 8) * 1 * (8192 / 8) * 8192 * 128  # scores + context FLOPs, per GPU
     core_fwd = attention * 0.5 / (hw.gpu.peak_bf16_tflops * 1e12 * hw.calibration.flash_attention_efficiency)
     gemms = layer_gemms(1, 8192, 4096, 32, 8, 128, 14336, 8, 8, gated=True)
-    assert np.asarray(flash_attention_time_s(gemms, peak_flops_per_s=989.4e12,
-                                        efficiency=hw.calibration.flash_attention_efficiency)).item() == pytest.approx(core_fwd)
+    assert np.asarray(
+        flash_attention_time_s(gemms, peak_flops_per_s=989.4e12, efficiency=hw.calibration.flash_attention_efficiency)
+    ).item() == pytest.approx(core_fwd)
     fwd, bwd = _cp_ring_exposed(lt, req.ctx, core_fwd, 2.5 * core_fwd)
     assert np.asarray(fwd).item() == pytest.approx(7 * max(step - core_fwd / 8, 0.0))
     assert np.asarray(bwd).item() == pytest.approx(7 * max(2 * step - 2.5 * core_fwd / 8, 0.0))
@@ -199,10 +238,12 @@ def test_expert_work_per_gpu_by_hand():
     factor of 1.0 caps it there."""
     A = moe.expert_token_assignments(1, 4096, 2, 1, 2, imbalance=1.1, capacity_factor=None)
     assert float(A) == pytest.approx(2048 * 2 * 1.1)
-    assert float(moe.expert_token_assignments(1, 4096, 2, 1, 2, imbalance=1.1, capacity_factor=1.0)) == pytest.approx(4096)
-    gemms = moe.expert_gemms(A, 4096, 14336, 8, 8, 1, gated=True)   # ep 8: one local expert, whole width
+    assert float(moe.expert_token_assignments(1, 4096, 2, 1, 2, imbalance=1.1, capacity_factor=1.0)) == pytest.approx(
+        4096
+    )
+    gemms = moe.expert_gemms(A, 4096, 14336, 8, 8, 1, gated=True)  # ep 8: one local expert, whole width
     assert float(gemms["expert_fc1"].flops + gemms["expert_fc2"].flops) == pytest.approx(2 * A * 4096 * 14336 * 3)
-    assert float(gemms["expert_fc1"].M) == pytest.approx(A)       # all of this GPU's pairs hit its one expert
+    assert float(gemms["expert_fc1"].M) == pytest.approx(A)  # all of this GPU's pairs hit its one expert
     four = moe.expert_gemms(A, 4096, 14336, 8, 2, 1, gated=True)  # ep 2: four local experts share them
     assert float(four["expert_fc1"].M) == pytest.approx(A / 4)
     assert float(four["expert_fc1"].flops) == pytest.approx(float(gemms["expert_fc1"].flops))

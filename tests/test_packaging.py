@@ -18,8 +18,13 @@ def test_installed_command_runs_from_another_directory(tmp_path):
     assert out.returncode == 0, out.stderr
     listing = json.loads(out.stdout)
     assert "gpt3-175b" in listing["models"] and "dgx-a100-superpod" in listing["hardware"]
-    run = subprocess.run([MEGAPLAN, "search", "--model", "gpt3-175b", "--gpus", "1024", "--top", "1", "--json"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [MEGAPLAN, "search", "--model", "gpt3-175b", "--gpus", "1024", "--top", "1", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     best = json.loads(run.stdout)["plans"][0]
     assert best["parallel"]["tp"] * best["parallel"]["pp"] * best["parallel"]["dp"] * best["parallel"]["cp"] == 1024

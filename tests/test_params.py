@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import gpt_model
 
 from planner.models.params import (
     embedding_params,
@@ -16,6 +15,8 @@ from planner.models.params import (
 )
 from planner.models.spec import ModelSpec
 from planner.presets import load_model
+
+from conftest import gpt_model
 
 
 def narayanan_eq2(l: int, h: int, V: int, s: int) -> float:
@@ -54,7 +55,7 @@ def test_narayanan_table_1_parameter_counts(name, billions, l, h):
     model = load_model(name)
     assert (model.num_layers, model.hidden_size) == (l, h)
     P = total_params(model, padded_for_t=8)
-    # Table 1 prints one decimal of Eq. 2 (formulas.md §1: l=128, h=25600 gives 1008.0)
+    # Table 1 prints one decimal of Eq. 2 (l=128, h=25600 gives 1008.0)
     assert round(P / 1e9, 1) == billions
     # the final norm (2h) is the only difference from Eq. 2: far below 0.1 %
     assert P == pytest.approx(narayanan_eq2(l, h, 51200, 2048), rel=1e-3)
@@ -67,8 +68,8 @@ def test_vocab_padding_matches_megatron():
     assert int(padded_vocab(50257, 128, 8)) == 51200
     assert list(padded_vocab(50257, 128, np.array([2, 4]))) == [50432, 50688]  # 197·256, 99·512
     model = load_model("gpt3-175b")
-    assert model.padded_vocab(8) == 51200
-    assert model.padded_vocab(1) == 50304
+    assert model.vocab_size == 50257 and model.make_vocab_size_divisible_by == 128
+    assert int(padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, 1)) == 50304
 
 
 def test_layer_params_gpt_shape_unsharded_is_12h2_plus_13h():
@@ -114,10 +115,22 @@ LLAMA_3 = [
 
 @pytest.mark.parametrize("L, h, a, g, f, published", LLAMA_3)
 def test_llama_3_parameter_counts(L, h, a, g, f, published):
-    model = ModelSpec(name="llama", source="Llama 3 (Dubey et al. 2024), Table 3", num_layers=L, hidden_size=h,
-                      num_attention_heads=a, num_query_groups=g, ffn_hidden_size=f, max_position_embeddings=8192,
-                      vocab_size=128256, swiglu=True, normalization="RMSNorm", position_embedding_type="rope",
-                      untie_embeddings_and_output_weights=True, add_bias_linear=False)
+    model = ModelSpec(
+        name="llama",
+        source="Llama 3 (Dubey et al. 2024), Table 3",
+        num_layers=L,
+        hidden_size=h,
+        num_attention_heads=a,
+        num_query_groups=g,
+        ffn_hidden_size=f,
+        max_position_embeddings=8192,
+        vocab_size=128256,
+        swiglu=True,
+        normalization="RMSNorm",
+        position_embedding_type="rope",
+        untie_embeddings_and_output_weights=True,
+        add_bias_linear=False,
+    )
     assert total_params(model) == published
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import PRESETS
 
 from planner.errors import PlannerError, PresetError
 from planner.hardware.spec import HardwareSpec
@@ -12,12 +11,14 @@ from planner.models.params import total_params
 from planner.models.spec import ModelSpec
 from planner.presets import load_hardware, load_model, preset_names
 
+from conftest import PRESETS
+
 MODEL_FILES = sorted((PRESETS / "models").glob("*.yaml"))
 HARDWARE_FILES = sorted((PRESETS / "hardware").glob("*.yaml"))
 
 
 def test_presets_are_found():
-    # the shipped presets of DESIGN.md: the Table 1 models, GPT-3 175B and the DGX A100 SuperPOD
+    # the shipped presets: the Table 1 models, GPT-3 175B and the DGX A100 SuperPOD
     assert {"gpt3-175b", "gpt-1t", "gpt-22b", "gpt-530b"} <= {f.stem for f in MODEL_FILES}
     assert "dgx-a100-superpod" in {f.stem for f in HARDWARE_FILES}
     assert preset_names("models") == sorted(f.stem for f in MODEL_FILES)
@@ -28,9 +29,9 @@ def test_presets_are_found():
 def test_model_preset_loads_by_name_and_path(path):
     spec = load_model(path.stem)
     assert isinstance(spec, ModelSpec)
-    assert spec.name == path.stem                      # a preset's name is its file stem
-    assert load_model(str(path)) == spec               # a path works wherever a name does
-    assert spec.source                                 # every preset says where its shape comes from
+    assert spec.name == path.stem  # a preset's name is its file stem
+    assert load_model(str(path)) == spec  # a path works wherever a name does
+    assert spec.source  # every preset says where its shape comes from
 
 
 @pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: p.stem)
@@ -107,8 +108,10 @@ def test_yaml_that_is_not_a_mapping(tmp_path):
 
 def test_invalid_model_yaml_names_the_field_and_values(tmp_path):
     path = tmp_path / "odd.yaml"
-    path.write_text("name: odd\nsource: test\nnum_layers: 4\nhidden_size: 1000\nnum_attention_heads: 7\n"
-                    "max_position_embeddings: 2048\nvocab_size: 1000\n")
+    path.write_text(
+        "name: odd\nsource: test\nnum_layers: 4\nhidden_size: 1000\nnum_attention_heads: 7\n"
+        "max_position_embeddings: 2048\nvocab_size: 1000\n"
+    )
     with pytest.raises(PresetError, match=r"hidden_size \(1000\).*num_attention_heads \(7\)") as info:
         load_model(str(path))
     msg = _one_line(info.value)
@@ -118,19 +121,32 @@ def test_invalid_model_yaml_names_the_field_and_values(tmp_path):
 def test_yaml_scientific_notation_string_is_refused(tmp_path):
     # PyYAML reads 1e9 as a string; the strict spec must refuse it rather than coerce (STYLE.md §5)
     path = tmp_path / "sci.yaml"
-    path.write_text("name: sci\nsource: test\nnum_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\n"
-                    "max_position_embeddings: 2048\nvocab_size: 5e4\n")
+    path.write_text(
+        "name: sci\nsource: test\nnum_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\n"
+        "max_position_embeddings: 2048\nvocab_size: 5e4\n"
+    )
     with pytest.raises(PresetError, match="vocab_size"):
         load_model(str(path))
 
 
 def test_user_yaml_model_file_works(tmp_path):
     # a user's own model file, by path, with the fields of a preset
-    data = {"name": "my-13b", "source": "my notes", "num_layers": 40, "hidden_size": 5120,
-            "num_attention_heads": 40, "max_position_embeddings": 4096, "vocab_size": 32000,
-            "swiglu": True, "ffn_hidden_size": 13824, "normalization": "RMSNorm",
-            "position_embedding_type": "rope", "untie_embeddings_and_output_weights": True,
-            "add_bias_linear": False, "training": {"global_batch": 1024, "seq_len": 4096}}
+    data = {
+        "name": "my-13b",
+        "source": "my notes",
+        "num_layers": 40,
+        "hidden_size": 5120,
+        "num_attention_heads": 40,
+        "max_position_embeddings": 4096,
+        "vocab_size": 32000,
+        "swiglu": True,
+        "ffn_hidden_size": 13824,
+        "normalization": "RMSNorm",
+        "position_embedding_type": "rope",
+        "untie_embeddings_and_output_weights": True,
+        "add_bias_linear": False,
+        "training": {"global_batch": 1024, "seq_len": 4096},
+    }
     path = tmp_path / "my-13b.yaml"
     path.write_text(yaml.safe_dump(data))
     spec = load_model(str(path))
@@ -153,8 +169,10 @@ def test_user_yaml_hardware_file_works(tmp_path):
 
 def test_user_file_is_reread_after_it_changes(tmp_path):
     path = tmp_path / "m.yaml"
-    base = "name: m\nsource: t\nnum_layers: {L}\nhidden_size: 1024\nnum_attention_heads: 16\n" \
-           "max_position_embeddings: 2048\nvocab_size: 1000\n"
+    base = (
+        "name: m\nsource: t\nnum_layers: {L}\nhidden_size: 1024\nnum_attention_heads: 16\n"
+        "max_position_embeddings: 2048\nvocab_size: 1000\n"
+    )
     path.write_text(base.format(L=4))
     assert load_model(str(path)).num_layers == 4
     path.write_text(base.format(L=8))

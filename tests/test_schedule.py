@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import gpt_model
 
 from planner.api import explain, make_request
 from planner.costs.pipeline import bubble_time_s, stage_time_sum
@@ -13,13 +12,18 @@ from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
 from planner.space.grid import PlanGrid, stage_layers
 from planner.space.rules import broken_rules, rule_masks
 
+from conftest import gpt_model
 
-@pytest.mark.parametrize("p, m, v, expected", [
-    (16, 192, 1, 15 / 192),   # Narayanan 2021 GPT-3 run: B = 1536, b = 1, d = 8 -> m = 192
-    (8, 64, 3, 7 / 192),      # interleaved: (p − 1)/(v·m)
-    (4, 4, 1, 3 / 4),
-    (1, 32, 1, 0.0),
-])
+
+@pytest.mark.parametrize(
+    "p, m, v, expected",
+    [
+        (16, 192, 1, 15 / 192),  # Narayanan 2021 GPT-3 run: B = 1536, b = 1, d = 8 -> m = 192
+        (8, 64, 3, 7 / 192),  # interleaved: (p − 1)/(v·m)
+        (4, 4, 1, 3 / 4),
+        (1, 32, 1, 0.0),
+    ],
+)
 def test_bubble_fraction(p, m, v, expected):
     # Narayanan et al. 2021 §2.2.1: (p − 1)/m; §2.2.2 interleaved: (1/v)·(p − 1)/m of the ideal time m·(t_f + t_b),
     # here with equal stages of t_f + t_b = 1 s
@@ -33,7 +37,7 @@ def test_bubble_time_of_equal_stages():
     total = stage_time_sum(1.0, 1.0, 1.0, p, p - 2)
     assert float(total) == 8.0
     assert float(bubble_time_s(total, 1.0, v)) == pytest.approx((p - 1) / v)
-    assert float(stage_time_sum(3.0, 1.0, 2.0, 1, 0)) == 3.0   # one stage: only itself
+    assert float(stage_time_sum(3.0, 1.0, 2.0, 1, 0)) == 3.0  # one stage: only itself
 
 
 def _layers(L, p, split=0, first=0, last=0):
@@ -42,7 +46,7 @@ def _layers(L, p, split=0, first=0, last=0):
 
 
 def test_even_split():
-    assert _layers(96, 16) == (6, 6, 6, True)      # GPT-3: 96 layers over 16 stages
+    assert _layers(96, 16) == (6, 6, 6, True)  # GPT-3: 96 layers over 16 stages
     assert _layers(96, 1) == (96, 96, 96, True)
 
 
@@ -51,19 +55,19 @@ def test_llama_405b_split_accounting_for_embedding_and_loss():
     # --account-for-loss-in-pipeline-split: (126 + 2)/16 = 8 per stage, the first and last stage
     # give one slot each to the embedding and the loss (Megatron arguments.py:984-998)
     assert _layers(126, 16, split=3) == (7, 8, 7, True)
-    assert _layers(126, 16, split=0)[3] is False        # 126 % 16 != 0: an even split is illegal
+    assert _layers(126, 16, split=0)[3] is False  # 126 % 16 != 0: an even split is illegal
     assert _layers(127, 16, split=1) == (7, 8, 8, True)  # embedding only: (127 + 1)/16
     assert _layers(127, 16, split=2) == (8, 8, 7, True)  # loss only
-    assert _layers(126, 16, split=1)[3] is False        # (126 + 1) % 16 != 0
+    assert _layers(126, 16, split=1)[3] is False  # (126 + 1) % 16 != 0
 
 
 def test_explicit_first_and_last_stage_layers():
     # --decoder-first/last-pipeline-num-layers: the rest split evenly over the other stages
-    assert _layers(126, 16, first=6) == (6, 8, 8, True)        # 120 over 15
+    assert _layers(126, 16, first=6) == (6, 8, 8, True)  # 120 over 15
     assert _layers(126, 16, first=7, last=7) == (7, 8, 7, True)  # 112 over 14
-    assert _layers(126, 16, first=5)[3] is False               # 121 over 15
-    assert _layers(10, 4, first=8, last=8)[3] is False         # more layers than the model has
-    assert _layers(96, 1, first=4)[3] is False                 # nothing to split with one stage
+    assert _layers(126, 16, first=5)[3] is False  # 121 over 15
+    assert _layers(10, 4, first=8, last=8)[3] is False  # more layers than the model has
+    assert _layers(96, 1, first=4)[3] is False  # nothing to split with one stage
 
 
 def _masks(model, training, plan, gpus, options=None):
@@ -78,17 +82,22 @@ def test_legality_rules_by_name():
     assert _masks(model, tr, ParallelPlan(tp=8, pp=16, dp=8), 1000) == ["world size = tp·cp·pp·dp"]
     assert "layers split over pipeline stages" in _masks(model, tr, ParallelPlan(tp=8, pp=5, dp=1), 40)
     assert "attention heads divisible by tp" in _masks(model, tr, ParallelPlan(tp=5, dp=1), 5)
-    assert "global batch divisible by micro-batch × dp" in _masks(model, tr, ParallelPlan(tp=8, pp=16, dp=8,
-                                                                                       micro_batch=5), 1024)
+    assert "global batch divisible by micro-batch × dp" in _masks(
+        model, tr, ParallelPlan(tp=8, pp=16, dp=8, micro_batch=5), 1024
+    )
     # interleaving: pp > 1; per-stage layers (12) divisible by vpp; m a multiple of p
     assert "interleaving needs pp > 1 (pp > 2 without p2p overlap)" in _masks(model, tr, ParallelPlan(tp=8, vpp=2), 8)
     assert "layers per stage divisible by interleaved chunks" in _masks(model, tr, ParallelPlan(tp=8, pp=8, vpp=5), 64)
     small = TrainingSpec(global_batch=12, seq_len=2048)
-    assert "interleaving needs micro-batches divisible by pp" in _masks(model, small, ParallelPlan(tp=8, pp=8, vpp=3), 64)
+    assert "interleaving needs micro-batches divisible by pp" in _masks(
+        model, small, ParallelPlan(tp=8, pp=8, vpp=3), 64
+    )
     assert "sequence length divisible by tp with sequence parallelism" in _masks(
-        model, TrainingSpec(global_batch=8, seq_len=2047), ParallelPlan(tp=8, sequence_parallel=True), 8)
+        model, TrainingSpec(global_batch=8, seq_len=2047), ParallelPlan(tp=8, sequence_parallel=True), 8
+    )
     assert "sequence length within max_position_embeddings" in _masks(
-        model, TrainingSpec(global_batch=8, seq_len=4096), ParallelPlan(tp=8), 8)
+        model, TrainingSpec(global_batch=8, seq_len=4096), ParallelPlan(tp=8), 8
+    )
 
 
 def test_query_groups_rule():
@@ -109,7 +118,8 @@ def test_explain_refuses_an_illegal_plan_naming_the_rule_and_values():
 
 
 def test_explain_reports_the_stage_layer_list():
-    req = make_request(model=gpt_model(126, 4096, 32), gpus=16, pp=16, global_batch=64, seq_len=2048,
-                       stage_split="embedding+loss")
+    req = make_request(
+        model=gpt_model(126, 4096, 32), gpus=16, pp=16, global_batch=64, seq_len=2048, stage_split="embedding+loss"
+    )
     out = explain(req)
     assert out["parallel"]["stage_layers"] == [7] + [8] * 14 + [7]

@@ -1,4 +1,4 @@
-"""megaplan search (issue 3): every returned plan is legal, complete and fits; the vectorised
+"""megaplan search: every returned plan is legal, complete and fits; the vectorised
 ranking agrees with one-plan evaluation; pins, rejections and the closest miss."""
 
 import numpy as np
@@ -20,19 +20,29 @@ GIB = 2**30
 
 
 def _gpt(L, h, a, B, s=2048, **extra):
-    return ModelSpec(name="t", source="test", num_layers=L, hidden_size=h, num_attention_heads=a, vocab_size=51200,
-                     max_position_embeddings=s, training={"global_batch": B, "seq_len": s}, **extra)
+    return ModelSpec(
+        name="t",
+        source="test",
+        num_layers=L,
+        hidden_size=h,
+        num_attention_heads=a,
+        vocab_size=51200,
+        max_position_embeddings=s,
+        training={"global_batch": B, "seq_len": s},
+        **extra,
+    )
 
 
 def _check_returned(result, req, gpus):
     cap = req.ctx.hardware.gpu.hbm_bytes
-    plans = [req.plan.model_validate({k: v for k, v in pj["parallel"].items() if k != "stage_layers"})
-             for pj in result.plans]
+    plans = [
+        req.plan.model_validate({k: v for k, v in pj["parallel"].items() if k != "stage_layers"}) for pj in result.plans
+    ]
     grid = PlanGrid.from_plans(plans)
     masks = rule_masks(grid, req.ctx.model, req.ctx.training, req.ctx.options, gpus)
     assert all(np.all(ok) for ok in masks.values()), [k for k, ok in masks.items() if not np.all(ok)]
     ev = evaluate(grid, req.ctx)
-    for i, (plan, pj) in enumerate(zip(plans, result.plans)):
+    for i, (plan, pj) in enumerate(zip(plans, result.plans, strict=False)):
         assert plan.tp * plan.cp * plan.pp * plan.dp == gpus
         assert pj["estimate"]["peak_memory_gib"] * GIB <= cap
         # the scalar path (a one-plan grid) agrees with the vectorised one on every returned plan
@@ -45,8 +55,14 @@ def _check_returned(result, req, gpus):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(heads=st.sampled_from([8, 16, 32]), head_dim=st.sampled_from([64, 128]), pp_mult=st.sampled_from([1, 2, 3, 4]),
-       layers_per=st.sampled_from([2, 4, 6]), nodes=st.sampled_from([1, 2, 4, 8, 16]), batch=st.sampled_from([64, 256, 512]))
+@given(
+    heads=st.sampled_from([8, 16, 32]),
+    head_dim=st.sampled_from([64, 128]),
+    pp_mult=st.sampled_from([1, 2, 3, 4]),
+    layers_per=st.sampled_from([2, 4, 6]),
+    nodes=st.sampled_from([1, 2, 4, 8, 16]),
+    batch=st.sampled_from([64, 256, 512]),
+)
 def test_every_returned_plan_is_legal_complete_and_fits(heads, head_dim, pp_mult, layers_per, nodes, batch):
     model = _gpt(pp_mult * layers_per * 2, heads * head_dim, heads, batch)
     gpus = 8 * nodes
@@ -66,16 +82,24 @@ def test_moe_search_returns_only_plans_megatron_accepts():
     _check_returned(result, req, 256)
     for pj in result.plans:
         par = pj["parallel"]
-        assert 8 % par["ep"] == 0                               # experts divisible by ep
+        assert 8 % par["ep"] == 0  # experts divisible by ep
         assert 256 % (par["etp"] * par["ep"] * par["pp"]) == 0  # the expert grid fits the world
-        assert par["tp"] == 1 or par["sequence_parallel"]       # MoE with tp > 1 needs SP
+        assert par["tp"] == 1 or par["sequence_parallel"]  # MoE with tp > 1 needs SP
     assert {pj["parallel"]["ep"] for pj in search(req.ctx, 256, top=200).plans} > {1}  # ep is searched
 
 
 def test_narayanan_published_plan_is_listed_when_pinned():
     req = make_request(model="gpt3-175b", gpus=1024, precision="fp16", options={"attention_kernel": "unfused"})
-    pins = Pins(tp=8, pp=16, micro_batch=1, vpp=1, recompute=Recompute.FULL, sequence_parallel=False,
-                distributed_optimizer=False, fsdp=False)
+    pins = Pins(
+        tp=8,
+        pp=16,
+        micro_batch=1,
+        vpp=1,
+        recompute=Recompute.FULL,
+        sequence_parallel=False,
+        distributed_optimizer=False,
+        fsdp=False,
+    )
     result = search(req.ctx, 1024, pins)
     assert result.feasible == 1 and result.evaluated == 1
     par = result.plans[0]["parallel"]
@@ -95,7 +119,9 @@ def test_rejections_count_every_candidate_once():
 
 def test_nothing_fits_names_the_closest_miss():
     req = make_request(model="gpt3-175b", gpus=8)
-    with pytest.raises(InfeasibleError, match=r"every legal plan needs more than 80\.0 GiB per GPU; the smallest, TP \d+ PP \d+"):
+    with pytest.raises(
+        InfeasibleError, match=r"every legal plan needs more than 80\.0 GiB per GPU; the smallest, TP \d+ PP \d+"
+    ):
         search(req.ctx, 8)
 
 

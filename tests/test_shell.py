@@ -29,18 +29,75 @@ def _flag(argv: list[str], flag: str) -> str:
 # -- the three example-style scripts ------------------------------------------------------
 
 GPT3_175B_ARGV = [
-    "--num-layers", "96", "--hidden-size", "12288", "--num-attention-heads", "96",
-    "--seq-length", "2048", "--max-position-embeddings", "2048", "--attention-backend", "auto",
-    "--micro-batch-size", "1", "--global-batch-size", "1536",
-    "--rampup-batch-size", "16", "16", "5859375", "--train-iters", "500000",
-    "--weight-decay", "0.1", "--adam-beta1", "0.9", "--adam-beta2", "0.95",
-    "--init-method-std", "0.006", "--clip-grad", "1.0", "--fp16", "--lr", "6.0e-5",
-    "--lr-decay-style", "cosine", "--min-lr", "6.0e-6", "--lr-warmup-fraction", ".001",
-    "--lr-decay-iters", "430000",
-    "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "16",
-    "--data-path", "$5", "--vocab-file", "$3", "--merge-file", "$4", "--split", "949,50,1",
-    "--log-interval", "100", "--save-interval", "10000", "--eval-interval", "1000",
-    "--save", "$1", "--load", "$1", "--eval-iters", "10", "--tensorboard-dir", "$2",
+    "--num-layers",
+    "96",
+    "--hidden-size",
+    "12288",
+    "--num-attention-heads",
+    "96",
+    "--seq-length",
+    "2048",
+    "--max-position-embeddings",
+    "2048",
+    "--attention-backend",
+    "auto",
+    "--micro-batch-size",
+    "1",
+    "--global-batch-size",
+    "1536",
+    "--rampup-batch-size",
+    "16",
+    "16",
+    "5859375",
+    "--train-iters",
+    "500000",
+    "--weight-decay",
+    "0.1",
+    "--adam-beta1",
+    "0.9",
+    "--adam-beta2",
+    "0.95",
+    "--init-method-std",
+    "0.006",
+    "--clip-grad",
+    "1.0",
+    "--fp16",
+    "--lr",
+    "6.0e-5",
+    "--lr-decay-style",
+    "cosine",
+    "--min-lr",
+    "6.0e-6",
+    "--lr-warmup-fraction",
+    ".001",
+    "--lr-decay-iters",
+    "430000",
+    "--tensor-model-parallel-size",
+    "8",
+    "--pipeline-model-parallel-size",
+    "16",
+    "--data-path",
+    "$5",
+    "--vocab-file",
+    "$3",
+    "--merge-file",
+    "$4",
+    "--split",
+    "949,50,1",
+    "--log-interval",
+    "100",
+    "--save-interval",
+    "10000",
+    "--eval-interval",
+    "1000",
+    "--save",
+    "$1",
+    "--load",
+    "$1",
+    "--eval-iters",
+    "10",
+    "--tensorboard-dir",
+    "$2",
 ]
 
 
@@ -68,12 +125,15 @@ def test_gpt3_175b_style_argv_parses():
     assert values["lr"] == pytest.approx(6.0e-5)
 
 
-@pytest.mark.parametrize("size, tp, pp, mbs, gbs, nodes, ddp", [
-    ("1.7B", "1", "1", "16", "512", 4, "torch"),
-    ("39B", "8", "2", "4", "1536", 64, "local"),
-    ("76B", "8", "4", "2", "1792", 128, "local"),
-    ("1T", "8", "64", "1", "3072", 384, "local"),
-])
+@pytest.mark.parametrize(
+    "size, tp, pp, mbs, gbs, nodes, ddp",
+    [
+        ("1.7B", "1", "1", "16", "512", 4, "torch"),
+        ("39B", "8", "2", "4", "1536", 64, "local"),
+        ("76B", "8", "4", "2", "1792", 128, "local"),
+        ("1T", "8", "64", "1", "3072", 384, "local"),
+    ],
+)
 def test_sc21_if_chain_picks_model_size_from_env(size, tp, pp, mbs, gbs, nodes, ddp):
     launch = extract_launch(_script("sc21_style.sh"), {"MODEL_SIZE": size})
     argv = launch.argv
@@ -96,8 +156,12 @@ def test_sc21_script_default_is_its_own_assignment():
 
 def test_sc21_76b_string_variable_is_word_split_and_parses_with_aliases():
     launch = extract_launch(_script("sc21_style.sh"), {"MODEL_SIZE": "76B"})
-    assert launch.argv[:4] == ["--activations-checkpoint-method", "uniform",
-                               "--num-layers-per-virtual-pipeline-stage", "5"]
+    assert launch.argv[:4] == [
+        "--activations-checkpoint-method",
+        "uniform",
+        "--num-layers-per-virtual-pipeline-stage",
+        "5",
+    ]
     parsed = parse_megatron_argv(launch.argv)
     assert parsed.values["recompute_granularity"] == "full"
     assert parsed.values["recompute_method"] == "uniform"
@@ -115,15 +179,24 @@ def test_llama_style_appends_conditions_and_quoted_elements():
     launch = extract_launch(_script("llama_style.sh"))
     argv = launch.argv
     # "--fp8-format hybrid" is one array element, split by the unquoted ${DTYPE_ARGS[@]}
-    assert argv[argv.index("--fp8-format"):][:6] == [
-        "--fp8-format", "hybrid", "--fp8-amax-history-len", "1024", "--fp8-param-gather",
-        "--tensor-model-parallel-size"]
+    assert argv[argv.index("--fp8-format") :][:6] == [
+        "--fp8-format",
+        "hybrid",
+        "--fp8-amax-history-len",
+        "1024",
+        "--fp8-param-gather",
+        "--tensor-model-parallel-size",
+    ]
     # TRAINING_ARGS+=("${DDP_ARGS[@]}") appended after the array's own elements
-    assert argv[argv.index("--bf16"):][:3] == [
-        "--bf16", "--use-distributed-optimizer", "--overlap-grad-reduce"]
+    assert argv[argv.index("--bf16") :][:3] == ["--bf16", "--use-distributed-optimizer", "--overlap-grad-reduce"]
     assert "--pipeline-model-parallel-size" not in argv  # commented out inside the array
-    assert argv[argv.index("--mock-data"):][:5] == [
-        "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128256"]
+    assert argv[argv.index("--mock-data") :][:5] == [
+        "--mock-data",
+        "--tokenizer-type",
+        "NullTokenizer",
+        "--vocab-size",
+        "128256",
+    ]
     assert _flag(argv, "--save") == "checkpoints/llama3_8b_fp8"
     assert (launch.nproc_per_node, launch.nnodes, launch.world_size) == (8, 1, 8)
     assert parse_megatron_argv(argv).values["fp8"] == "hybrid"
@@ -145,13 +218,13 @@ def test_llama_style_defaults_overridden_by_env():
 
 # -- shell features -----------------------------------------------------------------------
 
+
 def test_default_expansion_with_and_without_variable():
-    text = 'TP=${TP:-4}\npython pretrain_gpt.py --tensor-model-parallel-size $TP --x ${UNSET-7}'
+    text = "TP=${TP:-4}\npython pretrain_gpt.py --tensor-model-parallel-size $TP --x ${UNSET-7}"
     assert extract_launch(text).argv[1::2] == ["4", "7"]
     assert extract_launch(text, {"TP": "2"}).argv[1::2] == ["2", "7"]
     assert extract_launch("TP=8\nTP=${TP:-4}\npretrain_gpt.py --t $TP").argv == ["--t", "8"]
-    assert extract_launch('E=""\npretrain_gpt.py --a ${E:-x} --b ${E-y}').argv == ["--a", "x",
-                                                                                  "--b"]
+    assert extract_launch('E=""\npretrain_gpt.py --a ${E:-x} --b ${E-y}').argv == ["--a", "x", "--b"]
 
 
 def test_env_wins_over_script_assignment():
@@ -161,10 +234,8 @@ def test_env_wins_over_script_assignment():
 
 
 def test_quoting_keeps_spaces():
-    text = ("A='x y'\npython pretrain_gpt.py --data-path \"my data/a b\" 'lit $A' \"$A\" $A "
-            "--n=\"$((2*3))\" a\\ b")
-    assert extract_launch(text).argv == ["--data-path", "my data/a b", "lit $A", "x y", "x",
-                                         "y", "--n=6", "a b"]
+    text = 'A=\'x y\'\npython pretrain_gpt.py --data-path "my data/a b" \'lit $A\' "$A" $A --n="$((2*3))" a\\ b'
+    assert extract_launch(text).argv == ["--data-path", "my data/a b", "lit $A", "x y", "x", "y", "--n=6", "a b"]
 
 
 def test_arithmetic_and_unresolved_arithmetic():
@@ -186,8 +257,7 @@ EXTRA=("--lr 0.1")
 torchrun --nproc-per-node=4 pretrain_gpt.py "${ARGS[@]}" ${EXTRA[@]} "${EXTRA[@]}"
 """
     launch = extract_launch(text)
-    assert launch.argv == ["--num-layers", "2", "--data-path", "a b", "--fp16", "--lr", "0.1",
-                           "--lr 0.1"]
+    assert launch.argv == ["--num-layers", "2", "--data-path", "a b", "--fp16", "--lr", "0.1", "--lr 0.1"]
     assert (launch.nproc_per_node, launch.nnodes, launch.world_size) == (4, 1, 4)
 
 
@@ -199,13 +269,27 @@ def test_just_flags_with_line_continuations():
     assert launch.world_size is None
 
 
-@pytest.mark.parametrize("cond, expected", [
-    ('[ "$M" == "76B" ]', "a"), ('[ "$M" = "1T" ]', "b"), ('[ "$M" != "76B" ]', "b"),
-    ("[ $N -eq 4 ]", "a"), ("[ $N -ne 4 ]", "b"), ("[ $N -lt 5 ]", "a"), ("[ $N -le 3 ]", "b"),
-    ("[ $N -gt 3 ]", "a"), ("[ $N -ge 5 ]", "b"), ('[ -n "$M" ]', "a"), ('[ -z "$M" ]', "b"),
-    ('[ -z "$UNSET" ]', "a"), ('[[ $M == 7* && $N -eq 4 ]]', "a"), ('[[ -z $M || $N == 3 ]]', "b"),
-    ("(( N * 2 == 8 ))", "a"), ("! [ $N -eq 4 ]", "b"),
-])
+@pytest.mark.parametrize(
+    "cond, expected",
+    [
+        ('[ "$M" == "76B" ]', "a"),
+        ('[ "$M" = "1T" ]', "b"),
+        ('[ "$M" != "76B" ]', "b"),
+        ("[ $N -eq 4 ]", "a"),
+        ("[ $N -ne 4 ]", "b"),
+        ("[ $N -lt 5 ]", "a"),
+        ("[ $N -le 3 ]", "b"),
+        ("[ $N -gt 3 ]", "a"),
+        ("[ $N -ge 5 ]", "b"),
+        ('[ -n "$M" ]', "a"),
+        ('[ -z "$M" ]', "b"),
+        ('[ -z "$UNSET" ]', "a"),
+        ("[[ $M == 7* && $N -eq 4 ]]", "a"),
+        ("[[ -z $M || $N == 3 ]]", "b"),
+        ("(( N * 2 == 8 ))", "a"),
+        ("! [ $N -eq 4 ]", "b"),
+    ],
+)
 def test_conditions(cond, expected):
     text = f"M=76B\nN=4\nif {cond}; then\n  R=a\nelse\n  R=b\nfi\npretrain_gpt.py --r $R"
     assert extract_launch(text).argv == ["--r", expected]
@@ -245,30 +329,30 @@ launch 2 --tp $TP "${L[@]}"
 
 
 def test_parameter_patterns():
-    text = 'M=76B\npretrain_gpt.py ${M%B} ${#M} ${M,,} ${M/7/9} ${M:1:2} ${M#7}'
+    text = "M=76B\npretrain_gpt.py ${M%B} ${#M} ${M,,} ${M/7/9} ${M:1:2} ${M#7}"
     assert extract_launch(text).argv == ["76", "3", "76b", "96B", "6B", "6B"]
 
 
 def test_command_substitution_is_never_run(tmp_path):
     mark = tmp_path / "ran"
-    text = (f"D=$(touch {mark})\ntouch {mark}\nB=`touch {mark}`\n"
-            f'pretrain_gpt.py --a "$D" --b $B/x --c $(date +%s)')
+    text = f'D=$(touch {mark})\ntouch {mark}\nB=`touch {mark}`\npretrain_gpt.py --a "$D" --b $B/x --c $(date +%s)'
     launch = extract_launch(text)
     assert not mark.exists()
-    assert launch.argv == ["--a", f"$(touch {mark})", "--b", f"`touch {mark}`/x",
-                           "--c", "$(date +%s)"]
+    assert launch.argv == ["--a", f"$(touch {mark})", "--b", f"`touch {mark}`/x", "--c", "$(date +%s)"]
     assert launch.unresolved == [f"$(touch {mark})", f"`touch {mark}`", "$(date +%s)"]
 
 
-@pytest.mark.parametrize("module", ["planner.megatron.shell"] + [f"planner.megatron.shell.{m.name}" for m in
-                                    __import__("pkgutil").iter_modules(shell.__path__)])
+@pytest.mark.parametrize(
+    "module",
+    ["planner.megatron.shell"]
+    + [f"planner.megatron.shell.{m.name}" for m in __import__("pkgutil").iter_modules(shell.__path__)],
+)
 def test_module_never_runs_anything(module):
     tree = ast.parse(inspect.getsource(__import__("importlib").import_module(module)))
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not imported & {"os", "subprocess", "pty", "multiprocessing"}
-    called = {n.func.id for n in ast.walk(tree)
-              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert not called & {"exec", "eval", "compile", "__import__"}
 
 
@@ -297,18 +381,22 @@ def test_sh_c_and_eval_strings():
 
 
 def test_heredoc_and_echo_are_not_launches():
-    text = "cat <<EOF > notes\nit's pretrain_gpt.py --no\nEOF\necho pretrain_gpt.py --no\n" \
-           "python pretrain_gpt.py --yes 1"
+    text = (
+        "cat <<EOF > notes\nit's pretrain_gpt.py --no\nEOF\necho pretrain_gpt.py --no\npython pretrain_gpt.py --yes 1"
+    )
     assert extract_launch(text).argv == ["--yes", "1"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("if then fi (", "not a shell script bashlex can parse"),
-    ("X=(a b\npretrain_gpt.py", "unterminated array"),
-    ("pretrain_gpt.py --a 'oops", "unterminated ' quote"),
-    ("echo hello", "no Megatron-LM entry point"),
-    ("", "no Megatron-LM entry point"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("if then fi (", "not a shell script bashlex can parse"),
+        ("X=(a b\npretrain_gpt.py", "unterminated array"),
+        ("pretrain_gpt.py --a 'oops", "unterminated ' quote"),
+        ("echo hello", "no Megatron-LM entry point"),
+        ("", "no Megatron-LM entry point"),
+    ],
+)
 def test_errors_are_one_line(text, message):
     with pytest.raises(ShellParseError, match=message) as info:
         extract_launch(text)
@@ -316,11 +404,65 @@ def test_errors_are_one_line(text, message):
     assert isinstance(info.value, ValueError)
 
 
-_TOKENS = ["X=(", ")", "((", "))", "$((", "$(", "${", "}", "[[", "]]", "[", "]", " ", "\n",
-           "\\\n", "'", '"', "`", "#", "case", "esac", " in ", ";;", "if", "then", "fi", "elif",
-           "for", "do", "done", "$X", "${X:-a}", "${X[@]}", "X+=", "X=", "==", "&&", "||", "|",
-           ";", "pretrain_gpt.py", "--num-layers", "8", "torchrun", "--nproc_per_node", "sh",
-           "-c", "eval", "f()", "{", "<<EOF", "EOF", "$1", "*", "!", "-eq", "a"]
+_TOKENS = [
+    "X=(",
+    ")",
+    "((",
+    "))",
+    "$((",
+    "$(",
+    "${",
+    "}",
+    "[[",
+    "]]",
+    "[",
+    "]",
+    " ",
+    "\n",
+    "\\\n",
+    "'",
+    '"',
+    "`",
+    "#",
+    "case",
+    "esac",
+    " in ",
+    ";;",
+    "if",
+    "then",
+    "fi",
+    "elif",
+    "for",
+    "do",
+    "done",
+    "$X",
+    "${X:-a}",
+    "${X[@]}",
+    "X+=",
+    "X=",
+    "==",
+    "&&",
+    "||",
+    "|",
+    ";",
+    "pretrain_gpt.py",
+    "--num-layers",
+    "8",
+    "torchrun",
+    "--nproc_per_node",
+    "sh",
+    "-c",
+    "eval",
+    "f()",
+    "{",
+    "<<EOF",
+    "EOF",
+    "$1",
+    "*",
+    "!",
+    "-eq",
+    "a",
+]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))

@@ -5,15 +5,23 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import a100
 from pydantic import ValidationError
 
 from planner.hardware.spec import HardwareSpec, NetworkTier
 from planner.models.spec import ModelSpec
 from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec
 
-MODEL = dict(name="m", source="test", num_layers=4, hidden_size=1024, num_attention_heads=16,
-             max_position_embeddings=2048, vocab_size=50257)
+from conftest import a100
+
+MODEL = dict(
+    name="m",
+    source="test",
+    num_layers=4,
+    hidden_size=1024,
+    num_attention_heads=16,
+    max_position_embeddings=2048,
+    vocab_size=50257,
+)
 
 
 def model(**changes) -> ModelSpec:
@@ -25,6 +33,7 @@ def hardware_dict() -> dict:
 
 
 # ----------------------------------------------------------------------------- ModelSpec
+
 
 def test_valid_model_and_derived_values():
     m = model()
@@ -72,7 +81,9 @@ def test_strict_model_refuses_strings_for_numbers():
 
 def test_enum_fields_accept_their_values_and_name_the_allowed_ones():
     assert model(normalization="RMSNorm").normalization.value == "RMSNorm"
-    with pytest.raises(ValidationError, match=r"normalization must be one of \['LayerNorm', 'RMSNorm'\], got 'rmsnorm'"):
+    with pytest.raises(
+        ValidationError, match=r"normalization must be one of \['LayerNorm', 'RMSNorm'\], got 'rmsnorm'"
+    ):
         model(normalization="rmsnorm")
 
 
@@ -88,6 +99,7 @@ def test_model_spec_is_frozen():
 
 
 # ----------------------------------------------------------------------------- HardwareSpec
+
 
 def test_hardware_preset_dict_validates():
     assert HardwareSpec.model_validate(hardware_dict()) == a100()
@@ -107,7 +119,9 @@ def test_negative_bandwidth_is_rejected_naming_the_field():
 def test_missing_source_for_a_number_names_the_field():
     data = hardware_dict()
     del data["gpu"]["sources"]["hbm_tbytes_per_s"]
-    with pytest.raises(ValidationError, match=r"sources must name where each number comes from; missing: hbm_tbytes_per_s"):
+    with pytest.raises(
+        ValidationError, match=r"sources must name where each number comes from; missing: hbm_tbytes_per_s"
+    ):
         HardwareSpec.model_validate(data)
 
 
@@ -147,21 +161,22 @@ def test_hardware_si_properties():
     assert hw.gpu.hbm_bytes == 80 * 2**30
     assert hw.gpu.hbm_bytes_per_s == pytest.approx(2.039e12, rel=1e-12)
     assert hw.gpu.peak_flops_per_s("bf16") == 312e12
-    assert hw.gpu.peak_flops_per_s("fp32") == 156e12          # TF32 tensor cores
+    assert hw.gpu.peak_flops_per_s("fp32") == 156e12  # TF32 tensor cores
     assert hw.node.nvlink_bytes_per_s == 300e9
-    assert hw.network.nic_bytes_per_s == 25e9                  # 200 Gb/s
+    assert hw.network.nic_bytes_per_s == 25e9  # 200 Gb/s
     assert hw.calibration.reserve_bytes == hw.calibration.reserve_gib * 2**30
     assert hw.gpus_per_node == 8
 
 
 def test_section_specs_directly():
     tier = NetworkTier(name="leaf", max_nodes=20, latency_us=8.0, sources={"max_nodes": "x", "latency_us": "y"})
-    assert tier.bandwidth_frac == 1.0   # a default needs no source
+    assert tier.bandwidth_frac == 1.0  # a default needs no source
     with pytest.raises(ValidationError, match="missing: latency_us"):
         NetworkTier(name="leaf", max_nodes=20, latency_us=8.0, sources={"max_nodes": "x"})
 
 
 # ----------------------------------------------------------------------------- plan specs
+
 
 def test_sequence_parallel_with_tp1_is_silently_off():
     # Megatron arguments.py:1430-1439 turns SP off when t = 1

@@ -12,14 +12,17 @@ from planner.runs.sweep import parse_gpu_sizes, sweep
 from planner.space.candidates import Pins
 
 
-@pytest.mark.parametrize("text, sizes", [
-    ("64:4096", [64, 128, 256, 512, 1024, 2048, 4096]),
-    ("128:4096", [128, 256, 512, 1024, 2048, 4096]),
-    ("100:300", [100, 200]),            # doubling from LO, never past HI
-    ("64,128,256", [64, 128, 256]),
-    ("256, 64,128,64", [64, 128, 256]),  # sorted, once each
-    ("512", [512]),
-])
+@pytest.mark.parametrize(
+    "text, sizes",
+    [
+        ("64:4096", [64, 128, 256, 512, 1024, 2048, 4096]),
+        ("128:4096", [128, 256, 512, 1024, 2048, 4096]),
+        ("100:300", [100, 200]),  # doubling from LO, never past HI
+        ("64,128,256", [64, 128, 256]),
+        ("256, 64,128,64", [64, 128, 256]),  # sorted, once each
+        ("512", [512]),
+    ],
+)
 def test_parse_gpu_sizes(text, sizes):
     assert parse_gpu_sizes(text) == sizes
 
@@ -40,10 +43,10 @@ def test_sweep_throughput_grows_and_efficiency_is_relative(gpt3_sweep):
     rows = gpt3_sweep["rows"]
     assert [r["gpus"] for r in rows] == [128, 256, 512, 1024, 2048, 4096]
     tps = [r["plan"]["estimate"]["tokens_per_s"] for r in rows]
-    assert all(b > a for a, b in zip(tps, tps[1:]))  # throughput grows with GPUs
+    assert all(b > a for a, b in zip(tps, tps[1:], strict=False))  # throughput grows with GPUs
     eff = [r["scaling_efficiency"] for r in rows]
     assert eff[0] == 1.0 and gpt3_sweep["baseline_gpus"] == 128
-    for r, e in zip(rows, eff):  # (tokens/s ÷ N) / (tokens/s₀ ÷ N₀)
+    for r, e in zip(rows, eff, strict=False):  # (tokens/s ÷ N) / (tokens/s₀ ÷ N₀)
         assert e == pytest.approx(r["plan"]["estimate"]["tokens_per_s"] / r["gpus"] / (tps[0] / 128))
     assert all(0.5 < e <= 1.05 for e in eff)
     assert eff[-1] < eff[0]  # the fixed global batch 1536 leaves less per GPU at 4096 GPUs
@@ -54,7 +57,7 @@ def test_sweep_days_to_train(gpt3_sweep):
         est = r["plan"]["estimate"]
         assert est["train_days"] == pytest.approx(300e9 / est["tokens_per_s"] / 86_400)
     days = [r["plan"]["estimate"]["train_days"] for r in gpt3_sweep["rows"]]
-    assert all(b < a for a, b in zip(days, days[1:]))
+    assert all(b < a for a, b in zip(days, days[1:], strict=False))
 
 
 def test_sweep_size_without_plan():
@@ -70,10 +73,13 @@ def test_sweep_size_without_plan():
 
 # ----------------------------------------------------------------------------- smallest cluster
 
-ERA_2021 = dict(precision="fp16", options=dict(attention_kernel="unfused", pp_scatter_gather=True,
-                                               overlap_p2p_comm=False, async_tp_comm=False))
-PINS_2021 = Pins(recompute=Recompute.FULL, sequence_parallel=False, distributed_optimizer=False,
-                 stage_split=StageSplit.EVEN)
+ERA_2021 = dict(
+    precision="fp16",
+    options=dict(attention_kernel="unfused", pp_scatter_gather=True, overlap_p2p_comm=False, async_tp_comm=False),
+)
+PINS_2021 = Pins(
+    recompute=Recompute.FULL, sequence_parallel=False, distributed_optimizer=False, stage_split=StageSplit.EVEN
+)
 
 
 def _smallest(hardware: str, era: str) -> int:
@@ -93,13 +99,17 @@ def test_smallest_cluster_gpt3_175b():
 
     2021: full recompute, no SP, no distributed optimizer, fp16, unfused attention, an even layer
     split (TP 4 PP 32 VPP 3 on 40 GB; TP 4 PP 12 VPP 4 on 80 GB). (*) That plan needs 79.99 GiB of
-    80: a recalibrated reserve can push it to the next size with a plan, 64 GPUs (TP 2 PP 32, 75.6 GiB). Today: flash attention, bf16, any
+    80: a recalibrated reserve can push it to the next size with a plan, 64 GPUs (TP 2 PP 32, 75.6 GiB).
+    Today: flash attention, bf16, any
     recompute, SP and distributed optimizer (TP 4 PP 24 full recompute + SP on 40 GB; TP 8 PP 6 SP
     on 80 GB). On 80 GB the weights, fp32 main grads and Adam states alone need ≥ 38-42 GPUs
     (18 or 20 bytes per parameter), so both eras land on the first legal node count above.
     """
-    found = {(hw, era): _smallest(hw, era) for hw in ("dgx-a100-40gb-superpod", "dgx-a100-superpod")
-             for era in ("2021", "today")}
+    found = {
+        (hw, era): _smallest(hw, era)
+        for hw in ("dgx-a100-40gb-superpod", "dgx-a100-superpod")
+        for era in ("2021", "today")
+    }
     for era in ("2021", "today"):
         assert found[("dgx-a100-40gb-superpod", era)] >= found[("dgx-a100-superpod", era)]
     for hw in ("dgx-a100-40gb-superpod", "dgx-a100-superpod"):

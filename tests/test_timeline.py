@@ -17,11 +17,12 @@ from planner.report.schedule import ScheduleView
 from planner.timeline import (
     BWD,
     FWD,
-    estimate_pipeline_s,
     op_order,
     plan_timeline,
     simulate,
 )
+
+from conftest import pipeline_s
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 N21_OPTIONS = dict(attention_kernel="unfused", pp_scatter_gather=True, overlap_p2p_comm=False, async_tp_comm=False)
@@ -29,11 +30,12 @@ N21_OPTIONS = dict(attention_kernel="unfused", pp_scatter_gather=True, overlap_p
 
 # ----------------------------------------------------------------------------- Megatron's order
 
+
 def test_1f1b_order_first_and_last_rank():
     # schedules.py forward_backward_pipelining_without_interleaving: rank i warms up with
     # min(p − i − 1, m) forwards, then one forward, one backward, then drains the backwards
-    F = lambda j: (FWD, j, 0)  # noqa: E731
-    B = lambda j: (BWD, j, 0)  # noqa: E731
+    F = lambda j: (FWD, j, 0)
+    B = lambda j: (BWD, j, 0)
     assert op_order(4, 6, 1, 0) == [F(0), F(1), F(2), F(3), B(0), F(4), B(1), F(5), B(2), B(3), B(4), B(5)]
     assert op_order(4, 6, 1, 3) == [F(0), B(0), F(1), B(1), F(2), B(2), F(3), B(3), F(4), B(4), F(5), B(5)]
     assert op_order(4, 2, 1, 0) == [F(0), F(1), B(0), B(1)]  # m < p: all warm-up
@@ -43,16 +45,32 @@ def test_interleaved_order_megatron_chunks():
     # p 2, vpp 2, m 4; rank 0 warms up with 2(p − 0 − 1) + (vpp − 1)·p = 4 chunk forwards. The k-th
     # forward runs chunk (k mod p·vpp) // p on micro-batch (k // (p·vpp))·p + k mod p; backwards the
     # chunks in reverse order (schedules.py get_model_chunk_id, microbatch group size p)
-    F = lambda j, c: (FWD, j, c)  # noqa: E731
-    B = lambda j, c: (BWD, j, c)  # noqa: E731
-    assert op_order(2, 4, 2, 0) == [F(0, 0), F(1, 0), F(0, 1), F(1, 1),
-                                    F(2, 0), B(0, 1), F(3, 0), B(1, 1), F(2, 1), B(0, 0), F(3, 1), B(1, 0),
-                                    B(2, 1), B(3, 1), B(2, 0), B(3, 0)]
+    F = lambda j, c: (FWD, j, c)
+    B = lambda j, c: (BWD, j, c)
+    assert op_order(2, 4, 2, 0) == [
+        F(0, 0),
+        F(1, 0),
+        F(0, 1),
+        F(1, 1),
+        F(2, 0),
+        B(0, 1),
+        F(3, 0),
+        B(1, 1),
+        F(2, 1),
+        B(0, 0),
+        F(3, 1),
+        B(1, 0),
+        B(2, 1),
+        B(3, 1),
+        B(2, 0),
+        B(3, 0),
+    ]
     # rank 1 warms up with 2·0 + 1·2 = 2
     assert op_order(2, 4, 2, 1)[:4] == [F(0, 0), F(1, 0), F(0, 1), B(0, 1)]
 
 
 # ----------------------------------------------------------------------------- makespans by hand
+
 
 @pytest.mark.parametrize("p, m", [(4, 8), (4, 2), (8, 16), (1, 5)])
 def test_1f1b_equal_stages_makespan(p, m):
@@ -97,7 +115,7 @@ def test_dependencies_hold():
             assert o.start_s >= prev.end_s + (0 if vs == last else c) - 1e-12
     for i in range(p):  # a stage runs one operation at a time
         ops = tl.stage_ops(i)
-        assert all(a.end_s <= b.start_s + 1e-12 for a, b in zip(ops, ops[1:]))
+        assert all(a.end_s <= b.start_s + 1e-12 for a, b in zip(ops, ops[1:], strict=False))
 
 
 def test_bad_simulation_input():
@@ -109,17 +127,46 @@ def test_bad_simulation_input():
 
 PLANS = {
     "175B Narayanan 2021 (1F1B, full recompute, fp16, unfused)": dict(
-        model="gpt3-175b", gpus=1024, tp=8, pp=16, micro_batch=1, recompute="full", precision="fp16", options=N21_OPTIONS),
-    "175B today (selective + SP)": dict(model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="selective", sequence_parallel=True),
+        model="gpt3-175b",
+        gpus=1024,
+        tp=8,
+        pp=16,
+        micro_batch=1,
+        recompute="full",
+        precision="fp16",
+        options=N21_OPTIONS,
+    ),
+    "175B today (selective + SP)": dict(
+        model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="selective", sequence_parallel=True
+    ),
     "175B on 64 GPUs, m = 64": dict(model="gpt3-175b", gpus=64, tp=8, pp=8, recompute="full", global_batch=64),
     "1.7B, b 4, PP 4": dict(model="gpt-1.7b", gpus=32, tp=1, pp=4, micro_batch=4, global_batch=128),
     "39B, PP 2, b 2, m 8": dict(model="gpt-39b", gpus=64, tp=8, pp=2, micro_batch=2, global_batch=64, recompute="full"),
-    "Llama 3 70B, CP 2, s 16k (H100)": dict(model="llama3-70b", hardware="dgx-h100-superpod", gpus=512, tp=8, pp=4, cp=2,
-                                            seq_len=16384, global_batch=256, sequence_parallel=True, recompute="selective",
-                                            distributed_optimizer=True),
-    "Mixtral 8x7B, EP 8 (H100)": dict(model="mixtral-8x7b", hardware="dgx-h100-superpod", gpus=64, tp=2, pp=4, ep=8,
-                                      sequence_parallel=True, recompute="selective", distributed_optimizer=True,
-                                      global_batch=256),
+    "Llama 3 70B, CP 2, s 16k (H100)": dict(
+        model="llama3-70b",
+        hardware="dgx-h100-superpod",
+        gpus=512,
+        tp=8,
+        pp=4,
+        cp=2,
+        seq_len=16384,
+        global_batch=256,
+        sequence_parallel=True,
+        recompute="selective",
+        distributed_optimizer=True,
+    ),
+    "Mixtral 8x7B, EP 8 (H100)": dict(
+        model="mixtral-8x7b",
+        hardware="dgx-h100-superpod",
+        gpus=64,
+        tp=2,
+        pp=4,
+        ep=8,
+        sequence_parallel=True,
+        recompute="selective",
+        distributed_optimizer=True,
+        global_batch=256,
+    ),
 }
 
 
@@ -129,7 +176,7 @@ def test_1f1b_makespan_matches_estimate(name):
     explained = api.explain_plan(req)
     pj = explained.plan_json
     tl = plan_timeline(explained.evaluation, req.plan, req.ctx.options)
-    est = estimate_pipeline_s(pj["estimate"]["time"])
+    est = pipeline_s(pj["estimate"]["time"])
     assert tl.pipeline_s == pytest.approx(est, rel=0.02)
     # the tail after the flush is the estimate's remaining terms, so the iterations agree as well
     assert tl.iteration_s == pytest.approx(pj["estimate"]["iteration_s"], rel=0.02)
@@ -137,16 +184,25 @@ def test_1f1b_makespan_matches_estimate(name):
 
 @pytest.mark.parametrize("vpp, overlap", [(2, True), (3, False)])
 def test_interleaved_makespan_matches_estimate(vpp, overlap):
-    req = api.make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, vpp=vpp, recompute="selective",
-                           sequence_parallel=True, options=dict(overlap_p2p_comm=overlap))
+    req = api.make_request(
+        model="gpt3-175b",
+        gpus=1024,
+        tp=8,
+        pp=16,
+        vpp=vpp,
+        recompute="selective",
+        sequence_parallel=True,
+        options=dict(overlap_p2p_comm=overlap),
+    )
     explained = api.explain_plan(req)
     pj = explained.plan_json
     tl = plan_timeline(explained.evaluation, req.plan, req.ctx.options)
-    assert tl.pipeline_s == pytest.approx(estimate_pipeline_s(pj["estimate"]["time"]), rel=0.03)
+    assert tl.pipeline_s == pytest.approx(pipeline_s(pj["estimate"]["time"]), rel=0.03)
     assert all(t.blocking is (not overlap) for t in tl.transfers)
 
 
 # ----------------------------------------------------------------------------- terminal drawing
+
 
 def _render(renderable, width: int) -> str:
     console = Console(width=width, record=True, color_system=None, file=open(os.devnull, "w"))
@@ -156,8 +212,14 @@ def _render(renderable, width: int) -> str:
 
 def _toy(**kw):
     # 4 stages, the last one slower (logits), t_f = 1 s, t_b = 2 s, p2p 0.1 s, DP sync 1 s, optimizer 0.3 s
-    return simulate([1.0, 1.0, 1.0, 1.05], [2.0, 2.0, 2.0, 2.1], 0.1, kw.pop("m", 6),
-                    tail_s={"dp_comm": 1.0, "optimizer": 0.3}, **kw)
+    return simulate(
+        [1.0, 1.0, 1.0, 1.05],
+        [2.0, 2.0, 2.0, 2.1],
+        0.1,
+        kw.pop("m", 6),
+        tail_s={"dp_comm": 1.0, "optimizer": 0.3},
+        **kw,
+    )
 
 
 def test_terminal_snapshot():
@@ -204,6 +266,7 @@ def test_interleaved_labels_carry_chunk_letters():
 
 # ----------------------------------------------------------------------------- pictures
 
+
 def test_svg_has_stages_blocks_and_labels(tmp_path):
     plots = pytest.importorskip("planner.report.figures")
     pytest.importorskip("matplotlib")
@@ -238,6 +301,7 @@ def test_png_size_from_header(tmp_path):
 
 def test_picture_path_checks(tmp_path):
     from planner.report import figures as plots
+
     with pytest.raises(PlannerError, match="unknown picture format '.pdf'; allowed: .svg, .png"):
         plots.check_picture_path(str(tmp_path / "x.pdf"), "--schedule-file")
     with pytest.raises(PlannerError, match="does not exist"):
@@ -246,6 +310,7 @@ def test_picture_path_checks(tmp_path):
 
 def test_missing_matplotlib_says_how_to_install(monkeypatch, tmp_path):
     from planner.report import figures as plots
+
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     with pytest.raises(PlannerError, match=r'needs matplotlib.*pip install "megaplan\[plot\]"'):
         plots.check_picture_path(str(tmp_path / "x.svg"), "--schedule-file")

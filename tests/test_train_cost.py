@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner import api
-from planner.costs.train_cost import narayanan_eq4_s, train_cost_terms, train_time_s
+from planner.costs.train_cost import train_cost_terms, train_time_s
 from planner.plan import DEFAULT_TRAIN_TOKENS
 
 DAY = 86_400
@@ -28,10 +28,17 @@ def test_no_price_no_power_gives_none():
     assert t["cost"] is None and t["gpu_hour_price"] is None and t["energy_mwh"] is None
 
 
+def narayanan_eq4_s(tokens: float, params: float, gpus: int, flops_per_gpu: float) -> float:
+    """Narayanan et al. 2021 Eq. 4: end-to-end training time ≈ 8·T·P/(n·X) seconds."""
+    return 8 * tokens * params / (gpus * flops_per_gpu)
+
+
 def test_eq4_closed_form():
     # Narayanan 2021 Eq. 4 with the paper's own numbers: 8·T·P/(n·X)
-    assert narayanan_eq4_s(300e9, 175e9, 1024, 140e12) / DAY == pytest.approx(33.9, abs=0.05)   # "34 days"
-    assert narayanan_eq4_s(450e9, 1e12, 3072, 163e12) / DAY == pytest.approx(83.2, abs=0.05)    # "84 days" (P = 1008B: 83.9)
+    assert narayanan_eq4_s(300e9, 175e9, 1024, 140e12) / DAY == pytest.approx(33.9, abs=0.05)  # "34 days"
+    assert narayanan_eq4_s(450e9, 1e12, 3072, 163e12) / DAY == pytest.approx(
+        83.2, abs=0.05
+    )  # "84 days" (P = 1008B: 83.9)
     assert train_time_s(300e9, 1e6) == 300_000
 
 
@@ -39,11 +46,28 @@ def _n21_plan(model: str, gpus: int, pp: int, global_batch: int, **run) -> dict:
     """The 2021 runs as planner/validate.py `_n21` configures them: TP 8, micro-batch 1, no
     interleaving, full recompute, fp16, unfused attention, pipeline scatter/gather, no p2p overlap,
     no async TP all-reduce, gradient all-reduce not overlapped (DDP impl local), seq 2048."""
-    req = api.make_request(model=model, gpus=gpus, tp=8, pp=pp, vpp=1, micro_batch=1, global_batch=global_batch,
-                           seq_len=2048, precision="fp16", recompute="full", sequence_parallel=False,
-                           distributed_optimizer=False, **run,
-                           options=dict(attention_kernel="unfused", pp_scatter_gather=True, overlap_p2p_comm=False,
-                                        overlap_grad_reduce=False, async_tp_comm=False))
+    req = api.make_request(
+        model=model,
+        gpus=gpus,
+        tp=8,
+        pp=pp,
+        vpp=1,
+        micro_batch=1,
+        global_batch=global_batch,
+        seq_len=2048,
+        precision="fp16",
+        recompute="full",
+        sequence_parallel=False,
+        distributed_optimizer=False,
+        **run,
+        options=dict(
+            attention_kernel="unfused",
+            pp_scatter_gather=True,
+            overlap_p2p_comm=False,
+            overlap_grad_reduce=False,
+            async_tp_comm=False,
+        ),
+    )
     return api.explain(req)
 
 
@@ -69,8 +93,9 @@ def test_narayanan_2021_1t_84_days():
 
 
 def test_plan_json_carries_time_and_cost():
-    pj = api.explain(api.make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="selective",
-                                      sequence_parallel=True))
+    pj = api.explain(
+        api.make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="selective", sequence_parallel=True)
+    )
     est = pj["estimate"]
     for key in ("train_days", "gpu_hours", "cost", "energy_mwh", "train_tokens"):
         assert key in est

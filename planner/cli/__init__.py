@@ -1,4 +1,4 @@
-"""megaplan's command line: parse, call the library, render (DESIGN.md, principle 5)."""
+"""megaplan's command line: parse, call the library, render (docs/architecture.md: the CLI is thin)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ class PlannerGroup(click.Group):
             sys.exit(1)
         except click.ClickException as err:
             click.echo(f"megaplan: error: {' '.join(err.format_message().split())}", err=True)
-            sys.exit(BAD_INPUT if err.exit_code == 2 or isinstance(err, click.UsageError) else err.exit_code or BAD_INPUT)
+            sys.exit(
+                BAD_INPUT if err.exit_code == 2 or isinstance(err, click.UsageError) else err.exit_code or BAD_INPUT
+            )
         except PlannerError as err:
             click.echo(f"megaplan: error: {' '.join(str(err).split())}", err=True)
             sys.exit(BAD_INPUT)

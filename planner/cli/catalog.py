@@ -7,7 +7,7 @@ import click
 from planner.cli import cli, console, echo_json
 from planner.errors import PlannerError
 from planner.presets import KINDS, load_spec, preset_names, preset_text
-from planner.report import plan as report
+from planner.report import fidelity as report_fidelity
 
 
 @cli.group(invoke_without_command=True)
@@ -36,9 +36,11 @@ def _summary(kind: str, name: str) -> str:
     spec = load_spec(KINDS[kind], name)
     if kind == "models":
         from planner.models.params import total_params
+
         tr = spec.training
         batch = f", B {tr.global_batch} × s {tr.seq_len}" if tr else ""
-        return f"{total_params(spec) / 1e9:,.1f}B params, L {spec.num_layers}, h {spec.hidden_size}, a {spec.num_attention_heads}{batch}"
+        shape = f"L {spec.num_layers}, h {spec.hidden_size}, a {spec.num_attention_heads}"
+        return f"{total_params(spec) / 1e9:,.1f}B params, {shape}{batch}"
     return spec.description or spec.gpu.name
 
 
@@ -76,30 +78,42 @@ def presets_show(ctx: click.Context, name: str, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print {runs: [...], summary: {...}}.")
-@click.option("--regret/--no-regret", default=False, show_default=True,
-              help="Also search each run's best plan and report how much faster it is predicted to be.")
+@click.option(
+    "--regret/--no-regret",
+    default=False,
+    show_default=True,
+    help="Also search each run's best plan and report how much faster it is predicted to be.",
+)
 def validate(as_json: bool, regret: bool) -> None:
     """Predicted versus published for every Megatron-LM reference run, with errors."""
     from planner.fidelity import validate as val
+
     result = val.validate()
     if regret:
         val.add_regret(result)
     if as_json:
         echo_json(result)
     else:
-        console().print(report.validation_view(result))
+        console().print(report_fidelity.validation_view(result))
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
-@click.option("--write", "write_dir", type=click.Path(file_okay=False, exists=True),
-              help="presets/hardware folder whose YAML files get the fitted values (a checkout's).")
-@click.option("--loso/--no-loso", default=True, show_default=True, help="Also report leave-one-source-out errors (A100).")
+@click.option(
+    "--write",
+    "write_dir",
+    type=click.Path(file_okay=False, exists=True),
+    help="presets/hardware folder whose YAML files get the fitted values (a checkout's).",
+)
+@click.option(
+    "--loso/--no-loso", default=True, show_default=True, help="Also report leave-one-source-out errors (A100)."
+)
 def calibrate(as_json: bool, write_dir: str | None, loso: bool) -> None:
     """Fit the hardware presets' efficiency factors to the published runs (takes a minute or two)."""
     from planner.fidelity import calibrate as cal
+
     out = cal.run_calibration(loso=loso, write_dir=write_dir)
     if as_json:
         echo_json(out)
     else:
-        console().print(report.calibration_view(out))
+        console().print(report_fidelity.calibration_view(out))

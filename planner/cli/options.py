@@ -50,10 +50,10 @@ class Option:
     help: str
     default: object = None
     type: object = None
-    searched: bool = False          # search: no default; given, it pins the knob
-    flag: bool = False              # a boolean --x/--no-x (or --x alone when ``solo``)
+    searched: bool = False  # search: no default; given, it pins the knob
+    flag: bool = False  # a boolean --x/--no-x (or --x alone when ``solo``)
     solo: bool = False
-    plan_only: bool = False         # explain/export/compare only (where the plan comes from)
+    plan_only: bool = False  # explain/export/compare only (where the plan comes from)
     extra: dict = field(default_factory=dict)
 
     def decorator(self, *, search: bool):
@@ -80,22 +80,40 @@ class Option:
 PLAN_OPTIONS: tuple[Option, ...] = (
     Option(("--model",), "Model preset name or YAML path (megaplan presets models)."),
     Option(("--hardware",), "Hardware preset name or YAML path [default: dgx-a100-superpod, or the plan's]."),
-    Option(("--plan", "plan_file"), "A plan saved by explain/search --json (FILE or FILE#RANK).",
-           type=click.Path(dir_okay=False), plan_only=True),
+    Option(
+        ("--plan", "plan_file"),
+        "A plan saved by explain/search --json (FILE or FILE#RANK).",
+        type=click.Path(dir_okay=False),
+        plan_only=True,
+    ),
     Option(("--rank",), "Which plan of a search --json file (default 1).", type=POSITIVE, plan_only=True),
     Option(("--megatron-args",), "An existing Megatron-LM command line (quote it).", plan_only=True),
-    Option(("--megatron-args-file",), "A Megatron-LM launch script to read (never run).",
-           type=click.Path(dir_okay=False), plan_only=True),
-    Option(("--env", "env_pairs"), "Set a variable of the launch script (e.g. --env MODEL_SIZE=76B); repeatable.",
-           plan_only=True, extra={"multiple": True, "metavar": "VAR=VALUE"}),
+    Option(
+        ("--megatron-args-file",),
+        "A Megatron-LM launch script to read (never run).",
+        type=click.Path(dir_okay=False),
+        plan_only=True,
+    ),
+    Option(
+        ("--env", "env_pairs"),
+        "Set a variable of the launch script (e.g. --env MODEL_SIZE=76B); repeatable.",
+        plan_only=True,
+        extra={"multiple": True, "metavar": "VAR=VALUE"},
+    ),
     Option(("--gpus",), "N = tp·cp·pp·dp (default: tp·pp·dp).", type=POSITIVE, plan_only=True),
     Option(("--global-batch",), "Global batch B (default: the model preset's).", type=POSITIVE),
     Option(("--seq-len",), "Sequence length s (default: the model preset's).", type=POSITIVE),
     Option(("--precision",), "Training precision.", "bf16", click.Choice(["bf16", "fp16", "fp32"])),
-    Option(("--tokens",), "Tokens to train on, for days, GPU-hours, cost and energy (e.g. 300e9, 1.4T) [default: 300e9].",
-           type=TokenCount()),
-    Option(("--gpu-hour-price",), "Price of one GPU-hour (any currency) for estimate.cost.",
-           type=click.FloatRange(min=0, min_open=True)),
+    Option(
+        ("--tokens",),
+        "Tokens to train on, for days, GPU-hours, cost and energy (e.g. 300e9, 1.4T) [default: 300e9].",
+        type=TokenCount(),
+    ),
+    Option(
+        ("--gpu-hour-price",),
+        "Price of one GPU-hour (any currency) for estimate.cost.",
+        type=click.FloatRange(min=0, min_open=True),
+    ),
     # the parallel plan: searched by search and sweep
     Option(("--tp",), "Tensor-parallel size t.", 1, POSITIVE, searched=True),
     Option(("--pp",), "Pipeline-parallel size p.", 1, POSITIVE, searched=True),
@@ -104,37 +122,83 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     Option(("--cp",), "Context-parallel size c (search: while s/c ≥ 4096).", 1, POSITIVE, searched=True),
     Option(("--ep",), "Expert-parallel size (MoE).", 1, POSITIVE, searched=True),
     Option(("--etp",), "Expert tensor-parallel size (MoE; default: --tp).", None, POSITIVE, searched=True),
-    Option(("--fsdp",), "Megatron FSDP: shard weights, gradients and optimizer states.", False, flag=True, solo=True,
-           searched=True),
+    Option(
+        ("--fsdp",),
+        "Megatron FSDP: shard weights, gradients and optimizer states.",
+        False,
+        flag=True,
+        solo=True,
+        searched=True,
+    ),
     Option(("--micro-batch",), "Micro-batch size b.", 1, POSITIVE, searched=True),
     Option(("--sequence-parallel",), "Sequence parallelism (with tp > 1).", False, flag=True, searched=True),
-    Option(("--recompute",), "Activation recomputation.", "none", click.Choice([r.value for r in Recompute]), searched=True),
-    Option(("--distributed-optimizer",), "Shard optimizer states over data parallelism.", False, flag=True, searched=True),
-    Option(("--account-for-embedding-in-pipeline-split",), "Count the embedding as a layer (Megatron).", False,
-           flag=True, solo=True),
-    Option(("--account-for-loss-in-pipeline-split",), "Count the loss as a layer (Megatron).", False, flag=True, solo=True),
+    Option(
+        ("--recompute",), "Activation recomputation.", "none", click.Choice([r.value for r in Recompute]), searched=True
+    ),
+    Option(
+        ("--distributed-optimizer",), "Shard optimizer states over data parallelism.", False, flag=True, searched=True
+    ),
+    Option(
+        ("--account-for-embedding-in-pipeline-split",),
+        "Count the embedding as a layer (Megatron).",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
+        ("--account-for-loss-in-pipeline-split",), "Count the loss as a layer (Megatron).", False, flag=True, solo=True
+    ),
     Option(("--decoder-first-pipeline-num-layers",), "Layers on the first stage.", None, POSITIVE),
     Option(("--decoder-last-pipeline-num-layers",), "Layers on the last stage.", None, POSITIVE),
     # Megatron-LM behaviour: PlanOptions
-    Option(("--attention-kernel",), "Attention core: flash (Transformer Engine) or unfused (2021-22 papers).", "flash",
-           click.Choice(["flash", "unfused"])),
+    Option(
+        ("--attention-kernel",),
+        "Attention core: flash (Transformer Engine) or unfused (2021-22 papers).",
+        "flash",
+        click.Choice(["flash", "unfused"]),
+    ),
     Option(("--overlap-grad-reduce",), "Overlap the gradient reduction with the backward.", False, flag=True),
     Option(("--overlap-param-gather",), "Overlap the distributed optimizer's parameter all-gather.", False, flag=True),
     Option(("--grad-reduce-in-bf16",), "Reduce gradients in bf16 instead of fp32.", False, flag=True, solo=True),
-    Option(("--pp-scatter-gather",), "Model the 2021 pipeline scatter/gather optimisation.", False, flag=True, solo=True),
+    Option(
+        ("--pp-scatter-gather",), "Model the 2021 pipeline scatter/gather optimisation.", False, flag=True, solo=True
+    ),
     Option(("--overlap-p2p-comm",), "Interleaved schedule overlaps p2p (Megatron default).", True, flag=True),
-    Option(("--async-tp-comm",), "Backward TP collectives overlap the weight-gradient GEMMs (off in the 2021 code).", True,
-           flag=True),
-    Option(("--tp-comm-overlap",), "--tp-comm-overlap: TP collectives overlapped with GEMMs (needs SP).", False, flag=True,
-           solo=True),
-    Option(("--fp8",), "--fp8-format: linear GEMMs in FP8 (MFU still against the BF16 peak).", None,
-           click.Choice(["e4m3", "hybrid"])),
-    Option(("--fp8-param-gather",), "Keep and all-gather FP8 weights (no 16-bit weight copy).", False, flag=True, solo=True),
+    Option(
+        ("--async-tp-comm",),
+        "Backward TP collectives overlap the weight-gradient GEMMs (off in the 2021 code).",
+        True,
+        flag=True,
+    ),
+    Option(
+        ("--tp-comm-overlap",),
+        "--tp-comm-overlap: TP collectives overlapped with GEMMs (needs SP).",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
+        ("--fp8",),
+        "--fp8-format: linear GEMMs in FP8 (MFU still against the BF16 peak).",
+        None,
+        click.Choice(["e4m3", "hybrid"]),
+    ),
+    Option(
+        ("--fp8-param-gather",), "Keep and all-gather FP8 weights (no 16-bit weight copy).", False, flag=True, solo=True
+    ),
     Option(("--moe-token-dispatcher",), "MoE token dispatcher.", "allgather", click.Choice(["allgather", "alltoall"])),
-    Option(("--moe-capacity-factor",), "Expert capacity factor (default: dropless).", None,
-           click.FloatRange(min=0, min_open=True)),
-    Option(("--moe-load-imbalance",), "Busiest expert's load over the mean, for dropless routing.", 1.1,
-           click.FloatRange(min=1.0)),
+    Option(
+        ("--moe-capacity-factor",),
+        "Expert capacity factor (default: dropless).",
+        None,
+        click.FloatRange(min=0, min_open=True),
+    ),
+    Option(
+        ("--moe-load-imbalance",),
+        "Busiest expert's load over the mean, for dropless routing.",
+        1.1,
+        click.FloatRange(min=1.0),
+    ),
     Option(("--memory-headroom",), "Fraction of HBM kept free.", 0.0, click.FloatRange(0, 0.9)),
 )
 BEHAVIOUR = tuple(name for name in PlanOptions.model_fields if name not in ("distribute_saved_activations",))
@@ -162,12 +226,19 @@ def behaviour(kw: dict) -> dict:
 
 
 def _stage_split(kw: dict) -> StageSplit:
-    return StageSplit.from_flags(kw["account_for_embedding_in_pipeline_split"], kw["account_for_loss_in_pipeline_split"])
+    return StageSplit.from_flags(
+        kw["account_for_embedding_in_pipeline_split"], kw["account_for_loss_in_pipeline_split"]
+    )
 
 
 def _training(kw: dict) -> dict:
-    return {"global_batch": kw["global_batch"], "seq_len": kw["seq_len"], "precision": kw["precision"],
-            "train_tokens": kw["tokens"], "gpu_hour_price": kw["gpu_hour_price"]}
+    return {
+        "global_batch": kw["global_batch"],
+        "seq_len": kw["seq_len"],
+        "precision": kw["precision"],
+        "train_tokens": kw["tokens"],
+        "gpu_hour_price": kw["gpu_hour_price"],
+    }
 
 
 def request_from_options(kw: dict) -> api.PlanRequest:
@@ -177,6 +248,7 @@ def request_from_options(kw: dict) -> api.PlanRequest:
         return with_run(req, kw)
     if kw.get("megatron_args") is not None or kw.get("megatron_args_file"):
         from planner.megatron.importer import import_megatron
+
         text = kw["megatron_args"] if kw.get("megatron_args") is not None else read_text(kw["megatron_args_file"])
         env = dict(_env_pair(p) for p in kw.get("env_pairs") or ())
         imported = import_megatron(text, gpus=kw["gpus"], model=kw["model"], hardware=kw["hardware"], env=env)
@@ -184,15 +256,31 @@ def request_from_options(kw: dict) -> api.PlanRequest:
             click.echo(f"megaplan: warning: {warning}", err=True)
         return with_run(imported.request, kw)
     if not kw.get("model"):
-        raise click.UsageError("Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path).")
+        raise click.UsageError(
+            "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
+        )
     return api.make_request(
-        model=kw["model"], hardware=kw["hardware"] or "dgx-a100-superpod", gpus=kw["gpus"], **_training(kw),
-        tp=kw["tp"], pp=kw["pp"], dp=kw["dp"], vpp=kw["vpp"], micro_batch=kw["micro_batch"],
-        cp=kw["cp"], ep=kw["ep"], etp=kw["etp"], fsdp=kw["fsdp"],
-        sequence_parallel=kw["sequence_parallel"], recompute=kw["recompute"],
-        distributed_optimizer=kw["distributed_optimizer"] or kw["fsdp"], stage_split=_stage_split(kw),
-        first_stage_layers=kw["decoder_first_pipeline_num_layers"], last_stage_layers=kw["decoder_last_pipeline_num_layers"],
-        options=behaviour(kw))
+        model=kw["model"],
+        hardware=kw["hardware"] or "dgx-a100-superpod",
+        gpus=kw["gpus"],
+        **_training(kw),
+        tp=kw["tp"],
+        pp=kw["pp"],
+        dp=kw["dp"],
+        vpp=kw["vpp"],
+        micro_batch=kw["micro_batch"],
+        cp=kw["cp"],
+        ep=kw["ep"],
+        etp=kw["etp"],
+        fsdp=kw["fsdp"],
+        sequence_parallel=kw["sequence_parallel"],
+        recompute=kw["recompute"],
+        distributed_optimizer=kw["distributed_optimizer"] or kw["fsdp"],
+        stage_split=_stage_split(kw),
+        first_stage_layers=kw["decoder_first_pipeline_num_layers"],
+        last_stage_layers=kw["decoder_last_pipeline_num_layers"],
+        options=behaviour(kw),
+    )
 
 
 def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
@@ -201,23 +289,43 @@ def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
     if not run:
         return req
     training = req.ctx.training.model_copy(update=run)
-    return api.PlanRequest(ctx=api.Context(req.ctx.model, req.ctx.hardware, training, req.ctx.options),
-                           plan=req.plan, gpus=req.gpus)
+    return api.PlanRequest(
+        ctx=api.Context(req.ctx.model, req.ctx.hardware, training, req.ctx.options), plan=req.plan, gpus=req.gpus
+    )
 
 
 def search_inputs(kw: dict):
     """The context and pins that search's options describe (search, sweep, --min-gpus)."""
     from planner.space.candidates import Pins
-    req = api.make_request(model=kw["model"], hardware=kw["hardware"] or "dgx-a100-superpod", **_training(kw),
-                           options=behaviour(kw))
+
+    req = api.make_request(
+        model=kw["model"], hardware=kw["hardware"] or "dgx-a100-superpod", **_training(kw), options=behaviour(kw)
+    )
     split = _stage_split(kw)
-    pins = Pins(tp=kw["tp"], pp=kw["pp"], dp=kw["dp"], vpp=kw["vpp"], micro_batch=kw["micro_batch"],
-                cp=kw["cp"], ep=kw["ep"], etp=kw["etp"], fsdp=kw["fsdp"],
-                recompute=kw["recompute"] and Recompute(kw["recompute"]), sequence_parallel=kw["sequence_parallel"],
-                distributed_optimizer=kw["distributed_optimizer"], max_tp=kw.get("max_tp"),
-                stage_split=None if split is StageSplit.EVEN else split,
-                first_stage_layers=kw["decoder_first_pipeline_num_layers"],
-                last_stage_layers=kw["decoder_last_pipeline_num_layers"])
+    explicit = kw["decoder_first_pipeline_num_layers"] or kw["decoder_last_pipeline_num_layers"]
+    if explicit and split is not StageSplit.EVEN:
+        raise PlannerError(
+            "give either --decoder-first/last-pipeline-num-layers or "
+            "--account-for-embedding/loss-in-pipeline-split, not both (Megatron-LM takes one)"
+        )
+    pins = Pins(
+        tp=kw["tp"],
+        pp=kw["pp"],
+        dp=kw["dp"],
+        vpp=kw["vpp"],
+        micro_batch=kw["micro_batch"],
+        cp=kw["cp"],
+        ep=kw["ep"],
+        etp=kw["etp"],
+        fsdp=kw["fsdp"],
+        recompute=kw["recompute"] and Recompute(kw["recompute"]),
+        sequence_parallel=kw["sequence_parallel"],
+        distributed_optimizer=kw["distributed_optimizer"],
+        max_tp=kw.get("max_tp"),
+        stage_split=None if split is StageSplit.EVEN else split,
+        first_stage_layers=kw["decoder_first_pipeline_num_layers"],
+        last_stage_layers=kw["decoder_last_pipeline_num_layers"],
+    )
     return req, pins
 
 
@@ -236,4 +344,3 @@ def _env_pair(pair: str) -> tuple[str, str]:
     if not sep or not name:
         raise PlannerError(f"--env {pair!r}: expected VAR=VALUE")
     return name, value
-

@@ -16,8 +16,14 @@ from planner.timeline import plan_timeline
 @cli.command()
 @plan_options
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON.")
-@click.option("--schedule", is_flag=True, help="Draw the pipeline schedule in the terminal (with --json: add it as 'schedule').")
-@click.option("--schedule-file", type=click.Path(dir_okay=False), help="Write the pipeline schedule picture (.svg or .png; needs matplotlib).")
+@click.option(
+    "--schedule", is_flag=True, help="Draw the pipeline schedule in the terminal (with --json: add it as 'schedule')."
+)
+@click.option(
+    "--schedule-file",
+    type=click.Path(dir_okay=False),
+    help="Write the pipeline schedule picture (.svg or .png; needs matplotlib).",
+)
 def explain(as_json: bool, schedule: bool, schedule_file: str | None, **kw) -> None:
     """Break one configuration down: every byte and every millisecond, with formula and source.
 
@@ -27,6 +33,7 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, **kw) -> N
             --recompute full --attention-kernel unfused --precision fp16
     """
     from planner.report import figures as plots
+
     if schedule_file:
         plots.check_picture_path(schedule_file, "--schedule-file")
     req = request_from_options(kw)
@@ -39,10 +46,14 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, **kw) -> N
         console().print(report.explain_view(pj))
         if schedule:
             from planner.report.schedule import ScheduleView
+
             console().print(ScheduleView(timeline, f"Pipeline schedule: {report.plan_line(pj)}"))
     if schedule_file:
-        plots.save(plots.schedule_figure(timeline, f"{pj['model']} on {pj['gpus']} GPUs: {report.plan_line(pj)}"),
-                   schedule_file, "--schedule-file")
+        plots.save(
+            plots.schedule_figure(timeline, f"{pj['model']} on {pj['gpus']} GPUs: {report.plan_line(pj)}"),
+            schedule_file,
+            "--schedule-file",
+        )
         click.echo(f"wrote {schedule_file}", err=True)
 
 
@@ -57,6 +68,7 @@ def _side_overrides(text: str | None, side: str) -> dict:
     import shlex
 
     from click.core import ParameterSource
+
     if not text:
         return {}
     try:
@@ -74,6 +86,7 @@ def _side_overrides(text: str | None, side: str) -> dict:
 
 def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.PlanRequest:
     from planner.runs.compare import override_request
+
     try:
         return override_request(base, dict(overrides)) if overrides else base
     except PlannerError as err:
@@ -83,12 +96,23 @@ def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.Plan
 @cli.command()
 @click.argument("plan_files", nargs=-1, metavar="[PLAN_A [PLAN_B]]")
 @plan_options
-@click.option("--a", "a_args", metavar="'OPTIONS'", help="Plan A's options on top of the shared ones, quoted: --a '--tp 8 --pp 16'.")
-@click.option("--b", "b_args", metavar="'OPTIONS'", help="Plan B's options on top of the shared ones, quoted: --b '--recompute full'.")
+@click.option(
+    "--a",
+    "a_args",
+    metavar="'OPTIONS'",
+    help="Plan A's options on top of the shared ones, quoted: --a '--tp 8 --pp 16'.",
+)
+@click.option(
+    "--b",
+    "b_args",
+    metavar="'OPTIONS'",
+    help="Plan B's options on top of the shared ones, quoted: --b '--recompute full'.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print {a, b, rows, summary}.")
 @click.pass_context
-def compare(click_ctx: click.Context, plan_files: tuple[str, ...], a_args: str | None, b_args: str | None,
-            as_json: bool, **kw) -> None:
+def compare(
+    click_ctx: click.Context, plan_files: tuple[str, ...], a_args: str | None, b_args: str | None, as_json: bool, **kw
+) -> None:
     """Two plans side by side: memory terms, time terms and throughput, differences highlighted.
 
     Plans come from two plan files (a search --json file takes FILE#RANK), or from one file or the
@@ -98,19 +122,27 @@ def compare(click_ctx: click.Context, plan_files: tuple[str, ...], a_args: str |
     Examples:
         megaplan compare a.json b.json
         megaplan compare plans.json#1 plans.json#2
-        megaplan compare --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --a '--recompute full' --b '--recompute selective --sequence-parallel'
+        megaplan compare --model gpt3-175b --gpus 1024 --tp 8 --pp 16 \\
+            --a '--recompute full' --b '--recompute selective --sequence-parallel'
     """
     from click.core import ParameterSource
 
     from planner.report import runs as report_run
     from planner.runs import compare as cmp
+
     a_over, b_over = _side_overrides(a_args, "a"), _side_overrides(b_args, "b")
-    shared = [k for k in kw if k not in ("tokens", "gpu_hour_price", "memory_headroom")
-              and click_ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE]
+    shared = [
+        k
+        for k in kw
+        if k not in ("tokens", "gpu_hour_price", "memory_headroom")
+        and click_ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE
+    ]
     if len(plan_files) > 2 or (plan_files and shared):
         raise click.UsageError("give two plan files, or one plan (a file or plan options) with --a/--b, not both")
     if len(plan_files) < 2 and not (a_over or b_over):
-        raise click.UsageError("nothing to compare: give two plan files, or --a and/or --b options that change the plan")
+        raise click.UsageError(
+            "nothing to compare: give two plan files, or --a and/or --b options that change the plan"
+        )
     bases = [with_run(request_from_plan(read_plan_file(f)), kw) for f in plan_files] or [request_from_options(kw)]
     reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
     pjs = [api.explain(r, kw["memory_headroom"]) for r in reqs]
@@ -136,16 +168,21 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
         megaplan export --plan plans.json --rank 1 --format slurm -o train.sbatch
     """
     from planner.megatron import export as exp
+
     req = request_from_options(kw)
     if fmt == "json":
         import json
+
         text = json.dumps(api.explain(req), indent=2) + "\n"
     else:
         api.explain(req)  # refuses plans Megatron-LM would reject, before writing anything
         text = exp.flags_text(req) if fmt == "flags" else exp.slurm_script(req)
         if fmt == "flags" and exp.needs_cuda_device_max_connections(req):
-            click.echo("megaplan: note: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment "
-                       "(Megatron-LM requires it with TP or CP > 1 before Blackwell)", err=True)
+            click.echo(
+                "megaplan: note: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment "
+                "(Megatron-LM requires it with TP or CP > 1 before Blackwell)",
+                err=True,
+            )
         elif fmt == "flags" and req.plan.fsdp:
             click.echo("megaplan: note: leave CUDA_DEVICE_MAX_CONNECTIONS unset (Megatron FSDP refuses 1)", err=True)
     if output is None:
@@ -158,6 +195,7 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
 def _write_new(path: str, text: str, force: bool) -> None:
     """Write a file, refusing to replace one that exists unless asked to."""
     import os
+
     if os.path.exists(path) and not force:
         raise PlannerError(f"{path!r} exists; pass --force to overwrite it")
     try:

@@ -12,7 +12,9 @@ from planner.report import plan as report
 
 @cli.command()
 @click.option("--gpus", type=click.IntRange(min=1), help="N, the GPUs to split the model over.")
-@click.option("--min-gpus", is_flag=True, help="Instead of --gpus: find the smallest cluster (whole nodes) with a plan that fits.")
+@click.option(
+    "--min-gpus", is_flag=True, help="Instead of --gpus: find the smallest cluster (whole nodes) with a plan that fits."
+)
 @search_options
 @click.option("--max-tp", type=click.IntRange(min=1), help="Largest TP (default: GPUs per node; larger crosses nodes).")
 @click.option("--sort", type=click.Choice(["time", "memory"]), default="time", show_default=True)
@@ -28,13 +30,19 @@ def search(**kw) -> None:
         megaplan search --model gpt3-175b --hardware dgx-a100-40gb-superpod --min-gpus
     """
     from planner.search import search as run_search
+
     if kw["min_gpus"] == (kw["gpus"] is not None):
-        raise click.UsageError("give either --gpus N or --min-gpus (find the smallest cluster), not both" if kw["min_gpus"]
-                               else "Missing option '--gpus' (or --min-gpus to find the smallest cluster that fits).")
+        raise click.UsageError(
+            "give either --gpus N or --min-gpus (find the smallest cluster), not both"
+            if kw["min_gpus"]
+            else "Missing option '--gpus' (or --min-gpus to find the smallest cluster that fits)."
+        )
     req, pins = _inputs(kw)
     if kw["min_gpus"]:
         return _min_gpus(req, pins, kw)
-    result = run_search(req.ctx, kw["gpus"], pins, top=kw["top"], sort=kw["sort"], memory_headroom=kw["memory_headroom"])
+    result = run_search(
+        req.ctx, kw["gpus"], pins, top=kw["top"], sort=kw["sort"], memory_headroom=kw["memory_headroom"]
+    )
     if kw["as_json"]:
         echo_json(result.to_json())
     else:
@@ -43,26 +51,38 @@ def search(**kw) -> None:
 
 def _inputs(kw: dict):
     if not kw.get("model"):
-        raise click.UsageError("Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path).")
+        raise click.UsageError(
+            "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
+        )
     return search_inputs(kw)
 
 
 def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
     from planner.report import runs as report_run
     from planner.runs.min_gpus import min_gpus
+
     fit = min_gpus(req.ctx, pins, memory_headroom=kw["memory_headroom"]).to_json()
     if kw["as_json"]:
         return echo_json(fit)
     ctx = req.ctx
-    console().print(report_run.fit_view(fit, f"Smallest cluster for {ctx.model.name} on {ctx.hardware.name}: global batch "
-                                             f"{ctx.training.global_batch} × seq {ctx.training.seq_len}, {ctx.precision}, "
-                                             f"{ctx.options.attention_kernel.value} attention"))
+    console().print(
+        report_run.fit_view(
+            fit,
+            f"Smallest cluster for {ctx.model.name} on {ctx.hardware.name}: global batch "
+            f"{ctx.training.global_batch} × seq {ctx.training.seq_len}, {ctx.precision}, "
+            f"{ctx.options.attention_kernel.value} attention",
+        )
+    )
 
 
 @cli.command()
 @click.option("--gpus", "gpu_sizes", required=True, help="Sizes: a list 64,128,256 or a doubling range 64:4096.")
-@click.option("--plot", "plot_file", type=click.Path(dir_okay=False),
-              help="Draw throughput and scaling efficiency against GPUs (.svg or .png; needs matplotlib).")
+@click.option(
+    "--plot",
+    "plot_file",
+    type=click.Path(dir_okay=False),
+    help="Draw throughput and scaling efficiency against GPUs (.svg or .png; needs matplotlib).",
+)
 @click.option("--skip-infeasible", is_flag=True, help="List a size with no plan as a row instead of stopping (exit 2).")
 @click.option("--json", "as_json", is_flag=True, help="Print {rows: [{gpus, plan, scaling_efficiency, no_plan}], ...}.")
 def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json: bool, **kw) -> None:
@@ -79,14 +99,17 @@ def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json:
     from planner.report import runs as report_run
     from planner.runs.sweep import parse_gpu_sizes
     from planner.runs.sweep import sweep as run_sweep
+
     sizes = parse_gpu_sizes(gpu_sizes)
     if plot_file:
         plots.check_picture_path(plot_file, "--plot")
     req, pins = _inputs(kw)
     result = run_sweep(req.ctx, sizes, pins, memory_headroom=kw["memory_headroom"], skip_infeasible=skip_infeasible)
     ctx = req.ctx
-    title = (f"{ctx.model.name} on {ctx.hardware.name}: global batch {ctx.training.global_batch} × seq "
-             f"{ctx.training.seq_len}, {ctx.precision}, {ctx.options.attention_kernel.value} attention")
+    title = (
+        f"{ctx.model.name} on {ctx.hardware.name}: global batch {ctx.training.global_batch} × seq "
+        f"{ctx.training.seq_len}, {ctx.precision}, {ctx.options.attention_kernel.value} attention"
+    )
     if as_json:
         echo_json(result)
     else:

@@ -17,8 +17,17 @@ from planner.hardware.collectives import (
 )
 
 
-def tp_layer_comm_time_s(b: ArrayLike, s: int, h: int, t: ArrayLike, c: ArrayLike, link: Link, *,
-                         activation_bytes: int, sequence_parallel: np.ndarray) -> np.ndarray:
+def tp_layer_comm_time_s(
+    b: ArrayLike,
+    s: int,
+    h: int,
+    t: ArrayLike,
+    c: ArrayLike,
+    link: Link,
+    *,
+    activation_bytes: int,
+    sequence_parallel: np.ndarray,
+) -> np.ndarray:
     """Forward TP communication of one layer for one micro-batch (the backward has as much).
 
     Without SP: 2 all-reduces of b·s·h elements (after attention and after the MLP); with SP: 2
@@ -33,8 +42,19 @@ def tp_layer_comm_time_s(b: ArrayLike, s: int, h: int, t: ArrayLike, c: ArrayLik
     return np.where(sequence_parallel, with_sp, without)
 
 
-def pp_p2p_time_s(b: ArrayLike, s: int, h: int, t: ArrayLike, c: ArrayLike, link: Link, tp_link: Link, *,
-                  activation_bytes: int, sequence_parallel: np.ndarray, scatter_gather: bool) -> np.ndarray:
+def pp_p2p_time_s(
+    b: ArrayLike,
+    s: int,
+    h: int,
+    t: ArrayLike,
+    c: ArrayLike,
+    link: Link,
+    tp_link: Link,
+    *,
+    activation_bytes: int,
+    sequence_parallel: np.ndarray,
+    scatter_gather: bool,
+) -> np.ndarray:
     """One point-to-point transfer between neighbouring stages, per micro-batch and direction.
 
     b·s·h elements (Narayanan et al. 2021 §4.1); each TP rank sends its own 1/t with SP (the tensor
@@ -48,14 +68,23 @@ def pp_p2p_time_s(b: ArrayLike, s: int, h: int, t: ArrayLike, c: ArrayLike, link
     return np.where(sequence_parallel, sharded, gathered)
 
 
-def dp_grad_sync_time_s(num_params: ArrayLike, d: ArrayLike, link: Link, *, grad_bytes: int, param_bytes: int,
-                        distributed_optimizer: np.ndarray, overlap_param_gather: bool) -> np.ndarray:
+def dp_grad_sync_time_s(
+    num_params: ArrayLike,
+    d: ArrayLike,
+    link: Link,
+    *,
+    grad_bytes: int,
+    param_bytes: int,
+    distributed_optimizer: np.ndarray,
+    overlap_param_gather: bool,
+) -> np.ndarray:
     """Data-parallel gradient synchronisation of one stage's parameters.
 
     Plain DDP: all-reduce of the gradients in the dtype Megatron reduces them in (fp32 main grads
     under bf16 unless --grad-reduce-in-bf16; 16-bit under fp16). Distributed optimizer: a
     reduce-scatter of the gradients, then an all-gather of the updated 16-bit parameters, which
-    --overlap-param-gather hides behind the next forward (reference/formulas.md §10).
+    --overlap-param-gather hides behind the next forward (Megatron-LM
+    megatron/core/distributed/param_and_grad_buffer.py).
     """
     n = np.asarray(num_params, dtype=float)
     all_reduce = all_reduce_time_s(d, grad_bytes * n, link)

@@ -10,10 +10,12 @@ from numpy.typing import ArrayLike
 from planner.costs.flops import ATTENTION_CORE, Gemm
 from planner.costs.memory import mlp_activation_tensors
 
-BACKWARD_GEMM_FACTOR = 2.0        # dgrad + wgrad, each as many FLOPs as the forward (Narayanan 2021, App.)
-BACKWARD_ELEMENTWISE_FACTOR = 2.0  # backward of an elementwise op reads the saved input and the output grad and writes the input grad
-FLASH_BACKWARD_FACTOR = 2.5        # FlashAttention-2 backward runs 5 GEMMs per block to the forward's 2 (Dao 2023, §3.2)
-FLASH_CAUSAL_FRAC = 0.5            # a causal flash kernel skips the blocks above the diagonal
+BACKWARD_GEMM_FACTOR = 2.0  # dgrad + wgrad, each as many FLOPs as the forward (Narayanan 2021, App.)
+BACKWARD_ELEMENTWISE_FACTOR = (
+    2.0  # backward of an elementwise op reads the saved input and the output grad and writes the input grad
+)
+FLASH_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward runs 5 GEMMs per block to the forward's 2 (Dao 2023, §3.2)
+FLASH_CAUSAL_FRAC = 0.5  # a causal flash kernel skips the blocks above the diagonal
 
 
 def gemm_efficiency(M: ArrayLike, N: ArrayLike, K: ArrayLike, *, eta_max: float, half_dim: float) -> np.ndarray:
@@ -33,9 +35,21 @@ def gemm_time_s(gemm: Gemm, *, peak_flops_per_s: float, eta_max: float, half_dim
     return gemm.flops / (peak_flops_per_s * gemm_efficiency(gemm.M, gemm.N, gemm.K, eta_max=eta_max, half_dim=half_dim))
 
 
-def elementwise_bytes(b: ArrayLike, s: int, h: int, a: int, f: int, t: ArrayLike, c: ArrayLike = 1, *,
-                      sequence_parallel: np.ndarray, gated: bool, unfused_attention: bool,
-                      dropout: bool, attention_dropout: bool | None = None) -> dict[str, np.ndarray]:
+def elementwise_bytes(
+    b: ArrayLike,
+    s: int,
+    h: int,
+    a: int,
+    f: int,
+    t: ArrayLike,
+    c: ArrayLike = 1,
+    *,
+    sequence_parallel: np.ndarray,
+    gated: bool,
+    unfused_attention: bool,
+    dropout: bool,
+    attention_dropout: bool | None = None,
+) -> dict[str, np.ndarray]:
     """HBM bytes read and written by one layer's memory-bound ops in the forward pass, per GPU, by part.
 
     Each op reads its 16-bit input(s) and writes its output, as Korthikanti et al. 2022 §4.1 lists
@@ -59,8 +73,9 @@ def elementwise_bytes(b: ArrayLike, s: int, h: int, a: int, f: int, t: ArrayLike
     }
 
 
-def flash_attention_time_s(gemms: dict[str, Gemm], *, peak_flops_per_s: float, efficiency: float,
-                           causal: bool = True) -> np.ndarray:
+def flash_attention_time_s(
+    gemms: dict[str, Gemm], *, peak_flops_per_s: float, efficiency: float, causal: bool = True
+) -> np.ndarray:
     """Forward time of a flash-attention kernel: the scores and context FLOPs, halved for a
     causal mask (blocks above the diagonal are skipped), at the kernel's own efficiency."""
     flops = sum(gemms[name].flops for name in ATTENTION_CORE)

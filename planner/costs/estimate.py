@@ -28,12 +28,23 @@ from planner.plan import Context, ParallelPlan
 from planner.space.grid import PlanGrid
 
 ADAM_BYTES_PER_PARAM = {  # HBM traffic of one Adam step per (sharded) parameter
-    "bf16": 4 + 8 + 8 + 8 + 2 + 4,   # read fp32 grad; r/w master, m, v; write bf16 weight; zero the grad buffer
+    "bf16": 4 + 8 + 8 + 8 + 2 + 4,  # read fp32 grad; r/w master, m, v; write bf16 weight; zero the grad buffer
     "fp16": 2 + 4 + 8 + 8 + 8 + 2 + 4,  # plus reading the fp16 grad into the fp32 main grad
     "fp32": 4 + 8 + 8 + 8 + 4,
 }
-TIME_TERMS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "moe_comm", "pp_comm", "dp_comm",
-              "embedding_comm", "bubble", "optimizer")
+TIME_TERMS = (
+    "forward",
+    "backward",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "moe_comm",
+    "pp_comm",
+    "dp_comm",
+    "embedding_comm",
+    "bubble",
+    "optimizer",
+)
 
 
 @dataclass(frozen=True)
@@ -85,10 +96,18 @@ def _dp_sync(lt: Letters, ctx: Context, mem: dict, bwd_mb: np.ndarray, rep: np.n
     grad_bytes, param_bytes = _grad_bytes(ctx)
     if opts.fp8 is not None and opts.fp8_param_gather:
         param_bytes = 1
-    kw = dict(grad_bytes=grad_bytes, param_bytes=param_bytes, distributed_optimizer=lt.dopt,
-              overlap_param_gather=opts.overlap_param_gather)
-    dense = comm.dp_grad_sync_time_s(mem["dense_params"], lt.d * lt.c, group_link(ctx.hardware, lt.d * lt.c, lt.t), **kw)
-    expert = comm.dp_grad_sync_time_s(mem["expert_params"], lt.edp, group_link(ctx.hardware, lt.edp, lt.etp * lt.ep), **kw)
+    kw = dict(
+        grad_bytes=grad_bytes,
+        param_bytes=param_bytes,
+        distributed_optimizer=lt.dopt,
+        overlap_param_gather=opts.overlap_param_gather,
+    )
+    dense = comm.dp_grad_sync_time_s(
+        mem["dense_params"], lt.d * lt.c, group_link(ctx.hardware, lt.d * lt.c, lt.t), **kw
+    )
+    expert = comm.dp_grad_sync_time_s(
+        mem["expert_params"], lt.edp, group_link(ctx.hardware, lt.edp, lt.etp * lt.ep), **kw
+    )
     hidden = rep * bwd_mb + (bwd_mb if opts.overlap_grad_reduce else 0.0)
     return np.max(np.maximum(dense + expert - hidden, 0.0), axis=1, keepdims=True)
 
@@ -112,8 +131,18 @@ def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
     """One pipeline transfer between neighbouring stages, tp·c·d ranks apart (rank order tp, cp, dp, pp)."""
     tp_link = group_link(ctx.hardware, lt.t, 1)
     pp_link = group_link(ctx.hardware, 2, lt.t * lt.c * lt.d)
-    return comm.pp_p2p_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, pp_link, tp_link, activation_bytes=lt.act_bytes,
-                              sequence_parallel=lt.sp, scatter_gather=ctx.options.pp_scatter_gather)
+    return comm.pp_p2p_time_s(
+        lt.b,
+        lt.s,
+        lt.h,
+        lt.t,
+        lt.c,
+        pp_link,
+        tp_link,
+        activation_bytes=lt.act_bytes,
+        sequence_parallel=lt.sp,
+        scatter_gather=ctx.options.pp_scatter_gather,
+    )
 
 
 def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluation:
@@ -150,23 +179,43 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     shard_dense = np.where(lt.dopt | lt.fsdp, lt.d * lt.c, 1)
     shard_expert = np.where(lt.dopt | lt.fsdp, lt.edp, 1)
     adam_params = mem["dense_params"] / shard_dense + mem["expert_params"] / shard_expert
-    adam = ADAM_BYTES_PER_PARAM[ctx.precision] * adam_params / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
+    adam = (
+        ADAM_BYTES_PER_PARAM[ctx.precision] * adam_params / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
+    )
     optimizer = np.max(adam, axis=1, keepdims=True)
 
     def pick(x):  # the slowest stage's term
         return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
 
-    time = {"forward": lt.m * pick(fwd), "backward": lt.m * pick(bwd), "recompute": lt.m * pick(rec),
-            "tp_comm": lt.m * pick(tp), "cp_comm": lt.m * pick(cp), "moe_comm": lt.m * pick(mo), "pp_comm": pp, "dp_comm": dp + lt.m * pick(fsdp),
-            "embedding_comm": embedding, "bubble": bubble, "optimizer": optimizer}
+    time = {
+        "forward": lt.m * pick(fwd),
+        "backward": lt.m * pick(bwd),
+        "recompute": lt.m * pick(rec),
+        "tp_comm": lt.m * pick(tp),
+        "cp_comm": lt.m * pick(cp),
+        "moe_comm": lt.m * pick(mo),
+        "pp_comm": pp,
+        "dp_comm": dp + lt.m * pick(fsdp),
+        "embedding_comm": embedding,
+        "bubble": bubble,
+        "optimizer": optimizer,
+    }
     time = {k: np.broadcast_to(v, (len(grid), 1))[:, 0].astype(float) for k, v in time.items()}
     iteration = sum(time[k] for k in TIME_TERMS)
 
     memory_terms = {k: mem[k][rows, peak_col] for k in (*MEMORY_TERMS, "total", "params")}
-    return Evaluation(m=lt.m[:, 0], time=time, iteration_s=iteration, memory=memory_terms,
-                      peak_memory_bytes=memory_terms["total"], peak_stage=peak_stage,
-                      stage_layers_legal=lt.layers.legal[:, 0], flops=_flop_terms(lt, ctx),
-                      bubble_frac=time["bubble"] / iteration, stages=_every_stage(lt, ctx, p2p) if stages else None)
+    return Evaluation(
+        m=lt.m[:, 0],
+        time=time,
+        iteration_s=iteration,
+        memory=memory_terms,
+        peak_memory_bytes=memory_terms["total"],
+        peak_stage=peak_stage,
+        stage_layers_legal=lt.layers.legal[:, 0],
+        flops=_flop_terms(lt, ctx),
+        bubble_frac=time["bubble"] / iteration,
+        stages=_every_stage(lt, ctx, p2p) if stages else None,
+    )
 
 
 def _every_stage(lt: Letters, ctx: Context, p2p: np.ndarray) -> Stages:
@@ -179,9 +228,13 @@ def _every_stage(lt: Letters, ctx: Context, p2p: np.ndarray) -> Stages:
     comm_all = step["tp"] + step["cp"] + step["moe"]
     forward = step["fwd"] + step["comm_fwd"]
     backward = step["bwd"] + step["recompute"] + comm_all - step["comm_fwd"]
-    return Stages(layers=np.where(here, n, 0), memory={k: np.where(here, v, 0.0) for k, v in mem.items()},
-                  forward_s=np.where(here, forward, 0.0), backward_s=np.where(here, backward, 0.0),
-                  p2p_s=np.broadcast_to(p2p, lt.p.shape)[:, 0] * 1.0)
+    return Stages(
+        layers=np.where(here, n, 0),
+        memory={k: np.where(here, v, 0.0) for k, v in mem.items()},
+        forward_s=np.where(here, forward, 0.0),
+        backward_s=np.where(here, backward, 0.0),
+        p2p_s=np.broadcast_to(p2p, lt.p.shape)[:, 0] * 1.0,
+    )
 
 
 def _flop_terms(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
@@ -204,8 +257,16 @@ def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
     lt = Letters(grid, ctx)
     times = layer_times(lt, ctx)
     forward = times["fwd"] + times["tp_fwd"] + times["cp_fwd"] + times["moe_fwd"]
-    backward = (times["bwd"] + times["recompute"] + times["tp"] + times["cp"] + times["moe"]
-                - times["tp_fwd"] - times["cp_fwd"] - times["moe_fwd"])
+    backward = (
+        times["bwd"]
+        + times["recompute"]
+        + times["tp"]
+        + times["cp"]
+        + times["moe"]
+        - times["tp_fwd"]
+        - times["cp_fwd"]
+        - times["moe_fwd"]
+    )
     return {"forward": forward[:, 0], "backward": backward[:, 0]}
 
 
@@ -226,28 +287,47 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
     else:
         pp_text = f"2(m + p − 1) transfers on the 1F1B critical path × ({message})"
     if plan.fsdp:
-        dp_text = "per micro-batch and layer: all-gather of the 16-bit weights (forward and backward) and reduce-scatter "\
-                  "of the gradients over d·c, beyond the layer's own compute"
+        dp_text = (
+            "per micro-batch and layer: all-gather of the 16-bit weights (forward and backward) and reduce-scatter "
+            "of the gradients over d·c, beyond the layer's own compute"
+        )
     elif plan.distributed_optimizer:
-        gather = "hidden by --overlap-param-gather" if opts.overlap_param_gather else f"all-gather of {param_bytes}-byte parameters"
+        gather = (
+            "hidden by --overlap-param-gather"
+            if opts.overlap_param_gather
+            else f"all-gather of {param_bytes}-byte parameters"
+        )
         dp_text = f"reduce-scatter of {grad_bytes}-byte gradients over d·c + {gather}"
     else:
         dp_text = f"all-reduce of {grad_bytes}-byte gradients over d·c"
     if not plan.fsdp:
-        dp_text += (", less the last micro-batch's backward (--overlap-grad-reduce)" if opts.overlap_grad_reduce else
-                    ", exposed after the last backward") + "; stage i drains i backward steps later"
+        dp_text += (
+            ", less the last micro-batch's backward (--overlap-grad-reduce)"
+            if opts.overlap_grad_reduce
+            else ", exposed after the last backward"
+        ) + "; stage i drains i backward steps later"
     tied = ctx.model.tied_embeddings and plan.pp > 1
     shard = "d·c" if plan.distributed_optimizer or plan.fsdp else "1"
     time = {
         **layer_time_formulas(ctx, plan),
         "pp_comm": Formula(pp_text, "Narayanan et al. 2021 §2.2, §4.1; Megatron-LM arguments.py (p2p overlap)"),
-        "dp_comm": Formula(dp_text + (" (experts over expert-DP)" if ctx.model.is_moe else ""),
-                           "Megatron-LM distributed optimizer and DDP buckets; ring cost Thakur et al. 2005"),
-        "embedding_comm": Formula(f"all-reduce of V·h/t {grad_bytes}-byte word-embedding grads between first and last stage"
-                                  if tied else "0 (untied embeddings or pp = 1)", "Megatron-LM finalize_model_grads.py"),
-        "bubble": Formula("(Σ stage times − slowest stage time)/v" if plan.pp > 1 else "0 (pp = 1)",
-                          "Narayanan et al. 2021 §2.2.1-2.2.2: (p − 1)(t_f + t_b)/v"),
-        "optimizer": Formula(f"{ADAM_BYTES_PER_PARAM[ctx.precision]} bytes of Adam HBM traffic × P_stage/{shard} "
-                             "/ (W_HBM·η_mem)", "memory-bound estimate of Megatron-LM's fused Adam"),
+        "dp_comm": Formula(
+            dp_text + (" (experts over expert-DP)" if ctx.model.is_moe else ""),
+            "Megatron-LM distributed optimizer and DDP buckets; ring cost Thakur et al. 2005",
+        ),
+        "embedding_comm": Formula(
+            f"all-reduce of V·h/t {grad_bytes}-byte word-embedding grads between first and last stage"
+            if tied
+            else "0 (untied embeddings or pp = 1)",
+            "Megatron-LM finalize_model_grads.py",
+        ),
+        "bubble": Formula(
+            "(Σ stage times − slowest stage time)/v" if plan.pp > 1 else "0 (pp = 1)",
+            "Narayanan et al. 2021 §2.2.1-2.2.2: (p − 1)(t_f + t_b)/v",
+        ),
+        "optimizer": Formula(
+            f"{ADAM_BYTES_PER_PARAM[ctx.precision]} bytes of Adam HBM traffic × P_stage/{shard} / (W_HBM·η_mem)",
+            "memory-bound estimate of Megatron-LM's fused Adam",
+        ),
     }
     return {"memory": memory_formulas(ctx, plan), "time": time}

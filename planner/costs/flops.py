@@ -24,8 +24,9 @@ class Gemm:
     K: np.ndarray
 
 
-def layer_gemms(b: ArrayLike, s: int, h: int, a: int, g: int, d: int, f: int, t: ArrayLike,
-                c: ArrayLike = 1, *, gated: bool) -> dict[str, Gemm]:
+def layer_gemms(
+    b: ArrayLike, s: int, h: int, a: int, g: int, d: int, f: int, t: ArrayLike, c: ArrayLike = 1, *, gated: bool
+) -> dict[str, Gemm]:
     """Forward GEMMs of one transformer layer for one micro-batch on one GPU of a t×c group.
 
     Tokens per GPU T = b·s/c; QKV T×h×(a+2g)d/t, scores (a/t)·b batched (s/c)×d×s, context
@@ -64,7 +65,7 @@ def logits_gemm(b: ArrayLike, s: int, h: int, V: ArrayLike, t: ArrayLike, c: Arr
 
 def layer_forward_flops(gemms: dict[str, Gemm], *, attention_frac: float = 1.0) -> np.ndarray:
     """Sum of a layer's forward GEMM FLOPs; ``attention_frac`` scales the attention core (½ for
-    Megatron-LM's causal-mask convention, reference/formulas.md §9)."""
+    Megatron-LM's causal-mask convention: megatron/training/training.py, num_floating_point_operations)."""
     return sum(gm.flops * (attention_frac if name in ATTENTION_CORE else 1.0) for name, gm in gemms.items())
 
 
@@ -73,35 +74,77 @@ def _moe_swap(gemms: dict[str, Gemm], B: int, s: int, h: int, f_e: int, topk: in
     moe = {k: v for k, v in gemms.items() if k not in ("fc1", "fc2")}
     T = float(B * s * topk)
     gate = 2 if gated else 1
-    moe["expert_fc1"] = Gemm(flops=np.asarray(2.0 * T * h * f_e * gate), M=np.asarray(T), N=np.asarray(f_e * gate * 1.0), K=np.asarray(h * 1.0))
-    moe["expert_fc2"] = Gemm(flops=np.asarray(2.0 * T * f_e * h), M=np.asarray(T), N=np.asarray(h * 1.0), K=np.asarray(f_e * 1.0))
+    moe["expert_fc1"] = Gemm(
+        flops=np.asarray(2.0 * T * h * f_e * gate),
+        M=np.asarray(T),
+        N=np.asarray(f_e * gate * 1.0),
+        K=np.asarray(h * 1.0),
+    )
+    moe["expert_fc2"] = Gemm(
+        flops=np.asarray(2.0 * T * f_e * h), M=np.asarray(T), N=np.asarray(h * 1.0), K=np.asarray(f_e * 1.0)
+    )
     return moe
 
 
-def model_flops(B: int, s: int, L: int, h: int, a: int, g: int, d: int, f: int, V: int, *, gated: bool,
-                attention_frac: float = 1.0, moe_layers: int = 0, topk: int = 0, f_e: int = 0) -> float:
+def model_flops(
+    B: int,
+    s: int,
+    L: int,
+    h: int,
+    a: int,
+    g: int,
+    d: int,
+    f: int,
+    V: int,
+    *,
+    gated: bool,
+    attention_frac: float = 1.0,
+    moe_layers: int = 0,
+    topk: int = 0,
+    f_e: int = 0,
+) -> float:
     """Model FLOPs of one iteration: one forward and one backward (twice the forward) of every GEMM.
 
     For GPT shapes equals 72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L)) (Korthikanti et al. 2022, Eq. 7);
     with ``attention_frac = 0.5`` equals Megatron-LM's logged 72·B·s·L·h²·(1 + s/(12h) + V/(12hL))
-    (num_floating_point_operations, reference/formulas.md §9). ``moe_layers`` of the L layers run
+    (megatron/training/training.py, num_floating_point_operations at commit d98e8a64). ``moe_layers`` of
+    the L layers run
     their tokens through ``topk`` experts of width ``f_e`` instead of the dense MLP (Megatron's
     formula: e·f_e·k per token in place of e·f; the router's h·E GEMM is not counted, as there).
     """
     gemms = layer_gemms(B, s, h, a, g, d, f, 1, gated=gated)
     dense = layer_forward_flops(gemms, attention_frac=attention_frac)
-    moe = layer_forward_flops(_moe_swap(gemms, B, s, h, f_e, topk, gated=gated), attention_frac=attention_frac) if moe_layers else 0.0
+    moe = (
+        layer_forward_flops(_moe_swap(gemms, B, s, h, f_e, topk, gated=gated), attention_frac=attention_frac)
+        if moe_layers
+        else 0.0
+    )
     return float(3.0 * ((L - moe_layers) * dense + moe_layers * moe + logits_gemm(B, s, h, V, 1).flops))
 
 
-def recompute_flops(B: int, s: int, L: int, h: int, a: int, g: int, d: int, f: int, *, gated: bool,
-                    recompute: np.ndarray, moe_layers: int = 0, topk: int = 0, f_e: int = 0) -> np.ndarray:
+def recompute_flops(
+    B: int,
+    s: int,
+    L: int,
+    h: int,
+    a: int,
+    g: int,
+    d: int,
+    f: int,
+    *,
+    gated: bool,
+    recompute: np.ndarray,
+    moe_layers: int = 0,
+    topk: int = 0,
+    f_e: int = 0,
+) -> np.ndarray:
     """FLOPs re-done by activation recomputation in one iteration, counted honestly.
 
     Full (code 2): one more forward of every layer (not the logits), so model + recompute equals
     96·B·s·L·h²·(1 + s/(6h) + V/(16hL)) (Narayanan et al. 2021, Eq. 3). Selective (code 1): one
     more forward of the attention core, 4·B·s²·h per layer (Korthikanti et al. 2022, §5), which
-    gives 72·B·L·s·h²·(1 + 2s/(9h) + V/(12hL)), not Eq. 8's s/(3h) (reference/formulas.md §10).
+    gives 72·B·L·s·h²·(1 + 2s/(9h) + V/(12hL)), not Eq. 8's s/(3h), which counts the recomputed
+    attention core three times (docs/cost-model.md §3).
     """
     gemms = layer_gemms(B, s, h, a, g, d, f, 1, gated=gated)
     moe = layer_forward_flops(_moe_swap(gemms, B, s, h, f_e, topk, gated=gated)) if moe_layers else 0.0

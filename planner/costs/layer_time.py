@@ -16,11 +16,13 @@ from planner.costs.letters import Letters
 from planner.hardware.collectives import group_link, p2p_time_s
 from planner.plan import AttentionKernel, Context, ParallelPlan, Recompute
 
-CROSS_ENTROPY_FWD_BYTES = 2 + 4 + 4 + 8 + 8 + 4  # per logit: fp32 cast (r2 w4), max (r4), subtract (r4 w4), exp (r4 w4), sum (r4)
-CROSS_ENTROPY_BWD_BYTES = 8 + 6                  # softmax − one-hot (r4 w4), cast to 16 bits (r4 w2)
+CROSS_ENTROPY_FWD_BYTES = (
+    2 + 4 + 4 + 8 + 8 + 4
+)  # per logit: fp32 cast (r2 w4), max (r4), subtract (r4 w4), exp (r4 w4), sum (r4)
+CROSS_ENTROPY_BWD_BYTES = 8 + 6  # softmax − one-hot (r4 w4), cast to 16 bits (r4 w2)
 EMBEDDING_FWD_BYTES_PER_SBH = 2 + 2 + 2 + 2 + 1  # gather rows (r2 w2), add positions (r2 w2), dropout mask (w1)
-FP8_CAST_BYTES = 2 + 1                           # quantising a 16-bit linear input to FP8: read 2, write 1
-PERMUTE_BYTES = 2 * (2 + 2)                      # MoE permute and unpermute of routed tokens: read, write
+FP8_CAST_BYTES = 2 + 1  # quantising a 16-bit linear input to FP8: read 2, write 1
+PERMUTE_BYTES = 2 * (2 + 2)  # MoE permute and unpermute of routed tokens: read, write
 
 
 def _gemm_times(gemms: dict, ctx: Context, *, fp8: bool) -> dict[str, np.ndarray]:
@@ -31,14 +33,19 @@ def _gemm_times(gemms: dict, ctx: Context, *, fp8: bool) -> dict[str, np.ndarray
     for name, g in gemms.items():
         linear = name not in flops.ATTENTION_CORE
         if fp8 and linear:
-            out[name] = compute.gemm_time_s(g, peak_flops_per_s=fp8_peak, eta_max=cal.fp8_gemm_efficiency,
-                                            half_dim=cal.gemm_half_dim)
+            out[name] = compute.gemm_time_s(
+                g, peak_flops_per_s=fp8_peak, eta_max=cal.fp8_gemm_efficiency, half_dim=cal.gemm_half_dim
+            )
         else:
-            out[name] = compute.gemm_time_s(g, peak_flops_per_s=peak, eta_max=cal.gemm_efficiency, half_dim=cal.gemm_half_dim)
+            out[name] = compute.gemm_time_s(
+                g, peak_flops_per_s=peak, eta_max=cal.gemm_efficiency, half_dim=cal.gemm_half_dim
+            )
     return out
 
 
-def _attention_core(lt: Letters, ctx: Context, gemms: dict, gtime: dict, softmax_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _attention_core(
+    lt: Letters, ctx: Context, gemms: dict, gtime: dict, softmax_s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) time of the attention core: scores, softmax/dropout, context."""
     cal, peak = ctx.hardware.calibration, ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
     if lt.unfused:
@@ -71,21 +78,43 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
     hbm = gpu.hbm_bytes_per_s * cal.memory_efficiency
     gemms = flops.layer_gemms(lt.b, lt.s, lt.h, lt.a, lt.g, lt.dh, lt.f, lt.t, lt.c, gated=lt.gated)
     gtime = _gemm_times(gemms, ctx, fp8=lt.fp8)
-    parts = compute.elementwise_bytes(lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, sequence_parallel=lt.sp, gated=lt.gated,
-                                      unfused_attention=lt.unfused, dropout=lt.dropout, attention_dropout=lt.attn_dropout)
+    parts = compute.elementwise_bytes(
+        lt.b,
+        lt.s,
+        lt.h,
+        lt.a,
+        lt.f,
+        lt.t,
+        lt.c,
+        sequence_parallel=lt.sp,
+        gated=lt.gated,
+        unfused_attention=lt.unfused,
+        dropout=lt.dropout,
+        attention_dropout=lt.attn_dropout,
+    )
     core_fwd, core_bwd = _attention_core(lt, ctx, gemms, gtime, parts["attention_softmax"] / hbm)
     attn_linear = gtime["qkv"] + gtime["projection"]
     sbh = lt.b * lt.s * lt.h / lt.c
     if moe_layer:
-        A = moe.expert_token_assignments(lt.b, lt.s, lt.t, lt.c, lt.k, imbalance=opts.moe_load_imbalance,
-                                         capacity_factor=opts.moe_capacity_factor)
+        A = moe.expert_token_assignments(
+            lt.b, lt.s, lt.t, lt.c, lt.k, imbalance=opts.moe_load_imbalance, capacity_factor=opts.moe_capacity_factor
+        )
         T = lt.tokens_per_gpu()
         egemms = moe.expert_gemms(A, lt.h, lt.f_e, lt.E, lt.ep, lt.etp, gated=lt.gated)
         mlp_linear = sum(_gemm_times(egemms, ctx, fp8=lt.fp8).values())
         mlp_elementwise = 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e + PERMUTE_BYTES * A * lt.h
         ep_link, etp_link = group_link(ctx.hardware, lt.ep, lt.etp), group_link(ctx.hardware, lt.etp, 1)
-        dispatch = moe.dispatcher_time_s(A, T, lt.h, lt.ep, lt.etp, ep_link, etp_link, activation_bytes=lt.act_bytes,
-                                         kind=opts.moe_token_dispatcher.value)
+        dispatch = moe.dispatcher_time_s(
+            A,
+            T,
+            lt.h,
+            lt.ep,
+            lt.etp,
+            ep_link,
+            etp_link,
+            activation_bytes=lt.act_bytes,
+            kind=opts.moe_token_dispatcher.value,
+        )
     else:
         mlp_linear = gtime["fc1"] + gtime["fc2"]
         mlp_elementwise = parts["mlp_activation"]
@@ -96,12 +125,24 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
         elementwise = elementwise + FP8_CAST_BYTES * sbh * (2 + lt.a * lt.dh / (lt.h * lt.t) + lt.f / (lt.h * lt.t))
     overhead = cal.layer_overhead_us * 1e-6  # host and launch time of one layer's kernels
     fwd = linear + core_fwd + elementwise / hbm + overhead
-    bwd = (compute.BACKWARD_GEMM_FACTOR * linear + core_bwd + compute.BACKWARD_ELEMENTWISE_FACTOR * elementwise / hbm
-           + compute.BACKWARD_GEMM_FACTOR * overhead)
+    bwd = (
+        compute.BACKWARD_GEMM_FACTOR * linear
+        + core_bwd
+        + compute.BACKWARD_ELEMENTWISE_FACTOR * elementwise / hbm
+        + compute.BACKWARD_GEMM_FACTOR * overhead
+    )
     recompute = np.where(lt.rc == 2, fwd, np.where(lt.rc == 1, core_fwd, 0.0))
 
-    tp_raw = comm.tp_layer_comm_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, group_link(ctx.hardware, lt.t, 1),
-                                       activation_bytes=lt.act_bytes, sequence_parallel=lt.sp)
+    tp_raw = comm.tp_layer_comm_time_s(
+        lt.b,
+        lt.s,
+        lt.h,
+        lt.t,
+        lt.c,
+        group_link(ctx.hardware, lt.t, 1),
+        activation_bytes=lt.act_bytes,
+        sequence_parallel=lt.sp,
+    )
     # --tp-comm-overlap pipelines the forward collectives with the GEMMs they feed (Transformer Engine
     # userbuffers); the backward's overlap the weight-gradient GEMMs (as many FLOPs as the forward's)
     hidden = np.maximum(tp_raw - linear, 0.0)
@@ -109,18 +150,30 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
     tp_bwd = hidden if opts.async_tp_comm or opts.tp_comm_overlap else tp_raw
     cp_fwd, cp_bwd = _cp_ring_exposed(lt, ctx, core_fwd, core_bwd)
     again = np.where(lt.rc == 2, 2.0, 1.0)  # full recompute runs the forward's communication once more
-    return {"fwd": fwd, "bwd": bwd, "recompute": recompute, "linear": linear,
-            "tp": tp_fwd * again + tp_bwd, "cp": cp_fwd * again + cp_bwd, "moe": dispatch * (again + 1),
-            "tp_fwd": tp_fwd, "cp_fwd": cp_fwd, "moe_fwd": dispatch + 0 * tp_fwd}
+    return {
+        "fwd": fwd,
+        "bwd": bwd,
+        "recompute": recompute,
+        "linear": linear,
+        "tp": tp_fwd * again + tp_bwd,
+        "cp": cp_fwd * again + cp_bwd,
+        "moe": dispatch * (again + 1),
+        "tp_fwd": tp_fwd,
+        "cp_fwd": cp_fwd,
+        "moe_fwd": dispatch + 0 * tp_fwd,
+    }
 
 
 def head_times(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     """The embedding (first stage) and the logits with cross-entropy (last stage)."""
     cal, gpu = ctx.hardware.calibration, ctx.hardware.gpu
     hbm = gpu.hbm_bytes_per_s * cal.memory_efficiency
-    logits = compute.gemm_time_s(flops.logits_gemm(lt.b, lt.s, lt.h, lt.V, lt.t, lt.c),
-                                 peak_flops_per_s=gpu.peak_flops_per_s(ctx.precision),
-                                 eta_max=cal.gemm_efficiency, half_dim=cal.gemm_half_dim)
+    logits = compute.gemm_time_s(
+        flops.logits_gemm(lt.b, lt.s, lt.h, lt.V, lt.t, lt.c),
+        peak_flops_per_s=gpu.peak_flops_per_s(ctx.precision),
+        eta_max=cal.gemm_efficiency,
+        half_dim=cal.gemm_half_dim,
+    )
     logit_elems = lt.b * lt.s / lt.c * lt.V / lt.t
     sbh = lt.b * lt.s * lt.h / lt.c
     return {
@@ -136,11 +189,27 @@ def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
     MoE-dispatch communication, their forward share ``comm_fwd``; and the layers' ``linear`` time."""
     n, first, last = lt.stage_info(i)
     dense = layer_times(lt, ctx)
-    per = dense if not lt.moe_frac else {
-        k: (1 - lt.moe_frac) * dense[k] + lt.moe_frac * v for k, v in layer_times(lt, ctx, moe_layer=True).items()}
+    per = (
+        dense
+        if not lt.moe_frac
+        else {
+            k: (1 - lt.moe_frac) * dense[k] + lt.moe_frac * v for k, v in layer_times(lt, ctx, moe_layer=True).items()
+        }
+    )
     head = head_times(lt, ctx)
-    tp_edge = comm.tp_layer_comm_time_s(lt.b, lt.s, lt.h, lt.t, lt.c, group_link(ctx.hardware, lt.t, 1),
-                                        activation_bytes=lt.act_bytes, sequence_parallel=lt.sp) / 2
+    tp_edge = (
+        comm.tp_layer_comm_time_s(
+            lt.b,
+            lt.s,
+            lt.h,
+            lt.t,
+            lt.c,
+            group_link(ctx.hardware, lt.t, 1),
+            activation_bytes=lt.act_bytes,
+            sequence_parallel=lt.sp,
+        )
+        / 2
+    )
     fwd_comm = n * (per["tp_fwd"] + per["cp_fwd"] + per["moe_fwd"]) + first * tp_edge
     return {
         "fwd": n * per["fwd"] + first * head["embedding_fwd"] + last * head["head_fwd"],
@@ -148,7 +217,8 @@ def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
         "recompute": n * per["recompute"],
         # one collective each for the embedding (first stage) and the output layer (last stage)
         "tp": n * per["tp"] + (first.astype(float) + last) * tp_edge,
-        "cp": n * per["cp"], "moe": n * per["moe"],
+        "cp": n * per["cp"],
+        "moe": n * per["moe"],
         "comm_fwd": fwd_comm,  # the forward's share of tp + cp + moe
         "linear": n * per["linear"],
     }
@@ -161,30 +231,64 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     if opts.attention_kernel is AttentionKernel.UNFUSED:
         core, core_bwd = "score and context GEMMs + softmax/dropout bytes/W_HBM", "2 × attention core"
     else:
-        core, core_bwd = "flash attention 2·2bs²ad/(t·c)·½ (causal) / (P_peak·η_flash)", f"{compute.FLASH_BACKWARD_FACTOR:g} × flash forward"
+        core, core_bwd = (
+            "flash attention 2·2bs²ad/(t·c)·½ (causal) / (P_peak·η_flash)",
+            f"{compute.FLASH_BACKWARD_FACTOR:g} × flash forward",
+        )
     experts = "; MoE layers: expert GEMMs over the A routed tokens" if mo.is_moe else ""
-    forward = Formula(f"m × layers × [{linear} + {core} + elementwise bytes/(W_HBM·η_mem) + τ], slowest stage; "
-                      f"+ embedding (first) or logits and cross-entropy (last){experts}",
-                      "GEMM FLOPs: Narayanan et al. 2021 Appendix; roofline with calibrated η; FlashAttention-2 (Dao 2023)")
-    backward = Formula(f"m × layers × [2 × GEMMs + {core_bwd} + 2 × elementwise + 2τ]",
-                       "Narayanan et al. 2021 Appendix: backward = 2 × forward GEMM FLOPs")
-    recompute = {Recompute.NONE: Formula("0 (no recomputation)", "—"),
-                 Recompute.SELECTIVE: Formula("m × layers × one more attention-core forward", "Korthikanti et al. 2022 §5"),
-                 Recompute.FULL: Formula("m × layers × one more layer forward (and its TP collectives)",
-                                         "Narayanan et al. 2021 §3.5; Korthikanti et al. 2022 §5")}[plan.recompute]
+    forward = Formula(
+        f"m × layers × [{linear} + {core} + elementwise bytes/(W_HBM·η_mem) + τ], slowest stage; "
+        f"+ embedding (first) or logits and cross-entropy (last){experts}",
+        "GEMM FLOPs: Narayanan et al. 2021 Appendix; roofline with calibrated η; FlashAttention-2 (Dao 2023)",
+    )
+    backward = Formula(
+        f"m × layers × [2 × GEMMs + {core_bwd} + 2 × elementwise + 2τ]",
+        "Narayanan et al. 2021 Appendix: backward = 2 × forward GEMM FLOPs",
+    )
+    recompute = {
+        Recompute.NONE: Formula("0 (no recomputation)", "—"),
+        Recompute.SELECTIVE: Formula("m × layers × one more attention-core forward", "Korthikanti et al. 2022 §5"),
+        Recompute.FULL: Formula(
+            "m × layers × one more layer forward (and its TP collectives)",
+            "Narayanan et al. 2021 §3.5; Korthikanti et al. 2022 §5",
+        ),
+    }[plan.recompute]
     sp = plan.sequence_parallel and plan.tp > 1
     collectives = "2 all-gathers + 2 reduce-scatters" if sp else "2 all-reduces"
-    hidden = ("; --tp-comm-overlap hides what the GEMMs cover" if opts.tp_comm_overlap else
-              "; backward overlapped with the weight-gradient GEMMs" if opts.async_tp_comm else "")
+    hidden = (
+        "; --tp-comm-overlap hides what the GEMMs cover"
+        if opts.tp_comm_overlap
+        else "; backward overlapped with the weight-gradient GEMMs"
+        if opts.async_tp_comm
+        else ""
+    )
     again = " (+ recompute)" if plan.recompute is Recompute.FULL else ""
-    tp = Formula(f"m × layers × {collectives} of b·s·h/c per pass, forward and backward{again}, on the tp group's link"
-                 f"{hidden}" if plan.tp > 1 else "0 (tp = 1)",
-                 "Narayanan et al. 2021 §4.1; Korthikanti et al. 2022 §4.2.2; ring cost Thakur et al. 2005")
-    cp = Formula("m × layers × (c − 1) ring steps of K,V chunks b·(s/c)·2g·d_h/t, each beyond its attention compute"
-                 if plan.cp > 1 else "0 (cp = 1)", "Ring Attention (Liu et al. 2023); Megatron-Core context parallelism")
-    dispatcher = ("all-to-all of the A routed tokens over ep (+ all-gather over etp)"
-                  if opts.moe_token_dispatcher.value == "alltoall" else "all-gather and reduce-scatter over etp·ep")
-    moe_comm = Formula(f"m × MoE layers × dispatch + combine: {dispatcher}, forward and backward" if mo.is_moe
-                       else "0 (dense model)", "Megatron-Core moe/token_dispatcher.py")
-    return {"forward": forward, "backward": backward, "recompute": recompute, "tp_comm": tp, "cp_comm": cp,
-            "moe_comm": moe_comm}
+    tp = Formula(
+        f"m × layers × {collectives} of b·s·h/c per pass, forward and backward{again}, on the tp group's link{hidden}"
+        if plan.tp > 1
+        else "0 (tp = 1)",
+        "Narayanan et al. 2021 §4.1; Korthikanti et al. 2022 §4.2.2; ring cost Thakur et al. 2005",
+    )
+    cp = Formula(
+        "m × layers × (c − 1) ring steps of K,V chunks b·(s/c)·2g·d_h/t, each beyond its attention compute"
+        if plan.cp > 1
+        else "0 (cp = 1)",
+        "Ring Attention (Liu et al. 2023); Megatron-Core context parallelism",
+    )
+    dispatcher = (
+        "all-to-all of the A routed tokens over ep (+ all-gather over etp)"
+        if opts.moe_token_dispatcher.value == "alltoall"
+        else "all-gather and reduce-scatter over etp·ep"
+    )
+    moe_comm = Formula(
+        f"m × MoE layers × dispatch + combine: {dispatcher}, forward and backward" if mo.is_moe else "0 (dense model)",
+        "Megatron-Core moe/token_dispatcher.py",
+    )
+    return {
+        "forward": forward,
+        "backward": backward,
+        "recompute": recompute,
+        "tp_comm": tp,
+        "cp_comm": cp,
+        "moe_comm": moe_comm,
+    }

@@ -25,9 +25,19 @@ class Letters:
         self.t, self.p, self.d, self.c = _col(grid.tp), _col(grid.pp), _col(grid.dp), _col(grid.cp)
         self.ep, self.etp, self.fsdp = _col(grid.ep), _col(grid.etp), _col(grid.fsdp)
         self.vpp, self.b = _col(grid.vpp), _col(grid.micro_batch)
-        self.sp, self.rc, self.dopt = _col(grid.sequence_parallel), _col(grid.recompute), _col(grid.distributed_optimizer)
+        self.sp, self.rc, self.dopt = (
+            _col(grid.sequence_parallel),
+            _col(grid.recompute),
+            _col(grid.distributed_optimizer),
+        )
         self.s, self.B = tr.seq_len, tr.global_batch
-        self.h, self.a, self.g, self.dh, self.f = mo.hidden_size, mo.num_attention_heads, mo.query_groups, mo.head_dim, mo.ffn
+        self.h, self.a, self.g, self.dh, self.f = (
+            mo.hidden_size,
+            mo.num_attention_heads,
+            mo.query_groups,
+            mo.head_dim,
+            mo.ffn,
+        )
         self.L = mo.num_layers
         self.V = padded_vocab(mo.vocab_size, mo.make_vocab_size_divisible_by, self.t)
         self.m = self.B / (self.b * self.d)

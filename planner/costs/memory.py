@@ -11,17 +11,18 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 # (weights, gradients, optimizer) bytes per parameter; the optimizer part is sharded over d by the
-# distributed optimizer (Megatron-LM docs/user-guide/features/dist_optimizer.md, reference §10):
+# distributed optimizer (Megatron-LM docs/user-guide/features/dist_optimizer.md):
 BYTES_PER_PARAM = {
-    "bf16": (2, 4, 4 + 4 + 4),      # bf16 weight, fp32 main grad; fp32 master weight, Adam m, v  -> 18, 6 + 12/d
+    "bf16": (2, 4, 4 + 4 + 4),  # bf16 weight, fp32 main grad; fp32 master weight, Adam m, v  -> 18, 6 + 12/d
     "fp16": (2, 2, 4 + 4 + 4 + 4),  # fp16 weight, fp16 grad; fp32 master weight and grad, m, v  -> 20, 4 + 16/d
-    "fp32": (4, 4, 4 + 4),          # fp32 weight and grad; Adam m, v                            -> 16, 8 + 8/d
+    "fp32": (4, 4, 4 + 4),  # fp32 weight and grad; Adam m, v                            -> 16, 8 + 8/d
 }
 ACTIVATION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
-def param_state_bytes(num_params: ArrayLike, d: ArrayLike, *, precision: str,
-                      distributed_optimizer: np.ndarray) -> dict[str, np.ndarray]:
+def param_state_bytes(
+    num_params: ArrayLike, d: ArrayLike, *, precision: str, distributed_optimizer: np.ndarray
+) -> dict[str, np.ndarray]:
     """Weights, gradients and optimizer states of ``num_params`` parameters on one GPU.
 
     bf16: 18 bytes per parameter, 6 + 12/d with the distributed optimizer; fp16: 20, 4 + 16/d;
@@ -33,10 +34,21 @@ def param_state_bytes(num_params: ArrayLike, d: ArrayLike, *, precision: str,
     return {"weights": w * n, "gradients": g * n, "optimizer": o * n / shard}
 
 
-def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, t: ArrayLike, c: ArrayLike = 1, *,
-                               sequence_parallel: np.ndarray, recompute: np.ndarray, unfused_attention: bool,
-                               split_coeff: float = 24.0, replicated_coeff: float = 10.0,
-                               distribute_saved: bool = False) -> np.ndarray:
+def activation_bytes_per_layer(
+    s: int,
+    b: ArrayLike,
+    h: int,
+    a: int,
+    t: ArrayLike,
+    c: ArrayLike = 1,
+    *,
+    sequence_parallel: np.ndarray,
+    recompute: np.ndarray,
+    unfused_attention: bool,
+    split_coeff: float = 24.0,
+    replicated_coeff: float = 10.0,
+    distribute_saved: bool = False,
+) -> np.ndarray:
     """Activations one transformer layer keeps for the backward pass, per micro-batch, per GPU.
 
     Korthikanti et al. 2022, Table 2 (recompute codes 0 none, 1 selective, 2 full):
@@ -68,8 +80,9 @@ def mlp_activation_tensors(gated: bool) -> int:
     return 3 if gated else 2
 
 
-def layer_activation_parts(h: int, a: int, g: int, d: int, f: int, *, gated: bool, dropout: bool,
-                           fp8: bool = False) -> dict[str, tuple[float, float]]:
+def layer_activation_parts(
+    h: int, a: int, g: int, d: int, f: int, *, gated: bool, dropout: bool, fp8: bool = False
+) -> dict[str, tuple[float, float]]:
     """(split over t, replicated) coefficients of sbh for the attention block and the MLP block,
     from Korthikanti et al. 2022 §4.1's list of the tensors a layer keeps (Table 2).
 
@@ -87,8 +100,9 @@ def layer_activation_parts(h: int, a: int, g: int, d: int, f: int, *, gated: boo
     return {"attention": (attention_split, 6.0 + mask - fp8_saving), "mlp": (mlp_split, 2.0 + mask - fp8_saving)}
 
 
-def embedding_activation_bytes(s: int, b: ArrayLike, h: int, t: ArrayLike, c: ArrayLike = 1, *,
-                               sequence_parallel: np.ndarray, dropout: bool) -> np.ndarray:
+def embedding_activation_bytes(
+    s: int, b: ArrayLike, h: int, t: ArrayLike, c: ArrayLike = 1, *, sequence_parallel: np.ndarray, dropout: bool
+) -> np.ndarray:
     """First stage, per micro-batch in flight: the embedding dropout mask sbh (sharded by SP;
     Korthikanti et al. 2022 §4.3, the sbhp/t term) and the int64 token ids 8sb (Megatron-LM
     theoretical_memory_usage.py, the 8sbp term)."""
@@ -97,8 +111,9 @@ def embedding_activation_bytes(s: int, b: ArrayLike, h: int, t: ArrayLike, c: Ar
     return mask + 8.0 * s * b / c
 
 
-def output_layer_activation_bytes(s: int, b: ArrayLike, h: int, V: ArrayLike, t: ArrayLike, c: ArrayLike = 1, *,
-                                  sequence_parallel: np.ndarray) -> np.ndarray:
+def output_layer_activation_bytes(
+    s: int, b: ArrayLike, h: int, V: ArrayLike, t: ArrayLike, c: ArrayLike = 1, *, sequence_parallel: np.ndarray
+) -> np.ndarray:
     """Last stage, one micro-batch: final layer-norm input 2sbh and output-layer input 2sbh (both
     sharded by SP) and the fp32 logits 4sbV/t (Korthikanti et al. 2022 §4.3: 4sbh/t·(1 + V/h))."""
     b, t, c = np.asarray(b), np.asarray(t), np.asarray(c)

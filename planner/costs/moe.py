@@ -16,8 +16,9 @@ from planner.costs.memory import mlp_activation_tensors
 from planner.hardware.collectives import Link, all_gather_time_s
 
 
-def expert_token_assignments(b: ArrayLike, s: int, t: ArrayLike, c: ArrayLike, k: int, *, imbalance: float,
-                             capacity_factor: float | None) -> np.ndarray:
+def expert_token_assignments(
+    b: ArrayLike, s: int, t: ArrayLike, c: ArrayLike, k: int, *, imbalance: float, capacity_factor: float | None
+) -> np.ndarray:
     """A: (token, expert) pairs one GPU computes per micro-batch.
 
     Each GPU enters the MoE layer with its T = b·s/(c·t) tokens (sequence-parallel shard; MoE with
@@ -30,7 +31,9 @@ def expert_token_assignments(b: ArrayLike, s: int, t: ArrayLike, c: ArrayLike, k
     return T * k * load
 
 
-def expert_gemms(A: ArrayLike, h: int, f_e: int, E: int, ep: ArrayLike, etp: ArrayLike, *, gated: bool) -> dict[str, Gemm]:
+def expert_gemms(
+    A: ArrayLike, h: int, f_e: int, E: int, ep: ArrayLike, etp: ArrayLike, *, gated: bool
+) -> dict[str, Gemm]:
     """The expert MLP GEMMs on one GPU for A (token, expert) pairs: its E/ep local experts each see
     A·etp·ep/E tokens at 1/etp of the expert width (grouped GEMM). FLOPs 2·A·h·f_e·(gate + 1)."""
     A, ep, etp = np.asarray(A, dtype=float), np.asarray(ep), np.asarray(etp)
@@ -52,8 +55,18 @@ def alltoall_time_s(n: ArrayLike, send_bytes: ArrayLike, link: Link) -> np.ndarr
     return (n - 1) / n * np.asarray(send_bytes) / link.bus_bytes_per_s + (n - 1) * link.latency_s
 
 
-def dispatcher_time_s(A: ArrayLike, T: ArrayLike, h: int, ep: ArrayLike, etp: ArrayLike, ep_link: Link,
-                      etp_link: Link, *, activation_bytes: int, kind: str) -> np.ndarray:
+def dispatcher_time_s(
+    A: ArrayLike,
+    T: ArrayLike,
+    h: int,
+    ep: ArrayLike,
+    etp: ArrayLike,
+    ep_link: Link,
+    etp_link: Link,
+    *,
+    activation_bytes: int,
+    kind: str,
+) -> np.ndarray:
     """Forward token movement of one MoE layer (the backward moves as much again).
 
     alltoall: dispatch and combine are each an all-to-all of the A routed token copies (A·h values)
@@ -71,11 +84,13 @@ def dispatcher_time_s(A: ArrayLike, T: ArrayLike, h: int, ep: ArrayLike, etp: Ar
     return 2 * all_gather_time_s(group, gathered, ep_link)
 
 
-def moe_mlp_activation_bytes(A: ArrayLike, T: ArrayLike, h: int, f_e: int, etp: ArrayLike, *, gated: bool,
-                             fp8_inputs: bool = False) -> np.ndarray:
+def moe_mlp_activation_bytes(
+    A: ArrayLike, T: ArrayLike, h: int, f_e: int, etp: ArrayLike, *, gated: bool, fp8_inputs: bool = False
+) -> np.ndarray:
     """What one MoE layer keeps for the backward in place of the dense MLP's tensors, per GPU:
     the routed token copies at the experts' input (2·A·h, 1 byte each with FP8 inputs), the
-    experts' internals at 1/etp width (2·(2 or 3)·A·etp·f_e/etp bytes, ``memory.mlp_activation_tensors``, the fc2 input half that with
+    experts' internals at 1/etp width (2·(2 or 3)·A·etp·f_e/etp bytes, ``memory.mlp_activation_tensors``,
+    the fc2 input half that with
     FP8), and the router's fp32 probabilities and the combine's input (2·T·h)."""
     A, T = np.asarray(A, dtype=float), np.asarray(T, dtype=float)
     inner = 2.0 * mlp_activation_tensors(gated) - (1.0 if fp8_inputs else 0.0)

@@ -15,7 +15,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 
-def stage_time_sum(first: ArrayLike, middle: ArrayLike, last: ArrayLike, p: ArrayLike, num_middle: ArrayLike) -> np.ndarray:
+def stage_time_sum(
+    first: ArrayLike, middle: ArrayLike, last: ArrayLike, p: ArrayLike, num_middle: ArrayLike
+) -> np.ndarray:
     """Σ over all p stages of a per-micro-batch time, from the first, a middle and the last stage."""
     p = np.asarray(p)
     return np.where(p > 1, np.asarray(first) + np.asarray(num_middle) * middle + last, first)

@@ -23,13 +23,14 @@ def train_time_s(tokens: float, tokens_per_s: float) -> float:
     return tokens / tokens_per_s
 
 
-def narayanan_eq4_s(tokens: float, params: float, gpus: int, flops_per_gpu: float) -> float:
-    """Narayanan et al. 2021 Eq. 4: end-to-end training time ≈ 8·T·P/(n·X) seconds."""
-    return 8 * tokens * params / (gpus * flops_per_gpu)
-
-
-def train_cost_terms(tokens_per_s: float, gpus: int, *, tokens: float,
-                     gpu_hour_price: float | None = None, tdp_watts: float | None = None) -> dict:
+def train_cost_terms(
+    tokens_per_s: float,
+    gpus: int,
+    *,
+    tokens: float,
+    gpu_hour_price: float | None = None,
+    tdp_watts: float | None = None,
+) -> dict:
     """The plan JSON's time-and-cost keys: train_tokens, train_days, gpu_hours, gpu_hour_price,
     cost (None without a price) and energy_mwh (None without a TDP)."""
     seconds = train_time_s(tokens, tokens_per_s)

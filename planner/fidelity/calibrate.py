@@ -11,24 +11,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.fidelity.validate import Run, load_runs, predict, validate
+from planner.fidelity.runs import Run, load_runs
+from planner.fidelity.validate import predict, validate
 from planner.hardware.spec import HardwareSpec
 from planner.presets import load_hardware
 
 FITTED = {  # hardware preset -> the calibration fields fitted on its runs
-    "dgx-a100-superpod": ("gemm_efficiency", "gemm_half_dim", "memory_efficiency", "network_bus_efficiency",
-                          "layer_overhead_us"),
-    "dgx-h100-superpod": ("gemm_efficiency", "gemm_half_dim", "flash_attention_efficiency", "memory_efficiency",
-                          "layer_overhead_us"),
+    "dgx-a100-superpod": (
+        "gemm_efficiency",
+        "gemm_half_dim",
+        "memory_efficiency",
+        "network_bus_efficiency",
+        "layer_overhead_us",
+    ),
+    "dgx-h100-superpod": (
+        "gemm_efficiency",
+        "gemm_half_dim",
+        "flash_attention_efficiency",
+        "memory_efficiency",
+        "layer_overhead_us",
+    ),
 }
 # Physical ranges the fit must stay in, and why:
 BOUNDS = {
-    "gemm_efficiency": (0.5, 0.95),         # cuBLAS reaches 70-90 % of dense peak on large GEMMs
-    "gemm_half_dim": (8.0, 512.0),          # of the order of a tensor-core tile (64-256)
-    "memory_efficiency": (0.5, 0.95),       # elementwise kernels reach 60-90 % of HBM bandwidth
+    "gemm_efficiency": (0.5, 0.95),  # cuBLAS reaches 70-90 % of dense peak on large GEMMs
+    "gemm_half_dim": (8.0, 512.0),  # of the order of a tensor-core tile (64-256)
+    "memory_efficiency": (0.5, 0.95),  # elementwise kernels reach 60-90 % of HBM bandwidth
     "network_bus_efficiency": (0.6, 0.98),  # nccl-tests busbw over InfiniBand: 80-95 % of line rate
-    "flash_attention_efficiency": (0.1, 0.8),  # of the causal-halved FLOPs; FlashAttention-2/cuDNN reach 35-70 % of peak (Dao 2023)
-    "layer_overhead_us": (1.0, 2000.0),     # host (Python) and launch time of a layer's ~15-30 kernels
+    "flash_attention_efficiency": (
+        0.1,
+        0.8,
+    ),  # of the causal-halved FLOPs; FlashAttention-2/cuDNN reach 35-70 % of peak (Dao 2023)
+    "layer_overhead_us": (1.0, 2000.0),  # host (Python) and launch time of a layer's ~15-30 kernels
 }
 
 
@@ -105,12 +119,12 @@ def fit(hardware_name: str, runs: list[Run], fields: tuple[str, ...] | None = No
     x0 = np.array([_to_free(k, getattr(hw0.calibration, k)) for k in fields])
 
     def loss(x):
-        hw = with_calibration(hw0, {k: _from_free(k, v) for k, v in zip(fields, x)})
+        hw = with_calibration(hw0, {k: _from_free(k, v) for k, v in zip(fields, x, strict=False)})
         errs = [np.log(predict(r, hw) / r.published) for r in runs]
         return float(np.mean(np.square(errs)))
 
     x = nelder_mead(loss, x0)
-    return Fit(hardware_name, {k: _from_free(k, v) for k, v in zip(fields, x)}, loss(x), len(runs))
+    return Fit(hardware_name, {k: _from_free(k, v) for k, v in zip(fields, x, strict=False)}, loss(x), len(runs))
 
 
 def calibrate_all(runs: list[Run] | None = None) -> dict[str, Fit]:
@@ -147,7 +161,7 @@ def write_calibration(path, fitted: Fit, sources: list[str], carried_from: str |
         text, n = re.subn(rf"(?m)^(  {key}: )[-0-9.eE+]+$", rf"\g<1>{value:.4g}", text)
         if n != 1:
             raise ValueError(f"{path}: expected one calibration line '{key}:', found {n}")
-        text = re.sub(rf'(?m)^(    {key}: ).*$', rf'\g<1>"{note}"', text)
+        text = re.sub(rf"(?m)^(    {key}: ).*$", rf'\g<1>"{note}"', text)
     path.write_text(text)
     return text
 
@@ -167,15 +181,21 @@ def run_calibration(*, loso: bool = True, write_dir: str | None = None) -> dict:
     fits = calibrate_all(runs)
     hw = {name: with_calibration(load_hardware(name), f.values) for name, f in fits.items()}
     result = validate(runs, hw)
-    out = {"fits": {n: {"values": f.values, "loss": f.loss, "runs": f.runs} for n, f in fits.items()},
-           "summary": result["summary"], "runs": result["runs"]}
+    out = {
+        "fits": {n: {"values": f.values, "loss": f.loss, "runs": f.runs} for n, f in fits.items()},
+        "summary": result["summary"],
+        "runs": result["runs"],
+    }
     if loso:
         out["leave_one_source_out"] = leave_one_source_out(runs)
     a100 = fits["dgx-a100-superpod"].values
     carried = {k: v for k, v in a100.items() if k in FITTED["dgx-h100-superpod"] and k != "layer_overhead_us"}
     h100_runs = [r for r in runs if r.hardware == "dgx-h100-superpod"]
     h100_carried = with_calibration(load_hardware("dgx-h100-superpod"), carried)
-    out["h100_with_a100_values"] = {"carried": carried, **validate(h100_runs, {"dgx-h100-superpod": h100_carried})["summary"]}
+    out["h100_with_a100_values"] = {
+        "carried": carried,
+        **validate(h100_runs, {"dgx-h100-superpod": h100_carried})["summary"],
+    }
     if write_dir:
         for name, f in fits.items():
             sources = sorted({r.source for r in runs if r.hardware == name})

@@ -1,130 +1,19 @@
-"""Predicted versus published: every Megatron-LM run of the reference table with a complete
-configuration, built as published with the Megatron-LM behaviour of its time, in the metric
-its source used."""
+"""Predicted versus published: the planner's value of each reference run's metric, the errors, and
+how much faster the planner's best plan would have been (regret)."""
 
 from __future__ import annotations
 
-import csv
-import io
-import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
 from planner import api
 from planner.costs.estimate import evaluate, layer_step_times_s
 from planner.costs.flops import korthikanti_eq8_flops
+from planner.fidelity.runs import K22, N21, PAPER_VOCAB, Run, load_runs
 from planner.hardware.spec import HardwareSpec
-from planner.models.spec import ModelSpec
-from planner.presets import load_hardware, load_model, presets_root
+from planner.presets import load_hardware
 from planner.space.grid import PlanGrid
-
-N21, K22, MLM = "Narayanan 2021", "Korthikanti 2022", "Megatron-LM README H100"
-PAPER_VOCAB = 51200  # V in both papers' FLOP formulas (GPT-2 BPE padded)
-A100_MODELS = {"GPT 1.7B": "gpt-1.7b", "GPT 3.6B": "gpt-3.6b", "GPT 7.5B": "gpt-7.5b", "GPT 18.4B": "gpt-18b",
-               "GPT 39.1B": "gpt-39b", "GPT 76.1B": "gpt-76b", "GPT 145.6B": "gpt-145b", "GPT 310.1B": "gpt-310b",
-               "GPT 529.6B": "gpt-530b", "GPT 1008.0B": "gpt-1t", "GPT-3 175B": "gpt3-175b", "22B": "gpt-22b",
-               "175B (GPT-3)": "gpt3-175b", "530B (MT-NLG)": "gpt-530b", "1T": "gpt-1t"}
-
-
-@dataclass(frozen=True)
-class Run:
-    id: str
-    source: str
-    metric: str
-    published: float
-    hardware: str
-    request: dict
-    assumptions: tuple[str, ...] = field(default_factory=tuple)
-
-
-def _int(text: str) -> int | None:
-    m = re.match(r"\s*(\d+)", text or "")
-    return int(m.group(1)) if m else None
-
-
-def _pct(text: str) -> float | None:
-    m = re.match(r"\s*([\d.]+)\s*%", text or "")
-    return float(m.group(1)) / 100 if m else None
-
-
-def reference_rows() -> list[dict]:
-    text = (presets_root() / "reference" / "published_runs.csv").read_text()
-    return list(csv.DictReader(io.StringIO(text)))
-
-
-def _n21(row: dict) -> list[Run]:
-    t, p, n = _int(row["tensor_parallel"]) or 8, _int(row["pipeline_parallel"]) or 16, int(row["num_gpus"])
-    torch_ddp = "DDP impl torch" in row["notes"]
-    assumptions = ["2021 code: unfused attention, fp16, pipeline scatter/gather, no p2p overlap, no async TP all-reduce",
-                   "gradient all-reduce overlapped with the last backward (DDP impl torch)" if torch_ddp
-                   else "gradient all-reduce not overlapped (DDP impl local)"]
-    b = _int(row["micro_batch_size"])
-    if b is None:  # §5.1: the plan NVIDIA gives for the 140 TFLOP/s run
-        b = 1
-        assumptions.append("TP 8, PP 16, DP 8, micro-batch 1, no interleaving: Megatron-LM examples/gpt3 and NVIDIA's SuperPOD write-up")
-    request = dict(model=A100_MODELS[row["model_name"]], gpus=n, tp=t, pp=p, vpp=_int(row["virtual_pipeline"]) or 1,
-                   micro_batch=b, global_batch=int(row["global_batch_size"]), seq_len=2048, precision="fp16",
-                   recompute="full", sequence_parallel=False, distributed_optimizer=False,
-                   options=dict(attention_kernel="unfused", pp_scatter_gather=True, overlap_p2p_comm=False,
-                                overlap_grad_reduce=torch_ddp, async_tp_comm=False))
-    return [Run(row["run_id"], N21, "TFLOP/s per GPU (Eq. 3)", float(row["tflops_per_gpu"]), "dgx-a100-superpod",
-                request, tuple(assumptions))]
-
-
-def _k22(row: dict) -> list[Run]:
-    t, p, n = int(row["tensor_parallel"]), int(row["pipeline_parallel"]), int(row["num_gpus"])
-    sp = row["sequence_parallel"].strip() == "y"
-    assumptions = ["2022 code: unfused attention, pipeline scatter/gather, no p2p overlap",
-                   "bf16 (the paper says mixed precision; no data parallelism, so it only changes memory)"]
-    base = dict(gpus=n, tp=t, pp=p, micro_batch=int(row["micro_batch_size"]), seq_len=2048, precision="bf16",
-                recompute=row["recompute"].strip(), sequence_parallel=sp, distributed_optimizer=False,
-                options=dict(attention_kernel="unfused", pp_scatter_gather=True, overlap_p2p_comm=False))
-    if row["table_or_figure"].startswith("Table 4"):
-        model = load_model("gpt-22b").model_copy(update={"num_layers": 1, "name": "gpt-22b (one layer)"})
-        ms = re.search(r"combined ([\d.]+) ms", row["other_measured"])
-        req = dict(base, model=model, global_batch=int(row["micro_batch_size"]))
-        return [Run(row["run_id"], K22, "layer forward+backward (ms)", float(ms.group(1)), "dgx-a100-superpod", req,
-                    tuple(assumptions + ["one 22B layer, TP 8, micro-batch 4 (Table 4)"]))]
-    req = dict(base, model=A100_MODELS[row["model_name"]], vpp=_int(row["virtual_pipeline"]) or 1,
-               global_batch=int(row["global_batch_size"]))
-    runs = [Run(row["run_id"], K22, "iteration time (s)", float(row["iteration_time_s"]), "dgx-a100-superpod", req,
-                tuple(assumptions))]
-    for metric, col in (("MFU (Eq. 7)", "mfu"), ("HFU (Eq. 8)", "hfu")):
-        if _pct(row[col]) is not None:
-            runs.append(Run(f"{row['run_id']}:{col}", K22, metric, _pct(row[col]), "dgx-a100-superpod", req, tuple(assumptions)))
-    return runs
-
-
-def _mlm(row: dict) -> list[Run]:
-    L, h, a, s = (int(row[k]) for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"))
-    t, p = int(row["tensor_parallel"]), int(row["pipeline_parallel"])
-    model = ModelSpec(name=row["model_name"], source=row["source"], num_layers=L, hidden_size=h, num_attention_heads=a,
-                      max_position_embeddings=s, vocab_size=int(row["vocab_size"]))
-    req = dict(model=model, gpus=int(row["num_gpus"]), tp=t, pp=p, micro_batch=1, global_batch=int(row["global_batch_size"]),
-               seq_len=s, precision="bf16", recompute="none", sequence_parallel=t > 1, distributed_optimizer=True,
-               options=dict(attention_kernel="flash", overlap_grad_reduce=True, overlap_param_gather=True,
-                            tp_comm_overlap=t > 1))
-    assumptions = ("unstated, assumed: micro-batch 1, no recomputation, no interleaving, SP with TP > 1, distributed optimizer "
-                   "(required by the stated --overlap-param-gather), GPT-3 architecture (4h GeLU MLP, learned positions, tied embeddings)",
-                   "Megatron-Core r0.8.0: flash attention (Transformer Engine), bf16, --overlap-grad-reduce --overlap-param-gather "
-                   "--tp-comm-overlap (with TP > 1)")
-    return [Run(row["run_id"], MLM, "TFLOP/s per GPU (r0.8.0)", float(row["tflops_per_gpu"]), "dgx-h100-superpod", req, assumptions),
-            Run(f"{row['run_id']}:mfu", MLM, "MFU (r0.8.0)", _pct(row["mfu"]), "dgx-h100-superpod", req, assumptions)]
-
-
-def load_runs() -> list[Run]:
-    """Every reference run with a complete configuration (or a stated default for what is missing)."""
-    runs: list[Run] = []
-    for row in reference_rows():
-        rid = row["run_id"]
-        if rid.startswith("N21-T1") or rid == "N21-S51-GPT3-175B-1024":
-            runs += _n21(row)
-        elif rid.startswith("K22-"):
-            runs += _k22(row)
-        elif rid.startswith("MLM-README-H100-") and "strong" not in rid:
-            runs += _mlm(row)
-    return runs
 
 
 def predict(run: Run, hardware: HardwareSpec | None = None) -> float:
@@ -164,17 +53,32 @@ def validate(runs: list[Run] | None = None, hardware: dict[str, HardwareSpec] | 
     rows = []
     for run in runs:
         pred = predict(run, hardware.get(run.hardware))
-        rows.append({"id": run.id, "source": run.source, "metric": run.metric, "published": run.published,
-                     "predicted": pred, "error_pct": 100 * (pred - run.published) / run.published,
-                     "assumptions": list(run.assumptions)})
+        rows.append(
+            {
+                "id": run.id,
+                "source": run.source,
+                "metric": run.metric,
+                "published": run.published,
+                "predicted": pred,
+                "error_pct": 100 * (pred - run.published) / run.published,
+                "assumptions": list(run.assumptions),
+            }
+        )
     return {"runs": rows, "summary": summarize(rows)}
 
 
 def summarize(rows: list[dict]) -> dict:
     def stats(rs):
         errs = np.abs([r["error_pct"] for r in rs])
-        return {"runs": len(rs), "median_abs_error_pct": float(np.median(errs)), "max_abs_error_pct": float(np.max(errs))}
-    by_source = {src: stats([r for r in rows if r["source"] == src]) for src in dict.fromkeys(r["source"] for r in rows)}
+        return {
+            "runs": len(rs),
+            "median_abs_error_pct": float(np.median(errs)),
+            "max_abs_error_pct": float(np.max(errs)),
+        }
+
+    by_source = {
+        src: stats([r for r in rows if r["source"] == src]) for src in dict.fromkeys(r["source"] for r in rows)
+    }
     return {**stats(rows), "by_source": by_source}
 
 
@@ -183,9 +87,11 @@ def _era_pins(run: Run):
     distributed optimizer; 2022 had no distributed optimizer in these runs."""
     from planner.plan import Recompute
     from planner.space.candidates import Pins
+
     if run.source == N21:
-        return Pins(sequence_parallel=False, distributed_optimizer=False, fsdp=False,
-                    recompute=(Recompute.NONE, Recompute.FULL))
+        return Pins(
+            sequence_parallel=False, distributed_optimizer=False, fsdp=False, recompute=(Recompute.NONE, Recompute.FULL)
+        )
     if run.source == K22:
         return Pins(distributed_optimizer=False, fsdp=False)
     return Pins(fsdp=False)  # Megatron-Core r0.8.0 had no Megatron FSDP
@@ -195,20 +101,39 @@ def regret(run: Run) -> dict:
     """How much faster the planner's best plan for the same model, GPUs, batch and hardware is
     predicted to be than the published plan, both with the Megatron-LM behaviour of the run's time."""
     from planner.search import search
+
     req = api.make_request(hardware=load_hardware(run.hardware), **run.request)
     with np.errstate(divide="ignore", invalid="ignore"):
         published = float(evaluate(PlanGrid.from_plans([req.plan]), req.ctx).iteration_s[0])
     pins = _era_pins(run)
     best = search(req.ctx, req.gpus, pins, top=1).plans[0]
-    same = search(req.ctx, req.gpus, replace(pins, recompute=req.plan.recompute,
-                                              sequence_parallel=req.plan.sequence_parallel), top=1).plans[0]
-    keys = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer", "fsdp",
-            "stage_split")
-    return {"published_plan_s": published, "best_plan_s": best["estimate"]["iteration_s"],
-            "speedup_pct": 100 * (published / best["estimate"]["iteration_s"] - 1),
-            "best_plan": {k: best["parallel"][k] for k in keys},
-            "same_recompute_speedup_pct": 100 * (published / same["estimate"]["iteration_s"] - 1),
-            "same_recompute_best_plan": {k: same["parallel"][k] for k in keys}}
+    same = search(
+        req.ctx,
+        req.gpus,
+        replace(pins, recompute=req.plan.recompute, sequence_parallel=req.plan.sequence_parallel),
+        top=1,
+    ).plans[0]
+    keys = (
+        "tp",
+        "pp",
+        "dp",
+        "cp",
+        "vpp",
+        "micro_batch",
+        "recompute",
+        "sequence_parallel",
+        "distributed_optimizer",
+        "fsdp",
+        "stage_split",
+    )
+    return {
+        "published_plan_s": published,
+        "best_plan_s": best["estimate"]["iteration_s"],
+        "speedup_pct": 100 * (published / best["estimate"]["iteration_s"] - 1),
+        "best_plan": {k: best["parallel"][k] for k in keys},
+        "same_recompute_speedup_pct": 100 * (published / same["estimate"]["iteration_s"] - 1),
+        "same_recompute_best_plan": {k: same["parallel"][k] for k in keys},
+    }
 
 
 def add_regret(result: dict, runs: list[Run] | None = None) -> dict:

@@ -50,9 +50,11 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
         tier_frac = np.where(inside, tier.bandwidth_frac, tier_frac)
     network = np.minimum(nvlink, per_node * nic_per_gpu * cal.network_bus_efficiency * tier_frac)
     one_node = nodes <= 1
-    return Link(bus_bytes_per_s=np.where(one_node, nvlink, network),
-                latency_s=np.where(one_node, node.nvlink_latency_us, tier_latency) * 1e-6,
-                nodes=nodes)
+    return Link(
+        bus_bytes_per_s=np.where(one_node, nvlink, network),
+        latency_s=np.where(one_node, node.nvlink_latency_us, tier_latency) * 1e-6,
+        nodes=nodes,
+    )
 
 
 def all_reduce_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.ndarray:

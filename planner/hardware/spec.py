@@ -31,10 +31,15 @@ class _Sourced(BaseModel):
     @model_validator(mode="after")
     def _every_number_sourced(self) -> Self:
         fields = type(self).model_fields
-        numeric = [name for name in fields
-                   if name in self.model_fields_set and getattr(self, name) is not None
-                   and getattr(self, name) != fields[name].default
-                   and isinstance(getattr(self, name), (int, float)) and not isinstance(getattr(self, name), bool)]
+        numeric = [
+            name
+            for name in fields
+            if name in self.model_fields_set
+            and getattr(self, name) is not None
+            and getattr(self, name) != fields[name].default
+            and isinstance(getattr(self, name), (int, float))
+            and not isinstance(getattr(self, name), bool)
+        ]
         missing = [name for name in numeric if not self.sources.get(name)]
         if missing:
             raise ValueError(f"sources must name where each number comes from; missing: {', '.join(missing)}")
@@ -47,6 +52,9 @@ class _Sourced(BaseModel):
 class GPUSpec(_Sourced):
     name: str
     hbm_gib: PositiveFloat = Field(description="HBM capacity")
+    compute_capability: PositiveFloat = Field(
+        description="CUDA compute capability, major.minor (8.0 Ampere, 9.0 Hopper, 10.0 Blackwell)"
+    )
     peak_bf16_tflops: PositiveFloat = Field(description="dense 16-bit tensor-core peak")
     peak_tf32_tflops: PositiveFloat = Field(description="dense TF32 tensor-core peak (fp32 training)")
     peak_fp8_tflops: PositiveFloat | None = Field(None, description="dense FP8 tensor-core peak")

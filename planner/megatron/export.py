@@ -15,9 +15,24 @@ from planner.plan import AttentionKernel, Recompute
 
 def model_flags(req: PlanRequest) -> list[str]:
     m, tr = req.ctx.model, req.ctx.training
-    flags = ["--num-layers", m.num_layers, "--hidden-size", m.hidden_size, "--num-attention-heads", m.num_attention_heads,
-             "--ffn-hidden-size", m.ffn, "--seq-length", tr.seq_len, "--max-position-embeddings", m.max_position_embeddings,
-             "--vocab-size", m.vocab_size, "--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by]
+    flags = [
+        "--num-layers",
+        m.num_layers,
+        "--hidden-size",
+        m.hidden_size,
+        "--num-attention-heads",
+        m.num_attention_heads,
+        "--ffn-hidden-size",
+        m.ffn,
+        "--seq-length",
+        tr.seq_len,
+        "--max-position-embeddings",
+        m.max_position_embeddings,
+        "--vocab-size",
+        m.vocab_size,
+        "--make-vocab-size-divisible-by",
+        m.make_vocab_size_divisible_by,
+    ]
     if m.num_query_groups is not None and m.num_query_groups != m.num_attention_heads:
         flags += ["--group-query-attention", "--num-query-groups", m.num_query_groups]
     if m.kv_channels is not None:
@@ -36,8 +51,14 @@ def model_flags(req: PlanRequest) -> list[str]:
         flags.append("--disable-bias-linear")
     flags += ["--hidden-dropout", m.hidden_dropout, "--attention-dropout", m.attention_dropout]
     if m.is_moe:
-        flags += ["--num-experts", m.num_experts, "--moe-router-topk", m.moe_router_topk,
-                  "--moe-ffn-hidden-size", m.expert_ffn]
+        flags += [
+            "--num-experts",
+            m.num_experts,
+            "--moe-router-topk",
+            m.moe_router_topk,
+            "--moe-ffn-hidden-size",
+            m.expert_ffn,
+        ]
         if m.moe_layer_freq != 1:
             flags += ["--moe-layer-freq", m.moe_layer_freq]
     return flags
@@ -45,13 +66,28 @@ def model_flags(req: PlanRequest) -> list[str]:
 
 def parallel_flags(req: PlanRequest) -> list[str]:
     p, o, tr = req.plan, req.ctx.options, req.ctx.training
-    flags = ["--tensor-model-parallel-size", p.tp, "--pipeline-model-parallel-size", p.pp,
-             "--micro-batch-size", p.micro_batch, "--global-batch-size", tr.global_batch]
+    flags = [
+        "--tensor-model-parallel-size",
+        p.tp,
+        "--pipeline-model-parallel-size",
+        p.pp,
+        "--micro-batch-size",
+        p.micro_batch,
+        "--global-batch-size",
+        tr.global_batch,
+    ]
     if p.cp > 1:
         flags += ["--context-parallel-size", p.cp]
     if req.ctx.model.is_moe:
-        flags += ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size", p.etp,
-                  "--moe-token-dispatcher-type", o.moe_token_dispatcher.value, "--moe-grouped-gemm"]
+        flags += [
+            "--expert-model-parallel-size",
+            p.ep,
+            "--expert-tensor-parallel-size",
+            p.etp,
+            "--moe-token-dispatcher-type",
+            o.moe_token_dispatcher.value,
+            "--moe-grouped-gemm",
+        ]
         if o.moe_capacity_factor is not None:
             flags += ["--moe-expert-capacity-factor", o.moe_capacity_factor]
     if p.vpp > 1:
@@ -75,8 +111,13 @@ def parallel_flags(req: PlanRequest) -> list[str]:
     if p.distributed_optimizer or p.fsdp:
         flags.append("--use-distributed-optimizer")
     if p.fsdp:  # Megatron FSDP needs its own checkpoint format (arguments.py)
-        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
-                  "--ckpt-format", "fsdp_dtensor"]
+        flags += [
+            "--use-megatron-fsdp",
+            "--data-parallel-sharding-strategy",
+            "optim_grads_params",
+            "--ckpt-format",
+            "fsdp_dtensor",
+        ]
     if o.fp8 is not None:
         flags += ["--fp8-format", o.fp8.value]
         if o.fp8_param_gather:
@@ -85,9 +126,13 @@ def parallel_flags(req: PlanRequest) -> list[str]:
     # auto (Megatron's default) lets Transformer Engine pick flash or cuDNN fused attention, which keep no
     # s×s tensor; forcing "flash" would rule out cuDNN's kernel on Hopper and any kernel in fp32
     flags += ["--attention-backend", "unfused" if o.attention_kernel is AttentionKernel.UNFUSED else "auto"]
-    for enabled, flag in ((o.overlap_grad_reduce, "--overlap-grad-reduce"), (o.overlap_param_gather, "--overlap-param-gather"),
-                          (o.grad_reduce_in_bf16, "--grad-reduce-in-bf16"), (o.tp_comm_overlap, "--tp-comm-overlap"),
-                          (p.vpp > 1 and not o.overlap_p2p_comm, "--no-overlap-p2p-communication")):
+    for enabled, flag in (
+        (o.overlap_grad_reduce, "--overlap-grad-reduce"),
+        (o.overlap_param_gather, "--overlap-param-gather"),
+        (o.grad_reduce_in_bf16, "--grad-reduce-in-bf16"),
+        (o.tp_comm_overlap, "--tp-comm-overlap"),
+        (p.vpp > 1 and not o.overlap_p2p_comm, "--no-overlap-p2p-communication"),
+    ):
         if enabled:
             flags.append(flag)
     return [f for f in flags if f is not None]
@@ -113,12 +158,14 @@ def flags_text(req: PlanRequest) -> str:
     return " \\\n".join(lines) + "\n"
 
 
+BLACKWELL_COMPUTE_CAPABILITY = 10.0
+
+
 def needs_cuda_device_max_connections(req: PlanRequest) -> bool:
     """CUDA_DEVICE_MAX_CONNECTIONS=1 keeps TP/CP communication kernels ordered before compute on
     GPUs before Blackwell (Megatron-LM checks it when TP or CP > 1 with overlap); never with
     Megatron FSDP, which needs more than one connection."""
-    gpu = req.ctx.hardware.gpu.name.upper()
-    pre_blackwell = not any(tag in gpu for tag in ("B200", "GB200", "B300"))
+    pre_blackwell = req.ctx.hardware.gpu.compute_capability < BLACKWELL_COMPUTE_CAPABILITY
     return pre_blackwell and (req.plan.tp > 1 or req.plan.cp > 1) and not req.plan.fsdp
 
 
@@ -129,12 +176,20 @@ def tokenizer_lines(req: PlanRequest) -> tuple[str, str]:
     """The Slurm script's tokenizer: GPT-2 BPE for the GPT-2 vocabulary, else a Hugging Face tokenizer
     (Megatron reads --vocab-size only for its Null and TikToken tokenizers, build_tokenizer.py)."""
     if req.ctx.model.vocab_size == GPT2_VOCAB:
-        return ((': "${VOCAB_FILE:?set VOCAB_FILE to the GPT-2 vocabulary (PLACEHOLDER)}"\n'
-                 ': "${MERGE_FILE:?set MERGE_FILE to the GPT-2 merges (PLACEHOLDER)}"\n'),
-                'TOKENIZER_ARGS=(--tokenizer-type GPT2BPETokenizer --vocab-file "$VOCAB_FILE" --merge-file "$MERGE_FILE")')
-    return ((f': "${{TOKENIZER_MODEL:?set TOKENIZER_MODEL to the {req.ctx.model.vocab_size}-token tokenizer '
-             f'(a Hugging Face name or path; PLACEHOLDER)}}"\n'),
-            'TOKENIZER_ARGS=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOKENIZER_MODEL")')
+        return (
+            (
+                ': "${VOCAB_FILE:?set VOCAB_FILE to the GPT-2 vocabulary (PLACEHOLDER)}"\n'
+                ': "${MERGE_FILE:?set MERGE_FILE to the GPT-2 merges (PLACEHOLDER)}"\n'
+            ),
+            'TOKENIZER_ARGS=(--tokenizer-type GPT2BPETokenizer --vocab-file "$VOCAB_FILE" --merge-file "$MERGE_FILE")',
+        )
+    return (
+        (
+            f': "${{TOKENIZER_MODEL:?set TOKENIZER_MODEL to the {req.ctx.model.vocab_size}-token tokenizer '
+            f'(a Hugging Face name or path; PLACEHOLDER)}}"\n'
+        ),
+        'TOKENIZER_ARGS=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOKENIZER_MODEL")',
+    )
 
 
 def slurm_script(req: PlanRequest) -> str:
@@ -157,7 +212,8 @@ def slurm_script(req: PlanRequest) -> str:
     p = req.plan
     return f"""#!/bin/bash
 # Generated by megaplan for {req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}:
-# TP {p.tp} · PP {p.pp} · DP {p.dp} · CP {p.cp} · VPP {p.vpp} · micro-batch {p.micro_batch} · recompute {p.recompute.value}
+# TP {p.tp} · PP {p.pp} · DP {p.dp} · CP {p.cp} · VPP {p.vpp} · micro-batch {p.micro_batch}
+# recompute {p.recompute.value}
 # Replace every PLACEHOLDER before submitting; the paths below must be set or the script stops.
 #SBATCH --job-name=megaplan-{req.ctx.model.name}
 #SBATCH --nodes={nodes}

@@ -24,9 +24,19 @@ from importlib import resources
 from planner.errors import PlannerError
 
 __all__ = [
-    "ALIASES", "DROPPED_DESTS", "Alias", "ArgSpec", "MegatronArgError", "MegatronArgs",
-    "UnknownMegatronFlag", "alias_table_markdown", "argument_specs", "flag_table",
-    "megatron_source", "parse_megatron_argv", "validate_flag_set",
+    "ALIASES",
+    "DROPPED_DESTS",
+    "Alias",
+    "ArgSpec",
+    "MegatronArgError",
+    "MegatronArgs",
+    "UnknownMegatronFlag",
+    "alias_table_markdown",
+    "argument_specs",
+    "flag_table",
+    "megatron_source",
+    "parse_megatron_argv",
+    "validate_flag_set",
 ]
 
 
@@ -92,9 +102,16 @@ class Alias:
         return self.spec.flags[0]
 
 
-def _alias(flag: str, modern: str, note: str, sets: Mapping[str, object] | None = None,
-           weak: Mapping[str, object] | None = None, type: str | None = None,
-           choices: tuple[str, ...] | None = None, nargs: int | str | None = None) -> Alias:
+def _alias(
+    flag: str,
+    modern: str,
+    note: str,
+    sets: Mapping[str, object] | None = None,
+    weak: Mapping[str, object] | None = None,
+    type: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    nargs: int | str | None = None,
+) -> Alias:
     dest = flag.lstrip("-").replace("-", "_")
     spec = ArgSpec((flag,), dest, type is not None or choices is not None, nargs, type, choices)
     return Alias(spec, modern, note, dict(sets or {}), dict(weak or {}))
@@ -102,89 +119,202 @@ def _alias(flag: str, modern: str, note: str, sets: Mapping[str, object] | None 
 
 _RECOMPUTE_NOTE = "renamed to --recompute-* in 2022"
 _ALIAS_LIST: tuple[Alias, ...] = (
-    _alias("--checkpoint-activations", "--recompute-granularity full --recompute-method uniform",
-           "2020-2022 flag; today's validate_args prints 'no longer valid' and exits",
-           {"recompute_granularity": "full"},
-           {"recompute_method": "uniform", "recompute_num_layers": 1}),
-    _alias("--activations-checkpoint-method", "--recompute-granularity full --recompute-method X",
-           f"2021 flag, {_RECOMPUTE_NOTE}",
-           {"recompute_granularity": "full", "recompute_method": VALUE},
-           {"recompute_num_layers": 1}, choices=("uniform", "block")),
-    _alias("--activations-checkpoint-num-layers", "--recompute-num-layers N",
-           f"2021 flag, {_RECOMPUTE_NOTE}", {"recompute_num_layers": VALUE}, type="int"),
-    _alias("--checkpoint-granularity", "--recompute-granularity X",
-           f"2022 flag, {_RECOMPUTE_NOTE}", {"recompute_granularity": VALUE},
-           choices=("full", "selective")),
-    _alias("--checkpoint-method", "--recompute-method X", f"2022 flag, {_RECOMPUTE_NOTE}",
-           {"recompute_method": VALUE}, {"recompute_num_layers": 1}, choices=("uniform", "block")),
-    _alias("--checkpoint-num-layers", "--recompute-num-layers N",
-           f"2020-2022 flag, {_RECOMPUTE_NOTE}", {"recompute_num_layers": VALUE}, type="int"),
-    _alias("--distribute-checkpointed-activations", "--distribute-saved-activations",
-           "2020-2022 flag, renamed with the --recompute-* flags in 2022",
-           {"distribute_saved_activations": True}),
-    _alias("--batch-size", "--micro-batch-size N",
-           "2020 flag; today's validate_args asserts it is unset", {"micro_batch_size": VALUE},
-           type="int"),
-    _alias("--warmup", "--lr-warmup-fraction F",
-           "2020 flag (a fraction of iterations); today's validate_args asserts it is unset",
-           {"lr_warmup_fraction": VALUE}, type="float"),
-    _alias("--model-parallel-size", "--tensor-model-parallel-size N",
-           "2020 flag; today's validate_args asserts it is unset",
-           {"tensor_model_parallel_size": VALUE}, type="int"),
-    _alias("--use-flash-attn", "--attention-backend flash",
-           "2022-2026 flag of the legacy model; still parsed but ignored since May 2026",
-           {"attention_backend": "flash"}),
+    _alias(
+        "--checkpoint-activations",
+        "--recompute-granularity full --recompute-method uniform",
+        "2020-2022 flag; today's validate_args prints 'no longer valid' and exits",
+        {"recompute_granularity": "full"},
+        {"recompute_method": "uniform", "recompute_num_layers": 1},
+    ),
+    _alias(
+        "--activations-checkpoint-method",
+        "--recompute-granularity full --recompute-method X",
+        f"2021 flag, {_RECOMPUTE_NOTE}",
+        {"recompute_granularity": "full", "recompute_method": VALUE},
+        {"recompute_num_layers": 1},
+        choices=("uniform", "block"),
+    ),
+    _alias(
+        "--activations-checkpoint-num-layers",
+        "--recompute-num-layers N",
+        f"2021 flag, {_RECOMPUTE_NOTE}",
+        {"recompute_num_layers": VALUE},
+        type="int",
+    ),
+    _alias(
+        "--checkpoint-granularity",
+        "--recompute-granularity X",
+        f"2022 flag, {_RECOMPUTE_NOTE}",
+        {"recompute_granularity": VALUE},
+        choices=("full", "selective"),
+    ),
+    _alias(
+        "--checkpoint-method",
+        "--recompute-method X",
+        f"2022 flag, {_RECOMPUTE_NOTE}",
+        {"recompute_method": VALUE},
+        {"recompute_num_layers": 1},
+        choices=("uniform", "block"),
+    ),
+    _alias(
+        "--checkpoint-num-layers",
+        "--recompute-num-layers N",
+        f"2020-2022 flag, {_RECOMPUTE_NOTE}",
+        {"recompute_num_layers": VALUE},
+        type="int",
+    ),
+    _alias(
+        "--distribute-checkpointed-activations",
+        "--distribute-saved-activations",
+        "2020-2022 flag, renamed with the --recompute-* flags in 2022",
+        {"distribute_saved_activations": True},
+    ),
+    _alias(
+        "--batch-size",
+        "--micro-batch-size N",
+        "2020 flag; today's validate_args asserts it is unset",
+        {"micro_batch_size": VALUE},
+        type="int",
+    ),
+    _alias(
+        "--warmup",
+        "--lr-warmup-fraction F",
+        "2020 flag (a fraction of iterations); today's validate_args asserts it is unset",
+        {"lr_warmup_fraction": VALUE},
+        type="float",
+    ),
+    _alias(
+        "--model-parallel-size",
+        "--tensor-model-parallel-size N",
+        "2020 flag; today's validate_args asserts it is unset",
+        {"tensor_model_parallel_size": VALUE},
+        type="int",
+    ),
+    _alias(
+        "--use-flash-attn",
+        "--attention-backend flash",
+        "2022-2026 flag of the legacy model; still parsed but ignored since May 2026",
+        {"attention_backend": "flash"},
+    ),
     _alias("--fp8-hybrid", "--fp8-format hybrid", "2022-2023 flag", {"fp8": "hybrid"}),
     _alias("--fp8-e4m3", "--fp8-format e4m3", "2022-2023 flag", {"fp8": "e4m3"}),
-    _alias("--enable-cuda-graph", "--cuda-graph-impl local", "deprecated by today's validate_args",
-           {"cuda_graph_impl": "local"}),
-    _alias("--external-cuda-graph", "--cuda-graph-impl transformer_engine",
-           "deprecated by today's validate_args", {"cuda_graph_impl": "transformer_engine"}),
-    _alias("--cuda-graph-scope", "--cuda-graph-modules X [X ...]",
-           "deprecated by today's validate_args", {"cuda_graph_modules": VALUE},
-           type="str", nargs="+"),
-    _alias("--hybrid-override-pattern", "--hybrid-layer-pattern P",
-           "deprecated by today's validate_args", {"hybrid_layer_pattern": VALUE}, type="str"),
-    _alias("--mtp-hybrid-override-pattern", "--hybrid-layer-pattern P (unified, with MTP part)",
-           "deprecated by today's validate_args; value kept",
-           {"mtp_hybrid_override_pattern": VALUE}, type="str"),
-    _alias("--no-weight-decay-cond-type", "--apply-wd-to-qk-layernorm",
-           "deprecated by today's validate_args", {"apply_wd_to_qk_layernorm": True},
-           choices=("apply_wd_to_qk_layernorm",)),
-    _alias("--use-rotary-position-embeddings", "--position-embedding-type rope",
-           "legacy RoPE flag, translated by today's validate_args",
-           {"position_embedding_type": "rope"}),
-    _alias("--no-position-embedding", "--position-embedding-type none (or rope)",
-           "today's validate_args rejects it unless the position embedding is rope",
-           {"add_position_embedding": False}, {"position_embedding_type": "none"}),
-    _alias("--no-query-key-layer-scaling", "(default; --apply-query-key-layer-scaling enables)",
-           "2021-2023 flag; scaling was on by default until Nov 2023",
-           {"apply_query_key_layer_scaling": False}),
-    _alias("--DDP-impl", "(dropped; --overlap-grad-reduce overlaps the gradient reduction)",
-           "2020-2023 flag; 'torch' overlapped the gradient all-reduce with the backward pass, "
-           "'local' did not; value kept as ddp_impl", {"ddp_impl": VALUE},
-           choices=("local", "torch")),
-    _alias("--scatter-gather-tensors-in-pipeline", "(dropped)",
-           "Jan 2021 flag; value kept as scatter_gather_tensors_in_pipeline",
-           {"scatter_gather_tensors_in_pipeline": True}),
-    _alias("--no-scatter-gather-tensors-in-pipeline", "(dropped)",
-           "2021-2026 flag; value kept as scatter_gather_tensors_in_pipeline",
-           {"scatter_gather_tensors_in_pipeline": False}),
-    _alias("--use-contiguous-buffers-in-ddp", "(dropped; always contiguous)",
-           "2021 flag; value kept as use_contiguous_buffers_in_local_ddp",
-           {"use_contiguous_buffers_in_local_ddp": True}),
-    _alias("--no-contiguous-buffers-in-local-ddp", "(dropped; always contiguous)",
-           "2021-2023 flag; value kept as use_contiguous_buffers_in_local_ddp",
-           {"use_contiguous_buffers_in_local_ddp": False}),
-    _alias("--async-tensor-model-parallel-allreduce", "(dropped; always asynchronous)",
-           "2021 flag; value kept", {"async_tensor_model_parallel_allreduce": True}),
-    _alias("--no-async-tensor-model-parallel-allreduce", "(dropped; always asynchronous)",
-           "2021-2026 flag; value kept", {"async_tensor_model_parallel_allreduce": False}),
-    _alias("--data-impl", "(dropped; indexed datasets are always mmap)",
-           "2020-2023 flag; value kept as data_impl", {"data_impl": VALUE},
-           choices=("lazy", "cached", "mmap", "infer")),
-    _alias("--use-legacy-models", "(dropped; Megatron Core models only)",
-           "2024-2026 flag; value kept", {"use_legacy_models": True}),
+    _alias(
+        "--enable-cuda-graph",
+        "--cuda-graph-impl local",
+        "deprecated by today's validate_args",
+        {"cuda_graph_impl": "local"},
+    ),
+    _alias(
+        "--external-cuda-graph",
+        "--cuda-graph-impl transformer_engine",
+        "deprecated by today's validate_args",
+        {"cuda_graph_impl": "transformer_engine"},
+    ),
+    _alias(
+        "--cuda-graph-scope",
+        "--cuda-graph-modules X [X ...]",
+        "deprecated by today's validate_args",
+        {"cuda_graph_modules": VALUE},
+        type="str",
+        nargs="+",
+    ),
+    _alias(
+        "--hybrid-override-pattern",
+        "--hybrid-layer-pattern P",
+        "deprecated by today's validate_args",
+        {"hybrid_layer_pattern": VALUE},
+        type="str",
+    ),
+    _alias(
+        "--mtp-hybrid-override-pattern",
+        "--hybrid-layer-pattern P (unified, with MTP part)",
+        "deprecated by today's validate_args; value kept",
+        {"mtp_hybrid_override_pattern": VALUE},
+        type="str",
+    ),
+    _alias(
+        "--no-weight-decay-cond-type",
+        "--apply-wd-to-qk-layernorm",
+        "deprecated by today's validate_args",
+        {"apply_wd_to_qk_layernorm": True},
+        choices=("apply_wd_to_qk_layernorm",),
+    ),
+    _alias(
+        "--use-rotary-position-embeddings",
+        "--position-embedding-type rope",
+        "legacy RoPE flag, translated by today's validate_args",
+        {"position_embedding_type": "rope"},
+    ),
+    _alias(
+        "--no-position-embedding",
+        "--position-embedding-type none (or rope)",
+        "today's validate_args rejects it unless the position embedding is rope",
+        {"add_position_embedding": False},
+        {"position_embedding_type": "none"},
+    ),
+    _alias(
+        "--no-query-key-layer-scaling",
+        "(default; --apply-query-key-layer-scaling enables)",
+        "2021-2023 flag; scaling was on by default until Nov 2023",
+        {"apply_query_key_layer_scaling": False},
+    ),
+    _alias(
+        "--DDP-impl",
+        "(dropped; --overlap-grad-reduce overlaps the gradient reduction)",
+        "2020-2023 flag; 'torch' overlapped the gradient all-reduce with the backward pass, "
+        "'local' did not; value kept as ddp_impl",
+        {"ddp_impl": VALUE},
+        choices=("local", "torch"),
+    ),
+    _alias(
+        "--scatter-gather-tensors-in-pipeline",
+        "(dropped)",
+        "Jan 2021 flag; value kept as scatter_gather_tensors_in_pipeline",
+        {"scatter_gather_tensors_in_pipeline": True},
+    ),
+    _alias(
+        "--no-scatter-gather-tensors-in-pipeline",
+        "(dropped)",
+        "2021-2026 flag; value kept as scatter_gather_tensors_in_pipeline",
+        {"scatter_gather_tensors_in_pipeline": False},
+    ),
+    _alias(
+        "--use-contiguous-buffers-in-ddp",
+        "(dropped; always contiguous)",
+        "2021 flag; value kept as use_contiguous_buffers_in_local_ddp",
+        {"use_contiguous_buffers_in_local_ddp": True},
+    ),
+    _alias(
+        "--no-contiguous-buffers-in-local-ddp",
+        "(dropped; always contiguous)",
+        "2021-2023 flag; value kept as use_contiguous_buffers_in_local_ddp",
+        {"use_contiguous_buffers_in_local_ddp": False},
+    ),
+    _alias(
+        "--async-tensor-model-parallel-allreduce",
+        "(dropped; always asynchronous)",
+        "2021 flag; value kept",
+        {"async_tensor_model_parallel_allreduce": True},
+    ),
+    _alias(
+        "--no-async-tensor-model-parallel-allreduce",
+        "(dropped; always asynchronous)",
+        "2021-2026 flag; value kept",
+        {"async_tensor_model_parallel_allreduce": False},
+    ),
+    _alias(
+        "--data-impl",
+        "(dropped; indexed datasets are always mmap)",
+        "2020-2023 flag; value kept as data_impl",
+        {"data_impl": VALUE},
+        choices=("lazy", "cached", "mmap", "infer"),
+    ),
+    _alias(
+        "--use-legacy-models",
+        "(dropped; Megatron Core models only)",
+        "2024-2026 flag; value kept",
+        {"use_legacy_models": True},
+    ),
     _alias("--use-mcore-models", "(default)", "deprecated no-op"),
     _alias("--use-dist-ckpt", "--ckpt-format torch_dist", "deprecated no-op"),
     _alias("--dist-ckpt-format", "--ckpt-format X", "deprecated no-op", type="str"),
@@ -194,9 +324,16 @@ _ALIAS_LIST: tuple[Alias, ...] = (
 ALIASES: Mapping[str, Alias] = {a.flag: a for a in _ALIAS_LIST}
 """Old or deprecated flag -> :class:`Alias` (what today's Megatron-LM calls it)."""
 
-DROPPED_DESTS = frozenset({
-    "ddp_impl", "scatter_gather_tensors_in_pipeline", "use_contiguous_buffers_in_local_ddp",
-    "async_tensor_model_parallel_allreduce", "data_impl", "use_legacy_models"})
+DROPPED_DESTS = frozenset(
+    {
+        "ddp_impl",
+        "scatter_gather_tensors_in_pipeline",
+        "use_contiguous_buffers_in_local_ddp",
+        "async_tensor_model_parallel_allreduce",
+        "data_impl",
+        "use_legacy_models",
+    }
+)
 """Destinations only old flags set: today's parser has no argument for them."""
 
 
@@ -213,6 +350,20 @@ def _table_json() -> dict:
     return json.loads(text)
 
 
+ARGUMENT_TABLE_COMMIT = (
+    "d98e8a64ddf34856e74b24714e3bedb2f5a39553"  # NVIDIA/Megatron-LM, 2026-08-22, megatron-core 0.20.0
+)
+# sha256 of megatron_arguments.json exactly as dumped from that commit: every action of the parser that
+# megatron/training/arguments.py:add_megatron_arguments builds (flags, dest, whether it takes a value, nargs,
+# type name, choices, default); docs/megatron-flags.md says how it was dumped. The file is never edited by hand.
+ARGUMENT_TABLE_SHA256 = "c265303c665b2b9a95a7792d9b9fa6f74fb4713f82520c240d13bd062389e184"
+
+
+def argument_table_bytes() -> bytes:
+    """The argument table file as shipped in the package."""
+    return resources.files("planner.megatron.data").joinpath("megatron_arguments.json").read_bytes()
+
+
 def megatron_source() -> str:
     """Where the argument table was read: repository, file and commit."""
     return str(_table_json()["source"])
@@ -222,9 +373,17 @@ def megatron_source() -> str:
 def argument_specs() -> tuple[ArgSpec, ...]:
     """Every argument of today's Megatron-LM parser, in the parser's order."""
     return tuple(
-        ArgSpec(tuple(a["flags"]), a["dest"], bool(a["takes_value"]), a["nargs"] or None,
-                a["type"], tuple(a["choices"]) if a["choices"] else None, a["default"])
-        for a in _table_json()["arguments"])
+        ArgSpec(
+            tuple(a["flags"]),
+            a["dest"],
+            bool(a["takes_value"]),
+            a["nargs"] or None,
+            a["type"],
+            tuple(a["choices"]) if a["choices"] else None,
+            a["default"],
+        )
+        for a in _table_json()["arguments"]
+    )
 
 
 @functools.cache
@@ -263,14 +422,17 @@ def _convert_one(spec: ArgSpec, flag: str, raw: str) -> object:
     except ValueError:
         raise MegatronArgError(f"{flag} expects {_describe(spec)}, got {raw!r}") from None
     if spec.choices is not None and str(value) not in spec.choices:
-        raise MegatronArgError(
-            f"{flag} got {raw!r}; allowed: {', '.join(spec.choices)}")
+        raise MegatronArgError(f"{flag} got {raw!r}; allowed: {', '.join(spec.choices)}")
     return value
 
 
 def _describe(spec: ArgSpec) -> str:
-    kind = {"int": "an integer", "float": "a number", "bool": "true or false",
-            "tuple_type": "integers separated by commas"}.get(spec.type or "", "a string")
+    kind = {
+        "int": "an integer",
+        "float": "a number",
+        "bool": "true or false",
+        "tuple_type": "integers separated by commas",
+    }.get(spec.type or "", "a string")
     if spec.choices:
         kind = "one of " + ", ".join(spec.choices)
     if spec.nargs in ("+", "*"):
@@ -288,8 +450,7 @@ def _count_ok(nargs: int | str | None, n: int) -> bool:
     return True if nargs == "*" else n == nargs
 
 
-def _take(spec: ArgSpec, flag: str, inline: str | None, argv: list[str], i: int
-          ) -> tuple[object, int]:
+def _take(spec: ArgSpec, flag: str, inline: str | None, argv: list[str], i: int) -> tuple[object, int]:
     """Read the value(s) of ``flag`` (token ``argv[i - 1]``); return them and the next index."""
     if not spec.takes_value:
         if inline is not None:
@@ -352,8 +513,7 @@ def _step(argv: list[str], i: int, state: _State) -> int:
     state.strong.update({k: value if v is VALUE else v for k, v in alias.sets.items()})
     for key, val in alias.weak.items():
         state.weak.setdefault(key, val)
-    state.warnings.append(f"{flag} is an old Megatron-LM flag ({alias.note}); "
-                          f"today: {alias.modern}")
+    state.warnings.append(f"{flag} is an old Megatron-LM flag ({alias.note}); today: {alias.modern}")
     return nxt
 
 
@@ -372,7 +532,7 @@ def parse_megatron_argv(argv: list[str]) -> MegatronArgs:
     state, i = _State(), 0
     while i < len(argv):
         if argv[i] == "--":
-            state.stray.extend(argv[i + 1:] or ["--"])
+            state.stray.extend(argv[i + 1 :] or ["--"])
             break
         i = _step(argv, i, state)
     if state.stray:

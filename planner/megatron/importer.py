@@ -19,20 +19,34 @@ from planner.presets import load_model
 
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}  # vocabulary of tokenizers whose size is fixed
 UNMODELLED = {  # dest -> (value that means "off", what to say)
-    "use_torch_fsdp2": (False, "PyTorch FSDP2 (--use-torch-fsdp2) is not modelled; Megatron FSDP (--use-megatron-fsdp) is"),
+    "use_torch_fsdp2": (
+        False,
+        "PyTorch FSDP2 (--use-torch-fsdp2) is not modelled; Megatron FSDP (--use-megatron-fsdp) is",
+    ),
     "hybrid_layer_pattern": (None, "hybrid (Mamba) layer patterns are not modelled"),
     "multi_latent_attention": (False, "multi-latent attention is not modelled"),
 }
 MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
-    "num_layers": "num_layers", "hidden_size": "hidden_size", "num_attention_heads": "num_attention_heads",
-    "ffn_hidden_size": "ffn_hidden_size", "max_position_embeddings": "max_position_embeddings",
-    "vocab_size": "vocab_size", "make_vocab_size_divisible_by": "make_vocab_size_divisible_by",
-    "kv_channels": "kv_channels", "swiglu": "swiglu", "normalization": "normalization",
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "ffn_hidden_size": "ffn_hidden_size",
+    "max_position_embeddings": "max_position_embeddings",
+    "vocab_size": "vocab_size",
+    "make_vocab_size_divisible_by": "make_vocab_size_divisible_by",
+    "kv_channels": "kv_channels",
+    "swiglu": "swiglu",
+    "normalization": "normalization",
     "position_embedding_type": "position_embedding_type",
     "untie_embeddings_and_output_weights": "untie_embeddings_and_output_weights",
-    "add_bias_linear": "add_bias_linear", "hidden_dropout": "hidden_dropout", "attention_dropout": "attention_dropout",
-    "squared_relu": "squared_relu", "num_experts": "num_experts", "moe_router_topk": "moe_router_topk",
-    "moe_ffn_hidden_size": "moe_ffn_hidden_size", "moe_layer_freq": "moe_layer_freq",
+    "add_bias_linear": "add_bias_linear",
+    "hidden_dropout": "hidden_dropout",
+    "attention_dropout": "attention_dropout",
+    "squared_relu": "squared_relu",
+    "num_experts": "num_experts",
+    "moe_router_topk": "moe_router_topk",
+    "moe_ffn_hidden_size": "moe_ffn_hidden_size",
+    "moe_layer_freq": "moe_layer_freq",
 }
 
 
@@ -57,11 +71,16 @@ def _model(v: dict, base: ModelSpec | None) -> ModelSpec:
         merged = {**base.model_dump(exclude={"training"}), **fields}
         merged.setdefault("max_position_embeddings", v.get("seq_length", base.max_position_embeddings))
         return ModelSpec.model_validate({**merged, "name": base.name, "training": base.training})
-    missing = [f"--{k.replace('_', '-')}" for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
-               if MODEL_FIELDS[k] not in fields]
+    missing = [
+        f"--{k.replace('_', '-')}"
+        for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+        if MODEL_FIELDS[k] not in fields
+    ]
     if missing:
-        raise PlannerError(f"the command line does not define the model: {', '.join(missing)} missing "
-                           "(give them, a --tokenizer-type of known size, or --model PRESET)")
+        raise PlannerError(
+            f"the command line does not define the model: {', '.join(missing)} missing "
+            "(give them, a --tokenizer-type of known size, or --model PRESET)"
+        )
     fields.setdefault("max_position_embeddings", v.get("seq_length", 2048))
     return ModelSpec.model_validate({"name": "imported", "source": "Megatron-LM command line", **fields})
 
@@ -72,10 +91,14 @@ def _vpp(v: dict, L: int, p: int) -> int:
     per_chunk = v.get("num_layers_per_virtual_pipeline_stage")
     if not per_chunk:
         return 1
-    extra = int(bool(v.get("account_for_embedding_in_pipeline_split"))) + int(bool(v.get("account_for_loss_in_pipeline_split")))
+    extra = int(bool(v.get("account_for_embedding_in_pipeline_split"))) + int(
+        bool(v.get("account_for_loss_in_pipeline_split"))
+    )
     per_stage = (L + extra) // p
     if per_stage % per_chunk:
-        raise PlannerError(f"--num-layers-per-virtual-pipeline-stage {per_chunk} does not divide the {per_stage} layers per stage")
+        raise PlannerError(
+            f"--num-layers-per-virtual-pipeline-stage {per_chunk} does not divide the {per_stage} layers per stage"
+        )
     return per_stage // per_chunk
 
 
@@ -93,8 +116,9 @@ def _attention(v: dict) -> str:
     return "flash"
 
 
-def request_from_megatron(args: MegatronArgs, *, gpus: int | None, model: str | None = None,
-                          hardware: str | None = None) -> api.PlanRequest:
+def request_from_megatron(
+    args: MegatronArgs, *, gpus: int | None, model: str | None = None, hardware: str | None = None
+) -> api.PlanRequest:
     """The plan a parsed Megatron-LM argv describes."""
     v = args.values
     for dest, (off, message) in UNMODELLED.items():
@@ -105,13 +129,16 @@ def request_from_megatron(args: MegatronArgs, *, gpus: int | None, model: str | 
     spec = _model(v, load_model(model) if model else None)
     tp, pp = int(v.get("tensor_model_parallel_size", 1)), int(v.get("pipeline_model_parallel_size", 1))
     if gpus is None:
-        raise PlannerError("the world size is unknown: the command line has no torchrun/srun process counts; pass --gpus N")
+        raise PlannerError(
+            "the world size is unknown: the command line has no torchrun/srun process counts; pass --gpus N"
+        )
     b = int(v.get("micro_batch_size", 1))
     cp = int(v.get("context_parallel_size") or 1)
     B = v.get("global_batch_size") or b * (gpus // (tp * pp * cp) if gpus % (tp * pp * cp) == 0 else 1)
     precision = "fp16" if v.get("fp16") else "bf16" if v.get("bf16") else "fp32"
     split = {(False, False): "even", (True, False): "embedding", (False, True): "loss", (True, True): "embedding+loss"}[
-        (bool(v.get("account_for_embedding_in_pipeline_split")), bool(v.get("account_for_loss_in_pipeline_split")))]
+        (bool(v.get("account_for_embedding_in_pipeline_split")), bool(v.get("account_for_loss_in_pipeline_split")))
+    ]
     options = {
         "attention_kernel": _attention(v),
         "overlap_grad_reduce": bool(v.get("overlap_grad_reduce") or v.get("ddp_impl") == "torch"),
@@ -128,26 +155,68 @@ def request_from_megatron(args: MegatronArgs, *, gpus: int | None, model: str | 
         "moe_capacity_factor": v.get("moe_expert_capacity_factor"),
     }
     return api.make_request(
-        model=spec, hardware=hardware, gpus=gpus, global_batch=int(B), seq_len=v.get("seq_length"), precision=precision,
-        tp=tp, pp=pp, vpp=_vpp(v, spec.num_layers, pp), micro_batch=b,
-        cp=int(v.get("context_parallel_size") or 1), ep=int(v.get("expert_model_parallel_size") or 1),
-        etp=v.get("expert_tensor_parallel_size"), fsdp=bool(v.get("use_megatron_fsdp")),
-        sequence_parallel=bool(v.get("sequence_parallel")), recompute=_recompute(v),
-        distributed_optimizer=bool(v.get("use_distributed_optimizer") or v.get("use_megatron_fsdp")), stage_split=split,
-        first_stage_layers=v.get("decoder_first_pipeline_num_layers"), last_stage_layers=v.get("decoder_last_pipeline_num_layers"),
-        options=options)
+        model=spec,
+        hardware=hardware,
+        gpus=gpus,
+        global_batch=int(B),
+        seq_len=v.get("seq_length"),
+        precision=precision,
+        tp=tp,
+        pp=pp,
+        vpp=_vpp(v, spec.num_layers, pp),
+        micro_batch=b,
+        cp=int(v.get("context_parallel_size") or 1),
+        ep=int(v.get("expert_model_parallel_size") or 1),
+        etp=v.get("expert_tensor_parallel_size"),
+        fsdp=bool(v.get("use_megatron_fsdp")),
+        sequence_parallel=bool(v.get("sequence_parallel")),
+        recompute=_recompute(v),
+        distributed_optimizer=bool(v.get("use_distributed_optimizer") or v.get("use_megatron_fsdp")),
+        stage_split=split,
+        first_stage_layers=v.get("decoder_first_pipeline_num_layers"),
+        last_stage_layers=v.get("decoder_last_pipeline_num_layers"),
+        options=options,
+    )
 
 
 COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; every other one is read and ignored
-    "group_query_attention", "num_query_groups", "seq_length", "tokenizer_type", "tensor_model_parallel_size",
-    "pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
-    "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank", "micro_batch_size",
-    "global_batch_size", "sequence_parallel", "recompute_granularity", "recompute_activations", "use_distributed_optimizer",
-    "use_megatron_fsdp", "fp16", "bf16", "attention_backend", "transformer_impl", "overlap_grad_reduce",
-    "overlap_param_gather", "grad_reduce_in_bf16", "tp_comm_overlap", "overlap_p2p_comm", "fp8", "fp8_param_gather",
-    "moe_token_dispatcher_type", "moe_expert_capacity_factor", "decoder_first_pipeline_num_layers",
-    "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
-    "distribute_saved_activations"}
+    "group_query_attention",
+    "num_query_groups",
+    "seq_length",
+    "tokenizer_type",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "num_layers_per_virtual_pipeline_stage",
+    "num_virtual_stages_per_pipeline_rank",
+    "micro_batch_size",
+    "global_batch_size",
+    "sequence_parallel",
+    "recompute_granularity",
+    "recompute_activations",
+    "use_distributed_optimizer",
+    "use_megatron_fsdp",
+    "fp16",
+    "bf16",
+    "attention_backend",
+    "transformer_impl",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "grad_reduce_in_bf16",
+    "tp_comm_overlap",
+    "overlap_p2p_comm",
+    "fp8",
+    "fp8_param_gather",
+    "moe_token_dispatcher_type",
+    "moe_expert_capacity_factor",
+    "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
+    "distribute_saved_activations",
+}
 
 
 def _drop_unset(argv: list[str], unresolved: list[str]) -> tuple[list[str], list[str]]:
@@ -156,6 +225,7 @@ def _drop_unset(argv: list[str], unresolved: list[str]) -> tuple[list[str], list
     import re
 
     from planner.megatron.flags import flag_table
+
     table, out, notes, i = flag_table(), [], [], 0
     names = {u.strip("${}") for u in unresolved}
     pattern = re.compile(r"\$\{?(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b") if names else None
@@ -167,8 +237,10 @@ def _drop_unset(argv: list[str], unresolved: list[str]) -> tuple[list[str], list
             spec = table.get(token.split("=")[0])
             if spec is not None and spec.dest in COST_DESTS:
                 name = hit.group(1)
-                raise PlannerError(f"{token} is {value}, which the script leaves unset; pass --env {name}=VALUE "
-                                   "(or give the flag a value)")
+                raise PlannerError(
+                    f"{token} is {value}, which the script leaves unset; pass --env {name}=VALUE "
+                    "(or give the flag a value)"
+                )
             notes.append(f"{token} {value}")
             i += 2
             continue
@@ -177,17 +249,30 @@ def _drop_unset(argv: list[str], unresolved: list[str]) -> tuple[list[str], list
     return out, notes
 
 
-def import_megatron(text: str, *, gpus: int | None = None, model: str | None = None, hardware: str | None = None,
-                    env: dict[str, str] | None = None) -> Imported:
+def import_megatron(
+    text: str,
+    *,
+    gpus: int | None = None,
+    model: str | None = None,
+    hardware: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Imported:
     """Read a command line or launch script and build its plan (nothing in it is executed)."""
     launch = extract_launch(text, env)
     argv, dropped = _drop_unset(launch.argv, launch.unresolved)
     args = parse_megatron_argv(argv)
     world = gpus or launch.world_size
     warnings = list(args.warnings)
-    for dest, flag in (("rampup_batch_size", "--rampup-batch-size"), ("step_batch_size_schedule", "--step-batch-size-schedule")):
+    for dest, flag in (
+        ("rampup_batch_size", "--rampup-batch-size"),
+        ("step_batch_size_schedule", "--step-batch-size-schedule"),
+    ):
         if args.values.get(dest):
             warnings.append(f"{flag} ignored: the estimate is for the full global batch of the steady state")
     if dropped:
-        warnings.append(f"ignored flags set from unset variables (they do not change the estimate): {'; '.join(dropped)}")
-    return Imported(request_from_megatron(args, gpus=world, model=model, hardware=hardware), tuple(warnings), launch.argv)
+        warnings.append(
+            f"ignored flags set from unset variables (they do not change the estimate): {'; '.join(dropped)}"
+        )
+    return Imported(
+        request_from_megatron(args, gpus=world, model=model, hardware=hardware), tuple(warnings), launch.argv
+    )

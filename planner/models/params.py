@@ -19,8 +19,9 @@ def padded_vocab(V: int, divisible_by: int, t: ArrayLike) -> np.ndarray:
     return -(-V // multiple) * multiple
 
 
-def layer_params(h: int, a: int, g: int, d: int, f: int, t: ArrayLike, *, gated: bool, bias: bool,
-                 norm_params_per_norm: int) -> np.ndarray:
+def layer_params(
+    h: int, a: int, g: int, d: int, f: int, t: ArrayLike, *, gated: bool, bias: bool, norm_params_per_norm: int
+) -> np.ndarray:
     """Parameters of one transformer layer held by one of t tensor-parallel ranks.
 
     Weights: QKV h·(a+2g)·d, projection a·d·h, MLP h·f·(2 if gated) + f·h, all split over t.
@@ -63,9 +64,17 @@ def norm_params(model: ModelSpec) -> int:
 
 def model_layer_params(model: ModelSpec, t: ArrayLike = 1) -> np.ndarray:
     """``layer_params`` for a model spec (the adapter that unpacks the spec into letters)."""
-    return layer_params(model.hidden_size, model.num_attention_heads, model.query_groups, model.head_dim,
-                        model.ffn, t, gated=model.swiglu, bias=model.add_bias_linear,
-                        norm_params_per_norm=norm_params(model))
+    return layer_params(
+        model.hidden_size,
+        model.num_attention_heads,
+        model.query_groups,
+        model.head_dim,
+        model.ffn,
+        t,
+        gated=model.swiglu,
+        bias=model.add_bias_linear,
+        norm_params_per_norm=norm_params(model),
+    )
 
 
 def embedding_params(model: ModelSpec, t: ArrayLike, s: int) -> dict[str, np.ndarray]:
@@ -84,7 +93,11 @@ def total_params(model: ModelSpec, *, padded_for_t: int | None = None) -> float:
     with tied embeddings and a learned position table of s rows; plus the final norm (BLOOM's
     +2h), which Eq. (2) leaves out. ``padded_for_t`` pads V as Megatron does for that t.
     """
-    V = model.vocab_size if padded_for_t is None else int(padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, padded_for_t))
+    V = (
+        model.vocab_size
+        if padded_for_t is None
+        else int(padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, padded_for_t))
+    )
     h = model.hidden_size
     pos = model.max_position_embeddings * h if model.position_embedding_type.value == "learned_absolute" else 0
     embeddings = V * h * (1 if model.tied_embeddings else 2) + pos

@@ -75,8 +75,10 @@ class ModelSpec(BaseModel):
     def _own_rules(self) -> Self:
         a, g = self.num_attention_heads, self.query_groups
         if self.kv_channels is None and self.hidden_size % a:
-            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by "
-                             f"num_attention_heads ({a}) unless kv_channels is given")
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({a}) unless kv_channels is given"
+            )
         if a % g:
             raise ValueError(f"num_attention_heads ({a}) must be divisible by num_query_groups ({g})")
         if self.swiglu and self.squared_relu:
@@ -117,8 +119,3 @@ class ModelSpec(BaseModel):
     @property
     def tied_embeddings(self) -> bool:
         return not self.untie_embeddings_and_output_weights
-
-    def padded_vocab(self, t: int) -> int:
-        """Megatron pads V up to a multiple of make_vocab_size_divisible_by·t (arguments.py)."""
-        multiple = self.make_vocab_size_divisible_by * t
-        return -(-self.vocab_size // multiple) * multiple

@@ -40,6 +40,7 @@ def _matplotlib(option: str):
         raise PlannerError(f"{option} needs matplotlib, which is not installed: {INSTALL_HINT}") from None
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure
+
     return matplotlib, Figure
 
 
@@ -72,8 +73,9 @@ def schedule_figure(tl: Timeline, title: str, option: str = "--schedule-file"):
             for chunk in range(tl.vpp):
                 bars = [(o.start_s, o.duration_s) for o in ops if o.kind == kind and o.chunk == chunk]
                 if bars:
-                    coll = ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=colors[chunk % len(colors)],
-                                          edgecolors="white", linewidth=edge)
+                    coll = ax.broken_barh(
+                        bars, (y - 0.4, 0.8), facecolors=colors[chunk % len(colors)], edgecolors="white", linewidth=edge
+                    )
                     coll.set_gid(f"stage{i}-{kind}-chunk{chunk}")
         sends = [(t.start_s, t.end_s - t.start_s) for t in tl.stage_sends(i) if t.blocking]
         if sends:
@@ -87,21 +89,36 @@ def schedule_figure(tl: Timeline, title: str, option: str = "--schedule-file"):
         for o in ops:
             label = f"{o.microbatch + 1}{chr(ord('a') + o.chunk) if tl.vpp > 1 else ''}"
             if o.duration_s * px_per_s >= 7 * len(label) + 2:
-                ax.text(o.start_s + o.duration_s / 2, y, label, ha="center", va="center", fontsize=7,
-                        color="white" if o.chunk < 2 else "black")
+                ax.text(
+                    o.start_s + o.duration_s / 2,
+                    y,
+                    label,
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if o.chunk < 2 else "black",
+                )
     ax.set_yticks(range(tl.p), [f"stage {tl.p - 1 - y}" for y in range(tl.p)])
     ax.set_ylim(-0.6, tl.p - 0.4)
     ax.set_xlim(0, tl.iteration_s)
     ax.set_xlabel("time (s)")
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
-    handles = [Patch(color=FWD_COLORS[0], label="forward"), Patch(color=BWD_COLORS[0], label="backward (+ recompute)"),
-               Patch(color=COMM_COLOR, label=f"p2p send ({_ms(tl.p2p_s)} each)"),
-               Patch(color=DP_COLOR, label="DP grad sync"), Patch(color=OPT_COLOR, label="optimizer"),
-               Patch(facecolor="white", edgecolor="grey", label="bubble (idle)")]
+    handles = [
+        Patch(color=FWD_COLORS[0], label="forward"),
+        Patch(color=BWD_COLORS[0], label="backward (+ recompute)"),
+        Patch(color=COMM_COLOR, label=f"p2p send ({_ms(tl.p2p_s)} each)"),
+        Patch(color=DP_COLOR, label="DP grad sync"),
+        Patch(color=OPT_COLOR, label="optimizer"),
+        Patch(facecolor="white", edgecolor="grey", label="bubble (idle)"),
+    ]
     if tl.vpp > 1:
-        handles[0:2] = [Patch(color=FWD_COLORS[0], label="forward, chunk a"), Patch(color=FWD_COLORS[1], label="chunk b"),
-                        Patch(color=BWD_COLORS[0], label="backward, chunk a"), Patch(color=BWD_COLORS[1], label="chunk b")]
+        handles[0:2] = [
+            Patch(color=FWD_COLORS[0], label="forward, chunk a"),
+            Patch(color=FWD_COLORS[1], label="chunk b"),
+            Patch(color=BWD_COLORS[0], label="backward, chunk a"),
+            Patch(color=BWD_COLORS[1], label="chunk b"),
+        ]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     return fig
 
@@ -131,6 +148,7 @@ def sweep_figure(rows: list[dict], title: str, option: str = "--plot"):
     if gpus:
         top.plot(gpus, [tps[0] * g / gpus[0] for g in gpus], "--", color="grey", label="linear from smallest")
     from matplotlib.ticker import FuncFormatter, LogLocator
+
     top.set_ylabel("tokens/s")
     top.set_yscale("log")
     top.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -139,7 +157,7 @@ def sweep_figure(rows: list[dict], title: str, option: str = "--plot"):
     top.legend(fontsize=8)
     top.set_title(title, fontsize=10)
     bottom.plot(gpus, eff, "s-", color=BWD_COLORS[0])
-    for g, e in zip(gpus, eff):
+    for g, e in zip(gpus, eff, strict=False):
         bottom.annotate(f"{e:.0f}%", (g, e), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     bottom.set_ylabel("scaling efficiency (%)\n(tokens/s per GPU vs smallest)")
     bottom.set_ylim(0, max([105.0] + [e + 10 for e in eff]))

@@ -21,8 +21,18 @@ from planner.timeline import FWD, Timeline
 
 MAX_STAGE_ROWS = 16
 GAP = " ┆ "
-FWD_STYLES = ("bold white on blue", "bold white on dodger_blue2", "bold white on deep_sky_blue3", "bold white on steel_blue")
-BWD_STYLES = ("bold white on green4", "bold white on green3", "bold black on chartreuse3", "bold black on dark_olive_green3")
+FWD_STYLES = (
+    "bold white on blue",
+    "bold white on dodger_blue2",
+    "bold white on deep_sky_blue3",
+    "bold white on steel_blue",
+)
+BWD_STYLES = (
+    "bold white on green4",
+    "bold white on green3",
+    "bold black on chartreuse3",
+    "bold black on dark_olive_green3",
+)
 COMM_STYLE, DP_STYLE, OPT_STYLE = "yellow", "bold magenta", "bold red"
 TAIL = {"dp_comm": ("=", DP_STYLE), "optimizer": ("#", OPT_STYLE)}
 
@@ -84,8 +94,10 @@ class ScheduleView:
             shown = shown[:half] + [-1] + shown[-half:]
         for i in shown:
             if i < 0:
-                yield Text(f"{'⋮':>{name_w - 1}}  stages {MAX_STAGE_ROWS // 2}–{tl.p - MAX_STAGE_ROWS // 2 - 1} not shown",
-                           style="dim")
+                yield Text(
+                    f"{'⋮':>{name_w - 1}}  stages {MAX_STAGE_ROWS // 2}–{tl.p - MAX_STAGE_ROWS // 2 - 1} not shown",
+                    style="dim",
+                )
                 continue
             row = Text(f"{'stage ' + str(i):<{name_w}}│", style="bold")
             for k, (lo, hi) in enumerate(windows):
@@ -145,7 +157,7 @@ def _paint(items, lo: float, per_col: float, n: int) -> list:
             kind = _category(it)
             by_kind[c][kind] = by_kind[c].get(kind, 0.0) + cover
     cells: list = []
-    for (cover, it), kinds in zip(best, by_kind):
+    for (cover, it), kinds in zip(best, by_kind, strict=False):
         if cover >= per_col / 2:
             cells.append(it)
         elif sum(kinds.values()) >= per_col / 2:
@@ -185,7 +197,7 @@ def _ruler(name_w: int, windows, per_col: float) -> Text:
         digits = max(0, -math.floor(math.log10(step * per_col)))
         for c in range(0, n - 6, step):
             tick = f"|{lo + c * per_col:.{digits}f}s"
-            cells[c:c + len(tick)] = list(tick)
+            cells[c : c + len(tick)] = list(tick)
         out.append("".join(cells[:n]), style="dim")
     return out
 
@@ -195,8 +207,18 @@ def _seconds(x: float) -> str:
 
 
 def _legend(tl: Timeline) -> list:
-    parts = [(">>1>>", FWD_STYLES[0]), " forward (micro-batch 1) · ", ("<<1<<", BWD_STYLES[0]), " backward · ",
-             ("~", COMM_STYLE), " p2p · ", ("=", DP_STYLE), " DP sync · ", ("#", OPT_STYLE), " optimizer · blank: bubble"]
+    parts = [
+        (">>1>>", FWD_STYLES[0]),
+        " forward (micro-batch 1) · ",
+        ("<<1<<", BWD_STYLES[0]),
+        " backward · ",
+        ("~", COMM_STYLE),
+        " p2p · ",
+        ("=", DP_STYLE),
+        " DP sync · ",
+        ("#", OPT_STYLE),
+        " optimizer · blank: bubble",
+    ]
     if tl.vpp > 1:
         parts += [" · ", ("1a", FWD_STYLES[0]), ("1b", FWD_STYLES[1]), " chunks"]
     return parts
@@ -208,14 +230,19 @@ def _blocking(tl: Timeline) -> bool:
 
 def _caption(tl: Timeline, windows, per_col: float) -> str:
     kind = f"interleaved 1F1B, {tl.vpp} chunks per stage" if tl.vpp > 1 else "1F1B"
-    text = (f"{kind}: p {tl.p}, m {tl.m}; pipeline {_seconds(tl.pipeline_s)} + tail {_seconds(sum(tl.tail_s.values()))} "
-            f"= iteration {_seconds(tl.iteration_s)}; 1 column = {_seconds(per_col)}")
+    text = (
+        f"{kind}: p {tl.p}, m {tl.m}; pipeline {_seconds(tl.pipeline_s)} + tail {_seconds(sum(tl.tail_s.values()))} "
+        f"= iteration {_seconds(tl.iteration_s)}; 1 column = {_seconds(per_col)}"
+    )
     if tl.p > 1:
-        text += f"; one p2p send = {_seconds(tl.p2p_s)}{' (overlapped, not drawn)' if tl.vpp > 1 and not _blocking(tl) else ''}"
+        overlapped = " (overlapped, not drawn)" if tl.vpp > 1 and not _blocking(tl) else ""
+        text += f"; one p2p send = {_seconds(tl.p2p_s)}{overlapped}"
     if len(windows) > 1:
         (a0, a1), (b0, b1) = windows
-        text += (f"; showing the fill {_seconds(a0)}–{_seconds(a1)} and the drain {_seconds(b0)}–{_seconds(b1)}; "
-                 f"the steady state in between (┆) is not drawn")
+        text += (
+            f"; showing the fill {_seconds(a0)}–{_seconds(a1)} and the drain {_seconds(b0)}–{_seconds(b1)}; "
+            f"the steady state in between (┆) is not drawn"
+        )
     if tl.p > MAX_STAGE_ROWS:
         text += f"; {MAX_STAGE_ROWS} of {tl.p} stages drawn"
     return text

@@ -5,8 +5,23 @@ from __future__ import annotations
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS
 
-PLAN_FIELDS = ("gpus", "tp", "pp", "dp", "vpp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer",
-               "precision", "attention_kernel", "global_batch", "seq_len", "hardware", "model")
+PLAN_FIELDS = (
+    "gpus",
+    "tp",
+    "pp",
+    "dp",
+    "vpp",
+    "micro_batch",
+    "recompute",
+    "sequence_parallel",
+    "distributed_optimizer",
+    "precision",
+    "attention_kernel",
+    "global_batch",
+    "seq_len",
+    "hardware",
+    "model",
+)
 # (key in estimate, label, unit, which way is better)
 METRICS = (
     ("iteration_s", "iteration", "s", "lower"),
@@ -38,8 +53,17 @@ def _row(section: str, name: str, unit: str, a, b, better_when: str | None) -> d
     better = None
     if numeric and better_when and abs(b - a) > 1e-9 * max(abs(a), abs(b), 1e-300):
         better = "b" if (b < a) == (better_when == "lower") else "a"
-    return {"section": section, "name": name, "unit": unit, "a": a, "b": b, "delta": delta, "ratio": ratio,
-            "differs": a != b, "better": better}
+    return {
+        "section": section,
+        "name": name,
+        "unit": unit,
+        "a": a,
+        "b": b,
+        "delta": delta,
+        "ratio": ratio,
+        "differs": a != b,
+        "better": better,
+    }
 
 
 def compare_plans(a: dict, b: dict) -> dict:
@@ -56,7 +80,10 @@ def compare_plans(a: dict, b: dict) -> dict:
 
 
 SPLIT_FLAGS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
-LAYER_FLAGS = {"decoder_first_pipeline_num_layers": "first_stage_layers", "decoder_last_pipeline_num_layers": "last_stage_layers"}
+LAYER_FLAGS = {
+    "decoder_first_pipeline_num_layers": "first_stage_layers",
+    "decoder_last_pipeline_num_layers": "last_stage_layers",
+}
 WORLD_FIELDS = ("tp", "pp", "cp", "gpus")
 
 
@@ -79,15 +106,19 @@ def override_request(req, overrides: dict):
         old = StageSplit(par["stage_split"])
         emb = overrides.pop(SPLIT_FLAGS[0], old.embedding_counted)
         loss = overrides.pop(SPLIT_FLAGS[1], old.loss_counted)
-        par["stage_split"] = {(False, False): "even", (True, False): "embedding", (False, True): "loss",
-                              (True, True): "embedding+loss"}[(bool(emb), bool(loss))]
+        par["stage_split"] = {
+            (False, False): "even",
+            (True, False): "embedding",
+            (False, True): "loss",
+            (True, True): "embedding+loss",
+        }[(bool(emb), bool(loss))]
     for flag, field in LAYER_FLAGS.items():
         if flag in overrides:
             par[field] = overrides.pop(flag)
     if "dp" in overrides and "gpus" not in overrides:
         data["gpus"] = None  # N = tp·cp·pp·dp
     elif any(k in overrides for k in WORLD_FIELDS) and "dp" not in overrides:
-        par.pop("dp")        # derived again below
+        par.pop("dp")  # derived again below
     if "gpus" in overrides:
         data["gpus"] = overrides.pop("gpus")
     for name, value in overrides.items():

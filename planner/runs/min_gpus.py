@@ -5,7 +5,8 @@ weights, gradients and optimizer states spread over every GPU can fit, so the sc
 N ≥ P·bytes_per_param / usable HBM (18 bytes per parameter under bf16, 20 under fp16, 16 under fp32,
 Megatron-LM dist_optimizer.md, all of it sharded at best). Legality is not monotone in N (the
 global batch must divide by b·d, the layers by p), so the search doubles a power-of-two node count
-(the most divisible sizes) until a plan fits and then scans every node count below that bound upward from the start: the first size
+(the most divisible sizes) until a plan fits and then scans every node count below that bound
+upward from the start: the first size
 with a plan is the answer. The scan goes on for the next few sizes that have a plan, to show what
 a few more nodes buy.
 """
@@ -20,9 +21,9 @@ from planner.errors import InfeasibleError
 from planner.models.params import total_params
 from planner.plan import Context
 from planner.search import search
-from planner.space.candidates import Pins
+from planner.space.candidates import NO_PINS, Pins
 
-MAX_GPUS = 1 << 17   # 131,072 GPUs: beyond any cluster the presets describe
+MAX_GPUS = 1 << 17  # 131,072 GPUs: beyond any cluster the presets describe
 NEXT_SIZES = 3
 
 
@@ -30,13 +31,17 @@ NEXT_SIZES = 3
 class FitResult:
     lower_bound_gpus: int
     gpus_per_node: int
-    sizes: list[dict]                                # [{"gpus": N, "plan": plan JSON}] first = smallest
+    sizes: list[dict]  # [{"gpus": N, "plan": plan JSON}] first = smallest
     tried: dict[int, str] = field(default_factory=dict)  # size -> why nothing fits there (below the answer)
 
     def to_json(self) -> dict:
-        return {"min_gpus": self.sizes[0]["gpus"], "lower_bound_gpus": self.lower_bound_gpus,
-                "gpus_per_node": self.gpus_per_node, "sizes": self.sizes,
-                "tried": {str(k): v for k, v in self.tried.items()}}
+        return {
+            "min_gpus": self.sizes[0]["gpus"],
+            "lower_bound_gpus": self.lower_bound_gpus,
+            "gpus_per_node": self.gpus_per_node,
+            "sizes": self.sizes,
+            "tried": {str(k): v for k, v in self.tried.items()},
+        }
 
 
 def lower_bound_gpus(ctx: Context, memory_headroom: float = 0.0) -> int:
@@ -51,7 +56,9 @@ def sub_node_sizes(gpus_per_node: int, start_gpus: int) -> list[int]:
     return [n for n in (1 << k for k in range(gpus_per_node.bit_length())) if start_gpus <= n < gpus_per_node]
 
 
-def min_gpus(ctx: Context, pins: Pins = Pins(), *, memory_headroom: float = 0.0, next_sizes: int = NEXT_SIZES) -> FitResult:
+def min_gpus(
+    ctx: Context, pins: Pins = NO_PINS, *, memory_headroom: float = 0.0, next_sizes: int = NEXT_SIZES
+) -> FitResult:
     """The smallest size with a plan, and the next ``next_sizes`` node counts with one, each with its fastest plan."""
     g = ctx.hardware.gpus_per_node
     bound = lower_bound_gpus(ctx, memory_headroom)
@@ -72,8 +79,10 @@ def min_gpus(ctx: Context, pins: Pins = Pins(), *, memory_headroom: float = 0.0,
         k = 1 << (k0 - 1).bit_length()  # powers of two from k0 up: the most divisible node counts
         while attempt(k * g) is None:  # doubling: an upper bound on the answer
             if 2 * k * g > MAX_GPUS:
-                raise InfeasibleError(f"no plan fits {ctx.model.name} on up to {k * g:,} GPUs of {ctx.hardware.name}; "
-                                      f"there: {tried[k * g]}")
+                raise InfeasibleError(
+                    f"no plan fits {ctx.model.name} on up to {k * g:,} GPUs of {ctx.hardware.name}; "
+                    f"there: {tried[k * g]}"
+                )
             k *= 2
         first = next(j * g for j in range(k0, k + 1) if attempt(j * g))  # every node count up to the bound
     found = [first]
@@ -86,4 +95,6 @@ def min_gpus(ctx: Context, pins: Pins = Pins(), *, memory_headroom: float = 0.0,
         else:
             misses += 1
     below = {n: why for n, why in sorted(tried.items()) if n < first}
-    return FitResult(lower_bound_gpus=bound, gpus_per_node=g, sizes=[{"gpus": n, "plan": plans[n]} for n in found], tried=below)
+    return FitResult(
+        lower_bound_gpus=bound, gpus_per_node=g, sizes=[{"gpus": n, "plan": plans[n]} for n in found], tried=below
+    )

@@ -12,7 +12,7 @@ import re
 from planner.errors import InfeasibleError, PlannerError
 from planner.plan import Context
 from planner.search import search
-from planner.space.candidates import Pins
+from planner.space.candidates import NO_PINS, Pins
 
 MAX_SWEEP_SIZES = 32
 
@@ -40,8 +40,9 @@ def parse_gpu_sizes(text: str) -> list[int]:
     return sizes
 
 
-def sweep(ctx: Context, sizes: list[int], pins: Pins = Pins(), *, memory_headroom: float = 0.0,
-          skip_infeasible: bool = False) -> dict:
+def sweep(
+    ctx: Context, sizes: list[int], pins: Pins = NO_PINS, *, memory_headroom: float = 0.0, skip_infeasible: bool = False
+) -> dict:
     """The fastest plan at every size. A size with no legal plan that fits raises InfeasibleError
     naming it, unless ``skip_infeasible``: then its row has ``plan: None`` and the reason."""
     rows: list[dict] = []
@@ -50,17 +51,26 @@ def sweep(ctx: Context, sizes: list[int], pins: Pins = Pins(), *, memory_headroo
             result = search(ctx, n, pins, top=1, memory_headroom=memory_headroom)
         except InfeasibleError as err:
             if not skip_infeasible:
-                raise InfeasibleError(f"no plan on {n} GPUs: {err} (pass --skip-infeasible to list such sizes as rows)") from err
+                raise InfeasibleError(
+                    f"no plan on {n} GPUs: {err} (pass --skip-infeasible to list such sizes as rows)"
+                ) from err
             rows.append({"gpus": n, "plan": None, "no_plan": str(err), "scaling_efficiency": None})
             continue
         rows.append({"gpus": n, "plan": result.plans[0], "no_plan": None, "scaling_efficiency": None})
     planned = [r for r in rows if r["plan"]]
     if not planned:
-        raise InfeasibleError(f"no plan at any size of the sweep ({', '.join(str(n) for n in sizes)} GPUs); "
-                              f"the first: {rows[0]['no_plan']}")
+        raise InfeasibleError(
+            f"no plan at any size of the sweep ({', '.join(str(n) for n in sizes)} GPUs); "
+            f"the first: {rows[0]['no_plan']}"
+        )
     base = planned[0]
     per_gpu0 = base["plan"]["estimate"]["tokens_per_s"] / base["gpus"]
     for r in planned:
         r["scaling_efficiency"] = r["plan"]["estimate"]["tokens_per_s"] / r["gpus"] / per_gpu0
-    return {"model": ctx.model.name, "hardware": ctx.hardware.name, "train_tokens": ctx.training.train_tokens, "baseline_gpus": base["gpus"],
-            "rows": rows}
+    return {
+        "model": ctx.model.name,
+        "hardware": ctx.hardware.name,
+        "train_tokens": ctx.training.train_tokens,
+        "baseline_gpus": base["gpus"],
+        "rows": rows,
+    }

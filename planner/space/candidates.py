@@ -41,6 +41,9 @@ class Pins:
     max_tp: int | None = None
 
 
+NO_PINS = Pins()  # search every knob
+
+
 def _cross(cols: dict[str, np.ndarray], name: str, values: np.ndarray) -> dict[str, np.ndarray]:
     """Every existing row combined with every value of a new axis."""
     n, k = len(next(iter(cols.values()))) if cols else 1, len(values)
@@ -90,7 +93,9 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     fsdp = [pins.fsdp] if pins.fsdp is not None else [False, True]
     cols = _cross(cols, "fsdp", np.array(fsdp))
     # Megatron FSDP runs on the distributed optimizer (arguments.py: v1 turns it on) and needs d·c > 1
-    cols = _keep(cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1) & (cols["pp"] == 1)))
+    cols = _keep(
+        cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1) & (cols["pp"] == 1))
+    )
     if model.is_moe:
         cols = _cross(cols, "ep", axis(pins.ep, [e for e in divisors(model.num_experts) if num_gpus % e == 0]))
         if pins.etp is None:  # expert TP: Megatron's default (= tp) or none
@@ -105,9 +110,20 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     n = len(cols["tp"])
     first = np.full(n, pins.first_stage_layers or 0, dtype=np.int64)
     last = np.full(n, pins.last_stage_layers or 0, dtype=np.int64)
-    return PlanGrid(tp=cols["tp"], pp=cols["pp"], dp=cols["dp"], cp=cols["cp"], ep=cols["ep"], etp=cols["etp"],
-                    vpp=cols["vpp"], micro_batch=cols["micro_batch"], sequence_parallel=cols["sequence_parallel"],
-                    recompute=cols["recompute"], distributed_optimizer=cols["distributed_optimizer"], fsdp=cols["fsdp"],
-                    split=cols["split"], first_layers=first, last_layers=last)
-
-
+    return PlanGrid(
+        tp=cols["tp"],
+        pp=cols["pp"],
+        dp=cols["dp"],
+        cp=cols["cp"],
+        ep=cols["ep"],
+        etp=cols["etp"],
+        vpp=cols["vpp"],
+        micro_batch=cols["micro_batch"],
+        sequence_parallel=cols["sequence_parallel"],
+        recompute=cols["recompute"],
+        distributed_optimizer=cols["distributed_optimizer"],
+        fsdp=cols["fsdp"],
+        split=cols["split"],
+        first_layers=first,
+        last_layers=last,
+    )

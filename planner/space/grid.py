@@ -1,7 +1,7 @@
 """A grid of candidate plans: one named 1-D array per knob, one candidate per index.
 
 ``explain`` evaluates a grid of length one and ``search`` one of millions; the cost functions
-never know the difference (DESIGN.md, principle 1).
+never know the difference (docs/architecture.md: one formula, one place).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ class PlanGrid:
     etp: IntArray
     vpp: IntArray
     micro_batch: IntArray
-    sequence_parallel: np.ndarray   # bool
-    recompute: IntArray             # Recompute codes: 0 none, 1 selective, 2 full
+    sequence_parallel: np.ndarray  # bool
+    recompute: IntArray  # Recompute codes: 0 none, 1 selective, 2 full
     distributed_optimizer: np.ndarray  # bool
-    fsdp: np.ndarray                # bool: Megatron FSDP
-    split: IntArray                 # StageSplit codes
-    first_layers: IntArray          # explicit first-stage layers, 0 = not given
-    last_layers: IntArray           # explicit last-stage layers, 0 = not given
+    fsdp: np.ndarray  # bool: Megatron FSDP
+    split: IntArray  # StageSplit codes
+    first_layers: IntArray  # explicit first-stage layers, 0 = not given
+    last_layers: IntArray  # explicit last-stage layers, 0 = not given
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -40,15 +40,23 @@ class PlanGrid:
     def from_plans(cls, plans: list[ParallelPlan]) -> PlanGrid:
         def col(get, dtype=np.int64):
             return np.array([get(p) for p in plans], dtype=dtype)
+
         return cls(
-            tp=col(lambda p: p.tp), pp=col(lambda p: p.pp), dp=col(lambda p: p.dp), cp=col(lambda p: p.cp),
-            ep=col(lambda p: p.ep), etp=col(lambda p: p.etp), fsdp=col(lambda p: p.fsdp, bool),
-            vpp=col(lambda p: p.vpp), micro_batch=col(lambda p: p.micro_batch),
+            tp=col(lambda p: p.tp),
+            pp=col(lambda p: p.pp),
+            dp=col(lambda p: p.dp),
+            cp=col(lambda p: p.cp),
+            ep=col(lambda p: p.ep),
+            etp=col(lambda p: p.etp),
+            fsdp=col(lambda p: p.fsdp, bool),
+            vpp=col(lambda p: p.vpp),
+            micro_batch=col(lambda p: p.micro_batch),
             sequence_parallel=col(lambda p: p.sequence_parallel and p.tp > 1, bool),
             recompute=col(lambda p: p.recompute.code, np.int8),
             distributed_optimizer=col(lambda p: p.distributed_optimizer, bool),
             split=col(lambda p: p.stage_split.code, np.int8),
-            first_layers=col(lambda p: p.first_stage_layers or 0), last_layers=col(lambda p: p.last_stage_layers or 0),
+            first_layers=col(lambda p: p.first_stage_layers or 0),
+            last_layers=col(lambda p: p.last_stage_layers or 0),
         )
 
     def take(self, index: np.ndarray) -> PlanGrid:
@@ -57,13 +65,21 @@ class PlanGrid:
     def plan(self, i: int) -> ParallelPlan:
         """The ParallelPlan at index i."""
         return ParallelPlan(
-            tp=int(self.tp[i]), pp=int(self.pp[i]), dp=int(self.dp[i]), cp=int(self.cp[i]), vpp=int(self.vpp[i]),
-            ep=int(self.ep[i]), etp=int(self.etp[i]), fsdp=bool(self.fsdp[i]),
-            micro_batch=int(self.micro_batch[i]), sequence_parallel=bool(self.sequence_parallel[i]),
+            tp=int(self.tp[i]),
+            pp=int(self.pp[i]),
+            dp=int(self.dp[i]),
+            cp=int(self.cp[i]),
+            vpp=int(self.vpp[i]),
+            ep=int(self.ep[i]),
+            etp=int(self.etp[i]),
+            fsdp=bool(self.fsdp[i]),
+            micro_batch=int(self.micro_batch[i]),
+            sequence_parallel=bool(self.sequence_parallel[i]),
             recompute=RECOMPUTE_BY_CODE[int(self.recompute[i])],
             distributed_optimizer=bool(self.distributed_optimizer[i]),
             stage_split=SPLIT_BY_CODE[int(self.split[i])],
-            first_stage_layers=int(self.first_layers[i]) or None, last_stage_layers=int(self.last_layers[i]) or None,
+            first_stage_layers=int(self.first_layers[i]) or None,
+            last_stage_layers=int(self.last_layers[i]) or None,
         )
 
 
@@ -78,8 +94,9 @@ class StageLayers:
     legal: np.ndarray
 
 
-def stage_layers(num_layers: int, p: IntArray, split: IntArray, first_given: IntArray,
-                 last_given: IntArray) -> StageLayers:
+def stage_layers(
+    num_layers: int, p: IntArray, split: IntArray, first_given: IntArray, last_given: IntArray
+) -> StageLayers:
     """Layers per stage for an even, embedding/loss-accounted or explicit first/last split.
 
     Accounted splits count the embedding and/or the loss as one layer each: (L + e + l) must

@@ -52,11 +52,29 @@ class RuleInputs:
         """Plan i's letters as Python numbers, for a rule's message."""
         g, mo, tr = self.grid, self.model, self.training
         return SimpleNamespace(
-            t=int(g.tp[i]), p=int(g.pp[i]), d=int(g.dp[i]), c=int(g.cp[i]), v=int(g.vpp[i]), b=int(g.micro_batch[i]),
-            ep=int(g.ep[i]), etp=int(g.etp[i]), m=float(self.m[i]), N=self.num_gpus, s=tr.seq_len, B=tr.global_batch,
-            a=mo.num_attention_heads, g=mo.query_groups, f=mo.ffn, L=mo.num_layers, E=mo.num_experts,
-            f_e=mo.expert_ffn, explicit=bool(self.explicit[i]), split=int(g.split[i]),
-            middle=int(self.layers.middle[i]), max_pos=mo.max_position_embeddings)
+            t=int(g.tp[i]),
+            p=int(g.pp[i]),
+            d=int(g.dp[i]),
+            c=int(g.cp[i]),
+            v=int(g.vpp[i]),
+            b=int(g.micro_batch[i]),
+            ep=int(g.ep[i]),
+            etp=int(g.etp[i]),
+            m=float(self.m[i]),
+            N=self.num_gpus,
+            s=tr.seq_len,
+            B=tr.global_batch,
+            a=mo.num_attention_heads,
+            g=mo.query_groups,
+            f=mo.ffn,
+            L=mo.num_layers,
+            E=mo.num_experts,
+            f_e=mo.expert_ffn,
+            explicit=bool(self.explicit[i]),
+            split=int(g.split[i]),
+            middle=int(self.layers.middle[i]),
+            max_pos=mo.max_position_embeddings,
+        )
 
 
 @dataclass(frozen=True)
@@ -89,80 +107,136 @@ def _learned_positions(r: RuleInputs) -> bool:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("world size = tp·cp·pp·dp",
-         lambda r: r.grid.tp * r.grid.cp * r.grid.pp * r.grid.dp == r.num_gpus,
-         lambda x: f"tp·cp·pp·dp = {x.t * x.c * x.p * x.d} but there are {x.N} GPUs"),
-    Rule("attention heads divisible by tp",
-         lambda r: r.model.num_attention_heads % r.grid.tp == 0,
-         lambda x: f"{x.a} attention heads are not divisible by tp {x.t}; allowed tp: {_divisors(x.a)}"),
-    Rule("query groups divisible by tp",
-         lambda r: np.where(r.model.query_groups >= r.grid.tp, r.model.query_groups % r.grid.tp == 0,
-                            r.grid.tp % r.model.query_groups == 0),
-         lambda x: f"{x.g} query groups and tp {x.t} do not divide one another"),
-    Rule("ffn hidden size divisible by tp",
-         lambda r: r.model.ffn % r.grid.tp == 0,
-         lambda x: f"ffn hidden size {x.f} is not divisible by tp {x.t}"),
-    Rule("sequence length divisible by tp with sequence parallelism",
-         lambda r: ~r.grid.sequence_parallel | (r.training.seq_len % r.grid.tp == 0),
-         lambda x: f"seq_len {x.s} is not divisible by tp {x.t} (needed with sequence parallelism)"),
-    Rule("sequence length divisible by 2·cp with context parallelism",
-         lambda r: (r.grid.cp == 1) | (r.training.seq_len % (2 * r.grid.cp) == 0),
-         lambda x: f"seq_len {x.s} is not divisible by 2·cp = {2 * x.c}"),
-    Rule("experts divisible by ep",
-         lambda r: (r.model.num_experts % r.grid.ep == 0) if r.model.is_moe else (r.grid.ep == 1),
-         lambda x: (f"{x.E} experts are not divisible by ep {x.ep}; allowed ep: {_divisors(x.E)}" if x.E
-                    else f"ep {x.ep} needs a mixture-of-experts model (num_experts)")),
-    Rule("expert grid etp·ep·pp divides the world",
-         _moe_only(lambda r: r.num_gpus % (r.grid.etp * r.grid.ep * r.grid.pp) == 0),
-         lambda x: f"etp·ep·pp = {x.etp}·{x.ep}·{x.p} does not divide {x.N} GPUs"),
-    Rule("expert tensor parallelism divides expert MLP width",
-         _moe_only(lambda r: r.model.expert_ffn % r.grid.etp == 0),
-         lambda x: f"expert ffn {x.f_e} is not divisible by etp {x.etp}"),
-    Rule("mixture of experts with tp > 1 needs sequence parallelism",
-         _moe_only(lambda r: (r.grid.tp == 1) | r.grid.sequence_parallel),
-         lambda x: f"tp {x.t} with experts needs --sequence-parallel"),
-    Rule("Megatron FSDP modelled without pipeline parallelism",
-         lambda r: ~r.grid.fsdp | (r.grid.pp == 1),
-         lambda x: f"Megatron FSDP with pp {x.p} is not modelled; use pp 1"),
-    Rule("sequence length within max_position_embeddings",
-         lambda r: r.everywhere(r.training.seq_len <= r.model.max_position_embeddings or not _learned_positions(r)),
-         lambda x: f"seq_len {x.s} exceeds max_position_embeddings {x.max_pos}"),
-    Rule("global batch divisible by micro-batch × dp",
-         lambda r: r.training.global_batch % (r.grid.micro_batch * r.grid.dp) == 0,
-         lambda x: f"global batch {x.B} is not divisible by micro-batch {x.b} × dp {x.d} = {x.b * x.d}"),
-    Rule("layers split over pipeline stages",
-         lambda r: r.layers.legal,
-         lambda x: f"{x.L} layers do not split over pp {x.p} with the {SPLIT_BY_CODE[x.split].value} split"
-                   f"{'' if x.L % x.p == 0 else f'; allowed pp for an even split: {_divisors(x.L)}'}"),
-    Rule("interleaving needs pp > 1 (pp > 2 without p2p overlap)",
-         lambda r: (r.grid.vpp == 1) | (r.grid.pp > (1 if r.options.overlap_p2p_comm else 2)),
-         lambda x: f"vpp {x.v} needs pp > 1, or pp > 2 with --no-overlap-p2p-comm (pp is {x.p})"),
-    Rule("layers per stage divisible by interleaved chunks",
-         _interleaving_chunks_ok,
-         lambda x: (f"first/middle/last stage layers must each divide into vpp {x.v} chunks" if x.explicit else
-                    f"{x.middle} layers per stage do not divide into vpp {x.v} chunks; allowed vpp: {_divisors(x.middle)}")),
-    Rule("interleaving needs micro-batches divisible by pp",
-         lambda r: (r.grid.vpp == 1) | ((r.m >= r.grid.pp) & (r.m % r.grid.pp == 0)),
-         lambda x: f"interleaving needs m = B/(b·d) = {x.m:g} to be a multiple of pp {x.p}"),
-    Rule("tp-comm-overlap needs sequence parallelism",
-         lambda r: r.grid.sequence_parallel if r.options.tp_comm_overlap else r.everywhere(True),
-         lambda x: "--tp-comm-overlap needs --sequence-parallel (and tp > 1)"),
-    Rule("fp8-param-gather needs the distributed optimizer or Megatron FSDP",
-         lambda r: (r.grid.distributed_optimizer | r.grid.fsdp) if r.options.fp8_param_gather else r.everywhere(True),
-         lambda x: "--fp8-param-gather needs --use-distributed-optimizer or --use-megatron-fsdp (arguments.py)"),
-    Rule("overlap-param-gather needs distributed optimizer and overlap-grad-reduce",
-         lambda r: ((r.grid.distributed_optimizer | r.grid.fsdp) & r.options.overlap_grad_reduce)
-         if r.options.overlap_param_gather else r.everywhere(True),
-         lambda x: "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce"),
-    Rule("fp8 needs bf16 or fp16 training",
-         lambda r: r.everywhere(r.options.fp8 is None or r.training.precision.value != "fp32"),
-         lambda x: "--fp8-format needs --bf16 or --fp16"),
+    Rule(
+        "world size = tp·cp·pp·dp",
+        lambda r: r.grid.tp * r.grid.cp * r.grid.pp * r.grid.dp == r.num_gpus,
+        lambda x: f"tp·cp·pp·dp = {x.t * x.c * x.p * x.d} but there are {x.N} GPUs",
+    ),
+    Rule(
+        "attention heads divisible by tp",
+        lambda r: r.model.num_attention_heads % r.grid.tp == 0,
+        lambda x: f"{x.a} attention heads are not divisible by tp {x.t}; allowed tp: {_divisors(x.a)}",
+    ),
+    Rule(
+        "query groups divisible by tp",
+        lambda r: np.where(
+            r.model.query_groups >= r.grid.tp,
+            r.model.query_groups % r.grid.tp == 0,
+            r.grid.tp % r.model.query_groups == 0,
+        ),
+        lambda x: f"{x.g} query groups and tp {x.t} do not divide one another",
+    ),
+    Rule(
+        "ffn hidden size divisible by tp",
+        lambda r: r.model.ffn % r.grid.tp == 0,
+        lambda x: f"ffn hidden size {x.f} is not divisible by tp {x.t}",
+    ),
+    Rule(
+        "sequence length divisible by tp with sequence parallelism",
+        lambda r: ~r.grid.sequence_parallel | (r.training.seq_len % r.grid.tp == 0),
+        lambda x: f"seq_len {x.s} is not divisible by tp {x.t} (needed with sequence parallelism)",
+    ),
+    Rule(
+        "sequence length divisible by 2·cp with context parallelism",
+        lambda r: (r.grid.cp == 1) | (r.training.seq_len % (2 * r.grid.cp) == 0),
+        lambda x: f"seq_len {x.s} is not divisible by 2·cp = {2 * x.c}",
+    ),
+    Rule(
+        "experts divisible by ep",
+        lambda r: (r.model.num_experts % r.grid.ep == 0) if r.model.is_moe else (r.grid.ep == 1),
+        lambda x: (
+            f"{x.E} experts are not divisible by ep {x.ep}; allowed ep: {_divisors(x.E)}"
+            if x.E
+            else f"ep {x.ep} needs a mixture-of-experts model (num_experts)"
+        ),
+    ),
+    Rule(
+        "expert grid etp·ep·pp divides the world",
+        _moe_only(lambda r: r.num_gpus % (r.grid.etp * r.grid.ep * r.grid.pp) == 0),
+        lambda x: f"etp·ep·pp = {x.etp}·{x.ep}·{x.p} does not divide {x.N} GPUs",
+    ),
+    Rule(
+        "expert tensor parallelism divides expert MLP width",
+        _moe_only(lambda r: r.model.expert_ffn % r.grid.etp == 0),
+        lambda x: f"expert ffn {x.f_e} is not divisible by etp {x.etp}",
+    ),
+    Rule(
+        "mixture of experts with tp > 1 needs sequence parallelism",
+        _moe_only(lambda r: (r.grid.tp == 1) | r.grid.sequence_parallel),
+        lambda x: f"tp {x.t} with experts needs --sequence-parallel",
+    ),
+    Rule(
+        "Megatron FSDP modelled without pipeline parallelism",
+        lambda r: ~r.grid.fsdp | (r.grid.pp == 1),
+        lambda x: f"Megatron FSDP with pp {x.p} is not modelled; use pp 1",
+    ),
+    Rule(
+        "sequence length within max_position_embeddings",
+        lambda r: r.everywhere(r.training.seq_len <= r.model.max_position_embeddings or not _learned_positions(r)),
+        lambda x: f"seq_len {x.s} exceeds max_position_embeddings {x.max_pos}",
+    ),
+    Rule(
+        "global batch divisible by micro-batch × dp",
+        lambda r: r.training.global_batch % (r.grid.micro_batch * r.grid.dp) == 0,
+        lambda x: f"global batch {x.B} is not divisible by micro-batch {x.b} × dp {x.d} = {x.b * x.d}",
+    ),
+    Rule(
+        "layers split over pipeline stages",
+        lambda r: r.layers.legal,
+        lambda x: (
+            f"{x.L} layers do not split over pp {x.p} with the {SPLIT_BY_CODE[x.split].value} split"
+            f"{'' if x.L % x.p == 0 else f'; allowed pp for an even split: {_divisors(x.L)}'}"
+        ),
+    ),
+    Rule(
+        "interleaving needs pp > 1 (pp > 2 without p2p overlap)",
+        lambda r: (r.grid.vpp == 1) | (r.grid.pp > (1 if r.options.overlap_p2p_comm else 2)),
+        lambda x: f"vpp {x.v} needs pp > 1, or pp > 2 with --no-overlap-p2p-comm (pp is {x.p})",
+    ),
+    Rule(
+        "layers per stage divisible by interleaved chunks",
+        _interleaving_chunks_ok,
+        lambda x: (
+            f"first/middle/last stage layers must each divide into vpp {x.v} chunks"
+            if x.explicit
+            else f"{x.middle} layers per stage do not divide into vpp {x.v} chunks; allowed vpp: {_divisors(x.middle)}"
+        ),
+    ),
+    Rule(
+        "interleaving needs micro-batches divisible by pp",
+        lambda r: (r.grid.vpp == 1) | ((r.m >= r.grid.pp) & (r.m % r.grid.pp == 0)),
+        lambda x: f"interleaving needs m = B/(b·d) = {x.m:g} to be a multiple of pp {x.p}",
+    ),
+    Rule(
+        "tp-comm-overlap needs sequence parallelism",
+        lambda r: r.grid.sequence_parallel if r.options.tp_comm_overlap else r.everywhere(True),
+        lambda x: "--tp-comm-overlap needs --sequence-parallel (and tp > 1)",
+    ),
+    Rule(
+        "fp8-param-gather needs the distributed optimizer or Megatron FSDP",
+        lambda r: (r.grid.distributed_optimizer | r.grid.fsdp) if r.options.fp8_param_gather else r.everywhere(True),
+        lambda x: "--fp8-param-gather needs --use-distributed-optimizer or --use-megatron-fsdp (arguments.py)",
+    ),
+    Rule(
+        "overlap-param-gather needs distributed optimizer and overlap-grad-reduce",
+        lambda r: (
+            ((r.grid.distributed_optimizer | r.grid.fsdp) & r.options.overlap_grad_reduce)
+            if r.options.overlap_param_gather
+            else r.everywhere(True)
+        ),
+        lambda x: "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce",
+    ),
+    Rule(
+        "fp8 needs bf16 or fp16 training",
+        lambda r: r.everywhere(r.options.fp8 is None or r.training.precision.value != "fp32"),
+        lambda x: "--fp8-format needs --bf16 or --fp16",
+    ),
 )
-RULES_BY_NAME = {rule.name: rule for rule in RULES}
 
 
-def rule_masks(grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions,
-               num_gpus: int) -> dict[str, np.ndarray]:
+def rule_masks(
+    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int
+) -> dict[str, np.ndarray]:
     """Named masks, True where the rule holds, for every plan of the grid (in table order)."""
     r = RuleInputs(grid, model, training, options, num_gpus)
     return {rule.name: np.broadcast_to(rule.holds(r), (len(grid),)) for rule in RULES}
@@ -173,9 +247,12 @@ def broken_rules(masks: dict[str, np.ndarray], i: int = 0) -> list[str]:
     return [name for name, ok in masks.items() if not bool(np.asarray(ok)[i])]
 
 
-def rule_messages(grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int,
-                  i: int = 0) -> list[str]:
+def rule_messages(
+    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int, i: int = 0
+) -> list[str]:
     """Each rule plan i breaks, by name, with the values that break it and what would be allowed."""
     r = RuleInputs(grid, model, training, options, num_gpus)
     x = r.one(i)
-    return [f"{rule.name}: {rule.message(x)}" for rule in RULES if not bool(np.broadcast_to(rule.holds(r), (len(grid),))[i])]
+    return [
+        f"{rule.name}: {rule.message(x)}" for rule in RULES if not bool(np.broadcast_to(rule.holds(r), (len(grid),))[i])
+    ]

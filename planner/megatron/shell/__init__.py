@@ -56,5 +56,4 @@ def extract_launch(text: str, env: Mapping[str, str] | None = None) -> LaunchLin
     if interp.flags:
         return interp.make_launch([], interp.flags, None)
     where = " before the script's exit" if interp.exited else ""
-    raise ShellParseError(
-        f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}")
+    raise ShellParseError(f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}")

@@ -14,8 +14,32 @@ from collections.abc import Mapping
 from planner.megatron.shell.fields import Var
 
 _BINARY = {"=", "==", "!=", "<", ">", "=~", "-eq", "-ne", "-lt", "-le", "-gt", "-ge"}
-_UNARY = {"-e", "-f", "-d", "-r", "-w", "-x", "-s", "-L", "-h", "-p", "-S", "-b", "-c", "-g",
-          "-u", "-k", "-O", "-G", "-N", "-a", "-n", "-z", "-v", "-t"}
+_UNARY = {
+    "-e",
+    "-f",
+    "-d",
+    "-r",
+    "-w",
+    "-x",
+    "-s",
+    "-L",
+    "-h",
+    "-p",
+    "-S",
+    "-b",
+    "-c",
+    "-g",
+    "-u",
+    "-k",
+    "-O",
+    "-G",
+    "-N",
+    "-a",
+    "-n",
+    "-z",
+    "-v",
+    "-t",
+}
 
 
 class _TestError(Exception):
@@ -82,5 +106,4 @@ class Test:
         if op in ("<", ">"):
             return left < right if op == "<" else left > right
         x, y = int(left), int(right)
-        return {"-eq": x == y, "-ne": x != y, "-lt": x < y, "-le": x <= y, "-gt": x > y,
-                "-ge": x >= y}[op]
+        return {"-eq": x == y, "-ne": x != y, "-lt": x < y, "-le": x <= y, "-gt": x > y, "-ge": x >= y}[op]

@@ -23,18 +23,31 @@ _BRACED = re.compile(r"([#!]?)([A-Za-z_]\w*|\d+|[@*#?$!-])(?:\[([^\]]*)\])?(.*)\
 _NAME = re.compile(r"[A-Za-z_]\w*|\d|[@*#?$!-]")
 _PATTERN_OP = re.compile(r"(##?|%%?|//?|\^\^?|,,?)(.*)\Z", re.DOTALL)
 _DEFAULT_OP = re.compile(r"(:?[-=+?])(.*)\Z", re.DOTALL)
-_WRAP = 2 ** 64
+_WRAP = 2**64
 
 
 def _wrap(v: int) -> int:
     return (v + _WRAP // 2) % _WRAP - _WRAP // 2
 
 
-_BIN_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-            ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitOr: operator.or_,
-            ast.BitAnd: operator.and_, ast.BitXor: operator.xor}
-_CMP_OPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
-            ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+_BIN_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.BitOr: operator.or_,
+    ast.BitAnd: operator.and_,
+    ast.BitXor: operator.xor,
+}
+_CMP_OPS = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 
 
 def _arith_ast(node: ast.AST) -> int:
@@ -49,7 +62,7 @@ def _arith_ast(node: ast.AST) -> int:
         return int(all(vals) if isinstance(node.op, ast.And) else any(vals))
     if isinstance(node, ast.Compare):
         vals = [_arith_ast(node.left)] + [_arith_ast(c) for c in node.comparators]
-        return int(all(_CMP_OPS[type(op)](x, y) for op, x, y in zip(node.ops, vals, vals[1:])))
+        return int(all(_CMP_OPS[type(op)](x, y) for op, x, y in zip(node.ops, vals, vals[1:], strict=False)))
     if isinstance(node, ast.BinOp):
         a, b, op = _arith_ast(node.left), _arith_ast(node.right), type(node.op)
         if op in (ast.Div, ast.FloorDiv, ast.Mod):
@@ -82,8 +95,9 @@ class Expander:
         self.tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": []}
 
     # -- variables ----------------------------------------------------------------------
-    def set_var(self, name: str, value: str | list[str], unres: frozenset[str],
-                append: bool = False, index: str | None = None) -> None:
+    def set_var(
+        self, name: str, value: str | list[str], unres: frozenset[str], append: bool = False, index: str | None = None
+    ) -> None:
         """Assign (or append to) a variable, unless the caller's ``env`` pinned it."""
         if name in self.pinned:
             return
@@ -137,8 +151,16 @@ class Expander:
         text = re.sub(r"!(?!=)", " not ", text.replace("&&", " and ").replace("||", " or "))
         try:
             return _arith_ast(ast.parse(text.strip() or "0", mode="eval").body), set()
-        except (SyntaxError, ValueError, KeyError, ZeroDivisionError, RecursionError,
-                MemoryError, OverflowError, TypeError):
+        except (
+            SyntaxError,
+            ValueError,
+            KeyError,
+            ZeroDivisionError,
+            RecursionError,
+            MemoryError,
+            OverflowError,
+            TypeError,
+        ):
             return None, set()
 
     # -- word expansion -----------------------------------------------------------------
@@ -160,11 +182,11 @@ class Expander:
                 i += 1
             elif c == "'" and not dq:
                 j = raw.find("'", i + 1) if raw.find("'", i + 1) >= 0 else len(raw)
-                b.lit(raw[i + 1:j])
+                b.lit(raw[i + 1 : j])
                 i = j + 1
             elif c == "\\":
-                nxt = raw[i + 1:i + 2]
-                if dq and nxt not in ('$', '`', '"', '\\', '\n'):
+                nxt = raw[i + 1 : i + 2]
+                if dq and nxt not in ("$", "`", '"', "\\", "\n"):
                     b.lit(c)
                     i += 1
                     continue
@@ -180,18 +202,19 @@ class Expander:
                 i += 1
         return b.done()
 
-    def unresolved(self, placeholder: str, b: Fields, blank: bool,
-                   names: set[str] | frozenset[str] | None = None) -> None:
+    def unresolved(
+        self, placeholder: str, b: Fields, blank: bool, names: set[str] | frozenset[str] | None = None
+    ) -> None:
         if not blank:
             b.lit(placeholder, names or {placeholder})
 
     def dollar(self, raw: str, i: int, b: Fields, dq: bool, blank: bool) -> int:
         """Expand the ``$`` expansion at ``raw[i]``; return the index after it."""
-        nxt = raw[i + 1:i + 2]
+        nxt = raw[i + 1 : i + 2]
         if nxt in ("{", "(", "["):
             j = close_bracket(raw, i + 1)
             if nxt == "{":
-                self.braced(raw[i + 2:j - 1], raw[i:j], b, dq, blank)
+                self.braced(raw[i + 2 : j - 1], raw[i:j], b, dq, blank)
             else:
                 self.unresolved(raw[i:j], b, blank)  # command substitution: never run
             return j
@@ -202,8 +225,9 @@ class Expander:
         self.put(self.vars.get(m.group()), m.group(), None, "$" + m.group(), b, dq, blank)
         return m.end()
 
-    def put(self, var: Var | None, name: str, index: str | None, placeholder: str,
-            b: Fields, dq: bool, blank: bool) -> None:
+    def put(
+        self, var: Var | None, name: str, index: str | None, placeholder: str, b: Fields, dq: bool, blank: bool
+    ) -> None:
         """Add a variable's value (or a placeholder if it has none)."""
         if var is None:
             self.unresolved(placeholder, b, blank, {"$" + name})
@@ -235,8 +259,11 @@ class Expander:
             var = self.vars.get(self.element(var, index) or "")
             index = None
         if pre == "#":
-            count = None if var is None or rest else (
-                len(var.items()) if index in ("@", "*") else len(self.element(var, index) or ""))
+            count = (
+                None
+                if var is None or rest
+                else (len(var.items()) if index in ("@", "*") else len(self.element(var, index) or ""))
+            )
             self.put(None if count is None else Var(str(count)), name, None, rawtext, b, dq, blank)
             return
         op, pat = _DEFAULT_OP.match(rest), _PATTERN_OP.match(rest)
@@ -250,7 +277,7 @@ class Expander:
             start -= 1 if name in ("@", "*") and start > 0 else 0  # $@ counts from $1
             items = var.items() if whole else [self.element(var, index) or ""]
             target = items if whole else items[0]
-            cut = target[start:][:None if length is None else int(length)]
+            cut = target[start:][: None if length is None else int(length)]
             var, index = Var(cut, var.unres), index if whole else None
         elif var is not None and pat:
             items = [self.transform(x, pat.group(1), pat.group(2)) for x in var.items()]
@@ -276,11 +303,20 @@ class Expander:
             else:
                 b.value(str(value), dq)
 
-    def default(self, var: Var | None, name: str, index: str | None, op: str, word: str,
-                rawtext: str, b: Fields, dq: bool, blank: bool) -> None:
+    def default(
+        self,
+        var: Var | None,
+        name: str,
+        index: str | None,
+        op: str,
+        word: str,
+        rawtext: str,
+        b: Fields,
+        dq: bool,
+        blank: bool,
+    ) -> None:
         """``${X-w}``, ``${X:-w}``, ``${X:=w}``, ``${X:+w}``, ``${X:?w}`` and their colon-less forms."""
-        empty = var is None or (not any(var.items()) if index in ("@", "*")
-                                else not self.element(var, index))
+        empty = var is None or (not any(var.items()) if index in ("@", "*") else not self.element(var, index))
         isset = var is not None and not (op.startswith(":") and empty)
         if op[-1] == "+":
             if isset:
@@ -309,16 +345,15 @@ class Expander:
         if op[0] == "/":
             find, _, repl = raw_pattern.partition("/")
             find, repl = self.string(find), self.string(repl)
-            return re.sub(_glob_re(find), lambda _: repl, text, count=0 if op == "//" else 1
-                          ) if find else text
+            return re.sub(_glob_re(find), lambda _: repl, text, count=0 if op == "//" else 1) if find else text
         pattern, n = self.string(raw_pattern), len(text)
         shortest = len(op) == 1
         if op[0] == "#":
-            for k in (range(n + 1) if shortest else range(n, -1, -1)):
+            for k in range(n + 1) if shortest else range(n, -1, -1):
                 if fnmatch.fnmatchcase(text[:k], pattern):
                     return text[k:]
         else:
-            for k in (range(n, -1, -1) if shortest else range(n + 1)):
+            for k in range(n, -1, -1) if shortest else range(n + 1):
                 if fnmatch.fnmatchcase(text[k:], pattern):
                     return text[:k]
         return text

@@ -81,7 +81,7 @@ class Interp(Expander):
             self.prefix, self.depth = saved, self.depth - 1
 
     def raw(self, node) -> str:
-        return self.src[node.pos[0]:node.pos[1]]
+        return self.src[node.pos[0] : node.pos[1]]
 
     def run(self, node) -> bool:
         """Interpret one node; return its exit status as a bool."""
@@ -171,7 +171,7 @@ class Interp(Expander):
         """Run a rewritten array assignment, ``[[``, ``case`` or ``((`` command."""
         head = words[0]
         if ARRAY in words:
-            self.assign_array(words[words.index(ARRAY) + 1:])
+            self.assign_array(words[words.index(ARRAY) + 1 :])
             return True
         if head == COND:
             args = [self.string(w, blank=True) for w in words[1:]]
@@ -244,23 +244,21 @@ class Interp(Expander):
         for k, text in enumerate(texts):
             shell = k > 0 and posixpath.basename(texts[k - 1]) in ("sh", "bash", "dash", "zsh")
             if shell and text == "-c" and k + 1 < len(texts):
-                self.nested(texts[k + 1], fields[:k - 1])
+                self.nested(texts[k + 1], fields[: k - 1])
                 return
             if _ENTRY.match(posixpath.basename(text)):
-                self.launch = self.make_launch(self.prefix + fields[:k], fields[k + 1:], text)
+                self.launch = self.make_launch(self.prefix + fields[:k], fields[k + 1 :], text)
                 raise Stop
         if texts[0].startswith("-"):
             self.flags.extend(fields)
 
-    def make_launch(self, launcher: list[Field], argv: list[Field], entry: str | None
-                    ) -> LaunchLine:
+    def make_launch(self, launcher: list[Field], argv: list[Field], entry: str | None) -> LaunchLine:
         unresolved = dict.fromkeys(u for _, us in argv for u in sorted(us))
         opts: dict[str, Field] = {}
         torch = False
         for fields in [*self.directives, *self.job, launcher]:
             torch = launch_options(fields, opts) or torch
-        nproc, nnodes, world = (process_count(opts.get(k), unresolved)
-                                for k in ("nproc", "nnodes", "world"))
+        nproc, nnodes, world = (process_count(opts.get(k), unresolved) for k in ("nproc", "nnodes", "world"))
         if nnodes is None and torch and nproc is not None and "nnodes" not in opts:
             nnodes = 1  # torchrun's default
         if nproc is not None and nnodes is not None:

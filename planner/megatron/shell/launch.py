@@ -35,15 +35,20 @@ class LaunchLine:
 
 INT = re.compile(r"-?[0-9]{1,18}")
 _TORCH = {"--nproc_per_node": "nproc", "--nproc-per-node": "nproc", "--nnodes": "nnodes"}
-_SLURM = {"--ntasks-per-node": "nproc", "--nodes": "nnodes", "-N": "nnodes", "--ntasks": "world",
-          "-n": "world"}
-_MPI = {"-np": "world", "-n": "world", "--np": "world", "-npernode": "nproc",
-        "--npernode": "nproc", "-N": "nproc"}
-_DEEPSPEED = {"--num_gpus": "nproc", "--num-gpus": "nproc", "--num_nodes": "nnodes",
-              "--num-nodes": "nnodes"}
-_LAUNCHERS = {"torchrun": _TORCH, "torch.distributed.run": _TORCH,
-              "torch.distributed.launch": _TORCH, "srun": _SLURM, "sbatch": _SLURM,
-              "salloc": _SLURM, "mpirun": _MPI, "mpiexec": _MPI, "deepspeed": _DEEPSPEED}
+_SLURM = {"--ntasks-per-node": "nproc", "--nodes": "nnodes", "-N": "nnodes", "--ntasks": "world", "-n": "world"}
+_MPI = {"-np": "world", "-n": "world", "--np": "world", "-npernode": "nproc", "--npernode": "nproc", "-N": "nproc"}
+_DEEPSPEED = {"--num_gpus": "nproc", "--num-gpus": "nproc", "--num_nodes": "nnodes", "--num-nodes": "nnodes"}
+_LAUNCHERS = {
+    "torchrun": _TORCH,
+    "torch.distributed.run": _TORCH,
+    "torch.distributed.launch": _TORCH,
+    "srun": _SLURM,
+    "sbatch": _SLURM,
+    "salloc": _SLURM,
+    "mpirun": _MPI,
+    "mpiexec": _MPI,
+    "deepspeed": _DEEPSPEED,
+}
 
 
 def launch_options(fields: list[Field], opts: dict[str, Field]) -> bool:

@@ -45,7 +45,7 @@ def close_bracket(s: str, i: int) -> int:
             if depth == 0:
                 return i + 1
         i += 1
-    raise ShellParseError(f"unterminated {opener} in {s[max(0, i - 30):][:30].strip()!r}")
+    raise ShellParseError(f"unterminated {opener} in {s[max(0, i - 30) :][:30].strip()!r}")
 
 
 class Rewriter:
@@ -67,13 +67,13 @@ class Rewriter:
 
     def dollar(self, i: int) -> tuple[str, int]:
         """Rewrite the expansion starting at ``s[i] == '$'``."""
-        s, nxt = self.s, self.s[i + 1:i + 2]
+        s, nxt = self.s, self.s[i + 1 : i + 2]
         if nxt in ("(", "["):
             j = close_bracket(s, i + 1)
-            if s.startswith("$((", i) and s[j - 2:j] == "))":
-                return self._param("a", s[i + 3:j - 2]), j
+            if s.startswith("$((", i) and s[j - 2 : j] == "))":
+                return self._param("a", s[i + 3 : j - 2]), j
             if nxt == "[":
-                return self._param("a", s[i + 2:j - 1]), j
+                return self._param("a", s[i + 2 : j - 1]), j
             return self._param("c", s[i:j]), j
         if nxt == "{":
             j = close_bracket(s, i + 1)
@@ -84,7 +84,7 @@ class Rewriter:
                 j += 2 if s[j] == "\\" else 1
             if j >= len(s):
                 raise ShellParseError("unterminated $' quote")
-            return '"' + self._param("q", _ansi_c(s[i + 2:j])) + '"', j + 1
+            return '"' + self._param("q", _ansi_c(s[i + 2 : j])) + '"', j + 1
         return "$", i + 1
 
     def inner(self, i: int, end: int) -> str:
@@ -92,7 +92,7 @@ class Rewriter:
         out = []
         while i < end:
             c = self.s[i]
-            if c == "$" and self.s[i + 1:i + 2] != "'":
+            if c == "$" and self.s[i + 1 : i + 2] != "'":
                 text, i = self.dollar(i)
             elif c == "`":
                 text, i = self.backquote(i)
@@ -117,7 +117,7 @@ class Rewriter:
                 j = s.find("'", i + 1) + 1
                 if not j:
                     raise ShellParseError("unterminated ' quote")
-                text = '"' + self._param("q", s[i + 1:j - 1]) + '"'
+                text = '"' + self._param("q", s[i + 1 : j - 1]) + '"'
             elif c == "`":
                 text, j = self.backquote(i)
             elif c == '"':
@@ -158,7 +158,7 @@ class Rewriter:
             c = s[i]
             if c in " \t" or s.startswith("\\\n", i):
                 step = 2 if c == "\\" else 1
-                out.append(s[i:i + step])
+                out.append(s[i : i + step])
                 i += step
             elif c == "\n":
                 out.append(" \\\n" if mode in ("array", "cond") else "\n")
@@ -174,7 +174,7 @@ class Rewriter:
                 return "".join(out), i + (3 if s.startswith(";;&", i) else 2)
             elif cmd and s.startswith("((", i):
                 j = close_bracket(s, i)
-                out.append(f"{ARITH} " + self._param("a", s[i + 2:j - 2]))
+                out.append(f"{ARITH} " + self._param("a", s[i + 2 : j - 2]))
                 i, cmd = j, False
             elif c in _OPS:
                 i, cmd = self.operator(i, mode, out)
@@ -195,11 +195,11 @@ class Rewriter:
             out.append("\\" + s[i])
             return i + 1, False
         if s.startswith("<<", i) and not s.startswith("<<<", i):
-            j = i + 2 + (s[i + 2:i + 3] == "-")
+            j = i + 2 + (s[i + 2 : i + 3] == "-")
             while j < len(s) and s[j] in " \t":
                 j += 1
             word, k = self.word(j)
-            self.heredocs.append((re.sub(r"[\"'\\]", "", word), s[i + 2:i + 3] == "-"))
+            self.heredocs.append((re.sub(r"[\"'\\]", "", word), s[i + 2 : i + 3] == "-"))
             out.append(s[i:k])
             return k, False
         out.append(s[i])
@@ -277,7 +277,7 @@ class Rewriter:
                 pattern, i = self.word(self._blank(i))
                 patterns.append(pattern or "''")
                 i = self._blank(i)
-                if self.s[i:i + 1] not in ("|", ")"):
+                if self.s[i : i + 1] not in ("|", ")"):
                     raise ShellParseError("bad case pattern")
                 i += 1
                 if self.s[i - 1] == ")":
@@ -295,6 +295,6 @@ def parse(text: str) -> list:
     """Parse (rewritten) text with bashlex; any bashlex failure is a :class:`ShellParseError`."""
     try:
         return bashlex.parse(text)
-    except Exception as err:  # noqa: BLE001  bashlex raises ParsingError, asserts, ...
+    except Exception as err:
         first = (str(err).splitlines() or [type(err).__name__])[0]
         raise ShellParseError(f"not a shell script bashlex can parse: {first}") from None

@@ -1,4 +1,4 @@
-"""Command line of issue 6: explain --schedule/--schedule-file, sweep, search --min-gpus, compare,
+"""Command line of the whole-run commands: explain --schedule/--schedule-file, sweep, search --min-gpus, compare,
 --tokens/--gpu-hour-price; every bad input is one line on stderr and exit code 2."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from planner.cli import cli
-from planner.timeline import estimate_pipeline_s
+
+from conftest import pipeline_s
 
 GPT3 = ["--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16"]
 SMALL = ["--model", "gpt-1.7b", "--gpus", "8", "--pp", "4", "--global-batch", "16"]  # m = 16/(1·2) = 8
@@ -35,6 +36,7 @@ def assert_bad_input(result, *needles: str):
 
 # ----------------------------------------------------------------------------- explain
 
+
 def test_explain_schedule_in_terminal():
     result = run(["explain", *SMALL, "--schedule"])
     assert result.exit_code == 0, result.output
@@ -50,7 +52,7 @@ def test_explain_schedule_json():
     sched = pj["schedule"]
     assert (sched["p"], sched["m"], sched["vpp"]) == (4, 8, 1)
     assert len(sched["ops"]) == 2 * 4 * 8
-    assert sched["pipeline_s"] == pytest.approx(estimate_pipeline_s(pj["estimate"]["time"]), rel=0.02)
+    assert sched["pipeline_s"] == pytest.approx(pipeline_s(pj["estimate"]["time"]), rel=0.02)
     assert pj["estimate"]["train_tokens"] == 3e11
 
 
@@ -68,15 +70,18 @@ def test_explain_schedule_files(tmp_path):
     assert width > 500 and height > 200
 
 
-@pytest.mark.parametrize("extra, needles", [
-    (["--schedule-file", "x.pdf"], ["unknown picture format '.pdf'", ".svg, .png"]),
-    (["--schedule-file", "/nonexistent-dir/x.svg"], ["does not exist"]),
-    (["--gpu-hour-price", "-2"], ["--gpu-hour-price"]),
-    (["--gpu-hour-price", "0"], ["--gpu-hour-price"]),
-    (["--tokens", "0"], ["--tokens", "positive token count"]),
-    (["--tokens", "-300e9"], ["--tokens"]),
-    (["--tokens", "lots"], ["--tokens"]),
-])
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (["--schedule-file", "x.pdf"], ["unknown picture format '.pdf'", ".svg, .png"]),
+        (["--schedule-file", "/nonexistent-dir/x.svg"], ["does not exist"]),
+        (["--gpu-hour-price", "-2"], ["--gpu-hour-price"]),
+        (["--gpu-hour-price", "0"], ["--gpu-hour-price"]),
+        (["--tokens", "0"], ["--tokens", "positive token count"]),
+        (["--tokens", "-300e9"], ["--tokens"]),
+        (["--tokens", "lots"], ["--tokens"]),
+    ],
+)
 def test_explain_bad_input(extra, needles):
     assert_bad_input(run(["explain", *GPT3, *extra]), *needles)
 
@@ -106,6 +111,7 @@ def test_tokens_syntax(tokens, expected):
 
 # ----------------------------------------------------------------------------- search
 
+
 def test_search_json_has_time_and_cost():
     result = run(["search", "--model", "gpt3-175b", "--gpus", "1024", "--top", "2", "--json", "--tokens", "1e12"])
     assert result.exit_code == 0, result.output
@@ -129,14 +135,29 @@ def test_search_min_gpus_bad_input():
 
 # ----------------------------------------------------------------------------- sweep
 
+
 def test_sweep_table_and_json():
     result = run(["sweep", "--model", "gpt3-175b", "--gpus", "128:1024"])
     assert result.exit_code == 0, result.output
     for n in ("128", "256", "512", "1,024"):
         assert n in result.stdout
     assert "scaling eff." in result.stdout and "days (300B tok)" in result.stdout and "100%" in result.stdout
-    data = json.loads(run(["sweep", "--model", "gpt3-175b", "--gpus", "128,256", "--json", "--tokens", "1e12",
-                           "--recompute", "selective"]).stdout)
+    data = json.loads(
+        run(
+            [
+                "sweep",
+                "--model",
+                "gpt3-175b",
+                "--gpus",
+                "128,256",
+                "--json",
+                "--tokens",
+                "1e12",
+                "--recompute",
+                "selective",
+            ]
+        ).stdout
+    )
     assert [r["gpus"] for r in data["rows"]] == [128, 256] and data["train_tokens"] == 1e12
     assert all(r["plan"]["parallel"]["recompute"] == "selective" for r in data["rows"])  # search pins pass through
 
@@ -154,22 +175,31 @@ def test_sweep_plot(tmp_path):
 
 def test_pictures_without_matplotlib(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
-    assert_bad_input(run(["explain", *SMALL, "--schedule-file", str(tmp_path / "s.svg")]),
-                     "--schedule-file needs matplotlib", 'pip install "megaplan[plot]"')
-    assert_bad_input(run(["sweep", "--model", "gpt3-175b", "--gpus", "128", "--plot", str(tmp_path / "p.png")]),
-                     "--plot needs matplotlib", 'pip install "megaplan[plot]"')
+    assert_bad_input(
+        run(["explain", *SMALL, "--schedule-file", str(tmp_path / "s.svg")]),
+        "--schedule-file needs matplotlib",
+        'pip install "megaplan[plot]"',
+    )
+    assert_bad_input(
+        run(["sweep", "--model", "gpt3-175b", "--gpus", "128", "--plot", str(tmp_path / "p.png")]),
+        "--plot needs matplotlib",
+        'pip install "megaplan[plot]"',
+    )
     assert run(["explain", *SMALL, "--schedule"]).exit_code == 0  # the terminal drawing needs no matplotlib
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["--gpus", "8,128"], ["no plan on 8 GPUs", "--skip-infeasible"]),
-    (["--gpus", "40"], ["no plan on 40 GPUs", "no legal plan"]),
-    (["--gpus", "4096:64"], ["--gpus"]),
-    (["--gpus", "lots"], ["--gpus"]),
-    (["--gpus", "128", "--plot", "p.gif"], ["unknown picture format"]),
-    (["--gpus", "128", "--tokens", "-1"], ["--tokens"]),
-    (["--gpus", "128", "--gpu-hour-price", "-1"], ["--gpu-hour-price"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--gpus", "8,128"], ["no plan on 8 GPUs", "--skip-infeasible"]),
+        (["--gpus", "40"], ["no plan on 40 GPUs", "no legal plan"]),
+        (["--gpus", "4096:64"], ["--gpus"]),
+        (["--gpus", "lots"], ["--gpus"]),
+        (["--gpus", "128", "--plot", "p.gif"], ["unknown picture format"]),
+        (["--gpus", "128", "--tokens", "-1"], ["--tokens"]),
+        (["--gpus", "128", "--gpu-hour-price", "-1"], ["--gpu-hour-price"]),
+    ],
+)
 def test_sweep_bad_input(args, needles):
     assert_bad_input(run(["sweep", "--model", "gpt3-175b", *args]), *needles)
 
@@ -181,6 +211,7 @@ def test_sweep_skip_infeasible_lists_the_row():
 
 
 # ----------------------------------------------------------------------------- compare
+
 
 def test_compare_prefixed_options():
     result = run(["compare", *GPT3, "--a", "--recompute full", "--b", "--recompute selective --sequence-parallel"])
@@ -203,13 +234,16 @@ def test_compare_plan_files_and_json(tmp_path):
     assert json.loads(one.stdout)["b"]["parallel"]["tp"] == 8
 
 
-@pytest.mark.parametrize("args, needles", [
-    (GPT3, ["nothing to compare"]),
-    ([*GPT3, "--a", "--tp 3"], ["plan A (--a)", "not divisible"]),
-    ([*GPT3, "--b", "--bogus 1"], ["--b", "No such option"]),
-    ([*GPT3, "--a", "--plan x.json"], ["--a takes plan flags", "--plan"]),
-    (["a.json", "b.json", "c.json"], ["two plan files"]),
-    (["missing.json", "other.json"], ["not found"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (GPT3, ["nothing to compare"]),
+        ([*GPT3, "--a", "--tp 3"], ["plan A (--a)", "not divisible"]),
+        ([*GPT3, "--b", "--bogus 1"], ["--b", "No such option"]),
+        ([*GPT3, "--a", "--plan x.json"], ["--a takes plan flags", "--plan"]),
+        (["a.json", "b.json", "c.json"], ["two plan files"]),
+        (["missing.json", "other.json"], ["not found"]),
+    ],
+)
 def test_compare_bad_input(args, needles):
     assert_bad_input(run(["compare", *args]), *needles)
