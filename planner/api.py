@@ -15,14 +15,7 @@ from planner.costs.estimate import Evaluation, evaluate
 from planner.errors import InfeasibleError, PlannerError
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
-from planner.plan import (
-    Context,
-    ParallelPlan,
-    PlanOptions,
-    Recompute,
-    StageSplit,
-    TrainingSpec,
-)
+from planner.plan import Context, ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec
 from planner.presets import format_validation_error, load_hardware, load_model
 from planner.result import plan_json
 from planner.space.grid import PlanGrid

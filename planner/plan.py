@@ -12,14 +12,7 @@ from enum import StrEnum
 from typing import Self
 
 from numpy.typing import ArrayLike
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PositiveFloat,
-    PositiveInt,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec

@@ -16,14 +16,7 @@ from hypothesis import strategies as st
 
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
-from planner.plan import (
-    Context,
-    ParallelPlan,
-    PlanOptions,
-    Recompute,
-    StageSplit,
-    TrainingSpec,
-)
+from planner.plan import Context, ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec
 from planner.presets import load_hardware, load_model
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from planner.costs.communication import (
+    activation_message_bytes,
     dp_grad_sync_time_s,
     pp_p2p_time_s,
     tp_layer_comm_time_s,
@@ -163,32 +164,38 @@ def test_group_link_broadcasts():
 # ----------------------------------------------------------------------------- volumes
 
 b, s, h = 1, 2048, 12288
+MESSAGE = float(activation_message_bytes(b, s, h, 1, activation_bytes=2))  # 2·b·s·h bytes: one 16-bit activation tensor
+
+
+def test_activation_message_is_bsh_16_bit_elements():
+    # Narayanan et al. 2021 §4.1: the tensor between layers and stages has b·s·h elements; CP splits s
+    assert MESSAGE == 2 * 1 * 2048 * 12288
+    assert float(activation_message_bytes(2, s, h, 4, activation_bytes=4)) == 4 * 2 * s * h / 4
 
 
 @pytest.mark.parametrize("t", [2, 4, 8])
 def test_tp_layer_comm_without_sp_is_two_all_reduces(t):
     # Narayanan et al. 2021 §4.1: 2 all-reduces of b·s·h 16-bit elements per layer in the forward
     # (8bsh(t − 1)/t per layer forward + backward, bytes-wise 2·2(t − 1)/t·2bsh per direction)
-    got = tp_layer_comm_time_s(b, s, h, t, 1, link(), activation_bytes=2, sequence_parallel=np.array(False))
+    got = tp_layer_comm_time_s(MESSAGE, t, link(), sequence_parallel=np.array(False))
     assert float(got) == pytest.approx(2 * 2 * (t - 1) / t * 2 * b * s * h / BETA, rel=1e-12)
 
 
 @pytest.mark.parametrize("t", [2, 4, 8])
 def test_tp_layer_comm_with_sp_has_the_same_bandwidth(t):
     # Korthikanti et al. 2022 §4.2.2: all-gather + reduce-scatter cost the same bandwidth as an all-reduce
-    kw = dict(activation_bytes=2)
-    with_sp = tp_layer_comm_time_s(b, s, h, t, 1, link(), sequence_parallel=np.array(True), **kw)
-    without = tp_layer_comm_time_s(b, s, h, t, 1, link(), sequence_parallel=np.array(False), **kw)
+    with_sp = tp_layer_comm_time_s(MESSAGE, t, link(), sequence_parallel=np.array(True))
+    without = tp_layer_comm_time_s(MESSAGE, t, link(), sequence_parallel=np.array(False))
     assert float(with_sp) == pytest.approx(float(without), rel=1e-12)
     # latency: 2 × (AG + RS) = 4(t − 1)α against 2 all-reduces' 2·min(2(t − 1), 2⌈log₂t⌉)α
-    lat = tp_layer_comm_time_s(b, s, h, t, 1, link(alpha=ALPHA), sequence_parallel=np.array(True), **kw)
+    lat = tp_layer_comm_time_s(MESSAGE, t, link(alpha=ALPHA), sequence_parallel=np.array(True))
     assert float(lat) - float(with_sp) == pytest.approx(4 * (t - 1) * ALPHA, rel=1e-9)
 
 
 def test_tp_comm_at_t1_is_zero():
     lk = link(alpha=ALPHA)
     for sp in (False, True):
-        assert float(tp_layer_comm_time_s(b, s, h, 1, 1, lk, activation_bytes=2, sequence_parallel=np.array(sp))) == 0.0
+        assert float(tp_layer_comm_time_s(MESSAGE, 1, lk, sequence_parallel=np.array(sp))) == 0.0
 
 
 def test_pp_p2p_volumes():
@@ -196,18 +203,11 @@ def test_pp_p2p_volumes():
     # b·s·h/t per rank over the t NICs, then an all-gather on NVLink; with SP each rank sends its 1/t
     t, tp_beta = 8, 200e9
     full = 2 * b * s * h
-    kw = dict(activation_bytes=2)
-    plain = pp_p2p_time_s(
-        b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(False), scatter_gather=False, **kw
-    )
+    plain = pp_p2p_time_s(MESSAGE, t, link(), link(tp_beta), sequence_parallel=np.array(False), scatter_gather=False)
     assert float(plain) == pytest.approx(full / BETA, rel=1e-12)
-    sg = pp_p2p_time_s(
-        b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(False), scatter_gather=True, **kw
-    )
+    sg = pp_p2p_time_s(MESSAGE, t, link(), link(tp_beta), sequence_parallel=np.array(False), scatter_gather=True)
     assert float(sg) == pytest.approx(full / t / BETA + (t - 1) / t * full / tp_beta, rel=1e-12)
-    sp = pp_p2p_time_s(
-        b, s, h, t, 1, link(), link(tp_beta), sequence_parallel=np.array(True), scatter_gather=False, **kw
-    )
+    sp = pp_p2p_time_s(MESSAGE, t, link(), link(tp_beta), sequence_parallel=np.array(True), scatter_gather=False)
     assert float(sp) == pytest.approx(full / t / BETA, rel=1e-12)
 
 

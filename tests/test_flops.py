@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from planner.costs.flops import (
+    Shape,
     korthikanti_eq8_flops,
     layer_forward_flops,
     layer_gemms,
@@ -30,11 +31,11 @@ V, S = 51200, 2048
 
 def gpt_model_flops(B, s, L, h, a, **kw):
     # GPT shapes: g = a, d = h/a, f = 4h, no gating
-    return model_flops(B, s, L, h, a, a, h // a, 4 * h, V, gated=False, **kw)
+    return model_flops(B, s, V, Shape(L, h, a, a, h // a, 4 * h, gated=False), **kw)
 
 
 def gpt_recompute_flops(B, s, L, h, a, code):
-    return float(recompute_flops(B, s, L, h, a, a, h // a, 4 * h, gated=False, recompute=np.array(code)))
+    return float(recompute_flops(B, s, Shape(L, h, a, a, h // a, 4 * h, gated=False), recompute=np.array(code)))
 
 
 def test_layer_gemms_gpt_shape_is_24bsh2_plus_4bs2h():
@@ -113,7 +114,7 @@ def test_megatron_logged_flops_gqa_swiglu():
     B, s, L, h, a, g, f, Vp = 128, 8192, 32, 4096, 32, 8, 14336, 128256
     e = 3
     logged = 6 * B * s * L * h**2 * (e * f / h + 2 * (1 + g / a) + s / h) + 6 * B * s * h * Vp
-    got = model_flops(B, s, L, h, a, g, h // a, f, Vp, gated=True, attention_frac=0.5)
+    got = model_flops(B, s, Vp, Shape(L, h, a, g, h // a, f, gated=True), attention_frac=0.5)
     assert got == pytest.approx(logged, rel=1e-9)
 
 
@@ -139,7 +140,7 @@ def test_recompute_flops_order_none_selective_full():
 
 def test_recompute_flops_vectorised_over_codes():
     L, h, a = 24, 2304, 24
-    got = recompute_flops(4, S, L, h, a, a, h // a, 4 * h, gated=False, recompute=np.array([0, 1, 2, 1]))
+    got = recompute_flops(4, S, Shape(L, h, a, a, h // a, 4 * h, gated=False), recompute=np.array([0, 1, 2, 1]))
     want = [0.0, L * 4 * 4 * S**2 * h, L * (24 * 4 * S * h**2 + 4 * 4 * S**2 * h), L * 4 * 4 * S**2 * h]
     np.testing.assert_allclose(got, want, rtol=1e-12)
 

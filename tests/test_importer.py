@@ -107,7 +107,7 @@ def test_the_validated_gpt3_run_as_a_command_line_matches_validation():
 
 
 def test_the_documented_alias_table_is_the_one_the_importer_uses():
-    from planner.megatron.flags import alias_table_markdown
+    from planner.megatron.aliases import alias_table_markdown
 
     doc = (Path(__file__).parents[1] / "docs" / "megatron-flags.md").read_text()
     assert alias_table_markdown() in doc

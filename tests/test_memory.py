@@ -142,11 +142,7 @@ def test_layer_activation_coeffs_gqa_swiglu():
 # Megatron-LM docs/user-guide/features/dist_optimizer.md: bytes per parameter
 @pytest.mark.parametrize(
     "precision, plain, sharded",
-    [
-        ("bf16", 18, lambda d: 6 + 12 / d),
-        ("fp16", 20, lambda d: 4 + 16 / d),
-        ("fp32", 16, lambda d: 8 + 8 / d),
-    ],
+    [("bf16", 18, lambda d: 6 + 12 / d), ("fp16", 20, lambda d: 4 + 16 / d), ("fp32", 16, lambda d: 8 + 8 / d)],
 )
 @pytest.mark.parametrize("d", [1, 2, 8, 64])
 def test_bytes_per_parameter(precision, plain, sharded, d):

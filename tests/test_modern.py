@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from planner.api import explain, make_request
 from planner.costs import moe
 from planner.costs.estimate import Letters, evaluate
-from planner.costs.flops import model_flops
+from planner.costs.flops import Shape, model_flops
 from planner.costs.stage_memory import stage_memory_bytes
 from planner.hardware.collectives import group_link
 from planner.models.params import active_params, total_params
@@ -51,7 +51,7 @@ def test_moe_model_flops_match_megatron_formula():
     h, L, a, g, d, f_e, k, V = 4096, 32, 32, 8, 128, 14336, 2, 32000
     q, kv = a * d, g * d
     megatron = 6 * T * (h * (3 * f_e * k * L) + L * (h * (q + 2 * kv) + q * h)) + 6 * B * s**2 * q * L + 6 * T * h * V
-    ours = model_flops(B, s, L, h, a, g, d, m.ffn, V, gated=True, attention_frac=0.5, moe_layers=L, topk=k, f_e=f_e)
+    ours = model_flops(B, s, V, Shape(L, h, a, g, d, m.ffn, True, moe_layers=L, topk=k, f_e=f_e), attention_frac=0.5)
     assert ours == pytest.approx(megatron, rel=1e-12)
 
 

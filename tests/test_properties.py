@@ -12,14 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, evaluate
-from planner.costs.flops import model_flops, recompute_flops
+from planner.costs.flops import Shape, model_flops, recompute_flops
 from planner.costs.memory import activation_bytes_per_layer, layer_activation_parts
-from planner.hardware.collectives import (
-    all_gather_time_s,
-    all_reduce_time_s,
-    group_link,
-    reduce_scatter_time_s,
-)
+from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
 from planner.models.params import padded_vocab
 from planner.plan import Context, ParallelPlan, PlanOptions, TrainingSpec
 from planner.space.grid import PlanGrid
@@ -322,21 +317,12 @@ def test_dp_gradient_sync_does_not_depend_on_global_batch(setup, k):
     rc=st.sampled_from([0, 1, 2]),
 )
 def test_flops_linear_in_global_batch(model, B, k, s, rc):
-    args = (
-        s,
-        model.num_layers,
-        model.hidden_size,
-        model.num_attention_heads,
-        model.query_groups,
-        model.head_dim,
-        model.ffn,
-    )
+    m = model
+    shape = Shape(m.num_layers, m.hidden_size, m.num_attention_heads, m.query_groups, m.head_dim, m.ffn, m.swiglu)
     V = int(padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, 1))
-    assert model_flops(k * B, *args, V, gated=model.swiglu) == np_approx(
-        k * model_flops(B, *args, V, gated=model.swiglu)
-    )
-    r1 = float(recompute_flops(B, *args, gated=model.swiglu, recompute=np.array(rc)))
-    rk = float(recompute_flops(k * B, *args, gated=model.swiglu, recompute=np.array(rc)))
+    assert model_flops(k * B, s, V, shape) == np_approx(k * model_flops(B, s, V, shape))
+    r1 = float(recompute_flops(B, s, shape, recompute=np.array(rc)))
+    rk = float(recompute_flops(k * B, s, shape, recompute=np.array(rc)))
     assert rk == np_approx(k * r1)
 
 

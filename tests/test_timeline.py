@@ -14,13 +14,7 @@ from rich.console import Console
 from planner import api
 from planner.errors import PlannerError
 from planner.report.schedule import ScheduleView
-from planner.timeline import (
-    BWD,
-    FWD,
-    op_order,
-    plan_timeline,
-    simulate,
-)
+from planner.timeline import BWD, FWD, op_order, plan_timeline, simulate
 
 from conftest import pipeline_s
 

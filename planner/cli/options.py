@@ -259,28 +259,42 @@ def request_from_options(kw: dict) -> api.PlanRequest:
         raise click.UsageError(
             "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
         )
+    knobs = _knobs(kw)
+    knobs["distributed_optimizer"] = knobs["distributed_optimizer"] or kw["fsdp"]
     return api.make_request(
         model=kw["model"],
         hardware=kw["hardware"] or "dgx-a100-superpod",
         gpus=kw["gpus"],
         **_training(kw),
-        tp=kw["tp"],
-        pp=kw["pp"],
-        dp=kw["dp"],
-        vpp=kw["vpp"],
-        micro_batch=kw["micro_batch"],
-        cp=kw["cp"],
-        ep=kw["ep"],
-        etp=kw["etp"],
-        fsdp=kw["fsdp"],
-        sequence_parallel=kw["sequence_parallel"],
-        recompute=kw["recompute"],
-        distributed_optimizer=kw["distributed_optimizer"] or kw["fsdp"],
+        **knobs,
         stage_split=_stage_split(kw),
-        first_stage_layers=kw["decoder_first_pipeline_num_layers"],
-        last_stage_layers=kw["decoder_last_pipeline_num_layers"],
         options=behaviour(kw),
     )
+
+
+KNOBS = (
+    "tp",
+    "pp",
+    "dp",
+    "vpp",
+    "micro_batch",
+    "cp",
+    "ep",
+    "etp",
+    "fsdp",
+    "sequence_parallel",
+    "recompute",
+    "distributed_optimizer",
+)  # the searched rows of PLAN_OPTIONS: ParallelPlan fields, search pins
+
+
+def _knobs(kw: dict) -> dict:
+    """The parallel knobs the options set, by ParallelPlan field name, and the explicit end stages."""
+    return {
+        **{k: kw[k] for k in KNOBS},
+        "first_stage_layers": kw["decoder_first_pipeline_num_layers"],
+        "last_stage_layers": kw["decoder_last_pipeline_num_layers"],
+    }
 
 
 def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
@@ -308,24 +322,9 @@ def search_inputs(kw: dict):
             "give either --decoder-first/last-pipeline-num-layers or "
             "--account-for-embedding/loss-in-pipeline-split, not both (Megatron-LM takes one)"
         )
-    pins = Pins(
-        tp=kw["tp"],
-        pp=kw["pp"],
-        dp=kw["dp"],
-        vpp=kw["vpp"],
-        micro_batch=kw["micro_batch"],
-        cp=kw["cp"],
-        ep=kw["ep"],
-        etp=kw["etp"],
-        fsdp=kw["fsdp"],
-        recompute=kw["recompute"] and Recompute(kw["recompute"]),
-        sequence_parallel=kw["sequence_parallel"],
-        distributed_optimizer=kw["distributed_optimizer"],
-        max_tp=kw.get("max_tp"),
-        stage_split=None if split is StageSplit.EVEN else split,
-        first_stage_layers=kw["decoder_first_pipeline_num_layers"],
-        last_stage_layers=kw["decoder_last_pipeline_num_layers"],
-    )
+    knobs = _knobs(kw)
+    knobs["recompute"] = knobs["recompute"] and Recompute(knobs["recompute"])
+    pins = Pins(**knobs, max_tp=kw.get("max_tp"), stage_split=None if split is StageSplit.EVEN else split)
     return req, pins
 
 

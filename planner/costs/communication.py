@@ -9,24 +9,17 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from planner.hardware.collectives import (
-    Link,
-    all_gather_time_s,
-    all_reduce_time_s,
-    p2p_time_s,
-)
+from planner.hardware.collectives import Link, all_gather_time_s, all_reduce_time_s, p2p_time_s
+
+
+def activation_message_bytes(b: ArrayLike, s: int, h: int, c: ArrayLike, *, activation_bytes: int) -> np.ndarray:
+    """The b·s·h activation tensor of one micro-batch on one context-parallel rank, in bytes: ε·b·s·h/c
+    (Narayanan et al. 2021 §4.1), the message of the TP collectives and of the pipeline's sends."""
+    return activation_bytes * np.asarray(b) * s * h / np.asarray(c)
 
 
 def tp_layer_comm_time_s(
-    b: ArrayLike,
-    s: int,
-    h: int,
-    t: ArrayLike,
-    c: ArrayLike,
-    link: Link,
-    *,
-    activation_bytes: int,
-    sequence_parallel: np.ndarray,
+    message_bytes: ArrayLike, t: ArrayLike, link: Link, *, sequence_parallel: np.ndarray
 ) -> np.ndarray:
     """Forward TP communication of one layer for one micro-batch (the backward has as much).
 
@@ -35,7 +28,7 @@ def tp_layer_comm_time_s(
     ring all-reduce is a reduce-scatter plus an all-gather (Narayanan et al. 2021 §4.1: 8bsh(t−1)/t
     per layer forward+backward; Korthikanti et al. 2022 §4.2.2).
     """
-    message = activation_bytes * np.asarray(b) * s * h / np.asarray(c)
+    message = np.asarray(message_bytes)
     t = np.asarray(t)
     with_sp = 2 * (all_gather_time_s(t, message, link) * 2)
     without = 2 * all_reduce_time_s(t, message, link)
@@ -43,15 +36,11 @@ def tp_layer_comm_time_s(
 
 
 def pp_p2p_time_s(
-    b: ArrayLike,
-    s: int,
-    h: int,
+    message_bytes: ArrayLike,
     t: ArrayLike,
-    c: ArrayLike,
     link: Link,
     tp_link: Link,
     *,
-    activation_bytes: int,
     sequence_parallel: np.ndarray,
     scatter_gather: bool,
 ) -> np.ndarray:
@@ -62,7 +51,7 @@ def pp_p2p_time_s(
     rank over the t NICs and all-gathered it on NVLink (Narayanan et al. 2021 §4.1).
     """
     t = np.asarray(t)
-    full = activation_bytes * np.asarray(b) * s * h / np.asarray(c)
+    full = np.asarray(message_bytes)
     sharded = p2p_time_s(full / t, link)
     gathered = sharded + all_gather_time_s(t, full, tp_link) if scatter_gather else p2p_time_s(full, link)
     return np.where(sequence_parallel, sharded, gathered)

@@ -14,16 +14,11 @@ import numpy as np
 
 from planner.costs import Formula, flops, memory
 from planner.costs import communication as comm
-from planner.costs.layer_time import layer_time_formulas, layer_times, stage_step
+from planner.costs.layer_time import activation_message, layer_time_formulas, layer_times, stage_step
 from planner.costs.letters import Letters
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, stage_time_sum
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes
-from planner.hardware.collectives import (
-    all_gather_time_s,
-    all_reduce_time_s,
-    group_link,
-    reduce_scatter_time_s,
-)
+from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
 from planner.plan import Context, ParallelPlan
 from planner.space.grid import PlanGrid
 
@@ -132,14 +127,10 @@ def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
     tp_link = group_link(ctx.hardware, lt.t, 1)
     pp_link = group_link(ctx.hardware, 2, lt.t * lt.c * lt.d)
     return comm.pp_p2p_time_s(
-        lt.b,
-        lt.s,
-        lt.h,
+        activation_message(lt),
         lt.t,
-        lt.c,
         pp_link,
         tp_link,
-        activation_bytes=lt.act_bytes,
         sequence_parallel=lt.sp,
         scatter_gather=ctx.options.pp_scatter_gather,
     )
@@ -241,13 +232,23 @@ def _flop_terms(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     """Model, hardware (with recomputation) and Megatron-logged FLOPs per iteration, all GPUs."""
     mo = ctx.model
     V = lt.V[:, 0]
-    args = (lt.B, lt.s, lt.L, lt.h, lt.a, lt.g, lt.dh, lt.f)
-    moe_kw = dict(moe_layers=mo.num_moe_layers, topk=mo.moe_router_topk if mo.is_moe else 0, f_e=mo.expert_ffn)
+    shape = flops.Shape(
+        lt.L,
+        lt.h,
+        lt.a,
+        lt.g,
+        lt.dh,
+        lt.f,
+        lt.gated,
+        mo.num_moe_layers,
+        mo.moe_router_topk if mo.is_moe else 0,
+        mo.expert_ffn,
+    )
     vocab = np.unique(V)
-    model = np.array([flops.model_flops(*args, int(v), gated=lt.gated, **moe_kw) for v in vocab])
-    logged = np.array([flops.model_flops(*args, int(v), gated=lt.gated, attention_frac=0.5, **moe_kw) for v in vocab])
+    model = np.array([flops.model_flops(lt.B, lt.s, int(v), shape) for v in vocab])
+    logged = np.array([flops.model_flops(lt.B, lt.s, int(v), shape, attention_frac=0.5) for v in vocab])
     idx = np.searchsorted(vocab, V)
-    rec = flops.recompute_flops(*args, gated=lt.gated, recompute=lt.rc[:, 0], **moe_kw)
+    rec = flops.recompute_flops(lt.B, lt.s, shape, recompute=lt.rc[:, 0])
     return {"model": model[idx], "hardware": model[idx] + rec, "megatron": logged[idx]}
 
 

@@ -86,58 +86,49 @@ def _moe_swap(gemms: dict[str, Gemm], B: int, s: int, h: int, f_e: int, topk: in
     return moe
 
 
-def model_flops(
-    B: int,
-    s: int,
-    L: int,
-    h: int,
-    a: int,
-    g: int,
-    d: int,
-    f: int,
-    V: int,
-    *,
-    gated: bool,
-    attention_frac: float = 1.0,
-    moe_layers: int = 0,
-    topk: int = 0,
-    f_e: int = 0,
-) -> float:
+@dataclass(frozen=True)
+class Shape:
+    """The letters a model's FLOPs depend on: L layers of width h; a heads in g query groups of d
+    channels; an MLP of width f (gated: SwiGLU's three matrices); ``moe_layers`` of the L send each
+    token to ``topk`` experts of width f_e instead."""
+
+    L: int
+    h: int
+    a: int
+    g: int
+    d: int
+    f: int
+    gated: bool
+    moe_layers: int = 0
+    topk: int = 0
+    f_e: int = 0
+
+
+def _forward_per_layer(B: int, s: int, shape: Shape, *, attention_frac: float = 1.0) -> tuple[float, float, float]:
+    """(dense layer, MoE layer, attention core) forward FLOPs for B sequences of s tokens."""
+    gemms = layer_gemms(B, s, shape.h, shape.a, shape.g, shape.d, shape.f, 1, gated=shape.gated)
+    dense = layer_forward_flops(gemms, attention_frac=attention_frac)
+    experts = _moe_swap(gemms, B, s, shape.h, shape.f_e, shape.topk, gated=shape.gated) if shape.moe_layers else None
+    moe = layer_forward_flops(experts, attention_frac=attention_frac) if experts else 0.0
+    core = sum(gemms[name].flops for name in ATTENTION_CORE)
+    return float(dense), float(moe), float(core)
+
+
+def model_flops(B: int, s: int, V: int, shape: Shape, *, attention_frac: float = 1.0) -> float:
     """Model FLOPs of one iteration: one forward and one backward (twice the forward) of every GEMM.
 
     For GPT shapes equals 72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L)) (Korthikanti et al. 2022, Eq. 7);
     with ``attention_frac = 0.5`` equals Megatron-LM's logged 72·B·s·L·h²·(1 + s/(12h) + V/(12hL))
     (megatron/training/training.py, num_floating_point_operations at commit d98e8a64). ``moe_layers`` of
-    the L layers run
-    their tokens through ``topk`` experts of width ``f_e`` instead of the dense MLP (Megatron's
+    the L layers run their tokens through ``topk`` experts of width ``f_e`` instead of the dense MLP (Megatron's
     formula: e·f_e·k per token in place of e·f; the router's h·E GEMM is not counted, as there).
     """
-    gemms = layer_gemms(B, s, h, a, g, d, f, 1, gated=gated)
-    dense = layer_forward_flops(gemms, attention_frac=attention_frac)
-    moe = (
-        layer_forward_flops(_moe_swap(gemms, B, s, h, f_e, topk, gated=gated), attention_frac=attention_frac)
-        if moe_layers
-        else 0.0
-    )
-    return float(3.0 * ((L - moe_layers) * dense + moe_layers * moe + logits_gemm(B, s, h, V, 1).flops))
+    dense, moe, _ = _forward_per_layer(B, s, shape, attention_frac=attention_frac)
+    L, m = shape.L, shape.moe_layers
+    return float(3.0 * ((L - m) * dense + m * moe + logits_gemm(B, s, shape.h, V, 1).flops))
 
 
-def recompute_flops(
-    B: int,
-    s: int,
-    L: int,
-    h: int,
-    a: int,
-    g: int,
-    d: int,
-    f: int,
-    *,
-    gated: bool,
-    recompute: np.ndarray,
-    moe_layers: int = 0,
-    topk: int = 0,
-    f_e: int = 0,
-) -> np.ndarray:
+def recompute_flops(B: int, s: int, shape: Shape, *, recompute: ArrayLike) -> np.ndarray:
     """FLOPs re-done by activation recomputation in one iteration, counted honestly.
 
     Full (code 2): one more forward of every layer (not the logits), so model + recompute equals
@@ -146,10 +137,9 @@ def recompute_flops(
     gives 72·B·L·s·h²·(1 + 2s/(9h) + V/(12hL)), not Eq. 8's s/(3h), which counts the recomputed
     attention core three times (docs/cost-model.md §3).
     """
-    gemms = layer_gemms(B, s, h, a, g, d, f, 1, gated=gated)
-    moe = layer_forward_flops(_moe_swap(gemms, B, s, h, f_e, topk, gated=gated)) if moe_layers else 0.0
-    full = (L - moe_layers) * layer_forward_flops(gemms) + moe_layers * moe
-    core = L * sum(gemms[name].flops for name in ATTENTION_CORE)
+    dense, moe, core = _forward_per_layer(B, s, shape)
+    full = (shape.L - shape.moe_layers) * dense + shape.moe_layers * moe
+    core = shape.L * core
     recompute = np.asarray(recompute)
     return np.where(recompute == 2, full, np.where(recompute == 1, core, 0.0))
 

@@ -70,6 +70,18 @@ def _cp_ring_exposed(lt: Letters, ctx: Context, core_fwd, core_bwd) -> tuple[np.
     return fwd, bwd
 
 
+def activation_message(lt: Letters) -> np.ndarray:
+    """ε·b·s·h/c: the activation tensor the TP collectives and the pipeline's sends move."""
+    return comm.activation_message_bytes(lt.b, lt.s, lt.h, lt.c, activation_bytes=lt.act_bytes)
+
+
+def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
+    """One layer's forward TP collectives for one micro-batch on the tp group's link."""
+    return comm.tp_layer_comm_time_s(
+        activation_message(lt), lt.t, group_link(ctx.hardware, lt.t, 1), sequence_parallel=lt.sp
+    )
+
+
 def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[str, np.ndarray]:
     """Per-layer, per-micro-batch times (seconds): compute ``fwd``/``bwd``/``recompute``; exposed
     TP collectives ``tp``, context-parallel ring ``cp`` and MoE token dispatch ``moe`` (forward,
@@ -78,19 +90,9 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
     hbm = gpu.hbm_bytes_per_s * cal.memory_efficiency
     gemms = flops.layer_gemms(lt.b, lt.s, lt.h, lt.a, lt.g, lt.dh, lt.f, lt.t, lt.c, gated=lt.gated)
     gtime = _gemm_times(gemms, ctx, fp8=lt.fp8)
+    kinds = dict(sequence_parallel=lt.sp, gated=lt.gated, unfused_attention=lt.unfused, dropout=lt.dropout)
     parts = compute.elementwise_bytes(
-        lt.b,
-        lt.s,
-        lt.h,
-        lt.a,
-        lt.f,
-        lt.t,
-        lt.c,
-        sequence_parallel=lt.sp,
-        gated=lt.gated,
-        unfused_attention=lt.unfused,
-        dropout=lt.dropout,
-        attention_dropout=lt.attn_dropout,
+        lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, attention_dropout=lt.attn_dropout, **kinds
     )
     core_fwd, core_bwd = _attention_core(lt, ctx, gemms, gtime, parts["attention_softmax"] / hbm)
     attn_linear = gtime["qkv"] + gtime["projection"]
@@ -133,16 +135,7 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
     )
     recompute = np.where(lt.rc == 2, fwd, np.where(lt.rc == 1, core_fwd, 0.0))
 
-    tp_raw = comm.tp_layer_comm_time_s(
-        lt.b,
-        lt.s,
-        lt.h,
-        lt.t,
-        lt.c,
-        group_link(ctx.hardware, lt.t, 1),
-        activation_bytes=lt.act_bytes,
-        sequence_parallel=lt.sp,
-    )
+    tp_raw = tp_collectives_s(lt, ctx)
     # --tp-comm-overlap pipelines the forward collectives with the GEMMs they feed (Transformer Engine
     # userbuffers); the backward's overlap the weight-gradient GEMMs (as many FLOPs as the forward's)
     hidden = np.maximum(tp_raw - linear, 0.0)
@@ -197,19 +190,7 @@ def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
         }
     )
     head = head_times(lt, ctx)
-    tp_edge = (
-        comm.tp_layer_comm_time_s(
-            lt.b,
-            lt.s,
-            lt.h,
-            lt.t,
-            lt.c,
-            group_link(ctx.hardware, lt.t, 1),
-            activation_bytes=lt.act_bytes,
-            sequence_parallel=lt.sp,
-        )
-        / 2
-    )
+    tp_edge = tp_collectives_s(lt, ctx) / 2
     fwd_comm = n * (per["tp_fwd"] + per["cp_fwd"] + per["moe_fwd"]) + first * tp_edge
     return {
         "fwd": n * per["fwd"] + first * head["embedding_fwd"] + last * head["head_fwd"],

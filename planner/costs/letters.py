@@ -9,7 +9,7 @@ import numpy as np
 
 from planner.costs import memory
 from planner.models.params import padded_vocab
-from planner.plan import AttentionKernel, Context
+from planner.plan import AttentionKernel, Context, num_microbatches
 from planner.space.grid import PlanGrid, stage_layers
 
 
@@ -40,7 +40,7 @@ class Letters:
         )
         self.L = mo.num_layers
         self.V = padded_vocab(mo.vocab_size, mo.make_vocab_size_divisible_by, self.t)
-        self.m = self.B / (self.b * self.d)
+        self.m = num_microbatches(self.B, self.b, self.d)
         self.world = self.t * self.c * self.p * self.d
         self.edp = self.world / (self.etp * self.ep * self.p)  # expert data-parallel size
         self.layers = stage_layers(self.L, self.p, _col(grid.split), _col(grid.first_layers), _col(grid.last_layers))

@@ -7,12 +7,7 @@ import numpy as np
 from planner.costs import Formula, memory, moe
 from planner.costs.letters import Letters
 from planner.costs.pipeline import in_flight_microbatches
-from planner.models.params import (
-    embedding_params,
-    model_layer_params,
-    moe_layer_params,
-    norm_params,
-)
+from planner.models.params import embedding_params, model_layer_params, moe_layer_params, norm_params
 from planner.plan import AttentionKernel, Context, ParallelPlan, Recompute
 
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "reserve")

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from planner import api
 from planner.errors import PlannerError
 from planner.megatron.flags import MegatronArgs, parse_megatron_argv
 from planner.megatron.shell import extract_launch
 from planner.models.spec import ModelSpec
+from planner.plan import StageSplit
 from planner.presets import load_model
+from planner.space.grid import stage_layers
 
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}  # vocabulary of tokenizers whose size is fixed
 UNMODELLED = {  # dest -> (value that means "off", what to say)
@@ -85,16 +89,23 @@ def _model(v: dict, base: ModelSpec | None) -> ModelSpec:
     return ModelSpec.model_validate({"name": "imported", "source": "Megatron-LM command line", **fields})
 
 
+def _stage_split(v: dict) -> StageSplit:
+    return StageSplit.from_flags(
+        v.get("account_for_embedding_in_pipeline_split"), v.get("account_for_loss_in_pipeline_split")
+    )
+
+
 def _vpp(v: dict, L: int, p: int) -> int:
+    """Chunks per stage from --num-layers-per-virtual-pipeline-stage: the (middle) stage's layers over the
+    layers per chunk (Megatron-LM arguments.py:927-980)."""
     if v.get("num_virtual_stages_per_pipeline_rank"):
         return int(v["num_virtual_stages_per_pipeline_rank"])
     per_chunk = v.get("num_layers_per_virtual_pipeline_stage")
     if not per_chunk:
         return 1
-    extra = int(bool(v.get("account_for_embedding_in_pipeline_split"))) + int(
-        bool(v.get("account_for_loss_in_pipeline_split"))
-    )
-    per_stage = (L + extra) // p
+    first, last = v.get("decoder_first_pipeline_num_layers") or 0, v.get("decoder_last_pipeline_num_layers") or 0
+    layers = stage_layers(L, np.array([p]), np.array([_stage_split(v).code]), np.array([first]), np.array([last]))
+    per_stage = int(layers.middle[0])
     if per_stage % per_chunk:
         raise PlannerError(
             f"--num-layers-per-virtual-pipeline-stage {per_chunk} does not divide the {per_stage} layers per stage"
@@ -136,9 +147,7 @@ def request_from_megatron(
     cp = int(v.get("context_parallel_size") or 1)
     B = v.get("global_batch_size") or b * (gpus // (tp * pp * cp) if gpus % (tp * pp * cp) == 0 else 1)
     precision = "fp16" if v.get("fp16") else "bf16" if v.get("bf16") else "fp32"
-    split = {(False, False): "even", (True, False): "embedding", (False, True): "loss", (True, True): "embedding+loss"}[
-        (bool(v.get("account_for_embedding_in_pipeline_split")), bool(v.get("account_for_loss_in_pipeline_split")))
-    ]
+    split = _stage_split(v)
     options = {
         "attention_kernel": _attention(v),
         "overlap_grad_reduce": bool(v.get("overlap_grad_reduce") or v.get("ddp_impl") == "torch"),

@@ -1,10 +1,5 @@
 """The transformer being trained: ModelSpec and parameter counts."""
 
-from planner.models.spec import (
-    ModelSpec,
-    Normalization,
-    PositionEmbedding,
-    TrainingDefaults,
-)
+from planner.models.spec import ModelSpec, Normalization, PositionEmbedding, TrainingDefaults
 
 __all__ = ["ModelSpec", "Normalization", "PositionEmbedding", "TrainingDefaults"]

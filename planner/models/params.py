@@ -64,17 +64,9 @@ def norm_params(model: ModelSpec) -> int:
 
 def model_layer_params(model: ModelSpec, t: ArrayLike = 1) -> np.ndarray:
     """``layer_params`` for a model spec (the adapter that unpacks the spec into letters)."""
-    return layer_params(
-        model.hidden_size,
-        model.num_attention_heads,
-        model.query_groups,
-        model.head_dim,
-        model.ffn,
-        t,
-        gated=model.swiglu,
-        bias=model.add_bias_linear,
-        norm_params_per_norm=norm_params(model),
-    )
+    m = model
+    kinds = dict(gated=m.swiglu, bias=m.add_bias_linear, norm_params_per_norm=norm_params(m))
+    return layer_params(m.hidden_size, m.num_attention_heads, m.query_groups, m.head_dim, m.ffn, t, **kinds)
 
 
 def embedding_params(model: ModelSpec, t: ArrayLike, s: int) -> dict[str, np.ndarray]:

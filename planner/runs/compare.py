@@ -106,12 +106,7 @@ def override_request(req, overrides: dict):
         old = StageSplit(par["stage_split"])
         emb = overrides.pop(SPLIT_FLAGS[0], old.embedding_counted)
         loss = overrides.pop(SPLIT_FLAGS[1], old.loss_counted)
-        par["stage_split"] = {
-            (False, False): "even",
-            (True, False): "embedding",
-            (False, True): "loss",
-            (True, True): "embedding+loss",
-        }[(bool(emb), bool(loss))]
+        par["stage_split"] = StageSplit.from_flags(emb, loss).value
     for flag, field in LAYER_FLAGS.items():
         if flag in overrides:
             par[field] = overrides.pop(flag)

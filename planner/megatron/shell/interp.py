@@ -17,13 +17,7 @@ from collections.abc import Mapping
 from planner.megatron.shell.conditions import Test
 from planner.megatron.shell.expand import MAX_DEPTH, Expander
 from planner.megatron.shell.fields import Field, Var
-from planner.megatron.shell.launch import (
-    INT,
-    LaunchLine,
-    ShellParseError,
-    launch_options,
-    process_count,
-)
+from planner.megatron.shell.launch import INT, LaunchLine, ShellParseError, launch_options, process_count
 from planner.megatron.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse
 
 _KEYWORDS = {"if", "then", "elif", "else", "fi", "while", "until", "do", "done"}

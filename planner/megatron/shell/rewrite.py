@@ -48,6 +48,15 @@ def close_bracket(s: str, i: int) -> int:
     raise ShellParseError(f"unterminated {opener} in {s[max(0, i - 30) :][:30].strip()!r}")
 
 
+def _closing_quote(s: str, j: int, quote: str, name: str) -> int:
+    """Index of the quote that closes a quoted string starting at j (backslash escapes skipped)."""
+    while j < len(s) and s[j] != quote:
+        j += 2 if s[j] == "\\" else 1
+    if j >= len(s):
+        raise ShellParseError(f"unterminated {name} quote")
+    return j
+
+
 class Rewriter:
     """Rewrite shell constructs bashlex cannot parse into marker commands and parameters."""
 
@@ -79,11 +88,7 @@ class Rewriter:
             j = close_bracket(s, i + 1)
             return self._param("p", (self.inner(i + 2, j - 1), s[i:j])), j
         if nxt == "'":
-            j = i + 2
-            while j < len(s) and s[j] != "'":
-                j += 2 if s[j] == "\\" else 1
-            if j >= len(s):
-                raise ShellParseError("unterminated $' quote")
+            j = _closing_quote(s, i + 2, "'", "$'")
             return '"' + self._param("q", _ansi_c(s[i + 2 : j])) + '"', j + 1
         return "$", i + 1
 
@@ -121,11 +126,7 @@ class Rewriter:
             elif c == "`":
                 text, j = self.backquote(i)
             elif c == '"':
-                j = i + 1
-                while j < len(s) and s[j] != '"':
-                    j += 2 if s[j] == "\\" else 1
-                if j >= len(s):
-                    raise ShellParseError('unterminated " quote')
+                j = _closing_quote(s, i + 1, '"', '"')
                 text, j = '"' + self.inner(i + 1, j) + '"', j + 1
             elif c == "$":
                 text, j = self.dollar(i)
