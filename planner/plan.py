@@ -7,6 +7,7 @@ are the rule table of ``planner.space.rules``, so a rejected plan can say which 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Self
@@ -188,3 +189,36 @@ class Context:
     @property
     def precision(self) -> str:
         return self.training.precision.value
+
+
+RECOMPUTE_TAGS = {"selective": "rc-sel", "full": "rc-full"}
+SPLIT_TAGS = {"embedding": "acc-emb", "loss": "acc-loss", "embedding+loss": "acc-emb+loss"}
+PLAN_LABEL_LEGEND = (
+    "b micro-batch · V interleaved chunks per stage · SP sequence parallel · DO distributed optimizer · "
+    "FSDP Megatron FSDP · rc-sel/rc-full selective/full recomputation"
+)
+
+
+def plan_label(par: Mapping, *, moe: bool = False) -> str:
+    """A parallel plan in one short line, e.g. ``TP4 PP8 DP32 b2 V12 · SP DO rc-sel``.
+
+    ``par`` is a plan JSON's ``parallel`` (or ``ParallelPlan.model_dump(mode="json")``). CP shows
+    when it is above 1, EP and ETP for a mixture-of-experts model (or EP above 1); Megatron FSDP,
+    the distributed optimizer, recomputation and an accounted or explicit stage split always show
+    when they are on. Every table, the export header and the notes name plans with it.
+    """
+    parts = [f"TP{par['tp']}", f"PP{par['pp']}", f"DP{par['dp']}"]
+    if par.get("cp", 1) > 1:
+        parts.append(f"CP{par['cp']}")
+    if moe or par.get("ep", 1) > 1:
+        parts += [f"EP{par.get('ep', 1)}", f"ETP{par.get('etp') or par['tp']}"]
+    parts.append(f"b{par['micro_batch']}")
+    if par.get("vpp", 1) > 1:
+        parts.append(f"V{par['vpp']}")
+    tags = ["SP"] if par.get("sequence_parallel") else []
+    tags += ["FSDP"] if par.get("fsdp") else ["DO"] if par.get("distributed_optimizer") else []
+    tags += [RECOMPUTE_TAGS[str(par["recompute"])]] if str(par.get("recompute")) in RECOMPUTE_TAGS else []
+    tags += [SPLIT_TAGS[str(par["stage_split"])]] if str(par.get("stage_split")) in SPLIT_TAGS else []
+    if par.get("first_stage_layers") or par.get("last_stage_layers"):
+        tags.append(f"first{par.get('first_stage_layers') or '-'}/last{par.get('last_stage_layers') or '-'}")
+    return " ".join(parts) + (" · " + " ".join(tags) if tags else "")

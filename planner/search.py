@@ -21,7 +21,7 @@ from planner.space.rules import rule_masks
 
 CHUNK = 65_536
 FITS_RULE = "fits in GPU memory"
-TP_NODE_RULE = "tp within one NVLink domain (--max-tp to cross nodes)"
+TP_NODE_RULE = "tp groups within one NVLink domain (--max-tp to cross nodes)"
 
 
 @dataclass
@@ -33,6 +33,17 @@ class SearchResult:
 
     def to_json(self) -> dict:
         return {"plans": self.plans, "evaluated": self.evaluated, "feasible": self.feasible, "rejected": self.rejected}
+
+
+def tp_in_domain(tp: np.ndarray, gpus_per_node: int, max_tp: int | None) -> np.ndarray:
+    """TP groups that stay inside one NVLink domain: t divides the GPUs of a node, so no group of
+    consecutive ranks straddles two nodes (a TP 3 group on 8-GPU nodes would, and its all-reduces
+    would run on the network). With --max-tp above the node, whole-node multiples up to it are allowed
+    too; those groups span nodes and are priced on the network (``hardware.collectives.group_link``)."""
+    g = gpus_per_node
+    inside = (g % tp == 0) & (tp <= min(max_tp or g, g))
+    across = (tp % g == 0) & (tp > g) & (tp <= (max_tp or g))
+    return inside | across
 
 
 def search(
@@ -47,7 +58,7 @@ def search(
     """Rank every legal plan that fits by iteration time (or by peak memory)."""
     grid = candidate_grid(ctx, num_gpus, pins)
     masks = rule_masks(grid, ctx.model, ctx.training, ctx.options, num_gpus)
-    masks[TP_NODE_RULE] = grid.tp <= (pins.max_tp or ctx.hardware.gpus_per_node)
+    masks[TP_NODE_RULE] = tp_in_domain(grid.tp, ctx.hardware.gpus_per_node, pins.max_tp)
     legal = np.ones(len(grid), dtype=bool)
     first_broken = np.full(len(grid), -1)
     names = list(masks)

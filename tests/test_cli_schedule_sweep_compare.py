@@ -141,7 +141,7 @@ def test_sweep_table_and_json():
     assert result.exit_code == 0, result.output
     for n in ("128", "256", "512", "1,024"):
         assert n in result.stdout
-    assert "scaling eff." in result.stdout and "days (300B tok)" in result.stdout and "100%" in result.stdout
+    assert "scaling" in result.stdout and "days (300B)" in result.stdout and "100%" in result.stdout
     data = json.loads(
         run(
             [

@@ -51,12 +51,31 @@ def main() -> None:
 
 
 def console() -> Console:
-    """A rich console; output piped to a file or another program gets 160 columns, not 80."""
-    return Console(width=None if sys.stdout.isatty() else 160)
+    """A rich console as wide as the terminal; output to a file or another program gets ``COLUMNS``
+    columns when it is set, else 160."""
+    import os
+
+    from planner.report.layout import console_width
+
+    return Console(width=console_width(sys.stdout.isatty(), dict(os.environ)))
 
 
 def echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2))
+
+
+def say_notes(resolved) -> None:
+    """The notes of a resolved plan (overrides, the plan search picked) on stderr."""
+    for note in resolved.notes:
+        click.echo(f"megaplan: {note}", err=True)
+
+
+def say_warnings(ctx, gpus: int, pj: dict | None = None) -> None:
+    """Warn on stderr about inputs that make the plan nonsensical (it is still estimated)."""
+    from planner.checks import input_warnings, plan_warnings
+
+    for warning in input_warnings(ctx, gpus) + (plan_warnings(pj) if pj else []):
+        click.echo(f"megaplan: warning: {warning}", err=True)
 
 
 # The commands register themselves on `cli` when their modules are imported.

@@ -241,27 +241,65 @@ def _training(kw: dict) -> dict:
     }
 
 
-def request_from_options(kw: dict) -> api.PlanRequest:
-    """The plan the options describe: a saved plan, an imported Megatron-LM command line, or flags."""
-    if kw.get("plan_file"):
-        req = request_from_plan(read_plan_file(kw["plan_file"], kw.get("rank")), hardware=kw["hardware"])
-        return with_run(req, kw)
-    if kw.get("megatron_args") is not None or kw.get("megatron_args_file"):
-        from planner.megatron.importer import import_megatron
+SOURCES = ("plan_file", "megatron_args", "megatron_args_file")
+NOT_PLAN = {"plan_file", "rank", "megatron_args", "megatron_args_file", "env_pairs", "memory_headroom"}
+IMPORTER_TAKES = {"model", "hardware", "gpus"}  # the importer reads these itself (preset base, world size)
 
-        text = kw["megatron_args"] if kw.get("megatron_args") is not None else read_text(kw["megatron_args_file"])
-        env = dict(_env_pair(p) for p in kw.get("env_pairs") or ())
-        imported = import_megatron(text, gpus=kw["gpus"], model=kw["model"], hardware=kw["hardware"], env=env)
-        for warning in imported.warnings:
-            click.echo(f"megaplan: warning: {warning}", err=True)
-        return with_run(imported.request, kw)
+
+@dataclass(frozen=True)
+class Resolved:
+    """The plan the options describe, and the notes the CLI says on stderr about how it was built."""
+
+    request: api.PlanRequest
+    notes: tuple[str, ...] = ()
+    searched: str | None = None  # set when the plan is search's best for the options given
+
+
+def given_options() -> set[str]:
+    """The parameters of the running command given on its command line (not defaults)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return set()
+    return {k for k in ctx.params if ctx.get_parameter_source(k) in (ParameterSource.COMMANDLINE,)}
+
+
+def _flag(name: str) -> str:
+    return "--" + {"env_pairs": "env", "plan_file": "plan"}.get(name, name).replace("_", "-")
+
+
+def _refuse_strays(kw: dict, given: set[str]) -> None:
+    """Options that would be silently ignored are refused (exit 2), naming what they need."""
+    sources = [n for n in SOURCES if n in given or kw.get(n)]
+    if len(sources) > 1:
+        raise PlannerError(f"give one of --plan, --megatron-args, --megatron-args-file, not {' and '.join(map(_flag, sources))}")
+    if "rank" in given and not kw.get("plan_file"):
+        raise PlannerError("--rank picks a plan of a search --json file: give it with --plan FILE")
+    if "env_pairs" in given and not (kw.get("megatron_args") is not None or kw.get("megatron_args_file")):
+        raise PlannerError("--env sets variables of a launch script: give it with --megatron-args-file or --megatron-args")
+
+
+def resolve(kw: dict, *, search_best: bool = False) -> Resolved:
+    """The plan the options describe: a saved plan or an imported Megatron-LM command line with the
+    options given beside it applied over the file's values (each with a note), or the plan flags.
+    With ``search_best`` and neither --tp nor --pp given, search's best plan for the options given."""
+    given = given_options()
+    _refuse_strays(kw, given)
+    if kw.get("plan_file"):
+        base = request_from_plan(read_plan_file(kw["plan_file"], kw.get("rank")))
+        return _with_overrides(base, kw, given - NOT_PLAN, "the plan file")
+    if kw.get("megatron_args") is not None or kw.get("megatron_args_file"):
+        return _imported(kw, given)
     if not kw.get("model"):
         raise click.UsageError(
             "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
         )
+    if search_best and not ({"tp", "pp"} & given):
+        return _search_best(kw, given)
     knobs = _knobs(kw)
     knobs["distributed_optimizer"] = knobs["distributed_optimizer"] or kw["fsdp"]
-    return api.make_request(
+    req = api.make_request(
         model=kw["model"],
         hardware=kw["hardware"] or "dgx-a100-superpod",
         gpus=kw["gpus"],
@@ -270,6 +308,85 @@ def request_from_options(kw: dict) -> api.PlanRequest:
         stage_split=_stage_split(kw),
         options=behaviour(kw),
     )
+    return Resolved(req)
+
+
+def request_from_options(kw: dict) -> api.PlanRequest:
+    return resolve(kw).request
+
+
+def _imported(kw: dict, given: set[str]) -> Resolved:
+    from planner.megatron.importer import import_megatron
+
+    text = kw["megatron_args"] if kw.get("megatron_args") is not None else read_text(kw["megatron_args_file"])
+    env = dict(_env_pair(p) for p in kw.get("env_pairs") or ())
+    imported = import_megatron(
+        text, gpus=kw["gpus"], model=kw["model"], hardware=kw["hardware"], env=env, base_dir=_base_dir(kw)
+    )
+    notes = [f"warning: {w}" for w in imported.warnings]
+    script_gpus = imported.script_gpus
+    if kw["gpus"] is not None and script_gpus is not None and script_gpus != kw["gpus"]:
+        notes.append(f"note: --gpus {kw['gpus']} overrides the script's {script_gpus} GPUs")
+    if kw.get("model"):
+        notes.append(f"note: --model {kw['model']}: the script's architecture flags apply over the preset")
+    resolved = _with_overrides(imported.request, kw, given - NOT_PLAN - IMPORTER_TAKES, "the script")
+    return Resolved(resolved.request, tuple(notes) + resolved.notes)
+
+
+def _base_dir(kw: dict) -> str | None:
+    import os
+
+    path = kw.get("megatron_args_file")
+    return os.path.dirname(os.path.abspath(path)) if path else None
+
+
+def _current(data: dict, name: str):
+    if name in ("gpus", "model", "hardware"):
+        return data.get(name)
+    name = {"tokens": "train_tokens"}.get(name, name)
+    for section in ("parallel", "options", "training"):
+        if name in data[section]:
+            return data[section][name]
+    return None
+
+
+def _with_overrides(base: api.PlanRequest, kw: dict, names: set[str], where: str) -> Resolved:
+    """``base`` with every plan option given on the command line applied over it, each with a note."""
+    from planner.plan_file import override_request, request_to_json
+
+    if not names:
+        return Resolved(base)
+    data = {**request_to_json(base), "hardware": base.ctx.hardware.name}
+    overrides = {n: kw[n] for n in names}
+    notes = []
+    for name in sorted(names):
+        old = _current(data, name)
+        value = kw[name]
+        shown = value.value if hasattr(value, "value") else value
+        if old is not None and str(old) == str(shown):
+            notes.append(f"note: {_flag(name)} {shown} is what {where} has already")
+        else:
+            notes.append(f"note: {_flag(name)} {shown} overrides {where}'s {old if old is not None else 'default'}")
+    return Resolved(override_request(base, overrides), tuple(notes))
+
+
+def _search_best(kw: dict, given: set[str]) -> Resolved:
+    """Search's best plan for the options given: the knobs given are pinned, the rest searched."""
+    from planner.plan_file import request_from_plan
+    from planner.search import search
+
+    pinned = {k: kw[k] if k in given else None for k in kw}
+    req, pins = search_inputs(pinned | {k: kw[k] for k in kw if k not in KNOBS})
+    if kw.get("gpus") is None:
+        raise click.UsageError(
+            "Missing option '--gpus' (without --tp and --pp the best plan on N GPUs is searched; or give --tp and --pp)."
+        )
+    result = search(req.ctx, kw["gpus"], pins, top=1, memory_headroom=kw.get("memory_headroom") or 0.0)
+    best = request_from_plan(result.plans[0], hardware=req.ctx.hardware)
+    pins_given = sorted(given & set(KNOBS))
+    pinned_text = f"; pinned {' '.join(_flag(k) for k in pins_given)}" if pins_given else ""
+    note = f"search's best of {result.feasible:,} plans that fit (no --tp/--pp given{pinned_text})"
+    return Resolved(best, searched=note)
 
 
 KNOBS = (
@@ -343,3 +460,66 @@ def _env_pair(pair: str) -> tuple[str, str]:
     if not sep or not name:
         raise PlannerError(f"--env {pair!r}: expected VAR=VALUE")
     return name, value
+
+
+CORE = {"model", "hardware", "gpus", "global_batch", "seq_len", "precision", *KNOBS}  # always written
+
+
+def _dest(opt: Option) -> str:
+    return opt.decls[1] if len(opt.decls) > 1 and not opt.decls[1].startswith("-") else opt.decls[0][2:].replace("-", "_")
+
+
+def _plan_values(pj: dict, model_ref: str | None, hardware_ref: str | None) -> dict:
+    """A plan JSON's values by the name of the option that sets each."""
+    par, tr = pj["parallel"], pj["training"]
+    split = StageSplit(par.get("stage_split", "even"))
+    return {
+        **pj["options"],
+        **{k: v for k, v in par.items() if k != "dp"},
+        "model": model_ref or pj["model"],
+        "hardware": hardware_ref or pj["hardware"],
+        "gpus": pj["gpus"],
+        "global_batch": tr["global_batch"],
+        "seq_len": tr["seq_len"],
+        "precision": tr["precision"],
+        "tokens": tr.get("train_tokens"),
+        "gpu_hour_price": tr.get("gpu_hour_price"),
+        "account_for_embedding_in_pipeline_split": split.embedding_counted,
+        "account_for_loss_in_pipeline_split": split.loss_counted,
+        "decoder_first_pipeline_num_layers": par.get("first_stage_layers"),
+        "decoder_last_pipeline_num_layers": par.get("last_stage_layers"),
+    }
+
+
+def command_args(pj: dict, model_ref: str | None = None, hardware_ref: str | None = None) -> list[str]:
+    """The plan options that rebuild a plan JSON on the command line (the model by the name or path
+    the user gave): every parallel knob, and each behaviour option that differs from its default."""
+    from planner.plan import DEFAULT_TRAIN_TOKENS
+
+    values = _plan_values(pj, model_ref, hardware_ref)
+    defaults = {_dest(o): o.default for o in PLAN_OPTIONS} | {"tokens": DEFAULT_TRAIN_TOKENS}
+    args: list[str] = []
+    for opt in PLAN_OPTIONS:
+        dest = _dest(opt)
+        value = values.get(dest)
+        if value is None or (opt.plan_only and dest != "gpus") or (dest not in CORE and value == defaults.get(dest)):
+            continue
+        moe = bool(pj.get("model_spec", {}).get("num_experts"))
+        if not moe and ((dest == "etp" and value == values["tp"]) or (dest in ("cp", "ep") and value == 1)):
+            continue
+        name = opt.decls[0]
+        if opt.flag and opt.solo:
+            args += [name] if value else []
+        elif opt.flag:
+            args.append(name if value else f"--no-{name[2:]}")
+        else:
+            args += [name, f"{value:g}" if isinstance(value, float) else str(value)]
+    return args
+
+
+def commands(pj: dict, model_ref: str | None = None, hardware_ref: str | None = None) -> dict[str, str]:
+    """The explain and export command lines that reproduce a plan JSON."""
+    import shlex
+
+    args = shlex.join(command_args(pj, model_ref, hardware_ref))
+    return {"explain": f"megaplan explain {args}", "export": f"megaplan export {args} --format slurm"}

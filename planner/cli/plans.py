@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from planner import api
-from planner.cli import cli, console, echo_json
-from planner.cli.options import plan_options, request_from_options, with_run
+from planner.cli import cli, console, echo_json, say_notes, say_warnings
+from planner.cli.options import plan_options, resolve, with_run
 from planner.errors import PlannerError
 from planner.plan_file import read_plan_file, request_from_plan
 from planner.report import plan as report
@@ -24,26 +24,40 @@ from planner.timeline import plan_timeline
     type=click.Path(dir_okay=False),
     help="Write the pipeline schedule picture (.svg or .png; needs matplotlib).",
 )
-def explain(as_json: bool, schedule: bool, schedule_file: str | None, **kw) -> None:
+@click.option("--brief", is_flag=True, help="Print only the verdict (fits or not, speed, largest terms).")
+def explain(as_json: bool, schedule: bool, schedule_file: str | None, brief: bool, **kw) -> None:
     """Break one configuration down: every byte and every millisecond, with formula and source.
 
+    The verdict comes first: whether it fits (or by how much not, and the one change that fixes it),
+    speed and MFU, the largest memory and time terms. Without --tp and --pp, explain takes search's
+    best plan for the options given and says so.
+
     \b
-    Example (Narayanan et al. 2021's GPT-3 run):
+    Examples:
+        megaplan explain --model gpt3-175b --gpus 1024 --brief
         megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --micro-batch 1 \\
             --recompute full --attention-kernel unfused --precision fp16
+        megaplan explain --megatron-args-file run.sh --env NUM_NODES=16
     """
     from planner.report import figures as plots
 
     if schedule_file:
         plots.check_picture_path(schedule_file, "--schedule-file")
-    req = request_from_options(kw)
+    resolved = resolve(kw, search_best=True)
+    say_notes(resolved)
+    req = resolved.request
     explained = api.explain_plan(req, kw["memory_headroom"])
     pj = explained.plan_json
+    say_warnings(req.ctx, req.gpus, pj)
     timeline = plan_timeline(explained.evaluation, req.plan, req.ctx.options) if schedule or schedule_file else None
     if as_json:
+        if resolved.searched:
+            click.echo(f"megaplan: note: the plan is {resolved.searched}", err=True)
         echo_json({**pj, "schedule": timeline.to_json()} if schedule else pj)
+    elif brief:
+        console().print(report.verdict(pj, resolved.searched))
     else:
-        console().print(report.explain_view(pj))
+        console().print(report.explain_view(pj, resolved.searched))
         if schedule:
             from planner.report.schedule import ScheduleView
 
@@ -85,7 +99,7 @@ def _side_overrides(text: str | None, side: str) -> dict:
 
 
 def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.PlanRequest:
-    from planner.runs.compare import override_request
+    from planner.plan_file import override_request
 
     try:
         return override_request(base, dict(overrides)) if overrides else base
@@ -143,7 +157,12 @@ def compare(
         raise click.UsageError(
             "nothing to compare: give two plan files, or --a and/or --b options that change the plan"
         )
-    bases = [with_run(request_from_plan(read_plan_file(f)), kw) for f in plan_files] or [request_from_options(kw)]
+    if plan_files:
+        bases = [with_run(request_from_plan(read_plan_file(f)), kw) for f in plan_files]
+    else:
+        resolved = resolve(kw)
+        say_notes(resolved)
+        bases = [resolved.request]
     reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
     pjs = [api.explain(r, kw["memory_headroom"]) for r in reqs]
     result = cmp.compare_plans(*pjs)
@@ -157,9 +176,16 @@ def compare(
 @plan_options
 @click.option("--format", "fmt", type=click.Choice(["flags", "slurm", "json"]), default="flags", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write even a plan that does not fit in GPU memory (with a warning in the script), and overwrite --output.",
+)
 def export(fmt: str, output: str | None, force: bool, **kw) -> None:
     """Write the Megatron-LM flags, a Slurm launch script or the plan JSON for one plan.
+
+    A plan that does not fit in GPU memory is refused (exit 2, nothing written) unless --force.
+    Without --tp and --pp, export takes search's best plan for the options given.
 
     \b
     Examples:
@@ -169,14 +195,24 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
     """
     from planner.megatron import export as exp
 
-    req = request_from_options(kw)
+    resolved = resolve(kw, search_best=True)
+    say_notes(resolved)
+    if resolved.searched:
+        click.echo(f"megaplan: note: exporting {resolved.searched}", err=True)
+    req = resolved.request
+    pj = api.explain(req, kw["memory_headroom"])  # refuses plans Megatron-LM would reject, before writing anything
+    say_warnings(req.ctx, req.gpus, pj)
+    over = _does_not_fit(pj)
+    if over and not force:
+        raise PlannerError(f"{over}; nothing written (--force writes it anyway)")
+    if over:
+        click.echo(f"megaplan: warning: {over}; written anyway (--force)", err=True)
     if fmt == "json":
         import json
 
-        text = json.dumps(api.explain(req), indent=2) + "\n"
+        text = json.dumps(pj, indent=2) + "\n"
     else:
-        api.explain(req)  # refuses plans Megatron-LM would reject, before writing anything
-        text = exp.flags_text(req) if fmt == "flags" else exp.slurm_script(req)
+        text = exp.flags_text(req) if fmt == "flags" else exp.slurm_script(req, warning=over)
         if fmt == "flags" and exp.needs_cuda_device_max_connections(req):
             click.echo(
                 "megaplan: note: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment "
@@ -190,6 +226,22 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
         return
     _write_new(output, text, force)
     click.echo(f"wrote {output}", err=True)
+
+
+def _does_not_fit(pj: dict) -> str | None:
+    """Why a plan cannot run (memory), with the one change that fixes it; None when it fits."""
+    est = pj["estimate"]
+    if est["fits"]:
+        return None
+    from planner.report.layout import plan_text
+
+    fix = (pj.get("fit_suggestions") or [None])[0]
+    hint = f"; {fix['change']} makes it fit ({fix['peak_memory_gib']:.1f} GiB)" if fix else ""
+    return (
+        f"{plan_text(pj)} does not fit: it needs {est['peak_memory_gib']:.1f} GiB per GPU, "
+        f"{est['peak_memory_gib'] - est['capacity_gib']:.1f} GiB more than the {est['capacity_gib']:.1f} GiB of "
+        f"{pj['hardware']}{hint}"
+    )
 
 
 def _write_new(path: str, text: str, force: bool) -> None:

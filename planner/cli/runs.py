@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from planner import api
-from planner.cli import cli, console, echo_json
-from planner.cli.options import search_inputs, search_options
-from planner.report import plan as report
+from planner.cli import cli, console, echo_json, say_warnings
+from planner.cli.options import commands, search_inputs, search_options
+from planner.report.search import search_view
 
 
 @cli.command()
@@ -43,10 +43,13 @@ def search(**kw) -> None:
     result = run_search(
         req.ctx, kw["gpus"], pins, top=kw["top"], sort=kw["sort"], memory_headroom=kw["memory_headroom"]
     )
+    say_warnings(req.ctx, kw["gpus"], result.plans[0])
+    for pj in result.plans:
+        pj["commands"] = commands(pj, kw["model"], kw["hardware"])
     if kw["as_json"]:
         echo_json(result.to_json())
     else:
-        console().print(report.search_view(result, req.ctx, kw["gpus"]))
+        console().print(search_view(result, req.ctx, kw["gpus"]))
 
 
 def _inputs(kw: dict):
@@ -62,6 +65,8 @@ def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
     from planner.runs.min_gpus import min_gpus
 
     fit = min_gpus(req.ctx, pins, memory_headroom=kw["memory_headroom"]).to_json()
+    for size in fit["sizes"]:
+        size["plan"]["commands"] = commands(size["plan"], kw["model"], kw["hardware"])
     if kw["as_json"]:
         return echo_json(fit)
     ctx = req.ctx
@@ -105,6 +110,9 @@ def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json:
         plots.check_picture_path(plot_file, "--plot")
     req, pins = _inputs(kw)
     result = run_sweep(req.ctx, sizes, pins, memory_headroom=kw["memory_headroom"], skip_infeasible=skip_infeasible)
+    for row in result["rows"]:
+        if row["plan"]:
+            row["plan"]["commands"] = commands(row["plan"], kw["model"], kw["hardware"])
     ctx = req.ctx
     title = (
         f"{ctx.model.name} on {ctx.hardware.name}: global batch {ctx.training.global_batch} × seq "

@@ -59,6 +59,7 @@ class Imported:
     request: api.PlanRequest
     warnings: tuple[str, ...]
     argv: list[str]
+    script_gpus: int | None = None  # the world size the script's launcher gives, if it gives one
 
 
 def _model(v: dict, base: ModelSpec | None) -> ModelSpec:
@@ -265,6 +266,7 @@ def import_megatron(
     model: str | None = None,
     hardware: str | None = None,
     env: dict[str, str] | None = None,
+    base_dir: str | None = None,
 ) -> Imported:
     """Read a command line or launch script and build its plan (nothing in it is executed)."""
     launch = extract_launch(text, env)
@@ -283,5 +285,8 @@ def import_megatron(
             f"ignored flags set from unset variables (they do not change the estimate): {'; '.join(dropped)}"
         )
     return Imported(
-        request_from_megatron(args, gpus=world, model=model, hardware=hardware), tuple(warnings), launch.argv
+        request_from_megatron(args, gpus=world, model=model, hardware=hardware),
+        tuple(warnings),
+        launch.argv,
+        launch.world_size,
     )

@@ -1,121 +1,140 @@
-"""Rich renderables for explain and search; they are returned, never printed here."""
+"""Rich renderables for explain: the verdict first (at most 15 lines), then every byte and every
+millisecond with its formula and source. Returned, never printed here."""
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.padding import Padding
 from rich.text import Text
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS
+from planner.report.layout import KEEP, Column, FittedTable, plan_text, plain_table, table_width
 
 MAX_STAGE_ROWS = 8
+VERDICT_TERMS = 3  # the largest memory and time terms the verdict names
 
 
 def plan_line(pj: dict) -> str:
-    par, opt, tr = pj["parallel"], pj["options"], pj["training"]
-    extra = (f" · CP {par['cp']}" if par["cp"] > 1 else "") + (
-        f" · EP {par['ep']} · ETP {par['etp']}" if par["ep"] > 1 else ""
-    )
-    optimizer = (
-        "Megatron FSDP"
-        if par.get("fsdp")
-        else f"distributed optimizer {'on' if par['distributed_optimizer'] else 'off'}"
-    )
-    fp8 = f" (FP8 {opt['fp8']} GEMMs)" if opt.get("fp8") else ""
-    return (
-        f"TP {par['tp']} · PP {par['pp']} · DP {par['dp']}{extra} · VPP {par['vpp']} · "
-        f"micro-batch {par['micro_batch']} "
-        f"(m = {pj['estimate']['num_microbatches']:g}) · SP {'on' if par['sequence_parallel'] else 'off'} · "
-        f"recompute {par['recompute']} · {optimizer} · {tr['precision']}{fp8} · {opt['attention_kernel']} attention"
-    )
+    """The plan label with what the label leaves out: precision, FP8 and the attention kernel."""
+    opt, tr = pj["options"], pj["training"]
+    fp8 = f" FP8-{opt['fp8']}" if opt.get("fp8") else ""
+    return f"{plan_text(pj)} · {tr['precision']}{fp8} · {opt['attention_kernel']} attention"
 
 
-def explain_view(pj: dict) -> Group:
-    est = pj["estimate"]
-    head = Text.assemble(
-        (f"{pj['model']}", "bold"),
-        f" on {pj['gpus']} GPUs of {pj['hardware']}, global batch {pj['training']['global_batch']} "
-        f"× seq {pj['training']['seq_len']}\n",
-        plan_line(pj),
-        "\n",
-        (
-            "Megatron-LM rules: all hold"
-            if pj["legal"]
-            else "Megatron-LM rules broken: " + "; ".join(pj["broken_rules"]),
-            "green" if pj["legal"] else "red",
-        ),
-        "\nstage layers: ",
-        ", ".join(str(n) for n in pj["parallel"]["stage_layers"]),
+def _largest(values: dict[str, float], names, unit: str, fmt: str) -> str:
+    top = sorted((k for k in names if values.get(k, 0) > 0), key=lambda k: -values[k])[:VERDICT_TERMS]
+    return " · ".join(f"{k} {format(values[k], fmt)}" for k in top) or f"none above 0 {unit}"
+
+
+def verdict(pj: dict, note: str | None = None) -> Text:
+    """Whether the plan fits (with headroom, or by how much not and the one change that fixes it), its
+    iteration time, tokens/s and MFU, and the three largest memory and time terms: at most 15 lines."""
+    est, tr = pj["estimate"], pj["training"]
+    cap, peak = est["capacity_gib"], est["peak_memory_gib"]
+    out = Text()
+    out.append(f"{pj['model']}", "bold")
+    out.append(
+        f" on {pj['gpus']:,} GPUs of {pj['hardware']}: global batch {tr['global_batch']} × seq {tr['seq_len']}\n"
     )
-    parts = [head, Text(""), memory_stage_table(pj), memory_terms_table(pj)]
+    out.append("plan  ", "bold")
+    out.append(plan_line(pj) + "\n")
+    if note:
+        out.append(f"      {note}\n", "dim")
+    if est["fits"]:
+        out.append("FITS  ", "bold green")
+        out.append(f"{peak:.1f} of {cap:.1f} GiB per GPU (stage {est['peak_stage']}), {cap - peak:.1f} GiB free\n")
+    else:
+        out.append("DOES NOT FIT  ", "bold red")
+        out.append(f"needs {peak:.1f} GiB per GPU (stage {est['peak_stage']}), {peak - cap:.1f} GiB more than {cap:.1f}\n")
+        fix = (pj.get("fit_suggestions") or [None])[0]
+        if fix:
+            out.append("fix   ", "bold yellow")
+            out.append(
+                f"{fix['change']} → {fix['peak_memory_gib']:.1f} GiB, {fix['iteration_s']:.2f} s/iteration, "
+                f"MFU {100 * fix['mfu']:.1f}%\n"
+            )
+        else:
+            out.append("fix   ", "bold yellow")
+            out.append("no single change fits; `megaplan search` on these GPUs finds a plan that does\n")
+    band = est.get("iteration_s_band")
+    spread = f" ({band[0]:.2f}–{band[1]:.2f})" if isinstance(band, list | tuple) and len(band) == 2 else ""
+    out.append("speed ", "bold")
+    out.append(
+        f"{est['iteration_s']:.2f} s/iteration{spread} · {est['tokens_per_s']:,.0f} tokens/s · "
+        f"MFU {100 * est['mfu']:.1f}% · {est['tflops_per_gpu']:.0f} TFLOP/s per GPU\n"
+    )
+    out.append("memory", "bold")
+    out.append(f" {_largest(est['memory'], MEMORY_TERMS, 'GiB', '.1f')} GiB of {peak:.1f}\n")
+    out.append("time  ", "bold")
+    out.append(f" {_largest(est['time'], TIME_TERMS, 's', '.2f')} s of {est['iteration_s']:.2f}\n")
+    days = f" · {est['train_days']:,.1f} days for {est['train_tokens'] / 1e9:g}B tokens" if "train_days" in est else ""
+    out.append(
+        f"      bubble {100 * est['bubble_frac']:.1f}% · m = {est['num_microbatches']:g} micro-batches"
+        f"{days}"
+    )
+    return out
+
+
+def explain_view(pj: dict, note: str | None = None) -> Group:
+    """The verdict, then the full breakdown: stage memory, memory terms, time terms, throughput."""
+    parts = [verdict(pj, note), Text(""), memory_stage_table(pj), TermsTable(pj, "memory")]
     if "fit_suggestions" in pj:
         parts.append(fit_suggestions_view(pj))
-    return Group(*parts, time_table(pj), metrics_table(est))
+    rules = "Megatron-LM rules: all hold" if pj["legal"] else "Megatron-LM rules broken: " + "; ".join(pj["broken_rules"])
+    layers = ", ".join(str(n) for n in pj["parallel"]["stage_layers"])
+    return Group(
+        *parts,
+        TermsTable(pj, "time"),
+        metrics_table(pj["estimate"]),
+        Text(f"{rules}; layers per stage: {layers}", style="green" if pj["legal"] else "red"),
+    )
 
 
 def fit_suggestions_view(pj: dict) -> Text:
     est = pj["estimate"]
-    over = est["peak_memory_gib"] - est["capacity_gib"]
-    lines = [
-        f"Does not fit: stage {est['peak_stage']} needs {est['peak_memory_gib']:.2f} GiB, "
-        f"{over:.2f} GiB more than {est['capacity_gib']:.1f}."
-    ]
-    if pj["fit_suggestions"]:
-        lines.append("One change that makes it fit (fastest first):")
-        for sug in pj["fit_suggestions"]:
-            lines.append(
-                f"  {sug['change']:<28} {sug['peak_memory_gib']:6.2f} GiB  {sug['iteration_s']:.3f} s/iteration  "
-                f"MFU {100 * sug['mfu']:.1f}% (now {est['iteration_s']:.3f} s)"
-            )
-    else:
-        lines.append(
+    if not pj["fit_suggestions"]:
+        return Text(
             "No single change of recompute, SP, distributed optimizer, micro-batch, VPP, stage split or CP fits it; "
-            "try `megaplan search` with these GPUs."
+            "try `megaplan search` with these GPUs.",
+            style="yellow",
+        )
+    lines = [f"One change that makes it fit (fastest first; now {est['iteration_s']:.3f} s/iteration):"]
+    for sug in pj["fit_suggestions"]:
+        lines.append(
+            f"  {sug['change']:<28} {sug['peak_memory_gib']:6.2f} GiB  {sug['iteration_s']:.3f} s  "
+            f"MFU {100 * sug['mfu']:.1f}%"
         )
     return Text("\n".join(lines), style="yellow")
 
 
-def memory_stage_table(pj: dict) -> Table:
+def memory_stage_table(pj: dict) -> FittedTable:
     est = pj["estimate"]
     cap = est["capacity_gib"]
-    table = Table(
-        title=f"Memory per GPU by pipeline stage (GiB; capacity {cap:.1f}), most loaded first", title_justify="left"
-    )
-    short = {"gradients": "grads", "optimizer": "optim", "activations": "activ"}
-    for col in ("stage", "layers", *(short.get(k, k) for k in MEMORY_TERMS), "total", "free"):
-        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     stages = pj.get("stages", [])
-    for st in stages[:MAX_STAGE_ROWS]:
-        room = cap - st["total"]
-        table.add_row(
-            str(st["stage"]),
-            str(st["layers"]),
-            *(f"{st[k]:.2f}" for k in MEMORY_TERMS),
-            f"{st['total']:.2f}",
-            Text(f"{room:+.2f}", style="green" if room >= 0 else "red"),
-        )
+    rows = [dict(st, free=cap - st["total"]) for st in stages[:MAX_STAGE_ROWS]]
     if len(stages) > MAX_STAGE_ROWS:
         rest = stages[MAX_STAGE_ROWS:]
-        table.add_row("…", f"{len(rest)} more", *[""] * len(MEMORY_TERMS), f"≤ {max(s['total'] for s in rest):.2f}", "")
-    return table
+        rows.append({"stage": "…", "layers": f"{len(rest)} more", "total": max(s["total"] for s in rest), "rest": True})
+    short = {"gradients": "grads", "optimizer": "optim", "activations": "activ"}
+    priority = {"activations": 1, "optimizer": 2, "weights": 3, "gradients": 3, "reserve": 4}
 
+    def term(k: str):
+        return lambda r: "" if r.get("rest") else f"{r[k]:.2f}"
 
-def memory_terms_table(pj: dict) -> Table:
-    est = pj["estimate"]
-    table = Table(title=f"Most loaded GPU (stage {est['peak_stage']}): where the bytes go", title_justify="left")
-    for col, just in (("term", "left"), ("GiB", "right"), ("formula", "left"), ("source", "left")):
-        table.add_column(col, justify=just, overflow="fold")
-    for k in MEMORY_TERMS:
-        formula, source = _formula(est, "memory", k)
-        table.add_row(k, f"{est['memory'][k]:.2f}", Text(formula), Text(source))
-    verdict = "fits" if est["fits"] else f"does NOT fit: {est['peak_memory_gib'] - est['capacity_gib']:.2f} GiB over"
-    table.add_row(
-        Text("total", style="bold"),
-        Text(f"{est['peak_memory_gib']:.2f}", style="bold"),
-        Text(f"of {est['capacity_gib']:.1f} GiB: {verdict}"),
-        "",
+    columns = [
+        Column("stage", lambda r: str(r["stage"]), KEEP),
+        Column("layers", lambda r: str(r["layers"]), 2),
+        *(Column(short.get(k, k), term(k), priority.get(k, 3)) for k in MEMORY_TERMS),
+        Column("total", lambda r: ("≤ " if r.get("rest") else "") + f"{r['total']:.2f}", KEEP),
+        Column(
+            "free",
+            lambda r: "" if r.get("rest") else Text(f"{r['free']:+.2f}", style="green" if r["free"] >= 0 else "red"),
+            KEEP,
+        ),
+    ]
+    return FittedTable(
+        columns, rows, f"Memory per GPU by pipeline stage (GiB; capacity {cap:.1f}), most loaded first"
     )
-    return table
 
 
 def _formula(est: dict, kind: str, term: str) -> tuple[str, str]:
@@ -124,117 +143,75 @@ def _formula(est: dict, kind: str, term: str) -> tuple[str, str]:
     return (f["formula"], f["source"]) if f else ("", "")
 
 
-def time_table(pj: dict) -> Table:
-    est = pj["estimate"]
-    it = est["iteration_s"]
-    table = Table(title="Iteration time, term by term", title_justify="left")
-    for col, just in (
-        ("term", "left"),
-        ("seconds", "right"),
-        ("share", "right"),
-        ("formula", "left"),
-        ("source", "left"),
-    ):
-        table.add_column(col, justify=just, overflow="fold")
-    for k in TIME_TERMS:
-        formula, source = _formula(est, "time", k)
-        v = est["time"][k]
-        table.add_row(k, f"{v:.3f}", f"{100 * v / it:.1f}%", Text(formula), Text(source))
-    table.add_row(
-        Text("iteration", style="bold"), Text(f"{it:.3f}", style="bold"), "100%", "sum of the terms above", ""
-    )
-    return table
+class TermsTable:
+    """Memory (GiB) or time (seconds per iteration) term by term, with each term's formula and source.
+
+    When formula and source fit beside the numbers they are columns; on a narrower terminal the
+    table keeps the numbers and the formulas follow as wrapped lines, one per term."""
+
+    def __init__(self, pj: dict, kind: str) -> None:
+        self.pj, self.kind = pj, kind
+        est = pj["estimate"]
+        self.names = MEMORY_TERMS if kind == "memory" else TIME_TERMS
+        self.total = est["peak_memory_gib"] if kind == "memory" else est["iteration_s"]
+        self.values = est[kind]
+        unit = "GiB" if kind == "memory" else "seconds"
+        self.title = (
+            f"Most loaded GPU (stage {est['peak_stage']}): where the bytes go"
+            if kind == "memory"
+            else "Iteration time, term by term"
+        )
+        fmt = ".2f" if kind == "memory" else ".3f"
+        total_row = "total" if kind == "memory" else "iteration"
+        self.rows = [(k, format(self.values[k], fmt), *_formula(est, kind, k)) for k in self.names]
+        self.rows.append((total_row, format(self.total, fmt), self._total_note(), ""))
+        self.columns = [
+            Column("term", lambda r: Text(r[0], style="bold" if r[0] == total_row else ""), KEEP, "left"),
+            Column(unit, lambda r: r[1], KEEP),
+            Column("share", lambda r: self._share(r), KEEP),
+            Column("formula", lambda r: Text(r[2]), 1, "left"),
+            Column("source", lambda r: Text(r[3]), 1, "left"),
+        ]
+
+    def _share(self, row) -> str:
+        return f"{100 * float(row[1]) / self.total:.1f}%" if self.total else ""
+
+    def _total_note(self) -> str:
+        est = self.pj["estimate"]
+        if self.kind == "time":
+            return "sum of the terms above"
+        verdict = "fits" if est["fits"] else f"does NOT fit: {est['peak_memory_gib'] - est['capacity_gib']:.2f} GiB over"
+        return f"of {est['capacity_gib']:.1f} GiB: {verdict}"
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        full = plain_table(self.columns, self.rows)
+        yield Text(self.title, style="bold")
+        if table_width(console, options, full) <= options.max_width:
+            yield full
+            return
+        yield plain_table(self.columns[:3], self.rows)
+        for name, _, formula, source in self.rows:
+            if formula and source:
+                yield Padding(Text.assemble((f"{name}: ", "bold"), formula, (f"  [{source}]", "dim")), (0, 0, 0, 2))
 
 
-def metrics_table(est: dict) -> Table:
-    table = Table(title="Throughput", title_justify="left")
-    for col, just in (("metric", "left"), ("value", "right"), ("meaning", "left")):
-        table.add_column(col, justify=just)
-    table.add_row("tokens/s", f"{est['tokens_per_s']:,.0f}", "global batch × seq_len / iteration")
-    table.add_row(
-        "TFLOP/s per GPU (model)",
-        f"{est['tflops_per_gpu']:.1f}",
-        "Korthikanti 2022 Eq. 7 FLOPs, no recomputation: MFU basis",
-    )
-    table.add_row(
-        "TFLOP/s per GPU (hardware)",
-        f"{est['hw_tflops_per_gpu']:.1f}",
-        "with recomputed FLOPs (full: Narayanan 2021 Eq. 3): HFU basis",
-    )
-    table.add_row(
-        "TFLOP/s per GPU (Megatron log)",
-        f"{est['megatron_tflops_per_gpu']:.1f}",
-        "as today's Megatron-LM logs it: causal attention halved",
-    )
-    table.add_row("MFU", f"{100 * est['mfu']:.1f}%", "model FLOP/s ÷ dense peak")
-    table.add_row("HFU", f"{100 * est['hfu']:.1f}%", "hardware FLOP/s ÷ dense peak")
-    table.add_row("pipeline bubble", f"{100 * est['bubble_frac']:.1f}%", "bubble time ÷ iteration")
+def metrics_table(est: dict) -> FittedTable:
+    rows = [
+        ("tokens/s", f"{est['tokens_per_s']:,.0f}", "global batch × seq_len / iteration"),
+        ("TFLOP/s/GPU model", f"{est['tflops_per_gpu']:.1f}", "Korthikanti 2022 Eq. 7 FLOPs, no recomputation: MFU"),
+        ("TFLOP/s/GPU hardware", f"{est['hw_tflops_per_gpu']:.1f}", "with recomputed FLOPs (Narayanan 2021 Eq. 3): HFU"),
+        ("TFLOP/s/GPU Megatron", f"{est['megatron_tflops_per_gpu']:.1f}", "as Megatron-LM logs it: causal attention halved"),
+        ("MFU", f"{100 * est['mfu']:.1f}%", "model FLOP/s ÷ dense peak"),
+        ("HFU", f"{100 * est['hfu']:.1f}%", "hardware FLOP/s ÷ dense peak"),
+        ("pipeline bubble", f"{100 * est['bubble_frac']:.1f}%", "bubble time ÷ iteration"),
+    ]
     if "train_days" in est:
         from planner.report.runs import cost_rows
 
-        for row in cost_rows(est):
-            table.add_row(*row)
-    return table
-
-
-def search_view(result, ctx, gpus: int) -> Group:
-    cap = ctx.hardware.gpu.hbm_gib
-    table = Table(
-        title=f"{ctx.model.name} on {gpus} GPUs of {ctx.hardware.name}: global batch "
-        f"{ctx.training.global_batch} × seq {ctx.training.seq_len}, {ctx.training.precision.value}"
-        f"{', FP8' if ctx.options.fp8 else ''}, {ctx.options.attention_kernel.value} attention",
-        title_justify="left",
-    )
-    show_cp = any(pj["parallel"]["cp"] > 1 for pj in result.plans)
-    show_ep = ctx.model.is_moe
-    cols = (
-        ["#", "TP", "PP", "DP"]
-        + (["CP"] if show_cp else [])
-        + (["EP", "ETP"] if show_ep else [])
-        + [
-            "b",
-            "VPP",
-            "recompute",
-            "SP",
-            "DO",
-            f"mem GiB/{cap:g}",
-            "iter s",
-            "tokens/s",
-            "TFLOP/s",
-            "MFU",
-            "bubble",
-            "days",
-        ]
-    )
-    for c in cols:
-        table.add_column(c, justify="left" if c == "recompute" else "right", no_wrap=True)
-    for pj in result.plans:
-        par, est = pj["parallel"], pj["estimate"]
-        optimizer = "fsdp" if par.get("fsdp") else "on" if par["distributed_optimizer"] else "-"
-        row = [str(pj["rank"]), str(par["tp"]), str(par["pp"]), str(par["dp"])]
-        row += [str(par["cp"])] if show_cp else []
-        row += [str(par["ep"]), str(par["etp"])] if show_ep else []
-        row += [
-            str(par["micro_batch"]),
-            str(par["vpp"]),
-            par["recompute"],
-            "on" if par["sequence_parallel"] else "-",
-            optimizer,
-            f"{est['peak_memory_gib']:.1f}",
-            f"{est['iteration_s']:.2f}",
-            f"{est['tokens_per_s']:,.0f}",
-            f"{est['tflops_per_gpu']:.0f}",
-            f"{100 * est['mfu']:.1f}%",
-            f"{100 * est['bubble_frac']:.1f}%",
-            f"{est.get('train_days', float('nan')):,.1f}",
-        ]
-        table.add_row(*row)
-    rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
-    foot = Text(
-        f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected — {rejected or 'none'}\n"
-        "DO = distributed optimizer (fsdp: Megatron FSDP); TFLOP/s and MFU count model FLOPs (no recomputation)"
-        f"{', against the BF16 peak' if ctx.options.fp8 else ''}; days to train "
-        f"{result.plans[0]['estimate'].get('train_tokens', 300e9) / 1e9:g}B tokens (--tokens). "
-        "`megaplan explain` with a plan's options shows every term."
-    )
-    return Group(table, foot)
+        rows += cost_rows(est)
+    columns = [
+        Column("metric", lambda r: r[0], KEEP, "left"),
+        Column("value", lambda r: r[1], KEEP),
+        Column("meaning", lambda r: r[2], 1, "left", wrap=True),
+    ]
+    return FittedTable(columns, rows, "Throughput")

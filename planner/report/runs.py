@@ -4,18 +4,12 @@ the time-and-cost lines of a plan. Returned, never printed here."""
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
+from planner.plan import PLAN_LABEL_LEGEND
+from planner.report.layout import KEEP, Column, FittedTable, plan_text
+
 BETTER, WORSE, CHANGED = "bold green", "bold red", "bold yellow"
-
-
-def plan_cell(pj: dict) -> str:
-    par = pj["parallel"]
-    return (
-        f"TP {par['tp']} PP {par['pp']} DP {par['dp']} b {par['micro_batch']} VPP {par['vpp']} "
-        f"{par['recompute']}{' SP' if par['sequence_parallel'] else ''}{' DO' if par['distributed_optimizer'] else ''}"
-    )
 
 
 def tokens_text(tokens: float) -> str:
@@ -25,90 +19,85 @@ def tokens_text(tokens: float) -> str:
     return f"{tokens:g}"
 
 
+def _efficiency(r: dict) -> Text:
+    eff = r["scaling_efficiency"]
+    if eff is None:
+        return Text("")
+    return Text(f"{100 * eff:.0f}%", style="green" if eff >= 0.9 else "yellow" if eff >= 0.7 else "red")
+
+
+def _sweep_est(key: str, fmt: str, scale: float = 1.0):
+    return lambda r: format(scale * r["plan"]["estimate"][key], fmt) if r["plan"] else ""
+
+
+def sweep_columns(result: dict) -> list[Column]:
+    """The sweep table's columns, most important first (priority 0 is never dropped)."""
+    cols = [
+        Column("GPUs", lambda r: f"{r['gpus']:,}", KEEP),
+        Column(
+            "best plan",
+            lambda r: plan_text(r["plan"]) if r["plan"] else Text(f"no plan: {r['no_plan']}", style="red"),
+            KEEP,
+            "left",
+        ),
+        Column("iter s", _sweep_est("iteration_s", ".2f"), 2),
+        Column("tokens/s", _sweep_est("tokens_per_s", ",.0f"), 1),
+        Column("TFLOP/s", _sweep_est("tflops_per_gpu", ".0f"), 4),
+        Column("MFU", lambda r: _sweep_est("mfu", ".1f", 100)(r) + ("%" if r["plan"] else ""), 2),
+        Column("scaling", _efficiency, 1),
+        Column(f"days ({tokens_text(result['train_tokens'])})", _sweep_est("train_days", ",.1f"), 3),
+        Column("GPU-hours", _sweep_est("gpu_hours", ",.0f"), 5),
+    ]
+    if any(r["plan"] and r["plan"]["estimate"].get("cost") is not None for r in result["rows"]):
+        cols.append(Column("cost", _sweep_est("cost", ",.0f"), 5))
+    return cols
+
+
 def sweep_view(result: dict, title: str) -> Group:
-    table = Table(title=title, title_justify="left")
-    cols = (
-        "GPUs",
-        "best plan",
-        "iter s",
-        "tokens/s",
-        "TFLOP/s/GPU",
-        "MFU",
-        "scaling eff.",
-        f"days ({tokens_text(result['train_tokens'])} tok)",
-        "GPU-hours",
-    )
-    for c in cols:
-        table.add_column(c, justify="left" if c == "best plan" else "right", no_wrap=c != "best plan")
-    has_cost = any(r["plan"] and r["plan"]["estimate"].get("cost") is not None for r in result["rows"])
-    if has_cost:
-        table.add_column("cost", justify="right")
-    for r in result["rows"]:
-        if not r["plan"]:
-            table.add_row(
-                f"{r['gpus']:,}", Text(f"no plan: {r['no_plan']}", style="red"), *[""] * (len(cols) - 2 + has_cost)
-            )
-            continue
-        est = r["plan"]["estimate"]
-        eff = r["scaling_efficiency"]
-        row = [
-            f"{r['gpus']:,}",
-            plan_cell(r["plan"]),
-            f"{est['iteration_s']:.2f}",
-            f"{est['tokens_per_s']:,.0f}",
-            f"{est['tflops_per_gpu']:.0f}",
-            f"{100 * est['mfu']:.1f}%",
-            Text(f"{100 * eff:.0f}%", style="green" if eff >= 0.9 else "yellow" if eff >= 0.7 else "red"),
-            f"{est['train_days']:,.1f}",
-            f"{est['gpu_hours']:,.0f}",
-        ]
-        if has_cost:
-            row.append(f"{est['cost']:,.0f}")
-        table.add_row(*row)
-    foot = Text(
-        f"scaling efficiency = tokens/s per GPU relative to {result['baseline_gpus']:,} GPUs; each size is its own "
-        "search (fastest plan that fits); TFLOP/s and MFU count model FLOPs. DO = distributed optimizer."
-    )
-    return Group(table, foot)
+    failed = [r for r in result["rows"] if not r["plan"]]
+    rows = [r for r in result["rows"] if r["plan"]]
+    foot = [
+        f"scaling = tokens/s per GPU relative to {result['baseline_gpus']:,} GPUs; each size is its own search "
+        f"(fastest plan that fits); TFLOP/s and MFU count model FLOPs. {PLAN_LABEL_LEGEND}."
+    ]
+    foot += [f"{r['gpus']:,} GPUs: no plan: {r['no_plan']}" for r in failed]
+    return Group(FittedTable(sweep_columns(result), rows, title), Text("\n".join(foot), style="dim"))
+
+
+def fit_columns_spec(fit: dict) -> list[Column]:
+    base = fit["sizes"][0]["plan"]["estimate"]["tokens_per_s"]
+    gpn = fit.get("gpus_per_node") or 1
+    smallest = fit["sizes"][0]["gpus"]
+    return [
+        Column("GPUs", lambda s: Text(f"{s['gpus']:,}", style="bold green" if s["gpus"] == smallest else ""), KEEP),
+        Column("nodes", lambda s: f"{s['gpus'] / gpn:g}", 3),
+        Column("fastest plan that fits", lambda s: plan_text(s["plan"]), KEEP, "left"),
+        Column(
+            "GiB",
+            lambda s: f"{s['plan']['estimate']['peak_memory_gib']:.1f}/{s['plan']['estimate']['capacity_gib']:.0f}",
+            1,
+        ),
+        Column("iter s", lambda s: f"{s['plan']['estimate']['iteration_s']:.2f}", 2),
+        Column("tokens/s", lambda s: f"{s['plan']['estimate']['tokens_per_s']:,.0f}", 2),
+        Column("MFU", lambda s: f"{100 * s['plan']['estimate']['mfu']:.1f}%", 1),
+        Column("days", lambda s: f"{s['plan']['estimate']['train_days']:,.1f}", 4),
+        Column("speed", lambda s: f"×{s['plan']['estimate']['tokens_per_s'] / base:.2f}", 3),
+    ]
 
 
 def fit_view(fit: dict, title: str) -> Group:
-    table = Table(title=title, title_justify="left")
-    for c in (
-        "GPUs",
-        "nodes",
-        "fastest plan that fits",
-        "peak GiB",
-        "iter s",
-        "tokens/s",
-        "MFU",
-        "days",
-        "vs smallest",
-    ):
-        table.add_column(c, justify="left" if c.startswith("fastest") else "right")
     first = fit["sizes"][0]
-    base = first["plan"]["estimate"]["tokens_per_s"]
-    gpn = fit.get("gpus_per_node") or 1
-    for k, s in enumerate(fit["sizes"]):
-        est = s["plan"]["estimate"]
-        table.add_row(
-            Text(f"{s['gpus']:,}", style="bold green" if k == 0 else ""),
-            f"{s['gpus'] / gpn:g}",
-            plan_cell(s["plan"]),
-            f"{est['peak_memory_gib']:.1f}/{est['capacity_gib']:.0f}",
-            f"{est['iteration_s']:.2f}",
-            f"{est['tokens_per_s']:,.0f}",
-            f"{100 * est['mfu']:.1f}%",
-            f"{est['train_days']:,.1f}",
-            f"×{est['tokens_per_s'] / base:.2f}",
-        )
     lines = [
         f"smallest: {first['gpus']:,} GPUs (lower bound from weights, gradients and optimizer states alone: "
-        f"{fit['lower_bound_gpus']:,}); the next rows are the next node counts with a plan"
+        f"{fit['lower_bound_gpus']:,}); the next rows are the next node counts with a plan; speed is tokens/s "
+        f"relative to the smallest. {PLAN_LABEL_LEGEND}."
     ]
     for n, why in list(fit["tried"].items())[-3:]:
         lines.append(f"  {int(n):,} GPUs: {why}")
-    return Group(table, Text("\n".join(lines)))
+    command = first["plan"].get("commands", {}).get("explain")
+    if command:
+        lines.append(f"explain the smallest: {command}")
+    return Group(FittedTable(fit_columns_spec(fit), fit["sizes"], title), Text("\n".join(lines), style="dim"))
 
 
 def _value(v, unit: str) -> str:
@@ -125,57 +114,48 @@ def _value(v, unit: str) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}" if unit in ("", "MWh") else f"{v:.3f}"
 
 
+def _delta(r: dict) -> str:
+    if r["delta"] is None or not r["differs"]:
+        return ""
+    if r["unit"] == "frac":
+        return f"{100 * r['delta']:+.1f} pt"
+    return f"{r['delta']:+,.0f}" if abs(r["delta"]) >= 1000 else f"{r['delta']:+.3g}"
+
+
+def _side(r: dict, side: str) -> Text:
+    other = "b" if side == "a" else "a"
+    style = BETTER if r["better"] == side else WORSE if r["better"] == other else CHANGED if r["differs"] else ""
+    return Text(_value(r[side], r["unit"]), style=style)
+
+
 def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
-    table = Table(
-        title=f"{names[0]} vs {names[1]} (green: better on that line, red: worse; yellow: a plan field that differs)",
-        title_justify="left",
-    )
-    for c, just in (
-        ("", "left"),
-        ("quantity", "left"),
-        (names[0], "right"),
-        (names[1], "right"),
-        ("B − A", "right"),
-        ("B / A", "right"),
-    ):
-        table.add_column(c if c != "B − A" else f"{names[1]} − {names[0]}", justify=just)
-    section = None
+    rows, section = [], None
     for r in cmp["rows"]:
         if r["a"] is None and r["b"] is None:
             continue
-        head = r["section"] if r["section"] != section else ""
+        rows.append({**r, "head": r["section"] if r["section"] != section else ""})
         section = r["section"]
-        style_b = BETTER if r["better"] == "b" else WORSE if r["better"] == "a" else CHANGED if r["differs"] else ""
-        style_a = BETTER if r["better"] == "a" else WORSE if r["better"] == "b" else CHANGED if r["differs"] else ""
-        unit = f" ({r['unit']})" if r["unit"] not in ("", "frac") else ""
-        delta = (
-            ""
-            if r["delta"] is None or not r["differs"]
-            else (
-                f"{100 * r['delta']:+.1f} pt"
-                if r["unit"] == "frac"
-                else f"{r['delta']:+,.0f}"
-                if abs(r["delta"]) >= 1000
-                else f"{r['delta']:+.3g}"
-            )
-        )
-        ratio = "" if r["ratio"] is None or not r["differs"] else f"×{r['ratio']:.3f}"
-        table.add_row(
-            Text(head, style="bold"),
-            r["name"] + unit,
-            Text(_value(r["a"], r["unit"]), style=style_a),
-            Text(_value(r["b"], r["unit"]), style=style_b),
-            delta,
-            ratio,
-        )
+    a, b = names
+    columns = [
+        Column("section", lambda r: Text(r["head"], style="bold"), 3, "left"),
+        Column("quantity", lambda r: r["name"] + (f" ({r['unit']})" if r["unit"] not in ("", "frac") else ""), KEEP, "left"),
+        Column(a, lambda r: _side(r, "a"), KEEP),
+        Column(b, lambda r: _side(r, "b"), KEEP),
+        Column(f"{b} − {a}", _delta, 1),
+        Column(f"{b} / {a}", lambda r: "" if r["ratio"] is None or not r["differs"] else f"×{r['ratio']:.3f}", 2),
+    ]
     s = cmp["summary"]
     verdict = (
         "the same iteration time"
         if s["faster"] is None
-        else f"{names[1] if s['faster'] == 'b' else names[0]} is faster: "
-        f"{names[1]} runs at ×{s['speedup_b_over_a']:.3f} the speed of {names[0]}"
+        else f"{b if s['faster'] == 'b' else a} is faster: {b} runs at ×{s['speedup_b_over_a']:.3f} the speed of {a}"
     )
-    return Group(table, Text(verdict, style="bold"))
+    head = Text()
+    for name, pj in ((a, cmp["a"]), (b, cmp["b"])):
+        head.append(f"{name}: ", "bold")
+        head.append(f"{plan_text(pj)} ({pj['model']}, {pj['gpus']:,} GPUs)\n")
+    head.append("green: better on that line, red: worse; yellow: a plan field that differs", "dim")
+    return Group(head, FittedTable(columns, rows), Text(verdict, style="bold"))
 
 
 def cost_rows(est: dict) -> list[tuple[str, str, str]]:

@@ -10,11 +10,16 @@ PLAN_FIELDS = (
     "tp",
     "pp",
     "dp",
+    "cp",
+    "ep",
+    "etp",
     "vpp",
     "micro_batch",
     "recompute",
     "sequence_parallel",
     "distributed_optimizer",
+    "fsdp",
+    "stage_split",
     "precision",
     "attention_kernel",
     "global_batch",
@@ -77,55 +82,3 @@ def compare_plans(a: dict, b: dict) -> dict:
     it_a, it_b = ea["iteration_s"], eb["iteration_s"]
     summary = {"speedup_b_over_a": it_a / it_b, "faster": "a" if it_a < it_b else "b" if it_b < it_a else None}
     return {"a": a, "b": b, "rows": rows, "summary": summary}
-
-
-SPLIT_FLAGS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
-LAYER_FLAGS = {
-    "decoder_first_pipeline_num_layers": "first_stage_layers",
-    "decoder_last_pipeline_num_layers": "last_stage_layers",
-}
-WORLD_FIELDS = ("tp", "pp", "cp", "gpus")
-
-
-def override_request(req, overrides: dict):
-    """``req`` with some plan options changed (names as the CLI's plan options: tp, recompute,
-    attention_kernel, gpus, hardware, model, global_batch, …). dp is derived again when the
-    world or the model-parallel sizes change and dp is not given; N = tp·cp·pp·dp when dp is
-    given without gpus."""
-    from planner.errors import PlannerError
-    from planner.plan import ParallelPlan, PlanOptions, StageSplit, TrainingSpec
-    from planner.plan_file import request_from_plan, request_to_json
-
-    data = request_to_json(req)
-    hardware = overrides.pop("hardware", None) or req.ctx.hardware
-    if "model" in overrides:
-        data["model"] = overrides.pop("model")
-        data.pop("model_spec")
-    par = data["parallel"]
-    if any(k in overrides for k in SPLIT_FLAGS):
-        old = StageSplit(par["stage_split"])
-        emb = overrides.pop(SPLIT_FLAGS[0], old.embedding_counted)
-        loss = overrides.pop(SPLIT_FLAGS[1], old.loss_counted)
-        par["stage_split"] = StageSplit.from_flags(emb, loss).value
-    for flag, field in LAYER_FLAGS.items():
-        if flag in overrides:
-            par[field] = overrides.pop(flag)
-    if "dp" in overrides and "gpus" not in overrides:
-        data["gpus"] = None  # N = tp·cp·pp·dp
-    elif any(k in overrides for k in WORLD_FIELDS) and "dp" not in overrides:
-        par.pop("dp")  # derived again below
-    if "gpus" in overrides:
-        data["gpus"] = overrides.pop("gpus")
-    for name, value in overrides.items():
-        for section, spec in (("parallel", ParallelPlan), ("options", PlanOptions), ("training", TrainingSpec)):
-            if name in spec.model_fields:
-                data[section][name] = value
-                break
-        else:
-            raise PlannerError(f"option {name.replace('_', '-')!r} cannot change one side of a comparison")
-    if "dp" not in par:
-        mp = par["tp"] * par["pp"] * par.get("cp", 1)
-        if data["gpus"] % mp:
-            raise PlannerError(f"--gpus {data['gpus']} is not divisible by tp·pp·cp = {mp}")
-        par["dp"] = data["gpus"] // mp
-    return request_from_plan(data, hardware=hardware)

@@ -1,0 +1,48 @@
+"""Inputs that make a plan nonsensical, said as warnings (the plan is still estimated).
+
+Megatron-LM runs them, so they are not errors; but a user who typed them by mistake should hear
+about it: a sequence too short for the cost model's fits, a global batch too small to keep the
+GPUs busy, and a plan whose MFU is low because the batch leaves the pipeline mostly idle.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.plan import Context
+
+MIN_SEQ_LEN = 128  # shorter sequences are below every GEMM and attention shape the efficiencies are fitted on
+BUBBLE_WARN_FRAC = 0.25  # a pipeline idle a quarter of the iteration or more: MFU is low because of the batch
+
+
+def input_warnings(ctx: Context, gpus: int) -> list[str]:
+    """Warnings about the training inputs on ``gpus`` GPUs, before any plan is chosen."""
+    out = []
+    s, B = ctx.training.seq_len, ctx.training.global_batch
+    if s < MIN_SEQ_LEN:
+        out.append(
+            f"sequence length {s} is under {MIN_SEQ_LEN} tokens: far below any Megatron-LM pretraining run, "
+            "and below the GEMM and attention shapes the efficiencies are fitted on (--seq-len)"
+        )
+    gpn = ctx.hardware.gpus_per_node
+    widest_dp = max(gpus // gpn, 1)  # data-parallel size with a whole node per TP group and no PP
+    if B < widest_dp:
+        out.append(
+            f"global batch {B} is smaller than data-parallel size × micro-batch even with TP over a whole node "
+            f"and no PP ({widest_dp} × 1 on {gpus:,} GPUs): every plan must split the model over at least "
+            f"{math.ceil(gpus / B):,} GPUs, so expect a low MFU (--global-batch)"
+        )
+    return out
+
+
+def plan_warnings(pj: dict) -> list[str]:
+    """Warnings about one estimated plan (its plan JSON)."""
+    est, par = pj["estimate"], pj["parallel"]
+    if est["bubble_frac"] < BUBBLE_WARN_FRAC or par["pp"] == 1:
+        return []
+    return [
+        f"MFU {100 * est['mfu']:.1f}% is low because of the batch: global batch {pj['training']['global_batch']} "
+        f"gives m = {est['num_microbatches']:g} micro-batches per pipeline of {par['pp']} stages, so the pipeline "
+        f"bubble is {100 * est['bubble_frac']:.0f}% of the iteration; the pipeline needs m ≫ p "
+        "(Narayanan et al. 2021 §2.2): a larger --global-batch or fewer stages"
+    ]

@@ -1,0 +1,128 @@
+"""Tables that fit the terminal: each column has a priority, and the least important columns go first
+as the width shrinks. The plan column (priority 0) is never dropped and never wrapped.
+
+A view lists its columns once (``Column(header, cell, priority)``); ``FittedTable`` is a rich
+renderable that picks, at render time, the columns that fit ``options.max_width`` and says which ones
+it hid. Adding a column to a view is one more ``Column`` in its list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich import box
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+KEEP = 0  # priority of a column that is never dropped
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a view: its header, how a row becomes its cell, and how important it is.
+
+    ``priority`` 0 is never dropped; as the width shrinks the column with the largest priority goes
+    first (the rightmost of equals). ``wrap`` lets a text column wrap inside its width instead.
+    """
+
+    header: str
+    cell: Callable[[Any], str | Text]
+    priority: int = 1
+    justify: str = "right"
+    wrap: bool = False
+    style: str | None = None
+
+
+WRAP_MIN = 24  # a wrapping column is given at least this many characters (or its longest word)
+
+
+def _narrowest(cell: str | Text) -> str:
+    """A stand-in for a wrapping cell at the narrowest width it is allowed to wrap to."""
+    text = cell.plain if isinstance(cell, Text) else str(cell)
+    longest = max((len(w) for w in text.split()), default=0)
+    return "x" * min(len(text), max(longest, WRAP_MIN))
+
+
+def _table(columns: Sequence[Column], rows: Sequence[Any], title: str | None, measuring: bool = False) -> Table:
+    table = Table(
+        box=box.SIMPLE_HEAD, title=title, title_justify="left", show_edge=False, pad_edge=False, padding=(0, 1)
+    )
+    for col in columns:
+        table.add_column(col.header, justify=col.justify, no_wrap=not col.wrap, overflow="fold", style=col.style)
+    for row in rows:
+        cells = [col.cell(row) for col in columns]
+        if measuring:
+            cells = [_narrowest(c) if col.wrap else c for col, c in zip(columns, cells, strict=True)]
+        table.add_row(*cells)
+    return table
+
+
+def plain_table(columns: Sequence[Column], rows: Sequence[Any]) -> Table:
+    """The table of these columns and rows, as views draw it (no fitting)."""
+    return _table(columns, rows, None)
+
+
+UNBOUNDED = 100_000
+
+
+def table_width(console: Console, options: ConsoleOptions, table: Table) -> int:
+    """The width a table takes with no cell wrapped or cut (a measurement is clamped to the width it is
+    given, so it is taken at an unbounded one)."""
+    return Measurement.get(console, options.update_width(UNBOUNDED), table).maximum
+
+
+def fit_columns(
+    console: Console, options: ConsoleOptions, columns: Sequence[Column], rows: Sequence[Any]
+) -> tuple[list[Column], list[Column]]:
+    """(shown, hidden): drop the least important columns until the table fits ``options.max_width``."""
+    shown = list(columns)
+    hidden: list[Column] = []
+    while True:
+        width = table_width(console, options, _table(shown, rows, None, measuring=True))
+        droppable = [c for c in shown if c.priority != KEEP]
+        if width <= options.max_width or not droppable:
+            return shown, hidden
+        worst = max(droppable, key=lambda c: (c.priority, shown.index(c)))
+        shown.remove(worst)
+        hidden.insert(0, worst)
+
+
+class FittedTable:
+    """A table whose columns are chosen at render time to fit the console; hidden columns are named
+    in a line under it (they are all in --json and --csv)."""
+
+    def __init__(self, columns: Sequence[Column], rows: Sequence[Any], title: str | None = None) -> None:
+        self.columns, self.rows, self.title = list(columns), list(rows), title
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        shown, hidden = fit_columns(console, options, self.columns, self.rows)
+        if self.title:
+            yield Text(self.title, style="bold")
+        yield _table(shown, self.rows, None)
+        if hidden:
+            names = ", ".join(c.header for c in hidden)
+            yield Text(f"(hidden at this width: {names}; see --json or --csv)", style="dim")
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        shown, _ = fit_columns(console, options, self.columns, self.rows)
+        return Measurement.get(console, options, _table(shown, self.rows, None, measuring=True))
+
+
+def console_width(is_terminal: bool, environ: dict[str, str]) -> int | None:
+    """The width to render at: the terminal's own (None: rich asks the terminal) when output is a
+    terminal, else ``COLUMNS`` when it is set, else 160."""
+    if is_terminal:
+        return None
+    columns = environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else 160
+
+
+def plan_text(pj: dict) -> str:
+    """The short plan label of a plan JSON (``planner.plan.plan_label``)."""
+    from planner.plan import plan_label
+
+    return plan_label(pj["parallel"], moe=bool(pj.get("model_spec", {}).get("num_experts")))

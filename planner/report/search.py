@@ -1,0 +1,56 @@
+"""The search table: one row per plan, its columns a list of ``Column`` specs with priorities, so the
+table fits any terminal and a new column is one more entry in ``SEARCH_COLUMNS``."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+
+from planner.plan import PLAN_LABEL_LEGEND
+from planner.report.layout import KEEP, Column, FittedTable, plan_text
+
+
+def _est(key: str, fmt: str):
+    return lambda pj: format(pj["estimate"][key], fmt)
+
+
+def _pct(key: str):
+    return lambda pj: f"{100 * pj['estimate'][key]:.1f}%"
+
+
+def search_columns(capacity_gib: float) -> list[Column]:
+    """The search table's columns, most important first; priority 0 is never dropped, and the column
+    with the largest priority goes first when the terminal is narrow."""
+    return [
+        Column("#", lambda pj: str(pj["rank"]), priority=2),
+        Column("plan", plan_text, priority=KEEP, justify="left"),
+        Column(f"GiB/{capacity_gib:g}", _est("peak_memory_gib", ".1f"), priority=1),
+        Column("iter s", _est("iteration_s", ".2f"), priority=KEEP),
+        Column("MFU", _pct("mfu"), priority=1),
+        Column("tokens/s", _est("tokens_per_s", ",.0f"), priority=2),
+        Column("TFLOP/s", _est("tflops_per_gpu", ".0f"), priority=4),
+        Column("bubble", _pct("bubble_frac"), priority=3),
+        Column("days", lambda pj: f"{pj['estimate'].get('train_days', float('nan')):,.1f}", priority=4),
+    ]
+
+
+def search_title(ctx, gpus: int) -> str:
+    tr, opt = ctx.training, ctx.options
+    return (
+        f"{ctx.model.name} on {gpus:,} GPUs of {ctx.hardware.name}: global batch {tr.global_batch} × seq "
+        f"{tr.seq_len}, {tr.precision.value}{', FP8' if opt.fp8 else ''}, {opt.attention_kernel.value} attention"
+    )
+
+
+def search_view(result, ctx, gpus: int) -> Group:
+    table = FittedTable(search_columns(ctx.hardware.gpu.hbm_gib), result.plans, search_title(ctx, gpus))
+    rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
+    tokens = result.plans[0]["estimate"].get("train_tokens", 300e9) / 1e9
+    foot = Text(
+        f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected: {rejected or 'none'}.\n"
+        f"{PLAN_LABEL_LEGEND}. TFLOP/s and MFU count model FLOPs (no recomputation)"
+        f"{', against the BF16 peak' if ctx.options.fp8 else ''}; days to train {tokens:g}B tokens (--tokens). "
+        "Each plan's explain and export command lines are in --json.",
+        style="dim",
+    )
+    return Group(table, foot)
