@@ -21,7 +21,7 @@ from planner.space.rules import rule_masks
 
 CHUNK = 65_536
 FITS_RULE = "fits in GPU memory"
-TP_NODE_RULE = "tp groups within one NVLink domain (--max-tp to cross nodes)"
+TP_NODE_RULE = "tp within one NVLink domain (--max-tp to cross nodes)"
 
 
 @dataclass

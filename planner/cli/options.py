@@ -284,7 +284,7 @@ def resolve(kw: dict, *, search_best: bool = False) -> Resolved:
     """The plan the options describe: a saved plan or an imported Megatron-LM command line with the
     options given beside it applied over the file's values (each with a note), or the plan flags.
     With ``search_best`` and neither --tp nor --pp given, search's best plan for the options given."""
-    given = given_options()
+    given = given_options() & {_dest(o) for o in PLAN_OPTIONS}
     _refuse_strays(kw, given)
     if kw.get("plan_file"):
         base = request_from_plan(read_plan_file(kw["plan_file"], kw.get("rank")))
