@@ -62,8 +62,12 @@ def _read_yaml(text: str, where: str) -> dict:
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise PresetError(f"{where}: malformed YAML{at}: {problem}") from err
+    if data is None:
+        raise PresetError(f"{where}: the file is empty; expected a YAML mapping of fields (see `megaplan presets show`)")
     if not isinstance(data, dict):
-        raise PresetError(f"{where}: expected a YAML mapping of fields, got {type(data).__name__}")
+        kind = {list: "a list", str: "a single string", int: "a number", float: "a number", bool: "true/false"}
+        got = kind.get(type(data), type(data).__name__)
+        raise PresetError(f"{where}: expected a YAML mapping of fields (name: value lines), got {got}")
     return data
 
 
@@ -84,18 +88,43 @@ def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
     kind = _kind_of(spec_type)
     path = Path(ref).expanduser()
     if ref.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists():
-        if not path.is_file():
-            raise PresetError(f"{kind} file {ref!r} not found")
-        text, where = path.read_text(), str(path)
+        text, where = read_yaml_file(path, kind), str(path)
     else:
-        names = preset_names(kind)
-        if ref not in names:
-            raise PresetError(f"unknown {kind} preset {ref!r}; known: {', '.join(names)} (or a path to a YAML file)")
-        text, where = (_preset_dir(kind) / f"{ref}.yaml").read_text(), f"{kind} preset {ref}"
+        name = preset_name(kind, ref)
+        text, where = (_preset_dir(kind) / f"{name}.yaml").read_text(), f"{kind} preset {name}"
     try:
         return spec_type.model_validate(_read_yaml(text, where))
     except ValidationError as err:
         raise PresetError(f"{where}: {format_validation_error(err)}") from err
+
+
+def read_yaml_file(path: Path, kind: str) -> str:
+    """A user's YAML file's text; a missing file, a directory or an unreadable file is said exactly."""
+    if path.is_dir():
+        raise PresetError(f"{kind} file {str(path)!r} is a directory; give a YAML file or a preset name")
+    if not path.exists():
+        raise PresetError(f"{kind} file {str(path)!r} not found")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise PresetError(f"{kind} file {str(path)!r} is not a text (YAML) file") from err
+    except OSError as err:
+        raise PresetError(f"{kind} file {str(path)!r} cannot be read: {err.strerror}") from err
+
+
+def preset_name(kind: str, ref: str) -> str:
+    """The shipped preset a name refers to, case-insensitively; an unknown name suggests the closest."""
+    import difflib
+
+    names = preset_names(kind)
+    by_lower = {n.lower(): n for n in names}
+    if ref.lower() in by_lower:
+        return by_lower[ref.lower()]
+    close = difflib.get_close_matches(ref.lower(), list(by_lower), n=1, cutoff=0.6)
+    hint = f"did you mean {by_lower[close[0]]}? " if close else ""
+    raise PresetError(
+        f"unknown {kind} preset {ref!r}; {hint}known: {', '.join(names)} (or a path to a YAML file)"
+    )
 
 
 def load_model(ref: str) -> ModelSpec:

@@ -13,11 +13,12 @@ import numpy as np
 
 from planner.costs.estimate import evaluate
 from planner.errors import InfeasibleError
-from planner.plan import Context
+from planner.plan import Context, plan_label
 from planner.result import plan_json
-from planner.space.candidates import NO_PINS, Pins, candidate_grid
+from planner.space.candidates import NO_PINS, Pins, candidate_grid, tp_in_domain
 from planner.space.grid import PlanGrid
 from planner.space.rules import rule_masks
+from planner.space.sizes import empty_grid_reason, nearest_legal_sizes, rules_broken_everywhere
 
 CHUNK = 65_536
 FITS_RULE = "fits in GPU memory"
@@ -35,17 +36,6 @@ class SearchResult:
         return {"plans": self.plans, "evaluated": self.evaluated, "feasible": self.feasible, "rejected": self.rejected}
 
 
-def tp_in_domain(tp: np.ndarray, gpus_per_node: int, max_tp: int | None) -> np.ndarray:
-    """TP groups that stay inside one NVLink domain: t divides the GPUs of a node, so no group of
-    consecutive ranks straddles two nodes (a TP 3 group on 8-GPU nodes would, and its all-reduces
-    would run on the network). With --max-tp above the node, whole-node multiples up to it are allowed
-    too; those groups span nodes and are priced on the network (``hardware.collectives.group_link``)."""
-    g = gpus_per_node
-    inside = (g % tp == 0) & (tp <= min(max_tp or g, g))
-    across = (tp % g == 0) & (tp > g) & (tp <= (max_tp or g))
-    return inside | across
-
-
 def search(
     ctx: Context,
     num_gpus: int,
@@ -54,8 +44,10 @@ def search(
     top: int = 10,
     sort: str = "time",
     memory_headroom: float = 0.0,
+    suggest_sizes: bool = True,
 ) -> SearchResult:
-    """Rank every legal plan that fits by iteration time (or by peak memory)."""
+    """Rank every legal plan that fits by iteration time (or by peak memory). With no legal plan, the
+    error names every rule that rejected plans and (``suggest_sizes``) the nearest GPU counts that have one."""
     grid = candidate_grid(ctx, num_gpus, pins)
     masks = rule_masks(grid, ctx.model, ctx.training, ctx.options, num_gpus)
     masks[TP_NODE_RULE] = tp_in_domain(grid.tp, ctx.hardware.gpus_per_node, pins.max_tp)
@@ -82,7 +74,9 @@ def search(
     if np.any(~fits):
         rejected[FITS_RULE] = int(np.sum(~fits))
     if not np.any(fits):
-        raise InfeasibleError(_nothing_fits(ctx, grid, idx, peak, capacity, rejected))
+        raise InfeasibleError(
+            _nothing_fits(ctx, num_gpus, pins, grid, idx, peak, capacity, rejected, suggest_sizes)
+        )
 
     ok = idx[fits]
     key = iteration[fits] if sort == "time" else peak[fits]
@@ -98,18 +92,34 @@ def search(
 
 
 def _nothing_fits(
-    ctx: Context, grid: PlanGrid, idx: np.ndarray, peak: np.ndarray, capacity: float, rejected: dict[str, int]
+    ctx: Context,
+    num_gpus: int,
+    pins: Pins,
+    grid: PlanGrid,
+    idx: np.ndarray,
+    peak: np.ndarray,
+    capacity: float,
+    rejected: dict[str, int],
+    suggest_sizes: bool,
 ) -> str:
     if len(idx) == 0:
-        reasons = ", ".join(f"{name} ({count})" for name, count in sorted(rejected.items(), key=lambda kv: -kv[1]))
-        return f"no legal plan for {ctx.model.name} on these GPUs; rejected by: {reasons}"
+        if len(grid) == 0:
+            why = f"world size = tp·cp·pp·dp: {empty_grid_reason(num_gpus, pins)}"
+        else:
+            by_count = sorted(rejected.items(), key=lambda kv: -kv[1])
+            why = "rejected by: " + ", ".join(f"{name} ({count:,})" for name, count in by_count)
+        always = rules_broken_everywhere(ctx, pins, ctx.hardware.gpus_per_node) if suggest_sizes else []
+        near = nearest_legal_sizes(ctx, num_gpus, pins) if suggest_sizes and not always else []
+        allowed = f"; nearest GPU counts with a legal plan: {' and '.join(f'{n:,}' for n in near)}" if near else ""
+        if always:
+            allowed = f"; on any GPU count: {'; '.join(always)}"
+        elif suggest_sizes and not near:
+            allowed = "; no GPU count nearby has one"
+        return f"no legal plan for {ctx.model.name} on {num_gpus:,} GPUs; {why}{allowed}"
     i = idx[np.argmin(peak)]
-    p = grid.plan(int(i))
     gib = 2**30
+    label = plan_label(grid.plan(int(i)).model_dump(mode="json"), moe=ctx.model.is_moe)
     return (
-        f"every legal plan needs more than {capacity / gib:.1f} GiB per GPU; the smallest, TP {p.tp} PP {p.pp} "
-        f"DP {p.dp} VPP {p.vpp} micro-batch {p.micro_batch} recompute {p.recompute.value} "
-        f"SP {'on' if p.sequence_parallel else 'off'} "
-        f"distributed optimizer {'on' if p.distributed_optimizer else 'off'}, "
+        f"every legal plan needs more than {capacity / gib:.1f} GiB per GPU; the smallest, {label}, "
         f"needs {np.min(peak) / gib:.1f} GiB; try more GPUs, a larger-memory --hardware or a smaller --global-batch"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 
 import click
 from rich.console import Console
@@ -23,7 +24,12 @@ class PlannerGroup(click.Group):
             click.echo("megaplan: aborted", err=True)
             sys.exit(1)
         except click.ClickException as err:
-            click.echo(f"megaplan: error: {' '.join(err.format_message().split())}", err=True)
+            message = err.format_message()
+            if isinstance(err, click.NoSuchOption):
+                from planner.cli.options import megatron_spelling_hint
+
+                message = megatron_spelling_hint(err.option_name) or message
+            click.echo(f"megaplan: error: {' '.join(message.split())}", err=True)
             sys.exit(
                 BAD_INPUT if err.exit_code == 2 or isinstance(err, click.UsageError) else err.exit_code or BAD_INPUT
             )
@@ -42,7 +48,7 @@ def cli() -> None:
     Examples:
         megaplan search --model gpt3-175b --gpus 1024
         megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --micro-batch 1
-        megaplan presets
+        megaplan explain --megatron-args-file my_launch.sh
     """
 
 
@@ -62,6 +68,27 @@ def console() -> Console:
 
 def echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2))
+
+
+def csv_option(f):
+    """--csv: print a CSV table instead of the rich one (for spreadsheets)."""
+    return click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")(f)
+
+
+@contextmanager
+def progress(label: str, total: int | None = None):
+    """A progress bar on stderr while a long command runs, only when stderr is a terminal; yields
+    ``step(description=None)`` to call as each unit of work finishes."""
+    if not sys.stderr.isatty():
+        yield lambda description=None: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = [SpinnerColumn(), TextColumn("{task.description}")]
+    columns += [BarColumn(), MofNCompleteColumn()] if total else []
+    with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda description=None: bar.update(task, advance=1, description=description or label)
 
 
 def say_notes(resolved) -> None:

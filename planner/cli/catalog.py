@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from planner.cli import cli, console, echo_json
+from planner.cli import cli, console, csv_option, echo_json, progress
 from planner.errors import PlannerError
 from planner.presets import KINDS, load_spec, preset_names, preset_text
 from planner.report import fidelity as report_fidelity
@@ -14,7 +14,14 @@ from planner.report import fidelity as report_fidelity
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def presets(ctx: click.Context, as_json: bool) -> None:
-    """List the shipped model and hardware presets."""
+    """List the shipped model and hardware presets.
+
+    \b
+    Examples:
+        megaplan presets
+        megaplan presets models --json
+        megaplan presets show llama3-70b
+    """
     ctx.ensure_object(dict)["json"] = as_json
     if ctx.invoked_subcommand is None:
         _list_presets(list(KINDS), as_json)
@@ -48,7 +55,13 @@ def _summary(kind: str, name: str) -> str:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def presets_models(ctx: click.Context, as_json: bool) -> None:
-    """List model presets."""
+    """List model presets.
+
+    \b
+    Examples:
+        megaplan presets models
+        megaplan presets models --json
+    """
     _list_presets(["models"], as_json or ctx.obj["json"])
 
 
@@ -56,7 +69,13 @@ def presets_models(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def presets_hardware(ctx: click.Context, as_json: bool) -> None:
-    """List hardware presets."""
+    """List hardware presets.
+
+    \b
+    Examples:
+        megaplan presets hardware
+        megaplan presets show dgx-h100-superpod
+    """
     _list_presets(["hardware"], as_json or ctx.obj["json"])
 
 
@@ -65,15 +84,48 @@ def presets_hardware(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def presets_show(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Show one preset (model or hardware) in full."""
-    kind = next((k for k in KINDS if name in preset_names(k)), None)
-    if kind is None:
-        known = ", ".join(n for k in KINDS for n in preset_names(k))
-        raise PlannerError(f"unknown preset {name!r}; known: {known}")
+    """Show one preset (model or hardware) in full, by name or by the path of your own YAML file.
+
+    \b
+    Examples:
+        megaplan presets show gpt3-175b
+        megaplan presets show dgx-h100-superpod --json
+        megaplan presets show ./my-model.yaml
+    """
+    kind, ref, text = _find_preset(name)
     if as_json or ctx.obj["json"]:
-        echo_json(load_spec(KINDS[kind], name).model_dump(mode="json"))
+        echo_json(load_spec(KINDS[kind], ref).model_dump(mode="json"))
     else:
-        click.echo(preset_text(kind, name).rstrip())
+        click.echo(text.rstrip())
+
+
+def _find_preset(name: str) -> tuple[str, str, str]:
+    """(kind, reference, YAML text) of a preset name (any case) or a YAML file of either kind."""
+    import difflib
+    from pathlib import Path
+
+    from planner.errors import PresetError
+    from planner.presets import read_yaml_file
+
+    path = Path(name).expanduser()
+    if name.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists():
+        text = read_yaml_file(path, "preset")
+        problems = []
+        for kind, spec in KINDS.items():
+            try:
+                load_spec(spec, name)
+                return kind, name, text
+            except PresetError as err:
+                problems.append(f"as {kind}: {str(err).removeprefix(str(path) + ': ')}")
+        raise PlannerError(f"{name}: neither a model nor a hardware YAML ({'; '.join(problems)})")
+    lower = {n.lower(): (k, n) for k in KINDS for n in preset_names(k)}
+    if name.lower() in lower:
+        kind, real = lower[name.lower()]
+        return kind, real, preset_text(kind, real)
+    close = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.6)
+    hint = f"did you mean {lower[close[0]][1]}? " if close else ""
+    known = ", ".join(n for _, n in lower.values())
+    raise PlannerError(f"unknown preset {name!r}; {hint}known: {known} (or a path to a YAML file)")
 
 
 @cli.command()
@@ -84,15 +136,28 @@ def presets_show(ctx: click.Context, name: str, as_json: bool) -> None:
     show_default=True,
     help="Also search each run's best plan and report how much faster it is predicted to be.",
 )
-def validate(as_json: bool, regret: bool) -> None:
-    """Predicted versus published for every Megatron-LM reference run, with errors."""
+@csv_option
+def validate(as_json: bool, regret: bool, as_csv: bool) -> None:
+    """Predicted versus published for every Megatron-LM reference run, with errors.
+
+    \b
+    Examples:
+        megaplan validate
+        megaplan validate --regret
+        megaplan validate --csv > validation.csv
+    """
     from planner.fidelity import validate as val
 
     result = val.validate()
     if regret:
-        val.add_regret(result)
+        with progress("searching each run's best plan", total=len(result["runs"])) as step:
+            val.add_regret(result, step=step)
     if as_json:
         echo_json(result)
+    elif as_csv:
+        from planner.report.csv_out import validate_csv
+
+        click.echo(validate_csv(result), nl=False)
     else:
         console().print(report_fidelity.validation_view(result))
 
@@ -109,10 +174,18 @@ def validate(as_json: bool, regret: bool) -> None:
     "--loso/--no-loso", default=True, show_default=True, help="Also report leave-one-source-out errors (A100)."
 )
 def calibrate(as_json: bool, write_dir: str | None, loso: bool) -> None:
-    """Fit the hardware presets' efficiency factors to the published runs (takes a minute or two)."""
+    """Fit the hardware presets' efficiency factors to the published runs (takes a minute or two).
+
+    \b
+    Examples:
+        megaplan calibrate --no-loso
+        megaplan calibrate --json > calibration.json
+        megaplan calibrate --write presets/hardware
+    """
     from planner.fidelity import calibrate as cal
 
-    out = cal.run_calibration(loso=loso, write_dir=write_dir)
+    with progress("fitting the calibration to the published runs"):
+        out = cal.run_calibration(loso=loso, write_dir=write_dir)
     if as_json:
         echo_json(out)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from planner import api
-from planner.cli import cli, console, echo_json, say_notes, say_warnings
+from planner.cli import cli, console, csv_option, echo_json, say_notes, say_warnings
 from planner.cli.options import plan_options, resolve, with_run
 from planner.errors import PlannerError
 from planner.plan_file import read_plan_file, request_from_plan
@@ -123,9 +123,16 @@ def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.Plan
     help="Plan B's options on top of the shared ones, quoted: --b '--recompute full'.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print {a, b, rows, summary}.")
+@csv_option
 @click.pass_context
 def compare(
-    click_ctx: click.Context, plan_files: tuple[str, ...], a_args: str | None, b_args: str | None, as_json: bool, **kw
+    click_ctx: click.Context,
+    plan_files: tuple[str, ...],
+    a_args: str | None,
+    b_args: str | None,
+    as_json: bool,
+    as_csv: bool,
+    **kw,
 ) -> None:
     """Two plans side by side: memory terms, time terms and throughput, differences highlighted.
 
@@ -168,6 +175,10 @@ def compare(
     result = cmp.compare_plans(*pjs)
     if as_json:
         echo_json(result)
+    elif as_csv:
+        from planner.report.csv_out import compare_csv
+
+        click.echo(compare_csv(result), nl=False)
     else:
         console().print(report_run.compare_view(result))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from planner import api
-from planner.cli import cli, console, echo_json, say_warnings
+from planner.cli import cli, console, csv_option, echo_json, progress, say_warnings
 from planner.cli.options import commands, search_inputs, search_options
 from planner.report.search import search_view
 
@@ -20,11 +20,12 @@ from planner.report.search import search_view
 @click.option("--sort", type=click.Choice(["time", "memory"]), default="time", show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="How many plans to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print {plans, evaluated, feasible, rejected}.")
+@csv_option
 def search(**kw) -> None:
     """Rank every legal TP/PP/DP/micro-batch/VPP/recompute/SP configuration by predicted speed.
 
     \b
-    Example:
+    Examples:
         megaplan search --model gpt3-175b --gpus 1024
         megaplan search --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --recompute full
         megaplan search --model gpt3-175b --hardware dgx-a100-40gb-superpod --min-gpus
@@ -48,6 +49,10 @@ def search(**kw) -> None:
         pj["commands"] = commands(pj, kw["model"], kw["hardware"])
     if kw["as_json"]:
         echo_json(result.to_json())
+    elif kw["as_csv"]:
+        from planner.report.csv_out import search_csv
+
+        click.echo(search_csv(result.plans), nl=False)
     else:
         console().print(search_view(result, req.ctx, kw["gpus"]))
 
@@ -64,11 +69,17 @@ def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
     from planner.report import runs as report_run
     from planner.runs.min_gpus import min_gpus
 
-    fit = min_gpus(req.ctx, pins, memory_headroom=kw["memory_headroom"]).to_json()
+    with progress("finding the smallest cluster") as step:
+        fit = min_gpus(req.ctx, pins, memory_headroom=kw["memory_headroom"], step=step).to_json()
     for size in fit["sizes"]:
         size["plan"]["commands"] = commands(size["plan"], kw["model"], kw["hardware"])
     if kw["as_json"]:
         return echo_json(fit)
+    if kw["as_csv"]:
+        from planner.report.csv_out import search_csv
+
+        plans = [dict(s["plan"], rank=k) for k, s in enumerate(fit["sizes"], 1)]
+        return click.echo(search_csv(plans), nl=False)
     ctx = req.ctx
     console().print(
         report_run.fit_view(
@@ -90,15 +101,17 @@ def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
 )
 @click.option("--skip-infeasible", is_flag=True, help="List a size with no plan as a row instead of stopping (exit 2).")
 @click.option("--json", "as_json", is_flag=True, help="Print {rows: [{gpus, plan, scaling_efficiency, no_plan}], ...}.")
-def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json: bool, **kw) -> None:
+@csv_option
+def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json: bool, as_csv: bool, **kw) -> None:
     """Best plan at each cluster size: throughput, TFLOP/s, MFU, scaling efficiency, days to train.
 
     Takes every search option (--hardware, --global-batch, --precision, --tp, --recompute, ...).
     A size with no legal plan that fits stops the sweep with exit code 2 unless --skip-infeasible.
 
     \b
-    Example:
+    Examples:
         megaplan sweep --model gpt3-175b --gpus 128:4096 --tokens 300e9 --plot scaling.png
+        megaplan sweep --model llama3-70b --hardware dgx-h100-superpod --gpus 64,128,256 --csv
     """
     from planner.report import figures as plots
     from planner.report import runs as report_run
@@ -109,7 +122,10 @@ def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json:
     if plot_file:
         plots.check_picture_path(plot_file, "--plot")
     req, pins = _inputs(kw)
-    result = run_sweep(req.ctx, sizes, pins, memory_headroom=kw["memory_headroom"], skip_infeasible=skip_infeasible)
+    with progress("sweeping", total=len(sizes)) as step:
+        result = run_sweep(
+            req.ctx, sizes, pins, memory_headroom=kw["memory_headroom"], skip_infeasible=skip_infeasible, step=step
+        )
     for row in result["rows"]:
         if row["plan"]:
             row["plan"]["commands"] = commands(row["plan"], kw["model"], kw["hardware"])
@@ -120,6 +136,10 @@ def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json:
     )
     if as_json:
         echo_json(result)
+    elif as_csv:
+        from planner.report.csv_out import sweep_csv
+
+        click.echo(sweep_csv(result), nl=False)
     else:
         console().print(report_run.sweep_view(result, title))
     if plot_file:
@@ -127,7 +147,7 @@ def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json:
         click.echo(f"wrote {plot_file}", err=True)
 
 
-SWEEP_OWN = {"gpus", "min_gpus", "top", "sort", "as_json"}
+SWEEP_OWN = {"gpus", "min_gpus", "top", "sort", "as_json", "as_csv"}
 
 
 sweep.params[:0] = [p for p in search.params if p.name not in SWEEP_OWN]

@@ -136,11 +136,14 @@ def regret(run: Run) -> dict:
     }
 
 
-def add_regret(result: dict, runs: list[Run] | None = None) -> dict:
-    """Attach the regret of each whole-model run (not the one-layer rows) to the validation result."""
+def add_regret(result: dict, runs: list[Run] | None = None, step=None) -> dict:
+    """Attach the regret of each whole-model run (not the one-layer rows) to the validation result;
+    ``step`` is called after each run (a progress bar)."""
     by_id = {r.id: r for r in (runs if runs is not None else load_runs())}
     for row in result["runs"]:
         run = by_id[row["id"]]
         if ":" not in row["id"] and not run.metric.startswith("layer"):
             row["regret"] = regret(run)
+        if step:
+            step(f"best plan for {row['id']}")
     return result

@@ -14,6 +14,7 @@ a few more nodes buy.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.costs.memory import BYTES_PER_PARAM
@@ -57,7 +58,12 @@ def sub_node_sizes(gpus_per_node: int, start_gpus: int) -> list[int]:
 
 
 def min_gpus(
-    ctx: Context, pins: Pins = NO_PINS, *, memory_headroom: float = 0.0, next_sizes: int = NEXT_SIZES
+    ctx: Context,
+    pins: Pins = NO_PINS,
+    *,
+    memory_headroom: float = 0.0,
+    next_sizes: int = NEXT_SIZES,
+    step: Callable[[str], None] | None = None,
 ) -> FitResult:
     """The smallest size with a plan, and the next ``next_sizes`` node counts with one, each with its fastest plan."""
     g = ctx.hardware.gpus_per_node
@@ -67,8 +73,10 @@ def min_gpus(
 
     def attempt(n: int) -> dict | None:
         if n not in plans:
+            if step:
+                step(f"trying {n:,} GPUs")
             try:
-                plans[n] = search(ctx, n, pins, top=1, memory_headroom=memory_headroom).plans[0]
+                plans[n] = search(ctx, n, pins, top=1, memory_headroom=memory_headroom, suggest_sizes=False).plans[0]
             except InfeasibleError as err:
                 tried[n], plans[n] = str(err), None
         return plans[n]

@@ -8,6 +8,7 @@ Scaling efficiency is throughput per GPU relative to the smallest size that has 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from planner.errors import InfeasibleError, PlannerError
 from planner.plan import Context
@@ -41,12 +42,21 @@ def parse_gpu_sizes(text: str) -> list[int]:
 
 
 def sweep(
-    ctx: Context, sizes: list[int], pins: Pins = NO_PINS, *, memory_headroom: float = 0.0, skip_infeasible: bool = False
+    ctx: Context,
+    sizes: list[int],
+    pins: Pins = NO_PINS,
+    *,
+    memory_headroom: float = 0.0,
+    skip_infeasible: bool = False,
+    step: Callable[[str], None] | None = None,
 ) -> dict:
     """The fastest plan at every size. A size with no legal plan that fits raises InfeasibleError
-    naming it, unless ``skip_infeasible``: then its row has ``plan: None`` and the reason."""
+    naming it, unless ``skip_infeasible``: then its row has ``plan: None`` and the reason. ``step`` is
+    called after each size (a progress bar)."""
     rows: list[dict] = []
     for n in sizes:
+        if step:
+            step(f"searching {n:,} GPUs")
         try:
             result = search(ctx, n, pins, top=1, memory_headroom=memory_headroom)
         except InfeasibleError as err:

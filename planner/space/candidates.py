@@ -44,6 +44,17 @@ class Pins:
 NO_PINS = Pins()  # search every knob
 
 
+def tp_in_domain(tp: np.ndarray, gpus_per_node: int, max_tp: int | None) -> np.ndarray:
+    """TP groups that stay inside one NVLink domain: t divides the GPUs of a node, so no group of
+    consecutive ranks straddles two nodes (a TP 3 group on 8-GPU nodes would, and its all-reduces
+    would run on the network). With --max-tp above the node, whole-node multiples up to it are allowed
+    too; those groups span nodes and are priced on the network (``hardware.collectives.group_link``)."""
+    g = gpus_per_node
+    inside = (g % tp == 0) & (tp <= min(max_tp or g, g))
+    across = (tp % g == 0) & (tp > g) & (tp <= (max_tp or g))
+    return inside | across
+
+
 def _cross(cols: dict[str, np.ndarray], name: str, values: np.ndarray) -> dict[str, np.ndarray]:
     """Every existing row combined with every value of a new axis."""
     n, k = len(next(iter(cols.values()))) if cols else 1, len(values)

@@ -178,7 +178,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "global batch divisible by micro-batch × dp",
         lambda r: r.training.global_batch % (r.grid.micro_batch * r.grid.dp) == 0,
-        lambda x: f"global batch {x.B} is not divisible by micro-batch {x.b} × dp {x.d} = {x.b * x.d}",
+        lambda x: (
+            f"global batch {x.B} is not divisible by micro-batch {x.b} × dp {x.d} = {x.b * x.d}; allowed: a global "
+            f"batch that is a multiple of {x.b * x.d}, or a micro-batch × dp that divides {x.B}"
+        ),
     ),
     Rule(
         "layers split over pipeline stages",
