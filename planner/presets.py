@@ -63,7 +63,9 @@ def _read_yaml(text: str, where: str) -> dict:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise PresetError(f"{where}: malformed YAML{at}: {problem}") from err
     if data is None:
-        raise PresetError(f"{where}: the file is empty; expected a YAML mapping of fields (see `megaplan presets show`)")
+        raise PresetError(
+            f"{where}: the file is empty; expected a YAML mapping of fields (see `megaplan presets show`)"
+        )
     if not isinstance(data, dict):
         kind = {list: "a list", str: "a single string", int: "a number", float: "a number", bool: "true/false"}
         got = kind.get(type(data), type(data).__name__)
@@ -122,9 +124,7 @@ def preset_name(kind: str, ref: str) -> str:
         return by_lower[ref.lower()]
     close = difflib.get_close_matches(ref.lower(), list(by_lower), n=1, cutoff=0.6)
     hint = f"did you mean {by_lower[close[0]]}? " if close else ""
-    raise PresetError(
-        f"unknown {kind} preset {ref!r}; {hint}known: {', '.join(names)} (or a path to a YAML file)"
-    )
+    raise PresetError(f"unknown {kind} preset {ref!r}; {hint}known: {', '.join(names)} (or a path to a YAML file)")
 
 
 def load_model(ref: str) -> ModelSpec:

@@ -74,9 +74,7 @@ def search(
     if np.any(~fits):
         rejected[FITS_RULE] = int(np.sum(~fits))
     if not np.any(fits):
-        raise InfeasibleError(
-            _nothing_fits(ctx, num_gpus, pins, grid, idx, peak, capacity, rejected, suggest_sizes)
-        )
+        raise InfeasibleError(_nothing_fits(ctx, num_gpus, pins, grid, idx, peak, capacity, rejected, suggest_sizes))
 
     ok = idx[fits]
     key = iteration[fits] if sort == "time" else peak[fits]

@@ -9,8 +9,8 @@ from rich.console import Console
 
 from planner import api
 from planner.errors import PlannerError
-from planner.report.runs import compare_view
 from planner.plan_file import override_request
+from planner.report.runs import compare_view
 from planner.runs.compare import compare_plans
 
 BASE = dict(model="gpt3-175b", gpus=1024, tp=8, pp=16, micro_batch=1)

@@ -113,11 +113,18 @@ def test_star_nargs_and_negative_numbers():
 def test_unknown_flag_suggests_closest():
     with pytest.raises(UnknownMegatronFlag) as info:
         parse_megatron_argv(["--tensor-parallel-size", "8"])
-    assert str(info.value) == (
-        "unknown Megatron-LM flag --tensor-parallel-size; did you mean --tensor-model-parallel-size?"
+    assert str(info.value).startswith(
+        "unknown Megatron-LM flag: --tensor-parallel-size (did you mean --tensor-model-parallel-size?)"
     )
+
+
+def test_every_unknown_flag_is_reported_together():
+    with pytest.raises(UnknownMegatronFlag) as info:
+        parse_megatron_argv(["--tensor-parallel-size", "8", "--num-layers", "4", "--no-such-flag", "x", "--also-no"])
+    assert "3 unknown Megatron-LM flags: --tensor-parallel-size (did you mean" in str(info.value)
+    assert "--no-such-flag, --also-no" in str(info.value)
     assert isinstance(info.value, ValueError)
-    with pytest.raises(UnknownMegatronFlag, match=r"^unknown Megatron-LM flag --zzzzzzzz$"):
+    with pytest.raises(UnknownMegatronFlag, match=r"^unknown Megatron-LM flag: --zzzzzzzz \(not in today's"):
         parse_megatron_argv(["--zzzzzzzz"])
     with pytest.raises(UnknownMegatronFlag, match="did you mean --num-layers"):
         parse_megatron_argv(["--num-layer=4"])

@@ -87,7 +87,11 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         plan_only=True,
     ),
     Option(("--rank",), "Which plan of a search --json file (default 1).", type=POSITIVE, plan_only=True),
-    Option(("--megatron-args",), "An existing Megatron-LM command line (quote it).", plan_only=True),
+    Option(
+        ("--megatron-args",),
+        "An existing Megatron-LM command line (quote it); with --megatron-args-file, flags added to the script's.",
+        plan_only=True,
+    ),
     Option(
         ("--megatron-args-file",),
         "A Megatron-LM launch script to read (never run).",
@@ -314,12 +318,18 @@ def _flag(name: str) -> str:
 def _refuse_strays(kw: dict, given: set[str]) -> None:
     """Options that would be silently ignored are refused (exit 2), naming what they need."""
     sources = [n for n in SOURCES if n in given or kw.get(n)]
+    if set(sources) == {"megatron_args", "megatron_args_file"}:
+        sources = ["megatron_args_file"]  # --megatron-args then adds flags to the script's launch line
     if len(sources) > 1:
-        raise PlannerError(f"give one of --plan, --megatron-args, --megatron-args-file, not {' and '.join(map(_flag, sources))}")
+        raise PlannerError(
+            f"give one of --plan, --megatron-args, --megatron-args-file, not {' and '.join(map(_flag, sources))}"
+        )
     if "rank" in given and not kw.get("plan_file"):
         raise PlannerError("--rank picks a plan of a search --json file: give it with --plan FILE")
     if "env_pairs" in given and not (kw.get("megatron_args") is not None or kw.get("megatron_args_file")):
-        raise PlannerError("--env sets variables of a launch script: give it with --megatron-args-file or --megatron-args")
+        raise PlannerError(
+            "--env sets variables of a launch script: give it with --megatron-args-file or --megatron-args"
+        )
 
 
 def resolve(kw: dict, *, search_best: bool = False) -> Resolved:
@@ -360,12 +370,14 @@ def request_from_options(kw: dict) -> api.PlanRequest:
 def _imported(kw: dict, given: set[str]) -> Resolved:
     from planner.megatron.importer import import_megatron
 
-    text = kw["megatron_args"] if kw.get("megatron_args") is not None else read_text(kw["megatron_args_file"])
+    path = kw.get("megatron_args_file")
+    text = read_text(path) if path else kw["megatron_args"]
+    extra = kw.get("megatron_args") if path else None
     env = dict(_env_pair(p) for p in kw.get("env_pairs") or ())
     imported = import_megatron(
-        text, gpus=kw["gpus"], model=kw["model"], hardware=kw["hardware"], env=env, base_dir=_base_dir(kw)
+        text, gpus=kw["gpus"], model=kw["model"], hardware=kw["hardware"], env=env, base_dir=_base_dir(kw), extra=extra
     )
-    notes = [f"warning: {w}" for w in imported.warnings]
+    notes = [f"warning: {w}" for w in imported.warnings] + [f"note: {n}" for n in imported.notes]
     script_gpus = imported.script_gpus
     if kw["gpus"] is not None and script_gpus is not None and script_gpus != kw["gpus"]:
         notes.append(f"note: --gpus {kw['gpus']} overrides the script's {script_gpus} GPUs")
@@ -421,7 +433,8 @@ def _search_best(kw: dict, given: set[str]) -> Resolved:
     req, pins = search_inputs(pinned | {k: kw[k] for k in kw if k not in KNOBS})
     if kw.get("gpus") is None:
         raise click.UsageError(
-            "Missing option '--gpus' (without --tp and --pp the best plan on N GPUs is searched; or give --tp and --pp)."
+            "Missing option '--gpus' (without --tp and --pp the best plan on N GPUs is searched; "
+            "or give --tp and --pp)."
         )
     result = search(req.ctx, kw["gpus"], pins, top=1, memory_headroom=kw.get("memory_headroom") or 0.0)
     best = request_from_plan(result.plans[0], hardware=req.ctx.hardware)
@@ -508,7 +521,9 @@ CORE = {"model", "hardware", "gpus", "global_batch", "seq_len", "precision", *KN
 
 
 def _dest(opt: Option) -> str:
-    return opt.decls[1] if len(opt.decls) > 1 and not opt.decls[1].startswith("-") else opt.decls[0][2:].replace("-", "_")
+    return (
+        opt.decls[1] if len(opt.decls) > 1 and not opt.decls[1].startswith("-") else opt.decls[0][2:].replace("-", "_")
+    )
 
 
 def _plan_values(pj: dict, model_ref: str | None, hardware_ref: str | None) -> dict:

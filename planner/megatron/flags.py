@@ -22,6 +22,7 @@ from importlib import resources
 
 from planner.errors import PlannerError
 from planner.megatron.aliases import ALIASES, DROPPED_DESTS, VALUE, ArgSpec
+from planner.megatron.dialects import FORK_CHOICES, fork_flag
 
 __all__ = [
     "ALIASES",
@@ -48,11 +49,13 @@ class UnknownMegatronFlag(MegatronArgError):
 
 @dataclass(frozen=True)
 class MegatronArgs:
-    """A parsed argv: ``values`` maps dest -> typed value for the flags actually given."""
+    """A parsed argv: ``values`` maps dest -> typed value for the flags actually given; ``fork`` maps a
+    flag of an older release or a fork (``planner.megatron.dialects``) to the words given with it."""
 
     values: dict[str, object]
     given: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    fork: dict[str, list[str]] = field(default_factory=dict)
 
 
 @functools.cache
@@ -133,8 +136,25 @@ def _convert_one(spec: ArgSpec, flag: str, raw: str) -> object:
     except ValueError:
         raise MegatronArgError(f"{flag} expects {_describe(spec)}, got {raw!r}") from None
     if spec.choices is not None and str(value) not in spec.choices:
+        by_case = {c.lower(): c for c in spec.choices}
+        fork = FORK_CHOICES.get(spec.dest, {})
+        if str(value).lower() in by_case:  # rmsnorm, layernorm: a fork's lower-case spelling
+            return by_case[str(value).lower()]
+        if str(value) in fork:
+            return ForkValue(fork[str(value)], str(value))
         raise MegatronArgError(f"{flag} got {raw!r}; allowed: {', '.join(spec.choices)}")
     return value
+
+
+class ForkValue(str):
+    """A value a fork allows, read as today's value; ``original`` is what the script wrote."""
+
+    original: str
+
+    def __new__(cls, value: str, original: str):
+        obj = super().__new__(cls, value)
+        obj.original = original
+        return obj
 
 
 def _describe(spec: ArgSpec) -> str:
@@ -184,11 +204,18 @@ def _take(spec: ArgSpec, flag: str, inline: str | None, argv: list[str], i: int)
     return (values[0] if spec.nargs is None else values), i
 
 
-def _unknown(flag: str) -> UnknownMegatronFlag:
+def _suggest(flag: str) -> str:
     real = [f for f in flag_table() if f not in ALIASES]
-    close = difflib.get_close_matches(flag, real, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    return UnknownMegatronFlag(f"unknown Megatron-LM flag {flag}{hint}")
+    close = difflib.get_close_matches(flag.replace("_", "-"), real, n=1, cutoff=0.7)
+    return f"{flag} (did you mean {close[0]}?)" if close else flag
+
+
+def _unknown(flags: list[str]) -> UnknownMegatronFlag:
+    what = "unknown Megatron-LM flag" if len(flags) == 1 else f"{len(flags)} unknown Megatron-LM flags"
+    return UnknownMegatronFlag(
+        f"{what}: {', '.join(_suggest(f) for f in flags)} (not in today's Megatron-LM, its older releases since "
+        "v1.0, DeepSpeed or the Megatron-DeepSpeed forks)"
+    )
 
 
 @dataclass
@@ -199,6 +226,10 @@ class _State:
     given: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    stray_after: dict[int, str | None] = field(default_factory=dict)  # {0: the flag whose value the strays follow}
+    fork: dict[str, list[str]] = field(default_factory=dict)
+    underscored: list[str] = field(default_factory=list)
 
     def merged(self) -> dict[str, object]:
         return {**self.weak, **self.strong, **self.explicit}
@@ -209,15 +240,23 @@ def _step(argv: list[str], i: int, state: _State) -> int:
     token = argv[i]
     if not _is_option(token):
         state.stray.append(token)
+        after_value = i > 0 and not _is_option(argv[i - 1]) and bool(state.given) and len(state.stray) == 1
+        state.stray_after.setdefault(0, state.given[-1] if after_value else None)
         return i + 1
     flag, eq, rest = token.partition("=") if token.startswith("--") else (token, "", "")
     inline = rest if eq else None
     alias = ALIASES.get(flag)
     spec = alias.spec if alias else flag_table().get(flag)
+    dashed = "--" + flag[2:].replace("_", "-")
+    if spec is None and flag.startswith("--") and dashed != flag and dashed in flag_table() and not fork_flag(flag):
+        state.underscored.append(flag)  # Megatron-LLM spells every flag with underscores
+        flag, spec = dashed, flag_table()[dashed]
     if spec is None:
-        raise _unknown(flag)
+        return _other_flag(flag, inline, argv, i + 1, state)
     value, nxt = _take(spec, flag, inline, argv, i + 1)
     state.given.append(flag)
+    if spec.dest == "num_experts" and nxt < len(argv) and argv[nxt].isdigit():
+        nxt, value = _per_layer_experts(argv, nxt, value, state)
     if alias is None:
         state.explicit[spec.dest] = value
         return nxt
@@ -228,8 +267,49 @@ def _step(argv: list[str], i: int, state: _State) -> int:
     return nxt
 
 
-def _stray_error(stray: list[str]) -> MegatronArgError:
+def _per_layer_experts(argv: list[str], j: int, first: object, state: _State) -> tuple[int, object]:
+    """Microsoft Megatron-DeepSpeed's ``--num-experts`` takes one count per layer group (pyramid MoE):
+    read them all; a single count stands for them when they agree, else the most common one, said in a warning."""
+    counts = [int(str(first))]
+    while j < len(argv) and argv[j].isdigit():
+        counts.append(int(argv[j]))
+        j += 1
+    common = max(set(counts), key=counts.count)
+    if len(set(counts)) > 1:
+        state.warnings.append(
+            f"--num-experts {' '.join(map(str, counts))}: expert counts per layer (Megatron-DeepSpeed's pyramid MoE) "
+            f"are not modelled; every MoE layer priced with {common} experts"
+        )
+    return j, common
+
+
+def _other_flag(flag: str, inline: str | None, argv: list[str], i: int, state: _State) -> int:
+    """A flag today's parser lacks: a fork's (kept with its words) or an unknown one (noted, with the words
+    after it); returns the next index."""
+    known = fork_flag(flag)
+    j = i
+    if inline is None and (known is None or known.takes_value):
+        limit = known.nargs if known is not None and isinstance(known.nargs, int) else None
+        want = 1 if known is not None and known.nargs is None else limit
+        while j < len(argv) and not _is_option(argv[j]) and (want is None or j - i < want):
+            j += 1
+    words = [inline] if inline is not None else argv[i:j]
+    if known is None:
+        state.unknown.append(flag)
+    else:
+        state.fork[flag] = words
+        state.given.append(flag)
+    return j
+
+
+def _stray_error(stray: list[str], after: str | None = None) -> MegatronArgError:
     shown = " ".join(repr(s) for s in stray[:5]) + (" ..." if len(stray) > 5 else "")
+    if after:
+        return MegatronArgError(
+            f"stray words {shown} after {after} and its value: a value with spaces was split into words, as bash "
+            "splits an unquoted expansion (an array element expanded as ${ARGS[@]} without quotes, or $VAR); "
+            'Megatron-LM would reject it too: quote the expansion, "${ARGS[@]}"'
+        )
     return MegatronArgError(f"stray positional argument(s) not after a flag: {shown}")
 
 
@@ -246,9 +326,17 @@ def parse_megatron_argv(argv: list[str]) -> MegatronArgs:
             state.stray.extend(argv[i + 1 :] or ["--"])
             break
         i = _step(argv, i, state)
+    if state.unknown:
+        raise _unknown(state.unknown)
     if state.stray:
-        raise _stray_error(state.stray)
-    return MegatronArgs(state.merged(), tuple(state.given), tuple(state.warnings))
+        raise _stray_error(state.stray, state.stray_after.get(0))
+    if state.underscored:
+        state.warnings.append(
+            f"read {len(state.underscored)} underscore-spelled flags as today's dashes (Megatron-LLM style): "
+            + ", ".join(state.underscored[:4])
+            + (" ..." if len(state.underscored) > 4 else "")
+        )
+    return MegatronArgs(state.merged(), tuple(state.given), tuple(state.warnings), dict(state.fork))
 
 
 def validate_flag_set(argv: list[str], allow_aliases: bool = False) -> list[str]:
@@ -265,20 +353,23 @@ def validate_flag_set(argv: list[str], allow_aliases: bool = False) -> list[str]
     seen: dict[str, str] = {}
     while i < len(argv):
         try:
-            before = len(state.given)
+            before, unknown, underscored = len(state.given), len(state.unknown), len(state.underscored)
             i = _step(argv, i, state)
+            problems += [f"unknown Megatron-LM flag {_suggest(f)}" for f in state.unknown[unknown:]]
+            problems += [f"{f}: today's Megatron-LM spells it with dashes" for f in state.underscored[underscored:]]
         except MegatronArgError as err:
             problems.append(str(err))
             i += 1
             while i < len(argv) and not _is_option(argv[i]):
                 i += 1
             continue
-        if len(state.given) > before:
+        if len(state.given) > before and state.given[-1] not in state.fork:
             flag = state.given[-1]
             spec = ALIASES[flag].spec if flag in ALIASES else flag_table()[flag]
             if spec.dest in seen:
                 problems.append(f"{flag} sets {spec.dest}, already set by {seen[spec.dest]}")
             seen[spec.dest] = flag
+    problems += [f"{f} is not a flag of today's Megatron-LM ({fork_flag(f).origin})" for f in state.fork]
     if state.stray:
         problems.append(str(_stray_error(state.stray)))
     if not allow_aliases:

@@ -14,64 +14,57 @@ import numpy as np
 
 from planner import api
 from planner.errors import PlannerError
+from planner.megatron.deepspeed import ForkPlan, map_fork_flags
 from planner.megatron.flags import MegatronArgs, parse_megatron_argv
+from planner.megatron.script import MODEL_FIELDS, drop_unset, read_beside, world_unknown
 from planner.megatron.shell import extract_launch
+from planner.megatron.tokenizers import tokenizer_vocab
 from planner.models.spec import ModelSpec
 from planner.plan import StageSplit
 from planner.presets import load_model
 from planner.space.grid import stage_layers
 
-TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}  # vocabulary of tokenizers whose size is fixed
-UNMODELLED = {  # dest -> (value that means "off", what to say)
-    "use_torch_fsdp2": (
-        False,
-        "PyTorch FSDP2 (--use-torch-fsdp2) is not modelled; Megatron FSDP (--use-megatron-fsdp) is",
-    ),
-    "hybrid_layer_pattern": (None, "hybrid (Mamba) layer patterns are not modelled"),
-    "multi_latent_attention": (False, "multi-latent attention is not modelled"),
+REFUSED = {  # dest -> what to say: a plan the planner cannot price at all
+    "use_torch_fsdp2": "PyTorch FSDP2 (--use-torch-fsdp2) is not modelled; Megatron FSDP (--use-megatron-fsdp) is"
 }
-MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
-    "num_layers": "num_layers",
-    "hidden_size": "hidden_size",
-    "num_attention_heads": "num_attention_heads",
-    "ffn_hidden_size": "ffn_hidden_size",
-    "max_position_embeddings": "max_position_embeddings",
-    "vocab_size": "vocab_size",
-    "make_vocab_size_divisible_by": "make_vocab_size_divisible_by",
-    "kv_channels": "kv_channels",
-    "swiglu": "swiglu",
-    "normalization": "normalization",
-    "position_embedding_type": "position_embedding_type",
-    "untie_embeddings_and_output_weights": "untie_embeddings_and_output_weights",
-    "add_bias_linear": "add_bias_linear",
-    "hidden_dropout": "hidden_dropout",
-    "attention_dropout": "attention_dropout",
-    "squared_relu": "squared_relu",
-    "num_experts": "num_experts",
-    "moe_router_topk": "moe_router_topk",
-    "moe_ffn_hidden_size": "moe_ffn_hidden_size",
-    "moe_layer_freq": "moe_layer_freq",
+NOT_MODELLED = {  # dest -> what the estimate leaves out when the flag is on (said in a note, not an error)
+    "hybrid_layer_pattern": "hybrid (Mamba) layer patterns",
+    "multi_latent_attention": "multi-latent attention (priced as standard attention)",
+    "moe_shared_expert_intermediate_size": "shared experts",
+    "mtp_num_layers": "multi-token prediction layers",
+    "window_size": "sliding-window attention (priced as full attention)",
+    "recompute_modules": "recomputation of chosen modules (priced as the granularity given)",
+    "moe_layer_freq": "an MoE layer pattern (every layer priced as MoE)",
 }
 
 
 @dataclass(frozen=True)
 class Imported:
     request: api.PlanRequest
-    warnings: tuple[str, ...]
+    warnings: tuple[str, ...]  # where the estimate departs from what the script would run, or old flags
     argv: list[str]
     script_gpus: int | None = None  # the world size the script's launcher gives, if it gives one
+    notes: tuple[str, ...] = ()  # how the script was read: values dropped, tokenizer, fork flags mapped
 
 
-def _model(v: dict, base: ModelSpec | None) -> ModelSpec:
-    fields = {MODEL_FIELDS[k]: val for k, val in v.items() if k in MODEL_FIELDS}
+def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, notes: list[str]) -> ModelSpec:
+    fields = {MODEL_FIELDS[k]: val for k, val in v.items() if k in MODEL_FIELDS and k != "moe_layer_freq"}
+    if isinstance(v.get("moe_layer_freq"), int):
+        fields["moe_layer_freq"] = v["moe_layer_freq"]
     if v.get("group_query_attention") and v.get("num_query_groups"):
         fields["num_query_groups"] = v["num_query_groups"]
+    fields.update(fork.model)
+    if fields.get("num_query_groups") == fields.get("num_attention_heads"):
+        fields.pop("num_query_groups")
     if "vocab_size" not in fields and base is None:
-        tok = v.get("tokenizer_type")
-        if tok in TOKENIZER_VOCAB:
-            fields["vocab_size"] = TOKENIZER_VOCAB[tok]
-        elif v.get("vocab_file"):
-            fields["vocab_size"] = TOKENIZER_VOCAB["GPT2BPETokenizer"]  # --vocab-file + --merge-file: GPT-2 BPE
+        vocab, how = tokenizer_vocab(v, fork_flags)
+        if vocab is None:
+            raise PlannerError(
+                f"the tokenizer's vocabulary is unknown ({how}): give --model PRESET whose tokenizer it is (e.g. "
+                "llama2-7b for a Llama 2 tokenizer.model), or its size with --megatron-args '--vocab-size N'"
+            )
+        fields["vocab_size"] = vocab
+        notes.append(f"vocabulary {vocab} from {how}")
     if base is not None:
         merged = {**base.model_dump(exclude={"training"}), **fields}
         merged.setdefault("max_position_embeddings", v.get("seq_length", base.max_position_embeddings))
@@ -82,9 +75,10 @@ def _model(v: dict, base: ModelSpec | None) -> ModelSpec:
         if MODEL_FIELDS[k] not in fields
     ]
     if missing:
+        source = "; it loads them from the checkpoint (--use-checkpoint-args)" if v.get("use_checkpoint_args") else ""
         raise PlannerError(
-            f"the command line does not define the model: {', '.join(missing)} missing "
-            "(give them, a --tokenizer-type of known size, or --model PRESET)"
+            f"the command line does not define the model: {', '.join(missing)} missing{source} "
+            "(give --model PRESET, or the flags)"
         )
     fields.setdefault("max_position_embeddings", v.get("seq_length", 2048))
     return ModelSpec.model_validate({"name": "imported", "source": "Megatron-LM command line", **fields})
@@ -128,27 +122,63 @@ def _attention(v: dict) -> str:
     return "flash"
 
 
-def request_from_megatron(
-    args: MegatronArgs, *, gpus: int | None, model: str | None = None, hardware: str | None = None
-) -> api.PlanRequest:
-    """The plan a parsed Megatron-LM argv describes."""
-    v = args.values
-    for dest, (off, message) in UNMODELLED.items():
-        if dest in v and v[dest] not in (off, None, False):
-            raise PlannerError(message)
-    if isinstance(v.get("moe_layer_freq"), str):
-        raise PlannerError("--moe-layer-freq as a pattern is not modelled; give an integer k (every k-th layer is MoE)")
-    spec = _model(v, load_model(model) if model else None)
-    tp, pp = int(v.get("tensor_model_parallel_size", 1)), int(v.get("pipeline_model_parallel_size", 1))
-    if gpus is None:
+def _global_batch(v: dict, fork: ForkPlan, b: int, dp: int) -> tuple[int, str | None]:
+    """The steady-state global batch: --global-batch-size, the last step of --step-batch-size-schedule, the
+    DeepSpeed config's train_batch_size, else micro-batch × dp (Megatron's default)."""
+    schedule = v.get("step_batch_size_schedule")
+    if schedule and v.get("global_batch_size"):
         raise PlannerError(
-            "the world size is unknown: the command line has no torchrun/srun process counts; pass --gpus N"
+            "--step-batch-size-schedule and --global-batch-size are both given; Megatron-LM takes one "
+            "(its validate_args rejects both)"
         )
-    b = int(v.get("micro_batch_size", 1))
-    cp = int(v.get("context_parallel_size") or 1)
-    B = v.get("global_batch_size") or b * (gpus // (tp * pp * cp) if gpus % (tp * pp * cp) == 0 else 1)
+    if schedule:
+        last = str(schedule).split()[-1].rpartition(":")[2]
+        if not last.isdigit():
+            raise PlannerError(f"--step-batch-size-schedule {schedule!r}: expected steps like '0:16 1B:256'")
+        return int(last), f"global batch {last}: the last step of --step-batch-size-schedule (the steady state)"
+    if v.get("global_batch_size"):
+        return int(v["global_batch_size"]), None
+    if "global_batch" in fork.training:
+        return int(fork.training["global_batch"]), None
+    return b * dp, f"no --global-batch-size: micro-batch × dp = {b * dp} (Megatron-LM's default)"
+
+
+def request_from_megatron(
+    args: MegatronArgs,
+    *,
+    gpus: int | None,
+    model: str | None = None,
+    hardware: str | None = None,
+    files: dict[str, str] | None = None,
+) -> tuple[api.PlanRequest, list[str]]:
+    """The plan a parsed Megatron-LM argv describes, the notes on how it was read, and the warnings on where
+    the estimate departs from what the command line runs."""
+    v, notes = args.values, []
+    for dest, message in REFUSED.items():
+        if v.get(dest):
+            raise PlannerError(message)
+    fork = map_fork_flags(args.fork, v, files or {})
+    notes += fork.notes
+    warnings = list(fork.warnings)
+    unmodelled = [what for dest, what in NOT_MODELLED.items() if v.get(dest) not in (None, False, 0, 1, [], "")]
+    if isinstance(v.get("moe_layer_freq"), int):
+        unmodelled = [u for u in unmodelled if not u.startswith("an MoE layer pattern")]
+    if getattr(v.get("position_embedding_type"), "original", None) == "alibi":
+        unmodelled.append("ALiBi attention biases (no position embedding parameters, priced as none)")
+    if unmodelled:
+        warnings.append(f"not modelled, the estimate leaves out: {'; '.join(unmodelled)}")
+    spec = _model(v, load_model(model) if model else None, fork, args.fork, notes)
+    tp = int(v.get("tensor_model_parallel_size", 1))
+    pp = int(fork.plan.get("pp", v.get("pipeline_model_parallel_size", 1)))
+    cp = int(fork.plan.get("cp", v.get("context_parallel_size") or 1))
+    if gpus is None:
+        raise PlannerError("the world size is unknown: pass --gpus N")
+    b = int(fork.plan.get("micro_batch", v.get("micro_batch_size", 1)))
+    dp = gpus // (tp * pp * cp) if gpus % (tp * pp * cp) == 0 else 1
+    B, how = _global_batch(v, fork, b, dp)
+    if how:
+        notes.append(how)
     precision = "fp16" if v.get("fp16") else "bf16" if v.get("bf16") else "fp32"
-    split = _stage_split(v)
     options = {
         "attention_kernel": _attention(v),
         "overlap_grad_reduce": bool(v.get("overlap_grad_reduce") or v.get("ddp_impl") == "torch"),
@@ -164,99 +194,33 @@ def request_from_megatron(
         "moe_token_dispatcher": v.get("moe_token_dispatcher_type") or "allgather",
         "moe_capacity_factor": v.get("moe_expert_capacity_factor"),
     }
-    return api.make_request(
+    fsdp = bool(v.get("use_megatron_fsdp") or fork.plan.get("fsdp"))
+    req = api.make_request(
         model=spec,
         hardware=hardware,
         gpus=gpus,
-        global_batch=int(B),
+        global_batch=B,
         seq_len=v.get("seq_length"),
         precision=precision,
         tp=tp,
         pp=pp,
         vpp=_vpp(v, spec.num_layers, pp),
         micro_batch=b,
-        cp=int(v.get("context_parallel_size") or 1),
-        ep=int(v.get("expert_model_parallel_size") or 1),
+        cp=cp,
+        ep=int(fork.plan.get("ep", v.get("expert_model_parallel_size") or 1)),
         etp=v.get("expert_tensor_parallel_size"),
-        fsdp=bool(v.get("use_megatron_fsdp")),
+        fsdp=fsdp,
         sequence_parallel=bool(v.get("sequence_parallel")),
         recompute=_recompute(v),
-        distributed_optimizer=bool(v.get("use_distributed_optimizer") or v.get("use_megatron_fsdp")),
-        stage_split=split,
+        distributed_optimizer=bool(
+            v.get("use_distributed_optimizer") or fsdp or fork.plan.get("distributed_optimizer")
+        ),
+        stage_split=fork.plan.get("stage_split") or _stage_split(v),
         first_stage_layers=v.get("decoder_first_pipeline_num_layers"),
         last_stage_layers=v.get("decoder_last_pipeline_num_layers"),
         options=options,
     )
-
-
-COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; every other one is read and ignored
-    "group_query_attention",
-    "num_query_groups",
-    "seq_length",
-    "tokenizer_type",
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "context_parallel_size",
-    "expert_model_parallel_size",
-    "expert_tensor_parallel_size",
-    "num_layers_per_virtual_pipeline_stage",
-    "num_virtual_stages_per_pipeline_rank",
-    "micro_batch_size",
-    "global_batch_size",
-    "sequence_parallel",
-    "recompute_granularity",
-    "recompute_activations",
-    "use_distributed_optimizer",
-    "use_megatron_fsdp",
-    "fp16",
-    "bf16",
-    "attention_backend",
-    "transformer_impl",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "grad_reduce_in_bf16",
-    "tp_comm_overlap",
-    "overlap_p2p_comm",
-    "fp8",
-    "fp8_param_gather",
-    "moe_token_dispatcher_type",
-    "moe_expert_capacity_factor",
-    "decoder_first_pipeline_num_layers",
-    "decoder_last_pipeline_num_layers",
-    "account_for_embedding_in_pipeline_split",
-    "account_for_loss_in_pipeline_split",
-    "distribute_saved_activations",
-}
-
-
-def _drop_unset(argv: list[str], unresolved: list[str]) -> tuple[list[str], list[str]]:
-    """Flags whose value is a variable the script leaves unset: dropped (with a note) when they do
-    not change the estimate, an error naming the variable when they do."""
-    import re
-
-    from planner.megatron.flags import flag_table
-
-    table, out, notes, i = flag_table(), [], [], 0
-    names = {u.strip("${}") for u in unresolved}
-    pattern = re.compile(r"\$\{?(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b") if names else None
-    while i < len(argv):
-        token = argv[i]
-        value = argv[i + 1] if i + 1 < len(argv) else None
-        hit = pattern.search(value) if pattern and value is not None and token.startswith("--") else None
-        if hit:
-            spec = table.get(token.split("=")[0])
-            if spec is not None and spec.dest in COST_DESTS:
-                name = hit.group(1)
-                raise PlannerError(
-                    f"{token} is {value}, which the script leaves unset; pass --env {name}=VALUE "
-                    "(or give the flag a value)"
-                )
-            notes.append(f"{token} {value}")
-            i += 2
-            continue
-        out.append(token)
-        i += 1
-    return out, notes
+    return req, notes, warnings
 
 
 def import_megatron(
@@ -267,26 +231,33 @@ def import_megatron(
     hardware: str | None = None,
     env: dict[str, str] | None = None,
     base_dir: str | None = None,
+    extra: str | None = None,
 ) -> Imported:
-    """Read a command line or launch script and build its plan (nothing in it is executed)."""
-    launch = extract_launch(text, env)
-    argv, dropped = _drop_unset(launch.argv, launch.unresolved)
+    """Read a command line or launch script and build its plan (nothing in it is executed). Files the
+    script sources or submits are read beside it, in ``base_dir``; ``extra`` flags follow the script's."""
+    import shlex
+
+    launch = extract_launch(text, env, read_file=read_beside(base_dir))
+    argv, dropped, lone = drop_unset(launch.argv, launch.argv_unresolved)
+    try:
+        argv += shlex.split(extra or "")
+    except ValueError as err:
+        raise PlannerError(f"--megatron-args {extra!r}: {err}") from err
     args = parse_megatron_argv(argv)
     world = gpus or launch.world_size
-    warnings = list(args.warnings)
-    for dest, flag in (
-        ("rampup_batch_size", "--rampup-batch-size"),
-        ("step_batch_size_schedule", "--step-batch-size-schedule"),
-    ):
-        if args.values.get(dest):
-            warnings.append(f"{flag} ignored: the estimate is for the full global batch of the steady state")
+    if world is None:
+        raise PlannerError(world_unknown(launch))
+    warnings, notes = list(args.warnings), []
+    if args.values.get("rampup_batch_size"):
+        notes.append("--rampup-batch-size ignored: the estimate is for the full global batch of the steady state")
     if dropped:
+        notes.append(f"ignored flags set from unset values (they do not change the estimate): {'; '.join(dropped)}")
+    if lone:
+        notes.append(f"unset, so expanding to nothing (as in bash): {' '.join(lone)}")
+    if launch.unread:
         warnings.append(
-            f"ignored flags set from unset variables (they do not change the estimate): {'; '.join(dropped)}"
+            f"did not read {', '.join(launch.unread)} (only files beside the script are read); if it sets values the "
+            "launch uses, pass them with --env NAME=VALUE"
         )
-    return Imported(
-        request_from_megatron(args, gpus=world, model=model, hardware=hardware),
-        tuple(warnings),
-        launch.argv,
-        launch.world_size,
-    )
+    request, read, departs = request_from_megatron(args, gpus=world, model=model, hardware=hardware, files=launch.files)
+    return Imported(request, tuple(warnings + departs), launch.argv, launch.world_size, tuple(notes + read))

@@ -8,7 +8,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS
-from planner.report.layout import KEEP, Column, FittedTable, plan_text, plain_table, table_width
+from planner.report.layout import KEEP, Column, FittedTable, plain_table, plan_text, table_width
 
 MAX_STAGE_ROWS = 8
 VERDICT_TERMS = 3  # the largest memory and time terms the verdict names
@@ -45,7 +45,9 @@ def verdict(pj: dict, note: str | None = None) -> Text:
         out.append(f"{peak:.1f} of {cap:.1f} GiB per GPU (stage {est['peak_stage']}), {cap - peak:.1f} GiB free\n")
     else:
         out.append("DOES NOT FIT  ", "bold red")
-        out.append(f"needs {peak:.1f} GiB per GPU (stage {est['peak_stage']}), {peak - cap:.1f} GiB more than {cap:.1f}\n")
+        out.append(
+            f"needs {peak:.1f} GiB per GPU (stage {est['peak_stage']}), {peak - cap:.1f} GiB more than {cap:.1f}\n"
+        )
         fix = (pj.get("fit_suggestions") or [None])[0]
         if fix:
             out.append("fix   ", "bold yellow")
@@ -68,10 +70,7 @@ def verdict(pj: dict, note: str | None = None) -> Text:
     out.append("time  ", "bold")
     out.append(f" {_largest(est['time'], TIME_TERMS, 's', '.2f')} s of {est['iteration_s']:.2f}\n")
     days = f" · {est['train_days']:,.1f} days for {est['train_tokens'] / 1e9:g}B tokens" if "train_days" in est else ""
-    out.append(
-        f"      bubble {100 * est['bubble_frac']:.1f}% · m = {est['num_microbatches']:g} micro-batches"
-        f"{days}"
-    )
+    out.append(f"      bubble {100 * est['bubble_frac']:.1f}% · m = {est['num_microbatches']:g} micro-batches{days}")
     return out
 
 
@@ -80,7 +79,9 @@ def explain_view(pj: dict, note: str | None = None) -> Group:
     parts = [verdict(pj, note), Text(""), memory_stage_table(pj), TermsTable(pj, "memory")]
     if "fit_suggestions" in pj:
         parts.append(fit_suggestions_view(pj))
-    rules = "Megatron-LM rules: all hold" if pj["legal"] else "Megatron-LM rules broken: " + "; ".join(pj["broken_rules"])
+    rules = (
+        "Megatron-LM rules: all hold" if pj["legal"] else "Megatron-LM rules broken: " + "; ".join(pj["broken_rules"])
+    )
     layers = ", ".join(str(n) for n in pj["parallel"]["stage_layers"])
     return Group(
         *parts,
@@ -132,9 +133,7 @@ def memory_stage_table(pj: dict) -> FittedTable:
             KEEP,
         ),
     ]
-    return FittedTable(
-        columns, rows, f"Memory per GPU by pipeline stage (GiB; capacity {cap:.1f}), most loaded first"
-    )
+    return FittedTable(columns, rows, f"Memory per GPU by pipeline stage (GiB; capacity {cap:.1f}), most loaded first")
 
 
 def _formula(est: dict, kind: str, term: str) -> tuple[str, str]:
@@ -180,7 +179,9 @@ class TermsTable:
         est = self.pj["estimate"]
         if self.kind == "time":
             return "sum of the terms above"
-        verdict = "fits" if est["fits"] else f"does NOT fit: {est['peak_memory_gib'] - est['capacity_gib']:.2f} GiB over"
+        verdict = (
+            "fits" if est["fits"] else f"does NOT fit: {est['peak_memory_gib'] - est['capacity_gib']:.2f} GiB over"
+        )
         return f"of {est['capacity_gib']:.1f} GiB: {verdict}"
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -199,8 +200,16 @@ def metrics_table(est: dict) -> FittedTable:
     rows = [
         ("tokens/s", f"{est['tokens_per_s']:,.0f}", "global batch × seq_len / iteration"),
         ("TFLOP/s/GPU model", f"{est['tflops_per_gpu']:.1f}", "Korthikanti 2022 Eq. 7 FLOPs, no recomputation: MFU"),
-        ("TFLOP/s/GPU hardware", f"{est['hw_tflops_per_gpu']:.1f}", "with recomputed FLOPs (Narayanan 2021 Eq. 3): HFU"),
-        ("TFLOP/s/GPU Megatron", f"{est['megatron_tflops_per_gpu']:.1f}", "as Megatron-LM logs it: causal attention halved"),
+        (
+            "TFLOP/s/GPU hardware",
+            f"{est['hw_tflops_per_gpu']:.1f}",
+            "with recomputed FLOPs (Narayanan 2021 Eq. 3): HFU",
+        ),
+        (
+            "TFLOP/s/GPU Megatron",
+            f"{est['megatron_tflops_per_gpu']:.1f}",
+            "as Megatron-LM logs it: causal attention halved",
+        ),
         ("MFU", f"{100 * est['mfu']:.1f}%", "model FLOP/s ÷ dense peak"),
         ("HFU", f"{100 * est['hfu']:.1f}%", "hardware FLOP/s ÷ dense peak"),
         ("pipeline bubble", f"{100 * est['bubble_frac']:.1f}%", "bubble time ÷ iteration"),

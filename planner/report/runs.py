@@ -138,7 +138,9 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
     a, b = names
     columns = [
         Column("section", lambda r: Text(r["head"], style="bold"), 3, "left"),
-        Column("quantity", lambda r: r["name"] + (f" ({r['unit']})" if r["unit"] not in ("", "frac") else ""), KEEP, "left"),
+        Column(
+            "quantity", lambda r: r["name"] + (f" ({r['unit']})" if r["unit"] not in ("", "frac") else ""), KEEP, "left"
+        ),
         Column(a, lambda r: _side(r, "a"), KEEP),
         Column(b, lambda r: _side(r, "b"), KEEP),
         Column(f"{b} − {a}", _delta, 1),

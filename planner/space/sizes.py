@@ -41,7 +41,9 @@ def has_legal_plan(ctx: Context, num_gpus: int, pins: Pins) -> bool:
 
 def nearest_legal_sizes(ctx: Context, num_gpus: int, pins: Pins) -> list[int]:
     """The nearest GPU count below and the nearest above ``num_gpus`` with a legal plan (either may be missing)."""
-    below = next((n for n in range(num_gpus - 1, max(num_gpus - MAX_SCAN, 0), -1) if has_legal_plan(ctx, n, pins)), None)
+    below = next(
+        (n for n in range(num_gpus - 1, max(num_gpus - MAX_SCAN, 0), -1) if has_legal_plan(ctx, n, pins)), None
+    )
     above = next((n for n in range(num_gpus + 1, num_gpus + MAX_SCAN) if has_legal_plan(ctx, n, pins)), None)
     return [n for n in (below, above) if n is not None]
 

@@ -10,7 +10,12 @@ bashlex cannot parse arrays, ``$((``, ``[[``, ``((`` or ``case`` (and loops on s
 ``${``); :class:`~planner.megatron.shell.rewrite.Rewriter` first turns those into marker commands and opaque
 ``${__mp_<kind><n>}`` parameters, so bashlex only ever sees simple words.
 
-Limits: ``source``/``.`` files are not read; ``$(...)`` and backquotes stay unresolved
+``source``/``.`` of a file, ``sbatch [options] FILE`` and ``bash FILE`` are followed when the file is
+one ``read_file`` gives (the importer's reads beside the script); here-documents written to a file
+are kept (``LaunchLine.files``) and those fed to sbatch or a shell are interpreted. ``<fill-in>``
+placeholders read as unset values.
+
+Limits: files elsewhere are not read (``LaunchLine.unread``); ``$(...)`` and backquotes stay unresolved
 placeholders; file tests (``-f``, ``-d`` ...) are taken as true; ``while``/``until`` run one
 pass, ``for`` at most 256 items; ``read``, ``shift``, ``set --``, ``IFS`` changes, globbing and
 ``~`` are ignored; arrays are dense (no sparse or associative arrays); arithmetic has no
@@ -25,7 +30,7 @@ tests) and ``interp`` (the interpreter that walks the tree and finds the launch)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from planner.megatron.shell.interp import Interp, Return, Stop
 from planner.megatron.shell.launch import LaunchLine, ShellParseError, sbatch_directives
@@ -33,7 +38,9 @@ from planner.megatron.shell.launch import LaunchLine, ShellParseError, sbatch_di
 __all__ = ["LaunchLine", "ShellParseError", "extract_launch"]
 
 
-def extract_launch(text: str, env: Mapping[str, str] | None = None) -> LaunchLine:
+def extract_launch(
+    text: str, env: Mapping[str, str] | None = None, read_file: Callable[[str], str | None] | None = None
+) -> LaunchLine:
     """Find the Megatron-LM launch in a shell script or command line, without running it.
 
     ``argv`` holds the arguments after the entry point (``pretrain_gpt.py``, any
@@ -46,7 +53,7 @@ def extract_launch(text: str, env: Mapping[str, str] | None = None) -> LaunchLin
     Raises :class:`ShellParseError` if bashlex cannot parse the text or it holds neither an
     entry point nor flags.
     """
-    interp = Interp(env or {}, sbatch_directives(text))
+    interp = Interp(env or {}, sbatch_directives(text), read_file)
     try:
         interp.run_text(text)
     except (Stop, Return):
@@ -56,4 +63,10 @@ def extract_launch(text: str, env: Mapping[str, str] | None = None) -> LaunchLin
     if interp.flags:
         return interp.make_launch([], interp.flags, None)
     where = " before the script's exit" if interp.exited else ""
+    unread = list(dict.fromkeys(interp.unread))
+    if unread:
+        where += (
+            f"; the script reads {', '.join(unread)}, which megaplan could not read (only files beside the script "
+            "are followed): put it beside the script, or set the variables it defines with --env NAME=VALUE"
+        )
     raise ShellParseError(f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}")

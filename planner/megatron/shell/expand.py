@@ -57,6 +57,8 @@ def _arith_ast(node: ast.AST) -> int:
     if isinstance(node, ast.UnaryOp):
         v = _arith_ast(node.operand)
         return _wrap({ast.USub: -v, ast.UAdd: v, ast.Invert: ~v, ast.Not: int(not v)}[type(node.op)])
+    if isinstance(node, ast.IfExp):
+        return _arith_ast(node.body) if _arith_ast(node.test) else _arith_ast(node.orelse)
     if isinstance(node, ast.BoolOp):
         vals = [_arith_ast(v) for v in node.values]
         return int(all(vals) if isinstance(node.op, ast.And) else any(vals))
@@ -92,7 +94,7 @@ class Expander:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.vars = {str(k): Var(str(v)) for k, v in env.items()}
         self.pinned = set(self.vars)
-        self.tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": []}
+        self.tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": [], "h": []}
 
     # -- variables ----------------------------------------------------------------------
     def set_var(
@@ -149,6 +151,9 @@ class Expander:
         if missing:
             return None, missing
         text = re.sub(r"!(?!=)", " not ", text.replace("&&", " and ").replace("||", " or "))
+        ternary = re.fullmatch(r"([^?]+)\?([^:]+):(.+)", text.strip())
+        if ternary:  # c ? x : y (one level) as Python's conditional expression
+            text = f"(({ternary.group(2)}) if ({ternary.group(1)}) else ({ternary.group(3)}))"
         try:
             return _arith_ast(ast.parse(text.strip() or "0", mode="eval").body), set()
         except (

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from planner.megatron.shell.conditions import Test
 from planner.megatron.shell.expand import MAX_DEPTH, Expander
 from planner.megatron.shell.fields import Field, Var
+from planner.megatron.shell.follow import SHELLS, Follow
 from planner.megatron.shell.launch import INT, LaunchLine, ShellParseError, launch_options, process_count
-from planner.megatron.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse
+from planner.megatron.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse, placeholders
 
 _KEYWORDS = {"if", "then", "elif", "else", "fi", "while", "until", "do", "done"}
 _ENTRY = re.compile(r"^[\w.-]*(?:train|finetune)[\w.-]*\.py$")
@@ -35,12 +36,14 @@ class Return(Exception):
     """``return`` from a function."""
 
 
-class Interp(Expander):
+class Interp(Follow, Expander):
     """Walk bashlex trees tracking variables only; record the first Megatron-LM launch."""
 
-    def __init__(self, env: Mapping[str, str], directives: list[list[Field]]) -> None:
+    def __init__(self, env: Mapping[str, str], directives: list[list[Field]], read_file=None) -> None:
         super().__init__(env)
         self.directives, self.job = directives, []
+        self.read_file, self.files, self.unread = read_file, {}, []
+        self.seed_slurm()
         self.funcs: dict[str, object] = {}
         self.src, self.prefix, self.flags = "", [], []
         self.launch: LaunchLine | None = None
@@ -49,7 +52,7 @@ class Interp(Expander):
 
     # -- walking the tree ---------------------------------------------------------------
     def run_text(self, text: str) -> None:
-        rewritten, _ = Rewriter(text, self.tables).scan(0, "top")
+        rewritten, _ = Rewriter(placeholders(text, self.tables), self.tables).scan(0, "top")
         trees = parse(rewritten) if rewritten.strip() else []
         saved, self.src = self.src, rewritten
         try:
@@ -159,6 +162,8 @@ class Interp(Expander):
             for raw in assigns:
                 self.assign(raw)
             return True
+        if self.heredoc(node, words, fields):
+            return True
         return self.builtin(words, fields)
 
     def marker(self, words: list[str]) -> bool | None:
@@ -201,11 +206,17 @@ class Interp(Expander):
                     self.vars.pop(text, None)
         elif name == "eval":
             self.nested(" ".join(t for t, _ in fields[1:]), [])
+        elif name in (".", "source"):
+            self.source(fields)
         elif name in self.funcs:
             self.call(name, fields)
         else:
-            if posixpath.basename(name) in ("sbatch", "salloc"):
+            base = posixpath.basename(name)
+            if base in ("sbatch", "salloc"):
                 self.job.append(fields)
+                self.seed_slurm()
+            if base in ("sbatch", *SHELLS) and "-c" not in [t for t, _ in fields] and self.run_file(fields):
+                return True
             self.detect(fields)
         return True
 
@@ -236,10 +247,13 @@ class Interp(Expander):
         if posixpath.basename(texts[0]) in _NOT_LAUNCH:
             return
         for k, text in enumerate(texts):
-            shell = k > 0 and posixpath.basename(texts[k - 1]) in ("sh", "bash", "dash", "zsh")
-            if shell and text == "-c" and k + 1 < len(texts):
-                self.nested(texts[k + 1], fields[: k - 1])
-                return
+            if posixpath.basename(text) in SHELLS:
+                j = k + 1  # skip the shell's options (-x, -e, -l ...) up to -c or a combined -xc / -lc
+                while j < len(texts) and texts[j].startswith("-") and not texts[j].endswith("c"):
+                    j += 1
+                if j + 1 < len(texts) and texts[j].startswith("-") and texts[j].endswith("c"):
+                    self.nested(texts[j + 1], fields[:k])
+                    return
             if _ENTRY.match(posixpath.basename(text)):
                 self.launch = self.make_launch(self.prefix + fields[:k], fields[k + 1 :], text)
                 raise Stop
@@ -252,9 +266,11 @@ class Interp(Expander):
         torch = False
         for fields in [*self.directives, *self.job, launcher]:
             torch = launch_options(fields, opts) or torch
+        deepspeed = any(posixpath.basename(t) == "deepspeed" for t, _ in launcher)
         nproc, nnodes, world = (process_count(opts.get(k), unresolved) for k in ("nproc", "nnodes", "world"))
-        if nnodes is None and torch and nproc is not None and "nnodes" not in opts:
-            nnodes = 1  # torchrun's default
+        single_node = torch or (deepspeed and "hostfile" not in opts)
+        if nnodes is None and single_node and nproc is not None and "nnodes" not in opts:
+            nnodes = 1  # torchrun's default; the deepspeed launcher without a hostfile runs on this node
         if nproc is not None and nnodes is not None:
             world = nproc * nnodes
         elif world is None and isinstance(self.vars.get("WORLD_SIZE", Var([])).value, str):
@@ -264,7 +280,20 @@ class Interp(Expander):
             nnodes = world // nproc
         if nproc is None and world and nnodes and world % nnodes == 0:
             nproc = world // nnodes
-        return LaunchLine([t for t, _ in argv], nproc, nnodes, world, list(unresolved), entry)
+        counts = {k: opts[k] for k in ("nproc", "nnodes", "world", "hostfile") if k in opts}
+        return LaunchLine(
+            [t for t, _ in argv],
+            nproc,
+            nnodes,
+            world,
+            list(unresolved),
+            entry,
+            argv_unresolved=[u for _, u in argv],
+            files=dict(self.files),
+            unread=list(dict.fromkeys(self.unread)),
+            launcher=" ".join(t for t, _ in launcher),
+            counts={k: v[0] for k, v in counts.items()},
+        )
 
     # -- variables ----------------------------------------------------------------------
     def assign(self, raw: str) -> None:

@@ -31,13 +31,25 @@ class LaunchLine:
     world_size: int | None = None
     unresolved: list[str] = field(default_factory=list)
     entry_point: str | None = None
+    argv_unresolved: list[frozenset[str]] = field(default_factory=list)  # per argv word, the names it holds
+    files: dict[str, str] = field(default_factory=dict)  # files the script writes (here-documents), by path
+    unread: list[str] = field(default_factory=list)  # files the script sources or runs that were not read
+    launcher: str = ""  # the words before the entry point
+    counts: dict[str, str] = field(default_factory=dict)  # the launcher's process-count options as written
 
 
 INT = re.compile(r"-?[0-9]{1,18}")
 _TORCH = {"--nproc_per_node": "nproc", "--nproc-per-node": "nproc", "--nnodes": "nnodes"}
 _SLURM = {"--ntasks-per-node": "nproc", "--nodes": "nnodes", "-N": "nnodes", "--ntasks": "world", "-n": "world"}
 _MPI = {"-np": "world", "-n": "world", "--np": "world", "-npernode": "nproc", "--npernode": "nproc", "-N": "nproc"}
-_DEEPSPEED = {"--num_gpus": "nproc", "--num-gpus": "nproc", "--num_nodes": "nnodes", "--num-nodes": "nnodes"}
+_DEEPSPEED = {
+    "--num_gpus": "nproc",
+    "--num-gpus": "nproc",
+    "--num_nodes": "nnodes",
+    "--num-nodes": "nnodes",
+    "--hostfile": "hostfile",
+    "-H": "hostfile",
+}
 _LAUNCHERS = {
     "torchrun": _TORCH,
     "torch.distributed.run": _TORCH,

@@ -17,6 +17,8 @@ import bashlex
 from planner.megatron.shell.launch import ShellParseError
 
 ARRAY, COND, ARITH, CASE = "__mp_array__", "__mp_cond__", "__mp_arith__", "__mp_case__"
+HEREDOC = "__mp_h"  # a here-document's delimiter as bashlex sees it: __mp_h<n>, its body in table "h"
+_DO_NEXT = re.compile(r"[ \t]*do\b")  # a loop's `do` on the line after its condition (bashlex rejects it)
 _OPS = ";&|()<>"
 _STARTERS = {"then", "do", "else", "elif", "if", "while", "until", "{", "!", "time"}
 _ARRAY_RE = re.compile(r"([A-Za-z_]\w*)(\+?)=\(")
@@ -62,7 +64,7 @@ class Rewriter:
 
     def __init__(self, s: str, tables: dict[str, list]) -> None:
         self.s, self.tables = s, tables
-        self.heredocs: list[tuple[str, bool]] = []
+        self.heredocs: list[tuple[str, bool, int]] = []  # (delimiter, strip tabs, index in table "h")
         self.ifs: list[int] = []  # elifs seen per open if
 
     def _param(self, kind: str, value: object) -> str:
@@ -138,17 +140,22 @@ class Rewriter:
         return "".join(out), i
 
     def heredoc_bodies(self, i: int) -> tuple[str, int]:
-        """Skip pending here-document bodies from ``i`` (a line start), keeping their ends."""
+        """Move pending here-document bodies from ``i`` (a line start) into table ``h``; bashlex sees an
+        empty here-document whose delimiter ``__mp_h<n>`` names the body (text, quoted delimiter)."""
         out = []
-        for delim, strip in self.heredocs:
+        for delim, strip, n in self.heredocs:
+            body = []
             while i < len(self.s):
                 end = self.s.find("\n", i) + 1 or len(self.s)
                 line, i = self.s[i:end], end
-                if (line.lstrip("\t") if strip else line).rstrip("\n") == delim:
-                    out.append(delim + "\n")
+                text = line.lstrip("\t") if strip else line
+                if text.rstrip("\n") == delim:
+                    out.append(f"{HEREDOC}{n}\n")
                     break
+                body.append(text)
             else:
                 raise ShellParseError(f"here-document without its end {delim!r}")
+            self.tables["h"][n] = ("".join(body), self.tables["h"][n][1])
         self.heredocs = []
         return "".join(out), i
 
@@ -162,7 +169,8 @@ class Rewriter:
                 out.append(s[i : i + step])
                 i += step
             elif c == "\n":
-                out.append(" \\\n" if mode in ("array", "cond") else "\n")
+                loop_do = not self.heredocs and mode not in ("array", "cond") and _DO_NEXT.match(s, i + 1)
+                out.append(" \\\n" if mode in ("array", "cond") else "; " if loop_do else "\n")
                 i, cmd = i + 1, True
                 if self.heredocs:
                     body, i = self.heredoc_bodies(i)
@@ -195,14 +203,23 @@ class Rewriter:
                 return i + 2, False
             out.append("\\" + s[i])
             return i + 1, False
-        if s.startswith("<<", i) and not s.startswith("<<<", i):
-            j = i + 2 + (s[i + 2 : i + 3] == "-")
+        if s.startswith("<<<", i):  # a here-string: its word follows as an ordinary word
+            out.append("<<<")
+            return i + 3, False
+        if s.startswith("<<", i):
+            dash = s[i + 2 : i + 3] == "-"
+            j = i + 2 + dash
             while j < len(s) and s[j] in " \t":
                 j += 1
-            word, k = self.word(j)
-            self.heredocs.append((re.sub(r"[\"'\\]", "", word), s[i + 2 : i + 3] == "-"))
-            out.append(s[i:k])
-            return k, False
+            raw_end = j
+            while raw_end < len(s) and s[raw_end] not in " \t\n;&|<>()":
+                raw_end += 1
+            raw = s[j:raw_end]
+            n = len(self.tables["h"])
+            self.tables["h"].append(("", any(q in raw for q in "\"'\\")))
+            self.heredocs.append((re.sub(r"[\"'\\]", "", raw), dash, n))
+            out.append(f"<<{'-' if dash else ''}{HEREDOC}{n}")
+            return raw_end, False
         out.append(s[i])
         return i + 1, s[i] in ";&|("
 
@@ -225,6 +242,10 @@ class Rewriter:
             out.append(text)
         elif mode == "case" and cmd and word == "esac":
             return True, i, True
+        elif cmd and word == "for" and re.match(r"[ \t]*\(\(", self.s[j:]):
+            k = close_bracket(self.s, self.s.index("((", j))  # for ((init; test; step)): its body runs once
+            out.append("for __mp_cfor in 1")
+            return False, k, False
         elif cmd and word in ("if", "elif", "fi"):
             out.append(self.if_word(word))
             return False, j, word != "fi"
@@ -286,6 +307,31 @@ class Rewriter:
             body, i = self.scan(i, "case")
             keyword = "else if" if parts else "if"
             parts.append(f"{keyword} {CASE} {subject} {' '.join(patterns)}; then :\n{body}\n")
+
+
+_PLACEHOLDER = re.compile(r"<(?=[A-Za-z])[^<>\n'\"$`&|;()=]*[^\s<>'\"$`&|;()=]>(?!>)")
+
+
+def placeholders(text: str, tables: dict[str, list]) -> str:
+    """Turn fill-in placeholders (``<Specify path>``, ``<PATH TO CHECKPOINTS>``) outside single quotes into
+    unresolved values, as an unset variable is: bash would read them as redirections and fail."""
+    out, i, quote = [], 0, ""
+    while i < len(text):
+        c = text[i]
+        m = _PLACEHOLDER.match(text, i) if c == "<" and quote != "'" and text[i - 1 : i] != "<" else None
+        if m:
+            tables["c"].append(m.group())
+            out.append(f"${{__mp_c{len(tables['c']) - 1}}}")
+            i = m.end()
+            continue
+        step = 2 if c == "\\" and quote != "'" else 1
+        if c == "#" and not quote and (i == 0 or text[i - 1] in " \t\n;"):  # a comment, to the line's end
+            step = (text.find("\n", i) + 1 or len(text) + 1) - i
+        elif c in "'\"" and quote in ("", c):
+            quote = "" if quote == c else c
+        out.append(text[i : i + step])
+        i += step
+    return "".join(out)
 
 
 def _ansi_c(text: str) -> str:

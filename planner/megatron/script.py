@@ -1,0 +1,177 @@
+"""What a launch script leaves open: flags whose values it leaves unset (dropped, or an error naming
+the variable when they change the estimate), words that expand to nothing, a world size it does not
+give, and the files beside it that it sources or submits."""
+
+from __future__ import annotations
+
+from planner.errors import PlannerError
+
+MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "ffn_hidden_size": "ffn_hidden_size",
+    "max_position_embeddings": "max_position_embeddings",
+    "vocab_size": "vocab_size",
+    "make_vocab_size_divisible_by": "make_vocab_size_divisible_by",
+    "kv_channels": "kv_channels",
+    "swiglu": "swiglu",
+    "normalization": "normalization",
+    "position_embedding_type": "position_embedding_type",
+    "untie_embeddings_and_output_weights": "untie_embeddings_and_output_weights",
+    "add_bias_linear": "add_bias_linear",
+    "hidden_dropout": "hidden_dropout",
+    "attention_dropout": "attention_dropout",
+    "squared_relu": "squared_relu",
+    "num_experts": "num_experts",
+    "moe_router_topk": "moe_router_topk",
+    "moe_ffn_hidden_size": "moe_ffn_hidden_size",
+    "moe_layer_freq": "moe_layer_freq",
+}
+
+KEEP_UNSET = {"vocab_file", "merge_file", "tokenizer_model", "load", "data_path"}  # their presence is what counts
+
+
+COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; every other one is read and ignored
+    "group_query_attention",
+    "num_query_groups",
+    "seq_length",
+    "tokenizer_type",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "num_layers_per_virtual_pipeline_stage",
+    "num_virtual_stages_per_pipeline_rank",
+    "micro_batch_size",
+    "global_batch_size",
+    "sequence_parallel",
+    "recompute_granularity",
+    "recompute_activations",
+    "use_distributed_optimizer",
+    "use_megatron_fsdp",
+    "fp16",
+    "bf16",
+    "attention_backend",
+    "transformer_impl",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "grad_reduce_in_bf16",
+    "tp_comm_overlap",
+    "overlap_p2p_comm",
+    "fp8",
+    "fp8_param_gather",
+    "moe_token_dispatcher_type",
+    "moe_expert_capacity_factor",
+    "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
+    "distribute_saved_activations",
+}
+
+
+def _forms(name: str) -> tuple[str, ...]:
+    """The texts an unresolved name can stand as in a word: ``$X`` and ``${X}``, or itself."""
+    return (name, "${" + name[1:] + "}") if name.startswith("$") and not name.startswith("$(") else (name,)
+
+
+def _present(token: str, names: frozenset[str]) -> frozenset[str]:
+    """The unresolved names whose text is in the word (an array's words share the names of all of them)."""
+    return frozenset(n for n in names if any(f in token for f in _forms(n)))
+
+
+def _lone(token: str, names: frozenset[str]) -> bool:
+    """Whether a word is nothing but unset expansions (``$@``, ``${OPT}``, ``<fill in>``): bash would drop it."""
+    rest = token
+    for name in sorted(names, key=len, reverse=True):
+        for form in _forms(name):
+            rest = rest.replace(form, "")
+    return not rest.strip()
+
+
+def _takes_value(flag: str) -> tuple[bool, str | None]:
+    """(whether a flag takes a value, its destination) in today's table, the aliases or the fork table."""
+    from planner.megatron.aliases import ALIASES
+    from planner.megatron.dialects import fork_flag
+    from planner.megatron.flags import flag_table
+
+    spec = ALIASES[flag].spec if flag in ALIASES else flag_table().get(flag)
+    if spec is None and "_" in flag:
+        spec = flag_table().get("--" + flag[2:].replace("_", "-"))
+    if spec is not None:
+        return spec.takes_value, spec.dest
+    fork = fork_flag(flag)
+    return (fork.takes_value if fork else True), None
+
+
+def _env_name(names: frozenset[str]) -> str:
+    name = sorted(names)[0]
+    return name[1:].strip("{}") if name.startswith("$") and not name.startswith("$(") else "NAME"
+
+
+def drop_unset(argv: list[str], unresolved: list[frozenset[str]]) -> tuple[list[str], list[str], list[str]]:
+    """(argv, flags dropped, lone words dropped). A flag whose value the script leaves unset is dropped
+    with a note when it does not change the estimate, and is an error naming the variable when it does;
+    a word that is only unset expansions (``$@``, an unset option string) expands to nothing, as in bash."""
+    unresolved = [_present(t, n) for t, n in zip(argv, unresolved or [frozenset()] * len(argv), strict=True)]
+    out, dropped, lone, i = [], [], [], 0
+    while i < len(argv):
+        token, names = argv[i], unresolved[i]
+        if names and _lone(token, names):
+            lone.append(token)
+            i += 1
+            continue
+        flag = token.split("=")[0]
+        takes, dest = _takes_value(flag) if token.startswith("--") else (False, None)
+        value_names = unresolved[i + 1] if i + 1 < len(argv) and "=" not in token else names if "=" in token else None
+        value = token.partition("=")[2] if "=" in token else argv[i + 1] if i + 1 < len(argv) else None
+        if takes and value_names and dest not in KEEP_UNSET:
+            if dest in COST_DESTS:
+                raise PlannerError(
+                    f"{flag} is {value}, which the script leaves unset (or computes with a command megaplan does not "
+                    f"run); pass --env {_env_name(value_names)}=VALUE"
+                )
+            dropped.append(f"{flag} {value}")
+            i += 1 if "=" in token else 2
+            continue
+        step = 2 if takes and "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("--") else 1
+        out += argv[i : i + step]
+        i += step
+    return out, dropped, lone
+
+
+def world_unknown(launch) -> str:
+    """Why the launch does not say how many GPUs it runs on, naming what would."""
+    import re
+
+    counts = {k: v for k, v in launch.counts.items() if k != "hostfile"}
+    if "deepspeed" in launch.launcher and "hostfile" in launch.counts:
+        return "the world size is unknown: deepspeed runs on every GPU of the hosts in its hostfile; pass --gpus N"
+    if counts:
+        shown = ", ".join(f"{k} = {v}" for k, v in counts.items())
+        names = sorted({m for v in counts.values() for m in re.findall(r"\$\{?([A-Za-z_]\w*)", v)})
+        hint = f" or --env {names[0]}=VALUE" if names else ""
+        return (
+            f"the world size is unknown: the launcher's process counts ({shown}) come from values the script leaves "
+            f"unset or computes with a command megaplan does not run; pass --gpus N{hint}"
+        )
+    return "the world size is unknown: no torchrun/srun/mpirun/deepspeed process counts or WORLD_SIZE; pass --gpus N"
+
+
+def read_beside(base_dir: str | None):
+    """Reads a file a script sources or runs, by its name, beside the script (nothing else is read)."""
+    from pathlib import Path
+
+    def read(path: str) -> str | None:
+        name = Path(path.rstrip("/")).name
+        full = Path(base_dir or "") / name
+        if not base_dir or not name or not full.is_file():
+            return None
+        try:
+            return full.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    return read

@@ -1,0 +1,140 @@
+"""Files a launch script reaches: ``source``/``.`` of a file, ``sbatch [options] FILE`` and
+``bash FILE``, here-documents written to a file (a DeepSpeed JSON config) or fed to ``sbatch`` /
+``bash``, and the Slurm variables a job sees.
+
+Files are read through the caller's ``read_file`` (the importer's looks beside the script, by the
+file's name); a file it cannot give, or any file when there is none (a command line given as
+text), is recorded in ``unread`` so the importer can name it and ``--env``. Nothing is ever run.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+
+from planner.megatron.shell.expand import MAX_DEPTH
+from planner.megatron.shell.fields import Field, Var
+from planner.megatron.shell.launch import INT, launch_options, sbatch_directives
+from planner.megatron.shell.rewrite import HEREDOC
+
+SHELLS = ("sh", "bash", "dash", "zsh")
+SLURM_VARS = {  # what a Slurm job sees, from the job's options (sbatch command line and #SBATCH lines)
+    "nnodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
+    "nproc": ("SLURM_NTASKS_PER_NODE",),
+    "world": ("SLURM_NTASKS",),
+}
+_SBATCH_VALUE_OPTIONS = {"-p", "-A", "-t", "-N", "-n", "-J", "-o", "-e", "-c", "-w", "-x", "-C", "-q", "-G", "-D"}
+
+
+class Follow:
+    """Mixin of the interpreter: reading the files a script sources, submits or writes."""
+
+    read_file: Callable[[str], str | None] | None
+    files: dict[str, str]
+    unread: list[str]
+    directives: list[list[Field]]
+    job: list[list[Field]]
+    vars: dict[str, Var]
+    tables: dict[str, list]
+    depth: int
+
+    def sibling(self, path: str) -> str | None:
+        """The text of the file ``path`` names, from the caller's reader; None if it has none."""
+        return self.read_file(path) if self.read_file and path else None
+
+    def source(self, fields: list[Field]) -> None:
+        """``source FILE`` / ``. FILE``: run the file's text in this shell, or record it as unread."""
+        if len(fields) < 2:
+            return
+        path = fields[1][0]
+        text = self.sibling(path) if self.depth < MAX_DEPTH else None
+        if text is None:
+            self.unread.append(path)
+            return
+        from planner.megatron.shell.interp import Return
+
+        self.depth += 1
+        try:
+            self.run_text(text)
+        except Return:
+            pass
+        finally:
+            self.depth -= 1
+
+    def script_argument(self, fields: list[Field]) -> str | None:
+        """The script file of ``sbatch [options] FILE`` or ``bash|sh [options] FILE`` (None without one)."""
+        if len(fields) < 2:
+            return None
+        last, before = fields[-1][0], fields[-2][0]
+        if last.startswith("-") or (before in _SBATCH_VALUE_OPTIONS and len(fields) > 2):
+            return None
+        return last
+
+    def run_file(self, fields: list[Field]) -> bool:
+        """Run the script a ``sbatch``/``bash``/``sh`` command names, beside this one; False if there is none."""
+        path = self.script_argument(fields)
+        if path is None:
+            return False
+        text = self.sibling(path) if self.depth < MAX_DEPTH else None
+        if text is None:
+            self.unread.append(path)
+            return True
+        self.run_job_text(text, sbatch=posixpath.basename(fields[0][0]) in ("sbatch", "salloc"))
+        return True
+
+    def run_job_text(self, text: str, sbatch: bool) -> None:
+        """Interpret a job script: its #SBATCH lines join the directives and set the Slurm variables."""
+        from planner.megatron.shell.interp import Return
+
+        if sbatch:
+            self.directives.extend(sbatch_directives(text))
+            self.seed_slurm()
+        self.depth += 1
+        try:
+            self.run_text(text)
+        except Return:
+            pass
+        finally:
+            self.depth -= 1
+
+    def seed_slurm(self) -> None:
+        """Set SLURM_NNODES and friends from the job's options, unless the script or --env set them."""
+        opts: dict[str, Field] = {}
+        for fields in [*self.directives, *self.job]:
+            launch_options(fields, opts)
+        for key, names in SLURM_VARS.items():
+            value = opts.get(key)
+            if value is None or not INT.fullmatch(value[0].strip()):
+                continue
+            for name in names:
+                if name not in self.vars:
+                    self.vars[name] = Var(value[0].strip())
+
+    def heredoc(self, node, words: list[str], fields: list[Field]) -> bool:
+        """A command with a here-document: written to a file (kept in ``files``), or a job script fed to
+        sbatch/bash/sh (interpreted). Returns whether it handled the command."""
+        redirects = [p for p in getattr(node, "parts", []) if p.kind == "redirect"]
+        doc = next(
+            (r for r in redirects if str(getattr(getattr(r, "output", None), "word", "")).startswith(HEREDOC)), None
+        )
+        if doc is None:
+            return False
+        body, quoted = self.tables["h"][int(doc.output.word[len(HEREDOC) :])]
+        text = body if quoted else self.heredoc_text(body)
+        target = next((r for r in redirects if r.type in (">", ">>") and hasattr(r.output, "word")), None)
+        name = posixpath.basename(fields[0][0]) if fields else ""
+        if target is not None:
+            path = self.string(self.raw(target.output))
+            self.files[path] = self.files.get(path, "") + text if target.type == ">>" else text
+            return True
+        if name in ("sbatch", "salloc") or (name in SHELLS and "-c" not in [t for t, _ in fields]):
+            if name in ("sbatch", "salloc"):
+                self.job.append(fields)
+            self.run_job_text(text, sbatch=name in ("sbatch", "salloc"))
+            return True
+        return False
+
+    def heredoc_text(self, body: str) -> str:
+        """An unquoted here-document's body with its variables expanded (quotes stay literal)."""
+        escaped = body.replace("\\", "\\\\").replace('"', '\\"').replace("\\\\$", "\\$")
+        return "".join(t for t, _ in self.expand('"' + escaped + '"', split=False))

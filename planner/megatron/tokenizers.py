@@ -1,0 +1,53 @@
+"""The vocabulary of a launch script's tokenizer, as ``pretrain_gpt.py`` would build it.
+
+Megatron-LM builds the tokenizer from ``--tokenizer-type`` (``megatron/training/tokenizer``): the GPT-2
+BPE for ``GPT2BPETokenizer`` (also what a script with ``--vocab-file``/``--merge-file`` and no type, or
+no tokenizer flags at all, describes), the Llama 2 SentencePiece model for ``Llama2Tokenizer``, and a
+Hugging Face or SentencePiece tokenizer named by ``--tokenizer-model`` otherwise. Sizes are never
+written here: they are the vocabularies of the model presets whose tokenizers the names match
+(``presets/reference/tokenizers.csv``).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import re
+
+from planner.presets import load_model, presets_root
+
+GPT2_BPE_VOCAB = 50257  # entries of gpt2-vocab.json (Radford et al. 2019); the gpt3-175b preset's vocabulary
+PRESET_OF_TYPE = {"Llama2Tokenizer": "llama2-7b", "GPT2BPETokenizer": "gpt3-175b"}
+NAMED_TYPES = {"HuggingFaceTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer"}
+
+
+@functools.cache
+def tokenizer_table() -> tuple[tuple[re.Pattern, str, str], ...]:
+    """(pattern on a tokenizer's name or path, preset whose vocabulary it has, Hugging Face name)."""
+    text = (presets_root() / "reference" / "tokenizers.csv").read_text(encoding="utf-8")
+    return tuple(
+        (re.compile(row["pattern"], re.IGNORECASE), row["preset"], row["hugging_face_name"])
+        for row in csv.DictReader(io.StringIO(text))
+    )
+
+
+def _preset_vocab(preset: str) -> int:
+    return load_model(preset).vocab_size
+
+
+def tokenizer_vocab(v: dict, fork: dict[str, list[str]]) -> tuple[int | None, str]:
+    """(vocabulary size, how it was found) of the tokenizer a parsed command line describes; None when
+    the tokenizer is named but not one megaplan knows."""
+    kind = v.get("tokenizer_type")
+    name = v.get("tokenizer_model") or " ".join(fork.get("--tokenizer-name-or-path", []))
+    if kind in PRESET_OF_TYPE:
+        return _preset_vocab(PRESET_OF_TYPE[kind]), f"--tokenizer-type {kind}"
+    if kind is None and not name:
+        reason = "--vocab-file/--merge-file: the GPT-2 BPE" if v.get("vocab_file") else "no tokenizer flags: "
+        reason += "" if v.get("vocab_file") else "pretrain_gpt.py's default, the GPT-2 BPE"
+        return GPT2_BPE_VOCAB, reason
+    for pattern, preset, hf_name in tokenizer_table():
+        if name and pattern.search(name):
+            return _preset_vocab(preset), f"--tokenizer-model {name}: the tokenizer of {hf_name} (preset {preset})"
+    return None, f"--tokenizer-type {kind} --tokenizer-model {name or '(none)'}"
