@@ -54,8 +54,8 @@ def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, no
     if v.get("group_query_attention") and v.get("num_query_groups"):
         fields["num_query_groups"] = v["num_query_groups"]
     fields.update(fork.model)
-    if fields.get("num_query_groups") == fields.get("num_attention_heads"):
-        fields.pop("num_query_groups")
+    if "num_query_groups" in fields and fields["num_query_groups"] == fields.get("num_attention_heads"):
+        fields.pop("num_query_groups")  # as many groups as heads: plain multi-head attention
     if "vocab_size" not in fields and base is None:
         vocab, how = tokenizer_vocab(v, fork_flags)
         if vocab is None:
@@ -122,6 +122,15 @@ def _attention(v: dict) -> str:
     return "flash"
 
 
+def _on(value: object) -> bool:
+    """Whether a flag's value turns its feature on: true, a positive count, a non-empty pattern or list."""
+    if isinstance(value, bool) or value is None:
+        return bool(value)
+    if isinstance(value, int | float):
+        return value > 0
+    return bool(value)
+
+
 def _global_batch(v: dict, fork: ForkPlan, b: int, dp: int) -> tuple[int, str | None]:
     """The steady-state global batch: --global-batch-size, the last step of --step-batch-size-schedule, the
     DeepSpeed config's train_batch_size, else micro-batch × dp (Megatron's default)."""
@@ -160,9 +169,11 @@ def request_from_megatron(
     fork = map_fork_flags(args.fork, v, files or {})
     notes += fork.notes
     warnings = list(fork.warnings)
-    unmodelled = [what for dest, what in NOT_MODELLED.items() if v.get(dest) not in (None, False, 0, 1, [], "")]
-    if isinstance(v.get("moe_layer_freq"), int):
-        unmodelled = [u for u in unmodelled if not u.startswith("an MoE layer pattern")]
+    unmodelled = [
+        what
+        for dest, what in NOT_MODELLED.items()
+        if _on(v.get(dest)) and not (dest == "moe_layer_freq" and isinstance(v[dest], int))
+    ]
     if getattr(v.get("position_embedding_type"), "original", None) == "alibi":
         unmodelled.append("ALiBi attention biases (no position embedding parameters, priced as none)")
     if unmodelled:

@@ -29,6 +29,7 @@ MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
     "moe_layer_freq": "moe_layer_freq",
 }
 
+KEEP_UNSET_FLAGS = {"--deepspeed_config", "--deepscale_config"}  # a path the script may write itself
 KEEP_UNSET = {"vocab_file", "merge_file", "tokenizer_model", "load", "data_path"}  # their presence is what counts
 
 
@@ -127,7 +128,7 @@ def drop_unset(argv: list[str], unresolved: list[frozenset[str]]) -> tuple[list[
         takes, dest = _takes_value(flag) if token.startswith("--") else (False, None)
         value_names = unresolved[i + 1] if i + 1 < len(argv) and "=" not in token else names if "=" in token else None
         value = token.partition("=")[2] if "=" in token else argv[i + 1] if i + 1 < len(argv) else None
-        if takes and value_names and dest not in KEEP_UNSET:
+        if takes and value_names and dest not in KEEP_UNSET and flag not in KEEP_UNSET_FLAGS:
             if dest in COST_DESTS:
                 raise PlannerError(
                     f"{flag} is {value}, which the script leaves unset (or computes with a command megaplan does not "

@@ -100,7 +100,7 @@ def sbatch_directives(text: str) -> list[list[Field]]:
     for m in re.finditer(r"^[ \t]*#SBATCH[ \t]+(.*)$", text, re.MULTILINE):
         try:
             tokens = shlex.split(m.group(1), comments=True)
-        except ValueError:
-            continue
+        except ValueError:  # an unbalanced quote in a fill-in placeholder: the options are plain words
+            tokens = m.group(1).split("#")[0].split()
         out.append([(t, frozenset()) for t in ["sbatch", *tokens]])
     return out

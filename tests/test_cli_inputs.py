@@ -1,0 +1,177 @@
+"""Never silently ignored, never silently wrong: each bad input exits 2 with one line that says what is
+allowed, each nonsensical input warns, options beside a plan file or a launch script override it with a
+note (or are refused), export refuses a plan that does not fit, and every output people use exists."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import cli
+
+DATA = Path(__file__).parent / "data"
+GPT3 = ["--model", "gpt3-175b", "--gpus", "1024"]
+
+
+def run(args: list[str], **kw):
+    return CliRunner().invoke(cli, args, **kw)
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (
+            ["search", *GPT3[:2], "--gpus", "1000"],
+            ["on 1,000 GPUs", "nearest GPU counts with a legal plan: 896 and 1,024"],
+        ),
+        (
+            ["search", *GPT3, "--cp", "3"],
+            ["--cp 3 does not divide 1,024 GPUs", "seq_len 2048 is not divisible by 2·cp = 6"],
+        ),
+        (["search", *GPT3, "--tp", "3", "--pp", "5"], ["--tp 3 and --pp 5 do not divide 1,024 GPUs"]),
+        (["explain", "--model", "gpt3-175", "--gpus", "8"], ["did you mean gpt3-175b?"]),
+        (
+            ["explain", *GPT3, "--tensor-model-parallel-size", "8"],
+            ["Megatron-LM's spelling; megaplan's option is --tp"],
+        ),
+        (["search", *GPT3, "--num-layers", "8"], ["--num-layers is a Megatron-LM flag", "--megatron-args"]),
+        (["explain", *GPT3, "--tp", "8", "--pp", "16", "--rank", "2"], ["--rank", "--plan FILE"]),
+        (["explain", *GPT3, "--tp", "8", "--pp", "16", "--env", "A=1"], ["--env", "--megatron-args-file"]),
+        (["presets", "show", "DGX-H100-superpd"], ["did you mean dgx-h100-superpod?"]),
+        (["explain", *GPT3, "--tp", "8", "--pp", "16", "--global-batch", "12"], ["allowed: a global batch"]),
+    ],
+)
+def test_bad_input_is_one_line_that_says_what_is_allowed(args, needles):
+    line = one_line_error(run(args))
+    for needle in needles:
+        assert needle in line, line
+
+
+def test_preset_names_are_read_in_any_case():
+    result = run(["explain", "--model", "GPT3-175B", "--hardware", "DGX-A100-SUPERPOD", *GPT3[2:], "--tp", "8"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [(None, "is a directory"), ("", "the file is empty"), ("- 1\n- 2\n", "got a list"), ("name: 3\n", "name")],
+)
+def test_a_yaml_that_is_not_a_model_says_exactly_why(tmp_path, content, needle):
+    path = tmp_path / "model.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_text(content)
+    assert needle in one_line_error(run(["explain", "--model", str(path), "--gpus", "8", "--tp", "8"]))
+
+
+def test_presets_show_takes_a_path(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(run(["presets", "show", "llama2-7b"]).stdout.replace("name: llama2-7b", "name: mine"))
+    shown = run(["presets", "show", str(mine), "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["name"] == "mine"
+
+
+def test_nonsensical_inputs_warn_and_still_run():
+    tiny_batch = run(["search", *GPT3, "--global-batch", "4", "--top", "1"])
+    assert tiny_batch.exit_code == 0
+    assert "global batch 4 is smaller than data-parallel size × micro-batch" in tiny_batch.stderr
+    assert "is low because of the batch" in tiny_batch.stderr
+    short = run(["explain", *GPT3, "--tp", "8", "--pp", "16", "--seq-len", "64", "--brief"])
+    assert short.exit_code == 0 and "sequence length 64 is under 128 tokens" in short.stderr
+
+
+def test_export_refuses_a_plan_that_does_not_fit_and_writes_nothing(tmp_path):
+    out = tmp_path / "train.sbatch"
+    args = ["export", *GPT3[:2], "--gpus", "128", "--tp", "8", "--pp", "1", "--format", "slurm", "-o", str(out)]
+    line = one_line_error(run(args))
+    assert "does not fit: it needs" in line and "GiB more than the 80.0 GiB" in line and "--force" in line
+    assert not out.exists()
+    forced = run([*args, "--force"])
+    assert forced.exit_code == 0 and "warning" in forced.stderr
+    assert out.read_text().splitlines()[1].startswith("# WARNING: megaplan predicts this plan does NOT fit")
+
+
+def test_options_beside_a_plan_file_override_it_with_a_note(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(run(["explain", *GPT3, "--tp", "8", "--pp", "16", "--json"]).stdout)
+    result = run(["explain", "--plan", str(plan), "--tp", "4", "--recompute", "selective", "--json"])
+    assert result.exit_code == 0
+    out = json.loads(result.stdout)
+    assert (out["parallel"]["tp"], out["parallel"]["dp"], out["parallel"]["recompute"]) == (4, 16, "selective")
+    assert "--tp 4 overrides the plan file's 8" in result.stderr
+    assert "--recompute selective overrides the plan file's none" in result.stderr
+
+
+def test_options_beside_a_launch_script_override_it_with_a_note():
+    script = DATA / "launch" / "srun_sh_c.sh"
+    args = ["explain", "--megatron-args-file", str(script), "--tp", "4", "--recompute", "selective", "--json"]
+    result = run(args)
+    assert result.exit_code == 0, result.output
+    par = json.loads(result.stdout)["parallel"]
+    assert (par["tp"], par["pp"], par["dp"], par["recompute"]) == (4, 4, 8, "selective")
+    assert "--tp 4 overrides the script's 8" in result.stderr
+    assert "--recompute selective overrides the script's full" in result.stderr
+    gpus = run(["explain", "--megatron-args-file", str(script), "--gpus", "256", "--json"])
+    assert "--gpus 256 overrides the script's 128 GPUs" in gpus.stderr
+
+
+def test_explain_without_tp_and_pp_takes_searchs_best_plan_and_says_so():
+    best = json.loads(run(["search", *GPT3, "--top", "1", "--json"]).stdout)["plans"][0]
+    result = run(["explain", *GPT3, "--brief"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0
+    assert "search's best of" in result.stdout and "TP4 PP8 DP32 b2 V12 · SP DO" in result.stdout
+    assert f"{best['estimate']['iteration_s']:.2f} s/iteration" in result.stdout
+    assert len(result.stdout.strip().splitlines()) <= 15
+
+
+def test_each_search_row_carries_the_command_lines_that_reproduce_it():
+    plans = json.loads(run(["search", *GPT3, "--top", "3", "--recompute", "selective", "--json"]).stdout)["plans"]
+    for pj in plans:
+        explain = shlex.split(pj["commands"]["explain"])
+        assert explain[:2] == ["megaplan", "explain"] and pj["commands"]["export"].endswith("--format slurm")
+        again = json.loads(run([*explain[1:], "--json"]).stdout)
+        assert again["parallel"] == pj["parallel"] and again["estimate"]["iteration_s"] == pj["estimate"]["iteration_s"]
+
+
+@pytest.mark.parametrize(
+    ("args", "column"),
+    [
+        (["search", *GPT3, "--top", "3"], "explain_command"),
+        (["sweep", "--model", "gpt3-175b", "--gpus", "512,1024"], "scaling_efficiency"),
+        (["validate"], "error_pct"),
+        (["compare", *GPT3, "--tp", "8", "--pp", "16", "--a", "--recompute full"], "delta"),
+    ],
+)
+def test_csv_output(args, column):
+    result = run([*args, "--csv"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert rows and column in rows[0]
+
+
+def _commands(group, prefix=()):
+    for name, cmd in sorted(group.commands.items()):
+        yield (*prefix, name)
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*prefix, name))
+
+
+@pytest.mark.parametrize("command", list(_commands(cli)), ids=" ".join)
+def test_every_help_ends_with_examples(command):
+    lines = run([*command, "--help"]).stdout.rstrip().splitlines()
+    examples = [line.strip() for line in lines[lines.index(next(x for x in lines if "Example" in x)) :]]
+    assert 2 <= sum(line.startswith("megaplan ") for line in examples) <= 3, lines
