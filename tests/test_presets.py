@@ -102,7 +102,7 @@ def test_malformed_yaml(tmp_path):
 def test_yaml_that_is_not_a_mapping(tmp_path):
     path = tmp_path / "list.yaml"
     path.write_text("- 1\n- 2\n")
-    with pytest.raises(PresetError, match="expected a YAML mapping of fields, got list"):
+    with pytest.raises(PresetError, match=r"expected a YAML mapping of fields \(name: value lines\), got a list"):
         load_model(str(path))
 
 
