@@ -7,41 +7,38 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from planner.plan import plan_label
+from planner.report.layout import KEEP, Column, FittedTable
+
+
+def _regret(r: dict) -> str:
+    g = r.get("regret")
+    return f"{g['speedup_pct']:+.1f}% ({g['same_recompute_speedup_pct']:+.1f}%)" if g else ""
+
+
+def _best_plan(r: dict) -> str:
+    g = r.get("regret")
+    return plan_label(g["best_plan"]) if g else ""
+
 
 def validation_view(result: dict) -> Group:
-    table = Table(title="Predicted vs published (error = predicted/published − 1)", title_justify="left")
-    for col, just in (
-        ("run", "left"),
-        ("metric", "left"),
-        ("published", "right"),
-        ("predicted", "right"),
-        ("error", "right"),
-    ):
-        table.add_column(col, justify=just)
-    has_regret = any("regret" in r for r in result["runs"])
-    if has_regret:
-        table.add_column("best plan faster by (same recompute/SP)", justify="right")
-        table.add_column("best plan", justify="left")
-    for r in result["runs"]:
-        err = r["error_pct"]
-        row = [
-            r["id"],
-            r["metric"],
-            f"{r['published']:.4g}",
-            f"{r['predicted']:.4g}",
-            Text(f"{err:+.1f}%", style="green" if abs(err) <= 5 else "yellow" if abs(err) <= 12 else "red"),
-        ]
-        if has_regret:
-            g = r.get("regret")
-            bp = g["best_plan"] if g else None
-            row += [
-                f"{g['speedup_pct']:+.1f}% ({g['same_recompute_speedup_pct']:+.1f}%)" if g else "",
-                f"TP {bp['tp']} PP {bp['pp']} DP {bp['dp']} VPP {bp['vpp']} b {bp['micro_batch']} {bp['recompute']}"
-                f"{' SP' if bp['sequence_parallel'] else ''}{' DO' if bp['distributed_optimizer'] else ''}"
-                if g
-                else "",
-            ]
-        table.add_row(*row)
+    columns = [
+        Column("run", lambda r: r["id"], KEEP, "left", wrap=True),
+        Column("metric", lambda r: r["metric"], 1, "left", wrap=True),
+        Column("published", lambda r: f"{r['published']:.4g}", 3),
+        Column("predicted", lambda r: f"{r['predicted']:.4g}", KEEP),
+        Column(
+            "error",
+            lambda r: Text(
+                f"{r['error_pct']:+.1f}%",
+                style="green" if abs(r["error_pct"]) <= 5 else "yellow" if abs(r["error_pct"]) <= 12 else "red",
+            ),
+            KEEP,
+        ),
+    ]
+    if any("regret" in r for r in result["runs"]):
+        columns += [Column("best faster (same rc/SP)", _regret, 2), Column("best plan", _best_plan, 4, "left")]
+    table = FittedTable(columns, result["runs"], "Predicted vs published (error = predicted/published − 1)")
     return Group(table, summary_table(result["summary"]), assumptions_text(result))
 
 
