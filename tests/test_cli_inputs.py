@@ -173,5 +173,7 @@ def _commands(group, prefix=()):
 @pytest.mark.parametrize("command", list(_commands(cli)), ids=" ".join)
 def test_every_help_ends_with_examples(command):
     lines = run([*command, "--help"]).stdout.rstrip().splitlines()
-    examples = [line.strip() for line in lines[lines.index(next(x for x in lines if "Example" in x)) :]]
+    start = max(k for k, line in enumerate(lines) if line.strip() == "Examples:")
+    examples = [line.strip() for line in lines[start + 1 :]]
+    assert all(line.startswith(("megaplan ", "--")) for line in examples), lines  # nothing after the examples
     assert 2 <= sum(line.startswith("megaplan ") for line in examples) <= 3, lines

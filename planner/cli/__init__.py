@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from contextlib import contextmanager
@@ -105,5 +106,18 @@ def say_warnings(ctx, gpus: int, pj: dict | None = None) -> None:
         click.echo(f"megaplan: warning: {warning}", err=True)
 
 
+def examples_last(group: click.Group) -> None:
+    """Move each command's examples from its help text to the end of its --help, after the options."""
+    for command in [group, *group.commands.values()]:
+        help_text = inspect.cleandoc(command.help or "")
+        at = help_text.find("\b\nExample")
+        if at >= 0:
+            command.help, command.epilog = help_text[:at].rstrip(), help_text[at:]
+        if isinstance(command, click.Group) and command is not group:
+            examples_last(command)
+
+
 # The commands register themselves on `cli` when their modules are imported.
 from planner.cli import catalog, plans, runs  # noqa: E402,F401
+
+examples_last(cli)

@@ -51,32 +51,20 @@ def _summary(kind: str, name: str) -> str:
     return spec.description or spec.gpu.name
 
 
-@presets.command("models")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def presets_models(ctx: click.Context, as_json: bool) -> None:
-    """List model presets.
+def _lister(kind: str, examples: tuple[str, str]):
+    """``megaplan presets models`` and ``megaplan presets hardware``."""
 
-    \b
-    Examples:
-        megaplan presets models
-        megaplan presets models --json
-    """
-    _list_presets(["models"], as_json or ctx.obj["json"])
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_context
+    def list_kind(ctx: click.Context, as_json: bool) -> None:
+        _list_presets([kind], as_json or ctx.obj["json"])
+
+    doc = f"List {kind} presets.\n\n\b\nExamples:\n    {examples[0]}\n    {examples[1]}\n"
+    return presets.command(kind, help=doc)(list_kind)
 
 
-@presets.command("hardware")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def presets_hardware(ctx: click.Context, as_json: bool) -> None:
-    """List hardware presets.
-
-    \b
-    Examples:
-        megaplan presets hardware
-        megaplan presets show dgx-h100-superpod
-    """
-    _list_presets(["hardware"], as_json or ctx.obj["json"])
+presets_models = _lister("models", ("megaplan presets models", "megaplan presets models --json"))
+presets_hardware = _lister("hardware", ("megaplan presets hardware", "megaplan presets show dgx-h100-superpod"))
 
 
 @presets.command("show")

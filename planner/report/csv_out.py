@@ -7,23 +7,10 @@ from __future__ import annotations
 import csv
 import io
 
+from planner.plan import ParallelPlan
 from planner.report.layout import plan_text
 
-PARALLEL_KEYS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "etp",
-    "vpp",
-    "micro_batch",
-    "sequence_parallel",
-    "recompute",
-    "distributed_optimizer",
-    "fsdp",
-    "stage_split",
-)
+PARALLEL_KEYS = tuple(ParallelPlan.model_fields)
 ESTIMATE_KEYS = (
     "peak_memory_gib",
     "capacity_gib",

@@ -4,22 +4,11 @@ the difference B − A, the ratio B/A and which plan is better on that line."""
 from __future__ import annotations
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS
+from planner.plan import ParallelPlan
 
 PLAN_FIELDS = (
     "gpus",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "etp",
-    "vpp",
-    "micro_batch",
-    "recompute",
-    "sequence_parallel",
-    "distributed_optimizer",
-    "fsdp",
-    "stage_split",
+    *(f for f in ParallelPlan.model_fields if f not in ("first_stage_layers", "last_stage_layers")),
     "precision",
     "attention_kernel",
     "global_batch",

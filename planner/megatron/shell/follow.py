@@ -42,15 +42,15 @@ class Follow:
         """The text of the file ``path`` names, from the caller's reader; None if it has none."""
         return self.read_file(path) if self.read_file and path else None
 
-    def source(self, fields: list[Field]) -> None:
-        """``source FILE`` / ``. FILE``: run the file's text in this shell, or record it as unread."""
-        if len(fields) < 2:
-            return
-        path = fields[1][0]
+    def read_or_note(self, path: str) -> str | None:
+        """A file's text, or None after recording it as unread (also when nesting is too deep)."""
         text = self.sibling(path) if self.depth < MAX_DEPTH else None
         if text is None:
             self.unread.append(path)
-            return
+        return text
+
+    def run_in_this_shell(self, text: str) -> None:
+        """Interpret a file's text with this shell's variables; its ``return`` ends only the file."""
         from planner.megatron.shell.interp import Return
 
         self.depth += 1
@@ -60,6 +60,12 @@ class Follow:
             pass
         finally:
             self.depth -= 1
+
+    def source(self, fields: list[Field]) -> None:
+        """``source FILE`` / ``. FILE``: run the file's text in this shell, or record it as unread."""
+        text = self.read_or_note(fields[1][0]) if len(fields) > 1 else None
+        if text is not None:
+            self.run_in_this_shell(text)
 
     def script_argument(self, fields: list[Field]) -> str | None:
         """The script file of ``sbatch [options] FILE`` or ``bash|sh [options] FILE`` (None without one)."""
@@ -75,27 +81,17 @@ class Follow:
         path = self.script_argument(fields)
         if path is None:
             return False
-        text = self.sibling(path) if self.depth < MAX_DEPTH else None
-        if text is None:
-            self.unread.append(path)
-            return True
-        self.run_job_text(text, sbatch=posixpath.basename(fields[0][0]) in ("sbatch", "salloc"))
+        text = self.read_or_note(path)
+        if text is not None:
+            self.run_job_text(text, sbatch=posixpath.basename(fields[0][0]) in ("sbatch", "salloc"))
         return True
 
     def run_job_text(self, text: str, sbatch: bool) -> None:
         """Interpret a job script: its #SBATCH lines join the directives and set the Slurm variables."""
-        from planner.megatron.shell.interp import Return
-
         if sbatch:
             self.directives.extend(sbatch_directives(text))
             self.seed_slurm()
-        self.depth += 1
-        try:
-            self.run_text(text)
-        except Return:
-            pass
-        finally:
-            self.depth -= 1
+        self.run_in_this_shell(text)
 
     def seed_slurm(self) -> None:
         """Set SLURM_NNODES and friends from the job's options, unless the script or --env set them."""
