@@ -27,7 +27,7 @@ class PlannerGroup(click.Group):
         except click.ClickException as err:
             message = err.format_message()
             if isinstance(err, click.NoSuchOption):
-                from planner.cli.options import megatron_spelling_hint
+                from planner.cli.spellings import megatron_spelling_hint
 
                 message = megatron_spelling_hint(err.option_name) or message
             click.echo(f"megaplan: error: {' '.join(message.split())}", err=True)

@@ -6,7 +6,8 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, say_notes, say_warnings
-from planner.cli.options import plan_options, resolve, with_run
+from planner.cli.options import plan_options, with_run
+from planner.cli.resolve import resolve
 from planner.errors import PlannerError
 from planner.plan_file import read_plan_file, request_from_plan
 from planner.report import plan as report

@@ -6,7 +6,8 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, progress, say_warnings
-from planner.cli.options import commands, search_inputs, search_options
+from planner.cli.options import search_inputs, search_options
+from planner.cli.reproduce import commands
 from planner.report.search import search_view
 
 

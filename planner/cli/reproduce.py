@@ -1,0 +1,63 @@
+"""The command lines that rebuild a plan JSON: each search row's explain and export."""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.cli.options import KNOBS, PLAN_OPTIONS
+from planner.cli.options import dest as option_dest
+from planner.plan import DEFAULT_TRAIN_TOKENS, StageSplit
+
+CORE = {"model", "hardware", "gpus", "global_batch", "seq_len", "precision", *KNOBS}  # always written
+
+
+def _plan_values(pj: dict, model_ref: str | None, hardware_ref: str | None) -> dict:
+    """A plan JSON's values by the name of the option that sets each."""
+    par, tr = pj["parallel"], pj["training"]
+    split = StageSplit(par.get("stage_split", "even"))
+    return {
+        **pj["options"],
+        **{k: v for k, v in par.items() if k != "dp"},
+        "model": model_ref or pj["model"],
+        "hardware": hardware_ref or pj["hardware"],
+        "gpus": pj["gpus"],
+        "global_batch": tr["global_batch"],
+        "seq_len": tr["seq_len"],
+        "precision": tr["precision"],
+        "tokens": tr.get("train_tokens"),
+        "gpu_hour_price": tr.get("gpu_hour_price"),
+        "account_for_embedding_in_pipeline_split": split.embedding_counted,
+        "account_for_loss_in_pipeline_split": split.loss_counted,
+        "decoder_first_pipeline_num_layers": par.get("first_stage_layers"),
+        "decoder_last_pipeline_num_layers": par.get("last_stage_layers"),
+    }
+
+
+def command_args(pj: dict, model_ref: str | None = None, hardware_ref: str | None = None) -> list[str]:
+    """The plan options that rebuild a plan JSON on the command line (the model by the name or path
+    the user gave): every parallel knob, and each behaviour option that differs from its default."""
+    values = _plan_values(pj, model_ref, hardware_ref)
+    defaults = {option_dest(o): o.default for o in PLAN_OPTIONS} | {"tokens": DEFAULT_TRAIN_TOKENS}
+    args: list[str] = []
+    for opt in PLAN_OPTIONS:
+        dest = option_dest(opt)
+        value = values.get(dest)
+        if value is None or (opt.plan_only and dest != "gpus") or (dest not in CORE and value == defaults.get(dest)):
+            continue
+        moe = bool(pj.get("model_spec", {}).get("num_experts"))
+        if not moe and ((dest == "etp" and value == values["tp"]) or (dest in ("cp", "ep") and value == 1)):
+            continue
+        name = opt.decls[0]
+        if opt.flag and opt.solo:
+            args += [name] if value else []
+        elif opt.flag:
+            args.append(name if value else f"--no-{name[2:]}")
+        else:
+            args += [name, f"{value:g}" if isinstance(value, float) else str(value)]
+    return args
+
+
+def commands(pj: dict, model_ref: str | None = None, hardware_ref: str | None = None) -> dict[str, str]:
+    """The explain and export command lines that reproduce a plan JSON."""
+    args = shlex.join(command_args(pj, model_ref, hardware_ref))
+    return {"explain": f"megaplan explain {args}", "export": f"megaplan export {args} --format slurm"}
