@@ -55,10 +55,10 @@ def sweep(
     called after each size (a progress bar)."""
     rows: list[dict] = []
     for n in sizes:
-        if step:
-            step(f"searching {n:,} GPUs")
         try:
             result = search(ctx, n, pins, top=1, memory_headroom=memory_headroom)
+            if step:
+                step(f"searched {n:,} GPUs")
         except InfeasibleError as err:
             if not skip_infeasible:
                 raise InfeasibleError(
