@@ -15,7 +15,7 @@ from planner.costs.estimate import evaluate
 from planner.errors import InfeasibleError
 from planner.plan import Context, plan_label
 from planner.result import plan_json
-from planner.space.candidates import NO_PINS, Pins, candidate_grid, tp_in_domain
+from planner.space.candidates import NO_PINS, Pins, candidate_grid, nvlink_domain_gpus, tp_in_domain
 from planner.space.grid import PlanGrid
 from planner.space.rules import rule_masks
 from planner.space.sizes import empty_grid_reason, nearest_legal_sizes, rules_broken_everywhere
@@ -50,7 +50,7 @@ def search(
     error names every rule that rejected plans and (``suggest_sizes``) the nearest GPU counts that have one."""
     grid = candidate_grid(ctx, num_gpus, pins)
     masks = rule_masks(grid, ctx.model, ctx.training, ctx.options, num_gpus)
-    masks[TP_NODE_RULE] = tp_in_domain(grid.tp, ctx.hardware.gpus_per_node, pins.max_tp)
+    masks[TP_NODE_RULE] = tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp)
     legal = np.ones(len(grid), dtype=bool)
     first_broken = np.full(len(grid), -1)
     names = list(masks)

@@ -44,6 +44,11 @@ class Pins:
 NO_PINS = Pins()  # search every knob
 
 
+def nvlink_domain_gpus(hw) -> int:
+    """GPUs on one NVLink fabric: the node's, or a multi-node domain (NVL72) when the spec gives one."""
+    return getattr(hw, "nvlink_domain_gpus", None) or hw.gpus_per_node
+
+
 def tp_in_domain(tp: np.ndarray, gpus_per_node: int, max_tp: int | None) -> np.ndarray:
     """TP groups that stay inside one NVLink domain: t divides the GPUs of a node, so no group of
     consecutive ranks straddles two nodes (a TP 3 group on 8-GPU nodes would, and its all-reduces

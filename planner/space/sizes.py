@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.plan import Context, Recompute
-from planner.space.candidates import Pins, candidate_grid, tp_in_domain
+from planner.space.candidates import Pins, candidate_grid, nvlink_domain_gpus, tp_in_domain
 from planner.space.rules import rule_masks
 
 MAX_SCAN = 4096  # sizes tried on each side of the one asked for
@@ -35,7 +35,7 @@ def has_legal_plan(ctx: Context, num_gpus: int, pins: Pins) -> bool:
     if len(grid) == 0:
         return False
     masks = rule_masks(grid, ctx.model, ctx.training, ctx.options, num_gpus)
-    ok = np.all(np.array(list(masks.values())), axis=0) & tp_in_domain(grid.tp, ctx.hardware.gpus_per_node, pins.max_tp)
+    ok = np.all(np.array(list(masks.values())), axis=0) & tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp)
     return bool(np.any(ok))
 
 
