@@ -49,12 +49,12 @@ def nvlink_domain_gpus(hw) -> int:
     return getattr(hw, "nvlink_domain_gpus", None) or hw.gpus_per_node
 
 
-def tp_in_domain(tp: np.ndarray, gpus_per_node: int, max_tp: int | None) -> np.ndarray:
+def tp_in_domain(tp: np.ndarray, domain_gpus: int, max_tp: int | None) -> np.ndarray:
     """TP groups that stay inside one NVLink domain: t divides the GPUs of a node, so no group of
     consecutive ranks straddles two nodes (a TP 3 group on 8-GPU nodes would, and its all-reduces
     would run on the network). With --max-tp above the node, whole-node multiples up to it are allowed
     too; those groups span nodes and are priced on the network (``hardware.collectives.group_link``)."""
-    g = gpus_per_node
+    g = domain_gpus
     inside = (g % tp == 0) & (tp <= min(max_tp or g, g))
     across = (tp % g == 0) & (tp > g) & (tp <= (max_tp or g))
     return inside | across
