@@ -142,3 +142,13 @@ def test_context_parallelism_is_searched_for_long_sequences():
     req = make_request(model="llama3-8b", gpus=64, hardware="dgx-h100-superpod", seq_len=32768, global_batch=64)
     grid = candidate_grid(req.ctx, 64, Pins())
     assert set(np.unique(grid.cp)) == {1, 2, 4, 8}  # s/c ≥ 4096 tokens per rank: c ≤ 8
+
+
+def test_tp_groups_stay_inside_the_nvlink_domain_unless_max_tp_allows_whole_nodes():
+    from planner.space.candidates import tp_in_domain
+
+    tp = np.array([1, 2, 3, 4, 6, 8, 12, 16, 24, 32])
+    assert tp[tp_in_domain(tp, 8, None)].tolist() == [1, 2, 4, 8]  # TP 3 or 6 would straddle 8-GPU nodes
+    assert tp[tp_in_domain(tp, 8, 16)].tolist() == [1, 2, 4, 8, 16]  # two whole nodes, priced on the network
+    req = make_request(model="gpt-1.7b", gpus=24)
+    assert {pj["parallel"]["tp"] for pj in search(req.ctx, 24, top=50).plans} <= {1, 2, 4, 8}
