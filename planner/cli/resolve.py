@@ -99,10 +99,6 @@ def resolve(kw: dict, *, search_best: bool = False) -> Resolved:
     return Resolved(req)
 
 
-def request_from_options(kw: dict) -> api.PlanRequest:
-    return resolve(kw).request
-
-
 def _imported(kw: dict, given: set[str]) -> Resolved:
     from planner.megatron.importer import import_megatron
 
@@ -162,7 +158,6 @@ def _with_overrides(base: api.PlanRequest, kw: dict, names: set[str], where: str
 
 def _search_best(kw: dict, given: set[str]) -> Resolved:
     """Search's best plan for the options given: the knobs given are pinned, the rest searched."""
-    from planner.plan_file import request_from_plan
     from planner.search import search
 
     pinned = {k: kw[k] if k in given else None for k in kw}

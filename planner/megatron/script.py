@@ -30,7 +30,7 @@ MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
 }
 
 KEEP_UNSET_FLAGS = {"--deepspeed_config", "--deepscale_config"}  # a path the script may write itself
-KEEP_UNSET = {"vocab_file", "merge_file", "tokenizer_model", "load", "data_path"}  # their presence is what counts
+KEEP_UNSET = {"vocab_file", "merge_file", "tokenizer_model", "data_path"}  # the tokenizer files say which tokenizer
 
 
 COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; every other one is read and ignored
