@@ -100,7 +100,7 @@ def say_notes(resolved) -> None:
 
 def say_warnings(ctx, gpus: int, pj: dict | None = None) -> None:
     """Warn on stderr about inputs that make the plan nonsensical (it is still estimated)."""
-    from planner.checks import input_warnings, plan_warnings
+    from planner.space.warnings import input_warnings, plan_warnings
 
     for warning in input_warnings(ctx, gpus) + (plan_warnings(pj) if pj else []):
         click.echo(f"megaplan: warning: {warning}", err=True)
