@@ -20,7 +20,7 @@ import json, statistics, sys, time
 t0 = time.perf_counter()
 from planner.api import make_request
 from planner.search import search
-req = make_request(model=sys.argv[1], gpus=int(sys.argv[2]), hardware=sys.argv[3])
+req = make_request(model=sys.argv[1], gpus=int(sys.argv[2]), hardware=sys.argv[3], seq_len=int(sys.argv[4]) or None)
 t1 = time.perf_counter()
 first = search(req.ctx, int(sys.argv[2]))
 t2 = time.perf_counter()
@@ -43,10 +43,13 @@ def cli_wall(args: list[str], runs: int) -> tuple[float, list[float]]:
     return statistics.median(times), times
 
 
-def in_process(model: str, gpus: int, hardware: str) -> dict:
+def in_process(model: str, gpus: int, hardware: str, seq_len: int = 0) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     out = subprocess.run(
-        [sys.executable, "-c", DRIVER, model, str(gpus), hardware], check=True, capture_output=True, text=True
+        [sys.executable, "-c", DRIVER, model, str(gpus), hardware, str(seq_len)],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     stats = json.loads(out)
     stats["peak_rss_mib"] = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) / 1024
@@ -58,17 +61,35 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
     opts = ap.parse_args()
-    args = ["search", "--model", "gpt3-175b", "--gpus", "1024", "--json"]
-    median, times = cli_wall(args, opts.runs)
-    evaluated = json.loads(
-        subprocess.run([sys.executable, "-m", "planner", *args], check=True, capture_output=True, text=True).stdout
-    )["evaluated"]
-    print(
-        f"megaplan search --model gpt3-175b --gpus 1024: median {median:.3f} s over {opts.runs} runs "
-        f"({', '.join(f'{t:.3f}' for t in times)}), {evaluated:,} plans evaluated"
-    )
-    for model, gpus, hw in (("gpt3-175b", 1024, "dgx-a100-superpod"), ("gpt-1t", 16384, "dgx-a100-superpod")):
-        s = in_process(model, gpus, hw)
+    for args in (
+        ["search", "--model", "gpt3-175b", "--gpus", "1024", "--json"],
+        [
+            "search",
+            "--model",
+            "llama3.1-405b",
+            "--gpus",
+            "16384",
+            "--hardware",
+            "dgx-h100-superpod",
+            "--seq-len",
+            "8192",
+        ]
+        + ["--json"],
+    ):
+        median, times = cli_wall(args, opts.runs)
+        evaluated = json.loads(
+            subprocess.run([sys.executable, "-m", "planner", *args], check=True, capture_output=True, text=True).stdout
+        )["evaluated"]
+        print(
+            f"megaplan {' '.join(args[:-1])}: median {median:.3f} s over {opts.runs} runs "
+            f"({', '.join(f'{t:.3f}' for t in times)}), {evaluated:,} plans evaluated"
+        )
+    for model, gpus, hw, seq in (
+        ("gpt3-175b", 1024, "dgx-a100-superpod", 0),
+        ("gpt-1t", 16384, "dgx-a100-superpod", 0),
+        ("llama3.1-405b", 16384, "dgx-h100-superpod", 8192),
+    ):
+        s = in_process(model, gpus, hw, seq)
         print(
             f"{model} on {gpus} GPUs: {s['evaluated']:,} plans ({s['feasible']:,} fit) in {s['search_s']:.3f} s "
             f"(median of 5; the first search in a process {s['first_search_s']:.3f} s) = "
