@@ -1,0 +1,145 @@
+"""What Megatron-LM's own estimator prints for a plan: ``report_theoretical_memory``
+(megatron/training/theoretical_memory_usage.py at commit d98e8a64, called once from training.py:3683
+with the number of micro-batches), transcribed term by term, and why megaplan's estimate differs.
+
+Megatron prints "Theoretical memory footprints: weight and optimizer=… MB, activation=… MB,
+total=… MB" (MB = 2^20 bytes) for its most loaded rank, the first pipeline stage. This is Megatron's
+formula for one plan, not megaplan's model: megaplan's memory is ``planner.costs.stage_memory``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.models.spec import ModelSpec, Normalization
+from planner.plan import ParallelPlan, PlanOptions, Recompute, TrainingSpec
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class MegatronMemory:
+    weight_and_optimizer_mib: float
+    activation_mib: float
+    total_mib: float
+    formula: str  # which activation formula Megatron picked: "with SP" or "without SP"
+
+    def log_line(self) -> str:
+        """The line Megatron prints (training.py:3683 -> theoretical_memory_usage.py:480-484)."""
+        return (
+            f"Theoretical memory footprints: weight and optimizer={self.weight_and_optimizer_mib:.2f} MB, "
+            f"activation={self.activation_mib:.2f} MB, total={self.total_mib:.2f} MB"
+        )
+
+
+def weight_and_optimizer_bytes(mo: ModelSpec, p: ParallelPlan, world: int) -> float:
+    """compute_weight_and_optimizer_memory (lines 12-305): the most loaded shard's parameters (1/p of the
+    layers plus one embedding, plus the output layer when untied and p = 1) × 18 bytes, or 6 + 12/D
+    with the distributed optimizer, D = data-parallel size without CP (experts: the expert DP size)."""
+    h, a, L, t, pp = mo.hidden_size, mo.num_attention_heads, mo.num_layers, p.tp, p.pp
+    g, d = mo.query_groups, mo.head_dim
+    gate = 1.5 if mo.swiglu else 1.0
+    norm = 1 if mo.normalization is Normalization.RMSNORM else 2
+    attention = 2 * h * h * (1 + g / a) * (d * a / h)
+    dense_mlp = 2 * h * mo.ffn * gate
+    layernorms = 2 * h * norm
+    moe = mo.num_moe_layers if mo.is_moe else 0
+    dense = L - moe
+    experts = mo.num_experts or 1
+    routed = 2 * h * mo.expert_ffn * experts * gate if mo.is_moe else 0.0
+    router = h * experts + (experts if mo.add_bias_linear else 0) if mo.is_moe else 0.0
+    vocab = math.ceil(mo.vocab_size / (mo.make_vocab_size_divisible_by * t)) * mo.make_vocab_size_divisible_by * t
+    embedding = h * vocab
+    tp_sharded = (attention + dense_mlp) * dense + attention * moe
+    replicated = layernorms * dense + (layernorms + router) * moe + norm * h
+    expert_sharded = routed * moe
+    shard_tp = (tp_sharded / pp + embedding) / t
+    shard_rep = replicated / pp
+    shard_exp = expert_sharded / pp / (p.etp * p.ep)
+    if mo.untie_embeddings_and_output_weights and pp == 1:
+        shard_tp += embedding / t
+    dp = world // (t * pp * p.cp)
+    edp = world // (p.etp * p.ep * pp)
+
+    def per_param(data_parallel: int) -> float:
+        return 6 + 12 / data_parallel if p.distributed_optimizer else 18
+
+    return (shard_tp + shard_rep) * per_param(dp) + shard_exp * per_param(edp)
+
+
+def activation_bytes(mo: ModelSpec, tr: TrainingSpec, p: ParallelPlan) -> tuple[float, str]:
+    """compute_activation_memory (SP and selective recompute, lines 308-379) or
+    compute_activation_memory_without_sp (every other case, lines 382-453), first pipeline stage."""
+    s, b, h, L, t, pp = tr.seq_len, p.micro_batch, mo.hidden_size, mo.num_layers, p.tp, p.pp
+    m = tr.global_batch / (b * (p.world_size // (t * pp * p.cp)))
+    vpp = p.vpp if p.vpp > 1 else None
+    vocab = math.ceil(mo.vocab_size / (mo.make_vocab_size_divisible_by * t)) * mo.make_vocab_size_divisible_by * t
+    with_sp = p.sequence_parallel and p.tp > 1 and p.recompute is Recompute.SELECTIVE
+    if with_sp:
+        act = s * b * h * (18 + 4 * mo.ffn / h) * L
+    else:
+        act = s * b * h * (10 + 24 / t) * L
+    act += 8 * s * b * pp + s * b * h * pp
+    if vpp is not None:
+        act *= 1 + (pp - 1) / (pp * vpp)
+    elif pp > 1:
+        act *= min(1, m / pp)
+    if with_sp:
+        if pp == 1:
+            act += s * b * h * 4 * (1 + vocab / h)
+        return act / t, "with SP"
+    if pp == 1:
+        act += (s * b * vocab / t + s * b * h) * 2
+    return act * 1.05, "without SP"
+
+
+def report_theoretical_memory(mo: ModelSpec, tr: TrainingSpec, p: ParallelPlan, world: int) -> MegatronMemory:
+    """What Megatron-LM prints for this plan (report_theoretical_memory, lines 456-486)."""
+    wo = weight_and_optimizer_bytes(mo, p, world) / MIB
+    act, path = activation_bytes(mo, tr, p)
+    return MegatronMemory(wo, act / MIB, wo + act / MIB, path)
+
+
+def differences(mo: ModelSpec, tr: TrainingSpec, p: ParallelPlan, opts: PlanOptions) -> list[str]:
+    """Why Megatron's estimate differs from megaplan's for this plan: what its formula leaves out or
+    gets wrong (theoretical_memory_usage.py at d98e8a64; docs/cost-model.md §5.6)."""
+    out = []
+    sp = p.sequence_parallel and p.tp > 1
+    if sp and p.recompute is not Recompute.SELECTIVE:
+        out.append(
+            "sequence parallelism is ignored unless recomputation is selective: its without-SP formula keeps the "
+            "10·sbh per layer that SP shards over t (line 466)"
+        )
+    if p.recompute is Recompute.FULL:
+        out.append("full recomputation is ignored: every layer's activations are counted, not only its input")
+    if p.cp > 1:
+        out.append(
+            "context parallelism is ignored: s is not divided by c, and the optimizer is sharded over d "
+            "(data_parallel_size) instead of d·c (optimizer/__init__.py:1204)"
+        )
+    if mo.query_groups != mo.num_attention_heads or mo.swiglu or mo.head_dim * mo.num_attention_heads != mo.hidden_size:
+        out.append("its per-layer activations assume no GQA, a plain 4h MLP and d_h = h/a (TODO at lines 313-314)")
+    if opts.grad_buffer_in_16_bits or opts.fp8_param_gather or opts.use_precision_aware_optimizer:
+        out.append(
+            "bytes per parameter are always 18 or 6 + 12/D: bf16 gradients, FP8 weights and the precision-aware "
+            "optimizer's dtypes are ignored (lines 293-296)"
+        )
+    if opts.fp8 is not None:
+        out.append("FP8 is ignored: Transformer Engine's FP8 weight copies and the 1-byte saved inputs")
+    if p.pp > 1:
+        out.append(
+            "only the first stage is estimated (1/p of the layers plus the embedding); megaplan reports the most "
+            "loaded stage, which may be another"
+        )
+    if p.first_stage_layers or p.last_stage_layers or p.stage_split.value != "even":
+        out.append("uneven stage splits are ignored: every stage is taken to hold L/p layers")
+    if p.vpp > 1:
+        out.append("the interleaving factor 1 + (p − 1)/(p·v) also multiplies the embedding terms")
+    if opts.cpu_offloading_num_layers:
+        out.append("CPU offloading is ignored")
+    out.append(
+        "it counts model states and activations only: not the CUDA context, NCCL buffers, workspaces, CUDA-graph "
+        "pools or allocator fragmentation megaplan adds"
+    )
+    return out
