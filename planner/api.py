@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from planner.costs.estimate import Evaluation, evaluate
+from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError, PlannerError
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
@@ -112,12 +113,12 @@ class Explanation:
     evaluation: Evaluation
 
 
-def explain(req: PlanRequest, memory_headroom: float = 0.0) -> dict:
+def explain(req: PlanRequest, memory_headroom: float | None = None) -> dict:
     """The plan JSON of one configuration, with the memory of every pipeline stage."""
     return explain_plan(req, memory_headroom).plan_json
 
 
-def explain_plan(req: PlanRequest, memory_headroom: float = 0.0) -> Explanation:
+def explain_plan(req: PlanRequest, memory_headroom: float | None = None) -> Explanation:
     """``explain`` with the evaluation kept (the schedule simulation reads its stage times)."""
     grid = PlanGrid.from_plans([req.plan])
     broken = rule_messages(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus)
@@ -162,7 +163,7 @@ def _variants(plan: ParallelPlan, model: ModelSpec) -> list[tuple[str, ParallelP
     return out
 
 
-def fit_suggestions(req: PlanRequest, memory_headroom: float = 0.0, limit: int = 5) -> list[dict]:
+def fit_suggestions(req: PlanRequest, memory_headroom: float | None = None, limit: int = 5) -> list[dict]:
     """Single-knob changes that make a plan that does not fit fit, fastest first (one grid, one evaluation)."""
     variants = _variants(req.plan, req.ctx.model)
     if not variants:
@@ -172,7 +173,7 @@ def fit_suggestions(req: PlanRequest, memory_headroom: float = 0.0, limit: int =
     legal = np.all(np.array(list(masks.values())), axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         ev = evaluate(grid, req.ctx)
-    cap = req.ctx.hardware.gpu.hbm_bytes * (1 - memory_headroom)
+    cap = usable_bytes(req.ctx.hardware.memory.allocatable_bytes, memory_headroom)
     ok = np.flatnonzero(legal & (ev.peak_memory_bytes <= cap))
     ok = ok[np.argsort(ev.iteration_s[ok], kind="stable")][:limit]
     return [

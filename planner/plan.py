@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Self
+from typing import Literal, Self
 
 from numpy.typing import ArrayLike
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
@@ -86,6 +86,46 @@ class Fp8Format(StrEnum):
     HYBRID = "hybrid"
 
 
+class RecomputeMethod(StrEnum):
+    """--recompute-method with full recomputation (transformer_block.py: megatron/core/recompute.py)."""
+
+    UNIFORM = "uniform"  # every layer, in groups of --recompute-num-layers whose input is kept
+    BLOCK = "block"  # the first --recompute-num-layers layers of each model chunk; the rest keep everything
+
+
+class RecomputeModule(StrEnum):
+    """--recompute-modules with selective recomputation (transformer_config.py:1940-1962), those
+    megaplan models; Megatron's others need model features megaplan has no field for."""
+
+    CORE_ATTN = "core_attn"
+    MLP = "mlp"
+    LAYERNORM = "layernorm"
+    MOE_ACT = "moe_act"
+    MOE = "moe"
+
+
+class CudaGraphImpl(StrEnum):
+    """--cuda-graph-impl (arguments.py:611-631; --enable-cuda-graph is today's local)."""
+
+    NONE = "none"
+    LOCAL = "local"
+    TRANSFORMER_ENGINE = "transformer_engine"
+    FULL_ITERATION = "full_iteration"
+
+
+class CudaGraphModule(StrEnum):
+    """--cuda-graph-modules (--cuda-graph-scope before): the parts of a layer captured; none: all of it."""
+
+    ATTN = "attn"
+    MLP = "mlp"
+    MOE = "moe"
+    MOE_ROUTER = "moe_router"
+    MOE_PREPROCESS = "moe_preprocess"
+
+
+OPTIMIZER_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
 class TokenDispatcher(StrEnum):
     ALLGATHER = "allgather"  # Megatron-LM's default
     ALLTOALL = "alltoall"
@@ -133,6 +173,48 @@ class PlanOptions(_Spec):
     moe_token_dispatcher: TokenDispatcher = TokenDispatcher.ALLGATHER
     moe_capacity_factor: float | None = Field(None, gt=0, description="--moe-expert-capacity-factor; None: dropless")
     moe_load_imbalance: float = Field(1.1, ge=1.0, description="busiest expert's tokens / the mean (dropless routing)")
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        (RecomputeModule.CORE_ATTN,), description="--recompute-modules: what selective recomputation re-runs"
+    )
+    cpu_offloading_num_layers: int = Field(
+        0, ge=0, description="--cpu-offloading-num-layers: layers whose activations wait in host memory (pp = 1)"
+    )
+    use_precision_aware_optimizer: bool = Field(
+        False, description="--use-precision-aware-optimizer: Transformer Engine's FusedAdam with the dtypes below"
+    )
+    main_params_dtype: Literal["fp32", "fp16"] = Field("fp32", description="--main-params-dtype (master weights)")
+    main_grads_dtype: Literal["fp32", "bf16"] = Field("fp32", description="--main-grads-dtype (the gradient buffer)")
+    exp_avg_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = Field("fp32", description="--exp-avg-dtype (Adam m)")
+    exp_avg_sq_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = Field("fp32", description="--exp-avg-sq-dtype (Adam v)")
+    cuda_graph_impl: CudaGraphImpl = Field(CudaGraphImpl.NONE, description="--cuda-graph-impl")
+    cuda_graph_modules: tuple[CudaGraphModule, ...] = Field((), description="--cuda-graph-modules; empty: whole layers")
+    expandable_segments: bool = Field(
+        False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (no caching-allocator fragmentation)"
+    )
+
+    @model_validator(mode="after")
+    def _own_rules(self) -> Self:
+        defaults = {k: PlanOptions.model_fields[k].default for k in PRECISION_AWARE_FIELDS}
+        changed = [k for k in PRECISION_AWARE_FIELDS if getattr(self, k) != defaults[k] and k != "main_grads_dtype"]
+        if changed and not self.use_precision_aware_optimizer:
+            flags = ", ".join("--" + k.replace("_", "-") for k in changed)
+            raise ValueError(
+                f"{flags}: only with --use-precision-aware-optimizer (Megatron-LM ignores them without it)"
+            )
+        if len(set(self.recompute_modules)) != len(self.recompute_modules):
+            raise ValueError("recompute_modules lists a module twice")
+        if self.cuda_graph_impl is CudaGraphImpl.FULL_ITERATION and self.cuda_graph_modules:
+            raise ValueError("--cuda-graph-modules must be empty with --cuda-graph-impl full_iteration (arguments.py)")
+        return self
+
+    @property
+    def grad_buffer_in_16_bits(self) -> bool:
+        """bf16 training reduces and keeps gradients in fp32 unless --grad-reduce-in-bf16 or
+        --main-grads-dtype bf16 (arguments.py:1204-1217)."""
+        return self.grad_reduce_in_bf16 or self.main_grads_dtype == "bf16"
+
+
+PRECISION_AWARE_FIELDS = ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 
 
 class ParallelPlan(_Spec):
@@ -146,6 +228,10 @@ class ParallelPlan(_Spec):
     micro_batch: PositiveInt = Field(1, description="b, sequences per micro-batch")
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
+    recompute_method: RecomputeMethod = Field(RecomputeMethod.UNIFORM, description="--recompute-method (full only)")
+    recompute_num_layers: PositiveInt | None = Field(
+        None, description="--recompute-num-layers (full only): group size (uniform) or layers per chunk (block)"
+    )
     distributed_optimizer: bool = False
     fsdp: bool = Field(False, description="Megatron FSDP: weights, gradients and optimizer states sharded over d·c")
     stage_split: StageSplit = StageSplit.EVEN
@@ -159,10 +245,21 @@ class ParallelPlan(_Spec):
         explicit = self.first_stage_layers is not None or self.last_stage_layers is not None
         if explicit and self.stage_split is not StageSplit.EVEN:
             raise ValueError("give either explicit first/last stage layers or an accounted stage_split, not both")
+        if self.recompute is not Recompute.FULL and (
+            self.recompute_num_layers is not None or self.recompute_method is not RecomputeMethod.UNIFORM
+        ):
+            raise ValueError("--recompute-method and --recompute-num-layers go with full recomputation only")
+        if self.recompute_method is RecomputeMethod.UNIFORM and self.recompute_num_layers == 1:
+            object.__setattr__(self, "recompute_num_layers", None)  # Megatron's uniform group of one layer
         if self.tp == 1 and self.sequence_parallel:
             # Megatron turns SP off silently when t = 1 (arguments.py:1430-1439)
             object.__setattr__(self, "sequence_parallel", False)
         return self
+
+    @property
+    def recomputed_layers(self) -> int:
+        """--recompute-num-layers as Megatron reads it: 1 when full recomputation leaves it out."""
+        return self.recompute_num_layers or 1
 
     @property
     def world_size(self) -> int:

@@ -9,12 +9,16 @@ computed it.
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas
+from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
+from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
 from planner.hardware.spec import GIB
-from planner.plan import Context
+from planner.plan import Context, ParallelPlan
 from planner.space.grid import PlanGrid, stage_layers
 
 
@@ -35,9 +39,15 @@ class PlanEstimate(BaseModel):
     megatron_tflops_per_gpu: float  # as today's Megatron-LM logs it (causal attention halved)
     mfu: float
     hfu: float
+    iteration_s_band: tuple[float, float]  # iteration × exp(∓ the hardware preset's accuracy.band_frac)
+    tokens_per_s_band: tuple[float, float]
     peak_memory_gib: float
-    capacity_gib: float
-    fits: bool
+    allocated_gib: float  # the PyTorch-allocated part of the peak (Megatron logs its max as "max allocated")
+    allocatable_gib: float  # what PyTorch can allocate on the GPU (hardware preset memory.allocatable_gib)
+    memory_headroom: float  # share of it kept free
+    capacity_gib: float  # allocatable × (1 − headroom): what a plan may fill
+    fits: bool  # peak ≤ capacity_gib (keeps the headroom)
+    fits_without_headroom: bool  # peak ≤ allocatable_gib
     peak_stage: int
     bubble_frac: float
     num_microbatches: float
@@ -52,15 +62,31 @@ class PlanEstimate(BaseModel):
     energy_mwh: float | None
 
 
+def estimate_band(iteration_s: float, band_frac: float) -> tuple[float, float]:
+    """[low, high] iteration time: the estimate times exp(∓ε), ε = √(validation error² + calibration
+    uncertainty²) of the GPU generation (hardware preset ``accuracy``): about one standard error."""
+    return iteration_s * math.exp(-band_frac), iteration_s * math.exp(band_frac)
+
+
 def plan_json(
-    ctx: Context, gpus: int, grid: PlanGrid, ev: Evaluation, i: int, broken: list[str], memory_headroom: float = 0.0
+    ctx: Context,
+    gpus: int,
+    grid: PlanGrid,
+    ev: Evaluation,
+    i: int,
+    broken: list[str],
+    memory_headroom: float | None = None,
 ) -> dict:
     """The plan JSON for plan i of an evaluated grid; with ``ev.stages``, every stage's memory too."""
     plan = grid.plan(i)
     it = float(ev.iteration_s[i])
     peak = ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
-    tokens_per_s = ctx.training.global_batch * ctx.training.seq_len / it
-    cap = ctx.hardware.gpu.hbm_bytes * (1 - memory_headroom)
+    tokens = ctx.training.global_batch * ctx.training.seq_len
+    tokens_per_s = tokens / it
+    headroom = resolve_headroom(memory_headroom)
+    allocatable = ctx.hardware.memory.allocatable_bytes
+    cap = usable_bytes(allocatable, headroom)
+    low, high = estimate_band(it, ctx.hardware.accuracy.band_frac)
 
     def per_gpu(kind: str) -> float:
         return float(ev.flops[kind][i]) / it / gpus
@@ -69,14 +95,20 @@ def plan_json(
     estimate = PlanEstimate(
         iteration_s=it,
         tokens_per_s=tokens_per_s,
+        iteration_s_band=(low, high),
+        tokens_per_s_band=(tokens / high, tokens / low),
         tflops_per_gpu=per_gpu("model") / 1e12,
         hw_tflops_per_gpu=per_gpu("hardware") / 1e12,
         megatron_tflops_per_gpu=per_gpu("megatron") / 1e12,
         mfu=per_gpu("model") / peak,
         hfu=per_gpu("hardware") / peak,
         peak_memory_gib=float(ev.peak_memory_bytes[i]) / GIB,
+        allocated_gib=float(ev.memory["allocated"][i]) / GIB,
+        allocatable_gib=allocatable / GIB,
+        memory_headroom=headroom,
         capacity_gib=cap / GIB,
         fits=bool(ev.peak_memory_bytes[i] <= cap),
+        fits_without_headroom=bool(ev.peak_memory_bytes[i] <= allocatable),
         peak_stage=int(ev.peak_stage[i]),
         bubble_frac=float(ev.bubble_frac[i]),
         num_microbatches=float(ev.m[i]),
@@ -113,12 +145,32 @@ def plan_json(
             {
                 "stage": k,
                 "layers": int(st.layers[i, k]),
-                **{t: float(st.memory[t][i, k]) / GIB for t in (*MEMORY_TERMS, "total")},
+                **{t: float(st.memory[t][i, k]) / GIB for t in (*MEMORY_TERMS, "allocated", "total")},
             }
             for k in range(p)
         ]
         out["stages"] = sorted(rows, key=lambda row: -row["total"])
+        out["megatron_estimate"] = megatron_estimate_json(ctx, plan, gpus, rows)
     return out
+
+
+def megatron_estimate_json(ctx: Context, plan: ParallelPlan, gpus: int, stages: list[dict]) -> dict:
+    """What Megatron-LM's report_theoretical_memory prints for this plan, megaplan's counterpart (the
+    first stage's model states and activations) and why they differ."""
+    mm = report_theoretical_memory(ctx.model, ctx.training, plan, gpus)
+    first = next(st for st in stages if st["stage"] == 0)
+    return {
+        "log_line": mm.log_line(),
+        "weight_and_optimizer_mib": mm.weight_and_optimizer_mib,
+        "activation_mib": mm.activation_mib,
+        "total_mib": mm.total_mib,
+        "formula": mm.formula,
+        "megaplan_first_stage_mib": {
+            "weight_and_optimizer": (first["weights"] + first["gradients"] + first["optimizer"]) * GIB / MIB,
+            "activation": first["activations"] * GIB / MIB,
+        },
+        "differences": differences(ctx.model, ctx.training, plan, ctx.options),
+    }
 
 
 def stage_layer_list(ctx: Context, grid: PlanGrid, i: int) -> list[int]:

@@ -2,18 +2,26 @@
 
 The grid is a cartesian product of the knobs built with numpy (no Python loop over plans); the
 candidates that pass every rule are evaluated in chunks by the same ``evaluate`` that explain
-uses, so the process's memory stays bounded whatever the size of the space.
+uses, so the process's memory stays bounded whatever the size of the space. Two knobs are not
+crossed but derived: the overlap flags follow today's recipes unless pinned (one evaluation per
+combination), and block recomputation's layer count is solved as the fewest layers that fit.
+
+The ranking is honest about the model's error: every estimate carries the band of its GPU
+generation (hardware preset ``accuracy``), plans whose bands overlap the fastest plan's are tied
+with it, and among ties the plans with fewer risky features and more free memory come first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from planner.costs.estimate import evaluate
+from planner.costs.estimate import evaluate, stage_memory_totals
+from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
-from planner.plan import Context, plan_label
+from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
 from planner.result import plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, nvlink_domain_gpus, tp_in_domain
 from planner.space.grid import PlanGrid
@@ -21,8 +29,14 @@ from planner.space.rules import rule_masks
 from planner.space.sizes import empty_grid_reason, nearest_legal_sizes, rules_broken_everywhere
 
 CHUNK = 65_536
-FITS_RULE = "fits in GPU memory"
+FIELDS = tuple(PlanGrid.__dataclass_fields__)
+FITS_RULE = "fits in GPU memory (with the headroom)"
 TP_NODE_RULE = "tp within one NVLink domain (--max-tp to cross nodes)"
+OVERLAPS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+TIE_RULE = (
+    "plans whose iteration-time band overlaps the fastest plan's are tied with it; among them, fewer risky "
+    "features first, then more free memory"
+)
 
 
 @dataclass
@@ -31,9 +45,136 @@ class SearchResult:
     evaluated: int
     feasible: int
     rejected: dict[str, int] = field(default_factory=dict)
+    tied: int = 0  # plans tied with the fastest (their bands overlap)
+    band_frac: float = 0.0
+    fastest_rank: int = 1  # where the fastest estimate ranks (ties reordered by safety)
+    block_variants: int = 0  # block-recomputation variants added to the candidates (layers solved)
 
     def to_json(self) -> dict:
-        return {"plans": self.plans, "evaluated": self.evaluated, "feasible": self.feasible, "rejected": self.rejected}
+        return {
+            "plans": self.plans,
+            "evaluated": self.evaluated,
+            "feasible": self.feasible,
+            "rejected": self.rejected,
+            "tied_with_fastest": self.tied,
+            "fastest_rank": self.fastest_rank,
+            "block_variants": self.block_variants,
+            "band_frac": self.band_frac,
+            "tie_rule": TIE_RULE,
+        }
+
+
+@dataclass
+class _Scored:
+    """Evaluated candidates: a grid and, per row, its time, peak memory and overlap-option set."""
+
+    grid: PlanGrid
+    iteration: np.ndarray
+    peak: np.ndarray
+    option_set: np.ndarray
+    contexts: list[Context]
+
+
+SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by attention kernel
+    AttentionKernel.FLASH: (RecomputeModule.MLP,),  # flash attention keeps no scores: the MLP is what saves memory
+    AttentionKernel.UNFUSED: (RecomputeModule.CORE_ATTN,),  # Korthikanti et al. 2022's selective recomputation
+}
+
+
+def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[list[Context], np.ndarray]:
+    """The options of every row that the search derives rather than crosses. The overlap flags:
+    pinned, or as today's recipes set them (Megatron-Bridge and NeMo performance recipes):
+    --overlap-grad-reduce always, --overlap-param-gather with the distributed optimizer (or Megatron
+    FSDP), --tp-comm-overlap with sequence parallelism. Selective recomputation's modules: pinned, or
+    ``SEARCHED_MODULES``. Returns one context per combination and the combination of each row."""
+    n = len(grid)
+    sharded = grid.distributed_optimizer | grid.fsdp
+
+    def flag(pinned: bool | None, auto: np.ndarray) -> np.ndarray:
+        return auto if pinned is None else np.full(n, pinned)
+
+    ogr = flag(pins.overlap_grad_reduce, np.full(n, True))
+    opg = flag(pins.overlap_param_gather, sharded & ogr)
+    tpo = flag(pins.tp_comm_overlap, grid.sequence_parallel.copy())
+    searched = pins.recompute_modules is None
+    code = 8 * (searched & (grid.recompute == 1)) + 4 * ogr + 2 * opg + tpo
+    modules = SEARCHED_MODULES[ctx.options.attention_kernel] if searched else pins.recompute_modules
+    contexts = []
+    for k in range(16):
+        values = dict(zip(OVERLAPS, (bool(k & 4), bool(k & 2), bool(k & 1)), strict=True))
+        values["recompute_modules"] = modules if k & 8 else ctx.options.recompute_modules
+        contexts.append(replace(ctx, options=ctx.options.model_copy(update=values)))
+    return contexts, code.astype(np.int8)
+
+
+def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
+    """The options the rules see: the overlaps a user pinned, others off (auto ones are legal by choice)."""
+    return ctx.options.model_copy(update={k: bool(getattr(pins, k)) for k in OVERLAPS})
+
+
+def _evaluate(grid: PlanGrid, idx: np.ndarray, contexts: list[Context], code: np.ndarray) -> tuple:
+    iteration, peak = np.empty(len(idx)), np.empty(len(idx))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for k in np.unique(code[idx]):
+            sel = np.flatnonzero(code[idx] == k)
+            for start in range(0, len(sel), CHUNK):
+                part = sel[start : start + CHUNK]
+                ev = evaluate(grid.take(idx[part]), contexts[k])
+                iteration[part], peak[part] = ev.iteration_s, ev.peak_memory_bytes
+    return iteration, peak
+
+
+def block_recompute_layers(grid: PlanGrid, ctx: Context, capacity: float) -> np.ndarray:
+    """For full recomputation with --recompute-method block, the fewest layers per model chunk that make
+    each plan fit: memory falls linearly with every layer recomputed (each keeps its input instead of
+    its activations), so two evaluations (1 and 2 layers) give each stage's slope. 0 where block
+    recomputation cannot fit; where it needs every layer of the largest chunk it is uniform recomputation."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        one, chunk = stage_memory_totals(replace(grid, recompute_layers=np.ones(len(grid), dtype=np.int64)), ctx)
+        two, _ = stage_memory_totals(replace(grid, recompute_layers=np.full(len(grid), 2)), ctx)
+        saving = np.where(chunk >= 2, one - two, 0.0)  # one more recomputed layer per chunk
+        need = np.where(one <= capacity, 1.0, 1.0 + np.ceil((one - capacity) / saving))
+    need = np.where(np.isfinite(need) & (need <= chunk), need, np.where(one <= capacity, 1.0, np.inf))
+    k = np.max(need, axis=1)
+    return np.where(np.isfinite(k) & (k < np.max(chunk, axis=1)), k, 0).astype(np.int64)
+
+
+def _solve_block(grid: PlanGrid, contexts: list[Context], code: np.ndarray, capacity: float) -> np.ndarray:
+    """``block_recompute_layers`` of every row, each with its own overlap options (userbuffers take memory)."""
+    k = np.zeros(len(grid), dtype=np.int64)
+    for c in np.unique(code):
+        sel = np.flatnonzero(code == c)
+        k[sel] = block_recompute_layers(grid.take(sel), contexts[c], capacity)
+    return k
+
+
+def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.ndarray]:
+    """Block-recomputation variants of the rows without recomputation that do not fit, with the fewest
+    recomputed layers that fit; and the row each comes from."""
+    base = np.flatnonzero((scored.grid.recompute == 0) & (scored.peak > capacity))
+    grid = scored.grid.take(base)
+    grid = replace(grid, recompute=np.full(len(grid), 2, dtype=np.int8), recompute_block=np.ones(len(grid), bool))
+    k = _solve_block(grid, scored.contexts, scored.option_set[base], capacity)
+    keep = np.flatnonzero(k > 0)
+    return replace(grid.take(keep), recompute_layers=k[keep]), base[keep]
+
+
+def risky_features(grid: PlanGrid, ctx: Context, gpus_per_node: int) -> list[list[str]]:
+    """What makes each plan riskier than its estimate says: features with no validated run behind
+    them, or that Megatron-LM itself marks experimental."""
+    opts = ctx.options
+    common = (["CPU offloading"] if opts.cpu_offloading_num_layers else []) + (
+        ["CUDA graphs (pool memory unvalidated)"] if opts.cuda_graph_impl.value != "none" else []
+    )
+    out = []
+    for fsdp, pp, tp in zip(grid.fsdp, grid.pp, grid.tp, strict=True):
+        risk = list(common)
+        if fsdp:
+            risk.append("Megatron FSDP with pp > 1 (unvalidated)" if pp > 1 else "Megatron FSDP (no validated run)")
+        if tp > gpus_per_node:
+            risk.append("TP across nodes")
+        out.append(risk)
+    return out
 
 
 def search(
@@ -43,13 +184,14 @@ def search(
     *,
     top: int = 10,
     sort: str = "time",
-    memory_headroom: float = 0.0,
+    memory_headroom: float | None = None,
     suggest_sizes: bool = True,
 ) -> SearchResult:
-    """Rank every legal plan that fits by iteration time (or by peak memory). With no legal plan, the
-    error names every rule that rejected plans and (``suggest_sizes``) the nearest GPU counts that have one."""
+    """Rank every legal plan that fits by iteration time (or by peak memory), ties first by safety. With no
+    legal plan, the error names every rule that rejected plans and (``suggest_sizes``) the nearest GPU
+    counts that have one."""
     grid = candidate_grid(ctx, num_gpus, pins)
-    masks = rule_masks(grid, ctx.model, ctx.training, ctx.options, num_gpus)
+    masks = rule_masks(grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus)
     masks[TP_NODE_RULE] = tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp)
     legal = np.ones(len(grid), dtype=bool)
     first_broken = np.full(len(grid), -1)
@@ -58,50 +200,102 @@ def search(
         newly = legal & ~masks[name]
         first_broken[newly] = k
         legal &= masks[name]
-    capacity = ctx.hardware.gpu.hbm_bytes * (1 - memory_headroom)
-
+    capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
+    contexts, code = recipe_options(ctx, pins, grid)
     idx = np.flatnonzero(legal)
-    iteration = np.empty(len(idx))
-    peak = np.empty(len(idx))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for start in range(0, len(idx), CHUNK):
-            part = idx[start : start + CHUNK]
-            ev = evaluate(grid.take(part), ctx)
-            iteration[start : start + CHUNK] = ev.iteration_s
-            peak[start : start + CHUNK] = ev.peak_memory_bytes
-    fits = peak <= capacity
+    unsolved = idx[grid.recompute_block[idx] & (grid.recompute_layers[idx] == 0)]  # block pinned, layers not
+    if len(unsolved):
+        solved = _solve_block(grid.take(unsolved), contexts, code[unsolved], capacity)
+        grid.recompute_layers[unsolved] = np.maximum(solved, 1)
+    iteration, peak = _evaluate(grid, idx, contexts, code)
+    scored = _Scored(grid.take(idx), iteration, peak, code[idx], contexts)
+    if pins.recompute_method is None and _full_allowed(pins):
+        scored = _with_block_recompute(scored, capacity)
+    fits = scored.peak <= capacity
     rejected = {names[k]: int(np.sum(first_broken == k)) for k in range(len(names)) if np.any(first_broken == k)}
     if np.any(~fits):
         rejected[FITS_RULE] = int(np.sum(~fits))
     if not np.any(fits):
-        raise InfeasibleError(_nothing_fits(ctx, num_gpus, pins, grid, idx, peak, capacity, rejected, suggest_sizes))
+        raise InfeasibleError(
+            _nothing_fits(ctx, num_gpus, pins, len(grid), scored, capacity, rejected, suggest_sizes=suggest_sizes)
+        )
+    variants = len(scored.grid) - len(idx)  # block-recomputation variants of the rows that do not fit
+    result = _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, len(grid) + variants, rejected)
+    result.block_variants = variants
+    return result
 
-    ok = idx[fits]
-    key = iteration[fits] if sort == "time" else peak[fits]
-    second = peak[fits] if sort == "time" else iteration[fits]
-    order = np.lexsort((ok, second, key))[:top]
-    best = grid.take(ok[order])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ev = evaluate(best, ctx)
-    plans = [plan_json(ctx, num_gpus, best, ev, i, [], memory_headroom) for i in range(len(best))]
-    for rank, pj in enumerate(plans, 1):
-        pj["rank"] = rank
-    return SearchResult(plans=plans, evaluated=len(grid), feasible=int(np.sum(fits)), rejected=rejected)
+
+def _full_allowed(pins: Pins) -> bool:
+    allowed = pins.recompute if isinstance(pins.recompute, tuple) else (pins.recompute,)
+    return pins.recompute is None or any(r is not None and r.value == "full" for r in allowed)
+
+
+def _with_block_recompute(scored: _Scored, capacity: float) -> _Scored:
+    """The scored rows and, for each row without recomputation that does not fit, its block-recomputation
+    variant with the fewest layers that fit (evaluated like the others)."""
+    block, origin = _block_candidates(scored, capacity)
+    if not len(block):
+        return scored
+    code = scored.option_set[origin]
+    it, pk = _evaluate(block, np.arange(len(block)), scored.contexts, code)
+    merged = PlanGrid(**{f: np.concatenate([getattr(scored.grid, f), getattr(block, f)]) for f in FIELDS})
+    return _Scored(
+        merged,
+        np.concatenate([scored.iteration, it]),
+        np.concatenate([scored.peak, pk]),
+        np.concatenate([scored.option_set, code]),
+        scored.contexts,
+    )
+
+
+def _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, rejected) -> SearchResult:
+    ok = np.flatnonzero(fits)
+    it, pk = scored.iteration[ok], scored.peak[ok]
+    key, second = (it, pk) if sort == "time" else (pk, it)
+    order = ok[np.lexsort((ok, second, key))]
+    band = ctx.hardware.accuracy.band_frac
+    tied = np.zeros(0, dtype=np.int64)
+    if sort == "time":
+        fastest = scored.iteration[order[0]]
+        tie = scored.iteration[order] * math.exp(-band) <= fastest * math.exp(band)
+        tied, rest = order[tie], order[~tie]
+        risk = np.array([len(r) for r in risky_features(scored.grid.take(tied), ctx, ctx.hardware.gpus_per_node)])
+        tied = tied[np.lexsort((scored.iteration[tied], scored.peak[tied], risk))]
+        order = np.concatenate([tied, rest])
+    chosen = order[:top]
+    tied_set = set(tied.tolist())
+    fastest_row = order[0] if not len(tied) else tied[np.argmin(scored.iteration[tied])]
+    jsons: dict[int, dict] = {}
+    for k in np.unique(scored.option_set[chosen]):  # one evaluation per overlap-option set
+        rows = chosen[scored.option_set[chosen] == k]
+        best = scored.grid.take(rows)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ev = evaluate(best, scored.contexts[k])
+        risks = risky_features(best, scored.contexts[k], ctx.hardware.gpus_per_node)
+        for j, i in enumerate(rows):
+            pj = plan_json(scored.contexts[k], num_gpus, best, ev, j, [], memory_headroom)
+            pj.update(tied_with_fastest=int(i) in tied_set, fastest=bool(i == fastest_row), risky_features=risks[j])
+            jsons[int(i)] = pj
+    plans = [{**jsons[int(i)], "rank": rank} for rank, i in enumerate(chosen, 1)]
+    fastest_rank = int(np.flatnonzero(order == fastest_row)[0]) + 1
+    return SearchResult(
+        plans, evaluated, int(np.sum(fits)), rejected, tied=len(tied), band_frac=band, fastest_rank=fastest_rank
+    )
 
 
 def _nothing_fits(
     ctx: Context,
     num_gpus: int,
     pins: Pins,
-    grid: PlanGrid,
-    idx: np.ndarray,
-    peak: np.ndarray,
+    candidates: int,
+    scored: _Scored,
     capacity: float,
     rejected: dict[str, int],
+    *,
     suggest_sizes: bool,
 ) -> str:
-    if len(idx) == 0:
-        if len(grid) == 0:
+    if len(scored.peak) == 0:
+        if candidates == 0:
             why = f"world size = tp·cp·pp·dp: {empty_grid_reason(num_gpus, pins)}"
         else:
             by_count = sorted(rejected.items(), key=lambda kv: -kv[1])
@@ -114,10 +308,11 @@ def _nothing_fits(
         elif suggest_sizes and not near:
             allowed = "; no GPU count nearby has one"
         return f"no legal plan for {ctx.model.name} on {num_gpus:,} GPUs; {why}{allowed}"
-    i = idx[np.argmin(peak)]
     gib = 2**30
-    label = plan_label(grid.plan(int(i)).model_dump(mode="json"), moe=ctx.model.is_moe)
+    label = plan_label(scored.grid.plan(int(np.argmin(scored.peak))).model_dump(mode="json"), moe=ctx.model.is_moe)
+    allocatable = ctx.hardware.memory.allocatable_gib
     return (
-        f"every legal plan needs more than {capacity / gib:.1f} GiB per GPU; the smallest, {label}, "
-        f"needs {np.min(peak) / gib:.1f} GiB; try more GPUs, a larger-memory --hardware or a smaller --global-batch"
+        f"every legal plan needs more than {capacity / gib:.1f} GiB per GPU ({allocatable:g} GiB less the "
+        f"{100 * (1 - capacity / gib / allocatable):.0f} % headroom); the smallest, {label}, needs "
+        f"{np.min(scored.peak) / gib:.1f} GiB; try more GPUs, a larger-memory --hardware or a smaller --global-batch"
     )

@@ -63,7 +63,18 @@ ESTIMATE_KEYS = {
     "memory",
     "time",
 }
-MEMORY_KEYS = {"weights", "gradients", "optimizer", "activations", "reserve", "total"}
+MEMORY_KEYS = {
+    "weights",
+    "gradients",
+    "optimizer",
+    "activations",
+    "cuda_graphs",
+    "workspaces",
+    "nccl",
+    "cuda_context",
+    "fragmentation",
+    "total",
+}
 TIME_KEYS = {"forward", "backward", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer"}
 
 

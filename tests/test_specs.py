@@ -164,7 +164,8 @@ def test_hardware_si_properties():
     assert hw.gpu.peak_flops_per_s("fp32") == 156e12  # TF32 tensor cores
     assert hw.node.nvlink_bytes_per_s == 300e9
     assert hw.network.nic_bytes_per_s == 25e9  # 200 Gb/s
-    assert hw.calibration.reserve_bytes == hw.calibration.reserve_gib * 2**30
+    assert hw.memory.allocatable_bytes == 79.15 * 2**30  # what PyTorch can allocate on an A100-SXM4-80GB
+    assert hw.memory.host_link_bytes_per_s == 27.5e9
     assert hw.gpus_per_node == 8
 
 

@@ -126,7 +126,7 @@ def _find_preset(name: str) -> tuple[str, str, str]:
 )
 @csv_option
 def validate(as_json: bool, regret: bool, as_csv: bool) -> None:
-    """Predicted versus published for every Megatron-LM reference run, with errors.
+    """Predicted versus published for every Megatron-LM reference run, with errors: time and memory.
 
     \b
     Examples:
@@ -135,11 +135,14 @@ def validate(as_json: bool, regret: bool, as_csv: bool) -> None:
         megaplan validate --csv > validation.csv
     """
     from planner.fidelity import validate as val
+    from planner.fidelity.memory import validate_memory
+    from planner.report.memory import memory_validation_view
 
     result = val.validate()
     if regret:
         with progress("searching each run's best plan", total=len(result["runs"])) as step:
             val.add_regret(result, step=step)
+    result["memory"] = validate_memory()
     if as_json:
         echo_json(result)
     elif as_csv:
@@ -148,6 +151,7 @@ def validate(as_json: bool, regret: bool, as_csv: bool) -> None:
         click.echo(validate_csv(result), nl=False)
     else:
         console().print(report_fidelity.validation_view(result))
+        console().print(memory_validation_view(result["memory"]))
 
 
 @cli.command()

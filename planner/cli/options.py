@@ -8,73 +8,13 @@ out is searched and one given pins that knob.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import click
 
 from planner import api
+from planner.cli.memory_options import MEMORY_OPTIONS
+from planner.cli.option_spec import POSITIVE, Option, TokenCount
 from planner.errors import PlannerError
-from planner.plan import PlanOptions, Recompute, StageSplit
-
-
-class TokenCount(click.ParamType):
-    """A positive number of tokens: 300e9, 3e11, 300000000000, or with a suffix 300B, 1.4T, 500M."""
-
-    name = "TOKENS"
-    SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, (int, float)):
-            number = float(value)
-        else:
-            text = str(value).strip().replace("_", "")
-            scale = self.SUFFIX.get(text[-1:].lower(), 1.0)
-            try:
-                number = float(text[:-1] if scale != 1.0 else text) * scale
-            except ValueError:
-                number = float("nan")
-        if not number > 0 or number == float("inf"):
-            self.fail(f"{value!r} is not a positive token count; write e.g. 300e9, 3e11 or 300B", param, ctx)
-        return number
-
-
-POSITIVE = click.IntRange(min=1)
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option: click declarations, its plan default and help, and whether search searches it."""
-
-    decls: tuple[str, ...]
-    help: str
-    default: object = None
-    type: object = None
-    searched: bool = False  # search: no default; given, it pins the knob
-    flag: bool = False  # a boolean --x/--no-x (or --x alone when ``solo``)
-    solo: bool = False
-    plan_only: bool = False  # explain/export/compare only (where the plan comes from)
-    extra: dict = field(default_factory=dict)
-
-    def decorator(self, *, search: bool):
-        kw = dict(help=self.help, **self.extra)
-        decls = self.decls
-        if self.flag:
-            if search and self.searched:
-                decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
-                kw.update(default=None, help=self.help + " (default: search both)")
-            elif self.solo:
-                kw.update(is_flag=True)
-            else:
-                decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
-                kw.update(default=self.default, show_default=True)
-        else:
-            kw["type"] = self.type
-            if search and self.searched:
-                kw["help"] = self.help + " (default: searched)"
-            elif self.default is not None:
-                kw.update(default=self.default, show_default=True)
-        return click.option(*decls, **kw)
-
+from planner.plan import PlanOptions, Recompute, RecomputeMethod, StageSplit
 
 PLAN_OPTIONS: tuple[Option, ...] = (
     Option(("--model",), "Model preset name or YAML path (megaplan presets models)."),
@@ -139,6 +79,21 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         ("--recompute",), "Activation recomputation.", "none", click.Choice([r.value for r in Recompute]), searched=True
     ),
     Option(
+        ("--recompute-method",),
+        "Full recomputation: uniform (every layer, in groups) or block (the first N layers of each model chunk; "
+        "search: the fewest that fit).",
+        "uniform",
+        click.Choice([m.value for m in RecomputeMethod]),
+        searched=True,
+    ),
+    Option(
+        ("--recompute-num-layers",),
+        "Full recomputation: group size (uniform) or layers per model chunk (block).",
+        None,
+        POSITIVE,
+        searched=True,
+    ),
+    Option(
         ("--distributed-optimizer",), "Shard optimizer states over data parallelism.", False, flag=True, searched=True
     ),
     Option(
@@ -160,8 +115,20 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         "flash",
         click.Choice(["flash", "unfused"]),
     ),
-    Option(("--overlap-grad-reduce",), "Overlap the gradient reduction with the backward.", False, flag=True),
-    Option(("--overlap-param-gather",), "Overlap the distributed optimizer's parameter all-gather.", False, flag=True),
+    Option(
+        ("--overlap-grad-reduce",),
+        "Overlap the gradient reduction with the backward (search: on, as today's recipes set it).",
+        False,
+        flag=True,
+        searched=True,
+    ),
+    Option(
+        ("--overlap-param-gather",),
+        "Overlap the distributed optimizer's parameter all-gather (search: on with the distributed optimizer).",
+        False,
+        flag=True,
+        searched=True,
+    ),
     Option(("--grad-reduce-in-bf16",), "Reduce gradients in bf16 instead of fp32.", False, flag=True, solo=True),
     Option(
         ("--pp-scatter-gather",), "Model the 2021 pipeline scatter/gather optimisation.", False, flag=True, solo=True
@@ -175,10 +142,11 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         ("--tp-comm-overlap",),
-        "--tp-comm-overlap: TP collectives overlapped with GEMMs (needs SP).",
+        "--tp-comm-overlap: TP collectives overlapped with GEMMs (needs SP; search: on with SP).",
         False,
         flag=True,
         solo=True,
+        searched=True,
     ),
     Option(
         ("--fp8",),
@@ -202,7 +170,13 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         1.1,
         click.FloatRange(min=1.0),
     ),
-    Option(("--memory-headroom",), "Fraction of HBM kept free.", 0.0, click.FloatRange(0, 0.9)),
+    *MEMORY_OPTIONS,
+    Option(
+        ("--memory-headroom",),
+        "Share of the GPU memory PyTorch can allocate kept free against the memory model's error [default: 0.07].",
+        None,
+        click.FloatRange(0, 0.9),
+    ),
 )
 BEHAVIOUR = tuple(name for name in PlanOptions.model_fields if name not in ("distribute_saved_activations",))
 
@@ -223,9 +197,16 @@ def search_options(f):
     return _apply(f, [o.decorator(search=True) for o in PLAN_OPTIONS if not o.plan_only])
 
 
+LISTS = ("recompute_modules", "cuda_graph_modules")  # comma-separated on the command line
+
+
 def behaviour(kw: dict) -> dict:
     """The PlanOptions the command's options set."""
-    return {name: kw[name] for name in BEHAVIOUR if name in kw}
+    out = {name: kw[name] for name in BEHAVIOUR if name in kw}
+    for name in LISTS:
+        if out.get(name) is not None:
+            out[name] = tuple(x.strip() for x in out[name].split(",") if x.strip())
+    return out
 
 
 def _stage_split(kw: dict) -> StageSplit:
@@ -256,8 +237,11 @@ KNOBS = (
     "fsdp",
     "sequence_parallel",
     "recompute",
+    "recompute_method",
+    "recompute_num_layers",
     "distributed_optimizer",
 )  # the searched rows of PLAN_OPTIONS: ParallelPlan fields, search pins
+OVERLAP_PINS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")  # searched PlanOptions
 
 
 def _knobs(kw: dict) -> dict:
@@ -296,7 +280,9 @@ def search_inputs(kw: dict):
         )
     knobs = _knobs(kw)
     knobs["recompute"] = knobs["recompute"] and Recompute(knobs["recompute"])
-    pins = Pins(**knobs, max_tp=kw.get("max_tp"), stage_split=None if split is StageSplit.EVEN else split)
+    knobs["recompute_method"] = knobs["recompute_method"] and RecomputeMethod(knobs["recompute_method"])
+    overlaps = {k: kw.get(k) for k in OVERLAP_PINS}
+    pins = Pins(**knobs, **overlaps, max_tp=kw.get("max_tp"), stage_split=None if split is StageSplit.EVEN else split)
     return req, pins
 
 

@@ -219,6 +219,11 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
         raise PlannerError(f"{over}; nothing written (--force writes it anyway)")
     if over:
         click.echo(f"megaplan: warning: {over}; written anyway (--force)", err=True)
+    elif not pj["estimate"]["fits"]:
+        from planner.report.layout import plan_text
+        from planner.report.memory import headroom_text
+
+        click.echo(f"megaplan: warning: {plan_text(pj)} {headroom_text(pj['estimate'])}", err=True)
     if fmt == "json":
         import json
 
@@ -233,6 +238,8 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
             )
         elif fmt == "flags" and req.plan.fsdp:
             click.echo("megaplan: note: leave CUDA_DEVICE_MAX_CONNECTIONS unset (Megatron FSDP refuses 1)", err=True)
+        if fmt == "flags" and req.ctx.options.expandable_segments:
+            click.echo("megaplan: note: launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", err=True)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -241,9 +248,10 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
 
 
 def _does_not_fit(pj: dict) -> str | None:
-    """Why a plan cannot run (memory), with the one change that fixes it; None when it fits."""
+    """Why a plan cannot run (memory), with the one change that fixes it; None when it fits, if only
+    without the headroom (export then warns)."""
     est = pj["estimate"]
-    if est["fits"]:
+    if est["fits_without_headroom"]:
         return None
     from planner.report.layout import plan_text
 
@@ -251,8 +259,8 @@ def _does_not_fit(pj: dict) -> str | None:
     hint = f"; {fix['change']} makes it fit ({fix['peak_memory_gib']:.1f} GiB)" if fix else ""
     return (
         f"{plan_text(pj)} does not fit: it needs {est['peak_memory_gib']:.1f} GiB per GPU, "
-        f"{est['peak_memory_gib'] - est['capacity_gib']:.1f} GiB more than the {est['capacity_gib']:.1f} GiB of "
-        f"{pj['hardware']}{hint}"
+        f"{est['peak_memory_gib'] - est['allocatable_gib']:.1f} GiB more than the {est['allocatable_gib']:.1f} GiB "
+        f"PyTorch can allocate on {pj['hardware']}{hint}"
     )
 
 

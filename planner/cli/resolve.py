@@ -167,7 +167,7 @@ def _search_best(kw: dict, given: set[str]) -> Resolved:
             "Missing option '--gpus' (without --tp and --pp the best plan on N GPUs is searched; "
             "or give --tp and --pp)."
         )
-    result = search(req.ctx, kw["gpus"], pins, top=1, memory_headroom=kw.get("memory_headroom") or 0.0)
+    result = search(req.ctx, kw["gpus"], pins, top=1, memory_headroom=kw.get("memory_headroom"))
     best = request_from_plan(result.plans[0], hardware=req.ctx.hardware)
     pins_given = sorted(given & set(KNOBS))
     pinned_text = f"; pinned {' '.join(_flag(k) for k in pins_given)}" if pins_given else ""

@@ -19,7 +19,7 @@ from planner.costs.letters import Letters
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, stage_time_sum
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes
 from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
-from planner.plan import Context, ParallelPlan
+from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, ParallelPlan
 from planner.space.grid import PlanGrid
 
 ADAM_BYTES_PER_PARAM = {  # HBM traffic of one Adam step per (sharded) parameter
@@ -31,6 +31,7 @@ TIME_TERMS = (
     "forward",
     "backward",
     "recompute",
+    "offload",
     "tp_comm",
     "cp_comm",
     "moe_comm",
@@ -78,9 +79,27 @@ def _grad_bytes(ctx: Context) -> tuple[int, int]:
     prec = ctx.precision
     if prec == "fp32":
         return 4, 4
-    if prec == "fp16" or ctx.options.grad_reduce_in_bf16:
+    if prec == "fp16" or ctx.options.grad_buffer_in_16_bits:
         return 2, 2
     return 4, 2  # bf16: fp32 main grads reduced in fp32 (arguments.py:1204-1217)
+
+
+def adam_step_bytes(ctx: Context) -> float:
+    """HBM bytes one Adam step moves per sharded parameter (``ADAM_BYTES_PER_PARAM``); with the
+    precision-aware optimizer: read the gradient, read and write the master weight (its remainder) and
+    m, v in their dtypes, write the 16-bit weight, zero the gradient buffer."""
+    opts = ctx.options
+    if not opts.use_precision_aware_optimizer:
+        return ADAM_BYTES_PER_PARAM[ctx.precision]
+    grad = memory.gradient_bytes_per_param(ctx.precision, grads_in_16_bits=opts.grad_buffer_in_16_bits)
+    states = memory.optimizer_bytes_per_param(
+        ctx.precision,
+        precision_aware=True,
+        master_bytes=OPTIMIZER_DTYPE_BYTES[opts.main_params_dtype],
+        exp_avg_bytes=OPTIMIZER_DTYPE_BYTES[opts.exp_avg_dtype],
+        exp_avg_sq_bytes=OPTIMIZER_DTYPE_BYTES[opts.exp_avg_sq_dtype],
+    )
+    return grad + 2 * states + memory.ACTIVATION_BYTES[ctx.precision] + grad
 
 
 def _dp_sync(lt: Letters, ctx: Context, mem: dict, bwd_mb: np.ndarray, rep: np.ndarray) -> np.ndarray:
@@ -136,12 +155,26 @@ def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
     )
 
 
+def _representative_stages(lt: Letters) -> np.ndarray:
+    """The first, a middle and the last stage of each plan: every other stage repeats a middle one."""
+    return np.concatenate([np.zeros_like(lt.p), np.minimum(1, lt.p - 1), lt.p - 1], axis=1)
+
+
+def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """(total memory, layers) of the first, a middle and the last stage of every plan, shaped (plans, 3):
+    the memory side of ``evaluate`` alone (the search solves block recomputation's layer count with it)."""
+    lt = Letters(grid, ctx)
+    rep = _representative_stages(lt)
+    n, _, _ = lt.stage_info(rep)
+    return stage_memory_bytes(lt, ctx, rep)["total"], np.broadcast_to(n, rep.shape) / lt.vpp
+
+
 def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluation:
     """Estimate every plan of ``grid``: memory of its most loaded stage and its iteration time; with
     ``stages``, also the memory, layers and per-micro-batch times of every pipeline stage."""
     lt = Letters(grid, ctx)
     hw, opts = ctx.hardware, ctx.options
-    rep = np.concatenate([np.zeros_like(lt.p), np.minimum(1, lt.p - 1), lt.p - 1], axis=1)  # first, a middle, last
+    rep = _representative_stages(lt)
     n, first, last = lt.stage_info(rep)
     rows = np.arange(len(grid))
 
@@ -152,7 +185,7 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     step = stage_step(lt, ctx, rep)
     fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, mem, n), 0.0)
     fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
-    per_mb = fwd + bwd + rec + tp + cp + mo + fsdp
+    per_mb = fwd + bwd + rec + step["offload"] + tp + cp + mo + fsdp
     slow_col = np.argmax(per_mb, axis=1)
     slowest = per_mb[rows, slow_col][:, None]
     total = stage_time_sum(per_mb[:, :1], per_mb[:, 1:2], per_mb[:, 2:3], lt.p, np.maximum(lt.p - 2, 0))
@@ -170,9 +203,7 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     shard_dense = np.where(lt.dopt | lt.fsdp, lt.d * lt.c, 1)
     shard_expert = np.where(lt.dopt | lt.fsdp, lt.edp, 1)
     adam_params = mem["dense_params"] / shard_dense + mem["expert_params"] / shard_expert
-    adam = (
-        ADAM_BYTES_PER_PARAM[ctx.precision] * adam_params / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
-    )
+    adam = adam_step_bytes(ctx) * adam_params / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
     optimizer = np.max(adam, axis=1, keepdims=True)
 
     def pick(x):  # the slowest stage's term
@@ -182,6 +213,7 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
         "forward": lt.m * pick(fwd),
         "backward": lt.m * pick(bwd),
         "recompute": lt.m * pick(rec),
+        "offload": lt.m * pick(step["offload"]),
         "tp_comm": lt.m * pick(tp),
         "cp_comm": lt.m * pick(cp),
         "moe_comm": lt.m * pick(mo),
@@ -194,7 +226,7 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     time = {k: np.broadcast_to(v, (len(grid), 1))[:, 0].astype(float) for k, v in time.items()}
     iteration = sum(time[k] for k in TIME_TERMS)
 
-    memory_terms = {k: mem[k][rows, peak_col] for k in (*MEMORY_TERMS, "total", "params")}
+    memory_terms = {k: mem[k][rows, peak_col] for k in (*MEMORY_TERMS, "allocated", "total", "params")}
     return Evaluation(
         m=lt.m[:, 0],
         time=time,
@@ -327,7 +359,7 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
             "Narayanan et al. 2021 §2.2.1-2.2.2: (p − 1)(t_f + t_b)/v",
         ),
         "optimizer": Formula(
-            f"{ADAM_BYTES_PER_PARAM[ctx.precision]} bytes of Adam HBM traffic × P_stage/{shard} / (W_HBM·η_mem)",
+            f"{adam_step_bytes(ctx):g} bytes of Adam HBM traffic × P_stage/{shard} / (W_HBM·η_mem)",
             "memory-bound estimate of Megatron-LM's fused Adam",
         ),
     }

@@ -13,8 +13,18 @@ import numpy as np
 from planner.costs import Formula, compute, flops, memory, moe
 from planner.costs import communication as comm
 from planner.costs.letters import Letters
+from planner.costs.stage_memory import layer_activations
 from planner.hardware.collectives import group_link, p2p_time_s
-from planner.plan import AttentionKernel, Context, ParallelPlan, Recompute
+from planner.plan import (
+    AttentionKernel,
+    Context,
+    CudaGraphImpl,
+    CudaGraphModule,
+    ParallelPlan,
+    PlanOptions,
+    Recompute,
+    RecomputeModule,
+)
 
 CROSS_ENTROPY_FWD_BYTES = (
     2 + 4 + 4 + 8 + 8 + 4
@@ -125,7 +135,8 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
     linear = attn_linear + mlp_linear
     if lt.fp8:  # quantise the four linear inputs (QKV, projection, fc1, fc2) to FP8
         elementwise = elementwise + FP8_CAST_BYTES * sbh * (2 + lt.a * lt.dh / (lt.h * lt.t) + lt.f / (lt.h * lt.t))
-    overhead = cal.layer_overhead_us * 1e-6  # host and launch time of one layer's kernels
+    # host and launch time of one layer's kernels, less what CUDA graphs replay without the host
+    overhead = cal.layer_overhead_us * 1e-6 * (1.0 - graphed_frac(opts, moe_layer=moe_layer))
     fwd = linear + core_fwd + elementwise / hbm + overhead
     bwd = (
         compute.BACKWARD_GEMM_FACTOR * linear
@@ -133,7 +144,13 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
         + compute.BACKWARD_ELEMENTWISE_FACTOR * elementwise / hbm
         + compute.BACKWARD_GEMM_FACTOR * overhead
     )
-    recompute = np.where(lt.rc == 2, fwd, np.where(lt.rc == 1, core_fwd, 0.0))
+    modules = opts.recompute_modules
+    selective = core_fwd * (RecomputeModule.CORE_ATTN in modules)
+    if RecomputeModule.MOE in modules if moe_layer else RecomputeModule.MLP in modules:
+        selective = selective + mlp_linear + mlp_elementwise / hbm  # the MLP (or MoE block) forward again
+    elif moe_layer and RecomputeModule.MOE_ACT in modules:
+        selective = selective + 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e / hbm
+    recompute = np.where(lt.rc == 2, fwd, np.where(lt.rc == 1, selective, 0.0))
 
     tp_raw = tp_collectives_s(lt, ctx)
     # --tp-comm-overlap pipelines the forward collectives with the GEMMs they feed (Transformer Engine
@@ -143,6 +160,7 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
     tp_bwd = hidden if opts.async_tp_comm or opts.tp_comm_overlap else tp_raw
     cp_fwd, cp_bwd = _cp_ring_exposed(lt, ctx, core_fwd, core_bwd)
     again = np.where(lt.rc == 2, 2.0, 1.0)  # full recompute runs the forward's communication once more
+    moe_again = np.where((lt.rc == 1) & (RecomputeModule.MOE in modules), 2.0, again)  # so does recomputing moe
     return {
         "fwd": fwd,
         "bwd": bwd,
@@ -150,7 +168,7 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
         "linear": linear,
         "tp": tp_fwd * again + tp_bwd,
         "cp": cp_fwd * again + cp_bwd,
-        "moe": dispatch * (again + 1),
+        "moe": dispatch * (moe_again + 1),
         "tp_fwd": tp_fwd,
         "cp_fwd": cp_fwd,
         "moe_fwd": dispatch + 0 * tp_fwd,
@@ -192,17 +210,48 @@ def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
     head = head_times(lt, ctx)
     tp_edge = tp_collectives_s(lt, ctx) / 2
     fwd_comm = n * (per["tp_fwd"] + per["cp_fwd"] + per["moe_fwd"]) + first * tp_edge
+    # full recomputation with --recompute-method block re-runs (and re-communicates) only its layers
+    kept = np.where(lt.rc == 2, n - lt.recomputed_layers(n), 0.0)
     return {
         "fwd": n * per["fwd"] + first * head["embedding_fwd"] + last * head["head_fwd"],
         "bwd": n * per["bwd"] + first * head["embedding_bwd"] + last * head["head_bwd"],
-        "recompute": n * per["recompute"],
+        "recompute": np.where(lt.rc == 2, lt.recomputed_layers(n), n) * per["recompute"],
+        "offload": offload_exposed_s(lt, ctx, n, per),
         # one collective each for the embedding (first stage) and the output layer (last stage)
-        "tp": n * per["tp"] + (first.astype(float) + last) * tp_edge,
-        "cp": n * per["cp"],
-        "moe": n * per["moe"],
+        "tp": n * per["tp"] - kept * per["tp_fwd"] + (first.astype(float) + last) * tp_edge,
+        "cp": n * per["cp"] - kept * per["cp_fwd"],
+        "moe": n * per["moe"] - kept * per["moe_fwd"],
         "comm_fwd": fwd_comm,  # the forward's share of tp + cp + moe
         "linear": n * per["linear"],
     }
+
+
+def offload_exposed_s(lt: Letters, ctx: Context, n: np.ndarray, per: dict[str, np.ndarray]) -> np.ndarray:
+    """--cpu-offloading-num-layers N: each offloaded layer's activations go to host memory after its
+    forward and come back before its backward, each copy overlapping the next layer's compute, so what
+    a copy takes beyond that layer's forward (backward) is exposed:
+    N·[max(0, A/W_host − t_fwd) + max(0, A/W_host − t_bwd)] per micro-batch, with A the layer's
+    activations and W_host the GPU-host link (Transformer Engine's CPU offload context, used by
+    Megatron-LM transformer_block.py:304-318)."""
+    layers = np.minimum(ctx.options.cpu_offloading_num_layers, n)
+    if not ctx.options.cpu_offloading_num_layers:
+        return np.zeros(np.shape(layers))
+    copy = layer_activations(lt, ctx)["whole"] / ctx.hardware.memory.host_link_bytes_per_s
+    exposed = np.maximum(copy - per["fwd"], 0.0) + np.maximum(copy - per["bwd"], 0.0)
+    return np.where(lt.rc == 0, layers * exposed, 0.0)
+
+
+def graphed_frac(opts: PlanOptions, *, moe_layer: bool = False) -> float:
+    """Share of a layer's kernels CUDA graphs launch without the host: all of it with whole-layer or
+    full-iteration graphs, half per captured block (attention; MLP or MoE) otherwise (an assumption:
+    the host time splits evenly between the two blocks)."""
+    impl = opts.cuda_graph_impl
+    if impl is CudaGraphImpl.NONE:
+        return 0.0
+    if impl is CudaGraphImpl.FULL_ITERATION or not opts.cuda_graph_modules:
+        return 1.0
+    mlp = CudaGraphModule.MOE if moe_layer else CudaGraphModule.MLP
+    return 0.5 * (CudaGraphModule.ATTN in opts.cuda_graph_modules) + 0.5 * (mlp in opts.cuda_graph_modules)
 
 
 def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
@@ -226,14 +275,7 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         f"m × layers × [2 × GEMMs + {core_bwd} + 2 × elementwise + 2τ]",
         "Narayanan et al. 2021 Appendix: backward = 2 × forward GEMM FLOPs",
     )
-    recompute = {
-        Recompute.NONE: Formula("0 (no recomputation)", "—"),
-        Recompute.SELECTIVE: Formula("m × layers × one more attention-core forward", "Korthikanti et al. 2022 §5"),
-        Recompute.FULL: Formula(
-            "m × layers × one more layer forward (and its TP collectives)",
-            "Narayanan et al. 2021 §3.5; Korthikanti et al. 2022 §5",
-        ),
-    }[plan.recompute]
+    recompute = recompute_formula(ctx, plan)
     sp = plan.sequence_parallel and plan.tp > 1
     collectives = "2 all-gathers + 2 reduce-scatters" if sp else "2 all-reduces"
     hidden = (
@@ -269,7 +311,47 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         "forward": forward,
         "backward": backward,
         "recompute": recompute,
+        "offload": Formula(
+            f"m × {ctx.options.cpu_offloading_num_layers} layers × "
+            "[max(0, A/W_host − t_fwd) + max(0, A/W_host − t_bwd)], A a layer's activations, "
+            f"W_host {ctx.hardware.memory.host_link_gbytes_per_s:g} GB/s"
+            if ctx.options.cpu_offloading_num_layers
+            else "0 (no CPU offloading)",
+            "Transformer Engine CPU offload context (Megatron-LM transformer_block.py:304-318); "
+            f"hardware preset {ctx.hardware.name}: memory.host_link_gbytes_per_s",
+        ),
         "tp_comm": tp,
         "cp_comm": cp,
         "moe_comm": moe_comm,
     }
+
+
+def recompute_formula(ctx: Context, plan: ParallelPlan) -> Formula:
+    """Formula and source of the recomputation term."""
+    if plan.recompute is Recompute.NONE:
+        return Formula("0 (no recomputation)", "—")
+    if plan.recompute is Recompute.SELECTIVE:
+        names = {
+            RecomputeModule.CORE_ATTN: "the attention core",
+            RecomputeModule.MLP: "the MLP (dense layers)",
+            RecomputeModule.MOE: "the MoE block and its token dispatch (MoE layers)",
+            RecomputeModule.MOE_ACT: "the experts' activation function (MoE layers)",
+            RecomputeModule.LAYERNORM: "nothing for the norms (fused into the linear layers)",
+        }
+        what = ", ".join(names[m] for m in ctx.options.recompute_modules) or "nothing"
+        return Formula(
+            f"m × layers × one more forward of {what}",
+            "Korthikanti et al. 2022 §5; Megatron-LM transformer_config.py:1940-1962 (--recompute-modules)",
+        )
+    if plan.recompute_method.value == "block":
+        k = plan.recomputed_layers
+        return Formula(
+            f"m × min({k}, layers/v)·v recomputed layers × one more layer forward (and its TP collectives): "
+            f"{k} of every model chunk's layers (--recompute-method block)",
+            "Megatron-LM megatron/core/recompute.py (block: the first N layers of each chunk); "
+            "Narayanan et al. 2021 §3.5",
+        )
+    return Formula(
+        "m × layers × one more layer forward (and its TP collectives)",
+        "Narayanan et al. 2021 §3.5; Korthikanti et al. 2022 §5",
+    )

@@ -30,6 +30,7 @@ class Letters:
             _col(grid.recompute),
             _col(grid.distributed_optimizer),
         )
+        self.rblock, self.rlayers = _col(grid.recompute_block), _col(grid.recompute_layers)
         self.s, self.B = tr.seq_len, tr.global_batch
         self.h, self.a, self.g, self.dh, self.f = (
             mo.hidden_size,
@@ -56,6 +57,14 @@ class Letters:
         first, last = i == 0, i == self.p - 1
         n = np.where(first, self.layers.first, np.where(last, self.layers.last, self.layers.middle))
         return n, first, last
+
+    def recomputed_layers(self, n: np.ndarray) -> np.ndarray:
+        """Layers of a stage of n layers that full recomputation re-runs: all of them with
+        --recompute-method uniform, the first --recompute-num-layers of each of its vpp model chunks
+        with block (megatron/core/recompute.py; each chunk is its own TransformerBlock)."""
+        chunk = n / self.vpp
+        block = self.vpp * np.minimum(self.rlayers, chunk)
+        return np.where(self.rc == 2, np.where(self.rblock, block, n), 0.0)
 
     def tokens_per_gpu(self) -> np.ndarray:
         """T: tokens of one micro-batch on one GPU after the sequence is split over c (and t with SP)."""

@@ -18,17 +18,51 @@ BYTES_PER_PARAM = {
     "fp32": (4, 4, 4 + 4),  # fp32 weight and grad; Adam m, v                            -> 16, 8 + 8/d
 }
 ACTIVATION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+MASTER_REMAINDER_BYTES = 2  # TE FusedAdam keeps only the low 16 bits of an fp32 master weight beside its bf16 copy
+
+
+def gradient_bytes_per_param(precision: str, *, grads_in_16_bits: bool) -> int:
+    """Bytes of the gradient buffer per parameter: bf16 training accumulates and reduces in fp32 unless
+    --grad-reduce-in-bf16 (or --main-grads-dtype bf16) keeps the buffer in bf16 (Megatron-LM
+    arguments.py:1204-1217 -> DDP grad_reduce_in_fp32, param_and_grad_buffer.py:920-924)."""
+    if precision == "bf16" and grads_in_16_bits:
+        return 2
+    return BYTES_PER_PARAM[precision][1]
+
+
+def optimizer_bytes_per_param(
+    precision: str, *, precision_aware: bool, master_bytes: int, exp_avg_bytes: int, exp_avg_sq_bytes: int
+) -> int:
+    """Adam's bytes per parameter before the distributed optimizer shards them: an fp32 master weight
+    and m, v (dist_optimizer.md); with --use-precision-aware-optimizer Transformer Engine's FusedAdam
+    holds m and v in --exp-avg-dtype/--exp-avg-sq-dtype and the master weight in --main-params-dtype,
+    an fp32 one as the 16-bit remainder beside the bf16 weight (store_param_remainders, on by default:
+    optimizer_config.py:192, distrib_optimizer.py:1005-1013)."""
+    if not precision_aware:
+        return BYTES_PER_PARAM[precision][2]
+    master = MASTER_REMAINDER_BYTES if precision == "bf16" and master_bytes == 4 else master_bytes
+    return master + exp_avg_bytes + exp_avg_sq_bytes
 
 
 def param_state_bytes(
-    num_params: ArrayLike, d: ArrayLike, *, precision: str, distributed_optimizer: np.ndarray
+    num_params: ArrayLike,
+    d: ArrayLike,
+    *,
+    precision: str,
+    distributed_optimizer: np.ndarray,
+    gradient_bytes: float | None = None,
+    optimizer_bytes: float | None = None,
 ) -> dict[str, np.ndarray]:
     """Weights, gradients and optimizer states of ``num_params`` parameters on one GPU.
 
     bf16: 18 bytes per parameter, 6 + 12/d with the distributed optimizer; fp16: 20, 4 + 16/d;
-    fp32: 16, 8 + 8/d (Megatron-LM, dist_optimizer.md).
+    fp32: 16, 8 + 8/d (Megatron-LM, dist_optimizer.md). ``gradient_bytes`` and ``optimizer_bytes``
+    replace the gradient buffer's and Adam's bytes per parameter (``gradient_bytes_per_param``,
+    ``optimizer_bytes_per_param``).
     """
     w, g, o = BYTES_PER_PARAM[precision]
+    g = g if gradient_bytes is None else gradient_bytes
+    o = o if optimizer_bytes is None else optimizer_bytes
     n = np.asarray(num_params, dtype=float)
     shard = np.where(distributed_optimizer, np.asarray(d, dtype=float), 1.0)
     return {"weights": w * n, "gradients": g * n, "optimizer": o * n / shard}
@@ -81,7 +115,16 @@ def mlp_activation_tensors(gated: bool) -> int:
 
 
 def layer_activation_parts(
-    h: int, a: int, g: int, d: int, f: int, *, gated: bool, dropout: bool, fp8: bool = False
+    h: int,
+    a: int,
+    g: int,
+    d: int,
+    f: int,
+    *,
+    gated: bool,
+    dropout: bool,
+    fp8: bool = False,
+    flash_attention: bool = False,
 ) -> dict[str, tuple[float, float]]:
     """(split over t, replicated) coefficients of sbh for the attention block and the MLP block,
     from Korthikanti et al. 2022 §4.1's list of the tensors a layer keeps (Table 2).
@@ -90,12 +133,14 @@ def layer_activation_parts(
     first layer norm's input 2, the QKV input 2, the second layer norm's input 2, a dropout mask 1.
     MLP, split: the activation's tensors 2·(2 or 3)·f/h; replicated: the fc1 input 2, a dropout mask 1.
     GPT shapes sum to 24 split and 10 replicated (Table 2). FP8 (Transformer Engine) keeps the
-    linear layers' inputs in 1 byte: the QKV and fc1 inputs (1 each) and the projection and fc2
-    inputs (ad/h and f/h) halve.
+    linear layers' inputs in 1 byte: the QKV and fc1 inputs (1 each) and the fc2 input (f/h) halve.
+    The projection's input halves too with unfused attention; flash attention keeps its own 16-bit
+    output for its backward, so there the projection's FP8 copy (ad/h) comes on top of it.
     """
     mask = 1.0 if dropout else 0.0
     fp8_saving = 1.0 if fp8 else 0.0
-    attention_split = 2 * a * d / h + 4 * g * d / h + 2 * a * d / h - fp8_saving * a * d / h
+    projection_fp8 = (-1.0 if flash_attention else 1.0) * fp8_saving * a * d / h
+    attention_split = 2 * a * d / h + 4 * g * d / h + 2 * a * d / h - projection_fp8
     mlp_split = 2 * mlp_activation_tensors(gated) * f / h - fp8_saving * f / h
     return {"attention": (attention_split, 6.0 + mask - fp8_saving), "mlp": (mlp_split, 2.0 + mask - fp8_saving)}
 

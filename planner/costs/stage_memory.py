@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.costs import Formula, memory, moe
+from planner.costs import Formula, memory, moe, process_memory
 from planner.costs.letters import Letters
 from planner.costs.pipeline import in_flight_microbatches
+from planner.hardware.spec import GIB
 from planner.models.params import embedding_params, model_layer_params, moe_layer_params, norm_params
-from planner.plan import AttentionKernel, Context, ParallelPlan, Recompute
+from planner.plan import OPTIMIZER_DTYPE_BYTES, AttentionKernel, Context, ParallelPlan, Recompute, RecomputeModule
 
-MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "reserve")
+ALLOCATED_TERMS = ("weights", "gradients", "optimizer", "activations", "cuda_graphs", "workspaces")
+MEMORY_TERMS = (*ALLOCATED_TERMS, "nccl", "cuda_context", "fragmentation")
+MIB = 2**20
 FP8_WEIGHT_BYTES = 1 + 1  # Transformer Engine keeps an FP8 copy of each linear weight and its transpose
 FSDP_UNSHARDED_LAYERS = 2  # Megatron FSDP gathers the next layer while computing this one
 FSDP_GRAD_BYTES = (
@@ -39,13 +42,27 @@ def stage_params(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarr
     }
 
 
+def _state_bytes_per_param(ctx: Context) -> tuple[int, int]:
+    """(gradient, optimizer) bytes per parameter: the gradient buffer's dtype and Adam's states."""
+    opts = ctx.options
+    grad = memory.gradient_bytes_per_param(ctx.precision, grads_in_16_bits=opts.grad_buffer_in_16_bits)
+    optimizer = memory.optimizer_bytes_per_param(
+        ctx.precision,
+        precision_aware=opts.use_precision_aware_optimizer,
+        master_bytes=OPTIMIZER_DTYPE_BYTES[opts.main_params_dtype],
+        exp_avg_bytes=OPTIMIZER_DTYPE_BYTES[opts.exp_avg_dtype],
+        exp_avg_sq_bytes=OPTIMIZER_DTYPE_BYTES[opts.exp_avg_sq_dtype],
+    )
+    return grad, optimizer
+
+
 def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    dense = memory.param_state_bytes(
-        params["dense"], lt.d * lt.c, precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp
+    grad_b, opt_b = _state_bytes_per_param(ctx)
+    kw = dict(
+        precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp, gradient_bytes=grad_b, optimizer_bytes=opt_b
     )
-    expert = memory.param_state_bytes(
-        params["expert"], lt.edp, precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp
-    )
+    dense = memory.param_state_bytes(params["dense"], lt.d * lt.c, **kw)
+    expert = memory.param_state_bytes(params["expert"], lt.edp, **kw)
     states = {k: dense[k] + expert[k] for k in dense}
     # Megatron FSDP shards the weights and gradients too (dense over d·c, experts over the expert
     # data-parallel group), keeping a couple of layers whole while they run
@@ -64,10 +81,28 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[st
     return states
 
 
-def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
-    n, first, last = lt.stage_info(i)
-    parts = memory.layer_activation_parts(lt.h, lt.a, lt.g, lt.dh, lt.f, gated=lt.gated, dropout=lt.dropout, fp8=lt.fp8)
+def _selective_coefficients(parts: dict, modules: tuple, dropout: bool) -> tuple[float, float, int]:
+    """(split, replicated, recompute code for the attention scores) of a dense layer under selective
+    recomputation of ``modules``: core_attn drops the unfused attention's scores (Korthikanti et al. 2022
+    §4.2); mlp keeps only the MLP's input, already counted with the attention block, and its dropout
+    mask (transformer_layer.py:536-539); layernorm changes nothing: Transformer Engine fuses the norms
+    into the next linear layer, so the layer has no norm module to recompute (transformer_layer.py:475-479)."""
+    (attn_split, attn_repl), (mlp_split, mlp_repl) = parts["attention"], parts["mlp"]
+    mlp = RecomputeModule.MLP in modules
+    split = attn_split + (0.0 if mlp else mlp_split)
+    replicated = attn_repl + ((1.0 if dropout else 0.0) if mlp else mlp_repl)
+    return split, replicated, 1 if RecomputeModule.CORE_ATTN in modules else 0
+
+
+def layer_activations(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
+    """Bytes one layer keeps per micro-batch: ``whole`` (no recomputation), ``selective`` (with
+    --recompute-modules) and ``input`` (full recomputation keeps only the layer's input), dense and MoE
+    layers mixed by their share of the stage."""
+    parts = memory.layer_activation_parts(
+        lt.h, lt.a, lt.g, lt.dh, lt.f, gated=lt.gated, dropout=lt.dropout, fp8=lt.fp8, flash_attention=not lt.unfused
+    )
     (attn_split, attn_replicated), (mlp_split, mlp_replicated) = parts["attention"], parts["mlp"]
+    modules = ctx.options.recompute_modules
 
     def per_layer(split_c, replicated_c, rc):
         return (
@@ -89,9 +124,11 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
             )
         )
 
-    split, replicated = attn_split + mlp_split, attn_replicated + mlp_replicated
-    kept = per_layer(split, replicated, lt.rc)
-    whole = per_layer(split, replicated, np.zeros_like(lt.rc))  # what a layer being recomputed holds
+    zero = np.zeros_like(lt.rc)
+    whole = per_layer(attn_split + mlp_split, attn_replicated + mlp_replicated, zero)
+    split_s, repl_s, rc_s = _selective_coefficients(parts, modules, lt.dropout)
+    selective = per_layer(split_s, repl_s, zero + rc_s)
+    layer_input = per_layer(attn_split + mlp_split, attn_replicated + mlp_replicated, zero + 2)
     if lt.moe_frac:
         A = moe.expert_token_assignments(
             lt.b,
@@ -105,17 +142,46 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
         moe_mlp = moe.moe_mlp_activation_bytes(
             A, lt.tokens_per_gpu(), lt.h, lt.f_e, lt.etp, gated=lt.gated, fp8_inputs=lt.fp8
         )
-        moe_kept = np.where(
-            lt.rc == 2, kept, per_layer(attn_split, attn_replicated, lt.rc) + moe_mlp
-        )  # full: the input
-        moe_whole = per_layer(attn_split, attn_replicated, np.zeros_like(lt.rc)) + moe_mlp
-        whole = (1 - lt.moe_frac) * whole + lt.moe_frac * moe_whole
-        kept = (1 - lt.moe_frac) * kept + lt.moe_frac * moe_kept
+        # moe recomputes the whole MoE block from its input; moe_act discards the experts' activation
+        # output, fc2's input (output-discarding checkpoint, transformer_config.py:560-583)
+        act_out = A * lt.f_e * (1.0 if lt.fp8 else 2.0)
+        moe_kept = (
+            0.0 * moe_mlp
+            if RecomputeModule.MOE in modules
+            else moe_mlp - (act_out if RecomputeModule.MOE_ACT in modules else 0.0)
+        )
+        moe_whole = per_layer(attn_split, attn_replicated, zero) + moe_mlp
+        moe_selective = per_layer(attn_split, attn_replicated, zero + rc_s) + moe_kept
+        f = lt.moe_frac
+        whole, selective = (1 - f) * whole + f * moe_whole, (1 - f) * selective + f * moe_selective
+    return {"whole": whole, "selective": selective, "input": layer_input}
+
+
+def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
+    """Activations of stage i at its peak: the micro-batches in flight times what each of its layers
+    keeps, the working set of the layers being recomputed, less what waits in host memory, plus the
+    embedding (first stage) and the output layer (last stage)."""
+    n, first, last = lt.stage_info(i)
+    act = layer_activations(lt, ctx)
+    whole, layer_input = act["whole"], act["input"]
     in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i)
+    chunk = n / lt.vpp  # layers of one model chunk on this stage
+    # full: uniform keeps the input of every group of N layers and re-runs a group at a time; block keeps
+    # the input of its first k layers of each chunk and everything of the rest (megatron/core/recompute.py)
+    group = np.minimum(np.maximum(lt.rlayers, 1), chunk)
+    uniform = lt.vpp * np.ceil(chunk / group) * layer_input
+    rec = lt.recomputed_layers(n)
+    block = rec * layer_input + (n - rec) * whole
+    full_kept = np.where(lt.rblock, block, uniform)
+    full_working = np.where(lt.rblock, np.where(rec > 0, 1.0, 0.0), group) * whole - np.where(rec > 0, layer_input, 0)
+    kept = np.where(lt.rc == 0, n * whole, np.where(lt.rc == 1, n * act["selective"], full_kept))
+    # offloaded layers' copies finish during the next layer's compute, long before the peak at the end
+    # of the forward, so none of them is left on the GPU then
+    offloaded = np.minimum(ctx.options.cpu_offloading_num_layers, n) * whole
     return (
-        in_flight * n * kept
-        # the layer being recomputed holds all of its activations; its input is already counted as kept
-        + np.where(lt.rc == 2, whole - kept, 0.0)
+        in_flight * kept
+        + np.where(lt.rc == 2, full_working, 0.0)
+        - np.where(lt.rc == 0, offloaded, 0.0)
         + first
         * np.minimum(lt.p, lt.m)
         * memory.embedding_activation_bytes(lt.s, lt.b, lt.h, lt.t, lt.c, sequence_parallel=lt.sp, dropout=lt.dropout)
@@ -123,19 +189,46 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
     )
 
 
+def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.ndarray) -> dict[str, np.ndarray]:
+    """What the process holds besides model states and activations (planner.costs.process_memory)."""
+    mem, opts, mo = ctx.hardware.memory, ctx.options, ctx.model
+    n, _, _ = lt.stage_info(i)
+    tpo = opts.tp_comm_overlap & lt.sp
+    workspaces = process_memory.workspace_bytes(
+        mem.cublas_workspace_mib * MIB, tp_comm_overlap=tpo
+    ) + process_memory.userbuffer_bytes(lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=lt.fp8, act_bytes=lt.act_bytes)
+    graphs = process_memory.cuda_graphs_per_layer(opts)
+    copies = np.where(lt.p == 1, 1.0, in_flight_microbatches(lt.p, lt.m, lt.vpp, i))
+    message = lt.act_bytes * lt.b * lt.s * lt.h / (lt.c * np.where(lt.sp, lt.t, 1))
+    communicators = process_memory.nccl_communicators(
+        lt.t, lt.c, lt.p, lt.d, lt.ep, lt.etp, lt.edp, tied_embeddings=mo.tied_embeddings, moe=mo.is_moe
+    )
+    shape = np.shape(activations)
+    return {
+        "cuda_graphs": np.broadcast_to(process_memory.cuda_graph_static_bytes(message, n, graphs, copies), shape),
+        "workspaces": np.broadcast_to(workspaces, shape),
+        "nccl": np.broadcast_to(communicators * mem.nccl_communicator_gib * GIB, shape),
+        "cuda_context": np.full(shape, mem.cuda_context_gib * GIB),
+        "fragmentation": process_memory.fragmentation_bytes(
+            activations, mem.fragmentation_frac, expandable_segments=opts.expandable_segments
+        ),
+    }
+
+
 def stage_memory_bytes(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
-    """Memory on the GPUs of pipeline stage i, term by term (bytes)."""
+    """Memory on the GPUs of pipeline stage i, term by term (bytes); ``allocated`` is what PyTorch's
+    allocator hands out (the peak Megatron logs as max allocated)."""
     params = stage_params(lt, ctx, i)
     activations = _activations(lt, ctx, i)
-    reserve = np.broadcast_to(ctx.hardware.calibration.reserve_bytes, np.shape(activations))
     out = {
         **_states(lt, ctx, params),
         "activations": activations,
-        "reserve": reserve,
+        **_process_bytes(lt, ctx, i, activations),
         "params": params["dense"] + params["expert"],
         "dense_params": params["dense"],
         "expert_params": params["expert"],
     }
+    out["allocated"] = sum(out[k] for k in ALLOCATED_TERMS)
     out["total"] = sum(out[k] for k in MEMORY_TERMS)
     return out
 
@@ -146,7 +239,9 @@ DIST_OPT = "Megatron-LM docs/user-guide/features/dist_optimizer.md; parameters: 
 
 def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     """The formula and source of each memory term for one plan, as ``stage_memory_bytes`` computes it."""
-    w, g, o = memory.BYTES_PER_PARAM[ctx.precision]
+    opts = ctx.options
+    w, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
+    g, o = _state_bytes_per_param(ctx)
     expert = " (experts over the expert data-parallel group)" if ctx.model.is_moe else ""
     if plan.fsdp:
         held = f"(P_stage/(d·c) + {FSDP_UNSHARDED_LAYERS} whole layers being gathered){expert}"
@@ -157,17 +252,28 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     else:
         weights = Formula(f"P_stage × {w} bytes ({ctx.precision} weights)", DIST_OPT)
         main = "fp32 main grads" if g == 4 and ctx.precision == "bf16" else f"{ctx.precision} grads"
-        gradients = Formula(f"P_stage × {g} bytes ({main})", DIST_OPT)
-    if ctx.options.fp8 is not None:
+        why = " (--grad-reduce-in-bf16: a bf16 buffer)" if g == 2 and ctx.precision == "bf16" else ""
+        gradients = Formula(f"P_stage × {g} bytes ({main}){why}", DIST_OPT + "; Megatron-LM arguments.py:1204-1217")
+    if opts.fp8 is not None:
         extra = (
-            f"FP8 weight and transpose ({FP8_WEIGHT_BYTES} bytes) instead of the 16-bit copy"
-            if ctx.options.fp8_param_gather
-            else f"+ {FP8_WEIGHT_BYTES} bytes (FP8 copy and transpose)"
+            f"FP8 weight and its transpose ({FP8_WEIGHT_BYTES} bytes) instead of the 16-bit weight"
+            if opts.fp8_param_gather
+            else f"+ {FP8_WEIGHT_BYTES} bytes (FP8 copy and its transpose, cached between micro-batches)"
         )
-        weights = Formula(f"{weights.text}; linear-layer weights: {extra}", weights.source + "; Transformer Engine FP8")
-    states = (
-        "fp32 master weight, Adam m and v" if ctx.precision != "fp16" else "fp32 master weight and grad, Adam m and v"
-    )
+        weights = Formula(
+            f"{weights.text}; linear-layer weights: {extra}",
+            weights.source + "; Transformer Engine module/base.py (weight_fp8, weight_t_fp8): Hopper's FP8 GEMMs "
+            "need a physically transposed copy for the backward",
+        )
+    if opts.use_precision_aware_optimizer:
+        states = (
+            f"master weight {opts.main_params_dtype} (an fp32 one kept as its 16-bit remainder beside the bf16 "
+            f"weight), Adam m {opts.exp_avg_dtype}, v {opts.exp_avg_sq_dtype}: {o} bytes"
+        )
+    elif ctx.precision == "fp16":
+        states = "fp32 master weight and grad, Adam m and v"
+    else:
+        states = "fp32 master weight, Adam m and v"
     sharded = (
         " ÷ d·c (Megatron FSDP)"
         if plan.fsdp
@@ -175,21 +281,22 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         if plan.distributed_optimizer
         else ""
     )
-    optimizer = Formula(f"P_stage × {o} bytes ({states}){sharded}{expert if sharded else ''}", DIST_OPT)
+    aware = "; --use-precision-aware-optimizer: optimizer_config.py:187-207, distrib_optimizer.py:1005-1013"
+    optimizer = Formula(
+        f"P_stage × {o} bytes ({states}){sharded}{expert if sharded else ''}",
+        DIST_OPT + (aware if opts.use_precision_aware_optimizer else ""),
+    )
     return {
         "weights": weights,
         "gradients": gradients,
         "optimizer": optimizer,
         "activations": activation_formula(ctx, plan),
-        "reserve": Formula(
-            "CUDA context, NCCL/cuBLAS workspaces, fragmentation", "hardware preset calibration.reserve_gib"
-        ),
+        **process_memory.process_formulas(ctx, plan),
     }
 
 
-def activation_formula(ctx: Context, plan: ParallelPlan) -> Formula:
-    """Activations of the most loaded stage: in-flight micro-batches × layers × the per-layer bytes."""
-    mo = ctx.model
+def _per_layer_text(ctx: Context, plan: ParallelPlan) -> str:
+    mo, opts = ctx.model, ctx.options
     parts = memory.layer_activation_parts(
         mo.hidden_size,
         mo.num_attention_heads,
@@ -198,26 +305,65 @@ def activation_formula(ctx: Context, plan: ParallelPlan) -> Formula:
         mo.ffn,
         gated=mo.swiglu,
         dropout=mo.hidden_dropout > 0,
-        fp8=ctx.options.fp8 is not None,
+        fp8=opts.fp8 is not None,
+        flash_attention=opts.attention_kernel is AttentionKernel.FLASH,
     )
+    sp = plan.sequence_parallel and plan.tp > 1
+    cp = "/c" if plan.cp > 1 else ""
+    unfused = opts.attention_kernel is AttentionKernel.UNFUSED
+    if plan.recompute is Recompute.SELECTIVE:
+        split, replicated, rc = _selective_coefficients(parts, opts.recompute_modules, mo.hidden_dropout > 0)
+        scores = " + 5as/(ht)" if unfused and rc == 0 else ""
+        modules = ", ".join(m.value for m in opts.recompute_modules) or "none"
+        return f"sbh{cp}·({replicated:.3g}{'/t' if sp else ''} + {split:.3g}/t{scores}) (selective: {modules})"
     split = parts["attention"][0] + parts["mlp"][0]
     replicated = parts["attention"][1] + parts["mlp"][1]
+    scores = " + 5as/(ht)" if unfused else ""
+    return f"sbh{cp}·({replicated:.3g}{'/t' if sp else ''} + {split:.3g}/t{scores})"
+
+
+def activation_formula(ctx: Context, plan: ParallelPlan) -> Formula:
+    """Activations of the most loaded stage: in-flight micro-batches × layers × the per-layer bytes."""
+    mo, opts = ctx.model, ctx.options
     sp = plan.sequence_parallel and plan.tp > 1
     cp = "/c" if plan.cp > 1 else ""
     in_flight = "min(p − i, m)" if plan.vpp == 1 else "min(m·v, 2(p − i − 1) + (v − 1)p + 1)/v"
-    if plan.recompute is Recompute.FULL:
-        shard = "/t" if sp or ctx.options.distribute_saved_activations else ""
-        per_layer = f"2sbh{cp}{shard} (the layer input) + one layer's whole activations while it is recomputed"
-    else:
-        scores = (
-            " + 5as/(ht)"
-            if ctx.options.attention_kernel is AttentionKernel.UNFUSED and plan.recompute is Recompute.NONE
-            else ""
+    whole = _per_layer_text(
+        ctx,
+        plan.model_copy(
+            update={"recompute": Recompute.NONE, "recompute_num_layers": None, "recompute_method": "uniform"}
+        ),
+    )
+    shard = "/t" if sp or opts.distribute_saved_activations else ""
+    layer_input = f"2sbh{cp}{shard}"
+    source = K22
+    if plan.recompute is Recompute.FULL and plan.recompute_method.value == "block":
+        k = plan.recomputed_layers
+        per_layer = (
+            f"per chunk, the first {k} layers keep their input {layer_input} and the rest everything, "
+            f"{whole} (--recompute-method block); + one layer's whole activations while it is recomputed"
         )
-        per_layer = f"sbh{cp}·({replicated:.3g}{'/t' if sp else ''} + {split:.3g}/t{scores})"
+        source += "; Megatron-LM megatron/core/recompute.py (block: the first N layers of each model chunk)"
+    elif plan.recompute is Recompute.FULL:
+        k = plan.recomputed_layers
+        group = f"every group of {k} layers keeps its input" if k > 1 else "each layer keeps its input"
+        per_layer = (
+            f"{group}, {layer_input}; + {k if k > 1 else 'one'} layer{'s' if k > 1 else ''}' whole activations, "
+            f"{whole}, while recomputed"
+        )
+        if k > 1:
+            source += "; Megatron-LM megatron/core/recompute.py (uniform: groups of --recompute-num-layers)"
+    else:
+        per_layer = _per_layer_text(ctx, plan)
+    offload = ""
+    if opts.cpu_offloading_num_layers and plan.recompute is Recompute.NONE:
+        offload = (
+            f"; − {opts.cpu_offloading_num_layers} − 1 layers waiting in host memory (--cpu-offloading-num-layers)"
+        )
+        source += "; Megatron-LM transformer_block.py:304-318 (Transformer Engine CPU offload context)"
     moe = "; MoE layers keep the routed tokens A·h and the experts' internals instead of the MLP's" if mo.is_moe else ""
     return Formula(
         f"{in_flight} micro-batches × layers × {per_layer}; + embedding (first stage) and fp32 logits "
-        f"4sbV/t (last stage){moe}",
-        K22 + ("; Megatron-Core MoE" if mo.is_moe else ""),
+        f"4sbV/t (last stage){offload}{moe}",
+        source + ("; Megatron-Core MoE" if mo.is_moe else ""),
     )

@@ -115,11 +115,40 @@ class Calibration(_Sourced):
     network_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NIC bandwidth")
     fp8_gemm_efficiency: PositiveFloat = Field(0.5, le=1.0, description="FP8 GEMMs' fraction of the FP8 peak")
     layer_overhead_us: float = Field(0.0, ge=0, description="host/launch time per layer forward (backward 2x)")
-    reserve_gib: float = Field(ge=0, description="memory the framework keeps: CUDA context, workspaces, fragmentation")
+
+
+class MemorySpec(_Sourced):
+    """What PyTorch can allocate on one GPU, and what a training process holds outside its tensors."""
+
+    allocatable_gib: PositiveFloat = Field(description="torch.cuda.get_device_properties().total_memory")
+    cuda_context_gib: float = Field(ge=0, description="CUDA context and the kernels a training process loads")
+    nccl_communicator_gib: float = Field(ge=0, description="buffers of one NCCL communicator with more than one rank")
+    cublas_workspace_mib: float = Field(ge=0, description="one cuBLAS/Transformer Engine GEMM workspace")
+    fragmentation_frac: float = Field(
+        ge=0, lt=1, description="caching allocator: reserved-but-unallocated bytes per byte of activations"
+    )
+    host_link_gbytes_per_s: PositiveFloat = Field(description="GPU-host copy bandwidth per GPU, each direction")
 
     @property
-    def reserve_bytes(self) -> float:
-        return self.reserve_gib * GIB
+    def allocatable_bytes(self) -> float:
+        return self.allocatable_gib * GIB
+
+    @property
+    def host_link_bytes_per_s(self) -> float:
+        return self.host_link_gbytes_per_s * 1e9
+
+
+class Accuracy(_Sourced):
+    """How far an iteration-time estimate on this GPU generation can be trusted: the spread of
+    ``megaplan validate`` on its runs and the calibration's own uncertainty (one standard error,
+    relative). The band of an estimate is iteration × exp(±√(validation² + calibration²))."""
+
+    validation_error_frac: float = Field(ge=0, lt=1, description="RMS of ln(predicted/published) on the runs")
+    calibration_uncertainty_frac: float = Field(ge=0, lt=1, description="relative uncertainty of the fitted factors")
+
+    @property
+    def band_frac(self) -> float:
+        return (self.validation_error_frac**2 + self.calibration_uncertainty_frac**2) ** 0.5
 
 
 class HardwareSpec(BaseModel):
@@ -132,6 +161,8 @@ class HardwareSpec(BaseModel):
     node: NodeSpec
     network: NetworkSpec
     calibration: Calibration
+    memory: MemorySpec
+    accuracy: Accuracy
 
     @property
     def gpus_per_node(self) -> int:

@@ -10,7 +10,9 @@ import shlex
 
 from planner.api import PlanRequest
 from planner.models.spec import Normalization, PositionEmbedding
-from planner.plan import PLAN_LABEL_LEGEND, AttentionKernel, Recompute, plan_label
+from planner.plan import PLAN_LABEL_LEGEND, AttentionKernel, CudaGraphImpl, PlanOptions, Recompute, plan_label
+
+DEFAULT_RECOMPUTE_MODULES = PlanOptions.model_fields["recompute_modules"].default
 
 
 def model_flags(req: PlanRequest) -> list[str]:
@@ -27,7 +29,7 @@ def model_flags(req: PlanRequest) -> list[str]:
         "--seq-length",
         tr.seq_len,
         "--max-position-embeddings",
-        m.max_position_embeddings,
+        max_position_embeddings(req),
         "--vocab-size",
         m.vocab_size,
         "--make-vocab-size-divisible-by",
@@ -102,12 +104,7 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         flags += ["--decoder-last-pipeline-num-layers", p.last_stage_layers]
     if p.sequence_parallel and p.tp > 1:
         flags.append("--sequence-parallel")
-    if p.recompute is Recompute.SELECTIVE:
-        flags += ["--recompute-granularity", "selective"]
-    elif p.recompute is Recompute.FULL:
-        flags += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
-        if o.distribute_saved_activations and not p.sequence_parallel:
-            flags.append("--distribute-saved-activations")
+    flags += recompute_flags(req)
     if p.distributed_optimizer or p.fsdp:
         flags.append("--use-distributed-optimizer")
     if p.fsdp:  # Megatron FSDP needs its own checkpoint format (arguments.py)
@@ -122,6 +119,7 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         flags += ["--fp8-format", o.fp8.value]
         if o.fp8_param_gather:
             flags.append("--fp8-param-gather")
+    flags += memory_option_flags(req)
     flags.append({"bf16": "--bf16", "fp16": "--fp16"}.get(tr.precision.value, "") or None)
     # auto (Megatron's default) lets Transformer Engine pick flash or cuDNN fused attention, which keep no
     # s×s tensor; forcing "flash" would rule out cuDNN's kernel on Hopper and any kernel in fp32
@@ -136,6 +134,61 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         if enabled:
             flags.append(flag)
     return [f for f in flags if f is not None]
+
+
+def max_position_embeddings(req: PlanRequest) -> int:
+    """--max-position-embeddings: the model's, raised to --seq-length where the run is longer (Megatron
+    asserts max_position_embeddings >= seq_length for every position-embedding type; RoPE has no table
+    to outgrow, learned positions are refused by the rule table before export)."""
+    return max(req.ctx.model.max_position_embeddings, req.ctx.training.seq_len)
+
+
+def recompute_flags(req: PlanRequest) -> list:
+    """--recompute-granularity with its method and layer count (full) or modules (selective)."""
+    p, o = req.plan, req.ctx.options
+    if p.recompute is Recompute.SELECTIVE:
+        flags: list = ["--recompute-granularity", "selective"]
+        if o.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+            flags += ["--recompute-modules", *(m.value for m in o.recompute_modules)]
+        return flags
+    if p.recompute is Recompute.FULL:
+        flags = ["--recompute-granularity", "full", "--recompute-method", p.recompute_method.value]
+        flags += ["--recompute-num-layers", p.recomputed_layers]
+        if o.distribute_saved_activations and not p.sequence_parallel:
+            flags.append("--distribute-saved-activations")
+        return flags
+    return []
+
+
+def memory_option_flags(req: PlanRequest) -> list:
+    """CPU offloading, the precision-aware optimizer and its dtypes, the gradient buffer's dtype and CUDA graphs."""
+    o, flags = req.ctx.options, []
+    if o.cpu_offloading_num_layers:
+        flags += ["--cpu-offloading-num-layers", o.cpu_offloading_num_layers]
+    if o.use_precision_aware_optimizer:
+        flags.append("--use-precision-aware-optimizer")
+        for name in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+            if getattr(o, name) != "fp32":
+                flags += ["--" + name.replace("_", "-"), getattr(o, name)]
+    if o.main_grads_dtype != "fp32":
+        flags += ["--main-grads-dtype", o.main_grads_dtype]
+    if o.cuda_graph_impl is not CudaGraphImpl.NONE:
+        flags += ["--cuda-graph-impl", o.cuda_graph_impl.value]
+        if o.cuda_graph_modules:
+            flags += ["--cuda-graph-modules", *(m.value for m in o.cuda_graph_modules)]
+    return flags
+
+
+def environment_lines(req: PlanRequest) -> list[str]:
+    """Environment the plan needs that no flag sets: CUDA_DEVICE_MAX_CONNECTIONS and the allocator."""
+    lines = []
+    if needs_cuda_device_max_connections(req):
+        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP communication ordering before Blackwell")
+    elif req.plan.fsdp:
+        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron FSDP needs more than one CUDA connection")
+    if req.ctx.options.expandable_segments:
+        lines.append("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # no allocator fragmentation")
+    return lines
 
 
 def megatron_argv(req: PlanRequest) -> list[str]:
@@ -202,12 +255,7 @@ def slurm_script(req: PlanRequest, warning: str | None = None) -> str:
     gpn = req.ctx.hardware.gpus_per_node
     nodes = -(-req.gpus // gpn)
     per_node = min(gpn, req.gpus)
-    if needs_cuda_device_max_connections(req):
-        env = "export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP communication ordering before Blackwell\n"
-    elif req.plan.fsdp:
-        env = "unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron FSDP needs more than one CUDA connection\n"
-    else:
-        env = ""
+    env = "".join(line + "\n" for line in environment_lines(req))
     plan_args = "\n".join("    " + line.removesuffix(" \\") for line in flags_text(req).rstrip().splitlines())
     tokenizer_vars, tokenizer = tokenizer_lines(req)
     label = plan_label(req.plan.model_dump(mode="json"), moe=req.ctx.model.is_moe)

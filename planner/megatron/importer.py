@@ -16,6 +16,13 @@ from planner import api
 from planner.errors import PlannerError
 from planner.megatron.deepspeed import ForkPlan, map_fork_flags
 from planner.megatron.flags import MegatronArgs, parse_megatron_argv
+from planner.megatron.option_flags import (
+    cuda_graph_options,
+    not_modelled,
+    optimizer_options,
+    recompute_fields,
+    recompute_modules,
+)
 from planner.megatron.script import MODEL_FIELDS, drop_unset, read_beside, world_unknown
 from planner.megatron.shell import extract_launch
 from planner.megatron.tokenizers import tokenizer_vocab
@@ -33,7 +40,6 @@ NOT_MODELLED = {  # dest -> what the estimate leaves out when the flag is on (sa
     "moe_shared_expert_intermediate_size": "shared experts",
     "mtp_num_layers": "multi-token prediction layers",
     "window_size": "sliding-window attention (priced as full attention)",
-    "recompute_modules": "recomputation of chosen modules (priced as the granularity given)",
     "moe_layer_freq": "an MoE layer pattern (every layer priced as MoE)",
 }
 
@@ -108,13 +114,6 @@ def _vpp(v: dict, L: int, p: int) -> int:
     return per_stage // per_chunk
 
 
-def _recompute(v: dict) -> str:
-    if v.get("recompute_activations"):
-        return "selective"
-    gran = v.get("recompute_granularity")
-    return gran if gran in ("full", "selective") else "none"
-
-
 def _attention(v: dict) -> str:
     backend = v.get("attention_backend")
     if backend in ("unfused", "local") or (v.get("transformer_impl") == "local" and backend not in ("flash", "fused")):
@@ -159,13 +158,20 @@ def request_from_megatron(
     model: str | None = None,
     hardware: str | None = None,
     files: dict[str, str] | None = None,
-) -> tuple[api.PlanRequest, list[str]]:
+    allocator_conf: str | None = None,
+) -> tuple[api.PlanRequest, list[str], list[str]]:
     """The plan a parsed Megatron-LM argv describes, the notes on how it was read, and the warnings on where
-    the estimate departs from what the command line runs."""
+    the estimate departs from what the command line runs (``allocator_conf``: PYTORCH_CUDA_ALLOC_CONF)."""
     v, notes = args.values, []
     for dest, message in REFUSED.items():
         if v.get(dest):
             raise PlannerError(message)
+    strategy = v.get("data_parallel_sharding_strategy")
+    if v.get("use_megatron_fsdp") and strategy not in (None, "optim_grads_params"):
+        raise PlannerError(
+            f"--data-parallel-sharding-strategy {strategy} is not modelled; Megatron FSDP is modelled as "
+            "optim_grads_params (ZeRO-3, Megatron's default)"
+        )
     fork = map_fork_flags(args.fork, v, files or {})
     notes += fork.notes
     warnings = list(fork.warnings)
@@ -204,7 +210,13 @@ def request_from_megatron(
         "fp8_param_gather": bool(v.get("fp8_param_gather")),
         "moe_token_dispatcher": v.get("moe_token_dispatcher_type") or "allgather",
         "moe_capacity_factor": v.get("moe_expert_capacity_factor"),
+        "recompute_modules": recompute_modules(v),
+        "cpu_offloading_num_layers": int(v.get("cpu_offloading_num_layers") or 0),
+        "expandable_segments": "expandable_segments:true" in (allocator_conf or "").replace(" ", "").lower(),
+        **cuda_graph_options(v, warnings),
+        **optimizer_options(v, warnings),
     }
+    warnings.extend(not_modelled(v))
     fsdp = bool(v.get("use_megatron_fsdp") or fork.plan.get("fsdp"))
     req = api.make_request(
         model=spec,
@@ -222,7 +234,7 @@ def request_from_megatron(
         etp=v.get("expert_tensor_parallel_size"),
         fsdp=fsdp,
         sequence_parallel=bool(v.get("sequence_parallel")),
-        recompute=_recompute(v),
+        **recompute_fields(v),
         distributed_optimizer=bool(
             v.get("use_distributed_optimizer") or fsdp or fork.plan.get("distributed_optimizer")
         ),
@@ -270,5 +282,7 @@ def import_megatron(
             f"did not read {', '.join(launch.unread)} (only files beside the script are read); if it sets values the "
             "launch uses, pass them with --env NAME=VALUE"
         )
-    request, read, departs = request_from_megatron(args, gpus=world, model=model, hardware=hardware, files=launch.files)
+    request, read, departs = request_from_megatron(
+        args, gpus=world, model=model, hardware=hardware, files=launch.files, allocator_conf=launch.allocator_conf
+    )
     return Imported(request, tuple(warnings + departs), launch.argv, launch.world_size, tuple(notes + read))

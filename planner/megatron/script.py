@@ -5,6 +5,7 @@ give, and the files beside it that it sources or submits."""
 from __future__ import annotations
 
 from planner.errors import PlannerError
+from planner.megatron.option_flags import NOT_MODELLED
 
 MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
     "num_layers": "num_layers",
@@ -70,6 +71,20 @@ COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; ev
     "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split",
     "distribute_saved_activations",
+    "recompute_method",
+    "recompute_num_layers",
+    "recompute_modules",
+    "moe_layer_recompute",
+    "cpu_offloading_num_layers",
+    "use_precision_aware_optimizer",
+    "main_params_dtype",
+    "main_grads_dtype",
+    "exp_avg_dtype",
+    "exp_avg_sq_dtype",
+    "cuda_graph_impl",
+    "cuda_graph_modules",
+    "data_parallel_sharding_strategy",
+    *NOT_MODELLED,
 }
 
 

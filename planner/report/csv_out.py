@@ -14,7 +14,9 @@ PARALLEL_KEYS = tuple(ParallelPlan.model_fields)
 ESTIMATE_KEYS = (
     "peak_memory_gib",
     "capacity_gib",
+    "allocatable_gib",
     "fits",
+    "fits_without_headroom",
     "iteration_s",
     "tokens_per_s",
     "tflops_per_gpu",
@@ -37,12 +39,16 @@ def _text(header: list[str], rows: list[list]) -> str:
     return out.getvalue()
 
 
+BAND_KEYS = ("iteration_s_band",)  # [low, high]: two columns each
+
+
 def _plan_cells(pj: dict) -> list:
     par, est = pj["parallel"], pj["estimate"]
-    return [plan_text(pj), *(par.get(k) for k in PARALLEL_KEYS), *(est.get(k) for k in ESTIMATE_KEYS)]
+    bands = [x for k in BAND_KEYS for x in (est.get(k) or (None, None))]
+    return [plan_text(pj), *(par.get(k) for k in PARALLEL_KEYS), *(est.get(k) for k in ESTIMATE_KEYS), *bands]
 
 
-PLAN_HEADER = ["plan", *PARALLEL_KEYS, *ESTIMATE_KEYS]
+PLAN_HEADER = ["plan", *PARALLEL_KEYS, *ESTIMATE_KEYS, *(f"{k}_{end}" for k in BAND_KEYS for end in ("low", "high"))]
 
 
 def search_csv(plans: list[dict]) -> str:

@@ -8,7 +8,10 @@ from rich.padding import Padding
 from rich.text import Text
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS
+from planner.report import memory as memory_report
 from planner.report.layout import KEEP, Column, FittedTable, plain_table, plan_text, table_width
+
+STATE_TERMS = MEMORY_TERMS[:4]  # weights, gradients, optimizer, activations; the rest shown as "other"
 
 MAX_STAGE_ROWS = 8
 VERDICT_TERMS = 3  # the largest memory and time terms the verdict names
@@ -43,6 +46,9 @@ def verdict(pj: dict, note: str | None = None) -> Text:
     if est["fits"]:
         out.append("FITS  ", "bold green")
         out.append(f"{peak:.1f} of {cap:.1f} GiB per GPU (stage {est['peak_stage']}), {cap - peak:.1f} GiB free\n")
+    elif est.get("fits_without_headroom"):
+        out.append("TIGHT ", "bold yellow")
+        out.append(f"{memory_report.headroom_text(est)} (stage {est['peak_stage']})\n")
     else:
         out.append("DOES NOT FIT  ", "bold red")
         out.append(
@@ -87,6 +93,7 @@ def explain_view(pj: dict, note: str | None = None) -> Group:
         *parts,
         TermsTable(pj, "time"),
         metrics_table(pj["estimate"]),
+        *([memory_report.megatron_estimate_view(pj)] if "megatron_estimate" in pj else []),
         Text(f"{rules}; layers per stage: {layers}", style="green" if pj["legal"] else "red"),
     )
 
@@ -112,12 +119,15 @@ def memory_stage_table(pj: dict) -> FittedTable:
     est = pj["estimate"]
     cap = est["capacity_gib"]
     stages = pj.get("stages", [])
-    rows = [dict(st, free=cap - st["total"]) for st in stages[:MAX_STAGE_ROWS]]
+    rows = [
+        dict(st, free=cap - st["total"], other=st["total"] - sum(st[k] for k in STATE_TERMS))
+        for st in stages[:MAX_STAGE_ROWS]
+    ]
     if len(stages) > MAX_STAGE_ROWS:
         rest = stages[MAX_STAGE_ROWS:]
         rows.append({"stage": "…", "layers": f"{len(rest)} more", "total": max(s["total"] for s in rest), "rest": True})
     short = {"gradients": "grads", "optimizer": "optim", "activations": "activ"}
-    priority = {"activations": 1, "optimizer": 2, "weights": 3, "gradients": 3, "reserve": 4}
+    priority = {"activations": 1, "optimizer": 2, "weights": 3, "gradients": 3, "other": 4}
 
     def term(k: str):
         return lambda r: "" if r.get("rest") else f"{r[k]:.2f}"
@@ -125,7 +135,7 @@ def memory_stage_table(pj: dict) -> FittedTable:
     columns = [
         Column("stage", lambda r: str(r["stage"]), KEEP),
         Column("layers", lambda r: str(r["layers"]), 2),
-        *(Column(short.get(k, k), term(k), priority.get(k, 3)) for k in MEMORY_TERMS),
+        *(Column(short.get(k, k), term(k), priority.get(k, 3)) for k in (*STATE_TERMS, "other")),
         Column("total", lambda r: ("≤ " if r.get("rest") else "") + f"{r['total']:.2f}", KEEP),
         Column(
             "free",
@@ -179,10 +189,7 @@ class TermsTable:
         est = self.pj["estimate"]
         if self.kind == "time":
             return "sum of the terms above"
-        verdict = (
-            "fits" if est["fits"] else f"does NOT fit: {est['peak_memory_gib'] - est['capacity_gib']:.2f} GiB over"
-        )
-        return f"of {est['capacity_gib']:.1f} GiB: {verdict}"
+        return memory_report.headroom_text(est)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         full = plain_table(self.columns, self.rows)
@@ -198,6 +205,7 @@ class TermsTable:
 
 def metrics_table(est: dict) -> FittedTable:
     rows = [
+        ("iteration band", memory_report.band_text(est) + " s", "estimate × e^∓ε: the model's error on this GPU"),
         ("tokens/s", f"{est['tokens_per_s']:,.0f}", "global batch × seq_len / iteration"),
         ("TFLOP/s/GPU model", f"{est['tflops_per_gpu']:.1f}", "Korthikanti 2022 Eq. 7 FLOPs, no recomputation: MFU"),
         (

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from planner.plan import PLAN_LABEL_LEGEND
 from planner.report.layout import KEEP, Column, FittedTable, plan_text
+from planner.report.memory import band_text, tie_cell, ties_footnote
 
 
 def _est(key: str, fmt: str):
@@ -26,6 +27,8 @@ def search_columns(capacity_gib: float) -> list[Column]:
         Column("plan", plan_text, priority=KEEP, justify="left"),
         Column(f"GiB/{capacity_gib:g}", _est("peak_memory_gib", ".1f"), priority=1),
         Column("iter s", _est("iteration_s", ".2f"), priority=KEEP),
+        Column("≈", tie_cell, priority=KEEP),
+        Column("band s", lambda pj: band_text(pj["estimate"]), priority=2),
         Column("MFU", _pct("mfu"), priority=1),
         Column("tokens/s", _est("tokens_per_s", ",.0f"), priority=2),
         Column("TFLOP/s", _est("tflops_per_gpu", ".0f"), priority=4),
@@ -43,14 +46,15 @@ def search_title(ctx, gpus: int) -> str:
 
 
 def search_view(result, ctx, gpus: int) -> Group:
-    table = FittedTable(search_columns(ctx.hardware.gpu.hbm_gib), result.plans, search_title(ctx, gpus))
+    capacity = round(result.plans[0]["estimate"]["capacity_gib"], 1)  # what a plan may fill: usable memory
+    table = FittedTable(search_columns(capacity), result.plans, search_title(ctx, gpus))
     rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     tokens = result.plans[0]["estimate"].get("train_tokens", 300e9) / 1e9
     foot = Text(
         f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected: {rejected or 'none'}.\n"
         f"{PLAN_LABEL_LEGEND}. TFLOP/s and MFU count model FLOPs (no recomputation)"
         f"{', against the BF16 peak' if ctx.options.fp8 else ''}; days to train {tokens:g}B tokens (--tokens). "
-        "Each plan's explain and export command lines are in --json.",
+        "Each plan's explain and export command lines are in --json." + ties_footnote(result),
         style="dim",
     )
     return Group(table, foot)

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.costs.memory import BYTES_PER_PARAM
+from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
+from planner.hardware.spec import GIB
 from planner.models.params import total_params
 from planner.plan import Context
 from planner.search import search
@@ -45,10 +47,11 @@ class FitResult:
         }
 
 
-def lower_bound_gpus(ctx: Context, memory_headroom: float = 0.0) -> int:
+def lower_bound_gpus(ctx: Context, memory_headroom: float | None = None) -> int:
     """GPUs needed just to hold the model's states with everything sharded (a bound, never an answer)."""
     per_param = sum(BYTES_PER_PARAM[ctx.precision])
-    usable = ctx.hardware.gpu.hbm_bytes * (1 - memory_headroom) - ctx.hardware.calibration.reserve_bytes
+    mem = ctx.hardware.memory
+    usable = usable_bytes(mem.allocatable_bytes, memory_headroom) - mem.cuda_context_gib * GIB
     return max(1, math.ceil(total_params(ctx.model) * per_param / max(usable, 1.0)))
 
 
@@ -61,7 +64,7 @@ def min_gpus(
     ctx: Context,
     pins: Pins = NO_PINS,
     *,
-    memory_headroom: float = 0.0,
+    memory_headroom: float | None = None,
     next_sizes: int = NEXT_SIZES,
     step: Callable[[str], None] | None = None,
 ) -> FitResult:

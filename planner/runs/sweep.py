@@ -46,7 +46,7 @@ def sweep(
     sizes: list[int],
     pins: Pins = NO_PINS,
     *,
-    memory_headroom: float = 0.0,
+    memory_headroom: float | None = None,
     skip_infeasible: bool = False,
     step: Callable[[str], None] | None = None,
 ) -> dict:

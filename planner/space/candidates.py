@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.plan import RECOMPUTE_CODES, SPLIT_CODES, Context, Recompute, StageSplit
-from planner.space.grid import PlanGrid
+from planner.plan import RECOMPUTE_CODES, SPLIT_CODES, Context, Recompute, RecomputeMethod, StageSplit
+from planner.space.grid import PlanGrid, stage_layers
 
 MIN_CP_TOKENS = 4096  # context parallelism is searched while each rank keeps at least this many tokens
 
@@ -33,12 +33,20 @@ class Pins:
     vpp: int | None = None
     micro_batch: int | None = None
     recompute: Recompute | tuple[Recompute, ...] | None = None
+    recompute_method: RecomputeMethod | None = None  # full: None searches uniform and block (layers solved)
+    recompute_num_layers: int | None = None
     sequence_parallel: bool | None = None
     distributed_optimizer: bool | None = None
     stage_split: StageSplit | None = None
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     max_tp: int | None = None
+    recompute_modules: tuple | None = None  # selective recomputation's modules; None: the search picks them
+    # the overlap flags: None takes today's recipes (Megatron-Bridge, NeMo): gradient reduction overlapped,
+    # the parameter all-gather with the distributed optimizer, TP communication with sequence parallelism
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool | None = None
 
 
 NO_PINS = Pins()  # search every knob
@@ -72,6 +80,27 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
     return {k: v[mask] for k, v in cols.items()}
 
 
+def _interleaving(cols: dict[str, np.ndarray], L: int, pins: Pins) -> dict[str, np.ndarray]:
+    """Every interleaving depth each row's stage split allows: the divisors of its stages' layer
+    counts (the accounted stage, (L + e + l)/p; with explicit first/last stages, of each of the three),
+    1 for pp = 1 (Megatron arguments.py:953-998, transformer_config.py:2296-2340)."""
+    if pins.vpp is not None:
+        cols = _cross(cols, "vpp", np.array([pins.vpp]))
+        return _keep(cols, (cols["vpp"] == 1) | (cols["pp"] > 1))
+    n = len(cols["pp"])
+    first = np.full(n, pins.first_stage_layers or 0)
+    last = np.full(n, pins.last_stage_layers or 0)
+    lay = stage_layers(L, cols["pp"], cols["split"], first, last)
+    explicit = (first > 0) | (last > 0)
+    per_stage = np.where(explicit, np.gcd(np.gcd(lay.first, lay.middle), lay.last), lay.middle)
+    per_stage = np.where((cols["pp"] > 1) & lay.legal, np.maximum(per_stage, 1), 1)
+    values = {int(k): divisors(int(k)) for k in np.unique(per_stage)}
+    counts = np.array([len(values[int(k)]) for k in per_stage], dtype=np.int64)
+    out = {key: np.repeat(col, counts) for key, col in cols.items()}
+    out["vpp"] = np.concatenate([values[int(k)] for k in per_stage]) if n else np.zeros(0, dtype=np.int64)
+    return out
+
+
 def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     """Every combination of the searched knobs for N GPUs (pins narrow an axis to one value)."""
     L, B = ctx.model.num_layers, ctx.training.global_batch
@@ -91,15 +120,20 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     explicit = pins.first_stage_layers is not None or pins.last_stage_layers is not None
     split_values = [pins.stage_split.code] if pins.stage_split else [0] if explicit else list(SPLIT_CODES.values())
     cols = _cross(cols, "split", np.array(split_values, dtype=np.int8))
-    even = L % cols["pp"] == 0  # accounted splits only where the layers do not divide evenly
-    if pins.stage_split is None and not explicit:
-        cols = _keep(cols, (cols["split"] == 0) | ~even)
+    if pins.stage_split is None and not explicit:  # every split Megatron accepts for the row's pp
+        accounted = L + np.isin(cols["split"], (1, 3)) + np.isin(cols["split"], (2, 3))
+        cols = _keep(cols, (cols["split"] == 0) | ((cols["pp"] > 1) & (accounted % cols["pp"] == 0)))
     cols = _cross(cols, "micro_batch", axis(pins.micro_batch, divisors(B)))
-    cols = _cross(cols, "vpp", axis(pins.vpp, divisors(L)))
-    cols = _keep(cols, (cols["vpp"] == 1) | (cols["pp"] > 1))
+    cols = _interleaving(cols, L, pins)
     allowed = (pins.recompute,) if isinstance(pins.recompute, Recompute) else pins.recompute
     rc = [r.code for r in allowed] if allowed else list(RECOMPUTE_CODES.values())
     cols = _cross(cols, "recompute", np.array(rc, dtype=np.int8))
+    full = cols["recompute"] == 2
+    block = pins.recompute_method is RecomputeMethod.BLOCK
+    cols["recompute_block"] = full & block
+    # uniform groups of one layer (Megatron's classic full recomputation) unless pinned; block rows get
+    # their layer count from the search, which solves for the fewest that fit (planner.search)
+    cols["recompute_layers"] = np.where(full, pins.recompute_num_layers or (0 if block else 1), 0)
     sp = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True]
     cols = _cross(cols, "sequence_parallel", np.array(sp))
     cols = _keep(cols, ~cols["sequence_parallel"] | (cols["tp"] > 1))  # SP with t = 1 is the same plan
@@ -109,9 +143,7 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     fsdp = [pins.fsdp] if pins.fsdp is not None else [False, True]
     cols = _cross(cols, "fsdp", np.array(fsdp))
     # Megatron FSDP runs on the distributed optimizer (arguments.py: v1 turns it on) and needs d·c > 1
-    cols = _keep(
-        cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1) & (cols["pp"] == 1))
-    )
+    cols = _keep(cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1)))
     if model.is_moe:
         cols = _cross(cols, "ep", axis(pins.ep, [e for e in divisors(model.num_experts) if num_gpus % e == 0]))
         if pins.etp is None:  # expert TP: Megatron's default (= tp) or none
@@ -137,6 +169,8 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
         micro_batch=cols["micro_batch"],
         sequence_parallel=cols["sequence_parallel"],
         recompute=cols["recompute"],
+        recompute_block=cols["recompute_block"],
+        recompute_layers=cols["recompute_layers"],
         distributed_optimizer=cols["distributed_optimizer"],
         fsdp=cols["fsdp"],
         split=cols["split"],

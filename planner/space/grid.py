@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from planner.plan import RECOMPUTE_BY_CODE, SPLIT_BY_CODE, ParallelPlan
+from planner.plan import RECOMPUTE_BY_CODE, SPLIT_BY_CODE, ParallelPlan, Recompute, RecomputeMethod
 
 IntArray = np.ndarray
 
@@ -27,6 +27,8 @@ class PlanGrid:
     micro_batch: IntArray
     sequence_parallel: np.ndarray  # bool
     recompute: IntArray  # Recompute codes: 0 none, 1 selective, 2 full
+    recompute_block: np.ndarray  # bool: full recomputation by --recompute-method block
+    recompute_layers: IntArray  # --recompute-num-layers (full: uniform group size or block layers per chunk)
     distributed_optimizer: np.ndarray  # bool
     fsdp: np.ndarray  # bool: Megatron FSDP
     split: IntArray  # StageSplit codes
@@ -53,6 +55,8 @@ class PlanGrid:
             micro_batch=col(lambda p: p.micro_batch),
             sequence_parallel=col(lambda p: p.sequence_parallel and p.tp > 1, bool),
             recompute=col(lambda p: p.recompute.code, np.int8),
+            recompute_block=col(lambda p: p.recompute_method is RecomputeMethod.BLOCK, bool),
+            recompute_layers=col(lambda p: p.recomputed_layers if p.recompute is Recompute.FULL else 0),
             distributed_optimizer=col(lambda p: p.distributed_optimizer, bool),
             split=col(lambda p: p.stage_split.code, np.int8),
             first_layers=col(lambda p: p.first_stage_layers or 0),
@@ -76,11 +80,22 @@ class PlanGrid:
             micro_batch=int(self.micro_batch[i]),
             sequence_parallel=bool(self.sequence_parallel[i]),
             recompute=RECOMPUTE_BY_CODE[int(self.recompute[i])],
+            **_recompute_flags(bool(self.recompute_block[i]), int(self.recompute_layers[i])),
             distributed_optimizer=bool(self.distributed_optimizer[i]),
             stage_split=SPLIT_BY_CODE[int(self.split[i])],
             first_stage_layers=int(self.first_layers[i]) or None,
             last_stage_layers=int(self.last_layers[i]) or None,
         )
+
+
+def _recompute_flags(block: bool, layers: int) -> dict:
+    """--recompute-method and --recompute-num-layers of a full-recompute row (Megatron's own defaults otherwise)."""
+    if layers <= 0:
+        return {}
+    return {
+        "recompute_method": RecomputeMethod.BLOCK if block else RecomputeMethod.UNIFORM,
+        "recompute_num_layers": layers if block or layers > 1 else None,
+    }
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ class RuleInputs:
             split=int(g.split[i]),
             middle=int(self.layers.middle[i]),
             max_pos=mo.max_position_embeddings,
+            offload=self.options.cpu_offloading_num_layers,
         )
 
 
@@ -96,6 +97,14 @@ def _interleaving_chunks_ok(r: RuleInputs) -> np.ndarray:
     v, lay = r.grid.vpp, r.layers
     each = (lay.first % v == 0) & (lay.middle % v == 0) & (lay.last % v == 0)
     return (v == 1) | np.where(r.explicit, each, lay.middle % v == 0)
+
+
+def _graph_modules_match(options: PlanOptions, model: ModelSpec) -> bool:
+    modules = {m.value for m in options.cuda_graph_modules}
+    moe_parts = {"moe", "moe_router", "moe_preprocess"} & modules
+    if moe_parts and not model.is_moe:
+        return False
+    return not ("mlp" in modules and model.is_moe and model.moe_layer_freq == 1)
 
 
 def _moe_only(mask: Callable[[RuleInputs], np.ndarray]) -> Callable[[RuleInputs], np.ndarray]:
@@ -166,11 +175,6 @@ RULES: tuple[Rule, ...] = (
         lambda x: f"tp {x.t} with experts needs --sequence-parallel",
     ),
     Rule(
-        "Megatron FSDP modelled without pipeline parallelism",
-        lambda r: ~r.grid.fsdp | (r.grid.pp == 1),
-        lambda x: f"Megatron FSDP with pp {x.p} is not modelled; use pp 1",
-    ),
-    Rule(
         "sequence length within max_position_embeddings",
         lambda r: r.everywhere(r.training.seq_len <= r.model.max_position_embeddings or not _learned_positions(r)),
         lambda x: f"seq_len {x.s} exceeds max_position_embeddings {x.max_pos}",
@@ -228,6 +232,58 @@ RULES: tuple[Rule, ...] = (
             else r.everywhere(True)
         ),
         lambda x: "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce",
+    ),
+    Rule(
+        "CPU offloading needs pp 1, no recomputation and fewer layers than the model",
+        lambda r: (
+            (r.grid.pp == 1) & (r.grid.recompute == 0) & (r.options.cpu_offloading_num_layers < r.model.num_layers)
+            if r.options.cpu_offloading_num_layers
+            else r.everywhere(True)
+        ),
+        lambda x: (
+            f"--cpu-offloading-num-layers {x.offload} needs pp 1 (pp is {x.p}), no recomputation and fewer than "
+            f"{x.L} layers (transformer_config.py:1884-1899)"
+        ),
+    ),
+    Rule(
+        "per-layer CUDA graphs not with CPU offloading or full recomputation",
+        lambda r: (
+            r.everywhere(not r.options.cpu_offloading_num_layers) & (r.grid.recompute != 2)
+            if r.options.cuda_graph_impl.value in ("local", "transformer_engine")
+            else r.everywhere(True)
+        ),
+        lambda x: (
+            "--cuda-graph-impl local/transformer_engine works with neither --cpu-offloading-num-layers nor full "
+            "recomputation; use --cuda-graph-impl full_iteration (transformer_config.py:2800-2801, 2855-2859)"
+        ),
+    ),
+    Rule(
+        "CUDA graph modules match the layers",
+        lambda r: r.everywhere(_graph_modules_match(r.options, r.model)),
+        lambda x: (
+            "--cuda-graph-modules: moe and moe_router need MoE layers, mlp dense ones (transformer_config.py:2825-2837)"
+        ),
+    ),
+    Rule(
+        "precision-aware optimizer needs the distributed optimizer",
+        lambda r: (
+            r.grid.distributed_optimizer | r.grid.fsdp
+            if r.options.use_precision_aware_optimizer
+            else r.everywhere(True)
+        ),
+        lambda x: "--use-precision-aware-optimizer needs --use-distributed-optimizer (optimizer/__init__.py:1057-1060)",
+    ),
+    Rule(
+        "FP8 delayed scaling does not recompute moe_act or layernorm",
+        lambda r: (
+            r.grid.recompute != 1
+            if r.options.fp8 is not None and {"moe_act", "layernorm"} & {m.value for m in r.options.recompute_modules}
+            else r.everywhere(True)
+        ),
+        lambda x: (
+            "--recompute-modules moe_act/layernorm are refused under FP8 delayed scaling "
+            "(transformer_config.py:2000-2006)"
+        ),
     ),
     Rule(
         "fp8 needs bf16 or fp16 training",

@@ -281,6 +281,7 @@ class Interp(Follow, Expander):
         if nproc is None and world and nnodes and world % nnodes == 0:
             nproc = world // nnodes
         counts = {k: opts[k] for k in ("nproc", "nnodes", "world", "hostfile") if k in opts}
+        alloc = self.vars.get("PYTORCH_CUDA_ALLOC_CONF", Var([])).value
         return LaunchLine(
             [t for t, _ in argv],
             nproc,
@@ -293,6 +294,7 @@ class Interp(Follow, Expander):
             unread=list(dict.fromkeys(self.unread)),
             launcher=" ".join(t for t, _ in launcher),
             counts={k: v[0] for k, v in counts.items()},
+            allocator_conf=alloc if isinstance(alloc, str) else None,
         )
 
     # -- variables ----------------------------------------------------------------------

@@ -36,6 +36,7 @@ class LaunchLine:
     unread: list[str] = field(default_factory=list)  # files the script sources or runs that were not read
     launcher: str = ""  # the words before the entry point
     counts: dict[str, str] = field(default_factory=dict)  # the launcher's process-count options as written
+    allocator_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the script leaves it at the launch
 
 
 INT = re.compile(r"-?[0-9]{1,18}")

@@ -1,0 +1,67 @@
+"""One command-line option of the plan-options table: its click declarations, plan default, help
+and whether search searches it; and the token-count type of --tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import click
+
+
+class TokenCount(click.ParamType):
+    """A positive number of tokens: 300e9, 3e11, 300000000000, or with a suffix 300B, 1.4T, 500M."""
+
+    name = "TOKENS"
+    SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            number = float(value)
+        else:
+            text = str(value).strip().replace("_", "")
+            scale = self.SUFFIX.get(text[-1:].lower(), 1.0)
+            try:
+                number = float(text[:-1] if scale != 1.0 else text) * scale
+            except ValueError:
+                number = float("nan")
+        if not number > 0 or number == float("inf"):
+            self.fail(f"{value!r} is not a positive token count; write e.g. 300e9, 3e11 or 300B", param, ctx)
+        return number
+
+
+POSITIVE = click.IntRange(min=1)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: click declarations, its plan default and help, and whether search searches it."""
+
+    decls: tuple[str, ...]
+    help: str
+    default: object = None
+    type: object = None
+    searched: bool = False  # search: no default; given, it pins the knob
+    flag: bool = False  # a boolean --x/--no-x (or --x alone when ``solo``)
+    solo: bool = False
+    plan_only: bool = False  # explain/export/compare only (where the plan comes from)
+    extra: dict = field(default_factory=dict)
+
+    def decorator(self, *, search: bool):
+        kw = dict(help=self.help, **self.extra)
+        decls = self.decls
+        if self.flag:
+            if search and self.searched:
+                decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
+                kw.update(default=None, help=self.help + " (default: search both)")
+            elif self.solo:
+                kw.update(is_flag=True)
+            else:
+                decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
+                kw.update(default=self.default, show_default=True)
+        else:
+            kw["type"] = self.type
+            if search and self.searched:
+                kw["help"] = self.help + " (default: searched)"
+            elif self.default is not None:
+                kw.update(default=self.default, show_default=True)
+        return click.option(*decls, **kw)

@@ -1,0 +1,129 @@
+"""Predicted memory against published measurements, runs that ran and runs that ran out of memory
+(``presets/reference/memory_runs.csv``).
+
+Each row is a Megatron-LM command line (read by the importer, as a user's would be) on its hardware:
+
+- ``measured``: a published peak of PyTorch's allocator (Megatron logs ``max allocated``; its CI
+  records ``mem-max-allocated-bytes``), compared with the predicted allocated memory of the stage
+  the measurement comes from;
+- ``ran``: a published run with a complete configuration; it must fit;
+- ``oom``: a published out-of-memory case; it must not fit;
+- ``oom_allocator``: an out-of-memory case its authors trace to allocator fragmentation (the same
+  peak passes with expandable segments); shown, not a capacity verdict.
+
+Verdicts are without headroom: the question is whether the run fits the GPU, not whether megaplan
+would pick it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner import api
+from planner.megatron.importer import import_megatron
+from planner.presets import presets_root
+
+KINDS = ("measured", "ran", "oom", "oom_allocator")
+
+
+@dataclass(frozen=True)
+class MemoryRun:
+    id: str
+    kind: str
+    hardware: str
+    gpus: int
+    model: str | None
+    flags: str
+    env: dict[str, str]
+    measured_gib: float | None
+    stage: str  # the pipeline stage a measurement comes from: first, last
+    source: str
+    assumptions: str
+
+    def request(self) -> api.PlanRequest:
+        return import_megatron(
+            self.flags, gpus=self.gpus, model=self.model, hardware=self.hardware, env=self.env
+        ).request
+
+
+def load_memory_runs() -> list[MemoryRun]:
+    text = (presets_root() / "reference" / "memory_runs.csv").read_text()
+    runs = []
+    for row in csv.DictReader(io.StringIO(text)):
+        env = dict(pair.split("=", 1) for pair in row["env"].split()) if row["env"] else {}
+        runs.append(
+            MemoryRun(
+                id=row["id"],
+                kind=row["kind"],
+                hardware=row["hardware"],
+                gpus=int(row["gpus"]),
+                model=row["model"] or None,
+                flags=row["flags"],
+                env=env,
+                measured_gib=float(row["measured_gib"]) if row["measured_gib"] else None,
+                stage=row["stage"],
+                source=row["source"],
+                assumptions=row["assumptions"],
+            )
+        )
+    return runs
+
+
+def predict_memory(run: MemoryRun) -> dict:
+    """The plan's memory with no headroom: the most loaded stage's total against what PyTorch can
+    allocate, and the allocated memory of the stage a measurement comes from."""
+    pj = api.explain(run.request(), memory_headroom=0.0)
+    est, stages = pj["estimate"], {s["stage"]: s for s in pj["stages"]}
+    at = stages[0] if run.stage == "first" else stages[pj["parallel"]["pp"] - 1]
+    out = {
+        "id": run.id,
+        "kind": run.kind,
+        "hardware": run.hardware,
+        "plan": _plan_text(pj),
+        "peak_gib": est["peak_memory_gib"],
+        "allocatable_gib": est["allocatable_gib"],
+        "fits": est["fits_without_headroom"],
+        "free_gib": est["allocatable_gib"] - est["peak_memory_gib"],
+        "source": run.source,
+        "assumptions": run.assumptions,
+    }
+    if run.measured_gib is not None:
+        out.update(measured_gib=run.measured_gib, predicted_gib=at["allocated"])
+        out["error_pct"] = 100 * (at["allocated"] / run.measured_gib - 1)
+    return out
+
+
+def _plan_text(pj: dict) -> str:
+    p, o = pj["parallel"], pj["options"]
+    parts = [f"TP{p['tp']} PP{p['pp']} DP{p['dp']}"]
+    parts += [f"CP{p['cp']}"] if p["cp"] > 1 else []
+    parts += [f"VPP{p['vpp']}"] if p["vpp"] > 1 else []
+    parts += [f"b{p['micro_batch']}", p["recompute"]]
+    parts += ["FSDP"] if p["fsdp"] else []
+    parts += [f"FP8 {o['fp8']}"] if o["fp8"] else []
+    return " ".join(parts)
+
+
+def validate_memory(runs: list[MemoryRun] | None = None) -> dict:
+    """Rows of predicted memory for every run, the error on the measured ones, and the verdicts."""
+    runs = runs if runs is not None else load_memory_runs()
+    rows = [predict_memory(r) for r in runs]
+    errors = np.array([r["error_pct"] for r in rows if "error_pct" in r])
+    verdicts = {
+        "ran_fit": sum(r["fits"] for r in rows if r["kind"] == "ran"),
+        "ran": sum(r["kind"] == "ran" for r in rows),
+        "oom_not_fit": sum(not r["fits"] for r in rows if r["kind"] == "oom"),
+        "oom": sum(r["kind"] == "oom" for r in rows),
+    }
+    summary = {
+        "measured": len(errors),
+        "median_abs_error_pct": float(np.median(np.abs(errors))) if len(errors) else None,
+        "max_abs_error_pct": float(np.max(np.abs(errors))) if len(errors) else None,
+        "mean_error_pct": float(np.mean(errors)) if len(errors) else None,
+        **verdicts,
+    }
+    return {"runs": rows, "summary": summary}

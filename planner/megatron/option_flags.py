@@ -1,0 +1,98 @@
+"""The Megatron-LM options that change memory and time beyond the parallel layout, read from a
+parsed argv: recomputation (granularity, method, layer count, modules), CUDA graphs, the
+precision-aware optimizer's dtypes, and the options megaplan reads but does not model (reported)."""
+
+from __future__ import annotations
+
+from planner.errors import PlannerError
+from planner.plan import CudaGraphModule, RecomputeModule
+
+
+def recompute_fields(v: dict) -> dict:
+    """--recompute-granularity (or --recompute-activations, selective) with its method and layer count;
+    --moe-layer-recompute is today's selective recomputation of the moe module (transformer_config.py:2015-2025)."""
+    gran = v.get("recompute_granularity")
+    if v.get("recompute_activations") or (v.get("moe_layer_recompute") and gran != "full"):
+        gran = "selective"
+    if gran == "full":
+        method = v.get("recompute_method")
+        if method is None:
+            raise PlannerError(
+                "--recompute-granularity full needs --recompute-method uniform|block and --recompute-num-layers N "
+                "(Megatron-LM transformer_config.py:1901-1938)"
+            )
+        return {
+            "recompute": "full",
+            "recompute_method": method,
+            "recompute_num_layers": v.get("recompute_num_layers") or 1,
+        }
+    return {"recompute": gran if gran == "selective" else "none"}
+
+
+MODELLED_MODULES = {m.value for m in RecomputeModule}
+MODELLED_GRAPH_MODULES = {m.value for m in CudaGraphModule}
+
+
+def recompute_modules(v: dict) -> tuple[str, ...]:
+    """--recompute-modules (Megatron's default core_attn), plus moe for --moe-layer-recompute."""
+    modules = list(v.get("recompute_modules") or ["core_attn"])
+    if v.get("moe_layer_recompute") and "moe" not in modules:
+        modules.append("moe")
+    unknown = [m for m in modules if m not in MODELLED_MODULES]
+    if unknown:
+        raise PlannerError(
+            f"--recompute-modules {' '.join(unknown)}: needs model features megaplan does not model "
+            f"(MLA, shared experts, Mamba or GDN layers); modelled: {', '.join(sorted(MODELLED_MODULES))}"
+        )
+    return tuple(dict.fromkeys(modules))
+
+
+def cuda_graph_options(v: dict, warnings: list[str]) -> dict:
+    """--cuda-graph-impl and --cuda-graph-modules, with the deprecated scopes Megatron migrates:
+    'full' is the whole layer (no modules), 'full_iteration' the full-iteration implementation."""
+    impl = v.get("cuda_graph_impl") or "none"
+    modules = [str(m) for m in v.get("cuda_graph_modules") or []]
+    if "full_iteration" in modules:
+        impl, modules = "full_iteration", []
+    modules = [m for m in modules if m != "full"]
+    if "mamba" in modules:
+        warnings.append("--cuda-graph-modules mamba ignored: the model has no Mamba layers")
+        modules.remove("mamba")
+    unknown = [m for m in modules if m not in MODELLED_GRAPH_MODULES]
+    if unknown:
+        raise PlannerError(
+            f"--cuda-graph-modules {' '.join(unknown)}: allowed: {', '.join(sorted(MODELLED_GRAPH_MODULES))}"
+        )
+    return {"cuda_graph_impl": impl, "cuda_graph_modules": tuple(dict.fromkeys(modules))}
+
+
+def optimizer_options(v: dict, warnings: list[str]) -> dict:
+    """--use-precision-aware-optimizer and the dtypes it reads; without it Megatron ignores them."""
+    dtypes = {
+        k: v[k] for k in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype") if v.get(k) not in (None, "fp32")
+    }
+    out = {"main_grads_dtype": v.get("main_grads_dtype") or "fp32"}
+    if v.get("use_precision_aware_optimizer"):
+        return {**out, "use_precision_aware_optimizer": True, **dtypes}
+    if dtypes:
+        flags = ", ".join("--" + k.replace("_", "-") for k in dtypes)
+        warnings.append(f"{flags} ignored: Megatron-LM reads these only with --use-precision-aware-optimizer")
+    return out
+
+
+NOT_MODELLED = {  # dest -> (Megatron's default, what it changes): read, reported, not modelled
+    "fine_grained_activation_offloading": (False, "fine-grained activation offloading"),
+    "optimizer_cpu_offload": (False, "the optimizer's CPU offload"),
+    "num_distributed_optimizer_instances": (1, "several distributed-optimizer instances"),
+    "overlap_param_gather_with_optimizer_step": (False, "the parameter all-gather overlapped with the optimizer step"),
+    "fp8_recipe": ("delayed", "FP8 recipes other than delayed scaling"),
+    "first_last_layers_bf16": (False, "first/last layers kept in bf16 under FP8"),
+}
+
+
+def not_modelled(v: dict) -> list[str]:
+    return [
+        f"--{dest.replace('_', '-')} {v[dest]!s} read but not modelled: the estimate leaves out {what}"
+        for dest, (default, what) in NOT_MODELLED.items()
+        if dest in v and v[dest] not in (default, None, False)
+    ]
