@@ -111,3 +111,70 @@ def test_the_documented_alias_table_is_the_one_the_importer_uses():
 
     doc = (Path(__file__).parents[1] / "docs" / "megatron-flags.md").read_text()
     assert alias_table_markdown() in doc
+
+
+# ----------------------------------------------------------------------------- memory and recompute options
+
+SMALL = "--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --vocab-size 32000 --seq-length 2048 --bf16 "
+
+
+def test_recompute_method_layers_and_modules_are_read():
+    block = import_megatron(
+        SMALL + "--recompute-granularity full --recompute-method block --recompute-num-layers 3", gpus=8
+    ).request.plan
+    assert (block.recompute.value, block.recompute_method.value, block.recompute_num_layers) == ("full", "block", 3)
+    uniform = import_megatron(
+        SMALL + "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1", gpus=8
+    )
+    assert uniform.request.plan.recompute_num_layers is None  # Megatron's classic full recomputation
+    mods = import_megatron(SMALL + "--recompute-granularity selective --recompute-modules mlp layernorm", gpus=8)
+    assert [m.value for m in mods.request.ctx.options.recompute_modules] == ["mlp", "layernorm"]
+
+
+def test_full_recompute_without_method_is_refused_as_megatron_does():
+    with pytest.raises(PlannerError, match="--recompute-method uniform|block"):
+        import_megatron(SMALL + "--recompute-granularity full", gpus=8)
+    with pytest.raises(PlannerError, match="mla_up_proj: needs model features"):
+        import_megatron(SMALL + "--recompute-granularity selective --recompute-modules mla_up_proj", gpus=8)
+
+
+def test_cuda_graph_flags_old_and_new():
+    new = import_megatron(SMALL + "--cuda-graph-impl transformer_engine --cuda-graph-modules attn mlp", gpus=8)
+    assert new.request.ctx.options.cuda_graph_impl.value == "transformer_engine"
+    assert [m.value for m in new.request.ctx.options.cuda_graph_modules] == ["attn", "mlp"]
+    old = import_megatron(SMALL + "--enable-cuda-graph --cuda-graph-scope attn", gpus=8)
+    assert old.request.ctx.options.cuda_graph_impl.value == "local"
+    assert [m.value for m in old.request.ctx.options.cuda_graph_modules] == ["attn"]
+    assert any("--enable-cuda-graph" in w for w in old.warnings)
+
+
+def test_offloading_optimizer_dtypes_and_allocator():
+    script = (
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+        "torchrun --nproc_per_node 8 pretrain_gpt.py " + SMALL + "--use-distributed-optimizer "
+        "--cpu-offloading-num-layers 4 --use-precision-aware-optimizer --exp-avg-dtype bf16 --main-grads-dtype bf16"
+    )
+    opts = import_megatron(script).request.ctx.options
+    assert opts.cpu_offloading_num_layers == 4 and opts.expandable_segments
+    assert opts.use_precision_aware_optimizer and opts.exp_avg_dtype == "bf16" and opts.main_grads_dtype == "bf16"
+    ignored = import_megatron(SMALL + "--exp-avg-dtype bf16", gpus=8)
+    assert ignored.request.ctx.options.exp_avg_dtype == "fp32"
+    assert any("only with --use-precision-aware-optimizer" in w for w in ignored.warnings)
+
+
+def test_options_read_but_not_modelled_are_reported():
+    out = import_megatron(
+        SMALL + "--fp8-recipe tensorwise --optimizer-cpu-offload --use-precision-aware-optimizer"
+        " --use-distributed-optimizer",
+        gpus=8,
+    )
+    text = " ".join(out.warnings)
+    assert "--fp8-recipe tensorwise read but not modelled" in text
+    assert "--optimizer-cpu-offload True read but not modelled" in text
+
+
+def test_megatron_fsdp_with_pipeline_parallelism_and_sharding_strategies():
+    req = import_megatron(SMALL + "--use-megatron-fsdp --pipeline-model-parallel-size 2", gpus=8).request
+    assert req.plan.fsdp and req.plan.pp == 2
+    with pytest.raises(PlannerError, match="--data-parallel-sharding-strategy optim_grads is not modelled"):
+        import_megatron(SMALL + "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", gpus=8)

@@ -173,7 +173,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     *MEMORY_OPTIONS,
     Option(
         ("--memory-headroom",),
-        "Share of the GPU memory PyTorch can allocate kept free against the memory model's error [default: 0.07].",
+        "Share of the GPU memory PyTorch can allocate kept free against the memory model's error [default: 0.08].",
         None,
         click.FloatRange(0, 0.9),
     ),

@@ -14,7 +14,7 @@ from numpy.typing import ArrayLike
 from planner.costs import Formula
 from planner.plan import Context, CudaGraphImpl, ParallelPlan, PlanOptions
 
-DEFAULT_MEMORY_HEADROOM = 0.07  # share of the allocatable memory kept free by default (docs/cost-model.md §5.5)
+DEFAULT_MEMORY_HEADROOM = 0.08  # share of the allocatable memory kept free by default (docs/cost-model.md §5.5)
 TE_UB_STREAMS = 3  # Transformer Engine's _NUM_MAX_UB_STREAMS: its GEMM workspace is repeated per userbuffer stream
 UB_BUFFERS = 10  # TE initialize_ub: qkv/fc1 fprop, proj/fc2 dgrad (ring), proj/fc2 fprop (pipeline), 4 bulk
 UB_FP8_BUFFERS = 6  # of which the all-gather ones (qkv/fc1 fprop and dgrad, proj/fc2 dgrad) are uint8 under FP8

@@ -85,16 +85,23 @@ def summarize(rows: list[dict]) -> dict:
 def _era_pins(run: Run):
     """What the run's Megatron-LM release could do: 2021 had no SP, selective recompute or
     distributed optimizer; 2022 had no distributed optimizer in these runs."""
-    from planner.plan import Recompute
+    from planner.plan import Recompute, RecomputeMethod
     from planner.space.candidates import Pins
 
+    opts = run.request.get("options", {})
+    overlaps = {k: bool(opts.get(k, False)) for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")}
     if run.source == N21:
         return Pins(
-            sequence_parallel=False, distributed_optimizer=False, fsdp=False, recompute=(Recompute.NONE, Recompute.FULL)
+            sequence_parallel=False,
+            distributed_optimizer=False,
+            fsdp=False,
+            recompute=(Recompute.NONE, Recompute.FULL),
+            recompute_method=RecomputeMethod.UNIFORM,
+            **overlaps,
         )
     if run.source == K22:
-        return Pins(distributed_optimizer=False, fsdp=False)
-    return Pins(fsdp=False)  # Megatron-Core r0.8.0 had no Megatron FSDP
+        return Pins(distributed_optimizer=False, fsdp=False, recompute_method=RecomputeMethod.UNIFORM, **overlaps)
+    return Pins(fsdp=False, **overlaps)  # Megatron-Core r0.8.0 had no Megatron FSDP
 
 
 def regret(run: Run) -> dict:

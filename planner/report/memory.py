@@ -31,7 +31,7 @@ def headroom_text(est: dict) -> str:
     return f"does NOT fit: {-free:.2f} GiB more than the {est['allocatable_gib']:.1f} GiB PyTorch can allocate"
 
 
-def megatron_estimate_view(pj: dict) -> Table:
+def megatron_estimate_view(pj: dict) -> Group:
     """What Megatron-LM's report_theoretical_memory will print for the plan, megaplan's counterpart and
     why they differ."""
     me = pj["megatron_estimate"]
@@ -51,11 +51,12 @@ def megatron_estimate_view(pj: dict) -> Table:
         f"{me['total_mib']:.2f}",
         f"{ours['weight_and_optimizer'] + ours['activation']:.2f}",
     )
-    table.caption = "\n".join(
-        [f"Megatron prints: {me['log_line']}", "It differs because:"] + [f"  - {d}" for d in me["differences"]]
+    notes = Text(
+        "\n".join(
+            [f"Megatron prints: {me['log_line']}", "It differs because:"] + [f"  - {d}" for d in me["differences"]]
+        )
     )
-    table.caption_justify = "left"
-    return table
+    return Group(table, notes)
 
 
 def tie_cell(pj: dict) -> Text:
