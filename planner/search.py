@@ -8,7 +8,7 @@ combination), and block recomputation's layer count is solved as the fewest laye
 
 The ranking is honest about the model's error: every estimate carries the band of its GPU
 generation (hardware preset ``accuracy``), plans whose bands overlap the fastest plan's are tied
-with it, and among ties the plans with fewer risky features and more free memory come first.
+with it, and among ties the plans with fewer risky features and room to spare come first.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ FIELDS = tuple(PlanGrid.__dataclass_fields__)
 FITS_RULE = "fits in GPU memory (with the headroom)"
 TP_NODE_RULE = "tp within one NVLink domain (--max-tp to cross nodes)"
 OVERLAPS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+TIGHT_FRAC = 0.9  # among tied plans, those filling more than this share of the usable memory come later
 TIE_RULE = (
     "plans whose iteration-time band overlaps the fastest plan's are tied with it; among them, fewer risky "
-    "features first, then more free memory"
+    "features first, then those leaving at least 10 % of the usable memory free, then the faster"
 )
 
 
@@ -249,6 +250,7 @@ def _with_block_recompute(scored: _Scored, capacity: float) -> _Scored:
 
 
 def _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, rejected) -> SearchResult:
+    capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     ok = np.flatnonzero(fits)
     it, pk = scored.iteration[ok], scored.peak[ok]
     key, second = (it, pk) if sort == "time" else (pk, it)
@@ -260,7 +262,8 @@ def _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, 
         tie = scored.iteration[order] * math.exp(-band) <= fastest * math.exp(band)
         tied, rest = order[tie], order[~tie]
         risk = np.array([len(r) for r in risky_features(scored.grid.take(tied), ctx, ctx.hardware.gpus_per_node)])
-        tied = tied[np.lexsort((scored.iteration[tied], scored.peak[tied], risk))]
+        tight = scored.peak[tied] > TIGHT_FRAC * capacity  # leaves less than 10 % of what a plan may fill
+        tied = tied[np.lexsort((scored.iteration[tied], tight, risk))]
         order = np.concatenate([tied, rest])
     chosen = order[:top]
     tied_set = set(tied.tolist())

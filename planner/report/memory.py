@@ -74,8 +74,8 @@ def ties_footnote(result) -> str:
     fastest = f"the fastest estimate is {where} (*)"
     return (
         f"\n= tied with the fastest: iteration bands overlap (± {100 * result.band_frac:.1f} %, the model's error "
-        f"on this GPU generation); {fastest}. The {result.tied} tied plans come first, fewer risky features and "
-        "more free memory before speed."
+        f"on this GPU generation); {fastest}. The {result.tied} tied plans come first: fewer risky features, then "
+        "those leaving 10 % of the usable memory free, then the faster."
     )
 
 
