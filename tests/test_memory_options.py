@@ -159,3 +159,16 @@ def test_megatron_fsdp_with_pipeline_parallelism():
     first = next(s for s in explain(req, memory_headroom=0.0)["stages"] if s["stage"] == 0)
     stage = 16 * layer + 128256 * 4096
     assert first["weights"] * GIB == pytest.approx(2 * (stage / 4 + 2 * layer), rel=1e-9)
+
+
+def test_recomputed_flops_follow_the_recomputed_layers_and_modules():
+    def recomputed(req):  # hardware FLOPs beyond the model's, per iteration, all GPUs
+        est = explain(req, memory_headroom=0.0)["estimate"]
+        return (est["hw_tflops_per_gpu"] - est["tflops_per_gpu"]) * 1e12 * est["iteration_s"] * req.gpus
+
+    full = recomputed(llama8b(recompute="full"))
+    block = recomputed(llama8b(recompute="full", recompute_method="block", recompute_num_layers=5))
+    assert block == pytest.approx(5 / 32 * full, rel=1e-9)
+    # selective mlp: one more forward of fc1 (2·s·h·2f for SwiGLU) and fc2 (2·s·f·h) per layer and sequence
+    mlp = recomputed(llama8b(recompute="selective", options={"recompute_modules": ["mlp"]}))
+    assert mlp == pytest.approx(64 * L * (2 * S * H * 2 * 14336 + 2 * S * 14336 * H), rel=1e-9)

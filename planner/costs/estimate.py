@@ -8,6 +8,7 @@ data-parallel communication and the schedule into named terms that add up.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,7 @@ from planner.costs.letters import Letters
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, stage_time_sum
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes
 from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
-from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, ParallelPlan
+from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, ParallelPlan, RecomputeModule
 from planner.space.grid import PlanGrid
 
 ADAM_BYTES_PER_PARAM = {  # HBM traffic of one Adam step per (sharded) parameter
@@ -277,11 +278,31 @@ def _flop_terms(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
         mo.expert_ffn,
     )
     vocab = np.unique(V)
-    model = np.array([flops.model_flops(lt.B, lt.s, int(v), shape) for v in vocab])
-    logged = np.array([flops.model_flops(lt.B, lt.s, int(v), shape, attention_frac=0.5) for v in vocab])
+    model = np.array([_model_flops(lt.B, lt.s, int(v), shape, 1.0) for v in vocab])
+    logged = np.array([_model_flops(lt.B, lt.s, int(v), shape, 0.5) for v in vocab])
     idx = np.searchsorted(vocab, V)
-    rec = flops.recompute_flops(lt.B, lt.s, shape, recompute=lt.rc[:, 0])
+    rec = _recomputed_flops(lt, ctx, shape)
     return {"model": model[idx], "hardware": model[idx] + rec, "megatron": logged[idx]}
+
+
+@functools.lru_cache(maxsize=256)
+def _model_flops(B: int, s: int, V: int, shape: flops.Shape, attention_frac: float) -> float:
+    return flops.model_flops(B, s, V, shape, attention_frac=attention_frac)
+
+
+def _recomputed_flops(lt: Letters, ctx: Context, shape: flops.Shape) -> np.ndarray:
+    """FLOPs recomputation re-does (flops.recompute_flops): block recomputation re-runs its share of the
+    layers (a middle stage's, exact for even splits); selective recomputation the modules it names."""
+    rc = lt.rc[:, 0]
+    full = flops.recompute_flops(lt.B, lt.s, shape, recompute=np.full_like(rc, 2))
+    core = flops.recompute_flops(lt.B, lt.s, shape, recompute=np.ones_like(rc))
+    n = lt.layers.middle  # (plans, 1)
+    share = np.where(lt.rblock, lt.recomputed_layers(n) / np.maximum(n, 1), 1.0)[:, 0]
+    modules = ctx.options.recompute_modules
+    gemms = flops.layer_gemms(lt.B, lt.s, lt.h, lt.a, lt.g, lt.dh, lt.f, 1, gated=lt.gated)
+    mlp = (gemms["fc1"].flops + gemms["fc2"].flops) * (shape.L - shape.moe_layers)
+    selective = core * (RecomputeModule.CORE_ATTN in modules) + mlp * (RecomputeModule.MLP in modules)
+    return np.where(rc == 2, share * full, np.where(rc == 1, selective, 0.0))
 
 
 def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
