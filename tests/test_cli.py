@@ -182,6 +182,11 @@ def assert_bad_input(result, *needles: str):
             ["explain", "--model", "gpt3-175b", "--gpus", "64", "--tp", "8", "--pp", "8", "--vpp", "5"], ["vpp 5"]
         ),
         (["explain", "--gpus", "8"], ["--model"]),
+        # 126 layers do not split over 16 stages; 126 + embedding + loss = 128 do
+        pytest.param(
+            ["explain", "--model", "llama3.1-405b", "--gpus", "16384", "--seq-len", "8192", "--tp", "8", "--pp", "16"],
+            ["126 layers", "pp 16", "both --account-for-embedding-in-pipeline-split and --account-for-loss"],
+        ),
         (["explain", "--model", "gpt3-175b", "--no-such-option"], ["--no-such-option"]),
         (["presets", "show", "gpt-9000"], ["gpt-9000"]),
         (["no-such-command"], ["no-such-command"]),
@@ -195,6 +200,7 @@ def assert_bad_input(result, *needles: str):
         "unknown-hardware",
         "vpp-split",
         "missing-model",
+        "pp-split-names-accounting-flags",
         "unknown-option",
         "unknown-preset-show",
         "unknown-command",

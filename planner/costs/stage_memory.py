@@ -358,7 +358,8 @@ def activation_formula(ctx: Context, plan: ParallelPlan) -> Formula:
     offload = ""
     if opts.cpu_offloading_num_layers and plan.recompute is Recompute.NONE:
         offload = (
-            f"; − {opts.cpu_offloading_num_layers} − 1 layers waiting in host memory (--cpu-offloading-num-layers)"
+            f"; − {opts.cpu_offloading_num_layers} layers' whole activations, in host memory at the peak "
+            "(--cpu-offloading-num-layers)"
         )
         source += "; Megatron-LM transformer_block.py:304-318 (Transformer Engine CPU offload context)"
     moe = "; MoE layers keep the routed tokens A·h and the experts' internals instead of the MLP's" if mo.is_moe else ""

@@ -107,6 +107,25 @@ def _graph_modules_match(options: PlanOptions, model: ModelSpec) -> bool:
     return not ("mlp" in modules and model.is_moe and model.moe_layer_freq == 1)
 
 
+def _accounting_hint(layers: int, p: int) -> str:
+    """The Megatron flags that make L layers split over p stages by counting the embedding or loss."""
+    flags = {
+        1: "--account-for-embedding-in-pipeline-split or --account-for-loss-in-pipeline-split",
+        2: "both --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split",
+    }
+    fits = [text for extra, text in flags.items() if (layers + extra) % p == 0 and layers % p]
+    return f"; with pp {p}: {fits[0]}" if fits else ""
+
+
+def _with_option(option: str, mask: Callable[[RuleInputs], np.ndarray]) -> Callable[[RuleInputs], np.ndarray]:
+    """A rule that binds only when the plan's options set ``option``."""
+    return lambda r: mask(r) if getattr(r.options, option) else r.everywhere(True)
+
+
+def _sharded_optimizer(r: RuleInputs) -> np.ndarray:
+    return r.grid.distributed_optimizer | r.grid.fsdp
+
+
 def _moe_only(mask: Callable[[RuleInputs], np.ndarray]) -> Callable[[RuleInputs], np.ndarray]:
     return lambda r: mask(r) if r.model.is_moe else r.everywhere(True)
 
@@ -193,6 +212,7 @@ RULES: tuple[Rule, ...] = (
         lambda x: (
             f"{x.L} layers do not split over pp {x.p} with the {SPLIT_BY_CODE[x.split].value} split"
             f"{'' if x.L % x.p == 0 else f'; allowed pp for an even split: {_divisors(x.L)}'}"
+            + _accounting_hint(x.L, x.p)
         ),
     ),
     Rule(
@@ -221,24 +241,21 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "fp8-param-gather needs the distributed optimizer or Megatron FSDP",
-        lambda r: (r.grid.distributed_optimizer | r.grid.fsdp) if r.options.fp8_param_gather else r.everywhere(True),
+        _with_option("fp8_param_gather", _sharded_optimizer),
         lambda x: "--fp8-param-gather needs --use-distributed-optimizer or --use-megatron-fsdp (arguments.py)",
     ),
     Rule(
         "overlap-param-gather needs distributed optimizer and overlap-grad-reduce",
-        lambda r: (
-            ((r.grid.distributed_optimizer | r.grid.fsdp) & r.options.overlap_grad_reduce)
-            if r.options.overlap_param_gather
-            else r.everywhere(True)
-        ),
+        _with_option("overlap_param_gather", lambda r: _sharded_optimizer(r) & r.options.overlap_grad_reduce),
         lambda x: "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce",
     ),
     Rule(
         "CPU offloading needs pp 1, no recomputation and fewer layers than the model",
-        lambda r: (
-            (r.grid.pp == 1) & (r.grid.recompute == 0) & (r.options.cpu_offloading_num_layers < r.model.num_layers)
-            if r.options.cpu_offloading_num_layers
-            else r.everywhere(True)
+        _with_option(
+            "cpu_offloading_num_layers",
+            lambda r: (
+                (r.grid.pp == 1) & (r.grid.recompute == 0) & (r.options.cpu_offloading_num_layers < r.model.num_layers)
+            ),
         ),
         lambda x: (
             f"--cpu-offloading-num-layers {x.offload} needs pp 1 (pp is {x.p}), no recomputation and fewer than "
@@ -266,11 +283,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "precision-aware optimizer needs the distributed optimizer",
-        lambda r: (
-            r.grid.distributed_optimizer | r.grid.fsdp
-            if r.options.use_precision_aware_optimizer
-            else r.everywhere(True)
-        ),
+        _with_option("use_precision_aware_optimizer", _sharded_optimizer),
         lambda x: "--use-precision-aware-optimizer needs --use-distributed-optimizer (optimizer/__init__.py:1057-1060)",
     ),
     Rule(
