@@ -98,7 +98,8 @@ def test_export_refuses_a_plan_that_does_not_fit_and_writes_nothing(tmp_path):
     out = tmp_path / "train.sbatch"
     args = ["export", *GPT3[:2], "--gpus", "128", "--tp", "8", "--pp", "1", "--format", "slurm", "-o", str(out)]
     line = one_line_error(run(args))
-    assert "does not fit: it needs" in line and "GiB more than the 80.0 GiB" in line and "--force" in line
+    assert "does not fit: it needs" in line and "GiB more than the 79.2 GiB PyTorch can allocate" in line
+    assert "--force" in line
     assert not out.exists()
     forced = run([*args, "--force"])
     assert forced.exit_code == 0 and "warning" in forced.stderr
@@ -133,7 +134,7 @@ def test_explain_without_tp_and_pp_takes_searchs_best_plan_and_says_so():
     best = json.loads(run(["search", *GPT3, "--top", "1", "--json"]).stdout)["plans"][0]
     result = run(["explain", *GPT3, "--brief"], env={"COLUMNS": "100"})
     assert result.exit_code == 0
-    assert "search's best of" in result.stdout and "TP4 PP8 DP32 b2 V12 · SP DO" in result.stdout
+    assert "search's best of" in result.stdout and "TP8 PP8 DP16 b3 V12 · SP DO" in result.stdout
     assert f"{best['estimate']['iteration_s']:.2f} s/iteration" in result.stdout
     assert len(result.stdout.strip().splitlines()) <= 15
 

@@ -169,8 +169,9 @@ def test_options_read_but_not_modelled_are_reported():
         gpus=8,
     )
     text = " ".join(out.warnings)
-    assert "--fp8-recipe tensorwise read but not modelled" in text
-    assert "--optimizer-cpu-offload True read but not modelled" in text
+    assert "not modelled, the estimate leaves out: " in text
+    assert "FP8 recipes other than delayed scaling (--fp8-recipe tensorwise)" in text
+    assert "the optimizer's CPU offload (--optimizer-cpu-offload True)" in text
 
 
 def test_megatron_fsdp_with_pipeline_parallelism_and_sharding_strategies():

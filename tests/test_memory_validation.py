@@ -111,3 +111,22 @@ def test_nvidia_llama3_8b_fp8_example_fits_a_dgx_h100():
     mem = est["memory"]
     assert mem["gradients"] == pytest.approx(8.0301e9 * 2 / 2**30, rel=1e-4)
     assert api.explain(readme)["estimate"]["fits"]
+
+
+def test_a_plan_inside_the_headroom_is_explained_as_tight_and_exported_with_a_warning(tmp_path):
+    """The example script's CP 1 fits the 79.18 GiB PyTorch can allocate but not the 8 % headroom: explain
+    says so, export writes it (Megatron would run it) and warns."""
+    from click.testing import CliRunner
+
+    from planner.cli import cli
+
+    script = tmp_path / "train_llama3_8b_h100_fp8.sh"
+    script.write_text(LLAMA3_8B_FP8.format(cp=1))
+    args = ["--megatron-args-file", str(script), "--hardware", "dgx-h100-superpod"]
+    explained = CliRunner().invoke(cli, ["explain", *args, "--brief"], env={"COLUMNS": "120"})
+    assert explained.exit_code == 0, explained.output
+    assert "TIGHT" in explained.stdout and "fits only without the headroom: 1.8 GiB free of 79.2" in explained.stdout
+    out = tmp_path / "train.sbatch"
+    exported = CliRunner().invoke(cli, ["export", *args, "--format", "slurm", "-o", str(out)])
+    assert exported.exit_code == 0, exported.output
+    assert "fits only without the headroom" in exported.stderr and out.exists()

@@ -101,13 +101,14 @@ def test_smallest_cluster_gpt3_175b():
 
     | hardware          | 2021 options | today's options |
     |-------------------|--------------|-----------------|
-    | A100 40 GB        | 144 GPUs     | 96 GPUs         |
+    | A100 40 GB        | 192 GPUs     | 96 GPUs         |
     | A100 80 GB        | 64 GPUs      | 48 GPUs         |
 
     2021: full recompute, no SP, no distributed optimizer, fp16, unfused attention, an even layer
     split. The 2021 plans need the 8 % headroom and the process's own memory (CUDA context, NCCL
-    buffers, fragmentation), which moved the 40 GB answer from 128 to 144 GPUs and the 80 GB one from
-    48 to 64.
+    buffers, fragmentation), which moved the 40 GB answer from 128 GPUs to 144 (TP 6 PP 24, 34.3 GiB)
+    and the 80 GB one from 48 to 64; TP groups inside a node leave 144 no plan (TP 6 straddles 8-GPU
+    nodes; TP 8 PP 6 needs 79 GiB), 160 and 176 none at all, so 192 (TP 4 PP 48, 30.4 GiB).
     Today: flash attention, bf16, any
     recompute, SP and distributed optimizer (TP 4 PP 24 full recompute + SP on 40 GB; TP 8 PP 6 SP
     on 80 GB). On 80 GB the weights, fp32 main grads and Adam states alone need ≥ 38-42 GPUs
@@ -122,7 +123,7 @@ def test_smallest_cluster_gpt3_175b():
         assert found[("dgx-a100-40gb-superpod", era)] >= found[("dgx-a100-superpod", era)]
     for hw in ("dgx-a100-40gb-superpod", "dgx-a100-superpod"):
         assert found[(hw, "today")] <= found[(hw, "2021")]
-    assert found[("dgx-a100-40gb-superpod", "2021")] == 144
+    assert found[("dgx-a100-40gb-superpod", "2021")] == 192
     assert found[("dgx-a100-40gb-superpod", "today")] == 96
     assert found[("dgx-a100-superpod", "2021")] == 64
     assert found[("dgx-a100-superpod", "today")] == 48

@@ -13,6 +13,7 @@ import click
 from planner import api
 from planner.cli.memory_options import MEMORY_OPTIONS
 from planner.cli.option_spec import POSITIVE, Option, TokenCount
+from planner.costs.process_memory import DEFAULT_MEMORY_HEADROOM
 from planner.errors import PlannerError
 from planner.plan import PlanOptions, Recompute, RecomputeMethod, StageSplit
 
@@ -173,7 +174,8 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     *MEMORY_OPTIONS,
     Option(
         ("--memory-headroom",),
-        "Share of the GPU memory PyTorch can allocate kept free against the memory model's error [default: 0.08].",
+        "Share of the GPU memory PyTorch can allocate kept free against the memory model's error "
+        f"[default: {DEFAULT_MEMORY_HEADROOM:g}].",
         None,
         click.FloatRange(0, 0.9),
     ),

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import shlex
 
-from planner.cli.options import KNOBS, PLAN_OPTIONS
+from planner.cli.options import KNOBS, LISTS, PLAN_OPTIONS
 from planner.cli.options import dest as option_dest
-from planner.plan import DEFAULT_TRAIN_TOKENS, StageSplit
+from planner.plan import DEFAULT_TRAIN_TOKENS, PlanOptions, StageSplit
 
 CORE = {"model", "hardware", "gpus", "global_batch", "seq_len", "precision", *KNOBS}  # always written
+LIST_DEFAULTS = {name: tuple(PlanOptions.model_fields[name].default) for name in LISTS}  # comma-separated options
 
 
 def _plan_values(pj: dict, model_ref: str | None, hardware_ref: str | None) -> dict:
@@ -44,6 +45,10 @@ def command_args(pj: dict, model_ref: str | None = None, hardware_ref: str | Non
         value = values.get(dest)
         if value is None or (opt.plan_only and dest != "gpus") or (dest not in CORE and value == defaults.get(dest)):
             continue
+        if isinstance(value, list | tuple):
+            if tuple(value) == LIST_DEFAULTS.get(dest):
+                continue
+            value = ",".join(value)
         moe = bool(pj.get("model_spec", {}).get("num_experts"))
         if not moe and ((dest == "etp" and value == values["tp"]) or (dest in ("cp", "ep") and value == 1)):
             continue

@@ -10,6 +10,7 @@ import click
 from planner import api
 from planner.cli.options import (
     KNOBS,
+    OVERLAP_PINS,
     PLAN_OPTIONS,
     _env_pair,
     _knobs,
@@ -161,7 +162,8 @@ def _search_best(kw: dict, given: set[str]) -> Resolved:
     from planner.search import search
 
     pinned = {k: kw[k] if k in given else None for k in kw}
-    req, pins = search_inputs(pinned | {k: kw[k] for k in kw if k not in KNOBS})
+    searched = {*KNOBS, *OVERLAP_PINS}  # left to search unless given, as `megaplan search` does
+    req, pins = search_inputs(pinned | {k: kw[k] for k in kw if k not in searched})
     if kw.get("gpus") is None:
         raise click.UsageError(
             "Missing option '--gpus' (without --tp and --pp the best plan on N GPUs is searched; "

@@ -182,6 +182,7 @@ def request_from_megatron(
     ]
     if getattr(v.get("position_embedding_type"), "original", None) == "alibi":
         unmodelled.append("ALiBi attention biases (no position embedding parameters, priced as none)")
+    unmodelled += not_modelled(v)
     if unmodelled:
         warnings.append(f"not modelled, the estimate leaves out: {'; '.join(unmodelled)}")
     spec = _model(v, load_model(model) if model else None, fork, args.fork, notes)
@@ -216,7 +217,6 @@ def request_from_megatron(
         **cuda_graph_options(v, warnings),
         **optimizer_options(v, warnings),
     }
-    warnings.extend(not_modelled(v))
     fsdp = bool(v.get("use_megatron_fsdp") or fork.plan.get("fsdp"))
     req = api.make_request(
         model=spec,

@@ -91,8 +91,9 @@ NOT_MODELLED = {  # dest -> (Megatron's default, what it changes): read, reporte
 
 
 def not_modelled(v: dict) -> list[str]:
+    """What the options set away from Megatron's default leave out of the estimate, each with its flag."""
     return [
-        f"--{dest.replace('_', '-')} {v[dest]!s} read but not modelled: the estimate leaves out {what}"
+        f"{what} (--{dest.replace('_', '-')} {v[dest]!s})"
         for dest, (default, what) in NOT_MODELLED.items()
         if dest in v and v[dest] not in (default, None, False)
     ]
