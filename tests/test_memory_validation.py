@@ -130,3 +130,21 @@ def test_a_plan_inside_the_headroom_is_explained_as_tight_and_exported_with_a_wa
     exported = CliRunner().invoke(cli, ["export", *args, "--format", "slurm", "-o", str(out)])
     assert exported.exit_code == 0, exported.output
     assert "fits only without the headroom" in exported.stderr and out.exists()
+
+
+def test_memory_views_fit_80_columns_and_the_csv_carries_the_memory_rows(memory_result):
+    import io
+
+    from rich.console import Console
+
+    from planner.report.csv_out import validate_csv
+    from planner.report.memory import megatron_estimate_view, memory_validation_view
+
+    req = import_megatron(LLAMA3_8B_FP8.format(cp=2), hardware="dgx-h100-superpod").request
+    for view in (memory_validation_view(memory_result), megatron_estimate_view(api.explain(req))):
+        out = io.StringIO()
+        Console(file=out, width=80).print(view)
+        assert max(len(line) for line in out.getvalue().splitlines()) <= 80
+    text = validate_csv({"runs": [], "memory": memory_result})
+    assert "CI-15B-TP8-A100,dgx-a100-superpod,peak memory allocated (GiB),26.44" in text
+    assert "K22-F1-175B-baseline,dgx-a100-superpod,fits (out of memory),no,no," in text

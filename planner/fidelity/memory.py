@@ -25,6 +25,7 @@ import numpy as np
 
 from planner import api
 from planner.megatron.importer import import_megatron
+from planner.plan import plan_label
 from planner.presets import presets_root
 
 KINDS = ("measured", "ran", "oom", "oom_allocator")
@@ -98,14 +99,9 @@ def predict_memory(run: MemoryRun) -> dict:
 
 
 def _plan_text(pj: dict) -> str:
-    p, o = pj["parallel"], pj["options"]
-    parts = [f"TP{p['tp']} PP{p['pp']} DP{p['dp']}"]
-    parts += [f"CP{p['cp']}"] if p["cp"] > 1 else []
-    parts += [f"VPP{p['vpp']}"] if p["vpp"] > 1 else []
-    parts += [f"b{p['micro_batch']}", p["recompute"]]
-    parts += ["FSDP"] if p["fsdp"] else []
-    parts += [f"FP8 {o['fp8']}"] if o["fp8"] else []
-    return " ".join(parts)
+    """The plan label (``planner.plan.plan_label``) with FP8, which the memory depends on."""
+    fp8 = pj["options"]["fp8"]
+    return plan_label(pj["parallel"], moe=bool(pj["model_spec"].get("num_experts"))) + (f" FP8-{fp8}" if fp8 else "")
 
 
 def validate_memory(runs: list[MemoryRun] | None = None) -> dict:

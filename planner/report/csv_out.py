@@ -78,6 +78,15 @@ def validate_csv(result: dict) -> str:
             g = r.get("regret") or {}
             row += [g.get("speedup_pct"), g.get("same_recompute_speedup_pct")]
         rows.append(row)
+    for r in result.get("memory", {}).get("runs", []):  # measured peaks; runs that ran and OOM cases: fits?
+        if "measured_gib" in r:
+            row = [r["id"], r["hardware"], "peak memory allocated (GiB)", r["measured_gib"], r["predicted_gib"]]
+            row.append(r["error_pct"])
+        else:
+            ran = r["kind"] == "ran"
+            row = [r["id"], r["hardware"], "fits (ran)" if ran else "fits (out of memory)", "yes" if ran else "no"]
+            row += ["yes" if r["fits"] else "no", None]
+        rows.append(row + [None] * (len(header) - 6))
     return _text(header, rows)
 
 

@@ -5,8 +5,10 @@ Returned, never printed here."""
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
+from rich.padding import Padding
 from rich.text import Text
+
+from planner.report.layout import KEEP, Column, FittedTable, plain_table
 
 GIB_PER_MIB = 1 / 1024
 
@@ -32,31 +34,28 @@ def headroom_text(est: dict) -> str:
 
 
 def megatron_estimate_view(pj: dict) -> Group:
-    """What Megatron-LM's report_theoretical_memory will print for the plan, megaplan's counterpart and
-    why they differ."""
+    """What Megatron-LM's report_theoretical_memory will print for the plan, megaplan's counterpart (the
+    first stage's model states and activations) and why they differ."""
     me = pj["megatron_estimate"]
     ours = me["megaplan_first_stage_mib"]
-    table = Table(
-        title="Megatron-LM's own estimate (report_theoretical_memory, first stage) and why megaplan's differs",
-        title_justify="left",
+    rows = [
+        ("weight and optimizer", me["weight_and_optimizer_mib"], ours["weight_and_optimizer"]),
+        (f"activation ({me['formula']} formula)", me["activation_mib"], ours["activation"]),
+        ("total", me["total_mib"], ours["weight_and_optimizer"] + ours["activation"]),
+    ]
+    columns = [
+        Column("first stage", lambda r: Text(r[0], style="bold" if r[0] == "total" else ""), KEEP, "left"),
+        Column("Megatron MB", lambda r: f"{r[1]:.2f}", KEEP),
+        Column("megaplan MB", lambda r: f"{r[2]:.2f}", KEEP),
+    ]
+    why = [Padding(Text(f"- {d}"), (0, 0, 0, 2)) for d in me["differences"]]
+    return Group(
+        Text("Megatron-LM's own estimate (report_theoretical_memory) beside megaplan's", style="bold"),
+        plain_table(columns, rows),
+        Text(f"Megatron prints: {me['log_line']}"),
+        Text("It differs because:"),
+        *why,
     )
-    for col, just in (("", "left"), ("Megatron MB", "right"), ("megaplan MB", "right")):
-        table.add_column(col, justify=just)
-    table.add_row(
-        "weight and optimizer", f"{me['weight_and_optimizer_mib']:.2f}", f"{ours['weight_and_optimizer']:.2f}"
-    )
-    table.add_row(f"activation ({me['formula']} formula)", f"{me['activation_mib']:.2f}", f"{ours['activation']:.2f}")
-    table.add_row(
-        Text("total", style="bold"),
-        f"{me['total_mib']:.2f}",
-        f"{ours['weight_and_optimizer'] + ours['activation']:.2f}",
-    )
-    notes = Text(
-        "\n".join(
-            [f"Megatron prints: {me['log_line']}", "It differs because:"] + [f"  - {d}" for d in me["differences"]]
-        )
-    )
-    return Group(table, notes)
 
 
 def tie_cell(pj: dict) -> Text:
@@ -81,32 +80,25 @@ def ties_footnote(result) -> str:
 
 def memory_validation_view(result: dict) -> Group:
     """Predicted memory against published measurements, runs that ran and out-of-memory cases."""
-    table = Table(title="Memory: predicted vs published (no headroom)", title_justify="left")
-    for col, just in (
-        ("run", "left"),
-        ("kind", "left"),
-        ("plan", "left"),
-        ("measured GiB", "right"),
-        ("predicted", "right"),
-        ("error", "right"),
-        ("peak / GPU GiB", "right"),
-        ("verdict", "left"),
-    ):
-        table.add_column(col, justify=just)
-    for r in result["runs"]:
-        err = r.get("error_pct")
+
+    def verdict(r: dict) -> Text:
         expected = {"ran": r["fits"], "oom": not r["fits"]}.get(r["kind"], True)
-        verdict = "fits" if r["fits"] else "does not fit"
-        table.add_row(
-            r["id"],
-            r["kind"],
-            r["plan"],
-            f"{r['measured_gib']:.2f}" if "measured_gib" in r else "",
-            f"{r['predicted_gib']:.2f}" if "predicted_gib" in r else "",
-            Text(f"{err:+.1f}%", style="green" if abs(err) <= 5 else "yellow") if err is not None else "",
-            f"{r['peak_gib']:.1f} / {r['allocatable_gib']:.1f}",
-            Text(verdict, style="green" if expected else "red"),
-        )
+        return Text("fits" if r["fits"] else "does not fit", style="green" if expected else "red")
+
+    def error(r: dict) -> Text | str:
+        err = r.get("error_pct")
+        return "" if err is None else Text(f"{err:+.1f}%", style="green" if abs(err) <= 5 else "yellow")
+
+    columns = [
+        Column("run", lambda r: r["id"], KEEP, "left", wrap=True),
+        Column("kind", lambda r: r["kind"], 3, "left"),
+        Column("plan", lambda r: r["plan"], 4, "left", wrap=True),
+        Column("measured GiB", lambda r: f"{r['measured_gib']:.2f}" if "measured_gib" in r else "", 2),
+        Column("predicted", lambda r: f"{r['predicted_gib']:.2f}" if "predicted_gib" in r else "", 2),
+        Column("error", error, 1),
+        Column("peak/GPU GiB", lambda r: f"{r['peak_gib']:.1f}/{r['allocatable_gib']:.1f}", KEEP),
+        Column("verdict", verdict, KEEP, "left"),
+    ]
     s = result["summary"]
     foot = Text(
         f"measured: {s['measured']} peaks of PyTorch's allocator, median |error| {s['median_abs_error_pct']:.1f} %, "
@@ -114,4 +106,4 @@ def memory_validation_view(result: dict) -> Group:
         f"measured stage); ran: {s['ran_fit']} of {s['ran']} predicted to fit; out of memory: {s['oom_not_fit']} of "
         f"{s['oom']} predicted not to fit"
     )
-    return Group(table, foot)
+    return Group(FittedTable(columns, result["runs"], "Memory: predicted vs published (no headroom)"), foot)
