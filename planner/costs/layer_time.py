@@ -69,8 +69,8 @@ def _cp_ring_exposed(lt: Letters, ctx: Context, core_fwd, core_bwd) -> tuple[np.
     """Context parallelism's ring: c − 1 steps, each passing a b·(s/c)·(2·g·d_h/t) chunk of keys and
     values to the next rank (dK, dV too in the backward) while attending to the chunk in hand, so a
     step costs max(transfer, attention/c) (Liu et al. 2023, Ring Attention; Megatron-Core CP)."""
-    gpn = ctx.hardware.gpus_per_node
-    stride = np.where(lt.t * lt.c <= gpn, lt.t, gpn)  # neighbours on NVLink while the ring fits a node
+    domain = ctx.hardware.nvlink_domain_gpus
+    stride = np.where(lt.t * lt.c <= domain, lt.t, domain)  # neighbours on NVLink while the ring fits a domain
     link = group_link(ctx.hardware, 2, stride)
     chunk = lt.act_bytes * lt.b * (lt.s / lt.c) * 2 * lt.g * lt.dh / lt.t
     step = p2p_time_s(chunk, link)

@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike
 
 from planner.costs.flops import Gemm
 from planner.costs.memory import mlp_activation_tensors
-from planner.hardware.collectives import Link, all_gather_time_s
+from planner.hardware.collectives import Link, all_gather_time_s, all_to_all_time_s
 
 
 def expert_token_assignments(
@@ -48,11 +48,7 @@ def expert_gemms(
     return {"expert_fc1": gemm(f_e * gate / etp, h), "expert_fc2": gemm(h, f_e / etp)}
 
 
-def alltoall_time_s(n: ArrayLike, send_bytes: ArrayLike, link: Link) -> np.ndarray:
-    """All-to-all in which each of n ranks sends ``send_bytes`` in all: (n−1)/n of it leaves the GPU,
-    (n−1)·α of latency (pairwise exchange). 0 at n = 1."""
-    n = np.asarray(n, dtype=float)
-    return (n - 1) / n * np.asarray(send_bytes) / link.bus_bytes_per_s + (n - 1) * link.latency_s
+alltoall_time_s = all_to_all_time_s  # the token dispatcher's all-to-all: NVLink inside a domain, rail NICs across
 
 
 def dispatcher_time_s(

@@ -1,10 +1,11 @@
 """Collective costs on a SuperPOD, by which tier of the network a group spans.
 
 Megatron orders ranks tp, cp, ep, dp, pp (parallel_state.py:617): a group is ``size`` ranks
-``stride`` apart. Inside one node it runs on NVLink/NVSwitch; across nodes each GPU has its own
-rail NIC, so a group with k members per node drives k NICs. A DGX SuperPOD fat tree is
-non-blocking: the tier (leaf inside a scalable unit, spine inside a pod, core across pods) sets
-the latency, and the bandwidth only where a tier is oversubscribed.
+``stride`` apart. Inside one NVLink domain (a DGX node's NVSwitch, or the 72 GPUs of a GB200
+NVL72 rack) it runs on NVLink; across domains each GPU has its own rail NIC, so a ring with k
+members per domain drives k NICs, while an all-to-all leaves each GPU on its own NIC. A DGX
+SuperPOD fat tree is non-blocking: the tier (leaf inside a scalable unit, spine inside a pod,
+core across pods) sets the latency, and the bandwidth only where a tier is oversubscribed.
 """
 
 from __future__ import annotations
@@ -19,41 +20,57 @@ from planner.hardware.spec import HardwareSpec
 
 @dataclass(frozen=True)
 class Link:
-    """What one GPU of a group sees: NCCL bus bandwidth (bytes/s) and per-step latency (s)."""
+    """What one GPU of a group sees: the ring bus bandwidth (bytes/s) NCCL's ring collectives reach,
+    the per-step latency (s), the NVLink domains the group spans (``nodes``: DGX nodes, or NVL72
+    racks), and for all-to-all the two paths a GPU's traffic takes: NVLink to the members of its
+    own domain and its own rail NIC to the rest (default: the ring bandwidth, one domain)."""
 
     bus_bytes_per_s: np.ndarray
     latency_s: np.ndarray
     nodes: np.ndarray
+    nvlink_bytes_per_s: np.ndarray | None = None
+    rail_bytes_per_s: np.ndarray | None = None
+    members_per_domain: np.ndarray | None = None
 
 
-def group_nodes(size: ArrayLike, stride: ArrayLike, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
-    """(nodes holding the group's members, extent in nodes from first to last member)."""
+def group_nodes(size: ArrayLike, stride: ArrayLike, domain_gpus: int) -> tuple[np.ndarray, np.ndarray]:
+    """(units of ``domain_gpus`` consecutive GPUs holding the group's members, extent in such units
+    from the first member to the last): NVLink domains with the domain size, nodes with GPUs per node."""
     size, stride = np.asarray(size), np.asarray(stride)
-    nodes = np.where(stride >= gpus_per_node, size, np.ceil(size * stride / gpus_per_node))
-    extent = (size - 1) * stride // gpus_per_node + 1
+    nodes = np.where(stride >= domain_gpus, size, np.ceil(size * stride / domain_gpus))
+    extent = (size - 1) * stride // domain_gpus + 1
     return np.maximum(nodes, 1), np.maximum(extent, 1)
 
 
 def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
-    """Bus bandwidth and latency for a group of ``size`` ranks ``stride`` apart."""
+    """Bus bandwidth and latency for a group of ``size`` ranks ``stride`` apart.
+
+    Inside one NVLink domain: NVLink·η_nvl. Across domains: a ring with k members per domain drives
+    k rail NICs, min(NVLink, k·NIC·η_net·frac_tier); one GPU's rail is NIC·η_net·frac_tier, NIC the
+    compute bandwidth per GPU (NICs per node / GPUs per node). The tier is chosen by the group's
+    extent in nodes against the preset tiers' ``max_nodes``.
+    """
     cal, net, node = hw.calibration, hw.network, hw.node
-    gpn = node.gpus_per_node
-    nodes, extent = group_nodes(size, stride, gpn)
-    per_node = np.asarray(size) / nodes
+    domains, _ = group_nodes(size, stride, hw.nvlink_domain_gpus)
+    _, extent = group_nodes(size, stride, node.gpus_per_node)
+    per_domain = np.asarray(size) / domains
     nvlink = node.nvlink_bytes_per_s * cal.nvlink_bus_efficiency
-    nic_per_gpu = net.nic_bytes_per_s * net.nics_per_node / gpn
+    nic_per_gpu = net.nic_bytes_per_s * net.nics_per_node / node.gpus_per_node
     tier_latency = np.full(np.shape(extent), net.tiers[-1].latency_us, dtype=float)
     tier_frac = np.full(np.shape(extent), net.tiers[-1].bandwidth_frac, dtype=float)
     for tier in reversed(net.tiers):
         inside = extent <= tier.max_nodes
         tier_latency = np.where(inside, tier.latency_us, tier_latency)
         tier_frac = np.where(inside, tier.bandwidth_frac, tier_frac)
-    network = np.minimum(nvlink, per_node * nic_per_gpu * cal.network_bus_efficiency * tier_frac)
-    one_node = nodes <= 1
+    rail = nic_per_gpu * cal.network_bus_efficiency * tier_frac
+    one_domain = domains <= 1
     return Link(
-        bus_bytes_per_s=np.where(one_node, nvlink, network),
-        latency_s=np.where(one_node, node.nvlink_latency_us, tier_latency) * 1e-6,
-        nodes=nodes,
+        bus_bytes_per_s=np.where(one_domain, nvlink, np.minimum(nvlink, per_domain * rail)),
+        latency_s=np.where(one_domain, node.nvlink_latency_us, tier_latency) * 1e-6,
+        nodes=domains,
+        nvlink_bytes_per_s=np.broadcast_to(nvlink, np.shape(domains)) * 1.0,
+        rail_bytes_per_s=np.where(one_domain, nvlink, rail),
+        members_per_domain=per_domain,
     )
 
 
@@ -73,6 +90,27 @@ def all_gather_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.
 
 
 reduce_scatter_time_s = all_gather_time_s
+
+
+def all_to_all_time_s(n: ArrayLike, send_bytes: ArrayLike, link: Link) -> np.ndarray:
+    """All-to-all in which each of n ranks sends M = ``send_bytes`` in all, M/n to every rank.
+
+    Of the M/n pieces, k − 1 go to the members of the sender's own NVLink domain (k members per
+    domain) over NVLink, n − k across domains over the sender's own rail NIC - not the node's
+    aggregate, since every GPU of the node is sending its own share at the same time. The two paths
+    run at once: max((k−1)/n · M/β_NVLink, (n−k)/n · M/β_rail) + α. PyTorch's all_to_all_single
+    posts every peer's ncclSend/ncclRecv in one NCCL group (torch/csrc/cuda/nccl.cpp
+    all2all_single_equal_split), so the latency is paid once, not per peer. 0 at n = 1.
+    Inside one domain this is (n−1)/n · M/β_NVLink + α.
+    """
+    n = np.asarray(n, dtype=float)
+    M = np.asarray(send_bytes, dtype=float)
+    nvlink = link.bus_bytes_per_s if link.nvlink_bytes_per_s is None else link.nvlink_bytes_per_s
+    rail = link.bus_bytes_per_s if link.rail_bytes_per_s is None else link.rail_bytes_per_s
+    k = n if link.members_per_domain is None else np.minimum(link.members_per_domain, n)
+    inside = (k - 1) / np.maximum(n, 1) * M / nvlink
+    outside = (n - k) / np.maximum(n, 1) * M / rail
+    return np.where(n > 1, np.maximum(inside, outside) + link.latency_s, 0.0)
 
 
 def p2p_time_s(message_bytes: ArrayLike, link: Link) -> np.ndarray:

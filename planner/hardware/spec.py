@@ -69,9 +69,21 @@ class GPUSpec(_Sourced):
 
 
 class NodeSpec(_Sourced):
-    gpus_per_node: PositiveInt
+    gpus_per_node: PositiveInt = Field(description="GPUs one host (Slurm node) holds")
     nvlink_gbytes_per_s: PositiveFloat = Field(description="NVLink/NVSwitch bandwidth per GPU per direction")
     nvlink_latency_us: PositiveFloat
+    nvlink_domain_gpus: PositiveInt | None = Field(
+        None, description="GPUs joined by one NVLink fabric (72 in a GB200 NVL72 rack); default: one node"
+    )
+
+    @model_validator(mode="after")
+    def _domain_holds_whole_nodes(self) -> Self:
+        domain = self.nvlink_domain_gpus
+        if domain is not None and domain % self.gpus_per_node:
+            raise ValueError(
+                f"nvlink_domain_gpus ({domain}) must be a whole number of nodes of {self.gpus_per_node} GPUs"
+            )
+        return self
 
     @property
     def nvlink_bytes_per_s(self) -> float:
@@ -167,3 +179,8 @@ class HardwareSpec(BaseModel):
     @property
     def gpus_per_node(self) -> int:
         return self.node.gpus_per_node
+
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs on one NVLink fabric: a node's NVSwitch, or a multi-node domain such as NVL72."""
+        return self.node.nvlink_domain_gpus or self.node.gpus_per_node
