@@ -102,7 +102,28 @@ def make_request(
     opts = _build(PlanOptions, "options", **{k: v for k, v in (options or {}).items() if v is not None})
     if opts.fp8 is not None and hw.gpu.peak_fp8_tflops is None:
         raise PlannerError(f"--fp8 needs FP8 tensor cores; {hw.gpu.name} has none (use an H100/H200/B200 preset)")
+    _check_fp8_recipe(opts, hw)
     return PlanRequest(ctx=Context(model_spec, hw, training, opts), plan=plan, gpus=gpus)
+
+
+# Transformer Engine's support matrix (nvidia.github.io/TransformerEngine/support_matrix.html): FP8 block
+# scaling from compute capability 9.0 (Hopper), MXFP8 on Blackwell data-centre GPUs (10.x) only
+FP8_RECIPE_CAPABILITY = {
+    "blockwise": (9.0, 99.0, "Hopper or Blackwell"),
+    "mxfp8": (10.0, 12.0, "Blackwell (B200, GB200)"),
+}
+
+
+def _check_fp8_recipe(opts: PlanOptions, hw: HardwareSpec) -> None:
+    need = FP8_RECIPE_CAPABILITY.get(opts.fp8_recipe.value)
+    if opts.fp8 is None or need is None:
+        return
+    low, high, what = need
+    if not low <= hw.gpu.compute_capability < high:
+        raise PlannerError(
+            f"--fp8-recipe {opts.fp8_recipe.value} needs {what} tensor cores; {hw.gpu.name} has compute capability "
+            f"{hw.gpu.compute_capability:g} (Transformer Engine support matrix)"
+        )
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from planner.hardware.spec import HardwareSpec
+from planner.models.pipeline_layout import LayoutError, PipelineLayout
 from planner.models.spec import ModelSpec
 
 DEFAULT_TRAIN_TOKENS = 300e9  # GPT-3's 300B training tokens (Brown et al. 2020; Narayanan et al. 2021 §5.1)
@@ -127,8 +128,36 @@ OPTIMIZER_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 class TokenDispatcher(StrEnum):
+    """--moe-token-dispatcher-type (Megatron-Core moe/token_dispatcher.py)."""
+
     ALLGATHER = "allgather"  # Megatron-LM's default
     ALLTOALL = "alltoall"
+    FLEX = "flex"  # DeepEP / HybridEP: deduplicated node-level dispatch (--moe-flex-dispatcher-backend)
+
+    @property
+    def code(self) -> int:
+        return DISPATCHER_CODES[self]
+
+
+DISPATCHER_CODES = {TokenDispatcher.ALLGATHER: 0, TokenDispatcher.ALLTOALL: 1, TokenDispatcher.FLEX: 2}
+DISPATCHER_BY_CODE = {code: d for d, code in DISPATCHER_CODES.items()}
+
+
+class FlexBackend(StrEnum):
+    """--moe-flex-dispatcher-backend: the library behind the flex dispatcher."""
+
+    DEEPEP = "deepep"
+    HYBRIDEP = "hybridep"
+    NCCLEP = "ncclep"
+
+
+class Fp8Recipe(StrEnum):
+    """--fp8-recipe: how Transformer Engine scales FP8 tensors."""
+
+    DELAYED = "delayed"  # Megatron-LM's default: per-tensor scales from an amax history
+    TENSORWISE = "tensorwise"  # per-tensor current scaling
+    BLOCKWISE = "blockwise"  # 1x128 / 128x128 blocks (DeepSeek-V3's recipe; Hopper)
+    MXFP8 = "mxfp8"  # 1x32 blocks with E8M0 scales (OCP MX; Blackwell tensor cores)
 
 
 class _Spec(BaseModel):
@@ -170,7 +199,13 @@ class PlanOptions(_Spec):
     fp8_param_gather: bool = Field(
         False, description="--fp8-param-gather: keep and all-gather FP8 weights, no bf16 copy"
     )
-    moe_token_dispatcher: TokenDispatcher = TokenDispatcher.ALLGATHER
+    fp8_recipe: Fp8Recipe = Field(Fp8Recipe.DELAYED, description="--fp8-recipe (Megatron-LM default: delayed)")
+    moe_flex_dispatcher_backend: FlexBackend = Field(
+        FlexBackend.DEEPEP, description="--moe-flex-dispatcher-backend with the flex dispatcher"
+    )
+    moe_shared_expert_overlap: bool = Field(
+        False, description="--moe-shared-expert-overlap: shared experts run while tokens are dispatched"
+    )
     moe_capacity_factor: float | None = Field(None, gt=0, description="--moe-expert-capacity-factor; None: dropless")
     moe_load_imbalance: float = Field(1.1, ge=1.0, description="busiest expert's tokens / the mean (dropless routing)")
     recompute_modules: tuple[RecomputeModule, ...] = Field(
@@ -237,6 +272,15 @@ class ParallelPlan(_Spec):
     stage_split: StageSplit = StageSplit.EVEN
     first_stage_layers: PositiveInt | None = Field(None, description="--decoder-first-pipeline-num-layers")
     last_stage_layers: PositiveInt | None = Field(None, description="--decoder-last-pipeline-num-layers")
+    pipeline_layout: str | None = Field(
+        None, description="--pipeline-model-parallel-layout: the virtual stages' layers, e.g. Et*4|(t*4|)*14tmL"
+    )
+    moe_token_dispatcher: TokenDispatcher = Field(
+        TokenDispatcher.ALLGATHER, description="--moe-token-dispatcher-type (MoE; Megatron-LM default allgather)"
+    )
+    overlap_moe_expert_parallel_comm: bool = Field(
+        False, description="--overlap-moe-expert-parallel-comm: expert all-to-all hidden behind another micro-batch"
+    )
 
     @model_validator(mode="after")
     def _own_rules(self) -> Self:
@@ -251,6 +295,23 @@ class ParallelPlan(_Spec):
             raise ValueError("--recompute-method and --recompute-num-layers go with full recomputation only")
         if self.recompute_method is RecomputeMethod.UNIFORM and self.recompute_num_layers == 1:
             object.__setattr__(self, "recompute_num_layers", None)  # Megatron's uniform group of one layer
+        if self.pipeline_layout is not None:
+            if explicit or self.stage_split is not StageSplit.EVEN:
+                raise ValueError(
+                    "pipeline_layout places every layer itself: give no first/last stage layers or accounted split"
+                )
+            try:
+                stages = len(PipelineLayout.parse(self.pipeline_layout).stages)
+            except LayoutError as err:
+                raise ValueError(f"pipeline_layout: {err}") from None
+            if stages % self.pp:
+                raise ValueError(f"pipeline_layout has {stages} virtual stages, not divisible by pp {self.pp}")
+            if self.vpp not in (1, stages // self.pp):
+                raise ValueError(
+                    f"pipeline_layout gives {stages // self.pp} chunks per stage ({stages} virtual stages over "
+                    f"pp {self.pp}) but vpp is {self.vpp}"
+                )
+            object.__setattr__(self, "vpp", stages // self.pp)  # Megatron: vpp = stages/pp (arguments.py:941-952)
         if self.tp == 1 and self.sequence_parallel:
             # Megatron turns SP off silently when t = 1 (arguments.py:1430-1439)
             object.__setattr__(self, "sequence_parallel", False)
@@ -292,7 +353,8 @@ RECOMPUTE_TAGS = {"selective": "rc-sel", "full": "rc-full"}
 SPLIT_TAGS = {"embedding": "acc-emb", "loss": "acc-loss", "embedding+loss": "acc-emb+loss"}
 PLAN_LABEL_LEGEND = (
     "b micro-batch · V interleaved chunks per stage · SP sequence parallel · DO distributed optimizer · "
-    "FSDP Megatron FSDP · rc-sel/rc-full selective/full recomputation"
+    "FSDP Megatron FSDP · rc-sel/rc-full selective/full recomputation · MoE token dispatcher allgather, "
+    "alltoall or flex (+ov: --overlap-moe-expert-parallel-comm) · layout: --pipeline-model-parallel-layout"
 )
 
 
@@ -318,4 +380,11 @@ def plan_label(par: Mapping, *, moe: bool = False) -> str:
     tags += [SPLIT_TAGS[str(par["stage_split"])]] if str(par.get("stage_split")) in SPLIT_TAGS else []
     if par.get("first_stage_layers") or par.get("last_stage_layers"):
         tags.append(f"first{par.get('first_stage_layers') or '-'}/last{par.get('last_stage_layers') or '-'}")
+    if moe or par.get("ep", 1) > 1:
+        tags.append(
+            str(par.get("moe_token_dispatcher", "allgather"))
+            + ("+ov" if par.get("overlap_moe_expert_parallel_comm") else "")
+        )
+    if par.get("pipeline_layout"):
+        tags.append(f"layout {par['pipeline_layout']}")
     return " ".join(parts) + (" · " + " ".join(tags) if tags else "")

@@ -57,6 +57,8 @@ def request_from_plan(data: dict, hardware: str | HardwareSpec | None = None) ->
     try:
         model = ModelSpec.model_validate(data["model_spec"]) if "model_spec" in data else load_model(data["model"])
         par = {k: v for k, v in data["parallel"].items() if k in ParallelPlan.model_fields}
+        if "moe_token_dispatcher" in data["options"]:  # plan files of before it was a searched knob
+            par.setdefault("moe_token_dispatcher", data["options"]["moe_token_dispatcher"])
         tr = data["training"]
         return make_request(
             model=model,

@@ -18,6 +18,9 @@ from planner.costs.megatron_memory import MIB, differences, report_theoretical_m
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
 from planner.hardware.spec import GIB
+from planner.models.params import param_counts
+from planner.models.pipeline_layout import stage_contents
+from planner.models.spec import ModelSpec
 from planner.plan import Context, ParallelPlan
 from planner.space.grid import PlanGrid, stage_layers
 
@@ -53,7 +56,8 @@ class PlanEstimate(BaseModel):
     num_microbatches: float
     memory: dict[str, float]  # GiB, MEMORY_TERMS and total, most loaded GPU
     time: dict[str, float]  # seconds per iteration, TIME_TERMS
-    formulas: dict[str, dict[str, TermFormula]]  # {"memory": {term: ...}, "time": {term: ...}}
+    formulas: dict[str, dict[str, TermFormula]]  # {"memory": {term: ...}, "time": {...}, "*_parts": {...}}
+    parts: dict[str, dict[str, float]] | None = None  # explain: {"memory": {part: GiB}, "time": {part: s}}
     train_tokens: float
     train_days: float
     gpu_hours: float
@@ -118,6 +122,12 @@ def plan_json(
             kind: {k: TermFormula(formula=f.text, source=f.source) for k, f in terms.items()}
             for kind, terms in text.items()
         },
+        parts=None
+        if ev.parts is None
+        else {
+            "memory": {k: float(v[i]) / GIB for k, v in ev.parts["memory"].items() if k in text["memory_parts"]},
+            "time": {k: float(v[i]) for k, v in ev.parts["time"].items() if k in text["time_parts"]},
+        },
         **train_cost_terms(
             tokens_per_s,
             gpus,
@@ -137,6 +147,7 @@ def plan_json(
         "broken_rules": broken,
         "estimate": estimate.model_dump(mode="json"),
         "model_spec": ctx.model.model_dump(mode="json"),
+        "model_params": model_params(ctx.model),
     }
     if ev.stages is not None:
         st = ev.stages
@@ -145,6 +156,8 @@ def plan_json(
             {
                 "stage": k,
                 "layers": int(st.layers[i, k]),
+                "moe_layers": int(st.moe_layers[i, k]),
+                "mtp_layers": int(st.mtp_layers[i, k]),
                 **{t: float(st.memory[t][i, k]) / GIB for t in (*MEMORY_TERMS, "allocated", "total")},
             }
             for k in range(p)
@@ -173,16 +186,37 @@ def megatron_estimate_json(ctx: Context, plan: ParallelPlan, gpus: int, stages: 
     }
 
 
+def model_params(model: ModelSpec) -> dict[str, int]:
+    """Parameters of the model (``planner.models.params.param_counts``): ``total`` (all, with the MTP
+    depths, one copy of tied embeddings) and ``active`` (those a token passes through: k of the E
+    experts of each MoE layer), as counts."""
+    counts = param_counts(model)
+    return {"total": round(counts.total), "active": round(counts.active)}
+
+
 def stage_layer_list(ctx: Context, grid: PlanGrid, i: int) -> list[int]:
-    """Layers on each pipeline stage of plan i, first to last (``planner.space.grid.stage_layers``)."""
+    """Decoder layers on each pipeline stage of plan i, first to last (``planner.models.pipeline_layout``;
+    for a split Megatron-LM rejects, ``planner.space.grid.stage_layers``' even-split view)."""
+    p, mo = int(grid.pp[i]), ctx.model
+    contents = stage_contents(
+        mo.num_layers,
+        mo.mtp_layers,
+        p,
+        int(grid.vpp[i]),
+        int(grid.split[i]),
+        int(grid.first_layers[i]),
+        int(grid.last_layers[i]),
+        grid.layout_text(i),
+    )
+    if contents is not None:
+        return [len(ids) for ids in contents.layers]
     lay = stage_layers(
-        ctx.model.num_layers,
+        mo.num_layers,
         grid.pp[i : i + 1],
         grid.split[i : i + 1],
         grid.first_layers[i : i + 1],
         grid.last_layers[i : i + 1],
     )
-    p = int(grid.pp[i])
     if p == 1:
         return [int(lay.first[0])]
     return [int(lay.first[0])] + [int(lay.middle[0])] * (p - 2) + [int(lay.last[0])]

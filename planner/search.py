@@ -14,11 +14,11 @@ with it, and among ties the plans with fewer risky features and room to spare co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from planner.costs.estimate import evaluate, stage_memory_totals
+from planner.costs.estimate import evaluate, peak_memory_bytes, stage_memory_totals
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
@@ -113,15 +113,18 @@ def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
     return ctx.options.model_copy(update={k: bool(getattr(pins, k)) for k in OVERLAPS})
 
 
-def _evaluate(grid: PlanGrid, idx: np.ndarray, contexts: list[Context], code: np.ndarray) -> tuple:
-    iteration, peak = np.empty(len(idx)), np.empty(len(idx))
+def _evaluate(grid: PlanGrid, idx: np.ndarray, contexts: list[Context], code: np.ndarray, capacity: float) -> tuple:
+    """Peak memory of the rows ``idx`` (``_peak_memory``: a lower bound where a plan cannot fit) and the
+    iteration time of those that fit (infinite for the others), each with its overlap-option set."""
+    iteration, peak = np.full(len(idx), np.inf), np.empty(len(idx))
     with np.errstate(divide="ignore", invalid="ignore"):
         for k in np.unique(code[idx]):
             sel = np.flatnonzero(code[idx] == k)
-            for start in range(0, len(sel), CHUNK):
-                part = sel[start : start + CHUNK]
-                ev = evaluate(grid.take(idx[part]), contexts[k])
-                iteration[part], peak[part] = ev.iteration_s, ev.peak_memory_bytes
+            peak[sel] = _peak_memory(grid, idx[sel], contexts[k], capacity)
+            fitting = sel[peak[sel] <= capacity]
+            for start in range(0, len(fitting), CHUNK):
+                part = fitting[start : start + CHUNK]
+                iteration[part] = evaluate(grid.take(idx[part]), contexts[k]).iteration_s
     return iteration, peak
 
 
@@ -208,7 +211,7 @@ def search(
     if len(unsolved):
         solved = _solve_block(grid.take(unsolved), contexts, code[unsolved], capacity)
         grid.recompute_layers[unsolved] = np.maximum(solved, 1)
-    iteration, peak = _evaluate(grid, idx, contexts, code)
+    iteration, peak = _evaluate(grid, idx, contexts, code, capacity)
     scored = _Scored(grid.take(idx), iteration, peak, code[idx], contexts)
     if pins.recompute_method is None and _full_allowed(pins):
         scored = _with_block_recompute(scored, capacity)
@@ -238,7 +241,7 @@ def _with_block_recompute(scored: _Scored, capacity: float) -> _Scored:
     if not len(block):
         return scored
     code = scored.option_set[origin]
-    it, pk = _evaluate(block, np.arange(len(block)), scored.contexts, code)
+    it, pk = _evaluate(block, np.arange(len(block)), scored.contexts, code, capacity)
     merged = PlanGrid(**{f: np.concatenate([getattr(scored.grid, f), getattr(block, f)]) for f in FIELDS})
     return _Scored(
         merged,
@@ -284,6 +287,45 @@ def _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, 
     return SearchResult(
         plans, evaluated, int(np.sum(fits)), rejected, tied=len(tied), band_frac=band, fastest_rank=fastest_rank
     )
+
+
+def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float) -> np.ndarray:
+    """Peak memory of the plans ``idx`` of the grid, the plans that cannot fit bounded from below.
+
+    A plan's memory never falls as its micro-batch grows: weights and states do not depend on b, and
+    every activation term holds b·s tokens per micro-batch times min(micro-batches in flight, m),
+    which is min((p − i)·b, B/d) micro-batch-sequences for 1F1B (and alike for the interleaved
+    schedule). So the plans that differ only in b are measured smallest b first; when that one does
+    not fit, the others get its peak, a lower bound, and are not measured."""
+    peak = np.empty(len(idx))
+    if not len(idx):
+        return peak
+    others = [getattr(grid, f.name)[idx] for f in fields(grid) if f.name not in ("micro_batch", "layouts")]
+    order = np.lexsort([grid.micro_batch[idx], *others[::-1]])
+    new_group = np.ones(len(idx), dtype=bool)
+    for col in others:
+        ranked = col[order]
+        new_group[1:] &= ranked[1:] == ranked[:-1]
+    new_group = ~new_group
+    new_group[0] = True
+    group = np.cumsum(new_group) - 1  # group of each plan, in sorted order
+    first = order[new_group]  # the smallest micro-batch of each group
+
+    def measure(rows: np.ndarray) -> None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for start in range(0, len(rows), CHUNK):
+                part = rows[start : start + CHUNK]
+                peak[part] = peak_memory_bytes(grid.take(idx[part]), ctx)
+
+    measure(first)
+    first_fits = peak[first] <= capacity
+    sorted_rows = order
+    in_fitting_group = first_fits[group]
+    rest = sorted_rows[in_fitting_group & ~new_group]
+    measure(np.sort(rest))
+    bounded = sorted_rows[~in_fitting_group]
+    peak[bounded] = peak[first][group[~in_fitting_group]]
+    return peak
 
 
 def _nothing_fits(

@@ -57,25 +57,29 @@ def in_process(model: str, gpus: int, hardware: str, seq_len: int = 0) -> dict:
     return stats
 
 
+CLI_CASES = (  # whole `megaplan search` processes
+    ["search", "--model", "gpt3-175b", "--gpus", "1024"],
+    ["search", "--model", "llama3.1-405b", "--gpus", "16384", "--hardware", "dgx-h100-superpod", "--seq-len", "8192"],
+    ["search", "--model", "deepseek-v3", "--gpus", "1024", "--hardware", "dgx-h100-superpod"],
+)
+IN_PROCESS_CASES = (  # (model, GPUs, hardware, sequence length or 0 for the preset's)
+    ("gpt3-175b", 1024, "dgx-a100-superpod", 0),
+    ("gpt-1t", 16384, "dgx-a100-superpod", 0),
+    ("llama3.1-405b", 16384, "dgx-h100-superpod", 8192),
+    ("deepseek-v3", 1024, "dgx-h100-superpod", 0),
+    ("qwen3-235b-a22b", 256, "dgx-h100-superpod", 0),
+    ("qwen3-30b-a3b", 64, "dgx-h100-superpod", 0),
+    ("gpt-oss-120b", 128, "dgx-h100-superpod", 0),
+    ("gpt-oss-20b", 64, "dgx-h100-superpod", 0),
+)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
     opts = ap.parse_args()
-    for args in (
-        ["search", "--model", "gpt3-175b", "--gpus", "1024", "--json"],
-        [
-            "search",
-            "--model",
-            "llama3.1-405b",
-            "--gpus",
-            "16384",
-            "--hardware",
-            "dgx-h100-superpod",
-            "--seq-len",
-            "8192",
-        ]
-        + ["--json"],
-    ):
+    for case in CLI_CASES:
+        args = [*case, "--json"]
         median, times = cli_wall(args, opts.runs)
         evaluated = json.loads(
             subprocess.run([sys.executable, "-m", "planner", *args], check=True, capture_output=True, text=True).stdout
@@ -84,11 +88,7 @@ def main() -> None:
             f"megaplan {' '.join(args[:-1])}: median {median:.3f} s over {opts.runs} runs "
             f"({', '.join(f'{t:.3f}' for t in times)}), {evaluated:,} plans evaluated"
         )
-    for model, gpus, hw, seq in (
-        ("gpt3-175b", 1024, "dgx-a100-superpod", 0),
-        ("gpt-1t", 16384, "dgx-a100-superpod", 0),
-        ("llama3.1-405b", 16384, "dgx-h100-superpod", 8192),
-    ):
+    for model, gpus, hw, seq in IN_PROCESS_CASES:
         s = in_process(model, gpus, hw, seq)
         print(
             f"{model} on {gpus} GPUs: {s['evaluated']:,} plans ({s['feasible']:,} fit) in {s['search_s']:.3f} s "

@@ -209,9 +209,9 @@ def test_context_parallel_ring_exposure_by_hand():
     """Llama 3 8B at s = 8192 with t = 8 and c = 8: the ring crosses nodes (t·c = 64 > 8 GPUs), so each
     of the c − 1 = 7 steps sends a b·(s/c)·2·g·d/t chunk over one 400 Gb/s NIC while the flash kernel
     attends to s/c queries × s/c keys; a step costs max(transfer, attention/c)."""
+    from planner.costs.blocks import _cp_ring_exposed
     from planner.costs.compute import flash_attention_time_s
     from planner.costs.flops import layer_gemms
-    from planner.costs.layer_time import _cp_ring_exposed
 
     req = make_request(
         model="llama3-8b", hardware="dgx-h100-superpod", gpus=64, tp=8, cp=8, sequence_parallel=True, global_batch=8

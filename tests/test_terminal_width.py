@@ -73,7 +73,10 @@ def test_verdict_is_at_most_15_lines_at_80_columns(views):
 def test_plan_label_shows_cp_ep_etp_fsdp_and_recompute():
     par = dict(tp=2, pp=1, dp=8, cp=2, ep=4, etp=1, micro_batch=1, vpp=1, sequence_parallel=True)
     par |= dict(distributed_optimizer=True, fsdp=True, recompute="full", stage_split="even")
-    assert plan_label(par, moe=True) == "TP2 PP1 DP8 CP2 EP4 ETP1 b1 · SP FSDP rc-full"
+    assert plan_label(par, moe=True) == "TP2 PP1 DP8 CP2 EP4 ETP1 b1 · SP FSDP rc-full allgather"
+    # a MoE plan names its token dispatcher (+ov: the all-to-all overlap) and a pipeline layout
+    moe = par | dict(moe_token_dispatcher="flex", overlap_moe_expert_parallel_comm=True, pipeline_layout="Et|tL")
+    assert plan_label(moe, moe=True).endswith("rc-full flex+ov layout Et|tL")
     dense = dict(par, cp=1, ep=1, etp=2, fsdp=False, recompute="selective", vpp=4, stage_split="embedding")
     assert plan_label(dense) == "TP2 PP1 DP8 b1 V4 · SP DO rc-sel acc-emb"
 

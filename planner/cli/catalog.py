@@ -42,12 +42,15 @@ def _list_presets(kinds: list[str], as_json: bool) -> None:
 def _summary(kind: str, name: str) -> str:
     spec = load_spec(KINDS[kind], name)
     if kind == "models":
-        from planner.models.params import total_params
+        from planner.models.params import param_counts
 
         tr = spec.training
         batch = f", B {tr.global_batch} × s {tr.seq_len}" if tr else ""
         shape = f"L {spec.num_layers}, h {spec.hidden_size}, a {spec.num_attention_heads}"
-        return f"{total_params(spec) / 1e9:,.1f}B params, {shape}{batch}"
+        counts = param_counts(spec)
+        experts = f", {spec.num_experts} experts top-{spec.moe_router_topk}" if spec.is_moe else ""
+        mtp = f" incl. {counts.mtp / 1e9:,.1f}B MTP" if counts.mtp else ""
+        return f"{counts.total / 1e9:,.1f}B params{mtp} ({counts.active / 1e9:,.1f}B active), {shape}{experts}{batch}"
     return spec.description or spec.gpu.name
 
 

@@ -109,6 +109,10 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(("--decoder-first-pipeline-num-layers",), "Layers on the first stage.", None, POSITIVE),
     Option(("--decoder-last-pipeline-num-layers",), "Layers on the last stage.", None, POSITIVE),
+    Option(
+        ("--pipeline-model-parallel-layout", "pipeline_layout"),
+        "Megatron's layout of the virtual stages, e.g. 'Et*4|(t*4|)*14tmL' (search: tries balanced layouts).",
+    ),
     # Megatron-LM behaviour: PlanOptions
     Option(
         ("--attention-kernel",),
@@ -156,9 +160,42 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         click.Choice(["e4m3", "hybrid"]),
     ),
     Option(
+        ("--fp8-recipe",),
+        "FP8 scaling (blockwise: Hopper; mxfp8: Blackwell).",
+        "delayed",
+        click.Choice(["delayed", "tensorwise", "blockwise", "mxfp8"]),
+    ),
+    Option(
         ("--fp8-param-gather",), "Keep and all-gather FP8 weights (no 16-bit weight copy).", False, flag=True, solo=True
     ),
-    Option(("--moe-token-dispatcher",), "MoE token dispatcher.", "allgather", click.Choice(["allgather", "alltoall"])),
+    Option(
+        ("--moe-token-dispatcher",),
+        "MoE token dispatcher (flex: DeepEP/HybridEP).",
+        "allgather",
+        click.Choice(["allgather", "alltoall", "flex"]),
+        searched=True,
+    ),
+    Option(
+        ("--overlap-moe-expert-parallel-comm",),
+        "Hide the expert all-to-all behind another micro-batch (MoE, alltoall/flex).",
+        False,
+        flag=True,
+        solo=True,
+        searched=True,
+    ),
+    Option(
+        ("--moe-flex-dispatcher-backend",),
+        "Library behind the flex dispatcher.",
+        "deepep",
+        click.Choice(["deepep", "hybridep", "ncclep"]),
+    ),
+    Option(
+        ("--moe-shared-expert-overlap",),
+        "Run the shared experts while tokens are dispatched (alltoall/flex).",
+        False,
+        flag=True,
+        solo=True,
+    ),
     Option(
         ("--moe-capacity-factor",),
         "Expert capacity factor (default: dropless).",
@@ -242,6 +279,8 @@ KNOBS = (
     "recompute_method",
     "recompute_num_layers",
     "distributed_optimizer",
+    "moe_token_dispatcher",
+    "overlap_moe_expert_parallel_comm",
 )  # the searched rows of PLAN_OPTIONS: ParallelPlan fields, search pins
 OVERLAP_PINS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")  # searched PlanOptions
 
@@ -252,6 +291,7 @@ def _knobs(kw: dict) -> dict:
         **{k: kw[k] for k in KNOBS},
         "first_stage_layers": kw["decoder_first_pipeline_num_layers"],
         "last_stage_layers": kw["decoder_last_pipeline_num_layers"],
+        "pipeline_layout": kw["pipeline_layout"],
     }
 
 

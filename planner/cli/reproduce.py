@@ -52,6 +52,8 @@ def command_args(pj: dict, model_ref: str | None = None, hardware_ref: str | Non
         moe = bool(pj.get("model_spec", {}).get("num_experts"))
         if not moe and ((dest == "etp" and value == values["tp"]) or (dest in ("cp", "ep") and value == 1)):
             continue
+        if not moe and dest in ("moe_token_dispatcher", "overlap_moe_expert_parallel_comm"):
+            continue  # a dense model has no token dispatcher
         name = opt.decls[0]
         if opt.flag and opt.solo:
             args += [name] if value else []

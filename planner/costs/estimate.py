@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.costs import Formula, flops, memory
+from planner.costs import Formula, flops, layer_time, memory, memory_parts
 from planner.costs import communication as comm
 from planner.costs.layer_time import activation_message, layer_time_formulas, layer_times, stage_step
 from planner.costs.letters import Letters
-from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, stage_time_sum
+from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes
 from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
 from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, ParallelPlan, RecomputeModule
@@ -49,13 +49,16 @@ class Stages:
     """Every pipeline stage of every plan, arrays shaped (plans, largest p); a plan's columns beyond
     its own p are zero. ``forward_s``/``backward_s`` are one micro-batch through the whole stage (a
     chunk of the interleaved schedule takes 1/vpp of it), the forward with its own communication,
-    the backward with recomputation and the rest; ``p2p_s`` one transfer between neighbours."""
+    the backward with recomputation and the rest; ``p2p_s`` one transfer between neighbours;
+    ``moe_layers`` and ``mtp_layers`` how many of a stage's layers are MoE, and its MTP layers."""
 
     layers: np.ndarray
     memory: dict[str, np.ndarray]
     forward_s: np.ndarray
     backward_s: np.ndarray
     p2p_s: np.ndarray
+    moe_layers: np.ndarray | None = None
+    mtp_layers: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Evaluation:
     flops: dict[str, np.ndarray]
     bubble_frac: np.ndarray
     stages: Stages | None = None
+    parts: dict[str, dict[str, np.ndarray]] | None = None  # with ``stages``: parts of the terms, for explain
 
 
 def _grad_bytes(ctx: Context) -> tuple[int, int]:
@@ -103,7 +107,9 @@ def adam_step_bytes(ctx: Context) -> float:
     return grad + 2 * states + memory.ACTIVATION_BYTES[ctx.precision] + grad
 
 
-def _dp_sync(lt: Letters, ctx: Context, mem: dict, bwd_mb: np.ndarray, rep: np.ndarray) -> np.ndarray:
+def _dp_sync(
+    lt: Letters, ctx: Context, mem: dict, bwd_mb: np.ndarray, rep: np.ndarray, count: np.ndarray
+) -> np.ndarray:
     """Exposed gradient synchronisation at the end of the iteration (DDP or distributed optimizer):
     dense gradients over d·c, expert gradients over the expert data-parallel group; stage i drains
     i backward steps before stage 0, and --overlap-grad-reduce hides it behind the last backward."""
@@ -124,19 +130,22 @@ def _dp_sync(lt: Letters, ctx: Context, mem: dict, bwd_mb: np.ndarray, rep: np.n
         mem["expert_params"], lt.edp, group_link(ctx.hardware, lt.edp, lt.etp * lt.ep), **kw
     )
     hidden = rep * bwd_mb + (bwd_mb if opts.overlap_grad_reduce else 0.0)
-    return np.max(np.maximum(dense + expert - hidden, 0.0), axis=1, keepdims=True)
+    return np.max(np.where(count > 0, np.maximum(dense + expert - hidden, 0.0), 0.0), axis=1, keepdims=True)
 
 
 def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray) -> np.ndarray:
     """Megatron FSDP, per micro-batch on a stage: each layer all-gathers its weights for the forward
     and again for the backward and reduce-scatters its gradients, prefetched one layer ahead, so only
-    what exceeds the layer's own compute is exposed (ZeRO-3; Rajbhandari et al. 2020)."""
+    what exceeds the layer's own compute is exposed (ZeRO-3; Rajbhandari et al. 2020). Expert weights
+    are sharded, gathered and reduced over the expert data-parallel group, the rest over d·c."""
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
     link = group_link(ctx.hardware, lt.d * lt.c, lt.t)
-    per_layer_params = mem["params"] / np.maximum(n, 1)
-    gather = all_gather_time_s(lt.d * lt.c, w_bytes * per_layer_params, link)
+    expert_link = group_link(ctx.hardware, lt.edp, lt.etp * lt.ep)
+    dense = w_bytes * mem["dense_params"] / np.maximum(n, 1)
+    expert = w_bytes * mem["expert_params"] / np.maximum(n, 1)
+    gather = all_gather_time_s(lt.d * lt.c, dense, link) + all_gather_time_s(lt.edp, expert, expert_link)
     # reduce-scatter of the 16-bit gradients (Megatron FSDP's grad comm dtype follows the model's by default)
-    scatter = reduce_scatter_time_s(lt.d * lt.c, w_bytes * per_layer_params, link)
+    scatter = reduce_scatter_time_s(lt.d * lt.c, dense, link) + reduce_scatter_time_s(lt.edp, expert, expert_link)
     fwd_layer = step["fwd"] / np.maximum(n, 1)
     bwd_layer = (step["bwd"] + step["recompute"]) / np.maximum(n, 1)
     return n * (np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0))
@@ -156,18 +165,22 @@ def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
     )
 
 
-def _representative_stages(lt: Letters) -> np.ndarray:
-    """The first, a middle and the last stage of each plan: every other stage repeats a middle one."""
-    return np.concatenate([np.zeros_like(lt.p), np.minimum(1, lt.p - 1), lt.p - 1], axis=1)
-
-
 def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
-    """(total memory, layers) of the first, a middle and the last stage of every plan, shaped (plans, 3):
-    the memory side of ``evaluate`` alone (the search solves block recomputation's layer count with it)."""
+    """(total memory, layers per model chunk) of each kind of stage of every plan (``Letters.type_index``;
+    columns no stage fills hold 0): the memory side of ``evaluate`` alone (the search solves block
+    recomputation's layer count with it)."""
     lt = Letters(grid, ctx)
-    rep = _representative_stages(lt)
-    n, _, _ = lt.stage_info(rep)
-    return stage_memory_bytes(lt, ctx, rep)["total"], np.broadcast_to(n, rep.shape) / lt.vpp
+    rep, here = lt.type_index, lt.type_count > 0
+    total = np.where(here, stage_memory_bytes(lt, ctx, rep)["total"], 0.0)
+    return total, np.where(here, lt.stage(rep)["layers"], 0.0) / lt.vpp
+
+
+def peak_memory_bytes(grid: PlanGrid, ctx: Context) -> np.ndarray:
+    """Memory of each plan's most loaded stage (bytes), as ``evaluate`` computes it: search uses it to
+    set aside the plans that do not fit before timing the rest."""
+    lt = Letters(grid, ctx)
+    mem = stage_memory_bytes(lt, ctx, lt.type_index)
+    return np.max(np.where(lt.type_count > 0, mem["total"], -np.inf), axis=1)
 
 
 def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluation:
@@ -175,27 +188,29 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     ``stages``, also the memory, layers and per-micro-batch times of every pipeline stage."""
     lt = Letters(grid, ctx)
     hw, opts = ctx.hardware, ctx.options
-    rep = _representative_stages(lt)
+    # one column per kind of stage (the first rank of each kind; ``count`` ranks share it)
+    rep, count = lt.type_index, lt.type_count
     n, first, last = lt.stage_info(rep)
     rows = np.arange(len(grid))
 
     mem = stage_memory_bytes(lt, ctx, rep)
-    peak_col = np.argmax(mem["total"], axis=1)
+    mem_total = np.where(count > 0, mem["total"], -np.inf)
+    peak_col = np.argmax(mem_total, axis=1)
     peak_stage = rep[rows, peak_col]
 
     step = stage_step(lt, ctx, rep)
     fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, mem, n), 0.0)
     fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
     per_mb = fwd + bwd + rec + step["offload"] + tp + cp + mo + fsdp
-    slow_col = np.argmax(per_mb, axis=1)
+    slow_col = np.argmax(np.where(count > 0, per_mb, -np.inf), axis=1)
     slowest = per_mb[rows, slow_col][:, None]
-    total = stage_time_sum(per_mb[:, :1], per_mb[:, 1:2], per_mb[:, 2:3], lt.p, np.maximum(lt.p - 2, 0))
+    total = np.sum(count * per_mb, axis=1, keepdims=True)
     bubble = bubble_time_s(total, slowest, lt.vpp)
 
     p2p = _p2p_time_s(lt, ctx)
     pp = exposed_p2p_transfers(lt.p, lt.m, lt.vpp, overlap_p2p=opts.overlap_p2p_comm) * p2p
 
-    dp = np.where(lt.fsdp, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, rep))
+    dp = np.where(lt.fsdp, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, rep, count))
     grad_bytes, _ = _grad_bytes(ctx)
     emb_link = group_link(hw, 2, (lt.p - 1) * lt.t * lt.c * lt.d)
     emb_grad = lt.V * lt.h / lt.t * grad_bytes
@@ -205,7 +220,7 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     shard_expert = np.where(lt.dopt | lt.fsdp, lt.edp, 1)
     adam_params = mem["dense_params"] / shard_dense + mem["expert_params"] / shard_expert
     adam = adam_step_bytes(ctx) * adam_params / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
-    optimizer = np.max(adam, axis=1, keepdims=True)
+    optimizer = np.max(np.where(count > 0, adam, 0.0), axis=1, keepdims=True)
 
     def pick(x):  # the slowest stage's term
         return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
@@ -235,18 +250,31 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
         memory=memory_terms,
         peak_memory_bytes=memory_terms["total"],
         peak_stage=peak_stage,
-        stage_layers_legal=lt.layers.legal[:, 0],
+        stage_layers_legal=lt.split_legal[:, 0],
         flops=_flop_terms(lt, ctx),
         bubble_frac=time["bubble"] / iteration,
         stages=_every_stage(lt, ctx, p2p) if stages else None,
+        parts=_parts(lt, ctx, peak_stage, rep[rows, slow_col]) if stages else None,
     )
+
+
+def _parts(lt: Letters, ctx: Context, peak_stage: np.ndarray, slow_stage: np.ndarray) -> dict[str, dict]:
+    """The memory parts of the most loaded stage (bytes) and the compute parts of the slowest stage
+    (seconds per iteration): what the attention blocks and the experts take of the terms."""
+    mem = memory_parts.memory_parts(lt, ctx, peak_stage[:, None])
+    step = layer_time.time_parts(lt, ctx, slow_stage[:, None])
+    return {
+        "memory": {k: np.broadcast_to(v, peak_stage[:, None].shape)[:, 0] * 1.0 for k, v in mem.items()},
+        "time": {k: (lt.m * np.broadcast_to(v, slow_stage[:, None].shape))[:, 0] for k, v in step.items()},
+    }
 
 
 def _every_stage(lt: Letters, ctx: Context, p2p: np.ndarray) -> Stages:
     """The same stage terms as ``evaluate``'s first, middle and last stage, for every stage."""
     i = np.arange(int(np.max(lt.p)))[None, :]
     here = i < lt.p
-    n, _, _ = lt.stage_info(i)
+    st = lt.stage(i)
+    n = st["layers"]
     mem = stage_memory_bytes(lt, ctx, i)
     step = stage_step(lt, ctx, i)
     comm_all = step["tp"] + step["cp"] + step["moe"]
@@ -258,50 +286,52 @@ def _every_stage(lt: Letters, ctx: Context, p2p: np.ndarray) -> Stages:
         forward_s=np.where(here, forward, 0.0),
         backward_s=np.where(here, backward, 0.0),
         p2p_s=np.broadcast_to(p2p, lt.p.shape)[:, 0] * 1.0,
+        moe_layers=np.where(here, st["moe"], 0),
+        mtp_layers=np.where(here, st["mtp"], 0),
     )
 
 
 def _flop_terms(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
-    """Model, hardware (with recomputation) and Megatron-logged FLOPs per iteration, all GPUs."""
+    """Model, hardware (with recomputation) and Megatron-logged FLOPs per iteration, all GPUs.
+
+    ``model``: every GEMM with attention unmasked (the papers' MFU basis), sliding windows at their
+    band and gated MLPs as they are; ``megatron``: as Megatron-LM's num_floating_point_operations
+    logs it (causal attention halved, --quick-geglu counted ungated, sliding windows as full)."""
     mo = ctx.model
     V = lt.V[:, 0]
-    shape = flops.Shape(
-        lt.L,
-        lt.h,
-        lt.a,
-        lt.g,
-        lt.dh,
-        lt.f,
-        lt.gated,
-        mo.num_moe_layers,
-        mo.moe_router_topk if mo.is_moe else 0,
-        mo.expert_ffn,
-    )
+    shape, logged_shape = flops.Shape.of(mo), flops.Shape.of(mo, megatron=True)
     vocab = np.unique(V)
-    model = np.array([_model_flops(lt.B, lt.s, int(v), shape, 1.0) for v in vocab])
-    logged = np.array([_model_flops(lt.B, lt.s, int(v), shape, 0.5) for v in vocab])
+    model = np.array([_model_flops(lt.B, lt.s, int(v), shape, None) for v in vocab])
+    logged = np.array([_model_flops(lt.B, lt.s, int(v), logged_shape, 0.5) for v in vocab])
     idx = np.searchsorted(vocab, V)
     rec = _recomputed_flops(lt, ctx, shape)
     return {"model": model[idx], "hardware": model[idx] + rec, "megatron": logged[idx]}
 
 
 @functools.lru_cache(maxsize=256)
-def _model_flops(B: int, s: int, V: int, shape: flops.Shape, attention_frac: float) -> float:
+def _model_flops(B: int, s: int, V: int, shape: flops.Shape, attention_frac: float | None) -> float:
     return flops.model_flops(B, s, V, shape, attention_frac=attention_frac)
 
 
 def _recomputed_flops(lt: Letters, ctx: Context, shape: flops.Shape) -> np.ndarray:
     """FLOPs recomputation re-does (flops.recompute_flops): block recomputation re-runs its share of the
-    layers (a middle stage's, exact for even splits); selective recomputation the modules it names."""
+    layers (of an even split's stage); selective recomputation the modules it names: the attention
+    core, the dense layers' MLPs (mlp), the MoE layers' experts (moe)."""
     rc = lt.rc[:, 0]
     full = flops.recompute_flops(lt.B, lt.s, shape, recompute=np.full_like(rc, 2))
     core = flops.recompute_flops(lt.B, lt.s, shape, recompute=np.ones_like(rc))
-    n = lt.layers.middle  # (plans, 1)
+    n = lt.L / lt.p  # (plans, 1)
     share = np.where(lt.rblock, lt.recomputed_layers(n) / np.maximum(n, 1), 1.0)[:, 0]
     modules = ctx.options.recompute_modules
-    gemms = flops.layer_gemms(lt.B, lt.s, lt.h, lt.a, lt.g, lt.dh, lt.f, 1, gated=lt.gated)
-    mlp = (gemms["fc1"].flops + gemms["fc2"].flops) * (shape.L - shape.moe_layers)
-    selective = core * (RecomputeModule.CORE_ATTN in modules) + mlp * (RecomputeModule.MLP in modules)
+    part = flops.layer_forward(lt.B, lt.s, shape)
+    moe_layers = shape.moe_layers + (shape.mtp if shape.mtp_moe else 0)
+    mlp = part["mlp"] * (shape.L + shape.mtp - moe_layers)
+    experts = part["moe"] * moe_layers
+    selective = (
+        core * (RecomputeModule.CORE_ATTN in modules)
+        + mlp * (RecomputeModule.MLP in modules)
+        + experts * (RecomputeModule.MOE in modules)
+    )
     return np.where(rc == 2, share * full, np.where(rc == 1, selective, 0.0))
 
 
@@ -384,4 +414,9 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
             "memory-bound estimate of Megatron-LM's fused Adam",
         ),
     }
-    return {"memory": memory_formulas(ctx, plan), "time": time}
+    return {
+        "memory": memory_formulas(ctx, plan),
+        "time": time,
+        "memory_parts": memory_parts.memory_part_formulas(ctx),
+        "time_parts": layer_time.time_part_formulas(ctx),
+    }

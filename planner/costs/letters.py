@@ -1,20 +1,36 @@
 """The adapter: a plan grid and its context unpacked into the papers' letters.
 
 Every array is shaped (N, 1) so it broadcasts against a (N, S) array of pipeline-stage indices.
+What each stage holds (its decoder layers, how many of them are MoE or sliding-window, its MTP
+layers, the embedding and the loss) comes from ``planner.models.pipeline_layout`` once per distinct split
+of the grid, so a model whose layers differ (dense first layers, MTP at the end) is costed stage by
+stage.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from planner.costs import memory
 from planner.models.params import padded_vocab
+from planner.models.pipeline_layout import COUNT_FIELDS, stage_contents, stage_counts
 from planner.plan import AttentionKernel, Context, num_microbatches
-from planner.space.grid import PlanGrid, stage_layers
+from planner.space.grid import PlanGrid
 
 
 def _col(x: np.ndarray) -> np.ndarray:
     return np.asarray(x)[:, None]
+
+
+@functools.lru_cache(maxsize=8192)
+def _split_counts(
+    key: tuple[int, ...], layout: str | None, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int
+) -> np.ndarray | None:
+    p, v, split, first, last = key
+    contents = stage_contents(len(moe), mtp, p, v, split, first, last, layout)
+    return None if contents is None else stage_counts(contents, moe, window)
 
 
 class Letters:
@@ -31,6 +47,7 @@ class Letters:
             _col(grid.distributed_optimizer),
         )
         self.rblock, self.rlayers = _col(grid.recompute_block), _col(grid.recompute_layers)
+        self.dispatcher, self.a2a_overlap = _col(grid.dispatcher), _col(grid.a2a_overlap)
         self.s, self.B = tr.seq_len, tr.global_batch
         self.h, self.a, self.g, self.dh, self.f = (
             mo.hidden_size,
@@ -44,19 +61,88 @@ class Letters:
         self.m = num_microbatches(self.B, self.b, self.d)
         self.world = self.t * self.c * self.p * self.d
         self.edp = self.world / (self.etp * self.ep * self.p)  # expert data-parallel size
-        self.layers = stage_layers(self.L, self.p, _col(grid.split), _col(grid.first_layers), _col(grid.last_layers))
-        self.gated, self.dropout, self.attn_dropout = mo.swiglu, mo.hidden_dropout > 0, mo.attention_dropout > 0
+        self.gated, self.dropout, self.attn_dropout = mo.gated, mo.hidden_dropout > 0, mo.attention_dropout > 0
         self.unfused = ctx.options.attention_kernel is AttentionKernel.UNFUSED
         self.fp8 = ctx.options.fp8 is not None
         self.act_bytes = memory.ACTIVATION_BYTES[ctx.precision]
-        self.moe_frac = mo.num_moe_layers / mo.num_layers  # share of each stage's layers that are MoE
         self.E, self.k, self.f_e = mo.num_experts or 0, mo.moe_router_topk, mo.expert_ffn
+        self.f_s = mo.shared_ffn
+        # channels of the keys and values one token holds: 2·g·d, or MLA's per-head n·(d_qk + d_r + d_v)
+        self.kv_width = self.a * (self.dh + mo.value_dim) if mo.multi_latent_attention else 2 * self.g * self.dh
+        self._stage_tables(grid, ctx)
+
+    def _stage_tables(self, grid: PlanGrid, ctx: Context) -> None:
+        """Per distinct split and rank, [layers, MoE layers, sliding-window layers, MTP layers, embedding,
+        loss] (read through ``stage``); the distinct kinds of stage with the first rank of
+        each and how many ranks share it (``type_index``, ``type_count``, shaped (N, T)); and whether
+        Megatron-LM accepts the split (``split_legal``)."""
+        mo = ctx.model
+        columns = (grid.pp, grid.vpp, grid.split, grid.first_layers, grid.last_layers, grid.layout + 1)
+        widths = (16, 11, 2, 11, 11, 12)
+        if len(grid) and all(int(np.max(c)) < 2**bits for c, bits in zip(columns, widths, strict=True)):
+            packed = np.zeros(len(grid), dtype=np.int64)  # one integer per distinct split: a fast unique
+            for col, bits in zip(columns, widths, strict=True):
+                packed = (packed << bits) + np.asarray(col, dtype=np.int64)
+        else:
+            _, packed = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+        _, first_row, inverse = np.unique(np.asarray(packed).reshape(-1), return_index=True, return_inverse=True)
+        inverse = np.asarray(inverse).reshape(-1)
+        uniq = np.stack([np.asarray(c)[first_row] for c in columns], axis=1)
+        uniq[:, -1] -= 1
+        pmax = int(np.max(grid.pp)) if len(grid) else 1
+        moe, window = mo.moe_pattern, mo.window_pattern
+        table = np.zeros((len(uniq), pmax, len(COUNT_FIELDS)))
+        legal = np.ones(len(uniq), dtype=bool)
+        kinds: list[list[tuple[int, int]]] = []
+        for u, (p, v, split, first, last, lay) in enumerate(uniq.tolist()):
+            layout = grid.layouts[lay] if lay >= 0 else None
+            counts = _split_counts((p, v, split, first, last), layout, moe, window, mo.mtp_layers)
+            if counts is None:  # a split Megatron-LM rejects (the rule table says so): cost it as even
+                legal[u] = False
+                counts = self._even_counts(p, ctx)
+            table[u, :p] = counts
+            seen: dict[tuple, list[int]] = {}
+            for i in range(p):
+                seen.setdefault(tuple(counts[i]), [i, 0])[1] += 1
+            kinds.append([tuple(x) for x in seen.values()])
+        width = max(len(k) for k in kinds) if kinds else 1
+        index = np.zeros((len(uniq), width), dtype=np.int64)
+        count = np.zeros((len(uniq), width))
+        for u, k in enumerate(kinds):
+            for j, (i, n) in enumerate(k):
+                index[u, j], count[u, j] = i, n
+        self._table = [np.ascontiguousarray(table[..., k]) for k in range(len(COUNT_FIELDS))]
+        self._inverse = inverse[:, None]
+        self._pmax = pmax
+        self._stage_cache: tuple | None = None
+        self.type_index, self.type_count = index[inverse], count[inverse]
+        self.split_legal = legal[inverse][:, None]
+
+    def _even_counts(self, p: int, ctx: Context) -> np.ndarray:
+        mo = ctx.model
+        n = mo.num_layers / p
+        row = [n, n * mo.num_moe_layers / mo.num_layers, n * sum(mo.window_pattern) / mo.num_layers, 0, 0, 0]
+        out = np.tile(np.array(row, dtype=float), (p, 1))
+        out[0, 4], out[-1, 5], out[-1, 3] = 1, 1, mo.mtp_layers
+        return out
+
+    def stage(self, i: np.ndarray) -> dict[str, np.ndarray]:
+        """What rank i holds, for (N, S) rank indices: ``layers``, ``moe`` and ``window`` (decoder
+        layers, of them MoE and sliding-window), ``mtp`` layers, ``first`` (the embedding) and
+        ``last`` (the loss); ``dense`` = layers − moe."""
+        if self._stage_cache is not None and self._stage_cache[0] is i:
+            return self._stage_cache[1]
+        idx = np.clip(np.asarray(i), 0, self._pmax - 1)
+        out = {name: self._table[k][self._inverse, idx] for k, name in enumerate(COUNT_FIELDS)}
+        out["first"], out["last"] = out["first"] > 0, out["last"] > 0
+        out["dense"] = out["layers"] - out["moe"]
+        self._stage_cache = (i, out)  # the cost modules ask for the same stages several times
+        return out
 
     def stage_info(self, i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(layers on stage i, is first stage, is last stage)."""
-        first, last = i == 0, i == self.p - 1
-        n = np.where(first, self.layers.first, np.where(last, self.layers.last, self.layers.middle))
-        return n, first, last
+        """(decoder layers on stage i, holds the embedding, holds the loss)."""
+        st = self.stage(i)
+        return st["layers"], st["first"], st["last"]
 
     def recomputed_layers(self, n: np.ndarray) -> np.ndarray:
         """Layers of a stage of n layers that full recomputation re-runs: all of them with

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.costs import Formula, memory, moe, process_memory
+from planner.costs import Formula, memory, process_memory
+from planner.costs.layer_memory import kept_per_layer, layer_activations, selective_coefficients
 from planner.costs.letters import Letters
+from planner.costs.mla import mla_activation_parts
 from planner.costs.pipeline import in_flight_microbatches
 from planner.hardware.spec import GIB
-from planner.models.params import embedding_params, model_layer_params, moe_layer_params, norm_params
-from planner.plan import OPTIMIZER_DTYPE_BYTES, AttentionKernel, Context, ParallelPlan, Recompute, RecomputeModule
+from planner.models.params import dense_layer_params, embedding_params, moe_layer_params, mtp_extra_params, norm_params
+from planner.plan import OPTIMIZER_DTYPE_BYTES, AttentionKernel, Context, ParallelPlan, Recompute
 
 ALLOCATED_TERMS = ("weights", "gradients", "optimizer", "activations", "cuda_graphs", "workspaces")
 MEMORY_TERMS = (*ALLOCATED_TERMS, "nccl", "cuda_context", "fragmentation")
@@ -21,28 +23,50 @@ FSDP_GRAD_BYTES = (
 )
 
 
+def _layer_params(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
+    """Per GPU, (N, 1): a dense layer; an MoE layer's dense part (attention, norms, router, shared
+    experts; sharded over d·c) and its E/ep experts (over the expert data-parallel group); what an MTP
+    depth adds to its layer (projection and norms)."""
+    mo = ctx.model
+    out = {"dense_layer": dense_layer_params(mo, lt.t), "mtp_extra": mtp_extra_params(mo, lt.t)}
+    if mo.is_moe:
+        out["moe_dense"], out["moe_expert"] = moe_layer_params(mo, lt.t, lt.ep, lt.etp)
+    else:
+        out["moe_dense"], out["moe_expert"] = out["dense_layer"], 0.0 * lt.t
+    return out
+
+
 def stage_params(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
     """Parameters on one GPU of stage i: ``dense`` (sharded over d·c) and ``expert`` (over the
-    expert data-parallel group); ``layers`` those of its transformer layers (FP8 keeps copies of
-    them; norms and biases included, a rounding error) and ``one_layer`` one layer's."""
+    expert data-parallel group) of its dense and MoE layers, MTP depths (each a layer of the last
+    layer's kind, its projection and norms, and a copy of the word embedding when the MTP stage is
+    not the first, Megatron-Core gpt_model.py:173), the embedding (first stage), final norm and
+    output layer (last stage); ``layers`` those of its transformer layers (FP8 keeps copies of them;
+    norms and biases included, a rounding error) and ``one_layer`` its largest layer's."""
     mo = ctx.model
-    n, first, last = lt.stage_info(i)
+    st = lt.stage(i)
+    first, last, mtp = st["first"], st["last"], st["mtp"]
     emb = embedding_params(mo, lt.t, lt.s)
-    output = lt.V * lt.h / lt.t * np.where(mo.tied_embeddings, lt.p > 1, True)  # tied copy only when p > 1
-    dense_layer = model_layer_params(mo, lt.t)
-    moe_dense, moe_expert = moe_layer_params(mo, lt.t, lt.ep, lt.etp) if mo.is_moe else (0.0, 0.0)
-    per_layer_dense = (1 - lt.moe_frac) * dense_layer + lt.moe_frac * moe_dense
-    dense = n * per_layer_dense + first * (emb["word"] + emb["position"]) + last * (norm_params(mo) + output)
-    expert = n * lt.moe_frac * moe_expert
+    word = lt.V * lt.h / lt.t
+    output = word * np.where(mo.tied_embeddings, lt.p > 1, True)  # tied copy only when p > 1
+    lp = _layer_params(lt, ctx)
+    mtp_is_moe = mo.is_moe and mo.mtp_is_moe
+    mtp_dense = (lp["moe_dense"] if mtp_is_moe else lp["dense_layer"]) + lp["mtp_extra"]
+    mtp_expert = lp["moe_expert"] if mtp_is_moe else 0.0
+    layers_dense = st["dense"] * lp["dense_layer"] + st["moe"] * lp["moe_dense"] + mtp * mtp_dense
+    layers_expert = st["moe"] * lp["moe_expert"] + mtp * mtp_expert
+    mtp_copies = (mtp > 0) * (~first * word + ~last * word)  # the MTP stage's embedding (and output layer)
+    dense = layers_dense + first * (emb["word"] + emb["position"]) + last * (norm_params(mo) + output) + mtp_copies
+    largest = np.maximum(lp["dense_layer"] * (st["dense"] > 0), (lp["moe_dense"] + lp["moe_expert"]) * (st["moe"] > 0))
     return {
         "dense": dense,
-        "expert": np.broadcast_to(expert, np.shape(dense)),
-        "layers": n * (per_layer_dense + lt.moe_frac * moe_expert),
-        "one_layer": per_layer_dense + lt.moe_frac * moe_expert,
+        "expert": np.broadcast_to(layers_expert, np.shape(dense)),
+        "layers": layers_dense + layers_expert,
+        "one_layer": np.broadcast_to(largest, np.shape(dense)),
     }
 
 
-def _state_bytes_per_param(ctx: Context) -> tuple[int, int]:
+def state_bytes_per_param(ctx: Context) -> tuple[int, int]:
     """(gradient, optimizer) bytes per parameter: the gradient buffer's dtype and Adam's states."""
     opts = ctx.options
     grad = memory.gradient_bytes_per_param(ctx.precision, grads_in_16_bits=opts.grad_buffer_in_16_bits)
@@ -57,7 +81,7 @@ def _state_bytes_per_param(ctx: Context) -> tuple[int, int]:
 
 
 def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    grad_b, opt_b = _state_bytes_per_param(ctx)
+    grad_b, opt_b = state_bytes_per_param(ctx)
     kw = dict(
         precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp, gradient_bytes=grad_b, optimizer_bytes=opt_b
     )
@@ -81,89 +105,24 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[st
     return states
 
 
-def _selective_coefficients(parts: dict, modules: tuple, dropout: bool) -> tuple[float, float, int]:
-    """(split, replicated, recompute code for the attention scores) of a dense layer under selective
-    recomputation of ``modules``: core_attn drops the unfused attention's scores (Korthikanti et al. 2022
-    §4.2); mlp keeps only the MLP's input, already counted with the attention block, and its dropout
-    mask (transformer_layer.py:536-539); layernorm changes nothing: Transformer Engine fuses the norms
-    into the next linear layer, so the layer has no norm module to recompute (transformer_layer.py:475-479)."""
-    (attn_split, attn_repl), (mlp_split, mlp_repl) = parts["attention"], parts["mlp"]
-    mlp = RecomputeModule.MLP in modules
-    split = attn_split + (0.0 if mlp else mlp_split)
-    replicated = attn_repl + ((1.0 if dropout else 0.0) if mlp else mlp_repl)
-    return split, replicated, 1 if RecomputeModule.CORE_ATTN in modules else 0
-
-
-def layer_activations(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
-    """Bytes one layer keeps per micro-batch: ``whole`` (no recomputation), ``selective`` (with
-    --recompute-modules) and ``input`` (full recomputation keeps only the layer's input), dense and MoE
-    layers mixed by their share of the stage."""
-    parts = memory.layer_activation_parts(
-        lt.h, lt.a, lt.g, lt.dh, lt.f, gated=lt.gated, dropout=lt.dropout, fp8=lt.fp8, flash_attention=not lt.unfused
-    )
-    (attn_split, attn_replicated), (mlp_split, mlp_replicated) = parts["attention"], parts["mlp"]
-    modules = ctx.options.recompute_modules
-
-    def per_layer(split_c, replicated_c, rc):
-        return (
-            lt.act_bytes
-            / 2
-            * memory.activation_bytes_per_layer(
-                lt.s,
-                lt.b,
-                lt.h,
-                lt.a,
-                lt.t,
-                lt.c,
-                sequence_parallel=lt.sp,
-                recompute=rc,
-                unfused_attention=lt.unfused,
-                split_coeff=split_c,
-                replicated_coeff=replicated_c,
-                distribute_saved=ctx.options.distribute_saved_activations,
-            )
-        )
-
-    zero = np.zeros_like(lt.rc)
-    whole = per_layer(attn_split + mlp_split, attn_replicated + mlp_replicated, zero)
-    split_s, repl_s, rc_s = _selective_coefficients(parts, modules, lt.dropout)
-    selective = per_layer(split_s, repl_s, zero + rc_s)
-    layer_input = per_layer(attn_split + mlp_split, attn_replicated + mlp_replicated, zero + 2)
-    if lt.moe_frac:
-        A = moe.expert_token_assignments(
-            lt.b,
-            lt.s,
-            lt.t,
-            lt.c,
-            lt.k,
-            imbalance=ctx.options.moe_load_imbalance,
-            capacity_factor=ctx.options.moe_capacity_factor,
-        )
-        moe_mlp = moe.moe_mlp_activation_bytes(
-            A, lt.tokens_per_gpu(), lt.h, lt.f_e, lt.etp, gated=lt.gated, fp8_inputs=lt.fp8
-        )
-        # moe recomputes the whole MoE block from its input; moe_act discards the experts' activation
-        # output, fc2's input (output-discarding checkpoint, transformer_config.py:560-583)
-        act_out = A * lt.f_e * (1.0 if lt.fp8 else 2.0)
-        moe_kept = (
-            0.0 * moe_mlp
-            if RecomputeModule.MOE in modules
-            else moe_mlp - (act_out if RecomputeModule.MOE_ACT in modules else 0.0)
-        )
-        moe_whole = per_layer(attn_split, attn_replicated, zero) + moe_mlp
-        moe_selective = per_layer(attn_split, attn_replicated, zero + rc_s) + moe_kept
-        f = lt.moe_frac
-        whole, selective = (1 - f) * whole + f * moe_whole, (1 - f) * selective + f * moe_selective
-    return {"whole": whole, "selective": selective, "input": layer_input}
-
-
 def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
     """Activations of stage i at its peak: the micro-batches in flight times what each of its layers
-    keeps, the working set of the layers being recomputed, less what waits in host memory, plus the
-    embedding (first stage) and the output layer (last stage)."""
-    n, first, last = lt.stage_info(i)
-    act = layer_activations(lt, ctx)
-    whole, layer_input = act["whole"], act["input"]
+    keeps (its dense and MoE layers each their own, ``layer_memory.layer_activations``), the working
+    set of the layers being recomputed, less what waits in host memory, plus the embedding (first
+    stage), the output layer (last stage) and the MTP depths (each a layer, its 2h-wide projection
+    input and, for the micro-batch at the loss, its own logits)."""
+    mo = ctx.model
+    st = lt.stage(i)
+    acts = layer_activations(lt, ctx)
+    dense, moe_layer = acts["dense"], acts["moe"]
+    n = st["layers"]
+    share = st["moe"] / np.maximum(n, 1)  # of the stage's layers, MoE: full recomputation's blocks take the mean
+
+    def mean(kind: str) -> np.ndarray:
+        return (1 - share) * dense[kind] + share * moe_layer[kind]
+
+    whole, layer_input = mean("whole"), dense["input"]
+    largest = np.maximum((st["dense"] > 0) * dense["whole"], (st["moe"] > 0) * moe_layer["whole"])
     in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i)
     chunk = n / lt.vpp  # layers of one model chunk on this stage
     # full: uniform keeps the input of every group of N layers and re-runs a group at a time; block keeps
@@ -173,19 +132,24 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
     rec = lt.recomputed_layers(n)
     block = rec * layer_input + (n - rec) * whole
     full_kept = np.where(lt.rblock, block, uniform)
-    full_working = np.where(lt.rblock, np.where(rec > 0, 1.0, 0.0), group) * whole - np.where(rec > 0, layer_input, 0)
-    kept = np.where(lt.rc == 0, n * whole, np.where(lt.rc == 1, n * act["selective"], full_kept))
+    full_working = np.where(lt.rblock, np.where(rec > 0, 1.0, 0.0), group) * largest - np.where(rec > 0, layer_input, 0)
+    kept = np.where(lt.rc == 0, n * whole, np.where(lt.rc == 1, n * mean("selective"), full_kept))
+    mtp_layer = moe_layer if mo.is_moe and mo.mtp_is_moe else dense
+    mtp_projection = 2 * lt.act_bytes * lt.b * lt.s * lt.h / lt.c / np.where(lt.sp, lt.t, 1)
+    mtp = st["mtp"] * (kept_per_layer(lt, mtp_layer) + mtp_projection)
     # offloaded layers' copies finish during the next layer's compute, long before the peak at the end
     # of the forward, so none of them is left on the GPU then
     offloaded = np.minimum(ctx.options.cpu_offloading_num_layers, n) * whole
+    output = memory.output_layer_activation_bytes(lt.s, lt.b, lt.h, lt.V, lt.t, lt.c, sequence_parallel=lt.sp)
+    embedding = memory.embedding_activation_bytes(
+        lt.s, lt.b, lt.h, lt.t, lt.c, sequence_parallel=lt.sp, dropout=lt.dropout
+    )
     return (
-        in_flight * kept
+        in_flight * (kept + mtp)
         + np.where(lt.rc == 2, full_working, 0.0)
         - np.where(lt.rc == 0, offloaded, 0.0)
-        + first
-        * np.minimum(lt.p, lt.m)
-        * memory.embedding_activation_bytes(lt.s, lt.b, lt.h, lt.t, lt.c, sequence_parallel=lt.sp, dropout=lt.dropout)
-        + last * memory.output_layer_activation_bytes(lt.s, lt.b, lt.h, lt.V, lt.t, lt.c, sequence_parallel=lt.sp)
+        + st["first"] * np.minimum(lt.p, lt.m) * embedding
+        + (st["last"] + st["mtp"]) * output
     )
 
 
@@ -241,7 +205,7 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     """The formula and source of each memory term for one plan, as ``stage_memory_bytes`` computes it."""
     opts = ctx.options
     w, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
-    g, o = _state_bytes_per_param(ctx)
+    g, o = state_bytes_per_param(ctx)
     expert = " (experts over the expert data-parallel group)" if ctx.model.is_moe else ""
     if plan.fsdp:
         held = f"(P_stage/(d·c) + {FSDP_UNSHARDED_LAYERS} whole layers being gathered){expert}"
@@ -303,16 +267,23 @@ def _per_layer_text(ctx: Context, plan: ParallelPlan) -> str:
         mo.query_groups,
         mo.head_dim,
         mo.ffn,
-        gated=mo.swiglu,
+        gated=mo.gated,
         dropout=mo.hidden_dropout > 0,
         fp8=opts.fp8 is not None,
         flash_attention=opts.attention_kernel is AttentionKernel.FLASH,
     )
+    if mo.multi_latent_attention:
+        parts["attention"] = mla_activation_parts(
+            mo,
+            dropout=mo.hidden_dropout > 0,
+            fp8=opts.fp8 is not None,
+            flash_attention=opts.attention_kernel is AttentionKernel.FLASH,
+        )
     sp = plan.sequence_parallel and plan.tp > 1
     cp = "/c" if plan.cp > 1 else ""
     unfused = opts.attention_kernel is AttentionKernel.UNFUSED
     if plan.recompute is Recompute.SELECTIVE:
-        split, replicated, rc = _selective_coefficients(parts, opts.recompute_modules, mo.hidden_dropout > 0)
+        split, replicated, rc = selective_coefficients(parts, opts.recompute_modules, mo.hidden_dropout > 0)
         scores = " + 5as/(ht)" if unfused and rc == 0 else ""
         modules = ", ".join(m.value for m in opts.recompute_modules) or "none"
         return f"sbh{cp}·({replicated:.3g}{'/t' if sp else ''} + {split:.3g}/t{scores}) (selective: {modules})"
@@ -362,7 +333,14 @@ def activation_formula(ctx: Context, plan: ParallelPlan) -> Formula:
             "(--cpu-offloading-num-layers)"
         )
         source += "; Megatron-LM transformer_block.py:304-318 (Transformer Engine CPU offload context)"
-    moe = "; MoE layers keep the routed tokens A·h and the experts' internals instead of the MLP's" if mo.is_moe else ""
+    moe = (
+        "; MoE layers keep the routed tokens A·h and the experts' internals instead of the MLP's, each stage its "
+        "own dense and MoE layers"
+        if mo.is_moe
+        else ""
+    )
+    if mo.mtp_layers:
+        moe += "; each MTP depth a layer, its 2sbh projection input and its own logits (its stage)"
     return Formula(
         f"{in_flight} micro-batches × layers × {per_layer}; + embedding (first stage) and fp32 logits "
         f"4sbV/t (last stage){offload}{moe}",

@@ -10,6 +10,7 @@ import numpy as np
 from planner import api
 from planner.costs.estimate import evaluate, layer_step_times_s
 from planner.costs.flops import korthikanti_eq8_flops
+from planner.fidelity.moe_runs import MOE_METRIC, load_moe_runs
 from planner.fidelity.runs import K22, N21, PAPER_VOCAB, Run, load_runs
 from planner.hardware.spec import HardwareSpec
 from planner.presets import load_hardware
@@ -43,13 +44,24 @@ def predict(run: Run, hardware: HardwareSpec | None = None) -> float:
         return float(ev.flops["model"][0]) / it / n / 1e12
     if run.metric == "MFU (r0.8.0)":
         return float(ev.flops["model"][0]) / it / n / peak
+    if run.metric == MOE_METRIC:
+        return B * s / it / n
     raise ValueError(f"unknown metric {run.metric}")
 
 
-def validate(runs: list[Run] | None = None, hardware: dict[str, HardwareSpec] | None = None) -> dict:
-    """Rows of predicted vs published and the error summary, overall and per source."""
-    runs = runs if runs is not None else load_runs()
-    hardware = hardware or {}
+def validate(
+    runs: list[Run] | None = None, hardware: dict[str, HardwareSpec] | None = None, *, moe: bool = True
+) -> dict:
+    """Rows of predicted vs published and the error summary, overall and per source; with ``moe``,
+    also the mixture-of-experts runs (``moe``: their rows and summary, apart: the efficiency factors
+    were fitted on the dense runs only)."""
+    out = _validate(runs if runs is not None else load_runs(), hardware or {})
+    if moe and runs is None:
+        out["moe"] = _validate(load_moe_runs(), hardware or {})
+    return out
+
+
+def _validate(runs: list[Run], hardware: dict[str, HardwareSpec]) -> dict:
     rows = []
     for run in runs:
         pred = predict(run, hardware.get(run.hardware))

@@ -9,8 +9,18 @@ from __future__ import annotations
 import shlex
 
 from planner.api import PlanRequest
-from planner.models.spec import Normalization, PositionEmbedding
-from planner.plan import PLAN_LABEL_LEGEND, AttentionKernel, CudaGraphImpl, PlanOptions, Recompute, plan_label
+from planner.models.patterns import pattern_text
+from planner.models.spec import Normalization, PositionEmbedding, SoftmaxType
+from planner.plan import (
+    PLAN_LABEL_LEGEND,
+    AttentionKernel,
+    CudaGraphImpl,
+    Fp8Recipe,
+    PlanOptions,
+    Recompute,
+    TokenDispatcher,
+    plan_label,
+)
 
 DEFAULT_RECOMPUTE_MODULES = PlanOptions.model_fields["recompute_modules"].default
 
@@ -39,30 +49,73 @@ def model_flags(req: PlanRequest) -> list[str]:
         flags += ["--group-query-attention", "--num-query-groups", m.num_query_groups]
     if m.kv_channels is not None:
         flags += ["--kv-channels", m.kv_channels]
-    if m.swiglu:
-        flags.append("--swiglu")
-    if m.squared_relu:
-        flags.append("--squared-relu")
+    if m.multi_latent_attention:
+        flags += ["--multi-latent-attention", "--kv-lora-rank", m.kv_lora_rank, "--qk-head-dim", m.qk_head_dim]
+        flags += ["--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim, "--v-head-dim", m.v_head_dim]
+        if m.q_lora_rank is not None:
+            flags += ["--q-lora-rank", m.q_lora_rank]
+    for on, flag in ((m.swiglu, "--swiglu"), (m.squared_relu, "--squared-relu"), (m.quick_geglu, "--quick-geglu")):
+        if on:
+            flags.append(flag)
+    if m.glu_linear_offset:
+        flags += ["--glu-linear-offset", m.glu_linear_offset]
+    if m.activation_func_clamp_value is not None:
+        flags += ["--activation-func-clamp-value", m.activation_func_clamp_value]
     if m.normalization is not Normalization.LAYERNORM:
         flags += ["--normalization", m.normalization.value]
+    if m.qk_layernorm:
+        flags.append("--qk-layernorm")
     if m.position_embedding_type is not PositionEmbedding.LEARNED:
         flags += ["--position-embedding-type", m.position_embedding_type.value]
+    if m.rotary_base is not None:
+        flags += ["--rotary-base", m.rotary_base]
     if m.untie_embeddings_and_output_weights:
         flags.append("--untie-embeddings-and-output-weights")
     if not m.add_bias_linear:
         flags.append("--disable-bias-linear")
     flags += ["--hidden-dropout", m.hidden_dropout, "--attention-dropout", m.attention_dropout]
+    if m.softmax_type is not SoftmaxType.VANILLA:
+        flags += ["--softmax-type", m.softmax_type.value]
+    if m.window_size is not None:
+        flags += ["--window-size", ",".join(str(x) for x in m.window_size)]
+        if m.window_attn_skip_freq is not None:
+            flags += ["--window-attn-skip-freq", _freq(m.window_attn_skip_freq)]
+    if m.mtp_num_layers:
+        flags += ["--mtp-num-layers", m.mtp_num_layers]
     if m.is_moe:
+        flags += moe_model_flags(m)
+    return flags
+
+
+def _freq(value: int | tuple[int, ...]) -> int | str:
+    return value if isinstance(value, int) else pattern_text(value)
+
+
+def moe_model_flags(m) -> list:
+    """The mixture-of-experts architecture and router, in Megatron-LM's flag names."""
+    flags = ["--num-experts", m.num_experts, "--moe-router-topk", m.moe_router_topk]
+    flags += ["--moe-ffn-hidden-size", m.expert_ffn]
+    if m.moe_layer_freq != 1:
+        flags += ["--moe-layer-freq", _freq(m.moe_layer_freq)]
+    if m.moe_shared_expert_intermediate_size:
+        flags += ["--moe-shared-expert-intermediate-size", m.moe_shared_expert_intermediate_size]
+    if m.moe_router_score_function.value != "softmax":
+        flags += ["--moe-router-score-function", m.moe_router_score_function.value]
+    if m.moe_router_pre_softmax:
+        flags.append("--moe-router-pre-softmax")
+    if m.moe_router_num_groups:
         flags += [
-            "--num-experts",
-            m.num_experts,
-            "--moe-router-topk",
-            m.moe_router_topk,
-            "--moe-ffn-hidden-size",
-            m.expert_ffn,
+            "--moe-router-num-groups",
+            m.moe_router_num_groups,
+            "--moe-router-group-topk",
+            m.moe_router_group_topk,
         ]
-        if m.moe_layer_freq != 1:
-            flags += ["--moe-layer-freq", m.moe_layer_freq]
+    if m.moe_router_topk_scaling_factor is not None:
+        flags += ["--moe-router-topk-scaling-factor", m.moe_router_topk_scaling_factor]
+    if m.moe_router_enable_expert_bias:
+        flags.append("--moe-router-enable-expert-bias")
+    if m.moe_router_dtype:
+        flags += ["--moe-router-dtype", m.moe_router_dtype]
     return flags
 
 
@@ -81,18 +134,19 @@ def parallel_flags(req: PlanRequest) -> list[str]:
     if p.cp > 1:
         flags += ["--context-parallel-size", p.cp]
     if req.ctx.model.is_moe:
-        flags += [
-            "--expert-model-parallel-size",
-            p.ep,
-            "--expert-tensor-parallel-size",
-            p.etp,
-            "--moe-token-dispatcher-type",
-            o.moe_token_dispatcher.value,
-            "--moe-grouped-gemm",
-        ]
+        flags += ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size", p.etp]
+        flags += ["--moe-token-dispatcher-type", p.moe_token_dispatcher.value, "--moe-grouped-gemm"]
+        if p.moe_token_dispatcher is TokenDispatcher.FLEX:
+            flags += ["--moe-flex-dispatcher-backend", o.moe_flex_dispatcher_backend.value]
+        if p.overlap_moe_expert_parallel_comm:
+            flags.append("--overlap-moe-expert-parallel-comm")
+        if o.moe_shared_expert_overlap:
+            flags.append("--moe-shared-expert-overlap")
         if o.moe_capacity_factor is not None:
             flags += ["--moe-expert-capacity-factor", o.moe_capacity_factor]
-    if p.vpp > 1:
+    if p.pipeline_layout is not None:
+        flags += ["--pipeline-model-parallel-layout", p.pipeline_layout]
+    elif p.vpp > 1:
         flags += ["--num-virtual-stages-per-pipeline-rank", p.vpp]
     if p.stage_split.embedding_counted:
         flags.append("--account-for-embedding-in-pipeline-split")
@@ -117,6 +171,8 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         ]
     if o.fp8 is not None:
         flags += ["--fp8-format", o.fp8.value]
+        if o.fp8_recipe is not Fp8Recipe.DELAYED:
+            flags += ["--fp8-recipe", o.fp8_recipe.value]
         if o.fp8_param_gather:
             flags.append("--fp8-param-gather")
     flags += memory_option_flags(req)

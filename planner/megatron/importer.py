@@ -36,11 +36,8 @@ REFUSED = {  # dest -> what to say: a plan the planner cannot price at all
 }
 NOT_MODELLED = {  # dest -> what the estimate leaves out when the flag is on (said in a note, not an error)
     "hybrid_layer_pattern": "hybrid (Mamba) layer patterns",
-    "multi_latent_attention": "multi-latent attention (priced as standard attention)",
-    "moe_shared_expert_intermediate_size": "shared experts",
-    "mtp_num_layers": "multi-token prediction layers",
-    "window_size": "sliding-window attention (priced as full attention)",
-    "moe_layer_freq": "an MoE layer pattern (every layer priced as MoE)",
+    "moe_latent_size": "latent MoE (--moe-latent-size; priced as experts on the full hidden size)",
+    "moe_shared_expert_gate": "the shared expert's gate",
 }
 
 
@@ -54,9 +51,7 @@ class Imported:
 
 
 def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, notes: list[str]) -> ModelSpec:
-    fields = {MODEL_FIELDS[k]: val for k, val in v.items() if k in MODEL_FIELDS and k != "moe_layer_freq"}
-    if isinstance(v.get("moe_layer_freq"), int):
-        fields["moe_layer_freq"] = v["moe_layer_freq"]
+    fields = {MODEL_FIELDS[k]: val for k, val in v.items() if k in MODEL_FIELDS}
     if v.get("group_query_attention") and v.get("num_query_groups"):
         fields["num_query_groups"] = v["num_query_groups"]
     fields.update(fork.model)
@@ -98,7 +93,20 @@ def _stage_split(v: dict) -> StageSplit:
 
 def _vpp(v: dict, L: int, p: int) -> int:
     """Chunks per stage from --num-layers-per-virtual-pipeline-stage: the (middle) stage's layers over the
-    layers per chunk (Megatron-LM arguments.py:927-980)."""
+    layers per chunk (Megatron-LM arguments.py:927-980); with a layout, its stages over p."""
+    given = [
+        f
+        for f, d in (
+            ("--num-layers-per-virtual-pipeline-stage", "num_layers_per_virtual_pipeline_stage"),
+            ("--num-virtual-stages-per-pipeline-rank", "num_virtual_stages_per_pipeline_rank"),
+            ("--pipeline-model-parallel-layout", "pipeline_model_parallel_layout"),
+        )
+        if v.get(d) is not None
+    ]
+    if len(given) > 1:  # Megatron-LM arguments.py:928-939
+        raise PlannerError(f"give only one of {' and '.join(given)} (Megatron-LM takes one)")
+    if v.get("pipeline_model_parallel_layout"):
+        return 1  # the plan derives it from the layout
     if v.get("num_virtual_stages_per_pipeline_rank"):
         return int(v["num_virtual_stages_per_pipeline_rank"])
     per_chunk = v.get("num_layers_per_virtual_pipeline_stage")
@@ -175,11 +183,7 @@ def request_from_megatron(
     fork = map_fork_flags(args.fork, v, files or {})
     notes += fork.notes
     warnings = list(fork.warnings)
-    unmodelled = [
-        what
-        for dest, what in NOT_MODELLED.items()
-        if _on(v.get(dest)) and not (dest == "moe_layer_freq" and isinstance(v[dest], int))
-    ]
+    unmodelled = [what for dest, what in NOT_MODELLED.items() if _on(v.get(dest))]
     if getattr(v.get("position_embedding_type"), "original", None) == "alibi":
         unmodelled.append("ALiBi attention biases (no position embedding parameters, priced as none)")
     unmodelled += not_modelled(v)
@@ -208,14 +212,16 @@ def request_from_megatron(
         "distribute_saved_activations": bool(v.get("distribute_saved_activations")),
         "async_tp_comm": v.get("async_tensor_model_parallel_allreduce") is not False,
         "fp8": v.get("fp8"),  # --fp8-format stores into args.fp8
+        "fp8_recipe": v.get("fp8_recipe"),
         "fp8_param_gather": bool(v.get("fp8_param_gather")),
-        "moe_token_dispatcher": v.get("moe_token_dispatcher_type") or "allgather",
         "moe_capacity_factor": v.get("moe_expert_capacity_factor"),
         "recompute_modules": recompute_modules(v),
         "cpu_offloading_num_layers": int(v.get("cpu_offloading_num_layers") or 0),
         "expandable_segments": "expandable_segments:true" in (allocator_conf or "").replace(" ", "").lower(),
         **cuda_graph_options(v, warnings),
         **optimizer_options(v, warnings),
+        "moe_flex_dispatcher_backend": "deepep" if v.get("moe_enable_deepep") else v.get("moe_flex_dispatcher_backend"),
+        "moe_shared_expert_overlap": bool(v.get("moe_shared_expert_overlap")),
     }
     fsdp = bool(v.get("use_megatron_fsdp") or fork.plan.get("fsdp"))
     req = api.make_request(
@@ -241,9 +247,24 @@ def request_from_megatron(
         stage_split=fork.plan.get("stage_split") or _stage_split(v),
         first_stage_layers=v.get("decoder_first_pipeline_num_layers"),
         last_stage_layers=v.get("decoder_last_pipeline_num_layers"),
+        pipeline_layout=v.get("pipeline_model_parallel_layout"),
+        moe_token_dispatcher=_dispatcher(v),
+        overlap_moe_expert_parallel_comm=bool(v.get("overlap_moe_expert_parallel_comm")),
         options=options,
     )
     return req, notes, warnings
+
+
+def _dispatcher(v: dict) -> str:
+    """--moe-token-dispatcher-type; --moe-enable-deepep (the old switch) needs the flex dispatcher, as
+    Megatron-LM's TransformerConfig says (transformer_config.py:1744-1745)."""
+    kind = v.get("moe_token_dispatcher_type") or "allgather"
+    if v.get("moe_enable_deepep") and kind != "flex":
+        raise PlannerError(
+            "--moe-enable-deepep needs --moe-token-dispatcher-type flex "
+            "(Megatron-LM: DeepEP backend is only supported with flex token dispatcher)"
+        )
+    return kind
 
 
 def import_megatron(

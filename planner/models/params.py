@@ -1,15 +1,26 @@
-"""Parameter counts, per layer and per pipeline stage, on one tensor-parallel rank.
+"""Parameter counts, per layer and per pipeline stage, on one GPU, and of the whole model.
 
-Closed forms of Narayanan et al. 2021 Eq. (2) generalised to grouped-query attention, gated MLPs,
-RMSNorm and bias-free linears; every function broadcasts over numpy arrays of t.
+Closed forms of Narayanan et al. 2021 Eq. (2) generalised to grouped-query and multi-latent
+attention (DeepSeek-V2 §2.1, arXiv:2405.04434), gated MLPs, RMSNorm, bias-free linears, routed and
+shared experts and multi-token prediction (DeepSeek-V3 §2.2, arXiv:2412.19437); every function
+broadcasts over numpy arrays of t, ep and etp.
+
+Two conventions share these formulas. The real count (default) is every parameter the model holds.
+``megatron=True`` counts as Megatron-LM's ``report_theoretical_memory`` does at commit d98e8a64
+(megatron/training/theoretical_memory_usage.py:12-183): no biases except the router's, a gated MLP
+only with ``--swiglu`` (GPT-OSS's ``--quick-geglu`` counts as ungated), no QK-norm or attention-sink
+weights, an MTP layer as one whole decoder layer of the last layer's kind without its projection
+and norms, and MTP experts all counted as active (docs/cost-model.md §2 lists the differences).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import ArrayLike
 
-from planner.models.spec import ModelSpec, Normalization
+from planner.models.spec import ModelSpec, Normalization, SoftmaxType
 
 
 def padded_vocab(V: int, divisible_by: int, t: ArrayLike) -> np.ndarray:
@@ -19,21 +30,11 @@ def padded_vocab(V: int, divisible_by: int, t: ArrayLike) -> np.ndarray:
     return -(-V // multiple) * multiple
 
 
-def layer_params(
-    h: int, a: int, g: int, d: int, f: int, t: ArrayLike, *, gated: bool, bias: bool, norm_params_per_norm: int
-) -> np.ndarray:
-    """Parameters of one transformer layer held by one of t tensor-parallel ranks.
-
-    Weights: QKV h·(a+2g)·d, projection a·d·h, MLP h·f·(2 if gated) + f·h, all split over t.
-    Biases: QKV (a+2g)·d and fc1 f·(2 if gated) split over t; projection and fc2 h each replicated.
-    Two norms of ``norm_params_per_norm`` each, replicated. With t = 1, a = g, d = h/a, f = 4h and
-    LayerNorm this is 12h² + 13h (Narayanan et al. 2021, Eq. 2).
-    """
-    gate = 2 if gated else 1
-    split_weights = h * (a + 2 * g) * d + a * d * h + h * f * gate + f * h
-    split_biases = ((a + 2 * g) * d + f * gate) if bias else 0
-    replicated = (2 * h if bias else 0) + 2 * norm_params_per_norm
-    return (split_weights + split_biases) / np.asarray(t) + replicated
+def gqa_attention_params(h: int, a: int, g: int, d: int, t: ArrayLike, *, bias: bool) -> np.ndarray:
+    """Self-attention of one layer on one of t ranks: QKV h·(a+2g)·d and projection a·d·h split
+    over t; biases (a+2g)·d split and h replicated (Narayanan et al. 2021 Eq. 2: 4h² + 4h for GPT)."""
+    split = h * (a + 2 * g) * d + a * d * h + ((a + 2 * g) * d if bias else 0)
+    return split / np.asarray(t) + (h if bias else 0)
 
 
 def mlp_params(h: int, f: int, t: ArrayLike, *, gated: bool, bias: bool) -> np.ndarray:
@@ -43,30 +44,107 @@ def mlp_params(h: int, f: int, t: ArrayLike, *, gated: bool, bias: bool) -> np.n
     return (h * f * gate + f * h + (f * gate if bias else 0)) / np.asarray(t) + (h if bias else 0)
 
 
-def moe_layer_params(model: ModelSpec, t: ArrayLike, ep: ArrayLike, etp: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, expert) parameters of one mixture-of-experts layer on one GPU.
+def layer_params(
+    h: int, a: int, g: int, d: int, f: int, t: ArrayLike, *, gated: bool, bias: bool, norm_params_per_norm: int
+) -> np.ndarray:
+    """Parameters of one transformer layer held by one of t tensor-parallel ranks: attention
+    (``gqa_attention_params``), MLP (``mlp_params``) and two norms of ``norm_params_per_norm`` each,
+    replicated. With t = 1, a = g, d = h/a, f = 4h and LayerNorm this is 12h² + 13h (Narayanan et
+    al. 2021, Eq. 2)."""
+    attention = gqa_attention_params(h, a, g, d, t, bias=bias)
+    return attention + mlp_params(h, f, t, gated=gated, bias=bias) + 2 * norm_params_per_norm
 
-    Dense: the layer without its MLP (attention and norms, split over t as in ``layer_params``)
-    plus the router h·E, replicated. Expert: E/ep local experts, each an MLP of width f_e split
-    over etp (Megatron theoretical_memory_usage: routed experts divided by etp·ep, not t).
-    """
-    h, E = model.hidden_size, model.num_experts or 0
-    dense_mlp = mlp_params(h, model.ffn, t, gated=model.swiglu, bias=model.add_bias_linear)
-    dense = model_layer_params(model, t) - dense_mlp + h * E
-    expert = E / np.asarray(ep) * mlp_params(h, model.expert_ffn, etp, gated=model.swiglu, bias=model.add_bias_linear)
-    return dense, expert
+
+def norm_size(model: ModelSpec) -> int:
+    """ν: parameters per normalised channel, 2 for LayerNorm (weight and bias), 1 for RMSNorm."""
+    return 2 if model.normalization is Normalization.LAYERNORM else 1
 
 
 def norm_params(model: ModelSpec) -> int:
-    """Parameters of one norm over h: weight and bias for LayerNorm, weight only for RMSNorm."""
-    return (2 if model.normalization is Normalization.LAYERNORM else 1) * model.hidden_size
+    """Parameters of one norm over h: ν·h."""
+    return norm_size(model) * model.hidden_size
 
 
-def model_layer_params(model: ModelSpec, t: ArrayLike = 1) -> np.ndarray:
-    """``layer_params`` for a model spec (the adapter that unpacks the spec into letters)."""
+def _kinds(model: ModelSpec, megatron: bool) -> tuple[bool, bool]:
+    """(gated, bias) as counted: Megatron-LM's estimator sees a gated MLP only through --swiglu and no biases."""
+    return (model.swiglu, False) if megatron else (model.gated, model.add_bias_linear)
+
+
+def mla_attention_params(model: ModelSpec, t: ArrayLike, *, megatron: bool = False) -> np.ndarray:
+    """Multi-latent attention on one of t ranks (DeepSeek-V2 §2.1; Megatron-LM
+    theoretical_memory_usage.py:62-80). With n heads, latent ranks r_q and r_kv, head dims d_qk
+    (non-rotary), d_r (rotary) and d_v: split over t the query up-projection r_q·n·(d_qk + d_r)
+    (h·n·(d_qk + d_r) without a query latent), the key/value up-projection r_kv·n·(d_qk + d_v) and
+    the output projection n·d_v·h; replicated (Transformer Engine builds the down-projections
+    'duplicated', multi_latent_attention.py:526-600) the down-projections h·r_q and h·(r_kv + d_r)
+    and the two latent norms ν·(r_q + r_kv)."""
+    m, h, n = model, model.hidden_size, model.num_attention_heads
+    nu = norm_size(m)
+    d_q = m.qk_head_dim + m.qk_pos_emb_head_dim
+    r_q = m.q_lora_rank
+    split = (r_q or h) * n * d_q + m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim) + n * m.v_head_dim * h
+    replicated = (h * r_q + nu * r_q if r_q else 0) + h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)
+    replicated += nu * m.kv_lora_rank
+    _, bias = _kinds(m, megatron)
+    if bias:  # biases of the split projections, and the output projection's replicated one
+        split += n * d_q + n * (m.qk_head_dim + m.v_head_dim)
+        replicated += h
+    return split / np.asarray(t) + replicated
+
+
+def attention_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool = False) -> np.ndarray:
+    """One layer's attention on one of t ranks, with its QK-norm and attention-sink weights
+    (d per query and key head norm; one learned logit per head with --softmax-type learnable)."""
+    if model.multi_latent_attention:
+        return mla_attention_params(model, t, megatron=megatron)
     m = model
-    kinds = dict(gated=m.swiglu, bias=m.add_bias_linear, norm_params_per_norm=norm_params(m))
-    return layer_params(m.hidden_size, m.num_attention_heads, m.query_groups, m.head_dim, m.ffn, t, **kinds)
+    _, bias = _kinds(m, megatron)
+    out = gqa_attention_params(m.hidden_size, m.num_attention_heads, m.query_groups, m.head_dim, t, bias=bias)
+    if not megatron:
+        out = out + (2 * norm_size(m) * m.head_dim if m.qk_layernorm else 0)
+        out = out + (m.num_attention_heads / np.asarray(t) if m.softmax_type is SoftmaxType.LEARNABLE else 0)
+    return out
+
+
+def dense_layer_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool = False) -> np.ndarray:
+    """A layer with a dense MLP on one of t ranks: attention, MLP of width f, two norms."""
+    gated, bias = _kinds(model, megatron)
+    mlp = mlp_params(model.hidden_size, model.ffn, t, gated=gated, bias=bias)
+    return attention_params(model, t, megatron=megatron) + mlp + 2 * norm_params(model)
+
+
+model_layer_params = dense_layer_params  # the adapter that unpacks a spec into ``layer_params``' letters
+
+
+def moe_layer_params(
+    model: ModelSpec, t: ArrayLike, ep: ArrayLike, etp: ArrayLike, *, megatron: bool = False, active: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters of one mixture-of-experts layer on one GPU.
+
+    Dense: attention and two norms as in a dense layer, the router h·E (+E with biases) replicated,
+    and the shared experts, an MLP of width f_s split over t. Expert: E/ep local experts, each an
+    MLP of width f_e split over etp (Megatron theoretical_memory_usage.py:215-245: routed experts
+    divided by etp·ep, not t). ``active`` counts the k experts a token passes through instead of E.
+    """
+    h, E = model.hidden_size, model.num_experts or 0
+    gated, bias = _kinds(model, megatron)
+    router = h * E + (E if model.add_bias_linear else 0)
+    shared = mlp_params(h, model.shared_ffn, t, gated=gated, bias=bias) if model.shared_ffn else 0.0
+    dense = attention_params(model, t, megatron=megatron) + 2 * norm_params(model) + router + shared
+    experts = model.moe_router_topk if active else E
+    expert = experts / np.asarray(ep) * mlp_params(h, model.expert_ffn, etp, gated=gated, bias=bias)
+    return dense, expert
+
+
+def mtp_extra_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool = False) -> np.ndarray:
+    """What one multi-token-prediction depth holds besides its decoder layer: the norms of the
+    embedding and of the hidden state, the projection of their concatenation 2h·h (split over t)
+    and its final norm (DeepSeek-V3 §2.2; Megatron-LM multi_token_prediction.py). Megatron-LM's
+    estimator leaves them out."""
+    if megatron or not model.mtp_layers:
+        return np.asarray(0.0)
+    h = model.hidden_size
+    return 2 * h * h / np.asarray(t) + 3 * norm_params(model)
 
 
 def embedding_params(model: ModelSpec, t: ArrayLike, s: int) -> dict[str, np.ndarray]:
@@ -78,31 +156,63 @@ def embedding_params(model: ModelSpec, t: ArrayLike, s: int) -> dict[str, np.nda
     return {"word": word, "position": np.broadcast_to(float(position), np.shape(word))}
 
 
-def total_params(model: ModelSpec, *, padded_for_t: int | None = None) -> float:
-    """Every parameter of the model (one copy of tied embeddings).
+@dataclass(frozen=True)
+class ParamCounts:
+    """A model's parameters: ``total`` and ``active`` (per token: k of the E experts), each with
+    its transformer block, multi-token-prediction block and embeddings."""
 
-    Narayanan et al. 2021 Eq. (2): P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)) for GPT shapes
-    with tied embeddings and a learned position table of s rows; plus the final norm (BLOOM's
-    +2h), which Eq. (2) leaves out. ``padded_for_t`` pads V as Megatron does for that t.
+    total: float
+    active: float
+    block: float
+    active_block: float
+    mtp: float
+    active_mtp: float
+    embeddings: float
+
+
+def param_counts(model: ModelSpec, *, padded_for_t: int | None = None, megatron: bool = False) -> ParamCounts:
+    """Every parameter of the model (one copy of tied embeddings), and those a token passes through.
+
+    Narayanan et al. 2021 Eq. (2) for a GPT: P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)) with tied
+    embeddings and a learned position table of s rows; plus the final norm (BLOOM's +2h), which
+    Eq. (2) leaves out. For mixtures of experts: dense layers whole; MoE layers with E experts
+    (active: k); MTP depths one layer each of the last layer's kind plus ``mtp_extra_params``.
+    ``padded_for_t`` pads V as Megatron does for that t.
     """
-    V = (
-        model.vocab_size
-        if padded_for_t is None
-        else int(padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, padded_for_t))
-    )
+    V = model.vocab_size
+    if padded_for_t is not None:
+        V = int(padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, padded_for_t))
     h = model.hidden_size
-    pos = model.max_position_embeddings * h if model.position_embedding_type.value == "learned_absolute" else 0
-    embeddings = V * h * (1 if model.tied_embeddings else 2) + pos
-    dense_layers = model.num_layers - model.num_moe_layers
-    dense, expert = moe_layer_params(model, 1, 1, 1)
-    moe = model.num_moe_layers * float(dense + expert)
-    return float(dense_layers * model_layer_params(model) + moe + embeddings + norm_params(model))
+    learned = model.position_embedding_type.value == "learned_absolute" and not megatron
+    embeddings = V * h * (1 if model.tied_embeddings else 2) + (model.max_position_embeddings * h if learned else 0)
+    dense = float(dense_layer_params(model, megatron=megatron))
+    moe_dense, moe_expert = (float(x) for x in moe_layer_params(model, 1, 1, 1, megatron=megatron))
+    _, moe_active = (float(x) for x in moe_layer_params(model, 1, 1, 1, megatron=megatron, active=True))
+    n_moe = model.num_moe_layers
+    n_dense = model.num_layers - n_moe
+    final = norm_params(model)
+    block = n_dense * dense + n_moe * (moe_dense + moe_expert) + final
+    active_block = n_dense * dense + n_moe * (moe_dense + moe_active) + final
+    mtp_layer = (moe_dense + moe_expert) if model.mtp_is_moe else dense
+    mtp_active = (moe_dense + (moe_expert if megatron else moe_active)) if model.mtp_is_moe else dense
+    extra = float(mtp_extra_params(model, megatron=megatron))
+    mtp, active_mtp = model.mtp_layers * (mtp_layer + extra), model.mtp_layers * (mtp_active + extra)
+    return ParamCounts(
+        total=block + mtp + embeddings,
+        active=active_block + active_mtp + embeddings,
+        block=block,
+        active_block=active_block,
+        mtp=mtp,
+        active_mtp=active_mtp,
+        embeddings=embeddings,
+    )
+
+
+def total_params(model: ModelSpec, *, padded_for_t: int | None = None) -> float:
+    """Every parameter of the model (``param_counts(...).total``)."""
+    return param_counts(model, padded_for_t=padded_for_t).total
 
 
 def active_params(model: ModelSpec) -> float:
     """Parameters a token passes through: top-k of the experts (the whole model if dense)."""
-    if not model.is_moe:
-        return total_params(model)
-    _, expert = moe_layer_params(model, 1, 1, 1)
-    unused = model.num_moe_layers * float(expert) * (1 - model.moe_router_topk / model.num_experts)
-    return total_params(model) - unused
+    return param_counts(model).active

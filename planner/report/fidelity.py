@@ -22,6 +22,16 @@ def _best_plan(r: dict) -> str:
 
 
 def validation_view(result: dict) -> Group:
+    parts = [_runs_table(result, "Predicted vs published (error = predicted/published − 1)")]
+    parts += [summary_table(result["summary"]), assumptions_text(result)]
+    if "moe" in result:  # out of sample: the efficiency factors were fitted on the dense runs above
+        moe = result["moe"]
+        title = "Mixture-of-experts runs, out of sample (fitted on the dense runs above)"
+        parts += [_runs_table(moe, title), summary_table(moe["summary"]), assumptions_text(moe)]
+    return Group(*parts)
+
+
+def _runs_table(result: dict, title: str) -> FittedTable:
     columns = [
         Column("run", lambda r: r["id"], KEEP, "left", wrap=True),
         Column("metric", lambda r: r["metric"], 1, "left", wrap=True),
@@ -38,8 +48,7 @@ def validation_view(result: dict) -> Group:
     ]
     if any("regret" in r for r in result["runs"]):
         columns += [Column("best faster (same rc/SP)", _regret, 2), Column("best plan", _best_plan, 4, "left")]
-    table = FittedTable(columns, result["runs"], "Predicted vs published (error = predicted/published − 1)")
-    return Group(table, summary_table(result["summary"]), assumptions_text(result))
+    return FittedTable(columns, result["runs"], title)
 
 
 def summary_table(summary: dict) -> Table:

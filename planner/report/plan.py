@@ -134,7 +134,7 @@ def memory_stage_table(pj: dict) -> FittedTable:
 
     columns = [
         Column("stage", lambda r: str(r["stage"]), KEEP),
-        Column("layers", lambda r: str(r["layers"]), 2),
+        Column("layers", _stage_layers, 2),
         *(Column(short.get(k, k), term(k), priority.get(k, 3)) for k in (*STATE_TERMS, "other")),
         Column("total", lambda r: ("≤ " if r.get("rest") else "") + f"{r['total']:.2f}", KEEP),
         Column(
@@ -144,6 +144,24 @@ def memory_stage_table(pj: dict) -> FittedTable:
         ),
     ]
     return FittedTable(columns, rows, f"Memory per GPU by pipeline stage (GiB; capacity {cap:.1f}), most loaded first")
+
+
+def _stage_layers(st: dict) -> str:
+    """A stage's layers, with how many of them are dense (when some but not all are MoE) and its MTP layers."""
+    n, moe, mtp = st["layers"], st.get("moe_layers", 0), st.get("mtp_layers", 0)
+    if isinstance(n, str):  # the "… N more" row
+        return n
+    text = str(n) + (f" ({n - moe} dense)" if 0 < moe < n or (moe == 0 < n and mtp) else "")
+    return text + (f" +{mtp} MTP" if mtp else "")
+
+
+def _parts(est: dict, kind: str, term: str) -> list[tuple[str, float]]:
+    """The parts of a term explain carries (what the attention blocks and the experts take of it): the
+    memory states under the optimizer, the activations' under the activations, compute under backward."""
+    parts = ((est.get("parts") or {}).get(kind) or {}).items()
+    if kind == "memory":  # the states' parts after the last state term, the activations' after theirs
+        return [(k, v) for k, v in parts if v > 0 and k.startswith("states" if term == "optimizer" else term)]
+    return [(k, v) for k, v in parts if v > 0 and term == "backward"]
 
 
 def _formula(est: dict, kind: str, term: str) -> tuple[str, str]:
@@ -172,7 +190,11 @@ class TermsTable:
         )
         fmt = ".2f" if kind == "memory" else ".3f"
         total_row = "total" if kind == "memory" else "iteration"
-        self.rows = [(k, format(self.values[k], fmt), *_formula(est, kind, k)) for k in self.names]
+        self.rows = []
+        for k in self.names:
+            self.rows.append((k, format(self.values[k], fmt), *_formula(est, kind, k)))
+            for name, value in _parts(est, kind, k):  # MLA, experts: the parts of the term above
+                self.rows.append((f"  ↳ {name}", format(value, fmt), *_formula(est, f"{kind}_parts", name)))
         self.rows.append((total_row, format(self.total, fmt), self._total_note(), ""))
         self.columns = [
             Column("term", lambda r: Text(r[0], style="bold" if r[0] == total_row else ""), KEEP, "left"),

@@ -8,10 +8,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.plan import RECOMPUTE_CODES, SPLIT_CODES, Context, Recompute, RecomputeMethod, StageSplit
+from planner.models.pipeline_layout import LayoutError, PipelineLayout, balanced_layouts
+from planner.plan import (
+    DISPATCHER_CODES,
+    RECOMPUTE_CODES,
+    SPLIT_CODES,
+    Context,
+    Recompute,
+    RecomputeMethod,
+    StageSplit,
+    TokenDispatcher,
+)
 from planner.space.grid import PlanGrid, stage_layers
 
 MIN_CP_TOKENS = 4096  # context parallelism is searched while each rank keeps at least this many tokens
+MAX_LAYOUT_CHUNKS = 8  # search tries pipeline layouts of up to this many chunks per stage
 
 
 def divisors(n: int) -> np.ndarray:
@@ -40,6 +51,9 @@ class Pins:
     stage_split: StageSplit | None = None
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    pipeline_layout: str | None = None
+    moe_token_dispatcher: TokenDispatcher | str | None = None
+    overlap_moe_expert_parallel_comm: bool | None = None
     max_tp: int | None = None
     recompute_modules: tuple | None = None  # selective recomputation's modules; None: the search picks them
     # the overlap flags: None takes today's recipes (Megatron-Bridge, NeMo): gradient reduction overlapped,
@@ -101,6 +115,60 @@ def _interleaving(cols: dict[str, np.ndarray], L: int, pins: Pins) -> dict[str, 
     return out
 
 
+def layout_options(ctx: Context, pp_values: np.ndarray, pins: Pins) -> tuple[dict[int, list[tuple]], list[str]]:
+    """For each pipeline size, the layouts search tries (as indices into the returned list): the pinned
+    --pipeline-model-parallel-layout, or for mixture-of-experts models whose layers do not divide evenly
+    over p or that carry MTP layers, ``balanced_layouts`` of up to MAX_LAYOUT_CHUNKS chunks per stage."""
+    model, layouts, table = ctx.model, [], {}
+    L, mtp = model.num_layers, model.mtp_layers
+    if pins.pipeline_layout is not None:
+        try:
+            PipelineLayout.parse(pins.pipeline_layout)
+        except LayoutError as err:
+            raise LayoutError(f"--pipeline-model-parallel-layout {err}") from None
+    accounted = pins.stage_split is not None or pins.first_stage_layers or pins.last_stage_layers
+    chunks = [pins.vpp] if pins.vpp is not None else range(1, MAX_LAYOUT_CHUNKS + 1)
+    for p in (int(x) for x in np.unique(pp_values)):
+        if pins.pipeline_layout is not None:
+            here = [pins.pipeline_layout]
+        elif model.is_moe and (mtp or L % p) and p > 1 and not accounted:
+            here = [lay.text for v in chunks for lay in balanced_layouts(L, p, v, mtp)]
+        else:
+            here = []
+        for text in here:
+            if text not in layouts:
+                layouts.append(text)
+        table[p] = [(layouts.index(text),) for text in here]
+    return table, layouts
+
+
+def _join(cols: dict[str, np.ndarray], key: str, table: dict[int, list[tuple]], names: tuple[str, ...]):
+    """Every row combined with each entry of ``table[row[key]]`` (the options that row allows)."""
+    counts = np.array([len(table.get(int(k), [])) for k in cols[key]], dtype=np.int64)
+    out = {name: np.repeat(col, counts) for name, col in cols.items()}
+    rows = [entry for k in cols[key] for entry in table.get(int(k), [])]
+    for j, name in enumerate(names):
+        out[name] = np.array([r[j] for r in rows], dtype=np.int64).reshape(-1)
+    return out
+
+
+def _layout_rows(base: dict[str, np.ndarray], ctx: Context, pins: Pins, B: int) -> tuple[dict, list[str]]:
+    """The rows that place their layers by a layout: every (tp, cp, pp, dp) row with each of its layouts,
+    the chunks per stage the layout gives, and every micro-batch."""
+    table, layouts = layout_options(ctx, base["pp"], pins)
+    cols = _join(base, "pp", table, ("layout",))
+    stages = np.array([len(PipelineLayout.parse(t).stages) for t in layouts] + [0])
+    cols["vpp"] = stages[cols["layout"]] // np.maximum(cols["pp"], 1)
+    cols["split"] = np.zeros(len(cols["pp"]), dtype=np.int8)
+    cols = _keep(cols, (cols["pp"] > 1) & ((pins.vpp is None) | (cols["vpp"] == (pins.vpp or 0))))
+    cols = _cross(cols, "micro_batch", np.array([pins.micro_batch]) if pins.micro_batch else divisors(B))
+    return cols, layouts
+
+
+def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([a[k], b[k].astype(a[k].dtype)]) for k in a}
+
+
 def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     """Every combination of the searched knobs for N GPUs (pins narrow an axis to one value)."""
     L, B = ctx.model.num_layers, ctx.training.global_batch
@@ -117,6 +185,10 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     cols["dp"] = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
     if pins.dp is not None:
         cols = _keep(cols, cols["dp"] == pins.dp)
+    if model.is_moe:  # MoE knobs multiply: tp inside the NVLink domain, p ≤ L here, not in rules later
+        cols = _keep(cols, tp_in_domain(cols["tp"], nvlink_domain_gpus(ctx.hardware), pins.max_tp))
+        cols = _keep(cols, cols["pp"] <= L)
+    base = dict(cols)
     explicit = pins.first_stage_layers is not None or pins.last_stage_layers is not None
     split_values = [pins.stage_split.code] if pins.stage_split else [0] if explicit else list(SPLIT_CODES.values())
     cols = _cross(cols, "split", np.array(split_values, dtype=np.int8))
@@ -125,6 +197,20 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
         cols = _keep(cols, (cols["split"] == 0) | ((cols["pp"] > 1) & (accounted % cols["pp"] == 0)))
     cols = _cross(cols, "micro_batch", axis(pins.micro_batch, divisors(B)))
     cols = _interleaving(cols, L, pins)
+    cols["layout"] = np.full(len(cols["pp"]), -1, dtype=np.int64)
+    if pins.pipeline_layout is not None:
+        cols = _keep(cols, np.zeros(len(cols["pp"]), dtype=bool))  # the layout places every layer
+    if model.is_moe:  # only the splits Megatron-LM accepts (the rule table would reject the rest)
+        first = np.full(len(cols["pp"]), pins.first_stage_layers or 0)
+        last = np.full(len(cols["pp"]), pins.last_stage_layers or 0)
+        lay = stage_layers(L, cols["pp"], cols["split"], first, last)
+        cols = _keep(cols, lay.legal)
+    layout_cols, layouts = _layout_rows(base, ctx, pins, B)
+    cols = _concat(cols, layout_cols)
+    if model.is_moe:  # whole micro-batches, m % p with interleaving
+        cols = _keep(cols, B % (cols["micro_batch"] * cols["dp"]) == 0)
+        m = B // (cols["micro_batch"] * cols["dp"])
+        cols = _keep(cols, (cols["vpp"] == 1) | ((m >= cols["pp"]) & (m % cols["pp"] == 0)))
     allowed = (pins.recompute,) if isinstance(pins.recompute, Recompute) else pins.recompute
     rc = [r.code for r in allowed] if allowed else list(RECOMPUTE_CODES.values())
     cols = _cross(cols, "recompute", np.array(rc, dtype=np.int8))
@@ -137,6 +223,8 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     sp = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True]
     cols = _cross(cols, "sequence_parallel", np.array(sp))
     cols = _keep(cols, ~cols["sequence_parallel"] | (cols["tp"] > 1))  # SP with t = 1 is the same plan
+    if model.is_moe and pins.sequence_parallel is None:  # Megatron-Core's MoE layer needs SP with tp > 1
+        cols = _keep(cols, cols["sequence_parallel"] | (cols["tp"] == 1))
     dopt = [pins.distributed_optimizer] if pins.distributed_optimizer is not None else [False, True]
     cols = _cross(cols, "distributed_optimizer", np.array(dopt))
     cols = _keep(cols, ~cols["distributed_optimizer"] | (cols["dp"] > 1) | (pins.distributed_optimizer is True))
@@ -145,16 +233,12 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     # Megatron FSDP runs on the distributed optimizer (arguments.py: v1 turns it on) and needs d·c > 1
     cols = _keep(cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1)))
     if model.is_moe:
-        cols = _cross(cols, "ep", axis(pins.ep, [e for e in divisors(model.num_experts) if num_gpus % e == 0]))
-        if pins.etp is None:  # expert TP: Megatron's default (= tp) or none
-            cols = _cross(cols, "etp_is_tp", np.array([False, True]))
-            cols = _keep(cols, ~(cols["etp_is_tp"] & (cols["tp"] == 1)))  # the same plan twice
-            cols["etp"] = np.where(cols.pop("etp_is_tp"), cols["tp"], 1)
-        else:
-            cols["etp"] = np.full(len(cols["tp"]), pins.etp)
+        cols = _moe_axes(cols, ctx, num_gpus, pins)
     else:
         cols["ep"] = np.full(len(cols["tp"]), pins.ep or 1)
         cols["etp"] = cols["tp"] if pins.etp is None else np.full(len(cols["tp"]), pins.etp)
+        cols["dispatcher"] = np.zeros(len(cols["tp"]), dtype=np.int64)
+        cols["a2a_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
     n = len(cols["tp"])
     first = np.full(n, pins.first_stage_layers or 0, dtype=np.int64)
     last = np.full(n, pins.last_stage_layers or 0, dtype=np.int64)
@@ -176,4 +260,49 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
         split=cols["split"],
         first_layers=first,
         last_layers=last,
+        layout=cols["layout"],
+        dispatcher=cols["dispatcher"],
+        a2a_overlap=cols["a2a_overlap"],
+        layouts=tuple(layouts),
     )
+
+
+def _moe_axes(cols: dict[str, np.ndarray], ctx: Context, num_gpus: int, pins: Pins) -> dict[str, np.ndarray]:
+    """Expert parallelism, expert TP (Megatron's default = tp, or 1), the token dispatcher (only one
+    choice without expert communication) and the all-to-all overlap where Megatron-LM allows it
+    (ep > 1, alltoall or flex, no full recomputation, interleaving when pp > 1)."""
+    model = ctx.model
+    eps = [e for e in divisors(model.num_experts) if num_gpus % e == 0]
+
+    def axis(pinned, values):
+        return np.array([pinned]) if pinned is not None else np.asarray(values)
+
+    cols = _cross(cols, "ep", axis(pins.ep, eps))
+    if pins.etp is None:
+        cols = _cross(cols, "etp_is_tp", np.array([False, True]))
+        cols = _keep(cols, ~(cols["etp_is_tp"] & (cols["tp"] == 1)))  # the same plan twice
+        cols["etp"] = np.where(cols.pop("etp_is_tp"), cols["tp"], 1)
+    else:
+        cols["etp"] = np.full(len(cols["tp"]), pins.etp)
+    cols = _keep(cols, num_gpus % (cols["etp"] * cols["ep"] * cols["pp"]) == 0)
+    kinds = (
+        [DISPATCHER_CODES[TokenDispatcher(pins.moe_token_dispatcher)]]
+        if pins.moe_token_dispatcher is not None
+        else list(DISPATCHER_CODES.values())
+    )
+    cols = _cross(cols, "dispatcher", np.array(kinds, dtype=np.int64))
+    if pins.moe_token_dispatcher is None:  # without expert communication the dispatchers are one plan
+        cols = _keep(cols, (cols["ep"] * cols["etp"] > 1) | (cols["dispatcher"] == kinds[0]))
+    overlap = (
+        [pins.overlap_moe_expert_parallel_comm] if pins.overlap_moe_expert_parallel_comm is not None else [False, True]
+    )
+    cols = _cross(cols, "a2a_overlap", np.array(overlap))
+    if pins.overlap_moe_expert_parallel_comm is None:
+        allowed = (
+            (cols["ep"] > 1)
+            & (cols["dispatcher"] > 0)
+            & (cols["recompute"] != RECOMPUTE_CODES[Recompute.FULL])
+            & ((cols["pp"] == 1) | (cols["vpp"] > 1))
+        )
+        cols = _keep(cols, ~cols["a2a_overlap"] | allowed)
+    return cols

@@ -6,11 +6,11 @@ never know the difference (docs/architecture.md: one formula, one place).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from planner.plan import RECOMPUTE_BY_CODE, SPLIT_BY_CODE, ParallelPlan, Recompute, RecomputeMethod
+from planner.plan import DISPATCHER_BY_CODE, RECOMPUTE_BY_CODE, SPLIT_BY_CODE, ParallelPlan, Recompute, RecomputeMethod
 
 IntArray = np.ndarray
 
@@ -34,15 +34,30 @@ class PlanGrid:
     split: IntArray  # StageSplit codes
     first_layers: IntArray  # explicit first-stage layers, 0 = not given
     last_layers: IntArray  # explicit last-stage layers, 0 = not given
+    layout: IntArray | None = None  # index into ``layouts``, -1 = none (--pipeline-model-parallel-layout)
+    dispatcher: IntArray | None = None  # TokenDispatcher codes: 0 allgather, 1 alltoall, 2 flex
+    a2a_overlap: np.ndarray | None = None  # bool: --overlap-moe-expert-parallel-comm
+    layouts: tuple[str, ...] = field(default=(), compare=False)  # the layouts ``layout`` points into
+
+    def __post_init__(self) -> None:
+        n = len(self.tp)
+        for name, value in (("layout", -1), ("dispatcher", 0), ("a2a_overlap", False)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.full(n, value, dtype=bool if value is False else np.int64))
 
     def __len__(self) -> int:
         return len(self.tp)
+
+    def layout_text(self, i: int) -> str | None:
+        k = int(self.layout[i])
+        return self.layouts[k] if k >= 0 else None
 
     @classmethod
     def from_plans(cls, plans: list[ParallelPlan]) -> PlanGrid:
         def col(get, dtype=np.int64):
             return np.array([get(p) for p in plans], dtype=dtype)
 
+        layouts = tuple(dict.fromkeys(p.pipeline_layout for p in plans if p.pipeline_layout))
         return cls(
             tp=col(lambda p: p.tp),
             pp=col(lambda p: p.pp),
@@ -61,10 +76,15 @@ class PlanGrid:
             split=col(lambda p: p.stage_split.code, np.int8),
             first_layers=col(lambda p: p.first_stage_layers or 0),
             last_layers=col(lambda p: p.last_stage_layers or 0),
+            layout=col(lambda p: layouts.index(p.pipeline_layout) if p.pipeline_layout else -1),
+            dispatcher=col(lambda p: p.moe_token_dispatcher.code, np.int8),
+            a2a_overlap=col(lambda p: p.overlap_moe_expert_parallel_comm, bool),
+            layouts=layouts,
         )
 
     def take(self, index: np.ndarray) -> PlanGrid:
-        return PlanGrid(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        arrays = {f.name: getattr(self, f.name)[index] for f in fields(self) if f.name != "layouts"}
+        return PlanGrid(**arrays, layouts=self.layouts)
 
     def plan(self, i: int) -> ParallelPlan:
         """The ParallelPlan at index i."""
@@ -85,6 +105,9 @@ class PlanGrid:
             stage_split=SPLIT_BY_CODE[int(self.split[i])],
             first_stage_layers=int(self.first_layers[i]) or None,
             last_stage_layers=int(self.last_layers[i]) or None,
+            pipeline_layout=self.layout_text(i),
+            moe_token_dispatcher=DISPATCHER_BY_CODE[int(self.dispatcher[i])],
+            overlap_moe_expert_parallel_comm=bool(self.a2a_overlap[i]),
         )
 
 

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from planner.models.pipeline_layout import PipelineLayout
 from planner.models.spec import ModelSpec, PositionEmbedding
 from planner.plan import SPLIT_BY_CODE, PlanOptions, TrainingSpec, num_microbatches
 from planner.space.grid import PlanGrid, StageLayers, stage_layers
@@ -35,6 +36,34 @@ class RuleInputs:
     def layers(self) -> StageLayers:
         g = self.grid
         return stage_layers(self.model.num_layers, g.pp, g.split, g.first_layers, g.last_layers)
+
+    def layout_problems(self, i: int) -> list[str]:
+        """What Megatron-LM rejects in plan i's --pipeline-model-parallel-layout (empty: none given or fine)."""
+        g, mo = self.grid, self.model
+        text = g.layout_text(i)
+        return [] if text is None else PipelineLayout.parse(text).problems(int(g.pp[i]), mo.num_layers, mo.mtp_layers)
+
+    @property
+    def has_layout(self) -> np.ndarray:
+        return self.grid.layout >= 0
+
+    def layout_ok(self) -> np.ndarray:
+        """Per plan, whether its layout (if any) passes Megatron-LM's checks: once per distinct (layout, pp)."""
+        g, mo = self.grid, self.model
+        if not len(g.layouts) or not len(g):
+            return np.ones(len(g), dtype=bool)
+        key = (g.layout + 1) * (int(np.max(g.pp)) + 1) + g.pp
+        uniq, inverse = np.unique(key, return_inverse=True)
+        span = int(np.max(g.pp)) + 1
+        ok = np.array(
+            [
+                k // span == 0
+                or not PipelineLayout.parse(g.layouts[k // span - 1]).problems(k % span, mo.num_layers, mo.mtp_layers)
+                for k in uniq.tolist()
+            ],
+            dtype=bool,
+        )
+        return ok[np.asarray(inverse).reshape(-1)]
 
     @cached_property
     def m(self) -> np.ndarray:
@@ -75,6 +104,10 @@ class RuleInputs:
             middle=int(self.layers.middle[i]),
             max_pos=mo.max_position_embeddings,
             offload=self.options.cpu_offloading_num_layers,
+            layout=self.grid.layout_text(i),
+            layout_problems="; ".join(self.layout_problems(i)),
+            dispatcher=int(self.grid.dispatcher[i]),
+            mtp=mo.mtp_layers,
         )
 
 
@@ -96,7 +129,22 @@ def _interleaving_chunks_ok(r: RuleInputs) -> np.ndarray:
     # each of the first, middle and last counts (transformer_config.py:2296-2340)
     v, lay = r.grid.vpp, r.layers
     each = (lay.first % v == 0) & (lay.middle % v == 0) & (lay.last % v == 0)
-    return (v == 1) | np.where(r.explicit, each, lay.middle % v == 0)
+    return (v == 1) | r.has_layout | np.where(r.explicit, each, lay.middle % v == 0)
+
+
+def _a2a_overlap_ok(r: RuleInputs) -> np.ndarray:
+    # transformer_config.py:3002-3047
+    g, opts, mo = r.grid, r.options, r.model
+    ok = (
+        (g.ep > 1)
+        & (g.dispatcher > 0)
+        & (g.recompute != 2)
+        & ((g.pp == 1) | (g.vpp > 1))
+        & (r.training.precision.value != "fp32")
+        & (mo.mtp_layers <= 1)
+        & (not opts.moe_shared_expert_overlap)
+    )
+    return ~g.a2a_overlap | ok
 
 
 def _graph_modules_match(options: PlanOptions, model: ModelSpec) -> bool:
@@ -194,6 +242,32 @@ RULES: tuple[Rule, ...] = (
         lambda x: f"tp {x.t} with experts needs --sequence-parallel",
     ),
     Rule(
+        "MoE biases need expert tensor parallelism 1",
+        _moe_only(lambda r: ~np.asarray(r.model.add_bias_linear) | (r.grid.etp == 1)),
+        lambda x: f"etp {x.etp}: Megatron-LM supports biases in MoE layers only with etp 1 (give --etp 1)",
+    ),
+    Rule(
+        "flex dispatcher needs expert communication",
+        _moe_only(lambda r: (r.grid.dispatcher != 2) | (r.grid.ep * r.grid.etp > 1)),
+        lambda x: "the flex dispatcher (DeepEP/HybridEP) needs etp·ep > 1",
+    ),
+    Rule(
+        "moe-shared-expert-overlap needs the alltoall or flex dispatcher",
+        lambda r: (
+            (r.grid.dispatcher > 0) if r.options.moe_shared_expert_overlap and r.model.is_moe else r.everywhere(True)
+        ),
+        lambda x: "--moe-shared-expert-overlap works only with --moe-token-dispatcher alltoall or flex",
+    ),
+    Rule(
+        "overlap-moe-expert-parallel-comm needs ep > 1, alltoall/flex, no full recompute, interleaving with pp > 1",
+        _a2a_overlap_ok,
+        lambda x: (
+            "--overlap-moe-expert-parallel-comm needs ep > 1, the alltoall or flex dispatcher, no full recomputation, "
+            "interleaved chunks when pp > 1, bf16/fp16, at most one MTP layer and no --moe-shared-expert-overlap "
+            f"(ep {x.ep}, pp {x.p}, vpp {x.v}, MTP {x.mtp})"
+        ),
+    ),
+    Rule(
         "sequence length within max_position_embeddings",
         lambda r: r.everywhere(r.training.seq_len <= r.model.max_position_embeddings or not _learned_positions(r)),
         lambda x: f"seq_len {x.s} exceeds max_position_embeddings {x.max_pos}",
@@ -207,8 +281,13 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "pipeline layout places every layer as Megatron-LM requires",
+        lambda r: ~r.has_layout | r.layout_ok(),
+        lambda x: f"--pipeline-model-parallel-layout {x.layout}: {x.layout_problems}",
+    ),
+    Rule(
         "layers split over pipeline stages",
-        lambda r: r.layers.legal,
+        lambda r: r.has_layout | r.layers.legal,
         lambda x: (
             f"{x.L} layers do not split over pp {x.p} with the {SPLIT_BY_CODE[x.split].value} split"
             f"{'' if x.L % x.p == 0 else f'; allowed pp for an even split: {_divisors(x.L)}'}"

@@ -1,0 +1,128 @@
+"""Activations one decoder layer keeps per micro-batch, for a dense and an MoE layer, under each kind
+of recomputation (bytes, per GPU). ``planner.costs.stage_memory`` multiplies them by a stage's layers
+of each kind and its micro-batches in flight."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.costs import memory, moe
+from planner.costs.letters import Letters
+from planner.costs.mla import mla_activation_parts
+from planner.plan import Context, RecomputeModule
+
+KINDS = ("whole", "selective", "input")  # no recomputation, --recompute-modules, full recomputation
+
+
+def per_layer_bytes(lt: Letters, ctx: Context, split, replicated, rc) -> np.ndarray:
+    """``memory.activation_bytes_per_layer`` for (split, replicated) coefficients of sbh."""
+    return (
+        lt.act_bytes
+        / 2
+        * memory.activation_bytes_per_layer(
+            lt.s,
+            lt.b,
+            lt.h,
+            lt.a,
+            lt.t,
+            lt.c,
+            sequence_parallel=lt.sp,
+            recompute=rc,
+            unfused_attention=lt.unfused,
+            split_coeff=split,
+            replicated_coeff=replicated,
+            distribute_saved=ctx.options.distribute_saved_activations,
+        )
+    )
+
+
+def selective_coefficients(parts: dict, modules: tuple, dropout: bool) -> tuple[float, float, int]:
+    """(split, replicated, recompute code for the attention scores) of a dense layer under selective
+    recomputation of ``modules``: core_attn drops the unfused attention's scores (Korthikanti et al. 2022
+    §4.2); mlp keeps only the MLP's input, already counted with the attention block, and its dropout
+    mask (transformer_layer.py:536-539); layernorm changes nothing: Transformer Engine fuses the norms
+    into the next linear layer, so the layer has no norm module to recompute (transformer_layer.py:475-479)."""
+    (attn_split, attn_repl), (mlp_split, mlp_repl) = parts["attention"], parts["mlp"]
+    mlp = RecomputeModule.MLP in modules
+    split = attn_split + (0.0 if mlp else mlp_split)
+    replicated = attn_repl + ((1.0 if dropout else 0.0) if mlp else mlp_repl)
+    return split, replicated, 1 if RecomputeModule.CORE_ATTN in modules else 0
+
+
+def activation_parts(lt: Letters, ctx: Context) -> dict[str, tuple[float, float]]:
+    """Korthikanti et al. 2022 §4.1's (split, replicated) coefficients of the attention block (MLA's
+    with multi-latent attention, ``mla.mla_activation_parts``) and of the dense MLP."""
+    mo = ctx.model
+    parts = memory.layer_activation_parts(
+        lt.h, lt.a, lt.g, lt.dh, lt.f, gated=lt.gated, dropout=lt.dropout, fp8=lt.fp8, flash_attention=not lt.unfused
+    )
+    if mo.multi_latent_attention:
+        parts["attention"] = mla_activation_parts(mo, dropout=lt.dropout, fp8=lt.fp8, flash_attention=not lt.unfused)
+    return parts
+
+
+def layer_activations(lt: Letters, ctx: Context) -> dict:
+    """Bytes one layer keeps per micro-batch: for a ``dense`` and a ``moe`` layer, each a dict of
+    ``whole`` (no recomputation), ``selective`` (with --recompute-modules) and ``input`` (full
+    recomputation keeps only the layer's input); and the parts explain shows, under the plan's own
+    recomputation: ``attention`` (the attention block with the norms' inputs), ``routed`` (the routed
+    copies and the experts' internals) and ``shared`` (the shared experts) of an MoE layer.
+
+    MoE layers keep the routed copies and the experts' internals (``moe.moe_mlp_activation_bytes``)
+    and the shared experts' MLP tensors instead of the dense MLP's; --recompute-modules moe recomputes
+    the whole MoE block (routed and shared experts) from its input, moe_act discards the experts'
+    activation output, fc2's input (an output-discarding checkpoint, transformer_config.py:560-583)."""
+    mo, modules = ctx.model, ctx.options.recompute_modules
+    parts = activation_parts(lt, ctx)
+    (attn_split, attn_repl), (mlp_split, mlp_repl) = parts["attention"], parts["mlp"]
+    zero = np.zeros_like(lt.rc)
+    split_s, repl_s, rc_s = selective_coefficients(parts, modules, lt.dropout)
+    dense = {
+        "whole": per_layer_bytes(lt, ctx, attn_split + mlp_split, attn_repl + mlp_repl, zero),
+        "selective": per_layer_bytes(lt, ctx, split_s, repl_s, zero + rc_s),
+        "input": per_layer_bytes(lt, ctx, attn_split + mlp_split, attn_repl + mlp_repl, zero + 2),
+    }
+    attention = {
+        "whole": per_layer_bytes(lt, ctx, attn_split, attn_repl, zero),
+        "selective": per_layer_bytes(lt, ctx, attn_split, attn_repl, zero + rc_s),
+    }
+    out = {"dense": dense, "moe": dense, "attention": kept_per_layer(lt, {**attention, "input": dense["input"]})}
+    out["routed"] = out["shared"] = 0.0 * out["attention"]
+    if not mo.is_moe:
+        return out
+    A = moe.expert_token_assignments(
+        lt.b,
+        lt.s,
+        lt.t,
+        lt.c,
+        lt.k,
+        imbalance=ctx.options.moe_load_imbalance,
+        capacity_factor=ctx.options.moe_capacity_factor,
+    )
+    routed = moe.moe_mlp_activation_bytes(
+        A, lt.tokens_per_gpu(), lt.h, lt.f_e, lt.etp, gated=lt.gated, fp8_inputs=lt.fp8
+    )
+    shared = 0.0 * routed
+    if lt.f_s:  # the shared experts keep what a dense MLP of width f_s keeps, split over t
+        shared_split, _ = memory.layer_activation_parts(
+            lt.h, lt.a, lt.g, lt.dh, lt.f_s, gated=lt.gated, dropout=False, fp8=lt.fp8
+        )["mlp"]
+        shared = per_layer_bytes(lt, ctx, shared_split, 0.0, zero)
+    recomputed_block = RecomputeModule.MOE in modules
+    act_out = A * lt.f_e * (1.0 if lt.fp8 else 2.0) if RecomputeModule.MOE_ACT in modules else 0.0
+    routed_s = 0.0 * routed if recomputed_block else routed - act_out
+    shared_s = 0.0 * shared if recomputed_block else shared
+    out["moe"] = {
+        "whole": attention["whole"] + routed + shared,
+        "selective": attention["selective"] + routed_s + shared_s,
+        "input": dense["input"],
+    }
+    out["routed"] = kept_per_layer(lt, {"whole": routed, "selective": routed_s, "input": 0.0 * routed})
+    out["shared"] = kept_per_layer(lt, {"whole": shared, "selective": shared_s, "input": 0.0 * shared})
+    return out
+
+
+def kept_per_layer(lt: Letters, kinds: dict) -> np.ndarray:
+    """What a layer keeps under the plan's recomputation (0 none, 1 selective, 2 full), from its
+    ``whole``, ``selective`` and ``input``."""
+    return np.where(lt.rc == 0, kinds["whole"], np.where(lt.rc == 1, kinds["selective"], kinds["input"]))

@@ -1,0 +1,82 @@
+"""The parts of a stage's memory terms explain shows beside them: what its attention blocks (MLA or
+GQA) and its experts take of the model states and of the activations."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.costs import Formula, memory
+from planner.costs.layer_memory import layer_activations
+from planner.costs.letters import Letters
+from planner.costs.mla import mla_formula
+from planner.costs.pipeline import in_flight_microbatches
+from planner.costs.stage_memory import K22, state_bytes_per_param
+from planner.models.params import attention_params, moe_layer_params
+from planner.plan import Context
+
+
+def memory_parts(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
+    """Parts of stage i's memory terms, bytes: the weights, gradients and optimizer states of its
+    attention blocks (MLA or GQA) and of its routed experts; the activations its attention blocks
+    (with the norms' inputs), routed experts and shared experts keep for all micro-batches in flight."""
+    mo = ctx.model
+    st = lt.stage(i)
+    layers = st["layers"] + st["mtp"]
+    moe_layers = st["moe"] + (st["mtp"] if mo.is_moe and mo.mtp_is_moe else 0.0)
+    grad_b, opt_b = state_bytes_per_param(ctx)
+    states = dict(
+        precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp, gradient_bytes=grad_b, optimizer_bytes=opt_b
+    )
+    attention = memory.param_state_bytes(layers * attention_params(mo, lt.t), lt.d * lt.c, **states)
+    _, expert = moe_layer_params(mo, lt.t, lt.ep, lt.etp) if mo.is_moe else (0.0, 0.0 * lt.t)
+    experts = memory.param_state_bytes(moe_layers * expert, lt.edp, **states)
+    acts = layer_activations(lt, ctx)
+    in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i)
+    return {
+        "states: attention": sum(attention.values()),
+        "states: experts": sum(experts.values()),
+        "activations: attention": in_flight * layers * acts["attention"],
+        "activations: routed experts": in_flight * moe_layers * acts["routed"],
+        "activations: shared experts": in_flight * moe_layers * acts["shared"],
+    }
+
+
+def memory_part_formulas(ctx: Context) -> dict[str, Formula]:
+    """Formula and source of each part ``memory_parts`` computes."""
+    mo = ctx.model
+    attention = (
+        mla_formula(mo, "parameters")
+        if mo.multi_latent_attention
+        else Formula("h·(a+2g)·d + a·d·h per layer split over t", "Narayanan et al. 2021 Eq. 2 generalised")
+    )
+    kept = mla_formula(mo, "keeps").text if mo.multi_latent_attention else "Korthikanti et al. 2022's tensors"
+    w, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
+    g, o = state_bytes_per_param(ctx)
+    per_param = f"({w} + {g} + {o}/D) bytes per parameter (D the optimizer's shards)"
+    out = {
+        "states: attention": Formula(
+            f"(layers + MTP) × attention parameters / GPU × {per_param}; {attention.text}", attention.source
+        ),
+        "activations: attention": Formula(
+            f"in-flight micro-batches × (layers + MTP) × the attention block's kept tensors and norms' inputs: {kept}",
+            attention.source if mo.multi_latent_attention else K22,
+        ),
+    }
+    if mo.is_moe:
+        out["states: experts"] = Formula(
+            f"MoE layers × (E/ep) experts × MLP(f_e)/etp parameters × {per_param}, D = expert data-parallel size "
+            "N/(etp·ep·p)",
+            "Megatron-LM theoretical_memory_usage.py:215-303 (experts over etp·ep, optimizer over expert DP)",
+        )
+        out["activations: routed experts"] = Formula(
+            "in-flight × MoE layers × (2·A·h routed copies + 2·(2 or 3)·A·f_e expert internals + 2·T·h router and "
+            "combine), A = T·k·λ; none with --recompute-modules moe, less the activation output 2·A·f_e with moe_act",
+            "Korthikanti et al. 2022 §4.1 tensors for the experts' MLP; Megatron-Core moe/experts.py; "
+            "transformer_config.py:560-583 (recompute modules)",
+        )
+        if mo.shared_ffn:
+            out["activations: shared experts"] = Formula(
+                "in-flight × MoE layers × the shared experts' MLP tensors 2·(2 or 3)·f_s/h·sbh/t",
+                "Korthikanti et al. 2022 §4.1; Megatron-Core moe/shared_experts.py",
+            )
+    return out

@@ -1,0 +1,139 @@
+"""Per-layer patterns as Megatron-LM writes them: ``--moe-layer-freq`` and ``--window-attn-skip-freq``.
+
+Both flags take an integer N or a Python list expression of 0s and 1s such as ``([0]*3+[1]*58)``
+(Megatron-LM megatron/training/arguments.py:327-350, ``moe_freq_type``; the expression may hold
+only digits, commas, brackets, parentheses, + and *, ``_eval_pattern`` at l. 245-253). Megatron
+evaluates the expression with Python's ``eval``; here a small parser of the same grammar reads it,
+so nothing a user writes is executed.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ALLOWED = re.compile(r"[^,\d\[\]\(\)\+\*\s]")
+_TOKEN = re.compile(r"\s*(\d+|[\[\]\(\)\+\*,])")
+
+
+class PatternError(ValueError):
+    """A layer pattern that is not a list expression of Megatron-LM's grammar."""
+
+
+def parse_pattern(text: str) -> list[int]:
+    """The list a Megatron-LM pattern expression evaluates to: ``"([0]*3+[1]*2)"`` -> [0, 0, 0, 1, 1].
+
+    Grammar (Python's, restricted as Megatron restricts it): sum := product ('+' product)*;
+    product := atom ('*' integer)* | integer '*' atom; atom := '[' integers ']' | '(' sum ')'.
+    """
+    if _ALLOWED.search(text):
+        raise PatternError(f"{text!r}: only digits, commas, [ ] ( ) + and * are allowed")
+    tokens = _TOKEN.findall(text)
+    if "".join(tokens) != re.sub(r"\s", "", text):
+        raise PatternError(f"{text!r} is not a list expression")
+    pos = 0
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take(expected: str | None = None) -> str:
+        nonlocal pos
+        tok = peek()
+        if tok is None or (expected is not None and tok != expected):
+            raise PatternError(f"{text!r}: expected {expected or 'more'} at token {pos + 1}")
+        pos += 1
+        return tok
+
+    def integer() -> int:
+        tok = take()
+        if not tok.isdigit():
+            raise PatternError(f"{text!r}: expected an integer, got {tok!r}")
+        return int(tok)
+
+    def atom() -> list[int]:
+        if peek() == "[":
+            take("[")
+            items = [] if peek() == "]" else [integer()]
+            while peek() == ",":
+                take(",")
+                items.append(integer())
+            take("]")
+            return items
+        if peek() == "(":
+            take("(")
+            inner = total()
+            take(")")
+            return inner
+        if peek() is not None and peek().isdigit():  # n*[...]
+            n = integer()
+            take("*")
+            return atom() * n
+        raise PatternError(f"{text!r}: expected a list at token {pos + 1}")
+
+    def product() -> list[int]:
+        value = atom()
+        while peek() == "*":
+            take("*")
+            value = value * integer()
+        return value
+
+    def total() -> list[int]:
+        value = product()
+        while peek() == "+":
+            take("+")
+            value = value + product()
+        return value
+
+    result = total()
+    if pos != len(tokens):
+        raise PatternError(f"{text!r}: unexpected {tokens[pos]!r} at token {pos + 1}")
+    if any(v not in (0, 1) for v in result):
+        raise PatternError(f"{text!r}: a layer pattern holds only 0s and 1s")
+    return result
+
+
+def pattern_text(pattern: list[int] | tuple[int, ...]) -> str:
+    """The shortest run-length expression of a 0/1 list, as Megatron-LM reads it: [0,0,0,1,1] -> ``([0]*3+[1]*2)``."""
+    runs: list[tuple[int, int]] = []
+    for v in pattern:
+        if runs and runs[-1][0] == v:
+            runs[-1] = (v, runs[-1][1] + 1)
+        else:
+            runs.append((v, 1))
+    return "(" + "+".join(f"[{v}]*{n}" if n > 1 else f"[{v}]" for v, n in runs) + ")"
+
+
+def freq_value(value: object) -> int | tuple[int, ...]:
+    """An integer N or a 0/1 tuple from what a preset, a plan file or a command line holds."""
+    if isinstance(value, bool):
+        raise PatternError(f"{value!r} is neither an integer nor a list of 0s and 1s")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (list, tuple)):
+        if any(isinstance(v, bool) or v not in (0, 1) for v in value):
+            raise PatternError(f"{list(value)!r}: a layer pattern holds only 0s and 1s")
+        return tuple(int(v) for v in value)
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"\d+", text):
+            return int(text)
+        return tuple(parse_pattern(text))
+    raise PatternError(f"{value!r} is neither an integer nor a list of 0s and 1s")
+
+
+def moe_layers(freq: int | tuple[int, ...], num_layers: int) -> tuple[bool, ...]:
+    """Which of the L layers are mixture-of-experts: layer i (0-based) iff i mod N = 0, or the
+    pattern's 1s (Megatron-LM training.py:1024-1040, theoretical_memory_usage.py:29-45)."""
+    if isinstance(freq, int):
+        return tuple(i % freq == 0 for i in range(num_layers))
+    return tuple(bool(v) for v in freq)
+
+
+def window_layers(skip_freq: int | tuple[int, ...] | None, num_layers: int) -> tuple[bool, ...]:
+    """Which layers use sliding-window attention when a window is set: all without a skip frequency;
+    with an integer N, 1-based layer l iff l mod N != 0; with a list, its 1s
+    (Megatron-LM megatron/core/transformer/utils.py:531-546, ``is_layer_window_attention``)."""
+    if skip_freq is None:
+        return (True,) * num_layers
+    if isinstance(skip_freq, int):
+        return tuple((i + 1) % skip_freq != 0 for i in range(num_layers))
+    return tuple(bool(v) for v in skip_freq)

@@ -1,0 +1,236 @@
+"""Which layers each pipeline stage holds: even, embedding/loss-accounted and explicit first/last
+splits, and ``--pipeline-model-parallel-layout`` (Megatron-LM
+megatron/core/transformer/pipeline_parallel_layer_layout.py at d98e8a64).
+
+A layout lists the virtual pipeline stages in layer order, ``|`` between them, each a string of
+``E`` (embedding), ``t`` (a decoder layer), ``m`` (a multi-token-prediction layer) and ``L``
+(the loss); ``(…)*n`` and ``x*n`` repeat, commas are cosmetic. With p pipeline ranks and K virtual
+stages, v = K/p chunks per rank and rank i holds the virtual stages i, i + p, i + 2p … .
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import PlannerError
+
+LAYOUT_CHARS = "EtmL"
+
+
+class LayoutError(PlannerError, ValueError):
+    """A layout string Megatron-LM would not accept (one line on stderr; a ValueError for the specs)."""
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    """The virtual stages of a layout in layer order (length p·v), each a string over E, t, m, L."""
+
+    stages: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> PipelineLayout:
+        """Megatron-LM's ``parse_str_to_list`` (pipeline_parallel_layer_layout.py:283-321): drop commas,
+        unroll ``(…)*n`` then ``x*n``, split at ``|``."""
+        flat = text.replace(",", "").replace(" ", "")
+        for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+            flat = re.sub(pattern, lambda mt: mt.group(1) * int(mt.group(2)), flat)
+        bad = sorted(set(flat) - set(LAYOUT_CHARS + "|"))
+        if bad:
+            raise LayoutError(f"{text!r}: unknown layer character(s) {', '.join(bad)}; allowed E, t, m, L and |")
+        return cls(tuple(flat.split("|")))
+
+    @property
+    def text(self) -> str:
+        """A compact spelling Megatron-LM reads back: runs of equal stages as ``(…|)*n``, runs of
+        equal layers as ``x*n``."""
+        parts: list[str] = []
+        i, k = 0, len(self.stages)
+        while i < k:
+            j = i
+            while j + 1 < k and self.stages[j + 1] == self.stages[i]:
+                j += 1
+            body = _runs(self.stages[i])
+            n = j - i + 1
+            last = j == k - 1
+            if n > 1 and not last:
+                parts.append(f"({body}|)*{n}")
+            elif n > 1:
+                parts.append(f"({body}|)*{n - 1}{body}")
+            else:
+                parts.append(body + ("" if last else "|"))
+            i = j + 1
+        return "".join(parts)
+
+    def ranks(self, p: int) -> list[list[str]]:
+        """The chunks of each of the p ranks: rank i holds virtual stages i, i + p, … (Megatron-LM
+        pipeline_parallel_layer_layout.py:48-55)."""
+        v = len(self.stages) // p
+        return [[self.stages[j * p + i] for j in range(v)] for i in range(p)]
+
+    def problems(self, p: int, num_layers: int, mtp_layers: int) -> list[str]:
+        """What Megatron-LM's checks (arguments.py:941-950, pipeline_parallel_layer_layout.py:86-151)
+        reject in this layout for p ranks, L decoder layers and the MTP depth; empty if none."""
+        k = len(self.stages)
+        if k % p:
+            return [f"{k} virtual stages are not divisible by pp {p}"]
+        flat = "".join(self.stages)
+        out = []
+        if not flat.startswith("E") or flat.count("E") != 1:
+            out.append("the embedding E must come first, exactly once")
+        if not flat.endswith("L") or flat.count("L") != 1:
+            out.append("the loss L must come last, exactly once")
+        if flat.count("t") != num_layers:
+            out.append(f"{flat.count('t')} decoder layers t, but the model has {num_layers}")
+        if flat.count("m") != mtp_layers:
+            out.append(f"{flat.count('m')} MTP layers m, but the model has {mtp_layers}")
+        if "m" in flat and "t" in flat[flat.index("m") :]:
+            out.append("every decoder layer t must come before the MTP layers m")
+        ranks = self.ranks(p)
+        for i, chunks in enumerate(ranks):
+            if any("m" in c for c in chunks[:-1]):
+                out.append(f"MTP layers must sit in the last chunk of their rank (rank {i})")
+            if "m" in chunks[-1] and chunks[-1].count("m") != mtp_layers:
+                out.append("all MTP layers must sit in one chunk")
+        if any("m" in c for c in ranks[0][:-1]):
+            out.append("MTP layers may not sit on the first rank")
+        return out
+
+
+def _runs(stage: str) -> str:
+    out, i = [], 0
+    while i < len(stage):
+        j = i
+        while j + 1 < len(stage) and stage[j + 1] == stage[i]:
+            j += 1
+        n = j - i + 1
+        out.append(stage[i] + (f"*{n}" if n > 2 else stage[i] * (n - 1)))
+        i = j + 1
+    return "".join(out)
+
+
+def balanced_layouts(num_layers: int, p: int, v: int, mtp_layers: int) -> list[PipelineLayout]:
+    """Layouts search tries for p ranks of v chunks: K = p·v virtual stages, the middle ones n layers
+    each, the first (with the embedding) and the last (with the MTP layers and the loss) sharing the
+    rest, n_first + n_last = L − (K − 2)·n with 0 ≤ n_first, n_last ≤ n. For the smallest such n
+    (the most even split), the rest goes either to the first stage first (a light last stage, which
+    also computes the logits and the loss) or evenly."""
+    k = p * v
+    if p < 2 or k < 2:
+        return []
+    out: list[PipelineLayout] = []
+    n = -(-num_layers // k)
+    tried = 0
+    while tried < 1 and n <= num_layers:
+        rest = num_layers - (k - 2) * n
+        if 0 <= rest <= 2 * n:
+            tried += 1
+            for first in sorted({min(n, rest), -(-rest // 2)}):
+                last = rest - first
+                stages = ("E" + "t" * first,) + ("t" * n,) * (k - 2) + ("t" * last + "m" * mtp_layers + "L",)
+                out.append(PipelineLayout(stages))
+        elif rest < 0:
+            break
+        n += 1
+    return out
+
+
+@dataclass(frozen=True)
+class StageContents:
+    """What each of the p ranks holds: decoder layer ids (in order), MTP layers, the embedding and the loss."""
+
+    layers: tuple[tuple[int, ...], ...]
+    mtp: tuple[int, ...]
+    embedding: tuple[bool, ...]
+    loss: tuple[bool, ...]
+
+
+def _chunk_sizes(num_layers: int, p: int, v: int, split: int, first: int, last: int) -> list[list[int]] | None:
+    """Decoder layers of each rank's v chunks without a layout (Megatron-LM transformer_block.py:76-200,
+    transformer_layer.py:65-200): accounted splits count the embedding (split 1, 3) and the loss
+    (split 2, 3) as one layer of the first and last virtual stage; explicit first/last stage sizes
+    split each stage evenly into its v chunks. None if Megatron-LM would reject the split."""
+    if p == 1:
+        return [[num_layers]] if v == 1 and not (first or last) else None
+    if first or last:
+        n_first, n_last = first or None, last or None
+        middle_stages = p - (n_first is not None) - (n_last is not None)
+        rest = num_layers - (n_first or 0) - (n_last or 0)
+        if middle_stages < 1 or rest < 0 or rest % middle_stages:
+            return None
+        mid = rest // middle_stages
+        sizes = [mid] * p
+        if n_first is not None:
+            sizes[0] = n_first
+        if n_last is not None:
+            sizes[-1] = n_last
+        if any(s % v for s in sizes):
+            return None
+        return [[s // v] * v for s in sizes]
+    e, lo = int(split in (1, 3)), int(split in (2, 3))
+    total = num_layers + e + lo
+    if total % p or (total // p) % v:
+        return None
+    per = total // (p * v)
+    chunks = [[per] * v for _ in range(p)]
+    chunks[0][0] -= e
+    chunks[-1][-1] -= lo
+    return None if chunks[0][0] < 0 or chunks[-1][-1] < 0 else chunks
+
+
+@functools.lru_cache(maxsize=4096)
+def stage_contents(
+    num_layers: int, mtp_layers: int, p: int, v: int, split: int, first: int, last: int, layout: str | None
+) -> StageContents | None:
+    """The layers of each rank for one plan, or None if Megatron-LM would reject the split. Without
+    a layout the MTP layers sit on the last rank (Megatron-LM's default placement)."""
+    if layout:
+        lay = PipelineLayout.parse(layout)
+        if lay.problems(p, num_layers, mtp_layers) or len(lay.stages) != p * v:
+            return None
+        ranks = lay.ranks(p)
+        flat_ids, next_id = {}, 0
+        for j in range(v):  # virtual stages in layer order: chunk j of every rank
+            for i in range(p):
+                count = ranks[i][j].count("t")
+                flat_ids[(i, j)] = tuple(range(next_id, next_id + count))
+                next_id += count
+        layers = tuple(tuple(x for j in range(v) for x in flat_ids[(i, j)]) for i in range(p))
+        mtp = tuple(sum(c.count("m") for c in ranks[i]) for i in range(p))
+        embedding = tuple(any("E" in c for c in ranks[i]) for i in range(p))
+        loss = tuple(any("L" in c for c in ranks[i]) for i in range(p))
+        return StageContents(layers, mtp, embedding, loss)
+    sizes = _chunk_sizes(num_layers, p, v, split, first, last)
+    if sizes is None:
+        return None
+    ids: list[list[int]] = [[] for _ in range(p)]
+    next_id = 0
+    for j in range(v):
+        for i in range(p):
+            ids[i].extend(range(next_id, next_id + sizes[i][j]))
+            next_id += sizes[i][j]
+    mtp = tuple(mtp_layers if i == p - 1 else 0 for i in range(p))
+    return StageContents(
+        tuple(tuple(x) for x in ids), mtp, tuple(i == 0 for i in range(p)), tuple(i == p - 1 for i in range(p))
+    )
+
+
+COUNT_FIELDS = ("layers", "moe", "window", "mtp", "first", "last")
+
+
+def stage_counts(
+    contents: StageContents, moe_pattern: tuple[bool, ...], window_pattern: tuple[bool, ...]
+) -> np.ndarray:
+    """Per rank: [decoder layers, of them MoE, of them sliding-window, MTP layers, embedding, loss]."""
+    return np.array(
+        [
+            [len(ids), sum(moe_pattern[x] for x in ids), sum(window_pattern[x] for x in ids), mtp, emb, loss]
+            for ids, mtp, emb, loss in zip(
+                contents.layers, contents.mtp, contents.embedding, contents.loss, strict=True
+            )
+        ],
+        dtype=np.int64,
+    )

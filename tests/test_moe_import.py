@@ -1,0 +1,105 @@
+"""Launch scripts of today's MoE models, written in the patterns of Megatron-LM's own examples
+(tests/data/*_style.sh), read into the model spec and plan the flags describe."""
+
+from pathlib import Path
+
+import pytest
+
+from planner.api import explain
+from planner.megatron.importer import import_megatron
+from planner.presets import load_model
+
+DATA = Path(__file__).parent / "data"
+COST_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "ffn",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "num_experts",
+    "moe_router_topk",
+    "expert_ffn",
+    "shared_ffn",
+    "moe_pattern",
+    "mtp_layers",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+    "gated",
+    "window_pattern",
+    "window",
+    "add_bias_linear",
+    "vocab_size",
+)
+
+
+def _same_model(imported, preset):
+    for field in COST_FIELDS:
+        assert getattr(imported, field) == getattr(preset, field), field
+
+
+def test_deepseek_v3_script_reads_into_the_preset_model_and_its_layout():
+    text = (DATA / "deepseek_v3_style.sh").read_text()
+    imp = import_megatron(text, hardware="dgx-h100-superpod")
+    req = imp.request
+    _same_model(req.ctx.model, load_model("deepseek-v3"))
+    assert req.gpus == 1024 and (req.plan.pp, req.plan.ep, req.plan.etp) == (16, 64, 1)
+    assert req.plan.pipeline_layout == "Et*4|(t*4|)*14tmL" and req.plan.vpp == 1
+    assert req.plan.moe_token_dispatcher.value == "flex"
+    assert req.ctx.options.moe_flex_dispatcher_backend.value == "deepep"
+    pj = explain(req)
+    assert pj["parallel"]["stage_layers"] == [4] * 15 + [1]
+    assert pj["model_params"]["total"] == 682_636_472_320  # 671.0B + the MTP depth (11.6B)
+
+
+def test_deepseek_v3_script_with_its_fsdp_block():
+    text = (DATA / "deepseek_v3_style.sh").read_text()
+    imp = import_megatron(text, hardware="dgx-h100-superpod", env={"USE_MEGATRON_FSDP": "1", "PP": "1"})
+    assert imp.request.plan.fsdp and imp.request.plan.pp == 1
+
+
+def test_gpt_oss_script_reads_its_biases_gate_windows_and_sinks():
+    imp = import_megatron((DATA / "gpt_oss_style.sh").read_text(), hardware="dgx-h100-superpod")
+    model = imp.request.ctx.model
+    _same_model(model, load_model("gpt-oss-20b"))
+    assert model.softmax_type.value == "learnable" and model.window_size == (127, 0)
+    assert model.window_pattern[:4] == (True, False, True, False)  # 1-based layer l windowed iff l mod 2 != 0
+    assert imp.request.plan.etp == 1 and imp.request.plan.moe_token_dispatcher.value == "alltoall"
+    assert explain(imp.request)["legal"]
+
+
+def test_mixtral_script_reads_with_its_tokenizer_from_the_preset():
+    text = (DATA / "mixtral_style.sh").read_text()
+    imp = import_megatron(text, model="mixtral-8x7b", hardware="dgx-h100-superpod")
+    req = imp.request
+    assert req.gpus == 32 and (req.plan.pp, req.plan.ep) == (4, 8)
+    assert req.plan.moe_token_dispatcher.value == "alltoall"
+    assert req.ctx.options.overlap_param_gather
+    assert explain(req)["legal"]
+
+
+def test_recompute_modules_other_than_the_attention_core_are_named_not_modelled():
+    text = (
+        (DATA / "deepseek_v3_style.sh")
+        .read_text()
+        .replace(
+            "--recompute-granularity full\n    --recompute-method uniform\n    --recompute-num-layers 1",
+            "--recompute-granularity selective\n    --recompute-modules mla_up_proj moe_act",
+        )
+    )
+    imp = import_megatron(text, hardware="dgx-h100-superpod")
+    assert any("recomputation of chosen modules" in w for w in imp.warnings)
+
+
+def test_deepep_switch_needs_the_flex_dispatcher():
+    text = (
+        (DATA / "deepseek_v3_style.sh")
+        .read_text()
+        .replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type alltoall\n    --moe-enable-deepep")
+    )
+    with pytest.raises(Exception, match="DeepEP backend is only supported with flex token dispatcher"):
+        import_megatron(text, hardware="dgx-h100-superpod")
