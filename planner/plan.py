@@ -96,13 +96,15 @@ class RecomputeMethod(StrEnum):
 
 class RecomputeModule(StrEnum):
     """--recompute-modules with selective recomputation (transformer_config.py:1940-1962), those
-    megaplan models; Megatron's others need model features megaplan has no field for."""
+    megaplan models; Megatron's others need model features megaplan has no field for (Mamba, GDN, mHC)."""
 
     CORE_ATTN = "core_attn"
     MLP = "mlp"
     LAYERNORM = "layernorm"
     MOE_ACT = "moe_act"
     MOE = "moe"
+    MLA_UP_PROJ = "mla_up_proj"  # multi-latent attention's up-projections (multi_latent_attention.py:171-174)
+    SHARED_EXPERTS = "shared_experts"  # the MoE layers' shared experts (moe_layer.py:252-255)
 
 
 class CudaGraphImpl(StrEnum):

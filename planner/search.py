@@ -154,11 +154,19 @@ def _solve_block(grid: PlanGrid, contexts: list[Context], code: np.ndarray, capa
 
 def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.ndarray]:
     """Block-recomputation variants of the rows without recomputation that do not fit, with the fewest
-    recomputed layers that fit; and the row each comes from."""
-    base = np.flatnonzero((scored.grid.recompute == 0) & (scored.peak > capacity))
+    recomputed layers that fit; and the row each comes from. Rows overlapping the expert all-to-all
+    have none: Megatron refuses the overlap with full recomputation (their twin without it has one)."""
+    base = np.flatnonzero((scored.grid.recompute == 0) & (scored.peak > capacity) & ~scored.grid.a2a_overlap)
     grid = scored.grid.take(base)
     grid = replace(grid, recompute=np.full(len(grid), 2, dtype=np.int8), recompute_block=np.ones(len(grid), bool))
-    k = _solve_block(grid, scored.contexts, scored.option_set[base], capacity)
+    # the layers needed never fall as the micro-batch grows and do not depend on the dispatcher
+    # (``_by_family``): solve each family's smallest micro-batch first, the others where that one can
+    code = scored.option_set[base]
+
+    def solve(pos: np.ndarray) -> np.ndarray:
+        return _solve_block(grid.take(pos), scored.contexts, code[pos], capacity)
+
+    k = _by_family(grid, np.arange(len(grid)), solve, lambda k: k == 0)
     keep = np.flatnonzero(k > 0)
     return replace(grid.take(keep), recompute_layers=k[keep]), base[keep]
 
@@ -295,37 +303,60 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float)
     A plan's memory never falls as its micro-batch grows: weights and states do not depend on b, and
     every activation term holds b·s tokens per micro-batch times min(micro-batches in flight, m),
     which is min((p − i)·b, B/d) micro-batch-sequences for 1F1B (and alike for the interleaved
-    schedule). So the plans that differ only in b are measured smallest b first; when that one does
-    not fit, the others get its peak, a lower bound, and are not measured."""
-    peak = np.empty(len(idx))
-    if not len(idx):
-        return peak
-    others = [getattr(grid, f.name)[idx] for f in fields(grid) if f.name not in ("micro_batch", "layouts")]
-    order = np.lexsort([grid.micro_batch[idx], *others[::-1]])
-    new_group = np.ones(len(idx), dtype=bool)
-    for col in others:
-        ranked = col[order]
-        new_group[1:] &= ranked[1:] == ranked[:-1]
-    new_group = ~new_group
-    new_group[0] = True
-    group = np.cumsum(new_group) - 1  # group of each plan, in sorted order
-    first = order[new_group]  # the smallest micro-batch of each group
+    schedule); and it does not depend on the MoE dispatcher or the all-to-all overlap. So the plans
+    that differ only in those are measured once per micro-batch, smallest first; when that one does
+    not fit, the others get its peak, a lower bound, and are not measured (``_by_family``)."""
 
-    def measure(rows: np.ndarray) -> None:
+    def measure(pos: np.ndarray) -> np.ndarray:
+        out = np.empty(len(pos))
         with np.errstate(divide="ignore", invalid="ignore"):
-            for start in range(0, len(rows), CHUNK):
-                part = rows[start : start + CHUNK]
-                peak[part] = peak_memory_bytes(grid.take(idx[part]), ctx)
+            for start in range(0, len(pos), CHUNK):
+                part = pos[start : start + CHUNK]
+                out[start : start + CHUNK] = peak_memory_bytes(grid.take(idx[part]), ctx)
+        return out
 
-    measure(first)
-    first_fits = peak[first] <= capacity
-    sorted_rows = order
-    in_fitting_group = first_fits[group]
-    rest = sorted_rows[in_fitting_group & ~new_group]
-    measure(np.sort(rest))
-    bounded = sorted_rows[~in_fitting_group]
-    peak[bounded] = peak[first][group[~in_fitting_group]]
-    return peak
+    return _by_family(grid, idx, measure, lambda peak: peak > capacity)
+
+
+SAME_MEMORY = ("dispatcher", "a2a_overlap")  # knobs a plan's memory does not depend on
+
+
+def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails) -> np.ndarray:
+    """A value per plan of ``idx`` that never improves as the micro-batch grows and does not depend on
+    ``SAME_MEMORY`` (peak memory; block recomputation's layers): ``measure`` (positions in idx → values)
+    runs once per family and micro-batch, smallest micro-batch first; where that ``fails``, the
+    family's other plans take its value and are not measured."""
+    values = np.empty(len(idx))
+    if not len(idx):
+        return values
+    keys = [getattr(grid, f.name)[idx] for f in fields(grid) if f.name not in ("micro_batch", "layouts", *SAME_MEMORY)]
+    digest = np.zeros(len(idx), dtype=np.uint64)  # a hash to sort by; the comparison below keeps it exact
+    for col in keys:
+        digest = digest * np.uint64(1_000_003) + np.asarray(col).astype(np.uint64)
+    b = grid.micro_batch[idx]
+    order = np.lexsort([b, digest])
+    new_family = np.zeros(len(idx), dtype=bool)
+    for col in keys:
+        ranked = col[order]
+        new_family[1:] |= ranked[1:] != ranked[:-1]
+    new_family[0] = True
+    ranked_b = b[order]
+    new_sub = new_family.copy()
+    new_sub[1:] |= ranked_b[1:] != ranked_b[:-1]
+    sub = np.cumsum(new_sub) - 1  # (family, micro-batch) group of each sorted plan
+    family_of_sub = np.cumsum(new_family)[new_sub] - 1
+    first_sub = new_family[new_sub]  # the smallest micro-batch of its family
+    reps = order[new_sub]
+    sub_value = np.empty(len(reps))
+    heads = np.flatnonzero(first_sub)
+    sub_value[heads] = measure(reps[heads])
+    family_fails = fails(sub_value[heads])
+    rest = np.flatnonzero(~first_sub & ~family_fails[family_of_sub])
+    sub_value[rest] = measure(reps[rest])
+    bounded = np.flatnonzero(~first_sub & family_fails[family_of_sub])
+    sub_value[bounded] = sub_value[heads][family_of_sub[bounded]]
+    values[order] = sub_value[sub]
+    return values
 
 
 def _nothing_fits(

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from planner.api import explain
-from planner.errors import PlannerError
+from planner.errors import InfeasibleError, PlannerError
 from planner.fidelity.runs import load_runs
 from planner.fidelity.validate import predict
 from planner.megatron.importer import import_megatron
@@ -134,8 +134,11 @@ def test_recompute_method_layers_and_modules_are_read():
 def test_full_recompute_without_method_is_refused_as_megatron_does():
     with pytest.raises(PlannerError, match="--recompute-method uniform|block"):
         import_megatron(SMALL + "--recompute-granularity full", gpus=8)
-    with pytest.raises(PlannerError, match="mla_up_proj: needs model features"):
-        import_megatron(SMALL + "--recompute-granularity selective --recompute-modules mla_up_proj", gpus=8)
+    with pytest.raises(PlannerError, match="gdn_norm_out: needs model features"):
+        import_megatron(SMALL + "--recompute-granularity selective --recompute-modules gdn_norm_out", gpus=8)
+    mla = import_megatron(SMALL + "--recompute-granularity selective --recompute-modules mla_up_proj", gpus=8)
+    with pytest.raises(InfeasibleError, match="mla_up_proj recomputation needs multi-latent attention"):
+        explain(mla.request)
 
 
 def test_cuda_graph_flags_old_and_new():
@@ -170,7 +173,7 @@ def test_options_read_but_not_modelled_are_reported():
     )
     text = " ".join(out.warnings)
     assert "not modelled, the estimate leaves out: " in text
-    assert "FP8 recipes other than delayed scaling (--fp8-recipe tensorwise)" in text
+    assert "the FP8 recipe's own speed (priced at the preset's FP8 rate) (--fp8-recipe tensorwise)" in text
     assert "the optimizer's CPU offload (--optimizer-cpu-offload True)" in text
 
 

@@ -137,9 +137,9 @@ def test_every_unknown_flag_of_a_script_is_reported_at_once():
 
 
 def test_architecture_the_planner_does_not_model_is_a_note_not_an_error():
-    imp = import_megatron(NET + "--vocab-size 1000 --recompute-modules mlp --moe-shared-expert-gate", gpus=8)
+    imp = import_megatron(NET + "--vocab-size 1000 --moe-latent-size 128 --moe-shared-expert-gate", gpus=8)
     warning = next(w for w in imp.warnings if w.startswith("not modelled"))
-    assert "recomputation of chosen modules" in warning and "shared expert's gate" in warning
+    assert "latent MoE" in warning and "shared expert's gate" in warning
 
 
 def test_underscore_spellings_are_read_as_dashes():

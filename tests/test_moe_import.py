@@ -82,17 +82,21 @@ def test_mixtral_script_reads_with_its_tokenizer_from_the_preset():
     assert explain(req)["legal"]
 
 
-def test_recompute_modules_other_than_the_attention_core_are_named_not_modelled():
-    text = (
-        (DATA / "deepseek_v3_style.sh")
-        .read_text()
-        .replace(
-            "--recompute-granularity full\n    --recompute-method uniform\n    --recompute-num-layers 1",
-            "--recompute-granularity selective\n    --recompute-modules mla_up_proj moe_act",
-        )
-    )
-    imp = import_megatron(text, hardware="dgx-h100-superpod")
-    assert any("recomputation of chosen modules" in w for w in imp.warnings)
+def test_mla_and_expert_recompute_modules_are_read_and_save_memory():
+    full = "--recompute-granularity full\n    --recompute-method uniform\n    --recompute-num-layers 1"
+    script = (DATA / "deepseek_v3_style.sh").read_text()
+
+    def imported(modules: str):
+        text = script.replace(full, f"--recompute-granularity selective\n    --recompute-modules {modules}")
+        return import_megatron(text, hardware="dgx-h100-superpod")
+
+    both = imported("mla_up_proj moe_act shared_experts")
+    assert [m.value for m in both.request.ctx.options.recompute_modules] == ["mla_up_proj", "moe_act", "shared_experts"]
+    assert not any("recompute" in w for w in both.warnings)
+    core = explain(imported("core_attn").request)
+    saved = explain(both.request)
+    assert saved["estimate"]["memory"]["activations"] < core["estimate"]["memory"]["activations"]
+    assert 0 < saved["estimate"]["time"]["recompute"] < core["estimate"]["time"]["recompute"]  # no MLA core again
 
 
 def test_deepep_switch_needs_the_flex_dispatcher():

@@ -270,3 +270,40 @@ def test_every_preset_reports_total_and_active_parameters():
     dense = explain(make_request(model="llama3-8b", gpus=8))["model_params"]
     assert dense["total"] == dense["active"] == 8_030_261_248
     assert np.isfinite(dense["total"])
+
+
+def test_megatron_weight_and_optimizer_footprint_of_a_deepseek_v3_plan():
+    """compute_weight_and_optimizer_memory, l. 215-303, by hand for TP4 PP4 EP128 ETP1 on 1,024 GPUs with
+    the distributed optimizer: the first stage holds 1/p of the block, the whole MTP block and the
+    embedding; Megatron printed "weight and optimizer=23093.92 MB" for these flags."""
+    a = PRESETS["deepseek-v3"]
+    h, X, f, f_e, f_s, nu = a["h"], a["X"], a["f"], a["f_e"], a["f_s"], 1
+    r_q, r_kv, d_qk, d_r, d_v = a["mla"]
+    n, t, p, ep, etp, world = a["n"], 4, 4, 128, 1, 1024
+    attention = r_q * (h + n * (d_qk + d_r) + nu) + r_kv * (h + n * (d_qk + d_v) + nu) + h * d_r + n * d_v * h
+    tp_block = 3 * (attention + 3 * h * f) + 58 * (attention + 3 * h * f_s)
+    rep_block = 61 * 2 * h * nu + 58 * h * X + nu * h
+    exp_block = 58 * 3 * h * f_e * X
+    tp_mtp, rep_mtp, exp_mtp = attention + 3 * h * f_s, 2 * h * nu + h * X, 3 * h * f_e * X
+    embedding = h * padded_vocab(a["V"], 128, t)
+    dense_shard = (tp_block / p + tp_mtp + embedding) / t + rep_block / p + rep_mtp
+    expert_shard = (exp_block / p + exp_mtp) / (etp * ep)
+    dp, edp = world // (t * p), world // (etp * ep * p)
+    hand = dense_shard * (6 + 12 / dp) + expert_shard * (6 + 12 / edp)
+    assert round(hand / 2**20, 2) == 23093.92
+    req = make_request(
+        model="deepseek-v3",
+        hardware="dgx-h100-superpod",
+        gpus=world,
+        tp=t,
+        pp=p,
+        vpp=4,
+        ep=ep,
+        etp=etp,
+        sequence_parallel=True,
+        distributed_optimizer=True,
+        pipeline_layout="Et*4|(t*4|)*14tmL",
+        global_batch=15360,
+    )
+    megatron = explain(req)["megatron_estimate"]
+    assert megatron["weight_and_optimizer_mib"] == pytest.approx(hand / 2**20, rel=1e-12)

@@ -11,8 +11,8 @@ from planner.cli.option_spec import Option
 MEMORY_OPTIONS: tuple[Option, ...] = (
     Option(
         ("--recompute-modules",),
-        "Selective recomputation's modules, comma-separated: core_attn, mlp, layernorm, moe_act, moe "
-        "[default: core_attn].",
+        "Selective recomputation's modules, comma-separated: core_attn, mlp, layernorm, moe_act, moe, "
+        "mla_up_proj, shared_experts [default: core_attn].",
         type=click.STRING,
     ),
     Option(

@@ -183,7 +183,10 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     elementwise = parts["norm_residual"] / 2 + latent_norms  # the unfused softmax is in the core's time
     if lt.fp8:  # quantise the attention's linear inputs to FP8
         elementwise = elementwise + FP8_CAST_BYTES * sbh * fp8_inputs
-    sel = core_fwd * (RecomputeModule.CORE_ATTN in ctx.options.recompute_modules)
+    modules = ctx.options.recompute_modules
+    sel = core_fwd * (RecomputeModule.CORE_ATTN in modules)
+    if mo.multi_latent_attention and RecomputeModule.MLA_UP_PROJ in modules:  # Q, K, V from the latents again
+        sel = sel + sum(gtime[k] for k in ("q_up", "kv_up") if k in gtime)
     overhead = _half_overhead(ctx, CudaGraphModule.ATTN)
     block = _timed(lt, ctx, linear, core_fwd, core_bwd, elementwise, tp_raw, overhead, sel)
     block["cp_fwd"], block["cp_bwd"] = _cp_ring_exposed(lt, ctx, core_fwd, core_bwd)
@@ -244,8 +247,9 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     act = 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e
     if RecomputeModule.MOE in modules:  # the MoE block's forward again (its dispatch too: ``layer_terms``)
         sel = experts + shared + (act + PERMUTE_BYTES * A * lt.h + shared_elementwise) / hbm
-    else:  # moe_act: the experts' activation function again
+    else:  # moe_act: the experts' activation function again; shared_experts: their forward again
         sel = (RecomputeModule.MOE_ACT in modules) * act / hbm
+        sel = sel + (RecomputeModule.SHARED_EXPERTS in modules) * (shared + shared_elementwise / hbm)
     overhead = _half_overhead(ctx, CudaGraphModule.MOE)
     block = _timed(
         lt, ctx, experts + shared, 0.0, 0.0, elementwise + shared_elementwise, shared_tp + 0.0 * A, overhead, sel

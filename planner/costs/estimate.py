@@ -8,19 +8,19 @@ data-parallel communication and the schedule into named terms that add up.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from planner.costs import Formula, flops, layer_time, memory, memory_parts
+from planner.costs import Formula, layer_time, memory, memory_parts
 from planner.costs import communication as comm
+from planner.costs.flop_terms import flop_terms
 from planner.costs.layer_time import activation_message, layer_time_formulas, layer_times, stage_step
 from planner.costs.letters import Letters
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes
 from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
-from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, ParallelPlan, RecomputeModule
+from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, ParallelPlan
 from planner.space.grid import PlanGrid
 
 ADAM_BYTES_PER_PARAM = {  # HBM traffic of one Adam step per (sharded) parameter
@@ -251,7 +251,7 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
         peak_memory_bytes=memory_terms["total"],
         peak_stage=peak_stage,
         stage_layers_legal=lt.split_legal[:, 0],
-        flops=_flop_terms(lt, ctx),
+        flops=flop_terms(lt, ctx),
         bubble_frac=time["bubble"] / iteration,
         stages=_every_stage(lt, ctx, p2p) if stages else None,
         parts=_parts(lt, ctx, peak_stage, rep[rows, slow_col]) if stages else None,
@@ -289,50 +289,6 @@ def _every_stage(lt: Letters, ctx: Context, p2p: np.ndarray) -> Stages:
         moe_layers=np.where(here, st["moe"], 0),
         mtp_layers=np.where(here, st["mtp"], 0),
     )
-
-
-def _flop_terms(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
-    """Model, hardware (with recomputation) and Megatron-logged FLOPs per iteration, all GPUs.
-
-    ``model``: every GEMM with attention unmasked (the papers' MFU basis), sliding windows at their
-    band and gated MLPs as they are; ``megatron``: as Megatron-LM's num_floating_point_operations
-    logs it (causal attention halved, --quick-geglu counted ungated, sliding windows as full)."""
-    mo = ctx.model
-    V = lt.V[:, 0]
-    shape, logged_shape = flops.Shape.of(mo), flops.Shape.of(mo, megatron=True)
-    vocab = np.unique(V)
-    model = np.array([_model_flops(lt.B, lt.s, int(v), shape, None) for v in vocab])
-    logged = np.array([_model_flops(lt.B, lt.s, int(v), logged_shape, 0.5) for v in vocab])
-    idx = np.searchsorted(vocab, V)
-    rec = _recomputed_flops(lt, ctx, shape)
-    return {"model": model[idx], "hardware": model[idx] + rec, "megatron": logged[idx]}
-
-
-@functools.lru_cache(maxsize=256)
-def _model_flops(B: int, s: int, V: int, shape: flops.Shape, attention_frac: float | None) -> float:
-    return flops.model_flops(B, s, V, shape, attention_frac=attention_frac)
-
-
-def _recomputed_flops(lt: Letters, ctx: Context, shape: flops.Shape) -> np.ndarray:
-    """FLOPs recomputation re-does (flops.recompute_flops): block recomputation re-runs its share of the
-    layers (of an even split's stage); selective recomputation the modules it names: the attention
-    core, the dense layers' MLPs (mlp), the MoE layers' experts (moe)."""
-    rc = lt.rc[:, 0]
-    full = flops.recompute_flops(lt.B, lt.s, shape, recompute=np.full_like(rc, 2))
-    core = flops.recompute_flops(lt.B, lt.s, shape, recompute=np.ones_like(rc))
-    n = lt.L / lt.p  # (plans, 1)
-    share = np.where(lt.rblock, lt.recomputed_layers(n) / np.maximum(n, 1), 1.0)[:, 0]
-    modules = ctx.options.recompute_modules
-    part = flops.layer_forward(lt.B, lt.s, shape)
-    moe_layers = shape.moe_layers + (shape.mtp if shape.mtp_moe else 0)
-    mlp = part["mlp"] * (shape.L + shape.mtp - moe_layers)
-    experts = part["moe"] * moe_layers
-    selective = (
-        core * (RecomputeModule.CORE_ATTN in modules)
-        + mlp * (RecomputeModule.MLP in modules)
-        + experts * (RecomputeModule.MOE in modules)
-    )
-    return np.where(rc == 2, share * full, np.where(rc == 1, selective, 0.0))
 
 
 def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:

@@ -182,7 +182,9 @@ def core_fraction(s: int, window: int | None, *, causal: bool) -> float:
 def layer_forward(B: int, s: int, shape: Shape) -> dict[str, float]:
     """Forward FLOPs of one layer for B sequences of s tokens by part: ``attention`` (its linear
     GEMMs), ``core`` (the s×s score and context GEMMs, unmasked), ``mlp`` (dense), ``moe`` (k routed
-    experts and the shared experts). A layer's forward is attention + core·(fraction) + mlp or moe."""
+    experts and the shared experts). A layer's forward is attention + core·(fraction) + mlp or moe.
+    Of them, ``up_proj`` (MLA's up-projections) and ``shared`` (the shared experts): what the recompute
+    modules mla_up_proj and shared_experts run again."""
     if shape.mla:
         gm = mla_gemms(B, s, shape.h, shape.a, shape.mla, 1)
         attention = sum(float(v.flops) for k, v in gm.items() if k not in ATTENTION_CORE)
@@ -195,7 +197,9 @@ def layer_forward(B: int, s: int, shape: Shape) -> dict[str, float]:
     gate = 2 if shape.gated else 1
     mlp = 2.0 * T * shape.h * shape.f * (gate + 1)
     moe = 2.0 * T * shape.h * (shape.f_e * shape.topk + shape.f_s) * (gate + 1)
-    return {"attention": attention, "core": core, "mlp": mlp, "moe": moe}
+    up_proj = sum(float(gm[k].flops) for k in ("q_up", "kv_up") if k in gm) if shape.mla else 0.0
+    shared = 2.0 * T * shape.h * shape.f_s * (gate + 1)
+    return {"attention": attention, "core": core, "mlp": mlp, "moe": moe, "up_proj": up_proj, "shared": shared}
 
 
 @functools.lru_cache(maxsize=1024)

@@ -8,7 +8,7 @@ import numpy as np
 
 from planner.costs import memory, moe
 from planner.costs.letters import Letters
-from planner.costs.mla import mla_activation_parts
+from planner.costs.mla import mla_activation_parts, mla_up_proj_outputs
 from planner.plan import Context, RecomputeModule
 
 KINDS = ("whole", "selective", "input")  # no recomputation, --recompute-modules, full recomputation
@@ -71,12 +71,15 @@ def layer_activations(lt: Letters, ctx: Context) -> dict:
     MoE layers keep the routed copies and the experts' internals (``moe.moe_mlp_activation_bytes``)
     and the shared experts' MLP tensors instead of the dense MLP's; --recompute-modules moe recomputes
     the whole MoE block (routed and shared experts) from its input, moe_act discards the experts'
-    activation output, fc2's input (an output-discarding checkpoint, transformer_config.py:560-583)."""
+    activation output, fc2's input (an output-discarding checkpoint, transformer_config.py:560-583),
+    shared_experts the shared experts' tensors (moe_layer.py:515-529), mla_up_proj MLA's Q, K and V."""
     mo, modules = ctx.model, ctx.options.recompute_modules
     parts = activation_parts(lt, ctx)
     (attn_split, attn_repl), (mlp_split, mlp_repl) = parts["attention"], parts["mlp"]
     zero = np.zeros_like(lt.rc)
     split_s, repl_s, rc_s = selective_coefficients(parts, modules, lt.dropout)
+    up = mla_up_proj_outputs(mo) if mo.multi_latent_attention and RecomputeModule.MLA_UP_PROJ in modules else 0.0
+    split_s -= up  # mla_up_proj: Q, K and V are recomputed from the latents before the core's backward
     dense = {
         "whole": per_layer_bytes(lt, ctx, attn_split + mlp_split, attn_repl + mlp_repl, zero),
         "selective": per_layer_bytes(lt, ctx, split_s, repl_s, zero + rc_s),
@@ -84,7 +87,7 @@ def layer_activations(lt: Letters, ctx: Context) -> dict:
     }
     attention = {
         "whole": per_layer_bytes(lt, ctx, attn_split, attn_repl, zero),
-        "selective": per_layer_bytes(lt, ctx, attn_split, attn_repl, zero + rc_s),
+        "selective": per_layer_bytes(lt, ctx, attn_split - up, attn_repl, zero + rc_s),
     }
     out = {"dense": dense, "moe": dense, "attention": kept_per_layer(lt, {**attention, "input": dense["input"]})}
     out["routed"] = out["shared"] = 0.0 * out["attention"]
@@ -111,7 +114,7 @@ def layer_activations(lt: Letters, ctx: Context) -> dict:
     recomputed_block = RecomputeModule.MOE in modules
     act_out = A * lt.f_e * (1.0 if lt.fp8 else 2.0) if RecomputeModule.MOE_ACT in modules else 0.0
     routed_s = 0.0 * routed if recomputed_block else routed - act_out
-    shared_s = 0.0 * shared if recomputed_block else shared
+    shared_s = 0.0 * shared if recomputed_block or RecomputeModule.SHARED_EXPERTS in modules else shared
     out["moe"] = {
         "whole": attention["whole"] + routed + shared,
         "selective": attention["selective"] + routed_s + shared_s,

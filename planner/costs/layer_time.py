@@ -232,6 +232,8 @@ def recompute_formula(ctx: Context, plan: ParallelPlan) -> Formula:
             RecomputeModule.MOE: "the MoE block and its token dispatch (MoE layers)",
             RecomputeModule.MOE_ACT: "the experts' activation function (MoE layers)",
             RecomputeModule.LAYERNORM: "nothing for the norms (fused into the linear layers)",
+            RecomputeModule.MLA_UP_PROJ: "MLA's up-projections (Q, K, V from the latents)",
+            RecomputeModule.SHARED_EXPERTS: "the shared experts (MoE layers)",
         }
         what = ", ".join(names[m] for m in ctx.options.recompute_modules) or "nothing"
         return Formula(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner.models.params import attention_params
 from planner.models.spec import ModelSpec, Normalization
 from planner.plan import ParallelPlan, PlanOptions, Recompute, TrainingSpec
 
@@ -35,14 +36,18 @@ class MegatronMemory:
 
 def weight_and_optimizer_bytes(mo: ModelSpec, p: ParallelPlan, world: int) -> float:
     """compute_weight_and_optimizer_memory (lines 12-305): the most loaded shard's parameters (1/p of the
-    layers plus one embedding, plus the output layer when untied and p = 1) × 18 bytes, or 6 + 12/D
-    with the distributed optimizer, D = data-parallel size without CP (experts: the expert DP size)."""
+    layers plus one embedding and the whole MTP block, plus the output layer when untied and p = 1) × 18
+    bytes, or 6 + 12/D with the distributed optimizer, D = data-parallel size without CP (experts: the
+    expert DP size). Multi-latent attention counts as Megatron's lines 62-80 do, all of it split over t."""
     h, a, L, t, pp = mo.hidden_size, mo.num_attention_heads, mo.num_layers, p.tp, p.pp
     g, d = mo.query_groups, mo.head_dim
     gate = 1.5 if mo.swiglu else 1.0
     norm = 1 if mo.normalization is Normalization.RMSNORM else 2
     attention = 2 * h * h * (1 + g / a) * (d * a / h)
+    if mo.multi_latent_attention:
+        attention = float(attention_params(mo, 1, megatron=True))
     dense_mlp = 2 * h * mo.ffn * gate
+    shared = 2 * h * (mo.shared_ffn or 0) * gate
     layernorms = 2 * h * norm
     moe = mo.num_moe_layers if mo.is_moe else 0
     dense = L - moe
@@ -51,12 +56,16 @@ def weight_and_optimizer_bytes(mo: ModelSpec, p: ParallelPlan, world: int) -> fl
     router = h * experts + (experts if mo.add_bias_linear else 0) if mo.is_moe else 0.0
     vocab = math.ceil(mo.vocab_size / (mo.make_vocab_size_divisible_by * t)) * mo.make_vocab_size_divisible_by * t
     embedding = h * vocab
-    tp_sharded = (attention + dense_mlp) * dense + attention * moe
+    tp_sharded = (attention + dense_mlp) * dense + (attention + shared) * moe
     replicated = layernorms * dense + (layernorms + router) * moe + norm * h
     expert_sharded = routed * moe
-    shard_tp = (tp_sharded / pp + embedding) / t
-    shard_rep = replicated / pp
-    shard_exp = expert_sharded / pp / (p.etp * p.ep)
+    mtp, mtp_moe = mo.mtp_layers, mo.is_moe and mo.mtp_is_moe  # each depth a layer of the last layer's kind
+    tp_mtp = mtp * (attention + (shared if mtp_moe else dense_mlp))
+    rep_mtp = mtp * (layernorms + (router if mtp_moe else 0.0))
+    exp_mtp = mtp * (routed if mtp_moe else 0.0)
+    shard_tp = (tp_sharded / pp + tp_mtp + embedding) / t
+    shard_rep = replicated / pp + rep_mtp
+    shard_exp = (expert_sharded / pp + exp_mtp) / (p.etp * p.ep)
     if mo.untie_embeddings_and_output_weights and pp == 1:
         shard_tp += embedding / t
     dp = world // (t * pp * p.cp)
@@ -120,6 +129,15 @@ def differences(mo: ModelSpec, tr: TrainingSpec, p: ParallelPlan, opts: PlanOpti
         )
     if mo.query_groups != mo.num_attention_heads or mo.swiglu or mo.head_dim * mo.num_attention_heads != mo.hidden_size:
         out.append("its per-layer activations assume no GQA, a plain 4h MLP and d_h = h/a (TODO at lines 313-314)")
+    if mo.is_moe or mo.multi_latent_attention or mo.mtp_layers:
+        out.append(
+            "its activations are MoE-blind: every layer keeps a dense MLP of --ffn-hidden-size, not the routed "
+            "tokens, the experts' internals, MLA's latents or the MTP layers (lines 308-453)"
+        )
+    if mo.gated and not mo.swiglu:
+        out.append("a gated MLP counts as gated only with --swiglu: --quick-geglu experts lose a third (line 21)")
+    if mo.mtp_layers:
+        out.append("the whole MTP block is counted on the first stage, where Megatron-Core puts it on the last")
     if opts.grad_buffer_in_16_bits or opts.fp8_param_gather or opts.use_precision_aware_optimizer:
         out.append(
             "bytes per parameter are always 18 or 6 + 12/D: bf16 gradients, FP8 weights and the precision-aware "

@@ -46,6 +46,15 @@ def mla_activation_parts(
     return split, replicated
 
 
+def mla_up_proj_outputs(model: ModelSpec) -> float:
+    """Coefficient of sbh (split over t) of what --recompute-modules mla_up_proj discards and recomputes
+    before the core's backward: the up-projections' outputs Q and K after RoPE, 2·n(d_qk + d_r) each,
+    and V, 2·n·d_v (multi_latent_attention.py:983-990, CheckpointWithoutOutput)."""
+    n = model.num_attention_heads
+    _, _, d_qk, d_r, d_v = mla_letters(model)
+    return (2 * 2 * n * (d_qk + d_r) + 2 * n * d_v) / model.hidden_size
+
+
 def mla_gather_width(model: ModelSpec) -> int:
     """Channels per token the attention block all-gathers over t with sequence parallelism: the
     query latent r_q (h without one), the key/value latent r_kv and the rotary key d_r, which the

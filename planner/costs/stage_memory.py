@@ -7,11 +7,11 @@ import numpy as np
 from planner.costs import Formula, memory, process_memory
 from planner.costs.layer_memory import kept_per_layer, layer_activations, selective_coefficients
 from planner.costs.letters import Letters
-from planner.costs.mla import mla_activation_parts
+from planner.costs.mla import mla_activation_parts, mla_up_proj_outputs
 from planner.costs.pipeline import in_flight_microbatches
 from planner.hardware.spec import GIB
 from planner.models.params import dense_layer_params, embedding_params, moe_layer_params, mtp_extra_params, norm_params
-from planner.plan import OPTIMIZER_DTYPE_BYTES, AttentionKernel, Context, ParallelPlan, Recompute
+from planner.plan import OPTIMIZER_DTYPE_BYTES, AttentionKernel, Context, ParallelPlan, Recompute, RecomputeModule
 
 ALLOCATED_TERMS = ("weights", "gradients", "optimizer", "activations", "cuda_graphs", "workspaces")
 MEMORY_TERMS = (*ALLOCATED_TERMS, "nccl", "cuda_context", "fragmentation")
@@ -284,6 +284,8 @@ def _per_layer_text(ctx: Context, plan: ParallelPlan) -> str:
     unfused = opts.attention_kernel is AttentionKernel.UNFUSED
     if plan.recompute is Recompute.SELECTIVE:
         split, replicated, rc = selective_coefficients(parts, opts.recompute_modules, mo.hidden_dropout > 0)
+        if mo.multi_latent_attention and RecomputeModule.MLA_UP_PROJ in opts.recompute_modules:
+            split -= mla_up_proj_outputs(mo)
         scores = " + 5as/(ht)" if unfused and rc == 0 else ""
         modules = ", ".join(m.value for m in opts.recompute_modules) or "none"
         return f"sbh{cp}·({replicated:.3g}{'/t' if sp else ''} + {split:.3g}/t{scores}) (selective: {modules})"

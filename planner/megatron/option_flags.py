@@ -42,7 +42,7 @@ def recompute_modules(v: dict) -> tuple[str, ...]:
     if unknown:
         raise PlannerError(
             f"--recompute-modules {' '.join(unknown)}: needs model features megaplan does not model "
-            f"(MLA, shared experts, Mamba or GDN layers); modelled: {', '.join(sorted(MODELLED_MODULES))}"
+            f"(Mamba, GDN or mHC layers); modelled: {', '.join(sorted(MODELLED_MODULES))}"
         )
     return tuple(dict.fromkeys(modules))
 

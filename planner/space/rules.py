@@ -10,114 +10,15 @@ the lines).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
-from types import SimpleNamespace
 
 import numpy as np
 
-from planner.models.pipeline_layout import PipelineLayout
 from planner.models.spec import ModelSpec, PositionEmbedding
-from planner.plan import SPLIT_BY_CODE, PlanOptions, TrainingSpec, num_microbatches
-from planner.space.grid import PlanGrid, StageLayers, stage_layers
+from planner.plan import SPLIT_BY_CODE, PlanOptions, TrainingSpec
+from planner.space.grid import PlanGrid
+from planner.space.rule_inputs import Rule, RuleInputs
 
-
-@dataclass(frozen=True)
-class RuleInputs:
-    """The letters the rules read, over every plan of a grid."""
-
-    grid: PlanGrid
-    model: ModelSpec
-    training: TrainingSpec
-    options: PlanOptions
-    num_gpus: int
-
-    @cached_property
-    def layers(self) -> StageLayers:
-        g = self.grid
-        return stage_layers(self.model.num_layers, g.pp, g.split, g.first_layers, g.last_layers)
-
-    def layout_problems(self, i: int) -> list[str]:
-        """What Megatron-LM rejects in plan i's --pipeline-model-parallel-layout (empty: none given or fine)."""
-        g, mo = self.grid, self.model
-        text = g.layout_text(i)
-        return [] if text is None else PipelineLayout.parse(text).problems(int(g.pp[i]), mo.num_layers, mo.mtp_layers)
-
-    @property
-    def has_layout(self) -> np.ndarray:
-        return self.grid.layout >= 0
-
-    def layout_ok(self) -> np.ndarray:
-        """Per plan, whether its layout (if any) passes Megatron-LM's checks: once per distinct (layout, pp)."""
-        g, mo = self.grid, self.model
-        if not len(g.layouts) or not len(g):
-            return np.ones(len(g), dtype=bool)
-        key = (g.layout + 1) * (int(np.max(g.pp)) + 1) + g.pp
-        uniq, inverse = np.unique(key, return_inverse=True)
-        span = int(np.max(g.pp)) + 1
-        ok = np.array(
-            [
-                k // span == 0
-                or not PipelineLayout.parse(g.layouts[k // span - 1]).problems(k % span, mo.num_layers, mo.mtp_layers)
-                for k in uniq.tolist()
-            ],
-            dtype=bool,
-        )
-        return ok[np.asarray(inverse).reshape(-1)]
-
-    @cached_property
-    def m(self) -> np.ndarray:
-        g = self.grid
-        return num_microbatches(self.training.global_batch, g.micro_batch, g.dp)
-
-    @property
-    def explicit(self) -> np.ndarray:
-        return (self.grid.first_layers > 0) | (self.grid.last_layers > 0)
-
-    def everywhere(self, value: bool) -> np.ndarray:
-        return np.full(len(self.grid), bool(value))
-
-    def one(self, i: int = 0) -> SimpleNamespace:
-        """Plan i's letters as Python numbers, for a rule's message."""
-        g, mo, tr = self.grid, self.model, self.training
-        return SimpleNamespace(
-            t=int(g.tp[i]),
-            p=int(g.pp[i]),
-            d=int(g.dp[i]),
-            c=int(g.cp[i]),
-            v=int(g.vpp[i]),
-            b=int(g.micro_batch[i]),
-            ep=int(g.ep[i]),
-            etp=int(g.etp[i]),
-            m=float(self.m[i]),
-            N=self.num_gpus,
-            s=tr.seq_len,
-            B=tr.global_batch,
-            a=mo.num_attention_heads,
-            g=mo.query_groups,
-            f=mo.ffn,
-            L=mo.num_layers,
-            E=mo.num_experts,
-            f_e=mo.expert_ffn,
-            explicit=bool(self.explicit[i]),
-            split=int(g.split[i]),
-            middle=int(self.layers.middle[i]),
-            max_pos=mo.max_position_embeddings,
-            offload=self.options.cpu_offloading_num_layers,
-            layout=self.grid.layout_text(i),
-            layout_problems="; ".join(self.layout_problems(i)),
-            dispatcher=int(self.grid.dispatcher[i]),
-            mtp=mo.mtp_layers,
-        )
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A Megatron-LM rule: ``holds`` masks a grid, ``message`` explains plan i's breach."""
-
-    name: str
-    holds: Callable[[RuleInputs], np.ndarray]
-    message: Callable[[SimpleNamespace], str]
+__all__ = ["RULES", "Rule", "RuleInputs", "broken_rules", "rule_masks", "rule_messages"]
 
 
 def _divisors(n: int) -> str:
@@ -152,7 +53,7 @@ def _graph_modules_match(options: PlanOptions, model: ModelSpec) -> bool:
     moe_parts = {"moe", "moe_router", "moe_preprocess"} & modules
     if moe_parts and not model.is_moe:
         return False
-    return not ("mlp" in modules and model.is_moe and model.moe_layer_freq == 1)
+    return not ("mlp" in modules and model.is_moe and model.num_moe_layers == model.num_layers)
 
 
 def _accounting_hint(layers: int, p: int) -> str:
@@ -361,6 +262,29 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "mla_up_proj recomputation needs multi-latent attention",
+        lambda r: (
+            r.grid.recompute != 1
+            if "mla_up_proj" in {m.value for m in r.options.recompute_modules} and not r.model.multi_latent_attention
+            else r.everywhere(True)
+        ),
+        lambda x: "--recompute-modules mla_up_proj needs --multi-latent-attention (transformer_config.py:1969-1973)",
+    ),
+    Rule(
+        "shared_experts recomputation does not overlap the shared experts",
+        lambda r: (
+            r.grid.recompute != 1
+            if "shared_experts" in {m.value for m in r.options.recompute_modules}
+            and r.options.moe_shared_expert_overlap
+            and r.model.shared_ffn
+            else r.everywhere(True)
+        ),
+        lambda x: (
+            "--recompute-modules shared_experts cannot work with --moe-shared-expert-overlap "
+            "(transformer_config.py:1991-1998)"
+        ),
+    ),
+    Rule(
         "precision-aware optimizer needs the distributed optimizer",
         _with_option("use_precision_aware_optimizer", _sharded_optimizer),
         lambda x: "--use-precision-aware-optimizer needs --use-distributed-optimizer (optimizer/__init__.py:1057-1060)",
@@ -369,7 +293,9 @@ RULES: tuple[Rule, ...] = (
         "FP8 delayed scaling does not recompute moe_act or layernorm",
         lambda r: (
             r.grid.recompute != 1
-            if r.options.fp8 is not None and {"moe_act", "layernorm"} & {m.value for m in r.options.recompute_modules}
+            if r.options.fp8 is not None
+            and r.options.fp8_recipe.value == "delayed"
+            and {"moe_act", "layernorm"} & {m.value for m in r.options.recompute_modules}
             else r.everywhere(True)
         ),
         lambda x: (

@@ -1,0 +1,114 @@
+"""What Megatron-LM's rules read (``RuleInputs``: the letters of every plan of a grid) and the shape of
+a rule (``Rule``); the rule table itself is ``planner.space.rules.RULES``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from types import SimpleNamespace
+
+import numpy as np
+
+from planner.models.pipeline_layout import PipelineLayout
+from planner.models.spec import ModelSpec
+from planner.plan import PlanOptions, TrainingSpec, num_microbatches
+from planner.space.grid import PlanGrid, StageLayers, stage_layers
+
+
+@dataclass(frozen=True)
+class RuleInputs:
+    """The letters the rules read, over every plan of a grid."""
+
+    grid: PlanGrid
+    model: ModelSpec
+    training: TrainingSpec
+    options: PlanOptions
+    num_gpus: int
+
+    @cached_property
+    def layers(self) -> StageLayers:
+        g = self.grid
+        return stage_layers(self.model.num_layers, g.pp, g.split, g.first_layers, g.last_layers)
+
+    def layout_problems(self, i: int) -> list[str]:
+        """What Megatron-LM rejects in plan i's --pipeline-model-parallel-layout (empty: none given or fine)."""
+        g, mo = self.grid, self.model
+        text = g.layout_text(i)
+        return [] if text is None else PipelineLayout.parse(text).problems(int(g.pp[i]), mo.num_layers, mo.mtp_layers)
+
+    @property
+    def has_layout(self) -> np.ndarray:
+        return self.grid.layout >= 0
+
+    def layout_ok(self) -> np.ndarray:
+        """Per plan, whether its layout (if any) passes Megatron-LM's checks: once per distinct (layout, pp)."""
+        g, mo = self.grid, self.model
+        if not len(g.layouts) or not len(g):
+            return np.ones(len(g), dtype=bool)
+        key = (g.layout + 1) * (int(np.max(g.pp)) + 1) + g.pp
+        uniq, inverse = np.unique(key, return_inverse=True)
+        span = int(np.max(g.pp)) + 1
+        ok = np.array(
+            [
+                k // span == 0
+                or not PipelineLayout.parse(g.layouts[k // span - 1]).problems(k % span, mo.num_layers, mo.mtp_layers)
+                for k in uniq.tolist()
+            ],
+            dtype=bool,
+        )
+        return ok[np.asarray(inverse).reshape(-1)]
+
+    @cached_property
+    def m(self) -> np.ndarray:
+        g = self.grid
+        return num_microbatches(self.training.global_batch, g.micro_batch, g.dp)
+
+    @property
+    def explicit(self) -> np.ndarray:
+        return (self.grid.first_layers > 0) | (self.grid.last_layers > 0)
+
+    def everywhere(self, value: bool) -> np.ndarray:
+        return np.full(len(self.grid), bool(value))
+
+    def one(self, i: int = 0) -> SimpleNamespace:
+        """Plan i's letters as Python numbers, for a rule's message."""
+        g, mo, tr = self.grid, self.model, self.training
+        return SimpleNamespace(
+            t=int(g.tp[i]),
+            p=int(g.pp[i]),
+            d=int(g.dp[i]),
+            c=int(g.cp[i]),
+            v=int(g.vpp[i]),
+            b=int(g.micro_batch[i]),
+            ep=int(g.ep[i]),
+            etp=int(g.etp[i]),
+            m=float(self.m[i]),
+            N=self.num_gpus,
+            s=tr.seq_len,
+            B=tr.global_batch,
+            a=mo.num_attention_heads,
+            g=mo.query_groups,
+            f=mo.ffn,
+            L=mo.num_layers,
+            E=mo.num_experts,
+            f_e=mo.expert_ffn,
+            explicit=bool(self.explicit[i]),
+            split=int(g.split[i]),
+            middle=int(self.layers.middle[i]),
+            max_pos=mo.max_position_embeddings,
+            offload=self.options.cpu_offloading_num_layers,
+            layout=self.grid.layout_text(i),
+            layout_problems="; ".join(self.layout_problems(i)),
+            dispatcher=int(self.grid.dispatcher[i]),
+            mtp=mo.mtp_layers,
+        )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A Megatron-LM rule: ``holds`` masks a grid, ``message`` explains plan i's breach."""
+
+    name: str
+    holds: Callable[[RuleInputs], np.ndarray]
+    message: Callable[[SimpleNamespace], str]
