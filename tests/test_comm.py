@@ -7,7 +7,7 @@ import pytest
 
 from planner.costs.communication import (
     activation_message_bytes,
-    dp_grad_sync_time_s,
+    dp_grad_reduce_time_s,
     pp_p2p_time_s,
     tp_layer_comm_time_s,
 )
@@ -225,33 +225,13 @@ def test_exposed_p2p_transfers(p, m, vpp, overlap, expected):
     assert float(exposed_p2p_transfers(p, m, vpp, overlap_p2p=overlap)) == expected
 
 
-def test_dp_grad_sync():
+def test_dp_grad_reduce():
     # plain DDP: all-reduce of fp32 gradients (4 bytes per parameter under bf16);
-    # distributed optimizer: reduce-scatter of the gradients + all-gather of bf16 parameters
+    # distributed optimizer: reduce-scatter of the gradients (its parameter all-gather is costed apart)
     n, d = 1e9, 8
-    plain = dp_grad_sync_time_s(
-        n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(False), overlap_param_gather=False
-    )
+    plain = dp_grad_reduce_time_s(n, d, link(), grad_bytes=4, distributed_optimizer=np.array(False))
     assert float(plain) == pytest.approx(2 * (d - 1) / d * 4 * n / BETA, rel=1e-12)
-    dist = dp_grad_sync_time_s(
-        n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(True), overlap_param_gather=False
-    )
-    assert float(dist) == pytest.approx((d - 1) / d * 4 * n / BETA + (d - 1) / d * 2 * n / BETA, rel=1e-12)
-    hidden = dp_grad_sync_time_s(
-        n, d, link(), grad_bytes=4, param_bytes=2, distributed_optimizer=np.array(True), overlap_param_gather=True
-    )
-    assert float(hidden) == pytest.approx((d - 1) / d * 4 * n / BETA, rel=1e-12)
-    assert (
-        float(
-            dp_grad_sync_time_s(
-                n,
-                1,
-                link(alpha=ALPHA),
-                grad_bytes=4,
-                param_bytes=2,
-                distributed_optimizer=np.array(False),
-                overlap_param_gather=False,
-            )
-        )
-        == 0.0
-    )
+    dist = dp_grad_reduce_time_s(n, d, link(), grad_bytes=4, distributed_optimizer=np.array(True))
+    assert float(dist) == pytest.approx((d - 1) / d * 4 * n / BETA, rel=1e-12)
+    one = dp_grad_reduce_time_s(n, 1, link(alpha=ALPHA), grad_bytes=4, distributed_optimizer=np.array(False))
+    assert float(one) == 0.0

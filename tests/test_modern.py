@@ -207,11 +207,11 @@ def test_meta_llama3_405b_plan_is_legal_and_explained_stage_by_stage():
 
 def test_context_parallel_ring_exposure_by_hand():
     """Llama 3 8B at s = 8192 with t = 8 and c = 8: the ring crosses nodes (t·c = 64 > 8 GPUs), so each
-    of the c − 1 = 7 steps sends a b·(s/c)·2·g·d/t chunk over one 400 Gb/s NIC while the flash kernel
-    attends to s/c queries × s/c keys; a step costs max(transfer, attention/c)."""
-    from planner.costs.blocks import _cp_ring_exposed
+    of the c − 1 = 7 transfers sends a b·(s/c)·2·g·d/t chunk over one 400 Gb/s NIC while one unmasked
+    step of attention runs - half the steps s/c queries × s/(2c) keys, half s/(2c) × s/c (Megatron's
+    load-balanced chunks) - and only what a transfer takes beyond that step is exposed."""
+    from planner.costs.blocks import _cp_ring_exposed, attention_core_s
     from planner.costs.compute import flash_attention_time_s
-    from planner.costs.flops import layer_gemms
 
     req = make_request(
         model="llama3-8b", hardware="dgx-h100-superpod", gpus=64, tp=8, cp=8, sequence_parallel=True, global_batch=8
@@ -220,15 +220,15 @@ def test_context_parallel_ring_exposure_by_hand():
     chunk = 2 * 1 * (8192 / 8) * 2 * 8 * 128 / 8  # bytes: bf16, K and V, g·d/t channels
     nic = 400e9 / 8 * hw.calibration.network_bus_efficiency  # one rail NIC, NCCL efficiency
     step = chunk / nic + hw.network.tiers[0].latency_us * 1e-6  # two nodes, one leaf switch
-    attention = 2 * 2 * (32 / 8) * 1 * (8192 / 8) * 8192 * 128  # scores + context FLOPs, per GPU
-    core_fwd = attention * 0.5 / (hw.gpu.peak_bf16_tflops * 1e12 * hw.calibration.flash_attention_efficiency)
-    gemms = layer_gemms(1, 8192, 4096, 32, 8, 128, 14336, 8, 8, gated=True)
-    assert np.asarray(
-        flash_attention_time_s(gemms, peak_flops_per_s=989.4e12, efficiency=hw.calibration.flash_attention_efficiency)
-    ).item() == pytest.approx(core_fwd)
-    fwd, bwd = _cp_ring_exposed(lt, req.ctx, core_fwd, 2.5 * core_fwd)
-    assert np.asarray(fwd).item() == pytest.approx(7 * max(step - core_fwd / 8, 0.0))
-    assert np.asarray(bwd).item() == pytest.approx(7 * max(2 * step - 2.5 * core_fwd / 8, 0.0))
+    kw = dict(causal=False, kernel=hw.attention, peak_flops_per_s=989.4e12, scale=hw.calibration.attention_scale)
+    early = flash_attention_time_s(32 / 8, 1024, 512, 128, 128, **kw)  # b·a/t = 4 query heads
+    late = flash_attention_time_s(32 / 8, 512, 1024, 128, 128, **kw)
+    step_f, step_b = (float(early[0]) + float(late[0])) / 2, (float(early[1]) + float(late[1])) / 2
+    core = attention_core_s(lt, req.ctx, {}, np.zeros((1, 1)), 128, 128)
+    assert core["step_fwd"].item() == pytest.approx(step_f) and core["step_bwd"].item() == pytest.approx(step_b)
+    fwd, bwd = _cp_ring_exposed(lt, req.ctx, core)
+    assert np.asarray(fwd).item() == pytest.approx(7 * max(step - step_f, 0.0))
+    assert np.asarray(bwd).item() == pytest.approx(7 * max(2 * step - step_b, 0.0))
     assert np.asarray(fwd).item() > 0  # at this length the ring is not hidden
 
 

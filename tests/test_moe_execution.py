@@ -57,11 +57,13 @@ def test_dispatcher_cost_grows_with_the_nodes_the_ep_group_spans(kind):
 
 def test_alltoall_across_two_nodes_by_hand():
     """EP 16 over two DGX H100: of each GPU's M bytes, 7/16 go to its node's peers on NVLink
-    (450 GB/s × 0.80), 8/16 leave on its own 400 Gb/s rail NIC (× 0.90); both at once, one latency."""
+    (450 GB/s × the preset's NVLink efficiency), 8/16 leave on its own 400 Gb/s rail NIC (× its fitted
+    network efficiency); both at once, one latency."""
     hw = load_hardware(H100)
     A, h = 4096 * 8 * 1.1, 7168
     M = 2 * A * h
-    nvlink, rail = 450e9 * 0.80, 400e9 / 8 * 0.90
+    cal = hw.calibration
+    nvlink, rail = 450e9 * cal.nvlink_bus_efficiency, 400e9 / 8 * cal.network_bus_efficiency
     one = max(7 / 16 * M / nvlink, 8 / 16 * M / rail) + 8e-6  # leaf switch latency
     got = moe.dispatcher_time_s(
         A, 4096, h, 16, 1, group_link(hw, 16, 1), group_link(hw, 1, 1), activation_bytes=2, kind=1
@@ -83,8 +85,9 @@ def test_flex_sends_each_token_once_per_remote_node():
     link = group_link(hw, 64, 1)
     T, A, h = 4096.0, 4096 * 8 * 1.1, 7168
     remote = limited * 7 / 8
-    rail = 2 * T * h * remote / (400e9 / 8 * 0.90)
-    nvlink = 2 * A * h * 63 / 64 / (450e9 * 0.80)
+    cal = hw.calibration
+    rail = 2 * T * h * remote / (400e9 / 8 * cal.network_bus_efficiency)
+    nvlink = 2 * A * h * 63 / 64 / (450e9 * cal.nvlink_bus_efficiency)
     got = moe.flex_dispatch_time_s(A, T, h, 64, link, activation_bytes=2, remote_domains=remote)
     assert float(got) == pytest.approx(max(rail, nvlink) + 8e-6)  # 8 nodes: inside one leaf group of 32
     assert _dispatch("flex", 64, groups=8, group_topk=4) < _dispatch("flex", 64) < _dispatch("alltoall", 64)

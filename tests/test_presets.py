@@ -158,7 +158,7 @@ def test_user_yaml_model_file_works(tmp_path):
 
 
 def test_user_yaml_hardware_file_works(tmp_path):
-    data = load_hardware("dgx-a100-superpod").model_dump(exclude_unset=True)
+    data = load_hardware("dgx-a100-superpod").model_dump(mode="json", exclude_unset=True)
     data["name"] = "my-cluster"
     data["gpu"]["hbm_gib"] = 40.0
     path = tmp_path / "my-cluster.yml"

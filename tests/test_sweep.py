@@ -48,7 +48,7 @@ def test_sweep_throughput_grows_and_efficiency_is_relative(gpt3_sweep):
     assert eff[0] == 1.0 and gpt3_sweep["baseline_gpus"] == 128
     for r, e in zip(rows, eff, strict=False):  # (tokens/s ÷ N) / (tokens/s₀ ÷ N₀)
         assert e == pytest.approx(r["plan"]["estimate"]["tokens_per_s"] / r["gpus"] / (tps[0] / 128))
-    assert all(0.5 < e <= 1.05 for e in eff)
+    assert all(0.5 < e <= 1.1 for e in eff)  # above 1 where more GPUs admit a better plan (FSDP at 256)
     assert eff[-1] < eff[0]  # the fixed global batch 1536 leaves less per GPU at 4096 GPUs
 
 

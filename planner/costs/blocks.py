@@ -4,97 +4,83 @@ mixture-of-experts half (routed experts, shared experts, token dispatch). ``laye
 adds them up stage by stage.
 
 Compute: GEMMs on the shape-dependent roofline (planner.costs.compute), in FP8 for the linear
-layers when enabled; memory-bound ops over HBM; the attention core unfused or flash. Exposed
-communication: tensor-parallel collectives (less what overlap hides), context-parallel ring
-exchange of keys and values (less what attention compute hides), the MoE token dispatcher.
+layers when enabled, with the FP8 casts of the recipe; memory-bound ops over HBM; the attention
+core unfused or the GPU's flash kernel law. Exposed communication: each block's tensor-parallel
+collectives (less what overlap hides, plus what overlap costs the GEMMs), the context-parallel ring
+exchange of keys and values (less what one step of attention hides), the MoE token dispatcher.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from planner.costs import communication as comm
 from planner.costs import compute, flops, memory, moe
 from planner.costs.letters import Letters
+from planner.costs.linears import cast_bytes, fp8_cast_bytes, gemm_times, tp_pair_s
 from planner.costs.mla import mla_gather_width, mla_letters
-from planner.hardware.collectives import all_gather_time_s, group_link, p2p_time_s
+from planner.hardware.collectives import group_link, p2p_time_s
 from planner.plan import Context, CudaGraphImpl, CudaGraphModule, PlanOptions, RecomputeModule
 
-FP8_CAST_BYTES = 2 + 1  # quantising a 16-bit linear input to FP8: read 2, write 1
 PERMUTE_BYTES = 2 * (2 + 2)  # MoE permute and unpermute of routed tokens: read, write
 
 
-def gemm_times(gemms: dict, ctx: Context, *, fp8: bool) -> dict[str, np.ndarray]:
-    cal, gpu = ctx.hardware.calibration, ctx.hardware.gpu
-    peak = gpu.peak_flops_per_s(ctx.precision)
-    fp8_peak = (gpu.peak_fp8_tflops or 0) * 1e12
-    out = {}
-    for name, g in gemms.items():
-        linear = name not in flops.ATTENTION_CORE
-        if fp8 and linear:
-            out[name] = compute.gemm_time_s(
-                g, peak_flops_per_s=fp8_peak, eta_max=cal.fp8_gemm_efficiency, half_dim=cal.gemm_half_dim
-            )
-        else:
-            out[name] = compute.gemm_time_s(
-                g, peak_flops_per_s=peak, eta_max=cal.gemm_efficiency, half_dim=cal.gemm_half_dim
-            )
-    return out
+def _flash(ctx: Context, bh, s_q, s_kv, d_qk: float, d_v: float, *, causal: bool):
+    hw = ctx.hardware
+    return compute.flash_attention_time_s(
+        bh,
+        s_q,
+        s_kv,
+        d_qk,
+        d_v,
+        causal=causal,
+        kernel=hw.attention,
+        peak_flops_per_s=hw.gpu.peak_flops_per_s(ctx.precision),
+        scale=hw.calibration.attention_scale,
+    )
 
 
-def _attention_core(
-    lt: Letters, ctx: Context, gemms: dict, gtime: dict, softmax_s: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) time of the attention core: scores, softmax/dropout, context."""
-    cal, peak = ctx.hardware.calibration, ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
+def attention_core_s(
+    lt: Letters, ctx: Context, gtime: dict, softmax_s: np.ndarray, d_qk: float, d_v: float
+) -> dict[str, np.ndarray]:
+    """Forward and backward time of the attention core, and one context-parallel ring step's.
+
+    Unfused: the scores and context GEMMs and the softmax/dropout bytes, the backward twice that.
+    Flash: the GPU's kernel law on the b·a/t query heads (head widths d_qk for the scores, d_v for
+    the context; MLA's 192/128 at the kernel tables' MLA factor). Under context parallelism each
+    rank holds two chunks of s/(2c) (Megatron's load-balanced split) and runs one causal step over
+    its own chunks and c − 1 unmasked steps over half-length blocks - all s/c queries against s/(2c)
+    keys, or half the queries against s/c - which sum to a causal s²/(2c) (Transformer Engine
+    AttnFuncWithCPAndKVP2P). ``step_*`` is one unmasked step, the compute a ring transfer hides behind.
+    """
     if lt.unfused:
         fwd = sum(gtime[k] for k in flops.ATTENTION_CORE) + softmax_s
-        return fwd, compute.BACKWARD_GEMM_FACTOR * fwd
-    fwd = compute.flash_attention_time_s(gemms, peak_flops_per_s=peak, efficiency=cal.flash_attention_efficiency)
-    return fwd, compute.FLASH_BACKWARD_FACTOR * fwd
+        step = fwd / lt.c
+        return {"fwd": fwd, "bwd": compute.BACKWARD_GEMM_FACTOR * fwd, "step_fwd": step, "step_bwd": 2 * step}
+    bh, s_loc = lt.b * lt.a / lt.t, lt.s / lt.c
+    own_f, own_b = _flash(ctx, bh, s_loc, s_loc, d_qk, d_v, causal=True)
+    early_f, early_b = _flash(ctx, bh, s_loc, s_loc / 2, d_qk, d_v, causal=False)
+    late_f, late_b = _flash(ctx, bh, s_loc / 2, s_loc, d_qk, d_v, causal=False)
+    step_f, step_b = (early_f + late_f) / 2, (early_b + late_b) / 2
+    return {
+        "fwd": own_f + (lt.c - 1) * step_f,
+        "bwd": own_b + (lt.c - 1) * step_b,
+        "step_fwd": step_f,
+        "step_bwd": step_b,
+    }
 
 
-def _cp_ring_exposed(lt: Letters, ctx: Context, core_fwd, core_bwd) -> tuple[np.ndarray, np.ndarray]:
-    """Context parallelism's ring: c − 1 steps, each passing a b·(s/c)·(2·g·d_h/t) chunk of keys and
-    values (MLA: the per-head n·(d_qk + d_r + d_v)) to the next rank (dK, dV too in the backward)
-    while attending to the chunk in hand, so a step costs max(transfer, attention/c) (Liu et al. 2023,
-    Ring Attention; Megatron-Core CP)."""
+def _cp_ring_exposed(lt: Letters, ctx: Context, core: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Context parallelism's ring: c − 1 transfers of a b·(s/c)·(2·g·d_h/t) chunk of keys and values
+    (MLA: the per-head n·(d_qk + d_r + d_v)) to the next rank (dK, dV too in the backward), each
+    hidden only while the step of attention computed meanwhile lasts: c − 1 times
+    max(0, transfer − step) (Liu et al. 2023, Ring Attention; Transformer Engine AttnFuncWithCPAndKVP2P)."""
     domain = ctx.hardware.nvlink_domain_gpus
     stride = np.where(lt.t * lt.c <= domain, lt.t, domain)  # neighbours on NVLink while the ring fits a domain
     link = group_link(ctx.hardware, 2, stride)
     chunk = lt.act_bytes * lt.b * (lt.s / lt.c) * lt.kv_width / lt.t
     step = p2p_time_s(chunk, link)
     steps = lt.c - 1
-    fwd = steps * np.maximum(step - core_fwd / lt.c, 0.0)
-    bwd = steps * np.maximum(2 * step - core_bwd / lt.c, 0.0)
-    return fwd, bwd
-
-
-def activation_message(lt: Letters) -> np.ndarray:
-    """ε·b·s·h/c: the activation tensor the TP collectives and the pipeline's sends move."""
-    return comm.activation_message_bytes(lt.b, lt.s, lt.h, lt.c, activation_bytes=lt.act_bytes)
-
-
-def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
-    """One layer's forward TP collectives for one micro-batch on the tp group's link (once per grid)."""
-    cached = getattr(lt, "_tp_collectives", None)
-    if cached is None:
-        link = group_link(ctx.hardware, lt.t, 1)
-        cached = comm.tp_layer_comm_time_s(activation_message(lt), lt.t, link, sequence_parallel=lt.sp)
-        lt._tp_collectives = cached
-    return cached
-
-
-def _tp_half_s(lt: Letters, ctx: Context, gather_width: float | None = None) -> np.ndarray:
-    """One block's forward TP collectives (attention or MLP): one all-gather and one reduce-scatter of
-    ε·b·s·h/c with SP (the all-gather ``gather_width`` channels wide, MLA's latents), else one
-    all-reduce: half of ``tp_collectives_s``."""
-    whole = tp_collectives_s(lt, ctx) / 2
-    if gather_width is None:
-        return whole
-    link = group_link(ctx.hardware, lt.t, 1)  # MLA only
-    gathered = activation_message(lt) * gather_width / lt.h
-    return np.where(lt.sp, all_gather_time_s(lt.t, gathered, link) + whole / 2, whole)
+    return steps * np.maximum(step - core["step_fwd"], 0.0), steps * np.maximum(2 * step - core["step_bwd"], 0.0)
 
 
 def graphed_frac(opts: PlanOptions, *, moe_layer: bool = False) -> float:
@@ -122,16 +108,18 @@ def _half_overhead(ctx: Context, module: CudaGraphModule) -> float:
     return 0.5 * ctx.hardware.calibration.layer_overhead_us * 1e-6 * (1.0 - _graphed(ctx.options, module))
 
 
-def _timed(lt: Letters, ctx: Context, linear, core_fwd, core_bwd, elementwise, tp_raw, overhead=0.0, sel=0.0) -> dict:
+def _timed(
+    lt: Letters, ctx: Context, linear, core_fwd, core_bwd, elementwise, tp, overhead=0.0, sel=0.0, casts=(0.0, 0.0)
+) -> dict:
     """Forward and backward compute of a block: 2× the GEMMs, the attention core's own backward,
-    2× the elementwise bytes; its raw forward TP collectives (``layer_terms`` decides what of the
-    layer's collectives its GEMMs hide); and ``sel``, what selective recomputation runs again of it."""
+    2× the elementwise bytes, the FP8 casts ``casts`` (forward, backward bytes); its exposed TP
+    collectives ``tp`` (forward, backward); and ``sel``, what selective recomputation runs again of it."""
     hbm = ctx.hardware.gpu.hbm_bytes_per_s * ctx.hardware.calibration.memory_efficiency
-    fwd = linear + core_fwd + elementwise / hbm + overhead
+    fwd = linear + core_fwd + (elementwise + casts[0]) / hbm + overhead
     bwd = (
         compute.BACKWARD_GEMM_FACTOR * linear
         + core_bwd
-        + compute.BACKWARD_ELEMENTWISE_FACTOR * elementwise / hbm
+        + (compute.BACKWARD_ELEMENTWISE_FACTOR * elementwise + casts[1]) / hbm
         + compute.BACKWARD_GEMM_FACTOR * overhead
     )
     zero = 0.0 * fwd
@@ -139,7 +127,8 @@ def _timed(lt: Letters, ctx: Context, linear, core_fwd, core_bwd, elementwise, t
         fwd=fwd,
         bwd=bwd,
         linear=linear + zero,
-        tp_raw=tp_raw + zero,
+        tp_fwd=tp[0] + zero,
+        tp_bwd=tp[1] + zero,
         core_fwd=core_fwd + zero,
         sel=sel + zero,
         cp_fwd=zero,
@@ -157,39 +146,47 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     mo = ctx.model
     hbm = ctx.hardware.gpu.hbm_bytes_per_s * ctx.hardware.calibration.memory_efficiency
     kinds = dict(sequence_parallel=lt.sp, gated=lt.gated, unfused_attention=lt.unfused, dropout=lt.dropout)
+    if mo.position_embedding_type.value != "rope":
+        rope = 0
+    elif mo.multi_latent_attention:  # the decoupled rotary channels: d_r per query head, one shared key
+        rope = (lt.a + 1) * mo.qk_pos_emb_head_dim
+    else:
+        rope = (lt.a + lt.g) * lt.dh
     parts = compute.elementwise_bytes(
-        lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, attention_dropout=lt.attn_dropout, **kinds
+        lt.b, lt.s, lt.h, lt.a, lt.f, lt.t, lt.c, attention_dropout=lt.attn_dropout, rope_channels=rope, **kinds
     )
     sbh = lt.b * lt.s * lt.h / lt.c
+    local = sbh / np.where(lt.sp, lt.t, 1)  # the rank's share of the layer input (SP shards it over t)
     if mo.multi_latent_attention:
         gemms = flops.mla_gemms(lt.b, lt.s, lt.h, lt.a, mla_letters(mo), lt.t, lt.c, sequence_parallel=lt.sp)
         r_q, r_kv = mo.q_lora_rank or 0, mo.kv_lora_rank
         # the two latent norms read and write their r channels on the rank's tokens
         latent_norms = 4.0 * (r_q + r_kv) * sbh / lt.h / np.where(lt.sp, lt.t, 1)
-        fp8_inputs = 1 + (r_q + r_kv) / lt.h + lt.a * mo.v_head_dim / (lt.h * lt.t)
-        tp_raw = _tp_half_s(lt, ctx, mla_gather_width(mo))
+        ins = ["q_up" if r_q else "q_proj", "kv_up"]
+        gather = mla_gather_width(mo)
+        d_qk, d_v = mo.qk_head_dim + mo.qk_pos_emb_head_dim, mo.v_head_dim
     else:
         gemms = flops.layer_gemms(lt.b, lt.s, lt.h, lt.a, lt.g, lt.dh, lt.f, lt.t, lt.c, gated=lt.gated)
         gemms = {k: v for k, v in gemms.items() if k not in ("fc1", "fc2")}
         latent_norms = 0.0
-        fp8_inputs = 1 + lt.a * lt.dh / (lt.h * lt.t)
-        tp_raw = _tp_half_s(lt, ctx)
+        ins, gather, d_qk, d_v = ["qkv"], None, lt.dh, lt.dh
     gtime = gemm_times(gemms, ctx, fp8=lt.fp8)
-    core_fwd, core_bwd = _attention_core(lt, ctx, gemms, gtime, parts["attention_softmax"] / hbm)
+    core = attention_core_s(lt, ctx, gtime, parts["attention_softmax"] / hbm, d_qk, d_v)
     if window and mo.window is not None and not lt.unfused:
         scale = flops.core_fraction(lt.s, mo.window, causal=True) / flops.core_fraction(lt.s, None, causal=True)
-        core_fwd, core_bwd = core_fwd * scale, core_bwd * scale
+        core = {k: v * scale for k, v in core.items()}
+    core_fwd, core_bwd = core["fwd"], core["bwd"]
     linear = sum(v for k, v in gtime.items() if k not in flops.ATTENTION_CORE)
-    elementwise = parts["norm_residual"] / 2 + latent_norms  # the unfused softmax is in the core's time
-    if lt.fp8:  # quantise the attention's linear inputs to FP8
-        elementwise = elementwise + FP8_CAST_BYTES * sbh * fp8_inputs
+    elementwise = parts["norm_residual"] / 2 + parts["rope"] + latent_norms  # the unfused softmax: in the core
+    casts = fp8_cast_bytes(lt, ctx, gemms, fused_in=local, out_grad=local) if lt.fp8 else (0.0, 0.0)
+    tp = tp_pair_s(lt, ctx, gemms, gtime, ins, ["projection"], gather)
     modules = ctx.options.recompute_modules
     sel = core_fwd * (RecomputeModule.CORE_ATTN in modules)
     if mo.multi_latent_attention and RecomputeModule.MLA_UP_PROJ in modules:  # Q, K, V from the latents again
         sel = sel + sum(gtime[k] for k in ("q_up", "kv_up") if k in gtime)
     overhead = _half_overhead(ctx, CudaGraphModule.ATTN)
-    block = _timed(lt, ctx, linear, core_fwd, core_bwd, elementwise, tp_raw, overhead, sel)
-    block["cp_fwd"], block["cp_bwd"] = _cp_ring_exposed(lt, ctx, core_fwd, core_bwd)
+    block = _timed(lt, ctx, linear, core_fwd, core_bwd, elementwise, tp, overhead, sel, casts)
+    block["cp_fwd"], block["cp_bwd"] = _cp_ring_exposed(lt, ctx, core)
     return block
 
 
@@ -204,15 +201,17 @@ def dense_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     casts and its TP collectives."""
     parts = _mlp_elementwise(lt)
     gemms = flops.mlp_gemms(lt.b * lt.s / lt.c, lt.h, lt.f, lt.t, gated=lt.gated)
-    linear = sum(gemm_times(gemms, ctx, fp8=lt.fp8).values())
+    gtime = gemm_times(gemms, ctx, fp8=lt.fp8)
+    linear = sum(gtime.values())
     elementwise = parts["norm_residual"] / 2 + parts["mlp_activation"]
-    if lt.fp8:  # quantise the fc1 and fc2 inputs
-        elementwise = elementwise + FP8_CAST_BYTES * lt.b * lt.s * lt.h / lt.c * (1 + lt.f / (lt.h * lt.t))
+    local = lt.b * lt.s * lt.h / lt.c / np.where(lt.sp, lt.t, 1)
+    casts = fp8_cast_bytes(lt, ctx, gemms, fused_in=local, out_grad=local) if lt.fp8 else (0.0, 0.0)
+    tp = tp_pair_s(lt, ctx, gemms, gtime, ["fc1"], ["fc2"])
     hbm = ctx.hardware.gpu.hbm_bytes_per_s * ctx.hardware.calibration.memory_efficiency
     again = RecomputeModule.MLP in ctx.options.recompute_modules  # --recompute-modules mlp: its forward again
     sel = again * (linear + parts["mlp_activation"] / hbm)
     overhead = _half_overhead(ctx, CudaGraphModule.MLP)
-    return _timed(lt, ctx, linear, 0.0, 0.0, elementwise, _tp_half_s(lt, ctx), overhead, sel)
+    return _timed(lt, ctx, linear, 0.0, 0.0, elementwise, tp, overhead, sel, casts)
 
 
 def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
@@ -233,15 +232,24 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     elementwise = 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e + PERMUTE_BYTES * A * lt.h
     sbh = lt.b * lt.s * lt.h / lt.c
     elementwise = elementwise + _mlp_elementwise(lt)["norm_residual"] / 2  # the pre-MLP norm and residual
-    if lt.fp8:  # quantise the routed copies at fc1 and fc2
-        elementwise = elementwise + FP8_CAST_BYTES * A * (lt.h + lt.f_e / lt.etp)
+    local = sbh / np.where(lt.sp, lt.t, 1)
+    casts, per = (0.0, 0.0), cast_bytes(ctx)[0]
+    if lt.fp8:  # the routed copies' fc1 and fc2 inputs and output gradients; the experts' weights
+        expert_weights = lt.E / lt.ep * (2 + lt.gated) * lt.h * lt.f_e / lt.etp
+        routed = dict(fused_in=0.0, out_grad=A * lt.h, per_in=A * (lt.h + lt.f_e / lt.etp))
+        fwd, bwd = fp8_cast_bytes(lt, ctx, {}, **routed, per_grad=A * (1 + lt.gated) * lt.f_e / lt.etp)
+        casts = (fwd + per * expert_weights / lt.m, bwd)
     if lt.f_s:
         sgemms = flops.mlp_gemms(lt.b * lt.s / lt.c, lt.h, lt.f_s, lt.t, gated=lt.gated, prefix="shared_")
-        shared = sum(gemm_times(sgemms, ctx, fp8=lt.fp8).values())
+        stime = gemm_times(sgemms, ctx, fp8=lt.fp8)
+        shared = sum(stime.values())
         shared_elementwise = 2.0 * memory.mlp_activation_tensors(lt.gated) * sbh * lt.f_s / (lt.h * lt.t)
-        shared_tp = _tp_half_s(lt, ctx)
+        shared_tp = tp_pair_s(lt, ctx, sgemms, stime, ["shared_fc1"], ["shared_fc2"])
+        if lt.fp8:  # the shared experts' input is cast on its own (no TE LayerNorm before it)
+            s_fwd, s_bwd = fp8_cast_bytes(lt, ctx, sgemms, fused_in=0.0, out_grad=local)
+            casts = (casts[0] + s_fwd + per * local, casts[1] + s_bwd)
     else:
-        shared, shared_elementwise, shared_tp = 0.0, 0.0, 0.0
+        shared, shared_elementwise, shared_tp = 0.0, 0.0, (0.0, 0.0)
     hbm = hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
     modules = opts.recompute_modules
     act = 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e
@@ -251,8 +259,9 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
         sel = (RecomputeModule.MOE_ACT in modules) * act / hbm
         sel = sel + (RecomputeModule.SHARED_EXPERTS in modules) * (shared + shared_elementwise / hbm)
     overhead = _half_overhead(ctx, CudaGraphModule.MOE)
+    shared_tp = (shared_tp[0] + 0.0 * A, shared_tp[1] + 0.0 * A)
     block = _timed(
-        lt, ctx, experts + shared, 0.0, 0.0, elementwise + shared_elementwise, shared_tp + 0.0 * A, overhead, sel
+        lt, ctx, experts + shared, 0.0, 0.0, elementwise + shared_elementwise, shared_tp, overhead, sel, casts
     )
     ep_link, etp_link = group_link(hw, lt.ep, lt.etp), group_link(hw, lt.etp, 1)
     flex_link = group_link(hw, lt.ep * lt.etp, 1)
@@ -321,15 +330,9 @@ def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
 def layer_terms(lt: Letters, ctx: Context, blk: dict) -> dict[str, np.ndarray]:
     """A layer's per-micro-batch terms from its blocks: recomputation (full: the forward again with its
     collectives and dispatch; selective: what --recompute-modules names, the MoE block with its
-    dispatch), exposed TP, CP and MoE communication.
-    TP: with --tp-comm-overlap the forward collectives pipeline with the GEMMs they feed (Transformer
-    Engine userbuffers); the backward's overlap the weight-gradient GEMMs (as many FLOPs as the
-    forward's) with the asynchronous TP collectives, over the whole layer."""
+    dispatch), exposed TP, CP and MoE communication. Each block's TP exposure is its own pair of
+    linears' (``_tp_pair``: the GEMMs a collective can overlap are its neighbours, not the layer's)."""
     opts = ctx.options
-    hidden = np.maximum(blk["tp_raw"] - blk["linear"], 0.0)
-    tp_fwd = np.where(lt.sp, hidden, blk["tp_raw"]) if opts.tp_comm_overlap else blk["tp_raw"]
-    tp_bwd = hidden if opts.async_tp_comm or opts.tp_comm_overlap else blk["tp_raw"]
-    blk = {**blk, "tp_fwd": tp_fwd, "tp_bwd": tp_bwd}
     again = np.where(lt.rc == 2, 2.0, 1.0)  # full recompute runs the forward's communication once more
     moe_again = np.where((lt.rc == 1) & (RecomputeModule.MOE in opts.recompute_modules), 2.0, again)
     return {

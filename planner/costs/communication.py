@@ -11,6 +11,16 @@ from numpy.typing import ArrayLike
 
 from planner.hardware.collectives import Link, all_gather_time_s, all_reduce_time_s, p2p_time_s
 
+# Transformer Engine userbuffers' default for its pipelined and bulk overlaps: 16 SMs, with the GEMM
+# kept off them (num_sm 16, set_sm_margin; ring exchanges use 1 SM and the copy engines);
+# NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py, initialize_ub.
+UB_OVERLAP_SMS = 16
+
+
+def ub_sm_slowdown(sm_count: int) -> float:
+    """How much longer a GEMM runs on the SMs userbuffers leaves it: SMs/(SMs − 16) − 1."""
+    return sm_count / (sm_count - UB_OVERLAP_SMS) - 1
+
 
 def activation_message_bytes(b: ArrayLike, s: int, h: int, c: ArrayLike, *, activation_bytes: int) -> np.ndarray:
     """The b·s·h activation tensor of one micro-batch on one context-parallel rank, in bytes: ε·b·s·h/c
@@ -57,26 +67,120 @@ def pp_p2p_time_s(
     return np.where(sequence_parallel, sharded, gathered)
 
 
-def dp_grad_sync_time_s(
-    num_params: ArrayLike,
-    d: ArrayLike,
-    link: Link,
-    *,
-    grad_bytes: int,
-    param_bytes: int,
-    distributed_optimizer: np.ndarray,
-    overlap_param_gather: bool,
+def dp_grad_reduce_time_s(
+    num_params: ArrayLike, d: ArrayLike, link: Link, *, grad_bytes: int, distributed_optimizer: np.ndarray
 ) -> np.ndarray:
-    """Data-parallel gradient synchronisation of one stage's parameters.
+    """Data-parallel gradient reduction of ``num_params`` gradients over d ranks.
 
-    Plain DDP: all-reduce of the gradients in the dtype Megatron reduces them in (fp32 main grads
-    under bf16 unless --grad-reduce-in-bf16; 16-bit under fp16). Distributed optimizer: a
-    reduce-scatter of the gradients, then an all-gather of the updated 16-bit parameters, which
-    --overlap-param-gather hides behind the next forward (Megatron-LM
-    megatron/core/distributed/param_and_grad_buffer.py).
+    Plain DDP: an all-reduce in the dtype Megatron reduces them in (fp32 main grads under bf16
+    unless --grad-reduce-in-bf16; 16-bit under fp16). Distributed optimizer: a reduce-scatter, each
+    rank keeping the shard its optimizer updates (Megatron-LM megatron/core/distributed/
+    param_and_grad_buffer.py); the updated parameters' all-gather is costed by the caller.
     """
     n = np.asarray(num_params, dtype=float)
-    all_reduce = all_reduce_time_s(d, grad_bytes * n, link)
-    gather = 0.0 if overlap_param_gather else all_gather_time_s(d, param_bytes * n, link)
-    sharded = all_gather_time_s(d, grad_bytes * n, link) + gather
-    return np.where(distributed_optimizer, sharded, all_reduce)
+    reduce_scatter = all_gather_time_s(d, grad_bytes * n, link)
+    return np.where(distributed_optimizer, reduce_scatter, all_reduce_time_s(d, grad_bytes * n, link))
+
+
+def tp_pair_exposed_s(
+    ag: ArrayLike,
+    rs: ArrayLike,
+    ar: ArrayLike,
+    gemm: dict[str, np.ndarray],
+    *,
+    sequence_parallel: np.ndarray,
+    async_backward: bool,
+    overlap: bool,
+    sm_slowdown: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) exposed TP time of one column-parallel → row-parallel pair of linears
+    (QKV → projection, or fc1 → fc2) for one micro-batch. ``gemm``: forward times of the pair's
+    GEMMs, ``in`` and ``out`` (dgrad and wgrad each take as long), and, for --tp-comm-overlap, of
+    the same GEMMs cut into the pieces userbuffers runs: ``in_split_t`` (t row blocks),
+    ``out_split_4`` (4 blocks) and ``out_split_t``; ag, rs, ar are the collectives' times.
+
+    - Without SP: an all-reduce after the row-parallel GEMM; in the backward the column-parallel
+      dgrad's all-reduce, which Megatron overlaps with that linear's weight-gradient GEMM
+      (LinearWithGradAccumulationAndAsyncCommunication; not the 2021 code: ``async_backward``).
+    - With SP: forward all-gather before the column-parallel GEMM and reduce-scatter after the
+      row-parallel one, both synchronous. The backward of that reduce-scatter is an all-gather of
+      the output gradient that nothing can overlap: Megatron-LM mappings.py,
+      _ReduceScatterToSequenceParallelRegion.backward, charged in full. The column-parallel input's
+      all-gather overlaps its dgrad GEMM and the dgrad's reduce-scatter its wgrad GEMM (layers.py
+      LinearWithGradAccumulationAndAsyncCommunication.backward; Transformer Engine the same).
+    - ``overlap`` (--tp-comm-overlap, Transformer Engine userbuffers in its default configuration,
+      module/base.py initialize_ub): the forward all-gathers are ring exchanges that run the GEMM
+      in t row blocks as the pieces arrive, the forward reduce-scatter is pipelined with the
+      row-parallel GEMM in 4 blocks (the last block's scatter exposed), the row-parallel dgrad rings
+      its output-gradient all-gather in t blocks, and the column-parallel dgrad and wgrad run bulk
+      overlaps of the input all-gather and the dgrad reduce-scatter. Not free: the blocks are
+      smaller GEMMs (their own, lower, efficiency), and the pipelined and bulk overlaps take 16
+      SMs from the GEMM (``sm_slowdown`` = SMs/(SMs − 16) − 1 longer).
+    """
+    ag, rs, ar = np.asarray(ag), np.asarray(rs), np.asarray(ar)
+    g_in, g_out = gemm["in"], gemm["out"]
+    no_sp_fwd = ar
+    no_sp_bwd = np.maximum(ar - g_in, 0.0) if async_backward else ar
+    if overlap:
+        ring_in, piped_out = gemm["in_split_t"], gemm["out_split_4"] * (1 + sm_slowdown)
+        ring_out, bulk_in = gemm["out_split_t"], g_in * (1 + sm_slowdown)
+        sp_fwd = np.maximum(ag, ring_in) - g_in + piped_out - g_out + np.maximum(rs / 4, rs - 0.75 * piped_out)
+        sp_bwd = np.maximum(ag, ring_out) - g_out + 2 * (np.maximum(np.maximum(ag, rs), bulk_in) - g_in)
+    else:
+        sp_fwd = ag + rs
+        overlapped = np.maximum(ag - g_in, 0.0) + np.maximum(rs - g_in, 0.0) if async_backward else ag + rs
+        sp_bwd = ag + overlapped
+    return np.where(sequence_parallel, sp_fwd, no_sp_fwd), np.where(sequence_parallel, sp_bwd, no_sp_bwd)
+
+
+def ddp_bucket_params(dp_cp: ArrayLike) -> np.ndarray:
+    """Megatron's default gradient bucket: max(40M, 1M·d·c) parameters (megatron/training/training.py
+    resolve_ddp_bucket_size), used with --overlap-grad-reduce on the first pipeline stage's first
+    model chunk only: later chunks and stages keep one bucket each (training.py, per-chunk
+    disable_bucketing; distributed_data_parallel.py: 'Turn off bucketing if we are on a pipeline
+    stage that is not the first')."""
+    return np.maximum(40e6, 1e6 * np.asarray(dp_cp, dtype=float))
+
+
+def dp_exposed_s(
+    sync_s: ArrayLike,
+    bucket_s: ArrayLike,
+    i: ArrayLike,
+    p: ArrayLike,
+    v: ArrayLike,
+    step_bwd_s: ArrayLike,
+    *,
+    overlap: bool,
+) -> np.ndarray:
+    """Gradient reduction of stage i left after stage 0's last backward ends.
+
+    ``sync_s``: the stage's whole reduction (reduce-scatter or all-reduce), v model chunks of
+    sync/v each; ``bucket_s``: one bucket of the first chunk (stage 0) or the whole chunk (others);
+    ``step_bwd_s``: one chunk's backward of one micro-batch, τ. Without --overlap-grad-reduce the
+    reduction starts after the last backward, which stage i finishes i steps early: sync − i·τ.
+    With it (schedules.py: a chunk's reduction is launched after its last micro-batch's backward,
+    at the same moment on every stage, align_grad_reduce), chunk k's reduction is ready k·p steps
+    before the end and the reductions queue on one link, so the last finishes at
+    max_k(r_k + (k + 1)·sync/v): for the last chunk r_0 = −i·τ (stage 0: its buckets leave during
+    its last backward, r_0 = −τ·(1 − bucket/chunk), and at least its last bucket is exposed), for
+    the others r_k = −k·p·τ (the maximum sits at k = 1 or k = v − 1).
+    """
+    sync, bucket, tau = (np.asarray(x, dtype=float) for x in (sync_s, bucket_s, step_bwd_s))
+    i, p, v = np.asarray(i), np.asarray(p), np.asarray(v)
+    if not overlap:
+        return np.maximum(sync - i * tau, 0.0)
+    chunk = sync / v
+    first = i == 0
+    last_chunk = chunk - i * tau - np.where(first, tau * (1 - np.minimum(bucket / np.maximum(chunk, 1e-30), 1)), 0.0)
+    last_chunk = np.maximum(last_chunk, np.where(first, np.minimum(bucket, chunk), 0.0))
+    earlier = np.where(v >= 2, np.maximum(2 * chunk - p * tau, sync - (v - 1) * p * tau), 0.0)
+    return np.maximum(np.maximum(last_chunk, earlier), 0.0)
+
+
+def pp_interleaved_exposed_s(p2p_s: ArrayLike, m: ArrayLike, v: ArrayLike, step_fwd_s, step_bwd_s) -> np.ndarray:
+    """Steady-state sends of the interleaved schedule with its p2p overlap: each of the m·v forward
+    and m·v backward chunk-steps sends one activation while the next step computes, so what a send
+    takes beyond one chunk-step's compute is exposed (schedules.py, overlap_p2p_comm)."""
+    p2p = np.asarray(p2p_s)
+    late = np.maximum(p2p - np.asarray(step_fwd_s), 0.0) + np.maximum(p2p - np.asarray(step_bwd_s), 0.0)
+    return np.asarray(m) * np.asarray(v) * late

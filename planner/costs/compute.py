@@ -1,5 +1,7 @@
-"""Compute time on one GPU: GEMMs on a shape-dependent roofline, memory-bound ops at HBM speed,
-the attention core either unfused (batched GEMMs + softmax/dropout passes) or one flash kernel.
+"""Compute time on one GPU: GEMMs on a shape-dependent roofline (BF16, or FP8 with its casts),
+memory-bound ops at HBM speed, and the attention core either unfused (batched GEMMs + softmax and
+dropout passes) or one flash kernel whose efficiency rises with the sequence length as published
+kernel benchmarks show (the law and its per-GPU parameters: hardware ``attention`` section).
 """
 
 from __future__ import annotations
@@ -7,15 +9,29 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from planner.costs.flops import ATTENTION_CORE, Gemm
+from planner.costs.flops import Gemm
 from planner.costs.memory import mlp_activation_tensors
+from planner.hardware.spec import AttentionKernelSpec
 
 BACKWARD_GEMM_FACTOR = 2.0  # dgrad + wgrad, each as many FLOPs as the forward (Narayanan 2021, App.)
 BACKWARD_ELEMENTWISE_FACTOR = (
     2.0  # backward of an elementwise op reads the saved input and the output grad and writes the input grad
 )
-FLASH_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward runs 5 GEMMs per block to the forward's 2 (Dao 2023, §3.2)
-FLASH_CAUSAL_FRAC = 0.5  # a causal flash kernel skips the blocks above the diagonal
+HEAD_DIM_REFERENCE = 128  # the head width the kernel tables measure; narrower heads run at a penalty
+
+# HBM bytes one FP8 quantisation moves per 16-bit element, by recipe, for the copies the three
+# GEMMs need (Transformer Engine docs: fp8_delayed_scaling.rst, fp8_current_scaling.rst 'Transpose
+# handling' and 'Performance analysis', mxfp8.rst 'Handling transposes', fp8_blockwise_scaling.rst).
+# Hopper needs a physically transposed FP8 copy for the column-wise GEMM operand; Blackwell's one
+# per-tensor FP8 copy serves both, but MXFP8 scales 1×32 blocks along rows and columns separately.
+FP8_CAST_BYTES = {
+    # recipe: (Hopper, Blackwell)
+    "delayed": (2 + 1 + 1, 2 + 1),  # read 16 bits; write FP8 (and FP8ᵀ); the amax comes from the history
+    "tensorwise": (2 + 2 + 1 + 1, 2 + 2 + 1),  # current scaling reads the tensor twice: amax, then cast
+    "mxfp8": (2 + 2 * (1 + 1 / 32), 2 + 2 * (1 + 1 / 32)),  # two block-scaled copies, E8M0 scale per 32
+    "blockwise": (2 + 2 * (1 + 4 / 128), 2 + 2 * (1 + 4 / 128)),  # 1×128 tiles, fp32 scales, both layouts
+}
+FP8_FUSED_READ_BYTES = 2  # a cast fused into TE's LayerNormLinear does not read its input again
 
 
 def gemm_efficiency(M: ArrayLike, N: ArrayLike, K: ArrayLike, *, eta_max: float, half_dim: float) -> np.ndarray:
@@ -23,8 +39,8 @@ def gemm_efficiency(M: ArrayLike, N: ArrayLike, K: ArrayLike, *, eta_max: float,
 
     η = η_max · Π_{x ∈ (M, N, K)} x / (x + x½): large GEMMs approach η_max; a dimension near the
     tile size (x½, calibrated) wastes tile and wave quantisation, so small per-GPU shapes (large
-    t, small b, short heads) run slower. η_max and x½ are fitted to published runs
-    (hardware preset ``calibration``; megaplan calibrate).
+    t, small b, short heads) run slower. η_max is anchored to published large-GEMM throughput and
+    fitted inside its band (hardware preset ``calibration``; megaplan calibrate).
     """
     M, N, K = (np.asarray(x, dtype=float) for x in (M, N, K))
     return eta_max * (M / (M + half_dim)) * (N / (N + half_dim)) * (K / (K + half_dim))
@@ -33,6 +49,14 @@ def gemm_efficiency(M: ArrayLike, N: ArrayLike, K: ArrayLike, *, eta_max: float,
 def gemm_time_s(gemm: Gemm, *, peak_flops_per_s: float, eta_max: float, half_dim: float) -> np.ndarray:
     """t = F / (peak · η(M, N, K))."""
     return gemm.flops / (peak_flops_per_s * gemm_efficiency(gemm.M, gemm.N, gemm.K, eta_max=eta_max, half_dim=half_dim))
+
+
+def fp8_cast_bytes_per_element(recipe: str, *, one_copy_serves_both: bool, fused: bool = False) -> float:
+    """HBM bytes to quantise one 16-bit element into the FP8 copies its GEMMs use (FP8_CAST_BYTES);
+    ``one_copy_serves_both``: Blackwell (compute capability ≥ 10) needs no transposed FP8 copy for
+    per-tensor scaling; ``fused``: the cast rides on TE's fused LayerNorm, which already read it."""
+    hopper, blackwell = FP8_CAST_BYTES[recipe]
+    return (blackwell if one_copy_serves_both else hopper) - (FP8_FUSED_READ_BYTES if fused else 0.0)
 
 
 def elementwise_bytes(
@@ -49,6 +73,7 @@ def elementwise_bytes(
     unfused_attention: bool,
     dropout: bool,
     attention_dropout: bool | None = None,
+    rope_channels: int = 0,
 ) -> dict[str, np.ndarray]:
     """HBM bytes read and written by one layer's memory-bound ops in the forward pass, per GPU, by part.
 
@@ -60,7 +85,10 @@ def elementwise_bytes(
     6·sbf/t). ``attention_softmax``, unfused attention only: the scale-mask-softmax (read
     2as²b/t, write 2as²b/t) and attention dropout (read 2, write 2, mask 1): 9·as²b/t, 4·as²b/t
     without attention dropout. ``dropout`` is the hidden dropout, ``attention_dropout`` (default: the
-    same) the one on attention probabilities. Tokens are divided by c under context parallelism.
+    same) the one on attention probabilities. ``rope``: rotary position embedding of the queries
+    and keys, ``rope_channels`` = (a + g)·d_h of them split over t, read and written in 16 bits
+    (Transformer Engine's fused RoPE: 4·sb·(a + g)·d_h/t). Tokens are divided by c under context
+    parallelism.
     """
     b, t, c = np.asarray(b), np.asarray(t), np.asarray(c)
     sbh = s * b * h / c
@@ -70,13 +98,84 @@ def elementwise_bytes(
         "norm_residual": (22.0 if dropout else 20.0) * sbh / np.where(sequence_parallel, t, 1),
         "mlp_activation": 2.0 * mlp_activation_tensors(gated) * sbh * (f / h) / t,
         "attention_softmax": softmax,
+        "rope": 4.0 * (s * b / c) * rope_channels / t,
     }
 
 
-def flash_attention_time_s(
-    gemms: dict[str, Gemm], *, peak_flops_per_s: float, efficiency: float, causal: bool = True
+def flash_attention_flops(
+    bh: ArrayLike, s_q: ArrayLike, s_kv: ArrayLike, d_qk: ArrayLike, d_v: ArrayLike, *, causal: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) FLOPs of one flash-attention call over bh = batch × query heads.
+
+    F_fwd = 2·bh·N·(d_qk + d_v), F_bwd = 2·bh·N·(3·d_qk + 2·d_v), N = s_q·s_kv query-key pairs, s²/2
+    under a causal mask: the two forward GEMMs (QKᵀ, PV) and the backward's five (Dao 2023 §4.1;
+    Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py flops()). With d_qk = d_v = d
+    the forward is 4·bh·s²·d (halved when causal) and the backward 2.5× that. GQA does not change it.
+    """
+    pairs = np.asarray(s_q, dtype=float) * np.asarray(s_kv, dtype=float) * np.where(causal, 0.5, 1.0)
+    base = 2.0 * np.asarray(bh, dtype=float) * pairs
+    d_qk, d_v = np.asarray(d_qk, dtype=float), np.asarray(d_v, dtype=float)
+    return base * (d_qk + d_v), base * (3 * d_qk + 2 * d_v)
+
+
+def flash_attention_efficiency(
+    s_kv: ArrayLike,
+    d_qk: ArrayLike,
+    d_v: ArrayLike,
+    *,
+    causal: ArrayLike,
+    eta_max: float,
+    row_overhead: float,
+    diagonal_overhead: float,
+    head_dim_exponent: float,
+    mla_factor: float = 1.0,
 ) -> np.ndarray:
-    """Forward time of a flash-attention kernel: the scores and context FLOPs, halved for a
-    causal mask (blocks above the diagonal are skipped), at the kernel's own efficiency."""
-    flops = sum(gemms[name].flops for name in ATTENTION_CORE)
-    return flops * (FLASH_CAUSAL_FRAC if causal else 1.0) / (peak_flops_per_s * efficiency)
+    """Fraction of the 16-bit dense peak one pass of a flash-attention kernel reaches.
+
+    η = η_max · min(1, d̄/128)^α · m · s_kv/(s_kv + s½), d̄ = (d_qk + d_v)/2, m the MLA factor when
+    d_qk ≠ d_v, s½ = s_nc without a mask and 2·s_nc + s_diag with a causal one. A kernel does a fixed
+    amount of work per query row (load Q, rescale, write O and the log-sum-exp; in the backward the
+    dO·O pass and dQ), s_nc key positions' worth, so η rises with the keys a row walks; a causal row
+    walks half of them on average and pays the masked diagonal tiles, s_diag. The parameters are
+    fitted per GPU to published kernel tables (planner.fidelity.kernels), where η rises with s as
+    this law does.
+    """
+    s_kv = np.asarray(s_kv, dtype=float)
+    d_qk, d_v = np.asarray(d_qk, dtype=float), np.asarray(d_v, dtype=float)
+    width = np.minimum(1.0, 0.5 * (d_qk + d_v) / HEAD_DIM_REFERENCE) ** head_dim_exponent
+    mla = np.where(d_qk != d_v, mla_factor, 1.0)
+    s_half = np.where(causal, 2 * row_overhead + diagonal_overhead, row_overhead)
+    return eta_max * width * mla * s_kv / (s_kv + s_half)
+
+
+def flash_attention_time_s(
+    bh: ArrayLike,
+    s_q: ArrayLike,
+    s_kv: ArrayLike,
+    d_qk: float,
+    d_v: float,
+    *,
+    causal: bool,
+    kernel: AttentionKernelSpec,
+    peak_flops_per_s: float,
+    scale: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of one flash-attention call: F/(P_peak · η · scale) for each pass,
+    η from the GPU's kernel law (``flash_attention_efficiency``), scale the calibrated multiplier."""
+    flops = flash_attention_flops(bh, s_q, s_kv, d_qk, d_v, causal=causal)
+
+    def one(p: str, f: np.ndarray) -> np.ndarray:
+        eta = flash_attention_efficiency(
+            s_kv,
+            d_qk,
+            d_v,
+            causal=causal,
+            eta_max=getattr(kernel, f"{p}_efficiency"),
+            row_overhead=getattr(kernel, f"{p}_row_overhead"),
+            diagonal_overhead=getattr(kernel, f"{p}_diagonal_overhead"),
+            head_dim_exponent=getattr(kernel, f"{p}_head_dim_exponent"),
+            mla_factor=getattr(kernel, f"{p}_mla_factor"),
+        )
+        return f / (peak_flops_per_s * scale * eta)
+
+    return one("fwd", flops[0]), one("bwd", flops[1])

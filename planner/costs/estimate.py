@@ -79,7 +79,7 @@ class Evaluation:
     parts: dict[str, dict[str, np.ndarray]] | None = None  # with ``stages``: parts of the terms, for explain
 
 
-def _grad_bytes(ctx: Context) -> tuple[int, int]:
+def dp_element_bytes(ctx: Context) -> tuple[int, int]:
     """(bytes per gradient element reduced over DP, bytes per parameter all-gathered)."""
     prec = ctx.precision
     if prec == "fp32":
@@ -108,29 +108,38 @@ def adam_step_bytes(ctx: Context) -> float:
 
 
 def _dp_sync(
-    lt: Letters, ctx: Context, mem: dict, bwd_mb: np.ndarray, rep: np.ndarray, count: np.ndarray
+    lt: Letters, ctx: Context, mem: dict, bwd_mb: np.ndarray, fwd_mb: np.ndarray, rep: np.ndarray, count: np.ndarray
 ) -> np.ndarray:
-    """Exposed gradient synchronisation at the end of the iteration (DDP or distributed optimizer):
-    dense gradients over d·c, expert gradients over the expert data-parallel group; stage i drains
-    i backward steps before stage 0, and --overlap-grad-reduce hides it behind the last backward."""
+    """Exposed data-parallel synchronisation (DDP or distributed optimizer): the gradient reduction
+    of dense parameters over d·c and expert parameters over the expert data-parallel group, as
+    Megatron buckets and launches it (communication.dp_exposed_s); with the distributed optimizer
+    the parameter all-gather, whole after the optimizer step, or with --overlap-param-gather only
+    the first bucket before each stage's first forward (stage i starts i forward steps late)."""
     opts = ctx.options
-    grad_bytes, param_bytes = _grad_bytes(ctx)
+    grad_bytes, param_bytes = dp_element_bytes(ctx)
     if opts.fp8 is not None and opts.fp8_param_gather:
         param_bytes = 1
-    kw = dict(
-        grad_bytes=grad_bytes,
-        param_bytes=param_bytes,
-        distributed_optimizer=lt.dopt,
-        overlap_param_gather=opts.overlap_param_gather,
-    )
-    dense = comm.dp_grad_sync_time_s(
-        mem["dense_params"], lt.d * lt.c, group_link(ctx.hardware, lt.d * lt.c, lt.t), **kw
-    )
-    expert = comm.dp_grad_sync_time_s(
-        mem["expert_params"], lt.edp, group_link(ctx.hardware, lt.edp, lt.etp * lt.ep), **kw
-    )
-    hidden = rep * bwd_mb + (bwd_mb if opts.overlap_grad_reduce else 0.0)
-    return np.max(np.where(count > 0, np.maximum(dense + expert - hidden, 0.0), 0.0), axis=1, keepdims=True)
+    dense_link = group_link(ctx.hardware, lt.d * lt.c, lt.t)
+    expert_link = group_link(ctx.hardware, lt.edp, lt.etp * lt.ep)
+
+    def reduce(n, group, link):
+        return comm.dp_grad_reduce_time_s(n, group, link, grad_bytes=grad_bytes, distributed_optimizer=lt.dopt)
+
+    dense, expert = mem["dense_params"], mem["expert_params"]
+    sync = reduce(dense, lt.d * lt.c, dense_link) + reduce(expert, lt.edp, expert_link)
+    chunk_params = (dense + expert) / lt.vpp
+    bucket = np.minimum(comm.ddp_bucket_params(lt.d * lt.c), chunk_params)
+    bucket_s = np.where(rep == 0, reduce(bucket, lt.d * lt.c, dense_link), sync / lt.vpp)
+    tau_b, tau_f = bwd_mb / lt.vpp, fwd_mb / lt.vpp
+    grads = comm.dp_exposed_s(sync, bucket_s, rep, lt.p, lt.vpp, tau_b, overlap=opts.overlap_grad_reduce)
+    first_gather = np.where(rep == 0, bucket, chunk_params)
+    if opts.overlap_param_gather:
+        gather = np.maximum(all_gather_time_s(lt.d * lt.c, param_bytes * first_gather, dense_link) - rep * tau_f, 0.0)
+    else:
+        gather = all_gather_time_s(lt.d * lt.c, param_bytes * dense, dense_link) + all_gather_time_s(
+            lt.edp, param_bytes * expert, expert_link
+        )
+    return np.max(np.where(count > 0, grads + np.where(lt.dopt, gather, 0.0), 0.0), axis=1, keepdims=True)
 
 
 def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray) -> np.ndarray:
@@ -207,11 +216,18 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     total = np.sum(count * per_mb, axis=1, keepdims=True)
     bubble = bubble_time_s(total, slowest, lt.vpp)
 
+    def pick(x):  # the slowest stage's term
+        return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
+
     p2p = _p2p_time_s(lt, ctx)
     pp = exposed_p2p_transfers(lt.p, lt.m, lt.vpp, overlap_p2p=opts.overlap_p2p_comm) * p2p
+    if opts.overlap_p2p_comm:  # interleaved: sends longer than a chunk-step's compute show
+        fwd_all, bwd_all = pick(fwd + step["comm_fwd"]), pick(bwd + rec + tp + cp + mo - step["comm_fwd"])
+        steady = comm.pp_interleaved_exposed_s(p2p, lt.m, lt.vpp, fwd_all / lt.vpp, bwd_all / lt.vpp)
+        pp = pp + np.where((lt.vpp > 1) & (lt.p > 1), steady, 0.0)
 
-    dp = np.where(lt.fsdp, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, rep, count))
-    grad_bytes, _ = _grad_bytes(ctx)
+    dp = np.where(lt.fsdp, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, fwd, rep, count))
+    grad_bytes, _ = dp_element_bytes(ctx)
     emb_link = group_link(hw, 2, (lt.p - 1) * lt.t * lt.c * lt.d)
     emb_grad = lt.V * lt.h / lt.t * grad_bytes
     embedding = np.where(ctx.model.tied_embeddings & (lt.p > 1), all_reduce_time_s(2, emb_grad, emb_link), 0.0)
@@ -221,9 +237,6 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     adam_params = mem["dense_params"] / shard_dense + mem["expert_params"] / shard_expert
     adam = adam_step_bytes(ctx) * adam_params / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
     optimizer = np.max(np.where(count > 0, adam, 0.0), axis=1, keepdims=True)
-
-    def pick(x):  # the slowest stage's term
-        return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
 
     time = {
         "forward": lt.m * pick(fwd),
@@ -313,7 +326,7 @@ def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
 def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
     """Every memory and time term's formula and source for one plan (``evaluate``'s terms)."""
     opts = ctx.options
-    grad_bytes, param_bytes = _grad_bytes(ctx)
+    grad_bytes, param_bytes = dp_element_bytes(ctx)
     if opts.fp8 is not None and opts.fp8_param_gather:
         param_bytes = 1
     sp = plan.sequence_parallel and plan.tp > 1
@@ -321,7 +334,10 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
     if plan.pp == 1:
         pp_text = "0 (pp = 1)"
     elif plan.vpp > 1 and opts.overlap_p2p_comm:
-        pp_text = f"2(p − 1) fill-and-drain transfers (the interleaved schedule overlaps the rest) × ({message})"
+        pp_text = (
+            f"2(p − 1) fill-and-drain transfers × ({message}), + m·v × what each send takes beyond a "
+            "chunk-step's compute (the interleaved schedule overlaps the rest)"
+        )
     elif plan.vpp > 1:
         pp_text = f"2(m·v + p − 1) transfers × ({message})"
     else:
@@ -333,7 +349,7 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
         )
     elif plan.distributed_optimizer:
         gather = (
-            "hidden by --overlap-param-gather"
+            "the first bucket's all-gather (--overlap-param-gather hides the rest)"
             if opts.overlap_param_gather
             else f"all-gather of {param_bytes}-byte parameters"
         )
@@ -342,10 +358,11 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
         dp_text = f"all-reduce of {grad_bytes}-byte gradients over d·c"
     if not plan.fsdp:
         dp_text += (
-            ", less the last micro-batch's backward (--overlap-grad-reduce)"
+            "; --overlap-grad-reduce: each model chunk's reduction starts after its last backward, the first "
+            "stage's first chunk in max(40M, 1M·d·c)-parameter buckets, the last bucket exposed"
             if opts.overlap_grad_reduce
             else ", exposed after the last backward"
-        ) + "; stage i drains i backward steps later"
+        ) + "; stage i drains i backward steps earlier"
     tied = ctx.model.tied_embeddings and plan.pp > 1
     shard = "d·c" if plan.distributed_optimizer or plan.fsdp else "1"
     time = {

@@ -1,9 +1,10 @@
 """Time of one transformer layer for one micro-batch on one GPU, and of a pipeline stage.
 
 Compute: GEMMs on the shape-dependent roofline (planner.costs.compute), in FP8 for the linear
-layers when enabled; memory-bound ops over HBM; the attention core unfused or flash. Exposed
-communication: tensor-parallel collectives (less what overlap hides), context-parallel ring
-exchange of keys and values (less what attention compute hides), the MoE token dispatcher.
+layers when enabled, with the FP8 casts of the recipe; memory-bound ops over HBM; the attention
+core unfused or the GPU's flash kernel. Exposed communication: tensor-parallel collectives (less
+what overlap hides, plus what overlap costs the GEMMs), context-parallel ring exchange of keys and
+values (less what attention compute hides), the MoE token dispatcher.
 """
 
 from __future__ import annotations
@@ -11,18 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import Formula, compute, flops
-from planner.costs.blocks import (
-    activation_message,
-    gemm_times,
-    graphed_frac,
-    layer_parts,
-    layer_terms,
-    layer_times,
-    sum_blocks,
-    tp_collectives_s,
-)
+from planner.costs.blocks import graphed_frac, layer_parts, layer_terms, layer_times, sum_blocks
 from planner.costs.layer_memory import layer_activations
 from planner.costs.letters import Letters
+from planner.costs.linears import activation_message, gemm_times, tp_collectives_s
 from planner.costs.mla import mla_formula
 from planner.costs.moe import dispatcher_formula, expert_formula
 from planner.plan import AttentionKernel, Context, ParallelPlan, Recompute, RecomputeModule
@@ -147,15 +140,18 @@ def offload_exposed_s(
 
 def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     """Formula and source of the compute and model-parallel communication terms for one plan."""
-    opts, mo = ctx.options, ctx.model
-    linear = "FP8 linear GEMMs F/(P_fp8·η_fp8(M,N,K)) + FP8 casts" if opts.fp8 else "Σ_GEMM F/(P_peak·η(M,N,K))"
+    opts, mo, hw = ctx.options, ctx.model, ctx.hardware
+    if opts.fp8:
+        linear = f"FP8 linear GEMMs F/(P_fp8·η_fp8(M,N,K)) + {opts.fp8_recipe.value} FP8 casts"
+    else:
+        linear = "Σ_GEMM F/(P_peak·η(M,N,K))"
     if opts.attention_kernel is AttentionKernel.UNFUSED:
         core, core_bwd = "score and context GEMMs + softmax/dropout bytes/W_HBM", "2 × attention core"
     else:
-        core, core_bwd = (
-            "flash attention 2·2bs²ad/(t·c)·½ (causal) / (P_peak·η_flash)",
-            f"{compute.FLASH_BACKWARD_FACTOR:g} × flash forward",
+        core = (
+            f"{hw.attention.kernel}: 4·b·(a/t)·s²·d_h/(2c) / (P_peak·η_fwd(s)), η rising with s as the kernel tables do"
         )
+        core_bwd = "its backward, 2.5× the FLOPs at η_bwd(s)"
     experts = "; MoE layers: routed experts' grouped GEMMs and shared experts (below)" if mo.is_moe else ""
     mla = "; multi-latent attention (below)" if mo.multi_latent_attention else ""
     window = (
@@ -168,38 +164,43 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         if mo.mtp_layers
         else ""
     )
+    graphs = " (no τ: CUDA graphs)" if opts.cuda_graph_impl.value != "none" else ""
     forward = Formula(
-        f"m × Σ_stage layers × [{linear} + {core} + elementwise bytes/(W_HBM·η_mem) + τ], slowest stage; "
+        f"m × Σ_stage layers × [{linear} + {core} + elementwise bytes/(W_HBM·η_mem) + τ{graphs}], slowest stage; "
         f"+ embedding (first) or logits and cross-entropy (last){experts}{mla}{window}{mtp}",
-        "GEMM FLOPs: Narayanan et al. 2021 Appendix; roofline with calibrated η; FlashAttention-2 (Dao 2023)"
+        "GEMM FLOPs: Narayanan et al. 2021 Appendix; attention law fitted to kernel benchmarks "
+        "(presets/reference/attention_kernels.csv: Dao 2023, NVIDIA cudnn-frontend results)"
         + ("; DeepSeek-V3 §2.2 (MTP)" if mo.mtp_layers else ""),
     )
     backward = Formula(
         f"m × layers × [2 × GEMMs + {core_bwd} + 2 × elementwise + 2τ]",
-        "Narayanan et al. 2021 Appendix: backward = 2 × forward GEMM FLOPs",
+        "Narayanan et al. 2021 Appendix: backward = 2 × forward GEMM FLOPs; Dao 2023 §4.1 (5 backward GEMMs)",
     )
     recompute = recompute_formula(ctx, plan)
     sp = plan.sequence_parallel and plan.tp > 1
-    collectives = "2 all-gathers + 2 reduce-scatters" if sp else "2 all-reduces"
-    hidden = (
-        "; --tp-comm-overlap hides what the GEMMs cover"
-        if opts.tp_comm_overlap
-        else "; backward overlapped with the weight-gradient GEMMs"
-        if opts.async_tp_comm
-        else ""
-    )
+    if not sp:
+        collectives = "2 all-reduces forward; backward all-reduces beyond the weight-gradient GEMMs"
+    elif opts.tp_comm_overlap:
+        collectives = (
+            "userbuffers: ring-exchange all-gathers and pipelined reduce-scatters inside the GEMMs, beyond "
+            "them exposed, plus the split GEMMs' lost efficiency and the 16 SMs the overlaps take"
+        )
+    else:
+        collectives = (
+            "2 all-gathers + 2 reduce-scatters forward; backward: 2 synchronous output-gradient all-gathers, "
+            "the input all-gathers and dgrad reduce-scatters beyond the GEMMs they overlap"
+        )
     again = " (+ recompute)" if plan.recompute is Recompute.FULL else ""
     tp = Formula(
-        f"m × layers × {collectives} of b·s·h/c per pass, forward and backward{again}, on the tp group's link{hidden}"
-        if plan.tp > 1
-        else "0 (tp = 1)",
-        "Narayanan et al. 2021 §4.1; Korthikanti et al. 2022 §4.2.2; ring cost Thakur et al. 2005",
+        f"m × layers × [{collectives}] of b·s·h/c{again}, on the tp group's link" if plan.tp > 1 else "0 (tp = 1)",
+        "Narayanan et al. 2021 §4.1; Korthikanti et al. 2022 §4.2.2; Megatron-LM mappings.py, layers.py; "
+        "Transformer Engine initialize_ub; ring cost Thakur et al. 2005",
     )
     cp = Formula(
-        "m × layers × (c − 1) ring steps of K,V chunks b·(s/c)·2g·d_h/t, each beyond its attention compute"
+        "m × layers × (c − 1) ring steps of K,V chunks b·(s/c)·2g·d_h/t, each beyond one step of attention"
         if plan.cp > 1
         else "0 (cp = 1)",
-        "Ring Attention (Liu et al. 2023); Megatron-Core context parallelism",
+        "Ring Attention (Liu et al. 2023); Transformer Engine AttnFuncWithCPAndKVP2P",
     )
     moe_comm = dispatcher_formula(ctx, plan) if mo.is_moe else Formula("0 (dense model)", "—")
     return {

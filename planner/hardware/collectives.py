@@ -51,17 +51,16 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
     extent in nodes against the preset tiers' ``max_nodes``.
     """
     cal, net, node = hw.calibration, hw.network, hw.node
+    size, stride = np.asarray(size), np.asarray(stride)
     domains, _ = group_nodes(size, stride, hw.nvlink_domain_gpus)
     _, extent = group_nodes(size, stride, node.gpus_per_node)
-    per_domain = np.asarray(size) / domains
+    per_domain = size / domains
     nvlink = node.nvlink_bytes_per_s * cal.nvlink_bus_efficiency
     nic_per_gpu = net.nic_bytes_per_s * net.nics_per_node / node.gpus_per_node
-    tier_latency = np.full(np.shape(extent), net.tiers[-1].latency_us, dtype=float)
-    tier_frac = np.full(np.shape(extent), net.tiers[-1].bandwidth_frac, dtype=float)
-    for tier in reversed(net.tiers):
-        inside = extent <= tier.max_nodes
-        tier_latency = np.where(inside, tier.latency_us, tier_latency)
-        tier_frac = np.where(inside, tier.bandwidth_frac, tier_frac)
+    # the innermost tier whose max_nodes holds the extent (the last tier beyond them all)
+    tier = np.minimum(np.searchsorted([t.max_nodes for t in net.tiers], extent), len(net.tiers) - 1)
+    tier_latency = np.array([t.latency_us for t in net.tiers])[tier]
+    tier_frac = np.array([t.bandwidth_frac for t in net.tiers])[tier]
     rail = nic_per_gpu * cal.network_bus_efficiency * tier_frac
     one_domain = domains <= 1
     return Link(

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-GIB = 2**30
+from planner.hardware.calibration import Calibration
+
+GIB = 2**30  # bytes in a GiB
 
 
 class _Sourced(BaseModel):
@@ -52,6 +54,7 @@ class GPUSpec(_Sourced):
     peak_tf32_tflops: PositiveFloat = Field(description="dense TF32 tensor-core peak (fp32 training)")
     peak_fp8_tflops: PositiveFloat | None = Field(None, description="dense FP8 tensor-core peak")
     hbm_tbytes_per_s: PositiveFloat = Field(description="HBM bandwidth")
+    sm_count: PositiveInt = Field(description="streaming multiprocessors (the SMs overlapped communication takes)")
     tdp_watts: PositiveFloat | None = None
 
     @property
@@ -116,17 +119,27 @@ class NetworkSpec(_Sourced):
         return self.nic_gbits_per_s * 1e9 / 8
 
 
-class Calibration(_Sourced):
-    """The few efficiency factors of the cost model, fitted to published runs (megaplan calibrate)."""
+class AttentionKernelSpec(_Sourced):
+    """The flash-attention kernel Megatron-Core runs on this GPU (Transformer Engine picks it), as a
+    law fitted to published kernel benchmarks (``planner.fidelity.kernels``): per pass,
 
-    gemm_efficiency: PositiveFloat = Field(le=1.0, description="eta_max: large-GEMM fraction of peak")
-    gemm_half_dim: float = Field(ge=0, description="GEMM dimension at which a dimension's factor is 1/2")
-    flash_attention_efficiency: PositiveFloat = Field(le=1.0, description="flash-attention kernel fraction of peak")
-    memory_efficiency: PositiveFloat = Field(le=1.0, description="fraction of HBM bandwidth memory-bound ops reach")
-    nvlink_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NVLink bandwidth")
-    network_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NIC bandwidth")
-    fp8_gemm_efficiency: PositiveFloat = Field(0.5, le=1.0, description="FP8 GEMMs' fraction of the FP8 peak")
-    layer_overhead_us: float = Field(0.0, ge=0, description="host/launch time per layer forward (backward 2x)")
+        η = η_max · min(1, d/128)^α · s_kv/(s_kv + s_half),   s_half = s_nc (no mask), 2·s_nc + s_diag (causal)
+
+    of the 16-bit dense peak; s_nc is the kernel's fixed work per query row in key positions, s_diag
+    the masked diagonal tiles, α the penalty for heads narrower than 128, and the MLA factor applies
+    when the query/key and value head dimensions differ (DeepSeek's 192/128)."""
+
+    kernel: str = Field(description="the kernel and library release the law represents")
+    fwd_efficiency: PositiveFloat = Field(le=1.0, description="eta_max of the forward kernel")
+    fwd_row_overhead: NonNegativeFloat = Field(description="s_nc of the forward, key positions")
+    fwd_diagonal_overhead: NonNegativeFloat = Field(description="s_diag of the causal forward, key positions")
+    fwd_head_dim_exponent: NonNegativeFloat = Field(description="alpha of the forward for heads below 128")
+    fwd_mla_factor: PositiveFloat = Field(1.0, description="forward efficiency factor when d_qk != d_v")
+    bwd_efficiency: PositiveFloat = Field(le=1.0, description="eta_max of the backward kernel")
+    bwd_row_overhead: NonNegativeFloat = Field(description="s_nc of the backward, key positions")
+    bwd_diagonal_overhead: NonNegativeFloat = Field(description="s_diag of the causal backward, key positions")
+    bwd_head_dim_exponent: NonNegativeFloat = Field(description="alpha of the backward for heads below 128")
+    bwd_mla_factor: PositiveFloat = Field(1.0, description="backward efficiency factor when d_qk != d_v")
 
 
 class MemorySpec(_Sourced):
@@ -172,6 +185,7 @@ class HardwareSpec(BaseModel):
     gpu: GPUSpec
     node: NodeSpec
     network: NetworkSpec
+    attention: AttentionKernelSpec
     calibration: Calibration
     memory: MemorySpec
     accuracy: Accuracy

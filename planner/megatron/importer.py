@@ -14,6 +14,7 @@ import numpy as np
 
 from planner import api
 from planner.errors import PlannerError
+from planner.hardware.spec import HardwareSpec
 from planner.megatron.deepspeed import ForkPlan, map_fork_flags
 from planner.megatron.flags import MegatronArgs, parse_megatron_argv
 from planner.megatron.option_flags import (
@@ -159,12 +160,22 @@ def _global_batch(v: dict, fork: ForkPlan, b: int, dp: int) -> tuple[int, str | 
     return b * dp, f"no --global-batch-size: micro-batch × dp = {b * dp} (Megatron-LM's default)"
 
 
+def _fp8_recipe(v: dict) -> str:
+    recipe = v.get("fp8_recipe") or "delayed"
+    if recipe == "custom":
+        raise PlannerError(
+            "--fp8-recipe custom loads a recipe of your own, which megaplan cannot cost; "
+            "allowed: delayed, tensorwise, mxfp8, blockwise"
+        )
+    return recipe
+
+
 def request_from_megatron(
     args: MegatronArgs,
     *,
     gpus: int | None,
     model: str | None = None,
-    hardware: str | None = None,
+    hardware: str | HardwareSpec | None = None,
     files: dict[str, str] | None = None,
     allocator_conf: str | None = None,
 ) -> tuple[api.PlanRequest, list[str], list[str]]:
@@ -212,7 +223,7 @@ def request_from_megatron(
         "distribute_saved_activations": bool(v.get("distribute_saved_activations")),
         "async_tp_comm": v.get("async_tensor_model_parallel_allreduce") is not False,
         "fp8": v.get("fp8"),  # --fp8-format stores into args.fp8
-        "fp8_recipe": v.get("fp8_recipe"),
+        "fp8_recipe": _fp8_recipe(v),
         "fp8_param_gather": bool(v.get("fp8_param_gather")),
         "moe_capacity_factor": v.get("moe_expert_capacity_factor"),
         "recompute_modules": recompute_modules(v),
@@ -272,7 +283,7 @@ def import_megatron(
     *,
     gpus: int | None = None,
     model: str | None = None,
-    hardware: str | None = None,
+    hardware: str | HardwareSpec | None = None,
     env: dict[str, str] | None = None,
     base_dir: str | None = None,
     extra: str | None = None,

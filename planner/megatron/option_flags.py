@@ -85,7 +85,6 @@ NOT_MODELLED = {  # dest -> (Megatron's default, what it changes): read, reporte
     "optimizer_cpu_offload": (False, "the optimizer's CPU offload"),
     "num_distributed_optimizer_instances": (1, "several distributed-optimizer instances"),
     "overlap_param_gather_with_optimizer_step": (False, "the parameter all-gather overlapped with the optimizer step"),
-    "fp8_recipe": ("delayed", "the FP8 recipe's own speed (priced at the preset's FP8 rate)"),
     "first_last_layers_bf16": (False, "first/last layers kept in bf16 under FP8"),
 }
 

@@ -1,0 +1,232 @@
+"""The attention-kernel law of each GPU generation, fitted to published kernel benchmarks.
+
+``presets/reference/attention_kernels.csv`` holds the measured throughput of the kernel Megatron-Core
+runs by default (Transformer Engine picks it: FlashAttention-2 on A100, cuDNN fused attention on
+Hopper and Blackwell), each row with its source. This module fits the law of
+``planner.costs.compute.flash_attention_efficiency`` to those rows per compute capability, bounded,
+on log time (least squares, then refined to make the largest error of any row as small as it can
+be, since the tables are what the law must stay within), and reports each row's error; the
+hardware presets' ``attention`` sections hold the result.
+
+- Rows with role ``fit`` set η_max, s_nc and s_diag (and the MLA factor where MLA rows exist).
+- Hopper's head-width exponent α comes from H100 cuDNN 9.1 rows at head width 64 and 128
+  (role ``head-dim``: the ratio of two rows of one release cancels the release's level); Blackwell
+  has no such rows and borrows it.
+- A100 has only forward+backward rows: the backward runs at r·η_fwd, r from FlashAttention-2's
+  backward/forward ratio on H100 (role ``fwd-bwd-ratio``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares, minimize
+
+from planner.costs.compute import flash_attention_efficiency, flash_attention_flops
+from planner.presets import presets_root
+
+BORROWED_HEAD_DIM = {"10.0": "9.0", "10.3": "9.0"}  # no Blackwell head-width sweep: Hopper's α
+BORROWED_MLA = {"9.0": "10.0"}  # no Hopper MLA rows in the fit set: Blackwell's factor
+MIN_SEQ_FOR_RATIOS = 4096  # ratios of two kernels or head widths are read where both have saturated
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    gpu: str
+    cc: str
+    pass_: str
+    causal: bool
+    d_qk: int
+    d_v: int
+    s: int
+    bh: float
+    tflops: float
+    exact_triangle: bool
+    peak_tflops: float
+    role: str
+    source: str
+
+    def measured_s(self) -> float:
+        """The row's time per call, from its TFLOP/s and its source's own FLOP count (the 2026
+        cuDNN-frontend results count the causal triangle s(s+1)/2, the others s²/2)."""
+        f_fwd, f_bwd = flash_attention_flops(self.bh, self.s, self.s, self.d_qk, self.d_v, causal=self.causal)
+        if self.causal and self.exact_triangle:
+            f_fwd, f_bwd = f_fwd * (1 + 1 / self.s), f_bwd * (1 + 1 / self.s)
+        flops = {"fwd": f_fwd, "bwd": f_bwd, "fwd+bwd": f_fwd + f_bwd}[self.pass_]
+        return float(flops) / (self.tflops * 1e12)
+
+
+def kernel_rows() -> list[KernelRow]:
+    text = (presets_root() / "reference" / "attention_kernels.csv").read_text()
+    return [
+        KernelRow(
+            gpu=r["gpu"],
+            cc=r["compute_capability"],
+            pass_=r["pass"],
+            causal=r["causal"] == "y",
+            d_qk=int(r["head_dim_qk"]),
+            d_v=int(r["head_dim_v"]),
+            s=int(r["seq_len"]),
+            bh=float(r["batch"]) * float(r["q_heads"]),
+            tflops=float(r["tflops_per_s"]),
+            exact_triangle=r["causal_pairs"] == "s(s+1)/2",
+            peak_tflops=float(r["peak_tflops"]),
+            role=r["role"],
+            source=r["source"],
+        )
+        for r in csv.DictReader(io.StringIO(text))
+    ]
+
+
+@dataclass(frozen=True)
+class RowArrays:
+    """Rows as arrays, so the law evaluates them all in one call."""
+
+    passes: np.ndarray
+    causal: np.ndarray
+    d_qk: np.ndarray
+    d_v: np.ndarray
+    s: np.ndarray
+    bh: np.ndarray
+    peak: np.ndarray
+    measured_s: np.ndarray
+
+    @classmethod
+    def of(cls, rows: list[KernelRow]) -> RowArrays:
+        col = lambda f: np.array([f(r) for r in rows])
+        return cls(
+            col(lambda r: r.pass_),
+            col(lambda r: r.causal),
+            col(lambda r: r.d_qk),
+            col(lambda r: r.d_v),
+            col(lambda r: r.s),
+            col(lambda r: r.bh),
+            col(lambda r: r.peak_tflops * 1e12),
+            col(lambda r: r.measured_s()),
+        )
+
+
+def model_s(rows: RowArrays, params: dict[str, float]) -> np.ndarray:
+    """The law's time for each row, with parameters named as in AttentionKernelSpec."""
+    flops = flash_attention_flops(rows.bh, rows.s, rows.s, rows.d_qk, rows.d_v, causal=rows.causal)
+    out = np.zeros(len(rows.s))
+    for i, p in enumerate(("fwd", "bwd")):
+        used = (rows.passes == p) | (rows.passes == "fwd+bwd")
+        if not used.any():
+            continue
+        eta = flash_attention_efficiency(
+            rows.s,
+            rows.d_qk,
+            rows.d_v,
+            causal=rows.causal,
+            eta_max=params[f"{p}_efficiency"],
+            row_overhead=params[f"{p}_row_overhead"],
+            diagonal_overhead=params[f"{p}_diagonal_overhead"],
+            head_dim_exponent=params[f"{p}_head_dim_exponent"],
+            mla_factor=params.get(f"{p}_mla_factor", 1.0),
+        )
+        out = out + np.where(used, flops[i] / (rows.peak * eta), 0.0)
+    return out
+
+
+def _ratio_exponent(rows: list[KernelRow], pass_: str) -> float:
+    """α from pairs of rows at head width 64 and 128 (same release, pass, mask and length):
+    η64/η128 = (64/128)^α."""
+    by_key = {(r.causal, r.s, r.d_qk): r for r in rows if r.pass_ == pass_ and r.s >= MIN_SEQ_FOR_RATIOS}
+    logs = [
+        np.log(r64.tflops / by_key[(c, s, 128)].tflops) / np.log(64 / 128)
+        for (c, s, d), r64 in by_key.items()
+        if d == 64 and (c, s, 128) in by_key
+    ]
+    return float(np.mean(logs))
+
+
+def fwd_bwd_ratio(rows: list[KernelRow]) -> float:
+    """η_bwd/η_fwd of FlashAttention-2 on H100 (the same kernel family as A100's), the median of
+    the rows at s ≥ 4k with both passes measured."""
+    fwd = {(r.causal, r.d_qk, r.s): r.tflops for r in rows if r.pass_ == "fwd" and r.s >= MIN_SEQ_FOR_RATIOS}
+    ratios = [r.tflops / fwd[k] for r in rows if r.pass_ == "bwd" and (k := (r.causal, r.d_qk, r.s)) in fwd]
+    return float(np.median(ratios))
+
+
+def head_dim_exponents() -> dict[str, float]:
+    """Hopper's α per pass from the H100 head-width rows."""
+    rows = [r for r in kernel_rows() if r.role == "head-dim"]
+    return {p: _ratio_exponent(rows, p) for p in ("fwd", "bwd")}
+
+
+def _fit(rows: list[KernelRow], names: list[str], fixed: dict[str, float], x0, lo, hi, tie=None) -> dict:
+    def params_of(x):
+        p = dict(fixed, **dict(zip(names, x, strict=True)))
+        return tie(p) if tie else p
+
+    arrays = RowArrays.of(rows)
+
+    def residuals(x):
+        return np.log(model_s(arrays, params_of(x)) / arrays.measured_s)
+
+    start = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac").x
+    # then the Chebyshev fit: minimise z, the largest |log error|, subject to −z ≤ r_i(x) ≤ z
+    scale = np.maximum(np.abs(start), 1e-3)
+    z0 = float(np.abs(residuals(start)).max())
+    r_of = lambda u: residuals(u[:-1] * scale)
+    sol = minimize(
+        lambda u: u[-1],
+        np.append(start / scale, z0),
+        method="SLSQP",
+        bounds=[*zip(np.divide(lo, scale), np.divide(hi, scale), strict=True), (0, None)],
+        constraints=[
+            {"type": "ineq", "fun": lambda u: u[-1] - r_of(u)},
+            {"type": "ineq", "fun": lambda u: u[-1] + r_of(u)},
+        ],
+        options=dict(maxiter=500, ftol=1e-10),
+    )
+    best = sol.x[:-1] * scale if sol.success and sol.x[-1] <= z0 else start
+    return params_of(best)
+
+
+def fit_generation(cc: str) -> dict[str, float]:
+    """The AttentionKernelSpec numbers of one compute capability, fitted to its ``fit`` rows."""
+    all_rows = kernel_rows()
+    rows = [r for r in all_rows if r.cc == cc and r.role == "fit"]
+    if cc == "8.0":
+        r = fwd_bwd_ratio([x for x in all_rows if x.role == "fwd-bwd-ratio"])
+
+        def tie(p):  # one shape for both passes, the backward at r × the forward's η_max
+            q = dict(p)
+            for k in ("row_overhead", "diagonal_overhead", "head_dim_exponent"):
+                q[f"bwd_{k}"] = q[f"fwd_{k}"]
+            q["bwd_efficiency"] = r * q["fwd_efficiency"]
+            return q
+
+        names = ["fwd_efficiency", "fwd_row_overhead", "fwd_diagonal_overhead", "fwd_head_dim_exponent"]
+        return _fit(rows, names, {}, [0.7, 200, 200, 0.2], [0.05, 0, 0, 0], [1, 5000, 5000, 2], tie)
+    alpha = head_dim_exponents()
+    out: dict[str, float] = {}
+    for p in ("fwd", "bwd"):
+        mine = [r for r in rows if r.pass_ == p]
+        mla = any(r.d_qk != r.d_v for r in mine)
+        names = [f"{p}_efficiency", f"{p}_row_overhead", f"{p}_diagonal_overhead"] + (
+            [f"{p}_mla_factor"] if mla else []
+        )
+        fixed = {f"{p}_head_dim_exponent": alpha[p]}
+        x0, lo, hi = (
+            [0.7, 300, 300, 1.0][: len(names)],
+            [0.05, 0, 0, 0.5][: len(names)],
+            [1, 5000, 5000, 1.5][: len(names)],
+        )
+        out.update(_fit(mine, names, fixed, x0, lo, hi))
+    if cc in BORROWED_MLA:
+        donor = fit_generation(BORROWED_MLA[cc])
+        out.update({k: donor[k] for k in ("fwd_mla_factor", "bwd_mla_factor")})
+    return out
+
+
+def kernel_errors(cc: str, params: dict[str, float], role: str = "fit") -> list[tuple[KernelRow, float]]:
+    """(row, model/measured − 1 in throughput) for every row of a role on one compute capability."""
+    rows = [r for r in kernel_rows() if r.cc == cc and r.role == role]
+    errors = RowArrays.of(rows).measured_s / model_s(RowArrays.of(rows), params) - 1
+    return list(zip(rows, errors.tolist(), strict=True))

@@ -1,0 +1,84 @@
+"""The efficiency factors of the cost model, each with where it stands: measured, fitted (with its
+uncertainty), carried over from another preset, assumed, or not identifiable by the data that
+was fitted, and the band of physically plausible values the fit may not leave.
+
+A factor's band is anchored to published measurements (kernel and GEMM benchmarks, nccl-tests,
+vendor specifications) and named in its ``source``; ``megaplan calibrate`` fits inside it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, model_validator
+
+
+class Status(StrEnum):
+    MEASURED = "measured"  # read from a published measurement
+    FITTED = "fitted"  # fitted by megaplan calibrate to runs that identify it, with its uncertainty
+    CARRIED = "carried over"  # another preset's fitted value (same GPU, or no runs of its own)
+    ASSUMED = "assumed"  # no measurement found: a stated assumption
+    NOT_IDENTIFIABLE = "not identifiable"  # the fit's runs cannot tell it apart: kept at its anchor
+
+
+class Factor(BaseModel):
+    """Provenance of one calibration value."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    status: Literal["measured", "fitted", "carried over", "assumed", "not identifiable"]  # Status's values
+    source: str = Field(min_length=1, description="the measurement, fit or assumption the value comes from")
+    band: list[float] | None = Field(
+        None, min_length=2, max_length=2, description="physically plausible [low, high]; fits stay inside"
+    )
+    sigma: NonNegativeFloat | None = Field(None, description="one standard error of a fitted value")
+
+    @model_validator(mode="after")
+    def _fitted_has_sigma(self) -> Self:
+        if self.band is not None and not self.band[0] <= self.band[1]:
+            raise ValueError(f"band must be [low, high], got {list(self.band)}")
+        if self.status == Status.FITTED and self.sigma is None:
+            raise ValueError("a fitted factor needs its standard error (sigma)")
+        return self
+
+
+class Calibration(BaseModel):
+    """The few efficiency factors of the cost model (``megaplan calibrate`` fits them per GPU)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    gemm_efficiency: PositiveFloat = Field(le=1.0, description="eta_max: large BF16 GEMMs' fraction of peak")
+    gemm_half_dim: NonNegativeFloat = Field(description="GEMM dimension at which a dimension's factor is 1/2")
+    fp8_gemm_efficiency: PositiveFloat | None = Field(
+        None, le=1.0, description="per-tensor FP8 GEMMs' fraction of the FP8 peak; None: no FP8 tensor cores"
+    )
+    mxfp8_gemm_ratio: PositiveFloat | None = Field(
+        None, le=1.0, description="MXFP8 GEMM time over per-tensor FP8 GEMM time, inverted (Blackwell); None: no MXFP8"
+    )
+    attention_scale: PositiveFloat = Field(
+        1.0, description="multiplier on the attention kernel's measured efficiency (hardware attention section)"
+    )
+    memory_efficiency: PositiveFloat = Field(le=1.0, description="fraction of HBM bandwidth memory-bound ops reach")
+    nvlink_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NVLink bandwidth")
+    network_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NIC bandwidth")
+    layer_overhead_us: NonNegativeFloat = Field(0.0, description="host/launch time per layer forward (backward 2x)")
+    factors: dict[str, Factor] = Field(description="field name -> status, band, uncertainty and source")
+
+    @model_validator(mode="after")
+    def _every_factor_sourced_and_in_band(self) -> Self:
+        fields = [n for n in type(self).model_fields if n != "factors" and getattr(self, n) is not None]
+        missing = [n for n in fields if n not in self.factors]
+        if missing:
+            raise ValueError(f"factors must say where each value comes from; missing: {', '.join(missing)}")
+        unknown = sorted(set(self.factors) - set(type(self).model_fields))
+        if unknown:
+            raise ValueError(f"factors names unknown fields: {', '.join(unknown)}")
+        for name in fields:
+            band = self.factors[name].band
+            value = getattr(self, name)
+            if band is not None and not band[0] - 1e-9 <= value <= band[1] + 1e-9:
+                raise ValueError(f"{name} = {value:g} lies outside its band [{band[0]:g}, {band[1]:g}]")
+        return self
+
+    def band(self, name: str) -> tuple[float, float] | None:
+        band = self.factors[name].band
+        return None if band is None else (band[0], band[1])
