@@ -9,6 +9,8 @@ from planner.errors import PlannerError
 from planner.presets import KINDS, load_spec, preset_names, preset_text
 from planner.report import fidelity as report_fidelity
 
+FILE = click.Path(dir_okay=False, exists=True)
+
 
 @cli.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -165,23 +167,83 @@ def validate(as_json: bool, regret: bool, as_csv: bool) -> None:
     type=click.Path(file_okay=False, exists=True),
     help="presets/hardware folder whose YAML files get the fitted values (a checkout's).",
 )
+@click.option("--loso/--no-loso", default=True, show_default=True, help="Also fit without each source and predict it.")
 @click.option(
-    "--loso/--no-loso", default=True, show_default=True, help="Also report leave-one-source-out errors (A100)."
+    "--from-log",
+    "logs",
+    multiple=True,
+    type=FILE,
+    help="A Megatron-LM training log of your own (repeat for several runs): fit your cluster instead.",
 )
-def calibrate(as_json: bool, write_dir: str | None, loso: bool) -> None:
-    """Fit the hardware presets' efficiency factors to the published runs (takes a minute or two).
+@click.option(
+    "--megatron-args-file",
+    "scripts",
+    multiple=True,
+    type=FILE,
+    help="The launch script of each --from-log run, in the same order (one script serves every log).",
+)
+@click.option("--hardware", help="With --from-log: the preset (or YAML) your cluster starts from; else fit only it.")
+@click.option("--gpus", type=click.IntRange(min=1), help="With --from-log: the world size, if neither file says.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="With --from-log: the hardware YAML to write.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+def calibrate(as_json, write_dir, loso, logs, scripts, hardware, gpus, output, force) -> None:
+    """Fit the hardware presets' efficiency factors, with their uncertainties, to the published runs
+    (a few minutes); or, with --from-log, to your own runs.
 
     \b
     Examples:
-        megaplan calibrate --no-loso
-        megaplan calibrate --json > calibration.json
+        megaplan calibrate --hardware gb200-nvl72 --no-loso
         megaplan calibrate --write presets/hardware
+        megaplan calibrate --from-log train.log --megatron-args-file run.sh \\
+            --hardware dgx-h100-superpod -o my-cluster.yaml
     """
     from planner.fidelity import calibrate as cal
 
+    if logs or scripts or output:
+        return _from_logs(logs, scripts, hardware, gpus, output, force, as_json)
+    if hardware and hardware not in cal.FITTED:
+        raise PlannerError(f"--hardware {hardware!r} has no published runs to fit; fitted: {', '.join(cal.FITTED)}")
     with progress("fitting the calibration to the published runs"):
-        out = cal.run_calibration(loso=loso, write_dir=write_dir)
+        out = cal.run_calibration(loso=loso, write_dir=write_dir, only=hardware)
     if as_json:
         echo_json(out)
     else:
         console().print(report_fidelity.calibration_view(out))
+
+
+def _from_logs(logs, scripts, hardware, gpus, output, force, as_json) -> None:
+    from pathlib import Path
+
+    from planner.fidelity import from_log
+    from planner.presets import load_hardware
+
+    if not logs:
+        raise PlannerError("--from-log: give the Megatron-LM log of at least one run of your own")
+    if not scripts:
+        raise PlannerError("--megatron-args-file: give the launch script of the --from-log run(s)")
+    if len(scripts) not in (1, len(logs)):
+        raise PlannerError(
+            f"--megatron-args-file: give one script for every --from-log ({len(logs)}) "
+            f"or one for all, not {len(scripts)}"
+        )
+    if not output:
+        raise PlannerError("-o/--output: name the hardware YAML to write (for example my-cluster.yaml)")
+    if Path(output).exists() and not force:
+        raise PlannerError(f"-o/--output: {output} exists; pass --force to overwrite it")
+    hw = load_hardware(hardware or "dgx-h100-superpod")
+    pairs = zip(logs, scripts if len(scripts) == len(logs) else scripts * len(logs), strict=True)
+    logged = [from_log.logged_run(log, script, hardware=hw, gpus=gpus) for log, script in pairs]
+    result = from_log.calibrate_from_logs(logged, hw)
+    base = from_log.base_text(hardware or "dgx-h100-superpod")
+    text = from_log.calibrated_yaml(base, hw, result, logged, Path(output).stem)
+    Path(output).write_text(text)
+    out = {
+        "hardware": hw.name,
+        "output": output,
+        "fit": result.to_json(),
+        "runs": from_log.run_rows(logged, result, hw),
+    }
+    if as_json:
+        echo_json(out)
+    else:
+        console().print(report_fidelity.log_calibration_view(out))

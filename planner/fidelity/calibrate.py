@@ -1,206 +1,279 @@
-"""Fit the hardware presets' few efficiency factors to the published runs.
+"""Fit the hardware presets' efficiency factors to published runs, with their uncertainties.
 
-One calibration per GPU generation, never per-run factors: minimise the mean squared log error
-of the runs' published metrics (one metric per run) with Nelder-Mead over the factors, each
-mapped to an unbounded variable by a logit of its position inside its physical range (BOUNDS).
+One calibration per GPU, never per-run factors. ``scipy.optimize.least_squares`` minimises the
+runs' log errors ln(predicted/published), one metric per run, bounded by each factor's band (the
+physically plausible range the preset states with its source). The Jacobian at the solution gives
+each factor's standard error, σ² = s²·[(JᵀJ)⁻¹]_kk with s² the residual variance. A factor the runs
+cannot identify - moving it across its whole band changes no prediction by 1 %, or its σ exceeds
+half its band - is reported as such and kept at its anchor, and the rest are fitted again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.optimize import least_squares
 
+from planner import api
 from planner.fidelity.runs import Run, load_runs
-from planner.fidelity.validate import predict, validate
+from planner.fidelity.validate import on_hardware, predict, prepare, validate
+from planner.hardware.calibration import Status
 from planner.hardware.spec import HardwareSpec
 from planner.presets import load_hardware
 
-FITTED = {  # hardware preset -> the calibration fields fitted on its runs
-    "dgx-a100-superpod": (
-        "gemm_efficiency",
-        "gemm_half_dim",
-        "memory_efficiency",
-        "network_bus_efficiency",
-        "layer_overhead_us",
-    ),
-    "dgx-h100-superpod": (
-        "gemm_efficiency",
-        "gemm_half_dim",
-        "flash_attention_efficiency",
-        "memory_efficiency",
-        "layer_overhead_us",
-    ),
+FIT_FIELDS = (  # the factors calibrate may fit where the preset gives them a band, in order of priority
+    "gemm_efficiency",
+    "fp8_gemm_efficiency",
+    "attention_scale",
+    "memory_efficiency",
+    "layer_overhead_us",
+    "gemm_half_dim",
+    "network_bus_efficiency",
+)
+FITTED = ("dgx-a100-superpod", "dgx-h100-superpod", "gb200-nvl72", "gb300-nvl72")
+FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, and too few runs of their own
+    "dgx-a100-superpod": ("dgx-a100-40gb-superpod",),  # the same A100, less HBM
+    "dgx-h100-superpod": ("dgx-h200-superpod",),  # the same GH100 die: no published H200 pre-training run
+    "gb200-nvl72": ("dgx-b200-superpod",),  # the same B200 GPU at 1000 W: two current runs, validated out of sample
 }
-# Physical ranges the fit must stay in, and why:
-BOUNDS = {
-    "gemm_efficiency": (0.5, 0.95),  # cuBLAS reaches 70-90 % of dense peak on large GEMMs
-    "gemm_half_dim": (8.0, 512.0),  # of the order of a tensor-core tile (64-256)
-    "memory_efficiency": (0.5, 0.95),  # elementwise kernels reach 60-90 % of HBM bandwidth
-    "network_bus_efficiency": (0.6, 0.98),  # nccl-tests busbw over InfiniBand: 80-95 % of line rate
-    "flash_attention_efficiency": (
-        0.1,
-        0.8,
-    ),  # of the causal-halved FLOPs; FlashAttention-2/cuDNN reach 35-70 % of peak (Dao 2023)
-    "layer_overhead_us": (1.0, 2000.0),  # host (Python) and launch time of a layer's ~15-30 kernels
-}
+MIN_EFFECT = 0.01  # moving a factor across its band must move some run's prediction by 1 % ...
+MAX_SIGMA_FRAC = 0.5  # ... and the runs must pin it to within half its band (one σ)
+AT_BOUND_FRAC = 0.005  # a value within 0.5 % of its band's width from an edge sits at the bound
 
 
-def _to_free(name: str, value: float) -> float:
-    lo, hi = BOUNDS[name]
-    u = np.clip((value - lo) / (hi - lo), 1e-6, 1 - 1e-6)
-    return float(np.log(u / (1 - u)))
-
-
-def _from_free(name: str, x: float) -> float:
-    lo, hi = BOUNDS[name]
-    return float(lo + (hi - lo) / (1 + np.exp(-x)))
-
-
-def with_calibration(hw: HardwareSpec, values: dict[str, float]) -> HardwareSpec:
-    cal = hw.calibration.model_copy(update=values)
-    return hw.model_copy(update={"calibration": cal})
-
-
-def nelder_mead(f, x0: np.ndarray, *, step: float = 0.3, iters: int = 400, tol: float = 1e-9) -> np.ndarray:
-    """Minimise f from x0 (Nelder & Mead 1965, standard coefficients 1, 2, 0.5, 0.5)."""
-    n = len(x0)
-    simplex = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
-    values = [f(x) for x in simplex]
-    for _ in range(iters):
-        order = np.argsort(values)
-        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
-        if values[-1] - values[0] < tol:
-            break
-        centroid = np.mean(simplex[:-1], axis=0)
-        xr = centroid + (centroid - simplex[-1])
-        fr = f(xr)
-        if fr < values[0]:
-            xe = centroid + 2 * (centroid - simplex[-1])
-            fe = f(xe)
-            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = xr, fr
-        else:
-            xc = centroid + 0.5 * (simplex[-1] - centroid)
-            fc = f(xc)
-            if fc < values[-1]:
-                simplex[-1], values[-1] = xc, fc
-            else:
-                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
-                values = [values[0]] + [f(x) for x in simplex[1:]]
-    return simplex[int(np.argmin(values))]
-
-
-def fit_runs(runs: list[Run]) -> list[Run]:
-    """One metric per run: the first listed (MFU/HFU rows repeat their run's iteration time)."""
-    seen, out = set(), []
-    for run in runs:
-        key = run.id.split(":")[0]
-        if key not in seen:
-            seen.add(key)
-            out.append(run)
-    return out
+@dataclass
+class FactorFit:
+    value: float
+    band: tuple[float, float]
+    status: str  # "fitted" or "not identifiable"
+    sigma: float | None = None
+    at_bound: str | None = None  # "lower" or "upper" when a fitted value sits at a bound
+    why: str = ""
 
 
 @dataclass
 class Fit:
     hardware: str
-    values: dict[str, float]
-    loss: float
+    factors: dict[str, FactorFit]
+    loss: float  # mean squared log error
     runs: int
+    sources: list[str] = field(default_factory=list)
+    prediction_sigma: float = 0.0  # RMS over the runs of the fitted factors' σ carried to ln(prediction)
+
+    @property
+    def values(self) -> dict[str, float]:
+        return {k: f.value for k, f in self.factors.items()}
+
+    def to_json(self) -> dict:
+        return {
+            "runs": self.runs,
+            "loss": self.loss,
+            "rms_log_error": self.loss**0.5,
+            "sources": self.sources,
+            "prediction_sigma": self.prediction_sigma,
+            "factors": {k: vars(f) | {"band": list(f.band)} for k, f in self.factors.items()},
+        }
 
 
-def fit(hardware_name: str, runs: list[Run], fields: tuple[str, ...] | None = None) -> Fit:
-    """Fitted calibration values for one hardware preset on the given runs."""
-    fields = fields or FITTED[hardware_name]
-    hw0 = load_hardware(hardware_name)
-    runs = [r for r in fit_runs(runs) if r.hardware == hardware_name]
-    x0 = np.array([_to_free(k, getattr(hw0.calibration, k)) for k in fields])
-
-    def loss(x):
-        hw = with_calibration(hw0, {k: _from_free(k, v) for k, v in zip(fields, x, strict=False)})
-        errs = [np.log(predict(r, hw) / r.published) for r in runs]
-        return float(np.mean(np.square(errs)))
-
-    x = nelder_mead(loss, x0)
-    return Fit(hardware_name, {k: _from_free(k, v) for k, v in zip(fields, x, strict=False)}, loss(x), len(runs))
+def with_calibration(hw: HardwareSpec, values: dict[str, float]) -> HardwareSpec:
+    """The hardware with other calibration values (no validation: trial values of a fit)."""
+    return hw.model_copy(update={"calibration": hw.calibration.model_copy(update=values)})
 
 
-def calibrate_all(runs: list[Run] | None = None) -> dict[str, Fit]:
-    runs = runs if runs is not None else load_runs()
-    return {name: fit(name, runs) for name in FITTED}
+def _setting(run: Run) -> tuple:
+    """What a weak-scaling series keeps fixed: the run but for its GPUs and its batch per GPU."""
+    q = run.request
+    model = q["model"] if isinstance(q.get("model"), str) else getattr(q.get("model"), "name", None)
+    opts = tuple(sorted((q.get("options") or {}).items()))
+    knobs = tuple(
+        q.get(k)
+        for k in ("tp", "pp", "cp", "vpp", "micro_batch", "seq_len", "precision", "recompute", "sequence_parallel")
+    )
+    return (run.hardware, run.source, model, opts, knobs, q.get("global_batch", 0) / max(q.get("gpus") or 1, 1))
 
 
-def leave_one_source_out(runs: list[Run] | None = None, hardware_name: str = "dgx-a100-superpod") -> dict[str, dict]:
-    """Calibrate without each source in turn and predict it: how well the model generalises."""
-    runs = runs if runs is not None else load_runs()
-    runs = [r for r in runs if r.hardware == hardware_name]
+def fit_runs(runs: list[Run]) -> list[Run]:
+    """The runs a fit uses: one metric per run - the first listed (MFU/HFU rows repeat their run's
+    iteration time) - of the runs whose whole configuration is published (``Run.fit``), and of a
+    weak-scaling series (one setting on more GPUs with the batch per GPU kept) the runs at its
+    smallest and largest size: the sizes between add no information the two lack and would
+    outweigh every other source (a setting measured again in a later release counts again)."""
+    seen, first = set(), []
+    for run in runs:
+        key = run.id.split(":")[0]
+        if key not in seen and run.fit:
+            seen.add(key)
+            first.append(run)
+    series: dict[tuple, list[Run]] = {}
+    for run in first:
+        series.setdefault(_setting(run), []).append(run)
+    ends = {
+        id(r)
+        for group in series.values()
+        for r in group
+        if _gpus(r) in (min(map(_gpus, group)), max(map(_gpus, group)))
+    }
+    return [r for r in first if id(r) in ends]
+
+
+def _gpus(run: Run) -> int:
+    return run.request.get("gpus") or 0
+
+
+class Problem:
+    """The runs of one preset, prepared once (or given prepared); log errors for any calibration values."""
+
+    def __init__(self, hw: HardwareSpec, runs: list[Run], requests: list[api.PlanRequest] | None = None):
+        self.hw, self.runs = hw, runs
+        self.reqs = requests if requests is not None else [prepare(r, hw) for r in runs]
+
+    def residuals(self, values: dict[str, float]) -> np.ndarray:
+        hw = with_calibration(self.hw, values)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pred = [predict(r, req=on_hardware(q, hw)) for r, q in zip(self.runs, self.reqs, strict=True)]
+        return np.log(np.asarray(pred) / np.array([r.published for r in self.runs]))
+
+
+def _jacobian(problem: Problem, names: list[str], values: dict, bands: dict, r0: np.ndarray) -> np.ndarray:
+    """Forward differences of the log errors, one step of 1 % of each band."""
+    cols = []
+    for n in names:
+        lo, hi = bands[n]
+        step = 0.01 * (hi - lo) * (1 if values[n] + 0.01 * (hi - lo) <= hi else -1)
+        cols.append((problem.residuals(dict(values, **{n: values[n] + step})) - r0) / step)
+    return np.array(cols).T
+
+
+def _solve(problem: Problem, names: list[str], values: dict, bands: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    lo = np.array([bands[n][0] for n in names])
+    hi = np.array([bands[n][1] for n in names])
+    width = np.maximum(hi - lo, 1e-12)
+    x0 = np.clip([values[n] for n in names], lo, hi)
+
+    def residuals(x):
+        return problem.residuals(dict(values, **dict(zip(names, x, strict=True))))
+
+    sol = least_squares(residuals, x0, bounds=(lo, hi), x_scale=width, diff_step=1e-3, xtol=1e-4, ftol=1e-4)
+    return sol.x, sol.fun, sol.jac
+
+
+def fit(
+    hardware_name: str | HardwareSpec,
+    runs: list[Run],
+    fields: tuple[str, ...] | None = None,
+    *,
+    start: dict[str, float] | None = None,
+    identify: bool = True,
+    requests: list[api.PlanRequest] | None = None,
+    max_factors: int | None = None,
+    anchor: dict[str, float] | None = None,
+) -> Fit:
+    """Fit one preset's factors (``fields``, default every FIT_FIELDS with a band) to ``runs``;
+    ``identify=False`` fits ``fields`` as given, without testing which the runs identify;
+    ``requests``: the runs already prepared (then ``runs`` are used as given); ``max_factors``: fit at
+    most this many, the first the runs feel in FIT_FIELDS' order; ``anchor``: the values a factor
+    the runs cannot identify keeps (default: the preset's)."""
+    hw = hardware_name if isinstance(hardware_name, HardwareSpec) else load_hardware(hardware_name)
+    cal = hw.calibration
+    if requests is None:
+        runs = [r for r in fit_runs(runs) if r.hardware == hw.name]
+    problem = Problem(hw, runs, requests)
+    bands = {
+        n: cal.band(n)
+        for n in (fields or FIT_FIELDS)
+        if getattr(cal, n, None) is not None and cal.band(n) and cal.factors[n].status != Status.MEASURED
+    }
+    anchor = {n: min(max((anchor or {}).get(n, getattr(cal, n)), bands[n][0]), bands[n][1]) for n in bands}
+    values = dict(anchor, **(start or {}))
+    dropped: dict[str, str] = {}
+    active = list(bands)
+    if identify:  # factors the runs do not feel at all, found from one Jacobian at the start
+        r0 = problem.residuals(values)
+        effect = np.max(np.abs(_jacobian(problem, active, values, bands, r0)), axis=0) * np.array(
+            [bands[n][1] - bands[n][0] for n in active]
+        )
+        for n, e in zip(list(active), effect, strict=True):
+            if e < MIN_EFFECT:
+                dropped[n] = (
+                    f"moving it across its band changes no run's prediction by {MIN_EFFECT:.0%} (at most {e:.2%})"
+                )
+                active.remove(n)
+                values[n] = anchor[n]
+        for n in active[max_factors:] if max_factors is not None else ():  # FIT_FIELDS' order of priority
+            dropped[n] = f"fewer runs than factors: the first {max_factors} of the felt factors are fitted"
+            values[n] = anchor[n]
+        active = active[:max_factors] if max_factors is not None else active
+    sigma, spread = np.zeros(0), 0.0
+    while active:
+        x, r, J = _solve(problem, active, values, bands)
+        values.update(zip(active, x, strict=True))
+        width = np.array([bands[n][1] - bands[n][0] for n in active])
+        cov = float(r @ r) / max(len(r) - len(active), 1) * np.linalg.pinv(J.T @ J)
+        sigma = np.sqrt(np.maximum(np.diag(cov), 0.0))
+        spread = float(np.sqrt(np.mean(np.einsum("ij,jk,ik->i", J, cov, J))))  # σ of each ln(prediction)
+        weak = [(sigma[j] / width[j], n) for j, n in enumerate(active) if sigma[j] > MAX_SIGMA_FRAC * width[j]]
+        if not identify or not weak:
+            break
+        frac, name = max(weak, key=lambda w: FIT_FIELDS.index(w[1]))  # the secondary factor goes first
+        dropped[name] = f"σ is {frac:.0%} of its band: the runs cannot tell it from the other factors"
+        active.remove(name)
+        values[name] = anchor[name]
+    factors = {}
+    for j, n in enumerate(active):
+        lo, hi = bands[n]
+        edge = AT_BOUND_FRAC * (hi - lo)
+        at = "lower" if values[n] - lo <= edge else "upper" if hi - values[n] <= edge else None
+        factors[n] = FactorFit(float(values[n]), bands[n], Status.FITTED.value, float(sigma[j]), at)
+    for n, why in dropped.items():
+        factors[n] = FactorFit(float(anchor[n]), bands[n], Status.NOT_IDENTIFIABLE.value, why=why)
+    res = problem.residuals(values)
+    sources = sorted({r.source for r in runs})
+    return Fit(hw.name, factors, float(np.mean(res**2)), len(runs), sources, spread if active else 0.0)
+
+
+def leave_one_source_out(runs: list[Run], hardware_name: str, full: Fit) -> dict[str, dict]:
+    """Fit without each source family in turn (from the full fit's values) and predict its rows."""
+    mine = [r for r in runs if r.hardware == hardware_name]
+    sources = list(dict.fromkeys(r.source for r in fit_runs(mine)))
+    if len(sources) < 2:
+        return {}
     out = {}
-    for source in dict.fromkeys(r.source for r in runs):
-        train = [r for r in runs if r.source != source]
-        held = [r for r in runs if r.source == source]
-        f = fit(hardware_name, train)
+    for source in sources:
+        train = [r for r in mine if r.source != source]
+        held = [r for r in mine if r.source == source]
+        fitted = tuple(n for n, f in full.factors.items() if f.status == Status.FITTED.value)
+        # a factor the other sources cannot identify keeps the full fit's value (stated in the docs)
+        f = fit(hardware_name, train, fitted, start=full.values, anchor=full.values)
         hw = with_calibration(load_hardware(hardware_name), f.values)
         out[source] = {"fitted": f.values, **validate(held, {hardware_name: hw})["summary"]}
     return out
 
 
-def write_calibration(path, fitted: Fit, sources: list[str], carried_from: str | None = None) -> str:
-    """Rewrite the fitted values (and their ``sources`` entries) of a hardware preset YAML file in
-    place, keeping everything else - comments included - as it was. Returns the new text."""
-    import re
-    from pathlib import Path
-
-    path = Path(path)
-    text = path.read_text()
-    note = f"fitted by megaplan calibrate on {fitted.runs} published runs ({'; '.join(sources)})"
-    if carried_from:
-        note = f"carried over from {carried_from}, where it was {note} (an assumption)"
-    for key, value in fitted.values.items():
-        text, n = re.subn(rf"(?m)^(  {key}: )[-0-9.eE+]+$", rf"\g<1>{value:.4g}", text)
-        if n != 1:
-            raise ValueError(f"{path}: expected one calibration line '{key}:', found {n}")
-        text = re.sub(rf"(?m)^(    {key}: ).*$", rf'\g<1>"{note}"', text)
-    path.write_text(text)
-    return text
+def fitted_hardware(fits: dict[str, Fit]) -> dict[str, HardwareSpec]:
+    """Every preset with the fitted values, the families with their donor's."""
+    hw = {name: with_calibration(load_hardware(name), f.values) for name, f in fits.items()}
+    for donor, targets in FAMILIES.items():
+        if donor in fits:
+            for t in targets:
+                hw[t] = with_calibration(load_hardware(t), fits[donor].values)
+    return hw
 
 
-FAMILIES = {  # presets that take a fitted preset's values: the same GPU, or no published run of their own
-    "dgx-a100-superpod": ("dgx-a100-40gb-superpod",),
-    "dgx-h100-superpod": ("dgx-h200-superpod", "dgx-b200-superpod", "gb200-nvl72"),
-}
-
-
-def run_calibration(*, loso: bool = True, write_dir: str | None = None) -> dict:
-    """The whole documented procedure: fit each generation, validate with the fit, hold out sources,
-    predict H100 with the A100 values carried over, and optionally write the presets."""
-    from pathlib import Path
+def run_calibration(*, loso: bool = True, write_dir: str | None = None, only: str | None = None) -> dict:
+    """The documented procedure: fit each GPU with runs, validate every run with the fits, hold out
+    each source in turn, and optionally write the presets."""
+    from planner.fidelity.writer import write_fits
 
     runs = load_runs()
-    fits = calibrate_all(runs)
-    hw = {name: with_calibration(load_hardware(name), f.values) for name, f in fits.items()}
-    result = validate(runs, hw)
-    out = {
-        "fits": {n: {"values": f.values, "loss": f.loss, "runs": f.runs} for n, f in fits.items()},
-        "summary": result["summary"],
-        "runs": result["runs"],
-    }
+    names = [n for n in FITTED if only in (None, n)]
+    fits = {name: fit(name, runs) for name in names}
+    hw = fitted_hardware(fits)
+    result = validate([r for r in runs if only is None or r.hardware == only], hw)
+    out = {"fits": {n: f.to_json() for n, f in fits.items()}, "summary": result["summary"], "runs": result["runs"]}
     if loso:
-        out["leave_one_source_out"] = leave_one_source_out(runs)
-    a100 = fits["dgx-a100-superpod"].values
-    carried = {k: v for k, v in a100.items() if k in FITTED["dgx-h100-superpod"] and k != "layer_overhead_us"}
-    h100_runs = [r for r in runs if r.hardware == "dgx-h100-superpod"]
-    h100_carried = with_calibration(load_hardware("dgx-h100-superpod"), carried)
-    out["h100_with_a100_values"] = {
-        "carried": carried,
-        **validate(h100_runs, {"dgx-h100-superpod": h100_carried})["summary"],
-    }
+        out["leave_one_source_out"] = {n: s for n in names if (s := leave_one_source_out(runs, n, fits[n]))}
     if write_dir:
-        for name, f in fits.items():
-            sources = sorted({r.source for r in runs if r.hardware == name})
-            write_calibration(Path(write_dir) / f"{name}.yaml", f, sources)
-            for target in FAMILIES.get(name, ()):
-                write_calibration(Path(write_dir) / f"{target}.yaml", f, sources, carried_from=name)
+        write_fits(write_dir, fits, FAMILIES, result["summary"]["by_hardware"])
         out["written"] = write_dir
     return out

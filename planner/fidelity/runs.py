@@ -42,6 +42,7 @@ class Run:
     hardware: str
     request: dict
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    fit: bool = True  # used to fit the calibration; False: validated only (an unpublished setting is assumed)
 
 
 def _int(text: str) -> int | None:
@@ -212,14 +213,108 @@ def _mlm(row: dict) -> list[Run]:
             "dgx-h100-superpod",
             req,
             assumptions,
+            fit=False,  # micro-batch and interleaving are not published (see the assumptions)
         ),
-        Run(f"{row['run_id']}:mfu", MLM, "MFU (r0.8.0)", _pct(row["mfu"]), "dgx-h100-superpod", req, assumptions),
+        Run(
+            f"{row['run_id']}:mfu",
+            MLM,
+            "MFU (r0.8.0)",
+            _pct(row["mfu"]),
+            "dgx-h100-superpod",
+            req,
+            assumptions,
+            fit=False,
+        ),
     ]
+
+
+def modern_rows() -> list[dict]:
+    text = (presets_root() / "reference" / "modern_runs.csv").read_text()
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def _yes(text: str) -> bool:
+    return text.strip().lower().startswith("y")
+
+
+def _modern_model(row: dict) -> ModelSpec:
+    mlp = row["mlp"]
+    return ModelSpec(
+        name=row["model_name"],
+        source=row["source"],
+        num_layers=int(row["num_layers"]),
+        hidden_size=int(row["hidden_size"]),
+        ffn_hidden_size=int(row["ffn_hidden_size"]),
+        num_attention_heads=int(row["num_attention_heads"]),
+        num_query_groups=int(row["num_query_groups"]),
+        max_position_embeddings=int(row["seq_length"]),
+        vocab_size=int(row["vocab_size"]),
+        swiglu=mlp == "swiglu",
+        squared_relu=mlp == "squared_relu",
+        normalization=row["normalization"],
+        position_embedding_type=row["position_embedding"],
+        untie_embeddings_and_output_weights=_yes(row["untied_embeddings"]),
+        add_bias_linear=_yes(row["bias"]),
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
+
+
+def _modern(row: dict) -> Run:
+    """A published run of today's Megatron-Core (through NeMo or Megatron-Bridge): flash attention,
+    the distributed optimizer with --overlap-grad-reduce --overlap-param-gather, SP with TP and the
+    row's own TP overlap and FP8 recipe, in the metric it was published in."""
+    L, t, p, v = (int(row[k]) for k in ("num_layers", "tp", "pp", "vpp"))
+    assumptions = [a for a in row["assumptions"].split("; ") if a]
+    split = "even"
+    if p > 1 and L % (p * v) and (L + 2) % (p * v) == 0:
+        split = "embedding+loss"
+        assumptions.append("embedding and loss counted as pipeline layers (the only even split of the layers)")
+    fp8 = row["precision"] == "fp8"
+    request = dict(
+        model=_modern_model(row),
+        gpus=int(row["num_gpus"]),
+        tp=t,
+        pp=p,
+        cp=int(row["cp"]),
+        vpp=v,
+        micro_batch=int(row["micro_batch"]),
+        global_batch=int(row["global_batch"]),
+        seq_len=int(row["seq_length"]),
+        precision="bf16",
+        recompute=row["recompute"],
+        sequence_parallel=_yes(row["sequence_parallel"]),
+        distributed_optimizer=_yes(row["distributed_optimizer"]),
+        stage_split=split,
+        options=dict(
+            attention_kernel="flash",
+            overlap_grad_reduce=_yes(row["overlap_grad_reduce"]),
+            overlap_param_gather=_yes(row["overlap_param_gather"]),
+            tp_comm_overlap=_yes(row["tp_comm_overlap"]),
+            fp8="hybrid" if fp8 else None,
+            fp8_recipe=row["fp8_recipe"] or "delayed",
+            fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
+            grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
+            cuda_graph_impl=row["cuda_graph_impl"],
+        ),
+    )
+    if row["not_fit_because"]:
+        assumptions.append("validated only, not fitted: " + row["not_fit_because"])
+    return Run(
+        row["run_id"],
+        row["source_family"],
+        row["metric"],
+        float(row["value"]),
+        row["hardware"],
+        request,
+        tuple(assumptions),
+        fit=_yes(row["fit"]),
+    )
 
 
 def load_runs() -> list[Run]:
     """Every reference run with a complete configuration (or a stated default for what is missing)."""
-    runs: list[Run] = []
+    runs: list[Run] = [_modern(row) for row in modern_rows()]
     for row in reference_rows():
         rid = row["run_id"]
         if rid.startswith("N21-T1") or rid == "N21-S51-GPT3-175B-1024":

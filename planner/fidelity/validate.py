@@ -11,15 +11,25 @@ from planner import api
 from planner.costs.estimate import evaluate, layer_step_times_s
 from planner.costs.flops import korthikanti_eq8_flops
 from planner.fidelity.moe_runs import MOE_METRIC, load_moe_runs
-from planner.fidelity.runs import K22, N21, PAPER_VOCAB, Run, load_runs
+from planner.fidelity.runs import K22, MLM, N21, PAPER_VOCAB, Run, load_runs
 from planner.hardware.spec import HardwareSpec
 from planner.presets import load_hardware
 from planner.space.grid import PlanGrid
 
 
-def predict(run: Run, hardware: HardwareSpec | None = None) -> float:
-    """The planner's value of the run's metric."""
-    req = api.make_request(hardware=hardware or load_hardware(run.hardware), **run.request)
+def prepare(run: Run, hardware: HardwareSpec | None = None) -> api.PlanRequest:
+    """The run as a plan request on its hardware (or the given hardware)."""
+    return api.make_request(hardware=hardware or load_hardware(run.hardware), **run.request)
+
+
+def on_hardware(req: api.PlanRequest, hardware: HardwareSpec) -> api.PlanRequest:
+    """The same request on other hardware (a calibration's trial values): no new validation."""
+    return replace(req, ctx=replace(req.ctx, hardware=hardware))
+
+
+def predict(run: Run, hardware: HardwareSpec | None = None, req: api.PlanRequest | None = None) -> float:
+    """The planner's value of the run's metric (``req``: the run already prepared)."""
+    req = req or prepare(run, hardware)
     grid = PlanGrid.from_plans([req.plan])
     ctx = req.ctx
     if run.metric.startswith("layer"):
@@ -31,8 +41,10 @@ def predict(run: Run, hardware: HardwareSpec | None = None) -> float:
     m, tr = ctx.model, ctx.training
     B, s, L, h = tr.global_batch, tr.seq_len, m.num_layers, m.hidden_size
     peak = ctx.hardware.gpu.peak_flops_per_s(tr.precision.value)
-    if run.metric == "iteration time (s)":
+    if run.metric in ("iteration time (s)", "step time (s)"):
         return it
+    if run.metric == "tokens/s per GPU":
+        return B * s / it / n
     if run.metric == "TFLOP/s per GPU (Eq. 3)":
         eq3 = 96 * B * s * L * h**2 * (1 + s / (6 * h) + PAPER_VOCAB / (16 * L * h))
         return eq3 / it / n / 1e12
@@ -69,6 +81,8 @@ def _validate(runs: list[Run], hardware: dict[str, HardwareSpec]) -> dict:
             {
                 "id": run.id,
                 "source": run.source,
+                "hardware": run.hardware,
+                "in_fit": run.fit,
                 "metric": run.metric,
                 "published": run.published,
                 "predicted": pred,
@@ -81,17 +95,29 @@ def _validate(runs: list[Run], hardware: dict[str, HardwareSpec]) -> dict:
 
 def summarize(rows: list[dict]) -> dict:
     def stats(rs):
-        errs = np.abs([r["error_pct"] for r in rs])
+        errs = np.array([r["error_pct"] for r in rs])
         return {
             "runs": len(rs),
-            "median_abs_error_pct": float(np.median(errs)),
-            "max_abs_error_pct": float(np.max(errs)),
+            "median_abs_error_pct": float(np.median(np.abs(errs))),
+            "max_abs_error_pct": float(np.max(np.abs(errs))),
+            "rms_log_error": float(np.sqrt(np.mean(np.log1p(errs / 100) ** 2))),
         }
 
     by_source = {
         src: stats([r for r in rows if r["source"] == src]) for src in dict.fromkeys(r["source"] for r in rows)
     }
-    return {**stats(rows), "by_source": by_source}
+
+    def per_hardware(rs):
+        return {hw: stats([r for r in rs if r["hardware"] == hw]) for hw in dict.fromkeys(r["hardware"] for r in rs)}
+
+    complete = [r for r in rows if r.get("in_fit", True) and "hardware" in r]
+    partial = [r for r in rows if not r.get("in_fit", True) and "hardware" in r]
+    return {
+        **stats(rows),
+        "by_source": by_source,
+        "by_hardware": per_hardware(complete),  # runs whose whole configuration is published
+        "by_hardware_assumed": per_hardware(partial),  # an unpublished setting assumed, or superseded software
+    }
 
 
 def _era_pins(run: Run):
@@ -155,13 +181,17 @@ def regret(run: Run) -> dict:
     }
 
 
+REGRET_SOURCES = (N21, K22, MLM)  # the reference table's runs; today's runs were tuned by NVIDIA's teams
+
+
 def add_regret(result: dict, runs: list[Run] | None = None, step=None) -> dict:
-    """Attach the regret of each whole-model run (not the one-layer rows) to the validation result;
-    ``step`` is called after each run (a progress bar)."""
+    """Attach the regret of each whole-model run of the reference table (not the one-layer rows) to
+    the validation result - a search per run, so the modern runs (published plans tuned by NVIDIA's
+    performance teams) are left out; ``step`` is called after each run (a progress bar)."""
     by_id = {r.id: r for r in (runs if runs is not None else load_runs())}
     for row in result["runs"]:
         run = by_id[row["id"]]
-        if ":" not in row["id"] and not run.metric.startswith("layer"):
+        if ":" not in row["id"] and not run.metric.startswith("layer") and run.source in REGRET_SOURCES:
             row["regret"] = regret(run)
         if step:
             step(f"best plan for {row['id']}")

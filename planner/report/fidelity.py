@@ -51,19 +51,31 @@ def _runs_table(result: dict, title: str) -> FittedTable:
     return FittedTable(columns, result["runs"], title)
 
 
-def summary_table(summary: dict) -> Table:
-    table = Table(title="Absolute error", title_justify="left")
-    for col, just in (("source", "left"), ("rows", "right"), ("median", "right"), ("max", "right")):
-        table.add_column(col, justify=just)
-    for src, st in summary["by_source"].items():
-        table.add_row(src, str(st["runs"]), f"{st['median_abs_error_pct']:.1f}%", f"{st['max_abs_error_pct']:.1f}%")
-    table.add_row(
-        Text("all", style="bold"),
-        str(summary["runs"]),
-        f"{summary['median_abs_error_pct']:.1f}%",
-        f"{summary['max_abs_error_pct']:.1f}%",
-    )
-    return table
+def summary_table(summary: dict) -> Group:
+    parts = []
+    for title, key in (
+        ("Absolute error by source", "by_source"),
+        ("Absolute error by hardware: runs whose whole configuration is published", "by_hardware"),
+        ("Absolute error by hardware: runs with an assumed setting or superseded software", "by_hardware_assumed"),
+    ):
+        if not summary.get(key):
+            continue
+        table = Table(title=title, title_justify="left")
+        for col, just in ((key.split("_")[1], "left"), ("rows", "right"), ("median", "right"), ("max", "right")):
+            table.add_column(col, justify=just)
+        for name, st in summary.get(key, {}).items():
+            table.add_row(
+                name, str(st["runs"]), f"{st['median_abs_error_pct']:.1f}%", f"{st['max_abs_error_pct']:.1f}%"
+            )
+        if key == "by_source":
+            table.add_row(
+                Text("all", style="bold"),
+                str(summary["runs"]),
+                f"{summary['median_abs_error_pct']:.1f}%",
+                f"{summary['max_abs_error_pct']:.1f}%",
+            )
+        parts.append(table)
+    return Group(*parts)
 
 
 def assumptions_text(result: dict) -> Text:
@@ -75,34 +87,74 @@ def assumptions_text(result: dict) -> Text:
     return Text("\n".join(lines))
 
 
+def _band(band) -> str:
+    return f"{band[0]:.4g}–{band[1]:.4g}"
+
+
+def _value(x: float) -> str:
+    return "0" if abs(x) < 5e-5 else f"{x:.4g}"
+
+
+def factors_table(name: str, fit: dict) -> Group:
+    """One preset's factors: value ± σ, band, and whether the runs identify it (why not, below)."""
+    title = f"{name}: {fit['runs']} runs, rms log error {fit['rms_log_error']:.3f}"
+    if fit.get("prediction_sigma"):
+        title += f", the factors' σ on a prediction {100 * fit['prediction_sigma']:.1f} %"
+    table = Table(title=title, title_justify="left")
+    for col, just in (("factor", "left"), ("value", "right"), ("± σ", "right"), ("band", "right"), ("status", "left")):
+        table.add_column(col, justify=just)
+    notes = []
+    for factor, f in fit["factors"].items():
+        status = f["status"] + (f", at its {f['at_bound']} bound" if f.get("at_bound") else "")
+        if f.get("at_bound") == "lower" and f["band"][0] == 0:
+            status += " (0, the physical floor)"
+        if f["why"]:
+            notes.append(f"  ({len(notes) + 1}) {factor}: {f['why']}")
+            status += f" ({len(notes)})"
+        sigma = _value(f["sigma"]) if f.get("sigma") is not None else "—"
+        table.add_row(factor, _value(f["value"]), sigma, _band(f["band"]), status)
+    return Group(table, Text("\n".join(notes))) if notes else Group(table)
+
+
 def calibration_view(out: dict) -> Group:
-    fits = Table(title="Fitted calibration (hardware preset: value)", title_justify="left")
-    fits.add_column("preset")
-    fits.add_column("runs", justify="right")
-    fits.add_column("rms log error", justify="right")
-    fits.add_column("values")
-    for name, f in out["fits"].items():
-        fits.add_row(
-            name,
-            str(f["runs"]),
-            f"{f['loss'] ** 0.5:.3f}",
-            Text(", ".join(f"{k} {v:.4g}" for k, v in f["values"].items())),
-        )
-    parts = [fits, summary_table(out["summary"])]
-    if "leave_one_source_out" in out:
-        loso = Table(title="A100 leave-one-source-out: calibrate without the source, predict it", title_justify="left")
-        for col in ("held-out source", "rows", "median", "max"):
-            loso.add_column(col)
-        for src, st in out["leave_one_source_out"].items():
-            loso.add_row(src, str(st["runs"]), f"{st['median_abs_error_pct']:.1f}%", f"{st['max_abs_error_pct']:.1f}%")
+    parts: list = [factors_table(name, fit) for name, fit in out["fits"].items()]
+    parts.append(summary_table(out["summary"]))
+    if out.get("leave_one_source_out"):
+        loso = Table(title="Leave one source out: fit without the source, predict it", title_justify="left")
+        for col, just in (
+            ("hardware", "left"),
+            ("held-out source", "left"),
+            ("rows", "right"),
+            ("median", "right"),
+            ("max", "right"),
+        ):
+            loso.add_column(col, justify=just)
+        for hw, by_source in out["leave_one_source_out"].items():
+            for src, st in by_source.items():
+                loso.add_row(
+                    hw, src, str(st["runs"]), f"{st['median_abs_error_pct']:.1f}%", f"{st['max_abs_error_pct']:.1f}%"
+                )
         parts.append(loso)
-    h = out["h100_with_a100_values"]
-    parts.append(
-        Text(
-            f"H100 predicted with the A100 values of {', '.join(h['carried'])} (its own flash-attention and "
-            f"layer overhead as preset): median {h['median_abs_error_pct']:.1f}%, max {h['max_abs_error_pct']:.1f}%"
-        )
-    )
     if out.get("written"):
         parts.append(Text(f"wrote the fitted values into {out['written']}"))
     return Group(*parts)
+
+
+def log_calibration_view(out: dict) -> Group:
+    """Your runs against the prediction before and after the fit, and the factors refitted."""
+    runs = Table(title=f"Your runs on {out['hardware']}: steady iteration time", title_justify="left")
+    for col, just in (("log", "left"), ("measured", "right"), ("before", "right"), ("after", "right")):
+        runs.add_column(col, justify=just)
+    for r in out["runs"]:
+        before, after = r["before_s"] / r["measured_s"] - 1, r["after_s"] / r["measured_s"] - 1
+        runs.add_row(
+            r["log"],
+            f"{r['measured_s']:.3f} s",
+            f"{r['before_s']:.3f} s ({before:+.1%})",
+            f"{r['after_s']:.3f} s ({after:+.1%})",
+        )
+    return Group(
+        runs,
+        factors_table("refitted", out["fit"]),
+        Text(f"wrote {out['output']}: use it as --hardware {out['output']}"),
+    )

@@ -1,0 +1,137 @@
+"""Calibrate on the user's own runs: Megatron-LM logs with the launch scripts that produced them.
+
+Each log's steady iteration time becomes a reference run of the plan its script describes; the
+factors those runs can identify are refitted (planner.fidelity.calibrate.fit) and written into a
+hardware YAML usable wherever a preset is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from planner import api
+from planner.costs.estimate import evaluate
+from planner.fidelity.calibrate import FIT_FIELDS, Fit, fit, with_calibration
+from planner.fidelity.megatron_log import LogError, TrainingLog, read_training_log
+from planner.fidelity.preset_text import accuracy_block, calibration_block, replace_section
+from planner.fidelity.runs import Run
+from planner.fidelity.writer import fitted_calibration
+from planner.hardware.spec import Accuracy, HardwareSpec
+from planner.space.grid import PlanGrid
+
+FLOPS_TOLERANCE = 1.35  # the log's FLOPs may differ from the script's by Megatron's causal-halving and versions
+SOURCE = "your runs"
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    log: TrainingLog
+    script: str
+    request: api.PlanRequest
+
+    def as_run(self) -> Run:
+        return Run(
+            self.log.name, SOURCE, "step time (s)", self.log.steady_iteration_s, self.request.ctx.hardware.name, {}
+        )
+
+
+def logged_run(log_path: str, script_path: str, *, hardware: HardwareSpec, gpus: int | None) -> LoggedRun:
+    """One log with its launch script, checked to be the same run."""
+    from planner.megatron.importer import import_megatron
+
+    log = read_training_log(Path(log_path).read_text(errors="replace"), log_path)
+    script = Path(script_path).read_text(errors="replace")
+    req = import_megatron(script, gpus=gpus or log.world_size, hardware=hardware).request
+    if log.world_size is not None and log.world_size != req.gpus:
+        raise LogError(f"{log_path}: the log ran on {log.world_size} GPUs; {script_path} describes {req.gpus}")
+    if log.global_batch is not None and log.global_batch != req.ctx.training.global_batch:
+        raise LogError(
+            f"{log_path}: global batch size {log.global_batch} in the log, "
+            f"{req.ctx.training.global_batch} in {script_path}: not the same run"
+        )
+    if log.steady_tflops_per_gpu:
+        logged = log.steady_tflops_per_gpu * 1e12 * log.steady_iteration_s * req.gpus
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ours = float(evaluate(PlanGrid.from_plans([req.plan]), req.ctx).flops["megatron"][0])
+        if not 1 / FLOPS_TOLERANCE <= logged / ours <= FLOPS_TOLERANCE:
+            raise LogError(
+                f"{log_path}: its throughput implies {logged / 1e15:.4g} PFLOP per iteration, the model in "
+                f"{script_path} {ours / 1e15:.4g}: not the same model, batch or world size"
+            )
+    return LoggedRun(log, script_path, req)
+
+
+def calibrate_from_logs(logged: list[LoggedRun], hardware: HardwareSpec) -> Fit:
+    """Refit the factors the runs identify (at most one fewer than the runs, so each σ is estimable)."""
+    runs = [lr.as_run() for lr in logged]
+    limit = max(1, len(runs) - 1)
+    return fit(hardware, runs, FIT_FIELDS, requests=[lr.request for lr in logged], max_factors=limit)
+
+
+def calibrated_yaml(base_text: str, hardware: HardwareSpec, result: Fit, logged: list[LoggedRun], name: str) -> str:
+    """The base preset's YAML with the runs' fit: a hardware file of its own name."""
+    logs = ", ".join(lr.log.name for lr in logged)
+    note = f"{len(logged)} run(s) of your own ({logs})"
+    cal = fitted_calibration(hardware.calibration, result, note, keep_unidentified=True)
+    text = replace_section(base_text, "calibration", calibration_block(cal))
+    text = replace_section(text, "accuracy", accuracy_block(log_accuracy(hardware, result, logged, note)))
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("name:"):
+            lines[i] = f"name: {name}\n"
+        elif line.startswith("description:"):
+            lines[i] = line.rstrip("\n").rstrip('"') + f' (calibrated by megaplan on {logs})"\n'
+    return f"# {name}: {hardware.name} calibrated on {note}.\n" + "".join(lines)
+
+
+def log_accuracy(hardware: HardwareSpec, result: Fit, logged: list[LoggedRun], note: str) -> Accuracy:
+    """The accuracy of the calibrated file: the RMS log error on the user's runs after the fit, no
+    smaller than the base preset's (a fit on a few runs of its own is in sample), and the fit's σ."""
+    rows = run_rows(logged, result, hardware)
+    own = float(np.sqrt(np.mean([np.log(r["after_s"] / r["measured_s"]) ** 2 for r in rows])))
+    base = hardware.accuracy.validation_error_frac
+    return Accuracy(
+        validation_error_frac=round(max(own, base), 3),
+        calibration_uncertainty_frac=round(result.prediction_sigma, 3),
+        sources={
+            "validation_error_frac": f"RMS of ln(predicted/measured) on {note} after the fit, {100 * own:.1f} %, "
+            f"in sample; at least {hardware.name}'s {100 * base:.1f} % on the published runs",
+            "calibration_uncertainty_frac": "megaplan calibrate --from-log: the fitted factors' covariance "
+            f"(least-squares Jacobian) carried to the runs' ln(prediction), RMS {100 * result.prediction_sigma:.1f} %",
+        },
+    )
+
+
+def base_text(ref: str) -> str:
+    """The YAML text of the hardware the user's cluster starts from: a preset name or a file."""
+    from planner.presets import preset_text
+
+    path = Path(ref).expanduser()
+    return path.read_text() if path.is_file() else preset_text("hardware", ref)
+
+
+def run_rows(logged: list[LoggedRun], result: Fit, hardware: HardwareSpec) -> list[dict]:
+    """Each run's measured iteration time against the prediction before and after the fit."""
+    from planner.fidelity.validate import on_hardware, predict
+
+    after = with_calibration(hardware, result.values)
+    rows = []
+    for lr in logged:
+        run = lr.as_run()
+        before_s = predict(run, req=lr.request)
+        after_s = predict(run, req=on_hardware(lr.request, after))
+        rows.append(
+            {
+                "log": lr.log.name,
+                "script": lr.script,
+                "iterations": len(lr.log.iterations),
+                "measured_s": run.published,
+                "before_s": before_s,
+                "after_s": after_s,
+                "max_allocated_mb": lr.log.max_allocated_mb,
+            }
+        )
+    return rows
