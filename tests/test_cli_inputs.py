@@ -134,7 +134,9 @@ def test_explain_without_tp_and_pp_takes_searchs_best_plan_and_says_so():
     best = json.loads(run(["search", *GPT3, "--top", "1", "--json"]).stdout)["plans"][0]
     result = run(["explain", *GPT3, "--brief"], env={"COLUMNS": "100"})
     assert result.exit_code == 0
-    assert "search's best of" in result.stdout and "TP8 PP8 DP16 b3 V12 · SP DO" in result.stdout
+    par = best["parallel"]
+    label = f"TP{par['tp']} PP{par['pp']} DP{par['dp']} b{par['micro_batch']} V{par['vpp']} · SP DO"
+    assert "search's best of" in result.stdout and label in result.stdout
     assert f"{best['estimate']['iteration_s']:.2f} s/iteration" in result.stdout
     assert len(result.stdout.strip().splitlines()) <= 15
 
