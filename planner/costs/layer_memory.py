@@ -54,7 +54,16 @@ def activation_parts(lt: Letters, ctx: Context) -> dict[str, tuple[float, float]
     with multi-latent attention, ``mla.mla_activation_parts``) and of the dense MLP."""
     mo = ctx.model
     parts = memory.layer_activation_parts(
-        lt.h, lt.a, lt.g, lt.dh, lt.f, gated=lt.gated, dropout=lt.dropout, fp8=lt.fp8, flash_attention=not lt.unfused
+        lt.h,
+        lt.a,
+        lt.g,
+        lt.dh,
+        lt.f,
+        gated=lt.gated,
+        dropout=lt.dropout,
+        fp8=lt.fp8,
+        flash_attention=not lt.unfused,
+        fp8_scale_bytes=lt.fp8_scale,
     )
     if mo.multi_latent_attention:
         parts["attention"] = mla_activation_parts(mo, dropout=lt.dropout, fp8=lt.fp8, flash_attention=not lt.unfused)
@@ -108,7 +117,7 @@ def layer_activations(lt: Letters, ctx: Context) -> dict:
     shared = 0.0 * routed
     if lt.f_s:  # the shared experts keep what a dense MLP of width f_s keeps, split over t
         shared_split, _ = memory.layer_activation_parts(
-            lt.h, lt.a, lt.g, lt.dh, lt.f_s, gated=lt.gated, dropout=False, fp8=lt.fp8
+            lt.h, lt.a, lt.g, lt.dh, lt.f_s, gated=lt.gated, dropout=False, fp8=lt.fp8, fp8_scale_bytes=lt.fp8_scale
         )["mlp"]
         shared = per_layer_bytes(lt, ctx, shared_split, 0.0, zero)
     recomputed_block = RecomputeModule.MOE in modules

@@ -19,6 +19,11 @@ BYTES_PER_PARAM = {
 }
 ACTIVATION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 MASTER_REMAINDER_BYTES = 2  # TE FusedAdam keeps only the low 16 bits of an fp32 master weight beside its bf16 copy
+# Scale bytes per FP8 element of the block-scaled recipes: MXFP8 one E8M0 byte per 32 elements, blockwise one
+# fp32 per 1×128 tile of an activation (4/128); blockwise weights have one fp32 per 128×128 block
+# (Transformer Engine pytorch/csrc/quantizer.cpp: MXFP8Quantizer and Float8BlockQuantizer::create_tensor)
+FP8_BLOCK_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / 128}
+FP8_WEIGHT_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / (128 * 128)}
 
 
 def gradient_bytes_per_param(precision: str, *, grads_in_16_bits: bool) -> int:
@@ -42,6 +47,30 @@ def optimizer_bytes_per_param(
         return BYTES_PER_PARAM[precision][2]
     master = MASTER_REMAINDER_BYTES if precision == "bf16" and master_bytes == 4 else master_bytes
     return master + exp_avg_bytes + exp_avg_sq_bytes
+
+
+def fp8_weight_bytes_per_param(recipe: str, *, one_copy_serves_both: bool) -> float:
+    """Bytes Transformer Engine holds per linear-layer weight element in FP8: the primary weight with
+    --fp8-param-gather, else the FP8 workspace it caches across micro-batches (is_first_microbatch).
+    TE quantises weights for both GEMM layouts (module/base.py reset_parameters: set_usage(rowwise=True,
+    columnwise=True)); what a layout costs is the quantizer's (pytorch/csrc/quantizer.cpp create_tensor):
+
+      delayed, tensorwise   1 byte, + 1 for the transposed copy where FP8 GEMMs take only the TN layout
+                            (with_transpose = columnwise && !nvte_is_non_tn_fp8_gemm_supported(): Hopper;
+                            Blackwell's GEMMs read the one copy both ways)
+      mxfp8                 2·(1 + 1/32): row-wise and column-wise data, each with an E8M0 scale per 32
+      blockwise             2·(1 + 4/128²): row-wise and transposed data, an fp32 scale per 128×128 block
+    """
+    if recipe in FP8_WEIGHT_SCALE_BYTES:
+        return 2 * (1 + FP8_WEIGHT_SCALE_BYTES[recipe])
+    return 1.0 if one_copy_serves_both else 2.0
+
+
+def fp8_saved_bytes_per_element(recipe: str) -> float:
+    """Bytes of one element of a linear layer's input saved in FP8 for the backward: TE keeps only its
+    column-wise copy for the weight gradient (module/linear.py: update_usage(rowwise_usage=False)), one
+    byte, with the recipe's block scales (``FP8_BLOCK_SCALE_BYTES``)."""
+    return 1.0 + FP8_BLOCK_SCALE_BYTES.get(recipe, 0.0)
 
 
 def param_state_bytes(
@@ -125,6 +154,7 @@ def layer_activation_parts(
     dropout: bool,
     fp8: bool = False,
     flash_attention: bool = False,
+    fp8_scale_bytes: float = 0.0,
 ) -> dict[str, tuple[float, float]]:
     """(split over t, replicated) coefficients of sbh for the attention block and the MLP block,
     from Korthikanti et al. 2022 §4.1's list of the tensors a layer keeps (Table 2).
@@ -133,14 +163,16 @@ def layer_activation_parts(
     first layer norm's input 2, the QKV input 2, the second layer norm's input 2, a dropout mask 1.
     MLP, split: the activation's tensors 2·(2 or 3)·f/h; replicated: the fc1 input 2, a dropout mask 1.
     GPT shapes sum to 24 split and 10 replicated (Table 2). FP8 (Transformer Engine) keeps the
-    linear layers' inputs in 1 byte: the QKV and fc1 inputs (1 each) and the fc2 input (f/h) halve.
-    The projection's input halves too with unfused attention; flash attention keeps its own 16-bit
-    output for its backward, so there the projection's FP8 copy (ad/h) comes on top of it.
+    linear layers' inputs in e = 1 byte (+ ``fp8_scale_bytes``, the block scales of MXFP8 and
+    blockwise: ``fp8_saved_bytes_per_element``): the QKV and fc1 inputs and the fc2 input (f/h) save
+    2 − e each. The projection's input does too with unfused attention; flash attention keeps its own
+    16-bit output for its backward, so there the projection's FP8 copy (e·ad/h) comes on top of it.
     """
     mask = 1.0 if dropout else 0.0
-    fp8_saving = 1.0 if fp8 else 0.0
-    projection_fp8 = (-1.0 if flash_attention else 1.0) * fp8_saving * a * d / h
-    attention_split = 2 * a * d / h + 4 * g * d / h + 2 * a * d / h - projection_fp8
+    e = 1.0 + fp8_scale_bytes
+    fp8_saving = 2.0 - e if fp8 else 0.0
+    projection_fp8 = (e if flash_attention else -fp8_saving) * a * d / h if fp8 else 0.0
+    attention_split = 2 * a * d / h + 4 * g * d / h + 2 * a * d / h + projection_fp8
     mlp_split = 2 * mlp_activation_tensors(gated) * f / h - fp8_saving * f / h
     return {"attention": (attention_split, 6.0 + mask - fp8_saving), "mlp": (mlp_split, 2.0 + mask - fp8_saving)}
 

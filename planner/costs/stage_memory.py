@@ -7,6 +7,7 @@ import numpy as np
 from planner.costs import Formula, memory, process_memory
 from planner.costs.layer_memory import kept_per_layer, layer_activations, selective_coefficients
 from planner.costs.letters import Letters
+from planner.costs.linears import BLACKWELL
 from planner.costs.mla import mla_activation_parts, mla_up_proj_outputs
 from planner.costs.pipeline import in_flight_microbatches
 from planner.hardware.spec import GIB
@@ -16,7 +17,6 @@ from planner.plan import OPTIMIZER_DTYPE_BYTES, AttentionKernel, Context, Parall
 ALLOCATED_TERMS = ("weights", "gradients", "optimizer", "activations", "cuda_graphs", "workspaces")
 MEMORY_TERMS = (*ALLOCATED_TERMS, "nccl", "cuda_context", "fragmentation")
 MIB = 2**20
-FP8_WEIGHT_BYTES = 1 + 1  # Transformer Engine keeps an FP8 copy of each linear weight and its transpose
 FSDP_UNSHARDED_LAYERS = 2  # Megatron FSDP gathers the next layer while computing this one
 FSDP_GRAD_BYTES = (
     2  # Megatron FSDP's main grads default to the model's 16-bit dtype (--megatron-fsdp-main-grads-dtype auto)
@@ -66,6 +66,14 @@ def stage_params(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarr
     }
 
 
+def fp8_weight_bytes(ctx: Context) -> float:
+    """Bytes per linear-layer weight element Transformer Engine holds in FP8 on this GPU with this
+    recipe (``memory.fp8_weight_bytes_per_param``): one per-tensor copy serves both GEMM layouts from
+    compute capability 10 (Blackwell), where Hopper needs a transposed copy too."""
+    one_copy = ctx.hardware.gpu.compute_capability >= BLACKWELL
+    return memory.fp8_weight_bytes_per_param(ctx.options.fp8_recipe.value, one_copy_serves_both=one_copy)
+
+
 def state_bytes_per_param(ctx: Context) -> tuple[int, int]:
     """(gradient, optimizer) bytes per parameter: the gradient buffer's dtype and Adam's states."""
     opts = ctx.options
@@ -96,8 +104,8 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[st
     states["weights"] = np.where(lt.fsdp, w_bytes * (sharded + working), states["weights"])
     states["gradients"] = np.where(lt.fsdp, FSDP_GRAD_BYTES * (sharded + working), states["gradients"])
     opts = ctx.options
-    if opts.fp8 is not None:  # FP8 copies and transposes, or instead of the 16-bit weight with --fp8-param-gather
-        extra = FP8_WEIGHT_BYTES - (w_bytes if opts.fp8_param_gather else 0)
+    if opts.fp8 is not None:  # FP8 copies (and transposes), or instead of the 16-bit weight with --fp8-param-gather
+        extra = fp8_weight_bytes(ctx) - (w_bytes if opts.fp8_param_gather else 0)
         layers_here = np.where(
             lt.fsdp, params["layers"] * sharded / np.maximum(params["dense"] + params["expert"], 1), params["layers"]
         )
@@ -219,15 +227,21 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         why = " (--grad-reduce-in-bf16: a bf16 buffer)" if g == 2 and ctx.precision == "bf16" else ""
         gradients = Formula(f"P_stage × {g} bytes ({main}){why}", DIST_OPT + "; Megatron-LM arguments.py:1204-1217")
     if opts.fp8 is not None:
+        fp8_b, recipe = fp8_weight_bytes(ctx), opts.fp8_recipe.value
+        what = {
+            "mxfp8": "row-wise and column-wise MXFP8 data with their E8M0 scales",
+            "blockwise": "row-wise and transposed FP8 data with their 128×128-block scales",
+        }.get(recipe, "an FP8 copy read both ways" if fp8_b == 1 else "an FP8 copy and its transpose")
         extra = (
-            f"FP8 weight and its transpose ({FP8_WEIGHT_BYTES} bytes) instead of the 16-bit weight"
+            f"{what} ({fp8_b:.4g} bytes) instead of the 16-bit weight"
             if opts.fp8_param_gather
-            else f"+ {FP8_WEIGHT_BYTES} bytes (FP8 copy and its transpose, cached between micro-batches)"
+            else f"+ {fp8_b:.4g} bytes ({what}, cached between micro-batches)"
         )
         weights = Formula(
             f"{weights.text}; linear-layer weights: {extra}",
-            weights.source + "; Transformer Engine module/base.py (weight_fp8, weight_t_fp8): Hopper's FP8 GEMMs "
-            "need a physically transposed copy for the backward",
+            weights.source + "; Transformer Engine module/base.py reset_parameters (both GEMM layouts) and "
+            "pytorch/csrc/quantizer.cpp create_tensor (a transposed copy only where FP8 GEMMs are TN-only: "
+            "Hopper)",
         )
     if opts.use_precision_aware_optimizer:
         states = (
@@ -271,6 +285,7 @@ def _per_layer_text(ctx: Context, plan: ParallelPlan) -> str:
         dropout=mo.hidden_dropout > 0,
         fp8=opts.fp8 is not None,
         flash_attention=opts.attention_kernel is AttentionKernel.FLASH,
+        fp8_scale_bytes=memory.fp8_saved_bytes_per_element(opts.fp8_recipe.value) - 1,
     )
     if mo.multi_latent_attention:
         parts["attention"] = mla_activation_parts(
