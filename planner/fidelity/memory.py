@@ -12,7 +12,8 @@ Each row is a Megatron-LM command line (read by the importer, as a user's would 
   peak passes with expandable segments); shown, not a capacity verdict.
 
 Verdicts are without headroom: the question is whether the run fits the GPU, not whether megaplan
-would pick it.
+would pick it. Every run behind ``megaplan validate`` (``planner.fidelity.runs``: the papers' runs and
+today's) ran as well; ``reference_verdicts`` checks that each is predicted to fit.
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner import api
+from planner.costs.estimate import peak_memory_bytes
+from planner.fidelity.runs import load_runs
+from planner.hardware.spec import GIB
 from planner.megatron.importer import import_megatron
 from planner.plan import plan_label
 from planner.presets import presets_root
+from planner.space.grid import PlanGrid
 
 KINDS = ("measured", "ran", "oom", "oom_allocator")
 
@@ -104,8 +109,34 @@ def _plan_text(pj: dict) -> str:
     return plan_label(pj["parallel"], moe=bool(pj["model_spec"].get("num_experts"))) + (f" FP8-{fp8}" if fp8 else "")
 
 
+def reference_verdicts() -> list[dict]:
+    """Every run behind ``megaplan validate`` (each published run once, whatever metrics it gives) with
+    its most loaded stage's memory against what PyTorch can allocate on its hardware, no headroom."""
+    rows, seen = [], set()
+    for run in load_runs():
+        rid = run.id.split(":")[0]  # a run published with several metrics is one run
+        if rid in seen:
+            continue
+        seen.add(rid)
+        req = api.make_request(hardware=run.hardware, **run.request)
+        peak = float(peak_memory_bytes(PlanGrid.from_plans([req.plan]), req.ctx)[0]) / GIB
+        allocatable = req.ctx.hardware.memory.allocatable_gib
+        rows.append(
+            {
+                "id": rid,
+                "hardware": run.hardware,
+                "peak_gib": peak,
+                "allocatable_gib": allocatable,
+                "fits": peak <= allocatable,
+            }
+        )
+    return rows
+
+
 def validate_memory(runs: list[MemoryRun] | None = None) -> dict:
-    """Rows of predicted memory for every run, the error on the measured ones, and the verdicts."""
+    """Rows of predicted memory for every run, the error on the measured ones, and the verdicts; with
+    the default runs, also whether every run behind ``megaplan validate`` fits (``reference``)."""
+    default = runs is None
     runs = runs if runs is not None else load_memory_runs()
     rows = [predict_memory(r) for r in runs]
     errors = np.array([r["error_pct"] for r in rows if "error_pct" in r])
@@ -115,6 +146,9 @@ def validate_memory(runs: list[MemoryRun] | None = None) -> dict:
         "oom_not_fit": sum(not r["fits"] for r in rows if r["kind"] == "oom"),
         "oom": sum(r["kind"] == "oom" for r in rows),
     }
+    reference = reference_verdicts() if default else []
+    if reference:
+        verdicts.update(reference_fit=sum(r["fits"] for r in reference), reference=len(reference))
     summary = {
         "measured": len(errors),
         "median_abs_error_pct": float(np.median(np.abs(errors))) if len(errors) else None,
@@ -122,4 +156,4 @@ def validate_memory(runs: list[MemoryRun] | None = None) -> dict:
         "mean_error_pct": float(np.mean(errors)) if len(errors) else None,
         **verdicts,
     }
-    return {"runs": rows, "summary": summary}
+    return {"runs": rows, "summary": summary, "reference": reference}

@@ -105,5 +105,10 @@ def memory_validation_view(result: dict) -> Group:
         f"max {s['max_abs_error_pct']:.1f} %, mean {s['mean_error_pct']:+.1f} % (predicted allocated memory of the "
         f"measured stage); ran: {s['ran_fit']} of {s['ran']} predicted to fit; out of memory: {s['oom_not_fit']} of "
         f"{s['oom']} predicted not to fit"
+        + (
+            f"; the runs behind the time validation: {s['reference_fit']} of {s['reference']} predicted to fit"
+            if "reference" in s
+            else ""
+        )
     )
     return Group(FittedTable(columns, result["runs"], "Memory: predicted vs published (no headroom)"), foot)
