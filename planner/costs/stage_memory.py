@@ -232,10 +232,11 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
             "mxfp8": "row-wise and column-wise MXFP8 data with their E8M0 scales",
             "blockwise": "row-wise and transposed FP8 data with their 128×128-block scales",
         }.get(recipe, "an FP8 copy read both ways" if fp8_b == 1 else "an FP8 copy and its transpose")
+        size = f"{fp8_b:.4g} byte{'' if fp8_b == 1 else 's'}"
         extra = (
-            f"{what} ({fp8_b:.4g} bytes) instead of the 16-bit weight"
+            f"{what} ({size}) instead of the 16-bit weight"
             if opts.fp8_param_gather
-            else f"+ {fp8_b:.4g} bytes ({what}, cached between micro-batches)"
+            else f"+ {size} ({what}, cached between micro-batches)"
         )
         weights = Formula(
             f"{weights.text}; linear-layer weights: {extra}",
