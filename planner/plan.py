@@ -208,6 +208,11 @@ class PlanOptions(_Spec):
     moe_shared_expert_overlap: bool = Field(
         False, description="--moe-shared-expert-overlap: shared experts run while tokens are dispatched"
     )
+    use_transformer_engine_op_fuser: bool = Field(
+        False,
+        description="--use-transformer-engine-op-fuser: MoE experts as TE's fused grouped MLP (one grouped kernel, "
+        "activation, bias and probabilities in its epilogues); dense MLPs: not modelled",
+    )
     moe_capacity_factor: float | None = Field(None, gt=0, description="--moe-expert-capacity-factor; None: dropless")
     moe_load_imbalance: float = Field(1.1, ge=1.0, description="busiest expert's tokens / the mean (dropless routing)")
     recompute_modules: tuple[RecomputeModule, ...] = Field(

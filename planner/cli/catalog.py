@@ -186,9 +186,10 @@ def validate(as_json: bool, regret: bool, as_csv: bool) -> None:
 @click.option("--gpus", type=click.IntRange(min=1), help="With --from-log: the world size, if neither file says.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="With --from-log: the hardware YAML to write.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-def calibrate(as_json, write_dir, loso, logs, scripts, hardware, gpus, output, force) -> None:
+@click.option("--moe", "moe", is_flag=True, help="Fit the MoE rows' one factor (host time per per-expert op) instead.")
+def calibrate(as_json, write_dir, loso, logs, scripts, hardware, gpus, output, force, moe) -> None:
     """Fit the hardware presets' efficiency factors, with their uncertainties, to the published runs
-    (a few minutes); or, with --from-log, to your own runs.
+    (a few minutes); or, with --from-log, to your own runs; or, with --moe, the MoE rows' one factor.
 
     \b
     Examples:
@@ -198,6 +199,15 @@ def calibrate(as_json, write_dir, loso, logs, scripts, hardware, gpus, output, f
             --hardware dgx-h100-superpod -o my-cluster.yaml
     """
     from planner.fidelity import calibrate as cal
+
+    if moe:
+        if logs or scripts or output or hardware:
+            raise PlannerError("--moe fits the published MoE rows: drop --from-log, -o and --hardware")
+        from planner.fidelity.moe_fit import run_moe_calibration
+
+        with progress("fitting the MoE host time to the published MoE runs"):
+            out = run_moe_calibration(loso=loso, write_dir=write_dir)
+        return echo_json(out) if as_json else console().print(report_fidelity.moe_calibration_view(out))
 
     if logs or scripts or output:
         return _from_logs(logs, scripts, hardware, gpus, output, force, as_json)

@@ -197,6 +197,13 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         solo=True,
     ),
     Option(
+        ("--use-transformer-engine-op-fuser",),
+        "MoE experts as Transformer Engine's fused grouped MLP (expert TP 1; dense MLPs: not modelled).",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
         ("--moe-capacity-factor",),
         "Expert capacity factor (default: dropless).",
         None,

@@ -24,7 +24,7 @@ from planner.plan import Context, CudaGraphImpl, CudaGraphModule, PlanOptions, R
 PERMUTE_BYTES = 2 * (2 + 2)  # MoE permute and unpermute of routed tokens: read, write
 
 
-def _flash(ctx: Context, bh, s_q, s_kv, d_qk: float, d_v: float, *, causal: bool):
+def _flash(ctx: Context, bh, s_q, s_kv, d_qk: float, d_v: float, *, causal: bool, window: int | None = None):
     hw = ctx.hardware
     return compute.flash_attention_time_s(
         bh,
@@ -36,6 +36,7 @@ def _flash(ctx: Context, bh, s_q, s_kv, d_qk: float, d_v: float, *, causal: bool
         kernel=hw.attention,
         peak_flops_per_s=hw.gpu.peak_flops_per_s(ctx.precision),
         scale=hw.calibration.attention_scale,
+        window=window,
     )
 
 
@@ -67,6 +68,21 @@ def attention_core_s(
         "step_fwd": step_f,
         "step_bwd": step_b,
     }
+
+
+def _window_core(lt: Letters, ctx: Context, core: dict, d_qk: float, d_v: float) -> dict[str, np.ndarray]:
+    """The attention core of a sliding-window layer (W keys): the kernel law over the s·W band, each
+    row walking W keys (``compute.flash_attention_efficiency``; cuDNN's GPT-OSS window tables show
+    the band running at 150-200 TFLOP/s on Blackwell, far below full causal attention). Under
+    context parallelism the causal core is scaled to the band's share of its pairs."""
+    W = ctx.model.window
+    scale = flops.core_fraction(lt.s, W, causal=True) / flops.core_fraction(lt.s, None, causal=True)
+    bh, s_loc = lt.b * lt.a / lt.t, lt.s / lt.c
+    fwd, bwd = _flash(ctx, bh, s_loc, s_loc, d_qk, d_v, causal=True, window=W)
+    alone = lt.c == 1
+    out = {k: v * scale for k, v in core.items()}
+    out["fwd"], out["bwd"] = np.where(alone, fwd, out["fwd"]), np.where(alone, bwd, out["bwd"])
+    return out
 
 
 def _cp_ring_exposed(lt: Letters, ctx: Context, core: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -173,8 +189,7 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     gtime = gemm_times(gemms, ctx, fp8=lt.fp8)
     core = attention_core_s(lt, ctx, gtime, parts["attention_softmax"] / hbm, d_qk, d_v)
     if window and mo.window is not None and not lt.unfused:
-        scale = flops.core_fraction(lt.s, mo.window, causal=True) / flops.core_fraction(lt.s, None, causal=True)
-        core = {k: v * scale for k, v in core.items()}
+        core = _window_core(lt, ctx, core, d_qk, d_v)
     core_fwd, core_bwd = core["fwd"], core["bwd"]
     linear = sum(v for k, v in gtime.items() if k not in flops.ATTENTION_CORE)
     elementwise = parts["norm_residual"] / 2 + parts["rope"] + latent_norms  # the unfused softmax: in the core
@@ -229,7 +244,16 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     egemms = moe.expert_gemms(A, lt.h, lt.f_e, lt.E, lt.ep, lt.etp, gated=lt.gated)
     pad = moe.grouped_gemm_padding(egemms["expert_fc1"].M)
     experts = sum(gemm_times(egemms, ctx, fp8=lt.fp8).values()) * pad
-    elementwise = 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e + PERMUTE_BYTES * A * lt.h
+    unfused = not opts.use_transformer_engine_op_fuser  # the op fuser's epilogues apply them inside the GEMMs
+    clamp, bias = moe.expert_extra_bytes(
+        A,
+        lt.h,
+        lt.f_e,
+        clamp=unfused and mo.activation_func_clamp_value is not None,
+        biased=unfused and mo.add_bias_linear,
+    )
+    act = 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e * unfused + clamp
+    elementwise = act + bias + PERMUTE_BYTES * A * lt.h
     sbh = lt.b * lt.s * lt.h / lt.c
     elementwise = elementwise + _mlp_elementwise(lt)["norm_residual"] / 2  # the pre-MLP norm and residual
     local = sbh / np.where(lt.sp, lt.t, 1)
@@ -239,6 +263,12 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
         routed = dict(fused_in=0.0, out_grad=A * lt.h, per_in=A * (lt.h + lt.f_e / lt.etp))
         fwd, bwd = fp8_cast_bytes(lt, ctx, {}, **routed, per_grad=A * (1 + lt.gated) * lt.f_e / lt.etp)
         casts = (fwd + per * expert_weights / lt.m, bwd)
+    hbm = hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
+    # what runs between dispatch and combine (the A2A overlap pairs it with the other micro-batch)
+    experts_fwd = experts + (act + bias + casts[0]) / hbm
+    experts_bwd = (
+        compute.BACKWARD_GEMM_FACTOR * experts + (compute.BACKWARD_ELEMENTWISE_FACTOR * (act + bias) + casts[1]) / hbm
+    )
     if lt.f_s:
         sgemms = flops.mlp_gemms(lt.b * lt.s / lt.c, lt.h, lt.f_s, lt.t, gated=lt.gated, prefix="shared_")
         stime = gemm_times(sgemms, ctx, fp8=lt.fp8)
@@ -250,11 +280,11 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
             casts = (casts[0] + s_fwd + per * local, casts[1] + s_bwd)
     else:
         shared, shared_elementwise, shared_tp = 0.0, 0.0, (0.0, 0.0)
-    hbm = hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
     modules = opts.recompute_modules
-    act = 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e
+    captured = 1.0 if not unfused else _graphed(opts, CudaGraphModule.MOE)  # one grouped kernel for all experts
+    host_fwd, host_bwd = moe.expert_host_s(lt.E / lt.ep, ctx, captured=captured)
     if RecomputeModule.MOE in modules:  # the MoE block's forward again (its dispatch too: ``layer_terms``)
-        sel = experts + shared + (act + PERMUTE_BYTES * A * lt.h + shared_elementwise) / hbm
+        sel = experts + shared + host_fwd + (act + bias + PERMUTE_BYTES * A * lt.h + shared_elementwise) / hbm
     else:  # moe_act: the experts' activation function again; shared_experts: their forward again
         sel = (RecomputeModule.MOE_ACT in modules) * act / hbm
         sel = sel + (RecomputeModule.SHARED_EXPERTS in modules) * (shared + shared_elementwise / hbm)
@@ -263,6 +293,7 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     block = _timed(
         lt, ctx, experts + shared, 0.0, 0.0, elementwise + shared_elementwise, shared_tp, overhead, sel, casts
     )
+    block["fwd"], block["bwd"] = block["fwd"] + host_fwd, block["bwd"] + host_bwd
     ep_link, etp_link = group_link(hw, lt.ep, lt.etp), group_link(hw, lt.etp, 1)
     flex_link = group_link(hw, lt.ep * lt.etp, 1)
     remote = (
@@ -294,6 +325,7 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
         dispatch_fwd, dispatch_bwd = dispatch, dispatch
     block["moe_fwd"], block["moe_bwd"] = dispatch_fwd + 0 * A, dispatch_bwd + 0 * A
     block["expert_linear"], block["shared_linear"] = experts, shared + 0.0 * A
+    block["experts_fwd"], block["experts_bwd"] = experts_fwd + 0.0 * A, experts_bwd + 0.0 * A
     return block
 
 
@@ -314,12 +346,16 @@ def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
     if mo.is_moe:
         block = moe_mlp_block(lt, ctx)
         attn = out["attention"]
+        hw = ctx.hardware
         fwd, bwd = moe.overlapped_exposure_s(
             block["moe_fwd"],
             block["moe_bwd"],
-            attn["fwd"] + block["fwd"],
-            attn["bwd"] + block["bwd"],
+            attn["fwd"] + block["fwd"] - block["experts_fwd"],
+            block["experts_fwd"],
+            attn["bwd"] + block["bwd"] - block["experts_bwd"],
+            block["experts_bwd"],
             overlap=lt.a2a_overlap,
+            sm_share=moe.comm_sm_share(lt.dispatcher, ctx.options.moe_flex_dispatcher_backend.value, hw.gpu.sm_count),
         )
         block["moe_fwd"], block["moe_bwd"] = fwd, bwd
         out["moe"] = block

@@ -103,7 +103,14 @@ def elementwise_bytes(
 
 
 def flash_attention_flops(
-    bh: ArrayLike, s_q: ArrayLike, s_kv: ArrayLike, d_qk: ArrayLike, d_v: ArrayLike, *, causal: ArrayLike
+    bh: ArrayLike,
+    s_q: ArrayLike,
+    s_kv: ArrayLike,
+    d_qk: ArrayLike,
+    d_v: ArrayLike,
+    *,
+    causal: ArrayLike,
+    window: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) FLOPs of one flash-attention call over bh = batch × query heads.
 
@@ -111,8 +118,13 @@ def flash_attention_flops(
     under a causal mask: the two forward GEMMs (QKᵀ, PV) and the backward's five (Dao 2023 §4.1;
     Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py flops()). With d_qk = d_v = d
     the forward is 4·bh·s²·d (halved when causal) and the backward 2.5× that. GQA does not change it.
+    A causal sliding window of W keys (``window``, self-attention) computes the band
+    N = s·W − W(W−1)/2 (NVIDIA/cudnn-frontend benchmark_single_sdpa.py flops(), sliding_window_size).
     """
     pairs = np.asarray(s_q, dtype=float) * np.asarray(s_kv, dtype=float) * np.where(causal, 0.5, 1.0)
+    if window is not None:
+        s_q = np.asarray(s_q, dtype=float)
+        pairs = np.where(s_q > window, s_q * window - window * (window - 1) / 2, pairs)
     base = 2.0 * np.asarray(bh, dtype=float) * pairs
     d_qk, d_v = np.asarray(d_qk, dtype=float), np.asarray(d_v, dtype=float)
     return base * (d_qk + d_v), base * (3 * d_qk + 2 * d_v)
@@ -124,6 +136,7 @@ def flash_attention_efficiency(
     d_v: ArrayLike,
     *,
     causal: ArrayLike,
+    window: int | None = None,
     eta_max: float,
     row_overhead: float,
     diagonal_overhead: float,
@@ -138,13 +151,19 @@ def flash_attention_efficiency(
     dO·O pass and dQ), s_nc key positions' worth, so η rises with the keys a row walks; a causal row
     walks half of them on average and pays the masked diagonal tiles, s_diag. The parameters are
     fitted per GPU to published kernel tables (planner.fidelity.kernels), where η rises with s as
-    this law does.
+    this law does. Under a causal sliding window of W keys (``window`` < s_kv) a row walks W keys,
+    paying its fixed work and the masked diagonal tile once: s_kv → W, s½ = s_nc + s_diag (within
+    25 % of cuDNN's GPT-OSS window tables on GB200, GB300 and H200, ``tests/test_attention_kernels.py``).
     """
     s_kv = np.asarray(s_kv, dtype=float)
     d_qk, d_v = np.asarray(d_qk, dtype=float), np.asarray(d_v, dtype=float)
     width = np.minimum(1.0, 0.5 * (d_qk + d_v) / HEAD_DIM_REFERENCE) ** head_dim_exponent
     mla = np.where(d_qk != d_v, mla_factor, 1.0)
     s_half = np.where(causal, 2 * row_overhead + diagonal_overhead, row_overhead)
+    if window is not None:
+        windowed = s_kv > window
+        s_half = np.where(windowed, row_overhead + diagonal_overhead, s_half)
+        s_kv = np.where(windowed, float(window), s_kv)
     return eta_max * width * mla * s_kv / (s_kv + s_half)
 
 
@@ -159,10 +178,12 @@ def flash_attention_time_s(
     kernel: AttentionKernelSpec,
     peak_flops_per_s: float,
     scale: float = 1.0,
+    window: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one flash-attention call: F/(P_peak · η · scale) for each pass,
-    η from the GPU's kernel law (``flash_attention_efficiency``), scale the calibrated multiplier."""
-    flops = flash_attention_flops(bh, s_q, s_kv, d_qk, d_v, causal=causal)
+    η from the GPU's kernel law (``flash_attention_efficiency``), scale the calibrated multiplier;
+    ``window``: a causal sliding window of that many keys."""
+    flops = flash_attention_flops(bh, s_q, s_kv, d_qk, d_v, causal=causal, window=window)
 
     def one(p: str, f: np.ndarray) -> np.ndarray:
         eta = flash_attention_efficiency(
@@ -175,6 +196,7 @@ def flash_attention_time_s(
             diagonal_overhead=getattr(kernel, f"{p}_diagonal_overhead"),
             head_dim_exponent=getattr(kernel, f"{p}_head_dim_exponent"),
             mla_factor=getattr(kernel, f"{p}_mla_factor"),
+            window=window,
         )
         return f / (peak_flops_per_s * scale * eta)
 

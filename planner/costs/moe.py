@@ -163,19 +163,130 @@ def dispatcher_time_s(
     return np.where(kind == 1, alltoall, np.where(kind == 2, flex, allgather))
 
 
+# SMs the dispatcher's communication kernels hold while they run (the compute beside them gets the rest):
+# DeepEP 20 (Megatron-Core moe_deepep_num_sms default, transformer_config.py at core_r0.17 and d98e8a64),
+# HybridEP 16 (Megatron-Bridge recipes' moe_hybridep_num_sms, recipes/gpt_oss/gpt_oss.py @ v0.4.2),
+# NCCL's all-to-all one CTA per p2p channel, 32 assumed (NCCL src/graph/paths.cc: the communicator's
+# channels, at most MAXCHANNELS = 64; band 16-64).
+COMM_SMS = {"alltoall": 32, "deepep": 20, "hybridep": 16, "ncclep": 32}
+
+
+def comm_sm_share(kind: ArrayLike, backend: str, sm_count: int) -> np.ndarray:
+    """f: the share of the GPU's SMs the token dispatcher's kernels take (``COMM_SMS``) - alltoall
+    (kind 1) NCCL's, flex (kind 2) its backend's."""
+    kind = np.asarray(kind)
+    sms = np.where(kind == 2, COMM_SMS[backend], COMM_SMS["alltoall"])
+    return sms / sm_count
+
+
 def overlapped_exposure_s(
-    comm_fwd: ArrayLike, comm_bwd: ArrayLike, compute_fwd: ArrayLike, compute_bwd: ArrayLike, *, overlap: ArrayLike
+    comm_fwd: ArrayLike,
+    comm_bwd: ArrayLike,
+    pre_fwd: ArrayLike,
+    experts_fwd: ArrayLike,
+    pre_bwd: ArrayLike,
+    experts_bwd: ArrayLike,
+    *,
+    overlap: ArrayLike,
+    sm_share: ArrayLike,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) exposed dispatch of one MoE layer per micro-batch. With
-    --overlap-moe-expert-parallel-comm Megatron-Core runs one micro-batch's forward beside another's
-    backward, layer by layer (the 1F1B all-to-all overlap; DeepSeek-V3 §3.2.1's computation-
-    communication overlap): the forward's dispatch and combine hide behind the other micro-batch's
-    backward compute of that layer and the backward's behind the forward compute, so each exposes
-    max(0, comm − compute of the other direction); never more than without the overlap."""
+    """(forward, backward) exposed dispatch of one MoE layer per micro-batch.
+
+    With --overlap-moe-expert-parallel-comm Megatron-Core runs one micro-batch's forward beside
+    another's backward, layer by layer, in three steps on two streams (Megatron-LM
+    megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run;
+    DeepSeek-V3 §3.2.1):
+
+        comm:    combine_bwd    | dispatch_fwd    → dispatch_bwd            | combine_fwd
+        compute: pre_dispatch_f | mlp_bwd (dgrad) → mlp_bwd_dw, then mlp_fwd | pre_dispatch_b
+
+    dispatch_bwd needs mlp_bwd's output and mlp_fwd dispatch_fwd's, so the middle step is two pairs.
+    Each all-to-all c (half of a direction's dispatch + combine) hides only behind its partner X,
+    and while it runs its kernels hold a share f of the SMs (``comm_sm_share``), slowing X: a pair
+    takes max(c, X + f·c), exposing max(c, X + f·c) − X. ``pre_*``: the attention half, the
+    shared experts, router and permutation; ``experts_*``: the routed experts' GEMMs and activation
+    (the backward: dgrad and wgrad, half each). Without the overlap every all-to-all is exposed.
+    The overlapped pairs never take longer than X + c, so the overlap never costs time.
+    """
     overlap = np.asarray(overlap)
-    fwd = np.where(overlap, np.maximum(np.asarray(comm_fwd) - compute_bwd, 0.0), comm_fwd)
-    bwd = np.where(overlap, np.maximum(np.asarray(comm_bwd) - compute_fwd, 0.0), comm_bwd)
+    f = np.asarray(sm_share, dtype=float)
+    c_f, c_b = 0.5 * np.asarray(comm_fwd), 0.5 * np.asarray(comm_bwd)
+    dgrad = wgrad = 0.5 * np.asarray(experts_bwd)
+
+    def pair(c, X):
+        return np.maximum(c, X + f * c) - X
+
+    fwd = pair(c_f, dgrad) + pair(c_f, pre_bwd)  # dispatch_fwd beside dgrad, combine_fwd beside pre_dispatch_b
+    bwd = pair(c_b, pre_fwd) + pair(c_b, wgrad + np.asarray(experts_fwd))
+    return np.where(overlap, fwd, comm_fwd), np.where(overlap, bwd, comm_bwd)
+
+
+# Eager ops a MoE layer issues per local expert and micro-batch (Megatron-Core TEGroupedMLP over
+# Transformer Engine's GroupedLinear, core_r0.16-0.18): one GEMM per expert for fc1 and fc2 forward,
+# dgrad and wgrad for each backward (TE's grouped GEMM launches one cuBLAS GEMM per expert); FP8
+# quantises each expert's fc1 and fc2 input forward and their output gradients backward, per expert,
+# in ``FP8_QUANTISE_OPS`` kernels each (TE fp8_current_scaling.rst: an amax pass, then the cast;
+# mxfp8.rst and fp8_blockwise_scaling.rst: the quantisation, then the scale swizzle for the GEMM;
+# fp8_delayed_scaling.rst: one cast, the amax from the history); experts with biases add the fc2 bias
+# expert by expert (TEGroupedMLP._apply_bias: a multiply and an add per expert, three ops backward).
+EXPERT_GEMM_OPS = (2, 4)
+FP8_QUANTISE_OPS = {"delayed": 1, "tensorwise": 2, "mxfp8": 2, "blockwise": 2}
+EXPERT_BIAS_OPS = (2, 3)
+
+
+def expert_host_ops(fp8_recipe: str | None, *, biased: bool) -> tuple[int, int]:
+    """(forward, backward) eager ops per local expert and micro-batch (``EXPERT_GEMM_OPS`` and the rest):
+    2 GEMMs forward and 4 backward, + 2·q quantisations each way with FP8 (q = FP8_QUANTISE_OPS of the
+    recipe), + the bias (2, 3) for biased experts."""
+    q = 0 if fp8_recipe is None else FP8_QUANTISE_OPS[fp8_recipe]
+    fwd, bwd = EXPERT_GEMM_OPS[0] + 2 * q, EXPERT_GEMM_OPS[1] + 2 * q
+    if biased:
+        fwd, bwd = fwd + EXPERT_BIAS_OPS[0], bwd + EXPERT_BIAS_OPS[1]
     return fwd, bwd
+
+
+def expert_host_time_s(local_experts: ArrayLike, ops: int, *, op_us: float, captured: float) -> np.ndarray:
+    """Host time the GPU waits for, per MoE layer and micro-batch: E/ep local experts × ``ops`` eager ops
+    × t_op, less the share that never reaches the host (``captured``: 1 with full-iteration CUDA
+    graphs, the 'moe' graph scope, or TE's fused grouped MLP, one kernel for all experts). A dropless
+    layer synchronises with the host every forward (TEGroupedMLP.forward's tokens_per_expert.tolist();
+    the alltoall dispatcher's sync before the expert-parallel all-to-all,
+    token_dispatcher.py), so the host cannot run ahead: the per-expert launches, each a few µs of GPU
+    work, are issued at the host's pace (5-25 µs of CPU per PyTorch op: Python, autograd, dispatcher,
+    cudaLaunchKernel)."""
+    return np.asarray(local_experts, dtype=float) * ops * op_us * 1e-6 * (1.0 - captured)
+
+
+def expert_host_s(local_experts: ArrayLike, ctx, *, captured: float) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) host time of one MoE layer's per-expert eager ops per micro-batch, with the
+    recipe's and the model's op counts (``expert_host_ops``) at the preset's ``moe_host_op_us``."""
+    opts = ctx.options
+    recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
+    fwd, bwd = expert_host_ops(recipe, biased=ctx.model.add_bias_linear)
+    op_us = ctx.hardware.calibration.moe_host_op_us or 0.0
+    return (
+        expert_host_time_s(local_experts, fwd, op_us=op_us, captured=captured),
+        expert_host_time_s(local_experts, bwd, op_us=op_us, captured=captured),
+    )
+
+
+# Megatron-Core's unfused expert MLP (TEGroupedMLP, core_r0.16-0.18), bytes per (token, expert) pair:
+# the activation clamp (--activation-func-clamp-value with --quick-geglu) runs eagerly before the
+# fused activation in weighted_bias_quick_geglu_impl (fusions/fused_bias_geglu.py): two clamps and a
+# cat over the 2·f_e-wide fc1 output, read 2 and write 2 bytes each, 8 bytes per element = 16 per f_e
+# channel; expert biases (--add-bias-linear) add fc2's bias times the router probability expert by
+# expert in fp32 (TEGroupedMLP._apply_bias: b·p written in 4 bytes, t + b·p read 2 + 4 and written
+# in 4, torch.cat read 4 write 4, cast to 16 bits read 4 write 2: 28 bytes per h channel).
+CLAMP_BYTES_PER_F = 16
+EXPERT_BIAS_BYTES_PER_H = 28
+
+
+def expert_extra_bytes(A: ArrayLike, h: int, f_e: int, *, clamp: bool, biased: bool) -> tuple:
+    """(activation, output) forward HBM bytes the unfused expert MLP moves beyond the fused activation:
+    the clamp ahead of the activation (``CLAMP_BYTES_PER_F``·A·f_e, re-run with the activation under
+    --recompute-modules moe_act) and fc2's per-expert bias (``EXPERT_BIAS_BYTES_PER_H``·A·h)."""
+    A = np.asarray(A, dtype=float)
+    return CLAMP_BYTES_PER_F * A * f_e * clamp, EXPERT_BIAS_BYTES_PER_H * A * h * biased
 
 
 def moe_mlp_activation_bytes(
@@ -199,12 +310,28 @@ def expert_formula(ctx) -> Formula:
         if opts.moe_capacity_factor is not None
         else f"dropless, busiest expert {opts.moe_load_imbalance:g} × the mean"
     )
+    recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
+    fwd, bwd = expert_host_ops(recipe, biased=mo.add_bias_linear)
+    if opts.use_transformer_engine_op_fuser:
+        eager = "; TE's fused grouped MLP: one kernel for all experts, activation and bias in its epilogues"
+    else:
+        extra = []
+        if mo.activation_func_clamp_value is not None:
+            extra.append(f"the clamp {CLAMP_BYTES_PER_F}·A·f_e")
+        if mo.add_bias_linear:
+            extra.append(f"fc2's bias {EXPERT_BIAS_BYTES_PER_H}·A·h")
+        op_us = ctx.hardware.calibration.moe_host_op_us or 0.0
+        eager = (
+            f"; host: (E/ep)·({fwd} forward, {bwd} backward ops per expert)·{op_us:g} µs unless CUDA graphs "
+            f"capture the experts" + (f"; unfused bytes: {', '.join(extra)}" if extra else "")
+        )
     return Formula(
         f"MoE layers: A = (b·s/(c·t))·k·λ routed pairs (k = {mo.moe_router_topk} of E = {mo.num_experts}, λ: {load}), "
         f"grouped GEMMs 2·A·h·f_e·(γ+1) over the E/ep local experts at f_e/etp (f_e = {mo.expert_ffn}), "
-        f"each expert's M padded to {GROUPED_GEMM_TILE_M}-row blocks ((M + {GROUPED_GEMM_TILE_M // 2})/M)",
-        "Megatron-Core moe/experts.py (TEGroupedMLP); DeepGEMM README (M-block alignment of grouped GEMMs); "
-        "Megatron-LM training.py:1255-1296 (e·(f_e·k + f_s) per token)",
+        f"each expert's M padded to {GROUPED_GEMM_TILE_M}-row blocks ((M + {GROUPED_GEMM_TILE_M // 2})/M){eager}",
+        "Megatron-Core moe/experts.py (TEGroupedMLP; _apply_bias; fused_bias_geglu.py); DeepGEMM README (M-block "
+        "alignment of grouped GEMMs); Megatron-LM training.py:1255-1296 (e·(f_e·k + f_s) per token); host time per "
+        "op: hardware preset moe_host_op_us (megaplan calibrate --moe)",
     )
 
 
@@ -228,12 +355,15 @@ def dispatcher_formula(ctx, plan) -> Formula:
     hidden = ""
     if plan.overlap_moe_expert_parallel_comm:
         hidden = (
-            "; --overlap-moe-expert-parallel-comm: each direction hides behind the other micro-batch's layer compute"
+            "; --overlap-moe-expert-parallel-comm: each all-to-all c beside its partner X of the other micro-batch "
+            "(combine_bwd ‖ attention fwd, dispatch_fwd ‖ experts dgrad, dispatch_bwd ‖ experts wgrad + fwd, "
+            "combine_fwd ‖ attention bwd) exposes max(c, X + f·c) − X, f the SMs the dispatcher takes"
         )
     elif opts.moe_shared_expert_overlap and mo.shared_ffn and kind != "allgather":
         hidden = "; --moe-shared-expert-overlap: the forward dispatch hides behind the shared experts"
     return Formula(
         f"m × MoE layers × {text}, forward and backward{hidden}",
-        "Megatron-Core moe/token_dispatcher.py; DeepSeek-V3 §3.2 (node-limited dispatch, overlap); "
-        "all-to-all physics: planner.hardware.collectives.all_to_all_time_s",
+        "Megatron-Core moe/token_dispatcher.py, models/common/model_chunk_schedule_plan.py (the A2A overlap's "
+        "schedule); DeepSeek-V3 §3.2 (node-limited dispatch, overlap); all-to-all physics: "
+        "planner.hardware.collectives.all_to_all_time_s",
     )

@@ -2,10 +2,13 @@
 ``presets/reference/moe_runs.csv`` (NVIDIA's Megatron-Bridge performance tables, releases 25.09 to
 26.08, each row citing its table and the recipe it ran), validated in tokens per second per GPU.
 
-Each row runs as the recipe does: its selective recompute modules and its CUDA graphs (the
-implementation and the modules captured) are in the plan. What megaplan does not model is stated per
-row as an assumption. Their MoE benchmarks force-balance the tokens across the experts (the tables'
-footnote), so the busiest expert's load is the mean (imbalance 1.0).
+Each row runs as the recipe does: its selective recompute modules, its CUDA graphs (the
+implementation and the modules captured), the fused grouped MLP from 26.06 on and the bf16 gradient
+reduction are in the plan. What megaplan does not model is stated per row as an assumption. Rows
+whose software the tables themselves show superseded or regressed (the ``flag`` column, with the
+evidence) are reported apart from the bar (``in_fit`` False). The tables' MoE benchmarks
+force-balance the tokens across the experts (their footnote), so the busiest expert's load is the
+mean (imbalance 1.0).
 """
 
 from __future__ import annotations
@@ -48,6 +51,15 @@ def _run(row: dict) -> Run:
         overlap_grad_reduce=True,
         overlap_param_gather=True,
         moe_load_imbalance=1.0,  # the tables' MoE benchmarks force-balance the tokens across experts
+        # token drop (25.09): capacity factor 1 with each expert padded to it (Megatron-Bridge v0.2.0
+        # training/utils/moe_token_drop.py apply_moe_token_drop), the same work as balanced routing
+        moe_capacity_factor=1.0 if row["routing"] == "tokendrop" else None,
+        # every MoE performance recipe reduces gradients in bf16 (ddp.grad_reduce_in_fp32 = False in
+        # scripts/performance/configs/*/..._llm_pretrain.py at v0.2.0-v0.5.1, perf_recipes/_common.py at v0.6.0)
+        grad_reduce_in_bf16=True,
+        # 26.06 on: the experts as TE's fused grouped MLP (cutedsl_fused_grouped_mlp, v0.5.0
+        # scripts/performance/configs/*_workload_base_configs.py; perf_recipes/*/common.py at v0.6.0)
+        use_transformer_engine_op_fuser=row["te_op_fuser"] == "True",
         fp8=fp8,
         fp8_recipe=row["fp8_recipe"] or None,
         moe_flex_dispatcher_backend=row["flex_backend"] or None,
@@ -81,6 +93,8 @@ def _run(row: dict) -> Run:
         "force-balanced routing (imbalance 1.0), distributed optimizer with overlapped grad-reduce and "
         "param-gather, flash attention, SP with TP > 1"
     ]
+    if row["routing"] == "tokendrop":
+        assumptions.append("token drop: capacity factor 1, each expert padded to it (the release's --use_tokendrop)")
     if row["recompute_modules"] == "(recipe default)":
         assumptions.append("the recipe's default recomputation: none")
     if row["cuda_graph"] not in ("none", ""):
@@ -92,6 +106,10 @@ def _run(row: dict) -> Run:
         )
     if row["fp8"]:
         assumptions.append(f"FP8 GEMMs ({row['fp8_recipe']}) at the preset's FP8 efficiency (not fitted)")
+    if row["te_op_fuser"] == "True":
+        assumptions.append("the recipe's FP8 attention (fp8_dot_product_attention) not modelled: attention in 16 bits")
+    if row["flag"]:
+        assumptions.append(f"reported apart - {row['flag']}")
     return Run(
         row["run_id"],
         moe_source(row["hardware"]),
@@ -100,6 +118,7 @@ def _run(row: dict) -> Run:
         row["hardware"],
         request,
         tuple(assumptions),
+        fit=not row["flag"],  # flagged rows (superseded or regressed software) are reported apart
     )
 
 

@@ -69,7 +69,20 @@ def validate(
     were fitted on the dense runs only)."""
     out = _validate(runs if runs is not None else load_runs(), hardware or {})
     if moe and runs is None:
-        out["moe"] = _validate(load_moe_runs(), hardware or {})
+        out["moe"] = validate_moe(hardware=hardware)
+    return out
+
+
+def validate_moe(runs: list[Run] | None = None, hardware: dict[str, HardwareSpec] | None = None) -> dict:
+    """The MoE rows and their summary, with ``by_model``: each model family's rows in the bar (not
+    flagged as superseded or regressed software)."""
+    runs = runs if runs is not None else load_moe_runs()
+    out = _validate(runs, hardware or {})
+    model = {run.id: run.request["model"] for run in runs}
+    rows = [r for r in out["runs"] if r["in_fit"]]
+    models = dict.fromkeys(model[r["id"]] for r in rows)
+    out["summary"]["in_bar"] = _stats(rows) if rows else {}
+    out["summary"]["by_model"] = {m: _stats([r for r in rows if model[r["id"]] == m]) for m in models}
     return out
 
 
@@ -93,15 +106,18 @@ def _validate(runs: list[Run], hardware: dict[str, HardwareSpec]) -> dict:
     return {"runs": rows, "summary": summarize(rows)}
 
 
+def _stats(rs: list[dict]) -> dict:
+    errs = np.array([r["error_pct"] for r in rs])
+    return {
+        "runs": len(rs),
+        "median_abs_error_pct": float(np.median(np.abs(errs))),
+        "max_abs_error_pct": float(np.max(np.abs(errs))),
+        "rms_log_error": float(np.sqrt(np.mean(np.log1p(errs / 100) ** 2))),
+    }
+
+
 def summarize(rows: list[dict]) -> dict:
-    def stats(rs):
-        errs = np.array([r["error_pct"] for r in rs])
-        return {
-            "runs": len(rs),
-            "median_abs_error_pct": float(np.median(np.abs(errs))),
-            "max_abs_error_pct": float(np.max(np.abs(errs))),
-            "rms_log_error": float(np.sqrt(np.mean(np.log1p(errs / 100) ** 2))),
-        }
+    stats = _stats
 
     by_source = {
         src: stats([r for r in rows if r["source"] == src]) for src in dict.fromkeys(r["source"] for r in rows)

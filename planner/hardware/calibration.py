@@ -61,6 +61,9 @@ class Calibration(BaseModel):
     nvlink_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NVLink bandwidth")
     network_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NIC bandwidth")
     layer_overhead_us: NonNegativeFloat = Field(0.0, description="host/launch time per layer forward (backward 2x)")
+    moe_host_op_us: NonNegativeFloat | None = Field(
+        None, description="host time per eager op a MoE layer issues for each local expert (None: not modelled)"
+    )
     factors: dict[str, Factor] = Field(description="field name -> status, band, uncertainty and source")
 
     @model_validator(mode="after")

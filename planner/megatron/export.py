@@ -142,6 +142,8 @@ def parallel_flags(req: PlanRequest) -> list[str]:
             flags.append("--overlap-moe-expert-parallel-comm")
         if o.moe_shared_expert_overlap:
             flags.append("--moe-shared-expert-overlap")
+        if o.use_transformer_engine_op_fuser:
+            flags.append("--use-transformer-engine-op-fuser")
         if o.moe_capacity_factor is not None:
             flags += ["--moe-expert-capacity-factor", o.moe_capacity_factor]
     if p.pipeline_layout is not None:

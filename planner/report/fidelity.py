@@ -57,6 +57,7 @@ def summary_table(summary: dict) -> Group:
         ("Absolute error by source", "by_source"),
         ("Absolute error by hardware: runs whose whole configuration is published", "by_hardware"),
         ("Absolute error by hardware: runs with an assumed setting or superseded software", "by_hardware_assumed"),
+        ("Absolute error by model: runs in the bar (not superseded or regressed software)", "by_model"),
     ):
         if not summary.get(key):
             continue
@@ -158,3 +159,34 @@ def log_calibration_view(out: dict) -> Group:
         factors_table("refitted", out["fit"]),
         Text(f"wrote {out['output']}: use it as --hardware {out['output']}"),
     )
+
+
+def moe_calibration_view(out: dict) -> Group:
+    """``megaplan calibrate --moe``: the factor ± σ, the MoE rows with it, each family held out."""
+    f = Text(
+        f"{out['factor']} = {out['value']:.2f} ± {out['sigma']:.2f} µs (band {_band(out['band'])}), "
+        f"fitted on {out['runs']} MoE rows in the bar, rms log error {out['rms_log_error']:.3f}"
+    )
+    parts: list = [f, summary_table(out["validation"])]
+    if out.get("leave_one_model_out"):
+        table = Table(title="Leave one model out: fit without the family, predict it", title_justify="left")
+        for col, just in (
+            ("held-out model", "left"),
+            ("fit", "right"),
+            ("rows", "right"),
+            ("median", "right"),
+            ("max", "right"),
+        ):
+            table.add_column(col, justify=just)
+        for model, st in out["leave_one_model_out"].items():
+            table.add_row(
+                model,
+                f"{st['value']:.2f} ± {st['sigma']:.2f}",
+                str(st["runs"]),
+                f"{st['median_abs_error_pct']:.1f}%",
+                f"{st['max_abs_error_pct']:.1f}%",
+            )
+        parts.append(table)
+    if out.get("written"):
+        parts.append(Text(f"wrote {out['factor']} into {out['written']}"))
+    return Group(*parts)

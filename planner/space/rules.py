@@ -153,6 +153,16 @@ RULES: tuple[Rule, ...] = (
         lambda x: "the flex dispatcher (DeepEP/HybridEP) needs etp·ep > 1",
     ),
     Rule(
+        "the TE op fuser's grouped MLP needs expert TP 1",
+        lambda r: (
+            (r.grid.etp == 1) if r.options.use_transformer_engine_op_fuser and r.model.is_moe else r.everywhere(True)
+        ),
+        lambda x: (
+            f"etp {x.etp}: --use-transformer-engine-op-fuser runs MoE experts only without expert tensor "
+            "parallelism (moe/experts.py TEGroupedMLP._is_fused_impl_supported); give --etp 1"
+        ),
+    ),
+    Rule(
         "moe-shared-expert-overlap needs the alltoall or flex dispatcher",
         lambda r: (
             (r.grid.dispatcher > 0) if r.options.moe_shared_expert_overlap and r.model.is_moe else r.everywhere(True)

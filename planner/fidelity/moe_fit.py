@@ -1,0 +1,132 @@
+"""The one efficiency factor fitted on the mixture-of-experts rows: ``moe_host_op_us``, the host time
+of each eager op a MoE layer issues per local expert (planner.costs.moe.expert_host_time_s).
+
+Fitted by least squares on ln(predicted/published) over the MoE rows in the bar of the families
+whose residual it can explain (DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B), one value for DGX
+H100, DGX B200 and GB200 NVL72 together, inside its band; σ from the Jacobian. GPT-OSS is predicted,
+never fitted: its rows miss by as much at EP 64 (two local experts, almost no per-expert launches) as
+at EP 8, so its residual is not this factor's and would alias into it. Each fitted family is then
+held out in turn: fit without it, predict it (``leave_one_model_out``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.fidelity.moe_runs import load_moe_runs
+from planner.fidelity.runs import Run
+from planner.fidelity.validate import on_hardware, predict, prepare, validate_moe
+from planner.hardware.calibration import Factor, Status
+from planner.hardware.spec import HardwareSpec
+from planner.presets import load_hardware
+
+FACTOR = "moe_host_op_us"
+FIT_MODELS = ("deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b")
+FIT_PRESETS = ("dgx-h100-superpod", "dgx-b200-superpod", "gb200-nvl72")
+BAND = (5.0, 25.0)
+BAND_SOURCE = (
+    "band: 5-25 µs of CPU per eager PyTorch op (Python, autograd, ATen dispatcher, cudaLaunchKernel; "
+    "jiahuanglin.xyz gpu_kernel_serving lesson 18 'From PyTorch op to kernel launch': ~5-25 µs per op)"
+)
+
+
+@dataclass(frozen=True)
+class MoeFit:
+    value: float
+    sigma: float
+    runs: int
+    rms_log_error: float
+
+
+def with_host_op(hw: HardwareSpec, op_us: float) -> HardwareSpec:
+    """The preset with ``moe_host_op_us`` = ``op_us`` (a trial value: no re-validation)."""
+    cal = hw.calibration.model_copy(update={FACTOR: float(op_us)})
+    return hw.model_copy(update={"calibration": cal})
+
+
+def fit_runs(runs: list[Run] | None = None, models: tuple[str, ...] = FIT_MODELS) -> list[Run]:
+    """The rows the factor is fitted on: in the bar (not flagged) and of the fitted families."""
+    runs = runs if runs is not None else load_moe_runs()
+    return [r for r in runs if r.fit and r.request["model"] in models and r.hardware in FIT_PRESETS]
+
+
+def _log_errors(runs: list[Run], op_us: float, prepared: dict) -> np.ndarray:
+    hw = {name: with_host_op(load_hardware(name), op_us) for name in FIT_PRESETS}
+    return np.array([np.log(predict(r, req=on_hardware(prepared[r.id], hw[r.hardware])) / r.published) for r in runs])
+
+
+def fit(runs: list[Run]) -> MoeFit:
+    """Least squares on ln(predicted/published) inside ``BAND``; σ from the Jacobian."""
+    from scipy.optimize import least_squares
+
+    prepared = {r.id: prepare(r) for r in runs}
+    sol = least_squares(
+        lambda x: _log_errors(runs, x[0], prepared), x0=[10.0], bounds=([BAND[0]], [BAND[1]]), diff_step=1e-3
+    )
+    r, J = sol.fun, sol.jac
+    var = float(r @ r) / max(len(r) - 1, 1) * float(np.linalg.pinv(J.T @ J)[0, 0])
+    return MoeFit(float(sol.x[0]), float(np.sqrt(max(var, 0.0))), len(runs), float(np.sqrt(np.mean(r**2))))
+
+
+def leave_one_model_out(runs: list[Run] | None = None) -> dict[str, dict]:
+    """For each fitted family: the factor fitted without it, and that family's rows predicted with it."""
+    runs = runs if runs is not None else load_moe_runs()
+    out = {}
+    for model in FIT_MODELS:
+        f = fit(fit_runs(runs, tuple(m for m in FIT_MODELS if m != model)))
+        held = [r for r in runs if r.fit and r.request["model"] == model]
+        hw = {name: with_host_op(load_hardware(name), f.value) for name in FIT_PRESETS}
+        summary = validate_moe(held, hw)["summary"]
+        out[model] = {"value": f.value, "sigma": f.sigma, **{k: summary[k] for k in ("runs", "median_abs_error_pct")}}
+        out[model]["max_abs_error_pct"] = summary["max_abs_error_pct"]
+    return out
+
+
+def factor_entry(f: MoeFit, *, fitted: bool) -> Factor:
+    """The preset's factor entry: fitted on the three presets, carried over to the others."""
+    note = (
+        f"fitted by megaplan calibrate --moe on {f.runs} MoE rows in the bar (DeepSeek-V3, Qwen3-235B-A22B, "
+        f"Qwen3-30B-A3B on DGX H100, DGX B200 and GB200 NVL72; Megatron-Bridge performance summaries), "
+        f"one value for the three"
+    )
+    if fitted:
+        return Factor(
+            status=Status.FITTED.value, band=list(BAND), sigma=round(f.sigma, 2), source=f"{BAND_SOURCE}; value: {note}"
+        )
+    return Factor(
+        status=Status.CARRIED.value, band=list(BAND), source=f"{BAND_SOURCE}; value: carried over from the fit: {note}"
+    )
+
+
+def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None) -> dict:
+    """Fit the factor, hold out each family, validate every MoE row with it; optionally write it into
+    every hardware preset (fitted on the three, carried over to the rest)."""
+    from pathlib import Path
+
+    from planner.fidelity.writer import write_hardware_file
+    from planner.presets import preset_names
+
+    runs = load_moe_runs()
+    f = fit(fit_runs(runs))
+    hw = {name: with_host_op(load_hardware(name), f.value) for name in FIT_PRESETS}
+    out = {
+        "factor": FACTOR,
+        "value": f.value,
+        "sigma": f.sigma,
+        "band": list(BAND),
+        "runs": f.runs,
+        "rms_log_error": f.rms_log_error,
+        "validation": validate_moe(runs, hw)["summary"],
+    }
+    if loso:
+        out["leave_one_model_out"] = leave_one_model_out(runs)
+    if write_dir:
+        for name in preset_names("hardware"):
+            preset = load_hardware(name)
+            factors = dict(preset.calibration.factors) | {FACTOR: factor_entry(f, fitted=name in FIT_PRESETS)}
+            cal = preset.calibration.model_copy(update={FACTOR: round(f.value, 2), "factors": factors})
+            write_hardware_file(Path(write_dir) / f"{name}.yaml", preset, cal)
+        out["written"] = write_dir
+    return out
