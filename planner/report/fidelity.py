@@ -68,12 +68,14 @@ def summary_table(summary: dict) -> Group:
             table.add_row(
                 name, str(st["runs"]), f"{st['median_abs_error_pct']:.1f}%", f"{st['max_abs_error_pct']:.1f}%"
             )
-        if key == "by_source":
+        total = {"by_source": ("all", summary), "by_model": ("in the bar", summary.get("in_bar"))}.get(key)
+        if total and total[1]:
+            label, st = total
             table.add_row(
-                Text("all", style="bold"),
-                str(summary["runs"]),
-                f"{summary['median_abs_error_pct']:.1f}%",
-                f"{summary['max_abs_error_pct']:.1f}%",
+                Text(label, style="bold"),
+                str(st["runs"]),
+                f"{st['median_abs_error_pct']:.1f}%",
+                f"{st['max_abs_error_pct']:.1f}%",
             )
         parts.append(table)
     return Group(*parts)
