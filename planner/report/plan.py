@@ -157,11 +157,27 @@ def _stage_layers(st: dict) -> str:
 
 def _parts(est: dict, kind: str, term: str) -> list[tuple[str, float]]:
     """The parts of a term explain carries (what the attention blocks and the experts take of it): the
-    memory states under the optimizer, the activations' under the activations, compute under backward."""
+    weights, gradients and optimizer states after the last of the three, the activations' after them, the
+    forward and backward compute after backward."""
     parts = ((est.get("parts") or {}).get(kind) or {}).items()
     if kind == "memory":  # the states' parts after the last state term, the activations' after theirs
         return [(k, v) for k, v in parts if v > 0 and k.startswith("states" if term == "optimizer" else term)]
     return [(k, v) for k, v in parts if v > 0 and term == "backward"]
+
+
+PART_OF = {  # what a part's number is a share of, by the prefix of its key in estimate.parts
+    "states": "weights+grads+optimizer",  # the part's parameters' weights, gradients and optimizer states
+    "activations": "activations",
+    "fwd+bwd": "forward+backward",  # its compute forward and backward, not the backward term alone
+}
+
+
+def part_label(key: str) -> str:
+    """How explain names a part: the whole it is taken from, then what takes it ("states: experts" is
+    the routed experts' weights, gradients and optimizer states, shown under the last of the three)."""
+    whole, _, what = key.partition(": ")
+    what = "routed experts" if key == "states: experts" else what
+    return f"of {PART_OF.get(whole, whole)}: {what}" if what else key
 
 
 def _formula(est: dict, kind: str, term: str) -> tuple[str, str]:
@@ -194,7 +210,8 @@ class TermsTable:
         for k in self.names:
             self.rows.append((k, format(self.values[k], fmt), *_formula(est, kind, k)))
             for name, value in _parts(est, kind, k):  # MLA, experts: the parts of the term above
-                self.rows.append((f"  ↳ {name}", format(value, fmt), *_formula(est, f"{kind}_parts", name)))
+                label = f"  ↳ {part_label(name)}"
+                self.rows.append((label, format(value, fmt), *_formula(est, f"{kind}_parts", name)))
         self.rows.append((total_row, format(self.total, fmt), self._total_note(), ""))
         self.columns = [
             Column("term", lambda r: Text(r[0], style="bold" if r[0] == total_row else ""), KEEP, "left"),

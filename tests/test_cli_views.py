@@ -1,0 +1,62 @@
+"""What a new user reads: explain's parts named by the whole they are taken from, the preset listings,
+search's fastest plan and validate's table at 80 columns."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from planner import api
+from planner.report.plan import TermsTable, part_label
+
+
+def render(renderable, width: int) -> list[str]:
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(renderable)
+    return out.getvalue().splitlines()
+
+
+MIXTRAL = dict(
+    model="mixtral-8x7b", hardware="dgx-h100-superpod", gpus=64, tp=2, pp=2, ep=8, micro_batch=1, sequence_parallel=True
+)
+
+
+def _row(lines: list[str], label: str) -> list[str]:
+    """The cells of the table row whose term is ``label`` (the label ends where two spaces start)."""
+    hits = [line for line in lines if line.startswith(label + "  ")]
+    assert len(hits) == 1, (label, lines)
+    return hits[0][len(label) :].split()
+
+
+def test_explain_parts_name_the_whole_they_are_taken_from():
+    pj = api.explain(api.make_request(**MIXTRAL))
+    est = pj["estimate"]
+    memory, time = est["parts"]["memory"], est["parts"]["time"]
+    # the experts' weights, gradients and optimizer states: more than the optimizer term they sit under,
+    # less than the three terms together, so "states: experts" under "optimizer" read as a part of it
+    states = memory["states: experts"]
+    assert est["memory"]["optimizer"] < states < sum(est["memory"][k] for k in ("weights", "gradients", "optimizer"))
+    # attention and the MLPs forward and backward: together more than the backward term they follow
+    assert sum(time.values()) > est["time"]["backward"]
+    lines = render(TermsTable(pj, "memory"), 160) + render(TermsTable(pj, "time"), 160)
+    experts = _row(lines, "  ↳ of weights+grads+optimizer: routed experts")
+    assert float(experts[0]) == round(states, 2)
+    routed = memory["activations: routed experts"]
+    assert float(_row(lines, "  ↳ of activations: routed experts")[0]) == round(routed, 2)
+    assert float(_row(lines, "  ↳ of forward+backward: attention")[0]) == round(time["fwd+bwd: attention"], 3)
+    assert not any("↳ states" in line or "↳ fwd+bwd" in line for line in lines)
+
+
+def test_every_part_label_names_its_whole():
+    keys = ["states: attention", "states: experts", "activations: attention", "activations: shared experts"]
+    keys += ["fwd+bwd: attention", "fwd+bwd: dense MLPs", "fwd+bwd: routed-expert GEMMs"]
+    assert [part_label(k) for k in keys] == [
+        "of weights+grads+optimizer: attention",
+        "of weights+grads+optimizer: routed experts",
+        "of activations: attention",
+        "of activations: shared experts",
+        "of forward+backward: attention",
+        "of forward+backward: dense MLPs",
+        "of forward+backward: routed-expert GEMMs",
+    ]
