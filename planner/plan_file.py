@@ -35,13 +35,14 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise PlannerError(f"plan file {path!r} is not JSON: {err}") from err
     if isinstance(data, dict) and isinstance(data.get("plans"), list):
-        plans = data["plans"]
+        plans = data["plans"]  # search's top N, then the fastest estimate with its own rank when ties put it lower
         k = rank or 1
-        if not 1 <= k <= len(plans):
+        ranked = {p.get("rank", i) if isinstance(p, dict) else i: p for i, p in enumerate(plans, 1)}
+        if k not in ranked:
             raise PlannerError(
-                f"--rank {k} is out of range: {path!r} holds {len(plans)} plans (allowed: 1..{len(plans)})"
+                f"--rank {k} is out of range: {path!r} holds {len(plans)} plans (allowed: {_ranks(list(ranked))})"
             )
-        data = plans[k - 1]
+        data = ranked[k]
     elif rank not in (None, 1):
         raise PlannerError(f"--rank {rank} given but {path!r} holds a single plan, not a search result")
     if not isinstance(data, dict) or any(k not in data for k in PLAN_KEYS):
@@ -50,6 +51,13 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
             f"`megaplan search --json` with keys {', '.join(PLAN_KEYS)}"
         )
     return data
+
+
+def _ranks(ranks: list[int]) -> str:
+    """The ranks a search result holds: "1..10" or "1..10, 13" (the fastest estimate after the top 10)."""
+    run = next((i for i, r in enumerate(ranks) if r != i + 1), len(ranks))
+    head = f"1..{run}" if run > 1 else "1" if run else ""
+    return ", ".join([head] * bool(head) + [str(r) for r in ranks[run:]])
 
 
 def request_from_plan(data: dict, hardware: str | HardwareSpec | None = None) -> PlanRequest:

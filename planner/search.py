@@ -276,9 +276,13 @@ def _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, 
         tight = scored.peak[tied] > TIGHT_FRAC * capacity  # leaves less than 10 % of what a plan may fill
         tied = tied[np.lexsort((scored.iteration[tied], tight, risk))]
         order = np.concatenate([tied, rest])
-    chosen = order[:top]
     tied_set = set(tied.tolist())
     fastest_row = order[0] if not len(tied) else tied[np.argmin(scored.iteration[tied])]
+    fastest_rank = int(np.flatnonzero(order == fastest_row)[0]) + 1
+    ranks = list(range(1, min(top, len(order)) + 1))
+    if fastest_rank > top:  # ties put it below the top N: it is shown after them with its own rank
+        ranks.append(fastest_rank)
+    chosen = order[np.array(ranks) - 1]
     jsons: dict[int, dict] = {}
     for k in np.unique(scored.option_set[chosen]):  # one evaluation per overlap-option set
         rows = chosen[scored.option_set[chosen] == k]
@@ -290,8 +294,7 @@ def _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, 
             pj = plan_json(scored.contexts[k], num_gpus, best, ev, j, [], memory_headroom)
             pj.update(tied_with_fastest=int(i) in tied_set, fastest=bool(i == fastest_row), risky_features=risks[j])
             jsons[int(i)] = pj
-    plans = [{**jsons[int(i)], "rank": rank} for rank, i in enumerate(chosen, 1)]
-    fastest_rank = int(np.flatnonzero(order == fastest_row)[0]) + 1
+    plans = [{**jsons[int(i)], "rank": rank} for rank, i in zip(ranks, chosen, strict=True)]
     return SearchResult(
         plans, evaluated, int(np.sum(fits)), rejected, tied=len(tied), band_frac=band, fastest_rank=fastest_rank
     )

@@ -4,10 +4,17 @@ search's fastest plan and validate's table at 80 columns."""
 from __future__ import annotations
 
 import io
+import json
 
+import pytest
+from click.testing import CliRunner
 from rich.console import Console
 
 from planner import api
+from planner.cli import cli
+from planner.errors import PlannerError
+from planner.plan_file import read_plan_file
+from planner.report.layout import plan_text
 from planner.report.plan import TermsTable, part_label
 
 
@@ -60,3 +67,32 @@ def test_every_part_label_names_its_whole():
         "of forward+backward: dense MLPs",
         "of forward+backward: routed-expert GEMMs",
     ]
+
+
+# llama2-7b on 16 A100s: 36 plans tie with the fastest, and the safest three of them are not it (#18)
+MANY_TIES = ["search", "--model", "llama2-7b", "--gpus", "16", "--top", "3"]
+
+
+def test_search_shows_the_fastest_plan_when_ties_rank_it_below_the_top(tmp_path):
+    result = CliRunner().invoke(cli, [*MANY_TIES, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    ranks = [pj["rank"] for pj in data["plans"]]
+    fastest = data["fastest_rank"]
+    assert data["tied_with_fastest"] > 3 and fastest > 3  # the case: the fastest is not among the top 3
+    assert ranks == [1, 2, 3, fastest]  # ... so it follows them with its own rank
+    last = data["plans"][-1]
+    assert last["fastest"] and not any(pj["fastest"] for pj in data["plans"][:3])
+    assert last["estimate"]["iteration_s"] == min(pj["estimate"]["iteration_s"] for pj in data["plans"])
+    # the table: the top 3, a "…" row, the fastest with its rank; the footer says where it is
+    text = CliRunner().invoke(cli, MANY_TIES, env={"COLUMNS": "80"}).stdout
+    lines = text.splitlines()
+    row = next(k for k, line in enumerate(lines) if plan_text(last) in line)
+    assert lines[row].split()[0] == str(fastest) and lines[row - 1].strip() == "…"
+    assert f"the fastest estimate is #{fastest} (*, shown after the top 3)" in " ".join(text.split())
+    # --plan FILE#RANK picks by the rank shown, not by the position in the file
+    path = tmp_path / "search.json"
+    path.write_text(result.stdout)
+    assert read_plan_file(f"{path}#{fastest}") == last
+    with pytest.raises(PlannerError, match=f"allowed: 1..3, {fastest}"):
+        read_plan_file(f"{path}#4")

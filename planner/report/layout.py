@@ -47,13 +47,24 @@ def _narrowest(cell: str | Text) -> str:
     return "x" * min(len(text), max(longest, WRAP_MIN))
 
 
-def _table(columns: Sequence[Column], rows: Sequence[Any], title: str | None, measuring: bool = False) -> Table:
+GAP = "…"  # the row that stands for rows left out between two shown ones
+
+
+def _table(
+    columns: Sequence[Column],
+    rows: Sequence[Any],
+    title: str | None,
+    measuring: bool = False,
+    gaps: frozenset = frozenset(),
+) -> Table:
     table = Table(
         box=box.SIMPLE_HEAD, title=title, title_justify="left", show_edge=False, pad_edge=False, padding=(0, 1)
     )
     for col in columns:
         table.add_column(col.header, justify=col.justify, no_wrap=not col.wrap, overflow="fold", style=col.style)
-    for row in rows:
+    for k, row in enumerate(rows):
+        if k in gaps:
+            table.add_row(GAP, *[""] * (len(columns) - 1))
         cells = [col.cell(row) for col in columns]
         if measuring:
             cells = [_narrowest(c) if col.wrap else c for col, c in zip(columns, cells, strict=True)]
@@ -93,16 +104,19 @@ def fit_columns(
 
 class FittedTable:
     """A table whose columns are chosen at render time to fit the console; hidden columns are named
-    in a line under it (they are all in --json and --csv)."""
+    in a line under it (they are all in --json and --csv). ``gaps``: the rows a "…" row goes before
+    (rows left out between them and the row above)."""
 
-    def __init__(self, columns: Sequence[Column], rows: Sequence[Any], title: str | None = None) -> None:
-        self.columns, self.rows, self.title = list(columns), list(rows), title
+    def __init__(
+        self, columns: Sequence[Column], rows: Sequence[Any], title: str | None = None, gaps: Sequence[int] = ()
+    ) -> None:
+        self.columns, self.rows, self.title, self.gaps = list(columns), list(rows), title, frozenset(gaps)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         shown, hidden = fit_columns(console, options, self.columns, self.rows)
         if self.title:
             yield Text(self.title, style="bold")
-        yield _table(shown, self.rows, None)
+        yield _table(shown, self.rows, None, gaps=self.gaps)
         if hidden:
             names = ", ".join(c.header for c in hidden)
             yield Text(f"(hidden at this width: {names}; see --json or --csv)", style="dim")

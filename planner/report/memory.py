@@ -69,8 +69,9 @@ def ties_footnote(result) -> str:
     """What the tie marks mean and how tied plans are ordered."""
     if not result.tied:
         return ""
-    where = f"#{result.fastest_rank}" if result.fastest_rank <= len(result.plans) else f"#{result.fastest_rank}, below"
-    fastest = f"the fastest estimate is {where} (*)"
+    rank, shown = result.fastest_rank, [pj["rank"] for pj in result.plans]
+    after = f", shown after the top {len(shown) - 1}" if rank == shown[-1] != len(shown) else ""
+    fastest = f"the fastest estimate is #{rank} (*{after})"
     return (
         f"\n= tied with the fastest: iteration bands overlap (± {100 * result.band_frac:.1f} %, the model's error "
         f"on this GPU generation); {fastest}. The {result.tied} tied plans come first: fewer risky features, then "

@@ -47,7 +47,9 @@ def search_title(ctx, gpus: int) -> str:
 
 def search_view(result, ctx, gpus: int) -> Group:
     capacity = round(result.plans[0]["estimate"]["capacity_gib"], 1)  # what a plan may fill: usable memory
-    table = FittedTable(search_columns(capacity), result.plans, search_title(ctx, gpus))
+    ranks = [pj["rank"] for pj in result.plans]
+    gaps = [k for k in range(1, len(ranks)) if ranks[k] > ranks[k - 1] + 1]  # the fastest, after the top N
+    table = FittedTable(search_columns(capacity), result.plans, search_title(ctx, gpus), gaps)
     rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     tokens = result.plans[0]["estimate"].get("train_tokens", 300e9) / 1e9
     foot = Text(
