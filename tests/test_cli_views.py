@@ -14,6 +14,7 @@ from planner import api
 from planner.cli import cli
 from planner.errors import PlannerError
 from planner.plan_file import read_plan_file
+from planner.report.catalog import pack
 from planner.report.layout import plan_text
 from planner.report.plan import TermsTable, part_label
 
@@ -96,3 +97,33 @@ def test_search_shows_the_fastest_plan_when_ties_rank_it_below_the_top(tmp_path)
     assert read_plan_file(f"{path}#{fastest}") == last
     with pytest.raises(PlannerError, match=f"allowed: 1..3, {fastest}"):
         read_plan_file(f"{path}#4")
+
+
+def test_pack_breaks_between_fields_only():
+    fields = ["1.7B params (1.7B active)", "L 24, h 2304, a 24", "B 512 × s 2048"]
+    assert pack(fields, 48) == ["1.7B params (1.7B active), L 24, h 2304, a 24,", "B 512 × s 2048"]
+    assert pack(fields, 30) == ["1.7B params (1.7B active),", "L 24, h 2304, a 24,", "B 512 × s 2048"]
+    assert pack(["a longer sentence of prose"], 10) == ["a longer", "sentence", "of prose"]
+
+
+@pytest.mark.parametrize("width", [80, 100, 40])
+@pytest.mark.parametrize("kind", ["models", "hardware"])
+def test_preset_listings_fit_the_terminal_and_keep_every_fact(kind, width):
+    from planner.cli.catalog import _facts
+    from planner.presets import preset_names
+
+    result = CliRunner().invoke(cli, ["presets", kind], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= width, "\n".join(line for line in lines if len(line) > width)
+    assert lines[0] == kind and all(line.startswith("  ") for line in lines[1:])  # nothing wraps to the margin
+    names = preset_names(kind)
+    starts = [k for k, line in enumerate(lines) if line.split() and line.split()[0] in names and line[2] != " "]
+    assert [lines[k].split()[0] for k in starts] == names  # every preset, in order, its name at the indent
+    for k, name in zip(starts, names, strict=True):
+        end = next((j for j in starts if j > k), len(lines))
+        text = " ".join(" ".join(lines[k:end]).split()[1:])
+        facts = _facts(kind, name)
+        assert text == ", ".join(facts)  # every fact, nothing dropped or cut
+        if kind == "models" and width >= 80:  # each fact on one line: no "B" / "512 × s 2048"
+            assert all(any(f in line for line in lines[k:end]) for f in facts), (name, lines[k:end])

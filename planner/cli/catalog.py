@@ -30,30 +30,31 @@ def presets(ctx: click.Context, as_json: bool) -> None:
 
 
 def _list_presets(kinds: list[str], as_json: bool) -> None:
-    listing = {kind: {name: _summary(kind, name) for name in preset_names(kind)} for kind in kinds}
+    from planner.report.catalog import SEP, PresetListing
+
+    listing = {kind: {name: _facts(kind, name) for name in preset_names(kind)} for kind in kinds}
     if as_json:
-        echo_json(listing)
+        echo_json({kind: {name: SEP.join(facts) for name, facts in items.items()} for kind, items in listing.items()})
         return
     out = console()
     for kind, items in listing.items():
-        out.print(f"[bold]{kind}[/bold]")
-        for name, summary in items.items():
-            out.print(f"  {name:<26} {summary}", markup=False, highlight=False)
+        out.print(PresetListing(kind, list(items.items())))
 
 
-def _summary(kind: str, name: str) -> str:
+def _facts(kind: str, name: str) -> list[str]:
+    """A preset's summary as the facts a line may break between."""
     spec = load_spec(KINDS[kind], name)
     if kind == "models":
         from planner.models.params import param_counts
 
         tr = spec.training
-        batch = f", B {tr.global_batch} × s {tr.seq_len}" if tr else ""
-        shape = f"L {spec.num_layers}, h {spec.hidden_size}, a {spec.num_attention_heads}"
         counts = param_counts(spec)
-        experts = f", {spec.num_experts} experts top-{spec.moe_router_topk}" if spec.is_moe else ""
         mtp = f" incl. {counts.mtp / 1e9:,.1f}B MTP" if counts.mtp else ""
-        return f"{counts.total / 1e9:,.1f}B params{mtp} ({counts.active / 1e9:,.1f}B active), {shape}{experts}{batch}"
-    return spec.description or spec.gpu.name
+        facts = [f"{counts.total / 1e9:,.1f}B params{mtp} ({counts.active / 1e9:,.1f}B active)"]
+        facts.append(f"L {spec.num_layers}, h {spec.hidden_size}, a {spec.num_attention_heads}")
+        facts += [f"{spec.num_experts} experts top-{spec.moe_router_topk}"] if spec.is_moe else []
+        return facts + ([f"B {tr.global_batch} × s {tr.seq_len}"] if tr else [])
+    return [spec.description or spec.gpu.name]  # prose: it wraps between words
 
 
 def _lister(kind: str, examples: tuple[str, str]):
