@@ -127,3 +127,40 @@ def test_preset_listings_fit_the_terminal_and_keep_every_fact(kind, width):
         assert text == ", ".join(facts)  # every fact, nothing dropped or cut
         if kind == "models" and width >= 80:  # each fact on one line: no "B" / "512 × s 2048"
             assert all(any(f in line for line in lines[k:end]) for f in facts), (name, lines[k:end])
+
+
+def _run(run_id: str, metric: str, published: float, predicted: float) -> dict:
+    error = 100 * (predicted / published - 1)
+    return dict(id=run_id, metric=metric, published=published, predicted=predicted, error_pct=error, assumptions=[])
+
+
+VALIDATION = {
+    "summary": {},
+    "runs": [
+        _run("MB-26.04.01-H100-LLAMA31_405B-PRETRAIN-FP8_CS-n1024-gbs1536", "tokens/s per GPU", 328.1, 326.1),
+        _run("DGXC-v25.04-H100-GPT3-175B-bf16-n1024", "step time (s)", 8.453, 8.876),
+        _run("K22-T5-22B-selSP:mfu", "MFU (Eq. 7)", 0.4183, 0.4320),
+    ],
+}
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_validation_table_shows_a_value_only_with_its_metric_and_every_id_whole(width):
+    from planner.report.fidelity import validation_view
+
+    lines = render(validation_view(VALIDATION), width)
+    assert max(map(len, lines)) <= width
+    header = next(line for line in lines if line.startswith("run "))
+    assert "metric" in header and "error" in header  # at 80 columns too (before: hidden, a bare number shown)
+    # the values go before their metric as the width shrinks: published first, then predicted
+    assert "predicted" in header or "published" not in header
+    assert ("published" in header) == (width >= 100) and (width > 80 or "predicted" not in header)
+    firsts = [line.split()[0] for line in lines[3:] if line.split()]
+    for r in VALIDATION["runs"]:  # an id too long for its column wraps at a hyphen, nothing is cut
+        assert r["id"] in "".join(firsts)
+    long_id = VALIDATION["runs"][0]["id"]
+    k = next(k for k, first in enumerate(firsts) if long_id.startswith(first))
+    assert firsts[k] == long_id or (firsts[k].endswith("-") and firsts[k] + firsts[k + 1] == long_id)
+    assert (firsts[k] == long_id) == (width >= 120)
+    for r in VALIDATION["runs"]:
+        assert any(f"{r['error_pct']:+.1f}%" in line and r["metric"] in line for line in lines)

@@ -33,10 +33,11 @@ def validation_view(result: dict) -> Group:
 
 def _runs_table(result: dict, title: str) -> FittedTable:
     columns = [
-        Column("run", lambda r: r["id"], KEEP, "left", wrap=True),
+        # the longest ids wrap at their hyphens; a value is shown only with its metric (predicted goes first)
+        Column("run", lambda r: r["id"], KEEP, "left", wrap=True, breaks="-", min_width=44),
         Column("metric", lambda r: r["metric"], 1, "left", wrap=True),
         Column("published", lambda r: f"{r['published']:.4g}", 3),
-        Column("predicted", lambda r: f"{r['predicted']:.4g}", KEEP),
+        Column("predicted", lambda r: f"{r['predicted']:.4g}", 2),
         Column(
             "error",
             lambda r: Text(

@@ -8,6 +8,7 @@ it hid. Adding a column to a view is one more ``Column`` in its list.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,8 @@ class Column:
     """One column of a view: its header, how a row becomes its cell, and how important it is.
 
     ``priority`` 0 is never dropped; as the width shrinks the column with the largest priority goes
-    first (the rightmost of equals). ``wrap`` lets a text column wrap inside its width instead.
+    first (the rightmost of equals). ``wrap`` lets a text column wrap inside its width instead, at
+    spaces and, with ``breaks``, after any of those characters too (a run id at its hyphens).
     """
 
     header: str
@@ -35,16 +37,45 @@ class Column:
     justify: str = "right"
     wrap: bool = False
     style: str | None = None
+    breaks: str = ""
+    min_width: int = 0  # a wrapping column is not squeezed below this when the view chooses its columns
 
 
 WRAP_MIN = 24  # a wrapping column is given at least this many characters (or its longest word)
 
 
-def _narrowest(cell: str | Text) -> str:
+def _chunks(text: str, breaks: str) -> list[str]:
+    """The text cut after each space or each of ``breaks``: the pieces a line may end between."""
+    after = re.escape(" " + breaks)
+    return re.findall(rf"[^{after}]*[{after}]|[^{after}]+$", text)
+
+
+def _narrowest(cell: str | Text, col: Column) -> str:
     """A stand-in for a wrapping cell at the narrowest width it is allowed to wrap to."""
     text = cell.plain if isinstance(cell, Text) else str(cell)
-    longest = max((len(w) for w in text.split()), default=0)
-    return "x" * min(len(text), max(longest, WRAP_MIN))
+    longest = max((len(w.strip()) for w in _chunks(text, col.breaks)), default=0)
+    return "x" * min(len(text), max(longest, WRAP_MIN, col.min_width))
+
+
+class Breakable:
+    """A cell that wraps after any of ``breaks`` as well as at spaces (rich's own wrap breaks only at
+    spaces, so an id like ``DGXC-v25.04-H100-GPT3-175B-bf16-n1024`` would not wrap at all)."""
+
+    def __init__(self, cell: str | Text, breaks: str) -> None:
+        self.text = cell if isinstance(cell, Text) else Text(str(cell))
+        self.chunks = _chunks(self.text.plain, breaks)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(max((len(c.strip()) for c in self.chunks), default=0), len(self.text))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = [""]
+        for chunk in self.chunks:
+            if lines[-1] and len((lines[-1] + chunk).rstrip()) > options.max_width:
+                lines[-1] = lines[-1].rstrip()
+                lines.append("")
+            lines[-1] += chunk
+        yield Text("\n".join(lines), style=self.text.style, overflow="fold")
 
 
 GAP = "…"  # the row that stands for rows left out between two shown ones
@@ -67,7 +98,9 @@ def _table(
             table.add_row(GAP, *[""] * (len(columns) - 1))
         cells = [col.cell(row) for col in columns]
         if measuring:
-            cells = [_narrowest(c) if col.wrap else c for col, c in zip(columns, cells, strict=True)]
+            cells = [_narrowest(c, col) if col.wrap else c for col, c in zip(columns, cells, strict=True)]
+        else:
+            cells = [Breakable(c, col.breaks) if col.breaks else c for col, c in zip(columns, cells, strict=True)]
         table.add_row(*cells)
     return table
 
