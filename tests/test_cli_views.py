@@ -164,3 +164,36 @@ def test_validation_table_shows_a_value_only_with_its_metric_and_every_id_whole(
     assert (firsts[k] == long_id) == (width >= 120)
     for r in VALIDATION["runs"]:
         assert any(f"{r['error_pct']:+.1f}%" in line and r["metric"] in line for line in lines)
+
+
+def test_calibration_steps_once_per_fit_and_validation(monkeypatch):
+    """The progress bar's total is the number of fits and validations run_calibration reports: the
+    fitting and validating are replaced by stand-ins (the real ones take minutes); the runs are real."""
+    from planner.fidelity import calibrate as cal
+    from planner.fidelity.runs import load_runs
+
+    fake = cal.Fit("x", {}, 0.0, 0, [], 0.0)
+    monkeypatch.setattr(cal, "fit", lambda *a, **k: fake)
+    monkeypatch.setattr(cal, "fitted_hardware", lambda fits: {})
+    monkeypatch.setattr(cal, "validate", lambda runs, hw: {"summary": {}, "runs": []})
+    runs = load_runs()
+    for loso, only in [(True, None), (False, None), (True, "dgx-h100-superpod"), (True, "gb300-nvl72")]:
+        done: list[str] = []
+        cal.run_calibration(loso=loso, only=only, step=done.append)
+        assert len(done) == cal.calibration_steps(loso=loso, only=only)
+        names = [n for n in cal.FITTED if only in (None, n)]
+        held = sum(len(cal.held_out_sources(runs, n)) for n in names) if loso else 0
+        assert len(done) == len(names) + 1 + held and done[len(names)] == "every run validated with the fits"
+    assert sum(len(cal.held_out_sources(runs, n)) for n in cal.FITTED) > 0  # the loso case was exercised
+
+
+def test_moe_calibration_steps_once_per_fit_and_validation(monkeypatch):
+    from planner.fidelity import moe_fit
+
+    monkeypatch.setattr(moe_fit, "fit", lambda runs: moe_fit.MoeFit(10.0, 1.0, len(runs), 0.1))
+    summary = {"runs": 0, "median_abs_error_pct": 0.0, "max_abs_error_pct": 0.0}
+    monkeypatch.setattr(moe_fit, "validate_moe", lambda runs, hw: {"summary": summary})
+    for loso in (True, False):
+        done: list[str] = []
+        moe_fit.run_moe_calibration(loso=loso, step=done.append)
+        assert len(done) == moe_fit.moe_calibration_steps(loso=loso) == 2 + len(moe_fit.FIT_MODELS) * loso

@@ -204,22 +204,28 @@ def calibrate(as_json, write_dir, loso, logs, scripts, hardware, gpus, output, f
     if moe:
         if logs or scripts or output or hardware:
             raise PlannerError("--moe fits the published MoE rows: drop --from-log, -o and --hardware")
-        from planner.fidelity.moe_fit import run_moe_calibration
+        from planner.fidelity.moe_fit import moe_calibration_steps, run_moe_calibration
 
-        with progress("fitting the MoE host time to the published MoE runs"):
-            out = run_moe_calibration(loso=loso, write_dir=write_dir)
+        with progress("fitting the MoE host time", total=moe_calibration_steps(loso=loso)) as step:
+            out = run_moe_calibration(loso=loso, write_dir=write_dir, step=_labelled(step, "MoE host time"))
         return echo_json(out) if as_json else console().print(report_fidelity.moe_calibration_view(out))
 
     if logs or scripts or output:
         return _from_logs(logs, scripts, hardware, gpus, output, force, as_json)
     if hardware and hardware not in cal.FITTED:
         raise PlannerError(f"--hardware {hardware!r} has no published runs to fit; fitted: {', '.join(cal.FITTED)}")
-    with progress("fitting the calibration to the published runs"):
-        out = cal.run_calibration(loso=loso, write_dir=write_dir, only=hardware)
+    total = cal.calibration_steps(loso=loso, only=hardware)  # the fits and the validation
+    with progress("fitting the calibration to the published runs", total=total) as step:
+        out = cal.run_calibration(loso=loso, write_dir=write_dir, only=hardware, step=_labelled(step, "calibration"))
     if as_json:
         echo_json(out)
     else:
         console().print(report_fidelity.calibration_view(out))
+
+
+def _labelled(step, what: str):
+    """The progress bar's step, its line saying what was done last: "calibration: gb200-nvl72 fitted"."""
+    return lambda description=None: step(f"{what}: {description}" if description else None)
 
 
 def _from_logs(logs, scripts, hardware, gpus, output, force, as_json) -> None:

@@ -76,6 +76,10 @@ class Fit:
         }
 
 
+def _no_step(description: str | None = None) -> None:
+    """The default progress callback: nothing to show."""
+
+
 def with_calibration(hw: HardwareSpec, values: dict[str, float]) -> HardwareSpec:
     """The hardware with other calibration values (no validation: trial values of a fit)."""
     return hw.model_copy(update={"calibration": hw.calibration.model_copy(update=values)})
@@ -232,14 +236,18 @@ def fit(
     return Fit(hw.name, factors, float(np.mean(res**2)), len(runs), sources, spread if active else 0.0)
 
 
-def leave_one_source_out(runs: list[Run], hardware_name: str, full: Fit) -> dict[str, dict]:
-    """Fit without each source family in turn (from the full fit's values) and predict its rows."""
+def held_out_sources(runs: list[Run], hardware_name: str) -> list[str]:
+    """The source families leave_one_source_out holds out in turn for a preset (none if it has one)."""
+    sources = list(dict.fromkeys(r.source for r in fit_runs([r for r in runs if r.hardware == hardware_name])))
+    return sources if len(sources) > 1 else []
+
+
+def leave_one_source_out(runs: list[Run], hardware_name: str, full: Fit, step=_no_step) -> dict[str, dict]:
+    """Fit without each source family in turn (from the full fit's values) and predict its rows;
+    ``step(description)`` after each fit."""
     mine = [r for r in runs if r.hardware == hardware_name]
-    sources = list(dict.fromkeys(r.source for r in fit_runs(mine)))
-    if len(sources) < 2:
-        return {}
     out = {}
-    for source in sources:
+    for source in held_out_sources(runs, hardware_name):
         train = [r for r in mine if r.source != source]
         held = [r for r in mine if r.source == source]
         fitted = tuple(n for n, f in full.factors.items() if f.status == Status.FITTED.value)
@@ -247,6 +255,7 @@ def leave_one_source_out(runs: list[Run], hardware_name: str, full: Fit) -> dict
         f = fit(hardware_name, train, fitted, start=full.values, anchor=full.values)
         hw = with_calibration(load_hardware(hardware_name), f.values)
         out[source] = {"fitted": f.values, **validate(held, {hardware_name: hw})["summary"]}
+        step(f"{hardware_name} fitted without {source}")
     return out
 
 
@@ -260,19 +269,33 @@ def fitted_hardware(fits: dict[str, Fit]) -> dict[str, HardwareSpec]:
     return hw
 
 
-def run_calibration(*, loso: bool = True, write_dir: str | None = None, only: str | None = None) -> dict:
+def calibration_steps(*, loso: bool = True, only: str | None = None) -> int:
+    """How many times run_calibration calls ``step``: once per fit (each preset's, then, with ``loso``,
+    each held-out source's) and once for the validation of every run."""
+    runs = load_runs()
+    names = [n for n in FITTED if only in (None, n)]
+    return len(names) + 1 + (sum(len(held_out_sources(runs, n)) for n in names) if loso else 0)
+
+
+def run_calibration(*, loso: bool = True, write_dir: str | None = None, only: str | None = None, step=_no_step) -> dict:
     """The documented procedure: fit each GPU with runs, validate every run with the fits, hold out
-    each source in turn, and optionally write the presets."""
+    each source in turn, and optionally write the presets. ``step(description)`` after each fit and
+    after the validation (calibration_steps in all), for a progress bar."""
     from planner.fidelity.writer import write_fits
 
     runs = load_runs()
     names = [n for n in FITTED if only in (None, n)]
-    fits = {name: fit(name, runs) for name in names}
+    fits = {}
+    for name in names:
+        fits[name] = fit(name, runs)
+        step(f"{name} fitted")
     hw = fitted_hardware(fits)
     result = validate([r for r in runs if only is None or r.hardware == only], hw)
+    step("every run validated with the fits")
     out = {"fits": {n: f.to_json() for n, f in fits.items()}, "summary": result["summary"], "runs": result["runs"]}
     if loso:
-        out["leave_one_source_out"] = {n: s for n in names if (s := leave_one_source_out(runs, n, fits[n]))}
+        loso_fits = {n: leave_one_source_out(runs, n, fits[n], step) for n in names}
+        out["leave_one_source_out"] = {n: s for n, s in loso_fits.items() if s}
     if write_dir:
         write_fits(write_dir, fits, FAMILIES, result["summary"]["by_hardware"])
         out["written"] = write_dir

@@ -70,8 +70,18 @@ def fit(runs: list[Run]) -> MoeFit:
     return MoeFit(float(sol.x[0]), float(np.sqrt(max(var, 0.0))), len(runs), float(np.sqrt(np.mean(r**2))))
 
 
-def leave_one_model_out(runs: list[Run] | None = None) -> dict[str, dict]:
-    """For each fitted family: the factor fitted without it, and that family's rows predicted with it."""
+def _no_step(description: str | None = None) -> None:
+    """The default progress callback: nothing to show."""
+
+
+def moe_calibration_steps(*, loso: bool = True) -> int:
+    """How many times run_moe_calibration calls ``step``: the fit, the validation, each held-out family."""
+    return 2 + (len(FIT_MODELS) if loso else 0)
+
+
+def leave_one_model_out(runs: list[Run] | None = None, step=_no_step) -> dict[str, dict]:
+    """For each fitted family: the factor fitted without it, and that family's rows predicted with it;
+    ``step(description)`` after each."""
     runs = runs if runs is not None else load_moe_runs()
     out = {}
     for model in FIT_MODELS:
@@ -81,6 +91,7 @@ def leave_one_model_out(runs: list[Run] | None = None) -> dict[str, dict]:
         summary = validate_moe(held, hw)["summary"]
         out[model] = {"value": f.value, "sigma": f.sigma, **{k: summary[k] for k in ("runs", "median_abs_error_pct")}}
         out[model]["max_abs_error_pct"] = summary["max_abs_error_pct"]
+        step(f"fitted without {model}")
     return out
 
 
@@ -100,9 +111,10 @@ def factor_entry(f: MoeFit, *, fitted: bool) -> Factor:
     )
 
 
-def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None) -> dict:
+def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step=_no_step) -> dict:
     """Fit the factor, hold out each family, validate every MoE row with it; optionally write it into
-    every hardware preset (fitted on the three, carried over to the rest)."""
+    every hardware preset (fitted on the three, carried over to the rest). ``step(description)`` after
+    the fit, the validation and each held-out fit (moe_calibration_steps in all)."""
     from pathlib import Path
 
     from planner.fidelity.writer import write_hardware_file
@@ -110,7 +122,10 @@ def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None) -> d
 
     runs = load_moe_runs()
     f = fit(fit_runs(runs))
+    step("fitted to every MoE family")
     hw = {name: with_host_op(load_hardware(name), f.value) for name in FIT_PRESETS}
+    validation = validate_moe(runs, hw)["summary"]
+    step("every MoE run validated")
     out = {
         "factor": FACTOR,
         "value": f.value,
@@ -118,10 +133,10 @@ def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None) -> d
         "band": list(BAND),
         "runs": f.runs,
         "rms_log_error": f.rms_log_error,
-        "validation": validate_moe(runs, hw)["summary"],
+        "validation": validation,
     }
     if loso:
-        out["leave_one_model_out"] = leave_one_model_out(runs)
+        out["leave_one_model_out"] = leave_one_model_out(runs, step)
     if write_dir:
         for name in preset_names("hardware"):
             preset = load_hardware(name)
