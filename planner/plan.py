@@ -194,6 +194,9 @@ class PlanOptions(_Spec):
     tp_comm_overlap: bool = Field(
         False, description="--tp-comm-overlap: TP collectives pipelined with GEMMs (needs SP)"
     )
+    activation_fusion: bool = Field(
+        True, description="MLP activation in one kernel; False: op by op (--no-bias-swiglu-fusion, NeMo's squared ReLU)"
+    )
     distribute_saved_activations: bool = Field(
         False, description="full recompute: shard layer inputs over TP without SP"
     )

@@ -128,7 +128,8 @@ def _timed(
     lt: Letters, ctx: Context, linear, core_fwd, core_bwd, elementwise, tp, overhead=0.0, sel=0.0, casts=(0.0, 0.0)
 ) -> dict:
     """Forward and backward compute of a block: 2× the GEMMs, the attention core's own backward,
-    2× the elementwise bytes, the FP8 casts ``casts`` (forward, backward bytes); its exposed TP
+    2× the elementwise bytes, ``casts`` (forward, backward bytes: the FP8 casts, an op-by-op activation's
+    extra); its exposed TP
     collectives ``tp`` (forward, backward); and ``sel``, what selective recomputation runs again of it."""
     hbm = ctx.hardware.gpu.hbm_bytes_per_s * ctx.hardware.calibration.memory_efficiency
     fwd = linear + core_fwd + (elementwise + casts[0]) / hbm + overhead
@@ -221,10 +222,15 @@ def dense_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     elementwise = parts["norm_residual"] / 2 + parts["mlp_activation"]
     local = lt.b * lt.s * lt.h / lt.c / np.where(lt.sp, lt.t, 1)
     casts = fp8_cast_bytes(lt, ctx, gemms, fused_in=local, out_grad=local) if lt.fp8 else (0.0, 0.0)
+    # an activation run op by op moves more than one fused kernel (compute.ACTIVATION_BYTES)
+    kind = "gated" if lt.gated else "squared_relu" if ctx.model.squared_relu else "gelu"
+    per_fwd, per_bwd = compute.activation_extra_bytes(kind, fused=ctx.options.activation_fusion)
+    acts = lt.b * lt.s * lt.f / (lt.c * lt.t)
+    casts = (casts[0] + per_fwd * acts, casts[1] + per_bwd * acts)
     tp = tp_pair_s(lt, ctx, gemms, gtime, ["fc1"], ["fc2"])
     hbm = ctx.hardware.gpu.hbm_bytes_per_s * ctx.hardware.calibration.memory_efficiency
     again = RecomputeModule.MLP in ctx.options.recompute_modules  # --recompute-modules mlp: its forward again
-    sel = again * (linear + parts["mlp_activation"] / hbm)
+    sel = again * (linear + (parts["mlp_activation"] + per_fwd * acts) / hbm)
     overhead = _half_overhead(ctx, CudaGraphModule.MLP)
     return _timed(lt, ctx, linear, 0.0, 0.0, elementwise, tp, overhead, sel, casts)
 

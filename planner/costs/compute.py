@@ -33,6 +33,32 @@ FP8_CAST_BYTES = {
 }
 FP8_FUSED_READ_BYTES = 2  # a cast fused into TE's LayerNormLinear does not read its input again
 
+# (forward, backward) HBM bytes per element of the f-wide MLP activation output, 16-bit tensors.
+# Fused (one kernel: Megatron's bias_gelu/bias_swiglu, its jit_fuser-compiled squared_relu) reads the
+# input(s) and writes the output, the backward twice that (§4.2's convention). Op by op, each PyTorch
+# op reads and writes its own tensors (aten kernels; backward formulas of tools/autograd/derivatives.yaml).
+ACTIVATION_BYTES = {
+    ("gelu", True): (2 + 2, 2 * (2 + 2)),
+    ("gated", True): (4 + 2, 2 * (4 + 2)),
+    ("squared_relu", True): (2 + 2, 2 * (2 + 2)),
+    ("gelu", False): (2 + 2, 2 * (2 + 2)),  # F.gelu is one kernel either way
+    # relu (r2 w2), pow (r2 w2); backward pow_backward = grad·(2·x.pow(1)): copy (r2 w2), scale (r2 w2),
+    # product (r2 r2 w2), then relu's threshold_backward (r2 r2 w2)
+    ("squared_relu", False): (4 + 4, 4 + 4 + 6 + 6),
+    # silu(x1) (r2 w2), its product with x2 (r2 r2 w2); backward: two products (r2 r2 w2 each),
+    # silu_backward (r2 r2 w2), the chunk's gradient concatenated (r2 r2 w4)
+    ("gated", False): (4 + 6, 6 + 6 + 6 + 8),
+}
+
+
+def activation_extra_bytes(kind: str, *, fused: bool) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per activation element beyond one fused kernel's: 0 when fused;
+    op by op, squared ReLU (NeMo 2's ``squared_relu``, not scripted: nemo/collections/llm/fn/activation.py
+    @v2.2.0) moves 4 and 12 more, an unfused GLU (``--no-bias-swiglu-fusion``) 4 and 14 (ACTIVATION_BYTES)."""
+    f_fwd, f_bwd = ACTIVATION_BYTES[(kind, True)]
+    e_fwd, e_bwd = ACTIVATION_BYTES[(kind, fused)]
+    return e_fwd - f_fwd, e_bwd - f_bwd
+
 
 def gemm_efficiency(M: ArrayLike, N: ArrayLike, K: ArrayLike, *, eta_max: float, half_dim: float) -> np.ndarray:
     """Fraction of peak a GEMM of shape (M, N, K) reaches.

@@ -128,7 +128,9 @@ def _dp_sync(
     dense, expert = mem["dense_params"], mem["expert_params"]
     sync = reduce(dense, lt.d * lt.c, dense_link) + reduce(expert, lt.edp, expert_link)
     chunk_params = (dense + expert) / lt.vpp
-    bucket = np.minimum(comm.ddp_bucket_params(lt.d * lt.c), chunk_params)
+    # stage 0's last gradient bucket and first all-gather hold the word table, V·h/t (buckets fill in
+    # backward order and close past their size: param_and_grad_buffer.py:980-986)
+    bucket = np.minimum(np.maximum(comm.ddp_bucket_params(lt.d * lt.c), lt.V * lt.h / lt.t), chunk_params)
     bucket_s = np.where(rep == 0, reduce(bucket, lt.d * lt.c, dense_link), sync / lt.vpp)
     tau_b, tau_f = bwd_mb / lt.vpp, fwd_mb / lt.vpp
     grads = comm.dp_exposed_s(sync, bucket_s, rep, lt.p, lt.vpp, tau_b, overlap=opts.overlap_grad_reduce)
@@ -359,7 +361,7 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
     if not plan.fsdp:
         dp_text += (
             "; --overlap-grad-reduce: each model chunk's reduction starts after its last backward, the first "
-            "stage's first chunk in max(40M, 1M·d·c)-parameter buckets, the last bucket exposed"
+            "stage's first chunk in max(40M, 1M·d·c)-parameter buckets, the last (with the word table) exposed"
             if opts.overlap_grad_reduce
             else ", exposed after the last backward"
         ) + "; stage i drains i backward steps earlier"

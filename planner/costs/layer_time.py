@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.costs import Formula, compute, flops
+from planner.costs import Formula, compute, flops, memory
 from planner.costs.blocks import graphed_frac, layer_parts, layer_terms, layer_times, sum_blocks
 from planner.costs.layer_memory import layer_activations
 from planner.costs.letters import Letters
@@ -25,6 +25,17 @@ CROSS_ENTROPY_FWD_BYTES = (
 )  # per logit: fp32 cast (r2 w4), max (r4), subtract (r4 w4), exp (r4 w4), sum (r4)
 CROSS_ENTROPY_BWD_BYTES = 8 + 6  # softmax − one-hot (r4 w4), cast to 16 bits (r4 w2)
 EMBEDDING_FWD_BYTES_PER_SBH = 2 + 2 + 2 + 2 + 1  # gather rows (r2 w2), add positions (r2 w2), dropout mask (w1)
+
+
+def embedding_grad_bytes(V, h: int, t, *, grad_bytes: int, act_bytes: int):
+    """HBM bytes the word embedding's weight gradient moves per micro-batch on the first stage: the
+    backward of F.embedding allocates a dense zeroed gradient of the whole V/t × h table (PyTorch
+    embedding_dense_backward: grad_weight = zeros), which Megatron's DDP hook adds into the gradient
+    buffer (distributed_data_parallel.py:578, param.main_grad.add_(param.grad)):
+    (ε + ε + 2·b_g)·V·h/t - zero-fill (w ε), read the gradient (ε), read and write main_grad (b_g each)."""
+    return (2 * act_bytes + 2 * grad_bytes) * V * h / t
+
+
 __all__ = [
     "activation_message",
     "graphed_frac",
@@ -48,11 +59,13 @@ def head_times(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     )
     logit_elems = lt.b * lt.s / lt.c * lt.V / lt.t
     sbh = lt.b * lt.s * lt.h / lt.c
+    grads = memory.gradient_bytes_per_param(ctx.precision, grads_in_16_bits=ctx.options.grad_buffer_in_16_bits)
+    table = embedding_grad_bytes(lt.V, lt.h, lt.t, grad_bytes=grads, act_bytes=lt.act_bytes)
     return {
         "head_fwd": logits + CROSS_ENTROPY_FWD_BYTES * logit_elems / hbm,
         "head_bwd": compute.BACKWARD_GEMM_FACTOR * logits + CROSS_ENTROPY_BWD_BYTES * logit_elems / hbm,
         "embedding_fwd": EMBEDDING_FWD_BYTES_PER_SBH * sbh / hbm,
-        "embedding_bwd": compute.BACKWARD_ELEMENTWISE_FACTOR * EMBEDDING_FWD_BYTES_PER_SBH * sbh / hbm,
+        "embedding_bwd": (compute.BACKWARD_ELEMENTWISE_FACTOR * EMBEDDING_FWD_BYTES_PER_SBH * sbh + table) / hbm,
     }
 
 

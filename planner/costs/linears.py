@@ -93,12 +93,16 @@ ROW_OUT = ("projection", "fc2", "shared_fc2")  # outputs whose gradient is the b
 
 
 def cast_bytes(ctx: Context) -> tuple[float, float]:
-    """(per element, per element inside TE's fused LayerNorm) HBM bytes of the recipe's FP8 casts."""
+    """(per element, per element inside TE's fused LayerNorm) HBM bytes of the recipe's FP8 casts,
+    counted at the memory-bound ops' efficiency η_mem: a recipe whose cast kernels are measured to
+    reach η_cast of HBM (the GPU's ``fp8_cast_hbm_frac``) counts η_mem/η_cast of its bytes."""
     recipe = ctx.options.fp8_recipe.value
-    blackwell = ctx.hardware.gpu.compute_capability >= BLACKWELL
+    gpu, eta_mem = ctx.hardware.gpu, ctx.hardware.calibration.memory_efficiency
+    blackwell = gpu.compute_capability >= BLACKWELL
+    slower = eta_mem / gpu.fp8_cast_hbm_frac.get(recipe, eta_mem)
     return (
-        compute.fp8_cast_bytes_per_element(recipe, one_copy_serves_both=blackwell),
-        compute.fp8_cast_bytes_per_element(recipe, one_copy_serves_both=blackwell, fused=True),
+        slower * compute.fp8_cast_bytes_per_element(recipe, one_copy_serves_both=blackwell),
+        slower * compute.fp8_cast_bytes_per_element(recipe, one_copy_serves_both=blackwell, fused=True),
     )
 
 

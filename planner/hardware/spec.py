@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFlo
 from planner.hardware.calibration import Calibration
 
 GIB = 2**30  # bytes in a GiB
+FP8_RECIPES = frozenset({"delayed", "tensorwise", "mxfp8", "blockwise"})  # --fp8-recipe choices
 
 
 class _Sourced(BaseModel):
@@ -56,6 +57,23 @@ class GPUSpec(_Sourced):
     hbm_tbytes_per_s: PositiveFloat = Field(description="HBM bandwidth")
     sm_count: PositiveInt = Field(description="streaming multiprocessors (the SMs overlapped communication takes)")
     tdp_watts: PositiveFloat | None = None
+    fp8_cast_hbm_frac: dict[str, float] = Field(
+        default_factory=dict,
+        description="fraction of HBM bandwidth Transformer Engine's FP8 cast kernels reach, by --fp8-recipe "
+        "(measured); a recipe not listed runs at calibration.memory_efficiency",
+    )
+
+    @model_validator(mode="after")
+    def _cast_fractions(self) -> Self:
+        bad = {k: v for k, v in self.fp8_cast_hbm_frac.items() if not 0 < v <= 1}
+        if bad:
+            raise ValueError(f"fp8_cast_hbm_frac must lie in (0, 1], got {bad}")
+        unknown = sorted(set(self.fp8_cast_hbm_frac) - FP8_RECIPES)
+        if unknown:
+            raise ValueError(f"fp8_cast_hbm_frac: unknown recipes {unknown}; allowed: {sorted(FP8_RECIPES)}")
+        if self.fp8_cast_hbm_frac and not self.sources.get("fp8_cast_hbm_frac"):
+            raise ValueError("sources must name where each number comes from; missing: fp8_cast_hbm_frac")
+        return self
 
     @property
     def hbm_bytes(self) -> float:

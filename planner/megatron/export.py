@@ -188,6 +188,8 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         (o.grad_reduce_in_bf16, "--grad-reduce-in-bf16"),
         (o.tp_comm_overlap, "--tp-comm-overlap"),
         (p.vpp > 1 and not o.overlap_p2p_comm, "--no-overlap-p2p-communication"),
+        # Megatron-LM compiles squared ReLU and fuses GeLU either way; only the GLU can run op by op
+        (req.ctx.model.gated and not o.activation_fusion, "--no-bias-swiglu-fusion"),
     ):
         if enabled:
             flags.append(flag)

@@ -221,6 +221,8 @@ def request_from_megatron(
         "overlap_p2p_comm": bool(v.get("overlap_p2p_comm", True)),
         "pp_scatter_gather": bool(v.get("scatter_gather_tensors_in_pipeline")),
         "distribute_saved_activations": bool(v.get("distribute_saved_activations")),
+        # --no-bias-swiglu-fusion: the GLU op by op (mlp.py); GeLU and squared ReLU are one kernel either way
+        "activation_fusion": not (spec.gated and v.get("bias_swiglu_fusion") is False),
         "async_tp_comm": v.get("async_tensor_model_parallel_allreduce") is not False,
         "fp8": v.get("fp8"),  # --fp8-format stores into args.fp8
         "fp8_recipe": _fp8_recipe(v),
