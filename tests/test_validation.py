@@ -53,25 +53,23 @@ def test_a100_did_not_get_worse(result):
     assert st["median_abs_error_pct"] <= 2.8 and st["max_abs_error_pct"] <= 7.9
 
 
-@pytest.mark.parametrize("hardware", ["dgx-h100-superpod", "gb200-nvl72", "gb300-nvl72"])
-def test_each_generation_meets_the_median_bar(result, hardware):
-    # dgx-b200-superpod has two current runs, 3.8 % and 7.1 % off with GB200's values (docs/cost-model.md §10)
-    st = result["summary"]["by_hardware"][hardware]
-    assert st["median_abs_error_pct"] <= 5.0
+@pytest.mark.parametrize("gen", ["Ampere (A100)", "Hopper (H100, H200)", "Blackwell (B200, GB200, GB300)"])
+def test_each_generation_meets_the_bar(result, gen):
+    # issue 9's bar over the runs whose whole configuration is published, one calibration per GPU
+    st = result["summary"]["by_generation"][gen]
+    assert st["runs"] >= 30
+    assert st["median_abs_error_pct"] <= 5.0 and st["max_abs_error_pct"] <= 12.0
 
 
-# MLPerf v4.0's GPT-3 on 10,752 and 11,616 H100s reduce their gradients in bf16 (NeMo's distributed fused
-# Adam, grad_sync_dtype: bf16): with that dtype the model hides nearly all of their 448-way data-parallel
-# reduction and predicts them about 20 % fast, a gap of the time model at that scale (docs/cost-model.md §12)
-DP_AT_SCALE_GAP = {"MLPERF-v4.0-eos-dfw_n1344_ngc24.04_nemo-gpt3", "MLPERF-v4.0-eos-dfw_n1452_ngc24.04_nemo-gpt3"}
-
-
-@pytest.mark.parametrize("hardware", ["dgx-h100-superpod", "dgx-b200-superpod", "gb300-nvl72"])
-def test_each_generation_meets_the_max_bar(result, hardware):
-    # gb200-nvl72 misses it by one run, NeMo 25.04's Nemotron-4 15B (docs/cost-model.md §10)
-    rows = [r for r in result["runs"] if r["in_fit"] and r["hardware"] == hardware]
-    assert max(abs(r["error_pct"]) for r in rows if r["id"] not in DP_AT_SCALE_GAP) <= 12.0
-    assert all(abs(r["error_pct"]) <= 25.0 for r in rows if r["id"] in DP_AT_SCALE_GAP)
+def test_nemo1_distributed_fused_adam_runs_are_reported_apart(result):
+    # MLPerf GPT-3 under NeMo 1 reduces gradients with Apex's DistributedFusedAdam (200 MB buckets, SHARP),
+    # not Megatron-Core's DDP: validated, not fitted; at 10,752 and 11,616 GPUs (DP 448 and 484, six
+    # micro-batches) the model is 10-25 % fast (docs/cost-model.md §10.2)
+    rows = {r["id"]: r for r in result["runs"] if r["id"].startswith("MLPERF-v4.") and r["id"].endswith("gpt3")}
+    assert len(rows) == 6 and not any(r["in_fit"] for r in rows.values())
+    assert all("DistributedFusedAdam" in " ".join(r["assumptions"]) for r in rows.values())
+    at_scale = [rows[i]["error_pct"] for i in rows if "_n1344_" in i or "_n1452_" in i]
+    assert len(at_scale) == 2 and all(-25.0 <= e < -5.0 for e in at_scale)
 
 
 @pytest.mark.parametrize("source", [N21, K22])

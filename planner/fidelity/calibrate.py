@@ -40,6 +40,10 @@ FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, an
 MIN_EFFECT = 0.01  # moving a factor across its band must move some run's prediction by 1 % ...
 MAX_SIGMA_FRAC = 0.5  # ... and the runs must pin it to within half its band (one σ)
 AT_BOUND_FRAC = 0.005  # a value within 0.5 % of its band's width from an edge sits at the bound
+# σ of one run's ln(time), the weight of a prior against a run: one mapping measured again in later
+# releases scatters by ±4 % (Megatron-Bridge Llama 3.1 405B FP8 on 256 GB200, 26.02-26.06: 793-864 tokens/s/GPU)
+RUN_NOISE = 0.04
+MIN_INFORMED = 0.2  # a factor the runs give less than a fifth of its information rests on its measured prior
 
 
 @dataclass
@@ -50,6 +54,7 @@ class FactorFit:
     sigma: float | None = None
     at_bound: str | None = None  # "lower" or "upper" when a fitted value sits at a bound
     why: str = ""
+    informed: float | None = None  # with priors: the share of its information the runs supply
 
 
 @dataclass
@@ -149,17 +154,37 @@ def _jacobian(problem: Problem, names: list[str], values: dict, bands: dict, r0:
     return np.array(cols).T
 
 
-def _solve(problem: Problem, names: list[str], values: dict, bands: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _priors(cal, names: list[str]) -> list[tuple[str, str | None, float, float]]:
+    """(factor, per, θ₀, σ) of the preset's priors on ``names`` (a ratio prior needs both factors)."""
+    out = []
+    for n in names:
+        p = cal.factors[n].prior
+        if p is not None and (p.per is None or p.per in names):
+            out.append((n, p.per, p.value, p.sigma))
+    return out
+
+
+def _prior_residuals(priors: list, values: dict) -> np.ndarray:
+    """RUN_NOISE·ln(θ/θ₀)/σ per prior: a Gaussian prior on ln θ weighed against runs of noise RUN_NOISE."""
+    return np.array(
+        [RUN_NOISE * (np.log(values[n] / (values[per] if per else 1.0)) - np.log(v0)) / sd for n, per, v0, sd in priors]
+    )
+
+
+def _solve(problem: Problem, names: list[str], values: dict, bands: dict, priors: list) -> tuple:
+    """Bounded least squares of the runs' log errors and the priors' residuals; returns the values,
+    the runs' residuals and the Jacobian of both (runs' rows first)."""
     lo = np.array([bands[n][0] for n in names])
     hi = np.array([bands[n][1] for n in names])
     width = np.maximum(hi - lo, 1e-12)
     x0 = np.clip([values[n] for n in names], lo, hi)
 
     def residuals(x):
-        return problem.residuals(dict(values, **dict(zip(names, x, strict=True))))
+        trial = dict(values, **dict(zip(names, x, strict=True)))
+        return np.concatenate([problem.residuals(trial), _prior_residuals(priors, trial)])
 
     sol = least_squares(residuals, x0, bounds=(lo, hi), x_scale=width, diff_step=1e-3, xtol=1e-4, ftol=1e-4)
-    return sol.x, sol.fun, sol.jac
+    return sol.x, sol.fun[: len(problem.runs)], sol.jac
 
 
 def fit(
@@ -172,12 +197,15 @@ def fit(
     requests: list[api.PlanRequest] | None = None,
     max_factors: int | None = None,
     anchor: dict[str, float] | None = None,
+    priors: bool = False,
 ) -> Fit:
     """Fit one preset's factors (``fields``, default every FIT_FIELDS with a band) to ``runs``;
     ``identify=False`` fits ``fields`` as given, without testing which the runs identify;
     ``requests``: the runs already prepared (then ``runs`` are used as given); ``max_factors``: fit at
     most this many, the first the runs feel in FIT_FIELDS' order; ``anchor``: the values a factor
-    the runs cannot identify keeps (default: the preset's)."""
+    the runs cannot identify keeps (default: the preset's); ``priors``: regularise toward the
+    preset's kernel measurements (``Factor.prior``), a factor the runs do not feel kept in the fit
+    while a prior ties it to one they do (the BF16 GEMM rate through the FP8/BF16 kernel ratio)."""
     hw = hardware_name if isinstance(hardware_name, HardwareSpec) else load_hardware(hardware_name)
     cal = hw.calibration
     if requests is None:
@@ -197,8 +225,10 @@ def fit(
         effect = np.max(np.abs(_jacobian(problem, active, values, bands, r0)), axis=0) * np.array(
             [bands[n][1] - bands[n][0] for n in active]
         )
+        felt = {n for n, e in zip(active, effect, strict=True) if e >= MIN_EFFECT}
+        tied = {x for n, per, *_ in (_priors(cal, active) if priors else []) if {n, per} & felt for x in (n, per)}
         for n, e in zip(list(active), effect, strict=True):
-            if e < MIN_EFFECT:
+            if e < MIN_EFFECT and n not in tied:
                 dropped[n] = (
                     f"moving it across its band changes no run's prediction by {MIN_EFFECT:.0%} (at most {e:.2%})"
                 )
@@ -208,14 +238,17 @@ def fit(
             dropped[n] = f"fewer runs than factors: the first {max_factors} of the felt factors are fitted"
             values[n] = anchor[n]
         active = active[:max_factors] if max_factors is not None else active
-    sigma, spread = np.zeros(0), 0.0
+    sigma, spread, informed = np.zeros(0), 0.0, np.zeros(0)
     while active:
-        x, r, J = _solve(problem, active, values, bands)
+        prior_terms = _priors(cal, active) if priors else []
+        x, r, J = _solve(problem, active, values, bands, prior_terms)
         values.update(zip(active, x, strict=True))
         width = np.array([bands[n][1] - bands[n][0] for n in active])
         cov = float(r @ r) / max(len(r) - len(active), 1) * np.linalg.pinv(J.T @ J)
         sigma = np.sqrt(np.maximum(np.diag(cov), 0.0))
-        spread = float(np.sqrt(np.mean(np.einsum("ij,jk,ik->i", J, cov, J))))  # σ of each ln(prediction)
+        Jd = J[: len(r)]  # the runs' rows; the rest are the priors'
+        informed = np.diag(Jd.T @ Jd) / np.maximum(np.diag(J.T @ J), 1e-300)
+        spread = float(np.sqrt(np.mean(np.einsum("ij,jk,ik->i", Jd, cov, Jd))))  # σ of each ln(prediction)
         weak = [(sigma[j] / width[j], n) for j, n in enumerate(active) if sigma[j] > MAX_SIGMA_FRAC * width[j]]
         if not identify or not weak:
             break
@@ -224,16 +257,36 @@ def fit(
         active.remove(name)
         values[name] = anchor[name]
     factors = {}
+    tied_names = {x for n, per, *_ in (_priors(cal, active) if priors else []) for x in (n, per) if x}
     for j, n in enumerate(active):
         lo, hi = bands[n]
         edge = AT_BOUND_FRAC * (hi - lo)
         at = "lower" if values[n] - lo <= edge else "upper" if hi - values[n] <= edge else None
-        factors[n] = FactorFit(float(values[n]), bands[n], Status.FITTED.value, float(sigma[j]), at)
+        share = float(informed[j]) if n in tied_names else None
+        if share is not None and share < MIN_INFORMED:
+            why = (
+                f"the runs give {share:.0%} of its information: it follows its kernel measurement "
+                f"({_prior_text(cal, n)}) from the factors they fit"
+            )
+            factors[n] = FactorFit(
+                float(values[n]), bands[n], Status.NOT_IDENTIFIABLE.value, float(sigma[j]), at, why, share
+            )
+            continue
+        factors[n] = FactorFit(float(values[n]), bands[n], Status.FITTED.value, float(sigma[j]), at, informed=share)
     for n, why in dropped.items():
         factors[n] = FactorFit(float(anchor[n]), bands[n], Status.NOT_IDENTIFIABLE.value, why=why)
     res = problem.residuals(values)
     sources = sorted({r.source for r in runs})
     return Fit(hw.name, factors, float(np.mean(res**2)), len(runs), sources, spread if active else 0.0)
+
+
+def _prior_text(cal, name: str) -> str:
+    """'η_fp8/gemm_efficiency = 0.917 ± 4 %'-style text of the prior tying ``name`` (its own or its partner's)."""
+    for n, f in cal.factors.items():
+        p = f.prior
+        if p is not None and name in (n, p.per):
+            return f"{n}{'/' + p.per if p.per else ''} = {p.value:g} ± {p.sigma:.0%}"
+    return "none"
 
 
 def held_out_sources(runs: list[Run], hardware_name: str) -> list[str]:
@@ -242,9 +295,11 @@ def held_out_sources(runs: list[Run], hardware_name: str) -> list[str]:
     return sources if len(sources) > 1 else []
 
 
-def leave_one_source_out(runs: list[Run], hardware_name: str, full: Fit, step=_no_step) -> dict[str, dict]:
-    """Fit without each source family in turn (from the full fit's values) and predict its rows;
-    ``step(description)`` after each fit."""
+def leave_one_source_out(
+    runs: list[Run], hardware_name: str, full: Fit, step=_no_step, *, priors: bool = True
+) -> dict[str, dict]:
+    """Fit without each source family in turn (from the full fit's values, with the same priors) and
+    predict its rows; ``step(description)`` after each fit."""
     mine = [r for r in runs if r.hardware == hardware_name]
     out = {}
     for source in held_out_sources(runs, hardware_name):
@@ -252,7 +307,7 @@ def leave_one_source_out(runs: list[Run], hardware_name: str, full: Fit, step=_n
         held = [r for r in mine if r.source == source]
         fitted = tuple(n for n, f in full.factors.items() if f.status == Status.FITTED.value)
         # a factor the other sources cannot identify keeps the full fit's value (stated in the docs)
-        f = fit(hardware_name, train, fitted, start=full.values, anchor=full.values)
+        f = fit(hardware_name, train, fitted, start=full.values, anchor=full.values, priors=priors)
         hw = with_calibration(load_hardware(hardware_name), f.values)
         out[source] = {"fitted": f.values, **validate(held, {hardware_name: hw})["summary"]}
         step(f"{hardware_name} fitted without {source}")
@@ -287,7 +342,7 @@ def run_calibration(*, loso: bool = True, write_dir: str | None = None, only: st
     names = [n for n in FITTED if only in (None, n)]
     fits = {}
     for name in names:
-        fits[name] = fit(name, runs)
+        fits[name] = fit(name, runs, priors=True)
         step(f"{name} fitted")
     hw = fitted_hardware(fits)
     result = validate([r for r in runs if only is None or r.hardware == only], hw)

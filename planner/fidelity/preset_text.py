@@ -36,6 +36,9 @@ def calibration_block(cal: Calibration) -> str:
             lines.append(f"      band: [{_number(f.band[0])}, {_number(f.band[1])}]")
         if f.sigma is not None:
             lines.append(f"      sigma: {f.sigma:.2g}")
+        if f.prior is not None:
+            per = f", per: {f.prior.per}" if f.prior.per else ""
+            lines.append(f"      prior: {{value: {_number(f.prior.value)}, sigma: {_number(f.prior.sigma)}{per}}}")
         lines.append(f"      source: {_quote(f.source)}")
     return "\n".join(lines) + "\n"
 

@@ -228,6 +228,12 @@ def _mlm(row: dict) -> list[Run]:
     ]
 
 
+NEMO_SQUARED_RELU = (
+    "squared ReLU op by op: NeMo 2's squared_relu is not scripted "
+    "(NVIDIA/NeMo nemo/collections/llm/fn/activation.py, v2.2.0 to v2.5.0)"
+)
+
+
 def modern_rows() -> list[dict]:
     text = (presets_root() / "reference" / "modern_runs.csv").read_text()
     return list(csv.DictReader(io.StringIO(text)))
@@ -271,6 +277,9 @@ def _modern(row: dict) -> Run:
         split = "embedding+loss"
         assumptions.append("embedding and loss counted as pipeline layers (the only even split of the layers)")
     fp8 = row["precision"] == "fp8"
+    eager = row["mlp"] == "squared_relu"  # every squared-ReLU run of the table is NeMo 2's (Nemotron-4)
+    if eager:
+        assumptions.append(NEMO_SQUARED_RELU)
     request = dict(
         model=_modern_model(row),
         gpus=int(row["num_gpus"]),
@@ -296,6 +305,7 @@ def _modern(row: dict) -> Run:
             fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
             grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
             cuda_graph_impl=row["cuda_graph_impl"],
+            activation_fusion=not eager,
         ),
     )
     if row["not_fit_because"]:

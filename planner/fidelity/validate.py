@@ -128,12 +128,25 @@ def summarize(rows: list[dict]) -> dict:
 
     complete = [r for r in rows if r.get("in_fit", True) and "hardware" in r]
     partial = [r for r in rows if not r.get("in_fit", True) and "hardware" in r]
+    by_generation = {}
+    for gen in dict.fromkeys(generation(r["hardware"]) for r in complete):
+        by_generation[gen] = stats([r for r in complete if generation(r["hardware"]) == gen])
     return {
         **stats(rows),
         "by_source": by_source,
         "by_hardware": per_hardware(complete),  # runs whose whole configuration is published
+        "by_generation": by_generation,  # the same runs by GPU generation (compute capability)
         "by_hardware_assumed": per_hardware(partial),  # an unpublished setting assumed, or superseded software
     }
+
+
+GENERATIONS = {8: "Ampere (A100)", 9: "Hopper (H100, H200)", 10: "Blackwell (B200, GB200, GB300)"}
+
+
+def generation(hardware: str) -> str:
+    """A preset's GPU generation, from its compute capability's major number."""
+    major = int(load_hardware(hardware).gpu.compute_capability)
+    return GENERATIONS.get(major, f"compute capability {major}")
 
 
 def _era_pins(run: Run):

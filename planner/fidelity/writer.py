@@ -27,26 +27,40 @@ def fitted_calibration(
     for name, ff in fit.factors.items():
         band = _band_note(cal.factors[name])
         prefix = band + VALUE_NOTE if band else ""
+        prior = cal.factors[name].prior
         if ff.status == Status.NOT_IDENTIFIABLE.value:
             if keep_unidentified:
                 continue
             values[name] = ff.value
             source = cal.factors[name].source
             old = source.split(VALUE_NOTE)[-1].split(KEPT)[-1] if VALUE_NOTE in source else f"{ff.value:g}, as preset"
-            text = f"not identifiable by {note} ({ff.why}){KEPT}{old}"
+            if ff.informed is not None:  # set through its prior by the factors the runs fit
+                text = f"not identifiable by {note} ({ff.why})"
+            else:
+                text = f"not identifiable by {note} ({ff.why}){KEPT}{old}"
             if carried_from:
                 text = f"carried over from {carried_from}, where it was {text}"
-            factors[name] = Factor(status=Status.NOT_IDENTIFIABLE.value, band=list(ff.band), source=prefix + text)
+            factors[name] = Factor(
+                status=Status.NOT_IDENTIFIABLE.value,
+                band=list(ff.band),
+                sigma=ff.sigma,
+                source=prefix + text,
+                prior=prior,
+            )
             continue
         values[name] = ff.value
         text = f"fitted by megaplan calibrate on {note}"
+        if ff.informed is not None:
+            text += f", with its kernel prior (the runs give {ff.informed:.0%} of its information)"
         if ff.at_bound:
             floor = ff.at_bound == "lower" and ff.band[0] == 0
             text += f", at its {ff.at_bound} bound" + (" - 0, the physical floor" if floor else "")
         status = Status.FITTED
         if carried_from:
             text, status = f"carried over from {carried_from}, where it was {text}", Status.CARRIED
-        factors[name] = Factor(status=status.value, band=list(ff.band), sigma=ff.sigma, source=prefix + text)
+        factors[name] = Factor(
+            status=status.value, band=list(ff.band), sigma=ff.sigma, source=prefix + text, prior=prior
+        )
     return cal.model_copy(update=values | {"factors": factors})
 
 

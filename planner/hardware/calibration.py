@@ -22,6 +22,16 @@ class Status(StrEnum):
     NOT_IDENTIFIABLE = "not identifiable"  # the fit's runs cannot tell it apart: kept at its anchor
 
 
+class Prior(BaseModel):
+    """A published kernel measurement a fit is pulled toward, with its relative standard uncertainty:
+    the least squares adds the residual σ_run·ln(θ/θ₀)/σ, θ the factor (or its ratio to ``per``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    value: PositiveFloat = Field(description="θ₀, the measured value (of the factor, or of factor / per)")
+    sigma: PositiveFloat = Field(le=2.0, description="relative standard uncertainty of θ₀ (σ of ln θ₀)")
+    per: str | None = Field(None, description="the prior is on this factor's ratio to another factor")
+
+
 class Factor(BaseModel):
     """Provenance of one calibration value."""
 
@@ -32,6 +42,7 @@ class Factor(BaseModel):
         None, min_length=2, max_length=2, description="physically plausible [low, high]; fits stay inside"
     )
     sigma: NonNegativeFloat | None = Field(None, description="one standard error of a fitted value")
+    prior: Prior | None = Field(None, description="the kernel measurement the fit is regularised toward")
 
     @model_validator(mode="after")
     def _fitted_has_sigma(self) -> Self:
@@ -75,6 +86,9 @@ class Calibration(BaseModel):
         unknown = sorted(set(self.factors) - set(type(self).model_fields))
         if unknown:
             raise ValueError(f"factors names unknown fields: {', '.join(unknown)}")
+        for name, f in self.factors.items():
+            if f.prior is not None and f.prior.per is not None and f.prior.per not in fields:
+                raise ValueError(f"{name}: its prior is per {f.prior.per}, which this calibration does not give")
         for name in fields:
             band = self.factors[name].band
             value = getattr(self, name)

@@ -57,7 +57,11 @@ def summary_table(summary: dict) -> Group:
     for title, key in (
         ("Absolute error by source", "by_source"),
         ("Absolute error by hardware: runs whose whole configuration is published", "by_hardware"),
-        ("Absolute error by hardware: runs with an assumed setting or superseded software", "by_hardware_assumed"),
+        ("Absolute error by GPU generation: the same runs", "by_generation"),
+        (
+            "Absolute error by hardware: runs reported apart (an assumed setting, superseded software, unpriced path)",
+            "by_hardware_assumed",
+        ),
         ("Absolute error by model: runs in the bar (not superseded or regressed software)", "by_model"),
     ):
         if not summary.get(key):
@@ -110,6 +114,8 @@ def factors_table(name: str, fit: dict) -> Group:
     notes = []
     for factor, f in fit["factors"].items():
         status = f["status"] + (f", at its {f['at_bound']} bound" if f.get("at_bound") else "")
+        if f.get("informed") is not None and f["status"] == "fitted":
+            status += f", {f['informed']:.0%} from the runs, the rest from its kernel prior"
         if f.get("at_bound") == "lower" and f["band"][0] == 0:
             status += " (0, the physical floor)"
         if f["why"]:
