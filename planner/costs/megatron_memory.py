@@ -128,7 +128,9 @@ def differences(mo: ModelSpec, tr: TrainingSpec, p: ParallelPlan, opts: PlanOpti
             "(data_parallel_size) instead of d·c (optimizer/__init__.py:1204)"
         )
     if mo.query_groups != mo.num_attention_heads or mo.swiglu or mo.head_dim * mo.num_attention_heads != mo.hidden_size:
-        out.append("its per-layer activations assume no GQA, a plain 4h MLP and d_h = h/a (TODO at lines 313-314)")
+        out.append(
+            "its per-layer activations assume no GQA, a plain 4h MLP and d_h = h/a (its own to-do note, lines 313-314)"
+        )
     if mo.is_moe or mo.multi_latent_attention or mo.mtp_layers:
         out.append(
             "its activations are MoE-blind: every layer keeps a dense MLP of --ffn-hidden-size, not the routed "
