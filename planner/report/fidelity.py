@@ -110,7 +110,8 @@ def factors_table(name: str, fit: dict) -> Group:
         title += f", the factors' σ on a prediction {100 * fit['prediction_sigma']:.1f} %"
     table = Table(title=title, title_justify="left")
     for col, just in (("factor", "left"), ("value", "right"), ("± σ", "right"), ("band", "right"), ("status", "left")):
-        table.add_column(col, justify=just)
+        # names never truncate: a factor name is what the user looks up in the preset
+        table.add_column(col, justify=just, no_wrap=col != "status", min_width=22 if col == "factor" else None)
     notes = []
     for factor, f in fit["factors"].items():
         status = f["status"] + (f", at its {f['at_bound']} bound" if f.get("at_bound") else "")
