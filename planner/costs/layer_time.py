@@ -16,6 +16,7 @@ from planner.costs.blocks import graphed_frac, layer_parts, layer_terms, layer_t
 from planner.costs.layer_memory import layer_activations
 from planner.costs.letters import Letters
 from planner.costs.linears import activation_message, gemm_times, tp_collectives_s
+from planner.costs.memory_parts import layers_text
 from planner.costs.mla import mla_formula
 from planner.costs.moe import dispatcher_formula, expert_formula
 from planner.plan import AttentionKernel, Context, ParallelPlan, Recompute, RecomputeModule
@@ -303,7 +304,7 @@ def time_part_formulas(ctx: Context) -> dict[str, Formula]:
     )
     out = {
         "fwd+bwd: attention": Formula(
-            f"m × (layers + MTP) × forward + backward of: {attention.text}", attention.source
+            f"m × {layers_text(mo)} × forward + backward of: {attention.text}", attention.source
         ),
         "fwd+bwd: dense MLPs": Formula(
             "m × dense layers × fc1 + fc2 forward and backward", "Narayanan et al. 2021 Appendix"

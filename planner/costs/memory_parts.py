@@ -41,6 +41,11 @@ def memory_parts(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarr
     }
 
 
+def layers_text(mo) -> str:
+    """How formula texts name the layers a part counts: the MTP block's layer only where there is one."""
+    return "(layers + MTP)" if mo.mtp_layers else "layers"
+
+
 def memory_part_formulas(ctx: Context) -> dict[str, Formula]:
     """Formula and source of each part ``memory_parts`` computes."""
     mo = ctx.model
@@ -55,10 +60,11 @@ def memory_part_formulas(ctx: Context) -> dict[str, Formula]:
     per_param = f"({w} + {g} + {o}/D) bytes per parameter (D the optimizer's shards)"
     out = {
         "states: attention": Formula(
-            f"(layers + MTP) × attention parameters / GPU × {per_param}; {attention.text}", attention.source
+            f"{layers_text(mo)} × attention parameters / GPU × {per_param}; {attention.text}", attention.source
         ),
         "activations: attention": Formula(
-            f"in-flight micro-batches × (layers + MTP) × the attention block's kept tensors and norms' inputs: {kept}",
+            f"in-flight micro-batches × {layers_text(mo)} × the attention block's kept tensors and norms' inputs: "
+            f"{kept}",
             attention.source if mo.multi_latent_attention else K22,
         ),
     }
