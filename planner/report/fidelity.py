@@ -120,11 +120,18 @@ def factors_table(name: str, fit: dict) -> Group:
         if f.get("at_bound") == "lower" and f["band"][0] == 0:
             status += " (0, the physical floor)"
         if f["why"]:
-            notes.append(f"  ({len(notes) + 1}) {factor}: {f['why']}")
+            notes.append((f"  ({len(notes) + 1})", f"{factor}: {f['why']}"))
             status += f" ({len(notes)})"
         sigma = _value(f["sigma"]) if f.get("sigma") is not None else "—"
         table.add_row(factor, _value(f["value"]), sigma, _band(f["band"]), status)
-    return Group(table, Text("\n".join(notes))) if notes else Group(table)
+    if not notes:
+        return Group(table)
+    footnotes = Table.grid(padding=(0, 1))  # each note wraps under its own text, not under its number
+    footnotes.add_column(no_wrap=True)
+    footnotes.add_column()
+    for mark, text in notes:
+        footnotes.add_row(mark, text)
+    return Group(table, footnotes)
 
 
 def calibration_view(out: dict) -> Group:
