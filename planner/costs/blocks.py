@@ -129,8 +129,8 @@ def _timed(
 ) -> dict:
     """Forward and backward compute of a block: 2× the GEMMs, the attention core's own backward,
     2× the elementwise bytes, ``casts`` (forward, backward bytes: the FP8 casts, an op-by-op activation's
-    extra); its exposed TP
-    collectives ``tp`` (forward, backward); and ``sel``, what selective recomputation runs again of it."""
+    extra); its exposed TP collectives ``tp`` (forward, backward); and ``sel``, what selective
+    recomputation runs again of it."""
     hbm = ctx.hardware.gpu.hbm_bytes_per_s * ctx.hardware.calibration.memory_efficiency
     fwd = linear + core_fwd + (elementwise + casts[0]) / hbm + overhead
     bwd = (

@@ -264,9 +264,11 @@ def fit(
         at = "lower" if values[n] - lo <= edge else "upper" if hi - values[n] <= edge else None
         share = float(informed[j]) if n in tied_names else None
         if share is not None and share < MIN_INFORMED:
+            own = cal.factors[n].prior
+            through = "" if own is not None and own.per is None else " through the factors they fit"
             why = (
                 f"the runs give {share:.0%} of its information: it follows its kernel measurement "
-                f"({_prior_text(cal, n)}) from the factors they fit"
+                f"({_prior_text(cal, n)}){through}"
             )
             factors[n] = FactorFit(
                 float(values[n]), bands[n], Status.NOT_IDENTIFIABLE.value, float(sigma[j]), at, why, share
