@@ -317,6 +317,7 @@ def search_inputs(kw: dict):
     """The context and pins that search's options describe (search, sweep, --min-gpus)."""
     from planner.space.candidates import Pins
 
+    _note_full_only(kw)
     req = api.make_request(
         model=kw["model"], hardware=kw["hardware"] or "dgx-a100-superpod", **_training(kw), options=behaviour(kw)
     )
@@ -333,6 +334,25 @@ def search_inputs(kw: dict):
     overlaps = {k: kw.get(k) for k in OVERLAP_PINS}
     pins = Pins(**knobs, **overlaps, max_tp=kw.get("max_tp"), stage_split=None if split is StageSplit.EVEN else split)
     return req, pins
+
+
+def _note_full_only(kw: dict) -> None:
+    """--recompute-method/--recompute-num-layers without --recompute full: say what they pin (full plans only)."""
+    given = [
+        f"{flag} {kw[key]}"
+        for flag, key in (
+            ("--recompute-method", "recompute_method"),
+            ("--recompute-num-layers", "recompute_num_layers"),
+        )
+        if kw.get(key) is not None
+    ]
+    if given and kw.get("recompute") != "full":
+        verb = "apply" if len(given) > 1 else "applies"
+        click.echo(
+            f"megaplan: note: {' and '.join(given)} {verb} only to plans with full recomputation; plans with "
+            "selective or no recomputation are searched as well (add --recompute full to keep only those)",
+            err=True,
+        )
 
 
 def read_text(path: str) -> str:
