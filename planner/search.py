@@ -306,9 +306,10 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float)
     A plan's memory never falls as its micro-batch grows: weights and states do not depend on b, and
     every activation term holds b·s tokens per micro-batch times min(micro-batches in flight, m),
     which is min((p − i)·b, B/d) micro-batch-sequences for 1F1B (and alike for the interleaved
-    schedule); and it does not depend on the MoE dispatcher or the all-to-all overlap. So the plans
-    that differ only in those are measured once per micro-batch, smallest first; when that one does
-    not fit, the others get its peak, a lower bound, and are not measured (``_by_family``)."""
+    schedule); and it does not depend on the MoE dispatcher (the all-to-all overlap keeps one more
+    warm-up chunk, so it does). So the plans that differ only in the dispatcher are measured once per
+    micro-batch, smallest first; when that one does not fit, the others get its peak, a lower bound,
+    and are not measured (``_by_family``)."""
 
     def measure(pos: np.ndarray) -> np.ndarray:
         out = np.empty(len(pos))
@@ -321,7 +322,7 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float)
     return _by_family(grid, idx, measure, lambda peak: peak > capacity)
 
 
-SAME_MEMORY = ("dispatcher", "a2a_overlap")  # knobs a plan's memory does not depend on
+SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on
 
 
 def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails) -> np.ndarray:

@@ -197,6 +197,13 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         solo=True,
     ),
     Option(
+        ("--delay-wgrad-compute",),
+        "With --overlap-moe-expert-parallel-comm: the experts' weight gradients run beside the backward dispatch.",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
         ("--use-transformer-engine-op-fuser",),
         "MoE experts as Transformer Engine's fused grouped MLP (expert TP 1; dense MLPs: not modelled).",
         False,
