@@ -4,6 +4,7 @@ cartesian products (no Python loop over plans); pins narrow an axis to one value
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +27,15 @@ MAX_LAYOUT_CHUNKS = 8  # search tries pipeline layouts of up to this many chunks
 
 
 def divisors(n: int) -> np.ndarray:
-    k = np.arange(1, n + 1)
-    return k[n % k == 0]
+    """The divisors of n, ascending (trial division up to √n: fast for any GPU count)."""
+    low = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return np.array(sorted(set(low + [n // k for k in low])), dtype=np.int64)
+
+
+def cp_searched(seq_len: int, c: int) -> bool:
+    """Context-parallel sizes search tries: 1, or c with s divisible by 2·c (Megatron's rule) that
+    leaves each rank at least MIN_CP_TOKENS tokens."""
+    return c == 1 or (seq_len % (2 * c) == 0 and seq_len // c >= MIN_CP_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -178,7 +186,7 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
 
     s, model = ctx.training.seq_len, ctx.model
     cols = {"tp": axis(pins.tp, divisors(num_gpus))}
-    cp_values = [c for c in divisors(num_gpus) if c == 1 or (s % (2 * c) == 0 and s // c >= MIN_CP_TOKENS)]
+    cp_values = [c for c in divisors(num_gpus) if cp_searched(s, int(c))]
     cols = _cross(cols, "cp", axis(pins.cp, cp_values))
     cols = _cross(cols, "pp", axis(pins.pp, divisors(num_gpus)))
     cols = _keep(cols, num_gpus % (cols["tp"] * cols["cp"] * cols["pp"]) == 0)
