@@ -10,6 +10,7 @@ huge or oddly factored N is answered in microseconds.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,15 +66,19 @@ class WorldAxes:
                 pick[name] = [pinned]
         return cls(*(None if v is None else tuple(v) for v in pick.values()))
 
+    @functools.cached_property
+    def _products(self) -> tuple[frozenset[int], frozenset[int] | None]:
+        """(every t·c·d, every t·c·p·d or None when pp is not bounded): a few thousand integers."""
+        tcd = frozenset(t * c * d for t in self.tp for c in self.cp for d in self.dp)
+        worlds = None if self.pp is None else frozenset(q * p for q in tcd for p in self.pp)
+        return tcd, worlds
+
     def allows(self, num_gpus: int) -> bool:
         """Whether some tp·cp·pp·dp from the axes makes ``num_gpus`` (a necessary condition for a legal plan)."""
-        for t in self.tp:
-            for c in self.cp:
-                for d in self.dp:
-                    p, rest = divmod(num_gpus, t * c * d)
-                    if rest == 0 and (self.pp is None or p in self.pp):
-                        return True
-        return False
+        tcd, worlds = self._products
+        if worlds is not None:
+            return num_gpus in worlds
+        return any(num_gpus % q == 0 for q in tcd)
 
     def largest(self) -> int | None:
         """The most GPUs any plan can use (None when pp is not bounded)."""
