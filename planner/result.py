@@ -13,7 +13,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas
+from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas  # terms: PlanEstimate's keys
 from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
