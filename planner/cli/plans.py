@@ -6,7 +6,7 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, refuse_existing, say_notes, say_warnings
-from planner.cli.options import plan_options, with_run
+from planner.cli.options import note_full_only, plan_options, with_run
 from planner.cli.resolve import resolve
 from planner.errors import PlannerError
 from planner.plan_file import read_plan_file, request_from_plan
@@ -48,6 +48,8 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
         refuse_existing("--schedule-file", schedule_file, overwrite)
     resolved = resolve(kw, search_best=True)
     say_notes(resolved)
+    if resolved.searched:
+        note_full_only(kw)
     req = resolved.request
     explained = api.explain_plan(req, kw["memory_headroom"])
     pj = explained.plan_json
@@ -102,7 +104,7 @@ def _side_overrides(text: str | None, side: str) -> dict:
 
 
 def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.PlanRequest:
-    from planner.plan_file import override_request
+    from planner.plan_sources import override_request
 
     try:
         return override_request(base, dict(overrides)) if overrides else base
@@ -213,6 +215,7 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
     say_notes(resolved)
     if resolved.searched:
         click.echo(f"megaplan: note: exporting {resolved.searched}", err=True)
+        note_full_only(kw)
     req = resolved.request
     pj = api.explain(req, kw["memory_headroom"])  # refuses plans Megatron-LM would reject, before writing anything
     say_warnings(req.ctx, req.gpus, pj)

@@ -6,7 +6,7 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
-from planner.cli.options import search_inputs, search_options
+from planner.cli.options import note_full_only, search_inputs, search_options
 from planner.cli.reproduce import commands
 from planner.report.search import search_view
 
@@ -63,6 +63,7 @@ def _inputs(kw: dict):
         raise click.UsageError(
             "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
         )
+    note_full_only(kw)
     return search_inputs(kw)
 
 
