@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.environ.get("BRIDGE_STUBS_DIR", str(Path(__file__).resolve().parent)))
-import stubs  # noqa: E402,F401  (GPU-only packages as stand-ins; must come before Bridge)
+import stubs  # noqa: F401  (GPU-only packages as stand-ins; must come before Bridge)
 
 
 def hf_cache(configs: dict) -> Path:
@@ -60,14 +60,13 @@ def read(cfg, path: str):
 
 
 def run_case(case: dict) -> dict:
-    from omegaconf import OmegaConf
-
     from megatron.bridge.training.config import runtime_config_update
     from megatron.bridge.training.utils.omegaconf_utils import (
         apply_overrides,
         create_omegaconf_dict_config,
         parse_hydra_overrides,
     )
+    from omegaconf import OmegaConf
 
     os.environ["WORLD_SIZE"] = str(case["world_size"])
     out, cfg = {"ok": False, "error": None, "stage": "recipe", "fields": {}}, None

@@ -119,12 +119,16 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
     label = plan_label(p.model_dump(mode="json"), moe=req.ctx.model.is_moe)
     header = (
         f"megaplan: {label}",
-        f"{req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}; Megatron-Bridge {tag}, base recipe {name}",
+        f"{req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}; Megatron-Bridge {tag}, "
+        f"base recipe {name}",
         f"precision as Bridge's {preset_name or 'custom'} preset, field by field (it survives runtime_config_update)",
         f"megaplan-import: --bridge-version {tag} --bridge-recipe {name} --gpus {req.gpus} "
         f"--hardware {req.ctx.hardware.name}",
     )
-    return BridgeExport(tag, name, module, fields, tuple(notes), tuple(_env(req)), header, has_co, ub, preset_name)
+    env = tuple(_env(req))
+    if env:
+        header += (f"megaplan-env: {' '.join(env)}",)
+    return BridgeExport(tag, name, module, fields, tuple(notes), env, header, has_co, ub, preset_name)
 
 
 def _recipe(o) -> str | None:
@@ -280,3 +284,19 @@ def launch_line(exp: BridgeExport, req: PlanRequest, overrides_file: str = "mega
         f"{env + ' ' if env else ''}torchrun --nnodes {nodes} --nproc-per-node {per_node} <{run}> "
         f"--config-file {overrides_file}"
     )
+
+
+def export_text(req: PlanRequest, fmt: str, tag: str | None, recipe: str | None) -> tuple[str, list[str]]:
+    """The text ``export --format`` writes for the Bridge, NeMo 2 and MODEL_ARGS formats, and its notes."""
+    if fmt == "mlm-yaml":
+        from planner.bridge.formats import mlm_yaml
+
+        return mlm_yaml(req), []
+    if fmt == "nemo2":
+        from planner.bridge.formats import nemo2_text
+
+        return nemo2_text(req)
+    exp = bridge_export(req, tag or TAGS[-1], recipe)
+    render = {"bridge": dotlist_text, "bridge-yaml": yaml_text, "bridge-python": python_text}[fmt]
+    notes = [*exp.notes, "launch: " + launch_line(exp, req)]
+    return render(exp), notes

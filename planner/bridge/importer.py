@@ -21,6 +21,7 @@ from planner.bridge.values import to_flags
 from planner.errors import PlannerError
 
 HEADER = re.compile(r"^#\s*megaplan-import:\s*(.*)$", re.M)
+ENV_HEADER = re.compile(r"^#\s*megaplan-env:\s*(.*)$", re.M)
 SCALAR_PATHS = {"mixed_precision", "comm_overlap"}
 
 
@@ -40,6 +41,8 @@ def header_options(text: str) -> dict:
     words, out = shlex.split(m.group(1)), {}
     for flag, value in zip(words[::2], words[1::2], strict=False):
         out[flag.lstrip("-").replace("-", "_")] = value
+    env = ENV_HEADER.search(text)
+    out["env"] = tuple(shlex.split(env.group(1))) if env else ()
     return out
 
 
@@ -133,7 +136,7 @@ def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
     return argv
 
 
-def request_from_bridge(
+def bridge_import_fields(
     fields: dict,
     *,
     tag: str = NEWEST,
@@ -141,10 +144,14 @@ def request_from_bridge(
     gpus: int | None = None,
     hardware=None,
     model: str | None = None,
-) -> BridgeImport:
-    """The plan a Bridge config describes: the base recipe's fields (if one is named), the given fields over
-    them, Bridge's runtime rules, then the Megatron-LM importer on the flags they stand for."""
-    from planner.megatron.importer import import_megatron
+    env: tuple[str, ...] = (),
+):
+    """The plan's fields a Bridge config describes (``ImportedFields`` of the Megatron-LM importer): the base
+    recipe's fields (if one is named), the given fields over them, Bridge's runtime rules, then the
+    Megatron-LM importer on the flags they stand for. ``env``: NAME=VALUE the launch sets."""
+    from dataclasses import replace
+
+    from planner.megatron.importer import import_fields
 
     if tag not in TAGS:
         raise PlannerError(f"--bridge-version {tag}: allowed {', '.join(TAGS)}")
@@ -164,18 +171,24 @@ def request_from_bridge(
     merged.update(fields)
     if gpus is None:
         raise PlannerError("the world size is unknown: pass --gpus N (a Bridge config does not hold it)")
-    t = int(merged.get("model.tensor_model_parallel_size") or 1)
-    p = int(merged.get("model.pipeline_model_parallel_size") or 1)
-    c = int(merged.get("model.context_parallel_size") or 1)
+    t, p, c = (int(merged.get(f"model.{k}_parallel_size") or 1) for k in ("tensor_model", "pipeline_model", "context"))
     dp = gpus // (t * p * c) if gpus % (t * p * c) == 0 else 1
     warnings = apply_precision(merged) + apply_comm_overlap(merged, dp, base_has_co)
     from planner.presets import load_model
 
     is_moe = bool(merged.get("model.num_moe_experts")) or (load_model(model).is_moe if model else False)
     argv = to_argv(merged, tag, is_moe)
-    imported = import_megatron(shlex.join(argv), gpus=gpus, model=model, hardware=hardware)
-    return BridgeImport(imported.request, tuple(notes) + imported.notes, tuple(warnings) + imported.warnings,
-                        tuple(argv))
+    exports = "".join(f"export {shlex.quote(e)}\n" for e in env)
+    read = import_fields(exports + shlex.join(argv), gpus=gpus, model=model, hardware=hardware)
+    return replace(read, notes=tuple(notes) + read.notes, warnings=tuple(warnings) + read.warnings, argv=argv)
+
+
+def request_from_bridge(fields: dict, **kw):
+    """The plan request a Bridge config describes (``bridge_import_fields``, built and checked)."""
+    from planner.plan_file import request_from_fields
+
+    read = bridge_import_fields(fields, **kw)
+    return BridgeImport(request_from_fields(read.data), read.notes, read.warnings, tuple(read.argv))
 
 
 _READ_PATHS = {row.read for row in ROWS} | {"train.global_batch_size", "train.micro_batch_size", "model.seq_length"}
@@ -184,3 +197,26 @@ _READ_PATHS = {row.read for row in ROWS} | {"train.global_batch_size", "train.mi
 def _shown(base: dict, keys: list[str]) -> str:
     text = ", ".join(f"{k.split('.', 1)[1]}={base[k]}" for k in keys[:12])
     return text + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
+
+
+def read_bridge_source(values: dict) -> tuple[object, str]:
+    """A Bridge config from the plan options: --bridge-config FILE (its ``# megaplan-import:`` line gives
+    defaults), --bridge-override KEY=VALUE (repeatable), --bridge-recipe, --bridge-version; (fields, where)."""
+    from planner.plan_sources import read_text
+
+    path = values.get("bridge_config")
+    text = read_text(path) if path else ""
+    head = header_options(text)
+    fields = read_bridge_text(text) if path else {}
+    fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
+    gpus = values.get("gpus") or (int(head["gpus"]) if head.get("gpus") else None)
+    read = bridge_import_fields(
+        fields,
+        tag=values.get("bridge_version") or head.get("bridge_version") or NEWEST,
+        recipe=values.get("bridge_recipe") or head.get("bridge_recipe"),
+        gpus=gpus,
+        hardware=values.get("hardware") or head.get("hardware"),
+        model=values.get("model"),
+        env=head.get("env", ()),
+    )
+    return read, f"--gpus {gpus}" if values.get("gpus") else f"the Bridge config's {gpus} GPUs"

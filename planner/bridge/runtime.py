@@ -56,8 +56,10 @@ def apply_precision(fields: dict) -> list[str]:
         if name not in PRESET_FIELDS:
             from planner.errors import PlannerError
 
-            raise PlannerError(f"mixed_precision={name}: not a Bridge precision preset megaplan prices; allowed: "
-                               + ", ".join(PRESET_FIELDS))
+            raise PlannerError(
+                f"mixed_precision={name}: not a Bridge precision preset megaplan prices; allowed: "
+                + ", ".join(PRESET_FIELDS)
+            )
         mp.update(PRESET_FIELDS[name])
     mp.update({k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith("mixed_precision.")})
     if not mp:
@@ -85,8 +87,9 @@ def apply_comm_overlap(fields: dict, dp: int, base_has_comm_overlap: bool) -> li
         notes.append(f"comm_overlap.tp_comm_overlap=true is turned off by Bridge ({why}), without an error")
         tp_overlap = False
     fields["model.tp_comm_overlap"] = tp_overlap
-    pp, vpp = int(fields.get("model.pipeline_model_parallel_size") or 1), fields.get(
-        "model.virtual_pipeline_model_parallel_size"
+    pp, vpp = (
+        int(fields.get("model.pipeline_model_parallel_size") or 1),
+        fields.get("model.virtual_pipeline_model_parallel_size"),
     )
     interleaved = pp > 1 and (vpp or 1) > 1
     fields["model.overlap_p2p_comm"] = _given(co, "overlap_p2p_comm", interleaved)
