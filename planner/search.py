@@ -14,7 +14,7 @@ with it, and among ties the plans with fewer risky features and room to spare co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -318,9 +318,10 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float)
     A plan's memory never falls as its micro-batch grows: weights and states do not depend on b, and
     every activation term holds b·s tokens per micro-batch times min(micro-batches in flight, m),
     which is min((p − i)·b, B/d) micro-batch-sequences for 1F1B (and alike for the interleaved
-    schedule); and it does not depend on the MoE dispatcher or the all-to-all overlap. So the plans
-    that differ only in those are measured once per micro-batch, smallest first; when that one does
-    not fit, the others get its peak, a lower bound, and are not measured (``_by_family``)."""
+    schedule); and it does not depend on the MoE dispatcher (the all-to-all overlap keeps one more
+    warm-up chunk, so it does). So the plans that differ only in the dispatcher are measured once per
+    micro-batch, smallest first; when that one does not fit, the others get its peak, a lower bound,
+    and are not measured (``_by_family``)."""
 
     def measure(pos: np.ndarray) -> np.ndarray:
         out = np.empty(len(pos))
@@ -333,7 +334,7 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float)
     return _by_family(grid, idx, measure, lambda peak: peak > capacity)
 
 
-SAME_MEMORY = ("dispatcher", "a2a_overlap")  # knobs a plan's memory does not depend on
+SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on
 FAMILY_FIELDS = tuple(f for f in FIELDS if f not in ("micro_batch", "layouts", *SAME_MEMORY))
 
 

@@ -198,6 +198,13 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         solo=True,
     ),
     Option(
+        ("--delay-wgrad-compute",),
+        "With --overlap-moe-expert-parallel-comm: the experts' weight gradients run beside the backward dispatch.",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
         ("--use-transformer-engine-op-fuser",),
         "MoE experts as Transformer Engine's fused grouped MLP (expert TP 1; dense MLPs: not modelled).",
         False,
@@ -252,6 +259,20 @@ def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
     return api.PlanRequest(
         ctx=api.Context(req.ctx.model, req.ctx.hardware, training, req.ctx.options), plan=req.plan, gpus=req.gpus
     )
+
+
+def note_full_only(kw: dict) -> None:
+    """--recompute-method block/--recompute-num-layers without --recompute full, where search fills in
+    the plan: say that they pin only the plans with full recomputation instead of dropping them silently."""
+    given = [f"--recompute-method {kw['recompute_method']}"] if kw.get("recompute_method") == "block" else []
+    given += [f"--recompute-num-layers {kw['recompute_num_layers']}"] if kw.get("recompute_num_layers") else []
+    if given and kw.get("recompute") != "full":
+        verb = "apply" if len(given) > 1 else "applies"
+        click.echo(
+            f"megaplan: note: {' and '.join(given)} {verb} only to plans with full recomputation; plans with "
+            "selective or no recomputation are searched as well (add --recompute full to keep only those)",
+            err=True,
+        )
 
 
 def dest(opt: Option) -> str:

@@ -217,6 +217,7 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         **optimizer_options(v, warnings),
         "moe_flex_dispatcher_backend": "deepep" if v.get("moe_enable_deepep") else v.get("moe_flex_dispatcher_backend"),
         "moe_shared_expert_overlap": bool(v.get("moe_shared_expert_overlap")),
+        "delay_wgrad_compute": bool(v.get("delay_wgrad_compute")),
         "use_transformer_engine_op_fuser": bool(v.get("use_transformer_engine_op_fuser")),
     }
 
