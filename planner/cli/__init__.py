@@ -127,9 +127,36 @@ def echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
+def overwrite_option(f):
+    """--overwrite: replace an output file that exists (never done without it)."""
+    return click.option("--overwrite", is_flag=True, help="Replace the output file if it exists.")(f)
+
+
+def refuse_existing(option: str, path: str | None, overwrite: bool) -> None:
+    """Stop, before any work, when ``path`` (the file ``option`` names) exists and --overwrite is not given."""
+    import os
+
+    if path and os.path.exists(path) and not overwrite:
+        raise PlannerError(f"{option}: {path} exists; pass --overwrite to replace it")
+
+
+def one_output(**flags: bool) -> None:
+    """Refuse output options that exclude each other (--json --csv): one line, exit 2."""
+    given = [name for name, on in flags.items() if on]
+    if len(given) > 1:
+        raise PlannerError(f"{' and '.join(given)}: choose one output format")
+
+
 def csv_option(f):
-    """--csv: print a CSV table instead of the rich one (for spreadsheets)."""
-    return click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")(f)
+    """--csv: print a CSV table instead of the rich one (for spreadsheets); refused beside --json."""
+    import functools
+
+    @functools.wraps(f)
+    def checked(*args, **kw):
+        one_output(**{"--json": kw.get("as_json", False), "--csv": kw.get("as_csv", False)})
+        return f(*args, **kw)
+
+    return click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")(checked)
 
 
 @contextmanager

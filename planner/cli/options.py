@@ -267,6 +267,20 @@ def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
     )
 
 
+def note_full_only(kw: dict) -> None:
+    """--recompute-method block/--recompute-num-layers without --recompute full, where search fills in
+    the plan: say that they pin only the plans with full recomputation instead of dropping them silently."""
+    given = [f"--recompute-method {kw['recompute_method']}"] if kw.get("recompute_method") == "block" else []
+    given += [f"--recompute-num-layers {kw['recompute_num_layers']}"] if kw.get("recompute_num_layers") else []
+    if given and kw.get("recompute") != "full":
+        verb = "apply" if len(given) > 1 else "applies"
+        click.echo(
+            f"megaplan: note: {' and '.join(given)} {verb} only to plans with full recomputation; plans with "
+            "selective or no recomputation are searched as well (add --recompute full to keep only those)",
+            err=True,
+        )
+
+
 def dest(opt: Option) -> str:
     """The parameter name an option sets."""
     return (
