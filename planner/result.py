@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas
 from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
+from planner.fidelity.evidence import band_frac, band_parts, evidence_json, plan_evidence
 from planner.hardware.spec import GIB
 from planner.models.params import param_counts
 from planner.models.pipeline_layout import stage_contents
@@ -42,7 +44,7 @@ class PlanEstimate(BaseModel):
     megatron_tflops_per_gpu: float  # as today's Megatron-LM logs it (causal attention halved)
     mfu: float
     hfu: float
-    iteration_s_band: tuple[float, float]  # iteration × exp(∓ the hardware preset's accuracy.band_frac)
+    iteration_s_band: tuple[float, float]  # iteration × exp(∓ε), ε the plan's band (evidence.band_frac)
     tokens_per_s_band: tuple[float, float]
     peak_memory_gib: float
     allocated_gib: float  # the PyTorch-allocated part of the peak (Megatron logs its max as "max allocated")
@@ -67,9 +69,18 @@ class PlanEstimate(BaseModel):
 
 
 def estimate_band(iteration_s: float, band_frac: float) -> tuple[float, float]:
-    """[low, high] iteration time: the estimate times exp(∓ε), ε = √(validation error² + calibration
-    uncertainty²) of the GPU generation (hardware preset ``accuracy``): about one standard error."""
+    """[low, high] iteration time: the estimate times exp(∓ε), ε = √(ε₀² + n·δ²): ε₀ the validation
+    error and calibration uncertainty of the GPU generation (hardware preset ``accuracy``; MoE plans:
+    the MoE rows'), δ its largest validation error, n the plan's features no published setting
+    exercises (``planner.fidelity.evidence``)."""
     return iteration_s * math.exp(-band_frac), iteration_s * math.exp(band_frac)
+
+
+def plan_band(ctx: Context, gpus: int, grid: PlanGrid, i: int) -> tuple[float, dict]:
+    """Plan i's band ε and its evidence JSON (each feature with the settings behind it)."""
+    ev = plan_evidence(grid.take(np.array([i])), ctx, gpus)
+    eps = float(band_frac(ev.extrapolated, ctx)[0])
+    return eps, evidence_json(ev, 0, (*band_parts(ctx), eps))
 
 
 def plan_json(
@@ -90,7 +101,8 @@ def plan_json(
     headroom = resolve_headroom(memory_headroom)
     allocatable = ctx.hardware.memory.allocatable_bytes
     cap = usable_bytes(allocatable, headroom)
-    low, high = estimate_band(it, ctx.hardware.accuracy.band_frac)
+    eps, evidence = plan_band(ctx, gpus, grid, i)
+    low, high = estimate_band(it, eps)
 
     def per_gpu(kind: str) -> float:
         return float(ev.flops[kind][i]) / it / gpus
@@ -146,6 +158,7 @@ def plan_json(
         "legal": not broken,
         "broken_rules": broken,
         "estimate": estimate.model_dump(mode="json"),
+        "evidence": evidence,
         "model_spec": ctx.model.model_dump(mode="json"),
         "model_params": model_params(ctx.model),
     }
