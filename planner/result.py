@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas
+from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas  # terms: PlanEstimate's keys
 from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
@@ -76,9 +75,9 @@ def estimate_band(iteration_s: float, band_frac: float) -> tuple[float, float]:
     return iteration_s * math.exp(-band_frac), iteration_s * math.exp(band_frac)
 
 
-def plan_band(ctx: Context, gpus: int, grid: PlanGrid, i: int) -> tuple[float, dict]:
-    """Plan i's band ε and its evidence JSON (each feature with the settings behind it)."""
-    ev = plan_evidence(grid.take(np.array([i])), ctx, gpus)
+def plan_band(ctx: Context, gpus: int, plan: ParallelPlan) -> tuple[float, dict]:
+    """The plan's band ε and its evidence JSON (each feature with the settings behind it)."""
+    ev = plan_evidence(PlanGrid.from_plans([plan]), ctx, gpus)
     eps = float(band_frac(ev.extrapolated, ctx)[0])
     return eps, evidence_json(ev, 0, (*band_parts(ctx), eps))
 
@@ -94,6 +93,54 @@ def plan_json(
 ) -> dict:
     """The plan JSON for plan i of an evaluated grid; with ``ev.stages``, every stage's memory too."""
     plan = grid.plan(i)
+    eps, evidence = plan_band(ctx, gpus, plan)
+    estimate = plan_estimate(ctx, gpus, plan, ev, i, memory_headroom, band=eps)
+    out = {
+        "model": ctx.model.name,
+        "hardware": ctx.hardware.name,
+        "gpus": gpus,
+        "training": ctx.training.model_dump(mode="json"),
+        "parallel": {**plan.model_dump(mode="json"), "stage_layers": stage_layer_list(ctx, grid, i)},
+        "options": ctx.options.model_dump(mode="json"),
+        "legal": not broken,
+        "broken_rules": broken,
+        "estimate": estimate.model_dump(mode="json"),
+        "evidence": evidence,
+        "model_spec": ctx.model.model_dump(mode="json"),
+        "model_params": model_params(ctx.model),
+    }
+    if ev.stages is not None:
+        rows = _stage_rows(ev.stages, i, plan.pp)
+        out["stages"] = sorted(rows, key=lambda row: -row["total"])
+        out["megatron_estimate"] = megatron_estimate_json(ctx, plan, gpus, rows)
+    return out
+
+
+def _stage_rows(st, i: int, p: int) -> list[dict]:
+    """Every pipeline stage of plan i: its layers and memory terms (GiB), first to last."""
+    return [
+        {
+            "stage": k,
+            "layers": int(st.layers[i, k]),
+            "moe_layers": int(st.moe_layers[i, k]),
+            "mtp_layers": int(st.mtp_layers[i, k]),
+            **{t: float(st.memory[t][i, k]) / GIB for t in (*MEMORY_TERMS, "allocated", "total")},
+        }
+        for k in range(p)
+    ]
+
+
+def plan_estimate(
+    ctx: Context,
+    gpus: int,
+    plan: ParallelPlan,
+    ev: Evaluation,
+    i: int,
+    memory_headroom: float | None,
+    band: float | None = None,
+) -> PlanEstimate:
+    """The estimate of plan i of an evaluated grid: speed, memory, the terms and their formulas, cost;
+    ``band``: its ε (``plan_band``'s when not given)."""
     it = float(ev.iteration_s[i])
     peak = ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
     tokens = ctx.training.global_batch * ctx.training.seq_len
@@ -101,14 +148,13 @@ def plan_json(
     headroom = resolve_headroom(memory_headroom)
     allocatable = ctx.hardware.memory.allocatable_bytes
     cap = usable_bytes(allocatable, headroom)
-    eps, evidence = plan_band(ctx, gpus, grid, i)
-    low, high = estimate_band(it, eps)
+    low, high = estimate_band(it, plan_band(ctx, gpus, plan)[0] if band is None else band)
 
     def per_gpu(kind: str) -> float:
         return float(ev.flops[kind][i]) / it / gpus
 
     text = formulas(ctx, plan)
-    estimate = PlanEstimate(
+    return PlanEstimate(
         iteration_s=it,
         tokens_per_s=tokens_per_s,
         iteration_s_band=(low, high),
@@ -134,12 +180,7 @@ def plan_json(
             kind: {k: TermFormula(formula=f.text, source=f.source) for k, f in terms.items()}
             for kind, terms in text.items()
         },
-        parts=None
-        if ev.parts is None
-        else {
-            "memory": {k: float(v[i]) / GIB for k, v in ev.parts["memory"].items() if k in text["memory_parts"]},
-            "time": {k: float(v[i]) for k, v in ev.parts["time"].items() if k in text["time_parts"]},
-        },
+        parts=_parts_json(ev, i, text),
         **train_cost_terms(
             tokens_per_s,
             gpus,
@@ -148,36 +189,16 @@ def plan_json(
             tdp_watts=ctx.hardware.gpu.tdp_watts,
         ),
     )
-    out = {
-        "model": ctx.model.name,
-        "hardware": ctx.hardware.name,
-        "gpus": gpus,
-        "training": ctx.training.model_dump(mode="json"),
-        "parallel": {**plan.model_dump(mode="json"), "stage_layers": stage_layer_list(ctx, grid, i)},
-        "options": ctx.options.model_dump(mode="json"),
-        "legal": not broken,
-        "broken_rules": broken,
-        "estimate": estimate.model_dump(mode="json"),
-        "evidence": evidence,
-        "model_spec": ctx.model.model_dump(mode="json"),
-        "model_params": model_params(ctx.model),
+
+
+def _parts_json(ev: Evaluation, i: int, text: dict) -> dict | None:
+    """What the attention blocks and the experts take of plan i's memory (GiB) and time (s), for explain."""
+    if ev.parts is None:
+        return None
+    return {
+        "memory": {k: float(v[i]) / GIB for k, v in ev.parts["memory"].items() if k in text["memory_parts"]},
+        "time": {k: float(v[i]) for k, v in ev.parts["time"].items() if k in text["time_parts"]},
     }
-    if ev.stages is not None:
-        st = ev.stages
-        p = plan.pp
-        rows = [
-            {
-                "stage": k,
-                "layers": int(st.layers[i, k]),
-                "moe_layers": int(st.moe_layers[i, k]),
-                "mtp_layers": int(st.mtp_layers[i, k]),
-                **{t: float(st.memory[t][i, k]) / GIB for t in (*MEMORY_TERMS, "allocated", "total")},
-            }
-            for k in range(p)
-        ]
-        out["stages"] = sorted(rows, key=lambda row: -row["total"])
-        out["megatron_estimate"] = megatron_estimate_json(ctx, plan, gpus, rows)
-    return out
 
 
 def megatron_estimate_json(ctx: Context, plan: ParallelPlan, gpus: int, stages: list[dict]) -> dict:
