@@ -124,7 +124,7 @@ def test_every_preset_states_its_tiers_oversubscription_and_nccl_sms(name):
     assert hw.network.nccl_p2p_sms == 2 and "paths.cc" in hw.network.sources["nccl_p2p_sms"]
     for tier in hw.network.tiers:  # DGX SuperPOD reference architectures: non-blocking, 1:1
         assert tier.bandwidth_frac == 1.0 and "1:1" in tier.sources["bandwidth_frac"]
-    assert hw.calibration.straggler_sigma == pytest.approx(0.011)
+    assert hw.calibration.band("straggler_sigma") == (0.0, 0.03)  # Sinha et al. SC22: 8-22 % spread
 
 
 def test_fsdp_gathers_hidden_behind_each_layer_cost_their_sms():
@@ -144,12 +144,15 @@ def test_fsdp_gathers_hidden_behind_each_layer_cost_their_sms():
 
 
 def test_a_larger_job_waits_longer_for_its_slowest_gpu():
-    # the same Llama 3.1 405B plan per GPU on 1,024 and 8,192 H100: the stragglers term grows as
-    # E[max of N], 3.234 → 3.787 (the compute it multiplies is the same)
+    # the same Llama 3.1 405B plan per GPU on 1,024 and 8,192 H100 (σ = 1.1 %, the anchor of its band):
+    # the stragglers term grows as E[max of N], 3.234 → 3.787 (the compute it multiplies is the same)
+    hw = load_hardware("dgx-h100-superpod")
+    hw = hw.model_copy(update={"calibration": hw.calibration.model_copy(update={"straggler_sigma": 0.011})})
+
     def stragglers(gpus):
         req = api.make_request(
+            hardware=hw,
             model="llama3.1-405b",
-            hardware="dgx-h100-superpod",
             gpus=gpus,
             tp=8,
             pp=8,
@@ -163,3 +166,4 @@ def test_a_larger_job_waits_longer_for_its_slowest_gpu():
 
     ratio = float(expected_max_normal(8192) / expected_max_normal(1024))
     assert stragglers(8192) / stragglers(1024) == pytest.approx(ratio, rel=1e-9)
+    assert stragglers(1024) > 0
