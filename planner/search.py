@@ -220,6 +220,9 @@ def search(
         solved = _solve_block(grid.take(unsolved), contexts, code[unsolved], capacity)
         grid.recompute_layers[unsolved] = np.maximum(solved, 1)
     iteration, peak = _evaluate(grid, idx, contexts, code, capacity)
+    twins = (
+        _without_tp_overlap(grid, idx, contexts, code, capacity, iteration, peak) if pins.tp_comm_overlap is None else 0
+    )
     scored = _Scored(grid.take(idx), iteration, peak, code[idx], contexts)
     if pins.recompute_method is None and _full_allowed(pins):
         scored = _with_block_recompute(scored, capacity)
@@ -232,9 +235,27 @@ def search(
             _nothing_fits(ctx, num_gpus, pins, len(grid), scored, capacity, rejected, suggest_sizes=suggest_sizes)
         )
     variants = len(scored.grid) - len(idx)  # block-recomputation variants of the rows that do not fit
-    result = _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, len(grid) + variants, rejected)
+    evaluated = len(grid) + variants + twins
+    result = _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, rejected)
     result.block_variants = variants
     return result
+
+
+def _without_tp_overlap(grid, idx, contexts, code, capacity, iteration, peak) -> int:
+    """Search --tp-comm-overlap both ways: every row the recipes give it (sequence parallelism) is also
+    evaluated without it, and keeps whichever is faster (userbuffers take memory and SMs, so neither
+    wins everywhere); where neither fits, the smaller peak. Updates ``code`` (the row's option set),
+    ``iteration`` and ``peak`` in place and returns the number of twins evaluated."""
+    pos = np.flatnonzero(code[idx] & 1)
+    if not len(pos):
+        return 0
+    off = code ^ 1
+    it, pk = _evaluate(grid, idx[pos], contexts, off, capacity)
+    better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & (pk < peak[pos]))
+    take = pos[better]
+    code[idx[take]] ^= 1
+    iteration[take], peak[take] = it[better], pk[better]
+    return len(pos)
 
 
 def _full_allowed(pins: Pins) -> bool:
