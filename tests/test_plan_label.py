@@ -6,31 +6,30 @@ from hypothesis import strategies as st
 
 from planner.plan import ParallelPlan, PlanOptions, plan_label
 
-KNOBS = st.fixed_dictionaries(
-    {
-        "tp": st.sampled_from([1, 2, 4]),
-        "pp": st.sampled_from([1, 2]),
-        "dp": st.sampled_from([1, 2]),
-        "cp": st.sampled_from([1, 2]),
-        "ep": st.sampled_from([1, 2]),
-        "etp": st.sampled_from([1, 2]),
-        "vpp": st.sampled_from([1, 2]),
-        "micro_batch": st.sampled_from([1, 2]),
-        "sequence_parallel": st.booleans(),
-        "recompute": st.sampled_from(["none", "selective", "full"]),
-        "recompute_method": st.sampled_from(["uniform", "block"]),
-        "recompute_num_layers": st.sampled_from([None, 1, 2, 3]),
-        "distributed_optimizer": st.booleans(),
-        "fsdp": st.booleans(),
-        "stage_split": st.sampled_from(["even", "embedding", "embedding+loss"]),
-        "moe_token_dispatcher": st.sampled_from(["allgather", "alltoall", "flex"]),
-        "overlap_moe_expert_parallel_comm": st.booleans(),
-        "overlap_grad_reduce": st.booleans(),
-        "overlap_param_gather": st.booleans(),
-        "tp_comm_overlap": st.booleans(),
-        "recompute_modules": st.sampled_from([("core_attn",), ("mlp",), ("core_attn", "mlp"), ("moe_act",)]),
-    }
-)
+CHOICES = {
+    "tp": [1, 2, 4],
+    "pp": [1, 2],
+    "dp": [1, 2],
+    "cp": [1, 2],
+    "ep": [1, 2],
+    "etp": [1, 2],
+    "vpp": [1, 2],
+    "micro_batch": [1, 2],
+    "sequence_parallel": [False, True],
+    "recompute": ["none", "selective", "full"],
+    "recompute_method": ["uniform", "block"],
+    "recompute_num_layers": [None, 1, 2, 3],
+    "distributed_optimizer": [False, True],
+    "fsdp": [False, True],
+    "stage_split": ["even", "embedding", "embedding+loss"],
+    "moe_token_dispatcher": ["allgather", "alltoall", "flex"],
+    "overlap_moe_expert_parallel_comm": [False, True],
+    "overlap_grad_reduce": [False, True],
+    "overlap_param_gather": [False, True],
+    "tp_comm_overlap": [False, True],
+    "recompute_modules": [("core_attn",), ("mlp",), ("core_attn", "mlp"), ("moe_act",)],
+}
+KNOBS = st.fixed_dictionaries({k: st.sampled_from(v) for k, v in CHOICES.items()})
 OPTION_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "recompute_modules")
 
 
@@ -41,6 +40,7 @@ def _plan(k: dict) -> tuple[dict, dict]:
     par["distributed_optimizer"] |= par["fsdp"]  # search's FSDP rows carry the distributed optimizer
     if par["recompute"] != "full":
         par.update(recompute_method="uniform", recompute_num_layers=None)
+    par["recompute_num_layers"] = par["recompute_num_layers"] or (1 if par["recompute"] == "full" else None)
     plan = ParallelPlan(**par).model_dump(mode="json")
     sharded = plan["distributed_optimizer"] or plan["fsdp"]
     opts = PlanOptions(
@@ -52,18 +52,22 @@ def _plan(k: dict) -> tuple[dict, dict]:
     return plan, opts
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(KNOBS, min_size=2, max_size=40))
-def test_distinct_plans_have_distinct_labels(knobs):
+def _identity(plan: dict, opts: dict) -> tuple:
+    return tuple(sorted(plan.items())), tuple(
+        tuple(v) if isinstance(v, list) else v for v in map(opts.get, OPTION_KEYS)
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(KNOBS)
+def test_distinct_plans_have_distinct_labels(base):
+    """A plan and every plan one knob away from it: equal labels only for the same plan."""
     seen: dict[str, tuple] = {}
-    for k in knobs:
-        plan, opts = _plan(k)
-        identity = (
-            tuple(sorted(plan.items())),
-            tuple(opts[key] if key != "recompute_modules" else tuple(opts[key]) for key in OPTION_KEYS),
-        )
-        label = plan_label(plan, moe=True, options=opts)
-        assert seen.setdefault(label, identity) == identity, label
+    for knob, values in CHOICES.items():
+        for value in values:
+            plan, opts = _plan({**base, knob: value})
+            label = plan_label(plan, moe=True, options=opts)
+            assert seen.setdefault(label, _identity(plan, opts)) == _identity(plan, opts), label
 
 
 def test_label_names_overlaps_off_and_recompute_kinds():
