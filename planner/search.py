@@ -50,6 +50,7 @@ class SearchResult:
     band_frac: float = 0.0
     fastest_rank: int = 1  # where the fastest estimate ranks (ties reordered by safety)
     block_variants: int = 0  # block-recomputation variants added to the candidates (layers solved)
+    tp_overlap_twins: int = 0  # candidates also evaluated without --tp-comm-overlap (each keeps the faster)
 
     def to_json(self) -> dict:
         return {
@@ -60,6 +61,7 @@ class SearchResult:
             "tied_with_fastest": self.tied,
             "fastest_rank": self.fastest_rank,
             "block_variants": self.block_variants,
+            "tp_overlap_twins": self.tp_overlap_twins,
             "band_frac": self.band_frac,
             "tie_rule": TIE_RULE,
         }
@@ -235,9 +237,8 @@ def search(
             _nothing_fits(ctx, num_gpus, pins, len(grid), scored, capacity, rejected, suggest_sizes=suggest_sizes)
         )
     variants = len(scored.grid) - len(idx)  # block-recomputation variants of the rows that do not fit
-    evaluated = len(grid) + variants + twins
-    result = _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, rejected)
-    result.block_variants = variants
+    result = _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, len(grid) + variants, rejected)
+    result.block_variants, result.tp_overlap_twins = variants, twins
     return result
 
 
