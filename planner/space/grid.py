@@ -82,6 +82,12 @@ class PlanGrid:
             layouts=layouts,
         )
 
+    @classmethod
+    def stack(cls, *grids: PlanGrid) -> PlanGrid:
+        """The rows of every grid, one after the other (their ``layouts`` must be the same)."""
+        names = [f.name for f in fields(cls) if f.name != "layouts"]
+        return cls(**{n: np.concatenate([getattr(g, n) for g in grids]) for n in names}, layouts=grids[0].layouts)
+
     def take(self, index: np.ndarray) -> PlanGrid:
         arrays = {f.name: getattr(self, f.name)[index] for f in fields(self) if f.name != "layouts"}
         return PlanGrid(**arrays, layouts=self.layouts)
