@@ -85,14 +85,11 @@ def in_process(case: tuple, runs: int) -> dict:
 
 
 PLANNER = [sys.executable, "-m", "planner"]
+SEQ_8192 = ["--seq-len", "8192"]
 RATE_CASE = ("gpt3-175b", 64, "dgx-a100-superpod", 0, 64)  # target: >= 1 M plans/s
 CLI_CASES = (  # whole `megaplan search` processes and their targets (seconds; MiB)
     (["search", "--model", "gpt3-175b", "--gpus", "1024"], 0.4, None),
-    (
-        ["search", "--model", "llama3.1-405b", "--gpus", "16384", "--hardware", "dgx-h100-superpod", "--seq-len", "8192"],
-        0.5,
-        None,
-    ),
+    (["search", "--model", "llama3.1-405b", "--gpus", "16384", "--hardware", "dgx-h100-superpod"] + SEQ_8192, 0.5, None),
     (["search", "--model", "deepseek-v3", "--gpus", "1024", "--hardware", "dgx-h100-superpod"], 1.0, 250),
 )
 NO_PLAN_CASES = (  # GPU counts no plan can use: one line, exit code 2, target 2 s
@@ -134,13 +131,15 @@ def main() -> None:
     for case, target, rss_target in CLI_CASES:
         args = [*case, "--json"]
         median, walls, peak, out = whole([*PLANNER, *args], n)
-        rss = f"; peak RSS {peak:.0f} MiB" + (f" [target <= {rss_target}: {verdict(peak, rss_target)}]" if rss_target else "")
+        rss = f"; peak RSS {peak:.0f} MiB" if rss_target else ""
+        rss += f" [target <= {rss_target} MiB: {verdict(peak, rss_target)}]" if rss_target else ""
         print(
             f"megaplan {' '.join(case)}: {median:.3f} s ({', '.join(f'{t:.2f}' for t in walls)}), "
             f"{json.loads(out)['evaluated']:,} plans [target <= {target} s: {verdict(median, target)}]{rss}"
         )
     median, walls, _, _ = whole([*PLANNER, "--version"], n)
-    print(f"megaplan --version: {median:.3f} s ({', '.join(f'{t:.2f}' for t in walls)}) [target <= 0.15 s: {verdict(median, 0.15)}]")
+    each = ", ".join(f"{t:.2f}" for t in walls)
+    print(f"megaplan --version: {median:.3f} s ({each}) [target <= 0.15 s: {verdict(median, 0.15)}]")
     for case in NO_PLAN_CASES:
         expect = 0 if "--skip-infeasible" in case else 2
         median, walls, _, _ = whole([*PLANNER, *case], n, expect)
