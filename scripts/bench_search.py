@@ -85,11 +85,11 @@ def in_process(case: tuple, runs: int) -> dict:
 
 
 PLANNER = [sys.executable, "-m", "planner"]
-SEQ_8192 = ["--seq-len", "8192"]
+H100 = ["--hardware", "dgx-h100-superpod"]
 RATE_CASE = ("gpt3-175b", 64, "dgx-a100-superpod", 0, 64)  # target: >= 1 M plans/s
 CLI_CASES = (  # whole `megaplan search` processes and their targets (seconds; MiB)
     (["search", "--model", "gpt3-175b", "--gpus", "1024"], 0.4, None),
-    (["search", "--model", "llama3.1-405b", "--gpus", "16384", "--hardware", "dgx-h100-superpod"] + SEQ_8192, 0.5, None),
+    (["search", "--model", "llama3.1-405b", "--gpus", "16384", *H100, "--seq-len", "8192"], 0.5, None),
     (["search", "--model", "deepseek-v3", "--gpus", "1024", "--hardware", "dgx-h100-superpod"], 1.0, 250),
 )
 NO_PLAN_CASES = (  # GPU counts no plan can use: one line, exit code 2, target 2 s
