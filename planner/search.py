@@ -24,7 +24,7 @@ from planner.errors import InfeasibleError
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
 from planner.result import plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, nvlink_domain_gpus, tp_in_domain
-from planner.space.grid import PlanGrid
+from planner.space.grid import PlanGrid, distinct
 from planner.space.rules import rule_masks
 from planner.space.sizes import (
     WorldAxes,
@@ -124,7 +124,7 @@ def _evaluate(grid: PlanGrid, idx: np.ndarray, contexts: list[Context], code: np
     iteration time of those that fit (infinite for the others), each with its overlap-option set."""
     iteration, peak = np.full(len(idx), np.inf), np.empty(len(idx))
     with np.errstate(divide="ignore", invalid="ignore"):
-        for k in np.unique(code[idx]):
+        for k in distinct(code[idx]):
             sel = np.flatnonzero(code[idx] == k)
             peak[sel] = _peak_memory(grid, idx[sel], contexts[k], capacity)
             fitting = sel[peak[sel] <= capacity]
@@ -155,7 +155,7 @@ def block_recompute_layers(grid: PlanGrid, ctx: Context, capacity: float) -> np.
 def _solve_block(grid: PlanGrid, contexts: list[Context], code: np.ndarray, capacity: float) -> np.ndarray:
     """``block_recompute_layers`` of every row, each with its own overlap options (userbuffers take memory)."""
     k = np.zeros(len(grid), dtype=np.int64)
-    for c in np.unique(code):
+    for c in distinct(code):
         sel = np.flatnonzero(code == c)
         k[sel] = block_recompute_layers(grid.take(sel), contexts[c], capacity)
     return k
@@ -305,7 +305,7 @@ def _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, 
         ranks.append(fastest_rank)
     chosen = order[np.array(ranks) - 1]
     jsons: dict[int, dict] = {}
-    for k in np.unique(scored.option_set[chosen]):  # one evaluation per overlap-option set
+    for k in distinct(scored.option_set[chosen]):  # one evaluation per overlap-option set
         rows = chosen[scored.option_set[chosen] == k]
         best = scored.grid.take(rows)
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -20,7 +20,7 @@ from planner.plan import (
     StageSplit,
     TokenDispatcher,
 )
-from planner.space.grid import PlanGrid, stage_layers
+from planner.space.grid import PlanGrid, distinct, stage_layers
 
 MIN_CP_TOKENS = 4096  # context parallelism is searched while each rank keeps at least this many tokens
 MAX_LAYOUT_CHUNKS = 8  # search tries pipeline layouts of up to this many chunks per stage
@@ -126,7 +126,7 @@ def _interleaving(cols: dict[str, np.ndarray], L: int, pins: Pins) -> dict[str, 
     explicit = (first > 0) | (last > 0)
     per_stage = np.where(explicit, np.gcd(np.gcd(lay.first, lay.middle), lay.last), lay.middle)
     per_stage = np.where((cols["pp"] > 1) & lay.legal, np.maximum(per_stage, 1), 1)
-    values = {int(k): divisors(int(k)) for k in np.unique(per_stage)}
+    values = {int(k): divisors(int(k)) for k in distinct(per_stage)}
     counts = np.array([len(values[int(k)]) for k in per_stage], dtype=np.int64)
     out = {key: np.repeat(col, counts) for key, col in cols.items()}
     out["vpp"] = small(np.concatenate([values[int(k)] for k in per_stage]) if n else np.zeros(0, dtype=np.int64))
@@ -146,7 +146,7 @@ def layout_options(ctx: Context, pp_values: np.ndarray, pins: Pins) -> tuple[dic
             raise LayoutError(f"--pipeline-model-parallel-layout {err}") from None
     accounted = pins.stage_split is not None or pins.first_stage_layers or pins.last_stage_layers
     chunks = [pins.vpp] if pins.vpp is not None else range(1, MAX_LAYOUT_CHUNKS + 1)
-    for p in (int(x) for x in np.unique(pp_values)):
+    for p in (int(x) for x in distinct(pp_values)):
         if pins.pipeline_layout is not None:
             here = [pins.pipeline_layout]
         elif model.is_moe and (mtp or L % p) and p > 1 and not accounted:
