@@ -212,6 +212,12 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         solo=True,
     ),
     Option(
+        ("--moe-flex-dispatcher-num-sms",),
+        "SMs the flex dispatcher's kernels hold (default: the backend's, DeepEP 20, HybridEP 16).",
+        None,
+        click.IntRange(min=1),
+    ),
+    Option(
         ("--delay-wgrad-compute",),
         "With --overlap-moe-expert-parallel-comm: the experts' weight gradients run beside the backward dispatch.",
         False,
