@@ -65,16 +65,20 @@ def tie_cell(pj: dict) -> Text:
     return Text("=", style="green") if pj.get("tied_with_fastest") else Text("")
 
 
-def ties_footnote(result) -> str:
-    """What the tie marks mean and how tied plans are ordered."""
+def ties_footnote(result, rank_shown: bool = True) -> str:
+    """What the tie marks mean and how tied plans are ordered; the fastest named by its rank only when
+    the table shows the # column (``rank_shown``)."""
     if not result.tied:
         return ""
     rank, shown = result.fastest_rank, [pj["rank"] for pj in result.plans]
     after = f", shown after the top {len(shown) - 1}" if rank == shown[-1] != len(shown) else ""
-    fastest = f"the fastest estimate is #{rank} (*{after})"
+    fastest = (
+        f"the fastest estimate is #{rank} (*{after})" if rank_shown else f"the fastest estimate is marked *{after}"
+    )
+    tied = "The one tied plan comes" if result.tied == 1 else f"The {result.tied} tied plans come"
     return (
-        f"\n= tied with the fastest: iteration bands overlap (± {100 * result.band_frac:.1f} %, the model's error "
-        f"on this GPU generation); {fastest}. The {result.tied} tied plans come first: fewer risky features, then "
+        f"= tied with the fastest: iteration bands overlap (± {100 * result.band_frac:.1f} %, the model's error "
+        f"on this GPU generation); {fastest}. {tied} first: fewer risky features, then "
         "those leaving 10 % of the usable memory free, then the faster."
     )
 
