@@ -40,6 +40,20 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         plan_only=True,
     ),
     Option(
+        ("--bridge-config",),
+        "A Megatron-Bridge override YAML/dotlist or ConfigContainer YAML to read.",
+        type=click.Path(dir_okay=False),
+        plan_only=True,
+    ),
+    Option(
+        ("--bridge-override",),
+        "A Bridge override KEY=VALUE over --bridge-recipe (repeatable).",
+        plan_only=True,
+        extra={"multiple": True, "metavar": "KEY=VALUE"},
+    ),
+    Option(("--bridge-recipe",), "Megatron-Bridge base recipe (import: its fields; export: the base).", plan_only=True),
+    Option(("--bridge-version",), "Megatron-Bridge tag: v0.2.1 or v0.6.0 [default: v0.6.0].", plan_only=True),
+    Option(
         ("--env", "env_pairs"),
         "Set a variable of the launch script (e.g. --env MODEL_SIZE=76B); repeatable.",
         plan_only=True,
@@ -196,6 +210,12 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         False,
         flag=True,
         solo=True,
+    ),
+    Option(
+        ("--moe-flex-dispatcher-num-sms",),
+        "SMs the flex dispatcher's kernels hold (default: the backend's, DeepEP 20, HybridEP 16).",
+        None,
+        click.IntRange(min=1),
     ),
     Option(
         ("--delay-wgrad-compute",),

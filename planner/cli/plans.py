@@ -228,7 +228,14 @@ def compare(
 
 @cli.command()
 @plan_options
-@click.option("--format", "fmt", type=click.Choice(["flags", "slurm", "json"]), default="flags", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["flags", "slurm", "json", "bridge", "bridge-yaml", "bridge-python", "nemo2", "mlm-yaml"]),
+    default="flags",
+    show_default=True,
+    help="bridge*: Megatron-Bridge overrides (dotlist, YAML, recipe) over --bridge-recipe at --bridge-version.",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @overwrite_option
 @click.option(
@@ -267,7 +274,13 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
         from planner.report.memory import headroom_text
 
         click.echo(f"megaplan: warning: {plan_text(pj)} {headroom_text(pj['estimate'])}", err=True)
-    if fmt == "json":
+    if fmt not in ("flags", "slurm", "json"):
+        from planner.bridge.export import export_text
+
+        text, notes = export_text(req, fmt, kw.get("bridge_version"), kw.get("bridge_recipe"))
+        for line in notes:
+            click.echo(f"megaplan: note: {line}", err=True)
+    elif fmt == "json":
         import json
 
         text = json.dumps(pj, indent=2) + "\n"
