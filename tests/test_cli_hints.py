@@ -104,7 +104,9 @@ def test_a_single_tie_reads_as_one_plan():
 
     from planner.report.memory import ties_footnote
 
-    result = SimpleNamespace(tied=1, fastest_rank=1, plans=[{"rank": 1}], band_frac=0.03)
+    result = SimpleNamespace(
+        tied=1, fastest_rank=1, plans=[{"rank": 1}], band_frac=0.03, rank_by="estimate", moved_down=0
+    )
     assert "The one tied plan comes first" in ties_footnote(result)
 
 

@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.padding import Padding
 from rich.text import Text
 
+from planner.errors import counted
 from planner.report.layout import KEEP, Column, FittedTable, plain_table
 
 GIB_PER_MIB = 1 / 1024
@@ -65,21 +66,68 @@ def tie_cell(pj: dict) -> Text:
     return Text("=", style="green") if pj.get("tied_with_fastest") else Text("")
 
 
-def ties_footnote(result, rank_shown: bool = True) -> str:
-    """What the tie marks mean and how tied plans are ordered; the fastest named by its rank only when
-    the table shows the # column (``rank_shown``)."""
-    if not result.tied:
+def evidence_cell(pj: dict) -> Text:
+    """Search's evidence column: the published settings behind the plan's least-exercised feature, or
+    ×N (red) for N features no published setting of its GPU generation exercises."""
+    ev = pj.get("evidence") or {}
+    n = len(ev.get("extrapolated", ()))
+    return Text(f"×{n}", style="red") if n else Text(str(ev.get("settings", "")))
+
+
+def evidence_text(pj: dict) -> Text:
+    """One line: what the published runs say about the plan ("validated by 14 settings" or what is
+    extrapolated), and the band it gives."""
+    ev = pj.get("evidence")
+    out = Text()
+    if not ev:
+        return out
+    gen, band = ev["generation"], f"band ± {100 * ev['band_frac']:.1f} %"
+    if ev["extrapolated"]:
+        out.append("extrapolated: ", "bold yellow")
+        each = f"± {100 * ev['per_extrapolated_frac']:.1f} % each"
+        out.append(f"{', '.join(ev['extrapolated'])} on {gen}, 0 runs; {band} ({each})")
+    else:
+        weakest = min(ev["features"], key=lambda f: f["settings"])["feature"]
+        out.append(f"validated by {ev['settings']} settings on {gen} (fewest: {weakest}); {band}")
+    return out
+
+
+def ties_footnote(result, columns: list[str] | None = None) -> str:
+    """What the tie marks mean, how plans are ranked and how many moved down for lack of evidence;
+    a rank (#N) and the runs column are named only when the table shows them (``columns``: the
+    headers shown, None: all)."""
+    if result.rank_by == "memory":
         return ""
     rank, shown = result.fastest_rank, [pj["rank"] for pj in result.plans]
     after = f", shown after the top {len(shown) - 1}" if rank == shown[-1] != len(shown) else ""
-    fastest = (
-        f"the fastest estimate is #{rank} (*{after})" if rank_shown else f"the fastest estimate is marked *{after}"
+    ranks = columns is None or "#" in columns
+    first = "#1" if ranks else "the first row"
+    fastest = f"the fastest estimate is #{rank} (*{after})" if ranks else f"the fastest estimate is marked *{after}"
+    moved = (
+        f" {counted(result.moved_down, 'plan')} faster by estimate than {first} moved down for lack of evidence "
+        "(--rank-by estimate ranks by the estimate)."
+        if result.moved_down
+        else ""
     )
+    runs = (
+        " runs: published settings behind the plan's least-exercised feature; ×N: N features no published setting "
+        "of this GPU generation exercises, each widening the band."
+        if columns is None or "runs" in columns
+        else ""
+    )
+    if result.rank_by == "risk":
+        return (
+            f"Ranked by the pessimistic end, the estimate × e^(2ε) (ε: the band, ± {100 * result.band_frac:.1f} % "
+            f"where every feature has published runs behind it); = tied with {first} (bands overlap), those leaving "
+            f"10 % of the usable memory free first; {fastest}.{moved}{runs}"
+        )
+    if not result.tied:
+        return runs.strip()
     tied = "The one tied plan comes" if result.tied == 1 else f"The {result.tied} tied plans come"
     return (
         f"= tied with the fastest: iteration bands overlap (± {100 * result.band_frac:.1f} %, the model's error "
-        f"on this GPU generation); {fastest}. {tied} first: fewer risky features, then "
-        "those leaving 10 % of the usable memory free, then the faster."
+        f"on this GPU generation); {fastest}. {tied} first: fewer extrapolated "
+        f"features, then those leaving 10 % of the usable memory free, then the faster.{runs}"
     )
 
 

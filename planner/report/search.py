@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from planner.plan import PLAN_LABEL_LEGEND
 from planner.report.layout import KEEP, Column, FittedTable, plan_text
-from planner.report.memory import band_text, tie_cell, ties_footnote
+from planner.report.memory import band_text, evidence_cell, tie_cell, ties_footnote
 
 
 def _est(key: str, fmt: str):
@@ -26,6 +26,7 @@ def search_columns(capacity_gib: float) -> list[Column]:
         Column("iter s", _est("iteration_s", ".2f"), priority=KEEP),
         Column("≈", tie_cell, priority=KEEP),
         Column("band s", lambda pj: band_text(pj["estimate"]), priority=2),
+        Column("runs", evidence_cell, priority=3),
         Column("MFU", _pct("mfu"), priority=1),
         Column("tokens/s", _est("tokens_per_s", ",.0f"), priority=2),
         Column("TFLOP/s", _est("tflops_per_gpu", ".0f"), priority=4),
@@ -56,7 +57,7 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
     )
 
     def footer(shown: list[str]) -> str:
-        ties = ties_footnote(result, rank_shown="#" in shown)
+        ties = ties_footnote(result, shown)
         return foot + (f"\n{ties}" if ties else "")
 
     return FittedTable(search_columns(capacity), result.plans, search_title(ctx, gpus), gaps, footer=footer)
