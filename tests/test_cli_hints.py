@@ -117,3 +117,8 @@ def test_min_gpus_shows_memory_against_what_a_plan_may_fill():
     columns = fit_columns_spec({"sizes": [{"gpus": 24, "plan": {"estimate": est}}], "gpus_per_node": 8})
     memory = next(c for c in columns if c.header.startswith("GiB"))
     assert memory.header == "GiB/72.8" and memory.cell({"plan": {"estimate": est}}) == "72.1"
+
+
+def test_a_micro_batch_no_data_parallel_size_can_take_is_one_line_not_a_traceback():
+    line = one_line_error(run(["search", "--model", "gpt-1.7b", "--gpus", "8", "--micro-batch", "3046"]))
+    assert "no dp is legal with these options (micro-batch × dp must divide the global batch 512)" in line
