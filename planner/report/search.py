@@ -28,6 +28,7 @@ def search_columns(capacity_gib: float) -> list[Column]:
         Column("band s", lambda pj: band_text(pj["estimate"]), priority=2),
         Column("runs", evidence_cell, priority=3),
         Column("MFU", _pct("mfu"), priority=1),
+        Column("cMFU", _pct("mfu_causal"), priority=3),
         Column("tokens/s", _est("tokens_per_s", ",.0f"), priority=2),
         Column("TFLOP/s", _est("tflops_per_gpu", ".0f"), priority=4),
         Column("bubble", _pct("bubble_frac"), priority=3),
@@ -51,13 +52,18 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
     tokens = result.plans[0]["estimate"].get("train_tokens", 300e9) / 1e9
     foot = (
         f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected: {rejected or 'none'}.\n"
-        f"{PLAN_LABEL_LEGEND}. TFLOP/s and MFU count model FLOPs (no recomputation)"
-        f"{', against the BF16 peak' if ctx.options.fp8 else ''}; days to train {tokens:g}B tokens (--tokens). "
-        "Each plan's explain and export command lines are in --json."
+        f"{PLAN_LABEL_LEGEND}. TFLOP/s and MFU count model FLOPs (no recomputation) with attention over "
+        "the whole s² (the papers')"
     )
 
     def footer(shown: list[str]) -> str:
+        cmfu = "; cMFU halves causal attention (Megatron-LM's and Megatron-Bridge's MFU)" if "cMFU" in shown else ""
+        both = "; both" if cmfu else ","
+        peak = f"{both} against the BF16 peak" if ctx.options.fp8 else ""
         ties = ties_footnote(result, shown)
-        return foot + (f"\n{ties}" if ties else "")
+        days = f"; days to train {tokens:g}B tokens (--tokens)" if "days" in shown else ""
+        rest = f"{cmfu}{peak}{days}. "
+        rest += "Each plan's explain and export command lines are in --json."
+        return foot + rest + (f"\n{ties}" if ties else "")
 
     return FittedTable(search_columns(capacity), result.plans, search_title(ctx, gpus), gaps, footer=footer)
