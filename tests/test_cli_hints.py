@@ -121,4 +121,4 @@ def test_min_gpus_shows_memory_against_what_a_plan_may_fill():
 
 def test_a_micro_batch_no_data_parallel_size_can_take_is_one_line_not_a_traceback():
     line = one_line_error(run(["search", "--model", "gpt-1.7b", "--gpus", "8", "--micro-batch", "3046"]))
-    assert "no dp is legal with these options (micro-batch × dp must divide the global batch 512)" in line
+    assert "the micro-batch does not divide the global batch 512, so no dp can" in line

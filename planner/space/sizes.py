@@ -89,12 +89,8 @@ class WorldAxes:
     def reason(self, num_gpus: int, global_batch: int) -> str:
         """Why ``num_gpus`` cannot be tp·cp·pp·dp, in one clause."""
         largest = self.largest()
-        empty = [
-            name for name in ("tp", "cp", "pp", "dp") if getattr(self, name) is not None and not getattr(self, name)
-        ]
-        if empty:
-            why = f" (micro-batch × dp must divide the global batch {global_batch})" if "dp" in empty else ""
-            return f"no {' and no '.join(empty)} is legal with these options{why}"
+        if not self.dp:  # the pinned micro-batch does not divide the global batch: no dp at all
+            return f"the micro-batch does not divide the global batch {global_batch}, so no dp can"
         if largest is not None and num_gpus > largest:
             return (
                 f"at most {largest:,} GPUs can hold a legal plan (tp ≤ {max(self.tp)} × cp ≤ {max(self.cp)} × "
