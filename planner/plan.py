@@ -200,6 +200,24 @@ class PlanOptions(_Spec):
     distribute_saved_activations: bool = Field(
         False, description="full recompute: shard layer inputs over TP without SP"
     )
+    use_sharp: bool = Field(
+        False,
+        description="--use-sharp: the data-parallel group's collectives reduced in the switches (SHARP, NCCL "
+        "CollNet) where the cluster has it",
+    )
+    dp_max_ctas: int | None = Field(
+        None,
+        gt=0,
+        description="--nccl-communicator-config-path: the data-parallel communicator's max_ctas, the SMs its "
+        "collectives may hold (NCCL's own choice when None: the hardware's nccl_sms)",
+    )
+    dfa_bucket_mb: float | None = Field(
+        None,
+        gt=0,
+        description="NeMo 1's Apex DistributedFusedAdam (optim distributed_fused_adam): every model chunk's "
+        "gradients reduce-scattered and its parameters all-gathered in buckets of bucket_cap_mb MB of the gradient "
+        "dtype; None: Megatron-Core's DDP buckets",
+    )
     fp8: Fp8Format | None = Field(None, description="--fp8-format: linear layers' GEMMs in FP8 (Transformer Engine)")
     fp8_param_gather: bool = Field(
         False, description="--fp8-param-gather: keep and all-gather FP8 weights, no bf16 copy"

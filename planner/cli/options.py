@@ -162,6 +162,25 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(("--grad-reduce-in-bf16",), "Reduce gradients in bf16 instead of fp32.", False, flag=True, solo=True),
     Option(
+        ("--use-sharp",),
+        "--use-sharp: data-parallel collectives reduced in the switches (SHARP), where the cluster has it.",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
+        ("--dp-max-ctas",),
+        "The DP communicator's max_ctas (--nccl-communicator-config-path): SMs its hidden collectives take.",
+        None,
+        POSITIVE,
+    ),
+    Option(
+        ("--dfa-bucket-mb",),
+        "NeMo 1's Apex DistributedFusedAdam: its bucket_cap_mb, every chunk synced in buckets of that many MB.",
+        None,
+        click.FloatRange(min=0, min_open=True),
+    ),
+    Option(
         ("--pp-scatter-gather",), "Model the 2021 pipeline scatter/gather optimisation.", False, flag=True, solo=True
     ),
     Option(("--overlap-p2p-comm",), "Interleaved schedule overlaps p2p (Megatron default).", True, flag=True),

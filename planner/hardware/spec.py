@@ -124,6 +124,7 @@ class NetworkSpec(_Sourced):
     nics_per_node: PositiveInt = Field(description="compute (rail) NICs per node, storage NICs excluded")
     nic_gbits_per_s: PositiveFloat
     tiers: list[NetworkTier] = Field(min_length=1, description="leaf, spine, core: growing max_nodes")
+    sharp: bool = Field(False, description="the fabric's switches reduce in the network (SHARP), for --use-sharp")
     nccl_sms: PositiveInt | None = Field(
         None,
         description="SMs an NCCL collective's kernel holds while it runs (one CTA per channel): what a hidden "
@@ -179,6 +180,12 @@ class MemorySpec(_Sourced):
     cublas_workspace_mib: float = Field(ge=0, description="one cuBLAS/Transformer Engine GEMM workspace")
     fragmentation_frac: float = Field(
         ge=0, lt=1, description="caching allocator: reserved-but-unallocated bytes per byte of activations"
+    )
+    moe_fragmentation_frac: float = Field(
+        0.2,
+        ge=0,
+        lt=1,
+        description="fragmentation_frac of MoE layers' activations (DeepSeek-V3 proxy: 20-23 %; GMLake: 15 %)",
     )
     host_link_gbytes_per_s: PositiveFloat = Field(description="GPU-host copy bandwidth per GPU, each direction")
 

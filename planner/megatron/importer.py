@@ -215,6 +215,7 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "overlap_grad_reduce": bool(v.get("overlap_grad_reduce") or v.get("ddp_impl") == "torch"),
         "overlap_param_gather": bool(v.get("overlap_param_gather")),
         "grad_reduce_in_bf16": bool(v.get("grad_reduce_in_bf16")),
+        "use_sharp": bool(v.get("use_sharp")),
         "tp_comm_overlap": bool(v.get("tp_comm_overlap")),
         "overlap_p2p_comm": bool(v.get("overlap_p2p_comm", True)),
         "pp_scatter_gather": bool(v.get("scatter_gather_tensors_in_pipeline")),

@@ -86,6 +86,7 @@ COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; ev
     "overlap_grad_reduce",
     "overlap_param_gather",
     "grad_reduce_in_bf16",
+    "use_sharp",
     "tp_comm_overlap",
     "overlap_p2p_comm",
     "fp8",
