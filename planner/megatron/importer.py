@@ -31,7 +31,6 @@ from planner.megatron.shell import extract_launch
 from planner.megatron.tokenizers import tokenizer_vocab
 from planner.models.spec import ModelSpec
 from planner.plan import StageSplit
-from planner.plan_file import request_from_fields
 from planner.presets import format_validation_error, load_model
 from planner.space.grid import stage_layers
 
@@ -356,8 +355,10 @@ class ImportedFields:
 def import_megatron(text: str, **kw) -> Imported:
     """Read a command line or launch script and build its plan (nothing in it is executed); the
     arguments are ``import_fields``'."""
+    from planner.plan_sources import build
+
     read = import_fields(text, **kw)
-    request = request_from_fields(read.data)
+    request = build(read.data, f"--gpus {kw['gpus']}" if kw.get("gpus") else read.world_text)
     return Imported(request, read.warnings, read.argv, read.script_gpus, read.notes)
 
 
