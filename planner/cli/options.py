@@ -78,6 +78,14 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     Option(("--pp",), "Pipeline-parallel size p.", 1, POSITIVE, searched=True),
     Option(("--dp",), "Data-parallel size d (derived from --gpus if omitted).", None, POSITIVE, searched=True),
     Option(("--vpp",), "Interleaved chunks per stage (1: plain 1F1B).", 1, POSITIVE, searched=True),
+    Option(
+        ("--microbatch-group-size-per-virtual-pipeline-stage", "microbatch_group_size"),
+        "Interleaving: micro-batches each virtual stage runs at a time, G (pp ≤ G ≤ m, m mod G = 0 or ≥ pp; "
+        "default: pp; search: the smallest legal).",
+        None,
+        POSITIVE,
+        searched=True,
+    ),
     Option(("--cp",), "Context-parallel size c (search: while s/c ≥ 4096).", 1, POSITIVE, searched=True),
     Option(("--ep",), "Expert-parallel size (MoE).", 1, POSITIVE, searched=True),
     Option(("--etp",), "Expert tensor-parallel size (MoE; default: --tp).", None, POSITIVE, searched=True),

@@ -154,6 +154,8 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         flags += ["--pipeline-model-parallel-layout", p.pipeline_layout]
     elif p.vpp > 1:
         flags += ["--num-virtual-stages-per-pipeline-rank", p.vpp]
+    if p.microbatch_group_size is not None:
+        flags += ["--microbatch-group-size-per-virtual-pipeline-stage", p.microbatch_group_size]
     if p.stage_split.embedding_counted:
         flags.append("--account-for-embedding-in-pipeline-split")
     if p.stage_split.loss_counted:

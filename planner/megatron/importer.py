@@ -251,6 +251,7 @@ def _parallel(v: dict, fork: ForkPlan, spec: ModelSpec) -> dict:
         tp=int(v.get("tensor_model_parallel_size", 1)),
         pp=pp,
         vpp=_vpp(v, spec.num_layers, pp),
+        microbatch_group_size=v.get("microbatch_group_size_per_vp_stage"),
         micro_batch=int(fork.plan.get("micro_batch", v.get("micro_batch_size", 1))),
         cp=int(fork.plan.get("cp", v.get("context_parallel_size") or 1)),
         ep=int(fork.plan.get("ep", v.get("expert_model_parallel_size") or 1)),

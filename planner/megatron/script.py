@@ -71,6 +71,7 @@ COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; ev
     "expert_tensor_parallel_size",
     "num_layers_per_virtual_pipeline_stage",
     "num_virtual_stages_per_pipeline_rank",
+    "microbatch_group_size_per_vp_stage",
     "micro_batch_size",
     "global_batch_size",
     "sequence_parallel",
