@@ -135,7 +135,8 @@ def test_explain_without_tp_and_pp_takes_searchs_best_plan_and_says_so():
     result = run(["explain", *GPT3, "--brief"], env={"COLUMNS": "100"})
     assert result.exit_code == 0
     par = best["parallel"]
-    label = f"TP{par['tp']} PP{par['pp']} DP{par['dp']} b{par['micro_batch']} V{par['vpp']} · SP DO"
+    sp = "SP " if par["sequence_parallel"] else ""
+    label = f"TP{par['tp']} PP{par['pp']} DP{par['dp']} b{par['micro_batch']} V{par['vpp']} · {sp}DO"
     assert "search's best of" in result.stdout and label in result.stdout
     assert f"{best['estimate']['iteration_s']:.2f} s/iteration" in result.stdout
     assert len(result.stdout.strip().splitlines()) <= 15

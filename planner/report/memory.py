@@ -110,9 +110,10 @@ def ties_footnote(result) -> str:
         return ""
     if result.rank_by == "risk":
         return (
-            f"\nRanked by the pessimistic end, the estimate × e^(2ε) (ε: the band, ± {100 * result.band_frac:.1f} % "
-            f"where every feature has published runs behind it); = tied with #1 (bands overlap), those leaving "
-            f"10 % of the usable memory free first; {fastest}.{moved}{runs}"
+            f"\nRanked by what the runs support: fewest features no published setting exercises, then the "
+            f"pessimistic end, the estimate × e^(2ε) (ε: the band, ± {100 * result.band_frac:.1f} % where every "
+            f"feature has runs behind it); = tied with #1 (bands overlap), those leaving 10 % of the usable memory "
+            f"free first; {fastest}.{moved}{runs}"
         )
     if not result.tied:
         return runs
