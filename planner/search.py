@@ -65,6 +65,7 @@ class SearchResult:
     band_frac: float = 0.0
     fastest_rank: int = 1  # where the fastest estimate ranks (ties reordered by safety)
     block_variants: int = 0  # block-recomputation variants added to the candidates (layers solved)
+    tp_overlap_twins: int = 0  # candidates also evaluated without --tp-comm-overlap (each keeps the faster)
     rank_by: str = "risk"
     moved_down: int = 0  # plans faster by estimate than rank 1, below it for a feature no setting exercises
 
@@ -77,6 +78,7 @@ class SearchResult:
             "tied_with_fastest": self.tied,
             "fastest_rank": self.fastest_rank,
             "block_variants": self.block_variants,
+            "tp_overlap_twins": self.tp_overlap_twins,
             "band_frac": self.band_frac,
             "rank_by": self.rank_by,
             "rank_rule": RANK_RULES[self.rank_by],
@@ -227,6 +229,9 @@ def search(
         solved = _solve_block(grid.take(unsolved), contexts, code[unsolved], capacity)
         grid.recompute_layers[unsolved] = np.maximum(solved, 1)
     iteration, peak = _evaluate(grid, idx, contexts, code, capacity)
+    twins = (
+        _without_tp_overlap(grid, idx, contexts, code, capacity, iteration, peak) if pins.tp_comm_overlap is None else 0
+    )
     scored = _Scored(grid.take(idx), iteration, peak, code[idx], contexts)
     if pins.recompute_method is None and _full_allowed(pins):
         scored = _with_block_recompute(scored, capacity)
@@ -242,8 +247,25 @@ def search(
     variants = len(scored.grid) - len(idx)  # block-recomputation variants of the rows that do not fit
     rank_by = "memory" if sort == "memory" else rank_by
     result = _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, len(grid) + variants, rejected)
-    result.block_variants = variants
+    result.block_variants, result.tp_overlap_twins = variants, twins
     return result
+
+
+def _without_tp_overlap(grid, idx, contexts, code, capacity, iteration, peak) -> int:
+    """Search --tp-comm-overlap both ways: every row the recipes give it (sequence parallelism) is also
+    evaluated without it, and keeps whichever is faster (userbuffers take memory and SMs, so neither
+    wins everywhere); where neither fits, the smaller peak. Updates ``code`` (the row's option set),
+    ``iteration`` and ``peak`` in place and returns the number of twins evaluated."""
+    pos = np.flatnonzero(code[idx] & 1)
+    if not len(pos):
+        return 0
+    off = code ^ 1
+    it, pk = _evaluate(grid, idx[pos], contexts, off, capacity)
+    better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & (pk < peak[pos]))
+    take = pos[better]
+    code[idx[take]] ^= 1
+    iteration[take], peak[take] = it[better], pk[better]
+    return len(pos)
 
 
 def _full_allowed(pins: Pins) -> bool:

@@ -316,7 +316,7 @@ def _dispatcher(v: dict) -> str:
     return kind
 
 
-GPT_ENTRY = re.compile(r"pretrain_gpt(_core|_mcore)?\.py")
+GPT_ENTRY = re.compile(r"pretrain_gpt2?\.py")  # pretrain_gpt2.py: its name up to Megatron-LM v1.0
 OTHER_ENTRIES = (  # (pattern on the entry point's name, what it trains that the GPT estimate leaves out)
     (r"bert", "BERT: a bidirectional encoder with a pooler and binary head"),
     (r"t5", "T5: an encoder-decoder, whose decoder layers also attend to the encoder"),
@@ -333,7 +333,7 @@ def entry_point_warning(entry: str | None) -> list[str]:
     name = posixpath.basename(entry or "")
     if not name or GPT_ENTRY.fullmatch(name):
         return []
-    path = entry or name
+    path = name if any(c in (entry or "") for c in "$`") else entry or name  # `pwd`/x.py: the name alone
     what = next((w for p, w in OTHER_ENTRIES if re.search(p, path, re.IGNORECASE)), None)
     kind = f" ({what})" if what else ""
     return [f"the script runs {path}{kind}, not pretrain_gpt.py: the estimate prices a GPT decoder of its flags"]
