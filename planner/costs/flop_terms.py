@@ -10,6 +10,7 @@ import numpy as np
 from planner.costs import flops
 from planner.costs.letters import Letters
 from planner.plan import Context, RecomputeModule
+from planner.space.grid import distinct
 
 
 def flop_terms(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
@@ -21,7 +22,7 @@ def flop_terms(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     mo = ctx.model
     V = lt.V[:, 0]
     shape, logged_shape = flops.Shape.of(mo), flops.Shape.of(mo, megatron=True)
-    vocab = np.unique(V)
+    vocab = distinct(V)
     model = np.array([_model_flops(lt.B, lt.s, int(v), shape, None) for v in vocab])
     logged = np.array([_model_flops(lt.B, lt.s, int(v), logged_shape, 0.5) for v in vocab])
     idx = np.searchsorted(vocab, V)
