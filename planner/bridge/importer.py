@@ -62,6 +62,7 @@ def flatten(node, prefix: str = "") -> dict:
 def merge_over(base: dict, fields: dict) -> dict:
     """``fields`` over a base recipe's: a section given whole (with a ``_target_``) replaces the base's."""
     whole = {k.removesuffix("._target_") for k in fields if k.endswith("._target_")}
+    whole |= {k for k, v in fields.items() if "." not in k and isinstance(v, str)}  # mixed_precision=PRESET
     kept = {k: v for k, v in base.items() if k.split(".", 1)[0] not in whole and k not in whole}
     return {**kept, **fields}
 
@@ -128,6 +129,7 @@ def _context(fields: dict, is_moe: bool) -> dict:
         "flex": is_moe and fields.get("model.moe_token_dispatcher_type") == "flex",
         "fp8": fields.get("model.fp8"),
         "recompute": fields.get("model.recompute_granularity"),
+        "layout": bool(fields.get("model.pipeline_model_parallel_layout")),
         "precision": "bf16" if fields.get("model.bf16") else "fp16" if fields.get("model.fp16") else "fp32",
     }
 
@@ -194,7 +196,7 @@ def bridge_import_fields(
         raise PlannerError("the world size is unknown: pass --gpus N (a Bridge config does not hold it)")
     t, p, c = (int(merged.get(f"model.{k}_parallel_size") or 1) for k in ("tensor_model", "pipeline_model", "context"))
     dp = gpus // (t * p * c) if gpus % (t * p * c) == 0 else 1
-    warnings = apply_precision(merged) + apply_comm_overlap(merged, dp, base_has_co)
+    warnings = apply_precision(merged, set(fields)) + apply_comm_overlap(merged, dp, base_has_co)
     from planner.presets import load_model
 
     is_moe = bool(merged.get("model.num_moe_experts")) or (load_model(model).is_moe if model else False)
@@ -227,7 +229,10 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     from planner.plan_sources import read_text
 
     path = values.get("bridge_config")
+    path, _, workload = (path or "").partition("#")
     text = read_text(path) if path else ""
+    if workload:
+        return _workload(text, workload, values)
     head = header_options(text)
     gpus = values.get("gpus") or (int(head["gpus"]) if head.get("gpus") else None)
     where = f"--gpus {gpus}" if values.get("gpus") else f"the Bridge config's {gpus} GPUs"
@@ -267,3 +272,17 @@ def file_kind(text: str) -> str:
     if re.search(r"\bnemo\s+llm\b|^\s*trainer\.strategy\.|\strainer\.strategy\.", text, re.M):
         return "nemo2"
     return "bridge"
+
+
+def _workload(text: str, name: str, values: dict) -> tuple[object, str]:
+    """--bridge-config FILE#NAME: one of Bridge's performance workloads (planner.bridge.workloads)."""
+    from planner.bridge.workloads import read_workload
+
+    w = read_workload(text, name)
+    gpus = values.get("gpus") or w.gpus
+    read = bridge_import_fields(
+        w.fields, tag=w.tag, recipe=w.recipe, gpus=gpus, hardware=values.get("hardware") or w.hardware, model=w.model
+    )
+    note = f"workload {w.name} (Megatron-Bridge {w.tag} performance scripts): {w.gpus} GPUs of {w.hardware}"
+    where = f"--gpus {gpus}" if values.get("gpus") else f"the workload's {w.gpus} GPUs"
+    return replace(read, notes=(note, *read.notes)), where

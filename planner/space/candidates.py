@@ -74,6 +74,19 @@ class Pins:
 NO_PINS = Pins()  # search every knob
 
 
+def expert_pin_error(model, pins: Pins) -> str | None:
+    """A pinned --ep that no GPU count can make legal: it must divide the model's experts (Megatron-LM
+    shards whole experts over the expert-parallel group, arguments.py: num_experts % ep == 0)."""
+    if pins.ep is None or pins.ep == 1:
+        return None
+    if not model.is_moe:
+        return f"--ep {pins.ep}: {model.name} has no experts (a dense model); allowed: --ep 1"
+    if model.num_experts % pins.ep:
+        allowed = ", ".join(str(int(d)) for d in divisors(model.num_experts))
+        return f"--ep {pins.ep} must divide the {model.num_experts} experts of {model.name}; allowed: {allowed}"
+    return None
+
+
 def nvlink_domain_gpus(hw) -> int:
     """GPUs on one NVLink fabric: the node's, or a multi-node domain (NVL72) when the spec gives one."""
     return getattr(hw, "nvlink_domain_gpus", None) or hw.gpus_per_node
