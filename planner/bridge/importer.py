@@ -150,8 +150,12 @@ def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
     ctx = _context(fields, is_moe)
     argv: list[str] = []
     for flag, path in MODEL_ROWS.items():
-        if fields.get(path) is not None:
-            argv += [flag, str(fields[path])]
+        value = fields.get(path)
+        if value is not None:
+            argv += [
+                flag,
+                str(int(value) if isinstance(value, float) and value.is_integer() and "dropout" not in flag else value),
+            ]
     for row in ROWS:
         argv += to_flags(row, fields, tag, ctx)
     return argv
@@ -191,6 +195,8 @@ def bridge_import_fields(
         elif not base:
             notes.append(f"base recipe {name}: its fields were not dumped; only the given fields are read")
     merged = merge_over(base, fields)
+    if model is None and (model := preset_for(merged)) is not None:
+        notes.append(f"model {model}: the megaplan preset whose architecture the config's model fields match")
     base_has_co = any(k.startswith("comm_overlap.") for k in merged)
     if gpus is None:
         raise PlannerError("the world size is unknown: pass --gpus N (a Bridge config does not hold it)")
@@ -286,3 +292,21 @@ def _workload(text: str, name: str, values: dict) -> tuple[object, str]:
     note = f"workload {w.name} (Megatron-Bridge {w.tag} performance scripts): {w.gpus} GPUs of {w.hardware}"
     where = f"--gpus {gpus}" if values.get("gpus") else f"the workload's {w.gpus} GPUs"
     return replace(read, notes=(note, *read.notes)), where
+
+
+ARCH_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_moe_experts")
+
+
+def preset_for(fields: dict) -> str | None:
+    """The model preset whose layers, widths, heads and experts a full config's model fields match."""
+    from planner.presets import load_model, preset_names
+
+    given = {k: fields.get(f"model.{k}") for k in ARCH_KEYS}
+    if given["num_layers"] is None or given["hidden_size"] is None:
+        return None
+    for name in preset_names("models"):
+        m = load_model(name)
+        mine = (m.num_layers, m.hidden_size, m.ffn, m.num_attention_heads, m.num_experts or None)
+        if mine == tuple(given[k] or None for k in ARCH_KEYS):
+            return name
+    return None

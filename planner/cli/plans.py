@@ -277,7 +277,7 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
     if fmt not in ("flags", "slurm", "json"):
         from planner.bridge.export import export_text
 
-        text, notes = export_text(req, fmt, kw.get("bridge_version"), kw.get("bridge_recipe"))
+        text, notes = export_text(req, fmt, kw.get("bridge_version"), kw.get("bridge_recipe"), output)
         for line in notes:
             click.echo(f"megaplan: note: {line}", err=True)
     elif fmt == "json":
