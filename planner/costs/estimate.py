@@ -397,7 +397,8 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
     elif plan.vpp > 1 and opts.overlap_p2p_comm:
         pp_text = (
             f"2(p − 1) fill-and-drain transfers × ({message}), + m·v × what each send takes beyond a "
-            "chunk-step's compute (the interleaved schedule overlaps the rest)"
+            "chunk-step's compute (the interleaved schedule overlaps the rest; what hides costs the compute "
+            f"{ctx.hardware.network.nccl_p2p_sms or 0}/{ctx.hardware.gpu.sm_count} of itself, NCCL's send/receive SMs)"
         )
     elif plan.vpp > 1:
         pp_text = f"2(m·v + p − 1) transfers × ({message})"
