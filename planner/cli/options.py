@@ -154,6 +154,12 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         searched=True,
     ),
     Option(
+        ("--tp-comm-overlap-cfg",),
+        "Transformer Engine userbuffer YAML (Megatron-LM's flag) for --tp-comm-overlap [default: Megatron-Bridge's "
+        "preset for the GPU and shape, else Transformer Engine's defaults].",
+        type=click.Path(dir_okay=False),
+    ),
+    Option(
         ("--fp8",),
         "--fp8-format: linear GEMMs in FP8 (MFU still against the BF16 peak).",
         None,

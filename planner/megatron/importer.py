@@ -8,6 +8,8 @@ rate, data paths, logging) are accepted and ignored.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -218,6 +220,7 @@ def request_from_megatron(
         "overlap_param_gather": bool(v.get("overlap_param_gather")),
         "grad_reduce_in_bf16": bool(v.get("grad_reduce_in_bf16")),
         "tp_comm_overlap": bool(v.get("tp_comm_overlap")),
+        "tp_comm_overlap_cfg": _ub_cfg_path(v, warnings),
         "overlap_p2p_comm": bool(v.get("overlap_p2p_comm", True)),
         "pp_scatter_gather": bool(v.get("scatter_gather_tensors_in_pipeline")),
         "distribute_saved_activations": bool(v.get("distribute_saved_activations")),
@@ -279,6 +282,21 @@ def _dispatcher(v: dict) -> str:
             "(Megatron-LM: DeepEP backend is only supported with flex token dispatcher)"
         )
     return kind
+
+
+def _ub_cfg_path(v: dict, warnings: list[str]) -> str | None:
+    """--tp-comm-overlap-cfg: the userbuffer YAML, read where it is; one that is not here is said and
+    left out (Megatron-Bridge's preset for the GPU and shape, else Transformer Engine's defaults)."""
+    path = v.get("tp_comm_overlap_cfg")
+    if not path or not v.get("tp_comm_overlap"):
+        return None
+    if not Path(str(path)).expanduser().is_file():
+        warnings.append(
+            f"--tp-comm-overlap-cfg {path} is not on this machine: Megatron-Bridge's userbuffer preset for the "
+            "GPU and shape (else Transformer Engine's defaults) is assumed"
+        )
+        return None
+    return str(path)
 
 
 def import_megatron(
