@@ -8,9 +8,8 @@ rate, data paths, logging) are accepted and ignored.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
