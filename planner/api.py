@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from planner.costs.estimate import Evaluation, evaluate
-from planner.costs.process_memory import usable_bytes
+from planner.costs.process_memory import DEFAULT_MEMORY_HEADROOM, usable_bytes
 from planner.errors import InfeasibleError, PlannerError
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
@@ -21,6 +21,8 @@ from planner.presets import format_validation_error, load_hardware, load_model
 from planner.result import plan_json
 from planner.space.grid import PlanGrid
 from planner.space.rules import rule_masks, rule_messages
+
+__all__ = ["DEFAULT_MEMORY_HEADROOM", "Context", "PlanRequest", "explain", "explain_plan", "make_request"]
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,11 @@ class PlanOptions(_Spec):
     moe_shared_expert_overlap: bool = Field(
         False, description="--moe-shared-expert-overlap: shared experts run while tokens are dispatched"
     )
+    delay_wgrad_compute: bool = Field(
+        False,
+        description="--delay-wgrad-compute: with the A2A overlap, the experts' weight gradients run beside the "
+        "backward dispatch",
+    )
     use_transformer_engine_op_fuser: bool = Field(
         False,
         description="--use-transformer-engine-op-fuser: MoE experts as TE's fused grouped MLP (one grouped kernel, "

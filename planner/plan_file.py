@@ -14,7 +14,7 @@ from planner.api import PlanRequest, make_request
 from planner.errors import PlannerError
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
-from planner.plan import ParallelPlan, PlanOptions, StageSplit, TrainingSpec
+from planner.plan import ParallelPlan, PlanOptions
 from planner.presets import format_validation_error, load_model
 
 PLAN_KEYS = ("model", "gpus", "training", "parallel", "options")
@@ -63,27 +63,39 @@ def _ranks(ranks: list[int]) -> str:
 def request_from_plan(data: dict, hardware: str | HardwareSpec | None = None) -> PlanRequest:
     """Rebuild the request a plan JSON describes (the model from its embedded spec)."""
     try:
-        model = ModelSpec.model_validate(data["model_spec"]) if "model_spec" in data else load_model(data["model"])
-        par = {k: v for k, v in data["parallel"].items() if k in ParallelPlan.model_fields}
-        if "moe_token_dispatcher" in data["options"]:  # plan files of before it was a searched knob
-            par.setdefault("moe_token_dispatcher", data["options"]["moe_token_dispatcher"])
-        tr = data["training"]
-        return make_request(
-            model=model,
-            hardware=hardware or data.get("hardware"),
-            gpus=data["gpus"],
-            global_batch=tr["global_batch"],
-            seq_len=tr["seq_len"],
-            precision=tr.get("precision"),
-            train_tokens=tr.get("train_tokens"),
-            gpu_hour_price=tr.get("gpu_hour_price"),
-            options={k: v for k, v in data["options"].items() if k in PlanOptions.model_fields},
-            **par,
-        )
+        return request_from_fields(data, hardware)
     except ValidationError as err:
         raise PlannerError(f"plan: {format_validation_error(err)}") from err
     except (KeyError, TypeError, AttributeError) as err:
         raise PlannerError(f"plan JSON is missing or mistypes a field: {err}") from err
+
+
+def request_from_fields(data: dict, hardware: str | HardwareSpec | None = None) -> PlanRequest:
+    """The request of a plan's fields (the plan JSON's shape: model or model_spec, hardware, gpus,
+    training, parallel, options); dp is derived when absent."""
+    spec = data.get("model_spec")
+    model = load_model(data["model"]) if spec is None else spec if isinstance(spec, ModelSpec) else None
+    if model is None:
+        try:
+            model = ModelSpec.model_validate(spec)
+        except ValidationError as err:
+            raise PlannerError(f"plan: {format_validation_error(err)}") from err
+    par = {k: v for k, v in data["parallel"].items() if k in ParallelPlan.model_fields}
+    if "moe_token_dispatcher" in data["options"]:  # plan files of before it was a searched knob
+        par.setdefault("moe_token_dispatcher", data["options"]["moe_token_dispatcher"])
+    tr = data["training"]
+    return make_request(
+        model=model,
+        hardware=hardware or data.get("hardware"),
+        gpus=data["gpus"],
+        global_batch=tr["global_batch"],
+        seq_len=tr["seq_len"],
+        precision=tr.get("precision"),
+        train_tokens=tr.get("train_tokens"),
+        gpu_hour_price=tr.get("gpu_hour_price"),
+        options={k: v for k, v in data["options"].items() if k in PlanOptions.model_fields},
+        **par,
+    )
 
 
 def request_to_json(req: PlanRequest) -> dict:
@@ -96,58 +108,3 @@ def request_to_json(req: PlanRequest) -> dict:
         "parallel": req.plan.model_dump(mode="json"),
         "options": req.ctx.options.model_dump(mode="json"),
     }
-
-
-SPLIT_FLAGS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
-LAYER_FLAGS = {
-    "decoder_first_pipeline_num_layers": "first_stage_layers",
-    "decoder_last_pipeline_num_layers": "last_stage_layers",
-}
-WORLD_FIELDS = ("tp", "pp", "cp", "gpus")
-
-
-def override_request(req, overrides: dict):
-    """``req`` with some plan options changed (names as the CLI's plan options: tp, recompute,
-    attention_kernel, gpus, hardware, model, global_batch, …). dp is derived again when the
-    world or the model-parallel sizes change and dp is not given; N = tp·cp·pp·dp when dp is
-    given without gpus."""
-    overrides = dict(overrides)
-    if "tokens" in overrides:
-        overrides["train_tokens"] = overrides.pop("tokens")
-    data = request_to_json(req)
-    hardware = overrides.pop("hardware", None) or req.ctx.hardware
-    if "model" in overrides:
-        data["model"] = overrides.pop("model")
-        data.pop("model_spec")
-    par = data["parallel"]
-    if any(k in overrides for k in SPLIT_FLAGS):
-        old = StageSplit(par["stage_split"])
-        emb = overrides.pop(SPLIT_FLAGS[0], old.embedding_counted)
-        loss = overrides.pop(SPLIT_FLAGS[1], old.loss_counted)
-        par["stage_split"] = StageSplit.from_flags(emb, loss).value
-    for flag, field in LAYER_FLAGS.items():
-        if flag in overrides:
-            par[field] = overrides.pop(flag)
-    if "dp" in overrides and "gpus" not in overrides:
-        data["gpus"] = None  # N = tp·cp·pp·dp
-    elif any(k in overrides for k in WORLD_FIELDS) and "dp" not in overrides:
-        par.pop("dp")  # derived again below
-    if "gpus" in overrides:
-        data["gpus"] = overrides.pop("gpus")
-    if overrides.get("fsdp"):
-        overrides.setdefault("distributed_optimizer", True)  # Megatron FSDP shards the optimizer too
-    for name, value in overrides.items():
-        for section, spec in (("parallel", ParallelPlan), ("options", PlanOptions), ("training", TrainingSpec)):
-            if name in spec.model_fields:
-                data[section][name] = value
-                break
-        else:
-            raise PlannerError(f"--{name.replace('_', '-')} does not describe the plan, so it cannot change one")
-    if "dp" not in par:
-        mp = par["tp"] * par["pp"] * par.get("cp", 1)
-        if data["gpus"] % mp:
-            raise PlannerError(
-                f"--gpus {data['gpus']} is not divisible by tp·pp·cp = {mp}; allowed: a multiple of {mp}"
-            )
-        par["dp"] = data["gpus"] // mp
-    return request_from_plan(data, hardware=hardware)

@@ -13,7 +13,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas
+from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas  # terms: PlanEstimate's keys
 from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
@@ -83,6 +83,45 @@ def plan_json(
 ) -> dict:
     """The plan JSON for plan i of an evaluated grid; with ``ev.stages``, every stage's memory too."""
     plan = grid.plan(i)
+    estimate = plan_estimate(ctx, gpus, plan, ev, i, memory_headroom)
+    out = {
+        "model": ctx.model.name,
+        "hardware": ctx.hardware.name,
+        "gpus": gpus,
+        "training": ctx.training.model_dump(mode="json"),
+        "parallel": {**plan.model_dump(mode="json"), "stage_layers": stage_layer_list(ctx, grid, i)},
+        "options": ctx.options.model_dump(mode="json"),
+        "legal": not broken,
+        "broken_rules": broken,
+        "estimate": estimate.model_dump(mode="json"),
+        "model_spec": ctx.model.model_dump(mode="json"),
+        "model_params": model_params(ctx.model),
+    }
+    if ev.stages is not None:
+        rows = _stage_rows(ev.stages, i, plan.pp)
+        out["stages"] = sorted(rows, key=lambda row: -row["total"])
+        out["megatron_estimate"] = megatron_estimate_json(ctx, plan, gpus, rows)
+    return out
+
+
+def _stage_rows(st, i: int, p: int) -> list[dict]:
+    """Every pipeline stage of plan i: its layers and memory terms (GiB), first to last."""
+    return [
+        {
+            "stage": k,
+            "layers": int(st.layers[i, k]),
+            "moe_layers": int(st.moe_layers[i, k]),
+            "mtp_layers": int(st.mtp_layers[i, k]),
+            **{t: float(st.memory[t][i, k]) / GIB for t in (*MEMORY_TERMS, "allocated", "total")},
+        }
+        for k in range(p)
+    ]
+
+
+def plan_estimate(
+    ctx: Context, gpus: int, plan: ParallelPlan, ev: Evaluation, i: int, memory_headroom: float | None
+) -> PlanEstimate:
+    """The estimate of plan i of an evaluated grid: speed, memory, the terms and their formulas, cost."""
     it = float(ev.iteration_s[i])
     peak = ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
     tokens = ctx.training.global_batch * ctx.training.seq_len
@@ -96,7 +135,7 @@ def plan_json(
         return float(ev.flops[kind][i]) / it / gpus
 
     text = formulas(ctx, plan)
-    estimate = PlanEstimate(
+    return PlanEstimate(
         iteration_s=it,
         tokens_per_s=tokens_per_s,
         iteration_s_band=(low, high),
@@ -122,12 +161,7 @@ def plan_json(
             kind: {k: TermFormula(formula=f.text, source=f.source) for k, f in terms.items()}
             for kind, terms in text.items()
         },
-        parts=None
-        if ev.parts is None
-        else {
-            "memory": {k: float(v[i]) / GIB for k, v in ev.parts["memory"].items() if k in text["memory_parts"]},
-            "time": {k: float(v[i]) for k, v in ev.parts["time"].items() if k in text["time_parts"]},
-        },
+        parts=_parts_json(ev, i, text),
         **train_cost_terms(
             tokens_per_s,
             gpus,
@@ -136,35 +170,16 @@ def plan_json(
             tdp_watts=ctx.hardware.gpu.tdp_watts,
         ),
     )
-    out = {
-        "model": ctx.model.name,
-        "hardware": ctx.hardware.name,
-        "gpus": gpus,
-        "training": ctx.training.model_dump(mode="json"),
-        "parallel": {**plan.model_dump(mode="json"), "stage_layers": stage_layer_list(ctx, grid, i)},
-        "options": ctx.options.model_dump(mode="json"),
-        "legal": not broken,
-        "broken_rules": broken,
-        "estimate": estimate.model_dump(mode="json"),
-        "model_spec": ctx.model.model_dump(mode="json"),
-        "model_params": model_params(ctx.model),
+
+
+def _parts_json(ev: Evaluation, i: int, text: dict) -> dict | None:
+    """What the attention blocks and the experts take of plan i's memory (GiB) and time (s), for explain."""
+    if ev.parts is None:
+        return None
+    return {
+        "memory": {k: float(v[i]) / GIB for k, v in ev.parts["memory"].items() if k in text["memory_parts"]},
+        "time": {k: float(v[i]) for k, v in ev.parts["time"].items() if k in text["time_parts"]},
     }
-    if ev.stages is not None:
-        st = ev.stages
-        p = plan.pp
-        rows = [
-            {
-                "stage": k,
-                "layers": int(st.layers[i, k]),
-                "moe_layers": int(st.moe_layers[i, k]),
-                "mtp_layers": int(st.mtp_layers[i, k]),
-                **{t: float(st.memory[t][i, k]) / GIB for t in (*MEMORY_TERMS, "allocated", "total")},
-            }
-            for k in range(p)
-        ]
-        out["stages"] = sorted(rows, key=lambda row: -row["total"])
-        out["megatron_estimate"] = megatron_estimate_json(ctx, plan, gpus, rows)
-    return out
 
 
 def megatron_estimate_json(ctx: Context, plan: ParallelPlan, gpus: int, stages: list[dict]) -> dict:

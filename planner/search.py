@@ -26,7 +26,13 @@ from planner.result import plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, nvlink_domain_gpus, tp_in_domain
 from planner.space.grid import PlanGrid
 from planner.space.rules import rule_masks
-from planner.space.sizes import empty_grid_reason, nearest_legal_sizes, rules_broken_everywhere
+from planner.space.sizes import (
+    WorldAxes,
+    empty_grid_reason,
+    nearest_legal_sizes,
+    pins_leave_no_world,
+    rules_broken_everywhere,
+)
 
 CHUNK = 65_536
 FIELDS = tuple(PlanGrid.__dataclass_fields__)
@@ -201,7 +207,12 @@ def search(
 ) -> SearchResult:
     """Rank every legal plan that fits by iteration time (or by peak memory), ties first by safety. With no
     legal plan, the error names every rule that rejected plans and (``suggest_sizes``) the nearest GPU
-    counts that have one."""
+    counts that have one. A GPU count that cannot be tp·cp·pp·dp (``WorldAxes``) is answered before any grid."""
+    axes = WorldAxes.of(ctx, pins)
+    if not axes.allows(num_gpus):
+        why = empty_grid_reason(num_gpus, pins) if pins_leave_no_world(num_gpus, pins) else None
+        why = why or axes.reason(num_gpus, ctx.training.global_batch)
+        raise InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, f"world size = tp·cp·pp·dp: {why}", suggest_sizes))
     grid = candidate_grid(ctx, num_gpus, pins)
     masks = rule_masks(grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus)
     masks[TP_NODE_RULE] = tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp)
@@ -306,9 +317,10 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float)
     A plan's memory never falls as its micro-batch grows: weights and states do not depend on b, and
     every activation term holds b·s tokens per micro-batch times min(micro-batches in flight, m),
     which is min((p − i)·b, B/d) micro-batch-sequences for 1F1B (and alike for the interleaved
-    schedule); and it does not depend on the MoE dispatcher or the all-to-all overlap. So the plans
-    that differ only in those are measured once per micro-batch, smallest first; when that one does
-    not fit, the others get its peak, a lower bound, and are not measured (``_by_family``)."""
+    schedule); and it does not depend on the MoE dispatcher (the all-to-all overlap keeps one more
+    warm-up chunk, so it does). So the plans that differ only in the dispatcher are measured once per
+    micro-batch, smallest first; when that one does not fit, the others get its peak, a lower bound,
+    and are not measured (``_by_family``)."""
 
     def measure(pos: np.ndarray) -> np.ndarray:
         out = np.empty(len(pos))
@@ -321,7 +333,7 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float)
     return _by_family(grid, idx, measure, lambda peak: peak > capacity)
 
 
-SAME_MEMORY = ("dispatcher", "a2a_overlap")  # knobs a plan's memory does not depend on
+SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on
 
 
 def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails) -> np.ndarray:
@@ -362,6 +374,18 @@ def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails) -> np.ndarray:
     return values
 
 
+def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_sizes: bool) -> str:
+    """No plan keeps every rule: why, and (``suggest_sizes``) the rules every GPU count breaks or the nearest sizes."""
+    always = rules_broken_everywhere(ctx, pins, ctx.hardware.gpus_per_node) if suggest_sizes else []
+    near = nearest_legal_sizes(ctx, num_gpus, pins) if suggest_sizes and not always else []
+    allowed = f"; nearest GPU counts with a legal plan: {' and '.join(f'{n:,}' for n in near)}" if near else ""
+    if always:
+        allowed = f"; on any GPU count: {'; '.join(always)}"
+    elif suggest_sizes and not near:
+        allowed = "; no GPU count nearby has one"
+    return f"no legal plan for {ctx.model.name} on {num_gpus:,} GPUs; {why}{allowed}"
+
+
 def _nothing_fits(
     ctx: Context,
     num_gpus: int,
@@ -379,14 +403,7 @@ def _nothing_fits(
         else:
             by_count = sorted(rejected.items(), key=lambda kv: -kv[1])
             why = "rejected by: " + ", ".join(f"{name} ({count:,})" for name, count in by_count)
-        always = rules_broken_everywhere(ctx, pins, ctx.hardware.gpus_per_node) if suggest_sizes else []
-        near = nearest_legal_sizes(ctx, num_gpus, pins) if suggest_sizes and not always else []
-        allowed = f"; nearest GPU counts with a legal plan: {' and '.join(f'{n:,}' for n in near)}" if near else ""
-        if always:
-            allowed = f"; on any GPU count: {'; '.join(always)}"
-        elif suggest_sizes and not near:
-            allowed = "; no GPU count nearby has one"
-        return f"no legal plan for {ctx.model.name} on {num_gpus:,} GPUs; {why}{allowed}"
+        return _no_legal_plan(ctx, num_gpus, pins, why, suggest_sizes)
     gib = 2**30
     label = plan_label(scored.grid.plan(int(np.argmin(scored.peak))).model_dump(mode="json"), moe=ctx.model.is_moe)
     allocatable = ctx.hardware.memory.allocatable_gib

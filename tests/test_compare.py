@@ -9,7 +9,7 @@ from rich.console import Console
 
 from planner import api
 from planner.errors import PlannerError
-from planner.plan_file import override_request
+from planner.plan_sources import override_request
 from planner.report.runs import compare_view
 from planner.runs.compare import compare_plans
 

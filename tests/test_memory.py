@@ -180,6 +180,15 @@ def test_in_flight_interleaved_few_microbatches():
     assert float(in_flight_microbatches(8, 64, 2, 7)) == pytest.approx(4.5)  # (0 + 8 + 1)/2 on the last stage
 
 
+def test_in_flight_with_the_a2a_overlap_by_hand():
+    """--overlap-moe-expert-parallel-comm: one more warm-up chunk when interleaved (schedules.py: p = 8,
+    v = 2, stage 7 warms up 0 + 8 + 1 + 1 = 10 chunks of 1/2), one more layer without pipelining (the
+    next micro-batch's forward runs layer by layer beside this one's backward: 1 + 1/4 with 4 layers)."""
+    assert float(in_flight_microbatches(8, 64, 2, 7, a2a_overlap=True)) == pytest.approx(5.0)
+    assert float(in_flight_microbatches(1, 8, 1, 0, a2a_overlap=True, layers=4)) == pytest.approx(1.25)
+    assert float(in_flight_microbatches(1, 1, 1, 0, a2a_overlap=True, layers=4)) == pytest.approx(1.0)
+
+
 def test_embedding_and_output_layer_activations():
     # Korthikanti et al. 2022 §4.3: embedding dropout mask sbh (÷t with SP); Megatron adds the int64
     # token ids 8sb. Output layer: final LayerNorm input 2sbh + output-layer input 2sbh (÷t with SP)

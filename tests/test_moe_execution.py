@@ -141,7 +141,7 @@ def test_dropping_the_all_to_all_overlap_never_makes_a_plan_faster(plan):
         ev = evaluate(grid, with_overlap.ctx)
     assert ev.iteration_s[0] <= ev.iteration_s[1] * (1 + 1e-12)
     assert ev.time["moe_comm"][0] <= ev.time["moe_comm"][1]
-    assert ev.peak_memory_bytes[0] == ev.peak_memory_bytes[1]
+    assert ev.peak_memory_bytes[0] >= ev.peak_memory_bytes[1]  # the overlap's extra warm-up chunk
 
 
 def test_overlap_hides_the_dispatch_behind_the_other_micro_batch():
@@ -265,8 +265,11 @@ def test_moe_peak_memory_never_falls_as_the_micro_batch_grows(name, pipeline, re
 
 
 @pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3"])
-def test_moe_peak_memory_does_not_depend_on_the_dispatcher_or_the_overlap(name):
-    """What search's screening relies on when it measures one of the plans that differ only in them."""
+def test_moe_peak_memory_does_not_depend_on_the_dispatcher(name):
+    """What search's screening relies on when it measures one of the plans that differ only in it. The A2A
+    overlap keeps one more warm-up chunk with interleaving (Qwen3: p = 2, v = 2, stage 0 holds
+    2(p − 1) + (v − 1)·p + 1 = 5 chunks, 6 with the overlap: activations × 6/5); DeepSeek-V3's 16
+    stages without interleaving cannot run the overlap in Megatron, and nothing changes."""
     layout = "Et*4|(t*4|)*14tmL" if name == "deepseek-v3" else None
     plans, ctx = [], None
     for dispatcher, overlap in (("allgather", False), ("alltoall", False), ("alltoall", True), ("flex", True)):
@@ -288,5 +291,10 @@ def test_moe_peak_memory_does_not_depend_on_the_dispatcher_or_the_overlap(name):
         ctx = req.ctx
     with np.errstate(divide="ignore", invalid="ignore"):
         ev = evaluate(PlanGrid.from_plans(plans), ctx)
-    assert np.all(ev.peak_memory_bytes == ev.peak_memory_bytes[0])
+    peak, acts = ev.peak_memory_bytes, ev.memory["activations"]
+    assert peak[0] == peak[1] and peak[2] == peak[3]
+    if layout:
+        assert peak[2] == peak[0]
+    else:
+        assert float(acts[2] / acts[0]) == pytest.approx(6 / 5)
     assert len(set(ev.iteration_s.tolist())) > 1  # while their times differ

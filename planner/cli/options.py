@@ -13,9 +13,10 @@ import click
 from planner import api
 from planner.cli.memory_options import MEMORY_OPTIONS
 from planner.cli.option_spec import POSITIVE, Option, TokenCount
-from planner.costs.process_memory import DEFAULT_MEMORY_HEADROOM
-from planner.errors import PlannerError
-from planner.plan import PlanOptions, Recompute, RecomputeMethod, StageSplit
+from planner.plan import Recompute, RecomputeMethod
+from planner.plan_options import KNOBS, LISTS, OVERLAP_PINS, search_inputs
+
+__all__ = ["KNOBS", "LISTS", "OVERLAP_PINS", "PLAN_OPTIONS", "plan_options", "search_inputs", "search_options"]
 
 PLAN_OPTIONS: tuple[Option, ...] = (
     Option(("--model",), "Model preset name or YAML path (megaplan presets models)."),
@@ -203,6 +204,13 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         solo=True,
     ),
     Option(
+        ("--delay-wgrad-compute",),
+        "With --overlap-moe-expert-parallel-comm: the experts' weight gradients run beside the backward dispatch.",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
         ("--use-transformer-engine-op-fuser",),
         "MoE experts as Transformer Engine's fused grouped MLP (expert TP 1; dense MLPs: not modelled).",
         False,
@@ -225,12 +233,11 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     Option(
         ("--memory-headroom",),
         "Share of the GPU memory PyTorch can allocate kept free against the memory model's error "
-        f"[default: {DEFAULT_MEMORY_HEADROOM:g}].",
+        f"[default: {api.DEFAULT_MEMORY_HEADROOM:g}].",
         None,
         click.FloatRange(0, 0.9),
     ),
 )
-BEHAVIOUR = tuple(name for name in PlanOptions.model_fields if name not in ("distribute_saved_activations",))
 
 
 def _apply(f, options):
@@ -249,65 +256,6 @@ def search_options(f):
     return _apply(f, [o.decorator(search=True) for o in PLAN_OPTIONS if not o.plan_only])
 
 
-LISTS = ("recompute_modules", "cuda_graph_modules")  # comma-separated on the command line
-
-
-def behaviour(kw: dict) -> dict:
-    """The PlanOptions the command's options set."""
-    out = {name: kw[name] for name in BEHAVIOUR if name in kw}
-    for name in LISTS:
-        if out.get(name) is not None:
-            out[name] = tuple(x.strip() for x in out[name].split(",") if x.strip())
-    return out
-
-
-def _stage_split(kw: dict) -> StageSplit:
-    return StageSplit.from_flags(
-        kw["account_for_embedding_in_pipeline_split"], kw["account_for_loss_in_pipeline_split"]
-    )
-
-
-def _training(kw: dict) -> dict:
-    return {
-        "global_batch": kw["global_batch"],
-        "seq_len": kw["seq_len"],
-        "precision": kw["precision"],
-        "train_tokens": kw["tokens"],
-        "gpu_hour_price": kw["gpu_hour_price"],
-    }
-
-
-KNOBS = (
-    "tp",
-    "pp",
-    "dp",
-    "vpp",
-    "micro_batch",
-    "cp",
-    "ep",
-    "etp",
-    "fsdp",
-    "sequence_parallel",
-    "recompute",
-    "recompute_method",
-    "recompute_num_layers",
-    "distributed_optimizer",
-    "moe_token_dispatcher",
-    "overlap_moe_expert_parallel_comm",
-)  # the searched rows of PLAN_OPTIONS: ParallelPlan fields, search pins
-OVERLAP_PINS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")  # searched PlanOptions
-
-
-def _knobs(kw: dict) -> dict:
-    """The parallel knobs the options set, by ParallelPlan field name, and the explicit end stages."""
-    return {
-        **{k: kw[k] for k in KNOBS},
-        "first_stage_layers": kw["decoder_first_pipeline_num_layers"],
-        "last_stage_layers": kw["decoder_last_pipeline_num_layers"],
-        "pipeline_layout": kw["pipeline_layout"],
-    }
-
-
 def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
     """A plan from a file or a command line, with the run's --tokens and --gpu-hour-price when given."""
     run = {k: v for k, v in (("train_tokens", kw.get("tokens")), ("gpu_hour_price", kw.get("gpu_hour_price"))) if v}
@@ -317,45 +265,6 @@ def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
     return api.PlanRequest(
         ctx=api.Context(req.ctx.model, req.ctx.hardware, training, req.ctx.options), plan=req.plan, gpus=req.gpus
     )
-
-
-def search_inputs(kw: dict):
-    """The context and pins that search's options describe (search, sweep, --min-gpus)."""
-    from planner.space.candidates import Pins
-
-    req = api.make_request(
-        model=kw["model"], hardware=kw["hardware"] or "dgx-a100-superpod", **_training(kw), options=behaviour(kw)
-    )
-    split = _stage_split(kw)
-    explicit = kw["decoder_first_pipeline_num_layers"] or kw["decoder_last_pipeline_num_layers"]
-    if explicit and split is not StageSplit.EVEN:
-        raise PlannerError(
-            "give either --decoder-first/last-pipeline-num-layers or "
-            "--account-for-embedding/loss-in-pipeline-split, not both (Megatron-LM takes one)"
-        )
-    knobs = _knobs(kw)
-    knobs["recompute"] = knobs["recompute"] and Recompute(knobs["recompute"])
-    knobs["recompute_method"] = knobs["recompute_method"] and RecomputeMethod(knobs["recompute_method"])
-    overlaps = {k: kw.get(k) for k in OVERLAP_PINS}
-    pins = Pins(**knobs, **overlaps, max_tp=kw.get("max_tp"), stage_split=None if split is StageSplit.EVEN else split)
-    return req, pins
-
-
-def read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except OSError as err:
-        raise PlannerError(f"cannot read {path!r}: {err.strerror}") from err
-    except UnicodeDecodeError as err:
-        raise PlannerError(f"{path!r} is not a text file") from err
-
-
-def _env_pair(pair: str) -> tuple[str, str]:
-    name, sep, value = pair.partition("=")
-    if not sep or not name:
-        raise PlannerError(f"--env {pair!r}: expected VAR=VALUE")
-    return name, value
 
 
 def dest(opt: Option) -> str:

@@ -100,7 +100,7 @@ def _side_overrides(text: str | None, side: str) -> dict:
 
 
 def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.PlanRequest:
-    from planner.plan_file import override_request
+    from planner.plan_sources import override_request
 
     try:
         return override_request(base, dict(overrides)) if overrides else base

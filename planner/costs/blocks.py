@@ -235,18 +235,15 @@ def dense_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     return _timed(lt, ctx, linear, 0.0, 0.0, elementwise, tp, overhead, sel, casts)
 
 
-def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
-    """One layer's mixture-of-experts half: the routed experts' grouped GEMMs over the A (token,
-    expert) pairs of the busiest GPU (M blocks padded, ``moe.grouped_gemm_padding``), their
-    activation and the permutation of the routed copies, the shared experts (a TP-split MLP of width
-    f_s with its collectives), and the token dispatcher, exposed as far as the shared experts
-    (--moe-shared-expert-overlap) or the other micro-batch (--overlap-moe-expert-parallel-comm)
-    do not hide it."""
+def _routed_experts(lt: Letters, ctx: Context) -> dict:
+    """The routed experts of one MoE layer on the busiest GPU: A (token, expert) pairs, the grouped GEMMs
+    (M blocks padded, ``moe.grouped_gemm_padding``), the activation with the unfused path's clamp and
+    bias bytes, the permutation's bytes, the FP8 casts; ``experts_fwd``/``experts_bwd`` what runs between
+    dispatch and combine (the A2A overlap pairs it with the other micro-batch)."""
     mo, opts, hw = ctx.model, ctx.options, ctx.hardware
     A = moe.expert_token_assignments(
         lt.b, lt.s, lt.t, lt.c, lt.k, imbalance=opts.moe_load_imbalance, capacity_factor=opts.moe_capacity_factor
     )
-    T = lt.tokens_per_gpu()
     egemms = moe.expert_gemms(A, lt.h, lt.f_e, lt.E, lt.ep, lt.etp, gated=lt.gated)
     pad = moe.grouped_gemm_padding(egemms["expert_fc1"].M)
     experts = sum(gemm_times(egemms, ctx, fp8=lt.fp8).values()) * pad
@@ -259,10 +256,6 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
         biased=unfused and mo.add_bias_linear,
     )
     act = 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e * unfused + clamp
-    elementwise = act + bias + PERMUTE_BYTES * A * lt.h
-    sbh = lt.b * lt.s * lt.h / lt.c
-    elementwise = elementwise + _mlp_elementwise(lt)["norm_residual"] / 2  # the pre-MLP norm and residual
-    local = sbh / np.where(lt.sp, lt.t, 1)
     casts, per = (0.0, 0.0), cast_bytes(ctx)[0]
     if lt.fp8:  # the routed copies' fc1 and fc2 inputs and output gradients; the experts' weights
         expert_weights = lt.E / lt.ep * (2 + lt.gated) * lt.h * lt.f_e / lt.etp
@@ -270,27 +263,75 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
         fwd, bwd = fp8_cast_bytes(lt, ctx, {}, **routed, per_grad=A * (1 + lt.gated) * lt.f_e / lt.etp)
         casts = (fwd + per * expert_weights / lt.m, bwd)
     hbm = hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
-    # what runs between dispatch and combine (the A2A overlap pairs it with the other micro-batch)
     experts_fwd = experts + (act + bias + casts[0]) / hbm
     experts_bwd = (
         compute.BACKWARD_GEMM_FACTOR * experts + (compute.BACKWARD_ELEMENTWISE_FACTOR * (act + bias) + casts[1]) / hbm
     )
-    if lt.f_s:
-        sgemms = flops.mlp_gemms(lt.b * lt.s / lt.c, lt.h, lt.f_s, lt.t, gated=lt.gated, prefix="shared_")
-        stime = gemm_times(sgemms, ctx, fp8=lt.fp8)
-        shared = sum(stime.values())
-        shared_elementwise = 2.0 * memory.mlp_activation_tensors(lt.gated) * sbh * lt.f_s / (lt.h * lt.t)
-        shared_tp = tp_pair_s(lt, ctx, sgemms, stime, ["shared_fc1"], ["shared_fc2"])
-        if lt.fp8:  # the shared experts' input is cast on its own (no TE LayerNorm before it)
-            s_fwd, s_bwd = fp8_cast_bytes(lt, ctx, sgemms, fused_in=0.0, out_grad=local)
-            casts = (casts[0] + s_fwd + per * local, casts[1] + s_bwd)
-    else:
-        shared, shared_elementwise, shared_tp = 0.0, 0.0, (0.0, 0.0)
+    permute = PERMUTE_BYTES * A * lt.h
+    return dict(
+        A=A, experts=experts, act=act, bias=bias, permute=permute, casts=casts, unfused=unfused,
+        experts_fwd=experts_fwd, experts_bwd=experts_bwd,
+    )  # fmt: skip
+
+
+def _shared_experts(lt: Letters, ctx: Context, casts: tuple) -> tuple:
+    """(GEMM time, elementwise bytes, TP collectives, casts) of the shared experts: a TP-split MLP of width
+    f_s, their input cast to FP8 on its own (no TE LayerNorm before it); zeros without shared experts."""
+    if not lt.f_s:
+        return 0.0, 0.0, (0.0, 0.0), casts
+    sbh = lt.b * lt.s * lt.h / lt.c
+    local = sbh / np.where(lt.sp, lt.t, 1)
+    sgemms = flops.mlp_gemms(lt.b * lt.s / lt.c, lt.h, lt.f_s, lt.t, gated=lt.gated, prefix="shared_")
+    stime = gemm_times(sgemms, ctx, fp8=lt.fp8)
+    shared = sum(stime.values())
+    shared_elementwise = 2.0 * memory.mlp_activation_tensors(lt.gated) * sbh * lt.f_s / (lt.h * lt.t)
+    shared_tp = tp_pair_s(lt, ctx, sgemms, stime, ["shared_fc1"], ["shared_fc2"])
+    if lt.fp8:
+        s_fwd, s_bwd = fp8_cast_bytes(lt, ctx, sgemms, fused_in=0.0, out_grad=local)
+        casts = (casts[0] + s_fwd + cast_bytes(ctx)[0] * local, casts[1] + s_bwd)
+    return shared, shared_elementwise, shared_tp, casts
+
+
+def _dispatch_s(lt: Letters, ctx: Context, A: np.ndarray) -> np.ndarray:
+    """The token dispatcher's forward dispatch + combine of one MoE layer (``moe.dispatcher_time_s``), the
+    flex dispatcher's rail copies deduplicated per NVLink domain (``moe.distinct_domains``)."""
+    mo, hw = ctx.model, ctx.hardware
+    ep_link, etp_link = group_link(hw, lt.ep, lt.etp), group_link(hw, lt.etp, 1)
+    flex_link = group_link(hw, lt.ep * lt.etp, 1)
+    domains = moe.distinct_domains(
+        lt.E, lt.k, flex_link.nodes, groups=mo.moe_router_num_groups, group_topk=mo.moe_router_group_topk
+    )
+    return moe.dispatcher_time_s(
+        A,
+        lt.tokens_per_gpu(),
+        lt.h,
+        lt.ep,
+        lt.etp,
+        ep_link,
+        etp_link,
+        activation_bytes=lt.act_bytes,
+        kind=lt.dispatcher,
+        flex_link=flex_link,
+        remote_domains=domains * (flex_link.nodes - 1) / flex_link.nodes,
+    )
+
+
+def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
+    """One layer's mixture-of-experts half: the routed experts (``_routed_experts``), the pre-MLP norm
+    and residual, the shared experts (``_shared_experts``), the per-expert host time, and the token
+    dispatcher, exposed as far as the shared experts (--moe-shared-expert-overlap) do not hide it (the
+    A2A overlap's pairing is applied in ``layer_parts``)."""
+    opts, hw = ctx.options, ctx.hardware
+    r = _routed_experts(lt, ctx)
+    A, experts, act, bias = r["A"], r["experts"], r["act"], r["bias"]
+    elementwise = act + bias + r["permute"] + _mlp_elementwise(lt)["norm_residual"] / 2
+    shared, shared_elementwise, shared_tp, casts = _shared_experts(lt, ctx, r["casts"])
+    hbm = hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
     modules = opts.recompute_modules
-    captured = 1.0 if not unfused else _graphed(opts, CudaGraphModule.MOE)  # one grouped kernel for all experts
+    captured = 1.0 if not r["unfused"] else _graphed(opts, CudaGraphModule.MOE)  # one grouped kernel for all
     host_fwd, host_bwd = moe.expert_host_s(lt.E / lt.ep, ctx, captured=captured)
     if RecomputeModule.MOE in modules:  # the MoE block's forward again (its dispatch too: ``layer_terms``)
-        sel = experts + shared + host_fwd + (act + bias + PERMUTE_BYTES * A * lt.h + shared_elementwise) / hbm
+        sel = experts + shared + host_fwd + (act + bias + r["permute"] + shared_elementwise) / hbm
     else:  # moe_act: the experts' activation function again; shared_experts: their forward again
         sel = (RecomputeModule.MOE_ACT in modules) * act / hbm
         sel = sel + (RecomputeModule.SHARED_EXPERTS in modules) * (shared + shared_elementwise / hbm)
@@ -300,28 +341,7 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
         lt, ctx, experts + shared, 0.0, 0.0, elementwise + shared_elementwise, shared_tp, overhead, sel, casts
     )
     block["fwd"], block["bwd"] = block["fwd"] + host_fwd, block["bwd"] + host_bwd
-    ep_link, etp_link = group_link(hw, lt.ep, lt.etp), group_link(hw, lt.etp, 1)
-    flex_link = group_link(hw, lt.ep * lt.etp, 1)
-    remote = (
-        moe.distinct_domains(
-            lt.E, lt.k, flex_link.nodes, groups=mo.moe_router_num_groups, group_topk=mo.moe_router_group_topk
-        )
-        * (flex_link.nodes - 1)
-        / flex_link.nodes
-    )
-    dispatch = moe.dispatcher_time_s(
-        A,
-        T,
-        lt.h,
-        lt.ep,
-        lt.etp,
-        ep_link,
-        etp_link,
-        activation_bytes=lt.act_bytes,
-        kind=lt.dispatcher,
-        flex_link=flex_link,
-        remote_domains=remote,
-    )
+    dispatch = _dispatch_s(lt, ctx, A)
     shared_fwd = shared + shared_elementwise / hbm
     if opts.moe_shared_expert_overlap:  # the shared experts run while the tokens travel (alltoall/flex)
         hide = np.where(lt.dispatcher > 0, shared_fwd, 0.0)
@@ -331,7 +351,7 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
         dispatch_fwd, dispatch_bwd = dispatch, dispatch
     block["moe_fwd"], block["moe_bwd"] = dispatch_fwd + 0 * A, dispatch_bwd + 0 * A
     block["expert_linear"], block["shared_linear"] = experts, shared + 0.0 * A
-    block["experts_fwd"], block["experts_bwd"] = experts_fwd + 0.0 * A, experts_bwd + 0.0 * A
+    block["experts_fwd"], block["experts_bwd"] = r["experts_fwd"] + 0.0 * A, r["experts_bwd"] + 0.0 * A
     return block
 
 
@@ -362,6 +382,8 @@ def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
             block["experts_bwd"],
             overlap=lt.a2a_overlap,
             sm_share=moe.comm_sm_share(lt.dispatcher, ctx.options.moe_flex_dispatcher_backend.value, hw.gpu.sm_count),
+            delay_wgrad=ctx.options.delay_wgrad_compute,
+            unpaired=moe.unpaired_share(lt.p, lt.m),
         )
         block["moe_fwd"], block["moe_bwd"] = fwd, bwd
         out["moe"] = block

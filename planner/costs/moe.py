@@ -179,6 +179,62 @@ def comm_sm_share(kind: ArrayLike, backend: str, sm_count: int) -> np.ndarray:
     return sms / sm_count
 
 
+def unpaired_share(p: ArrayLike, m: ArrayLike) -> np.ndarray:
+    """u: the share of a rank's forward (and backward) model-chunk steps that run alone under the A2A
+    overlap. Only the steady 1F1B phase pairs a forward with a backward; the warm-up forwards and the
+    cool-down backwards run alone (Megatron-LM combined_1f1b.py, schedules.py get_pp_rank_microbatches
+    @ d98e8a64). Without pipelining the first forward and the last backward: u = 1/m. Interleaved
+    (the overlap needs VPP with p > 1), rank i warms up W_i = 2(p − i − 1) + (v − 1)·p + 1 of its m·v
+    chunks (the +1: the overlap's extra warm-up step), on average over the ranks W̄ = v·p, so
+    u = W̄/(m·v) = p/m. min(1, p/m) covers both."""
+    return np.minimum(1.0, np.maximum(np.asarray(p, dtype=float), 1.0) / np.maximum(np.asarray(m, dtype=float), 1.0))
+
+
+def combined_step_s(
+    c_f: ArrayLike,
+    c_b: ArrayLike,
+    pre_fwd: ArrayLike,
+    experts_fwd: ArrayLike,
+    pre_bwd: ArrayLike,
+    dgrad: ArrayLike,
+    wgrad: ArrayLike,
+    *,
+    sm_share: ArrayLike,
+    delay_wgrad: ArrayLike,
+) -> np.ndarray:
+    """One MoE layer's combined forward + backward step under --overlap-moe-expert-parallel-comm, from
+    the issue order and the dependencies of TransformerLayerSchedulePlan.run (Megatron-LM
+    models/common/model_chunk_schedule_plan.py @ d98e8a64) on a compute and a communication stream:
+
+        comm:    C_b            | D_f → D_b                          | C_f
+        compute: P_f            | M_b (dgrad [+ wgrad]) → [W] → M_f  | P_b
+
+    C_b/D_b: combine and dispatch backward (c_b each), D_f/C_f forward (c_f each), P: pre_dispatch (the
+    attention half, router, shared experts), M: the routed experts. D_b needs M_b's input gradient; M_f
+    needs D_f's tokens; C_f and P_b wait for both, and the next layer's P_f and C_b for C_f and P_b:
+
+        A = max(c_b, P_f + f·c_b)                                              (C_b ‖ P_f)
+        B = max(max(M_b + W, c_f) + M_f, max(c_f, M_b) + c_b, X + f·min(c_f + c_b, X))
+        C = max(c_f, P_b + f·c_f)                                              (C_f ‖ P_b)
+
+    with X = dgrad + wgrad + M_f the middle's compute, M_b = dgrad and W = wgrad under
+    --delay-wgrad-compute (the expert wgrad runs beside D_b), else M_b = dgrad + wgrad and W = 0 (D_b
+    waits for the whole expert backward). A compute X beside a collective c that holds a share f of the
+    SMs takes X + f·c (``comm_sm_share``); never more than the two run back to back."""
+    f = np.asarray(sm_share, dtype=float)
+    c_f, c_b = np.asarray(c_f, dtype=float), np.asarray(c_b, dtype=float)
+    dgrad, wgrad = np.asarray(dgrad, dtype=float), np.asarray(wgrad, dtype=float)
+    m_b = np.where(delay_wgrad, dgrad, dgrad + wgrad)
+    compute = dgrad + wgrad + np.asarray(experts_fwd)
+    first = np.maximum(c_b, np.asarray(pre_fwd) + f * c_b)
+    middle = np.maximum(
+        np.maximum(np.maximum(dgrad + wgrad, c_f) + experts_fwd, np.maximum(c_f, m_b) + c_b),
+        compute + f * np.minimum(c_f + c_b, compute),
+    )
+    last = np.maximum(c_f, np.asarray(pre_bwd) + f * c_f)
+    return first + middle + last
+
+
 def overlapped_exposure_s(
     comm_fwd: ArrayLike,
     comm_bwd: ArrayLike,
@@ -189,36 +245,38 @@ def overlapped_exposure_s(
     *,
     overlap: ArrayLike,
     sm_share: ArrayLike,
+    delay_wgrad: ArrayLike = False,
+    unpaired: ArrayLike = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) exposed dispatch of one MoE layer per micro-batch.
 
     With --overlap-moe-expert-parallel-comm Megatron-Core runs one micro-batch's forward beside
-    another's backward, layer by layer, in three steps on two streams (Megatron-LM
-    megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run;
-    DeepSeek-V3 §3.2.1):
-
-        comm:    combine_bwd    | dispatch_fwd    → dispatch_bwd            | combine_fwd
-        compute: pre_dispatch_f | mlp_bwd (dgrad) → mlp_bwd_dw, then mlp_fwd | pre_dispatch_b
-
-    dispatch_bwd needs mlp_bwd's output and mlp_fwd dispatch_fwd's, so the middle step is two pairs.
-    Each all-to-all c (half of a direction's dispatch + combine) hides only behind its partner X,
-    and while it runs its kernels hold a share f of the SMs (``comm_sm_share``), slowing X: a pair
-    takes max(c, X + f·c), exposing max(c, X + f·c) − X. ``pre_*``: the attention half, the
-    shared experts, router and permutation; ``experts_*``: the routed experts' GEMMs and activation
-    (the backward: dgrad and wgrad, half each). Without the overlap every all-to-all is exposed.
-    The overlapped pairs never take longer than X + c, so the overlap never costs time.
-    """
+    another's backward, layer by layer (DeepSeek-V3 §3.2.1): the combined step ``combined_step_s``,
+    each all-to-all c half of a direction's dispatch + combine, the expert backward half dgrad, half
+    wgrad. Exposed: E = step − (P_f + M_f + P_b + M_b), split between the directions as their
+    communication is. The warm-up forwards and cool-down backwards run alone (``unpaired_share`` u):
+    E̅ = (1 − u)·E + u·(comm_fwd + comm_bwd). Without the overlap every all-to-all is exposed. The
+    overlap never costs time here (each pair is at most its two parts back to back)."""
     overlap = np.asarray(overlap)
-    f = np.asarray(sm_share, dtype=float)
-    c_f, c_b = 0.5 * np.asarray(comm_fwd), 0.5 * np.asarray(comm_bwd)
-    dgrad = wgrad = 0.5 * np.asarray(experts_bwd)
-
-    def pair(c, X):
-        return np.maximum(c, X + f * c) - X
-
-    fwd = pair(c_f, dgrad) + pair(c_f, pre_bwd)  # dispatch_fwd beside dgrad, combine_fwd beside pre_dispatch_b
-    bwd = pair(c_b, pre_fwd) + pair(c_b, wgrad + np.asarray(experts_fwd))
-    return np.where(overlap, fwd, comm_fwd), np.where(overlap, bwd, comm_bwd)
+    comm_fwd, comm_bwd = np.asarray(comm_fwd, dtype=float), np.asarray(comm_bwd, dtype=float)
+    half = 0.5 * np.asarray(experts_bwd, dtype=float)
+    step = combined_step_s(
+        0.5 * comm_fwd,
+        0.5 * comm_bwd,
+        pre_fwd,
+        experts_fwd,
+        pre_bwd,
+        half,
+        half,
+        sm_share=sm_share,
+        delay_wgrad=delay_wgrad,
+    )
+    work = np.asarray(pre_fwd) + np.asarray(experts_fwd) + np.asarray(pre_bwd) + 2 * half
+    u = np.asarray(unpaired, dtype=float)
+    total = comm_fwd + comm_bwd
+    exposed = (1 - u) * np.maximum(step - work, 0.0) + u * total
+    share = np.where(total > 0, comm_fwd / np.maximum(total, 1e-30), 0.5)
+    return np.where(overlap, exposed * share, comm_fwd), np.where(overlap, exposed * (1 - share), comm_bwd)
 
 
 # Eager ops a MoE layer issues per local expert and micro-batch (Megatron-Core TEGroupedMLP over

@@ -32,16 +32,24 @@ def bubble_time_s(stage_sum: ArrayLike, slowest: ArrayLike, vpp: ArrayLike) -> n
     return (np.asarray(stage_sum) - np.asarray(slowest)) / np.asarray(vpp)
 
 
-def in_flight_microbatches(p: ArrayLike, m: ArrayLike, vpp: ArrayLike, i: ArrayLike) -> np.ndarray:
+def in_flight_microbatches(
+    p: ArrayLike, m: ArrayLike, vpp: ArrayLike, i: ArrayLike, *, a2a_overlap: ArrayLike = False, layers: ArrayLike = 1
+) -> np.ndarray:
     """Micro-batches whose activations stage i holds at its peak, in units of the whole stage.
 
     1F1B (vpp = 1): min(p − i, m) (Megatron schedules.py: warm-up p − i − 1, plus one).
     Interleaved: min(m·vpp, 2(p − i − 1) + (vpp − 1)·p + 1) chunks of 1/vpp of the stage; for
     stage 0 that is p·(1 + (p − 1)/(p·vpp)) (Korthikanti et al. 2022, §4.2.3).
+    With --overlap-moe-expert-parallel-comm (``a2a_overlap``) the interleaved warm-up runs one more
+    forward chunk (schedules.py get_pp_rank_microbatches @ d98e8a64: "one extra micro-batch forward step
+    before the 1f1b stages"); without pipelining each combined step runs the next micro-batch's forward
+    layer by layer beside this one's backward (combined_1f1b.py), so one more layer of the ``layers``
+    the stage holds is alive at the peak: 1 + 1/layers.
     """
     p, m, vpp, i = (np.asarray(x) for x in (p, m, vpp, i))
-    one_f_one_b = np.minimum(p - i, m)
-    chunks = np.minimum(m * vpp, 2 * (p - i - 1) + (vpp - 1) * p + 1)
+    overlap = np.asarray(a2a_overlap, dtype=bool)
+    one_f_one_b = np.minimum(p - i, m) + np.where(overlap & (p == 1) & (m > 1), 1.0 / np.maximum(layers, 1), 0.0)
+    chunks = np.minimum(m * vpp, 2 * (p - i - 1) + (vpp - 1) * p + 1 + overlap)
     return np.where(vpp > 1, chunks / vpp, one_f_one_b).astype(float)
 
 

@@ -131,7 +131,7 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
 
     whole, layer_input = mean("whole"), dense["input"]
     largest = np.maximum((st["dense"] > 0) * dense["whole"], (st["moe"] > 0) * moe_layer["whole"])
-    in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i)
+    in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i, a2a_overlap=lt.a2a_overlap, layers=n)
     chunk = n / lt.vpp  # layers of one model chunk on this stage
     # full: uniform keeps the input of every group of N layers and re-runs a group at a time; block keeps
     # the input of its first k layers of each chunk and everything of the rest (megatron/core/recompute.py)

@@ -60,6 +60,9 @@ def _run(row: dict) -> Run:
         # 26.06 on: the experts as TE's fused grouped MLP (cutedsl_fused_grouped_mlp, v0.5.0
         # scripts/performance/configs/*_workload_base_configs.py; perf_recipes/*/common.py at v0.6.0)
         use_transformer_engine_op_fuser=row["te_op_fuser"] == "True",
+        # the A2A overlap always with delayed expert wgrad (Megatron-Bridge v0.2.0 scripts/performance/utils/
+        # helpers.py set_moe_a2a_overlap_overrides; v0.4.0 utils/overrides.py _set_moe_a2a_overlap_overrides)
+        delay_wgrad_compute=row["a2a_overlap"] == "True",
         fp8=fp8,
         fp8_recipe=row["fp8_recipe"] or None,
         moe_flex_dispatcher_backend=row["flex_backend"] or None,

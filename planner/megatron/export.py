@@ -140,6 +140,8 @@ def parallel_flags(req: PlanRequest) -> list[str]:
             flags += ["--moe-flex-dispatcher-backend", o.moe_flex_dispatcher_backend.value]
         if p.overlap_moe_expert_parallel_comm:
             flags.append("--overlap-moe-expert-parallel-comm")
+            if o.delay_wgrad_compute:
+                flags.append("--delay-wgrad-compute")
         if o.moe_shared_expert_overlap:
             flags.append("--moe-shared-expert-overlap")
         if o.use_transformer_engine_op_fuser:

@@ -30,6 +30,7 @@ from planner.megatron.shell import extract_launch
 from planner.megatron.tokenizers import tokenizer_vocab
 from planner.models.spec import ModelSpec
 from planner.plan import StageSplit
+from planner.plan_file import request_from_fields
 from planner.presets import load_model
 from planner.space.grid import stage_layers
 
@@ -171,18 +172,8 @@ def _fp8_recipe(v: dict) -> str:
     return recipe
 
 
-def request_from_megatron(
-    args: MegatronArgs,
-    *,
-    gpus: int | None,
-    model: str | None = None,
-    hardware: str | HardwareSpec | None = None,
-    files: dict[str, str] | None = None,
-    allocator_conf: str | None = None,
-) -> tuple[api.PlanRequest, list[str], list[str]]:
-    """The plan a parsed Megatron-LM argv describes, the notes on how it was read, and the warnings on where
-    the estimate departs from what the command line runs (``allocator_conf``: PYTORCH_CUDA_ALLOC_CONF)."""
-    v, notes = args.values, []
+def _refuse(v: dict) -> None:
+    """Plans the planner cannot price at all: one line naming what is modelled instead."""
     for dest, message in REFUSED.items():
         if v.get(dest):
             raise PlannerError(message)
@@ -192,28 +183,19 @@ def request_from_megatron(
             f"--data-parallel-sharding-strategy {strategy} is not modelled; Megatron FSDP is modelled as "
             "optim_grads_params (ZeRO-3, Megatron's default)"
         )
-    fork = map_fork_flags(args.fork, v, files or {})
-    notes += fork.notes
-    warnings = list(fork.warnings)
+
+
+def _unmodelled(v: dict) -> list[str]:
     unmodelled = [what for dest, what in NOT_MODELLED.items() if _on(v.get(dest))]
     if getattr(v.get("position_embedding_type"), "original", None) == "alibi":
         unmodelled.append("ALiBi attention biases (no position embedding parameters, priced as none)")
     unmodelled += not_modelled(v)
-    if unmodelled:
-        warnings.append(f"not modelled, the estimate leaves out: {'; '.join(unmodelled)}")
-    spec = _model(v, load_model(model) if model else None, fork, args.fork, notes)
-    tp = int(v.get("tensor_model_parallel_size", 1))
-    pp = int(fork.plan.get("pp", v.get("pipeline_model_parallel_size", 1)))
-    cp = int(fork.plan.get("cp", v.get("context_parallel_size") or 1))
-    if gpus is None:
-        raise PlannerError("the world size is unknown: pass --gpus N")
-    b = int(fork.plan.get("micro_batch", v.get("micro_batch_size", 1)))
-    dp = gpus // (tp * pp * cp) if gpus % (tp * pp * cp) == 0 else 1
-    B, how = _global_batch(v, fork, b, dp)
-    if how:
-        notes.append(how)
-    precision = "fp16" if v.get("fp16") else "bf16" if v.get("bf16") else "fp32"
-    options = {
+    return [f"not modelled, the estimate leaves out: {'; '.join(unmodelled)}"] if unmodelled else []
+
+
+def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str | None) -> dict:
+    """The PlanOptions a command line sets (``allocator_conf``: PYTORCH_CUDA_ALLOC_CONF at the launch)."""
+    return {
         "attention_kernel": _attention(v),
         "overlap_grad_reduce": bool(v.get("overlap_grad_reduce") or v.get("ddp_impl") == "torch"),
         "overlap_param_gather": bool(v.get("overlap_param_gather")),
@@ -237,21 +219,21 @@ def request_from_megatron(
         **optimizer_options(v, warnings),
         "moe_flex_dispatcher_backend": "deepep" if v.get("moe_enable_deepep") else v.get("moe_flex_dispatcher_backend"),
         "moe_shared_expert_overlap": bool(v.get("moe_shared_expert_overlap")),
+        "delay_wgrad_compute": bool(v.get("delay_wgrad_compute")),
         "use_transformer_engine_op_fuser": bool(v.get("use_transformer_engine_op_fuser")),
     }
+
+
+def _parallel(v: dict, fork: ForkPlan, spec: ModelSpec) -> dict:
+    """The ParallelPlan fields a command line sets (dp is derived when the plan is built)."""
+    pp = int(fork.plan.get("pp", v.get("pipeline_model_parallel_size", 1)))
     fsdp = bool(v.get("use_megatron_fsdp") or fork.plan.get("fsdp"))
-    req = api.make_request(
-        model=spec,
-        hardware=hardware,
-        gpus=gpus,
-        global_batch=B,
-        seq_len=v.get("seq_length"),
-        precision=precision,
-        tp=tp,
+    return dict(
+        tp=int(v.get("tensor_model_parallel_size", 1)),
         pp=pp,
         vpp=_vpp(v, spec.num_layers, pp),
-        micro_batch=b,
-        cp=cp,
+        micro_batch=int(fork.plan.get("micro_batch", v.get("micro_batch_size", 1))),
+        cp=int(fork.plan.get("cp", v.get("context_parallel_size") or 1)),
         ep=int(fork.plan.get("ep", v.get("expert_model_parallel_size") or 1)),
         etp=v.get("expert_tensor_parallel_size"),
         fsdp=fsdp,
@@ -266,9 +248,42 @@ def request_from_megatron(
         pipeline_layout=v.get("pipeline_model_parallel_layout"),
         moe_token_dispatcher=_dispatcher(v),
         overlap_moe_expert_parallel_comm=bool(v.get("overlap_moe_expert_parallel_comm")),
-        options=options,
     )
-    return req, notes, warnings
+
+
+def megatron_fields(
+    args: MegatronArgs,
+    *,
+    gpus: int,
+    model: str | None = None,
+    hardware: str | HardwareSpec | None = None,
+    files: dict[str, str] | None = None,
+    allocator_conf: str | None = None,
+) -> tuple[dict, list[str], list[str]]:
+    """The plan's fields a parsed Megatron-LM argv describes (the plan JSON's shape, checked when the plan
+    is built, after any options given beside it), the notes on how it was read, and the warnings on where
+    the estimate departs from what the command line runs (``allocator_conf``: PYTORCH_CUDA_ALLOC_CONF)."""
+    v, notes = args.values, []
+    _refuse(v)
+    fork = map_fork_flags(args.fork, v, files or {})
+    notes += fork.notes
+    warnings = list(fork.warnings) + _unmodelled(v)
+    spec = _model(v, load_model(model) if model else None, fork, args.fork, notes)
+    parallel = _parallel(v, fork, spec)
+    mp = parallel["tp"] * parallel["pp"] * parallel["cp"]
+    B, how = _global_batch(v, fork, parallel["micro_batch"], gpus // mp if gpus % mp == 0 else 1)
+    if how:
+        notes.append(how)
+    precision = "fp16" if v.get("fp16") else "bf16" if v.get("bf16") else "fp32"
+    data = {
+        "model_spec": spec,
+        "hardware": hardware,
+        "gpus": gpus,
+        "training": {"global_batch": B, "seq_len": v.get("seq_length"), "precision": precision},
+        "parallel": parallel,
+        "options": _options(v, spec, warnings, allocator_conf),
+    }
+    return data, notes, warnings
 
 
 def _dispatcher(v: dict) -> str:
@@ -298,7 +313,27 @@ def _ub_cfg_path(v: dict, warnings: list[str]) -> str | None:
     return str(path)
 
 
-def import_megatron(
+@dataclass(frozen=True)
+class ImportedFields:
+    """A command line read into the plan's fields, before options beside it and before it is checked."""
+
+    data: dict
+    warnings: tuple[str, ...]
+    argv: list[str]
+    script_gpus: int | None
+    notes: tuple[str, ...]
+    world_text: str  # how the launch gives its world size, for errors ("the script's 8 GPUs (nproc 8)")
+
+
+def import_megatron(text: str, **kw) -> Imported:
+    """Read a command line or launch script and build its plan (nothing in it is executed); the
+    arguments are ``import_fields``'."""
+    read = import_fields(text, **kw)
+    request = request_from_fields(read.data)
+    return Imported(request, read.warnings, read.argv, read.script_gpus, read.notes)
+
+
+def import_fields(
     text: str,
     *,
     gpus: int | None = None,
@@ -307,8 +342,8 @@ def import_megatron(
     env: dict[str, str] | None = None,
     base_dir: str | None = None,
     extra: str | None = None,
-) -> Imported:
-    """Read a command line or launch script and build its plan (nothing in it is executed). Files the
+) -> ImportedFields:
+    """Read a command line or launch script into the plan's fields (nothing in it is executed). Files the
     script sources or submits are read beside it, in ``base_dir``; ``extra`` flags follow the script's."""
     import shlex
 
@@ -334,7 +369,10 @@ def import_megatron(
             f"did not read {', '.join(launch.unread)} (only files beside the script are read); if it sets values the "
             "launch uses, pass them with --env NAME=VALUE"
         )
-    request, read, departs = request_from_megatron(
+    data, read, departs = megatron_fields(
         args, gpus=world, model=model, hardware=hardware, files=launch.files, allocator_conf=launch.allocator_conf
     )
-    return Imported(request, tuple(warnings + departs), launch.argv, launch.world_size, tuple(notes + read))
+    counts = ", ".join(f"{k} {v}" for k, v in launch.counts.items())
+    world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")
+    warned, said = tuple(warnings + departs), tuple(notes + read)
+    return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text)

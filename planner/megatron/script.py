@@ -94,6 +94,7 @@ COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; ev
     "moe_enable_deepep",
     "moe_flex_dispatcher_backend",
     "moe_shared_expert_overlap",
+    "delay_wgrad_compute",
     "use_transformer_engine_op_fuser",
     "overlap_moe_expert_parallel_comm",
     "pipeline_model_parallel_layout",

@@ -7,9 +7,9 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.padding import Padding
 from rich.text import Text
 
-from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS
 from planner.report import memory as memory_report
 from planner.report.layout import KEEP, Column, FittedTable, plain_table, plan_text, table_width
+from planner.result import MEMORY_TERMS, TIME_TERMS
 
 STATE_TERMS = MEMORY_TERMS[:4]  # weights, gradients, optimizer, activations; the rest shown as "other"
 

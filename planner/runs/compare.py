@@ -3,8 +3,8 @@ the difference B − A, the ratio B/A and which plan is better on that line."""
 
 from __future__ import annotations
 
-from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS
 from planner.plan import ParallelPlan
+from planner.result import MEMORY_TERMS, TIME_TERMS
 
 PLAN_FIELDS = (
     "gpus",

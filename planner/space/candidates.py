@@ -4,6 +4,7 @@ cartesian products (no Python loop over plans); pins narrow an axis to one value
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +27,15 @@ MAX_LAYOUT_CHUNKS = 8  # search tries pipeline layouts of up to this many chunks
 
 
 def divisors(n: int) -> np.ndarray:
-    k = np.arange(1, n + 1)
-    return k[n % k == 0]
+    """The divisors of n, ascending (trial division up to √n: fast for any GPU count)."""
+    low = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return np.array(sorted(set(low + [n // k for k in low])), dtype=np.int64)
+
+
+def cp_searched(seq_len: int, c: int) -> bool:
+    """Context-parallel sizes search tries: 1, or c with s divisible by 2·c (Megatron's rule) that
+    leaves each rank at least MIN_CP_TOKENS tokens."""
+    return c == 1 or (seq_len % (2 * c) == 0 and seq_len // c >= MIN_CP_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -169,61 +177,94 @@ def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.
     return {k: np.concatenate([a[k], b[k].astype(a[k].dtype)]) for k in a}
 
 
+def _axis(pinned, values) -> np.ndarray:
+    return np.array([pinned]) if pinned is not None else np.asarray(values)
+
+
 def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     """Every combination of the searched knobs for N GPUs (pins narrow an axis to one value)."""
-    L, B = ctx.model.num_layers, ctx.training.global_batch
+    base = _world_rows(ctx, num_gpus, pins)
+    cols = _split_rows(base, ctx, pins)
+    layout_cols, layouts = _layout_rows(base, ctx, pins, ctx.training.global_batch)
+    cols = _concat(cols, layout_cols)
+    if ctx.model.is_moe:  # whole micro-batches, m % p with interleaving
+        B = ctx.training.global_batch
+        cols = _keep(cols, B % (cols["micro_batch"] * cols["dp"]) == 0)
+        m = B // (cols["micro_batch"] * cols["dp"])
+        cols = _keep(cols, (cols["vpp"] == 1) | ((m >= cols["pp"]) & (m % cols["pp"] == 0)))
+    cols = _recompute_axes(cols, pins)
+    cols = _memory_axes(cols, ctx, pins)
+    if ctx.model.is_moe:
+        cols = _moe_axes(cols, ctx, num_gpus, pins)
+    else:
+        cols["ep"] = np.full(len(cols["tp"]), pins.ep or 1)
+        cols["etp"] = cols["tp"] if pins.etp is None else np.full(len(cols["tp"]), pins.etp)
+        cols["dispatcher"] = np.zeros(len(cols["tp"]), dtype=np.int64)
+        cols["a2a_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
+    return _grid(cols, pins, layouts)
 
-    def axis(pinned, values):
-        return np.array([pinned]) if pinned is not None else np.asarray(values)
 
+def _world_rows(ctx: Context, num_gpus: int, pins: Pins) -> dict[str, np.ndarray]:
+    """Every (tp, cp, pp, dp) whose product is the world; for MoE models only tp inside the NVLink
+    domain and p ≤ L (the MoE knobs multiply: cut here, not in the rules later)."""
     s, model = ctx.training.seq_len, ctx.model
-    cols = {"tp": axis(pins.tp, divisors(num_gpus))}
-    cp_values = [c for c in divisors(num_gpus) if c == 1 or (s % (2 * c) == 0 and s // c >= MIN_CP_TOKENS)]
-    cols = _cross(cols, "cp", axis(pins.cp, cp_values))
-    cols = _cross(cols, "pp", axis(pins.pp, divisors(num_gpus)))
+    cols = {"tp": _axis(pins.tp, divisors(num_gpus))}
+    cp_values = [c for c in divisors(num_gpus) if cp_searched(s, int(c))]
+    cols = _cross(cols, "cp", _axis(pins.cp, cp_values))
+    cols = _cross(cols, "pp", _axis(pins.pp, divisors(num_gpus)))
     cols = _keep(cols, num_gpus % (cols["tp"] * cols["cp"] * cols["pp"]) == 0)
     cols["dp"] = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
     if pins.dp is not None:
         cols = _keep(cols, cols["dp"] == pins.dp)
-    if model.is_moe:  # MoE knobs multiply: tp inside the NVLink domain, p ≤ L here, not in rules later
+    if model.is_moe:
         cols = _keep(cols, tp_in_domain(cols["tp"], nvlink_domain_gpus(ctx.hardware), pins.max_tp))
-        cols = _keep(cols, cols["pp"] <= L)
-    base = dict(cols)
+        cols = _keep(cols, cols["pp"] <= model.num_layers)
+    return cols
+
+
+def _split_rows(base: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[str, np.ndarray]:
+    """The rows that split their layers evenly, accounted or explicitly (not by a layout): every
+    split Megatron accepts for the row's pp, every micro-batch and every interleaving depth."""
+    L, B = ctx.model.num_layers, ctx.training.global_batch
     explicit = pins.first_stage_layers is not None or pins.last_stage_layers is not None
     split_values = [pins.stage_split.code] if pins.stage_split else [0] if explicit else list(SPLIT_CODES.values())
-    cols = _cross(cols, "split", np.array(split_values, dtype=np.int8))
+    cols = _cross(dict(base), "split", np.array(split_values, dtype=np.int8))
     if pins.stage_split is None and not explicit:  # every split Megatron accepts for the row's pp
         accounted = L + np.isin(cols["split"], (1, 3)) + np.isin(cols["split"], (2, 3))
         cols = _keep(cols, (cols["split"] == 0) | ((cols["pp"] > 1) & (accounted % cols["pp"] == 0)))
-    cols = _cross(cols, "micro_batch", axis(pins.micro_batch, divisors(B)))
+    cols = _cross(cols, "micro_batch", _axis(pins.micro_batch, divisors(B)))
     cols = _interleaving(cols, L, pins)
     cols["layout"] = np.full(len(cols["pp"]), -1, dtype=np.int64)
     if pins.pipeline_layout is not None:
         cols = _keep(cols, np.zeros(len(cols["pp"]), dtype=bool))  # the layout places every layer
-    if model.is_moe:  # only the splits Megatron-LM accepts (the rule table would reject the rest)
+    if ctx.model.is_moe:  # only the splits Megatron-LM accepts (the rule table would reject the rest)
         first = np.full(len(cols["pp"]), pins.first_stage_layers or 0)
         last = np.full(len(cols["pp"]), pins.last_stage_layers or 0)
-        lay = stage_layers(L, cols["pp"], cols["split"], first, last)
-        cols = _keep(cols, lay.legal)
-    layout_cols, layouts = _layout_rows(base, ctx, pins, B)
-    cols = _concat(cols, layout_cols)
-    if model.is_moe:  # whole micro-batches, m % p with interleaving
-        cols = _keep(cols, B % (cols["micro_batch"] * cols["dp"]) == 0)
-        m = B // (cols["micro_batch"] * cols["dp"])
-        cols = _keep(cols, (cols["vpp"] == 1) | ((m >= cols["pp"]) & (m % cols["pp"] == 0)))
+        cols = _keep(cols, stage_layers(L, cols["pp"], cols["split"], first, last).legal)
+    return cols
+
+
+def _recompute_axes(cols: dict[str, np.ndarray], pins: Pins) -> dict[str, np.ndarray]:
+    """Recomputation (none, selective, full); full is uniform groups of one layer (Megatron's classic
+    full recomputation) unless pinned; block rows get their layer count from the search, which solves
+    for the fewest that fit (planner.search)."""
     allowed = (pins.recompute,) if isinstance(pins.recompute, Recompute) else pins.recompute
     rc = [r.code for r in allowed] if allowed else list(RECOMPUTE_CODES.values())
     cols = _cross(cols, "recompute", np.array(rc, dtype=np.int8))
     full = cols["recompute"] == 2
     block = pins.recompute_method is RecomputeMethod.BLOCK
     cols["recompute_block"] = full & block
-    # uniform groups of one layer (Megatron's classic full recomputation) unless pinned; block rows get
-    # their layer count from the search, which solves for the fewest that fit (planner.search)
     cols["recompute_layers"] = np.where(full, pins.recompute_num_layers or (0 if block else 1), 0)
+    return cols
+
+
+def _memory_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[str, np.ndarray]:
+    """Sequence parallelism (with tp > 1; always with MoE and tp > 1), the distributed optimizer (with
+    dp > 1 unless pinned) and Megatron FSDP (on the distributed optimizer, with d·c > 1)."""
     sp = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True]
     cols = _cross(cols, "sequence_parallel", np.array(sp))
     cols = _keep(cols, ~cols["sequence_parallel"] | (cols["tp"] > 1))  # SP with t = 1 is the same plan
-    if model.is_moe and pins.sequence_parallel is None:  # Megatron-Core's MoE layer needs SP with tp > 1
+    if ctx.model.is_moe and pins.sequence_parallel is None:  # Megatron-Core's MoE layer needs SP with tp > 1
         cols = _keep(cols, cols["sequence_parallel"] | (cols["tp"] == 1))
     dopt = [pins.distributed_optimizer] if pins.distributed_optimizer is not None else [False, True]
     cols = _cross(cols, "distributed_optimizer", np.array(dopt))
@@ -231,36 +272,17 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     fsdp = [pins.fsdp] if pins.fsdp is not None else [False, True]
     cols = _cross(cols, "fsdp", np.array(fsdp))
     # Megatron FSDP runs on the distributed optimizer (arguments.py: v1 turns it on) and needs d·c > 1
-    cols = _keep(cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1)))
-    if model.is_moe:
-        cols = _moe_axes(cols, ctx, num_gpus, pins)
-    else:
-        cols["ep"] = np.full(len(cols["tp"]), pins.ep or 1)
-        cols["etp"] = cols["tp"] if pins.etp is None else np.full(len(cols["tp"]), pins.etp)
-        cols["dispatcher"] = np.zeros(len(cols["tp"]), dtype=np.int64)
-        cols["a2a_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
+    return _keep(cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1)))
+
+
+def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGrid:
     n = len(cols["tp"])
-    first = np.full(n, pins.first_stage_layers or 0, dtype=np.int64)
-    last = np.full(n, pins.last_stage_layers or 0, dtype=np.int64)
+    names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "sequence_parallel", "recompute")
+    names += ("recompute_block", "recompute_layers", "distributed_optimizer", "fsdp", "split", "layout")
     return PlanGrid(
-        tp=cols["tp"],
-        pp=cols["pp"],
-        dp=cols["dp"],
-        cp=cols["cp"],
-        ep=cols["ep"],
-        etp=cols["etp"],
-        vpp=cols["vpp"],
-        micro_batch=cols["micro_batch"],
-        sequence_parallel=cols["sequence_parallel"],
-        recompute=cols["recompute"],
-        recompute_block=cols["recompute_block"],
-        recompute_layers=cols["recompute_layers"],
-        distributed_optimizer=cols["distributed_optimizer"],
-        fsdp=cols["fsdp"],
-        split=cols["split"],
-        first_layers=first,
-        last_layers=last,
-        layout=cols["layout"],
+        **{name: cols[name] for name in names},
+        first_layers=np.full(n, pins.first_stage_layers or 0, dtype=np.int64),
+        last_layers=np.full(n, pins.last_stage_layers or 0, dtype=np.int64),
         dispatcher=cols["dispatcher"],
         a2a_overlap=cols["a2a_overlap"],
         layouts=tuple(layouts),
@@ -273,11 +295,7 @@ def _moe_axes(cols: dict[str, np.ndarray], ctx: Context, num_gpus: int, pins: Pi
     (ep > 1, alltoall or flex, no full recomputation, interleaving when pp > 1)."""
     model = ctx.model
     eps = [e for e in divisors(model.num_experts) if num_gpus % e == 0]
-
-    def axis(pinned, values):
-        return np.array([pinned]) if pinned is not None else np.asarray(values)
-
-    cols = _cross(cols, "ep", axis(pins.ep, eps))
+    cols = _cross(cols, "ep", _axis(pins.ep, eps))
     if pins.etp is None:
         cols = _cross(cols, "etp_is_tp", np.array([False, True]))
         cols = _keep(cols, ~(cols["etp_is_tp"] & (cols["tp"] == 1)))  # the same plan twice

@@ -170,6 +170,14 @@ RULES: tuple[Rule, ...] = (
         lambda x: "--moe-shared-expert-overlap works only with --moe-token-dispatcher alltoall or flex",
     ),
     Rule(
+        "delay-wgrad-compute needs overlap-moe-expert-parallel-comm",
+        lambda r: r.grid.a2a_overlap if r.options.delay_wgrad_compute else r.everywhere(True),
+        lambda x: (
+            "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm "
+            "(transformer_config.py:3074-3077 @ d98e8a64)"
+        ),
+    ),
+    Rule(
         "overlap-moe-expert-parallel-comm needs ep > 1, alltoall/flex, no full recompute, interleaving with pp > 1",
         _a2a_overlap_ok,
         lambda x: (

@@ -3,18 +3,106 @@
 Legality does not need the costs: the rules of ``planner.space.rules`` and the NVLink-domain rule
 over a reduced grid (no interleaving, micro-batch 1, one recomputation: the most permissive
 values of the knobs the user left free) say whether any plan of a size is legal, in about a
-millisecond per size.
+millisecond per size. Before any grid, ``WorldAxes`` bounds it from arithmetic alone: N must be
+tp·cp·pp·dp with each factor among the few values the rules leave it on any GPU count, so a
+huge or oddly factored N is answered in microseconds.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import numpy as np
 
 from planner.plan import Context, Recompute
-from planner.space.candidates import Pins, candidate_grid, nvlink_domain_gpus, tp_in_domain
+from planner.space.candidates import Pins, candidate_grid, cp_searched, divisors, nvlink_domain_gpus, tp_in_domain
 from planner.space.rules import rule_masks
 
 MAX_SCAN = 4096  # sizes tried on each side of the one asked for
+
+
+def small_divisors(n: int) -> list[int]:
+    return [int(k) for k in divisors(n)]
+
+
+@dataclass(frozen=True)
+class WorldAxes:
+    """The values tp, cp, pp and dp can take on any GPU count (pp None: not bounded, as with a
+    pinned layout or explicit first/last stages). Each is a superset of what the rules accept:
+    tp divides the attention heads and stays in the NVLink domain (``tp_in_domain``); cp is one
+    search tries (``cp_searched``) or the pinned one with s divisible by 2·cp; pp divides L, L + 1
+    or L + 2 (an even or embedding/loss-accounted split; MoE layouts: pp ≤ L); dp divides the global
+    batch over the micro-batch (rule "global batch divisible by micro-batch × dp")."""
+
+    tp: tuple[int, ...]
+    cp: tuple[int, ...]
+    pp: tuple[int, ...] | None
+    dp: tuple[int, ...]
+
+    @classmethod
+    def of(cls, ctx: Context, pins: Pins) -> WorldAxes:
+        model, s, B = ctx.model, ctx.training.seq_len, ctx.training.global_batch
+        heads = np.array(small_divisors(model.num_attention_heads))
+        tp = heads[tp_in_domain(heads, nvlink_domain_gpus(ctx.hardware), pins.max_tp)].tolist()
+        cp = [c for c in small_divisors(s) if cp_searched(s, c)]
+        if pins.cp is not None:
+            cp = [pins.cp] if pins.cp == 1 or s % (2 * pins.cp) == 0 else []
+        L = model.num_layers
+        if pins.pipeline_layout is not None or pins.first_stage_layers or pins.last_stage_layers:
+            pp = None
+        elif model.is_moe:
+            pp = list(range(1, L + 1))
+        else:
+            pp = sorted(set(small_divisors(L) + small_divisors(L + 1) + small_divisors(L + 2)))
+        b = pins.micro_batch or 1
+        dp = small_divisors(B // b) if B % b == 0 else []
+        pick = {"tp": tp, "cp": cp, "pp": pp, "dp": dp}
+        for name in pick:
+            pinned = getattr(pins, name)
+            if pinned is not None and pick[name] is not None:
+                pick[name] = [pinned] if pinned in pick[name] else []
+            elif pinned is not None:
+                pick[name] = [pinned]
+        return cls(*(None if v is None else tuple(v) for v in pick.values()))
+
+    @functools.cached_property
+    def _products(self) -> tuple[frozenset[int], frozenset[int] | None]:
+        """(every t·c·d, every t·c·p·d or None when pp is not bounded): a few thousand integers."""
+        tcd = frozenset(t * c * d for t in self.tp for c in self.cp for d in self.dp)
+        worlds = None if self.pp is None else frozenset(q * p for q in tcd for p in self.pp)
+        return tcd, worlds
+
+    def allows(self, num_gpus: int) -> bool:
+        """Whether some tp·cp·pp·dp from the axes makes ``num_gpus`` (a necessary condition for a legal plan)."""
+        tcd, worlds = self._products
+        if worlds is not None:
+            return num_gpus in worlds
+        return any(num_gpus % q == 0 for q in tcd)
+
+    def largest(self) -> int | None:
+        """The most GPUs any plan can use (None when pp is not bounded)."""
+        if self.pp is None or not (self.tp and self.cp and self.pp and self.dp):
+            return None if self.pp is None else 0
+        return max(self.tp) * max(self.cp) * max(self.pp) * max(self.dp)
+
+    def reason(self, num_gpus: int, global_batch: int) -> str:
+        """Why ``num_gpus`` cannot be tp·cp·pp·dp, in one clause."""
+        largest = self.largest()
+        if largest is not None and num_gpus > largest:
+            return (
+                f"at most {largest:,} GPUs can hold a legal plan (tp ≤ {max(self.tp)} × cp ≤ {max(self.cp)} × "
+                f"pp ≤ {max(self.pp)} × dp ≤ {max(self.dp)}, dp dividing the global batch {global_batch})"
+            )
+        pp = "any pp" if self.pp is None else f"pp ≤ {max(self.pp, default=0)} splitting the layers"
+
+        def listed(values):
+            return ", ".join(map(str, values)) or "none"
+
+        return (
+            f"{num_gpus:,} is not tp·cp·pp·dp with tp in {{{listed(self.tp)}}}, cp in {{{listed(self.cp)}}}, "
+            f"{pp} and dp dividing the global batch {global_batch}"
+        )
 
 
 def _permissive(pins: Pins) -> Pins:
@@ -42,11 +130,20 @@ def has_legal_plan(ctx: Context, num_gpus: int, pins: Pins) -> bool:
 
 def nearest_legal_sizes(ctx: Context, num_gpus: int, pins: Pins) -> list[int]:
     """The nearest GPU count below and the nearest above ``num_gpus`` with a legal plan (either may be missing)."""
-    below = next(
-        (n for n in range(num_gpus - 1, max(num_gpus - MAX_SCAN, 0), -1) if has_legal_plan(ctx, n, pins)), None
-    )
-    above = next((n for n in range(num_gpus + 1, num_gpus + MAX_SCAN) if has_legal_plan(ctx, n, pins)), None)
+    axes = WorldAxes.of(ctx, pins)
+
+    def legal(n: int) -> bool:
+        return axes.allows(n) and has_legal_plan(ctx, n, pins)
+
+    below = next((n for n in range(num_gpus - 1, max(num_gpus - MAX_SCAN, 0), -1) if legal(n)), None)
+    above = next((n for n in range(num_gpus + 1, num_gpus + MAX_SCAN) if legal(n)), None)
     return [n for n in (below, above) if n is not None]
+
+
+def pins_leave_no_world(num_gpus: int, pins: Pins) -> bool:
+    """Whether the pinned tp, pp, cp and dp cannot multiply into ``num_gpus`` (``empty_grid_reason`` says why)."""
+    pinned = [v for v in (pins.tp, pins.pp, pins.cp, pins.dp) if v is not None]
+    return any(num_gpus % v for v in pinned) or num_gpus % int(np.prod(pinned, dtype=object) if pinned else 1) > 0
 
 
 def empty_grid_reason(num_gpus: int, pins: Pins) -> str:

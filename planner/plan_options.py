@@ -1,0 +1,110 @@
+"""The plan options by name (as the command line's option table names them: tp, recompute, tokens,
+account_for_embedding_in_pipeline_split, …) turned into the plan's fields, or into search's context
+and pins. One translation serves explain, export, compare (one plan) and search, sweep (pins)."""
+
+from __future__ import annotations
+
+from planner.errors import PlannerError
+from planner.plan import PlanOptions, Recompute, RecomputeMethod, StageSplit
+
+DEFAULT_HARDWARE = "dgx-a100-superpod"
+BEHAVIOUR = tuple(name for name in PlanOptions.model_fields if name not in ("distribute_saved_activations",))
+LISTS = ("recompute_modules", "cuda_graph_modules")  # comma-separated on the command line
+KNOBS = (
+    "tp",
+    "pp",
+    "dp",
+    "vpp",
+    "micro_batch",
+    "cp",
+    "ep",
+    "etp",
+    "fsdp",
+    "sequence_parallel",
+    "recompute",
+    "recompute_method",
+    "recompute_num_layers",
+    "distributed_optimizer",
+    "moe_token_dispatcher",
+    "overlap_moe_expert_parallel_comm",
+)  # the searched plan options: ParallelPlan fields, search pins
+OVERLAP_PINS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")  # searched PlanOptions
+
+
+def behaviour(values: dict) -> dict:
+    """The PlanOptions the options set."""
+    out = {name: values[name] for name in BEHAVIOUR if name in values}
+    for name in LISTS:
+        if isinstance(out.get(name), str):
+            out[name] = tuple(x.strip() for x in out[name].split(",") if x.strip())
+    return out
+
+
+def stage_split(values: dict) -> StageSplit:
+    return StageSplit.from_flags(
+        values["account_for_embedding_in_pipeline_split"], values["account_for_loss_in_pipeline_split"]
+    )
+
+
+def training(values: dict) -> dict:
+    """The training fields the options set, by make_request's argument names."""
+    return {
+        "global_batch": values["global_batch"],
+        "seq_len": values["seq_len"],
+        "precision": values["precision"],
+        "train_tokens": values["tokens"],
+        "gpu_hour_price": values["gpu_hour_price"],
+    }
+
+
+def knobs(values: dict) -> dict:
+    """The parallel knobs the options set, by ParallelPlan field name, and the explicit end stages."""
+    return {
+        **{k: values[k] for k in KNOBS},
+        "first_stage_layers": values["decoder_first_pipeline_num_layers"],
+        "last_stage_layers": values["decoder_last_pipeline_num_layers"],
+        "pipeline_layout": values["pipeline_layout"],
+    }
+
+
+def flag_fields(values: dict) -> dict:
+    """The plan's fields (the plan JSON's shape, not yet checked) that the plan options describe."""
+    par = knobs(values)
+    par["distributed_optimizer"] = par["distributed_optimizer"] or values["fsdp"]
+    par["stage_split"] = stage_split(values)
+    return {
+        "model": values["model"],
+        "hardware": values["hardware"] or DEFAULT_HARDWARE,
+        "gpus": values["gpus"],
+        "training": training(values),
+        "parallel": par,
+        "options": behaviour(values),
+    }
+
+
+def search_inputs(values: dict):
+    """The request (context) and pins that search's options describe (search, sweep, --min-gpus)."""
+    from planner import api
+    from planner.space.candidates import Pins
+
+    req = api.make_request(
+        model=values["model"],
+        hardware=values["hardware"] or DEFAULT_HARDWARE,
+        **training(values),
+        options=behaviour(values),
+    )
+    split = stage_split(values)
+    explicit = values["decoder_first_pipeline_num_layers"] or values["decoder_last_pipeline_num_layers"]
+    if explicit and split is not StageSplit.EVEN:
+        raise PlannerError(
+            "give either --decoder-first/last-pipeline-num-layers or "
+            "--account-for-embedding/loss-in-pipeline-split, not both (Megatron-LM takes one)"
+        )
+    pinned = knobs(values)
+    pinned["recompute"] = pinned["recompute"] and Recompute(pinned["recompute"])
+    pinned["recompute_method"] = pinned["recompute_method"] and RecomputeMethod(pinned["recompute_method"])
+    overlaps = {k: values.get(k) for k in OVERLAP_PINS}
+    pins = Pins(
+        **pinned, **overlaps, max_tp=values.get("max_tp"), stage_split=None if split is StageSplit.EVEN else split
+    )
+    return req, pins

@@ -1,0 +1,293 @@
+"""Where a plan comes from, and how the options given beside it change it: decided here, once.
+
+A plan comes from one source: the plan options themselves (flags), a saved plan (``--plan``), a
+Megatron-LM command line or launch script (``--megatron-args``, ``--megatron-args-file``), or search's
+best plan for the options (explain and export without ``--tp``/``--pp``). A file source yields the
+plan's fields (the plan JSON's shape, not yet checked); every plan option given beside it is applied
+over those fields, each with a note; the plan is then built and checked once, after the overrides,
+so an override can repair what the file alone would not allow (a TP·PP that does not divide the GPUs).
+
+A new source is a class with ``selectors`` (the options that pick it), ``companions`` (options that
+only make sense with it), ``where`` (how notes name it), ``takes`` (options it reads itself rather
+than applying them over its fields) and ``fields(values)``, and a row of ``SOURCES``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from planner import api
+from planner.errors import PlannerError
+from planner.plan import ParallelPlan, PlanOptions, StageSplit, TrainingSpec
+from planner.plan_file import read_plan_file, request_from_fields, request_from_plan, request_to_json
+from planner.plan_options import KNOBS, OVERLAP_PINS, flag_fields, search_inputs
+
+FLAG_NAMES = {  # option names whose flag is not --name-with-dashes
+    "plan_file": "--plan",
+    "env_pairs": "--env",
+    "pipeline_layout": "--pipeline-model-parallel-layout",
+}
+NOT_PLAN = {"memory_headroom"}  # options given with a plan that do not describe it
+
+
+def flag(name: str) -> str:
+    """The command-line flag of an option name."""
+    return FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+
+
+@dataclass(frozen=True)
+class Fields:
+    """A source's plan, before the options beside it and before it is checked."""
+
+    data: dict  # model or model_spec, hardware, gpus, training, parallel, options (plan JSON's shape)
+    notes: tuple[str, ...] = ()  # "note: ..." and "warning: ..." on how the source was read
+    world: str | None = None  # how the source gives the GPU count, for errors ("the script's 8 GPUs")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The plan the options describe, and the notes to say on stderr about how it was built."""
+
+    request: api.PlanRequest
+    notes: tuple[str, ...] = ()
+    searched: str | None = None  # set when the plan is search's best for the options given
+
+
+class PlanFile:
+    """A plan saved by explain or search --json."""
+
+    selectors = ("plan_file",)
+    companions = {"rank": "--rank picks a plan of a search --json file: give it with --plan FILE"}
+    where = "the plan file"
+    takes = frozenset()
+
+    def fields(self, values: dict) -> Fields:
+        data = read_plan_file(values["plan_file"], values.get("rank"))
+        return Fields(data, (), f"the plan file's {data.get('gpus')} GPUs")
+
+
+class LaunchScript:
+    """A Megatron-LM command line, or a launch script (with --megatron-args: flags added to its launch)."""
+
+    selectors = ("megatron_args_file", "megatron_args")
+    companions = {
+        "env_pairs": "--env sets variables of a launch script: give it with --megatron-args-file or --megatron-args"
+    }
+    where = "the script"
+    takes = frozenset({"model", "hardware", "gpus"})  # the preset base and the world size the import reads
+
+    def fields(self, values: dict) -> Fields:
+        from planner.megatron.importer import import_fields
+
+        path = values.get("megatron_args_file")
+        text = read_text(path) if path else values["megatron_args"]
+        imported = import_fields(
+            text,
+            gpus=values.get("gpus"),
+            model=values.get("model"),
+            hardware=values.get("hardware"),
+            env=dict(env_pair(p) for p in values.get("env_pairs") or ()),
+            base_dir=os.path.dirname(os.path.abspath(path)) if path else None,
+            extra=values.get("megatron_args") if path else None,
+        )
+        notes = [f"warning: {w}" for w in imported.warnings] + [f"note: {n}" for n in imported.notes]
+        gpus, script_gpus = values.get("gpus"), imported.script_gpus
+        if gpus is not None and script_gpus is not None and script_gpus != gpus:
+            notes.append(f"note: --gpus {gpus} overrides the script's {script_gpus} GPUs")
+        if values.get("model"):
+            notes.append(f"note: --model {values['model']}: the script's architecture flags apply over the preset")
+        world = f"--gpus {gpus}" if gpus is not None else imported.world_text
+        return Fields(imported.data, tuple(notes), world)
+
+
+SOURCES = (PlanFile, LaunchScript)  # the flags themselves are the source when none of these is given
+
+
+def _given(values: dict, name: str, given: set[str]) -> bool:
+    value = values.get(name)
+    return name in given or (value is not None and value != () and value is not False)
+
+
+def pick_source(values: dict, given: set[str]):
+    """The file source the options name (None: the plan options are the plan); options that would be
+    silently ignored are refused, naming what they need."""
+    picked = [(S, [o for o in S.selectors if _given(values, o, given)]) for S in SOURCES]
+    picked = [(S, names) for S, names in picked if names]
+    if len(picked) > 1:
+        every = ", ".join(flag(o) for S in SOURCES for o in reversed(S.selectors))
+        raise PlannerError(f"give one of {every}, not {' and '.join(flag(names[0]) for _, names in picked)}")
+    source = picked[0][0] if picked else None
+    for S in SOURCES:
+        for name, message in S.companions.items():
+            if name in given and S is not source:
+                raise PlannerError(message)
+    return source() if source else None
+
+
+def resolve_plan(values: dict, given: set[str], *, search_best: bool = False) -> Resolved:
+    """The plan the options describe. ``values``: every plan option by name (defaults included);
+    ``given``: the names the user gave. A file source with the options given beside it applied over
+    its fields (each with a note), else the plan options; with ``search_best`` and neither tp nor pp
+    given, search's best plan for the options given. The plan is checked once, after the overrides."""
+    source = pick_source(values, given)
+    if source is None:
+        if not values.get("model"):
+            raise PlannerError(
+                "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
+            )
+        if search_best and not ({"tp", "pp"} & given):
+            return _search_best(values, given)
+        gpus = values.get("gpus")
+        return Resolved(build(flag_fields(values), f"--gpus {gpus}"))
+    fields = source.fields(values)
+    selecting = {*source.selectors, *source.companions}
+    names = given - NOT_PLAN - selecting - source.takes
+    data, notes = override_fields(fields.data, {n: values[n] for n in names}, source.where)
+    world = f"--gpus {values['gpus']}" if "gpus" in names else fields.world
+    return Resolved(build(data, world), fields.notes + notes)
+
+
+def _shown(value):
+    return value.value if hasattr(value, "value") else value
+
+
+def _current(data: dict, name: str):
+    if name in ("gpus", "model"):
+        return data.get(name)
+    if name == "hardware":
+        hw = data.get("hardware")
+        return getattr(hw, "name", hw)
+    name = {"tokens": "train_tokens"}.get(name, name)
+    for section in ("parallel", "options", "training"):
+        if name in data[section]:
+            return data[section][name]
+    return None
+
+
+def override_notes(data: dict, overrides: dict, where: str) -> list[str]:
+    """One note per option given over a source: what it overrides, or that the source has it already."""
+    notes = []
+    for name in sorted(overrides):
+        old, shown = _shown(_current(data, name)), _shown(overrides[name])
+        if old is not None and str(old) == str(shown):
+            notes.append(f"note: {flag(name)} {shown} is what {where} has already")
+        else:
+            notes.append(f"note: {flag(name)} {shown} overrides {where}'s {old if old is not None else 'default'}")
+    return notes
+
+
+SPLIT_FLAGS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+LAYER_FLAGS = {
+    "decoder_first_pipeline_num_layers": "first_stage_layers",
+    "decoder_last_pipeline_num_layers": "last_stage_layers",
+}
+WORLD_FIELDS = ("tp", "pp", "cp", "gpus")
+
+
+def override_fields(data: dict, overrides: dict, where: str) -> tuple[dict, tuple[str, ...]]:
+    """A source's fields with plan options (by option name) applied over them, and a note for each.
+    dp is derived again when the world or the model-parallel sizes change and dp is not given;
+    N = tp·cp·pp·dp when dp is given without gpus."""
+    if not overrides:
+        return data, ()
+    notes = override_notes(data, overrides, where)
+    overrides = dict(overrides)
+    if "tokens" in overrides:
+        overrides["train_tokens"] = overrides.pop("tokens")
+    data = {**data, **{k: dict(data[k]) for k in ("training", "parallel", "options")}}
+    if "hardware" in overrides:
+        data["hardware"] = overrides.pop("hardware")
+    if "model" in overrides:
+        data["model"] = overrides.pop("model")
+        data.pop("model_spec", None)
+    par = data["parallel"]
+    if any(k in overrides for k in SPLIT_FLAGS):
+        old = StageSplit(_shown(par.get("stage_split", "even")))
+        emb = overrides.pop(SPLIT_FLAGS[0], old.embedding_counted)
+        loss = overrides.pop(SPLIT_FLAGS[1], old.loss_counted)
+        par["stage_split"] = StageSplit.from_flags(emb, loss).value
+    for option, field in LAYER_FLAGS.items():
+        if option in overrides:
+            par[field] = overrides.pop(option)
+    if "dp" in overrides and "gpus" not in overrides:
+        data["gpus"] = None  # N = tp·cp·pp·dp
+    elif any(k in overrides for k in WORLD_FIELDS) and "dp" not in overrides:
+        par.pop("dp", None)  # derived again when the plan is built
+    if "gpus" in overrides:
+        data["gpus"] = overrides.pop("gpus")
+    if _shown(overrides.get("recompute", "full")) != "full":  # the source's full-recomputation method goes with it
+        par.pop("recompute_method", None) if "recompute_method" not in overrides else None
+        par.pop("recompute_num_layers", None) if "recompute_num_layers" not in overrides else None
+    if overrides.get("fsdp"):
+        overrides.setdefault("distributed_optimizer", True)  # Megatron FSDP shards the optimizer too
+    for name, value in overrides.items():
+        for section, spec in (("parallel", ParallelPlan), ("options", PlanOptions), ("training", TrainingSpec)):
+            if name in spec.model_fields:
+                data[section][name] = value
+                break
+        else:
+            raise PlannerError(f"{flag(name)} does not describe the plan, so it cannot change one")
+    return data, tuple(notes)
+
+
+def build(data: dict, world: str | None = None) -> api.PlanRequest:
+    """The request of a plan's fields, checked: dp is N/(t·p·c) when not given, and a GPU count that
+    t·p·c does not divide is an error naming where that count came from (``world``)."""
+    par = data["parallel"]
+    gpus = data.get("gpus")
+    if par.get("dp") is None and gpus is not None:
+        tp, pp, cp = (par.get(k) or 1 for k in ("tp", "pp", "cp"))
+        mp = tp * pp * cp
+        if gpus % mp:
+            nearby = " or ".join(map(str, sorted({max(mp, gpus // mp * mp), (gpus // mp + 1) * mp})))
+            said = world or f"--gpus {gpus}"
+            fix = "" if said.startswith("--gpus") else "; give --gpus N, or --tp/--pp/--cp that divide it"
+            raise PlannerError(
+                f"{said} {'is' if said.startswith('--gpus') else 'are'} not divisible by tp·pp·cp = {mp} "
+                f"(tp {tp} × pp {pp} × cp {cp}); allowed: a multiple of {mp}, e.g. {nearby}{fix}"
+            )
+    return request_from_fields(data)
+
+
+def override_request(req: api.PlanRequest, overrides: dict, where: str = "the plan") -> api.PlanRequest:
+    """``req`` with some plan options (by option name) changed (compare's --a and --b)."""
+    data = {**request_to_json(req), "hardware": req.ctx.hardware}
+    changed, _ = override_fields(data, overrides, where)
+    return build(changed, f"{where}'s {req.gpus} GPUs" if "gpus" not in overrides else None)
+
+
+def _search_best(values: dict, given: set[str]) -> Resolved:
+    """Search's best plan for the options given: the knobs given are pinned, the rest searched."""
+    from planner.search import search
+
+    searched = {*KNOBS, *OVERLAP_PINS}  # left to search unless given, as `megaplan search` does
+    req, pins = search_inputs({k: v if k in given or k not in searched else None for k, v in values.items()})
+    if values.get("gpus") is None:
+        raise PlannerError(
+            "Missing option '--gpus' (without --tp and --pp the best plan on N GPUs is searched; "
+            "or give --tp and --pp)."
+        )
+    result = search(req.ctx, values["gpus"], pins, top=1, memory_headroom=values.get("memory_headroom"))
+    best = request_from_plan(result.plans[0], hardware=req.ctx.hardware)
+    pins_given = sorted(given & set(KNOBS))
+    pinned_text = f"; pinned {' '.join(flag(k) for k in pins_given)}" if pins_given else ""
+    note = f"search's best of {result.feasible:,} plans that fit (no --tp/--pp given{pinned_text})"
+    return Resolved(best, searched=note)
+
+
+def read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as err:
+        raise PlannerError(f"cannot read {path!r}: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise PlannerError(f"{path!r} is not a text file") from err
+
+
+def env_pair(pair: str) -> tuple[str, str]:
+    name, sep, value = pair.partition("=")
+    if not sep or not name:
+        raise PlannerError(f"--env {pair!r}: expected VAR=VALUE")
+    return name, value
