@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner import api
+from planner.costs import flops
 from planner.costs.communication import (
     connection_limited,
     pipelined_rs_s,
@@ -21,6 +22,7 @@ from planner.costs.communication import (
     ub_sm_charge_s,
 )
 from planner.costs.estimate import evaluate
+from planner.costs.linears import split_gemms_s
 from planner.fidelity.runs import load_runs
 from planner.fidelity.validate import prepare
 from planner.hardware import userbuffers
@@ -170,10 +172,37 @@ def _with_overlap(run_id: str, on: bool) -> float:
     return float(evaluate(PlanGrid.from_plans([req.plan]), req.ctx).iteration_s[0])
 
 
-@pytest.mark.parametrize("run_id", ["DGXC-v25.04-H100-GPT3-175B-bf16-n128", "DGXC-v25.04-H100-Llama3.1-405B-bf16-n512"])
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        "DGXC-v25.04-H100-GPT3-175B-fp8-n128",
+        "DGXC-v25.04-H100-Llama3.1-405B-bf16-n512",
+        "DGXC-v25.04-H100-Llama3.1-405B-fp8-n512",
+    ],
+)
 def test_nvidia_recipes_are_faster_with_tp_overlap(run_id):
     # the DGX Cloud recipes run --tp-comm-overlap on H100 (Bridge's userbuffer presets for these shapes)
     assert _with_overlap(run_id, True) < _with_overlap(run_id, False)
+
+
+def test_chunks_sharing_the_sms_run_at_the_efficiency_of_their_share():
+    # QKV of GPT-3 175B at t = 4, b = 1: M = 2048 tokens, N = 3·12288/4, K = 12288; 4 chunks of 512 rows
+    req = api.make_request(model="gpt3-175b", hardware="dgx-h100-superpod", gpus=8, tp=4, sequence_parallel=True)
+    cal, peak = req.ctx.hardware.calibration, req.ctx.hardware.gpu.peak_flops_per_s(req.ctx.precision)
+    M, N, K = 2048.0, 9216.0, 12288.0
+    F = 2 * M * N * K
+
+    def law(m):  # compute.gemm_efficiency written out
+        x = cal.gemm_half_dim
+        return cal.gemm_efficiency * m / (m + x) * N / (N + x) * K / (K + x)
+
+    g = [flops.Gemm(flops=np.array(F), M=np.array(M), N=np.array(N), K=np.array(K))]
+    alone = split_gemms_s(g, 4, req.ctx, fp8=False)
+    assert float(alone) == pytest.approx(F / (peak * law(512.0)))  # each chunk at 512 rows' efficiency
+    shared = split_gemms_s(g, 4, req.ctx, fp8=False, concurrent=3)
+    assert float(shared) == pytest.approx(F / (peak * law(1536.0)))  # 3 chunks at once: 1536 rows'
+    whole = F / (peak * law(M))
+    assert whole < float(shared) < float(alone)
 
 
 def test_connection_limit_truth_table():

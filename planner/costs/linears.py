@@ -53,19 +53,25 @@ def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
 
 
 UB_COMPUTE_STREAMS = 3  # Transformer Engine comm_gemm_overlap.h NVTE_COMM_OVERLAP_MAX_STREAMS
+# Chunks priced as sharing the SMs: 1, each chunk on its own at the GEMM law's efficiency of its shape.
+# TE runs up to UB_COMPUTE_STREAMS at once (see split_gemms_s); pricing that concurrency moves every
+# TP-overlap run 5-10 % faster, which the calibrated GEMM factors (fitted with the per-chunk price)
+# must be refitted for: docs/cost-model.md §4.
+UB_CONCURRENT_CHUNKS = 1
 
 
-def split_gemms_s(gemms: list, n, ctx: Context, *, fp8: bool, dim: str = "M") -> np.ndarray:
+def split_gemms_s(gemms: list, n, ctx: Context, *, fp8: bool, dim: str = "M", concurrent: int = 1) -> np.ndarray:
     """GEMMs' time when each runs as n chunks of M/n rows (userbuffers' ring exchange: token blocks)
-    or N/n columns (``dim`` "N": the pipelined reduce-scatter's output column blocks).
+    or N/n columns (``dim`` "N": the pipelined reduce-scatter's output column blocks), each at the
+    GEMM law's efficiency of its shape.
 
-    Transformer Engine issues the chunks round-robin on 3 compute streams (comm_gemm_overlap.cpp,
-    NVTE_COMM_OVERLAP_MAX_STREAMS), so up to 3 whose inputs are there share the SMs and fill each
-    other's last wave: the chunks run at the efficiency of min(3, n)/n of the GEMM, not 1/n. The
-    tail wave of decomposed matmuls is the cost PyTorch's async TP measured and worked around the
-    same way (Wang et al., 'Introducing Async Tensor Parallelism in PyTorch', 2024: H100, Llama 3
-    8B/70B forward 20-29 % faster with the decomposed overlap)."""
-    share = np.minimum(UB_COMPUTE_STREAMS, n) / n
+    ``concurrent`` chunks at once share the SMs and fill each other's last wave, so they run at the
+    efficiency of min(concurrent, n)/n of the GEMM: Transformer Engine issues the chunks round-robin
+    on 3 compute streams (comm_gemm_overlap.cpp, NVTE_COMM_OVERLAP_MAX_STREAMS); the tail wave of
+    decomposed matmuls is the cost PyTorch's async TP names and works around the same way (Wang et
+    al., 'Introducing Async Tensor Parallelism in PyTorch', 2024: H100, Llama 3 8B/70B forward
+    20-29 % faster with the decomposed overlap)."""
+    share = np.minimum(concurrent, n) / n
 
     def block(g):
         if dim == "N":
@@ -102,11 +108,12 @@ PAIR_OPS = {  # the userbuffers GEMMs of a pair, by the row-parallel GEMM that c
 def overlap_times(lt: Letters, ctx: Context, gemms: dict, ins, outs, ub: dict) -> dict:
     """The chunked GEMMs userbuffers runs (``communication.tp_pair_ub_s``) and t."""
     g_in, g_out = [gemms[k] for k in ins], [gemms[k] for k in outs]
+    kw = {"fp8": lt.fp8, "concurrent": UB_CONCURRENT_CHUNKS}
     return {
         "t": lt.t,
-        "in_split_t": split_gemms_s(g_in, lt.t, ctx, fp8=lt.fp8),
-        "out_split_t": split_gemms_s(g_out, lt.t, ctx, fp8=lt.fp8),
-        "out_split_k": split_gemms_s(g_out, ub["out_fprop"]["splits"], ctx, fp8=lt.fp8, dim="N"),
+        "in_split_t": split_gemms_s(g_in, lt.t, ctx, **kw),
+        "out_split_t": split_gemms_s(g_out, lt.t, ctx, **kw),
+        "out_split_k": split_gemms_s(g_out, ub["out_fprop"]["splits"], ctx, dim="N", **kw),
     }
 
 
