@@ -253,3 +253,22 @@ def test_userbuffers_never_hide_more_than_the_whole(g_in, g_out, comm, extra, n_
     f2, b2 = tp_pair_ub_s(2 * comm, 2 * comm, gemm, ub, H100_SMS, 0.0)
     assert float(f1) >= 0 and float(b1) >= 0
     assert float(f2) >= float(f1) - 1e-15 and float(b2) >= float(b1) - 1e-15
+
+
+def test_the_config_file_exports_and_imports_as_megatron_reads_it(tmp_path):
+    from planner.megatron import export
+    from planner.megatron.importer import import_megatron
+
+    f = tmp_path / "ub.yaml"
+    f.write_text("proj_fprop: {method: ring_exchange, num_sm: 1, set_sm_margin: true}\n")
+    kw = dict(model="gpt3-175b", hardware="dgx-h100-superpod", gpus=64, tp=4, pp=8, sequence_parallel=True)
+    req = api.make_request(**kw, options={"tp_comm_overlap": True, "tp_comm_overlap_cfg": str(f)})
+    argv = export.megatron_argv(req)
+    assert argv[argv.index("--tp-comm-overlap-cfg") + 1] == str(f)
+    back = import_megatron(export.flags_text(req), gpus=64, hardware="dgx-h100-superpod")
+    assert back.request.ctx.options == req.ctx.options
+    # a script whose file is not on this machine: said, and the Bridge preset assumed
+    f.unlink()
+    away = import_megatron(export.flags_text(req), gpus=64, hardware="dgx-h100-superpod")
+    assert away.request.ctx.options.tp_comm_overlap_cfg is None
+    assert any("not on this machine" in w for w in away.warnings)

@@ -203,19 +203,24 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         "forward": forward,
         "backward": backward,
         "recompute": recompute,
-        "offload": Formula(
-            f"m × {ctx.options.cpu_offloading_num_layers} layers × "
-            "[max(0, A/W_host − t_fwd) + max(0, A/W_host − t_bwd)], A a layer's activations, "
-            f"W_host {ctx.hardware.memory.host_link_gbytes_per_s:g} GB/s"
-            if ctx.options.cpu_offloading_num_layers
-            else "0 (no CPU offloading)",
-            "Transformer Engine CPU offload context (Megatron-LM transformer_block.py:304-318); "
-            f"hardware preset {ctx.hardware.name}: memory.host_link_gbytes_per_s",
-        ),
+        "offload": offload_formula(ctx),
         "tp_comm": tp,
         "cp_comm": cp,
         "moe_comm": moe_comm,
     }
+
+
+def offload_formula(ctx: Context) -> Formula:
+    """Formula and source of the CPU-offload term."""
+    return Formula(
+        f"m × {ctx.options.cpu_offloading_num_layers} layers × "
+        "[max(0, A/W_host − t_fwd) + max(0, A/W_host − t_bwd)], A a layer's activations, "
+        f"W_host {ctx.hardware.memory.host_link_gbytes_per_s:g} GB/s"
+        if ctx.options.cpu_offloading_num_layers
+        else "0 (no CPU offloading)",
+        "Transformer Engine CPU offload context (Megatron-LM transformer_block.py:304-318); "
+        f"hardware preset {ctx.hardware.name}: memory.host_link_gbytes_per_s",
+    )
 
 
 def recompute_formula(ctx: Context, plan: ParallelPlan) -> Formula:
