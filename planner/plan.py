@@ -217,6 +217,12 @@ class PlanOptions(_Spec):
     moe_shared_expert_overlap: bool = Field(
         False, description="--moe-shared-expert-overlap: shared experts run while tokens are dispatched"
     )
+    moe_flex_dispatcher_num_sms: int | None = Field(
+        None,
+        ge=1,
+        description="--moe-flex-dispatcher-num-sms (--moe-hybridep-num-sms, --moe-deepep-num-sms): SMs the flex "
+        "dispatcher's kernels hold; None: the backend's default",
+    )
     delay_wgrad_compute: bool = Field(
         False,
         description="--delay-wgrad-compute: with the A2A overlap, the experts' weight gradients run beside the "

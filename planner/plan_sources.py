@@ -28,7 +28,7 @@ FLAG_NAMES = {  # option names whose flag is not --name-with-dashes
     "env_pairs": "--env",
     "pipeline_layout": "--pipeline-model-parallel-layout",
 }
-NOT_PLAN = {"memory_headroom"}  # options given with a plan that do not describe it
+NOT_PLAN = {"memory_headroom", "bridge_recipe", "bridge_version"}  # options given with a plan that do not describe it
 
 
 def flag(name: str) -> str:
@@ -101,7 +101,24 @@ class LaunchScript:
         return Fields(imported.data, tuple(notes), world)
 
 
-SOURCES = (PlanFile, LaunchScript)  # the flags themselves are the source when none of these is given
+class BridgeConfig:
+    """A Megatron-Bridge config: an override file or saved ConfigContainer YAML, or overrides over a recipe."""
+
+    selectors = ("bridge_config", "bridge_override")
+    companions = {}
+    where = "the Bridge config"
+    takes = frozenset({"model", "hardware", "gpus"})
+
+    def fields(self, values: dict) -> Fields:
+        from planner.bridge.importer import read_bridge_source
+
+        read, world = read_bridge_source(values)
+        return Fields(
+            read.data, tuple(f"warning: {w}" for w in read.warnings) + tuple(f"note: {n}" for n in read.notes), world
+        )
+
+
+SOURCES = (PlanFile, LaunchScript, BridgeConfig)  # the flags themselves are the source when none of these is given
 
 
 def _given(values: dict, name: str, given: set[str]) -> bool:

@@ -14,7 +14,7 @@ with it, and among ties the plans with fewer risky features and room to spare co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -235,7 +235,8 @@ def search(
     if pins.recompute_method is None and _full_allowed(pins):
         scored = _with_block_recompute(scored, capacity)
     fits = scored.peak <= capacity
-    rejected = {names[k]: int(np.sum(first_broken == k)) for k in range(len(names)) if np.any(first_broken == k)}
+    broken = np.bincount(first_broken + 1, minlength=len(names) + 1)[1:]
+    rejected = {names[k]: int(broken[k]) for k in range(len(names)) if broken[k]}
     if np.any(~fits):
         rejected[FITS_RULE] = int(np.sum(~fits))
     if not np.any(fits):
@@ -334,6 +335,7 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float)
 
 
 SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on
+FAMILY_FIELDS = tuple(f for f in FIELDS if f not in ("micro_batch", "layouts", *SAME_MEMORY))
 
 
 def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails) -> np.ndarray:
@@ -344,17 +346,13 @@ def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails) -> np.ndarray:
     values = np.empty(len(idx))
     if not len(idx):
         return values
-    keys = [getattr(grid, f.name)[idx] for f in fields(grid) if f.name not in ("micro_batch", "layouts", *SAME_MEMORY)]
-    digest = np.zeros(len(idx), dtype=np.uint64)  # a hash to sort by; the comparison below keeps it exact
-    for col in keys:
-        digest = digest * np.uint64(1_000_003) + np.asarray(col).astype(np.uint64)
     b = grid.micro_batch[idx]
-    order = np.lexsort([b, digest])
-    new_family = np.zeros(len(idx), dtype=bool)
-    for col in keys:
-        ranked = col[order]
-        new_family[1:] |= ranked[1:] != ranked[:-1]
+    family = _family_keys(grid, idx)
+    order = np.lexsort([b, family])
+    ranked = family[order]
+    new_family = np.empty(len(idx), dtype=bool)
     new_family[0] = True
+    new_family[1:] = ranked[1:] != ranked[:-1]
     ranked_b = b[order]
     new_sub = new_family.copy()
     new_sub[1:] |= ranked_b[1:] != ranked_b[:-1]
@@ -384,6 +382,25 @@ def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_si
     elif suggest_sizes and not near:
         allowed = "; no GPU count nearby has one"
     return f"no legal plan for {ctx.model.name} on {num_gpus:,} GPUs; {why}{allowed}"
+
+
+def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
+    """One integer per plan of ``idx`` that is equal exactly when every field but the micro-batch and
+    ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum; renumbered by
+    ``np.unique`` before it could overflow)."""
+    key, span = np.zeros(len(idx), dtype=np.int64), 1
+    for name in FAMILY_FIELDS:
+        col = getattr(grid, name)[idx].astype(np.int64)
+        low = int(col.min())
+        width = int(col.max()) - low + 1
+        if width == 1:
+            continue
+        if span * width >= 2**62:
+            _, key = np.unique(key, return_inverse=True)
+            key, span = key.reshape(-1).astype(np.int64), int(key.max()) + 1
+        key = key * width + (col - low)
+        span *= width
+    return key
 
 
 def _nothing_fits(

@@ -119,6 +119,42 @@ def test_comm_sm_share_by_dispatcher():
     assert float(moe.comm_sm_share(2, "hybridep", 148)) == 16 / 148
     assert float(moe.comm_sm_share(2, "deepep", 132)) == 20 / 132
     assert float(moe.comm_sm_share(1, "deepep", 132)) == 32 / 132  # alltoall: NCCL's channels
+    # --moe-flex-dispatcher-num-sms 32, as Megatron-Bridge's performance runs give HybridEP
+    assert float(moe.comm_sm_share(2, "hybridep", 148, 32)) == 32 / 148
+    assert float(moe.comm_sm_share(1, "hybridep", 148, 32)) == 32 / 148  # NCCL's, whatever the flex knob
+
+
+def test_comm_hbm_share_by_hand():
+    """An all-to-all moving M = 100 MB per GPU in c = 0.25 ms reads and writes 200 MB: 0.8 TB/s, a tenth
+    of 8 TB/s of HBM; over the rail (45 GB/s: M/c), 2 × 45 GB/s of 3.35 TB/s = 2.7 %."""
+    assert float(moe.comm_hbm_share(100e6, 0.25e-3, 8e12)) == pytest.approx(0.1)
+    assert float(moe.comm_hbm_share(45e6, 1e-3, 3.35e12)) == pytest.approx(0.0269, abs=1e-4)
+    assert float(moe.comm_hbm_share(1e9, 1e-6, 8e12)) == 1.0  # never more than all of it
+    assert float(moe.comm_hbm_share(1e9, 0.0, 8e12)) == 0.0  # nothing to hide
+
+
+def test_contention_mixes_sms_and_hbm_by_the_memory_bound_share():
+    """Qwen3-30B on 8 GB200 (EP 8, HybridEP with 32 SMs, the A2A overlap): f = 32/148; the MoE layer's
+    share f_eff = (1 − μ)·f + μ·g lies between the two and the layer runs no faster for it."""
+    req = make_request(
+        model="qwen3-30b-a3b", hardware=load_hardware("gb200-nvl72"), gpus=8, ep=8, micro_batch=4,
+        global_batch=512, moe_token_dispatcher="flex", overlap_moe_expert_parallel_comm=True,
+        options=dict(moe_flex_dispatcher_backend="hybridep", moe_flex_dispatcher_num_sms=32),
+    )  # fmt: skip
+    lt = Letters(PlanGrid.from_plans([req.plan]), req.ctx)
+    parts = blocks.layer_parts(lt, req.ctx)
+    attn, block = parts["attention"], parts["moe"]
+    mu = (attn["mem"] + block["mem"]) / (attn["fwd"] + attn["bwd"] + block["fwd"] + block["bwd"])
+    hw = req.ctx.hardware
+    dispatch = blocks._dispatch_s(lt, req.ctx, block["a2a_bytes"] / (lt.act_bytes * lt.h))
+    g = moe.comm_hbm_share(
+        block["a2a_bytes"], 0.25 * dispatch, hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
+    )
+    f = 32 / hw.gpu.sm_count
+    got = blocks._comm_share(lt, req.ctx, dispatch, block["a2a_bytes"], mu)
+    got, mu, g = (float(np.ravel(x)[0]) for x in (got, mu, g))
+    assert got == pytest.approx((1 - mu) * f + mu * g)
+    assert 0 < mu < 1 and min(f, g) <= got <= max(f, g)
 
 
 @pytest.mark.parametrize(
@@ -214,6 +250,7 @@ def _qwen3_30b_h100_ab(dispatcher: str, overlap: bool, *, delay_wgrad: bool = Fa
     if dispatcher == "flex":
         opts |= dict(
             moe_flex_dispatcher_backend="hybridep",
+            moe_flex_dispatcher_num_sms=32,
             cuda_graph_impl="transformer_engine",
             cuda_graph_modules=("moe_router", "moe_preprocess"),
         )

@@ -14,35 +14,43 @@ from planner.errors import PlannerError
 
 BAD_INPUT = 2
 COMMAND_MODULES = ("catalog", "plans", "runs")  # planner.cli modules whose commands register on `cli`
+MODULE_OF = {  # where each command lives, so running one imports only its module (any other: all of them)
+    **dict.fromkeys(("presets", "validate", "calibrate"), "catalog"),
+    **dict.fromkeys(("explain", "export", "compare"), "plans"),
+    **dict.fromkeys(("search", "sweep"), "runs"),
+}
 
 
 class _Commands(dict):
     """The commands of ``cli``, their modules imported on first use: ``megaplan --version`` needs none
-    of them (nor numpy, pydantic or rich), and starts in a tenth of the time."""
+    of them (nor numpy, pydantic or rich), and ``megaplan search`` only its own."""
 
     loaded = False
 
-    def _load(self) -> None:
-        if not self.loaded:
-            self.loaded = True
-            import importlib
+    def _load(self, key: str | None = None) -> None:
+        import importlib
 
+        if key in MODULE_OF and not dict.__contains__(self, key):
+            importlib.import_module(f"planner.cli.{MODULE_OF[key]}")
+            examples_last(cli, dict.get(self, key))
+        if not self.loaded and not dict.__contains__(self, key):
+            self.loaded = True
             for name in COMMAND_MODULES:
                 importlib.import_module(f"planner.cli.{name}")
             examples_last(cli)
 
     def __missing__(self, key):
-        self._load()
+        self._load(key)
         if dict.__contains__(self, key):
             return dict.__getitem__(self, key)
         raise KeyError(key)
 
     def get(self, key, default=None):
-        self._load()
+        self._load(key)
         return dict.get(self, key, default)
 
     def __contains__(self, key) -> bool:
-        self._load()
+        self._load(key)
         return dict.__contains__(self, key)
 
     def __iter__(self):
@@ -127,9 +135,36 @@ def echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
+def overwrite_option(f):
+    """--overwrite: replace an output file that exists (never done without it)."""
+    return click.option("--overwrite", is_flag=True, help="Replace the output file if it exists.")(f)
+
+
+def refuse_existing(option: str, path: str | None, overwrite: bool) -> None:
+    """Stop, before any work, when ``path`` (the file ``option`` names) exists and --overwrite is not given."""
+    import os
+
+    if path and os.path.exists(path) and not overwrite:
+        raise PlannerError(f"{option}: {path} exists; pass --overwrite to replace it")
+
+
+def one_output(**flags: bool) -> None:
+    """Refuse output options that exclude each other (--json --csv): one line, exit 2."""
+    given = [name for name, on in flags.items() if on]
+    if len(given) > 1:
+        raise PlannerError(f"{' and '.join(given)}: choose one output format")
+
+
 def csv_option(f):
-    """--csv: print a CSV table instead of the rich one (for spreadsheets)."""
-    return click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")(f)
+    """--csv: print a CSV table instead of the rich one (for spreadsheets); refused beside --json."""
+    import functools
+
+    @functools.wraps(f)
+    def checked(*args, **kw):
+        one_output(**{"--json": kw.get("as_json", False), "--csv": kw.get("as_csv", False)})
+        return f(*args, **kw)
+
+    return click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")(checked)
 
 
 @contextmanager
@@ -163,9 +198,12 @@ def say_warnings(ctx, gpus: int, pj: dict | None = None) -> None:
         click.echo(f"megaplan: warning: {warning}", err=True)
 
 
-def examples_last(group: click.Group) -> None:
-    """Move each command's examples from its help text to the end of its --help, after the options."""
-    for command in [group, *group.commands.values()]:
+def examples_last(group: click.Group, only: click.Command | None = None) -> None:
+    """Move each command's examples (or only ``only``'s) from its help text to the end of its --help, after
+    the options."""
+    for command in [only] if only is not None else [group, *group.commands.values()]:
+        if command is None:
+            continue
         _examples_to_epilog(command)
         if isinstance(command, click.Group) and command is not group:
             examples_last(command)

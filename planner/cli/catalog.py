@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from planner.cli import cli, console, csv_option, echo_json, progress
+from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing
 from planner.errors import PlannerError
 from planner.presets import KINDS, load_spec, preset_names, preset_text
 from planner.report import fidelity as report_fidelity
@@ -186,11 +186,25 @@ def validate(as_json: bool, regret: bool, as_csv: bool) -> None:
 @click.option("--hardware", help="With --from-log: the preset (or YAML) your cluster starts from; else fit only it.")
 @click.option("--gpus", type=click.IntRange(min=1), help="With --from-log: the world size, if neither file says.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="With --from-log: the hardware YAML to write.")
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@overwrite_option
+@click.option("--force", is_flag=True, help="With --from-log: write --output even when the factors cannot reach a run.")
 @click.option("--moe", "moe", is_flag=True, help="Fit the MoE rows' one factor (host time per per-expert op) instead.")
-def calibrate(as_json, write_dir, loso, logs, scripts, hardware, gpus, output, force, moe) -> None:
+def calibrate(as_json, write_dir, loso, logs, scripts, hardware, gpus, output, overwrite, force, moe) -> None:
     """Fit the hardware presets' efficiency factors, with their uncertainties, to the published runs
-    (a few minutes); or, with --from-log, to your own runs; or, with --moe, the MoE rows' one factor.
+    (about 30 s on a free core, --no-loso a third of that); or, with --from-log, to your own runs (a
+    few seconds); or, with --moe, the MoE rows' one factor.
+
+    --from-log reads the lines Megatron-LM's training loop prints (any --log-interval; the first
+    interval, which carries start-up, is left out; no batch-size ramp-up):
+
+    \b
+      iteration 20/100 | ... | elapsed time per iteration (ms): 5123.4 |
+          throughput per GPU (TFLOP/s/GPU): 480.2 | ... | global batch size: 1024 | ...
+      using world size: 64, data-parallel size: 8, ...        (optional)
+      [Rank 0] ... memory (MB) | allocated: ... | max allocated: ...   (optional)
+
+    A run the factors cannot reach within their bands is named with the assumption that likely
+    differs (precision, overlap, GPU count, hardware) and nothing is written unless --force.
 
     \b
     Examples:
@@ -211,7 +225,7 @@ def calibrate(as_json, write_dir, loso, logs, scripts, hardware, gpus, output, f
         return echo_json(out) if as_json else console().print(report_fidelity.moe_calibration_view(out))
 
     if logs or scripts or output:
-        return _from_logs(logs, scripts, hardware, gpus, output, force, as_json)
+        return _from_logs(logs, scripts, hardware, gpus, output, (overwrite, force), as_json)
     if hardware and hardware not in cal.FITTED:
         raise PlannerError(f"--hardware {hardware!r} has no published runs to fit; fitted: {', '.join(cal.FITTED)}")
     total = cal.calibration_steps(loso=loso, only=hardware)  # the fits and the validation
@@ -228,7 +242,7 @@ def _labelled(step, what: str):
     return lambda description=None: step(f"{what}: {description}" if description else None)
 
 
-def _from_logs(logs, scripts, hardware, gpus, output, force, as_json) -> None:
+def _from_logs(logs, scripts, hardware, gpus, output, overwrite_force, as_json) -> None:
     from pathlib import Path
 
     from planner.fidelity import from_log
@@ -245,22 +259,25 @@ def _from_logs(logs, scripts, hardware, gpus, output, force, as_json) -> None:
         )
     if not output:
         raise PlannerError("-o/--output: name the hardware YAML to write (for example my-cluster.yaml)")
-    if Path(output).exists() and not force:
-        raise PlannerError(f"-o/--output: {output} exists; pass --force to overwrite it")
+    overwrite, force = overwrite_force
+    refuse_existing("-o/--output", output, overwrite)
     hw = load_hardware(hardware or "dgx-h100-superpod")
     pairs = zip(logs, scripts if len(scripts) == len(logs) else scripts * len(logs), strict=True)
     logged = [from_log.logged_run(log, script, hardware=hw, gpus=gpus) for log, script in pairs]
     result = from_log.calibrate_from_logs(logged, hw)
-    base = from_log.base_text(hardware or "dgx-h100-superpod")
-    text = from_log.calibrated_yaml(base, hw, result, logged, Path(output).stem)
-    Path(output).write_text(text)
-    out = {
-        "hardware": hw.name,
-        "output": output,
-        "fit": result.to_json(),
-        "runs": from_log.run_rows(logged, result, hw),
-    }
+    rows = from_log.run_rows(logged, result, hw)
+    unreached = from_log.unreached(rows, logged, result, hw)
+    written = not unreached or force
+    if written:
+        base = from_log.base_text(hardware or "dgx-h100-superpod")
+        Path(output).write_text(from_log.calibrated_yaml(base, hw, result, logged, Path(output).stem))
+    out = {"hardware": hw.name, "output": output if written else None, "fit": result.to_json(), "runs": rows}
+    out["unreached"] = unreached
     if as_json:
         echo_json(out)
     else:
         console().print(report_fidelity.log_calibration_view(out))
+    for line in unreached if written else unreached[1:]:
+        click.echo(f"megaplan: warning: {line}", err=True)
+    if not written:
+        raise PlannerError(f"{unreached[0]}; nothing written (--force writes {output} anyway)")

@@ -40,6 +40,20 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         plan_only=True,
     ),
     Option(
+        ("--bridge-config",),
+        "A Megatron-Bridge override YAML/dotlist or ConfigContainer YAML to read.",
+        type=click.Path(dir_okay=False),
+        plan_only=True,
+    ),
+    Option(
+        ("--bridge-override",),
+        "A Bridge override KEY=VALUE over --bridge-recipe (repeatable).",
+        plan_only=True,
+        extra={"multiple": True, "metavar": "KEY=VALUE"},
+    ),
+    Option(("--bridge-recipe",), "Megatron-Bridge base recipe (import: its fields; export: the base).", plan_only=True),
+    Option(("--bridge-version",), "Megatron-Bridge tag: v0.2.1 or v0.6.0 [default: v0.6.0].", plan_only=True),
+    Option(
         ("--env", "env_pairs"),
         "Set a variable of the launch script (e.g. --env MODEL_SIZE=76B); repeatable.",
         plan_only=True,
@@ -204,6 +218,12 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         solo=True,
     ),
     Option(
+        ("--moe-flex-dispatcher-num-sms",),
+        "SMs the flex dispatcher's kernels hold (default: the backend's, DeepEP 20, HybridEP 16).",
+        None,
+        click.IntRange(min=1),
+    ),
+    Option(
         ("--delay-wgrad-compute",),
         "With --overlap-moe-expert-parallel-comm: the experts' weight gradients run beside the backward dispatch.",
         False,
@@ -265,6 +285,20 @@ def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
     return api.PlanRequest(
         ctx=api.Context(req.ctx.model, req.ctx.hardware, training, req.ctx.options), plan=req.plan, gpus=req.gpus
     )
+
+
+def note_full_only(kw: dict) -> None:
+    """--recompute-method block/--recompute-num-layers without --recompute full, where search fills in
+    the plan: say that they pin only the plans with full recomputation instead of dropping them silently."""
+    given = [f"--recompute-method {kw['recompute_method']}"] if kw.get("recompute_method") == "block" else []
+    given += [f"--recompute-num-layers {kw['recompute_num_layers']}"] if kw.get("recompute_num_layers") else []
+    if given and kw.get("recompute") != "full":
+        verb = "apply" if len(given) > 1 else "applies"
+        click.echo(
+            f"megaplan: note: {' and '.join(given)} {verb} only to plans with full recomputation; plans with "
+            "selective or no recomputation are searched as well (add --recompute full to keep only those)",
+            err=True,
+        )
 
 
 def dest(opt: Option) -> str:

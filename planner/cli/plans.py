@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from planner import api
-from planner.cli import cli, console, csv_option, echo_json, say_notes, say_warnings
-from planner.cli.options import plan_options, with_run
+from planner.cli import cli, console, csv_option, echo_json, overwrite_option, refuse_existing, say_notes, say_warnings
+from planner.cli.options import note_full_only, plan_options, with_run
 from planner.cli.resolve import resolve
 from planner.errors import PlannerError
 from planner.plan_file import read_plan_file, request_from_plan
@@ -25,8 +25,9 @@ from planner.timeline import plan_timeline
     type=click.Path(dir_okay=False),
     help="Write the pipeline schedule picture (.svg or .png; needs matplotlib).",
 )
+@overwrite_option
 @click.option("--brief", is_flag=True, help="Print only the verdict (fits or not, speed, largest terms).")
-def explain(as_json: bool, schedule: bool, schedule_file: str | None, brief: bool, **kw) -> None:
+def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite: bool, brief: bool, **kw) -> None:
     """Break one configuration down: every byte and every millisecond, with formula and source.
 
     The verdict comes first: whether it fits (or by how much not, and the one change that fixes it),
@@ -44,8 +45,11 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, brief: boo
 
     if schedule_file:
         plots.check_picture_path(schedule_file, "--schedule-file")
+        refuse_existing("--schedule-file", schedule_file, overwrite)
     resolved = resolve(kw, search_best=True)
     say_notes(resolved)
+    if resolved.searched:
+        note_full_only(kw)
     req = resolved.request
     explained = api.explain_plan(req, kw["memory_headroom"])
     pj = explained.plan_json
@@ -186,14 +190,20 @@ def compare(
 
 @cli.command()
 @plan_options
-@click.option("--format", "fmt", type=click.Choice(["flags", "slurm", "json"]), default="flags", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @click.option(
-    "--force",
-    is_flag=True,
-    help="Write even a plan that does not fit in GPU memory (with a warning in the script), and overwrite --output.",
+    "--format",
+    "fmt",
+    type=click.Choice(["flags", "slurm", "json", "bridge", "bridge-yaml", "bridge-python", "nemo2", "mlm-yaml"]),
+    default="flags",
+    show_default=True,
+    help="bridge*: Megatron-Bridge overrides (dotlist, YAML, recipe) over --bridge-recipe at --bridge-version.",
 )
-def export(fmt: str, output: str | None, force: bool, **kw) -> None:
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@overwrite_option
+@click.option(
+    "--force", is_flag=True, help="Write even a plan that does not fit in GPU memory (with a warning in the script)."
+)
+def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> None:
     """Write the Megatron-LM flags, a Slurm launch script or the plan JSON for one plan.
 
     A plan that does not fit in GPU memory is refused (exit 2, nothing written) unless --force.
@@ -207,10 +217,12 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
     """
     from planner.megatron import export as exp
 
+    refuse_existing("-o/--output", output, overwrite)
     resolved = resolve(kw, search_best=True)
     say_notes(resolved)
     if resolved.searched:
         click.echo(f"megaplan: note: exporting {resolved.searched}", err=True)
+        note_full_only(kw)
     req = resolved.request
     pj = api.explain(req, kw["memory_headroom"])  # refuses plans Megatron-LM would reject, before writing anything
     say_warnings(req.ctx, req.gpus, pj)
@@ -224,7 +236,13 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
         from planner.report.memory import headroom_text
 
         click.echo(f"megaplan: warning: {plan_text(pj)} {headroom_text(pj['estimate'])}", err=True)
-    if fmt == "json":
+    if fmt not in ("flags", "slurm", "json"):
+        from planner.bridge.export import export_text
+
+        text, notes = export_text(req, fmt, kw.get("bridge_version"), kw.get("bridge_recipe"))
+        for line in notes:
+            click.echo(f"megaplan: note: {line}", err=True)
+    elif fmt == "json":
         import json
 
         text = json.dumps(pj, indent=2) + "\n"
@@ -243,7 +261,7 @@ def export(fmt: str, output: str | None, force: bool, **kw) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    _write_new(output, text, force)
+    _write_new(output, text, overwrite)
     click.echo(f"wrote {output}", err=True)
 
 
@@ -264,12 +282,9 @@ def _does_not_fit(pj: dict) -> str | None:
     )
 
 
-def _write_new(path: str, text: str, force: bool) -> None:
+def _write_new(path: str, text: str, overwrite: bool) -> None:
     """Write a file, refusing to replace one that exists unless asked to."""
-    import os
-
-    if os.path.exists(path) and not force:
-        raise PlannerError(f"{path!r} exists; pass --force to overwrite it")
+    refuse_existing("-o/--output", path, overwrite)
     try:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)

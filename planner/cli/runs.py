@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from planner import api
-from planner.cli import cli, console, csv_option, echo_json, progress, say_warnings
-from planner.cli.options import search_inputs, search_options
+from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
+from planner.cli.options import note_full_only, search_inputs, search_options
 from planner.cli.reproduce import commands
 from planner.report.search import search_view
 
@@ -63,6 +63,7 @@ def _inputs(kw: dict):
         raise click.UsageError(
             "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
         )
+    note_full_only(kw)
     return search_inputs(kw)
 
 
@@ -100,10 +101,13 @@ def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
     type=click.Path(dir_okay=False),
     help="Draw throughput and scaling efficiency against GPUs (.svg or .png; needs matplotlib).",
 )
+@overwrite_option
 @click.option("--skip-infeasible", is_flag=True, help="List a size with no plan as a row instead of stopping (exit 2).")
 @click.option("--json", "as_json", is_flag=True, help="Print {rows: [{gpus, plan, scaling_efficiency, no_plan}], ...}.")
 @csv_option
-def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json: bool, as_csv: bool, **kw) -> None:
+def sweep(
+    gpu_sizes: str, plot_file: str | None, overwrite: bool, skip_infeasible: bool, as_json: bool, as_csv: bool, **kw
+) -> None:
     """Best plan at each cluster size: throughput, TFLOP/s, MFU, scaling efficiency, days to train.
 
     Takes every search option (--hardware, --global-batch, --precision, --tp, --recompute, ...).
@@ -122,6 +126,7 @@ def sweep(gpu_sizes: str, plot_file: str | None, skip_infeasible: bool, as_json:
     sizes = parse_gpu_sizes(gpu_sizes)
     if plot_file:
         plots.check_picture_path(plot_file, "--plot")
+        refuse_existing("--plot", plot_file, overwrite)
     req, pins = _inputs(kw)
     with progress("sweeping", total=len(sizes)) as step:
         result = run_sweep(

@@ -171,12 +171,25 @@ def dispatcher_time_s(
 COMM_SMS = {"alltoall": 32, "deepep": 20, "hybridep": 16, "ncclep": 32}
 
 
-def comm_sm_share(kind: ArrayLike, backend: str, sm_count: int) -> np.ndarray:
-    """f: the share of the GPU's SMs the token dispatcher's kernels take (``COMM_SMS``) - alltoall
-    (kind 1) NCCL's, flex (kind 2) its backend's."""
+def comm_sm_share(kind: ArrayLike, backend: str, sm_count: int, num_sms: int | None = None) -> np.ndarray:
+    """f: the share of the GPU's SMs the token dispatcher's kernels take - alltoall (kind 1) NCCL's
+    (``COMM_SMS``), flex (kind 2) ``num_sms`` (--moe-flex-dispatcher-num-sms; Megatron-Bridge's
+    performance scripts give HybridEP 32, scripts/performance/utils/overrides.py at v0.3.0-v0.5.0) or,
+    unset, its backend's default."""
     kind = np.asarray(kind)
-    sms = np.where(kind == 2, COMM_SMS[backend], COMM_SMS["alltoall"])
-    return sms / sm_count
+    flex = COMM_SMS[backend] if num_sms is None else num_sms
+    sms = np.where(kind == 2, flex, COMM_SMS["alltoall"])
+    return np.minimum(sms / sm_count, 1.0)
+
+
+def comm_hbm_share(bytes_moved: ArrayLike, c_s: ArrayLike, hbm_bytes_per_s: float) -> np.ndarray:
+    """g: the share of HBM bandwidth an all-to-all takes while it runs: it reads what it sends and
+    writes what it receives, 2·M bytes in its time c (M the bytes one GPU moves): g = 2·M/(c·B_HBM),
+    at most 1. The compute beside it loses g of its memory-bound part (an assumption: its GEMMs,
+    compute-bound, lose nothing). Across nodes it is small (H100: 2 × 50 GB/s of 3.35 TB/s, 3 %);
+    inside an NVLink domain it is not (GB200: 2 × 900 GB/s of 8 TB/s, 22 %)."""
+    c = np.asarray(c_s, dtype=float)
+    return np.where(c > 0, np.minimum(2.0 * np.asarray(bytes_moved) / np.maximum(c, 1e-30) / hbm_bytes_per_s, 1.0), 0.0)
 
 
 def unpaired_share(p: ArrayLike, m: ArrayLike) -> np.ndarray:

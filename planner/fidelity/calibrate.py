@@ -198,6 +198,7 @@ def fit(
     max_factors: int | None = None,
     anchor: dict[str, float] | None = None,
     priors: bool = False,
+    noise_floor: float = 0.0,
 ) -> Fit:
     """Fit one preset's factors (``fields``, default every FIT_FIELDS with a band) to ``runs``;
     ``identify=False`` fits ``fields`` as given, without testing which the runs identify;
@@ -205,7 +206,9 @@ def fit(
     most this many, the first the runs feel in FIT_FIELDS' order; ``anchor``: the values a factor
     the runs cannot identify keeps (default: the preset's); ``priors``: regularise toward the
     preset's kernel measurements (``Factor.prior``), a factor the runs do not feel kept in the fit
-    while a prior ties it to one they do (the BF16 GEMM rate through the FP8/BF16 kernel ratio)."""
+    while a prior ties it to one they do (the BF16 GEMM rate through the FP8/BF16 kernel ratio);
+    ``noise_floor``: the smallest σ of one run's ln(time) the covariance assumes (a fit on one or two
+    runs leaves no scatter to measure, so their σ would say nothing of a run's noise)."""
     hw = hardware_name if isinstance(hardware_name, HardwareSpec) else load_hardware(hardware_name)
     cal = hw.calibration
     if requests is None:
@@ -235,7 +238,11 @@ def fit(
                 active.remove(n)
                 values[n] = anchor[n]
         for n in active[max_factors:] if max_factors is not None else ():  # FIT_FIELDS' order of priority
-            dropped[n] = f"fewer runs than factors: the first {max_factors} of the felt factors are fitted"
+            dropped[n] = (
+                f"fewer runs than factors: only the first {max_factors} felt factors are fitted"
+                if max_factors > 1
+                else "fewer runs than factors: one run fits only the first factor it feels"
+            )
             values[n] = anchor[n]
         active = active[:max_factors] if max_factors is not None else active
     sigma, spread, informed = np.zeros(0), 0.0, np.zeros(0)
@@ -244,7 +251,11 @@ def fit(
         x, r, J = _solve(problem, active, values, bands, prior_terms)
         values.update(zip(active, x, strict=True))
         width = np.array([bands[n][1] - bands[n][0] for n in active])
-        cov = float(r @ r) / max(len(r) - len(active), 1) * np.linalg.pinv(J.T @ J)
+        dof = len(r) - len(active)  # with no degree of freedom left the runs cannot measure their own scatter
+        scatter = (
+            max(float(r @ r) / dof if dof > 0 else 0.0, noise_floor**2) if noise_floor else float(r @ r) / max(dof, 1)
+        )
+        cov = scatter * np.linalg.pinv(J.T @ J)
         sigma = np.sqrt(np.maximum(np.diag(cov), 0.0))
         Jd = J[: len(r)]  # the runs' rows; the rest are the priors'
         informed = np.diag(Jd.T @ Jd) / np.maximum(np.diag(J.T @ J), 1e-300)

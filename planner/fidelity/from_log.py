@@ -14,7 +14,7 @@ import numpy as np
 
 from planner import api
 from planner.costs.estimate import evaluate
-from planner.fidelity.calibrate import FIT_FIELDS, Fit, fit, with_calibration
+from planner.fidelity.calibrate import FIT_FIELDS, RUN_NOISE, Fit, fit, with_calibration
 from planner.fidelity.megatron_log import LogError, TrainingLog, read_training_log
 from planner.fidelity.preset_text import accuracy_block, calibration_block, replace_section
 from planner.fidelity.runs import Run
@@ -24,6 +24,7 @@ from planner.space.grid import PlanGrid
 
 FLOPS_TOLERANCE = 1.35  # the log's FLOPs may differ from the script's by Megatron's causal-halving and versions
 SOURCE = "your runs"
+MAX_ERROR_FRAC = 0.99  # Accuracy.validation_error_frac is a fraction below 1
 
 
 @dataclass(frozen=True)
@@ -65,26 +66,72 @@ def logged_run(log_path: str, script_path: str, *, hardware: HardwareSpec, gpus:
 
 
 def calibrate_from_logs(logged: list[LoggedRun], hardware: HardwareSpec) -> Fit:
-    """Refit the factors the runs identify (at most one fewer than the runs, so each σ is estimable)."""
+    """Refit the factors the runs identify, with the preset's kernel priors (a factor the runs give
+    little information keeps its measured rate and says so) and each run's σ at least RUN_NOISE: one
+    run cannot measure its own noise, so its σ is what a run's time scatters by, not the fit's residual."""
     runs = [lr.as_run() for lr in logged]
-    limit = max(1, len(runs) - 1)
-    return fit(hardware, runs, FIT_FIELDS, requests=[lr.request for lr in logged], max_factors=limit)
+    return fit(
+        hardware,
+        runs,
+        FIT_FIELDS,
+        requests=[lr.request for lr in logged],
+        max_factors=len(runs),
+        priors=True,
+        noise_floor=RUN_NOISE,
+    )
+
+
+def unreached(rows: list[dict], logged: list[LoggedRun], result: Fit, hardware: HardwareSpec) -> list[str]:
+    """One sentence per run the fitted factors leave more than REACH_LOG_ERROR off, naming the
+    assumptions that would explain it (log_diagnosis.likely_causes), nearest first."""
+    from planner.fidelity import log_diagnosis as diag
+    from planner.fidelity.validate import on_hardware
+    from planner.presets import load_hardware, preset_names
+
+    fitted = with_calibration(hardware, result.values)
+    others = None
+    out = []
+    for row, lr in zip(rows, logged, strict=True):
+        measured, after = row["measured_s"], row["after_s"]
+        if abs(np.log(after / measured)) <= diag.REACH_LOG_ERROR:
+            continue
+        others = others or [load_hardware(n) for n in preset_names("hardware")]
+        known = lr.log.world_size is not None
+        causes = diag.likely_causes(on_hardware(lr.request, fitted), measured, after, others, world_known=known)
+        likely = (
+            "likely wrong: " + "; ".join(c.text(measured) for c in causes[:3])
+            if causes
+            else diag.direction_text(measured, after)
+        )
+        out.append(
+            f"{lr.log.name}: {measured:.3g} s measured, {after:.3g} s after the fit ({after / measured - 1:+.0%}): "
+            f"the factors cannot reach it within their bands; {likely}"
+        )
+    return out
 
 
 def calibrated_yaml(base_text: str, hardware: HardwareSpec, result: Fit, logged: list[LoggedRun], name: str) -> str:
     """The base preset's YAML with the runs' fit: a hardware file of its own name."""
     logs = ", ".join(lr.log.name for lr in logged)
-    note = f"{len(logged)} run(s) of your own ({logs})"
+    note = f"{len(logged)} run{'s' if len(logged) > 1 else ''} of your own ({logs})"
     cal = fitted_calibration(hardware.calibration, result, note, keep_unidentified=True)
     text = replace_section(base_text, "calibration", calibration_block(cal))
     text = replace_section(text, "accuracy", accuracy_block(log_accuracy(hardware, result, logged, note)))
     lines = text.splitlines(keepends=True)
+    while lines and lines[0].startswith("#"):  # the base preset's header says what IT was fitted on
+        lines.pop(0)
     for i, line in enumerate(lines):
         if line.startswith("name:"):
             lines[i] = f"name: {name}\n"
         elif line.startswith("description:"):
             lines[i] = line.rstrip("\n").rstrip('"') + f' (calibrated by megaplan on {logs})"\n'
-    return f"# {name}: {hardware.name} calibrated on {note}.\n" + "".join(lines)
+    scripts = ", ".join(dict.fromkeys(lr.script for lr in logged))
+    header = (
+        f"# {name}: {hardware.name} with its calibration factors refitted by `megaplan calibrate --from-log`\n"
+        f"# on {note}, launched by {scripts}.\n"
+        f"# The factors these runs could not identify keep {hardware.name}'s values and sources.\n"
+    )
+    return header + "".join(lines)
 
 
 def log_accuracy(hardware: HardwareSpec, result: Fit, logged: list[LoggedRun], note: str) -> Accuracy:
@@ -93,12 +140,13 @@ def log_accuracy(hardware: HardwareSpec, result: Fit, logged: list[LoggedRun], n
     rows = run_rows(logged, result, hardware)
     own = float(np.sqrt(np.mean([np.log(r["after_s"] / r["measured_s"]) ** 2 for r in rows])))
     base = hardware.accuracy.validation_error_frac
+    capped = " (capped at 99 %: --force wrote a fit that does not reach the runs)" if own >= MAX_ERROR_FRAC else ""
     return Accuracy(
-        validation_error_frac=round(max(own, base), 3),
+        validation_error_frac=round(min(max(own, base), MAX_ERROR_FRAC), 3),
         calibration_uncertainty_frac=round(result.prediction_sigma, 3),
         sources={
             "validation_error_frac": f"RMS of ln(predicted/measured) on {note} after the fit, {100 * own:.1f} %, "
-            f"in sample; at least {hardware.name}'s {100 * base:.1f} % on the published runs",
+            f"in sample; at least {hardware.name}'s {100 * base:.1f} % on the published runs{capped}",
             "calibration_uncertainty_frac": "megaplan calibrate --from-log: the fitted factors' covariance "
             f"(least-squares Jacobian) carried to the runs' ln(prediction), RMS {100 * result.prediction_sigma:.1f} %",
         },

@@ -43,6 +43,19 @@ def _cuda_graphs(text: str) -> dict:
     return {"cuda_graph_impl": impl, "cuda_graph_modules": tuple(m for m in modules.split(",") if m)}
 
 
+def _release(row: dict) -> tuple[int, ...]:
+    """The Megatron-Bridge release a row's table names, '(release 26.02.01)' → (26, 2, 1)."""
+    text = row["source"].rpartition("(release ")[2].rstrip(")")
+    return tuple(int(x) for x in text.split("."))
+
+
+def _hybridep_sms(row: dict) -> int | None:
+    """HybridEP's SMs: 32 in every performance run from release 26.02 on (Megatron-Bridge
+    scripts/performance/utils/overrides.py at v0.3.0-v0.5.0, perf_recipes/_common.py at v0.6.0:
+    moe_hybridep_num_sms = 32 whenever the backend is hybridep); before, the backend's default."""
+    return 32 if row["flex_backend"] == "hybridep" and _release(row) >= (26, 2) else None
+
+
 def _run(row: dict) -> Run:
     fp8 = row["fp8"] or None
     modules = () if row["recompute_modules"] in NO_MODULES else tuple(row["recompute_modules"].split(","))
@@ -66,6 +79,7 @@ def _run(row: dict) -> Run:
         fp8=fp8,
         fp8_recipe=row["fp8_recipe"] or None,
         moe_flex_dispatcher_backend=row["flex_backend"] or None,
+        moe_flex_dispatcher_num_sms=_hybridep_sms(row),
         recompute_modules=modules or None,
         **_cuda_graphs(row["cuda_graph"]),
     )

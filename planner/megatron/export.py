@@ -138,6 +138,8 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         flags += ["--moe-token-dispatcher-type", p.moe_token_dispatcher.value, "--moe-grouped-gemm"]
         if p.moe_token_dispatcher is TokenDispatcher.FLEX:
             flags += ["--moe-flex-dispatcher-backend", o.moe_flex_dispatcher_backend.value]
+            if o.moe_flex_dispatcher_num_sms is not None:
+                flags += ["--moe-flex-dispatcher-num-sms", o.moe_flex_dispatcher_num_sms]
         if p.overlap_moe_expert_parallel_comm:
             flags.append("--overlap-moe-expert-parallel-comm")
             if o.delay_wgrad_compute:

@@ -220,6 +220,10 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "moe_flex_dispatcher_backend": "deepep" if v.get("moe_enable_deepep") else v.get("moe_flex_dispatcher_backend"),
         "moe_shared_expert_overlap": bool(v.get("moe_shared_expert_overlap")),
         "delay_wgrad_compute": bool(v.get("delay_wgrad_compute")),
+        # the unified knob wins over the deprecated per-backend ones (transformer_config.py __post_init__)
+        "moe_flex_dispatcher_num_sms": v.get("moe_flex_dispatcher_num_sms")
+        or v.get("moe_hybridep_num_sms")
+        or v.get("moe_deepep_num_sms"),
         "use_transformer_engine_op_fuser": bool(v.get("use_transformer_engine_op_fuser")),
     }
 

@@ -171,11 +171,8 @@ def log_calibration_view(out: dict) -> Group:
             f"{r['before_s']:.3f} s ({before:+.1%})",
             f"{r['after_s']:.3f} s ({after:+.1%})",
         )
-    return Group(
-        runs,
-        factors_table("refitted", out["fit"]),
-        Text(f"wrote {out['output']}: use it as --hardware {out['output']}"),
-    )
+    wrote = f"wrote {out['output']}: use it as --hardware {out['output']}" if out["output"] else "nothing written"
+    return Group(runs, factors_table("refitted", out["fit"]), Text(wrote))
 
 
 def moe_calibration_view(out: dict) -> Group:

@@ -1,0 +1,302 @@
+"""A plan as Megatron-Bridge overrides: a Hydra dotlist for Bridge's run scripts, an override YAML, and a
+Python recipe function (the one form that can carry a userbuffer config object).
+
+Every field comes from the mapping table (``planner.bridge.table``) applied to the plan's Megatron-LM
+flags (``planner.megatron.export``), so export and import read one table. Each value is written where it
+survives Bridge's ``runtime_config_update``: precision fields on ``mixed_precision`` (the preset is copied
+onto model/optimizer/ddp), overlap fields on ``comm_overlap`` (its setup overwrites the DDP and model
+ones), and every field the plan decides, so nothing of the base recipe (its VPP, CP, recomputation)
+leaks into the run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from planner.api import PlanRequest
+from planner.bridge import recipes
+from planner.bridge.table import MODEL_ROWS, PRESETS, ROWS, TAGS, USERBUFFERS
+from planner.bridge.values import to_bridge
+from planner.errors import PlannerError
+from planner.megatron.export import megatron_argv, model_flags, needs_cuda_device_max_connections
+from planner.megatron.flags import parse_megatron_argv
+from planner.plan import plan_label
+from planner.presets import load_model
+
+MOE_DESTS = {
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "moe_token_dispatcher_type",
+    "moe_grouped_gemm",
+    "moe_flex_dispatcher_backend",
+    "overlap_moe_expert_parallel_comm",
+    "moe_shared_expert_overlap",
+    "use_transformer_engine_op_fuser",
+    "moe_expert_capacity_factor",
+}
+CO_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+
+
+@dataclass(frozen=True)
+class BridgeExport:
+    """What an export writes: the fields in order, the base recipe, and what the user should know."""
+
+    tag: str
+    recipe: str
+    module: str
+    fields: dict[str, object]
+    notes: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    header: tuple[str, ...] = field(default_factory=tuple)
+    base_comm_overlap: bool = True
+    userbuffer: str | None = None
+    preset: str | None = None  # Bridge's precision preset the fields equal
+
+
+def check_tag(tag: str) -> str:
+    if tag not in TAGS:
+        raise PlannerError(f"--bridge-version {tag}: allowed {', '.join(TAGS)}")
+    return tag
+
+
+def plan_values(req: PlanRequest) -> dict:
+    """The plan's Megatron-LM destinations, as Megatron-LM's parser types them."""
+    return parse_megatron_argv(megatron_argv(req)).values
+
+
+def model_overrides(req: PlanRequest, preset: str) -> dict:
+    """Architecture fields where the plan's model differs from the base recipe's (by their flags)."""
+    mine = parse_megatron_argv([str(x) for x in model_flags(req)]).values
+    if req.ctx.model.name == preset:
+        return {}
+    base_req = PlanRequest(req.ctx.__class__(load_model(preset), *_rest(req)), req.plan, req.gpus)
+    theirs = parse_megatron_argv([str(x) for x in model_flags(base_req)]).values
+    out, missing = {}, []
+    for dest in sorted(set(mine) | set(theirs)):
+        if dest == "seq_length" or mine.get(dest) == theirs.get(dest):
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if flag in MODEL_ROWS:
+            out[MODEL_ROWS[flag]] = mine.get(dest)
+        else:
+            missing.append(flag)
+    if missing:
+        raise PlannerError(
+            f"the plan's model differs from {preset} (the base recipe's) in {', '.join(missing)}, which a Bridge "
+            "override cannot set; allowed: a base recipe of the same model (--bridge-recipe)"
+        )
+    return out
+
+
+def _rest(req: PlanRequest):
+    c = req.ctx
+    return c.hardware, c.training, c.options
+
+
+def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> BridgeExport:
+    """The Bridge fields for one plan at one tag, over a base recipe (default: the model's)."""
+    tag = check_tag(tag)
+    name, module, preset = recipes.resolve(tag, recipe, req.ctx.model.name)
+    values = plan_values(req)
+    p, o = req.plan, req.ctx.options
+    ctx = {"vpp": p.vpp, "flex": p.moe_token_dispatcher.value == "flex" and req.ctx.model.is_moe}
+    fields: dict[str, object] = dict(model_overrides(req, preset))
+    for row in ROWS:
+        if (row.dest in MOE_DESTS and not req.ctx.model.is_moe) or (row.dest == "ckpt_format" and not p.fsdp):
+            continue  # MoE fields for a dense model; the checkpoint format only where FSDP needs its own
+        default = True if row.kind == "off" else row.default
+        fields.update(to_bridge(row, values.get(row.dest, default), tag, ctx))
+    notes = []
+    if o.fp8 is not None and o.fp8_recipe.value == "mxfp8" and o.fp8_param_gather:
+        fields["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag"] = True
+        notes.append("MXFP8 with fp8_param_gather: reuse_grad_buf_for_mxfp8_param_ag=true (Bridge's MXFP8 preset)")
+    base = recipes.defaults(tag, name)
+    has_co = base.get("comm_overlap", True) is not None if base else True
+    ub = userbuffer_for(req) if o.tp_comm_overlap else None
+    notes += _overlap_notes(req, has_co, ub, base)
+    preset_name = PRESETS.get((req.ctx.precision, o.fp8.value if o.fp8 else None, _recipe(o)))
+    label = plan_label(p.model_dump(mode="json"), moe=req.ctx.model.is_moe)
+    header = (
+        f"megaplan: {label}",
+        f"{req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}; Megatron-Bridge {tag}, "
+        f"base recipe {name}",
+        f"precision as Bridge's {preset_name or 'custom'} preset, field by field (it survives runtime_config_update)",
+        f"megaplan-import: --bridge-version {tag} --bridge-recipe {name} --gpus {req.gpus} "
+        f"--hardware {req.ctx.hardware.name}",
+    )
+    env = tuple(_env(req))
+    if env:
+        header += (f"megaplan-env: {' '.join(env)}",)
+    return BridgeExport(tag, name, module, fields, tuple(notes), env, header, has_co, ub, preset_name)
+
+
+def _recipe(o) -> str | None:
+    return o.fp8_recipe.value if o.fp8 is not None else None
+
+
+def _overlap_notes(req: PlanRequest, has_co: bool, ub: str | None, base: dict) -> list[str]:
+    notes = []
+    p, o = req.plan, req.ctx.options
+    if o.tp_comm_overlap and (p.tp < 2 or not p.sequence_parallel):
+        notes.append("Bridge turns TP overlap off without a word when TP < 2 or sequence parallelism is off")
+    if not o.tp_comm_overlap:
+        return notes
+    if not has_co:
+        notes.append(
+            "the base recipe has no comm_overlap: the dotlist and YAML create one (TE's default userbuffers); "
+            "the Python recipe sets the userbuffer config"
+        )
+    base_ub = (base or {}).get("comm_overlap.tp_comm_overlap_cfg")
+    if ub:
+        notes.append(f"userbuffer config {ub} matches the plan; only the Python recipe can set it")
+    else:
+        notes.append("no Bridge userbuffer config matches this plan's shape: TE's default userbuffers are used")
+    if has_co and base_ub and base_ub != ub:
+        notes.append(f"the dotlist and YAML keep the base recipe's userbuffer config ({base_ub})")
+    return notes
+
+
+def userbuffer_for(req: PlanRequest) -> str | None:
+    """The userbuffer config Bridge ships for this shape (dtype, GPU, hidden size, TP, CP, micro-batch,
+    sequence length), if there is one."""
+    gpu = req.ctx.hardware.gpu.name.lower()
+    token = next((g for g in ("h100", "b200") if g in gpu), None)
+    if token is None:
+        return None
+    dtype = "fp8" if req.ctx.options.fp8 is not None else "bf16"
+    p = req.plan
+    cp = f"_cp{p.cp}" if p.cp > 1 else ""
+    name = (
+        f"userbuffers_{dtype}_{token}_h{req.ctx.model.hidden_size}_tp{p.tp}{cp}_mbs{p.micro_batch}"
+        f"_seqlen{req.ctx.training.seq_len}"
+    )
+    return name if name in USERBUFFERS else None
+
+
+def _env(req: PlanRequest) -> list[str]:
+    env = []
+    if needs_cuda_device_max_connections(req):
+        env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
+    if req.ctx.options.expandable_segments:
+        env.append("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    return env
+
+
+def _hydra(value) -> str:
+    """A value as a Hydra override writes it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ",".join(_hydra(v) for v in value) + "]"
+    text = str(value)
+    if any(c in text for c in "|()*[]{},=' ") and not text.startswith("torch."):
+        return "'" + text.replace("'", "\\'") + "'"
+    return text
+
+
+def dotlist(exp: BridgeExport) -> list[str]:
+    """One Hydra override per field; a comm_overlap the base recipe lacks is created whole."""
+    lines, co = [], {}
+    for path, value in exp.fields.items():
+        if path.startswith("comm_overlap.") and not exp.base_comm_overlap:
+            co[path.split(".", 1)[1]] = value
+            continue
+        lines.append(f"{path}={_hydra(value)}")
+    if co:
+        body = ",".join(f"{k}:{_hydra(v)}" for k, v in {"_target_": CO_TARGET, **co}.items())
+        lines.append(f"comm_overlap={{{body}}}")
+    return lines
+
+
+def dotlist_text(exp: BridgeExport) -> str:
+    head = "".join(f"# {h}\n" for h in exp.header)
+    return head + "".join(line + "\n" for line in dotlist(exp))
+
+
+def nested(exp: BridgeExport) -> dict:
+    out: dict = {}
+    for path, value in exp.fields.items():
+        node = out
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    if not exp.base_comm_overlap and "comm_overlap" in out:
+        out["comm_overlap"] = {"_target_": CO_TARGET, **out["comm_overlap"]}
+    return out
+
+
+def yaml_text(exp: BridgeExport) -> str:
+    import yaml
+
+    head = "".join(f"# {h}\n" for h in exp.header)
+    return head + yaml.safe_dump(nested(exp), sort_keys=False, default_flow_style=None)
+
+
+def python_text(exp: BridgeExport) -> str:
+    """A recipe function: the base recipe, every field set, the precision preset, and comm_overlap with the
+    userbuffer config the estimate assumes."""
+    lines = [f"# {h}" for h in exp.header]
+    lines += [
+        "import torch  # noqa: F401  (torch.* dtypes below)",
+        "",
+        f"from {exp.module} import {exp.recipe} as base_recipe",
+        "from megatron.bridge.training.comm_overlap import CommOverlapConfig",
+    ]
+    if exp.userbuffer:
+        lines.append(f"from megatron.bridge.training.comm_overlap import {exp.userbuffer}")
+    lines.append("from megatron.bridge.training.mixed_precision import get_mixed_precision_config")
+    lines.append("from megatron.core.transformer.enums import AttnBackend")
+    lines += ["", "", "def megaplan_recipe():", "    cfg = base_recipe()"]
+    if exp.preset:
+        lines.append(f'    cfg.mixed_precision = get_mixed_precision_config("{exp.preset}")')
+    co = {}
+    for path, value in exp.fields.items():
+        if path.startswith("comm_overlap."):
+            co[path.split(".", 1)[1]] = value
+            continue
+        text = f"AttnBackend.{value}" if path == "model.attention_backend" else _py(value)
+        lines.append(f"    cfg.{path} = {text}")
+    if co:
+        args = ", ".join(f"{k}={_py(v)}" for k, v in co.items())
+        ub = f", tp_comm_overlap_cfg={exp.userbuffer}" if exp.userbuffer else ""
+        lines.append(f"    cfg.comm_overlap = CommOverlapConfig({args}{ub})")
+    lines += ["    return cfg", ""]
+    return "\n".join(lines)
+
+
+def _py(value) -> str:
+    if isinstance(value, str) and value.startswith("torch."):
+        return value
+    return json.dumps(value) if not isinstance(value, bool | type(None)) else repr(value)
+
+
+def launch_line(exp: BridgeExport, req: PlanRequest, overrides_file: str = "megaplan_overrides.yaml") -> str:
+    """The user's launch line for the export (torchrun on every node)."""
+    gpn = req.ctx.hardware.gpus_per_node
+    nodes, per_node = -(-req.gpus // gpn), min(gpn, req.gpus)
+    env = " ".join(exp.env)
+    run = "pretrain script with --config-file" if exp.tag == "v0.2.1" else "scripts/training/run_recipe.py"
+    return (
+        f"{env + ' ' if env else ''}torchrun --nnodes {nodes} --nproc-per-node {per_node} <{run}> "
+        f"--config-file {overrides_file}"
+    )
+
+
+def export_text(req: PlanRequest, fmt: str, tag: str | None, recipe: str | None) -> tuple[str, list[str]]:
+    """The text ``export --format`` writes for the Bridge, NeMo 2 and MODEL_ARGS formats, and its notes."""
+    if fmt == "mlm-yaml":
+        from planner.bridge.formats import mlm_yaml
+
+        return mlm_yaml(req), []
+    if fmt == "nemo2":
+        from planner.bridge.formats import nemo2_text
+
+        return nemo2_text(req)
+    exp = bridge_export(req, tag or TAGS[-1], recipe)
+    render = {"bridge": dotlist_text, "bridge-yaml": yaml_text, "bridge-python": python_text}[fmt]
+    notes = [*exp.notes, "launch: " + launch_line(exp, req)]
+    return render(exp), notes

@@ -1,0 +1,222 @@
+"""Megatron-Bridge configs read into a plan: an override dotlist or YAML over a named base recipe, or a saved
+ConfigContainer YAML (``ConfigContainer.to_yaml``, a dry run's output).
+
+The fields become Megatron-LM flags through the mapping table (``planner.bridge.table``) after Bridge's
+runtime rules (``planner.bridge.runtime``), and the flags are priced by the Megatron-LM importer, so a
+Bridge config and the Megatron-LM command line it stands for are one plan.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+import yaml
+
+from planner.bridge import recipes
+from planner.bridge.runtime import apply_comm_overlap, apply_precision
+from planner.bridge.table import MODEL_ROWS, NEWEST, ROWS, TAGS
+from planner.bridge.values import to_flags
+from planner.errors import PlannerError
+
+HEADER = re.compile(r"^#\s*megaplan-import:\s*(.*)$", re.M)
+ENV_HEADER = re.compile(r"^#\s*megaplan-env:\s*(.*)$", re.M)
+SCALAR_PATHS = {"mixed_precision", "comm_overlap"}
+
+
+@dataclass(frozen=True)
+class BridgeImport:
+    request: object  # api.PlanRequest
+    notes: tuple[str, ...]
+    warnings: tuple[str, ...]
+    argv: tuple[str, ...]
+
+
+def header_options(text: str) -> dict:
+    """What an export's ``# megaplan-import:`` line says: tag, recipe, GPUs and hardware."""
+    m = HEADER.search(text)
+    if not m:
+        return {}
+    words, out = shlex.split(m.group(1)), {}
+    for flag, value in zip(words[::2], words[1::2], strict=False):
+        out[flag.lstrip("-").replace("-", "_")] = value
+    env = ENV_HEADER.search(text)
+    out["env"] = tuple(shlex.split(env.group(1))) if env else ()
+    return out
+
+
+def flatten(node, prefix: str = "") -> dict:
+    """A nested YAML mapping as {dotted path: value}; a ``_target_`` node keeps its fields under its path."""
+    out = {}
+    for key, value in (node or {}).items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten({k: v for k, v in value.items() if k != "_target_"}, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def parse_dotlist(lines: list[str]) -> dict:
+    """Hydra-style overrides (``a.b=value``, ``+a.b=value``, ``~a.b``) as {path: value}."""
+    out = {}
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("~"):
+            out[line[1:]] = None
+            continue
+        path, eq, text = line.lstrip("+").partition("=")
+        if not eq:
+            raise PlannerError(f"Bridge override {line!r}: expected KEY=VALUE (a Hydra-style dotlist)")
+        value = _hydra_value(text.strip(), line)
+        if isinstance(value, dict):
+            out.update(flatten({path: value}))
+            out.setdefault(path, None) if not value else None
+        else:
+            out[path] = value
+    return out
+
+
+def _hydra_value(text: str, line: str):
+    if text.startswith("{") and text.endswith("}"):
+        body = text[1:-1]
+        pairs = [p.partition(":") for p in _split_top(body)] if body else []
+        return {k.strip(): _hydra_value(v.strip(), line) for k, _, v in pairs}
+    try:
+        return yaml.safe_load(text) if text else None
+    except yaml.YAMLError as err:
+        raise PlannerError(f"Bridge override {line!r}: cannot read the value ({err.problem})") from None
+
+
+def _split_top(body: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in body:
+        depth += ch in "[{(" and 1 or (ch in "]})" and -1 or 0)
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur] if cur else parts
+
+
+def read_bridge_text(text: str) -> dict:
+    """A Bridge config file: a YAML mapping (override YAML, ConfigContainer YAML) or a dotlist, one per line."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if isinstance(data, dict) and not all(isinstance(k, str) and "=" in k for k in data):
+        return flatten(data)
+    return parse_dotlist(text.splitlines())
+
+
+def _context(fields: dict, is_moe: bool) -> dict:
+    return {
+        "vpp": fields.get("model.virtual_pipeline_model_parallel_size") or 1,
+        "flex": is_moe and fields.get("model.moe_token_dispatcher_type") == "flex",
+        "fp8": fields.get("model.fp8"),
+        "recompute": fields.get("model.recompute_granularity"),
+        "precision": "bf16" if fields.get("model.bf16") else "fp16" if fields.get("model.fp16") else "fp32",
+    }
+
+
+def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
+    """The Megatron-LM flags the (runtime-updated) Bridge fields stand for, through the mapping table."""
+    ctx = _context(fields, is_moe)
+    argv: list[str] = []
+    for flag, path in MODEL_ROWS.items():
+        if fields.get(path) is not None:
+            argv += [flag, str(fields[path])]
+    for row in ROWS:
+        argv += to_flags(row, fields, tag, ctx)
+    return argv
+
+
+def bridge_import_fields(
+    fields: dict,
+    *,
+    tag: str = NEWEST,
+    recipe: str | None = None,
+    gpus: int | None = None,
+    hardware=None,
+    model: str | None = None,
+    env: tuple[str, ...] = (),
+):
+    """The plan's fields a Bridge config describes (``ImportedFields`` of the Megatron-LM importer): the base
+    recipe's fields (if one is named), the given fields over them, Bridge's runtime rules, then the
+    Megatron-LM importer on the flags they stand for. ``env``: NAME=VALUE the launch sets."""
+    from dataclasses import replace
+
+    from planner.megatron.importer import import_fields
+
+    if tag not in TAGS:
+        raise PlannerError(f"--bridge-version {tag}: allowed {', '.join(TAGS)}")
+    notes: list[str] = []
+    merged, base_has_co = {}, False
+    if recipe:
+        name, _, preset = recipes.resolve(tag, recipe, model or "")
+        base = recipes.defaults(tag, name)
+        merged.update(base)
+        base_has_co = base.get("comm_overlap", "x") is not None if base else False
+        model = model or preset
+        assumed = sorted(k for k in base if k not in fields and k in _READ_PATHS)
+        if assumed:
+            notes.append(f"assumed from base recipe {name} ({tag}): {_shown(base, assumed)}")
+        elif not base:
+            notes.append(f"base recipe {name}: its fields were not dumped; only the given fields are read")
+    merged.update(fields)
+    if gpus is None:
+        raise PlannerError("the world size is unknown: pass --gpus N (a Bridge config does not hold it)")
+    t, p, c = (int(merged.get(f"model.{k}_parallel_size") or 1) for k in ("tensor_model", "pipeline_model", "context"))
+    dp = gpus // (t * p * c) if gpus % (t * p * c) == 0 else 1
+    warnings = apply_precision(merged) + apply_comm_overlap(merged, dp, base_has_co)
+    from planner.presets import load_model
+
+    is_moe = bool(merged.get("model.num_moe_experts")) or (load_model(model).is_moe if model else False)
+    argv = to_argv(merged, tag, is_moe)
+    exports = "".join(f"export {shlex.quote(e)}\n" for e in env)
+    read = import_fields(exports + shlex.join(argv), gpus=gpus, model=model, hardware=hardware)
+    return replace(read, notes=tuple(notes) + read.notes, warnings=tuple(warnings) + read.warnings, argv=argv)
+
+
+def request_from_bridge(fields: dict, **kw):
+    """The plan request a Bridge config describes (``bridge_import_fields``, built and checked)."""
+    from planner.plan_file import request_from_fields
+
+    read = bridge_import_fields(fields, **kw)
+    return BridgeImport(request_from_fields(read.data), read.notes, read.warnings, tuple(read.argv))
+
+
+_READ_PATHS = {row.read for row in ROWS} | {"train.global_batch_size", "train.micro_batch_size", "model.seq_length"}
+
+
+def _shown(base: dict, keys: list[str]) -> str:
+    text = ", ".join(f"{k.split('.', 1)[1]}={base[k]}" for k in keys[:12])
+    return text + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
+
+
+def read_bridge_source(values: dict) -> tuple[object, str]:
+    """A Bridge config from the plan options: --bridge-config FILE (its ``# megaplan-import:`` line gives
+    defaults), --bridge-override KEY=VALUE (repeatable), --bridge-recipe, --bridge-version; (fields, where)."""
+    from planner.plan_sources import read_text
+
+    path = values.get("bridge_config")
+    text = read_text(path) if path else ""
+    head = header_options(text)
+    fields = read_bridge_text(text) if path else {}
+    fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
+    gpus = values.get("gpus") or (int(head["gpus"]) if head.get("gpus") else None)
+    read = bridge_import_fields(
+        fields,
+        tag=values.get("bridge_version") or head.get("bridge_version") or NEWEST,
+        recipe=values.get("bridge_recipe") or head.get("bridge_recipe"),
+        gpus=gpus,
+        hardware=values.get("hardware") or head.get("hardware"),
+        model=values.get("model"),
+        env=head.get("env", ()),
+    )
+    return read, f"--gpus {gpus}" if values.get("gpus") else f"the Bridge config's {gpus} GPUs"

@@ -1,0 +1,105 @@
+"""Bridge's runtime rules, applied to flat {path: value} fields before an import prices them.
+
+Bridge's ``runtime_config_update`` (training/config.py, v0.2.1 through v0.6.0) runs before training:
+1. ``mixed_precision`` (a preset name or its fields) is copied onto every same-named field of ``model``,
+   ``optimizer`` and ``ddp`` (mixed_precision.py ``update_config_with_precision_overrides``), so a precision
+   field written on ``model`` alone is lost;
+2. with a ``comm_overlap``, ``CommOverlapConfig.setup`` (comm_overlap.py) sets ``model.tp_comm_overlap`` from
+   it, and turns it off (a log line, no error) when TP < 2 or sequence parallelism is off; sets
+   ``overlap_p2p_comm`` on for an interleaved pipeline, off otherwise; ``overlap_moe_expert_parallel_comm``
+   off unless given; and, with the distributed optimizer, the DDP overlaps on when data-parallel size > 1;
+   each unless the comm_overlap field itself is given.
+"""
+
+from __future__ import annotations
+
+# the fields of Bridge's precision presets that the estimate reads (mixed_precision.py, v0.2.1 = v0.6.0 for these)
+_BF16 = {"bf16": True, "fp16": False, "grad_reduce_in_fp32": True, "fp8": None, "fp8_param_gather": False}
+_FP16 = {"bf16": False, "fp16": True, "grad_reduce_in_fp32": False, "fp8": None, "fp8_param_gather": False}
+_CS = {"fp8": "hybrid", "fp8_recipe": "tensorwise", "fp8_param_gather": True, "first_last_layers_bf16": True}
+_DS = {"fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param_gather": True}
+_MX = {"fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True, "reuse_grad_buf_for_mxfp8_param_ag": True}
+_SC = {"fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False}
+PRESET_FIELDS: dict[str, dict] = {
+    "bf16_mixed": _BF16,
+    "fp16_mixed": _FP16,
+    "bf16_with_fp8_delayed_scaling_mixed": _BF16 | _DS,
+    "fp16_with_fp8_delayed_scaling_mixed": _FP16 | _DS,
+    "bf16_with_fp8_current_scaling_mixed": _BF16 | _CS,
+    "fp16_with_fp8_current_scaling_mixed": _FP16 | _CS,
+    "bf16_with_mxfp8_mixed": _BF16 | _MX,
+    "fp16_with_mxfp8_mixed": _FP16 | _MX,
+    "bf16_with_fp8_subchannel_scaling_mixed": _BF16 | _SC,
+    "fp16_with_fp8_subchannel_scaling_mixed": _FP16 | _SC,
+}
+MP_TARGETS = {  # a MixedPrecisionConfig field -> the fields it overwrites (those the estimate reads)
+    "bf16": ("model.bf16",),
+    "fp16": ("model.fp16",),
+    "fp8": ("model.fp8",),
+    "fp8_recipe": ("model.fp8_recipe",),
+    "fp8_param": ("model.fp8_param",),
+    "grad_reduce_in_fp32": ("ddp.grad_reduce_in_fp32",),
+    "first_last_layers_bf16": ("model.first_last_layers_bf16",),
+}
+
+
+def preset_name(value) -> str | None:
+    return value.replace("-", "_") if isinstance(value, str) else None
+
+
+def apply_precision(fields: dict) -> list[str]:
+    """Step 1: the precision preset (by name, then its fields as given) onto model/optimizer/ddp."""
+    notes: list[str] = []
+    name = preset_name(fields.get("mixed_precision"))
+    mp = {}
+    if name is not None:
+        if name not in PRESET_FIELDS:
+            from planner.errors import PlannerError
+
+            raise PlannerError(
+                f"mixed_precision={name}: not a Bridge precision preset megaplan prices; allowed: "
+                + ", ".join(PRESET_FIELDS)
+            )
+        mp.update(PRESET_FIELDS[name])
+    mp.update({k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith("mixed_precision.")})
+    if not mp:
+        return notes
+    if "fp8_param_gather" in mp and "fp8_param" not in {k.split(".", 1)[1] for k in fields if k.startswith("mixed_")}:
+        mp["fp8_param"] = mp["fp8_param_gather"]  # MixedPrecisionConfig keeps the two in step
+    for key, value in mp.items():
+        for target in MP_TARGETS.get(key, ()):
+            if fields.get(target, value) != value:
+                notes.append(f"{target}={fields[target]} is overwritten by mixed_precision.{key}={value}")
+            fields[target] = value
+    return notes
+
+
+def apply_comm_overlap(fields: dict, dp: int, base_has_comm_overlap: bool) -> list[str]:
+    """Step 2: CommOverlapConfig.setup, when the config has a comm_overlap."""
+    co = {k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith("comm_overlap.")}
+    if fields.get("comm_overlap", "") is None or not (co or base_has_comm_overlap):
+        return []
+    notes = []
+    tp, sp = int(fields.get("model.tensor_model_parallel_size") or 1), bool(fields.get("model.sequence_parallel"))
+    tp_overlap = bool(co.get("tp_comm_overlap", fields.get("model.tp_comm_overlap", False)))
+    if tp_overlap and (tp < 2 or not sp):
+        why = "TP < 2" if tp < 2 else "sequence_parallel is off"
+        notes.append(f"comm_overlap.tp_comm_overlap=true is turned off by Bridge ({why}), without an error")
+        tp_overlap = False
+    fields["model.tp_comm_overlap"] = tp_overlap
+    pp, vpp = (
+        int(fields.get("model.pipeline_model_parallel_size") or 1),
+        fields.get("model.virtual_pipeline_model_parallel_size"),
+    )
+    interleaved = pp > 1 and (vpp or 1) > 1
+    fields["model.overlap_p2p_comm"] = _given(co, "overlap_p2p_comm", interleaved)
+    fields["model.overlap_moe_expert_parallel_comm"] = _given(co, "overlap_moe_expert_parallel_comm", False)
+    if fields.get("ddp.use_distributed_optimizer"):
+        for name in ("overlap_grad_reduce", "overlap_param_gather"):
+            fields["ddp." + name] = _given(co, name, dp > 1)
+    return notes
+
+
+def _given(co: dict, name: str, default: bool) -> bool:
+    value = co.get(name)
+    return bool(default if value is None else value)

@@ -1,0 +1,649 @@
+"""One mapping table: Megatron-LM flag <-> Megatron-Bridge ConfigContainer field <-> NeMo 2 recipe field.
+
+Export (`planner.bridge.export`) and import (`planner.bridge.importer`) both read this table, so a field
+written one way is read back the other way. A row names the Megatron-LM flag (as
+``megatron/training/arguments.py`` at d98e8a64 spells it, with its destination), the Bridge fields per
+supported tag, the NeMo 2 field, and where each comes from.
+
+Bridge fields come in two kinds (``Row.read`` and ``Row.write``):
+- ``read``: the field Megatron-Core finally reads, after Bridge's ``runtime_config_update``
+  (``megatron/bridge/training/config.py``): the precision preset's fields copied onto ``model``,
+  ``optimizer`` and ``ddp`` (``mixed_precision.py: update_config_with_precision_overrides``), then the
+  ``comm_overlap`` setup onto ``model``, ``optimizer`` and ``ddp`` (``comm_overlap.py: setup``).
+- ``write``: where an export must (also) write the value so it survives that update: the
+  ``mixed_precision`` field a preset would otherwise overwrite, the ``comm_overlap`` field the overlap
+  setup would otherwise overwrite.
+
+Sources (Bridge at its tags, Megatron-Core at the commit each tag pins):
+- Bridge v0.2.1 (Megatron-Core core_v0.15.2) and v0.6.0 (Megatron-LM d98e8a64): ``training/config.py``
+  (ConfigContainer, TrainingConfig, GPTDatasetConfig, DistributedDataParallelConfig, OptimizerConfig),
+  ``training/mixed_precision.py``, ``training/comm_overlap.py``, ``models/gpt_provider.py`` over
+  Megatron-Core's ``TransformerConfig``/``ModelParallelConfig``. The field lists each tag has are
+  ``planner/bridge/data/bridge_fields.json`` (how they were made: ``scripts/dump_bridge_fields.py``).
+- NeMo 2 (``nemo.collections.llm`` recipes, NeMo 2.x): ``trainer.strategy`` is ``MegatronStrategy``
+  (parallel sizes, ``ddp``), ``data`` is the data module (``seq_length``, batch sizes), ``model.config``
+  the Megatron-Core ``TransformerConfig``; precision is ``trainer.plugins`` (``bf16_mixed()``, FP8 fields
+  on ``MegatronMixedPrecision``), TP overlap the ``MegatronCommOverlapCallback``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TAGS = ("v0.2.1", "v0.6.0")
+NEWEST = TAGS[-1]
+TAG_MCORE = {"v0.2.1": "Megatron-Core core_v0.15.2", "v0.6.0": "Megatron-LM d98e8a64"}
+
+MCORE = "Megatron-Core TransformerConfig/ModelParallelConfig"
+DDP = "Megatron-Core DistributedDataParallelConfig"
+OPT = "Megatron-Core OptimizerConfig"
+MP = "Bridge training/mixed_precision.py MixedPrecisionConfig (copied onto model/optimizer/ddp by setup())"
+CO = "Bridge training/comm_overlap.py CommOverlapConfig (setup() overwrites model/ddp overlap fields)"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One Megatron-LM flag and the Bridge and NeMo 2 fields that carry it.
+
+    ``kind``: ``value`` (a flag with one value), ``list`` (nargs), ``on`` (store_true), ``off``
+    (store_false, e.g. --no-overlap-p2p-communication: dest True unless given). ``default`` is the
+    destination's value when the flag is absent (Megatron-LM's default). ``convert`` names how a
+    Megatron value becomes a Bridge value (``planner.bridge.values``). A tag missing from ``tags``
+    does not have the field: exporting a non-default value for it is refused.
+    """
+
+    flag: str
+    dest: str
+    kind: str
+    read: str
+    default: object = None
+    write: tuple[str, ...] = ()
+    nemo2: tuple[str, ...] = ()
+    convert: str = "same"
+    tags: tuple[str, ...] = TAGS
+    source: str = MCORE
+    renamed: dict[str, str] = field(default_factory=dict)  # tag -> the read field's name at that tag
+
+    def read_at(self, tag: str) -> str:
+        return self.renamed.get(tag, self.read)
+
+    def paths(self, tag: str) -> tuple[str, ...]:
+        """Every Bridge field an export at ``tag`` writes: the one Megatron-Core reads, then those that
+        survive the runtime update."""
+        return (self.read_at(tag), *self.write)
+
+
+S = "trainer.strategy."
+ROWS: tuple[Row, ...] = (
+    # parallel sizes
+    Row(
+        "--tensor-model-parallel-size",
+        "tensor_model_parallel_size",
+        "value",
+        "model.tensor_model_parallel_size",
+        1,
+        nemo2=(S + "tensor_model_parallel_size",),
+    ),
+    Row(
+        "--pipeline-model-parallel-size",
+        "pipeline_model_parallel_size",
+        "value",
+        "model.pipeline_model_parallel_size",
+        1,
+        nemo2=(S + "pipeline_model_parallel_size",),
+    ),
+    Row(
+        "--num-virtual-stages-per-pipeline-rank",
+        "num_virtual_stages_per_pipeline_rank",
+        "value",
+        "model.virtual_pipeline_model_parallel_size",
+        None,
+        nemo2=(S + "virtual_pipeline_model_parallel_size",),
+        convert="vpp",
+    ),
+    Row(
+        "--context-parallel-size",
+        "context_parallel_size",
+        "value",
+        "model.context_parallel_size",
+        1,
+        nemo2=(S + "context_parallel_size",),
+    ),
+    Row(
+        "--expert-model-parallel-size",
+        "expert_model_parallel_size",
+        "value",
+        "model.expert_model_parallel_size",
+        1,
+        nemo2=(S + "expert_model_parallel_size",),
+    ),
+    Row(
+        "--expert-tensor-parallel-size",
+        "expert_tensor_parallel_size",
+        "value",
+        "model.expert_tensor_parallel_size",
+        None,
+        nemo2=(S + "expert_tensor_parallel_size",),
+    ),
+    Row(
+        "--sequence-parallel",
+        "sequence_parallel",
+        "on",
+        "model.sequence_parallel",
+        False,
+        nemo2=(S + "sequence_parallel",),
+    ),
+    Row(
+        "--pipeline-model-parallel-layout",
+        "pipeline_model_parallel_layout",
+        "value",
+        "model.pipeline_model_parallel_layout",
+        None,
+        nemo2=(S + "pipeline_model_parallel_layout",),
+    ),
+    Row(
+        "--account-for-embedding-in-pipeline-split",
+        "account_for_embedding_in_pipeline_split",
+        "on",
+        "model.account_for_embedding_in_pipeline_split",
+        False,
+        nemo2=(S + "account_for_embedding_in_pipeline_split",),
+    ),
+    Row(
+        "--account-for-loss-in-pipeline-split",
+        "account_for_loss_in_pipeline_split",
+        "on",
+        "model.account_for_loss_in_pipeline_split",
+        False,
+        nemo2=(S + "account_for_loss_in_pipeline_split",),
+    ),
+    Row(
+        "--decoder-first-pipeline-num-layers",
+        "decoder_first_pipeline_num_layers",
+        "value",
+        "model.num_layers_in_first_pipeline_stage",
+        None,
+        nemo2=(S + "num_layers_in_first_pipeline_stage",),
+    ),
+    Row(
+        "--decoder-last-pipeline-num-layers",
+        "decoder_last_pipeline_num_layers",
+        "value",
+        "model.num_layers_in_last_pipeline_stage",
+        None,
+        nemo2=(S + "num_layers_in_last_pipeline_stage",),
+    ),
+    # batch and sequence
+    Row(
+        "--micro-batch-size",
+        "micro_batch_size",
+        "value",
+        "train.micro_batch_size",
+        1,
+        nemo2=("data.micro_batch_size",),
+        source="Bridge training/config.py TrainingConfig",
+    ),
+    Row(
+        "--global-batch-size",
+        "global_batch_size",
+        "value",
+        "train.global_batch_size",
+        None,
+        nemo2=("data.global_batch_size",),
+        source="Bridge training/config.py TrainingConfig",
+    ),
+    Row(
+        "--seq-length",
+        "seq_length",
+        "value",
+        "model.seq_length",
+        None,
+        write=("dataset.SEQ",),
+        nemo2=("data.seq_length",),
+        source="model.seq_length and the dataset's: GPTDatasetConfig.sequence_length (Megatron-Core's name, "
+        "v0.2.1), .seq_length (v0.6.0); ConfigContainer.validate() asserts they agree",
+    ),
+    # recomputation
+    Row(
+        "--recompute-granularity",
+        "recompute_granularity",
+        "value",
+        "model.recompute_granularity",
+        None,
+        nemo2=("model.config.recompute_granularity",),
+    ),
+    Row(
+        "--recompute-method",
+        "recompute_method",
+        "value",
+        "model.recompute_method",
+        None,
+        nemo2=("model.config.recompute_method",),
+    ),
+    Row(
+        "--recompute-num-layers",
+        "recompute_num_layers",
+        "value",
+        "model.recompute_num_layers",
+        None,
+        nemo2=("model.config.recompute_num_layers",),
+    ),
+    Row(
+        "--recompute-modules",
+        "recompute_modules",
+        "list",
+        "model.recompute_modules",
+        None,
+        nemo2=("model.config.recompute_modules",),
+    ),
+    Row(
+        "--distribute-saved-activations",
+        "distribute_saved_activations",
+        "on",
+        "model.distribute_saved_activations",
+        False,
+        nemo2=("model.config.distribute_saved_activations",),
+    ),
+    Row(
+        "--cpu-offloading-num-layers",
+        "cpu_offloading_num_layers",
+        "value",
+        "model.cpu_offloading_num_layers",
+        0,
+        write=("model.cpu_offloading",),
+        nemo2=("model.config.cpu_offloading_num_layers",),
+        convert="offload",
+        source=MCORE + " (cpu_offloading must be true with a layer count; Megatron-LM sets it from the count)",
+    ),
+    # optimizer and data parallelism
+    Row(
+        "--use-distributed-optimizer",
+        "use_distributed_optimizer",
+        "on",
+        "ddp.use_distributed_optimizer",
+        False,
+        write=("optimizer.use_distributed_optimizer",),
+        nemo2=(S + "ddp.use_distributed_optimizer",),
+        source=DDP,
+    ),
+    Row(
+        "--use-megatron-fsdp",
+        "use_megatron_fsdp",
+        "on",
+        "ddp.use_megatron_fsdp",
+        False,
+        nemo2=(S + "ddp.use_megatron_fsdp",),
+        source="Bridge DistributedDataParallelConfig.use_megatron_fsdp",
+    ),
+    Row(
+        "--data-parallel-sharding-strategy",
+        "data_parallel_sharding_strategy",
+        "value",
+        "ddp.data_parallel_sharding_strategy",
+        "no_shard",
+        nemo2=(S + "ddp.data_parallel_sharding_strategy",),
+        source=DDP,
+    ),
+    Row(
+        "--ckpt-format",
+        "ckpt_format",
+        "value",
+        "checkpoint.ckpt_format",
+        "torch_dist",
+        nemo2=(S + "save_ckpt_format",),
+        source="Bridge training/config.py CheckpointConfig",
+    ),
+    Row(
+        "--use-precision-aware-optimizer",
+        "use_precision_aware_optimizer",
+        "on",
+        "optimizer.use_precision_aware_optimizer",
+        False,
+        nemo2=("optim.config.use_precision_aware_optimizer",),
+        source=OPT,
+    ),
+    Row(
+        "--main-params-dtype",
+        "main_params_dtype",
+        "value",
+        "optimizer.main_params_dtype",
+        "fp32",
+        nemo2=("optim.config.main_params_dtype",),
+        convert="dtype",
+        source=OPT,
+    ),
+    Row(
+        "--main-grads-dtype",
+        "main_grads_dtype",
+        "value",
+        "optimizer.main_grads_dtype",
+        "fp32",
+        nemo2=("optim.config.main_grads_dtype",),
+        convert="dtype",
+        source=OPT,
+    ),
+    Row(
+        "--exp-avg-dtype",
+        "exp_avg_dtype",
+        "value",
+        "optimizer.exp_avg_dtype",
+        "fp32",
+        nemo2=("optim.config.exp_avg_dtype",),
+        convert="dtype",
+        source=OPT,
+    ),
+    Row(
+        "--exp-avg-sq-dtype",
+        "exp_avg_sq_dtype",
+        "value",
+        "optimizer.exp_avg_sq_dtype",
+        "fp32",
+        nemo2=("optim.config.exp_avg_sq_dtype",),
+        convert="dtype",
+        source=OPT,
+    ),
+    # precision: the preset's fields are copied onto model/optimizer/ddp, so they are written there too
+    Row(
+        "--bf16",
+        "bf16",
+        "on",
+        "model.bf16",
+        False,
+        write=("mixed_precision.bf16",),
+        nemo2=("trainer.plugins.precision",),
+        convert="bf16",
+        source=MP,
+    ),
+    Row(
+        "--fp16",
+        "fp16",
+        "on",
+        "model.fp16",
+        False,
+        write=("mixed_precision.fp16",),
+        nemo2=("trainer.plugins.precision",),
+        convert="fp16",
+        source=MP,
+    ),
+    Row(
+        "--grad-reduce-in-bf16",
+        "grad_reduce_in_bf16",
+        "on",
+        "ddp.grad_reduce_in_fp32",
+        False,
+        write=("mixed_precision.grad_reduce_in_fp32",),
+        nemo2=("trainer.plugins.grad_reduce_in_fp32",),
+        convert="not",
+        source=MP + "; Megatron-LM's flag is its negation",
+    ),
+    Row(
+        "--fp8-format",
+        "fp8",
+        "value",
+        "model.fp8",
+        None,
+        write=("mixed_precision.fp8",),
+        nemo2=("trainer.plugins.fp8",),
+        source=MP,
+    ),
+    Row(
+        "--fp8-recipe",
+        "fp8_recipe",
+        "value",
+        "model.fp8_recipe",
+        "delayed",
+        write=("mixed_precision.fp8_recipe",),
+        nemo2=("trainer.plugins.fp8_recipe",),
+        source=MP + " (Bridge's default is tensorwise, Megatron-LM's delayed)",
+    ),
+    Row(
+        "--fp8-param-gather",
+        "fp8_param_gather",
+        "on",
+        "model.fp8_param",
+        False,
+        write=("mixed_precision.fp8_param_gather", "mixed_precision.fp8_param"),
+        nemo2=("trainer.plugins.fp8_param_gather",),
+        source=MP + " (fp8_param and fp8_param_gather kept in step)",
+    ),
+    # attention, fusions, MoE
+    Row(
+        "--attention-backend",
+        "attention_backend",
+        "value",
+        "model.attention_backend",
+        "auto",
+        nemo2=("model.config.attention_backend",),
+        source=MCORE + " (AttnBackend; Bridge's recipes leave None)",
+    ),
+    Row(
+        "--no-bias-swiglu-fusion",
+        "bias_swiglu_fusion",
+        "off",
+        "model.bias_activation_fusion",
+        True,
+        nemo2=("model.config.bias_activation_fusion",),
+        source=MCORE + " (Megatron-LM's --no-bias-swiglu-fusion clears bias_activation_fusion)",
+    ),
+    Row(
+        "--moe-token-dispatcher-type",
+        "moe_token_dispatcher_type",
+        "value",
+        "model.moe_token_dispatcher_type",
+        "allgather",
+        nemo2=("model.config.moe_token_dispatcher_type",),
+    ),
+    Row(
+        "--moe-grouped-gemm",
+        "moe_grouped_gemm",
+        "on",
+        "model.moe_grouped_gemm",
+        False,
+        nemo2=("model.config.moe_grouped_gemm",),
+    ),
+    Row(
+        "--moe-flex-dispatcher-backend",
+        "moe_flex_dispatcher_backend",
+        "value",
+        "model.moe_flex_dispatcher_backend",
+        "deepep",
+        nemo2=("model.config.moe_flex_dispatcher_backend",),
+        convert="flex",
+        renamed={"v0.2.1": "model.moe_enable_deepep"},
+        source=MCORE + " (core_v0.15.2 has only moe_enable_deepep: DeepEP or nothing)",
+    ),
+    Row(
+        "--overlap-moe-expert-parallel-comm",
+        "overlap_moe_expert_parallel_comm",
+        "on",
+        "model.overlap_moe_expert_parallel_comm",
+        False,
+        write=("comm_overlap.overlap_moe_expert_parallel_comm",),
+        nemo2=("model.config.overlap_moe_expert_parallel_comm",),
+        source=CO + " (sets it False unless given there)",
+    ),
+    Row(
+        "--moe-shared-expert-overlap",
+        "moe_shared_expert_overlap",
+        "on",
+        "model.moe_shared_expert_overlap",
+        False,
+        nemo2=("model.config.moe_shared_expert_overlap",),
+    ),
+    Row(
+        "--use-transformer-engine-op-fuser",
+        "use_transformer_engine_op_fuser",
+        "on",
+        "model.use_transformer_engine_op_fuser",
+        False,
+        tags=("v0.6.0",),
+        nemo2=("model.config.use_transformer_engine_op_fuser",),
+        source=MCORE + " (not in core_v0.15.2)",
+    ),
+    Row(
+        "--moe-expert-capacity-factor",
+        "moe_expert_capacity_factor",
+        "value",
+        "model.moe_expert_capacity_factor",
+        None,
+        nemo2=("model.config.moe_expert_capacity_factor",),
+    ),
+    # CUDA graphs: core_v0.15.2 has cuda_graph_scope (one string: full or attn); d98e8a64 cuda_graph_modules (a list)
+    Row(
+        "--cuda-graph-impl",
+        "cuda_graph_impl",
+        "value",
+        "model.cuda_graph_impl",
+        "none",
+        nemo2=("model.config.cuda_graph_impl",),
+    ),
+    Row(
+        "--cuda-graph-modules",
+        "cuda_graph_modules",
+        "list",
+        "model.cuda_graph_modules",
+        None,
+        nemo2=("model.config.cuda_graph_scope",),
+        convert="graph_modules",
+        renamed={"v0.2.1": "model.cuda_graph_scope"},
+        source=MCORE + " (core_v0.15.2: cuda_graph_scope 'full'|'attn'; d98e8a64: cuda_graph_modules, a list)",
+    ),
+    # overlaps: comm_overlap.setup() overwrites the model/ddp fields, so they are written there too
+    Row(
+        "--overlap-grad-reduce",
+        "overlap_grad_reduce",
+        "on",
+        "ddp.overlap_grad_reduce",
+        False,
+        write=("comm_overlap.overlap_grad_reduce",),
+        nemo2=(S + "ddp.overlap_grad_reduce",),
+        source=CO,
+    ),
+    Row(
+        "--overlap-param-gather",
+        "overlap_param_gather",
+        "on",
+        "ddp.overlap_param_gather",
+        False,
+        write=("comm_overlap.overlap_param_gather",),
+        nemo2=(S + "ddp.overlap_param_gather",),
+        source=CO,
+    ),
+    Row(
+        "--tp-comm-overlap",
+        "tp_comm_overlap",
+        "on",
+        "model.tp_comm_overlap",
+        False,
+        write=("comm_overlap.tp_comm_overlap",),
+        nemo2=("trainer.callbacks.MegatronCommOverlapCallback.tp_comm_overlap",),
+        source=CO + " (turned off without a word when TP < 2 or sequence_parallel is off)",
+    ),
+    Row(
+        "--no-overlap-p2p-communication",
+        "overlap_p2p_comm",
+        "off",
+        "model.overlap_p2p_comm",
+        True,
+        write=("comm_overlap.overlap_p2p_comm",),
+        nemo2=("trainer.callbacks.MegatronCommOverlapCallback.overlap_p2p_comm",),
+        convert="p2p",
+        source=CO,
+    ),
+)
+
+BY_DEST = {r.dest: r for r in ROWS}
+BY_FLAG = {r.flag: r for r in ROWS}
+
+# the dataset's sequence-length field per tag (GPTDatasetConfig)
+DATASET_SEQ = {"v0.2.1": "dataset.sequence_length", "v0.6.0": "dataset.seq_length"}
+
+# Megatron-LM's architecture flags (planner.megatron.export.model_flags) <-> TransformerConfig fields a
+# Bridge override writes when the plan's model differs from the base recipe's
+MODEL_ROWS: dict[str, str] = {
+    "--num-layers": "model.num_layers",
+    "--hidden-size": "model.hidden_size",
+    "--num-attention-heads": "model.num_attention_heads",
+    "--ffn-hidden-size": "model.ffn_hidden_size",
+    "--num-query-groups": "model.num_query_groups",
+    "--kv-channels": "model.kv_channels",
+    "--max-position-embeddings": "model.max_position_embeddings",
+    "--vocab-size": "model.vocab_size",
+    "--make-vocab-size-divisible-by": "model.make_vocab_size_divisible_by",
+    "--num-experts": "model.num_moe_experts",
+    "--moe-router-topk": "model.moe_router_topk",
+    "--moe-ffn-hidden-size": "model.moe_ffn_hidden_size",
+    "--moe-shared-expert-intermediate-size": "model.moe_shared_expert_intermediate_size",
+    "--mtp-num-layers": "model.mtp_num_layers",
+    "--rotary-base": "model.rotary_base",
+    "--hidden-dropout": "model.hidden_dropout",
+    "--attention-dropout": "model.attention_dropout",
+}
+
+# Bridge's precision presets (training/mixed_precision.py, the same names at v0.2.1 and v0.6.0):
+# (precision, fp8 format, fp8 recipe) -> the preset whose fields an export starts from
+PRESETS: dict[tuple[str, str | None, str | None], str] = {
+    ("bf16", None, None): "bf16_mixed",
+    ("fp16", None, None): "fp16_mixed",
+    ("bf16", "hybrid", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+    ("fp16", "hybrid", "delayed"): "fp16_with_fp8_delayed_scaling_mixed",
+    ("bf16", "hybrid", "tensorwise"): "bf16_with_fp8_current_scaling_mixed",
+    ("fp16", "hybrid", "tensorwise"): "fp16_with_fp8_current_scaling_mixed",
+    ("bf16", "e4m3", "mxfp8"): "bf16_with_mxfp8_mixed",
+    ("fp16", "e4m3", "mxfp8"): "fp16_with_mxfp8_mixed",
+    ("bf16", "hybrid", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
+    ("fp16", "hybrid", "blockwise"): "fp16_with_fp8_subchannel_scaling_mixed",
+}
+
+# the userbuffer (TP-overlap) configs Bridge ships (training/comm_overlap.py; the same 19 names at v0.2.1 and
+# v0.6.0): userbuffers_{dtype}_{gpu}_h{hidden}_tp{t}[_cp{c}]_mbs{b}_seqlen{s}[_lora]
+USERBUFFERS: tuple[str, ...] = (
+    "userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048",
+    "userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192",
+    "userbuffers_bf16_b200_h18432_tp8_mbs1_seqlen4096",
+    "userbuffers_bf16_b200_h6144_tp2_mbs1_seqlen4096",
+    "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192",
+    "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048",
+    "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192",
+    "userbuffers_bf16_h100_h6144_tp2_mbs2_seqlen2048",
+    "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192",
+    "userbuffers_fp8_b200_h12288_tp4_mbs1_seqlen2048",
+    "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192",
+    "userbuffers_fp8_b200_h18432_tp8_mbs1_seqlen4096",
+    "userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192",
+    "userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048",
+    "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192",
+    "userbuffers_fp8_h100_h6144_tp2_mbs2_seqlen2048",
+    "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192",
+)
+
+# Base recipes megaplan knows per tag: name -> (module, the megaplan model preset it builds). Their fields
+# (what an import assumes for what the overrides leave out) are planner/bridge/data/recipe_defaults.json,
+# dumped by running each recipe through Bridge's own code (scripts/dump_bridge_fields.py).
+_V021 = "megatron.bridge.recipes."
+_V060 = "megatron.bridge.recipes."
+RECIPES: dict[str, dict[str, tuple[str, str]]] = {
+    "v0.2.1": {
+        "llama2_7b_pretrain_config": (_V021 + "llama.llama2", "llama2-7b"),
+        "llama3_8b_pretrain_config": (_V021 + "llama.llama3", "llama3-8b"),
+        "llama3_70b_pretrain_config": (_V021 + "llama.llama3", "llama3-70b"),
+        "llama31_405b_pretrain_config": (_V021 + "llama.llama3", "llama3.1-405b"),
+        "qwen3_30b_a3b_pretrain_config": (_V021 + "qwen.qwen3_moe", "qwen3-30b-a3b"),
+        "qwen3_235b_a22b_pretrain_config": (_V021 + "qwen.qwen3_moe", "qwen3-235b-a22b"),
+        "deepseek_v3_pretrain_config": (_V021 + "deepseek.deepseek_v3", "deepseek-v3"),
+        "gpt_oss_20b_pretrain_config": (_V021 + "gpt_oss.gpt_oss", "gpt-oss-20b"),
+        "gpt_oss_120b_pretrain_config": (_V021 + "gpt_oss.gpt_oss", "gpt-oss-120b"),
+    },
+    "v0.6.0": {
+        "llama2_7b_pretrain_2gpu_h100_bf16_config": (_V060 + "llama.h100.llama2", "llama2-7b"),
+        "llama3_8b_pretrain_2gpu_h100_bf16_config": (_V060 + "llama.h100.llama3", "llama3-8b"),
+        "llama3_70b_pretrain_32gpu_h100_bf16_config": (_V060 + "llama.h100.llama3", "llama3-70b"),
+        "llama31_405b_pretrain_256gpu_h100_bf16_config": (_V060 + "llama.h100.llama3", "llama3.1-405b"),
+        "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config": (_V060 + "qwen.h100.qwen3_moe", "qwen3-30b-a3b"),
+        "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config": (_V060 + "qwen.h100.qwen3_moe", "qwen3-235b-a22b"),
+        "deepseek_v3_pretrain_1024gpu_h100_bf16_config": (_V060 + "deepseek.h100.deepseek_v3", "deepseek-v3"),
+        "gpt_oss_20b_pretrain_16gpu_h100_bf16_config": (_V060 + "gpt_oss.h100.gpt_oss", "gpt-oss-20b"),
+        "gpt_oss_120b_pretrain_64gpu_h100_bf16_config": (_V060 + "gpt_oss.h100.gpt_oss", "gpt-oss-120b"),
+        "gpt3_175b_pretrain_32gpu_h100_bf16_config": (_V060 + "gpt.h100.gpt3_175b", "gpt3-175b"),
+    },
+}
