@@ -17,6 +17,7 @@ from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formula
 from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
+from planner.fidelity.evidence import band_frac, band_parts, evidence_json, plan_evidence
 from planner.hardware.spec import GIB
 from planner.models.params import param_counts
 from planner.models.pipeline_layout import stage_contents
@@ -42,7 +43,7 @@ class PlanEstimate(BaseModel):
     megatron_tflops_per_gpu: float  # as today's Megatron-LM logs it (causal attention halved)
     mfu: float
     hfu: float
-    iteration_s_band: tuple[float, float]  # iteration × exp(∓ the hardware preset's accuracy.band_frac)
+    iteration_s_band: tuple[float, float]  # iteration × exp(∓ε), ε the plan's band (evidence.band_frac)
     tokens_per_s_band: tuple[float, float]
     peak_memory_gib: float
     allocated_gib: float  # the PyTorch-allocated part of the peak (Megatron logs its max as "max allocated")
@@ -67,9 +68,18 @@ class PlanEstimate(BaseModel):
 
 
 def estimate_band(iteration_s: float, band_frac: float) -> tuple[float, float]:
-    """[low, high] iteration time: the estimate times exp(∓ε), ε = √(validation error² + calibration
-    uncertainty²) of the GPU generation (hardware preset ``accuracy``): about one standard error."""
+    """[low, high] iteration time: the estimate times exp(∓ε), ε = √(ε₀² + n·δ²): ε₀ the validation
+    error and calibration uncertainty of the GPU generation (hardware preset ``accuracy``; MoE plans:
+    the MoE rows'), δ its largest validation error, n the plan's features no published setting
+    exercises (``planner.fidelity.evidence``)."""
     return iteration_s * math.exp(-band_frac), iteration_s * math.exp(band_frac)
+
+
+def plan_band(ctx: Context, gpus: int, plan: ParallelPlan) -> tuple[float, dict]:
+    """The plan's band ε and its evidence JSON (each feature with the settings behind it)."""
+    ev = plan_evidence(PlanGrid.from_plans([plan]), ctx, gpus)
+    eps = float(band_frac(ev.extrapolated, ctx)[0])
+    return eps, evidence_json(ev, 0, (*band_parts(ctx), eps))
 
 
 def plan_json(
@@ -83,7 +93,8 @@ def plan_json(
 ) -> dict:
     """The plan JSON for plan i of an evaluated grid; with ``ev.stages``, every stage's memory too."""
     plan = grid.plan(i)
-    estimate = plan_estimate(ctx, gpus, plan, ev, i, memory_headroom)
+    eps, evidence = plan_band(ctx, gpus, plan)
+    estimate = plan_estimate(ctx, gpus, plan, ev, i, memory_headroom, band=eps)
     out = {
         "model": ctx.model.name,
         "hardware": ctx.hardware.name,
@@ -94,6 +105,7 @@ def plan_json(
         "legal": not broken,
         "broken_rules": broken,
         "estimate": estimate.model_dump(mode="json"),
+        "evidence": evidence,
         "model_spec": ctx.model.model_dump(mode="json"),
         "model_params": model_params(ctx.model),
     }
@@ -119,9 +131,16 @@ def _stage_rows(st, i: int, p: int) -> list[dict]:
 
 
 def plan_estimate(
-    ctx: Context, gpus: int, plan: ParallelPlan, ev: Evaluation, i: int, memory_headroom: float | None
+    ctx: Context,
+    gpus: int,
+    plan: ParallelPlan,
+    ev: Evaluation,
+    i: int,
+    memory_headroom: float | None,
+    band: float | None = None,
 ) -> PlanEstimate:
-    """The estimate of plan i of an evaluated grid: speed, memory, the terms and their formulas, cost."""
+    """The estimate of plan i of an evaluated grid: speed, memory, the terms and their formulas, cost;
+    ``band``: its ε (``plan_band``'s when not given)."""
     it = float(ev.iteration_s[i])
     peak = ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
     tokens = ctx.training.global_batch * ctx.training.seq_len
@@ -129,7 +148,7 @@ def plan_estimate(
     headroom = resolve_headroom(memory_headroom)
     allocatable = ctx.hardware.memory.allocatable_bytes
     cap = usable_bytes(allocatable, headroom)
-    low, high = estimate_band(it, ctx.hardware.accuracy.band_frac)
+    low, high = estimate_band(it, plan_band(ctx, gpus, plan)[0] if band is None else band)
 
     def per_gpu(kind: str) -> float:
         return float(ev.flops[kind][i]) / it / gpus

@@ -6,14 +6,14 @@ uses, so the process's memory stays bounded whatever the size of the space. Two 
 crossed but derived: the overlap flags follow today's recipes unless pinned (one evaluation per
 combination), and block recomputation's layer count is solved as the fewest layers that fit.
 
-The ranking is honest about the model's error: every estimate carries the band of its GPU
-generation (hardware preset ``accuracy``), plans whose bands overlap the fastest plan's are tied
-with it, and among ties the plans with fewer risky features and room to spare come first.
+The ranking is honest about the model's error: every estimate carries a band, its GPU generation's
+validation error (hardware preset ``accuracy``) widened for each feature no published setting
+exercises (``planner.fidelity.evidence``), and by default plans rank by the pessimistic end of their
+band (``RANK_RULES``), so a plan that is fast only where the model extrapolates moves down.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -21,6 +21,7 @@ import numpy as np
 from planner.costs.estimate import evaluate, peak_memory_bytes, stage_memory_totals
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
+from planner.fidelity.evidence import band_frac, plan_evidence
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
 from planner.result import plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, nvlink_domain_gpus, tp_in_domain
@@ -40,10 +41,17 @@ FITS_RULE = "fits in GPU memory (with the headroom)"
 TP_NODE_RULE = "tp within one NVLink domain (--max-tp to cross nodes)"
 OVERLAPS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
 TIGHT_FRAC = 0.9  # among tied plans, those filling more than this share of the usable memory come later
-TIE_RULE = (
-    "plans whose iteration-time band overlaps the fastest plan's are tied with it; among them, fewer risky "
-    "features first, then those leaving at least 10 % of the usable memory free, then the faster"
-)
+RISK_Z = 2.0  # the pessimistic end search ranks by: the estimate × exp(2ε), two standard errors
+RANK_RULES = {
+    "risk": "by the pessimistic end of each plan's band, the estimate × exp(2ε) (ε its GPU generation's error, "
+    "widened for every feature no published setting exercises); plans whose band overlaps rank 1's are tied with "
+    "it, and among them those leaving at least 10 % of the usable memory free come first",
+    "estimate": "by the point estimate; plans whose band overlaps the fastest plan's are tied with it, and among "
+    "them fewer extrapolated features first, then those leaving at least 10 % of the usable memory free, then "
+    "the faster",
+    "memory": "by peak memory, then the point estimate",
+}
+RANK_BY = tuple(RANK_RULES)
 
 
 @dataclass
@@ -56,6 +64,8 @@ class SearchResult:
     band_frac: float = 0.0
     fastest_rank: int = 1  # where the fastest estimate ranks (ties reordered by safety)
     block_variants: int = 0  # block-recomputation variants added to the candidates (layers solved)
+    rank_by: str = "risk"
+    moved_down: int = 0  # plans faster by estimate than rank 1, below it for a feature no setting exercises
 
     def to_json(self) -> dict:
         return {
@@ -67,7 +77,9 @@ class SearchResult:
             "fastest_rank": self.fastest_rank,
             "block_variants": self.block_variants,
             "band_frac": self.band_frac,
-            "tie_rule": TIE_RULE,
+            "rank_by": self.rank_by,
+            "rank_rule": RANK_RULES[self.rank_by],
+            "moved_down_for_evidence": self.moved_down,
         }
 
 
@@ -177,24 +189,6 @@ def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.nd
     return replace(grid.take(keep), recompute_layers=k[keep]), base[keep]
 
 
-def risky_features(grid: PlanGrid, ctx: Context, gpus_per_node: int) -> list[list[str]]:
-    """What makes each plan riskier than its estimate says: features with no validated run behind
-    them, or that Megatron-LM itself marks experimental."""
-    opts = ctx.options
-    common = (["CPU offloading"] if opts.cpu_offloading_num_layers else []) + (
-        ["CUDA graphs (pool memory unvalidated)"] if opts.cuda_graph_impl.value != "none" else []
-    )
-    out = []
-    for fsdp, pp, tp in zip(grid.fsdp, grid.pp, grid.tp, strict=True):
-        risk = list(common)
-        if fsdp:
-            risk.append("Megatron FSDP with pp > 1 (unvalidated)" if pp > 1 else "Megatron FSDP (no validated run)")
-        if tp > gpus_per_node:
-            risk.append("TP across nodes")
-        out.append(risk)
-    return out
-
-
 def search(
     ctx: Context,
     num_gpus: int,
@@ -202,10 +196,11 @@ def search(
     *,
     top: int = 10,
     sort: str = "time",
+    rank_by: str = "risk",
     memory_headroom: float | None = None,
     suggest_sizes: bool = True,
 ) -> SearchResult:
-    """Rank every legal plan that fits by iteration time (or by peak memory), ties first by safety. With no
+    """Rank every legal plan that fits (``rank_by``: ``RANK_RULES``; ``sort="memory"`` is rank_by memory). With no
     legal plan, the error names every rule that rejected plans and (``suggest_sizes``) the nearest GPU
     counts that have one. A GPU count that cannot be tp·cp·pp·dp (``WorldAxes``) is answered before any grid."""
     axes = WorldAxes.of(ctx, pins)
@@ -244,7 +239,8 @@ def search(
             _nothing_fits(ctx, num_gpus, pins, len(grid), scored, capacity, rejected, suggest_sizes=suggest_sizes)
         )
     variants = len(scored.grid) - len(idx)  # block-recomputation variants of the rows that do not fit
-    result = _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, len(grid) + variants, rejected)
+    rank_by = "memory" if sort == "memory" else rank_by
+    result = _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, len(grid) + variants, rejected)
     result.block_variants = variants
     return result
 
@@ -272,27 +268,46 @@ def _with_block_recompute(scored: _Scored, capacity: float) -> _Scored:
     )
 
 
-def _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, rejected) -> SearchResult:
+def _bands(scored: _Scored, rows: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's band ε (``evidence.band_frac``) and its count of extrapolated features, per option set."""
+    eps, extrapolated = np.empty(len(rows)), np.zeros(len(rows), dtype=np.int64)
+    for k in np.unique(scored.option_set[rows]):
+        sel = np.flatnonzero(scored.option_set[rows] == k)
+        ev = plan_evidence(scored.grid.take(rows[sel]), scored.contexts[k], gpus)
+        extrapolated[sel] = ev.extrapolated
+        eps[sel] = band_frac(extrapolated[sel], scored.contexts[k])
+    return eps, extrapolated
+
+
+def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus: int) -> tuple[np.ndarray, np.ndarray]:
+    """The feasible rows ``ok`` in rank order, and the rows tied with the first (``RANK_RULES``)."""
+    it, pk = scored.iteration[ok], scored.peak[ok]
+    if rank_by == "memory":
+        return ok[np.lexsort((ok, it, pk))], np.zeros(0, dtype=np.int64)
+    eps, extrapolated = _bands(scored, ok, gpus)
+    low, high, pessimistic = it * np.exp(-eps), it * np.exp(eps), it * np.exp(RISK_Z * eps)
+    tight = pk > TIGHT_FRAC * capacity  # leaves less than 10 % of what a plan may fill
+    if rank_by == "risk":
+        tie = low <= high[np.argmin(pessimistic)]
+        keys = (ok, it, pessimistic, tight)
+    else:
+        fastest = np.argmin(it)
+        tie = low <= high[fastest]
+        keys = (ok, it, tight, extrapolated)
+    tied = np.lexsort(tuple(k[tie] for k in keys))
+    rest = np.lexsort((ok[~tie], it[~tie], pessimistic[~tie] if rank_by == "risk" else it[~tie]))
+    return np.concatenate([ok[tie][tied], ok[~tie][rest]]), ok[tie][tied]
+
+
+def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluated, rejected) -> SearchResult:
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     ok = np.flatnonzero(fits)
-    it, pk = scored.iteration[ok], scored.peak[ok]
-    key, second = (it, pk) if sort == "time" else (pk, it)
-    order = ok[np.lexsort((ok, second, key))]
-    band = ctx.hardware.accuracy.band_frac
-    tied = np.zeros(0, dtype=np.int64)
-    if sort == "time":
-        fastest = scored.iteration[order[0]]
-        tie = scored.iteration[order] * math.exp(-band) <= fastest * math.exp(band)
-        tied, rest = order[tie], order[~tie]
-        risk = np.array([len(r) for r in risky_features(scored.grid.take(tied), ctx, ctx.hardware.gpus_per_node)])
-        tight = scored.peak[tied] > TIGHT_FRAC * capacity  # leaves less than 10 % of what a plan may fill
-        tied = tied[np.lexsort((scored.iteration[tied], tight, risk))]
-        order = np.concatenate([tied, rest])
+    order, tied = _order(scored, ok, rank_by, capacity, num_gpus)
     tied_set = set(tied.tolist())
-    fastest_row = order[0] if not len(tied) else tied[np.argmin(scored.iteration[tied])]
+    fastest_row = ok[np.lexsort((ok, scored.iteration[ok]))[0]] if rank_by != "memory" else order[0]
     fastest_rank = int(np.flatnonzero(order == fastest_row)[0]) + 1
     ranks = list(range(1, min(top, len(order)) + 1))
-    if fastest_rank > top:  # ties put it below the top N: it is shown after them with its own rank
+    if fastest_rank > top:  # the ranking puts it below the top N: it is shown after them with its own rank
         ranks.append(fastest_rank)
     chosen = order[np.array(ranks) - 1]
     jsons: dict[int, dict] = {}
@@ -301,14 +316,25 @@ def _ranked(ctx, num_gpus, scored, fits, top, sort, memory_headroom, evaluated, 
         best = scored.grid.take(rows)
         with np.errstate(divide="ignore", invalid="ignore"):
             ev = evaluate(best, scored.contexts[k])
-        risks = risky_features(best, scored.contexts[k], ctx.hardware.gpus_per_node)
         for j, i in enumerate(rows):
             pj = plan_json(scored.contexts[k], num_gpus, best, ev, j, [], memory_headroom)
-            pj.update(tied_with_fastest=int(i) in tied_set, fastest=bool(i == fastest_row), risky_features=risks[j])
+            pj.update(tied_with_fastest=int(i) in tied_set, fastest=bool(i == fastest_row))
             jsons[int(i)] = pj
     plans = [{**jsons[int(i)], "rank": rank} for rank, i in zip(ranks, chosen, strict=True)]
+    moved = 0
+    if rank_by == "risk":
+        faster = ok[scored.iteration[ok] < scored.iteration[order[0]]]
+        moved = int(np.sum(_bands(scored, faster, num_gpus)[1] > 0)) if len(faster) else 0
     return SearchResult(
-        plans, evaluated, int(np.sum(fits)), rejected, tied=len(tied), band_frac=band, fastest_rank=fastest_rank
+        plans,
+        evaluated,
+        int(np.sum(fits)),
+        rejected,
+        tied=len(tied),
+        band_frac=ctx.hardware.accuracy.band_frac,
+        fastest_rank=fastest_rank,
+        rank_by=rank_by,
+        moved_down=moved,
     )
 
 

@@ -18,7 +18,15 @@ from planner.report.search import search_view
 )
 @search_options
 @click.option("--max-tp", type=click.IntRange(min=1), help="Largest TP (default: GPUs per node; larger crosses nodes).")
-@click.option("--sort", type=click.Choice(["time", "memory"]), default="time", show_default=True)
+@click.option(
+    "--rank-by",
+    type=click.Choice(["risk", "estimate", "memory"]),
+    default="risk",
+    show_default=True,
+    help="risk: the pessimistic end of each plan's band, widened for features no published run exercises; "
+    "estimate: the point estimate; memory: peak memory.",
+)
+@click.option("--sort", type=click.Choice(["time", "memory"]), default="time", help="memory: as --rank-by memory.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="How many plans to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print {plans, evaluated, feasible, rejected}.")
 @csv_option
@@ -43,7 +51,13 @@ def search(**kw) -> None:
     if kw["min_gpus"]:
         return _min_gpus(req, pins, kw)
     result = run_search(
-        req.ctx, kw["gpus"], pins, top=kw["top"], sort=kw["sort"], memory_headroom=kw["memory_headroom"]
+        req.ctx,
+        kw["gpus"],
+        pins,
+        top=kw["top"],
+        sort=kw["sort"],
+        rank_by=kw["rank_by"],
+        memory_headroom=kw["memory_headroom"],
     )
     say_warnings(req.ctx, kw["gpus"], result.plans[0])
     for pj in result.plans:
@@ -154,7 +168,7 @@ def sweep(
         click.echo(f"wrote {plot_file}", err=True)
 
 
-SWEEP_OWN = {"gpus", "min_gpus", "top", "sort", "as_json", "as_csv"}
+SWEEP_OWN = {"gpus", "min_gpus", "top", "sort", "rank_by", "as_json", "as_csv"}
 
 
 sweep.params[:0] = [p for p in search.params if p.name not in SWEEP_OWN]

@@ -54,7 +54,8 @@ def attention_block(spec: AttentionKernelSpec) -> str:
 
 def accuracy_block(acc: Accuracy) -> str:
     lines = ["accuracy:"]
-    lines += [f"  {n}: {getattr(acc, n):.3f}" for n in ("validation_error_frac", "calibration_uncertainty_frac")]
+    names = [n for n in type(acc).model_fields if n != "sources" and getattr(acc, n) is not None]
+    lines += [f"  {n}: {getattr(acc, n):.3f}" for n in names]
     lines.append("  sources:")
     lines += [f"    {n}: {_quote(text)}" for n, text in acc.sources.items()]
     return "\n".join(lines) + "\n"

@@ -112,6 +112,7 @@ def _stats(rs: list[dict]) -> dict:
         "runs": len(rs),
         "median_abs_error_pct": float(np.median(np.abs(errs))),
         "max_abs_error_pct": float(np.max(np.abs(errs))),
+        "max_abs_log_error": float(np.max(np.abs(np.log1p(errs / 100)))),
         "rms_log_error": float(np.sqrt(np.mean(np.log1p(errs / 100) ** 2))),
     }
 

@@ -74,10 +74,18 @@ def write_hardware_file(path: Path, hw: HardwareSpec, cal: Calibration, acc: Acc
     return text
 
 
-def fitted_accuracy(fit, stats: dict | None, *, carried_from: str | None = None, donor: Accuracy | None = None):
-    """The accuracy section after a fit: the RMS log error of the preset's own runs whose configuration
-    is published (``stats``, validate's by_hardware entry), else the donor's; the fit's σ carried to
-    the predictions (calibrate.Fit.prediction_sigma)."""
+def fitted_accuracy(
+    fit,
+    stats: dict | None,
+    *,
+    carried_from: str | None = None,
+    donor: Accuracy | None = None,
+    previous: Accuracy | None = None,
+):
+    """The accuracy section after a fit: the RMS and largest log error of the preset's own runs whose
+    configuration is published (``stats``, validate's by_hardware entry), else the donor's; the fit's σ
+    carried to the predictions (calibrate.Fit.prediction_sigma); the MoE rows' figures as they were
+    (``previous``: the dense fit does not move them)."""
     sigma_text = (
         f"megaplan calibrate: the fitted factors' covariance (least-squares Jacobian) carried to each run's "
         f"ln(prediction), RMS over the {fit.runs} runs of the fit, {100 * fit.prediction_sigma:.1f} %"
@@ -96,11 +104,21 @@ def fitted_accuracy(fit, stats: dict | None, *, carried_from: str | None = None,
         err_text = f"no run on this preset: {carried_from}'s {100 * err:.1f} % (same SMs; assumption)"
     if carried_from:
         sigma_text = f"carried over from {carried_from}: " + sigma_text
-    return Accuracy(
-        validation_error_frac=round(err, 3),
-        calibration_uncertainty_frac=round(fit.prediction_sigma, 3),
-        sources={"validation_error_frac": err_text, "calibration_uncertainty_frac": sigma_text},
-    )
+    values = {"validation_error_frac": round(err, 3), "calibration_uncertainty_frac": round(fit.prediction_sigma, 3)}
+    sources = {"validation_error_frac": err_text, "calibration_uncertainty_frac": sigma_text}
+    worst = stats["max_abs_log_error"] if stats else (donor.max_error_frac if donor else None)
+    if worst is not None:
+        values["max_error_frac"] = round(worst, 3)
+        sources["max_error_frac"] = (
+            f"megaplan calibrate: the largest |ln(predicted/published)| over the same rows, {100 * worst:.1f} %; what "
+            "each feature no run exercises adds to the band in quadrature (docs/cost-model.md §10.6)"
+            if stats
+            else f"no run on this preset: {carried_from}'s {100 * worst:.1f} %"
+        )
+    for name in ("moe_validation_error_frac", "moe_max_error_frac"):
+        if previous is not None and getattr(previous, name) is not None:
+            values[name], sources[name] = getattr(previous, name), previous.sources[name]
+    return Accuracy(**values, sources=sources)
 
 
 def write_fits(write_dir: str, fits: dict, families: dict, by_hardware: dict | None = None) -> None:
@@ -111,12 +129,14 @@ def write_fits(write_dir: str, fits: dict, families: dict, by_hardware: dict | N
     for name, fit in fits.items():
         note = f"{fit.runs} published runs ({'; '.join(fit.sources)})"
         hw = load_hardware(name)
-        acc = fitted_accuracy(fit, by_hardware.get(name)) if by_hardware is not None else None
+        acc = fitted_accuracy(fit, by_hardware.get(name), previous=hw.accuracy) if by_hardware is not None else None
         write_hardware_file(Path(write_dir) / f"{name}.yaml", hw, fitted_calibration(hw.calibration, fit, note), acc)
         for target in families.get(name, ()):
             thw = load_hardware(target)
             cal = fitted_calibration(thw.calibration, fit, note, carried_from=name)
             tacc = None
             if by_hardware is not None:
-                tacc = fitted_accuracy(fit, by_hardware.get(target), carried_from=name, donor=acc)
+                tacc = fitted_accuracy(
+                    fit, by_hardware.get(target), carried_from=name, donor=acc, previous=thw.accuracy
+                )
             write_hardware_file(Path(write_dir) / f"{target}.yaml", thw, cal, tacc)

@@ -184,10 +184,20 @@ class MemorySpec(_Sourced):
 class Accuracy(_Sourced):
     """How far an iteration-time estimate on this GPU generation can be trusted: the spread of
     ``megaplan validate`` on its runs and the calibration's own uncertainty (one standard error,
-    relative). The band of an estimate is iteration × exp(±√(validation² + calibration²))."""
+    relative). The band of an estimate is iteration × exp(±√(validation² + calibration²)), widened
+    by the largest error for each feature no run exercises (``planner.fidelity.evidence``)."""
 
     validation_error_frac: float = Field(ge=0, lt=1, description="RMS of ln(predicted/published) on the runs")
     calibration_uncertainty_frac: float = Field(ge=0, lt=1, description="relative uncertainty of the fitted factors")
+    max_error_frac: float | None = Field(
+        None, ge=0, lt=1, description="largest |ln(predicted/published)| on the runs: what an extrapolated feature adds"
+    )
+    moe_validation_error_frac: float | None = Field(
+        None, ge=0, lt=1, description="RMS of ln(predicted/published) on the MoE runs in the bar (MoE plans' band)"
+    )
+    moe_max_error_frac: float | None = Field(
+        None, ge=0, lt=1, description="largest |ln(predicted/published)| on the MoE runs in the bar"
+    )
 
     @property
     def band_frac(self) -> float:

@@ -90,9 +90,41 @@ def _batch(config: dict | None, path: str | None, values: dict, out: ForkPlan) -
         out.plan["micro_batch"] = mbs
 
 
+MICROSOFT = "Megatron-DeepSpeed (Microsoft)"
+
+
+def _microsoft(fork: dict[str, list[str]]) -> bool:
+    """Whether a command line is Microsoft Megatron-DeepSpeed's: DeepSpeed's --deepspeed, or a flag only it has."""
+    return "--deepspeed" in fork or any(MICROSOFT in getattr(fork_flag(f), "dialects", ()) for f in fork)
+
+
+def _deepspeed_moe(fork: dict[str, list[str]], values: dict, out: ForkPlan) -> None:
+    """Microsoft Megatron-DeepSpeed's mixture of experts (megatron/arguments.py, model/transformer.py at
+    f4157bea): ``--num-experts 1`` (its default) is a dense MLP; more experts route ``--topk`` tokens
+    (default 1) and sit on every ``--expert-interval``-th layer (default 2; layer numbers from 1,
+    ``get_num_experts_per_layer``), where Megatron-LM's defaults are top-2 on every layer."""
+    experts = values.get("num_experts")
+    if experts is None or not _microsoft(fork):
+        return
+    if int(experts) == 1:
+        out.model["num_experts"] = None
+        out.notes.append("--num-experts 1: Megatron-DeepSpeed's single expert is a dense MLP (no mixture of experts)")
+        return
+    topk = _int(fork.get("--topk", [])) or 1
+    interval = _int(fork.get("--expert-interval", [])) or 2
+    layers = values.get("num_layers")
+    out.model["moe_router_topk"] = topk
+    if interval > 1 and layers:
+        out.model["moe_layer_freq"] = tuple(int((i + 1) % interval == 0) for i in range(int(layers)))
+    out.notes.append(
+        f"Megatron-DeepSpeed's experts: top-{topk} routing (--topk), on one layer in {interval} (--expert-interval)"
+    )
+
+
 def map_fork_flags(fork: dict[str, list[str]], values: dict, files: dict[str, str]) -> ForkPlan:
     """The plan changes and notes that the fork and old-release flags of a parsed command line imply."""
     out = ForkPlan()
+    _deepspeed_moe(fork, values, out)
     config, path = ds_config(fork, files)
     stage = _zero_stage(fork, config, out)
     if stage in (1, 2):
@@ -146,6 +178,7 @@ def map_fork_flags(fork: dict[str, list[str]], values: dict, files: dict[str, st
         "--deepspeed_config",
         "--tokenizer-name-or-path",
         "--pp-partition-method",
+        *(("--topk", "--expert-interval") if values.get("num_experts") and _microsoft(fork) else ()),
         *NOT_MODELLED,
     }
     ignored = [f for f in fork if f not in mapped]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 from planner import api
 from planner.errors import PlannerError
@@ -31,7 +32,7 @@ from planner.megatron.tokenizers import tokenizer_vocab
 from planner.models.spec import ModelSpec
 from planner.plan import StageSplit
 from planner.plan_file import request_from_fields
-from planner.presets import load_model
+from planner.presets import format_validation_error, load_model
 from planner.space.grid import stage_layers
 
 REFUSED = {  # dest -> what to say: a plan the planner cannot price at all
@@ -72,7 +73,7 @@ def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, no
     if base is not None:
         merged = {**base.model_dump(exclude={"training"}), **fields}
         merged.setdefault("max_position_embeddings", v.get("seq_length", base.max_position_embeddings))
-        return ModelSpec.model_validate({**merged, "name": base.name, "training": base.training})
+        return _spec({**merged, "name": base.name, "training": base.training})
     missing = [
         f"--{k.replace('_', '-')}"
         for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
@@ -85,7 +86,15 @@ def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, no
             "(give --model PRESET, or the flags)"
         )
     fields.setdefault("max_position_embeddings", v.get("seq_length", 2048))
-    return ModelSpec.model_validate({"name": "imported", "source": "Megatron-LM command line", **fields})
+    return _spec({"name": "imported", "source": "Megatron-LM command line", **fields})
+
+
+def _spec(fields: dict) -> ModelSpec:
+    """The model a command line describes, checked: a flag combination the model cannot have is one line."""
+    try:
+        return ModelSpec.model_validate(fields)
+    except ValidationError as err:
+        raise PlannerError(f"the command line's model: {format_validation_error(err)}") from err
 
 
 def _stage_split(v: dict) -> StageSplit:
@@ -368,6 +377,8 @@ def import_fields(
         notes.append(f"ignored flags set from unset values (they do not change the estimate): {'; '.join(dropped)}")
     if lone:
         notes.append(f"unset, so expanding to nothing (as in bash): {' '.join(lone)}")
+    if gpus is None:
+        notes += launch.defaults
     if launch.unread:
         warnings.append(
             f"did not read {', '.join(launch.unread)} (only files beside the script are read); if it sets values the "

@@ -4,6 +4,8 @@ give, and the files beside it that it sources or submits."""
 
 from __future__ import annotations
 
+import re
+
 from planner.errors import PlannerError
 from planner.megatron.option_flags import NOT_MODELLED
 
@@ -123,22 +125,26 @@ COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; ev
 }
 
 
-def _forms(name: str) -> tuple[str, ...]:
-    """The texts an unresolved name can stand as in a word: ``$X`` and ``${X}``, or itself."""
-    return (name, "${" + name[1:] + "}") if name.startswith("$") and not name.startswith("$(") else (name,)
+def _pattern(name: str) -> re.Pattern:
+    """The texts an unresolved name can stand as in a word: ``$X``, ``${X}`` and an array's ``${X[@]}``,
+    ``${X[*]}`` or ``${X[i]}``; or the name itself (a command substitution, a fill-in placeholder)."""
+    if name.startswith("$") and not name.startswith("$("):
+        var = re.escape(name[1:].strip("{}"))
+        return re.compile(rf"\$\{{{var}(?:\[[^\]]*\])?\}}|\${var}(?![A-Za-z0-9_])")
+    return re.compile(re.escape(name))
 
 
 def _present(token: str, names: frozenset[str]) -> frozenset[str]:
     """The unresolved names whose text is in the word (an array's words share the names of all of them)."""
-    return frozenset(n for n in names if any(f in token for f in _forms(n)))
+    return frozenset(n for n in names if _pattern(n).search(token))
 
 
 def _lone(token: str, names: frozenset[str]) -> bool:
-    """Whether a word is nothing but unset expansions (``$@``, ``${OPT}``, ``<fill in>``): bash would drop it."""
+    """Whether a word is nothing but unset expansions (``$@``, ``${OPT}``, an unset array's ``${ARGS[@]}``,
+    ``<fill in>``): bash expands it to nothing and drops it."""
     rest = token
     for name in sorted(names, key=len, reverse=True):
-        for form in _forms(name):
-            rest = rest.replace(form, "")
+        rest = _pattern(name).sub("", rest)
     return not rest.strip()
 
 

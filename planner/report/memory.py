@@ -65,17 +65,61 @@ def tie_cell(pj: dict) -> Text:
     return Text("=", style="green") if pj.get("tied_with_fastest") else Text("")
 
 
+def evidence_cell(pj: dict) -> Text:
+    """Search's evidence column: the published settings behind the plan's least-exercised feature, or
+    ×N (red) for N features no published setting of its GPU generation exercises."""
+    ev = pj.get("evidence") or {}
+    n = len(ev.get("extrapolated", ()))
+    return Text(f"×{n}", style="red") if n else Text(str(ev.get("settings", "")))
+
+
+def evidence_text(pj: dict) -> Text:
+    """One line: what the published runs say about the plan ("validated by 14 settings" or what is
+    extrapolated), and the band it gives."""
+    ev = pj.get("evidence")
+    out = Text()
+    if not ev:
+        return out
+    gen, band = ev["generation"], f"band ± {100 * ev['band_frac']:.1f} %"
+    if ev["extrapolated"]:
+        out.append("extrapolated: ", "bold yellow")
+        each = f"± {100 * ev['per_extrapolated_frac']:.1f} % each"
+        out.append(f"{', '.join(ev['extrapolated'])} on {gen}, 0 runs; {band} ({each})")
+    else:
+        weakest = min(ev["features"], key=lambda f: f["settings"])["feature"]
+        out.append(f"validated by {ev['settings']} settings on {gen} (fewest: {weakest}); {band}")
+    return out
+
+
 def ties_footnote(result) -> str:
-    """What the tie marks mean and how tied plans are ordered."""
-    if not result.tied:
-        return ""
+    """What the tie marks mean, how plans are ranked and how many moved down for lack of evidence."""
     rank, shown = result.fastest_rank, [pj["rank"] for pj in result.plans]
     after = f", shown after the top {len(shown) - 1}" if rank == shown[-1] != len(shown) else ""
     fastest = f"the fastest estimate is #{rank} (*{after})"
+    moved = (
+        f" {result.moved_down:,} plans faster by estimate than #1 moved down for lack of evidence (--rank-by estimate "
+        "ranks by the estimate)."
+        if result.moved_down
+        else ""
+    )
+    runs = (
+        " runs: published settings behind the plan's least-exercised feature; ×N: N features no published setting "
+        "of this GPU generation exercises, each widening the band."
+    )
+    if result.rank_by == "memory":
+        return ""
+    if result.rank_by == "risk":
+        return (
+            f"\nRanked by the pessimistic end, the estimate × e^(2ε) (ε: the band, ± {100 * result.band_frac:.1f} % "
+            f"where every feature has published runs behind it); = tied with #1 (bands overlap), those leaving "
+            f"10 % of the usable memory free first; {fastest}.{moved}{runs}"
+        )
+    if not result.tied:
+        return runs
     return (
         f"\n= tied with the fastest: iteration bands overlap (± {100 * result.band_frac:.1f} %, the model's error "
-        f"on this GPU generation); {fastest}. The {result.tied} tied plans come first: fewer risky features, then "
-        "those leaving 10 % of the usable memory free, then the faster."
+        f"on this GPU generation); {fastest}. The {result.tied} tied plans come first: fewer extrapolated "
+        f"features, then those leaving 10 % of the usable memory free, then the faster.{runs}"
     )
 
 

@@ -71,6 +71,10 @@ def verdict(pj: dict, note: str | None = None) -> Text:
         f"{est['iteration_s']:.2f} s/iteration{spread} · {est['tokens_per_s']:,.0f} tokens/s · "
         f"MFU {100 * est['mfu']:.1f}% · {est['tflops_per_gpu']:.0f} TFLOP/s per GPU\n"
     )
+    if pj.get("evidence"):
+        out.append("runs  ", "bold")
+        out.append_text(memory_report.evidence_text(pj))
+        out.append("\n")
     out.append("memory", "bold")
     out.append(f" {_largest(est['memory'], MEMORY_TERMS, 'GiB', '.1f')} GiB of {peak:.1f}\n")
     out.append("time  ", "bold")

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from planner.plan import PLAN_LABEL_LEGEND
 from planner.report.layout import KEEP, Column, FittedTable, plan_text
-from planner.report.memory import band_text, tie_cell, ties_footnote
+from planner.report.memory import band_text, evidence_cell, tie_cell, ties_footnote
 
 
 def _est(key: str, fmt: str):
@@ -29,6 +29,7 @@ def search_columns(capacity_gib: float) -> list[Column]:
         Column("iter s", _est("iteration_s", ".2f"), priority=KEEP),
         Column("≈", tie_cell, priority=KEEP),
         Column("band s", lambda pj: band_text(pj["estimate"]), priority=2),
+        Column("runs", evidence_cell, priority=3),
         Column("MFU", _pct("mfu"), priority=1),
         Column("tokens/s", _est("tokens_per_s", ",.0f"), priority=2),
         Column("TFLOP/s", _est("tflops_per_gpu", ".0f"), priority=4),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable
+from contextlib import contextmanager
 
 from planner.megatron.shell.expand import MAX_DEPTH
 from planner.megatron.shell.fields import Field, Var
@@ -24,6 +25,38 @@ SLURM_VARS = {  # what a Slurm job sees, from the job's options (sbatch command 
     "world": ("SLURM_NTASKS",),
 }
 _SBATCH_VALUE_OPTIONS = {"-p", "-A", "-t", "-N", "-n", "-J", "-o", "-e", "-c", "-w", "-x", "-C", "-q", "-G", "-D"}
+_SBATCH_FLAGS = {  # sbatch's long options that take no value (sbatch(1)); every other one takes one
+    "--exclusive",
+    "--hold",
+    "--parsable",
+    "--requeue",
+    "--no-requeue",
+    "--overcommit",
+    "--oversubscribe",
+    "--spread-job",
+    "--test-only",
+    "--use-min-nodes",
+    "--wait",
+    "--contiguous",
+    "--ignore-pbs",
+    "--no-kill",
+    "--quiet",
+    "--verbose",
+    "--help",
+    "--usage",
+    "--version",
+    "--get-user-env",
+    "--reboot",
+    "--nice",
+}
+_SHELL_VALUE_OPTIONS = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}  # bash(1)
+
+
+def _sbatch_takes_value(word: str) -> bool:
+    """Whether an sbatch option word is followed by its value as the next word (``-p batch``, ``--nodes 2``)."""
+    if word.startswith("--"):
+        return "=" not in word and word not in _SBATCH_FLAGS
+    return word in _SBATCH_VALUE_OPTIONS
 
 
 class Follow:
@@ -61,29 +94,63 @@ class Follow:
         finally:
             self.depth -= 1
 
+    @contextmanager
+    def positional(self, args: list[Field] | None):
+        """``$1``..., ``$#`` and ``$@`` set to ``args`` while a function, a script run with arguments or a
+        file sourced with arguments runs, and restored after (bash's semantics); None keeps them."""
+        if args is None:
+            yield
+            return
+        names = [k for k in self.vars if k.isdigit() or k in ("@", "#", "*")]
+        saved = {k: self.vars.pop(k) for k in names}
+        self.vars.update({str(k): Var(t, u) for k, (t, u) in enumerate(args, 1)})
+        self.vars["#"] = Var(str(len(args)))
+        self.vars["@"] = Var([t for t, _ in args], frozenset().union(*(u for _, u in args)))
+        try:
+            yield
+        finally:
+            for k in [k for k in self.vars if k.isdigit() or k in ("@", "#", "*")]:
+                del self.vars[k]
+            self.vars.update(saved)
+
     def source(self, fields: list[Field]) -> None:
-        """``source FILE`` / ``. FILE``: run the file's text in this shell, or record it as unread."""
+        """``source FILE [ARGS]`` / ``. FILE [ARGS]``: run the file's text in this shell (with ARGS as its
+        positional parameters when given), or record it as unread."""
         text = self.read_or_note(fields[1][0]) if len(fields) > 1 else None
         if text is not None:
-            self.run_in_this_shell(text)
+            with self.positional(fields[2:] or None):
+                self.run_in_this_shell(text)
 
-    def script_argument(self, fields: list[Field]) -> str | None:
-        """The script file of ``sbatch [options] FILE`` or ``bash|sh [options] FILE`` (None without one)."""
-        if len(fields) < 2:
+    def script_argument(self, fields: list[Field]) -> tuple[str, list[Field]] | None:
+        """The script file of ``sbatch [options] FILE [ARGS]`` or ``bash|sh [options] FILE [ARGS]`` and its
+        arguments, as bash and sbatch read them: the first word that is not an option or an option's value
+        (None without one)."""
+        shell = posixpath.basename(fields[0][0]) in SHELLS
+        i = 1
+        while i < len(fields):
+            word = fields[i][0]
+            if word == "--":
+                i += 1
+                break
+            if not word.startswith(("-", "+")) or word in ("-", "+"):
+                break
+            takes = word in _SHELL_VALUE_OPTIONS if shell else _sbatch_takes_value(word)
+            i += 2 if takes else 1
+        if i >= len(fields):
             return None
-        last, before = fields[-1][0], fields[-2][0]
-        if last.startswith("-") or (before in _SBATCH_VALUE_OPTIONS and len(fields) > 2):
-            return None
-        return last
+        return fields[i][0], fields[i + 1 :]
 
     def run_file(self, fields: list[Field]) -> bool:
-        """Run the script a ``sbatch``/``bash``/``sh`` command names, beside this one; False if there is none."""
-        path = self.script_argument(fields)
-        if path is None:
+        """Run the script a ``sbatch``/``bash``/``sh`` command names, beside this one, with the words after
+        it as its positional parameters; False if there is none."""
+        found = self.script_argument(fields)
+        if found is None:
             return False
+        path, args = found
         text = self.read_or_note(path)
         if text is not None:
-            self.run_job_text(text, sbatch=posixpath.basename(fields[0][0]) in ("sbatch", "salloc"))
+            with self.positional(args):
+                self.run_job_text(text, sbatch=posixpath.basename(fields[0][0]) in ("sbatch", "salloc"))
         return True
 
     def run_job_text(self, text: str, sbatch: bool) -> None:

@@ -13,6 +13,7 @@ import fnmatch
 import posixpath
 import re
 from collections.abc import Mapping
+from contextlib import contextmanager
 
 from planner.megatron.shell.conditions import Test
 from planner.megatron.shell.expand import MAX_DEPTH, Expander
@@ -162,9 +163,27 @@ class Interp(Follow, Expander):
             for raw in assigns:
                 self.assign(raw)
             return True
-        if self.heredoc(node, words, fields):
-            return True
-        return self.builtin(words, fields)
+        with self.command_env(assigns):
+            if self.heredoc(node, words, fields):
+                return True
+            return self.builtin(words, fields)
+
+    @contextmanager
+    def command_env(self, assigns: list[str]):
+        """``X=1 Y=2 cmd``: the assignments hold for that one command (a launch, a script it runs, a function
+        it calls) and are undone after, as bash does."""
+        names = [m.group(1) for m in map(_ASSIGN.match, assigns) if m]
+        saved = {n: self.vars.get(n) for n in names if n not in self.pinned}
+        for raw in assigns:
+            self.assign(raw)
+        try:
+            yield
+        finally:
+            for name, old in saved.items():
+                if old is None:
+                    self.vars.pop(name, None)
+                else:
+                    self.vars[name] = old
 
     def marker(self, words: list[str]) -> bool | None:
         """Run a rewritten array assignment, ``[[``, ``case`` or ``((`` command."""
@@ -224,22 +243,14 @@ class Interp(Follow, Expander):
         """Run a shell function with its positional parameters set."""
         if self.depth >= MAX_DEPTH:
             return
-        positional = [k for k in self.vars if k.isdigit() or k in ("@", "#", "*")]
-        saved = {k: self.vars.pop(k) for k in positional}
-        args = fields[1:]
-        self.vars.update({str(k): Var(t, u) for k, (t, u) in enumerate(args, 1)})
-        self.vars["#"] = Var(str(len(args)))
-        self.vars["@"] = Var([t for t, _ in args], frozenset().union(*(u for _, u in args)))
         self.depth += 1
         try:
-            self.run(self.funcs[name])
+            with self.positional(fields[1:]):
+                self.run(self.funcs[name])
         except Return:
             pass
         finally:
             self.depth -= 1
-            for k in [k for k in self.vars if k.isdigit() or k in ("@", "#", "*")]:
-                del self.vars[k]
-            self.vars.update(saved)
 
     def detect(self, fields: list[Field]) -> None:
         """Record a Megatron-LM launch (or a line of bare flags) in an expanded command."""
@@ -269,6 +280,10 @@ class Interp(Follow, Expander):
         deepspeed = any(posixpath.basename(t) == "deepspeed" for t, _ in launcher)
         nproc, nnodes, world = (process_count(opts.get(k), unresolved) for k in ("nproc", "nnodes", "world"))
         single_node = torch or (deepspeed and "hostfile" not in opts)
+        defaults = []
+        if torch and "nproc" not in opts and not any(u for _, u in launcher):
+            nproc = 1  # torchrun's --nproc-per-node defaults to 1 (torch/distributed/run.py)
+            defaults.append("torchrun without --nproc-per-node: 1 process per node (its default)")
         if nnodes is None and single_node and nproc is not None and "nnodes" not in opts:
             nnodes = 1  # torchrun's default; the deepspeed launcher without a hostfile runs on this node
         if nproc is not None and nnodes is not None:
@@ -295,6 +310,7 @@ class Interp(Follow, Expander):
             launcher=" ".join(t for t, _ in launcher),
             counts={k: v[0] for k, v in counts.items()},
             allocator_conf=alloc if isinstance(alloc, str) else None,
+            defaults=defaults,
         )
 
     # -- variables ----------------------------------------------------------------------

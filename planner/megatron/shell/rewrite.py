@@ -140,8 +140,8 @@ class Rewriter:
         return "".join(out), i
 
     def heredoc_bodies(self, i: int) -> tuple[str, int]:
-        """Move pending here-document bodies from ``i`` (a line start) into table ``h``; bashlex sees an
-        empty here-document whose delimiter ``__mp_h<n>`` names the body (text, quoted delimiter)."""
+        """Move pending here-document bodies from ``i`` (a line start) into table ``h``; bashlex sees a
+        stand-in body and the delimiter ``__mp_h<n>``, which names the body (text, quoted delimiter)."""
         out = []
         for delim, strip, n in self.heredocs:
             body = []
@@ -149,8 +149,8 @@ class Rewriter:
                 end = self.s.find("\n", i) + 1 or len(self.s)
                 line, i = self.s[i:end], end
                 text = line.lstrip("\t") if strip else line
-                if text.rstrip("\n") == delim:
-                    out.append(f"{HEREDOC}{n}\n")
+                if text.rstrip("\n") == delim:  # a one-line stand-in body: bashlex fails on empty ones in { } / if
+                    out.append(f"{HEREDOC}\n{HEREDOC}{n}\n")
                     break
                 body.append(text)
             else:

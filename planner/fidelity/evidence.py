@@ -1,0 +1,255 @@
+"""What the published runs say about a plan: for each feature and region a plan uses, how many
+distinct published settings in the fit exercise it on the plan's GPU generation.
+
+A *setting* is one model with one plan (its TP, PP, CP, VPP, EP, micro-batch, recomputation, ...
+but not its DP: a weak-scaling series on more GPUs is one setting), on one hardware preset, at one
+sequence length and precision: the rows of ``presets/reference/*.csv`` in the bar (``Run.fit``,
+as ``planner.fidelity.runs.load_runs`` and ``moe_runs.load_moe_runs`` build them), shipped with
+the package. A feature a plan uses that no setting of its generation exercises is *extrapolated*;
+the band of the estimate widens for each (``band_frac``, docs/cost-model.md §10.6) and search ranks
+by the pessimistic end of that band.
+
+Everything is vectorised: ``feature_codes`` turns a grid of plans into one integer array per
+feature kind (0: not used), and ``plan_evidence`` looks each code up in the generation's counts.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.hardware.collectives import group_nodes
+from planner.hardware.spec import HardwareSpec
+from planner.plan import Context
+from planner.space.grid import PlanGrid
+
+NOT_USED = np.iinfo(np.int64).max  # the count of a kind a plan does not use: never its weakest link
+PP_BUCKETS = (1, 2, 4, 8, 16)  # PP depth classes: 2, 3-4, 5-8, 9-16, 17+
+DECADES = ("1-9", "10-99", "100-999", "1,000-9,999", "10,000+")
+FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+GENERATION_NAMES = {8: "Ampere", 9: "Hopper", 10: "Blackwell"}
+
+
+def _domain(hw: HardwareSpec) -> int:
+    return getattr(hw, "nvlink_domain_gpus", None) or hw.gpus_per_node
+
+
+def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarray]:
+    """Each feature kind a plan may use, as one integer code per plan (0: not used); ``LABELS`` names
+    a code. Kinds from the grid vary per plan; kinds from the options are the same for every plan."""
+    n, opts, moe = len(grid), ctx.options, ctx.model.is_moe
+    tp, pp, ep, etp = grid.tp, grid.pp, grid.ep, grid.etp
+    domain = _domain(ctx.hardware)
+    expert = moe & (ep > 1)
+    flex = grid.dispatcher == 2
+    backend = FLEX_BACKENDS.index(opts.moe_flex_dispatcher_backend.value) if opts.moe_flex_dispatcher_backend else 0
+    ep_domains, _ = group_nodes(ep * etp, 1, domain)
+
+    def full(value: int) -> np.ndarray:
+        return np.full(n, value, dtype=np.int64)
+
+    recipe = FP8_RECIPES.index(opts.fp8_recipe.value) + 1 if opts.fp8 else 0
+    return {
+        "model": full(2 if moe else 1),
+        "gpus": full(min(int(np.log10(max(gpus, 1))), len(DECADES) - 1) + 1),
+        "fsdp": grid.fsdp.astype(np.int64),
+        "fsdp_split": grid.fsdp * ((tp > 1) + 2 * (pp > 1)),
+        "cp": np.where(grid.cp > 1, grid.cp, 0),
+        "pp": np.where(pp > 1, np.searchsorted(PP_BUCKETS, pp), 0),
+        "vpp": (grid.vpp > 1).astype(np.int64),
+        "micro_batch": (grid.micro_batch >= 3).astype(np.int64),
+        "recompute": grid.recompute + (grid.recompute == 2) * grid.recompute_block,
+        "tp_domains": (tp > domain).astype(np.int64),
+        "tp_overlap": ((tp > 1) & grid.sequence_parallel & bool(opts.tp_comm_overlap)).astype(np.int64),
+        "ep_domains": (expert & (ep_domains > 1)).astype(np.int64),
+        "dispatcher": np.where(expert, grid.dispatcher + 1 + flex * backend, 0),
+        "a2a_overlap": (expert & grid.a2a_overlap).astype(np.int64),
+        "fp8": full(recipe),
+        "cuda_graphs": full(GRAPH_IMPLS.index(opts.cuda_graph_impl.value)),
+        "offloading": full(int(opts.cpu_offloading_num_layers > 0)),
+    }
+
+
+LABELS = {
+    "model": lambda c: ("dense", "MoE")[c - 1],
+    "gpus": lambda c: f"{DECADES[c - 1]} GPUs",
+    "fsdp": lambda c: "Megatron FSDP",
+    "fsdp_split": lambda c: ("Megatron FSDP with TP", "Megatron FSDP with PP", "Megatron FSDP with TP and PP")[c - 1],
+    "cp": lambda c: f"CP {c}",
+    "pp": lambda c: ("PP 2", "PP 3-4", "PP 5-8", "PP 9-16", "PP 17+")[c - 1],
+    "vpp": lambda c: "interleaved pipeline",
+    "micro_batch": lambda c: "micro-batch >= 3",
+    "recompute": lambda c: ("selective recomputation", "full recomputation (uniform)", "full recomputation (block)")[
+        c - 1
+    ],
+    "tp_domains": lambda c: "TP across NVLink domains",
+    "tp_overlap": lambda c: "TP comm overlap",
+    "ep_domains": lambda c: "EP across NVLink domains",
+    "dispatcher": lambda c: ("allgather dispatcher", "alltoall dispatcher", *(f"flex/{b}" for b in FLEX_BACKENDS))[
+        c - 1
+    ],
+    "a2a_overlap": lambda c: "all-to-all overlap",
+    "fp8": lambda c: f"FP8 {FP8_RECIPES[c - 1]}",
+    "cuda_graphs": lambda c: f"CUDA graphs ({GRAPH_IMPLS[c]})",
+    "offloading": lambda c: "CPU offloading",
+}
+
+
+def generation(hw: HardwareSpec) -> int:
+    """The GPU generation: the compute capability's major number (8 Ampere, 9 Hopper, 10 Blackwell)."""
+    return int(hw.gpu.compute_capability)
+
+
+def generation_name(major: int) -> str:
+    return GENERATION_NAMES.get(major, f"compute capability {major}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One distinct published setting: its hardware, model, plan (DP aside) and the rows behind it."""
+
+    key: tuple
+    generation: int
+    hardware: str
+    model: str
+    rows: tuple[str, ...]
+    codes: dict[str, frozenset[int]]  # every code its rows use, per kind
+
+
+def _setting_key(run, req) -> tuple:
+    o = req.ctx.options
+    plan = req.plan.model_dump(mode="json", exclude={"dp"})
+    return (
+        run.hardware,
+        req.ctx.model.name,
+        tuple(sorted(plan.items())),
+        req.ctx.training.seq_len,
+        o.fp8,
+        o.fp8_recipe,
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def reference_settings() -> tuple[Setting, ...]:
+    """The distinct settings of every reference row in the bar (dense and MoE), with their feature codes."""
+    from planner.fidelity.moe_runs import load_moe_runs
+    from planner.fidelity.runs import load_runs
+    from planner.fidelity.validate import prepare
+
+    groups: dict[tuple, list] = {}
+    for run in [*load_runs(), *load_moe_runs()]:
+        if not run.fit or ":" in run.id:
+            continue
+        req = prepare(run)
+        codes = feature_codes(PlanGrid.from_plans([req.plan]), req.ctx, req.gpus)
+        groups.setdefault(_setting_key(run, req), []).append((run, req, codes))
+    out = []
+    for key, members in groups.items():
+        run, req, _ = members[0]
+        codes = {k: frozenset(int(c[k][0]) for _, _, c in members) - {0} for k in members[0][2]}
+        out.append(
+            Setting(
+                key,
+                generation(req.ctx.hardware),
+                run.hardware,
+                req.ctx.model.name,
+                tuple(r.id for r, _, _ in members),
+                codes,
+            )
+        )
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=8)
+def generation_counts(major: int) -> dict[str, dict[int, int]]:
+    """Per feature kind and code, the distinct settings of GPU generation ``major`` that use it."""
+    counts: dict[str, dict[int, int]] = {k: {} for k in LABELS}
+    for s in reference_settings():
+        if s.generation == major:
+            for kind, codes in s.codes.items():
+                for c in codes:
+                    counts[kind][c] = counts[kind].get(c, 0) + 1
+    return counts
+
+
+def settings_per_preset() -> dict[str, dict[str, int]]:
+    """Distinct settings (model × plan) and rows behind each hardware preset's fit, dense and MoE apart."""
+    out: dict[str, dict[str, int]] = {}
+    for s in reference_settings():
+        entry = out.setdefault(s.hardware, {"dense_settings": 0, "moe_settings": 0, "rows": 0})
+        entry["moe_settings" if 2 in s.codes["model"] else "dense_settings"] += 1
+        entry["rows"] += len(s.rows)
+    return out
+
+
+@dataclass
+class PlanEvidence:
+    """For every plan of a grid: each kind's code and the settings behind it (``NOT_USED`` where the
+    plan does not use the kind), the weakest link and how many features no setting exercises."""
+
+    generation: int
+    codes: dict[str, np.ndarray]
+    counts: dict[str, np.ndarray]
+
+    @property
+    def settings(self) -> np.ndarray:
+        """The fewest settings behind any feature the plan uses."""
+        return np.min(np.stack(list(self.counts.values())), axis=0)
+
+    @property
+    def extrapolated(self) -> np.ndarray:
+        """How many features the plan uses that no setting of its generation exercises."""
+        return np.sum(np.stack(list(self.counts.values())) == 0, axis=0)
+
+
+def plan_evidence(grid: PlanGrid, ctx: Context, gpus: int) -> PlanEvidence:
+    """The evidence behind every plan of ``grid`` (``ctx``'s options and ``gpus``), vectorised: one
+    lookup per distinct code of each kind."""
+    major = generation(ctx.hardware)
+    table = generation_counts(major)
+    codes = feature_codes(grid, ctx, gpus)
+    counts = {}
+    for kind, code in codes.items():
+        values, inverse = np.unique(code, return_inverse=True)
+        looked = np.array([NOT_USED if v == 0 else table[kind].get(int(v), 0) for v in values], dtype=np.int64)
+        counts[kind] = looked[inverse.reshape(code.shape)]
+    return PlanEvidence(major, codes, counts)
+
+
+def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float]) -> dict:
+    """Plan i's evidence for the plan JSON: every feature it uses with its settings, the weakest link,
+    what is extrapolated, and its band (``band``: base, per extrapolated feature, total, as fractions)."""
+    features = [
+        {"feature": LABELS[kind](int(ev.codes[kind][i])), "kind": kind, "settings": int(ev.counts[kind][i])}
+        for kind in LABELS
+        if ev.codes[kind][i] != 0
+    ]
+    return {
+        "generation": generation_name(ev.generation),
+        "settings": int(ev.settings[i]),
+        "features": features,
+        "extrapolated": [f["feature"] for f in features if f["settings"] == 0],
+        "band_frac": band[2],
+        "base_band_frac": band[0],
+        "per_extrapolated_frac": band[1],
+    }
+
+
+def band_parts(ctx: Context) -> tuple[float, float]:
+    """(ε₀, δ): the band of a plan whose every feature has a run behind it, and what each extrapolated
+    feature adds in quadrature (hardware preset ``accuracy``; MoE plans: the MoE rows' figures)."""
+    acc = ctx.hardware.accuracy
+    if ctx.model.is_moe and acc.moe_validation_error_frac is not None:
+        base = (acc.moe_validation_error_frac**2 + acc.calibration_uncertainty_frac**2) ** 0.5
+        return base, acc.moe_max_error_frac or base
+    return acc.band_frac, acc.max_error_frac if acc.max_error_frac is not None else acc.band_frac
+
+
+def band_frac(extrapolated: np.ndarray, ctx: Context) -> np.ndarray:
+    """ε = √(ε₀² + n·δ²) per plan, n its extrapolated features (docs/cost-model.md §10.6)."""
+    base, per = band_parts(ctx)
+    return np.sqrt(base**2 + np.asarray(extrapolated) * per**2)

@@ -1,0 +1,143 @@
+"""Launch scripts read as bash would run them (issue 21): ``bash FILE ARGS`` and ``source FILE ARGS`` give
+FILE its positional parameters, ``X=1 cmd`` holds for that command only, an unset array expands to nothing,
+torchrun's --nproc-per-node defaults to 1, and Megatron-DeepSpeed's --num-experts 1 is a dense model.
+Every script here is written for these tests; each reproduces a pattern of a public family (named)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.errors import PlannerError
+from planner.megatron.importer import import_megatron
+
+NET = "--num-layers 8 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024"
+VOCAB = "--vocab-size 32000"
+
+
+def imported(tmp_path, files: dict[str, str], main: str, **kw):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return import_megatron((tmp_path / main).read_text(), base_dir=str(tmp_path), **kw)
+
+
+# Megatron-LM examples/moe-modelzoo/best_practice: `ENV=.. bash ./sbatch_benchmarking.sh --extra-flags ...`
+RUNNER = f"""#!/bin/bash
+torchrun --nproc-per-node 8 --nnodes ${{NNODES}} pretrain_gpt.py {NET} {VOCAB} \\
+    --tensor-model-parallel-size ${{TP}} --pipeline-model-parallel-size ${{PP:-1}} \\
+    --micro-batch-size 1 --global-batch-size 64 --bf16 "$@"
+"""
+BEST_PRACTICE = """#!/bin/bash
+export NNODES=2
+# EP + DP solution
+PP=2 TP=4 bash ./runner.sh --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+"""
+
+
+def test_bash_file_args_runs_file_with_its_positional_parameters_and_the_commands_environment(tmp_path):
+    imp = imported(tmp_path, {"runner.sh": RUNNER, "best.sh": BEST_PRACTICE}, "best.sh")
+    plan = imp.request.plan
+    assert (imp.request.gpus, plan.tp, plan.pp, plan.dp, plan.recompute.value) == (16, 4, 2, 2, "full")
+
+
+def test_bash_file_args_names_the_file_not_its_last_argument_when_it_cannot_be_read(tmp_path):
+    (tmp_path / "best.sh").write_text(BEST_PRACTICE)
+    with pytest.raises(PlannerError) as err:
+        import_megatron(BEST_PRACTICE, base_dir=str(tmp_path))
+    assert "reads ./runner.sh, which megaplan could not read" in str(err.value)
+
+
+def test_a_commands_assignments_are_undone_after_it(tmp_path):
+    main = """#!/bin/bash
+TP=2
+TP=8 bash ./other.sh
+torchrun --nproc-per-node 8 pretrain_gpt.py {net} --tensor-model-parallel-size $TP
+""".format(net=f"{NET} {VOCAB}")
+    imp = imported(tmp_path, {"other.sh": "echo nothing to launch here\n", "main.sh": main}, "main.sh")
+    assert imp.request.plan.tp == 2  # TP=8 held for other.sh only
+
+
+@pytest.mark.parametrize("how", ["source ./settings.sh large", ". ./settings.sh large"])
+def test_source_with_arguments_sets_the_files_positional_parameters(tmp_path, how):
+    settings = 'if [ "$1" = large ]; then LAYERS=16; else LAYERS=4; fi\n'
+    main = f"""#!/bin/bash
+{how}
+torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers $LAYERS --hidden-size 512 --num-attention-heads 8 \\
+    --seq-length 1024 --max-position-embeddings 1024 {VOCAB} "$@"
+"""
+    imp = imported(tmp_path, {"settings.sh": settings, "main.sh": main}, "main.sh")
+    assert imp.request.ctx.model.num_layers == 16
+    assert any("expanding to nothing" in n and "$@" in n for n in imp.notes)  # the script's own $@ is unset
+
+
+# Megatron-LM examples/llama/train_llama3_8b_h200_bf16.sh: ${DTYPE_ARGS[@]} of an array never defined
+def test_an_undefined_array_expands_to_nothing_as_in_bash(tmp_path):
+    main = f"""#!/bin/bash
+MODEL_ARGS=({NET} {VOCAB})
+torchrun --nproc-per-node 8 --nnodes 1 pretrain_gpt.py \\
+    ${{MODEL_ARGS[@]}} \\
+    ${{DTYPE_ARGS[@]}} \\
+    --micro-batch-size 1 --global-batch-size 32
+"""
+    imp = imported(tmp_path, {"main.sh": main}, "main.sh")
+    assert imp.request.gpus == 8 and imp.request.ctx.model.num_layers == 8
+    assert any("expanding to nothing" in n and "${DTYPE_ARGS[@]}" in n for n in imp.notes)
+
+
+@pytest.mark.parametrize(
+    ("launcher", "gpus"),
+    [("torchrun", 1), ("torchrun --nnodes 4", 4), ("python -m torch.distributed.launch --nnodes=2", 2)],
+)
+def test_torchrun_without_nproc_per_node_runs_one_process_per_node(tmp_path, launcher, gpus):
+    main = f"{launcher} pretrain_gpt.py {NET} {VOCAB} --micro-batch-size 1\n"
+    imp = imported(tmp_path, {"main.sh": main}, "main.sh")
+    assert imp.request.gpus == gpus
+    assert any("without --nproc-per-node: 1 process per node" in n for n in imp.notes)
+
+
+def test_a_here_document_inside_an_if_block_is_read(tmp_path):
+    main = f"""#!/bin/bash
+if [[ ${{DRY_RUN:-0}} -eq 1 ]]; then
+    cat <<EOF
+the job would run here
+EOF
+else
+    torchrun --nproc-per-node 8 pretrain_gpt.py {NET} {VOCAB} --micro-batch-size 1
+fi
+"""
+    assert imported(tmp_path, {"main.sh": main}, "main.sh").request.gpus == 8
+
+
+# Microsoft Megatron-DeepSpeed examples_deepspeed/MoE/ds_pretrain_gpt_*: DeepSpeed MoE flags
+DS_MOE = """#!/bin/bash
+EP_SIZE={experts}
+megatron_options=" --tensor-model-parallel-size 1 --moe-expert-parallel-size ${{EP_SIZE}} \\
+    --num-experts ${{EP_SIZE}} --moe-loss-coeff 0.01 --moe-train-capacity-factor 1.0 --moe-min-capacity 4 \\
+    --num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 \\
+    --max-position-embeddings 2048 --micro-batch-size 4 --global-batch-size 256 --fp16 {extra}"
+deepspeed_options=" --deepspeed --deepspeed_config ds_config.json --zero-stage 0"
+deepspeed pretrain_gpt.py ${{megatron_options}} ${{deepspeed_options}} --vocab-size 50304
+"""
+
+
+def test_megatron_deepspeeds_num_experts_1_is_a_dense_model(tmp_path):
+    imp = imported(tmp_path, {"ds.sh": DS_MOE.format(experts=1, extra="")}, "ds.sh", gpus=64)
+    assert imp.request.ctx.model.num_experts is None and imp.request.plan.ep == 1
+    assert any("--num-experts 1: Megatron-DeepSpeed's single expert is a dense MLP" in n for n in imp.notes)
+
+
+def test_megatron_deepspeeds_experts_route_top1_on_every_other_layer(tmp_path):
+    imp = imported(tmp_path, {"ds.sh": DS_MOE.format(experts=16, extra="")}, "ds.sh", gpus=64)
+    model = imp.request.ctx.model
+    # get_num_experts_per_layer: experts where layer_num % expert_interval == 0, layer numbers from 1
+    assert (model.num_experts, model.moe_router_topk) == (16, 1)
+    assert model.moe_pattern == tuple((i + 1) % 2 == 0 for i in range(24))
+    top2 = imported(
+        tmp_path, {"ds.sh": DS_MOE.format(experts=16, extra="--topk 2 --expert-interval 1")}, "ds.sh", gpus=8
+    )
+    assert (top2.request.ctx.model.moe_router_topk, top2.request.ctx.model.num_moe_layers) == (2, 24)
+
+
+def test_megatron_lm_with_fewer_experts_than_its_top_k_is_one_line_not_a_traceback():
+    argv = f"{NET} {VOCAB} --num-experts 1"
+    with pytest.raises(PlannerError, match=r"moe_router_topk \(2\) must be <= num_experts \(1\)"):
+        import_megatron(argv, gpus=1)
