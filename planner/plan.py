@@ -197,8 +197,8 @@ class PlanOptions(_Spec):
     )
     tp_comm_overlap_cfg: UbConfig | None = Field(
         None,
-        description="--tp-comm-overlap-cfg: Transformer Engine's userbuffer config (a YAML path); "
-        "None: Megatron-Bridge's preset for the GPU and shape, else Transformer Engine's defaults",
+        description="--tp-comm-overlap-cfg: Transformer Engine's userbuffer config (a YAML path), or 'bridge' "
+        "(Megatron-Bridge's preset for the GPU and shape); None: Transformer Engine's defaults",
     )
     activation_fusion: bool = Field(
         True, description="MLP activation in one kernel; False: op by op (--no-bias-swiglu-fusion, NeMo's squared ReLU)"

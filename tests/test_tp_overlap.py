@@ -124,17 +124,19 @@ def test_te_defaults():
 
 def test_which_config_a_plan_runs():
     t, b = np.array([4, 4, 8, 4]), np.array([1, 2, 1, 1])
-    configs, index = plan_configs(None, 9.0, False, 12288, 2048, t, b)
+    bridge = userbuffers.load_config_file("bridge")
+    assert plan_configs(None, 9.0, False, 12288, 2048, t, b)[0] == [None]  # Megatron-LM without a file: TE's
+    configs, index = plan_configs(bridge, 9.0, False, 12288, 2048, t, b)
     names = [configs[i].name if configs[i] else "TE" for i in index]
     # b = 2 takes the mbs1 preset as Bridge's GPT-3 175B recipe does; t = 8 has none: TE's defaults
     assert names == ["Megatron-Bridge userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048"] * 2 + ["TE"] + [
         "Megatron-Bridge userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048"
     ]
-    fp8, i8 = plan_configs(None, 9.0, True, 12288, 2048, t[:1], b[:1])
+    fp8, i8 = plan_configs(bridge, 9.0, True, 12288, 2048, t[:1], b[:1])
     assert fp8[int(i8[0])].name.endswith("userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048")
-    blackwell, ib = plan_configs(None, 10.0, False, 12288, 2048, t[:1], b[:1])
+    blackwell, ib = plan_configs(bridge, 10.0, False, 12288, 2048, t[:1], b[:1])
     assert blackwell[int(ib[0])].name.endswith("userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048")
-    ampere, ia = plan_configs(None, 8.0, False, 12288, 2048, t[:1], b[:1])
+    ampere, ia = plan_configs(bridge, 8.0, False, 12288, 2048, t[:1], b[:1])
     assert ampere[int(ia[0])] is None
     ops = plan_ops(configs, index, t)
     np.testing.assert_array_equal(ops["proj_fprop"]["num_sm"], [24, 24, 16, 24])  # Bridge 24, TE 16

@@ -170,8 +170,8 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         ("--tp-comm-overlap-cfg",),
-        "Transformer Engine userbuffer YAML (Megatron-LM's flag) for --tp-comm-overlap [default: Megatron-Bridge's "
-        "preset for the GPU and shape, else Transformer Engine's defaults].",
+        "Transformer Engine userbuffer YAML (Megatron-LM's flag) for --tp-comm-overlap, or 'bridge': Megatron-Bridge's "
+        "preset for the GPU and shape, as NVIDIA's recipes run [default: Transformer Engine's defaults].",
         type=click.Path(dir_okay=False),
     ),
     Option(

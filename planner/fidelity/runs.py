@@ -276,6 +276,11 @@ def _modern(row: dict) -> Run:
     if p > 1 and L % (p * v) and (L + 2) % (p * v) == 0:
         split = "embedding+loss"
         assumptions.append("embedding and loss counted as pipeline layers (the only even split of the layers)")
+    if _yes(row["tp_comm_overlap"]) and t > 1:
+        assumptions.append(
+            "userbuffers: Megatron-Bridge's preset for the GPU and shape (comm_overlap.py; the recipes' own "
+            "userbuffer file not read), else Transformer Engine's defaults"
+        )
     fp8 = row["precision"] == "fp8"
     eager = row["mlp"] == "squared_relu"  # every squared-ReLU run of the table is NeMo 2's (Nemotron-4)
     if eager:
@@ -300,6 +305,8 @@ def _modern(row: dict) -> Run:
             overlap_grad_reduce=_yes(row["overlap_grad_reduce"]),
             overlap_param_gather=_yes(row["overlap_param_gather"]),
             tp_comm_overlap=_yes(row["tp_comm_overlap"]),
+            # NVIDIA's recipes (NeMo, Megatron-Bridge, MLPerf) run Bridge's userbuffer presets
+            tp_comm_overlap_cfg="bridge" if _yes(row["tp_comm_overlap"]) else None,
             fp8="hybrid" if fp8 else None,
             fp8_recipe=row["fp8_recipe"] or "delayed",
             fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),

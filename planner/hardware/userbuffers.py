@@ -10,8 +10,9 @@ whole collective on ``num_sm`` SMs beside a GEMM that does not need it), ``num_s
 ``set_sm_margin`` (the GEMM kept off those SMs for its whole run).
 
 Which config a plan runs: the user's (``--tp-comm-overlap-cfg FILE``, TE's ub_cfgs YAML, each GEMM's
-entry laid over TE's default as TE does), else the Megatron-Bridge preset for the GPU and shape
-(presets/userbuffers/bridge.yaml), else Transformer Engine's defaults:
+entry laid over TE's default as TE does); with ``--tp-comm-overlap-cfg bridge`` the Megatron-Bridge
+preset for the GPU and shape (presets/userbuffers/bridge.yaml), what NVIDIA's recipes run; else
+Transformer Engine's defaults, what Megatron-LM runs without a file:
 NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py @ v2.9, initialize_ub,
 get_default_config: ring exchange 1 SM without margin in t chunks, pipeline and bulk 16 SMs with the
 margin, pipeline in 4 chunks (TE ≤ 1.13 set no margin anywhere; 2.0 added it).
@@ -91,9 +92,15 @@ class UbConfig(BaseModel):
         return dict(self.ops).get(name)
 
 
+BRIDGE = "bridge"  # --tp-comm-overlap-cfg bridge: Megatron-Bridge's preset for the GPU and shape
+
+
 def load_config_file(path: str) -> UbConfig:
-    """A --tp-comm-overlap-cfg file (TE's ub_cfgs: GEMM name -> its settings) as a UbConfig; a missing
-    or malformed file raises ValueError naming it."""
+    """A --tp-comm-overlap-cfg file (TE's ub_cfgs: GEMM name -> its settings) as a UbConfig, or
+    ``bridge`` (the recipes' choice: Megatron-Bridge's preset for the GPU and shape, ``plan_configs``);
+    a missing or malformed file raises ValueError naming it."""
+    if path == BRIDGE:
+        return UbConfig(name=BRIDGE)
     file = Path(path).expanduser()
     if not file.is_file():
         raise ValueError(f"--tp-comm-overlap-cfg file {path!r} not found")
@@ -160,13 +167,16 @@ def resolved_op(cfg: UbConfig | None, name: str, t: np.ndarray) -> dict[str, np.
 def plan_configs(
     user: UbConfig | None, compute_capability: float, fp8: bool, h: int, s: int, t: np.ndarray, b: np.ndarray
 ) -> tuple[list[UbConfig | None], np.ndarray]:
-    """The configs a grid's plans run and, per plan, the index of its own: the user's for every plan,
-    else Megatron-Bridge's preset for the GPU generation, hidden size and the plan's t (of those,
-    the one whose precision, then micro-batch, then sequence length match: Bridge's GPT-3 175B
-    recipe runs its mbs1 preset at micro-batch 2, recipes/gpt/h100/gpt3_175b.py @ v0.6.0), else
-    TE's defaults (None, the last)."""
+    """The configs a grid's plans run and, per plan, the index of its own: the user's file for every
+    plan; with ``bridge``, Megatron-Bridge's preset for the GPU generation, hidden size and the plan's
+    t (of those, the one whose precision, then micro-batch, then sequence length match: Bridge's
+    GPT-3 175B recipe runs its mbs1 preset at micro-batch 2, recipes/gpt/h100/gpt3_175b.py @ v0.6.0)
+    where there is one; else TE's defaults (None, the last), what Megatron-LM runs without a file
+    (megatron/training/initialize.py: ub_cfgs {})."""
     t, b = np.asarray(t), np.asarray(b)
-    if user is not None:
+    if user is None:
+        return [None], np.zeros(t.shape, dtype=int)
+    if user.name != BRIDGE:
         return [user], np.zeros(t.shape, dtype=int)
     candidates = [p for p in bridge_presets() if p.applies(compute_capability, h)]
     if not candidates:
