@@ -52,6 +52,7 @@ class Resolved:
     request: api.PlanRequest
     notes: tuple[str, ...] = ()
     searched: str | None = None  # set when the plan is search's best for the options given
+    read: bool = False  # the model was read from a launch script (explain shows what it read)
 
 
 class PlanFile:
@@ -162,7 +163,7 @@ def resolve_plan(values: dict, given: set[str], *, search_best: bool = False) ->
     names = given - NOT_PLAN - selecting - source.takes
     data, notes = override_fields(fields.data, {n: values[n] for n in names}, source.where)
     world = f"--gpus {values['gpus']}" if "gpus" in names else fields.world
-    return Resolved(build(data, world), fields.notes + notes)
+    return Resolved(build(data, world), fields.notes + notes, read=isinstance(source, LaunchScript))
 
 
 def _shown(value):

@@ -260,7 +260,9 @@ def simulate(
     )
 
 
-TAIL_TERMS = ("dp_comm", "embedding_comm", "optimizer")  # after the flush; every other time term is the pipeline's
+# after the flush (stragglers: the wait at the step's synchronisation for the slowest GPU); every other
+# time term is the pipeline's
+TAIL_TERMS = ("dp_comm", "embedding_comm", "optimizer", "stragglers")
 
 
 def plan_timeline(ev: Evaluation, plan: ParallelPlan, options: PlanOptions, i: int = 0) -> Timeline:

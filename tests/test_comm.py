@@ -44,10 +44,12 @@ def test_ring_all_reduce_bandwidth_term(n):
 
 def test_all_reduce_latency_is_ring_or_tree_whichever_is_smaller():
     # ring 2(n − 1)·α; tree 2⌈log₂ n⌉·α (NCCL picks the faster for latency)
+    # (a 1-byte message: an empty one issues no collective at all)
     lk = link(alpha=ALPHA)
-    assert float(all_reduce_time_s(2, 0, lk)) == pytest.approx(2 * ALPHA)  # ring 2, tree 2
-    assert float(all_reduce_time_s(8, 0, lk)) == pytest.approx(6 * ALPHA)  # ring 14, tree 6
-    assert float(all_reduce_time_s(1024, 0, lk)) == pytest.approx(20 * ALPHA)  # tree 2·10
+    assert float(all_reduce_time_s(2, 1, lk)) == pytest.approx(2 * ALPHA)  # ring 2, tree 2
+    assert float(all_reduce_time_s(8, 1, lk)) == pytest.approx(6 * ALPHA)  # ring 14, tree 6
+    assert float(all_reduce_time_s(1024, 1, lk)) == pytest.approx(20 * ALPHA)  # tree 2·10
+    assert float(all_reduce_time_s(1024, 0, lk)) == 0.0
     assert float(all_reduce_time_s(8, M, lk)) == pytest.approx(2 * 7 / 8 * M / BETA + 6 * ALPHA, rel=1e-12)
 
 

@@ -141,3 +141,81 @@ def test_megatron_lm_with_fewer_experts_than_its_top_k_is_one_line_not_a_traceba
     argv = f"{NET} {VOCAB} --num-experts 1"
     with pytest.raises(PlannerError, match=r"moe_router_topk \(2\) must be <= num_experts \(1\)"):
         import_megatron(argv, gpus=1)
+
+
+@pytest.mark.parametrize(
+    ("entry", "what"),
+    [
+        ("pretrain_bert.py", "BERT"),
+        ("pretrain_t5.py", "T5: an encoder-decoder"),
+        ("../../pretrain_hybrid.py", "a Mamba hybrid"),
+        ("pretrain_mamba.py", "a Mamba hybrid"),
+        ("examples/multimodal/train.py", "a multimodal model"),
+        ("pretrain_vlm.py", "a multimodal model"),
+        ("my_train.py", None),
+    ],
+)
+def test_every_entry_point_but_pretrain_gpt_is_named_in_a_warning(tmp_path, entry, what):
+    imp = imported(tmp_path, {"main.sh": f"torchrun --nproc-per-node 8 {entry} {NET} {VOCAB}\n"}, "main.sh")
+    said = [w for w in imp.warnings if "not pretrain_gpt.py" in w]
+    assert len(said) == 1 and f"the script runs {entry}" in said[0]
+    assert what is None or what in said[0]
+    gpt = imported(tmp_path, {"gpt.sh": f"torchrun --nproc-per-node 8 pretrain_gpt.py {NET} {VOCAB}\n"}, "gpt.sh")
+    assert not [w for w in gpt.warnings if "not pretrain_gpt.py" in w]
+
+
+def test_an_entry_points_own_flags_are_read_and_ignored_with_a_warning_not_refused(tmp_path):
+    # examples/multimodal/train.py adds --freeze-LM, --use-te ...; pretrain_gpt.py would refuse them
+    main = f"torchrun --nproc_per_node 8 examples/multimodal/train.py {NET} {VOCAB} --freeze-LM --freeze-ViT\n"
+    imp = imported(tmp_path, {"main.sh": main}, "main.sh")
+    assert any("read and ignored 2 flags pretrain_gpt.py does not have" in w for w in imp.warnings)
+    with pytest.raises(PlannerError, match="unknown Megatron-LM flag"):
+        import_megatron(main.replace("examples/multimodal/train.py", "pretrain_gpt.py"))
+
+
+def test_a_hybrid_patterns_layers_are_counted_as_megatron_counts_them(tmp_path):
+    pattern = "M-M*-|M-M*-/M-"  # 10 main layers ('|' left out), one MTP block after '/'
+    main = f"""torchrun --nproc-per-node 8 pretrain_hybrid.py --hybrid-layer-pattern "{pattern}" \\
+    --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 {VOCAB}
+"""
+    imp = imported(tmp_path, {"main.sh": main}, "main.sh")
+    assert imp.request.ctx.model.num_layers == 10
+    assert any("hybrid (Mamba) layer patterns" in w for w in imp.warnings)
+
+
+def test_an_unknown_tokenizer_type_can_be_overridden_and_the_message_says_how(tmp_path):
+    main = f"torchrun --nproc-per-node 8 pretrain_gpt.py {NET} --tokenizer-type MyForkTokenizer\n"
+    (tmp_path / "main.sh").write_text(main)
+    with pytest.raises(PlannerError) as err:
+        import_megatron(main)
+    assert "MyForkTokenizer is not a tokenizer today's Megatron-LM builds" in str(err.value)
+    assert "--megatron-args '--vocab-size N'" in str(err.value)
+    assert import_megatron(main, extra="--vocab-size 129280").request.ctx.model.vocab_size == 129280
+    named = import_megatron(main.replace("MyFork", "DeepSeekV3"))  # the type names a known tokenizer
+    assert named.request.ctx.model.vocab_size == 129280
+    assert any("the tokenizer of deepseek-ai/DeepSeek-V3" in n for n in named.notes)
+
+
+def test_explain_of_a_script_shows_the_architecture_it_read_in_three_lines(tmp_path):
+    from click.testing import CliRunner
+
+    from planner.cli import cli
+
+    moe = (
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 512 --ffn-hidden-size 1536 "
+        "--num-attention-heads 8 --group-query-attention --num-query-groups 2 --seq-length 1024 "
+        "--max-position-embeddings 1024 --swiglu --position-embedding-type rope --disable-bias-linear "
+        "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-layer-freq ([0]+[1]*3) "
+        f"{VOCAB} --micro-batch-size 1 --global-batch-size 8 --bf16\n"
+    )
+    script = tmp_path / "moe.sh"
+    script.write_text(moe.replace("([0]+[1]*3)", "'([0]+[1]*3)'"))
+    result = CliRunner().invoke(cli, ["explain", "--megatron-args-file", str(script), "--brief"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1] == "model 4 layers (3 MoE) · hidden 512 · FFN 1536 · vocab 32,000"
+    assert lines[2] == "      8 heads, 2 query groups · rope positions"
+    assert lines[3].startswith("      8 experts, top-2, FFN 256 · ") and lines[3].endswith(" active")
+    assert lines[4].startswith("plan  ") and all(len(line) <= 80 for line in lines)
+    flags = CliRunner().invoke(cli, ["explain", "--model", "gpt-1.7b", "--gpus", "8", "--tp", "1", "--brief"])
+    assert "model " not in flags.stdout  # a preset's architecture is its name

@@ -269,7 +269,7 @@ def test_the_config_file_exports_and_imports_as_megatron_reads_it(tmp_path):
     assert argv[argv.index("--tp-comm-overlap-cfg") + 1] == str(f)
     back = import_megatron(export.flags_text(req), gpus=64, hardware="dgx-h100-superpod")
     assert back.request.ctx.options == req.ctx.options
-    # a script whose file is not on this machine: said, and the Bridge preset assumed
+    # a script whose file is not on this machine: said, and TE's defaults assumed
     f.unlink()
     away = import_megatron(export.flags_text(req), gpus=64, hardware="dgx-h100-superpod")
     assert away.request.ctx.options.tp_comm_overlap_cfg is None

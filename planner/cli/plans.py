@@ -60,9 +60,9 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
             click.echo(f"megaplan: note: the plan is {resolved.searched}", err=True)
         echo_json({**pj, "schedule": timeline.to_json()} if schedule else pj)
     elif brief:
-        console().print(report.verdict(pj, resolved.searched))
+        console().print(report.verdict(pj, resolved.searched, read=resolved.read))
     else:
-        console().print(report.explain_view(pj, resolved.searched))
+        console().print(report.explain_view(pj, resolved.searched, read=resolved.read))
         if schedule:
             from planner.report.schedule import ScheduleView
 

@@ -18,7 +18,7 @@ from planner.costs import compute, flops, memory, moe
 from planner.costs.letters import Letters
 from planner.costs.linears import cast_bytes, fp8_cast_bytes, gemm_times, tp_pair_s
 from planner.costs.mla import mla_gather_width, mla_letters
-from planner.hardware.collectives import group_link, p2p_time_s
+from planner.hardware.collectives import group_link, hidden_comm_contention_s, p2p_time_s
 from planner.plan import Context, CudaGraphImpl, CudaGraphModule, PlanOptions, RecomputeModule
 
 PERMUTE_BYTES = 2 * (2 + 2)  # MoE permute and unpermute of routed tokens: read, write
@@ -89,14 +89,22 @@ def _cp_ring_exposed(lt: Letters, ctx: Context, core: dict) -> tuple[np.ndarray,
     """Context parallelism's ring: c − 1 transfers of a b·(s/c)·(2·g·d_h/t) chunk of keys and values
     (MLA: the per-head n·(d_qk + d_r + d_v)) to the next rank (dK, dV too in the backward), each
     hidden only while the step of attention computed meanwhile lasts: c − 1 times
-    max(0, transfer − step) (Liu et al. 2023, Ring Attention; Transformer Engine AttnFuncWithCPAndKVP2P)."""
-    domain = ctx.hardware.nvlink_domain_gpus
+    max(0, transfer − step) (Liu et al. 2023, Ring Attention; Transformer Engine AttnFuncWithCPAndKVP2P);
+    the hidden min(transfer, step) still holds NCCL's SMs (collectives.hidden_comm_contention_s)."""
+    hw = ctx.hardware
+    domain = hw.nvlink_domain_gpus
     stride = np.where(lt.t * lt.c <= domain, lt.t, domain)  # neighbours on NVLink while the ring fits a domain
-    link = group_link(ctx.hardware, 2, stride)
+    link = group_link(hw, 2, stride)
     chunk = lt.act_bytes * lt.b * (lt.s / lt.c) * lt.kv_width / lt.t
     step = p2p_time_s(chunk, link)
     steps = lt.c - 1
-    return steps * np.maximum(step - core["step_fwd"], 0.0), steps * np.maximum(2 * step - core["step_bwd"], 0.0)
+
+    def exposed(transfer, compute):
+        hidden = np.minimum(transfer, compute)
+        contention = hidden_comm_contention_s(hidden, hw.network.nccl_p2p_sms, hw.gpu.sm_count)
+        return steps * (np.maximum(transfer - compute, 0.0) + contention)
+
+    return exposed(step, core["step_fwd"]), exposed(2 * step, core["step_bwd"])
 
 
 def graphed_frac(opts: PlanOptions, *, moe_layer: bool = False) -> float:

@@ -246,10 +246,15 @@ def dp_exposed_s(
     return np.maximum(np.maximum(last_chunk, earlier), 0.0)
 
 
-def pp_interleaved_exposed_s(p2p_s: ArrayLike, m: ArrayLike, v: ArrayLike, step_fwd_s, step_bwd_s) -> np.ndarray:
+def pp_interleaved_exposed_s(
+    p2p_s: ArrayLike, m: ArrayLike, v: ArrayLike, step_fwd_s, step_bwd_s, *, sm_share: float = 0.0
+) -> np.ndarray:
     """Steady-state sends of the interleaved schedule with its p2p overlap: each of the m·v forward
     and m·v backward chunk-steps sends one activation while the next step computes, so what a send
-    takes beyond one chunk-step's compute is exposed (schedules.py, overlap_p2p_comm)."""
-    p2p = np.asarray(p2p_s)
-    late = np.maximum(p2p - np.asarray(step_fwd_s), 0.0) + np.maximum(p2p - np.asarray(step_bwd_s), 0.0)
-    return np.asarray(m) * np.asarray(v) * late
+    takes beyond one chunk-step's compute is exposed (schedules.py, overlap_p2p_comm); the hidden
+    rest, min(send, step), costs the compute ``sm_share`` = k/S of itself (the SMs NCCL's send and
+    receive kernels hold: collectives.hidden_comm_contention_s)."""
+    p2p, fwd, bwd = np.asarray(p2p_s), np.asarray(step_fwd_s), np.asarray(step_bwd_s)
+    late = np.maximum(p2p - fwd, 0.0) + np.maximum(p2p - bwd, 0.0)
+    hidden = np.minimum(p2p, fwd) + np.minimum(p2p, bwd)
+    return np.asarray(m) * np.asarray(v) * (late + sm_share * hidden)

@@ -19,7 +19,14 @@ from planner.costs.layer_time import activation_message, layer_time_formulas, la
 from planner.costs.letters import Letters
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes
-from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link, reduce_scatter_time_s
+from planner.hardware.collectives import (
+    all_gather_time_s,
+    all_reduce_time_s,
+    group_link,
+    hidden_comm_contention_s,
+    reduce_scatter_time_s,
+    straggler_s,
+)
 from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, ParallelPlan
 from planner.space.grid import PlanGrid
 
@@ -41,6 +48,7 @@ TIME_TERMS = (
     "embedding_comm",
     "bubble",
     "optimizer",
+    "stragglers",
 )
 
 
@@ -114,7 +122,8 @@ def _dp_sync(
     of dense parameters over d·c and expert parameters over the expert data-parallel group, as
     Megatron buckets and launches it (communication.dp_exposed_s); with the distributed optimizer
     the parameter all-gather, whole after the optimizer step, or with --overlap-param-gather only
-    the first bucket before each stage's first forward (stage i starts i forward steps late)."""
+    the first bucket before each stage's first forward (stage i starts i forward steps late); and
+    what the hidden rest takes of the compute it hides behind (collectives.hidden_comm_contention_s)."""
     opts = ctx.options
     grad_bytes, param_bytes = dp_element_bytes(ctx)
     if opts.fp8 is not None and opts.fp8_param_gather:
@@ -135,20 +144,26 @@ def _dp_sync(
     tau_b, tau_f = bwd_mb / lt.vpp, fwd_mb / lt.vpp
     grads = comm.dp_exposed_s(sync, bucket_s, rep, lt.p, lt.vpp, tau_b, overlap=opts.overlap_grad_reduce)
     first_gather = np.where(rep == 0, bucket, chunk_params)
+    whole_gather = all_gather_time_s(lt.d * lt.c, param_bytes * dense, dense_link) + all_gather_time_s(
+        lt.edp, param_bytes * expert, expert_link
+    )
     if opts.overlap_param_gather:
         gather = np.maximum(all_gather_time_s(lt.d * lt.c, param_bytes * first_gather, dense_link) - rep * tau_f, 0.0)
     else:
-        gather = all_gather_time_s(lt.d * lt.c, param_bytes * dense, dense_link) + all_gather_time_s(
-            lt.edp, param_bytes * expert, expert_link
-        )
-    return np.max(np.where(count > 0, grads + np.where(lt.dopt, gather, 0.0), 0.0), axis=1, keepdims=True)
+        gather = whole_gather
+    exposed = grads + np.where(lt.dopt, gather, 0.0)
+    hidden = sync - grads + np.where(lt.dopt, whole_gather - gather, 0.0)
+    hw = ctx.hardware
+    contention = hidden_comm_contention_s(hidden, hw.network.nccl_sms, hw.gpu.sm_count)
+    return np.max(np.where(count > 0, exposed + contention, 0.0), axis=1, keepdims=True)
 
 
 def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray) -> np.ndarray:
     """Megatron FSDP, per micro-batch on a stage: each layer all-gathers its weights for the forward
     and again for the backward and reduce-scatters its gradients, prefetched one layer ahead, so only
     what exceeds the layer's own compute is exposed (ZeRO-3; Rajbhandari et al. 2020). Expert weights
-    are sharded, gathered and reduced over the expert data-parallel group, the rest over d·c."""
+    are sharded, gathered and reduced over the expert data-parallel group, the rest over d·c. The
+    hidden part still holds NCCL's SMs (collectives.hidden_comm_contention_s)."""
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
     link = group_link(ctx.hardware, lt.d * lt.c, lt.t)
     expert_link = group_link(ctx.hardware, lt.edp, lt.etp * lt.ep)
@@ -159,7 +174,10 @@ def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     scatter = reduce_scatter_time_s(lt.d * lt.c, dense, link) + reduce_scatter_time_s(lt.edp, expert, expert_link)
     fwd_layer = step["fwd"] / np.maximum(n, 1)
     bwd_layer = (step["bwd"] + step["recompute"]) / np.maximum(n, 1)
-    return n * (np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0))
+    exposed = np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0)
+    hidden = 2 * gather + scatter - exposed
+    hw = ctx.hardware
+    return n * (exposed + hidden_comm_contention_s(hidden, hw.network.nccl_sms, hw.gpu.sm_count))
 
 
 def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
@@ -225,7 +243,8 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     pp = exposed_p2p_transfers(lt.p, lt.m, lt.vpp, overlap_p2p=opts.overlap_p2p_comm) * p2p
     if opts.overlap_p2p_comm:  # interleaved: sends longer than a chunk-step's compute show
         fwd_all, bwd_all = pick(fwd + step["comm_fwd"]), pick(bwd + rec + tp + cp + mo - step["comm_fwd"])
-        steady = comm.pp_interleaved_exposed_s(p2p, lt.m, lt.vpp, fwd_all / lt.vpp, bwd_all / lt.vpp)
+        share = float(hidden_comm_contention_s(1.0, hw.network.nccl_p2p_sms, hw.gpu.sm_count))
+        steady = comm.pp_interleaved_exposed_s(p2p, lt.m, lt.vpp, fwd_all / lt.vpp, bwd_all / lt.vpp, sm_share=share)
         pp = pp + np.where((lt.vpp > 1) & (lt.p > 1), steady, 0.0)
 
     dp = np.where(lt.fsdp, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, fwd, rep, count))
@@ -254,6 +273,8 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
         "bubble": bubble,
         "optimizer": optimizer,
     }
+    paced = lt.m * pick(fwd + bwd + rec) + bubble  # the compute a GPU's pace sets
+    time["stragglers"] = straggler_s(paced, lt.world, hw.calibration.straggler_sigma)
     time = {k: np.broadcast_to(v, (len(grid), 1))[:, 0].astype(float) for k, v in time.items()}
     iteration = sum(time[k] for k in TIME_TERMS)
 
@@ -344,27 +365,7 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
         pp_text = f"2(m·v + p − 1) transfers × ({message})"
     else:
         pp_text = f"2(m + p − 1) transfers on the 1F1B critical path × ({message})"
-    if plan.fsdp:
-        dp_text = (
-            "per micro-batch and layer: all-gather of the 16-bit weights (forward and backward) and reduce-scatter "
-            "of the gradients over d·c, beyond the layer's own compute"
-        )
-    elif plan.distributed_optimizer:
-        gather = (
-            "the first bucket's all-gather (--overlap-param-gather hides the rest)"
-            if opts.overlap_param_gather
-            else f"all-gather of {param_bytes}-byte parameters"
-        )
-        dp_text = f"reduce-scatter of {grad_bytes}-byte gradients over d·c + {gather}"
-    else:
-        dp_text = f"all-reduce of {grad_bytes}-byte gradients over d·c"
-    if not plan.fsdp:
-        dp_text += (
-            "; --overlap-grad-reduce: each model chunk's reduction starts after its last backward, the first "
-            "stage's first chunk in max(40M, 1M·d·c)-parameter buckets, the last (with the word table) exposed"
-            if opts.overlap_grad_reduce
-            else ", exposed after the last backward"
-        ) + "; stage i drains i backward steps earlier"
+    dp_text = _dp_formula_text(ctx, plan, grad_bytes, param_bytes)
     tied = ctx.model.tied_embeddings and plan.pp > 1
     shard = "d·c" if plan.distributed_optimizer or plan.fsdp else "1"
     time = {
@@ -388,6 +389,7 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
             f"{adam_step_bytes(ctx):g} bytes of Adam HBM traffic × P_stage/{shard} / (W_HBM·η_mem)",
             "memory-bound estimate of Megatron-LM's fused Adam",
         ),
+        "stragglers": _straggler_formula(ctx),
     }
     return {
         "memory": memory_formulas(ctx, plan),
@@ -395,3 +397,46 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
         "memory_parts": memory_parts.memory_part_formulas(ctx),
         "time_parts": layer_time.time_part_formulas(ctx),
     }
+
+
+def _straggler_formula(ctx: Context) -> Formula:
+    """The stragglers term's formula: the compute-paced time × σ × E[max of N standard normals]."""
+    sigma = ctx.hardware.calibration.straggler_sigma
+    if sigma is None:
+        return Formula("0 (the hardware preset does not model GPU pace variation)", "hardware preset")
+    return Formula(
+        f"(m·(t_f + t_b + t_rc) + bubble) × σ {sigma:g} × E[max of N = t·c·p·d standard normals] "
+        "(Blom: Φ⁻¹((N − 0.375)/(N + 0.25))): every GPU waits for the slowest at the step's synchronisation",
+        "Sinha et al. SC22 (GPU pace variation within one SKU); Blom 1958; Abramowitz & Stegun 26.2.23",
+    )
+
+
+def _dp_formula_text(ctx: Context, plan: ParallelPlan, grad_bytes: int, param_bytes: int) -> str:
+    """The dp_comm term's formula text: what is reduced and gathered, what overlap hides, and what
+    the hidden part costs the compute."""
+    opts = ctx.options
+    if plan.fsdp:
+        dp_text = (
+            "per micro-batch and layer: all-gather of the 16-bit weights (forward and backward) and reduce-scatter "
+            "of the gradients over d·c, beyond the layer's own compute"
+        )
+    elif plan.distributed_optimizer:
+        gather = (
+            "the first bucket's all-gather (--overlap-param-gather hides the rest)"
+            if opts.overlap_param_gather
+            else f"all-gather of {param_bytes}-byte parameters"
+        )
+        dp_text = f"reduce-scatter of {grad_bytes}-byte gradients over d·c + {gather}"
+    else:
+        dp_text = f"all-reduce of {grad_bytes}-byte gradients over d·c"
+    sms = ctx.hardware.network.nccl_sms
+    if sms is not None:
+        dp_text += f"; + what runs hidden × {sms}/{ctx.hardware.gpu.sm_count} (the SMs NCCL holds beside the compute)"
+    if not plan.fsdp:
+        dp_text += (
+            "; --overlap-grad-reduce: each model chunk's reduction starts after its last backward, the first "
+            "stage's first chunk in max(40M, 1M·d·c)-parameter buckets, the last (with the word table) exposed"
+            if opts.overlap_grad_reduce
+            else ", exposed after the last backward"
+        ) + "; stage i drains i backward steps earlier"
+    return dp_text

@@ -30,6 +30,7 @@ FIT_FIELDS = (  # the factors calibrate may fit where the preset gives them a ba
     "layer_overhead_us",
     "gemm_half_dim",
     "network_bus_efficiency",
+    "straggler_sigma",
 )
 FITTED = ("dgx-a100-superpod", "dgx-h100-superpod", "gb200-nvl72", "gb300-nvl72")
 FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, and too few runs of their own

@@ -75,6 +75,12 @@ class Calibration(BaseModel):
     moe_host_op_us: NonNegativeFloat | None = Field(
         None, description="host time per eager op a MoE layer issues for each local expert (None: not modelled)"
     )
+    straggler_sigma: NonNegativeFloat | None = Field(
+        None,
+        le=0.2,
+        description="sigma of one GPU's pace relative to the mean (same SKU): a synchronous step waits for the "
+        "slowest of N (None: not modelled)",
+    )
     factors: dict[str, Factor] = Field(description="field name -> status, band, uncertainty and source")
 
     @model_validator(mode="after")

@@ -75,17 +75,18 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
 
 def all_reduce_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.ndarray:
     """Ring all-reduce, 2(n−1)/n · M/β, with the latency of a ring (2(n−1)α) or a tree
-    (2⌈log₂n⌉α), whichever NCCL would pick (Thakur, Rabenseifner & Gropp 2005). 0 at n = 1."""
-    n = np.asarray(n, dtype=float)
+    (2⌈log₂n⌉α), whichever NCCL would pick (Thakur, Rabenseifner & Gropp 2005). 0 at n = 1 and for
+    an empty message (no collective is issued: a dense model's expert gradients)."""
+    n, M = np.asarray(n, dtype=float), np.asarray(message_bytes, dtype=float)
     steps = np.minimum(2 * (n - 1), 2 * np.ceil(np.log2(np.maximum(n, 1))))
-    return 2 * (n - 1) / n * np.asarray(message_bytes) / link.bus_bytes_per_s + steps * link.latency_s
+    return np.where(M > 0, 2 * (n - 1) / n * M / link.bus_bytes_per_s + steps * link.latency_s, 0.0)
 
 
 def all_gather_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.ndarray:
     """Ring all-gather (or reduce-scatter) of a gathered message of M bytes: (n−1)/n · M/β +
-    (n−1)α (Thakur et al. 2005). 0 at n = 1."""
-    n = np.asarray(n, dtype=float)
-    return (n - 1) / n * np.asarray(message_bytes) / link.bus_bytes_per_s + (n - 1) * link.latency_s
+    (n−1)α (Thakur et al. 2005). 0 at n = 1 and for an empty message."""
+    n, M = np.asarray(n, dtype=float), np.asarray(message_bytes, dtype=float)
+    return np.where(M > 0, (n - 1) / n * M / link.bus_bytes_per_s + (n - 1) * link.latency_s, 0.0)
 
 
 reduce_scatter_time_s = all_gather_time_s
@@ -115,3 +116,44 @@ def all_to_all_time_s(n: ArrayLike, send_bytes: ArrayLike, link: Link) -> np.nda
 def p2p_time_s(message_bytes: ArrayLike, link: Link) -> np.ndarray:
     """Point-to-point send of M bytes: M/β + α."""
     return np.asarray(message_bytes) / link.bus_bytes_per_s + link.latency_s
+
+
+def hidden_comm_contention_s(hidden_s: ArrayLike, nccl_sms: int | None, sm_count: int) -> np.ndarray:
+    """Compute lost to a collective that runs hidden behind it: for the T_hidden seconds an NCCL
+    kernel runs beside the compute, it holds k SMs (one CTA per channel) of the S the compute would
+    use, so the compute advances at (S − k)/S and T_hidden·k/S of it is left to do afterwards.
+
+    k: 24 CTAs for an ncclAllGather beside a GEMM on H100 (nsys; NVIDIA developer forum thread 337991,
+    'Compute-Communication Overlap Causes Severe GEMM Performance Degradation'); 24/132 = 18 % agrees
+    with the 18.9 % mean compute slowdown measured under overlapped collectives on A100, H100, MI250
+    and MI210 (Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
+    Learning, arXiv:2507.03114). 0 when the preset gives no ``nccl_sms``.
+    """
+    if nccl_sms is None:
+        return np.zeros_like(np.asarray(hidden_s, dtype=float))
+    return np.asarray(hidden_s, dtype=float) * nccl_sms / sm_count
+
+
+def expected_max_normal(n: ArrayLike) -> np.ndarray:
+    """E[max of n independent standard normals], by Blom's (1958) plotting position
+    Φ⁻¹((n − 0.375)/(n + 0.25)), Φ⁻¹ of an upper-tail p by Abramowitz & Stegun 26.2.23
+    (t = √(−2 ln(1 − p)), t − (c₀ + c₁t + c₂t²)/(1 + d₁t + d₂t² + d₃t³), |error| < 4.5·10⁻⁴).
+    0 at n = 1; 1.42 at 8; 3.85 at 10,000."""
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    tail = 1.0 - (n - 0.375) / (n + 0.25)  # 1 − p
+    t = np.sqrt(-2.0 * np.log(tail))
+    num = 2.515517 + 0.802853 * t + 0.010328 * t**2
+    den = 1.0 + 1.432788 * t + 0.189269 * t**2 + 0.001308 * t**3
+    return np.maximum(t - num / den, 0.0)
+
+
+def straggler_s(paced_s: ArrayLike, n_gpus: ArrayLike, sigma: float | None) -> np.ndarray:
+    """What a synchronous step loses to the slowest of its N GPUs: each GPU's pace varies by σ
+    (same SKU; manufacturing and power management), every GPU waits for the slowest at the step's
+    synchronisation, so the compute-paced time T stretches by σ·E[max of N]: T·σ·E[max_N z]
+    (``expected_max_normal``). σ's anchor: 8 % mean (max 22 %) performance variation across the GPUs
+    of one cluster, outliers 1.5× the median (Sinha et al., SC22, 'Not All GPUs Are Created Equal',
+    Summit, Vortex, Frontera, Longhorn, Corona). 0 when the preset does not model it."""
+    if sigma is None:
+        return np.zeros_like(np.asarray(paced_s, dtype=float))
+    return np.asarray(paced_s, dtype=float) * sigma * expected_max_normal(n_gpus)

@@ -124,6 +124,16 @@ class NetworkSpec(_Sourced):
     nics_per_node: PositiveInt = Field(description="compute (rail) NICs per node, storage NICs excluded")
     nic_gbits_per_s: PositiveFloat
     tiers: list[NetworkTier] = Field(min_length=1, description="leaf, spine, core: growing max_nodes")
+    nccl_sms: PositiveInt | None = Field(
+        None,
+        description="SMs an NCCL collective's kernel holds while it runs (one CTA per channel): what a hidden "
+        "DP or FSDP collective takes from the compute it hides behind; None: not charged",
+    )
+    nccl_p2p_sms: PositiveInt | None = Field(
+        None,
+        description="SMs NCCL's send/receive kernel holds for one peer (one CTA per channel): what a hidden "
+        "pipeline or context-parallel transfer takes from the compute; None: not charged",
+    )
 
     @model_validator(mode="after")
     def _tiers_grow(self) -> Self:

@@ -142,8 +142,17 @@ def _convert_one(spec: ArgSpec, flag: str, raw: str) -> object:
             return by_case[str(value).lower()]
         if str(value) in fork:
             return ForkValue(fork[str(value)], str(value))
+        if spec.dest in OPEN_CHOICES:  # kept: what it changes is read elsewhere, and can be overridden
+            return UnknownChoice(str(value))
         raise MegatronArgError(f"{flag} got {raw!r}; allowed: {', '.join(spec.choices)}")
     return value
+
+
+OPEN_CHOICES = {"tokenizer_type"}  # a value today's parser does not list (a fork's tokenizer) is kept, not refused
+
+
+class UnknownChoice(str):
+    """A value of an OPEN_CHOICES flag that today's Megatron-LM does not list (a fork's, a newer release's)."""
 
 
 class ForkValue(str):
@@ -313,11 +322,13 @@ def _stray_error(stray: list[str], after: str | None = None) -> MegatronArgError
     return MegatronArgError(f"stray positional argument(s) not after a flag: {shown}")
 
 
-def parse_megatron_argv(argv: list[str]) -> MegatronArgs:
+def parse_megatron_argv(argv: list[str], extra_flags_allowed: bool = False) -> MegatronArgs:
     """Parse a Megatron-LM argv (the arguments after ``pretrain_gpt.py``) without running it.
 
-    Raises :class:`UnknownMegatronFlag` for a flag the parser does not know and
-    :class:`MegatronArgError` for a missing or bad value, a bad choice or stray tokens.
+    Raises :class:`UnknownMegatronFlag` for a flag the parser does not know (unless
+    ``extra_flags_allowed``: an entry point that adds its own, whose flags are then kept in
+    ``fork`` and named in a warning) and :class:`MegatronArgError` for a missing or bad value, a
+    bad choice or stray tokens.
     """
     argv = [str(t) for t in argv]
     state, i = _State(), 0
@@ -326,8 +337,14 @@ def parse_megatron_argv(argv: list[str]) -> MegatronArgs:
             state.stray.extend(argv[i + 1 :] or ["--"])
             break
         i = _step(argv, i, state)
-    if state.unknown:
+    if state.unknown and not extra_flags_allowed:
         raise _unknown(state.unknown)
+    if state.unknown:
+        state.warnings.append(
+            f"read and ignored {len(state.unknown)} flag{'s' * (len(state.unknown) > 1)} pretrain_gpt.py does not "
+            "have (the entry point adds its "
+            f"own): {' '.join(state.unknown[:6])}{' ...' if len(state.unknown) > 6 else ''}"
+        )
     if state.stray:
         raise _stray_error(state.stray, state.stray_after.get(0))
     if state.underscored:

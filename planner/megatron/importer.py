@@ -8,6 +8,7 @@ rate, data paths, logging) are accepted and ignored.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,12 @@ def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, no
     if v.get("group_query_attention") and v.get("num_query_groups"):
         fields["num_query_groups"] = v["num_query_groups"]
     fields.update(fork.model)
+    pattern = v.get("hybrid_layer_pattern") or v.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        # Megatron-LM derives --num-layers from the pattern: the main part (before '/'), '|' left out
+        # (arguments.py, get_hybrid_total_layer_count in megatron/core/models/hybrid/hybrid_layer_allocation.py)
+        fields["num_layers"] = len(pattern.split("/")[0].replace("|", ""))
+        notes.append(f"{fields['num_layers']} layers from --hybrid-layer-pattern (as Megatron-LM counts them)")
     if "num_query_groups" in fields and fields["num_query_groups"] == fields.get("num_attention_heads"):
         fields.pop("num_query_groups")  # as many groups as heads: plain multi-head attention
     if "vocab_size" not in fields and base is None:
@@ -83,7 +90,7 @@ def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, no
         source = "; it loads them from the checkpoint (--use-checkpoint-args)" if v.get("use_checkpoint_args") else ""
         raise PlannerError(
             f"the command line does not define the model: {', '.join(missing)} missing{source} "
-            "(give --model PRESET, or the flags)"
+            f"(give --model PRESET, or the flags with --megatron-args '{missing[0]} N')"
         )
     fields.setdefault("max_position_embeddings", v.get("seq_length", 2048))
     return _spec({"name": "imported", "source": "Megatron-LM command line", **fields})
@@ -313,17 +320,40 @@ def _dispatcher(v: dict) -> str:
 
 def _ub_cfg_path(v: dict, warnings: list[str]) -> str | None:
     """--tp-comm-overlap-cfg: the userbuffer YAML, read where it is; one that is not here is said and
-    left out (Megatron-Bridge's preset for the GPU and shape, else Transformer Engine's defaults)."""
+    left out (Transformer Engine's defaults, as Megatron-LM without a file)."""
     path = v.get("tp_comm_overlap_cfg")
     if not path or not v.get("tp_comm_overlap"):
         return None
     if not Path(str(path)).expanduser().is_file():
         warnings.append(
-            f"--tp-comm-overlap-cfg {path} is not on this machine: Megatron-Bridge's userbuffer preset for the "
-            "GPU and shape (else Transformer Engine's defaults) is assumed"
+            f"--tp-comm-overlap-cfg {path} is not on this machine: Transformer Engine's default userbuffers are "
+            "assumed (--tp-comm-overlap-cfg bridge: Megatron-Bridge's preset for the GPU and shape)"
         )
         return None
     return str(path)
+
+
+GPT_ENTRY = re.compile(r"pretrain_gpt(_core|_mcore)?\.py")
+OTHER_ENTRIES = (  # (pattern on the entry point's name, what it trains that the GPT estimate leaves out)
+    (r"bert", "BERT: a bidirectional encoder with a pooler and binary head"),
+    (r"t5", "T5: an encoder-decoder, whose decoder layers also attend to the encoder"),
+    (r"mamba|hybrid", "a Mamba hybrid: Mamba and MLP layers priced as transformer layers"),
+    (r"vlm|vision|llava|multimodal|mimo|clip", "a multimodal model: the vision encoder and projector are not priced"),
+    (r"retro|ict|realm", "a retrieval model: the retriever and its encoder are not priced"),
+)
+
+
+def entry_point_warning(entry: str | None) -> list[str]:
+    """A warning naming an entry point other than pretrain_gpt.py: the estimate is a GPT decoder's."""
+    import posixpath
+
+    name = posixpath.basename(entry or "")
+    if not name or GPT_ENTRY.fullmatch(name):
+        return []
+    path = entry or name
+    what = next((w for p, w in OTHER_ENTRIES if re.search(p, path, re.IGNORECASE)), None)
+    kind = f" ({what})" if what else ""
+    return [f"the script runs {path}{kind}, not pretrain_gpt.py: the estimate prices a GPT decoder of its flags"]
 
 
 @dataclass(frozen=True)
@@ -366,7 +396,7 @@ def import_fields(
         argv += shlex.split(extra or "")
     except ValueError as err:
         raise PlannerError(f"--megatron-args {extra!r}: {err}") from err
-    args = parse_megatron_argv(argv)
+    args = parse_megatron_argv(argv, extra_flags_allowed=bool(entry_point_warning(launch.entry_point)))
     world = gpus or launch.world_size
     if world is None:
         raise PlannerError(world_unknown(launch))
@@ -379,6 +409,7 @@ def import_fields(
         notes.append(f"unset, so expanding to nothing (as in bash): {' '.join(lone)}")
     if gpus is None:
         notes += launch.defaults
+    warnings += entry_point_warning(launch.entry_point)
     if launch.unread:
         warnings.append(
             f"did not read {', '.join(launch.unread)} (only files beside the script are read); if it sets values the "

@@ -20,6 +20,20 @@ from planner.presets import load_model, presets_root
 GPT2_BPE_VOCAB = 50257  # entries of gpt2-vocab.json (Radford et al. 2019); the gpt3-175b preset's vocabulary
 PRESET_OF_TYPE = {"Llama2Tokenizer": "llama2-7b", "GPT2BPETokenizer": "gpt3-175b"}
 NAMED_TYPES = {"HuggingFaceTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer"}
+KNOWN_TYPES = {  # --tokenizer-type's choices in Megatron-LM's arguments.py (planner/megatron/data)
+    "BertWordPieceLowerCase",
+    "BertWordPieceCase",
+    "GPT2BPETokenizer",
+    "SentencePieceTokenizer",
+    "GPTSentencePieceTokenizer",
+    "HuggingFaceTokenizer",
+    "Llama2Tokenizer",
+    "TikTokenizer",
+    "MultimodalTokenizer",
+    "NullTokenizer",
+    "NullMultimodalTokenizer",
+    "SFTTokenizer",
+}
 
 
 @functools.cache
@@ -47,7 +61,11 @@ def tokenizer_vocab(v: dict, fork: dict[str, list[str]]) -> tuple[int | None, st
         reason = "--vocab-file/--merge-file: the GPT-2 BPE" if v.get("vocab_file") else "no tokenizer flags: "
         reason += "" if v.get("vocab_file") else "pretrain_gpt.py's default, the GPT-2 BPE"
         return GPT2_BPE_VOCAB, reason
+    unknown = kind is not None and kind not in KNOWN_TYPES  # a fork's tokenizer type, e.g. DeepSeekV3Tokenizer
     for pattern, preset, hf_name in tokenizer_table():
-        if name and pattern.search(name):
-            return _preset_vocab(preset), f"--tokenizer-model {name}: the tokenizer of {hf_name} (preset {preset})"
+        for flag, text in (("--tokenizer-model", name), ("--tokenizer-type", kind if unknown else None)):
+            if text and pattern.search(text):
+                return _preset_vocab(preset), f"{flag} {text}: the tokenizer of {hf_name} (preset {preset})"
+    if unknown:
+        return None, f"--tokenizer-type {kind} is not a tokenizer today's Megatron-LM builds"
     return None, f"--tokenizer-type {kind} --tokenizer-model {name or '(none)'}"

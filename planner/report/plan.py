@@ -29,7 +29,50 @@ def _largest(values: dict[str, float], names, unit: str, fmt: str) -> str:
     return " · ".join(f"{k} {format(values[k], fmt)}" for k in top) or f"none above 0 {unit}"
 
 
-def verdict(pj: dict, note: str | None = None) -> Text:
+def _count(n: float) -> str:
+    """A parameter count in a few digits: 8.03 B, 671 B, 350 M."""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{n:,.0f}"
+
+
+def architecture(pj: dict) -> Text:
+    """The model a plan prices, in three lines: its shape, its attention, its MLP or experts and parameters
+    (what explain read from a launch script)."""
+    m, params = pj["model_spec"], pj.get("model_params") or {}
+    heads = m["num_attention_heads"]
+    groups = m.get("num_query_groups")
+    if m.get("multi_latent_attention"):
+        attention = f"{heads} heads, multi-latent (kv rank {m.get('kv_lora_rank')}, q rank {m.get('q_lora_rank')})"
+    else:
+        attention = f"{heads} heads" + (f", {groups} query groups" if groups and groups != heads else "")
+    window = m.get("window_size")
+    attention += f" · sliding window {window[0]}" if window else ""
+    attention += f" · {m.get('position_embedding_type', 'learned_absolute')} positions"
+    ffn = m.get("ffn_hidden_size") or 4 * m["hidden_size"]
+    act = "SwiGLU" if m.get("swiglu") else "GeGLU" if m.get("quick_geglu") else "GeLU"
+    layers = f"{m['num_layers']} layers"
+    if m.get("num_experts"):
+        moe = sum(st.get("moe_layers", 0) for st in pj.get("stages", ()))
+        layers += f" ({moe} MoE)" if moe and moe != m["num_layers"] else ""
+        shared = " + shared" if m.get("moe_shared_expert_intermediate_size") else ""
+        expert_ffn = m.get("moe_ffn_hidden_size") or ffn
+        mlp = f"{m['num_experts']} experts{shared}, top-{m['moe_router_topk']}, FFN {expert_ffn}"
+    else:
+        mlp = f"dense {'squared-ReLU' if m.get('squared_relu') else act} MLP"
+    total, active = params.get("total"), params.get("active")
+    if total:
+        mlp += f" · {_count(total)} parameters" + (f", {_count(active)} active" if active and active != total else "")
+    out = Text()
+    out.append("model ", "bold")
+    out.append(f"{layers} · hidden {m['hidden_size']} · FFN {ffn} · vocab {m['vocab_size']:,}\n")
+    out.append(f"      {attention}\n      {mlp}\n")
+    return out
+
+
+def verdict(pj: dict, note: str | None = None, read: bool = False) -> Text:
     """Whether the plan fits (with headroom, or by how much not and the one change that fixes it), its
     iteration time, tokens/s and MFU, and the three largest memory and time terms: at most 15 lines."""
     est, tr = pj["estimate"], pj["training"]
@@ -39,6 +82,8 @@ def verdict(pj: dict, note: str | None = None) -> Text:
     out.append(
         f" on {pj['gpus']:,} GPUs of {pj['hardware']}: global batch {tr['global_batch']} × seq {tr['seq_len']}\n"
     )
+    if read:
+        out.append_text(architecture(pj))
     out.append("plan  ", "bold")
     out.append(plan_line(pj) + "\n")
     if note:
@@ -84,9 +129,10 @@ def verdict(pj: dict, note: str | None = None) -> Text:
     return out
 
 
-def explain_view(pj: dict, note: str | None = None) -> Group:
-    """The verdict, then the full breakdown: stage memory, memory terms, time terms, throughput."""
-    parts = [verdict(pj, note), Text(""), memory_stage_table(pj), TermsTable(pj, "memory")]
+def explain_view(pj: dict, note: str | None = None, read: bool = False) -> Group:
+    """The verdict (with the model's architecture when ``read`` from a script), then the full breakdown:
+    stage memory, memory terms, time terms, throughput."""
+    parts = [verdict(pj, note, read), Text(""), memory_stage_table(pj), TermsTable(pj, "memory")]
     if "fit_suggestions" in pj:
         parts.append(fit_suggestions_view(pj))
     rules = (
