@@ -383,20 +383,62 @@ class Context:
 
 RECOMPUTE_TAGS = {"selective": "rc-sel", "full": "rc-full"}
 SPLIT_TAGS = {"embedding": "acc-emb", "loss": "acc-loss", "embedding+loss": "acc-emb+loss"}
+MODULE_TAGS = {
+    "core_attn": "attn",
+    "layernorm": "ln",
+    "moe_act": "moeact",
+    "mla_up_proj": "mlaup",
+    "shared_experts": "shexp",
+}
 PLAN_LABEL_LEGEND = (
     "b micro-batch · V interleaved chunks per stage · SP sequence parallel · DO distributed optimizer · "
-    "FSDP Megatron FSDP · rc-sel/rc-full selective/full recomputation · MoE token dispatcher allgather, "
-    "alltoall or flex (+ov: --overlap-moe-expert-parallel-comm) · layout: --pipeline-model-parallel-layout"
+    "FSDP Megatron FSDP · rc-sel/rc-full selective/full recomputation (rc-mlp etc.: selective of other "
+    "modules than core_attn; rc-full:uN uniform groups of N layers; rc-blk:N the first N layers of each chunk) · "
+    "no-ogr/no-opg/no-tpo: an overlap today's recipes turn on is off (gradient reduction; parameter "
+    "all-gather with DO/FSDP; TP communication with SP) · MoE token dispatcher allgather, alltoall "
+    "or flex (+ov: --overlap-moe-expert-parallel-comm) · layout: --pipeline-model-parallel-layout"
 )
 
 
-def plan_label(par: Mapping, *, moe: bool = False) -> str:
+def _recompute_tag(par: Mapping, options: Mapping | None) -> list[str]:
+    """rc-sel (Megatron's default module, core_attn; other modules: rc-mlp, rc-attn+mlp, ...), rc-full
+    (uniform, one layer per group), rc-full:uN (uniform groups of N) or rc-blk:N (block: the first N
+    layers of each model chunk)."""
+    kind = str(par.get("recompute"))
+    if kind == "selective":
+        modules = tuple(str(m) for m in (options or {}).get("recompute_modules") or ("core_attn",))
+        return ["rc-sel" if modules == ("core_attn",) else "rc-" + "+".join(MODULE_TAGS.get(m, m) for m in modules)]
+    if kind != "full":
+        return []
+    layers = par.get("recompute_num_layers")
+    if str(par.get("recompute_method", "uniform")) == "block":
+        return [f"rc-blk:{layers or 1}"]
+    return ["rc-full" + (f":u{layers}" if layers and layers > 1 else "")]
+
+
+def _overlap_tags(par: Mapping, options: Mapping | None) -> list[str]:
+    """The overlaps today's recipes turn on (Megatron-Bridge and NeMo performance recipes: gradient
+    reduction always, the parameter all-gather with a sharded optimizer, TP communication with SP)
+    that the plan has off; nothing when the options are not known."""
+    if options is None:
+        return []
+    sharded = bool(par.get("distributed_optimizer") or par.get("fsdp"))
+    tags = [] if options.get("overlap_grad_reduce") else ["no-ogr"]
+    tags += ["no-opg"] if sharded and not options.get("overlap_param_gather") else []
+    tags += ["no-tpo"] if par.get("sequence_parallel") and not options.get("tp_comm_overlap") else []
+    return tags
+
+
+def plan_label(par: Mapping, *, moe: bool = False, options: Mapping | None = None) -> str:
     """A parallel plan in one short line, e.g. ``TP4 PP8 DP32 b2 V12 · SP DO rc-sel``.
 
-    ``par`` is a plan JSON's ``parallel`` (or ``ParallelPlan.model_dump(mode="json")``). CP shows
-    when it is above 1, EP and ETP for a mixture-of-experts model (or EP above 1); Megatron FSDP,
-    the distributed optimizer, recomputation and an accounted or explicit stage split always show
-    when they are on. Every table, the export header and the notes name plans with it.
+    ``par`` is a plan JSON's ``parallel`` (or ``ParallelPlan.model_dump(mode="json")``) and ``options``
+    its ``options`` (``PlanOptions.model_dump(mode="json")``): with them the label also names the
+    overlaps that differ from today's recipes and selective recomputation's modules, so two plans a
+    search can tell apart never share a label. CP shows when it is above 1, EP and ETP for a
+    mixture-of-experts model (or EP above 1); Megatron FSDP, the distributed optimizer, recomputation
+    and an accounted or explicit stage split always show when they are on. Every table, the export
+    header and the notes name plans with it.
     """
     parts = [f"TP{par['tp']}", f"PP{par['pp']}", f"DP{par['dp']}"]
     if par.get("cp", 1) > 1:
@@ -408,7 +450,8 @@ def plan_label(par: Mapping, *, moe: bool = False) -> str:
         parts.append(f"V{par['vpp']}")
     tags = ["SP"] if par.get("sequence_parallel") else []
     tags += ["FSDP"] if par.get("fsdp") else ["DO"] if par.get("distributed_optimizer") else []
-    tags += [RECOMPUTE_TAGS[str(par["recompute"])]] if str(par.get("recompute")) in RECOMPUTE_TAGS else []
+    tags += _overlap_tags(par, options)
+    tags += _recompute_tag(par, options)
     tags += [SPLIT_TAGS[str(par["stage_split"])]] if str(par.get("stage_split")) in SPLIT_TAGS else []
     if par.get("first_stage_layers") or par.get("last_stage_layers"):
         tags.append(f"first{par.get('first_stage_layers') or '-'}/last{par.get('last_stage_layers') or '-'}")

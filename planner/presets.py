@@ -116,12 +116,12 @@ def read_yaml_file(path: Path, kind: str) -> str:
 
 def preset_name(kind: str, ref: str) -> str:
     """The shipped preset a name refers to, case-insensitively; an unknown name suggests the closest."""
-    import difflib
-
     names = preset_names(kind)
     by_lower = {n.lower(): n for n in names}
     if ref.lower() in by_lower:
         return by_lower[ref.lower()]
+    import difflib
+
     close = difflib.get_close_matches(ref.lower(), list(by_lower), n=1, cutoff=0.6)
     hint = f"did you mean {by_lower[close[0]]}? " if close else ""
     raise PresetError(f"unknown {kind} preset {ref!r}; {hint}known: {', '.join(names)} (or a path to a YAML file)")

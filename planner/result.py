@@ -41,7 +41,9 @@ class PlanEstimate(BaseModel):
     tflops_per_gpu: float  # model FLOPs (no recomputation) per second per GPU: the MFU basis
     hw_tflops_per_gpu: float  # with recomputed FLOPs: the HFU basis
     megatron_tflops_per_gpu: float  # as today's Megatron-LM logs it (causal attention halved)
-    mfu: float
+    mfu: float  # model FLOP/s (full s² attention, the papers') ÷ the dense peak of mfu_peak
+    mfu_causal: float  # the same with causal attention halved: Megatron-LM's and Megatron-Bridge's convention
+    mfu_peak: str  # the peak both are against: "bf16" (FP8 plans too) or "tf32" (fp32 training)
     hfu: float
     iteration_s_band: tuple[float, float]  # iteration × exp(∓ε), ε the plan's band (evidence.band_frac)
     tokens_per_s_band: tuple[float, float]
@@ -163,6 +165,8 @@ def plan_estimate(
         hw_tflops_per_gpu=per_gpu("hardware") / 1e12,
         megatron_tflops_per_gpu=per_gpu("megatron") / 1e12,
         mfu=per_gpu("model") / peak,
+        mfu_causal=per_gpu("causal") / peak,
+        mfu_peak="tf32" if ctx.precision == "fp32" else "bf16",
         hfu=per_gpu("hardware") / peak,
         peak_memory_gib=float(ev.peak_memory_bytes[i]) / GIB,
         allocated_gib=float(ev.memory["allocated"][i]) / GIB,

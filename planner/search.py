@@ -25,7 +25,7 @@ from planner.fidelity.evidence import band_frac, plan_evidence
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
 from planner.result import plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, nvlink_domain_gpus, tp_in_domain
-from planner.space.grid import PlanGrid
+from planner.space.grid import PlanGrid, distinct
 from planner.space.rules import rule_masks
 from planner.space.sizes import (
     WorldAxes,
@@ -35,7 +35,7 @@ from planner.space.sizes import (
     rules_broken_everywhere,
 )
 
-CHUNK = 65_536
+CHUNK = 32_768  # rows per evaluation: (rows × stage kinds) float arrays stay a few MiB each
 FIELDS = tuple(PlanGrid.__dataclass_fields__)
 FITS_RULE = "fits in GPU memory (with the headroom)"
 TP_NODE_RULE = "tp within one NVLink domain (--max-tp to cross nodes)"
@@ -64,6 +64,7 @@ class SearchResult:
     band_frac: float = 0.0
     fastest_rank: int = 1  # where the fastest estimate ranks (ties reordered by safety)
     block_variants: int = 0  # block-recomputation variants added to the candidates (layers solved)
+    tp_overlap_twins: int = 0  # candidates also evaluated without --tp-comm-overlap (each keeps the faster)
     rank_by: str = "risk"
     moved_down: int = 0  # plans faster by estimate than rank 1, below it for a feature no setting exercises
 
@@ -76,6 +77,7 @@ class SearchResult:
             "tied_with_fastest": self.tied,
             "fastest_rank": self.fastest_rank,
             "block_variants": self.block_variants,
+            "tp_overlap_twins": self.tp_overlap_twins,
             "band_frac": self.band_frac,
             "rank_by": self.rank_by,
             "rank_rule": RANK_RULES[self.rank_by],
@@ -136,7 +138,7 @@ def _evaluate(grid: PlanGrid, idx: np.ndarray, contexts: list[Context], code: np
     iteration time of those that fit (infinite for the others), each with its overlap-option set."""
     iteration, peak = np.full(len(idx), np.inf), np.empty(len(idx))
     with np.errstate(divide="ignore", invalid="ignore"):
-        for k in np.unique(code[idx]):
+        for k in distinct(code[idx]):
             sel = np.flatnonzero(code[idx] == k)
             peak[sel] = _peak_memory(grid, idx[sel], contexts[k], capacity)
             fitting = sel[peak[sel] <= capacity]
@@ -151,9 +153,12 @@ def block_recompute_layers(grid: PlanGrid, ctx: Context, capacity: float) -> np.
     each plan fit: memory falls linearly with every layer recomputed (each keeps its input instead of
     its activations), so two evaluations (1 and 2 layers) give each stage's slope. 0 where block
     recomputation cannot fit; where it needs every layer of the largest chunk it is uniform recomputation."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        one, chunk = stage_memory_totals(replace(grid, recompute_layers=np.ones(len(grid), dtype=np.int64)), ctx)
-        two, _ = stage_memory_totals(replace(grid, recompute_layers=np.full(len(grid), 2)), ctx)
+    n = len(grid)
+    with np.errstate(divide="ignore", invalid="ignore"):  # 1 and 2 layers in one evaluation
+        ones, twos = np.ones(n, dtype=np.int64), np.full(n, 2, dtype=np.int64)
+        both = PlanGrid.stack(replace(grid, recompute_layers=ones), replace(grid, recompute_layers=twos))
+        total, chunks = stage_memory_totals(both, ctx)
+        one, two, chunk = total[:n], total[n:], chunks[:n]
         saving = np.where(chunk >= 2, one - two, 0.0)  # one more recomputed layer per chunk
         need = np.where(one <= capacity, 1.0, 1.0 + np.ceil((one - capacity) / saving))
     need = np.where(np.isfinite(need) & (need <= chunk), need, np.where(one <= capacity, 1.0, np.inf))
@@ -164,7 +169,7 @@ def block_recompute_layers(grid: PlanGrid, ctx: Context, capacity: float) -> np.
 def _solve_block(grid: PlanGrid, contexts: list[Context], code: np.ndarray, capacity: float) -> np.ndarray:
     """``block_recompute_layers`` of every row, each with its own overlap options (userbuffers take memory)."""
     k = np.zeros(len(grid), dtype=np.int64)
-    for c in np.unique(code):
+    for c in distinct(code):
         sel = np.flatnonzero(code == c)
         k[sel] = block_recompute_layers(grid.take(sel), contexts[c], capacity)
     return k
@@ -209,40 +214,69 @@ def search(
         why = why or axes.reason(num_gpus, ctx.training.global_batch)
         raise InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, f"world size = tp·cp·pp·dp: {why}", suggest_sizes))
     grid = candidate_grid(ctx, num_gpus, pins)
-    masks = rule_masks(grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus)
-    masks[TP_NODE_RULE] = tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp)
-    legal = np.ones(len(grid), dtype=bool)
-    first_broken = np.full(len(grid), -1)
-    names = list(masks)
-    for k, name in enumerate(names):
-        newly = legal & ~masks[name]
-        first_broken[newly] = k
-        legal &= masks[name]
+    candidates = len(grid)
+    legal, rejected = _legal_rows(ctx, grid, pins, num_gpus)
+    grid = grid.take(legal)  # only the legal rows from here on (the candidates are let go)
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     contexts, code = recipe_options(ctx, pins, grid)
-    idx = np.flatnonzero(legal)
-    unsolved = idx[grid.recompute_block[idx] & (grid.recompute_layers[idx] == 0)]  # block pinned, layers not
+    unsolved = np.flatnonzero(grid.recompute_block & (grid.recompute_layers == 0))  # block pinned, layers not
     if len(unsolved):
         solved = _solve_block(grid.take(unsolved), contexts, code[unsolved], capacity)
         grid.recompute_layers[unsolved] = np.maximum(solved, 1)
-    iteration, peak = _evaluate(grid, idx, contexts, code, capacity)
-    scored = _Scored(grid.take(idx), iteration, peak, code[idx], contexts)
+    every = np.arange(len(grid))
+    iteration, peak = _evaluate(grid, every, contexts, code, capacity)
+    twins = (
+        _without_tp_overlap(grid, every, contexts, code, capacity, iteration, peak)
+        if pins.tp_comm_overlap is None
+        else 0
+    )
+    scored = _Scored(grid, iteration, peak, code, contexts)
     if pins.recompute_method is None and _full_allowed(pins):
         scored = _with_block_recompute(scored, capacity)
     fits = scored.peak <= capacity
-    broken = np.bincount(first_broken + 1, minlength=len(names) + 1)[1:]
-    rejected = {names[k]: int(broken[k]) for k in range(len(names)) if broken[k]}
     if np.any(~fits):
         rejected[FITS_RULE] = int(np.sum(~fits))
     if not np.any(fits):
         raise InfeasibleError(
-            _nothing_fits(ctx, num_gpus, pins, len(grid), scored, capacity, rejected, suggest_sizes=suggest_sizes)
+            _nothing_fits(ctx, num_gpus, pins, candidates, scored, capacity, rejected, suggest_sizes=suggest_sizes)
         )
-    variants = len(scored.grid) - len(idx)  # block-recomputation variants of the rows that do not fit
+    variants = len(scored.grid) - len(grid)  # block-recomputation variants of the rows that do not fit
     rank_by = "memory" if sort == "memory" else rank_by
-    result = _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, len(grid) + variants, rejected)
-    result.block_variants = variants
+    result = _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, candidates + variants, rejected)
+    result.block_variants, result.tp_overlap_twins = variants, twins
     return result
+
+
+def _legal_rows(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int) -> tuple[np.ndarray, dict[str, int]]:
+    """The rows that keep every rule, and how many rows each rule rejected first (in the table's order)."""
+    masks = rule_masks(grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus)
+    masks[TP_NODE_RULE] = tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp)
+    legal = np.ones(len(grid), dtype=bool)
+    first_broken = np.zeros(len(grid), dtype=np.int16)  # 1 + the first rule broken, 0 for none
+    names = list(masks)
+    for k, name in enumerate(names):
+        mask = masks.pop(name)
+        first_broken[legal & ~mask] = k + 1
+        legal &= mask
+    broken = np.bincount(first_broken, minlength=len(names) + 1)[1:]
+    return np.flatnonzero(legal), {names[k]: int(broken[k]) for k in range(len(names)) if broken[k]}
+
+
+def _without_tp_overlap(grid, idx, contexts, code, capacity, iteration, peak) -> int:
+    """Search --tp-comm-overlap both ways: every row the recipes give it (sequence parallelism) is also
+    evaluated without it, and keeps whichever is faster (userbuffers take memory and SMs, so neither
+    wins everywhere); where neither fits, the smaller peak. Updates ``code`` (the row's option set),
+    ``iteration`` and ``peak`` in place and returns the number of twins evaluated."""
+    pos = np.flatnonzero(code[idx] & 1)
+    if not len(pos):
+        return 0
+    off = code ^ 1
+    it, pk = _evaluate(grid, idx[pos], contexts, off, capacity)
+    better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & (pk < peak[pos]))
+    take = pos[better]
+    code[idx[take]] ^= 1
+    iteration[take], peak[take] = it[better], pk[better]
+    return len(pos)
 
 
 def _full_allowed(pins: Pins) -> bool:
@@ -258,7 +292,7 @@ def _with_block_recompute(scored: _Scored, capacity: float) -> _Scored:
         return scored
     code = scored.option_set[origin]
     it, pk = _evaluate(block, np.arange(len(block)), scored.contexts, code, capacity)
-    merged = PlanGrid(**{f: np.concatenate([getattr(scored.grid, f), getattr(block, f)]) for f in FIELDS})
+    merged = PlanGrid.stack(scored.grid, block)
     return _Scored(
         merged,
         np.concatenate([scored.iteration, it]),
@@ -311,7 +345,7 @@ def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluate
         ranks.append(fastest_rank)
     chosen = order[np.array(ranks) - 1]
     jsons: dict[int, dict] = {}
-    for k in np.unique(scored.option_set[chosen]):  # one evaluation per overlap-option set
+    for k in distinct(scored.option_set[chosen]):  # one evaluation per overlap-option set
         rows = chosen[scored.option_set[chosen] == k]
         best = scored.grid.take(rows)
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -59,6 +59,36 @@ def read(cfg, path: str):
     return plain(obj)
 
 
+def kind(value) -> str:
+    """How a recipe holds a sub-config: null, a preset name (str:NAME) or an object (its class)."""
+    if value is None:
+        return "null"
+    return f"str:{value}" if isinstance(value, str) else type(value).__name__
+
+
+def sections(cfg) -> dict:
+    """Every ConfigContainer section's field names (dataclasses.fields of its class)."""
+    import dataclasses
+
+    out = {}
+    for f in dataclasses.fields(cfg):
+        obj = getattr(cfg, f.name, None)
+        if dataclasses.is_dataclass(obj):
+            out[f.name] = {
+                "class": f"{type(obj).__module__}.{type(obj).__qualname__}",
+                "fields": sorted(x.name for x in dataclasses.fields(obj)),
+            }
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+    from megatron.bridge.training.mixed_precision import MixedPrecisionConfig
+
+    for name, cls in (("mixed_precision", MixedPrecisionConfig), ("comm_overlap", CommOverlapConfig)):
+        out[name] = {
+            "class": f"{cls.__module__}.{cls.__qualname__}",
+            "fields": sorted(x.name for x in dataclasses.fields(cls)),
+        }
+    return out
+
+
 def run_case(case: dict) -> dict:
     from megatron.bridge.training.config import runtime_config_update
     from megatron.bridge.training.utils.omegaconf_utils import (
@@ -80,6 +110,12 @@ def run_case(case: dict) -> dict:
         if case.get("overrides"):
             omega = parse_hydra_overrides(omega, case["overrides"])
         apply_overrides(cfg, OmegaConf.to_container(omega, resolve=True), excluded)
+        if case.get("before_runtime"):  # the recipe's own fields, as an import assumes them
+            out["kinds"] = {s: kind(getattr(cfg, s, None)) for s in ("mixed_precision", "comm_overlap")}
+            out["sections"] = sections(cfg) if case.get("sections") else None
+            out["fields"] = {p: read(cfg, p) for p in case.get("fields", [])}
+            out["ok"], out["stage"] = True, "recipe"
+            return out
         out["stage"] = "runtime_config_update"
         runtime_config_update(cfg)
         out["ok"], out["stage"] = True, "done"

@@ -5,9 +5,10 @@ read back to the same plan and exactly the same estimate; the refusals name the 
 import pytest
 
 from planner.api import explain, make_request
-from planner.bridge.export import bridge_export, dotlist_text, python_text, yaml_text
+from planner.bridge.export import bridge_export, dotlist, dotlist_text, export_text, python_text, yaml_text
 from planner.bridge.importer import header_options, read_bridge_text, request_from_bridge
 from planner.errors import PlannerError
+from planner.plan import CudaGraphImpl, CudaGraphModule, FlexBackend
 
 H100, B200 = "dgx-h100-superpod", "dgx-b200-superpod"
 DO = {"distributed_optimizer": True}
@@ -112,7 +113,16 @@ PLANS = {
         tp=2,
         sequence_parallel=True,
         **DO,
-        options={"cuda_graph_impl": "local", "tp_comm_overlap": True},
+        options={"cuda_graph_impl": "transformer_engine", "tp_comm_overlap": True},
+    ),
+    "llama3-8b full-iteration graph": dict(
+        model="llama3-8b",
+        hardware=H100,
+        gpus=8,
+        tp=2,
+        sequence_parallel=True,
+        **DO,
+        options={"cuda_graph_impl": "full_iteration"},
     ),
     "llama2-7b fsdp fp8 param gather": dict(
         model="llama2-7b",
@@ -210,3 +220,120 @@ def test_bridge_export_reads_back_to_the_same_estimate(name, tag):
         got = explain(back)["estimate"]
         assert got["iteration_s"] == want["iteration_s"] and got["peak_memory_gib"] == want["peak_memory_gib"]
     assert "def megaplan_recipe():" in python_text(exp)
+
+
+@pytest.mark.parametrize("fmt", ["nemo2", "mlm-yaml"])
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_nemo2_and_model_args_yaml_read_back_to_the_same_estimate(name, fmt, tmp_path):
+    from planner.bridge.importer import read_bridge_source
+    from planner.plan_file import request_from_fields
+
+    req = _request(PLANS[name])
+    text, notes = export_text(req, fmt, None, None)
+    o = req.ctx.options
+    if fmt == "nemo2" and (o.tp_comm_overlap or (req.plan.vpp > 1 and not o.overlap_p2p_comm)):
+        # NeMo 2 sets these on the MegatronCommOverlapCallback object, which no key=value override reaches
+        assert not o.tp_comm_overlap or any("MegatronCommOverlapCallback" in n for n in notes)
+        pytest.skip("TP and p2p overlap are a NeMo 2 callback's, not key=value overrides")
+    path = tmp_path / "launch.txt"
+    path.write_text(text)
+    values = {"bridge_config": str(path), "gpus": req.gpus, "hardware": req.ctx.hardware.name}
+    if fmt == "mlm-yaml" or name.startswith("gpt-oss"):  # NeMo 2 has no GPT-OSS factory; MODEL_ARGS name no preset
+        values["model"] = req.ctx.model.name
+    read, _ = read_bridge_source(values)
+    back = request_from_fields(read.data)
+    assert back.plan == req.plan
+    assert back.ctx.options == req.ctx.options and back.ctx.training == req.ctx.training
+    assert explain(back)["estimate"]["iteration_s"] == explain(req)["estimate"]["iteration_s"]
+
+
+def _ctx_parts(req):
+    return req.ctx.model, req.ctx.hardware, req.ctx.training
+
+
+def test_refusals_name_the_field_and_the_tag():
+    hybridep = _request({**PLANS["qwen3-30b-a3b flex deepep a2a overlap"]})
+    hybridep = hybridep.__class__(
+        hybridep.ctx.__class__(
+            hybridep.ctx.model,
+            hybridep.ctx.hardware,
+            hybridep.ctx.training,
+            hybridep.ctx.options.model_copy(update={"moe_flex_dispatcher_backend": FlexBackend.HYBRIDEP}),
+        ),
+        hybridep.plan,
+        hybridep.gpus,
+    )
+    with pytest.raises(
+        PlannerError, match=r"--moe-flex-dispatcher-backend hybridep has no field at Megatron-Bridge v0.2.1"
+    ):
+        bridge_export(hybridep, "v0.2.1")
+    assert "model.moe_flex_dispatcher_backend=hybridep" in dotlist_text(bridge_export(hybridep, "v0.6.0"))
+    graphs = _request({**PLANS["llama3-8b selective modules, cuda graph attn"]})
+    graphs = graphs.__class__(
+        graphs.ctx.__class__(
+            graphs.ctx.model,
+            graphs.ctx.hardware,
+            graphs.ctx.training,
+            graphs.ctx.options.model_copy(update={"cuda_graph_modules": (CudaGraphModule.ATTN, CudaGraphModule.MLP)}),
+        ),
+        graphs.plan,
+        graphs.gpus,
+    )
+    with pytest.raises(PlannerError, match="cuda_graph_scope full or attn only"):
+        bridge_export(graphs, "v0.2.1")
+    whole = _request(PLANS["llama3-8b cuda graph whole layer"])
+    local = whole.ctx.options.model_copy(update={"cuda_graph_impl": CudaGraphImpl.LOCAL})
+    local_req = whole.__class__(whole.ctx.__class__(*_ctx_parts(whole), local), whole.plan, whole.gpus)
+    with pytest.raises(PlannerError, match="v0.6.0 runs the local implementation only as a full-iteration graph"):
+        bridge_export(local_req, "v0.6.0")
+    with pytest.raises(PlannerError, match=r"--bridge-version v0.3.0: allowed v0.2.1, v0.6.0"):
+        bridge_export(graphs, "v0.3.0")
+
+
+def test_the_export_writes_where_bridge_keeps_it():
+    """Precision on mixed_precision (the preset overwrites model/optimizer/ddp), overlaps on comm_overlap (its
+    setup overwrites ddp), a base recipe's preset name or missing comm_overlap replaced whole, MXFP8's buffer
+    reuse, and every parallel field (the 70B recipe's own VPP 5 and CP 2 must not survive)."""
+    mx = bridge_export(_request(PLANS["llama3-70b mxfp8 param gather b200"]), "v0.6.0")
+    lines = dotlist(mx)
+    assert (
+        "mixed_precision.fp8_recipe=mxfp8" in lines
+        and "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=true" in lines
+    )
+    assert "model.context_parallel_size=1" in lines and "model.virtual_pipeline_model_parallel_size=5" in lines
+    small = bridge_export(
+        _request(PLANS["llama3-8b cuda graph whole layer"]), "v0.6.0"
+    )  # recipe: "bf16_mixed", no comm_overlap
+    text = dotlist_text(small)
+    assert "mixed_precision={_target_:megatron.bridge.training.mixed_precision.MixedPrecisionConfig," in text
+    assert "params_dtype:{_target_:torch.bfloat16,_call_:false}" in text
+    assert "comm_overlap={_target_:megatron.bridge.training.comm_overlap.CommOverlapConfig," in text
+    assert "tp_comm_overlap:true" in text and "model.cuda_graph_modules=[]" in text
+    ub = bridge_export(_request(PLANS["llama3-70b tp8 pp4 vpp2 fp8-cs tp-overlap"]), "v0.6.0")
+    assert any("only the Python recipe" in n or "TE's default" in n for n in ub.notes)
+    assert "CommOverlapConfig(" in python_text(ub)
+
+
+@pytest.mark.parametrize("tag", ["v0.2.1", "v0.6.0"])
+def test_every_exported_key_is_a_field_of_bridge_at_that_tag(tag):
+    """Every field an export writes is a field of that section's class at the tag (the lists dumped from
+    Bridge's own classes by scripts/dump_bridge_fields.py), so a dotlist never names a key Bridge lacks."""
+    from planner.bridge.recipes import section_fields
+
+    names = section_fields(tag)
+    assert {"model", "train", "ddp", "optimizer", "mixed_precision", "comm_overlap", "dataset"} <= set(names)
+    seen = set()
+    for name in sorted(PLANS):
+        try:
+            exp = bridge_export(_request(PLANS[name]), tag)
+        except PlannerError:
+            continue
+        for path in exp.fields:
+            section, _, field = path.partition(".")
+            assert field in names[section], f"{path} is not a field of Bridge {tag}'s {section}"
+            seen.add(path)
+    assert len(seen) > 50
+    assert ("dataset.sequence_length" in seen) == (tag == "v0.2.1") and ("dataset.seq_length" in seen) == (
+        tag == "v0.6.0"
+    )
+    assert ("cuda_graph_modules" in names["model"]) == (tag == "v0.6.0")  # core_v0.15.2 has only the scope

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from planner.cli import cli
+from planner.report.layout import plan_text
 
 DATA = Path(__file__).parent / "data"
 GPT3 = ["--model", "gpt3-175b", "--gpus", "1024"]
@@ -134,9 +135,7 @@ def test_explain_without_tp_and_pp_takes_searchs_best_plan_and_says_so():
     best = json.loads(run(["search", *GPT3, "--top", "1", "--json"]).stdout)["plans"][0]
     result = run(["explain", *GPT3, "--brief"], env={"COLUMNS": "100"})
     assert result.exit_code == 0
-    par = best["parallel"]
-    label = f"TP{par['tp']} PP{par['pp']} DP{par['dp']} b{par['micro_batch']} V{par['vpp']} · SP DO"
-    assert "search's best of" in result.stdout and label in result.stdout
+    assert "search's best of" in result.stdout and plan_text(best) in result.stdout
     assert f"{best['estimate']['iteration_s']:.2f} s/iteration" in result.stdout
     assert len(result.stdout.strip().splitlines()) <= 15
 

@@ -184,3 +184,19 @@ def test_eq8_overcounts_the_honest_selective_count(L, h, a, published):
     # the honest count is 1.8 % below Eq. 8 for 175B and 3.4 % for 22B
     honest = gpt_model_flops(1, S, L, h, a) + gpt_recompute_flops(1, S, L, h, a, 1)
     assert round(100 * (korthikanti_eq8_flops(1, S, L, h, V) / honest - 1), 1) == published
+
+
+def test_causal_mfu_halves_the_attention_core_by_hand():
+    """MFU as people compare it (issue 18): Megatron-LM and Megatron-Bridge count causal attention as
+    half the s² pairs. By hand for GPT-3 175B (L 96, h 12288, B 1536, s 2048): the cores QKᵀ and A·V are
+    2·B·s²·h FLOPs each forward, ×3 with the backward, so halving them removes
+    ½ · 3 · 4·B·s²·h · L = 6·96·1536·2048²·12288 = 4.5599e16 FLOPs per iteration."""
+    from planner.api import explain, make_request
+
+    req = make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16, sequence_parallel=True, distributed_optimizer=True)
+    est = explain(req)["estimate"]
+    full = est["mfu"] * est["iteration_s"] * 1024 * 312e12
+    causal = est["mfu_causal"] * est["iteration_s"] * 1024 * 312e12
+    assert full - causal == pytest.approx(6 * 96 * 1536 * 2048**2 * 12288, rel=1e-9)
+    assert full - causal == pytest.approx(4.5599e16, rel=1e-4)
+    assert est["mfu_peak"] == "bf16"

@@ -219,3 +219,34 @@ def test_explain_of_a_script_shows_the_architecture_it_read_in_three_lines(tmp_p
     assert lines[4].startswith("plan  ") and all(len(line) <= 80 for line in lines)
     flags = CliRunner().invoke(cli, ["explain", "--model", "gpt-1.7b", "--gpus", "8", "--tp", "1", "--brief"])
     assert "model " not in flags.stdout  # a preset's architecture is its name
+
+
+def test_an_unset_computed_value_split_into_words_is_named_whole(tmp_path):
+    # Megatron-DeepSpeed bert_with_pile/ds_pretrain_bert.sh: num_gpus from $(ds_ssh nvidia-smi ...), never run
+    main = f"""#!/bin/bash
+global_batch_size=1024
+num_gpus=$(($(ds_ssh nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)-2))
+dp_size=$(( ${{num_gpus}} / 1 ))
+batch_size=$(( ${{global_batch_size}} / ${{dp_size}} ))
+megatron_options=" {NET} {VOCAB} --micro-batch-size ${{batch_size}} --global-batch-size ${{global_batch_size}}"
+deepspeed ${{dir}}/../../pretrain_gpt.py ${{megatron_options}}
+"""
+    with pytest.raises(PlannerError) as err:
+        imported(tmp_path, {"main.sh": main}, "main.sh", gpus=64)
+    assert "--micro-batch-size is $(( ${global_batch_size} / ${dp_size} )), which the script leaves unset" in str(
+        err.value
+    )
+    pinned = imported(tmp_path, {"main.sh": main}, "main.sh", gpus=64, env={"num_gpus": "64"})
+    assert (pinned.request.plan.micro_batch, pinned.request.plan.dp) == (16, 64)
+
+
+@pytest.mark.parametrize("entry", ["pretrain_gpt.py", "pretrain_gpt2.py", "`pwd`/pretrain_gpt.py"])
+def test_gpt_entry_points_of_every_release_are_not_warned_about(tmp_path, entry):
+    imp = imported(tmp_path, {"main.sh": f"torchrun --nproc-per-node 8 {entry} {NET} {VOCAB}\n"}, "main.sh")
+    assert not [w for w in imp.warnings if "not pretrain_gpt.py" in w]
+
+
+def test_an_entry_point_under_an_unrun_command_is_named_by_its_file(tmp_path):
+    main = f"torchrun --nproc-per-node 8 `pwd`/finetune_t0_non_causal_decoder.py {NET} {VOCAB}\n"
+    said = [w for w in imported(tmp_path, {"main.sh": main}, "main.sh").warnings if "not pretrain_gpt.py" in w]
+    assert said[0].startswith("the script runs finetune_t0_non_causal_decoder.py, not pretrain_gpt.py")

@@ -52,7 +52,7 @@ def views(request):
 
 def _plan_args(pj: dict, case: dict) -> dict:
     par = {k: v for k, v in pj["parallel"].items() if k != "stage_layers"}
-    return dict(model=case["model"], hardware=case["hardware"], gpus=pj["gpus"], **par)
+    return dict(model=case["model"], hardware=case["hardware"], gpus=pj["gpus"], options=pj["options"], **par)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

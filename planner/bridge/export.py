@@ -35,7 +35,12 @@ MOE_DESTS = {
     "use_transformer_engine_op_fuser",
     "moe_expert_capacity_factor",
 }
-CO_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+TARGETS = {
+    "comm_overlap": "megatron.bridge.training.comm_overlap.CommOverlapConfig",
+    "mixed_precision": "megatron.bridge.training.mixed_precision.MixedPrecisionConfig",
+}
+OBJECT_KINDS = {"comm_overlap": "CommOverlapConfig", "mixed_precision": "MixedPrecisionConfig"}
+PARAMS_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class BridgeExport:
     notes: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     header: tuple[str, ...] = field(default_factory=tuple)
-    base_comm_overlap: bool = True
+    whole: tuple[str, ...] = ()  # sections the base recipe lacks as objects: written whole, with a _target_
     userbuffer: str | None = None
     preset: str | None = None  # Bridge's precision preset the fields equal
 
@@ -107,12 +112,17 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
             continue  # MoE fields for a dense model; the checkpoint format only where FSDP needs its own
         default = True if row.kind == "off" else row.default
         fields.update(to_bridge(row, values.get(row.dest, default), tag, ctx))
-    notes = []
+    notes = _graph_rules(req, tag, fields)
     if o.fp8 is not None and o.fp8_recipe.value == "mxfp8" and o.fp8_param_gather:
         fields["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag"] = True
         notes.append("MXFP8 with fp8_param_gather: reuse_grad_buf_for_mxfp8_param_ag=true (Bridge's MXFP8 preset)")
     base = recipes.defaults(tag, name)
-    has_co = base.get("comm_overlap", True) is not None if base else True
+    kinds = base.get("_kinds", {})
+    whole = tuple(k for k, cls in OBJECT_KINDS.items() if kinds.get(k) != cls)
+    if "mixed_precision" in whole:  # a preset name or none: the object is written whole, with its dtypes
+        dtype = PARAMS_DTYPE[req.ctx.precision]
+        fields |= {"mixed_precision.params_dtype": dtype, "mixed_precision.pipeline_dtype": dtype}
+    has_co = "comm_overlap" not in whole
     ub = userbuffer_for(req) if o.tp_comm_overlap else None
     notes += _overlap_notes(req, has_co, ub, base)
     preset_name = PRESETS.get((req.ctx.precision, o.fp8.value if o.fp8 else None, _recipe(o)))
@@ -128,7 +138,43 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
     env = tuple(_env(req))
     if env:
         header += (f"megaplan-env: {' '.join(env)}",)
-    return BridgeExport(tag, name, module, fields, tuple(notes), env, header, has_co, ub, preset_name)
+    return BridgeExport(tag, name, module, fields, tuple(notes), env, header, whole, ub, preset_name)
+
+
+def _graph_rules(req: PlanRequest, tag: str, fields: dict) -> list[str]:
+    """CUDA graphs as each tag takes them: v0.6.0 runs cuda_graph_impl local only as a full-iteration graph
+    (Bridge utils/cuda_graph.py validate_cuda_graph_configuration); core_v0.15.2 (v0.2.1) spells the full
+    iteration as impl local with scope full_iteration, and allows recomputation with graphs only as
+    selective recomputation, TE graphs of attn, no core_attn/mla_up_proj recomputed (TransformerConfig
+    __post_init__)."""
+    o, p = req.ctx.options, req.plan
+    impl = o.cuda_graph_impl.value
+    if impl == "none":
+        return []
+    if tag == "v0.6.0" and impl == "local":
+        raise PlannerError(
+            "--cuda-graph-impl local: Megatron-Bridge v0.6.0 runs the local implementation only as a full-iteration "
+            "graph; allowed: transformer_engine, full_iteration"
+        )
+    if tag == "v0.6.0" and impl == "full_iteration":  # ConfigContainer.validate() asserts it
+        fields["rerun_state_machine.check_for_nan_in_loss"] = False
+        return [
+            "full-iteration CUDA graph: rerun_state_machine.check_for_nan_in_loss=false (Bridge v0.6.0 requires it)"
+        ]
+    if tag != "v0.2.1":
+        return []
+    if impl == "full_iteration":
+        fields |= {"model.cuda_graph_impl": "local", "model.cuda_graph_scope": "full_iteration"}
+    if p.recompute.value != "none":
+        modules = {m.value for m in o.recompute_modules} if p.recompute.value == "selective" else set()
+        attn_only = impl == "transformer_engine" and tuple(m.value for m in o.cuda_graph_modules) == ("attn",)
+        if p.recompute.value != "selective" or not attn_only or modules & {"core_attn", "mla_up_proj"}:
+            raise PlannerError(
+                "CUDA graphs with recomputation: Megatron-Bridge v0.2.1 (Megatron-Core core_v0.15.2) takes them only "
+                "as transformer_engine graphs of attn with selective recomputation of neither core_attn nor "
+                "mla_up_proj; allowed: no recomputation, those, or --bridge-version v0.6.0"
+            )
+    return []
 
 
 def _recipe(o) -> str | None:
@@ -197,18 +243,32 @@ def _hydra(value) -> str:
     return text
 
 
-def dotlist(exp: BridgeExport) -> list[str]:
-    """One Hydra override per field; a comm_overlap the base recipe lacks is created whole."""
-    lines, co = [], {}
+def _split(exp: BridgeExport) -> tuple[dict, dict]:
+    """The fields set one by one, and the sections written whole ({section: {field: value}})."""
+    single, whole = {}, {}
     for path, value in exp.fields.items():
-        if path.startswith("comm_overlap.") and not exp.base_comm_overlap:
-            co[path.split(".", 1)[1]] = value
-            continue
-        lines.append(f"{path}={_hydra(value)}")
-    if co:
-        body = ",".join(f"{k}:{_hydra(v)}" for k, v in {"_target_": CO_TARGET, **co}.items())
-        lines.append(f"comm_overlap={{{body}}}")
-    return lines
+        section, _, rest = path.partition(".")
+        if section in exp.whole:
+            whole.setdefault(section, {})[rest] = value
+        else:
+            single[path] = value
+    return single, whole
+
+
+def _hydra_dict(section: str, values: dict) -> str:
+    body = {"_target_": TARGETS[section], **values}
+    parts = []
+    for k, v in body.items():
+        dtype = isinstance(v, str) and v.startswith("torch.")
+        parts.append(f"{k}:{{_target_:{v},_call_:false}}" if dtype else f"{k}:{_hydra(v)}")
+    return "{" + ",".join(parts) + "}"
+
+
+def dotlist(exp: BridgeExport) -> list[str]:
+    """One Hydra override per field; a section the base recipe does not hold as an object is written whole."""
+    single, whole = _split(exp)
+    lines = [f"{path}={_hydra(value)}" for path, value in single.items()]
+    return lines + [f"{section}={_hydra_dict(section, values)}" for section, values in whole.items()]
 
 
 def dotlist_text(exp: BridgeExport) -> str:
@@ -217,15 +277,20 @@ def dotlist_text(exp: BridgeExport) -> str:
 
 
 def nested(exp: BridgeExport) -> dict:
+    single, whole = _split(exp)
     out: dict = {}
-    for path, value in exp.fields.items():
+    for path, value in single.items():
         node = out
         *parents, leaf = path.split(".")
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    if not exp.base_comm_overlap and "comm_overlap" in out:
-        out["comm_overlap"] = {"_target_": CO_TARGET, **out["comm_overlap"]}
+    for section, values in whole.items():
+        obj = {"_target_": TARGETS[section]}
+        for k, v in values.items():
+            dtype = isinstance(v, str) and v.startswith("torch.")
+            obj[k] = {"_target_": v, "_call_": False} if dtype else v
+        out[section] = obj
     return out
 
 
@@ -248,11 +313,13 @@ def python_text(exp: BridgeExport) -> str:
     ]
     if exp.userbuffer:
         lines.append(f"from megatron.bridge.training.comm_overlap import {exp.userbuffer}")
-    lines.append("from megatron.bridge.training.mixed_precision import get_mixed_precision_config")
+    lines.append(
+        "from megatron.bridge.training.mixed_precision import MixedPrecisionConfig, get_mixed_precision_config"
+    )
     lines.append("from megatron.core.transformer.enums import AttnBackend")
     lines += ["", "", "def megaplan_recipe():", "    cfg = base_recipe()"]
-    if exp.preset:
-        lines.append(f'    cfg.mixed_precision = get_mixed_precision_config("{exp.preset}")')
+    preset = f'get_mixed_precision_config("{exp.preset}")' if exp.preset else "MixedPrecisionConfig()"
+    lines.append(f"    cfg.mixed_precision = {preset}")
     co = {}
     for path, value in exp.fields.items():
         if path.startswith("comm_overlap."):

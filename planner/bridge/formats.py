@@ -15,7 +15,9 @@ import shlex
 import yaml
 
 from planner.api import PlanRequest
+from planner.bridge.export import MOE_DESTS
 from planner.bridge.table import ROWS
+from planner.bridge.values import TORCH_DTYPES
 from planner.errors import PlannerError
 from planner.megatron.export import environment_lines, megatron_argv
 from planner.megatron.flags import parse_megatron_argv
@@ -75,41 +77,105 @@ def mlm_yaml_argv(text: str) -> tuple[str, dict]:
     return exports + shlex.join(words), env
 
 
-NEMO2_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32"}
+NEMO2_ALWAYS = {
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "micro_batch_size",
+    "global_batch_size",
+    "seq_length",
+    "sequence_parallel",
+    "use_distributed_optimizer",
+}
+NEMO2_PLUGINS = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}  # recipes/precision/mixed_precision.py factories
+# NeMo 2 llm recipe factories -> megaplan model presets (nemo/collections/llm/recipes/<name>.py)
+NEMO2_FACTORIES = {
+    "llama2_7b": "llama2-7b",
+    "llama2_13b": "llama2-13b",
+    "llama2_70b": "llama2-70b",
+    "llama3_8b": "llama3-8b",
+    "llama3_70b": "llama3-70b",
+    "llama31_405b": "llama3.1-405b",
+    "mixtral_8x7b": "mixtral-8x7b",
+    "mixtral_8x22b": "mixtral-8x22b",
+    "nemotron4_340b": "nemotron-4-340b",
+    "gpt3_175b": "gpt3-175b",
+    "deepseek_v3": "deepseek-v3",
+    "qwen3_30b_a3b": "qwen3-30b-a3b",
+    "qwen3_235b_a22b": "qwen3-235b-a22b",
+}
 
 
 def nemo2_lines(req: PlanRequest) -> list[str]:
     """``key=value`` overrides of a NeMo 2 ``llm`` recipe for the plan, from the table's NeMo 2 column."""
     values = parse_megatron_argv(megatron_argv(req)).values
-    lines = []
+    lines = [f"trainer.plugins={NEMO2_PLUGINS.get(req.ctx.precision, 'bf16_mixed')}"]
     for row in ROWS:
-        if not row.nemo2 or row.nemo2[0].startswith("trainer.plugins") or "callbacks" in row.nemo2[0]:
+        if not row.nemo2 or row.nemo2[0] == "trainer.plugins" or "callbacks" in row.nemo2[0]:
             continue
-        if row.dest not in values and row.kind in ("on", "off"):
+        if (row.dest in ("fp8_recipe", "fp8_param_gather") and "fp8" not in values) or row.dest == "ckpt_format":
             continue
-        value = values.get(row.dest, row.default)
-        if value is None:
+        if row.dest in MOE_DESTS and not req.ctx.model.is_moe:
             continue
-        text = "[" + ",".join(map(str, value)) + "]" if isinstance(value, list | tuple) else value
-        text = str(text).lower() if isinstance(value, bool) else text
-        lines.append(f"{row.nemo2[0]}={text}")
-    o = req.ctx.options
-    lines.append(f"trainer.plugins.precision={NEMO2_PRECISION[req.ctx.precision]}")
-    if o.fp8 is not None:
-        lines += [f"trainer.plugins.fp8={o.fp8.value}", f"trainer.plugins.fp8_recipe={o.fp8_recipe.value}"]
-        lines.append(f"trainer.plugins.fp8_param_gather={str(o.fp8_param_gather).lower()}")
+        default = True if row.kind == "off" else row.default
+        value = values.get(row.dest, default)
+        if value is None or (value == default and row.dest not in NEMO2_ALWAYS):
+            continue
+        value = TORCH_DTYPES[value] if row.convert == "dtype" else (not value) if row.convert == "not" else value
+        lines.append(f"{row.nemo2[0]}={_nemo_value(value)}")
     return lines
 
 
+def _nemo_value(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value)
+
+
 def nemo2_text(req: PlanRequest) -> tuple[str, list[str]]:
+    """The NeMo 2 launch line: ``nemo llm pretrain --factory NAME`` with the plan's overrides."""
     lines = nemo2_lines(req)
-    head = (
-        f"# megaplan: {req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}; NeMo 2 llm recipe overrides\n"
-    )
+    factory = next((k for k, v in NEMO2_FACTORIES.items() if v == req.ctx.model.name), "RECIPE")
+    head = f"# megaplan: {req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}; NeMo 2 llm recipe\n"
+    env = [line.removeprefix("export ").split("  #")[0].strip() for line in environment_lines(req)]
+    head += f"# megaplan-env: {' '.join(env)}\n" if env else ""
+    body = " \\\n".join([f"nemo llm pretrain --factory {factory}", *(f"    {line}" for line in lines)])
     notes = []
-    if req.ctx.options.tp_comm_overlap:
+    o = req.ctx.options
+    if o.tp_comm_overlap or (req.plan.vpp > 1 and not o.overlap_p2p_comm):
         notes.append(
-            "TP overlap in NeMo 2 is the MegatronCommOverlapCallback(tp_comm_overlap=True) in trainer.callbacks, "
-            "not a key=value override"
+            f"add MegatronCommOverlapCallback(tp_comm_overlap={o.tp_comm_overlap}, overlap_p2p_comm="
+            f"{o.overlap_p2p_comm}) to trainer.callbacks: NeMo 2 sets these there, not by a key=value override"
         )
-    return head + "".join(line + "\n" for line in lines), notes
+    if factory == "RECIPE":
+        notes.append(f"no NeMo 2 recipe factory for {req.ctx.model.name} is known: replace RECIPE")
+    return head + body + "\n", notes
+
+
+def nemo2_fields(text: str) -> tuple[dict, str | None]:
+    """A NeMo 2 command line (``nemo llm pretrain --factory NAME key=value ...``) or override list as Bridge
+    fields (through the table's NeMo 2 column), and the model preset its factory names."""
+    try:
+        words = shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as err:
+        raise PlannerError(f"NeMo 2 command line: {err}") from None
+    factory = next((words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--factory", "-f")), None)
+    by_key = {row.nemo2[0]: row for row in ROWS if row.nemo2}
+    fields: dict = {}
+    for word in words:
+        key, eq, text_value = word.partition("=")
+        if not eq or key.startswith("-"):
+            continue
+        value = yaml.safe_load(text_value) if text_value else None
+        if key == "trainer.plugins":
+            name = str(value).replace("-", "_")
+            fields["model.bf16"], fields["model.fp16"] = name.startswith("bf16"), name.startswith("fp16")
+            continue
+        row = by_key.get(key)
+        if row is None:
+            continue
+        fields[row.read] = value  # NeMo 2 and Bridge share Megatron-Core's names and meanings
+    preset = NEMO2_FACTORIES.get((factory or "").split(".")[-1].removesuffix("_pretrain"))
+    return fields, preset

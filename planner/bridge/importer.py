@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import yaml
 
@@ -35,10 +35,8 @@ class BridgeImport:
 
 def header_options(text: str) -> dict:
     """What an export's ``# megaplan-import:`` line says: tag, recipe, GPUs and hardware."""
-    m = HEADER.search(text)
-    if not m:
-        return {}
-    words, out = shlex.split(m.group(1)), {}
+    m, out = HEADER.search(text), {}
+    words = shlex.split(m.group(1)) if m else []
     for flag, value in zip(words[::2], words[1::2], strict=False):
         out[flag.lstrip("-").replace("-", "_")] = value
     env = ENV_HEADER.search(text)
@@ -47,15 +45,25 @@ def header_options(text: str) -> dict:
 
 
 def flatten(node, prefix: str = "") -> dict:
-    """A nested YAML mapping as {dotted path: value}; a ``_target_`` node keeps its fields under its path."""
+    """A nested YAML mapping as {dotted path: value}. A node with a ``_target_`` (an object written whole) keeps
+    it as ``path._target_``; a dtype written as ``{_target_: torch.bfloat16, _call_: false}`` is its name."""
     out = {}
     for key, value in (node or {}).items():
         path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten({k: v for k, v in value.items() if k != "_target_"}, path + "."))
+        if isinstance(value, dict) and value.get("_call_") is False and "_target_" in value:
+            out[path] = value["_target_"]
+        elif isinstance(value, dict) and value:
+            out.update(flatten(value, path + "."))
         else:
             out[path] = value
     return out
+
+
+def merge_over(base: dict, fields: dict) -> dict:
+    """``fields`` over a base recipe's: a section given whole (with a ``_target_``) replaces the base's."""
+    whole = {k.removesuffix("._target_") for k in fields if k.endswith("._target_")}
+    kept = {k: v for k, v in base.items() if k.split(".", 1)[0] not in whole and k not in whole}
+    return {**kept, **fields}
 
 
 def parse_dotlist(lines: list[str]) -> dict:
@@ -124,8 +132,19 @@ def _context(fields: dict, is_moe: bool) -> dict:
     }
 
 
+def _full_iteration(fields: dict) -> None:
+    """A full-iteration CUDA graph as Megatron-LM names it: core_v0.15.2 (v0.2.1) writes impl local with scope
+    full_iteration, Bridge v0.6.0's recipes impl local with cuda_graph_scope ["full_iteration"]."""
+    scopes = fields.get("model.cuda_graph_scope"), fields.get("model.cuda_graph_modules")
+    named = [str(s) for v in scopes for s in ([v] if isinstance(v, str) else v or ())]
+    if fields.get("model.cuda_graph_impl") == "local" and any(s.endswith("full_iteration") for s in named):
+        fields |= {"model.cuda_graph_impl": "full_iteration", "model.cuda_graph_scope": None}
+        fields["model.cuda_graph_modules"] = [] if "model.cuda_graph_modules" in fields else None
+
+
 def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
     """The Megatron-LM flags the (runtime-updated) Bridge fields stand for, through the mapping table."""
+    _full_iteration(fields)
     ctx = _context(fields, is_moe)
     argv: list[str] = []
     for flag, path in MODEL_ROWS.items():
@@ -149,26 +168,28 @@ def bridge_import_fields(
     """The plan's fields a Bridge config describes (``ImportedFields`` of the Megatron-LM importer): the base
     recipe's fields (if one is named), the given fields over them, Bridge's runtime rules, then the
     Megatron-LM importer on the flags they stand for. ``env``: NAME=VALUE the launch sets."""
-    from dataclasses import replace
-
     from planner.megatron.importer import import_fields
 
     if tag not in TAGS:
         raise PlannerError(f"--bridge-version {tag}: allowed {', '.join(TAGS)}")
     notes: list[str] = []
-    merged, base_has_co = {}, False
+    base = {}
     if recipe:
         name, _, preset = recipes.resolve(tag, recipe, model or "")
-        base = recipes.defaults(tag, name)
-        merged.update(base)
-        base_has_co = base.get("comm_overlap", "x") is not None if base else False
+        base = dict(recipes.defaults(tag, name))
+        kinds = base.pop("_kinds", {})
+        if str(kinds.get("mixed_precision", "")).startswith("str:"):
+            base["mixed_precision"] = kinds["mixed_precision"][4:]
+        if kinds.get("comm_overlap") == "null":
+            base["comm_overlap"] = None
         model = model or preset
         assumed = sorted(k for k in base if k not in fields and k in _READ_PATHS)
         if assumed:
             notes.append(f"assumed from base recipe {name} ({tag}): {_shown(base, assumed)}")
         elif not base:
             notes.append(f"base recipe {name}: its fields were not dumped; only the given fields are read")
-    merged.update(fields)
+    merged = merge_over(base, fields)
+    base_has_co = any(k.startswith("comm_overlap.") for k in merged)
     if gpus is None:
         raise PlannerError("the world size is unknown: pass --gpus N (a Bridge config does not hold it)")
     t, p, c = (int(merged.get(f"model.{k}_parallel_size") or 1) for k in ("tensor_model", "pipeline_model", "context"))
@@ -201,22 +222,48 @@ def _shown(base: dict, keys: list[str]) -> str:
 
 def read_bridge_source(values: dict) -> tuple[object, str]:
     """A Bridge config from the plan options: --bridge-config FILE (its ``# megaplan-import:`` line gives
-    defaults), --bridge-override KEY=VALUE (repeatable), --bridge-recipe, --bridge-version; (fields, where)."""
+    defaults), --bridge-override KEY=VALUE (repeatable), --bridge-recipe, --bridge-version; (fields, where).
+    The file may also be a NeMo 2 command line or a Megatron-LM ``MODEL_ARGS:`` YAML."""
     from planner.plan_sources import read_text
 
     path = values.get("bridge_config")
     text = read_text(path) if path else ""
     head = header_options(text)
+    gpus = values.get("gpus") or (int(head["gpus"]) if head.get("gpus") else None)
+    where = f"--gpus {gpus}" if values.get("gpus") else f"the Bridge config's {gpus} GPUs"
+    common = {"gpus": gpus, "hardware": values.get("hardware") or head.get("hardware"), "model": values.get("model")}
+    kind = file_kind(text)
+    if kind == "mlm-yaml":
+        from planner.bridge.formats import mlm_yaml_argv
+        from planner.megatron.importer import import_fields
+
+        if gpus is None:
+            raise PlannerError("the world size is unknown: pass --gpus N (a MODEL_ARGS YAML does not hold it)")
+        return import_fields(mlm_yaml_argv(text)[0], **common), where
+    if kind == "nemo2":
+        from planner.bridge.formats import nemo2_fields
+
+        fields, preset = nemo2_fields(text)
+        fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
+        read = bridge_import_fields(fields, env=head.get("env", ()), **{**common, "model": common["model"] or preset})
+        note = "NeMo 2 recipe defaults are not read: what the command line leaves out is Megatron-LM's default"
+        return replace(read, notes=(note, *read.notes)), where
     fields = read_bridge_text(text) if path else {}
     fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
-    gpus = values.get("gpus") or (int(head["gpus"]) if head.get("gpus") else None)
     read = bridge_import_fields(
         fields,
         tag=values.get("bridge_version") or head.get("bridge_version") or NEWEST,
         recipe=values.get("bridge_recipe") or head.get("bridge_recipe"),
-        gpus=gpus,
-        hardware=values.get("hardware") or head.get("hardware"),
-        model=values.get("model"),
         env=head.get("env", ()),
+        **common,
     )
-    return read, f"--gpus {gpus}" if values.get("gpus") else f"the Bridge config's {gpus} GPUs"
+    return read, where
+
+
+def file_kind(text: str) -> str:
+    """What a --bridge-config file holds: a Megatron-LM MODEL_ARGS YAML, a NeMo 2 command line, or Bridge's."""
+    if re.search(r"^MODEL_ARGS:", text, re.M):
+        return "mlm-yaml"
+    if re.search(r"\bnemo\s+llm\b|^\s*trainer\.strategy\.|\strainer\.strategy\.", text, re.M):
+        return "nemo2"
+    return "bridge"

@@ -43,3 +43,8 @@ def resolve(tag: str, recipe: str | None, model: str) -> tuple[str, str, str]:
 
 def preset_of(tag: str, recipe: str) -> str:
     return resolve(tag, recipe, "")[2]
+
+
+def section_fields(tag: str) -> dict[str, set[str]]:
+    """Every ConfigContainer section's field names at ``tag`` (dumped from Bridge's classes)."""
+    return {k: set(v["fields"]) for k, v in _defaults().get("sections", {}).get(tag, {}).items()}

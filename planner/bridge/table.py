@@ -22,8 +22,10 @@ Sources (Bridge at its tags, Megatron-Core at the commit each tag pins):
   ``planner/bridge/data/bridge_fields.json`` (how they were made: ``scripts/dump_bridge_fields.py``).
 - NeMo 2 (``nemo.collections.llm`` recipes, NeMo 2.x): ``trainer.strategy`` is ``MegatronStrategy``
   (parallel sizes, ``ddp``), ``data`` is the data module (``seq_length``, batch sizes), ``model.config``
-  the Megatron-Core ``TransformerConfig``; precision is ``trainer.plugins`` (``bf16_mixed()``, FP8 fields
-  on ``MegatronMixedPrecision``), TP overlap the ``MegatronCommOverlapCallback``.
+  the Megatron-Core ``TransformerConfig``; precision is ``trainer.plugins``, a factory of
+  ``nemo/collections/llm/recipes/precision/mixed_precision.py`` (``bf16_mixed``, ``fp16_mixed``) with the
+  ``MegatronMixedPrecision`` fields ``fp8``, ``fp8_recipe``, ``fp8_params``, ``grad_reduce_in_fp32``; TP
+  overlap is the ``MegatronCommOverlapCallback`` in ``trainer.callbacks``.
 """
 
 from __future__ import annotations
@@ -350,7 +352,7 @@ ROWS: tuple[Row, ...] = (
         "model.bf16",
         False,
         write=("mixed_precision.bf16",),
-        nemo2=("trainer.plugins.precision",),
+        nemo2=("trainer.plugins",),
         convert="bf16",
         source=MP,
     ),
@@ -361,7 +363,7 @@ ROWS: tuple[Row, ...] = (
         "model.fp16",
         False,
         write=("mixed_precision.fp16",),
-        nemo2=("trainer.plugins.precision",),
+        nemo2=("trainer.plugins",),
         convert="fp16",
         source=MP,
     ),
@@ -403,7 +405,7 @@ ROWS: tuple[Row, ...] = (
         "model.fp8_param",
         False,
         write=("mixed_precision.fp8_param_gather", "mixed_precision.fp8_param"),
-        nemo2=("trainer.plugins.fp8_param_gather",),
+        nemo2=("trainer.plugins.fp8_params",),
         source=MP + " (fp8_param and fp8_param_gather kept in step)",
     ),
     # attention, fusions, MoE

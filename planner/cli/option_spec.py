@@ -44,6 +44,7 @@ class Option:
     flag: bool = False  # a boolean --x/--no-x (or --x alone when ``solo``)
     solo: bool = False
     plan_only: bool = False  # explain/export/compare only (where the plan comes from)
+    derived: str | None = None  # search: what it sets when the knob is not given, if not both ways
     extra: dict = field(default_factory=dict)
 
     def decorator(self, *, search: bool):
@@ -52,8 +53,8 @@ class Option:
         if self.flag:
             if search and self.searched:
                 decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
-                kw.update(default=None, help=self.help + " (default: search both)")
-            elif self.solo:
+                kw.update(default=None, help=self.help + f" (default: {self.derived or 'search both'})")
+            elif self.solo and not self.searched:  # a searched knob takes its --no- form everywhere
                 kw.update(is_flag=True)
             else:
                 decls = (f"{decls[0]}/--no-{decls[0][2:]}",)

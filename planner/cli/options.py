@@ -137,17 +137,20 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         ("--overlap-grad-reduce",),
-        "Overlap the gradient reduction with the backward (search: on, as today's recipes set it).",
+        "Overlap the gradient reduction with the backward.",
         False,
         flag=True,
         searched=True,
+        derived="on, as today's recipes set it; off is never faster: overlapped, the reduction costs only the "
+        "SMs and HBM it takes while hidden, off it is all exposed",
     ),
     Option(
         ("--overlap-param-gather",),
-        "Overlap the distributed optimizer's parameter all-gather (search: on with the distributed optimizer).",
+        "Overlap the distributed optimizer's (or FSDP's) parameter all-gather.",
         False,
         flag=True,
         searched=True,
+        derived="on with the distributed optimizer or FSDP, as today's recipes set it; off is never faster",
     ),
     Option(("--grad-reduce-in-bf16",), "Reduce gradients in bf16 instead of fp32.", False, flag=True, solo=True),
     Option(
@@ -162,11 +165,12 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         ("--tp-comm-overlap",),
-        "--tp-comm-overlap: TP collectives overlapped with GEMMs (needs SP; search: on with SP).",
+        "--tp-comm-overlap: TP collectives overlapped with GEMMs by userbuffers (needs SP).",
         False,
         flag=True,
         solo=True,
         searched=True,
+        derived="with SP, both ways (userbuffers take memory and SMs); without SP, off",
     ),
     Option(
         ("--tp-comm-overlap-cfg",),

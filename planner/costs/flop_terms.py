@@ -10,28 +10,36 @@ import numpy as np
 from planner.costs import flops
 from planner.costs.letters import Letters
 from planner.plan import Context, RecomputeModule
+from planner.space.grid import distinct
 
 
 def flop_terms(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     """Model, hardware (with recomputation) and Megatron-logged FLOPs per iteration, all GPUs.
 
-    ``model``: every GEMM with attention unmasked (the papers' MFU basis), sliding windows at their
-    band and gated MLPs as they are; ``megatron``: as Megatron-LM's num_floating_point_operations
-    logs it (causal attention halved, --quick-geglu counted ungated, sliding windows as full)."""
+    ``model``: every GEMM with attention unmasked (the papers' MFU basis: Narayanan et al. 2021 Eq. 3,
+    Korthikanti et al. 2022 Eq. 7), sliding windows at their band and gated MLPs as they are;
+    ``causal``: the same with each causal attention core counted by the query-key pairs it keeps (½ of
+    the square; a window's s·W − W(W−1)/2), the convention Megatron-LM, Megatron-Bridge and most
+    papers report MFU in (Chowdhery et al. 2022 App. B count the full square, and so does ``model``);
+    ``megatron``: as Megatron-LM's num_floating_point_operations logs it (causal attention halved,
+    --quick-geglu counted ungated, sliding windows as full)."""
     mo = ctx.model
     V = lt.V[:, 0]
     shape, logged_shape = flops.Shape.of(mo), flops.Shape.of(mo, megatron=True)
-    vocab = np.unique(V)
+    vocab = distinct(V)
     model = np.array([_model_flops(lt.B, lt.s, int(v), shape, None) for v in vocab])
+    causal = np.array([_model_flops(lt.B, lt.s, int(v), shape, None, causal=True) for v in vocab])
     logged = np.array([_model_flops(lt.B, lt.s, int(v), logged_shape, 0.5) for v in vocab])
     idx = np.searchsorted(vocab, V)
     rec = _recomputed_flops(lt, ctx, shape)
-    return {"model": model[idx], "hardware": model[idx] + rec, "megatron": logged[idx]}
+    return {"model": model[idx], "causal": causal[idx], "hardware": model[idx] + rec, "megatron": logged[idx]}
 
 
 @functools.lru_cache(maxsize=256)
-def _model_flops(B: int, s: int, V: int, shape: flops.Shape, attention_frac: float | None) -> float:
-    return flops.model_flops(B, s, V, shape, attention_frac=attention_frac)
+def _model_flops(
+    B: int, s: int, V: int, shape: flops.Shape, attention_frac: float | None, *, causal: bool = False
+) -> float:
+    return flops.model_flops(B, s, V, shape, attention_frac=attention_frac, causal=causal)
 
 
 def _recomputed_flops(lt: Letters, ctx: Context, shape: flops.Shape) -> np.ndarray:

@@ -21,7 +21,10 @@ from planner.space.grid import PlanGrid
 
 
 def _col(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x)[:, None]
+    """A grid column as an (N, 1) array; integers as int64 whatever the grid keeps them in (no product of
+    letters may overflow)."""
+    x = np.asarray(x)
+    return (x.astype(np.int64) if x.dtype.kind in "iu" else x)[:, None]
 
 
 @functools.lru_cache(maxsize=8192)
@@ -31,6 +34,31 @@ def _split_counts(
     p, v, split, first, last = key
     contents = stage_contents(len(moe), mtp, p, v, split, first, last, layout)
     return None if contents is None else stage_counts(contents, moe, window)
+
+
+def _even_counts(p: int, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int) -> np.ndarray:
+    n = L / p
+    row = [n, n * sum(moe) / L, n * sum(window) / L, 0, 0, 0]
+    out = np.tile(np.array(row, dtype=float), (p, 1))
+    out[0, 4], out[-1, 5], out[-1, 3] = 1, 1, mtp
+    return out
+
+
+@functools.lru_cache(maxsize=8192)
+def _split_kinds(
+    key: tuple[int, ...], layout: str | None, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int
+) -> tuple[np.ndarray, bool, tuple[tuple[int, int], ...]]:
+    """(counts per rank, whether Megatron-LM accepts the split, the distinct kinds of stage as
+    (first rank, ranks sharing it)) of one split; a split Megatron-LM rejects (the rule table says so) is
+    costed as even."""
+    counts = _split_counts(key, layout, moe, window, mtp)
+    legal = counts is not None
+    if counts is None:
+        counts = _even_counts(key[0], moe, window, mtp, L)
+    seen: dict[tuple, list[int]] = {}
+    for i in range(key[0]):
+        seen.setdefault(tuple(counts[i]), [i, 0])[1] += 1
+    return counts, legal, tuple(tuple(x) for x in seen.values())
 
 
 class Letters:
@@ -92,21 +120,16 @@ class Letters:
         uniq = np.stack([np.asarray(c)[first_row] for c in columns], axis=1)
         uniq[:, -1] -= 1
         pmax = int(np.max(grid.pp)) if len(grid) else 1
-        moe, window = mo.moe_pattern, mo.window_pattern
         table = np.zeros((len(uniq), pmax, len(COUNT_FIELDS)))
         legal = np.ones(len(uniq), dtype=bool)
-        kinds: list[list[tuple[int, int]]] = []
+        kinds: list[tuple[tuple[int, int], ...]] = []
         for u, (p, v, split, first, last, lay) in enumerate(uniq.tolist()):
             layout = grid.layouts[lay] if lay >= 0 else None
-            counts = _split_counts((p, v, split, first, last), layout, moe, window, mo.mtp_layers)
-            if counts is None:  # a split Megatron-LM rejects (the rule table says so): cost it as even
-                legal[u] = False
-                counts = self._even_counts(p, ctx)
+            counts, legal[u], kind = _split_kinds(
+                (p, v, split, first, last), layout, mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers
+            )
             table[u, :p] = counts
-            seen: dict[tuple, list[int]] = {}
-            for i in range(p):
-                seen.setdefault(tuple(counts[i]), [i, 0])[1] += 1
-            kinds.append([tuple(x) for x in seen.values()])
+            kinds.append(kind)
         width = max(len(k) for k in kinds) if kinds else 1
         index = np.zeros((len(uniq), width), dtype=np.int64)
         count = np.zeros((len(uniq), width))
@@ -119,14 +142,6 @@ class Letters:
         self._stage_cache: tuple | None = None
         self.type_index, self.type_count = index[inverse], count[inverse]
         self.split_legal = legal[inverse][:, None]
-
-    def _even_counts(self, p: int, ctx: Context) -> np.ndarray:
-        mo = ctx.model
-        n = mo.num_layers / p
-        row = [n, n * mo.num_moe_layers / mo.num_layers, n * sum(mo.window_pattern) / mo.num_layers, 0, 0, 0]
-        out = np.tile(np.array(row, dtype=float), (p, 1))
-        out[0, 4], out[-1, 5], out[-1, 3] = 1, 1, mo.mtp_layers
-        return out
 
     def stage(self, i: np.ndarray) -> dict[str, np.ndarray]:
         """What rank i holds, for (N, S) rank indices: ``layers``, ``moe`` and ``window`` (decoder

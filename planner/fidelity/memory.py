@@ -106,7 +106,8 @@ def predict_memory(run: MemoryRun) -> dict:
 def _plan_text(pj: dict) -> str:
     """The plan label (``planner.plan.plan_label``) with FP8, which the memory depends on."""
     fp8 = pj["options"]["fp8"]
-    return plan_label(pj["parallel"], moe=bool(pj["model_spec"].get("num_experts"))) + (f" FP8-{fp8}" if fp8 else "")
+    moe = bool(pj["model_spec"].get("num_experts"))
+    return plan_label(pj["parallel"], moe=moe, options=pj["options"]) + (f" FP8-{fp8}" if fp8 else "")
 
 
 def reference_verdicts() -> list[dict]:

@@ -318,22 +318,7 @@ def _dispatcher(v: dict) -> str:
     return kind
 
 
-def _ub_cfg_path(v: dict, warnings: list[str]) -> str | None:
-    """--tp-comm-overlap-cfg: the userbuffer YAML, read where it is; one that is not here is said and
-    left out (Transformer Engine's defaults, as Megatron-LM without a file)."""
-    path = v.get("tp_comm_overlap_cfg")
-    if not path or not v.get("tp_comm_overlap"):
-        return None
-    if not Path(str(path)).expanduser().is_file():
-        warnings.append(
-            f"--tp-comm-overlap-cfg {path} is not on this machine: Transformer Engine's default userbuffers are "
-            "assumed (--tp-comm-overlap-cfg bridge: Megatron-Bridge's preset for the GPU and shape)"
-        )
-        return None
-    return str(path)
-
-
-GPT_ENTRY = re.compile(r"pretrain_gpt(_core|_mcore)?\.py")
+GPT_ENTRY = re.compile(r"pretrain_gpt2?\.py")  # pretrain_gpt2.py: its name up to Megatron-LM v1.0
 OTHER_ENTRIES = (  # (pattern on the entry point's name, what it trains that the GPT estimate leaves out)
     (r"bert", "BERT: a bidirectional encoder with a pooler and binary head"),
     (r"t5", "T5: an encoder-decoder, whose decoder layers also attend to the encoder"),
@@ -350,7 +335,7 @@ def entry_point_warning(entry: str | None) -> list[str]:
     name = posixpath.basename(entry or "")
     if not name or GPT_ENTRY.fullmatch(name):
         return []
-    path = entry or name
+    path = name if any(c in (entry or "") for c in "$`") else entry or name  # `pwd`/x.py: the name alone
     what = next((w for p, w in OTHER_ENTRIES if re.search(p, path, re.IGNORECASE)), None)
     kind = f" ({what})" if what else ""
     return [f"the script runs {path}{kind}, not pretrain_gpt.py: the estimate prices a GPT decoder of its flags"]
@@ -422,3 +407,18 @@ def import_fields(
     world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")
     warned, said = tuple(warnings + departs), tuple(notes + read)
     return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text)
+
+
+def _ub_cfg_path(v: dict, warnings: list[str]) -> str | None:
+    """--tp-comm-overlap-cfg: the userbuffer YAML, read where it is; one that is not here is said and
+    left out (Transformer Engine's defaults, as Megatron-LM without a file)."""
+    path = v.get("tp_comm_overlap_cfg")
+    if not path or not v.get("tp_comm_overlap"):
+        return None
+    if not Path(str(path)).expanduser().is_file():
+        warnings.append(
+            f"--tp-comm-overlap-cfg {path} is not on this machine: Transformer Engine's default userbuffers are "
+            "assumed (--tp-comm-overlap-cfg bridge: Megatron-Bridge's preset for the GPU and shape)"
+        )
+        return None
+    return str(path)

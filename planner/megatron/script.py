@@ -168,11 +168,18 @@ def _env_name(names: frozenset[str]) -> str:
     return name[1:].strip("{}") if name.startswith("$") and not name.startswith("$(") else "NAME"
 
 
+def _fragment(token: str, names: frozenset[str]) -> frozenset[str]:
+    """The names of a word cut out of an unset value by word splitting (``$((``, ``/``, ``))``): a word built
+    from unresolved names that still holds shell syntax, which no expanded word does."""
+    return names if names and any(c in token for c in "$`") else frozenset()
+
+
 def drop_unset(argv: list[str], unresolved: list[frozenset[str]]) -> tuple[list[str], list[str], list[str]]:
     """(argv, flags dropped, lone words dropped). A flag whose value the script leaves unset is dropped
     with a note when it does not change the estimate, and is an error naming the variable when it does;
     a word that is only unset expansions (``$@``, an unset option string) expands to nothing, as in bash."""
-    unresolved = [_present(t, n) for t, n in zip(argv, unresolved or [frozenset()] * len(argv), strict=True)]
+    raw = unresolved or [frozenset()] * len(argv)
+    unresolved = [_present(t, n) or _fragment(t, n) for t, n in zip(argv, raw, strict=True)]
     out, dropped, lone, i = [], [], [], 0
     while i < len(argv):
         token, names = argv[i], unresolved[i]
@@ -185,13 +192,18 @@ def drop_unset(argv: list[str], unresolved: list[frozenset[str]]) -> tuple[list[
         value_names = unresolved[i + 1] if i + 1 < len(argv) and "=" not in token else names if "=" in token else None
         value = token.partition("=")[2] if "=" in token else argv[i + 1] if i + 1 < len(argv) else None
         if takes and value_names and dest not in KEEP_UNSET and flag not in KEEP_UNSET_FLAGS:
+            end = i + (1 if "=" in token else 2)
+            cut = raw[end - 1] if "=" not in token and _fragment(argv[end - 1], raw[end - 1]) else None
+            while cut and end < len(argv) and raw[end] == cut and not argv[end].startswith("--"):
+                end += 1  # the rest of an unset value that word splitting cut into pieces
+            value = " ".join([value or "", *argv[i + 2 : end]] if "=" not in token else [value or ""])
             if dest in COST_DESTS:
                 raise PlannerError(
                     f"{flag} is {value}, which the script leaves unset (or computes with a command megaplan does not "
                     f"run); pass --env {_env_name(value_names)}=VALUE"
                 )
             dropped.append(f"{flag} {value}")
-            i += 1 if "=" in token else 2
+            i = end
             continue
         step = 2 if takes and "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("--") else 1
         out += argv[i : i + step]

@@ -172,4 +172,4 @@ def plan_text(pj: dict) -> str:
     """The short plan label of a plan JSON (``planner.plan.plan_label``)."""
     from planner.plan import plan_label
 
-    return plan_label(pj["parallel"], moe=bool(pj.get("model_spec", {}).get("num_experts")))
+    return plan_label(pj["parallel"], moe=bool(pj.get("model_spec", {}).get("num_experts")), options=pj.get("options"))

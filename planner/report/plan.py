@@ -24,6 +24,17 @@ def plan_line(pj: dict) -> str:
     return f"{plan_text(pj)} · {tr['precision']}{fp8} · {opt['attention_kernel']} attention"
 
 
+def _peak(est: dict) -> str:
+    return str(est.get("mfu_peak", "bf16")).upper()
+
+
+def mfu_text(est: dict, pj: dict) -> str:
+    """MFU in both conventions, and against which peak when the GEMMs run in FP8 (or fp32 on TF32)."""
+    fp8 = (pj.get("options") or {}).get("fp8")
+    against = f" of the {_peak(est)} peak" if fp8 or _peak(est) != "BF16" else ""
+    return f"MFU {100 * est['mfu']:.1f}% (causal {100 * est['mfu_causal']:.1f}%){against}"
+
+
 def _largest(values: dict[str, float], names, unit: str, fmt: str) -> str:
     top = sorted((k for k in names if values.get(k, 0) > 0), key=lambda k: -values[k])[:VERDICT_TERMS]
     return " · ".join(f"{k} {format(values[k], fmt)}" for k in top) or f"none above 0 {unit}"
@@ -114,7 +125,7 @@ def verdict(pj: dict, note: str | None = None, read: bool = False) -> Text:
     out.append("speed ", "bold")
     out.append(
         f"{est['iteration_s']:.2f} s/iteration{spread} · {est['tokens_per_s']:,.0f} tokens/s · "
-        f"MFU {100 * est['mfu']:.1f}% · {est['tflops_per_gpu']:.0f} TFLOP/s per GPU\n"
+        f"{mfu_text(est, pj)} · {est['tflops_per_gpu']:.0f} TFLOP/s per GPU\n"
     )
     if pj.get("evidence"):
         out.append("runs  ", "bold")
@@ -307,7 +318,12 @@ def metrics_table(est: dict) -> FittedTable:
             f"{est['megatron_tflops_per_gpu']:.1f}",
             "as Megatron-LM logs it: causal attention halved",
         ),
-        ("MFU", f"{100 * est['mfu']:.1f}%", "model FLOP/s ÷ dense peak"),
+        ("MFU", f"{100 * est['mfu']:.1f}%", f"model FLOP/s ÷ dense {_peak(est)} peak (attention over the whole s²)"),
+        (
+            "MFU causal",
+            f"{100 * est['mfu_causal']:.1f}%",
+            "causal attention halved: the MFU Megatron-LM and Megatron-Bridge report",
+        ),
         ("HFU", f"{100 * est['hfu']:.1f}%", "hardware FLOP/s ÷ dense peak"),
         ("pipeline bubble", f"{100 * est['bubble_frac']:.1f}%", "bubble time ÷ iteration"),
     ]

@@ -31,6 +31,7 @@ def search_columns(capacity_gib: float) -> list[Column]:
         Column("band s", lambda pj: band_text(pj["estimate"]), priority=2),
         Column("runs", evidence_cell, priority=3),
         Column("MFU", _pct("mfu"), priority=1),
+        Column("cMFU", _pct("mfu_causal"), priority=3),
         Column("tokens/s", _est("tokens_per_s", ",.0f"), priority=2),
         Column("TFLOP/s", _est("tflops_per_gpu", ".0f"), priority=4),
         Column("bubble", _pct("bubble_frac"), priority=3),
@@ -55,8 +56,9 @@ def search_view(result, ctx, gpus: int) -> Group:
     tokens = result.plans[0]["estimate"].get("train_tokens", 300e9) / 1e9
     foot = Text(
         f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected: {rejected or 'none'}.\n"
-        f"{PLAN_LABEL_LEGEND}. TFLOP/s and MFU count model FLOPs (no recomputation)"
-        f"{', against the BF16 peak' if ctx.options.fp8 else ''}; days to train {tokens:g}B tokens (--tokens). "
+        f"{PLAN_LABEL_LEGEND}. TFLOP/s and MFU count model FLOPs (no recomputation) with attention over "
+        "the whole s² (the papers'); cMFU halves causal attention (Megatron-LM's and Megatron-Bridge's MFU)"
+        f"{'; both against the BF16 peak' if ctx.options.fp8 else ''}; days to train {tokens:g}B tokens (--tokens). "
         "Each plan's explain and export command lines are in --json." + ties_footnote(result),
         style="dim",
     )

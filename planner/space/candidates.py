@@ -20,7 +20,7 @@ from planner.plan import (
     StageSplit,
     TokenDispatcher,
 )
-from planner.space.grid import PlanGrid, stage_layers
+from planner.space.grid import PlanGrid, distinct, stage_layers
 
 MIN_CP_TOKENS = 4096  # context parallelism is searched while each rank keeps at least this many tokens
 MAX_LAYOUT_CHUNKS = 8  # search tries pipeline layouts of up to this many chunks per stage
@@ -90,11 +90,21 @@ def tp_in_domain(tp: np.ndarray, domain_gpus: int, max_tp: int | None) -> np.nda
     return inside | across
 
 
+def small(values) -> np.ndarray:
+    """A knob's values in the smallest dtype the grid keeps them in: int8 for codes and flags' kin, int32
+    for sizes (dp stays int64: it can be as large as the world). The cost functions read them as int64
+    (``planner.costs.letters``), so only memory and copies shrink."""
+    values = np.asarray(values)
+    if values.dtype.kind in "iu" and values.dtype.itemsize > 4:
+        return values.astype(np.int32)
+    return values
+
+
 def _cross(cols: dict[str, np.ndarray], name: str, values: np.ndarray) -> dict[str, np.ndarray]:
     """Every existing row combined with every value of a new axis."""
     n, k = len(next(iter(cols.values()))) if cols else 1, len(values)
     out = {key: np.repeat(col, k) for key, col in cols.items()}
-    out[name] = np.tile(values, n)
+    out[name] = np.tile(small(values), n)
     return out
 
 
@@ -116,10 +126,10 @@ def _interleaving(cols: dict[str, np.ndarray], L: int, pins: Pins) -> dict[str, 
     explicit = (first > 0) | (last > 0)
     per_stage = np.where(explicit, np.gcd(np.gcd(lay.first, lay.middle), lay.last), lay.middle)
     per_stage = np.where((cols["pp"] > 1) & lay.legal, np.maximum(per_stage, 1), 1)
-    values = {int(k): divisors(int(k)) for k in np.unique(per_stage)}
+    values = {int(k): divisors(int(k)) for k in distinct(per_stage)}
     counts = np.array([len(values[int(k)]) for k in per_stage], dtype=np.int64)
     out = {key: np.repeat(col, counts) for key, col in cols.items()}
-    out["vpp"] = np.concatenate([values[int(k)] for k in per_stage]) if n else np.zeros(0, dtype=np.int64)
+    out["vpp"] = small(np.concatenate([values[int(k)] for k in per_stage]) if n else np.zeros(0, dtype=np.int64))
     return out
 
 
@@ -136,7 +146,7 @@ def layout_options(ctx: Context, pp_values: np.ndarray, pins: Pins) -> tuple[dic
             raise LayoutError(f"--pipeline-model-parallel-layout {err}") from None
     accounted = pins.stage_split is not None or pins.first_stage_layers or pins.last_stage_layers
     chunks = [pins.vpp] if pins.vpp is not None else range(1, MAX_LAYOUT_CHUNKS + 1)
-    for p in (int(x) for x in np.unique(pp_values)):
+    for p in (int(x) for x in distinct(pp_values)):
         if pins.pipeline_layout is not None:
             here = [pins.pipeline_layout]
         elif model.is_moe and (mtp or L % p) and p > 1 and not accounted:
@@ -199,7 +209,7 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     else:
         cols["ep"] = np.full(len(cols["tp"]), pins.ep or 1)
         cols["etp"] = cols["tp"] if pins.etp is None else np.full(len(cols["tp"]), pins.etp)
-        cols["dispatcher"] = np.zeros(len(cols["tp"]), dtype=np.int64)
+        cols["dispatcher"] = np.zeros(len(cols["tp"]), dtype=np.int8)
         cols["a2a_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
     return _grid(cols, pins, layouts)
 
@@ -208,12 +218,13 @@ def _world_rows(ctx: Context, num_gpus: int, pins: Pins) -> dict[str, np.ndarray
     """Every (tp, cp, pp, dp) whose product is the world; for MoE models only tp inside the NVLink
     domain and p ≤ L (the MoE knobs multiply: cut here, not in the rules later)."""
     s, model = ctx.training.seq_len, ctx.model
-    cols = {"tp": _axis(pins.tp, divisors(num_gpus))}
+    cols = {"tp": small(_axis(pins.tp, divisors(num_gpus)))}
     cp_values = [c for c in divisors(num_gpus) if cp_searched(s, int(c))]
     cols = _cross(cols, "cp", _axis(pins.cp, cp_values))
     cols = _cross(cols, "pp", _axis(pins.pp, divisors(num_gpus)))
-    cols = _keep(cols, num_gpus % (cols["tp"] * cols["cp"] * cols["pp"]) == 0)
-    cols["dp"] = num_gpus // (cols["tp"] * cols["cp"] * cols["pp"])
+    tcp = cols["tp"].astype(np.int64) * cols["cp"] * cols["pp"]  # int64: a product of divisors may pass N
+    cols = _keep(cols, num_gpus % tcp == 0)
+    cols["dp"] = num_gpus // (cols["tp"].astype(np.int64) * cols["cp"] * cols["pp"])
     if pins.dp is not None:
         cols = _keep(cols, cols["dp"] == pins.dp)
     if model.is_moe:
@@ -234,7 +245,7 @@ def _split_rows(base: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[s
         cols = _keep(cols, (cols["split"] == 0) | ((cols["pp"] > 1) & (accounted % cols["pp"] == 0)))
     cols = _cross(cols, "micro_batch", _axis(pins.micro_batch, divisors(B)))
     cols = _interleaving(cols, L, pins)
-    cols["layout"] = np.full(len(cols["pp"]), -1, dtype=np.int64)
+    cols["layout"] = np.full(len(cols["pp"]), -1, dtype=np.int32)
     if pins.pipeline_layout is not None:
         cols = _keep(cols, np.zeros(len(cols["pp"]), dtype=bool))  # the layout places every layer
     if ctx.model.is_moe:  # only the splits Megatron-LM accepts (the rule table would reject the rest)
@@ -280,10 +291,10 @@ def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGr
     names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "sequence_parallel", "recompute")
     names += ("recompute_block", "recompute_layers", "distributed_optimizer", "fsdp", "split", "layout")
     return PlanGrid(
-        **{name: cols[name] for name in names},
-        first_layers=np.full(n, pins.first_stage_layers or 0, dtype=np.int64),
-        last_layers=np.full(n, pins.last_stage_layers or 0, dtype=np.int64),
-        dispatcher=cols["dispatcher"],
+        **{name: cols[name] if name == "dp" else small(cols[name]) for name in names},
+        first_layers=np.full(n, pins.first_stage_layers or 0, dtype=np.int32),
+        last_layers=np.full(n, pins.last_stage_layers or 0, dtype=np.int32),
+        dispatcher=cols["dispatcher"].astype(np.int8),
         a2a_overlap=cols["a2a_overlap"],
         layouts=tuple(layouts),
     )
@@ -308,7 +319,7 @@ def _moe_axes(cols: dict[str, np.ndarray], ctx: Context, num_gpus: int, pins: Pi
         if pins.moe_token_dispatcher is not None
         else list(DISPATCHER_CODES.values())
     )
-    cols = _cross(cols, "dispatcher", np.array(kinds, dtype=np.int64))
+    cols = _cross(cols, "dispatcher", np.array(kinds, dtype=np.int8))
     if pins.moe_token_dispatcher is None:  # without expert communication the dispatchers are one plan
         cols = _keep(cols, (cols["ep"] * cols["etp"] > 1) | (cols["dispatcher"] == kinds[0]))
     overlap = (

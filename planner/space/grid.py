@@ -15,6 +15,12 @@ from planner.plan import DISPATCHER_BY_CODE, RECOMPUTE_BY_CODE, SPLIT_BY_CODE, P
 IntArray = np.ndarray
 
 
+def distinct(values) -> np.ndarray:
+    """The sorted distinct values of an array: ``np.unique`` by its path that never imports numpy.ma
+    (the plain call checks ``np.ma.is_masked``, which costs a process tens of milliseconds)."""
+    return np.unique(np.asarray(values).reshape(-1), return_counts=True)[0]
+
+
 @dataclass(frozen=True)
 class PlanGrid:
     tp: IntArray
@@ -81,6 +87,12 @@ class PlanGrid:
             a2a_overlap=col(lambda p: p.overlap_moe_expert_parallel_comm, bool),
             layouts=layouts,
         )
+
+    @classmethod
+    def stack(cls, *grids: PlanGrid) -> PlanGrid:
+        """The rows of every grid, one after the other (their ``layouts`` must be the same)."""
+        names = [f.name for f in fields(cls) if f.name != "layouts"]
+        return cls(**{n: np.concatenate([getattr(g, n) for g in grids]) for n in names}, layouts=grids[0].layouts)
 
     def take(self, index: np.ndarray) -> PlanGrid:
         arrays = {f.name: getattr(self, f.name)[index] for f in fields(self) if f.name != "layouts"}
