@@ -300,3 +300,15 @@ def test_process_memory_comes_from_the_hardware_preset():
     assert mem["workspaces"] * 2**30 == pytest.approx(2 * 4 * 2**20)
     assert mem["fragmentation"] == pytest.approx(0.03 * mem["activations"])
     assert mem["cuda_graphs"] == 0
+
+
+def test_fragmentation_by_architecture_by_hand():
+    """10 GiB of activations on a stage of 4 layers, 3 of them MoE: 10·(¼·0.03 + ¾·0.20) = 1.575 GiB;
+    a dense stage 0.3 GiB; expandable segments none."""
+    from planner.costs.process_memory import fragmentation_bytes
+
+    gib = 2**30
+    got = fragmentation_bytes(10 * gib, 0.03, expandable_segments=False, moe_share=0.75, moe_frac=0.20)
+    assert float(got) / gib == pytest.approx(1.575)
+    assert float(fragmentation_bytes(10 * gib, 0.03, expandable_segments=False)) / gib == pytest.approx(0.3)
+    assert float(fragmentation_bytes(10 * gib, 0.03, expandable_segments=True, moe_share=1.0, moe_frac=0.2)) == 0.0

@@ -95,11 +95,23 @@ def cuda_graph_static_bytes(
     return GRAPH_STATIC_TENSORS * graphs_per_layer * np.asarray(message_bytes) * np.asarray(layers) * np.asarray(copies)
 
 
-def fragmentation_bytes(activation_bytes: ArrayLike, frac: float, *, expandable_segments: bool) -> np.ndarray:
+def fragmentation_bytes(
+    activation_bytes: ArrayLike,
+    frac: float,
+    *,
+    expandable_segments: bool,
+    moe_share: ArrayLike = 0.0,
+    moe_frac: float = 0.0,
+) -> np.ndarray:
     """Bytes the caching allocator reserves but cannot hand out: a share of the activations, whose
     tensors are allocated and freed every micro-batch; the model states are allocated once, in big
-    buffers. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True maps pages instead of splitting blocks."""
-    return np.asarray(activation_bytes) * (0.0 if expandable_segments else frac)
+    buffers. By architecture: the stage's MoE layers (``moe_share`` of its layers) fragment at
+    ``moe_frac`` (routed copies and expert buffers change size per layer and micro-batch), the rest at
+    ``frac``: A·((1 − m)·φ + m·φ_MoE). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True maps pages
+    instead of splitting blocks: 0."""
+    share = np.asarray(moe_share, dtype=float)
+    phi = (1.0 - share) * frac + share * moe_frac
+    return np.asarray(activation_bytes) * np.where(expandable_segments, 0.0, phi)
 
 
 def cuda_graphs_per_layer(opts: PlanOptions) -> float:
@@ -140,6 +152,7 @@ def process_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         "0 (expandable_segments: the allocator maps pages instead of splitting blocks)"
         if opts.expandable_segments
         else f"{mem.fragmentation_frac:g} × activations (reserved but not allocated)"
+        + (f", {mem.moe_fragmentation_frac:g} for the MoE layers' share of them" if mo.is_moe else "")
     )
     return {
         "cuda_graphs": Formula(
@@ -159,5 +172,5 @@ def process_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
             hw + "nccl_communicator_gib; Megatron-LM parallel_state.py (the groups a rank runs collectives on)",
         ),
         "cuda_context": Formula(f"{mem.cuda_context_gib:g} GiB per process", hw + "cuda_context_gib"),
-        "fragmentation": Formula(frag, hw + "fragmentation_frac"),
+        "fragmentation": Formula(frag, hw + "fragmentation_frac" + (", moe_fragmentation_frac" if mo.is_moe else "")),
     }

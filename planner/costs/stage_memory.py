@@ -161,6 +161,13 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
     )
 
 
+def _moe_layer_share(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
+    """Of stage i's layers (with its MTP depths), the share that are MoE layers."""
+    st = lt.stage(i)
+    moe = st["moe"] + (st["mtp"] if ctx.model.is_moe and ctx.model.mtp_is_moe else 0.0)
+    return moe / np.maximum(st["layers"] + st["mtp"], 1)
+
+
 def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.ndarray) -> dict[str, np.ndarray]:
     """What the process holds besides model states and activations (planner.costs.process_memory)."""
     mem, opts, mo = ctx.hardware.memory, ctx.options, ctx.model
@@ -182,7 +189,11 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
         "nccl": np.broadcast_to(communicators * mem.nccl_communicator_gib * GIB, shape),
         "cuda_context": np.full(shape, mem.cuda_context_gib * GIB),
         "fragmentation": process_memory.fragmentation_bytes(
-            activations, mem.fragmentation_frac, expandable_segments=opts.expandable_segments
+            activations,
+            mem.fragmentation_frac,
+            expandable_segments=opts.expandable_segments,
+            moe_share=_moe_layer_share(lt, ctx, i),
+            moe_frac=mem.moe_fragmentation_frac,
         ),
     }
 

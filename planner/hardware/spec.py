@@ -180,6 +180,12 @@ class MemorySpec(_Sourced):
     fragmentation_frac: float = Field(
         ge=0, lt=1, description="caching allocator: reserved-but-unallocated bytes per byte of activations"
     )
+    moe_fragmentation_frac: float = Field(
+        0.2,
+        ge=0,
+        lt=1,
+        description="fragmentation_frac of MoE layers' activations (DeepSeek-V3 proxy: 20-23 %; GMLake: 15 %)",
+    )
     host_link_gbytes_per_s: PositiveFloat = Field(description="GPU-host copy bandwidth per GPU, each direction")
 
     @property

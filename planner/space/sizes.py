@@ -89,7 +89,9 @@ class WorldAxes:
     def reason(self, num_gpus: int, global_batch: int) -> str:
         """Why ``num_gpus`` cannot be tp·cp·pp·dp, in one clause."""
         largest = self.largest()
-        if largest and num_gpus > largest:  # 0: an axis has no value at all (said below, axis by axis)
+        if not self.dp:  # the pinned micro-batch does not divide the global batch: no dp at all
+            return f"the micro-batch does not divide the global batch {global_batch}, so no dp can"
+        if largest is not None and num_gpus > largest:
             return (
                 f"at most {largest:,} GPUs can hold a legal plan (tp ≤ {max(self.tp)} × cp ≤ {max(self.cp)} × "
                 f"pp ≤ {max(self.pp)} × dp ≤ {max(self.dp)}, dp dividing the global batch {global_batch})"
