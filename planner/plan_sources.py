@@ -82,7 +82,7 @@ class LaunchScript:
         from planner.megatron.importer import import_fields
 
         path = values.get("megatron_args_file")
-        text = read_text(path) if path else values["megatron_args"]
+        text = read_text(path) if path is not None else values["megatron_args"]  # '' is a path to refuse
         imported = import_fields(
             text,
             gpus=values.get("gpus"),
