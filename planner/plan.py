@@ -206,6 +206,24 @@ class PlanOptions(_Spec):
     distribute_saved_activations: bool = Field(
         False, description="full recompute: shard layer inputs over TP without SP"
     )
+    use_sharp: bool = Field(
+        False,
+        description="--use-sharp: the data-parallel group's collectives reduced in the switches (SHARP, NCCL "
+        "CollNet) where the cluster has it",
+    )
+    dp_max_ctas: int | None = Field(
+        None,
+        gt=0,
+        description="--nccl-communicator-config-path: the data-parallel communicator's max_ctas, the SMs its "
+        "collectives may hold (NCCL's own choice when None: the hardware's nccl_sms)",
+    )
+    dfa_bucket_mb: float | None = Field(
+        None,
+        gt=0,
+        description="NeMo 1's Apex DistributedFusedAdam (optim distributed_fused_adam): every model chunk's "
+        "gradients reduce-scattered and its parameters all-gathered in buckets of bucket_cap_mb MB of the gradient "
+        "dtype; None: Megatron-Core's DDP buckets",
+    )
     fp8: Fp8Format | None = Field(None, description="--fp8-format: linear layers' GEMMs in FP8 (Transformer Engine)")
     fp8_param_gather: bool = Field(
         False, description="--fp8-param-gather: keep and all-gather FP8 weights, no bf16 copy"
@@ -292,6 +310,11 @@ class ParallelPlan(_Spec):
     ep: PositiveInt = Field(1, description="expert-parallel size")
     etp: PositiveInt | None = Field(None, description="expert tensor-parallel size (Megatron default: tp)")
     vpp: PositiveInt = Field(1, description="model chunks per pipeline stage (1: no interleaving)")
+    microbatch_group_size: PositiveInt | None = Field(
+        None,
+        description="--microbatch-group-size-per-virtual-pipeline-stage G: micro-batches each virtual stage runs "
+        "at a time (interleaving; None: Megatron's default, pp)",
+    )
     micro_batch: PositiveInt = Field(1, description="b, sequences per micro-batch")
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
@@ -344,6 +367,8 @@ class ParallelPlan(_Spec):
                     f"pp {self.pp}) but vpp is {self.vpp}"
                 )
             object.__setattr__(self, "vpp", stages // self.pp)  # Megatron: vpp = stages/pp (arguments.py:941-952)
+        if self.vpp == 1 or self.microbatch_group_size == self.pp:
+            object.__setattr__(self, "microbatch_group_size", None)  # 1F1B has no groups; pp is the default
         if self.tp == 1 and self.sequence_parallel:
             # Megatron turns SP off silently when t = 1 (arguments.py:1430-1439)
             object.__setattr__(self, "sequence_parallel", False)
@@ -391,7 +416,8 @@ MODULE_TAGS = {
     "shared_experts": "shexp",
 }
 PLAN_LABEL_LEGEND = (
-    "b micro-batch · V interleaved chunks per stage · SP sequence parallel · DO distributed optimizer · "
+    "b micro-batch · V interleaved chunks per stage (G: micro-batches a virtual stage runs at a time, when "
+    "not pp) · SP sequence parallel · DO distributed optimizer · "
     "FSDP Megatron FSDP · rc-sel/rc-full selective/full recomputation (rc-mlp etc.: selective of other "
     "modules than core_attn; rc-full:uN uniform groups of N layers; rc-blk:N the first N layers of each chunk) · "
     "no-ogr/no-opg/no-tpo: an overlap today's recipes turn on is off (gradient reduction; parameter "
@@ -448,6 +474,8 @@ def plan_label(par: Mapping, *, moe: bool = False, options: Mapping | None = Non
     parts.append(f"b{par['micro_batch']}")
     if par.get("vpp", 1) > 1:
         parts.append(f"V{par['vpp']}")
+        if par.get("microbatch_group_size") and par["microbatch_group_size"] != par["pp"]:
+            parts.append(f"G{par['microbatch_group_size']}")
     tags = ["SP"] if par.get("sequence_parallel") else []
     tags += ["FSDP"] if par.get("fsdp") else ["DO"] if par.get("distributed_optimizer") else []
     tags += _overlap_tags(par, options)

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from planner.api import PlanRequest, make_request
-from planner.errors import PlannerError
+from planner.errors import PlannerError, counted
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
 from planner.plan import ParallelPlan, PlanOptions
@@ -40,7 +40,8 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
         ranked = {p.get("rank", i) if isinstance(p, dict) else i: p for i, p in enumerate(plans, 1)}
         if k not in ranked:
             raise PlannerError(
-                f"--rank {k} is out of range: {path!r} holds {len(plans)} plans (allowed: {_ranks(list(ranked))})"
+                f"--rank {k} is out of range: {path!r} holds {counted(len(plans), 'plan')} "
+                f"(allowed: {_ranks(list(ranked))})"
             )
         data = ranked[k]
     elif rank not in (None, 1):

@@ -15,6 +15,7 @@ KNOBS = (
     "pp",
     "dp",
     "vpp",
+    "microbatch_group_size",
     "micro_batch",
     "cp",
     "ep",

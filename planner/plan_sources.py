@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from planner import api
-from planner.errors import PlannerError
+from planner.errors import PlannerError, counted
 from planner.plan import ParallelPlan, PlanOptions, StageSplit, TrainingSpec
 from planner.plan_file import read_plan_file, request_from_fields, request_from_plan, request_to_json
 from planner.plan_options import KNOBS, OVERLAP_PINS, flag_fields, search_inputs
@@ -82,7 +82,7 @@ class LaunchScript:
         from planner.megatron.importer import import_fields
 
         path = values.get("megatron_args_file")
-        text = read_text(path) if path is not None else values["megatron_args"]  # '' is a path to refuse
+        text = read_text(path) if path is not None else values["megatron_args"]
         imported = import_fields(
             text,
             gpus=values.get("gpus"),
@@ -290,7 +290,7 @@ def _search_best(values: dict, given: set[str]) -> Resolved:
     best = request_from_plan(result.plans[0], hardware=req.ctx.hardware)
     pins_given = sorted(given & set(KNOBS))
     pinned_text = f"; pinned {' '.join(flag(k) for k in pins_given)}" if pins_given else ""
-    note = f"search's best of {result.feasible:,} plans that fit (no --tp/--pp given{pinned_text})"
+    note = f"search's best of {counted(result.feasible, 'plan')} that fit (no --tp/--pp given{pinned_text})"
     return Resolved(best, searched=note)
 
 

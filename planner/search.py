@@ -24,7 +24,7 @@ from planner.errors import InfeasibleError
 from planner.fidelity.evidence import band_frac, plan_evidence
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
 from planner.result import plan_json
-from planner.space.candidates import NO_PINS, Pins, candidate_grid, nvlink_domain_gpus, tp_in_domain
+from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
 from planner.space.grid import PlanGrid, distinct
 from planner.space.rules import rule_masks
 from planner.space.sizes import (
@@ -208,6 +208,8 @@ def search(
     """Rank every legal plan that fits (``rank_by``: ``RANK_RULES``; ``sort="memory"`` is rank_by memory). With no
     legal plan, the error names every rule that rejected plans and (``suggest_sizes``) the nearest GPU
     counts that have one. A GPU count that cannot be tp·cp·pp·dp (``WorldAxes``) is answered before any grid."""
+    if bad_ep := expert_pin_error(ctx.model, pins):
+        raise InfeasibleError(bad_ep)
     axes = WorldAxes.of(ctx, pins)
     if not axes.allows(num_gpus):
         why = empty_grid_reason(num_gpus, pins) if pins_leave_no_world(num_gpus, pins) else None

@@ -159,21 +159,29 @@ class Timeline:
         return out
 
 
-def op_order(p: int, m: int, vpp: int, rank: int) -> list[tuple[str, int, int]]:
-    """The (kind, micro-batch, chunk) sequence rank ``rank`` runs, in Megatron-LM's order."""
+def schedule_table(m: int, vpp: int, G: int) -> list[tuple[int, int]]:
+    """The (micro-batch, chunk) pairs in the order the interleaved schedule walks them: groups of G
+    micro-batches (the last takes the rest), each through every chunk in turn (schedules.py
+    get_schedule_table @ d98e8a64)."""
+    return [(j, c) for lo in range(0, m, G) for c in range(vpp) for j in range(lo, min(lo + G, m))]
+
+
+def op_order(p: int, m: int, vpp: int, rank: int, G: int | None = None) -> list[tuple[str, int, int]]:
+    """The (kind, micro-batch, chunk) sequence rank ``rank`` runs, in Megatron-LM's order; ``G``: the
+    interleaved schedule's micro-batch group (default p)."""
     if vpp == 1:
         warm = min(p - rank - 1, m)
         fwd = [(FWD, j, 0) for j in range(m)]
         bwd = [(BWD, j, 0) for j in range(m)]
         steady = [op for i in range(m - warm) for op in (fwd[warm + i], bwd[i])]
         return fwd[:warm] + steady + bwd[m - warm :]
+    G = G or p
     total = m * vpp
-    warm = min(2 * (p - rank - 1) + (vpp - 1) * p, total)
+    warm = min(2 * (p - rank - 1) + (vpp - 1) * G, total)
+    table = schedule_table(m, vpp, G)
 
     def virtual(k: int, kind: str) -> tuple[str, int, int]:
-        in_group = k % (p * vpp)
-        chunk = in_group // p
-        microbatch = (k // (p * vpp)) * p + k % p
+        microbatch, chunk = table[k]
         return kind, microbatch, chunk if kind == FWD else vpp - 1 - chunk
 
     steady = [op for i in range(total - warm) for op in (virtual(warm + i, FWD), virtual(i, BWD))]
@@ -187,6 +195,7 @@ def simulate(
     m: int,
     vpp: int = 1,
     *,
+    G: int | None = None,
     blocking_p2p: bool = True,
     tail_s: dict[str, float] | None = None,
 ) -> Timeline:
@@ -200,7 +209,7 @@ def simulate(
             f"need one forward and backward time per stage, m ≥ 1, and p > 1 with vpp > 1 (p {p}, m {m}, vpp {vpp})"
         )
     last_v = p * vpp - 1
-    orders = [op_order(p, m, vpp, i) for i in range(p)]
+    orders = [op_order(p, m, vpp, i, G) for i in range(p)]
     pos, free = [0] * p, [0.0] * p
     done: dict[tuple[str, int, int], float] = {}  # (kind, micro-batch, virtual stage) -> end
     ops: list[Op] = []
@@ -285,6 +294,7 @@ def plan_timeline(ev: Evaluation, plan: ParallelPlan, options: PlanOptions, i: i
         float(st.p2p_s[i]) if p > 1 else 0.0,
         int(m),
         plan.vpp,
+        G=plan.microbatch_group_size,
         blocking_p2p=blocking,
         tail_s=tail,
     )

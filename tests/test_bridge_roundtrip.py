@@ -337,3 +337,76 @@ def test_every_exported_key_is_a_field_of_bridge_at_that_tag(tag):
         tag == "v0.6.0"
     )
     assert ("cuda_graph_modules" in names["model"]) == (tag == "v0.6.0")  # core_v0.15.2 has only the scope
+
+
+CONFIG_CONTAINER_YAML = """\
+# the shape ConfigContainer.to_yaml() writes (a dry run's config): every section with its _target_, dtypes as
+# {_target_: torch.X, _call_: false}, sections the recipe leaves out as null
+comm_overlap: null
+dataset:
+  _target_: megatron.bridge.training.config.GPTDatasetConfig
+  seq_length: 8192
+ddp:
+  _target_: megatron.bridge.training.config.DistributedDataParallelConfig
+  grad_reduce_in_fp32: true
+  overlap_grad_reduce: true
+  overlap_param_gather: true
+  use_distributed_optimizer: true
+  use_megatron_fsdp: false
+mixed_precision:
+  _target_: megatron.bridge.training.mixed_precision.MixedPrecisionConfig
+  bf16: true
+  fp8: hybrid
+  fp8_recipe: tensorwise
+  fp8_param_gather: false
+  grad_reduce_in_fp32: true
+  params_dtype:
+    _call_: false
+    _target_: torch.bfloat16
+model:
+  _target_: megatron.bridge.models.llama.llama_provider.Llama3ModelProvider8B
+  attention_backend: null
+  bf16: true
+  context_parallel_size: 2
+  ffn_hidden_size: 14336
+  fp8: hybrid
+  fp8_recipe: tensorwise
+  hidden_size: 4096
+  num_attention_heads: 32
+  num_layers: 32
+  num_query_groups: 8
+  pipeline_model_parallel_size: 1
+  recompute_granularity: null
+  rotary_base: 500000.0
+  seq_length: 8192
+  sequence_parallel: true
+  tensor_model_parallel_size: 2
+  virtual_pipeline_model_parallel_size: null
+  vocab_size: 128256
+optimizer:
+  _target_: megatron.bridge.training.config.OptimizerConfig
+  main_params_dtype:
+    _call_: false
+    _target_: torch.float32
+  use_distributed_optimizer: true
+train:
+  _target_: megatron.bridge.training.config.TrainingConfig
+  global_batch_size: 512
+  micro_batch_size: 1
+"""
+
+
+def test_a_saved_config_container_reads_as_the_plan_it_holds(tmp_path):
+    from planner.bridge.importer import read_bridge_source
+    from planner.plan_file import request_from_fields
+
+    path = tmp_path / "ConfigContainer.yaml"
+    path.write_text(CONFIG_CONTAINER_YAML)
+    read, _ = read_bridge_source({"bridge_config": str(path), "gpus": 16, "hardware": H100})
+    req = request_from_fields(read.data)
+    assert req.ctx.model.name == "llama3-8b"  # the preset its architecture matches, said in a note
+    assert any("architecture the config's model fields match" in n for n in read.notes)
+    p, o = req.plan, req.ctx.options
+    assert (p.tp, p.cp, p.dp, p.sequence_parallel, p.distributed_optimizer) == (2, 2, 4, True, True)
+    assert o.fp8.value == "hybrid" and o.fp8_recipe.value == "tensorwise" and not o.fp8_param_gather
+    assert o.overlap_grad_reduce and o.overlap_param_gather and req.ctx.training.global_batch == 512

@@ -178,12 +178,12 @@ def test_pictures_without_matplotlib(monkeypatch, tmp_path):
     assert_bad_input(
         run(["explain", *SMALL, "--schedule-file", str(tmp_path / "s.svg")]),
         "--schedule-file needs matplotlib",
-        'pip install "megaplan[plot]"',
+        'pip install ".[plot]" from the megaplan checkout',
     )
     assert_bad_input(
         run(["sweep", "--model", "gpt3-175b", "--gpus", "128", "--plot", str(tmp_path / "p.png")]),
         "--plot needs matplotlib",
-        'pip install "megaplan[plot]"',
+        'pip install ".[plot]" from the megaplan checkout',
     )
     assert run(["explain", *SMALL, "--schedule"]).exit_code == 0  # the terminal drawing needs no matplotlib
 

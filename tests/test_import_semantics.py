@@ -250,3 +250,37 @@ def test_an_entry_point_under_an_unrun_command_is_named_by_its_file(tmp_path):
     main = f"torchrun --nproc-per-node 8 `pwd`/finetune_t0_non_causal_decoder.py {NET} {VOCAB}\n"
     said = [w for w in imported(tmp_path, {"main.sh": main}, "main.sh").warnings if "not pretrain_gpt.py" in w]
     assert said[0].startswith("the script runs finetune_t0_non_causal_decoder.py, not pretrain_gpt.py")
+
+
+CHILD = f"""#!/bin/bash
+TP=${{TP:-8}}
+torchrun --nproc-per-node 8 pretrain_gpt.py {NET} {VOCAB} --tensor-model-parallel-size $TP
+"""
+
+
+@pytest.mark.parametrize(
+    ("parent", "tp"),
+    [
+        ("TP=2\nbash ./child.sh\n", 8),  # not exported: the child does not see it
+        ("export TP=2\nbash ./child.sh\n", 2),
+        ("TP=2\nexport TP\nsbatch --nodes 1 ./child.sh\n", 2),
+        ("set -a\nTP=2\nset +a\nbash ./child.sh\n", 2),
+        ("TP=4 bash ./child.sh\n", 4),  # the command's own environment
+    ],
+)
+def test_a_script_run_by_bash_or_sbatch_sees_only_exported_variables(tmp_path, parent, tp):
+    imp = imported(tmp_path, {"child.sh": CHILD, "main.sh": "#!/bin/bash\n" + parent}, "main.sh")
+    assert imp.request.plan.tp == tp
+
+
+def test_a_child_scripts_assignments_never_come_back(tmp_path):
+    setup = "LAYERS=16\nexport HIDDEN=1024\n"
+    main = f"""#!/bin/bash
+LAYERS=4
+HIDDEN=512
+bash ./setup.sh
+torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers $LAYERS --hidden-size $HIDDEN --num-attention-heads 8 \\
+    --seq-length 1024 --max-position-embeddings 1024 {VOCAB}
+"""
+    model = imported(tmp_path, {"setup.sh": setup, "main.sh": main}, "main.sh").request.ctx.model
+    assert (model.num_layers, model.hidden_size) == (4, 512)

@@ -31,6 +31,7 @@ DEFAULTS = {
     "pp": 1,
     "dp": None,
     "vpp": 1,
+    "microbatch_group_size": None,
     "cp": 1,
     "ep": 1,
     "etp": None,

@@ -88,10 +88,14 @@ def test_legality_rules_by_name():
     # interleaving: pp > 1; per-stage layers (12) divisible by vpp; m a multiple of p
     assert "interleaving needs pp > 1 (pp > 2 without p2p overlap)" in _masks(model, tr, ParallelPlan(tp=8, vpp=2), 8)
     assert "layers per stage divisible by interleaved chunks" in _masks(model, tr, ParallelPlan(tp=8, pp=8, vpp=5), 64)
+    # m = 12 over pp 8: the default group G = pp leaves a last group of 4 < pp (schedules.py); G = 12 is legal,
+    # G = 10 leaves 2, G = 13 exceeds m
     small = TrainingSpec(global_batch=12, seq_len=2048)
-    assert "interleaving needs micro-batches divisible by pp" in _masks(
-        model, small, ParallelPlan(tp=8, pp=8, vpp=3), 64
-    )
+    rule = "interleaving needs a legal micro-batch group"
+    assert rule in _masks(model, small, ParallelPlan(tp=8, pp=8, vpp=3), 64)
+    assert rule not in _masks(model, small, ParallelPlan(tp=8, pp=8, vpp=3, microbatch_group_size=12), 64)
+    for bad in (10, 13, 4):
+        assert rule in _masks(model, small, ParallelPlan(tp=8, pp=8, vpp=3, microbatch_group_size=bad), 64)
     assert "sequence length divisible by tp with sequence parallelism" in _masks(
         model, TrainingSpec(global_batch=8, seq_len=2047), ParallelPlan(tp=8, sequence_parallel=True), 8
     )

@@ -1,6 +1,7 @@
 """Every view fits the terminal: search, sweep, explain and compare at 80, 100 and 120 columns, for a
-dense and a mixture-of-experts model, print no line wider than the terminal and keep every plan's
-label whole (the plan column is never dropped, cut or wrapped)."""
+dense and a mixture-of-experts model, print no line wider than the terminal, keep every plan's
+label whole (never dropped or cut; a long one wraps between its words rather than losing memory and
+MFU) and every number whole, and a footnote names only the columns shown."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from planner.report.search import search_view
 from planner.runs.compare import compare_plans
 from planner.runs.sweep import sweep
 from planner.search import search
+from planner.space.candidates import Pins
 
 WIDTHS = (80, 100, 120)
 CASES = {
@@ -55,15 +57,74 @@ def _plan_args(pj: dict, case: dict) -> dict:
     return dict(model=case["model"], hardware=case["hardware"], gpus=pj["gpus"], options=pj["options"], **par)
 
 
+def column_text(lines: list[str], header: str) -> str:
+    """The text of one left-justified column, its wrapped lines joined by spaces: from where its
+    header starts to the first gap of two spaces (cells are two spaces apart; a label has single ones)."""
+    head = next(k for k, line in enumerate(lines) if re.search(rf"(^|  ){re.escape(header)}  ", line))
+    start = lines[head].index(header)
+    cells = [line[start:].split("  ")[0].strip() for line in lines[head + 2 :] if len(line) > start]
+    return " ".join(c for c in cells if c)
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("view", ["search", "sweep", "explain", "compare"])
 def test_no_line_wider_than_the_terminal_and_the_plan_is_whole(views, view, width):
     renderable, plans = views[view]
     lines = render(renderable, width)
     assert max(len(line) for line in lines) <= width, "\n".join(line for line in lines if len(line) > width)
+    header = {"search": "plan", "sweep": "best plan"}.get(view)
+    text = column_text(lines, header) if header else "\n".join(lines)
     for pj in plans:
         label = plan_text(pj)
-        assert any(label in line for line in lines), f"{label!r} not whole at {width} columns"
+        assert label in text, f"{label!r} not whole at {width} columns:\n" + "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def long_labels():
+    """DeepSeek-V3 plans: labels of 70-80 characters (expert parallelism, a dispatcher, a pipeline layout)."""
+    req = api.make_request(model="deepseek-v3", hardware="dgx-h100-superpod")
+    return search(req.ctx, 256, Pins(tp=4, pp=4), top=4), req.ctx
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_long_labels_wrap_and_keep_every_number_and_memory_and_mfu(long_labels, width):
+    result, ctx = long_labels
+    lines = render(search_view(result, ctx, 256), width)
+    assert max(map(len, lines)) <= width
+    assert not [line for line in lines if "…" in line and line.strip() != "…"]  # only the gap row: nothing cut
+    header = next(line for line in lines if "iter s" in line)
+    assert "GiB/" in header and "MFU" in header  # memory and MFU stay: the label wraps first
+    plans = column_text(lines, "plan")
+    for pj in result.plans:
+        est = pj["estimate"]
+        assert plan_text(pj) in plans
+        row = next(line for line in lines if f" {est['iteration_s']:.2f} " in f" {line} ")  # the number whole
+        assert f"{est['peak_memory_gib']:.1f}" in row and f"{100 * est['mfu']:.1f}%" in row
+    hidden = "\n".join(line for line in lines if "hidden at this width" in line)
+    notes = "\n".join(lines[lines.index(next(ln for ln in lines if "plans evaluated" in ln)) :])
+    if "#," in hidden or "#;" in hidden:  # the rank column hidden: no footnote names a rank
+        assert not re.search(r"#\d", notes), notes
+    else:
+        assert re.search(r"estimate is #\d", notes), notes
+
+
+def test_a_footnote_names_a_rank_only_when_the_rank_column_is_shown(long_labels):
+    result, ctx = long_labels
+    view = search_view(result, ctx, 256)
+    assert re.search(r"#\d", view.footer(["#", "plan"])) and not re.search(r"#\d", view.footer(["plan"]))
+    assert "the fastest estimate is marked *" in view.footer(["plan"])
+
+
+def test_the_narrowest_terminal_cuts_a_text_with_an_ellipsis_never_silently():
+    from planner.report.layout import Column, FittedTable
+
+    rows = [("TP4 PP4 DP16 EP16 ETP1 b10 · SP FSDP rc-full flex layout Et*16|(t*16|)*2t*13mL", 42.04)]
+    columns = [
+        Column("plan", lambda r: r[0], priority=0, justify="left", wrap_priority=2),
+        Column("it", lambda r: f"{r[1]:.2f}", 0),
+    ]
+    lines = render(FittedTable(columns, rows), 14)
+    assert "42.04" in "\n".join(lines) or any(line.rstrip().endswith("…") for line in lines), lines
 
 
 def test_verdict_is_at_most_15_lines_at_80_columns(views):

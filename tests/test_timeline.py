@@ -306,5 +306,5 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch, tmp_path):
     from planner.report import figures as plots
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    with pytest.raises(PlannerError, match=r'needs matplotlib.*pip install "megaplan\[plot\]"'):
+    with pytest.raises(PlannerError, match=r'needs matplotlib.*pip install "\.\[plot\]" from the megaplan checkout'):
         plots.check_picture_path(str(tmp_path / "x.svg"), "--schedule-file")

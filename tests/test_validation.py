@@ -61,15 +61,18 @@ def test_each_generation_meets_the_bar(result, gen):
     assert st["median_abs_error_pct"] <= 5.0 and st["max_abs_error_pct"] <= 12.0
 
 
-def test_nemo1_distributed_fused_adam_runs_are_reported_apart(result):
-    # MLPerf GPT-3 under NeMo 1 reduces gradients with Apex's DistributedFusedAdam (200 MB buckets, SHARP),
-    # not Megatron-Core's DDP: validated, not fitted; at 10,752 and 11,616 GPUs (DP 448 and 484, six
-    # micro-batches) the model is 10-25 % fast (docs/cost-model.md §10.2)
+def test_nemo1_distributed_fused_adam_runs_are_back_in_the_bar(result):
+    # MLPerf GPT-3 under NeMo 1 syncs with Apex's DistributedFusedAdam in 200 MB buckets, without SHARP,
+    # the DP communicator at 8 CTAs (presets/reference/dp_sync_runs.csv): modelled, so fitted; at 10,752
+    # and 11,616 GPUs (DP 448 and 484, six micro-batches) each bucket's ring pays 447-483 steps of latency
     rows = {r["id"]: r for r in result["runs"] if r["id"].startswith("MLPERF-v4.") and r["id"].endswith("gpt3")}
-    assert len(rows) == 6 and not any(r["in_fit"] for r in rows.values())
+    assert len(rows) == 6
     assert all("DistributedFusedAdam" in " ".join(r["assumptions"]) for r in rows.values())
-    at_scale = [rows[i]["error_pct"] for i in rows if "_n1344_" in i or "_n1452_" in i]
-    assert len(at_scale) == 2 and all(-25.0 <= e < -5.0 for e in at_scale)
+    at_scale = [rows[i] for i in rows if "_n1344_" in i or "_n1452_" in i]
+    assert len(at_scale) == 2 and all(r["in_fit"] and abs(r["error_pct"]) <= 6.0 for r in at_scale)
+    # the B200 preview stays apart for its userbuffer configuration (atomic GEMM reduce-scatter, multicast)
+    apart = [i for i, r in rows.items() if not r["in_fit"]]
+    assert apart == ["MLPERF-v4.1-b200_n8_preview_nemo-gpt3"]
 
 
 @pytest.mark.parametrize("source", [N21, K22])

@@ -341,19 +341,27 @@ def _py(value) -> str:
     return json.dumps(value) if not isinstance(value, bool | type(None)) else repr(value)
 
 
-def launch_line(exp: BridgeExport, req: PlanRequest, overrides_file: str = "megaplan_overrides.yaml") -> str:
-    """The user's launch line for the export (torchrun on every node)."""
+def launch_line(exp: BridgeExport, req: PlanRequest, overrides_file: str = "megaplan.overrides") -> str:
+    """The user's launch line for the dotlist (torchrun on every node): v0.6.0's scripts/training/run_recipe.py
+    takes the recipe by name and trailing KEY=VALUE overrides; at v0.2.1 a pretraining script built like
+    examples/recipes/llama/pretrain_llama3_8b.py takes the same overrides after its recipe."""
     gpn = req.ctx.hardware.gpus_per_node
     nodes, per_node = -(-req.gpus // gpn), min(gpn, req.gpus)
     env = " ".join(exp.env)
-    run = "pretrain script with --config-file" if exp.tag == "v0.2.1" else "scripts/training/run_recipe.py"
+    run = (
+        f"scripts/training/run_recipe.py --recipe {exp.recipe}"
+        if exp.tag != "v0.2.1"
+        else f"<a pretrain script calling {exp.recipe}, as examples/recipes/llama/pretrain_llama3_8b.py>"
+    )
     return (
-        f"{env + ' ' if env else ''}torchrun --nnodes {nodes} --nproc-per-node {per_node} <{run}> "
-        f"--config-file {overrides_file}"
+        f"{env + ' ' if env else ''}torchrun --nnodes {nodes} --nproc-per-node {per_node} {run} "
+        f"$(grep -v '^#' {overrides_file})"
     )
 
 
-def export_text(req: PlanRequest, fmt: str, tag: str | None, recipe: str | None) -> tuple[str, list[str]]:
+def export_text(
+    req: PlanRequest, fmt: str, tag: str | None, recipe: str | None, output: str | None = None
+) -> tuple[str, list[str]]:
     """The text ``export --format`` writes for the Bridge, NeMo 2 and MODEL_ARGS formats, and its notes."""
     if fmt == "mlm-yaml":
         from planner.bridge.formats import mlm_yaml
@@ -365,5 +373,5 @@ def export_text(req: PlanRequest, fmt: str, tag: str | None, recipe: str | None)
         return nemo2_text(req)
     exp = bridge_export(req, tag or TAGS[-1], recipe)
     render = {"bridge": dotlist_text, "bridge-yaml": yaml_text, "bridge-python": python_text}[fmt]
-    notes = [*exp.notes, "launch: " + launch_line(exp, req)]
+    notes = [*exp.notes, "launch: " + launch_line(exp, req, output or "megaplan.overrides")]
     return render(exp), notes

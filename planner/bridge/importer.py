@@ -62,6 +62,7 @@ def flatten(node, prefix: str = "") -> dict:
 def merge_over(base: dict, fields: dict) -> dict:
     """``fields`` over a base recipe's: a section given whole (with a ``_target_``) replaces the base's."""
     whole = {k.removesuffix("._target_") for k in fields if k.endswith("._target_")}
+    whole |= {k for k, v in fields.items() if "." not in k and isinstance(v, str)}  # mixed_precision=PRESET
     kept = {k: v for k, v in base.items() if k.split(".", 1)[0] not in whole and k not in whole}
     return {**kept, **fields}
 
@@ -128,6 +129,7 @@ def _context(fields: dict, is_moe: bool) -> dict:
         "flex": is_moe and fields.get("model.moe_token_dispatcher_type") == "flex",
         "fp8": fields.get("model.fp8"),
         "recompute": fields.get("model.recompute_granularity"),
+        "layout": bool(fields.get("model.pipeline_model_parallel_layout")),
         "precision": "bf16" if fields.get("model.bf16") else "fp16" if fields.get("model.fp16") else "fp32",
     }
 
@@ -148,8 +150,12 @@ def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
     ctx = _context(fields, is_moe)
     argv: list[str] = []
     for flag, path in MODEL_ROWS.items():
-        if fields.get(path) is not None:
-            argv += [flag, str(fields[path])]
+        value = fields.get(path)
+        if value is not None:
+            argv += [
+                flag,
+                str(int(value) if isinstance(value, float) and value.is_integer() and "dropout" not in flag else value),
+            ]
     for row in ROWS:
         argv += to_flags(row, fields, tag, ctx)
     return argv
@@ -189,12 +195,14 @@ def bridge_import_fields(
         elif not base:
             notes.append(f"base recipe {name}: its fields were not dumped; only the given fields are read")
     merged = merge_over(base, fields)
+    if model is None and (model := preset_for(merged)) is not None:
+        notes.append(f"model {model}: the megaplan preset whose architecture the config's model fields match")
     base_has_co = any(k.startswith("comm_overlap.") for k in merged)
     if gpus is None:
         raise PlannerError("the world size is unknown: pass --gpus N (a Bridge config does not hold it)")
     t, p, c = (int(merged.get(f"model.{k}_parallel_size") or 1) for k in ("tensor_model", "pipeline_model", "context"))
     dp = gpus // (t * p * c) if gpus % (t * p * c) == 0 else 1
-    warnings = apply_precision(merged) + apply_comm_overlap(merged, dp, base_has_co)
+    warnings = apply_precision(merged, set(fields)) + apply_comm_overlap(merged, dp, base_has_co)
     from planner.presets import load_model
 
     is_moe = bool(merged.get("model.num_moe_experts")) or (load_model(model).is_moe if model else False)
@@ -227,7 +235,10 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     from planner.plan_sources import read_text
 
     path = values.get("bridge_config")
+    path, _, workload = (path or "").partition("#")
     text = read_text(path) if path else ""
+    if workload:
+        return _workload(text, workload, values)
     head = header_options(text)
     gpus = values.get("gpus") or (int(head["gpus"]) if head.get("gpus") else None)
     where = f"--gpus {gpus}" if values.get("gpus") else f"the Bridge config's {gpus} GPUs"
@@ -267,3 +278,35 @@ def file_kind(text: str) -> str:
     if re.search(r"\bnemo\s+llm\b|^\s*trainer\.strategy\.|\strainer\.strategy\.", text, re.M):
         return "nemo2"
     return "bridge"
+
+
+def _workload(text: str, name: str, values: dict) -> tuple[object, str]:
+    """--bridge-config FILE#NAME: one of Bridge's performance workloads (planner.bridge.workloads)."""
+    from planner.bridge.workloads import read_workload
+
+    w = read_workload(text, name)
+    gpus = values.get("gpus") or w.gpus
+    read = bridge_import_fields(
+        w.fields, tag=w.tag, recipe=w.recipe, gpus=gpus, hardware=values.get("hardware") or w.hardware, model=w.model
+    )
+    note = f"workload {w.name} (Megatron-Bridge {w.tag} performance scripts): {w.gpus} GPUs of {w.hardware}"
+    where = f"--gpus {gpus}" if values.get("gpus") else f"the workload's {w.gpus} GPUs"
+    return replace(read, notes=(note, *read.notes)), where
+
+
+ARCH_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_moe_experts")
+
+
+def preset_for(fields: dict) -> str | None:
+    """The model preset whose layers, widths, heads and experts a full config's model fields match."""
+    from planner.presets import load_model, preset_names
+
+    given = {k: fields.get(f"model.{k}") for k in ARCH_KEYS}
+    if given["num_layers"] is None or given["hidden_size"] is None:
+        return None
+    for name in preset_names("models"):
+        m = load_model(name)
+        mine = (m.num_layers, m.hidden_size, m.ffn, m.num_attention_heads, m.num_experts or None)
+        if mine == tuple(given[k] or None for k in ARCH_KEYS):
+            return name
+    return None

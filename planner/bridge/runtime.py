@@ -47,8 +47,9 @@ def preset_name(value) -> str | None:
     return value.replace("-", "_") if isinstance(value, str) else None
 
 
-def apply_precision(fields: dict) -> list[str]:
-    """Step 1: the precision preset (by name, then its fields as given) onto model/optimizer/ddp."""
+def apply_precision(fields: dict, given: set[str] = frozenset()) -> list[str]:
+    """Step 1: the precision preset (by name, then its fields as given) onto model/optimizer/ddp; a note for
+    each field the config gives (``given``) that the preset overwrites."""
     notes: list[str] = []
     name = preset_name(fields.get("mixed_precision"))
     mp = {}
@@ -64,11 +65,12 @@ def apply_precision(fields: dict) -> list[str]:
     mp.update({k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith("mixed_precision.")})
     if not mp:
         return notes
-    if "fp8_param_gather" in mp and "fp8_param" not in {k.split(".", 1)[1] for k in fields if k.startswith("mixed_")}:
+    given = {k.split(".", 1)[1] for k in fields if k.startswith("mixed_precision.")}
+    if "fp8_param_gather" in mp and "fp8_param" not in given:
         mp["fp8_param"] = mp["fp8_param_gather"]  # MixedPrecisionConfig keeps the two in step
     for key, value in mp.items():
         for target in MP_TARGETS.get(key, ()):
-            if fields.get(target, value) != value:
+            if target in given and fields.get(target, value) != value:
                 notes.append(f"{target}={fields[target]} is overwritten by mixed_precision.{key}={value}")
             fields[target] = value
     return notes

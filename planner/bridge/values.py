@@ -85,8 +85,8 @@ def to_flags(row: Row, fields: dict, tag: str, ctx: dict) -> list[str]:
         return []
     value = fields[path]
     kind = row.convert
-    if kind == "vpp":
-        return [row.flag, str(value)] if value not in (None, 1) else []
+    if kind == "vpp":  # a layout places the virtual stages itself (Bridge derives the size from it)
+        return [row.flag, str(value)] if value not in (None, 1) and not ctx.get("layout") else []
     if kind == "dtype":
         name = DTYPES_BACK.get(str(value).removeprefix("torch."), DTYPES_BACK.get(str(value), "fp32"))
         return [row.flag, name] if name != row.default else []
@@ -114,7 +114,25 @@ def _graph_flags(row: Row, value, tag: str) -> list[str]:
     return [row.flag, *modules] if modules else []
 
 
+LAYOUT_LETTERS = {
+    "embedding": "E",
+    "decoder": "t",
+    "mtp": "m",
+    "loss": "L",
+}  # Megatron-Core PipelineParallelLayerLayout
+
+
+def layout_text(value) -> str:
+    """A pipeline layout as Megatron-LM's flag writes it; Bridge may hold it parsed, a list of stages of layer
+    names (Megatron-Core pipeline_parallel_layer_layout.py)."""
+    if isinstance(value, str):
+        return value
+    return "|".join("".join(LAYOUT_LETTERS.get(str(x), "?") for x in stage) for stage in value)
+
+
 def _plain_flags(row: Row, value, ctx: dict) -> list[str]:
+    if row.dest == "pipeline_model_parallel_layout" and value:
+        return [row.flag, layout_text(value)]
     if row.dest == "attention_backend":
         return [row.flag, "unfused" if str(value).rsplit(".", 1)[-1] in UNFUSED_BACKENDS else "auto"]
     if row.dest in ("fp8_recipe", "fp8_param_gather") and not ctx.get("fp8"):

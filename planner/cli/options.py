@@ -78,6 +78,14 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     Option(("--pp",), "Pipeline-parallel size p.", 1, POSITIVE, searched=True),
     Option(("--dp",), "Data-parallel size d (derived from --gpus if omitted).", None, POSITIVE, searched=True),
     Option(("--vpp",), "Interleaved chunks per stage (1: plain 1F1B).", 1, POSITIVE, searched=True),
+    Option(
+        ("--microbatch-group-size-per-virtual-pipeline-stage", "microbatch_group_size"),
+        "Interleaving: micro-batches each virtual stage runs at a time, G (pp ≤ G ≤ m, m mod G = 0 or ≥ pp; "
+        "default: pp; search: the smallest legal).",
+        None,
+        POSITIVE,
+        searched=True,
+    ),
     Option(("--cp",), "Context-parallel size c (search: while s/c ≥ 4096).", 1, POSITIVE, searched=True),
     Option(("--ep",), "Expert-parallel size (MoE).", 1, POSITIVE, searched=True),
     Option(("--etp",), "Expert tensor-parallel size (MoE; default: --tp).", None, POSITIVE, searched=True),
@@ -153,6 +161,25 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         derived="on with the distributed optimizer or FSDP, as today's recipes set it; off is never faster",
     ),
     Option(("--grad-reduce-in-bf16",), "Reduce gradients in bf16 instead of fp32.", False, flag=True, solo=True),
+    Option(
+        ("--use-sharp",),
+        "--use-sharp: data-parallel collectives reduced in the switches (SHARP), where the cluster has it.",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
+        ("--dp-max-ctas",),
+        "The DP communicator's max_ctas (--nccl-communicator-config-path): SMs its hidden collectives take.",
+        None,
+        POSITIVE,
+    ),
+    Option(
+        ("--dfa-bucket-mb",),
+        "NeMo 1's Apex DistributedFusedAdam: its bucket_cap_mb, every chunk synced in buckets of that many MB.",
+        None,
+        click.FloatRange(min=0, min_open=True),
+    ),
     Option(
         ("--pp-scatter-gather",), "Model the 2021 pipeline scatter/gather optimisation.", False, flag=True, solo=True
     ),

@@ -53,6 +53,8 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
     req = resolved.request
     explained = api.explain_plan(req, kw["memory_headroom"])
     pj = explained.plan_json
+    if "fit_suggestions" in pj and not pj["fit_suggestions"]:  # the fix line says what a search really finds
+        pj["search_hint"] = _search_hint(req, pj, kw)
     say_warnings(req.ctx, req.gpus, pj)
     timeline = plan_timeline(explained.evaluation, req.plan, req.ctx.options) if schedule or schedule_file else None
     if as_json:
@@ -110,6 +112,40 @@ def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.Plan
         return override_request(base, dict(overrides)) if overrides else base
     except PlannerError as err:
         raise PlannerError(f"plan {side.upper()} (--{side}): {err}") from err
+
+
+def _search_hint(req: api.PlanRequest, pj: dict, kw: dict) -> dict:
+    """What a search on the plan's GPUs finds, with the search command that reproduces it when the model
+    was named by --model (a search cannot take an imported script)."""
+    from planner.cli.reproduce import search_command
+    from planner.runs.hints import search_on_these_gpus
+
+    hint = search_on_these_gpus(req, kw["memory_headroom"])
+    shown = hint.pop("best") or pj
+    command = search_command(shown, kw["model"], kw["hardware"]) if kw.get("model") else None
+    hint["command"] = (
+        command if hint["finds"] or command is None else command.replace(f" --gpus {req.gpus}", " --min-gpus")
+    )
+    return hint
+
+
+def _side_plan(req: api.PlanRequest, overrides: dict, side: str, plan_files, kw: dict) -> dict:
+    """One side's plan JSON; a side without --a/--b is the shared plan alone, and says so when it fails."""
+    try:
+        return api.explain(req, kw["memory_headroom"])
+    except PlannerError as err:
+        if overrides or plan_files:
+            raise PlannerError(f"plan {side.upper()} (--{side}): {err}") from err
+        other = "b" if side == "a" else "a"
+        raise PlannerError(
+            f"plan {side.upper()} is the shared options alone (no --{side} given), {plan_text_of(req)}: {err}; "
+            f"give --{side} '...' as well, or the shared --tp/--pp that --{other} changes"
+        ) from err
+
+
+def plan_text_of(req: api.PlanRequest) -> str:
+    p = req.plan
+    return f"TP{p.tp} PP{p.pp} DP{p.dp}"
 
 
 @cli.command()
@@ -176,7 +212,9 @@ def compare(
         say_notes(resolved)
         bases = [resolved.request]
     reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
-    pjs = [api.explain(r, kw["memory_headroom"]) for r in reqs]
+    pjs = [
+        _side_plan(r, over, side, plan_files, kw) for r, over, side in zip(reqs, (a_over, b_over), "ab", strict=True)
+    ]
     result = cmp.compare_plans(*pjs)
     if as_json:
         echo_json(result)
@@ -239,7 +277,7 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
     if fmt not in ("flags", "slurm", "json"):
         from planner.bridge.export import export_text
 
-        text, notes = export_text(req, fmt, kw.get("bridge_version"), kw.get("bridge_recipe"))
+        text, notes = export_text(req, fmt, kw.get("bridge_version"), kw.get("bridge_recipe"), output)
         for line in notes:
             click.echo(f"megaplan: note: {line}", err=True)
     elif fmt == "json":

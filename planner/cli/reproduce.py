@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.cli.options import KNOBS, LISTS, PLAN_OPTIONS
+from planner.cli.options import KNOBS, LISTS, OVERLAP_PINS, PLAN_OPTIONS
 from planner.cli.options import dest as option_dest
 from planner.plan import DEFAULT_TRAIN_TOKENS, PlanOptions, StageSplit
 
@@ -36,16 +36,21 @@ def _plan_values(pj: dict, model_ref: str | None, hardware_ref: str | None) -> d
     }
 
 
-def command_args(pj: dict, model_ref: str | None = None, hardware_ref: str | None = None) -> list[str]:
+def command_args(
+    pj: dict, model_ref: str | None = None, hardware_ref: str | None = None, skip: set[str] = frozenset()
+) -> list[str]:
     """The plan options that rebuild a plan JSON on the command line (the model by the name or path
-    the user gave): every parallel knob, and each behaviour option that differs from its default."""
+    the user gave): every parallel knob, and each behaviour option that differs from its default;
+    none of ``skip`` (option destinations)."""
     values = _plan_values(pj, model_ref, hardware_ref)
     defaults = {option_dest(o): o.default for o in PLAN_OPTIONS} | {"tokens": DEFAULT_TRAIN_TOKENS}
     args: list[str] = []
     for opt in PLAN_OPTIONS:
         dest = option_dest(opt)
         value = values.get(dest)
-        if value is None or (opt.plan_only and dest != "gpus") or (dest not in CORE and value == defaults.get(dest)):
+        if value is None or dest in skip or (opt.plan_only and dest != "gpus"):
+            continue
+        if dest not in CORE and value == defaults.get(dest):
             continue
         if isinstance(value, list | tuple):
             if tuple(value) == LIST_DEFAULTS.get(dest):
@@ -64,6 +69,22 @@ def command_args(pj: dict, model_ref: str | None = None, hardware_ref: str | Non
         else:
             args += [name, f"{value:g}" if isinstance(value, float) else str(value)]
     return args
+
+
+SPLIT = {
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
+    "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
+    "pipeline_layout",
+}
+
+
+def search_command(pj: dict, model_ref: str | None = None, hardware_ref: str | None = None) -> str:
+    """The search command over a plan's model, hardware, training and GPUs: its options without the
+    knobs search picks (the parallel sizes, recomputation, the stage split, the overlaps)."""
+    picked = {option_dest(o) for o in PLAN_OPTIONS if o.searched} | SPLIT | set(OVERLAP_PINS)
+    return f"megaplan search {shlex.join(command_args(pj, model_ref, hardware_ref, skip=picked))}"
 
 
 def commands(pj: dict, model_ref: str | None = None, hardware_ref: str | None = None) -> dict[str, str]:

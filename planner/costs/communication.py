@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from planner.hardware.collectives import Link, all_gather_time_s, all_reduce_time_s, p2p_time_s
+from planner.hardware.collectives import Link, all_gather_time_s, all_reduce_time_s, in_network_time_s, p2p_time_s
 
 
 def activation_message_bytes(b: ArrayLike, s: int, h: int, c: ArrayLike, *, activation_bytes: int) -> np.ndarray:
@@ -58,7 +58,13 @@ def pp_p2p_time_s(
 
 
 def dp_grad_reduce_time_s(
-    num_params: ArrayLike, d: ArrayLike, link: Link, *, grad_bytes: int, distributed_optimizer: np.ndarray
+    num_params: ArrayLike,
+    d: ArrayLike,
+    link: Link,
+    *,
+    grad_bytes: int,
+    distributed_optimizer: np.ndarray,
+    in_network: bool = False,
 ) -> np.ndarray:
     """Data-parallel gradient reduction of ``num_params`` gradients over d ranks.
 
@@ -66,10 +72,29 @@ def dp_grad_reduce_time_s(
     unless --grad-reduce-in-bf16; 16-bit under fp16). Distributed optimizer: a reduce-scatter, each
     rank keeping the shard its optimizer updates (Megatron-LM megatron/core/distributed/
     param_and_grad_buffer.py); the updated parameters' all-gather is costed by the caller.
+    ``in_network`` (--use-sharp on a SHARP fabric): across NVLink domains the switches reduce,
+    ``collectives.in_network_time_s`` (Megatron-LM parallel_state.py: NCCL_COLLNET_ENABLE on the DP group).
     """
     n = np.asarray(num_params, dtype=float)
     reduce_scatter = all_gather_time_s(d, grad_bytes * n, link)
-    return np.where(distributed_optimizer, reduce_scatter, all_reduce_time_s(d, grad_bytes * n, link))
+    ring = np.where(distributed_optimizer, reduce_scatter, all_reduce_time_s(d, grad_bytes * n, link))
+    return np.where(in_network & (link.nodes > 1), in_network_time_s(d, grad_bytes * n, link), ring)
+
+
+def dp_param_gather_time_s(
+    num_params: ArrayLike, d: ArrayLike, link: Link, *, param_bytes: float, in_network: bool = False
+) -> np.ndarray:
+    """The distributed optimizer's all-gather of ``num_params`` updated parameters over d ranks, in
+    their gathered dtype (1 byte with --fp8-param-gather); in the switches with ``in_network``."""
+    M = param_bytes * np.asarray(num_params, dtype=float)
+    return np.where(in_network & (link.nodes > 1), in_network_time_s(d, M, link), all_gather_time_s(d, M, link))
+
+
+def dfa_bucket_params(bucket_mb: float, grad_bytes: int) -> float:
+    """Parameters in one bucket of NeMo 1's Apex DistributedFusedAdam: bucket_cap_mb·2²⁰ bytes of the
+    gradient-sync dtype (apex/contrib/optimizers/distributed_fused_adam.py: bucket_size =
+    1024·1024·bucket_cap_mb/dtype_size, dtype_size of grad_sync_dtype); 200 MB of bf16 is 104.9 M."""
+    return bucket_mb * 2**20 / grad_bytes
 
 
 def ub_sm_charge_s(
@@ -220,6 +245,7 @@ def dp_exposed_s(
     step_bwd_s: ArrayLike,
     *,
     overlap: bool,
+    bucketed: ArrayLike | None = None,
 ) -> np.ndarray:
     """Gradient reduction of stage i left after stage 0's last backward ends.
 
@@ -232,14 +258,16 @@ def dp_exposed_s(
     before the end and the reductions queue on one link, so the last finishes at
     max_k(r_k + (k + 1)·sync/v): for the last chunk r_0 = −i·τ (stage 0: its buckets leave during
     its last backward, r_0 = −τ·(1 − bucket/chunk), and at least its last bucket is exposed), for
-    the others r_k = −k·p·τ (the maximum sits at k = 1 or k = v − 1).
+    the others r_k = −k·p·τ (the maximum sits at k = 1 or k = v − 1). ``bucketed``: the stages whose
+    last chunk leaves in buckets as stage 0's does (default: stage 0 only; every stage under Apex's
+    DistributedFusedAdam).
     """
     sync, bucket, tau = (np.asarray(x, dtype=float) for x in (sync_s, bucket_s, step_bwd_s))
     i, p, v = np.asarray(i), np.asarray(p), np.asarray(v)
     if not overlap:
         return np.maximum(sync - i * tau, 0.0)
     chunk = sync / v
-    first = i == 0
+    first = i == 0 if bucketed is None else np.asarray(bucketed)
     last_chunk = chunk - i * tau - np.where(first, tau * (1 - np.minimum(bucket / np.maximum(chunk, 1e-30), 1)), 0.0)
     last_chunk = np.maximum(last_chunk, np.where(first, np.minimum(bucket, chunk), 0.0))
     earlier = np.where(v >= 2, np.maximum(2 * chunk - p * tau, sync - (v - 1) * p * tau), 0.0)

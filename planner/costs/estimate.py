@@ -123,39 +123,64 @@ def _dp_sync(
     Megatron buckets and launches it (communication.dp_exposed_s); with the distributed optimizer
     the parameter all-gather, whole after the optimizer step, or with --overlap-param-gather only
     the first bucket before each stage's first forward (stage i starts i forward steps late); and
-    what the hidden rest takes of the compute it hides behind (collectives.hidden_comm_contention_s)."""
-    opts = ctx.options
+    what the hidden rest takes of the compute it hides behind (collectives.hidden_comm_contention_s).
+    NeMo 1's Apex DistributedFusedAdam (``dfa_bucket_mb``) cuts every chunk into buckets of its own,
+    each a collective that pays its latency; --use-sharp reduces in the switches where the cluster can."""
+    opts, hw = ctx.options, ctx.hardware
     grad_bytes, param_bytes = dp_element_bytes(ctx)
     if opts.fp8 is not None and opts.fp8_param_gather:
         param_bytes = 1
-    dense_link = group_link(ctx.hardware, lt.d * lt.c, lt.t)
-    expert_link = group_link(ctx.hardware, lt.edp, lt.etp * lt.ep)
+    dense_link = group_link(hw, lt.d * lt.c, lt.t)
+    expert_link = group_link(hw, lt.edp, lt.etp * lt.ep)
+    sharp = opts.use_sharp and hw.network.sharp
 
     def reduce(n, group, link):
-        return comm.dp_grad_reduce_time_s(n, group, link, grad_bytes=grad_bytes, distributed_optimizer=lt.dopt)
+        kw = dict(grad_bytes=grad_bytes, distributed_optimizer=lt.dopt, in_network=sharp)
+        return comm.dp_grad_reduce_time_s(n, group, link, **kw)
+
+    def gather(n, group, link):
+        return comm.dp_param_gather_time_s(n, group, link, param_bytes=param_bytes, in_network=sharp)
 
     dense, expert = mem["dense_params"], mem["expert_params"]
-    sync = reduce(dense, lt.d * lt.c, dense_link) + reduce(expert, lt.edp, expert_link)
     chunk_params = (dense + expert) / lt.vpp
+    dfa = opts.dfa_bucket_mb is not None
+    # per chunk: Apex's buckets, or one (Megatron-Core: stage 0's first chunk aside)
+    nb = np.ceil(chunk_params / comm.dfa_bucket_params(opts.dfa_bucket_mb, grad_bytes)) if dfa else 1.0
+    nb = lt.vpp * np.maximum(nb, 1.0)
+
+    def both(fn):  # the dense and the expert parameters of the stage, each in nb collectives
+        return nb * (fn(dense / nb, lt.d * lt.c, dense_link) + fn(expert / nb, lt.edp, expert_link))
+
+    sync, whole_gather = both(reduce), both(gather)
     # stage 0's last gradient bucket and first all-gather hold the word table, V·h/t (buckets fill in
     # backward order and close past their size: param_and_grad_buffer.py:980-986)
     bucket = np.minimum(np.maximum(comm.ddp_bucket_params(lt.d * lt.c), lt.V * lt.h / lt.t), chunk_params)
-    bucket_s = np.where(rep == 0, reduce(bucket, lt.d * lt.c, dense_link), sync / lt.vpp)
+    bucket = chunk_params * lt.vpp / nb if dfa else bucket
+    first = (rep == 0) | dfa  # the stages whose last chunk leaves in buckets
+    bucket_s = np.where(first, reduce(bucket, lt.d * lt.c, dense_link), sync / lt.vpp)
     tau_b, tau_f = bwd_mb / lt.vpp, fwd_mb / lt.vpp
-    grads = comm.dp_exposed_s(sync, bucket_s, rep, lt.p, lt.vpp, tau_b, overlap=opts.overlap_grad_reduce)
-    first_gather = np.where(rep == 0, bucket, chunk_params)
-    whole_gather = all_gather_time_s(lt.d * lt.c, param_bytes * dense, dense_link) + all_gather_time_s(
-        lt.edp, param_bytes * expert, expert_link
+    grads = comm.dp_exposed_s(
+        sync, bucket_s, rep, lt.p, lt.vpp, tau_b, overlap=opts.overlap_grad_reduce, bucketed=first
     )
+    first_gather = np.where(first, bucket, chunk_params)
     if opts.overlap_param_gather:
-        gather = np.maximum(all_gather_time_s(lt.d * lt.c, param_bytes * first_gather, dense_link) - rep * tau_f, 0.0)
+        gather_s = np.maximum(gather(first_gather, lt.d * lt.c, dense_link) - rep * tau_f, 0.0)
     else:
-        gather = whole_gather
-    exposed = grads + np.where(lt.dopt, gather, 0.0)
-    hidden = sync - grads + np.where(lt.dopt, whole_gather - gather, 0.0)
-    hw = ctx.hardware
-    contention = hidden_comm_contention_s(hidden, hw.network.nccl_sms, hw.gpu.sm_count)
+        gather_s = whole_gather
+    exposed = grads + np.where(lt.dopt, gather_s, 0.0)
+    hidden = sync - grads + np.where(lt.dopt, whole_gather - gather_s, 0.0)
+    contention = hidden_comm_contention_s(hidden, dp_sms(ctx), hw.gpu.sm_count)
     return np.max(np.where(count > 0, exposed + contention, 0.0), axis=1, keepdims=True)
+
+
+def dp_sms(ctx: Context) -> int | None:
+    """SMs a data-parallel collective holds: NCCL's own (the hardware's ``nccl_sms``), capped by the
+    DP communicator's max_ctas when --nccl-communicator-config-path sets one (Megatron-LM
+    parallel_state.get_nccl_options; NVIDIA's MLPerf NeMo configs: dp max_ctas 8)."""
+    sms, cap = ctx.hardware.network.nccl_sms, ctx.options.dp_max_ctas
+    if sms is None or cap is None:
+        return cap if sms is None else sms
+    return min(sms, cap)
 
 
 def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray) -> np.ndarray:
@@ -177,7 +202,7 @@ def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     exposed = np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0)
     hidden = 2 * gather + scatter - exposed
     hw = ctx.hardware
-    return n * (exposed + hidden_comm_contention_s(hidden, hw.network.nccl_sms, hw.gpu.sm_count))
+    return n * (exposed + hidden_comm_contention_s(hidden, dp_sms(ctx), hw.gpu.sm_count))
 
 
 def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
@@ -429,7 +454,7 @@ def _dp_formula_text(ctx: Context, plan: ParallelPlan, grad_bytes: int, param_by
         dp_text = f"reduce-scatter of {grad_bytes}-byte gradients over d·c + {gather}"
     else:
         dp_text = f"all-reduce of {grad_bytes}-byte gradients over d·c"
-    sms = ctx.hardware.network.nccl_sms
+    sms = dp_sms(ctx)
     if sms is not None:
         dp_text += f"; + what runs hidden × {sms}/{ctx.hardware.gpu.sm_count} (the SMs NCCL holds beside the compute)"
     if not plan.fsdp:

@@ -14,6 +14,7 @@ import functools
 import numpy as np
 
 from planner.costs import memory
+from planner.costs.pipeline import microbatch_group
 from planner.models.params import padded_vocab
 from planner.models.pipeline_layout import COUNT_FIELDS, stage_contents, stage_counts
 from planner.plan import AttentionKernel, Context, num_microbatches
@@ -87,6 +88,7 @@ class Letters:
         self.L = mo.num_layers
         self.V = padded_vocab(mo.vocab_size, mo.make_vocab_size_divisible_by, self.t)
         self.m = num_microbatches(self.B, self.b, self.d)
+        self.G = microbatch_group(self.p, _col(grid.mb_group))  # micro-batches a virtual stage runs at a time
         self.world = self.t * self.c * self.p * self.d
         self.edp = self.world / (self.etp * self.ep * self.p)  # expert data-parallel size
         self.gated, self.dropout, self.attn_dropout = mo.gated, mo.hidden_dropout > 0, mo.attention_dropout > 0

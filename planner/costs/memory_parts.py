@@ -31,7 +31,7 @@ def memory_parts(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarr
     _, expert = moe_layer_params(mo, lt.t, lt.ep, lt.etp) if mo.is_moe else (0.0, 0.0 * lt.t)
     experts = memory.param_state_bytes(moe_layers * expert, lt.edp, **states)
     acts = layer_activations(lt, ctx)
-    in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i, a2a_overlap=lt.a2a_overlap, layers=layers)
+    in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i, a2a_overlap=lt.a2a_overlap, layers=layers, G=lt.G)
     return {
         "states: attention": sum(attention.values()),
         "states: experts": sum(experts.values()),

@@ -32,14 +32,56 @@ def bubble_time_s(stage_sum: ArrayLike, slowest: ArrayLike, vpp: ArrayLike) -> n
     return (np.asarray(stage_sum) - np.asarray(slowest)) / np.asarray(vpp)
 
 
+def microbatch_group(p: ArrayLike, mb_group: ArrayLike) -> np.ndarray:
+    """G, the micro-batches each virtual stage runs at a time: --microbatch-group-size-per-virtual-
+    pipeline-stage, or Megatron's default pp (model_parallel_config.py __post_init__ @ d98e8a64) where 0."""
+    mb_group = np.asarray(mb_group)
+    return np.where(mb_group > 0, mb_group, np.asarray(p))
+
+
+def microbatch_group_legal(p: ArrayLike, m: ArrayLike, G: ArrayLike) -> np.ndarray:
+    """Megatron-LM's interleaved schedule takes a group size G with p ≤ G ≤ m whose last group is whole or
+    at least p micro-batches: m mod G = 0 or m mod G ≥ p (schedules.py
+    forward_backward_pipelining_with_interleaving @ d98e8a64: "should range in [PP, M]" and "the remainder
+    of M ... divided by N ... should be 0, or larger than or equal to the pipeline-parallel size").
+    With G = p (the default) that is m a multiple of p."""
+    p, m, G = (np.asarray(x) for x in (p, m, G))
+    whole = np.floor(m) == m
+    rem = np.mod(m, np.maximum(G, 1))
+    return whole & (G >= p) & (G <= m) & ((rem == 0) | (rem >= p))
+
+
+def smallest_microbatch_group(p: ArrayLike, m: ArrayLike) -> np.ndarray:
+    """The smallest legal G (``microbatch_group_legal``) for each plan, 0 where m < p or m is not whole
+    (none is). G = m is
+    always legal when m ≥ p, so one exists; a larger G only keeps more micro-batches in warm-up
+    (``in_flight_microbatches``) at the same bubble, so search takes the smallest."""
+    p, m = np.broadcast_arrays(np.asarray(p, dtype=np.int64), np.asarray(m, dtype=float))
+    G = np.where((m >= p) & (np.floor(m) == m), p, 0).astype(np.int64)  # a fractional m has none
+    todo = np.flatnonzero((G > 0) & ~microbatch_group_legal(p, m, G))
+    while len(todo):
+        G[todo] += 1
+        todo = todo[~microbatch_group_legal(p[todo], m[todo], G[todo])]
+    return G
+
+
 def in_flight_microbatches(
-    p: ArrayLike, m: ArrayLike, vpp: ArrayLike, i: ArrayLike, *, a2a_overlap: ArrayLike = False, layers: ArrayLike = 1
+    p: ArrayLike,
+    m: ArrayLike,
+    vpp: ArrayLike,
+    i: ArrayLike,
+    *,
+    a2a_overlap: ArrayLike = False,
+    layers: ArrayLike = 1,
+    G: ArrayLike | None = None,
 ) -> np.ndarray:
     """Micro-batches whose activations stage i holds at its peak, in units of the whole stage.
 
     1F1B (vpp = 1): min(p − i, m) (Megatron schedules.py: warm-up p − i − 1, plus one).
-    Interleaved: min(m·vpp, 2(p − i − 1) + (vpp − 1)·p + 1) chunks of 1/vpp of the stage; for
-    stage 0 that is p·(1 + (p − 1)/(p·vpp)) (Korthikanti et al. 2022, §4.2.3).
+    Interleaved: min(m·vpp, 2(p − i − 1) + (vpp − 1)·G + 1) chunks of 1/vpp of the stage, G the
+    micro-batch group (``microbatch_group``; default p: schedules.py get_pp_rank_microbatches warm-up
+    2(p − i − 1) + (vpp − 1)·G); for stage 0 and G = p that is p·(1 + (p − 1)/(p·vpp)) (Korthikanti et
+    al. 2022, §4.2.3).
     With --overlap-moe-expert-parallel-comm (``a2a_overlap``) the interleaved warm-up runs one more
     forward chunk (schedules.py get_pp_rank_microbatches @ d98e8a64: "one extra micro-batch forward step
     before the 1f1b stages"); without pipelining each combined step runs the next micro-batch's forward
@@ -47,9 +89,10 @@ def in_flight_microbatches(
     the stage holds is alive at the peak: 1 + 1/layers.
     """
     p, m, vpp, i = (np.asarray(x) for x in (p, m, vpp, i))
+    G = p if G is None else np.asarray(G)
     overlap = np.asarray(a2a_overlap, dtype=bool)
     one_f_one_b = np.minimum(p - i, m) + np.where(overlap & (p == 1) & (m > 1), 1.0 / np.maximum(layers, 1), 0.0)
-    chunks = np.minimum(m * vpp, 2 * (p - i - 1) + (vpp - 1) * p + 1 + overlap)
+    chunks = np.minimum(m * vpp, 2 * (p - i - 1) + (vpp - 1) * G + 1 + overlap)
     return np.where(vpp > 1, chunks / vpp, one_f_one_b).astype(float)
 
 

@@ -131,7 +131,7 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
 
     whole, layer_input = mean("whole"), dense["input"]
     largest = np.maximum((st["dense"] > 0) * dense["whole"], (st["moe"] > 0) * moe_layer["whole"])
-    in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i, a2a_overlap=lt.a2a_overlap, layers=n)
+    in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i, a2a_overlap=lt.a2a_overlap, layers=n, G=lt.G)
     chunk = n / lt.vpp  # layers of one model chunk on this stage
     # full: uniform keeps the input of every group of N layers and re-runs a group at a time; block keeps
     # the input of its first k layers of each chunk and everything of the rest (megatron/core/recompute.py)
@@ -177,7 +177,7 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
         mem.cublas_workspace_mib * MIB, tp_comm_overlap=tpo
     ) + process_memory.userbuffer_bytes(lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=lt.fp8, act_bytes=lt.act_bytes)
     graphs = process_memory.cuda_graphs_per_layer(opts)
-    copies = np.where(lt.p == 1, 1.0, in_flight_microbatches(lt.p, lt.m, lt.vpp, i))
+    copies = np.where(lt.p == 1, 1.0, in_flight_microbatches(lt.p, lt.m, lt.vpp, i, G=lt.G))
     message = lt.act_bytes * lt.b * lt.s * lt.h / (lt.c * np.where(lt.sp, lt.t, 1))
     communicators = process_memory.nccl_communicators(
         lt.t, lt.c, lt.p, lt.d, lt.ep, lt.etp, lt.edp, tied_embeddings=mo.tied_embeddings, moe=mo.is_moe

@@ -266,7 +266,7 @@ def _modern_model(row: dict) -> ModelSpec:
     )
 
 
-def _modern(row: dict) -> Run:
+def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
     """A published run of today's Megatron-Core (through NeMo or Megatron-Bridge): flash attention,
     the distributed optimizer with --overlap-grad-reduce --overlap-param-gather, SP with TP and the
     row's own TP overlap and FP8 recipe, in the metric it was published in."""
@@ -313,6 +313,7 @@ def _modern(row: dict) -> Run:
             grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
             cuda_graph_impl=row["cuda_graph_impl"],
             activation_fusion=not eager,
+            **_dp_sync_options(dp_sync.get(row["run_id"])),
         ),
     )
     if row["not_fit_because"]:
@@ -329,9 +330,29 @@ def _modern(row: dict) -> Run:
     )
 
 
+def dp_sync_rows() -> dict[str, dict]:
+    """What the runs' launch configurations set for data-parallel synchronisation beyond Megatron-LM's
+    flags (NeMo 1's Apex DistributedFusedAdam buckets, SHARP, the DP communicator's max_ctas), by
+    run id, each with the file it was read from (``presets/reference/dp_sync_runs.csv``)."""
+    text = (presets_root() / "reference" / "dp_sync_runs.csv").read_text()
+    return {row["run_id"]: row for row in csv.DictReader(io.StringIO(text))}
+
+
+def _dp_sync_options(row: dict | None) -> dict:
+    """PlanOptions of a run's data-parallel synchronisation row (none: Megatron-LM's defaults)."""
+    if row is None:
+        return {}
+    return {
+        "dfa_bucket_mb": float(row["dfa_bucket_mb"]) if row["dfa_bucket_mb"] else None,
+        "use_sharp": _yes(row["use_sharp"]),
+        "dp_max_ctas": int(row["dp_max_ctas"]) if row["dp_max_ctas"] else None,
+    }
+
+
 def load_runs() -> list[Run]:
     """Every reference run with a complete configuration (or a stated default for what is missing)."""
-    runs: list[Run] = [_modern(row) for row in modern_rows()]
+    dp_sync = dp_sync_rows()
+    runs: list[Run] = [_modern(row, dp_sync) for row in modern_rows()]
     for row in reference_rows():
         rid = row["run_id"]
         if rid.startswith("N21-T1") or rid == "N21-S51-GPT3-175B-1024":

@@ -88,7 +88,8 @@ def fitted_accuracy(
     (``previous``: the dense fit does not move them)."""
     sigma_text = (
         f"megaplan calibrate: the fitted factors' covariance (least-squares Jacobian) carried to each run's "
-        f"ln(prediction), RMS over the {fit.runs} runs of the fit, {100 * fit.prediction_sigma:.1f} %"
+        f"ln(prediction), RMS over {'the one run' if fit.runs == 1 else f'the {fit.runs} runs'} of the fit, "
+        f"{100 * fit.prediction_sigma:.1f} %"
     )
     if stats:
         err = stats["rms_log_error"]

@@ -31,6 +31,7 @@ class Link:
     nvlink_bytes_per_s: np.ndarray | None = None
     rail_bytes_per_s: np.ndarray | None = None
     members_per_domain: np.ndarray | None = None
+    nvlink_latency_s: np.ndarray | None = None  # a ring's steps inside a domain (default: latency_s)
 
 
 def group_nodes(size: ArrayLike, stride: ArrayLike, domain_gpus: int) -> tuple[np.ndarray, np.ndarray]:
@@ -70,7 +71,21 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
         nvlink_bytes_per_s=np.broadcast_to(nvlink, np.shape(domains)) * 1.0,
         rail_bytes_per_s=np.where(one_domain, nvlink, rail),
         members_per_domain=per_domain,
+        nvlink_latency_s=np.broadcast_to(node.nvlink_latency_us * 1e-6, np.shape(domains)) * 1.0,
     )
+
+
+def ring_latency_s(n: ArrayLike, link: Link) -> np.ndarray:
+    """Latency of one pass of a pipelined ring over n ranks in D NVLink domains: each chunk crosses
+    n − 1 edges, on average D·(n − 1)/n of them between domains (α of the network tier) and the rest
+    on NVLink (α_NVLink), as NCCL's own model charges its inter- and intra-node steps (NVIDIA/nccl
+    src/graph/tuning.cc, ring latency = Σ steps' intra or inter latency). One domain: (n − 1)·α."""
+    n = np.asarray(n, dtype=float)
+    if link.nvlink_latency_s is None:
+        return (n - 1) * link.latency_s
+    D = np.minimum(np.asarray(link.nodes, dtype=float), n)
+    inter = np.where(D > 1, D * (n - 1) / np.maximum(n, 1), 0.0)
+    return inter * link.latency_s + (n - 1 - inter) * np.where(D > 1, link.nvlink_latency_s, link.latency_s)
 
 
 def all_reduce_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.ndarray:
@@ -78,15 +93,16 @@ def all_reduce_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.
     (2⌈log₂n⌉α), whichever NCCL would pick (Thakur, Rabenseifner & Gropp 2005). 0 at n = 1 and for
     an empty message (no collective is issued: a dense model's expert gradients)."""
     n, M = np.asarray(n, dtype=float), np.asarray(message_bytes, dtype=float)
-    steps = np.minimum(2 * (n - 1), 2 * np.ceil(np.log2(np.maximum(n, 1))))
-    return np.where(M > 0, 2 * (n - 1) / n * M / link.bus_bytes_per_s + steps * link.latency_s, 0.0)
+    latency = np.minimum(2 * ring_latency_s(n, link), 2 * np.ceil(np.log2(np.maximum(n, 1))) * link.latency_s)
+    return np.where(M > 0, 2 * (n - 1) / n * M / link.bus_bytes_per_s + latency, 0.0)
 
 
 def all_gather_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.ndarray:
     """Ring all-gather (or reduce-scatter) of a gathered message of M bytes: (n−1)/n · M/β +
-    (n−1)α (Thakur et al. 2005). 0 at n = 1 and for an empty message."""
+    (n−1)α (Thakur et al. 2005), the steps inside NVLink domains at their own α (``ring_latency_s``).
+    0 at n = 1 and for an empty message."""
     n, M = np.asarray(n, dtype=float), np.asarray(message_bytes, dtype=float)
-    return np.where(M > 0, (n - 1) / n * M / link.bus_bytes_per_s + (n - 1) * link.latency_s, 0.0)
+    return np.where(M > 0, (n - 1) / n * M / link.bus_bytes_per_s + ring_latency_s(n, link), 0.0)
 
 
 reduce_scatter_time_s = all_gather_time_s
@@ -111,6 +127,19 @@ def all_to_all_time_s(n: ArrayLike, send_bytes: ArrayLike, link: Link) -> np.nda
     inside = (k - 1) / np.maximum(n, 1) * M / nvlink
     outside = (n - k) / np.maximum(n, 1) * M / rail
     return np.where(n > 1, np.maximum(inside, outside) + link.latency_s, 0.0)
+
+
+def in_network_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.ndarray:
+    """A reduction done in the switches (SHARP through NCCL's CollNet): each GPU's share of the
+    M bytes crosses its own rail once into the aggregation tree and once back, M/β, and the tree
+    adds one pass up and down its tiers, 2α, whatever n: against a ring's 2(n−1)/n·M/β + 2(n−1)α
+    all-reduce (Graham et al. 2016, 'Scalable Hierarchical Aggregation Protocol (SHArP)'; NVIDIA
+    HPC-X NCCL-RDMA-SHARP plugins), and its (n−1)/n·M/β + (n−1)α reduce-scatter or all-gather
+    (SHARP 3.5.2 with NCCL ≥ 2.20: reduce-scatter and all-gather as well as all-reduce). β: the
+    group's bus bandwidth (``Link``: its members' rails per domain). 0 at n = 1 and for an empty
+    message."""
+    n, M = np.asarray(n, dtype=float), np.asarray(message_bytes, dtype=float)
+    return np.where((n > 1) & (M > 0), M / link.bus_bytes_per_s + 2 * link.latency_s, 0.0)
 
 
 def p2p_time_s(message_bytes: ArrayLike, link: Link) -> np.ndarray:

@@ -124,6 +124,7 @@ class NetworkSpec(_Sourced):
     nics_per_node: PositiveInt = Field(description="compute (rail) NICs per node, storage NICs excluded")
     nic_gbits_per_s: PositiveFloat
     tiers: list[NetworkTier] = Field(min_length=1, description="leaf, spine, core: growing max_nodes")
+    sharp: bool = Field(False, description="the fabric's switches reduce in the network (SHARP), for --use-sharp")
     nccl_sms: PositiveInt | None = Field(
         None,
         description="SMs an NCCL collective's kernel holds while it runs (one CTA per channel): what a hidden "

@@ -154,6 +154,8 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         flags += ["--pipeline-model-parallel-layout", p.pipeline_layout]
     elif p.vpp > 1:
         flags += ["--num-virtual-stages-per-pipeline-rank", p.vpp]
+    if p.microbatch_group_size is not None:
+        flags += ["--microbatch-group-size-per-virtual-pipeline-stage", p.microbatch_group_size]
     if p.stage_split.embedding_counted:
         flags.append("--account-for-embedding-in-pipeline-split")
     if p.stage_split.loss_counted:
@@ -190,6 +192,7 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         (o.overlap_grad_reduce, "--overlap-grad-reduce"),
         (o.overlap_param_gather, "--overlap-param-gather"),
         (o.grad_reduce_in_bf16, "--grad-reduce-in-bf16"),
+        (o.use_sharp, "--use-sharp"),
         (o.tp_comm_overlap, "--tp-comm-overlap"),
         (p.vpp > 1 and not o.overlap_p2p_comm, "--no-overlap-p2p-communication"),
         # Megatron-LM compiles squared ReLU and fuses GeLU either way; only the GLU can run op by op

@@ -7,6 +7,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from planner.errors import counted
 from planner.plan import plan_label
 from planner.report.layout import KEEP, Column, FittedTable
 
@@ -91,7 +92,7 @@ def assumptions_text(result: dict) -> Text:
     for r in result["runs"]:
         for a in r["assumptions"]:
             seen.setdefault(a, []).append(r["id"].split(":")[0])
-    lines = ["Assumptions:"] + [f"  - {a} [{len(set(ids))} runs]" for a, ids in seen.items()]
+    lines = ["Assumptions:"] + [f"  - {a} [{counted(len(set(ids)), 'run')}]" for a, ids in seen.items()]
     return Text("\n".join(lines))
 
 
@@ -105,7 +106,7 @@ def _value(x: float) -> str:
 
 def factors_table(name: str, fit: dict) -> Group:
     """One preset's factors: value ± σ, band, and whether the runs identify it (why not, below)."""
-    title = f"{name}: {fit['runs']} runs, rms log error {fit['rms_log_error']:.3f}"
+    title = f"{name}: {counted(fit['runs'], 'run')}, rms log error {fit['rms_log_error']:.3f}"
     if fit.get("prediction_sigma"):
         title += f", the factors' σ on a prediction {100 * fit['prediction_sigma']:.1f} %"
     table = Table(title=title, title_justify="left")

@@ -11,7 +11,8 @@ from planner.errors import PlannerError
 from planner.timeline import FWD, Timeline
 
 SUFFIXES = (".svg", ".png")
-INSTALL_HINT = 'pip install "megaplan[plot]"'
+# from the checkout: "megaplan" on the public package index is an unrelated package (README)
+INSTALL_HINT = 'pip install ".[plot]" from the megaplan checkout (or pip install matplotlib)'
 FWD_COLORS = ("#1f5fbf", "#4f8fe6", "#86b6f0", "#b9d5f7")
 BWD_COLORS = ("#2e8b3a", "#5cb85c", "#95d195", "#c4e6c4")
 COMM_COLOR, DP_COLOR, OPT_COLOR = "#e6a700", "#b03aa8", "#c0392b"

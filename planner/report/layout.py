@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich import box
@@ -39,6 +39,7 @@ class Column:
     style: str | None = None
     breaks: str = ""
     min_width: int = 0  # a wrapping column is not squeezed below this when the view chooses its columns
+    wrap_priority: int | None = None  # a one-line column that wraps (at spaces) when the width comes to this
 
 
 WRAP_MIN = 24  # a wrapping column is given at least this many characters (or its longest word)
@@ -91,8 +92,9 @@ def _table(
     table = Table(
         box=box.SIMPLE_HEAD, title=title, title_justify="left", show_edge=False, pad_edge=False, padding=(0, 1)
     )
-    for col in columns:
-        table.add_column(col.header, justify=col.justify, no_wrap=not col.wrap, overflow="fold", style=col.style)
+    for col in columns:  # a cell that must be cut after all ends with "…"; a wrapping one folds, losing nothing
+        overflow = "fold" if col.wrap else "ellipsis"
+        table.add_column(col.header, justify=col.justify, no_wrap=not col.wrap, overflow=overflow, style=col.style)
     for k, row in enumerate(rows):
         if k in gaps:
             table.add_row(GAP, *[""] * (len(columns) - 1))
@@ -122,28 +124,40 @@ def table_width(console: Console, options: ConsoleOptions, table: Table) -> int:
 def fit_columns(
     console: Console, options: ConsoleOptions, columns: Sequence[Column], rows: Sequence[Any]
 ) -> tuple[list[Column], list[Column]]:
-    """(shown, hidden): drop the least important columns until the table fits ``options.max_width``."""
+    """(shown, hidden): until the table fits ``options.max_width``, drop the least important column or
+    let a column with a ``wrap_priority`` wrap, whichever comes first (largest priority, then rightmost).
+    A shown column that wraps is returned with ``wrap=True``."""
     shown = list(columns)
     hidden: list[Column] = []
     while True:
         width = table_width(console, options, _table(shown, rows, None, measuring=True))
-        droppable = [c for c in shown if c.priority != KEEP]
-        if width <= options.max_width or not droppable:
+        steps = [(c.priority, k, False) for k, c in enumerate(shown) if c.priority != KEEP]
+        steps += [(c.wrap_priority, k, True) for k, c in enumerate(shown) if c.wrap_priority and not c.wrap]
+        if width <= options.max_width or not steps:
             return shown, hidden
-        worst = max(droppable, key=lambda c: (c.priority, shown.index(c)))
-        shown.remove(worst)
-        hidden.insert(0, worst)
+        _, k, wrap = max(steps)
+        if wrap:
+            shown[k] = replace(shown[k], wrap=True)
+        else:
+            hidden.insert(0, shown.pop(k))
 
 
 class FittedTable:
     """A table whose columns are chosen at render time to fit the console; hidden columns are named
     in a line under it (they are all in --json and --csv). ``gaps``: the rows a "…" row goes before
-    (rows left out between them and the row above)."""
+    (rows left out between them and the row above); ``footer(shown headers)``: a note under the table
+    that may refer only to the columns shown."""
 
     def __init__(
-        self, columns: Sequence[Column], rows: Sequence[Any], title: str | None = None, gaps: Sequence[int] = ()
+        self,
+        columns: Sequence[Column],
+        rows: Sequence[Any],
+        title: str | None = None,
+        gaps: Sequence[int] = (),
+        footer: Callable[[list[str]], str] | None = None,
     ) -> None:
         self.columns, self.rows, self.title, self.gaps = list(columns), list(rows), title, frozenset(gaps)
+        self.footer = footer
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         shown, hidden = fit_columns(console, options, self.columns, self.rows)
@@ -153,6 +167,8 @@ class FittedTable:
         if hidden:
             names = ", ".join(c.header for c in hidden)
             yield Text(f"(hidden at this width: {names}; see --json or --csv)", style="dim")
+        if self.footer and (text := self.footer([c.header for c in shown])):
+            yield Text(text, style="dim")
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         shown, _ = fit_columns(console, options, self.columns, self.rows)

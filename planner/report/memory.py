@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.padding import Padding
 from rich.text import Text
 
+from planner.errors import counted
 from planner.report.layout import KEEP, Column, FittedTable, plain_table
 
 GIB_PER_MIB = 1 / 1024
@@ -91,34 +92,41 @@ def evidence_text(pj: dict) -> Text:
     return out
 
 
-def ties_footnote(result) -> str:
-    """What the tie marks mean, how plans are ranked and how many moved down for lack of evidence."""
+def ties_footnote(result, columns: list[str] | None = None) -> str:
+    """What the tie marks mean, how plans are ranked and how many moved down for lack of evidence;
+    a rank (#N) and the runs column are named only when the table shows them (``columns``: the
+    headers shown, None: all)."""
+    if result.rank_by == "memory":
+        return ""
     rank, shown = result.fastest_rank, [pj["rank"] for pj in result.plans]
     after = f", shown after the top {len(shown) - 1}" if rank == shown[-1] != len(shown) else ""
-    fastest = f"the fastest estimate is #{rank} (*{after})"
+    ranks = columns is None or "#" in columns
+    first = "#1" if ranks else "the first row"
+    fastest = f"the fastest estimate is #{rank} (*{after})" if ranks else f"the fastest estimate is marked *{after}"
     moved = (
-        f" {result.moved_down:,} plans faster by estimate than #1 moved down for lack of evidence (--rank-by estimate "
-        "ranks by the estimate)."
+        f" {counted(result.moved_down, 'plan')} faster by estimate than {first} moved down for lack of evidence "
+        "(--rank-by estimate ranks by the estimate)."
         if result.moved_down
         else ""
     )
     runs = (
         " runs: published settings behind the plan's least-exercised feature; ×N: N features no published setting "
         "of this GPU generation exercises, each widening the band."
+        if columns is None or "runs" in columns
+        else ""
     )
-    if result.rank_by == "memory":
-        return ""
     if result.rank_by == "risk":
         return (
-            f"\nRanked by the pessimistic end, the estimate × e^(2ε) (ε: the band, ± {100 * result.band_frac:.1f} % "
-            f"where every feature has published runs behind it); = tied with #1 (bands overlap), those leaving "
+            f"Ranked by the pessimistic end, the estimate × e^(2ε) (ε: the band, ± {100 * result.band_frac:.1f} % "
+            f"where every feature has published runs behind it); = tied with {first} (bands overlap), those leaving "
             f"10 % of the usable memory free first; {fastest}.{moved}{runs}"
         )
     if not result.tied:
-        return runs
+        return runs.strip()
+    tied = "The one tied plan comes" if result.tied == 1 else f"The {result.tied} tied plans come"
     return (
-        f"\n= tied with the fastest: iteration bands overlap (± {100 * result.band_frac:.1f} %, the model's error "
-        f"on this GPU generation); {fastest}. The {result.tied} tied plans come first: fewer extrapolated "
+        f"= tied with the fastest: iteration bands overlap (± {100 * result.band_frac:.1f} %, the model's error "
+        f"on this GPU generation); {fastest}. {tied} first: fewer extrapolated "
         f"features, then those leaving 10 % of the usable memory free, then the faster.{runs}"
     )
 

@@ -119,7 +119,7 @@ def verdict(pj: dict, note: str | None = None, read: bool = False) -> Text:
             )
         else:
             out.append("fix   ", "bold yellow")
-            out.append("no single change fits; `megaplan search` on these GPUs finds a plan that does\n")
+            out.append(search_hint_text(pj.get("search_hint"), pj["gpus"]) + "\n")
     band = est.get("iteration_s_band")
     spread = f" ({band[0]:.2f}–{band[1]:.2f})" if isinstance(band, list | tuple) and len(band) == 2 else ""
     out.append("speed ", "bold")
@@ -159,12 +159,29 @@ def explain_view(pj: dict, note: str | None = None, read: bool = False) -> Group
     )
 
 
+def search_hint_text(hint: dict | None, gpus: int) -> str:
+    """explain's fix line when no single change fits, from what a search on the same GPUs found
+    (planner.runs.hints.search_on_these_gpus); never a promise that was not checked."""
+    if hint is None:
+        return "no single change fits"
+    if hint["finds"]:
+        plans = "a plan" if hint["feasible"] == 1 else f"{hint['feasible']:,} plans"
+        how = f" ({hint['command']})" if hint["command"] else ""
+        return (
+            f"no single change fits; a search on these {gpus:,} GPUs finds {plans} that fit{how}, the fastest "
+            f"{hint['plan']} at {hint['iteration_s']:.2f} s/iteration"
+        )
+    how = f"; {hint['command']} finds the smallest cluster that does" if hint["command"] else ""
+    return f"no single change fits, and no legal plan fits on these {gpus:,} GPUs either{how}"
+
+
 def fit_suggestions_view(pj: dict) -> Text:
     est = pj["estimate"]
     if not pj["fit_suggestions"]:
         return Text(
-            "No single change of recompute, SP, distributed optimizer, micro-batch, VPP, stage split or CP fits it; "
-            "try `megaplan search` with these GPUs.",
+            "No single change of recompute, SP, distributed optimizer, micro-batch, VPP, stage split or CP fits it"
+            + search_hint_text(pj.get("search_hint"), pj["gpus"]).removeprefix("no single change fits")
+            + ".",
             style="yellow",
         )
     lines = [f"One change that makes it fit (fastest first; now {est['iteration_s']:.3f} s/iteration):"]

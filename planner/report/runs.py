@@ -39,6 +39,7 @@ def sweep_columns(result: dict) -> list[Column]:
             lambda r: plan_text(r["plan"]) if r["plan"] else Text(f"no plan: {r['no_plan']}", style="red"),
             KEEP,
             "left",
+            wrap_priority=3,  # a long label wraps before iteration time, MFU and scaling go
         ),
         Column("iter s", _sweep_est("iteration_s", ".2f"), 2),
         Column("tokens/s", _sweep_est("tokens_per_s", ",.0f"), 1),
@@ -68,15 +69,12 @@ def fit_columns_spec(fit: dict) -> list[Column]:
     base = fit["sizes"][0]["plan"]["estimate"]["tokens_per_s"]
     gpn = fit.get("gpus_per_node") or 1
     smallest = fit["sizes"][0]["gpus"]
+    capacity = fit["sizes"][0]["plan"]["estimate"]["capacity_gib"]  # what a plan may fill, as search's GiB/72.8
     return [
         Column("GPUs", lambda s: Text(f"{s['gpus']:,}", style="bold green" if s["gpus"] == smallest else ""), KEEP),
         Column("nodes", lambda s: f"{s['gpus'] / gpn:g}", 3),
-        Column("fastest plan that fits", lambda s: plan_text(s["plan"]), KEEP, "left"),
-        Column(
-            "GiB",
-            lambda s: f"{s['plan']['estimate']['peak_memory_gib']:.1f}/{s['plan']['estimate']['capacity_gib']:.0f}",
-            1,
-        ),
+        Column("fastest plan that fits", lambda s: plan_text(s["plan"]), KEEP, "left", wrap_priority=3),
+        Column(f"GiB/{capacity:.1f}", lambda s: f"{s['plan']['estimate']['peak_memory_gib']:.1f}", 1),
         Column("iter s", lambda s: f"{s['plan']['estimate']['iteration_s']:.2f}", 2),
         Column("tokens/s", lambda s: f"{s['plan']['estimate']['tokens_per_s']:,.0f}", 2),
         Column("MFU", lambda s: f"{100 * s['plan']['estimate']['mfu']:.1f}%", 1),
@@ -152,12 +150,30 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
         if s["faster"] is None
         else f"{b if s['faster'] == 'b' else a} is faster: {b} runs at ×{s['speedup_b_over_a']:.3f} the speed of {a}"
     )
-    head = Text()
+    misfits = [n for n, pj in ((a, cmp["a"]), (b, cmp["b"])) if not pj["estimate"]["fits_without_headroom"]]
+    if misfits:
+        verdict += f"; {' and '.join(misfits)} {'do' if len(misfits) > 1 else 'does'} not fit in memory (below)"
+    head = Text(verdict + "\n", style="bold")
     for name, pj in ((a, cmp["a"]), (b, cmp["b"])):
         head.append(f"{name}: ", "bold")
         head.append(f"{plan_text(pj)} ({pj['model']}, {pj['gpus']:,} GPUs)\n")
+        head.append("   ")
+        head.append_text(fit_line(pj["estimate"]))
+        head.append(f" · {pj['estimate']['iteration_s']:.2f} s/iteration\n")
     head.append("green: better on that line, red: worse; yellow: a plan field that differs", "dim")
-    return Group(head, FittedTable(columns, rows), Text(verdict, style="bold"))
+    return Group(head, FittedTable(columns, rows))
+
+
+def fit_line(est: dict) -> Text:
+    """FITS / TIGHT / DOES NOT FIT with the most loaded GPU's memory against what a plan may fill."""
+    cap, peak = est["capacity_gib"], est["peak_memory_gib"]
+    if est["fits"]:
+        return Text.assemble(("FITS ", "bold green"), f"{peak:.1f} of {cap:.1f} GiB per GPU, {cap - peak:.1f} GiB free")
+    if est.get("fits_without_headroom"):
+        return Text.assemble(("TIGHT ", "bold yellow"), f"{peak:.1f} GiB per GPU, over the {cap:.1f} GiB headroom line")
+    return Text.assemble(
+        ("DOES NOT FIT ", "bold red"), f"needs {peak:.1f} GiB per GPU, {peak - cap:.1f} GiB more than {cap:.1f}"
+    )
 
 
 def cost_rows(est: dict) -> list[tuple[str, str, str]]:

@@ -3,9 +3,6 @@ table fits any terminal and a new column is one more entry in ``SEARCH_COLUMNS``
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.text import Text
-
 from planner.plan import PLAN_LABEL_LEGEND
 from planner.report.layout import KEEP, Column, FittedTable, plan_text
 from planner.report.memory import band_text, evidence_cell, tie_cell, ties_footnote
@@ -24,7 +21,7 @@ def search_columns(capacity_gib: float) -> list[Column]:
     with the largest priority goes first when the terminal is narrow."""
     return [
         Column("#", lambda pj: str(pj["rank"]), priority=2),
-        Column("plan", plan_text, priority=KEEP, justify="left"),
+        Column("plan", plan_text, priority=KEEP, justify="left", wrap_priority=2),  # wraps before # and GiB go
         Column(f"GiB/{capacity_gib:g}", _est("peak_memory_gib", ".1f"), priority=1),
         Column("iter s", _est("iteration_s", ".2f"), priority=KEEP),
         Column("≈", tie_cell, priority=KEEP),
@@ -47,19 +44,26 @@ def search_title(ctx, gpus: int) -> str:
     )
 
 
-def search_view(result, ctx, gpus: int) -> Group:
+def search_view(result, ctx, gpus: int) -> FittedTable:
     capacity = round(result.plans[0]["estimate"]["capacity_gib"], 1)  # what a plan may fill: usable memory
     ranks = [pj["rank"] for pj in result.plans]
     gaps = [k for k in range(1, len(ranks)) if ranks[k] > ranks[k - 1] + 1]  # the fastest, after the top N
-    table = FittedTable(search_columns(capacity), result.plans, search_title(ctx, gpus), gaps)
     rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     tokens = result.plans[0]["estimate"].get("train_tokens", 300e9) / 1e9
-    foot = Text(
+    foot = (
         f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected: {rejected or 'none'}.\n"
         f"{PLAN_LABEL_LEGEND}. TFLOP/s and MFU count model FLOPs (no recomputation) with attention over "
-        "the whole s² (the papers'); cMFU halves causal attention (Megatron-LM's and Megatron-Bridge's MFU)"
-        f"{'; both against the BF16 peak' if ctx.options.fp8 else ''}; days to train {tokens:g}B tokens (--tokens). "
-        "Each plan's explain and export command lines are in --json." + ties_footnote(result),
-        style="dim",
+        "the whole s² (the papers')"
     )
-    return Group(table, foot)
+
+    def footer(shown: list[str]) -> str:
+        cmfu = "; cMFU halves causal attention (Megatron-LM's and Megatron-Bridge's MFU)" if "cMFU" in shown else ""
+        both = "; both" if cmfu else ","
+        peak = f"{both} against the BF16 peak" if ctx.options.fp8 else ""
+        ties = ties_footnote(result, shown)
+        days = f"; days to train {tokens:g}B tokens (--tokens)" if "days" in shown else ""
+        rest = f"{cmfu}{peak}{days}. "
+        rest += "Each plan's explain and export command lines are in --json."
+        return foot + rest + (f"\n{ties}" if ties else "")
+
+    return FittedTable(search_columns(capacity), result.plans, search_title(ctx, gpus), gaps, footer=footer)

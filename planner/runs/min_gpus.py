@@ -24,7 +24,7 @@ from planner.hardware.spec import GIB
 from planner.models.params import total_params
 from planner.plan import Context
 from planner.search import search
-from planner.space.candidates import NO_PINS, Pins
+from planner.space.candidates import NO_PINS, Pins, expert_pin_error
 
 MAX_GPUS = 1 << 17  # 131,072 GPUs: beyond any cluster the presets describe
 NEXT_SIZES = 3
@@ -69,6 +69,8 @@ def min_gpus(
     step: Callable[[str], None] | None = None,
 ) -> FitResult:
     """The smallest size with a plan, and the next ``next_sizes`` node counts with one, each with its fastest plan."""
+    if bad_ep := expert_pin_error(ctx.model, pins):
+        raise InfeasibleError(bad_ep)
     g = ctx.hardware.gpus_per_node
     bound = lower_bound_gpus(ctx, memory_headroom)
     tried: dict[int, str] = {}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.costs.pipeline import smallest_microbatch_group
 from planner.models.pipeline_layout import LayoutError, PipelineLayout, balanced_layouts
 from planner.plan import (
     DISPATCHER_CODES,
@@ -62,6 +63,7 @@ class Pins:
     pipeline_layout: str | None = None
     moe_token_dispatcher: TokenDispatcher | str | None = None
     overlap_moe_expert_parallel_comm: bool | None = None
+    microbatch_group_size: int | None = None  # interleaving's G; None: the smallest Megatron allows (pp when it can)
     max_tp: int | None = None
     recompute_modules: tuple | None = None  # selective recomputation's modules; None: the search picks them
     # the overlap flags: None takes today's recipes (Megatron-Bridge, NeMo): gradient reduction overlapped,
@@ -72,6 +74,19 @@ class Pins:
 
 
 NO_PINS = Pins()  # search every knob
+
+
+def expert_pin_error(model, pins: Pins) -> str | None:
+    """A pinned --ep that no GPU count can make legal: it must divide the model's experts (Megatron-LM
+    shards whole experts over the expert-parallel group, arguments.py: num_experts % ep == 0)."""
+    if pins.ep is None or pins.ep == 1:
+        return None
+    if not model.is_moe:
+        return f"--ep {pins.ep}: {model.name} has no experts (a dense model); allowed: --ep 1"
+    if model.num_experts % pins.ep:
+        allowed = ", ".join(str(int(d)) for d in divisors(model.num_experts))
+        return f"--ep {pins.ep} must divide the {model.num_experts} experts of {model.name}; allowed: {allowed}"
+    return None
 
 
 def nvlink_domain_gpus(hw) -> int:
@@ -197,11 +212,11 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     cols = _split_rows(base, ctx, pins)
     layout_cols, layouts = _layout_rows(base, ctx, pins, ctx.training.global_batch)
     cols = _concat(cols, layout_cols)
-    if ctx.model.is_moe:  # whole micro-batches, m % p with interleaving
+    if ctx.model.is_moe:  # whole micro-batches, at least pp of them with interleaving
         B = ctx.training.global_batch
         cols = _keep(cols, B % (cols["micro_batch"] * cols["dp"]) == 0)
         m = B // (cols["micro_batch"] * cols["dp"])
-        cols = _keep(cols, (cols["vpp"] == 1) | ((m >= cols["pp"]) & (m % cols["pp"] == 0)))
+        cols = _keep(cols, (cols["vpp"] == 1) | (m >= cols["pp"]))
     cols = _recompute_axes(cols, pins)
     cols = _memory_axes(cols, ctx, pins)
     if ctx.model.is_moe:
@@ -211,7 +226,20 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
         cols["etp"] = cols["tp"] if pins.etp is None else np.full(len(cols["tp"]), pins.etp)
         cols["dispatcher"] = np.zeros(len(cols["tp"]), dtype=np.int8)
         cols["a2a_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
+    cols["mb_group"] = _microbatch_groups(cols, ctx.training.global_batch, pins)
     return _grid(cols, pins, layouts)
+
+
+def _microbatch_groups(cols: dict[str, np.ndarray], B: int, pins: Pins) -> np.ndarray:
+    """Interleaving's micro-batch group G per row, 0 for Megatron's default (pp) and for 1F1B: pinned, or
+    the smallest Megatron allows (``pipeline.smallest_microbatch_group``): pp when pp divides m, else the
+    least G that makes the schedule legal, so interleaving is offered whenever m ≥ pp."""
+    p, vpp = cols["pp"], cols["vpp"]
+    if pins.microbatch_group_size is not None:
+        G = np.full(len(p), pins.microbatch_group_size)
+    else:
+        G = smallest_microbatch_group(p, B / (cols["micro_batch"] * cols["dp"]))
+    return np.where((vpp > 1) & (G != p), G, 0)
 
 
 def _world_rows(ctx: Context, num_gpus: int, pins: Pins) -> dict[str, np.ndarray]:
@@ -296,6 +324,7 @@ def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGr
         last_layers=np.full(n, pins.last_stage_layers or 0, dtype=np.int32),
         dispatcher=cols["dispatcher"].astype(np.int8),
         a2a_overlap=cols["a2a_overlap"],
+        mb_group=cols["mb_group"],
         layouts=tuple(layouts),
     )
 

@@ -43,11 +43,12 @@ class PlanGrid:
     layout: IntArray | None = None  # index into ``layouts``, -1 = none (--pipeline-model-parallel-layout)
     dispatcher: IntArray | None = None  # TokenDispatcher codes: 0 allgather, 1 alltoall, 2 flex
     a2a_overlap: np.ndarray | None = None  # bool: --overlap-moe-expert-parallel-comm
+    mb_group: IntArray | None = None  # --microbatch-group-size-per-virtual-pipeline-stage, 0 = pp (Megatron's default)
     layouts: tuple[str, ...] = field(default=(), compare=False)  # the layouts ``layout`` points into
 
     def __post_init__(self) -> None:
         n = len(self.tp)
-        for name, value in (("layout", -1), ("dispatcher", 0), ("a2a_overlap", False)):
+        for name, value in (("layout", -1), ("dispatcher", 0), ("a2a_overlap", False), ("mb_group", 0)):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, np.full(n, value, dtype=bool if value is False else np.int64))
 
@@ -85,6 +86,7 @@ class PlanGrid:
             layout=col(lambda p: layouts.index(p.pipeline_layout) if p.pipeline_layout else -1),
             dispatcher=col(lambda p: p.moe_token_dispatcher.code, np.int8),
             a2a_overlap=col(lambda p: p.overlap_moe_expert_parallel_comm, bool),
+            mb_group=col(lambda p: p.microbatch_group_size or 0),
             layouts=layouts,
         )
 
@@ -120,6 +122,7 @@ class PlanGrid:
             pipeline_layout=self.layout_text(i),
             moe_token_dispatcher=DISPATCHER_BY_CODE[int(self.dispatcher[i])],
             overlap_moe_expert_parallel_comm=bool(self.a2a_overlap[i]),
+            microbatch_group_size=int(self.mb_group[i]) or None,
         )
 
 

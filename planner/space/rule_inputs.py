@@ -84,6 +84,7 @@ class RuleInputs:
             ep=int(g.ep[i]),
             etp=int(g.etp[i]),
             m=float(self.m[i]),
+            G=int(g.mb_group[i] or g.pp[i]),
             N=self.num_gpus,
             s=tr.seq_len,
             B=tr.global_batch,

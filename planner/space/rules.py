@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from planner.costs.pipeline import microbatch_group, microbatch_group_legal
 from planner.models.spec import ModelSpec, PositionEmbedding
 from planner.plan import SPLIT_BY_CODE, PlanOptions, TrainingSpec
 from planner.space.grid import PlanGrid
@@ -228,9 +229,14 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        "interleaving needs micro-batches divisible by pp",
-        lambda r: (r.grid.vpp == 1) | ((r.m >= r.grid.pp) & (r.m % r.grid.pp == 0)),
-        lambda x: f"interleaving needs m = B/(b·d) = {x.m:g} to be a multiple of pp {x.p}",
+        "interleaving needs a legal micro-batch group",
+        lambda r: (
+            (r.grid.vpp == 1) | microbatch_group_legal(r.grid.pp, r.m, microbatch_group(r.grid.pp, r.grid.mb_group))
+        ),
+        lambda x: (
+            f"interleaving needs pp {x.p} ≤ G ≤ m = B/(b·d) = {x.m:g} with m mod G = 0 or ≥ pp, G the micro-batch "
+            f"group (--microbatch-group-size-per-virtual-pipeline-stage, default pp; schedules.py); G is {x.G}"
+        ),
     ),
     Rule(
         "tp-comm-overlap needs sequence parallelism",

@@ -94,6 +94,8 @@ class Expander:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.vars = {str(k): Var(str(v)) for k, v in env.items()}
         self.pinned = set(self.vars)
+        self.exported = set(self.vars)  # names a child process (bash FILE, sbatch FILE) sees: the environment's
+        self.allexport = False  # set -a
         self.tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": [], "h": []}
 
     # -- variables ----------------------------------------------------------------------
@@ -122,6 +124,8 @@ class Expander:
         if append and old is not None:
             unres = unres | old.unres
         self.vars[name] = Var(value, frozenset(unres))
+        if self.allexport:
+            self.exported.add(name)
 
     def element(self, var: Var, index: str | None) -> str | None:
         items = var.items()

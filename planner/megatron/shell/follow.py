@@ -68,6 +68,9 @@ class Follow:
     directives: list[list[Field]]
     job: list[list[Field]]
     vars: dict[str, Var]
+    exported: set[str]
+    allexport: bool
+    funcs: dict[str, object]
     tables: dict[str, list]
     depth: int
 
@@ -149,9 +152,22 @@ class Follow:
         path, args = found
         text = self.read_or_note(path)
         if text is not None:
-            with self.positional(args):
+            with self.child_process(), self.positional(args):
                 self.run_job_text(text, sbatch=posixpath.basename(fields[0][0]) in ("sbatch", "salloc"))
         return True
+
+    @contextmanager
+    def child_process(self):
+        """A script run by ``bash FILE`` or submitted by ``sbatch``: a new process, which sees only the
+        exported variables (``export``, ``set -a``, the command's own ``X=1``, the caller's ``--env``) and
+        whose assignments and functions never come back to this shell."""
+        saved = self.vars, set(self.exported), self.funcs, self.allexport
+        self.vars = {k: v for k, v in self.vars.items() if k in self.exported or k in self.pinned}
+        self.funcs = {}
+        try:
+            yield
+        finally:
+            self.vars, self.exported, self.funcs, self.allexport = saved
 
     def run_job_text(self, text: str, sbatch: bool) -> None:
         """Interpret a job script: its #SBATCH lines join the directives and set the Slurm variables."""
@@ -172,6 +188,7 @@ class Follow:
             for name in names:
                 if name not in self.vars:
                     self.vars[name] = Var(value[0].strip())
+                    self.exported.add(name)  # the job's environment
 
     def heredoc(self, node, words: list[str], fields: list[Field]) -> bool:
         """A command with a here-document: written to a file (kept in ``files``), or a job script fed to
@@ -193,7 +210,8 @@ class Follow:
         if name in ("sbatch", "salloc") or (name in SHELLS and "-c" not in [t for t, _ in fields]):
             if name in ("sbatch", "salloc"):
                 self.job.append(fields)
-            self.run_job_text(text, sbatch=name in ("sbatch", "salloc"))
+            with self.child_process():
+                self.run_job_text(text, sbatch=name in ("sbatch", "salloc"))
             return True
         return False
 

@@ -174,11 +174,14 @@ class Interp(Follow, Expander):
         it calls) and are undone after, as bash does."""
         names = [m.group(1) for m in map(_ASSIGN.match, assigns) if m]
         saved = {n: self.vars.get(n) for n in names if n not in self.pinned}
+        added = set(names) - self.exported
         for raw in assigns:
             self.assign(raw)
+        self.exported |= added  # in the command's environment
         try:
             yield
         finally:
+            self.exported -= added
             for name, old in saved.items():
                 if old is None:
                     self.vars.pop(name, None)
@@ -206,9 +209,17 @@ class Interp(Follow, Expander):
     def builtin(self, words: list[str], fields: list[Field]) -> bool:
         name = fields[0][0]
         if name in ("export", "declare", "typeset", "local", "readonly"):
+            exports = name == "export" or any(w.startswith("-") and "x" in w for w in words[1:])
             for raw in words[1:]:
-                if _ASSIGN.match(raw):
+                m = _ASSIGN.match(raw)
+                if m:
                     self.assign(raw)
+                if exports and (m or re.fullmatch(r"[A-Za-z_]\w*", raw)):
+                    self.exported.add(m.group(1) if m else raw)
+        elif name == "set" and len(fields) > 1:
+            flags = [t for t, _ in fields[1:]]
+            if "allexport" in flags or any(re.fullmatch(r"[-+][a-zA-Z]*a[a-zA-Z]*", f) for f in flags):
+                self.allexport = any(f.startswith("-") for f in flags)
         elif name in ("[", "test") and words[0] == name:
             args = [t for w in words[1:] for t, _ in self.expand(w, blank=True)]
             if name == "[" and args[-1:] != ["]"]:
