@@ -130,6 +130,23 @@ class CudaGraphModule(StrEnum):
 OPTIMIZER_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
+class FsdpSharding(StrEnum):
+    """--data-parallel-sharding-strategy with Megatron FSDP (arguments.py @ d98e8a64; no_shard is DDP)."""
+
+    OPTIM = "optim"  # optimizer states sharded (ZeRO-1: the distributed optimizer's)
+    OPTIM_GRADS = "optim_grads"  # and gradients (ZeRO-2): weights whole, gradients reduce-scattered per micro-batch
+    OPTIM_GRADS_PARAMS = "optim_grads_params"  # and weights (ZeRO-3), Megatron's default
+
+    @property
+    def code(self) -> int:
+        return FSDP_SHARDING_CODES[self]
+
+
+FSDP_SHARDING_CODES = {FsdpSharding.OPTIM: 1, FsdpSharding.OPTIM_GRADS: 2, FsdpSharding.OPTIM_GRADS_PARAMS: 3}
+FSDP_SHARDING_BY_CODE = {code: s for s, code in FSDP_SHARDING_CODES.items()}
+FSDP_TAGS = {"optim": "FSDP:o", "optim_grads": "FSDP:og", "optim_grads_params": "FSDP"}
+
+
 class TokenDispatcher(StrEnum):
     """--moe-token-dispatcher-type (Megatron-Core moe/token_dispatcher.py)."""
 
@@ -324,6 +341,10 @@ class ParallelPlan(_Spec):
     )
     distributed_optimizer: bool = False
     fsdp: bool = Field(False, description="Megatron FSDP: weights, gradients and optimizer states sharded over d·c")
+    fsdp_sharding: FsdpSharding = Field(
+        FsdpSharding.OPTIM_GRADS_PARAMS,
+        description="--data-parallel-sharding-strategy (Megatron FSDP): what is sharded",
+    )
     stage_split: StageSplit = StageSplit.EVEN
     first_stage_layers: PositiveInt | None = Field(None, description="--decoder-first-pipeline-num-layers")
     last_stage_layers: PositiveInt | None = Field(None, description="--decoder-last-pipeline-num-layers")
@@ -369,6 +390,8 @@ class ParallelPlan(_Spec):
             object.__setattr__(self, "vpp", stages // self.pp)  # Megatron: vpp = stages/pp (arguments.py:941-952)
         if self.vpp == 1 or self.microbatch_group_size == self.pp:
             object.__setattr__(self, "microbatch_group_size", None)  # 1F1B has no groups; pp is the default
+        if not self.fsdp:
+            object.__setattr__(self, "fsdp_sharding", FsdpSharding.OPTIM_GRADS_PARAMS)  # meaningless without FSDP
         if self.tp == 1 and self.sequence_parallel:
             # Megatron turns SP off silently when t = 1 (arguments.py:1430-1439)
             object.__setattr__(self, "sequence_parallel", False)
@@ -418,7 +441,8 @@ MODULE_TAGS = {
 PLAN_LABEL_LEGEND = (
     "b micro-batch · V interleaved chunks per stage (G: micro-batches a virtual stage runs at a time, when "
     "not pp) · SP sequence parallel · DO distributed optimizer · "
-    "FSDP Megatron FSDP · rc-sel/rc-full selective/full recomputation (rc-mlp etc.: selective of other "
+    "FSDP Megatron FSDP (weights, gradients and optimizer sharded; FSDP:og gradients and optimizer, FSDP:o the "
+    "optimizer) · rc-sel/rc-full selective/full recomputation (rc-mlp etc.: selective of other "
     "modules than core_attn; rc-full:uN uniform groups of N layers; rc-blk:N the first N layers of each chunk) · "
     "no-ogr/no-opg/no-tpo: an overlap today's recipes turn on is off (gradient reduction; parameter "
     "all-gather with DO/FSDP; TP communication with SP) · MoE token dispatcher allgather, alltoall "
@@ -477,7 +501,8 @@ def plan_label(par: Mapping, *, moe: bool = False, options: Mapping | None = Non
         if par.get("microbatch_group_size") and par["microbatch_group_size"] != par["pp"]:
             parts.append(f"G{par['microbatch_group_size']}")
     tags = ["SP"] if par.get("sequence_parallel") else []
-    tags += ["FSDP"] if par.get("fsdp") else ["DO"] if par.get("distributed_optimizer") else []
+    fsdp = FSDP_TAGS[str(par.get("fsdp_sharding", "optim_grads_params"))]
+    tags += [fsdp] if par.get("fsdp") else ["DO"] if par.get("distributed_optimizer") else []
     tags += _overlap_tags(par, options)
     tags += _recompute_tag(par, options)
     tags += [SPLIT_TAGS[str(par["stage_split"])]] if str(par.get("stage_split")) in SPLIT_TAGS else []

@@ -21,6 +21,7 @@ KNOBS = (
     "ep",
     "etp",
     "fsdp",
+    "fsdp_sharding",
     "sequence_parallel",
     "recompute",
     "recompute_method",

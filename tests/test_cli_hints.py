@@ -122,3 +122,8 @@ def test_min_gpus_shows_memory_against_what_a_plan_may_fill():
 def test_a_micro_batch_no_data_parallel_size_can_take_is_one_line_not_a_traceback():
     line = one_line_error(run(["search", "--model", "gpt-1.7b", "--gpus", "8", "--micro-batch", "3046"]))
     assert "the micro-batch does not divide the global batch 512, so no dp can" in line
+
+
+def test_an_expert_parallel_size_on_a_dense_model_says_it_has_no_experts():
+    line = one_line_error(run(["search", "--model", "gpt-1.7b", "--gpus", "8", "--ep", "2"]))
+    assert "--ep 2: gpt-1.7b has no experts (a dense model); allowed: --ep 1" in line

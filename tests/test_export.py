@@ -194,6 +194,20 @@ def test_top10_plans_of_every_preset_export_valid_flags_and_round_trip(model):
             distributed_optimizer=True,
             options={"fp8": "hybrid", "fp8_param_gather": True},
         ),
+        dict(  # the A2A overlap with delayed expert wgrad and HybridEP's SMs, as Megatron-Bridge runs them
+            model="qwen3-30b-a3b",
+            hardware="dgx-h100-superpod",
+            gpus=16,
+            ep=16,
+            distributed_optimizer=True,
+            moe_token_dispatcher="flex",
+            overlap_moe_expert_parallel_comm=True,
+            options={
+                "moe_flex_dispatcher_backend": "hybridep",
+                "moe_flex_dispatcher_num_sms": 32,
+                "delay_wgrad_compute": True,
+            },
+        ),
     ],
 )
 def test_every_feature_exports_real_flags_and_round_trips(kw):

@@ -23,6 +23,7 @@ from planner.hardware.collectives import (
     in_network_time_s,
     p2p_time_s,
     ring_latency_s,
+    ring_uplink_share,
     straggler_s,
 )
 from planner.presets import load_hardware, preset_names
@@ -261,3 +262,18 @@ def test_the_runs_of_8k_gpus_or_more_within_6_percent(run_id):
     run = next(r for r in load_runs() if r.id == run_id)
     assert run.fit  # in the bar: NeMo 1's optimizer is modelled, not set apart
     assert predict(run) == pytest.approx(run.published, rel=0.06)
+
+
+def test_rings_crossing_an_oversubscribed_spine_keep_their_rail_all_to_all_shares_it():
+    # a 32-node leaf (one rail of a scalable unit) with 1:7 uplinks has 32/7 = 4.6 of them: a ring in
+    # node order crosses in two flows and keeps its whole rail; an all-to-all or the pipeline's sends,
+    # every node of the leaf sending across, get 1/7; beyond 16:1 the ring too is squeezed, 32/(2·20)
+    assert float(ring_uplink_share(1 / 7, 32, 64)) == 1.0
+    assert float(ring_uplink_share(1 / 7, 32, 2)) == pytest.approx(1 / 7)
+    assert float(ring_uplink_share(1 / 20, 32, 64)) == pytest.approx(32 / 40)
+    hw = load_hardware("dgx-h100-superpod")
+    tiers = [t.model_copy(update={"bandwidth_frac": 1 / 7}) if t.name == "core" else t for t in hw.network.tiers]
+    oversub = hw.model_copy(update={"network": hw.network.model_copy(update={"tiers": tiers})})
+    ring, a2a = group_link(oversub, 448, 4), group_link(hw, 448, 4)  # 224 nodes: the core tier
+    assert float(ring.bus_bytes_per_s) == pytest.approx(float(a2a.bus_bytes_per_s))
+    assert float(ring.rail_bytes_per_s) == pytest.approx(float(a2a.rail_bytes_per_s) / 7)

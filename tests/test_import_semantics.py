@@ -284,3 +284,19 @@ torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers $LAYERS --hidden-size $
 """
     model = imported(tmp_path, {"setup.sh": setup, "main.sh": main}, "main.sh").request.ctx.model
     assert (model.num_layers, model.hidden_size) == (4, 512)
+
+
+def test_an_unset_positional_argument_is_named_as_the_scripts_argument(tmp_path):
+    # Megatron-LM detxoify_lm/finetune_gpt_distributed-1.3b.sh: --global-batch-size $4
+    main = f"torchrun --nproc-per-node 8 pretrain_gpt.py {NET} {VOCAB} --global-batch-size $4\n"
+    with pytest.raises(PlannerError, match=r"pass the script's argument \$4 with --env 4=VALUE"):
+        imported(tmp_path, {"main.sh": main}, "main.sh")
+    assert imported(tmp_path, {"main.sh": main}, "main.sh", env={"4": "64"}).request.ctx.training.global_batch == 64
+
+
+def test_import_megatron_names_where_a_world_size_came_from(tmp_path):
+    main = f"torchrun --nproc-per-node 8 pretrain_gpt.py {NET} {VOCAB} --tensor-model-parallel-size 3\n"
+    with pytest.raises(PlannerError, match=r"^the script.s 8 GPUs \(nproc 8\) are not divisible"):
+        imported(tmp_path, {"main.sh": main}, "main.sh")
+    with pytest.raises(PlannerError, match=r"^--gpus 16 is not divisible"):
+        imported(tmp_path, {"main.sh": main}, "main.sh", gpus=16)

@@ -181,5 +181,7 @@ def test_options_read_but_not_modelled_are_reported():
 def test_megatron_fsdp_with_pipeline_parallelism_and_sharding_strategies():
     req = import_megatron(SMALL + "--use-megatron-fsdp --pipeline-model-parallel-size 2", gpus=8).request
     assert req.plan.fsdp and req.plan.pp == 2
-    with pytest.raises(PlannerError, match="--data-parallel-sharding-strategy optim_grads is not modelled"):
-        import_megatron(SMALL + "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", gpus=8)
+    zero2 = import_megatron(SMALL + "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", gpus=8)
+    assert zero2.request.plan.fsdp_sharding.value == "optim_grads"
+    with pytest.raises(PlannerError, match="--data-parallel-sharding-strategy no_shard is not modelled"):
+        import_megatron(SMALL + "--use-megatron-fsdp --data-parallel-sharding-strategy no_shard", gpus=8)

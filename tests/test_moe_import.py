@@ -108,3 +108,19 @@ def test_deepep_switch_needs_the_flex_dispatcher():
     )
     with pytest.raises(Exception, match="DeepEP backend is only supported with flex token dispatcher"):
         import_megatron(text, hardware="dgx-h100-superpod")
+
+
+def test_flex_dispatcher_sms_are_read_from_either_knob():
+    """--moe-flex-dispatcher-num-sms, or the deprecated per-backend --moe-deepep-num-sms it replaces
+    (transformer_config.py routes either into moe_flex_dispatcher_num_sms), sets the SMs the dispatcher
+    holds; absent, the backend's default."""
+    text = (DATA / "deepseek_v3_style.sh").read_text()
+    base = import_megatron(text, hardware="dgx-h100-superpod").request.ctx.options
+    assert base.moe_flex_dispatcher_num_sms is None
+    for flag in ("--moe-flex-dispatcher-num-sms 24", "--moe-deepep-num-sms 24"):
+        patched = text.replace(
+            "--moe-flex-dispatcher-backend deepep", f"--moe-flex-dispatcher-backend deepep\n    {flag}"
+        )
+        assert (
+            import_megatron(patched, hardware="dgx-h100-superpod").request.ctx.options.moe_flex_dispatcher_num_sms == 24
+        )

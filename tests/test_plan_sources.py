@@ -36,6 +36,7 @@ DEFAULTS = {
     "ep": 1,
     "etp": None,
     "fsdp": False,
+    "fsdp_sharding": "optim_grads_params",
     "micro_batch": 1,
     "sequence_parallel": False,
     "recompute": "none",

@@ -97,6 +97,13 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         solo=True,
         searched=True,
     ),
+    Option(
+        ("--data-parallel-sharding-strategy", "fsdp_sharding"),
+        "Megatron FSDP: optim (optimizer states), optim_grads (and gradients) or optim_grads_params (and weights).",
+        "optim_grads_params",
+        click.Choice(["optim", "optim_grads", "optim_grads_params"]),
+        searched=True,
+    ),
     Option(("--micro-batch",), "Micro-batch size b.", 1, POSITIVE, searched=True),
     Option(("--sequence-parallel",), "Sequence parallelism (with tp > 1).", False, flag=True, searched=True),
     Option(

@@ -135,7 +135,7 @@ def _dp_sync(
     sharp = opts.use_sharp and hw.network.sharp
 
     def reduce(n, group, link):
-        kw = dict(grad_bytes=grad_bytes, distributed_optimizer=lt.dopt, in_network=sharp)
+        kw = dict(grad_bytes=grad_bytes, distributed_optimizer=lt.dopt | lt.fsdp, in_network=sharp)
         return comm.dp_grad_reduce_time_s(n, group, link, **kw)
 
     def gather(n, group, link):
@@ -152,12 +152,14 @@ def _dp_sync(
         return nb * (fn(dense / nb, lt.d * lt.c, dense_link) + fn(expert / nb, lt.edp, expert_link))
 
     sync, whole_gather = both(reduce), both(gather)
+    per_microbatch = lt.fsdp_grads  # Megatron FSDP optim_grads reduce-scatters every micro-batch (_fsdp_exposed)
+    sync = np.where(per_microbatch, 0.0, sync)
     # stage 0's last gradient bucket and first all-gather hold the word table, V·h/t (buckets fill in
     # backward order and close past their size: param_and_grad_buffer.py:980-986)
     bucket = np.minimum(np.maximum(comm.ddp_bucket_params(lt.d * lt.c), lt.V * lt.h / lt.t), chunk_params)
     bucket = chunk_params * lt.vpp / nb if dfa else bucket
     first = (rep == 0) | dfa  # the stages whose last chunk leaves in buckets
-    bucket_s = np.where(first, reduce(bucket, lt.d * lt.c, dense_link), sync / lt.vpp)
+    bucket_s = np.where(per_microbatch, 0.0, np.where(first, reduce(bucket, lt.d * lt.c, dense_link), sync / lt.vpp))
     tau_b, tau_f = bwd_mb / lt.vpp, fwd_mb / lt.vpp
     grads = comm.dp_exposed_s(
         sync, bucket_s, rep, lt.p, lt.vpp, tau_b, overlap=opts.overlap_grad_reduce, bucketed=first
@@ -167,8 +169,9 @@ def _dp_sync(
         gather_s = np.maximum(gather(first_gather, lt.d * lt.c, dense_link) - rep * tau_f, 0.0)
     else:
         gather_s = whole_gather
-    exposed = grads + np.where(lt.dopt, gather_s, 0.0)
-    hidden = sync - grads + np.where(lt.dopt, whole_gather - gather_s, 0.0)
+    sharded = lt.dopt | lt.fsdp  # the weights are gathered after the optimizer step (FSDP optim, optim_grads)
+    exposed = grads + np.where(sharded, gather_s, 0.0)
+    hidden = sync - grads + np.where(sharded, whole_gather - gather_s, 0.0)
     contention = hidden_comm_contention_s(hidden, dp_sms(ctx), hw.gpu.sm_count)
     return np.max(np.where(count > 0, exposed + contention, 0.0), axis=1, keepdims=True)
 
@@ -185,8 +188,10 @@ def dp_sms(ctx: Context) -> int | None:
 
 def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray) -> np.ndarray:
     """Megatron FSDP, per micro-batch on a stage: each layer all-gathers its weights for the forward
-    and again for the backward and reduce-scatters its gradients, prefetched one layer ahead, so only
-    what exceeds the layer's own compute is exposed (ZeRO-3; Rajbhandari et al. 2020). Expert weights
+    and again for the backward (optim_grads_params only) and reduce-scatters its gradients (optim_grads
+    too), prefetched one layer ahead, so only what exceeds the layer's own compute is exposed (ZeRO-3 and
+    ZeRO-2; Rajbhandari et al. 2020 §5). With optim the gradients wait for the end of the step, as the
+    distributed optimizer's do (``_dp_sync``). Expert weights
     are sharded, gathered and reduced over the expert data-parallel group, the rest over d·c. The
     hidden part still holds NCCL's SMs (collectives.hidden_comm_contention_s)."""
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
@@ -195,8 +200,10 @@ def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     dense = w_bytes * mem["dense_params"] / np.maximum(n, 1)
     expert = w_bytes * mem["expert_params"] / np.maximum(n, 1)
     gather = all_gather_time_s(lt.d * lt.c, dense, link) + all_gather_time_s(lt.edp, expert, expert_link)
+    gather = np.where(lt.fsdp_params, gather, 0.0)
     # reduce-scatter of the 16-bit gradients (Megatron FSDP's grad comm dtype follows the model's by default)
     scatter = reduce_scatter_time_s(lt.d * lt.c, dense, link) + reduce_scatter_time_s(lt.edp, expert, expert_link)
+    scatter = np.where(lt.fsdp_grads, scatter, 0.0)
     fwd_layer = step["fwd"] / np.maximum(n, 1)
     bwd_layer = (step["bwd"] + step["recompute"]) / np.maximum(n, 1)
     exposed = np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0)
@@ -272,7 +279,7 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
         steady = comm.pp_interleaved_exposed_s(p2p, lt.m, lt.vpp, fwd_all / lt.vpp, bwd_all / lt.vpp, sm_share=share)
         pp = pp + np.where((lt.vpp > 1) & (lt.p > 1), steady, 0.0)
 
-    dp = np.where(lt.fsdp, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, fwd, rep, count))
+    dp = np.where(lt.fsdp_params, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, fwd, rep, count))
     grad_bytes, _ = dp_element_bytes(ctx)
     emb_link = group_link(hw, 2, (lt.p - 1) * lt.t * lt.c * lt.d)
     emb_grad = lt.V * lt.h / lt.t * grad_bytes
@@ -440,12 +447,18 @@ def _dp_formula_text(ctx: Context, plan: ParallelPlan, grad_bytes: int, param_by
     """The dp_comm term's formula text: what is reduced and gathered, what overlap hides, and what
     the hidden part costs the compute."""
     opts = ctx.options
-    if plan.fsdp:
+    level = plan.fsdp_sharding.code if plan.fsdp else 0
+    if level == 3:
         dp_text = (
             "per micro-batch and layer: all-gather of the 16-bit weights (forward and backward) and reduce-scatter "
             "of the gradients over d·c, beyond the layer's own compute"
         )
-    elif plan.distributed_optimizer:
+    elif level == 2:
+        dp_text = (
+            "per micro-batch and layer: reduce-scatter of the 16-bit gradients over d·c, beyond the layer's own "
+            f"backward (FSDP optim_grads); per iteration: all-gather of {param_bytes}-byte parameters after the step"
+        )
+    elif plan.distributed_optimizer or plan.fsdp:
         gather = (
             "the first bucket's all-gather (--overlap-param-gather hides the rest)"
             if opts.overlap_param_gather
@@ -457,7 +470,7 @@ def _dp_formula_text(ctx: Context, plan: ParallelPlan, grad_bytes: int, param_by
     sms = dp_sms(ctx)
     if sms is not None:
         dp_text += f"; + what runs hidden × {sms}/{ctx.hardware.gpu.sm_count} (the SMs NCCL holds beside the compute)"
-    if not plan.fsdp:
+    if level < 2:
         dp_text += (
             "; --overlap-grad-reduce: each model chunk's reduction starts after its last backward, the first "
             "stage's first chunk in max(40M, 1M·d·c)-parameter buckets, the last (with the word table) exposed"

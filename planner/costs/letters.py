@@ -69,6 +69,9 @@ class Letters:
         mo, tr = ctx.model, ctx.training
         self.t, self.p, self.d, self.c = _col(grid.tp), _col(grid.pp), _col(grid.dp), _col(grid.cp)
         self.ep, self.etp, self.fsdp = _col(grid.ep), _col(grid.etp), _col(grid.fsdp)
+        # what Megatron FSDP shards besides the optimizer: the weights (level 3) and the gradients (level >= 2)
+        self.fsdp_params = self.fsdp & (_col(grid.fsdp_level) >= 3)
+        self.fsdp_grads = self.fsdp & (_col(grid.fsdp_level) >= 2)
         self.vpp, self.b = _col(grid.vpp), _col(grid.micro_batch)
         self.sp, self.rc, self.dopt = (
             _col(grid.sequence_parallel),

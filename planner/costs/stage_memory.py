@@ -96,18 +96,20 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[st
     dense = memory.param_state_bytes(params["dense"], lt.d * lt.c, **kw)
     expert = memory.param_state_bytes(params["expert"], lt.edp, **kw)
     states = {k: dense[k] + expert[k] for k in dense}
-    # Megatron FSDP shards the weights and gradients too (dense over d·c, experts over the expert
-    # data-parallel group), keeping a couple of layers whole while they run
+    # Megatron FSDP shards the weights (optim_grads_params) and the gradients (optim_grads too), dense over
+    # d·c, experts over the expert data-parallel group, keeping a couple of layers whole while they run
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
     sharded = params["dense"] / (lt.d * lt.c) + params["expert"] / lt.edp
     working = FSDP_UNSHARDED_LAYERS * params["one_layer"]
-    states["weights"] = np.where(lt.fsdp, w_bytes * (sharded + working), states["weights"])
-    states["gradients"] = np.where(lt.fsdp, FSDP_GRAD_BYTES * (sharded + working), states["gradients"])
+    states["weights"] = np.where(lt.fsdp_params, w_bytes * (sharded + working), states["weights"])
+    states["gradients"] = np.where(lt.fsdp_grads, FSDP_GRAD_BYTES * (sharded + working), states["gradients"])
     opts = ctx.options
     if opts.fp8 is not None:  # FP8 copies (and transposes), or instead of the 16-bit weight with --fp8-param-gather
         extra = fp8_weight_bytes(ctx) - (w_bytes if opts.fp8_param_gather else 0)
         layers_here = np.where(
-            lt.fsdp, params["layers"] * sharded / np.maximum(params["dense"] + params["expert"], 1), params["layers"]
+            lt.fsdp_params,
+            params["layers"] * sharded / np.maximum(params["dense"] + params["expert"], 1),
+            params["layers"],
         )
         states["weights"] = states["weights"] + extra * layers_here
     return states
@@ -226,11 +228,18 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     w, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
     g, o = state_bytes_per_param(ctx)
     expert = " (experts over the expert data-parallel group)" if ctx.model.is_moe else ""
-    if plan.fsdp:
-        held = f"(P_stage/(d·c) + {FSDP_UNSHARDED_LAYERS} whole layers being gathered){expert}"
+    level = plan.fsdp_sharding.code if plan.fsdp else 0
+    held = f"(P_stage/(d·c) + {FSDP_UNSHARDED_LAYERS} whole layers being gathered){expert}"
+    if level == 3:
         weights = Formula(f"{w} bytes × {held}", "Megatron FSDP (ZeRO-3, Rajbhandari et al. 2020); " + DIST_OPT)
         gradients = Formula(
             f"{FSDP_GRAD_BYTES} bytes × {held}", "Megatron FSDP: main grads in the model dtype by default"
+        )
+    elif level == 2:
+        weights = Formula(f"P_stage × {w} bytes ({ctx.precision} weights, whole: FSDP optim_grads)", DIST_OPT)
+        gradients = Formula(
+            f"{FSDP_GRAD_BYTES} bytes × {held.replace('gathered', 'reduced')}",
+            "Megatron FSDP optim_grads (ZeRO-2, Rajbhandari et al. 2020 §5.2): main grads in the model dtype",
         )
     else:
         weights = Formula(f"P_stage × {w} bytes ({ctx.precision} weights)", DIST_OPT)
@@ -265,7 +274,7 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     else:
         states = "fp32 master weight, Adam m and v"
     sharded = (
-        " ÷ d·c (Megatron FSDP)"
+        f" ÷ d·c (Megatron FSDP {plan.fsdp_sharding.value})"
         if plan.fsdp
         else " ÷ d·c (distributed optimizer)"
         if plan.distributed_optimizer

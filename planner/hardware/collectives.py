@@ -63,9 +63,10 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
     tier_latency = np.array([t.latency_us for t in net.tiers])[tier]
     tier_frac = np.array([t.bandwidth_frac for t in net.tiers])[tier]
     rail = nic_per_gpu * cal.network_bus_efficiency * tier_frac
+    ring_rail = nic_per_gpu * cal.network_bus_efficiency * ring_uplink_share(tier_frac, net.tiers[0].max_nodes, size)
     one_domain = domains <= 1
     return Link(
-        bus_bytes_per_s=np.where(one_domain, nvlink, np.minimum(nvlink, per_domain * rail)),
+        bus_bytes_per_s=np.where(one_domain, nvlink, np.minimum(nvlink, per_domain * ring_rail)),
         latency_s=np.where(one_domain, node.nvlink_latency_us, tier_latency) * 1e-6,
         nodes=domains,
         nvlink_bytes_per_s=np.broadcast_to(nvlink, np.shape(domains)) * 1.0,
@@ -73,6 +74,19 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
         members_per_domain=per_domain,
         nvlink_latency_s=np.broadcast_to(node.nvlink_latency_us * 1e-6, np.shape(domains)) * 1.0,
     )
+
+
+def ring_uplink_share(tier_frac: ArrayLike, leaf_nodes: int, size: ArrayLike) -> np.ndarray:
+    """The share of a NIC's bandwidth a ring of ``size`` > 2 ranks keeps on a tier whose uplinks are
+    oversubscribed ``1/tier_frac`` : 1. On a rail-optimised fat tree each leaf serves one rail of
+    L = ``leaf_nodes`` nodes and has L·frac uplinks; a ring in node order crosses a leaf's uplinks
+    in two flows (in and out), the concurrent rings of one rail and leaf being one group, so the
+    ring keeps min(1, frac·L/2) of the rail (at 1:1, and up to L/2:1, all of it). Traffic in
+    which every node of the leaf sends across - an all-to-all, the sends between pipeline stages,
+    ``size`` ≤ 2 - shares the uplinks L ways: frac (NVIDIA DGX SuperPOD reference architectures:
+    rail-optimised leaves, one per rail per scalable unit)."""
+    frac = np.asarray(tier_frac, dtype=float)
+    return np.where(np.asarray(size) > 2, np.minimum(1.0, frac * leaf_nodes / 2), frac)
 
 
 def ring_latency_s(n: ArrayLike, link: Link) -> np.ndarray:

@@ -173,7 +173,7 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         flags += [
             "--use-megatron-fsdp",
             "--data-parallel-sharding-strategy",
-            "optim_grads_params",
+            p.fsdp_sharding.value,
             "--ckpt-format",
             "fsdp_dtensor",
         ]

@@ -32,7 +32,6 @@ from planner.megatron.shell import extract_launch
 from planner.megatron.tokenizers import tokenizer_vocab
 from planner.models.spec import ModelSpec
 from planner.plan import StageSplit
-from planner.plan_file import request_from_fields
 from planner.presets import format_validation_error, load_model
 from planner.space.grid import stage_layers
 
@@ -194,10 +193,10 @@ def _refuse(v: dict) -> None:
         if v.get(dest):
             raise PlannerError(message)
     strategy = v.get("data_parallel_sharding_strategy")
-    if v.get("use_megatron_fsdp") and strategy not in (None, "optim_grads_params"):
+    if v.get("use_megatron_fsdp") and strategy == "no_shard":
         raise PlannerError(
-            f"--data-parallel-sharding-strategy {strategy} is not modelled; Megatron FSDP is modelled as "
-            "optim_grads_params (ZeRO-3, Megatron's default)"
+            "--data-parallel-sharding-strategy no_shard is not modelled as Megatron FSDP; drop --use-megatron-fsdp "
+            "for the same plan on Megatron's DDP (optim, optim_grads and optim_grads_params are modelled)"
         )
 
 
@@ -259,6 +258,7 @@ def _parallel(v: dict, fork: ForkPlan, spec: ModelSpec) -> dict:
         ep=int(fork.plan.get("ep", v.get("expert_model_parallel_size") or 1)),
         etp=v.get("expert_tensor_parallel_size"),
         fsdp=fsdp,
+        fsdp_sharding=v.get("data_parallel_sharding_strategy") or "optim_grads_params",
         sequence_parallel=bool(v.get("sequence_parallel")),
         **recompute_fields(v),
         distributed_optimizer=bool(
@@ -358,8 +358,10 @@ class ImportedFields:
 def import_megatron(text: str, **kw) -> Imported:
     """Read a command line or launch script and build its plan (nothing in it is executed); the
     arguments are ``import_fields``'."""
+    from planner.plan_sources import build
+
     read = import_fields(text, **kw)
-    request = request_from_fields(read.data)
+    request = build(read.data, f"--gpus {kw['gpus']}" if kw.get("gpus") else read.world_text)
     return Imported(request, read.warnings, read.argv, read.script_gpus, read.notes)
 
 

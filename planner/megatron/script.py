@@ -200,9 +200,11 @@ def drop_unset(argv: list[str], unresolved: list[frozenset[str]]) -> tuple[list[
                 end += 1  # the rest of an unset value that word splitting cut into pieces
             value = " ".join([value or "", *argv[i + 2 : end]] if "=" not in token else [value or ""])
             if dest in COST_DESTS:
+                name = _env_name(value_names)
+                what = f"the script's argument ${name}" if name.isdigit() else "it"
                 raise PlannerError(
                     f"{flag} is {value}, which the script leaves unset (or computes with a command megaplan does not "
-                    f"run); pass --env {_env_name(value_names)}=VALUE"
+                    f"run); pass {what} with --env {name}=VALUE"
                 )
             dropped.append(f"{flag} {value}")
             i = end

@@ -16,6 +16,7 @@ from planner.plan import (
     RECOMPUTE_CODES,
     SPLIT_CODES,
     Context,
+    FsdpSharding,
     Recompute,
     RecomputeMethod,
     StageSplit,
@@ -63,6 +64,7 @@ class Pins:
     pipeline_layout: str | None = None
     moe_token_dispatcher: TokenDispatcher | str | None = None
     overlap_moe_expert_parallel_comm: bool | None = None
+    fsdp_sharding: str | None = None  # --data-parallel-sharding-strategy; None: optim_grads and optim_grads_params
     microbatch_group_size: int | None = None  # interleaving's G; None: the smallest Megatron allows (pp when it can)
     max_tp: int | None = None
     recompute_modules: tuple | None = None  # selective recomputation's modules; None: the search picks them
@@ -311,7 +313,12 @@ def _memory_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[
     fsdp = [pins.fsdp] if pins.fsdp is not None else [False, True]
     cols = _cross(cols, "fsdp", np.array(fsdp))
     # Megatron FSDP runs on the distributed optimizer (arguments.py: v1 turns it on) and needs d·c > 1
-    return _keep(cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1)))
+    cols = _keep(cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1)))
+    # its sharding strategy: weights too (optim_grads_params) or not (optim_grads); optim prices as the
+    # distributed optimizer does, so search offers it only when pinned
+    levels = [FsdpSharding(pins.fsdp_sharding).code] if pins.fsdp_sharding is not None else [2, 3]
+    cols = _cross(cols, "fsdp_level", np.array(levels, dtype=np.int8))
+    return _keep(cols, cols["fsdp"] | (cols["fsdp_level"] == levels[-1]))  # one row without FSDP
 
 
 def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGrid:
@@ -325,6 +332,7 @@ def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGr
         dispatcher=cols["dispatcher"].astype(np.int8),
         a2a_overlap=cols["a2a_overlap"],
         mb_group=cols["mb_group"],
+        fsdp_level=np.where(cols["fsdp"], cols["fsdp_level"], 3).astype(np.int8),
         layouts=tuple(layouts),
     )
 

@@ -10,7 +10,15 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from planner.plan import DISPATCHER_BY_CODE, RECOMPUTE_BY_CODE, SPLIT_BY_CODE, ParallelPlan, Recompute, RecomputeMethod
+from planner.plan import (
+    DISPATCHER_BY_CODE,
+    FSDP_SHARDING_BY_CODE,
+    RECOMPUTE_BY_CODE,
+    SPLIT_BY_CODE,
+    ParallelPlan,
+    Recompute,
+    RecomputeMethod,
+)
 
 IntArray = np.ndarray
 
@@ -43,12 +51,19 @@ class PlanGrid:
     layout: IntArray | None = None  # index into ``layouts``, -1 = none (--pipeline-model-parallel-layout)
     dispatcher: IntArray | None = None  # TokenDispatcher codes: 0 allgather, 1 alltoall, 2 flex
     a2a_overlap: np.ndarray | None = None  # bool: --overlap-moe-expert-parallel-comm
+    fsdp_level: IntArray | None = None  # FsdpSharding codes (Megatron FSDP): 1 optim, 2 +grads, 3 +params (default)
     mb_group: IntArray | None = None  # --microbatch-group-size-per-virtual-pipeline-stage, 0 = pp (Megatron's default)
     layouts: tuple[str, ...] = field(default=(), compare=False)  # the layouts ``layout`` points into
 
     def __post_init__(self) -> None:
         n = len(self.tp)
-        for name, value in (("layout", -1), ("dispatcher", 0), ("a2a_overlap", False), ("mb_group", 0)):
+        for name, value in (
+            ("layout", -1),
+            ("dispatcher", 0),
+            ("a2a_overlap", False),
+            ("mb_group", 0),
+            ("fsdp_level", 3),
+        ):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, np.full(n, value, dtype=bool if value is False else np.int64))
 
@@ -87,6 +102,7 @@ class PlanGrid:
             dispatcher=col(lambda p: p.moe_token_dispatcher.code, np.int8),
             a2a_overlap=col(lambda p: p.overlap_moe_expert_parallel_comm, bool),
             mb_group=col(lambda p: p.microbatch_group_size or 0),
+            fsdp_level=col(lambda p: p.fsdp_sharding.code, np.int8),
             layouts=layouts,
         )
 
@@ -123,6 +139,7 @@ class PlanGrid:
             moe_token_dispatcher=DISPATCHER_BY_CODE[int(self.dispatcher[i])],
             overlap_moe_expert_parallel_comm=bool(self.a2a_overlap[i]),
             microbatch_group_size=int(self.mb_group[i]) or None,
+            fsdp_sharding=FSDP_SHARDING_BY_CODE[int(self.fsdp_level[i])],
         )
 
 
