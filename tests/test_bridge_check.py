@@ -13,6 +13,7 @@ preset's published values (the model cards)."""
 import json
 import os
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -21,16 +22,11 @@ import pytest
 from planner.bridge.export import bridge_export, dotlist
 from planner.bridge.importer import request_from_bridge
 from planner.bridge.table import RECIPES, ROWS
-from planner.presets import load_model
 from tests.test_bridge_roundtrip import PLANS, _request
 
 ROOT = Path(__file__).resolve().parents[1]
-HF_REPOS = {  # the Hub repositories the base recipes read (AutoBridge.from_hf_pretrained)
-    "llama3-8b": "meta-llama/Meta-Llama-3-8B",
-    "llama3-70b": "meta-llama/Meta-Llama-3-70B",
-    "llama2-7b": "meta-llama/Llama-2-7b-hf",
-}
-ROPE_THETA = {"llama3-8b": 500000.0, "llama3-70b": 500000.0, "llama2-7b": 10000.0}  # the model cards' config.json
+sys.path.insert(0, str(ROOT / "scripts"))
+from bridge_hf_configs import HF_REPOS, hf_config  # noqa: E402  (config.json from the presets: the model cards)
 
 
 def env_for(tag: str) -> tuple[str, str] | None:
@@ -39,29 +35,7 @@ def env_for(tag: str) -> tuple[str, str] | None:
     return (python, path) if python and path else None
 
 
-def hf_config(preset: str) -> dict:
-    """A Llama config.json from the model preset (the values its model card publishes)."""
-    m = load_model(preset)
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_act": "silu",
-        "hidden_size": m.hidden_size,
-        "intermediate_size": m.ffn,
-        "num_attention_heads": m.num_attention_heads,
-        "num_hidden_layers": m.num_layers,
-        "num_key_value_heads": m.num_query_groups or m.num_attention_heads,
-        "vocab_size": m.vocab_size,
-        "max_position_embeddings": m.max_position_embeddings,
-        "rope_theta": ROPE_THETA[preset],
-        "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": not m.untie_embeddings_and_output_weights,
-        "attention_bias": False,
-        "torch_dtype": "bfloat16",
-    }
-
-
-CHECKED = sorted(n for n, kw in PLANS.items() if kw["model"] in HF_REPOS)
+CHECKED = sorted(PLANS)
 READ_PATHS = sorted({r.read_at(t) for r in ROWS for t in ("v0.2.1", "v0.6.0")} | {"dataset.seq_length"})
 
 
@@ -76,7 +50,8 @@ def bridge_results(tag: str) -> dict:
         except Exception:
             continue
         module = RECIPES[tag][exp.recipe][0]
-        hf = {HF_REPOS[req.ctx.model.name]: hf_config(req.ctx.model.name)}
+        preset = req.ctx.model.name
+        hf = {HF_REPOS[preset]: hf_config(preset)} if preset in HF_REPOS else {}
         fields = READ_PATHS + ["model.num_moe_experts", "dataset.sequence_length"]
         cases.append(
             {
@@ -113,6 +88,8 @@ def test_bridge_runs_the_export_as_the_plan(name, tag):
     if name not in results:
         pytest.skip(f"{name}: the export refuses {tag}")
     result = results[name]
+    if result["stage"] == "recipe":  # the base recipe itself cannot be built here (offline, CPU): nothing checked
+        pytest.skip(f"Bridge {tag} cannot build the base recipe on this machine: {result['error'][:200]}")
     assert result["ok"], f"Bridge refused the export of {name} at {tag}: {result['error']}"
     req = _request(PLANS[name])
     fields = {k: v for k, v in result["fields"].items() if v != "<absent>"}

@@ -264,7 +264,7 @@ def test_refusals_name_the_field_and_the_tag():
         hybridep.gpus,
     )
     with pytest.raises(
-        PlannerError, match=r"--moe-flex-dispatcher-backend hybridep has no field at Megatron-Bridge v0.2.1"
+        PlannerError, match=r"flex: Megatron-Bridge v0.2.1 sets the flex dispatcher only through a recipe"
     ):
         bridge_export(hybridep, "v0.2.1")
     assert "model.moe_flex_dispatcher_backend=hybridep" in dotlist_text(bridge_export(hybridep, "v0.6.0"))

@@ -52,12 +52,11 @@ def _flex(value, tag: str, ctx: dict) -> dict:
     if not ctx.get("flex"):
         return {}
     if tag == "v0.2.1":
-        if value != "deepep":
-            raise PlannerError(
-                f"--moe-flex-dispatcher-backend {value} has no field at Megatron-Bridge v0.2.1 (Megatron-Core "
-                "core_v0.15.2 has only moe_enable_deepep); allowed: deepep, or --bridge-version v0.6.0"
-            )
-        return {"model.moe_enable_deepep": True}
+        raise PlannerError(
+            "--moe-token-dispatcher-type flex: Megatron-Bridge v0.2.1 sets the flex dispatcher only through a "
+            "recipe's moe_flex_dispatcher_backend argument (training/flex_dispatcher_backend.py; validate() reads "
+            "an attribute no override reaches); allowed: alltoall or allgather, or --bridge-version v0.6.0"
+        )
     return {"model.moe_flex_dispatcher_backend": value}
 
 
