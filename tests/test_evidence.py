@@ -115,19 +115,18 @@ def test_llama3_70b_on_64_h100_ranks_first_a_plan_with_runs_behind_every_feature
     assert first["evidence"]["extrapolated"] == [] and first["evidence"]["settings"] > 0
     # NVIDIA's tuned recipe publishes 14.66 s (TP4 PP4 CP2 V5); rank 1 claims no more than the band's error
     assert first["estimate"]["iteration_s"] > 14.66 * np.exp(-first["evidence"]["band_frac"])
-    # Megatron FSDP with TP was the point estimate's rank 1 (TP2 PP8 CP2 V10, 14.38 s) until Hopper's
-    # connection limit was priced: it needs CUDA_DEVICE_MAX_CONNECTIONS > 1, and the SP collectives lose
-    # their place ahead of the backward GEMMs (Megatron-LM arguments.py; communication.connection_limited)
+    # by the point estimate, rank 1 is a Megatron FSDP plan no Hopper run exercises, and it moved down
     fastest = next(pj for pj in estimate.plans if pj["fastest"])
-    assert not fastest["parallel"]["fsdp"] and fastest["evidence"]["extrapolated"] == []
+    assert "Megatron FSDP" in fastest["evidence"]["extrapolated"]
+    assert fastest["estimate"]["iteration_s"] < first["estimate"]["iteration_s"]
+    assert risk.moved_down > 0 and risk.fastest_rank > 1
     # rank 1 has the lowest pessimistic end, the estimate × exp(2ε), of the plans shown
     pessimistic = [pj["estimate"]["iteration_s"] * np.exp(2 * pj["evidence"]["band_frac"]) for pj in risk.plans]
     assert pessimistic[0] == min(pessimistic)
 
 
 def test_search_shows_the_evidence_column_and_footer_and_explain_says_it():
-    # Llama 3 8B on 64 H100: the fastest estimate is a Megatron FSDP plan (t = 1) no Hopper run exercises
-    args = ["search", "--model", "llama3-8b", "--hardware", H100, "--gpus", "64", "--global-batch", "128"]
+    args = ["search", "--model", "llama3-70b", "--hardware", H100, "--gpus", "64", "--global-batch", "128"]
     args += ["--seq-len", "8192", "--top", "3"]
     wide = CliRunner().invoke(cli, args, env={"COLUMNS": "140"})
     assert wide.exit_code == 0, wide.output
