@@ -258,7 +258,10 @@ def _parallel(v: dict, fork: ForkPlan, spec: ModelSpec) -> dict:
         ep=int(fork.plan.get("ep", v.get("expert_model_parallel_size") or 1)),
         etp=v.get("expert_tensor_parallel_size"),
         fsdp=fsdp,
-        fsdp_sharding=v.get("data_parallel_sharding_strategy") or "optim_grads_params",
+        # no_shard (Megatron-LM's default, which Bridge writes out) is plain DDP: no FSDP strategy to read
+        fsdp_sharding=v.get("data_parallel_sharding_strategy")
+        if fsdp and v.get("data_parallel_sharding_strategy")
+        else "optim_grads_params",
         sequence_parallel=bool(v.get("sequence_parallel")),
         **recompute_fields(v),
         distributed_optimizer=bool(
