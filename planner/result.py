@@ -181,17 +181,22 @@ def plan_estimate(
         memory={k: float(ev.memory[k][i]) / GIB for k in (*MEMORY_TERMS, "total")},
         time={k: float(ev.time[k][i]) for k in TIME_TERMS},
         formulas={
-            kind: {k: TermFormula(formula=f.text, source=f.source) for k, f in terms.items()}
-            for kind, terms in text.items()
+            kind: {k: TermFormula(formula=f.text, source=f.source) for k, f in t.items()} for kind, t in text.items()
         },
         parts=_parts_json(ev, i, text),
-        **train_cost_terms(
-            tokens_per_s,
-            gpus,
-            tokens=ctx.training.train_tokens,
-            gpu_hour_price=ctx.training.gpu_hour_price,
-            tdp_watts=ctx.hardware.gpu.tdp_watts,
-        ),
+        **_cost_terms(ctx, tokens_per_s, gpus),
+    )
+
+
+def _cost_terms(ctx: Context, tokens_per_s: float, gpus: int) -> dict:
+    """Days, GPU-hours, cost and energy of training ``ctx.training.train_tokens`` at this speed."""
+    tr = ctx.training
+    return train_cost_terms(
+        tokens_per_s,
+        gpus,
+        tokens=tr.train_tokens,
+        gpu_hour_price=tr.gpu_hour_price,
+        tdp_watts=ctx.hardware.gpu.tdp_watts,
     )
 
 

@@ -43,9 +43,10 @@ OVERLAPS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
 TIGHT_FRAC = 0.9  # among tied plans, those filling more than this share of the usable memory come later
 RISK_Z = 2.0  # the pessimistic end search ranks by: the estimate × exp(2ε), two standard errors
 RANK_RULES = {
-    "risk": "by the pessimistic end of each plan's band, the estimate × exp(2ε) (ε its GPU generation's error, "
-    "widened for every feature no published setting exercises); plans whose band overlaps rank 1's are tied with "
-    "it, and among them those leaving at least 10 % of the usable memory free come first",
+    "risk": "fewest features no published setting of the GPU generation exercises first, then by the pessimistic "
+    "end of each plan's band, the estimate × exp(2ε) (ε its GPU generation's error, widened for every such "
+    "feature); plans with as few such features whose band overlaps rank 1's are tied with it, and among them "
+    "those leaving at least 10 % of the usable memory free come first",
     "estimate": "by the point estimate; plans whose band overlaps the fastest plan's are tied with it, and among "
     "them fewer extrapolated features first, then those leaving at least 10 % of the usable memory free, then "
     "the faster",
@@ -324,14 +325,15 @@ def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus:
     low, high, pessimistic = it * np.exp(-eps), it * np.exp(eps), it * np.exp(RISK_Z * eps)
     tight = pk > TIGHT_FRAC * capacity  # leaves less than 10 % of what a plan may fill
     if rank_by == "risk":
-        tie = low <= high[np.argmin(pessimistic)]
-        keys = (ok, it, pessimistic, tight)
+        first = np.lexsort((it, pessimistic, extrapolated))[0]
+        tie = (extrapolated == extrapolated[first]) & (low <= high[first])
+        keys, rest_keys = (ok, it, pessimistic, tight), (ok, it, pessimistic, extrapolated)
     else:
         fastest = np.argmin(it)
         tie = low <= high[fastest]
-        keys = (ok, it, tight, extrapolated)
+        keys, rest_keys = (ok, it, tight, extrapolated), (ok, it)
     tied = np.lexsort(tuple(k[tie] for k in keys))
-    rest = np.lexsort((ok[~tie], it[~tie], pessimistic[~tie] if rank_by == "risk" else it[~tie]))
+    rest = np.lexsort(tuple(k[~tie] for k in rest_keys))
     return np.concatenate([ok[tie][tied], ok[~tie][rest]]), ok[tie][tied]
 
 

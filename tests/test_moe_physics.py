@@ -278,3 +278,25 @@ def test_a2a_overlap_against_the_bridge_a_b_runs(dispatcher, overlap, delay_wgra
     H100, BF16, EP 16, b 1, GBS 1024, force-balanced; one knob toggled at a time. Predicted within 8 %
     of each step time (HybridEP +2.1 / −6.5 %, alltoall +7.9 / −1.8 / −1.4 %)."""
     assert _qwen3_30b_h100_ab(dispatcher, overlap, delay_wgrad=delay_wgrad) == pytest.approx(measured_s, rel=0.08)
+
+
+def test_yarn_rotates_q_and_k_as_rope_does():
+    """GPT-OSS's YaRN positions are RoPE with scaled frequencies (Megatron-Core YarnRotaryEmbedding feeds
+    the same apply_rotary_pos_emb): its attention half pays RoPE's bytes, 4·(s·b)·(a + g)·d_h per layer
+    forward; without positions it pays none."""
+    from planner.presets import load_model
+
+    req = make_request(model="gpt-oss-120b", hardware=load_hardware("gb200-nvl72"), gpus=64, ep=64, micro_batch=4)
+    grid = PlanGrid.from_plans([req.plan])
+
+    def attention_fwd(kind):
+        from planner.models.spec import PositionEmbedding
+
+        model = load_model("gpt-oss-120b").model_copy(update={"position_embedding_type": PositionEmbedding(kind)})
+        ctx = replace(req.ctx, model=model)
+        return float(np.ravel(blocks.attention_block(Letters(grid, ctx), ctx)["fwd"])[0])
+
+    yarn, rope, none = attention_fwd("yarn"), attention_fwd("rope"), attention_fwd("none")
+    hw = req.ctx.hardware
+    rope_s = 4.0 * 4 * 4096 * (64 + 8) * 64 / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
+    assert yarn == pytest.approx(rope) and yarn - none == pytest.approx(rope_s)

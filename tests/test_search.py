@@ -38,7 +38,7 @@ def _check_returned(result, req, gpus):
     """Every plan is legal with its own options, fits its capacity, and its estimate is what explain's
     one-plan grid gives; plans sharing options evaluate the same in one grid as alone; the ranking (by
     risk) puts the plans tied with rank 1 first (room to spare, then the pessimistic end of the band,
-    then time) and the rest by the pessimistic end."""
+    then time) and the rest by their extrapolated features, then the pessimistic end."""
     reqs = [request_from_plan(pj) for pj in result.plans]
     for pj, r in zip(result.plans, reqs, strict=True):
         grid = PlanGrid.from_plans([r.plan])
@@ -67,7 +67,10 @@ def _check_returned(result, req, gpus):
     keys = [key(pj) for pj in tied]
     assert keys == sorted(keys)
     shown = [pj for pj in result.plans if pj["rank"] <= len(result.plans) and not pj["tied_with_fastest"]]
-    rest = [pj["estimate"]["iteration_s"] * np.exp(2 * pj["evidence"]["band_frac"]) for pj in shown]
+    rest = [
+        (len(pj["evidence"]["extrapolated"]), pj["estimate"]["iteration_s"] * np.exp(2 * pj["evidence"]["band_frac"]))
+        for pj in shown
+    ]
     assert rest == sorted(rest)
 
 

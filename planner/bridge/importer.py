@@ -130,6 +130,7 @@ def _context(fields: dict, is_moe: bool) -> dict:
         "fp8": fields.get("model.fp8"),
         "recompute": fields.get("model.recompute_granularity"),
         "layout": bool(fields.get("model.pipeline_model_parallel_layout")),
+        "fsdp": bool(fields.get("ddp.use_megatron_fsdp")),
         "precision": "bf16" if fields.get("model.bf16") else "fp16" if fields.get("model.fp16") else "fp32",
     }
 

@@ -130,20 +130,30 @@ def _find_preset(name: str) -> tuple[str, str, str]:
     show_default=True,
     help="Also search each run's best plan and report how much faster it is predicted to be.",
 )
+@click.option(
+    "--choice",
+    is_flag=True,
+    help="Instead: search each of NVIDIA's tuned recipes (model, GPUs, batch, sequence, precision) and show what "
+    "rank 1 claims over its published throughput, and on what evidence.",
+)
 @csv_option
-def validate(as_json: bool, regret: bool, as_csv: bool) -> None:
+def validate(as_json: bool, regret: bool, choice: bool, as_csv: bool) -> None:
     """Predicted versus published for every Megatron-LM reference run, with errors: time and memory.
+
+    --regret also searches each paper run's best plan; --choice searches NVIDIA's tuned recipes instead.
 
     \b
     Examples:
         megaplan validate
-        megaplan validate --regret
+        megaplan validate --choice
         megaplan validate --csv > validation.csv
     """
     from planner.fidelity import validate as val
     from planner.fidelity.memory import validate_memory
     from planner.report.memory import memory_validation_view
 
+    if choice:
+        return _validate_choice(as_json, as_csv)
     result = val.validate()
     if regret:
         with progress("searching each run's best plan", total=len(result["runs"])) as step:
@@ -158,6 +168,19 @@ def validate(as_json: bool, regret: bool, as_csv: bool) -> None:
     else:
         console().print(report_fidelity.validation_view(result))
         console().print(memory_validation_view(result["memory"]))
+
+
+def _validate_choice(as_json: bool, as_csv: bool) -> None:
+    from planner.fidelity.choice import CHOICE_RECIPES, validate_choice
+
+    if as_csv:
+        raise PlannerError("--choice: --csv is not available; use --json")
+    with progress("searching each tuned recipe", total=len(CHOICE_RECIPES)) as step:
+        result = validate_choice(step=step)
+    if as_json:
+        echo_json(result)
+    else:
+        console().print(report_fidelity.choice_view(result))
 
 
 @cli.command()

@@ -173,7 +173,7 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     mo = ctx.model
     hbm = ctx.hardware.gpu.hbm_bytes_per_s * ctx.hardware.calibration.memory_efficiency
     kinds = dict(sequence_parallel=lt.sp, gated=lt.gated, unfused_attention=lt.unfused, dropout=lt.dropout)
-    if mo.position_embedding_type.value != "rope":
+    if mo.position_embedding_type.value not in ("rope", "yarn"):  # YaRN rotates Q and K as RoPE does
         rope = 0
     elif mo.multi_latent_attention:  # the decoupled rotary channels: d_r per query head, one shared key
         rope = (lt.a + 1) * mo.qk_pos_emb_head_dim

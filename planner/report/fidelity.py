@@ -205,3 +205,49 @@ def moe_calibration_view(out: dict) -> Group:
     if out.get("written"):
         parts.append(Text(f"wrote {out['factor']} into {out['written']}"))
     return Group(*parts)
+
+
+def _claim_cell(r: dict) -> Text:
+    g = r["claimed_gain_pct"]
+    style = "green" if g <= 5 else "yellow" if g <= 10 or r["rank1_validated"] else "red"
+    return Text(f"{g:+.1f}%", style=style)
+
+
+def _evidence_cell(r: dict) -> Text:
+    if r["rank1_extrapolated"]:
+        return Text("extrapolated: " + ", ".join(r["rank1_extrapolated"]), style="yellow")
+    weakest = min(r["rank1_features"], key=lambda f: f["settings"])
+    n = r["rank1_settings"]
+    return Text(f"validated: {n} setting{'s' if n != 1 else ''} (fewest: {weakest['feature']})")
+
+
+def choice_view(result: dict) -> Group:
+    """What search's rank 1 claims over each tuned recipe's published throughput, and on what evidence."""
+    columns = [
+        Column("recipe", lambda r: r["id"], KEEP, "left", wrap=True, breaks="-", min_width=24),
+        Column("published", lambda r: f"{r['published_tokens_per_gpu']:,.0f}", 3),
+        Column("rank 1", lambda r: r["rank1_plan"], 1, "left", wrap=True, min_width=20),
+        Column("rank 1 tok/s", lambda r: f"{r['rank1_tokens_per_gpu']:,.0f}", 4),
+        Column("claim", _claim_cell, KEEP),
+        Column("± band", lambda r: f"{100 * r['rank1_band_frac']:.1f}%", 4),
+        Column("evidence", _evidence_cell, 2, "left", wrap=True),
+        Column("recipe pred.", lambda r: f"{r['recipe_error_pct']:+.1f}%", 3),
+    ]
+    title = "Search's rank 1 against NVIDIA's tuned recipes (tokens/s per GPU; claim = rank 1 / published − 1)"
+    table = FittedTable(columns, result["recipes"], title)
+    s = result["summary"]
+    big = [r["id"] for r in result["recipes"] if r["claimed_gain_pct"] > 10 and r["rank1_validated"]]
+    extrapolated = s["max_gain_extrapolated_pct"]
+    foot = (
+        f"{s['recipes']} recipes: median claim {s['median_gain_pct']:+.1f}%, largest {s['max_gain_pct']:+.1f}%; "
+        + (
+            f"largest where rank 1 extrapolates {extrapolated:+.1f}%"
+            if extrapolated is not None
+            else "every rank 1 has published settings behind each feature"
+        )
+        + f". Target: median ≤ 5 %, max ≤ 10 % unless every feature of rank 1 is validated: "
+        f"{'met' if s['meets_target'] else 'NOT met: ' + ', '.join(s['over_target'])}."
+        + (f" Claims above 10 % on validated features: {', '.join(big)}." if big else "")
+        + " 'recipe pred.': the model's error on the recipe itself (predicted/published − 1)."
+    )
+    return Group(table, Text(foot, style="dim"))

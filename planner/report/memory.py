@@ -117,9 +117,10 @@ def ties_footnote(result, columns: list[str] | None = None) -> str:
     )
     if result.rank_by == "risk":
         return (
-            f"Ranked by the pessimistic end, the estimate × e^(2ε) (ε: the band, ± {100 * result.band_frac:.1f} % "
-            f"where every feature has published runs behind it); = tied with {first} (bands overlap), those leaving "
-            f"10 % of the usable memory free first; {fastest}.{moved}{runs}"
+            f"Ranked by what the runs support: fewest features no published setting exercises, then the "
+            f"pessimistic end, the estimate × e^(2ε) (ε: the band, ± {100 * result.band_frac:.1f} % where every "
+            f"feature has runs behind it); = tied with {first} (bands overlap), those leaving 10 % of the usable "
+            f"memory free first; {fastest}.{moved}{runs}"
         )
     if not result.tied:
         return runs.strip()

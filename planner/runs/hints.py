@@ -19,7 +19,7 @@ def search_on_these_gpus(req: api.PlanRequest, memory_headroom: float | None = N
     best = result.plans[0]
     return {
         "finds": True,
-        "plan": plan_label(best["parallel"], moe=req.ctx.model.is_moe),
+        "plan": plan_label(best["parallel"], moe=req.ctx.model.is_moe, options=best["options"]),
         "iteration_s": best["estimate"]["iteration_s"],
         "feasible": result.feasible,
         "best": best,

@@ -1,0 +1,127 @@
+"""What the search would choose against what NVIDIA published: for each tuned recipe (DGX Cloud
+benchmarking recipes, MLPerf, the NeMo and Megatron-Bridge performance pages of the reference
+tables), search the recipe's model on its GPUs, global batch, sequence and precision (its software
+options: FP8 recipe, CUDA graphs, fused MLP), and compare rank 1's predicted throughput with the
+recipe's published one. A planner that claims much more than NVIDIA's own tuned recipe, on features
+no published run exercises, is extrapolating; the claim and its evidence are printed side by side
+(docs/cost-model.md §10.7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from planner.fidelity.runs import Run
+from planner.fidelity.validate import predict, prepare
+from planner.plan import plan_label
+
+# The tuned recipes: the latest release of each (model, GPUs) in presets/reference, dense and MoE, on
+# H100, B200 and GB200 (GB300 has only Llama 3 70B). ``CHOICE_TEST``: a slim subset for the test suite.
+CHOICE_RECIPES = (
+    "DGXC-v25.04-H100-Llama3-8B-fp8-n8",
+    "DGXC-v25.04-H100-Llama3-70B-bf16-n64",
+    "DGXC-v25.04-H100-GPT3-175B-bf16-n128",
+    "DGXC-v25.05.05-H100-Llama3.1-405B-bf16-n512",
+    "MB-26.04.01-H100-LLAMA3_70B-PRETRAIN-FP8_CS-n64-gbs256",
+    "MB-25.09-B200-LLAMA3_8B-PRETRAIN-FP8_CS-n8-gbs128",
+    "MB-25.09-B200-LLAMA31_405B-PRETRAIN-FP8_CS-n128-gbs64",
+    "NEMODOC-25.04-GB200-Nemotron4-15B-n64",
+    "MB-26.04-GB200-LLAMA3_70B-PRETRAIN-FP8_MX-n64-gbs256",
+    "DGXC-v25.05.05-GB200-Llama3.1-405B-bf16-n128",
+    "MB-26.06-H100-QWEN3-30B-16",
+    "MB-26.04.01-H100-QWEN3-235B-256",
+    "MB-25.09-H100-DSV3-1024",
+    "MB-26.04.01-B200-QWEN3-30B-8",
+    "MB-26.04.01-B200-DSV3-256",
+    "MB-26.08-GB200-QWEN3-30B-8",
+    "MB-26.08-GB200-QWEN3-235B-256",
+    "MB-26.08-GB200-DSV3-256",
+)
+CHOICE_TEST = ("DGXC-v25.04-H100-Llama3-8B-fp8-n8", "MB-26.08-GB200-QWEN3-30B-8")
+MEDIAN_TARGET, MAX_TARGET = 0.05, 0.10  # rank 1's claimed gain over the recipe, unless all its features are validated
+
+
+def recipe_runs(ids: tuple[str, ...] = CHOICE_RECIPES) -> list[Run]:
+    """The recipes' reference runs (dense and MoE), in the order of ``ids``."""
+    from planner.fidelity.moe_runs import load_moe_runs
+    from planner.fidelity.runs import load_runs
+
+    by_id = {r.id: r for r in [*load_runs(), *load_moe_runs()]}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ValueError(f"no reference run {', '.join(missing)}")
+    return [by_id[i] for i in ids]
+
+
+def published_tokens_per_gpu(run: Run) -> float:
+    """The recipe's published throughput in tokens/s per GPU (a step time converted: B·s/t/n)."""
+    q = run.request
+    if run.metric == "tokens/s per GPU":
+        return run.published
+    if run.metric in ("step time (s)", "iteration time (s)"):
+        return q["global_batch"] * q["seq_len"] / run.published / q["gpus"]
+    raise ValueError(f"{run.id}: metric {run.metric!r} is not a throughput")
+
+
+def choice_row(run: Run) -> dict:
+    """Search the recipe's model, GPUs, batch, sequence and precision; rank 1 against the recipe."""
+    from planner.search import search
+
+    req = prepare(run)
+    published = published_tokens_per_gpu(run)
+    tokens = req.ctx.training.global_batch * req.ctx.training.seq_len
+    recipe_pred = tokens / predict(replace(run, metric="step time (s)"), req=req) / req.gpus
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result = search(req.ctx, req.gpus, top=1)
+    first = result.plans[0]
+    rank1 = first["estimate"]["tokens_per_s"] / req.gpus
+    ev = first["evidence"]
+    return {
+        "id": run.id,
+        "hardware": run.hardware,
+        "model": req.ctx.model.name,
+        "moe": req.ctx.model.is_moe,
+        "gpus": req.gpus,
+        "published_tokens_per_gpu": published,
+        "recipe_predicted_tokens_per_gpu": recipe_pred,
+        "recipe_error_pct": 100 * (recipe_pred / published - 1),
+        "rank1_plan": plan_label(first["parallel"], moe=req.ctx.model.is_moe),
+        "rank1_tokens_per_gpu": rank1,
+        "claimed_gain_pct": 100 * (rank1 / published - 1),
+        "rank1_band_frac": ev["band_frac"],
+        "rank1_validated": not ev["extrapolated"],
+        "rank1_settings": ev["settings"],
+        "rank1_extrapolated": ev["extrapolated"],
+        "rank1_features": ev["features"],
+        "moved_down_for_evidence": result.moved_down,
+    }
+
+
+def choice_summary(rows: list[dict]) -> dict:
+    """Median and largest claimed gain, over every recipe and over those whose rank 1 extrapolates (the
+    targets: median ≤ 5 %, max ≤ 10 %, unless every feature of rank 1 is validated)."""
+    gains = np.array([r["claimed_gain_pct"] for r in rows])
+    bound = [r["claimed_gain_pct"] for r in rows if not r["rank1_validated"]]
+    median, worst = float(np.median(gains)), float(np.max(gains))
+    bound_max = max(bound) if bound else None
+    return {
+        "recipes": len(rows),
+        "median_gain_pct": median,
+        "max_gain_pct": worst,
+        "max_gain_extrapolated_pct": bound_max,
+        "validated_rank1": [r["id"] for r in rows if r["rank1_validated"]],
+        "over_target": [r["id"] for r in rows if r["claimed_gain_pct"] > 100 * MAX_TARGET and not r["rank1_validated"]],
+        "meets_target": median <= 100 * MEDIAN_TARGET and (bound_max is None or bound_max <= 100 * MAX_TARGET),
+    }
+
+
+def validate_choice(ids: tuple[str, ...] = CHOICE_RECIPES, step=None) -> dict:
+    """Every recipe's row and the summary; ``step(description)`` after each search (a progress bar)."""
+    rows = []
+    for run in recipe_runs(ids):
+        rows.append(choice_row(run))
+        if step:
+            step(f"searched {run.id}")
+    return {"recipes": rows, "summary": choice_summary(rows)}
