@@ -330,6 +330,11 @@ class ParallelPlan(_Spec):
     )
     distributed_optimizer: bool = False
     fsdp: bool = Field(False, description="Megatron FSDP: weights, gradients and optimizer states sharded over d·c")
+    distributed_optimizer_instances: PositiveInt = Field(
+        1,
+        description="--num-distributed-optimizer-instances R: the optimizer sharded over d·c/R ranks, R replicas "
+        "(hierarchical sharding: gradients reduce-scattered in an instance, all-reduced across instances)",
+    )
     fsdp_sharding: FsdpSharding = Field(
         FsdpSharding.OPTIM_GRADS_PARAMS,
         description="--data-parallel-sharding-strategy (Megatron FSDP): what is sharded",
@@ -381,6 +386,11 @@ class ParallelPlan(_Spec):
             object.__setattr__(self, "microbatch_group_size", None)  # 1F1B has no groups; pp is the default
         if not self.fsdp:
             object.__setattr__(self, "fsdp_sharding", FsdpSharding.OPTIM_GRADS_PARAMS)  # meaningless without FSDP
+        if self.distributed_optimizer_instances > 1 and (self.fsdp or not self.distributed_optimizer):
+            raise ValueError(
+                "--num-distributed-optimizer-instances > 1 is modelled for the distributed optimizer without "
+                "Megatron FSDP (its HSDP is not modelled)"
+            )
         if self.tp == 1 and self.sequence_parallel:
             # Megatron turns SP off silently when t = 1 (arguments.py:1430-1439)
             object.__setattr__(self, "sequence_parallel", False)
@@ -429,7 +439,8 @@ MODULE_TAGS = {
 }
 PLAN_LABEL_LEGEND = (
     "b micro-batch · V interleaved chunks per stage (G: micro-batches a virtual stage runs at a time, when "
-    "not pp) · SP sequence parallel · DO distributed optimizer · "
+    "not pp) · SP sequence parallel · DO distributed optimizer (DO×R: R instances, "
+    "--num-distributed-optimizer-instances) · "
     "FSDP Megatron FSDP (weights, gradients and optimizer sharded; FSDP:og gradients and optimizer, FSDP:o the "
     "optimizer) · rc-sel/rc-full selective/full recomputation (rc-mlp etc.: selective of other "
     "modules than core_attn; rc-full:uN uniform groups of N layers; rc-blk:N the first N layers of each chunk) · "
@@ -491,7 +502,14 @@ def plan_label(par: Mapping, *, moe: bool = False, options: Mapping | None = Non
             parts.append(f"G{par['microbatch_group_size']}")
     tags = ["SP"] if par.get("sequence_parallel") else []
     fsdp = FSDP_TAGS[str(par.get("fsdp_sharding", "optim_grads_params"))]
-    tags += [fsdp] if par.get("fsdp") else ["DO"] if par.get("distributed_optimizer") else []
+    replicas = par.get("distributed_optimizer_instances") or 1
+    tags += (
+        [fsdp]
+        if par.get("fsdp")
+        else [f"DO×{replicas}" if replicas > 1 else "DO"]
+        if par.get("distributed_optimizer")
+        else []
+    )
     tags += _overlap_tags(par, options)
     tags += _recompute_tag(par, options)
     tags += [SPLIT_TAGS[str(par["stage_split"])]] if str(par.get("stage_split")) in SPLIT_TAGS else []

@@ -22,6 +22,7 @@ KNOBS = (
     "etp",
     "fsdp",
     "fsdp_sharding",
+    "distributed_optimizer_instances",
     "sequence_parallel",
     "recompute",
     "recompute_method",

@@ -37,6 +37,7 @@ DEFAULTS = {
     "etp": None,
     "fsdp": False,
     "fsdp_sharding": "optim_grads_params",
+    "distributed_optimizer_instances": 1,
     "micro_batch": 1,
     "sequence_parallel": False,
     "recompute": "none",

@@ -62,7 +62,7 @@ class Option:
         else:
             kw["type"] = self.type
             if search and self.searched:
-                kw["help"] = self.help + " (default: searched)"
+                kw["help"] = self.help + f" (default: {self.derived or 'searched'})"
             elif self.default is not None:
                 kw.update(default=self.default, show_default=True)
         return click.option(*decls, **kw)

@@ -98,6 +98,15 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         searched=True,
     ),
     Option(
+        ("--num-distributed-optimizer-instances", "distributed_optimizer_instances"),
+        "Distributed optimizer: R instances, each sharding the optimizer over d·c/R ranks (gradients all-reduced "
+        "across instances).",
+        1,
+        POSITIVE,
+        searched=True,
+        derived="1: more instances only add the shard's all-reduce and the optimizer's memory, never faster",
+    ),
+    Option(
         ("--data-parallel-sharding-strategy", "fsdp_sharding"),
         "Megatron FSDP: optim (optimizer states), optim_grads (and gradients) or optim_grads_params (and weights).",
         "optim_grads_params",

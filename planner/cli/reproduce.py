@@ -59,6 +59,10 @@ def command_args(
             continue
         if not moe and dest in ("moe_token_dispatcher", "overlap_moe_expert_parallel_comm"):
             continue  # a dense model has no token dispatcher
+        if (dest == "fsdp_sharding" and not values.get("fsdp")) or (
+            dest == "distributed_optimizer_instances" and value == 1
+        ):
+            continue  # a strategy without FSDP, one optimizer instance: nothing to say
         name = opt.decls[0]
         if opt.flag and opt.solo:
             args += [name] if value else []

@@ -91,6 +91,29 @@ def dp_grad_reduce_time_s(
     return np.where(in_network & (link.nodes > 1), in_network_time_s(d, grad_bytes * n, link), ring)
 
 
+def hierarchical_grad_reduce_time_s(
+    num_params: ArrayLike,
+    d_intra: ArrayLike,
+    R: ArrayLike,
+    intra: Link,
+    inter: Link,
+    *,
+    grad_bytes: int,
+    in_network: bool = False,
+) -> np.ndarray:
+    """The distributed optimizer's gradient reduction with R instances (--num-distributed-optimizer-instances):
+    a reduce-scatter over the d·c/R ranks of one instance, then an all-reduce of each rank's 1/(d·c/R)
+    shard across the R instances (Megatron-LM param_and_grad_buffer.py start_grad_sync @ d98e8a64:
+    reduce-scatter on the intra-instance group, all-reduce on inter_distributed_optimizer_instance_group;
+    parallel_state.py: d·c divisible by R). R = 1 is the plain reduce-scatter."""
+    n = np.asarray(num_params, dtype=float)
+    scatter = dp_grad_reduce_time_s(
+        n, d_intra, intra, grad_bytes=grad_bytes, distributed_optimizer=np.asarray(True), in_network=in_network
+    )
+    across = all_reduce_time_s(R, grad_bytes * n / np.asarray(d_intra), inter)
+    return scatter + np.where(np.asarray(R) > 1, across, 0.0)
+
+
 def dp_param_gather_time_s(
     num_params: ArrayLike, d: ArrayLike, link: Link, *, param_bytes: float, in_network: bool = False
 ) -> np.ndarray:

@@ -130,13 +130,19 @@ def _dp_sync(
     grad_bytes, param_bytes = dp_element_bytes(ctx)
     if opts.fp8 is not None and opts.fp8_param_gather:
         param_bytes = 1
-    dense_link = group_link(hw, lt.d * lt.c, lt.t)
+    instance = lt.d * lt.c / lt.R  # the ranks one distributed-optimizer instance shards over
+    dense_link = group_link(hw, instance, lt.t)
+    across_link = group_link(hw, lt.R, lt.t * instance)
     expert_link = group_link(hw, lt.edp, lt.etp * lt.ep)
     sharp = opts.use_sharp and hw.network.sharp
 
     def reduce(n, group, link):
         kw = dict(grad_bytes=grad_bytes, distributed_optimizer=lt.dopt | lt.fsdp, in_network=sharp)
-        return comm.dp_grad_reduce_time_s(n, group, link, **kw)
+        plain = comm.dp_grad_reduce_time_s(n, group, link, **kw)
+        if link is not dense_link:
+            return plain
+        kw = dict(grad_bytes=grad_bytes, in_network=sharp)
+        return np.where(lt.R > 1, comm.hierarchical_grad_reduce_time_s(n, group, lt.R, link, across_link, **kw), plain)
 
     def gather(n, group, link):
         return comm.dp_param_gather_time_s(n, group, link, param_bytes=param_bytes, in_network=sharp)
@@ -149,7 +155,7 @@ def _dp_sync(
     nb = lt.vpp * np.maximum(nb, 1.0)
 
     def both(fn):  # the dense and the expert parameters of the stage, each in nb collectives
-        return nb * (fn(dense / nb, lt.d * lt.c, dense_link) + fn(expert / nb, lt.edp, expert_link))
+        return nb * (fn(dense / nb, instance, dense_link) + fn(expert / nb, lt.edp, expert_link))
 
     sync, whole_gather = both(reduce), both(gather)
     per_microbatch = lt.fsdp_grads  # Megatron FSDP optim_grads reduce-scatters every micro-batch (_fsdp_exposed)
@@ -159,14 +165,14 @@ def _dp_sync(
     bucket = np.minimum(np.maximum(comm.ddp_bucket_params(lt.d * lt.c), lt.V * lt.h / lt.t), chunk_params)
     bucket = chunk_params * lt.vpp / nb if dfa else bucket
     first = (rep == 0) | dfa  # the stages whose last chunk leaves in buckets
-    bucket_s = np.where(per_microbatch, 0.0, np.where(first, reduce(bucket, lt.d * lt.c, dense_link), sync / lt.vpp))
+    bucket_s = np.where(per_microbatch, 0.0, np.where(first, reduce(bucket, instance, dense_link), sync / lt.vpp))
     tau_b, tau_f = bwd_mb / lt.vpp, fwd_mb / lt.vpp
     grads = comm.dp_exposed_s(
         sync, bucket_s, rep, lt.p, lt.vpp, tau_b, overlap=opts.overlap_grad_reduce, bucketed=first
     )
     first_gather = np.where(first, bucket, chunk_params)
     if opts.overlap_param_gather:
-        gather_s = np.maximum(gather(first_gather, lt.d * lt.c, dense_link) - rep * tau_f, 0.0)
+        gather_s = np.maximum(gather(first_gather, instance, dense_link) - rep * tau_f, 0.0)
     else:
         gather_s = whole_gather
     sharded = lt.dopt | lt.fsdp  # the weights are gathered after the optimizer step (FSDP optim, optim_grads)
@@ -285,7 +291,7 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     emb_grad = lt.V * lt.h / lt.t * grad_bytes
     embedding = np.where(ctx.model.tied_embeddings & (lt.p > 1), all_reduce_time_s(2, emb_grad, emb_link), 0.0)
 
-    shard_dense = np.where(lt.dopt | lt.fsdp, lt.d * lt.c, 1)
+    shard_dense = np.where(lt.dopt | lt.fsdp, lt.d * lt.c / lt.R, 1)
     shard_expert = np.where(lt.dopt | lt.fsdp, lt.edp, 1)
     adam_params = mem["dense_params"] / shard_dense + mem["expert_params"] / shard_expert
     adam = adam_step_bytes(ctx) * adam_params / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
@@ -465,7 +471,14 @@ def _dp_formula_text(ctx: Context, plan: ParallelPlan, grad_bytes: int, param_by
             if opts.overlap_param_gather
             else f"all-gather of {param_bytes}-byte parameters"
         )
-        dp_text = f"reduce-scatter of {grad_bytes}-byte gradients over d·c + {gather}"
+        R = plan.distributed_optimizer_instances
+        dp_text = (
+            f"reduce-scatter of {grad_bytes}-byte gradients over d·c + {gather}"
+            if R == 1
+            else f"reduce-scatter of {grad_bytes}-byte gradients over d·c/{R} (one optimizer instance), all-reduce "
+            f"of the 1/(d·c/{R}) shard across the {R} instances + "
+            f"{gather.replace('parameters', f'parameters over d·c/{R}')}"
+        )
     else:
         dp_text = f"all-reduce of {grad_bytes}-byte gradients over d·c"
     sms = dp_sms(ctx)

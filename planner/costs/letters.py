@@ -72,6 +72,7 @@ class Letters:
         # what Megatron FSDP shards besides the optimizer: the weights (level 3) and the gradients (level >= 2)
         self.fsdp_params = self.fsdp & (_col(grid.fsdp_level) >= 3)
         self.fsdp_grads = self.fsdp & (_col(grid.fsdp_level) >= 2)
+        self.R = _col(grid.do_instances)  # distributed-optimizer instances: the optimizer shards over d·c/R
         self.vpp, self.b = _col(grid.vpp), _col(grid.micro_batch)
         self.sp, self.rc, self.dopt = (
             _col(grid.sequence_parallel),

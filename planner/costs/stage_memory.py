@@ -93,7 +93,7 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[st
     kw = dict(
         precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp, gradient_bytes=grad_b, optimizer_bytes=opt_b
     )
-    dense = memory.param_state_bytes(params["dense"], lt.d * lt.c, **kw)
+    dense = memory.param_state_bytes(params["dense"], lt.d * lt.c / lt.R, **kw)  # R optimizer instances
     expert = memory.param_state_bytes(params["expert"], lt.edp, **kw)
     states = {k: dense[k] + expert[k] for k in dense}
     # Megatron FSDP shards the weights (optim_grads_params) and the gradients (optim_grads too), dense over
@@ -276,6 +276,9 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     sharded = (
         f" ÷ d·c (Megatron FSDP {plan.fsdp_sharding.value})"
         if plan.fsdp
+        else f" ÷ (d·c/{plan.distributed_optimizer_instances}) (distributed optimizer, "
+        f"{plan.distributed_optimizer_instances} instances)"
+        if plan.distributed_optimizer and plan.distributed_optimizer_instances > 1
         else " ÷ d·c (distributed optimizer)"
         if plan.distributed_optimizer
         else ""

@@ -169,6 +169,8 @@ def parallel_flags(req: PlanRequest) -> list[str]:
     flags += recompute_flags(req)
     if p.distributed_optimizer or p.fsdp:
         flags.append("--use-distributed-optimizer")
+    if p.distributed_optimizer_instances > 1:
+        flags += ["--num-distributed-optimizer-instances", p.distributed_optimizer_instances]
     if p.fsdp:  # Megatron FSDP needs its own checkpoint format (arguments.py)
         flags += [
             "--use-megatron-fsdp",

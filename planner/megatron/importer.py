@@ -260,6 +260,7 @@ def _parallel(v: dict, fork: ForkPlan, spec: ModelSpec) -> dict:
         fsdp_sharding=v.get("data_parallel_sharding_strategy")
         if fsdp and v.get("data_parallel_sharding_strategy")
         else "optim_grads_params",
+        distributed_optimizer_instances=int(v.get("num_distributed_optimizer_instances") or 1),
         sequence_parallel=bool(v.get("sequence_parallel")),
         **recompute_fields(v),
         distributed_optimizer=bool(

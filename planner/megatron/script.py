@@ -79,6 +79,7 @@ COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; ev
     "recompute_activations",
     "use_distributed_optimizer",
     "use_megatron_fsdp",
+    "num_distributed_optimizer_instances",
     "fp16",
     "bf16",
     "attention_backend",

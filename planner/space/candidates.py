@@ -64,6 +64,7 @@ class Pins:
     pipeline_layout: str | None = None
     moe_token_dispatcher: TokenDispatcher | str | None = None
     overlap_moe_expert_parallel_comm: bool | None = None
+    distributed_optimizer_instances: int | None = None  # None: 1 (more are dominated under this model)
     fsdp_sharding: str | None = None  # --data-parallel-sharding-strategy; None: optim_grads and optim_grads_params
     microbatch_group_size: int | None = None  # interleaving's G; None: the smallest Megatron allows (pp when it can)
     max_tp: int | None = None
@@ -318,7 +319,15 @@ def _memory_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[
     # distributed optimizer does, so search offers it only when pinned
     levels = [FsdpSharding(pins.fsdp_sharding).code] if pins.fsdp_sharding is not None else [2, 3]
     cols = _cross(cols, "fsdp_level", np.array(levels, dtype=np.int8))
-    return _keep(cols, cols["fsdp"] | (cols["fsdp_level"] == levels[-1]))  # one row without FSDP
+    cols = _keep(cols, cols["fsdp"] | (cols["fsdp_level"] == levels[-1]))  # one row without FSDP
+    # distributed-optimizer instances: pinned, else one. More instances only add the shard's all-reduce across
+    # them and R times the optimizer memory under this model (communication.hierarchical_grad_reduce_time_s):
+    # never faster, never smaller, so search does not spend evaluations on them
+    replicas = [pins.distributed_optimizer_instances] if pins.distributed_optimizer_instances else [1]
+    cols = _cross(cols, "do_instances", np.array(replicas))
+    dc = cols["dp"] * cols["cp"]
+    sharded_alone = cols["distributed_optimizer"] & ~cols["fsdp"] & (dc % cols["do_instances"] == 0) & (dc >= 4)
+    return _keep(cols, (cols["do_instances"] == replicas[0]) | sharded_alone)
 
 
 def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGrid:
@@ -333,6 +342,7 @@ def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGr
         a2a_overlap=cols["a2a_overlap"],
         mb_group=cols["mb_group"],
         fsdp_level=np.where(cols["fsdp"], cols["fsdp_level"], 3).astype(np.int8),
+        do_instances=small(cols["do_instances"]),
         layouts=tuple(layouts),
     )
 

@@ -51,6 +51,7 @@ class PlanGrid:
     layout: IntArray | None = None  # index into ``layouts``, -1 = none (--pipeline-model-parallel-layout)
     dispatcher: IntArray | None = None  # TokenDispatcher codes: 0 allgather, 1 alltoall, 2 flex
     a2a_overlap: np.ndarray | None = None  # bool: --overlap-moe-expert-parallel-comm
+    do_instances: IntArray | None = None  # --num-distributed-optimizer-instances (1: one instance over d·c)
     fsdp_level: IntArray | None = None  # FsdpSharding codes (Megatron FSDP): 1 optim, 2 +grads, 3 +params (default)
     mb_group: IntArray | None = None  # --microbatch-group-size-per-virtual-pipeline-stage, 0 = pp (Megatron's default)
     layouts: tuple[str, ...] = field(default=(), compare=False)  # the layouts ``layout`` points into
@@ -63,6 +64,7 @@ class PlanGrid:
             ("a2a_overlap", False),
             ("mb_group", 0),
             ("fsdp_level", 3),
+            ("do_instances", 1),
         ):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, np.full(n, value, dtype=bool if value is False else np.int64))
@@ -103,6 +105,7 @@ class PlanGrid:
             a2a_overlap=col(lambda p: p.overlap_moe_expert_parallel_comm, bool),
             mb_group=col(lambda p: p.microbatch_group_size or 0),
             fsdp_level=col(lambda p: p.fsdp_sharding.code, np.int8),
+            do_instances=col(lambda p: p.distributed_optimizer_instances),
             layouts=layouts,
         )
 
@@ -140,6 +143,7 @@ class PlanGrid:
             overlap_moe_expert_parallel_comm=bool(self.a2a_overlap[i]),
             microbatch_group_size=int(self.mb_group[i]) or None,
             fsdp_sharding=FSDP_SHARDING_BY_CODE[int(self.fsdp_level[i])],
+            distributed_optimizer_instances=int(self.do_instances[i]),
         )
 
 

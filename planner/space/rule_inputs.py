@@ -85,6 +85,7 @@ class RuleInputs:
             etp=int(g.etp[i]),
             m=float(self.m[i]),
             G=int(g.mb_group[i] or g.pp[i]),
+            R=int(g.do_instances[i]),
             N=self.num_gpus,
             s=tr.seq_len,
             B=tr.global_batch,

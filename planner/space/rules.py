@@ -229,6 +229,17 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "distributed-optimizer instances divide d·c",
+        lambda r: (
+            (r.grid.do_instances == 1)
+            | (r.grid.distributed_optimizer & ~r.grid.fsdp & ((r.grid.dp * r.grid.cp) % r.grid.do_instances == 0))
+        ),
+        lambda x: (
+            f"--num-distributed-optimizer-instances {x.R} needs the distributed optimizer without Megatron FSDP and "
+            f"to divide d·c = {x.d * x.c} (parallel_state.py)"
+        ),
+    ),
+    Rule(
         "interleaving needs a legal micro-batch group",
         lambda r: (
             (r.grid.vpp == 1) | microbatch_group_legal(r.grid.pp, r.m, microbatch_group(r.grid.pp, r.grid.mb_group))
