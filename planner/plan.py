@@ -13,9 +13,10 @@ from enum import StrEnum
 from typing import Literal, Self
 
 from numpy.typing import ArrayLike
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from planner.hardware.spec import HardwareSpec
+from planner.hardware.userbuffers import UbConfig, load_config_file
 from planner.models.pipeline_layout import LayoutError, PipelineLayout
 from planner.models.spec import ModelSpec
 
@@ -211,6 +212,11 @@ class PlanOptions(_Spec):
     tp_comm_overlap: bool = Field(
         False, description="--tp-comm-overlap: TP collectives pipelined with GEMMs (needs SP)"
     )
+    tp_comm_overlap_cfg: UbConfig | None = Field(
+        None,
+        description="--tp-comm-overlap-cfg: Transformer Engine's userbuffer config (a YAML path), or 'bridge' "
+        "(Megatron-Bridge's preset for the GPU and shape); None: Transformer Engine's defaults",
+    )
     activation_fusion: bool = Field(
         True, description="MLP activation in one kernel; False: op by op (--no-bias-swiglu-fusion, NeMo's squared ReLU)"
     )
@@ -282,6 +288,11 @@ class PlanOptions(_Spec):
     expandable_segments: bool = Field(
         False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (no caching-allocator fragmentation)"
     )
+
+    @field_validator("tp_comm_overlap_cfg", mode="before")
+    @classmethod
+    def _read_cfg_file(cls, value):
+        return load_config_file(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _own_rules(self) -> Self:

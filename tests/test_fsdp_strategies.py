@@ -45,7 +45,11 @@ def test_each_strategy_shards_what_it_names():
     assert not do["fits"] and zero2["fits"]  # the gradient-sharded plan is the one that fits
     # ZeRO-2 reduce-scatters every micro-batch (m = 16), the distributed optimizer once
     assert zero2["time"]["dp_comm"] > do["time"]["dp_comm"]
-    assert zero1["iteration_s"] == pytest.approx(do["iteration_s"], rel=1e-12)
+    # ZeRO-1 computes and reduces as the distributed optimizer does, but Megatron FSDP needs
+    # CUDA_DEVICE_MAX_CONNECTIONS > 1: on Hopper with TP 8 its backward TP overlaps are lost (§6.3.2)
+    for key in ("forward", "backward", "dp_comm", "optimizer"):
+        assert zero1["time"][key] == pytest.approx(do["time"][key], rel=1e-9), key
+    assert zero1["time"]["tp_comm"] > do["time"]["tp_comm"] and zero1["iteration_s"] > do["iteration_s"]
 
 
 def test_strategy_flag_round_trip():

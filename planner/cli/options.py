@@ -216,6 +216,12 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         derived="with SP, both ways (userbuffers take memory and SMs); without SP, off",
     ),
     Option(
+        ("--tp-comm-overlap-cfg",),
+        "Transformer Engine userbuffer YAML (Megatron-LM's flag) for --tp-comm-overlap, or 'bridge': Megatron-Bridge's "
+        "preset for the GPU and shape, as NVIDIA's recipes run [default: Transformer Engine's defaults].",
+        type=click.Path(dir_okay=False),
+    ),
+    Option(
         ("--fp8",),
         "--fp8-format: linear GEMMs in FP8 (MFU still against the BF16 peak).",
         None,

@@ -16,8 +16,10 @@ def _plan_values(pj: dict, model_ref: str | None, hardware_ref: str | None) -> d
     """A plan JSON's values by the name of the option that sets each."""
     par, tr = pj["parallel"], pj["training"]
     split = StageSplit(par.get("stage_split", "even"))
+    cfg = pj["options"].get("tp_comm_overlap_cfg")
     return {
         **pj["options"],
+        "tp_comm_overlap_cfg": cfg["name"] if isinstance(cfg, dict) else cfg,  # the file it was read from
         **{k: v for k, v in par.items() if k != "dp"},
         "model": model_ref or pj["model"],
         "hardware": hardware_ref or pj["hardware"],

@@ -77,8 +77,9 @@ def _inputs(kw: dict):
         raise click.UsageError(
             "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
         )
+    inputs = search_inputs(kw)  # bad options are one error line, with no note before it
     note_full_only(kw)
-    return search_inputs(kw)
+    return inputs
 
 
 def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:

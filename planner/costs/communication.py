@@ -11,16 +11,6 @@ from numpy.typing import ArrayLike
 
 from planner.hardware.collectives import Link, all_gather_time_s, all_reduce_time_s, in_network_time_s, p2p_time_s
 
-# Transformer Engine userbuffers' default for its pipelined and bulk overlaps: 16 SMs, with the GEMM
-# kept off them (num_sm 16, set_sm_margin; ring exchanges use 1 SM and the copy engines);
-# NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py, initialize_ub.
-UB_OVERLAP_SMS = 16
-
-
-def ub_sm_slowdown(sm_count: int) -> float:
-    """How much longer a GEMM runs on the SMs userbuffers leaves it: SMs/(SMs − 16) − 1."""
-    return sm_count / (sm_count - UB_OVERLAP_SMS) - 1
-
 
 def activation_message_bytes(b: ArrayLike, s: int, h: int, c: ArrayLike, *, activation_bytes: int) -> np.ndarray:
     """The b·s·h activation tensor of one micro-batch on one context-parallel rank, in bytes: ε·b·s·h/c
@@ -130,6 +120,42 @@ def dfa_bucket_params(bucket_mb: float, grad_bytes: int) -> float:
     return bucket_mb * 2**20 / grad_bytes
 
 
+def ub_sm_charge_s(
+    gemm_s: ArrayLike, comm_s: ArrayLike, num_sm: ArrayLike, sm_count: int, *, margin: ArrayLike, sm_comm: ArrayLike
+) -> np.ndarray:
+    """Extra time of a GEMM beside a userbuffers kernel on n of the GPU's S SMs.
+
+    With the margin (set_sm_margin) cuBLAS gets S − n SMs for the GEMM's whole run:
+    G·n/(S − n). Without it the GEMM holds every SM and loses the n the kernel occupies only while
+    the kernel runs: during C it advances at (S − n)/S, so it ends C·n/S later, at most G·n/(S − n)
+    (the GEMM ends first). A ring exchange's kernel copies on the copy engines (``sm_comm`` False,
+    use_ce): only a margin costs. Transformer Engine comm_gemm_overlap.cpp: _math_sms = S − num_sm
+    with set_sm_margin, else S; bulk_overlap launches the communication before the GEMM.
+    """
+    g, c, n = (np.asarray(x, dtype=float) for x in (gemm_s, comm_s, num_sm))
+    whole = g * n / (sm_count - n)
+    shared = np.where(sm_comm, np.minimum(c * n / sm_count, whole), 0.0)
+    return np.where(margin, whole, shared)
+
+
+def ring_exchange_s(chunks_s: ArrayLike, comm_s: ArrayLike, n: ArrayLike) -> np.ndarray:
+    """A GEMM run as n chunks while the collective's pieces travel peer to peer (TE's ring exchange,
+    CommOverlapP2PBase split_overlap_ag/rs): the first chunk is local, each of the n − 1 others
+    waits for its piece, r = comm/(n − 1), so c + (n − 1)·max(c, r) with c = chunks/n."""
+    n = np.asarray(n, dtype=float)
+    c, r = np.asarray(chunks_s) / n, np.asarray(comm_s) / np.maximum(n - 1, 1)
+    return c + (n - 1) * np.maximum(c, r)
+
+
+def pipelined_rs_s(chunks_s: ArrayLike, comm_s: ArrayLike, n: ArrayLike) -> np.ndarray:
+    """A GEMM run as n chunks, each reduce-scattered while the next computes (TE's pipeline,
+    CommOverlapBase::split_overlap_rs): c + (n − 1)·max(c, r) + r with c = chunks/n, r = comm/n;
+    the last chunk's reduce-scatter is exposed."""
+    n = np.asarray(n, dtype=float)
+    c, r = np.asarray(chunks_s) / n, np.asarray(comm_s) / n
+    return c + (n - 1) * np.maximum(c, r) + r
+
+
 def tp_pair_exposed_s(
     ag: ArrayLike,
     rs: ArrayLike,
@@ -137,15 +163,17 @@ def tp_pair_exposed_s(
     gemm: dict[str, np.ndarray],
     *,
     sequence_parallel: np.ndarray,
-    async_backward: bool,
+    async_backward: ArrayLike,
     overlap: bool,
-    sm_slowdown: float,
+    ub: dict[str, dict[str, np.ndarray]] | None = None,
+    sm_count: int = 1,
+    reduce_s: ArrayLike = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) exposed TP time of one column-parallel → row-parallel pair of linears
     (QKV → projection, or fc1 → fc2) for one micro-batch. ``gemm``: forward times of the pair's
-    GEMMs, ``in`` and ``out`` (dgrad and wgrad each take as long), and, for --tp-comm-overlap, of
-    the same GEMMs cut into the pieces userbuffers runs: ``in_split_t`` (t row blocks),
-    ``out_split_4`` (4 blocks) and ``out_split_t``; ag, rs, ar are the collectives' times.
+    GEMMs, ``in`` and ``out`` (dgrad and wgrad each take as long); ag is the all-gather of the
+    column-parallel input, rs the row-parallel output's reduce-scatter (and its gradient's
+    all-gather), ar the all-reduce without SP.
 
     - Without SP: an all-reduce after the row-parallel GEMM; in the backward the column-parallel
       dgrad's all-reduce, which Megatron overlaps with that linear's weight-gradient GEMM
@@ -156,29 +184,70 @@ def tp_pair_exposed_s(
       _ReduceScatterToSequenceParallelRegion.backward, charged in full. The column-parallel input's
       all-gather overlaps its dgrad GEMM and the dgrad's reduce-scatter its wgrad GEMM (layers.py
       LinearWithGradAccumulationAndAsyncCommunication.backward; Transformer Engine the same).
-    - ``overlap`` (--tp-comm-overlap, Transformer Engine userbuffers in its default configuration,
-      module/base.py initialize_ub): the forward all-gathers are ring exchanges that run the GEMM
-      in t row blocks as the pieces arrive, the forward reduce-scatter is pipelined with the
-      row-parallel GEMM in 4 blocks (the last block's scatter exposed), the row-parallel dgrad rings
-      its output-gradient all-gather in t blocks, and the column-parallel dgrad and wgrad run bulk
-      overlaps of the input all-gather and the dgrad reduce-scatter. Not free: the blocks are
-      smaller GEMMs (their own, lower, efficiency), and the pipelined and bulk overlaps take 16
-      SMs from the GEMM (``sm_slowdown`` = SMs/(SMs − 16) − 1 longer).
+      ``async_backward`` False (the 2021 code, or the order lost: ``connection_limited``): exposed.
+    - ``overlap`` (--tp-comm-overlap): ``tp_pair_ub_s`` with the userbuffer config ``ub``.
     """
     ag, rs, ar = np.asarray(ag), np.asarray(rs), np.asarray(ar)
-    g_in, g_out = gemm["in"], gemm["out"]
+    g_in = gemm["in"]
     no_sp_fwd = ar
-    no_sp_bwd = np.maximum(ar - g_in, 0.0) if async_backward else ar
+    no_sp_bwd = np.where(async_backward, np.maximum(ar - g_in, 0.0), ar)
     if overlap:
-        ring_in, piped_out = gemm["in_split_t"], gemm["out_split_4"] * (1 + sm_slowdown)
-        ring_out, bulk_in = gemm["out_split_t"], g_in * (1 + sm_slowdown)
-        sp_fwd = np.maximum(ag, ring_in) - g_in + piped_out - g_out + np.maximum(rs / 4, rs - 0.75 * piped_out)
-        sp_bwd = np.maximum(ag, ring_out) - g_out + 2 * (np.maximum(np.maximum(ag, rs), bulk_in) - g_in)
+        sp_fwd, sp_bwd = tp_pair_ub_s(ag, rs, gemm, ub or {}, sm_count, reduce_s)
     else:
         sp_fwd = ag + rs
-        overlapped = np.maximum(ag - g_in, 0.0) + np.maximum(rs - g_in, 0.0) if async_backward else ag + rs
+        overlapped = np.where(async_backward, np.maximum(ag - g_in, 0.0) + np.maximum(rs - g_in, 0.0), ag + rs)
         sp_bwd = ag + overlapped
     return np.where(sequence_parallel, sp_fwd, no_sp_fwd), np.where(sequence_parallel, sp_bwd, no_sp_bwd)
+
+
+def tp_pair_ub_s(ag, rs, gemm: dict, ub: dict, sm_count: int, reduce_s) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) exposed time of a pair under Transformer Engine userbuffers: the time each
+    overlapped GEMM takes with its collective, less the GEMM alone. ``ub``: per GEMM of the pair
+    (``in_fprop``, ``out_fprop``, ``out_dgrad``, ``in_dgrad``, ``in_wgrad``) its method, SMs, margin
+    and chunks (planner.hardware.userbuffers); ``gemm`` adds the chunked GEMMs' times (each chunk
+    at its own, lower, efficiency): ``in_split_t``, ``out_split_t`` (t token blocks) and
+    ``out_split_k`` (the pipeline's k column blocks).
+
+    Forward: the input all-gather rings inside the column-parallel GEMM; the output's reduce-scatter
+    is pipelined (k chunks, its kernel on n SMs) or rung (t chunks, then ``reduce_s``, the kernel
+    summing the t partial chunks). Backward: the output gradient's all-gather rings inside the
+    row-parallel dgrad; the column-parallel dgrad hides the input's all-gather and its wgrad the
+    dgrad's reduce-scatter in bulk, each max(GEMM + SM charge, collective).
+    """
+
+    def charged(g, comm, op, sm_comm):
+        return g + ub_sm_charge_s(g, comm, op["num_sm"], sm_count, margin=op["margin"], sm_comm=sm_comm)
+
+    g_in, g_out, t = gemm["in"], gemm["out"], gemm["t"]
+    ring_in = ring_exchange_s(charged(gemm["in_split_t"], ag, ub["in_fprop"], False), ag, t)
+    rs_op = ub["out_fprop"]
+    piped = pipelined_rs_s(charged(gemm["out_split_k"], rs, rs_op, True), rs, rs_op["splits"])
+    rung = ring_exchange_s(charged(gemm["out_split_t"], rs, rs_op, False), rs, t) + reduce_s
+    fwd = ring_in - g_in + np.where(rs_op["pipeline"], piped, rung) - g_out
+    ring_dgrad = ring_exchange_s(charged(gemm["out_split_t"], rs, ub["out_dgrad"], False), rs, t)
+    bulk = [np.maximum(charged(g_in, ag, ub[k], True), ag) - g_in for k in ("in_dgrad", "in_wgrad")]
+    return fwd, ring_dgrad - g_out + bulk[0] + bulk[1]
+
+
+def connection_limited(
+    compute_capability: float, t: ArrayLike, c: ArrayLike, fsdp: ArrayLike, a2a_overlap: ArrayLike
+) -> np.ndarray:
+    """Plans whose backward TP collectives lose their place ahead of the GEMMs they overlap.
+
+    Megatron-LM relies on CUDA_DEVICE_MAX_CONNECTIONS=1 (one hardware queue: kernels start in the
+    order they are launched) to start the SP all-gather and the dgrad reduce-scatter before the
+    GEMMs they hide behind (core/tensor_parallel/layers.py: 'Here we rely on
+    CUDA_DEVICE_MAX_CONNECTIONS=1 to ensure that the gather is scheduled before the input gradient
+    computation'). Megatron FSDP needs more than one connection (arguments.py asserts it), and so
+    does --overlap-moe-expert-parallel-comm; below compute capability 10 arguments.py (d98e8a64,
+    validate_args) warns against either with t > 1 or c > 1 since 'they require different
+    CUDA_MAX_CONNECTIONS settings'. Hopper's GEMMs are persistent kernels holding every SM, so a
+    collective scheduled after one waits for it: the overlap is lost (Transformer Engine
+    comm_gemm_overlap.cpp orders its userbuffers kernels with a launch event on Hopper for this
+    reason; --tp-comm-overlap keeps its overlap, the caller's concern).
+    """
+    split = (np.asarray(t) > 1) | (np.asarray(c) > 1)
+    return (compute_capability < 10.0) & split & (np.asarray(fsdp, dtype=bool) | np.asarray(a2a_overlap, dtype=bool))
 
 
 def ddp_bucket_params(dp_cp: ArrayLike) -> np.ndarray:

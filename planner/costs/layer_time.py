@@ -15,7 +15,7 @@ from planner.costs import Formula, compute, flops, memory
 from planner.costs.blocks import graphed_frac, layer_parts, layer_terms, layer_times, sum_blocks
 from planner.costs.layer_memory import layer_activations
 from planner.costs.letters import Letters
-from planner.costs.linears import activation_message, gemm_times, tp_collectives_s
+from planner.costs.linears import activation_message, gemm_times, tp_collectives_s, tp_formula
 from planner.costs.memory_parts import layers_text
 from planner.costs.mla import mla_formula
 from planner.costs.moe import dispatcher_formula, expert_formula
@@ -191,25 +191,7 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         "Narayanan et al. 2021 Appendix: backward = 2 × forward GEMM FLOPs; Dao 2023 §4.1 (5 backward GEMMs)",
     )
     recompute = recompute_formula(ctx, plan)
-    sp = plan.sequence_parallel and plan.tp > 1
-    if not sp:
-        collectives = "2 all-reduces forward; backward all-reduces beyond the weight-gradient GEMMs"
-    elif opts.tp_comm_overlap:
-        collectives = (
-            "userbuffers: ring-exchange all-gathers and pipelined reduce-scatters inside the GEMMs, beyond "
-            "them exposed, plus the split GEMMs' lost efficiency and the 16 SMs the overlaps take"
-        )
-    else:
-        collectives = (
-            "2 all-gathers + 2 reduce-scatters forward; backward: 2 synchronous output-gradient all-gathers, "
-            "the input all-gathers and dgrad reduce-scatters beyond the GEMMs they overlap"
-        )
-    again = " (+ recompute)" if plan.recompute is Recompute.FULL else ""
-    tp = Formula(
-        f"m × layers × [{collectives}] of b·s·h/c{again}, on the tp group's link" if plan.tp > 1 else "0 (tp = 1)",
-        "Narayanan et al. 2021 §4.1; Korthikanti et al. 2022 §4.2.2; Megatron-LM mappings.py, layers.py; "
-        "Transformer Engine initialize_ub; ring cost Thakur et al. 2005",
-    )
+    tp = tp_formula(ctx, plan)
     cp = Formula(
         "m × layers × (c − 1) ring steps of K,V chunks b·(s/c)·2g·d_h/t, each beyond one step of attention"
         if plan.cp > 1
@@ -221,19 +203,24 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         "forward": forward,
         "backward": backward,
         "recompute": recompute,
-        "offload": Formula(
-            f"m × {ctx.options.cpu_offloading_num_layers} layers × "
-            "[max(0, A/W_host − t_fwd) + max(0, A/W_host − t_bwd)], A a layer's activations, "
-            f"W_host {ctx.hardware.memory.host_link_gbytes_per_s:g} GB/s"
-            if ctx.options.cpu_offloading_num_layers
-            else "0 (no CPU offloading)",
-            "Transformer Engine CPU offload context (Megatron-LM transformer_block.py:304-318); "
-            f"hardware preset {ctx.hardware.name}: memory.host_link_gbytes_per_s",
-        ),
+        "offload": offload_formula(ctx),
         "tp_comm": tp,
         "cp_comm": cp,
         "moe_comm": moe_comm,
     }
+
+
+def offload_formula(ctx: Context) -> Formula:
+    """Formula and source of the CPU-offload term."""
+    return Formula(
+        f"m × {ctx.options.cpu_offloading_num_layers} layers × "
+        "[max(0, A/W_host − t_fwd) + max(0, A/W_host − t_bwd)], A a layer's activations, "
+        f"W_host {ctx.hardware.memory.host_link_gbytes_per_s:g} GB/s"
+        if ctx.options.cpu_offloading_num_layers
+        else "0 (no CPU offloading)",
+        "Transformer Engine CPU offload context (Megatron-LM transformer_block.py:304-318); "
+        f"hardware preset {ctx.hardware.name}: memory.host_link_gbytes_per_s",
+    )
 
 
 def recompute_formula(ctx: Context, plan: ParallelPlan) -> Formula:

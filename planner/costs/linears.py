@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.costs import Formula, compute, flops
 from planner.costs import communication as comm
-from planner.costs import compute, flops
 from planner.costs.letters import Letters
+from planner.hardware import userbuffers
 from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link
-from planner.plan import Context
+from planner.plan import Context, ParallelPlan, Recompute
 
 BLACKWELL = 10.0  # compute capability from which one per-tensor FP8 copy serves both GEMM layouts
 NORM_FED = ("qkv", "q_down", "kv_down", "q_proj", "fc1", "shared_fc1")  # GEMMs fed by the (fused) input norm
@@ -51,41 +52,152 @@ def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
     return cached
 
 
-def split_gemms_s(gemms: list, n, ctx: Context, *, fp8: bool) -> np.ndarray:
-    """GEMMs' time when each runs as n blocks of M/n rows (userbuffers' ring exchange and pipeline)."""
-    blocks = {str(i): flops.Gemm(flops=g.flops, M=g.M / n, N=g.N, K=g.K) for i, g in enumerate(gemms)}
-    return sum(gemm_times(blocks, ctx, fp8=fp8).values())
+UB_COMPUTE_STREAMS = 3  # Transformer Engine comm_gemm_overlap.h NVTE_COMM_OVERLAP_MAX_STREAMS
+# Chunks priced as sharing the SMs: 1, each chunk on its own at the GEMM law's efficiency of its shape.
+# TE runs up to UB_COMPUTE_STREAMS at once (see split_gemms_s); pricing that concurrency moves every
+# TP-overlap run 5-10 % faster, which the calibrated GEMM factors (fitted with the per-chunk price)
+# must be refitted for: docs/cost-model.md §4.
+UB_CONCURRENT_CHUNKS = 1
+
+
+def split_gemms_s(gemms: list, n, ctx: Context, *, fp8: bool, dim: str = "M", concurrent: int = 1) -> np.ndarray:
+    """GEMMs' time when each runs as n chunks of M/n rows (userbuffers' ring exchange: token blocks)
+    or N/n columns (``dim`` "N": the pipelined reduce-scatter's output column blocks), each at the
+    GEMM law's efficiency of its shape.
+
+    ``concurrent`` chunks at once share the SMs and fill each other's last wave, so they run at the
+    efficiency of min(concurrent, n)/n of the GEMM: Transformer Engine issues the chunks round-robin
+    on 3 compute streams (comm_gemm_overlap.cpp, NVTE_COMM_OVERLAP_MAX_STREAMS); the tail wave of
+    decomposed matmuls is the cost PyTorch's async TP names and works around the same way (Wang et
+    al., 'Introducing Async Tensor Parallelism in PyTorch', 2024: H100, Llama 3 8B/70B forward
+    20-29 % faster with the decomposed overlap)."""
+    share = np.minimum(concurrent, n) / n
+
+    def block(g):
+        if dim == "N":
+            return flops.Gemm(flops=g.flops * share, M=g.M, N=g.N * share, K=g.K)
+        return flops.Gemm(flops=g.flops * share, M=g.M * share, N=g.N, K=g.K)
+
+    blocks = {str(i): block(g) for i, g in enumerate(gemms)}
+    return sum(gemm_times(blocks, ctx, fp8=fp8).values()) / share
+
+
+def userbuffer_ops(lt: Letters, ctx: Context) -> tuple[list, np.ndarray, dict]:
+    """The userbuffer config each plan of the grid runs (hardware.userbuffers.plan_configs: the
+    user's, else Megatron-Bridge's preset for the GPU and shape, else Transformer Engine's
+    defaults), the index of each plan's, and every overlapped GEMM's settings (once per grid)."""
+    cached = getattr(lt, "_ub_ops", None)
+    if cached is None:
+        gpu = ctx.hardware.gpu
+        configs, index = userbuffers.plan_configs(
+            ctx.options.tp_comm_overlap_cfg, gpu.compute_capability, lt.fp8, lt.h, lt.s, lt.t, lt.b
+        )
+        cached = (configs, index, userbuffers.plan_ops(configs, index, lt.t))
+        lt._ub_ops = cached
+    return cached
+
+
+PAIR_OPS = {  # the userbuffers GEMMs of a pair, by the row-parallel GEMM that closes it
+    "projection": {"in_fprop": "qkv_fprop", "out_fprop": "proj_fprop", "out_dgrad": "proj_dgrad"}
+    | {"in_dgrad": "qkv_dgrad", "in_wgrad": "qkv_wgrad"},
+    "fc2": {"in_fprop": "fc1_fprop", "out_fprop": "fc2_fprop", "out_dgrad": "fc2_dgrad"}
+    | {"in_dgrad": "fc1_dgrad", "in_wgrad": "fc1_wgrad"},
+}
+
+
+def overlap_times(lt: Letters, ctx: Context, gemms: dict, ins, outs, ub: dict) -> dict:
+    """The chunked GEMMs userbuffers runs (``communication.tp_pair_ub_s``) and t."""
+    g_in, g_out = [gemms[k] for k in ins], [gemms[k] for k in outs]
+    kw = {"fp8": lt.fp8, "concurrent": UB_CONCURRENT_CHUNKS}
+    return {
+        "t": lt.t,
+        "in_split_t": split_gemms_s(g_in, lt.t, ctx, **kw),
+        "out_split_t": split_gemms_s(g_out, lt.t, ctx, **kw),
+        "out_split_k": split_gemms_s(g_out, ub["out_fprop"]["splits"], ctx, dim="N", **kw),
+    }
 
 
 def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, gather_width=None) -> tuple:
     """(forward, backward) exposed TP time of one block's column-parallel GEMMs ``ins`` and
     row-parallel ``outs`` (communication.tp_pair_exposed_s): the SP all-gather before ``ins`` (of
     ``gather_width`` channels, MLA's latents, else h), the reduce-scatter after ``outs``, or the
-    all-reduces without SP."""
-    opts, link = ctx.options, group_link(ctx.hardware, lt.t, 1)
+    all-reduces without SP; with --tp-comm-overlap as the plan's userbuffer config runs them, the
+    ring-exchanged reduce-scatter's final sum of t partial chunks at η_mem of HBM."""
+    opts, hw, link = ctx.options, ctx.hardware, group_link(ctx.hardware, lt.t, 1)
     msg = activation_message(lt)
     ag_in = all_gather_time_s(lt.t, msg * (gather_width or lt.h) / lt.h, link)
     rs, ar = all_gather_time_s(lt.t, msg, link), all_reduce_time_s(lt.t, msg, link)
-    g_in, g_out = [gemms[k] for k in ins], [gemms[k] for k in outs]
     times = {"in": sum(gtime[k] for k in ins), "out": sum(gtime[k] for k in outs)}
+    ub, reduce_s = None, 0.0
     if opts.tp_comm_overlap:
-        times |= {
-            "in_split_t": split_gemms_s(g_in, lt.t, ctx, fp8=lt.fp8),
-            "out_split_4": split_gemms_s(g_out, 4, ctx, fp8=lt.fp8),
-            "out_split_t": split_gemms_s(g_out, lt.t, ctx, fp8=lt.fp8),
-        }
+        ops = userbuffer_ops(lt, ctx)[2]
+        ub = {role: ops[name] for role, name in PAIR_OPS["projection" if "projection" in outs else "fc2"].items()}
+        times |= overlap_times(lt, ctx, gemms, ins, outs, ub)
+        reduce_s = msg * (1 + 1 / lt.t) / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
+    lost = comm.connection_limited(hw.gpu.compute_capability, lt.t, lt.c, lt.fsdp, lt.a2a_overlap & (lt.E > 0))
     fwd, bwd = comm.tp_pair_exposed_s(
         ag_in,
         rs,
         ar,
         times,
         sequence_parallel=lt.sp,
-        async_backward=opts.async_tp_comm or opts.tp_comm_overlap,
+        async_backward=(opts.async_tp_comm or opts.tp_comm_overlap) & ~lost,
         overlap=opts.tp_comm_overlap,
-        sm_slowdown=comm.ub_sm_slowdown(ctx.hardware.gpu.sm_count),
+        ub=ub,
+        sm_count=hw.gpu.sm_count,
+        reduce_s=reduce_s,
     )
     t_one = np.asarray(lt.t) == 1
     return np.where(t_one, 0.0, fwd), np.where(t_one, 0.0, bwd)
+
+
+def userbuffer_config_text(ctx: Context, plan: ParallelPlan) -> str:
+    """The userbuffer config a plan runs, named, with its pipelined and bulk overlaps' SMs."""
+    gpu = ctx.hardware.gpu
+    t, b = np.array([plan.tp]), np.array([plan.micro_batch])
+    fp8 = ctx.options.fp8 is not None
+    configs, index = userbuffers.plan_configs(
+        ctx.options.tp_comm_overlap_cfg, gpu.compute_capability, fp8, ctx.model.hidden_size, ctx.training.seq_len, t, b
+    )
+    return "config " + userbuffers.describe(configs[int(index[0])], plan.tp)
+
+
+def tp_formula(ctx: Context, plan: ParallelPlan) -> Formula:
+    """Formula and source of the TP communication term for one plan."""
+    opts = ctx.options
+    if not (plan.sequence_parallel and plan.tp > 1):
+        collectives = "2 all-reduces forward; backward all-reduces beyond the weight-gradient GEMMs"
+    elif opts.tp_comm_overlap:
+        collectives = (
+            "userbuffers: each GEMM with its collective (ring exchange, pipeline or bulk) less the GEMM alone, "
+            "the chunked GEMMs at their own efficiency, the SMs the kernels take (the GEMM's share n/S); "
+            + userbuffer_config_text(ctx, plan)
+        )
+    else:
+        collectives = (
+            "2 all-gathers + 2 reduce-scatters forward; backward: 2 synchronous output-gradient all-gathers, "
+            "the input all-gathers and dgrad reduce-scatters beyond the GEMMs they overlap"
+        )
+    lost = comm.connection_limited(
+        ctx.hardware.gpu.compute_capability,
+        plan.tp,
+        plan.cp,
+        plan.fsdp,
+        plan.overlap_moe_expert_parallel_comm and ctx.model.is_moe,
+    )
+    if bool(lost) and not opts.tp_comm_overlap:
+        collectives += (
+            "; the backward's overlaps lost: Megatron FSDP / the expert all-to-all overlap need "
+            "CUDA_DEVICE_MAX_CONNECTIONS > 1, which on compute capability < 10 no longer queues the collectives "
+            "ahead of the GEMMs (Megatron-LM arguments.py, layers.py)"
+        )
+    again = " (+ recompute)" if plan.recompute is Recompute.FULL else ""
+    return Formula(
+        f"m × layers × [{collectives}] of b·s·h/c{again}, on the tp group's link" if plan.tp > 1 else "0 (tp = 1)",
+        "Narayanan et al. 2021 §4.1; Korthikanti et al. 2022 §4.2.2; Megatron-LM mappings.py, layers.py; "
+        "Transformer Engine initialize_ub, comm_gemm_overlap.cpp; Megatron-Bridge comm_overlap.py; "
+        "ring cost Thakur et al. 2005",
+    )
 
 
 ROW_INPUT = ("q_up", "kv_up", "projection", "fc2", "shared_fc2")  # inputs cast on their own

@@ -292,6 +292,14 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
     if p > 1 and L % (p * v) and (L + 2) % (p * v) == 0:
         split = "embedding+loss"
         assumptions.append("embedding and loss counted as pipeline layers (the only even split of the layers)")
+    # NeMo's and Megatron-Bridge's recipes (DGX Cloud, Bridge's and NeMo's performance tables) run Bridge's
+    # userbuffer presets; MLPerf's implementations ship their own userbuffer files, not read: TE's defaults
+    bridge_ub = _yes(row["tp_comm_overlap"]) and row["source_family"] != "MLPerf Training"
+    if bridge_ub and t > 1:
+        assumptions.append(
+            "userbuffers: Megatron-Bridge's preset for the GPU and shape (comm_overlap.py; the recipes' own "
+            "userbuffer file not read), else Transformer Engine's defaults"
+        )
     fp8 = row["precision"] == "fp8"
     eager = row["mlp"] == "squared_relu"  # every squared-ReLU run of the table is NeMo 2's (Nemotron-4)
     if eager:
@@ -316,6 +324,7 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
             overlap_grad_reduce=_yes(row["overlap_grad_reduce"]),
             overlap_param_gather=_yes(row["overlap_param_gather"]),
             tp_comm_overlap=_yes(row["tp_comm_overlap"]),
+            tp_comm_overlap_cfg="bridge" if bridge_ub else None,
             fp8="hybrid" if fp8 else None,
             fp8_recipe=row["fp8_recipe"] or "delayed",
             fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),

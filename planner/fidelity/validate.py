@@ -128,6 +128,9 @@ def validate(
     out = _validate(runs if runs is not None else load_runs(), hardware or {})
     if moe and runs is None:
         out["moe"] = validate_moe(hardware=hardware)
+        from planner.fidelity.evidence import settings_per_preset
+
+        out["summary"]["settings_by_hardware"] = settings_per_preset()  # distinct model × plan, not rows
     return out
 
 

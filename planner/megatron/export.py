@@ -202,6 +202,8 @@ def parallel_flags(req: PlanRequest) -> list[str]:
     ):
         if enabled:
             flags.append(flag)
+    if o.tp_comm_overlap and o.tp_comm_overlap_cfg is not None and o.tp_comm_overlap_cfg.name != "bridge":
+        flags += ["--tp-comm-overlap-cfg", o.tp_comm_overlap_cfg.name]
     return [f for f in flags if f is not None]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from pydantic import ValidationError
@@ -216,6 +217,7 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "grad_reduce_in_bf16": bool(v.get("grad_reduce_in_bf16")),
         "use_sharp": bool(v.get("use_sharp")),
         "tp_comm_overlap": bool(v.get("tp_comm_overlap")),
+        "tp_comm_overlap_cfg": _ub_cfg_path(v, warnings),
         "overlap_p2p_comm": bool(v.get("overlap_p2p_comm", True)),
         "pp_scatter_gather": bool(v.get("scatter_gather_tensors_in_pipeline")),
         "distribute_saved_activations": bool(v.get("distribute_saved_activations")),
@@ -413,3 +415,18 @@ def import_fields(
     world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")
     warned, said = tuple(warnings + departs), tuple(notes + read)
     return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text)
+
+
+def _ub_cfg_path(v: dict, warnings: list[str]) -> str | None:
+    """--tp-comm-overlap-cfg: the userbuffer YAML, read where it is; one that is not here is said and
+    left out (Transformer Engine's defaults, as Megatron-LM without a file)."""
+    path = v.get("tp_comm_overlap_cfg")
+    if not path or not v.get("tp_comm_overlap"):
+        return None
+    if not Path(str(path)).expanduser().is_file():
+        warnings.append(
+            f"--tp-comm-overlap-cfg {path} is not on this machine: Transformer Engine's default userbuffers are "
+            "assumed (--tp-comm-overlap-cfg bridge: Megatron-Bridge's preset for the GPU and shape)"
+        )
+        return None
+    return str(path)

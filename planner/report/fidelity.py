@@ -22,9 +22,21 @@ def _best_plan(r: dict) -> str:
     return plan_label(g["best_plan"]) if g else ""
 
 
+def settings_table(settings: dict) -> Table:
+    """Rows in the bar and the distinct settings (model × plan, DP aside) behind them, per preset."""
+    table = Table(title="Distinct settings behind the fit (model × plan; rows in the bar)", title_justify="left")
+    for col, just in (("hardware", "left"), ("rows", "right"), ("dense settings", "right"), ("MoE settings", "right")):
+        table.add_column(col, justify=just)
+    for name, st in settings.items():
+        table.add_row(name, str(st["rows"]), str(st["dense_settings"]), str(st["moe_settings"]))
+    return table
+
+
 def validation_view(result: dict) -> Group:
     parts = [_runs_table(result, "Predicted vs published (error = predicted/published − 1)")]
     parts += [summary_table(result["summary"]), assumptions_text(result)]
+    if result["summary"].get("settings_by_hardware"):
+        parts.append(settings_table(result["summary"]["settings_by_hardware"]))
     if "moe" in result:  # out of sample: the efficiency factors were fitted on the dense runs above
         moe = result["moe"]
         title = "Mixture-of-experts runs, out of sample (fitted on the dense runs above)"

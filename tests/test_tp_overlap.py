@@ -1,0 +1,276 @@
+"""--tp-comm-overlap as Transformer Engine runs it: each overlapped GEMM's method, SMs and margin from
+a userbuffer config (Megatron-Bridge's preset, TE's defaults, or the user's YAML), every term by
+hand; and Hopper's connection limit (Megatron FSDP or the expert all-to-all overlap with TP)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner import api
+from planner.costs import flops
+from planner.costs.communication import (
+    connection_limited,
+    pipelined_rs_s,
+    ring_exchange_s,
+    tp_pair_exposed_s,
+    tp_pair_ub_s,
+    ub_sm_charge_s,
+)
+from planner.costs.estimate import evaluate
+from planner.costs.linears import split_gemms_s
+from planner.fidelity.runs import load_runs
+from planner.fidelity.validate import prepare
+from planner.hardware import userbuffers
+from planner.hardware.userbuffers import UbConfig, bridge_presets, plan_configs, plan_ops, resolved_op
+from planner.space.grid import PlanGrid
+
+H100_SMS = 132  # H100 SXM5
+
+
+def op(pipeline=False, num_sm=1, margin=False, splits=4):
+    return {"pipeline": np.array(pipeline), "num_sm": np.array(float(num_sm)), "margin": np.array(margin)} | {
+        "splits": np.array(float(splits))
+    }
+
+
+def test_sm_charge_follows_the_share_of_the_gemm():
+    # margin: the GEMM on 132 − 24 SMs all along: 1 ms × 24/108
+    assert float(ub_sm_charge_s(1e-3, 1e-4, 24, H100_SMS, margin=True, sm_comm=True)) == pytest.approx(1e-3 * 24 / 108)
+    # no margin (Bridge's bulk overlaps): 4 SMs lost only while the 0.1 ms kernel runs: 0.1 ms × 4/132
+    assert float(ub_sm_charge_s(1e-3, 1e-4, 4, H100_SMS, margin=False, sm_comm=True)) == pytest.approx(1e-4 * 4 / 132)
+    # a kernel longer than the GEMM: the GEMM ends on 128 SMs, 1 ms × 4/128
+    assert float(ub_sm_charge_s(1e-3, 1.0, 4, H100_SMS, margin=False, sm_comm=True)) == pytest.approx(1e-3 * 4 / 128)
+    # a ring exchange copies on the copy engines: no charge without the margin, 1 SM's with it
+    assert float(ub_sm_charge_s(1e-3, 1e-4, 1, H100_SMS, margin=False, sm_comm=False)) == 0.0
+    assert float(ub_sm_charge_s(1e-3, 1e-4, 1, H100_SMS, margin=True, sm_comm=False)) == pytest.approx(1e-3 / 131)
+
+
+def test_ring_exchange_and_pipeline_by_hand():
+    # 4 chunks of 0.2 ms, 3 pieces of 0.1 ms: the pieces hide, 0.8 ms; of 0.3 ms: 0.2 + 3 × 0.3
+    assert float(ring_exchange_s(0.8e-3, 0.3e-3, 4)) == pytest.approx(0.8e-3)
+    assert float(ring_exchange_s(0.8e-3, 0.9e-3, 4)) == pytest.approx(0.2e-3 + 3 * 0.3e-3)
+    # pipeline of 4: chunks of 0.1 ms, reduce-scatters of 0.05 ms: 0.1 + 3 × 0.1 + the last 0.05
+    assert float(pipelined_rs_s(0.4e-3, 0.2e-3, 4)) == pytest.approx(0.45e-3)
+    # comm-bound: the scatters queue behind the first chunk, 0.1 + 4 × 0.2
+    assert float(pipelined_rs_s(0.4e-3, 0.8e-3, 4)) == pytest.approx(0.1e-3 + 4 * 0.2e-3)
+
+
+AG, RS = 0.12e-3, 0.12e-3  # seconds: GPT-3 175B's 50 MB activation all-gathered over 4 H100s (made round)
+GEMM = {  # QKV → projection of GPT-3 175B at t = 4, b = 1 (ms, made round)
+    "in": np.array(0.68e-3),
+    "out": np.array(0.24e-3),
+    "in_split_t": np.array(0.70e-3),
+    "out_split_t": np.array(0.25e-3),
+    "out_split_k": np.array(0.245e-3),
+    "t": np.array(4.0),
+}
+
+
+def test_gpt3_bridge_config_by_hand():
+    # Bridge userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048: proj_fprop pipeline 24 SMs (margin) in 4,
+    # qkv_fprop / proj_dgrad rings on the copy engines, qkv_dgrad and qkv_wgrad bulk on 4 SMs, no margin
+    ub = {
+        "in_fprop": op(),
+        "out_fprop": op(pipeline=True, num_sm=24, margin=True),
+        "out_dgrad": op(),
+        "in_dgrad": op(num_sm=4),
+        "in_wgrad": op(num_sm=4),
+    }
+    fwd, bwd = tp_pair_ub_s(AG, RS, GEMM, ub, H100_SMS, reduce_s=0.0)
+    ring_in = 0.70e-3 / 4 + 3 * max(0.70e-3 / 4, AG / 3)  # 0.70 ms: the pieces hide
+    chunk = 0.245e-3 * 132 / 108 / 4  # a quarter of the projection on 108 SMs
+    piped = chunk + 3 * max(chunk, RS / 4) + RS / 4
+    assert float(fwd) == pytest.approx(ring_in - 0.68e-3 + piped - 0.24e-3)
+    ring_dgrad = 0.25e-3 / 4 + 3 * max(0.25e-3 / 4, RS / 3)
+    bulk = 0.68e-3 + AG * 4 / 132  # the all-gather's 0.12 ms on 4 of 132 SMs
+    assert float(bwd) == pytest.approx(ring_dgrad - 0.24e-3 + 2 * (bulk - 0.68e-3))
+    # far below the NCCL path's 0.24 ms forward (AG + RS) and 0.12 ms backward (the output-gradient AG)
+    nccl = tp_pair_exposed_s(AG, RS, 2 * AG, GEMM, sequence_parallel=np.array(True), async_backward=True, overlap=False)
+    assert float(fwd) < float(nccl[0]) and float(bwd) < float(nccl[1])
+
+
+def test_ring_exchanged_reduce_scatter_adds_its_final_sum():
+    ub = {k: op() for k in ("in_fprop", "out_fprop", "out_dgrad", "in_dgrad", "in_wgrad")}
+    base, _ = tp_pair_ub_s(AG, RS, GEMM, ub, H100_SMS, reduce_s=0.0)
+    summed, _ = tp_pair_ub_s(AG, RS, GEMM, ub, H100_SMS, reduce_s=2e-5)
+    assert float(summed - base) == pytest.approx(2e-5)
+
+
+def test_te_defaults():
+    # transformer_engine/pytorch/module/base.py @ v2.9 get_default_config
+    t = np.array(8)
+    ring = resolved_op(None, "qkv_fprop", t)
+    assert (bool(ring["pipeline"]), float(ring["num_sm"]), bool(ring["margin"]), float(ring["splits"])) == (
+        False,
+        1.0,
+        False,
+        8.0,
+    )
+    pipe = resolved_op(None, "fc2_fprop", t)
+    assert (bool(pipe["pipeline"]), float(pipe["num_sm"]), bool(pipe["margin"]), float(pipe["splits"])) == (
+        True,
+        16.0,
+        True,
+        4.0,
+    )
+    bulk = resolved_op(None, "fc1_wgrad", t)
+    assert (float(bulk["num_sm"]), bool(bulk["margin"])) == (16.0, True)
+
+
+def test_which_config_a_plan_runs():
+    t, b = np.array([4, 4, 8, 4]), np.array([1, 2, 1, 1])
+    bridge = userbuffers.load_config_file("bridge")
+    assert plan_configs(None, 9.0, False, 12288, 2048, t, b)[0] == [None]  # Megatron-LM without a file: TE's
+    configs, index = plan_configs(bridge, 9.0, False, 12288, 2048, t, b)
+    names = [configs[i].name if configs[i] else "TE" for i in index]
+    # b = 2 takes the mbs1 preset as Bridge's GPT-3 175B recipe does; t = 8 has none: TE's defaults
+    assert names == ["Megatron-Bridge userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048"] * 2 + ["TE"] + [
+        "Megatron-Bridge userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048"
+    ]
+    fp8, i8 = plan_configs(bridge, 9.0, True, 12288, 2048, t[:1], b[:1])
+    assert fp8[int(i8[0])].name.endswith("userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048")
+    blackwell, ib = plan_configs(bridge, 10.0, False, 12288, 2048, t[:1], b[:1])
+    assert blackwell[int(ib[0])].name.endswith("userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048")
+    ampere, ia = plan_configs(bridge, 8.0, False, 12288, 2048, t[:1], b[:1])
+    assert ampere[int(ia[0])] is None
+    ops = plan_ops(configs, index, t)
+    np.testing.assert_array_equal(ops["proj_fprop"]["num_sm"], [24, 24, 16, 24])  # Bridge 24, TE 16
+    np.testing.assert_array_equal(ops["qkv_dgrad"]["margin"], [False, False, True, False])
+
+
+def test_bridge_presets_are_complete():
+    presets = bridge_presets()
+    assert len(presets) == 17  # comm_overlap.py @ v0.6.0: 19 TransformerLayerTPOverlapCfg, less 2 LoRA
+    for p in presets:
+        assert set(p.ops) == set(userbuffers.OPS)
+        assert all(o.method in userbuffers.ALLOWED[name] for name, o in p.ops.items())
+
+
+def test_a_user_file_lays_its_entries_over_te_defaults(tmp_path):
+    f = tmp_path / "ub.yaml"
+    f.write_text("qkv_dgrad: {num_sm: 4, set_sm_margin: false, cga_size: 2}\nproj_fprop: {method: ring_exchange}\n")
+    cfg = userbuffers.load_config_file(str(f))
+    assert resolved_op(cfg, "qkv_dgrad", np.array(4))["num_sm"] == 4
+    assert not resolved_op(cfg, "qkv_dgrad", np.array(4))["margin"]
+    assert resolved_op(cfg, "qkv_wgrad", np.array(4))["num_sm"] == 16  # not in the file: TE's default
+    assert not resolved_op(cfg, "proj_fprop", np.array(4))["pipeline"]
+    with pytest.raises(ValueError, match="allowed: ring_exchange"):
+        UbConfig(name="x", ops=(("qkv_fprop", {"method": "bulk"}),))
+    with pytest.raises(ValueError, match="not a userbuffers GEMM"):
+        UbConfig(name="x", ops=(("attn_fprop", {}),))
+
+
+def _with_overlap(run_id: str, on: bool) -> float:
+    run = next(r for r in load_runs() if r.id == run_id)
+    req = prepare(run)
+    req = dataclasses.replace(
+        req, ctx=dataclasses.replace(req.ctx, options=req.ctx.options.model_copy(update={"tp_comm_overlap": on}))
+    )
+    return float(evaluate(PlanGrid.from_plans([req.plan]), req.ctx).iteration_s[0])
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        "DGXC-v25.04-H100-GPT3-175B-fp8-n128",
+        "DGXC-v25.04-H100-Llama3.1-405B-bf16-n512",
+        "DGXC-v25.04-H100-Llama3.1-405B-fp8-n512",
+    ],
+)
+def test_nvidia_recipes_are_faster_with_tp_overlap(run_id):
+    # the DGX Cloud recipes run --tp-comm-overlap on H100 (Bridge's userbuffer presets for these shapes)
+    assert _with_overlap(run_id, True) < _with_overlap(run_id, False)
+
+
+def test_chunks_sharing_the_sms_run_at_the_efficiency_of_their_share():
+    # QKV of GPT-3 175B at t = 4, b = 1: M = 2048 tokens, N = 3·12288/4, K = 12288; 4 chunks of 512 rows
+    req = api.make_request(model="gpt3-175b", hardware="dgx-h100-superpod", gpus=8, tp=4, sequence_parallel=True)
+    cal, peak = req.ctx.hardware.calibration, req.ctx.hardware.gpu.peak_flops_per_s(req.ctx.precision)
+    M, N, K = 2048.0, 9216.0, 12288.0
+    F = 2 * M * N * K
+
+    def law(m):  # compute.gemm_efficiency written out
+        x = cal.gemm_half_dim
+        return cal.gemm_efficiency * m / (m + x) * N / (N + x) * K / (K + x)
+
+    g = [flops.Gemm(flops=np.array(F), M=np.array(M), N=np.array(N), K=np.array(K))]
+    alone = split_gemms_s(g, 4, req.ctx, fp8=False)
+    assert float(alone) == pytest.approx(F / (peak * law(512.0)))  # each chunk at 512 rows' efficiency
+    shared = split_gemms_s(g, 4, req.ctx, fp8=False, concurrent=3)
+    assert float(shared) == pytest.approx(F / (peak * law(1536.0)))  # 3 chunks at once: 1536 rows'
+    whole = F / (peak * law(M))
+    assert whole < float(shared) < float(alone)
+
+
+def test_connection_limit_truth_table():
+    # Megatron-LM arguments.py (d98e8a64): compute capability < 10, t > 1 or c > 1, FSDP or the A2A overlap
+    t, c = np.array([2, 1, 1, 2, 2]), np.array([1, 2, 1, 1, 1])
+    fsdp, a2a = np.array([True, True, True, False, False]), np.array([False, False, False, True, False])
+    np.testing.assert_array_equal(connection_limited(9.0, t, c, fsdp, a2a), [True, True, False, True, False])
+    assert not connection_limited(10.0, t, c, fsdp, a2a).any()  # Blackwell: no such limit
+
+
+def test_lost_ordering_exposes_the_backward_collectives():
+    # the SP input all-gather and dgrad reduce-scatter no longer start ahead of dgrad and wgrad
+    g = {"in": np.array(2e-3), "out": np.array(1e-3)}
+    kept = tp_pair_exposed_s(3e-3, 3e-3, 6e-3, g, sequence_parallel=np.array(True), async_backward=True, overlap=False)
+    lost = tp_pair_exposed_s(3e-3, 3e-3, 6e-3, g, sequence_parallel=np.array(True), async_backward=False, overlap=False)
+    assert float(kept[1]) == pytest.approx(3e-3 + 1e-3 + 1e-3)
+    assert float(lost[1]) == pytest.approx(3 * 3e-3)
+
+
+def test_fsdp_with_tp_on_hopper_pays_for_the_lost_overlap():
+    def tp_comm(hardware: str) -> float:
+        req = api.make_request(
+            model="llama3-70b", hardware=hardware, gpus=64, tp=4, pp=1, fsdp=True, sequence_parallel=True
+        )
+        ev = evaluate(PlanGrid.from_plans([req.plan]), req.ctx)
+        no = api.make_request(model="llama3-70b", hardware=hardware, gpus=64, tp=4, pp=1, sequence_parallel=True)
+        ev_no = evaluate(PlanGrid.from_plans([no.plan]), no.ctx)
+        return float(ev.time["tp_comm"][0]) / float(ev_no.time["tp_comm"][0])
+
+    assert tp_comm("dgx-h100-superpod") > 1.0  # the dgrad/wgrad overlaps lost
+    assert tp_comm("dgx-b200-superpod") == pytest.approx(1.0)  # Blackwell keeps them
+
+
+times = st.floats(1e-6, 1e-2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(g_in=times, g_out=times, comm=times, extra=st.floats(1.0, 1.5), n_sm=st.integers(1, 32), margin=st.booleans())
+def test_userbuffers_never_hide_more_than_the_whole(g_in, g_out, comm, extra, n_sm, margin):
+    # chunked GEMMs take at least the whole GEMM, so each overlapped GEMM takes at least itself: exposure ≥ 0,
+    # and more communication never exposes less
+    gemm = {"in": np.array(g_in), "out": np.array(g_out), "t": np.array(4.0)}
+    gemm |= {"in_split_t": np.array(g_in * extra), "out_split_t": np.array(g_out * extra)}
+    gemm |= {"out_split_k": np.array(g_out * extra)}
+    ub = {k: op(pipeline=k == "out_fprop", num_sm=n_sm, margin=margin) for k in ("in_fprop", "out_fprop")}
+    ub |= {k: op(num_sm=n_sm, margin=margin) for k in ("out_dgrad", "in_dgrad", "in_wgrad")}
+    f1, b1 = tp_pair_ub_s(comm, comm, gemm, ub, H100_SMS, 0.0)
+    f2, b2 = tp_pair_ub_s(2 * comm, 2 * comm, gemm, ub, H100_SMS, 0.0)
+    assert float(f1) >= 0 and float(b1) >= 0
+    assert float(f2) >= float(f1) - 1e-15 and float(b2) >= float(b1) - 1e-15
+
+
+def test_the_config_file_exports_and_imports_as_megatron_reads_it(tmp_path):
+    from planner.megatron import export
+    from planner.megatron.importer import import_megatron
+
+    f = tmp_path / "ub.yaml"
+    f.write_text("proj_fprop: {method: ring_exchange, num_sm: 1, set_sm_margin: true}\n")
+    kw = dict(model="gpt3-175b", hardware="dgx-h100-superpod", gpus=64, tp=4, pp=8, sequence_parallel=True)
+    req = api.make_request(**kw, options={"tp_comm_overlap": True, "tp_comm_overlap_cfg": str(f)})
+    argv = export.megatron_argv(req)
+    assert argv[argv.index("--tp-comm-overlap-cfg") + 1] == str(f)
+    back = import_megatron(export.flags_text(req), gpus=64, hardware="dgx-h100-superpod")
+    assert back.request.ctx.options == req.ctx.options
+    # a script whose file is not on this machine: said, and TE's defaults assumed
+    f.unlink()
+    away = import_megatron(export.flags_text(req), gpus=64, hardware="dgx-h100-superpod")
+    assert away.request.ctx.options.tp_comm_overlap_cfg is None
+    assert any("not on this machine" in w for w in away.warnings)
