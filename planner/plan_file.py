@@ -27,6 +27,8 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
     m = re.fullmatch(r"(.+)#(\d+)", ref)
     if m and rank is None and not os.path.exists(ref):
         path, rank = m.group(1), int(m.group(2))
+    elif "#" in ref and not os.path.exists(ref) and os.path.isfile(ref.rpartition("#")[0]):
+        raise PlannerError(f"--plan {ref!r}: the rank after # must be a whole number ≥ 1 (FILE#RANK: plans.json#2)")
     p = Path(path)
     if not p.is_file():
         raise PlannerError(f"plan file {path!r} not found")
@@ -36,7 +38,7 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
         raise PlannerError(f"plan file {path!r} is not JSON: {err}") from err
     if isinstance(data, dict) and isinstance(data.get("plans"), list):
         plans = data["plans"]  # search's top N, then the fastest estimate with its own rank when ties put it lower
-        k = rank or 1
+        k = 1 if rank is None else rank
         ranked = {p.get("rank", i) if isinstance(p, dict) else i: p for i, p in enumerate(plans, 1)}
         if k not in ranked:
             raise PlannerError(

@@ -197,3 +197,19 @@ def test_moe_calibration_steps_once_per_fit_and_validation(monkeypatch):
         done: list[str] = []
         moe_fit.run_moe_calibration(loso=loso, step=done.append)
         assert len(done) == moe_fit.moe_calibration_steps(loso=loso) == 2 + len(moe_fit.FIT_MODELS) * loso
+
+
+def test_plan_file_rank_zero_or_not_a_number_is_refused_not_read_as_rank_1(tmp_path):
+    """``--plan FILE#0`` used to explain rank 1 without a word (``rank or 1``); ``FILE#abc`` said the
+    file was not found. Both name the rank and what is allowed."""
+    plan = {"model": "m", "gpus": 8, "training": {}, "parallel": {}, "options": {}}
+    path = tmp_path / "search.json"
+    path.write_text(json.dumps({"plans": [{**plan, "rank": 1}, {**plan, "rank": 2}]}))
+    assert read_plan_file(f"{path}#2")["rank"] == 2
+    with pytest.raises(PlannerError, match=r"--rank 0 is out of range: .* holds 2 plans \(allowed: 1..2\)"):
+        read_plan_file(f"{path}#0")
+    with pytest.raises(PlannerError, match=r"--rank 0 is out of range"):
+        read_plan_file(str(path), rank=0)
+    for bad in ("abc", "-1", ""):
+        with pytest.raises(PlannerError, match=rf"#{bad}': the rank after # must be a whole number ≥ 1"):
+            read_plan_file(f"{path}#{bad}")

@@ -82,8 +82,8 @@ def summary_table(summary: dict) -> Group:
         ),
         ("Absolute error by model: runs in the bar (not superseded or regressed software)", "by_model"),
     ):
-        if not summary.get(key):
-            continue
+        if not summary.get(key) or (key == "by_generation_published" and summary[key] == summary.get("by_generation")):
+            continue  # the published-plan table only where searched rows make it differ
         table = Table(title=title, title_justify="left")
         for col, just in ((key.split("_")[1], "left"), ("rows", "right"), ("median", "right"), ("max", "right")):
             table.add_column(col, justify=just)
