@@ -45,6 +45,7 @@ def sweep_columns(result: dict) -> list[Column]:
         Column("tokens/s", _sweep_est("tokens_per_s", ",.0f"), 1),
         Column("TFLOP/s", _sweep_est("tflops_per_gpu", ".0f"), 4),
         Column("MFU", lambda r: _sweep_est("mfu", ".1f", 100)(r) + ("%" if r["plan"] else ""), 2),
+        Column("cMFU", lambda r: _sweep_est("mfu_causal", ".1f", 100)(r) + ("%" if r["plan"] else ""), 4),
         Column("scaling", _efficiency, 1),
         Column(f"days ({tokens_text(result['train_tokens'])})", _sweep_est("train_days", ",.1f"), 3),
         Column("GPU-hours", _sweep_est("gpu_hours", ",.0f"), 5),
@@ -59,7 +60,8 @@ def sweep_view(result: dict, title: str) -> Group:
     rows = [r for r in result["rows"] if r["plan"]]
     foot = [
         f"scaling = tokens/s per GPU relative to {result['baseline_gpus']:,} GPUs; each size is its own search "
-        f"(fastest plan that fits); TFLOP/s and MFU count model FLOPs. {PLAN_LABEL_LEGEND}."
+        f"(fastest plan that fits); TFLOP/s and MFU count model FLOPs, attention over the whole s² (cMFU: causal "
+        f"attention halved, Megatron-LM's and Megatron-Bridge's MFU). {PLAN_LABEL_LEGEND}."
     ]
     foot += [f"{r['gpus']:,} GPUs: no plan: {r['no_plan']}" for r in failed]
     return Group(FittedTable(sweep_columns(result), rows, title), Text("\n".join(foot), style="dim"))
@@ -78,6 +80,7 @@ def fit_columns_spec(fit: dict) -> list[Column]:
         Column("iter s", lambda s: f"{s['plan']['estimate']['iteration_s']:.2f}", 2),
         Column("tokens/s", lambda s: f"{s['plan']['estimate']['tokens_per_s']:,.0f}", 2),
         Column("MFU", lambda s: f"{100 * s['plan']['estimate']['mfu']:.1f}%", 1),
+        Column("cMFU", lambda s: f"{100 * s['plan']['estimate']['mfu_causal']:.1f}%", 4),
         Column("days", lambda s: f"{s['plan']['estimate']['train_days']:,.1f}", 4),
         Column("speed", lambda s: f"×{s['plan']['estimate']['tokens_per_s'] / base:.2f}", 3),
     ]
