@@ -179,3 +179,13 @@ def test_every_help_ends_with_examples(command):
     examples = [line.strip() for line in lines[start + 1 :]]
     assert all(line.startswith(("megaplan ", "--")) for line in examples), lines  # nothing after the examples
     assert 2 <= sum(line.startswith("megaplan ") for line in examples) <= 3, lines
+
+
+def test_megaplan_alone_prints_its_help_not_a_flattened_error_line():
+    """``megaplan`` with no command: the help with its command list, as ``megaplan --help`` prints it.
+    Click 8.2 raises NoArgsIsHelpError (a UsageError), which the one-line error handler used to flatten
+    into a single 700-character ``megaplan: error: Usage: ...`` line with exit code 2."""
+    result = CliRunner().invoke(cli, [])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == CliRunner().invoke(cli, ["--help"]).stdout
+    assert "\nCommands:\n" in result.stdout and "error" not in result.stderr
