@@ -179,3 +179,26 @@ def test_every_help_ends_with_examples(command):
     examples = [line.strip() for line in lines[start + 1 :]]
     assert all(line.startswith(("megaplan ", "--")) for line in examples), lines  # nothing after the examples
     assert 2 <= sum(line.startswith("megaplan ") for line in examples) <= 3, lines
+
+
+def test_megaplan_alone_prints_its_help_not_a_flattened_error_line():
+    """``megaplan`` with no command: the help with its command list, as ``megaplan --help`` prints it.
+    Click 8.2 raises NoArgsIsHelpError (a UsageError), which the one-line error handler used to flatten
+    into a single 700-character ``megaplan: error: Usage: ...`` line with exit code 2."""
+    result = CliRunner().invoke(cli, [])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == CliRunner().invoke(cli, ["--help"]).stdout
+    assert "\nCommands:\n" in result.stdout and "error" not in result.stderr
+
+
+def test_a_pinned_pp_that_does_not_split_the_layers_is_one_line_not_a_traceback():
+    """gpt-1.7b has 24 layers: --pp 16 divides the 16 GPUs but splits no layer count evenly, so the
+    pinned pp axis is empty and the world-size reason took max() of it (ValueError, found by
+    hypothesis in test_random_arguments_to_search_export_sweep_compare_never_escape)."""
+    result = CliRunner().invoke(cli, ["search", "--model", "gpt-1.7b", "--gpus", "16", "--pp", "16"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert "the pinned pp is not legal for this model" in line
+    assert (
+        "24 layers do not split over pp 16" in line and "allowed pp for an even split: 1, 2, 3, 4, 6, 8, 12, 24" in line
+    )

@@ -74,6 +74,9 @@ class _Commands(dict):
         return dict.items(self)
 
 
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
 class PlannerGroup(click.Group):
     """Turns every bad-input error into one line on stderr and exit code 2, never a traceback."""
 
@@ -83,6 +86,9 @@ class PlannerGroup(click.Group):
         except click.exceptions.Abort:
             click.echo("megaplan: aborted", err=True)
             sys.exit(1)
+        except NO_ARGS_IS_HELP as err:  # `megaplan` alone (or a group alone): its help, as --help prints it
+            click.echo(err.ctx.get_help() if err.ctx else err.format_message())
+            sys.exit(0)
         except click.ClickException as err:
             message = err.format_message()
             if isinstance(err, click.NoSuchOption):

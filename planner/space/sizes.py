@@ -91,6 +91,8 @@ class WorldAxes:
         largest = self.largest()
         if not self.dp:  # the pinned micro-batch does not divide the global batch: no dp at all
             return f"the micro-batch does not divide the global batch {global_batch}, so no dp can"
+        if empty := [name for name in ("tp", "cp", "pp") if getattr(self, name) == ()]:  # a pin the model forbids
+            return f"the pinned {' and '.join(empty)} {'is' if len(empty) == 1 else 'are'} not legal for this model"
         if largest is not None and num_gpus > largest:
             return (
                 f"at most {largest:,} GPUs can hold a legal plan (tp ≤ {max(self.tp)} × cp ≤ {max(self.cp)} × "
