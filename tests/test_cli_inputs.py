@@ -202,3 +202,11 @@ def test_a_pinned_pp_that_does_not_split_the_layers_is_one_line_not_a_traceback(
     assert (
         "24 layers do not split over pp 16" in line and "allowed pp for an even split: 1, 2, 3, 4, 6, 8, 12, 24" in line
     )
+
+
+def test_sequence_parallel_at_tp_1_is_noted_not_dropped_silently():
+    """Megatron-LM turns SP off with tp 1 and warns (arguments.py); explain says so (issue 21's trial)."""
+    result = run(["explain", *GPT3, "--tp", "1", "--pp", "16", "--sequence-parallel", "--brief"])
+    assert "--sequence-parallel is off with tp 1" in result.stderr
+    plan = next(line for line in result.stdout.splitlines() if line.startswith("plan"))
+    assert "TP1 PP16" in plan and " SP" not in plan

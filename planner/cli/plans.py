@@ -51,6 +51,8 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
     if resolved.searched:
         note_full_only(kw)
     req = resolved.request
+    if kw.get("sequence_parallel") and req.plan.tp == 1:  # Megatron-LM turns it off too, with a warning
+        click.echo("megaplan: note: --sequence-parallel is off with tp 1 (Megatron-LM turns it off there)", err=True)
     explained = api.explain_plan(req, kw["memory_headroom"])
     pj = explained.plan_json
     if "fit_suggestions" in pj and not pj["fit_suggestions"]:  # the fix line says what a search really finds
