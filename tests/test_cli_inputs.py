@@ -210,3 +210,13 @@ def test_sequence_parallel_at_tp_1_is_noted_not_dropped_silently():
     assert "--sequence-parallel is off with tp 1" in result.stderr
     plan = next(line for line in result.stdout.splitlines() if line.startswith("plan"))
     assert "TP1 PP16" in plan and " SP" not in plan
+
+
+def test_a_bridge_recipe_is_checked_and_never_ignored_silently():
+    """The trial: `explain --bridge-recipe no_such_recipe` ran and exited 0. An unknown name is one error line
+    naming the allowed recipes; a known one without --bridge-config/--bridge-override is noted."""
+    base = ["explain", "--model", "llama3-8b", "--gpus", "8", "--brief"]
+    line = one_line_error(run([*base, "--bridge-recipe", "no_such_recipe"]))
+    assert "--bridge-recipe no_such_recipe" in line and "llama3_8b_pretrain_2gpu_h100_bf16_config" in line
+    ok = run([*base, "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config"])
+    assert ok.exit_code == 0 and "--bridge-recipe is read with --bridge-config or --bridge-override" in ok.stderr

@@ -14,6 +14,23 @@ from planner.report import plan as report
 from planner.timeline import plan_timeline
 
 
+def _check_bridge_recipe(kw: dict, model: str) -> None:
+    """--bridge-recipe names a recipe Bridge has (one error line otherwise); without --bridge-config or
+    --bridge-override it is only a base for export, which explain says rather than ignoring it."""
+    if not kw.get("bridge_recipe"):
+        return
+    from planner.bridge.recipes import resolve as resolve_recipe
+    from planner.bridge.table import NEWEST
+
+    resolve_recipe(kw.get("bridge_version") or NEWEST, kw["bridge_recipe"], model)
+    if not (kw.get("bridge_config") or kw.get("bridge_override")):
+        click.echo(
+            "megaplan: note: --bridge-recipe is read with --bridge-config or --bridge-override (add "
+            "--bridge-override KEY=VALUE to explain the recipe); the plan here comes from the other options",
+            err=True,
+        )
+
+
 @cli.command()
 @plan_options
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON.")
@@ -51,6 +68,7 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
     if resolved.searched:
         note_full_only(kw)
     req = resolved.request
+    _check_bridge_recipe(kw, req.ctx.model.name)
     if kw.get("sequence_parallel") and req.plan.tp == 1:  # Megatron-LM turns it off too, with a warning
         click.echo("megaplan: note: --sequence-parallel is off with tp 1 (Megatron-LM turns it off there)", err=True)
     explained = api.explain_plan(req, kw["memory_headroom"])
