@@ -220,3 +220,9 @@ def test_a_bridge_recipe_is_checked_and_never_ignored_silently():
     assert "--bridge-recipe no_such_recipe" in line and "llama3_8b_pretrain_2gpu_h100_bf16_config" in line
     ok = run([*base, "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config"])
     assert ok.exit_code == 0 and "--bridge-recipe is read with --bridge-config or --bridge-override" in ok.stderr
+
+
+def test_a_token_dispatcher_on_a_dense_model_is_noted():
+    """The trial: `--moe-token-dispatcher flex` on GPT-3 was accepted without a word."""
+    result = run(["explain", *GPT3, "--tp", "8", "--pp", "16", "--moe-token-dispatcher", "flex", "--brief"])
+    assert result.exit_code == 0 and "--moe-token-dispatcher flex ignored: gpt3-175b has no experts" in result.stderr

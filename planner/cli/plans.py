@@ -69,6 +69,14 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
         note_full_only(kw)
     req = resolved.request
     _check_bridge_recipe(kw, req.ctx.model.name)
+    moe_only = (
+        [f"--moe-token-dispatcher {kw['moe_token_dispatcher']}"]
+        if kw.get("moe_token_dispatcher") not in (None, "allgather")
+        else []
+    )
+    moe_only += ["--overlap-moe-expert-parallel-comm"] if kw.get("overlap_moe_expert_parallel_comm") else []
+    if moe_only and not req.ctx.model.is_moe:
+        click.echo(f"megaplan: note: {' and '.join(moe_only)} ignored: {req.ctx.model.name} has no experts", err=True)
     if kw.get("sequence_parallel") and req.plan.tp == 1:  # Megatron-LM turns it off too, with a warning
         click.echo("megaplan: note: --sequence-parallel is off with tp 1 (Megatron-LM turns it off there)", err=True)
     explained = api.explain_plan(req, kw["memory_headroom"])
