@@ -219,3 +219,20 @@ def pipeline_s(time_terms: dict[str, float]) -> float:
     from planner.timeline import TAIL_TERMS
 
     return sum(v for k, v in time_terms.items() if k not in TAIL_TERMS)
+
+
+def run_cli(args: list[str], **kw):
+    """megaplan with ``args`` in-process (click's runner; stderr kept apart)."""
+    from click.testing import CliRunner
+
+    from planner.cli import cli
+
+    return CliRunner().invoke(cli, args, **kw)
+
+
+def one_line_error(result) -> str:
+    """The one stderr line of a refused command: exit code 2, no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
+    return lines[0]

@@ -11,22 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from planner.cli import cli
+from conftest import one_line_error, run_cli
 
 README = (Path(__file__).parents[1] / "README.md").read_text()
 
 
-def run(args: list[str]):
-    return CliRunner().invoke(cli, args)
-
-
-def one_line_error(result) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
-    return lines[0]
+run = run_cli
 
 
 def test_the_fix_line_never_promises_a_plan_search_does_not_find():

@@ -16,19 +16,13 @@ from click.testing import CliRunner
 from planner.cli import cli
 from planner.report.layout import plan_text
 
+from conftest import one_line_error, run_cli
+
 DATA = Path(__file__).parent / "data"
 GPT3 = ["--model", "gpt3-175b", "--gpus", "1024"]
 
 
-def run(args: list[str], **kw):
-    return CliRunner().invoke(cli, args, **kw)
-
-
-def one_line_error(result) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
-    return lines[0]
+run = run_cli
 
 
 @pytest.mark.parametrize(

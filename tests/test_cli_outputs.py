@@ -5,22 +5,13 @@ only says so instead of being dropped."""
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
 
-from planner.cli import cli
+from conftest import one_line_error, run_cli
 
 SMALL = ["--model", "gpt-1.7b", "--gpus", "8"]
 
 
-def run(args: list[str]):
-    return CliRunner().invoke(cli, args)
-
-
-def one_line_error(result) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
-    return lines[0]
+run = run_cli
 
 
 @pytest.mark.parametrize(
