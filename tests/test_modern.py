@@ -183,7 +183,8 @@ def test_fsdp_shards_weights_gradients_and_optimizer():
 
 
 def test_meta_llama3_405b_plan_is_legal_and_explained_stage_by_stage():
-    """Llama 3 paper §3.3.2: TP 8, CP 1, PP 16, DP 128 on 16,384 H100s, 16M-token batches of 8192,
+    """Meta's layout for Llama 3.1 405B as P. Balaji presented it ("Herding Llamas", SC'24, the
+    hyperparameter slide): TP 8, CP 1, PP 16, DP 128 on 16,384 H100s, 16M-token batches of 8192,
     126 layers over 16 stages with the embedding and the loss each counted as a layer."""
     pj = explain(
         make_request(
