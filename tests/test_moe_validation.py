@@ -79,3 +79,15 @@ def test_moe_rows_in_the_bar_by_model(moe):
     assert all(
         abs(rows[i]) <= (16 if "-H100-QWEN3-30B-" in i else 15) for i in rows if "-26.06" in i and "GPTOSS" not in i
     )
+
+
+def test_expandable_segments_as_each_release_launched():
+    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True where the release's launcher sets it (Megatron-Bridge
+    v0.5.0 executors.py PERF_ENV_VARS from 26.06; v0.3.0/v0.4.0 perf_plugins.py: DeepSeek-V3 on H100 in
+    26.02, on H100 and GB200 in 26.04; v0.2.0: no MoE run in 25.09): the fragmentation term is then 0."""
+    runs = {r.id: r.request["options"].get("expandable_segments") for r in load_moe_runs()}
+    assert runs["MB-26.06-GB200-QWEN3-30B-8"] and runs["MB-26.08-GB200-GPTOSS120B-64"]
+    assert runs["MB-26.04-GB200-DSV3-256"] and runs["MB-26.04.01-GB200-DSV3-256"]
+    assert not runs["MB-26.02-GB200-DSV3-256"]  # v0.3.0 sets it for DeepSeek-V3 on H100 only
+    assert not runs["MB-26.04-B200-QWEN3-30B-8"] and not runs["MB-25.09-H100-DSV3-1024"]
+    assert sum(bool(v) for v in runs.values()) == 15  # 13 rows of 26.06-26.08 and the two DSv3 GB200 26.04 rows

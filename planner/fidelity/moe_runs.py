@@ -56,6 +56,21 @@ def _hybridep_sms(row: dict) -> int | None:
     return 32 if row["flex_backend"] == "hybridep" and _release(row) >= (26, 2) else None
 
 
+def _expandable_segments(row: dict) -> bool:
+    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as the release's launcher sets it: every run from
+    26.06 on (Megatron-Bridge v0.5.0 scripts/performance/utils/executors.py PERF_ENV_VARS, which every
+    Slurm run inherits; v0.6.0 perf_recipes/*/*.py env_vars, in every MoE recipe); before, DeepSeek-V3
+    only - on H100 in 26.02 (v0.3.0 scripts/performance/perf_plugins.py
+    _set_model_specific_environment_variables), on H100 and GB200 in 26.04 (v0.4.0, the same function);
+    none in 25.09 (v0.2.0: only Llama 3.1 405B on GB200 in FP8)."""
+    release, model, gpu = _release(row), row["model"], row["hardware"]
+    if release >= (26, 6):
+        return True
+    if model != "deepseek-v3" or release < (26, 2):
+        return False
+    return gpu == "dgx-h100-superpod" or (release >= (26, 4) and gpu == "gb200-nvl72")
+
+
 def _run(row: dict) -> Run:
     fp8 = row["fp8"] or None
     modules = () if row["recompute_modules"] in NO_MODULES else tuple(row["recompute_modules"].split(","))
@@ -81,6 +96,7 @@ def _run(row: dict) -> Run:
         moe_flex_dispatcher_backend=row["flex_backend"] or None,
         moe_flex_dispatcher_num_sms=_hybridep_sms(row),
         recompute_modules=modules or None,
+        expandable_segments=_expandable_segments(row),
         **_cuda_graphs(row["cuda_graph"]),
     )
     tp = int(row["tp"])
