@@ -348,8 +348,9 @@ def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluate
         best = scored.grid.take(rows)
         with np.errstate(divide="ignore", invalid="ignore"):
             ev = evaluate(best, scored.options.contexts[k])
+        evidence = plan_evidence(best, scored.options.contexts[k], num_gpus)  # once for the rows, not per plan
         for j, i in enumerate(rows):
-            pj = plan_json(scored.options.contexts[k], num_gpus, best, ev, j, [], memory_headroom)
+            pj = plan_json(scored.options.contexts[k], num_gpus, best, ev, j, [], memory_headroom, evidence)
             pj.update(tied_with_fastest=int(i) in tied_set, fastest=bool(i == fastest_row))
             jsons[int(i)] = pj
     plans = [{**jsons[int(i)], "rank": rank} for rank, i in zip(ranks, chosen, strict=True)]

@@ -133,16 +133,21 @@ def _setting_key(run, req) -> tuple:
     )
 
 
-@functools.lru_cache(maxsize=1)
-def reference_settings() -> tuple[Setting, ...]:
-    """The distinct settings of every reference row in the bar (dense and MoE), with their feature codes."""
+@functools.lru_cache(maxsize=8)
+def reference_settings(major: int | None = None) -> tuple[Setting, ...]:
+    """The distinct settings of every reference row in the bar (dense and MoE), with their feature codes;
+    with ``major``, only those on GPUs of that generation (a search needs only its own: each row is
+    a whole plan request to build)."""
     from planner.fidelity.moe_runs import load_moe_runs
     from planner.fidelity.runs import load_runs
     from planner.fidelity.validate import prepare
+    from planner.presets import load_hardware
 
     groups: dict[tuple, list] = {}
     for run in [*load_runs(), *load_moe_runs()]:
         if not run.fit or ":" in run.id:
+            continue
+        if major is not None and generation(load_hardware(run.hardware)) != major:
             continue
         req = prepare(run)
         codes = feature_codes(PlanGrid.from_plans([req.plan]), req.ctx, req.gpus)
@@ -168,7 +173,7 @@ def reference_settings() -> tuple[Setting, ...]:
 def generation_counts(major: int) -> dict[str, dict[int, int]]:
     """Per feature kind and code, the distinct settings of GPU generation ``major`` that use it."""
     counts: dict[str, dict[int, int]] = {k: {} for k in LABELS}
-    for s in reference_settings():
+    for s in reference_settings(major):
         if s.generation == major:
             for kind, codes in s.codes.items():
                 for c in codes:
@@ -195,12 +200,12 @@ class PlanEvidence:
     codes: dict[str, np.ndarray]
     counts: dict[str, np.ndarray]
 
-    @property
+    @functools.cached_property
     def settings(self) -> np.ndarray:
         """The fewest settings behind any feature the plan uses."""
         return np.min(np.stack(list(self.counts.values())), axis=0)
 
-    @property
+    @functools.cached_property
     def extrapolated(self) -> np.ndarray:
         """How many features the plan uses that no setting of its generation exercises."""
         return np.sum(np.stack(list(self.counts.values())) == 0, axis=0)
