@@ -6,7 +6,7 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
-from planner.cli.options import note_full_only, search_inputs, search_options
+from planner.cli.options import BRIDGE_SOURCE, bridge_source_options, note_full_only, search_options
 from planner.cli.reproduce import commands
 from planner.report.search import search_view
 
@@ -17,6 +17,7 @@ from planner.report.search import search_view
     "--min-gpus", is_flag=True, help="Instead of --gpus: find the smallest cluster (whole nodes) with a plan that fits."
 )
 @search_options
+@bridge_source_options
 @click.option("--max-tp", type=click.IntRange(min=1), help="Largest TP (default: GPUs per node; larger crosses nodes).")
 @click.option(
     "--rank-by",
@@ -38,6 +39,8 @@ def search(**kw) -> None:
         megaplan search --model gpt3-175b --gpus 1024
         megaplan search --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --recompute full
         megaplan search --model gpt3-175b --hardware dgx-a100-40gb-superpod --min-gpus
+        megaplan search --bridge-recipe llama3_70b_pretrain_32gpu_h100_bf16_config --gpus 64 \\
+            --hardware dgx-h100-superpod
     """
     from planner.search import search as run_search
 
@@ -47,7 +50,7 @@ def search(**kw) -> None:
             if kw["min_gpus"]
             else "Missing option '--gpus' (or --min-gpus to find the smallest cluster that fits)."
         )
-    req, pins = _inputs(kw)
+    req, pins, bridge = _inputs(kw)
     if kw["min_gpus"]:
         return _min_gpus(req, pins, kw)
     result = run_search(
@@ -61,7 +64,7 @@ def search(**kw) -> None:
     )
     say_warnings(req.ctx, kw["gpus"], result.plans[0])
     for pj in result.plans:
-        pj["commands"] = commands(pj, kw["model"], kw["hardware"])
+        pj["commands"] = commands(pj, kw["model"], kw["hardware"], bridge)
     if kw["as_json"]:
         echo_json(result.to_json())
     elif kw["as_csv"]:
@@ -73,13 +76,23 @@ def search(**kw) -> None:
 
 
 def _inputs(kw: dict):
-    if not kw.get("model"):
+    """(request, pins, the Bridge options to export with): from the options, or from a Bridge recipe/config."""
+    from planner.cli.resolve import given_options
+    from planner.plan_sources import search_source
+
+    bridge = {k: kw[k] for k in BRIDGE_SOURCE if kw.get(k)}
+    if not kw.get("model") and not bridge:
         raise click.UsageError(
             "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
         )
-    inputs = search_inputs(kw)  # bad options are one error line, with no note before it
+    if bridge and kw["min_gpus"]:
+        raise click.UsageError("--min-gpus takes no Bridge recipe or config: give --gpus N (the recipe's world)")
+    req, pins, notes = search_source(kw, given_options())  # bad options are one error line, with no note before
+    for note in notes:
+        click.echo(f"megaplan: {note}", err=True)
     note_full_only(kw)
-    return inputs
+    export = {k: kw[k] for k in ("bridge_recipe", "bridge_version") if kw.get(k)}
+    return req, pins, export if bridge else None
 
 
 def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
