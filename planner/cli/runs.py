@@ -45,7 +45,6 @@ def search(**kw) -> None:
     \b
     Examples:
         megaplan search --model gpt3-175b --gpus 1024
-        megaplan search --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --recompute full
         megaplan search --model gpt3-175b --hardware dgx-a100-40gb-superpod --min-gpus
         megaplan search --bridge-recipe llama3_70b_pretrain_32gpu_h100_bf16_config --gpus 64 \\
             --hardware dgx-h100-superpod
@@ -93,7 +92,7 @@ def _inputs(kw: dict):
         raise click.UsageError(
             "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
         )
-    if bridge and kw["min_gpus"]:
+    if bridge and kw.get("min_gpus"):
         raise click.UsageError("--min-gpus takes no Bridge recipe or config: give --gpus N (the recipe's world)")
     req, pins, notes = search_source(kw, given_options())  # bad options are one error line, with no note before
     for note in notes:
@@ -163,7 +162,7 @@ def sweep(
     if plot_file:
         plots.check_picture_path(plot_file, "--plot")
         refuse_existing("--plot", plot_file, overwrite)
-    req, pins = _inputs(kw)
+    req, pins, _ = _inputs(kw)
     with progress("sweeping", total=len(sizes)) as step:
         result = run_sweep(
             req.ctx, sizes, pins, memory_headroom=kw["memory_headroom"], skip_infeasible=skip_infeasible, step=step
@@ -192,4 +191,4 @@ def sweep(
 SWEEP_OWN = {"gpus", "min_gpus", "top", "sort", "rank_by", "as_json", "as_csv"}
 
 
-sweep.params[:0] = [p for p in search.params if p.name not in SWEEP_OWN]
+sweep.params[:0] = [p for p in search.params if p.name not in SWEEP_OWN | set(BRIDGE_SOURCE)]
