@@ -6,9 +6,8 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
-from planner.cli.options import BRIDGE_SOURCE, bridge_source_options, note_full_only, search_options
+from planner.cli.options import BRIDGE_SOURCE, bridge_source_options, note_beyond_chunks, note_full_only, search_options
 from planner.cli.reproduce import commands
-from planner.report.search import search_view
 
 MAX_TOP = 1000  # --top: each plan shown is a whole plan JSON and a table row (6,600 took over 10 s)
 
@@ -70,6 +69,7 @@ def search(**kw) -> None:
         memory_headroom=kw["memory_headroom"],
     )
     say_warnings(req.ctx, kw["gpus"], result.plans[0])
+    note_beyond_chunks(kw, result.plans)
     for pj in result.plans:
         pj["commands"] = commands(pj, kw["model"], kw["hardware"], bridge)
     if kw["as_json"]:
@@ -79,6 +79,8 @@ def search(**kw) -> None:
 
         click.echo(search_csv(result.plans), nl=False)
     else:
+        from planner.report.search import search_view  # rich: only a table needs it
+
         console().print(search_view(result, req.ctx, kw["gpus"]))
 
 
