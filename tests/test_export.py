@@ -313,3 +313,24 @@ def test_exported_recomputation_names_method_and_layers():
         model="gpt3-175b", gpus=1024, tp=8, pp=16, recompute="selective", options={"recompute_modules": ["mlp"]}
     )
     assert "--recompute-granularity selective --recompute-modules mlp" in " ".join(export.megatron_argv(mlp))
+
+
+def test_selective_recomputation_of_no_module_exports_no_recomputation():
+    """Megatron-LM's --recompute-modules takes at least one value (parse_args: "argument --recompute-modules:
+    expected at least one argument", megatron_check at d98e8a64); selective of no module recomputes nothing,
+    so the flags say no recomputation and read back to a plan with the same estimate."""
+    req = make_request(
+        model="llama3-8b",
+        hardware="dgx-h100-superpod",
+        gpus=8,
+        tp=2,
+        recompute="selective",
+        options={"recompute_modules": []},
+    )
+    assert req.ctx.options.recompute_modules == ()
+    argv = export.megatron_argv(req)
+    assert "--recompute-modules" not in argv and "--recompute-granularity" not in argv
+    assert megatron_problems(argv) == []
+    back = import_megatron(shlex.join(["pretrain_gpt.py", *argv]), gpus=8, hardware="dgx-h100-superpod")
+    assert back.request.plan.recompute.value == "none"
+    assert explain(back.request)["estimate"]["iteration_s"] == explain(req)["estimate"]["iteration_s"]

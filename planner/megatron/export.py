@@ -215,8 +215,13 @@ def max_position_embeddings(req: PlanRequest) -> int:
 
 
 def recompute_flags(req: PlanRequest) -> list:
-    """--recompute-granularity with its method and layer count (full) or modules (selective)."""
+    """--recompute-granularity with its method and layer count (full) or modules (selective). Selective
+    recomputation of no module recomputes nothing, and Megatron's --recompute-modules takes at least one
+    value (argparse nargs='+': "expected at least one argument"), so that plan is written as no
+    recomputation, which is what runs and what it costs."""
     p, o = req.plan, req.ctx.options
+    if p.recompute is Recompute.SELECTIVE and not o.recompute_modules:
+        return []
     if p.recompute is Recompute.SELECTIVE:
         flags: list = ["--recompute-granularity", "selective"]
         if o.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
