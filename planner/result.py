@@ -10,6 +10,7 @@ computed it.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict
 
@@ -17,7 +18,7 @@ from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formula
 from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
-from planner.fidelity.evidence import band_frac, band_parts, evidence_json, plan_evidence
+from planner.fidelity.evidence import PlanEvidence, band_frac, band_parts, evidence_json, plan_evidence
 from planner.hardware.spec import GIB
 from planner.models.params import param_counts
 from planner.models.pipeline_layout import stage_contents
@@ -77,11 +78,13 @@ def estimate_band(iteration_s: float, band_frac: float) -> tuple[float, float]:
     return iteration_s * math.exp(-band_frac), iteration_s * math.exp(band_frac)
 
 
-def plan_band(ctx: Context, gpus: int, plan: ParallelPlan) -> tuple[float, dict]:
-    """The plan's band ε and its evidence JSON (each feature with the settings behind it)."""
-    ev = plan_evidence(PlanGrid.from_plans([plan]), ctx, gpus)
-    eps = float(band_frac(ev.extrapolated, ctx)[0])
-    return eps, evidence_json(ev, 0, (*band_parts(ctx), eps))
+def plan_band(ctx: Context, gpus: int, plan: ParallelPlan, evidence: PlanEvidence | None = None, i: int = 0):
+    """(ε, evidence JSON): the plan's band and each feature with the settings behind it; ``evidence``:
+    that of the grid the plan is row ``i`` of, looked up once for all its rows (else the plan's own)."""
+    ev = evidence if evidence is not None else plan_evidence(PlanGrid.from_plans([plan]), ctx, gpus)
+    row = i if evidence is not None else 0
+    eps = float(band_frac(ev.extrapolated[row : row + 1], ctx)[0])
+    return eps, evidence_json(ev, row, (*band_parts(ctx), eps))
 
 
 def plan_json(
@@ -92,10 +95,12 @@ def plan_json(
     i: int,
     broken: list[str],
     memory_headroom: float | None = None,
+    evidence: PlanEvidence | None = None,
 ) -> dict:
-    """The plan JSON for plan i of an evaluated grid; with ``ev.stages``, every stage's memory too."""
+    """The plan JSON for plan i of an evaluated grid; with ``ev.stages``, every stage's memory too.
+    ``evidence``: ``plan_evidence`` of the whole grid, when a caller builds the JSON of many rows."""
     plan = grid.plan(i)
-    eps, evidence = plan_band(ctx, gpus, plan)
+    eps, evidence = plan_band(ctx, gpus, plan, evidence, i)
     estimate = plan_estimate(ctx, gpus, plan, ev, i, memory_headroom, band=eps)
     out = {
         "model": ctx.model.name,
@@ -180,8 +185,8 @@ def plan_estimate(
         num_microbatches=float(ev.m[i]),
         memory={k: float(ev.memory[k][i]) / GIB for k in (*MEMORY_TERMS, "total")},
         time={k: float(ev.time[k][i]) for k in TIME_TERMS},
-        formulas={
-            kind: {k: TermFormula(formula=f.text, source=f.source) for k, f in t.items()} for kind, t in text.items()
+        formulas={  # validated into TermFormula by pydantic's core: a plan carries some 30 of them
+            kind: {k: {"formula": f.text, "source": f.source} for k, f in t.items()} for kind, t in text.items()
         },
         parts=_parts_json(ev, i, text),
         **_cost_terms(ctx, tokens_per_s, gpus),
@@ -233,8 +238,15 @@ def model_params(model: ModelSpec) -> dict[str, int]:
     """Parameters of the model (``planner.models.params.param_counts``): ``total`` (all, with the MTP
     depths, one copy of tied embeddings) and ``active`` (those a token passes through: k of the E
     experts of each MoE layer), as counts."""
+    total, active = _param_totals(model)
+    return {"total": total, "active": active}
+
+
+@lru_cache(maxsize=16)
+def _param_totals(model: ModelSpec) -> tuple[int, int]:
+    """(total, active) parameters, counted once per model (every plan JSON of a search carries them)."""
     counts = param_counts(model)
-    return {"total": round(counts.total), "active": round(counts.active)}
+    return round(counts.total), round(counts.active)
 
 
 def stage_layer_list(ctx: Context, grid: PlanGrid, i: int) -> list[int]:

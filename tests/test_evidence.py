@@ -36,6 +36,14 @@ def test_settings_are_model_times_plan_not_rows():
     assert any(len(s.rows) >= 4 for s in gpt3)  # the DGX Cloud series at 128-2048 GPUs: one setting
 
 
+@pytest.mark.parametrize("major", [8, 9, 10])
+def test_one_generations_settings_are_those_of_all_on_its_gpus(major):
+    # a search builds only its own generation's settings: the same settings, rows and codes as the
+    # whole set filtered by generation
+    whole = [s for s in evidence.reference_settings() if s.generation == major]
+    assert whole and evidence.reference_settings(major) == tuple(whole)
+
+
 def test_counts_agree_with_the_rows_read_directly():
     # CP 2 on Hopper: the settings whose request says cp = 2, counted from the run requests, not the codes
     direct = set()

@@ -9,7 +9,7 @@ from planner.errors import PlannerError, PresetError
 from planner.hardware.spec import HardwareSpec
 from planner.models.params import total_params
 from planner.models.spec import ModelSpec
-from planner.presets import load_hardware, load_model, preset_names
+from planner.presets import load_hardware, load_model, preset_names, safe_load
 
 from conftest import PRESETS
 
@@ -97,6 +97,23 @@ def test_malformed_yaml(tmp_path):
     with pytest.raises(PresetError, match=r"malformed YAML \(line \d+, column \d+\)") as info:
         load_model(str(path))
     _one_line(info.value)
+
+
+@pytest.mark.parametrize("path", sorted(PRESETS.rglob("*.yaml")), ids=lambda p: p.name)
+def test_fast_yaml_reads_every_shipped_file_as_pyyaml_does(path):
+    # libyaml's parser (where PyYAML has it) must give the very objects the pure-Python parser gives:
+    # same keys, values and types (1e9-like strings stay strings, ints stay ints)
+    text = path.read_text()
+    assert repr(safe_load(text)) == repr(yaml.safe_load(text))
+
+
+def test_malformed_yaml_is_told_as_the_pure_python_parser_tells_it(tmp_path):
+    # libyaml says "did not find expected ',' or ']'" at the next line; the message users read is PyYAML's
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nnum_layers: [1, 2\nhidden_size: 4\n")
+    with pytest.raises(PresetError) as info:
+        load_model(str(path))
+    assert "malformed YAML (line 3, column 12): expected ',' or ']', but got ':'" in str(info.value)
 
 
 def test_yaml_that_is_not_a_mapping(tmp_path):

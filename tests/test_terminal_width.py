@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 from planner import api
 from planner.cli import cli
 from planner.plan import plan_label
-from planner.report.layout import console_width, plan_text
+from planner.report.layout import ColumnWidths, FittedTable, _table, console_width, plan_text, table_width
 from planner.report.plan import explain_view, verdict
 from planner.report.runs import compare_view, sweep_view
 from planner.report.search import search_view
@@ -114,6 +117,22 @@ def test_a_footnote_names_a_rank_only_when_the_rank_column_is_shown(long_labels)
     view = search_view(result, ctx, 256)
     assert re.search(r"#\d", view.footer(["#", "plan"])) and not re.search(r"#\d", view.footer(["plan"]))
     assert "the fastest estimate is marked *" in view.footer(["plan"])
+
+
+@given(data=st.data())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_column_widths_add_up_to_what_rich_measures(views, long_labels, data):
+    # fit_columns measures each column once and adds the widths up; rich measures the whole table: the
+    # two agree for any columns of any view, in any order, wrapping or not (DeepSeek's labels wrap)
+    name = data.draw(st.sampled_from(["search", "sweep", "explain", "compare", "long"]))
+    table = search_view(*long_labels, 256) if name == "long" else views[name][0]
+    tables = [table] if isinstance(table, FittedTable) else [t for t in table.renderables if isinstance(t, FittedTable)]
+    table = data.draw(st.sampled_from(tables))
+    picked = data.draw(st.lists(st.sampled_from(table.columns), min_size=1, max_size=len(table.columns)))
+    picked = [replace(c, wrap=data.draw(st.booleans())) if c.wrap_priority else c for c in picked]
+    console = Console(file=io.StringIO(), width=80)
+    expected = table_width(console, console.options, _table(picked, table.rows, None, measuring=True))
+    assert ColumnWidths(console, console.options, table.rows).table(picked) == expected
 
 
 def test_the_narrowest_terminal_cuts_a_text_with_an_ellipsis_never_silently():

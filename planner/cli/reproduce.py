@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from functools import lru_cache
 
 from planner.cli.options import KNOBS, LISTS, OVERLAP_PINS, PLAN_OPTIONS
 from planner.cli.options import dest as option_dest
@@ -43,7 +44,7 @@ def command_args(
     the user gave): every parallel knob, and each behaviour option that differs from its default;
     none of ``skip`` (option destinations)."""
     values = _plan_values(pj, model_ref, hardware_ref)
-    defaults = {option_dest(o): o.default for o in PLAN_OPTIONS} | {"tokens": DEFAULT_TRAIN_TOKENS}
+    defaults = _defaults()
     args: list[str] = []
     for opt in PLAN_OPTIONS:
         dest = option_dest(opt)
@@ -73,6 +74,12 @@ def command_args(
         else:
             args += [name, f"{value:g}" if isinstance(value, float) else str(value)]
     return args
+
+
+@lru_cache(maxsize=1)
+def _defaults() -> dict:
+    """Each plan option's default by its destination (the same for every plan a search shows)."""
+    return {option_dest(o): o.default for o in PLAN_OPTIONS} | {"tokens": DEFAULT_TRAIN_TOKENS}
 
 
 SPLIT = {

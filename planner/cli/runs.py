@@ -10,6 +10,8 @@ from planner.cli.options import note_full_only, search_inputs, search_options
 from planner.cli.reproduce import commands
 from planner.report.search import search_view
 
+MAX_TOP = 1000  # --top: each plan shown is a whole plan JSON and a table row (6,600 took over 10 s)
+
 
 @cli.command()
 @click.option("--gpus", type=click.IntRange(min=1), help="N, the GPUs to split the model over.")
@@ -27,7 +29,13 @@ from planner.report.search import search_view
     "estimate: the point estimate; memory: peak memory.",
 )
 @click.option("--sort", type=click.Choice(["time", "memory"]), default="time", help="memory: as --rank-by memory.")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="How many plans to show.")
+@click.option(
+    "--top",
+    type=click.IntRange(1, MAX_TOP),
+    default=10,
+    show_default=True,
+    help=f"How many plans to show (at most {MAX_TOP:,}, in the table, --json and --csv alike).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print {plans, evaluated, feasible, rejected}.")
 @csv_option
 def search(**kw) -> None:

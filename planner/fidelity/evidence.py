@@ -64,7 +64,7 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         "micro_batch": (grid.micro_batch >= 3).astype(np.int64),
         "recompute": grid.recompute + (grid.recompute == 2) * grid.recompute_block,
         "tp_domains": (tp > domain).astype(np.int64),
-        "tp_overlap": ((tp > 1) & grid.sequence_parallel & bool(opts.tp_comm_overlap)).astype(np.int64),
+        "tp_overlap": ((tp > 1) & grid.sequence_parallel & grid.option("tp_comm_overlap", opts)).astype(np.int64),
         "ep_domains": (expert & (ep_domains > 1)).astype(np.int64),
         "dispatcher": np.where(expert, grid.dispatcher + 1 + flex * backend, 0),
         "a2a_overlap": (expert & grid.a2a_overlap).astype(np.int64),
@@ -133,16 +133,21 @@ def _setting_key(run, req) -> tuple:
     )
 
 
-@functools.lru_cache(maxsize=1)
-def reference_settings() -> tuple[Setting, ...]:
-    """The distinct settings of every reference row in the bar (dense and MoE), with their feature codes."""
+@functools.lru_cache(maxsize=8)
+def reference_settings(major: int | None = None) -> tuple[Setting, ...]:
+    """The distinct settings of every reference row in the bar (dense and MoE), with their feature codes;
+    with ``major``, only those on GPUs of that generation (a search needs only its own: each row is
+    a whole plan request to build)."""
     from planner.fidelity.moe_runs import load_moe_runs
     from planner.fidelity.runs import load_runs
     from planner.fidelity.validate import prepare
+    from planner.presets import load_hardware
 
     groups: dict[tuple, list] = {}
     for run in [*load_runs(), *load_moe_runs()]:
         if not run.fit or ":" in run.id:
+            continue
+        if major is not None and generation(load_hardware(run.hardware)) != major:
             continue
         req = prepare(run)
         codes = feature_codes(PlanGrid.from_plans([req.plan]), req.ctx, req.gpus)
@@ -168,7 +173,7 @@ def reference_settings() -> tuple[Setting, ...]:
 def generation_counts(major: int) -> dict[str, dict[int, int]]:
     """Per feature kind and code, the distinct settings of GPU generation ``major`` that use it."""
     counts: dict[str, dict[int, int]] = {k: {} for k in LABELS}
-    for s in reference_settings():
+    for s in reference_settings(major):
         if s.generation == major:
             for kind, codes in s.codes.items():
                 for c in codes:
@@ -195,12 +200,12 @@ class PlanEvidence:
     codes: dict[str, np.ndarray]
     counts: dict[str, np.ndarray]
 
-    @property
+    @functools.cached_property
     def settings(self) -> np.ndarray:
         """The fewest settings behind any feature the plan uses."""
         return np.min(np.stack(list(self.counts.values())), axis=0)
 
-    @property
+    @functools.cached_property
     def extrapolated(self) -> np.ndarray:
         """How many features the plan uses that no setting of its generation exercises."""
         return np.sum(np.stack(list(self.counts.values())) == 0, axis=0)

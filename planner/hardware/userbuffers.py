@@ -140,9 +140,9 @@ class BridgePreset(BaseModel):
 @lru_cache(maxsize=1)
 def bridge_presets() -> tuple[BridgePreset, ...]:
     """Megatron-Bridge's userbuffer presets (presets/userbuffers/bridge.yaml)."""
-    from planner.presets import presets_root
+    from planner.presets import presets_root, safe_load
 
-    data = yaml.safe_load((presets_root() / "userbuffers" / "bridge.yaml").read_text())
+    data = safe_load((presets_root() / "userbuffers" / "bridge.yaml").read_text())
     return tuple(BridgePreset.model_validate(p) for p in data["presets"])
 
 
