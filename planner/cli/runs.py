@@ -6,7 +6,7 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
-from planner.cli.options import note_full_only, search_inputs, search_options
+from planner.cli.options import note_beyond_chunks, note_full_only, search_inputs, search_options
 from planner.cli.reproduce import commands
 from planner.report.search import search_view
 
@@ -68,6 +68,7 @@ def search(**kw) -> None:
         memory_headroom=kw["memory_headroom"],
     )
     say_warnings(req.ctx, kw["gpus"], result.plans[0])
+    note_beyond_chunks(kw, result.plans)
     for pj in result.plans:
         pj["commands"] = commands(pj, kw["model"], kw["hardware"])
     if kw["as_json"]:
