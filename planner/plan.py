@@ -420,6 +420,22 @@ class ParallelPlan(_Spec):
         return num_microbatches(training.global_batch, self.micro_batch, self.dp)
 
 
+def recompute_layers_run(plan: ParallelPlan, stage_layers: list[int]) -> int | None:
+    """--recompute-num-layers as Megatron-LM runs it: at most the layers of the plan's largest model chunk
+    (``stage_layers``: decoder layers per stage). Megatron accepts a larger value; block recomputes the
+    layers ``layer_idx < n`` of each chunk and uniform groups end at ``min(layer_idx + n, layers)``
+    (megatron/core/recompute.py), so any n beyond the chunk recomputes all of it. A chunk is a stage's
+    layers over vpp (with a pipeline layout, the whole stage is taken: a bound, never too small)."""
+    n = plan.recompute_num_layers
+    if n is None or plan.recompute is not Recompute.FULL or not stage_layers:
+        return n
+    most = max(stage_layers)
+    chunk = most if plan.pipeline_layout else -(-most // plan.vpp)
+    if chunk < 1 or n <= chunk:
+        return n
+    return None if plan.recompute_method is RecomputeMethod.UNIFORM and chunk == 1 else chunk
+
+
 def num_microbatches(B: ArrayLike, b: ArrayLike, d: ArrayLike) -> ArrayLike:
     """m = B/(b·d): micro-batches each pipeline runs per iteration (Narayanan et al. 2021 §2.2)."""
     return B / (b * d)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from planner import api
 from planner.errors import PlannerError, counted
-from planner.plan import ParallelPlan, PlanOptions, StageSplit, TrainingSpec
+from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec, recompute_layers_run
 from planner.plan_file import read_plan_file, request_from_fields, request_from_plan, request_to_json
 from planner.plan_options import KNOBS, OVERLAP_PINS, flag_fields, search_inputs
 
@@ -53,6 +53,12 @@ class Resolved:
     notes: tuple[str, ...] = ()
     searched: str | None = None  # set when the plan is search's best for the options given
     read: bool = False  # the model was read from a launch script (explain shows what it read)
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The options given over the source, as the notes say them ("--model x overrides the plan file's
+        y"): an error about the plan names them, since the notes are not shown beside an error."""
+        return tuple(n.removeprefix("note: ") for n in self.notes if " overrides " in n)
 
 
 class PlanFile:
@@ -88,7 +94,7 @@ class LaunchScript:
             gpus=values.get("gpus"),
             model=values.get("model"),
             hardware=values.get("hardware"),
-            env=dict(env_pair(p) for p in values.get("env_pairs") or ()),
+            env=env_values(values.get("env_pairs") or ()),
             base_dir=os.path.dirname(os.path.abspath(path)) if path else None,
             extra=values.get("megatron_args") if path else None,
         )
@@ -157,13 +163,40 @@ def resolve_plan(values: dict, given: set[str], *, search_best: bool = False) ->
         if search_best and not ({"tp", "pp"} & given):
             return _search_best(values, given)
         gpus = values.get("gpus")
-        return Resolved(build(flag_fields(values), f"--gpus {gpus}"))
+        req, clamped = clamp_recompute_layers(build(flag_fields(values), f"--gpus {gpus}"))
+        return Resolved(req, clamped)
     fields = source.fields(values)
     selecting = {*source.selectors, *source.companions}
     names = given - NOT_PLAN - selecting - source.takes
     data, notes = override_fields(fields.data, {n: values[n] for n in names}, source.where)
     world = f"--gpus {values['gpus']}" if "gpus" in names else fields.world
-    return Resolved(build(data, world), fields.notes + notes, read=isinstance(source, LaunchScript))
+    req, clamped = clamp_recompute_layers(build(data, world))
+    return Resolved(req, fields.notes + notes + clamped, read=isinstance(source, LaunchScript))
+
+
+def clamp_recompute_layers(req: api.PlanRequest) -> tuple[api.PlanRequest, tuple[str, ...]]:
+    """--recompute-num-layers beyond the layers of a model chunk: accepted, as Megatron-LM does, and read as
+    the chunk's layer count (``recompute_layers_run``), with a note, so the label and export say what runs."""
+    from planner.result import stage_layer_list
+    from planner.space.grid import PlanGrid
+
+    plan = req.plan
+    if plan.recompute_num_layers is None or plan.recompute is not Recompute.FULL:
+        return req, ()
+    stages = stage_layer_list(req.ctx, PlanGrid.from_plans([plan]), 0)
+    run = recompute_layers_run(plan, stages)
+    if run == plan.recompute_num_layers:
+        return req, ()
+    chunk = run or 1
+    most = max(stages)
+    where = f"{most} per stage" + (f" in {plan.vpp} chunks" if plan.vpp > 1 and not plan.pipeline_layout else "")
+    note = (
+        f"note: --recompute-num-layers {plan.recompute_num_layers} is more than the {counted(chunk, 'layer')} of a "
+        f"model chunk ({where}); Megatron-LM accepts it and recomputes all {chunk}, so the plan is read as "
+        f"--recompute-num-layers {chunk}"
+    )
+    clamped = plan.model_copy(update={"recompute_num_layers": run})
+    return api.PlanRequest(ctx=req.ctx, plan=clamped, gpus=req.gpus), (note,)
 
 
 def _shown(value):
@@ -302,6 +335,18 @@ def read_text(path: str) -> str:
         raise PlannerError(f"cannot read {path!r}: {err.strerror}") from err
     except UnicodeDecodeError as err:
         raise PlannerError(f"{path!r} is not a text file") from err
+
+
+def env_values(pairs) -> dict[str, str]:
+    """The variables --env VAR=VALUE sets, each once: one variable given two different values is refused."""
+    env: dict[str, str] = {}
+    for name, value in map(env_pair, pairs):
+        if env.get(name, value) != value:
+            raise PlannerError(
+                f"--env {name} given twice with different values ({env[name]}, then {value}); give it once"
+            )
+        env[name] = value
+    return env
 
 
 def env_pair(pair: str) -> tuple[str, str]:

@@ -23,7 +23,7 @@ from planner.hardware.spec import GIB
 from planner.models.params import param_counts
 from planner.models.pipeline_layout import stage_contents
 from planner.models.spec import ModelSpec
-from planner.plan import Context, ParallelPlan
+from planner.plan import Context, ParallelPlan, recompute_layers_run
 from planner.space.grid import PlanGrid, stage_layers
 
 
@@ -107,7 +107,7 @@ def plan_json(
         "hardware": ctx.hardware.name,
         "gpus": gpus,
         "training": ctx.training.model_dump(mode="json"),
-        "parallel": {**plan.model_dump(mode="json"), "stage_layers": stage_layer_list(ctx, grid, i)},
+        "parallel": _parallel_json(plan, stage_layer_list(ctx, grid, i)),
         "options": ctx.options.model_dump(mode="json"),
         "legal": not broken,
         "broken_rules": broken,
@@ -121,6 +121,14 @@ def plan_json(
         out["stages"] = sorted(rows, key=lambda row: -row["total"])
         out["megatron_estimate"] = megatron_estimate_json(ctx, plan, gpus, rows)
     return out
+
+
+def _parallel_json(plan: ParallelPlan, stage_layers: list[int]) -> dict:
+    """The plan's fields as Megatron-LM runs them (--recompute-num-layers at most a chunk's layers) and
+    its layers per stage."""
+    par = plan.model_dump(mode="json")
+    par["recompute_num_layers"] = recompute_layers_run(plan, stage_layers)
+    return {**par, "stage_layers": stage_layers}
 
 
 def _stage_rows(st, i: int, p: int) -> list[dict]:

@@ -86,15 +86,36 @@ class SearchResult:
         }
 
 
+@dataclass(frozen=True)
+class _Options:
+    """The options the search derives rather than crosses: ``evaluating``, the context that evaluates every
+    row (the grid carries each row's overlaps, ``OPTION_COLUMNS``; selective recomputation's modules are
+    read only by the rows that recompute selectively), and ``contexts``, the context each row's plan
+    reports, by its option set (``codes``)."""
+
+    contexts: list[Context]
+    grad_reduce: bool  # --overlap-grad-reduce, the same for every row
+    searched: bool  # selective recomputation's modules are the search's (``SEARCHED_MODULES``)
+
+    @property
+    def evaluating(self) -> Context:
+        return self.contexts[8 * self.searched + 4 * self.grad_reduce]
+
+    def codes(self, grid: PlanGrid) -> np.ndarray:
+        """Each row's option set: 8 the searched modules, 4 --overlap-grad-reduce, 2 --overlap-param-gather,
+        1 --tp-comm-overlap."""
+        code = 8 * (self.searched & (grid.recompute == 1)) + 4 * self.grad_reduce
+        return (code + 2 * (grid.overlap_param_gather > 0) + (grid.tp_comm_overlap > 0)).astype(np.int8)
+
+
 @dataclass
 class _Scored:
-    """Evaluated candidates: a grid and, per row, its time, peak memory and overlap-option set."""
+    """Evaluated candidates: a grid (with each row's overlaps) and, per row, its time and peak memory."""
 
     grid: PlanGrid
     iteration: np.ndarray
     peak: np.ndarray
-    option_set: np.ndarray
-    contexts: list[Context]
+    options: _Options
 
 
 SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by attention kernel
@@ -103,12 +124,12 @@ SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by at
 }
 
 
-def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[list[Context], np.ndarray]:
+def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, _Options]:
     """The options of every row that the search derives rather than crosses. The overlap flags:
     pinned, or as today's recipes set them (Megatron-Bridge and NeMo performance recipes):
     --overlap-grad-reduce always, --overlap-param-gather with the distributed optimizer (or Megatron
     FSDP), --tp-comm-overlap with sequence parallelism. Selective recomputation's modules: pinned, or
-    ``SEARCHED_MODULES``. Returns one context per combination and the combination of each row."""
+    ``SEARCHED_MODULES``. Returns the grid with each row's overlaps and the contexts (``_Options``)."""
     n = len(grid)
     sharded = grid.distributed_optimizer | grid.fsdp
 
@@ -119,14 +140,14 @@ def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[list[Conte
     opg = flag(pins.overlap_param_gather, sharded & ogr)
     tpo = flag(pins.tp_comm_overlap, grid.sequence_parallel.copy())
     searched = pins.recompute_modules is None
-    code = 8 * (searched & (grid.recompute == 1)) + 4 * ogr + 2 * opg + tpo
     modules = SEARCHED_MODULES[ctx.options.attention_kernel] if searched else pins.recompute_modules
     contexts = []
     for k in range(16):
         values = dict(zip(OVERLAPS, (bool(k & 4), bool(k & 2), bool(k & 1)), strict=True))
         values["recompute_modules"] = modules if k & 8 else ctx.options.recompute_modules
         contexts.append(replace(ctx, options=ctx.options.model_copy(update=values)))
-    return contexts, code.astype(np.int8)
+    grid = replace(grid, overlap_param_gather=opg.astype(np.int8), tp_comm_overlap=tpo.astype(np.int8))
+    return grid, _Options(contexts, pins.overlap_grad_reduce is not False, searched)
 
 
 def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
@@ -134,18 +155,16 @@ def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
     return ctx.options.model_copy(update={k: bool(getattr(pins, k)) for k in OVERLAPS})
 
 
-def _evaluate(grid: PlanGrid, idx: np.ndarray, contexts: list[Context], code: np.ndarray, capacity: float) -> tuple:
+def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float) -> tuple:
     """Peak memory of the rows ``idx`` (``_peak_memory``: a lower bound where a plan cannot fit) and the
-    iteration time of those that fit (infinite for the others), each with its overlap-option set."""
-    iteration, peak = np.full(len(idx), np.inf), np.empty(len(idx))
+    iteration time of those that fit (infinite for the others), each with the overlaps its row carries."""
+    iteration = np.full(len(idx), np.inf)
     with np.errstate(divide="ignore", invalid="ignore"):
-        for k in distinct(code[idx]):
-            sel = np.flatnonzero(code[idx] == k)
-            peak[sel] = _peak_memory(grid, idx[sel], contexts[k], capacity)
-            fitting = sel[peak[sel] <= capacity]
-            for start in range(0, len(fitting), CHUNK):
-                part = fitting[start : start + CHUNK]
-                iteration[part] = evaluate(grid.take(idx[part]), contexts[k]).iteration_s
+        peak = _peak_memory(grid, idx, ctx, capacity)
+        fitting = np.flatnonzero(peak <= capacity)
+        for start in range(0, len(fitting), CHUNK):
+            part = fitting[start : start + CHUNK]
+            iteration[part] = evaluate(grid.take(idx[part]), ctx).iteration_s
     return iteration, peak
 
 
@@ -167,15 +186,6 @@ def block_recompute_layers(grid: PlanGrid, ctx: Context, capacity: float) -> np.
     return np.where(np.isfinite(k) & (k < np.max(chunk, axis=1)), k, 0).astype(np.int64)
 
 
-def _solve_block(grid: PlanGrid, contexts: list[Context], code: np.ndarray, capacity: float) -> np.ndarray:
-    """``block_recompute_layers`` of every row, each with its own overlap options (userbuffers take memory)."""
-    k = np.zeros(len(grid), dtype=np.int64)
-    for c in distinct(code):
-        sel = np.flatnonzero(code == c)
-        k[sel] = block_recompute_layers(grid.take(sel), contexts[c], capacity)
-    return k
-
-
 def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.ndarray]:
     """Block-recomputation variants of the rows without recomputation that do not fit, with the fewest
     recomputed layers that fit; and the row each comes from. Rows overlapping the expert all-to-all
@@ -183,12 +193,11 @@ def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.nd
     base = np.flatnonzero((scored.grid.recompute == 0) & (scored.peak > capacity) & ~scored.grid.a2a_overlap)
     grid = scored.grid.take(base)
     grid = replace(grid, recompute=np.full(len(grid), 2, dtype=np.int8), recompute_block=np.ones(len(grid), bool))
+
     # the layers needed never fall as the micro-batch grows and do not depend on the dispatcher
     # (``_by_family``): solve each family's smallest micro-batch first, the others where that one can
-    code = scored.option_set[base]
-
-    def solve(pos: np.ndarray) -> np.ndarray:
-        return _solve_block(grid.take(pos), scored.contexts, code[pos], capacity)
+    def solve(pos: np.ndarray) -> np.ndarray:  # each row with its own overlaps (userbuffers take memory)
+        return block_recompute_layers(grid.take(pos), scored.options.evaluating, capacity)
 
     k = _by_family(grid, np.arange(len(grid)), solve, lambda k: k == 0)
     keep = np.flatnonzero(k > 0)
@@ -221,19 +230,12 @@ def search(
     legal, rejected = _legal_rows(ctx, grid, pins, num_gpus)
     grid = grid.take(legal)  # only the legal rows from here on (the candidates are let go)
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
-    contexts, code = recipe_options(ctx, pins, grid)
+    grid, options = recipe_options(ctx, pins, grid)
     unsolved = np.flatnonzero(grid.recompute_block & (grid.recompute_layers == 0))  # block pinned, layers not
     if len(unsolved):
-        solved = _solve_block(grid.take(unsolved), contexts, code[unsolved], capacity)
+        solved = block_recompute_layers(grid.take(unsolved), options.evaluating, capacity)
         grid.recompute_layers[unsolved] = np.maximum(solved, 1)
-    every = np.arange(len(grid))
-    iteration, peak = _evaluate(grid, every, contexts, code, capacity)
-    twins = (
-        _without_tp_overlap(grid, every, contexts, code, capacity, iteration, peak)
-        if pins.tp_comm_overlap is None
-        else 0
-    )
-    scored = _Scored(grid, iteration, peak, code, contexts)
+    scored, twins = _with_tp_overlap_twins(grid, options, capacity, pins.tp_comm_overlap is None)
     if pins.recompute_method is None and _full_allowed(pins):
         scored = _with_block_recompute(scored, capacity)
     fits = scored.peak <= capacity
@@ -265,21 +267,23 @@ def _legal_rows(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int) -> tupl
     return np.flatnonzero(legal), {names[k]: int(broken[k]) for k in range(len(names)) if broken[k]}
 
 
-def _without_tp_overlap(grid, idx, contexts, code, capacity, iteration, peak) -> int:
-    """Search --tp-comm-overlap both ways: every row the recipes give it (sequence parallelism) is also
-    evaluated without it, and keeps whichever is faster (userbuffers take memory and SMs, so neither
-    wins everywhere); where neither fits, the smaller peak. Updates ``code`` (the row's option set),
-    ``iteration`` and ``peak`` in place and returns the number of twins evaluated."""
-    pos = np.flatnonzero(code[idx] & 1)
-    if not len(pos):
-        return 0
-    off = code ^ 1
-    it, pk = _evaluate(grid, idx[pos], contexts, off, capacity)
+def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, twins: bool) -> tuple[_Scored, int]:
+    """Every row evaluated, and (``twins``: --tp-comm-overlap not pinned) --tp-comm-overlap searched both
+    ways: every row the recipes give it (sequence parallelism) is also evaluated without it, in the same
+    evaluation, and keeps whichever is faster (userbuffers take memory and SMs, so neither wins
+    everywhere); where neither fits, the smaller peak. Returns the rows scored and the twins evaluated."""
+    n = len(grid)
+    pos = np.flatnonzero(grid.tp_comm_overlap > 0) if twins else np.zeros(0, dtype=np.int64)
+    off = grid.take(pos)
+    both = PlanGrid.stack(grid, replace(off, tp_comm_overlap=np.zeros(len(pos), dtype=np.int8)))
+    it, pk = _evaluate(both, np.arange(len(both)), options.evaluating, capacity)
+    iteration, peak = it[:n], pk[:n]
+    it, pk = it[n:], pk[n:]
     better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & (pk < peak[pos]))
     take = pos[better]
-    code[idx[take]] ^= 1
+    grid.tp_comm_overlap[take] = 0
     iteration[take], peak[take] = it[better], pk[better]
-    return len(pos)
+    return _Scored(grid, iteration, peak, options), len(pos)
 
 
 def _full_allowed(pins: Pins) -> bool:
@@ -290,30 +294,19 @@ def _full_allowed(pins: Pins) -> bool:
 def _with_block_recompute(scored: _Scored, capacity: float) -> _Scored:
     """The scored rows and, for each row without recomputation that does not fit, its block-recomputation
     variant with the fewest layers that fit (evaluated like the others)."""
-    block, origin = _block_candidates(scored, capacity)
+    block, _ = _block_candidates(scored, capacity)
     if not len(block):
         return scored
-    code = scored.option_set[origin]
-    it, pk = _evaluate(block, np.arange(len(block)), scored.contexts, code, capacity)
+    it, pk = _evaluate(block, np.arange(len(block)), scored.options.evaluating, capacity)
     merged = PlanGrid.stack(scored.grid, block)
-    return _Scored(
-        merged,
-        np.concatenate([scored.iteration, it]),
-        np.concatenate([scored.peak, pk]),
-        np.concatenate([scored.option_set, code]),
-        scored.contexts,
-    )
+    return _Scored(merged, np.concatenate([scored.iteration, it]), np.concatenate([scored.peak, pk]), scored.options)
 
 
 def _bands(scored: _Scored, rows: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's band ε (``evidence.band_frac``) and its count of extrapolated features, per option set."""
-    eps, extrapolated = np.empty(len(rows)), np.zeros(len(rows), dtype=np.int64)
-    for k in np.unique(scored.option_set[rows]):
-        sel = np.flatnonzero(scored.option_set[rows] == k)
-        ev = plan_evidence(scored.grid.take(rows[sel]), scored.contexts[k], gpus)
-        extrapolated[sel] = ev.extrapolated
-        eps[sel] = band_frac(extrapolated[sel], scored.contexts[k])
-    return eps, extrapolated
+    """Each row's band ε (``evidence.band_frac``) and its count of extrapolated features (with its own overlaps)."""
+    ctx = scored.options.evaluating
+    extrapolated = np.asarray(plan_evidence(scored.grid.take(rows), ctx, gpus).extrapolated, dtype=np.int64)
+    return band_frac(extrapolated, ctx), extrapolated
 
 
 def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus: int) -> tuple[np.ndarray, np.ndarray]:
@@ -349,14 +342,15 @@ def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluate
         ranks.append(fastest_rank)
     chosen = order[np.array(ranks) - 1]
     jsons: dict[int, dict] = {}
-    for k in distinct(scored.option_set[chosen]):  # one evaluation per overlap-option set
-        rows = chosen[scored.option_set[chosen] == k]
+    codes = scored.options.codes(scored.grid.take(chosen))
+    for k in distinct(codes):  # one evaluation per option set (each plan reports its own options)
+        rows = chosen[codes == k]
         best = scored.grid.take(rows)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ev = evaluate(best, scored.contexts[k])
-        evidence = plan_evidence(best, scored.contexts[k], num_gpus)  # once for the rows, not per plan
+            ev = evaluate(best, scored.options.contexts[k])
+        evidence = plan_evidence(best, scored.options.contexts[k], num_gpus)  # once for the rows, not per plan
         for j, i in enumerate(rows):
-            pj = plan_json(scored.contexts[k], num_gpus, best, ev, j, [], memory_headroom, evidence)
+            pj = plan_json(scored.options.contexts[k], num_gpus, best, ev, j, [], memory_headroom, evidence)
             pj.update(tied_with_fastest=int(i) in tied_set, fastest=bool(i == fastest_row))
             jsons[int(i)] = pj
     plans = [{**jsons[int(i)], "rank": rank} for rank, i in zip(ranks, chosen, strict=True)]

@@ -211,3 +211,19 @@ def test_calibrate_help_shows_the_log_lines_it_reads_and_a_true_run_time():
     assert "a few minutes" not in text
     assert "elapsed time per iteration (ms)" in text and "using world size" in text
     assert "--overwrite" in text
+
+
+def test_env_gives_a_launch_script_its_variables_as_explain_does(tmp_path):
+    log, script = _one_run(tmp_path, 0.97)
+    templated = tmp_path / "templated.sh"  # the trial's script: its sizes come from the environment
+    templated.write_text(Path(script).read_text().replace("--num-layers 32", "--num-layers $NUM_LAYERS"))
+    out = tmp_path / "mine.yaml"
+    args = ["calibrate", "--from-log", log, "--megatron-args-file", str(templated), "-o", str(out)]
+    unset = CliRunner().invoke(cli, args)
+    # the error tells the user to pass --env NUM_LAYERS=VALUE, so calibrate must take it
+    assert unset.exit_code == 2 and "pass it with --env NUM_LAYERS=VALUE" in unset.stderr, unset.output
+    assert not out.exists()
+    given = CliRunner().invoke(cli, [*args, "--env", "NUM_LAYERS=32"])
+    assert given.exit_code == 0 and out.exists(), given.output
+    other = CliRunner().invoke(cli, [*args, "--overwrite", "--env", "NUM_LAYERS=48"])  # the value is used
+    assert other.exit_code == 2 and "not the same model" in other.stderr, other.output

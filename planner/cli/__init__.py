@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import click
 
 from planner import __version__
+from planner.cli.given_once import GivenOnce, OnceCommand
 from planner.errors import PlannerError
 
 BAD_INPUT = 2
@@ -77,12 +78,19 @@ class _Commands(dict):
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
 
 
-class PlannerGroup(click.Group):
-    """Turns every bad-input error into one line on stderr and exit code 2, never a traceback."""
+class PlannerGroup(GivenOnce, click.Group):
+    """Turns every bad-input error into one line on stderr and exit code 2, never a traceback; its commands
+    and groups take each option once (given_once)."""
+
+    command_class = OnceCommand
+    group_class = type
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        from planner.cli.held import notes_held
+
         try:
-            rv = super().main(args, prog_name or "megaplan", complete_var, standalone_mode=False, **extra)
+            with notes_held():
+                rv = super().main(args, prog_name or "megaplan", complete_var, standalone_mode=False, **extra)
         except click.exceptions.Abort:
             click.echo("megaplan: aborted", err=True)
             sys.exit(1)
@@ -147,11 +155,21 @@ def overwrite_option(f):
 
 
 def refuse_existing(option: str, path: str | None, overwrite: bool) -> None:
-    """Stop, before any work, when ``path`` (the file ``option`` names) exists and --overwrite is not given."""
+    """Stop, before any work, when ``path`` (the file ``option`` names) exists and --overwrite is not given,
+    or its folder does not exist or cannot be written."""
     import os
 
-    if path and os.path.exists(path) and not overwrite:
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise PlannerError(f"{option} {path!r} is a folder; name the file to write")
+    if os.path.exists(path) and not overwrite:
         raise PlannerError(f"{option}: {path} exists; pass --overwrite to replace it")
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise PlannerError(f"{option} {path!r}: folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise PlannerError(f"{option} {path!r}: cannot write there (permission denied)")
 
 
 def one_output(**flags: bool) -> None:
@@ -188,6 +206,19 @@ def progress(label: str, total: int | None = None):
     with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda description=None: bar.update(task, advance=1, description=description or label)
+
+
+@contextmanager
+def naming_overrides(resolved):
+    """An error about a plan built over a file (--plan, a launch script) names the options given over it,
+    since notes are not said beside an error: "... exceeds max_position_embeddings 2048 (after --model
+    gpt3-175b overrides the plan file's llama3-8b)"."""
+    try:
+        yield
+    except PlannerError as err:
+        if not resolved.overrides:
+            raise
+        raise PlannerError(f"{err} (after {'; '.join(resolved.overrides)})") from err
 
 
 def say_notes(resolved) -> None:

@@ -208,11 +208,20 @@ def _validate_choice(as_json: bool, as_csv: bool) -> None:
 )
 @click.option("--hardware", help="With --from-log: the preset (or YAML) your cluster starts from; else fit only it.")
 @click.option("--gpus", type=click.IntRange(min=1), help="With --from-log: the world size, if neither file says.")
+@click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    metavar="VAR=VALUE",
+    help="With --from-log: set a variable of the launch script (e.g. --env NNODES=8); repeatable.",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="With --from-log: the hardware YAML to write.")
 @overwrite_option
 @click.option("--force", is_flag=True, help="With --from-log: write --output even when the factors cannot reach a run.")
 @click.option("--moe", "moe", is_flag=True, help="Fit the MoE rows' one factor (host time per per-expert op) instead.")
-def calibrate(as_json, write_dir, loso, logs, scripts, hardware, gpus, output, overwrite, force, moe) -> None:
+def calibrate(
+    as_json, write_dir, loso, logs, scripts, hardware, gpus, env_pairs, output, overwrite, force, moe
+) -> None:
     """Fit the hardware presets' efficiency factors, with their uncertainties, to the published runs
     (about 30 s on a free core, --no-loso a third of that); or, with --from-log, to your own runs (a
     few seconds); or, with --moe, the MoE rows' one factor.
@@ -239,16 +248,19 @@ def calibrate(as_json, write_dir, loso, logs, scripts, hardware, gpus, output, o
     from planner.fidelity import calibrate as cal
 
     if moe:
-        if logs or scripts or output or hardware:
-            raise PlannerError("--moe fits the published MoE rows: drop --from-log, -o and --hardware")
+        if logs or scripts or output or hardware or env_pairs:
+            raise PlannerError("--moe fits the published MoE rows: drop --from-log, -o, --env and --hardware")
         from planner.fidelity.moe_fit import moe_calibration_steps, run_moe_calibration
 
         with progress("fitting the MoE host time", total=moe_calibration_steps(loso=loso)) as step:
             out = run_moe_calibration(loso=loso, write_dir=write_dir, step=_labelled(step, "MoE host time"))
         return echo_json(out) if as_json else console().print(report_fidelity.moe_calibration_view(out))
 
-    if logs or scripts or output:
-        return _from_logs(logs, scripts, hardware, gpus, output, (overwrite, force), as_json)
+    if logs or scripts or output or env_pairs:
+        from planner.plan_sources import env_values
+
+        env = env_values(env_pairs)
+        return _from_logs(logs, scripts, hardware, (gpus, env), output, (overwrite, force), as_json)
     if hardware and hardware not in cal.FITTED:
         raise PlannerError(f"--hardware {hardware!r} has no published runs to fit; fitted: {', '.join(cal.FITTED)}")
     total = cal.calibration_steps(loso=loso, only=hardware)  # the fits and the validation
@@ -265,7 +277,7 @@ def _labelled(step, what: str):
     return lambda description=None: step(f"{what}: {description}" if description else None)
 
 
-def _from_logs(logs, scripts, hardware, gpus, output, overwrite_force, as_json) -> None:
+def _from_logs(logs, scripts, hardware, gpus_env, output, overwrite_force, as_json) -> None:
     from pathlib import Path
 
     from planner.fidelity import from_log
@@ -286,7 +298,8 @@ def _from_logs(logs, scripts, hardware, gpus, output, overwrite_force, as_json) 
     refuse_existing("-o/--output", output, overwrite)
     hw = load_hardware(hardware or "dgx-h100-superpod")
     pairs = zip(logs, scripts if len(scripts) == len(logs) else scripts * len(logs), strict=True)
-    logged = [from_log.logged_run(log, script, hardware=hw, gpus=gpus) for log, script in pairs]
+    gpus, env = gpus_env
+    logged = [from_log.logged_run(log, script, hardware=hw, gpus=gpus, env=env) for log, script in pairs]
     result = from_log.calibrate_from_logs(logged, hw)
     rows = from_log.run_rows(logged, result, hw)
     unreached = from_log.unreached(rows, logged, result, hw)

@@ -348,6 +348,21 @@ def note_full_only(kw: dict) -> None:
         )
 
 
+def note_beyond_chunks(kw: dict, plans: list[dict]) -> None:
+    """A pinned --recompute-num-layers larger than some plans' model chunks: Megatron-LM accepts it and
+    recomputes the whole chunk; each such plan's label gives the count that runs, which this says."""
+    given = kw.get("recompute_num_layers")
+    runs = {p["parallel"]["recompute_num_layers"] or 1 for p in plans if p["parallel"]["recompute"] == "full"}
+    less = sorted(n for n in runs if n < (given or 0))
+    if less:
+        click.echo(
+            f"megaplan: note: --recompute-num-layers {given} is more than the layers of a model chunk in "
+            f"{'some' if len(less) < len(runs) else 'the'} plans shown; Megatron-LM accepts it and recomputes "
+            f"the whole chunk, so their labels give the layers that run ({', '.join(map(str, less))})",
+            err=True,
+        )
+
+
 def dest(opt: Option) -> str:
     """The parameter name an option sets."""
     return (

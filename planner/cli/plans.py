@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from planner import api
-from planner.cli import cli, console, csv_option, echo_json, overwrite_option, refuse_existing, say_notes, say_warnings
+from planner.cli import (
+    cli,
+    console,
+    csv_option,
+    echo_json,
+    naming_overrides,
+    overwrite_option,
+    refuse_existing,
+    say_notes,
+    say_warnings,
+)
+from planner.cli.given_once import OnceCommand
 from planner.cli.options import note_full_only, plan_options, with_run
 from planner.cli.resolve import resolve
 from planner.errors import PlannerError
@@ -29,6 +42,20 @@ def _check_bridge_recipe(kw: dict, model: str) -> None:
             "--bridge-override KEY=VALUE to explain the recipe); the plan here comes from the other options",
             err=True,
         )
+
+
+def _note_ignored(kw: dict, req: api.PlanRequest) -> None:
+    """Options the plan cannot use, noted rather than dropped: MoE options on a dense model, SP at tp 1."""
+    moe_only = (
+        [f"--moe-token-dispatcher {kw['moe_token_dispatcher']}"]
+        if kw.get("moe_token_dispatcher") not in (None, "allgather")
+        else []
+    )
+    moe_only += ["--overlap-moe-expert-parallel-comm"] if kw.get("overlap_moe_expert_parallel_comm") else []
+    if moe_only and not req.ctx.model.is_moe:
+        click.echo(f"megaplan: note: {' and '.join(moe_only)} ignored: {req.ctx.model.name} has no experts", err=True)
+    if kw.get("sequence_parallel") and req.plan.tp == 1:  # Megatron-LM turns it off too, with a warning
+        click.echo("megaplan: note: --sequence-parallel is off with tp 1 (Megatron-LM turns it off there)", err=True)
 
 
 @cli.command()
@@ -69,17 +96,9 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
         note_full_only(kw)
     req = resolved.request
     _check_bridge_recipe(kw, req.ctx.model.name)
-    moe_only = (
-        [f"--moe-token-dispatcher {kw['moe_token_dispatcher']}"]
-        if kw.get("moe_token_dispatcher") not in (None, "allgather")
-        else []
-    )
-    moe_only += ["--overlap-moe-expert-parallel-comm"] if kw.get("overlap_moe_expert_parallel_comm") else []
-    if moe_only and not req.ctx.model.is_moe:
-        click.echo(f"megaplan: note: {' and '.join(moe_only)} ignored: {req.ctx.model.name} has no experts", err=True)
-    if kw.get("sequence_parallel") and req.plan.tp == 1:  # Megatron-LM turns it off too, with a warning
-        click.echo("megaplan: note: --sequence-parallel is off with tp 1 (Megatron-LM turns it off there)", err=True)
-    explained = api.explain_plan(req, kw["memory_headroom"])
+    _note_ignored(kw, req)
+    with naming_overrides(resolved):
+        explained = api.explain_plan(req, kw["memory_headroom"])
     pj = explained.plan_json
     if "fit_suggestions" in pj and not pj["fit_suggestions"]:  # the fix line says what a search really finds
         pj["search_hint"] = _search_hint(req, pj, kw)
@@ -106,7 +125,7 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
         click.echo(f"wrote {schedule_file}", err=True)
 
 
-@click.command(name="plan", add_help_option=False)
+@click.command(name="plan", cls=OnceCommand, add_help_option=False)
 @plan_options
 def _plan_flags(**kw) -> None:
     """Parses the plan options given to compare's --a and --b."""
@@ -233,16 +252,16 @@ def compare(
         raise click.UsageError(
             "nothing to compare: give two plan files, or --a and/or --b options that change the plan"
         )
-    if plan_files:
+    resolved = None if plan_files else resolve(kw)
+    if resolved is None:
         bases = [with_run(request_from_plan(read_plan_file(f)), kw) for f in plan_files]
     else:
-        resolved = resolve(kw)
         say_notes(resolved)
         bases = [resolved.request]
-    reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
-    pjs = [
-        _side_plan(r, over, side, plan_files, kw) for r, over, side in zip(reqs, (a_over, b_over), "ab", strict=True)
-    ]
+    with naming_overrides(resolved) if resolved else contextlib.nullcontext():
+        reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
+        sides = zip(reqs, (a_over, b_over), "ab", strict=True)
+        pjs = [_side_plan(r, over, side, plan_files, kw) for r, over, side in sides]
     result = cmp.compare_plans(*pjs)
     if as_json:
         echo_json(result)
@@ -290,11 +309,12 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
         click.echo(f"megaplan: note: exporting {resolved.searched}", err=True)
         note_full_only(kw)
     req = resolved.request
-    pj = api.explain(req, kw["memory_headroom"])  # refuses plans Megatron-LM would reject, before writing anything
+    with naming_overrides(resolved):
+        pj = api.explain(req, kw["memory_headroom"])  # refuses plans Megatron-LM would reject, before writing
+        over = _does_not_fit(pj)
+        if over and not force:
+            raise PlannerError(f"{over}; nothing written (--force writes it anyway)")
     say_warnings(req.ctx, req.gpus, pj)
-    over = _does_not_fit(pj)
-    if over and not force:
-        raise PlannerError(f"{over}; nothing written (--force writes it anyway)")
     if over:
         click.echo(f"megaplan: warning: {over}; written anyway (--force)", err=True)
     elif not pj["estimate"]["fits"]:
@@ -314,21 +334,29 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
         text = json.dumps(pj, indent=2) + "\n"
     else:
         text = exp.flags_text(req) if fmt == "flags" else exp.slurm_script(req, warning=over)
-        if fmt == "flags" and exp.needs_cuda_device_max_connections(req):
-            click.echo(
-                "megaplan: note: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment "
-                "(Megatron-LM requires it with TP or CP > 1 before Blackwell)",
-                err=True,
-            )
-        elif fmt == "flags" and req.plan.fsdp:
-            click.echo("megaplan: note: leave CUDA_DEVICE_MAX_CONNECTIONS unset (Megatron FSDP refuses 1)", err=True)
-        if fmt == "flags" and req.ctx.options.expandable_segments:
-            click.echo("megaplan: note: launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", err=True)
+        if fmt == "flags":
+            _environment_notes(req)
     if output is None:
         click.echo(text, nl=False)
         return
     _write_new(output, text, overwrite)
     click.echo(f"wrote {output}", err=True)
+
+
+def _environment_notes(req: api.PlanRequest) -> None:
+    """The environment variables a flags-only export cannot set, which the launch needs."""
+    from planner.megatron import export as exp
+
+    if exp.needs_cuda_device_max_connections(req):
+        click.echo(
+            "megaplan: note: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment "
+            "(Megatron-LM requires it with TP or CP > 1 before Blackwell)",
+            err=True,
+        )
+    elif req.plan.fsdp:
+        click.echo("megaplan: note: leave CUDA_DEVICE_MAX_CONNECTIONS unset (Megatron FSDP refuses 1)", err=True)
+    if req.ctx.options.expandable_segments:
+        click.echo("megaplan: note: launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", err=True)
 
 
 def _does_not_fit(pj: dict) -> str | None:

@@ -6,7 +6,7 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
-from planner.cli.options import note_full_only, search_inputs, search_options
+from planner.cli.options import note_beyond_chunks, note_full_only, search_inputs, search_options
 from planner.cli.reproduce import commands
 
 MAX_TOP = 1000  # --top: each plan shown is a whole plan JSON and a table row (6,600 took over 10 s)
@@ -67,6 +67,7 @@ def search(**kw) -> None:
         memory_headroom=kw["memory_headroom"],
     )
     say_warnings(req.ctx, kw["gpus"], result.plans[0])
+    note_beyond_chunks(kw, result.plans)
     for pj in result.plans:
         pj["commands"] = commands(pj, kw["model"], kw["hardware"])
     if kw["as_json"]:

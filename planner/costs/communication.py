@@ -164,7 +164,7 @@ def tp_pair_exposed_s(
     *,
     sequence_parallel: np.ndarray,
     async_backward: ArrayLike,
-    overlap: bool,
+    overlap: ArrayLike,
     ub: dict[str, dict[str, np.ndarray]] | None = None,
     sm_count: int = 1,
     reduce_s: ArrayLike = 0.0,
@@ -185,18 +185,18 @@ def tp_pair_exposed_s(
       all-gather overlaps its dgrad GEMM and the dgrad's reduce-scatter its wgrad GEMM (layers.py
       LinearWithGradAccumulationAndAsyncCommunication.backward; Transformer Engine the same).
       ``async_backward`` False (the 2021 code, or the order lost: ``connection_limited``): exposed.
-    - ``overlap`` (--tp-comm-overlap): ``tp_pair_ub_s`` with the userbuffer config ``ub``.
+    - ``overlap`` (--tp-comm-overlap, per plan): ``tp_pair_ub_s`` with the userbuffer config ``ub``.
     """
     ag, rs, ar = np.asarray(ag), np.asarray(rs), np.asarray(ar)
     g_in = gemm["in"]
     no_sp_fwd = ar
     no_sp_bwd = np.where(async_backward, np.maximum(ar - g_in, 0.0), ar)
-    if overlap:
-        sp_fwd, sp_bwd = tp_pair_ub_s(ag, rs, gemm, ub or {}, sm_count, reduce_s)
-    else:
-        sp_fwd = ag + rs
-        overlapped = np.where(async_backward, np.maximum(ag - g_in, 0.0) + np.maximum(rs - g_in, 0.0), ag + rs)
-        sp_bwd = ag + overlapped
+    sp_fwd = ag + rs
+    overlapped = np.where(async_backward, np.maximum(ag - g_in, 0.0) + np.maximum(rs - g_in, 0.0), ag + rs)
+    sp_bwd = ag + overlapped
+    if np.any(overlap):  # per plan: with userbuffers where ``overlap`` is set
+        ub_fwd, ub_bwd = tp_pair_ub_s(ag, rs, gemm, ub or {}, sm_count, reduce_s)
+        sp_fwd, sp_bwd = np.where(overlap, ub_fwd, sp_fwd), np.where(overlap, ub_bwd, sp_bwd)
     return np.where(sequence_parallel, sp_fwd, no_sp_fwd), np.where(sequence_parallel, sp_bwd, no_sp_bwd)
 
 

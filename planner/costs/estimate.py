@@ -170,15 +170,22 @@ def _dp_sync(
     grads = comm.dp_exposed_s(
         sync, bucket_s, rep, lt.p, lt.vpp, tau_b, overlap=opts.overlap_grad_reduce, bucketed=first
     )
-    first_gather = np.where(first, bucket, chunk_params)
-    if opts.overlap_param_gather:
-        gather_s = np.maximum(gather(first_gather, instance, dense_link) - rep * tau_f, 0.0)
-    else:
-        gather_s = whole_gather
+    whole_first = np.where(first, bucket, chunk_params)
+    first_gather = gather(whole_first, instance, dense_link) if np.any(lt.opg) else 0.0
+    return _exposed_sync(lt, ctx, sync, grads, (whole_gather, first_gather), rep, tau_f, count)
+
+
+def _exposed_sync(lt: Letters, ctx: Context, sync, grads, gathers: tuple, rep, tau_f, count) -> np.ndarray:
+    """The slowest stage's exposed data-parallel time: the gradients' reduction ``grads`` (of ``sync``) and,
+    with a sharded optimizer, the weights' all-gather (``gathers``: whole, and its first bucket): whole
+    after the optimizer step, or with --overlap-param-gather (per plan) only the first bucket, less the
+    i forward steps stage i starts late; and what the hidden rest takes of the compute it hides behind."""
+    whole, first_bucket = gathers
+    gather_s = np.where(lt.opg, np.maximum(first_bucket - rep * tau_f, 0.0), whole)
     sharded = lt.dopt | lt.fsdp  # the weights are gathered after the optimizer step (FSDP optim, optim_grads)
     exposed = grads + np.where(sharded, gather_s, 0.0)
-    hidden = sync - grads + np.where(sharded, whole_gather - gather_s, 0.0)
-    contention = hidden_comm_contention_s(hidden, dp_sms(ctx), hw.gpu.sm_count)
+    hidden = sync - grads + np.where(sharded, whole - gather_s, 0.0)
+    contention = hidden_comm_contention_s(hidden, dp_sms(ctx), ctx.hardware.gpu.sm_count)
     return np.max(np.where(count > 0, exposed + contention, 0.0), axis=1, keepdims=True)
 
 

@@ -81,6 +81,9 @@ class Letters:
         )
         self.rblock, self.rlayers = _col(grid.recompute_block), _col(grid.recompute_layers)
         self.dispatcher, self.a2a_overlap = _col(grid.dispatcher), _col(grid.a2a_overlap)
+        # --overlap-param-gather and --tp-comm-overlap, per plan where the grid carries them (the search)
+        self.opg = _col(grid.option("overlap_param_gather", ctx.options))
+        self.tpo = _col(grid.option("tp_comm_overlap", ctx.options))
         self.s, self.B = tr.seq_len, tr.global_batch
         self.h, self.a, self.g, self.dh, self.f = (
             mo.hidden_size,

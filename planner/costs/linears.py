@@ -129,7 +129,7 @@ def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, ga
     rs, ar = all_gather_time_s(lt.t, msg, link), all_reduce_time_s(lt.t, msg, link)
     times = {"in": sum(gtime[k] for k in ins), "out": sum(gtime[k] for k in outs)}
     ub, reduce_s = None, 0.0
-    if opts.tp_comm_overlap:
+    if np.any(lt.tpo):
         ops = userbuffer_ops(lt, ctx)[2]
         ub = {role: ops[name] for role, name in PAIR_OPS["projection" if "projection" in outs else "fc2"].items()}
         times |= overlap_times(lt, ctx, gemms, ins, outs, ub)
@@ -141,8 +141,8 @@ def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, ga
         ar,
         times,
         sequence_parallel=lt.sp,
-        async_backward=(opts.async_tp_comm or opts.tp_comm_overlap) & ~lost,
-        overlap=opts.tp_comm_overlap,
+        async_backward=(opts.async_tp_comm | lt.tpo) & ~lost,
+        overlap=lt.tpo,
         ub=ub,
         sm_count=hw.gpu.sm_count,
         reduce_s=reduce_s,

@@ -174,7 +174,7 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
     """What the process holds besides model states and activations (planner.costs.process_memory)."""
     mem, opts, mo = ctx.hardware.memory, ctx.options, ctx.model
     n, _, _ = lt.stage_info(i)
-    tpo = opts.tp_comm_overlap & lt.sp
+    tpo = lt.tpo & lt.sp
     workspaces = process_memory.workspace_bytes(
         mem.cublas_workspace_mib * MIB, tp_comm_overlap=tpo
     ) + process_memory.userbuffer_bytes(lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=lt.fp8, act_bytes=lt.act_bytes)

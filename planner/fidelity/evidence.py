@@ -64,7 +64,7 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         "micro_batch": (grid.micro_batch >= 3).astype(np.int64),
         "recompute": grid.recompute + (grid.recompute == 2) * grid.recompute_block,
         "tp_domains": (tp > domain).astype(np.int64),
-        "tp_overlap": ((tp > 1) & grid.sequence_parallel & bool(opts.tp_comm_overlap)).astype(np.int64),
+        "tp_overlap": ((tp > 1) & grid.sequence_parallel & grid.option("tp_comm_overlap", opts)).astype(np.int64),
         "ep_domains": (expert & (ep_domains > 1)).astype(np.int64),
         "dispatcher": np.where(expert, grid.dispatcher + 1 + flex * backend, 0),
         "a2a_overlap": (expert & grid.a2a_overlap).astype(np.int64),

@@ -39,13 +39,16 @@ class LoggedRun:
         )
 
 
-def logged_run(log_path: str, script_path: str, *, hardware: HardwareSpec, gpus: int | None) -> LoggedRun:
-    """One log with its launch script, checked to be the same run."""
+def logged_run(
+    log_path: str, script_path: str, *, hardware: HardwareSpec, gpus: int | None, env: dict[str, str] | None = None
+) -> LoggedRun:
+    """One log with its launch script (its variables ``env``, as explain's --env), checked to be the same run."""
     from planner.megatron.importer import import_megatron
 
     log = read_training_log(Path(log_path).read_text(errors="replace"), log_path)
     script = Path(script_path).read_text(errors="replace")
-    req = import_megatron(script, gpus=gpus or log.world_size, hardware=hardware).request
+    base_dir = str(Path(script_path).resolve().parent)
+    req = import_megatron(script, gpus=gpus or log.world_size, hardware=hardware, env=env, base_dir=base_dir).request
     if log.world_size is not None and log.world_size != req.gpus:
         raise LogError(f"{log_path}: the log ran on {log.world_size} GPUs; {script_path} describes {req.gpus}")
     if log.global_batch is not None and log.global_batch != req.ctx.training.global_batch:

@@ -21,6 +21,9 @@ from planner.plan import (
 )
 
 IntArray = np.ndarray
+# PlanOptions fields a grid may carry per plan: the search derives them per row (today's recipes, and
+# --tp-comm-overlap both ways), so one evaluation serves every combination; explain leaves them to the options
+OPTION_COLUMNS = ("overlap_param_gather", "tp_comm_overlap")
 
 
 def distinct(values) -> np.ndarray:
@@ -54,6 +57,9 @@ class PlanGrid:
     do_instances: IntArray | None = None  # --num-distributed-optimizer-instances (1: one instance over d·c)
     fsdp_level: IntArray | None = None  # FsdpSharding codes (Megatron FSDP): 1 optim, 2 +grads, 3 +params (default)
     mb_group: IntArray | None = None  # --microbatch-group-size-per-virtual-pipeline-stage, 0 = pp (Megatron's default)
+    # options the search derives per plan (``OPTION_COLUMNS``): 1 on, 0 off, -1 as the context's options say
+    overlap_param_gather: IntArray | None = None
+    tp_comm_overlap: IntArray | None = None
     layouts: tuple[str, ...] = field(default=(), compare=False)  # the layouts ``layout`` points into
 
     def __post_init__(self) -> None:
@@ -65,12 +71,19 @@ class PlanGrid:
             ("mb_group", 0),
             ("fsdp_level", 3),
             ("do_instances", 1),
+            *((name, -1) for name in OPTION_COLUMNS),
         ):
             if getattr(self, name) is None:
-                object.__setattr__(self, name, np.full(n, value, dtype=bool if value is False else np.int64))
+                dtype = bool if value is False else np.int8 if value == -1 else np.int64
+                object.__setattr__(self, name, np.full(n, value, dtype=dtype))
 
     def __len__(self) -> int:
         return len(self.tp)
+
+    def option(self, name: str, options) -> np.ndarray:
+        """A per-plan option of ``OPTION_COLUMNS`` as booleans: the grid's value, else ``options``' (a PlanOptions)."""
+        col = getattr(self, name)
+        return np.where(col < 0, bool(getattr(options, name)), col > 0)
 
     def layout_text(self, i: int) -> str | None:
         k = int(self.layout[i])

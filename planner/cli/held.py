@@ -1,0 +1,67 @@
+"""An error comes alone: the notes a command says on stderr ("megaplan: note: ...") are held until it
+writes anything else (its output, a warning, a progress bar) or ends well, and dropped when it ends in
+an error, so a refused command prints its one error line and nothing before it. Warnings are not held
+back: they are about the input and stay true whatever happens next."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import click
+
+from planner.errors import PlannerError
+
+NOTE = "megaplan: note:"
+
+
+class _Held:
+    def __init__(self, stderr):
+        self.stderr = stderr
+        self.lines: list[str] = []
+
+    def release(self) -> None:
+        lines, self.lines = self.lines, []
+        for line in lines:
+            self.stderr.write(line)
+        if lines:
+            self.stderr.flush()  # before the output that follows, as a terminal shows it
+
+
+class _Stream:
+    """sys.stdout or sys.stderr, seen through: a note to stderr is held, anything else first releases
+    the held notes. Every other attribute is the real stream's."""
+
+    def __init__(self, real, held: _Held, *, holds: bool):
+        self._real, self._held, self._holds = real, held, holds
+
+    def write(self, text):
+        if self._holds and isinstance(text, str) and text.startswith(NOTE):
+            self._held.lines.append(text)
+            return len(text)
+        if text:
+            self._held.release()
+        return self._real.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+REFUSED = (click.ClickException, click.exceptions.Abort, PlannerError, KeyboardInterrupt)
+
+
+@contextmanager
+def notes_held():
+    """Run a command with its notes held (see the module): dropped when it is refused (bad input, an
+    abort), said when it ends in any other way."""
+    out, err = sys.stdout, sys.stderr
+    held = _Held(err)
+    sys.stdout, sys.stderr = _Stream(out, held, holds=False), _Stream(err, held, holds=True)
+    try:
+        yield
+    except REFUSED:
+        held.lines.clear()
+        raise
+    finally:
+        sys.stdout, sys.stderr = out, err
+        held.release()
