@@ -168,3 +168,14 @@ def test_search_shows_the_evidence_column_and_footer_and_explain_says_it():
     recipe = [*explain[:-7], "--tp", "4", "--pp", "4", "--cp", "2", "--vpp", "5", "--sequence-parallel", "--brief"]
     text = " ".join(CliRunner().invoke(cli, recipe, env={"COLUMNS": "200"}).stdout.split())
     assert "validated by 2 settings on Hopper (fewest: PP 3-4)" in text
+
+
+@given(
+    st.lists(st.integers(-3, 5000), min_size=0, max_size=40),
+    st.dictionaries(st.integers(1, 5000), st.integers(0, 30), max_size=10),
+)
+def test_a_code_looks_up_its_settings_as_the_counts_say(codes, counts):
+    # codes index a table when small and non-negative, else go through np.unique: either way each
+    # plan gets its code's count, 0 where no setting uses it, and NOT_USED where the plan does not use the kind
+    looked = evidence._looked_up(np.array(codes, dtype=np.int64), counts)
+    assert looked.tolist() == [evidence.NOT_USED if c == 0 else counts.get(c, 0) for c in codes]
