@@ -176,3 +176,24 @@ def test_search_through_the_cli_honours_columns_when_piped():
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert max(map(len, lines)) <= 80 and re.search(r"TP\d+ PP\d+ DP\d+ b\d+", result.stdout)  # whole plan labels
+
+
+def test_no_line_ends_in_the_space_it_was_wrapped_at():
+    # the trial: at 80 columns the title read "… global batch 15360 × seq 4096, " before its wrap
+    result = CliRunner().invoke(cli, ["search", "--model", "gpt3-175b", "--gpus", "1024"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "gpt3-175b on 1,024 GPUs of dgx-a100-superpod: global batch 1536 × seq 2048,"
+    assert lines[1] == "bf16, flash attention"
+    assert [line for line in lines if line != line.rstrip()] == []  # neither prose nor padded table rows
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_title_and_footnotes_wrap_at_spaces_without_keeping_them_on_a_terminal(long_labels, width):
+    result, ctx = long_labels
+    lines = render(search_view(result, ctx, 256), width)
+    rule = next(k for k, line in enumerate(lines) if line.startswith("───"))
+    last_row = max(k for k, line in enumerate(lines) if re.match(r" *\d+ +TP", line))
+    prose = lines[: rule - 1] + [line for line in lines[last_row + 2 :] if not line.startswith(" ")]
+    assert prose and [line for line in prose if line.endswith(" ")] == []
+    assert not any(line.endswith("--") or line.startswith("json") for line in prose)  # --json never split
