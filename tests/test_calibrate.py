@@ -90,3 +90,70 @@ def test_the_factor_table_prints_sigma_the_prediction_spread_and_why_a_bound_is_
     text = " ".join(console.export_text().split())  # titles wrap to the table
     assert 0 < spread["prediction_sigma"] < 0.02 and "the factors' σ on a prediction" in text
     assert "at its lower bound (0, the physical floor)" in text
+
+
+def test_leave_one_source_out_drift_is_the_range_of_the_refits(synthetic):
+    # the four noisy runs as two sources of two runs each: each refit leaves one source out, and the
+    # factor's drift is the range of the two refits' values (planner.fidelity.calibrate.loso_drift)
+    from planner.fidelity.calibrate import leave_one_source_out, loso_drift
+
+    _, noisy = synthetic
+    two = [replace(r, source="A" if "-8B-" in r.id else "B") for r in noisy]  # each: one model, bf16 and fp8
+    fields = ("gemm_efficiency", "fp8_gemm_efficiency")
+    full = fit("dgx-h100-superpod", two, fields)
+    by_source = leave_one_source_out(two, "dgx-h100-superpod", full, priors=False)
+    assert set(by_source) == {"A", "B"}
+    kept = {s: [r for r in two if r.source != s] for s in "AB"}
+    alone = {s: fit("dgx-h100-superpod", kept[s], fields, start=full.values, anchor=full.values) for s in "AB"}
+    drift = loso_drift(full, by_source)
+    for name in fields:
+        values = sorted(alone[s].values[name] for s in "AB")
+        assert drift[name].sources == 2
+        assert (drift[name].low, drift[name].high) == pytest.approx(values, rel=1e-3)
+        assert drift[name].low < drift[name].high  # the ±1 % noise moves each refit
+    assert loso_drift(full, {"A": by_source["A"]}) == {}  # one source: nothing to hold out
+
+
+def test_validate_reports_each_factors_drift_from_the_preset(tmp_path):
+    # a preset written with its drift reads back; validate's factor summary turns [0.78, 0.83] around
+    # 0.80 into max(|0.78 − 0.80|, |0.83 − 0.80|)/0.80 = 3.75 %
+    from planner.fidelity.preset_text import calibration_block
+    from planner.fidelity.validate import fitted_factors
+    from planner.hardware.calibration import Calibration, Drift
+
+    hw = load_hardware("dgx-h100-superpod")
+    cal = hw.calibration
+    gemm = cal.factors["gemm_efficiency"].model_copy(
+        update={"status": "fitted", "sigma": 0.02, "loso": Drift(low=0.78, high=0.83, sources=4)}
+    )
+    cal = cal.model_copy(update={"gemm_efficiency": 0.8, "factors": {**cal.factors, "gemm_efficiency": gemm}})
+    import yaml
+
+    text = calibration_block(cal)
+    assert "loso: {low: 0.78, high: 0.83, sources: 4}" in text
+    back = Calibration.model_validate(yaml.safe_load(text)["calibration"])
+    assert back.factors["gemm_efficiency"].loso == Drift(low=0.78, high=0.83, sources=4)
+    row = fitted_factors(["dgx-h100-superpod"], {"dgx-h100-superpod": hw.model_copy(update={"calibration": cal})})
+    entry = row["dgx-h100-superpod"]["gemm_efficiency"]
+    assert entry["loso"] == [0.78, 0.83] and entry["loso_sources"] == 4
+    assert entry["drift_pct"] == pytest.approx(3.75)
+    with pytest.raises(ValueError, match="low <= high"):
+        Drift(low=0.9, high=0.8, sources=2)
+
+
+def test_a_factor_never_at_bound_pushed_to_its_bound_is_not_identified():
+    # runs 'published' with stragglers of σ = 0.06 (twice the band's top, 0.03): the fit would park σ at
+    # 0.03; it is reported as not identifiable and kept at its anchor (0), never parked there
+    from planner.fidelity.calibrate import _pushed_to_bound
+
+    assert _pushed_to_bound(0.03, (0.0, 0.03)) == "upper" and _pushed_to_bound(0.029, (0.0, 0.03)) is None
+    assert _pushed_to_bound(0.0, (0.0, 0.03)) is None  # 0: the physical floor, a value the runs may hold
+    assert _pushed_to_bound(0.45, (0.45, 0.98)) == "lower"
+    hw = with_calibration(load_hardware("dgx-h100-superpod"), {"gemm_efficiency": 0.72, "straggler_sigma": 0.06})
+    ends = ("Llama3-8B-bf16-n8", "Llama3-8B-bf16-n128", "Llama3-70B-bf16-n64", "Llama3-70B-bf16-n2048")
+    runs = [r for r in load_runs() if r.id in {f"DGXC-v25.04-H100-{e}" for e in ends}]
+    slow = [replace(r, published=predict(r, hw)) for r in runs]
+    f = fit(hw, slow, ("straggler_sigma",), start={"straggler_sigma": 0.015}, anchor={"straggler_sigma": 0.0})
+    sigma = f.factors["straggler_sigma"]
+    assert sigma.status == "not identifiable" and "upper bound (0.03)" in sigma.why
+    assert sigma.value == 0.0  # the anchor, not the bound

@@ -193,10 +193,15 @@ def test_moe_calibration_steps_once_per_fit_and_validation(monkeypatch):
     monkeypatch.setattr(moe_fit, "fit", lambda runs: moe_fit.MoeFit(10.0, 1.0, len(runs), 0.1))
     summary = {"runs": 0, "median_abs_error_pct": 0.0, "max_abs_error_pct": 0.0}
     monkeypatch.setattr(moe_fit, "validate_moe", lambda runs, hw: {"summary": summary})
+    from planner.fidelity.calibrate import Fit
+
+    monkeypatch.setattr(moe_fit, "fit_a2a", lambda name, runs, op_us: Fit(name, {}, 0.0, 0))
     for loso in (True, False):
         done: list[str] = []
-        moe_fit.run_moe_calibration(loso=loso, step=done.append)
-        assert len(done) == moe_fit.moe_calibration_steps(loso=loso) == 2 + len(moe_fit.FIT_MODELS) * loso
+        out = moe_fit.run_moe_calibration(loso=loso, step=done.append)
+        # the host time, the validation, the all-to-all's efficiency per preset, each held-out family
+        assert len(done) == moe_fit.moe_calibration_steps(loso=loso) == 3 + len(moe_fit.FIT_MODELS) * loso
+        assert list(out["a2a"]) == list(moe_fit.A2A_PRESETS)
 
 
 def test_plan_file_rank_zero_or_not_a_number_is_refused_not_read_as_rank_1(tmp_path):

@@ -40,14 +40,27 @@ def test_all_to_all_across_two_dgx_nodes_runs_at_one_nic_per_gpu():
     # and 8 pieces over its own 400 Gb/s ConnectX-7 (50 GB/s), not over the node's 8 NICs together.
     hw = h100()
     nvlink = 450e9 * hw.calibration.nvlink_bus_efficiency
-    rail = 400e9 / 8 * hw.calibration.network_bus_efficiency
+    rail = 400e9 / 8 * hw.calibration.a2a_network_efficiency  # the all-to-all's own efficiency (MoE rows)
     leaf = hw.network.tiers[0].latency_us * 1e-6
     link = group_link(hw, 16, 1)
     expected = max(7 / 16 * M / nvlink, 8 / 16 * M / rail) + leaf
     assert float(all_to_all_time_s(16, M, link)) == pytest.approx(expected, rel=1e-12)
     assert expected == pytest.approx(8 / 16 * M / rail + leaf)  # the rail is the bottleneck
-    # the same group's ring collectives drive 8 NICs per node: 8× the bandwidth of one rail
-    assert float(link.bus_bytes_per_s) == pytest.approx(min(nvlink, 8 * rail))
+    # the same group's ring collectives drive 8 NICs per node, each at the rings' η_net
+    ring = 400e9 / 8 * hw.calibration.network_bus_efficiency
+    assert float(link.bus_bytes_per_s) == pytest.approx(min(nvlink, 8 * ring))
+
+
+def test_the_all_to_all_and_the_rings_take_their_own_network_efficiency():
+    # η_a2a 0.5 and η_net 0.8 (made up): the all-to-all's rail is 50 GB/s × 0.5 = 25 GB/s, a DP ring of
+    # one member per node (dp 4 at stride 8) 50 GB/s × 0.8 = 40 GB/s; without η_a2a the rail takes η_net
+    from planner.fidelity.calibrate import with_calibration
+
+    hw = with_calibration(h100(), {"a2a_network_efficiency": 0.5, "network_bus_efficiency": 0.8})
+    assert float(group_link(hw, 16, 1).rail_bytes_per_s) == pytest.approx(25e9)
+    assert float(group_link(hw, 4, 8).bus_bytes_per_s) == pytest.approx(40e9)
+    plain = with_calibration(hw, {"a2a_network_efficiency": None})
+    assert float(group_link(plain, 16, 1).rail_bytes_per_s) == pytest.approx(40e9)
 
 
 def test_gb200_node_is_a_compute_tray_inside_a_72_gpu_nvlink_domain():

@@ -63,7 +63,7 @@ def test_alltoall_across_two_nodes_by_hand():
     A, h = 4096 * 8 * 1.1, 7168
     M = 2 * A * h
     cal = hw.calibration
-    nvlink, rail = 450e9 * cal.nvlink_bus_efficiency, 400e9 / 8 * cal.network_bus_efficiency
+    nvlink, rail = 450e9 * cal.nvlink_bus_efficiency, 400e9 / 8 * cal.a2a_network_efficiency
     one = max(7 / 16 * M / nvlink, 8 / 16 * M / rail) + 8e-6  # leaf switch latency
     got = moe.dispatcher_time_s(
         A, 4096, h, 16, 1, group_link(hw, 16, 1), group_link(hw, 1, 1), activation_bytes=2, kind=1
@@ -86,7 +86,7 @@ def test_flex_sends_each_token_once_per_remote_node():
     T, A, h = 4096.0, 4096 * 8 * 1.1, 7168
     remote = limited * 7 / 8
     cal = hw.calibration
-    rail = 2 * T * h * remote / (400e9 / 8 * cal.network_bus_efficiency)
+    rail = 2 * T * h * remote / (400e9 / 8 * cal.a2a_network_efficiency)
     nvlink = 2 * A * h * 63 / 64 / (450e9 * cal.nvlink_bus_efficiency)
     got = moe.flex_dispatch_time_s(A, T, h, 64, link, activation_bytes=2, remote_domains=remote)
     assert float(got) == pytest.approx(max(rail, nvlink) + 8e-6)  # 8 nodes: inside one leaf group of 32

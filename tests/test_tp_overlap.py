@@ -183,8 +183,23 @@ def _with_overlap(run_id: str, on: bool) -> float:
     ],
 )
 def test_nvidia_recipes_are_faster_with_tp_overlap(run_id):
-    # the DGX Cloud recipes run --tp-comm-overlap on H100 (Bridge's userbuffer presets for these shapes)
+    # the DGX Cloud recipes run --tp-comm-overlap on H100 (GPT-3: NeMo 1's hydra userbuffer config;
+    # Llama 3.1: Bridge's presets for these shapes), the chunks three at once as TE's streams run them
     assert _with_overlap(run_id, True) < _with_overlap(run_id, False)
+
+
+def test_the_dgx_cloud_gpt3_runs_read_their_own_userbuffer_config():
+    # nemo_megatron/cfg/gpt3_175b_hydra.yaml @ v25.04: one config for bf16 and fp8, both row-parallel
+    # outputs pipelined (proj 24 SMs, fc2 20 SMs, the margin), qkv_wgrad bulk on 8 SMs
+    for rid in ("DGXC-v25.04-H100-GPT3-175B-bf16-n128", "DGXC-v25.04-H100-GPT3-175B-fp8-n2048"):
+        req = prepare(next(r for r in load_runs() if r.id == rid))
+        lt_t, lt_b = np.array([4]), np.array([1])
+        cfg = req.ctx.options.tp_comm_overlap_cfg
+        configs, index = plan_configs(cfg, 9.0, "fp8" in rid, 12288, 2048, lt_t, lt_b)
+        ops = plan_ops(configs, index, lt_t)
+        got = [(bool(ops[k]["pipeline"][0]), float(ops[k]["num_sm"][0])) for k in ("proj_fprop", "fc2_fprop")]
+        assert got == [(True, 24.0), (True, 20.0)] and float(ops["qkv_wgrad"]["num_sm"][0]) == 8.0
+        assert bool(ops["fc2_fprop"]["margin"][0]) and "nemo1_gpt3_175b_h100.yaml" in cfg.name
 
 
 def test_chunks_sharing_the_sms_run_at_the_efficiency_of_their_share():

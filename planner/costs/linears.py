@@ -53,10 +53,11 @@ def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
 
 
 UB_COMPUTE_STREAMS = 3  # Transformer Engine comm_gemm_overlap.h NVTE_COMM_OVERLAP_MAX_STREAMS
-# Chunks priced as sharing the SMs: 1, each chunk on its own at the GEMM law's efficiency of its shape.
-# TE runs up to UB_COMPUTE_STREAMS at once (see split_gemms_s); pricing that concurrency moves every
-# TP-overlap run 5-10 % faster, which the calibrated GEMM factors (fitted with the per-chunk price)
-# must be refitted for: docs/cost-model.md §4.
+# Chunks priced as sharing the SMs: TE issues chunk i on compute stream i mod min(3, n) with nothing
+# ordering one chunk after another on different streams (comm_gemm_overlap.cpp split_overlap_rs,
+# split_overlap_ag: each waits only for its own piece), so up to three run at once (split_gemms_s).
+# Priced each alone (1) until the presets' factors are refitted with the concurrent price, which moves
+# every TP-overlap run faster (docs/cost-model.md §6.3.1).
 UB_CONCURRENT_CHUNKS = 1
 
 

@@ -18,7 +18,7 @@ from scipy.optimize import least_squares
 from planner import api
 from planner.fidelity.runs import Run, load_runs
 from planner.fidelity.validate import on_hardware, predict, prepare, validate
-from planner.hardware.calibration import Status
+from planner.hardware.calibration import Drift, Status
 from planner.hardware.spec import HardwareSpec
 from planner.presets import load_hardware
 
@@ -30,9 +30,14 @@ FIT_FIELDS = (  # the factors calibrate may fit where the preset gives them a ba
     "layer_overhead_us",
     "gemm_half_dim",
     "network_bus_efficiency",
-)  # straggler_sigma is not fitted: left free, the 199 runs park it at its band's top (0.03 on A100 and H100)
-# and lift A100's GEMM efficiency to 0.93, above every A100 kernel measurement; the runs cannot tell a
-# slow GPU from slow GEMMs, so it stays at the preset's 0 (docs/cost-model.md §6.11)
+    "straggler_sigma",
+)
+# Factors the runs may not leave at a bound of their band (``_pushed_to_bound``): one pushed there is not
+# identified by them, kept at its anchor, and the rest refitted. The stragglers' σ: only the weak-scaling
+# series' ends inform it, and left free it parks at its band's top (0.03) on A100 and H100 and lifts
+# A100's GEMM efficiency to 0.93, above every A100 kernel measurement - a slow GPU the runs cannot tell
+# from slow GEMMs (docs/cost-model.md §6.11). Other factors at a bound are fitted and say so.
+NEVER_AT_BOUND = ("straggler_sigma",)
 FITTED = ("dgx-a100-superpod", "dgx-h100-superpod", "gb200-nvl72", "gb300-nvl72")
 FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, and too few runs of their own
     "dgx-a100-superpod": ("dgx-a100-40gb-superpod",),  # the same A100, less HBM
@@ -263,10 +268,18 @@ def fit(
         informed = np.diag(Jd.T @ Jd) / np.maximum(np.diag(J.T @ J), 1e-300)
         spread = float(np.sqrt(np.mean(np.einsum("ij,jk,ik->i", Jd, cov, Jd))))  # σ of each ln(prediction)
         weak = [(sigma[j] / width[j], n) for j, n in enumerate(active) if sigma[j] > MAX_SIGMA_FRAC * width[j]]
-        if not identify or not weak:
+        parked = [(side, n) for n in active if n in NEVER_AT_BOUND and (side := _pushed_to_bound(values[n], bands[n]))]
+        if not identify or not (weak or parked):
             break
-        frac, name = max(weak, key=lambda w: FIT_FIELDS.index(w[1]))  # the secondary factor goes first
-        dropped[name] = f"σ is {frac:.0%} of its band: the runs cannot tell it from the other factors"
+        if parked:  # a bound that would set the value says more than its σ
+            side, name = max(parked, key=lambda w: FIT_FIELDS.index(w[1]))
+            dropped[name] = (
+                f"the runs push it to its band's {side} bound ({bands[name][side == 'upper']:g}): the band, "
+                "not the runs, would set it"
+            )
+        else:
+            frac, name = max(weak, key=lambda w: FIT_FIELDS.index(w[1]))  # the secondary factor goes first
+            dropped[name] = f"σ is {frac:.0%} of its band: the runs cannot tell it from the other factors"
         active.remove(name)
         values[name] = anchor[name]
     factors = {}
@@ -293,6 +306,19 @@ def fit(
     res = problem.residuals(values)
     sources = sorted({r.source for r in runs})
     return Fit(hw.name, factors, float(np.mean(res**2)), len(runs), sources, spread if active else 0.0)
+
+
+def _pushed_to_bound(value: float, band: tuple[float, float]) -> str | None:
+    """'lower' or 'upper' when a fitted value sits at its band's edge (within AT_BOUND_FRAC of its width),
+    except a lower bound of 0, the physical floor (no launch gaps, no stragglers): a value the runs can
+    only hold there is one they do not identify, never one to ship."""
+    lo, hi = band
+    edge = AT_BOUND_FRAC * (hi - lo)
+    if hi - value <= edge:
+        return "upper"
+    if value - lo <= edge and lo != 0:
+        return "lower"
+    return None
 
 
 def _prior_text(cal, name: str) -> str:
@@ -326,6 +352,20 @@ def leave_one_source_out(
         hw = with_calibration(load_hardware(hardware_name), f.values)
         out[source] = {"fitted": f.values, **validate(held, {hardware_name: hw})["summary"]}
         step(f"{hardware_name} fitted without {source}")
+    return out
+
+
+def loso_drift(full: Fit, by_source: dict[str, dict]) -> dict[str, Drift]:
+    """Each factor the full fit fits: its range over the refits that leave one source out
+    (``leave_one_source_out``'s ``fitted`` values); none with fewer than two sources."""
+    if len(by_source) < 2:
+        return {}
+    out = {}
+    for name, f in full.factors.items():
+        if f.status != Status.FITTED.value:
+            continue
+        values = [s["fitted"][name] for s in by_source.values()]
+        out[name] = Drift(low=min(values), high=max(values), sources=len(values))
     return out
 
 
@@ -363,10 +403,13 @@ def run_calibration(*, loso: bool = True, write_dir: str | None = None, only: st
     result = validate([r for r in runs if only is None or r.hardware == only], hw)
     step("every run validated with the fits")
     out = {"fits": {n: f.to_json() for n, f in fits.items()}, "summary": result["summary"], "runs": result["runs"]}
+    drift = {}
     if loso:
         loso_fits = {n: leave_one_source_out(runs, n, fits[n], step) for n in names}
         out["leave_one_source_out"] = {n: s for n, s in loso_fits.items() if s}
-    if write_dir:
-        write_fits(write_dir, fits, FAMILIES, result["summary"]["by_hardware"])
+        drift = {n: loso_drift(fits[n], s) for n, s in loso_fits.items()}
+        out["drift"] = {n: {k: d.model_dump() for k, d in ds.items()} for n, ds in drift.items() if ds}
+    if write_dir:  # without --loso the presets' drift is dropped: it belonged to the values replaced
+        write_fits(write_dir, fits, FAMILIES, result["summary"]["by_hardware"], drift)
         out["written"] = write_dir
     return out

@@ -1,5 +1,6 @@
-"""The one efficiency factor fitted on the mixture-of-experts rows: ``moe_host_op_us``, the host time
-of each eager op a MoE layer issues per local expert (planner.costs.moe.expert_host_time_s).
+"""The efficiency factors fitted on the mixture-of-experts rows: ``moe_host_op_us``, the host time
+of each eager op a MoE layer issues per local expert (planner.costs.moe.expert_host_time_s), and on
+the presets whose MoE rows' all-to-all crosses nodes, ``a2a_network_efficiency`` (``fit_a2a``).
 
 Fitted by least squares on ln(predicted/published) over the MoE rows in the bar of the families
 whose residual it can explain (DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B), one value for DGX
@@ -70,13 +71,36 @@ def fit(runs: list[Run]) -> MoeFit:
     return MoeFit(float(sol.x[0]), float(np.sqrt(max(var, 0.0))), len(runs), float(np.sqrt(np.mean(r**2))))
 
 
+A2A_FACTOR = "a2a_network_efficiency"
+A2A_PRESETS = ("dgx-h100-superpod",)  # 8-GPU NVLink domains: the MoE rows' all-to-all crosses nodes
+A2A_FAMILIES = {"dgx-h100-superpod": ("dgx-h200-superpod",)}  # the same GPU, node and NIC
+
+
+def fit_a2a(preset: str, runs: list[Run] | None = None, op_us: float | None = None):
+    """The expert all-to-all's network efficiency η_a2a of one preset (calibrate.fit, bounded least squares
+    inside the preset's band, σ from the Jacobian; not identifiable when the rows do not feel it) on
+    the preset's MoE rows in the bar, every family - GPT-OSS too: a rail's bandwidth is the
+    dispatch's, whatever the experts - with moe_host_op_us at ``op_us`` (default: the preset's). Apart
+    from network_bus_efficiency, which the dense runs' DP and CP rings fit: the all-to-all's pieces
+    cross the spine to every other rail and the rings' do not (collectives.group_link)."""
+    from planner.fidelity.calibrate import fit as fit_factors
+
+    runs = [r for r in (runs if runs is not None else load_moe_runs()) if r.fit and r.hardware == preset]
+    hw = load_hardware(preset)
+    if op_us is not None:
+        hw = with_host_op(hw, op_us)
+    reqs = [on_hardware(prepare(r), hw) for r in runs]
+    return fit_factors(hw, runs, (A2A_FACTOR,), requests=reqs)
+
+
 def _no_step(description: str | None = None) -> None:
     """The default progress callback: nothing to show."""
 
 
 def moe_calibration_steps(*, loso: bool = True) -> int:
-    """How many times run_moe_calibration calls ``step``: the fit, the validation, each held-out family."""
-    return 2 + (len(FIT_MODELS) if loso else 0)
+    """How many times run_moe_calibration calls ``step``: the fit, the validation, the all-to-all's
+    efficiency, each held-out family."""
+    return 3 + (len(FIT_MODELS) if loso else 0)
 
 
 def leave_one_model_out(runs: list[Run] | None = None, step=_no_step) -> dict[str, dict]:
@@ -117,7 +141,7 @@ def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step
     the fit, the validation and each held-out fit (moe_calibration_steps in all)."""
     from pathlib import Path
 
-    from planner.fidelity.writer import write_hardware_file
+    from planner.fidelity.writer import fitted_calibration, write_hardware_file
     from planner.presets import preset_names
 
     runs = load_moe_runs()
@@ -135,13 +159,21 @@ def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step
         "rms_log_error": f.rms_log_error,
         "validation": validation,
     }
+    a2a = {name: fit_a2a(name, runs, f.value) for name in A2A_PRESETS}
+    step("the all-to-all's network efficiency fitted")
+    out["a2a"] = {name: fa.to_json() for name, fa in a2a.items()}
     if loso:
         out["leave_one_model_out"] = leave_one_model_out(runs, step)
     if write_dir:
+        donors = {t: (d, a2a[d]) for d in a2a for t in A2A_FAMILIES.get(d, ())} | {d: (None, a2a[d]) for d in a2a}
         for name in preset_names("hardware"):
             preset = load_hardware(name)
             factors = dict(preset.calibration.factors) | {FACTOR: factor_entry(f, fitted=name in FIT_PRESETS)}
             cal = preset.calibration.model_copy(update={FACTOR: round(f.value, 2), "factors": factors})
+            if name in donors:
+                donor, fa = donors[name]
+                note = f"{fa.runs} MoE rows in the bar ({'; '.join(fa.sources)}), moe_host_op_us at its fit"
+                cal = fitted_calibration(cal, fa, note, carried_from=donor, keep_unidentified=True)
             write_hardware_file(Path(write_dir) / f"{name}.yaml", preset, cal)
         out["written"] = write_dir
     return out

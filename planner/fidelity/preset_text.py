@@ -39,6 +39,9 @@ def calibration_block(cal: Calibration) -> str:
         if f.prior is not None:
             per = f", per: {f.prior.per}" if f.prior.per else ""
             lines.append(f"      prior: {{value: {_number(f.prior.value)}, sigma: {_number(f.prior.sigma)}{per}}}")
+        if f.loso is not None:
+            d = f.loso
+            lines.append(f"      loso: {{low: {_number(d.low)}, high: {_number(d.high)}, sources: {d.sources}}}")
         lines.append(f"      source: {_quote(f.source)}")
     return "\n".join(lines) + "\n"
 

@@ -293,13 +293,17 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
         split = "embedding+loss"
         assumptions.append("embedding and loss counted as pipeline layers (the only even split of the layers)")
     # NeMo's and Megatron-Bridge's recipes (DGX Cloud, Bridge's and NeMo's performance tables) run Bridge's
-    # userbuffer presets; MLPerf's implementations ship their own userbuffer files, not read: TE's defaults
-    bridge_ub = _yes(row["tp_comm_overlap"]) and row["source_family"] != "MLPerf Training"
+    # userbuffer presets, unless the run's launch config is read (dp_sync_runs.csv ``userbuffers``: NeMo 1's
+    # hydra config); MLPerf's implementations ship their own userbuffer files, not read: TE's defaults
+    ub_cfg = _userbuffers(dp_sync.get(row["run_id"]), _yes(row["tp_comm_overlap"]) and t > 1)
+    bridge_ub = _yes(row["tp_comm_overlap"]) and row["source_family"] != "MLPerf Training" and ub_cfg is None
     if bridge_ub and t > 1:
         assumptions.append(
             "userbuffers: Megatron-Bridge's preset for the GPU and shape (comm_overlap.py; the recipes' own "
             "userbuffer file not read), else Transformer Engine's defaults"
         )
+    elif ub_cfg is not None:
+        assumptions.append(f"userbuffers: {ub_cfg.name}")
     fp8 = row["precision"] == "fp8"
     eager = row["mlp"] == "squared_relu"  # every squared-ReLU run of the table is NeMo 2's (Nemotron-4)
     if eager:
@@ -324,7 +328,7 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
             overlap_grad_reduce=_yes(row["overlap_grad_reduce"]),
             overlap_param_gather=_yes(row["overlap_param_gather"]),
             tp_comm_overlap=_yes(row["tp_comm_overlap"]),
-            tp_comm_overlap_cfg="bridge" if bridge_ub else None,
+            tp_comm_overlap_cfg="bridge" if bridge_ub else ub_cfg,
             fp8="hybrid" if fp8 else None,
             fp8_recipe=row["fp8_recipe"] or "delayed",
             fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
@@ -354,6 +358,17 @@ def dp_sync_rows() -> dict[str, dict]:
     run id, each with the file it was read from (``presets/reference/dp_sync_runs.csv``)."""
     text = (presets_root() / "reference" / "dp_sync_runs.csv").read_text()
     return {row["run_id"]: row for row in csv.DictReader(io.StringIO(text))}
+
+
+def _userbuffers(row: dict | None, overlap: bool):
+    """The userbuffer config a run's launch config sets (``presets/userbuffers/<file>``, named after the
+    file and the source that gives it), or None."""
+    if row is None or not row.get("userbuffers") or not overlap:
+        return None
+    from planner.hardware.userbuffers import load_config_file
+
+    cfg = load_config_file(str(presets_root() / "userbuffers" / row["userbuffers"]))
+    return cfg.model_copy(update={"name": f"the run's own config (presets/userbuffers/{row['userbuffers']})"})
 
 
 def _dp_sync_options(row: dict | None) -> dict:

@@ -131,6 +131,37 @@ def validate(
         from planner.fidelity.evidence import settings_per_preset
 
         out["summary"]["settings_by_hardware"] = settings_per_preset()  # distinct model × plan, not rows
+        out["summary"]["factors_by_hardware"] = fitted_factors(
+            list(out["summary"]["settings_by_hardware"]), hardware or {}
+        )
+    return out
+
+
+def fitted_factors(names: list[str], hardware: dict[str, HardwareSpec] | None = None) -> dict[str, dict]:
+    """Per preset, each factor fitted on runs (or carried over from such a fit) as the preset states
+    it: value, σ, band and its leave-one-source-out drift - the range of the refits that each leave
+    one source family out (``Factor.loso``, written by megaplan calibrate) and the largest relative
+    distance of that range from the value, ``drift_pct`` = 100·max(|low − v|, |high − v|)/v (None
+    where the calibration that wrote the value held no source out)."""
+    out = {}
+    for name in names:
+        cal = (hardware or {}).get(name, load_hardware(name)).calibration
+        rows = {}
+        for factor, f in cal.factors.items():
+            if f.status not in ("fitted", "carried over"):
+                continue
+            v, d = float(getattr(cal, factor)), f.loso
+            drift = None if d is None or v == 0 else 100 * max(abs(d.low - v), abs(d.high - v)) / abs(v)
+            rows[factor] = {
+                "value": v,
+                "status": f.status,
+                "sigma": f.sigma,
+                "band": f.band,
+                "loso": None if d is None else [d.low, d.high],
+                "loso_sources": None if d is None else d.sources,
+                "drift_pct": drift,
+            }
+        out[name] = rows
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from planner.fidelity.preset_text import accuracy_block, calibration_block, replace_section
-from planner.hardware.calibration import Calibration, Factor, Status
+from planner.hardware.calibration import Calibration, Drift, Factor, Status
 from planner.hardware.spec import Accuracy, HardwareSpec
 from planner.presets import load_spec
 
@@ -19,10 +19,17 @@ def _band_note(factor: Factor) -> str:
 
 
 def fitted_calibration(
-    cal: Calibration, fit, note: str, *, carried_from: str | None = None, keep_unidentified: bool = False
+    cal: Calibration,
+    fit,
+    note: str,
+    *,
+    carried_from: str | None = None,
+    keep_unidentified: bool = False,
+    drift: dict[str, Drift] | None = None,
 ) -> Calibration:
     """``cal`` with the values, statuses and σ of ``fit`` (a calibrate.Fit); ``note`` says on which runs;
-    ``keep_unidentified``: a factor these runs cannot identify keeps its entry as it was."""
+    ``keep_unidentified``: a factor these runs cannot identify keeps its entry as it was; ``drift``:
+    each fitted factor's leave-one-source-out range (calibrate.loso_drift), kept beside its value."""
     values, factors = {}, dict(cal.factors)
     for name, ff in fit.factors.items():
         band = _band_note(cal.factors[name])
@@ -58,8 +65,9 @@ def fitted_calibration(
         status = Status.FITTED
         if carried_from:
             text, status = f"carried over from {carried_from}, where it was {text}", Status.CARRIED
+        loso = (drift or {}).get(name)
         factors[name] = Factor(
-            status=status.value, band=list(ff.band), sigma=ff.sigma, source=prefix + text, prior=prior
+            status=status.value, band=list(ff.band), sigma=ff.sigma, source=prefix + text, prior=prior, loso=loso
         )
     return cal.model_copy(update=values | {"factors": factors})
 
@@ -122,19 +130,24 @@ def fitted_accuracy(
     return Accuracy(**values, sources=sources)
 
 
-def write_fits(write_dir: str, fits: dict, families: dict, by_hardware: dict | None = None) -> None:
+def write_fits(
+    write_dir: str, fits: dict, families: dict, by_hardware: dict | None = None, drift: dict | None = None
+) -> None:
     """Write each fit into its preset and its family's (carried over); with ``by_hardware`` (validate's
-    summary) the accuracy sections too."""
+    summary) the accuracy sections too; with ``drift`` (per preset, calibrate.loso_drift) each fitted
+    factor's leave-one-source-out range."""
     from planner.presets import load_hardware
 
     for name, fit in fits.items():
         note = f"{fit.runs} published runs ({'; '.join(fit.sources)})"
         hw = load_hardware(name)
+        mine = (drift or {}).get(name)
         acc = fitted_accuracy(fit, by_hardware.get(name), previous=hw.accuracy) if by_hardware is not None else None
-        write_hardware_file(Path(write_dir) / f"{name}.yaml", hw, fitted_calibration(hw.calibration, fit, note), acc)
+        cal = fitted_calibration(hw.calibration, fit, note, drift=mine)
+        write_hardware_file(Path(write_dir) / f"{name}.yaml", hw, cal, acc)
         for target in families.get(name, ()):
             thw = load_hardware(target)
-            cal = fitted_calibration(thw.calibration, fit, note, carried_from=name)
+            cal = fitted_calibration(thw.calibration, fit, note, carried_from=name, drift=mine)
             tacc = None
             if by_hardware is not None:
                 tacc = fitted_accuracy(

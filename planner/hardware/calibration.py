@@ -32,6 +32,22 @@ class Prior(BaseModel):
     per: str | None = Field(None, description="the prior is on this factor's ratio to another factor")
 
 
+class Drift(BaseModel):
+    """A fitted factor's leave-one-source-out drift: its range over the refits that each leave one
+    source family of runs out (megaplan calibrate), and how many such refits."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    low: float = Field(description="the least value of the refits without one source")
+    high: float = Field(description="the largest value of the refits without one source")
+    sources: int = Field(ge=2, description="source families held out in turn (one refit each)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.low > self.high:
+            raise ValueError(f"drift must be low <= high, got [{self.low:g}, {self.high:g}]")
+        return self
+
+
 class Factor(BaseModel):
     """Provenance of one calibration value."""
 
@@ -43,6 +59,7 @@ class Factor(BaseModel):
     )
     sigma: NonNegativeFloat | None = Field(None, description="one standard error of a fitted value")
     prior: Prior | None = Field(None, description="the kernel measurement the fit is regularised toward")
+    loso: Drift | None = Field(None, description="a fitted value's range when each source is left out of the fit")
 
     @model_validator(mode="after")
     def _fitted_has_sigma(self) -> Self:
@@ -71,6 +88,11 @@ class Calibration(BaseModel):
     memory_efficiency: PositiveFloat = Field(le=1.0, description="fraction of HBM bandwidth memory-bound ops reach")
     nvlink_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NVLink bandwidth")
     network_bus_efficiency: PositiveFloat = Field(le=1.0, description="NCCL bus bandwidth / NIC bandwidth")
+    a2a_network_efficiency: PositiveFloat | None = Field(
+        None,
+        le=1.0,
+        description="the expert all-to-all's bandwidth over a rail NIC / NIC bandwidth (None: network_bus_efficiency)",
+    )
     layer_overhead_us: NonNegativeFloat = Field(0.0, description="host/launch time per layer forward (backward 2x)")
     moe_host_op_us: NonNegativeFloat | None = Field(
         None, description="host time per eager op a MoE layer issues for each local expert (None: not modelled)"

@@ -47,8 +47,10 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
     """Bus bandwidth and latency for a group of ``size`` ranks ``stride`` apart.
 
     Inside one NVLink domain: NVLink·η_nvl. Across domains: a ring with k members per domain drives
-    k rail NICs, min(NVLink, k·NIC·η_net·frac_tier); one GPU's rail is NIC·η_net·frac_tier, NIC the
-    compute bandwidth per GPU (NICs per node / GPUs per node). The tier is chosen by the group's
+    k rail NICs, min(NVLink, k·NIC·η_net·frac_tier); one GPU's rail, which the all-to-all's pieces for
+    other domains leave on, is NIC·η_a2a·frac_tier (η_a2a: the all-to-all's own efficiency where the
+    preset fits one on the MoE rows, else η_net), NIC the compute bandwidth per GPU (NICs per node /
+    GPUs per node). The tier is chosen by the group's
     extent in nodes against the preset tiers' ``max_nodes``.
     """
     cal, net, node = hw.calibration, hw.network, hw.node
@@ -62,7 +64,8 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
     tier = np.minimum(np.searchsorted([t.max_nodes for t in net.tiers], extent), len(net.tiers) - 1)
     tier_latency = np.array([t.latency_us for t in net.tiers])[tier]
     tier_frac = np.array([t.bandwidth_frac for t in net.tiers])[tier]
-    rail = nic_per_gpu * cal.network_bus_efficiency * tier_frac
+    a2a = cal.a2a_network_efficiency or cal.network_bus_efficiency  # the all-to-all's own, where fitted
+    rail = nic_per_gpu * a2a * tier_frac
     ring_rail = nic_per_gpu * cal.network_bus_efficiency * ring_uplink_share(tier_frac, net.tiers[0].max_nodes, size)
     one_domain = domains <= 1
     return Link(

@@ -32,11 +32,33 @@ def settings_table(settings: dict) -> Table:
     return table
 
 
+def drift_table(factors: dict) -> Table:
+    """Each preset's fitted factors: value ± σ and the range of the refits leaving one source out."""
+    table = Table(
+        title="Fitted factors: value ± σ and leave-one-source-out drift (refit without each source in turn)",
+        title_justify="left",
+    )
+    for col, just in (("hardware", "left"), ("factor", "left"), ("value", "right"), ("± σ", "right")):
+        table.add_column(col, justify=just, no_wrap=col == "factor")
+    for col in ("without one source", "drift"):
+        table.add_column(col, justify="right")
+    for name, rows in factors.items():
+        for factor, f in rows.items():
+            carried = " (carried)" if f["status"] == "carried over" else ""
+            loso = "—" if f["loso"] is None else f"{_value(f['loso'][0])}–{_value(f['loso'][1])} ({f['loso_sources']})"
+            drift = "—" if f["drift_pct"] is None else f"{f['drift_pct']:.1f}%"
+            sigma = "—" if f["sigma"] is None else _value(f["sigma"])
+            table.add_row(name + carried, factor, _value(f["value"]), sigma, loso, drift)
+    return table
+
+
 def validation_view(result: dict) -> Group:
     parts = [_runs_table(result, "Predicted vs published (error = predicted/published − 1)")]
     parts += [summary_table(result["summary"]), assumptions_text(result)]
     if result["summary"].get("settings_by_hardware"):
         parts.append(settings_table(result["summary"]["settings_by_hardware"]))
+    if result["summary"].get("factors_by_hardware"):
+        parts.append(drift_table(result["summary"]["factors_by_hardware"]))
     if "moe" in result:  # out of sample: the efficiency factors were fitted on the dense runs above
         moe = result["moe"]
         title = "Mixture-of-experts runs, out of sample (fitted on the dense runs above)"
@@ -199,7 +221,9 @@ def moe_calibration_view(out: dict) -> Group:
         f"{out['factor']} = {out['value']:.2f} ± {out['sigma']:.2f} µs (band {_band(out['band'])}), "
         f"fitted on {out['runs']} MoE rows in the bar, rms log error {out['rms_log_error']:.3f}"
     )
-    parts: list = [f, summary_table(out["validation"])]
+    parts: list = [f]
+    parts += [factors_table(f"{name}, the expert all-to-all", fa) for name, fa in out.get("a2a", {}).items()]
+    parts.append(summary_table(out["validation"]))
     if out.get("leave_one_model_out"):
         table = Table(title="Leave one model out: fit without the family, predict it", title_justify="left")
         for col, just in (
@@ -220,7 +244,8 @@ def moe_calibration_view(out: dict) -> Group:
             )
         parts.append(table)
     if out.get("written"):
-        parts.append(Text(f"wrote {out['factor']} into {out['written']}"))
+        also = " and a2a_network_efficiency" if out.get("a2a") else ""
+        parts.append(Text(f"wrote {out['factor']}{also} into {out['written']}"))
     return Group(*parts)
 
 
