@@ -102,7 +102,8 @@ def ranking_headline(result, columns: list[str] | None = None) -> str:
     if fastest is None:
         return ""
     ranks = columns is None or "#" in columns
-    where = f"#{result.fastest_rank}" if ranks else f"ranked {result.fastest_rank:,}"
+    one = "#1" if ranks else "The first row"
+    where = f", #{result.fastest_rank}" if ranks else ""
     shown = "the last row" if fastest is result.plans[-1] and len(result.plans) > 1 else "a row"
     evidence, known = fastest.get("evidence") or {}, set((first.get("evidence") or {}).get("extrapolated") or [])
     unbacked = [f for f in evidence.get("extrapolated") or [] if f not in known]
@@ -110,12 +111,12 @@ def ranking_headline(result, columns: list[str] | None = None) -> str:
     why = (
         f"uses {' and '.join(unbacked)}, which no published run{generation} exercises"
         if unbacked
-        else "is tied with #1 but leaves less than 10 % of the usable memory free"
+        else f"is tied with {one[0].lower() + one[1:]} but leaves less than 10 % of the usable memory free"
     )
     return (
-        f"#1 is not the fastest estimate: plans are ranked by evidence first. #1 "
+        f"{one} is not the fastest estimate: plans are ranked by evidence first. {one} "
         f"({first['estimate']['iteration_s']:.2f} s) is the fastest that published runs back; the fastest "
-        f"estimate, {where} ({fastest['estimate']['iteration_s']:.2f} s, {shown}, marked *), {why} "
+        f"estimate{where} ({fastest['estimate']['iteration_s']:.2f} s, {shown}, marked *), {why} "
         "(--rank-by estimate ranks by the estimate)."
     )
 
