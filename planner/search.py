@@ -36,6 +36,7 @@ from planner.space.sizes import (
 )
 
 CHUNK = 32_768  # rows per evaluation: (rows × stage kinds) float arrays stay a few MiB each
+BLOCK = 4 * CHUNK  # rows the search scores at once (with their TP-overlap twins): its memory stays bounded
 FIELDS = tuple(PlanGrid.__dataclass_fields__)
 FITS_RULE = "fits in GPU memory (with the headroom)"
 TP_NODE_RULE = "tp within one NVLink domain (--max-tp to cross nodes)"
@@ -197,7 +198,11 @@ def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.nd
     # the layers needed never fall as the micro-batch grows and do not depend on the dispatcher
     # (``_by_family``): solve each family's smallest micro-batch first, the others where that one can
     def solve(pos: np.ndarray) -> np.ndarray:  # each row with its own overlaps (userbuffers take memory)
-        return block_recompute_layers(grid.take(pos), scored.options.evaluating, capacity)
+        k = np.zeros(len(pos), dtype=np.int64)
+        for start in range(0, len(pos), CHUNK):
+            part = grid.take(pos[start : start + CHUNK])
+            k[start : start + CHUNK] = block_recompute_layers(part, scored.options.evaluating, capacity)
+        return k
 
     k = _by_family(grid, np.arange(len(grid)), solve, lambda k: k == 0)
     keep = np.flatnonzero(k > 0)
@@ -271,19 +276,35 @@ def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, t
     """Every row evaluated, and (``twins``: --tp-comm-overlap not pinned) --tp-comm-overlap searched both
     ways: every row the recipes give it (sequence parallelism) is also evaluated without it, in the same
     evaluation, and keeps whichever is faster (userbuffers take memory and SMs, so neither wins
-    everywhere); where neither fits, the smaller peak. Returns the rows scored and the twins evaluated."""
-    n = len(grid)
-    pos = np.flatnonzero(grid.tp_comm_overlap > 0) if twins else np.zeros(0, dtype=np.int64)
-    off = grid.take(pos)
-    both = PlanGrid.stack(grid, replace(off, tp_comm_overlap=np.zeros(len(pos), dtype=np.int8)))
-    it, pk = _evaluate(both, np.arange(len(both)), options.evaluating, capacity)
-    iteration, peak = it[:n], pk[:n]
-    it, pk = it[n:], pk[n:]
-    better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & (pk < peak[pos]))
-    take = pos[better]
-    grid.tp_comm_overlap[take] = 0
-    iteration[take], peak[take] = it[better], pk[better]
-    return _Scored(grid, iteration, peak, options), len(pos)
+    everywhere); where neither fits, the smaller peak. Rows go in blocks of whole families (``_by_family``)
+    so the memory stays bounded. Returns the rows scored and the twins evaluated."""
+    iteration, peak, evaluated = np.full(len(grid), np.inf), np.empty(len(grid)), 0
+    for rows in _family_blocks(grid, np.arange(len(grid)), BLOCK):
+        pos = rows[grid.tp_comm_overlap[rows] > 0] if twins else rows[:0]
+        off = grid.take(pos)
+        both = PlanGrid.stack(grid.take(rows), replace(off, tp_comm_overlap=np.zeros(len(pos), dtype=np.int8)))
+        it, pk = _evaluate(both, np.arange(len(both)), options.evaluating, capacity)
+        iteration[rows], peak[rows] = it[: len(rows)], pk[: len(rows)]
+        it, pk = it[len(rows) :], pk[len(rows) :]
+        better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & (pk < peak[pos]))
+        take = pos[better]
+        grid.tp_comm_overlap[take] = 0
+        iteration[take], peak[take] = it[better], pk[better]
+        evaluated += len(pos)
+    return _Scored(grid, iteration, peak, options), evaluated
+
+
+def _family_blocks(grid: PlanGrid, idx: np.ndarray, size: int) -> list[np.ndarray]:
+    """The rows ``idx`` in blocks of about ``size`` rows, each holding whole families (``_family_keys``;
+    within a family the rows keep their order, so ``_by_family`` measures the same row of each)."""
+    if len(idx) <= size:
+        return [idx]
+    key = _family_keys(grid, idx)
+    order = np.argsort(key, kind="stable")
+    ranked = key[order]
+    starts = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]]))  # where each family starts
+    cuts = distinct(starts[np.minimum(np.searchsorted(starts, np.arange(size, len(idx), size)), len(starts) - 1)])
+    return [part for part in np.split(idx[order], cuts[cuts > 0]) if len(part)]
 
 
 def _full_allowed(pins: Pins) -> bool:
@@ -304,8 +325,10 @@ def _with_block_recompute(scored: _Scored, capacity: float) -> _Scored:
 
 def _bands(scored: _Scored, rows: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
     """Each row's band ε (``evidence.band_frac``) and its count of extrapolated features (with its own overlaps)."""
-    ctx = scored.options.evaluating
-    extrapolated = np.asarray(plan_evidence(scored.grid.take(rows), ctx, gpus).extrapolated, dtype=np.int64)
+    ctx, extrapolated = scored.options.evaluating, np.zeros(len(rows), dtype=np.int64)
+    for start in range(0, len(rows), BLOCK):  # in blocks: every feature's code is an array per row
+        part = rows[start : start + BLOCK]
+        extrapolated[start : start + BLOCK] = plan_evidence(scored.grid.take(part), ctx, gpus).extrapolated
     return band_frac(extrapolated, ctx), extrapolated
 
 
