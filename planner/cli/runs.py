@@ -8,7 +8,6 @@ from planner import api
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
 from planner.cli.options import note_beyond_chunks, note_full_only, search_inputs, search_options
 from planner.cli.reproduce import commands
-from planner.report.search import search_view
 
 MAX_TOP = 1000  # --top: each plan shown is a whole plan JSON and a table row (6,600 took over 10 s)
 
@@ -78,6 +77,8 @@ def search(**kw) -> None:
 
         click.echo(search_csv(result.plans), nl=False)
     else:
+        from planner.report.search import search_view  # rich: only a table needs it
+
         console().print(search_view(result, req.ctx, kw["gpus"]))
 
 

@@ -19,6 +19,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from planner.report.labels import plan_text  # noqa: F401 - the views' plan column, where they look for it
+
 KEEP = 0  # priority of a column that is never dropped
 
 
@@ -223,10 +225,3 @@ def console_width(is_terminal: bool, environ: dict[str, str]) -> int | None:
         return None
     columns = environ.get("COLUMNS", "").strip()
     return int(columns) if columns.isdigit() and int(columns) > 0 else 160
-
-
-def plan_text(pj: dict) -> str:
-    """The short plan label of a plan JSON (``planner.plan.plan_label``)."""
-    from planner.plan import plan_label
-
-    return plan_label(pj["parallel"], moe=bool(pj.get("model_spec", {}).get("num_experts")), options=pj.get("options"))
