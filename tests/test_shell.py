@@ -474,3 +474,12 @@ def test_random_text_raises_only_shell_parse_error(tokens, tail):
         return
     assert isinstance(result, LaunchLine)
     assert all(isinstance(token, str) for token in result.argv)
+
+
+def test_a_line_continuation_at_the_end_of_the_file_ends_the_command_as_in_bash():
+    # bash runs a script whose last line ends in "\" (Megatron-LM's examples/t5 script); bashlex alone
+    # stopped at "unexpected EOF"
+    text = "torchrun --nproc_per_node 8 pretrain_gpt.py \\\n    --num-layers 2 \\\n    --hidden-size 64 \\\n"
+    launch = extract_launch(text)
+    assert launch.argv == ["--num-layers", "2", "--hidden-size", "64"] and launch.world_size == 8
+    assert extract_launch(text.rstrip("\n")).argv == launch.argv  # no newline after the backslash either
