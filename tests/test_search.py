@@ -273,3 +273,21 @@ def test_rank_one_is_at_least_as_fast_as_its_layout_under_any_overlap_setting():
     assert best["estimate"]["iteration_s"] <= min(times.values()) * (1 + 1e-12)
     mine = tuple(best["options"][k] for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"))
     assert times[mine] == pytest.approx(best["estimate"]["iteration_s"], rel=1e-12)
+
+
+def test_scoring_in_blocks_of_whole_families_changes_nothing(monkeypatch):
+    """search scores its rows in blocks of whole families (memory stays bounded); with blocks of a few
+    hundred rows instead of one block, every figure of the result is the same, number for number."""
+    import planner.search as search_module
+
+    req = make_request(model="mixtral-8x7b", gpus=32, hardware="dgx-h100-superpod", global_batch=64)
+    whole = search(req.ctx, 32, top=5).to_json()
+    monkeypatch.setattr(search_module, "BLOCK", 300)
+    blocks = search_module._family_blocks
+    parts = []
+    monkeypatch.setattr(search_module, "_family_blocks", lambda *a: parts.append(blocks(*a)) or parts[-1])
+    small = search(req.ctx, 32, top=5).to_json()
+    assert len(parts[0]) > 10  # scored in many blocks
+    grid_rows = sum(len(p) for p in parts[0])
+    assert grid_rows == len(np.unique(np.concatenate(parts[0])))  # every row once
+    assert small == whole

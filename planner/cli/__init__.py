@@ -142,7 +142,24 @@ def console():
 
     from planner.report.layout import console_width
 
-    return Console(width=console_width(sys.stdout.isatty(), dict(os.environ)))
+    width = console_width(sys.stdout.isatty(), dict(os.environ))
+    return Console(width=width) if width is None else Console(width=width, file=_NoTrailingSpaces(sys.stdout))
+
+
+class _NoTrailingSpaces:
+    """Output to a file or another program without the spaces rich pads a line with or wraps it after:
+    "… × seq 4096," rather than "… × seq 4096, " (a terminal shows none of them; a file keeps them)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        import re
+
+        return self._stream.write(re.sub(r" +\n", "\n", text))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def echo_json(data) -> None:
@@ -211,14 +228,14 @@ def progress(label: str, total: int | None = None):
 @contextmanager
 def naming_overrides(resolved):
     """An error about a plan built over a file (--plan, a launch script) names the options given over it,
-    since notes are not said beside an error: "... exceeds max_position_embeddings 2048 (after --model
+    since notes are not said beside an error: "... exceeds max_position_embeddings 2048 (after: --model
     gpt3-175b overrides the plan file's llama3-8b)"."""
     try:
         yield
     except PlannerError as err:
         if not resolved.overrides:
             raise
-        raise PlannerError(f"{err} (after {'; '.join(resolved.overrides)})") from err
+        raise PlannerError(f"{err} (after: {'; '.join(resolved.overrides)})") from err
 
 
 def say_notes(resolved) -> None:

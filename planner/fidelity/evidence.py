@@ -203,12 +203,15 @@ class PlanEvidence:
     @functools.cached_property
     def settings(self) -> np.ndarray:
         """The fewest settings behind any feature the plan uses."""
-        return np.min(np.stack(list(self.counts.values())), axis=0)
+        return functools.reduce(np.minimum, self.counts.values())
 
     @functools.cached_property
     def extrapolated(self) -> np.ndarray:
         """How many features the plan uses that no setting of its generation exercises."""
-        return np.sum(np.stack(list(self.counts.values())) == 0, axis=0)
+        out = np.zeros(len(next(iter(self.counts.values()))), dtype=np.int64)
+        for count in self.counts.values():
+            out += count == 0
+        return out
 
 
 def plan_evidence(grid: PlanGrid, ctx: Context, gpus: int) -> PlanEvidence:
@@ -219,10 +222,26 @@ def plan_evidence(grid: PlanGrid, ctx: Context, gpus: int) -> PlanEvidence:
     codes = feature_codes(grid, ctx, gpus)
     counts = {}
     for kind, code in codes.items():
-        values, inverse = np.unique(code, return_inverse=True)
-        looked = np.array([NOT_USED if v == 0 else table[kind].get(int(v), 0) for v in values], dtype=np.int64)
-        counts[kind] = looked[inverse.reshape(code.shape)]
+        counts[kind] = _looked_up(code, table[kind])
     return PlanEvidence(major, codes, counts)
+
+
+LOOKUP_MAX = 4096  # codes up to this are looked up through a table indexed by the code itself
+
+
+def _looked_up(code: np.ndarray, counts: dict[int, int]) -> np.ndarray:
+    """The settings behind each code (``NOT_USED`` for 0): codes are small non-negative integers (a CP
+    size, a bucket, an enum), so a table indexed by the code replaces sorting them (``np.unique``)."""
+    code = code.astype(np.int64, copy=False)  # an index, never a mask
+    top = int(code.max()) if len(code) else 0
+    if int(code.min(initial=0)) < 0 or top > LOOKUP_MAX:
+        values, inverse = np.unique(code, return_inverse=True)
+        return _table_of(values, counts)[inverse.reshape(code.shape)]
+    return _table_of(np.arange(top + 1), counts)[code]
+
+
+def _table_of(values: np.ndarray, counts: dict[int, int]) -> np.ndarray:
+    return np.array([NOT_USED if v == 0 else counts.get(int(v), 0) for v in values], dtype=np.int64)
 
 
 def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float]) -> dict:

@@ -8,7 +8,7 @@ import csv
 import io
 
 from planner.plan import ParallelPlan
-from planner.report.layout import plan_text
+from planner.report.labels import plan_text
 
 PARALLEL_KEYS = tuple(ParallelPlan.model_fields)
 ESTIMATE_KEYS = (

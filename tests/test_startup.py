@@ -1,0 +1,42 @@
+"""What a command imports: `megaplan --version` none of the libraries, `search --json` no rendering
+(rich, planner.report) and nothing of the other commands (fidelity runs' fits, Megatron import/export,
+Bridge). Each import is time every process pays; tested in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import json, sys
+from planner.cli import cli
+try:
+    cli.main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def imported(args: list[str]) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True)
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def _under(modules: set[str], *roots: str) -> list[str]:
+    return sorted(m for m in modules if any(m == r or m.startswith(r + ".") for r in roots))
+
+
+def test_version_imports_no_library():
+    assert _under(imported(["--version"]), "numpy", "pydantic", "rich", "yaml", "planner.cli.runs") == []
+
+
+@pytest.mark.parametrize("output", ["--json", "--csv"])
+def test_search_to_a_file_format_draws_nothing_and_loads_no_other_command(output):
+    modules = imported(["search", "--model", "gpt-1.7b", "--gpus", "8", "--top", "2", output])
+    assert "planner.search" in modules  # it did search
+    unwanted = ("rich", "planner.report.layout", "planner.megatron", "planner.bridge", "planner.runs", "scipy")
+    assert _under(modules, *unwanted) == []
