@@ -15,6 +15,7 @@ band (``RANK_RULES``), so a plan that is fast only where the model extrapolates 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule,
 from planner.result import plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
 from planner.space.grid import PlanGrid, distinct
-from planner.space.rules import rule_masks
+from planner.space.rules import each_rule_mask
 from planner.space.sizes import (
     WorldAxes,
     empty_grid_reason,
@@ -259,13 +260,13 @@ def search(
 
 def _legal_rows(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int) -> tuple[np.ndarray, dict[str, int]]:
     """The rows that keep every rule, and how many rows each rule rejected first (in the table's order)."""
-    masks = rule_masks(grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus)
-    masks[TP_NODE_RULE] = tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp)
+    masks = each_rule_mask(grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus)
+    domain = (TP_NODE_RULE, tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp))
     legal = np.ones(len(grid), dtype=bool)
     first_broken = np.zeros(len(grid), dtype=np.int16)  # 1 + the first rule broken, 0 for none
-    names = list(masks)
-    for k, name in enumerate(names):
-        mask = masks.pop(name)
+    names = []
+    for k, (name, mask) in enumerate(chain(masks, [domain])):  # one rule's mask at a time
+        names.append(name)
         first_broken[legal & ~mask] = k + 1
         legal &= mask
     broken = np.bincount(first_broken, minlength=len(names) + 1)[1:]
@@ -326,9 +327,9 @@ def _with_block_recompute(scored: _Scored, capacity: float) -> _Scored:
 def _bands(scored: _Scored, rows: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
     """Each row's band ε (``evidence.band_frac``) and its count of extrapolated features (with its own overlaps)."""
     ctx, extrapolated = scored.options.evaluating, np.zeros(len(rows), dtype=np.int64)
-    for start in range(0, len(rows), BLOCK):  # in blocks: every feature's code is an array per row
-        part = rows[start : start + BLOCK]
-        extrapolated[start : start + BLOCK] = plan_evidence(scored.grid.take(part), ctx, gpus).extrapolated
+    for start in range(0, len(rows), CHUNK):  # in chunks: every feature's code is an array per row
+        part = rows[start : start + CHUNK]
+        extrapolated[start : start + CHUNK] = plan_evidence(scored.grid.take(part), ctx, gpus).extrapolated
     return band_frac(extrapolated, ctx), extrapolated
 
 

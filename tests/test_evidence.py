@@ -72,13 +72,14 @@ def test_fsdp_with_tp_on_hopper_is_extrapolated_and_widens_the_band():
     )
     ev = evidence.plan_evidence(grid, req.ctx, 64)
     fsdp = evidence.evidence_json(ev, 0, (0.0, 0.0, 0.0))
-    assert fsdp["extrapolated"] == ["Megatron FSDP", "Megatron FSDP with TP and PP", "PP 2"]
-    assert list(ev.extrapolated) == [3, 0]
+    # PP 2 has published settings on Hopper (Megatron-Bridge 25.09 Qwen3-30B-A3B on 16 H100, PP2 VPP24)
+    assert fsdp["extrapolated"] == ["Megatron FSDP", "Megatron FSDP with TP and PP"]
+    assert list(ev.extrapolated) == [2, 0]
     recipe = evidence.evidence_json(ev, 1, (0.0, 0.0, 0.0))
     assert recipe["settings"] == min(f["settings"] for f in recipe["features"]) > 0
     # ε = √(ε₀² + n·δ²), by hand: H100 ε₀ = √(0.025² + 0.008²) = 0.02625, δ = 0.073;
-    # n = 3: √(0.000689 + 3 · 0.005329) = √0.016676 = 0.1291
-    assert evidence.band_frac(ev.extrapolated, req.ctx) == pytest.approx([0.1291, 0.02625], abs=2e-4)
+    # n = 2: √(0.000689 + 2 · 0.005329) = √0.011347 = 0.1065
+    assert evidence.band_frac(ev.extrapolated, req.ctx) == pytest.approx([0.1065, 0.02625], abs=2e-4)
 
 
 def test_moe_plans_take_the_moe_rows_band():
@@ -163,7 +164,7 @@ def test_search_shows_the_evidence_column_and_footer_and_explain_says_it():
         "--brief",
     ]
     text = " ".join(CliRunner().invoke(cli, explain, env={"COLUMNS": "200"}).stdout.split())
-    assert "extrapolated: Megatron FSDP, Megatron FSDP with TP and PP, PP 2 on Hopper, 0 runs" in text
+    assert "extrapolated: Megatron FSDP, Megatron FSDP with TP and PP on Hopper, 0 runs" in text
     recipe = [*explain[:-7], "--tp", "4", "--pp", "4", "--cp", "2", "--vpp", "5", "--sequence-parallel", "--brief"]
     text = " ".join(CliRunner().invoke(cli, recipe, env={"COLUMNS": "200"}).stdout.split())
     assert "validated by 2 settings on Hopper (fewest: PP 3-4)" in text

@@ -113,7 +113,7 @@ def _moe_plans(draw_count=1):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_moe_plans())
-def test_dropping_the_all_to_all_overlap_never_makes_a_plan_faster(plan):
+def test_dropping_the_all_to_all_overlap_never_makes_a_plan_faster_where_megatron_does_not_warn(plan):
     name, tp, ep, (pp, vpp), dispatcher, recompute, b = plan
     etp = 1
     kw = dict(
@@ -139,8 +139,11 @@ def test_dropping_the_all_to_all_overlap_never_makes_a_plan_faster(plan):
     grid = PlanGrid.from_plans([with_overlap.plan, without.plan])
     with np.errstate(divide="ignore", invalid="ignore"):
         ev = evaluate(grid, with_overlap.ctx)
-    assert ev.iteration_s[0] <= ev.iteration_s[1] * (1 + 1e-12)
-    assert ev.time["moe_comm"][0] <= ev.time["moe_comm"][1]
+    # the dispatch it exposes never grows; the whole step may, only where Megatron-LM warns against the
+    # overlap (Hopper with TP > 1: the SP collectives lose their order, docs/cost-model.md §13.3)
+    assert ev.time["moe_comm"][0] <= ev.time["moe_comm"][1] * (1 + 1e-12)
+    if tp == 1:
+        assert ev.iteration_s[0] <= ev.iteration_s[1] * (1 + 1e-12)
     assert ev.peak_memory_bytes[0] >= ev.peak_memory_bytes[1]  # the overlap's extra warm-up chunk
 
 

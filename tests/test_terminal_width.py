@@ -176,3 +176,44 @@ def test_search_through_the_cli_honours_columns_when_piped():
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert max(map(len, lines)) <= 80 and re.search(r"TP\d+ PP\d+ DP\d+ b\d+", result.stdout)  # whole plan labels
+
+
+def test_no_line_ends_in_the_space_it_was_wrapped_at():
+    # the trial: at 80 columns the title read "… global batch 15360 × seq 4096, " before its wrap
+    result = CliRunner().invoke(cli, ["search", "--model", "gpt3-175b", "--gpus", "1024"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "gpt3-175b on 1,024 GPUs of dgx-a100-superpod: global batch 1536 × seq 2048,"
+    assert lines[1] == "bf16, flash attention"
+    assert [line for line in lines if line != line.rstrip()] == []  # neither prose nor padded table rows
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_title_and_footnotes_wrap_at_spaces_without_keeping_them_on_a_terminal(long_labels, width):
+    result, ctx = long_labels
+    lines = render(search_view(result, ctx, 256), width)
+    rule = next(k for k, line in enumerate(lines) if line.startswith("───"))
+    last_row = max(k for k, line in enumerate(lines) if re.match(r" *\d+ +TP", line))
+    prose = lines[: rule - 1] + [line for line in lines[last_row + 2 :] if not line.startswith(" ")]
+    assert prose and [line for line in prose if line.endswith(" ")] == []
+    assert not any(line.endswith("--") or line.startswith("json") for line in prose)  # --json never split
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_first_note_under_a_table_says_that_1_is_ranked_by_evidence_and_where_the_fastest_is(long_labels, width):
+    # the trial: DeepSeek-V3 on 1,024 H100, #1 64.42 s and the fastest estimate 42.34 s at #1126, said only at
+    # the end of a 20-line footnote; a newcomer reads #1 as the fastest
+    result, ctx = long_labels
+    first, fastest = result.plans[0], result.plans[-1]
+    assert result.fastest_rank == fastest["rank"] > 1  # the case: the fastest estimate is shown last
+    assert fastest["estimate"]["iteration_s"] < first["estimate"]["iteration_s"]
+    lines = render(search_view(result, ctx, 256), width)
+    after = " ".join(" ".join(lines).split())
+    said = (
+        f"#1 is not the fastest estimate: plans are ranked by evidence first. #1 "
+        f"({first['estimate']['iteration_s']:.2f} s) is the fastest that published runs back; the fastest estimate, "
+        f"#{fastest['rank']} ({fastest['estimate']['iteration_s']:.2f} s, the last row, marked *), uses "
+    )
+    assert 0 < after.index(said) < after.index("plans evaluated"), after  # first under the table
+    unbacked = [f for f in fastest["evidence"]["extrapolated"] if f not in first["evidence"]["extrapolated"]]
+    assert unbacked and f"uses {' and '.join(unbacked)}, which no published run on Hopper exercises" in after

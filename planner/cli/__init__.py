@@ -142,7 +142,24 @@ def console():
 
     from planner.report.layout import console_width
 
-    return Console(width=console_width(sys.stdout.isatty(), dict(os.environ)))
+    width = console_width(sys.stdout.isatty(), dict(os.environ))
+    return Console(width=width) if width is None else Console(width=width, file=_NoTrailingSpaces(sys.stdout))
+
+
+class _NoTrailingSpaces:
+    """Output to a file or another program without the spaces rich pads a line with or wraps it after:
+    "… × seq 4096," rather than "… × seq 4096, " (a terminal shows none of them; a file keeps them)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        import re
+
+        return self._stream.write(re.sub(r" +\n", "\n", text))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def echo_json(data) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.costs import communication as comm
 from planner.costs import compute, flops, memory, moe
 from planner.costs.letters import Letters
 from planner.costs.linears import cast_bytes, fp8_cast_bytes, gemm_times, tp_pair_s
@@ -371,7 +372,8 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
 
 def _comm_share(lt: Letters, ctx: Context, dispatch: np.ndarray, a2a_bytes: np.ndarray, mu: np.ndarray) -> np.ndarray:
     """The share of the GPU a hidden dispatch takes from the compute beside it, (1 − μ)·f + μ·g: the
-    compute-bound part (GEMMs, attention) loses the SMs its kernels hold, f (``moe.comm_sm_share``),
+    compute-bound part (GEMMs, attention) loses the SMs its kernels hold, f (``moe.comm_sm_share``; at
+    Hopper's connection limit, TP or CP > 1, at least φ: ``moe.connection_limited_share``),
     the memory-bound share μ the HBM bandwidth its traffic takes, g (``moe.comm_hbm_share``: each
     all-to-all, a quarter of a layer's forward dispatch + combine, reads and writes what it moves) -
     a kernel bound by HBM still saturates it on the SMs left. Check: Lee et al. 2025 (arXiv:2507.03114)
@@ -381,6 +383,8 @@ def _comm_share(lt: Letters, ctx: Context, dispatch: np.ndarray, a2a_bytes: np.n
     sms = moe.comm_sm_share(
         lt.dispatcher, opts.moe_flex_dispatcher_backend.value, hw.gpu.sm_count, opts.moe_flex_dispatcher_num_sms
     )
+    limited = comm.connection_limited(hw.gpu.compute_capability, lt.t, lt.c, False, lt.a2a_overlap)
+    sms = moe.connection_limited_share(sms, limited, hw.calibration.persistent_gemm_comm_share)
     hbm = moe.comm_hbm_share(a2a_bytes, 0.25 * dispatch, hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
     return np.minimum((1.0 - mu) * sms + mu * hbm, 1.0)
 

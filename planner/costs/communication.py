@@ -78,7 +78,8 @@ def dp_grad_reduce_time_s(
     n = np.asarray(num_params, dtype=float)
     reduce_scatter = all_gather_time_s(d, grad_bytes * n, link)
     ring = np.where(distributed_optimizer, reduce_scatter, all_reduce_time_s(d, grad_bytes * n, link))
-    return np.where(in_network & (link.nodes > 1), in_network_time_s(d, grad_bytes * n, link), ring)
+    switches = in_network & (link.nodes > 1)
+    return np.where(switches, in_network_time_s(d, grad_bytes * n, link), ring) if np.any(switches) else ring
 
 
 def hierarchical_grad_reduce_time_s(
@@ -110,7 +111,8 @@ def dp_param_gather_time_s(
     """The distributed optimizer's all-gather of ``num_params`` updated parameters over d ranks, in
     their gathered dtype (1 byte with --fp8-param-gather); in the switches with ``in_network``."""
     M = param_bytes * np.asarray(num_params, dtype=float)
-    return np.where(in_network & (link.nodes > 1), in_network_time_s(d, M, link), all_gather_time_s(d, M, link))
+    ring, switches = all_gather_time_s(d, M, link), in_network & (link.nodes > 1)
+    return np.where(switches, in_network_time_s(d, M, link), ring) if np.any(switches) else ring
 
 
 def dfa_bucket_params(bucket_mb: float, grad_bytes: int) -> float:

@@ -141,6 +141,8 @@ def _dp_sync(
         plain = comm.dp_grad_reduce_time_s(n, group, link, **kw)
         if link is not dense_link:
             return plain
+        if not np.any(lt.R > 1):  # one distributed-optimizer instance everywhere
+            return plain
         kw = dict(grad_bytes=grad_bytes, in_network=sharp)
         return np.where(lt.R > 1, comm.hierarchical_grad_reduce_time_s(n, group, lt.R, link, across_link, **kw), plain)
 
@@ -261,49 +263,29 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     """Estimate every plan of ``grid``: memory of its most loaded stage and its iteration time; with
     ``stages``, also the memory, layers and per-micro-batch times of every pipeline stage."""
     lt = Letters(grid, ctx)
-    hw, opts = ctx.hardware, ctx.options
+    hw = ctx.hardware
     # one column per kind of stage (the first rank of each kind; ``count`` ranks share it)
     rep, count = lt.type_index, lt.type_count
     n, first, last = lt.stage_info(rep)
     rows = np.arange(len(grid))
-
     mem = stage_memory_bytes(lt, ctx, rep)
-    mem_total = np.where(count > 0, mem["total"], -np.inf)
-    peak_col = np.argmax(mem_total, axis=1)
+    peak_col = np.argmax(np.where(count > 0, mem["total"], -np.inf), axis=1)
     peak_stage = rep[rows, peak_col]
-
     step = stage_step(lt, ctx, rep)
-    fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, mem, n), 0.0)
+    fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, mem, n), 0.0) if np.any(lt.fsdp) else np.zeros_like(n)
     fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
     per_mb = fwd + bwd + rec + step["offload"] + tp + cp + mo + fsdp
     slow_col = np.argmax(np.where(count > 0, per_mb, -np.inf), axis=1)
-    slowest = per_mb[rows, slow_col][:, None]
-    total = np.sum(count * per_mb, axis=1, keepdims=True)
+    slowest, total = per_mb[rows, slow_col][:, None], np.sum(count * per_mb, axis=1, keepdims=True)
     bubble = bubble_time_s(total, slowest, lt.vpp)
 
     def pick(x):  # the slowest stage's term
         return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
 
     p2p = _p2p_time_s(lt, ctx)
-    pp = exposed_p2p_transfers(lt.p, lt.m, lt.vpp, overlap_p2p=opts.overlap_p2p_comm) * p2p
-    if opts.overlap_p2p_comm:  # interleaved: sends longer than a chunk-step's compute show
-        fwd_all, bwd_all = pick(fwd + step["comm_fwd"]), pick(bwd + rec + tp + cp + mo - step["comm_fwd"])
-        share = float(hidden_comm_contention_s(1.0, hw.network.nccl_p2p_sms, hw.gpu.sm_count))
-        steady = comm.pp_interleaved_exposed_s(p2p, lt.m, lt.vpp, fwd_all / lt.vpp, bwd_all / lt.vpp, sm_share=share)
-        pp = pp + np.where((lt.vpp > 1) & (lt.p > 1), steady, 0.0)
-
+    fwd_all, bwd_all = pick(fwd + step["comm_fwd"]), pick(bwd + rec + tp + cp + mo - step["comm_fwd"])
+    pp = _pp_exposed_s(lt, ctx, p2p, fwd_all, bwd_all)
     dp = np.where(lt.fsdp_params, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, fwd, rep, count))
-    grad_bytes, _ = dp_element_bytes(ctx)
-    emb_link = group_link(hw, 2, (lt.p - 1) * lt.t * lt.c * lt.d)
-    emb_grad = lt.V * lt.h / lt.t * grad_bytes
-    embedding = np.where(ctx.model.tied_embeddings & (lt.p > 1), all_reduce_time_s(2, emb_grad, emb_link), 0.0)
-
-    shard_dense = np.where(lt.dopt | lt.fsdp, lt.d * lt.c / lt.R, 1)
-    shard_expert = np.where(lt.dopt | lt.fsdp, lt.edp, 1)
-    adam_params = mem["dense_params"] / shard_dense + mem["expert_params"] / shard_expert
-    adam = adam_step_bytes(ctx) * adam_params / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
-    optimizer = np.max(np.where(count > 0, adam, 0.0), axis=1, keepdims=True)
-
     time = {
         "forward": lt.m * pick(fwd),
         "backward": lt.m * pick(bwd),
@@ -314,9 +296,9 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
         "moe_comm": lt.m * pick(mo),
         "pp_comm": pp,
         "dp_comm": dp + lt.m * pick(fsdp),
-        "embedding_comm": embedding,
+        "embedding_comm": _embedding_sync_s(lt, ctx),
         "bubble": bubble,
-        "optimizer": optimizer,
+        "optimizer": _optimizer_step_s(lt, ctx, mem, count),
     }
     paced = lt.m * pick(fwd + bwd + rec) + bubble  # the compute a GPU's pace sets
     time["stragglers"] = straggler_s(paced, lt.world, hw.calibration.straggler_sigma)
@@ -337,6 +319,38 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
         stages=_every_stage(lt, ctx, p2p) if stages else None,
         parts=_parts(lt, ctx, peak_stage, rep[rows, slow_col]) if stages else None,
     )
+
+
+def _pp_exposed_s(lt: Letters, ctx: Context, p2p: np.ndarray, fwd_all: np.ndarray, bwd_all: np.ndarray) -> np.ndarray:
+    """Exposed pipeline sends: the warm-up and cool-down transfers, and with the interleaved schedule
+    (--overlap-p2p-comm) the steady state's sends longer than a chunk-step's compute (``fwd_all`` and
+    ``bwd_all``: the slowest stage's per-micro-batch forward and backward)."""
+    hw, opts = ctx.hardware, ctx.options
+    pp = exposed_p2p_transfers(lt.p, lt.m, lt.vpp, overlap_p2p=opts.overlap_p2p_comm) * p2p
+    if opts.overlap_p2p_comm:  # interleaved: sends longer than a chunk-step's compute show
+        share = float(hidden_comm_contention_s(1.0, hw.network.nccl_p2p_sms, hw.gpu.sm_count))
+        steady = comm.pp_interleaved_exposed_s(p2p, lt.m, lt.vpp, fwd_all / lt.vpp, bwd_all / lt.vpp, sm_share=share)
+        pp = pp + np.where((lt.vpp > 1) & (lt.p > 1), steady, 0.0)
+    return pp
+
+
+def _embedding_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
+    """Tied embeddings across stages: the all-reduce of the word table's gradient, V·h/t, between the
+    first and the last stage."""
+    grad_bytes, _ = dp_element_bytes(ctx)
+    emb_link = group_link(ctx.hardware, 2, (lt.p - 1) * lt.t * lt.c * lt.d)
+    emb_grad = lt.V * lt.h / lt.t * grad_bytes
+    return np.where(ctx.model.tied_embeddings & (lt.p > 1), all_reduce_time_s(2, emb_grad, emb_link), 0.0)
+
+
+def _optimizer_step_s(lt: Letters, ctx: Context, mem: dict, count: np.ndarray) -> np.ndarray:
+    """The Adam step of the most loaded stage: ``adam_step_bytes`` per parameter of its shard at η_mem of HBM."""
+    hw = ctx.hardware
+    shard_dense = np.where(lt.dopt | lt.fsdp, lt.d * lt.c / lt.R, 1)
+    shard_expert = np.where(lt.dopt | lt.fsdp, lt.edp, 1)
+    adam_params = mem["dense_params"] / shard_dense + mem["expert_params"] / shard_expert
+    adam = adam_step_bytes(ctx) * adam_params / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
+    return np.max(np.where(count > 0, adam, 0.0), axis=1, keepdims=True)
 
 
 def _parts(lt: Letters, ctx: Context, peak_stage: np.ndarray, slow_stage: np.ndarray) -> dict[str, dict]:

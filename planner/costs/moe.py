@@ -182,6 +182,24 @@ def comm_sm_share(kind: ArrayLike, backend: str, sm_count: int, num_sms: int | N
     return np.minimum(sms / sm_count, 1.0)
 
 
+def connection_limited_share(f_sm: ArrayLike, limited: ArrayLike, phi: float | None) -> np.ndarray:
+    """f: the share of a hidden dispatch's time the compute-bound kernels beside it lose; f_SM
+    (``comm_sm_share``), or max(f_SM, φ) where the plan runs into Hopper's connection limit.
+
+    With TP or CP > 1 on compute capability < 10 the A2A overlap and the sequence-parallel
+    collectives need different CUDA_DEVICE_MAX_CONNECTIONS (Megatron-LM arguments.py: 'you can set
+    CUDA_DEVICE_MAX_CONNECTIONS to 1 or 32, which depends on which parallelization you want to
+    prioritize'; Megatron-Bridge perf_plugins.py v0.2.0-v0.4.0 sets 32 with the overlap). Either way
+    kernels wait behind Hopper's persistent GEMMs: with one connection the dispatch queues behind the
+    compute, with 32 'communication kernel will be pushed to the end of the GEMM kernel, failing to
+    overlap the kernels' (perf_plugins.py), and a GEMM launched while the dispatcher holds SMs runs the
+    CTAs that found none as a second wave (f up to 1). φ (``persistent_gemm_comm_share`` of the
+    hardware preset, band [f_SM, 1]) reproduces a measured A/B of the overlap at TP 2 on H100; at TP 1
+    the SM share alone does (tests/test_moe_physics.py). ``limited``: ``communication.connection_limited``."""
+    f = np.asarray(f_sm, dtype=float)
+    return f if phi is None else np.where(limited, np.maximum(f, phi), f)
+
+
 def comm_hbm_share(bytes_moved: ArrayLike, c_s: ArrayLike, hbm_bytes_per_s: float) -> np.ndarray:
     """g: the share of HBM bandwidth an all-to-all takes while it runs: it reads what it sends and
     writes what it receives, 2·M bytes in its time c (M the bytes one GPU moves): g = 2·M/(c·B_HBM),

@@ -97,6 +97,12 @@ class Calibration(BaseModel):
     moe_host_op_us: NonNegativeFloat | None = Field(
         None, description="host time per eager op a MoE layer issues for each local expert (None: not modelled)"
     )
+    persistent_gemm_comm_share: NonNegativeFloat | None = Field(
+        None,
+        le=1.0,
+        description="the share of a hidden MoE dispatch's time the compute-bound work beside it loses where GEMMs "
+        "are persistent with a static tile schedule (Hopper); None: the dispatcher's own SM share",
+    )
     straggler_sigma: NonNegativeFloat | None = Field(
         None,
         le=0.2,

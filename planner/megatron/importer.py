@@ -383,7 +383,10 @@ def import_fields(
     script sources or submits are read beside it, in ``base_dir``; ``extra`` flags follow the script's."""
     import shlex
 
-    launch = extract_launch(text, env, read_file=read_beside(base_dir))
+    from planner.megatron.modelzoo import READ_NOTE, modelzoo_command
+
+    zoo = modelzoo_command(text, env or {})
+    launch = extract_launch(zoo or text, env, read_file=read_beside(base_dir))
     argv, dropped, lone = drop_unset(launch.argv, launch.argv_unresolved)
     try:
         argv += shlex.split(extra or "")
@@ -393,7 +396,7 @@ def import_fields(
     world = gpus or launch.world_size
     if world is None:
         raise PlannerError(world_unknown(launch))
-    warnings, notes = list(args.warnings), []
+    warnings, notes = list(args.warnings), [READ_NOTE] if zoo else []
     if args.values.get("rampup_batch_size"):
         notes.append("--rampup-batch-size ignored: the estimate is for the full global batch of the steady state")
     if dropped:

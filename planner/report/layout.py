@@ -172,6 +172,18 @@ def fit_columns(
             hidden.insert(0, shown.pop(k))
 
 
+def wrapped(text: str, width: int) -> str:
+    """``text`` wrapped at spaces to ``width`` columns, each paragraph (line) on its own: no line ends in the
+    space it was broken at ("… × seq 4096," not "… × seq 4096, "), and options are never split at their
+    hyphens. A word longer than the width stays whole (the terminal folds it)."""
+    import textwrap
+
+    return "\n".join(
+        "\n".join(textwrap.wrap(line, width, break_on_hyphens=False, break_long_words=False)) or ""
+        for line in text.split("\n")
+    )
+
+
 class FittedTable:
     """A table whose columns are chosen at render time to fit the console; hidden columns are named
     in a line under it (they are all in --json and --csv). ``gaps``: the rows a "…" row goes before
@@ -191,14 +203,15 @@ class FittedTable:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         shown, hidden = fit_columns(console, options, self.columns, self.rows)
+        width = options.max_width
         if self.title:
-            yield Text(self.title, style="bold")
+            yield Text(wrapped(self.title, width), style="bold")
         yield _table(shown, self.rows, None, gaps=self.gaps)
         if hidden:
             names = ", ".join(c.header for c in hidden)
-            yield Text(f"(hidden at this width: {names}; see --json or --csv)", style="dim")
+            yield Text(wrapped(f"(hidden at this width: {names}; see --json or --csv)", width), style="dim")
         if self.footer and (text := self.footer([c.header for c in shown])):
-            yield Text(text, style="dim")
+            yield Text(wrapped(text, width), style="dim")
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         shown, _ = fit_columns(console, options, self.columns, self.rows)

@@ -92,6 +92,35 @@ def evidence_text(pj: dict) -> Text:
     return out
 
 
+def ranking_headline(result, columns: list[str] | None = None) -> str:
+    """One plain sentence, said first under a search table, when #1 is not the fastest estimate (ranked by
+    evidence): what #1 is, and where the fastest estimate is and why it is lower, with both times."""
+    if result.rank_by != "risk" or result.fastest_rank == 1:
+        return ""
+    first = result.plans[0]
+    fastest = next((pj for pj in result.plans if pj["rank"] == result.fastest_rank), None)
+    if fastest is None:
+        return ""
+    ranks = columns is None or "#" in columns
+    one = "#1" if ranks else "The first row"
+    where = f", #{result.fastest_rank}" if ranks else ""
+    shown = "the last row" if fastest is result.plans[-1] and len(result.plans) > 1 else "a row"
+    evidence, known = fastest.get("evidence") or {}, set((first.get("evidence") or {}).get("extrapolated") or [])
+    unbacked = [f for f in evidence.get("extrapolated") or [] if f not in known]
+    generation = f" on {evidence['generation']}" if evidence.get("generation") else ""
+    why = (
+        f"uses {' and '.join(unbacked)}, which no published run{generation} exercises"
+        if unbacked
+        else f"is tied with {one[0].lower() + one[1:]} but leaves less than 10 % of the usable memory free"
+    )
+    return (
+        f"{one} is not the fastest estimate: plans are ranked by evidence first. {one} "
+        f"({first['estimate']['iteration_s']:.2f} s) is the fastest that published runs back; the fastest "
+        f"estimate{where} ({fastest['estimate']['iteration_s']:.2f} s, {shown}, marked *), {why} "
+        "(--rank-by estimate ranks by the estimate)."
+    )
+
+
 def ties_footnote(result, columns: list[str] | None = None) -> str:
     """What the tie marks mean, how plans are ranked and how many moved down for lack of evidence;
     a rank (#N) and the runs column are named only when the table shows them (``columns``: the

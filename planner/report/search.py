@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from planner.plan import PLAN_LABEL_LEGEND
 from planner.report.layout import KEEP, Column, FittedTable, plan_text
-from planner.report.memory import band_text, evidence_cell, tie_cell, ties_footnote
+from planner.report.memory import band_text, evidence_cell, ranking_headline, tie_cell, ties_footnote
 
 
 def _est(key: str, fmt: str):
@@ -64,6 +64,7 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
         days = f"; days to train {tokens:g}B tokens (--tokens)" if "days" in shown else ""
         rest = f"{cmfu}{peak}{days}. "
         rest += "Each plan's explain and export command lines are in --json."
-        return foot + rest + (f"\n{ties}" if ties else "")
+        headline = ranking_headline(result, shown)
+        return (f"{headline}\n" if headline else "") + foot + rest + (f"\n{ties}" if ties else "")
 
     return FittedTable(search_columns(capacity), result.plans, search_title(ctx, gpus), gaps, footer=footer)

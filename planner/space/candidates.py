@@ -130,6 +130,30 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
     return {k: v[mask] for k, v in cols.items()}
 
 
+class _Crossed(dict):
+    """The columns of ``_cross(cols, name, values)`` built one at a time, as a rule asks for them."""
+
+    def __init__(self, cols: dict[str, np.ndarray], source: np.ndarray, name: str, values: np.ndarray):
+        super().__init__()
+        self.cols, self.source, self.name, self.values = cols, source, name, values
+
+    def __missing__(self, key: str) -> np.ndarray:
+        return self.values if key == self.name else self.cols[key][self.source]
+
+
+def _cross_keep(cols: dict[str, np.ndarray], name: str, values: np.ndarray, keep) -> dict[str, np.ndarray]:
+    """``_keep(_cross(cols, name, values), keep(crossed))``, the same rows in the same order, without
+    building the rows ``keep`` drops: it reads only the crossed columns it needs (the grid's memory
+    is its largest before the rules; DeepSeek-V3's MoE axes multiply it)."""
+    n, k = len(next(iter(cols.values()))), len(values)
+    source, which = np.repeat(np.arange(n), k), np.tile(np.arange(k), n)
+    mask = keep(_Crossed(cols, source, name, np.tile(small(values), n)))
+    source, which = source[mask], which[mask]
+    out = {key: col[source] for key, col in cols.items()}
+    out[name] = small(values)[which]
+    return out
+
+
 def _interleaving(cols: dict[str, np.ndarray], L: int, pins: Pins) -> dict[str, np.ndarray]:
     """Every interleaving depth each row's stage split allows: the divisors of its stages' layer
     counts (the accounted stage, (L + e + l)/p; with explicit first/last stages, of each of the three),
@@ -366,19 +390,25 @@ def _moe_axes(cols: dict[str, np.ndarray], ctx: Context, num_gpus: int, pins: Pi
         if pins.moe_token_dispatcher is not None
         else list(DISPATCHER_CODES.values())
     )
-    cols = _cross(cols, "dispatcher", np.array(kinds, dtype=np.int8))
-    if pins.moe_token_dispatcher is None:  # without expert communication the dispatchers are one plan
-        cols = _keep(cols, (cols["ep"] * cols["etp"] > 1) | (cols["dispatcher"] == kinds[0]))
+    pinned = pins.moe_token_dispatcher is not None  # else: without expert communication the dispatchers are one plan
+    cols = _cross_keep(
+        cols,
+        "dispatcher",
+        np.array(kinds, dtype=np.int8),
+        lambda c: (c["ep"] * c["etp"] > 1) | (c["dispatcher"] == kinds[0]) | pinned,
+    )
     overlap = (
         [pins.overlap_moe_expert_parallel_comm] if pins.overlap_moe_expert_parallel_comm is not None else [False, True]
     )
-    cols = _cross(cols, "a2a_overlap", np.array(overlap))
-    if pins.overlap_moe_expert_parallel_comm is None:
-        allowed = (
-            (cols["ep"] > 1)
-            & (cols["dispatcher"] > 0)
-            & (cols["recompute"] != RECOMPUTE_CODES[Recompute.FULL])
-            & ((cols["pp"] == 1) | (cols["vpp"] > 1))
+
+    def allowed(c: dict) -> np.ndarray:  # where Megatron-LM allows the overlap (when not pinned)
+        if pins.overlap_moe_expert_parallel_comm is not None:
+            return np.ones(len(c["a2a_overlap"]), dtype=bool)
+        return ~c["a2a_overlap"] | (
+            (c["ep"] > 1)
+            & (c["dispatcher"] > 0)
+            & (c["recompute"] != RECOMPUTE_CODES[Recompute.FULL])
+            & ((c["pp"] == 1) | (c["vpp"] > 1))
         )
-        cols = _keep(cols, ~cols["a2a_overlap"] | allowed)
-    return cols
+
+    return _cross_keep(cols, "a2a_overlap", np.array(overlap), allowed)

@@ -9,7 +9,7 @@ the lines).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -350,8 +350,16 @@ def rule_masks(
     grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int
 ) -> dict[str, np.ndarray]:
     """Named masks, True where the rule holds, for every plan of the grid (in table order)."""
+    return dict(each_rule_mask(grid, model, training, options, num_gpus))
+
+
+def each_rule_mask(
+    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int
+) -> Iterator[tuple[str, np.ndarray]]:
+    """``rule_masks`` one rule at a time, (name, mask) in table order: the search keeps one mask at a time."""
     r = RuleInputs(grid, model, training, options, num_gpus)
-    return {rule.name: np.broadcast_to(rule.holds(r), (len(grid),)) for rule in RULES}
+    for rule in RULES:
+        yield rule.name, np.broadcast_to(rule.holds(r), (len(grid),))
 
 
 def broken_rules(masks: dict[str, np.ndarray], i: int = 0) -> list[str]:

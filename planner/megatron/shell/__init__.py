@@ -30,6 +30,7 @@ tests) and ``interp`` (the interpreter that walks the tree and finds the launch)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 from planner.megatron.shell.interp import Interp, Return, Stop
@@ -64,9 +65,32 @@ def extract_launch(
         return interp.make_launch([], interp.flags, None)
     where = " before the script's exit" if interp.exited else ""
     unread = list(dict.fromkeys(interp.unread))
+    hint = _yq_hint(text, unread)
     if unread:
-        where += (
-            f"; the script reads {', '.join(unread)}, which megaplan could not read (only files beside the script "
-            "are followed): put it beside the script, or set the variables it defines with --env NAME=VALUE"
+        where += f"; the script reads {', '.join(unread)}, which megaplan could not read" + (
+            ""
+            if hint
+            else " (only files beside the script are followed): put it beside the script, or set the "
+            "variables it defines with --env NAME=VALUE"
         )
-    raise ShellParseError(f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}")
+    raise ShellParseError(f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}{hint}")
+
+
+YQ = re.compile(r"\$\(\s*yq\b")
+MODELZOO_LAUNCHER = "sbatch_benchmarking.sh"  # Megatron-LM examples/moe-modelzoo: its flags come from a YAML via yq
+
+
+def _yq_hint(text: str, unread: list[str]) -> str:
+    """What to give instead when the flags come from a YAML through ``yq`` (never run here): the YAML."""
+    if YQ.search(text):
+        return (
+            "; its flags come from a YAML through yq, which megaplan does not run: pass the YAML itself as "
+            "--megatron-args-file (a moe-modelzoo config's MODEL_ARGS are read), with --env for its ${VARIABLES}"
+        )
+    if any(path.rstrip("/").endswith(MODELZOO_LAUNCHER) for path in unread):
+        return (
+            f"; {MODELZOO_LAUNCHER} (Megatron-LM examples/moe-modelzoo) reads the model's flags from "
+            "model_configs/benchmarking/$MODEL.yaml through yq: pass that YAML as --megatron-args-file, with --env "
+            "TP=.. PP=.. EP=.. CP=.. MBS=.. GBS=.. as the script sets them, and --gpus N"
+        )
+    return ""

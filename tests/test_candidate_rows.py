@@ -1,0 +1,36 @@
+"""The candidate grid's crossing of a knob with the rows a rule keeps (``_cross_keep``) builds exactly the
+rows of crossing every value and then keeping (``_cross`` then ``_keep``), in the same order and dtypes."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.space.candidates import _cross, _cross_keep, _keep
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tp=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=12),
+    values=st.lists(st.integers(0, 5), min_size=1, max_size=4),
+    threshold=st.integers(0, 40),
+)
+def test_cross_keep_is_cross_then_keep(tp, values, threshold):
+    cols = {"tp": np.array(tp, dtype=np.int32), "dp": np.arange(len(tp), dtype=np.int64) * 3}
+
+    def keep(c):  # reads a crossed column, a column of the rows and the new knob
+        return (c["tp"] * c["knob"] + c["dp"]) % 7 <= threshold % 7
+
+    crossed = _cross(cols, "knob", np.array(values))
+    want = _keep(crossed, keep(crossed))
+    got = _cross_keep(cols, "knob", np.array(values), keep)
+    assert list(got) == list(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_cross_keep_by_hand():
+    """Rows tp = (1, 2) crossed with knob (0, 1), keeping tp·knob != 1: (1,0), (2,0), (2,1)."""
+    cols = {"tp": np.array([1, 2], dtype=np.int32)}
+    got = _cross_keep(cols, "knob", np.array([0, 1]), lambda c: c["tp"] * c["knob"] != 1)
+    assert got["tp"].tolist() == [1, 2, 2] and got["knob"].tolist() == [0, 0, 1]
