@@ -88,7 +88,6 @@ def flag_fields(values: dict) -> dict:
 def search_inputs(values: dict):
     """The request (context) and pins that search's options describe (search, sweep, --min-gpus)."""
     from planner import api
-    from planner.space.candidates import Pins
 
     req = api.make_request(
         model=values["model"],
@@ -96,6 +95,13 @@ def search_inputs(values: dict):
         **training(values),
         options=behaviour(values),
     )
+    return req, search_pins(values)
+
+
+def search_pins(values: dict):
+    """The knobs the options pin for search (None: searched)."""
+    from planner.space.candidates import Pins
+
     split = stage_split(values)
     explicit = values["decoder_first_pipeline_num_layers"] or values["decoder_last_pipeline_num_layers"]
     if explicit and split is not StageSplit.EVEN:
@@ -107,7 +113,6 @@ def search_inputs(values: dict):
     pinned["recompute"] = pinned["recompute"] and Recompute(pinned["recompute"])
     pinned["recompute_method"] = pinned["recompute_method"] and RecomputeMethod(pinned["recompute_method"])
     overlaps = {k: values.get(k) for k in OVERLAP_PINS}
-    pins = Pins(
+    return Pins(
         **pinned, **overlaps, max_tp=values.get("max_tp"), stage_split=None if split is StageSplit.EVEN else split
     )
-    return req, pins

@@ -21,7 +21,7 @@ from planner import api
 from planner.errors import PlannerError, counted
 from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec, recompute_layers_run
 from planner.plan_file import read_plan_file, request_from_fields, request_from_plan, request_to_json
-from planner.plan_options import KNOBS, OVERLAP_PINS, flag_fields, search_inputs
+from planner.plan_options import KNOBS, OVERLAP_PINS, flag_fields, search_inputs, search_pins
 
 FLAG_NAMES = {  # option names whose flag is not --name-with-dashes
     "plan_file": "--plan",
@@ -325,6 +325,41 @@ def _search_best(values: dict, given: set[str]) -> Resolved:
     pinned_text = f"; pinned {' '.join(flag(k) for k in pins_given)}" if pins_given else ""
     note = f"search's best of {counted(result.feasible, 'plan')} that fit (no --tp/--pp given{pinned_text})"
     return Resolved(best, searched=note)
+
+
+PINNED_SHAPE = (
+    "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
+    "pipeline_layout",
+    *SPLIT_FLAGS,
+)  # given to search, these pin the plans' stage shapes rather than changing the source's fields
+
+
+def search_source(values: dict, given: set[str]):
+    """search's context and pins. Without a source: the options (``search_inputs``). With a Megatron-Bridge config
+    (--bridge-recipe/--bridge-config/--bridge-override, as explain reads it at --gpus): the recipe's model, batch,
+    sequence, precision and behaviour options, with the options given beside it applied over them (each with a
+    note, as explain does); what search searches (the parallel knobs, recomputation, the overlaps) is searched
+    unless given, whatever the recipe sets. Returns (request, pins, notes)."""
+    if values.get("bridge_recipe") and not (values.get("bridge_config") or values.get("bridge_override")):
+        given = given | {"bridge_override"}  # the recipe alone is a source here: nothing to override
+        values = {**values, "bridge_override": ()}
+    source = pick_source(values, given)
+    if source is None:
+        return (*search_inputs(values), ())
+    if not isinstance(source, BridgeConfig):
+        raise PlannerError(f"search reads a plan's context from a Bridge config only, not from {source.where}")
+    fields = source.fields(values)
+    searched = {*KNOBS, *OVERLAP_PINS, *PINNED_SHAPE, "gpus"}
+    names = given - NOT_PLAN - set(source.selectors) - source.takes - searched
+    data, notes = override_fields(fields.data, {n: values[n] for n in names}, source.where)
+    req = request_from_fields({**data, "gpus": None, "parallel": {}})
+    knob_values = {k: values.get(k) if k in given else None for k in (*KNOBS, *OVERLAP_PINS, *PINNED_SHAPE)}
+    pins = search_pins({**values, **knob_values})
+    what = f"model {req.ctx.model.name}, global batch {req.ctx.training.global_batch}"
+    what += f", seq {req.ctx.training.seq_len}, {req.ctx.precision}"
+    kept = f"note: search keeps {source.where}'s {what} and options; searches its parallel layout"
+    return req, pins, (*fields.notes, *notes, kept)
 
 
 def read_text(path: str) -> str:

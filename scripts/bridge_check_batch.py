@@ -28,14 +28,17 @@ import stubs  # noqa: F401  (GPU-only packages as stand-ins; must come before Br
 
 
 def hf_cache(configs: dict) -> Path:
-    """A throw-away Hugging Face cache holding the given config.json contents."""
+    """A throw-away Hugging Face cache holding the given config.json contents. A key ``repo@commit`` also files the
+    config under that commit (a recipe that pins a revision, e.g. v0.6.0's Qwen3-30B-A3B, looks for it there)."""
     root = Path(tempfile.mkdtemp(prefix="bridge-check-hf-"))
-    for repo, config in configs.items():
+    for key, config in configs.items():
+        repo, _, commit = key.partition("@")
         d = root / "hub" / ("models--" + repo.replace("/", "--"))
-        snap = d / "snapshots" / ("0" * 40)
-        snap.mkdir(parents=True)
-        (d / "refs").mkdir()
-        (d / "refs" / "main").write_text("0" * 40)
+        snap = d / "snapshots" / (commit or "0" * 40)
+        snap.mkdir(parents=True, exist_ok=True)
+        (d / "refs").mkdir(exist_ok=True)
+        if not commit:
+            (d / "refs" / "main").write_text("0" * 40)
         (snap / "config.json").write_text(json.dumps(config))
     return root
 

@@ -18,6 +18,9 @@ HF_REPOS = {  # megaplan preset -> the Hub repository the Bridge recipes read
     "gpt-oss-20b": "openai/gpt-oss-20b",
     "gpt-oss-120b": "openai/gpt-oss-120b",
 }
+HF_REVISIONS = {  # commits a recipe pins (v0.6.0 recipes/qwen/h100/qwen3_moe.py _QWEN3_30B_A3B_MODEL_REVISION)
+    "qwen3-30b-a3b": ("ad44e777bcd18fa416d9da3bd8f70d33ebb85d39",)
+}
 LLAMA31_ROPE = {  # meta-llama/Meta-Llama-3.1-405B config.json
     "factor": 8.0,
     "low_freq_factor": 1.0,
@@ -89,3 +92,12 @@ def hf_config(preset: str) -> dict:
         c |= {"rope_theta": m.rotary_base, "rope_scaling": GPT_OSS_ROPE, "rms_norm_eps": 1e-5}
         return c | {"swiglu_limit": 7.0}
     raise KeyError(preset)
+
+
+def hf_entries(preset: str) -> dict:
+    """The ``hf`` entries of a bridge_check_batch case: the config.json under its repository, and again under
+    every commit a recipe pins (``repo@commit``)."""
+    if preset not in HF_REPOS:
+        return {}
+    config, repo = hf_config(preset), HF_REPOS[preset]
+    return {repo: config} | {f"{repo}@{c}": config for c in HF_REVISIONS.get(preset, ())}

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bridge_hf_configs import HF_REPOS, hf_config  # noqa: E402
+from bridge_hf_configs import hf_entries  # noqa: E402
 
 from planner.bridge.table import DATASET_SEQ, RECIPES, ROWS, TAG_MCORE  # noqa: E402
 
@@ -34,13 +34,14 @@ OUT = ROOT / "planner" / "bridge" / "data" / "recipe_defaults.json"
 def paths(tag: str) -> list[str]:
     out = {p for row in ROWS for p in row.paths(tag)} | {DATASET_SEQ[tag], "model.num_moe_experts"}
     out |= {"comm_overlap.tp_comm_overlap_cfg", "mixed_precision.first_last_layers_bf16", "model.num_layers"}
+    out |= {"model.cuda_graph_scope"}  # v0.6.0 recipes still set the deprecated scope (read as modules)
     return sorted(out)
 
 
 def dump(tag: str, python: str, pythonpath: str) -> dict:
     cases, names = [], []
     for name, (module, preset) in RECIPES[tag].items():
-        hf = {HF_REPOS[preset]: hf_config(preset)} if preset in HF_REPOS else {}
+        hf = hf_entries(preset)
         cases.append(
             {
                 "recipe": f"{module}:{name}",

@@ -26,7 +26,7 @@ from tests.test_bridge_roundtrip import PLANS, _request
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from bridge_hf_configs import HF_REPOS, hf_config  # noqa: E402  (config.json from the presets: the model cards)
+from bridge_hf_configs import hf_entries  # noqa: E402  (config.json from the presets: the model cards)
 
 
 def env_for(tag: str) -> tuple[str, str] | None:
@@ -51,7 +51,7 @@ def bridge_results(tag: str) -> dict:
             continue
         module = RECIPES[tag][exp.recipe][0]
         preset = req.ctx.model.name
-        hf = {HF_REPOS[preset]: hf_config(preset)} if preset in HF_REPOS else {}
+        hf = hf_entries(preset)
         fields = READ_PATHS + ["model.num_moe_experts", "dataset.sequence_length"]
         cases.append(
             {

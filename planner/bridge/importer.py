@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import yaml
 
 from planner.bridge import recipes
-from planner.bridge.runtime import apply_comm_overlap, apply_precision
+from planner.bridge.runtime import apply_comm_overlap, apply_precision, megatron_lm_expressible
 from planner.bridge.table import MODEL_ROWS, NEWEST, ROWS, TAGS
 from planner.bridge.values import to_flags
 from planner.errors import PlannerError
@@ -145,9 +146,20 @@ def _full_iteration(fields: dict) -> None:
         fields["model.cuda_graph_modules"] = [] if "model.cuda_graph_modules" in fields else None
 
 
+def _scope_to_modules(fields: dict, tag: str) -> None:
+    """v0.6.0 (Megatron-Core d98e8a64): a ``cuda_graph_scope`` set (as the perf recipes still do) becomes
+    ``cuda_graph_modules`` in TransformerConfig.__post_init__ (transformer_config.py:2716-2739) when the modules are
+    not given; core_v0.15.2 (v0.2.1) reads the scope itself."""
+    scope, modules = fields.get("model.cuda_graph_scope"), fields.get("model.cuda_graph_modules")
+    if tag != "v0.2.1" and scope not in (None, "") and modules in (None, [], "full"):
+        fields |= {"model.cuda_graph_modules": [scope] if isinstance(scope, str) else list(scope)}
+        fields["model.cuda_graph_scope"] = None
+
+
 def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
     """The Megatron-LM flags the (runtime-updated) Bridge fields stand for, through the mapping table."""
     _full_iteration(fields)
+    _scope_to_modules(fields, tag)
     ctx = _context(fields, is_moe)
     argv: list[str] = []
     for flag, path in MODEL_ROWS.items():
@@ -204,6 +216,7 @@ def bridge_import_fields(
     t, p, c = (int(merged.get(f"model.{k}_parallel_size") or 1) for k in ("tensor_model", "pipeline_model", "context"))
     dp = gpus // (t * p * c) if gpus % (t * p * c) == 0 else 1
     warnings = apply_precision(merged, set(fields)) + apply_comm_overlap(merged, dp, base_has_co)
+    warnings += megatron_lm_expressible(merged)
     from planner.presets import load_model
 
     is_moe = bool(merged.get("model.num_moe_experts")) or (load_model(model).is_moe if model else False)
@@ -239,7 +252,7 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     path, _, workload = (path or "").partition("#")
     text = read_text(path) if path else ""
     if workload:
-        return _workload(text, workload, values)
+        return _workload(text, workload, values, Path(path))
     head = header_options(text)
     gpus = values.get("gpus") or (int(head["gpus"]) if head.get("gpus") else None)
     where = f"--gpus {gpus}" if values.get("gpus") else f"the Bridge config's {gpus} GPUs"
@@ -281,14 +294,15 @@ def file_kind(text: str) -> str:
     return "bridge"
 
 
-def _workload(text: str, name: str, values: dict) -> tuple[object, str]:
+def _workload(text: str, name: str, values: dict, path: Path | None = None) -> tuple[object, str]:
     """--bridge-config FILE#NAME: one of Bridge's performance workloads (planner.bridge.workloads)."""
     from planner.bridge.workloads import read_workload
 
-    w = read_workload(text, name)
+    w = read_workload(text, name, path)
     gpus = values.get("gpus") or w.gpus
+    hardware = values.get("hardware") or w.hardware
     read = bridge_import_fields(
-        w.fields, tag=w.tag, recipe=w.recipe, gpus=gpus, hardware=values.get("hardware") or w.hardware, model=w.model
+        w.fields, tag=w.tag, recipe=w.recipe, gpus=gpus, hardware=hardware, model=w.model, env=w.env
     )
     note = f"workload {w.name} (Megatron-Bridge {w.tag} performance scripts): {w.gpus} GPUs of {w.hardware}"
     where = f"--gpus {gpus}" if values.get("gpus") else f"the workload's {w.gpus} GPUs"

@@ -9,6 +9,9 @@ Bridge's ``runtime_config_update`` (training/config.py, v0.2.1 through v0.6.0) r
    ``overlap_p2p_comm`` on for an interleaved pipeline, off otherwise; ``overlap_moe_expert_parallel_comm``
    off unless given; and, with the distributed optimizer, the DDP overlaps on when data-parallel size > 1;
    each unless the comm_overlap field itself is given.
+
+What Bridge then runs that Megatron-LM's flags cannot say is brought to the nearest plan they can
+(``megatron_lm_expressible``), with a warning.
 """
 
 from __future__ import annotations
@@ -105,3 +108,19 @@ def apply_comm_overlap(fields: dict, dp: int, base_has_comm_overlap: bool) -> li
 def _given(co: dict, name: str, default: bool) -> bool:
     value = co.get(name)
     return bool(default if value is None else value)
+
+
+def megatron_lm_expressible(fields: dict) -> list[str]:
+    """The DDP parameter all-gather overlapped while gradient reduction is not: Megatron-Core runs it (its
+    DistributedDataParallel registers the forward pre-hooks on ``overlap_param_gather`` alone,
+    distributed_data_parallel.py:479 at d98e8a64), Bridge checks nothing more, but Megatron-LM's arguments.py
+    (1024-1029) refuses ``--overlap-param-gather`` without ``--overlap-grad-reduce``. v0.6.0's DeepSeek-V3 H100 perf
+    recipes run it (``cfg.ddp.overlap_grad_reduce = False`` beside the overlaps Bridge turns on for data-parallel
+    size > 1). Priced with the all-gather not overlapped: slower than the run by at most that exposed gather."""
+    if fields.get("ddp.overlap_param_gather") and fields.get("ddp.overlap_grad_reduce") is False:
+        fields["ddp.overlap_param_gather"] = False
+        return [
+            "ddp.overlap_param_gather=true with overlap_grad_reduce=false runs in Megatron-Core but Megatron-LM "
+            "refuses it (arguments.py); priced with the parameter all-gather not overlapped (an upper bound)"
+        ]
+    return []

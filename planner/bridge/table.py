@@ -642,6 +642,8 @@ RECIPES: dict[str, dict[str, tuple[str, str]]] = {
         "llama3_70b_pretrain_32gpu_h100_bf16_config": (_V060 + "llama.h100.llama3", "llama3-70b"),
         "llama31_405b_pretrain_256gpu_h100_bf16_config": (_V060 + "llama.h100.llama3", "llama3.1-405b"),
         "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config": (_V060 + "qwen.h100.qwen3_moe", "qwen3-30b-a3b"),
+        # the base of the H100 perf recipes (perf_recipes/qwen/h100/qwen3_moe.py)
+        "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config": (_V060 + "qwen.h100.qwen3_moe", "qwen3-30b-a3b"),
         "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config": (_V060 + "qwen.h100.qwen3_moe", "qwen3-235b-a22b"),
         "deepseek_v3_pretrain_1024gpu_h100_bf16_config": (_V060 + "deepseek.h100.deepseek_v3", "deepseek-v3"),
         "gpt_oss_20b_pretrain_16gpu_h100_bf16_config": (_V060 + "gpt_oss.h100.gpt_oss", "gpt-oss-20b"),

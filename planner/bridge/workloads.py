@@ -21,7 +21,9 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
+from planner.bridge.perf_reader import read_perf_recipe
 from planner.errors import PlannerError
 
 GPUS = {"H100": "dgx-h100-superpod", "B200": "dgx-b200-superpod", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
@@ -89,6 +91,7 @@ class Workload:
     model: str
     gpus: int
     hardware: str
+    env: tuple[str, ...] = ()  # the launch environment the recipe sets (v0.6.0 cfg.env_vars), NAME=VALUE
 
 
 def _literal(node: ast.AST, name: str):
@@ -191,52 +194,17 @@ V060_DTYPES |= {"fp8sc": "bf16_with_fp8_subchannel_scaling_mixed"}
 PERF_DTYPE = {"bf16": "bf16", "fp8_cs": "fp8cs", "fp8_mx": "fp8mx", "fp8_sc": "fp8sc"}
 
 
-def _target(node: ast.AST) -> str | None:
-    """``cfg.a.b`` as ``a.b`` (None for anything else)."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    return ".".join(reversed(parts)) if isinstance(node, ast.Name) and node.id == "cfg" and parts else None
+def perf_precision(dtype, name: str) -> dict:
+    """``_perf_precision(dtype)`` (v0.6.0 perf_recipes/_common.py) as Bridge fields: the preset, gradients reduced
+    in BF16, and for FP8 current scaling no BF16 end layers."""
+    preset = PERF_DTYPE.get(dtype) if isinstance(dtype, str) else None
+    if preset is None:
+        raise PlannerError(f"workload {name}: _perf_precision({dtype!r}) is a precision megaplan does not price")
+    fields = {"mixed_precision": V060_DTYPES[preset], "mixed_precision.grad_reduce_in_fp32": False}
+    return fields | ({"mixed_precision.first_last_layers_bf16": False} if preset == "fp8cs" else {})
 
 
-def _assignment(path: str, value: ast.AST, name: str) -> dict:
-    """One ``cfg.<path> = value`` as Bridge fields (literals, the precision helper, a CommOverlapConfig)."""
-    if isinstance(value, ast.Call):
-        func = getattr(value.func, "id", "")
-        if path == "mixed_precision" and func == "_perf_precision":
-            dtype = PERF_DTYPE.get(_literal(value.args[0], name)) if value.args else None
-            if dtype is None:
-                raise PlannerError(f"workload {name}: {ast.unparse(value)} is a precision megaplan does not price")
-            preset = {"mixed_precision": V060_DTYPES[dtype], "mixed_precision.grad_reduce_in_fp32": False}
-            return preset | ({"mixed_precision.first_last_layers_bf16": False} if dtype == "fp8cs" else {})
-        if path == "comm_overlap" and func == "CommOverlapConfig":
-            return {"comm_overlap._target_": "CommOverlapConfig"} | {
-                f"comm_overlap.{kw.arg}": _literal(kw.value, name)
-                for kw in value.keywords
-                if kw.arg != "tp_comm_overlap_cfg"
-            }
-        return {}
-    try:
-        return {path: ast.literal_eval(value)}
-    except ValueError:
-        return {}  # a name (a userbuffer config, an enum): not a field the estimate reads
-
-
-def read_v060(text: str, name: str) -> dict:
-    """The ``cfg.<field> = <literal>`` assignments of one perf recipe function, in order."""
-    funcs = {n.name: n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
-    if name not in funcs:
-        pretrain = sorted(n for n in funcs if V060_NAME.match(n))
-        raise PlannerError(f"workload {name}: not in the file; allowed: {', '.join(pretrain) or 'none'}")
-    fields: dict = {}
-    for node in ast.walk(funcs[name]):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and (path := _target(node.targets[0])):
-            fields.update(_assignment(path, node.value, name))
-    return fields
-
-
-def workload_v060(text: str, name: str) -> Workload:
+def workload_v060(text: str, name: str, path: Path | None = None) -> Workload:
     """The perf recipe ``name`` of a v0.6.0 perf_recipes module."""
     m = V060_NAME.match(name)
     preset = m and V060_MODELS.get(m["model"])
@@ -247,13 +215,16 @@ def workload_v060(text: str, name: str) -> Workload:
         )
     from planner.bridge.table import RECIPES
 
-    recipe = next(r for r, (_, p) in RECIPES["v0.6.0"].items() if p == preset)
-    fields = read_v060(text, name)
-    return Workload(name, "v0.6.0", fields, recipe, preset, int(m["gpus"]), GPUS[m["gpu"].upper()])
+    fields, env, base = read_perf_recipe(text, name, path)
+    known = RECIPES["v0.6.0"]  # the library recipe it starts from, else the model's first known one
+    recipe = base if base in known else next(r for r, (_, p) in known.items() if p == preset)
+    env = tuple(f"{k}={v}" for k, v in sorted(env.items()))
+    return Workload(name, "v0.6.0", fields, recipe, preset, int(m["gpus"]), GPUS[m["gpu"].upper()], env)
 
 
-def read_workload(text: str, name: str) -> Workload:
-    """A workload from its file: a v0.2.1 workload_base_configs.py or a v0.6.0 perf_recipes module."""
+def read_workload(text: str, name: str, path: Path | None = None) -> Workload:
+    """A workload from its file: a v0.2.1 workload_base_configs.py or a v0.6.0 perf_recipes module (whose helpers
+    are read from the perf-recipe modules it imports, found beside ``path``)."""
     if re.search(r"^\s*def\s+" + re.escape(name) + r"\s*\(", text, re.M):
-        return workload_v060(text, name)
+        return workload_v060(text, name, path)
     return workload_v021(text, name)

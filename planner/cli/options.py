@@ -323,6 +323,14 @@ def search_options(f):
     return _apply(f, [o.decorator(search=True) for o in PLAN_OPTIONS if not o.plan_only])
 
 
+BRIDGE_SOURCE = ("bridge_recipe", "bridge_version", "bridge_config", "bridge_override")
+
+
+def bridge_source_options(f):
+    """search: a Megatron-Bridge recipe (with overrides or a config file) as the model, batch and precision."""
+    return _apply(f, [o.decorator(search=False) for o in PLAN_OPTIONS if dest(o) in BRIDGE_SOURCE])
+
+
 def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
     """A plan from a file or a command line, with the run's --tokens and --gpu-hour-price when given."""
     run = {k: v for k, v in (("train_tokens", kw.get("tokens")), ("gpu_hour_price", kw.get("gpu_hour_price"))) if v}

@@ -98,7 +98,17 @@ def search_command(pj: dict, model_ref: str | None = None, hardware_ref: str | N
     return f"megaplan search {shlex.join(command_args(pj, model_ref, hardware_ref, skip=picked))}"
 
 
-def commands(pj: dict, model_ref: str | None = None, hardware_ref: str | None = None) -> dict[str, str]:
-    """The explain and export command lines that reproduce a plan JSON."""
+def commands(
+    pj: dict, model_ref: str | None = None, hardware_ref: str | None = None, bridge: dict | None = None
+) -> dict[str, str]:
+    """The explain and export command lines that reproduce a plan JSON; with ``bridge`` (the search's
+    --bridge-recipe/--bridge-version), the export writes Bridge overrides over that recipe."""
     args = shlex.join(command_args(pj, model_ref, hardware_ref))
-    return {"explain": f"megaplan explain {args}", "export": f"megaplan export {args} --format slurm"}
+    if bridge is None:
+        return {"explain": f"megaplan explain {args}", "export": f"megaplan export {args} --format slurm"}
+    over = shlex.join(["--format", "bridge", *(x for k, v in bridge.items() for x in (flag_of(k), v))])
+    return {"explain": f"megaplan explain {args}", "export": f"megaplan export {args} {over}"}
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")

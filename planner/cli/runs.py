@@ -6,7 +6,7 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
-from planner.cli.options import note_beyond_chunks, note_full_only, search_inputs, search_options
+from planner.cli.options import BRIDGE_SOURCE, bridge_source_options, note_beyond_chunks, note_full_only, search_options
 from planner.cli.reproduce import commands
 
 MAX_TOP = 1000  # --top: each plan listed is a whole plan JSON (6,600 took over 10 s)
@@ -19,6 +19,7 @@ MAX_TABLE_TOP = 200  # a table is read, not processed: 200 rows draw in well und
     "--min-gpus", is_flag=True, help="Instead of --gpus: find the smallest cluster (whole nodes) with a plan that fits."
 )
 @search_options
+@bridge_source_options
 @click.option("--max-tp", type=click.IntRange(min=1), help="Largest TP (default: GPUs per node; larger crosses nodes).")
 @click.option(
     "--rank-by",
@@ -44,8 +45,9 @@ def search(**kw) -> None:
     \b
     Examples:
         megaplan search --model gpt3-175b --gpus 1024
-        megaplan search --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --recompute full
         megaplan search --model gpt3-175b --hardware dgx-a100-40gb-superpod --min-gpus
+        megaplan search --bridge-recipe llama3_70b_pretrain_32gpu_h100_bf16_config --gpus 64 \\
+            --hardware dgx-h100-superpod
     """
     from planner.search import search as run_search
 
@@ -59,7 +61,7 @@ def search(**kw) -> None:
         raise click.UsageError(
             f"--top {kw['top']}: the table shows at most {MAX_TABLE_TOP} plans; --json and --csv list up to {MAX_TOP:,}"
         )
-    req, pins = _inputs(kw)
+    req, pins, bridge = _inputs(kw)
     if kw["min_gpus"]:
         return _min_gpus(req, pins, kw)
     result = run_search(
@@ -74,7 +76,7 @@ def search(**kw) -> None:
     say_warnings(req.ctx, kw["gpus"], result.plans[0])
     note_beyond_chunks(kw, result.plans)
     for pj in result.plans:
-        pj["commands"] = commands(pj, kw["model"], kw["hardware"])
+        pj["commands"] = commands(pj, kw["model"], kw["hardware"], bridge)
     if kw["as_json"]:
         echo_json(result.to_json())
     elif kw["as_csv"]:
@@ -88,13 +90,23 @@ def search(**kw) -> None:
 
 
 def _inputs(kw: dict):
-    if not kw.get("model"):
+    """(request, pins, the Bridge options to export with): from the options, or from a Bridge recipe/config."""
+    from planner.cli.resolve import given_options
+    from planner.plan_sources import search_source
+
+    bridge = {k: kw[k] for k in BRIDGE_SOURCE if kw.get(k)}
+    if not kw.get("model") and not bridge:
         raise click.UsageError(
             "Missing option '--model' (a preset name from `megaplan presets models`, or a YAML path)."
         )
-    inputs = search_inputs(kw)  # bad options are one error line, with no note before it
+    if bridge and kw.get("min_gpus"):
+        raise click.UsageError("--min-gpus takes no Bridge recipe or config: give --gpus N (the recipe's world)")
+    req, pins, notes = search_source(kw, given_options())  # bad options are one error line, with no note before
+    for note in notes:
+        click.echo(f"megaplan: {note}", err=True)
     note_full_only(kw)
-    return inputs
+    export = {k: kw[k] for k in ("bridge_recipe", "bridge_version") if kw.get(k)}
+    return req, pins, export if bridge else None
 
 
 def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
@@ -157,7 +169,7 @@ def sweep(
     if plot_file:
         plots.check_picture_path(plot_file, "--plot")
         refuse_existing("--plot", plot_file, overwrite)
-    req, pins = _inputs(kw)
+    req, pins, _ = _inputs(kw)
     with progress("sweeping", total=len(sizes)) as step:
         result = run_sweep(
             req.ctx, sizes, pins, memory_headroom=kw["memory_headroom"], skip_infeasible=skip_infeasible, step=step
@@ -186,4 +198,4 @@ def sweep(
 SWEEP_OWN = {"gpus", "min_gpus", "top", "sort", "rank_by", "as_json", "as_csv"}
 
 
-sweep.params[:0] = [p for p in search.params if p.name not in SWEEP_OWN]
+sweep.params[:0] = [p for p in search.params if p.name not in SWEEP_OWN | set(BRIDGE_SOURCE)]
