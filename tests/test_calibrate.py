@@ -173,3 +173,40 @@ def test_calibrate_moe_refreshes_each_presets_moe_band():
     )
     assert acc.validation_error_frac == hw.accuracy.validation_error_frac  # the dense band untouched
     assert moe_accuracy(hw, None) is None
+
+
+def test_validate_prints_the_drift_table_in_80_columns():
+    from rich.console import Console
+
+    from planner.report.fidelity import drift_table
+
+    factors = {
+        "dgx-h100-superpod": {
+            "gemm_efficiency": {
+                "value": 0.8,
+                "status": "fitted",
+                "sigma": 0.02,
+                "band": [0.68, 0.95],
+                "loso": [0.78, 0.83],
+                "loso_sources": 4,
+                "drift_pct": 3.75,
+            },
+            "straggler_sigma": {
+                "value": 0.0237,
+                "status": "fitted",
+                "sigma": 0.0095,
+                "band": [0, 0.03],
+                "loso": None,
+                "loso_sources": None,
+                "drift_pct": None,
+            },
+        }
+    }
+    console = Console(width=80, record=True)
+    console.print(drift_table(factors))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    row = next(line for line in text.splitlines() if "gemm_efficiency" in line)
+    assert "0.78–0.83" in row and "3.8%" in row and "0.8" in row
+    assert "4 sources" in next(line for line in text.splitlines() if "dgx-h100-superpod" in line)
+    assert "—" in next(line for line in text.splitlines() if "straggler_sigma" in line)

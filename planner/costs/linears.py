@@ -56,8 +56,10 @@ UB_COMPUTE_STREAMS = 3  # Transformer Engine comm_gemm_overlap.h NVTE_COMM_OVERL
 # Chunks priced as sharing the SMs: TE issues chunk i on compute stream i mod min(3, n) with nothing
 # ordering one chunk after another on different streams (comm_gemm_overlap.cpp split_overlap_rs,
 # split_overlap_ag: each waits only for its own piece), so up to three run at once (split_gemms_s).
-# Priced each alone (1) until the presets' factors are refitted with the concurrent price, which moves
-# every TP-overlap run faster (docs/cost-model.md §6.3.1).
+# Priced each alone (1), at its own shape: refitted with the concurrent price (3), the runs measured with
+# TP overlap pull the GEMM law's x½ to 418 on H100 and to its bound (1024) on GB200, and the MoE rows'
+# small expert GEMMs then miss by a median 11.5 % (5.4 % with 1): the runs do not support pricing the
+# concurrency alone (docs/cost-model.md §6.3.1).
 UB_CONCURRENT_CHUNKS = 1
 
 

@@ -38,17 +38,20 @@ def drift_table(factors: dict) -> Table:
         title="Fitted factors: value ± σ and leave-one-source-out drift (refit without each source in turn)",
         title_justify="left",
     )
-    for col, just in (("hardware", "left"), ("factor", "left"), ("value", "right"), ("± σ", "right")):
-        table.add_column(col, justify=just, no_wrap=col == "factor")
-    for col in ("without one source", "drift"):
-        table.add_column(col, justify="right")
+    table.add_column("preset / factor", justify="left", min_width=24)  # a factor name never wraps
+    for col in ("value", "± σ", "without one source", "drift"):
+        table.add_column(col, justify="right", no_wrap=col != "without one source")
     for name, rows in factors.items():
+        if not rows:
+            continue
+        n = next((f["loso_sources"] for f in rows.values() if f["loso_sources"]), None)
+        carried = " (carried over)" if all(f["status"] == "carried over" for f in rows.values()) else ""
+        table.add_row(Text(name + carried, style="bold"), "", "", f"{n} sources" if n else "", "")
         for factor, f in rows.items():
-            carried = " (carried)" if f["status"] == "carried over" else ""
-            loso = "—" if f["loso"] is None else f"{_value(f['loso'][0])}–{_value(f['loso'][1])} ({f['loso_sources']})"
+            loso = "—" if f["loso"] is None else f"{_value(f['loso'][0])}–{_value(f['loso'][1])}"
             drift = "—" if f["drift_pct"] is None else f"{f['drift_pct']:.1f}%"
             sigma = "—" if f["sigma"] is None else _value(f["sigma"])
-            table.add_row(name + carried, factor, _value(f["value"]), sigma, loso, drift)
+            table.add_row("  " + factor, _value(f["value"]), sigma, loso, drift)
     return table
 
 
