@@ -239,6 +239,21 @@ def test_moe_fit_recovers_a_known_host_time():
     assert fit.value == pytest.approx(14.0, abs=0.05) and fit.sigma < 0.05
 
 
+def test_a2a_fit_recovers_a_known_all_to_all_efficiency():
+    """H100 MoE rows whose all-to-all crosses nodes (Qwen3-30B EP 16, Qwen3-235B EP 32), 'published' as
+    the model's own with η_a2a = 0.55 and t_op at the preset's: fit_a2a gives back 0.55, σ ~ 0."""
+    from planner.fidelity.calibrate import with_calibration
+
+    ids = ("MB-26.04-H100-QWEN3-30B-16", "MB-26.04-H100-QWEN3-235B-256")
+    runs = [r for r in load_moe_runs() if r.id in ids]
+    truth = with_calibration(load_hardware("dgx-h100-superpod"), {"a2a_network_efficiency": 0.55})
+    synthetic = [replace(r, published=predict(r, req=prepare(r, truth))) for r in runs]
+    f = moe_fit.fit_a2a("dgx-h100-superpod", synthetic)
+    a2a = f.factors["a2a_network_efficiency"]
+    assert len(synthetic) == 2 and a2a.status == "fitted"
+    assert a2a.value == pytest.approx(0.55, abs=0.002) and a2a.sigma < 0.01
+
+
 def _qwen3_30b_h100_ab(dispatcher: str, overlap: bool, *, delay_wgrad: bool = False) -> float:
     opts = dict(
         overlap_grad_reduce=True,
