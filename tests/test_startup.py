@@ -4,26 +4,26 @@ Bridge). Each import is time every process pays; tested in a fresh interpreter."
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 PROBE = """
-import json, sys
+import sys
 from planner.cli import cli
 try:
     cli.main(sys.argv[1:])
 except SystemExit:
     pass
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+modules = sorted(sys.modules)
+print(" ".join(modules), file=sys.stderr)
 """
 
 
 def imported(args: list[str]) -> set[str]:
     done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True)
-    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+    return set(done.stderr.strip().splitlines()[-1].split())
 
 
 def _under(modules: set[str], *roots: str) -> list[str]:
@@ -31,7 +31,7 @@ def _under(modules: set[str], *roots: str) -> list[str]:
 
 
 def test_version_imports_no_library():
-    assert _under(imported(["--version"]), "numpy", "pydantic", "rich", "yaml", "planner.cli.runs") == []
+    assert _under(imported(["--version"]), "numpy", "pydantic", "rich", "yaml", "json", "planner.cli.runs") == []
 
 
 @pytest.mark.parametrize("output", ["--json", "--csv"])
@@ -40,3 +40,20 @@ def test_search_to_a_file_format_draws_nothing_and_loads_no_other_command(output
     assert "planner.search" in modules  # it did search
     unwanted = ("rich", "planner.report.layout", "planner.megatron", "planner.bridge", "planner.runs", "scipy")
     assert _under(modules, *unwanted) == []
+
+
+FAST = """
+import sys
+sys.argv = ["megaplan", "--version"]
+from planner.__main__ import main
+main()
+print(" ".join(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def test_version_alone_is_answered_before_click_as_click_words_it():
+    from conftest import run_cli
+
+    done = subprocess.run([sys.executable, "-c", FAST], capture_output=True, text=True, check=True)
+    assert done.stdout == run_cli(["--version"]).stdout  # "megaplan, version X" either way
+    assert _under(set(done.stderr.split()), "click", "planner.cli") == []
