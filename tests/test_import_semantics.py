@@ -314,7 +314,8 @@ def test_a_t5_scripts_encoder_sequence_is_its_sequence_length_as_megatron_reads_
 
 def test_every_unset_value_the_estimate_needs_is_named_at_once(tmp_path):
     # the trial: a moe-modelzoo YAML needs ~10 --env values, and each run named only the first
-    main = f"torchrun --nproc-per-node 8 pretrain_gpt.py {NET} {VOCAB} --micro-batch-size $MBS --global-batch-size $GBS\n"
+    batch = "--micro-batch-size $MBS --global-batch-size $GBS"
+    main = f"torchrun --nproc-per-node 8 pretrain_gpt.py {NET} {VOCAB} {batch}\n"
     with pytest.raises(PlannerError) as err:
         imported(tmp_path, {"main.sh": main}, "main.sh")
     assert str(err.value) == (
