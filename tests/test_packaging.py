@@ -28,3 +28,20 @@ def test_installed_command_runs_from_another_directory(tmp_path):
     assert run.returncode == 0, run.stderr
     best = json.loads(run.stdout)["plans"][0]
     assert best["parallel"]["tp"] * best["parallel"]["pp"] * best["parallel"]["dp"] * best["parallel"]["cp"] == 1024
+
+
+def test_every_package_and_data_file_of_the_planner_is_installed():
+    # the fresh-venv trial: `pip install .` left out planner.bridge, so every Bridge option ended in
+    # "ModuleNotFoundError: No module named 'planner.bridge'" (the editable install hid it)
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, data = set(tool["packages"]), tool["package-data"]
+    packages = {".".join(p.parent.relative_to(root).parts) for p in (root / "planner").rglob("__init__.py")}
+    assert packages - listed == set()
+    for path in (root / "planner").rglob("*"):
+        if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts:
+            package = ".".join(path.parent.relative_to(root).parts)
+            assert any(fnmatch.fnmatch(path.name, pattern) for pattern in data.get(package, [])), path
