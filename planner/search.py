@@ -36,7 +36,7 @@ from planner.space.sizes import (
     rules_broken_everywhere,
 )
 
-CHUNK = 32_768  # rows per evaluation: (rows × stage kinds) float arrays stay a few MiB each
+CHUNK = 16_384  # rows per evaluation: (rows × stage kinds) float arrays stay a few MiB each (about 40 MiB in all)
 BLOCK = 4 * CHUNK  # rows the search scores at once (with their TP-overlap twins): its memory stays bounded
 FIELDS = tuple(PlanGrid.__dataclass_fields__)
 FITS_RULE = "fits in GPU memory (with the headroom)"
@@ -119,6 +119,17 @@ class _Scored:
     peak: np.ndarray
     options: _Options
 
+    def take(self, rows: np.ndarray) -> _Scored:
+        return _Scored(self.grid.take(rows), self.iteration[rows], self.peak[rows], self.options)
+
+    @staticmethod
+    def stack(parts: list[_Scored]) -> _Scored:
+        """The rows of every part, one after the other."""
+        if len(parts) == 1:
+            return parts[0]
+        iteration, peak = (np.concatenate([getattr(p, k) for p in parts]) for k in ("iteration", "peak"))
+        return _Scored(PlanGrid.stack(*(p.grid for p in parts)), iteration, peak, parts[0].options)
+
 
 SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by attention kernel
     AttentionKernel.FLASH: (RecomputeModule.MLP,),  # flash attention keeps no scores: the MLP is what saves memory
@@ -199,10 +210,10 @@ def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.nd
     # the layers needed never fall as the micro-batch grows and do not depend on the dispatcher
     # (``_by_family``): solve each family's smallest micro-batch first, the others where that one can
     def solve(pos: np.ndarray) -> np.ndarray:  # each row with its own overlaps (userbuffers take memory)
-        k = np.zeros(len(pos), dtype=np.int64)
-        for start in range(0, len(pos), CHUNK):
-            part = grid.take(pos[start : start + CHUNK])
-            k[start : start + CHUNK] = block_recompute_layers(part, scored.options.evaluating, capacity)
+        k, size = np.zeros(len(pos), dtype=np.int64), CHUNK // 2  # each row is evaluated twice (1 and 2 layers)
+        for start in range(0, len(pos), size):
+            part = grid.take(pos[start : start + size])
+            k[start : start + size] = block_recompute_layers(part, scored.options.evaluating, capacity)
         return k
 
     k = _by_family(grid, np.arange(len(grid)), solve, lambda k: k == 0)
@@ -232,9 +243,10 @@ def search(
         why = why or axes.reason(num_gpus, ctx.training.global_batch)
         raise InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, f"world size = tp·cp·pp·dp: {why}", suggest_sizes))
     grid = candidate_grid(ctx, num_gpus, pins)
-    candidates = len(grid)
+    candidates, columns = len(grid), {name: getattr(grid, name) for name in FIELDS}
     legal, rejected = _legal_rows(ctx, grid, pins, num_gpus)
-    grid = grid.take(legal)  # only the legal rows from here on (the candidates are let go)
+    del grid  # only the legal rows from here on: the candidates are let go column by column
+    grid, legal = _rows_of(columns, legal), None
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     grid, options = recipe_options(ctx, pins, grid)
     unsolved = np.flatnonzero(grid.recompute_block & (grid.recompute_layers == 0))  # block pinned, layers not
@@ -242,35 +254,57 @@ def search(
         solved = block_recompute_layers(grid.take(unsolved), options.evaluating, capacity)
         grid.recompute_layers[unsolved] = np.maximum(solved, 1)
     scored, twins = _with_tp_overlap_twins(grid, options, capacity, pins.tp_comm_overlap is None)
-    if pins.recompute_method is None and _full_allowed(pins):
-        scored = _with_block_recompute(scored, capacity)
-    fits = scored.peak <= capacity
-    if np.any(~fits):
-        rejected[FITS_RULE] = int(np.sum(~fits))
-    if not np.any(fits):
+    parts = [scored]
+    if pins.recompute_method is None and _full_allowed(pins):  # block-recomputation variants of rows that do not fit
+        parts.append(_block_variants(scored, capacity))
+    unfit = sum(int(np.sum(~(part.peak <= capacity))) for part in parts)
+    if unfit:
+        rejected[FITS_RULE] = unfit
+    if unfit == sum(len(part.peak) for part in parts):
+        scored = _Scored.stack(parts)
         raise InfeasibleError(
             _nothing_fits(ctx, num_gpus, pins, candidates, scored, capacity, rejected, suggest_sizes=suggest_sizes)
         )
-    variants = len(scored.grid) - len(grid)  # block-recomputation variants of the rows that do not fit
+    variants = sum(len(part.peak) for part in parts[1:])
+    fitting = _Scored.stack([part.take(np.flatnonzero(part.peak <= capacity)) for part in parts])  # in row order
     rank_by = "memory" if sort == "memory" else rank_by
-    result = _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, candidates + variants, rejected)
+    fits = np.ones(len(fitting.peak), dtype=bool)
+    result = _ranked(ctx, num_gpus, fitting, fits, top, rank_by, memory_headroom, candidates + variants, rejected)
     result.block_variants, result.tp_overlap_twins = variants, twins
     return result
 
 
+def _rows_of(columns: dict, rows: np.ndarray) -> PlanGrid:
+    """The grid of ``rows`` of a grid's ``columns``, each column replaced in ``columns`` by its rows in turn,
+    so the whole grid is never held twice (the candidates are the search's largest arrays)."""
+    for name in columns:
+        if name != "layouts":
+            columns[name] = columns[name][rows]
+    return PlanGrid(**columns)
+
+
 def _legal_rows(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int) -> tuple[np.ndarray, dict[str, int]]:
-    """The rows that keep every rule, and how many rows each rule rejected first (in the table's order)."""
+    """The rows that keep every rule, and how many rows each rule rejected first (in the table's order);
+    the rules read the grid in blocks of rows (their letters are arrays per row)."""
+    legal, first_broken, names = np.ones(len(grid), dtype=bool), np.zeros(len(grid), dtype=np.int16), []
+    for start in range(0, len(grid), BLOCK):
+        part = slice(start, start + BLOCK)
+        names = _first_broken(ctx, grid.take(part), pins, num_gpus, legal[part], first_broken[part])
+    broken = np.bincount(first_broken, minlength=len(names) + 1)[1:]
+    return np.flatnonzero(legal), {names[k]: int(broken[k]) for k in range(len(names)) if broken[k]}
+
+
+def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal, first_broken) -> list[str]:
+    """Marks in ``legal`` the rows of ``grid`` that keep every rule and in ``first_broken`` 1 + the first
+    rule each breaks (0 for none), one rule's mask at a time; returns the rules' names in order."""
     masks = each_rule_mask(grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus)
     domain = (TP_NODE_RULE, tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp))
-    legal = np.ones(len(grid), dtype=bool)
-    first_broken = np.zeros(len(grid), dtype=np.int16)  # 1 + the first rule broken, 0 for none
     names = []
-    for k, (name, mask) in enumerate(chain(masks, [domain])):  # one rule's mask at a time
+    for k, (name, mask) in enumerate(chain(masks, [domain])):
         names.append(name)
         first_broken[legal & ~mask] = k + 1
         legal &= mask
-    broken = np.bincount(first_broken, minlength=len(names) + 1)[1:]
-    return np.flatnonzero(legal), {names[k]: int(broken[k]) for k in range(len(names)) if broken[k]}
+    return names
 
 
 def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, twins: bool) -> tuple[_Scored, int]:
@@ -302,8 +336,9 @@ def _family_blocks(grid: PlanGrid, idx: np.ndarray, size: int) -> list[np.ndarra
         return [idx]
     key = _family_keys(grid, idx)
     order = np.argsort(key, kind="stable")
-    ranked = key[order]
-    starts = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]]))  # where each family starts
+    key = key[order]
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # where each family starts
+    del key
     cuts = distinct(starts[np.minimum(np.searchsorted(starts, np.arange(size, len(idx), size)), len(starts) - 1)])
     return [part for part in np.split(idx[order], cuts[cuts > 0]) if len(part)]
 
@@ -313,15 +348,12 @@ def _full_allowed(pins: Pins) -> bool:
     return pins.recompute is None or any(r is not None and r.value == "full" for r in allowed)
 
 
-def _with_block_recompute(scored: _Scored, capacity: float) -> _Scored:
-    """The scored rows and, for each row without recomputation that does not fit, its block-recomputation
-    variant with the fewest layers that fit (evaluated like the others)."""
+def _block_variants(scored: _Scored, capacity: float) -> _Scored:
+    """For each scored row without recomputation that does not fit, its block-recomputation variant with the
+    fewest layers that fit, evaluated like the others."""
     block, _ = _block_candidates(scored, capacity)
-    if not len(block):
-        return scored
     it, pk = _evaluate(block, np.arange(len(block)), scored.options.evaluating, capacity)
-    merged = PlanGrid.stack(scored.grid, block)
-    return _Scored(merged, np.concatenate([scored.iteration, it]), np.concatenate([scored.peak, pk]), scored.options)
+    return _Scored(block, it, pk, scored.options)
 
 
 def _bands(scored: _Scored, rows: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
@@ -473,7 +505,7 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
     ``np.unique`` before it could overflow)."""
     key, span = np.zeros(len(idx), dtype=np.int64), 1
     for name in FAMILY_FIELDS:
-        col = getattr(grid, name)[idx].astype(np.int64)
+        col = getattr(grid, name)[idx]  # in the grid's own small dtype; the key adds it in int64, in place
         low = int(col.min())
         width = int(col.max()) - low + 1
         if width == 1:
@@ -481,7 +513,9 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
         if span * width >= 2**62:
             _, key = np.unique(key, return_inverse=True)
             key, span = key.reshape(-1).astype(np.int64), int(key.max()) + 1
-        key = key * width + (col - low)
+        key *= width
+        key += col if col.dtype.kind in "bi" else col.astype(np.int64)  # block layers come back as floats
+        key -= low
         span *= width
     return key
 

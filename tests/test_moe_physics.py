@@ -342,3 +342,16 @@ def test_connection_limit_is_what_takes_the_overlap_gain_at_tp_2():
     gain = _qwen3_235b_h100_zoo_s(False) / _qwen3_235b_h100_zoo_s(True)
     assert gain == pytest.approx(19.7 / 17.6, abs=0.01)
     assert _qwen3_235b_h100_zoo_s(False, free) / _qwen3_235b_h100_zoo_s(True, free) > 1.35
+
+
+def test_explain_names_the_connection_limit_share_where_it_applies():
+    def formula(hardware, tp):
+        req = make_request(
+            model="qwen3-30b-a3b", hardware=load_hardware(hardware), gpus=16, tp=tp, ep=8, etp=1,
+            micro_batch=1, global_batch=256, sequence_parallel=tp > 1, moe_token_dispatcher="alltoall",
+            overlap_moe_expert_parallel_comm=True, options=dict(delay_wgrad_compute=True),
+        )  # fmt: skip
+        return explain(req)["estimate"]["formulas"]["time"]["moe_comm"]["formula"]
+
+    assert "at least φ = 0.77" in formula("dgx-h100-superpod", 2)
+    assert "φ" not in formula("dgx-h100-superpod", 1) and "φ" not in formula("gb200-nvl72", 2)

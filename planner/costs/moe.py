@@ -448,6 +448,12 @@ def dispatcher_formula(ctx, plan) -> Formula:
             "(combine_bwd ‖ attention fwd, dispatch_fwd ‖ experts dgrad, dispatch_bwd ‖ experts wgrad + fwd, "
             "combine_fwd ‖ attention bwd) exposes max(c, X + f·c) − X, f the SMs the dispatcher takes"
         )
+        phi = ctx.hardware.calibration.persistent_gemm_comm_share
+        if phi is not None and ctx.hardware.gpu.compute_capability < 10.0 and (plan.tp > 1 or plan.cp > 1):
+            hidden += (
+                f", at least φ = {phi:g} here (Hopper's connection limit with TP/CP > 1: kernels wait behind "
+                "persistent GEMMs; hardware preset persistent_gemm_comm_share, docs/cost-model.md §13.3)"
+            )
     elif opts.moe_shared_expert_overlap and mo.shared_ffn and kind != "allgather":
         hidden = "; --moe-shared-expert-overlap: the forward dispatch hides behind the shared experts"
     return Formula(
