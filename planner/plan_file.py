@@ -25,7 +25,9 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
     (``--rank``, or ``FILE#RANK`` when no file of that exact name exists)."""
     path = ref
     m = re.fullmatch(r"(.+)#(\d+)", ref)
-    if m and rank is None and not os.path.exists(ref):
+    if m and rank is not None and not os.path.exists(ref) and int(m.group(2)) != rank:
+        raise PlannerError(f"--plan {ref!r} and --rank {rank}: give the rank once, after # or with --rank")
+    if m and not os.path.exists(ref):
         path, rank = m.group(1), int(m.group(2))
     elif "#" in ref and not os.path.exists(ref) and os.path.isfile(ref.rpartition("#")[0]):
         raise PlannerError(f"--plan {ref!r}: the rank after # must be a whole number ≥ 1 (FILE#RANK: plans.json#2)")

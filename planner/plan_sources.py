@@ -56,9 +56,12 @@ class Resolved:
 
     @property
     def overrides(self) -> tuple[str, ...]:
-        """The options given over the source, as the notes say them ("--model x overrides the plan file's
-        y"): an error about the plan names them, since the notes are not shown beside an error."""
-        return tuple(n.removeprefix("note: ") for n in self.notes if " overrides " in n)
+        """The options given over the source and how it was read, as the notes say them ("--model x overrides
+        the plan file's y", "read as a ... config"): an error about the plan names them, since the notes are
+        not shown beside an error."""
+        return tuple(
+            n.removeprefix("note: ") for n in self.notes if " overrides " in n or n.startswith("note: read as ")
+        )
 
 
 class PlanFile:

@@ -397,18 +397,15 @@ def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluate
     if fastest_rank > top:  # the ranking puts it below the top N: it is shown after them with its own rank
         ranks.append(fastest_rank)
     chosen = order[np.array(ranks) - 1]
+    best = scored.grid.take(chosen)  # one evaluation: each row carries its own overlaps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ev = evaluate(best, scored.options.evaluating)
+    evidence = plan_evidence(best, scored.options.evaluating, num_gpus)  # once for the rows, not per plan
     jsons: dict[int, dict] = {}
-    codes = scored.options.codes(scored.grid.take(chosen))
-    for k in distinct(codes):  # one evaluation per option set (each plan reports its own options)
-        rows = chosen[codes == k]
-        best = scored.grid.take(rows)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ev = evaluate(best, scored.options.contexts[k])
-        evidence = plan_evidence(best, scored.options.contexts[k], num_gpus)  # once for the rows, not per plan
-        for j, i in enumerate(rows):
-            pj = plan_json(scored.options.contexts[k], num_gpus, best, ev, j, [], memory_headroom, evidence)
-            pj.update(tied_with_fastest=int(i) in tied_set, fastest=bool(i == fastest_row))
-            jsons[int(i)] = pj
+    for j, (i, k) in enumerate(zip(chosen, scored.options.codes(best), strict=True)):  # each with its options
+        pj = plan_json(scored.options.contexts[k], num_gpus, best, ev, j, [], memory_headroom, evidence)
+        pj.update(tied_with_fastest=int(i) in tied_set, fastest=bool(i == fastest_row))
+        jsons[int(i)] = pj
     plans = [{**jsons[int(i)], "rank": rank} for rank, i in zip(ranks, chosen, strict=True)]
     moved = 0
     if rank_by == "risk":

@@ -157,3 +157,19 @@ def test_a_factor_never_at_bound_pushed_to_its_bound_is_not_identified():
     sigma = f.factors["straggler_sigma"]
     assert sigma.status == "not identifiable" and "upper bound (0.03)" in sigma.why
     assert sigma.value == 0.0  # the anchor, not the bound
+
+
+def test_calibrate_moe_refreshes_each_presets_moe_band():
+    # the MoE rows' RMS and largest |ln| error with the refitted factors become the preset's MoE band:
+    # 11 rows, RMS 0.1, largest 0.2 -> 0.100 and 0.200; a preset without MoE rows keeps its own
+    from planner.fidelity.moe_fit import moe_accuracy
+
+    hw = load_hardware("dgx-h100-superpod")
+    acc = moe_accuracy(hw, {"rms_log_error": 0.1, "max_abs_log_error": 0.2, "runs": 11})
+    assert (acc.moe_validation_error_frac, acc.moe_max_error_frac) == (0.1, 0.2)
+    assert (
+        "11 MoE rows in the bar" in acc.sources["moe_validation_error_frac"]
+        and "10.0 %" in acc.sources["moe_validation_error_frac"]
+    )
+    assert acc.validation_error_frac == hw.accuracy.validation_error_frac  # the dense band untouched
+    assert moe_accuracy(hw, None) is None

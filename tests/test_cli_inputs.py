@@ -48,7 +48,11 @@ run = run_cli
         (["presets", "show", "DGX-H100-superpd"], ["did you mean dgx-h100-superpod?"]),
         (["explain", *GPT3, "--tp", "8", "--pp", "16", "--global-batch", "12"], ["allowed: a global batch"]),
         # 6,600 plans fit here: --top 100000 used to build and draw every one of them (over 10 s)
-        (["search", *GPT3, "--top", "100000"], ["'--top'", "1<=x<=1000"]),
+        (["search", *GPT3, "--top", "100000", "--json"], ["'--top'", "1<=x<=1000"]),
+        (
+            ["search", *GPT3, "--top", "1000"],
+            ["--top 1000: the table shows at most 200 plans", "--csv list up to 1,000"],
+        ),
     ],
 )
 def test_bad_input_is_one_line_that_says_what_is_allowed(args, needles):

@@ -40,7 +40,7 @@ def test_an_error_after_an_override_names_the_override_and_comes_alone(command, 
     line = one_line_error(run_cli([command, "--model", "gpt3-175b", "--plan", llama_plan]))
     # the 8192 comes from the plan file and the 2048 from --model: the line says both
     assert "seq_len 8192 exceeds max_position_embeddings 2048" in line
-    assert line.endswith("(after --model gpt3-175b overrides the plan file's llama3-8b)")
+    assert line.endswith("(after: --model gpt3-175b overrides the plan file's llama3-8b)")
 
 
 def test_a_note_before_an_error_is_dropped_and_said_when_the_command_succeeds():

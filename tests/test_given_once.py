@@ -90,3 +90,9 @@ def test_a_script_variable_given_two_values_by_env_is_refused():
     args = ["explain", "--megatron-args", "--num-layers $L", "--env", "L=4", "--env", "L=8"]
     line = one_line_error(run_cli(args))
     assert line == "megaplan: error: --env L given twice with different values (4, then 8); give it once"
+
+
+def test_a_rank_given_after_hash_and_with_rank_is_refused_naming_both():
+    # the trial: `--plan plans.json#2 --rank 3` said "the rank after # must be a whole number ≥ 1"
+    line = one_line_error(run_cli(["explain", "--plan", "plans.json#2", "--rank", "3"]))
+    assert line == "megaplan: error: --plan 'plans.json#2' and --rank 3: give the rank once, after # or with --rank"

@@ -124,8 +124,11 @@ def test_nvlink_domain_must_hold_whole_nodes():
 @given(n=st.sampled_from([2, 4, 8, 16, 32, 64, 128]), stride=st.sampled_from([1, 2, 8, 16]))
 def test_all_to_all_is_never_faster_than_the_nvlink_bound(n, stride):
     # whatever the layout, (n−1)/n of the data leaves the GPU at no more than the NVLink rate,
-    # and across domains an all-to-all is at least as slow as an all-gather of the same bytes
-    for hw in (h100(), gb200()):
+    # and across domains an all-to-all is at least as slow as an all-gather of the same bytes at the same
+    # NIC efficiency (H100's all-to-all has its own, fitted on the MoE rows: set to the rings' here)
+    from planner.fidelity.calibrate import with_calibration
+
+    for hw in (with_calibration(h100(), {"a2a_network_efficiency": None}), gb200()):
         lk = group_link(hw, n, stride)
         a2a = float(all_to_all_time_s(n, M, lk))
         nvlink = hw.node.nvlink_bytes_per_s * hw.calibration.nvlink_bus_efficiency

@@ -320,3 +320,12 @@ def test_random_argv_raises_only_documented_errors(argv):
         # a given flag is today's, an old alias, or a fork's (Megatron-DeepSpeed etc.: dialects.fork_flags)
         assert set(parsed.given) <= REAL_FLAGS | set(ALIASES) | set(fork_flags())
     assert isinstance(validate_flag_set(argv), list)
+
+
+def test_a_flag_given_twice_with_different_values_keeps_the_last_and_says_so():
+    # argparse keeps the last value; the first is not dropped without a word (the trial: --num-layers 32 ... 48)
+    args = parse_megatron_argv(["--num-layers", "32", "--hidden-size", "64", "--num-layers", "48"])
+    assert args.values["num_layers"] == 48
+    assert "--num-layers given twice (32, then 48): Megatron-LM keeps the last, 48" in args.warnings
+    same = parse_megatron_argv(["--num-layers", "32", "--num-layers", "32"])
+    assert not any("twice" in w for w in same.warnings)

@@ -99,3 +99,15 @@ def test_a_best_practice_script_calling_the_modelzoo_launcher_names_the_yaml_to_
     line = one_line_error(run_cli(["explain", "--megatron-args-file", str(run)]))
     assert "sbatch_benchmarking.sh (Megatron-LM examples/moe-modelzoo) reads the model's flags from" in line
     assert "pass that YAML as --megatron-args-file" in line and "put it beside" not in line
+
+
+def test_an_error_about_the_plan_says_the_yaml_lacks_what_its_launcher_adds(tmp_path):
+    # 24 layers over pp 5 need the uneven split sbatch_benchmarking.sh adds (--decoder-first/last-...): the
+    # one error line says so, though notes are not said beside an error
+    config = tmp_path / "Tiny-MoE.yaml"
+    config.write_text(CONFIG)
+    env = [f"--env={k}={v}" for k, v in {**ENV, "PP": "5", "TP": "1", "EP": "1"}.items()]
+    line = one_line_error(run_cli(["explain", "--megatron-args-file", str(config), "--gpus", "10", *env]))
+    assert "24 layers do not split over pp 5" in line
+    assert "(after: read as a Megatron-LM moe-modelzoo model config" in line
+    assert "--decoder-first/last-pipeline-num-layers for uneven stages): give them with --megatron-args)" in line

@@ -474,3 +474,27 @@ def test_random_text_raises_only_shell_parse_error(tokens, tail):
         return
     assert isinstance(result, LaunchLine)
     assert all(isinstance(token, str) for token in result.argv)
+
+
+def test_a_line_continuation_at_the_end_of_the_file_ends_the_command_as_in_bash():
+    # bash runs a script whose last line ends in "\" (Megatron-LM's examples/t5 script); bashlex alone
+    # stopped at "unexpected EOF"
+    text = "torchrun --nproc_per_node 8 pretrain_gpt.py \\\n    --num-layers 2 \\\n    --hidden-size 64 \\\n"
+    launch = extract_launch(text)
+    assert launch.argv == ["--num-layers", "2", "--hidden-size", "64"] and launch.world_size == 8
+    assert extract_launch(text.rstrip("\n")).argv == launch.argv  # no newline after the backslash either
+
+
+def test_a_script_that_stops_says_what_it_printed_before_its_exit():
+    # Megatron-LM's examples/multimodal scripts: `if [[ -z $WORKSPACE ]]; then echo "Please set WORKSPACE ..."; exit 1`
+    text = (
+        'echo "starting"\nMODEL=x\nif [[ -z $WORKSPACE ]]; then\n    echo "Please set WORKSPACE for checkpoints."\n'
+        "    exit 1\nfi\ntorchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2\n"
+    )
+    with pytest.raises(ShellParseError) as err:
+        extract_launch(text)
+    assert 'before the script\'s exit (it printed "Please set WORKSPACE for checkpoints."' in str(err.value)
+    assert extract_launch(text, {"WORKSPACE": "/w"}).argv == ["--num-layers", "2"]
+    with pytest.raises(ShellParseError) as err:  # an echo long before the exit is not why it stopped
+        extract_launch('echo "starting"\nMODEL=x\nexit 0\ntorchrun pretrain_gpt.py --num-layers 2\n')
+    assert "printed" not in str(err.value)

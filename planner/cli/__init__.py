@@ -228,14 +228,14 @@ def progress(label: str, total: int | None = None):
 @contextmanager
 def naming_overrides(resolved):
     """An error about a plan built over a file (--plan, a launch script) names the options given over it,
-    since notes are not said beside an error: "... exceeds max_position_embeddings 2048 (after --model
+    since notes are not said beside an error: "... exceeds max_position_embeddings 2048 (after: --model
     gpt3-175b overrides the plan file's llama3-8b)"."""
     try:
         yield
     except PlannerError as err:
         if not resolved.overrides:
             raise
-        raise PlannerError(f"{err} (after {'; '.join(resolved.overrides)})") from err
+        raise PlannerError(f"{err} (after: {'; '.join(resolved.overrides)})") from err
 
 
 def say_notes(resolved) -> None:

@@ -141,13 +141,12 @@ def reference_settings(major: int | None = None) -> tuple[Setting, ...]:
     from planner.fidelity.moe_runs import load_moe_runs
     from planner.fidelity.runs import load_runs
     from planner.fidelity.validate import prepare
-    from planner.presets import load_hardware
 
     groups: dict[tuple, list] = {}
     for run in [*load_runs(), *load_moe_runs()]:
         if not run.fit or ":" in run.id:
             continue
-        if major is not None and generation(load_hardware(run.hardware)) != major:
+        if major is not None and _preset_generation(run.hardware) != major:
             continue
         req = prepare(run)
         codes = feature_codes(PlanGrid.from_plans([req.plan]), req.ctx, req.gpus)
@@ -167,6 +166,14 @@ def reference_settings(major: int | None = None) -> tuple[Setting, ...]:
             )
         )
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=16)
+def _preset_generation(hardware: str) -> int:
+    """The GPU generation of a shipped hardware preset (the reference runs name theirs)."""
+    from planner.presets import load_hardware
+
+    return generation(load_hardware(hardware))
 
 
 @functools.lru_cache(maxsize=8)

@@ -135,6 +135,25 @@ def factor_entry(f: MoeFit, *, fitted: bool) -> Factor:
     )
 
 
+def moe_accuracy(preset: HardwareSpec, stats: dict | None):
+    """The preset's accuracy with its MoE band refreshed from its MoE rows in the bar (``stats``, the
+    MoE validation's by_hardware entry with the new factors): the RMS and largest |ln| error, as
+    before; a preset without such rows keeps what it had."""
+    acc = preset.accuracy
+    if acc is None or stats is None or acc.moe_validation_error_frac is None:
+        return None
+    rms, worst, n = stats["rms_log_error"], stats["max_abs_log_error"], stats["runs"]
+    where = f"over {preset.name}'s {n} MoE rows in the bar (presets/reference/moe_runs.csv)"
+    sources = dict(acc.sources) | {
+        "moe_validation_error_frac": f"megaplan validate: RMS of ln(predicted/published) {where}, "
+        f"{100 * rms:.1f} %: the band of a MoE plan",
+        "moe_max_error_frac": f"megaplan validate: the largest |ln(predicted/published)| {where}, {100 * worst:.1f} %: "
+        "what each extrapolated feature adds to a MoE plan's band",
+    }
+    values = {"moe_validation_error_frac": round(rms, 3), "moe_max_error_frac": round(worst, 3)}
+    return acc.model_copy(update=values | {"sources": sources})
+
+
 def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step=_no_step) -> dict:
     """Fit the factor, hold out each family, validate every MoE row with it; optionally write it into
     every hardware preset (fitted on the three, carried over to the rest). ``step(description)`` after
@@ -174,6 +193,7 @@ def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step
                 donor, fa = donors[name]
                 note = f"{fa.runs} MoE rows in the bar ({'; '.join(fa.sources)}), moe_host_op_us at its fit"
                 cal = fitted_calibration(cal, fa, note, carried_from=donor, keep_unidentified=True)
-            write_hardware_file(Path(write_dir) / f"{name}.yaml", preset, cal)
+            acc = moe_accuracy(preset, validation.get("by_hardware", {}).get(name))
+            write_hardware_file(Path(write_dir) / f"{name}.yaml", preset, cal, acc)
         out["written"] = write_dir
     return out

@@ -104,8 +104,10 @@ def load_config_file(path: str) -> UbConfig:
     file = Path(path).expanduser()
     if not file.is_file():
         raise ValueError(f"--tp-comm-overlap-cfg file {path!r} not found")
+    from planner.presets import safe_load
+
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = safe_load(file.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ValueError(f"--tp-comm-overlap-cfg file {path!r} is not YAML: {str(err).splitlines()[0]}") from err
     if data is None:

@@ -239,6 +239,7 @@ class _State:
     stray_after: dict[int, str | None] = field(default_factory=dict)  # {0: the flag whose value the strays follow}
     fork: dict[str, list[str]] = field(default_factory=dict)
     underscored: list[str] = field(default_factory=list)
+    repeated: list[str] = field(default_factory=list)  # a flag set twice to different values (argparse: last wins)
 
     def merged(self) -> dict[str, object]:
         return {**self.weak, **self.strong, **self.explicit}
@@ -267,6 +268,9 @@ def _step(argv: list[str], i: int, state: _State) -> int:
     if spec.dest == "num_experts" and nxt < len(argv) and argv[nxt].isdigit():
         nxt, value = _per_layer_experts(argv, nxt, value, state)
     if alias is None:
+        old = state.explicit.get(spec.dest, value)
+        if old != value:  # argparse keeps the last: say so rather than drop the first silently
+            state.repeated.append(f"{flag} given twice ({old}, then {value}): Megatron-LM keeps the last, {value}")
         state.explicit[spec.dest] = value
         return nxt
     state.strong.update({k: value if v is VALUE else v for k, v in alias.sets.items()})
@@ -353,7 +357,8 @@ def parse_megatron_argv(argv: list[str], extra_flags_allowed: bool = False) -> M
             + ", ".join(state.underscored[:4])
             + (" ..." if len(state.underscored) > 4 else "")
         )
-    return MegatronArgs(state.merged(), tuple(state.given), tuple(state.warnings), dict(state.fork))
+    warnings = tuple(state.repeated + state.warnings)
+    return MegatronArgs(state.merged(), tuple(state.given), warnings, dict(state.fork))
 
 
 def validate_flag_set(argv: list[str], allow_aliases: bool = False) -> list[str]:

@@ -19,9 +19,10 @@ from collections.abc import Mapping
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 ENTRY_POINT = "pretrain_gpt.py"
 READ_NOTE = (
-    "read as a Megatron-LM moe-modelzoo model config: its MODEL_ARGS, as sbatch_benchmarking.sh passes them "
-    "(envsubst, yq) to pretrain_gpt.py; the flags that script adds itself (dispatcher, FP8, virtual stages, "
-    "uneven pipeline) are not in the file: give them with --megatron-args"
+    "read as a Megatron-LM moe-modelzoo model config, as sbatch_benchmarking.sh passes its MODEL_ARGS to "
+    "pretrain_gpt.py; the flags that script adds itself are not in the file (the dispatcher, FP8, "
+    "--num-virtual-stages-per-pipeline-rank, --decoder-first/last-pipeline-num-layers for uneven stages): give "
+    "them with --megatron-args"
 )
 
 

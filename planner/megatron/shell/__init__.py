@@ -64,6 +64,9 @@ def extract_launch(
     if interp.flags:
         return interp.make_launch([], interp.flags, None)
     where = " before the script's exit" if interp.exited else ""
+    if interp.exited and interp.exit_said:
+        where += f' (it printed "{interp.exit_said}"; set what it asks for with --env NAME=VALUE)'
+
     unread = list(dict.fromkeys(interp.unread))
     hint = _yq_hint(text, unread)
     if unread:

@@ -50,6 +50,7 @@ class Interp(Follow, Expander):
         self.launch: LaunchLine | None = None
         self.steps = self.depth = 0
         self.exited = False
+        self.said = self.exit_said = ""  # the last echo, and the last echo before the script's exit
 
     # -- walking the tree ---------------------------------------------------------------
     def run_text(self, text: str) -> None:
@@ -160,6 +161,7 @@ class Interp(Follow, Expander):
             return marker
         fields = [f for w in words for f in self.expand(w)]
         if not fields:
+            self.said = ""
             for raw in assigns:
                 self.assign(raw)
             return True
@@ -208,6 +210,8 @@ class Interp(Follow, Expander):
 
     def builtin(self, words: list[str], fields: list[Field]) -> bool:
         name = fields[0][0]
+        if name not in ("echo", "printf", "exit", ">&2"):
+            self.said = ""  # only an echo right before the exit says why it stopped
         if name in ("export", "declare", "typeset", "local", "readonly"):
             exports = name == "export" or any(w.startswith("-") and "x" in w for w in words[1:])
             for raw in words[1:]:
@@ -225,7 +229,11 @@ class Interp(Follow, Expander):
             if name == "[" and args[-1:] != ["]"]:
                 return False
             return Test(args[:-1] if name == "[" else args, False, self.vars).run()
+        elif name in ("echo", "printf"):
+            self.said = " ".join(t for t, _ in fields[1:] if not t.startswith("-"))[:200]
         elif name in ("false", "exit", "return"):
+            if name == "exit" and not self.exited:
+                self.exit_said = self.said  # what the script printed last before it stopped: usually why
             self.exited = self.exited or name == "exit"
             if name != "false":
                 raise Stop if name == "exit" else Return

@@ -339,7 +339,10 @@ def _ansi_c(text: str) -> str:
 
 
 def parse(text: str) -> list:
-    """Parse (rewritten) text with bashlex; any bashlex failure is a :class:`ShellParseError`."""
+    """Parse (rewritten) text with bashlex; any bashlex failure is a :class:`ShellParseError`. A line
+    continuation at the very end of the file ends the command there, as bash reads it (bashlex would stop
+    at an unexpected EOF: Megatron-LM's examples/t5/train_t5_220m_distributed.sh ends in a backslash)."""
+    text = re.sub(r"\\\n?\s*\Z", "\n", text)
     try:
         return bashlex.parse(text)
     except Exception as err:
