@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.api import explain, make_request
-from planner.costs import blocks, compute, moe
+from planner.costs import blocks, compute, moe, process_memory
 from planner.costs.letters import Letters
 from planner.errors import InfeasibleError
 from planner.fidelity import moe_fit
@@ -355,3 +355,23 @@ def test_explain_names_the_connection_limit_share_where_it_applies():
 
     assert "at least φ = 0.77" in formula("dgx-h100-superpod", 2)
     assert "φ" not in formula("dgx-h100-superpod", 1) and "φ" not in formula("gb200-nvl72", 2)
+
+
+@pytest.mark.parametrize(
+    "modules, moe_layer, shared_out, tensors",
+    [
+        ((), True, False, 4),  # the whole layer: input and output, forward and backward
+        (("attn",), False, False, 4),  # attention only: its output
+        (("attn", "moe_router", "moe_preprocess"), True, True, 8),  # DeepSeek-V3: hidden, residual, shared out
+        (("attn", "moe_router", "moe_preprocess"), True, False, 6),  # Qwen3: hidden, residual
+        (("attn", "moe_router", "moe_preprocess"), False, False, 4),  # its dense layers: the attention
+        (("moe_router", "moe_preprocess"), False, False, 0),  # nothing of a dense layer in scope
+        (("moe_router", "moe_preprocess"), True, False, 6),
+        (("attn", "moe"), True, True, 4),  # the whole MoE captured: the layer output
+    ],
+)
+def test_te_graph_static_tensors_by_scope(modules, moe_layer, shared_out, tensors):
+    """One Transformer Engine graph per layer (Megatron-LM transformer_layer.py _te_cuda_graph_capture
+    @ core_r0.17.0): 2 · (1 input + its outputs) h-wide static tensors, outputs by scope."""
+    got = process_memory.te_graph_static_tensors(modules, moe_layer=moe_layer, shared_out=shared_out)
+    assert got == tensors

@@ -17,6 +17,7 @@ from planner.costs import communication as comm
 from planner.costs.flop_terms import flop_terms
 from planner.costs.layer_time import activation_message, layer_time_formulas, layer_times, stage_step
 from planner.costs.letters import Letters
+from planner.costs.linears import tp_link
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes
 from planner.hardware.collectives import (
@@ -229,13 +230,12 @@ def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
 
 def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
     """One pipeline transfer between neighbouring stages, tp·c·d ranks apart (rank order tp, cp, dp, pp)."""
-    tp_link = group_link(ctx.hardware, lt.t, 1)
     pp_link = group_link(ctx.hardware, 2, lt.t * lt.c * lt.d)
     return comm.pp_p2p_time_s(
         activation_message(lt),
         lt.t,
         pp_link,
-        tp_link,
+        tp_link(lt, ctx),
         sequence_parallel=lt.sp,
         scatter_gather=ctx.options.pp_scatter_gather,
     )

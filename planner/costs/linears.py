@@ -42,12 +42,19 @@ def activation_message(lt: Letters) -> np.ndarray:
     return comm.activation_message_bytes(lt.b, lt.s, lt.h, lt.c, activation_bytes=lt.act_bytes)
 
 
+def tp_link(lt: Letters, ctx: Context):
+    """``collectives.group_link`` of the tensor-parallel group (t consecutive ranks), once per grid."""
+    cached = getattr(lt, "_tp_link", None)
+    if cached is None:
+        cached = lt._tp_link = group_link(ctx.hardware, lt.t, 1)
+    return cached
+
+
 def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
     """One layer's forward TP collectives for one micro-batch on the tp group's link (once per grid)."""
     cached = getattr(lt, "_tp_collectives", None)
     if cached is None:
-        link = group_link(ctx.hardware, lt.t, 1)
-        cached = comm.tp_layer_comm_time_s(activation_message(lt), lt.t, link, sequence_parallel=lt.sp)
+        cached = comm.tp_layer_comm_time_s(activation_message(lt), lt.t, tp_link(lt, ctx), sequence_parallel=lt.sp)
         lt._tp_collectives = cached
     return cached
 
@@ -124,7 +131,7 @@ def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, ga
     ``gather_width`` channels, MLA's latents, else h), the reduce-scatter after ``outs``, or the
     all-reduces without SP; with --tp-comm-overlap as the plan's userbuffer config runs them, the
     ring-exchanged reduce-scatter's final sum of t partial chunks at η_mem of HBM."""
-    opts, hw, link = ctx.options, ctx.hardware, group_link(ctx.hardware, lt.t, 1)
+    opts, hw, link = ctx.options, ctx.hardware, tp_link(lt, ctx)
     msg = activation_message(lt)
     ag_in = all_gather_time_s(lt.t, msg * (gather_width or lt.h) / lt.h, link)
     rs, ar = all_gather_time_s(lt.t, msg, link), all_reduce_time_s(lt.t, msg, link)

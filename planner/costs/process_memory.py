@@ -114,6 +114,28 @@ def fragmentation_bytes(
     return np.asarray(activation_bytes) * np.where(expandable_segments, 0.0, phi)
 
 
+def te_graph_static_tensors(modules: tuple[str, ...], *, moe_layer: bool, shared_out: bool) -> int:
+    """h-wide static tensors of one layer's Transformer Engine graph (``--cuda-graph-impl
+    transformer_engine``): the scopes listed are one captured callable per layer
+    (TransformerLayer._te_cuda_graph_capture: the attention, then the MLP part in scope), whose static
+    input (the layer input) and outputs are kept forward and backward (their gradients):
+    2 · (1 + outputs). Outputs: the layer output when the scope covers the whole layer, its attention
+    or its whole MLP; with a MoE layer's ``moe_router`` (and ``moe_preprocess``) scope the normalised
+    hidden states and the residual, and the shared experts' output when they are captured (no
+    --moe-shared-expert-overlap), _te_cuda_graph_replay at Megatron-LM core_r0.17.0 (the router's
+    probs, [s·b, E], are small beside them). Nothing in scope on this layer (a dense layer under a MoE
+    scope without attn): 0."""
+    scope = set(modules)
+    if not scope:
+        return 4
+    whole_mlp = ("moe" if moe_layer else "mlp") in scope
+    partial = moe_layer and not whole_mlp and "moe_router" in scope
+    if "attn" not in scope and not whole_mlp and not partial:
+        return 0
+    outputs = 2 + int(shared_out) if partial else 1
+    return 2 * (1 + outputs)
+
+
 def cuda_graphs_per_layer(opts: PlanOptions) -> float:
     """Callables captured per layer by per-layer CUDA graphs: the whole layer, or each module listed;
     none without per-layer graphs (full_iteration captures the step, whose pool holds what the eager
@@ -121,6 +143,18 @@ def cuda_graphs_per_layer(opts: PlanOptions) -> float:
     if opts.cuda_graph_impl not in (CudaGraphImpl.LOCAL, CudaGraphImpl.TRANSFORMER_ENGINE):
         return 0.0
     return float(max(1, len(opts.cuda_graph_modules)))
+
+
+def _graph_text(opts: PlanOptions, mo) -> str:
+    """The static tensors per layer, as the cuda_graphs formula states them."""
+    if opts.cuda_graph_impl != CudaGraphImpl.TRANSFORMER_ENGINE:
+        return f"{GRAPH_STATIC_TENSORS} static tensors × {cuda_graphs_per_layer(opts):g} graph(s) per layer"
+    modules = tuple(m.value for m in opts.cuda_graph_modules)
+    shared = bool(mo.shared_ffn) and not opts.moe_shared_expert_overlap
+    dense = te_graph_static_tensors(modules, moe_layer=False, shared_out=False)
+    moe = te_graph_static_tensors(modules, moe_layer=True, shared_out=shared)
+    kinds = f"{dense} per dense layer, {moe} per MoE layer" if mo.is_moe else f"{dense} per layer"
+    return f"one TE graph per layer: 2·(1 + outputs) static tensors, {kinds}"
 
 
 def process_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
@@ -156,11 +190,12 @@ def process_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     )
     return {
         "cuda_graphs": Formula(
-            f"{GRAPH_STATIC_TENSORS} static tensors × {graphs:g} graph(s) per layer × b·s·h/c"
-            f"{'/t' if sp else ''} × layers × {copies}"
+            _graph_text(opts, mo) + f" × b·s·h/c{'/t' if sp else ''} × layers × {copies}"
             if graphs
             else "0 (no per-layer CUDA graphs)",
-            "Megatron-LM cuda_graphs.py:1927, 2007-2020, 2325-2345 (static buffers of the captured callables)",
+            "Megatron-LM cuda_graphs.py:1927, 2007-2020, 2325-2345 (static buffers of the captured callables); "
+            "transformer_layer.py _te_cuda_graph_capture/_te_cuda_graph_replay @ core_r0.17.0 (one TE graph "
+            "per layer, its outputs by scope)",
         ),
         "workspaces": Formula(
             f"{mem.cublas_workspace_mib:g} MiB GEMM workspace × {streams}" + ub,

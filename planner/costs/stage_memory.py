@@ -12,7 +12,15 @@ from planner.costs.mla import mla_activation_parts, mla_up_proj_outputs
 from planner.costs.pipeline import in_flight_microbatches
 from planner.hardware.spec import GIB
 from planner.models.params import dense_layer_params, embedding_params, moe_layer_params, mtp_extra_params, norm_params
-from planner.plan import OPTIMIZER_DTYPE_BYTES, AttentionKernel, Context, ParallelPlan, Recompute, RecomputeModule
+from planner.plan import (
+    OPTIMIZER_DTYPE_BYTES,
+    AttentionKernel,
+    Context,
+    CudaGraphImpl,
+    ParallelPlan,
+    Recompute,
+    RecomputeModule,
+)
 
 ALLOCATED_TERMS = ("weights", "gradients", "optimizer", "activations", "cuda_graphs", "workspaces")
 MEMORY_TERMS = (*ALLOCATED_TERMS, "nccl", "cuda_context", "fragmentation")
@@ -179,6 +187,13 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
         mem.cublas_workspace_mib * MIB, tp_comm_overlap=tpo
     ) + process_memory.userbuffer_bytes(lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=lt.fp8, act_bytes=lt.act_bytes)
     graphs = process_memory.cuda_graphs_per_layer(opts)
+    if opts.cuda_graph_impl == CudaGraphImpl.TRANSFORMER_ENGINE:  # one graph per layer, its outputs by scope
+        modules = tuple(m.value for m in opts.cuda_graph_modules)
+        shared_out = bool(mo.shared_ffn) and not opts.moe_shared_expert_overlap
+        per_moe = process_memory.te_graph_static_tensors(modules, moe_layer=True, shared_out=shared_out)
+        per_dense = process_memory.te_graph_static_tensors(modules, moe_layer=False, shared_out=False)
+        m_share = _moe_layer_share(lt, ctx, i) if mo.is_moe else 0.0
+        graphs = ((1.0 - m_share) * per_dense + m_share * per_moe) / process_memory.GRAPH_STATIC_TENSORS
     copies = np.where(lt.p == 1, 1.0, in_flight_microbatches(lt.p, lt.m, lt.vpp, i, G=lt.G))
     message = lt.act_bytes * lt.b * lt.s * lt.h / (lt.c * np.where(lt.sp, lt.t, 1))
     communicators = process_memory.nccl_communicators(
