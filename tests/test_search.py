@@ -291,3 +291,29 @@ def test_scoring_in_blocks_of_whole_families_changes_nothing(monkeypatch):
     grid_rows = sum(len(p) for p in parts[0])
     assert grid_rows == len(np.unique(np.concatenate(parts[0])))  # every row once
     assert small == whole
+
+
+@pytest.mark.parametrize("model,gpus", [("gpt3-175b", 64), ("mixtral-8x7b", 32)])
+def test_recompute_modules_are_read_only_by_selective_rows(model, gpus):
+    """search evaluates every row with one context, the searched modules (search._Options): that is exact
+    only while --recompute-modules changes no number of a plan without selective recomputation. Rows
+    without it evaluate the same under any module set; selective rows do not (the modules matter)."""
+    from dataclasses import replace
+
+    from planner.plan import RecomputeModule
+
+    req = make_request(model=model, gpus=gpus, hardware="dgx-h100-superpod", global_batch=64)
+    grid = candidate_grid(req.ctx, gpus, Pins())
+    grid = grid.take(np.arange(0, len(grid), max(1, len(grid) // 400)))
+    results = []
+    for modules in ((RecomputeModule.CORE_ATTN,), (RecomputeModule.MLP,), (RecomputeModule.MOE,)):
+        ctx = replace(req.ctx, options=req.ctx.options.model_copy(update={"recompute_modules": modules}))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ev = evaluate(grid, ctx)
+        results.append((ev.iteration_s, ev.peak_memory_bytes))
+    other = grid.recompute != 1
+    assert np.any(other) and np.any(~other)
+    for it, peak in results[1:]:
+        np.testing.assert_array_equal(it[other], results[0][0][other])
+        np.testing.assert_array_equal(peak[other], results[0][1][other])
+    assert np.any(results[1][0][~other] != results[0][0][~other])  # selective rows: the modules change the time

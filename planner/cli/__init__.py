@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import sys
 from contextlib import contextmanager
 
@@ -163,6 +162,8 @@ class _NoTrailingSpaces:
 
 
 def echo_json(data) -> None:
+    import json  # not on --version's or --help's path
+
     click.echo(json.dumps(data, indent=2))
 
 
