@@ -164,8 +164,12 @@ def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, 
 
 
 def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
-    """The options the rules see: the overlaps a user pinned, others off (auto ones are legal by choice)."""
-    return ctx.options.model_copy(update={k: bool(getattr(pins, k)) for k in OVERLAPS})
+    """The options the rules see: the overlaps a user pinned, others off (auto ones are legal by choice),
+    except --overlap-grad-reduce, which every searched row has unless pinned off (``recipe_options``):
+    a pinned --overlap-param-gather needs it (arguments.py) and gets it."""
+    update = {k: bool(getattr(pins, k)) for k in OVERLAPS}
+    update["overlap_grad_reduce"] = pins.overlap_grad_reduce is not False
+    return ctx.options.model_copy(update=update)
 
 
 def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float) -> tuple:

@@ -317,3 +317,17 @@ def test_recompute_modules_are_read_only_by_selective_rows(model, gpus):
         np.testing.assert_array_equal(it[other], results[0][0][other])
         np.testing.assert_array_equal(peak[other], results[0][1][other])
     assert np.any(results[1][0][~other] != results[0][0][~other])  # selective rows: the modules change the time
+
+
+def test_pinned_overlap_param_gather_alone_keeps_the_searched_grad_reduce():
+    """--overlap-param-gather needs --overlap-grad-reduce (arguments.py); every searched row has the
+    latter unless it is pinned off, so pinning the former alone must not reject every plan (it did:
+    9,708 rows 'need overlap-grad-reduce' on GPT-3 175B, 64 A100, batch 64), and pinning it with
+    --no-overlap-grad-reduce still leaves none."""
+    req = make_request(model="gpt3-175b", gpus=64, global_batch=64)
+    result = search(req.ctx, 64, Pins(overlap_param_gather=True))
+    assert result.feasible > 0
+    plan = result.plans[0]
+    assert plan["options"]["overlap_param_gather"] and plan["options"]["overlap_grad_reduce"]
+    with pytest.raises(InfeasibleError):
+        search(req.ctx, 64, Pins(overlap_param_gather=True, overlap_grad_reduce=False))
