@@ -300,3 +300,13 @@ def test_import_megatron_names_where_a_world_size_came_from(tmp_path):
         imported(tmp_path, {"main.sh": main}, "main.sh")
     with pytest.raises(PlannerError, match=r"^--gpus 16 is not divisible"):
         imported(tmp_path, {"main.sh": main}, "main.sh", gpus=16)
+
+
+def test_a_t5_scripts_encoder_sequence_is_its_sequence_length_as_megatron_reads_it(tmp_path):
+    # Megatron-LM arguments.py: without --seq-length, seq_length = --encoder-seq-length (the T5 examples give only
+    # that); the trial's Megatron-DeepSpeed examples/pretrain_t5_distributed.sh ended in "--seq-len is required"
+    net = NET.replace("--seq-length 1024 ", "")
+    t5 = "--encoder-seq-length 512 --decoder-seq-length 128"
+    main = f"torchrun --nproc-per-node 8 pretrain_t5.py {net} {VOCAB} {t5}\n"
+    req = imported(tmp_path, {"main.sh": main}, "main.sh").request
+    assert req.ctx.training.seq_len == 512

@@ -290,6 +290,8 @@ def megatron_fields(
     is built, after any options given beside it), the notes on how it was read, and the warnings on where
     the estimate departs from what the command line runs (``allocator_conf``: PYTORCH_CUDA_ALLOC_CONF)."""
     v, notes = args.values, []
+    if v.get("seq_length") is None and v.get("encoder_seq_length") is not None:
+        v = {**v, "seq_length": v["encoder_seq_length"]}  # Megatron-LM's arguments.py (T5: --encoder-seq-length)
     _refuse(v)
     fork = map_fork_flags(args.fork, v, files or {})
     notes += fork.notes
