@@ -40,3 +40,20 @@ def test_search_to_a_file_format_draws_nothing_and_loads_no_other_command(output
     assert "planner.search" in modules  # it did search
     unwanted = ("rich", "planner.report.layout", "planner.megatron", "planner.bridge", "planner.runs", "scipy")
     assert _under(modules, *unwanted) == []
+
+
+FAST = """
+import sys
+sys.argv = ["megaplan", "--version"]
+from planner.__main__ import main
+main()
+print(" ".join(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def test_version_alone_is_answered_before_click_as_click_words_it():
+    from conftest import run_cli
+
+    done = subprocess.run([sys.executable, "-c", FAST], capture_output=True, text=True, check=True)
+    assert done.stdout == run_cli(["--version"]).stdout  # "megaplan, version X" either way
+    assert _under(set(done.stderr.split()), "click", "planner.cli") == []
