@@ -35,7 +35,8 @@ def recipes(src: Path) -> list[tuple[Path, str]]:
     for path in sorted(src.glob("megatron/bridge/perf_recipes/*/*/*.py")):
         for name in re.findall(r"^def ([a-z0-9_]+_config)\(", path.read_text(), re.M):
             m = V060_NAME.match(name)
-            if m and m["model"] in V060_MODELS and m["gpu"].upper() in GPUS and m["dtype"] in V060_DTYPES:
+            dev = "_dev_" in name  # development variants (external_cuda_graph, scoped graphs: not read, see docs)
+            if m and m["model"] in V060_MODELS and m["gpu"].upper() in GPUS and m["dtype"] in V060_DTYPES and not dev:
                 out.append((path, name))
     return out
 

@@ -99,6 +99,14 @@ PLANS = {
         model="llama3-8b", hardware=H100, gpus=8, **DO, options={"cpu_offloading_num_layers": 8}
     ),
     "llama3-8b fp16": dict(model="llama3-8b", hardware=H100, gpus=8, tp=2, precision="fp16", **DO),
+    "llama3-8b precision-aware optimizer bf16 moments": dict(  # DeepSeek-V3's v0.6.0 perf recipes' optimizer
+        model="llama3-8b",
+        hardware=H100,
+        gpus=8,
+        tp=2,
+        **DO,
+        options={"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
+    ),
     "llama3-8b unfused attention no swiglu fusion": dict(
         model="llama3-8b",
         hardware=H100,

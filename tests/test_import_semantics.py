@@ -310,3 +310,17 @@ def test_a_t5_scripts_encoder_sequence_is_its_sequence_length_as_megatron_reads_
     main = f"torchrun --nproc-per-node 8 pretrain_t5.py {net} {VOCAB} {t5}\n"
     req = imported(tmp_path, {"main.sh": main}, "main.sh").request
     assert req.ctx.training.seq_len == 512
+
+
+def test_every_unset_value_the_estimate_needs_is_named_at_once(tmp_path):
+    # the trial: a moe-modelzoo YAML needs ~10 --env values, and each run named only the first
+    batch = "--micro-batch-size $MBS --global-batch-size $GBS"
+    main = f"torchrun --nproc-per-node 8 pretrain_gpt.py {NET} {VOCAB} {batch}\n"
+    with pytest.raises(PlannerError) as err:
+        imported(tmp_path, {"main.sh": main}, "main.sh")
+    assert str(err.value) == (
+        "--micro-batch-size is $MBS, --global-batch-size is $GBS: values the script leaves unset (or computes with a "
+        "command megaplan does not run); pass them with --env MBS=VALUE --env GBS=VALUE"
+    )
+    req = imported(tmp_path, {"main.sh": main}, "main.sh", env={"MBS": "2", "GBS": "64"}).request
+    assert (req.plan.micro_batch, req.ctx.training.global_batch) == (2, 64)

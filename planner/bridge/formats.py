@@ -10,7 +10,10 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import shlex
+from importlib import resources
 
 import yaml
 
@@ -106,9 +109,27 @@ NEMO2_FACTORIES = {
 }
 
 
-def nemo2_lines(req: PlanRequest) -> list[str]:
-    """``key=value`` overrides of a NeMo 2 ``llm`` recipe for the plan, from the table's NeMo 2 column."""
+@functools.cache
+def _nemo2_data() -> dict:
+    text = resources.files("planner.bridge.data").joinpath("nemo2_defaults.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def nemo2_defaults(factory: str | None) -> dict:
+    """What NeMo 2's ``llm`` recipe ``factory`` sets (NeMo key -> value) at the tag of data/nemo2_defaults.json,
+    generated from NeMo's source by scripts/dump_nemo2_defaults.py; {} for a factory not read."""
+    return dict(_nemo2_data()["factories"].get(factory or "", {}))
+
+
+NEMO2_TAG = "v2.4.0"  # the NeMo tag data/nemo2_defaults.json was read at
+
+
+def nemo2_lines(req: PlanRequest, factory: str | None = None) -> list[str]:
+    """``key=value`` overrides of a NeMo 2 ``llm`` recipe for the plan, from the table's NeMo 2 column: every field
+    that differs from what the recipe ``factory`` sets (or, for a field it does not set, from Megatron-LM's
+    default), and the parallel sizes and batch always."""
     values = parse_megatron_argv(megatron_argv(req)).values
+    recipe = nemo2_defaults(factory)
     lines = [f"trainer.plugins={NEMO2_PLUGINS.get(req.ctx.precision, 'bf16_mixed')}"]
     for row in ROWS:
         if not row.nemo2 or row.nemo2[0] == "trainer.plugins" or "callbacks" in row.nemo2[0]:
@@ -119,14 +140,23 @@ def nemo2_lines(req: PlanRequest) -> list[str]:
             continue
         default = True if row.kind == "off" else row.default
         value = values.get(row.dest, default)
-        if value is None or (value == default and row.dest not in NEMO2_ALWAYS):
+        value = TORCH_DTYPES[value] if row.convert == "dtype" and value is not None else value
+        value = (not value) if row.convert == "not" else value
+        key = row.nemo2[0]
+        if key in recipe:
+            if recipe[key] != value or row.dest in NEMO2_ALWAYS:
+                lines.append(f"{key}={_nemo_value(value)}")
             continue
-        value = TORCH_DTYPES[value] if row.convert == "dtype" else (not value) if row.convert == "not" else value
-        lines.append(f"{row.nemo2[0]}={_nemo_value(value)}")
+        plain = (not default) if row.convert == "not" else default
+        if value is None or (value == plain and row.dest not in NEMO2_ALWAYS):
+            continue
+        lines.append(f"{key}={_nemo_value(value)}")
     return lines
 
 
 def _nemo_value(value) -> str:
+    if value is None:
+        return "None"  # NeMo-Run's command line reads Python literals
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list | tuple):
@@ -136,8 +166,8 @@ def _nemo_value(value) -> str:
 
 def nemo2_text(req: PlanRequest) -> tuple[str, list[str]]:
     """The NeMo 2 launch line: ``nemo llm pretrain --factory NAME`` with the plan's overrides."""
-    lines = nemo2_lines(req)
     factory = next((k for k, v in NEMO2_FACTORIES.items() if v == req.ctx.model.name), "RECIPE")
+    lines = nemo2_lines(req, factory)
     head = f"# megaplan: {req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}; NeMo 2 llm recipe\n"
     env = [line.removeprefix("export ").split("  #")[0].strip() for line in environment_lines(req)]
     head += f"# megaplan-env: {' '.join(env)}\n" if env else ""
@@ -154,28 +184,32 @@ def nemo2_text(req: PlanRequest) -> tuple[str, list[str]]:
     return head + body + "\n", notes
 
 
-def nemo2_fields(text: str) -> tuple[dict, str | None]:
+def nemo2_fields(text: str) -> tuple[dict, str | None, tuple[dict, str]]:
     """A NeMo 2 command line (``nemo llm pretrain --factory NAME key=value ...``) or override list as Bridge
-    fields (through the table's NeMo 2 column), and the model preset its factory names."""
+    fields (through the table's NeMo 2 column) over what the factory's recipe sets (``nemo2_defaults``), the model
+    preset its factory names, and (the recipe's fields the line leaves as they are, the factory)."""
     try:
         words = shlex.split(text.replace("\\\n", " "), comments=True)
     except ValueError as err:
         raise PlannerError(f"NeMo 2 command line: {err}") from None
     factory = next((words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--factory", "-f")), None)
+    name = (factory or "").split(".")[-1].removesuffix("_pretrain")
     by_key = {row.nemo2[0]: row for row in ROWS if row.nemo2}
-    fields: dict = {}
+    given = {}
     for word in words:
         key, eq, text_value = word.partition("=")
-        if not eq or key.startswith("-"):
-            continue
-        value = yaml.safe_load(text_value) if text_value else None
+        if eq and not key.startswith("-"):
+            given[key] = None if text_value in ("", "None", "null") else yaml.safe_load(text_value)
+    recipe = nemo2_defaults(name)
+    fields: dict = {}
+    for key, value in (recipe | given).items():
         if key == "trainer.plugins":
-            name = str(value).replace("-", "_")
-            fields["model.bf16"], fields["model.fp16"] = name.startswith("bf16"), name.startswith("fp16")
+            plugin = str(value).replace("-", "_")
+            fields["model.bf16"], fields["model.fp16"] = plugin.startswith("bf16"), plugin.startswith("fp16")
             continue
         row = by_key.get(key)
         if row is None:
             continue
         fields[row.read] = value  # NeMo 2 and Bridge share Megatron-Core's names and meanings
-    preset = NEMO2_FACTORIES.get((factory or "").split(".")[-1].removesuffix("_pretrain"))
-    return fields, preset
+    assumed = sorted(k for k in recipe if k not in given)
+    return fields, NEMO2_FACTORIES.get(name), ({k: recipe[k] for k in assumed}, name)

@@ -268,11 +268,10 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     if kind == "nemo2":
         from planner.bridge.formats import nemo2_fields
 
-        fields, preset = nemo2_fields(text)
+        fields, preset, (assumed, factory) = nemo2_fields(text)
         fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
         read = bridge_import_fields(fields, env=head.get("env", ()), **{**common, "model": common["model"] or preset})
-        note = "NeMo 2 recipe defaults are not read: what the command line leaves out is Megatron-LM's default"
-        return replace(read, notes=(note, *read.notes)), where
+        return replace(read, notes=(_nemo2_note(assumed, factory), *read.notes)), where
     fields = read_bridge_text(text) if path else {}
     fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
     read = bridge_import_fields(
@@ -283,6 +282,20 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
         **common,
     )
     return read, where
+
+
+def _nemo2_note(assumed: dict, factory: str) -> str:
+    """Which NeMo 2 recipe fields the import assumed (the command line left them as the recipe sets them)."""
+    from planner.bridge.formats import NEMO2_TAG, nemo2_defaults
+
+    if not nemo2_defaults(factory):
+        return (
+            f"NeMo 2 recipe {factory or '(no --factory)'} not read at NeMo {NEMO2_TAG}: what the command line leaves "
+            "out is Megatron-LM's default"
+        )
+    shown = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in list(assumed.items())[:12])
+    more = f" and {len(assumed) - 12} more" if len(assumed) > 12 else ""
+    return f"assumed from NeMo 2 recipe {factory} (NeMo {NEMO2_TAG}): {shown or 'nothing'}{more}"
 
 
 def file_kind(text: str) -> str:

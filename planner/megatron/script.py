@@ -183,7 +183,7 @@ def drop_unset(argv: list[str], unresolved: list[frozenset[str]]) -> tuple[list[
     a word that is only unset expansions (``$@``, an unset option string) expands to nothing, as in bash."""
     raw = unresolved or [frozenset()] * len(argv)
     unresolved = [_present(t, n) or _fragment(t, n) for t, n in zip(argv, raw, strict=True)]
-    out, dropped, lone, i = [], [], [], 0
+    out, dropped, lone, missing, i = [], [], [], [], 0
     while i < len(argv):
         token, names = argv[i], unresolved[i]
         if names and _lone(token, names):
@@ -200,20 +200,33 @@ def drop_unset(argv: list[str], unresolved: list[frozenset[str]]) -> tuple[list[
             while cut and end < len(argv) and raw[end] == cut and not argv[end].startswith("--"):
                 end += 1  # the rest of an unset value that word splitting cut into pieces
             value = " ".join([value or "", *argv[i + 2 : end]] if "=" not in token else [value or ""])
-            if dest in COST_DESTS:
-                name = _env_name(value_names)
-                what = f"the script's argument ${name}" if name.isdigit() else "it"
-                raise PlannerError(
-                    f"{flag} is {value}, which the script leaves unset (or computes with a command megaplan does not "
-                    f"run); pass {what} with --env {name}=VALUE"
-                )
-            dropped.append(f"{flag} {value}")
+            (missing if dest in COST_DESTS else dropped).append((flag, value, value_names))
             i = end
             continue
         step = 2 if takes and "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("--") else 1
         out += argv[i : i + step]
         i += step
-    return out, dropped, lone
+    if missing:
+        raise PlannerError(_unset_message(missing))
+    return out, [f"{flag} {value}" for flag, value, _ in dropped], lone
+
+
+def _unset_message(missing: list[tuple[str, str, frozenset[str]]]) -> str:
+    """One line naming every flag the estimate needs whose value the script leaves unset, and the --env to give."""
+    names = [_env_name(value_names) for _, _, value_names in missing]
+    given = [f"--env {n}=VALUE" for n in dict.fromkeys(names)]
+    if len(missing) == 1:
+        flag, value, _ = missing[0]
+        what = f"the script's argument ${names[0]}" if names[0].isdigit() else "it"
+        return (
+            f"{flag} is {value}, which the script leaves unset (or computes with a command megaplan does not run); "
+            f"pass {what} with {given[0]}"
+        )
+    flags = ", ".join(f"{flag} is {value}" for flag, value, _ in missing)
+    return (
+        f"{flags}: values the script leaves unset (or computes with a command megaplan does not run); pass them "
+        f"with {' '.join(given)}"
+    )
 
 
 def world_unknown(launch) -> str:
