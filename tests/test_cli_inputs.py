@@ -226,3 +226,16 @@ def test_a_token_dispatcher_on_a_dense_model_is_noted():
     """The trial: `--moe-token-dispatcher flex` on GPT-3 was accepted without a word."""
     result = run(["explain", *GPT3, "--tp", "8", "--pp", "16", "--moe-token-dispatcher", "flex", "--brief"])
     assert result.exit_code == 0 and "--moe-token-dispatcher flex ignored: gpt3-175b has no experts" in result.stderr
+
+
+def test_a_sequence_beyond_a_rope_models_positions_is_noted_not_silent():
+    """Megatron-LM asserts max_position_embeddings >= seq_length for every position type (arguments.py);
+    with RoPE the export raises the flag to the sequence, so llama3-8b (8,192 positions) at 1,000,000 is
+    priced, and explain says it is beyond the length the model was built for (issue 21's trial). At 8,192
+    nothing is said."""
+    args = ["explain", "--model", "llama3-8b", "--gpus", "64", "--tp", "8", "--cp", "8", "--brief"]
+    long = run([*args, "--seq-len", "1000000"])
+    assert long.exit_code == 0
+    assert "seq 1,000,000 is beyond llama3-8b's max_position_embeddings 8,192" in long.stderr
+    assert "--max-position-embeddings 1000000" in long.stderr
+    assert "max_position_embeddings" not in run([*args, "--seq-len", "8192"]).stderr

@@ -22,6 +22,7 @@ from planner.cli.given_once import OnceCommand
 from planner.cli.options import note_full_only, plan_options, with_run
 from planner.cli.resolve import resolve
 from planner.errors import PlannerError
+from planner.models.spec import PositionEmbedding
 from planner.plan_file import read_plan_file, request_from_plan
 from planner.report import plan as report
 from planner.timeline import plan_timeline
@@ -56,6 +57,22 @@ def _note_ignored(kw: dict, req: api.PlanRequest) -> None:
         click.echo(f"megaplan: note: {' and '.join(moe_only)} ignored: {req.ctx.model.name} has no experts", err=True)
     if kw.get("sequence_parallel") and req.plan.tp == 1:  # Megatron-LM turns it off too, with a warning
         click.echo("megaplan: note: --sequence-parallel is off with tp 1 (Megatron-LM turns it off there)", err=True)
+    _note_beyond_context(req)
+
+
+def _note_beyond_context(req: api.PlanRequest) -> None:
+    """A sequence longer than the max_position_embeddings of a model without a position table (RoPE,
+    YaRN): Megatron-LM asserts max_position_embeddings >= seq_length (arguments.py) and the export raises
+    the flag to the sequence, so the plan is priced; said, since the model was not built for that length
+    (with learned positions it is a rule)."""
+    model, s = req.ctx.model, req.ctx.training.seq_len
+    if s > model.max_position_embeddings and model.position_embedding_type is not PositionEmbedding.LEARNED:
+        click.echo(
+            f"megaplan: note: seq {s:,} is beyond {model.name}'s max_position_embeddings "
+            f"{model.max_position_embeddings:,}, the length it was built for; priced at {s:,} all the same "
+            f"(the export writes --max-position-embeddings {s}, as Megatron-LM requires)",
+            err=True,
+        )
 
 
 @cli.command()
