@@ -58,6 +58,27 @@ def test_counts_agree_with_the_rows_read_directly():
     assert counts["model"][1] == 19
 
 
+def test_the_shipped_counts_are_the_live_count():
+    # a search reads the table scripts/evidence_counts.py wrote, not the reference runs: it must be their
+    # count, code for code, for every generation of a shipped preset or a reference run (others: none)
+    import importlib.util
+    from pathlib import Path
+
+    from planner.fidelity.evidence_counts import COUNTS
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("evidence_counts_script", root / "scripts" / "evidence_counts.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for major in script.generations():
+        assert evidence.generation_counts(major) == evidence.counted_settings(major), (
+            f"generation {major}: run python scripts/evidence_counts.py"
+        )
+    assert set(COUNTS) == {s.generation for s in evidence.reference_settings()} == {8, 9, 10}
+    assert evidence.generation_counts(7) == {kind: {} for kind in evidence.LABELS}
+    assert script.TARGET.read_text() == script.table_text(), "run python scripts/evidence_counts.py"
+
+
 def _plan(**kw) -> ParallelPlan:
     return ParallelPlan(**{"tp": 1, "pp": 1, "dp": 1, **kw})
 
