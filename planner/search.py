@@ -560,8 +560,9 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
     ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum; renumbered by
     ``np.unique`` before it could overflow)."""
     key, span = np.zeros(len(idx), dtype=np.int64), 1
+    whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
     for name in FAMILY_FIELDS:
-        col = getattr(grid, name)[idx]  # in the grid's own small dtype; the key adds it in int64, in place
+        col = getattr(grid, name) if whole else getattr(grid, name)[idx]  # the grid's own small dtype
         low = int(col.min())
         width = int(col.max()) - low + 1
         if width == 1:
