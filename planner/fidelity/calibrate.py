@@ -412,7 +412,8 @@ def hold_disagreeing(name: str, runs: list[Run], full: Fit, why: dict[str, str])
     held = fit(name, runs, tuple(n for n in full.factors if n not in why), priors=True)
     cal = load_hardware(name).calibration
     for n, text in why.items():
-        held.factors[n] = FactorFit(float(getattr(cal, n)), full.factors[n].band, Status.NOT_IDENTIFIABLE.value, why=text)
+        band = full.factors[n].band
+        held.factors[n] = FactorFit(float(getattr(cal, n)), band, Status.NOT_IDENTIFIABLE.value, why=text)
     return held
 
 
