@@ -99,6 +99,7 @@ class LaunchScript:
             hardware=values.get("hardware"),
             env=env_values(values.get("env_pairs") or ()),
             base_dir=os.path.dirname(os.path.abspath(path)) if path else None,
+            script_path=os.path.abspath(path) if path else None,
             extra=values.get("megatron_args") if path else None,
         )
         notes = [f"warning: {w}" for w in imported.warnings] + [f"note: {n}" for n in imported.notes]

@@ -96,3 +96,21 @@ def test_a_rank_given_after_hash_and_with_rank_is_refused_naming_both():
     # the trial: `--plan plans.json#2 --rank 3` said "the rank after # must be a whole number ≥ 1"
     line = one_line_error(run_cli(["explain", "--plan", "plans.json#2", "--rank", "3"]))
     assert line == "megaplan: error: --plan 'plans.json#2' and --rank 3: give the rank once, after # or with --rank"
+
+
+@pytest.mark.parametrize(("path", "command"), [pytest.param(p, c, id=" ".join(p)) for p, c in _commands()])
+def test_every_option_given_an_empty_value_is_refused_naming_it(path, command):
+    # `explain --schedule-file ''` wrote no picture and `--hardware ''` took the default, both with exit 0
+    _, valued = _flags(command)
+    for option in valued:
+        if option in ("--megatron-args", "--a", "--b"):  # an empty flag string or override set is valid
+            continue
+        line = one_line_error(run_cli([*path, option, ""]))
+        assert line == f"megaplan: error: {option} is empty (''): give a value, or leave the option out"
+
+
+def test_an_empty_override_set_is_still_valid():
+    out = run_cli(
+        ["compare", "--model", "gpt-1.7b", "--gpus", "8", "--tp", "1", "--pp", "1", "--a", "", "--b", "--tp 2"]
+    )
+    assert out.exit_code == 0, out.output

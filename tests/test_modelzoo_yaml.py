@@ -90,7 +90,8 @@ def test_a_script_whose_flags_come_through_yq_says_to_pass_the_yaml(tmp_path):
     launcher = tmp_path / "launch.sh"
     launcher.write_text(LAUNCHER)
     line = one_line_error(run_cli(["explain", "--megatron-args-file", str(launcher), "--gpus", "8"]))
-    assert "its flags come from a YAML through yq, which megaplan does not run: pass the YAML itself" in line
+    assert "its flags come from a YAML through yq, which megaplan runs only for moe-modelzoo's expressions" in line
+    assert "pass the YAML itself as --megatron-args-file" in line
 
 
 def test_a_best_practice_script_calling_the_modelzoo_launcher_names_the_yaml_to_pass(tmp_path):
@@ -225,3 +226,28 @@ def test_the_modelzoo_launchers_unknown_model_stops_where_bash_stops(tmp_path):
     line = one_line_error(run_cli(["explain", "--megatron-args-file", str(zoo / "best_practice/tiny/run_tiny.sh")]))
     # the conf's function echoes its error and returns 1; under the launcher's set -e that ends the script
     assert 'before the script\'s exit (it printed "Error: Invalid model Huge-MoE."' in line
+
+
+def test_the_modelzoo_launcher_itself_reads_with_model_given(tmp_path):
+    # the launcher run directly: its $0 is its own path (was unset: "the script reads
+    # $(dirname "$(readlink -f "$0")")/runtime_configs/..., which megaplan could not read")
+    launcher = str(_modelzoo_tree(tmp_path) / "sbatch_benchmarking.sh")
+    line = one_line_error(run_cli(["explain", "--megatron-args-file", launcher]))
+    assert 'before the script\'s exit (it printed "Error: Invalid model your_own_model."' in line
+    out = run_cli(["explain", "--megatron-args-file", launcher, "--env", "MODEL=Tiny-MoE", "--env", "SEQ_LEN=4096"])
+    assert out.exit_code == 0, out.output
+    assert "TP2 PP2 DP4 EP4" in out.stdout  # the table's row, on 2 nodes of 8
+
+
+def test_a_flag_the_script_leaves_empty_says_how_to_give_it(tmp_path):
+    zoo = _modelzoo_tree(tmp_path)
+    (zoo / "model_configs/Tiny-MoE.yaml").write_text(CONFIG + "  --load: ${LOAD_PATH}\n  --no-load-rng: true\n")
+    run = str(zoo / "best_practice/tiny/run_tiny.sh")
+    (zoo / "best_practice/tiny/run_tiny.sh").write_text("export LOAD_PATH=\n" + RUN_SH)  # as the template conf does
+    line = one_line_error(run_cli(["explain", "--megatron-args-file", run]))
+    assert line.endswith(
+        "--load is missing its value: expects a string (the script gives it none, an empty variable perhaps, and "
+        "Megatron-LM would stop there too: set that variable with --env NAME=VALUE, or give the flag with "
+        "--megatron-args)"
+    )
+    assert run_cli(["explain", "--megatron-args-file", run, "--env", "LOAD_PATH=/ckpt"]).exit_code == 0

@@ -1,6 +1,7 @@
 """Every option is given once: an option typed twice with different values (``--plan a.json --plan b.json``)
 or both ways of an on/off pair (``--sequence-parallel --no-sequence-parallel``) is refused with one line,
-never settled silently by the last one. The same value typed twice loses nothing and is accepted.
+never settled silently by the last one. The same value typed twice loses nothing and is accepted. An empty
+value (``--schedule-file ''``) is refused too, except for the options whose empty value means something.
 Options that collect (``multiple=True``) or count are not concerned."""
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ def refuse_repeats(seen: list[tuple[click.Parameter, str, object]]) -> None:
         raise click.UsageError(f"{spellings[0]} given {times} with different values ({shown}); give it once")
 
 
+EMPTY_ALLOWED = {"megatron_args", "a_args", "b_args"}  # an empty flag string or override set is a valid (empty) one
+
+
+def refuse_empty(seen: list[tuple[click.Parameter, str, object]]) -> None:
+    """Stop with one line when an option that names something (a file, a preset, a format) is given an
+    empty value: ``--schedule-file ''`` wrote nothing and ``--hardware ''`` took the default, silently."""
+    for param, spelling, value in seen:
+        if isinstance(value, str) and not value.strip() and param.name not in EMPTY_ALLOWED:
+            raise click.UsageError(f"{spelling} is empty ({value!r}): give a value, or leave the option out")
+
+
 class GivenOnce:
     """Mixin for click commands and groups: records each option as the parser meets it and refuses
     repeats (``refuse_repeats``) before any value is converted."""
@@ -53,6 +65,7 @@ class GivenOnce:
         def parse_args(args):
             result = parse(args)
             refuse_repeats(seen)
+            refuse_empty(seen)
             return result
 
         parser.parse_args = parse_args

@@ -19,7 +19,7 @@ from planner import api
 from planner.errors import PlannerError
 from planner.hardware.spec import HardwareSpec
 from planner.megatron.deepspeed import ForkPlan, map_fork_flags
-from planner.megatron.flags import MegatronArgs, parse_megatron_argv
+from planner.megatron.flags import MegatronArgError, MegatronArgs, parse_megatron_argv
 from planner.megatron.option_flags import (
     cuda_graph_options,
     not_modelled,
@@ -381,6 +381,7 @@ def import_fields(
     env: dict[str, str] | None = None,
     base_dir: str | None = None,
     extra: str | None = None,
+    script_path: str | None = None,
 ) -> ImportedFields:
     """Read a command line or launch script into the plan's fields (nothing in it is executed). Files the
     script sources or submits are read beside it, in ``base_dir``; ``extra`` flags follow the script's."""
@@ -389,13 +390,21 @@ def import_fields(
     from planner.megatron.modelzoo import READ_NOTE, modelzoo_command
 
     zoo = modelzoo_command(text, env or {})
-    launch = extract_launch(zoo or text, env, read_file=read_beside(base_dir))
+    launch = extract_launch(zoo or text, env, read_file=read_beside(base_dir, script_path))
     argv, dropped, lone = drop_unset(launch.argv, launch.argv_unresolved)
     try:
         argv += shlex.split(extra or "")
     except ValueError as err:
         raise PlannerError(f"--megatron-args {extra!r}: {err}") from err
-    args = parse_megatron_argv(argv, extra_flags_allowed=bool(entry_point_warning(launch.entry_point)))
+    try:
+        args = parse_megatron_argv(argv, extra_flags_allowed=bool(entry_point_warning(launch.entry_point)))
+    except MegatronArgError as err:
+        if "is missing its value" not in str(err) or extra_has_flag(extra, str(err).split()[0]):
+            raise
+        raise MegatronArgError(
+            f"{err} (the script gives it none, an empty variable perhaps, and Megatron-LM would stop there too: "
+            "set that variable with --env NAME=VALUE, or give the flag with --megatron-args)"
+        ) from None
     world = gpus or launch.world_size
     if world is None:
         raise PlannerError(world_unknown(launch))
@@ -438,3 +447,8 @@ def _ub_cfg_path(v: dict, warnings: list[str]) -> str | None:
         )
         return None
     return str(path)
+
+
+def extra_has_flag(extra: str | None, flag: str) -> bool:
+    """Whether the options given beside the script (--megatron-args) hold ``flag``."""
+    return bool(extra) and any(word.split("=")[0] == flag for word in extra.split())

@@ -258,8 +258,8 @@ class ScriptFiles:
     of the same name beside the script. ``__call__`` gives the text, the file's absolute path and the folder a
     relative path was found from."""
 
-    def __init__(self, base_dir: str | None) -> None:
-        self.base_dir = base_dir
+    def __init__(self, base_dir: str | None, script: str | None = None) -> None:
+        self.base_dir, self.script = base_dir, script  # script: the file's own path, the script's $0
 
     def __call__(self, path: str, cwd: str | None = None) -> tuple[str, str, str | None] | None:
         from pathlib import Path
@@ -280,5 +280,5 @@ class ScriptFiles:
         return None
 
 
-def read_beside(base_dir: str | None) -> ScriptFiles:
-    return ScriptFiles(base_dir)
+def read_beside(base_dir: str | None, script: str | None = None) -> ScriptFiles:
+    return ScriptFiles(base_dir, script)

@@ -72,7 +72,7 @@ def extract_launch(
         where += f' (it printed "{interp.exit_said}"; set what it asks for with --env NAME=VALUE)'
 
     unread = list(dict.fromkeys(interp.unread))
-    hint = _yq_hint(text, unread)
+    hint = "" if interp.exited and interp.exit_said else _yq_hint(text, unread)  # what it printed says why
     if unread:
         where += f"; the script reads {', '.join(unread)}, which megaplan could not read" + (
             ""
@@ -92,7 +92,8 @@ def _yq_hint(text: str, unread: list[str]) -> str:
     """What to give instead when the flags come from a YAML through ``yq`` (never run here): the YAML."""
     if YQ.search(text):
         return (
-            "; its flags come from a YAML through yq, which megaplan does not run: pass the YAML itself as "
+            "; its flags come from a YAML through yq, which megaplan runs only for moe-modelzoo's expressions: pass "
+            "the YAML itself as "
             "--megatron-args-file (a moe-modelzoo config's MODEL_ARGS are read), with --env for its ${VARIABLES}"
         )
     if any(path.rstrip("/").endswith(MODELZOO_LAUNCHER) for path in unread):

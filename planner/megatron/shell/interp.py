@@ -46,6 +46,8 @@ class Interp(Substitute, Follow, Expander):
         self.directives, self.job = directives, []
         self.read_file, self.files, self.unread = read_file, {}, []
         self.cwd, self.last_read, self.moved = getattr(read_file, "base_dir", None), "", []
+        if getattr(read_file, "script", None) and "0" not in self.vars:
+            self.vars["0"] = Var(read_file.script)  # $0: the script's own path
         self.seed_slurm()
         self.funcs: dict[str, object] = {}
         self.src, self.prefix, self.flags = "", [], []
