@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.api import make_request
-from planner.costs.blocks import LAYER_CARRIED, LAYER_KEY, _layer_blocks, layer_parts
-from planner.costs.letters import Letters, distinct_rows
+from planner.costs.blocks import _layer_blocks, layer_parts
+from planner.costs.letters import SHAPE_CARRIED, SHAPE_KEY, Letters, distinct_rows
 from planner.space.candidates import Pins, candidate_grid
 from planner.space.grid import PlanGrid
 
@@ -71,7 +71,7 @@ def test_layer_blocks_once_per_distinct_layer_equal_them_plan_by_plan(case, seed
 def test_a_view_refuses_the_letters_its_key_does_not_decide():
     ctx, grid = _grid(*CASES[1])
     lt = Letters(grid.take(np.arange(50)), ctx)
-    view, inverse = lt.distinct(LAYER_KEY, LAYER_CARRIED)
+    view, inverse = lt.distinct(SHAPE_KEY, SHAPE_CARRIED)
     np.testing.assert_array_equal(view.t[inverse], lt.t)
     np.testing.assert_array_equal(view.m[inverse], lt.m)  # carried: m = B/(b·d) of the key's b and d
     for use in (lambda: view.vpp + 1, lambda: 1 * view.vpp, lambda: np.where(view.dopt, 1, 0), lambda: view.rc == 2):

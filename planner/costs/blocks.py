@@ -393,33 +393,14 @@ def sum_blocks(*blocks: dict) -> dict[str, np.ndarray]:
     return {k: sum(b[k] for b in blocks) for k in blocks[0]}
 
 
-# The letters a layer's blocks read that differ between plans (``Letters.distinct``): its shape and
-# parallel groups, the token dispatcher and its overlaps, TP overlap, FSDP (the backward's connections),
-# and p and d (through m: FP8 weight casts per micro-batch, the A2A overlap's unpaired steps);
-# ``LAYER_CARRIED`` are functions of them.
-LAYER_KEY = ("t", "c", "b", "sp", "ep", "etp", "dispatcher", "a2a_overlap", "tpo", "fsdp", "p", "d")
-LAYER_CARRIED = ("V", "m", "world", "edp")
-
-
 def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
-    """The blocks every stage is made of, once per grid and computed once per distinct layer
-    (``LAYER_KEY``): ``attention`` (full), ``window`` (sliding window), ``dense`` and ``moe`` MLP
+    """The blocks every stage is made of, once per grid and computed once per distinct shape
+    (``Letters.once``): ``attention`` (full), ``window`` (sliding window), ``dense`` and ``moe`` MLP
     halves, with A2A overlap applied to the MoE layer (its dispatch hidden behind the other
     micro-batch's whole layer)."""
     cached = getattr(lt, "_layer_parts", None)
     if cached is None:
-        shapes, inverse = lt.distinct(LAYER_KEY, LAYER_CARRIED)
-        rows: dict[int, np.ndarray] = {}  # blocks share arrays (``window`` is ``attention`` without windows)
-
-        def per_plan(v):
-            if np.ndim(v) == 0:
-                return v
-            if id(v) not in rows:
-                rows[id(v)] = np.asarray(v)[inverse]
-            return rows[id(v)]
-
-        blocks = _layer_blocks(shapes, ctx)
-        cached = lt._layer_parts = {name: {k: per_plan(v) for k, v in b.items()} for name, b in blocks.items()}
+        cached = lt._layer_parts = lt.once(lambda shapes: _layer_blocks(shapes, ctx))
     return cached
 
 

@@ -9,6 +9,7 @@ stage.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -92,6 +93,24 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return first, key
 
 
+def _per_plan(value, inverse: np.ndarray, rows: int, seen: dict):
+    """``value`` computed on the ``rows`` plans of a ``Letters.distinct`` view, for every plan of its grid
+    (``inverse``: each plan's row in the view); an array shared by several entries is read back once."""
+    if isinstance(value, dict):
+        return {k: _per_plan(v, inverse, rows, seen) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_per_plan(v, inverse, rows, seen) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(
+            value, **{f.name: _per_plan(getattr(value, f.name), inverse, rows, seen) for f in dataclasses.fields(value)}
+        )
+    if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != rows:
+        return value  # a number, or an array every plan shares (broadcast)
+    if id(value) not in seen:
+        seen[id(value)] = (value, value[inverse])  # the value is kept: its id is not reused meanwhile
+    return seen[id(value)][1]
+
+
 @functools.lru_cache(maxsize=8192)
 def _split_counts(
     key: tuple[int, ...], layout: str | None, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int
@@ -126,8 +145,18 @@ def _split_kinds(
     return counts, legal, tuple(tuple(x) for x in seen.values())
 
 
+# The letters that decide the shape of a plan's layers and the placement of its process groups: what the
+# terms computed once per distinct shape (``Letters.once``: a layer's blocks, the groups' links, the TP
+# collectives, pipeline sends, the embedding's sync) read; and the letters that are functions of them.
+SHAPE_KEY = ("t", "c", "b", "sp", "ep", "etp", "dispatcher", "a2a_overlap", "tpo", "fsdp", "p", "d", "R")
+SHAPE_CARRIED = ("V", "m", "world", "edp")
+
+
 class Letters:
     """t, p, d, c, b, s, h, a, g, d_h, f, L, V, m ... of every plan of a grid."""
+
+    _view = False  # a ``distinct`` view: one plan per distinct key
+    _shapes: tuple | None = None  # (the view of distinct shapes, each plan's row in it), made by ``once``
 
     def __init__(self, grid: PlanGrid, ctx: Context):
         mo, tr = ctx.model, ctx.training
@@ -216,6 +245,7 @@ class Letters:
         n = len(self.t)
         first, inverse = distinct_rows([np.asarray(getattr(self, k)).reshape(-1) for k in key])
         view = object.__new__(Letters)
+        view._view = True
         for name, value in vars(self).items():
             if name.startswith("_"):  # stage tables and what the cost modules cached for these rows
                 continue
@@ -225,6 +255,18 @@ class Letters:
                 value = _NotInKey(name)
             setattr(view, name, value)
         return view, inverse
+
+    def once(self, fn):
+        """``fn(letters)`` for every plan, computed once per distinct shape (``SHAPE_KEY``, on the
+        ``distinct`` view of the grid, made once) and read back per plan: arrays (their first axis the
+        view's plans), and dicts, tuples and dataclasses of them (``collectives.Link``). On a view, ``fn``
+        of the view itself."""
+        if self._view:
+            return fn(self)
+        if self._shapes is None:
+            self._shapes = self.distinct(SHAPE_KEY, SHAPE_CARRIED)
+        view, inverse = self._shapes
+        return _per_plan(fn(view), inverse, len(view.t), {})
 
     def stage(self, i: np.ndarray) -> dict[str, np.ndarray]:
         """What rank i holds, for (N, S) rank indices: ``layers``, ``moe`` and ``window`` (decoder
