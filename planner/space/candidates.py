@@ -64,7 +64,9 @@ class Pins:
     pipeline_layout: str | None = None
     moe_token_dispatcher: TokenDispatcher | str | None = None
     overlap_moe_expert_parallel_comm: bool | None = None
-    distributed_optimizer_instances: int | None = None  # None: 1 (more are dominated under this model)
+    # None: 1, and for Megatron FSDP the R whose replica (t·d·c/R GPUs) fills one NVLink domain (HSDP)
+    distributed_optimizer_instances: int | None = None
+    fsdp_outer_sharding: str | None = None  # --outer-dp-sharding-strategy (hybrid plans); None: optim where allowed
     fsdp_sharding: str | None = None  # --data-parallel-sharding-strategy; None: optim_grads and optim_grads_params
     microbatch_group_size: int | None = None  # interleaving's G; None: the smallest Megatron allows (pp when it can)
     max_tp: int | None = None
@@ -344,14 +346,21 @@ def _memory_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[
     levels = [FsdpSharding(pins.fsdp_sharding).code] if pins.fsdp_sharding is not None else [2, 3]
     cols = _cross(cols, "fsdp_level", np.array(levels, dtype=np.int8))
     cols = _keep(cols, cols["fsdp"] | (cols["fsdp_level"] == levels[-1]))  # one row without FSDP
-    # distributed-optimizer instances: pinned, else one. More instances only add the shard's all-reduce across
-    # them and R times the optimizer memory under this model (communication.hierarchical_grad_reduce_time_s):
-    # never faster, never smaller, so search does not spend evaluations on them
-    replicas = [pins.distributed_optimizer_instances] if pins.distributed_optimizer_instances else [1]
-    cols = _cross(cols, "do_instances", np.array(replicas))
-    dc = cols["dp"] * cols["cp"]
-    sharded_alone = cols["distributed_optimizer"] & ~cols["fsdp"] & (dc % cols["do_instances"] == 0) & (dc >= 4)
-    return _keep(cols, (cols["do_instances"] == replicas[0]) | sharded_alone)
+    return _replica_axes(cols, ctx, pins)
+
+
+def _replica_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[str, np.ndarray]:
+    """Distributed-optimizer instances R and Megatron FSDP's outer sharding, as pinned (the rules say where
+    a pinned R cannot go); else one instance. The distributed optimizer gains nothing from more (they only
+    add the shard's all-reduce and R times the optimizer memory under this model,
+    communication.hierarchical_grad_reduce_time_s); Megatron FSDP's hybrid plans are tried by the search
+    as variants of the FSDP plans that fit (``search.hybrid_variants``)."""
+    n, R = len(cols["tp"]), pins.distributed_optimizer_instances or 1
+    cols = {**cols, "do_instances": np.full(n, R)}
+    if pins.fsdp_outer_sharding != "optim" or R == 1:
+        return {**cols, "outer_optim": np.zeros(n, dtype=bool)}
+    cols = _keep(cols, ~cols["fsdp"] | (cols["fsdp_level"] == 3))  # HFSDP needs optim_grads_params
+    return {**cols, "outer_optim": cols["fsdp"].copy()}
 
 
 def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGrid:
@@ -367,6 +376,7 @@ def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGr
         mb_group=cols["mb_group"],
         fsdp_level=np.where(cols["fsdp"], cols["fsdp_level"], 3).astype(np.int8),
         do_instances=small(cols["do_instances"]),
+        outer_optim=cols["outer_optim"],
         layouts=tuple(layouts),
     )
 
