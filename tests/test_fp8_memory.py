@@ -56,3 +56,19 @@ def test_mxfp8_keeps_two_scaled_copies_and_saves_scaled_inputs():
     # fc1 and fc2 (1 + ad/h + 1 + f/h = 6.5 elements per sbh) carry an E8M0 scale per 32 elements
     extra = 6.5 / 32 * S * H * L
     assert (mx["activations"] - cs["activations"]) * GIB == pytest.approx(extra, rel=1e-9)
+
+
+def test_parameters_are_gathered_in_fp8_except_mxfp8_through_the_gradient_buffer():
+    """--fp8-param-gather gathers 1 byte per parameter with per-tensor scaling; MXFP8 gathers the 16-bit
+    values into the gradient buffer and quantises them after (Megatron-LM core_r0.16.0
+    param_and_grad_buffer.py:340-350): 2 bytes. The gradients stay as the buffer's dtype."""
+    from planner.costs.estimate import dp_element_bytes
+
+    def ctx(**options):
+        return make_request(model="llama3-8b", hardware="dgx-b200-superpod", gpus=8, options=options).ctx
+
+    assert dp_element_bytes(ctx()) == (4, 2)  # bf16: fp32 main grads, bf16 weights
+    assert dp_element_bytes(ctx(grad_reduce_in_bf16=True)) == (2, 2)
+    assert dp_element_bytes(ctx(fp8="e4m3", fp8_recipe="tensorwise", fp8_param_gather=True)) == (4, 1)
+    assert dp_element_bytes(ctx(fp8="e4m3", fp8_recipe="mxfp8", fp8_param_gather=True)) == (4, 2)
+    assert dp_element_bytes(ctx(fp8="e4m3", fp8_recipe="tensorwise")) == (4, 2)  # FP8 compute, bf16 gather

@@ -104,3 +104,32 @@ def test_expandable_segments_as_each_release_launched():
     assert not runs["MB-26.02-GB200-DSV3-256"]  # v0.3.0 sets it for DeepSeek-V3 on H100 only
     assert not runs["MB-26.04-B200-QWEN3-30B-8"] and not runs["MB-25.09-H100-DSV3-1024"]
     assert sum(bool(v) for v in runs.values()) == 15  # 13 rows of 26.06-26.08 and the two DSv3 GB200 26.04 rows
+
+
+def test_optimizer_and_fp8_weights_as_each_recipe_ran():
+    """DeepSeek-V3's recipe: TE's precision-aware Adam with bf16 moments and main gradients (Megatron-Bridge
+    recipes/deepseek/deepseek_v3.py); the performance scripts' post-overrides: precision-aware for every
+    bf16 run; both FP8 mixed-precision configs: fp8_param_gather. By hand for DeepSeek-V3 on 256 GB200
+    (26.02): Adam's states go from 12 bytes per parameter (fp32 master, m, v) to 2 + 2 + 2 (the fp32
+    master as its 16-bit remainder beside the bf16 weight, m and v in bf16): exactly half."""
+    runs = {r.id: r for r in load_moe_runs()}
+    dsv3 = runs["MB-26.02-GB200-DSV3-256"].request["options"]
+    assert dsv3["use_precision_aware_optimizer"] and dsv3["fp8_param_gather"]
+    assert dsv3["exp_avg_dtype"] == dsv3["exp_avg_sq_dtype"] == dsv3["main_grads_dtype"] == "bf16"
+    bf16 = runs["MB-26.04-GB200-GPTOSS120B-64"].request["options"]
+    assert bf16["use_precision_aware_optimizer"] and "exp_avg_dtype" not in bf16 and "fp8_param_gather" not in bf16
+    qwen_fp8 = runs["MB-26.04-H100-QWEN3-30B-16"].request["options"]
+    assert qwen_fp8["fp8_param_gather"] and "use_precision_aware_optimizer" not in qwen_fp8
+
+    def optimizer_gib(options):
+        req = dict(runs["MB-26.02-GB200-DSV3-256"].request, options=options)
+        return api.explain(api.make_request(hardware=load_hardware("gb200-nvl72"), **req))["estimate"]["memory"][
+            "optimizer"
+        ]
+
+    plain = {
+        k: v
+        for k, v in dsv3.items()
+        if k not in ("use_precision_aware_optimizer", "exp_avg_dtype", "exp_avg_sq_dtype", "main_grads_dtype")
+    }
+    assert optimizer_gib(dsv3) == pytest.approx(optimizer_gib(plain) * 6 / 12, rel=1e-9)

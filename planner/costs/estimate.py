@@ -89,13 +89,18 @@ class Evaluation:
 
 
 def dp_element_bytes(ctx: Context) -> tuple[int, int]:
-    """(bytes per gradient element reduced over DP, bytes per parameter all-gathered)."""
-    prec = ctx.precision
+    """(bytes per gradient element reduced over DP, bytes per parameter all-gathered). With
+    --fp8-param-gather the parameters are gathered in FP8 (1 byte), except MXFP8's: Megatron gathers
+    them in 16 bits into the gradient buffer and quantises them into the MXFP8 parameter after the
+    gather (--reuse-grad-buf-for-mxfp8-param-ag, which Megatron recommends with MXFP8 and
+    Megatron-Bridge's bf16_with_mxfp8_mixed sets: Megatron-LM core_r0.16.0 distributed/
+    param_and_grad_buffer.py:340-350, optimizer/optimizer_config.py:364-370)."""
+    prec, opts = ctx.precision, ctx.options
     if prec == "fp32":
         return 4, 4
-    if prec == "fp16" or ctx.options.grad_buffer_in_16_bits:
-        return 2, 2
-    return 4, 2  # bf16: fp32 main grads reduced in fp32 (arguments.py:1204-1217)
+    grad = 2 if prec == "fp16" or opts.grad_buffer_in_16_bits else 4  # bf16: fp32 main grads (arguments.py:1204-1217)
+    fp8_gather = opts.fp8 is not None and opts.fp8_param_gather and opts.fp8_recipe.value != "mxfp8"
+    return grad, 1 if fp8_gather else 2
 
 
 def adam_step_bytes(ctx: Context) -> float:
@@ -129,8 +134,6 @@ def _dp_sync(
     each a collective that pays its latency; --use-sharp reduces in the switches where the cluster can."""
     opts, hw = ctx.options, ctx.hardware
     grad_bytes, param_bytes = dp_element_bytes(ctx)
-    if opts.fp8 is not None and opts.fp8_param_gather:
-        param_bytes = 1
     instance = lt.N  # the ranks one distributed-optimizer instance shards over, d·c/R (experts: edp/R)
     dense_link = group_link(hw, instance, lt.t)
     expert_link = group_link(hw, lt.edp_in, lt.etp * lt.ep)
@@ -457,8 +460,6 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
     """Every memory and time term's formula and source for one plan (``evaluate``'s terms)."""
     opts = ctx.options
     grad_bytes, param_bytes = dp_element_bytes(ctx)
-    if opts.fp8 is not None and opts.fp8_param_gather:
-        param_bytes = 1
     sp = plan.sequence_parallel and plan.tp > 1
     message = f"b·s·h{'/(t·c)' if sp else '/c'} × {memory.ACTIVATION_BYTES[ctx.precision]} bytes / β + α"
     if plan.pp == 1:

@@ -71,6 +71,21 @@ def _expandable_segments(row: dict) -> bool:
     return gpu == "dgx-h100-superpod" or (release >= (26, 4) and gpu == "gb200-nvl72")
 
 
+def _optimizer(row: dict) -> dict:
+    """The optimizer's state dtypes as the row's recipe ran them. DeepSeek-V3's recipe keeps Adam's
+    moments and the main gradients in bf16 under Transformer Engine's precision-aware FusedAdam
+    (Megatron-Bridge recipes/deepseek/deepseek_v3.py: v0.2.0 deepseek_v3.py:272-276, v0.4.0 :161-165,
+    v0.6.0 h100/deepseek_v3.py:206-210, which every DeepSeek-V3 performance recipe starts from);
+    the performance scripts turn the precision-aware optimizer on for every bf16 run with Adam, keeping
+    the recipe's fp32 states (v0.2.0 scripts/performance/utils/helpers.py:254-255; utils/overrides.py
+    set_post_overrides at v0.3.0:421, v0.4.0:462, v0.5.0:517, v0.6.0:667)."""
+    if row["model"] == "deepseek-v3":
+        return dict(
+            use_precision_aware_optimizer=True, main_grads_dtype="bf16", exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"
+        )
+    return {"use_precision_aware_optimizer": True} if not row["fp8"] else {}
+
+
 def _run(row: dict) -> Run:
     fp8 = row["fp8"] or None
     modules = () if row["recompute_modules"] in NO_MODULES else tuple(row["recompute_modules"].split(","))
@@ -93,11 +108,17 @@ def _run(row: dict) -> Run:
         delay_wgrad_compute=row["a2a_overlap"] == "True",
         fp8=fp8,
         fp8_recipe=row["fp8_recipe"] or None,
+        # both FP8 recipes the tables ran keep the weights in FP8 only (Megatron-Bridge
+        # training/mixed_precision.py bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed:
+        # fp8_param_gather = True at v0.2.0:251,289 through v0.6.0:264; MXFP8 gathering through the
+        # gradient buffer, reuse_grad_buf_for_mxfp8_param_ag)
+        fp8_param_gather=True if fp8 else None,
         moe_flex_dispatcher_backend=row["flex_backend"] or None,
         moe_flex_dispatcher_num_sms=_hybridep_sms(row),
         recompute_modules=modules or None,
         expandable_segments=_expandable_segments(row),
         **_cuda_graphs(row["cuda_graph"]),
+        **_optimizer(row),
     )
     tp = int(row["tp"])
     request = dict(
