@@ -68,6 +68,7 @@ class SearchResult:
     fastest_rank: int = 1  # where the fastest estimate ranks (ties reordered by safety)
     block_variants: int = 0  # block-recomputation variants added to the candidates (layers solved)
     tp_overlap_twins: int = 0  # candidates also evaluated without --tp-comm-overlap (each keeps the faster)
+    hybrid_variants: int = 0  # Megatron FSDP hybrid (HSDP/HFSDP) variants of FSDP rows that fit (hybrid_variants)
     rank_by: str = "risk"
     moved_down: int = 0  # plans faster by estimate than rank 1, below it for a feature no setting exercises
 
@@ -81,6 +82,7 @@ class SearchResult:
             "fastest_rank": self.fastest_rank,
             "block_variants": self.block_variants,
             "tp_overlap_twins": self.tp_overlap_twins,
+            "hybrid_variants": self.hybrid_variants,
             "band_frac": self.band_frac,
             "rank_by": self.rank_by,
             "rank_rule": RANK_RULES[self.rank_by],
@@ -312,7 +314,7 @@ def search(
     fits = np.ones(len(fitting.peak), dtype=bool)
     result = _ranked(ctx, num_gpus, fitting, fits, top, rank_by, memory_headroom, candidates + variants, rejected)
     hybrid = len(parts[-1].peak) if pins.distributed_optimizer_instances is None else 0
-    result.block_variants, result.tp_overlap_twins = variants - hybrid, twins
+    result.block_variants, result.tp_overlap_twins, result.hybrid_variants = variants - hybrid, twins, hybrid
     return result
 
 
