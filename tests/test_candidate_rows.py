@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.space.candidates import _cross, _cross_keep, _keep
+from planner.space.candidates import _cross, _cross_keep, _cross_table, _keep, _product
 
 
 @settings(max_examples=60, deadline=None)
@@ -34,3 +34,27 @@ def test_cross_keep_by_hand():
     cols = {"tp": np.array([1, 2], dtype=np.int32)}
     got = _cross_keep(cols, "knob", np.array([0, 1]), lambda c: c["tp"] * c["knob"] != 1)
     assert got["tp"].tolist() == [1, 2, 2] and got["knob"].tolist() == [0, 0, 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tp=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=12),
+    first=st.lists(st.booleans(), min_size=1, max_size=2, unique=True),
+    second=st.lists(st.integers(1, 6), min_size=1, max_size=3, unique=True),
+    threshold=st.integers(0, 40),
+)
+def test_cross_table_of_a_product_is_crossing_each_axis_then_keeping(tp, first, second, threshold):
+    # the memory axes cross every row with the product of several knobs at once: the same rows, order and
+    # dtypes as crossing the knobs one after the other and keeping the rows the rule allows
+    cols = {"tp": np.array(tp, dtype=np.int32), "dp": np.arange(len(tp), dtype=np.int64) * 3}
+
+    def keep(c):
+        return ((c["tp"] * c["b"] + c["dp"]) % 7 <= threshold % 7) | c["a"]
+
+    crossed = _cross(_cross(cols, "a", np.array(first)), "b", np.array(second))
+    want = _keep(crossed, keep(crossed))
+    got = _cross_table(cols, _product({"a": first, "b": second}), keep)
+    assert list(got) == list(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype
+        np.testing.assert_array_equal(got[name], want[name])

@@ -195,11 +195,12 @@ def test_moe_calibration_steps_once_per_fit_and_validation(monkeypatch):
     monkeypatch.setattr(moe_fit, "validate_moe", lambda runs, hw: {"summary": summary})
     from planner.fidelity.calibrate import Fit
 
-    monkeypatch.setattr(moe_fit, "fit_a2a", lambda name, runs, op_us: Fit(name, {}, 0.0, 0))
+    monkeypatch.setattr(moe_fit, "fit_a2a", lambda name, runs, op_us, phi=None: Fit(name, {}, 0.0, 0))
+    monkeypatch.setattr(moe_fit, "solved_phi", lambda a2a, op_us: {})
     for loso in (True, False):
         done: list[str] = []
         out = moe_fit.run_moe_calibration(loso=loso, step=done.append)
-        # the host time, the validation, the all-to-all's efficiency per preset, each held-out family
+        # the host time, the validation, the all-to-all's efficiency with φ, each held-out family
         assert len(done) == moe_fit.moe_calibration_steps(loso=loso) == 3 + len(moe_fit.FIT_MODELS) * loso
         assert list(out["a2a"]) == list(moe_fit.A2A_PRESETS)
 

@@ -2,6 +2,8 @@
 group search takes, its warm-up in memory, the schedule's order, and the flag both ways."""
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.api import explain, make_request
 from planner.costs.pipeline import in_flight_microbatches, microbatch_group_legal, smallest_microbatch_group
@@ -27,6 +29,16 @@ def test_megatrons_rule_by_hand():
 def test_smallest_group_search_takes():
     got = smallest_microbatch_group(np.array([8, 4, 4, 8, 4]), np.array([12, 10, 16, 7, 10.5]))
     assert got.tolist() == [12, 5, 4, 0, 0]  # 0: none (m < p, or m not whole)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 32), st.integers(1, 700)), min_size=1, max_size=20))
+def test_smallest_group_is_the_first_legal_one_counting_up_from_p(pairs):
+    p, m = (np.array(x) for x in zip(*pairs, strict=True))
+    got = smallest_microbatch_group(p, m)
+    for pk, mk, g in zip(p.tolist(), m.tolist(), got.tolist(), strict=True):
+        want = next((k for k in range(pk, mk + 1) if microbatch_group_legal(pk, mk, k)), 0)
+        assert g == want
 
 
 def test_a_larger_group_keeps_more_chunks_in_warm_up():

@@ -58,10 +58,12 @@ def smallest_microbatch_group(p: ArrayLike, m: ArrayLike) -> np.ndarray:
     (``in_flight_microbatches``) at the same bubble, so search takes the smallest."""
     p, m = np.broadcast_arrays(np.asarray(p, dtype=np.int64), np.asarray(m, dtype=float))
     G = np.where((m >= p) & (np.floor(m) == m), p, 0).astype(np.int64)  # a fractional m has none
-    todo = np.flatnonzero((G > 0) & ~microbatch_group_legal(p, m, G))
-    while len(todo):
-        G[todo] += 1
-        todo = todo[~microbatch_group_legal(p[todo], m[todo], G[todo])]
+    todo, step = np.flatnonzero((G > 0) & ~microbatch_group_legal(p, m, G)), 1
+    while len(todo):  # the next ``step`` sizes of each open plan at once, the step doubling each round
+        legal = microbatch_group_legal(p[todo, None], m[todo, None], G[todo, None] + 1 + np.arange(step))
+        found = legal.any(axis=1)
+        G[todo] += np.where(found, 1 + legal.argmax(axis=1), step)
+        todo, step = todo[~found], 2 * step
     return G
 
 

@@ -179,9 +179,19 @@ def _preset_generation(hardware: str) -> int:
     return generation(load_hardware(hardware))
 
 
-@functools.lru_cache(maxsize=8)
 def generation_counts(major: int) -> dict[str, dict[int, int]]:
-    """Per feature kind and code, the distinct settings of GPU generation ``major`` that use it."""
+    """Per feature kind and code, the distinct settings of GPU generation ``major`` that use it: the table
+    shipped with the package (``evidence_counts.COUNTS``, written by scripts/evidence_counts.py from
+    ``counted_settings``; a test checks they are equal), so a search builds no reference run's plan."""
+    from planner.fidelity.evidence_counts import COUNTS
+
+    return COUNTS.get(major) or {k: {} for k in LABELS}  # a generation absent there has no reference run
+
+
+@functools.lru_cache(maxsize=8)
+def counted_settings(major: int) -> dict[str, dict[int, int]]:
+    """Per feature kind and code, the distinct settings of GPU generation ``major`` that use it, counted
+    from the reference runs (``reference_settings``)."""
     counts: dict[str, dict[int, int]] = {k: {} for k in LABELS}
     for s in reference_settings(major):
         if s.generation == major:

@@ -76,19 +76,23 @@ A2A_PRESETS = ("dgx-h100-superpod",)  # 8-GPU NVLink domains: the MoE rows' all-
 A2A_FAMILIES = {"dgx-h100-superpod": ("dgx-h200-superpod",)}  # the same GPU, node and NIC
 
 
-def fit_a2a(preset: str, runs: list[Run] | None = None, op_us: float | None = None):
+def fit_a2a(preset: str, runs: list[Run] | None = None, op_us: float | None = None, phi: float | None = None):
     """The expert all-to-all's network efficiency η_a2a of one preset (calibrate.fit, bounded least squares
     inside the preset's band, σ from the Jacobian; not identifiable when the rows do not feel it) on
     the preset's MoE rows in the bar, every family - GPT-OSS too: a rail's bandwidth is the
     dispatch's, whatever the experts - with moe_host_op_us at ``op_us`` (default: the preset's). Apart
     from network_bus_efficiency, which the dense runs' DP and CP rings fit: the all-to-all's pieces
-    cross the spine to every other rail and the rings' do not (collectives.group_link)."""
+    cross the spine to every other rail and the rings' do not (collectives.group_link). ``phi``: φ
+    (connection_fit) at this value, where the preset has one."""
     from planner.fidelity.calibrate import fit as fit_factors
+    from planner.fidelity.connection_fit import with_phi
 
     runs = [r for r in (runs if runs is not None else load_moe_runs()) if r.fit and r.hardware == preset]
     hw = load_hardware(preset)
     if op_us is not None:
         hw = with_host_op(hw, op_us)
+    if phi is not None and hw.calibration.persistent_gemm_comm_share is not None:
+        hw = with_phi(hw, phi)
     reqs = [on_hardware(prepare(r), hw) for r in runs]
     return fit_factors(hw, runs, (A2A_FACTOR,), requests=reqs)
 
@@ -99,8 +103,46 @@ def _no_step(description: str | None = None) -> None:
 
 def moe_calibration_steps(*, loso: bool = True) -> int:
     """How many times run_moe_calibration calls ``step``: the fit, the validation, the all-to-all's
-    efficiency, each held-out family."""
+    efficiency with φ, each held-out family."""
     return 3 + (len(FIT_MODELS) if loso else 0)
+
+
+def a2a_and_phi(runs: list[Run], op_us: float, passes: int = 2) -> tuple[dict, dict]:
+    """η_a2a and φ, each at the other's value: η_a2a at the preset's φ, φ at that η_a2a, then η_a2a
+    again at the new φ and φ at it (``passes`` rounds; five H100 rows in the bar feel both)."""
+    phis: dict = {}
+    for _ in range(passes):
+        a2a = {name: fit_a2a(name, runs, op_us, phis[name].value if name in phis else None) for name in A2A_PRESETS}
+        phis = solved_phi(a2a, op_us)
+    return a2a, phis
+
+
+def solved_phi(a2a: dict, op_us: float) -> dict:
+    """φ (connection_fit.solve_phi) on each preset that carries it, at the fitted t_op and η_a2a."""
+    from planner.fidelity.connection_fit import PHI_PRESETS, solve_phi
+
+    out = {}
+    for name in PHI_PRESETS:
+        hw = with_host_op(load_hardware(name), op_us)
+        fa = a2a[name].factors.get(A2A_FACTOR) if name in a2a else None
+        if fa is not None and fa.status == Status.FITTED.value:
+            cal = hw.calibration.model_copy(update={A2A_FACTOR: fa.value})
+            hw = hw.model_copy(update={"calibration": cal})
+        out[name] = solve_phi(hw)
+    return out
+
+
+def _with_phi(cal, name: str, phis: dict):
+    """``cal`` with φ written: solved on its own preset, carried to the same GPU's other presets."""
+    from planner.fidelity.connection_fit import PHI, PHI_PRESETS, phi_factor
+
+    donor = next((d for d, kin in PHI_PRESETS.items() if name == d or name in kin), None)
+    if donor is None or donor not in phis:
+        return cal
+    fit = phis[donor]
+    entry = phi_factor(fit, cal.factors[PHI], carried_from=None if name == donor else donor)
+    value = round(fit.value, 3)
+    return cal.model_copy(update={PHI: value, "factors": dict(cal.factors) | {PHI: entry}})
 
 
 def leave_one_model_out(runs: list[Run] | None = None, step=_no_step) -> dict[str, dict]:
@@ -154,20 +196,41 @@ def moe_accuracy(preset: HardwareSpec, stats: dict | None):
     return acc.model_copy(update=values | {"sources": sources})
 
 
+def fitted_presets(f: MoeFit, a2a: dict, phis: dict) -> dict[str, HardwareSpec]:
+    """Every hardware preset with the MoE calibration's values: t_op (fitted on the three, carried to
+    the rest), η_a2a (fitted on the H100, carried to the H200), φ (solved on the H100, carried)."""
+    from planner.fidelity.writer import fitted_calibration
+    from planner.presets import preset_names
+
+    donors = {t: (d, a2a[d]) for d in a2a for t in A2A_FAMILIES.get(d, ())} | {d: (None, a2a[d]) for d in a2a}
+    out = {}
+    for name in preset_names("hardware"):
+        preset = load_hardware(name)
+        factors = dict(preset.calibration.factors) | {FACTOR: factor_entry(f, fitted=name in FIT_PRESETS)}
+        cal = preset.calibration.model_copy(update={FACTOR: round(f.value, 2), "factors": factors})
+        if name in donors:
+            donor, fa = donors[name]
+            note = f"{fa.runs} MoE rows in the bar ({'; '.join(fa.sources)}), moe_host_op_us at its fit"
+            cal = fitted_calibration(cal, fa, note, carried_from=donor, keep_unidentified=True)
+        out[name] = preset.model_copy(update={"calibration": _with_phi(cal, name, phis)})
+    return out
+
+
 def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step=_no_step) -> dict:
-    """Fit the factor, hold out each family, validate every MoE row with it; optionally write it into
-    every hardware preset (fitted on the three, carried over to the rest). ``step(description)`` after
-    the fit, the validation and each held-out fit (moe_calibration_steps in all)."""
+    """Fit the factor, then η_a2a and φ at it, validate every MoE row with them, hold out each family;
+    optionally write them into every hardware preset (fitted_presets). ``step(description)`` after the
+    fit, η_a2a and φ, the validation and each held-out fit (moe_calibration_steps in all)."""
     from pathlib import Path
 
-    from planner.fidelity.writer import fitted_calibration, write_hardware_file
-    from planner.presets import preset_names
+    from planner.fidelity.writer import write_hardware_file
 
     runs = load_moe_runs()
     f = fit(fit_runs(runs))
     step("fitted to every MoE family")
-    hw = {name: with_host_op(load_hardware(name), f.value) for name in FIT_PRESETS}
-    validation = validate_moe(runs, hw)["summary"]
+    a2a, phis = a2a_and_phi(runs, f.value)
+    step("the all-to-all's network efficiency fitted, φ solved on the connection-limit A/B")
+    presets = fitted_presets(f, a2a, phis)
+    validation = validate_moe(runs, presets)["summary"]
     step("every MoE run validated")
     out = {
         "factor": FACTOR,
@@ -177,23 +240,14 @@ def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step
         "runs": f.runs,
         "rms_log_error": f.rms_log_error,
         "validation": validation,
+        "a2a": {name: fa.to_json() for name, fa in a2a.items()},
+        "phi": {name: pf.to_json() for name, pf in phis.items()},
     }
-    a2a = {name: fit_a2a(name, runs, f.value) for name in A2A_PRESETS}
-    step("the all-to-all's network efficiency fitted")
-    out["a2a"] = {name: fa.to_json() for name, fa in a2a.items()}
     if loso:
         out["leave_one_model_out"] = leave_one_model_out(runs, step)
     if write_dir:
-        donors = {t: (d, a2a[d]) for d in a2a for t in A2A_FAMILIES.get(d, ())} | {d: (None, a2a[d]) for d in a2a}
-        for name in preset_names("hardware"):
-            preset = load_hardware(name)
-            factors = dict(preset.calibration.factors) | {FACTOR: factor_entry(f, fitted=name in FIT_PRESETS)}
-            cal = preset.calibration.model_copy(update={FACTOR: round(f.value, 2), "factors": factors})
-            if name in donors:
-                donor, fa = donors[name]
-                note = f"{fa.runs} MoE rows in the bar ({'; '.join(fa.sources)}), moe_host_op_us at its fit"
-                cal = fitted_calibration(cal, fa, note, carried_from=donor, keep_unidentified=True)
-            acc = moe_accuracy(preset, validation.get("by_hardware", {}).get(name))
-            write_hardware_file(Path(write_dir) / f"{name}.yaml", preset, cal, acc)
+        for name, hw in presets.items():
+            acc = moe_accuracy(load_hardware(name), validation.get("by_hardware", {}).get(name))
+            write_hardware_file(Path(write_dir) / f"{name}.yaml", load_hardware(name), hw.calibration, acc)
         out["written"] = write_dir
     return out

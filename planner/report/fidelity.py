@@ -218,6 +218,16 @@ def log_calibration_view(out: dict) -> Group:
     return Group(runs, factors_table("refitted", out["fit"]), Text(wrote))
 
 
+def _phi_line(name: str, pf: dict) -> Text:
+    """φ's line: solved on its A/B, or why it is not identifiable."""
+    if pf["sigma"] is None:
+        return Text(f"{name}: persistent_gemm_comm_share {pf['status']} ({pf['why']}), kept at {pf['value']:.3f}")
+    return Text(
+        f"{name}: persistent_gemm_comm_share = {pf['value']:.3f} ± {pf['sigma']:.3f} (band {_band(pf['band'])}), "
+        f"solved on the Model Zoo A/B: x{pf['gain_predicted']:.3f} predicted, x{pf['gain_measured']:.3f} measured"
+    )
+
+
 def moe_calibration_view(out: dict) -> Group:
     """``megaplan calibrate --moe``: the factor ± σ, the MoE rows with it, each family held out."""
     f = Text(
@@ -226,6 +236,7 @@ def moe_calibration_view(out: dict) -> Group:
     )
     parts: list = [f]
     parts += [factors_table(f"{name}, the expert all-to-all", fa) for name, fa in out.get("a2a", {}).items()]
+    parts += [_phi_line(name, pf) for name, pf in out.get("phi", {}).items()]
     parts.append(summary_table(out["validation"]))
     if out.get("leave_one_model_out"):
         table = Table(title="Leave one model out: fit without the family, predict it", title_justify="left")
@@ -248,6 +259,7 @@ def moe_calibration_view(out: dict) -> Group:
         parts.append(table)
     if out.get("written"):
         also = " and a2a_network_efficiency" if out.get("a2a") else ""
+        also += ", persistent_gemm_comm_share" if out.get("phi") else ""
         parts.append(Text(f"wrote {out['factor']}{also} into {out['written']}"))
     return Group(*parts)
 

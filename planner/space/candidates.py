@@ -4,6 +4,7 @@ cartesian products (no Python loop over plans); pins narrow an axis to one value
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -132,28 +133,30 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
     return {k: v[mask] for k, v in cols.items()}
 
 
-class _Crossed(dict):
-    """The columns of ``_cross(cols, name, values)`` built one at a time, as a rule asks for them."""
-
-    def __init__(self, cols: dict[str, np.ndarray], source: np.ndarray, name: str, values: np.ndarray):
-        super().__init__()
-        self.cols, self.source, self.name, self.values = cols, source, name, values
-
-    def __missing__(self, key: str) -> np.ndarray:
-        return self.values if key == self.name else self.cols[key][self.source]
-
-
 def _cross_keep(cols: dict[str, np.ndarray], name: str, values: np.ndarray, keep) -> dict[str, np.ndarray]:
     """``_keep(_cross(cols, name, values), keep(crossed))``, the same rows in the same order, without
-    building the rows ``keep`` drops: it reads only the crossed columns it needs (the grid's memory
-    is its largest before the rules; DeepSeek-V3's MoE axes multiply it)."""
-    n, k = len(next(iter(cols.values()))), len(values)
-    source, which = np.repeat(np.arange(n), k), np.tile(np.arange(k), n)
-    mask = keep(_Crossed(cols, source, name, np.tile(small(values), n)))
-    source, which = source[mask], which[mask]
-    out = {key: col[source] for key, col in cols.items()}
-    out[name] = small(values)[which]
-    return out
+    building the rows ``keep`` drops (``_cross_table``)."""
+    return _cross_table(cols, {name: values}, keep)
+
+
+def _cross_table(cols: dict[str, np.ndarray], table: dict[str, np.ndarray], keep) -> dict[str, np.ndarray]:
+    """Every row combined with every entry of ``table`` (columns of one length, entries in order) where
+    ``keep`` holds: crossing the table's columns one after the other (``_cross``, ``_keep``) when the
+    table is their product, in the same order, without building a row ``keep`` drops. ``keep`` reads
+    each column as a (rows, 1) or (1, entries) array and answers for every pair (numpy broadcasting):
+    the grid's memory is its largest before the rules, and DeepSeek-V3's MoE axes multiply it."""
+    n, k = len(next(iter(cols.values()))), len(next(iter(table.values())))
+    entries = {key: small(values) for key, values in table.items()}
+    pairs = {key: col[:, None] for key, col in cols.items()} | {key: v[None, :] for key, v in entries.items()}
+    rows, which = np.nonzero(np.broadcast_to(keep(pairs), (n, k)))  # row-major: each row's entries in order
+    out = {key: col[rows] for key, col in cols.items()}
+    return out | {key: v[which] for key, v in entries.items()}
+
+
+def _product(axes: dict[str, list]) -> dict[str, np.ndarray]:
+    """Every combination of the axes' values as a table, the last axis varying fastest (as ``_cross`` adds them)."""
+    combos = list(itertools.product(*axes.values()))
+    return {key: np.array([c[j] for c in combos], dtype=np.asarray(v).dtype) for j, (key, v) in enumerate(axes.items())}
 
 
 def _interleaving(cols: dict[str, np.ndarray], L: int, pins: Pins) -> dict[str, np.ndarray]:
@@ -246,6 +249,7 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
         cols = _keep(cols, B % (cols["micro_batch"] * cols["dp"]) == 0)
         m = B // (cols["micro_batch"] * cols["dp"])
         cols = _keep(cols, (cols["vpp"] == 1) | (m >= cols["pp"]))
+    cols["mb_group"] = _microbatch_groups(cols, ctx.training.global_batch, pins)  # before the knobs it ignores
     cols = _recompute_axes(cols, pins)
     cols = _memory_axes(cols, ctx, pins)
     if ctx.model.is_moe:
@@ -255,7 +259,6 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
         cols["etp"] = cols["tp"] if pins.etp is None else np.full(len(cols["tp"]), pins.etp)
         cols["dispatcher"] = np.zeros(len(cols["tp"]), dtype=np.int8)
         cols["a2a_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
-    cols["mb_group"] = _microbatch_groups(cols, ctx.training.global_batch, pins)
     return _grid(cols, pins, layouts)
 
 
@@ -328,38 +331,44 @@ def _recompute_axes(cols: dict[str, np.ndarray], pins: Pins) -> dict[str, np.nda
 
 def _memory_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[str, np.ndarray]:
     """Sequence parallelism (with tp > 1; always with MoE and tp > 1), the distributed optimizer (with
-    dp > 1 unless pinned) and Megatron FSDP (on the distributed optimizer, with d·c > 1)."""
-    sp = [pins.sequence_parallel] if pins.sequence_parallel is not None else [False, True]
-    cols = _cross(cols, "sequence_parallel", np.array(sp))
-    cols = _keep(cols, ~cols["sequence_parallel"] | (cols["tp"] > 1))  # SP with t = 1 is the same plan
-    if ctx.model.is_moe and pins.sequence_parallel is None:  # Megatron-Core's MoE layer needs SP with tp > 1
-        cols = _keep(cols, cols["sequence_parallel"] | (cols["tp"] == 1))
-    dopt = [pins.distributed_optimizer] if pins.distributed_optimizer is not None else [False, True]
-    cols = _cross(cols, "distributed_optimizer", np.array(dopt))
-    cols = _keep(cols, ~cols["distributed_optimizer"] | (cols["dp"] > 1) | (pins.distributed_optimizer is True))
-    fsdp = [pins.fsdp] if pins.fsdp is not None else [False, True]
-    cols = _cross(cols, "fsdp", np.array(fsdp))
-    # Megatron FSDP runs on the distributed optimizer (arguments.py: v1 turns it on) and needs d·c > 1
-    cols = _keep(cols, ~cols["fsdp"] | (cols["distributed_optimizer"] & (cols["dp"] * cols["cp"] > 1)))
-    # its sharding strategy: weights too (optim_grads_params) or not (optim_grads); optim prices as the
+    dp > 1 unless pinned) and Megatron FSDP (on the distributed optimizer, with d·c > 1), with its
+    sharding strategy and the distributed-optimizer instances: every row crossed with their product once."""
+    pinned = (pins.sequence_parallel, pins.distributed_optimizer, pins.fsdp)
+    sp, dopt, fsdp = ([p] if p is not None else [False, True] for p in pinned)
+    # FSDP's sharding strategy: weights too (optim_grads_params) or not (optim_grads); optim prices as the
     # distributed optimizer does, so search offers it only when pinned
     levels = [FsdpSharding(pins.fsdp_sharding).code] if pins.fsdp_sharding is not None else [2, 3]
-    cols = _cross(cols, "fsdp_level", np.array(levels, dtype=np.int8))
-    cols = _keep(cols, cols["fsdp"] | (cols["fsdp_level"] == levels[-1]))  # one row without FSDP
-    return _replica_axes(cols, ctx, pins)
+    # distributed-optimizer instances: pinned, else one. More instances only add the shard's all-reduce across
+    # them and R times the optimizer memory under this model (communication.hierarchical_grad_reduce_time_s):
+    # never faster, never smaller, so search does not spend evaluations on them
+    replicas = [pins.distributed_optimizer_instances] if pins.distributed_optimizer_instances else [1]
+    table = _product(
+        {"sequence_parallel": sp, "distributed_optimizer": dopt, "fsdp": fsdp, "fsdp_level": levels}
+        | {"do_instances": replicas}
+    )
+    table["fsdp_level"] = table["fsdp_level"].astype(np.int8)
+    sp_needed = ctx.model.is_moe and pins.sequence_parallel is None  # Megatron-Core's MoE layer: SP with tp > 1
+
+    def allowed(c: dict[str, np.ndarray]) -> np.ndarray:
+        sp, do, fs, dc = c["sequence_parallel"], c["distributed_optimizer"], c["fsdp"], c["dp"] * c["cp"]
+        ok = (~sp | (c["tp"] > 1)) & (sp | (c["tp"] == 1) | (not sp_needed))  # SP with t = 1 is the same plan
+        ok = ok & (~do | (c["dp"] > 1) | (pins.distributed_optimizer is True))
+        # Megatron FSDP runs on the distributed optimizer (arguments.py: v1 turns it on) and needs d·c > 1
+        ok = ok & (~fs | (do & (dc > 1))) & (fs | (c["fsdp_level"] == levels[-1]))  # one row without FSDP
+        sharded_alone = do & ~fs & (dc % c["do_instances"] == 0) & (dc >= 4)
+        return ok & ((c["do_instances"] == replicas[0]) | sharded_alone)
+
+    return _outer_axis(_cross_table(cols, table, allowed), pins)
 
 
-def _replica_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[str, np.ndarray]:
-    """Distributed-optimizer instances R and Megatron FSDP's outer sharding, as pinned (the rules say where
-    a pinned R cannot go); else one instance. The distributed optimizer gains nothing from more (they only
-    add the shard's all-reduce and R times the optimizer memory under this model,
-    communication.hierarchical_grad_reduce_time_s); Megatron FSDP's hybrid plans are tried by the search
-    as variants of the FSDP plans that fit (``search.hybrid_variants``)."""
+def _outer_axis(cols: dict[str, np.ndarray], pins: Pins) -> dict[str, np.ndarray]:
+    """Megatron FSDP's outer sharding, as pinned with a pinned R > 1 (HFSDP needs optim_grads_params); else
+    no_shard. Unpinned, Megatron FSDP's hybrid plans are tried by the search as variants of the FSDP plans
+    that fit (``search.hybrid_variants``), not here."""
     n, R = len(cols["tp"]), pins.distributed_optimizer_instances or 1
-    cols = {**cols, "do_instances": np.full(n, R)}
     if pins.fsdp_outer_sharding != "optim" or R == 1:
         return {**cols, "outer_optim": np.zeros(n, dtype=bool)}
-    cols = _keep(cols, ~cols["fsdp"] | (cols["fsdp_level"] == 3))  # HFSDP needs optim_grads_params
+    cols = _keep(cols, ~cols["fsdp"] | (cols["fsdp_level"] == 3))
     return {**cols, "outer_optim": cols["fsdp"].copy()}
 
 
@@ -384,41 +393,35 @@ def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGr
 def _moe_axes(cols: dict[str, np.ndarray], ctx: Context, num_gpus: int, pins: Pins) -> dict[str, np.ndarray]:
     """Expert parallelism, expert TP (Megatron's default = tp, or 1), the token dispatcher (only one
     choice without expert communication) and the all-to-all overlap where Megatron-LM allows it
-    (ep > 1, alltoall or flex, no full recomputation, interleaving when pp > 1)."""
-    model = ctx.model
-    eps = [e for e in divisors(model.num_experts) if num_gpus % e == 0]
-    cols = _cross(cols, "ep", _axis(pins.ep, eps))
-    if pins.etp is None:
-        cols = _cross(cols, "etp_is_tp", np.array([False, True]))
-        cols = _keep(cols, ~(cols["etp_is_tp"] & (cols["tp"] == 1)))  # the same plan twice
-        cols["etp"] = np.where(cols.pop("etp_is_tp"), cols["tp"], 1)
-    else:
-        cols["etp"] = np.full(len(cols["tp"]), pins.etp)
-    cols = _keep(cols, num_gpus % (cols["etp"] * cols["ep"] * cols["pp"]) == 0)
+    (ep > 1, alltoall or flex, no full recomputation, interleaving when pp > 1): every row crossed with
+    their product once (``_cross_table``)."""
+    eps = [e for e in divisors(ctx.model.num_experts) if num_gpus % e == 0]
     kinds = (
         [DISPATCHER_CODES[TokenDispatcher(pins.moe_token_dispatcher)]]
         if pins.moe_token_dispatcher is not None
         else list(DISPATCHER_CODES.values())
     )
+    overlap = pins.overlap_moe_expert_parallel_comm
+    axes = {"ep": list(_axis(pins.ep, eps))}
+    axes |= {"etp_is_tp": [False, True]} if pins.etp is None else {"etp": [pins.etp]}
+    axes |= {"dispatcher": kinds, "a2a_overlap": [overlap] if overlap is not None else [False, True]}
+    table = _product(axes)
+    table["dispatcher"] = table["dispatcher"].astype(np.int8)
     pinned = pins.moe_token_dispatcher is not None  # else: without expert communication the dispatchers are one plan
-    cols = _cross_keep(
-        cols,
-        "dispatcher",
-        np.array(kinds, dtype=np.int8),
-        lambda c: (c["ep"] * c["etp"] > 1) | (c["dispatcher"] == kinds[0]) | pinned,
-    )
-    overlap = (
-        [pins.overlap_moe_expert_parallel_comm] if pins.overlap_moe_expert_parallel_comm is not None else [False, True]
-    )
 
-    def allowed(c: dict) -> np.ndarray:  # where Megatron-LM allows the overlap (when not pinned)
-        if pins.overlap_moe_expert_parallel_comm is not None:
-            return np.ones(len(c["a2a_overlap"]), dtype=bool)
-        return ~c["a2a_overlap"] | (
-            (c["ep"] > 1)
-            & (c["dispatcher"] > 0)
-            & (c["recompute"] != RECOMPUTE_CODES[Recompute.FULL])
-            & ((c["pp"] == 1) | (c["vpp"] > 1))
-        )
+    def allowed(c: dict[str, np.ndarray]) -> np.ndarray:
+        etp = np.where(c["etp_is_tp"], c["tp"], 1) if pins.etp is None else c["etp"]
+        ok = num_gpus % (etp * c["ep"] * c["pp"]) == 0
+        if pins.etp is None:
+            ok = ok & ~(c["etp_is_tp"] & (c["tp"] == 1))  # the same plan twice
+        ok = ok & ((c["ep"] * etp > 1) | (c["dispatcher"] == kinds[0]) | pinned)
+        if overlap is not None:  # where Megatron-LM allows the overlap (when not pinned)
+            return ok
+        full = RECOMPUTE_CODES[Recompute.FULL]
+        a2a = (c["ep"] > 1) & (c["dispatcher"] > 0) & (c["recompute"] != full) & ((c["pp"] == 1) | (c["vpp"] > 1))
+        return ok & (~c["a2a_overlap"] | a2a)
 
-    return _cross_keep(cols, "a2a_overlap", np.array(overlap), allowed)
+    cols = _cross_table(cols, table, allowed)
+    if pins.etp is None:
+        cols["etp"] = np.where(cols.pop("etp_is_tp"), cols["tp"], 1)
+    return cols

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Write planner/fidelity/evidence_counts.py: per GPU generation, feature kind and code, the distinct
+published settings that use it (``planner.fidelity.evidence.counted_settings``, computed from the
+reference runs). A search reads the written table instead of building every reference run's plan
+request (about 40 ms and 27 preset files a process). Run it after the reference runs, the presets
+they name or the feature codes change; tests/test_evidence.py checks the file equals the live count.
+Usage: python scripts/evidence_counts.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.fidelity.evidence import LABELS, counted_settings, generation, reference_settings
+from planner.presets import load_hardware, preset_names
+
+TARGET = Path(__file__).resolve().parent.parent / "planner" / "fidelity" / "evidence_counts.py"
+HEADER = '''"""Written by scripts/evidence_counts.py (do not edit by hand): per GPU generation (compute capability
+major), feature kind and code, the distinct published settings of the reference runs that use it
+(``planner.fidelity.evidence.counted_settings``). A generation absent here has no reference run.
+tests/test_evidence.py checks this table equals the live count."""
+
+COUNTS = {
+'''
+
+
+def generations() -> list[int]:
+    """Every generation of a shipped hardware preset or a reference run."""
+    shipped = {generation(load_hardware(name)) for name in preset_names("hardware")}
+    return sorted(shipped | {s.generation for s in reference_settings()})
+
+
+def table_text() -> str:
+    lines = [HEADER]
+    for major in generations():
+        counts = counted_settings(major)
+        if not any(counts.values()):
+            continue
+        lines.append(f"    {major}: {{\n")
+        for kind in LABELS:
+            entries = ", ".join(f"{code}: {n}" for code, n in sorted(counts[kind].items()))
+            lines.append(f'        "{kind}": {{{entries}}},\n')
+        lines.append("    },\n")
+    lines.append("}\n")
+    return "".join(lines)
+
+
+if __name__ == "__main__":
+    TARGET.write_text(table_text())
+    print(f"wrote {TARGET}")
