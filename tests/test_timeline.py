@@ -266,7 +266,7 @@ def test_svg_has_stages_blocks_and_labels(tmp_path):
     pytest.importorskip("matplotlib")
     tl = _toy(m=4)
     path = tmp_path / "schedule.svg"
-    plots.save(plots.schedule_figure(tl, "toy 1F1B schedule"), str(path), "--schedule-file")
+    plots.schedule_picture(tl, "toy 1F1B schedule").save(str(path), "--schedule-file")
     root = ET.parse(path).getroot()
     ns = "{http://www.w3.org/2000/svg}"
     texts = ["".join(t.itertext()) for t in root.iter(f"{ns}text")]
@@ -276,16 +276,68 @@ def test_svg_has_stages_blocks_and_labels(tmp_path):
     assert {"1", "2", "3", "4"} <= set(texts)  # micro-batch numbers on the blocks
     groups = {g.get("id"): g for g in root.iter(f"{ns}g") if g.get("id")}
     for i in range(4):  # one bar per forward and per backward of each of the 4 micro-batches
-        assert len(list(groups[f"stage{i}-fwd-chunk0"].iter(f"{ns}path"))) == 4
-        assert len(list(groups[f"stage{i}-bwd-chunk0"].iter(f"{ns}path"))) == 4
+        assert len(list(groups[f"stage{i}-fwd-chunk0"].iter(f"{ns}rect"))) == 4
+        assert len(list(groups[f"stage{i}-bwd-chunk0"].iter(f"{ns}rect"))) == 4
     assert "stage0-p2p" in groups and "stage0-dp_comm" in groups and "stage0-optimizer" in groups
+
+
+def _svg_boxes(root, gid):
+    ns = "{http://www.w3.org/2000/svg}"
+    group = next(g for g in root.iter(f"{ns}g") if g.get("id") == gid)
+    return [tuple(float(r.get(k)) for k in ("x", "y", "width", "height")) for r in group.iter(f"{ns}rect")]
+
+
+def test_svg_blocks_are_the_simulated_operations(tmp_path, monkeypatch):
+    # GPT-3 175B on 1,024 GPUs, TP8 PP16: 16 stages × 384 operations. The SVG is written as text, without
+    # matplotlib (matplotlib took 2.3 s for these ~12,000 shapes), one <rect> per operation, where it ran
+    from planner.report import figures as plots
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # the SVG needs no matplotlib
+    req = api.make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16)
+    tl = plan_timeline(api.explain_plan(req).evaluation, req.plan, req.ctx.options)
+    assert (tl.p, len(tl.ops)) == (16, 6144)
+    path = tmp_path / "gpt3.svg"
+    pic = plots.schedule_picture(tl, "gpt3-175b")
+    pic.save(str(path), "--schedule-file")
+    root = ET.parse(path).getroot()
+    assert int(root.get("width")) == 2304  # 0.06 inch per block: 384 blocks a stage → 23 inches at 100 dpi
+    sx = [g for g in pic.texts if g[2] == "0"][0][0], [g for g in pic.texts if g[2] == "20"][0][0]
+    px_per_s = (sx[1] - sx[0]) / 20  # from the tick labels 0 and 20 s
+    for i in (0, 15):
+        fwd = [o for o in tl.stage_ops(i) if o.kind == FWD]
+        boxes = _svg_boxes(root, f"stage{i}-fwd-chunk0")
+        assert len(boxes) == len(fwd) == 192
+        for o, (x, _, w, _) in zip(fwd, boxes, strict=True):
+            assert x == pytest.approx(sx[0] + o.start_s * px_per_s, abs=0.01)
+            assert w == pytest.approx(o.duration_s * px_per_s, abs=0.01)
+    tail = _svg_boxes(root, "stage0-dp_comm")[0]
+    assert tail[0] == pytest.approx(sx[0] + tl.pipeline_s * px_per_s, abs=0.01)
+
+
+def test_png_draws_the_same_picture(tmp_path, monkeypatch):
+    # the PNG is matplotlib drawing the Picture's own rectangles, lines and texts, one pixel per unit
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from planner.report import figures as plots
+
+    drawn = {}
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: drawn.update(fig=fig))
+    pic = plots.schedule_picture(_toy(m=4), "toy")
+    pic.save(str(tmp_path / "s.png"), "--schedule-file")
+    ax = drawn["fig"].axes[0]
+    polys = [c for c in ax.collections if type(c).__name__ == "PolyCollection"]
+    assert len(polys) == len(pic.groups)
+    assert [len(c.get_paths()) for c in polys] == [len(g.boxes) for g in pic.groups]
+    assert [t.get_text() for t in ax.texts] == [t[2] for t in pic.texts]
+    assert drawn["fig"].get_size_inches() * plots.DPI == pytest.approx((pic.width_px, pic.height_px))
 
 
 def test_png_size_from_header(tmp_path):
     plots = pytest.importorskip("planner.report.figures")
     pytest.importorskip("matplotlib")
     path = tmp_path / "schedule.png"
-    plots.save(plots.schedule_figure(_toy(), "toy"), str(path), "--schedule-file")
+    plots.schedule_picture(_toy(), "toy").save(str(path), "--schedule-file")
     head = path.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
     width, height = struct.unpack(">II", head[16:24])

@@ -84,7 +84,7 @@ def _note_beyond_context(req: api.PlanRequest) -> None:
 @click.option(
     "--schedule-file",
     type=click.Path(dir_okay=False),
-    help="Write the pipeline schedule picture (.svg or .png; needs matplotlib).",
+    help="Write the pipeline schedule picture (.svg, or .png with matplotlib).",
 )
 @overwrite_option
 @click.option("--brief", is_flag=True, help="Print only the verdict (fits or not, speed, largest terms).")
@@ -105,7 +105,7 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
     from planner.report import figures as plots
 
     if schedule_file:
-        plots.check_picture_path(schedule_file, "--schedule-file")
+        plots.check_picture_path(schedule_file, "--schedule-file", svg_without_matplotlib=True)
         refuse_existing("--schedule-file", schedule_file, overwrite)
     resolved = resolve(kw, search_best=True)
     say_notes(resolved)
@@ -134,11 +134,8 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
 
             console().print(ScheduleView(timeline, f"Pipeline schedule: {report.plan_line(pj)}"))
     if schedule_file:
-        plots.save(
-            plots.schedule_figure(timeline, f"{pj['model']} on {pj['gpus']} GPUs: {report.plan_line(pj)}"),
-            schedule_file,
-            "--schedule-file",
-        )
+        title = f"{pj['model']} on {pj['gpus']} GPUs: {report.plan_line(pj)}"
+        plots.schedule_picture(timeline, title).save(schedule_file, "--schedule-file")
         click.echo(f"wrote {schedule_file}", err=True)
 
 

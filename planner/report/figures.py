@@ -1,27 +1,29 @@
-"""Pictures written to files with matplotlib (the optional ``plot`` extra): the pipeline schedule
-of one plan and a scaling sweep. The core never imports matplotlib; these functions import it
-when called and say in one line how to install it when it is missing."""
+"""Pictures written to files: the pipeline schedule of one plan (SVG written directly, PNG through
+matplotlib, both from one ``Picture``) and a scaling sweep (matplotlib, the optional ``plot`` extra).
+The core never imports matplotlib; these functions import it when called and say in one line how
+to install it when it is missing."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 from planner.errors import PlannerError
+from planner.report.picture import DPI, INSTALL_HINT, Picture, matplotlib_or_error
 from planner.timeline import FWD, Timeline
 
+__all__ = ["DPI", "INSTALL_HINT", "check_picture_path", "save", "schedule_picture", "sweep_figure"]
+
 SUFFIXES = (".svg", ".png")
-# from the checkout: "megaplan" on the public package index is an unrelated package (README)
-INSTALL_HINT = 'pip install ".[plot]" from the megaplan checkout (or pip install matplotlib)'
 FWD_COLORS = ("#1f5fbf", "#4f8fe6", "#86b6f0", "#b9d5f7")
 BWD_COLORS = ("#2e8b3a", "#5cb85c", "#95d195", "#c4e6c4")
 COMM_COLOR, DP_COLOR, OPT_COLOR = "#e6a700", "#b03aa8", "#c0392b"
-DPI = 100
 
 
-def check_picture_path(path: str, option: str) -> Path:
+def check_picture_path(path: str, option: str, svg_without_matplotlib: bool = False) -> Path:
     """Refuse an unknown suffix, a folder that does not exist or cannot be written, or a missing
-    matplotlib, before any work."""
+    matplotlib (not needed for an SVG written directly), before any work."""
     p = Path(path)
     if p.suffix.lower() not in SUFFIXES:
         raise PlannerError(f"{option} {path!r}: unknown picture format {p.suffix or '(none)'!r}; allowed: .svg, .png")
@@ -30,16 +32,13 @@ def check_picture_path(path: str, option: str) -> Path:
         raise PlannerError(f"{option} {path!r}: folder {str(folder)!r} does not exist")
     if not os.access(folder, os.W_OK) or (p.exists() and (p.is_dir() or not os.access(p, os.W_OK))):
         raise PlannerError(f"{option} {path!r}: cannot write there (permission denied)")
-    _matplotlib(option)
+    if not (svg_without_matplotlib and p.suffix.lower() == ".svg"):
+        _matplotlib(option)
     return p
 
 
 def _matplotlib(option: str):
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlannerError(f"{option} needs matplotlib, which is not installed: {INSTALL_HINT}") from None
-    matplotlib.use("Agg", force=False)
+    matplotlib = matplotlib_or_error(option)
     from matplotlib.figure import Figure
 
     return matplotlib, Figure
@@ -55,73 +54,96 @@ def save(fig, path: str, option: str) -> None:
         raise PlannerError(f"{option} {path!r}: cannot write: {err.strerror or err}") from err
 
 
-def schedule_figure(tl: Timeline, title: str, option: str = "--schedule-file"):
-    """The pipeline schedule: one broken_barh row per stage (stage 0 on top), forwards blue, backwards
-    green (lighter for later interleaved chunks), blocking p2p sends amber, the DP gradient sync and
+def schedule_picture(tl: Timeline, title: str) -> Picture:
+    """The pipeline schedule: one row per stage (stage 0 on top), forwards blue, backwards green
+    (lighter for later interleaved chunks), blocking p2p sends amber, the DP gradient sync and
     optimizer step after the flush; micro-batch numbers (from 1) on the blocks wide enough for them."""
-    _, Figure = _matplotlib(option)
-    from matplotlib.patches import Patch
-
-    width_in = min(max(8.0, 0.06 * len(tl.ops) / tl.p), 40.0)  # about 0.06 inch per block, within 8-40 inches
-    fig = Figure(figsize=(width_in, 1.5 + 0.45 * tl.p), layout="constrained")
-    ax = fig.add_subplot()
-    px_per_s = width_in * DPI * 0.85 / tl.iteration_s
-    edge = 0.4 if min(tl.forward_s) / tl.vpp * px_per_s >= 8 else 0.0  # white gaps only where blocks are wide
+    width_px = DPI * min(max(8.0, 0.06 * len(tl.ops) / tl.p), 40.0)  # about 0.06 inch per block, 8-40 inches
+    legend = _legend_rows(_schedule_legend(tl), width_px)
+    pic = Picture(width_px, DPI * (1.5 + 0.45 * tl.p) + 20 * (len(legend) - 1))
+    x0, x1, y0, y1 = 16 + 7.5 * len(f"stage {tl.p - 1}"), width_px - 16, 32.0, pic.height_px - 44 - 20 * len(legend)
+    px_per_s, row_px = (x1 - x0) / tl.iteration_s, (y1 - y0) / (tl.p + 0.2)
+    edge = 0.6 if min(tl.forward_s) / tl.vpp * px_per_s >= 8 else 0.0  # white gaps only where blocks are wide
     for i in range(tl.p):
-        y = tl.p - 1 - i
+        y = y0 + (i + 0.6) * row_px
+        box = lambda t, d, h, y=y: (x0 + t * px_per_s, y - h / 2 * row_px, d * px_per_s, h * row_px)
         ops = tl.stage_ops(i)
         for kind, colors in ((FWD, FWD_COLORS), ("bwd", BWD_COLORS)):
             for chunk in range(tl.vpp):
-                bars = [(o.start_s, o.duration_s) for o in ops if o.kind == kind and o.chunk == chunk]
-                if bars:
-                    coll = ax.broken_barh(
-                        bars, (y - 0.4, 0.8), facecolors=colors[chunk % len(colors)], edgecolors="white", linewidth=edge
-                    )
-                    coll.set_gid(f"stage{i}-{kind}-chunk{chunk}")
-        sends = [(t.start_s, t.end_s - t.start_s) for t in tl.stage_sends(i) if t.blocking]
-        if sends:
-            ax.broken_barh(sends, (y - 0.15, 0.3), facecolors=COMM_COLOR).set_gid(f"stage{i}-p2p")
+                boxes = [box(o.start_s, o.duration_s, 0.8) for o in ops if o.kind == kind and o.chunk == chunk]
+                pic.rects(f"stage{i}-{kind}-chunk{chunk}", colors[chunk % len(colors)], boxes, "white", edge)
+        sends = [box(t.start_s, t.end_s - t.start_s, 0.3) for t in tl.stage_sends(i) if t.blocking]
+        pic.rects(f"stage{i}-p2p", COMM_COLOR, sends)
         t0 = tl.pipeline_s
         for name, color in (("dp_comm", DP_COLOR), ("optimizer", OPT_COLOR)):
             secs = tl.tail_s.get(name, 0.0)
-            if secs > 0:
-                ax.broken_barh([(t0, secs)], (y - 0.4, 0.8), facecolors=color).set_gid(f"stage{i}-{name}")
-                t0 += secs
+            pic.rects(f"stage{i}-{name}", color, [box(t0, secs, 0.8)] if secs > 0 else [])
+            t0 += secs
         for o in ops:
             label = f"{o.microbatch + 1}{chr(ord('a') + o.chunk) if tl.vpp > 1 else ''}"
             if o.duration_s * px_per_s >= 7 * len(label) + 2:
-                ax.text(
-                    o.start_s + o.duration_s / 2,
-                    y,
-                    label,
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if o.chunk < 2 else "black",
-                )
-    ax.set_yticks(range(tl.p), [f"stage {tl.p - 1 - y}" for y in range(tl.p)])
-    ax.set_ylim(-0.6, tl.p - 0.4)
-    ax.set_xlim(0, tl.iteration_s)
-    ax.set_xlabel("time (s)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(axis="x", linestyle=":", linewidth=0.5)
-    handles = [
-        Patch(color=FWD_COLORS[0], label="forward"),
-        Patch(color=BWD_COLORS[0], label="backward (+ recompute)"),
-        Patch(color=COMM_COLOR, label=f"p2p send ({_ms(tl.p2p_s)} each)"),
-        Patch(color=DP_COLOR, label="DP grad sync"),
-        Patch(color=OPT_COLOR, label="optimizer"),
-        Patch(facecolor="white", edgecolor="grey", label="bubble (idle)"),
-    ]
+                x = x0 + (o.start_s + o.duration_s / 2) * px_per_s
+                pic.text(x, y, label, 9.7, "white" if o.chunk < 2 else "black")
+        pic.line(x0 - 3.5, y, x0, y)
+        pic.text(x0 - 6, y, f"stage {i}", 12, anchor="end")
+    _time_axis(pic, (x0, x1, y0, y1), tl.iteration_s, title)
+    for r, row in enumerate(legend):
+        _legend(pic, row, y1 + 56 + 20 * r)
+    return pic
+
+
+def _time_axis(pic: Picture, box: tuple[float, float, float, float], span_s: float, title: str) -> None:
+    """The frame, the time ticks with a dotted grid, the axis label and the title."""
+    x0, x1, y0, y1 = box
+    for a, b, c, d in ((x0, y0, x1, y0), (x0, y1, x1, y1), (x0, y0, x0, y1), (x1, y0, x1, y1)):
+        pic.line(a, b, c, d)
+    for v in _ticks(span_s, max(2, int((x1 - x0) // 80))):
+        x = x0 + v / span_s * (x1 - x0)
+        pic.line(x, y0, x, y1, "#b0b0b0", 0.5, dotted=True)
+        pic.line(x, y1, x, y1 + 3.5)
+        pic.text(x, y1 + 12, f"{v:g}", 12)
+    pic.text((x0 + x1) / 2, y1 + 32, "time (s)", 12)
+    pic.text((x0 + x1) / 2, 16, title, 13)
+
+
+def _ticks(hi: float, n: int) -> list[float]:
+    """0 to hi in round steps (1, 2, 2.5 or 5 × 10^k), at most n of them, as matplotlib's MaxNLocator."""
+    raw = hi / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(f * mag for f in (1, 2, 2.5, 5, 10) if f * mag >= raw * (1 - 1e-9))
+    return [round(k * step, 12) for k in range(int(hi / step * (1 + 1e-9)) + 1)]
+
+
+def _schedule_legend(tl: Timeline) -> list[tuple[str, str, str]]:
+    """(fill, outline, label) of each colour the schedule uses."""
+    blocks = [(FWD_COLORS[0], "", "forward"), (BWD_COLORS[0], "", "backward (+ recompute)")]
     if tl.vpp > 1:
-        handles[0:2] = [
-            Patch(color=FWD_COLORS[0], label="forward, chunk a"),
-            Patch(color=FWD_COLORS[1], label="chunk b"),
-            Patch(color=BWD_COLORS[0], label="backward, chunk a"),
-            Patch(color=BWD_COLORS[1], label="chunk b"),
-        ]
-    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
-    return fig
+        blocks = [(FWD_COLORS[0], "", "forward, chunk a"), (FWD_COLORS[1], "", "chunk b")]
+        blocks += [(BWD_COLORS[0], "", "backward, chunk a"), (BWD_COLORS[1], "", "chunk b")]
+    tail = [(COMM_COLOR, "", f"p2p send ({_ms(tl.p2p_s)} each)"), (DP_COLOR, "", "DP grad sync")]
+    return blocks + tail + [(OPT_COLOR, "", "optimizer"), ("white", "grey", "bubble (idle)")]
+
+
+def _legend_width(label: str) -> float:
+    return 18 + 5 + 6.4 * len(label) + 14  # swatch, gap, text (11 px DejaVu Sans ~ 6.4 px a character), space
+
+
+def _legend_rows(items: list, width_px: float) -> list[list]:
+    """The legend entries in rows that fit the picture's width."""
+    rows: list[list] = [[]]
+    for item in items:
+        if rows[-1] and sum(_legend_width(it[2]) for it in rows[-1] + [item]) > width_px - 20:
+            rows.append([])
+        rows[-1].append(item)
+    return rows
+
+
+def _legend(pic: Picture, row: list, y: float) -> None:
+    x = (pic.width_px - sum(_legend_width(label) for *_, label in row)) / 2
+    for fill, outline, label in row:
+        pic.rects(f"legend-{fill.lstrip('#')}", fill, [(x, y - 4.5, 18, 9)], outline or None, 1.0 if outline else 0.0)
+        pic.text(x + 23, y, label, 11, anchor="start")
+        x += _legend_width(label)
 
 
 def _si(value: float, _pos=None) -> str:
