@@ -210,3 +210,33 @@ def test_validate_prints_the_drift_table_in_80_columns():
     assert "0.78–0.83" in row and "3.8%" in row and "0.8" in row
     assert "4 sources" in next(line for line in text.splitlines() if "dgx-h100-superpod" in line)
     assert "—" in next(line for line in text.splitlines() if "straggler_sigma" in line)
+
+
+def test_a_value_no_held_out_fit_supports_is_set_by_the_sources_disagreement():
+    """A100's τ at the last calibration: 253.4 ± 130.9 µs on both sources, 389.1 and 484.7 µs on each
+    alone: 389.1 − 253.4 = 135.7 > σ 130.9, so no subset supports it (reported not identifiable);
+    with σ 140 it is within one σ of a refit, and a value inside the range is supported by it."""
+    from planner.fidelity.calibrate import FactorFit, Fit, set_by_disagreement
+    from planner.hardware.calibration import Drift
+
+    def check(value, sigma, low=389.1, high=484.7):
+        full = Fit("a100", {"layer_overhead_us": FactorFit(value, (0, 2000), "fitted", sigma)}, 0.0, 24)
+        return set_by_disagreement(full, {"layer_overhead_us": Drift(low=low, high=high, sources=2)})
+
+    why = check(253.4, 130.9)["layer_overhead_us"]
+    assert "389.1-484.7" in why and "253.4 ± 1.3e+02" in why and "disagreement" in why
+    assert check(253.4, 140.0) == {}  # 135.7 < 140
+    assert check(400.0, 10.0) == {}  # inside the range
+    assert "layer_overhead_us" in check(600.0, 100.0)  # 600 − 484.7 = 115.3 > 100, above the range
+
+
+def test_a_held_factor_is_reported_not_identifiable_at_the_presets_value(synthetic):
+    from planner.fidelity.calibrate import hold_disagreeing
+
+    _, noisy = synthetic
+    full = fit("dgx-h100-superpod", noisy, ("gemm_efficiency", "fp8_gemm_efficiency"))
+    held = hold_disagreeing("dgx-h100-superpod", noisy, full, {"fp8_gemm_efficiency": "set by disagreement"})
+    fp8 = held.factors["fp8_gemm_efficiency"]
+    preset = load_hardware("dgx-h100-superpod").calibration.fp8_gemm_efficiency
+    assert fp8.status == "not identifiable" and fp8.value == preset and fp8.why == "set by disagreement"
+    assert held.factors["gemm_efficiency"].status == "fitted"

@@ -183,7 +183,7 @@ def test_calibration_steps_once_per_fit_and_validation(monkeypatch):
         assert len(done) == cal.calibration_steps(loso=loso, only=only)
         names = [n for n in cal.FITTED if only in (None, n)]
         held = sum(len(cal.held_out_sources(runs, n)) for n in names) if loso else 0
-        assert len(done) == len(names) + 1 + held and done[len(names)] == "every run validated with the fits"
+        assert len(done) == len(names) + 1 + held and done[-1] == "every run validated with the fits"
     assert sum(len(cal.held_out_sources(runs, n)) for n in cal.FITTED) > 0  # the loso case was exercised
 
 
