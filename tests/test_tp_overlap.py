@@ -221,7 +221,7 @@ def _with_overlap(run_id: str, on: bool) -> float:
 )
 def test_nvidia_recipes_are_faster_with_tp_overlap(run_id):
     # the DGX Cloud recipes run --tp-comm-overlap on H100 (GPT-3: NeMo 1's hydra userbuffer config;
-    # Llama 3.1: Bridge's presets for these shapes), the chunks three at once as TE's streams run them
+    # Llama 3.1: Bridge's presets for these shapes), each chunk priced alone (linears.UB_CONCURRENT_CHUNKS)
     assert _with_overlap(run_id, True) < _with_overlap(run_id, False)
 
 
@@ -257,6 +257,35 @@ def test_chunks_sharing_the_sms_run_at_the_efficiency_of_their_share():
     assert float(shared) == pytest.approx(F / (peak * law(1536.0)))  # 3 chunks at once: 1536 rows'
     whole = F / (peak * law(M))
     assert whole < float(shared) < float(alone)
+
+
+# OpenXLA's measured H100 (sm_90) BF16 matmul throughput, FLOP/s, at n = k = 4096 (tensorflow/tensorflow
+# third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h @ 372d578bb861, kDefaultMatmulPTable):
+# (batch b, rows m); a batch of b m-row GEMMs is one kernel with all b chunks in flight at once
+XLA_H100_BF16_N4096_K4096 = {(1, 2048): 753643516181744, (1, 512): 644116271145770}
+XLA_H100_BF16_N4096_K4096 |= {(2, 512): 734684792336640, (4, 512): 730064133265340}
+
+
+def test_the_per_chunk_price_bounds_the_measured_chunks():
+    # 2048 rows as 4 chunks of 512 (GPT-3 175B's tokens at b = 1, t = 4): each chunk alone costs the whole
+    # GEMM's time × 753.6/644.1 = 1.170; two chunks in flight 753.6/734.7 = 1.026, four 753.6/730.1 = 1.032
+    xla = XLA_H100_BF16_N4096_K4096
+    alone, two, four = (xla[(1, 2048)] / xla[k] for k in ((1, 512), (2, 512), (4, 512)))
+    assert (alone, two, four) == (
+        pytest.approx(1.170, abs=5e-4),
+        pytest.approx(1.026, abs=5e-4),
+        pytest.approx(1.032, abs=5e-4),
+    )
+    # the shipped price (split_gemms_s, each chunk alone at the GEMM law's efficiency of 512 rows):
+    # (2048/(2048 + x½))/(512/(512 + x½)), 1.242 at the H100 preset's x½ = 180: above the measured 1.170
+    req = api.make_request(model="gpt3-175b", hardware="dgx-h100-superpod", gpus=8, tp=4, sequence_parallel=True)
+    x = req.ctx.hardware.calibration.gemm_half_dim
+    F, d = 2 * 2048 * 4096 * 4096, 4096.0
+    g = [flops.Gemm(flops=np.array(F), M=np.array(2048.0), N=np.array(d), K=np.array(d))]
+    whole = split_gemms_s(g, 1, req.ctx, fp8=False)
+    law = float(split_gemms_s(g, 4, req.ctx, fp8=False) / whole)
+    assert law == pytest.approx((2048 / (2048 + x)) / (512 / (512 + x)))
+    assert law > alone > four > two > 1.0
 
 
 def test_connection_limit_truth_table():

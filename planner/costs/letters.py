@@ -155,7 +155,7 @@ def _split_kinds(
 # terms computed once per distinct shape (``Letters.once``: a layer's blocks, the groups' links, the TP
 # collectives, pipeline sends, the embedding's sync) read; and the letters that are functions of them.
 SHAPE_KEY = ("t", "c", "b", "sp", "ep", "etp", "dispatcher", "a2a_overlap", "tpo", "fsdp", "p", "d", "R")
-SHAPE_CARRIED = ("V", "m", "world", "edp")
+SHAPE_CARRIED = ("V", "m", "world", "edp", "N", "edp_in")
 
 
 class Letters:
@@ -172,6 +172,7 @@ class Letters:
         self.fsdp_params = self.fsdp & (_col(grid.fsdp_level) >= 3)
         self.fsdp_grads = self.fsdp & (_col(grid.fsdp_level) >= 2)
         self.R = _col(grid.do_instances)  # distributed-optimizer instances: the optimizer shards over d·c/R
+        self.outer_optim = _col(grid.outer_optim)  # Megatron FSDP's HFSDP: the optimizer over all d·c ranks
         self.vpp, self.b = _col(grid.vpp), _col(grid.micro_batch)
         self.sp, self.rc, self.dopt = (
             _col(grid.sequence_parallel),
@@ -197,6 +198,12 @@ class Letters:
         self.G = microbatch_group(self.p, _col(grid.mb_group))  # micro-batches a virtual stage runs at a time
         self.world = self.t * self.c * self.p * self.d
         self.edp = self.world / (self.etp * self.ep * self.p)  # expert data-parallel size
+        # the groups one instance (Megatron FSDP: one replica) shards over, dense and expert (parallel_state.py
+        # intra_partial_data_parallel_size = d·c/R, intra_partial_expert_data_parallel_size = edp/R)
+        self.N, self.edp_in = self.d * self.c / self.R, self.edp / self.R
+        # the optimizer states' shard group: one instance's, or all d·c ranks with HFSDP
+        self.opt_group = np.where(self.outer_optim, self.d * self.c, self.N)
+        self.opt_group_e = np.where(self.outer_optim, self.edp, self.edp_in)
         self.gated, self.dropout, self.attn_dropout = mo.gated, mo.hidden_dropout > 0, mo.attention_dropout > 0
         self.unfused = ctx.options.attention_kernel is AttentionKernel.UNFUSED
         self.fp8 = ctx.options.fp8 is not None

@@ -15,6 +15,7 @@ from planner.plan import (
     FSDP_SHARDING_BY_CODE,
     RECOMPUTE_BY_CODE,
     SPLIT_BY_CODE,
+    FsdpOuterSharding,
     ParallelPlan,
     Recompute,
     RecomputeMethod,
@@ -56,6 +57,7 @@ class PlanGrid:
     a2a_overlap: np.ndarray | None = None  # bool: --overlap-moe-expert-parallel-comm
     do_instances: IntArray | None = None  # --num-distributed-optimizer-instances (1: one instance over d·c)
     fsdp_level: IntArray | None = None  # FsdpSharding codes (Megatron FSDP): 1 optim, 2 +grads, 3 +params (default)
+    outer_optim: np.ndarray | None = None  # bool: --outer-dp-sharding-strategy optim (HFSDP; R > 1 replicas)
     mb_group: IntArray | None = None  # --microbatch-group-size-per-virtual-pipeline-stage, 0 = pp (Megatron's default)
     # options the search derives per plan (``OPTION_COLUMNS``): 1 on, 0 off, -1 as the context's options say
     overlap_param_gather: IntArray | None = None
@@ -68,6 +70,7 @@ class PlanGrid:
             ("layout", -1),
             ("dispatcher", 0),
             ("a2a_overlap", False),
+            ("outer_optim", False),
             ("mb_group", 0),
             ("fsdp_level", 3),
             ("do_instances", 1),
@@ -119,6 +122,7 @@ class PlanGrid:
             mb_group=col(lambda p: p.microbatch_group_size or 0),
             fsdp_level=col(lambda p: p.fsdp_sharding.code, np.int8),
             do_instances=col(lambda p: p.distributed_optimizer_instances),
+            outer_optim=col(lambda p: p.fsdp_outer_sharding is FsdpOuterSharding.OPTIM, bool),
             layouts=layouts,
         )
 
@@ -157,6 +161,7 @@ class PlanGrid:
             microbatch_group_size=int(self.mb_group[i]) or None,
             fsdp_sharding=FSDP_SHARDING_BY_CODE[int(self.fsdp_level[i])],
             distributed_optimizer_instances=int(self.do_instances[i]),
+            fsdp_outer_sharding=FsdpOuterSharding.OPTIM if self.outer_optim[i] else FsdpOuterSharding.NO_SHARD,
         )
 
 
@@ -181,7 +186,39 @@ class StageLayers:
     legal: np.ndarray
 
 
+TABLE_ROWS = 4096  # from this many plans, ``stage_layers`` computes each distinct (p, split) once
+
+
 def stage_layers(
+    num_layers: int, p: IntArray, split: IntArray, first_given: IntArray, last_given: IntArray
+) -> StageLayers:
+    """``_stage_layers`` of every plan; a search's grid (many plans, few distinct p and splits, the
+    first/last stage sizes the same for all) computes each distinct (p, split) once and gathers the
+    numbers: the same formula on the same values."""
+    p, split, first_given, last_given = (np.asarray(x) for x in (p, split, first_given, last_given))
+    whole = p.ndim == split.ndim == 1 and len(p) == len(split) >= TABLE_ROWS
+    if not (whole and all(x.size == 1 or x.min() == x.max() for x in (first_given, last_given))):
+        return _stage_layers(num_layers, p, split, first_given, last_given)
+    if p.min() < 1 or split.min() < 0 or split.max() > 3:
+        return _stage_layers(num_layers, p, split, first_given, last_given)
+    present = np.zeros(int(p.max()) + 1, dtype=bool)
+    present[p] = True
+    values = np.flatnonzero(present)
+    slot = np.zeros(len(present), dtype=np.int64)
+    slot[values] = np.arange(len(values))
+    row = slot[p] * 4 + split  # the table row of each plan: (its p, its split)
+    k = 4 * len(values)
+    one = _stage_layers(
+        num_layers,
+        np.repeat(values, 4).astype(p.dtype),
+        np.tile(np.arange(4), len(values)).astype(split.dtype),
+        np.full(k, first_given.reshape(-1)[0], dtype=first_given.dtype),
+        np.full(k, last_given.reshape(-1)[0], dtype=last_given.dtype),
+    )
+    return StageLayers(first=one.first[row], middle=one.middle[row], last=one.last[row], legal=one.legal[row])
+
+
+def _stage_layers(
     num_layers: int, p: IntArray, split: IntArray, first_given: IntArray, last_given: IntArray
 ) -> StageLayers:
     """Layers per stage for an even, embedding/loss-accounted or explicit first/last split.
