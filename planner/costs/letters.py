@@ -128,7 +128,13 @@ def _even_counts(p: int, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: i
     return out
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=16)
+def _model_splits(moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int) -> dict:
+    """``_split_kinds`` of one model's splits, by (p, v, split, first, last, layout): the model's layer
+    patterns hashed once per grid, not once per split."""
+    return {}
+
+
 def _split_kinds(
     key: tuple[int, ...], layout: str | None, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int
 ) -> tuple[np.ndarray, bool, tuple[tuple[int, int], ...]]:
@@ -224,11 +230,14 @@ class Letters:
         table = np.zeros((len(uniq), pmax, len(COUNT_FIELDS)))
         legal = np.ones(len(uniq), dtype=bool)
         kinds: list[tuple[tuple[int, int], ...]] = []
+        model = (mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers)  # properties: read once
+        splits = _model_splits(*model)
         for u, (p, v, split, first, last, lay) in enumerate(uniq.tolist()):
             layout = grid.layouts[lay] if lay >= 0 else None
-            counts, legal[u], kind = _split_kinds(
-                (p, v, split, first, last), layout, mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers
-            )
+            key = (p, v, split, first, last, layout)
+            if key not in splits:
+                splits[key] = _split_kinds((p, v, split, first, last), layout, *model)
+            counts, legal[u], kind = splits[key]
             table[u, :p] = counts
             kinds.append(kind)
         width = max(len(k) for k in kinds) if kinds else 1
