@@ -160,7 +160,6 @@ def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, ga
         ub=ub,
         sm_count=hw.gpu.sm_count,
         reduce_s=reduce_s,
-        nccl_sms=hw.network.nccl_sms,
     )
     t_one = np.asarray(lt.t) == 1
     return np.where(t_one, 0.0, fwd), np.where(t_one, 0.0, bwd)
@@ -185,8 +184,8 @@ def tp_formula(ctx: Context, plan: ParallelPlan) -> Formula:
     elif opts.tp_comm_overlap:
         collectives = (
             "userbuffers: each GEMM with its collective (ring exchange, pipeline or bulk) less the GEMM alone, "
-            "the chunked GEMMs at their own efficiency, the SMs the kernels take (the GEMM's share n/S); "
-            + userbuffer_config_text(ctx, plan)
+            "the chunked GEMMs at their own efficiency (an atomic GEMM whole), "
+            "the SMs the kernels take (the GEMM's share n/S); " + userbuffer_config_text(ctx, plan)
         )
     else:
         collectives = (
