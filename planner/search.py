@@ -369,58 +369,113 @@ def _bands(scored: _Scored, rows: np.ndarray, gpus: int) -> tuple[np.ndarray, np
     return band_frac(extrapolated, ctx), extrapolated
 
 
-def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus: int) -> tuple[np.ndarray, np.ndarray]:
-    """The feasible rows ``ok`` in rank order, and the rows tied with the first (``RANK_RULES``)."""
+@dataclass
+class _Ranking:
+    """The feasible rows ``ok`` in rank order (``RANK_RULES``), without sorting them all: the rows tied
+    with the first (``tie``) come first, by ``keys``, then the others by ``rest_keys`` (each most
+    significant first; equal keys by row); ``extrapolated``: each row's features no setting exercises."""
+
+    tie: np.ndarray
+    keys: tuple
+    rest_keys: tuple
+    extrapolated: np.ndarray
+
+    def top(self, k: int) -> np.ndarray:
+        """The positions in ``ok`` of the first k rows."""
+        tied, rest = np.flatnonzero(self.tie), np.flatnonzero(~self.tie)
+        first = tied[_lex_first(tuple(key[tied] for key in self.keys), min(k, len(tied)))]
+        more = rest[_lex_first(tuple(key[rest] for key in self.rest_keys), k - len(first))]
+        return np.concatenate([first, more])
+
+    def rank(self, j: int) -> int:
+        """The rank (from 1) of the row at position j of ``ok``."""
+        group, keys = (self.tie, self.keys) if self.tie[j] else (~self.tie, self.rest_keys)
+        rows = np.flatnonzero(group)
+        before = _lex_rank(tuple(key[rows] for key in keys), int(np.searchsorted(rows, j)))
+        return before + 1 + (0 if self.tie[j] else int(np.sum(self.tie)))
+
+
+def _lex_first(keys: tuple, k: int) -> np.ndarray:
+    """Positions of the k rows first by ``keys`` (most significant first, equal keys by position), in that
+    order: ``np.lexsort(keys[::-1])[:k]``, sorting only the rows that can be among them (each key's
+    k-th value bounds the others; NaN sorts last, as in lexsort)."""
+    n = len(keys[0]) if keys else 0
+    k = max(min(k, n), 0)
+    if k == 0:
+        return np.zeros(0, dtype=np.int64)
+    sure, cand = np.zeros(0, dtype=np.int64), np.arange(n)
+    for key in keys:
+        need = k - len(sure)
+        if len(cand) <= need or need <= 0:
+            break
+        v = key[cand]
+        bound = np.partition(v, need - 1)[need - 1]
+        if bound != bound:  # NaN: every candidate stays
+            break
+        sure, cand = np.concatenate([sure, cand[v < bound]]), cand[v == bound]
+    rows = np.sort(np.concatenate([sure, cand]))
+    return rows[np.lexsort(tuple(key[rows] for key in reversed(keys)))[:k]]
+
+
+def _lex_rank(keys: tuple, i: int) -> int:
+    """How many rows come before row i by ``keys`` (most significant first, equal keys by position)."""
+    n = len(keys[0])
+    before, same = np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
+    for key in keys:
+        before |= same & (key < key[i])
+        same &= key == key[i]
+    before[:i] |= same[:i]
+    return int(np.sum(before))
+
+
+def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus: int) -> _Ranking:
+    """The feasible rows ``ok`` ranked (``RANK_RULES``): which are tied with the first, and each group's keys."""
     it, pk = scored.iteration[ok], scored.peak[ok]
     if rank_by == "memory":
-        return ok[np.lexsort((ok, it, pk))], np.zeros(0, dtype=np.int64)
+        return _Ranking(np.zeros(len(ok), dtype=bool), (), (pk, it), np.zeros(len(ok), dtype=np.int64))
     eps, extrapolated = _bands(scored, ok, gpus)
     low, high, pessimistic = it * np.exp(-eps), it * np.exp(eps), it * np.exp(RISK_Z * eps)
     tight = pk > TIGHT_FRAC * capacity  # leaves less than 10 % of what a plan may fill
     if rank_by == "risk":
-        first = np.lexsort((it, pessimistic, extrapolated))[0]
+        first = _lex_first((extrapolated, pessimistic, it), 1)[0]
         tie = (extrapolated == extrapolated[first]) & (low <= high[first])
-        keys, rest_keys = (ok, it, pessimistic, tight), (ok, it, pessimistic, extrapolated)
-    else:
-        fastest = np.argmin(it)
-        tie = low <= high[fastest]
-        keys, rest_keys = (ok, it, tight, extrapolated), (ok, it)
-    tied = np.lexsort(tuple(k[tie] for k in keys))
-    rest = np.lexsort(tuple(k[~tie] for k in rest_keys))
-    return np.concatenate([ok[tie][tied], ok[~tie][rest]]), ok[tie][tied]
+        return _Ranking(tie, (tight, pessimistic, it), (extrapolated, pessimistic, it), extrapolated)
+    fastest = np.argmin(it)
+    tie = low <= high[fastest]
+    return _Ranking(tie, (extrapolated, tight, it), (it,), extrapolated)
 
 
 def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluated, rejected) -> SearchResult:
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     ok = np.flatnonzero(fits)
-    order, tied = _order(scored, ok, rank_by, capacity, num_gpus)
-    tied_set = set(tied.tolist())
-    fastest_row = ok[np.lexsort((ok, scored.iteration[ok]))[0]] if rank_by != "memory" else order[0]
-    fastest_rank = int(np.flatnonzero(order == fastest_row)[0]) + 1
-    ranks = list(range(1, min(top, len(order)) + 1))
+    ranking = _order(scored, ok, rank_by, capacity, num_gpus)
+    shown = ranking.top(min(top, len(ok)))
+    fastest = _lex_first((scored.iteration[ok],), 1)[0] if rank_by != "memory" else shown[0]
+    fastest_rank = ranking.rank(fastest) if rank_by != "memory" else 1
+    ranks = list(range(1, len(shown) + 1))
     if fastest_rank > top:  # the ranking puts it below the top N: it is shown after them with its own rank
         ranks.append(fastest_rank)
-    chosen = order[np.array(ranks) - 1]
+        shown = np.append(shown, fastest)
+    chosen, fastest_row = ok[shown], ok[fastest]
     best = scored.grid.take(chosen)  # one evaluation: each row carries its own overlaps
     with np.errstate(divide="ignore", invalid="ignore"):
         ev = evaluate(best, scored.options.evaluating)
     evidence = plan_evidence(best, scored.options.evaluating, num_gpus)  # once for the rows, not per plan
-    jsons: dict[int, dict] = {}
+    plans = []
     for j, (i, k) in enumerate(zip(chosen, scored.options.codes(best), strict=True)):  # each with its options
         pj = plan_json(scored.options.contexts[k], num_gpus, best, ev, j, [], memory_headroom, evidence)
-        pj.update(tied_with_fastest=int(i) in tied_set, fastest=bool(i == fastest_row))
-        jsons[int(i)] = pj
-    plans = [{**jsons[int(i)], "rank": rank} for rank, i in zip(ranks, chosen, strict=True)]
+        pj.update(tied_with_fastest=bool(ranking.tie[shown[j]]), fastest=bool(i == fastest_row))
+        plans.append({**pj, "rank": ranks[j]})
     moved = 0
-    if rank_by == "risk":
-        faster = ok[scored.iteration[ok] < scored.iteration[order[0]]]
-        moved = int(np.sum(_bands(scored, faster, num_gpus)[1] > 0)) if len(faster) else 0
+    if rank_by == "risk":  # plans faster by estimate than rank 1, below it for a feature no setting exercises
+        faster = scored.iteration[ok] < scored.iteration[chosen[0]]
+        moved = int(np.sum(ranking.extrapolated[faster] > 0))
     return SearchResult(
         plans,
         evaluated,
         int(np.sum(fits)),
         rejected,
-        tied=len(tied),
+        tied=int(np.sum(ranking.tie)),
         band_frac=ctx.hardware.accuracy.band_frac,
         fastest_rank=fastest_rank,
         rank_by=rank_by,
@@ -505,8 +560,9 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
     ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum; renumbered by
     ``np.unique`` before it could overflow)."""
     key, span = np.zeros(len(idx), dtype=np.int64), 1
+    whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
     for name in FAMILY_FIELDS:
-        col = getattr(grid, name)[idx]  # in the grid's own small dtype; the key adds it in int64, in place
+        col = getattr(grid, name) if whole else getattr(grid, name)[idx]  # the grid's own small dtype
         low = int(col.min())
         width = int(col.max()) - low + 1
         if width == 1:
