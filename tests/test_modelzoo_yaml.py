@@ -111,3 +111,117 @@ def test_an_error_about_the_plan_says_the_yaml_lacks_what_its_launcher_adds(tmp_
     assert "24 layers do not split over pp 5" in line
     assert "(after: read as a Megatron-LM moe-modelzoo model config" in line
     assert "--decoder-first/last-pipeline-num-layers for uneven stages): give them with --megatron-args)" in line
+
+
+# A moe-modelzoo tree of our own, reproducing Megatron-LM's pattern (examples/moe-modelzoo @ f13818d695):
+# best_practice/<model>/run_*.sh runs `bash ./sbatch_benchmarking.sh ARGS` from the modelzoo folder with the
+# parallelism in the command's environment; the launcher finds itself with $(dirname "$(readlink -f "$0")"),
+# sources a conf whose associative array holds each model's defaults (read through `local -n` and
+# `[[ -v table[$name] ]]`), envsubst's the model's YAML, turns MODEL_ARGS into flags with yq, and submits
+# `srun bash -c \${TRAINING_CMD}` in a here-document to sbatch.
+LAUNCHER_SH = r"""#!/bin/bash
+set -euxo pipefail
+export WORKSPACE=$(dirname "$(readlink -f "$0")")
+export MODEL=${MODEL:-"your_own_model"}
+export MEGATRON_PATH=${MEGATRON_PATH:-"$(cd "${WORKSPACE}/../.." && pwd)"}
+source "${WORKSPACE}/runtime_configs/defaults.conf"
+export TRAINING_PARAMS_PATH=${TRAINING_PARAMS_PATH:-"${WORKSPACE}/model_configs/${MODEL}.yaml"}
+if [[ -f ${TRAINING_PARAMS_PATH} ]]; then
+    envsubst < ${TRAINING_PARAMS_PATH} > ${TRAINING_PARAMS_PATH}.tmp
+    TRAINING_PARAMS_PATH=${TRAINING_PARAMS_PATH}.tmp
+fi
+FROM_CONFIG=$(yq '... comments="" | .MODEL_ARGS | to_entries | .[] |
+    select(.value != "false") |
+    with(select(.value == "true"); .value = "") |
+    [.key + " " + .value] | join("")' ${TRAINING_PARAMS_PATH} | tr '\n' ' ')
+TRAINING_PARAMS="${FROM_CONFIG} $@"
+if [[ ${DISPATCHER:-alltoall} == "alltoall" ]]; then
+    TRAINING_PARAMS="${TRAINING_PARAMS} --moe-token-dispatcher-type alltoall"
+fi
+MAX_POS=$(yq '.MODEL_ARGS."--max-position-embeddings"' ${TRAINING_PARAMS_PATH})
+if [[ ${SEQ_LEN} -gt ${MAX_POS} ]]; then
+    TRAINING_PARAMS="${TRAINING_PARAMS} --max-position-embeddings ${SEQ_LEN}"
+fi
+export TRAINING_CMD="python ${MEGATRON_PATH}/pretrain_gpt.py ${TRAINING_PARAMS}"
+sbatch <<EOF
+#!/bin/bash
+#SBATCH --nodes=${NNODES}
+#SBATCH --ntasks-per-node=8
+srun --mpi=pmix -l bash -c \\\${TRAINING_CMD} 2>&1 | tee ${WORKSPACE}/log.txt
+EOF
+"""
+DEFAULTS_CONF = """\
+declare -A MODEL_TABLE=(
+    # MODEL:   TP PP EP MBS GBS NNODES
+    [Tiny-MoE]="  2  2  4  1  64  2"
+    [Other]="     1  1  8  1  256 4"
+)
+set_model_configs() {
+    local -n table=$1
+    local name=$2
+    if [[ -v table[$name] ]]; then
+        local config=(${table[$name]})
+    else
+        echo "Error: Invalid model $name."
+        return 1
+    fi
+    export TP=${TP:-${config[0]}}
+    export PP=${PP:-${config[1]}}
+    export EP=${EP:-${config[2]}}
+    export MBS=${MBS:-${config[3]}}
+    export GBS=${GBS:-${config[4]}}
+    export NNODES=${NNODES:-${config[5]}}
+    export LAYERS_PER_VP=false
+}
+set_model_configs MODEL_TABLE ${MODEL}
+"""
+RUN_SH = """\
+export MODEL=Tiny-MoE
+export MEGATRON_PATH=
+export SEQ_LEN=16384
+
+# EP + DP solution
+PP=1 TP=1 EP=8 NNODES=1 bash ./sbatch_benchmarking.sh --moe-router-force-load-balancing
+
+# a second configuration (the first launch is the one read)
+PP=2 NNODES=4 bash ./sbatch_benchmarking.sh
+"""
+
+
+def _modelzoo_tree(root):
+    zoo = root / "examples" / "moe-modelzoo"
+    for rel, text in {
+        "sbatch_benchmarking.sh": LAUNCHER_SH,
+        "runtime_configs/defaults.conf": DEFAULTS_CONF,
+        "model_configs/Tiny-MoE.yaml": CONFIG,
+        "best_practice/tiny/run_tiny.sh": RUN_SH,
+    }.items():
+        (zoo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (zoo / rel).write_text(text)
+    return zoo
+
+
+def test_a_best_practice_script_imports_as_bash_runs_it_through_the_modelzoo_launcher(tmp_path):
+    # was: "no Megatron-LM entry point ... the script reads ./sbatch_benchmarking.sh, which megaplan could
+    # not read" (every best_practice/*.sh of Megatron-LM's moe-modelzoo)
+    zoo = _modelzoo_tree(tmp_path)
+    out = run_cli(["explain", "--megatron-args-file", str(zoo / "best_practice/tiny/run_tiny.sh"), "--json"])
+    assert out.exit_code == 0, out.output
+    pj = json.loads(out.stdout)
+    par = pj["parallel"]
+    # the command's PP=1 TP=1 EP=8 NNODES=1 over the table's defaults; GBS 64 and MBS 1 from the table;
+    # 1 node × --ntasks-per-node 8 from the here-document's #SBATCH lines
+    assert (pj["gpus"], par["tp"], par["pp"], par["ep"], par["dp"]) == (8, 1, 1, 8, 8)
+    assert (pj["training"]["global_batch"], par["micro_batch"], pj["training"]["seq_len"]) == (64, 1, 16384)
+    assert par["moe_token_dispatcher"] == "alltoall"  # added by the launcher, not in the YAML
+    assert "read ./sbatch_benchmarking.sh from" in out.stderr and "a folder above the script's" in out.stderr
+    # the launcher raises the YAML's --max-position-embeddings to SEQ_LEN by appending the flag, as bash runs it
+    assert "--max-position-embeddings given twice (8192, then 16384): Megatron-LM keeps the last, 16384" in out.stderr
+
+
+def test_the_modelzoo_launchers_unknown_model_stops_where_bash_stops(tmp_path):
+    zoo = _modelzoo_tree(tmp_path)
+    (zoo / "best_practice/tiny/run_tiny.sh").write_text(RUN_SH.replace("Tiny-MoE", "Huge-MoE"))
+    line = one_line_error(run_cli(["explain", "--megatron-args-file", str(zoo / "best_practice/tiny/run_tiny.sh")]))
+    # the conf's function echoes its error and returns 1; under the launcher's set -e that ends the script
+    assert 'before the script\'s exit (it printed "Error: Invalid model Huge-MoE."' in line

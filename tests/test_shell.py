@@ -498,3 +498,92 @@ def test_a_script_that_stops_says_what_it_printed_before_its_exit():
     with pytest.raises(ShellParseError) as err:  # an echo long before the exit is not why it stopped
         extract_launch('echo "starting"\nMODEL=x\nexit 0\ntorchrun pretrain_gpt.py --num-layers 2\n')
     assert "printed" not in str(err.value)
+
+
+# -- bash semantics the moe-modelzoo launcher needs ---------------------------------------
+
+
+def test_associative_arrays_name_references_and_set_elements():
+    text = """\
+declare -A T=(
+    # NAME: TP PP
+    [a-b]="2 4"
+    [c]="8 1"
+)
+pick() {
+    local -n table=$1
+    if [[ -v table[$2] ]]; then
+        local row=(${table[$2]})
+    else
+        return 1
+    fi
+    export TP=${TP:-${row[0]}} PP=${row[1]}
+}
+pick T a-b
+T[d]="16 2"
+[[ -v T[zz] ]] && TP=99
+pretrain_gpt.py --tp $TP --pp $PP --d ${T[d]} --n ${#T[@]}
+"""
+    assert extract_launch(text).argv == ["--tp", "2", "--pp", "4", "--d", "16", "2", "--n", "3"]
+    assert extract_launch(text, {"TP": "1"}).argv[:2] == ["--tp", "1"]
+
+
+def test_command_substitutions_that_follow_from_their_words():
+    text = """\
+D=$(dirname "/a/b/run.sh")
+B=`basename /a/b/run.sh .sh`
+UP="$(cd "$D/.." && pwd)"
+R=$(readlink -f /a/./b/../c)
+E=$(echo x y | tr ' ' '-')
+N=$(nproc)
+pretrain_gpt.py --d $D --b $B --u $UP --r $R --e $E --n "$N"
+"""
+    launch = extract_launch(text)
+    assert launch.argv == ["--d", "/a/b", "--b", "run", "--u", "/a", "--r", "/a/c", "--e", "x-y", "--n", "$(nproc)"]
+    assert launch.unresolved == ["$(nproc)"]  # any other command is never run
+
+
+def test_here_document_backslashes_as_bash_reads_them():
+    # in an unquoted here-document \\ is one backslash and \$ a literal $: `bash -c \\\${CMD}` in the
+    # document is `bash -c \${CMD}` in the job, whose inner shell expands CMD (moe-modelzoo's sbatch job)
+    text = 'export CMD="python pretrain_gpt.py --tp 2"\nsbatch <<EOF\n#!/bin/bash\n#SBATCH --nodes=2\n'
+    text += "#SBATCH --ntasks-per-node=4\nsrun bash -c \\\\\\${CMD} --x a\\\\b\nEOF\n"
+    launch = extract_launch(text)
+    assert launch.argv == ["--tp", "2"] and launch.world_size == 8
+
+
+def test_envsubst_and_yq_read_the_written_file(tmp_path):
+    from planner.megatron.script import ScriptFiles
+
+    (tmp_path / "m.yaml").write_text("MODEL_ARGS:\n  --tp: ${TP}\n  --sp: true\n  --off: false\n  --mods: a b\n")
+    text = """\
+export TP=4
+envsubst < m.yaml > m.yaml.tmp
+F=$(yq '.MODEL_ARGS | to_entries | .[] | select(.value != "false") |
+    with(select(.value == "true"); .value = "") | [.key + " " + .value] | join("")' m.yaml.tmp | tr '\\n' ' ')
+MISSING=$(yq '.MODEL_ARGS."--nope"' m.yaml.tmp)
+pretrain_gpt.py $F --missing $MISSING
+"""
+    launch = extract_launch(text, read_file=ScriptFiles(str(tmp_path)))
+    assert launch.argv == ["--tp", "4", "--sp", "--mods", "a", "b", "--missing", "null"]
+
+
+def test_a_relative_path_found_above_the_script_is_where_it_runs(tmp_path):
+    from planner.megatron.script import ScriptFiles
+
+    (tmp_path / "sub" / "deep").mkdir(parents=True)
+    launcher = 'HERE=$(dirname "$(readlink -f "$0")")\nsource "$HERE/env.sh"\npretrain_gpt.py --tp $TP\n'
+    (tmp_path / "launch.sh").write_text(launcher)
+    (tmp_path / "env.sh").write_text("TP=8\n")
+    launch = extract_launch("bash ./launch.sh", read_file=ScriptFiles(str(tmp_path / "sub" / "deep")))
+    assert launch.argv == ["--tp", "8"]
+    said = f"read ./launch.sh from {tmp_path}, a folder above the script's: the script runs from there"
+    assert launch.notes == [said]
+
+
+def test_set_e_ends_the_script_at_a_function_that_fails():
+    text = 'set -euo pipefail\ncheck() {\n  echo "Error: bad model"\n  return 1\n}\ncheck\npretrain_gpt.py --tp 2\n'
+    with pytest.raises(ShellParseError, match='before the script\'s exit \\(it printed "Error: bad model"'):
+        extract_launch(text)
+    assert extract_launch(text.replace("set -euo pipefail", "")).argv == ["--tp", "2"]  # without set -e it goes on
+    assert extract_launch(text.replace("\ncheck\n", "\ncheck || true\n")).argv == ["--tp", "2"]

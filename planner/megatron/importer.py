@@ -343,7 +343,8 @@ def entry_point_warning(entry: str | None) -> list[str]:
     name = posixpath.basename(entry or "")
     if not name or GPT_ENTRY.fullmatch(name):
         return []
-    path = name if any(c in (entry or "") for c in "$`") else entry or name  # `pwd`/x.py: the name alone
+    unread = any(c in (entry or "") for c in "$`") or (entry or "").startswith("/")
+    path = name if unread else entry or name  # `pwd`/x.py or /abs/path/x.py: the name alone
     what = next((w for p, w in OTHER_ENTRIES if re.search(p, path, re.IGNORECASE)), None)
     kind = f" ({what})" if what else ""
     return [f"the script runs {path}{kind}, not pretrain_gpt.py: the estimate prices a GPT decoder of its flags"]
@@ -405,12 +406,14 @@ def import_fields(
         notes.append(f"ignored flags set from unset values (they do not change the estimate): {'; '.join(dropped)}")
     if lone:
         notes.append(f"unset, so expanding to nothing (as in bash): {' '.join(lone)}")
+    notes += launch.notes
     if gpus is None:
         notes += launch.defaults
     warnings += entry_point_warning(launch.entry_point)
     if launch.unread:
         warnings.append(
-            f"did not read {', '.join(launch.unread)} (only files beside the script are read); if it sets values the "
+            f"did not read {', '.join(launch.unread)} (not on this machine where the script's path leads, beside it or "
+            "above it); if it sets values the "
             "launch uses, pass them with --env NAME=VALUE"
         )
     data, read, departs = megatron_fields(

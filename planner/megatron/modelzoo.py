@@ -60,3 +60,43 @@ def _model_args(text: str, env: Mapping[str, str]) -> dict[str, str] | None:
 def _double_quoted(word: str) -> str:
     """``word`` in double quotes, its ``$NAME`` still expanded by the launch reader."""
     return '"' + re.sub(r'(["\\`])', r"\\\1", word) + '"'
+
+
+_YQ_PATH = re.compile(r'(?:\.(?:"[^"]*"|[A-Za-z_][\w-]*))+')
+_YQ_PAIRS = re.compile(r'\[\s*\.key\s*\+\s*"([^"]*)"\s*\+\s*\.value\s*\]')
+
+
+def yq(expr: str, text: str) -> str | None:
+    """What ``yq EXPR FILE`` prints for the expressions sbatch_benchmarking.sh uses, or None for any other:
+    a path (``.MODEL_ARGS."--max-position-embeddings"``: the value, ``null`` when absent), and a mapping's
+    entries as ``KEY SEP VALUE`` lines (``.MODEL_ARGS | to_entries | .[] | [select(.value != "false") |]
+    [with(select(.value == "true"); .value = "") |] [.key + SEP + .value] | join(...)``), one per line."""
+    import yaml
+
+    steps = [s.strip() for s in re.sub(r"\s+", " ", expr).split("|")]
+    steps = [s for s in steps if s not in ('... comments=""', "...")]
+    try:
+        data = yaml.load(text, Loader=yaml.BaseLoader)  # every scalar as its text, as yq prints it
+    except yaml.YAMLError:
+        return None
+    if not steps or not _YQ_PATH.fullmatch(steps[0]):
+        return None
+    for key in re.findall(r'\.(?:"([^"]*)"|([A-Za-z_][\w-]*))', steps[0]):
+        data = data.get(key[0] or key[1]) if isinstance(data, dict) else None
+    if len(steps) == 1:
+        return "null" if data is None else data if isinstance(data, str) else None
+    pairs = _YQ_PAIRS.fullmatch(steps[-2]) if len(steps) >= 4 else None
+    known = {"to_entries", ".[]", 'select(.value != "false")', 'with(select(.value == "true"); .value = "")'}
+    if not isinstance(data, dict) or pairs is None or not set(steps[1:-2]) <= known:
+        return None
+    if not steps[-1].startswith("join("):
+        return None
+    lines = []
+    for key, value in data.items():
+        value = value if isinstance(value, str) else ""
+        if 'select(.value != "false")' in steps and value == "false":
+            continue
+        if 'with(select(.value == "true"); .value = "")' in steps and value == "true":
+            value = ""
+        lines.append(f"{key}{pairs.group(1)}{value}")
+    return "\n".join(lines)

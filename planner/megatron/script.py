@@ -247,18 +247,38 @@ def world_unknown(launch) -> str:
     return "the world size is unknown: no torchrun/srun/mpirun/deepspeed process counts or WORLD_SIZE; pass --gpus N"
 
 
-def read_beside(base_dir: str | None):
-    """Reads a file a script sources or runs, by its name, beside the script (nothing else is read)."""
-    from pathlib import Path
+UP_LEVELS = 4  # how many folders above the script a relative path is looked for (where the script runs from)
 
-    def read(path: str) -> str | None:
-        name = Path(path.rstrip("/")).name
-        full = Path(base_dir or "") / name
-        if not base_dir or not name or not full.is_file():
-            return None
-        try:
-            return full.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            return None
 
-    return read
+class ScriptFiles:
+    """Reads the files a script sources or runs (nothing else is read), as bash finds them from the folder
+    the script runs in: a relative path from the script's own folder, else from a folder above it (the
+    script expects to run there: Megatron-LM's moe-modelzoo ``best_practice/qwen3/run_30b.sh`` runs
+    ``./sbatch_benchmarking.sh`` from ``examples/moe-modelzoo``); an absolute path where it is; else a file
+    of the same name beside the script. ``__call__`` gives the text, the file's absolute path and the folder a
+    relative path was found from."""
+
+    def __init__(self, base_dir: str | None) -> None:
+        self.base_dir = base_dir
+
+    def __call__(self, path: str, cwd: str | None = None) -> tuple[str, str, str | None] | None:
+        from pathlib import Path
+
+        if not self.base_dir or not path.strip("/"):
+            return None
+        p, base = Path(path), Path(cwd or self.base_dir)
+        tries = [(p, None)] if p.is_absolute() else [(base / p, None)]
+        tries.append((Path(self.base_dir) / p.name, None))
+        if not p.is_absolute():
+            tries += [(d / p, d) for d in list(base.parents)[:UP_LEVELS]]
+        for full, run_dir in tries:
+            if full.is_file():
+                try:
+                    return full.read_text(encoding="utf-8"), str(full.resolve()), str(run_dir) if run_dir else None
+                except (OSError, UnicodeDecodeError):
+                    return None
+        return None
+
+
+def read_beside(base_dir: str | None) -> ScriptFiles:
+    return ScriptFiles(base_dir)

@@ -10,16 +10,20 @@ bashlex cannot parse arrays, ``$((``, ``[[``, ``((`` or ``case`` (and loops on s
 ``${``); :class:`~planner.megatron.shell.rewrite.Rewriter` first turns those into marker commands and opaque
 ``${__mp_<kind><n>}`` parameters, so bashlex only ever sees simple words.
 
-``source``/``.`` of a file, ``sbatch [options] FILE`` and ``bash FILE`` are followed when the file is
-one ``read_file`` gives (the importer's reads beside the script); here-documents written to a file
-are kept (``LaunchLine.files``) and those fed to sbatch or a shell are interpreted. ``<fill-in>``
-placeholders read as unset values.
+``source``/``.`` of a file, ``sbatch [options] FILE`` and ``bash FILE`` (``$0`` its path) are followed
+when the file is one ``read_file`` gives (the importer's: where the path leads from the folder the
+script runs in, beside the script, or in a folder above it, which then is where it runs); here-documents
+and ``envsubst < A > B`` written to a file are kept (``LaunchLine.files``) and here-documents fed to
+sbatch or a shell are interpreted. ``<fill-in>`` placeholders read as unset values. Associative arrays
+(``declare -A``), name references (``local -n``) and ``[[ -v NAME[KEY] ]]`` are tracked.
 
-Limits: files elsewhere are not read (``LaunchLine.unread``); ``$(...)`` and backquotes stay unresolved
-placeholders; file tests (``-f``, ``-d`` ...) are taken as true; ``while``/``until`` run one
-pass, ``for`` at most 256 items; ``read``, ``shift``, ``set --``, ``IFS`` changes, globbing and
-``~`` are ignored; arrays are dense (no sparse or associative arrays); arithmetic has no
-assignment, ``++``/``--`` or ``?:``; ``select``, ``coproc`` and ``for ((...))`` do not parse.
+Limits: files it cannot give are not read (``LaunchLine.unread``); ``$(...)`` and backquotes stay
+unresolved placeholders except the few whose output follows from their words (``subst``: ``dirname``,
+``readlink -f``, ``cd D && pwd``, moe-modelzoo's ``yq`` ...); file tests (``-f``, ``-d`` ...) are taken
+as true; ``while``/``until`` run one pass, ``for`` at most 256 items; ``read``, ``shift``, ``set --``,
+``IFS`` changes, globbing and ``~`` are ignored; ``set -e`` ends a script only at a function that fails;
+indexed arrays are dense; arithmetic has no assignment, ``++``/``--`` or ``?:``; ``select``, ``coproc``
+and ``for ((...))`` do not parse.
 The first launch found wins.
 
 Modules: ``launch`` (the public types and the launchers' process-count options), ``rewrite``
@@ -73,7 +77,8 @@ def extract_launch(
         where += f"; the script reads {', '.join(unread)}, which megaplan could not read" + (
             ""
             if hint
-            else " (only files beside the script are followed): put it beside the script, or set the "
+            else " (files are read where the script's paths lead, beside it or in a folder above it): put it "
+            "beside the script, or set the "
             "variables it defines with --env NAME=VALUE"
         )
     raise ShellParseError(f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}{hint}")

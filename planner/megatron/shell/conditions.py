@@ -92,7 +92,7 @@ class Test:
             return self.binary(a[i], a[i + 1], a[i + 2]), i + 3
         if a[i] in _UNARY and i + 1 < len(a):
             op, arg = a[i], a[i + 1]
-            known = {"-n": arg != "", "-z": arg == "", "-v": arg in self.vars, "-t": False}
+            known = {"-n": arg != "", "-z": arg == "", "-v": _is_set(arg, self.vars), "-t": False}
             return known.get(op, True), i + 2
         return a[i] != "", i + 1
 
@@ -107,3 +107,15 @@ class Test:
             return left < right if op == "<" else left > right
         x, y = int(left), int(right)
         return {"-eq": x == y, "-ne": x != y, "-lt": x < y, "-le": x <= y, "-gt": x > y, "-ge": x >= y}[op]
+
+
+def _is_set(arg: str, variables) -> bool:
+    """``-v NAME`` or ``-v NAME[KEY]``: the variable, or that element of it, is set."""
+    m = re.fullmatch(r"([A-Za-z_]\w*)\[(.*)\]", arg, re.DOTALL)
+    var = variables.get(m.group(1) if m else arg)
+    if var is None or m is None:
+        return var is not None
+    if isinstance(var.value, dict):
+        return m.group(2) in var.value
+    items = var.items()
+    return m.group(2).lstrip("-").isdigit() and -len(items) <= int(m.group(2)) < len(items)

@@ -4,7 +4,8 @@
 ``${#X}``, ``${!X}``, ``${X:-w}`` and the other default forms, ``#``/``%`` trims, ``/``
 replacement, ``^^``/``,,`` case and ``:offset:length`` substrings, and the rewriter's
 ``${__mp_...}`` parameters. ``$((...))`` is evaluated by :func:`_arith_ast` on a Python ``ast``
-of numbers and operators only. Command substitutions are never run: they stay placeholders.
+of numbers and operators only. Command substitutions are never run: a few whose output follows from
+their words alone are computed (``subst``), the others stay placeholders.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class Expander:
         self.exported = set(self.vars)  # names a child process (bash FILE, sbatch FILE) sees: the environment's
         self.allexport = False  # set -a
         self.tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": [], "h": []}
+        self.assoc: set[str] = set()  # names declared associative (declare -A)
 
     # -- variables ----------------------------------------------------------------------
     def set_var(
@@ -106,6 +108,13 @@ class Expander:
         if name in self.pinned:
             return
         old = self.vars.get(name)
+        if index is not None and (name in self.assoc or (old is not None and isinstance(old.value, dict))):
+            table = dict(old.value) if old is not None and isinstance(old.value, dict) else {}
+            key = self.string(index)
+            if isinstance(value, str):
+                table[key] = table.get(key, "") + value if append else value
+            self.vars[name] = Var(table, frozenset(unres | (old.unres if old else frozenset())))
+            return
         if index is not None:
             k, _ = self.arith(index)
             if k is None or not 0 <= k <= 4096 or isinstance(value, list):
@@ -128,6 +137,8 @@ class Expander:
             self.exported.add(name)
 
     def element(self, var: Var, index: str | None) -> str | None:
+        if isinstance(var.value, dict):
+            return var.value.get("0" if index is None else self.string(index), "")
         items = var.items()
         if index is None:
             return items[0] if items else ""
@@ -217,6 +228,18 @@ class Expander:
         if not blank:
             b.lit(placeholder, names or {placeholder})
 
+    def substitute(self, raw: str) -> str | None:
+        """A command substitution's output, when it follows from its words alone (the interpreter's)."""
+        return None
+
+    def command_output(self, raw: str, b: Fields, dq: bool, blank: bool) -> None:
+        """``$(cmd)``/`` `cmd` ``: its output when known without running anything, else a placeholder."""
+        out = self.substitute(raw) if raw.startswith(("$(", "`")) else None
+        if out is None:
+            self.unresolved(raw, b, blank)
+        else:
+            b.value(out, dq)
+
     def dollar(self, raw: str, i: int, b: Fields, dq: bool, blank: bool) -> int:
         """Expand the ``$`` expansion at ``raw[i]``; return the index after it."""
         nxt = raw[i + 1 : i + 2]
@@ -225,7 +248,7 @@ class Expander:
             if nxt == "{":
                 self.braced(raw[i + 2 : j - 1], raw[i:j], b, dq, blank)
             else:
-                self.unresolved(raw[i:j], b, blank)  # command substitution: never run
+                self.command_output(raw[i:j], b, dq, blank)
             return j
         m = _NAME.match(raw, i + 1)
         if not m:
@@ -304,7 +327,7 @@ class Expander:
         elif kind == "p":
             self.braced(entry[0], entry[1], b, dq, blank)
         elif kind == "c":
-            self.unresolved(entry, b, blank)
+            self.command_output(entry, b, dq, blank)
         else:
             value, names = self.arith(entry)
             if value is None:

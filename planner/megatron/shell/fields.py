@@ -76,8 +76,10 @@ class Fields:
 
 @dataclass
 class Var:
-    value: str | list[str]
+    value: str | list[str] | dict[str, str]  # a dict: an associative array (declare -A)
     unres: frozenset[str] = frozenset()
 
     def items(self) -> list[str]:
+        if isinstance(self.value, dict):
+            return list(self.value.values())
         return list(self.value) if isinstance(self.value, list) else [self.value]

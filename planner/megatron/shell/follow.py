@@ -70,13 +70,28 @@ class Follow:
     vars: dict[str, Var]
     exported: set[str]
     allexport: bool
+    errexit: bool  # set -e
     funcs: dict[str, object]
     tables: dict[str, list]
     depth: int
+    cwd: str | None  # the working directory, when known
+    last_read: str  # the absolute path of the file read last
+    moved: list[str]  # notes: files found above the script's folder
 
     def sibling(self, path: str) -> str | None:
-        """The text of the file ``path`` names, from the caller's reader; None if it has none."""
-        return self.read_file(path) if self.read_file and path else None
+        """The text of the file ``path`` names, from the caller's reader (or written by the script); None if it
+        has none. A relative path found in a folder above the one the script runs in means the script runs
+        from there: that folder becomes the working directory, and a note says so."""
+        if path in self.files:
+            return self.files[path]
+        got = self.read_file(path, self.cwd) if self.read_file and path else None
+        if got is None:
+            return None
+        text, self.last_read, run_dir = got
+        if run_dir is not None:
+            self.moved.append(f"read {path} from {run_dir}, a folder above the script's: the script runs from there")
+            self.cwd = run_dir
+        return text
 
     def read_or_note(self, path: str) -> str | None:
         """A file's text, or None after recording it as unread (also when nesting is too deep)."""
@@ -153,6 +168,7 @@ class Follow:
         text = self.read_or_note(path)
         if text is not None:
             with self.child_process(), self.positional(args):
+                self.vars["0"] = Var(self.last_read)  # $0: the script's path
                 self.run_job_text(text, sbatch=posixpath.basename(fields[0][0]) in ("sbatch", "salloc"))
         return True
 
@@ -161,13 +177,13 @@ class Follow:
         """A script run by ``bash FILE`` or submitted by ``sbatch``: a new process, which sees only the
         exported variables (``export``, ``set -a``, the command's own ``X=1``, the caller's ``--env``) and
         whose assignments and functions never come back to this shell."""
-        saved = self.vars, set(self.exported), self.funcs, self.allexport
+        saved = self.vars, set(self.exported), self.funcs, self.allexport, self.errexit
         self.vars = {k: v for k, v in self.vars.items() if k in self.exported or k in self.pinned}
-        self.funcs = {}
+        self.funcs, self.errexit = {}, False
         try:
             yield
         finally:
-            self.vars, self.exported, self.funcs, self.allexport = saved
+            self.vars, self.exported, self.funcs, self.allexport, self.errexit = saved
 
     def run_job_text(self, text: str, sbatch: bool) -> None:
         """Interpret a job script: its #SBATCH lines join the directives and set the Slurm variables."""
@@ -216,6 +232,32 @@ class Follow:
         return False
 
     def heredoc_text(self, body: str) -> str:
-        """An unquoted here-document's body with its variables expanded (quotes stay literal)."""
-        escaped = body.replace("\\", "\\\\").replace('"', '\\"').replace("\\\\$", "\\$")
-        return "".join(t for t, _ in self.expand('"' + escaped + '"', split=False))
+        """An unquoted here-document's body with its variables expanded: a backslash escapes only ``$``, a
+        backquote, a backslash and a newline (bash(1), Here Documents); quotes stay literal."""
+        out, i = [], 0
+        while i < len(body):
+            if body[i] == "\\" and body[i + 1 : i + 2] in ("$", "`", "\\", "\n"):
+                out.append(body[i : i + 2])
+                i += 2
+                continue
+            out.append({"\\": "\\\\", '"': '\\"'}.get(body[i], body[i]))
+            i += 1
+        return "".join(t for t, _ in self.expand('"' + "".join(out) + '"', split=False))
+
+    def envsubst(self, node, fields: list[Field]) -> bool:
+        """``envsubst < IN > OUT``: OUT is IN with the exported variables it names substituted (kept in
+        ``files``); the others stay ``${NAME}`` for the launch reader to name. Returns whether it handled it."""
+        if not fields or posixpath.basename(fields[0][0]) != "envsubst":
+            return False
+        from planner.megatron.modelzoo import VARIABLE
+
+        parts = getattr(node, "parts", [])
+        redirects = {r.type: r for r in parts if r.kind == "redirect" and hasattr(r.output, "word")}
+        if "<" in redirects and ">" in redirects:
+            text = self.sibling(self.string(self.raw(redirects["<"].output)))
+            env = {k: v.value for k, v in self.vars.items() if k in self.exported and isinstance(v.value, str)}
+            env = {k: v for k, v in env.items() if not self.vars[k].unres}
+            if text is not None:
+                out = VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), text)
+                self.files[self.string(self.raw(redirects[">"].output))] = out
+        return True

@@ -21,6 +21,7 @@ from planner.megatron.shell.fields import Field, Var
 from planner.megatron.shell.follow import SHELLS, Follow
 from planner.megatron.shell.launch import INT, LaunchLine, ShellParseError, launch_options, process_count
 from planner.megatron.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse, placeholders
+from planner.megatron.shell.subst import Substitute
 
 _KEYWORDS = {"if", "then", "elif", "else", "fi", "while", "until", "do", "done"}
 _ENTRY = re.compile(r"^[\w.-]*(?:train|finetune)[\w.-]*\.py$")
@@ -37,19 +38,20 @@ class Return(Exception):
     """``return`` from a function."""
 
 
-class Interp(Follow, Expander):
+class Interp(Substitute, Follow, Expander):
     """Walk bashlex trees tracking variables only; record the first Megatron-LM launch."""
 
     def __init__(self, env: Mapping[str, str], directives: list[list[Field]], read_file=None) -> None:
         super().__init__(env)
         self.directives, self.job = directives, []
         self.read_file, self.files, self.unread = read_file, {}, []
+        self.cwd, self.last_read, self.moved = getattr(read_file, "base_dir", None), "", []
         self.seed_slurm()
         self.funcs: dict[str, object] = {}
         self.src, self.prefix, self.flags = "", [], []
         self.launch: LaunchLine | None = None
         self.steps = self.depth = 0
-        self.exited = False
+        self.exited = self.errexit = self.returned = False
         self.said = self.exit_said = ""  # the last echo, and the last echo before the script's exit
 
     # -- walking the tree ---------------------------------------------------------------
@@ -59,7 +61,9 @@ class Interp(Follow, Expander):
         saved, self.src = self.src, rewritten
         try:
             for tree in trees:
-                self.run(tree)
+                if not self.run(tree) and self.errexit and tree.kind == "command" and self.returned:
+                    self.exited, self.exit_said = True, self.said  # set -e: a function that failed ends the script
+                    raise Stop
         finally:
             self.src = saved
 
@@ -166,7 +170,7 @@ class Interp(Follow, Expander):
                 self.assign(raw)
             return True
         with self.command_env(assigns):
-            if self.heredoc(node, words, fields):
+            if self.heredoc(node, words, fields) or self.envsubst(node, fields):
                 return True
             return self.builtin(words, fields)
 
@@ -194,7 +198,10 @@ class Interp(Follow, Expander):
         """Run a rewritten array assignment, ``[[``, ``case`` or ``((`` command."""
         head = words[0]
         if ARRAY in words:
-            self.assign_array(words[words.index(ARRAY) + 1 :])
+            at = words.index(ARRAY)
+            if any(w.startswith("-") and "A" in w for w in words[1:at]) and at + 1 < len(words):
+                self.assoc.add(words[at + 1])
+            self.assign_array(words[at + 1 :])
             return True
         if head == COND:
             args = [self.string(w, blank=True) for w in words[1:]]
@@ -210,13 +217,20 @@ class Interp(Follow, Expander):
 
     def builtin(self, words: list[str], fields: list[Field]) -> bool:
         name = fields[0][0]
-        if name not in ("echo", "printf", "exit", ">&2"):
+        if name not in ("echo", "printf", "exit", "return", ">&2"):
             self.said = ""  # only an echo right before the exit says why it stopped
         if name in ("export", "declare", "typeset", "local", "readonly"):
             exports = name == "export" or any(w.startswith("-") and "x" in w for w in words[1:])
+            options = "".join(w[1:] for w in words[1:] if w.startswith("-"))
             for raw in words[1:]:
                 m = _ASSIGN.match(raw)
-                if m:
+                if "A" in options and (m or re.fullmatch(r"[A-Za-z_]\w*", raw)):
+                    self.assoc.add(m.group(1) if m else raw)
+                if m and "n" in options:  # a name reference: the variable it names, shared
+                    target = self.vars.get(self.string(m.group(4)))
+                    if target is not None and m.group(1) not in self.pinned:
+                        self.vars[m.group(1)] = target
+                elif m:
                     self.assign(raw)
                 if exports and (m or re.fullmatch(r"[A-Za-z_]\w*", raw)):
                     self.exported.add(m.group(1) if m else raw)
@@ -224,6 +238,8 @@ class Interp(Follow, Expander):
             flags = [t for t, _ in fields[1:]]
             if "allexport" in flags or any(re.fullmatch(r"[-+][a-zA-Z]*a[a-zA-Z]*", f) for f in flags):
                 self.allexport = any(f.startswith("-") for f in flags)
+            if "errexit" in flags or any(re.fullmatch(r"[-+][a-zA-Z]*e[a-zA-Z]*", f) for f in flags):
+                self.errexit = any(f.startswith("-") for f in flags)
         elif name in ("[", "test") and words[0] == name:
             args = [t for w in words[1:] for t, _ in self.expand(w, blank=True)]
             if name == "[" and args[-1:] != ["]"]:
@@ -235,6 +251,8 @@ class Interp(Follow, Expander):
             if name == "exit" and not self.exited:
                 self.exit_said = self.said  # what the script printed last before it stopped: usually why
             self.exited = self.exited or name == "exit"
+            if name == "return":
+                self.returned = len(fields) > 1 and fields[1][0].strip() not in ("", "0")
             if name != "false":
                 raise Stop if name == "exit" else Return
             return False
@@ -247,7 +265,7 @@ class Interp(Follow, Expander):
         elif name in (".", "source"):
             self.source(fields)
         elif name in self.funcs:
-            self.call(name, fields)
+            return self.call(name, fields)
         else:
             base = posixpath.basename(name)
             if base in ("sbatch", "salloc"):
@@ -258,11 +276,13 @@ class Interp(Follow, Expander):
             self.detect(fields)
         return True
 
-    def call(self, name: str, fields: list[Field]) -> None:
-        """Run a shell function with its positional parameters set."""
+    def call(self, name: str, fields: list[Field]) -> bool:
+        """Run a shell function with its positional parameters set; False if it returned a failure
+        (``return N``, N ≠ 0)."""
         if self.depth >= MAX_DEPTH:
-            return
+            return True
         self.depth += 1
+        self.returned = False
         try:
             with self.positional(fields[1:]):
                 self.run(self.funcs[name])
@@ -270,6 +290,7 @@ class Interp(Follow, Expander):
             pass
         finally:
             self.depth -= 1
+        return not self.returned
 
     def detect(self, fields: list[Field]) -> None:
         """Record a Megatron-LM launch (or a line of bare flags) in an expanded command."""
@@ -330,6 +351,7 @@ class Interp(Follow, Expander):
             counts={k: v[0] for k, v in counts.items()},
             allocator_conf=alloc if isinstance(alloc, str) else None,
             defaults=defaults,
+            notes=list(dict.fromkeys(self.moved)),
         )
 
     # -- variables ----------------------------------------------------------------------
@@ -345,4 +367,13 @@ class Interp(Follow, Expander):
         if len(words) >= 2:
             fields = [f for w in words[2:] for f in self.expand(w)]
             unres = frozenset().union(*(u for _, u in fields))
+            if words[0] in self.assoc:  # ([key]=value ...)
+                pairs = [re.fullmatch(r"\[([^\]]*)\]=(.*)", t, re.DOTALL) for t, _ in fields]
+                table = {m.group(1): m.group(2) for m in pairs if m}
+                old = self.vars.get(words[0])
+                if words[1] == "+=" and old is not None and isinstance(old.value, dict):
+                    table = {**old.value, **table}
+                if words[0] not in self.pinned:
+                    self.vars[words[0]] = Var(table, unres)
+                return
             self.set_var(words[0], [t for t, _ in fields], unres, words[1] == "+=")

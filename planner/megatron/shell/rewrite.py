@@ -51,9 +51,15 @@ def close_bracket(s: str, i: int) -> int:
 
 
 def _closing_quote(s: str, j: int, quote: str, name: str) -> int:
-    """Index of the quote that closes a quoted string starting at j (backslash escapes skipped)."""
+    """Index of the quote that closes a quoted string starting at j (backslash escapes skipped; in double
+    quotes, ``$(...)``, ``${...}`` and backquotes are skipped whole: their own quotes nest)."""
     while j < len(s) and s[j] != quote:
-        j += 2 if s[j] == "\\" else 1
+        if quote == '"' and s[j] == "$" and s[j + 1 : j + 2] in ("(", "{"):
+            j = close_bracket(s, j + 1)
+        elif quote == '"' and s[j] == "`":
+            j = (s.find("`", j + 1) + 1) or len(s)
+        else:
+            j += 2 if s[j] == "\\" else 1
     if j >= len(s):
         raise ShellParseError(f"unterminated {name} quote")
     return j
