@@ -394,12 +394,18 @@ def sum_blocks(*blocks: dict) -> dict[str, np.ndarray]:
 
 
 def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
-    """The blocks every stage is made of, once per grid: ``attention`` (full), ``window`` (sliding
-    window), ``dense`` and ``moe`` MLP halves, with A2A overlap applied to the MoE layer (its
-    dispatch hidden behind the other micro-batch's whole layer)."""
+    """The blocks every stage is made of, once per grid and computed once per distinct shape
+    (``Letters.once``): ``attention`` (full), ``window`` (sliding window), ``dense`` and ``moe`` MLP
+    halves, with A2A overlap applied to the MoE layer (its dispatch hidden behind the other
+    micro-batch's whole layer)."""
     cached = getattr(lt, "_layer_parts", None)
-    if cached is not None:
-        return cached
+    if cached is None:
+        cached = lt._layer_parts = lt.once(lambda shapes: _layer_blocks(shapes, ctx))
+    return cached
+
+
+def _layer_blocks(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
+    """``layer_parts`` of the plans of ``lt``."""
     mo = ctx.model
     out = {"attention": attention_block(lt, ctx), "dense": dense_mlp_block(lt, ctx)}
     out["window"] = attention_block(lt, ctx, window=True) if mo.window is not None else out["attention"]
@@ -421,7 +427,6 @@ def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
         )
         block["moe_fwd"], block["moe_bwd"] = fwd, bwd
         out["moe"] = block
-    lt._layer_parts = out
     return out
 
 

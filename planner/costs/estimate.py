@@ -21,6 +21,7 @@ from planner.costs.linears import tp_link
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes
 from planner.hardware.collectives import (
+    Link,
     all_gather_time_s,
     all_reduce_time_s,
     group_link,
@@ -88,6 +89,26 @@ class Evaluation:
     parts: dict[str, dict[str, np.ndarray]] | None = None  # with ``stages``: parts of the terms, for explain
 
 
+def group_links(lt: Letters, ctx: Context) -> dict[str, Link]:
+    """The links (``collectives.group_link``) of a plan's data-parallel groups (``instance``: one
+    distributed-optimizer instance's d·c/R ranks; ``across``: the R instances; ``dp``: d·c; ``expert``: the
+    expert data-parallel group); once per grid, computed once per distinct shape (``Letters.once``)."""
+    cached = getattr(lt, "_group_links", None)
+    if cached is None:
+        cached = lt._group_links = lt.once(lambda v: _group_links(v, ctx.hardware))
+    return cached
+
+
+def _group_links(lt: Letters, hw) -> dict[str, Link]:
+    instance = lt.d * lt.c / lt.R
+    return {
+        "instance": group_link(hw, instance, lt.t),
+        "across": group_link(hw, lt.R, lt.t * instance),
+        "dp": group_link(hw, lt.d * lt.c, lt.t),
+        "expert": group_link(hw, lt.edp, lt.etp * lt.ep),
+    }
+
+
 def dp_element_bytes(ctx: Context) -> tuple[int, int]:
     """(bytes per gradient element reduced over DP, bytes per parameter all-gathered). With
     --fp8-param-gather the parameters are gathered in FP8 (1 byte), except MXFP8's: Megatron gathers
@@ -135,9 +156,8 @@ def _dp_sync(
     opts, hw = ctx.options, ctx.hardware
     grad_bytes, param_bytes = dp_element_bytes(ctx)
     instance = lt.d * lt.c / lt.R  # the ranks one distributed-optimizer instance shards over
-    dense_link = group_link(hw, instance, lt.t)
-    across_link = group_link(hw, lt.R, lt.t * instance)
-    expert_link = group_link(hw, lt.edp, lt.etp * lt.ep)
+    links = group_links(lt, ctx)
+    dense_link, across_link, expert_link = links["instance"], links["across"], links["expert"]
     sharp = opts.use_sharp and hw.network.sharp
 
     def reduce(n, group, link):
@@ -214,8 +234,7 @@ def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     are sharded, gathered and reduced over the expert data-parallel group, the rest over d·c. The
     hidden part still holds NCCL's SMs (collectives.hidden_comm_contention_s)."""
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
-    link = group_link(ctx.hardware, lt.d * lt.c, lt.t)
-    expert_link = group_link(ctx.hardware, lt.edp, lt.etp * lt.ep)
+    link, expert_link = group_links(lt, ctx)["dp"], group_links(lt, ctx)["expert"]
     dense = w_bytes * mem["dense_params"] / np.maximum(n, 1)
     expert = w_bytes * mem["expert_params"] / np.maximum(n, 1)
     gather = all_gather_time_s(lt.d * lt.c, dense, link) + all_gather_time_s(lt.edp, expert, expert_link)
@@ -232,16 +251,21 @@ def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
 
 
 def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
-    """One pipeline transfer between neighbouring stages, tp·c·d ranks apart (rank order tp, cp, dp, pp)."""
-    pp_link = group_link(ctx.hardware, 2, lt.t * lt.c * lt.d)
-    return comm.pp_p2p_time_s(
-        activation_message(lt),
-        lt.t,
-        pp_link,
-        tp_link(lt, ctx),
-        sequence_parallel=lt.sp,
-        scatter_gather=ctx.options.pp_scatter_gather,
-    )
+    """One pipeline transfer between neighbouring stages, tp·c·d ranks apart (rank order tp, cp, dp, pp),
+    computed once per distinct shape."""
+
+    def p2p(v: Letters) -> np.ndarray:
+        pp_link = group_link(ctx.hardware, 2, v.t * v.c * v.d)
+        return comm.pp_p2p_time_s(
+            activation_message(v),
+            v.t,
+            pp_link,
+            tp_link(v, ctx),
+            sequence_parallel=v.sp,
+            scatter_gather=ctx.options.pp_scatter_gather,
+        )
+
+    return lt.once(p2p)
 
 
 def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
@@ -341,9 +365,13 @@ def _embedding_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
     """Tied embeddings across stages: the all-reduce of the word table's gradient, V·h/t, between the
     first and the last stage."""
     grad_bytes, _ = dp_element_bytes(ctx)
-    emb_link = group_link(ctx.hardware, 2, (lt.p - 1) * lt.t * lt.c * lt.d)
-    emb_grad = lt.V * lt.h / lt.t * grad_bytes
-    return np.where(ctx.model.tied_embeddings & (lt.p > 1), all_reduce_time_s(2, emb_grad, emb_link), 0.0)
+
+    def sync(v: Letters) -> np.ndarray:
+        emb_link = group_link(ctx.hardware, 2, (v.p - 1) * v.t * v.c * v.d)
+        emb_grad = v.V * v.h / v.t * grad_bytes
+        return np.where(ctx.model.tied_embeddings & (v.p > 1), all_reduce_time_s(2, emb_grad, emb_link), 0.0)
+
+    return lt.once(sync)
 
 
 def _optimizer_step_s(lt: Letters, ctx: Context, mem: dict, count: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ stage.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -26,6 +27,88 @@ def _col(x: np.ndarray) -> np.ndarray:
     letters may overflow)."""
     x = np.asarray(x)
     return (x.astype(np.int64) if x.dtype.kind in "iu" else x)[:, None]
+
+
+class _NotInKey:
+    """A per-plan letter of a ``Letters.distinct`` view that its key does not decide: any use raises, so a
+    formula computed once per distinct key cannot read a letter that differs between the plans sharing it."""
+
+    __array_ufunc__ = None  # numpy's operators defer to the reflected methods below, which raise
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def _refuse(self, *_args, **_kwargs):
+        raise TypeError(f"letter {self.name!r} is not in this view's key (Letters.distinct)")
+
+
+for _op in ("array", "bool", "index", "int", "float", "getitem", "len", "iter", "neg", "invert", "abs"):
+    setattr(_NotInKey, f"__{_op}__", _NotInKey._refuse)
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor"):
+    setattr(_NotInKey, f"__{_op}__", _NotInKey._refuse)
+    setattr(_NotInKey, f"__r{_op}__", _NotInKey._refuse)
+for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
+    setattr(_NotInKey, f"__{_op}__", _NotInKey._refuse)
+_NotInKey.__hash__ = None  # type: ignore[assignment]
+
+
+def _renumber(key: np.ndarray, span: int) -> tuple[np.ndarray, int]:
+    """Keys in [0, span) as 0, 1, ... in their order: each key's rank among those present (by a flag
+    per possible key while there are at most ``_dense(len(key))``, else by a sort)."""
+    if span > _dense(len(key)):
+        _, inverse = np.unique(key, return_inverse=True)
+        inverse = np.asarray(inverse).reshape(-1)
+        return inverse, int(inverse.max()) + 1 if len(inverse) else 0
+    present = np.zeros(span, dtype=bool)
+    present[key] = True
+    codes = np.cumsum(present) - 1
+    return codes[key], int(codes[-1]) + 1
+
+
+def _dense(n: int) -> int:
+    return max(8 * n, 4096)
+
+
+def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(one row of each distinct combination of the integer ``columns``, each row's index among the
+    combinations, numbered in lexicographic order): the columns are numbered one at a time into one
+    key, renumbered whenever its span could outgrow a few times the rows (``_renumber``), so a sort is
+    needed only where the combinations are nearly as many as the rows."""
+    n = len(columns[0])
+    key, span = np.zeros(n, dtype=np.int64), 1
+    if not n:
+        return key, key
+    for col in columns:
+        col = np.asarray(col).reshape(-1).astype(np.int64, copy=False)
+        low = int(col.min())
+        width = int(col.max()) - low + 1
+        if span * width > _dense(n):
+            key, span = _renumber(key, span)
+            col, width = _renumber(col - low, width)
+            low = 0
+        key, span = key * width + (col - low), span * width
+    key, span = _renumber(key, span)
+    first = np.empty(span, dtype=np.int64)
+    first[key] = np.arange(n)  # any row of a combination stands for it: they share every column
+    return first, key
+
+
+def _per_plan(value, inverse: np.ndarray, rows: int, seen: dict):
+    """``value`` computed on the ``rows`` plans of a ``Letters.distinct`` view, for every plan of its grid
+    (``inverse``: each plan's row in the view); an array shared by several entries is read back once."""
+    if isinstance(value, dict):
+        return {k: _per_plan(v, inverse, rows, seen) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_per_plan(v, inverse, rows, seen) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(
+            value, **{f.name: _per_plan(getattr(value, f.name), inverse, rows, seen) for f in dataclasses.fields(value)}
+        )
+    if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != rows:
+        return value  # a number, or an array every plan shares (broadcast)
+    if id(value) not in seen:
+        seen[id(value)] = (value, value[inverse])  # the value is kept: its id is not reused meanwhile
+    return seen[id(value)][1]
 
 
 @functools.lru_cache(maxsize=8192)
@@ -62,8 +145,18 @@ def _split_kinds(
     return counts, legal, tuple(tuple(x) for x in seen.values())
 
 
+# The letters that decide the shape of a plan's layers and the placement of its process groups: what the
+# terms computed once per distinct shape (``Letters.once``: a layer's blocks, the groups' links, the TP
+# collectives, pipeline sends, the embedding's sync) read; and the letters that are functions of them.
+SHAPE_KEY = ("t", "c", "b", "sp", "ep", "etp", "dispatcher", "a2a_overlap", "tpo", "fsdp", "p", "d", "R")
+SHAPE_CARRIED = ("V", "m", "world", "edp")
+
+
 class Letters:
     """t, p, d, c, b, s, h, a, g, d_h, f, L, V, m ... of every plan of a grid."""
+
+    _view = False  # a ``distinct`` view: one plan per distinct key
+    _shapes: tuple | None = None  # (the view of distinct shapes, each plan's row in it), made by ``once``
 
     def __init__(self, grid: PlanGrid, ctx: Context):
         mo, tr = ctx.model, ctx.training
@@ -117,15 +210,7 @@ class Letters:
         Megatron-LM accepts the split (``split_legal``)."""
         mo = ctx.model
         columns = (grid.pp, grid.vpp, grid.split, grid.first_layers, grid.last_layers, grid.layout + 1)
-        widths = (16, 11, 2, 11, 11, 12)
-        if len(grid) and all(int(np.max(c)) < 2**bits for c, bits in zip(columns, widths, strict=True)):
-            packed = np.zeros(len(grid), dtype=np.int64)  # one integer per distinct split: a fast unique
-            for col, bits in zip(columns, widths, strict=True):
-                packed = (packed << bits) + np.asarray(col, dtype=np.int64)
-        else:
-            _, packed = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
-        _, first_row, inverse = np.unique(np.asarray(packed).reshape(-1), return_index=True, return_inverse=True)
-        inverse = np.asarray(inverse).reshape(-1)
+        first_row, inverse = distinct_rows(list(columns))
         uniq = np.stack([np.asarray(c)[first_row] for c in columns], axis=1)
         uniq[:, -1] -= 1
         pmax = int(np.max(grid.pp)) if len(grid) else 1
@@ -151,6 +236,37 @@ class Letters:
         self._stage_cache: tuple | None = None
         self.type_index, self.type_count = index[inverse], count[inverse]
         self.split_legal = legal[inverse][:, None]
+
+    def distinct(self, key: tuple[str, ...], carried: tuple[str, ...] = ()) -> tuple[Letters, np.ndarray]:
+        """The letters of one plan per distinct value of the ``key`` letters, with the ``carried`` letters
+        (functions of the key's), and each plan's row among them (``distinct_rows``): a formula that reads
+        only these gives every plan sharing a key the same value, so it runs once per key. Every other
+        per-plan letter of the view raises when read (``_NotInKey``), and the view has no stage tables."""
+        n = len(self.t)
+        first, inverse = distinct_rows([np.asarray(getattr(self, k)).reshape(-1) for k in key])
+        view = object.__new__(Letters)
+        view._view = True
+        for name, value in vars(self).items():
+            if name.startswith("_"):  # stage tables and what the cost modules cached for these rows
+                continue
+            if name in key or name in carried:
+                value = value[first]
+            elif isinstance(value, np.ndarray) and value.ndim == 2 and value.shape[0] == n:
+                value = _NotInKey(name)
+            setattr(view, name, value)
+        return view, inverse
+
+    def once(self, fn):
+        """``fn(letters)`` for every plan, computed once per distinct shape (``SHAPE_KEY``, on the
+        ``distinct`` view of the grid, made once) and read back per plan: arrays (their first axis the
+        view's plans), and dicts, tuples and dataclasses of them (``collectives.Link``). On a view, ``fn``
+        of the view itself."""
+        if self._view:
+            return fn(self)
+        if self._shapes is None:
+            self._shapes = self.distinct(SHAPE_KEY, SHAPE_CARRIED)
+        view, inverse = self._shapes
+        return _per_plan(fn(view), inverse, len(view.t), {})
 
     def stage(self, i: np.ndarray) -> dict[str, np.ndarray]:
         """What rank i holds, for (N, S) rank indices: ``layers``, ``moe`` and ``window`` (decoder

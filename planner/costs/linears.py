@@ -43,19 +43,24 @@ def activation_message(lt: Letters) -> np.ndarray:
 
 
 def tp_link(lt: Letters, ctx: Context):
-    """``collectives.group_link`` of the tensor-parallel group (t consecutive ranks), once per grid."""
+    """``collectives.group_link`` of the tensor-parallel group (t consecutive ranks), once per grid
+    (computed once per distinct shape: ``Letters.once``)."""
     cached = getattr(lt, "_tp_link", None)
     if cached is None:
-        cached = lt._tp_link = group_link(ctx.hardware, lt.t, 1)
+        cached = lt._tp_link = lt.once(lambda v: group_link(ctx.hardware, v.t, 1))
     return cached
 
 
 def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
-    """One layer's forward TP collectives for one micro-batch on the tp group's link (once per grid)."""
+    """One layer's forward TP collectives for one micro-batch on the tp group's link (once per grid,
+    computed once per distinct shape)."""
     cached = getattr(lt, "_tp_collectives", None)
     if cached is None:
-        cached = comm.tp_layer_comm_time_s(activation_message(lt), lt.t, tp_link(lt, ctx), sequence_parallel=lt.sp)
-        lt._tp_collectives = cached
+
+        def collectives(v: Letters) -> np.ndarray:
+            return comm.tp_layer_comm_time_s(activation_message(v), v.t, tp_link(v, ctx), sequence_parallel=v.sp)
+
+        cached = lt._tp_collectives = lt.once(collectives)
     return cached
 
 

@@ -1,0 +1,81 @@
+"""Terms computed once per distinct key (``Letters.distinct``) are exactly the terms computed plan by plan:
+the numbering of distinct rows, the view's refusal of letters its key does not decide, and a layer's
+blocks (``blocks.layer_parts``) on search grids of a dense and an MoE model."""
+
+import functools
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.api import make_request
+from planner.costs.blocks import _layer_blocks, layer_parts
+from planner.costs.letters import SHAPE_CARRIED, SHAPE_KEY, Letters, distinct_rows
+from planner.space.candidates import Pins, candidate_grid
+from planner.space.grid import PlanGrid
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(1, 400),
+    widths=st.lists(st.sampled_from([1, 2, 3, 17, 1000, 5000]), min_size=1, max_size=6),
+)
+def test_distinct_rows_number_the_combinations_as_a_sort_does(data, n, widths):
+    columns = [
+        np.array(data.draw(st.lists(st.integers(-3, w - 3), min_size=n, max_size=n)), dtype=np.int64) for w in widths
+    ]
+    first, inverse = distinct_rows(columns)
+    stacked = np.stack(columns, axis=1)
+    unique, expected = np.unique(stacked, axis=0, return_inverse=True)
+    np.testing.assert_array_equal(inverse, expected.reshape(-1))  # lexicographic numbering, as np.unique's
+    np.testing.assert_array_equal(stacked[first], unique)  # each combination's row holds it
+
+
+@functools.cache
+def _grid(model: str, gpus: int, hardware: str, fp8: bool):
+    options = {"fp8": "hybrid"} if fp8 else None
+    ctx = make_request(model=model, gpus=gpus, hardware=hardware, options=options).ctx
+    # two world sizes, so no letter is a function of the others (p of t, c and d on one world)
+    return ctx, PlanGrid.stack(candidate_grid(ctx, gpus, Pins()), candidate_grid(ctx, 2 * gpus, Pins()))
+
+
+CASES = [
+    ("gpt3-175b", 64, "dgx-a100-superpod", False),
+    ("mixtral-8x7b", 128, "dgx-h100-superpod", True),
+    ("deepseek-v3", 256, "dgx-h100-superpod", False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 600))
+def test_layer_blocks_once_per_distinct_layer_equal_them_plan_by_plan(case, seed, rows):
+    ctx, grid = _grid(*case)
+    rng = np.random.default_rng(seed)
+    grid = grid.take(rng.choice(len(grid), size=min(rows, len(grid)), replace=False))
+    tpo = rng.integers(0, 2, len(grid)).astype(np.int8)  # each row with its own --tp-comm-overlap, as search's
+    grid = replace(grid, tp_comm_overlap=tpo)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        once = layer_parts(Letters(grid, ctx), ctx)
+        every = _layer_blocks(Letters(grid, ctx), ctx)
+    assert once.keys() == every.keys()
+    for name, block in every.items():
+        assert once[name].keys() == block.keys()
+        for k, v in block.items():
+            np.testing.assert_array_equal(np.broadcast_to(once[name][k], np.shape(v)), v, err_msg=f"{name}.{k}")
+
+
+def test_a_view_refuses_the_letters_its_key_does_not_decide():
+    ctx, grid = _grid(*CASES[1])
+    lt = Letters(grid.take(np.arange(50)), ctx)
+    view, inverse = lt.distinct(SHAPE_KEY, SHAPE_CARRIED)
+    np.testing.assert_array_equal(view.t[inverse], lt.t)
+    np.testing.assert_array_equal(view.m[inverse], lt.m)  # carried: m = B/(b·d) of the key's b and d
+    for use in (lambda: view.vpp + 1, lambda: 1 * view.vpp, lambda: np.where(view.dopt, 1, 0), lambda: view.rc == 2):
+        with pytest.raises(TypeError, match="not in this view's key"):
+            use()
+    with pytest.raises(AttributeError):
+        view.stage(np.zeros((len(view.t), 1), dtype=np.int64))  # no stage tables either
