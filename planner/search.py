@@ -19,7 +19,7 @@ from itertools import chain
 
 import numpy as np
 
-from planner.costs.estimate import evaluate, peak_memory_bytes, stage_memory_totals
+from planner.costs.estimate import evaluate, iteration_s, peak_memory_bytes, stage_memory_totals
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
 from planner.fidelity.evidence import band_frac, plan_evidence
@@ -181,7 +181,7 @@ def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float) ->
         fitting = np.flatnonzero(peak <= capacity)
         for start in range(0, len(fitting), CHUNK):
             part = fitting[start : start + CHUNK]
-            iteration[part] = evaluate(grid.take(idx[part]), ctx).iteration_s
+            iteration[part] = iteration_s(grid.take(idx[part]), ctx)  # evaluate's, without its memory
     return iteration, peak
 
 

@@ -1,6 +1,7 @@
 """Terms computed once per distinct key (``Letters.distinct``) are exactly the terms computed plan by plan:
 the numbering of distinct rows, the view's refusal of letters its key does not decide, and a layer's
-blocks (``blocks.layer_parts``) on search grids of a dense and an MoE model."""
+blocks (``blocks.layer_parts``) on search grids of a dense and an MoE model; and the iteration time
+search takes without the memory terms (``estimate.iteration_s``) is evaluate's, number for number."""
 
 import functools
 from dataclasses import replace
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from planner.api import make_request
 from planner.costs.blocks import _layer_blocks, layer_parts
+from planner.costs.estimate import evaluate, iteration_s
 from planner.costs.letters import SHAPE_CARRIED, SHAPE_KEY, Letters, distinct_rows
 from planner.space.candidates import Pins, candidate_grid
 from planner.space.grid import PlanGrid
@@ -66,6 +68,18 @@ def test_layer_blocks_once_per_distinct_layer_equal_them_plan_by_plan(case, seed
         assert once[name].keys() == block.keys()
         for k, v in block.items():
             np.testing.assert_array_equal(np.broadcast_to(once[name][k], np.shape(v)), v, err_msg=f"{name}.{k}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 400))
+def test_iteration_time_without_memory_is_evaluates(case, seed, rows):
+    ctx, grid = _grid(*case)
+    rng = np.random.default_rng(seed)
+    grid = grid.take(rng.choice(len(grid), size=min(rows, len(grid)), replace=False))
+    grid = replace(grid, tp_comm_overlap=rng.integers(0, 2, len(grid)).astype(np.int8))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(iteration_s(grid, ctx), evaluate(grid, ctx).iteration_s)
 
 
 def test_a_view_refuses_the_letters_its_key_does_not_decide():

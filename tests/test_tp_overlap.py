@@ -27,6 +27,7 @@ from planner.fidelity.runs import load_runs
 from planner.fidelity.validate import prepare
 from planner.hardware import userbuffers
 from planner.hardware.userbuffers import UbConfig, bridge_presets, plan_configs, plan_ops, resolved_op
+from planner.presets import presets_root
 from planner.space.grid import PlanGrid
 
 H100_SMS = 132  # H100 SXM5
@@ -92,6 +93,42 @@ def test_gpt3_bridge_config_by_hand():
     # far below the NCCL path's 0.24 ms forward (AG + RS) and 0.12 ms backward (the output-gradient AG)
     nccl = tp_pair_exposed_s(AG, RS, 2 * AG, GEMM, sequence_parallel=np.array(True), async_backward=True, overlap=False)
     assert float(fwd) < float(nccl[0]) and float(bwd) < float(nccl[1])
+
+
+def test_an_atomic_gemm_runs_whole_and_releases_the_chunks():
+    # TE atomic_gemm_overlap_rs: one atomic GEMM of the whole projection (0.24 ms, not 4 chunks of 0.245/4)
+    # on 132 − 24 SMs, its 4 chunks reduce-scattered as the counters release them, the last exposed
+    ub = {k: op() for k in ("in_fprop", "out_dgrad", "in_dgrad", "in_wgrad")}
+    ub["out_fprop"] = op(pipeline=True, num_sm=24, margin=True) | {"atomic": np.array(True)}
+    fwd, _ = tp_pair_ub_s(AG, RS, GEMM, ub, H100_SMS, reduce_s=0.0)
+    ring_in = 0.70e-3 / 4 + 3 * max(0.70e-3 / 4, AG / 3)
+    chunk = 0.24e-3 * 132 / 108 / 4
+    assert float(fwd) == pytest.approx(ring_in - 0.68e-3 + chunk + 3 * max(chunk, RS / 4) + RS / 4 - 0.24e-3)
+    # the same on a ring (atomic_gemm_overlap_ag): the QKV GEMM whole, 0.68 ms, its pieces hidden
+    ub["in_fprop"] = op() | {"atomic": np.array(True)}
+    atomic_in, _ = tp_pair_ub_s(AG, RS, GEMM, ub, H100_SMS, reduce_s=0.0)
+    assert float(fwd) - float(atomic_in) == pytest.approx(ring_in - 0.68e-3)
+
+
+def test_mlperf_gpt3_runs_read_their_own_userbuffer_config():
+    # mlcommons training_results v4.0/v4.1, conf/tp_overlap/h100tp4mbs{1,2}.yaml with the launch configs'
+    # variables: v4.1 (n32, n64) and v4.0 n64 the projection's reduce-scatter behind an atomic GEMM, fc2 rung;
+    # v4.0 n1344/n1452 (mbs 1) fc2 pipelined on 4 SMs behind an atomic GEMM, the projection in 4 chunk GEMMs
+    def ops(rid):
+        req = prepare(next(r for r in load_runs() if r.id == rid))
+        configs, index = plan_configs(req.ctx.options.tp_comm_overlap_cfg, 9.0, True, 12288, 2048, [4], [2])
+        return plan_ops(configs, index, np.array([4]))
+
+    o = ops("MLPERF-v4.1-eos_n32_ngc24.09_nemo-gpt3")
+    assert bool(o["proj_fprop"]["atomic"][0]) and bool(o["proj_fprop"]["pipeline"][0])
+    assert not o["fc2_fprop"]["pipeline"][0] and not o["fc2_fprop"]["atomic"][0]
+    assert [float(o[k]["num_sm"][0]) for k in userbuffers.BULK_OPS] == [2.0, 4.0, 2.0, 2.0]
+    o = ops("MLPERF-v4.0-eos-dfw_n1452_ngc24.04_nemo-gpt3")
+    assert not o["proj_fprop"]["atomic"][0] and float(o["proj_fprop"]["num_sm"][0]) == 24.0
+    assert bool(o["fc2_fprop"]["atomic"][0]) and bool(o["fc2_fprop"]["pipeline"][0])
+    assert float(o["fc2_fprop"]["num_sm"][0]) == 4.0 and float(o["fc2_fprop"]["splits"][0]) == 4.0
+    cfg = userbuffers.load_config_file(str(presets_root() / "userbuffers" / "mlperf_v41_gpt3_h100_tp4_mbs2.yaml"))
+    assert "proj_fprop pipeline ×4 atomic GEMM 24 SMs margin" in userbuffers.describe(cfg, 4)
 
 
 def test_ring_exchanged_reduce_scatter_adds_its_final_sum():
@@ -184,7 +221,7 @@ def _with_overlap(run_id: str, on: bool) -> float:
 )
 def test_nvidia_recipes_are_faster_with_tp_overlap(run_id):
     # the DGX Cloud recipes run --tp-comm-overlap on H100 (GPT-3: NeMo 1's hydra userbuffer config;
-    # Llama 3.1: Bridge's presets for these shapes), the chunks three at once as TE's streams run them
+    # Llama 3.1: Bridge's presets for these shapes), each chunk priced alone (linears.UB_CONCURRENT_CHUNKS)
     assert _with_overlap(run_id, True) < _with_overlap(run_id, False)
 
 
@@ -220,6 +257,35 @@ def test_chunks_sharing_the_sms_run_at_the_efficiency_of_their_share():
     assert float(shared) == pytest.approx(F / (peak * law(1536.0)))  # 3 chunks at once: 1536 rows'
     whole = F / (peak * law(M))
     assert whole < float(shared) < float(alone)
+
+
+# OpenXLA's measured H100 (sm_90) BF16 matmul throughput, FLOP/s, at n = k = 4096 (tensorflow/tensorflow
+# third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h @ 372d578bb861, kDefaultMatmulPTable):
+# (batch b, rows m); a batch of b m-row GEMMs is one kernel with all b chunks in flight at once
+XLA_H100_BF16_N4096_K4096 = {(1, 2048): 753643516181744, (1, 512): 644116271145770}
+XLA_H100_BF16_N4096_K4096 |= {(2, 512): 734684792336640, (4, 512): 730064133265340}
+
+
+def test_the_per_chunk_price_bounds_the_measured_chunks():
+    # 2048 rows as 4 chunks of 512 (GPT-3 175B's tokens at b = 1, t = 4): each chunk alone costs the whole
+    # GEMM's time × 753.6/644.1 = 1.170; two chunks in flight 753.6/734.7 = 1.026, four 753.6/730.1 = 1.032
+    xla = XLA_H100_BF16_N4096_K4096
+    alone, two, four = (xla[(1, 2048)] / xla[k] for k in ((1, 512), (2, 512), (4, 512)))
+    assert (alone, two, four) == (
+        pytest.approx(1.170, abs=5e-4),
+        pytest.approx(1.026, abs=5e-4),
+        pytest.approx(1.032, abs=5e-4),
+    )
+    # the shipped price (split_gemms_s, each chunk alone at the GEMM law's efficiency of 512 rows):
+    # (2048/(2048 + x½))/(512/(512 + x½)), 1.242 at the H100 preset's x½ = 180: above the measured 1.170
+    req = api.make_request(model="gpt3-175b", hardware="dgx-h100-superpod", gpus=8, tp=4, sequence_parallel=True)
+    x = req.ctx.hardware.calibration.gemm_half_dim
+    F, d = 2 * 2048 * 4096 * 4096, 4096.0
+    g = [flops.Gemm(flops=np.array(F), M=np.array(2048.0), N=np.array(d), K=np.array(d))]
+    whole = split_gemms_s(g, 1, req.ctx, fp8=False)
+    law = float(split_gemms_s(g, 4, req.ctx, fp8=False) / whole)
+    assert law == pytest.approx((2048 / (2048 + x)) / (512 / (512 + x)))
+    assert law > alone > four > two > 1.0
 
 
 def test_connection_limit_truth_table():

@@ -222,7 +222,10 @@ def tp_pair_ub_s(ag, rs, gemm: dict, ub: dict, sm_count: int, reduce_s) -> tuple
     (``in_fprop``, ``out_fprop``, ``out_dgrad``, ``in_dgrad``, ``in_wgrad``) its method, SMs, margin
     and chunks (planner.hardware.userbuffers); ``gemm`` adds the chunked GEMMs' times (each chunk
     at its own, lower, efficiency): ``in_split_t``, ``out_split_t`` (t token blocks) and
-    ``out_split_k`` (the pipeline's k column blocks).
+    ``out_split_k`` (the pipeline's k column blocks). An overlap with ``atomic`` runs the GEMM whole,
+    one cuBLAS atomic GEMM whose finished chunks release the collective's pieces through counters
+    (Transformer Engine comm_gemm_overlap.cpp atomic_gemm_overlap_rs, atomic_gemm_overlap_ag): the
+    same pipeline or ring with the unsplit GEMM's time.
 
     Forward: the input all-gather rings inside the column-parallel GEMM; the output's reduce-scatter
     is pipelined (k chunks, its kernel on n SMs) or rung (t chunks, then ``reduce_s``, the kernel
@@ -234,13 +237,16 @@ def tp_pair_ub_s(ag, rs, gemm: dict, ub: dict, sm_count: int, reduce_s) -> tuple
     def charged(g, comm, op, sm_comm):
         return g + ub_sm_charge_s(g, comm, op["num_sm"], sm_count, margin=op["margin"], sm_comm=sm_comm)
 
+    def chunks(split, whole, op):  # one GEMM per chunk, or the whole as one atomic GEMM
+        return np.where(op.get("atomic", False), whole, split)
+
     g_in, g_out, t = gemm["in"], gemm["out"], gemm["t"]
-    ring_in = ring_exchange_s(charged(gemm["in_split_t"], ag, ub["in_fprop"], False), ag, t)
-    rs_op = ub["out_fprop"]
-    piped = pipelined_rs_s(charged(gemm["out_split_k"], rs, rs_op, True), rs, rs_op["splits"])
-    rung = ring_exchange_s(charged(gemm["out_split_t"], rs, rs_op, False), rs, t) + reduce_s
+    in_op, rs_op, dgrad_op = ub["in_fprop"], ub["out_fprop"], ub["out_dgrad"]
+    ring_in = ring_exchange_s(charged(chunks(gemm["in_split_t"], g_in, in_op), ag, in_op, False), ag, t)
+    piped = pipelined_rs_s(charged(chunks(gemm["out_split_k"], g_out, rs_op), rs, rs_op, True), rs, rs_op["splits"])
+    rung = ring_exchange_s(charged(chunks(gemm["out_split_t"], g_out, rs_op), rs, rs_op, False), rs, t) + reduce_s
     fwd = ring_in - g_in + np.where(rs_op["pipeline"], piped, rung) - g_out
-    ring_dgrad = ring_exchange_s(charged(gemm["out_split_t"], rs, ub["out_dgrad"], False), rs, t)
+    ring_dgrad = ring_exchange_s(charged(chunks(gemm["out_split_t"], g_out, dgrad_op), rs, dgrad_op, False), rs, t)
     bulk = [np.maximum(charged(g_in, ag, ub[k], True), ag) - g_in for k in ("in_dgrad", "in_wgrad")]
     return fwd, ring_dgrad - g_out + bulk[0] + bulk[1]
 

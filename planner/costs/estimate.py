@@ -19,7 +19,7 @@ from planner.costs.layer_time import activation_message, layer_time_formulas, la
 from planner.costs.letters import Letters
 from planner.costs.linears import tp_link
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers
-from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes
+from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes, stage_params
 from planner.hardware.collectives import (
     Link,
     all_gather_time_s,
@@ -290,48 +290,14 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     """Estimate every plan of ``grid``: memory of its most loaded stage and its iteration time; with
     ``stages``, also the memory, layers and per-micro-batch times of every pipeline stage."""
     lt = Letters(grid, ctx)
-    hw = ctx.hardware
     # one column per kind of stage (the first rank of each kind; ``count`` ranks share it)
     rep, count = lt.type_index, lt.type_count
-    n, first, last = lt.stage_info(rep)
     rows = np.arange(len(grid))
     mem = stage_memory_bytes(lt, ctx, rep)
     peak_col = np.argmax(np.where(count > 0, mem["total"], -np.inf), axis=1)
     peak_stage = rep[rows, peak_col]
-    step = stage_step(lt, ctx, rep)
-    fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, mem, n), 0.0) if np.any(lt.fsdp) else np.zeros_like(n)
-    fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
-    per_mb = fwd + bwd + rec + step["offload"] + tp + cp + mo + fsdp
-    slow_col = np.argmax(np.where(count > 0, per_mb, -np.inf), axis=1)
-    slowest, total = per_mb[rows, slow_col][:, None], np.sum(count * per_mb, axis=1, keepdims=True)
-    bubble = bubble_time_s(total, slowest, lt.vpp)
-
-    def pick(x):  # the slowest stage's term
-        return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
-
-    p2p = _p2p_time_s(lt, ctx)
-    fwd_all, bwd_all = pick(fwd + step["comm_fwd"]), pick(bwd + rec + tp + cp + mo - step["comm_fwd"])
-    pp = _pp_exposed_s(lt, ctx, p2p, fwd_all, bwd_all)
-    dp = np.where(lt.fsdp_params, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, fwd, rep, count))
-    time = {
-        "forward": lt.m * pick(fwd),
-        "backward": lt.m * pick(bwd),
-        "recompute": lt.m * pick(rec),
-        "offload": lt.m * pick(step["offload"]),
-        "tp_comm": lt.m * pick(tp),
-        "cp_comm": lt.m * pick(cp),
-        "moe_comm": lt.m * pick(mo),
-        "pp_comm": pp,
-        "dp_comm": dp + lt.m * pick(fsdp),
-        "embedding_comm": _embedding_sync_s(lt, ctx),
-        "bubble": bubble,
-        "optimizer": _optimizer_step_s(lt, ctx, mem, count),
-    }
-    paced = lt.m * pick(fwd + bwd + rec) + bubble  # the compute a GPU's pace sets
-    time["stragglers"] = straggler_s(paced, lt.world, hw.calibration.straggler_sigma)
-    time = {k: np.broadcast_to(v, (len(grid), 1))[:, 0].astype(float) for k, v in time.items()}
+    time, slow_col, p2p = _time_terms(lt, ctx, mem)
     iteration = sum(time[k] for k in TIME_TERMS)
-
     memory_terms = {k: mem[k][rows, peak_col] for k in (*MEMORY_TERMS, "allocated", "total", "params")}
     return Evaluation(
         m=lt.m[:, 0],
@@ -346,6 +312,55 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
         stages=_every_stage(lt, ctx, p2p) if stages else None,
         parts=_parts(lt, ctx, peak_stage, rep[rows, slow_col]) if stages else None,
     )
+
+
+def iteration_s(grid: PlanGrid, ctx: Context) -> np.ndarray:
+    """Each plan's iteration time, as ``evaluate`` gives it, without the memory terms the time does not
+    read (the data-parallel and optimizer terms read each stage's parameters only): search times the
+    plans that fit with it."""
+    lt = Letters(grid, ctx)
+    params = stage_params(lt, ctx, lt.type_index)
+    time, _, _ = _time_terms(lt, ctx, {"dense_params": params["dense"], "expert_params": params["expert"]})
+    return sum(time[k] for k in TIME_TERMS)
+
+
+def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """The time terms of every plan (seconds per iteration, ``TIME_TERMS``; ``mem``: at least each kind of
+    stage's ``dense_params`` and ``expert_params``), the column of its slowest kind of stage, and one
+    pipeline transfer's time."""
+    rep, count, rows = lt.type_index, lt.type_count, np.arange(len(lt.t))
+    n, _, _ = lt.stage_info(rep)
+    step = stage_step(lt, ctx, rep)
+    fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, mem, n), 0.0) if np.any(lt.fsdp) else np.zeros_like(n)
+    fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
+    per_mb = fwd + bwd + rec + step["offload"] + tp + cp + mo + fsdp
+    slow_col = np.argmax(np.where(count > 0, per_mb, -np.inf), axis=1)
+    slowest, total = per_mb[rows, slow_col][:, None], np.sum(count * per_mb, axis=1, keepdims=True)
+    bubble = bubble_time_s(total, slowest, lt.vpp)
+
+    def pick(x):  # the slowest stage's term
+        return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
+
+    p2p = _p2p_time_s(lt, ctx)
+    fwd_all, bwd_all = pick(fwd + step["comm_fwd"]), pick(bwd + rec + tp + cp + mo - step["comm_fwd"])
+    dp = np.where(lt.fsdp_params, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, fwd, rep, count))
+    time = {
+        "forward": lt.m * pick(fwd),
+        "backward": lt.m * pick(bwd),
+        "recompute": lt.m * pick(rec),
+        "offload": lt.m * pick(step["offload"]),
+        "tp_comm": lt.m * pick(tp),
+        "cp_comm": lt.m * pick(cp),
+        "moe_comm": lt.m * pick(mo),
+        "pp_comm": _pp_exposed_s(lt, ctx, p2p, fwd_all, bwd_all),
+        "dp_comm": dp + lt.m * pick(fsdp),
+        "embedding_comm": _embedding_sync_s(lt, ctx),
+        "bubble": bubble,
+        "optimizer": _optimizer_step_s(lt, ctx, mem, count),
+    }
+    paced = lt.m * pick(fwd + bwd + rec) + bubble  # the compute a GPU's pace sets
+    time["stragglers"] = straggler_s(paced, lt.world, ctx.hardware.calibration.straggler_sigma)
+    return {k: np.broadcast_to(v, (len(rows), 1))[:, 0].astype(float) for k, v in time.items()}, slow_col, p2p
 
 
 def _pp_exposed_s(lt: Letters, ctx: Context, p2p: np.ndarray, fwd_all: np.ndarray, bwd_all: np.ndarray) -> np.ndarray:

@@ -65,13 +65,12 @@ def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
 
 
 UB_COMPUTE_STREAMS = 3  # Transformer Engine comm_gemm_overlap.h NVTE_COMM_OVERLAP_MAX_STREAMS
-# Chunks priced as sharing the SMs: TE issues chunk i on compute stream i mod min(3, n) with nothing
-# ordering one chunk after another on different streams (comm_gemm_overlap.cpp split_overlap_rs,
-# split_overlap_ag: each waits only for its own piece), so up to three run at once (split_gemms_s).
-# Priced each alone (1), at its own shape: refitted with the concurrent price (3), the runs measured with
-# TP overlap pull the GEMM law's x½ to 418 on H100 and to its bound (1024) on GB200, and the MoE rows'
-# small expert GEMMs then miss by a median 11.5 % (5.4 % with 1): the runs do not support pricing the
-# concurrency alone (docs/cost-model.md §6.3.1).
+# Chunks in flight at once (split_gemms_s ``concurrent``): TE issues chunk i on compute stream i mod min(3, n)
+# (comm_gemm_overlap.cpp split_overlap_rs/_ag), on one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1).
+# Priced each alone (1), the upper bound of the measured chunk (OpenXLA's H100 table: a 512-row chunk alone
+# 1.170x its share of the 2048-row GEMM, two in flight 1.026x; the law at x½ 180: 1.242x). Refitted with 2
+# (x½ 180 -> 277 on H100, 494 -> 845 on GB200, t_op at its floor, MoE median 8.8 %) or 3 (x½ 418, GB200 at
+# its bound, MoE 11.5 %) the runs reject the cheaper chunks: not identified (docs/cost-model.md §6.3.1).
 UB_CONCURRENT_CHUNKS = 1
 
 

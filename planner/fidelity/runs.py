@@ -303,7 +303,7 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
         assumptions.append("embedding and loss counted as pipeline layers (the only even split of the layers)")
     # NeMo's and Megatron-Bridge's recipes (DGX Cloud, Bridge's and NeMo's performance tables) run Bridge's
     # userbuffer presets, unless the run's launch config is read (dp_sync_runs.csv ``userbuffers``: NeMo 1's
-    # hydra config); MLPerf's implementations ship their own userbuffer files, not read: TE's defaults
+    # hydra config; MLPerf's H100 GPT-3 files with their launch variables resolved); other MLPerf runs: TE's defaults
     ub_cfg = _userbuffers(dp_sync.get(row["run_id"]), _yes(row["tp_comm_overlap"]) and t > 1)
     bridge_ub = _yes(row["tp_comm_overlap"]) and row["source_family"] != "MLPerf Training" and ub_cfg is None
     if bridge_ub and t > 1:

@@ -44,8 +44,11 @@ TE_DEFAULT = "Transformer Engine's defaults (initialize_ub)"
 
 
 class UbOp(BaseModel):
-    """One GEMM's entry of TE's ub_cfgs. Keys TE reads but the time model does not (cga_size, aggregate,
-    atomic_gemm, use_ce, fp8_buf, priorities, ...) are accepted and ignored."""
+    """One GEMM's entry of TE's ub_cfgs. ``atomic_gemm`` (0/1): the overlap runs the GEMM as one cuBLAS
+    atomic GEMM that signals each chunk to the communication kernels through counters
+    (comm_gemm_overlap.cpp atomic_gemm_overlap_rs / atomic_gemm_overlap_ag) instead of one GEMM per chunk.
+    Keys TE reads but the time model does not (cga_size, aggregate, use_ce, fp8_buf, priorities, ...)
+    are accepted and ignored."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     method: Literal["ring_exchange", "pipeline", "bulk", "external"] | None = None
@@ -150,7 +153,8 @@ def bridge_presets() -> tuple[BridgePreset, ...]:
 
 def resolved_op(cfg: UbConfig | None, name: str, t: np.ndarray) -> dict[str, np.ndarray]:
     """One GEMM's overlap after TE's defaults are laid under ``cfg``: ``pipeline`` (else a ring
-    exchange, or bulk for the column-parallel backward), ``num_sm``, ``margin`` and ``splits``."""
+    exchange, or bulk for the column-parallel backward), ``num_sm``, ``margin``, ``splits`` and
+    ``atomic`` (one atomic GEMM, not a GEMM per chunk; TE's default: off)."""
     op = (cfg.op(name) if cfg is not None else None) or UbOp()
     method = op.method or TE_DEFAULT_METHOD[name]
     ring = method == "ring_exchange"
@@ -163,6 +167,7 @@ def resolved_op(cfg: UbConfig | None, name: str, t: np.ndarray) -> dict[str, np.
         "num_sm": np.full(t.shape, float(num_sm)),
         "margin": np.full(t.shape, bool(margin)),
         "splits": np.asarray(t, dtype=float) if splits is None else np.full(t.shape, float(splits)),
+        "atomic": np.full(t.shape, bool(op.atomic_gemm) and method != "bulk"),
     }
 
 
@@ -213,5 +218,6 @@ def describe(cfg: UbConfig | None, t: int) -> str:
         else:
             how = "bulk"
         margin = " margin" if r["margin"] else ""
-        parts.append(f"{op} {how} {r['num_sm']:g} SM{'s' if r['num_sm'] > 1 else ''}{margin}")
+        atomic = " atomic GEMM" if r["atomic"] else ""
+        parts.append(f"{op} {how}{atomic} {r['num_sm']:g} SM{'s' if r['num_sm'] > 1 else ''}{margin}")
     return f"{name}: " + ", ".join(parts)
