@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
 from functools import lru_cache
-from importlib.resources import files
 from pathlib import Path
 from typing import TypeVar
 
@@ -19,13 +19,22 @@ KINDS: dict[str, type[BaseModel]] = {"models": ModelSpec, "hardware": HardwareSp
 DEFAULT_HARDWARE = "dgx-a100-superpod"
 
 
+@lru_cache(maxsize=1)
 def presets_root():
-    """The shipped presets: package data of the installed wheel (``planner.presets_data``), or the
-    ``presets/`` folder beside the package when running from a source checkout."""
+    """The shipped presets: package data of the installed wheel (``planner.presets_data``, a folder found
+    by the import system: ``importlib.resources.files`` costs a process about 10 ms on its first call),
+    or the ``presets/`` folder beside the package when running from a source checkout."""
     try:
-        return files("planner.presets_data")
+        spec = importlib.util.find_spec("planner.presets_data")
     except ModuleNotFoundError:
+        spec = None
+    if spec is None:
         return Path(__file__).resolve().parent.parent / "presets"
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    from importlib.resources import files  # a package that is not a folder on disk (a zip)
+
+    return files("planner.presets_data")
 
 
 def _preset_dir(kind: str):

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.space.candidates import _cross, _cross_keep, _cross_table, _keep, _product
+from planner.space.grid import TABLE_ROWS, _stage_layers, stage_layers
 
 
 @settings(max_examples=60, deadline=None)
@@ -58,3 +59,24 @@ def test_cross_table_of_a_product_is_crossing_each_axis_then_keeping(tp, first, 
     for name in want:
         assert got[name].dtype == want[name].dtype
         np.testing.assert_array_equal(got[name], want[name])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pp=st.lists(st.integers(1, 40), min_size=1, max_size=6),
+    layers=st.integers(1, 130),
+    first=st.integers(0, 9),
+    last=st.integers(0, 9),
+    seed=st.integers(0, 2**16),
+)
+def test_stage_layers_by_table_is_the_formula_row_by_row(pp, layers, first, last, seed):
+    # a search's grid (thousands of rows) computes each distinct (p, split) once: the same numbers and dtypes
+    rng = np.random.default_rng(seed)
+    n = TABLE_ROWS + 7
+    p = rng.choice(np.array(pp, dtype=np.int32), n)
+    split = rng.integers(0, 4, n).astype(np.int8)
+    f, lst = np.full(n, first, dtype=np.int32), np.full(n, last, dtype=np.int32)
+    got, want = stage_layers(layers, p, split, f, lst), _stage_layers(layers, p, split, f, lst)
+    for name in ("first", "middle", "last", "legal"):
+        assert getattr(got, name).dtype == getattr(want, name).dtype
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))

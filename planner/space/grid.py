@@ -181,7 +181,39 @@ class StageLayers:
     legal: np.ndarray
 
 
+TABLE_ROWS = 4096  # from this many plans, ``stage_layers`` computes each distinct (p, split) once
+
+
 def stage_layers(
+    num_layers: int, p: IntArray, split: IntArray, first_given: IntArray, last_given: IntArray
+) -> StageLayers:
+    """``_stage_layers`` of every plan; a search's grid (many plans, few distinct p and splits, the
+    first/last stage sizes the same for all) computes each distinct (p, split) once and gathers the
+    numbers: the same formula on the same values."""
+    p, split, first_given, last_given = (np.asarray(x) for x in (p, split, first_given, last_given))
+    whole = p.ndim == split.ndim == 1 and len(p) == len(split) >= TABLE_ROWS
+    if not (whole and all(x.size == 1 or x.min() == x.max() for x in (first_given, last_given))):
+        return _stage_layers(num_layers, p, split, first_given, last_given)
+    if p.min() < 1 or split.min() < 0 or split.max() > 3:
+        return _stage_layers(num_layers, p, split, first_given, last_given)
+    present = np.zeros(int(p.max()) + 1, dtype=bool)
+    present[p] = True
+    values = np.flatnonzero(present)
+    slot = np.zeros(len(present), dtype=np.int64)
+    slot[values] = np.arange(len(values))
+    row = slot[p] * 4 + split  # the table row of each plan: (its p, its split)
+    k = 4 * len(values)
+    one = _stage_layers(
+        num_layers,
+        np.repeat(values, 4).astype(p.dtype),
+        np.tile(np.arange(4), len(values)).astype(split.dtype),
+        np.full(k, first_given.reshape(-1)[0], dtype=first_given.dtype),
+        np.full(k, last_given.reshape(-1)[0], dtype=last_given.dtype),
+    )
+    return StageLayers(first=one.first[row], middle=one.middle[row], last=one.last[row], legal=one.legal[row])
+
+
+def _stage_layers(
     num_layers: int, p: IntArray, split: IntArray, first_given: IntArray, last_given: IntArray
 ) -> StageLayers:
     """Layers per stage for an even, embedding/loss-accounted or explicit first/last split.

@@ -46,18 +46,16 @@ class RuleInputs:
         g, mo = self.grid, self.model
         if not len(g.layouts) or not len(g):
             return np.ones(len(g), dtype=bool)
-        key = (g.layout + 1) * (int(np.max(g.pp)) + 1) + g.pp
-        uniq, inverse = np.unique(key, return_inverse=True)
         span = int(np.max(g.pp)) + 1
-        ok = np.array(
-            [
-                k // span == 0
-                or not PipelineLayout.parse(g.layouts[k // span - 1]).problems(k % span, mo.num_layers, mo.mtp_layers)
-                for k in uniq.tolist()
-            ],
-            dtype=bool,
-        )
-        return ok[np.asarray(inverse).reshape(-1)]
+        key = (g.layout.astype(np.int64) + 1) * span + g.pp  # below (len(layouts) + 1)·span: a table, no sort
+        present = np.zeros((len(g.layouts) + 1) * span, dtype=bool)
+        present[key] = True
+        ok = np.zeros(len(present), dtype=bool)
+        for k in np.flatnonzero(present).tolist():
+            ok[k] = k // span == 0 or not PipelineLayout.parse(g.layouts[k // span - 1]).problems(
+                k % span, mo.num_layers, mo.mtp_layers
+            )
+        return ok[key]
 
     @cached_property
     def m(self) -> np.ndarray:
