@@ -147,6 +147,15 @@ FSDP_SHARDING_BY_CODE = {code: s for s, code in FSDP_SHARDING_CODES.items()}
 FSDP_TAGS = {"optim": "FSDP:o", "optim_grads": "FSDP:og", "optim_grads_params": "FSDP"}
 
 
+class FsdpOuterSharding(StrEnum):
+    """--outer-dp-sharding-strategy: Megatron FSDP's sharding across the R replicas of its hybrid mode
+    (HSDP, --num-distributed-optimizer-instances R > 1; arguments.py @ d98e8a64, docs/user-guide/
+    parallelism-guide.md "Sharding Strategies")."""
+
+    NO_SHARD = "no_shard"  # HSDP: everything the inner group shards is replicated across the R replicas
+    OPTIM = "optim"  # Hybrid-FSDP (HFSDP): the optimizer states sharded across all d·c ranks as well
+
+
 class TokenDispatcher(StrEnum):
     """--moe-token-dispatcher-type (Megatron-Core moe/token_dispatcher.py)."""
 
@@ -350,6 +359,11 @@ class ParallelPlan(_Spec):
         FsdpSharding.OPTIM_GRADS_PARAMS,
         description="--data-parallel-sharding-strategy (Megatron FSDP): what is sharded",
     )
+    fsdp_outer_sharding: FsdpOuterSharding = Field(
+        FsdpOuterSharding.NO_SHARD,
+        description="--outer-dp-sharding-strategy (Megatron FSDP with R > 1 replicas): no_shard (HSDP) or optim "
+        "(HFSDP: the optimizer states sharded over all d·c)",
+    )
     stage_split: StageSplit = StageSplit.EVEN
     first_stage_layers: PositiveInt | None = Field(None, description="--decoder-first-pipeline-num-layers")
     last_stage_layers: PositiveInt | None = Field(None, description="--decoder-last-pipeline-num-layers")
@@ -397,15 +411,36 @@ class ParallelPlan(_Spec):
             object.__setattr__(self, "microbatch_group_size", None)  # 1F1B has no groups; pp is the default
         if not self.fsdp:
             object.__setattr__(self, "fsdp_sharding", FsdpSharding.OPTIM_GRADS_PARAMS)  # meaningless without FSDP
-        if self.distributed_optimizer_instances > 1 and (self.fsdp or not self.distributed_optimizer):
-            raise ValueError(
-                "--num-distributed-optimizer-instances > 1 is modelled for the distributed optimizer without "
-                "Megatron FSDP (its HSDP is not modelled)"
-            )
+        self._hybrid_rules()
         if self.tp == 1 and self.sequence_parallel:
             # Megatron turns SP off silently when t = 1 (arguments.py:1430-1439)
             object.__setattr__(self, "sequence_parallel", False)
         return self
+
+    def _hybrid_rules(self) -> None:
+        """R distributed-optimizer instances (Megatron FSDP: HSDP) and the outer sharding strategy, as
+        Megatron-LM @ d98e8a64 takes them: R > 1 shards over d·c/R ranks and needs the distributed optimizer
+        (Megatron FSDP v1 turns it on, arguments.py); --outer-dp-sharding-strategy is read only with Megatron
+        FSDP, and optim needs R > 1 (else the first all-gather reads a helper buffer never built) and
+        optim_grads_params (param_and_grad_buffer.py raises NotImplementedError otherwise)."""
+        if self.distributed_optimizer_instances > 1 and not (self.distributed_optimizer or self.fsdp):
+            raise ValueError(
+                "--num-distributed-optimizer-instances > 1 needs --use-distributed-optimizer or Megatron FSDP"
+            )
+        if self.fsdp_outer_sharding is FsdpOuterSharding.NO_SHARD:
+            return
+        if not self.fsdp:
+            object.__setattr__(self, "fsdp_outer_sharding", FsdpOuterSharding.NO_SHARD)  # read only by Megatron FSDP
+        elif self.distributed_optimizer_instances == 1:
+            raise ValueError(
+                "--outer-dp-sharding-strategy optim needs --num-distributed-optimizer-instances > 1 (Megatron FSDP's "
+                "hybrid mode; with one instance Megatron-LM fails at the first all-gather)"
+            )
+        elif self.fsdp_sharding is not FsdpSharding.OPTIM_GRADS_PARAMS:
+            raise ValueError(
+                "--outer-dp-sharding-strategy optim needs --data-parallel-sharding-strategy optim_grads_params "
+                f"(Megatron FSDP param_and_grad_buffer.py), not {self.fsdp_sharding.value}"
+            )
 
     @property
     def recomputed_layers(self) -> int:
@@ -469,7 +504,8 @@ PLAN_LABEL_LEGEND = (
     "not pp) · SP sequence parallel · DO distributed optimizer (DO×R: R instances, "
     "--num-distributed-optimizer-instances) · "
     "FSDP Megatron FSDP (weights, gradients and optimizer sharded; FSDP:og gradients and optimizer, FSDP:o the "
-    "optimizer) · rc-sel/rc-full selective/full recomputation (rc-mlp etc.: selective of other "
+    "optimizer; HSDP×R: R replicas of d·c/R ranks, HFSDP×R: the optimizer sharded across them too) · "
+    "rc-sel/rc-full selective/full recomputation (rc-mlp etc.: selective of other "
     "modules than core_attn; rc-full:uN uniform groups of N layers; rc-blk:N the first N layers of each chunk) · "
     "no-ogr/no-opg/no-tpo: an overlap today's recipes turn on is off (gradient reduction; parameter "
     "all-gather with DO/FSDP; TP communication with SP) · MoE token dispatcher allgather, alltoall "
@@ -506,6 +542,22 @@ def _overlap_tags(par: Mapping, options: Mapping | None) -> list[str]:
     return tags
 
 
+def _sharding_tag(par: Mapping) -> list[str]:
+    """The optimizer's tag: DO (×R instances), or Megatron FSDP by strategy (FSDP, FSDP:og, FSDP:o); with
+    R > 1 replicas it is HSDP×R, or HFSDP×R when the optimizer is sharded across them too
+    (Megatron-LM docs/user-guide/features/megatron_fsdp.md names both)."""
+    replicas = par.get("distributed_optimizer_instances") or 1
+    if par.get("fsdp"):
+        tag = FSDP_TAGS[str(par.get("fsdp_sharding", "optim_grads_params"))]
+        if replicas == 1:
+            return [tag]
+        hybrid = "HFSDP" if str(par.get("fsdp_outer_sharding", "no_shard")) == "optim" else "HSDP"
+        return [tag.replace("FSDP", hybrid) + f"×{replicas}"]
+    if par.get("distributed_optimizer"):
+        return [f"DO×{replicas}" if replicas > 1 else "DO"]
+    return []
+
+
 def plan_label(par: Mapping, *, moe: bool = False, options: Mapping | None = None) -> str:
     """A parallel plan in one short line, e.g. ``TP4 PP8 DP32 b2 V12 · SP DO rc-sel``.
 
@@ -528,15 +580,7 @@ def plan_label(par: Mapping, *, moe: bool = False, options: Mapping | None = Non
         if par.get("microbatch_group_size") and par["microbatch_group_size"] != par["pp"]:
             parts.append(f"G{par['microbatch_group_size']}")
     tags = ["SP"] if par.get("sequence_parallel") else []
-    fsdp = FSDP_TAGS[str(par.get("fsdp_sharding", "optim_grads_params"))]
-    replicas = par.get("distributed_optimizer_instances") or 1
-    tags += (
-        [fsdp]
-        if par.get("fsdp")
-        else [f"DO×{replicas}" if replicas > 1 else "DO"]
-        if par.get("distributed_optimizer")
-        else []
-    )
+    tags += _sharding_tag(par)
     tags += _overlap_tags(par, options)
     tags += _recompute_tag(par, options)
     tags += [SPLIT_TAGS[str(par["stage_split"])]] if str(par.get("stage_split")) in SPLIT_TAGS else []

@@ -22,6 +22,7 @@ KNOBS = (
     "etp",
     "fsdp",
     "fsdp_sharding",
+    "fsdp_outer_sharding",
     "distributed_optimizer_instances",
     "sequence_parallel",
     "recompute",

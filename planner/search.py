@@ -68,6 +68,7 @@ class SearchResult:
     fastest_rank: int = 1  # where the fastest estimate ranks (ties reordered by safety)
     block_variants: int = 0  # block-recomputation variants added to the candidates (layers solved)
     tp_overlap_twins: int = 0  # candidates also evaluated without --tp-comm-overlap (each keeps the faster)
+    hybrid_variants: int = 0  # Megatron FSDP hybrid (HSDP/HFSDP) variants of FSDP rows that fit (hybrid_variants)
     rank_by: str = "risk"
     moved_down: int = 0  # plans faster by estimate than rank 1, below it for a feature no setting exercises
 
@@ -81,6 +82,7 @@ class SearchResult:
             "fastest_rank": self.fastest_rank,
             "block_variants": self.block_variants,
             "tp_overlap_twins": self.tp_overlap_twins,
+            "hybrid_variants": self.hybrid_variants,
             "band_frac": self.band_frac,
             "rank_by": self.rank_by,
             "rank_rule": RANK_RULES[self.rank_by],
@@ -172,6 +174,41 @@ def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
     return ctx.options.model_copy(update=update)
 
 
+HYBRID_REACH = 2.0  # hybrid variants of FSDP rows at most this many times the fastest estimate (hybrid_variants)
+
+
+def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, capacity: float) -> _Scored:
+    """Megatron FSDP's hybrid mode tried on every scored FSDP row (optim_grads or optim_grads_params) that fits
+    and whose FSDP group spans more than one NVLink domain: R replicas, each of t·d·c/R GPUs filling one
+    domain, as NVIDIA's Megatron-Bridge recipes set it (perf_recipes/nemotronh/common.py: "shard within an
+    NVLink domain, replicate across domains"). Only rows that fit: a replica holds R times the sharded
+    weights and gradients, so a variant never fits where its row does not. At optim_grads_params it is
+    HFSDP (--outer-dp-sharding-strategy optim) unless pinned: never worse than HSDP under this model (the
+    same bytes across the replicas, a reduce-scatter of the gradient shard and an all-gather of the weight
+    shard, (R−1)/R·(G + W)/N, against HSDP's all-reduce 2(R−1)/R·G/N with G = W in 16 bits, split between a
+    forward and a backward; the optimizer states R times smaller); at optim_grads HSDP (HFSDP needs
+    optim_grads_params). Each variant is checked by the rules (R divides the expert data-parallel size); rows
+    slower than ``HYBRID_REACH`` times the fastest have none."""
+    g, domain = scored.grid, nvlink_domain_gpus(ctx.hardware)
+    dc, per = g.dp * g.cp, np.maximum(domain // g.tp, 1)
+    fastest = np.min(scored.iteration, initial=np.inf)
+    # a variant saves at most its row's exposed FSDP collectives: rows over twice the fastest need over half
+    # their time exposed to reach it, so they are left out (the search's time stays near what it was)
+    ok = (scored.peak <= capacity) & (scored.iteration <= HYBRID_REACH * fastest)
+    ok &= g.fsdp & (g.fsdp_level >= 2) & (g.do_instances == 1)
+    ok &= (g.tp <= domain) & (domain % g.tp == 0) & (dc > per) & (dc % per == 0)
+    optim = pins.fsdp_outer_sharding != "no_shard"
+    if pins.fsdp_outer_sharding == "optim":
+        ok &= g.fsdp_level == 3
+    grid = g.take(np.flatnonzero(ok))
+    R = (grid.dp * grid.cp) // np.maximum(domain // grid.tp, 1)
+    grid = replace(grid, do_instances=R, outer_optim=(grid.fsdp_level == 3) & optim)
+    legal, _ = _legal_rows(ctx, grid, pins, num_gpus)
+    grid = grid.take(legal)
+    it, pk = _evaluate(grid, np.arange(len(grid)), scored.options.evaluating, capacity)
+    return _Scored(grid, it, pk, scored.options)
+
+
 def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float) -> tuple:
     """Peak memory of the rows ``idx`` (``_peak_memory``: a lower bound where a plan cannot fit) and the
     iteration time of those that fit (infinite for the others), each with the overlaps its row carries."""
@@ -261,6 +298,8 @@ def search(
     parts = [scored]
     if pins.recompute_method is None and _full_allowed(pins):  # block-recomputation variants of rows that do not fit
         parts.append(_block_variants(scored, capacity))
+    if pins.distributed_optimizer_instances is None:  # Megatron FSDP's hybrid variants of the FSDP rows that fit
+        parts.append(hybrid_variants(scored, ctx, pins, num_gpus, capacity))
     unfit = sum(int(np.sum(~(part.peak <= capacity))) for part in parts)
     if unfit:
         rejected[FITS_RULE] = unfit
@@ -274,7 +313,8 @@ def search(
     rank_by = "memory" if sort == "memory" else rank_by
     fits = np.ones(len(fitting.peak), dtype=bool)
     result = _ranked(ctx, num_gpus, fitting, fits, top, rank_by, memory_headroom, candidates + variants, rejected)
-    result.block_variants, result.tp_overlap_twins = variants, twins
+    hybrid = len(parts[-1].peak) if pins.distributed_optimizer_instances is None else 0
+    result.block_variants, result.tp_overlap_twins, result.hybrid_variants = variants - hybrid, twins, hybrid
     return result
 
 

@@ -95,6 +95,6 @@ def test_search_labels_the_recomputed_layers_that_run_and_says_why():
     assert result.exit_code == 0, result.output
     plans = json.loads(result.stdout)["plans"]
     for pj in plans:  # every chunk of these plans holds fewer than 500 layers: the whole chunk is recomputed
-        layers = pj["parallel"]["stage_layers"]
-        assert pj["parallel"]["recompute_num_layers"] == max(layers) // pj["parallel"]["vpp"] < 500
+        layers = pj["parallel"]["stage_layers"]  # (a chunk of an accounted split may hold one layer of 48/49)
+        assert pj["parallel"]["recompute_num_layers"] == -(-max(layers) // pj["parallel"]["vpp"]) < 500
     assert "megaplan: note: --recompute-num-layers 500 is more than the layers of a model chunk" in result.stderr

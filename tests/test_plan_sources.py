@@ -37,6 +37,7 @@ DEFAULTS = {
     "etp": None,
     "fsdp": False,
     "fsdp_sharding": "optim_grads_params",
+    "fsdp_outer_sharding": "no_shard",
     "distributed_optimizer_instances": 1,
     "micro_batch": 1,
     "sequence_parallel": False,

@@ -132,8 +132,9 @@ def test_rejections_count_every_candidate_once():
     req = make_request(model="gpt3-175b", gpus=1024)
     result = search(req.ctx, 1024)
     grid = candidate_grid(req.ctx, 1024, Pins())
-    assert result.evaluated == len(grid) + result.block_variants  # and block recomputation's solved variants
-    assert result.block_variants > 0
+    # and block recomputation's solved variants, and Megatron FSDP's hybrid variants of the FSDP rows that fit
+    assert result.evaluated == len(grid) + result.block_variants + result.hybrid_variants
+    assert result.block_variants > 0 and result.hybrid_variants > 0
     assert result.feasible + sum(result.rejected.values()) == result.evaluated
     # 96 heads do not divide by tp 16..1024, and 96 layers by most pipeline sizes
     assert result.rejected["attention heads divisible by tp"] > 0

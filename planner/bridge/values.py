@@ -138,7 +138,9 @@ def _plain_flags(row: Row, value, ctx: dict) -> list[str]:
         return []
     if row.dest == "recompute_modules" and ctx.get("recompute") != "selective":
         return []
-    if row.dest in ("data_parallel_sharding_strategy", "ckpt_format") and not ctx.get("fsdp"):
+    if row.dest in ("data_parallel_sharding_strategy", "outer_dp_sharding_strategy", "ckpt_format") and not ctx.get(
+        "fsdp"
+    ):
         return []  # Megatron FSDP's own settings; the recipes leave no_shard / torch_dist without it
     if row.kind == "on":
         return [row.flag] if value else []

@@ -100,17 +100,25 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     Option(
         ("--num-distributed-optimizer-instances", "distributed_optimizer_instances"),
         "Distributed optimizer: R instances, each sharding the optimizer over d·c/R ranks (gradients all-reduced "
-        "across instances).",
+        "across instances); with Megatron FSDP, HSDP: R replicas of d·c/R ranks.",
         1,
         POSITIVE,
         searched=True,
-        derived="1: more instances only add the shard's all-reduce and the optimizer's memory, never faster",
+        derived="1, and for Megatron FSDP also the R whose replica fills an NVLink domain",
     ),
     Option(
         ("--data-parallel-sharding-strategy", "fsdp_sharding"),
         "Megatron FSDP: optim (optimizer states), optim_grads (and gradients) or optim_grads_params (and weights).",
         "optim_grads_params",
         click.Choice(["optim", "optim_grads", "optim_grads_params"]),
+        searched=True,
+    ),
+    Option(
+        ("--outer-dp-sharding-strategy", "fsdp_outer_sharding"),
+        "Megatron FSDP with R > 1 instances (HSDP): no_shard (replicas) or optim (HFSDP: optimizer states "
+        "sharded across the replicas too; needs optim_grads_params).",
+        "no_shard",
+        click.Choice(["no_shard", "optim"]),
         searched=True,
     ),
     Option(("--micro-batch",), "Micro-batch size b.", 1, POSITIVE, searched=True),

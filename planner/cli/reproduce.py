@@ -62,8 +62,8 @@ def command_args(
             continue
         if not moe and dest in ("moe_token_dispatcher", "overlap_moe_expert_parallel_comm"):
             continue  # a dense model has no token dispatcher
-        if (dest == "fsdp_sharding" and not values.get("fsdp")) or (
-            dest == "distributed_optimizer_instances" and value == 1
+        if (dest in ("fsdp_sharding", "fsdp_outer_sharding") and not values.get("fsdp")) or (
+            dest in ("distributed_optimizer_instances", "fsdp_outer_sharding") and value in (1, "no_shard")
         ):
             continue  # a strategy without FSDP, one optimizer instance: nothing to say
         name = opt.decls[0]

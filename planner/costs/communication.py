@@ -16,6 +16,7 @@ from planner.hardware.collectives import (
     hidden_comm_contention_s,
     in_network_time_s,
     p2p_time_s,
+    reduce_scatter_time_s,
 )
 
 
@@ -98,18 +99,50 @@ def hierarchical_grad_reduce_time_s(
     *,
     grad_bytes: int,
     in_network: bool = False,
+    whole_buffer: ArrayLike = False,
 ) -> np.ndarray:
     """The distributed optimizer's gradient reduction with R instances (--num-distributed-optimizer-instances):
     a reduce-scatter over the d·c/R ranks of one instance, then an all-reduce of each rank's 1/(d·c/R)
     shard across the R instances (Megatron-LM param_and_grad_buffer.py start_grad_sync @ d98e8a64:
     reduce-scatter on the intra-instance group, all-reduce on inter_distributed_optimizer_instance_group;
-    parallel_state.py: d·c divisible by R). R = 1 is the plain reduce-scatter."""
+    parallel_state.py: d·c divisible by R). R = 1 is the plain reduce-scatter. ``whole_buffer``: Megatron
+    FSDP's optim strategy keeps the gradient buffer whole and all-reduces all of it across the R replicas
+    (fsdp/src/megatron_fsdp/param_and_grad_buffer.py, "DP-Outer Gradient Reduction": the whole
+    fsdp_grad_buffer.data; its TODO notes the shard alone would do)."""
     n = np.asarray(num_params, dtype=float)
     scatter = dp_grad_reduce_time_s(
         n, d_intra, intra, grad_bytes=grad_bytes, distributed_optimizer=np.asarray(True), in_network=in_network
     )
-    across = all_reduce_time_s(R, grad_bytes * n / np.asarray(d_intra), inter)
+    across = all_reduce_time_s(R, grad_bytes * n / np.where(whole_buffer, 1.0, np.asarray(d_intra)), inter)
     return scatter + np.where(np.asarray(R) > 1, across, 0.0)
+
+
+def hsdp_outer_layer_s(
+    grad_bytes: ArrayLike,
+    param_bytes: ArrayLike,
+    N: ArrayLike,
+    R: ArrayLike,
+    link: Link,
+    *,
+    grads_sharded: ArrayLike,
+    outer_optim: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(gradient, weight) seconds of one layer's DP-Outer collectives in Megatron FSDP's hybrid mode, R
+    replicas of N = d·c/R ranks each, paid once per iteration (Megatron-LM @ d98e8a64, fsdp/src/
+    megatron_fsdp/megatron_fsdp.py: outer_fsdp_group_grad_reduce only on the last micro-batch,
+    outer_fsdp_group_param_gather only at microbatch_count 0; param_and_grad_buffer.py):
+      gradient: HSDP (--outer-dp-sharding-strategy no_shard) all-reduces over R what the inner group left:
+                the 1/N shard G/N (optim_grads, optim_grads_params) or the whole G (optim keeps it whole):
+                2(R−1)/R · G/N / β; HFSDP (optim) reduce-scatters the shard instead, (R−1)/R · G/N / β;
+      weight:   HFSDP only: all-gather over R of the 1/(N·R) shards the optimizer updated into the inner
+                shard, (R−1)/R · W/N / β (HSDP: 0, the replicas step alike).
+    G and W: the layer's gradient and 16-bit weight bytes; β the bus bandwidth of the group spanning
+    the replicas (stride t·N: the ranks of one replica are consecutive, parallel_state.py)."""
+    N, G, W = np.asarray(N, dtype=float), np.asarray(grad_bytes, dtype=float), np.asarray(param_bytes, dtype=float)
+    left = np.where(grads_sharded, G / N, G)
+    grad = np.where(outer_optim, reduce_scatter_time_s(R, left, link), all_reduce_time_s(R, left, link))
+    weight = np.where(outer_optim, all_gather_time_s(R, W / N, link), 0.0)
+    return grad, weight
 
 
 def dp_param_gather_time_s(

@@ -29,7 +29,7 @@ from planner.hardware.collectives import (
     reduce_scatter_time_s,
     straggler_s,
 )
-from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, ParallelPlan
+from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, FsdpOuterSharding, ParallelPlan
 from planner.space.grid import PlanGrid
 
 ADAM_BYTES_PER_PARAM = {  # HBM traffic of one Adam step per (sharded) parameter
@@ -91,8 +91,9 @@ class Evaluation:
 
 def group_links(lt: Letters, ctx: Context) -> dict[str, Link]:
     """The links (``collectives.group_link``) of a plan's data-parallel groups (``instance``: one
-    distributed-optimizer instance's d·c/R ranks; ``across``: the R instances; ``dp``: d·c; ``expert``: the
-    expert data-parallel group); once per grid, computed once per distinct shape (``Letters.once``)."""
+    distributed-optimizer instance's d·c/R ranks; ``across``: the R instances; ``dp``: d·c; ``expert``: one
+    instance's edp/R of the expert data-parallel group, ``expert_across`` its R instances); once per grid,
+    computed once per distinct shape (``Letters.once``)."""
     cached = getattr(lt, "_group_links", None)
     if cached is None:
         cached = lt._group_links = lt.once(lambda v: _group_links(v, ctx.hardware))
@@ -100,12 +101,13 @@ def group_links(lt: Letters, ctx: Context) -> dict[str, Link]:
 
 
 def _group_links(lt: Letters, hw) -> dict[str, Link]:
-    instance = lt.d * lt.c / lt.R
+    instance = lt.N  # d·c/R: one instance's ranks (Megatron FSDP: one replica's), consecutive (parallel_state.py)
     return {
         "instance": group_link(hw, instance, lt.t),
         "across": group_link(hw, lt.R, lt.t * instance),
         "dp": group_link(hw, lt.d * lt.c, lt.t),
-        "expert": group_link(hw, lt.edp, lt.etp * lt.ep),
+        "expert": group_link(hw, lt.edp_in, lt.etp * lt.ep),  # one instance's edp/R expert ranks
+        "expert_across": group_link(hw, lt.R, lt.etp * lt.ep * lt.edp_in),
     }
 
 
@@ -155,22 +157,22 @@ def _dp_sync(
     each a collective that pays its latency; --use-sharp reduces in the switches where the cluster can."""
     opts, hw = ctx.options, ctx.hardware
     grad_bytes, param_bytes = dp_element_bytes(ctx)
-    instance = lt.d * lt.c / lt.R  # the ranks one distributed-optimizer instance shards over
+    instance = lt.N  # the ranks one distributed-optimizer instance shards over, d·c/R (experts: edp/R)
     links = group_links(lt, ctx)
-    dense_link, across_link, expert_link = links["instance"], links["across"], links["expert"]
+    dense_link, dense_across = links["instance"], links["across"]
+    expert_link, expert_across = links["expert"], links["expert_across"]
     sharp = opts.use_sharp and hw.network.sharp
+    whole = lt.fsdp & ~lt.fsdp_grads  # Megatron FSDP optim: the gradient buffer stays whole
 
-    def reduce(n, group, link):
+    def reduce(n, group, link, over=dense_across):
         kw = dict(grad_bytes=grad_bytes, distributed_optimizer=lt.dopt | lt.fsdp, in_network=sharp)
         plain = comm.dp_grad_reduce_time_s(n, group, link, **kw)
-        if link is not dense_link:
-            return plain
         if not np.any(lt.R > 1):  # one distributed-optimizer instance everywhere
             return plain
-        kw = dict(grad_bytes=grad_bytes, in_network=sharp)
-        return np.where(lt.R > 1, comm.hierarchical_grad_reduce_time_s(n, group, lt.R, link, across_link, **kw), plain)
+        kw = dict(grad_bytes=grad_bytes, in_network=sharp, whole_buffer=whole)
+        return np.where(lt.R > 1, comm.hierarchical_grad_reduce_time_s(n, group, lt.R, link, over, **kw), plain)
 
-    def gather(n, group, link):
+    def gather(n, group, link, over=None):
         return comm.dp_param_gather_time_s(n, group, link, param_bytes=param_bytes, in_network=sharp)
 
     dense, expert = mem["dense_params"], mem["expert_params"]
@@ -181,7 +183,9 @@ def _dp_sync(
     nb = lt.vpp * np.maximum(nb, 1.0)
 
     def both(fn):  # the dense and the expert parameters of the stage, each in nb collectives
-        return nb * (fn(dense / nb, instance, dense_link) + fn(expert / nb, lt.edp, expert_link))
+        return nb * (
+            fn(dense / nb, instance, dense_link, dense_across) + fn(expert / nb, lt.edp_in, expert_link, expert_across)
+        )
 
     sync, whole_gather = both(reduce), both(gather)
     per_microbatch = lt.fsdp_grads  # Megatron FSDP optim_grads reduce-scatters every micro-batch (_fsdp_exposed)
@@ -233,21 +237,66 @@ def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     distributed optimizer's do (``_dp_sync``). Expert weights
     are sharded, gathered and reduced over the expert data-parallel group, the rest over d·c. The
     hidden part still holds NCCL's SMs (collectives.hidden_comm_contention_s)."""
-    w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
-    link, expert_link = group_links(lt, ctx)["dp"], group_links(lt, ctx)["expert"]
-    dense = w_bytes * mem["dense_params"] / np.maximum(n, 1)
-    expert = w_bytes * mem["expert_params"] / np.maximum(n, 1)
-    gather = all_gather_time_s(lt.d * lt.c, dense, link) + all_gather_time_s(lt.edp, expert, expert_link)
-    gather = np.where(lt.fsdp_params, gather, 0.0)
-    # reduce-scatter of the 16-bit gradients (Megatron FSDP's grad comm dtype follows the model's by default)
-    scatter = reduce_scatter_time_s(lt.d * lt.c, dense, link) + reduce_scatter_time_s(lt.edp, expert, expert_link)
-    scatter = np.where(lt.fsdp_grads, scatter, 0.0)
-    fwd_layer = step["fwd"] / np.maximum(n, 1)
-    bwd_layer = (step["bwd"] + step["recompute"]) / np.maximum(n, 1)
+    gather, scatter, fwd_layer, bwd_layer = _fsdp_layer_s(lt, ctx, step, mem, n)
     exposed = np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0)
     hidden = 2 * gather + scatter - exposed
     hw = ctx.hardware
     return n * (exposed + hidden_comm_contention_s(hidden, dp_sms(ctx), hw.gpu.sm_count))
+
+
+def _fsdp_layer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray) -> tuple:
+    """One layer's Megatron FSDP collectives in every micro-batch (all-gather of its 16-bit weights with
+    optim_grads_params, reduce-scatter of its 16-bit gradients with optim_grads too: Megatron FSDP's grad
+    comm dtype follows the model's by default), over one replica's N = d·c/R ranks (experts: edp/R), and
+    the layer's forward and backward compute they hide behind: (gather, scatter, fwd, bwd) seconds."""
+    w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
+    links = group_links(lt, ctx)
+    link, expert_link = links["instance"], links["expert"]
+    dense = w_bytes * mem["dense_params"] / np.maximum(n, 1)
+    expert = w_bytes * mem["expert_params"] / np.maximum(n, 1)
+    gather = all_gather_time_s(lt.N, dense, link) + all_gather_time_s(lt.edp_in, expert, expert_link)
+    gather = np.where(lt.fsdp_params, gather, 0.0)
+    scatter = reduce_scatter_time_s(lt.N, dense, link) + reduce_scatter_time_s(lt.edp_in, expert, expert_link)
+    scatter = np.where(lt.fsdp_grads, scatter, 0.0)
+    return gather, scatter, step["fwd"] / np.maximum(n, 1), (step["bwd"] + step["recompute"]) / np.maximum(n, 1)
+
+
+def _hsdp_outer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Megatron FSDP's hybrid mode (R > 1 replicas, optim_grads or optim_grads_params), once per iteration on
+    the stage where it shows most: each layer's DP-Outer collectives (``communication.hsdp_outer_layer_s``) join its
+    inner ones, the gradients' in the last micro-batch's backward, HFSDP's weight all-gather in the first
+    one's forward, and only what then exceeds the layer's compute is exposed (the DP-Outer stream waits
+    on the inner reduce-scatter's: both counted in one layer's time). optim reduces at the step
+    (``_dp_sync``)."""
+    hybrid = lt.fsdp_grads & (lt.R > 1)
+    if not np.any(hybrid):
+        return np.zeros((len(lt.t), 1))
+    w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
+    gather, scatter, fwd, bwd = _fsdp_layer_s(lt, ctx, step, mem, n)
+    hw, per = ctx.hardware, np.maximum(n, 1)
+    kw = dict(grads_sharded=True, outer_optim=lt.outer_optim)
+    g_dense, w_dense = comm.hsdp_outer_layer_s(
+        w_bytes * mem["dense_params"] / per,
+        w_bytes * mem["dense_params"] / per,
+        lt.N,
+        lt.R,
+        group_links(lt, ctx)["across"],
+        **kw,
+    )
+    g_exp, w_exp = comm.hsdp_outer_layer_s(
+        w_bytes * mem["expert_params"] / per,
+        w_bytes * mem["expert_params"] / per,
+        lt.edp_in,
+        lt.R,
+        group_links(lt, ctx)["expert_across"],
+        **kw,
+    )
+    outer_g, outer_w = g_dense + g_exp, w_dense + w_exp
+    extra = np.maximum(gather + scatter + outer_g - bwd, 0.0) - np.maximum(gather + scatter - bwd, 0.0)
+    extra += np.maximum(gather + outer_w - fwd, 0.0) - np.maximum(gather - fwd, 0.0)
+    hidden = outer_g + outer_w - extra
+    stage = n * (extra + hidden_comm_contention_s(hidden, dp_sms(ctx), hw.gpu.sm_count))
+    return np.max(np.where(hybrid & (count > 0), stage, 0.0), axis=1, keepdims=True)
 
 
 def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
@@ -344,6 +393,7 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     p2p = _p2p_time_s(lt, ctx)
     fwd_all, bwd_all = pick(fwd + step["comm_fwd"]), pick(bwd + rec + tp + cp + mo - step["comm_fwd"])
     dp = np.where(lt.fsdp_params, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, fwd, rep, count))
+    dp = dp + _hsdp_outer_s(lt, ctx, step, mem, n, count)
     time = {
         "forward": lt.m * pick(fwd),
         "backward": lt.m * pick(bwd),
@@ -392,8 +442,8 @@ def _embedding_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
 def _optimizer_step_s(lt: Letters, ctx: Context, mem: dict, count: np.ndarray) -> np.ndarray:
     """The Adam step of the most loaded stage: ``adam_step_bytes`` per parameter of its shard at η_mem of HBM."""
     hw = ctx.hardware
-    shard_dense = np.where(lt.dopt | lt.fsdp, lt.d * lt.c / lt.R, 1)
-    shard_expert = np.where(lt.dopt | lt.fsdp, lt.edp, 1)
+    shard_dense = np.where(lt.dopt | lt.fsdp, lt.opt_group, 1)
+    shard_expert = np.where(lt.dopt | lt.fsdp, lt.opt_group_e, 1)
     adam_params = mem["dense_params"] / shard_dense + mem["expert_params"] / shard_expert
     adam = adam_step_bytes(ctx) * adam_params / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
     return np.max(np.where(count > 0, adam, 0.0), axis=1, keepdims=True)
@@ -471,7 +521,9 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
         pp_text = f"2(m + p − 1) transfers on the 1F1B critical path × ({message})"
     dp_text = _dp_formula_text(ctx, plan, grad_bytes, param_bytes)
     tied = ctx.model.tied_embeddings and plan.pp > 1
-    shard = "d·c" if plan.distributed_optimizer or plan.fsdp else "1"
+    R = plan.distributed_optimizer_instances
+    hfsdp = plan.fsdp and plan.fsdp_outer_sharding is FsdpOuterSharding.OPTIM
+    shard = ("d·c" if R == 1 or hfsdp else f"(d·c/{R})") if plan.distributed_optimizer or plan.fsdp else "1"
     time = {
         **layer_time_formulas(ctx, plan),
         "pp_comm": Formula(pp_text, "Narayanan et al. 2021 §2.2, §4.1; Megatron-LM arguments.py (p2p overlap)"),
@@ -515,19 +567,34 @@ def _straggler_formula(ctx: Context) -> Formula:
     )
 
 
+def _hybrid_text(plan: ParallelPlan) -> str:
+    """What Megatron FSDP's hybrid mode adds to the dp_comm formula: the DP-Outer collectives."""
+    R = plan.distributed_optimizer_instances
+    if plan.fsdp_outer_sharding is FsdpOuterSharding.OPTIM:
+        what = (
+            f"HFSDP: reduce-scatter of each layer's 1/N gradient shard across the {R} replicas in the last "
+            f"micro-batch's backward, all-gather of its 1/(N·{R}) weight shards in the first one's forward"
+        )
+    else:
+        what = f"HSDP: all-reduce of each layer's 1/N gradient shard across the {R} replicas in the last backward"
+    return f"; once per iteration, {what}, beyond the layer's compute with its inner collectives"
+
+
 def _dp_formula_text(ctx: Context, plan: ParallelPlan, grad_bytes: int, param_bytes: int) -> str:
     """The dp_comm term's formula text: what is reduced and gathered, what overlap hides, and what
     the hidden part costs the compute."""
     opts = ctx.options
     level = plan.fsdp_sharding.code if plan.fsdp else 0
+    R = plan.distributed_optimizer_instances
+    dc = "d·c" if R == 1 else f"N = d·c/{R} (one of {R} replicas)"
     if level == 3:
         dp_text = (
             "per micro-batch and layer: all-gather of the 16-bit weights (forward and backward) and reduce-scatter "
-            "of the gradients over d·c, beyond the layer's own compute"
+            f"of the gradients over {dc}, beyond the layer's own compute"
         )
     elif level == 2:
         dp_text = (
-            "per micro-batch and layer: reduce-scatter of the 16-bit gradients over d·c, beyond the layer's own "
+            f"per micro-batch and layer: reduce-scatter of the 16-bit gradients over {dc}, beyond the layer's own "
             f"backward (FSDP optim_grads); per iteration: all-gather of {param_bytes}-byte parameters after the step"
         )
     elif plan.distributed_optimizer or plan.fsdp:
@@ -536,16 +603,18 @@ def _dp_formula_text(ctx: Context, plan: ParallelPlan, grad_bytes: int, param_by
             if opts.overlap_param_gather
             else f"all-gather of {param_bytes}-byte parameters"
         )
-        R = plan.distributed_optimizer_instances
+        left = "the whole gradient buffer (FSDP optim keeps it whole)" if plan.fsdp else f"the 1/(d·c/{R}) shard"
         dp_text = (
             f"reduce-scatter of {grad_bytes}-byte gradients over d·c + {gather}"
             if R == 1
             else f"reduce-scatter of {grad_bytes}-byte gradients over d·c/{R} (one optimizer instance), all-reduce "
-            f"of the 1/(d·c/{R}) shard across the {R} instances + "
+            f"of {left} across the {R} instances + "
             f"{gather.replace('parameters', f'parameters over d·c/{R}')}"
         )
     else:
         dp_text = f"all-reduce of {grad_bytes}-byte gradients over d·c"
+    if level >= 2 and R > 1:
+        dp_text += _hybrid_text(plan)
     sms = dp_sms(ctx)
     if sms is not None:
         dp_text += f"; + what runs hidden × {sms}/{ctx.hardware.gpu.sm_count} (the SMs NCCL holds beside the compute)"

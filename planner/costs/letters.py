@@ -128,7 +128,13 @@ def _even_counts(p: int, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: i
     return out
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=16)
+def _model_splits(moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int) -> dict:
+    """``_split_kinds`` of one model's splits, by (p, v, split, first, last, layout): the model's layer
+    patterns hashed once per grid, not once per split."""
+    return {}
+
+
 def _split_kinds(
     key: tuple[int, ...], layout: str | None, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int
 ) -> tuple[np.ndarray, bool, tuple[tuple[int, int], ...]]:
@@ -149,7 +155,7 @@ def _split_kinds(
 # terms computed once per distinct shape (``Letters.once``: a layer's blocks, the groups' links, the TP
 # collectives, pipeline sends, the embedding's sync) read; and the letters that are functions of them.
 SHAPE_KEY = ("t", "c", "b", "sp", "ep", "etp", "dispatcher", "a2a_overlap", "tpo", "fsdp", "p", "d", "R")
-SHAPE_CARRIED = ("V", "m", "world", "edp")
+SHAPE_CARRIED = ("V", "m", "world", "edp", "N", "edp_in")
 
 
 class Letters:
@@ -166,6 +172,7 @@ class Letters:
         self.fsdp_params = self.fsdp & (_col(grid.fsdp_level) >= 3)
         self.fsdp_grads = self.fsdp & (_col(grid.fsdp_level) >= 2)
         self.R = _col(grid.do_instances)  # distributed-optimizer instances: the optimizer shards over d·c/R
+        self.outer_optim = _col(grid.outer_optim)  # Megatron FSDP's HFSDP: the optimizer over all d·c ranks
         self.vpp, self.b = _col(grid.vpp), _col(grid.micro_batch)
         self.sp, self.rc, self.dopt = (
             _col(grid.sequence_parallel),
@@ -191,6 +198,12 @@ class Letters:
         self.G = microbatch_group(self.p, _col(grid.mb_group))  # micro-batches a virtual stage runs at a time
         self.world = self.t * self.c * self.p * self.d
         self.edp = self.world / (self.etp * self.ep * self.p)  # expert data-parallel size
+        # the groups one instance (Megatron FSDP: one replica) shards over, dense and expert (parallel_state.py
+        # intra_partial_data_parallel_size = d·c/R, intra_partial_expert_data_parallel_size = edp/R)
+        self.N, self.edp_in = self.d * self.c / self.R, self.edp / self.R
+        # the optimizer states' shard group: one instance's, or all d·c ranks with HFSDP
+        self.opt_group = np.where(self.outer_optim, self.d * self.c, self.N)
+        self.opt_group_e = np.where(self.outer_optim, self.edp, self.edp_in)
         self.gated, self.dropout, self.attn_dropout = mo.gated, mo.hidden_dropout > 0, mo.attention_dropout > 0
         self.unfused = ctx.options.attention_kernel is AttentionKernel.UNFUSED
         self.fp8 = ctx.options.fp8 is not None
@@ -217,11 +230,14 @@ class Letters:
         table = np.zeros((len(uniq), pmax, len(COUNT_FIELDS)))
         legal = np.ones(len(uniq), dtype=bool)
         kinds: list[tuple[tuple[int, int], ...]] = []
+        model = (mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers)  # properties: read once
+        splits = _model_splits(*model)
         for u, (p, v, split, first, last, lay) in enumerate(uniq.tolist()):
             layout = grid.layouts[lay] if lay >= 0 else None
-            counts, legal[u], kind = _split_kinds(
-                (p, v, split, first, last), layout, mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers
-            )
+            key = (p, v, split, first, last, layout)
+            if key not in splits:
+                splits[key] = _split_kinds((p, v, split, first, last), layout, *model)
+            counts, legal[u], kind = splits[key]
             table[u, :p] = counts
             kinds.append(kind)
         width = max(len(k) for k in kinds) if kinds else 1

@@ -27,9 +27,9 @@ def memory_parts(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarr
     states = dict(
         precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp, gradient_bytes=grad_b, optimizer_bytes=opt_b
     )
-    attention = memory.param_state_bytes(layers * attention_params(mo, lt.t), lt.d * lt.c / lt.R, **states)
+    attention = memory.param_state_bytes(layers * attention_params(mo, lt.t), lt.opt_group, **states)
     _, expert = moe_layer_params(mo, lt.t, lt.ep, lt.etp) if mo.is_moe else (0.0, 0.0 * lt.t)
-    experts = memory.param_state_bytes(moe_layers * expert, lt.edp, **states)
+    experts = memory.param_state_bytes(moe_layers * expert, lt.opt_group_e, **states)
     acts = layer_activations(lt, ctx)
     in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i, a2a_overlap=lt.a2a_overlap, layers=layers, G=lt.G)
     return {

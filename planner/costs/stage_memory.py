@@ -17,6 +17,7 @@ from planner.plan import (
     AttentionKernel,
     Context,
     CudaGraphImpl,
+    FsdpOuterSharding,
     ParallelPlan,
     Recompute,
     RecomputeModule,
@@ -101,13 +102,15 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[st
     kw = dict(
         precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp, gradient_bytes=grad_b, optimizer_bytes=opt_b
     )
-    dense = memory.param_state_bytes(params["dense"], lt.d * lt.c / lt.R, **kw)  # R optimizer instances
-    expert = memory.param_state_bytes(params["expert"], lt.edp, **kw)
+    # the optimizer over one instance's d·c/R ranks (experts: edp/R), or over all d·c with Megatron FSDP's HFSDP
+    dense = memory.param_state_bytes(params["dense"], lt.opt_group, **kw)
+    expert = memory.param_state_bytes(params["expert"], lt.opt_group_e, **kw)
     states = {k: dense[k] + expert[k] for k in dense}
     # Megatron FSDP shards the weights (optim_grads_params) and the gradients (optim_grads too), dense over
-    # d·c, experts over the expert data-parallel group, keeping a couple of layers whole while they run
+    # d·c/R (R replicas: HSDP), experts over the expert data-parallel group's edp/R, keeping a couple of
+    # layers whole while they run
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
-    sharded = params["dense"] / (lt.d * lt.c) + params["expert"] / lt.edp
+    sharded = params["dense"] / lt.N + params["expert"] / lt.edp_in
     working = FSDP_UNSHARDED_LAYERS * params["one_layer"]
     states["weights"] = np.where(lt.fsdp_params, w_bytes * (sharded + working), states["weights"])
     states["gradients"] = np.where(lt.fsdp_grads, FSDP_GRAD_BYTES * (sharded + working), states["gradients"])
@@ -244,7 +247,9 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     g, o = state_bytes_per_param(ctx)
     expert = " (experts over the expert data-parallel group)" if ctx.model.is_moe else ""
     level = plan.fsdp_sharding.code if plan.fsdp else 0
-    held = f"(P_stage/(d·c) + {FSDP_UNSHARDED_LAYERS} whole layers being gathered){expert}"
+    R = plan.distributed_optimizer_instances
+    inner = "(d·c)" if R == 1 else f"(d·c/{R}), one of {R} replicas (HSDP),"
+    held = f"(P_stage/{inner} + {FSDP_UNSHARDED_LAYERS} whole layers being gathered){expert}"
     if level == 3:
         weights = Formula(f"{w} bytes × {held}", "Megatron FSDP (ZeRO-3, Rajbhandari et al. 2020); " + DIST_OPT)
         gradients = Formula(
@@ -288,16 +293,7 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         states = "fp32 master weight and grad, Adam m and v"
     else:
         states = "fp32 master weight, Adam m and v"
-    sharded = (
-        f" ÷ d·c (Megatron FSDP {plan.fsdp_sharding.value})"
-        if plan.fsdp
-        else f" ÷ (d·c/{plan.distributed_optimizer_instances}) (distributed optimizer, "
-        f"{plan.distributed_optimizer_instances} instances)"
-        if plan.distributed_optimizer and plan.distributed_optimizer_instances > 1
-        else " ÷ d·c (distributed optimizer)"
-        if plan.distributed_optimizer
-        else ""
-    )
+    sharded = _optimizer_shard_text(plan)
     aware = "; --use-precision-aware-optimizer: optimizer_config.py:187-207, distrib_optimizer.py:1005-1013"
     optimizer = Formula(
         f"P_stage × {o} bytes ({states}){sharded}{expert if sharded else ''}",
@@ -310,6 +306,20 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         "activations": activation_formula(ctx, plan),
         **process_memory.process_formulas(ctx, plan),
     }
+
+
+def _optimizer_shard_text(plan: ParallelPlan) -> str:
+    """What the optimizer states are divided by, as text: d·c, one instance's d·c/R, or nothing."""
+    R = plan.distributed_optimizer_instances
+    if plan.fsdp and R > 1:
+        if plan.fsdp_outer_sharding is FsdpOuterSharding.OPTIM:
+            return f" ÷ d·c (Megatron FSDP {plan.fsdp_sharding.value}, HFSDP: sharded across the {R} replicas too)"
+        return f" ÷ (d·c/{R}) (Megatron FSDP {plan.fsdp_sharding.value}, HSDP: {R} replicas)"
+    if plan.fsdp:
+        return f" ÷ d·c (Megatron FSDP {plan.fsdp_sharding.value})"
+    if plan.distributed_optimizer and R > 1:
+        return f" ÷ (d·c/{R}) (distributed optimizer, {R} instances)"
+    return " ÷ d·c (distributed optimizer)" if plan.distributed_optimizer else ""
 
 
 def _per_layer_text(ctx: Context, plan: ParallelPlan) -> str:

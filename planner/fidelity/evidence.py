@@ -58,6 +58,8 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         "gpus": full(min(int(np.log10(max(gpus, 1))), len(DECADES) - 1) + 1),
         "fsdp": grid.fsdp.astype(np.int64),
         "fsdp_split": grid.fsdp * ((tp > 1) + 2 * (pp > 1)),
+        # several optimizer instances: HSDP (1), HFSDP (2), or the distributed optimizer's (3)
+        "replicas": np.where(grid.do_instances > 1, np.where(grid.fsdp, 1 + grid.outer_optim, 3), 0),
         "cp": np.where(grid.cp > 1, grid.cp, 0),
         "pp": np.where(pp > 1, np.searchsorted(PP_BUCKETS, pp), 0),
         "vpp": (grid.vpp > 1).astype(np.int64),
@@ -79,6 +81,7 @@ LABELS = {
     "gpus": lambda c: f"{DECADES[c - 1]} GPUs",
     "fsdp": lambda c: "Megatron FSDP",
     "fsdp_split": lambda c: ("Megatron FSDP with TP", "Megatron FSDP with PP", "Megatron FSDP with TP and PP")[c - 1],
+    "replicas": lambda c: ("Megatron FSDP HSDP", "Megatron FSDP HFSDP", "distributed-optimizer instances")[c - 1],
     "cp": lambda c: f"CP {c}",
     "pp": lambda c: ("PP 2", "PP 3-4", "PP 5-8", "PP 9-16", "PP 17+")[c - 1],
     "vpp": lambda c: "interleaved pipeline",

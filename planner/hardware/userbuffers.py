@@ -151,11 +151,14 @@ def bridge_presets() -> tuple[BridgePreset, ...]:
     return tuple(BridgePreset.model_validate(p) for p in data["presets"])
 
 
+NO_OVERRIDES = UbOp()  # a GEMM its config leaves to TE's defaults (frozen: one serves every call)
+
+
 def resolved_op(cfg: UbConfig | None, name: str, t: np.ndarray) -> dict[str, np.ndarray]:
     """One GEMM's overlap after TE's defaults are laid under ``cfg``: ``pipeline`` (else a ring
     exchange, or bulk for the column-parallel backward), ``num_sm``, ``margin``, ``splits`` and
     ``atomic`` (one atomic GEMM, not a GEMM per chunk; TE's default: off)."""
-    op = (cfg.op(name) if cfg is not None else None) or UbOp()
+    op = (cfg.op(name) if cfg is not None else None) or NO_OVERRIDES
     method = op.method or TE_DEFAULT_METHOD[name]
     ring = method == "ring_exchange"
     num_sm = op.num_sm or (1 if ring else TE_DEFAULT_SMS)

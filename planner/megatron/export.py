@@ -16,6 +16,7 @@ from planner.plan import (
     AttentionKernel,
     CudaGraphImpl,
     Fp8Recipe,
+    FsdpOuterSharding,
     PlanOptions,
     Recompute,
     TokenDispatcher,
@@ -179,6 +180,8 @@ def parallel_flags(req: PlanRequest) -> list[str]:
             "--ckpt-format",
             "fsdp_dtensor",
         ]
+        if p.fsdp_outer_sharding is not FsdpOuterSharding.NO_SHARD:
+            flags += ["--outer-dp-sharding-strategy", p.fsdp_outer_sharding.value]
     if o.fp8 is not None:
         flags += ["--fp8-format", o.fp8.value]
         if o.fp8_recipe is not Fp8Recipe.DELAYED:

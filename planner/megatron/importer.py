@@ -263,6 +263,7 @@ def _parallel(v: dict, fork: ForkPlan, spec: ModelSpec) -> dict:
         if fsdp and v.get("data_parallel_sharding_strategy")
         else "optim_grads_params",
         distributed_optimizer_instances=int(v.get("num_distributed_optimizer_instances") or 1),
+        fsdp_outer_sharding=(v.get("outer_dp_sharding_strategy") or "no_shard") if fsdp else "no_shard",
         sequence_parallel=bool(v.get("sequence_parallel")),
         **recompute_fields(v),
         distributed_optimizer=bool(

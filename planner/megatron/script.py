@@ -124,6 +124,7 @@ COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; ev
     "cuda_graph_impl",
     "cuda_graph_modules",
     "data_parallel_sharding_strategy",
+    "outer_dp_sharding_strategy",
     *NOT_MODELLED,
 }
 

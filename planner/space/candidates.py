@@ -65,7 +65,9 @@ class Pins:
     pipeline_layout: str | None = None
     moe_token_dispatcher: TokenDispatcher | str | None = None
     overlap_moe_expert_parallel_comm: bool | None = None
-    distributed_optimizer_instances: int | None = None  # None: 1 (more are dominated under this model)
+    # None: 1, and for Megatron FSDP the R whose replica (t·d·c/R GPUs) fills one NVLink domain (HSDP)
+    distributed_optimizer_instances: int | None = None
+    fsdp_outer_sharding: str | None = None  # --outer-dp-sharding-strategy (hybrid plans); None: optim where allowed
     fsdp_sharding: str | None = None  # --data-parallel-sharding-strategy; None: optim_grads and optim_grads_params
     microbatch_group_size: int | None = None  # interleaving's G; None: the smallest Megatron allows (pp when it can)
     max_tp: int | None = None
@@ -356,7 +358,18 @@ def _memory_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[
         sharded_alone = do & ~fs & (dc % c["do_instances"] == 0) & (dc >= 4)
         return ok & ((c["do_instances"] == replicas[0]) | sharded_alone)
 
-    return _cross_table(cols, table, allowed)
+    return _outer_axis(_cross_table(cols, table, allowed), pins)
+
+
+def _outer_axis(cols: dict[str, np.ndarray], pins: Pins) -> dict[str, np.ndarray]:
+    """Megatron FSDP's outer sharding, as pinned with a pinned R > 1 (HFSDP needs optim_grads_params); else
+    no_shard. Unpinned, Megatron FSDP's hybrid plans are tried by the search as variants of the FSDP plans
+    that fit (``search.hybrid_variants``), not here."""
+    n, R = len(cols["tp"]), pins.distributed_optimizer_instances or 1
+    if pins.fsdp_outer_sharding != "optim" or R == 1:
+        return {**cols, "outer_optim": np.zeros(n, dtype=bool)}
+    cols = _keep(cols, ~cols["fsdp"] | (cols["fsdp_level"] == 3))
+    return {**cols, "outer_optim": cols["fsdp"].copy()}
 
 
 def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGrid:
@@ -372,6 +385,7 @@ def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGr
         mb_group=cols["mb_group"],
         fsdp_level=np.where(cols["fsdp"], cols["fsdp_level"], 3).astype(np.int8),
         do_instances=small(cols["do_instances"]),
+        outer_optim=cols["outer_optim"],
         layouts=tuple(layouts),
     )
 

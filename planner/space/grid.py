@@ -15,6 +15,7 @@ from planner.plan import (
     FSDP_SHARDING_BY_CODE,
     RECOMPUTE_BY_CODE,
     SPLIT_BY_CODE,
+    FsdpOuterSharding,
     ParallelPlan,
     Recompute,
     RecomputeMethod,
@@ -56,6 +57,7 @@ class PlanGrid:
     a2a_overlap: np.ndarray | None = None  # bool: --overlap-moe-expert-parallel-comm
     do_instances: IntArray | None = None  # --num-distributed-optimizer-instances (1: one instance over d·c)
     fsdp_level: IntArray | None = None  # FsdpSharding codes (Megatron FSDP): 1 optim, 2 +grads, 3 +params (default)
+    outer_optim: np.ndarray | None = None  # bool: --outer-dp-sharding-strategy optim (HFSDP; R > 1 replicas)
     mb_group: IntArray | None = None  # --microbatch-group-size-per-virtual-pipeline-stage, 0 = pp (Megatron's default)
     # options the search derives per plan (``OPTION_COLUMNS``): 1 on, 0 off, -1 as the context's options say
     overlap_param_gather: IntArray | None = None
@@ -68,6 +70,7 @@ class PlanGrid:
             ("layout", -1),
             ("dispatcher", 0),
             ("a2a_overlap", False),
+            ("outer_optim", False),
             ("mb_group", 0),
             ("fsdp_level", 3),
             ("do_instances", 1),
@@ -119,6 +122,7 @@ class PlanGrid:
             mb_group=col(lambda p: p.microbatch_group_size or 0),
             fsdp_level=col(lambda p: p.fsdp_sharding.code, np.int8),
             do_instances=col(lambda p: p.distributed_optimizer_instances),
+            outer_optim=col(lambda p: p.fsdp_outer_sharding is FsdpOuterSharding.OPTIM, bool),
             layouts=layouts,
         )
 
@@ -157,6 +161,7 @@ class PlanGrid:
             microbatch_group_size=int(self.mb_group[i]) or None,
             fsdp_sharding=FSDP_SHARDING_BY_CODE[int(self.fsdp_level[i])],
             distributed_optimizer_instances=int(self.do_instances[i]),
+            fsdp_outer_sharding=FsdpOuterSharding.OPTIM if self.outer_optim[i] else FsdpOuterSharding.NO_SHARD,
         )
 
 

@@ -34,6 +34,17 @@ def _interleaving_chunks_ok(r: RuleInputs) -> np.ndarray:
     return (v == 1) | r.has_layout | np.where(r.explicit, each, lay.middle % v == 0)
 
 
+def _instances_ok(r: RuleInputs) -> np.ndarray:
+    """--num-distributed-optimizer-instances R: one, or a sharded optimizer (the distributed optimizer, or
+    Megatron FSDP's hybrid mode) with R dividing d·c and the expert data-parallel size (Megatron-LM
+    parallel_state.py @ d98e8a64: "Data parallel size should be divisible by partial DistOpt shard factor",
+    and expert_data_parallel_size % num_distributed_optimizer_instances == 0)."""
+    g = r.grid
+    edp = (g.tp * g.pp * g.dp * g.cp) // (g.etp * g.ep * g.pp)
+    sharded = g.distributed_optimizer | g.fsdp
+    return (g.do_instances == 1) | (sharded & ((g.dp * g.cp) % g.do_instances == 0) & (edp % g.do_instances == 0))
+
+
 def _a2a_overlap_ok(r: RuleInputs) -> np.ndarray:
     # transformer_config.py:3002-3047
     g, opts, mo = r.grid, r.options, r.model
@@ -230,13 +241,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "distributed-optimizer instances divide d·c",
-        lambda r: (
-            (r.grid.do_instances == 1)
-            | (r.grid.distributed_optimizer & ~r.grid.fsdp & ((r.grid.dp * r.grid.cp) % r.grid.do_instances == 0))
-        ),
+        _instances_ok,
         lambda x: (
-            f"--num-distributed-optimizer-instances {x.R} needs the distributed optimizer without Megatron FSDP and "
-            f"to divide d·c = {x.d * x.c} (parallel_state.py)"
+            f"--num-distributed-optimizer-instances {x.R} needs the distributed optimizer (or Megatron FSDP) and "
+            f"to divide d·c = {x.d * x.c} and the expert data-parallel size {x.edp} (parallel_state.py)"
         ),
     ),
     Rule(
