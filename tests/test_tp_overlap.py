@@ -305,26 +305,6 @@ def test_lost_ordering_exposes_the_backward_collectives():
     assert float(lost[1]) == pytest.approx(3 * 3e-3)
 
 
-def test_nccl_collectives_hidden_in_the_backward_take_their_sms():
-    # without userbuffers the SP input all-gather hides behind dgrad and the dgrad reduce-scatter behind
-    # wgrad, each NCCL kernel on k = 24 of the H100's 132 SMs while it runs (the DP overlaps' price,
-    # collectives.hidden_comm_contention_s): G = 2 ms, AG = RS = 3 ms -> 1 ms left of each, and the 2 ms
-    # each runs beside the GEMM cost 2 ms * 24/132 = 0.3636 ms; plus the output gradient's AG, 3 ms
-    g = {"in": np.array(2e-3), "out": np.array(1e-3)}
-    kw = dict(sequence_parallel=np.array(True), async_backward=True, overlap=False, sm_count=H100_SMS)
-    _, bwd = tp_pair_exposed_s(3e-3, 3e-3, 6e-3, g, nccl_sms=24, **kw)
-    assert float(bwd) == pytest.approx(3e-3 + 2 * (1e-3 + 2e-3 * 24 / 132))
-    # shorter than the GEMM (AG = RS = 1.5 ms): nothing left, the whole 1.5 ms on 24 SMs: 0.2727 ms each
-    _, bwd = tp_pair_exposed_s(1.5e-3, 1.5e-3, 3e-3, g, nccl_sms=24, **kw)
-    assert float(bwd) == pytest.approx(1.5e-3 + 2 * 1.5e-3 * 24 / 132)
-    # without SP the dgrad all-reduce (6 ms) hides behind wgrad: 4 ms left, 2 ms on 24 SMs
-    _, bwd = tp_pair_exposed_s(3e-3, 3e-3, 6e-3, g, nccl_sms=24, **(kw | {"sequence_parallel": np.array(False)}))
-    assert float(bwd) == pytest.approx(4e-3 + 2e-3 * 24 / 132)
-    # a preset without nccl_sms charges nothing (the exposure alone)
-    _, bwd = tp_pair_exposed_s(3e-3, 3e-3, 6e-3, g, nccl_sms=None, **kw)
-    assert float(bwd) == pytest.approx(3e-3 + 1e-3 + 1e-3)
-
-
 def test_fsdp_with_tp_on_hopper_pays_for_the_lost_overlap():
     def tp_comm(hardware: str) -> float:
         req = api.make_request(

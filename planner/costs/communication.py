@@ -13,7 +13,6 @@ from planner.hardware.collectives import (
     Link,
     all_gather_time_s,
     all_reduce_time_s,
-    hidden_comm_contention_s,
     in_network_time_s,
     p2p_time_s,
     reduce_scatter_time_s,
@@ -210,7 +209,6 @@ def tp_pair_exposed_s(
     ub: dict[str, dict[str, np.ndarray]] | None = None,
     sm_count: int = 1,
     reduce_s: ArrayLike = 0.0,
-    nccl_sms: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) exposed TP time of one column-parallel → row-parallel pair of linears
     (QKV → projection, or fc1 → fc2) for one micro-batch. ``gemm``: forward times of the pair's
@@ -228,20 +226,14 @@ def tp_pair_exposed_s(
       all-gather overlaps its dgrad GEMM and the dgrad's reduce-scatter its wgrad GEMM (layers.py
       LinearWithGradAccumulationAndAsyncCommunication.backward; Transformer Engine the same).
       ``async_backward`` False (the 2021 code, or the order lost: ``connection_limited``): exposed.
-      A collective hidden so still holds NCCL's ``nccl_sms`` of the GPU's S SMs while it runs beside
-      the GEMM: min(C, G)·k/S more (``hidden_comm_contention_s``, as for the data-parallel overlaps).
     - ``overlap`` (--tp-comm-overlap, per plan): ``tp_pair_ub_s`` with the userbuffer config ``ub``.
     """
     ag, rs, ar = np.asarray(ag), np.asarray(rs), np.asarray(ar)
     g_in = gemm["in"]
-
-    def hidden(comm):  # what a collective hidden behind g_in leaves of it, and the SMs it takes from it
-        return np.maximum(comm - g_in, 0.0) + hidden_comm_contention_s(np.minimum(comm, g_in), nccl_sms, sm_count)
-
     no_sp_fwd = ar
-    no_sp_bwd = np.where(async_backward, hidden(ar), ar)
+    no_sp_bwd = np.where(async_backward, np.maximum(ar - g_in, 0.0), ar)
     sp_fwd = ag + rs
-    overlapped = np.where(async_backward, hidden(ag) + hidden(rs), ag + rs)
+    overlapped = np.where(async_backward, np.maximum(ag - g_in, 0.0) + np.maximum(rs - g_in, 0.0), ag + rs)
     sp_bwd = ag + overlapped
     if np.any(overlap):  # per plan: with userbuffers where ``overlap`` is set
         ub_fwd, ub_bwd = tp_pair_ub_s(ag, rs, gemm, ub or {}, sm_count, reduce_s)

@@ -160,7 +160,6 @@ def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, ga
         ub=ub,
         sm_count=hw.gpu.sm_count,
         reduce_s=reduce_s,
-        nccl_sms=hw.network.nccl_sms,
     )
     t_one = np.asarray(lt.t) == 1
     return np.where(t_one, 0.0, fwd), np.where(t_one, 0.0, bwd)
