@@ -1,4 +1,4 @@
-"""Megatron-Bridge export and import: for varied plans (dense and MoE, FP8 recipes, CP, FSDP, interleaved
+"""Megatron-Bridge export and import: for varied plans (dense and MoE, FP8 recipes, CP, FSDP and its HSDP, interleaved
 layouts, CUDA graphs, offloading, TP overlap), the dotlist and the YAML written for Bridge v0.2.1 and v0.6.0
 read back to the same plan and exactly the same estimate; the refusals name the field and the tag."""
 
@@ -51,6 +51,28 @@ PLANS = {
         options={"grad_reduce_in_bf16": True, "expandable_segments": True},
     ),
     "llama3-70b fsdp": dict(model="llama3-70b", hardware=H100, gpus=64, tp=2, sequence_parallel=True, fsdp=True, **DO),
+    "llama3-70b hfsdp": dict(
+        model="llama3-70b",
+        hardware=H100,
+        gpus=64,
+        tp=2,
+        sequence_parallel=True,
+        fsdp=True,
+        distributed_optimizer_instances=8,
+        fsdp_outer_sharding="optim",
+        **DO,
+    ),
+    "llama3-70b hsdp optim_grads": dict(
+        model="llama3-70b",
+        hardware=H100,
+        gpus=64,
+        tp=2,
+        sequence_parallel=True,
+        fsdp=True,
+        fsdp_sharding="optim_grads",
+        distributed_optimizer_instances=4,
+        **DO,
+    ),
     "llama3-70b no p2p overlap": dict(
         model="llama3-70b", hardware=H100, gpus=64, tp=8, pp=4, vpp=4, **DO, options={"overlap_p2p_comm": False}
     ),

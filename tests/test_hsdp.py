@@ -117,3 +117,25 @@ def test_hybrid_plans_megatron_refuses(fields, message):
 def test_replicas_must_divide_the_data_parallel_groups():
     with pytest.raises(PlannerError, match="divide d·c = 64 and the expert data-parallel size 64"):
         explain(make_request(**FSDP_BASE, distributed_optimizer_instances=3))
+
+
+def test_search_tries_the_replica_that_fills_an_nvlink_domain():
+    """Llama 3 70B on 64 H100 (8 per node), FSDP pinned: every hybrid plan's replica is one node,
+    t·d·c/R = 8 (R = t·d·c/8), HFSDP at optim_grads_params and HSDP at optim_grads; a pinned R and outer
+    strategy give only those."""
+    from planner.search import search
+    from planner.space.candidates import Pins
+
+    req = make_request(model="llama3-70b", hardware="dgx-h100-superpod", gpus=64, global_batch=128)
+    result = search(req.ctx, 64, Pins(fsdp=True), top=1000, rank_by="estimate")
+    hybrid = [p["parallel"] for p in result.plans if p["parallel"]["distributed_optimizer_instances"] > 1]
+    assert result.hybrid_variants > 0 and hybrid
+    for par in hybrid:
+        assert par["tp"] * par["dp"] * par["cp"] // par["distributed_optimizer_instances"] == 8
+        want = "optim" if par["fsdp_sharding"] == "optim_grads_params" else "no_shard"
+        assert par["fsdp_outer_sharding"] == want
+    pinned = search(req.ctx, 64, Pins(fsdp=True, distributed_optimizer_instances=2, fsdp_outer_sharding="optim"))
+    assert all(
+        (p["parallel"]["distributed_optimizer_instances"], p["parallel"]["fsdp_outer_sharding"]) == (2, "optim")
+        for p in pinned.plans
+    )

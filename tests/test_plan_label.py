@@ -21,6 +21,9 @@ CHOICES = {
     "recompute_num_layers": [None, 1, 2, 3],
     "distributed_optimizer": [False, True],
     "fsdp": [False, True],
+    "fsdp_sharding": ["optim", "optim_grads", "optim_grads_params"],
+    "distributed_optimizer_instances": [1, 2, 4],
+    "fsdp_outer_sharding": ["no_shard", "optim"],
     "stage_split": ["even", "embedding", "embedding+loss"],
     "moe_token_dispatcher": ["allgather", "alltoall", "flex"],
     "overlap_moe_expert_parallel_comm": [False, True],
@@ -38,6 +41,10 @@ def _plan(k: dict) -> tuple[dict, dict]:
     and the reduction overlapped; TP overlap needs SP; modules only mean something with selective)."""
     par = {key: v for key, v in k.items() if key not in OPTION_KEYS}
     par["distributed_optimizer"] |= par["fsdp"]  # search's FSDP rows carry the distributed optimizer
+    if not par["distributed_optimizer"]:
+        par["distributed_optimizer_instances"] = 1  # instances shard an optimizer
+    hfsdp = par["fsdp"] and par["distributed_optimizer_instances"] > 1 and par["fsdp_sharding"] == "optim_grads_params"
+    par["fsdp_outer_sharding"] = par["fsdp_outer_sharding"] if hfsdp else "no_shard"  # what Megatron allows
     if par["recompute"] != "full":
         par.update(recompute_method="uniform", recompute_num_layers=None)
     par["recompute_num_layers"] = par["recompute_num_layers"] or (1 if par["recompute"] == "full" else None)

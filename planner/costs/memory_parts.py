@@ -10,9 +10,18 @@ from planner.costs.layer_memory import layer_activations
 from planner.costs.letters import Letters
 from planner.costs.mla import mla_formula
 from planner.costs.pipeline import in_flight_microbatches
-from planner.costs.stage_memory import K22, state_bytes_per_param
+from planner.costs.stage_memory import FSDP_GRAD_BYTES, K22, state_bytes_per_param
 from planner.models.params import attention_params, moe_layer_params
 from planner.plan import Context
+
+
+def _fsdp_sharded(states: dict, lt: Letters, shards: np.ndarray, w: int) -> dict:
+    """Model states with Megatron FSDP's sharding: the weights (optim_grads_params) and the gradients
+    (optim_grads too, in 16 bits) over one replica's ``shards`` ranks, as ``stage_memory`` holds them (the
+    layers being gathered aside); ``w`` the bytes of a weight."""
+    grads = np.where(lt.fsdp_grads, FSDP_GRAD_BYTES * states["weights"] / (w * shards), states["gradients"])
+    weights = np.where(lt.fsdp_params, states["weights"] / shards, states["weights"])
+    return {**states, "weights": weights, "gradients": grads}
 
 
 def memory_parts(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
@@ -24,12 +33,15 @@ def memory_parts(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarr
     layers = st["layers"] + st["mtp"]
     moe_layers = st["moe"] + (st["mtp"] if mo.is_moe and mo.mtp_is_moe else 0.0)
     grad_b, opt_b = state_bytes_per_param(ctx)
+    w, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
     states = dict(
         precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp, gradient_bytes=grad_b, optimizer_bytes=opt_b
     )
-    attention = memory.param_state_bytes(layers * attention_params(mo, lt.t), lt.opt_group, **states)
+    attention = _fsdp_sharded(
+        memory.param_state_bytes(layers * attention_params(mo, lt.t), lt.opt_group, **states), lt, lt.N, w
+    )
     _, expert = moe_layer_params(mo, lt.t, lt.ep, lt.etp) if mo.is_moe else (0.0, 0.0 * lt.t)
-    experts = memory.param_state_bytes(moe_layers * expert, lt.opt_group_e, **states)
+    experts = _fsdp_sharded(memory.param_state_bytes(moe_layers * expert, lt.opt_group_e, **states), lt, lt.edp_in, w)
     acts = layer_activations(lt, ctx)
     in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i, a2a_overlap=lt.a2a_overlap, layers=layers, G=lt.G)
     return {
