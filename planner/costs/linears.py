@@ -184,8 +184,8 @@ def tp_formula(ctx: Context, plan: ParallelPlan) -> Formula:
     elif opts.tp_comm_overlap:
         collectives = (
             "userbuffers: each GEMM with its collective (ring exchange, pipeline or bulk) less the GEMM alone, "
-            "the chunked GEMMs at their own efficiency, the SMs the kernels take (the GEMM's share n/S); "
-            + userbuffer_config_text(ctx, plan)
+            "the chunked GEMMs at their own efficiency (an atomic GEMM whole), "
+            "the SMs the kernels take (the GEMM's share n/S); " + userbuffer_config_text(ctx, plan)
         )
     else:
         collectives = (

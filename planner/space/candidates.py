@@ -148,8 +148,9 @@ def _cross_table(cols: dict[str, np.ndarray], table: dict[str, np.ndarray], keep
     n, k = len(next(iter(cols.values()))), len(next(iter(table.values())))
     entries = {key: small(values) for key, values in table.items()}
     pairs = {key: col[:, None] for key, col in cols.items()} | {key: v[None, :] for key, v in entries.items()}
-    rows, which = np.nonzero(np.broadcast_to(keep(pairs), (n, k)))  # row-major: each row's entries in order
-    out = {key: col[rows] for key, col in cols.items()}
+    mask = np.broadcast_to(keep(pairs), (n, k))
+    counts, which = np.count_nonzero(mask, axis=1), np.flatnonzero(mask) % k  # row-major: each row's entries in order
+    out = {key: np.repeat(col, counts) for key, col in cols.items()}  # each row as often as it keeps an entry
     return out | {key: v[which] for key, v in entries.items()}
 
 
