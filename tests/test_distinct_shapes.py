@@ -3,6 +3,7 @@ the numbering of distinct rows, the view's refusal of letters its key does not d
 blocks (``blocks.layer_parts``) on search grids of a dense and an MoE model; and the iteration time
 search takes without the memory terms (``estimate.iteration_s``) is evaluate's, number for number."""
 
+import dataclasses
 import functools
 from dataclasses import replace
 
@@ -15,6 +16,7 @@ from planner.api import make_request
 from planner.costs.blocks import _layer_blocks, layer_parts
 from planner.costs.estimate import evaluate, iteration_s
 from planner.costs.letters import SHAPE_CARRIED, SHAPE_KEY, Letters, distinct_rows
+from planner.hardware.collectives import group_link, links_of
 from planner.space.candidates import Pins, candidate_grid
 from planner.space.grid import PlanGrid
 
@@ -93,3 +95,24 @@ def test_a_view_refuses_the_letters_its_key_does_not_decide():
             use()
     with pytest.raises(AttributeError):
         view.stage(np.zeros((len(view.t), 1), dtype=np.int64))  # no stage tables either
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(1, 30),
+    hardware=st.sampled_from(["dgx-a100-superpod", "dgx-h100-superpod", "gb200-nvl72"]),
+    groups=st.integers(1, 5),
+)
+def test_links_of_stacked_groups_are_each_groups_own(data, n, hardware, groups):
+    hw = make_request(model="gpt3-175b", gpus=8, hardware=hardware).ctx.hardware
+    ints = st.lists(st.sampled_from([1, 2, 3, 4, 8, 16, 24, 64, 128, 1024]), min_size=n, max_size=n)
+    pairs = {f"g{k}": (np.array(data.draw(ints))[:, None], np.array(data.draw(ints))[:, None]) for k in range(groups)}
+    pairs["scalar"] = (2, np.array(data.draw(ints))[:, None])  # a size every plan shares, as the pipeline's pair
+    stacked = links_of(hw, pairs)
+    for name, (size, stride) in pairs.items():
+        alone = group_link(hw, size, stride)
+        for f in dataclasses.fields(alone):
+            np.testing.assert_array_equal(
+                getattr(stacked[name], f.name), np.broadcast_to(getattr(alone, f.name), (n, 1)), err_msg=f.name
+            )

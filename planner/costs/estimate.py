@@ -26,6 +26,7 @@ from planner.hardware.collectives import (
     all_reduce_time_s,
     group_link,
     hidden_comm_contention_s,
+    links_of,
     reduce_scatter_time_s,
     straggler_s,
 )
@@ -102,13 +103,14 @@ def group_links(lt: Letters, ctx: Context) -> dict[str, Link]:
 
 def _group_links(lt: Letters, hw) -> dict[str, Link]:
     instance = lt.N  # d·c/R: one instance's ranks (Megatron FSDP: one replica's), consecutive (parallel_state.py)
-    return {
-        "instance": group_link(hw, instance, lt.t),
-        "across": group_link(hw, lt.R, lt.t * instance),
-        "dp": group_link(hw, lt.d * lt.c, lt.t),
-        "expert": group_link(hw, lt.edp_in, lt.etp * lt.ep),  # one instance's edp/R expert ranks
-        "expert_across": group_link(hw, lt.R, lt.etp * lt.ep * lt.edp_in),
+    groups = {
+        "instance": (instance, lt.t),
+        "across": (lt.R, lt.t * instance),
+        "dp": (lt.d * lt.c, lt.t),
+        "expert": (lt.edp_in, lt.etp * lt.ep),  # one instance's edp/R expert ranks
+        "expert_across": (lt.R, lt.etp * lt.ep * lt.edp_in),
     }
+    return links_of(hw, groups)  # one group_link over the five groups stacked
 
 
 def dp_element_bytes(ctx: Context) -> tuple[int, int]:

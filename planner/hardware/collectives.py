@@ -10,7 +10,7 @@ core across pods) sets the latency, and the bandwidth only where a tier is overs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -77,6 +77,22 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
         members_per_domain=per_domain,
         nvlink_latency_s=np.broadcast_to(node.nvlink_latency_us * 1e-6, np.shape(domains)) * 1.0,
     )
+
+
+def links_of(hw: HardwareSpec, groups: dict[str, tuple[ArrayLike, ArrayLike]]) -> dict[str, Link]:
+    """``group_link`` of several groups of the same plans, ``groups`` naming each (size, stride), in one
+    evaluation over the groups stacked (every term is elementwise, so each group's link is the one
+    ``group_link`` gives it alone)."""
+    shape = np.broadcast_shapes(*(np.shape(x) for pair in groups.values() for x in pair))
+    rows = shape[0] if shape else 1
+    shape = shape or (1,)
+    size = np.concatenate([np.broadcast_to(s, shape) for s, _ in groups.values()])
+    stride = np.concatenate([np.broadcast_to(k, shape) for _, k in groups.values()])
+    link = group_link(hw, size, stride)
+    return {
+        name: Link(**{f.name: getattr(link, f.name)[j * rows : (j + 1) * rows] for f in fields(Link)})
+        for j, name in enumerate(groups)
+    }
 
 
 def ring_uplink_share(tier_frac: ArrayLike, leaf_nodes: int, size: ArrayLike) -> np.ndarray:
