@@ -190,8 +190,13 @@ def test_search_shows_the_evidence_column_and_footer_and_explain_says_it():
     text = " ".join(CliRunner().invoke(cli, explain, env={"COLUMNS": "200"}).stdout.split())
     assert "extrapolated: Megatron FSDP, Megatron FSDP with TP and PP on Hopper, 0 runs" in text
     recipe = [*explain[:-7], "--tp", "4", "--pp", "4", "--cp", "2", "--vpp", "5", "--sequence-parallel", "--brief"]
-    text = " ".join(CliRunner().invoke(cli, recipe, env={"COLUMNS": "200"}).stdout.split())
+    text = " ".join(
+        CliRunner().invoke(cli, [*recipe, "--distributed-optimizer"], env={"COLUMNS": "200"}).stdout.split()
+    )
     assert "validated by 2 settings on Hopper (fewest: PP 3-4)" in text
+    # without the distributed optimizer (Megatron's DDP): no Hopper setting in the fit runs it
+    text = " ".join(CliRunner().invoke(cli, recipe, env={"COLUMNS": "200"}).stdout.split())
+    assert "extrapolated: DDP (no distributed optimizer) on Hopper, 0 runs" in text
 
 
 @given(

@@ -58,6 +58,9 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         "gpus": full(min(int(np.log10(max(gpus, 1))), len(DECADES) - 1) + 1),
         "fsdp": grid.fsdp.astype(np.int64),
         "fsdp_split": grid.fsdp * ((tp > 1) + 2 * (pp > 1)),
+        # the data-parallel optimizer without Megatron FSDP: the distributed optimizer (1) or DDP (2), with d·c > 1
+        "optimizer": np.where(grid.fsdp | (grid.dp * grid.cp == 1), 0, np.where(grid.distributed_optimizer, 1, 2)),
+        "attention": full(1 if opts.attention_kernel.value == "flash" else 2),
         # several optimizer instances: HSDP (1), HFSDP (2), or the distributed optimizer's (3)
         "replicas": np.where(grid.do_instances > 1, np.where(grid.fsdp, 1 + grid.outer_optim, 3), 0),
         "cp": np.where(grid.cp > 1, grid.cp, 0),
@@ -81,6 +84,8 @@ LABELS = {
     "gpus": lambda c: f"{DECADES[c - 1]} GPUs",
     "fsdp": lambda c: "Megatron FSDP",
     "fsdp_split": lambda c: ("Megatron FSDP with TP", "Megatron FSDP with PP", "Megatron FSDP with TP and PP")[c - 1],
+    "optimizer": lambda c: ("distributed optimizer", "DDP (no distributed optimizer)")[c - 1],
+    "attention": lambda c: ("flash attention", "unfused attention")[c - 1],
     "replicas": lambda c: ("Megatron FSDP HSDP", "Megatron FSDP HFSDP", "distributed-optimizer instances")[c - 1],
     "cp": lambda c: f"CP {c}",
     "pp": lambda c: ("PP 2", "PP 3-4", "PP 5-8", "PP 9-16", "PP 17+")[c - 1],
