@@ -34,9 +34,8 @@ def test_the_fix_line_names_what_search_finds_with_a_command_that_finds_it():
     out = run(["explain", *args, "--tp", "1", "--pp", "1", "--micro-batch", "8", "--json"])
     hint = json.loads(out.stdout)["search_hint"]
     assert hint["finds"] and hint["feasible"] > 1 and "--seq-len 32768" in hint["command"]  # the user's training
-    found = run(shlex.split(hint["command"])[1:] + ["--top", "1"])
-    table = " ".join(found.stdout.split())  # a long label wraps onto a second line
-    assert found.exit_code == 0 and hint["plan"] in table and f"{hint['iteration_s']:.2f}" in table
+    found = run(shlex.split(hint["command"])[1:] + ["--top", "1"], env={"COLUMNS": "200"})  # the label unwrapped
+    assert found.exit_code == 0 and hint["plan"] in found.stdout and f"{hint['iteration_s']:.2f}" in found.stdout
 
 
 def test_the_matplotlib_hint_names_the_checkouts_extra(monkeypatch, tmp_path):

@@ -80,3 +80,17 @@ def test_the_prepared_plan_is_the_search_fastest(rid):
     fastest = min(p["estimate"]["iteration_s"] for p in plans)
     assert _iteration_s(prepare(run)) == pytest.approx(fastest, rel=1e-9)
     assert len(plans) > 1  # the search had a choice (b and v)
+
+
+def test_the_note_says_how_far_the_settings_left_out_move_a_row():
+    """The 32B row's note names its plan and the slowest plan that fits without recomputation: of
+    b ∈ {1, 2, 4} (PP 1, so v = 1) the slowest is b = 1, and its time over b = 4's is the ratio printed."""
+    from planner.fidelity.validate import _searched_note, searched_spread
+
+    run = next(r for r in _readme_runs() if r.id == "MLM-README-H100-32B")
+    q = plan_request(run)
+    times = {b: _iteration_s(api.make_request(hardware="dgx-h100-superpod", **dict(q, micro_batch=b))) for b in (1, 4)}
+    ratio, slow = searched_spread(run)
+    assert (slow["micro_batch"], slow["vpp"]) == (1, 1) and ratio == pytest.approx(times[1] / times[4], rel=1e-9)
+    note = _searched_note(run)[0]
+    assert "micro_batch 4, vpp 1, recompute none" in note and f"takes {ratio - 1:.0%} longer" in note
