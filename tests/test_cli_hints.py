@@ -34,7 +34,7 @@ def test_the_fix_line_names_what_search_finds_with_a_command_that_finds_it():
     out = run(["explain", *args, "--tp", "1", "--pp", "1", "--micro-batch", "8", "--json"])
     hint = json.loads(out.stdout)["search_hint"]
     assert hint["finds"] and hint["feasible"] > 1 and "--seq-len 32768" in hint["command"]  # the user's training
-    found = run(shlex.split(hint["command"])[1:] + ["--top", "1"], env={"COLUMNS": "200"})  # the plan on one line
+    found = run(shlex.split(hint["command"])[1:] + ["--top", "1"], env={"COLUMNS": "200"})  # the label unwrapped
     assert found.exit_code == 0 and hint["plan"] in found.stdout and f"{hint['iteration_s']:.2f}" in found.stdout
 
 
