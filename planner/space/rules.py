@@ -29,9 +29,12 @@ def _divisors(n: int) -> str:
 def _interleaving_chunks_ok(r: RuleInputs) -> np.ndarray:
     # accounted splits: (L + e + l)/p per stage (arguments.py:953-979); explicit first/last stage sizes:
     # each of the first, middle and last counts (transformer_config.py:2296-2340)
-    v, lay = r.grid.vpp, r.layers
-    each = (lay.first % v == 0) & (lay.middle % v == 0) & (lay.last % v == 0)
-    return (v == 1) | r.has_layout | np.where(r.explicit, each, lay.middle % v == 0)
+    v, lay, explicit = r.grid.vpp, r.layers, r.explicit
+    middle = lay.middle % v == 0
+    if not np.any(explicit):  # a search without --decoder-first/last-pipeline-num-layers: the middle alone
+        return (v == 1) | r.has_layout | middle
+    each = (lay.first % v == 0) & middle & (lay.last % v == 0)
+    return (v == 1) | r.has_layout | np.where(explicit, each, middle)
 
 
 def _instances_ok(r: RuleInputs) -> np.ndarray:
