@@ -23,14 +23,13 @@ from planner.space.grid import PlanGrid
 
 @settings(max_examples=60, deadline=None)
 @given(
-    data=st.data(),
+    seed=st.integers(0, 2**32 - 1),
     n=st.integers(1, 400),
     widths=st.lists(st.sampled_from([1, 2, 3, 17, 1000, 5000]), min_size=1, max_size=6),
 )
-def test_distinct_rows_number_the_combinations_as_a_sort_does(data, n, widths):
-    columns = [
-        np.array(data.draw(st.lists(st.integers(-3, w - 3), min_size=n, max_size=n)), dtype=np.int64) for w in widths
-    ]
+def test_distinct_rows_number_the_combinations_as_a_sort_does(seed, n, widths):
+    rng = np.random.default_rng(seed)  # columns from -3 to w - 4: a width w of values, some negative
+    columns = [rng.integers(-3, w - 3, size=n, dtype=np.int64) for w in widths]
     first, inverse = distinct_rows(columns)
     stacked = np.stack(columns, axis=1)
     unique, expected = np.unique(stacked, axis=0, return_inverse=True)
@@ -49,7 +48,7 @@ def _grid(model: str, gpus: int, hardware: str, fp8: bool):
 CASES = [
     ("gpt3-175b", 64, "dgx-a100-superpod", False),
     ("mixtral-8x7b", 128, "dgx-h100-superpod", True),
-    ("deepseek-v3", 256, "dgx-h100-superpod", False),
+    ("deepseek-v3", 64, "dgx-h100-superpod", False),
 ]
 
 
