@@ -403,3 +403,14 @@ def test_te_graph_static_tensors_by_scope(modules, moe_layer, shared_out, tensor
     @ core_r0.17.0): 2 · (1 input + its outputs) h-wide static tensors, outputs by scope."""
     got = process_memory.te_graph_static_tensors(modules, moe_layer=moe_layer, shared_out=shared_out)
     assert got == tensors
+
+
+def test_phi_carried_over_says_so_once_however_often_it_is_written():
+    from planner.fidelity.connection_fit import PhiFit, phi_factor
+
+    fit = PhiFit(0.73, 0.007, (0.15, 1.0), "measured", 1.119, 1.119)
+    entry = load_hardware("dgx-h200-superpod").calibration.factors[PHI]
+    for _ in range(2):
+        entry = phi_factor(fit, entry, carried_from="dgx-h100-superpod")
+    assert entry.source.count("carried over from") == 1 and entry.source.count("band:") == 1
+    assert entry.status == "carried over" and "x1.119 at 0.730" in entry.source

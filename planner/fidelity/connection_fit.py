@@ -20,6 +20,7 @@ PHI_PRESETS = {"dgx-h100-superpod": ("dgx-h200-superpod",)}  # H200: the same SM
 ZOO_SOURCE = "yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md @ e865051"
 ZOO_STEP_S = {False: 19.7, True: 17.6}  # without / with --overlap-moe-expert-parallel-comm
 ZOO_ROUNDING_S = 0.05  # the times are published to 0.1 s
+CARRIED_NOTE = " (same SMs, GEMMs and connection limit): "
 
 
 def zoo_ab_request(hardware: HardwareSpec, overlap: bool):
@@ -104,7 +105,7 @@ def solve_phi(hardware: HardwareSpec, gain: float | None = None) -> PhiFit:
 def phi_factor(fit: PhiFit, previous: Factor, *, carried_from: str | None = None) -> Factor:
     """The preset's φ entry after ``solve_phi``: the band and its reasoning as before, the value's
     sentence rewritten with the gain it reproduces at the factors it was solved with."""
-    head = previous.source.split("; value:")[0]
+    head = previous.source.split("; value:")[0].split(CARRIED_NOTE)[-1]  # a carried entry's prefix once
     if fit.status == Status.NOT_IDENTIFIABLE.value:
         text = f"{head}; value: not identifiable by the A/B of {ZOO_SOURCE} ({fit.why}); kept at {fit.value:g}"
         return Factor(status=fit.status, band=list(fit.band), source=text)
@@ -116,7 +117,7 @@ def phi_factor(fit: PhiFit, previous: Factor, *, carried_from: str | None = None
         f"times' rounding to 0.1 s; tests/test_moe_physics.py"
     )
     if carried_from:
-        text = f"carried over from {carried_from} (same SMs, GEMMs and connection limit): {text}"
+        text = f"carried over from {carried_from}{CARRIED_NOTE}{text}"
         return Factor(status=Status.CARRIED.value, band=list(fit.band), source=text)
     sigma = None if fit.sigma is None else round(fit.sigma, 3)
     return Factor(status=fit.status, band=list(fit.band), sigma=sigma, source=text)
