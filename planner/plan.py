@@ -422,7 +422,7 @@ class ParallelPlan(_Spec):
         Megatron-LM @ d98e8a64 takes them: R > 1 shards over d·c/R ranks and needs the distributed optimizer
         (Megatron FSDP v1 turns it on, arguments.py); --outer-dp-sharding-strategy is read only with Megatron
         FSDP, and optim needs R > 1 (else the first all-gather reads a helper buffer never built) and
-        optim_grads_params (param_and_grad_buffer.py raises NotImplementedError otherwise)."""
+        optim_grads_params (param_and_grad_buffer.py raises "not implemented" otherwise)."""
         if self.distributed_optimizer_instances > 1 and not (self.distributed_optimizer or self.fsdp):
             raise ValueError(
                 "--num-distributed-optimizer-instances > 1 needs --use-distributed-optimizer or Megatron FSDP"

@@ -107,7 +107,7 @@ def hierarchical_grad_reduce_time_s(
     parallel_state.py: d·c divisible by R). R = 1 is the plain reduce-scatter. ``whole_buffer``: Megatron
     FSDP's optim strategy keeps the gradient buffer whole and all-reduces all of it across the R replicas
     (fsdp/src/megatron_fsdp/param_and_grad_buffer.py, "DP-Outer Gradient Reduction": the whole
-    fsdp_grad_buffer.data; its TODO notes the shard alone would do)."""
+    fsdp_grad_buffer.data; a comment there notes the shard alone would do)."""
     n = np.asarray(num_params, dtype=float)
     scatter = dp_grad_reduce_time_s(
         n, d_intra, intra, grad_bytes=grad_bytes, distributed_optimizer=np.asarray(True), in_network=in_network
