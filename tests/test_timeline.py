@@ -317,6 +317,7 @@ def test_svg_blocks_are_the_simulated_operations(tmp_path, monkeypatch):
 def test_png_draws_the_same_picture(tmp_path, monkeypatch):
     # the PNG is matplotlib drawing the Picture's own rectangles, lines and texts, one pixel per unit
     pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgba
     from matplotlib.figure import Figure
 
     from planner.report import figures as plots
@@ -326,9 +327,9 @@ def test_png_draws_the_same_picture(tmp_path, monkeypatch):
     pic = plots.schedule_picture(_toy(m=4), "toy")
     pic.save(str(tmp_path / "s.png"), "--schedule-file")
     ax = drawn["fig"].axes[0]
-    polys = [c for c in ax.collections if type(c).__name__ == "PolyCollection"]
-    assert len(polys) == len(pic.groups)
-    assert [len(c.get_paths()) for c in polys] == [len(g.boxes) for g in pic.groups]
+    # one compound path per group: a closed rectangle (5 vertices) per box
+    assert [len(p.get_path().vertices) for p in ax.patches] == [5 * len(g.boxes) for g in pic.groups]
+    assert [p.get_facecolor() for p in ax.patches] == [to_rgba(g.fill) for g in pic.groups]
     assert [t.get_text() for t in ax.texts] == [t[2] for t in pic.texts]
     assert drawn["fig"].get_size_inches() * plots.DPI == pytest.approx((pic.width_px, pic.height_px))
 
@@ -360,3 +361,15 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     with pytest.raises(PlannerError, match=r'needs matplotlib.*pip install "\.\[plot\]" from the megaplan checkout'):
         plots.check_picture_path(str(tmp_path / "x.svg"), "--schedule-file")
+
+
+def test_the_legend_names_every_chunk_colour():
+    # vpp 3 drew chunk c in a third colour the legend did not name (it listed chunks a and b only)
+    from planner.report import figures as plots
+
+    def labels(vpp):
+        return [t[2] for t in plots.schedule_picture(simulate([1.0] * 2, [2.0] * 2, 0.0, 4, vpp), "x").texts]
+
+    assert {"forward, chunk a", "chunk b", "chunk c", "backward, chunk a"} <= set(labels(3))
+    assert "chunk d" not in labels(3)
+    assert {"forward, chunk a, e", "chunk b, f", "chunk d"} <= set(labels(6))  # 4 colours, then again

@@ -83,7 +83,7 @@ def schedule_picture(tl: Timeline, title: str) -> Picture:
             label = f"{o.microbatch + 1}{chr(ord('a') + o.chunk) if tl.vpp > 1 else ''}"
             if o.duration_s * px_per_s >= 7 * len(label) + 2:
                 x = x0 + (o.start_s + o.duration_s / 2) * px_per_s
-                pic.text(x, y, label, 9.7, "white" if o.chunk < 2 else "black")
+                pic.text(x, y, label, 9.7, "white" if o.chunk % len(FWD_COLORS) < 2 else "black")
         pic.line(x0 - 3.5, y, x0, y)
         pic.text(x0 - 6, y, f"stage {i}", 12, anchor="end")
     _time_axis(pic, (x0, x1, y0, y1), tl.iteration_s, title)
@@ -117,9 +117,11 @@ def _ticks(hi: float, n: int) -> list[float]:
 def _schedule_legend(tl: Timeline) -> list[tuple[str, str, str]]:
     """(fill, outline, label) of each colour the schedule uses."""
     blocks = [(FWD_COLORS[0], "", "forward"), (BWD_COLORS[0], "", "backward (+ recompute)")]
-    if tl.vpp > 1:
-        blocks = [(FWD_COLORS[0], "", "forward, chunk a"), (FWD_COLORS[1], "", "chunk b")]
-        blocks += [(BWD_COLORS[0], "", "backward, chunk a"), (BWD_COLORS[1], "", "chunk b")]
+    if tl.vpp > 1:  # one colour per chunk, up to 4 (chunk e is drawn as chunk a again)
+        n = min(tl.vpp, len(FWD_COLORS))
+        letters = [", ".join(chr(ord("a") + c) for c in range(k, tl.vpp, n)) for k in range(n)]
+        blocks = [(FWD_COLORS[k], "", f"{'forward, ' if k == 0 else ''}chunk {letters[k]}") for k in range(n)]
+        blocks += [(BWD_COLORS[k], "", f"{'backward, ' if k == 0 else ''}chunk {letters[k]}") for k in range(n)]
     tail = [(COMM_COLOR, "", f"p2p send ({_ms(tl.p2p_s)} each)"), (DP_COLOR, "", "DP grad sync")]
     return blocks + tail + [(OPT_COLOR, "", "optimizer"), ("white", "grey", "bubble (idle)")]
 

@@ -100,18 +100,25 @@ class Picture:
 
     def _png(self, path: str, option: str) -> None:
         matplotlib_or_error(option)
-        from matplotlib.collections import LineCollection, PolyCollection
+        import numpy as np
+        from matplotlib.collections import LineCollection
         from matplotlib.figure import Figure
+        from matplotlib.patches import PathPatch
+        from matplotlib.path import Path
 
         fig = Figure(figsize=(self.width_px / DPI, self.height_px / DPI), dpi=DPI)
         ax = fig.add_axes((0, 0, 1, 1))
         ax.set_xlim(0, self.width_px)
         ax.set_ylim(self.height_px, 0)
         ax.set_axis_off()
-        for g in self.groups:
-            verts = [((x, y), (x + bw, y), (x + bw, y + bh), (x, y + bh)) for x, y, bw, bh in g.boxes]
+        rect = [Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY]
+        for g in self.groups:  # one compound path per group, limits set above (add_patch would walk 60k curves)
+            x, y, bw, bh = np.asarray(g.boxes, dtype=float).T
+            corners = [(x, y), (x + bw, y), (x + bw, y + bh), (x, y + bh), (x, y)]
+            verts = np.stack([np.stack(c, axis=-1) for c in corners], axis=1).reshape(-1, 2)
             lw = g.stroke_px * 72 / DPI if g.stroke else 0.0
-            ax.add_collection(PolyCollection(verts, facecolors=g.fill, edgecolors=g.stroke or "none", linewidths=lw))
+            shape = Path(verts, np.tile(rect, len(g.boxes)))
+            ax.add_artist(PathPatch(shape, facecolor=g.fill, edgecolor=g.stroke or "none", linewidth=lw))
         for dotted in (False, True):
             segs = [ln for ln in self.lines if ln[6] is dotted]
             if segs:
