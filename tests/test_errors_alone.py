@@ -98,3 +98,33 @@ def test_search_labels_the_recomputed_layers_that_run_and_says_why():
         layers = pj["parallel"]["stage_layers"]  # (a chunk of an accounted split may hold one layer of 48/49)
         assert pj["parallel"]["recompute_num_layers"] == -(-max(layers) // pj["parallel"]["vpp"]) < 500
     assert "megaplan: note: --recompute-num-layers 500 is more than the layers of a model chunk" in result.stderr
+
+
+BRIEF_PLAN = [
+    "--model",
+    "gpt3-175b",
+    "--gpus",
+    "64",
+    "--global-batch",
+    "64",
+    "--tp",
+    "8",
+    "--pp",
+    "4",
+    "--micro-batch",
+    "1",
+]
+
+
+def test_explain_refuses_json_with_brief_instead_of_dropping_brief():
+    """--json printed the whole plan and dropped --brief without a word (trial 3)."""
+    line = one_line_error(run_cli(["explain", *BRIEF_PLAN, "--json", "--brief"]))
+    assert line == "megaplan: error: --json and --brief: choose one output format"
+
+
+def test_explain_brief_still_draws_the_schedule_it_was_asked_for():
+    """--schedule --brief printed the verdict and no schedule, without saying why (trial 3)."""
+    out = run_cli(["explain", *BRIEF_PLAN, "--brief", "--schedule"], env={"COLUMNS": "100"})
+    assert out.exit_code == 0, out.output
+    assert "Pipeline schedule: TP8 PP4 DP2 b1" in out.stdout and "stage 3 │" in out.stdout
+    assert "speed" in out.stdout and "formula" not in out.stdout  # the verdict, not the whole breakdown

@@ -13,6 +13,7 @@ from planner.cli import (
     csv_option,
     echo_json,
     naming_overrides,
+    one_output,
     overwrite_option,
     refuse_existing,
     say_notes,
@@ -104,6 +105,7 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
     """
     from planner.report import figures as plots
 
+    one_output(**{"--json": as_json, "--brief": brief})  # the JSON is whole; --brief would be dropped
     if schedule_file:
         plots.check_picture_path(schedule_file, "--schedule-file", svg_without_matplotlib=True)
         refuse_existing("--schedule-file", schedule_file, overwrite)
@@ -125,11 +127,10 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
         if resolved.searched:
             click.echo(f"megaplan: note: the plan is {resolved.searched}", err=True)
         echo_json({**pj, "schedule": timeline.to_json()} if schedule else pj)
-    elif brief:
-        console().print(report.verdict(pj, resolved.searched, read=resolved.read))
     else:
-        console().print(report.explain_view(pj, resolved.searched, read=resolved.read))
-        if schedule:
+        view = report.verdict if brief else report.explain_view
+        console().print(view(pj, resolved.searched, read=resolved.read))
+        if schedule:  # asked for, with the verdict alone too
             from planner.report.schedule import ScheduleView
 
             console().print(ScheduleView(timeline, f"Pipeline schedule: {report.plan_line(pj)}"))
