@@ -587,3 +587,33 @@ def test_set_e_ends_the_script_at_a_function_that_fails():
         extract_launch(text)
     assert extract_launch(text.replace("set -euo pipefail", "")).argv == ["--tp", "2"]  # without set -e it goes on
     assert extract_launch(text.replace("\ncheck\n", "\ncheck || true\n")).argv == ["--tp", "2"]
+
+
+def test_every_launch_is_counted_and_the_first_is_read(tmp_path):
+    """A script that runs its launcher three times (moe-modelzoo's best_practice pattern: one line per
+    configuration, each `VAR=... bash ./launcher.sh ...`) was read at its first launch without a word."""
+    from planner.megatron.script import ScriptFiles
+
+    (tmp_path / "launcher.sh").write_text('torchrun --nproc-per-node 8 pretrain_gpt.py --tp "$TP" "$@"\nexit 0\n')
+    text = (
+        "TP=1 bash ./launcher.sh --a\n"
+        "# TP=8 bash ./launcher.sh --commented\n"
+        "TP=2 bash ./launcher.sh --b\n"
+        "for mbs in 1 2; do\n  torchrun --nproc-per-node 8 pretrain_gpt.py --micro-batch-size $mbs\ndone\n"
+    )
+    launch = extract_launch(text, read_file=ScriptFiles(str(tmp_path)))
+    assert launch.argv == ["--tp", "1", "--a"] and launch.launches == 4  # 2 through the launcher, 2 in the loop
+    assert extract_launch("torchrun pretrain_gpt.py --tp 2\nexit 0\ntorchrun pretrain_gpt.py --tp 4\n").launches == 1
+    assert extract_launch("pretrain_gpt.py --tp 2\n").launches == 1
+
+
+def test_explain_says_which_launch_of_several_it_read(tmp_path):
+    from conftest import run_cli
+
+    script = tmp_path / "run.sh"
+    line = "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4"
+    line += " --seq-length 512 --max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --bf16"
+    script.write_text(f"{line}\n{line} --tensor-model-parallel-size 2\n")
+    out = run_cli(["explain", "--brief", "--megatron-args-file", str(script)])
+    assert out.exit_code == 0, out.output
+    assert "the script launches Megatron-LM 2 times; this plan is its first launch's" in out.stderr

@@ -417,6 +417,11 @@ def import_fields(
     if lone:
         notes.append(f"unset, so expanding to nothing (as in bash): {' '.join(lone)}")
     notes += launch.notes
+    if launch.launches > 1:
+        notes.append(
+            f"the script launches Megatron-LM {launch.launches} times; this plan is its first launch's (to read "
+            "another, give that launch's line alone)"
+        )
     if gpus is None:
         notes += launch.defaults
     warnings += entry_point_warning(launch.entry_point)

@@ -24,7 +24,7 @@ as true; ``while``/``until`` run one pass, ``for`` at most 256 items; ``read``, 
 ``IFS`` changes, globbing and ``~`` are ignored; ``set -e`` ends a script only at a function that fails;
 indexed arrays are dense; arithmetic has no assignment, ``++``/``--`` or ``?:``; ``select``, ``coproc``
 and ``for ((...))`` do not parse.
-The first launch found wins.
+The first launch found wins; ``LaunchLine.launches`` says how many the script runs in all.
 
 Modules: ``launch`` (the public types and the launchers' process-count options), ``rewrite``
 (pre-parse rewrites and the bashlex parse), ``fields`` (expanded fields and variable values),
@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from planner.megatron.shell.interp import Interp, Return, Stop
 from planner.megatron.shell.launch import LaunchLine, ShellParseError, sbatch_directives
 
-__all__ = ["LaunchLine", "ShellParseError", "extract_launch"]
+__all__ = ["LaunchLine", "ShellParseError", "count_launches", "extract_launch"]
 
 
 def extract_launch(
@@ -64,6 +65,9 @@ def extract_launch(
     except (Stop, Return):
         pass
     if interp.launch is not None:
+        launches = count_launches(text, env, read_file)
+        if launches > 1:
+            return replace(interp.launch, launches=launches)
         return interp.launch
     if interp.flags:
         return interp.make_launch([], interp.flags, None)
@@ -82,6 +86,20 @@ def extract_launch(
             "variables it defines with --env NAME=VALUE"
         )
     raise ShellParseError(f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}{hint}")
+
+
+def count_launches(
+    text: str, env: Mapping[str, str] | None = None, read_file: Callable[[str], str | None] | None = None
+) -> int:
+    """How many Megatron-LM launches the script runs, walked to its end (the same interpreter, each launch
+    counted instead of stopping at the first; a ``bash FILE``'s ``exit`` ends that child only)."""
+    counter = Interp(env or {}, sbatch_directives(text), read_file)
+    counter.count_only = True
+    try:
+        counter.run_text(text)
+    except (Stop, Return, ShellParseError):  # an exit, the step limit, or a later file bashlex cannot parse
+        pass
+    return counter.launches
 
 
 YQ = re.compile(r"\$\(\s*yq\b")

@@ -169,8 +169,18 @@ class Follow:
         if text is not None:
             with self.child_process(), self.positional(args):
                 self.vars["0"] = Var(self.last_read)  # $0: the script's path
-                self.run_job_text(text, sbatch=posixpath.basename(fields[0][0]) in ("sbatch", "salloc"))
+                self._run_child(text, sbatch=posixpath.basename(fields[0][0]) in ("sbatch", "salloc"))
         return True
+
+    def _run_child(self, text: str, sbatch: bool) -> None:
+        """The child script; counting launches, its ``exit`` ends only the child, as in bash."""
+        from planner.megatron.shell.interp import Stop
+
+        try:
+            self.run_job_text(text, sbatch)
+        except Stop:
+            if not self.count_only:
+                raise
 
     @contextmanager
     def child_process(self):

@@ -52,6 +52,7 @@ class Interp(Substitute, Follow, Expander):
         self.funcs: dict[str, object] = {}
         self.src, self.prefix, self.flags = "", [], []
         self.launch: LaunchLine | None = None
+        self.count_only, self.launches = False, 0  # count every launch instead of stopping at the first
         self.steps = self.depth = 0
         self.exited = self.errexit = self.returned = False
         self.said = self.exit_said = ""  # the last echo, and the last echo before the script's exit
@@ -308,6 +309,9 @@ class Interp(Substitute, Follow, Expander):
                     self.nested(texts[j + 1], fields[:k])
                     return
             if _ENTRY.match(posixpath.basename(text)):
+                if self.count_only:
+                    self.launches += 1
+                    return
                 self.launch = self.make_launch(self.prefix + fields[:k], fields[k + 1 :], text)
                 raise Stop
         if texts[0].startswith("-"):

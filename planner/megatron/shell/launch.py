@@ -39,6 +39,7 @@ class LaunchLine:
     allocator_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the script leaves it at the launch
     defaults: list[str] = field(default_factory=list)  # launcher defaults the world size rests on, said in a note
     notes: list[str] = field(default_factory=list)  # how files were found (a folder above the script's)
+    launches: int = 1  # the Megatron-LM launches the whole script runs (this is the first)
 
 
 INT = re.compile(r"-?[0-9]{1,18}")
