@@ -277,23 +277,11 @@ def _hsdp_outer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     gather, scatter, fwd, bwd = _fsdp_layer_s(lt, ctx, step, mem, n)
     hw, per = ctx.hardware, np.maximum(n, 1)
     kw = dict(grads_sharded=True, outer_optim=lt.outer_optim)
-    g_dense, w_dense = comm.hsdp_outer_layer_s(
-        w_bytes * mem["dense_params"] / per,
-        w_bytes * mem["dense_params"] / per,
-        lt.N,
-        lt.R,
-        group_links(lt, ctx)["across"],
-        **kw,
-    )
-    g_exp, w_exp = comm.hsdp_outer_layer_s(
-        w_bytes * mem["expert_params"] / per,
-        w_bytes * mem["expert_params"] / per,
-        lt.edp_in,
-        lt.R,
-        group_links(lt, ctx)["expert_across"],
-        **kw,
-    )
-    outer_g, outer_w = g_dense + g_exp, w_dense + w_exp
+    links, outer_g, outer_w = group_links(lt, ctx), 0.0, 0.0
+    for params, inner, link in (("dense_params", lt.N, "across"), ("expert_params", lt.edp_in, "expert_across")):
+        layer_bytes = w_bytes * mem[params] / per  # each replica's layer, dense then the experts
+        g, w = comm.hsdp_outer_layer_s(layer_bytes, layer_bytes, inner, lt.R, links[link], **kw)
+        outer_g, outer_w = outer_g + g, outer_w + w
     extra = np.maximum(gather + scatter + outer_g - bwd, 0.0) - np.maximum(gather + scatter - bwd, 0.0)
     extra += np.maximum(gather + outer_w - fwd, 0.0) - np.maximum(gather - fwd, 0.0)
     hidden = outer_g + outer_w - extra
