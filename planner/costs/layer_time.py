@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import Formula, compute, flops, memory
-from planner.costs.blocks import graphed_frac, layer_parts, layer_terms, layer_times, sum_blocks
+from planner.costs.blocks import fp8_attention_ratios, graphed_frac, layer_parts, layer_terms, layer_times, sum_blocks
 from planner.costs.layer_memory import layer_activations
 from planner.costs.letters import Letters
 from planner.costs.linears import activation_message, gemm_times, tp_collectives_s, tp_formula
@@ -166,6 +166,10 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
             f"{hw.attention.kernel}: 4·b·(a/t)·s²·d_h/(2c) / (P_peak·η_fwd(s)), η rising with s as the kernel tables do"
         )
         core_bwd = "its backward, 2.5× the FLOPs at η_bwd(s)"
+        ratios = fp8_attention_ratios(ctx)
+        if ratios is not None:  # compute.fp8_attention_time_s
+            core += f", in MXFP8 × {ratios[0]:g}"
+            core_bwd += f", in MXFP8 × {ratios[1]:g} over the whole causal square (windows not skipped)"
     experts = "; MoE layers: routed experts' grouped GEMMs and shared experts (below)" if mo.is_moe else ""
     mla = "; multi-latent attention (below)" if mo.multi_latent_attention else ""
     window = (
