@@ -12,7 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import Formula, compute, flops, memory
-from planner.costs.blocks import fp8_attention_ratios, graphed_frac, layer_parts, layer_terms, layer_times, sum_blocks
+from planner.costs.blocks import (
+    fp8_attention_ratios,
+    graphed_frac,
+    layer_parts,
+    layer_terms,
+    layer_times,
+    sum_blocks,
+    unfused_rope,
+)
 from planner.costs.layer_memory import layer_activations
 from planner.costs.letters import Letters
 from planner.costs.linears import activation_message, gemm_times, tp_collectives_s, tp_formula
@@ -182,6 +190,8 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         if mo.mtp_layers
         else ""
     )
+    if unfused_rope(mo):  # compute.unfused_rope_extra_bytes
+        window += "; YaRN RoPE op by op (Megatron-Core's unfused path): 24 B forward, 26 B backward per rotated element"
     graphs = " (no τ: CUDA graphs)" if opts.cuda_graph_impl.value != "none" else ""
     forward = Formula(
         f"m × Σ_stage layers × [{linear} + {core} + elementwise bytes/(W_HBM·η_mem) + τ{graphs}], slowest stage; "
