@@ -98,7 +98,9 @@ def test_deepseek_v3_pruned_search_equals_the_unpruned_one():
     assert pruned == whole
 
 
-@pytest.mark.parametrize("model,gpus,hardware", [("gpt3-175b", 64, "dgx-a100-superpod"), ("mixtral-8x7b", 32, "dgx-h100-superpod")])
+@pytest.mark.parametrize(
+    "model,gpus,hardware", [("gpt3-175b", 64, "dgx-a100-superpod"), ("mixtral-8x7b", 32, "dgx-h100-superpod")]
+)
 def test_a_twin_without_tp_overlap_always_needs_less_memory(model, gpus, hardware):
     """What ``_Twin.smaller`` relies on: the same plan without --tp-comm-overlap needs strictly less memory
     (its userbuffers, [s·b/c, h] each, and the TE workspaces of 3 userbuffer streams are gone), on every
