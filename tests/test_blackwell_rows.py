@@ -13,14 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from planner.fidelity import calibrate
-from planner.fidelity.calibrate import (
-    RUN_NOISE,
-    Fit,
-    FactorFit,
-    carried_fit,
-    carried_values,
-    matmul_ratios,
-)
+from planner.fidelity.calibrate import RUN_NOISE, FactorFit, Fit, carried_fit, carried_values, matmul_ratios
 from planner.fidelity.validate import validate
 from planner.fidelity.writer import write_fits
 from planner.hardware.spec import GPUSpec
