@@ -354,25 +354,23 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
 
 def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, twins: bool) -> tuple[_Scored, int]:
     """Every row evaluated, and (``twins``: --tp-comm-overlap not pinned) --tp-comm-overlap searched both
-    ways: every row the recipes give it (sequence parallelism) is also evaluated without it, in the same
-    evaluation, and keeps whichever is faster (userbuffers take memory and SMs, so neither wins
+    ways: every row the recipes give it (sequence parallelism) is also evaluated without it, and keeps
+    whichever is faster (userbuffers take memory and SMs, so neither wins
     everywhere); where neither fits, the smaller peak. Rows go in blocks of whole families (``_by_family``)
     so the memory stays bounded. Returns the rows scored and the twins evaluated."""
     iteration, peak, evaluated = np.full(len(grid), np.inf), np.empty(len(grid)), 0
     for rows in _family_blocks(grid, np.arange(len(grid)), BLOCK):
+        it, pk, state = _evaluate(grid, rows, options.evaluating, capacity)  # the rows, read in place
+        iteration[rows], peak[rows] = it, pk
         at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
         pos = rows[at]
-        off = grid.take(pos)
-        both = PlanGrid.stack(grid.take(rows), replace(off, tp_comm_overlap=np.zeros(len(pos), dtype=np.int8)))
-        it, pk, state = _evaluate(both, np.arange(len(both)), options.evaluating, capacity)
-        iteration[rows], peak[rows] = it[: len(rows)], pk[: len(rows)]
-        mine = _Twin(state[at], state[len(rows) :], peak[pos], pk[len(rows) :])
-        better = (it[len(rows) :] < iteration[pos]) | (
-            ~np.isfinite(iteration[pos]) & mine.smaller(both, len(rows), options)
-        )
+        off = replace(grid.take(pos), tp_comm_overlap=np.zeros(len(pos), dtype=np.int8))
+        it, pk, off_state = _evaluate(off, np.arange(len(off)), options.evaluating, capacity)
+        mine = _Twin(state[at], off_state, peak[pos], pk)
+        better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & mine.smaller(off, options))
         take = pos[better]
         grid.tp_comm_overlap[take] = 0
-        iteration[take], peak[take] = it[len(rows) :][better], pk[len(rows) :][better]
+        iteration[take], peak[take] = it[better], pk[better]
         evaluated += len(pos)
     return _Scored(grid, iteration, peak, options), evaluated
 
@@ -387,7 +385,7 @@ class _Twin:
     row: np.ndarray
     twin: np.ndarray
 
-    def smaller(self, both: PlanGrid, n_rows: int, options: _Options) -> np.ndarray:
+    def smaller(self, twins: PlanGrid, options: _Options) -> np.ndarray:
         """Whether each twin's peak is below its row's, as measuring each plan whose smaller micro-batch
         fits would find it. Where a family's larger micro-batch was left unmeasured (``MID_BOUND``), the
         twin's peak is below its row's: the two differ only in --tp-comm-overlap, whose userbuffers and
@@ -402,7 +400,7 @@ class _Twin:
         open_ = np.flatnonzero(same & (self.row_state == HEAD_BOUND) & (self.twin_state == MID_BOUND) & smaller)
         if len(open_):
             with np.errstate(divide="ignore", invalid="ignore"):
-                exact = peak_memory_bytes(both.take(n_rows + open_), options.evaluating)
+                exact = peak_memory_bytes(twins.take(open_), options.evaluating)
             smaller[open_] = exact < self.row[open_]
         return smaller | proven
 
