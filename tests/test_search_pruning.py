@@ -23,13 +23,14 @@ from planner.search import HEAD_BOUND, MEASURED, recipe_options, search
 from planner.space.candidates import NO_PINS, Pins, candidate_grid
 
 
-def _every_micro_batch(grid, idx, measure, fails):
+def _every_micro_batch(grid, idx, measure, fails, keys=None):
     """The unpruned screening: every family measured at every micro-batch (one row of each), and where its
     smallest micro-batch fails, its other rows take that value (``HEAD_BOUND``), as search did before."""
     values, state = np.empty(len(idx)), np.full(len(idx), MEASURED, dtype=np.int8)
     if not len(idx):
         return values, state
-    key, b = search_module._family_keys(grid, idx), grid.micro_batch[idx]
+    key = search_module._family_keys(grid, idx) if keys is None else keys
+    b = grid.micro_batch[idx]
     order = np.lexsort([b, key])
     _, sub = np.unique(np.stack([key[order], b[order]]), axis=1, return_inverse=True)
     sub = sub.reshape(-1)
