@@ -10,7 +10,7 @@ half its band - is reported as such and kept at its anchor, and the rest are fit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -392,13 +392,54 @@ def loso_drift(full: Fit, by_source: dict[str, dict]) -> dict[str, Drift]:
     return out
 
 
+MATMUL_RATE_KEYS = {"gemm_efficiency": "bf16", "fp8_gemm_efficiency": "fp8"}  # factor -> gpu.matmul_peak_frac key
+
+
+def matmul_ratios(donor: HardwareSpec, target: HardwareSpec) -> dict[str, float]:
+    """r_target/r_donor per GEMM efficiency factor, r the GPU's measured best-shape matmul rate as a
+    fraction of its own peak (``gpu.matmul_peak_frac``, MAMF); a precision either GPU does not measure
+    is left out (ratio 1)."""
+    d, t = donor.gpu.matmul_peak_frac, target.gpu.matmul_peak_frac
+    return {n: t[k] / d[k] for n, k in MATMUL_RATE_KEYS.items() if k in d and k in t}
+
+
+def carried_values(values: dict[str, float], ratios: dict[str, float]) -> dict[str, float]:
+    """A fitted preset's calibration carried to a preset of the same die: η_t = η_d · r_t/r_d for the
+    GEMM efficiencies (``matmul_ratios``), the rest as fitted. η is a fraction of each preset's own
+    datasheet peak, and the same die under another power limit reaches another fraction of it: B200 at
+    1000 W measures 1745 TFLOP/s BF16 (77.6 % of 2250), B200 in GB200 at 1200 W 1822 (72.9 % of 2500) -
+    4.4 % apart where the peaks are 11 % apart (stas00/ml-engineering compute/accelerator/README.md)."""
+    return {n: v * ratios.get(n, 1.0) for n, v in values.items()}
+
+
+def carried_fit(fit: Fit, ratios: dict[str, float]) -> Fit:
+    """``fit`` as its family preset takes it (``carried_values``): each scaled factor's value and σ."""
+    factors = {
+        n: replace(f, value=f.value * ratios[n], sigma=None if f.sigma is None else f.sigma * ratios[n])
+        if n in ratios
+        else f
+        for n, f in fit.factors.items()
+    }
+    return replace(fit, factors=factors)
+
+
+def carry_note(donor: str, ratios: dict[str, float]) -> str:
+    """Where a family preset's values come from: the donor, and the GEMM efficiencies' scaling."""
+    if not ratios:
+        return donor
+    scaled = ", ".join(f"{n} × {r:.4f}" for n, r in ratios.items())
+    return f"{donor} ({scaled}: the two GPUs' measured best-shape matmul rates over their peaks, gpu.matmul_peak_frac)"
+
+
 def fitted_hardware(fits: dict[str, Fit]) -> dict[str, HardwareSpec]:
-    """Every preset with the fitted values, the families with their donor's."""
+    """Every preset with the fitted values, the families with their donor's (``carried_values``)."""
     hw = {name: with_calibration(load_hardware(name), f.values) for name, f in fits.items()}
     for donor, targets in FAMILIES.items():
         if donor in fits:
             for t in targets:
-                hw[t] = with_calibration(load_hardware(t), fits[donor].values)
+                target = load_hardware(t)
+                ratios = matmul_ratios(load_hardware(donor), target)
+                hw[t] = with_calibration(target, carried_values(fits[donor].values, ratios))
     return hw
 
 
