@@ -250,7 +250,8 @@ class Letters:
         self._row_start = inverse[:, None] * pmax  # each plan's split's first entry in the flattened tables
         self._pmax = pmax
         self._stage_cache: tuple | None = None
-        self.type_index, self.type_count = index[inverse], count[inverse]
+        # (N, S) arrays column-major (``stage``), as every per-stage term computed from them
+        self.type_index, self.type_count = np.asfortranarray(index[inverse]), np.asfortranarray(count[inverse])
         self.split_legal = legal[inverse][:, None]
 
     def distinct(self, key: tuple[str, ...], carried: tuple[str, ...] = ()) -> tuple[Letters, np.ndarray]:
@@ -290,8 +291,8 @@ class Letters:
         ``last`` (the loss); ``dense`` = layers − moe."""
         if self._stage_cache is not None and self._stage_cache[0] is i:
             return self._stage_cache[1]
-        flat = self._row_start + np.clip(np.asarray(i), 0, self._pmax - 1)  # (split, rank) in the tables, flat
-        out = {name: self._table[k].take(flat) for k, name in enumerate(COUNT_FIELDS)}
+        flat = (self._row_start + np.clip(np.asarray(i), 0, self._pmax - 1)).T  # (split, rank) in the tables
+        out = {name: self._table[k].take(flat).T for k, name in enumerate(COUNT_FIELDS)}  # column-major
         out["first"], out["last"] = out["first"] > 0, out["last"] > 0
         out["dense"] = out["layers"] - out["moe"]
         self._stage_cache = (i, out)  # the cost modules ask for the same stages several times
