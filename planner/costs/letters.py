@@ -107,7 +107,7 @@ def _per_plan(value, inverse: np.ndarray, rows: int, seen: dict):
     if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != rows:
         return value  # a number, or an array every plan shares (broadcast)
     if id(value) not in seen:
-        seen[id(value)] = (value, value[inverse])  # the value is kept: its id is not reused meanwhile
+        seen[id(value)] = (value, value.take(inverse, axis=0))  # kept: its id is not reused meanwhile
     return seen[id(value)][1]
 
 
@@ -251,8 +251,11 @@ class Letters:
         self._pmax = pmax
         self._stage_cache: tuple | None = None
         # (N, S) arrays column-major (``stage``), as every per-stage term computed from them
-        self.type_index, self.type_count = np.asfortranarray(index[inverse]), np.asfortranarray(count[inverse])
-        self.split_legal = legal[inverse][:, None]
+        self.type_index, self.type_count = (
+            np.asfortranarray(index.take(inverse, axis=0)),
+            np.asfortranarray(count.take(inverse, axis=0)),
+        )
+        self.split_legal = legal.take(inverse)[:, None]
 
     def distinct(self, key: tuple[str, ...], carried: tuple[str, ...] = ()) -> tuple[Letters, np.ndarray]:
         """The letters of one plan per distinct value of the ``key`` letters, with the ``carried`` letters
@@ -267,7 +270,7 @@ class Letters:
             if name.startswith("_"):  # stage tables and what the cost modules cached for these rows
                 continue
             if name in key or name in carried:
-                value = value[first]
+                value = value.take(first, axis=0)
             elif isinstance(value, np.ndarray) and value.ndim == 2 and value.shape[0] == n:
                 value = _NotInKey(name)
             setattr(view, name, value)
