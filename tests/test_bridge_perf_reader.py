@@ -265,3 +265,40 @@ def test_the_library_recipe_a_perf_recipe_starts_from_is_its_base_even_under_ano
     assert w.recipe == "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"
     read, _ = read_bridge_source({"bridge_config": f"{path}#{name}"})
     assert any("assumed from base recipe qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config" in n for n in read.notes)
+
+
+def test_a_recipe_copied_out_of_its_package_is_refused_naming_the_helper_it_cannot_read(tmp_path):
+    """`git show v0.6.0:.../deepseek/h100/deepseek_v3.py > x.py` leaves its family's common.py behind: the
+    helpers it calls (here _ds_common: selective recomputation) would set nothing and the plan would change
+    without a word (DeepSeek-V3 1024 H100 BF16: FITS 63.9 GiB -> DOES NOT FIT 81.4 GiB), so it is refused."""
+    alone = tmp_path / "deepseek_v3.py"
+    alone.write_text(RECIPES)
+    with pytest.raises(PlannerError, match=r"uses _ds_common from megatron\.bridge\.perf_recipes\.deepseek\.common"):
+        read_workload(alone.read_text(), "deepseek_v3_pretrain_512gpu_gb300_bf16_config", alone)
+    with pytest.raises(PlannerError, match="perf_recipes folder"):
+        read_bridge_source({"bridge_config": f"{alone}#deepseek_v3_pretrain_64gpu_gb300_fp8mx_fsdp_config"})
+
+
+def test_a_missing_family_module_inside_the_package_and_a_missing_shared_env_are_refused(recipe_file):
+    (recipe_file.parents[1] / "common.py").unlink()
+    with pytest.raises(PlannerError, match="uses _ds_common from"):
+        _read(recipe_file, "deepseek_v3_pretrain_512gpu_gb300_bf16_config")
+    env_only = recipe_file.parent / "env_only.py"
+    env_only.write_text(
+        "from ..shared import SHARED_ENV\n\n\n"
+        "def llama3_8b_pretrain_8gpu_h100_bf16_config():\n"
+        "    cfg = llama3_8b_pretrain_config()\n"
+        '    cfg.env_vars = {**SHARED_ENV, "CUDA_DEVICE_MAX_CONNECTIONS": 1}\n'
+        "    return cfg\n"
+    )
+    with pytest.raises(PlannerError, match=r"uses SHARED_ENV from \.\.shared"):
+        _read(env_only, "llama3_8b_pretrain_8gpu_h100_bf16_config")
+
+
+def test_the_cli_refuses_a_lone_recipe_copy_in_one_line(tmp_path):
+    from conftest import one_line_error, run_cli
+
+    alone = tmp_path / "deepseek_v3.py"
+    alone.write_text(RECIPES)
+    res = run_cli(["explain", "--bridge-config", f"{alone}#deepseek_v3_pretrain_512gpu_gb300_bf16_config"])
+    assert one_line_error(res).startswith("megaplan: error: workload deepseek_v3_pretrain_512gpu_gb300_bf16_config")
