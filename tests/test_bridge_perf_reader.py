@@ -302,3 +302,24 @@ def test_the_cli_refuses_a_lone_recipe_copy_in_one_line(tmp_path):
     alone.write_text(RECIPES)
     res = run_cli(["explain", "--bridge-config", f"{alone}#deepseek_v3_pretrain_512gpu_gb300_bf16_config"])
     assert one_line_error(res).startswith("megaplan: error: workload deepseek_v3_pretrain_512gpu_gb300_bf16_config")
+
+
+def test_a_workload_file_that_is_not_python_or_lacks_the_name_is_one_line_naming_what_is_there(tmp_path, recipe_file):
+    """Trial 4: a perf file with a syntax error ended in a SyntaxError traceback; a misspelt function name of a
+    v0.6.0 file said 'allowed: none' (the v0.2.1 list); `FILE#` and `#NAME` were read as other things."""
+    from conftest import one_line_error, run_cli
+
+    broken = tmp_path / "broken_perf.py"
+    broken.write_text("def llama3_8b_pretrain_8gpu_h100_bf16_config(:\n    cfg = 1\n")
+    line = one_line_error(run_cli(["explain", "--bridge-config", f"{broken}#llama3_8b_pretrain_8gpu_h100_bf16_config"]))
+    assert line == "megaplan: error: broken_perf.py: not Python megaplan can read (line 1: invalid syntax)"
+    (recipe_file.parents[1] / "common.py").write_text("def _ds_common(cfg:\n")  # a module it imports, broken
+    with pytest.raises(PlannerError, match=r"^common\.py: not Python megaplan can read \(line 1"):
+        read_workload(recipe_file.read_text(), "deepseek_v3_pretrain_512gpu_gb300_bf16_config", recipe_file)
+    typo = "deepseek_v3_pretrain_512gpu_gb300_bf16_confg"
+    with pytest.raises(
+        PlannerError, match=r"did you mean deepseek_v3_pretrain_512gpu_gb300_bf16_config\?\); allowed: "
+    ):
+        read_workload(recipe_file.read_text(), typo, recipe_file)
+    assert "no workload name after '#'" in one_line_error(run_cli(["explain", "--bridge-config", f"{broken}#"]))
+    assert "no file before '#'" in one_line_error(run_cli(["explain", "--bridge-config", "#x"]))

@@ -79,7 +79,7 @@ def load_module(text: str, path: Path | None) -> Module:
     todo: list[tuple[str, Path | None]] = [(text, path)]
     while todo:
         source, where = todo.pop(0)
-        tree = ast.parse(source)
+        tree = ast.parse(source, filename=str(where) if where is not None else "<recipe>")
         for node in tree.body:
             if isinstance(node, ast.ImportFrom):
                 module.imported.update({a.asname or a.name: a.name for a in node.names})
