@@ -277,6 +277,12 @@ class PlanOptions(_Spec):
         description="--use-transformer-engine-op-fuser: MoE experts as TE's fused grouped MLP (one grouped kernel, "
         "activation, bias and probabilities in its epilogues); dense MLPs: not modelled",
     )
+    fp8_dot_product_attention: bool = Field(
+        False,
+        description="Megatron-Core fp8_dot_product_attention (Megatron-Bridge "
+        "mixed_precision.fp8_dot_product_attention; no Megatron-LM flag): the attention core in the FP8 "
+        "recipe (MXFP8 with the MXFP8 recipe, Transformer Engine DotProductAttention)",
+    )
     moe_capacity_factor: float | None = Field(None, gt=0, description="--moe-expert-capacity-factor; None: dropless")
     moe_load_imbalance: float = Field(1.1, ge=1.0, description="busiest expert's tokens / the mean (dropless routing)")
     recompute_modules: tuple[RecomputeModule, ...] = Field(

@@ -104,3 +104,48 @@ def test_a_workload_name_megaplan_cannot_price_is_refused_in_one_line(tmp_path):
         read_bridge_source({"bridge_config": f"{path}#NEMOTRONH_56B_H100_FP8_CS_BASE_CONFIG"})
     with pytest.raises(PlannerError, match="not in the file; allowed: "):
         read_bridge_source({"bridge_config": f"{path}#LLAMA3_8B_B300_BF16_BASE_CONFIG"})
+
+
+def _read(tmp_path, tag: str, name: str, **values):
+    path = tmp_path / ("workload_base_configs.py" if tag == "v0.2.1" else "perf_recipe.py")
+    path.write_text(v021_text() if tag == "v0.2.1" else v060_text())
+    read, _ = read_bridge_source({"bridge_config": f"{path}#{name}", **values})
+    return request_from_fields(read.data), read.notes
+
+
+def test_v021_perf_scripts_set_the_precision_aware_optimizer_and_weak_scale_the_batch(tmp_path):
+    """v0.2.1 utils/helpers.py, on every run: bf16 -> use_precision_aware_optimizer; DP, PP, VP > 1 ->
+    overlap_param_gather_with_optimizer_step; N != N_0 -> B = int(B_0 / N_0 * N). Checked against Bridge v0.2.1's
+    own get_model_recipe_with_user_overrides for llama3 70b h100 (bf16 at 64 and 128 GPUs: B 128, 256;
+    fp8_cs at 96: B 192, no precision-aware optimizer)."""
+    req, notes = _read(tmp_path, "v0.2.1", "LLAMA3_70B_H100_BF16_BASE_CONFIG")  # 64 GPUs TP4 PP4 V5: DP 4
+    assert req.ctx.options.use_precision_aware_optimizer and req.ctx.training.global_batch == 256
+    assert any("overlap_param_gather_with_optimizer_step=True (not modelled)" in n for n in notes)
+    req, notes = _read(tmp_path, "v0.2.1", "LLAMA3_70B_H100_FP8_CS_BASE_CONFIG", gpus=96)
+    assert not req.ctx.options.use_precision_aware_optimizer
+    assert req.ctx.training.global_batch == 384  # int(256 / 64 * 96)
+    assert any("global_batch_size=384 (weak scaling from 256 at 64 GPUs)" in n for n in notes)
+    req, notes = _read(tmp_path, "v0.2.1", "LLAMA3_8B_H100_BF16_BASE_CONFIG", gpus=24, global_batch=64)
+    assert req.ctx.training.global_batch == 128  # not scaled to 384: the user's --global-batch applies over it
+    assert not any("weak scaling" in n for n in notes)
+
+
+def test_v060_post_overrides_only_where_no_recipe_is_named_for_the_gpus(tmp_path):
+    """v0.6.0 run_script.py runs a flat recipe as written at its own GPU count; at another it applies
+    set_post_overrides: B = B_0 · DP / DP_0 (refused unless whole). Checked against Bridge v0.6.0's own
+    set_post_overrides for llama3_70b_pretrain_64gpu_h100_{bf16,fp8cs}_config at 128 GPUs (B 256 -> 512)."""
+    name = "llama3_70b_pretrain_64gpu_h100_fp8cs_config"  # TP4 PP4 V5 CP1 at 64: DP 4, B 256
+    req, notes = _read(tmp_path, "v0.6.0", name)
+    assert req.ctx.training.global_batch == 256 and not any("set by the perf scripts" in n for n in notes)
+    req, notes = _read(tmp_path, "v0.6.0", name, gpus=96)  # DP 6: 256 · 6 / 4
+    assert req.ctx.training.global_batch == 384 and not req.ctx.options.use_precision_aware_optimizer
+    assert any("overlap_param_gather_with_optimizer_step=True" in n and "384" in n for n in notes)
+    bf16 = tmp_path / "bf16.py"
+    bf16.write_text(v060_text().replace("fp8cs_config", "bf16_config").replace('"fp8_cs"', '"bf16"'))
+    read, _ = read_bridge_source({"bridge_config": f"{bf16}#{name.replace('fp8cs', 'bf16')}", "gpus": 128})
+    req = request_from_fields(read.data)
+    assert req.ctx.options.use_precision_aware_optimizer and req.ctx.training.global_batch == 512
+    odd = tmp_path / "odd.py"  # B_0 250 from DP 4 to DP 5 (80 GPUs): 312.5
+    odd.write_text(v060_text().replace("global_batch_size = 256", "global_batch_size = 250"))
+    with pytest.raises(PlannerError, match=r"from DP 4 to DP 5 is not whole, which Bridge refuses; give --global-b"):
+        read_bridge_source({"bridge_config": f"{odd}#{name}", "gpus": 80})

@@ -94,3 +94,55 @@ def test_the_note_says_how_far_the_settings_left_out_move_a_row():
     assert (slow["micro_batch"], slow["vpp"]) == (1, 1) and ratio == pytest.approx(times[1] / times[4], rel=1e-9)
     note = _searched_note(run)[0]
     assert "micro_batch 4, vpp 1, recompute none" in note and f"takes {ratio - 1:.0%} longer" in note
+
+
+# the README's model sizes (images/model_table.png), in billions, as printed
+PUBLISHED_SIZE_B = {
+    "MLM-README-H100-1.7B": 1.7,
+    "MLM-README-H100-7.1B": 7.1,
+    "MLM-README-H100-16B": 16,
+    "MLM-README-H100-32B": 32,
+    "MLM-README-H100-70B": 70,
+    "MLM-README-H100-119B": 119,
+    "MLM-README-H100-177B": 177,
+    "MLM-README-H100-314B": 314,
+    "MLM-README-H100-462B": 462,
+}
+
+
+def test_the_published_sizes_are_the_untied_parameter_counts():
+    """GPT with learned positions and 4h GeLU MLP, V = 131,072, s = 4,096: per layer 12h² + 13h (QKV, projection,
+    fc1, fc2 with biases; two layer norms), plus the final norm 2h and the position table s·h, plus V·h once
+    (tied) or twice (untied). By hand for 1.7B (L 24, h 2048): 24·(12·2048² + 13·2048) = 1,208,598,528;
+    + 2·2048 + 4096·2048 = 8,392,704; + 2·131,072·2048 = 536,870,912 -> 1.754 B untied (printed '1.7B'),
+    1.486 B tied. Every row's untied count rounds (or truncates) to its printed size; the tied one does not."""
+    from planner.models.params import total_params
+
+    for run in _readme_runs():
+        rid = run.id.split(":")[0]
+        L, h, *_ = TABLE[rid]
+        V, s = 131072, 4096
+        by_hand = L * (12 * h * h + 13 * h) + 2 * h + s * h + 2 * V * h
+        model = run.request["model"]
+        assert model.untie_embeddings_and_output_weights
+        assert total_params(model) == pytest.approx(by_hand, rel=1e-6)
+        size = PUBLISHED_SIZE_B[rid]
+        digits = 1 if size < 10 else 0
+        untied, tied = by_hand / 1e9, (by_hand - V * h) / 1e9
+        assert size in (round(untied, digits), np.floor(untied * 10**digits) / 10**digits)
+        assert size not in (round(tied, digits), np.floor(tied * 10**digits) / 10**digits)
+    assert round(1.754, 1) != 1.7 and np.floor(17.54) / 10 == 1.7  # 1.7B: the untied count, truncated
+
+
+def test_r080_interleaving_keeps_m_a_multiple_of_p():
+    """177B: TP 8, PP 6, DP 48, batch 1152 -> 24 sequences per rank. r0.8.0 has no micro-batch group option and
+    refuses interleaving unless m = 24/b is a multiple of p = 6: b 1 (m 24), 2 (12) and 4 (6) may interleave,
+    b 3 (m 8) may not (a later Megatron's G = 8 would allow it)."""
+    from planner.fidelity.validate import _published_plans, _ReqKey
+
+    run = next(r for r in _readme_runs() if r.id == "MLM-README-H100-177B")
+    assert published_pins(run.request).microbatch_group_size == 6
+    plans = _published_plans(run.id, run.hardware, _ReqKey(run.request))
+    interleaved = {p["parallel"]["micro_batch"] for p in plans if p["parallel"]["vpp"] > 1}
+    assert 3 not in interleaved and {1, 2} <= interleaved
+    assert all((24 // p["parallel"]["micro_batch"]) % 6 == 0 for p in plans if p["parallel"]["vpp"] > 1)

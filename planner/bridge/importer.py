@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -183,10 +184,12 @@ def bridge_import_fields(
     hardware=None,
     model: str | None = None,
     env: tuple[str, ...] = (),
+    post=None,
 ):
     """The plan's fields a Bridge config describes (``ImportedFields`` of the Megatron-LM importer): the base
     recipe's fields (if one is named), the given fields over them, Bridge's runtime rules, then the
-    Megatron-LM importer on the flags they stand for. ``env``: NAME=VALUE the launch sets."""
+    Megatron-LM importer on the flags they stand for. ``env``: NAME=VALUE the launch sets; ``post``: what a
+    launcher sets over the merged fields, (fields, notes) of them (``workloads.post_overrides``)."""
     from planner.megatron.importer import import_fields
 
     if tag not in TAGS:
@@ -208,6 +211,10 @@ def bridge_import_fields(
         elif not base:
             notes.append(f"base recipe {name}: its fields were not dumped; only the given fields are read")
     merged = merge_over(base, fields)
+    if post is not None:
+        extra, said = post(merged)
+        merged |= extra
+        notes += said
     if model is None and (model := preset_for(merged)) is not None:
         notes.append(f"model {model}: the megaplan preset whose architecture the config's model fields match")
     base_has_co = any(k.startswith("comm_overlap.") for k in merged)
@@ -309,13 +316,14 @@ def file_kind(text: str) -> str:
 
 def _workload(text: str, name: str, values: dict, path: Path | None = None) -> tuple[object, str]:
     """--bridge-config FILE#NAME: one of Bridge's performance workloads (planner.bridge.workloads)."""
-    from planner.bridge.workloads import read_workload
+    from planner.bridge.workloads import post_overrides, read_workload
 
     w = read_workload(text, name, path)
     gpus = values.get("gpus") or w.gpus
     hardware = values.get("hardware") or w.hardware
+    post = partial(post_overrides, w, gpus=gpus, user_gbs=values.get("global_batch"))
     read = bridge_import_fields(
-        w.fields, tag=w.tag, recipe=w.recipe, gpus=gpus, hardware=hardware, model=w.model, env=w.env
+        w.fields, tag=w.tag, recipe=w.recipe, gpus=gpus, hardware=hardware, model=w.model, env=w.env, post=post
     )
     note = f"workload {w.name} (Megatron-Bridge {w.tag} performance scripts): {w.gpus} GPUs of {w.hardware}"
     where = f"--gpus {gpus}" if values.get("gpus") else f"the workload's {w.gpus} GPUs"

@@ -92,6 +92,7 @@ class Workload:
     gpus: int
     hardware: str
     env: tuple[str, ...] = ()  # the launch environment the recipe sets (v0.6.0 cfg.env_vars), NAME=VALUE
+    dtype: str = "bf16"  # the perf scripts' compute dtype: bf16, fp8_cs, fp8_mx, fp8_sc
 
 
 def _literal(node: ast.AST, name: str):
@@ -173,7 +174,8 @@ def workload_v021(text: str, name: str) -> Workload:
         fields["model.virtual_pipeline_model_parallel_size"] = None
     if m["model"].startswith("LLAMA3_") and m["dtype"] == "FP8_MX":  # llama3_llm_pretrain.py: NaN grad norm otherwise
         fields |= {"comm_overlap.overlap_param_gather": False, "ddp.overlap_param_gather": False}
-    return Workload(name, "v0.2.1", fields, model[1], model[0], w["num_gpus"], GPUS[m["gpu"]])
+    dtype = m["dtype"].lower()
+    return Workload(name, "v0.2.1", fields, model[1], model[0], w["num_gpus"], GPUS[m["gpu"]], dtype=dtype)
 
 
 V060_NAME = re.compile(
@@ -219,7 +221,8 @@ def workload_v060(text: str, name: str, path: Path | None = None) -> Workload:
     known = RECIPES["v0.6.0"]  # the library recipe it starts from, else the model's first known one
     recipe = base if base in known else next(r for r, (_, p) in known.items() if p == preset)
     env = tuple(f"{k}={v}" for k, v in sorted(env.items()))
-    return Workload(name, "v0.6.0", fields, recipe, preset, int(m["gpus"]), GPUS[m["gpu"].upper()], env)
+    dtype = {v: k for k, v in PERF_DTYPE.items()}[m["dtype"]]
+    return Workload(name, "v0.6.0", fields, recipe, preset, int(m["gpus"]), GPUS[m["gpu"].upper()], env, dtype)
 
 
 def read_workload(text: str, name: str, path: Path | None = None) -> Workload:
@@ -228,3 +231,65 @@ def read_workload(text: str, name: str, path: Path | None = None) -> Workload:
     if re.search(r"^\s*def\s+" + re.escape(name) + r"\s*\(", text, re.M):
         return workload_v060(text, name, path)
     return workload_v021(text, name)
+
+
+def _layout(fields: dict) -> tuple[int, int, int, int]:
+    """TP, PP, CP and VP of merged Bridge fields (unset: 1)."""
+    names = ("tensor_model", "pipeline_model", "context", "virtual_pipeline_model")
+    t, p, c, v = (int(fields.get(f"model.{name}_parallel_size") or 1) for name in names)
+    return t, p, c, v
+
+
+def scaled_global_batch(w: Workload, base_gbs: int, dp_base: int, dp: int, gpus: int) -> int:
+    """The global batch the perf scripts run at ``gpus`` when the user gives none. v0.2.1
+    (utils/helpers.py get_model_recipe_with_user_overrides): int(B_0 / N_0 · N) when N ≠ N_0 (gbs_scaling_factor,
+    utils/utils.py:65). v0.6.0 (utils/overrides.py set_post_overrides → scripts/common/benchmark_parallelism.py
+    weak_scaled_global_batch_size): B_0 · DP / DP_0 when DP ≠ DP_0, refused unless whole."""
+    if w.tag == "v0.2.1":
+        return int(base_gbs / w.gpus * gpus) if gpus != w.gpus else base_gbs
+    if dp == dp_base:
+        return base_gbs
+    if base_gbs * dp % dp_base:
+        raise PlannerError(
+            f"workload {w.name} at {gpus} GPUs: Bridge's weak scaling of its global batch {base_gbs} from DP {dp_base} "
+            f"to DP {dp} is not whole, which Bridge refuses; give --global-batch"
+        )
+    return base_gbs * dp // dp_base
+
+
+def post_overrides(w: Workload, merged: dict, gpus: int, user_gbs: int | None) -> tuple[dict, list[str]]:
+    """What the perf scripts set over the workload before training, as Bridge fields, and a note saying so:
+    v0.2.1 utils/helpers.py set_user_overrides and get_model_recipe_with_user_overrides (254-300), on every run;
+    v0.6.0 utils/overrides.py set_post_overrides (645-705), which run_script.py (_prepare_perf_recipe) applies
+    only at a GPU count no flat recipe is named for: at its own count a v0.6.0 recipe runs as written.
+
+    - BF16 with Adam: the precision-aware optimizer (Transformer Engine's FusedAdam; v0.2.1 for every bf16 run).
+    - DP, PP and VP all > 1 (v0.6.0: not for fp8_mx or nvfp4): the parameter all-gather overlapped with the
+      optimizer step; read and reported, not modelled (``option_flags.NOT_MODELLED``).
+    - The global batch weak-scaled to ``gpus`` (``scaled_global_batch``) unless the user gives one."""
+    if w.tag != "v0.2.1" and gpus == w.gpus:  # run_script.py _prepare_perf_recipe: the flat recipe is final
+        return {}, []
+    out: dict = {}
+    t, p, c, v = _layout(merged)
+    dp = gpus // (t * p * c) if gpus % (t * p * c) == 0 else 1
+    adam = str(merged.get("optimizer.optimizer") or "adam") == "adam"
+    if w.dtype == "bf16" and (adam or w.tag == "v0.2.1"):
+        out["optimizer.use_precision_aware_optimizer"] = True
+    if dp > 1 and p > 1 and v > 1 and (w.tag == "v0.2.1" or w.dtype not in ("fp8_mx", "nvfp4")):
+        out["optimizer.overlap_param_gather_with_optimizer_step"] = True
+    base_gbs = int(merged.get("train.global_batch_size") or 1)
+    dp_base = w.gpus // (t * p * c) if w.gpus % (t * p * c) == 0 else 1
+    if user_gbs is None and (gbs := scaled_global_batch(w, base_gbs, dp_base, dp, gpus)) != base_gbs:
+        out["train.global_batch_size"] = gbs
+    said = [f"{k.split('.', 1)[1]}={v}" for k, v in out.items() if merged.get(k) != v or k.endswith("_step")]
+    if "train.global_batch_size" in out:
+        said[-1] += f" (weak scaling from {base_gbs} at {w.gpus} GPUs)"
+    if out.get("optimizer.overlap_param_gather_with_optimizer_step"):
+        said = [s + " (not modelled)" if s.startswith("overlap_param_gather_with") else s for s in said]
+    note = f"set by the perf scripts after the workload ({SCRIPTS[w.tag]}): {', '.join(said)}"
+    if w.tag != "v0.2.1":
+        note += f"; a recipe Bridge names for {gpus} GPUs, if it has one, is what run_script.py runs instead"
+    return out, [note] if said else []
+
+
+SCRIPTS = {"v0.2.1": "utils/helpers.py set_user_overrides", "v0.6.0": "utils/overrides.py set_post_overrides"}

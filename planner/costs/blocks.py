@@ -26,19 +26,44 @@ PERMUTE_BYTES = 2 * (2 + 2)  # MoE permute and unpermute of routed tokens: read,
 
 
 def _flash(ctx: Context, bh, s_q, s_kv, d_qk: float, d_v: float, *, causal: bool, window: int | None = None):
+    """(forward, backward) seconds of one flash-attention call: the GPU's 16-bit kernel law, or with
+    ``fp8_dot_product_attention`` under the MXFP8 recipe the FP8 kernel's (``compute.fp8_attention_time_s``:
+    the preset's time ratios, the backward over the whole causal square)."""
     hw = ctx.hardware
-    return compute.flash_attention_time_s(
-        bh,
-        s_q,
-        s_kv,
-        d_qk,
-        d_v,
-        causal=causal,
-        kernel=hw.attention,
-        peak_flops_per_s=hw.gpu.peak_flops_per_s(ctx.precision),
-        scale=hw.calibration.attention_scale,
-        window=window,
-    )
+
+    def law(w):
+        return compute.flash_attention_time_s(
+            bh,
+            s_q,
+            s_kv,
+            d_qk,
+            d_v,
+            causal=causal,
+            kernel=hw.attention,
+            peak_flops_per_s=hw.gpu.peak_flops_per_s(ctx.precision),
+            scale=hw.calibration.attention_scale,
+            window=w,
+        )
+
+    fwd, bwd = law(window)
+    ratios = fp8_attention_ratios(ctx)
+    if ratios is None:
+        return fwd, bwd
+    square_bwd = bwd if window is None else law(None)[1]
+    return compute.fp8_attention_time_s(fwd, bwd, square_bwd, fwd_ratio=ratios[0], bwd_ratio=ratios[1])
+
+
+def fp8_attention_ratios(ctx: Context) -> tuple[float, float] | None:
+    """The FP8 attention kernel's (forward, backward) time ratios to the 16-bit one, when the plan runs
+    attention in FP8 and the GPU preset has them: MXFP8 attention follows the MXFP8 recipe (Transformer
+    Engine v2.16 dot_product_attention.py, the MXFP8/MXFP8 row of its recipe table); other recipes'
+    FP8 attention has no published table here and stays at the 16-bit law."""
+    opts, kernel = ctx.options, ctx.hardware.attention
+    if not (opts.fp8_dot_product_attention and opts.fp8 is not None and opts.fp8_recipe.value == "mxfp8"):
+        return None
+    if kernel.mxfp8_fwd_time_ratio is None or kernel.mxfp8_bwd_time_ratio is None:
+        return None
+    return kernel.mxfp8_fwd_time_ratio, kernel.mxfp8_bwd_time_ratio
 
 
 def attention_core_s(

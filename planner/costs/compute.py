@@ -227,3 +227,21 @@ def flash_attention_time_s(
         return f / (peak_flops_per_s * scale * eta)
 
     return one("fwd", flops[0]), one("bwd", flops[1])
+
+
+def fp8_attention_time_s(
+    fwd_s: ArrayLike, bwd_s: ArrayLike, square_bwd_s: ArrayLike, *, fwd_ratio: float, bwd_ratio: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of an FP8 flash-attention call from the 16-bit kernel law's.
+
+    t_fwd,8 = r_f · t_fwd,16;  t_bwd,8 = r_b · t_bwd,16(whole causal square)
+
+    r_f, r_b: the FP8 kernel's time over the 16-bit kernel's at the same causal shape (the GPU preset's
+    ``attention.mxfp8_*_time_ratio``, read from cuDNN's own tables). The FP8 backward does not skip the
+    tiles a sliding window masks: cuDNN's GPT-OSS tables (window 128, d_h 64, GB200) time its MXFP8
+    backward at 2.080, 7.427, 27.94 and 108.4 ms for s = 4k, 8k, 16k and 32k - ×3.6-3.9 per doubling,
+    the causal square's s², where the 16-bit window backward grows as s (0.465 ... 3.692 ms). So
+    ``square_bwd_s`` is the 16-bit backward over the whole causal square (the window's ``bwd_s`` itself
+    when there is no window). Source: NVIDIA/cudnn-frontend @3929da2ef4c1
+    benchmark/sdpa_benchmark_training/results/{llama3.1,gpt_oss}/gb200 (cuDNN 9.22)."""
+    return fwd_ratio * np.asarray(fwd_s, dtype=float), bwd_ratio * np.asarray(square_bwd_s, dtype=float)

@@ -21,10 +21,13 @@ from planner.costs.mla import mla_formula
 from planner.costs.moe import dispatcher_formula, expert_formula
 from planner.plan import AttentionKernel, Context, ParallelPlan, Recompute, RecomputeModule
 
-CROSS_ENTROPY_FWD_BYTES = (
-    2 + 4 + 4 + 8 + 8 + 4
-)  # per logit: fp32 cast (r2 w4), max (r4), subtract (r4 w4), exp (r4 w4), sum (r4)
-CROSS_ENTROPY_BWD_BYTES = 8 + 6  # softmax − one-hot (r4 w4), cast to 16 bits (r4 w2)
+# HBM bytes per logit of Megatron's VocabParallelCrossEntropy (megatron/core/tensor_parallel/cross_entropy.py,
+# core_r0.8.0 and d98e8a64): forward - fp32 cast (r2 w4), max (r4), subtract in place (r4 w4), exp in place
+# (r4 w4), sum (r4), the softmax kept for the backward by an in-place division exp_logits.div_(Σ) (r4 w4);
+# backward - the one-hot subtraction touches one logit per token (grad_2d[arange, target] -= ...), then
+# grad_input.mul_(grad_output) (r4 w4) and the cast back to 16 bits (r4 w2).
+CROSS_ENTROPY_FWD_BYTES = 2 + 4 + 4 + 8 + 8 + 4 + 8
+CROSS_ENTROPY_BWD_BYTES = 8 + 6
 EMBEDDING_FWD_BYTES_PER_SBH = 2 + 2 + 2 + 2 + 1  # gather rows (r2 w2), add positions (r2 w2), dropout mask (w1)
 
 

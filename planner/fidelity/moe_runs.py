@@ -71,6 +71,18 @@ def _expandable_segments(row: dict) -> bool:
     return gpu == "dgx-h100-superpod" or (release >= (26, 4) and gpu == "gb200-nvl72")
 
 
+def fp8_attention(row: dict) -> bool:
+    """Whether the row's recipe runs attention in FP8 (``fp8_dot_product_attention``): the GPT-OSS and
+    Qwen3 MXFP8 recipes from 26.06 on (Megatron-Bridge v0.5.0 scripts/performance/configs
+    gpt_oss_workload_base_configs.py:209-219 and qwen3_workload_base_configs.py:236, 397; v0.6.0
+    perf_recipes/gpt_oss/common.py:44, perf_recipes/qwen/common.py:55); never DeepSeek-V3 on GB200 (v0.5.0
+    deepseek_workload_base_configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 leaves it False, v0.6.0
+    perf_recipes/deepseek/gb200/deepseek_v3.py:160 does not pass it). With the MXFP8 recipe Transformer
+    Engine runs that attention in MXFP8 (TE v2.16 dot_product_attention.py:164, no NVTE_DPA_FP8_RECIPE
+    set by Bridge)."""
+    return row["te_op_fuser"] == "True" and row["model"] != "deepseek-v3"
+
+
 def _optimizer(row: dict) -> dict:
     """The optimizer's state dtypes as the row's recipe ran them. DeepSeek-V3's recipe keeps Adam's
     moments and the main gradients in bf16 under Transformer Engine's precision-aware FusedAdam
@@ -103,6 +115,7 @@ def _run(row: dict) -> Run:
         # 26.06 on: the experts as TE's fused grouped MLP (cutedsl_fused_grouped_mlp, v0.5.0
         # scripts/performance/configs/*_workload_base_configs.py; perf_recipes/*/common.py at v0.6.0)
         use_transformer_engine_op_fuser=row["te_op_fuser"] == "True",
+        fp8_dot_product_attention=fp8_attention(row),
         # the A2A overlap always with delayed expert wgrad (Megatron-Bridge v0.2.0 scripts/performance/utils/
         # helpers.py set_moe_a2a_overlap_overrides; v0.4.0 utils/overrides.py _set_moe_a2a_overlap_overrides)
         delay_wgrad_compute=row["a2a_overlap"] == "True",
@@ -160,8 +173,11 @@ def _run(row: dict) -> Run:
         )
     if row["fp8"]:
         assumptions.append(f"FP8 GEMMs ({row['fp8_recipe']}) at the preset's FP8 efficiency (not fitted)")
-    if row["te_op_fuser"] == "True":
-        assumptions.append("the recipe's FP8 attention (fp8_dot_product_attention) not modelled: attention in 16 bits")
+    if fp8_attention(row):
+        assumptions.append(
+            "the recipe's MXFP8 attention (fp8_dot_product_attention) at cuDNN's MXFP8/BF16 time ratios (GB200 "
+            "tables), its backward over the whole causal square even in sliding-window layers"
+        )
     if row["flag"]:
         assumptions.append(f"reported apart - {row['flag']}")
     return Run(

@@ -47,7 +47,11 @@ class _ReqKey:
 
 def published_pins(request: dict):
     """The search pins of a run whose source leaves knobs out: every setting of ``request`` (the published
-    ones and those Megatron's checks imply) fixed; micro-batch, VPP and recomputation left free."""
+    ones and those Megatron's checks imply) fixed; micro-batch, VPP and recomputation left free. The
+    interleaving's micro-batch group is p: Megatron-Core r0.8.0 (the README rows' release) had no
+    --microbatch-group-size-per-virtual-pipeline-stage and refuses an interleaved schedule whose m is not
+    a multiple of p (schedules.py forward_backward_pipelining_with_interleaving @ core_r0.8.0: "number of
+    microbatches (...) is not divisible by pipeline-model-parallel-size")."""
     from planner.plan import StageSplit
     from planner.space.candidates import Pins
 
@@ -62,6 +66,7 @@ def published_pins(request: dict):
         sequence_parallel=q["sequence_parallel"],
         distributed_optimizer=q["distributed_optimizer"],
         stage_split=StageSplit(q["stage_split"]),
+        microbatch_group_size=p,
         **{k: bool(opts[k]) for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")},
     )
 

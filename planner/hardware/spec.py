@@ -174,6 +174,12 @@ class AttentionKernelSpec(_Sourced):
     bwd_diagonal_overhead: NonNegativeFloat = Field(description="s_diag of the causal backward, key positions")
     bwd_head_dim_exponent: NonNegativeFloat = Field(description="alpha of the backward for heads below 128")
     bwd_mla_factor: PositiveFloat = Field(1.0, description="backward efficiency factor when d_qk != d_v")
+    mxfp8_fwd_time_ratio: PositiveFloat | None = Field(
+        None, description="MXFP8 attention (fp8_dot_product_attention, MXFP8 recipe): forward time / 16-bit's"
+    )
+    mxfp8_bwd_time_ratio: PositiveFloat | None = Field(
+        None, description="MXFP8 attention: backward time / 16-bit's, both over the whole causal square"
+    )
 
 
 class MemorySpec(_Sourced):

@@ -1,0 +1,50 @@
+"""MXFP8 attention (fp8_dot_product_attention under the MXFP8 recipe): the FP8 kernel's time from the
+16-bit law at cuDNN's measured ratios, its backward over the whole causal square (compute.fp8_attention_time_s)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.costs import compute
+from planner.fidelity.moe_runs import fp8_attention, moe_reference_rows
+from planner.presets import load_hardware
+
+
+def test_fp8_attention_time_by_hand():
+    # forward 0.391 ms × 0.834 = 0.326094 ms; the window's backward 0.465 ms is replaced by the whole
+    # causal square's 1.198 ms × 1.089 = 1.304622 ms
+    fwd, bwd = compute.fp8_attention_time_s(0.391e-3, 0.465e-3, 1.198e-3, fwd_ratio=0.834, bwd_ratio=1.089)
+    assert float(fwd) == pytest.approx(0.326094e-3, rel=1e-9)
+    assert float(bwd) == pytest.approx(1.304622e-3, rel=1e-9)
+
+
+def test_gb200_ratios_are_cudnn_llama_rows():
+    # cuDNN 9.22 GB200 llama3.1 table, causal s 4096: mxfp8 / bfloat16 = 0.326/0.391 and 1.305/1.198
+    kernel = load_hardware("gb200-nvl72").attention
+    assert kernel.mxfp8_fwd_time_ratio == pytest.approx(0.326 / 0.391, abs=5e-4)
+    assert kernel.mxfp8_bwd_time_ratio == pytest.approx(1.305 / 1.198, abs=5e-4)
+
+
+def test_window_backward_in_mxfp8_matches_cudnn_gpt_oss_table():
+    # out of sample: cuDNN's GPT-OSS GB200 table (b 2, 128 heads, d_h 64, window 128, s 4096) times the
+    # MXFP8 backward at 2.080 ms (BF16: 0.465 ms); the law's causal-square backward at d_h 64 times the
+    # llama ratio must land within 25 % (the window law's own tolerance, test_attention_kernels)
+    hw = load_hardware("gb200-nvl72")
+    k = hw.attention
+    peak = hw.gpu.peak_flops_per_s("bf16")
+    shape = dict(causal=True, kernel=k, peak_flops_per_s=peak)
+    win = compute.flash_attention_time_s(256, 4096, 4096, 64, 64, window=128, **shape)
+    square = compute.flash_attention_time_s(256, 4096, 4096, 64, 64, **shape)
+    _, bwd = compute.fp8_attention_time_s(
+        win[0], win[1], square[1], fwd_ratio=k.mxfp8_fwd_time_ratio, bwd_ratio=k.mxfp8_bwd_time_ratio
+    )
+    assert float(bwd) == pytest.approx(2.080e-3, rel=0.25)
+    assert float(bwd) > 3 * float(win[1])  # the FP8 backward does not skip the window's masked tiles
+
+
+def test_fp8_attention_rows_follow_their_recipes():
+    rows = {r["run_id"]: r for r in moe_reference_rows()}
+    assert fp8_attention(rows["MB-26.06-GB200-GPTOSS120B-64"])
+    assert fp8_attention(rows["MB-26.08-GB200-QWEN3-235B-256"])
+    assert not fp8_attention(rows["MB-26.08-GB200-DSV3-256"])  # DeepSeek-V3's GB200 recipe leaves it off
+    assert not fp8_attention(rows["MB-26.04-GB200-GPTOSS120B-64"])  # BF16, before 26.06
