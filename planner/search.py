@@ -205,21 +205,22 @@ def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, ca
     grid = replace(grid, do_instances=R, outer_optim=(grid.fsdp_level == 3) & optim)
     legal, _ = _legal_rows(ctx, grid, pins, num_gpus)
     grid = grid.take(legal)
-    it, pk = _evaluate(grid, np.arange(len(grid)), scored.options.evaluating, capacity)
+    it, pk, _ = _evaluate(grid, np.arange(len(grid)), scored.options.evaluating, capacity)
     return _Scored(grid, it, pk, scored.options)
 
 
 def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float) -> tuple:
     """Peak memory of the rows ``idx`` (``_peak_memory``: a lower bound where a plan cannot fit) and the
-    iteration time of those that fit (infinite for the others), each with the overlaps its row carries."""
+    iteration time of those that fit (infinite for the others), each with the overlaps its row carries;
+    and how each peak was found (``_by_family_states``)."""
     iteration = np.full(len(idx), np.inf)
     with np.errstate(divide="ignore", invalid="ignore"):
-        peak = _peak_memory(grid, idx, ctx, capacity)
+        peak, state = _peak_memory(grid, idx, ctx, capacity)
         fitting = np.flatnonzero(peak <= capacity)
         for start in range(0, len(fitting), CHUNK):
             part = fitting[start : start + CHUNK]
             iteration[part] = iteration_s(grid.take(idx[part]), ctx)  # evaluate's, without its memory
-    return iteration, peak
+    return iteration, peak, state
 
 
 def block_recompute_layers(grid: PlanGrid, ctx: Context, capacity: float) -> np.ndarray:
@@ -359,18 +360,51 @@ def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, t
     so the memory stays bounded. Returns the rows scored and the twins evaluated."""
     iteration, peak, evaluated = np.full(len(grid), np.inf), np.empty(len(grid)), 0
     for rows in _family_blocks(grid, np.arange(len(grid)), BLOCK):
-        pos = rows[grid.tp_comm_overlap[rows] > 0] if twins else rows[:0]
+        at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
+        pos = rows[at]
         off = grid.take(pos)
         both = PlanGrid.stack(grid.take(rows), replace(off, tp_comm_overlap=np.zeros(len(pos), dtype=np.int8)))
-        it, pk = _evaluate(both, np.arange(len(both)), options.evaluating, capacity)
+        it, pk, state = _evaluate(both, np.arange(len(both)), options.evaluating, capacity)
         iteration[rows], peak[rows] = it[: len(rows)], pk[: len(rows)]
-        it, pk = it[len(rows) :], pk[len(rows) :]
-        better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & (pk < peak[pos]))
+        mine = _Twin(state[at], state[len(rows) :], peak[pos], pk[len(rows) :])
+        better = (it[len(rows) :] < iteration[pos]) | (
+            ~np.isfinite(iteration[pos]) & mine.smaller(both, len(rows), options)
+        )
         take = pos[better]
         grid.tp_comm_overlap[take] = 0
-        iteration[take], peak[take] = it[better], pk[better]
+        iteration[take], peak[take] = it[len(rows) :][better], pk[len(rows) :][better]
         evaluated += len(pos)
     return _Scored(grid, iteration, peak, options), evaluated
+
+
+@dataclass
+class _Twin:
+    """The peaks of rows that do not fit (``row``) and of their twins without --tp-comm-overlap (``twin``),
+    as ``_by_family_states`` found them (``row_state``, ``twin_state``)."""
+
+    row_state: np.ndarray
+    twin_state: np.ndarray
+    row: np.ndarray
+    twin: np.ndarray
+
+    def smaller(self, both: PlanGrid, n_rows: int, options: _Options) -> np.ndarray:
+        """Whether each twin's peak is below its row's, as measuring each plan whose smaller micro-batch
+        fits would find it. Where a family's larger micro-batch was left unmeasured (``MID_BOUND``), the
+        twin's peak is below its row's: the two differ only in --tp-comm-overlap, whose userbuffers and
+        workspaces only add to each stage (``stage_memory._process_bytes``), and both families' smallest
+        micro-batch fits. Where the row's family failed at its smallest micro-batch (``HEAD_BOUND``, that
+        value) and the twin's later, the twin is measured unless its bound already settles it."""
+        smaller = self.twin < self.row
+        same = self.row == self.row  # a NaN peak (a split the model cannot take) is never above another
+        proven = same & (
+            (self.row_state == MID_BOUND) | ((self.row_state == MEASURED) & (self.twin_state == MID_BOUND))
+        )
+        open_ = np.flatnonzero(same & (self.row_state == HEAD_BOUND) & (self.twin_state == MID_BOUND) & smaller)
+        if len(open_):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                exact = peak_memory_bytes(both.take(n_rows + open_), options.evaluating)
+            smaller[open_] = exact < self.row[open_]
+        return smaller | proven
 
 
 def _family_blocks(grid: PlanGrid, idx: np.ndarray, size: int) -> list[np.ndarray]:
@@ -396,7 +430,7 @@ def _block_variants(scored: _Scored, capacity: float) -> _Scored:
     """For each scored row without recomputation that does not fit, its block-recomputation variant with the
     fewest layers that fit, evaluated like the others."""
     block, _ = _block_candidates(scored, capacity)
-    it, pk = _evaluate(block, np.arange(len(block)), scored.options.evaluating, capacity)
+    it, pk, _ = _evaluate(block, np.arange(len(block)), scored.options.evaluating, capacity)
     return _Scored(block, it, pk, scored.options)
 
 
@@ -523,16 +557,17 @@ def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluate
     )
 
 
-def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float) -> np.ndarray:
-    """Peak memory of the plans ``idx`` of the grid, the plans that cannot fit bounded from below.
+def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float) -> tuple[np.ndarray, np.ndarray]:
+    """Peak memory of the plans ``idx`` of the grid, the plans that cannot fit bounded from below, and how
+    each was found (``_by_family_states``).
 
     A plan's memory never falls as its micro-batch grows: weights and states do not depend on b, and
     every activation term holds b·s tokens per micro-batch times min(micro-batches in flight, m),
     which is min((p − i)·b, B/d) micro-batch-sequences for 1F1B (and alike for the interleaved
     schedule); and it does not depend on the MoE dispatcher (the all-to-all overlap keeps one more
     warm-up chunk, so it does). So the plans that differ only in the dispatcher are measured once per
-    micro-batch, smallest first; when that one does not fit, the others get its peak, a lower bound,
-    and are not measured (``_by_family``)."""
+    micro-batch, smallest first; once one does not fit, the larger ones get its peak, a lower bound,
+    and are not measured (``_by_family_states``)."""
 
     def measure(pos: np.ndarray) -> np.ndarray:
         out = np.empty(len(pos))
@@ -542,7 +577,7 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float)
                 out[start : start + CHUNK] = peak_memory_bytes(grid.take(idx[part]), ctx)
         return out
 
-    return _by_family(grid, idx, measure, lambda peak: peak > capacity)
+    return _by_family_states(grid, idx, measure, lambda peak: peak > capacity)
 
 
 SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on
@@ -550,13 +585,24 @@ FAMILY_FIELDS = tuple(f for f in FIELDS if f not in ("micro_batch", "layouts", *
 
 
 def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails) -> np.ndarray:
+    """``_by_family_states``' values alone."""
+    return _by_family_states(grid, idx, measure, fails)[0]
+
+
+MEASURED, HEAD_BOUND, MID_BOUND = 0, 1, 2  # how ``_by_family_states`` gave a plan its value
+
+
+def _by_family_states(grid: PlanGrid, idx: np.ndarray, measure, fails) -> tuple[np.ndarray, np.ndarray]:
     """A value per plan of ``idx`` that never improves as the micro-batch grows and does not depend on
     ``SAME_MEMORY`` (peak memory; block recomputation's layers): ``measure`` (positions in idx → values)
-    runs once per family and micro-batch, smallest micro-batch first; where that ``fails``, the
-    family's other plans take its value and are not measured."""
-    values = np.empty(len(idx))
+    runs once per family and micro-batch, smallest micro-batch first, in rounds: a family's next
+    micro-batch is measured only while none of its smaller ones ``fails``; the micro-batches above the
+    first that fails take its value (a lower bound) and are not measured. Also each plan's state:
+    ``MEASURED``, ``HEAD_BOUND`` (its family's smallest micro-batch failed: that value) or ``MID_BOUND``
+    (a larger one failed first: a lower bound of what measuring it would give, never below the capacity)."""
+    values, state = np.empty(len(idx)), np.zeros(len(idx), dtype=np.int8)
     if not len(idx):
-        return values
+        return values, state
     b = grid.micro_batch[idx]
     family = _family_keys(grid, idx)
     order = np.lexsort([b, family])
@@ -569,18 +615,28 @@ def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails) -> np.ndarray:
     new_sub[1:] |= ranked_b[1:] != ranked_b[:-1]
     sub = np.cumsum(new_sub) - 1  # (family, micro-batch) group of each sorted plan
     family_of_sub = np.cumsum(new_family)[new_sub] - 1
-    first_sub = new_family[new_sub]  # the smallest micro-batch of its family
     reps = order[new_sub]
-    sub_value = np.empty(len(reps))
-    heads = np.flatnonzero(first_sub)
-    sub_value[heads] = measure(reps[heads])
-    family_fails = fails(sub_value[heads])
-    rest = np.flatnonzero(~first_sub & ~family_fails[family_of_sub])
-    sub_value[rest] = measure(reps[rest])
-    bounded = np.flatnonzero(~first_sub & family_fails[family_of_sub])
-    sub_value[bounded] = sub_value[heads][family_of_sub[bounded]]
-    values[order] = sub_value[sub]
-    return values
+    subs = np.arange(len(reps))
+    rank = subs - np.flatnonzero(new_family[new_sub])[family_of_sub]  # 0: the family's smallest micro-batch
+    sub_value, measured = np.empty(len(reps)), np.zeros(len(reps), dtype=bool)
+    failed_at = np.full(int(family_of_sub[-1]) + 1, len(reps))  # each family's first failing sub
+    low = 0
+    while low <= rank.max():  # ranks [low, 2·low + 1): rounds of doubling width, a few calls of measure
+        todo = np.flatnonzero((rank >= low) & (rank <= 2 * low))
+        todo = todo[failed_at[family_of_sub[todo]] == len(reps)]  # families none of whose smaller ones failed
+        if not len(todo):
+            break
+        sub_value[todo], measured[todo] = measure(reps[todo]), True
+        bad = todo[fails(sub_value[todo])]
+        np.minimum.at(failed_at, family_of_sub[bad], bad)
+        low = 2 * low + 1
+    first_fail = failed_at[family_of_sub]
+    bounded = (subs > first_fail) & ~measured
+    sub_value[bounded] = sub_value[first_fail[bounded]]
+    head_failed = rank[np.minimum(first_fail, len(reps) - 1)] == 0
+    sub_state = np.where(bounded, np.where(head_failed, HEAD_BOUND, MID_BOUND), MEASURED)
+    values[order], state[order] = sub_value[sub], sub_state[sub]
+    return values, state
 
 
 def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_sizes: bool) -> str:

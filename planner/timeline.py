@@ -188,6 +188,58 @@ def op_order(p: int, m: int, vpp: int, rank: int, G: int | None = None) -> list[
     return [virtual(k, FWD) for k in range(warm)] + steady + [virtual(k, BWD) for k in range(total - warm, total)]
 
 
+@dataclass
+class _Run:
+    """The schedule as it runs: when each stage is free, which (kind, micro-batch, virtual stage) are done and
+    when, and the operations and transfers placed so far (``simulate``)."""
+
+    fwd: list[float]
+    bwd: list[float]
+    p2p_s: float
+    vpp: int
+    blocking_p2p: bool
+    done: dict = field(default_factory=dict)  # (kind, micro-batch, virtual stage) -> end
+    ops: list = field(default_factory=list)
+    transfers: list = field(default_factory=list)
+    free: dict = field(default_factory=dict)  # stage -> when it is free
+
+    @property
+    def last_v(self) -> int:
+        return len(self.fwd) * self.vpp - 1
+
+    def ready(self, kind: str, j: int, v: int) -> float | None:
+        """When the input of (kind, j, v) is available on its stage; None if not yet produced."""
+        if kind == FWD:
+            if v == 0:
+                return 0.0
+            prev = self.done.get((FWD, j, v - 1))
+            return None if prev is None else prev + self.p2p_s
+        if v == self.last_v:
+            return self.done.get((FWD, j, v))
+        nxt = self.done.get((BWD, j, v + 1))
+        return None if nxt is None else nxt + self.p2p_s
+
+    def place(self, i: int, kind: str, j: int, chunk: int) -> bool:
+        """Run stage i's next operation if its input is ready (and its send, blocking the stage if
+        ``blocking_p2p``); False if it must wait."""
+        p = len(self.fwd)
+        v = chunk * p + i
+        t_in = self.ready(kind, j, v)
+        if t_in is None:
+            return False
+        start = max(self.free.get(i, 0.0), t_in)
+        end = start + (self.fwd[i] if kind == FWD else self.bwd[i]) / self.vpp
+        self.done[(kind, j, v)] = end
+        self.ops.append(Op(i, j, chunk, kind, start, end))
+        self.free[i] = end
+        if ((kind == FWD and v < self.last_v) or (kind == BWD and v > 0)) and self.p2p_s > 0:
+            dst = (v + 1) % p if kind == FWD else (v - 1) % p
+            self.transfers.append(Transfer(i, dst, j, kind, end, end + self.p2p_s, self.blocking_p2p))
+            if self.blocking_p2p:
+                self.free[i] = end + self.p2p_s
+        return True
+
+
 def simulate(
     forward_s,
     backward_s,
@@ -208,51 +260,20 @@ def simulate(
         raise ValueError(
             f"need one forward and backward time per stage, m ≥ 1, and p > 1 with vpp > 1 (p {p}, m {m}, vpp {vpp})"
         )
-    last_v = p * vpp - 1
     orders = [op_order(p, m, vpp, i, G) for i in range(p)]
-    pos, free = [0] * p, [0.0] * p
-    done: dict[tuple[str, int, int], float] = {}  # (kind, micro-batch, virtual stage) -> end
-    ops: list[Op] = []
-    transfers: list[Transfer] = []
-
-    def ready(kind: str, j: int, v: int) -> float | None:
-        """When the input of (kind, j, v) is available on its stage; None if not yet produced."""
-        if kind == FWD:
-            if v == 0:
-                return 0.0
-            prev = done.get((FWD, j, v - 1))
-            return None if prev is None else prev + p2p_s
-        if v == last_v:
-            return done.get((FWD, j, v))
-        nxt = done.get((BWD, j, v + 1))
-        return None if nxt is None else nxt + p2p_s
-
+    run = _Run(fwd, bwd, p2p_s, vpp, blocking_p2p)
+    pos = [0] * p
     remaining = sum(len(o) for o in orders)
     while remaining:
         progressed = False
         for i in range(p):
-            while pos[i] < len(orders[i]):
-                kind, j, chunk = orders[i][pos[i]]
-                v = chunk * p + i
-                t_in = ready(kind, j, v)
-                if t_in is None:
-                    break
-                start = max(free[i], t_in)
-                end = start + (fwd[i] if kind == FWD else bwd[i]) / vpp
-                done[(kind, j, v)] = end
-                ops.append(Op(i, j, chunk, kind, start, end))
-                free[i] = end
-                sends = (kind == FWD and v < last_v) or (kind == BWD and v > 0)
-                if sends and p2p_s > 0:
-                    dst = (v + 1) % p if kind == FWD else (v - 1) % p
-                    transfers.append(Transfer(i, dst, j, kind, end, end + p2p_s, blocking_p2p))
-                    if blocking_p2p:
-                        free[i] = end + p2p_s
+            while pos[i] < len(orders[i]) and run.place(i, *orders[i][pos[i]]):
                 pos[i] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:  # Megatron's order never deadlocks; this guards the simulation itself
             raise RuntimeError(f"pipeline schedule deadlocked (p {p}, m {m}, vpp {vpp})")
+    ops, transfers = run.ops, run.transfers
     ops.sort(key=lambda o: (o.stage, o.start_s))
     makespan = max(o.end_s for o in ops)
     return Timeline(

@@ -331,6 +331,11 @@ def test_the_export_writes_where_bridge_keeps_it():
         and "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=true" in lines
     )
     assert "model.context_parallel_size=1" in lines and "model.virtual_pipeline_model_parallel_size=5" in lines
+    assert not any("fp8_dot_product_attention" in line for line in lines)
+    mx_req = _request(PLANS["llama3-70b mxfp8 param gather b200"])
+    fp8_attn = mx_req.ctx.options.model_copy(update={"fp8_dot_product_attention": True})
+    fp8_attn_req = mx_req.__class__(mx_req.ctx.__class__(*_ctx_parts(mx_req), fp8_attn), mx_req.plan, mx_req.gpus)
+    assert "mixed_precision.fp8_dot_product_attention=true" in dotlist(bridge_export(fp8_attn_req, "v0.6.0"))
     small = bridge_export(
         _request(PLANS["llama3-8b cuda graph whole layer"]), "v0.6.0"
     )  # recipe: "bf16_mixed", no comm_overlap

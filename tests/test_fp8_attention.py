@@ -48,3 +48,15 @@ def test_fp8_attention_rows_follow_their_recipes():
     assert fp8_attention(rows["MB-26.08-GB200-QWEN3-235B-256"])
     assert not fp8_attention(rows["MB-26.08-GB200-DSV3-256"])  # DeepSeek-V3's GB200 recipe leaves it off
     assert not fp8_attention(rows["MB-26.04-GB200-GPTOSS120B-64"])  # BF16, before 26.06
+
+
+def test_explain_names_the_fp8_attention_it_prices():
+    from planner.costs.layer_time import layer_time_formulas
+    from planner.fidelity.moe_runs import load_moe_runs
+    from planner.fidelity.validate import prepare
+
+    runs = {r.id: r for r in load_moe_runs()}
+    fp8 = prepare(runs["MB-26.06-GB200-GPTOSS120B-64"])
+    bf16 = prepare(runs["MB-26.04-GB200-GPTOSS120B-64"])
+    assert "in MXFP8 × 1.089 over the whole causal square" in layer_time_formulas(fp8.ctx, fp8.plan)["backward"].text
+    assert "MXFP8" not in layer_time_formulas(bf16.ctx, bf16.plan)["backward"].text

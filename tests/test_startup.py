@@ -57,3 +57,24 @@ def test_version_alone_is_answered_before_click_as_click_words_it():
     done = subprocess.run([sys.executable, "-c", FAST], capture_output=True, text=True, check=True)
     assert done.stdout == run_cli(["--version"]).stdout  # "megaplan, version X" either way
     assert _under(set(done.stderr.split()), "click", "planner.cli") == []
+
+
+BLAS = """
+import os, sys
+sys.argv = ["megaplan", "--version"]
+from planner.__main__ import main
+main()
+import numpy
+print(os.environ.get("OPENBLAS_NUM_THREADS"), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("3", "3")])
+def test_the_command_line_runs_numpy_blas_on_one_thread_unless_the_user_set_it(given, seen):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given:
+        env["OPENBLAS_NUM_THREADS"] = given
+    done = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, check=True, env=env)
+    assert done.stderr.split()[-1] == seen

@@ -116,6 +116,9 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
     if o.fp8 is not None and o.fp8_recipe.value == "mxfp8" and o.fp8_param_gather:
         fields["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag"] = True
         notes.append("MXFP8 with fp8_param_gather: reuse_grad_buf_for_mxfp8_param_ag=true (Bridge's MXFP8 preset)")
+    if o.fp8 is not None and o.fp8_dot_product_attention:  # a Megatron-Core config field without a Megatron-LM flag
+        fields["mixed_precision.fp8_dot_product_attention"] = True
+        notes.append("attention in FP8: mixed_precision.fp8_dot_product_attention=true (no Megatron-LM flag for it)")
     base = recipes.defaults(tag, name)
     kinds = base.get("_kinds", {})
     whole = tuple(k for k, cls in OBJECT_KINDS.items() if kinds.get(k) != cls)

@@ -231,6 +231,9 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     linear = sum(v for k, v in gtime.items() if k not in flops.ATTENTION_CORE)
     elementwise = parts["norm_residual"] / 2 + parts["rope"] + latent_norms  # the unfused softmax: in the core
     casts = fp8_cast_bytes(lt, ctx, gemms, fused_in=local, out_grad=local) if lt.fp8 else (0.0, 0.0)
+    if unfused_rope(mo):  # the op-by-op RoPE's bytes beyond the fused kernel's ``rope`` part
+        extra = compute.unfused_rope_extra_bytes(parts["rope"] / compute.FUSED_ROPE_BYTES[0])
+        casts = (casts[0] + extra[0], casts[1] + extra[1])
     tp = tp_pair_s(lt, ctx, gemms, gtime, ins, ["projection"], gather)
     modules = ctx.options.recompute_modules
     sel = core_fwd * (RecomputeModule.CORE_ATTN in modules)
@@ -240,6 +243,12 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     block = _timed(lt, ctx, linear, core_fwd, core_bwd, elementwise, tp, overhead, sel, casts)
     block["cp_fwd"], block["cp_bwd"] = _cp_ring_exposed(lt, ctx, core)
     return block
+
+
+def unfused_rope(mo) -> bool:
+    """Whether the model's rotary embedding runs op by op (``compute.unfused_rope_extra_bytes``): YaRN
+    positions outside multi-latent attention (whose decoupled rotary channels take their own path)."""
+    return mo.position_embedding_type.value == "yarn" and not mo.multi_latent_attention
 
 
 def _mlp_elementwise(lt: Letters) -> dict[str, np.ndarray]:

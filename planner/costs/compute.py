@@ -245,3 +245,27 @@ def fp8_attention_time_s(
     when there is no window). Source: NVIDIA/cudnn-frontend @3929da2ef4c1
     benchmark/sdpa_benchmark_training/results/{llama3.1,gpt_oss}/gb200 (cuDNN 9.22)."""
     return fwd_ratio * np.asarray(fwd_s, dtype=float), bwd_ratio * np.asarray(square_bwd_s, dtype=float)
+
+
+# Megatron-Core's unfused RoPE (rope_utils.py _apply_rotary_pos_emb_bshd and _rotate_half @ core_r0.16.0,
+# eager PyTorch), HBM bytes per 16-bit element of the rotated queries and keys. Forward: t·cos (r2 w2), −x2
+# (r1 w1), cat(−x2, x1) (r2 w2), ·sin (r2 w2), the sum (r4 w2), cat with the empty pass-through part (r2 w2):
+# 24. Backward (autograd): ·sin (r2 w2), neg (r1 w1), the chunk's gradient assembled (r2 w2), ·cos (r2 w2), the
+# two paths' gradients summed (r4 w2), the slice's zero-filled gradient and its copy (w2 r2 w2): 26.
+UNFUSED_ROPE_BYTES = (24.0, 26.0)
+FUSED_ROPE_BYTES = (4.0, BACKWARD_ELEMENTWISE_FACTOR * 4.0)  # elementwise_bytes' rope term, and its backward
+
+
+def unfused_rope_extra_bytes(elements: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) HBM bytes the op-by-op RoPE moves beyond the fused kernel's, for ``elements``
+    rotated 16-bit query and key elements on the GPU (s·b/c · (a + g)·d_h/t):
+
+        extra_fwd = (24 − 4)·N,   extra_bwd = (26 − 2·4)·N   (UNFUSED_ROPE_BYTES − FUSED_ROPE_BYTES)
+
+    YaRN positions run it: Megatron-Core's apply_rotary_pos_emb takes the unfused path whenever the YaRN
+    concentration factor is not 1 (rope_utils.py @ core_r0.16.0: 'mscale ... is not supported by TE's fused
+    RoPE'; GPT-OSS: 0.1·ln 32 + 1 = 1.347, yarn_rotary_pos_embedding.py _yarn_get_mscale), and
+    Megatron-Bridge turns apply_rope_fusion off for any position embedding but 'rope'
+    (src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility @ v0.4.0:83-92)."""
+    n = np.asarray(elements, dtype=float)
+    return (UNFUSED_ROPE_BYTES[0] - FUSED_ROPE_BYTES[0]) * n, (UNFUSED_ROPE_BYTES[1] - FUSED_ROPE_BYTES[1]) * n

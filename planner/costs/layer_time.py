@@ -12,7 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import Formula, compute, flops, memory
-from planner.costs.blocks import graphed_frac, layer_parts, layer_terms, layer_times, sum_blocks
+from planner.costs.blocks import (
+    fp8_attention_ratios,
+    graphed_frac,
+    layer_parts,
+    layer_terms,
+    layer_times,
+    sum_blocks,
+    unfused_rope,
+)
 from planner.costs.layer_memory import layer_activations
 from planner.costs.letters import Letters
 from planner.costs.linears import activation_message, gemm_times, tp_collectives_s, tp_formula
@@ -169,6 +177,10 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
             f"{hw.attention.kernel}: 4·b·(a/t)·s²·d_h/(2c) / (P_peak·η_fwd(s)), η rising with s as the kernel tables do"
         )
         core_bwd = "its backward, 2.5× the FLOPs at η_bwd(s)"
+        ratios = fp8_attention_ratios(ctx)
+        if ratios is not None:  # compute.fp8_attention_time_s
+            core += f", in MXFP8 × {ratios[0]:g}"
+            core_bwd += f", in MXFP8 × {ratios[1]:g} over the whole causal square (windows not skipped)"
     experts = "; MoE layers: routed experts' grouped GEMMs and shared experts (below)" if mo.is_moe else ""
     mla = "; multi-latent attention (below)" if mo.multi_latent_attention else ""
     window = (
@@ -181,6 +193,8 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         if mo.mtp_layers
         else ""
     )
+    if unfused_rope(mo):  # compute.unfused_rope_extra_bytes
+        window += "; YaRN RoPE op by op (Megatron-Core's unfused path): 24 B forward, 26 B backward per rotated element"
     graphs = " (no τ: CUDA graphs)" if opts.cuda_graph_impl.value != "none" else ""
     forward = Formula(
         f"m × Σ_stage layers × [{linear} + {core} + elementwise bytes/(W_HBM·η_mem) + τ{graphs}], slowest stage; "

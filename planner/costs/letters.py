@@ -247,7 +247,7 @@ class Letters:
             for j, (i, n) in enumerate(k):
                 index[u, j], count[u, j] = i, n
         self._table = [np.ascontiguousarray(table[..., k]) for k in range(len(COUNT_FIELDS))]
-        self._inverse = inverse[:, None]
+        self._row_start = inverse[:, None] * pmax  # each plan's split's first entry in the flattened tables
         self._pmax = pmax
         self._stage_cache: tuple | None = None
         self.type_index, self.type_count = index[inverse], count[inverse]
@@ -290,8 +290,8 @@ class Letters:
         ``last`` (the loss); ``dense`` = layers − moe."""
         if self._stage_cache is not None and self._stage_cache[0] is i:
             return self._stage_cache[1]
-        idx = np.clip(np.asarray(i), 0, self._pmax - 1)
-        out = {name: self._table[k][self._inverse, idx] for k, name in enumerate(COUNT_FIELDS)}
+        flat = self._row_start + np.clip(np.asarray(i), 0, self._pmax - 1)  # (split, rank) in the tables, flat
+        out = {name: self._table[k].take(flat) for k, name in enumerate(COUNT_FIELDS)}
         out["first"], out["last"] = out["first"] > 0, out["last"] > 0
         out["dense"] = out["layers"] - out["moe"]
         self._stage_cache = (i, out)  # the cost modules ask for the same stages several times

@@ -10,7 +10,7 @@ half its band - is reported as such and kept at its anchor, and the rest are fit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -230,28 +230,49 @@ def fit(
     values = dict(anchor, **(start or {}))
     dropped: dict[str, str] = {}
     active = list(bands)
-    if identify:  # factors the runs do not feel at all, found from one Jacobian at the start
-        r0 = problem.residuals(values)
-        effect = np.max(np.abs(_jacobian(problem, active, values, bands, r0)), axis=0) * np.array(
-            [bands[n][1] - bands[n][0] for n in active]
-        )
-        felt = {n for n, e in zip(active, effect, strict=True) if e >= MIN_EFFECT}
-        tied = {x for n, per, *_ in (_priors(cal, active) if priors else []) if {n, per} & felt for x in (n, per)}
-        for n, e in zip(list(active), effect, strict=True):
-            if e < MIN_EFFECT and n not in tied:
-                dropped[n] = (
-                    f"moving it across its band changes no run's prediction by {MIN_EFFECT:.0%} (at most {e:.2%})"
-                )
-                active.remove(n)
-                values[n] = anchor[n]
-        for n in active[max_factors:] if max_factors is not None else ():  # FIT_FIELDS' order of priority
-            dropped[n] = (
-                f"fewer runs than factors: only the first {max_factors} felt factors are fitted"
-                if max_factors > 1
-                else "fewer runs than factors: one run fits only the first factor it feels"
-            )
+    if identify:
+        active = _felt(problem, cal, bands, anchor, values, dropped, priors=priors, max_factors=max_factors)
+    sigma, spread, informed = _narrowed(
+        problem, cal, bands, anchor, values, active, dropped, identify, priors, noise_floor
+    )
+    factors = _factor_fits(cal, bands, values, active, sigma, informed, priors)
+    for n, why in dropped.items():
+        factors[n] = FactorFit(float(anchor[n]), bands[n], Status.NOT_IDENTIFIABLE.value, why=why)
+    res = problem.residuals(values)
+    sources = sorted({r.source for r in runs})
+    return Fit(hw.name, factors, float(np.mean(res**2)), len(runs), sources, spread if active else 0.0)
+
+
+def _felt(problem, cal, bands, anchor, values, dropped, *, priors: bool, max_factors: int | None) -> list[str]:
+    """The factors the runs feel, found from one Jacobian at the start (at most ``max_factors``, in FIT_FIELDS'
+    order); the others are held at their anchor with the reason in ``dropped``."""
+    active = list(bands)
+    r0 = problem.residuals(values)
+    effect = np.max(np.abs(_jacobian(problem, active, values, bands, r0)), axis=0) * np.array(
+        [bands[n][1] - bands[n][0] for n in active]
+    )
+    felt = {n for n, e in zip(active, effect, strict=True) if e >= MIN_EFFECT}
+    tied = {x for n, per, *_ in (_priors(cal, active) if priors else []) if {n, per} & felt for x in (n, per)}
+    for n, e in zip(list(active), effect, strict=True):
+        if e < MIN_EFFECT and n not in tied:
+            dropped[n] = f"moving it across its band changes no run's prediction by {MIN_EFFECT:.0%} (at most {e:.2%})"
+            active.remove(n)
             values[n] = anchor[n]
-        active = active[:max_factors] if max_factors is not None else active
+    for n in active[max_factors:] if max_factors is not None else ():  # FIT_FIELDS' order of priority
+        dropped[n] = (
+            f"fewer runs than factors: only the first {max_factors} felt factors are fitted"
+            if max_factors > 1
+            else "fewer runs than factors: one run fits only the first factor it feels"
+        )
+        values[n] = anchor[n]
+    return active[:max_factors] if max_factors is not None else active
+
+
+def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, priors, noise_floor) -> tuple:
+    """Solve, then (``identify``) drop one factor at a time while any is pushed to a bound that would set it
+    (NEVER_AT_BOUND) or has σ over MAX_SIGMA_FRAC of its band, and solve again; ``active`` and ``values`` are
+    updated in place. Returns σ per active factor, the σ of each ln(prediction), and each factor's share of
+    its information that the runs give."""
     sigma, spread, informed = np.zeros(0), 0.0, np.zeros(0)
     while active:
         prior_terms = _priors(cal, active) if priors else []
@@ -282,6 +303,12 @@ def fit(
             dropped[name] = f"σ is {frac:.0%} of its band: the runs cannot tell it from the other factors"
         active.remove(name)
         values[name] = anchor[name]
+    return sigma, spread, informed
+
+
+def _factor_fits(cal, bands, values, active, sigma, informed, priors: bool) -> dict:
+    """Each fitted factor with its σ and the bound it sits at; one tied to a kernel prior that the runs inform
+    less than MIN_INFORMED is reported as following its measurement (not identifiable)."""
     factors = {}
     tied_names = {x for n, per, *_ in (_priors(cal, active) if priors else []) for x in (n, per) if x}
     for j, n in enumerate(active):
@@ -301,11 +328,7 @@ def fit(
             )
             continue
         factors[n] = FactorFit(float(values[n]), bands[n], Status.FITTED.value, float(sigma[j]), at, informed=share)
-    for n, why in dropped.items():
-        factors[n] = FactorFit(float(anchor[n]), bands[n], Status.NOT_IDENTIFIABLE.value, why=why)
-    res = problem.residuals(values)
-    sources = sorted({r.source for r in runs})
-    return Fit(hw.name, factors, float(np.mean(res**2)), len(runs), sources, spread if active else 0.0)
+    return factors
 
 
 def _pushed_to_bound(value: float, band: tuple[float, float]) -> str | None:
@@ -369,13 +392,54 @@ def loso_drift(full: Fit, by_source: dict[str, dict]) -> dict[str, Drift]:
     return out
 
 
+MATMUL_RATE_KEYS = {"gemm_efficiency": "bf16", "fp8_gemm_efficiency": "fp8"}  # factor -> gpu.matmul_peak_frac key
+
+
+def matmul_ratios(donor: HardwareSpec, target: HardwareSpec) -> dict[str, float]:
+    """r_target/r_donor per GEMM efficiency factor, r the GPU's measured best-shape matmul rate as a
+    fraction of its own peak (``gpu.matmul_peak_frac``, MAMF); a precision either GPU does not measure
+    is left out (ratio 1)."""
+    d, t = donor.gpu.matmul_peak_frac, target.gpu.matmul_peak_frac
+    return {n: t[k] / d[k] for n, k in MATMUL_RATE_KEYS.items() if k in d and k in t}
+
+
+def carried_values(values: dict[str, float], ratios: dict[str, float]) -> dict[str, float]:
+    """A fitted preset's calibration carried to a preset of the same die: η_t = η_d · r_t/r_d for the
+    GEMM efficiencies (``matmul_ratios``), the rest as fitted. η is a fraction of each preset's own
+    datasheet peak, and the same die under another power limit reaches another fraction of it: B200 at
+    1000 W measures 1745 TFLOP/s BF16 (77.6 % of 2250), B200 in GB200 at 1200 W 1822 (72.9 % of 2500) -
+    4.4 % apart where the peaks are 11 % apart (stas00/ml-engineering compute/accelerator/README.md)."""
+    return {n: v * ratios.get(n, 1.0) for n, v in values.items()}
+
+
+def carried_fit(fit: Fit, ratios: dict[str, float]) -> Fit:
+    """``fit`` as its family preset takes it (``carried_values``): each scaled factor's value and σ."""
+    factors = {
+        n: replace(f, value=f.value * ratios[n], sigma=None if f.sigma is None else f.sigma * ratios[n])
+        if n in ratios
+        else f
+        for n, f in fit.factors.items()
+    }
+    return replace(fit, factors=factors)
+
+
+def carry_note(donor: str, ratios: dict[str, float]) -> str:
+    """Where a family preset's values come from: the donor, and the GEMM efficiencies' scaling."""
+    if not ratios:
+        return donor
+    scaled = ", ".join(f"{n} × {r:.4f}" for n, r in ratios.items())
+    return f"{donor} ({scaled}: the two GPUs' measured best-shape matmul rates over their peaks, gpu.matmul_peak_frac)"
+
+
 def fitted_hardware(fits: dict[str, Fit]) -> dict[str, HardwareSpec]:
-    """Every preset with the fitted values, the families with their donor's."""
+    """Every preset with the fitted values, the families with their donor's (``carried_values``)."""
     hw = {name: with_calibration(load_hardware(name), f.values) for name, f in fits.items()}
     for donor, targets in FAMILIES.items():
         if donor in fits:
             for t in targets:
-                hw[t] = with_calibration(load_hardware(t), fits[donor].values)
+                target = load_hardware(t)
+                ratios = matmul_ratios(load_hardware(donor), target)
+                hw[t] = with_calibration(target, carried_values(fits[donor].values, ratios))
     return hw
 
 

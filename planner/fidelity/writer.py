@@ -136,6 +136,7 @@ def write_fits(
     """Write each fit into its preset and its family's (carried over); with ``by_hardware`` (validate's
     summary) the accuracy sections too; with ``drift`` (per preset, calibrate.loso_drift) each fitted
     factor's leave-one-source-out range."""
+    from planner.fidelity.calibrate import carried_fit, carry_note, matmul_ratios
     from planner.presets import load_hardware
 
     for name, fit in fits.items():
@@ -147,10 +148,16 @@ def write_fits(
         write_hardware_file(Path(write_dir) / f"{name}.yaml", hw, cal, acc)
         for target in families.get(name, ()):
             thw = load_hardware(target)
-            cal = fitted_calibration(thw.calibration, fit, note, carried_from=name, drift=mine)
+            ratios = matmul_ratios(hw, thw)  # the GEMM efficiencies at the target GPU's measured matmul rate
+            tfit, donor = carried_fit(fit, ratios), carry_note(name, ratios)
+            tdrift = {
+                n: d.model_copy(update={"low": d.low * ratios.get(n, 1.0), "high": d.high * ratios.get(n, 1.0)})
+                for n, d in (mine or {}).items()
+            }
+            cal = fitted_calibration(thw.calibration, tfit, note, carried_from=donor, drift=tdrift)
             tacc = None
             if by_hardware is not None:
                 tacc = fitted_accuracy(
-                    fit, by_hardware.get(target), carried_from=name, donor=acc, previous=thw.accuracy
+                    tfit, by_hardware.get(target), carried_from=name, donor=acc, previous=thw.accuracy
                 )
             write_hardware_file(Path(write_dir) / f"{target}.yaml", thw, cal, tacc)

@@ -67,6 +67,12 @@ class GPUSpec(_Sourced):
         description="measured time one more GEMM adds when a GEMM runs as chunks (userbuffers' split GEMMs): "
         "the whole GEMM's time + (n − 1) × this; None: each chunk at the GEMM law's efficiency of its shape",
     )
+    matmul_peak_frac: dict[str, float] = Field(
+        default_factory=dict,
+        description="best-shape matmul throughput measured on this GPU as a fraction of its peak, by 'bf16' and "
+        "'fp8' (MAMF): what carries a fitted GEMM efficiency to another preset of the same die at another "
+        "power limit (planner.fidelity.calibrate.carried_values)",
+    )
 
     @model_validator(mode="after")
     def _cast_fractions(self) -> Self:
@@ -78,6 +84,11 @@ class GPUSpec(_Sourced):
             raise ValueError(f"fp8_cast_hbm_frac: unknown recipes {unknown}; allowed: {sorted(FP8_RECIPES)}")
         if self.fp8_cast_hbm_frac and not self.sources.get("fp8_cast_hbm_frac"):
             raise ValueError("sources must name where each number comes from; missing: fp8_cast_hbm_frac")
+        bad = {k: v for k, v in self.matmul_peak_frac.items() if k not in ("bf16", "fp8") or not 0 < v <= 1}
+        if bad:
+            raise ValueError(f"matmul_peak_frac: keys 'bf16' and 'fp8', each in (0, 1]; got {bad}")
+        if self.matmul_peak_frac and not self.sources.get("matmul_peak_frac"):
+            raise ValueError("sources must name where each number comes from; missing: matmul_peak_frac")
         return self
 
     @property

@@ -142,6 +142,18 @@ def map_fork_flags(fork: dict[str, list[str]], values: dict, files: dict[str, st
     pad = _int(fork.get("--pad-vocab-size-to", []))
     if pad is not None:
         out.model.update(vocab_size=pad, make_vocab_size_divisible_by=1)
+    _sequence_and_split(fork, out)
+    ep = _int(fork.get("--moe-expert-parallel-size", []))
+    if ep is not None:
+        out.plan["ep"] = ep
+    if any(f in fork for f in CHECKPOINTING) and values.get("recompute_granularity") != "full":
+        out.warnings.append("DeepSpeed activation checkpointing without --checkpoint-activations: no recomputation")
+    _unmodelled_and_ignored(fork, values, out)
+    return out
+
+
+def _sequence_and_split(fork: dict[str, list[str]], out: ForkPlan) -> None:
+    """DeepSpeed-Ulysses as context parallelism, and the pipeline partition method as Megatron-LM's split."""
     ulysses = _int(fork.get("--ds-sequence-parallel-size", []))
     if ulysses and ulysses > 1:
         out.plan["cp"] = ulysses
@@ -160,11 +172,10 @@ def map_fork_flags(fork: dict[str, list[str]], values: dict, files: dict[str, st
         )
     elif method and method != "type:transformer":
         out.warnings.append(f"--pp-partition-method {method} not modelled: layers split evenly over the stages")
-    ep = _int(fork.get("--moe-expert-parallel-size", []))
-    if ep is not None:
-        out.plan["ep"] = ep
-    if any(f in fork for f in CHECKPOINTING) and values.get("recompute_granularity") != "full":
-        out.warnings.append("DeepSpeed activation checkpointing without --checkpoint-activations: no recomputation")
+
+
+def _unmodelled_and_ignored(fork: dict[str, list[str]], values: dict, out: ForkPlan) -> None:
+    """A warning naming the fork flags the estimate leaves out, a note naming those it reads and ignores."""
     unmodelled = [f"{f} ({NOT_MODELLED[f]})" for f in fork if NOT_MODELLED.get(f)]
     if unmodelled:
         out.warnings.append(f"not modelled, the estimate leaves out: {'; '.join(unmodelled)}")
@@ -187,4 +198,3 @@ def map_fork_flags(fork: dict[str, list[str]], values: dict, files: dict[str, st
         out.notes.append(
             f"read and ignored, they do not change the estimate: {' '.join(ignored)} (from {'; '.join(origins)})"
         )
-    return out

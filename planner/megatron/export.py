@@ -121,7 +121,9 @@ def moe_model_flags(m) -> list:
 
 
 def parallel_flags(req: PlanRequest) -> list[str]:
-    p, o, tr = req.plan, req.ctx.options, req.ctx.training
+    """The plan's Megatron-LM flags: sizes and batches, experts, the pipeline's shape, recomputation, data
+    parallelism, precision, memory options, attention and the overlaps, in that order."""
+    p, tr = req.plan, req.ctx.training
     flags = [
         "--tensor-model-parallel-size",
         p.tp,
@@ -135,22 +137,41 @@ def parallel_flags(req: PlanRequest) -> list[str]:
     if p.cp > 1:
         flags += ["--context-parallel-size", p.cp]
     if req.ctx.model.is_moe:
-        flags += ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size", p.etp]
-        flags += ["--moe-token-dispatcher-type", p.moe_token_dispatcher.value, "--moe-grouped-gemm"]
-        if p.moe_token_dispatcher is TokenDispatcher.FLEX:
-            flags += ["--moe-flex-dispatcher-backend", o.moe_flex_dispatcher_backend.value]
-            if o.moe_flex_dispatcher_num_sms is not None:
-                flags += ["--moe-flex-dispatcher-num-sms", o.moe_flex_dispatcher_num_sms]
-        if p.overlap_moe_expert_parallel_comm:
-            flags.append("--overlap-moe-expert-parallel-comm")
-            if o.delay_wgrad_compute:
-                flags.append("--delay-wgrad-compute")
-        if o.moe_shared_expert_overlap:
-            flags.append("--moe-shared-expert-overlap")
-        if o.use_transformer_engine_op_fuser:
-            flags.append("--use-transformer-engine-op-fuser")
-        if o.moe_capacity_factor is not None:
-            flags += ["--moe-expert-capacity-factor", o.moe_capacity_factor]
+        flags += _expert_flags(req)
+    flags += _pipeline_flags(req)
+    flags += recompute_flags(req)
+    flags += _data_parallel_flags(req)
+    flags += _precision_flags(req)
+    flags += memory_option_flags(req)
+    flags.append({"bf16": "--bf16", "fp16": "--fp16"}.get(tr.precision.value, "") or None)
+    flags += _overlap_flags(req)
+    return [f for f in flags if f is not None]
+
+
+def _expert_flags(req: PlanRequest) -> list:
+    p, o = req.plan, req.ctx.options
+    flags = ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size", p.etp]
+    flags += ["--moe-token-dispatcher-type", p.moe_token_dispatcher.value, "--moe-grouped-gemm"]
+    if p.moe_token_dispatcher is TokenDispatcher.FLEX:
+        flags += ["--moe-flex-dispatcher-backend", o.moe_flex_dispatcher_backend.value]
+        if o.moe_flex_dispatcher_num_sms is not None:
+            flags += ["--moe-flex-dispatcher-num-sms", o.moe_flex_dispatcher_num_sms]
+    if p.overlap_moe_expert_parallel_comm:
+        flags.append("--overlap-moe-expert-parallel-comm")
+        if o.delay_wgrad_compute:
+            flags.append("--delay-wgrad-compute")
+    if o.moe_shared_expert_overlap:
+        flags.append("--moe-shared-expert-overlap")
+    if o.use_transformer_engine_op_fuser:
+        flags.append("--use-transformer-engine-op-fuser")
+    if o.moe_capacity_factor is not None:
+        flags += ["--moe-expert-capacity-factor", o.moe_capacity_factor]
+    return flags
+
+
+def _pipeline_flags(req: PlanRequest) -> list:
+    """The pipeline's shape (layout or virtual stages, micro-batch group, split) and sequence parallelism."""
+    p, flags = req.plan, []
     if p.pipeline_layout is not None:
         flags += ["--pipeline-model-parallel-layout", p.pipeline_layout]
     elif p.vpp > 1:
@@ -167,32 +188,41 @@ def parallel_flags(req: PlanRequest) -> list[str]:
         flags += ["--decoder-last-pipeline-num-layers", p.last_stage_layers]
     if p.sequence_parallel and p.tp > 1:
         flags.append("--sequence-parallel")
-    flags += recompute_flags(req)
+    return flags
+
+
+def _data_parallel_flags(req: PlanRequest) -> list:
+    """The distributed optimizer, its instances, and Megatron FSDP with its own checkpoint format (arguments.py)."""
+    p, flags = req.plan, []
     if p.distributed_optimizer or p.fsdp:
         flags.append("--use-distributed-optimizer")
     if p.distributed_optimizer_instances > 1:
         flags += ["--num-distributed-optimizer-instances", p.distributed_optimizer_instances]
-    if p.fsdp:  # Megatron FSDP needs its own checkpoint format (arguments.py)
-        flags += [
-            "--use-megatron-fsdp",
-            "--data-parallel-sharding-strategy",
-            p.fsdp_sharding.value,
-            "--ckpt-format",
-            "fsdp_dtensor",
-        ]
+    if p.fsdp:
+        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", p.fsdp_sharding.value]
+        flags += ["--ckpt-format", "fsdp_dtensor"]
         if p.fsdp_outer_sharding is not FsdpOuterSharding.NO_SHARD:
             flags += ["--outer-dp-sharding-strategy", p.fsdp_outer_sharding.value]
+    return flags
+
+
+def _precision_flags(req: PlanRequest) -> list:
+    o, flags = req.ctx.options, []
     if o.fp8 is not None:
         flags += ["--fp8-format", o.fp8.value]
         if o.fp8_recipe is not Fp8Recipe.DELAYED:
             flags += ["--fp8-recipe", o.fp8_recipe.value]
         if o.fp8_param_gather:
             flags.append("--fp8-param-gather")
-    flags += memory_option_flags(req)
-    flags.append({"bf16": "--bf16", "fp16": "--fp16"}.get(tr.precision.value, "") or None)
+    return flags
+
+
+def _overlap_flags(req: PlanRequest) -> list:
+    """The attention backend and the overlap and fusion switches."""
+    p, o = req.plan, req.ctx.options
     # auto (Megatron's default) lets Transformer Engine pick flash or cuDNN fused attention, which keep no
     # s×s tensor; forcing "flash" would rule out cuDNN's kernel on Hopper and any kernel in fp32
-    flags += ["--attention-backend", "unfused" if o.attention_kernel is AttentionKernel.UNFUSED else "auto"]
+    flags = ["--attention-backend", "unfused" if o.attention_kernel is AttentionKernel.UNFUSED else "auto"]
     for enabled, flag in (
         (o.overlap_grad_reduce, "--overlap-grad-reduce"),
         (o.overlap_param_gather, "--overlap-param-gather"),
@@ -207,7 +237,7 @@ def parallel_flags(req: PlanRequest) -> list[str]:
             flags.append(flag)
     if o.tp_comm_overlap and o.tp_comm_overlap_cfg is not None and o.tp_comm_overlap_cfg.name != "bridge":
         flags += ["--tp-comm-overlap-cfg", o.tp_comm_overlap_cfg.name]
-    return [f for f in flags if f is not None]
+    return flags
 
 
 def max_position_embeddings(req: PlanRequest) -> int:
@@ -324,19 +354,8 @@ def tokenizer_lines(req: PlanRequest) -> tuple[str, str]:
     )
 
 
-def slurm_script(req: PlanRequest, warning: str | None = None) -> str:
-    """A complete sbatch script launching pretrain_gpt.py with torchrun on every node.
-
-    What only the user knows (paths, account, run length, learning rate) is marked PLACEHOLDER;
-    the paths are required variables, so the script stops with a message if one is left unset.
-    ``warning`` (a plan written although it does not fit) heads the script.
-    """
-    gpn = req.ctx.hardware.gpus_per_node
-    nodes = -(-req.gpus // gpn)
-    per_node = min(gpn, req.gpus)
-    env = "".join(line + "\n" for line in environment_lines(req))
-    plan_args = "\n".join("    " + line.removesuffix(" \\") for line in flags_text(req).rstrip().splitlines())
-    tokenizer_vars, tokenizer = tokenizer_lines(req)
+def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | None) -> str:
+    """The script's first lines: what it launches, the plan's label, and the #SBATCH directives."""
     label = plan_label(
         req.plan.model_dump(mode="json"), moe=req.ctx.model.is_moe, options=req.ctx.options.model_dump(mode="json")
     )
@@ -354,7 +373,25 @@ def slurm_script(req: PlanRequest, warning: str | None = None) -> str:
 #SBATCH --time=PLACEHOLDER_HH:MM:SS
 #SBATCH --partition=PLACEHOLDER_PARTITION
 #SBATCH --account=PLACEHOLDER_ACCOUNT
+"""
 
+
+def slurm_script(req: PlanRequest, warning: str | None = None) -> str:
+    """A complete sbatch script launching pretrain_gpt.py with torchrun on every node.
+
+    What only the user knows (paths, account, run length, learning rate) is marked PLACEHOLDER;
+    the paths are required variables, so the script stops with a message if one is left unset.
+    ``warning`` (a plan written although it does not fit) heads the script.
+    """
+    gpn = req.ctx.hardware.gpus_per_node
+    nodes = -(-req.gpus // gpn)
+    per_node = min(gpn, req.gpus)
+    env = "".join(line + "\n" for line in environment_lines(req))
+    plan_args = "\n".join("    " + line.removesuffix(" \\") for line in flags_text(req).rstrip().splitlines())
+    tokenizer_vars, tokenizer = tokenizer_lines(req)
+    return (
+        _sbatch_header(req, nodes, per_node, warning)
+        + f"""
 set -euo pipefail
 {env}
 : "${{MEGATRON_DIR:?set MEGATRON_DIR to your Megatron-LM checkout (PLACEHOLDER)}}"
@@ -387,3 +424,4 @@ srun --ntasks-per-node=1 torchrun \\
     "$MEGATRON_DIR/pretrain_gpt.py" \\
     "${{PLAN_ARGS[@]}}" "${{TOKENIZER_ARGS[@]}}" "${{TRAINING_ARGS[@]}}"
 """
+    )

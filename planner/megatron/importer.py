@@ -388,7 +388,7 @@ def import_fields(
     script sources or submits are read beside it, in ``base_dir``; ``extra`` flags follow the script's."""
     import shlex
 
-    from planner.megatron.modelzoo import READ_NOTE, modelzoo_command
+    from planner.megatron.modelzoo import modelzoo_command
 
     zoo = modelzoo_command(text, env or {})
     launch = extract_launch(zoo or text, env, read_file=read_beside(base_dir, script_path))
@@ -409,7 +409,22 @@ def import_fields(
     world = gpus or launch.world_size
     if world is None:
         raise PlannerError(world_unknown(launch))
-    warnings, notes = list(args.warnings), [READ_NOTE] if zoo else []
+    warnings, notes = _launch_notes(launch, args, dropped, lone, read_zoo=bool(zoo), gpus_given=gpus is not None)
+    data, read, departs = megatron_fields(
+        args, gpus=world, model=model, hardware=hardware, files=launch.files, allocator_conf=launch.allocator_conf
+    )
+    counts = ", ".join(f"{k} {v}" for k, v in launch.counts.items())
+    world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")
+    warned, said = tuple(warnings + departs), tuple(notes + read)
+    return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text)
+
+
+def _launch_notes(launch, args, dropped, lone, *, read_zoo: bool, gpus_given: bool) -> tuple[list[str], list[str]]:
+    """The warnings and notes of reading a launch: what was ignored or unset, how many launches the script
+    holds, the defaults it fills (when --gpus is not given), its entry point, and the files it could not read."""
+    from planner.megatron.modelzoo import READ_NOTE
+
+    warnings, notes = list(args.warnings), [READ_NOTE] if read_zoo else []
     if args.values.get("rampup_batch_size"):
         notes.append("--rampup-batch-size ignored: the estimate is for the full global batch of the steady state")
     if dropped:
@@ -422,22 +437,15 @@ def import_fields(
             f"the script launches Megatron-LM {launch.launches} times; this plan is its first launch's (to read "
             "another, give that launch's line alone)"
         )
-    if gpus is None:
+    if not gpus_given:
         notes += launch.defaults
     warnings += entry_point_warning(launch.entry_point)
     if launch.unread:
         warnings.append(
             f"did not read {', '.join(launch.unread)} (not on this machine where the script's path leads, beside it or "
-            "above it); if it sets values the "
-            "launch uses, pass them with --env NAME=VALUE"
+            "above it); if it sets values the launch uses, pass them with --env NAME=VALUE"
         )
-    data, read, departs = megatron_fields(
-        args, gpus=world, model=model, hardware=hardware, files=launch.files, allocator_conf=launch.allocator_conf
-    )
-    counts = ", ".join(f"{k} {v}" for k, v in launch.counts.items())
-    world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")
-    warned, said = tuple(warnings + departs), tuple(notes + read)
-    return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text)
+    return warnings, notes
 
 
 def _ub_cfg_path(v: dict, warnings: list[str]) -> str | None:

@@ -19,6 +19,63 @@ class PatternError(ValueError):
     """A layer pattern that is not a list expression of Megatron-LM's grammar."""
 
 
+class _Parser:
+    """A recursive-descent reader of the tokens of one pattern expression (``parse_pattern``'s grammar)."""
+
+    def __init__(self, text: str, tokens: list[str]):
+        self.text, self.tokens, self.pos = text, tokens, 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> str:
+        tok = self.peek()
+        if tok is None or (expected is not None and tok != expected):
+            raise PatternError(f"{self.text!r}: expected {expected or 'more'} at token {self.pos + 1}")
+        self.pos += 1
+        return tok
+
+    def integer(self) -> int:
+        tok = self.take()
+        if not tok.isdigit():
+            raise PatternError(f"{self.text!r}: expected an integer, got {tok!r}")
+        return int(tok)
+
+    def atom(self) -> list[int]:
+        if self.peek() == "[":
+            self.take("[")
+            items = [] if self.peek() == "]" else [self.integer()]
+            while self.peek() == ",":
+                self.take(",")
+                items.append(self.integer())
+            self.take("]")
+            return items
+        if self.peek() == "(":
+            self.take("(")
+            inner = self.total()
+            self.take(")")
+            return inner
+        if self.peek() is not None and self.peek().isdigit():  # n*[...]
+            n = self.integer()
+            self.take("*")
+            return self.atom() * n
+        raise PatternError(f"{self.text!r}: expected a list at token {self.pos + 1}")
+
+    def product(self) -> list[int]:
+        value = self.atom()
+        while self.peek() == "*":
+            self.take("*")
+            value = value * self.integer()
+        return value
+
+    def total(self) -> list[int]:
+        value = self.product()
+        while self.peek() == "+":
+            self.take("+")
+            value = value + self.product()
+        return value
+
+
 def parse_pattern(text: str) -> list[int]:
     """The list a Megatron-LM pattern expression evaluates to: ``"([0]*3+[1]*2)"`` -> [0, 0, 0, 1, 1].
 
@@ -30,62 +87,10 @@ def parse_pattern(text: str) -> list[int]:
     tokens = _TOKEN.findall(text)
     if "".join(tokens) != re.sub(r"\s", "", text):
         raise PatternError(f"{text!r} is not a list expression")
-    pos = 0
-
-    def peek() -> str | None:
-        return tokens[pos] if pos < len(tokens) else None
-
-    def take(expected: str | None = None) -> str:
-        nonlocal pos
-        tok = peek()
-        if tok is None or (expected is not None and tok != expected):
-            raise PatternError(f"{text!r}: expected {expected or 'more'} at token {pos + 1}")
-        pos += 1
-        return tok
-
-    def integer() -> int:
-        tok = take()
-        if not tok.isdigit():
-            raise PatternError(f"{text!r}: expected an integer, got {tok!r}")
-        return int(tok)
-
-    def atom() -> list[int]:
-        if peek() == "[":
-            take("[")
-            items = [] if peek() == "]" else [integer()]
-            while peek() == ",":
-                take(",")
-                items.append(integer())
-            take("]")
-            return items
-        if peek() == "(":
-            take("(")
-            inner = total()
-            take(")")
-            return inner
-        if peek() is not None and peek().isdigit():  # n*[...]
-            n = integer()
-            take("*")
-            return atom() * n
-        raise PatternError(f"{text!r}: expected a list at token {pos + 1}")
-
-    def product() -> list[int]:
-        value = atom()
-        while peek() == "*":
-            take("*")
-            value = value * integer()
-        return value
-
-    def total() -> list[int]:
-        value = product()
-        while peek() == "+":
-            take("+")
-            value = value + product()
-        return value
-
-    result = total()
-    if pos != len(tokens):
-        raise PatternError(f"{text!r}: unexpected {tokens[pos]!r} at token {pos + 1}")
+    parser = _Parser(text, tokens)
+    result = parser.total()
+    if parser.pos != len(tokens):
+        raise PatternError(f"{text!r}: unexpected {tokens[parser.pos]!r} at token {parser.pos + 1}")
     if any(v not in (0, 1) for v in result):
         raise PatternError(f"{text!r}: a layer pattern holds only 0s and 1s")
     return result

@@ -1,0 +1,140 @@
+"""search measures only the rows that can change its result (``search._by_family_states``: a family's larger
+micro-batches are left unmeasured once a smaller one does not fit; a twin without --tp-comm-overlap is kept
+where neither fits, its userbuffers only adding memory). Pruned and unpruned searches must agree number for
+number: the unpruned one here measures every micro-batch of every family whose smallest one fits (what
+search did before), and both results are compared whole (``SearchResult.to_json``)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import replace
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import planner.search as search_module
+from planner.api import make_request
+from planner.costs.estimate import peak_memory_bytes
+from planner.errors import InfeasibleError
+from planner.search import HEAD_BOUND, MEASURED, recipe_options, search
+from planner.space.candidates import NO_PINS, Pins, candidate_grid
+
+
+def _every_micro_batch(grid, idx, measure, fails):
+    """The unpruned screening: every family measured at every micro-batch (one row of each), and where its
+    smallest micro-batch fails, its other rows take that value (``HEAD_BOUND``), as search did before."""
+    values, state = np.empty(len(idx)), np.full(len(idx), MEASURED, dtype=np.int8)
+    if not len(idx):
+        return values, state
+    key, b = search_module._family_keys(grid, idx), grid.micro_batch[idx]
+    order = np.lexsort([b, key])
+    _, sub = np.unique(np.stack([key[order], b[order]]), axis=1, return_inverse=True)
+    sub = sub.reshape(-1)
+    first = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])  # one row of each (family, micro-batch)
+    sub_value = measure(order[first])
+    fam = key[order][first]
+    head = np.r_[True, fam[1:] != fam[:-1]]
+    head_of = np.flatnonzero(head)[np.cumsum(head) - 1]  # each sub's family's smallest micro-batch
+    bounded = ~head & fails(sub_value[head_of])
+    sub_value = np.where(bounded, sub_value[head_of], sub_value)
+    values[order], state[order] = sub_value[sub], np.where(bounded, HEAD_BOUND, MEASURED)[sub]
+    return values, state
+
+
+@contextmanager
+def unpruned():
+    with mock.patch.object(search_module, "_by_family_states", _every_micro_batch):
+        yield
+
+
+CASES = {  # small spaces that still have twins, block variants, hybrid variants and rows that do not fit
+    "gpt3": ("gpt3-175b", "dgx-a100-superpod", (64, 128)),
+    "mixtral": ("mixtral-8x7b", "dgx-h100-superpod", (16, 32)),
+    "llama": ("llama3-8b", "dgx-h100-superpod", (8, 16)),
+}
+
+
+def _result(ctx, gpus, pins, **kw):
+    try:
+        return search(ctx, gpus, pins, **kw).to_json()
+    except InfeasibleError as e:
+        return str(e)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(sorted(CASES)),
+    which=st.integers(0, 1),
+    batch=st.sampled_from([32, 64, 128]),
+    top=st.sampled_from([1, 3, 10]),
+    rank=st.sampled_from([("time", "risk"), ("time", "estimate"), ("memory", "risk")]),
+    tpo=st.sampled_from([None, None, True, False]),
+    headroom=st.sampled_from([None, 0.2]),
+)
+def test_pruned_search_equals_the_unpruned_one(case, which, batch, top, rank, tpo, headroom):
+    model, hardware, sizes = CASES[case]
+    gpus = sizes[which]
+    ctx = make_request(model=model, gpus=gpus, hardware=hardware, global_batch=batch).ctx
+    pins = Pins(tp_comm_overlap=tpo)
+    kw = dict(top=top, sort=rank[0], rank_by=rank[1], memory_headroom=headroom)
+    pruned = _result(ctx, gpus, pins, **kw)
+    with unpruned():
+        whole = _result(ctx, gpus, pins, **kw)
+    assert pruned == whole
+
+
+def test_deepseek_v3_pruned_search_equals_the_unpruned_one():
+    """A space where many families fit at their smallest micro-batch and not at larger ones, with twins
+    whose row does not fit at its smallest micro-batch while the twin does (the measured case of
+    ``_Twin.smaller``)."""
+    ctx = make_request(model="deepseek-v3", gpus=256, hardware="dgx-h100-superpod", global_batch=512).ctx
+    pruned = _result(ctx, 256, NO_PINS, top=5)
+    with unpruned():
+        whole = _result(ctx, 256, NO_PINS, top=5)
+    assert isinstance(pruned, dict) and pruned["feasible"] > 0
+    assert pruned == whole
+
+
+@pytest.mark.parametrize(
+    "model,gpus,hardware", [("gpt3-175b", 64, "dgx-a100-superpod"), ("mixtral-8x7b", 32, "dgx-h100-superpod")]
+)
+def test_a_twin_without_tp_overlap_always_needs_less_memory(model, gpus, hardware):
+    """What ``_Twin.smaller`` relies on: the same plan without --tp-comm-overlap needs strictly less memory
+    (its userbuffers, [s·b/c, h] each, and the TE workspaces of 3 userbuffer streams are gone), on every
+    legal row with sequence parallelism, whatever else differs."""
+    ctx = make_request(model=model, gpus=gpus, hardware=hardware).ctx
+    grid = candidate_grid(ctx, gpus, NO_PINS)
+    grid, options = recipe_options(ctx, NO_PINS, grid)
+    rows = np.flatnonzero(grid.tp_comm_overlap > 0)
+    rows = rows[np.random.default_rng(0).permutation(len(rows))[:4000]]
+    on = grid.take(rows)
+    off = replace(on, tp_comm_overlap=np.zeros(len(rows), dtype=np.int8))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a, b = peak_memory_bytes(on, options.evaluating), peak_memory_bytes(off, options.evaluating)
+    finite = np.isfinite(a)
+    assert np.array_equal(finite, np.isfinite(b)) and finite.sum() > 1000
+    assert np.all(b[finite] < a[finite])
+    # the difference is at least the userbuffers of one micro-batch: 10 buffers of s·b·h 16-bit elements / c
+    s, h = ctx.training.seq_len, ctx.model.hidden_size
+    least = 10 * 2 * s * on.micro_batch * h / on.cp
+    assert np.all((a - b)[finite] >= least[finite] * (1 - 1e-12))
+
+
+def test_a_twin_whose_bound_cannot_settle_it_is_measured():
+    """Where the row's family failed at its smallest micro-batch (its peak: that value) and the twin's family
+    at a larger one than the twin's own (its peak: a lower bound), the twin is measured: ``smaller`` is the
+    exact comparison whichever side of the twin's exact peak the row's value falls."""
+    ctx = make_request(model="gpt3-175b", gpus=64).ctx
+    grid, options = recipe_options(ctx, NO_PINS, candidate_grid(ctx, 64, NO_PINS))
+    row = np.flatnonzero(grid.tp_comm_overlap > 0)[:1]
+    twin = replace(grid.take(row), tp_comm_overlap=np.zeros(1, dtype=np.int8))
+    both = search_module.PlanGrid.stack(grid.take(row), twin)
+    exact = peak_memory_bytes(twin, options.evaluating)[0]
+    for row_value, expected in ((exact * 1.01, True), (exact * 0.99, False)):
+        pair = search_module._Twin(
+            np.array([HEAD_BOUND]), np.array([search_module.MID_BOUND]), np.array([row_value]), np.array([exact * 0.5])
+        )
+        assert pair.smaller(both, 1, options)[0] == expected
