@@ -136,12 +136,13 @@ class Explanation:
     evaluation: Evaluation
 
 
-def explain(req: PlanRequest, memory_headroom: float | None = None) -> dict:
-    """The plan JSON of one configuration, with the memory of every pipeline stage."""
-    return explain_plan(req, memory_headroom).plan_json
+def explain(req: PlanRequest, memory_headroom: float | None = None, *, suggest: bool = True) -> dict:
+    """The plan JSON of one configuration, with the memory of every pipeline stage (and, for a plan that
+    does not fit, ``fit_suggestions`` unless ``suggest`` is False)."""
+    return explain_plan(req, memory_headroom, suggest=suggest).plan_json
 
 
-def explain_plan(req: PlanRequest, memory_headroom: float | None = None) -> Explanation:
+def explain_plan(req: PlanRequest, memory_headroom: float | None = None, *, suggest: bool = True) -> Explanation:
     """``explain`` with the evaluation kept (the schedule simulation reads its stage times)."""
     grid = PlanGrid.from_plans([req.plan])
     broken = rule_messages(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus)
@@ -150,7 +151,7 @@ def explain_plan(req: PlanRequest, memory_headroom: float | None = None) -> Expl
     with np.errstate(divide="ignore", invalid="ignore"):
         ev = evaluate(grid, req.ctx, stages=True)
     out = plan_json(req.ctx, req.gpus, grid, ev, 0, broken, memory_headroom)
-    if not out["estimate"]["fits"]:
+    if suggest and not out["estimate"]["fits"]:
         out["fit_suggestions"] = fit_suggestions(req, memory_headroom)
     return Explanation(out, ev)
 

@@ -191,6 +191,22 @@ def test_pictures_without_matplotlib(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize(
+    "command", [["explain", *SMALL, "--schedule-file"], ["sweep", "--model", "gpt3-175b", "--gpus", "128", "--plot"]]
+)
+def test_an_existing_picture_is_refused_before_matplotlib_is_asked_for(monkeypatch, tmp_path, command):
+    # trial 3: without matplotlib, `--schedule-file existing.png` said "needs matplotlib"; installing it only led
+    # to "exists; pass --overwrite". The file the user has is the first thing to say.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    existing = tmp_path / "existing.png"
+    existing.write_bytes(b"mine")
+    result = run([*command, str(existing)])
+    assert_bad_input(result, f"{command[-1]}: {existing} exists; pass --overwrite to replace it")
+    assert "matplotlib" not in result.stderr
+    assert existing.read_bytes() == b"mine"
+    assert_bad_input(run([*command, str(existing), "--overwrite"]), f"{command[-1]} needs matplotlib")
+
+
+@pytest.mark.parametrize(
     "args, needles",
     [
         (["--gpus", "8,128"], ["no plan on 8 GPUs", "--skip-infeasible"]),

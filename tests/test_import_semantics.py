@@ -193,7 +193,28 @@ def test_an_unknown_tokenizer_type_can_be_overridden_and_the_message_says_how(tm
     assert import_megatron(main, extra="--vocab-size 129280").request.ctx.model.vocab_size == 129280
     named = import_megatron(main.replace("MyFork", "DeepSeekV3"))  # the type names a known tokenizer
     assert named.request.ctx.model.vocab_size == 129280
-    assert any("the tokenizer of deepseek-ai/DeepSeek-V3" in n for n in named.notes)
+    assert any(
+        "--tokenizer-type DeepSeekV3Tokenizer: the DeepSeek-V3 tokenizer (preset deepseek-v3)" in n for n in named.notes
+    )
+
+
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        # Qwen3-235B-A22B has a preset of its own: the note names it, not the Qwen3 model whose row found the
+        # tokenizer (trial 3 read "Qwen/Qwen3-235B-A22B: the tokenizer of Qwen/Qwen3-30B-A3B")
+        ("Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B: the Qwen3 tokenizer (preset qwen3-235b-a22b)"),
+        ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B: the Qwen3 tokenizer (preset qwen3-30b-a3b)"),
+        ("/models/qwen3-8b/", "/models/qwen3-8b/: the Qwen3 tokenizer (preset qwen3-30b-a3b)"),  # no preset
+        ("unsloth/DeepSeek-V3", "unsloth/DeepSeek-V3: the DeepSeek-V3 tokenizer (preset deepseek-v3)"),
+    ],
+)
+def test_a_named_tokenizer_is_said_by_its_family_and_the_preset_whose_vocabulary_it_takes(name, says):
+    main = f"torchrun --nproc-per-node 8 pretrain_gpt.py {NET} --tokenizer-type HuggingFaceTokenizer "
+    imp = import_megatron(main + f"--tokenizer-model {name}\n")
+    assert imp.request.ctx.model.vocab_size == (151936 if "wen" in name else 129280)
+    assert any(f"vocabulary {imp.request.ctx.model.vocab_size} from --tokenizer-model {says}" in n for n in imp.notes)
+    assert not any("Qwen3-30B-A3B" in n for n in imp.notes if "235B" in name)
 
 
 def test_explain_of_a_script_shows_the_architecture_it_read_in_three_lines(tmp_path):

@@ -235,3 +235,33 @@ def test_runs_use_the_behaviour_of_their_time():
     assert n21["vpp"] == 3 and n21["micro_batch"] == 2  # run_table_1.sh: 5 layers per virtual stage, MBS 2
     assert runs["MLM-README-H100-70B"].request["options"]["attention_kernel"] == "flash"
     assert any("unstated" in a for a in runs["MLM-README-H100-70B"].assumptions)
+
+
+def test_each_plan_is_evaluated_once_for_its_metrics_and_the_memory_verdicts(monkeypatch):
+    # a run published with several metrics (K22 Table 5: iteration time, MFU, HFU) is one plan: one evaluation,
+    # which memory.reference_verdicts reads back instead of evaluating the plan again
+    from planner.fidelity import memory
+    from planner.fidelity import validate as val
+
+    runs = [r for r in load_runs() if r.id.split(":")[0] == "K22-T5-22B-selSP"]
+    assert [r.metric for r in runs] == ["iteration time (s)", "MFU (Eq. 7)", "HFU (Eq. 8)"]
+    calls = []
+
+    def counted(grid, ctx, **kw):
+        calls.append(ctx.model.name)
+        return real(grid, ctx, **kw)
+
+    real = val.evaluate
+    val._on_preset.cache_clear()
+    monkeypatch.setattr(val, "evaluate", counted)
+    rows = val.validate(runs)["runs"]
+    assert len(calls) == 1 and len(rows) == 3
+    monkeypatch.setattr(memory, "load_runs", lambda: runs)
+    (verdict,) = memory.reference_verdicts()
+    assert len(calls) == 1  # read back: no second evaluation
+    # the values are those of each run evaluated on its own (predict evaluates afresh)
+    assert [r["predicted"] for r in rows] == [val.predict(run) for run in runs]
+    req = api.make_request(hardware=runs[0].hardware, **runs[0].request)
+    from planner.costs.estimate import peak_memory_bytes
+
+    assert verdict["peak_gib"] * 2**30 == pytest.approx(peak_memory_bytes(PlanGrid.from_plans([req.plan]), req.ctx)[0])

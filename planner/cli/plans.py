@@ -107,8 +107,9 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
 
     one_output(**{"--json": as_json, "--brief": brief})  # the JSON is whole; --brief would be dropped
     if schedule_file:
-        plots.check_picture_path(schedule_file, "--schedule-file", svg_without_matplotlib=True)
-        refuse_existing("--schedule-file", schedule_file, overwrite)
+        plots.check_picture_path(schedule_file, "--schedule-file", drawable=False)
+        refuse_existing("--schedule-file", schedule_file, overwrite)  # the user's file first, then matplotlib
+        plots.check_drawable(schedule_file, "--schedule-file", svg_without_matplotlib=True)
     resolved = resolve(kw, search_best=True)
     say_notes(resolved)
     if resolved.searched:

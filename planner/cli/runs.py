@@ -167,8 +167,9 @@ def sweep(
 
     sizes = parse_gpu_sizes(gpu_sizes)
     if plot_file:
-        plots.check_picture_path(plot_file, "--plot")
-        refuse_existing("--plot", plot_file, overwrite)
+        plots.check_picture_path(plot_file, "--plot", drawable=False)
+        refuse_existing("--plot", plot_file, overwrite)  # the user's file first, then matplotlib
+        plots.check_drawable(plot_file, "--plot")
     req, pins, _ = _inputs(kw)
     with progress("sweeping", total=len(sizes)) as step:
         result = run_sweep(

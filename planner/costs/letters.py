@@ -277,7 +277,7 @@ class Letters:
         ``distinct`` view of the grid, made once) and read back per plan: arrays (their first axis the
         view's plans), and dicts, tuples and dataclasses of them (``collectives.Link``). On a view, ``fn``
         of the view itself."""
-        if self._view:
+        if self._view or len(self.t) == 1:  # one plan: it is its own distinct shape
             return fn(self)
         if self._shapes is None:
             self._shapes = self.distinct(SHAPE_KEY, SHAPE_CARRIED)

@@ -25,13 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner import api
-from planner.costs.estimate import peak_memory_bytes
 from planner.fidelity.runs import load_runs
+from planner.fidelity.validate import preset_evaluation
 from planner.hardware.spec import GIB
 from planner.megatron.importer import import_megatron
 from planner.plan import plan_label
 from planner.presets import presets_root
-from planner.space.grid import PlanGrid
 
 KINDS = ("measured", "ran", "oom", "oom_allocator")
 
@@ -82,7 +81,7 @@ def load_memory_runs() -> list[MemoryRun]:
 def predict_memory(run: MemoryRun) -> dict:
     """The plan's memory with no headroom: the most loaded stage's total against what PyTorch can
     allocate, and the allocated memory of the stage a measurement comes from."""
-    pj = api.explain(run.request(), memory_headroom=0.0)
+    pj = api.explain(run.request(), memory_headroom=0.0, suggest=False)
     est, stages = pj["estimate"], {s["stage"]: s for s in pj["stages"]}
     at = stages[0] if run.stage == "first" else stages[pj["parallel"]["pp"] - 1]
     out = {
@@ -119,8 +118,8 @@ def reference_verdicts() -> list[dict]:
         if rid in seen:
             continue
         seen.add(rid)
-        req = api.make_request(hardware=run.hardware, **run.request)
-        peak = float(peak_memory_bytes(PlanGrid.from_plans([req.plan]), req.ctx)[0]) / GIB
+        req, ev = preset_evaluation(run.hardware, run.request)  # as validate evaluated it
+        peak = float(ev.peak_memory_bytes[0]) / GIB
         allocatable = req.ctx.hardware.memory.allocatable_gib
         rows.append(
             {

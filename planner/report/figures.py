@@ -13,7 +13,7 @@ from planner.errors import PlannerError
 from planner.report.picture import DPI, INSTALL_HINT, Picture, matplotlib_or_error
 from planner.timeline import FWD, Timeline
 
-__all__ = ["DPI", "INSTALL_HINT", "check_picture_path", "save", "schedule_picture", "sweep_figure"]
+__all__ = ["DPI", "INSTALL_HINT", "check_drawable", "check_picture_path", "save", "schedule_picture", "sweep_figure"]
 
 SUFFIXES = (".svg", ".png")
 FWD_COLORS = ("#1f5fbf", "#4f8fe6", "#86b6f0", "#b9d5f7")
@@ -21,9 +21,9 @@ BWD_COLORS = ("#2e8b3a", "#5cb85c", "#95d195", "#c4e6c4")
 COMM_COLOR, DP_COLOR, OPT_COLOR = "#e6a700", "#b03aa8", "#c0392b"
 
 
-def check_picture_path(path: str, option: str, svg_without_matplotlib: bool = False) -> Path:
-    """Refuse an unknown suffix, a folder that does not exist or cannot be written, or a missing
-    matplotlib (not needed for an SVG written directly), before any work."""
+def check_picture_path(path: str, option: str, svg_without_matplotlib: bool = False, *, drawable: bool = True) -> Path:
+    """Refuse an unknown suffix, a folder that does not exist or cannot be written, or (``drawable``,
+    ``check_drawable``) a missing matplotlib, before any work."""
     p = Path(path)
     if p.suffix.lower() not in SUFFIXES:
         raise PlannerError(f"{option} {path!r}: unknown picture format {p.suffix or '(none)'!r}; allowed: .svg, .png")
@@ -32,9 +32,17 @@ def check_picture_path(path: str, option: str, svg_without_matplotlib: bool = Fa
         raise PlannerError(f"{option} {path!r}: folder {str(folder)!r} does not exist")
     if not os.access(folder, os.W_OK) or (p.exists() and (p.is_dir() or not os.access(p, os.W_OK))):
         raise PlannerError(f"{option} {path!r}: cannot write there (permission denied)")
-    if not (svg_without_matplotlib and p.suffix.lower() == ".svg"):
-        _matplotlib(option)
+    if drawable:
+        check_drawable(path, option, svg_without_matplotlib)
     return p
+
+
+def check_drawable(path: str, option: str, svg_without_matplotlib: bool = False) -> None:
+    """Refuse a picture matplotlib would draw when it is missing (an SVG written directly needs none): the
+    command line checks the path and whether the file exists first, so a user is told of their file before
+    being asked to install anything."""
+    if not (svg_without_matplotlib and Path(path).suffix.lower() == ".svg"):
+        _matplotlib(option)
 
 
 def _matplotlib(option: str):
