@@ -335,7 +335,18 @@ def test_the_export_writes_where_bridge_keeps_it():
     mx_req = _request(PLANS["llama3-70b mxfp8 param gather b200"])
     fp8_attn = mx_req.ctx.options.model_copy(update={"fp8_dot_product_attention": True})
     fp8_attn_req = mx_req.__class__(mx_req.ctx.__class__(*_ctx_parts(mx_req), fp8_attn), mx_req.plan, mx_req.gpus)
-    assert "mixed_precision.fp8_dot_product_attention=true" in dotlist(bridge_export(fp8_attn_req, "v0.6.0"))
+    fp8_attn_exp = bridge_export(fp8_attn_req, "v0.6.0")
+    assert "mixed_precision.fp8_dot_product_attention=true" in dotlist(fp8_attn_exp)
+    head = header_options(dotlist_text(fp8_attn_exp))
+    back = request_from_bridge(
+        read_bridge_text(dotlist_text(fp8_attn_exp)),
+        tag="v0.6.0",
+        recipe=head["bridge_recipe"],
+        gpus=int(head["gpus"]),
+        hardware=head["hardware"],
+        env=head["env"],
+    ).request
+    assert back.ctx.options.fp8_dot_product_attention  # read back: a field without a Megatron-LM flag
     small = bridge_export(
         _request(PLANS["llama3-8b cuda graph whole layer"]), "v0.6.0"
     )  # recipe: "bf16_mixed", no comm_overlap

@@ -254,6 +254,15 @@ def test_slurm_script_has_nodes_launcher_environment_and_placeholders():
     assert "GPT2BPETokenizer" in script
     blackwell = export.slurm_script(make_request(model="llama3-8b", hardware="dgx-b200-superpod", gpus=64, tp=2))
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in blackwell
+    assert "fp8_dot_product_attention" not in blackwell
+    fp8_attn = make_request(
+        model="llama3-8b",
+        hardware="dgx-b200-superpod",
+        gpus=64,
+        tp=2,
+        options=dict(fp8="e4m3", fp8_recipe="mxfp8", fp8_dot_product_attention=True),
+    )
+    assert "# NOTE: the plan runs attention in FP8" in export.slurm_script(fp8_attn)  # no Megatron-LM flag for it
 
 
 def test_slurm_script_reads_back_as_the_same_plan():

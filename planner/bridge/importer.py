@@ -230,6 +230,8 @@ def bridge_import_fields(
     argv = to_argv(merged, tag, is_moe)
     exports = "".join(f"export {shlex.quote(e)}\n" for e in env)
     read = import_fields(exports + shlex.join(argv), gpus=gpus, model=model, hardware=hardware)
+    if merged.get("mixed_precision.fp8_dot_product_attention"):  # a Megatron-Core field without a Megatron-LM flag
+        read.data["options"]["fp8_dot_product_attention"] = True
     return replace(read, notes=tuple(notes) + read.notes, warnings=tuple(warnings) + read.warnings, argv=argv)
 
 
