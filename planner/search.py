@@ -362,19 +362,36 @@ def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, t
     keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
     # a twin's family is its row's: all twins lack the overlap, all their rows have it
     for rows in _family_blocks(grid, np.arange(len(grid)), BLOCK, keys):
-        it, pk, state = _evaluate(grid, rows, options.evaluating, capacity, keys[rows])  # the rows, read in place
-        iteration[rows], peak[rows] = it, pk
         at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
         pos = rows[at]
         off = replace(grid.take(pos), tp_comm_overlap=np.zeros(len(pos), dtype=np.int8))
-        it, pk, off_state = _evaluate(off, np.arange(len(off)), options.evaluating, capacity, keys[pos])
-        mine = _Twin(state[at], off_state, peak[pos], pk)
+        (it, pk, state), (tw_it, tw_pk, tw_state) = _rows_and_twins(grid, rows, off, at, options, capacity, keys[rows])
+        iteration[rows], peak[rows] = it, pk
+        it, pk = tw_it, tw_pk
+        mine = _Twin(state[at], tw_state, peak[pos], pk)
         better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & mine.smaller(off, options))
         take = pos[better]
         grid.tp_comm_overlap[take] = 0
         iteration[take], peak[take] = it[better], pk[better]
         evaluated += len(pos)
     return _Scored(grid, iteration, peak, options), evaluated
+
+
+def _rows_and_twins(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, capacity: float, keys) -> tuple:
+    """``_evaluate`` of the ``rows`` of the grid (``keys``: their families) and of their twins ``off`` (the
+    rows ``at`` among them, without the overlap): a large block in place and its twins apart (one copy of
+    the twins only), a small one in one evaluation (each call of the cost functions costs milliseconds)."""
+    ctx = options.evaluating
+    if len(rows) > CHUNK:
+        return _evaluate(grid, rows, ctx, capacity, keys), _evaluate(off, np.arange(len(off)), ctx, capacity, keys[at])
+    _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
+    family = family.reshape(-1)
+    both = PlanGrid.stack(grid.take(rows), off)
+    it, pk, state = _evaluate(
+        both, np.arange(len(both)), ctx, capacity, np.concatenate([family, family[at] + len(rows)])
+    )
+    n = len(rows)
+    return (it[:n], pk[:n], state[:n]), (it[n:], pk[n:], state[n:])
 
 
 @dataclass
@@ -621,15 +638,16 @@ def _by_family_states(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None
     sub_value, measured = np.empty(len(reps)), np.zeros(len(reps), dtype=bool)
     failed_at = np.full(int(family_of_sub[-1]) + 1, len(reps))  # each family's first failing sub
     low = 0
-    while low <= rank.max():  # ranks [low, 2·low + 1): rounds of doubling width, a few calls of measure
-        todo = np.flatnonzero((rank >= low) & (rank <= 2 * low))
+    top = 2 if len(reps) > CHUNK else len(reps)  # few plans: every other micro-batch in the second call
+    while low <= rank.max():  # ranks [low, top·low]: rounds of doubling width, a few calls of measure
+        todo = np.flatnonzero((rank >= low) & (rank <= top * low))
         todo = todo[failed_at[family_of_sub[todo]] == len(reps)]  # families none of whose smaller ones failed
         if not len(todo):
             break
         sub_value[todo], measured[todo] = measure(reps[todo]), True
         bad = todo[fails(sub_value[todo])]
         np.minimum.at(failed_at, family_of_sub[bad], bad)
-        low = 2 * low + 1
+        low = top * low + 1
     first_fail = failed_at[family_of_sub]
     bounded = (subs > first_fail) & ~measured
     sub_value[bounded] = sub_value[first_fail[bounded]]
