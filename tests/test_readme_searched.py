@@ -146,3 +146,31 @@ def test_r080_interleaving_keeps_m_a_multiple_of_p():
     interleaved = {p["parallel"]["micro_batch"] for p in plans if p["parallel"]["vpp"] > 1}
     assert 3 not in interleaved and {1, 2} <= interleaved
     assert all((24 // p["parallel"]["micro_batch"]) % 6 == 0 for p in plans if p["parallel"]["vpp"] > 1)
+
+
+def test_readme_rows_run_transformer_engine_1x_userbuffers():
+    """r0.8.0 (July 2024) ran Transformer Engine 1.x, whose initialize_ub (@ v1.8) registers every overlap
+    with add_ub's defaults: num_sm 16, set_sm_margin 0, the pipeline in 4 chunks. TE 2.0 turned the margin
+    on for the pipelined and bulk overlaps. By hand, a 1 ms GEMM chunk beside a 0.5 ms reduce-scatter kernel
+    on 16 of 132 SMs: with the margin cuBLAS runs on 116 SMs the whole chunk, 1 · 16/116 = 0.1379 ms more;
+    without it the GEMM loses the 16 SMs only while the kernel runs, 0.5 · 16/132 = 0.0606 ms."""
+    from planner.costs.communication import ub_sm_charge_s
+    from planner.hardware.userbuffers import AG_RING_OPS, OPS, RS_OPS, resolved_op
+
+    for run in _readme_runs():
+        cfg = run.request["options"]["tp_comm_overlap_cfg"]
+        if run.request["tp"] == 1:
+            assert cfg is None
+            continue
+        assert "Transformer Engine 1.x" in cfg.name
+        for name in OPS:
+            op = resolved_op(cfg, name, np.array([8]))
+            assert not op["margin"][0] and op["num_sm"][0] == 16
+            if name in AG_RING_OPS + RS_OPS:  # ring exchanges in t = 8 chunks, the pipeline in 4
+                assert op["splits"][0] == (4 if name in RS_OPS else 8) and op["pipeline"][0] == (name in RS_OPS)
+    kw = dict(sm_comm=True)
+    assert float(ub_sm_charge_s(1e-3, 0.5e-3, 16, 132, margin=True, **kw)) == pytest.approx(1e-3 * 16 / 116)
+    assert float(ub_sm_charge_s(1e-3, 0.5e-3, 16, 132, margin=False, **kw)) == pytest.approx(0.5e-3 * 16 / 132)
+    assert 1e-3 * 16 / 116 == pytest.approx(0.1379e-3, rel=1e-3) and 0.5e-3 * 16 / 132 == pytest.approx(
+        0.0606e-3, rel=1e-3
+    )

@@ -184,6 +184,15 @@ def _k22(row: dict) -> list[Run]:
 MLM_SEARCHED = ("micro_batch", "vpp", "recompute")
 
 
+def _te1_userbuffers():
+    """Transformer Engine 1.x's userbuffer defaults (presets/userbuffers/te1_defaults.yaml): the README rows
+    ran Megatron-Core r0.8.0 (July 2024), before TE 2.0 (February 2025) turned the SM margin on."""
+    from planner.hardware.userbuffers import load_config_file
+
+    cfg = load_config_file(str(presets_root() / "userbuffers" / "te1_defaults.yaml"))
+    return cfg.model_copy(update={"name": "Transformer Engine 1.x's defaults (presets/userbuffers/te1_defaults.yaml)"})
+
+
 def _mlm(row: dict) -> list[Run]:
     """A row of the README's weak-scaling table (images/model_table.png, commit f2e5db402c). Published:
     layers, hidden size, heads, TP, PP, DP, GPUs, global batch (the table); vocabulary 131,072, sequence
@@ -218,7 +227,11 @@ def _mlm(row: dict) -> list[Run]:
         distributed_optimizer=True,
         stage_split="even",
         options=dict(
-            attention_kernel="flash", overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=t > 1
+            attention_kernel="flash",
+            overlap_grad_reduce=True,
+            overlap_param_gather=True,
+            tp_comm_overlap=t > 1,
+            tp_comm_overlap_cfg=_te1_userbuffers() if t > 1 else None,
         ),
     )
     assumptions = (
@@ -231,6 +244,8 @@ def _mlm(row: dict) -> list[Run]:
         "unstated, assumed: bf16 (the MFU/TFLOP/s ratio is the BF16 dense peak), an even pipeline split, "
         "GPT-3 architecture (4h GeLU MLP, learned positions), "
         "Megatron-Core r0.8.0's flash attention (Transformer Engine)",
+        "implied by the date (July 2024, r0.8.0): Transformer Engine 1.x, whose userbuffers default to no SM "
+        "margin (initialize_ub @ v1.8; TE 2.0, February 2025, turned it on for the pipelined and bulk overlaps)",
     )
     return [
         Run(
