@@ -26,7 +26,10 @@ bubble + pp_comm): with equal stages of t_f + t_b per micro-batch and no transfe
 et al. 2021 §2.2). With blocking transfers of c the closed form charges 2(m + p − 1)·c, a cycle of
 t_f + c + t_b + c on every stage; the simulation lands between (m + p − 1)(t_f + t_b) and that,
 close to the top, because the first and the last stage send only one way per cycle, which takes
-a few transfers off the critical path. With real plans they differ by under 2 %: besides that,
+a few transfers off the critical path. With the overlap, the interleaved fill and drain wait p
+transfers at each wrap from the last stage back to the first, less the other stages' slack; the closed
+form charges exactly that (``pipeline.interleaved_wrap_wait_s``, tests/test_pipeline_wraps.py). With
+real plans they differ by under 2 %: besides that,
 the last stage's logits make it slower than the others, and the simulation lets the faster stages
 run ahead where the closed form charges every stage the slowest one's pace in the steady state;
 the interleaved fill and drain also differ a little from (p − 1)(t_f + t_b)/vpp when stages

@@ -148,12 +148,12 @@ def validate(as_json: bool, regret: bool, choice: bool, as_csv: bool) -> None:
         megaplan validate --choice
         megaplan validate --csv > validation.csv
     """
-    from planner.fidelity import validate as val
-    from planner.fidelity.memory import validate_memory
-    from planner.report.memory import memory_validation_view
-
     if choice:
         return _validate_choice(as_json, as_csv)
+    from planner.fidelity import validate as val
+    from planner.fidelity.memory import validate_memory  # the launch-script reader: not for --choice
+    from planner.report.memory import memory_validation_view
+
     result = val.validate()
     if regret:
         with progress("searching each run's best plan", total=len(result["runs"])) as step:

@@ -18,7 +18,7 @@ from planner.costs.flop_terms import flop_terms
 from planner.costs.layer_time import activation_message, layer_time_formulas, layer_times, stage_step
 from planner.costs.letters import Letters
 from planner.costs.linears import tp_link
-from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers
+from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, interleaved_wrap_wait_s
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes, stage_params
 from planner.hardware.collectives import (
     Link,
@@ -381,7 +381,8 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
         return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
 
     p2p = _p2p_time_s(lt, ctx)
-    fwd_all, bwd_all = pick(fwd + step["comm_fwd"]), pick(bwd + rec + tp + cp + mo - step["comm_fwd"])
+    stage_f, stage_b = fwd + step["comm_fwd"], bwd + rec + tp + cp + mo - step["comm_fwd"]
+    fwd_all, bwd_all = pick(stage_f), pick(stage_b)
     dp = np.where(lt.fsdp_params, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, fwd, rep, count))
     dp = dp + _hsdp_outer_s(lt, ctx, step, mem, n, count)
     time = {
@@ -392,7 +393,7 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
         "tp_comm": lt.m * pick(tp),
         "cp_comm": lt.m * pick(cp),
         "moe_comm": lt.m * pick(mo),
-        "pp_comm": _pp_exposed_s(lt, ctx, p2p, fwd_all, bwd_all),
+        "pp_comm": _pp_exposed_s(lt, ctx, p2p, (fwd_all, bwd_all), (stage_f, stage_b, count)),
         "dp_comm": dp + lt.m * pick(fsdp),
         "embedding_comm": _embedding_sync_s(lt, ctx),
         "bubble": bubble,
@@ -403,16 +404,23 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     return {k: np.broadcast_to(v, (len(rows), 1))[:, 0].astype(float) for k, v in time.items()}, slow_col, p2p
 
 
-def _pp_exposed_s(lt: Letters, ctx: Context, p2p: np.ndarray, fwd_all: np.ndarray, bwd_all: np.ndarray) -> np.ndarray:
+def _pp_exposed_s(lt: Letters, ctx: Context, p2p: np.ndarray, slowest: tuple, stages: tuple) -> np.ndarray:
     """Exposed pipeline sends: the warm-up and cool-down transfers, and with the interleaved schedule
-    (--overlap-p2p-comm) the steady state's sends longer than a chunk-step's compute (``fwd_all`` and
-    ``bwd_all``: the slowest stage's per-micro-batch forward and backward)."""
+    (--overlap-p2p-comm) the transfers its fill and drain wait at each wrap from the last stage back to
+    the first (``pipeline.interleaved_wrap_wait_s``) and the steady state's sends longer than a
+    chunk-step's compute. ``slowest``: the slowest stage's per-micro-batch forward and backward;
+    ``stages``: every kind of stage's forward and backward and how many stages share it."""
     hw, opts = ctx.hardware, ctx.options
+    (fwd_all, bwd_all), (stage_f, stage_b, count) = slowest, stages
     pp = exposed_p2p_transfers(lt.p, lt.m, lt.vpp, overlap_p2p=opts.overlap_p2p_comm) * p2p
     if opts.overlap_p2p_comm:  # interleaved: sends longer than a chunk-step's compute show
         share = float(hidden_comm_contention_s(1.0, hw.network.nccl_p2p_sms, hw.gpu.sm_count))
         steady = comm.pp_interleaved_exposed_s(p2p, lt.m, lt.vpp, fwd_all / lt.vpp, bwd_all / lt.vpp, sm_share=share)
-        pp = pp + np.where((lt.vpp > 1) & (lt.p > 1), steady, 0.0)
+        used = count > 0
+        slack_f = np.sum(np.where(used, count * (fwd_all - stage_f), 0.0), axis=1, keepdims=True) / lt.vpp
+        slack_b = np.sum(np.where(used, count * (bwd_all - stage_b), 0.0), axis=1, keepdims=True) / lt.vpp
+        wraps = interleaved_wrap_wait_s(p2p, lt.p, lt.vpp, slack_f, slack_b)
+        pp = pp + np.where((lt.vpp > 1) & (lt.p > 1), steady + wraps, 0.0)
     return pp
 
 
@@ -501,7 +509,8 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
         pp_text = "0 (pp = 1)"
     elif plan.vpp > 1 and opts.overlap_p2p_comm:
         pp_text = (
-            f"2(p − 1) fill-and-drain transfers × ({message}), + m·v × what each send takes beyond a "
+            f"2(p − 1) fill-and-drain transfers × ({message}), + at each of the v − 1 wraps of the fill and of the "
+            "drain p transfers less the other stages' slack (G = p), + m·v × what each send takes beyond a "
             "chunk-step's compute (the interleaved schedule overlaps the rest; what hides costs the compute "
             f"{ctx.hardware.network.nccl_p2p_sms or 0}/{ctx.hardware.gpu.sm_count} of itself, NCCL's send/receive SMs)"
         )
@@ -516,7 +525,11 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
     shard = ("d·c" if R == 1 or hfsdp else f"(d·c/{R})") if plan.distributed_optimizer or plan.fsdp else "1"
     time = {
         **layer_time_formulas(ctx, plan),
-        "pp_comm": Formula(pp_text, "Narayanan et al. 2021 §2.2, §4.1; Megatron-LM arguments.py (p2p overlap)"),
+        "pp_comm": Formula(
+            pp_text,
+            "Narayanan et al. 2021 §2.2, §4.1; Megatron-LM arguments.py (p2p overlap), schedules.py "
+            "(get_schedule_table); pipeline.interleaved_wrap_wait_s",
+        ),
         "dp_comm": Formula(
             dp_text + (" (experts over expert-DP)" if ctx.model.is_moe else ""),
             "Megatron-LM distributed optimizer and DDP buckets; ring cost Thakur et al. 2005",

@@ -98,6 +98,30 @@ def in_flight_microbatches(
     return np.where(vpp > 1, chunks / vpp, one_f_one_b).astype(float)
 
 
+def interleaved_wrap_wait_s(
+    p2p_s: ArrayLike, p: ArrayLike, vpp: ArrayLike, slack_fwd_s: ArrayLike, slack_bwd_s: ArrayLike
+) -> np.ndarray:
+    """What the interleaved schedule's fill and drain wait for transfers beyond the 2(p − 1) of
+    ``exposed_p2p_transfers``: W = (v − 1)·[max(0, p·d − σ_f) + max(0, p·d − σ_b)].
+
+    With the default micro-batch group G = p the first stage runs chunk k of micro-batches 0..p − 1,
+    then needs micro-batch 0's chunk k from the last stage: it went round all p stages, p transfers of
+    d, while stage 0 ran p chunks of its own. So each of the v − 1 wraps of the warm-up waits p·d, less
+    what the other stages' chunks take less than the slowest one's (their slack,
+    σ_f = Σ_{i≠s}(F_s − F_i)/v over the per-micro-batch forwards F, the slowest stage s), and the
+    cool-down's wraps likewise with the backwards (σ_b). Megatron-LM schedules.py
+    forward_backward_pipelining_with_interleaving (get_schedule_table: groups of G micro-batches per
+    chunk). Exact against the op-by-op schedule (``planner.timeline.simulate``) on the validation
+    plans (tests/test_pipeline_wraps.py); with even stages the fill and drain expose 2(p·v − 1)
+    transfers in all. 0 with vpp 1 or p 1.
+    """
+    d, p, v = (np.asarray(x, dtype=float) for x in (p2p_s, p, vpp))
+    wait = (v - 1) * (
+        np.maximum(p * d - np.asarray(slack_fwd_s), 0.0) + np.maximum(p * d - np.asarray(slack_bwd_s), 0.0)
+    )
+    return np.where((p > 1) & (v > 1), wait, 0.0)
+
+
 def exposed_p2p_transfers(p: ArrayLike, m: ArrayLike, vpp: ArrayLike, *, overlap_p2p: bool) -> np.ndarray:
     """Transfers on the critical path of one iteration.
 
@@ -105,7 +129,8 @@ def exposed_p2p_transfers(p: ArrayLike, m: ArrayLike, vpp: ArrayLike, *, overlap
     micro-batches waits for one forward and one backward transfer, and filling and draining the
     pipeline adds p − 1 of each: 2(m + p − 1). The interleaved schedule sends vpp times as much
     (Narayanan et al. 2021 §2.2.2): 2(m·vpp + p − 1); with its default p2p overlap only the fill
-    and drain stay exposed: 2(p − 1). None with p = 1.
+    and drain stay exposed: 2(p − 1), and the waits at the fill's and drain's wraps from the last stage
+    to the first (``interleaved_wrap_wait_s``). None with p = 1.
     """
     p, m, vpp = (np.asarray(x, dtype=float) for x in (p, m, vpp))
     interleaved = 2 * (p - 1) if overlap_p2p else 2 * (m * vpp + p - 1)

@@ -148,7 +148,7 @@ def reference_settings(major: int | None = None) -> tuple[Setting, ...]:
     a whole plan request to build)."""
     from planner.fidelity.moe_runs import load_moe_runs
     from planner.fidelity.runs import load_runs
-    from planner.fidelity.validate import prepare
+    from planner.fidelity.validate import prepared
 
     groups: dict[tuple, list] = {}
     for run in [*load_runs(), *load_moe_runs()]:
@@ -156,7 +156,7 @@ def reference_settings(major: int | None = None) -> tuple[Setting, ...]:
             continue
         if major is not None and _preset_generation(run.hardware) != major:
             continue
-        req = prepare(run)
+        req = prepared(run)
         codes = feature_codes(PlanGrid.from_plans([req.plan]), req.ctx, req.gpus)
         groups.setdefault(_setting_key(run, req), []).append((run, req, codes))
     out = []

@@ -135,9 +135,20 @@ def preset_evaluation(hardware: str, request: dict) -> tuple[api.PlanRequest, ob
     return _on_preset(hardware, False, _ReqKey(request))
 
 
+def prepared(run: Run) -> api.PlanRequest:
+    """``prepare(run)`` on the run's own preset, kept for the process (``evidence.reference_settings``
+    reads the same requests validate evaluates)."""
+    return _prepared(run.hardware, _ReqKey(plan_request(run)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _prepared(hardware: str, key: _ReqKey) -> api.PlanRequest:
+    return api.make_request(hardware=load_hardware(hardware), **key.request)
+
+
 @functools.lru_cache(maxsize=1024)
 def _on_preset(hardware: str, layer: bool, key: _ReqKey):
-    req = api.make_request(hardware=load_hardware(hardware), **key.request)
+    req = _prepared(hardware, key)
     return req, _evaluation("layer" if layer else "", req)
 
 
