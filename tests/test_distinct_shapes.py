@@ -83,6 +83,40 @@ def test_iteration_time_without_memory_is_evaluates(case, seed, rows):
         np.testing.assert_array_equal(iteration_s(grid, ctx), evaluate(grid, ctx).iteration_s)
 
 
+def _evaluation_values(ev) -> dict:
+    values = {"iteration_s": ev.iteration_s, "peak": ev.peak_memory_bytes, "stage": ev.peak_stage}
+    return {**values, **{f"time.{k}": v for k, v in ev.time.items()}, **{f"mem.{k}": v for k, v in ev.memory.items()}}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_evaluation_is_the_same_with_the_stage_arrays_row_major(case, monkeypatch):
+    """The (plan, stage) arrays are column-major (``Letters.stage``: a plan's letters broadcast along long
+    inner loops); a term summed over the stages must not depend on it (a row-major sum adds in another order)."""
+    ctx, grid = _grid(*case)
+    grid = grid.take(np.random.default_rng(7).choice(len(grid), size=min(500, len(grid)), replace=False))
+    lt = Letters(grid, ctx)
+    assert lt.type_index.flags.f_contiguous and lt.stage(lt.type_index)["layers"].flags.f_contiguous
+    with np.errstate(divide="ignore", invalid="ignore"):
+        columns = _evaluation_values(evaluate(grid, ctx))
+        tables, stage = Letters._stage_tables, Letters.stage
+
+        def row_major_tables(self, grid, ctx):
+            tables(self, grid, ctx)
+            self.type_index, self.type_count = (
+                np.ascontiguousarray(self.type_index),
+                np.ascontiguousarray(self.type_count),
+            )
+
+        monkeypatch.setattr(Letters, "_stage_tables", row_major_tables)
+        monkeypatch.setattr(
+            Letters, "stage", lambda self, i: {k: np.ascontiguousarray(v) for k, v in stage(self, i).items()}
+        )
+        rows = _evaluation_values(evaluate(grid, ctx))
+    assert Letters(grid, ctx).type_index.flags.c_contiguous  # the patch took
+    for name, value in rows.items():
+        np.testing.assert_array_equal(columns[name], value, err_msg=name)
+
+
 def test_a_view_refuses_the_letters_its_key_does_not_decide():
     ctx, grid = _grid(*CASES[1])
     lt = Letters(grid.take(np.arange(50)), ctx)

@@ -374,7 +374,9 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
     per_mb = fwd + bwd + rec + step["offload"] + tp + cp + mo + fsdp
     slow_col = np.argmax(np.where(count > 0, per_mb, -np.inf), axis=1)
-    slowest, total = per_mb[rows, slow_col][:, None], np.sum(count * per_mb, axis=1, keepdims=True)
+    slowest = per_mb[rows, slow_col][:, None]
+    # row by row as a row-major array sums it (the stage terms are column-major: ``Letters.stage``)
+    total = np.sum(np.ascontiguousarray(count * per_mb), axis=1, keepdims=True)
     bubble = bubble_time_s(total, slowest, lt.vpp)
 
     def pick(x):  # the slowest stage's term

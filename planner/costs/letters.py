@@ -107,7 +107,7 @@ def _per_plan(value, inverse: np.ndarray, rows: int, seen: dict):
     if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != rows:
         return value  # a number, or an array every plan shares (broadcast)
     if id(value) not in seen:
-        seen[id(value)] = (value, value[inverse])  # the value is kept: its id is not reused meanwhile
+        seen[id(value)] = (value, value.take(inverse, axis=0))  # kept: its id is not reused meanwhile
     return seen[id(value)][1]
 
 
@@ -250,8 +250,12 @@ class Letters:
         self._row_start = inverse[:, None] * pmax  # each plan's split's first entry in the flattened tables
         self._pmax = pmax
         self._stage_cache: tuple | None = None
-        self.type_index, self.type_count = index[inverse], count[inverse]
-        self.split_legal = legal[inverse][:, None]
+        # (N, S) arrays column-major (``stage``), as every per-stage term computed from them
+        self.type_index, self.type_count = (
+            np.asfortranarray(index.take(inverse, axis=0)),
+            np.asfortranarray(count.take(inverse, axis=0)),
+        )
+        self.split_legal = legal.take(inverse)[:, None]
 
     def distinct(self, key: tuple[str, ...], carried: tuple[str, ...] = ()) -> tuple[Letters, np.ndarray]:
         """The letters of one plan per distinct value of the ``key`` letters, with the ``carried`` letters
@@ -266,7 +270,7 @@ class Letters:
             if name.startswith("_"):  # stage tables and what the cost modules cached for these rows
                 continue
             if name in key or name in carried:
-                value = value[first]
+                value = value.take(first, axis=0)
             elif isinstance(value, np.ndarray) and value.ndim == 2 and value.shape[0] == n:
                 value = _NotInKey(name)
             setattr(view, name, value)
@@ -290,8 +294,8 @@ class Letters:
         ``last`` (the loss); ``dense`` = layers − moe."""
         if self._stage_cache is not None and self._stage_cache[0] is i:
             return self._stage_cache[1]
-        flat = self._row_start + np.clip(np.asarray(i), 0, self._pmax - 1)  # (split, rank) in the tables, flat
-        out = {name: self._table[k].take(flat) for k, name in enumerate(COUNT_FIELDS)}
+        flat = (self._row_start + np.clip(np.asarray(i), 0, self._pmax - 1)).T  # (split, rank) in the tables
+        out = {name: self._table[k].take(flat).T for k, name in enumerate(COUNT_FIELDS)}  # column-major
         out["first"], out["last"] = out["first"] > 0, out["last"] > 0
         out["dense"] = out["layers"] - out["moe"]
         self._stage_cache = (i, out)  # the cost modules ask for the same stages several times
