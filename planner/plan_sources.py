@@ -158,6 +158,13 @@ def resolve_plan(values: dict, given: set[str], *, search_best: bool = False) ->
     ``given``: the names the user gave. A file source with the options given beside it applied over
     its fields (each with a note), else the plan options; with ``search_best`` and neither tp nor pp
     given, search's best plan for the options given. The plan is checked once, after the overrides."""
+    if (
+        values.get("bridge_recipe")
+        and not values.get("model")
+        and not any(_given(values, s, given) for S in SOURCES for s in S.selectors)
+    ):
+        given = given | {"bridge_override"}  # the recipe alone is the source, as search reads it: nothing to override
+        values = {**values, "bridge_override": ()}
     source = pick_source(values, given)
     if source is None:
         if not values.get("model"):

@@ -265,3 +265,61 @@ def test_the_library_recipe_a_perf_recipe_starts_from_is_its_base_even_under_ano
     assert w.recipe == "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"
     read, _ = read_bridge_source({"bridge_config": f"{path}#{name}"})
     assert any("assumed from base recipe qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config" in n for n in read.notes)
+
+
+def test_a_recipe_copied_out_of_its_package_is_refused_naming_the_helper_it_cannot_read(tmp_path):
+    """`git show v0.6.0:.../deepseek/h100/deepseek_v3.py > x.py` leaves its family's common.py behind: the
+    helpers it calls (here _ds_common: selective recomputation) would set nothing and the plan would change
+    without a word (DeepSeek-V3 1024 H100 BF16: FITS 63.9 GiB -> DOES NOT FIT 81.4 GiB), so it is refused."""
+    alone = tmp_path / "deepseek_v3.py"
+    alone.write_text(RECIPES)
+    with pytest.raises(PlannerError, match=r"uses _ds_common from megatron\.bridge\.perf_recipes\.deepseek\.common"):
+        read_workload(alone.read_text(), "deepseek_v3_pretrain_512gpu_gb300_bf16_config", alone)
+    with pytest.raises(PlannerError, match="perf_recipes folder"):
+        read_bridge_source({"bridge_config": f"{alone}#deepseek_v3_pretrain_64gpu_gb300_fp8mx_fsdp_config"})
+
+
+def test_a_missing_family_module_inside_the_package_and_a_missing_shared_env_are_refused(recipe_file):
+    (recipe_file.parents[1] / "common.py").unlink()
+    with pytest.raises(PlannerError, match="uses _ds_common from"):
+        _read(recipe_file, "deepseek_v3_pretrain_512gpu_gb300_bf16_config")
+    env_only = recipe_file.parent / "env_only.py"
+    env_only.write_text(
+        "from ..shared import SHARED_ENV\n\n\n"
+        "def llama3_8b_pretrain_8gpu_h100_bf16_config():\n"
+        "    cfg = llama3_8b_pretrain_config()\n"
+        '    cfg.env_vars = {**SHARED_ENV, "CUDA_DEVICE_MAX_CONNECTIONS": 1}\n'
+        "    return cfg\n"
+    )
+    with pytest.raises(PlannerError, match=r"uses SHARED_ENV from \.\.shared"):
+        _read(env_only, "llama3_8b_pretrain_8gpu_h100_bf16_config")
+
+
+def test_the_cli_refuses_a_lone_recipe_copy_in_one_line(tmp_path):
+    from conftest import one_line_error, run_cli
+
+    alone = tmp_path / "deepseek_v3.py"
+    alone.write_text(RECIPES)
+    res = run_cli(["explain", "--bridge-config", f"{alone}#deepseek_v3_pretrain_512gpu_gb300_bf16_config"])
+    assert one_line_error(res).startswith("megaplan: error: workload deepseek_v3_pretrain_512gpu_gb300_bf16_config")
+
+
+def test_a_workload_file_that_is_not_python_or_lacks_the_name_is_one_line_naming_what_is_there(tmp_path, recipe_file):
+    """Trial 4: a perf file with a syntax error ended in a SyntaxError traceback; a misspelt function name of a
+    v0.6.0 file said 'allowed: none' (the v0.2.1 list); `FILE#` and `#NAME` were read as other things."""
+    from conftest import one_line_error, run_cli
+
+    broken = tmp_path / "broken_perf.py"
+    broken.write_text("def llama3_8b_pretrain_8gpu_h100_bf16_config(:\n    cfg = 1\n")
+    line = one_line_error(run_cli(["explain", "--bridge-config", f"{broken}#llama3_8b_pretrain_8gpu_h100_bf16_config"]))
+    assert line == "megaplan: error: broken_perf.py: not Python megaplan can read (line 1: invalid syntax)"
+    (recipe_file.parents[1] / "common.py").write_text("def _ds_common(cfg:\n")  # a module it imports, broken
+    with pytest.raises(PlannerError, match=r"^common\.py: not Python megaplan can read \(line 1"):
+        read_workload(recipe_file.read_text(), "deepseek_v3_pretrain_512gpu_gb300_bf16_config", recipe_file)
+    typo = "deepseek_v3_pretrain_512gpu_gb300_bf16_confg"
+    with pytest.raises(
+        PlannerError, match=r"did you mean deepseek_v3_pretrain_512gpu_gb300_bf16_config\?\); allowed: "
+    ):
+        read_workload(recipe_file.read_text(), typo, recipe_file)
+    assert "no workload name after '#'" in one_line_error(run_cli(["explain", "--bridge-config", f"{broken}#"]))
+    assert "no file before '#'" in one_line_error(run_cli(["explain", "--bridge-config", "#x"]))

@@ -239,3 +239,25 @@ def test_a_sequence_beyond_a_rope_models_positions_is_noted_not_silent():
     assert "seq 1,000,000 is beyond llama3-8b's max_position_embeddings 8,192" in long.stderr
     assert "--max-position-embeddings 1000000" in long.stderr
     assert "max_position_embeddings" not in run([*args, "--seq-len", "8192"]).stderr
+
+
+def test_two_orders_or_two_validations_asked_at_once_are_refused_not_one_dropped():
+    """Trial 4: `search --rank-by memory --sort time` ranked by memory and `--rank-by risk --sort memory` too,
+    dropping one without a word; `validate --choice --regret` ran --choice only."""
+    base = ["search", "--model", "llama3-8b", "--gpus", "64", "--top", "1"]
+    assert "--sort time and --rank-by memory ask for two orders" in one_line_error(
+        run([*base, "--rank-by", "memory", "--sort", "time"])
+    )
+    assert "--sort memory and --rank-by risk" in one_line_error(run([*base, "--rank-by", "risk", "--sort", "memory"]))
+    same = run([*base, "--rank-by", "memory", "--sort", "memory", "--json"])
+    assert same.exit_code == 0 and json.loads(same.stdout)["plans"]
+    assert "--choice and --regret: choose one" in one_line_error(run(["validate", "--choice", "--regret"]))
+
+
+def test_a_bridge_recipe_alone_is_explained_as_search_reads_it():
+    """Trial 4: `explain --bridge-recipe NAME --gpus N` (no --model) said --model was missing, though search
+    takes the recipe alone; now the recipe is the plan, with its assumed-fields note and no 'other options' one."""
+    res = run(["explain", "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config", "--gpus", "8", "--brief"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("llama3-8b on 8 GPUs") and "assumed from base recipe" in res.stderr
+    assert "the plan here comes from the other options" not in res.stderr

@@ -258,7 +258,12 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     from planner.plan_sources import read_text
 
     path = values.get("bridge_config")
-    path, _, workload = (path or "").partition("#")
+    path, hashed, workload = (path or "").partition("#")
+    if hashed and not (path and workload):
+        missing = "no workload name after" if path else "no file before"
+        raise PlannerError(
+            f"--bridge-config {values['bridge_config']!r}: {missing} '#'; give FILE#NAME (a perf recipe)"
+        )
     text = read_text(path) if path else ""
     if workload:
         return _workload(text, workload, values, Path(path))

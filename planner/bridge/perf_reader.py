@@ -43,6 +43,7 @@ class Module:
     functions: dict[str, ast.FunctionDef] = field(default_factory=dict)
     constants: dict[str, object] = field(default_factory=dict)
     imported: dict[str, str] = field(default_factory=dict)  # a name as used -> the name it was imported as
+    missing: dict[str, str] = field(default_factory=dict)  # a name imported from a perf module not on disk -> it
 
 
 def _package_root(path: Path) -> Path | None:
@@ -53,20 +54,23 @@ def _package_root(path: Path) -> Path | None:
     return None
 
 
-def _imported_files(tree: ast.Module, path: Path) -> list[Path]:
-    """The perf-recipe modules a file imports from (absolute ``megatron.bridge.perf_recipes.x`` or relative)."""
-    root, out = _package_root(path), []
-    for node in tree.body:
-        if not isinstance(node, ast.ImportFrom):
-            continue
-        mod = node.module or ""
-        if node.level:
-            base = path.resolve().parents[node.level - 1]
-            out.append(base.joinpath(*mod.split(".")).with_suffix(".py") if mod else base / "__init__.py")
-        elif root is not None and (mod == PERF_PACKAGE or mod.startswith(PERF_PACKAGE + ".")):
-            rest = mod[len(PERF_PACKAGE) :].lstrip(".")
-            out.append(root.joinpath(*rest.split(".")).with_suffix(".py") if rest else root / "__init__.py")
-    return out
+def _import_target(node: ast.ImportFrom, path: Path | None) -> tuple[str, Path | None] | None:
+    """(module, its file) of a perf-recipe module a file imports from (absolute ``megatron.bridge.perf_recipes.x``
+    or relative); the file is None where it cannot be placed (a recipe file copied out of its package); None for
+    a module outside perf_recipes (a library recipe, Megatron-Core)."""
+    mod = node.module or ""
+    if node.level:
+        shown = "." * node.level + mod
+        if path is None or len(path.resolve().parents) < node.level:
+            return shown, None
+        base = path.resolve().parents[node.level - 1]
+        return shown, base.joinpath(*mod.split(".")).with_suffix(".py") if mod else base / "__init__.py"
+    if not (mod == PERF_PACKAGE or mod.startswith(PERF_PACKAGE + ".")):
+        return None
+    root, rest = _package_root(path) if path is not None else None, mod[len(PERF_PACKAGE) :].lstrip(".")
+    if root is None:
+        return mod, None
+    return mod, root.joinpath(*rest.split(".")).with_suffix(".py") if rest else root / "__init__.py"
 
 
 def load_module(text: str, path: Path | None) -> Module:
@@ -75,10 +79,16 @@ def load_module(text: str, path: Path | None) -> Module:
     todo: list[tuple[str, Path | None]] = [(text, path)]
     while todo:
         source, where = todo.pop(0)
-        tree = ast.parse(source)
+        tree = ast.parse(source, filename=str(where) if where is not None else "<recipe>")
         for node in tree.body:
             if isinstance(node, ast.ImportFrom):
                 module.imported.update({a.asname or a.name: a.name for a in node.names})
+                target = _import_target(node, where)
+                if target is not None and (target[1] is None or not target[1].is_file()):
+                    module.missing.update({a.asname or a.name: target[0] for a in node.names})
+                elif target is not None and target[1] not in seen:
+                    seen.add(target[1])
+                    todo.append((target[1].read_text(encoding="utf-8"), target[1]))
             if isinstance(node, ast.FunctionDef):
                 module.functions.setdefault(node.name, node)
             elif isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(_first_target(node), ast.Name):
@@ -86,10 +96,8 @@ def load_module(text: str, path: Path | None) -> Module:
                     module.constants.setdefault(_first_target(node).id, ast.literal_eval(node.value))
                 except (ValueError, TypeError, SyntaxError):
                     pass
-        for dep in _imported_files(tree, where) if where is not None else []:
-            if dep not in seen and dep.is_file():
-                seen.add(dep)
-                todo.append((dep.read_text(encoding="utf-8"), dep))
+    for name in set(module.missing) & (set(module.functions) | set(module.constants)):
+        del module.missing[name]  # found in another module read
     return module
 
 
@@ -197,6 +205,8 @@ class Reader:
             v = self._eval(value, scope, depth)
             if key is None and isinstance(v, dict):  # **OTHER
                 out.update(v)
+            elif key is None and isinstance(value, ast.Name) and value.id in self.module.missing:
+                raise self._missing(value.id)
             elif key is not None and v is not UNKNOWN:
                 out[self._eval(key, scope, depth)] = v
         return out
@@ -216,7 +226,18 @@ class Reader:
         if func is not None and func.endswith("_config") and not args:
             self.base = self.base or self.module.imported.get(func, func)
             return Cfg("")  # a library recipe: the base recipe beneath the fields read
+        if func in self.module.missing:
+            raise self._missing(func)
         return UNKNOWN
+
+    def _missing(self, used: str) -> PlannerError:
+        """A helper or shared value imported from a perf-recipe module that is not beside the file: what it
+        sets would be left out, so the workload is refused, naming where the module should be."""
+        return PlannerError(
+            f"workload {self.name}: uses {used} from {self.module.missing[used]}, a perf-recipe module not found "
+            "beside the file; read the recipe inside Bridge's src/megatron/bridge/perf_recipes folder (e.g. "
+            "`git archive v0.6.0 src/megatron/bridge/perf_recipes | tar x`), not a copy of the one file"
+        )
 
     def _deepseek_layout(self, args: list, kwargs: dict):
         """v0.6.0 recipes/deepseek/h100/deepseek_v3.py: the layout given, else its layout map's split."""

@@ -19,6 +19,7 @@ at the base recipe's value; tests/test_bridge_workloads.py checks the reading ag
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,10 +228,22 @@ def workload_v060(text: str, name: str, path: Path | None = None) -> Workload:
 
 def read_workload(text: str, name: str, path: Path | None = None) -> Workload:
     """A workload from its file: a v0.2.1 workload_base_configs.py or a v0.6.0 perf_recipes module (whose helpers
-    are read from the perf-recipe modules it imports, found beside ``path``)."""
-    if re.search(r"^\s*def\s+" + re.escape(name) + r"\s*\(", text, re.M):
-        return workload_v060(text, name, path)
-    return workload_v021(text, name)
+    are read from the perf-recipe modules it imports, found beside ``path``). A file that is not Python, or a
+    name that is none of a perf module's recipe functions, is one error naming what is there."""
+    defs = re.findall(r"^\s*def\s+(\w+)\s*\(", text, re.M)
+    try:
+        if name in defs:
+            return workload_v060(text, name, path)
+        recipes = [d for d in defs if V060_NAME.match(d)]
+        if recipes:
+            near = difflib.get_close_matches(name, recipes, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise PlannerError(f"workload {name}: not in the file{hint}; allowed: {', '.join(recipes)}")
+        return workload_v021(text, name)
+    except SyntaxError as err:
+        real = err.filename and not err.filename.startswith("<")
+        where = Path(err.filename).name if real else (path.name if path is not None else "the workload file")
+        raise PlannerError(f"{where}: not Python megaplan can read (line {err.lineno}: {err.msg})") from None
 
 
 def _layout(fields: dict) -> tuple[int, int, int, int]:

@@ -148,6 +148,8 @@ def validate(as_json: bool, regret: bool, choice: bool, as_csv: bool) -> None:
         megaplan validate --choice
         megaplan validate --csv > validation.csv
     """
+    if choice and regret:
+        raise click.UsageError("--choice and --regret: choose one (--choice searches NVIDIA's tuned recipes instead)")
     if choice:
         return _validate_choice(as_json, as_csv)
     from planner.fidelity import validate as val

@@ -31,14 +31,15 @@ from planner.timeline import plan_timeline
 
 def _check_bridge_recipe(kw: dict, model: str) -> None:
     """--bridge-recipe names a recipe Bridge has (one error line otherwise); without --bridge-config or
-    --bridge-override it is only a base for export, which explain says rather than ignoring it."""
+    --bridge-override but with --model it is only a base for export, which explain says rather than ignoring it
+    (without --model the recipe alone is the plan's source, as search reads it)."""
     if not kw.get("bridge_recipe"):
         return
     from planner.bridge.recipes import resolve as resolve_recipe
     from planner.bridge.table import NEWEST
 
     resolve_recipe(kw.get("bridge_version") or NEWEST, kw["bridge_recipe"], model)
-    if not (kw.get("bridge_config") or kw.get("bridge_override")):
+    if kw.get("model") and not (kw.get("bridge_config") or kw.get("bridge_override")):  # else the recipe is the plan
         click.echo(
             "megaplan: note: --bridge-recipe is read with --bridge-config or --bridge-override (add "
             "--bridge-override KEY=VALUE to explain the recipe); the plan here comes from the other options",

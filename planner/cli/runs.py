@@ -61,6 +61,7 @@ def search(**kw) -> None:
         raise click.UsageError(
             f"--top {kw['top']}: the table shows at most {MAX_TABLE_TOP} plans; --json and --csv list up to {MAX_TOP:,}"
         )
+    _one_order(kw)
     req, pins, bridge = _inputs(kw)
     if kw["min_gpus"]:
         return _min_gpus(req, pins, kw)
@@ -87,6 +88,19 @@ def search(**kw) -> None:
         from planner.report.search import search_view  # rich: only a table needs it
 
         console().print(search_view(result, req.ctx, kw["gpus"]))
+
+
+def _one_order(kw: dict) -> None:
+    """--sort and --rank-by both given must name the same order (--sort memory is --rank-by memory)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    given = [k for k in ("sort", "rank_by") if ctx.get_parameter_source(k) is ParameterSource.COMMANDLINE]
+    if len(given) == 2 and (kw["sort"] == "memory") != (kw["rank_by"] == "memory"):
+        raise click.UsageError(
+            f"--sort {kw['sort']} and --rank-by {kw['rank_by']} ask for two orders; give one "
+            "(--rank-by risk, estimate or memory; --sort memory is --rank-by memory)"
+        )
 
 
 def _inputs(kw: dict):

@@ -188,6 +188,17 @@ def ring_exchange_s(chunks_s: ArrayLike, comm_s: ArrayLike, n: ArrayLike) -> np.
     return c + (n - 1) * np.maximum(c, r)
 
 
+def ring_exchange_aggregated_s(chunks_s: ArrayLike, comm_s: ArrayLike, n: ArrayLike) -> np.ndarray:
+    """A ring-exchanged all-gather with ``aggregate`` (Transformer Engine CommOverlapP2PBase::split_overlap_ag,
+    _aggregate): one piece r = comm/(n − 1) exchanged with the neighbour before any GEMM (the first GEMM's
+    stream waits for it), then n/2 GEMMs of two pieces each while pairs of pieces travel two ranks on:
+    r + c₂ + (n/2 − 1)·max(c₂, 2r), c₂ = chunks/(n/2), ``chunks_s`` the GEMM run as n/2 chunks."""
+    n = np.asarray(n, dtype=float)
+    half = np.maximum(n / 2, 1.0)
+    c2, r = np.asarray(chunks_s) / half, np.asarray(comm_s) / np.maximum(n - 1, 1)
+    return r + c2 + (half - 1) * np.maximum(c2, 2 * r)
+
+
 def pipelined_rs_s(chunks_s: ArrayLike, comm_s: ArrayLike, n: ArrayLike) -> np.ndarray:
     """A GEMM run as n chunks, each reduce-scattered while the next computes (TE's pipeline,
     CommOverlapBase::split_overlap_rs): c + (n − 1)·max(c, r) + r with c = chunks/n, r = comm/n;
@@ -245,9 +256,11 @@ def tp_pair_ub_s(ag, rs, gemm: dict, ub: dict, sm_count: int, reduce_s) -> tuple
     """(forward, backward) exposed time of a pair under Transformer Engine userbuffers: the time each
     overlapped GEMM takes with its collective, less the GEMM alone. ``ub``: per GEMM of the pair
     (``in_fprop``, ``out_fprop``, ``out_dgrad``, ``in_dgrad``, ``in_wgrad``) its method, SMs, margin
-    and chunks (planner.hardware.userbuffers); ``gemm`` adds the chunked GEMMs' times (each chunk
-    at its own, lower, efficiency): ``in_split_t``, ``out_split_t`` (t token blocks) and
-    ``out_split_k`` (the pipeline's k column blocks). An overlap with ``atomic`` runs the GEMM whole,
+    and chunks (planner.hardware.userbuffers); ``gemm`` adds the chunked GEMMs' times
+    (linears.split_gemms_s): ``in_split_t``, ``out_split_t`` (t token blocks), ``out_split_k`` (the
+    pipeline's k column blocks) and, where an all-gather aggregates, ``in_split_half`` and
+    ``out_split_half`` (t/2 blocks of two pieces: ``ring_exchange_aggregated_s``). An overlap with
+    ``atomic`` runs the GEMM whole,
     one cuBLAS atomic GEMM whose finished chunks release the collective's pieces through counters
     (Transformer Engine comm_gemm_overlap.cpp atomic_gemm_overlap_rs, atomic_gemm_overlap_ag): the
     same pipeline or ring with the unsplit GEMM's time.
@@ -265,13 +278,20 @@ def tp_pair_ub_s(ag, rs, gemm: dict, ub: dict, sm_count: int, reduce_s) -> tuple
     def chunks(split, whole, op):  # one GEMM per chunk, or the whole as one atomic GEMM
         return np.where(op.get("atomic", False), whole, split)
 
+    def ring_ag(side, g, comm, op):  # a ring-exchanged all-gather, its chunks one or two (aggregate) per GEMM
+        one = ring_exchange_s(charged(chunks(gemm[f"{side}_split_t"], g, op), comm, op, False), comm, t)
+        if f"{side}_split_half" not in gemm:
+            return one
+        two = ring_exchange_aggregated_s(charged(chunks(gemm[f"{side}_split_half"], g, op), comm, op, False), comm, t)
+        return np.where(op.get("aggregate", False), two, one)
+
     g_in, g_out, t = gemm["in"], gemm["out"], gemm["t"]
     in_op, rs_op, dgrad_op = ub["in_fprop"], ub["out_fprop"], ub["out_dgrad"]
-    ring_in = ring_exchange_s(charged(chunks(gemm["in_split_t"], g_in, in_op), ag, in_op, False), ag, t)
+    ring_in = ring_ag("in", g_in, ag, in_op)
     piped = pipelined_rs_s(charged(chunks(gemm["out_split_k"], g_out, rs_op), rs, rs_op, True), rs, rs_op["splits"])
     rung = ring_exchange_s(charged(chunks(gemm["out_split_t"], g_out, rs_op), rs, rs_op, False), rs, t) + reduce_s
     fwd = ring_in - g_in + np.where(rs_op["pipeline"], piped, rung) - g_out
-    ring_dgrad = ring_exchange_s(charged(chunks(gemm["out_split_t"], g_out, dgrad_op), rs, dgrad_op, False), rs, t)
+    ring_dgrad = ring_ag("out", g_out, rs, dgrad_op)
     bulk = [np.maximum(charged(g_in, ag, ub[k], True), ag) - g_in for k in ("in_dgrad", "in_wgrad")]
     return fwd, ring_dgrad - g_out + bulk[0] + bulk[1]
 

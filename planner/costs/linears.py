@@ -65,26 +65,37 @@ def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
 
 
 UB_COMPUTE_STREAMS = 3  # Transformer Engine comm_gemm_overlap.h NVTE_COMM_OVERLAP_MAX_STREAMS
-# Chunks in flight at once (split_gemms_s ``concurrent``): TE issues chunk i on compute stream i mod min(3, n)
-# (comm_gemm_overlap.cpp split_overlap_rs/_ag), on one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1).
-# Priced each alone (1), the upper bound of the measured chunk (OpenXLA's H100 table: a 512-row chunk alone
-# 1.170x its share of the 2048-row GEMM, two in flight 1.026x; the law at x½ 180: 1.242x). Refitted with 2
-# (x½ 180 -> 277 on H100, 494 -> 845 on GB200, t_op at its floor, MoE median 8.8 %) or 3 (x½ 418, GB200 at
-# its bound, MoE 11.5 %) the runs reject the cheaper chunks: not identified (docs/cost-model.md §6.3.1).
+# Chunks in flight at once (split_gemms_s ``concurrent``, on a GPU without a measured ``gemm_split_us``): TE
+# issues chunk i on compute stream i mod min(3, n) (comm_gemm_overlap.cpp split_overlap_rs/_ag), on one hardware
+# queue (CUDA_DEVICE_MAX_CONNECTIONS=1). Priced each alone (1); refitted with 2 or 3 the runs rejected the cheaper
+# chunks (x½ 180 -> 277 / 418 on H100, MoE median 8.8 / 11.5 %): not identified (docs/cost-model.md §6.3.1).
 UB_CONCURRENT_CHUNKS = 1
+
+
+def split_gemm_extra_s(n, gemm_count: int, split_us: float) -> np.ndarray:
+    """What running each of ``gemm_count`` GEMMs as n chunks adds to their whole time: (n − 1) more GEMMs,
+    each t_split: extra = gemm_count · (n − 1) · t_split. t_split is measured (the GPU's ``gemm_split_us``:
+    OpenXLA's matmul tables, a 2048-row GEMM as 4 of 512 rows at n = 4096, (4·t_512 − t_2048)/3, flat in k
+    from 512 to 4096: a fixed cost per GEMM - its ramp-up, its last partial wave, its launch - not a share of
+    its work, which the GEMM law's row term x½/(M/n) would charge, (n − 1)·2·x½·N·K/(peak·η): 12 times the
+    measurement for a 512-row chunk of GPT-3 175B's fc1 at t = 4)."""
+    return gemm_count * (np.asarray(n, dtype=float) - 1.0) * split_us * 1e-6
 
 
 def split_gemms_s(gemms: list, n, ctx: Context, *, fp8: bool, dim: str = "M", concurrent: int = 1) -> np.ndarray:
     """GEMMs' time when each runs as n chunks of M/n rows (userbuffers' ring exchange: token blocks)
-    or N/n columns (``dim`` "N": the pipelined reduce-scatter's output column blocks), each at the
-    GEMM law's efficiency of its shape.
+    or N/n columns (``dim`` "N": the pipelined reduce-scatter's output column blocks).
 
-    ``concurrent`` chunks at once share the SMs and fill each other's last wave, so they run at the
-    efficiency of min(concurrent, n)/n of the GEMM: Transformer Engine issues the chunks round-robin
-    on 3 compute streams (comm_gemm_overlap.cpp, NVTE_COMM_OVERLAP_MAX_STREAMS); the tail wave of
-    decomposed matmuls is the cost PyTorch's async TP names and works around the same way (Wang et
-    al., 'Introducing Async Tensor Parallelism in PyTorch', 2024: H100, Llama 3 8B/70B forward
-    20-29 % faster with the decomposed overlap)."""
+    On a GPU with a measured ``gemm_split_us``: the whole GEMMs' time + ``split_gemm_extra_s``. Else each
+    chunk at the GEMM law's efficiency of its shape, ``concurrent`` chunks at once sharing the SMs (the
+    efficiency of min(concurrent, n)/n of the GEMM): Transformer Engine issues the chunks round-robin on 3
+    compute streams (comm_gemm_overlap.cpp, NVTE_COMM_OVERLAP_MAX_STREAMS); the tail wave of decomposed
+    matmuls is the cost PyTorch's async TP names and works around the same way (Wang et al., 'Introducing
+    Async Tensor Parallelism in PyTorch', 2024)."""
+    split_us = ctx.hardware.gpu.gemm_split_us
+    if split_us is not None:
+        whole = sum(gemm_times({str(i): g for i, g in enumerate(gemms)}, ctx, fp8=fp8).values())
+        return whole + split_gemm_extra_s(n, len(gemms), split_us)
     share = np.minimum(concurrent, n) / n
 
     def block(g):
@@ -120,15 +131,21 @@ PAIR_OPS = {  # the userbuffers GEMMs of a pair, by the row-parallel GEMM that c
 
 
 def overlap_times(lt: Letters, ctx: Context, gemms: dict, ins, outs, ub: dict) -> dict:
-    """The chunked GEMMs userbuffers runs (``communication.tp_pair_ub_s``) and t."""
+    """The chunked GEMMs userbuffers runs (``communication.tp_pair_ub_s``) and t: t token blocks, the
+    pipeline's column blocks, and t/2 blocks where a ring-exchanged all-gather aggregates."""
     g_in, g_out = [gemms[k] for k in ins], [gemms[k] for k in outs]
     kw = {"fp8": lt.fp8, "concurrent": UB_CONCURRENT_CHUNKS}
-    return {
+    out = {
         "t": lt.t,
         "in_split_t": split_gemms_s(g_in, lt.t, ctx, **kw),
         "out_split_t": split_gemms_s(g_out, lt.t, ctx, **kw),
         "out_split_k": split_gemms_s(g_out, ub["out_fprop"]["splits"], ctx, dim="N", **kw),
     }
+    half = np.maximum(np.asarray(lt.t) // 2, 1)
+    for side, g, op in (("in", g_in, "in_fprop"), ("out", g_out, "out_dgrad")):
+        if np.any(ub[op]["aggregate"]):  # TE's aggregate: the all-gather's GEMM in t/2 blocks of two pieces
+            out[f"{side}_split_half"] = split_gemms_s(g, half, ctx, **kw)
+    return out
 
 
 def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, gather_width=None) -> tuple:
@@ -182,9 +199,15 @@ def tp_formula(ctx: Context, plan: ParallelPlan) -> Formula:
     if not (plan.sequence_parallel and plan.tp > 1):
         collectives = "2 all-reduces forward; backward all-reduces beyond the weight-gradient GEMMs"
     elif opts.tp_comm_overlap:
+        split_us = ctx.hardware.gpu.gemm_split_us
+        chunked = (
+            "the chunked GEMMs at their own efficiency"
+            if split_us is None
+            else f"a GEMM in n chunks the whole + (n − 1) × {split_us:g} µs (measured)"
+        )
         collectives = (
             "userbuffers: each GEMM with its collective (ring exchange, pipeline or bulk) less the GEMM alone, "
-            "the chunked GEMMs at their own efficiency (an atomic GEMM whole), "
+            f"{chunked} (an atomic GEMM whole), "
             "the SMs the kernels take (the GEMM's share n/S); " + userbuffer_config_text(ctx, plan)
         )
     else:

@@ -62,6 +62,11 @@ class GPUSpec(_Sourced):
         description="fraction of HBM bandwidth Transformer Engine's FP8 cast kernels reach, by --fp8-recipe "
         "(measured); a recipe not listed runs at calibration.memory_efficiency",
     )
+    gemm_split_us: NonNegativeFloat | None = Field(
+        None,
+        description="measured time one more GEMM adds when a GEMM runs as chunks (userbuffers' split GEMMs): "
+        "the whole GEMM's time + (n − 1) × this; None: each chunk at the GEMM law's efficiency of its shape",
+    )
     matmul_peak_frac: dict[str, float] = Field(
         default_factory=dict,
         description="best-shape matmul throughput measured on this GPU as a fraction of its peak, by 'bf16' and "

@@ -47,8 +47,9 @@ class UbOp(BaseModel):
     """One GEMM's entry of TE's ub_cfgs. ``atomic_gemm`` (0/1): the overlap runs the GEMM as one cuBLAS
     atomic GEMM that signals each chunk to the communication kernels through counters
     (comm_gemm_overlap.cpp atomic_gemm_overlap_rs / atomic_gemm_overlap_ag) instead of one GEMM per chunk.
-    Keys TE reads but the time model does not (cga_size, aggregate, use_ce, fp8_buf, priorities, ...)
-    are accepted and ignored."""
+    ``aggregate`` (0/1, a ring-exchanged all-gather): two chunks per GEMM after one exposed exchange with the
+    neighbour (CommOverlapP2PBase::split_overlap_ag, ``_aggregate``). Keys TE reads but the time model does
+    not (cga_size, use_ce, fp8_buf, priorities, ...) are accepted and ignored."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     method: Literal["ring_exchange", "pipeline", "bulk", "external"] | None = None
@@ -156,8 +157,9 @@ NO_OVERRIDES = UbOp()  # a GEMM its config leaves to TE's defaults (frozen: one 
 
 def resolved_op(cfg: UbConfig | None, name: str, t: np.ndarray) -> dict[str, np.ndarray]:
     """One GEMM's overlap after TE's defaults are laid under ``cfg``: ``pipeline`` (else a ring
-    exchange, or bulk for the column-parallel backward), ``num_sm``, ``margin``, ``splits`` and
-    ``atomic`` (one atomic GEMM, not a GEMM per chunk; TE's default: off)."""
+    exchange, or bulk for the column-parallel backward), ``num_sm``, ``margin``, ``splits``, ``atomic``
+    (one atomic GEMM, not a GEMM per chunk; TE's default: off) and ``aggregate`` (a ring-exchanged
+    all-gather's chunks two per GEMM, at even t; TE's default: off)."""
     op = (cfg.op(name) if cfg is not None else None) or NO_OVERRIDES
     method = op.method or TE_DEFAULT_METHOD[name]
     ring = method == "ring_exchange"
@@ -171,6 +173,7 @@ def resolved_op(cfg: UbConfig | None, name: str, t: np.ndarray) -> dict[str, np.
         "margin": np.full(t.shape, bool(margin)),
         "splits": np.asarray(t, dtype=float) if splits is None else np.full(t.shape, float(splits)),
         "atomic": np.full(t.shape, bool(op.atomic_gemm) and method != "bulk"),
+        "aggregate": (np.asarray(t) % 2 == 0) & bool(op.aggregate) & ring & (name in AG_RING_OPS),
     }
 
 
