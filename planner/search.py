@@ -209,13 +209,13 @@ def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, ca
     return _Scored(grid, it, pk, scored.options)
 
 
-def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float) -> tuple:
+def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float, keys: np.ndarray | None = None) -> tuple:
     """Peak memory of the rows ``idx`` (``_peak_memory``: a lower bound where a plan cannot fit) and the
     iteration time of those that fit (infinite for the others), each with the overlaps its row carries;
-    and how each peak was found (``_by_family_states``)."""
+    and how each peak was found (``_by_family_states``; ``keys``: the rows' families, if known)."""
     iteration = np.full(len(idx), np.inf)
     with np.errstate(divide="ignore", invalid="ignore"):
-        peak, state = _peak_memory(grid, idx, ctx, capacity)
+        peak, state = _peak_memory(grid, idx, ctx, capacity, keys)
         fitting = np.flatnonzero(peak <= capacity)
         for start in range(0, len(fitting), CHUNK):
             part = fitting[start : start + CHUNK]
@@ -354,25 +354,25 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
 
 def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, twins: bool) -> tuple[_Scored, int]:
     """Every row evaluated, and (``twins``: --tp-comm-overlap not pinned) --tp-comm-overlap searched both
-    ways: every row the recipes give it (sequence parallelism) is also evaluated without it, in the same
-    evaluation, and keeps whichever is faster (userbuffers take memory and SMs, so neither wins
+    ways: every row the recipes give it (sequence parallelism) is also evaluated without it, and keeps
+    whichever is faster (userbuffers take memory and SMs, so neither wins
     everywhere); where neither fits, the smaller peak. Rows go in blocks of whole families (``_by_family``)
     so the memory stays bounded. Returns the rows scored and the twins evaluated."""
     iteration, peak, evaluated = np.full(len(grid), np.inf), np.empty(len(grid)), 0
-    for rows in _family_blocks(grid, np.arange(len(grid)), BLOCK):
+    keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
+    # a twin's family is its row's: all twins lack the overlap, all their rows have it
+    for rows in _family_blocks(grid, np.arange(len(grid)), BLOCK, keys):
+        it, pk, state = _evaluate(grid, rows, options.evaluating, capacity, keys[rows])  # the rows, read in place
+        iteration[rows], peak[rows] = it, pk
         at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
         pos = rows[at]
-        off = grid.take(pos)
-        both = PlanGrid.stack(grid.take(rows), replace(off, tp_comm_overlap=np.zeros(len(pos), dtype=np.int8)))
-        it, pk, state = _evaluate(both, np.arange(len(both)), options.evaluating, capacity)
-        iteration[rows], peak[rows] = it[: len(rows)], pk[: len(rows)]
-        mine = _Twin(state[at], state[len(rows) :], peak[pos], pk[len(rows) :])
-        better = (it[len(rows) :] < iteration[pos]) | (
-            ~np.isfinite(iteration[pos]) & mine.smaller(both, len(rows), options)
-        )
+        off = replace(grid.take(pos), tp_comm_overlap=np.zeros(len(pos), dtype=np.int8))
+        it, pk, off_state = _evaluate(off, np.arange(len(off)), options.evaluating, capacity, keys[pos])
+        mine = _Twin(state[at], off_state, peak[pos], pk)
+        better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & mine.smaller(off, options))
         take = pos[better]
         grid.tp_comm_overlap[take] = 0
-        iteration[take], peak[take] = it[len(rows) :][better], pk[len(rows) :][better]
+        iteration[take], peak[take] = it[better], pk[better]
         evaluated += len(pos)
     return _Scored(grid, iteration, peak, options), evaluated
 
@@ -387,7 +387,7 @@ class _Twin:
     row: np.ndarray
     twin: np.ndarray
 
-    def smaller(self, both: PlanGrid, n_rows: int, options: _Options) -> np.ndarray:
+    def smaller(self, twins: PlanGrid, options: _Options) -> np.ndarray:
         """Whether each twin's peak is below its row's, as measuring each plan whose smaller micro-batch
         fits would find it. Where a family's larger micro-batch was left unmeasured (``MID_BOUND``), the
         twin's peak is below its row's: the two differ only in --tp-comm-overlap, whose userbuffers and
@@ -402,17 +402,16 @@ class _Twin:
         open_ = np.flatnonzero(same & (self.row_state == HEAD_BOUND) & (self.twin_state == MID_BOUND) & smaller)
         if len(open_):
             with np.errstate(divide="ignore", invalid="ignore"):
-                exact = peak_memory_bytes(both.take(n_rows + open_), options.evaluating)
+                exact = peak_memory_bytes(twins.take(open_), options.evaluating)
             smaller[open_] = exact < self.row[open_]
         return smaller | proven
 
 
-def _family_blocks(grid: PlanGrid, idx: np.ndarray, size: int) -> list[np.ndarray]:
-    """The rows ``idx`` in blocks of about ``size`` rows, each holding whole families (``_family_keys``;
-    within a family the rows keep their order, so ``_by_family`` measures the same row of each)."""
+def _family_blocks(grid: PlanGrid, idx: np.ndarray, size: int, key: np.ndarray) -> list[np.ndarray]:
+    """The rows ``idx`` in blocks of about ``size`` rows, each holding whole families (``key``, their
+    ``_family_keys``; within a family the rows keep their order, so ``_by_family`` measures the same row of each)."""
     if len(idx) <= size:
         return [idx]
-    key = _family_keys(grid, idx)
     order = np.argsort(key, kind="stable")
     key = key[order]
     starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # where each family starts
@@ -557,7 +556,7 @@ def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluate
     )
 
 
-def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float) -> tuple[np.ndarray, np.ndarray]:
+def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float, keys=None) -> tuple:
     """Peak memory of the plans ``idx`` of the grid, the plans that cannot fit bounded from below, and how
     each was found (``_by_family_states``).
 
@@ -577,7 +576,7 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float)
                 out[start : start + CHUNK] = peak_memory_bytes(grid.take(idx[part]), ctx)
         return out
 
-    return _by_family_states(grid, idx, measure, lambda peak: peak > capacity)
+    return _by_family_states(grid, idx, measure, lambda peak: peak > capacity, keys)
 
 
 SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on
@@ -592,19 +591,20 @@ def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails) -> np.ndarray:
 MEASURED, HEAD_BOUND, MID_BOUND = 0, 1, 2  # how ``_by_family_states`` gave a plan its value
 
 
-def _by_family_states(grid: PlanGrid, idx: np.ndarray, measure, fails) -> tuple[np.ndarray, np.ndarray]:
+def _by_family_states(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None) -> tuple[np.ndarray, np.ndarray]:
     """A value per plan of ``idx`` that never improves as the micro-batch grows and does not depend on
     ``SAME_MEMORY`` (peak memory; block recomputation's layers): ``measure`` (positions in idx → values)
     runs once per family and micro-batch, smallest micro-batch first, in rounds: a family's next
     micro-batch is measured only while none of its smaller ones ``fails``; the micro-batches above the
     first that fails take its value (a lower bound) and are not measured. Also each plan's state:
     ``MEASURED``, ``HEAD_BOUND`` (its family's smallest micro-batch failed: that value) or ``MID_BOUND``
-    (a larger one failed first: a lower bound of what measuring it would give, never below the capacity)."""
+    (a larger one failed first: a lower bound of what measuring it would give, never below the capacity).
+    ``keys``: the plans' ``_family_keys``, or any numbering equal exactly where theirs is."""
     values, state = np.empty(len(idx)), np.zeros(len(idx), dtype=np.int8)
     if not len(idx):
         return values, state
     b = grid.micro_batch[idx]
-    family = _family_keys(grid, idx)
+    family = _family_keys(grid, idx) if keys is None else keys
     order = np.lexsort([b, family])
     ranked = family[order]
     new_family = np.empty(len(idx), dtype=bool)

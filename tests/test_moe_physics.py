@@ -164,12 +164,31 @@ def test_contention_mixes_sms_and_hbm_by_the_memory_bound_share():
         (None, False, (2, 4)),  # fc1, fc2; backward dgrad and wgrad of each
         ("delayed", False, (4, 6)),  # + one cast of each expert's fc1 and fc2 input / output gradients
         ("mxfp8", False, (6, 8)),  # + quantise and swizzle each
-        ("tensorwise", False, (6, 8)),  # + amax pass and cast each
+        # + zero the amax, reduce it, compute the scale, cast: 4 kernels per expert and tensor (TE v2.14.1
+        # quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl): 2 + 2·4 forward, 4 + 2·4 backward
+        ("tensorwise", False, (10, 12)),
         (None, True, (4, 7)),  # GPT-OSS in bf16: fc2's bias expert by expert
     ],
 )
 def test_expert_host_ops_by_recipe(recipe, biased, ops):
     assert moe.expert_host_ops(recipe, biased=biased) == ops
+
+
+def test_current_scaling_host_time_of_qwen3_30b_on_h100_by_hand():
+    """Qwen3-30B-A3B on 16 H100 at EP 16 (the Bridge H100 FP8-CS recipe): 128/16 = 8 local experts; per
+    expert 2 GEMMs + 2 current-scaling quantisations × 4 kernels forward (10), 4 + 8 backward (12), each
+    at t_op; in bf16 2 and 4. So FP8 adds 8 × 8 = 64 host ops each way per layer and micro-batch."""
+
+    def host(**fp8):
+        req = make_request(
+            model="qwen3-30b-a3b", hardware="dgx-h100-superpod", gpus=16, ep=16, micro_batch=1,
+            global_batch=1024, options={"moe_load_imbalance": 1.0, **fp8},
+        )  # fmt: skip
+        return [float(np.ravel(x)[0]) for x in moe.expert_host_s(8, req.ctx, captured=0.0)]
+
+    t_op = load_hardware("dgx-h100-superpod").calibration.moe_host_op_us * 1e-6
+    assert host(fp8="e4m3", fp8_recipe="tensorwise") == pytest.approx([8 * 10 * t_op, 8 * 12 * t_op])
+    assert host() == pytest.approx([8 * 2 * t_op, 8 * 4 * t_op])
 
 
 def test_expert_host_time_by_hand():

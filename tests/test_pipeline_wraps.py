@@ -60,3 +60,15 @@ def test_validation_plans_match_the_schedule(rid):
     sim = _simulated_transfers_s(F, B, d, int(ev.m[0]), v)
     assert sim > 2 * (p - 1) * d * 1.5  # the wraps matter
     assert float(ev.time["pp_comm"][0]) == pytest.approx(sim, abs=2e-3 * float(ev.iteration_s[0]))
+
+
+def test_a_larger_microbatch_group_gives_the_wraps_slack():
+    """G = 6 > p = 4 (m 12, v 3, even stages F 1, B 2, d 0.2): stage 0 runs 2 more chunks before each wrap,
+    σ_f = (G − p)·F/v = 2/3 and σ_b = 4/3; the forward wraps wait p·d − σ_f = 0.8 − 0.667 = 0.133 each (2 of
+    them), the backward ones nothing: 2 × 3 × 0.2 + 0.267 = 1.467 (with G = p it would be 4.4)."""
+    p, v, d = 4, 3, 0.2
+    closed = 2 * (p - 1) * d + float(interleaved_wrap_wait_s(d, p, v, 2 * 1 / v, 2 * 2 / v))
+    assert closed == pytest.approx(1.2 + 2 * (0.8 - 2 / 3), abs=1e-12)
+    F, B = [1.0] * p, [2.0] * p
+    sim = simulate(F, B, d, 12, v, G=6, blocking_p2p=False).pipeline_s - simulate(F, B, 0.0, 12, v, G=6).pipeline_s
+    assert sim == pytest.approx(closed, abs=1e-9)

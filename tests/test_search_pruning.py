@@ -23,13 +23,14 @@ from planner.search import HEAD_BOUND, MEASURED, recipe_options, search
 from planner.space.candidates import NO_PINS, Pins, candidate_grid
 
 
-def _every_micro_batch(grid, idx, measure, fails):
+def _every_micro_batch(grid, idx, measure, fails, keys=None):
     """The unpruned screening: every family measured at every micro-batch (one row of each), and where its
     smallest micro-batch fails, its other rows take that value (``HEAD_BOUND``), as search did before."""
     values, state = np.empty(len(idx)), np.full(len(idx), MEASURED, dtype=np.int8)
     if not len(idx):
         return values, state
-    key, b = search_module._family_keys(grid, idx), grid.micro_batch[idx]
+    key = search_module._family_keys(grid, idx) if keys is None else keys
+    b = grid.micro_batch[idx]
     order = np.lexsort([b, key])
     _, sub = np.unique(np.stack([key[order], b[order]]), axis=1, return_inverse=True)
     sub = sub.reshape(-1)
@@ -131,10 +132,9 @@ def test_a_twin_whose_bound_cannot_settle_it_is_measured():
     grid, options = recipe_options(ctx, NO_PINS, candidate_grid(ctx, 64, NO_PINS))
     row = np.flatnonzero(grid.tp_comm_overlap > 0)[:1]
     twin = replace(grid.take(row), tp_comm_overlap=np.zeros(1, dtype=np.int8))
-    both = search_module.PlanGrid.stack(grid.take(row), twin)
     exact = peak_memory_bytes(twin, options.evaluating)[0]
     for row_value, expected in ((exact * 1.01, True), (exact * 0.99, False)):
         pair = search_module._Twin(
             np.array([HEAD_BOUND]), np.array([search_module.MID_BOUND]), np.array([row_value]), np.array([exact * 0.5])
         )
-        assert pair.smaller(both, 1, options)[0] == expected
+        assert pair.smaller(twin, options)[0] == expected

@@ -419,8 +419,13 @@ def _pp_exposed_s(lt: Letters, ctx: Context, p2p: np.ndarray, slowest: tuple, st
         share = float(hidden_comm_contention_s(1.0, hw.network.nccl_p2p_sms, hw.gpu.sm_count))
         steady = comm.pp_interleaved_exposed_s(p2p, lt.m, lt.vpp, fwd_all / lt.vpp, bwd_all / lt.vpp, sm_share=share)
         used = count > 0
-        slack_f = np.sum(np.where(used, count * (fwd_all - stage_f), 0.0), axis=1, keepdims=True) / lt.vpp
-        slack_b = np.sum(np.where(used, count * (bwd_all - stage_b), 0.0), axis=1, keepdims=True) / lt.vpp
+        extra = lt.G - lt.p  # a group of G > p micro-batches gives stage 0 G − p more chunks before each wrap
+        slack_f = (
+            np.sum(np.where(used, count * (fwd_all - stage_f), 0.0), axis=1, keepdims=True) + extra * fwd_all
+        ) / lt.vpp
+        slack_b = (
+            np.sum(np.where(used, count * (bwd_all - stage_b), 0.0), axis=1, keepdims=True) + extra * bwd_all
+        ) / lt.vpp
         wraps = interleaved_wrap_wait_s(p2p, lt.p, lt.vpp, slack_f, slack_b)
         pp = pp + np.where((lt.vpp > 1) & (lt.p > 1), steady + wraps, 0.0)
     return pp

@@ -314,12 +314,17 @@ def overlapped_exposure_s(
 # Transformer Engine's GroupedLinear, core_r0.16-0.18): one GEMM per expert for fc1 and fc2 forward,
 # dgrad and wgrad for each backward (TE's grouped GEMM launches one cuBLAS GEMM per expert); FP8
 # quantises each expert's fc1 and fc2 input forward and their output gradients backward, per expert,
-# in ``FP8_QUANTISE_OPS`` kernels each (TE fp8_current_scaling.rst: an amax pass, then the cast;
-# mxfp8.rst and fp8_blockwise_scaling.rst: the quantisation, then the scale swizzle for the GEMM;
-# fp8_delayed_scaling.rst: one cast, the amax from the history); experts with biases add the fc2 bias
+# in ``FP8_QUANTISE_OPS`` kernels each. Per-tensor current scaling ('tensorwise'): GroupedLinear's
+# tex.split_quantize has no fused multi-tensor kernel for it (TE v2.14.1 extensions/cast.cpp
+# multi_tensor_quantize_impl: fused for delayed-scaling quantizers only, else each split's
+# quantize), and Float8CurrentScalingQuantizer::quantize_impl launches four kernels per tensor
+# (TE v2.14.1 pytorch/csrc/quantizer.cpp:857-896 and common/recipe/current_scaling.cu: zero_amax_kernel,
+# the amax reduction, nvte_compute_scale_from_amax, nvte_quantize_v2 the cast). mxfp8.rst and
+# fp8_blockwise_scaling.rst: the quantisation, then the scale swizzle for the GEMM;
+# fp8_delayed_scaling.rst: one cast, the amax from the history. Experts with biases add the fc2 bias
 # expert by expert (TEGroupedMLP._apply_bias: a multiply and an add per expert, three ops backward).
 EXPERT_GEMM_OPS = (2, 4)
-FP8_QUANTISE_OPS = {"delayed": 1, "tensorwise": 2, "mxfp8": 2, "blockwise": 2}
+FP8_QUANTISE_OPS = {"delayed": 1, "tensorwise": 4, "mxfp8": 2, "blockwise": 2}
 EXPERT_BIAS_OPS = (2, 3)
 
 

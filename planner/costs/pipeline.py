@@ -109,7 +109,9 @@ def interleaved_wrap_wait_s(
     d, while stage 0 ran p chunks of its own. So each of the v − 1 wraps of the warm-up waits p·d, less
     what the other stages' chunks take less than the slowest one's (their slack,
     σ_f = Σ_{i≠s}(F_s − F_i)/v over the per-micro-batch forwards F, the slowest stage s), and the
-    cool-down's wraps likewise with the backwards (σ_b). Megatron-LM schedules.py
+    cool-down's wraps likewise with the backwards (σ_b). A micro-batch group G > p
+    (--microbatch-group-size-per-virtual-pipeline-stage) gives stage 0 G − p more chunks before each
+    wrap: σ_f grows by (G − p)·F_s/v, σ_b by (G − p)·B_s/v. Megatron-LM schedules.py
     forward_backward_pipelining_with_interleaving (get_schedule_table: groups of G micro-batches per
     chunk). Exact against the op-by-op schedule (``planner.timeline.simulate``) on the validation
     plans (tests/test_pipeline_wraps.py); with even stages the fill and drain expose 2(p·v − 1)
