@@ -240,3 +240,18 @@ def test_a_held_factor_is_reported_not_identifiable_at_the_presets_value(synthet
     preset = load_hardware("dgx-h100-superpod").calibration.fp8_gemm_efficiency
     assert fp8.status == "not identifiable" and fp8.value == preset and fp8.why == "set by disagreement"
     assert held.factors["gemm_efficiency"].status == "fitted"
+
+
+def test_any_factor_the_runs_push_to_a_bound_is_not_identified():
+    # the charter's rule for every factor, not only the stragglers' σ: H100 runs 'published' as if its GEMMs
+    # ran at η 0.99 (above the band's top, 0.95) push η to 0.95; the band, not the runs, would set it, so it
+    # is reported not identifiable and kept at its anchor (0.82), never shipped at 0.95
+    hw = with_calibration(load_hardware("dgx-h100-superpod"), {"gemm_efficiency": 0.99})
+    ends = ("Llama3-8B-bf16-n8", "Llama3-70B-bf16-n64")
+    runs = [r for r in load_runs() if r.id in {f"DGXC-v25.04-H100-{e}" for e in ends}]
+    fast = [replace(r, published=predict(r, hw)) for r in runs]
+    base = load_hardware("dgx-h100-superpod")
+    f = fit(base, fast, ("gemm_efficiency",), start={"gemm_efficiency": 0.9}, anchor={"gemm_efficiency": 0.82})
+    eta = f.factors["gemm_efficiency"]
+    assert eta.status == "not identifiable" and "upper bound (0.95)" in eta.why
+    assert eta.value == 0.82

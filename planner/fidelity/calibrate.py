@@ -36,8 +36,9 @@ FIT_FIELDS = (  # the factors calibrate may fit where the preset gives them a ba
 # identified by them, kept at its anchor, and the rest refitted. The stragglers' σ: only the weak-scaling
 # series' ends inform it, and left free it parks at its band's top (0.03) on A100 and H100 and lifts
 # A100's GEMM efficiency to 0.93, above every A100 kernel measurement - a slow GPU the runs cannot tell
-# from slow GEMMs (docs/cost-model.md §6.11). Other factors at a bound are fitted and say so.
-NEVER_AT_BOUND = ("straggler_sigma",)
+# from slow GEMMs (docs/cost-model.md §6.11). So with every factor: one the runs push to a bound of its
+# band is set by the band, not by them (GB200's η_net went to its floor, 0.45 ± 0.19, in the 21:00 refit of
+# 2026-12-01, and B200 took it over: NeMo 25.02 Nemotron-4 340B on 128 B200 -6.9 -> -23.2 %).
 FITTED = ("dgx-a100-superpod", "dgx-h100-superpod", "gb200-nvl72", "gb300-nvl72")
 FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, and too few runs of their own
     "dgx-a100-superpod": ("dgx-a100-40gb-superpod",),  # the same A100, less HBM
@@ -270,7 +271,7 @@ def _felt(problem, cal, bands, anchor, values, dropped, *, priors: bool, max_fac
 
 def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, priors, noise_floor) -> tuple:
     """Solve, then (``identify``) drop one factor at a time while any is pushed to a bound that would set it
-    (NEVER_AT_BOUND) or has σ over MAX_SIGMA_FRAC of its band, and solve again; ``active`` and ``values`` are
+    (``_pushed_to_bound``) or has σ over MAX_SIGMA_FRAC of its band, and solve again; ``active`` and ``values`` are
     updated in place. Returns σ per active factor, the σ of each ln(prediction), and each factor's share of
     its information that the runs give."""
     sigma, spread, informed = np.zeros(0), 0.0, np.zeros(0)
@@ -289,7 +290,7 @@ def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, pr
         informed = np.diag(Jd.T @ Jd) / np.maximum(np.diag(J.T @ J), 1e-300)
         spread = float(np.sqrt(np.mean(np.einsum("ij,jk,ik->i", Jd, cov, Jd))))  # σ of each ln(prediction)
         weak = [(sigma[j] / width[j], n) for j, n in enumerate(active) if sigma[j] > MAX_SIGMA_FRAC * width[j]]
-        parked = [(side, n) for n in active if n in NEVER_AT_BOUND and (side := _pushed_to_bound(values[n], bands[n]))]
+        parked = [(side, n) for n in active if (side := _pushed_to_bound(values[n], bands[n]))]
         if not identify or not (weak or parked):
             break
         if parked:  # a bound that would set the value says more than its σ
