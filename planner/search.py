@@ -710,10 +710,12 @@ def _nothing_fits(
             why = "rejected by: " + ", ".join(f"{name} ({count:,})" for name, count in by_count)
         return _no_legal_plan(ctx, num_gpus, pins, why, suggest_sizes)
     gib = 2**30
-    label = plan_label(scored.grid.plan(int(np.argmin(scored.peak))).model_dump(mode="json"), moe=ctx.model.is_moe)
+    peaks = np.where(np.isnan(scored.peak), np.inf, scored.peak)  # NaN: a split the model cannot take (0/0)
+    smallest = int(np.argmin(peaks))
+    label = plan_label(scored.grid.plan(smallest).model_dump(mode="json"), moe=ctx.model.is_moe)
     allocatable = ctx.hardware.memory.allocatable_gib
     return (
         f"every legal plan needs more than {capacity / gib:.1f} GiB per GPU ({allocatable:g} GiB less the "
         f"{100 * (1 - capacity / gib / allocatable):.0f} % headroom); the smallest, {label}, needs "
-        f"{np.min(scored.peak) / gib:.1f} GiB; try more GPUs, a larger-memory --hardware or a smaller --global-batch"
+        f"{peaks[smallest] / gib:.1f} GiB; try more GPUs, a larger-memory --hardware or a smaller --global-batch"
     )

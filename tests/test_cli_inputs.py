@@ -261,3 +261,38 @@ def test_a_bridge_recipe_alone_is_explained_as_search_reads_it():
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("llama3-8b on 8 GPUs") and "assumed from base recipe" in res.stderr
     assert "the plan here comes from the other options" not in res.stderr
+
+
+def test_a_path_through_a_file_names_the_file_not_a_missing_folder(tmp_path):
+    # fresh user trial 4: --schedule-file existing.txt/s.svg said folder 'existing.txt' "does not exist"
+    (tmp_path / "existing.txt").write_text("x")
+    bad = str(tmp_path / "existing.txt" / "s.svg")
+    line = one_line_error(run_cli(["explain", "--model", "gpt3-175b", "--gpus", "1024", "--schedule-file", bad]))
+    assert "existing.txt' is a file, not a folder" in line
+    line = one_line_error(
+        run_cli(["export", "--model", "gpt3-175b", "--gpus", "1024", "-o", bad.replace(".svg", ".sh")])
+    )
+    assert "is a file, not a folder" in line
+    line = one_line_error(
+        run_cli(["explain", "--model", "gpt3-175b", "--gpus", "1024", "--schedule-file", "/no/such/s.svg"])
+    )
+    assert "folder '/no/such' does not exist" in line
+
+
+def test_an_empty_preset_name_is_one_line():
+    # fresh user trial 4: `presets show ''` said "preset file '.' is a directory"
+    assert "NAME is empty" in one_line_error(run_cli(["presets", "show", ""]))
+    from planner.errors import PresetError
+    from planner.presets import load_model
+
+    with pytest.raises(PresetError, match="model name is empty"):
+        load_model(" ")
+
+
+def test_nothing_fits_names_a_real_peak_not_nan():
+    # a uniform full-recomputation split the model cannot take has a NaN peak (0/0); the message named it
+    # "needs nan GiB" (DeepSeek-V3 on 128 H100, global batch 256)
+    args = ["search", "--model", "deepseek-v3", "--gpus", "128", "--global-batch", "256"]
+    line = one_line_error(run_cli([*args, "--hardware", "dgx-h100-superpod"]))
+    assert "every legal plan needs more than 72.8 GiB" in line and "nan" not in line
+    assert float(line.split(" needs ")[-1].split(" GiB")[0]) > 72.8

@@ -185,7 +185,8 @@ def refuse_existing(option: str, path: str | None, overwrite: bool) -> None:
         raise PlannerError(f"{option}: {path} exists; pass --overwrite to replace it")
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
-        raise PlannerError(f"{option} {path!r}: folder {folder!r} does not exist")
+        what = "is a file, not a folder" if os.path.exists(folder) else "does not exist"
+        raise PlannerError(f"{option} {path!r}: folder {folder!r} {what}")
     if not os.access(folder, os.W_OK):
         raise PlannerError(f"{option} {path!r}: cannot write there (permission denied)")
 

@@ -101,6 +101,8 @@ def _find_preset(name: str) -> tuple[str, str, str]:
     from planner.errors import PresetError
     from planner.presets import read_yaml_file
 
+    if not name.strip():
+        raise PlannerError("presets show: NAME is empty; give a preset name (`megaplan presets`) or a YAML path")
     path = Path(name).expanduser()
     if name.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists():
         text = read_yaml_file(path, "preset")

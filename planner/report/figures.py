@@ -29,7 +29,8 @@ def check_picture_path(path: str, option: str, svg_without_matplotlib: bool = Fa
         raise PlannerError(f"{option} {path!r}: unknown picture format {p.suffix or '(none)'!r}; allowed: .svg, .png")
     folder = p.parent if str(p.parent) else Path(".")
     if not folder.is_dir():
-        raise PlannerError(f"{option} {path!r}: folder {str(folder)!r} does not exist")
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise PlannerError(f"{option} {path!r}: folder {str(folder)!r} {what}")
     if not os.access(folder, os.W_OK) or (p.exists() and (p.is_dir() or not os.access(p, os.W_OK))):
         raise PlannerError(f"{option} {path!r}: cannot write there (permission denied)")
     if drawable:
