@@ -111,7 +111,8 @@ def _load_preset_cached(spec_type: type[SpecT], ref: str) -> SpecT:
 def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
     kind = _kind_of(spec_type)
     if not ref.strip():
-        raise PresetError(f"{kind.removesuffix('s')} name is empty; give a preset name (`megaplan presets`) or a YAML path")
+        what = kind.removesuffix("s")
+        raise PresetError(f"{what} name is empty; give a preset name (`megaplan presets`) or a YAML path")
     path = Path(ref).expanduser()
     if ref.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists():
         text, where = read_yaml_file(path, kind), str(path)
