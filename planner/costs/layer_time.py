@@ -163,24 +163,31 @@ def offload_exposed_s(
     return np.where(lt.rc == 0, layers * exposed, 0.0)
 
 
+def _attention_core_text(ctx: Context) -> tuple[str, str]:
+    """The attention core's forward and backward in a formula's text: unfused GEMMs and softmax bytes, or the
+    fused kernel's law (in MXFP8 where the recipe runs attention in it)."""
+    if ctx.options.attention_kernel is AttentionKernel.UNFUSED:
+        return "score and context GEMMs + softmax/dropout bytes/W_HBM", "2 × attention core"
+    core = (
+        f"{ctx.hardware.attention.kernel}: 4·b·(a/t)·s²·d_h/(2c) / (P_peak·η_fwd(s)), η rising with s as the kernel "
+        "tables do"
+    )
+    core_bwd = "its backward, 2.5× the FLOPs at η_bwd(s)"
+    ratios = fp8_attention_ratios(ctx)
+    if ratios is not None:  # compute.fp8_attention_time_s
+        core += f", in MXFP8 × {ratios[0]:g}"
+        core_bwd += f", in MXFP8 × {ratios[1]:g} over the whole causal square (windows not skipped)"
+    return core, core_bwd
+
+
 def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     """Formula and source of the compute and model-parallel communication terms for one plan."""
-    opts, mo, hw = ctx.options, ctx.model, ctx.hardware
+    opts, mo = ctx.options, ctx.model
     if opts.fp8:
         linear = f"FP8 linear GEMMs F/(P_fp8·η_fp8(M,N,K)) + {opts.fp8_recipe.value} FP8 casts"
     else:
         linear = "Σ_GEMM F/(P_peak·η(M,N,K))"
-    if opts.attention_kernel is AttentionKernel.UNFUSED:
-        core, core_bwd = "score and context GEMMs + softmax/dropout bytes/W_HBM", "2 × attention core"
-    else:
-        core = (
-            f"{hw.attention.kernel}: 4·b·(a/t)·s²·d_h/(2c) / (P_peak·η_fwd(s)), η rising with s as the kernel tables do"
-        )
-        core_bwd = "its backward, 2.5× the FLOPs at η_bwd(s)"
-        ratios = fp8_attention_ratios(ctx)
-        if ratios is not None:  # compute.fp8_attention_time_s
-            core += f", in MXFP8 × {ratios[0]:g}"
-            core_bwd += f", in MXFP8 × {ratios[1]:g} over the whole causal square (windows not skipped)"
+    core, core_bwd = _attention_core_text(ctx)
     experts = "; MoE layers: routed experts' grouped GEMMs and shared experts (below)" if mo.is_moe else ""
     mla = "; multi-latent attention (below)" if mo.multi_latent_attention else ""
     window = (

@@ -98,10 +98,9 @@ def _optimizer(row: dict) -> dict:
     return {"use_precision_aware_optimizer": True} if not row["fp8"] else {}
 
 
-def _run(row: dict) -> Run:
-    fp8 = row["fp8"] or None
-    modules = () if row["recompute_modules"] in NO_MODULES else tuple(row["recompute_modules"].split(","))
-    options = dict(
+def _options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict:
+    """The plan options a row's recipe runs (each from the release's scripts, cited beside it)."""
+    return dict(
         attention_kernel="flash",
         overlap_grad_reduce=True,
         overlap_param_gather=True,
@@ -133,29 +132,10 @@ def _run(row: dict) -> Run:
         **_cuda_graphs(row["cuda_graph"]),
         **_optimizer(row),
     )
-    tp = int(row["tp"])
-    request = dict(
-        model=row["model"],
-        gpus=int(row["gpus"]),
-        tp=tp,
-        pp=int(row["pp"]),
-        cp=int(row["cp"]),
-        vpp=int(row["vpp"]),
-        ep=int(row["ep"]),
-        etp=int(row["etp"]),
-        micro_batch=int(row["micro_batch"]),
-        global_batch=int(row["global_batch"]),
-        seq_len=int(row["seq_len"]),
-        precision="bf16",
-        recompute="selective" if modules else "none",
-        sequence_parallel=tp > 1,
-        distributed_optimizer=True,
-        stage_split=row["stage_split"],
-        pipeline_layout=row["pipeline_layout"] or None,
-        moe_token_dispatcher=row["dispatcher"],
-        overlap_moe_expert_parallel_comm=row["a2a_overlap"] == "True",
-        options={k: v for k, v in options.items() if v is not None},
-    )
+
+
+def _assumptions(row: dict) -> list[str]:
+    """What a row's prediction assumes beyond what the table publishes, and why a flagged row is apart."""
     assumptions = [
         "force-balanced routing (imbalance 1.0), distributed optimizer with overlapped grad-reduce and "
         "param-gather, flash attention, SP with TP > 1"
@@ -180,6 +160,37 @@ def _run(row: dict) -> Run:
         )
     if row["flag"]:
         assumptions.append(f"reported apart - {row['flag']}")
+    return assumptions
+
+
+def _run(row: dict) -> Run:
+    fp8 = row["fp8"] or None
+    modules = () if row["recompute_modules"] in NO_MODULES else tuple(row["recompute_modules"].split(","))
+    options = _options(row, fp8, modules)
+    tp = int(row["tp"])
+    request = dict(
+        model=row["model"],
+        gpus=int(row["gpus"]),
+        tp=tp,
+        pp=int(row["pp"]),
+        cp=int(row["cp"]),
+        vpp=int(row["vpp"]),
+        ep=int(row["ep"]),
+        etp=int(row["etp"]),
+        micro_batch=int(row["micro_batch"]),
+        global_batch=int(row["global_batch"]),
+        seq_len=int(row["seq_len"]),
+        precision="bf16",
+        recompute="selective" if modules else "none",
+        sequence_parallel=tp > 1,
+        distributed_optimizer=True,
+        stage_split=row["stage_split"],
+        pipeline_layout=row["pipeline_layout"] or None,
+        moe_token_dispatcher=row["dispatcher"],
+        overlap_moe_expert_parallel_comm=row["a2a_overlap"] == "True",
+        options={k: v for k, v in options.items() if v is not None},
+    )
+    assumptions = _assumptions(row)
     return Run(
         row["run_id"],
         moe_source(row["hardware"]),

@@ -193,6 +193,21 @@ def _te1_userbuffers():
     return cfg.model_copy(update={"name": "Transformer Engine 1.x's defaults (presets/userbuffers/te1_defaults.yaml)"})
 
 
+MLM_ASSUMPTIONS = (  # what each README row publishes, implies and assumes (_mlm)
+    "published: layers, hidden, heads, TP, PP, DP, GPUs, global batch (table); vocabulary 131,072, "
+    "sequence 4,096, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap (text)",
+    "implied by r0.8.0's checks: SP with TP > 1 (--tp-comm-overlap), distributed optimizer "
+    "(--overlap-param-gather), CP 1 (TP·PP·DP = GPUs)",
+    "implied by the published model sizes: untied embedding and output weights (each size is the untied "
+    "count, 1.75-461.5 B; tied counts fall 0.5-1.6 % short of it: 1.49 B for '1.7B', 175.6 B for '177B')",
+    "unstated, assumed: bf16 (the MFU/TFLOP/s ratio is the BF16 dense peak), an even pipeline split, "
+    "GPT-3 architecture (4h GeLU MLP, learned positions), "
+    "Megatron-Core r0.8.0's flash attention (Transformer Engine)",
+    "implied by the date (July 2024, r0.8.0): Transformer Engine 1.x, whose userbuffers default to no SM "
+    "margin (initialize_ub @ v1.8; TE 2.0, February 2025, turned it on for the pipelined and bulk overlaps)",
+)
+
+
 def _mlm(row: dict) -> list[Run]:
     """A row of the README's weak-scaling table (images/model_table.png, commit f2e5db402c). Published:
     layers, hidden size, heads, TP, PP, DP, GPUs, global batch (the table); vocabulary 131,072, sequence
@@ -234,42 +249,14 @@ def _mlm(row: dict) -> list[Run]:
             tp_comm_overlap_cfg=_te1_userbuffers() if t > 1 else None,
         ),
     )
-    assumptions = (
-        "published: layers, hidden, heads, TP, PP, DP, GPUs, global batch (table); vocabulary 131,072, "
-        "sequence 4,096, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap (text)",
-        "implied by r0.8.0's checks: SP with TP > 1 (--tp-comm-overlap), distributed optimizer "
-        "(--overlap-param-gather), CP 1 (TP·PP·DP = GPUs)",
-        "implied by the published model sizes: untied embedding and output weights (each size is the untied "
-        "count, 1.75-461.5 B; tied counts fall 0.5-1.6 % short of it: 1.49 B for '1.7B', 175.6 B for '177B')",
-        "unstated, assumed: bf16 (the MFU/TFLOP/s ratio is the BF16 dense peak), an even pipeline split, "
-        "GPT-3 architecture (4h GeLU MLP, learned positions), "
-        "Megatron-Core r0.8.0's flash attention (Transformer Engine)",
-        "implied by the date (July 2024, r0.8.0): Transformer Engine 1.x, whose userbuffers default to no SM "
-        "margin (initialize_ub @ v1.8; TE 2.0, February 2025, turned it on for the pipelined and bulk overlaps)",
+    published = (
+        (row["run_id"], "TFLOP/s per GPU (r0.8.0)", float(row["tflops_per_gpu"])),
+        (f"{row['run_id']}:mfu", "MFU (r0.8.0)", _pct(row["mfu"])),
     )
+    # micro-batch, VPP and recomputation are not published: searched, not fitted
     return [
-        Run(
-            row["run_id"],
-            MLM,
-            "TFLOP/s per GPU (r0.8.0)",
-            float(row["tflops_per_gpu"]),
-            "dgx-h100-superpod",
-            req,
-            assumptions,
-            fit=False,  # micro-batch, VPP and recomputation are not published: searched, not fitted
-            searched=MLM_SEARCHED,
-        ),
-        Run(
-            f"{row['run_id']}:mfu",
-            MLM,
-            "MFU (r0.8.0)",
-            _pct(row["mfu"]),
-            "dgx-h100-superpod",
-            req,
-            assumptions,
-            fit=False,
-            searched=MLM_SEARCHED,
-        ),
+        Run(rid, MLM, metric, value, "dgx-h100-superpod", req, MLM_ASSUMPTIONS, fit=False, searched=MLM_SEARCHED)
+        for rid, metric, value in published
     ]
 
 
@@ -311,6 +298,23 @@ def _modern_model(row: dict) -> ModelSpec:
     )
 
 
+def _row_userbuffers(row: dict, dp_sync: dict[str, dict], t: int, assumptions: list[str]) -> tuple:
+    """(Bridge's presets?, the userbuffer config read) of a row, its assumption appended. NeMo's and
+    Megatron-Bridge's recipes (DGX Cloud, Bridge's and NeMo's performance tables) run Bridge's userbuffer presets,
+    unless the run's launch config is read (dp_sync_runs.csv ``userbuffers``: NeMo 1's hydra config; MLPerf's H100
+    GPT-3 files with their launch variables resolved); other MLPerf runs: TE's defaults."""
+    ub_cfg = _userbuffers(dp_sync.get(row["run_id"]), _yes(row["tp_comm_overlap"]) and t > 1)
+    bridge_ub = _yes(row["tp_comm_overlap"]) and row["source_family"] != "MLPerf Training" and ub_cfg is None
+    if bridge_ub and t > 1:
+        assumptions.append(
+            "userbuffers: Megatron-Bridge's preset for the GPU and shape (comm_overlap.py; the recipes' own "
+            "userbuffer file not read), else Transformer Engine's defaults"
+        )
+    elif ub_cfg is not None:
+        assumptions.append(f"userbuffers: {ub_cfg.name}")
+    return bridge_ub, ub_cfg
+
+
 def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
     """A published run of today's Megatron-Core (through NeMo or Megatron-Bridge): flash attention,
     the distributed optimizer with --overlap-grad-reduce --overlap-param-gather, SP with TP and the
@@ -321,18 +325,7 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
     if p > 1 and L % (p * v) and (L + 2) % (p * v) == 0:
         split = "embedding+loss"
         assumptions.append("embedding and loss counted as pipeline layers (the only even split of the layers)")
-    # NeMo's and Megatron-Bridge's recipes (DGX Cloud, Bridge's and NeMo's performance tables) run Bridge's
-    # userbuffer presets, unless the run's launch config is read (dp_sync_runs.csv ``userbuffers``: NeMo 1's
-    # hydra config; MLPerf's H100 GPT-3 files with their launch variables resolved); other MLPerf runs: TE's defaults
-    ub_cfg = _userbuffers(dp_sync.get(row["run_id"]), _yes(row["tp_comm_overlap"]) and t > 1)
-    bridge_ub = _yes(row["tp_comm_overlap"]) and row["source_family"] != "MLPerf Training" and ub_cfg is None
-    if bridge_ub and t > 1:
-        assumptions.append(
-            "userbuffers: Megatron-Bridge's preset for the GPU and shape (comm_overlap.py; the recipes' own "
-            "userbuffer file not read), else Transformer Engine's defaults"
-        )
-    elif ub_cfg is not None:
-        assumptions.append(f"userbuffers: {ub_cfg.name}")
+    bridge_ub, ub_cfg = _row_userbuffers(row, dp_sync, t, assumptions)
     fp8 = row["precision"] == "fp8"
     eager = row["mlp"] == "squared_relu"  # every squared-ReLU run of the table is NeMo 2's (Nemotron-4)
     if eager:
