@@ -70,6 +70,36 @@ def activation_parts(lt: Letters, ctx: Context) -> dict[str, tuple[float, float]
     return parts
 
 
+def _moe_kept(lt: Letters, ctx: Context, zero) -> tuple:
+    """Bytes an MoE layer keeps beyond its attention block: the routed copies and experts' internals, and the
+    shared experts' MLP tensors, without and with the plan's --recompute-modules (moe, moe_act,
+    shared_experts; ``layer_activations``)."""
+    modules = ctx.options.recompute_modules
+    A = moe.expert_token_assignments(
+        lt.b,
+        lt.s,
+        lt.t,
+        lt.c,
+        lt.k,
+        imbalance=ctx.options.moe_load_imbalance,
+        capacity_factor=ctx.options.moe_capacity_factor,
+    )
+    routed = moe.moe_mlp_activation_bytes(
+        A, lt.tokens_per_gpu(), lt.h, lt.f_e, lt.etp, gated=lt.gated, fp8_inputs=lt.fp8
+    )
+    shared = 0.0 * routed
+    if lt.f_s:  # the shared experts keep what a dense MLP of width f_s keeps, split over t
+        shared_split, _ = memory.layer_activation_parts(
+            lt.h, lt.a, lt.g, lt.dh, lt.f_s, gated=lt.gated, dropout=False, fp8=lt.fp8, fp8_scale_bytes=lt.fp8_scale
+        )["mlp"]
+        shared = per_layer_bytes(lt, ctx, shared_split, 0.0, zero)
+    recomputed_block = RecomputeModule.MOE in modules
+    act_out = A * lt.f_e * (1.0 if lt.fp8 else 2.0) if RecomputeModule.MOE_ACT in modules else 0.0
+    routed_s = 0.0 * routed if recomputed_block else routed - act_out
+    shared_s = 0.0 * shared if recomputed_block or RecomputeModule.SHARED_EXPERTS in modules else shared
+    return routed, shared, routed_s, shared_s
+
+
 def layer_activations(lt: Letters, ctx: Context) -> dict:
     """Bytes one layer keeps per micro-batch: for a ``dense`` and a ``moe`` layer, each a dict of
     ``whole`` (no recomputation), ``selective`` (with --recompute-modules) and ``input`` (full
@@ -102,28 +132,7 @@ def layer_activations(lt: Letters, ctx: Context) -> dict:
     out["routed"] = out["shared"] = 0.0 * out["attention"]
     if not mo.is_moe:
         return out
-    A = moe.expert_token_assignments(
-        lt.b,
-        lt.s,
-        lt.t,
-        lt.c,
-        lt.k,
-        imbalance=ctx.options.moe_load_imbalance,
-        capacity_factor=ctx.options.moe_capacity_factor,
-    )
-    routed = moe.moe_mlp_activation_bytes(
-        A, lt.tokens_per_gpu(), lt.h, lt.f_e, lt.etp, gated=lt.gated, fp8_inputs=lt.fp8
-    )
-    shared = 0.0 * routed
-    if lt.f_s:  # the shared experts keep what a dense MLP of width f_s keeps, split over t
-        shared_split, _ = memory.layer_activation_parts(
-            lt.h, lt.a, lt.g, lt.dh, lt.f_s, gated=lt.gated, dropout=False, fp8=lt.fp8, fp8_scale_bytes=lt.fp8_scale
-        )["mlp"]
-        shared = per_layer_bytes(lt, ctx, shared_split, 0.0, zero)
-    recomputed_block = RecomputeModule.MOE in modules
-    act_out = A * lt.f_e * (1.0 if lt.fp8 else 2.0) if RecomputeModule.MOE_ACT in modules else 0.0
-    routed_s = 0.0 * routed if recomputed_block else routed - act_out
-    shared_s = 0.0 * shared if recomputed_block or RecomputeModule.SHARED_EXPERTS in modules else shared
+    routed, shared, routed_s, shared_s = _moe_kept(lt, ctx, zero)
     out["moe"] = {
         "whole": attention["whole"] + routed + shared,
         "selective": attention["selective"] + routed_s + shared_s,

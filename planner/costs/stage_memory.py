@@ -267,23 +267,42 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         why = " (--grad-reduce-in-bf16: a bf16 buffer)" if g == 2 and ctx.precision == "bf16" else ""
         gradients = Formula(f"P_stage × {g} bytes ({main}){why}", DIST_OPT + "; Megatron-LM arguments.py:1204-1217")
     if opts.fp8 is not None:
-        fp8_b, recipe = fp8_weight_bytes(ctx), opts.fp8_recipe.value
-        what = {
-            "mxfp8": "row-wise and column-wise MXFP8 data with their E8M0 scales",
-            "blockwise": "row-wise and transposed FP8 data with their 128×128-block scales",
-        }.get(recipe, "an FP8 copy read both ways" if fp8_b == 1 else "an FP8 copy and its transpose")
-        size = f"{fp8_b:.4g} byte{'' if fp8_b == 1 else 's'}"
-        extra = (
-            f"{what} ({size}) instead of the 16-bit weight"
-            if opts.fp8_param_gather
-            else f"+ {size} ({what}, cached between micro-batches)"
-        )
-        weights = Formula(
-            f"{weights.text}; linear-layer weights: {extra}",
-            weights.source + "; Transformer Engine module/base.py reset_parameters (both GEMM layouts) and "
-            "pytorch/csrc/quantizer.cpp create_tensor (a transposed copy only where FP8 GEMMs are TN-only: "
-            "Hopper)",
-        )
+        weights = _with_fp8_weights(ctx, weights)
+    optimizer = _optimizer_formula(ctx, plan, o, expert)
+    return {
+        "weights": weights,
+        "gradients": gradients,
+        "optimizer": optimizer,
+        "activations": activation_formula(ctx, plan),
+        **process_memory.process_formulas(ctx, plan),
+    }
+
+
+def _with_fp8_weights(ctx: Context, weights: Formula) -> Formula:
+    """The weights' formula with the FP8 copy Transformer Engine holds of the linear layers' weights."""
+    opts = ctx.options
+    fp8_b, recipe = fp8_weight_bytes(ctx), opts.fp8_recipe.value
+    what = {
+        "mxfp8": "row-wise and column-wise MXFP8 data with their E8M0 scales",
+        "blockwise": "row-wise and transposed FP8 data with their 128×128-block scales",
+    }.get(recipe, "an FP8 copy read both ways" if fp8_b == 1 else "an FP8 copy and its transpose")
+    size = f"{fp8_b:.4g} byte{'' if fp8_b == 1 else 's'}"
+    extra = (
+        f"{what} ({size}) instead of the 16-bit weight"
+        if opts.fp8_param_gather
+        else f"+ {size} ({what}, cached between micro-batches)"
+    )
+    return Formula(
+        f"{weights.text}; linear-layer weights: {extra}",
+        weights.source + "; Transformer Engine module/base.py reset_parameters (both GEMM layouts) and "
+        "pytorch/csrc/quantizer.cpp create_tensor (a transposed copy only where FP8 GEMMs are TN-only: "
+        "Hopper)",
+    )
+
+
+def _optimizer_formula(ctx: Context, plan: ParallelPlan, o: float, expert: str) -> Formula:
+    """The optimizer states' formula: what each parameter holds (``o`` bytes) and how it is sharded."""
+    opts = ctx.options
     if opts.use_precision_aware_optimizer:
         states = (
             f"master weight {opts.main_params_dtype} (an fp32 one kept as its 16-bit remainder beside the bf16 "
@@ -295,17 +314,10 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         states = "fp32 master weight, Adam m and v"
     sharded = _optimizer_shard_text(plan)
     aware = "; --use-precision-aware-optimizer: optimizer_config.py:187-207, distrib_optimizer.py:1005-1013"
-    optimizer = Formula(
+    return Formula(
         f"P_stage × {o} bytes ({states}){sharded}{expert if sharded else ''}",
         DIST_OPT + (aware if opts.use_precision_aware_optimizer else ""),
     )
-    return {
-        "weights": weights,
-        "gradients": gradients,
-        "optimizer": optimizer,
-        "activations": activation_formula(ctx, plan),
-        **process_memory.process_formulas(ctx, plan),
-    }
 
 
 def _optimizer_shard_text(plan: ParallelPlan) -> str:
