@@ -296,3 +296,29 @@ def test_nothing_fits_names_a_real_peak_not_nan():
     line = one_line_error(run_cli([*args, "--hardware", "dgx-h100-superpod"]))
     assert "every legal plan needs more than 72.8 GiB" in line and "nan" not in line
     assert float(line.split(" needs ")[-1].split(" GiB")[0]) > 72.8
+
+
+def test_notes_and_warnings_wrap_at_spaces_on_a_terminal(monkeypatch):
+    # fresh user trial 4: long notes on stderr broke mid-word at 80 columns (the terminal's wrap); on a terminal
+    # they now break at spaces, continuation lines indented; errors stay one line; a pipe gets them whole
+    import io
+
+    from planner.cli.held import _Held, _Stream, wrapped
+
+    note = "megaplan: note: set by the perf scripts after the workload: use_precision_aware_optimizer=True, x=1\n"
+    assert wrapped(note, 40) == (
+        "megaplan: note: set by the perf scripts\n  after the workload:\n  use_precision_aware_optimizer=True,\n  x=1\n"
+    )
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setenv("COLUMNS", "41")
+    for real, expect in ((Tty(), wrapped(note, 40)), (io.StringIO(), note)):
+        held = _Held(real)
+        stream = _Stream(real, held, holds=True)
+        stream.write(note)
+        stream.write("megaplan: error: " + "y " * 40 + "\n")
+        held.release()
+        assert real.getvalue() == expect + "megaplan: error: " + "y " * 40 + "\n"

@@ -13,6 +13,27 @@ import click
 from planner.errors import PlannerError
 
 NOTE = "megaplan: note:"
+WARNING = "megaplan: warning:"
+
+
+def wrapped(text: str, width: int) -> str:
+    """A note or warning broken at spaces to ``width`` columns, the continuation lines indented two spaces
+    (a terminal would break it mid-word, fresh user trial 4); each line of ``text`` on its own."""
+    import textwrap
+
+    out = []
+    for line in text.rstrip("\n").split("\n"):
+        out.append(textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False))
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def _for_terminal(stream, text: str) -> str:
+    """``text`` wrapped to the terminal when ``stream`` is one and ``text`` is a note or warning; else as is."""
+    if not text.startswith((NOTE, WARNING)) or not getattr(stream, "isatty", lambda: False)():
+        return text
+    import shutil
+
+    return wrapped(text, max(shutil.get_terminal_size().columns - 1, 40))
 
 
 class _Held:
@@ -37,10 +58,13 @@ class _Stream:
 
     def write(self, text):
         if self._holds and isinstance(text, str) and text.startswith(NOTE):
-            self._held.lines.append(text)
+            self._held.lines.append(_for_terminal(self._real, text))
             return len(text)
         if text:
             self._held.release()
+        if self._holds and isinstance(text, str):
+            self._real.write(_for_terminal(self._real, text))
+            return len(text)
         return self._real.write(text)
 
     def __getattr__(self, name):
