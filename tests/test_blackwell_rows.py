@@ -222,3 +222,26 @@ def test_the_mlperf_8b_miss_on_64_b200_is_not_the_fabric(result):
     assert nvl72_error < -10 and row["error_pct"] < -10
     assert abs(nvl72_error - row["error_pct"]) < 2.0
     assert float(ev.time["dp_comm"][0]) < 0.01  # what the GB200 run exposes of its DP sync: under 10 ms
+
+
+def test_the_15b_row_stays_superseded_at_the_datasheet_gpu_ratio():
+    # NeMo 25.02 B200 -> 25.04 GB200, Nemotron-4 15B on 64 GPUs: 14,760 -> 17,809 tokens/s/GPU (x 1.2066).
+    # megaplan gives the GPU x 1.0765 and the FP8 recipe and graphs x 0.963; at the datasheets' peak ratio
+    # 2500/2250 = 1.111 instead of 1.0765: 1.2066 / (1.111 x 0.963) = 1.128, still beyond 2 x RUN_NOISE
+    from planner import api
+    from planner.fidelity.runs import load_runs
+    from planner.fidelity.validate import _evaluation, plan_request
+
+    runs = {r.id: r for r in load_runs()}
+    a, b = (
+        plan_request(runs[k])
+        for k in ("NEMODOC-25.02-B200-Nemotron4-15B-n64", LATER["NEMODOC-25.02-B200-Nemotron4-15B-n64"][0])
+    )
+
+    def step_s(q, hw):
+        return float(_evaluation("tokens/s per GPU", api.make_request(hardware=load_hardware(hw), **q)).iteration_s[0])
+
+    gpu, recipe = step_s(a, B200) / step_s(a, GB200), step_s(a, GB200) / step_s(b, GB200)
+    assert gpu == pytest.approx(1.0765, abs=0.005) and recipe == pytest.approx(0.963, abs=0.005)
+    beyond = (17809 / 14760) / (2500 / 2250 * recipe) - 1
+    assert beyond == pytest.approx(0.128, abs=0.006) and beyond > 2 * RUN_NOISE
