@@ -185,6 +185,11 @@ def evaluated_runs(runs: list[Run], hardware: dict[str, HardwareSpec] | None = N
     return _evaluated([(run.hardware, _is_layer(run.metric), _ReqKey(plan_request(run))) for run in runs], hardware)
 
 
+def evaluated(run: Run, hardware: HardwareSpec | None = None) -> tuple:
+    """``evaluated_runs`` of one run (``hardware``: its preset's spec to use instead)."""
+    return evaluated_runs([run], None if hardware is None else {run.hardware: hardware})[0]
+
+
 def preset_evaluations(requests: list[tuple[str, dict]]) -> list[tuple[api.PlanRequest, object]]:
     """(the request, its whole evaluation) of each (hardware preset, request), kept for the process: the runs
     published with several metrics and ``memory.reference_verdicts`` evaluate each plan once."""
