@@ -322,3 +322,61 @@ def test_notes_and_warnings_wrap_at_spaces_on_a_terminal(monkeypatch):
         stream.write("megaplan: error: " + "y " * 40 + "\n")
         held.release()
         assert real.getvalue() == expect + "megaplan: error: " + "y " * 40 + "\n"
+
+
+def test_an_edited_plan_file_with_a_mistyped_field_is_one_line_not_a_traceback(tmp_path):
+    # fresh user trial 5: "tp": "eight" ended in a TypeError traceback (gpus % 'eight'), "tp": NaN in
+    # "--gpus 64 is not divisible by tp·pp·cp = nan"; "gpus": "64" was not read as a count either
+    plan = json.loads(run(["explain", "--model", "llama3-8b", "--gpus", "64", "--tp", "2", "--json"]).stdout)
+    for field, value, needle in [
+        (
+            "tp",
+            "eight",
+            "plan: parallel.tp is 'eight': Input should be a valid integer, unable to parse string as an integer",
+        ),
+        ("tp", float("nan"), "plan: parallel.tp is nan: Input should be a finite number"),
+        ("pp", 0, "plan: parallel.pp is 0: Input should be greater than 0"),
+        ("gpus", "64", "plan: gpus is '64'; allowed: a whole number ≥ 1"),
+    ]:
+        edited = json.loads(json.dumps(plan))
+        (edited if field == "gpus" else edited["parallel"])[field] = value
+        path = tmp_path / "edited.json"
+        path.write_text(json.dumps(edited))
+        assert one_line_error(run(["explain", "--plan", str(path), "--brief"])) == f"megaplan: error: {needle}"
+    path.write_text(json.dumps(plan))
+    assert run(["explain", "--plan", str(path), "--brief"]).exit_code == 0
+
+
+def test_bridges_own_legacy_recipe_names_run_as_bridge_runs_them():
+    # fresh user trial 5: Bridge v0.6.0 keeps `llama3_8b_pretrain_config` as an alias of
+    # llama3_8b_pretrain_2gpu_h100_bf16_config (recipes/llama/llama3.py), megaplan refused it
+    base = ["explain", "--gpus", "8", "--brief", "--bridge-override", "train.global_batch_size=64"]
+    legacy = run([*base, "--bridge-recipe", "llama3_8b_pretrain_config"])
+    full = run([*base, "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config"])
+    assert legacy.exit_code == 0 and legacy.stdout == full.stdout
+    assert "assumed from base recipe llama3_8b_pretrain_2gpu_h100_bf16_config (v0.6.0)" in legacy.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        # trial 5: a traceback (int('two')); 0 was read as unset, so TP 1 without a word
+        ("model.tensor_model_parallel_size=two", "model.tensor_model_parallel_size='two': allowed: a whole number ≥ 1"),
+        ("model.tensor_model_parallel_size=0", "model.tensor_model_parallel_size=0: allowed: a whole number ≥ 1"),
+        ("model.context_parallel_size=2.5", "model.context_parallel_size=2.5: allowed: a whole number ≥ 1"),
+        # trial 5: a misspelt key was dropped silently and the recipe's value kept
+        ("model.tensor_parallel_size=2", "no 'tensor_parallel_size' in Bridge v0.6.0's ConfigContainer; did you mean "),
+        ("modell.tensor_model_parallel_size=2", "no 'modell' in Bridge v0.6.0's ConfigContainer; did you mean model?"),
+    ],
+)
+def test_a_bridge_override_that_is_not_a_size_or_not_a_field_is_one_line(override, needle):
+    args = ["explain", "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config", "--gpus", "8", "--brief"]
+    assert needle in one_line_error(run([*args, "--bridge-override", override]))
+
+
+def test_an_unknown_bridge_override_field_is_warned_about_not_dropped():
+    args = ["explain", "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config", "--gpus", "8", "--brief"]
+    res = run([*args, "--bridge-override", "model.foo_bar=1"])
+    assert res.exit_code == 0
+    assert "--bridge-override model.foo_bar: not a field of Bridge v0.6.0's model config megaplan knows" in res.stderr
+    assert "--bridge-override" not in run([*args, "--bridge-override", "logger.log_interval=5"]).stderr
