@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from planner.cli import cli
+from planner.errors import PlannerError
 from planner.report.layout import plan_text
 
 from conftest import one_line_error, run_cli
@@ -380,3 +381,38 @@ def test_an_unknown_bridge_override_field_is_warned_about_not_dropped():
     assert res.exit_code == 0
     assert "--bridge-override model.foo_bar: not a field of Bridge v0.6.0's model config megaplan knows" in res.stderr
     assert "--bridge-override" not in run([*args, "--bridge-override", "logger.log_interval=5"]).stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["explain", "--model", "llama3-8b", "--gpus", "64", "--tp", "2", "--recompute", "selective"],
+        ["search", "--model", "llama3-8b", "--gpus", "64", "--recompute", "none"],
+        [
+            "export",
+            "--model",
+            "llama3-8b",
+            "--gpus",
+            "64",
+            "--tp",
+            "2",
+            "--recompute",
+            "selective",
+            "--format",
+            "flags",
+        ],
+    ],
+)
+def test_a_recompute_method_without_full_recomputation_is_refused_not_dropped(args):
+    # fresh user trial 5: `--recompute selective --recompute-method uniform` ran as if the method had not been
+    # given; Megatron-LM asserts the method is unset with selective recomputation (arguments.py)
+    line = one_line_error(run([*args, "--recompute-method", "uniform"]))
+    assert "--recompute-method uniform goes with --recompute full only" in line
+
+
+def test_a_launch_line_with_selective_recomputation_and_a_method_is_what_megatron_refuses():
+    from planner.megatron.option_flags import recompute_fields
+
+    with pytest.raises(PlannerError, match="Megatron-LM would reject this: --recompute-method uniform with selective"):
+        recompute_fields({"recompute_granularity": "selective", "recompute_method": "uniform"})
+    assert recompute_fields({"recompute_granularity": "selective"}) == {"recompute": "selective"}
