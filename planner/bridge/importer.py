@@ -304,14 +304,24 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     tag = values.get("bridge_version") or head.get("bridge_version") or NEWEST
     unread = _unknown_overrides(overrides, tag)
     fields.update(overrides)
-    read = bridge_import_fields(
-        fields,
-        tag=tag,
-        recipe=values.get("bridge_recipe") or head.get("bridge_recipe"),
-        env=head.get("env", ()),
-        **common,
-    )
-    return (replace(read, warnings=(*unread, *read.warnings)) if unread else read), where
+    recipe, said = _recipe_of(values, head, tag, path)
+    read = bridge_import_fields(fields, tag=tag, recipe=recipe, env=head.get("env", ()), **common)
+    return replace(read, warnings=(*unread, *read.warnings), notes=(*said, *read.notes)), where
+
+
+def _recipe_of(values: dict, head: dict, tag: str, path: str) -> tuple[str | None, list[str]]:
+    """The base recipe the overrides apply over: --bridge-recipe, the file header's, or, for --bridge-override
+    alone beside --model, Bridge's recipe of that model, said in a note (Bridge always starts from a recipe;
+    fresh user trial 5 priced `--model llama3-8b --bridge-override ...` at Megatron-LM's defaults: fp32, batch 4)."""
+    recipe = values.get("bridge_recipe") or head.get("bridge_recipe")
+    if recipe or path or not values.get("model"):
+        return recipe, []
+    from planner.presets import load_model
+
+    name = recipes.resolve(tag, None, load_model(values["model"]).name)[0]
+    return name, [
+        f"--bridge-override over {name}, Bridge {tag}'s recipe of {values['model']} (--bridge-recipe: another)"
+    ]
 
 
 def _unknown_overrides(overrides: dict, tag: str) -> list[str]:

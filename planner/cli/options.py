@@ -356,8 +356,10 @@ def refuse_method_without_full(kw: dict) -> None:
     selective recomputation (arguments.py: 'recompute method is not yet supported for selective recomputing
     granularity') and uses it with full only; megaplan read `--recompute selective --recompute-method uniform`
     as if the method had not been given (fresh user trial 5)."""
+    from planner.cli.resolve import given_options
+
     method, recompute = kw.get("recompute_method"), kw.get("recompute")
-    if method and recompute in ("none", "selective"):
+    if {"recompute_method", "recompute"} <= given_options() and recompute in ("none", "selective"):
         raise PlannerError(
             f"--recompute-method {method} goes with --recompute full only (Megatron-LM refuses a method with "
             f"selective recomputation and ignores it without one); drop it or give --recompute full"
