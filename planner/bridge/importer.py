@@ -205,6 +205,7 @@ def bridge_import_fields(
         if kinds.get("comm_overlap") == "null":
             base["comm_overlap"] = None
         model = model or preset
+        gpus, hardware = _cluster_from_name(name, gpus, hardware, notes)
         assumed = sorted(k for k in base if k not in fields and k in _READ_PATHS)
         if assumed:
             notes.append(f"assumed from base recipe {name} ({tag}): {_shown(base, assumed)}")
@@ -246,6 +247,25 @@ def _size(merged: dict, key: str) -> int:
     if size < 1 or (isinstance(value, float) and value != size):
         raise PlannerError(f"{key}={value!r}: allowed: a whole number ≥ 1")
     return size
+
+
+def _cluster_from_name(name: str, gpus, hardware, notes: list[str]):
+    """The GPUs and hardware a recipe's name states (``..._32gpu_h100_...``), where the options leave them out,
+    each with a note; the options given win."""
+    from planner.bridge.workloads import cluster_in_name
+
+    named = cluster_in_name(name)
+    if named is None or (gpus is not None and hardware is not None):
+        return gpus, hardware
+    took = []
+    if gpus is None:
+        gpus = named[0]
+        took.append(f"{gpus} GPUs")
+    if hardware is None:
+        hardware = named[1]
+        took.append(f"hardware {hardware}")
+    notes.append(f"{' and '.join(took)} from the recipe's name {name} (--gpus / --hardware override)")
+    return gpus, hardware
 
 
 def request_from_bridge(fields: dict, **kw):
@@ -306,6 +326,8 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     fields.update(overrides)
     recipe, said = _recipe_of(values, head, tag, path)
     read = bridge_import_fields(fields, tag=tag, recipe=recipe, env=head.get("env", ()), **common)
+    if gpus is None:  # the recipe's name stated them (bridge_import_fields says so in a note)
+        where = f"the recipe name's {read.data['gpus']} GPUs"
     return replace(read, warnings=(*unread, *read.warnings), notes=(*said, *read.notes)), where
 
 
