@@ -351,13 +351,13 @@ def search_source(values: dict, given: set[str]):
     (--bridge-recipe/--bridge-config/--bridge-override, as explain reads it at --gpus): the recipe's model, batch,
     sequence, precision and behaviour options, with the options given beside it applied over them (each with a
     note, as explain does); what search searches (the parallel knobs, recomputation, the overlaps) is searched
-    unless given, whatever the recipe sets. Returns (request, pins, notes)."""
+    unless given, whatever the recipe sets. Returns (request, pins, notes, the source's GPU count or None)."""
     if values.get("bridge_recipe") and not (values.get("bridge_config") or values.get("bridge_override")):
         given = given | {"bridge_override"}  # the recipe alone is a source here: nothing to override
         values = {**values, "bridge_override": ()}
     source = pick_source(values, given)
     if source is None:
-        return (*search_inputs(values), ())
+        return (*search_inputs(values), (), None)
     if not isinstance(source, BridgeConfig):
         raise PlannerError(f"search reads a plan's context from a Bridge config only, not from {source.where}")
     fields = source.fields(values)
@@ -370,7 +370,7 @@ def search_source(values: dict, given: set[str]):
     what = f"model {req.ctx.model.name}, global batch {req.ctx.training.global_batch}"
     what += f", seq {req.ctx.training.seq_len}, {req.ctx.precision}"
     kept = f"note: search keeps {source.where}'s {what} and options; searches its parallel layout"
-    return req, pins, (*fields.notes, *notes, kept)
+    return req, pins, (*fields.notes, *notes, kept), data.get("gpus")
 
 
 def read_text(path: str) -> str:

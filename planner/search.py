@@ -19,6 +19,7 @@ from itertools import chain
 
 import numpy as np
 
+from planner import parallel
 from planner.costs.estimate import evaluate, iteration_s, peak_memory_bytes, stage_memory_totals
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
@@ -357,24 +358,38 @@ def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, t
     ways: every row the recipes give it (sequence parallelism) is also evaluated without it, and keeps
     whichever is faster (userbuffers take memory and SMs, so neither wins
     everywhere); where neither fits, the smaller peak. Rows go in blocks of whole families (``_by_family``)
-    so the memory stays bounded. Returns the rows scored and the twins evaluated."""
-    iteration, peak, evaluated = np.full(len(grid), np.inf), np.empty(len(grid)), 0
+    so the memory stays bounded; the blocks are independent, so a large grid's are split between two
+    processes (``parallel.run_jobs``: the same numbers). Returns the rows scored and the twins evaluated."""
     keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
-    # a twin's family is its row's: all twins lack the overlap, all their rows have it
-    for rows in _family_blocks(grid, np.arange(len(grid)), BLOCK, keys):
-        at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
-        pos = rows[at]
-        off = replace(grid.take(pos), tp_comm_overlap=np.zeros(len(pos), dtype=np.int8))
-        (it, pk, state), (tw_it, tw_pk, tw_state) = _rows_and_twins(grid, rows, off, at, options, capacity, keys[rows])
-        iteration[rows], peak[rows] = it, pk
-        it, pk = tw_it, tw_pk
-        mine = _Twin(state[at], tw_state, peak[pos], pk)
-        better = (it < iteration[pos]) | (~np.isfinite(iteration[pos]) & mine.smaller(off, options))
-        take = pos[better]
-        grid.tp_comm_overlap[take] = 0
-        iteration[take], peak[take] = it[better], pk[better]
-        evaluated += len(pos)
+    blocks = _family_blocks(grid, np.arange(len(grid)), BLOCK, keys)  # a twin's family is its row's
+    fork = len(blocks) > 1 and parallel.can_fork()
+    n = len(grid)
+    iteration, peak = parallel.shared_empty(n, float, fork), parallel.shared_empty(n, float, fork)
+    off_wins = parallel.shared_empty(n, np.int8, fork)  # rows that keep their twin without the overlap
+
+    def job(rows: np.ndarray):
+        return lambda: _score_block(grid, rows, keys, options, capacity, twins, (iteration, peak, off_wins))
+
+    evaluated = int(np.count_nonzero(grid.tp_comm_overlap > 0)) if twins else 0
+    parallel.run_jobs([job(rows) for rows in blocks], fork)
+    grid.tp_comm_overlap[off_wins > 0] = 0
     return _Scored(grid, iteration, peak, options), evaluated
+
+
+def _score_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _Options, capacity, twins, out) -> None:
+    """``_with_tp_overlap_twins`` on one block of whole families ``rows``: writes their iteration time, peak
+    and whether each keeps its twin without --tp-comm-overlap into ``out`` at ``rows`` (and nowhere else)."""
+    iteration, peak, off_wins = out
+    at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
+    pos = rows[at]
+    off = replace(grid.take(pos), tp_comm_overlap=np.zeros(len(pos), dtype=np.int8))
+    (it, pk, state), (tw_it, tw_pk, tw_state) = _rows_and_twins(grid, rows, off, at, options, capacity, keys[rows])
+    mine = _Twin(state[at], tw_state, pk[at], tw_pk)
+    better = (tw_it < it[at]) | (~np.isfinite(it[at]) & mine.smaller(off, options))
+    it[at[better]], pk[at[better]] = tw_it[better], tw_pk[better]
+    iteration[rows], peak[rows] = it, pk
+    off_wins[rows] = 0
+    off_wins[pos[better]] = 1
 
 
 def _rows_and_twins(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, capacity: float, keys) -> tuple:

@@ -67,3 +67,30 @@ def test_search_with_a_bridge_recipe_needs_gpus_and_refuses_min_gpus():
     assert "--min-gpus takes no Bridge recipe" in line
     line = one_line_error(run_cli(["search", "--bridge-recipe", "llama9_pretrain_config", "--gpus", "8"]))
     assert "--bridge-recipe llama9_pretrain_config: not a Megatron-Bridge v0.6.0 pretraining recipe" in line
+
+
+def test_a_recipe_whose_name_states_its_cluster_is_searched_and_explained_on_it():
+    """v0.6.0 library recipes are named <model>_pretrain_<N>gpu_<gpu>_<dtype>_config: without --gpus/--hardware
+    the plan is read on the N GPUs of that GPU's preset (before: the A100 default and 'world size unknown'), each
+    with a note; given options win."""
+    result = run_cli(["search", "--bridge-recipe", RECIPE, "--top", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.stdout)["plans"][0]
+    assert (best["gpus"], best["hardware"]) == (2, "dgx-h100-superpod")
+    assert f"2 GPUs and hardware dgx-h100-superpod from the recipe's name {RECIPE}" in result.stderr
+    explained = run_cli(["explain", "--bridge-recipe", RECIPE, "--json"])
+    assert explained.exit_code == 0, explained.output
+    plan = json.loads(explained.stdout)
+    assert (plan["gpus"], plan["hardware"]) == (2, "dgx-h100-superpod")
+    given = run_cli(["explain", "--bridge-recipe", RECIPE, "--gpus", "8", "--hardware", "gb200-nvl72", "--json"])
+    assert given.exit_code == 0, given.output
+    assert (json.loads(given.stdout)["gpus"], json.loads(given.stdout)["hardware"]) == (8, "gb200-nvl72")
+    assert "from the recipe's name" not in given.stderr
+
+
+def test_a_layout_the_named_gpus_cannot_take_names_where_the_count_came_from():
+    result = run_cli(["explain", "--bridge-recipe", RECIPE, "--tp", "4"])
+    assert one_line_error(result) == (
+        "megaplan: error: the recipe name's 2 GPUs are not divisible by tp·pp·cp = 8 (tp 4 × pp 1 × cp 2); allowed: "
+        "a multiple of 8, e.g. 8; give --gpus N, or --tp/--pp/--cp that divide it"
+    )

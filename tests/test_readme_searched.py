@@ -174,3 +174,29 @@ def test_readme_rows_run_transformer_engine_1x_userbuffers():
     assert 1e-3 * 16 / 116 == pytest.approx(0.1379e-3, rel=1e-3) and 0.5e-3 * 16 / 132 == pytest.approx(
         0.0606e-3, rel=1e-3
     )
+
+
+def test_readme_tflops_count_r080_formula_with_the_whole_attention_square():
+    """The README's TFLOP/s and MFU are Megatron-Core r0.8.0's logged throughput: num_floating_point_operations
+    (megatron/training/training.py @ core_v0.8.0) = 12·B·s·L·h²·[(1 + g/a + s/h)·(d·a/h) + f/h + V/(2·L·h)],
+    the attention square counted whole (the causal halving came later) and the logits in. GPT (g = a, d·a = h,
+    f = 4h) reduces it to 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)). By hand for 1.7B (B 192, s 4096, L 24,
+    h 2048, V 131,072): 72·192·4096·24·2048² = 5.6999e15, times 1 + 1/3 + 131072/589824 = 1.5556 ->
+    8.8667e15 FLOPs; at 408.8 TFLOP/s on 48 GPUs the iteration is 0.4519 s, and 408.8/989.4 = 41.3 %
+    (the table's 41 %). validate divides exactly this count by the predicted time: the convention is not
+    what the rows miss (the ratio is 1 on every row)."""
+    from planner.fidelity.validate import evaluated
+
+    B, s, L, h, V = 192, 4096, 24, 2048, 131072
+    base = 72 * B * s * L * h**2
+    assert base == pytest.approx(5.6999e15, rel=1e-4)
+    assert 1 + s / (6 * h) + V / (12 * L * h) == pytest.approx(1.5556, rel=1e-4)
+    assert base * 1.5556 / (408.8e12 * 48) == pytest.approx(0.4519, rel=1e-3)
+    assert 408.8 / 989.4 == pytest.approx(0.413, abs=5e-4)
+    for run in _readme_runs():
+        req, ev = evaluated(run)
+        m, tr = req.ctx.model, req.ctx.training
+        B, s, L, h, a, V = tr.global_batch, tr.seq_len, m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size
+        g, f, d = a, 4 * h, h // a
+        r080 = 12 * B * s * L * h**2 * ((1 + g / a + s / h) * (d * a / h) + f / h + V / (2 * L * h))
+        assert float(ev.flops["model"][0]) == pytest.approx(r080, rel=1e-9)

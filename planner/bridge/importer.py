@@ -205,6 +205,7 @@ def bridge_import_fields(
         if kinds.get("comm_overlap") == "null":
             base["comm_overlap"] = None
         model = model or preset
+        gpus, hardware = _cluster_from_name(name, gpus, hardware, notes)
         assumed = sorted(k for k in base if k not in fields and k in _READ_PATHS)
         if assumed:
             notes.append(f"assumed from base recipe {name} ({tag}): {_shown(base, assumed)}")
@@ -233,6 +234,25 @@ def bridge_import_fields(
     if merged.get("mixed_precision.fp8_dot_product_attention"):  # a Megatron-Core field without a Megatron-LM flag
         read.data["options"]["fp8_dot_product_attention"] = True
     return replace(read, notes=tuple(notes) + read.notes, warnings=tuple(warnings) + read.warnings, argv=argv)
+
+
+def _cluster_from_name(name: str, gpus, hardware, notes: list[str]):
+    """The GPUs and hardware a recipe's name states (``..._32gpu_h100_...``), where the options leave them out,
+    each with a note; the options given win."""
+    from planner.bridge.workloads import cluster_in_name
+
+    named = cluster_in_name(name)
+    if named is None or (gpus is not None and hardware is not None):
+        return gpus, hardware
+    took = []
+    if gpus is None:
+        gpus = named[0]
+        took.append(f"{gpus} GPUs")
+    if hardware is None:
+        hardware = named[1]
+        took.append(f"hardware {hardware}")
+    notes.append(f"{' and '.join(took)} from the recipe's name {name} (--gpus / --hardware override)")
+    return gpus, hardware
 
 
 def request_from_bridge(fields: dict, **kw):
@@ -295,6 +315,8 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
         env=head.get("env", ()),
         **common,
     )
+    if gpus is None:  # the recipe's name stated them (bridge_import_fields says so in a note)
+        where = f"the recipe name's {read.data['gpus']} GPUs"
     return read, where
 
 

@@ -182,6 +182,15 @@ def workload_v021(text: str, name: str) -> Workload:
 V060_NAME = re.compile(
     r"^(?P<model>[a-z0-9_]+?)_pretrain_(?P<gpus>\d+)gpu_(?P<gpu>h100|b200|gb200|gb300)_(?P<dtype>[a-z0-9]+)"
 )
+
+
+def cluster_in_name(name: str) -> tuple[int, str] | None:
+    """The GPUs and hardware preset a recipe's name states (``<model>_pretrain_<N>gpu_<gpu>_<dtype>_config``, the
+    v0.6.0 naming of library recipes such as ``recipes/llama/h100/llama3.py`` and of perf recipes), else None."""
+    m = V060_NAME.match(name)
+    return (int(m["gpus"]), GPUS[m["gpu"].upper()]) if m else None
+
+
 V060_MODELS = {  # perf recipe name prefix -> megaplan preset (the library recipe it starts from, at v0.6.0)
     "llama3_8b": "llama3-8b",
     "llama3_70b": "llama3-70b",

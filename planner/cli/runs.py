@@ -51,18 +51,17 @@ def search(**kw) -> None:
     """
     from planner.search import search as run_search
 
-    if kw["min_gpus"] == (kw["gpus"] is not None):
-        raise click.UsageError(
-            "give either --gpus N or --min-gpus (find the smallest cluster), not both"
-            if kw["min_gpus"]
-            else "Missing option '--gpus' (or --min-gpus to find the smallest cluster that fits)."
-        )
+    if kw["min_gpus"] and kw["gpus"] is not None:
+        raise click.UsageError("give either --gpus N or --min-gpus (find the smallest cluster), not both")
+    if not kw["min_gpus"] and kw["gpus"] is None and not any(kw.get(k) for k in BRIDGE_SOURCE):
+        raise click.UsageError("Missing option '--gpus' (or --min-gpus to find the smallest cluster that fits).")
     if kw["top"] > MAX_TABLE_TOP and not (kw["as_json"] or kw["as_csv"]):
         raise click.UsageError(
             f"--top {kw['top']}: the table shows at most {MAX_TABLE_TOP} plans; --json and --csv list up to {MAX_TOP:,}"
         )
     _one_order(kw)
-    req, pins, bridge = _inputs(kw)
+    req, pins, bridge, world = _inputs(kw)
+    kw["gpus"] = kw["gpus"] or world  # a Bridge recipe or workload that states its GPUs (with a note saying so)
     if kw["min_gpus"]:
         return _min_gpus(req, pins, kw)
     result = run_search(
@@ -115,12 +114,12 @@ def _inputs(kw: dict):
         )
     if bridge and kw.get("min_gpus"):
         raise click.UsageError("--min-gpus takes no Bridge recipe or config: give --gpus N (the recipe's world)")
-    req, pins, notes = search_source(kw, given_options())  # bad options are one error line, with no note before
+    req, pins, notes, world = search_source(kw, given_options())  # bad options: one error line, no note before
     for note in notes:
         click.echo(f"megaplan: {note}", err=True)
     note_full_only(kw)
     export = {k: kw[k] for k in ("bridge_recipe", "bridge_version") if kw.get(k)}
-    return req, pins, export if bridge else None
+    return req, pins, export if bridge else None, world
 
 
 def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
@@ -184,7 +183,7 @@ def sweep(
         plots.check_picture_path(plot_file, "--plot", drawable=False)
         refuse_existing("--plot", plot_file, overwrite)  # the user's file first, then matplotlib
         plots.check_drawable(plot_file, "--plot")
-    req, pins, _ = _inputs(kw)
+    req, pins, *_ = _inputs(kw)
     with progress("sweeping", total=len(sizes)) as step:
         result = run_sweep(
             req.ctx, sizes, pins, memory_headroom=kw["memory_headroom"], skip_infeasible=skip_infeasible, step=step

@@ -1,0 +1,70 @@
+"""Independent jobs run in two processes: the search's blocks of whole families (``search._with_tp_overlap_twins``).
+
+Each job writes its results only into rows of arrays no other job writes (``shared_empty``: anonymous
+shared memory, which a forked child writes and its parent reads), so splitting the jobs between a
+forked child and the parent gives the very numbers running them one after the other would: the same
+calls on the same rows. The child runs every second job (the blocks' costs vary along the family
+order, so alternating balances them) and exits; where it fails, the parent runs its jobs again.
+
+Forking only happens where it is safe and pays: a POSIX system with at least two CPUs, a process with
+no other thread (forking one with threads can deadlock the child on a lock another thread held), and
+at least two jobs. The child is reaped before the parent goes on, so the parent's resource usage
+(``getrusage(RUSAGE_CHILDREN)``, ``wait4``) counts its CPU time and its peak resident memory.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+PROCESSES = 2  # the most processes the jobs are split over (the parent and one forked child)
+
+
+def can_fork() -> bool:
+    """Whether ``run_jobs`` would split the jobs: fork exists, two CPUs or more, no thread but this one."""
+    return PROCESSES > 1 and hasattr(os, "fork") and (os.cpu_count() or 1) >= 2 and threading.active_count() == 1
+
+
+def shared_empty(n: int, dtype, shared: bool) -> np.ndarray:
+    """An uninitialised array of n values; in anonymous shared memory (``shared``) when a forked child
+    is to write it, an ordinary one otherwise."""
+    if not shared or n == 0:
+        return np.empty(n, dtype=dtype)
+    size = n * np.dtype(dtype).itemsize
+    return np.frombuffer(mmap.mmap(-1, size), dtype=dtype, count=n)
+
+
+def run_jobs(jobs: Sequence[Callable[[], None]], fork: bool) -> None:
+    """Runs every job; with ``fork`` (``can_fork``; the jobs write only shared arrays, each its own rows)
+    every second one in a forked child, the rest here, then waits for the child. A child that fails
+    (exit status not 0) has its jobs run here again."""
+    if not fork or len(jobs) < 2:
+        for job in jobs:
+            job()
+        return
+    mine, theirs = jobs[0::2], jobs[1::2]
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the parent's stack, never flushes the parent's buffers
+        status = 1
+        try:
+            for job in theirs:
+                job()
+            status = 0
+        finally:
+            os._exit(status)
+    try:
+        for job in mine:
+            job()
+    except BaseException:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+        raise
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        for job in theirs:
+            job()

@@ -1,0 +1,104 @@
+"""search splits its blocks of whole families between two processes (``planner.parallel``): the result must be
+the one a single process gives, number for number (``SearchResult.to_json`` whole), and a child that fails
+must cost nothing but time. Small blocks make small spaces split, so the check runs on many cases."""
+
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import planner.search as search_module
+from planner import parallel
+from planner.api import make_request
+from planner.errors import InfeasibleError
+from planner.search import search
+from planner.space.candidates import Pins
+
+CASES = {
+    "gpt3": ("gpt3-175b", "dgx-a100-superpod", (64, 128)),
+    "mixtral": ("mixtral-8x7b", "dgx-h100-superpod", (16, 32)),
+    "deepseek": ("deepseek-v3", "dgx-h100-superpod", (128, 256)),
+}
+
+
+def _searched(ctx, gpus, pins, processes, **kw):
+    """(the result, or the error's text; whether any jobs were split between processes)."""
+    forks = []
+    run_jobs = parallel.run_jobs
+
+    def counting(jobs, fork):
+        forks.append(fork and len(jobs) > 1)
+        return run_jobs(jobs, fork)
+
+    with (
+        mock.patch.object(parallel, "PROCESSES", processes),
+        mock.patch.object(parallel, "run_jobs", counting),
+        mock.patch.object(search_module, "BLOCK", 1024),  # several blocks even on small spaces
+    ):
+        try:
+            return search(ctx, gpus, pins, **kw).to_json(), any(forks)
+        except InfeasibleError as e:
+            return str(e), any(forks)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(sorted(CASES)),
+    which=st.integers(0, 1),
+    batch=st.sampled_from([64, 256]),
+    rank=st.sampled_from([("time", "risk"), ("time", "estimate"), ("memory", "risk")]),
+    tpo=st.sampled_from([None, None, False]),
+)
+def test_a_search_split_between_two_processes_equals_one_process(case, which, batch, rank, tpo):
+    model, hardware, sizes = CASES[case]
+    gpus = sizes[which]
+    ctx = make_request(model=model, gpus=gpus, hardware=hardware, global_batch=batch).ctx
+    kw = dict(top=5, sort=rank[0], rank_by=rank[1])
+    split, forked = _searched(ctx, gpus, Pins(tp_comm_overlap=tpo), 2, **kw)
+    alone, forked_alone = _searched(ctx, gpus, Pins(tp_comm_overlap=tpo), 1, **kw)
+    assert forked == parallel.can_fork() and not forked_alone  # the two processes really ran (on POSIX)
+    assert split == alone
+
+
+def test_the_jobs_of_a_failed_child_are_run_again_by_the_parent():
+    """Every job writes its own rows of a shared array; the ones the child runs fail there, and the parent
+    runs them again: every row ends written exactly as in one process, and the parent runs no job twice."""
+    parent = os.getpid()
+    fork = parallel.can_fork()
+    out = parallel.shared_empty(6, np.int64, fork)
+    out[:] = -1
+    ran_here = []
+
+    def job(k):
+        def run():
+            if os.getpid() != parent:
+                raise RuntimeError("the child fails")
+            out[k] = 10 * k
+            ran_here.append(k)
+
+        return run
+
+    parallel.run_jobs([job(k) for k in range(6)], fork)
+    assert out.tolist() == [0, 10, 20, 30, 40, 50]
+    assert sorted(ran_here) == list(range(6))
+
+
+def test_a_child_writes_the_shared_rows_its_parent_reads():
+    """Where the child succeeds, its rows come back through the shared array (the parent never ran them)."""
+    parent, fork = os.getpid(), parallel.can_fork()
+    out = parallel.shared_empty(4, float, fork)
+    where = parallel.shared_empty(4, np.int64, fork)
+
+    def job(k):
+        def run():
+            out[k], where[k] = k + 0.5, os.getpid()
+
+        return run
+
+    parallel.run_jobs([job(k) for k in range(4)], fork)
+    assert out.tolist() == [0.5, 1.5, 2.5, 3.5]
+    assert (where[1::2] != parent).all() == fork and (where[0::2] == parent).all()
