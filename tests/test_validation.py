@@ -252,7 +252,7 @@ def test_each_plan_is_evaluated_once_for_its_metrics_and_the_memory_verdicts(mon
         return real(grid, ctx, **kw)
 
     real = val.evaluate
-    val._on_preset.cache_clear()
+    val._EVALUATED.clear()
     monkeypatch.setattr(val, "evaluate", counted)
     rows = val.validate(runs)["runs"]
     assert len(calls) == 1 and len(rows) == 3
@@ -265,3 +265,57 @@ def test_each_plan_is_evaluated_once_for_its_metrics_and_the_memory_verdicts(mon
     from planner.costs.estimate import peak_memory_bytes
 
     assert verdict["peak_gib"] * 2**30 == pytest.approx(peak_memory_bytes(PlanGrid.from_plans([req.plan]), req.ctx)[0])
+
+
+def _arrays(ev) -> dict:
+    """An evaluation (or one layer's step times) as {name: array}, every term of every dict."""
+    items = ev.items() if isinstance(ev, dict) else vars(ev).items()
+    out = {}
+    for name, value in items:
+        for key, arr in value.items() if isinstance(value, dict) else [("", value)]:
+            if arr is not None:
+                out[f"{name}.{key}"] = np.asarray(arr)
+    return out
+
+
+def test_plans_sharing_a_context_evaluate_in_one_grid_to_the_values_each_has_alone():
+    # validate and calibrate evaluate the runs whose context (model, hardware, training, options) is the
+    # same in one grid; each plan's row must be exactly what it gets evaluated alone, term by term
+    from planner.fidelity import validate as val
+    from planner.fidelity.moe_runs import load_moe_runs
+
+    runs = load_runs() + load_moe_runs()
+    reqs = [val.prepared(r) for r in runs]
+    layers = [r.metric.startswith("layer") for r in runs]
+    groups = val.shared_contexts(reqs, layers)
+    assert sorted(i for g in groups for i in g) == list(range(len(runs)))  # each run in one group
+    shared = [g for g in groups if len(g) > 1]
+    assert len(shared) >= 10 and any(layers[g[0]] for g in shared)  # both readings are batched
+    for g in groups:
+        assert all(reqs[i].ctx == reqs[g[0]].ctx and layers[i] == layers[g[0]] for i in g)
+    firsts = [(layers[g[0]], reqs[g[0]].ctx) for g in groups]
+    assert not any(a == b for j, a in enumerate(firsts) for b in firsts[j + 1 :])  # the groups are the contexts
+    idx = [i for g in shared for i in g]
+    batched = val.evaluations([reqs[i] for i in idx], [layers[i] for i in idx])
+    assert len(val.shared_contexts([reqs[i] for i in idx], [layers[i] for i in idx])) == len(shared)
+    for i, ev in zip(idx, batched, strict=True):
+        alone, rows = _arrays(val._evaluation(runs[i].metric, reqs[i])), _arrays(ev)
+        assert rows.keys() == alone.keys(), runs[i].id
+        for name, arr in alone.items():
+            assert rows[name].shape == arr.shape and np.array_equal(rows[name], arr, equal_nan=True), (runs[i].id, name)
+
+
+def test_a_calibration_trial_predicts_the_grouped_runs_as_one_by_one():
+    # calibrate's residuals: the runs of a preset on trial values, grouped once by context
+    from planner.fidelity import validate as val
+    from planner.fidelity.calibrate import Problem, with_calibration
+    from planner.presets import load_hardware
+
+    runs = [r for r in load_runs() if r.hardware == "dgx-a100-superpod"]
+    problem = Problem(load_hardware("dgx-a100-superpod"), runs)
+    assert len(problem.groups) < len(runs)
+    hw = with_calibration(problem.hw, {"gemm_efficiency": 0.8})
+    reqs = [val.on_hardware(q, hw) for q in problem.reqs]
+    one_by_one = [val.predict(r, req=q) for r, q in zip(runs, reqs, strict=True)]
+    assert val.predictions(runs, reqs, problem.groups) == one_by_one
+    assert one_by_one != [val.predict(r, req=q) for r, q in zip(runs, problem.reqs, strict=True)]  # moved

@@ -283,7 +283,8 @@ def dense_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
 def _routed_experts(lt: Letters, ctx: Context) -> dict:
     """The routed experts of one MoE layer on the busiest GPU: A (token, expert) pairs, the grouped GEMMs
     (M blocks padded, ``moe.grouped_gemm_padding``), the activation with the unfused path's clamp and
-    bias bytes, the permutation's bytes, the FP8 casts; ``experts_fwd``/``experts_bwd`` what runs between
+    bias bytes, the permutations' bytes (the alltoall dispatcher's sort by local expert too:
+    ``moe.sort_chunks_bytes``), the FP8 casts; ``experts_fwd``/``experts_bwd`` what runs between
     dispatch and combine (the A2A overlap pairs it with the other micro-batch)."""
     mo, opts, hw = ctx.model, ctx.options, ctx.hardware
     A = moe.expert_token_assignments(
@@ -312,7 +313,7 @@ def _routed_experts(lt: Letters, ctx: Context) -> dict:
     experts_bwd = (
         compute.BACKWARD_GEMM_FACTOR * experts + (compute.BACKWARD_ELEMENTWISE_FACTOR * (act + bias) + casts[1]) / hbm
     )
-    permute = PERMUTE_BYTES * A * lt.h
+    permute = PERMUTE_BYTES * A * lt.h + moe.sort_chunks_bytes(A, lt.h, lt.E / lt.ep, lt.dispatcher)
     return dict(
         A=A, experts=experts, act=act, bias=bias, permute=permute, casts=casts, unfused=unfused,
         experts_fwd=experts_fwd, experts_bwd=experts_bwd,

@@ -364,6 +364,25 @@ def expert_host_s(local_experts: ArrayLike, ctx, *, captured: float) -> tuple[np
     )
 
 
+# Megatron-Core's alltoall dispatcher (MoEAlltoAllTokenDispatcher, core_r0.14-0.18) permutes the routed
+# copies twice on the way in: by destination rank before the all-to-all (dispatch_preprocess's permute,
+# which every dispatcher runs once: blocks.PERMUTE_BYTES) and, with more than one local expert, by local
+# expert after it, since they arrive grouped by source rank (dispatch_postprocess's sort_chunks_by_idxs:
+# TE's fused moe_sort_chunks_by_index under --moe-permute-fusion, torch.split + cat without it, or the
+# drop-and-pad path's transpose().contiguous()); combine_preprocess undoes it before the return
+# all-to-all. Each reads 2 and writes 2 bytes per element of the A·h copies. The flex dispatcher
+# (DeepEP/HybridEP) and the allgather dispatcher permute once after the exchange.
+SORT_CHUNKS_BYTES = 2 * (2 + 2)
+
+
+def sort_chunks_bytes(A: ArrayLike, h: int, local_experts: ArrayLike, kind: ArrayLike) -> np.ndarray:
+    """Forward HBM bytes of the alltoall dispatcher's second permutation and its inverse:
+    ``SORT_CHUNKS_BYTES``·A·h when the dispatcher is alltoall (``DISPATCHER_KINDS``) and E/ep > 1, else 0."""
+    A = np.asarray(A, dtype=float)
+    sorts = (np.asarray(kind) == DISPATCHER_KINDS["alltoall"]) & (np.asarray(local_experts) > 1)
+    return SORT_CHUNKS_BYTES * A * h * sorts
+
+
 # Megatron-Core's unfused expert MLP (TEGroupedMLP, core_r0.16-0.18), bytes per (token, expert) pair:
 # the activation clamp (--activation-func-clamp-value with --quick-geglu) runs eagerly before the
 # fused activation in weighted_bias_quick_geglu_impl (fusions/fused_bias_geglu.py): two clamps and a
@@ -436,7 +455,8 @@ def dispatcher_formula(ctx, plan) -> Formula:
     text = {
         "alltoall": "2 all-to-alls (dispatch, combine) of ε·A·h over ep: "
         "max((k−1)/n·M/β_NVLink, (n−k)/n·M/β_rail) + α, "
-        "+ all-gather/reduce-scatter over etp",
+        "+ all-gather/reduce-scatter over etp; with E/ep > 1 the received copies sorted by local expert and "
+        f"back ({SORT_CHUNKS_BYTES}·A·h bytes more, sort_chunks_by_idxs)",
         "allgather": "all-gather and reduce-scatter of ε·T·h·ep·etp over etp·ep",
         "flex": "flex (DeepEP/HybridEP): each token once per other NVLink domain holding its experts on the rail "
         "(ε·T·h·D_remote / β_rail), forwarded on NVLink (ε·A·h / β_NVLink), whichever is longer",

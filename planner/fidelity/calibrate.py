@@ -17,7 +17,7 @@ from scipy.optimize import least_squares
 
 from planner import api
 from planner.fidelity.runs import Run, load_runs
-from planner.fidelity.validate import on_hardware, predict, prepare, validate
+from planner.fidelity.validate import on_hardware, predictions, prepare, shared_contexts, validate
 from planner.hardware.calibration import Drift, Status
 from planner.hardware.spec import HardwareSpec
 from planner.presets import load_hardware
@@ -144,11 +144,12 @@ class Problem:
     def __init__(self, hw: HardwareSpec, runs: list[Run], requests: list[api.PlanRequest] | None = None):
         self.hw, self.runs = hw, runs
         self.reqs = requests if requests is not None else [prepare(r, hw) for r in runs]
+        self.groups = shared_contexts(self.reqs, [r.metric.startswith("layer") for r in runs])  # one grid each
 
     def residuals(self, values: dict[str, float]) -> np.ndarray:
         hw = with_calibration(self.hw, values)
         with np.errstate(divide="ignore", invalid="ignore"):
-            pred = [predict(r, req=on_hardware(q, hw)) for r, q in zip(self.runs, self.reqs, strict=True)]
+            pred = predictions(self.runs, [on_hardware(q, hw) for q in self.reqs], self.groups)
         return np.log(np.asarray(pred) / np.array([r.published for r in self.runs]))
 
 

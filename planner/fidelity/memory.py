@@ -26,7 +26,7 @@ import numpy as np
 
 from planner import api
 from planner.fidelity.runs import load_runs
-from planner.fidelity.validate import preset_evaluation
+from planner.fidelity.validate import preset_evaluations
 from planner.hardware.spec import GIB
 from planner.megatron.importer import import_megatron
 from planner.plan import plan_label
@@ -112,13 +112,11 @@ def _plan_text(pj: dict) -> str:
 def reference_verdicts() -> list[dict]:
     """Every run behind ``megaplan validate`` (each published run once, whatever metrics it gives) with
     its most loaded stage's memory against what PyTorch can allocate on its hardware, no headroom."""
-    rows, seen = [], set()
+    rows, runs = [], {}
     for run in load_runs():
-        rid = run.id.split(":")[0]  # a run published with several metrics is one run
-        if rid in seen:
-            continue
-        seen.add(rid)
-        req, ev = preset_evaluation(run.hardware, run.request)  # as validate evaluated it
+        runs.setdefault(run.id.split(":")[0], run)  # a run published with several metrics is one run
+    evaluated = preset_evaluations([(run.hardware, run.request) for run in runs.values()])  # as validate's
+    for (rid, run), (req, ev) in zip(runs.items(), evaluated, strict=True):
         peak = float(ev.peak_memory_bytes[0]) / GIB
         allocatable = req.ctx.hardware.memory.allocatable_gib
         rows.append(

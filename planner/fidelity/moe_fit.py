@@ -18,7 +18,7 @@ import numpy as np
 
 from planner.fidelity.moe_runs import load_moe_runs
 from planner.fidelity.runs import Run
-from planner.fidelity.validate import on_hardware, predict, prepare, validate_moe
+from planner.fidelity.validate import on_hardware, predictions, prepare, validate_moe
 from planner.hardware.calibration import Factor, Status
 from planner.hardware.spec import HardwareSpec
 from planner.presets import load_hardware
@@ -55,7 +55,8 @@ def fit_runs(runs: list[Run] | None = None, models: tuple[str, ...] = FIT_MODELS
 
 def _log_errors(runs: list[Run], op_us: float, prepared: dict) -> np.ndarray:
     hw = {name: with_host_op(load_hardware(name), op_us) for name in FIT_PRESETS}
-    return np.array([np.log(predict(r, req=on_hardware(prepared[r.id], hw[r.hardware])) / r.published) for r in runs])
+    pred = predictions(runs, [on_hardware(prepared[r.id], hw[r.hardware]) for r in runs])  # alike plans: one grid
+    return np.array([np.log(p / r.published) for p, r in zip(pred, runs, strict=True)])
 
 
 def fit(runs: list[Run]) -> MoeFit:

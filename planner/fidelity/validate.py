@@ -3,6 +3,7 @@ how much faster the planner's best plan would have been (regret)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import replace
 
@@ -36,13 +37,13 @@ class _ReqKey:
     """A run's request as a cache key: the same id, preset and request share one search."""
 
     def __init__(self, request: dict):
-        self.request = request
+        self.request, self._repr = request, repr(request)
 
     def __hash__(self) -> int:
-        return hash(repr(self.request))
+        return hash(self._repr)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, _ReqKey) and repr(self.request) == repr(other.request)
+        return isinstance(other, _ReqKey) and self._repr == other._repr
 
 
 def published_pins(request: dict):
@@ -110,29 +111,107 @@ def predict(run: Run, hardware: HardwareSpec | None = None, req: api.PlanRequest
     return metric_value(run, req, _evaluation(run.metric, req))
 
 
+def predictions(runs: list[Run], reqs: list[api.PlanRequest], groups: list[list[int]] | None = None) -> list[float]:
+    """``predict(run, req=req)`` of each run and its request, the requests that share a context in one grid
+    (``evaluations``; ``groups``: ``shared_contexts`` of requests alike, e.g. the same ones on other hardware)."""
+    evs = evaluations(reqs, [_is_layer(run.metric) for run in runs], groups)
+    return [metric_value(run, req, ev) for run, req, ev in zip(runs, reqs, evs, strict=True)]
+
+
+def _is_layer(metric: str) -> bool:
+    return metric.startswith("layer")
+
+
 def _evaluation(metric: str, req: api.PlanRequest):
     """What a metric reads of the plan: one layer's forward and backward step times for the one-layer
     rows, else the plan's whole evaluation."""
-    grid = PlanGrid.from_plans([req.plan])
-    if metric.startswith("layer"):
-        return layer_step_times_s(grid, req.ctx)
+    return _grid_evaluation(_is_layer(metric), PlanGrid.from_plans([req.plan]), req.ctx)
+
+
+def _grid_evaluation(layer: bool, grid: PlanGrid, ctx):
+    if layer:
+        return layer_step_times_s(grid, ctx)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return evaluate(grid, req.ctx)
+        return evaluate(grid, ctx)
 
 
-def evaluated(run: Run, hardware: HardwareSpec | None = None):
-    """(the run prepared, what its metric reads, ``_evaluation``); on the run's own preset kept for the
-    process (``preset_evaluation``)."""
-    if hardware is not None:
-        req = prepare(run, hardware)
-        return req, _evaluation(run.metric, req)
-    return _on_preset(run.hardware, run.metric.startswith("layer"), _ReqKey(plan_request(run)))
+def shared_contexts(reqs: list[api.PlanRequest], layers: list[bool]) -> list[list[int]]:
+    """The requests' indices in groups one grid evaluates (``evaluations``): the same context (model,
+    hardware, training, options: ``Context``) and the same reading (``layers``: one layer's step times, or
+    the whole plan), each group in order, the groups by their first request."""
+    buckets: dict[tuple, list[tuple[object, list[int]]]] = {}
+    for i, (req, layer) in enumerate(zip(reqs, layers, strict=True)):
+        c = req.ctx
+        bucket = buckets.setdefault((layer, c.hardware.name, c.model.name, c.training), [])
+        same = next((idx for ctx, idx in bucket if ctx is c or ctx == c), None)
+        if same is None:
+            bucket.append((c, [i]))
+        else:
+            same.append(i)
+    return sorted((idx for bucket in buckets.values() for _, idx in bucket), key=lambda idx: idx[0])
 
 
-def preset_evaluation(hardware: str, request: dict) -> tuple[api.PlanRequest, object]:
-    """(the request, its whole evaluation) on a hardware preset, kept for the process: the runs published
-    with several metrics and ``memory.reference_verdicts`` evaluate each plan once."""
-    return _on_preset(hardware, False, _ReqKey(request))
+def evaluations(reqs: list[api.PlanRequest], layers: list[bool], groups: list[list[int]] | None = None) -> list:
+    """``_evaluation`` of each request (``layers``: one layer's step times, else the whole plan), the plans
+    of a group of ``shared_contexts`` in one grid: every term is elementwise over a grid's plans, so each plan
+    gets the values it has alone (tests/test_validation.py checks every run), and a group pays the
+    per-evaluation work once."""
+    out: list = [None] * len(reqs)
+    for idx in groups if groups is not None else shared_contexts(reqs, layers):
+        grid = PlanGrid.from_plans([reqs[i].plan for i in idx])
+        ev = _grid_evaluation(layers[idx[0]], grid, reqs[idx[0]].ctx)
+        for j, i in enumerate(idx):
+            out[i] = _plan_row(ev, j, len(idx))
+    return out
+
+
+def _plan_row(value, j: int, n: int):
+    """Plan ``j`` of an evaluation of ``n`` plans, as an evaluation of that plan alone (arrays of one row)."""
+    if isinstance(value, dict):
+        return {k: _plan_row(v, j, n) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return value[j : j + 1] if value.ndim and value.shape[0] == n else value
+    if dataclasses.is_dataclass(value):
+        return replace(value, **{f.name: _plan_row(getattr(value, f.name), j, n) for f in dataclasses.fields(value)})
+    return value
+
+
+_EVALUATED: dict[tuple, tuple[api.PlanRequest, object]] = {}  # (preset, one layer, _ReqKey) -> (request, evaluation)
+
+
+def evaluated_runs(runs: list[Run], hardware: dict[str, HardwareSpec] | None = None) -> list[tuple]:
+    """(the run prepared, what its metric reads: ``_evaluation``) of each run, on ``hardware``'s spec of its
+    preset where given, else on its own preset and kept for the process (``preset_evaluations``)."""
+    return _evaluated([(run.hardware, _is_layer(run.metric), _ReqKey(plan_request(run))) for run in runs], hardware)
+
+
+def evaluated(run: Run, hardware: HardwareSpec | None = None) -> tuple:
+    """``evaluated_runs`` of one run (``hardware``: its preset's spec to use instead)."""
+    return evaluated_runs([run], None if hardware is None else {run.hardware: hardware})[0]
+
+
+def preset_evaluations(requests: list[tuple[str, dict]]) -> list[tuple[api.PlanRequest, object]]:
+    """(the request, its whole evaluation) of each (hardware preset, request), kept for the process: the runs
+    published with several metrics and ``memory.reference_verdicts`` evaluate each plan once."""
+    return _evaluated([(hardware, False, _ReqKey(request)) for hardware, request in requests])
+
+
+def _evaluated(keys: list[tuple[str, bool, _ReqKey]], hardware: dict[str, HardwareSpec] | None = None) -> list[tuple]:
+    """(request, evaluation) of each (preset, one layer, request): each distinct one evaluated once, the
+    plans sharing a context in one grid (``evaluations``); on a preset's own spec kept for the process."""
+    hardware = hardware or {}
+    todo: dict[tuple, api.PlanRequest] = {}
+    for key in keys:
+        name, _, req_key = key
+        if key in todo or (name not in hardware and key in _EVALUATED):
+            continue
+        hw = hardware.get(name)
+        todo[key] = _prepared(name, req_key) if hw is None else api.make_request(hardware=hw, **req_key.request)
+    evs = evaluations(list(todo.values()), [key[1] for key in todo])
+    fresh = {}
+    for (key, req), ev in zip(todo.items(), evs, strict=True):
+        (fresh if key[0] in hardware else _EVALUATED)[key] = (req, ev)
+    return [fresh[key] if key[0] in hardware else _EVALUATED[key] for key in keys]
 
 
 def prepared(run: Run) -> api.PlanRequest:
@@ -144,12 +223,6 @@ def prepared(run: Run) -> api.PlanRequest:
 @functools.lru_cache(maxsize=1024)
 def _prepared(hardware: str, key: _ReqKey) -> api.PlanRequest:
     return api.make_request(hardware=load_hardware(hardware), **key.request)
-
-
-@functools.lru_cache(maxsize=1024)
-def _on_preset(hardware: str, layer: bool, key: _ReqKey):
-    req = _prepared(hardware, key)
-    return req, _evaluation("layer" if layer else "", req)
 
 
 def metric_value(run: Run, req: api.PlanRequest, ev) -> float:
@@ -241,12 +314,9 @@ def validate_moe(runs: list[Run] | None = None, hardware: dict[str, HardwareSpec
 
 
 def _validate(runs: list[Run], hardware: dict[str, HardwareSpec]) -> dict:
-    rows, done = [], {}
-    for run in runs:
-        key = (run.hardware, run.metric.startswith("layer"), repr(plan_request(run)))
-        if key not in done:  # a run published with several metrics: one evaluation
-            done[key] = evaluated(run, hardware.get(run.hardware))
-        pred = metric_value(run, *done[key])
+    rows = []
+    for run, (req, ev) in zip(runs, evaluated_runs(runs, hardware), strict=True):
+        pred = metric_value(run, req, ev)
         rows.append(
             {
                 "id": run.id,
