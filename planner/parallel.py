@@ -1,4 +1,5 @@
-"""Independent jobs run in two processes: the search's blocks of whole families (``search._with_tp_overlap_twins``).
+"""Independent jobs run in two processes: the search's blocks of whole families (``search._with_tp_overlap_twins``),
+and (``map_jobs``: jobs that return their results) validate's plan evaluations, searches and memory rows.
 
 Each job writes its results only into rows of arrays no other job writes (``shared_empty``: anonymous
 shared memory, which a forked child writes and its parent reads), so splitting the jobs between a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import pickle
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -68,3 +70,43 @@ def run_jobs(jobs: Sequence[Callable[[], None]], fork: bool) -> None:
     if status != 0:
         for job in theirs:
             job()
+
+
+def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool) -> list:
+    """Every job's result, in the jobs' order; with ``fork`` (``can_fork``) every second job runs in a forked
+    child, which sends its results back pickled through a pipe (the jobs must return what pickle can carry,
+    and must not rely on state they leave behind: the child's is lost). A child that fails (exit status not 0,
+    or results that do not read back) has its jobs run here again."""
+    if not fork or len(jobs) < 2:
+        return [job() for job in jobs]
+    mine, theirs = jobs[0::2], jobs[1::2]
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the parent's stack, never flushes the parent's buffers
+        status = 1
+        try:
+            os.close(read_fd)
+            with os.fdopen(write_fd, "wb") as pipe:
+                pickle.dump([job() for job in theirs], pipe, protocol=pickle.HIGHEST_PROTOCOL)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        try:
+            ours = [job() for job in mine]
+        except BaseException:
+            os.kill(pid, signal.SIGTERM)
+            os.waitpid(pid, 0)
+            raise
+        data = pipe.read()  # the child may block on a full pipe until this reads it
+    _, status = os.waitpid(pid, 0)
+    try:
+        got = pickle.loads(data) if status == 0 else None
+    except Exception:
+        got = None
+    if not isinstance(got, list) or len(got) != len(theirs):
+        got = [job() for job in theirs]
+    out = [None] * len(jobs)
+    out[0::2], out[1::2] = ours, got
+    return out

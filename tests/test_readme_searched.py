@@ -179,7 +179,7 @@ def test_readme_rows_run_transformer_engine_1x_userbuffers():
 def test_readme_tflops_count_r080_formula_with_the_whole_attention_square():
     """The README's TFLOP/s and MFU are Megatron-Core r0.8.0's logged throughput: num_floating_point_operations
     (megatron/training/training.py @ core_v0.8.0) = 12·B·s·L·h²·[(1 + g/a + s/h)·(d·a/h) + f/h + V/(2·L·h)],
-    the attention square counted whole (the causal halving came later) and the logits in. GPT (g = a, d·a = h,
+    the attention square counted whole (core_v0.12.0 first halves it, s/h/2) and the logits in. GPT (g = a, d·a = h,
     f = 4h) reduces it to 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)). By hand for 1.7B (B 192, s 4096, L 24,
     h 2048, V 131,072): 72·192·4096·24·2048² = 5.6999e15, times 1 + 1/3 + 131072/589824 = 1.5556 ->
     8.8667e15 FLOPs; at 408.8 TFLOP/s on 48 GPUs the iteration is 0.4519 s, and 408.8/989.4 = 41.3 %

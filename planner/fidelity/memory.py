@@ -19,12 +19,13 @@ today's) ran as well; ``reference_verdicts`` checks that each is predicted to fi
 from __future__ import annotations
 
 import csv
+import functools
 import io
 from dataclasses import dataclass
 
 import numpy as np
 
-from planner import api
+from planner import api, parallel
 from planner.fidelity.runs import load_runs
 from planner.fidelity.validate import preset_evaluations
 from planner.hardware.spec import GIB
@@ -136,7 +137,8 @@ def validate_memory(runs: list[MemoryRun] | None = None) -> dict:
     the default runs, also whether every run behind ``megaplan validate`` fits (``reference``)."""
     default = runs is None
     runs = runs if runs is not None else load_memory_runs()
-    rows = [predict_memory(r) for r in runs]
+    jobs = [functools.partial(predict_memory, r) for r in runs]  # split between two processes: the same rows
+    rows = parallel.map_jobs(jobs, len(jobs) > 1 and parallel.can_fork())
     errors = np.array([r["error_pct"] for r in rows if "error_pct" in r])
     verdicts = {
         "ran_fit": sum(r["fits"] for r in rows if r["kind"] == "ran"),

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import api
+from planner import api, parallel
 from planner.costs.estimate import evaluate, layer_step_times_s
 from planner.costs.flops import korthikanti_eq8_flops
 from planner.fidelity.moe_runs import MOE_METRIC, load_moe_runs
@@ -72,14 +72,31 @@ def published_pins(request: dict):
     )
 
 
-@functools.lru_cache(maxsize=64)
+_PUBLISHED: dict[tuple, tuple[dict, ...]] = {}  # (run id, preset, _ReqKey) -> every fitting plan, for the process
+
+
 def _published_plans(run_id: str, hardware: str, key: _ReqKey) -> tuple[dict, ...]:
     """Every plan that fits on the run's own preset with every published setting pinned: searched once
     per run (the TFLOP/s and MFU rows share it) and kept for a calibration's trial values."""
+    if (run_id, hardware, key) not in _PUBLISHED:
+        _PUBLISHED[(run_id, hardware, key)] = _search_published(hardware, key)
+    return _PUBLISHED[(run_id, hardware, key)]
+
+
+def _search_published(hardware: str, key: _ReqKey) -> tuple[dict, ...]:
     from planner.search import search
 
     base = api.make_request(hardware=load_hardware(hardware), **key.request)
     return tuple(search(base.ctx, base.gpus, published_pins(key.request), top=10_000, suggest_sizes=False).plans)
+
+
+def search_published(runs: list[Run]) -> None:
+    """``_published_plans`` of every run that leaves knobs out, not yet searched, the searches split between
+    two processes (``parallel.map_jobs``: the same searches, the same plans)."""
+    keys = dict.fromkeys((run.id.split(":")[0], run.hardware, _ReqKey(run.request)) for run in runs if run.searched)
+    todo = [k for k in keys if k not in _PUBLISHED]
+    jobs = [functools.partial(_search_published, hardware, key) for _, hardware, key in todo]
+    _PUBLISHED.update(zip(todo, parallel.map_jobs(jobs, len(jobs) > 1 and parallel.can_fork()), strict=True))
 
 
 def _best_published_plan(run_id: str, hardware: str, key: _ReqKey) -> dict:
@@ -155,14 +172,24 @@ def evaluations(reqs: list[api.PlanRequest], layers: list[bool], groups: list[li
     """``_evaluation`` of each request (``layers``: one layer's step times, else the whole plan), the plans
     of a group of ``shared_contexts`` in one grid: every term is elementwise over a grid's plans, so each plan
     gets the values it has alone (tests/test_validation.py checks every run), and a group pays the
-    per-evaluation work once."""
+    per-evaluation work once. Many groups are split between two processes (``parallel.map_jobs``: the same
+    calls, the same numbers)."""
+    groups = groups if groups is not None else shared_contexts(reqs, layers)
+
+    def job(idx: list[int]):
+        return lambda: _grid_evaluation(
+            layers[idx[0]], PlanGrid.from_plans([reqs[i].plan for i in idx]), reqs[idx[0]].ctx
+        )
+
+    fork = len(groups) >= FORK_GROUPS and parallel.can_fork()
     out: list = [None] * len(reqs)
-    for idx in groups if groups is not None else shared_contexts(reqs, layers):
-        grid = PlanGrid.from_plans([reqs[i].plan for i in idx])
-        ev = _grid_evaluation(layers[idx[0]], grid, reqs[idx[0]].ctx)
+    for idx, ev in zip(groups, parallel.map_jobs([job(idx) for idx in groups], fork), strict=True):
         for j, i in enumerate(idx):
             out[i] = _plan_row(ev, j, len(idx))
     return out
+
+
+FORK_GROUPS = 32  # from this many grids on, ``evaluations`` splits them between two processes (planner.parallel)
 
 
 def _plan_row(value, j: int, n: int):
@@ -315,6 +342,7 @@ def validate_moe(runs: list[Run] | None = None, hardware: dict[str, HardwareSpec
 
 def _validate(runs: list[Run], hardware: dict[str, HardwareSpec]) -> dict:
     rows = []
+    search_published(runs)
     for run, (req, ev) in zip(runs, evaluated_runs(runs, hardware), strict=True):
         pred = metric_value(run, req, ev)
         rows.append(

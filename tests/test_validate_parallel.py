@@ -1,0 +1,89 @@
+"""validate splits its plan evaluations, its searches and its memory rows between two processes
+(``parallel.map_jobs``): every result must be the one a single process gives, in the same order, and a child
+that fails must cost nothing but time."""
+
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import numpy as np
+
+from planner import parallel
+from planner.fidelity import validate as val
+from planner.fidelity.memory import load_memory_runs, validate_memory
+from planner.fidelity.runs import load_runs
+
+
+def test_map_jobs_returns_every_result_in_the_jobs_order_the_child_sending_its_own():
+    parent = os.getpid()
+    jobs = [lambda k=k: (k, k * k, os.getpid() != parent) for k in range(7)]
+    fork = parallel.can_fork()
+    out = parallel.map_jobs(jobs, fork)
+    assert [(k, sq) for k, sq, _ in out] == [(k, k * k) for k in range(7)]
+    assert [in_child for _, _, in_child in out] == [fork and k % 2 == 1 for k in range(7)]  # every second job
+    assert parallel.map_jobs(jobs, False) == [(k, k * k, False) for k in range(7)]
+
+
+def test_map_jobs_runs_the_jobs_of_a_failed_child_again_here():
+    parent, ran_here = os.getpid(), []
+
+    def job(k):
+        def run():
+            if os.getpid() != parent:
+                os._exit(3)  # the child dies without a word
+            ran_here.append(k)
+            return np.full(2, k)
+
+        return run
+
+    out = parallel.map_jobs([job(k) for k in range(5)], parallel.can_fork())
+    assert [list(a) for a in out] == [[k, k] for k in range(5)]
+    assert sorted(ran_here) == list(range(5)) and len(ran_here) == 5  # each job once here: none twice
+
+
+def _alone(fn):
+    """``fn()`` with every job in this process (``parallel.PROCESSES`` = 1)."""
+    with mock.patch.object(parallel, "PROCESSES", 1):
+        return fn()
+
+
+def test_evaluations_split_between_two_processes_equal_one_process():
+    runs = load_runs()[:60]
+    reqs = [val.prepared(r) for r in runs]
+    layers = [r.metric.startswith("layer") for r in runs]
+    assert len(val.shared_contexts(reqs, layers)) >= val.FORK_GROUPS  # enough grids to split
+    forks = []
+    map_jobs = parallel.map_jobs
+
+    def counting(jobs, fork):
+        forks.append(fork)
+        return map_jobs(jobs, fork)
+
+    with mock.patch.object(parallel, "map_jobs", counting):
+        split = val.evaluations(reqs, layers)
+    alone = _alone(lambda: val.evaluations(reqs, layers))
+    assert forks == [parallel.can_fork()]
+    for a, b in zip(split, alone, strict=True):
+        a, b = (a, b) if isinstance(a, dict) else (vars(a), vars(b))
+        for name in a:
+            x, y = a[name], b[name]
+            for key in x if isinstance(x, dict) else [None]:
+                u, v = (x[key], y[key]) if key is not None else (x, y)
+                assert (u is None and v is None) or np.array_equal(u, v, equal_nan=True), name
+
+
+def test_the_searches_and_the_memory_rows_split_equal_one_process():
+    runs = [r for r in load_runs() if r.searched][:6]
+    keys = [(r.id.split(":")[0], r.hardware, val._ReqKey(r.request)) for r in runs]
+    for k in keys:
+        val._PUBLISHED.pop(k, None)
+    val.search_published(runs)
+    split = [val._PUBLISHED[k] for k in keys]
+    for k in keys:
+        val._PUBLISHED.pop(k, None)
+    alone = _alone(lambda: [val._published_plans(*k) for k in keys])
+    assert len(split) == len(alone) and all(len(p) for p in split)
+    assert split == alone
+    memory_runs = load_memory_runs()[:6]
+    assert validate_memory(memory_runs) == _alone(lambda: validate_memory(memory_runs))
