@@ -124,3 +124,36 @@ def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool) -> list:
     out = [None] * len(jobs)
     out[0::2], out[1::2] = ours, got
     return out
+
+
+def start_job(job: Callable[[], object], fork: bool) -> Callable[[], object]:
+    """``job`` started now in a forked child (``fork``: ``can_fork``) while this process goes on; returns the
+    function that gives its result (pickled back through a pipe, as ``map_jobs``), waiting for the child.
+    Without ``fork``, or where the child fails, that function runs the job here."""
+    if not fork:
+        return job
+    read_fd, write_fd = os.pipe()
+    gc.freeze()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the parent's stack, never flushes the parent's buffers
+        status = 1
+        try:
+            os.close(read_fd)
+            with os.fdopen(write_fd, "wb") as pipe:
+                pickle.dump(job(), pipe, protocol=pickle.HIGHEST_PROTOCOL)
+            status = 0
+        finally:
+            os._exit(status)
+    gc.unfreeze()
+    os.close(write_fd)
+
+    def result():
+        with os.fdopen(read_fd, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        try:
+            return pickle.loads(data) if status == 0 else job()
+        except Exception:
+            return job()
+
+    return result
