@@ -5,17 +5,37 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 
 # numpy's OpenBLAS starts a thread per core when numpy is imported, each spinning a while: the planner does
 # no large linear algebra (calibration's least squares are a few dozen unknowns, below OpenBLAS's threading
 # sizes), so the command line runs it on one thread unless the user set it. Measured on 2 cores: numpy's
 # import 115-190 ms of CPU with the threads, 68-90 ms without (python -c "import numpy", 5 processes each).
 BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
+# pydantic looks for plugins (entry points of its "pydantic" group) when it builds its first model, and its
+# plugin loader imports importlib.metadata with email, zipfile, socket, tempfile ... to do it: 113 M of the
+# 2,058 M instructions of `megaplan search --model gpt3-175b --gpus 1024 --json` (callgrind). The planner uses
+# no pydantic plugin, so the command line turns them off with pydantic's own switch unless the user set it,
+# and while it is off stands in for the loader with one that answers as pydantic's does when off: no plugins.
+PYDANTIC_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
+PLUGINS_OFF = ("__all__", "1", "true")  # the values pydantic's plugin/_loader.py get_plugins reads as "none"
+PLUGIN_LOADER = "pydantic.plugin._loader"
+
+
+def no_pydantic_plugins() -> None:
+    """Plugins off (``PYDANTIC_PLUGINS``) unless the user said otherwise; while off, pydantic's plugin
+    loader is a module whose ``get_plugins()`` returns none, so importlib.metadata is never imported."""
+    os.environ.setdefault(PYDANTIC_PLUGINS, "1")
+    if os.environ[PYDANTIC_PLUGINS] in PLUGINS_OFF and PLUGIN_LOADER not in sys.modules:
+        loader = types.ModuleType(PLUGIN_LOADER, "pydantic plugins are off (PYDANTIC_DISABLE_PLUGINS): none")
+        loader.get_plugins = tuple  # type: ignore[attr-defined]  # get_plugins() -> ()
+        sys.modules[PLUGIN_LOADER] = loader
 
 
 def main() -> None:
     for name, value in BLAS_THREADS.items():
         os.environ.setdefault(name, value)  # before numpy is imported: it reads it once, at its import
+    no_pydantic_plugins()
     if sys.argv[1:] == ["--version"]:
         from planner import __version__
 

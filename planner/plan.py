@@ -10,15 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
-from numpy.typing import ArrayLike
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from planner.hardware.spec import HardwareSpec
 from planner.hardware.userbuffers import UbConfig, load_config_file
 from planner.models.pipeline_layout import LayoutError, PipelineLayout
 from planner.models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 DEFAULT_TRAIN_TOKENS = 300e9  # GPT-3's 300B training tokens (Brown et al. 2020; Narayanan et al. 2021 §5.1)
 

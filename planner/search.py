@@ -332,10 +332,19 @@ def _rows_of(columns: dict, rows: np.ndarray) -> PlanGrid:
 def _legal_rows(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int) -> tuple[np.ndarray, dict[str, int]]:
     """The rows that keep every rule, and how many rows each rule rejected first (in the table's order);
     the rules read the grid in blocks of rows (their letters are arrays per row)."""
-    legal, first_broken, names = np.ones(len(grid), dtype=bool), np.zeros(len(grid), dtype=np.int16), []
-    for start in range(0, len(grid), BLOCK):
-        part = slice(start, start + BLOCK)
-        names = _first_broken(ctx, grid.take(part), pins, num_gpus, legal[part], first_broken[part])
+    starts = range(0, len(grid), BLOCK)
+    fork = len(starts) > 1 and parallel.can_fork()  # the blocks are independent: split between two processes
+    legal, first_broken = parallel.shared_empty(len(grid), bool, fork), parallel.shared_empty(len(grid), np.int16, fork)
+    legal[:], first_broken[:], names = True, 0, []
+
+    def job(start: int):
+        def run():
+            part = slice(start, start + BLOCK)
+            names[:] = _first_broken(ctx, grid.take(part), pins, num_gpus, legal[part], first_broken[part])
+
+        return run
+
+    parallel.run_jobs([job(start) for start in starts], fork)  # the parent runs the first block: the names
     broken = np.bincount(first_broken, minlength=len(names) + 1)[1:]
     return np.flatnonzero(legal), {names[k]: int(broken[k]) for k in range(len(names)) if broken[k]}
 
@@ -386,6 +395,11 @@ def _score_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _O
     (it, pk, state), (tw_it, tw_pk, tw_state) = _rows_and_twins(grid, rows, off, at, options, capacity, keys[rows])
     mine = _Twin(state[at], tw_state, pk[at], tw_pk)
     better = (tw_it < it[at]) | (~np.isfinite(it[at]) & mine.smaller(off, options))
+    unknown = np.flatnonzero(better & np.isnan(tw_pk))  # kept twins of rows that fit: their peak, measured
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for start in range(0, len(unknown), CHUNK):
+            part = unknown[start : start + CHUNK]
+            tw_pk[part] = peak_memory_bytes(off.take(part), options.evaluating)
     it[at[better]], pk[at[better]] = tw_it[better], tw_pk[better]
     iteration[rows], peak[rows] = it, pk
     off_wins[rows] = 0
@@ -398,7 +412,8 @@ def _rows_and_twins(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, 
     the twins only), a small one in one evaluation (each call of the cost functions costs milliseconds)."""
     ctx = options.evaluating
     if len(rows) > CHUNK:
-        return _evaluate(grid, rows, ctx, capacity, keys), _evaluate(off, np.arange(len(off)), ctx, capacity, keys[at])
+        scored = _evaluate(grid, rows, ctx, capacity, keys)
+        return scored, _twins(off, scored[1][at] <= capacity, keys[at], ctx, capacity)
     _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
     family = family.reshape(-1)
     both = PlanGrid.stack(grid.take(rows), off)
@@ -407,6 +422,24 @@ def _rows_and_twins(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, 
     )
     n = len(rows)
     return (it[:n], pk[:n], state[:n]), (it[n:], pk[n:], state[n:])
+
+
+def _twins(off: PlanGrid, row_fits: np.ndarray, keys: np.ndarray, ctx: Context, capacity: float) -> tuple:
+    """``_evaluate`` of the twins ``off`` (``keys``: their families), knowing which of their rows fit. A twin
+    whose row fits fits too (its userbuffers and workspaces gone: ``_Twin.smaller``), so it is timed without
+    measuring its memory, and its peak is NaN (``_score_block`` measures the peak of those it keeps). The
+    others are measured as ``_evaluate`` measures; where their family has a row that fits, its smallest
+    micro-batches fit without the overlap too, so a value bounded after a twin that fails is a ``MID_BOUND``."""
+    n, sure = len(off), np.flatnonzero(row_fits)
+    rest = np.flatnonzero(~row_fits)
+    iteration, peak, state = np.full(n, np.inf), np.full(n, np.nan), np.full(n, MEASURED, dtype=np.int8)
+    iteration[rest], peak[rest], state[rest] = _evaluate(off, rest, ctx, capacity, keys[rest])
+    state[rest[(state[rest] == HEAD_BOUND) & np.isin(keys[rest], keys[sure])]] = MID_BOUND
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for start in range(0, len(sure), CHUNK):
+            part = sure[start : start + CHUNK]
+            iteration[part] = iteration_s(off.take(part), ctx)
+    return iteration, peak, state
 
 
 @dataclass

@@ -138,3 +138,38 @@ def test_a_twin_whose_bound_cannot_settle_it_is_measured():
             np.array([HEAD_BOUND]), np.array([search_module.MID_BOUND]), np.array([row_value]), np.array([exact * 0.5])
         )
         assert pair.smaller(twin, options)[0] == expected
+
+
+def _every_twin_measured(off, row_fits, keys, ctx, capacity):
+    """The twins screened like any row, whether their row fits or not (what search did before ``_twins``)."""
+    return search_module._evaluate(off, np.arange(len(off)), ctx, capacity, keys)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(sorted(CASES)),
+    which=st.integers(0, 1),
+    batch=st.sampled_from([32, 128]),
+    rank=st.sampled_from([("time", "risk"), ("time", "estimate"), ("memory", "risk")]),
+    headroom=st.sampled_from([None, 0.2]),
+)
+def test_twins_of_rows_that_fit_are_timed_without_measuring_them(case, which, batch, rank, headroom):
+    """A twin whose row fits is timed without measuring its memory (it fits: ``_Twin.smaller``), and the
+    peak of those kept is measured then: the result equals measuring every twin. Small chunks make every
+    block take that path (blocks over CHUNK rows)."""
+    model, hardware, sizes = CASES[case]
+    gpus = sizes[which]
+    ctx = make_request(model=model, gpus=gpus, hardware=hardware, global_batch=batch).ctx
+    kw = dict(top=5, sort=rank[0], rank_by=rank[1], memory_headroom=headroom)
+    skipped, twins = [], search_module._twins
+
+    def counting(off, row_fits, keys, c, capacity):
+        skipped.append(int(np.sum(row_fits)))
+        return twins(off, row_fits, keys, c, capacity)
+
+    with mock.patch.object(search_module, "CHUNK", 256), mock.patch.object(search_module, "_twins", counting):
+        fast = _result(ctx, gpus, NO_PINS, **kw)
+        with mock.patch.object(search_module, "_twins", _every_twin_measured):
+            whole = _result(ctx, gpus, NO_PINS, **kw)
+    assert fast == whole
+    assert not isinstance(fast, dict) or sum(skipped) > 0  # the path was taken where a plan fits

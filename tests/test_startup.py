@@ -78,3 +78,53 @@ def test_the_command_line_runs_numpy_blas_on_one_thread_unless_the_user_set_it(g
         env["OPENBLAS_NUM_THREADS"] = given
     done = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, check=True, env=env)
     assert done.stderr.split()[-1] == seen
+
+
+PLUGINS = """
+import os, sys
+sys.argv = ["megaplan", "search", "--model", "gpt-1.7b", "--gpus", "8", "--top", "1", "--json"]
+from planner.__main__ import main
+try:
+    main()
+except SystemExit:
+    pass
+from pydantic.plugin._loader import get_plugins
+seen = (os.environ.get("PYDANTIC_DISABLE_PLUGINS"), "importlib.metadata" in sys.modules, list(get_plugins()))
+print(*seen, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "1 False []"), ("true", "true False []"), ("0", "0 True []")])
+def test_the_command_line_turns_pydantic_plugins_off_unless_the_user_set_it(given, seen):
+    """Off, pydantic's plugin loader (and importlib.metadata behind it) is never imported; a user's value
+    wins, and with plugins on the real loader runs (this environment has no plugin: none either way)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if given:
+        env["PYDANTIC_DISABLE_PLUGINS"] = given
+    done = subprocess.run([sys.executable, "-c", PLUGINS], capture_output=True, text=True, check=True, env=env)
+    assert '"evaluated"' in done.stdout  # it searched: pydantic built its models with the stand-in loader
+    assert done.stderr.strip().splitlines()[-1] == seen
+
+
+def test_the_stand_in_plugin_loader_answers_as_pydantics_does_when_plugins_are_off(monkeypatch):
+    """pydantic reads only ``get_plugins`` from its loader, and with plugins off it returns none, as the
+    stand-in's does."""
+    import importlib
+    import pathlib
+    import re
+
+    import pydantic
+
+    from planner.__main__ import PLUGIN_LOADER, PLUGINS_OFF, PYDANTIC_PLUGINS
+
+    real = importlib.import_module(PLUGIN_LOADER)
+    for off in PLUGINS_OFF:
+        monkeypatch.setenv(PYDANTIC_PLUGINS, off)
+        assert tuple(real.get_plugins()) == ()
+    names = set()
+    for path in pathlib.Path(pydantic.__file__).parent.rglob("*.py"):
+        for found in re.findall(r"from (?:\.|pydantic\.plugin\.)_loader import ([\w, ]+)", path.read_text()):
+            names |= {n.strip() for n in found.split(",")}
+    assert names == {"get_plugins"}

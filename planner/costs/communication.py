@@ -6,8 +6,9 @@ Volumes: Narayanan et al. 2021 §3.2 and §4.1; Korthikanti et al. 2022 §4.2.2 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from numpy.typing import ArrayLike
 
 from planner.hardware.collectives import (
     Link,
@@ -17,6 +18,9 @@ from planner.hardware.collectives import (
     p2p_time_s,
     reduce_scatter_time_s,
 )
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 def activation_message_bytes(b: ArrayLike, s: int, h: int, c: ArrayLike, *, activation_bytes: int) -> np.ndarray:

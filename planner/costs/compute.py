@@ -6,12 +6,16 @@ kernel benchmarks show (the law and its per-GPU parameters: hardware ``attention
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from numpy.typing import ArrayLike
 
 from planner.costs.flops import Gemm
 from planner.costs.memory import mlp_activation_tensors
 from planner.hardware.spec import AttentionKernelSpec
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 BACKWARD_GEMM_FACTOR = 2.0  # dgrad + wgrad, each as many FLOPs as the forward (Narayanan 2021, App.)
 BACKWARD_ELEMENTWISE_FACTOR = (

@@ -7,8 +7,12 @@ gradients and optimizer states follow Megatron-LM's distributed-optimizer docume
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 # (weights, gradients, optimizer) bytes per parameter; the optimizer part is sharded over d by the
 # distributed optimizer (Megatron-LM docs/user-guide/features/dist_optimizer.md):

@@ -8,13 +8,17 @@ expert (``imbalance`` ≥ 1), a capacity factor caps it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from numpy.typing import ArrayLike
 
 from planner.costs import Formula
 from planner.costs.flops import Gemm
 from planner.costs.memory import mlp_activation_tensors
 from planner.hardware.collectives import Link, all_gather_time_s, all_to_all_time_s
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 def expert_token_assignments(

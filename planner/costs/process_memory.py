@@ -8,11 +8,15 @@ names the measurement behind each fact.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from numpy.typing import ArrayLike
 
 from planner.costs import Formula
 from planner.plan import Context, CudaGraphImpl, ParallelPlan, PlanOptions
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 DEFAULT_MEMORY_HEADROOM = 0.08  # share of the allocatable memory kept free by default (docs/cost-model.md §5.5)
 TE_UB_STREAMS = 3  # Transformer Engine's _NUM_MAX_UB_STREAMS: its GEMM workspace is repeated per userbuffer stream

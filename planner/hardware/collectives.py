@@ -11,11 +11,14 @@ core across pods) sets the latency, and the bandwidth only where a tier is overs
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from planner.hardware.spec import HardwareSpec
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,14 @@ and norms, and MTP experts all counted as active (docs/cost-model.md §2 lists t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from planner.models.spec import ModelSpec, Normalization, SoftmaxType
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 def padded_vocab(V: int, divisible_by: int, t: ArrayLike) -> np.ndarray:
