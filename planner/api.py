@@ -51,8 +51,9 @@ def training_for(
 ) -> TrainingSpec:
     """Training spec from explicit values, else the model preset's published defaults."""
     defaults = model.training
-    B = global_batch or (defaults.global_batch if defaults else None)
-    s = seq_len or (defaults.seq_len if defaults else None)
+    # `is None`, not `or`: a 0 read from a launch line (--seq-length 0) is refused by the spec, not replaced
+    B = global_batch if global_batch is not None else defaults.global_batch if defaults else None
+    s = seq_len if seq_len is not None else defaults.seq_len if defaults else None
     if B is None or s is None:
         missing = "--global-batch" if B is None else "--seq-len"
         raise PlannerError(f"{missing} is required: model {model.name!r} has no published training defaults")

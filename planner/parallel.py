@@ -15,6 +15,7 @@ at least two jobs. The child is reaped before the parent goes on, so the parent'
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 import pickle
@@ -81,7 +82,9 @@ def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool) -> list:
         return [job() for job in jobs]
     mine, theirs = jobs[0::2], jobs[1::2]
     read_fd, write_fd = os.pipe()
+    gc.freeze()  # the objects so far stay out of the collector's scans: neither process touches (copies) their pages
     pid = os.fork()
+    gc.unfreeze() if pid else None
     if pid == 0:  # the child: never returns into the parent's stack, never flushes the parent's buffers
         status = 1
         try:

@@ -7,8 +7,9 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from planner.api import PlanRequest, make_request
 from planner.errors import PlannerError, counted
@@ -85,7 +86,9 @@ def request_from_fields(data: dict, hardware: str | HardwareSpec | None = None) 
             model = ModelSpec.model_validate(spec)
         except ValidationError as err:
             raise PlannerError(f"plan: {format_validation_error(err)}") from err
-    par = {k: v for k, v in data["parallel"].items() if k in ParallelPlan.model_fields}
+    par = _typed({k: v for k, v in data["parallel"].items() if k in ParallelPlan.model_fields})
+    if data["gpus"] is not None and not (type(data["gpus"]) is int and data["gpus"] >= 1):
+        raise PlannerError(f"plan: gpus is {data['gpus']!r}; allowed: a whole number ≥ 1")
     if "moe_token_dispatcher" in data["options"]:  # plan files of before it was a searched knob
         par.setdefault("moe_token_dispatcher", data["options"]["moe_token_dispatcher"])
     tr = data["training"]
@@ -101,6 +104,23 @@ def request_from_fields(data: dict, hardware: str | HardwareSpec | None = None) 
         options={k: v for k, v in data["options"].items() if k in PlanOptions.model_fields},
         **par,
     )
+
+
+def _typed(par: dict) -> dict:
+    """A plan file's parallel fields checked against ParallelPlan's types before any arithmetic on them:
+    an edited file's ``"tp": "eight"`` or ``NaN`` is one line naming the field, not a traceback."""
+    out = {}
+    for k, v in par.items():
+        field = ParallelPlan.model_fields[k]
+        if v is None:  # not given: derived (dp) or Megatron-LM's default
+            out[k] = v
+            continue
+        try:
+            kind = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+            out[k] = TypeAdapter(kind).validate_python(v)
+        except ValidationError as err:
+            raise PlannerError(f"plan: parallel.{k} is {v!r}: {err.errors()[0]['msg']}") from err
+    return out
 
 
 def request_to_json(req: PlanRequest) -> dict:

@@ -374,13 +374,16 @@ def search_source(values: dict, given: set[str]):
 
 
 def read_text(path: str) -> str:
+    from planner.megatron.script import decode_text
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
+        with open(path, "rb") as fh:
+            text = decode_text(fh.read())
     except OSError as err:
         raise PlannerError(f"cannot read {path!r}: {err.strerror}") from err
-    except UnicodeDecodeError as err:
-        raise PlannerError(f"{path!r} is not a text file") from err
+    if text is None:
+        raise PlannerError(f"{path!r} is not a text file")
+    return text
 
 
 def env_values(pairs) -> dict[str, str]:

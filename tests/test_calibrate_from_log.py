@@ -3,6 +3,7 @@ launch scripts, and refitted into a hardware YAML usable wherever a preset is.""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -54,12 +55,24 @@ def test_reads_the_older_lines_without_timestamp_or_throughput():
     assert log.steady_iteration_s == pytest.approx((80111.1 + 80555.5) / 2 / 1e3)
 
 
+def _second_time(log: str, ms: str) -> str:
+    """The log with its second iteration line's elapsed time replaced by ``ms``."""
+    lines = log.splitlines()
+    lines[1] = re.sub(r"(elapsed time per iteration \(ms\):\s*)[\d.]+", lambda m: m.group(1) + ms, lines[1])
+    return "\n".join(lines)
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
         ("training ...\nSome other line\n", "no Megatron-LM iteration lines"),
         (OLD_FORMAT.splitlines()[0], "only one iteration line"),
         (OLD_FORMAT.replace("global batch size:  1024", "global batch size:   512", 1), "changes within the log"),
+        # trial 5: a zero time ended in a traceback of the fit (residuals not finite); nan and negative
+        # times were skipped unread, so the log was said to have "only one iteration line"
+        (_second_time(OLD_FORMAT, "0.0"), r"bad.log, line 2: elapsed time per iteration \(ms\) is '0.0'"),
+        (_second_time(OLD_FORMAT, "nan"), r"line 2: elapsed time per iteration \(ms\) is 'nan'; allowed: a positive"),
+        (_second_time(OLD_FORMAT, "-4000.0"), r"line 2: elapsed time per iteration \(ms\) is '-4000.0'"),
     ],
 )
 def test_unusable_logs_say_why(text, message):

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from planner.cli import cli
+from planner.errors import PlannerError
 from planner.report.layout import plan_text
 
 from conftest import one_line_error, run_cli
@@ -322,3 +323,161 @@ def test_notes_and_warnings_wrap_at_spaces_on_a_terminal(monkeypatch):
         stream.write("megaplan: error: " + "y " * 40 + "\n")
         held.release()
         assert real.getvalue() == expect + "megaplan: error: " + "y " * 40 + "\n"
+
+
+def test_an_edited_plan_file_with_a_mistyped_field_is_one_line_not_a_traceback(tmp_path):
+    # fresh user trial 5: "tp": "eight" ended in a TypeError traceback (gpus % 'eight'), "tp": NaN in
+    # "--gpus 64 is not divisible by tp·pp·cp = nan"; "gpus": "64" was not read as a count either
+    plan = json.loads(run(["explain", "--model", "llama3-8b", "--gpus", "64", "--tp", "2", "--json"]).stdout)
+    for field, value, needle in [
+        (
+            "tp",
+            "eight",
+            "plan: parallel.tp is 'eight': Input should be a valid integer, unable to parse string as an integer",
+        ),
+        ("tp", float("nan"), "plan: parallel.tp is nan: Input should be a finite number"),
+        ("pp", 0, "plan: parallel.pp is 0: Input should be greater than 0"),
+        ("gpus", "64", "plan: gpus is '64'; allowed: a whole number ≥ 1"),
+    ]:
+        edited = json.loads(json.dumps(plan))
+        (edited if field == "gpus" else edited["parallel"])[field] = value
+        path = tmp_path / "edited.json"
+        path.write_text(json.dumps(edited))
+        assert one_line_error(run(["explain", "--plan", str(path), "--brief"])) == f"megaplan: error: {needle}"
+    path.write_text(json.dumps(plan))
+    assert run(["explain", "--plan", str(path), "--brief"]).exit_code == 0
+
+
+def test_bridges_own_legacy_recipe_names_run_as_bridge_runs_them():
+    # fresh user trial 5: Bridge v0.6.0 keeps `llama3_8b_pretrain_config` as an alias of
+    # llama3_8b_pretrain_2gpu_h100_bf16_config (recipes/llama/llama3.py), megaplan refused it
+    base = ["explain", "--gpus", "8", "--brief", "--bridge-override", "train.global_batch_size=64"]
+    legacy = run([*base, "--bridge-recipe", "llama3_8b_pretrain_config"])
+    full = run([*base, "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config"])
+    assert legacy.exit_code == 0 and legacy.stdout == full.stdout
+    assert "assumed from base recipe llama3_8b_pretrain_2gpu_h100_bf16_config (v0.6.0)" in legacy.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        # trial 5: a traceback (int('two')); 0 was read as unset, so TP 1 without a word
+        ("model.tensor_model_parallel_size=two", "model.tensor_model_parallel_size='two': allowed: a whole number ≥ 1"),
+        ("model.tensor_model_parallel_size=0", "model.tensor_model_parallel_size=0: allowed: a whole number ≥ 1"),
+        ("model.context_parallel_size=2.5", "model.context_parallel_size=2.5: allowed: a whole number ≥ 1"),
+        # trial 5: a misspelt key was dropped silently and the recipe's value kept
+        ("model.tensor_parallel_size=2", "no 'tensor_parallel_size' in Bridge v0.6.0's ConfigContainer; did you mean "),
+        ("modell.tensor_model_parallel_size=2", "no 'modell' in Bridge v0.6.0's ConfigContainer; did you mean model?"),
+    ],
+)
+def test_a_bridge_override_that_is_not_a_size_or_not_a_field_is_one_line(override, needle):
+    args = ["explain", "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config", "--gpus", "8", "--brief"]
+    assert needle in one_line_error(run([*args, "--bridge-override", override]))
+
+
+def test_an_unknown_bridge_override_field_is_warned_about_not_dropped():
+    args = ["explain", "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config", "--gpus", "8", "--brief"]
+    res = run([*args, "--bridge-override", "model.foo_bar=1"])
+    assert res.exit_code == 0
+    assert "--bridge-override model.foo_bar: not a field of Bridge v0.6.0's model config megaplan knows" in res.stderr
+    assert "--bridge-override" not in run([*args, "--bridge-override", "logger.log_interval=5"]).stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["explain", "--model", "llama3-8b", "--gpus", "64", "--tp", "2", "--recompute", "selective"],
+        ["search", "--model", "llama3-8b", "--gpus", "64", "--recompute", "none"],
+        [
+            "export",
+            "--model",
+            "llama3-8b",
+            "--gpus",
+            "64",
+            "--tp",
+            "2",
+            "--recompute",
+            "selective",
+            "--format",
+            "flags",
+        ],
+    ],
+)
+def test_a_recompute_method_without_full_recomputation_is_refused_not_dropped(args):
+    # fresh user trial 5: `--recompute selective --recompute-method uniform` ran as if the method had not been
+    # given; Megatron-LM asserts the method is unset with selective recomputation (arguments.py)
+    line = one_line_error(run([*args, "--recompute-method", "uniform"]))
+    assert "--recompute-method uniform goes with --recompute full only" in line
+
+
+def test_a_launch_line_with_selective_recomputation_and_a_method_is_what_megatron_refuses():
+    from planner.megatron.option_flags import recompute_fields
+
+    with pytest.raises(PlannerError, match="Megatron-LM would reject this: --recompute-method uniform with selective"):
+        recompute_fields({"recompute_granularity": "selective", "recompute_method": "uniform"})
+    assert recompute_fields({"recompute_granularity": "selective"}) == {"recompute": "selective"}
+
+
+MA = (
+    "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 "
+    "--micro-batch-size 1 --global-batch-size 256 --bf16 --tokenizer-type GPT2BPETokenizer"
+)
+
+
+def test_fp16_and_bf16_together_are_what_megatron_refuses_not_one_taken():
+    # fresh user trial 5: `--bf16 ... --fp16` was priced as fp16 without a word
+    line = one_line_error(run(["explain", "--gpus", "8", "--megatron-args", MA + " --fp16", "--brief"]))
+    assert "Megatron-LM would reject this: --fp16 and --bf16 together" in line
+    assert run(["explain", "--gpus", "8", "--megatron-args", MA, "--brief"]).exit_code == 0
+
+
+def test_megatron_args_beside_a_script_say_which_of_its_values_they_replace(tmp_path):
+    # fresh user trial 5: --megatron-args '--num-layers 48' beside a script of 32 layers was applied silently
+    script = tmp_path / "run.sh"
+    script.write_text(f"torchrun --nproc-per-node 8 pretrain_gpt.py {MA} --tensor-model-parallel-size 2\n")
+    res = run(["explain", "--megatron-args-file", str(script), "--megatron-args", "--num-layers 48 --use-flash-attn"])
+    assert res.exit_code == 0 and "model 48 layers" in res.stdout
+    assert "note: --megatron-args overrides the script: --num-layers 48 (the script's 32)" in res.stderr
+    assert "overrides the script" not in run(["explain", "--megatron-args-file", str(script)]).stderr
+
+
+def test_bridge_overrides_beside_a_model_start_from_its_bridge_recipe_as_bridge_does():
+    # fresh user trial 5: `--model llama3-8b --bridge-override model.tensor_model_parallel_size=2` priced the
+    # one override over Megatron-LM's defaults (fp32, global batch 4), not over Bridge's recipe of the model
+    res = run(
+        ["explain", "--model", "llama3-8b", "--gpus", "8", "--brief", "--bridge-override", "train.global_batch_size=64"]
+    )
+    assert res.exit_code == 0 and "global batch 64" in res.stdout and "· bf16 ·" in res.stdout
+    assert "--bridge-override over llama3_8b_pretrain_2gpu_h100_bf16_config, Bridge v0.6.0's recipe" in res.stderr
+    line = one_line_error(
+        run(["explain", "--model", "mixtral-8x7b", "--gpus", "8", "--bridge-override", "train.global_batch_size=64"])
+    )
+    assert "no Megatron-Bridge v0.6.0 base recipe for model 'mixtral-8x7b' is known" in line
+
+
+def test_a_script_with_a_latin1_comment_is_read_as_bash_reads_it_and_a_binary_is_not(tmp_path):
+    # fresh user trial 5: one Latin-1 byte in a comment made the whole script "not a text file"
+    script = tmp_path / "run.sh"
+    script.write_bytes(b"# entra\xeenement\ntorchrun --nproc-per-node 8 pretrain_gpt.py " + MA.encode() + b"\n")
+    res = run(["explain", "--megatron-args-file", str(script), "--brief"])
+    assert res.exit_code == 0 and "imported on 8 GPUs" in res.stdout
+    (tmp_path / "binary").write_bytes(b"\x7fELF\x00\x01")
+    assert "is not a text file" in one_line_error(run(["explain", "--megatron-args-file", str(tmp_path / "binary")]))
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        # fresh user trial 5: --seq-length 0 said "--seq-len is required", --global-batch-size 0 ran at micro × dp
+        (
+            MA.replace("--seq-length 4096", "--seq-length 0"),
+            "training: seq_len: Input should be greater than 0 (got 0)",
+        ),
+        (
+            MA.replace("--global-batch-size 256", "--global-batch-size 0"),
+            "training: global_batch: Input should be greater than 0",
+        ),
+    ],
+)
+def test_a_zero_sequence_or_batch_on_a_launch_line_is_refused_as_zero(flags, needle):
+    assert needle in one_line_error(run(["explain", "--gpus", "8", "--megatron-args", flags, "--brief"]))

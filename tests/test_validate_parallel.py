@@ -87,3 +87,12 @@ def test_the_searches_and_the_memory_rows_split_equal_one_process():
     assert split == alone
     memory_runs = load_memory_runs()[:6]
     assert validate_memory(memory_runs) == _alone(lambda: validate_memory(memory_runs))
+
+
+def test_the_tuned_recipes_searched_in_two_processes_equal_one_process():
+    from planner.fidelity.choice import CHOICE_TEST, validate_choice
+
+    steps = []
+    split = validate_choice(CHOICE_TEST, step=steps.append)
+    assert split == _alone(lambda: validate_choice(CHOICE_TEST))
+    assert steps == [f"searched {i}" for i in CHOICE_TEST]  # every recipe's step, in order

@@ -221,7 +221,7 @@ def bridge_import_fields(
     base_has_co = any(k.startswith("comm_overlap.") for k in merged)
     if gpus is None:
         raise PlannerError("the world size is unknown: pass --gpus N (a Bridge config does not hold it)")
-    t, p, c = (int(merged.get(f"model.{k}_parallel_size") or 1) for k in ("tensor_model", "pipeline_model", "context"))
+    t, p, c = (_size(merged, f"model.{k}_parallel_size") for k in ("tensor_model", "pipeline_model", "context"))
     dp = gpus // (t * p * c) if gpus % (t * p * c) == 0 else 1
     warnings = apply_precision(merged, set(fields)) + apply_comm_overlap(merged, dp, base_has_co)
     warnings += megatron_lm_expressible(merged)
@@ -234,6 +234,19 @@ def bridge_import_fields(
     if merged.get("mixed_precision.fp8_dot_product_attention"):  # a Megatron-Core field without a Megatron-LM flag
         read.data["options"]["fp8_dot_product_attention"] = True
     return replace(read, notes=tuple(notes) + read.notes, warnings=tuple(warnings) + read.warnings, argv=argv)
+
+
+def _size(merged: dict, key: str) -> int:
+    """A parallel size of the merged config (1 when unset); a value that is not a whole number ≥ 1
+    (``--bridge-override model.tensor_model_parallel_size=two``) is one line naming the field."""
+    value = merged.get(key)
+    try:
+        size = int(value) if value is not None else 1
+    except (TypeError, ValueError):
+        size = 0
+    if size < 1 or (isinstance(value, float) and value != size):
+        raise PlannerError(f"{key}={value!r}: allowed: a whole number ≥ 1")
+    return size
 
 
 def _cluster_from_name(name: str, gpus, hardware, notes: list[str]):
@@ -307,17 +320,55 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
         read = bridge_import_fields(fields, env=head.get("env", ()), **{**common, "model": common["model"] or preset})
         return replace(read, notes=(_nemo2_note(assumed, factory), *read.notes)), where
     fields = read_bridge_text(text) if path else {}
-    fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
-    read = bridge_import_fields(
-        fields,
-        tag=values.get("bridge_version") or head.get("bridge_version") or NEWEST,
-        recipe=values.get("bridge_recipe") or head.get("bridge_recipe"),
-        env=head.get("env", ()),
-        **common,
-    )
+    overrides = parse_dotlist(list(values.get("bridge_override") or ()))
+    tag = values.get("bridge_version") or head.get("bridge_version") or NEWEST
+    unread = _unknown_overrides(overrides, tag)
+    fields.update(overrides)
+    recipe, said = _recipe_of(values, head, tag, path)
+    read = bridge_import_fields(fields, tag=tag, recipe=recipe, env=head.get("env", ()), **common)
     if gpus is None:  # the recipe's name stated them (bridge_import_fields says so in a note)
         where = f"the recipe name's {read.data['gpus']} GPUs"
-    return read, where
+    return replace(read, warnings=(*unread, *read.warnings), notes=(*said, *read.notes)), where
+
+
+def _recipe_of(values: dict, head: dict, tag: str, path: str) -> tuple[str | None, list[str]]:
+    """The base recipe the overrides apply over: --bridge-recipe, the file header's, or, for --bridge-override
+    alone beside --model, Bridge's recipe of that model, said in a note (Bridge always starts from a recipe;
+    fresh user trial 5 priced `--model llama3-8b --bridge-override ...` at Megatron-LM's defaults: fp32, batch 4)."""
+    recipe = values.get("bridge_recipe") or head.get("bridge_recipe")
+    if recipe or path or not values.get("model"):
+        return recipe, []
+    from planner.presets import load_model
+
+    name = recipes.resolve(tag, None, load_model(values["model"]).name)[0]
+    return name, [
+        f"--bridge-override over {name}, Bridge {tag}'s recipe of {values['model']} (--bridge-recipe: another)"
+    ]
+
+
+def _unknown_overrides(overrides: dict, tag: str) -> list[str]:
+    """--bridge-override keys that are not fields of Bridge's ConfigContainer at ``tag`` (its sections' dataclass
+    fields, dumped): an unknown section, or a field one letter from a real one, is refused with the name meant;
+    another unknown field (a model provider subclass may add its own, MLA's q_lora_rank) is a warning, never
+    dropped without a word (fresh user trial 5: model.tensor_parallel_size=2 was ignored silently)."""
+    import difflib
+
+    sections, unread = recipes.section_fields(tag), []
+    for key in overrides:
+        section, dot, field = key.partition(".")
+        known = field.split(".")[0] in sections.get(section, ()) or key in _READ_PATHS or key in MODEL_ROWS.values()
+        if tag not in TAGS or not sections or not dot or known:
+            continue
+        names = sorted(sections) if section not in sections else sorted(sections[section])
+        wrong = section if section not in sections else field.split(".")[0]
+        near = difflib.get_close_matches(wrong, names, n=1, cutoff=0.8)
+        if section not in sections or near:
+            hint = f"did you mean {near[0]}?" if near else f"allowed sections: {', '.join(names)}"
+            raise PlannerError(f"--bridge-override {key}: no {wrong!r} in Bridge {tag}'s ConfigContainer; {hint}")
+        unread.append(
+            f"--bridge-override {key}: not a field of Bridge {tag}'s {section} config megaplan knows; ignored"
+        )
+    return unread
 
 
 def _nemo2_note(assumed: dict, factory: str) -> str:

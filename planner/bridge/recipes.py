@@ -6,7 +6,7 @@ import functools
 import json
 from importlib import resources
 
-from planner.bridge.table import RECIPES
+from planner.bridge.table import LEGACY_NAMES, RECIPES
 from planner.errors import PlannerError
 
 
@@ -33,6 +33,7 @@ def resolve(tag: str, recipe: str | None, model: str) -> tuple[str, str, str]:
             )
         recipe = names[0]
     module, _, name = recipe.rpartition(":")
+    name = LEGACY_NAMES.get(tag, {}).get(name, name)  # Bridge's own alias: the recipe it runs
     if name in known:
         return name, module or known[name][0], known[name][1]
     raise PlannerError(

@@ -669,3 +669,21 @@ RECIPES: dict[str, dict[str, tuple[str, str]]] = {
         "gpt3_175b_pretrain_32gpu_h100_bf16_config": (_V060 + "gpt.h100.gpt3_175b", "gpt3-175b"),
     },
 }
+
+# Bridge v0.6.0 keeps the v0.2.1 recipe names as aliases of its per-GPU recipes ("Compatibility aliases for
+# legacy recipe names": recipes/llama/llama2.py, llama/llama3.py, qwen/qwen3_moe.py, deepseek/deepseek_v3.py,
+# gpt_oss/gpt_oss.py, gpt/gpt3_175b.py at v0.6.0), so `--recipe llama3_8b_pretrain_config` runs there too.
+LEGACY_NAMES: dict[str, dict[str, str]] = {
+    "v0.6.0": {
+        "llama2_7b_pretrain_config": "llama2_7b_pretrain_2gpu_h100_bf16_config",
+        "llama3_8b_pretrain_config": "llama3_8b_pretrain_2gpu_h100_bf16_config",
+        "llama3_70b_pretrain_config": "llama3_70b_pretrain_32gpu_h100_bf16_config",
+        "llama31_405b_pretrain_config": "llama31_405b_pretrain_256gpu_h100_bf16_config",
+        "qwen3_30b_a3b_pretrain_config": "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config",
+        "qwen3_235b_a22b_pretrain_config": "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config",
+        "deepseek_v3_pretrain_config": "deepseek_v3_pretrain_1024gpu_h100_bf16_config",
+        "gpt_oss_20b_pretrain_config": "gpt_oss_20b_pretrain_16gpu_h100_bf16_config",
+        "gpt_oss_120b_pretrain_config": "gpt_oss_120b_pretrain_64gpu_h100_bf16_config",
+        "gpt3_175b_pretrain_config": "gpt3_175b_pretrain_32gpu_h100_bf16_config",
+    }
+}

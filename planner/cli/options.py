@@ -13,6 +13,7 @@ import click
 from planner import api
 from planner.cli.memory_options import MEMORY_OPTIONS
 from planner.cli.option_spec import POSITIVE, Option, TokenCount
+from planner.errors import PlannerError
 from planner.plan import Recompute, RecomputeMethod
 from planner.plan_options import KNOBS, LISTS, OVERLAP_PINS, search_inputs
 
@@ -348,6 +349,21 @@ def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
     return api.PlanRequest(
         ctx=api.Context(req.ctx.model, req.ctx.hardware, training, req.ctx.options), plan=req.plan, gpus=req.gpus
     )
+
+
+def refuse_method_without_full(kw: dict) -> None:
+    """--recompute-method given with --recompute none/selective: Megatron-LM asserts the method is unset with
+    selective recomputation (arguments.py: 'recompute method is not yet supported for selective recomputing
+    granularity') and uses it with full only; megaplan read `--recompute selective --recompute-method uniform`
+    as if the method had not been given (fresh user trial 5)."""
+    from planner.cli.resolve import given_options
+
+    method, recompute = kw.get("recompute_method"), kw.get("recompute")
+    if {"recompute_method", "recompute"} <= given_options() and recompute in ("none", "selective"):
+        raise PlannerError(
+            f"--recompute-method {method} goes with --recompute full only (Megatron-LM refuses a method with "
+            f"selective recomputation and ignores it without one); drop it or give --recompute full"
+        )
 
 
 def note_full_only(kw: dict) -> None:

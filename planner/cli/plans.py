@@ -20,7 +20,7 @@ from planner.cli import (
     say_warnings,
 )
 from planner.cli.given_once import OnceCommand
-from planner.cli.options import note_full_only, plan_options, with_run
+from planner.cli.options import note_full_only, plan_options, refuse_method_without_full, with_run
 from planner.cli.resolve import resolve
 from planner.errors import PlannerError
 from planner.models.spec import PositionEmbedding
@@ -111,6 +111,7 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
         plots.check_picture_path(schedule_file, "--schedule-file", drawable=False)
         refuse_existing("--schedule-file", schedule_file, overwrite)  # the user's file first, then matplotlib
         plots.check_drawable(schedule_file, "--schedule-file", svg_without_matplotlib=True)
+    refuse_method_without_full(kw)
     resolved = resolve(kw, search_best=True)
     say_notes(resolved)
     if resolved.searched:
@@ -320,6 +321,7 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
     from planner.megatron import export as exp
 
     refuse_existing("-o/--output", output, overwrite)
+    refuse_method_without_full(kw)
     resolved = resolve(kw, search_best=True)
     say_notes(resolved)
     if resolved.searched:

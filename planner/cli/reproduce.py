@@ -51,6 +51,8 @@ def command_args(
         value = values.get(dest)
         if value is None or dest in skip or (opt.plan_only and dest != "gpus"):
             continue
+        if dest == "recompute_method" and values.get("recompute") != "full":
+            continue  # a method goes with full recomputation only (Megatron-LM refuses it with selective)
         if dest not in CORE and value == defaults.get(dest):
             continue
         if isinstance(value, list | tuple):

@@ -6,7 +6,14 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
-from planner.cli.options import BRIDGE_SOURCE, bridge_source_options, note_beyond_chunks, note_full_only, search_options
+from planner.cli.options import (
+    BRIDGE_SOURCE,
+    bridge_source_options,
+    note_beyond_chunks,
+    note_full_only,
+    refuse_method_without_full,
+    search_options,
+)
 from planner.cli.reproduce import commands
 
 MAX_TOP = 1000  # --top: each plan listed is a whole plan JSON (6,600 took over 10 s)
@@ -114,6 +121,7 @@ def _inputs(kw: dict):
         )
     if bridge and kw.get("min_gpus"):
         raise click.UsageError("--min-gpus takes no Bridge recipe or config: give --gpus N (the recipe's world)")
+    refuse_method_without_full(kw)
     req, pins, notes, world = search_source(kw, given_options())  # bad options: one error line, no note before
     for note in notes:
         click.echo(f"megaplan: {note}", err=True)

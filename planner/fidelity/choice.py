@@ -9,10 +9,12 @@ no published run exercises, is extrapolating; the claim and its evidence are pri
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import numpy as np
 
+from planner import parallel
 from planner.fidelity.runs import Run
 from planner.fidelity.validate import predict, prepare
 from planner.plan import plan_label
@@ -118,9 +120,17 @@ def choice_summary(rows: list[dict]) -> dict:
 
 
 def validate_choice(ids: tuple[str, ...] = CHOICE_RECIPES, step=None) -> dict:
-    """Every recipe's row and the summary; ``step(description)`` after each search (a progress bar)."""
+    """Every recipe's row and the summary; ``step(description)`` after each search (a progress bar). The
+    searches are split between two processes where ``parallel.can_fork`` (``parallel.map_jobs``: the same
+    searches, the same rows; a progress bar's refresh thread keeps them in one process, each step as it ends)."""
+    runs = recipe_runs(ids)
+    if parallel.can_fork():
+        rows = parallel.map_jobs([functools.partial(choice_row, run) for run in runs], True)
+        for run in runs if step else ():
+            step(f"searched {run.id}")
+        return {"recipes": rows, "summary": choice_summary(rows)}
     rows = []
-    for run in recipe_runs(ids):
+    for run in runs:
         rows.append(choice_row(run))
         if step:
             step(f"searched {run.id}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from planner.errors import PlannerError
 
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
-ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([\d.]+)")
+ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([^\s|]+)")
 THROUGHPUT = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)")
 BATCH = re.compile(r"global batch size:\s*(\d+)")
 WORLD = re.compile(r"using world size:\s*(\d+)")
@@ -56,7 +56,7 @@ def read_training_log(text: str, name: str) -> TrainingLog:
     """The iteration lines of one Megatron-LM run's log; ``name`` is how errors refer to it."""
     iterations, elapsed, tflops, batches = [], [], [], set()
     world = allocated = reserved = None
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         if (w := WORLD.search(line)) and world is None:
             world = int(w.group(1))
         if m := MAX_ALLOCATED.search(line):
@@ -67,7 +67,7 @@ def read_training_log(text: str, name: str) -> TrainingLog:
         if not (it and el):
             continue
         iterations.append(int(it.group(1)))
-        elapsed.append(float(el.group(1)))
+        elapsed.append(_elapsed_ms(el.group(1), name, number))
         if tp := THROUGHPUT.search(line):
             tflops.append(float(tp.group(1)))
         if b := BATCH.search(line):
@@ -89,6 +89,21 @@ def read_training_log(text: str, name: str) -> TrainingLog:
     return TrainingLog(
         name, tuple(iterations), tuple(elapsed), tuple(tflops), next(iter(batches), None), world, allocated, reserved
     )
+
+
+def _elapsed_ms(text: str, name: str, number: int) -> float:
+    """An iteration line's elapsed time in ms: a positive number (a zero, negative or nan time is a
+    broken log line, not a run to fit)."""
+    try:
+        ms = float(text)
+    except ValueError:
+        ms = float("nan")
+    if not 0 < ms < float("inf"):
+        raise LogError(
+            f"{name}, line {number}: elapsed time per iteration (ms) is {text!r}; allowed: a positive number "
+            "(a time as Megatron-LM's training loop logs it)"
+        )
+    return ms
 
 
 def iteration_line(iteration: int, total: int, elapsed_s: float, tflops: float, global_batch: int) -> str:

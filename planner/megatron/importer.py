@@ -170,7 +170,7 @@ def _global_batch(v: dict, fork: ForkPlan, b: int, dp: int) -> tuple[int, str | 
         if not last.isdigit():
             raise PlannerError(f"--step-batch-size-schedule {schedule!r}: expected steps like '0:16 1B:256'")
         return int(last), f"global batch {last}: the last step of --step-batch-size-schedule (the steady state)"
-    if v.get("global_batch_size"):
+    if v.get("global_batch_size") is not None:  # 0 or less: the spec refuses it, as Megatron-LM asserts (> 0)
         return int(v["global_batch_size"]), None
     if "global_batch" in fork.training:
         return int(fork.training["global_batch"]), None
@@ -303,7 +303,7 @@ def megatron_fields(
     B, how = _global_batch(v, fork, parallel["micro_batch"], gpus // mp if gpus % mp == 0 else 1)
     if how:
         notes.append(how)
-    precision = "fp16" if v.get("fp16") else "bf16" if v.get("bf16") else "fp32"
+    precision = _precision(v)
     data = {
         "model_spec": spec,
         "hardware": hardware,
@@ -415,7 +415,7 @@ def import_fields(
     )
     counts = ", ".join(f"{k} {v}" for k, v in launch.counts.items())
     world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")
-    warned, said = tuple(warnings + departs), tuple(notes + read)
+    warned, said = tuple(warnings + departs), tuple(notes + _extra_overrides(launch.argv, extra) + read)
     return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text)
 
 
@@ -461,6 +461,44 @@ def _ub_cfg_path(v: dict, warnings: list[str]) -> str | None:
         )
         return None
     return str(path)
+
+
+def _precision(v: dict) -> str:
+    """--fp16, --bf16 or neither (fp32); both is what Megatron-LM refuses ('if args.fp16: assert not args.bf16',
+    arguments.py), not one of them taken silently (fresh user trial 5 read --bf16 --fp16 as fp16)."""
+    if v.get("fp16") and v.get("bf16"):
+        raise PlannerError(
+            "Megatron-LM would reject this: --fp16 and --bf16 together (arguments.py asserts one); give one"
+        )
+    return "fp16" if v.get("fp16") else "bf16" if v.get("bf16") else "fp32"
+
+
+def _flag_values(argv: list[str]) -> dict[str, str]:
+    """Each --flag of an argv with the words after it up to the next flag ('' for a switch); the last wins."""
+    out, flag = {}, None
+    for word in argv:
+        if word.startswith("--"):
+            flag, _, value = word.partition("=")
+            out[flag] = value
+        elif flag is not None:
+            out[flag] = f"{out[flag]} {word}".strip()
+    return out
+
+
+def _extra_overrides(script_argv: list[str], extra: str | None) -> list[str]:
+    """The note that --megatron-args beside a script replaces the script's value of a flag (read after it, as
+    argparse takes the last); it was applied without a word (fresh user trial 5: --num-layers 48 over 32)."""
+    import shlex
+
+    if not extra:
+        return []
+    script, given = _flag_values(script_argv), _flag_values(shlex.split(extra))
+    changed = [
+        f"{f} {v}".strip() + f" (the script's {script[f] or 'switch'})"
+        for f, v in given.items()
+        if f in script and script[f] != v
+    ]
+    return [f"--megatron-args overrides the script: {', '.join(changed)}"] if changed else []
 
 
 def extra_has_flag(extra: str | None, flag: str) -> bool:

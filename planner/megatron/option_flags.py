@@ -26,6 +26,12 @@ def recompute_fields(v: dict) -> dict:
             "recompute_method": method,
             "recompute_num_layers": v.get("recompute_num_layers") or 1,
         }
+    if gran == "selective" and v.get("recompute_method") is not None:
+        raise PlannerError(
+            f"Megatron-LM would reject this: --recompute-method {v['recompute_method']} with selective recomputation "
+            "('recompute method is not yet supported for selective recomputing granularity', arguments.py since "
+            "23.04); drop --recompute-method or use --recompute-granularity full"
+        )
     return {"recompute": gran if gran == "selective" else "none"}
 
 

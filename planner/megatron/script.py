@@ -275,10 +275,23 @@ class ScriptFiles:
         for full, run_dir in tries:
             if full.is_file():
                 try:
-                    return full.read_text(encoding="utf-8"), str(full.resolve()), str(run_dir) if run_dir else None
-                except (OSError, UnicodeDecodeError):
+                    text = decode_text(full.read_bytes())
+                except OSError:
                     return None
+                return (text, str(full.resolve()), str(run_dir) if run_dir else None) if text is not None else None
         return None
+
+
+def decode_text(data: bytes) -> str | None:
+    """A script's or config's bytes as text: UTF-8, else Latin-1 byte for byte (bash reads bytes: a comment
+    in Latin-1, `# entraînement`, runs; fresh user trial 5 refused it as "not a text file"); None for a
+    binary (a NUL byte: /bin/true)."""
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
 
 
 def read_beside(base_dir: str | None, script: str | None = None) -> ScriptFiles:
