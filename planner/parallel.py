@@ -26,11 +26,20 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 PROCESSES = 2  # the most processes the jobs are split over (the parent and one forked child)
+_in_child = False  # set in a forked child: its jobs (a search inside validate's) run in it, never fork again
 
 
 def can_fork() -> bool:
-    """Whether ``run_jobs`` would split the jobs: fork exists, two CPUs or more, no thread but this one."""
-    return PROCESSES > 1 and hasattr(os, "fork") and (os.cpu_count() or 1) >= 2 and threading.active_count() == 1
+    """Whether ``run_jobs`` would split the jobs: fork exists, two CPUs or more, no thread but this one, and
+    this process is not itself a forked child (two processes at most, whatever calls what)."""
+    if _in_child or PROCESSES < 2 or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
+        return False
+    return threading.active_count() == 1
+
+
+def _child() -> None:
+    global _in_child
+    _in_child = True
 
 
 def shared_empty(n: int, dtype, shared: bool) -> np.ndarray:
@@ -55,6 +64,7 @@ def run_jobs(jobs: Sequence[Callable[[], None]], fork: bool) -> None:
     if pid == 0:  # the child: never returns into the parent's stack, never flushes the parent's buffers
         status = 1
         try:
+            _child()
             for job in theirs:
                 job()
             status = 0
@@ -88,6 +98,7 @@ def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool) -> list:
     if pid == 0:  # the child: never returns into the parent's stack, never flushes the parent's buffers
         status = 1
         try:
+            _child()
             os.close(read_fd)
             with os.fdopen(write_fd, "wb") as pipe:
                 pickle.dump([job() for job in theirs], pipe, protocol=pickle.HIGHEST_PROTOCOL)
@@ -113,3 +124,36 @@ def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool) -> list:
     out = [None] * len(jobs)
     out[0::2], out[1::2] = ours, got
     return out
+
+
+def start_job(job: Callable[[], object], fork: bool) -> Callable[[], object]:
+    """``job`` started now in a forked child (``fork``: ``can_fork``) while this process goes on; returns the
+    function that gives its result (pickled back through a pipe, as ``map_jobs``), waiting for the child.
+    Without ``fork``, or where the child fails, that function runs the job here."""
+    if not fork:
+        return job
+    read_fd, write_fd = os.pipe()
+    gc.freeze()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the parent's stack, never flushes the parent's buffers
+        status = 1
+        try:
+            os.close(read_fd)
+            with os.fdopen(write_fd, "wb") as pipe:
+                pickle.dump(job(), pipe, protocol=pickle.HIGHEST_PROTOCOL)
+            status = 0
+        finally:
+            os._exit(status)
+    gc.unfreeze()
+    os.close(write_fd)
+
+    def result():
+        with os.fdopen(read_fd, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        try:
+            return pickle.loads(data) if status == 0 else job()
+        except Exception:
+            return job()
+
+    return result

@@ -102,3 +102,20 @@ def test_a_child_writes_the_shared_rows_its_parent_reads():
     parallel.run_jobs([job(k) for k in range(4)], fork)
     assert out.tolist() == [0.5, 1.5, 2.5, 3.5]
     assert (where[1::2] != parent).all() == fork and (where[0::2] == parent).all()
+
+
+def test_a_forked_child_never_forks_again():
+    """A job run in the child (a search inside one of validate's jobs) sees ``can_fork`` false there, so
+    there are never more than two processes; the parent's answer is unchanged."""
+    fork = parallel.can_fork()
+    seen = parallel.shared_empty(2, np.int8, fork)
+
+    def job(k):
+        def run():
+            seen[k] = parallel.can_fork()
+
+        return run
+
+    parallel.run_jobs([job(0), job(1)], fork)
+    assert seen.tolist() == [fork, False]
+    assert parallel.can_fork() == fork

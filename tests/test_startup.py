@@ -128,3 +128,28 @@ def test_the_stand_in_plugin_loader_answers_as_pydantics_does_when_plugins_are_o
         for found in re.findall(r"from (?:\.|pydantic\.plugin\.)_loader import ([\w, ]+)", path.read_text()):
             names |= {n.strip() for n in found.split(",")}
     assert names == {"get_plugins"}
+
+
+GC = """
+import gc, sys
+from planner.cli import cli
+before = gc.get_freeze_count()
+try:
+    cli.main(sys.argv[1:])
+except SystemExit:
+    pass
+print(before, gc.get_freeze_count() > 10000, gc.isenabled(), "numpy" in sys.modules, file=sys.stderr)
+"""
+
+
+def test_a_commands_modules_load_with_the_collector_paused_then_frozen_out_of_its_generations():
+    """The command's imports (numpy, pydantic, the planner) end frozen (``gc.freeze``), and the collector runs
+    again for the command itself."""
+    done = subprocess.run(
+        [sys.executable, "-c", GC, "search", "--model", "gpt-1.7b", "--gpus", "8", "--top", "1", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert '"evaluated"' in done.stdout
+    assert done.stderr.strip().splitlines()[-1] == "0 True True True"

@@ -96,3 +96,26 @@ def test_the_tuned_recipes_searched_in_two_processes_equal_one_process():
     split = validate_choice(CHOICE_TEST, step=steps.append)
     assert split == _alone(lambda: validate_choice(CHOICE_TEST))
     assert steps == [f"searched {i}" for i in CHOICE_TEST]  # every recipe's step, in order
+
+
+def test_a_started_job_gives_its_result_from_the_child_or_runs_here_when_the_child_fails():
+    parent = os.getpid()
+    result = parallel.start_job(lambda: (os.getpid() != parent, [1.5, 2.5]), parallel.can_fork())
+    assert result() == (parallel.can_fork(), [1.5, 2.5])  # computed in the child, where one was forked
+    ran_here = []
+
+    def dies_in_child():
+        if os.getpid() != parent:
+            os._exit(3)
+        ran_here.append(1)
+        return "here"
+
+    assert parallel.start_job(dies_in_child, parallel.can_fork())() == "here" and ran_here == [1]
+
+
+def test_the_memory_rows_read_in_another_process_make_the_same_validation():
+    from planner.fidelity.memory import memory_rows
+
+    runs = load_memory_runs()[:4]
+    rows = parallel.start_job(lambda: memory_rows(runs, fork=False), parallel.can_fork())
+    assert validate_memory(runs, rows=rows()) == _alone(lambda: validate_memory(runs))

@@ -31,12 +31,14 @@ class _Commands(dict):
         import importlib
 
         if key in MODULE_OF and not dict.__contains__(self, key):
-            importlib.import_module(f"planner.cli.{MODULE_OF[key]}")
+            with _imports_without_gc():
+                importlib.import_module(f"planner.cli.{MODULE_OF[key]}")
             examples_last(cli, dict.get(self, key))
         if not self.loaded and not dict.__contains__(self, key):
             self.loaded = True
-            for name in COMMAND_MODULES:
-                importlib.import_module(f"planner.cli.{name}")
+            with _imports_without_gc():
+                for name in COMMAND_MODULES:
+                    importlib.import_module(f"planner.cli.{name}")
             examples_last(cli)
 
     def __missing__(self, key):
@@ -72,6 +74,25 @@ class _Commands(dict):
     def items(self):
         self._load()
         return dict.items(self)
+
+
+@contextmanager
+def _imports_without_gc():
+    """A command's modules (numpy, pydantic and the planner: some 200,000 objects that live as long as the
+    process) import with the cyclic garbage collector paused, and are then frozen out of its generations
+    (``gc.freeze``), so neither the imports nor the command's own collections traverse them again. Without
+    it the collector took 88 M of the 1,935 M instructions of `megaplan search --model gpt3-175b --gpus 1024
+    --json` (callgrind); peak RSS the same (70.2 MiB: the imports leave next to no cyclic garbage)."""
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import click
 
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing
@@ -154,15 +156,18 @@ def validate(as_json: bool, regret: bool, choice: bool, as_csv: bool) -> None:
         raise click.UsageError("--choice and --regret: choose one (--choice searches NVIDIA's tuned recipes instead)")
     if choice:
         return _validate_choice(as_json, as_csv)
+    from planner import parallel
     from planner.fidelity import validate as val
-    from planner.fidelity.memory import validate_memory  # the launch-script reader: not for --choice
+    from planner.fidelity.memory import memory_rows, validate_memory
     from planner.report.memory import memory_validation_view
 
+    # the memory rows (the launch-script reader's) in another process meanwhile: the same rows (parallel.start_job)
+    rows = parallel.start_job(functools.partial(memory_rows, fork=False), parallel.can_fork())
     result = val.validate()
     if regret:
         with progress("searching each run's best plan", total=len(result["runs"])) as step:
             val.add_regret(result, step=step)
-    result["memory"] = validate_memory()
+    result["memory"] = validate_memory(rows=rows())
     if as_json:
         echo_json(result)
     elif as_csv:

@@ -29,7 +29,6 @@ from planner import api, parallel
 from planner.fidelity.runs import load_runs
 from planner.fidelity.validate import preset_evaluations
 from planner.hardware.spec import GIB
-from planner.megatron.importer import import_megatron
 from planner.plan import plan_label
 from planner.presets import presets_root
 
@@ -51,6 +50,8 @@ class MemoryRun:
     assumptions: str
 
     def request(self) -> api.PlanRequest:
+        from planner.megatron.importer import import_megatron  # bashlex builds its tables on import: where read
+
         return import_megatron(
             self.flags, gpus=self.gpus, model=self.model, hardware=self.hardware, env=self.env
         ).request
@@ -132,13 +133,19 @@ def reference_verdicts() -> list[dict]:
     return rows
 
 
-def validate_memory(runs: list[MemoryRun] | None = None) -> dict:
+def memory_rows(runs: list[MemoryRun] | None = None, fork: bool = True) -> list[dict]:
+    """``predict_memory`` of every run (default: ``load_memory_runs``), split between two processes where
+    ``fork`` and ``parallel.can_fork`` (``parallel.map_jobs``: the same rows)."""
+    jobs = [functools.partial(predict_memory, r) for r in (runs if runs is not None else load_memory_runs())]
+    return parallel.map_jobs(jobs, fork and len(jobs) > 1 and parallel.can_fork())
+
+
+def validate_memory(runs: list[MemoryRun] | None = None, rows: list[dict] | None = None) -> dict:
     """Rows of predicted memory for every run, the error on the measured ones, and the verdicts; with
-    the default runs, also whether every run behind ``megaplan validate`` fits (``reference``)."""
+    the default runs, also whether every run behind ``megaplan validate`` fits (``reference``). ``rows``:
+    ``memory_rows(runs)`` computed already (by ``megaplan validate``, in another process meanwhile)."""
     default = runs is None
-    runs = runs if runs is not None else load_memory_runs()
-    jobs = [functools.partial(predict_memory, r) for r in runs]  # split between two processes: the same rows
-    rows = parallel.map_jobs(jobs, len(jobs) > 1 and parallel.can_fork())
+    rows = rows if rows is not None else memory_rows(runs)
     errors = np.array([r["error_pct"] for r in rows if "error_pct" in r])
     verdicts = {
         "ran_fit": sum(r["fits"] for r in rows if r["kind"] == "ran"),
