@@ -410,6 +410,16 @@ def test_a_recompute_method_without_full_recomputation_is_refused_not_dropped(ar
     assert "--recompute-method uniform goes with --recompute full only" in line
 
 
+def test_compare_sides_refuse_a_recompute_method_without_full_recomputation():
+    # fresh user trial 5: --b '--recompute selective --recompute-method uniform' was compared as plain selective
+    args = ["compare", "--model", "llama3-8b", "--gpus", "64", "--a", "--tp 2"]
+    line = one_line_error(run([*args, "--b", "--tp 2 --recompute selective --recompute-method uniform"]))
+    assert line.startswith(
+        "megaplan: error: --b '--tp 2 --recompute selective --recompute-method uniform': --recompute-method"
+    )
+    assert run([*args, "--b", "--tp 2 --recompute full --recompute-method uniform"]).exit_code == 0
+
+
 def test_a_launch_line_with_selective_recomputation_and_a_method_is_what_megatron_refuses():
     from planner.megatron.option_flags import recompute_fields
 

@@ -351,7 +351,7 @@ def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
     )
 
 
-def refuse_method_without_full(kw: dict) -> None:
+def refuse_method_without_full(kw: dict, given: set[str] | None = None) -> None:
     """--recompute-method given with --recompute none/selective: Megatron-LM asserts the method is unset with
     selective recomputation (arguments.py: 'recompute method is not yet supported for selective recomputing
     granularity') and uses it with full only; megaplan read `--recompute selective --recompute-method uniform`
@@ -359,7 +359,10 @@ def refuse_method_without_full(kw: dict) -> None:
     from planner.cli.resolve import given_options
 
     method, recompute = kw.get("recompute_method"), kw.get("recompute")
-    if {"recompute_method", "recompute"} <= given_options() and recompute in ("none", "selective"):
+    if {"recompute_method", "recompute"} <= (given_options() if given is None else given) and recompute in (
+        "none",
+        "selective",
+    ):
         raise PlannerError(
             f"--recompute-method {method} goes with --recompute full only (Megatron-LM refuses a method with "
             f"selective recomputation and ignores it without one); drop it or give --recompute full"

@@ -167,6 +167,10 @@ def _side_overrides(text: str | None, side: str) -> dict:
         if name in given:
             flag = next(p.opts[0] for p in _plan_flags.params if p.name == name)
             raise PlannerError(f"--{side} takes plan flags (--tp 4 --recompute full ...), not {flag}")
+    try:
+        refuse_method_without_full(given, set(given))
+    except PlannerError as err:
+        raise PlannerError(f"--{side} {text!r}: {err}") from err
     return given
 
 
