@@ -149,6 +149,10 @@ def test_a_factor_never_at_bound_pushed_to_its_bound_is_not_identified():
     assert _pushed_to_bound(0.03, (0.0, 0.03)) == "upper" and _pushed_to_bound(0.029, (0.0, 0.03)) is None
     assert _pushed_to_bound(0.0, (0.0, 0.03)) is None  # 0: the physical floor, a value the runs may hold
     assert _pushed_to_bound(0.45, (0.45, 0.98)) == "lower"
+    # the GB200 refit of 2026-12-01: η_net 0.4558 in [0.45, 0.95] is 0.0058 = 1.2 % of the band from its
+    # floor, the stragglers' σ 0.0298 in [0, 0.03] 0.0002 = 0.7 % from its top: both at the bound (2 %)
+    assert _pushed_to_bound(0.4558, (0.45, 0.95)) == "lower" and _pushed_to_bound(0.0298, (0.0, 0.03)) == "upper"
+    assert _pushed_to_bound(0.45 + 0.03 * 0.5, (0.45, 0.95)) is None  # 3 % of the band away: the runs' value
     hw = with_calibration(load_hardware("dgx-h100-superpod"), {"gemm_efficiency": 0.72, "straggler_sigma": 0.06})
     ends = ("Llama3-8B-bf16-n8", "Llama3-8B-bf16-n128", "Llama3-70B-bf16-n64", "Llama3-70B-bf16-n2048")
     runs = [r for r in load_runs() if r.id in {f"DGXC-v25.04-H100-{e}" for e in ends}]
