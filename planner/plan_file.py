@@ -33,7 +33,9 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
     elif "#" in ref and not os.path.exists(ref) and os.path.isfile(ref.rpartition("#")[0]):
         raise PlannerError(f"--plan {ref!r}: the rank after # must be a whole number ≥ 1 (FILE#RANK: plans.json#2)")
     p = Path(path)
-    if not p.is_file():
+    if p.exists() and not (p.is_file() or p.is_fifo()):  # a pipe is read (--plan <(megaplan search ... --json))
+        raise PlannerError(f"plan file {path!r} is not a file (a device or socket): give a JSON file or a pipe")
+    if not (p.is_file() or p.is_fifo()):
         raise PlannerError(f"plan file {path!r} not found")
     try:
         data = json.loads(p.read_text())

@@ -491,3 +491,25 @@ def test_a_script_with_a_latin1_comment_is_read_as_bash_reads_it_and_a_binary_is
 )
 def test_a_zero_sequence_or_batch_on_a_launch_line_is_refused_as_zero(flags, needle):
     assert needle in one_line_error(run(["explain", "--gpus", "8", "--megatron-args", flags, "--brief"]))
+
+
+def test_a_plan_from_a_device_is_refused_and_one_from_a_pipe_is_read(tmp_path):
+    """`--plan /dev/zero` said "not found" (it exists; reading it would never end); a pipe, as
+    `--plan <(megaplan search ... --json)` gives, was "not found" too and is now read."""
+    import os
+    import threading
+
+    from planner.plan_file import read_plan_file
+
+    with pytest.raises(PlannerError, match=r"'/dev/zero' is not a file \(a device or socket\)"):
+        read_plan_file("/dev/zero")
+    plan = json.loads(CliRunner().invoke(cli, ["explain", "--model", "gpt3-175b", "--gpus", "64", "--json"]).stdout)
+    fifo = tmp_path / "plan.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(json.dumps(plan)))
+    writer.start()
+    try:
+        got = read_plan_file(str(fifo))
+    finally:
+        writer.join(timeout=10)
+    assert (got["model"], got["gpus"], got["parallel"]["tp"]) == (plan["model"], 64, plan["parallel"]["tp"])
