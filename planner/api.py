@@ -56,6 +56,9 @@ def training_for(
     s = seq_len if seq_len is not None else defaults.seq_len if defaults else None
     if B is None or s is None:
         missing = "--global-batch" if B is None else "--seq-len"
+        if model.source == "Megatron-LM command line":  # an imported script's architecture, no preset behind it
+            flag = "--global-batch-size" if B is None else "--seq-length"
+            raise PlannerError(f"the launch line sets no {flag}: give {missing} N beside it")
         raise PlannerError(f"{missing} is required: model {model.name!r} has no published training defaults")
     given = {"precision": precision, "train_tokens": train_tokens, "gpu_hour_price": gpu_hour_price}
     return _build(

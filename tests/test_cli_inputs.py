@@ -513,3 +513,18 @@ def test_a_plan_from_a_device_is_refused_and_one_from_a_pipe_is_read(tmp_path):
     finally:
         writer.join(timeout=10)
     assert (got["model"], got["gpus"], got["parallel"]["tp"]) == (plan["model"], 64, plan["parallel"]["tp"])
+
+
+def test_a_launch_line_without_a_sequence_length_names_its_flag_and_megaplans_option(tmp_path):
+    """Megatron-LM v2.5's BERT example sets no --seq-length: the error said "--seq-len is required: model
+    'imported' has no published training defaults", naming megaplan's option and a model the user never named."""
+    script = tmp_path / "bert.sh"
+    script.write_text(
+        "python pretrain_bert.py --num-layers 24 --hidden-size 1024 --num-attention-heads 16 "
+        "--micro-batch-size 4 --global-batch-size 32 --tensor-model-parallel-size 2 --fp16\n"
+    )
+    result = CliRunner().invoke(cli, ["explain", "--megatron-args-file", str(script), "--gpus", "8"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        "megaplan: error: the launch line sets no --seq-length: give --seq-len N beside it"
+    )
