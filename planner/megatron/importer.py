@@ -440,6 +440,12 @@ def _launch_notes(launch, args, dropped, lone, *, read_zoo: bool, gpus_given: bo
     if not gpus_given:
         notes += launch.defaults
     warnings += entry_point_warning(launch.entry_point)
+    if launch.env_unread:
+        given = ", ".join(f"--env {name}" for name in launch.env_unread)
+        warnings.append(
+            f"{given}: the script never reads it before its launch, so it changes nothing (a flag goes in "
+            "--megatron-args '--flag VALUE', a plan size in --tp/--pp/--gpus ...)"
+        )
     if launch.unread:
         warnings.append(
             f"did not read {', '.join(launch.unread)} (not on this machine where the script's path leads, beside it or "
