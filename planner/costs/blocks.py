@@ -376,6 +376,9 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     modules = opts.recompute_modules
     captured = 1.0 if not r["unfused"] else _graphed(opts, CudaGraphModule.MOE)  # one grouped kernel for all
     host_fwd, host_bwd = moe.expert_host_s(lt.E / lt.ep, ctx, captured=captured)
+    graphed = _graphed(opts, CudaGraphModule.MOE) if r["unfused"] else 0.0  # per-expert kernels in a graph
+    gap_fwd, gap_bwd = moe.expert_graph_gap_s(lt.E / lt.ep, ctx, graphed=graphed)
+    host_fwd, host_bwd = host_fwd + gap_fwd, host_bwd + gap_bwd
     if RecomputeModule.MOE in modules:  # the MoE block's forward again (its dispatch too: ``layer_terms``)
         sel = experts + shared + host_fwd + (act + bias + r["permute"] + shared_elementwise) / hbm
     else:  # moe_act: the experts' activation function again; shared_experts: their forward again

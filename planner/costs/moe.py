@@ -368,6 +368,33 @@ def expert_host_s(local_experts: ArrayLike, ctx, *, captured: float) -> tuple[np
     )
 
 
+# GPU time a CUDA graph spends per kernel node between back-to-back kernels (the previous kernel's drain,
+# the next one's launch and ramp), which graphs do not remove: a chain of N no-op kernels captured and
+# replayed costs ≈ 15 µs + 0.58 µs·N (N = 8…117; RTX 5070 Ti Laptop, sm_120 Blackwell, CUDA 13.3;
+# ahrefs/ocannl issue 488, 2026-07-30, against ≈ 6.4 µs per individually launched kernel).
+GRAPH_NODE_GAP_US = 0.58
+
+
+def graph_node_gap_s(local_experts: ArrayLike, ops: int, *, gap_us: float, graphed: float) -> np.ndarray:
+    """GPU time per MoE layer and micro-batch of the per-expert kernels a CUDA graph replays:
+    (E/ep)·ops·τ_node·g, τ_node = ``GRAPH_NODE_GAP_US``, g = 1 when a graph captures the unfused expert
+    path (whole-layer, full-iteration or the 'moe' scope), else 0 (eager: the host's t_op per op is the
+    longer gap, ``expert_host_time_s``; TE's fused grouped MLP: one kernel, no per-expert nodes)."""
+    return np.asarray(local_experts, dtype=float) * ops * gap_us * 1e-6 * graphed
+
+
+def expert_graph_gap_s(local_experts: ArrayLike, ctx, *, graphed: float) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) ``graph_node_gap_s`` of one MoE layer with the recipe's and the model's op
+    counts (``expert_host_ops``)."""
+    opts = ctx.options
+    recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
+    fwd, bwd = expert_host_ops(recipe, biased=ctx.model.add_bias_linear)
+    return (
+        graph_node_gap_s(local_experts, fwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed),
+        graph_node_gap_s(local_experts, bwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed),
+    )
+
+
 # Megatron-Core's alltoall dispatcher (MoEAlltoAllTokenDispatcher, core_r0.14-0.18) permutes the routed
 # copies twice on the way in: by destination rank before the all-to-all (dispatch_preprocess's permute,
 # which every dispatcher runs once: blocks.PERMUTE_BYTES) and, with more than one local expert, by local
@@ -440,7 +467,8 @@ def expert_formula(ctx) -> Formula:
         op_us = ctx.hardware.calibration.moe_host_op_us or 0.0
         eager = (
             f"; host: (E/ep)·({fwd} forward, {bwd} backward ops per expert)·{op_us:g} µs unless CUDA graphs "
-            f"capture the experts" + (f"; unfused bytes: {', '.join(extra)}" if extra else "")
+            f"capture the experts, then {GRAPH_NODE_GAP_US:g} µs of GPU per graphed kernel"
+            + (f"; unfused bytes: {', '.join(extra)}" if extra else "")
         )
     return Formula(
         f"MoE layers: A = (b·s/(c·t))·k·λ routed pairs (k = {mo.moe_router_topk} of E = {mo.num_experts}, λ: {load}), "
