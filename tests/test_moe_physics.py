@@ -197,6 +197,40 @@ def test_expert_host_time_by_hand():
     assert float(moe.expert_host_time_s(16, 6, op_us=10.0, captured=1.0)) == 0.0
 
 
+def test_graph_node_gap_by_hand():
+    """A graph replays its kernels with ≈ 0.58 µs of GPU time per node between them (ahrefs/ocannl issue
+    488: 15 µs + 0.58 µs·N for N no-op kernels). 16 local experts × 22 kernels (FP8 current scaling:
+    10 forward + 12 backward) × 0.58 µs = 204.16 µs per layer and micro-batch; nothing outside a graph."""
+    assert moe.GRAPH_NODE_GAP_US == 0.58
+    fwd = float(moe.graph_node_gap_s(16, 10, gap_us=0.58, graphed=1.0))
+    bwd = float(moe.graph_node_gap_s(16, 12, gap_us=0.58, graphed=1.0))
+    assert fwd + bwd == pytest.approx(204.16e-6)
+    assert float(moe.graph_node_gap_s(16, 10, gap_us=0.58, graphed=0.0)) == 0.0
+
+
+def _qwen3_b200_block(**options):
+    """Qwen3-30B-A3B on 8 B200 at EP 8 (the 25.09 Bridge plan: 128/8 = 16 local experts), FP8 current scaling."""
+    req = make_request(
+        model="qwen3-30b-a3b", hardware="dgx-b200-superpod", gpus=8, ep=8, micro_batch=1, global_batch=512,
+        options={"moe_load_imbalance": 1.0, "fp8": "e4m3", "fp8_recipe": "tensorwise", **options},
+    )  # fmt: skip
+    lt = Letters(PlanGrid.from_plans([req.plan]), req.ctx)
+    return req.ctx, {k: float(np.ravel(v)[0]) for k, v in blocks.moe_mlp_block(lt, req.ctx).items()}
+
+
+def test_whole_layer_graphs_trade_host_time_for_the_node_gap_by_hand():
+    """Megatron-Core's whole-layer graphs (cuda_graph_impl local, no scope) take the 16 experts' 10 forward
+    and 12 backward ops off the host (t_op each) and half a layer's overhead τ/2 off the MoE block, but the
+    GPU still pays 0.58 µs per replayed kernel: forward eager − graphed = 16·10·(t_op − 0.58 µs) + τ/2."""
+    ctx, eager = _qwen3_b200_block()
+    _, graphed = _qwen3_b200_block(cuda_graph_impl="local")
+    cal = ctx.hardware.calibration
+    half_tau = 0.5 * cal.layer_overhead_us * 1e-6
+    t_op, gap = cal.moe_host_op_us * 1e-6, 0.58e-6
+    assert eager["fwd"] - graphed["fwd"] == pytest.approx(16 * 10 * (t_op - gap) + half_tau, rel=1e-9)
+    assert moe.expert_graph_gap_s(16, ctx, graphed=1.0) == pytest.approx((16 * 10 * gap, 16 * 12 * gap))
+
+
 def _moe_block(**options):
     req = make_request(
         model="gpt-oss-120b",
