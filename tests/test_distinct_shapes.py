@@ -183,8 +183,9 @@ def test_a_context_keeping_shapes_gives_each_grid_its_own_numbers(case, seed, si
             for name, value in _evaluation_values(evaluate(part, _fresh(ctx))).items():
                 np.testing.assert_array_equal(_evaluation_values(evaluate(part, kept))[name], value, err_msg=name)
     store = kept.__dict__[KEPT_SHAPES]
-    assert {"layer_parts", "group_links", "p2p"} <= store.keys()
-    assert all(len(k.rows) == k.n and not k.broken for k in store.values())  # each shape computed once
+    assert {"layer_parts", "group_links", "p2p"} <= store.kept.keys()
+    for k in store.kept.values():  # each shape computed once
+        assert not k.broken and np.array_equal(np.sort(k.row[k.row >= 0]), np.arange(k.n))
 
 
 def test_kept_values_join_leaf_by_leaf_and_refuse_what_cannot():
@@ -210,4 +211,4 @@ def test_kept_values_join_leaf_by_leaf_and_refuse_what_cannot():
         return np.array([1.0, 2.0])
 
     np.testing.assert_array_equal(lt.once(shared_vector, "vector"), [1.0, 2.0])
-    assert lt._kept["vector"].broken and len(calls) == 2  # tried to keep it, then computed for the grid
+    assert lt._kept.kept["vector"].broken and len(calls) == 2  # tried to keep it, then computed for the grid

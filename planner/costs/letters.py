@@ -157,6 +157,24 @@ def _split_kinds(
     return counts, legal, tuple(tuple(x) for x in seen.values())
 
 
+def _split_entries(splits: dict, keys: list, model: tuple) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """For each split of ``keys`` (p, v, split, first, last, layout): its counts per rank, and as arrays
+    whether Megatron-LM accepts it and its kinds of stage (first rank, ranks sharing it), padded with
+    (0, 0) to the most kinds (``_split_kinds``, kept in ``splits`` by key)."""
+    entries = []
+    for key in keys:
+        entry = splits.get(key)
+        if entry is None:
+            counts, legal, kinds = _split_kinds(key[:5], key[5], *model)
+            entry = splits[key] = (counts, legal, [i for i, _ in kinds], [float(n) for _, n in kinds])
+        entries.append(entry)
+    width = max((len(e[2]) for e in entries), default=1)
+    pad = [0] * width
+    index = np.array([e[2] + pad[len(e[2]) :] for e in entries], dtype=np.int64).reshape(len(entries), width)
+    count = np.array([e[3] + pad[len(e[3]) :] for e in entries], dtype=float).reshape(len(entries), width)
+    return [e[0] for e in entries], np.array([e[1] for e in entries], dtype=bool), index, count
+
+
 KEPT_SHAPES = "_kept_shapes"  # where a context keeps what ``Letters.once`` computed (``keep_shapes``)
 
 
@@ -164,8 +182,24 @@ def keep_shapes(ctx: Context) -> Context:
     """Make every grid evaluated with ``ctx`` keep what ``Letters.once`` computes per distinct shape, for the
     grids evaluated after it (a search evaluates its candidates, their variants and its best plans in a few
     grids that share most shapes). Only for a context no one changes afterwards (search's own)."""
-    object.__setattr__(ctx, KEPT_SHAPES, {})
+    object.__setattr__(ctx, KEPT_SHAPES, _ShapeStore())
     return ctx
+
+
+class _ShapeStore:
+    """A context's kept shapes: each distinct shape's number (``ids``, by its ``SHAPE_KEY`` tuple, in the
+    order first seen) and each ``once`` function's values (``kept``, by name)."""
+
+    def __init__(self):
+        self.ids: dict[tuple, int] = {}
+        self.kept: dict[str, _Kept] = {}
+
+    def numbers(self, names: list[tuple]) -> np.ndarray:
+        ids = self.ids
+        for name in names:
+            if name not in ids:
+                ids[name] = len(ids)
+        return np.array([ids[name] for name in names], dtype=np.int64)
 
 
 class _Unmergeable(Exception):
@@ -174,36 +208,38 @@ class _Unmergeable(Exception):
 
 class _Kept:
     """A ``once`` function's values for every shape computed so far (``value``, its first axis ``n`` rows) and
-    each shape's row (``rows``, by its ``SHAPE_KEY`` tuple)."""
+    each shape's row in them (``row``, by the shape's number; -1 for a shape not computed)."""
 
     def __init__(self):
-        self.rows: dict[tuple, int] = {}
+        self.row = np.zeros(0, dtype=np.int64)
         self.value, self.n, self.broken = None, 0, False
 
-    def add(self, lt: Letters, fn) -> bool:
-        """Computes ``fn`` on the shapes of ``lt`` not kept yet and keeps them; False if they cannot join the
-        kept values (then nothing changes)."""
+    def rows(self, lt: Letters, fn) -> np.ndarray | None:
+        """The row of each shape of ``lt``'s ``once`` view, after computing ``fn`` on those not kept yet and
+        keeping them; None if they cannot join the kept values (then nothing changes)."""
         if self.broken:
-            return False
-        names = lt._shape_names()
-        missing = [j for j, name in enumerate(names) if name not in self.rows]
-        if not missing:
-            return True
-        value = fn(lt.shapes_of(missing) if len(missing) < len(names) else lt._shapes[0])
+            return None
+        ids = lt._shape_ids()
+        if not len(ids):  # no plans
+            return ids
+        if len(self.row) <= ids.max():
+            self.row = np.concatenate([self.row, np.full(int(ids.max()) + 1 - len(self.row), -1)])
+        rows = self.row.take(ids)
+        missing = np.flatnonzero(rows < 0)
+        if not len(missing):
+            return rows
+        value = fn(lt.shapes_of(missing) if len(missing) < len(ids) else lt._shapes[0])
         try:
             if self.value is None and any(np.ndim(x) and not _per_shape(x, len(missing)) for x in _leaves(value)):
                 raise _Unmergeable  # an array every shape shares: a later row count could read it as per shape
             merged = value if self.value is None else _merge(self.value, self.n, value, len(missing), {})
         except _Unmergeable:
             self.broken = True  # computed per grid from now on
-            return False
+            return None
         self.value = merged
-        self.rows.update((names[j], self.n + k) for k, j in enumerate(missing))
+        rows[missing] = self.row[ids[missing]] = self.n + np.arange(len(missing))
         self.n += len(missing)
-        return True
-
-    def rows_of(self, names: list[tuple]) -> np.ndarray:
-        return np.array([self.rows[name] for name in names], dtype=np.int64)
+        return rows
 
 
 def _merge(old, n_old: int, new, n_new: int, seen: dict):
@@ -279,8 +315,8 @@ class Letters:
 
     _view = False  # a ``distinct`` view: one plan per distinct key
     _shapes: tuple | None = None  # (the view of distinct shapes, each plan's row in it), made by ``once``
-    _names: list | None = None  # the view's shapes as tuples (``_shape_names``)
-    _kept: dict | None = None  # the context's ``keep_shapes`` store, by the name of what ``once`` computes
+    _ids: np.ndarray | None = None  # the view's shapes by their numbers in ``_kept`` (``_shape_ids``)
+    _kept: _ShapeStore | None = None  # the context's ``keep_shapes`` store
 
     def __init__(self, grid: PlanGrid, ctx: Context):
         mo, tr = ctx.model, ctx.training
@@ -346,25 +382,12 @@ class Letters:
         uniq = np.stack([np.asarray(c)[first_row] for c in columns], axis=1)
         uniq[:, -1] -= 1
         pmax = int(np.max(grid.pp)) if len(grid) else 1
-        table = np.zeros((len(uniq), pmax, len(COUNT_FIELDS)))
-        legal = np.ones(len(uniq), dtype=bool)
-        kinds: list[tuple[tuple[int, int], ...]] = []
         model = (mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers)  # properties: read once
-        splits = _model_splits(*model)
-        for u, (p, v, split, first, last, lay) in enumerate(uniq.tolist()):
-            layout = grid.layouts[lay] if lay >= 0 else None
-            key = (p, v, split, first, last, layout)
-            if key not in splits:
-                splits[key] = _split_kinds((p, v, split, first, last), layout, *model)
-            counts, legal[u], kind = splits[key]
-            table[u, :p] = counts
-            kinds.append(kind)
-        width = max(len(k) for k in kinds) if kinds else 1
-        index = np.zeros((len(uniq), width), dtype=np.int64)
-        count = np.zeros((len(uniq), width))
-        for u, k in enumerate(kinds):
-            for j, (i, n) in enumerate(k):
-                index[u, j], count[u, j] = i, n
+        keys = [(*row[:5], grid.layouts[row[5]] if row[5] >= 0 else None) for row in uniq.tolist()]
+        counts, legal, index, count = _split_entries(_model_splits(*model), keys, model)
+        table = np.zeros((len(uniq), pmax, len(COUNT_FIELDS)))
+        for u, rows in enumerate(counts):
+            table[u, : len(rows)] = rows
         self._table = [np.ascontiguousarray(table[..., k]) for k in range(len(COUNT_FIELDS))]
         self._row_start = inverse[:, None] * pmax  # each plan's split's first entry in the flattened tables
         self._pmax = pmax
@@ -406,17 +429,19 @@ class Letters:
         if self._shapes is None:
             self._shapes = self.distinct(SHAPE_KEY, SHAPE_CARRIED)
         view, inverse = self._shapes
-        kept = None if name is None or self._kept is None else self._kept.setdefault(name, _Kept())
-        if kept is not None and kept.add(self, fn):
-            return _per_plan(kept.value, kept.rows_of(self._shape_names()).take(inverse), kept.n, {})
+        kept = None if name is None or self._kept is None else self._kept.kept.setdefault(name, _Kept())
+        rows = None if kept is None else kept.rows(self, fn)
+        if rows is not None:
+            return _per_plan(kept.value, rows.take(inverse), kept.n, {})
         return _per_plan(fn(view), inverse, len(view.t), {})
 
-    def _shape_names(self) -> list[tuple]:
-        """Each distinct shape of the ``once`` view as a tuple of its ``SHAPE_KEY`` letters."""
-        if self._names is None:
+    def _shape_ids(self) -> np.ndarray:
+        """Each distinct shape of the ``once`` view by its number in the context's ``_ShapeStore``."""
+        if self._ids is None:
             view = self._shapes[0]
-            self._names = list(map(tuple, np.concatenate([getattr(view, k) for k in SHAPE_KEY], axis=1).tolist()))
-        return self._names
+            names = map(tuple, np.concatenate([getattr(view, k) for k in SHAPE_KEY], axis=1).tolist())
+            self._ids = self._kept.numbers(list(names))
+        return self._ids
 
     def shapes_of(self, rows: list[int]) -> Letters:
         """The ``once`` view restricted to its ``rows`` (a view: one plan per shape)."""
