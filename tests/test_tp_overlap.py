@@ -24,7 +24,7 @@ from planner.costs.communication import (
     ub_sm_charge_s,
 )
 from planner.costs.estimate import evaluate
-from planner.costs.linears import split_gemms_s
+from planner.costs.linears import split_gemms_s, tp_formula
 from planner.fidelity.runs import load_runs, te_reorders_graphed_rs
 from planner.fidelity.validate import prepare
 from planner.hardware import userbuffers
@@ -286,6 +286,8 @@ def test_which_runs_predate_the_graph_reorder_fix():
     ev_bug, ev_fix = (evaluate(PlanGrid.from_plans([r.plan]), r.ctx) for r in (graphed, fixed))
     moved = {k for k in ev_bug.time if float(np.asarray(ev_bug.time[k])[0]) != float(np.asarray(ev_fix.time[k])[0])}
     assert float(ev_bug.iteration_s[0]) > float(ev_fix.iteration_s[0]) and "tp_comm" in moved
+    assert "PR #2056" in tp_formula(graphed.ctx, graphed.plan).text
+    assert "PR #2056" not in tp_formula(fixed.ctx, fixed.plan).text
 
 
 @pytest.mark.parametrize(
