@@ -364,6 +364,8 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
     names = []
     for k, (name, mask) in enumerate(chain(masks, [domain])):
         names.append(name)
+        if len(mask) and (mask[0] if mask.strides == (0,) else mask.all()):  # a rule that holds on every row
+            continue
         first_broken[legal & ~mask] = k + 1
         legal &= mask
     return names
