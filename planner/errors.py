@@ -14,5 +14,20 @@ class PresetError(PlannerError):
     """A preset name or YAML file that cannot be found, parsed or validated."""
 
 
+def refuse_device(path, what: str) -> None:
+    """Refuse a device or socket given as an input file (/dev/zero, /dev/urandom): reading one never ends.
+    A regular file, a pipe (`<(...)`, /dev/stdin fed by a pipe or a file) and a missing path pass (the
+    caller says 'not found' in its own words)."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        raise PlannerError(f"{what} {str(path)!r} is a device or socket, not a file: give a file (or a pipe)")
+
+
 class InfeasibleError(PlannerError):
     """A configuration that breaks a Megatron-LM rule or fits nowhere."""

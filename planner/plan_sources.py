@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from planner import api
-from planner.errors import PlannerError, counted
+from planner.errors import PlannerError, counted, refuse_device
 from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec, recompute_layers_run
 from planner.plan_file import read_plan_file, request_from_fields, request_from_plan, request_to_json
 from planner.plan_options import KNOBS, OVERLAP_PINS, flag_fields, search_inputs, search_pins
@@ -376,6 +376,7 @@ def search_source(values: dict, given: set[str]):
 def read_text(path: str) -> str:
     from planner.megatron.script import decode_text
 
+    refuse_device(path, "file")
     try:
         with open(path, "rb") as fh:
             text = decode_text(fh.read())

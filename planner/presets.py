@@ -10,7 +10,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from planner.errors import PresetError
+from planner.errors import PresetError, refuse_device
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
 
@@ -131,6 +131,7 @@ def read_yaml_file(path: Path, kind: str) -> str:
         raise PresetError(f"{kind} file {str(path)!r} is a directory; give a YAML file or a preset name")
     if not path.exists():
         raise PresetError(f"{kind} file {str(path)!r} not found")
+    refuse_device(path, f"{kind} file")
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:

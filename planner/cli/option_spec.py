@@ -32,6 +32,18 @@ class TokenCount(click.ParamType):
 POSITIVE = click.IntRange(min=1)
 
 
+class FiniteRange(click.FloatRange):
+    """click's FloatRange that also refuses nan and inf: `--memory-headroom nan` passed every bound
+    (a comparison with nan is false) and reached the search as "more than nan GiB per GPU", and
+    `--gpu-hour-price inf` wrote `"cost": Infinity`, which is not JSON."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if number != number or number in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number; allowed: {self._describe_range()}", param, ctx)
+        return number
+
+
 @dataclass(frozen=True)
 class Option:
     """One option: click declarations, its plan default and help, and whether search searches it."""

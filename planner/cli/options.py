@@ -12,7 +12,7 @@ import click
 
 from planner import api
 from planner.cli.memory_options import MEMORY_OPTIONS
-from planner.cli.option_spec import POSITIVE, Option, TokenCount
+from planner.cli.option_spec import POSITIVE, FiniteRange, Option, TokenCount
 from planner.errors import PlannerError
 from planner.plan import Recompute, RecomputeMethod
 from planner.plan_options import KNOBS, LISTS, OVERLAP_PINS, search_inputs
@@ -72,7 +72,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     Option(
         ("--gpu-hour-price",),
         "Price of one GPU-hour (any currency) for estimate.cost.",
-        type=click.FloatRange(min=0, min_open=True),
+        type=FiniteRange(min=0, min_open=True),
     ),
     # the parallel plan: searched by search and sweep
     Option(("--tp",), "Tensor-parallel size t.", 1, POSITIVE, searched=True),
@@ -203,7 +203,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         ("--dfa-bucket-mb",),
         "NeMo 1's Apex DistributedFusedAdam: its bucket_cap_mb, every chunk synced in buckets of that many MB.",
         None,
-        click.FloatRange(min=0, min_open=True),
+        FiniteRange(min=0, min_open=True),
     ),
     Option(
         ("--pp-scatter-gather",), "Model the 2021 pipeline scatter/gather optimisation.", False, flag=True, solo=True
@@ -297,13 +297,13 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         ("--moe-capacity-factor",),
         "Expert capacity factor (default: dropless).",
         None,
-        click.FloatRange(min=0, min_open=True),
+        FiniteRange(min=0, min_open=True),
     ),
     Option(
         ("--moe-load-imbalance",),
         "Busiest expert's load over the mean, for dropless routing.",
         1.1,
-        click.FloatRange(min=1.0),
+        FiniteRange(min=1.0),
     ),
     *MEMORY_OPTIONS,
     Option(
@@ -311,7 +311,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         "Share of the GPU memory PyTorch can allocate kept free against the memory model's error "
         f"[default: {api.DEFAULT_MEMORY_HEADROOM:g}].",
         None,
-        click.FloatRange(0, 0.9),
+        FiniteRange(0, 0.9),
     ),
 )
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from planner import api
 from planner.costs.estimate import evaluate
+from planner.errors import refuse_device
 from planner.fidelity.calibrate import FIT_FIELDS, RUN_NOISE, Fit, fit, with_calibration
 from planner.fidelity.megatron_log import LogError, TrainingLog, read_training_log
 from planner.fidelity.preset_text import accuracy_block, calibration_block, replace_section
@@ -45,6 +46,8 @@ def logged_run(
     """One log with its launch script (its variables ``env``, as explain's --env), checked to be the same run."""
     from planner.megatron.importer import import_megatron
 
+    refuse_device(log_path, "--from-log")
+    refuse_device(script_path, "--megatron-args-file")
     log = read_training_log(Path(log_path).read_text(errors="replace"), log_path)
     script = Path(script_path).read_text(errors="replace")
     base_dir = str(Path(script_path).resolve().parent)

@@ -409,6 +409,7 @@ def import_fields(
     world = gpus or launch.world_size
     if world is None:
         raise PlannerError(world_unknown(launch))
+    launch = _zoo_env_read(launch, text) if zoo else launch
     warnings, notes = _launch_notes(launch, args, dropped, lone, read_zoo=bool(zoo), gpus_given=gpus is not None)
     data, read, departs = megatron_fields(
         args, gpus=world, model=model, hardware=hardware, files=launch.files, allocator_conf=launch.allocator_conf
@@ -417,6 +418,17 @@ def import_fields(
     world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")
     warned, said = tuple(warnings + departs), tuple(notes + _extra_overrides(launch.argv, extra) + read)
     return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text)
+
+
+def _zoo_env_read(launch, text: str):
+    """A moe-modelzoo config's ${VARIABLES} are filled in from --env before its launch line is read: those
+    names were read, by the config."""
+    from dataclasses import replace
+
+    from planner.megatron.modelzoo import VARIABLE
+
+    used = {m.group(1) or m.group(2) for m in VARIABLE.finditer(text)}
+    return replace(launch, env_unread=[n for n in launch.env_unread if n not in used])
 
 
 def _launch_notes(launch, args, dropped, lone, *, read_zoo: bool, gpus_given: bool) -> tuple[list[str], list[str]]:
@@ -440,6 +452,12 @@ def _launch_notes(launch, args, dropped, lone, *, read_zoo: bool, gpus_given: bo
     if not gpus_given:
         notes += launch.defaults
     warnings += entry_point_warning(launch.entry_point)
+    if launch.env_unread:
+        given = ", ".join(f"--env {name}" for name in launch.env_unread)
+        warnings.append(
+            f"{given}: the script never reads it before its launch, so it changes nothing (a flag goes in "
+            "--megatron-args '--flag VALUE', a plan size in --tp/--pp/--gpus ...)"
+        )
     if launch.unread:
         warnings.append(
             f"did not read {', '.join(launch.unread)} (not on this machine where the script's path leads, beside it or "

@@ -16,7 +16,7 @@ import operator
 import re
 from collections.abc import Mapping
 
-from planner.megatron.shell.fields import Field, Fields, Var
+from planner.megatron.shell.fields import Field, Fields, Var, Variables
 from planner.megatron.shell.rewrite import close_bracket
 
 MAX_DEPTH = 8
@@ -93,7 +93,7 @@ class Expander:
     """
 
     def __init__(self, env: Mapping[str, str]) -> None:
-        self.vars = {str(k): Var(str(v)) for k, v in env.items()}
+        self.vars = Variables({str(k): Var(str(v)) for k, v in env.items()})
         self.pinned = set(self.vars)
         self.exported = set(self.vars)  # names a child process (bash FILE, sbatch FILE) sees: the environment's
         self.allexport = False  # set -a

@@ -83,3 +83,24 @@ class Var:
         if isinstance(self.value, dict):
             return list(self.value.values())
         return list(self.value) if isinstance(self.value, list) else [self.value]
+
+
+class Variables(dict):
+    """The shell's variables by name; ``read`` collects every name looked up, shared with a child process's
+    variables, so that an ``--env NAME=VALUE`` the launch never reads is said instead of dropped silently."""
+
+    def __init__(self, items=(), read: set[str] | None = None) -> None:
+        super().__init__(items)
+        self.read: set[str] = set() if read is None else read
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key) -> bool:
+        self.read.add(key)
+        return super().__contains__(key)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 from planner.megatron.shell.expand import MAX_DEPTH
-from planner.megatron.shell.fields import Field, Var
+from planner.megatron.shell.fields import Field, Var, Variables
 from planner.megatron.shell.launch import INT, launch_options, sbatch_directives
 from planner.megatron.shell.rewrite import HEREDOC
 
@@ -188,7 +188,8 @@ class Follow:
         exported variables (``export``, ``set -a``, the command's own ``X=1``, the caller's ``--env``) and
         whose assignments and functions never come back to this shell."""
         saved = self.vars, set(self.exported), self.funcs, self.allexport, self.errexit
-        self.vars = {k: v for k, v in self.vars.items() if k in self.exported or k in self.pinned}
+        kept = {k: v for k, v in self.vars.items() if k in self.exported or k in self.pinned}
+        self.vars = Variables(kept, read=self.vars.read)
         self.funcs, self.errexit = {}, False
         try:
             yield

@@ -358,6 +358,7 @@ class Interp(Substitute, Follow, Expander):
             allocator_conf=alloc if isinstance(alloc, str) else None,
             defaults=defaults,
             notes=list(dict.fromkeys(self.moved)),
+            env_unread=sorted(self.pinned - self.vars.read),
         )
 
     # -- variables ----------------------------------------------------------------------

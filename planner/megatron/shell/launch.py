@@ -40,6 +40,7 @@ class LaunchLine:
     defaults: list[str] = field(default_factory=list)  # launcher defaults the world size rests on, said in a note
     notes: list[str] = field(default_factory=list)  # how files were found (a folder above the script's)
     launches: int = 1  # the Megatron-LM launches the whole script runs (this is the first)
+    env_unread: list[str] = field(default_factory=list)  # --env names the script never read before the launch
 
 
 INT = re.compile(r"-?[0-9]{1,18}")
