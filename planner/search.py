@@ -190,13 +190,12 @@ def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, ca
     forward and a backward; the optimizer states R times smaller); at optim_grads HSDP (HFSDP needs
     optim_grads_params). Each variant is checked by the rules (R divides the expert data-parallel size); rows
     slower than ``HYBRID_REACH`` times the fastest have none."""
-    g, domain = scored.grid, nvlink_domain_gpus(ctx.hardware)
-    dc, per = g.dp * g.cp, np.maximum(domain // g.tp, 1)
-    fastest = np.min(scored.iteration, initial=np.inf)
+    domain, fastest = nvlink_domain_gpus(ctx.hardware), np.min(scored.iteration, initial=np.inf)
     # a variant saves at most its row's exposed FSDP collectives: rows over twice the fastest need over half
     # their time exposed to reach it, so they are left out (the search's time stays near what it was)
-    ok = (scored.peak <= capacity) & (scored.iteration <= HYBRID_REACH * fastest)
-    ok &= g.fsdp & (g.fsdp_level >= 2) & (g.do_instances == 1)
+    g = scored.grid.take(np.flatnonzero((scored.peak <= capacity) & (scored.iteration <= HYBRID_REACH * fastest)))
+    dc, per = g.dp * g.cp, np.maximum(domain // g.tp, 1)
+    ok = g.fsdp & (g.fsdp_level >= 2) & (g.do_instances == 1)
     ok &= (g.tp <= domain) & (domain % g.tp == 0) & (dc > per) & (dc % per == 0)
     optim = pins.fsdp_outer_sharding != "no_shard"
     if pins.fsdp_outer_sharding == "optim":
@@ -801,7 +800,7 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
     key, span = np.zeros(len(idx), dtype=np.int64), 1
     whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
     for name in FAMILY_FIELDS:
-        col = getattr(grid, name) if whole else getattr(grid, name)[idx]  # the grid's own small dtype
+        col = getattr(grid, name) if whole else getattr(grid, name).take(idx)  # the grid's own small dtype
         low = int(col.min())
         width = int(col.max()) - low + 1
         if width == 1:
