@@ -183,9 +183,9 @@ class _NoTrailingSpaces:
 
 
 def echo_json(data) -> None:
-    import json  # not on --version's or --help's path
+    from planner.report.json_out import json_text  # json: not on --version's or --help's path
 
-    click.echo(json.dumps(data, indent=2))
+    click.echo(json_text(data))
 
 
 def overwrite_option(f):
