@@ -4,8 +4,10 @@ and (``map_jobs``: jobs that return their results) validate's plan evaluations, 
 Each job writes its results only into rows of arrays no other job writes (``shared_empty``: anonymous
 shared memory, which a forked child writes and its parent reads), so splitting the jobs between a
 forked child and the parent gives the very numbers running them one after the other would: the same
-calls on the same rows. The child runs every second job (the blocks' costs vary along the family
-order, so alternating balances them) and exits; where it fails, the parent runs its jobs again.
+calls on the same rows. In ``run_jobs`` the child runs every second job (the blocks' costs vary along the
+family order, so alternating balances them); in ``map_jobs`` both processes take the next job from a shared
+queue as they are free (validate's searches and evaluations differ a lot in cost). Where the child fails,
+the parent runs its jobs again.
 
 Forking only happens where it is safe and pays: a POSIX system with at least two CPUs, a process with
 no other thread (forking one with threads can deadlock the child on a lock another thread held), and
@@ -83,47 +85,128 @@ def run_jobs(jobs: Sequence[Callable[[], None]], fork: bool) -> None:
             job()
 
 
-def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool) -> list:
-    """Every job's result, in the jobs' order; with ``fork`` (``can_fork``) every second job runs in a forked
-    child, which sends its results back pickled through a pipe (the jobs must return what pickle can carry,
-    and must not rely on state they leave behind: the child's is lost). A child that fails (exit status not 0,
-    or results that do not read back) has its jobs run here again."""
-    if not fork or len(jobs) < 2:
-        return [job() for job in jobs]
-    mine, theirs = jobs[0::2], jobs[1::2]
+def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool, step=None, costs: Sequence[float] | None = None) -> list:
+    """Every job's result, in the jobs' order; ``step(i)`` (if given) as job i ends, the child's as this process
+    hears of them. With ``fork`` (``can_fork``) the jobs are shared with a forked child through a queue: each
+    process takes the next job as it is free (``costs``: each job's expected cost, the dearest taken first;
+    else in order), so one long job does not leave the other process idle; the child sends its results back
+    pickled through a pipe (the jobs must return what pickle can carry, and must not rely on state they leave
+    behind: the child's is lost). Whichever process runs a job, it runs the same calls on the same inputs: the
+    same numbers. The jobs a failed child took (exit status not 0, or results that do not read back) run here."""
+    step = step or (lambda i: None)
+    if not fork or len(jobs) < 2 or len(jobs) > QUEUE_JOBS:
+        return [_stepped(job, i, step) for i, job in enumerate(jobs)]
+    order = sorted(range(len(jobs)), key=lambda i: -costs[i]) if costs is not None else range(len(jobs))
+    queue = _job_queue(order)
     read_fd, write_fd = os.pipe()
+    done_fd, tell_fd = os.pipe()  # the child's word on each job it ended, for ``step``
     gc.freeze()  # the objects so far stay out of the collector's scans: neither process touches (copies) their pages
     pid = os.fork()
     gc.unfreeze() if pid else None
     if pid == 0:  # the child: never returns into the parent's stack, never flushes the parent's buffers
-        status = 1
-        try:
-            _child()
-            os.close(read_fd)
-            with os.fdopen(write_fd, "wb") as pipe:
-                pickle.dump([job() for job in theirs], pipe, protocol=pickle.HIGHEST_PROTOCOL)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_fd)
+        _child_jobs(jobs, queue, (read_fd, done_fd), (write_fd, tell_fd))
+    os.close(write_fd), os.close(tell_fd)
+    os.set_blocking(done_fd, False)
+    out, told = {}, _Told(done_fd, step)
+    try:
+        for i in iter(lambda: _next_job(queue), None):
+            out[i] = _stepped(jobs[i], i, step)
+            told.hear()
+    except BaseException:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+        raise
+    finally:
+        os.close(queue)
+    told.hear(until_closed=True)  # the child closes it before it sends its results
     with os.fdopen(read_fd, "rb") as pipe:
-        try:
-            ours = [job() for job in mine]
-        except BaseException:
-            os.kill(pid, signal.SIGTERM)
-            os.waitpid(pid, 0)
-            raise
         data = pipe.read()  # the child may block on a full pipe until this reads it
     _, status = os.waitpid(pid, 0)
     try:
-        got = pickle.loads(data) if status == 0 else None
+        got = pickle.loads(data) if status == 0 else {}
     except Exception:
-        got = None
-    if not isinstance(got, list) or len(got) != len(theirs):
-        got = [job() for job in theirs]
-    out = [None] * len(jobs)
-    out[0::2], out[1::2] = ours, got
-    return out
+        got = {}
+    out.update(got if isinstance(got, dict) else {})
+    for i in range(len(jobs)):  # the jobs of a failed child
+        if i not in out:
+            out[i] = jobs[i]() if i in told.heard else _stepped(jobs[i], i, step)
+    return [out[i] for i in range(len(jobs))]
+
+
+QUEUE_JOBS = 16_000  # jobs shared through the queue at most (4 bytes each in a pipe's 64 KiB); beyond: in order here
+_INDEX = 4  # bytes per job index in the queue and on the child's progress pipe
+
+
+def _stepped(job, i: int, step):
+    result = job()
+    step(i)
+    return result
+
+
+def _job_queue(order) -> int:
+    """A pipe holding each job's index (in ``order``), its writing end closed: the read end, from which both
+    processes take jobs. A read of 4 bytes from a pipe is atomic against the other reader (the kernel's pipe
+    lock), and every index is written before the fork, so each job is taken once; at the end a read gives
+    nothing (no writer left)."""
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"".join(i.to_bytes(_INDEX, "little") for i in order))
+    os.close(write_fd)
+    return read_fd
+
+
+def _next_job(queue: int) -> int | None:
+    data = os.read(queue, _INDEX)
+    return int.from_bytes(data, "little") if len(data) == _INDEX else None
+
+
+def _child_jobs(jobs, queue: int, unused: tuple[int, int], ends: tuple[int, int]) -> None:
+    """The forked child of ``map_jobs``: takes jobs from the queue until none is left, saying on ``tell`` which
+    it ended, then sends {index: result} through ``pipe`` and exits (never returning into the parent's stack)."""
+    status = 1
+    try:
+        _child()
+        for fd in unused:
+            os.close(fd)
+        pipe, tell = ends
+        results = {}
+        for i in iter(lambda: _next_job(queue), None):
+            results[i] = jobs[i]()
+            os.write(tell, i.to_bytes(_INDEX, "little"))
+        os.close(tell)
+        with os.fdopen(pipe, "wb") as out:
+            pickle.dump(results, out, protocol=pickle.HIGHEST_PROTOCOL)
+        status = 0
+    finally:
+        os._exit(status)
+
+
+class _Told:
+    """The indices of the jobs the child says it ended, read from ``fd`` (not blocking), each passed to ``step``."""
+
+    def __init__(self, fd: int, step):
+        self.fd, self.step, self.heard, self._partial = fd, step, set(), b""
+
+    def hear(self, until_closed: bool = False) -> None:
+        if self.fd is None:
+            return
+        if until_closed:
+            os.set_blocking(self.fd, True)
+        while True:
+            try:
+                data = os.read(self.fd, 4096)
+            except BlockingIOError:
+                return
+            if not data:  # the child closed it (or ended)
+                os.close(self.fd)
+                self.fd = None
+                return
+            data, self._partial = self._partial + data, b""
+            whole = len(data) - len(data) % _INDEX
+            data, self._partial = data[:whole], data[whole:]
+            for at in range(0, whole, _INDEX):
+                i = int.from_bytes(data[at : at + _INDEX], "little")
+                self.heard.add(i)
+                self.step(i)
 
 
 def start_job(job: Callable[[], object], fork: bool) -> Callable[[], object]:

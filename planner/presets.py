@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import marshal
+import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import PresetError, refuse_device
@@ -17,6 +19,8 @@ from planner.models.spec import ModelSpec
 SpecT = TypeVar("SpecT", bound=BaseModel)
 KINDS: dict[str, type[BaseModel]] = {"models": ModelSpec, "hardware": HardwareSpec}
 DEFAULT_HARDWARE = "dgx-a100-superpod"
+CACHE_FORMAT = 1  # what a parsed preset's cache file holds: (CACHE_FORMAT, the YAML text, its document)
+_MISS = object()
 
 
 @lru_cache(maxsize=1)
@@ -67,6 +71,8 @@ def safe_load(text: str):
     """``yaml.safe_load``, by libyaml's C parser where PyYAML has it (the same documents, about ten
     times faster: every search reads the reference runs' presets). A malformed text is parsed again
     by the pure-Python parser, whose error names the problem the way users read it."""
+    import yaml  # only where a text is parsed: a search whose presets are cached never imports it
+
     loader = getattr(yaml, "CSafeLoader", None)
     if loader is None:
         return yaml.safe_load(text)
@@ -76,14 +82,59 @@ def safe_load(text: str):
         return yaml.safe_load(text)
 
 
-def _read_yaml(text: str, where: str) -> dict:
+def cache_file(path) -> Path | None:
+    """Where the parsed document of a shipped preset file is kept: beside it, in ``__pycache__`` as
+    Python keeps a module's bytecode, one file per interpreter (marshal's format is the interpreter's).
+    None for a preset that is not a file on disk (a zipped package)."""
+    if not isinstance(path, Path):
+        return None
+    return path.parent / "__pycache__" / f"{path.name}.{sys.implementation.cache_tag}.marshal"
+
+
+def _cached(cache: Path | None, text: str):
+    """The document kept in ``cache`` if it was parsed from exactly ``text`` (the content is compared
+    whole, so an edited preset is never answered from its old parse), else ``_MISS``."""
+    if cache is None:
+        return _MISS
     try:
-        data = safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise PresetError(f"{where}: malformed YAML{at}: {problem}") from err
+        fmt, source, data = marshal.loads(cache.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):  # absent, unreadable or not a cache of this format
+        return _MISS
+    return data if fmt == CACHE_FORMAT and source == text else _MISS
+
+
+def _keep(cache: Path | None, text: str, data) -> None:
+    """Keeps ``data`` (parsed from ``text``) in ``cache`` unless Python writes no caches (``-B``,
+    PYTHONDONTWRITEBYTECODE); a folder that cannot be written, or a document marshal cannot hold
+    (a YAML date), is parsed again next time. Written whole under another name, then renamed."""
+    if cache is None or sys.dont_write_bytecode:
+        return
+    try:
+        blob = marshal.dumps((CACHE_FORMAT, text, data))
+    except ValueError:
+        return
+    part = cache.with_name(f"{cache.name}.{os.getpid()}.part")
+    try:
+        cache.parent.mkdir(exist_ok=True)
+        part.write_bytes(blob)
+        os.replace(part, cache)
+    except OSError:
+        part.unlink(missing_ok=True)
+
+
+def shipped_yaml(path):
+    """The YAML document of a shipped preset file, parsed once per content: PyYAML's import and parse
+    cost a search more than the rest of its presets (about 5 % of `megaplan search`'s instructions).
+    A user's own files are never cached (nothing is written beside them)."""
+    text = path.read_text()
+    return _read_yaml(text, str(path), cache_file(path))
+
+
+def _read_yaml(text: str, where: str, cache: Path | None = None) -> dict:
+    data = _cached(cache, text)
+    if data is _MISS:
+        data = _parse(text, where)
+        _keep(cache, text, data)
     if data is None:
         raise PresetError(
             f"{where}: the file is empty; expected a YAML mapping of fields (see `megaplan presets show`)"
@@ -93,6 +144,18 @@ def _read_yaml(text: str, where: str) -> dict:
         got = kind.get(type(data), type(data).__name__)
         raise PresetError(f"{where}: expected a YAML mapping of fields (name: value lines), got {got}")
     return data
+
+
+def _parse(text: str, where: str):
+    import yaml
+
+    try:
+        return safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise PresetError(f"{where}: malformed YAML{at}: {problem}") from err
 
 
 def load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
@@ -115,12 +178,13 @@ def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
         raise PresetError(f"{what} name is empty; give a preset name (`megaplan presets`) or a YAML path")
     path = Path(ref).expanduser()
     if ref.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists():
-        text, where = read_yaml_file(path, kind), str(path)
+        text, where, cache = read_yaml_file(path, kind), str(path), None  # a user's file: nothing beside it
     else:
         name = preset_name(kind, ref)
-        text, where = (_preset_dir(kind) / f"{name}.yaml").read_text(), f"{kind} preset {name}"
+        path = _preset_dir(kind) / f"{name}.yaml"
+        text, where, cache = path.read_text(), f"{kind} preset {name}", cache_file(path)
     try:
-        return spec_type.model_validate(_read_yaml(text, where))
+        return spec_type.model_validate(_read_yaml(text, where, cache))
     except ValidationError as err:
         raise PresetError(f"{where}: {format_validation_error(err)}") from err
 

@@ -183,9 +183,9 @@ class _NoTrailingSpaces:
 
 
 def echo_json(data) -> None:
-    import json  # not on --version's or --help's path
+    from planner.report.json_out import json_text  # json: not on --version's or --help's path
 
-    click.echo(json.dumps(data, indent=2))
+    click.echo(json_text(data))
 
 
 def overwrite_option(f):
@@ -234,7 +234,9 @@ def csv_option(f):
 @contextmanager
 def progress(label: str, total: int | None = None):
     """A progress bar on stderr while a long command runs, only when stderr is a terminal; yields
-    ``step(description=None)`` to call as each unit of work finishes."""
+    ``step(description=None)`` to call as each unit of work finishes. The bar is drawn at each step, by this
+    thread: rich's refreshing thread would keep the work in one process (``planner.parallel.can_fork``: a
+    process with another thread is not forked)."""
     if not sys.stderr.isatty():
         yield lambda description=None: None
         return
@@ -243,9 +245,15 @@ def progress(label: str, total: int | None = None):
 
     columns = [SpinnerColumn(), TextColumn("{task.description}")]
     columns += [BarColumn(), MofNCompleteColumn()] if total else []
-    with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+    bar = Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True, auto_refresh=False)
+    with bar:
         task = bar.add_task(label, total=total)
-        yield lambda description=None: bar.update(task, advance=1, description=description or label)
+
+        def step(description=None):
+            bar.update(task, advance=1, description=description or label)
+            bar.refresh()
+
+        yield step
 
 
 @contextmanager

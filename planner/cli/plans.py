@@ -352,9 +352,9 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
         for line in notes:
             click.echo(f"megaplan: note: {line}", err=True)
     elif fmt == "json":
-        import json
+        from planner.report.json_out import json_text
 
-        text = json.dumps(pj, indent=2) + "\n"
+        text = json_text(pj) + "\n"
     else:
         text = exp.flags_text(req) if fmt == "flags" else exp.slurm_script(req, warning=over)
         if fmt == "flags":

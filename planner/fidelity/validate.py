@@ -495,12 +495,25 @@ REGRET_SOURCES = (N21, K22, MLM)  # the reference table's runs; today's runs wer
 def add_regret(result: dict, runs: list[Run] | None = None, step=None) -> dict:
     """Attach the regret of each whole-model run of the reference table (not the one-layer rows) to
     the validation result - a search per run, so the modern runs (published plans tuned by NVIDIA's
-    performance teams) are left out; ``step`` is called after each run (a progress bar)."""
+    performance teams) are left out; ``step`` is called after each run (a progress bar). The searches are
+    shared between two processes where ``parallel.can_fork`` (``parallel.map_jobs``: the same searches)."""
     by_id = {r.id: r for r in (runs if runs is not None else load_runs())}
-    for row in result["runs"]:
-        run = by_id[row["id"]]
-        if ":" not in row["id"] and not run.metric.startswith("layer") and run.source in REGRET_SOURCES:
-            row["regret"] = regret(run)
+    rows = result["runs"]
+    searched = [k for k, row in enumerate(rows) if _has_regret(row["id"], by_id[row["id"]])]
+
+    def said(k: int) -> None:
         if step:
-            step(f"best plan for {row['id']}")
+            step(f"best plan for {rows[k]['id']}")
+
+    for k in sorted(set(range(len(rows))) - set(searched)):
+        said(k)
+    jobs = [functools.partial(regret, by_id[rows[k]["id"]]) for k in searched]
+    found = parallel.map_jobs(jobs, parallel.can_fork(), lambda j: said(searched[j]))
+    for k, row_regret in zip(searched, found, strict=True):
+        rows[k]["regret"] = row_regret
     return result
+
+
+def _has_regret(row_id: str, run: Run) -> bool:
+    """A whole-model run of the reference table: its regret is searched."""
+    return ":" not in row_id and not run.metric.startswith("layer") and run.source in REGRET_SOURCES

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 # the GEMM each overlap rides on, and the methods Transformer Engine runs it with (base.py, add_ub)
@@ -108,6 +107,8 @@ def load_config_file(path: str) -> UbConfig:
     file = Path(path).expanduser()
     if not file.is_file():
         raise ValueError(f"--tp-comm-overlap-cfg file {path!r} not found")
+    import yaml
+
     from planner.presets import safe_load
 
     try:
@@ -146,9 +147,9 @@ class BridgePreset(BaseModel):
 @lru_cache(maxsize=1)
 def bridge_presets() -> tuple[BridgePreset, ...]:
     """Megatron-Bridge's userbuffer presets (presets/userbuffers/bridge.yaml)."""
-    from planner.presets import presets_root, safe_load
+    from planner.presets import presets_root, shipped_yaml
 
-    data = safe_load((presets_root() / "userbuffers" / "bridge.yaml").read_text())
+    data = shipped_yaml(presets_root() / "userbuffers" / "bridge.yaml")
     return tuple(BridgePreset.model_validate(p) for p in data["presets"])
 
 
