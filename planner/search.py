@@ -408,12 +408,20 @@ def _score_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _O
 
 def _rows_and_twins(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, capacity: float, keys) -> tuple:
     """``_evaluate`` of the ``rows`` of the grid (``keys``: their families) and of their twins ``off`` (the
-    rows ``at`` among them, without the overlap): a large block in place and its twins apart (one copy of
-    the twins only), a small one in one evaluation (each call of the cost functions costs milliseconds)."""
+    rows ``at`` among them, without the overlap). A large block: the rows' peaks in place, then their twins'
+    (``_twins``: one copy of the twins only), then the rows and twins that fit timed together (``_times``); a
+    small one in one evaluation. Each call of the cost functions costs milliseconds whatever its rows (the
+    terms computed once per distinct shape: ``Letters.once``), so the fewer the better."""
     ctx = options.evaluating
     if len(rows) > CHUNK:
-        scored = _evaluate(grid, rows, ctx, capacity, keys)
-        return scored, _twins(off, scored[1][at] <= capacity, keys[at], ctx, capacity)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            peak, state = _peak_memory(grid, rows, ctx, capacity, keys)
+        tw_peak, tw_state, tw_fits = _twins(off, peak[at] <= capacity, keys[at], ctx, capacity)
+        fits = np.flatnonzero(peak <= capacity)
+        it, tw_it = _times([(grid, rows[fits]), (off, np.flatnonzero(tw_fits))], ctx)
+        iteration, tw_iteration = np.full(len(rows), np.inf), np.full(len(off), np.inf)
+        iteration[fits], tw_iteration[tw_fits] = it, tw_it
+        return (iteration, peak, state), (tw_iteration, tw_peak, tw_state)
     _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
     family = family.reshape(-1)
     both = PlanGrid.stack(grid.take(rows), off)
@@ -424,22 +432,33 @@ def _rows_and_twins(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, 
     return (it[:n], pk[:n], state[:n]), (it[n:], pk[n:], state[n:])
 
 
+def _times(parts: list[tuple[PlanGrid, np.ndarray]], ctx: Context) -> list[np.ndarray]:
+    """``iteration_s`` of the rows ``pos`` of each ``(grid, pos)``, every part's rows in the same evaluations
+    (one per CHUNK rows; a plan's time does not depend on the others evaluated with it)."""
+    grids = [g.take(pos) for g, pos in parts]
+    both = PlanGrid.stack(*grids) if len(grids) > 1 else grids[0]
+    out = np.empty(len(both))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for start in range(0, len(both), CHUNK):
+            part = both if len(both) <= CHUNK else both.take(slice(start, start + CHUNK))
+            out[start : start + CHUNK] = iteration_s(part, ctx)
+    return np.split(out, np.cumsum([len(g) for g in grids[:-1]]))
+
+
 def _twins(off: PlanGrid, row_fits: np.ndarray, keys: np.ndarray, ctx: Context, capacity: float) -> tuple:
-    """``_evaluate`` of the twins ``off`` (``keys``: their families), knowing which of their rows fit. A twin
-    whose row fits fits too (its userbuffers and workspaces gone: ``_Twin.smaller``), so it is timed without
-    measuring its memory, and its peak is NaN (``_score_block`` measures the peak of those it keeps). The
-    others are measured as ``_evaluate`` measures; where their family has a row that fits, its smallest
-    micro-batches fit without the overlap too, so a value bounded after a twin that fails is a ``MID_BOUND``."""
+    """The peaks of the twins ``off`` (``keys``: their families), knowing which of their rows fit, how each
+    was found (``_by_family_states``), and which twins fit (to be timed). A twin whose row fits fits too (its
+    userbuffers and workspaces gone: ``_Twin.smaller``), so its memory is not measured and its peak is NaN
+    (``_score_block`` measures the peak of those it keeps). The others are measured as ``_evaluate`` measures;
+    where their family has a row that fits, its smallest micro-batches fit without the overlap too, so a value
+    bounded after a twin that fails is a ``MID_BOUND``."""
     n, sure = len(off), np.flatnonzero(row_fits)
     rest = np.flatnonzero(~row_fits)
-    iteration, peak, state = np.full(n, np.inf), np.full(n, np.nan), np.full(n, MEASURED, dtype=np.int8)
-    iteration[rest], peak[rest], state[rest] = _evaluate(off, rest, ctx, capacity, keys[rest])
-    state[rest[(state[rest] == HEAD_BOUND) & np.isin(keys[rest], keys[sure])]] = MID_BOUND
+    peak, state = np.full(n, np.nan), np.full(n, MEASURED, dtype=np.int8)
     with np.errstate(divide="ignore", invalid="ignore"):
-        for start in range(0, len(sure), CHUNK):
-            part = sure[start : start + CHUNK]
-            iteration[part] = iteration_s(off.take(part), ctx)
-    return iteration, peak, state
+        peak[rest], state[rest] = _peak_memory(off, rest, ctx, capacity, keys[rest])
+    state[rest[(state[rest] == HEAD_BOUND) & np.isin(keys[rest], keys[sure])]] = MID_BOUND
+    return peak, state, row_fits | (peak <= capacity)
 
 
 @dataclass
