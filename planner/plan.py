@@ -305,6 +305,11 @@ class PlanOptions(_Spec):
     expandable_segments: bool = Field(
         False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (no caching-allocator fragmentation)"
     )
+    ub_graph_reorders_rs: bool = Field(
+        False,
+        description="Transformer Engine before v2.16 under CUDA graphs: a ring-exchanged reduce-scatter's GEMM "
+        "chunks lose their order in the graph and its pieces wait for all of them (TE PR #2056); today's TE: False",
+    )
 
     @field_validator("tp_comm_overlap_cfg", mode="before")
     @classmethod
@@ -325,6 +330,14 @@ class PlanOptions(_Spec):
         if self.cuda_graph_impl is CudaGraphImpl.FULL_ITERATION and self.cuda_graph_modules:
             raise ValueError("--cuda-graph-modules must be empty with --cuda-graph-impl full_iteration (arguments.py)")
         return self
+
+    def graphs_launch(self, module: CudaGraphModule) -> bool:
+        """Whether CUDA graphs launch ``module``'s block (attention, MLP or MoE) without the host."""
+        if self.cuda_graph_impl is CudaGraphImpl.NONE:
+            return False
+        if self.cuda_graph_impl is CudaGraphImpl.FULL_ITERATION or not self.cuda_graph_modules:
+            return True
+        return module in self.cuda_graph_modules
 
     @property
     def grad_buffer_in_16_bits(self) -> bool:
