@@ -21,6 +21,7 @@ import numpy as np
 
 from planner import parallel
 from planner.costs.estimate import evaluate, iteration_s, peak_memory_bytes, stage_memory_totals
+from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
 from planner.fidelity.evidence import band_frac, plan_evidence
@@ -161,7 +162,7 @@ def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, 
     for k in range(16):
         values = dict(zip(OVERLAPS, (bool(k & 4), bool(k & 2), bool(k & 1)), strict=True))
         values["recompute_modules"] = modules if k & 8 else ctx.options.recompute_modules
-        contexts.append(replace(ctx, options=ctx.options.model_copy(update=values)))
+        contexts.append(keep_shapes(replace(ctx, options=ctx.options.model_copy(update=values))))
     grid = replace(grid, overlap_param_gather=opg.astype(np.int8), tp_comm_overlap=tpo.astype(np.int8))
     return grid, _Options(contexts, pins.overlap_grad_reduce is not False, searched)
 

@@ -430,7 +430,7 @@ def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
     micro-batch's whole layer)."""
     cached = getattr(lt, "_layer_parts", None)
     if cached is None:
-        cached = lt._layer_parts = lt.once(lambda shapes: _layer_blocks(shapes, ctx))
+        cached = lt._layer_parts = lt.once(lambda shapes: _layer_blocks(shapes, ctx), "layer_parts")
     return cached
 
 
