@@ -55,7 +55,8 @@ TIME_TERMS = (
 )
 
 
-@dataclass(frozen=True)
+# arrays: no ==, hash or repr (generating them costs every process's import; numpy arrays have none to give)
+@dataclass(frozen=True, eq=False, repr=False)
 class Stages:
     """Every pipeline stage of every plan, arrays shaped (plans, largest p); a plan's columns beyond
     its own p are zero. ``forward_s``/``backward_s`` are one micro-batch through the whole stage (a
@@ -72,7 +73,8 @@ class Stages:
     mtp_layers: np.ndarray | None = None
 
 
-@dataclass(frozen=True)
+# arrays: no ==, hash or repr (generating them costs every process's import; numpy arrays have none to give)
+@dataclass(frozen=True, eq=False, repr=False)
 class Evaluation:
     """Arrays over the plans of a grid (most loaded stage for memory, slowest for time); ``stages``
     every stage, when asked for."""
