@@ -5,8 +5,8 @@ Rules that span several specs (t divides the heads, the batch splits evenly, the
 are the rule table of ``planner.space.rules``, so a rejected plan can say which rule it broke.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would evaluate each model field's annotation from
+# its string (typing's ForwardRef: compile and eval), about 10 % of building the models every process pays.
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -71,7 +71,7 @@ class StageSplit(StrEnum):
         return self in (StageSplit.LOSS, StageSplit.EMBEDDING_AND_LOSS)
 
     @classmethod
-    def from_flags(cls, embedding: bool, loss: bool) -> StageSplit:
+    def from_flags(cls, embedding: bool, loss: bool) -> "StageSplit":
         """The split Megatron-LM's --account-for-embedding/loss-in-pipeline-split flags select."""
         return {
             (False, False): cls.EVEN,
@@ -305,6 +305,11 @@ class PlanOptions(_Spec):
     expandable_segments: bool = Field(
         False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (no caching-allocator fragmentation)"
     )
+    ub_graph_reorders_rs: bool = Field(
+        False,
+        description="Transformer Engine before v2.16 under CUDA graphs: a ring-exchanged reduce-scatter's GEMM "
+        "chunks lose their order in the graph and its pieces wait for all of them (TE PR #2056); today's TE: False",
+    )
 
     @field_validator("tp_comm_overlap_cfg", mode="before")
     @classmethod
@@ -325,6 +330,14 @@ class PlanOptions(_Spec):
         if self.cuda_graph_impl is CudaGraphImpl.FULL_ITERATION and self.cuda_graph_modules:
             raise ValueError("--cuda-graph-modules must be empty with --cuda-graph-impl full_iteration (arguments.py)")
         return self
+
+    def graphs_launch(self, module: CudaGraphModule) -> bool:
+        """Whether CUDA graphs launch ``module``'s block (attention, MLP or MoE) without the host."""
+        if self.cuda_graph_impl is CudaGraphImpl.NONE:
+            return False
+        if self.cuda_graph_impl is CudaGraphImpl.FULL_ITERATION or not self.cuda_graph_modules:
+            return True
+        return module in self.cuda_graph_modules
 
     @property
     def grad_buffer_in_16_bits(self) -> bool:
@@ -479,7 +492,7 @@ def recompute_layers_run(plan: ParallelPlan, stage_layers: list[int]) -> int | N
     return None if plan.recompute_method is RecomputeMethod.UNIFORM and chunk == 1 else chunk
 
 
-def num_microbatches(B: ArrayLike, b: ArrayLike, d: ArrayLike) -> ArrayLike:
+def num_microbatches(B: "ArrayLike", b: "ArrayLike", d: "ArrayLike") -> "ArrayLike":
     """m = B/(b·d): micro-batches each pipeline runs per iteration (Narayanan et al. 2021 §2.2)."""
     return B / (b * d)
 

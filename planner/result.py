@@ -7,8 +7,8 @@ iteration; the terms add up), with each term's formula text and source from the 
 computed it.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would evaluate each model field's annotation from
+# its string (typing's ForwardRef: compile and eval), about 10 % of building the models every process pays.
 import math
 from functools import lru_cache
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from planner import parallel
 from planner.costs.estimate import evaluate, iteration_s, peak_memory_bytes, stage_memory_totals
+from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
 from planner.fidelity.evidence import band_frac, plan_evidence
@@ -161,7 +162,7 @@ def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, 
     for k in range(16):
         values = dict(zip(OVERLAPS, (bool(k & 4), bool(k & 2), bool(k & 1)), strict=True))
         values["recompute_modules"] = modules if k & 8 else ctx.options.recompute_modules
-        contexts.append(replace(ctx, options=ctx.options.model_copy(update=values)))
+        contexts.append(keep_shapes(replace(ctx, options=ctx.options.model_copy(update=values))))
     grid = replace(grid, overlap_param_gather=opg.astype(np.int8), tp_comm_overlap=tpo.astype(np.int8))
     return grid, _Options(contexts, pins.overlap_grad_reduce is not False, searched)
 
@@ -190,13 +191,12 @@ def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, ca
     forward and a backward; the optimizer states R times smaller); at optim_grads HSDP (HFSDP needs
     optim_grads_params). Each variant is checked by the rules (R divides the expert data-parallel size); rows
     slower than ``HYBRID_REACH`` times the fastest have none."""
-    g, domain = scored.grid, nvlink_domain_gpus(ctx.hardware)
-    dc, per = g.dp * g.cp, np.maximum(domain // g.tp, 1)
-    fastest = np.min(scored.iteration, initial=np.inf)
+    domain, fastest = nvlink_domain_gpus(ctx.hardware), np.min(scored.iteration, initial=np.inf)
     # a variant saves at most its row's exposed FSDP collectives: rows over twice the fastest need over half
     # their time exposed to reach it, so they are left out (the search's time stays near what it was)
-    ok = (scored.peak <= capacity) & (scored.iteration <= HYBRID_REACH * fastest)
-    ok &= g.fsdp & (g.fsdp_level >= 2) & (g.do_instances == 1)
+    g = scored.grid.take(np.flatnonzero((scored.peak <= capacity) & (scored.iteration <= HYBRID_REACH * fastest)))
+    dc, per = g.dp * g.cp, np.maximum(domain // g.tp, 1)
+    ok = g.fsdp & (g.fsdp_level >= 2) & (g.do_instances == 1)
     ok &= (g.tp <= domain) & (domain % g.tp == 0) & (dc > per) & (dc % per == 0)
     optim = pins.fsdp_outer_sharding != "no_shard"
     if pins.fsdp_outer_sharding == "optim":
@@ -247,7 +247,13 @@ def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.nd
     recomputed layers that fit; and the row each comes from. Rows overlapping the expert all-to-all
     have none: Megatron refuses the overlap with full recomputation (their twin without it has one)."""
     base = np.flatnonzero((scored.grid.recompute == 0) & (scored.peak > capacity) & ~scored.grid.a2a_overlap)
-    grid = scored.grid.take(base)
+    block, keep = _block_layers(scored.grid.take(base), scored.options.evaluating, capacity)
+    return block, base[keep]
+
+
+def _block_layers(grid: PlanGrid, ctx: Context, capacity: float) -> tuple[PlanGrid, np.ndarray]:
+    """``_block_candidates`` of the rows of ``grid`` (without recomputation, each with its own overlaps): the
+    variants that can fit, and which rows they come from."""
     grid = replace(grid, recompute=np.full(len(grid), 2, dtype=np.int8), recompute_block=np.ones(len(grid), bool))
 
     # the layers needed never fall as the micro-batch grows and do not depend on the dispatcher
@@ -256,12 +262,12 @@ def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.nd
         k, size = np.zeros(len(pos), dtype=np.int64), CHUNK // 2  # each row is evaluated twice (1 and 2 layers)
         for start in range(0, len(pos), size):
             part = grid.take(pos[start : start + size])
-            k[start : start + size] = block_recompute_layers(part, scored.options.evaluating, capacity)
+            k[start : start + size] = block_recompute_layers(part, ctx, capacity)
         return k
 
     k = _by_family(grid, np.arange(len(grid)), solve, lambda k: k == 0)
     keep = np.flatnonzero(k > 0)
-    return replace(grid.take(keep), recompute_layers=k[keep]), base[keep]
+    return replace(grid.take(keep), recompute_layers=k[keep]), keep
 
 
 def search(
@@ -288,18 +294,19 @@ def search(
     grid = candidate_grid(ctx, num_gpus, pins)
     candidates, columns = len(grid), {name: getattr(grid, name) for name in FIELDS}
     legal, rejected = _legal_rows(ctx, grid, pins, num_gpus)
-    del grid  # only the legal rows from here on: the candidates are let go column by column
-    grid, legal = _rows_of(columns, legal), None
+    if len(legal) < candidates:  # only the legal rows from here on: the candidates are let go column by column
+        del grid
+        grid = _rows_of(columns, legal)
+    legal = columns = None
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     grid, options = recipe_options(ctx, pins, grid)
     unsolved = np.flatnonzero(grid.recompute_block & (grid.recompute_layers == 0))  # block pinned, layers not
     if len(unsolved):
         solved = block_recompute_layers(grid.take(unsolved), options.evaluating, capacity)
         grid.recompute_layers[unsolved] = np.maximum(solved, 1)
-    scored, twins = _with_tp_overlap_twins(grid, options, capacity, pins.tp_comm_overlap is None)
-    parts = [scored]
-    if pins.recompute_method is None and _full_allowed(pins):  # block-recomputation variants of rows that do not fit
-        parts.append(_block_variants(scored, capacity))
+    block = pins.recompute_method is None and _full_allowed(pins)  # block-recomputation variants of unfit rows
+    scored, twins, block_part = _with_tp_overlap_twins(grid, options, capacity, pins.tp_comm_overlap is None, block)
+    parts = [scored] if block_part is None else [scored, block_part]
     if pins.distributed_optimizer_instances is None:  # Megatron FSDP's hybrid variants of the FSDP rows that fit
         parts.append(hybrid_variants(scored, ctx, pins, num_gpus, capacity))
     unfit = sum(int(np.sum(~(part.peak <= capacity))) for part in parts)
@@ -357,18 +364,22 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
     names = []
     for k, (name, mask) in enumerate(chain(masks, [domain])):
         names.append(name)
+        if len(mask) and (mask[0] if mask.strides == (0,) else mask.all()):  # a rule that holds on every row
+            continue
         first_broken[legal & ~mask] = k + 1
         legal &= mask
     return names
 
 
-def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, twins: bool) -> tuple[_Scored, int]:
+def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, twins: bool, block: bool) -> tuple:
     """Every row evaluated, and (``twins``: --tp-comm-overlap not pinned) --tp-comm-overlap searched both
     ways: every row the recipes give it (sequence parallelism) is also evaluated without it, and keeps
     whichever is faster (userbuffers take memory and SMs, so neither wins
     everywhere); where neither fits, the smaller peak. Rows go in blocks of whole families (``_by_family``)
     so the memory stays bounded; the blocks are independent, so a large grid's are split between two
-    processes (``parallel.run_jobs``: the same numbers). Returns the rows scored and the twins evaluated."""
+    processes (``parallel.run_jobs``: the same numbers). With ``block``, each block also finds its rows'
+    block-recomputation variants (``_BlockVariants``). Returns the rows scored, the twins evaluated and the
+    block variants scored (None without ``block``)."""
     keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
     blocks = _family_blocks(grid, np.arange(len(grid)), BLOCK, keys)  # a twin's family is its row's
     fork = len(blocks) > 1 and parallel.can_fork()
@@ -376,13 +387,77 @@ def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, t
     iteration, peak = parallel.shared_empty(n, float, fork), parallel.shared_empty(n, float, fork)
     off_wins = parallel.shared_empty(n, np.int8, fork)  # rows that keep their twin without the overlap
 
-    def job(rows: np.ndarray):
-        return lambda: _score_block(grid, rows, keys, options, capacity, twins, (iteration, peak, off_wins))
+    groups = [blocks[0::2], blocks[1::2]] if fork else [blocks]  # each process's blocks (``run_jobs``' split)
+    variants = _BlockVariants.shared(grid, groups, fork, capacity, options) if block else None
+
+    def job(g: int, group: list[np.ndarray]):
+        def run():
+            base = []  # the rows whose block variants are sought
+            for rows in group:
+                _score_block(grid, rows, keys, options, capacity, twins, (iteration, peak, off_wins))
+                base.append(variants.base(grid, rows, peak) if variants else rows[:0])
+            if variants is not None:  # once per process: each call of the cost functions costs milliseconds
+                variants.solve(g, grid, np.sort(np.concatenate(base)), off_wins)
+
+        return run
 
     evaluated = int(np.count_nonzero(grid.tp_comm_overlap > 0)) if twins else 0
-    parallel.run_jobs([job(rows) for rows in blocks], fork)
+    parallel.run_jobs([job(g, group) for g, group in enumerate(groups)], fork)
     grid.tp_comm_overlap[off_wins > 0] = 0
-    return _Scored(grid, iteration, peak, options), evaluated
+    return _Scored(grid, iteration, peak, options), evaluated, variants.collect(grid) if variants else None
+
+
+@dataclass
+class _BlockVariants:
+    """``_block_candidates`` found inside ``_with_tp_overlap_twins``' jobs, each process for the rows of its
+    blocks (a block holds whole families, and the variants of a family's rows are one family of the
+    variants), so they are split between the two processes with the blocks. Each group of blocks writes its
+    variants (the row each comes from, its layers, time and peak) from its own offset of shared arrays, at
+    most one per row without recomputation (none overlaps the expert all-to-all); ``collect`` puts them in
+    the order of their rows, the order of ``_block_candidates`` (the ranking breaks ties by position)."""
+
+    offsets: np.ndarray  # each group's first slot
+    count: np.ndarray  # the variants each group found
+    row: np.ndarray
+    layers: np.ndarray
+    iteration: np.ndarray
+    peak: np.ndarray
+    capacity: float
+    options: _Options
+
+    @classmethod
+    def shared(cls, grid: PlanGrid, groups: list, fork: bool, capacity: float, options: _Options) -> _BlockVariants:
+        can = (grid.recompute == 0) & ~grid.a2a_overlap
+        offsets = np.cumsum([0] + [sum(int(np.count_nonzero(can.take(rows))) for rows in group) for group in groups])
+        slots, kinds = int(offsets[-1]), (np.int64, float, float, float)  # layers come back as floats
+        arrays = (parallel.shared_empty(slots, kind, fork) for kind in kinds)
+        return cls(offsets, parallel.shared_empty(len(groups), np.int64, fork), *arrays, capacity, options)
+
+    def base(self, grid: PlanGrid, rows: np.ndarray, peak: np.ndarray) -> np.ndarray:
+        """The ``rows`` scored (``peak``) that ``_block_candidates`` takes: without recomputation, not fitting."""
+        return rows[(grid.recompute.take(rows) == 0) & (peak.take(rows) > self.capacity) & ~grid.a2a_overlap.take(rows)]
+
+    def solve(self, b: int, grid: PlanGrid, base: np.ndarray, off_wins: np.ndarray) -> None:
+        """The variants of group ``b``'s rows ``base`` (in row order), scored; ``off_wins``: the rows that keep
+        their twin without --tp-comm-overlap."""
+        cand = grid.take(base)
+        cand.tp_comm_overlap[off_wins.take(base) > 0] = 0  # each row with the overlap it keeps
+        ctx = self.options.evaluating
+        block, src = _block_layers(cand, ctx, self.capacity)
+        del cand
+        it, pk, _ = _evaluate(block, np.arange(len(block)), ctx, self.capacity)
+        at = slice(self.offsets[b], self.offsets[b] + len(src))
+        self.row[at], self.layers[at], self.iteration[at], self.peak[at] = base[src], block.recompute_layers, it, pk
+        self.count[b] = len(src)
+
+    def collect(self, grid: PlanGrid) -> _Scored:
+        """Every block's variants, in the order of their rows (``grid``: each row with the overlap it keeps)."""
+        pos = np.concatenate([np.arange(o, o + c) for o, c in zip(self.offsets, self.count, strict=False)])
+        pos = pos[np.argsort(self.row[pos], kind="stable")]
+        rows, n = self.row[pos], len(pos)
+        block = replace(grid.take(rows), recompute=np.full(n, 2, dtype=np.int8), recompute_block=np.ones(n, bool))
+        block = replace(block, recompute_layers=self.layers[pos])
+        return _Scored(block, self.iteration[pos], self.peak[pos], self.options)
 
 
 def _score_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _Options, capacity, twins, out) -> None:
@@ -512,14 +587,6 @@ SAMPLE = 1024  # rows of a block the cuts between blocks are read on (their keys
 def _full_allowed(pins: Pins) -> bool:
     allowed = pins.recompute if isinstance(pins.recompute, tuple) else (pins.recompute,)
     return pins.recompute is None or any(r is not None and r.value == "full" for r in allowed)
-
-
-def _block_variants(scored: _Scored, capacity: float) -> _Scored:
-    """For each scored row without recomputation that does not fit, its block-recomputation variant with the
-    fewest layers that fit, evaluated like the others."""
-    block, _ = _block_candidates(scored, capacity)
-    it, pk, _ = _evaluate(block, np.arange(len(block)), scored.options.evaluating, capacity)
-    return _Scored(block, it, pk, scored.options)
 
 
 def _bands(scored: _Scored, rows: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
@@ -692,19 +759,18 @@ def _by_family_states(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None
     values, state = np.empty(len(idx)), np.zeros(len(idx), dtype=np.int8)
     if not len(idx):
         return values, state
-    b = grid.micro_batch[idx]
+    b = grid.micro_batch.take(idx)
     family = _family_keys(grid, idx) if keys is None else keys
-    order = np.lexsort([b, family])
-    ranked = family[order]
+    order = _family_order(family, b)  # None: in that order already
+    ranked, ranked_b = (family, b) if order is None else (family.take(order), b.take(order))
     new_family = np.empty(len(idx), dtype=bool)
     new_family[0] = True
-    new_family[1:] = ranked[1:] != ranked[:-1]
-    ranked_b = b[order]
+    np.not_equal(ranked[1:], ranked[:-1], out=new_family[1:])
     new_sub = new_family.copy()
     new_sub[1:] |= ranked_b[1:] != ranked_b[:-1]
     sub = np.cumsum(new_sub) - 1  # (family, micro-batch) group of each sorted plan
     family_of_sub = np.cumsum(new_family)[new_sub] - 1
-    reps = order[new_sub]
+    reps = np.flatnonzero(new_sub) if order is None else order[new_sub]
     subs = np.arange(len(reps))
     rank = subs - np.flatnonzero(new_family[new_sub])[family_of_sub]  # 0: the family's smallest micro-batch
     sub_value, measured = np.empty(len(reps)), np.zeros(len(reps), dtype=bool)
@@ -725,8 +791,19 @@ def _by_family_states(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None
     sub_value[bounded] = sub_value[first_fail[bounded]]
     head_failed = rank[np.minimum(first_fail, len(reps) - 1)] == 0
     sub_state = np.where(bounded, np.where(head_failed, HEAD_BOUND, MID_BOUND), MEASURED)
+    if order is None:
+        return sub_value.take(sub), sub_state.take(sub)
     values[order], state[order] = sub_value[sub], sub_state[sub]
     return values, state
+
+
+def _family_order(family: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """The order that sorts plans by family, then micro-batch, equal ones as they come (``np.lexsort``); None
+    where they come in that order already (the rows of ``_family_blocks``: whole families in row order, and
+    the candidate grid crosses the micro-batch before every other knob a family holds), so nothing is sorted."""
+    if np.all(family[1:] >= family[:-1]) and np.all((b[1:] >= b[:-1]) | (family[1:] != family[:-1])):
+        return None
+    return np.lexsort([b, family])
 
 
 def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_sizes: bool) -> str:
@@ -748,7 +825,7 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
     key, span = np.zeros(len(idx), dtype=np.int64), 1
     whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
     for name in FAMILY_FIELDS:
-        col = getattr(grid, name) if whole else getattr(grid, name)[idx]  # the grid's own small dtype
+        col = getattr(grid, name) if whole else getattr(grid, name).take(idx)  # the grid's own small dtype
         low = int(col.min())
         width = int(col.max()) - low + 1
         if width == 1:

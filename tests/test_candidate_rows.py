@@ -80,3 +80,21 @@ def test_stage_layers_by_table_is_the_formula_row_by_row(pp, layers, first, last
     for name in ("first", "middle", "last", "legal"):
         assert getattr(got, name).dtype == getattr(want, name).dtype
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+
+
+def test_the_grid_keeps_pinned_layer_counts_and_layout_indices_in_two_bytes():
+    """The candidate grid's columns hold N rows each (1.36 M for DeepSeek-V3 on 1,024 GPUs): the pinned first
+    and last stages' layers and the layout indices take two bytes a row, and keep their values exactly; a
+    layer count beyond two bytes takes four."""
+    from planner.api import make_request
+    from planner.space.candidates import NO_PINS, Pins, _layer_column, candidate_grid
+
+    ctx = make_request(model="deepseek-v3", gpus=256, hardware="dgx-h100-superpod", global_batch=512).ctx
+    grid = candidate_grid(ctx, 256, NO_PINS)
+    assert grid.layout.dtype == grid.first_layers.dtype == grid.last_layers.dtype == np.int16
+    assert grid.layout.min() == -1 and grid.layout.max() == len(grid.layouts) - 1 > 0
+    assert grid.plan(int(np.argmax(grid.layout))).pipeline_layout == grid.layouts[-1]
+    pinned = candidate_grid(ctx, 256, Pins(pp=4, first_stage_layers=13, last_stage_layers=14))
+    assert len(pinned) and set(pinned.first_layers.tolist()) == {13} and set(pinned.last_layers.tolist()) == {14}
+    wide = _layer_column(3, 40_000)
+    assert wide.dtype == np.int32 and wide.tolist() == [40_000] * 3

@@ -15,7 +15,16 @@ from hypothesis import strategies as st
 from planner.api import make_request
 from planner.costs.blocks import _layer_blocks, layer_parts
 from planner.costs.estimate import evaluate, iteration_s
-from planner.costs.letters import SHAPE_CARRIED, SHAPE_KEY, Letters, distinct_rows
+from planner.costs.letters import (
+    KEPT_SHAPES,
+    SHAPE_CARRIED,
+    SHAPE_KEY,
+    Letters,
+    _merge,
+    _Unmergeable,
+    distinct_rows,
+    keep_shapes,
+)
 from planner.hardware.collectives import group_link, links_of
 from planner.space.candidates import Pins, candidate_grid
 from planner.space.grid import PlanGrid
@@ -149,3 +158,57 @@ def test_links_of_stacked_groups_are_each_groups_own(data, n, hardware, groups):
             np.testing.assert_array_equal(
                 getattr(stacked[name], f.name), np.broadcast_to(getattr(alone, f.name), (n, 1)), err_msg=f.name
             )
+
+
+def _fresh(ctx):
+    """A copy of ``ctx`` that keeps nothing between grids (``dataclasses.replace`` makes a new context)."""
+    return replace(ctx)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.lists(st.integers(2, 200), min_size=2, max_size=3))
+def test_a_context_keeping_shapes_gives_each_grid_its_own_numbers(case, seed, sizes):
+    """``keep_shapes``: grids evaluated one after another with one context (as a search does: its candidates,
+    their variants, its best plans) read the shapes an earlier grid computed; every number is the one a
+    context keeping nothing gives, and the shapes are computed once."""
+    ctx, grid = _grid(*case)
+    kept = keep_shapes(_fresh(ctx))
+    rng = np.random.default_rng(seed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for n in sizes:
+            part = grid.take(rng.choice(len(grid), size=min(n, len(grid)), replace=False))
+            part = replace(part, tp_comm_overlap=rng.integers(0, 2, len(part)).astype(np.int8))
+            np.testing.assert_array_equal(iteration_s(part, kept), iteration_s(part, _fresh(ctx)))
+            for name, value in _evaluation_values(evaluate(part, _fresh(ctx))).items():
+                np.testing.assert_array_equal(_evaluation_values(evaluate(part, kept))[name], value, err_msg=name)
+    store = kept.__dict__[KEPT_SHAPES]
+    assert {"layer_parts", "group_links", "p2p"} <= store.kept.keys()
+    for k in store.kept.values():  # each shape computed once
+        assert not k.broken and np.array_equal(np.sort(k.row[k.row >= 0]), np.arange(k.n))
+
+
+def test_kept_values_join_leaf_by_leaf_and_refuse_what_cannot():
+    """How ``_Kept`` joins a ``once`` function's values for new shapes to those it keeps: arrays per shape
+    are stacked (a value every shape shares is spread over its rows when the other side differs per
+    shape); shared values that differ, and arrays a later count of rows could read as per shape, are not
+    kept (the function is then computed per grid, ``broken``)."""
+    one = np.array([[1.0], [2.0]])
+    joined = _merge({"a": one, "b": (0.5, None)}, 2, {"a": np.array([[3.0]]), "b": (0.5, None)}, 1, {})
+    np.testing.assert_array_equal(joined["a"], [[1.0], [2.0], [3.0]])
+    assert joined["b"] == (0.5, None)
+    spread = _merge(np.float64(4.0), 2, np.array([[5.0]]), 1, {})  # shared on one side, per shape on the other
+    np.testing.assert_array_equal(spread, [[4.0], [4.0], [5.0]])
+    for old, new in ((1.0, 2.0), (np.array([[1], [2]]), np.array([[1.0]])), ({"a": 1.0}, {"b": 1.0})):
+        with pytest.raises(_Unmergeable):
+            _merge(old, 2, new, 1, {})
+    ctx, grid = _grid(*CASES[0])
+    lt = Letters(grid.take(np.arange(40)), keep_shapes(_fresh(ctx)))
+    calls = []
+
+    def shared_vector(v):  # an array of length 2 that every shape shares: refused, computed per grid
+        calls.append(len(v.t))
+        return np.array([1.0, 2.0])
+
+    np.testing.assert_array_equal(lt.once(shared_vector, "vector"), [1.0, 2.0])
+    assert lt._kept.kept["vector"].broken and len(calls) == 2  # tried to keep it, then computed for the grid

@@ -8,15 +8,17 @@ import os
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import planner.search as search_module
 from planner import parallel
 from planner.api import make_request
+from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
 from planner.search import search
-from planner.space.candidates import Pins
+from planner.space.candidates import NO_PINS, Pins, candidate_grid
 
 CASES = {
     "gpt3": ("gpt3-175b", "dgx-a100-superpod", (64, 128)),
@@ -119,6 +121,40 @@ def test_a_forked_child_never_forks_again():
     parallel.run_jobs([job(0), job(1)], fork)
     assert seen.tolist() == [fork, False]
     assert parallel.can_fork() == fork
+
+
+@pytest.mark.parametrize(("case", "gpus", "batch"), [("mixtral", 32, 256), ("gpt3", 64, 64)])
+def test_block_variants_found_in_each_process_are_those_of_the_whole_grid(case, gpus, batch):
+    """Each process finds the block-recomputation variants of its own blocks' rows (``_BlockVariants``): put
+    back together they are the variants ``_block_candidates`` finds on every scored row at once, row for
+    row in the same order (ties in the ranking break by position), with the same layers, times and peaks."""
+    model, hardware, _ = CASES[case]
+    ctx = make_request(model=model, gpus=gpus, hardware=hardware, global_batch=batch).ctx
+    capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, None)
+    grid = candidate_grid(ctx, gpus, NO_PINS)
+    grid, options = search_module.recipe_options(
+        ctx, NO_PINS, grid.take(search_module._legal_rows(ctx, grid, NO_PINS, gpus)[0])
+    )
+    forks = []
+    run_jobs = parallel.run_jobs
+
+    def counting(jobs, fork):
+        forks.append(fork and len(jobs) > 1)
+        return run_jobs(jobs, fork)
+
+    with mock.patch.object(parallel, "run_jobs", counting), mock.patch.object(search_module, "BLOCK", 1024):
+        scored, _, split = search_module._with_tp_overlap_twins(grid, options, capacity, True, True)
+    assert any(forks) == parallel.can_fork()
+    whole, _ = search_module._block_candidates(scored, capacity)
+    iteration, peak, _ = search_module._evaluate(whole, np.arange(len(whole)), options.evaluating, capacity)
+    assert len(whole) > 100
+    for name in search_module.FIELDS:
+        if name != "layouts":
+            got, want = getattr(split.grid, name), getattr(whole, name)
+            assert got.dtype == want.dtype, name
+            np.testing.assert_array_equal(got, want, err_msg=name)
+    np.testing.assert_array_equal(split.iteration, iteration)
+    np.testing.assert_array_equal(split.peak, peak)
 
 
 @settings(max_examples=40, deadline=None)

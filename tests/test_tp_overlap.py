@@ -18,13 +18,14 @@ from planner.costs.communication import (
     pipelined_rs_s,
     ring_exchange_aggregated_s,
     ring_exchange_s,
+    ring_rs_reordered_s,
     tp_pair_exposed_s,
     tp_pair_ub_s,
     ub_sm_charge_s,
 )
 from planner.costs.estimate import evaluate
-from planner.costs.linears import split_gemms_s
-from planner.fidelity.runs import load_runs
+from planner.costs.linears import split_gemms_s, tp_formula
+from planner.fidelity.runs import load_runs, te_reorders_graphed_rs
 from planner.fidelity.validate import prepare
 from planner.hardware import userbuffers
 from planner.hardware.userbuffers import UbConfig, bridge_presets, plan_configs, plan_ops, resolved_op
@@ -245,6 +246,48 @@ def _with_overlap(run_id: str, on: bool, split_us: float | None = None) -> float
     if split_us is not None:
         ctx = _with_split(ctx, split_us)
     return float(evaluate(PlanGrid.from_plans([req.plan]), ctx).iteration_s[0])
+
+
+def test_a_graph_reordered_ring_reduce_scatter_sends_after_the_gemm():
+    # TE < 2.16 under CUDA graphs (PR #2056): the chunks (0.25 ms as 4) run first, the pieces (0.12 ms) after them
+    assert float(ring_rs_reordered_s(0.25e-3, 0.12e-3)) == pytest.approx(0.37e-3)
+    ub = {k: op() for k in ("in_fprop", "out_fprop", "out_dgrad", "in_dgrad", "in_wgrad")}  # rings, no margin
+    ordered, bwd = tp_pair_ub_s(AG, RS, GEMM, ub, H100_SMS, reduce_s=0.0)
+    reordered, bwd_graphed = tp_pair_ub_s(AG, RS, GEMM, ub, H100_SMS, reduce_s=0.0, rs_reordered=True)
+    # ordered: 0.0625 + 3 × max(0.0625, 0.04) = 0.25 ms, every piece hidden; reordered: 0.25 + 0.12 ms
+    rung = 0.25e-3 / 4 + 3 * max(0.25e-3 / 4, RS / 3)
+    assert float(reordered - ordered) == pytest.approx(0.25e-3 + RS - rung) == pytest.approx(0.12e-3)
+    assert float(bwd_graphed) == float(bwd)  # the backward's rings are all-gathers (split_overlap_ag): unchanged
+    # a pipelined reduce-scatter (CommOverlapBase) and an atomic GEMM (one kernel) are not the PR's path
+    for out_op in (op(pipeline=True, num_sm=24, margin=True), op() | {"atomic": np.array(True)}):
+        u = ub | {"out_fprop": out_op}
+        same = tp_pair_ub_s(AG, RS, GEMM, u, H100_SMS, 0.0)[0], tp_pair_ub_s(AG, RS, GEMM, u, H100_SMS, 0.0, True)[0]
+        assert float(same[0]) == float(same[1])
+
+
+def test_which_runs_predate_the_graph_reorder_fix():
+    # TE v2.16 (tagged 2026-05-29): a container tag before 26.06, or an MLPerf v4/v5 round without one
+    assert te_reorders_graphed_rs("NeMo 25.04.00 (nemotron/launch.sh FW_VERSION=25.04.00)")
+    assert te_reorders_graphed_rs("NeMo 26.04.01 container (Megatron-Bridge)")
+    assert te_reorders_graphed_rs("MLPerf Training v4.1, preview submission (container tag not in dir name)")
+    assert not te_reorders_graphed_rs("NeMo 26.06 container (Megatron-Bridge)")
+    runs = {r.id: r for r in load_runs()}
+    graphed = prepare(runs["DGXC-v25.05.05-GB200-Nemotron4-340B-fp8-n128"])
+    assert graphed.ctx.options.ub_graph_reorders_rs
+    assert any("PR #2056" in a for a in runs["DGXC-v25.05.05-GB200-Nemotron4-340B-fp8-n128"].assumptions)
+    # Nemotron-4 340B FP8 on 128 GB200 (TE graphs, Bridge's b200 preset: proj_fprop and fc2_fprop rung):
+    # the step is longer where the graph reorders the reduce-scatters, and only its forward TP term moves
+    fixed = dataclasses.replace(
+        graphed,
+        ctx=dataclasses.replace(
+            graphed.ctx, options=graphed.ctx.options.model_copy(update={"ub_graph_reorders_rs": False})
+        ),
+    )
+    ev_bug, ev_fix = (evaluate(PlanGrid.from_plans([r.plan]), r.ctx) for r in (graphed, fixed))
+    moved = {k for k in ev_bug.time if float(np.asarray(ev_bug.time[k])[0]) != float(np.asarray(ev_fix.time[k])[0])}
+    assert float(ev_bug.iteration_s[0]) > float(ev_fix.iteration_s[0]) and "tp_comm" in moved
+    assert "PR #2056" in tp_formula(graphed.ctx, graphed.plan).text
+    assert "PR #2056" not in tp_formula(fixed.ctx, fixed.plan).text
 
 
 @pytest.mark.parametrize(

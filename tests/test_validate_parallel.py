@@ -159,3 +159,28 @@ def test_the_memory_rows_read_in_another_process_make_the_same_validation():
     runs = load_memory_runs()[:4]
     rows = parallel.start_job(lambda: memory_rows(runs, fork=False), parallel.can_fork())
     assert validate_memory(runs, rows=rows()) == _alone(lambda: validate_memory(runs))
+
+
+def test_the_memory_rows_and_evidence_settings_from_another_process_make_the_same_validation(monkeypatch):
+    from planner.fidelity import memory
+    from planner.fidelity.evidence import settings_per_preset
+
+    runs = load_memory_runs()[:3]
+    monkeypatch.setattr(memory, "load_memory_runs", lambda: runs)
+    other = parallel.start_job(memory.rows_and_settings, parallel.can_fork())
+    rows, settings = other()
+    assert settings == settings_per_preset() and settings["dgx-h100-superpod"]["rows"] > 50
+    assert validate_memory(runs, rows=rows) == _alone(lambda: validate_memory(runs))
+    given = {"dgx-h100-superpod": {"dense_settings": 1, "moe_settings": 2, "rows": 3}}  # validate uses what it is given
+    summary = val.validate(settings=lambda: given)["summary"]
+    assert summary["settings_by_hardware"] == given and list(summary["factors_by_hardware"]) == ["dgx-h100-superpod"]
+
+
+def test_the_runs_are_read_once_and_each_request_keyed_once():
+    first, again = load_runs(), load_runs()
+    assert first == again and first is not again and all(a is b for a, b in zip(first, again, strict=True))
+    first.pop()  # a caller's list is its own
+    assert len(load_runs()) == len(again)
+    run = next(r for r in again if r.searched)
+    assert val._req_key(run.request) is val._req_key(run.request) == val._ReqKey(run.request)
+    assert val.plan_request(run) is val.plan_request(run)  # the best published plan, found once

@@ -158,16 +158,17 @@ def validate(as_json: bool, regret: bool, choice: bool, as_csv: bool) -> None:
         return _validate_choice(as_json, as_csv)
     from planner import parallel
     from planner.fidelity import validate as val
-    from planner.fidelity.memory import memory_rows, validate_memory
+    from planner.fidelity.memory import rows_and_settings, validate_memory
     from planner.report.memory import memory_validation_view
 
-    # the memory rows (the launch-script reader's) in another process meanwhile: the same rows (parallel.start_job)
-    rows = parallel.start_job(functools.partial(memory_rows, fork=False), parallel.can_fork())
-    result = val.validate()
+    # the memory rows (the launch-script reader's) and the evidence settings in another process meanwhile: the
+    # same values (parallel.start_job)
+    other = functools.cache(parallel.start_job(rows_and_settings, parallel.can_fork()))
+    result = val.validate(settings=lambda: other()[1])
     if regret:
         with progress("searching each run's best plan", total=len(result["runs"])) as step:
             val.add_regret(result, step=step)
-    result["memory"] = validate_memory(rows=rows())
+    result["memory"] = validate_memory(rows=other()[0])
     if as_json:
         echo_json(result)
     elif as_csv:

@@ -20,7 +20,7 @@ from planner.costs.letters import Letters
 from planner.costs.linears import cast_bytes, fp8_cast_bytes, gemm_times, tp_pair_s
 from planner.costs.mla import mla_gather_width, mla_letters
 from planner.hardware.collectives import group_link, hidden_comm_contention_s, p2p_time_s
-from planner.plan import Context, CudaGraphImpl, CudaGraphModule, PlanOptions, RecomputeModule
+from planner.plan import Context, CudaGraphModule, PlanOptions, RecomputeModule
 
 PERMUTE_BYTES = 2 * (2 + 2)  # MoE permute and unpermute of routed tokens: read, write
 
@@ -144,12 +144,7 @@ def graphed_frac(opts: PlanOptions, *, moe_layer: bool = False) -> float:
 
 def _graphed(opts: PlanOptions, module: CudaGraphModule) -> float:
     """1 when CUDA graphs launch ``module``'s block (attention, MLP or MoE) without the host, else 0."""
-    impl = opts.cuda_graph_impl
-    if impl is CudaGraphImpl.NONE:
-        return 0.0
-    if impl is CudaGraphImpl.FULL_ITERATION or not opts.cuda_graph_modules:
-        return 1.0
-    return float(module in opts.cuda_graph_modules)
+    return float(opts.graphs_launch(module))
 
 
 def _half_overhead(ctx: Context, module: CudaGraphModule) -> float:
@@ -435,7 +430,7 @@ def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
     micro-batch's whole layer)."""
     cached = getattr(lt, "_layer_parts", None)
     if cached is None:
-        cached = lt._layer_parts = lt.once(lambda shapes: _layer_blocks(shapes, ctx))
+        cached = lt._layer_parts = lt.once(lambda shapes: _layer_blocks(shapes, ctx), "layer_parts")
     return cached
 
 

@@ -192,6 +192,21 @@ def ring_exchange_s(chunks_s: ArrayLike, comm_s: ArrayLike, n: ArrayLike) -> np.
     return c + (n - 1) * np.maximum(c, r)
 
 
+def ring_rs_reordered_s(chunks_s: ArrayLike, comm_s: ArrayLike) -> np.ndarray:
+    """A ring-exchanged reduce-scatter whose GEMM chunks a CUDA graph reordered (Transformer Engine before
+    v2.16): the pieces travel after the GEMM, U = G_t + C, ``chunks_s`` the GEMM as t chunks (G_t) and
+    ``comm_s`` the reduce-scatter's pieces (C).
+
+    CommOverlapP2PBase::split_overlap_rs (comm_gemm_overlap.cpp @ v2.2, lines 950-1040) issues the t
+    chunks round-robin on three compute streams that wait only for the main stream, and the send of
+    piece i waits for chunk i's stream; nothing orders the chunks among themselves. Launched from a CUDA
+    graph they may run in any order while the sends keep theirs: "CG will reorder the GEMM kernels ... but
+    will not reorder the relevant communication. This leads to exposed communication" (TE PR #2056,
+    commit f2ed86bbf, first in v2.16, tagged 2026-05-29: a tiny kernel and events now chain the chunks).
+    The PR's timeline has every piece after the last chunk; so does U."""
+    return np.asarray(chunks_s, dtype=float) + np.asarray(comm_s, dtype=float)
+
+
 def ring_exchange_aggregated_s(chunks_s: ArrayLike, comm_s: ArrayLike, n: ArrayLike) -> np.ndarray:
     """A ring-exchanged all-gather with ``aggregate`` (Transformer Engine CommOverlapP2PBase::split_overlap_ag,
     _aggregate): one piece r = comm/(n − 1) exchanged with the neighbour before any GEMM (the first GEMM's
@@ -224,6 +239,7 @@ def tp_pair_exposed_s(
     ub: dict[str, dict[str, np.ndarray]] | None = None,
     sm_count: int = 1,
     reduce_s: ArrayLike = 0.0,
+    rs_reordered: ArrayLike = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) exposed TP time of one column-parallel → row-parallel pair of linears
     (QKV → projection, or fc1 → fc2) for one micro-batch. ``gemm``: forward times of the pair's
@@ -241,7 +257,8 @@ def tp_pair_exposed_s(
       all-gather overlaps its dgrad GEMM and the dgrad's reduce-scatter its wgrad GEMM (layers.py
       LinearWithGradAccumulationAndAsyncCommunication.backward; Transformer Engine the same).
       ``async_backward`` False (the 2021 code, or the order lost: ``connection_limited``): exposed.
-    - ``overlap`` (--tp-comm-overlap, per plan): ``tp_pair_ub_s`` with the userbuffer config ``ub``.
+    - ``overlap`` (--tp-comm-overlap, per plan): ``tp_pair_ub_s`` with the userbuffer config ``ub``;
+      ``rs_reordered``: a CUDA graph reordered the ring-exchanged reduce-scatter's chunks (``ring_rs_reordered_s``).
     """
     ag, rs, ar = np.asarray(ag), np.asarray(rs), np.asarray(ar)
     g_in = gemm["in"]
@@ -251,12 +268,12 @@ def tp_pair_exposed_s(
     overlapped = np.where(async_backward, np.maximum(ag - g_in, 0.0) + np.maximum(rs - g_in, 0.0), ag + rs)
     sp_bwd = ag + overlapped
     if np.any(overlap):  # per plan: with userbuffers where ``overlap`` is set
-        ub_fwd, ub_bwd = tp_pair_ub_s(ag, rs, gemm, ub or {}, sm_count, reduce_s)
+        ub_fwd, ub_bwd = tp_pair_ub_s(ag, rs, gemm, ub or {}, sm_count, reduce_s, rs_reordered)
         sp_fwd, sp_bwd = np.where(overlap, ub_fwd, sp_fwd), np.where(overlap, ub_bwd, sp_bwd)
     return np.where(sequence_parallel, sp_fwd, no_sp_fwd), np.where(sequence_parallel, sp_bwd, no_sp_bwd)
 
 
-def tp_pair_ub_s(ag, rs, gemm: dict, ub: dict, sm_count: int, reduce_s) -> tuple[np.ndarray, np.ndarray]:
+def tp_pair_ub_s(ag, rs, gemm: dict, ub: dict, sm_count: int, reduce_s, rs_reordered=False) -> tuple:
     """(forward, backward) exposed time of a pair under Transformer Engine userbuffers: the time each
     overlapped GEMM takes with its collective, less the GEMM alone. ``ub``: per GEMM of the pair
     (``in_fprop``, ``out_fprop``, ``out_dgrad``, ``in_dgrad``, ``in_wgrad``) its method, SMs, margin
@@ -271,9 +288,10 @@ def tp_pair_ub_s(ag, rs, gemm: dict, ub: dict, sm_count: int, reduce_s) -> tuple
 
     Forward: the input all-gather rings inside the column-parallel GEMM; the output's reduce-scatter
     is pipelined (k chunks, its kernel on n SMs) or rung (t chunks, then ``reduce_s``, the kernel
-    summing the t partial chunks). Backward: the output gradient's all-gather rings inside the
-    row-parallel dgrad; the column-parallel dgrad hides the input's all-gather and its wgrad the
-    dgrad's reduce-scatter in bulk, each max(GEMM + SM charge, collective).
+    summing the t partial chunks; where ``rs_reordered``, the pieces after the chunks:
+    ``ring_rs_reordered_s``). Backward: the output gradient's all-gather rings inside the row-parallel
+    dgrad; the column-parallel dgrad hides the input's all-gather and its wgrad the dgrad's
+    reduce-scatter in bulk, each max(GEMM + SM charge, collective).
     """
 
     def charged(g, comm, op, sm_comm):
@@ -293,7 +311,9 @@ def tp_pair_ub_s(ag, rs, gemm: dict, ub: dict, sm_count: int, reduce_s) -> tuple
     in_op, rs_op, dgrad_op = ub["in_fprop"], ub["out_fprop"], ub["out_dgrad"]
     ring_in = ring_ag("in", g_in, ag, in_op)
     piped = pipelined_rs_s(charged(chunks(gemm["out_split_k"], g_out, rs_op), rs, rs_op, True), rs, rs_op["splits"])
-    rung = ring_exchange_s(charged(chunks(gemm["out_split_t"], g_out, rs_op), rs, rs_op, False), rs, t) + reduce_s
+    rs_chunks = charged(chunks(gemm["out_split_t"], g_out, rs_op), rs, rs_op, False)
+    reordered = np.asarray(rs_reordered) & ~np.asarray(rs_op.get("atomic", False), dtype=bool)  # one atomic GEMM
+    rung = np.where(reordered, ring_rs_reordered_s(rs_chunks, rs), ring_exchange_s(rs_chunks, rs, t)) + reduce_s
     fwd = ring_in - g_in + np.where(rs_op["pipeline"], piped, rung) - g_out
     ring_dgrad = ring_ag("out", g_out, rs, dgrad_op)
     bulk = [np.maximum(charged(g_in, ag, ub[k], True), ag) - g_in for k in ("in_dgrad", "in_wgrad")]

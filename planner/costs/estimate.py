@@ -55,7 +55,8 @@ TIME_TERMS = (
 )
 
 
-@dataclass(frozen=True)
+# arrays: no ==, hash or repr (generating them costs every process's import; numpy arrays have none to give)
+@dataclass(frozen=True, eq=False, repr=False)
 class Stages:
     """Every pipeline stage of every plan, arrays shaped (plans, largest p); a plan's columns beyond
     its own p are zero. ``forward_s``/``backward_s`` are one micro-batch through the whole stage (a
@@ -72,7 +73,8 @@ class Stages:
     mtp_layers: np.ndarray | None = None
 
 
-@dataclass(frozen=True)
+# arrays: no ==, hash or repr (generating them costs every process's import; numpy arrays have none to give)
+@dataclass(frozen=True, eq=False, repr=False)
 class Evaluation:
     """Arrays over the plans of a grid (most loaded stage for memory, slowest for time); ``stages``
     every stage, when asked for."""
@@ -97,7 +99,7 @@ def group_links(lt: Letters, ctx: Context) -> dict[str, Link]:
     computed once per distinct shape (``Letters.once``)."""
     cached = getattr(lt, "_group_links", None)
     if cached is None:
-        cached = lt._group_links = lt.once(lambda v: _group_links(v, ctx.hardware))
+        cached = lt._group_links = lt.once(lambda v: _group_links(v, ctx.hardware), "group_links")
     return cached
 
 
@@ -304,7 +306,7 @@ def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
             scatter_gather=ctx.options.pp_scatter_gather,
         )
 
-    return lt.once(p2p)
+    return lt.once(p2p, "p2p")
 
 
 def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
@@ -441,7 +443,7 @@ def _embedding_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
         emb_grad = v.V * v.h / v.t * grad_bytes
         return np.where(ctx.model.tied_embeddings & (v.p > 1), all_reduce_time_s(2, emb_grad, emb_link), 0.0)
 
-    return lt.once(sync)
+    return lt.once(sync, "embedding_sync")
 
 
 def _optimizer_step_s(lt: Letters, ctx: Context, mem: dict, count: np.ndarray) -> np.ndarray:

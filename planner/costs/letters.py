@@ -96,6 +96,8 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def _per_plan(value, inverse: np.ndarray, rows: int, seen: dict):
     """``value`` computed on the ``rows`` plans of a ``Letters.distinct`` view, for every plan of its grid
     (``inverse``: each plan's row in the view); an array shared by several entries is read back once."""
+    if type(value) is np.ndarray:  # the common case first: this runs for every leaf of every once-term
+        return _per_plan_array(value, inverse, rows, seen)
     if isinstance(value, dict):
         return {k: _per_plan(v, inverse, rows, seen) for k, v in value.items()}
     if isinstance(value, tuple):
@@ -104,8 +106,12 @@ def _per_plan(value, inverse: np.ndarray, rows: int, seen: dict):
         return dataclasses.replace(
             value, **{f.name: _per_plan(getattr(value, f.name), inverse, rows, seen) for f in dataclasses.fields(value)}
         )
-    if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != rows:
-        return value  # a number, or an array every plan shares (broadcast)
+    return _per_plan_array(value, inverse, rows, seen) if isinstance(value, np.ndarray) else value  # or a number
+
+
+def _per_plan_array(value: np.ndarray, inverse: np.ndarray, rows: int, seen: dict):
+    if value.ndim == 0 or value.shape[0] != rows:
+        return value  # an array every plan shares (broadcast)
     if id(value) not in seen:
         seen[id(value)] = (value, value.take(inverse, axis=0))  # kept: its id is not reused meanwhile
     return seen[id(value)][1]
@@ -151,6 +157,152 @@ def _split_kinds(
     return counts, legal, tuple(tuple(x) for x in seen.values())
 
 
+def _split_entries(splits: dict, keys: list, model: tuple) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """For each split of ``keys`` (p, v, split, first, last, layout): its counts per rank, and as arrays
+    whether Megatron-LM accepts it and its kinds of stage (first rank, ranks sharing it), padded with
+    (0, 0) to the most kinds (``_split_kinds``, kept in ``splits`` by key)."""
+    entries = []
+    for key in keys:
+        entry = splits.get(key)
+        if entry is None:
+            counts, legal, kinds = _split_kinds(key[:5], key[5], *model)
+            entry = splits[key] = (counts, legal, [i for i, _ in kinds], [float(n) for _, n in kinds])
+        entries.append(entry)
+    width = max((len(e[2]) for e in entries), default=1)
+    pad = [0] * width
+    index = np.array([e[2] + pad[len(e[2]) :] for e in entries], dtype=np.int64).reshape(len(entries), width)
+    count = np.array([e[3] + pad[len(e[3]) :] for e in entries], dtype=float).reshape(len(entries), width)
+    return [e[0] for e in entries], np.array([e[1] for e in entries], dtype=bool), index, count
+
+
+KEPT_SHAPES = "_kept_shapes"  # where a context keeps what ``Letters.once`` computed (``keep_shapes``)
+
+
+def keep_shapes(ctx: Context) -> Context:
+    """Make every grid evaluated with ``ctx`` keep what ``Letters.once`` computes per distinct shape, for the
+    grids evaluated after it (a search evaluates its candidates, their variants and its best plans in a few
+    grids that share most shapes). Only for a context no one changes afterwards (search's own)."""
+    object.__setattr__(ctx, KEPT_SHAPES, _ShapeStore())
+    return ctx
+
+
+class _ShapeStore:
+    """A context's kept shapes: each distinct shape's number (``ids``, by its ``SHAPE_KEY`` tuple, in the
+    order first seen) and each ``once`` function's values (``kept``, by name)."""
+
+    def __init__(self):
+        self.ids: dict[tuple, int] = {}
+        self.kept: dict[str, _Kept] = {}
+
+    def numbers(self, names: list[tuple]) -> np.ndarray:
+        ids = self.ids
+        for name in names:
+            if name not in ids:
+                ids[name] = len(ids)
+        return np.array([ids[name] for name in names], dtype=np.int64)
+
+
+class _Unmergeable(Exception):
+    """Two values of a ``once`` function whose structure, dtypes or shared values differ."""
+
+
+class _Kept:
+    """A ``once`` function's values for every shape computed so far (``value``, its first axis ``n`` rows) and
+    each shape's row in them (``row``, by the shape's number; -1 for a shape not computed)."""
+
+    def __init__(self):
+        self.row = np.zeros(0, dtype=np.int64)
+        self.value, self.n, self.broken = None, 0, False
+
+    def rows(self, lt: Letters, fn) -> np.ndarray | None:
+        """The row of each shape of ``lt``'s ``once`` view, after computing ``fn`` on those not kept yet and
+        keeping them; None if they cannot join the kept values (then nothing changes)."""
+        if self.broken:
+            return None
+        ids = lt._shape_ids()
+        if not len(ids):  # no plans
+            return ids
+        if len(self.row) <= ids.max():
+            self.row = np.concatenate([self.row, np.full(int(ids.max()) + 1 - len(self.row), -1)])
+        rows = self.row.take(ids)
+        missing = np.flatnonzero(rows < 0)
+        if not len(missing):
+            return rows
+        value = fn(lt.shapes_of(missing) if len(missing) < len(ids) else lt._shapes[0])
+        try:
+            if self.value is None and any(np.ndim(x) and not _per_shape(x, len(missing)) for x in _leaves(value)):
+                raise _Unmergeable  # an array every shape shares: a later row count could read it as per shape
+            merged = value if self.value is None else _merge(self.value, self.n, value, len(missing), {})
+        except _Unmergeable:
+            self.broken = True  # computed per grid from now on
+            return None
+        self.value = merged
+        rows[missing] = self.row[ids[missing]] = self.n + np.arange(len(missing))
+        self.n += len(missing)
+        return rows
+
+
+def _merge(old, n_old: int, new, n_new: int, seen: dict):
+    """The kept values ``old`` (``n_old`` rows) followed by ``new`` (``n_new`` rows), leaf by leaf as
+    ``_per_plan`` reads them: an array whose first axis is the rows is per shape, anything else shared."""
+    if isinstance(old, dict | tuple) or dataclasses.is_dataclass(old):
+        if type(old) is not type(new):
+            raise _Unmergeable
+        if isinstance(old, dict):
+            if old.keys() != new.keys():
+                raise _Unmergeable
+            return {k: _merge(old[k], n_old, new[k], n_new, seen) for k in old}
+        if isinstance(old, tuple):
+            if len(old) != len(new):
+                raise _Unmergeable
+            return tuple(_merge(a, n_old, b, n_new, seen) for a, b in zip(old, new, strict=True))
+        fields = dataclasses.fields(old)
+        return dataclasses.replace(
+            old, **{f.name: _merge(getattr(old, f.name), n_old, getattr(new, f.name), n_new, seen) for f in fields}
+        )
+    if (id(old), id(new)) not in seen:  # an array shared by several entries is joined once
+        seen[id(old), id(new)] = (old, new, _merge_leaf(old, n_old, new, n_new))
+    return seen[id(old), id(new)][2]
+
+
+def _merge_leaf(old, n_old: int, new, n_new: int):
+    a, b = _per_shape(old, n_old), _per_shape(new, n_new)
+    if not a and not b:  # kept shared only if equal and not an array a later row count could be read as
+        if type(old) is type(new) and np.ndim(old) == 0 and np.ndim(new) == 0 and old == new:
+            if not isinstance(old, np.ndarray) or old.dtype == new.dtype:
+                return old
+        raise _Unmergeable
+    tail = old.shape[1:] if a else new.shape[1:]
+    try:
+        old, new = (
+            x if ok else np.broadcast_to(np.asarray(x), (n, *tail)) for x, ok, n in ((old, a, n_old), (new, b, n_new))
+        )
+    except ValueError:
+        raise _Unmergeable from None
+    if old.dtype != new.dtype or old.shape[1:] != new.shape[1:]:
+        raise _Unmergeable
+    return np.concatenate([old, new])
+
+
+def _per_shape(x, n: int) -> bool:
+    return isinstance(x, np.ndarray) and x.ndim > 0 and x.shape[0] == n
+
+
+def _leaves(value):
+    """The arrays and numbers of a ``once`` value (dicts, tuples and dataclasses of them)."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, tuple):
+        for v in value:
+            yield from _leaves(v)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _leaves(getattr(value, f.name))
+    else:
+        yield value
+
+
 # The letters that decide the shape of a plan's layers and the placement of its process groups: what the
 # terms computed once per distinct shape (``Letters.once``: a layer's blocks, the groups' links, the TP
 # collectives, pipeline sends, the embedding's sync) read; and the letters that are functions of them.
@@ -163,6 +315,8 @@ class Letters:
 
     _view = False  # a ``distinct`` view: one plan per distinct key
     _shapes: tuple | None = None  # (the view of distinct shapes, each plan's row in it), made by ``once``
+    _ids: np.ndarray | None = None  # the view's shapes by their numbers in ``_kept`` (``_shape_ids``)
+    _kept: _ShapeStore | None = None  # the context's ``keep_shapes`` store
 
     def __init__(self, grid: PlanGrid, ctx: Context):
         mo, tr = ctx.model, ctx.training
@@ -215,6 +369,7 @@ class Letters:
         # channels of the keys and values one token holds: 2·g·d, or MLA's per-head n·(d_qk + d_r + d_v)
         self.kv_width = self.a * (self.dh + mo.value_dim) if mo.multi_latent_attention else 2 * self.g * self.dh
         self._stage_tables(grid, ctx)
+        self._kept = ctx.__dict__.get(KEPT_SHAPES)
 
     def _stage_tables(self, grid: PlanGrid, ctx: Context) -> None:
         """Per distinct split and rank, [layers, MoE layers, sliding-window layers, MTP layers, embedding,
@@ -227,25 +382,12 @@ class Letters:
         uniq = np.stack([np.asarray(c)[first_row] for c in columns], axis=1)
         uniq[:, -1] -= 1
         pmax = int(np.max(grid.pp)) if len(grid) else 1
-        table = np.zeros((len(uniq), pmax, len(COUNT_FIELDS)))
-        legal = np.ones(len(uniq), dtype=bool)
-        kinds: list[tuple[tuple[int, int], ...]] = []
         model = (mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers)  # properties: read once
-        splits = _model_splits(*model)
-        for u, (p, v, split, first, last, lay) in enumerate(uniq.tolist()):
-            layout = grid.layouts[lay] if lay >= 0 else None
-            key = (p, v, split, first, last, layout)
-            if key not in splits:
-                splits[key] = _split_kinds((p, v, split, first, last), layout, *model)
-            counts, legal[u], kind = splits[key]
-            table[u, :p] = counts
-            kinds.append(kind)
-        width = max(len(k) for k in kinds) if kinds else 1
-        index = np.zeros((len(uniq), width), dtype=np.int64)
-        count = np.zeros((len(uniq), width))
-        for u, k in enumerate(kinds):
-            for j, (i, n) in enumerate(k):
-                index[u, j], count[u, j] = i, n
+        keys = [(*row[:5], grid.layouts[row[5]] if row[5] >= 0 else None) for row in uniq.tolist()]
+        counts, legal, index, count = _split_entries(_model_splits(*model), keys, model)
+        table = np.zeros((len(uniq), pmax, len(COUNT_FIELDS)))
+        for u, rows in enumerate(counts):
+            table[u, : len(rows)] = rows
         self._table = [np.ascontiguousarray(table[..., k]) for k in range(len(COUNT_FIELDS))]
         self._row_start = inverse[:, None] * pmax  # each plan's split's first entry in the flattened tables
         self._pmax = pmax
@@ -276,17 +418,42 @@ class Letters:
             setattr(view, name, value)
         return view, inverse
 
-    def once(self, fn):
+    def once(self, fn, name: str | None = None):
         """``fn(letters)`` for every plan, computed once per distinct shape (``SHAPE_KEY``, on the
         ``distinct`` view of the grid, made once) and read back per plan: arrays (their first axis the
         view's plans), and dicts, tuples and dataclasses of them (``collectives.Link``). On a view, ``fn``
-        of the view itself."""
+        of the view itself. ``name``: what ``fn`` computes, when the context keeps shapes (``keep_shapes``):
+        then only the shapes its earlier grids did not have are computed."""
         if self._view or len(self.t) == 1:  # one plan: it is its own distinct shape
             return fn(self)
         if self._shapes is None:
             self._shapes = self.distinct(SHAPE_KEY, SHAPE_CARRIED)
         view, inverse = self._shapes
+        kept = None if name is None or self._kept is None else self._kept.kept.setdefault(name, _Kept())
+        rows = None if kept is None else kept.rows(self, fn)
+        if rows is not None:
+            return _per_plan(kept.value, rows.take(inverse), kept.n, {})
         return _per_plan(fn(view), inverse, len(view.t), {})
+
+    def _shape_ids(self) -> np.ndarray:
+        """Each distinct shape of the ``once`` view by its number in the context's ``_ShapeStore``."""
+        if self._ids is None:
+            view = self._shapes[0]
+            names = map(tuple, np.concatenate([getattr(view, k) for k in SHAPE_KEY], axis=1).tolist())
+            self._ids = self._kept.numbers(list(names))
+        return self._ids
+
+    def shapes_of(self, rows: list[int]) -> Letters:
+        """The ``once`` view restricted to its ``rows`` (a view: one plan per shape)."""
+        view = self._shapes[0]
+        part = object.__new__(Letters)
+        part._view = True
+        for k, value in vars(view).items():
+            if k.startswith("_"):  # what the cost modules cached on the whole view
+                continue
+            keyed = k in SHAPE_KEY or k in SHAPE_CARRIED
+            setattr(part, k, value.take(rows, axis=0) if keyed and isinstance(value, np.ndarray) else value)
+        return part
 
     def stage(self, i: np.ndarray) -> dict[str, np.ndarray]:
         """What rank i holds, for (N, S) rank indices: ``layers``, ``moe`` and ``window`` (decoder

@@ -12,7 +12,7 @@ from planner.costs import communication as comm
 from planner.costs.letters import Letters
 from planner.hardware import userbuffers
 from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link
-from planner.plan import Context, ParallelPlan, Recompute
+from planner.plan import Context, CudaGraphImpl, CudaGraphModule, ParallelPlan, Recompute
 
 BLACKWELL = 10.0  # compute capability from which one per-tensor FP8 copy serves both GEMM layouts
 NORM_FED = ("qkv", "q_down", "kv_down", "q_proj", "fc1", "shared_fc1")  # GEMMs fed by the (fused) input norm
@@ -47,7 +47,7 @@ def tp_link(lt: Letters, ctx: Context):
     (computed once per distinct shape: ``Letters.once``)."""
     cached = getattr(lt, "_tp_link", None)
     if cached is None:
-        cached = lt._tp_link = lt.once(lambda v: group_link(ctx.hardware, v.t, 1))
+        cached = lt._tp_link = lt.once(lambda v: group_link(ctx.hardware, v.t, 1), "tp_link")
     return cached
 
 
@@ -60,7 +60,7 @@ def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
         def collectives(v: Letters) -> np.ndarray:
             return comm.tp_layer_comm_time_s(activation_message(v), v.t, tp_link(v, ctx), sequence_parallel=v.sp)
 
-        cached = lt._tp_collectives = lt.once(collectives)
+        cached = lt._tp_collectives = lt.once(collectives, "tp_collectives")
     return cached
 
 
@@ -177,9 +177,18 @@ def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, ga
         ub=ub,
         sm_count=hw.gpu.sm_count,
         reduce_s=reduce_s,
+        rs_reordered=opts.ub_graph_reorders_rs and opts.graphs_launch(_graph_module(outs)),
     )
     t_one = np.asarray(lt.t) == 1
     return np.where(t_one, 0.0, fwd), np.where(t_one, 0.0, bwd)
+
+
+def _graph_module(outs) -> CudaGraphModule:
+    """The block whose graph holds the row-parallel GEMMs ``outs``: attention's projection, the MLP's fc2,
+    else a MoE layer's shared experts."""
+    if "projection" in outs:
+        return CudaGraphModule.ATTN
+    return CudaGraphModule.MLP if "fc2" in outs else CudaGraphModule.MOE
 
 
 def userbuffer_config_text(ctx: Context, plan: ParallelPlan) -> str:
@@ -210,6 +219,11 @@ def tp_formula(ctx: Context, plan: ParallelPlan) -> Formula:
             f"{chunked} (an atomic GEMM whole), "
             "the SMs the kernels take (the GEMM's share n/S); " + userbuffer_config_text(ctx, plan)
         )
+        if opts.ub_graph_reorders_rs and opts.cuda_graph_impl is not CudaGraphImpl.NONE:
+            collectives += (
+                "; a ring-exchanged reduce-scatter that CUDA graphs launch sends its pieces after its GEMM "
+                "chunks, G + C (Transformer Engine before v2.16, PR #2056)"
+            )
     else:
         collectives = (
             "2 all-gathers + 2 reduce-scatters forward; backward: 2 synchronous output-gradient all-gathers, "

@@ -140,6 +140,15 @@ def memory_rows(runs: list[MemoryRun] | None = None, fork: bool = True) -> list[
     return parallel.map_jobs(jobs, fork and len(jobs) > 1 and parallel.can_fork())
 
 
+def rows_and_settings() -> tuple[list[dict], dict]:
+    """``memory_rows()`` in this process, and the settings behind each preset's fit
+    (``evidence.settings_per_preset``): what `megaplan validate` computes in another process while it
+    validates the times (neither needs the other's results; the settings' plans are the published ones)."""
+    from planner.fidelity.evidence import settings_per_preset
+
+    return memory_rows(fork=False), settings_per_preset()
+
+
 def validate_memory(runs: list[MemoryRun] | None = None, rows: list[dict] | None = None) -> dict:
     """Rows of predicted memory for every run, the error on the measured ones, and the verdicts; with
     the default runs, also whether every run behind ``megaplan validate`` fits (``reference``). ``rows``:

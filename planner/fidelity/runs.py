@@ -5,6 +5,7 @@ source used (``presets/reference/published_runs.csv``)."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
 from dataclasses import dataclass, field
@@ -266,6 +267,24 @@ NEMO_SQUARED_RELU = (
 )
 
 
+TE_GRAPH_RS_FIX = (26, 6)  # TE v2.16 (tagged 2026-05-29, PR #2056): the first container that can hold it is 26.06
+GRAPH_RS_REORDERED = (
+    "Transformer Engine before v2.16: under CUDA graphs the ring-exchanged reduce-scatter's GEMM chunks lose "
+    "their order and its pieces wait for them (TE PR #2056)"
+)
+
+
+def te_reorders_graphed_rs(release: str) -> bool:
+    """Whether a run's software predates Transformer Engine v2.16, which keeps a CUDA graph from
+    reordering the ring-exchanged reduce-scatter's GEMM chunks (TE PR #2056, commit f2ed86bbf): its
+    container tag (NeMo YY.MM, ngcYY.MM, PyTorch Release YY.MM) before 26.06, or an MLPerf Training
+    v4 or v5 round (2024-2025) that names none."""
+    tag = re.search(r"(\d{2})\.(\d{2})", release)
+    if tag:
+        return (int(tag[1]), int(tag[2])) < TE_GRAPH_RS_FIX
+    return bool(re.search(r"MLPerf Training v[45]\.", release))
+
+
 def modern_rows() -> list[dict]:
     text = (presets_root() / "reference" / "modern_runs.csv").read_text()
     return list(csv.DictReader(io.StringIO(text)))
@@ -330,6 +349,9 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
     eager = row["mlp"] == "squared_relu"  # every squared-ReLU run of the table is NeMo 2's (Nemotron-4)
     if eager:
         assumptions.append(NEMO_SQUARED_RELU)
+    graph_rs = te_reorders_graphed_rs(row["release"])
+    if graph_rs and _yes(row["tp_comm_overlap"]) and row["cuda_graph_impl"] != "none":
+        assumptions.append(GRAPH_RS_REORDERED)
     request = dict(
         model=_modern_model(row),
         gpus=int(row["num_gpus"]),
@@ -356,6 +378,7 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
             fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
             grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
             cuda_graph_impl=row["cuda_graph_impl"],
+            ub_graph_reorders_rs=graph_rs,
             activation_fusion=not eager,
             **_dp_sync_options(dp_sync.get(row["run_id"])),
         ),
@@ -405,7 +428,13 @@ def _dp_sync_options(row: dict | None) -> dict:
 
 
 def load_runs() -> list[Run]:
-    """Every reference run with a complete configuration (or a stated default for what is missing)."""
+    """Every reference run with a complete configuration (or a stated default for what is missing); read
+    once per process (validate, its memory verdicts and the evidence settings each read them: 0.03 s each)."""
+    return list(_runs())
+
+
+@functools.lru_cache(maxsize=1)
+def _runs() -> tuple[Run, ...]:
     dp_sync = dp_sync_rows()
     runs: list[Run] = [_modern(row, dp_sync) for row in modern_rows()]
     for row in reference_rows():
@@ -416,4 +445,4 @@ def load_runs() -> list[Run]:
             runs += _k22(row)
         elif rid.startswith("MLM-README-H100-") and "strong" not in rid:
             runs += _mlm(row)
-    return runs
+    return tuple(runs)

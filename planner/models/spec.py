@@ -1,7 +1,7 @@
 """The transformer being trained, in Megatron-LM's own argument names."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would evaluate each model field's annotation from
+# its string (typing's ForwardRef: compile and eval), about 10 % of building the models every process pays.
 from enum import StrEnum
 from typing import Self
 

@@ -376,19 +376,25 @@ def _outer_axis(cols: dict[str, np.ndarray], pins: Pins) -> dict[str, np.ndarray
 def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGrid:
     n = len(cols["tp"])
     names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "sequence_parallel", "recompute")
-    names += ("recompute_block", "recompute_layers", "distributed_optimizer", "fsdp", "split", "layout")
+    names += ("recompute_block", "recompute_layers", "distributed_optimizer", "fsdp", "split")
     return PlanGrid(
         **{name: cols[name] if name == "dp" else small(cols[name]) for name in names},
-        first_layers=np.full(n, pins.first_stage_layers or 0, dtype=np.int32),
-        last_layers=np.full(n, pins.last_stage_layers or 0, dtype=np.int32),
+        layout=cols["layout"].astype(np.int16 if len(layouts) < 2**15 else np.int32),  # an index into the layouts
+        first_layers=_layer_column(n, pins.first_stage_layers or 0),
+        last_layers=_layer_column(n, pins.last_stage_layers or 0),
         dispatcher=cols["dispatcher"].astype(np.int8),
         a2a_overlap=cols["a2a_overlap"],
-        mb_group=cols["mb_group"],
+        mb_group=small(cols["mb_group"]),
         fsdp_level=np.where(cols["fsdp"], cols["fsdp_level"], 3).astype(np.int8),
         do_instances=small(cols["do_instances"]),
         outer_optim=cols["outer_optim"],
         layouts=tuple(layouts),
     )
+
+
+def _layer_column(n: int, layers: int) -> np.ndarray:
+    """A pinned layer count for every row, in two bytes where it fits (the grid's largest arrays, N rows each)."""
+    return np.full(n, layers, dtype=np.int16 if layers < 2**15 else np.int32)
 
 
 def _moe_axes(cols: dict[str, np.ndarray], ctx: Context, num_gpus: int, pins: Pins) -> dict[str, np.ndarray]:

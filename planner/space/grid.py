@@ -33,7 +33,8 @@ def distinct(values) -> np.ndarray:
     return np.unique(np.asarray(values).reshape(-1), return_counts=True)[0]
 
 
-@dataclass(frozen=True)
+# arrays: no ==, hash or repr (generating them costs every process's import; numpy arrays have none to give)
+@dataclass(frozen=True, eq=False, repr=False)
 class PlanGrid:
     tp: IntArray
     pp: IntArray
@@ -180,7 +181,8 @@ def _recompute_flags(block: bool, layers: int) -> dict:
     }
 
 
-@dataclass(frozen=True)
+# arrays: no ==, hash or repr (generating them costs every process's import; numpy arrays have none to give)
+@dataclass(frozen=True, eq=False, repr=False)
 class StageLayers:
     """Transformer layers on the first, each middle, and the last pipeline stage, and whether
     that split is one Megatron-LM accepts (arguments.py:953-998)."""

@@ -16,7 +16,8 @@ from planner.plan import PlanOptions, TrainingSpec, num_microbatches
 from planner.space.grid import PlanGrid, StageLayers, stage_layers
 
 
-@dataclass(frozen=True)
+# arrays: no ==, hash or repr (generating them costs every process's import; numpy arrays have none to give)
+@dataclass(frozen=True, eq=False, repr=False)
 class RuleInputs:
     """The letters the rules read, over every plan of a grid."""
 
