@@ -69,3 +69,110 @@ def test_an_env_the_script_never_reads_is_said_not_dropped(tmp_path):
         "goes in --megatron-args '--flag VALUE', a plan size in --tp/--pp/--gpus ...)"
     ]
     assert "TP8 PP1 DP1" in result.stdout  # SZ=70b was read: the table's TP 8
+
+
+def test_a_nemo2_line_gives_its_world_size_and_says_what_it_does_not_read(tmp_path):
+    """A NeMo 2 line with trainer.num_nodes=2 trainer.devices=8 ended in "the world size is unknown: pass --gpus N
+    (a Bridge config does not hold it)"; a misspelt strategy key was dropped without a word."""
+    line = tmp_path / "nemo.sh"
+    line.write_text(
+        "nemo llm pretrain --factory llama3_8b trainer.num_nodes=2 trainer.devices=8 \\\n"
+        "    trainer.strategy.tensor_model_parallel_size=2 trainer.strategy.tensor_parallel_size=4 log.log_dir=/x -y\n"
+    )
+    result = run_cli(["explain", "--brief", "--bridge-config", str(line)])
+    assert result.exit_code == 0, result.output
+    assert "llama3-8b on 16 GPUs" in result.stdout and "TP2 PP1 DP4 CP2" in result.stdout  # the recipe's CP 2
+    warned = [ln for ln in result.stderr.splitlines() if "warning" in ln]
+    assert warned == [
+        "megaplan: warning: NeMo 2 key trainer.strategy.tensor_parallel_size: not one megaplan reads; ignored"
+    ]
+    line.write_text("nemo llm pretrain --factory llama3_8b trainer.num_nodes=2 -y\n")
+    assert "give trainer.num_nodes and trainer.devices on the NeMo 2 line" in one_line_error(
+        run_cli(["explain", "--bridge-config", str(line)])
+    )
+
+
+def test_a_misspelt_nemo2_factory_names_the_one_meant(tmp_path):
+    """`--factory llama3_8B` ended in "no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found"."""
+    line = tmp_path / "nemo.sh"
+    line.write_text("nemo llm pretrain --factory llama3_8B trainer.num_nodes=1 trainer.devices=8 -y\n")
+    error = one_line_error(run_cli(["explain", "--bridge-config", str(line)]))
+    assert error.startswith("megaplan: error: NeMo 2 --factory llama3_8B: did you mean llama3_8b? (megaplan reads ")
+
+
+def test_a_precision_field_the_preset_overwrites_is_said():
+    """`--bridge-override model.fp8=hybrid` over a bf16 recipe was priced bf16 without a word: Bridge's
+    runtime_config_update copies the mixed_precision preset (fp8=None) onto model, so the field is lost there
+    too. The check compared the field with the preset's own keys (a name reused in apply_precision)."""
+    from planner.bridge.runtime import apply_precision
+
+    fields = {"mixed_precision": "bf16_mixed", "model.fp8": "hybrid"}
+    warned = apply_precision(fields, {"model.fp8"})
+    assert fields["model.fp8"] is None
+    assert warned == [
+        "model.fp8=hybrid is overwritten by mixed_precision.fp8=None: Bridge copies the precision preset onto model, "
+        "optimizer and ddp; give mixed_precision.fp8=hybrid"
+    ]
+    result = run_cli(
+        ["explain", "--brief", "--bridge-recipe", "llama3_8b_pretrain_config", "--gpus", "8",
+         "--bridge-override", "mixed_precision.fp8=hybrid"]
+    )  # fmt: skip
+    assert result.exit_code == 0 and "bf16 FP8-hybrid" in result.stdout, result.output
+
+
+def test_a_modelzoo_yaml_with_variables_given_as_bridge_config_says_how_to_fill_them(tmp_path):
+    """A moe-modelzoo MODEL_ARGS YAML (${TP}, ${PP} ... that its launcher fills in) as --bridge-config ended in
+    "--tensor-model-parallel-size expects an integer, got '${TP}'", and --env is refused beside --bridge-config."""
+    config = tmp_path / "Model.yaml"
+    config.write_text(
+        "ENV_VARS:\n  CUDA_DEVICE_MAX_CONNECTIONS: 1\nMODEL_ARGS:\n  --tensor-model-parallel-size: ${TP}\n"
+        "  --pipeline-model-parallel-size: ${PP}\n  --num-layers: 32\n  --hidden-size: 4096\n"
+        "  --num-attention-heads: 32\n  --micro-batch-size: ${MBS}\n  --global-batch-size: 256\n"
+        "  --seq-length: ${SEQ_LEN}\n  --max-position-embeddings: 4096\n  --data-path: ${DATA_PATH}\n"
+    )
+    error = one_line_error(run_cli(["explain", "--bridge-config", str(config), "--gpus", "8"]))
+    assert error == (
+        f"megaplan: error: {config}: its MODEL_ARGS use ${{TP}}, ${{PP}}, ${{MBS}}, ${{SEQ_LEN}} and 1 more, which "
+        f"its launcher fills in; read it as a launch script, --megatron-args-file {config} (it names the --env "
+        "NAME=VALUE each flag the estimate needs takes)"
+    )
+    env = ["--env", "TP=2", "--env", "PP=1", "--env", "MBS=1", "--env", "SEQ_LEN=4096"]
+    result = run_cli(["explain", "--brief", "--megatron-args-file", str(config), "--gpus", "8", *env])
+    assert result.exit_code == 0 and "TP2 PP1 DP4" in result.stdout, result.output
+
+
+@pytest.mark.parametrize(
+    "text, option, needle",
+    [
+        ('[{"model": "llama3-8b", "parallel": {"tp": 2}}]', "--megatron-args-file", "megaplan plan file (JSON)"),
+        ('{"model": "llama3-8b", "parallel": {"tp": 2}}', "--bridge-config", "megaplan plan file (JSON)"),
+        ("torchrun --nproc-per-node 8 run_recipe.py --recipe llama3_8b_pretrain_config", "--megatron-args-file",
+         "Megatron-Bridge's run_recipe.py launch line, not Megatron-LM's: read it with --bridge-config FILE"),
+        ("nemo llm pretrain --factory llama3_8b -y", "--megatron-args-file", "NeMo 2 command line"),
+        ("trainer:\n  devices: 1\nmodel:\n  encoder_seq_length: 2048\n  max_position_embeddings: "
+         "${.encoder_seq_length}\n  megatron_amp_O2: false\n", "--bridge-config", "a NeMo 1 model config"),
+        ("model:\n  seq_length: ${oc.env:SEQ}\n", "--bridge-config", "an OmegaConf interpolation"),
+        ("torchrun --nproc-per-node 8 scripts/training/run_recipe.py --recipe X $(grep -v '^#' o.txt)",
+         "--bridge-config", "takes overrides from $(grep -v '^#' o.txt), a command megaplan does not run"),
+    ],
+)  # fmt: skip
+def test_a_file_of_another_kind_says_what_it_is_and_which_option_reads_it(tmp_path, text, option, needle):
+    """A plan JSON, Bridge's run_recipe.py line, a NeMo 2 line or a NeMo 1 config given to the option that does not
+    read it ended in "not a shell script bashlex can parse", "no Megatron-LM entry point" or "world size unknown"."""
+    path = tmp_path / "given"
+    path.write_text(text)
+    assert needle in one_line_error(run_cli(["explain", option, str(path), "--gpus", "8"]))
+
+
+def test_bridges_run_recipe_line_is_read_with_its_recipe_gpus_and_overrides(tmp_path):
+    """The README's Bridge launch line, `torchrun ... scripts/training/run_recipe.py --recipe NAME key=value ...`,
+    was "the world size is unknown: pass --gpus N (a Bridge config does not hold it)"."""
+    line = tmp_path / "launch.sh"
+    line.write_text(
+        "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes 2 --nproc-per-node=8 scripts/training/run_recipe.py \\\n"
+        "    --recipe llama3_8b_pretrain_config model.tensor_model_parallel_size=2 train.global_batch_size=128\n"
+    )
+    result = run_cli(["explain", "--brief", "--bridge-config", str(line)])
+    assert result.exit_code == 0, result.output
+    assert "llama3-8b on 16 GPUs" in result.stdout and "global batch 128" in result.stdout
+    assert "TP2 PP1 DP4 CP2" in result.stdout  # the recipe's CP 2 kept, its TP overridden

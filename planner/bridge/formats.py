@@ -213,3 +213,48 @@ def nemo2_fields(text: str) -> tuple[dict, str | None, tuple[dict, str]]:
         fields[row.read] = value  # NeMo 2 and Bridge share Megatron-Core's names and meanings
     assumed = sorted(k for k in recipe if k not in given)
     return fields, NEMO2_FACTORIES.get(name), ({k: recipe[k] for k in assumed}, name)
+
+
+NEMO2_NOT_PLAN = (
+    "log.",
+    "resume.",
+    "data.tokenizer",
+    "data.paths",
+    "trainer.max_steps",
+    "trainer.val_check_interval",
+    "trainer.limit_val_batches",
+    "trainer.limit_test_batches",
+    "trainer.log_every_n_steps",
+    "trainer.enable_checkpointing",
+    "optim.config.lr",
+    "optim.lr_scheduler",
+    "trainer.callbacks",
+)
+
+
+def nemo2_launch(text: str) -> tuple[int | None, list[str]]:
+    """What else a NeMo 2 line says (fresh user trial 7): its world size, trainer.num_nodes × trainer.devices
+    when it gives both (NeMo's recipes differ in their defaults, so one alone is not read), and a warning for
+    each key megaplan does not read that may change the plan (one was dropped without a word); a misspelt
+    --factory is refused with the name meant."""
+    import difflib
+
+    words = shlex.split(text.replace("\\\n", " "), comments=True)
+    factory = next((words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--factory", "-f")), None)
+    name = (factory or "").split(".")[-1].removesuffix("_pretrain")
+    known = sorted(_nemo2_data()["factories"])
+    if factory and name not in known:
+        near = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8)
+        if near:
+            raise PlannerError(
+                f"NeMo 2 --factory {factory}: did you mean {near[0]}? (megaplan reads {', '.join(known)})"
+            )
+    given = dict(w.partition("=")[::2] for w in words if "=" in w and not w.startswith("-"))
+    by_key = {row.nemo2[0] for row in ROWS if row.nemo2} | {"trainer.plugins", "trainer.num_nodes", "trainer.devices"}
+    unread = [k for k in given if k not in by_key and not k.startswith(NEMO2_NOT_PLAN)]
+    warnings = [f"NeMo 2 key {k}: not one megaplan reads; ignored" for k in unread]
+    try:
+        world = int(given["trainer.num_nodes"]) * int(given["trainer.devices"])
+    except (KeyError, ValueError):
+        world = None
+    return (world if world and world > 0 else None), warnings

@@ -300,6 +300,8 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     text = read_text(path) if path else ""
     if workload:
         return _workload(text, workload, values, Path(path))
+    if file_kind(text) == "run_recipe":
+        text = run_recipe_text(text)
     head = header_options(text)
     gpus = values.get("gpus") or (int(head["gpus"]) if head.get("gpus") else None)
     where = f"--gpus {gpus}" if values.get("gpus") else f"the Bridge config's {gpus} GPUs"
@@ -309,17 +311,28 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
         from planner.bridge.formats import mlm_yaml_argv
         from planner.megatron.importer import import_fields
 
+        _refuse_variables(text, path)
         if gpus is None:
             raise PlannerError("the world size is unknown: pass --gpus N (a MODEL_ARGS YAML does not hold it)")
         return import_fields(mlm_yaml_argv(text)[0], **common), where
     if kind == "nemo2":
-        from planner.bridge.formats import nemo2_fields
+        from planner.bridge.formats import nemo2_fields, nemo2_launch
 
+        world, unread = nemo2_launch(text)
+        if common["gpus"] is None and world is not None:
+            common["gpus"], where = world, f"the NeMo 2 line's {world} GPUs (trainer.num_nodes × trainer.devices)"
+        elif common["gpus"] is None:
+            raise PlannerError(
+                "the world size is unknown: pass --gpus N, or give trainer.num_nodes and trainer.devices on the "
+                "NeMo 2 line"
+            )
         fields, preset, (assumed, factory) = nemo2_fields(text)
         fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
         read = bridge_import_fields(fields, env=head.get("env", ()), **{**common, "model": common["model"] or preset})
-        return replace(read, notes=(_nemo2_note(assumed, factory), *read.notes)), where
+        said = (_nemo2_note(assumed, factory), *read.notes)
+        return replace(read, notes=said, warnings=(*unread, *read.warnings)), where
     fields = read_bridge_text(text) if path else {}
+    _refuse_other_configs(text, fields, path)
     overrides = parse_dotlist(list(values.get("bridge_override") or ()))
     tag = values.get("bridge_version") or head.get("bridge_version") or NEWEST
     unread = _unknown_overrides(overrides, tag)
@@ -329,6 +342,41 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     if gpus is None:  # the recipe's name stated them (bridge_import_fields says so in a note)
         where = f"the recipe name's {read.data['gpus']} GPUs"
     return replace(read, warnings=(*unread, *read.warnings), notes=(*said, *read.notes)), where
+
+
+def _refuse_other_configs(text: str, fields: dict, path: str) -> None:
+    """A plan JSON, a NeMo 1 model config or an unresolved OmegaConf ``${...}`` given as --bridge-config: one line
+    saying what it is and what reads it (fresh user trial 7: "the world size is unknown", and NeMo's
+    megatron_gpt_config.yaml ended in "--max-position-embeddings expects an integer, got '${.encoder_seq_length}'")."""
+    if text.lstrip()[:1] in ("{", "[") and '"parallel"' in text and '"model"' in text:
+        raise PlannerError(f"{path}: a megaplan plan file (JSON), not a Bridge config: read it with --plan {path}")
+    if "model.encoder_seq_length" in fields or "model.megatron_amp_O2" in fields:
+        raise PlannerError(
+            f"{path}: a NeMo 1 model config (megatron_gpt_config.yaml), which megaplan does not read: give its model "
+            "and sizes as --megatron-args '--num-layers N ...' or --model PRESET, or use a NeMo 2 line"
+        )
+    interpolated = [k for k, v in fields.items() if isinstance(v, str) and "${" in v]
+    if interpolated:
+        key = interpolated[0]
+        raise PlannerError(
+            f"{path}: {key}={fields[key]} is an OmegaConf interpolation megaplan does not resolve: write its value "
+            f"(or --bridge-override {key}=VALUE)"
+        )
+
+
+def _refuse_variables(text: str, path: str) -> None:
+    """A moe-modelzoo MODEL_ARGS YAML holds ${TP}, ${PP} ... that its launcher fills in: read as a launch script
+    with --env they are filled in too (fresh user trial 7: --bridge-config ended in "--tensor-model-parallel-size
+    expects an integer, got '${TP}'", and --env is refused beside --bridge-config)."""
+    from planner.megatron.modelzoo import VARIABLE
+
+    names = list(dict.fromkeys(m.group(1) or m.group(2) for m in VARIABLE.finditer(text.partition("MODEL_ARGS:")[2])))
+    if names:
+        shown = ", ".join("${" + n + "}" for n in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        raise PlannerError(
+            f"{path}: its MODEL_ARGS use {shown}, which its launcher fills in; read it as a launch script, "
+            f"--megatron-args-file {path} (it names the --env NAME=VALUE each flag the estimate needs takes)"
+        )
 
 
 def _recipe_of(values: dict, head: dict, tag: str, path: str) -> tuple[str | None, list[str]]:
@@ -385,10 +433,49 @@ def _nemo2_note(assumed: dict, factory: str) -> str:
     return f"assumed from NeMo 2 recipe {factory} (NeMo {NEMO2_TAG}): {shown or 'nothing'}{more}"
 
 
+RUN_RECIPE = re.compile(r"(?:^|[\s/])run_recipe\.py\b")
+
+
+def run_recipe_text(text: str) -> str:
+    """Bridge's launch line, ``torchrun --nproc-per-node 8 --nnodes 2 scripts/training/run_recipe.py --recipe NAME
+    key=value ...`` (the README's), as the dotlist of its overrides under a ``# megaplan-import:`` line with the
+    recipe and the GPUs torchrun starts (fresh user trial 7: it was "the world size is unknown")."""
+    try:
+        words = shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as err:
+        raise PlannerError(f"run_recipe.py line: {err}") from None
+    at = next(i for i, w in enumerate(words) if RUN_RECIPE.search(w))
+    launcher, args = words[:at], words[at + 1 :]
+    counts = {}
+    for i, word in enumerate(launcher):
+        name, eq, value = word.partition("=")
+        key = {"--nproc-per-node": "nproc", "--nproc_per_node": "nproc", "--nnodes": "nnodes"}.get(name)
+        value = value if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
+        if key and value.isdigit():
+            counts[key] = int(value)
+    substituted = re.search(r"\$\([^)]*\)|`[^`]*`", text)
+    if substituted:
+        raise PlannerError(
+            f"the run_recipe.py line takes overrides from {substituted.group()}, a command megaplan does not run: give "
+            "that file with --bridge-config FILE, the recipe with --bridge-recipe NAME and --gpus N"
+        )
+    head = []
+    for i, word in enumerate(args):
+        if word.startswith("--recipe"):
+            head.append("--bridge-recipe " + (word.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else "")))
+    if "nproc" in counts:
+        head.append(f"--gpus {counts['nproc'] * counts.get('nnodes', 1)}")
+    overrides = [w for w in args if "=" in w and not w.startswith("-")]
+    return f"# megaplan-import: {' '.join(head)}\n" + "\n".join(overrides) + "\n"
+
+
 def file_kind(text: str) -> str:
-    """What a --bridge-config file holds: a Megatron-LM MODEL_ARGS YAML, a NeMo 2 command line, or Bridge's."""
+    """What a --bridge-config file holds: a Megatron-LM MODEL_ARGS YAML, a NeMo 2 command line, Bridge's
+    run_recipe.py launch line, or Bridge's own config."""
     if re.search(r"^MODEL_ARGS:", text, re.M):
         return "mlm-yaml"
+    if RUN_RECIPE.search(text) and not re.search(r"^\s*[\w.]+\s*:", text, re.M):
+        return "run_recipe"
     if re.search(r"\bnemo\s+llm\b|^\s*trainer\.strategy\.|\strainer\.strategy\.", text, re.M):
         return "nemo2"
     return "bridge"

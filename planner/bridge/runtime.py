@@ -68,13 +68,16 @@ def apply_precision(fields: dict, given: set[str] = frozenset()) -> list[str]:
     mp.update({k.split(".", 1)[1]: v for k, v in fields.items() if k.startswith("mixed_precision.")})
     if not mp:
         return notes
-    given = {k.split(".", 1)[1] for k in fields if k.startswith("mixed_precision.")}
-    if "fp8_param_gather" in mp and "fp8_param" not in given:
+    mp_given = {k.split(".", 1)[1] for k in fields if k.startswith("mixed_precision.")}
+    if "fp8_param_gather" in mp and "fp8_param" not in mp_given:
         mp["fp8_param"] = mp["fp8_param_gather"]  # MixedPrecisionConfig keeps the two in step
     for key, value in mp.items():
         for target in MP_TARGETS.get(key, ()):
             if target in given and fields.get(target, value) != value:
-                notes.append(f"{target}={fields[target]} is overwritten by mixed_precision.{key}={value}")
+                notes.append(
+                    f"{target}={fields[target]} is overwritten by mixed_precision.{key}={value}: Bridge copies the "
+                    f"precision preset onto model, optimizer and ddp; give mixed_precision.{key}={fields[target]}"
+                )
             fields[target] = value
     return notes
 

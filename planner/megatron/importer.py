@@ -28,7 +28,7 @@ from planner.megatron.option_flags import (
     recompute_modules,
 )
 from planner.megatron.script import MODEL_FIELDS, drop_unset, read_beside, world_unknown
-from planner.megatron.shell import extract_launch
+from planner.megatron.shell import ShellParseError, extract_launch
 from planner.megatron.tokenizers import tokenizer_vocab
 from planner.models.spec import ModelSpec
 from planner.plan import StageSplit
@@ -391,7 +391,10 @@ def import_fields(
     from planner.megatron.modelzoo import modelzoo_command
 
     zoo = modelzoo_command(text, env or {})
-    launch = extract_launch(zoo or text, env, read_file=read_beside(base_dir, script_path))
+    try:
+        launch = extract_launch(zoo or text, env, read_file=read_beside(base_dir, script_path))
+    except ShellParseError as err:
+        raise ShellParseError(_other_kind(text) or str(err)) from None
     argv, dropped, lone = drop_unset(launch.argv, launch.argv_unresolved)
     try:
         argv += shlex.split(extra or "")
@@ -418,6 +421,21 @@ def import_fields(
     world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")
     warned, said = tuple(warnings + departs), tuple(notes + _extra_overrides(launch.argv, extra) + read)
     return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text)
+
+
+def _other_kind(text: str) -> str | None:
+    """What a file that is no Megatron-LM launch is, and the option that reads it (fresh user trial 7: a plan
+    JSON was "not a shell script bashlex can parse", Bridge's and NeMo 2's launch lines had "no entry point")."""
+    head = text.lstrip()[:1]
+    if head in "{[" and head and '"parallel"' in text:
+        return "this is a megaplan plan file (JSON), not a launch script: read it with --plan FILE"
+    if re.search(r"(?:^|[\s/])run_recipe\.py\b", text):
+        return (
+            "this is Megatron-Bridge's run_recipe.py launch line, not Megatron-LM's: read it with --bridge-config FILE"
+        )
+    if re.search(r"\bnemo\s+llm\b", text):
+        return "this is a NeMo 2 command line, not a Megatron-LM launch: read it with --bridge-config FILE"
+    return None
 
 
 def _zoo_env_read(launch, text: str):
