@@ -17,6 +17,7 @@ at least two jobs. The child is reaped before the parent goes on, so the parent'
 
 from __future__ import annotations
 
+import functools
 import gc
 import mmap
 import os
@@ -94,8 +95,10 @@ def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool, step=None, costs:
     behind: the child's is lost). Whichever process runs a job, it runs the same calls on the same inputs: the
     same numbers. The jobs a failed child took (exit status not 0, or results that do not read back) run here."""
     step = step or (lambda i: None)
-    if not fork or len(jobs) < 2 or len(jobs) > QUEUE_JOBS:
+    if not fork or len(jobs) < 2:
         return [_stepped(job, i, step) for i, job in enumerate(jobs)]
+    if len(jobs) > QUEUE_JOBS:  # runs of consecutive jobs share the queue instead
+        return _in_runs(jobs, step, costs)
     order = sorted(range(len(jobs)), key=lambda i: -costs[i]) if costs is not None else range(len(jobs))
     queue = _job_queue(order)
     read_fd, write_fd = os.pipe()
@@ -115,6 +118,7 @@ def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool, step=None, costs:
     except BaseException:
         os.kill(pid, signal.SIGTERM)
         os.waitpid(pid, 0)
+        told.close(), os.close(read_fd)
         raise
     finally:
         os.close(queue)
@@ -133,8 +137,25 @@ def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool, step=None, costs:
     return [out[i] for i in range(len(jobs))]
 
 
-QUEUE_JOBS = 16_000  # jobs shared through the queue at most (4 bytes each in a pipe's 64 KiB); beyond: in order here
+QUEUE_JOBS = 1_000  # jobs in the queue at most: 4 bytes each, within any pipe's buffer (written before anyone reads)
 _INDEX = 4  # bytes per job index in the queue and on the child's progress pipe
+
+
+def _in_runs(jobs, step, costs) -> list:
+    """``map_jobs`` of more than QUEUE_JOBS jobs: QUEUE_JOBS runs of consecutive jobs, each run one job of the queue."""
+    size = -(-len(jobs) // QUEUE_JOBS)
+    runs = [range(start, min(start + size, len(jobs))) for start in range(0, len(jobs), size)]
+    parts = map_jobs(
+        [functools.partial(_run_of, jobs, run) for run in runs],
+        True,
+        lambda k: [step(i) for i in runs[k]],
+        None if costs is None else [sum(costs[i] for i in run) for run in runs],
+    )
+    return [result for part in parts for result in part]
+
+
+def _run_of(jobs, run: range) -> list:
+    return [jobs[i]() for i in run]
 
 
 def _stepped(job, i: int, step):
@@ -186,6 +207,11 @@ class _Told:
     def __init__(self, fd: int, step):
         self.fd, self.step, self.heard, self._partial = fd, step, set(), b""
 
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
     def hear(self, until_closed: bool = False) -> None:
         if self.fd is None:
             return
@@ -197,9 +223,7 @@ class _Told:
             except BlockingIOError:
                 return
             if not data:  # the child closed it (or ended)
-                os.close(self.fd)
-                self.fd = None
-                return
+                return self.close()
             data, self._partial = self._partial + data, b""
             whole = len(data) - len(data) % _INDEX
             data, self._partial = data[:whole], data[whole:]

@@ -184,3 +184,11 @@ def test_the_runs_are_read_once_and_each_request_keyed_once():
     run = next(r for r in again if r.searched)
     assert val._req_key(run.request) is val._req_key(run.request) == val._ReqKey(run.request)
     assert val.plan_request(run) is val.plan_request(run)  # the best published plan, found once
+
+
+def test_more_jobs_than_the_queue_holds_share_it_in_runs_of_consecutive_jobs(monkeypatch):
+    monkeypatch.setattr(parallel, "QUEUE_JOBS", 4)
+    parent, steps = os.getpid(), []
+    jobs = [lambda k=k: (k, os.getpid() != parent) for k in range(11)]
+    out = parallel.map_jobs(jobs, parallel.can_fork(), steps.append, [float(k) for k in range(11)])
+    assert [k for k, _ in out] == list(range(11)) and sorted(steps) == list(range(11))

@@ -381,7 +381,9 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     total = np.sum(np.ascontiguousarray(count * per_mb), axis=1, keepdims=True)
     bubble = bubble_time_s(total, slowest, lt.vpp)
 
-    def pick(x):  # the slowest stage's term
+    def pick(x):  # the slowest stage's term (a term the same on every stage is its own)
+        if np.shape(x) == (len(rows), 1):
+            return x
         return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
 
     p2p = _p2p_time_s(lt, ctx)
@@ -405,7 +407,12 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     }
     paced = lt.m * pick(fwd + bwd + rec) + bubble  # the compute a GPU's pace sets
     time["stragglers"] = straggler_s(paced, lt.world, ctx.hardware.calibration.straggler_sigma)
-    return {k: np.broadcast_to(v, (len(rows), 1))[:, 0].astype(float) for k, v in time.items()}, slow_col, p2p
+    return {k: _plan_column(v, len(rows)) for k, v in time.items()}, slow_col, p2p
+
+
+def _plan_column(x, n: int) -> np.ndarray:
+    """A term of every plan, (n, 1) or broadcast to it, as a new float array of n values."""
+    return (x if np.shape(x) == (n, 1) else np.broadcast_to(x, (n, 1)))[:, 0].astype(float)
 
 
 def _pp_exposed_s(lt: Letters, ctx: Context, p2p: np.ndarray, slowest: tuple, stages: tuple) -> np.ndarray:

@@ -228,7 +228,7 @@ class _Kept:
         missing = np.flatnonzero(rows < 0)
         if not len(missing):
             return rows
-        value = fn(lt.shapes_of(missing) if len(missing) < len(ids) else lt._shapes[0])
+        value = fn(lt.shapes_of(missing))
         try:
             if self.value is None and any(np.ndim(x) and not _per_shape(x, len(missing)) for x in _leaves(value)):
                 raise _Unmergeable  # an array every shape shares: a later row count could read it as per shape
@@ -314,7 +314,7 @@ class Letters:
     """t, p, d, c, b, s, h, a, g, d_h, f, L, V, m ... of every plan of a grid."""
 
     _view = False  # a ``distinct`` view: one plan per distinct key
-    _shapes: tuple | None = None  # (the view of distinct shapes, each plan's row in it), made by ``once``
+    _shapes: list | None = None  # (a plan of each distinct shape, each plan's shape, their view), made by ``once``
     _ids: np.ndarray | None = None  # the view's shapes by their numbers in ``_kept`` (``_shape_ids``)
     _kept: _ShapeStore | None = None  # the context's ``keep_shapes`` store
 
@@ -404,8 +404,12 @@ class Letters:
         (functions of the key's), and each plan's row among them (``distinct_rows``): a formula that reads
         only these gives every plan sharing a key the same value, so it runs once per key. Every other
         per-plan letter of the view raises when read (``_NotInKey``), and the view has no stage tables."""
-        n = len(self.t)
         first, inverse = distinct_rows([np.asarray(getattr(self, k)).reshape(-1) for k in key])
+        return self._view_of(first, key, carried), inverse
+
+    def _view_of(self, first: np.ndarray, key: tuple[str, ...], carried: tuple[str, ...]) -> Letters:
+        """``distinct``'s view of the plans ``first``."""
+        n = len(self.t)
         view = object.__new__(Letters)
         view._view = True
         for name, value in vars(self).items():
@@ -416,44 +420,38 @@ class Letters:
             elif isinstance(value, np.ndarray) and value.ndim == 2 and value.shape[0] == n:
                 value = _NotInKey(name)
             setattr(view, name, value)
-        return view, inverse
+        return view
 
     def once(self, fn, name: str | None = None):
         """``fn(letters)`` for every plan, computed once per distinct shape (``SHAPE_KEY``, on the
         ``distinct`` view of the grid, made once) and read back per plan: arrays (their first axis the
         view's plans), and dicts, tuples and dataclasses of them (``collectives.Link``). On a view, ``fn``
         of the view itself. ``name``: what ``fn`` computes, when the context keeps shapes (``keep_shapes``):
-        then only the shapes its earlier grids did not have are computed."""
+        then only the shapes its earlier grids did not have are computed (on a view of those alone)."""
         if self._view or len(self.t) == 1:  # one plan: it is its own distinct shape
             return fn(self)
-        if self._shapes is None:
-            self._shapes = self.distinct(SHAPE_KEY, SHAPE_CARRIED)
-        view, inverse = self._shapes
+        if self._shapes is None:  # one plan of each distinct shape, each plan's shape; the view when made
+            self._shapes = [*distinct_rows([getattr(self, k).reshape(-1) for k in SHAPE_KEY]), None]
+        first, inverse, view = self._shapes
         kept = None if name is None or self._kept is None else self._kept.kept.setdefault(name, _Kept())
         rows = None if kept is None else kept.rows(self, fn)
         if rows is not None:
             return _per_plan(kept.value, rows.take(inverse), kept.n, {})
-        return _per_plan(fn(view), inverse, len(view.t), {})
+        if view is None:
+            view = self._shapes[2] = self.shapes_of(np.arange(len(first)))
+        return _per_plan(fn(view), inverse, len(first), {})
 
     def _shape_ids(self) -> np.ndarray:
         """Each distinct shape of the ``once`` view by its number in the context's ``_ShapeStore``."""
         if self._ids is None:
-            view = self._shapes[0]
-            names = map(tuple, np.concatenate([getattr(view, k) for k in SHAPE_KEY], axis=1).tolist())
-            self._ids = self._kept.numbers(list(names))
+            first = self._shapes[0]
+            names = np.concatenate([getattr(self, k).take(first, axis=0) for k in SHAPE_KEY], axis=1).tolist()
+            self._ids = self._kept.numbers(list(map(tuple, names)))
         return self._ids
 
-    def shapes_of(self, rows: list[int]) -> Letters:
-        """The ``once`` view restricted to its ``rows`` (a view: one plan per shape)."""
-        view = self._shapes[0]
-        part = object.__new__(Letters)
-        part._view = True
-        for k, value in vars(view).items():
-            if k.startswith("_"):  # what the cost modules cached on the whole view
-                continue
-            keyed = k in SHAPE_KEY or k in SHAPE_CARRIED
-            setattr(part, k, value.take(rows, axis=0) if keyed and isinstance(value, np.ndarray) else value)
-        return part
+    def shapes_of(self, rows: np.ndarray) -> Letters:
+        """The ``once`` view of the distinct shapes ``rows`` (a view: one plan per shape)."""
+        return self._view_of(self._shapes[0].take(rows), SHAPE_KEY, SHAPE_CARRIED)
 
     def stage(self, i: np.ndarray) -> dict[str, np.ndarray]:
         """What rank i holds, for (N, S) rank indices: ``layers``, ``moe`` and ``window`` (decoder
