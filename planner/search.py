@@ -569,15 +569,20 @@ class _Twin:
 
 def _family_blocks(grid: PlanGrid, idx: np.ndarray, size: int, key: np.ndarray) -> list[np.ndarray]:
     """The rows ``idx`` in blocks of about ``size`` rows, each holding whole families (``key``, their
-    ``_family_keys``; within a family the rows keep their order, so ``_by_family`` measures the same row of each)."""
+    ``_family_keys``): a block is a range of keys, cut near every size-th key in sorted order (read on every
+    ``SAMPLE``-th row, sorted: the rows are never sorted whole), its rows in their order, so ``_by_family``
+    measures the same row of each family."""
     if len(idx) <= size:
         return [idx]
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # where each family starts
-    del key
-    cuts = distinct(starts[np.minimum(np.searchsorted(starts, np.arange(size, len(idx), size)), len(starts) - 1)])
-    return [part for part in np.split(idx[order], cuts[cuts > 0]) if len(part)]
+    step = max(size // SAMPLE, 1)
+    sample = np.sort(key[::step])
+    cuts = distinct(sample[size // step :: size // step])  # keys starting a block (the first at key ≥ each)
+    block = np.searchsorted(cuts, key, side="right").astype(np.int16)
+    order = np.argsort(block, kind="stable")  # a radix sort of small integers
+    return [part for part in np.split(idx[order], np.cumsum(np.bincount(block))[:-1]) if len(part)]
+
+
+SAMPLE = 1024  # rows of a block the cuts between blocks are read on (their keys, every size/SAMPLE-th row)
 
 
 def _full_allowed(pins: Pins) -> bool:

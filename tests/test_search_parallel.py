@@ -155,3 +155,30 @@ def test_block_variants_found_in_each_process_are_those_of_the_whole_grid(case, 
             np.testing.assert_array_equal(got, want, err_msg=name)
     np.testing.assert_array_equal(split.iteration, iteration)
     np.testing.assert_array_equal(split.peak, peak)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    families=st.lists(st.integers(1, 300), min_size=1, max_size=80),
+    size=st.integers(1, 2000),
+    seed=st.integers(0, 2**16),
+)
+def test_family_blocks_hold_whole_families_in_row_order(families, size, seed):
+    """``_family_blocks`` puts every row in exactly one block, every family (equal keys) in one block, the rows
+    of a block in their order, and cuts a space larger than ``size`` near every ``size`` rows (at most a
+    family's rows beyond each end)."""
+    rng = np.random.default_rng(seed)
+    key = rng.permutation(np.repeat(rng.choice(2**40, len(families), replace=False), families)).astype(np.int64)
+    idx = np.arange(len(key)) * 3 + 1  # positions of some grid's rows
+    blocks = search_module._family_blocks(None, idx, size, key)
+    assert sorted(np.concatenate(blocks).tolist()) == idx.tolist()
+    home = {}
+    for j, block in enumerate(blocks):
+        assert len(block) and np.all(np.diff(block) > 0)
+        for k in np.unique(key[(block - 1) // 3]):
+            assert home.setdefault(int(k), j) == j
+    if len(key) <= size:
+        assert len(blocks) == 1
+    else:  # a block runs from one cut's family to the next's (a family may hold several cuts)
+        assert max(len(b) for b in blocks) <= size + 2 * max(families)
+        assert len(blocks) >= len(key) // (size + 2 * max(families))

@@ -176,3 +176,41 @@ def test_bridges_run_recipe_line_is_read_with_its_recipe_gpus_and_overrides(tmp_
     assert result.exit_code == 0, result.output
     assert "llama3-8b on 16 GPUs" in result.stdout and "global batch 128" in result.stdout
     assert "TP2 PP1 DP4 CP2" in result.stdout  # the recipe's CP 2 kept, its TP overridden
+
+
+def test_a_backslash_followed_by_a_space_is_named_as_the_cause(tmp_path):
+    """`--merge-file m.txt \\ ` (a space after the backslash) ends the command in bash, with ' ' passed as an
+    argument; the error blamed "a value with spaces split into words" and told to quote "${ARGS[@]}"."""
+    script = tmp_path / "run.sh"
+    script.write_text(SCRIPT.rstrip("\n") + " \\ \n    --pipeline-model-parallel-size 2\n")
+    error = one_line_error(run_cli(["explain", "--megatron-args-file", str(script)]))
+    assert "stray word ' ' after --tensor-model-parallel-size and its value: a backslash followed by a space" in error
+    assert error.endswith("delete the space after the backslash")
+
+
+def test_an_unknown_flag_says_how_to_price_the_rest(tmp_path):
+    """A fork's flag (BigScience's --mup, moe-modelzoo's --offload-optimizer-states) was refused with no way on."""
+    script = tmp_path / "run.sh"
+    script.write_text(SCRIPT.rstrip("\n") + " --offload-optimizer-states\n")
+    error = one_line_error(run_cli(["explain", "--megatron-args-file", str(script)]))
+    assert "unknown Megatron-LM flag: --offload-optimizer-states" in error
+    assert error.endswith("a fork's flag cannot be priced: to price the rest, drop it from a copy of the script)")
+
+
+def test_an_expert_grid_that_does_not_divide_the_world_names_a_gpu_count_that_works(tmp_path):
+    """Megatron-LM core_v0.19.0's Mixtral example runs EP 8 × PP 4 on its default 1 node of 8 GPUs: the error
+    said "etp·ep·pp = 1·8·4 does not divide 8 GPUs" and nothing of what would."""
+    script = tmp_path / "mixtral.sh"
+    script.write_text(
+        "torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+        "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+        "--seq-length 4096 --max-position-embeddings 32768 --micro-batch-size 1 --global-batch-size 256 --bf16 "
+        "--num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 8 --pipeline-model-parallel-size 4 "
+        "--tensor-model-parallel-size 1 --tokenizer-type Llama2Tokenizer --tokenizer-model t.model\n"
+    )
+    error = one_line_error(run_cli(["explain", "--megatron-args-file", str(script)]))
+    assert error.endswith(
+        "etp·ep·pp = 1·8·4 does not divide 8 GPUs; allowed: a GPU count that is a multiple of 32 (e.g. --gpus 32), "
+        "or ep, etp, pp that divide 8"
+    )
+    assert run_cli(["explain", "--brief", "--megatron-args-file", str(script), "--gpus", "32"]).exit_code == 0

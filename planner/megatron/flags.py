@@ -223,7 +223,8 @@ def _unknown(flags: list[str]) -> UnknownMegatronFlag:
     what = "unknown Megatron-LM flag" if len(flags) == 1 else f"{len(flags)} unknown Megatron-LM flags"
     return UnknownMegatronFlag(
         f"{what}: {', '.join(_suggest(f) for f in flags)} (not in today's Megatron-LM, its older releases since "
-        "v1.0, DeepSpeed or the Megatron-DeepSpeed forks)"
+        "v1.0, DeepSpeed or the Megatron-DeepSpeed forks; a fork's flag cannot be priced: to price the rest, "
+        "drop it from a copy of the script)"
     )
 
 
@@ -317,6 +318,12 @@ def _other_flag(flag: str, inline: str | None, argv: list[str], i: int, state: _
 
 def _stray_error(stray: list[str], after: str | None = None) -> MegatronArgError:
     shown = " ".join(repr(s) for s in stray[:5]) + (" ..." if len(stray) > 5 else "")
+    if stray and all(not s.strip() for s in stray):  # `... \ ` at a line's end: bash's escaped space, then the end
+        return MegatronArgError(
+            f"stray word {shown}{f' after {after} and its value' if after else ''}: a backslash followed by a space "
+            "at the end of a line passes ' ' as an argument and ends the command there (the next line is another "
+            "command); Megatron-LM would reject it too: delete the space after the backslash"
+        )
     if after:
         return MegatronArgError(
             f"stray words {shown} after {after} and its value: a value with spaces was split into words, as bash "

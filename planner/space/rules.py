@@ -22,6 +22,13 @@ from planner.space.rule_inputs import Rule, RuleInputs
 __all__ = ["RULES", "Rule", "RuleInputs", "broken_rules", "rule_masks", "rule_messages"]
 
 
+def _world_step(x) -> int:
+    """The smallest world both grids divide: lcm(tp·cp·pp, etp·ep·pp)."""
+    import math
+
+    return math.lcm(int(x.t * x.c * x.p), int(x.etp * x.ep * x.p))
+
+
 def _divisors(n: int) -> str:
     return ", ".join(str(k) for k in range(1, n + 1) if n % k == 0 and k <= 64)
 
@@ -145,7 +152,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "expert grid etp·ep·pp divides the world",
         _moe_only(lambda r: r.num_gpus % (r.grid.etp * r.grid.ep * r.grid.pp) == 0),
-        lambda x: f"etp·ep·pp = {x.etp}·{x.ep}·{x.p} does not divide {x.N} GPUs",
+        lambda x: (
+            f"etp·ep·pp = {x.etp}·{x.ep}·{x.p} does not divide {x.N} GPUs; allowed: a GPU count that is a multiple "
+            f"of {_world_step(x)} (e.g. --gpus {-(-x.N // _world_step(x)) * _world_step(x)}), or ep, etp, pp that "
+            f"divide {x.N}"
+        ),
     ),
     Rule(
         "expert tensor parallelism divides expert MLP width",
