@@ -138,10 +138,11 @@ def test_superseded_only_where_the_same_plan_ran_faster_than_its_settings_explai
         assert a["in_fit"] is not apart
         if apart:
             assert any("superseded software (NeMo 25.02" in x for x in a["assumptions"])
-    # 8B: 26,006 -> 29,994 tokens/s/GPU (x1.153) where the settings give x1.02: 13 % beyond
+    # 8B: 26,006 -> 29,994 tokens/s/GPU (x1.153) where the settings give x1.033: 12 % beyond (13 % before the
+    # 2026-12-02 refit, GB200's η 0.686 -> 0.664 with TE PR #2056's reordered ring reduce-scatter priced)
     a, b = result["NEMODOC-25.02-B200-Llama3-8B-n8"], result[LATER["NEMODOC-25.02-B200-Llama3-8B-n8"][0]]
     assert (a["published"], b["published"]) == (26006, 29994)
-    assert (b["published"] / a["published"]) / (b["predicted"] / a["predicted"]) == pytest.approx(1.13, abs=0.01)
+    assert (b["published"] / a["published"]) / (b["predicted"] / a["predicted"]) == pytest.approx(1.116, abs=0.01)
 
 
 def test_the_other_early_rows_and_the_b200_preview_are_in_the_bar_within_twelve_percent(result):
