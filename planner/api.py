@@ -107,7 +107,13 @@ def make_request(
     plan = _build(ParallelPlan, "plan", dp=dp, **{k: v for k, v in parallel.items() if v is not None})
     opts = _build(PlanOptions, "options", **{k: v for k, v in (options or {}).items() if v is not None})
     if opts.fp8 is not None and hw.gpu.peak_fp8_tflops is None:
-        raise PlannerError(f"--fp8 needs FP8 tensor cores; {hw.gpu.name} has none (use an H100/H200/B200 preset)")
+        from planner.presets import preset_names
+
+        fp8 = [n for n in preset_names("hardware") if load_hardware(n).gpu.peak_fp8_tflops is not None]
+        raise PlannerError(
+            f"--fp8 needs FP8 tensor cores; {hw.gpu.name} ({hw.name}) has none: give --hardware with one that has "
+            f"them ({', '.join(fp8)})"
+        )
     _check_fp8_recipe(opts, hw)
     return PlanRequest(ctx=Context(model_spec, hw, training, opts), plan=plan, gpus=gpus)
 

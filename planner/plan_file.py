@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -32,13 +33,8 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
         path, rank = m.group(1), int(m.group(2))
     elif "#" in ref and not os.path.exists(ref) and os.path.isfile(ref.rpartition("#")[0]):
         raise PlannerError(f"--plan {ref!r}: the rank after # must be a whole number ≥ 1 (FILE#RANK: plans.json#2)")
-    p = Path(path)
-    if p.exists() and not (p.is_file() or p.is_fifo()):  # a pipe is read (--plan <(megaplan search ... --json))
-        raise PlannerError(f"plan file {path!r} is not a file (a device or socket): give a JSON file or a pipe")
-    if not (p.is_file() or p.is_fifo()):
-        raise PlannerError(f"plan file {path!r} not found")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(_plan_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise PlannerError(f"plan file {path!r} is not JSON: {err}") from err
     if isinstance(data, dict) and isinstance(data.get("plans"), list):
@@ -59,6 +55,24 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
             f"`megaplan search --json` with keys {', '.join(PLAN_KEYS)}"
         )
     return data
+
+
+def _plan_text(path: str) -> str:
+    """The plan file's text: ``-`` is standard input (``megaplan search ... --json | megaplan explain --plan -``),
+    refused when it is a terminal (reading would wait for typing); a pipe is read (``--plan <(...)``)."""
+    if path == "-":
+        if sys.stdin is None or sys.stdin.isatty():
+            raise PlannerError(
+                "--plan -: reads the plan from standard input, but nothing is piped in "
+                "(megaplan search ... --json | megaplan explain --plan -)"
+            )
+        return sys.stdin.read()
+    p = Path(path)
+    if p.exists() and not (p.is_file() or p.is_fifo()):  # a pipe is read (--plan <(megaplan search ... --json))
+        raise PlannerError(f"plan file {path!r} is not a file (a device or socket): give a JSON file or a pipe")
+    if not (p.is_file() or p.is_fifo()):
+        raise PlannerError(f"plan file {path!r} not found")
+    return p.read_text()
 
 
 def _ranks(ranks: list[int]) -> str:

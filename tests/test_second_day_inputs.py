@@ -214,3 +214,79 @@ def test_an_expert_grid_that_does_not_divide_the_world_names_a_gpu_count_that_wo
         "or ep, etp, pp that divide 8"
     )
     assert run_cli(["explain", "--brief", "--megatron-args-file", str(script), "--gpus", "32"]).exit_code == 0
+
+
+def test_full_recomputation_without_its_layer_count_is_said_not_assumed(tmp_path):
+    """`--recompute-granularity full --recompute-method block` without `--recompute-num-layers` was priced as
+    1 layer a chunk with no word (fresh user trial 7): Megatron-LM's default was 1 up to 23.06, None from
+    core_r0.4.0, where transformer_config.py rejects the line. With the count given, no warning."""
+    full = " --recompute-granularity full --recompute-method block"
+    script = tmp_path / "run.sh"
+    script.write_text(SCRIPT.replace(" --bf16", full + " --bf16"))
+    result = run_cli(["explain", "--brief", "--megatron-args-file", str(script)])
+    assert result.exit_code == 0, result.output
+    warned = [ln for ln in result.stderr.splitlines() if "--recompute-num-layers" in ln]
+    assert len(warned) == 1
+    assert "--recompute-method block without --recompute-num-layers: priced as 1 layer" in warned[0]
+    assert "rc-blk:1" in result.stdout
+    script.write_text(SCRIPT.replace(" --bf16", full + " --recompute-num-layers 2 --bf16"))
+    result = run_cli(["explain", "--brief", "--megatron-args-file", str(script)])
+    assert result.exit_code == 0 and "--recompute-num-layers" not in result.stderr
+    assert "rc-blk:2" in result.stdout
+
+
+def test_plan_dash_reads_standard_input_and_a_terminal_is_refused(monkeypatch):
+    """`megaplan search ... --json | megaplan explain --plan -` said "plan file '-' not found" (fresh user trial 7):
+    `-` is standard input, as for most tools, with FILE#RANK's rank (`-#2`); a terminal on standard input is
+    refused in one line instead of waiting for typing."""
+    searched = run_cli(["search", "--model", "llama3-8b", "--gpus", "8", "--top", "3", "--json"])
+    assert searched.exit_code == 0, searched.output
+    first = run_cli(["explain", "--brief", "--plan", "-"], input=searched.stdout)
+    second = run_cli(["explain", "--brief", "--plan", "-#2"], input=searched.stdout)
+    assert first.exit_code == 0 and second.exit_code == 0, (first.output, second.output)
+    assert first.stdout.splitlines()[1] != second.stdout.splitlines()[1]  # rank 1's plan line, then rank 2's
+
+    class Terminal:
+        def isatty(self):
+            return True
+
+    from planner import plan_file
+
+    monkeypatch.setattr(plan_file.sys, "stdin", Terminal())
+    with pytest.raises(plan_file.PlannerError, match=r"--plan -: reads the plan from standard input, but nothing"):
+        plan_file.read_plan_file("-")
+
+
+def test_fp8_on_a_gpu_without_it_names_the_option_and_the_presets_that_have_it():
+    """`--fp8 e4m3` on the default A100 said "use an H100/H200/B200 preset" (fresh user trial 7): no option
+    named, no preset name the user could type. Now it names --hardware and every shipped preset with FP8."""
+    line = one_line_error(run_cli(["search", "--model", "llama3-8b", "--gpus", "8", "--fp8", "e4m3"]))
+    assert "A100-SXM4-80GB (dgx-a100-superpod) has none: give --hardware with one that has them" in line
+    assert "dgx-h100-superpod" in line and "gb200-nvl72" in line and "dgx-a100-40gb-superpod" not in line
+
+
+def test_a_stream_as_output_is_written_without_overwrite(tmp_path):
+    """`export -o /dev/null` asked for --overwrite (fresh user trial 7): a character device or a pipe holds no
+    file of the user's to replace. A regular file that exists still needs --overwrite."""
+    args = ["export", "--model", "gpt-1.7b", "--gpus", "8", "--format", "json", "-o"]
+    assert run_cli([*args, os.devnull]).exit_code == 0
+    kept = tmp_path / "plan.json"
+    kept.write_text("mine")
+    assert "exists; pass --overwrite" in one_line_error(run_cli([*args, str(kept)]))
+    assert kept.read_text() == "mine"
+
+
+def test_ctrl_c_exits_130_as_a_shell_reports_an_interrupted_command(monkeypatch):
+    """Ctrl-C printed 'megaplan: aborted' and exited 1, the code of an ordinary failure (fresh user trial 7);
+    a shell reports an interrupted command as 128 + SIGINT = 130, and scripts test for it."""
+    import planner.search as search_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(search_module, "search", interrupted)
+    from planner.cli import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["search", "--model", "llama3-8b", "--gpus", "8"])
+    assert stop.value.code == 130

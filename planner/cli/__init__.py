@@ -111,9 +111,9 @@ class PlannerGroup(GivenOnce, click.Group):
         try:
             with notes_held():
                 rv = super().main(args, prog_name or "megaplan", complete_var, standalone_mode=False, **extra)
-        except click.exceptions.Abort:
+        except click.exceptions.Abort:  # Ctrl-C: 128 + SIGINT, as a shell reports a command it interrupted
             click.echo("megaplan: aborted", err=True)
-            sys.exit(1)
+            sys.exit(130)
         except NO_ARGS_IS_HELP as err:  # `megaplan` alone (or a group alone): its help, as --help prints it
             click.echo(err.ctx.get_help() if err.ctx else err.format_message())
             sys.exit(0)
@@ -193,6 +193,15 @@ def overwrite_option(f):
     return click.option("--overwrite", is_flag=True, help="Replace the output file if it exists.")(f)
 
 
+def _stream(path: str) -> bool:
+    """A character device or a pipe (-o /dev/null, -o >(gzip > f)): written to, nothing in it is replaced."""
+    import os
+    import stat
+
+    mode = os.stat(path).st_mode
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
 def refuse_existing(option: str, path: str | None, overwrite: bool) -> None:
     """Stop, before any work, when ``path`` (the file ``option`` names) exists and --overwrite is not given,
     or its folder does not exist or cannot be written."""
@@ -202,7 +211,7 @@ def refuse_existing(option: str, path: str | None, overwrite: bool) -> None:
         return
     if os.path.isdir(path):
         raise PlannerError(f"{option} {path!r} is a folder; name the file to write")
-    if os.path.exists(path) and not overwrite:
+    if os.path.exists(path) and not overwrite and not _stream(path):
         raise PlannerError(f"{option}: {path} exists; pass --overwrite to replace it")
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):

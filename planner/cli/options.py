@@ -24,7 +24,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     Option(("--hardware",), "Hardware preset name or YAML path [default: dgx-a100-superpod, or the plan's]."),
     Option(
         ("--plan", "plan_file"),
-        "A plan saved by explain/search --json (FILE or FILE#RANK).",
+        "A plan saved by explain/search --json (FILE or FILE#RANK; - reads it from a pipe).",
         type=click.Path(dir_okay=False),
         plan_only=True,
     ),

@@ -278,6 +278,18 @@ def _parallel(v: dict, fork: ForkPlan, spec: ModelSpec) -> dict:
     )
 
 
+def _recompute_layers_unset(v: dict, parallel: dict) -> list[str]:
+    """Full recomputation without --recompute-num-layers: Megatron-LM's default was 1 up to 23.06
+    (megatron/arguments.py:712 there); from core_r0.4.0 it is None, which transformer_config.py rejects."""
+    if parallel.get("recompute") != "full" or v.get("recompute_num_layers") is not None:
+        return []
+    return [
+        f"--recompute-method {parallel['recompute_method']} without --recompute-num-layers: priced as 1 layer, "
+        "Megatron-LM's default up to 23.06; Megatron-Core 0.4 and later reject the line (transformer_config.py: "
+        "'recompute_num_layers must be between 1 and num_layers_per_pipeline_rank'): give --recompute-num-layers N"
+    ]
+
+
 def megatron_fields(
     args: MegatronArgs,
     *,
@@ -299,6 +311,7 @@ def megatron_fields(
     warnings = list(fork.warnings) + _unmodelled(v)
     spec = _model(v, load_model(model) if model else None, fork, args.fork, notes)
     parallel = _parallel(v, fork, spec)
+    warnings += _recompute_layers_unset(v, parallel)
     mp = parallel["tp"] * parallel["pp"] * parallel["cp"]
     B, how = _global_batch(v, fork, parallel["micro_batch"], gpus // mp if gpus % mp == 0 else 1)
     if how:
