@@ -290,3 +290,17 @@ def test_ctrl_c_exits_130_as_a_shell_reports_an_interrupted_command(monkeypatch)
     with pytest.raises(SystemExit) as stop:
         cli.main(["search", "--model", "llama3-8b", "--gpus", "8"])
     assert stop.value.code == 130
+
+
+def test_torchrun_one_process_per_gpu_says_so(tmp_path):
+    """`torchrun --nproc-per-node gpu` (torch/distributed/run.py: one process per GPU of the node) was reported as
+    a value the script leaves unset (fresh user trial 7); the line now says what `gpu` means and what to give."""
+    script = tmp_path / "run.sh"
+    script.write_text(SCRIPT.replace("torchrun --nproc-per-node 8", "torchrun --nproc-per-node gpu --nnodes 2"))
+    line = one_line_error(run_cli(["explain", "--brief", "--megatron-args-file", str(script)]))
+    assert line == (
+        "megaplan: error: the world size is unknown: torchrun --nproc-per-node gpu starts one process per GPU of "
+        "each node, which the script does not say; pass --gpus N (nodes × GPUs per node)"
+    )
+    given = run_cli(["explain", "--brief", "--megatron-args-file", str(script), "--gpus", "16"])
+    assert given.exit_code == 0 and "on 16 GPUs" in given.stdout

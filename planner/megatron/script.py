@@ -237,6 +237,12 @@ def world_unknown(launch) -> str:
     counts = {k: v for k, v in launch.counts.items() if k != "hostfile"}
     if "deepspeed" in launch.launcher and "hostfile" in launch.counts:
         return "the world size is unknown: deepspeed runs on every GPU of the hosts in its hostfile; pass --gpus N"
+    per_node = counts.get("nproc", "").strip()
+    if per_node in ("gpu", "auto"):  # torchrun: one process per GPU of the node (auto: per GPU when it has GPUs)
+        return (
+            f"the world size is unknown: torchrun --nproc-per-node {per_node} starts one process per GPU of each "
+            "node, which the script does not say; pass --gpus N (nodes × GPUs per node)"
+        )
     if counts:
         shown = ", ".join(f"{k} = {v}" for k, v in counts.items())
         names = sorted({m for v in counts.values() for m in re.findall(r"\$\{?([A-Za-z_]\w*)", v)})
