@@ -304,3 +304,19 @@ def test_torchrun_one_process_per_gpu_says_so(tmp_path):
     )
     given = run_cli(["explain", "--brief", "--megatron-args-file", str(script), "--gpus", "16"])
     assert given.exit_code == 0 and "on 16 GPUs" in given.stdout
+
+
+def test_arguments_a_script_writes_with_a_heredoc_and_reads_back_with_cat(tmp_path):
+    """`cat > args.txt <<EOF ... EOF` then `pretrain_gpt.py $(cat args.txt)` (fresh user trial 7): the flags
+    vanished and the error blamed the model flags; the file the script wrote is read back as bash would, its
+    lines split into words (unquoted). A file the script did not write still stays unknown."""
+    flags = SCRIPT.split("pretrain_gpt.py ")[1].replace(" --tensor-model-parallel-size 2\n", "")
+    body = flags.replace(" --num-attention-heads", "\n--num-attention-heads").replace(" --micro", "\n--micro")
+    script = tmp_path / "run.sh"
+    launch = "torchrun --nproc-per-node 8 pretrain_gpt.py $(cat /tmp/mp_args.txt) --tensor-model-parallel-size 2\n"
+    script.write_text(f"#!/bin/bash\ncat > /tmp/mp_args.txt <<EOF\n{body}\nEOF\n{launch}")
+    result = run_cli(["explain", "--brief", "--megatron-args-file", str(script)])
+    assert result.exit_code == 0, result.output
+    assert "model 32 layers · hidden 4096" in result.stdout and "TP2 PP1 DP4" in result.stdout
+    script.write_text(f"#!/bin/bash\n{launch}")
+    assert "does not define the model" in one_line_error(run_cli(["explain", "--megatron-args-file", str(script)]))

@@ -116,6 +116,8 @@ class Substitute:
             return cwd
         if name == "echo":
             return " ".join(args[1:])
+        if name == "cat" and len(args) == 2 and args[1] in self.files:  # a file the script wrote (a here-document)
+            return self.files[args[1]]
         if name == "yq" and len(rest) == 2:
             from planner.megatron.modelzoo import yq
 
