@@ -320,3 +320,21 @@ def test_arguments_a_script_writes_with_a_heredoc_and_reads_back_with_cat(tmp_pa
     assert "model 32 layers · hidden 4096" in result.stdout and "TP2 PP1 DP4" in result.stdout
     script.write_text(f"#!/bin/bash\n{launch}")
     assert "does not define the model" in one_line_error(run_cli(["explain", "--megatron-args-file", str(script)]))
+
+
+def test_a_bridge_performance_launcher_points_to_the_bridge_options(tmp_path):
+    """NVIDIA dgxc-benchmarking's deepseek_v3 launch.sh runs Megatron-Bridge's scripts/performance/
+    setup_experiment.py: megaplan said only "no Megatron-LM entry point" (fresh user trial 7). It now says what
+    the script runs, the recipe it names, and the options that read a Bridge run."""
+    script = tmp_path / "launch.sh"
+    script.write_text(
+        "#!/bin/bash\nset -eu\ncd $LLMB_REPO\npython3 scripts/performance/setup_experiment.py \\\n"
+        "    --model_family_name deepseek \\\n    --model_recipe_name deepseek_v3 \\\n    --gpu h100 -ng 1024\n"
+    )
+    line = one_line_error(run_cli(["explain", "--megatron-args-file", str(script)]))
+    assert line.startswith("megaplan: error: no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found")
+    assert line.endswith(
+        "it runs Megatron-Bridge's setup_experiment.py, not a Megatron-LM launch (it names deepseek_v3): give the "
+        "recipe with --bridge-recipe NAME --gpus N (a NAME megaplan does not know lists those it does), or its "
+        "overrides with --bridge-config FILE"
+    )

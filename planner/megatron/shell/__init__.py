@@ -85,7 +85,26 @@ def extract_launch(
             "beside the script, or set the "
             "variables it defines with --env NAME=VALUE"
         )
-    raise ShellParseError(f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}{hint}")
+    raise ShellParseError(
+        f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}{hint}{_bridge_hint(text)}"
+    )
+
+
+def _bridge_hint(text: str) -> str:
+    """A script that runs Megatron-Bridge's performance launchers (scripts/performance/setup_experiment.py or
+    run_script.py, as NVIDIA's dgxc-benchmarking launch.sh does): the options that read a Bridge run."""
+    import re
+
+    m = re.search(r"\b(setup_experiment|run_script)\.py\b", text)
+    if m is None:
+        return ""
+    recipe = re.search(r"--model[_-]recipe[_-]name[ =]+([A-Za-z0-9_.]+)", text)
+    named = f" (it names {recipe.group(1)})" if recipe else ""
+    return (
+        f"; it runs Megatron-Bridge's {m.group(0)}, not a Megatron-LM launch{named}: give the recipe with "
+        "--bridge-recipe NAME --gpus N (a NAME megaplan does not know lists those it does), or its overrides with "
+        "--bridge-config FILE"
+    )
 
 
 def count_launches(
