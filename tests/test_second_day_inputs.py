@@ -338,3 +338,15 @@ def test_a_bridge_performance_launcher_points_to_the_bridge_options(tmp_path):
         "recipe with --bridge-recipe NAME --gpus N (a NAME megaplan does not know lists those it does), or its "
         "overrides with --bridge-config FILE"
     )
+
+
+def test_a_required_variable_is_shown_whole_not_cut_at_its_message(tmp_path):
+    """`NNODES=${NODES:?set NODES}` then `--nnodes $NNODES` was shown as "nnodes = ${NODES:?set" (fresh user trial
+    7): the message's space split the placeholder. It is shown as ${NODES:?}, and --env NODES=2 fills it."""
+    script = tmp_path / "run.sh"
+    body = SCRIPT.replace("torchrun --nproc-per-node 8", "torchrun --nproc-per-node 8 --nnodes $NNODES")
+    script.write_text(body.replace("#!/bin/bash\n", "#!/bin/bash\nNNODES=${NODES:?set NODES}\n"))
+    line = one_line_error(run_cli(["explain", "--brief", "--megatron-args-file", str(script)]))
+    assert "(nproc = 8, nnodes = ${NODES:?})" in line and line.endswith("pass --gpus N or --env NODES=VALUE")
+    given = run_cli(["explain", "--brief", "--megatron-args-file", str(script), "--env", "NODES=2"])
+    assert given.exit_code == 0 and "on 16 GPUs" in given.stdout

@@ -355,8 +355,8 @@ class Expander:
                 self.put_word(word, b, dq, blank)
         elif isset:
             self.put(var, name, index, rawtext, b, dq, blank)
-        elif op[-1] == "?":
-            self.unresolved(rawtext, b, blank, {"$" + name})
+        elif op[-1] == "?":  # bash stops the script here; shown as ${X:?} (a message's spaces would split it)
+            self.unresolved("${" + name + op + "}", b, blank, {"$" + name})
         else:
             if op[-1] == "=":
                 fields = self.expand(word, split=False)
