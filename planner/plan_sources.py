@@ -21,7 +21,7 @@ from planner import api
 from planner.errors import PlannerError, counted, refuse_device
 from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec, recompute_layers_run
 from planner.plan_file import read_plan_file, request_from_fields, request_from_plan, request_to_json
-from planner.plan_options import KNOBS, OVERLAP_PINS, flag_fields, search_inputs, search_pins
+from planner.plan_options import KNOBS, LISTS, OVERLAP_PINS, flag_fields, search_inputs, search_pins
 
 FLAG_NAMES = {  # option names whose flag is not --name-with-dashes
     "plan_file": "--plan",
@@ -211,6 +211,10 @@ def clamp_recompute_layers(req: api.PlanRequest) -> tuple[api.PlanRequest, tuple
 
 
 def _shown(value):
+    """An option's value as the command line writes it: an enum by its value, a list comma-separated
+    ("(none)" when empty), as --recompute-modules takes it (it showed "the script's ('core_attn',)")."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(_shown(v)) for v in value) or "(none)"
     return value.value if hasattr(value, "value") else value
 
 
@@ -283,6 +287,9 @@ def override_fields(data: dict, overrides: dict, where: str) -> tuple[dict, tupl
         par.pop("recompute_num_layers", None) if "recompute_num_layers" not in overrides else None
     if overrides.get("fsdp"):
         overrides.setdefault("distributed_optimizer", True)  # Megatron FSDP shards the optimizer too
+    for name in LISTS:  # comma-separated, as plan_options.behaviour reads them (fresh user trial 8: beside a
+        if isinstance(overrides.get(name), str):  # script, --recompute-modules mlp was "not a valid tuple")
+            overrides[name] = tuple(x.strip() for x in overrides[name].split(",") if x.strip())
     for name, value in overrides.items():
         for section, spec in (("parallel", ParallelPlan), ("options", PlanOptions), ("training", TrainingSpec)):
             if name in spec.model_fields:

@@ -75,3 +75,58 @@ def test_a_plan_size_past_32_bits_is_refused_not_wrapped(option):
     assert line == (
         f"megaplan: error: Invalid value for '{option}': 100000000000 is not in the range 1<=x<=2147483647."
     )
+
+
+LLAMA = ["explain", "--model", "llama3-8b", "--gpus", "64", "--tp", "2", "--brief"]
+
+
+@pytest.mark.parametrize(
+    "extra, note",
+    [
+        (["--recompute", "none", "--recompute-modules", "mlp"], "--recompute-modules ignored: they are the modules of"),
+        (["--cuda-graph-modules", "attn"], "--cuda-graph-modules ignored: no --cuda-graph-impl"),
+        (["--fp8-recipe", "tensorwise", "--hardware", "dgx-h100-superpod"], "--fp8-recipe ignored: no --fp8"),
+        (["--data-parallel-sharding-strategy", "optim_grads"], "--data-parallel-sharding-strategy ignored: they are"),
+        (["--precision", "fp16", "--grad-reduce-in-bf16"], "--grad-reduce-in-bf16 ignored: fp16 training keeps"),
+        (["--moe-capacity-factor", "1.0"], "--moe-capacity-factor ignored: llama3-8b has no experts"),
+    ],
+)
+def test_an_option_the_plan_cannot_use_is_noted_not_dropped(extra, note):
+    """Each of these ran with exit 0 and no word: the option changed nothing (it is read only beside another
+    option the plan does not have), and the user believed it priced."""
+    result = run_cli([*LLAMA, *extra])
+    assert result.exit_code == 0, result.output
+    assert f"megaplan: note: {note}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--recompute", "selective", "--recompute-modules", "mlp"],
+        ["--cuda-graph-impl", "local", "--cuda-graph-modules", "attn"],
+        ["--fsdp", "--data-parallel-sharding-strategy", "optim_grads"],
+        ["--hardware", "dgx-h100-superpod", "--fp8", "hybrid", "--fp8-recipe", "tensorwise"],
+    ],
+)
+def test_an_option_the_plan_uses_gets_no_ignored_note(extra):
+    result = run_cli([*LLAMA, *extra])
+    assert result.exit_code == 0, result.output
+    assert "ignored" not in result.stderr
+
+
+def test_a_list_option_beside_a_script_is_split_at_commas(tmp_path):
+    """--recompute-modules mlp,core_attn beside a launch script ended in "options: recompute_modules: Input
+    should be a valid tuple (got 'mlp,core_attn')"; the note named the script's value as "('core_attn',)"."""
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+        "--seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 256 --bf16 "
+        "--tokenizer-type GPT2BPETokenizer --tensor-model-parallel-size 2\n"
+    )
+    args = ["explain", "--megatron-args-file", str(script), "--recompute", "selective"]
+    result = run_cli([*args, "--recompute-modules", "mlp,core_attn", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "megaplan: note: --recompute-modules mlp,core_attn overrides the script's core_attn" in result.stderr
+    import json
+
+    assert json.loads(result.stdout)["options"]["recompute_modules"] == ["mlp", "core_attn"]
