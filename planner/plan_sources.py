@@ -89,9 +89,10 @@ class LaunchScript:
 
     def fields(self, values: dict) -> Fields:
         from planner.megatron.importer import import_fields
+        from planner.megatron.script import launch_text
 
         path = values.get("megatron_args_file")
-        text = read_text(path) if path is not None else values["megatron_args"]
+        text, read_warnings = launch_text(read_text(path), path) if path is not None else (values["megatron_args"], [])
         imported = import_fields(
             text,
             gpus=values.get("gpus"),
@@ -102,7 +103,7 @@ class LaunchScript:
             script_path=os.path.abspath(path) if path else None,
             extra=values.get("megatron_args") if path else None,
         )
-        notes = [f"warning: {w}" for w in imported.warnings] + [f"note: {n}" for n in imported.notes]
+        notes = [f"warning: {w}" for w in (*read_warnings, *imported.warnings)] + [f"note: {n}" for n in imported.notes]
         gpus, script_gpus = values.get("gpus"), imported.script_gpus
         if gpus is not None and script_gpus is not None and script_gpus != gpus:
             notes.append(f"note: --gpus {gpus} overrides the script's {script_gpus} GPUs")

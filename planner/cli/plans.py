@@ -359,7 +359,9 @@ def compare(
     show_default=True,
     help="bridge*: Megatron-Bridge overrides (dotlist, YAML, recipe) over --bridge-recipe at --bridge-version.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout ('-': stdout)."
+)
 @overwrite_option
 @click.option(
     "--force", is_flag=True, help="Write even a plan that does not fit in GPU memory (with a warning in the script)."
@@ -378,6 +380,7 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
     """
     from planner.megatron import export as exp
 
+    output = None if output == "-" else output  # '-': standard output, as tools read it (it wrote a file '-')
     refuse_existing("-o/--output", output, overwrite)
     refuse_method_without_full(kw)
     resolved = resolve(kw, search_best=True)
