@@ -307,12 +307,12 @@ def _leaves(value):
 # The letters that decide the shape of a plan's layers and the placement of its process groups: what the
 # terms computed once per distinct shape (``Letters.once``: a layer's blocks, the groups' links, the TP
 # collectives, pipeline sends, the embedding's sync) read; and the letters that are functions of them.
-SHAPE_KEY = ("t", "c", "b", "sp", "ep", "etp", "dispatcher", "a2a_overlap", "tpo", "fsdp", "p", "d", "R")
+# ``LAYER_KEY``: the same without the distributed-optimizer instances R (Megatron FSDP's replicas), which only the
+# data-parallel groups' links read: a layer's blocks, the TP collectives, the pipeline sends and the embedding's
+# sync are then shared by a plan and its hybrid variants (search's ``hybrid_variants``: the same plans, R > 1).
+LAYER_KEY = ("t", "c", "b", "sp", "ep", "etp", "dispatcher", "a2a_overlap", "tpo", "fsdp", "p", "d")
+SHAPE_KEY = (*LAYER_KEY, "R")  # R last: a grid's shapes by SHAPE_KEY are its shapes by LAYER_KEY, split by R
 SHAPE_CARRIED = ("V", "m", "world", "edp", "N", "edp_in")
-# The same without the distributed-optimizer instances (Megatron FSDP's replicas), which only the data-parallel
-# groups' links read: a layer's blocks, the TP collectives, the pipeline sends and the embedding's sync are then
-# shared by a plan and its hybrid variants (search's ``hybrid_variants``: the same plans with R > 1).
-LAYER_KEY = tuple(k for k in SHAPE_KEY if k != "R")
 LAYER_CARRIED = ("V", "m", "world", "edp")
 _CARRIED = {SHAPE_KEY: SHAPE_CARRIED, LAYER_KEY: LAYER_CARRIED}
 
@@ -470,18 +470,17 @@ class Letters:
         return _per_plan(fn(shapes.view(self)), shapes.inverse, len(shapes.first), {})
 
     def _shapes_by(self, key: tuple[str, ...]) -> _Shapes:
-        """The grid's distinct shapes by ``key`` (``distinct_rows``), made once; ``LAYER_KEY``'s from
-        ``SHAPE_KEY``'s (its letters are some of them: the shapes are numbered again, not the plans)."""
+        """The grid's distinct shapes by ``key`` (``distinct_rows``), made once; ``SHAPE_KEY``'s from
+        ``LAYER_KEY``'s and R (numbered as ``distinct_rows`` numbers all of SHAPE_KEY's letters: R comes last)."""
         if self._shapes is None:
             self._shapes = {}
         shapes = self._shapes.get(key)
         if shapes is None:
-            if key == SHAPE_KEY:
+            if key == LAYER_KEY:
                 shapes = _Shapes(key, *distinct_rows([getattr(self, k).reshape(-1) for k in key]))
             else:
-                fine = self._shapes_by(SHAPE_KEY)
-                first, coarse = distinct_rows([getattr(self, k).take(fine.first) for k in key])
-                shapes = _Shapes(key, fine.first.take(first), coarse.take(fine.inverse))
+                coarse = self._shapes_by(LAYER_KEY)
+                shapes = _Shapes(key, *distinct_rows([coarse.inverse, self.R.reshape(-1)]))
             self._shapes[key] = shapes
         return shapes
 
