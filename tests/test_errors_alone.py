@@ -25,9 +25,10 @@ def llama_plan(tmp_path_factory):
     return str(path)
 
 
-def test_an_output_folder_that_does_not_exist_is_refused_alone_before_any_work(llama_plan):
-    line = one_line_error(run_cli(["export", "--plan", llama_plan, "-o", "/nonexistent/x.sh"]))
-    assert line == "megaplan: error: -o/--output '/nonexistent/x.sh': folder '/nonexistent' does not exist"
+def test_an_output_folder_that_does_not_exist_is_refused_alone_before_any_work(llama_plan, tmp_path):
+    missing = tmp_path / "nonexistent"  # not /nonexistent: a process whose HOME is /nonexistent may create it
+    line = one_line_error(run_cli(["export", "--plan", llama_plan, "-o", f"{missing}/x.sh"]))
+    assert line == f"megaplan: error: -o/--output '{missing}/x.sh': folder '{missing}' does not exist"
 
 
 def test_an_output_that_is_a_folder_is_refused(tmp_path, llama_plan):

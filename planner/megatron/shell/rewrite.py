@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 
-import bashlex
-
+from planner.megatron.bashlex_tables import import_bashlex
 from planner.megatron.shell.launch import ShellParseError
+
+bashlex = import_bashlex()  # its parser tables kept between runs (megatron/bashlex_tables.py)
 
 ARRAY, COND, ARITH, CASE = "__mp_array__", "__mp_cond__", "__mp_arith__", "__mp_case__"
 HEREDOC = "__mp_h"  # a here-document's delimiter as bashlex sees it: __mp_h<n>, its body in table "h"
