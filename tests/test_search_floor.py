@@ -186,7 +186,7 @@ def _settled(case: dict, ctx, rank_by: str, top: int) -> tuple:
         it = np.where(known, true_it, np.inf)
         ext = np.where(known, ext_true, ext_now)
         fitting = search_module._Scored(None, it, peak, None)
-        bands = mock.patch.object(search_module, "_bands", lambda s, ok, g: (band_frac(ext[ok], ctx), ext[ok]))
+        bands = mock.patch.object(search_module, "_bands", lambda s, ok, g, e=ext: (band_frac(e[ok], ctx), e[ok]))
         with bands:
             ranking = search_module._order(fitting, np.arange(len(it)), rank_by, 1.0, 64)
         pos = np.flatnonzero(~known)
