@@ -552,8 +552,8 @@ def test_delayed_fp8_amax_all_reduces_by_hand():
     assert float(fp8_amax_reduction_s(64, 6, 128e-6)) == pytest.approx(2 * 64 * 6 * 128e-6)
     assert float(fp8_amax_reduction_s(8, 1, 20e-6)) == pytest.approx(2 * 8 * 20e-6)  # no interleaving: v = 1
     # DGX Cloud GPT-3 175B FP8 on 2048 H100 (TP4 PP8 V6 DP64, GBS 4096, b 1: m = 64): the amax group TP×DP is 256
-    # consecutive ranks on 32 nodes (leaf tier, α 8 µs): a tree all-reduce of 2·⌈log₂256⌉·8 = 128 µs (96 bytes:
-    # 12 amaxes × 2 layers per chunk, the bandwidth term < 1 ns); TP only (tp_only_amax_red): 4 ranks on NVLink,
+    # consecutive ranks on 32 nodes (leaf tier, α 8 µs): a tree all-reduce of 2·⌈log₂256⌉·8 = 128 µs (576 bytes:
+    # 12 amaxes × 12 layers of the stage, the bandwidth term 5 ns); TP only (tp_only_amax_red): 4 ranks on NVLink,
     # 2·⌈log₂4⌉·5 = 20 µs. 768 all-reduces: 98.30 ms against 15.36 ms, 82.94 ms apart
     req = prepare(next(r for r in load_runs() if r.id == "DGXC-v25.04-H100-GPT3-175B-fp8-n2048"))
     assert not req.ctx.options.tp_only_amax_red  # NeMo 1's hydra config leaves Megatron-Core's default

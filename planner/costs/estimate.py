@@ -442,19 +442,19 @@ def _pp_exposed_s(lt: Letters, ctx: Context, p2p: np.ndarray, slowest: tuple, st
 
 def _fp8_amax_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
     """Delayed-scaling FP8's amax all-reduces (communication.fp8_amax_reduction_s) over the TP×DP×CP group (t·d·c
-    consecutive ranks; TP×CP with ``tp_only_amax_red``), AMAX_FLOATS_PER_LAYER 4-byte amaxes per layer of a
-    model chunk; 0 without FP8, with another recipe, or under CUDA graphs."""
+    consecutive ranks; TP×CP with ``tp_only_amax_red``), at most AMAX_FLOATS_PER_LAYER 4-byte amaxes per layer of
+    the stage (a chunk holds 1/v of them; the all-reduce is latency-bound); 0 without FP8, with another recipe,
+    or under CUDA graphs."""
     o = ctx.options
     if o.fp8 is None or o.fp8_recipe is not Fp8Recipe.DELAYED or o.cuda_graph_impl is not CudaGraphImpl.NONE:
         return np.zeros_like(np.asarray(lt.m, dtype=float))
 
-    def sync(v: Letters) -> np.ndarray:
+    def sync(v: Letters) -> np.ndarray:  # one all-reduce of a stage's amaxes (at most; latency-bound)
         n = v.t * v.c if o.tp_only_amax_red else v.t * v.d * v.c
-        chunk_layers = v.L / (v.p * np.maximum(v.vpp, 1))
-        ar = all_reduce_time_s(n, 4.0 * comm.AMAX_FLOATS_PER_LAYER * chunk_layers, group_link(ctx.hardware, n, 1))
-        return comm.fp8_amax_reduction_s(v.m, v.vpp, ar)
+        amax_bytes = 4.0 * comm.AMAX_FLOATS_PER_LAYER * v.L / v.p
+        return all_reduce_time_s(n, amax_bytes, group_link(ctx.hardware, n, 1))
 
-    return lt.once(sync, "fp8_amax_sync")
+    return comm.fp8_amax_reduction_s(lt.m, lt.vpp, lt.once(sync, "fp8_amax_sync"))
 
 
 def _embedding_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
