@@ -16,7 +16,7 @@ import numpy as np
 
 from planner.costs import communication as comm
 from planner.costs import compute, flops, memory, moe
-from planner.costs.letters import Letters
+from planner.costs.letters import LAYER_KEY, Letters
 from planner.costs.linears import cast_bytes, fp8_cast_bytes, gemm_times, tp_pair_s
 from planner.costs.mla import mla_gather_width, mla_letters
 from planner.hardware.collectives import group_link, hidden_comm_contention_s, p2p_time_s
@@ -433,7 +433,7 @@ def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
     micro-batch's whole layer)."""
     cached = getattr(lt, "_layer_parts", None)
     if cached is None:
-        cached = lt._layer_parts = lt.once(lambda shapes: _layer_blocks(shapes, ctx), "layer_parts")
+        cached = lt._layer_parts = lt.once(lambda shapes: _layer_blocks(shapes, ctx), "layer_parts", LAYER_KEY)
     return cached
 
 
