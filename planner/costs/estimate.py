@@ -454,7 +454,7 @@ def _fp8_amax_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
         amax_bytes = 4.0 * comm.AMAX_FLOATS_PER_LAYER * v.L / v.p
         return all_reduce_time_s(n, amax_bytes, group_link(ctx.hardware, n, 1))
 
-    return comm.fp8_amax_reduction_s(lt.m, lt.vpp, lt.once(sync, "fp8_amax_sync"))
+    return comm.fp8_amax_reduction_s(lt.m, lt.vpp, lt.once(sync, "fp8_amax_sync", LAYER_KEY))
 
 
 def _embedding_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
