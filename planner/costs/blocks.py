@@ -303,6 +303,8 @@ def _routed_experts(lt: Letters, ctx: Context) -> dict:
         routed = dict(fused_in=0.0, out_grad=A * lt.h, per_in=A * (lt.h + lt.f_e / lt.etp))
         fwd, bwd = fp8_cast_bytes(lt, ctx, {}, **routed, per_grad=A * (1 + lt.gated) * lt.f_e / lt.etp)
         casts = (fwd + per * expert_weights / lt.m, bwd)
+        pad = _fp8_padding_bytes(lt, ctx, A) * unfused  # TE's Fp8Padding/Fp8Unpadding copies, both passes
+        casts = (casts[0] + pad, casts[1] + pad)
     hbm = hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
     experts_fwd = experts + (act + bias + casts[0]) / hbm
     experts_bwd = (
@@ -313,6 +315,15 @@ def _routed_experts(lt: Letters, ctx: Context) -> dict:
         A=A, experts=experts, act=act, bias=bias, permute=permute, casts=casts, unfused=unfused,
         experts_fwd=experts_fwd, experts_bwd=experts_bwd,
     )  # fmt: skip
+
+
+def _fp8_padding_bytes(lt: Letters, ctx: Context, A: np.ndarray) -> np.ndarray:
+    """``moe.fp8_padding_bytes`` of a plan with FP8: dropless routing's counts are the router's (unaligned),
+    drop-and-pad's the fixed ``moe.drop_and_pad_rows``."""
+    cf = ctx.options.moe_capacity_factor
+    T = lt.b * lt.s / (lt.c * lt.t)
+    rows = None if cf is None else moe.drop_and_pad_rows(T, lt.k, lt.E, lt.etp, lt.ep, cf)
+    return moe.fp8_padding_bytes(A, lt.h, lt.dispatcher, recipe=ctx.options.fp8_recipe.value, counts_per_expert=rows)
 
 
 def _shared_experts(lt: Letters, ctx: Context, casts: tuple) -> tuple:
