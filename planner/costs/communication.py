@@ -240,6 +240,7 @@ def tp_pair_exposed_s(
     sm_count: int = 1,
     reduce_s: ArrayLike = 0.0,
     rs_reordered: ArrayLike = False,
+    ub_comm: tuple | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) exposed TP time of one column-parallel → row-parallel pair of linears
     (QKV → projection, or fc1 → fc2) for one micro-batch. ``gemm``: forward times of the pair's
@@ -258,7 +259,8 @@ def tp_pair_exposed_s(
       LinearWithGradAccumulationAndAsyncCommunication.backward; Transformer Engine the same).
       ``async_backward`` False (the 2021 code, or the order lost: ``connection_limited``): exposed.
     - ``overlap`` (--tp-comm-overlap, per plan): ``tp_pair_ub_s`` with the userbuffer config ``ub``;
-      ``rs_reordered``: a CUDA graph reordered the ring-exchanged reduce-scatter's chunks (``ring_rs_reordered_s``).
+      ``rs_reordered``: a CUDA graph reordered the ring-exchanged reduce-scatter's chunks (``ring_rs_reordered_s``);
+      ``ub_comm``: (all-gather, reduce-scatter) as userbuffers moves them, where they differ from NCCL's ag and rs.
     """
     ag, rs, ar = np.asarray(ag), np.asarray(rs), np.asarray(ar)
     g_in = gemm["in"]
@@ -268,7 +270,8 @@ def tp_pair_exposed_s(
     overlapped = np.where(async_backward, np.maximum(ag - g_in, 0.0) + np.maximum(rs - g_in, 0.0), ag + rs)
     sp_bwd = ag + overlapped
     if np.any(overlap):  # per plan: with userbuffers where ``overlap`` is set
-        ub_fwd, ub_bwd = tp_pair_ub_s(ag, rs, gemm, ub or {}, sm_count, reduce_s, rs_reordered)
+        ub_ag, ub_rs = ub_comm if ub_comm is not None else (ag, rs)
+        ub_fwd, ub_bwd = tp_pair_ub_s(ub_ag, ub_rs, gemm, ub or {}, sm_count, reduce_s, rs_reordered)
         sp_fwd, sp_bwd = np.where(overlap, ub_fwd, sp_fwd), np.where(overlap, ub_bwd, sp_bwd)
     return np.where(sequence_parallel, sp_fwd, no_sp_fwd), np.where(sequence_parallel, sp_bwd, no_sp_bwd)
 

@@ -11,7 +11,7 @@ from planner.costs import Formula, compute, flops
 from planner.costs import communication as comm
 from planner.costs.letters import Letters
 from planner.hardware import userbuffers
-from planner.hardware.collectives import all_gather_time_s, all_reduce_time_s, group_link
+from planner.hardware.collectives import all_gather_time_s, group_link, nvlink_nccl_time_s
 from planner.plan import Context, CudaGraphImpl, CudaGraphModule, ParallelPlan, Recompute
 
 BLACKWELL = 10.0  # compute capability from which one per-tensor FP8 copy serves both GEMM layouts
@@ -153,11 +153,17 @@ def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, ga
     row-parallel ``outs`` (communication.tp_pair_exposed_s): the SP all-gather before ``ins`` (of
     ``gather_width`` channels, MLA's latents, else h), the reduce-scatter after ``outs``, or the
     all-reduces without SP; with --tp-comm-overlap as the plan's userbuffer config runs them, the
-    ring-exchanged reduce-scatter's final sum of t partial chunks at η_mem of HBM."""
+    ring-exchanged reduce-scatter's final sum of t partial chunks at η_mem of HBM. Without userbuffers the
+    collectives are NCCL's, at the hardware's measured times where it has them
+    (collectives.nvlink_nccl_time_s); userbuffers' pieces travel at the link's bandwidth."""
     opts, hw, link = ctx.options, ctx.hardware, tp_link(lt, ctx)
     msg = activation_message(lt)
-    ag_in = all_gather_time_s(lt.t, msg * (gather_width or lt.h) / lt.h, link)
-    rs, ar = all_gather_time_s(lt.t, msg, link), all_reduce_time_s(lt.t, msg, link)
+    gathered = msg * (gather_width or lt.h) / lt.h
+    ub_comm = (all_gather_time_s(lt.t, gathered, link), all_gather_time_s(lt.t, msg, link))  # userbuffers' pieces
+    ag_in, rs, ar = (
+        nvlink_nccl_time_s(hw, op, lt.t, m, link)
+        for op, m in (("all_gather", gathered), ("reduce_scatter", msg), ("all_reduce", msg))
+    )
     times = {"in": sum(gtime[k] for k in ins), "out": sum(gtime[k] for k in outs)}
     ub, reduce_s = None, 0.0
     if np.any(lt.tpo):
@@ -178,6 +184,7 @@ def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, ga
         sm_count=hw.gpu.sm_count,
         reduce_s=reduce_s,
         rs_reordered=opts.ub_graph_reorders_rs and opts.graphs_launch(_graph_module(outs)),
+        ub_comm=ub_comm,
     )
     t_one = np.asarray(lt.t) == 1
     return np.where(t_one, 0.0, fwd), np.where(t_one, 0.0, bwd)

@@ -112,6 +112,12 @@ class NodeSpec(_Sourced):
     nvlink_domain_gpus: PositiveInt | None = Field(
         None, description="GPUs joined by one NVLink fabric (72 in a GB200 NVL72 rack); default: one node"
     )
+    nccl_nvlink_us: dict[str, dict[int, list[list[float]]]] | None = Field(
+        None,
+        description="measured NCCL collectives inside the NVLink domain: all_gather, reduce_scatter or all_reduce"
+        " -> group size -> [[MiB of the whole (gathered or reduced) tensor, µs], ...], in order of size;"
+        " default: the ring formula on nvlink_gbytes_per_s·η_nvl",
+    )
 
     @model_validator(mode="after")
     def _domain_holds_whole_nodes(self) -> Self:
