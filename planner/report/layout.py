@@ -286,7 +286,10 @@ def drawn_table(
     if any(w == e for w, e in zip(widths, extra, strict=True)):
         return None
     room = options.max_width - (n - 1)  # the dividers
-    if sum(widths) > room:
+    if room < 1:
+        return None
+    if sum(widths) > room:  # rich measures each column at the room there is, then shrinks the wrapping ones
+        widths = [min(w, room) for w in widths]
         shrunk = Table._collapse_widths(widths, [col.wrap for col in columns], room)
         if sum(shrunk) > room or any(w - e < 1 for w, e in zip(shrunk, extra, strict=True)):
             return None
