@@ -130,7 +130,29 @@ class PlannerGroup(GivenOnce, click.Group):
         except PlannerError as err:
             click.echo(f"megaplan: error: {' '.join(str(err).split())}", err=True)
             sys.exit(BAD_INPUT)
+        except OSError as err:
+            sys.exit(_output_failed(err))
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _output_failed(err: OSError) -> int:
+    """The output could not be written (``> /dev/full``: no space left; a pipe closed early): one line on
+    stderr and exit code 1, as ``cat`` reports it, never a traceback (fresh user trial 8). Standard output is
+    pointed at /dev/null first, so Python's own flush at exit does not fail a second time. An OSError that
+    names a file is another matter: it is said with the file's name."""
+    import errno
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file behind stdout (a test runner's buffer)
+        pass
+    if err.errno == errno.EPIPE:  # `megaplan ... | head -1`: the reader has what it wanted
+        return 1
+    where = f"{err.filename}: " if err.filename else "cannot write the output: "
+    click.echo(f"megaplan: error: {where}{err.strerror or err}", err=True)
+    return 1
 
 
 @click.group(cls=PlannerGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -150,7 +172,21 @@ cli.commands = _Commands(cli.commands)  # the command modules load on first use
 
 
 def main() -> None:
+    _encodable_output()
     cli()
+
+
+def _encodable_output() -> None:
+    """Standard output and error in an encoding without the tables' characters (PYTHONIOENCODING=ascii or
+    latin-1, an old terminal) print them as '?' instead of ending in a UnicodeEncodeError traceback (fresh
+    user trial 8)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            "·×≈…─".encode(stream.encoding or "ascii")
+        except UnicodeEncodeError:
+            stream.reconfigure(errors="replace")
+        except (LookupError, AttributeError, ValueError):  # an unknown codec name, or no reconfigure
+            pass
 
 
 def console():

@@ -30,6 +30,10 @@ class TokenCount(click.ParamType):
 
 
 POSITIVE = click.IntRange(min=1)
+# a size of the plan (tp, micro-batch, seq-len ...): search keeps them in 32-bit integers, so a typo such as
+# --seq-len 3000000000 ended in an OverflowError traceback and --micro-batch 100000000000 was priced as
+# 1215752192, wrapped (fresh user trial 8); refused as the option's range instead
+SIZE = click.IntRange(1, 2**31 - 1)
 
 
 class FiniteRange(click.FloatRange):

@@ -12,7 +12,7 @@ import click
 
 from planner import api
 from planner.cli.memory_options import MEMORY_OPTIONS
-from planner.cli.option_spec import POSITIVE, FiniteRange, Option, TokenCount
+from planner.cli.option_spec import POSITIVE, SIZE, FiniteRange, Option, TokenCount
 from planner.errors import PlannerError
 from planner.plan import Recompute, RecomputeMethod
 from planner.plan_options import KNOBS, LISTS, OVERLAP_PINS, search_inputs
@@ -61,8 +61,8 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         extra={"multiple": True, "metavar": "VAR=VALUE"},
     ),
     Option(("--gpus",), "N = tp·cp·pp·dp (default: tp·pp·dp).", type=POSITIVE, plan_only=True),
-    Option(("--global-batch",), "Global batch B (default: the model preset's).", type=POSITIVE),
-    Option(("--seq-len",), "Sequence length s (default: the model preset's).", type=POSITIVE),
+    Option(("--global-batch",), "Global batch B (default: the model preset's).", type=SIZE),
+    Option(("--seq-len",), "Sequence length s (default: the model preset's).", type=SIZE),
     Option(("--precision",), "Training precision.", "bf16", click.Choice(["bf16", "fp16", "fp32"])),
     Option(
         ("--tokens",),
@@ -75,21 +75,21 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         type=FiniteRange(min=0, min_open=True),
     ),
     # the parallel plan: searched by search and sweep
-    Option(("--tp",), "Tensor-parallel size t.", 1, POSITIVE, searched=True),
-    Option(("--pp",), "Pipeline-parallel size p.", 1, POSITIVE, searched=True),
-    Option(("--dp",), "Data-parallel size d (derived from --gpus if omitted).", None, POSITIVE, searched=True),
-    Option(("--vpp",), "Interleaved chunks per stage (1: plain 1F1B).", 1, POSITIVE, searched=True),
+    Option(("--tp",), "Tensor-parallel size t.", 1, SIZE, searched=True),
+    Option(("--pp",), "Pipeline-parallel size p.", 1, SIZE, searched=True),
+    Option(("--dp",), "Data-parallel size d (derived from --gpus if omitted).", None, SIZE, searched=True),
+    Option(("--vpp",), "Interleaved chunks per stage (1: plain 1F1B).", 1, SIZE, searched=True),
     Option(
         ("--microbatch-group-size-per-virtual-pipeline-stage", "microbatch_group_size"),
         "Interleaving: micro-batches each virtual stage runs at a time, G (pp ≤ G ≤ m, m mod G = 0 or ≥ pp; "
         "default: pp; search: the smallest legal).",
         None,
-        POSITIVE,
+        SIZE,
         searched=True,
     ),
-    Option(("--cp",), "Context-parallel size c (search: while s/c ≥ 4096).", 1, POSITIVE, searched=True),
-    Option(("--ep",), "Expert-parallel size (MoE).", 1, POSITIVE, searched=True),
-    Option(("--etp",), "Expert tensor-parallel size (MoE; default: --tp).", None, POSITIVE, searched=True),
+    Option(("--cp",), "Context-parallel size c (search: while s/c ≥ 4096).", 1, SIZE, searched=True),
+    Option(("--ep",), "Expert-parallel size (MoE).", 1, SIZE, searched=True),
+    Option(("--etp",), "Expert tensor-parallel size (MoE; default: --tp).", None, SIZE, searched=True),
     Option(
         ("--fsdp",),
         "Megatron FSDP: shard weights, gradients and optimizer states.",
@@ -103,7 +103,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         "Distributed optimizer: R instances, each sharding the optimizer over d·c/R ranks (gradients all-reduced "
         "across instances); with Megatron FSDP, HSDP: R replicas of d·c/R ranks.",
         1,
-        POSITIVE,
+        SIZE,
         searched=True,
         derived="1, and for Megatron FSDP also the R whose replica fills an NVLink domain",
     ),
@@ -122,7 +122,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         click.Choice(["no_shard", "optim"]),
         searched=True,
     ),
-    Option(("--micro-batch",), "Micro-batch size b.", 1, POSITIVE, searched=True),
+    Option(("--micro-batch",), "Micro-batch size b.", 1, SIZE, searched=True),
     Option(("--sequence-parallel",), "Sequence parallelism (with tp > 1).", False, flag=True, searched=True),
     Option(
         ("--recompute",), "Activation recomputation.", "none", click.Choice([r.value for r in Recompute]), searched=True
@@ -139,7 +139,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         ("--recompute-num-layers",),
         "Full recomputation: group size (uniform) or layers per model chunk (block).",
         None,
-        POSITIVE,
+        SIZE,
         searched=True,
     ),
     Option(
@@ -155,8 +155,8 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     Option(
         ("--account-for-loss-in-pipeline-split",), "Count the loss as a layer (Megatron).", False, flag=True, solo=True
     ),
-    Option(("--decoder-first-pipeline-num-layers",), "Layers on the first stage.", None, POSITIVE),
-    Option(("--decoder-last-pipeline-num-layers",), "Layers on the last stage.", None, POSITIVE),
+    Option(("--decoder-first-pipeline-num-layers",), "Layers on the first stage.", None, SIZE),
+    Option(("--decoder-last-pipeline-num-layers",), "Layers on the last stage.", None, SIZE),
     Option(
         ("--pipeline-model-parallel-layout", "pipeline_layout"),
         "Megatron's layout of the virtual stages, e.g. 'Et*4|(t*4|)*14tmL' (search: tries balanced layouts).",
@@ -197,7 +197,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         ("--dp-max-ctas",),
         "The DP communicator's max_ctas (--nccl-communicator-config-path): SMs its hidden collectives take.",
         None,
-        POSITIVE,
+        SIZE,
     ),
     Option(
         ("--dfa-bucket-mb",),

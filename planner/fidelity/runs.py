@@ -184,6 +184,35 @@ def _k22(row: dict) -> list[Run]:
 # 2,048-sequence FP16 A100-era example without the table's overlaps, not these runs.
 MLM_SEARCHED = ("micro_batch", "vpp", "recompute")
 
+# The README's strong-scaling series (images/strong_scaling.png @ f2e5db402c; the text: "from 96 H100 GPUs to 4608
+# GPUs, using the same batch size of 1152 sequences throughout", MFU 47 % -> 42 %): (GPUs, aggregate PFLOP/s),
+# read off the figure's dots with its log axes calibrated on the gridlines (100, 500, 1,000, 5,000 GPUs; 50, 100,
+# 500, 1,000 PFLOP/s), about ±1 % in value. The endpoints give 46.7 % and 41.8 % MFU (the text's 47 % and 42 %).
+# Every count is a multiple of the 177B row's TP 8 · PP 6 = 48 GPUs (DP 2 to 96), and its 2,304-GPU point (1,002
+# PFLOP/s) is that row (997.2).
+MLM_STRONG_177B = (
+    (96, 44.4),
+    (144, 66.5),
+    (288, 132.2),
+    (576, 262.7),
+    (1152, 516.6),
+    (2304, 1002.3),
+    (3072, 1305.8),
+    (4608, 1907.4),
+)
+# What the series fixes of that row: micro-batch 1. At 96 GPUs (DP 2, the distributed optimizer sharded over 2) only
+# b 1 fits without recomputation (b 2: 88-92 GiB at v 1-8), and the series is smooth (44.0 -> 43.0 -> 41.9 % MFU at
+# 2,304, 3,072, 4,608 GPUs) where a micro-batch that changed along it would break it: at 3,072 GPUs a rank holds 18
+# sequences, so b 2 leaves m = 9, which r0.8.0 cannot interleave at p = 6 (schedules.py: m a multiple of p), while
+# b 2 interleaves at 2,304 and 4,608. The row keeps the series' b 1; VPP and recomputation stay searched.
+MLM_SERIES_PINS = {"MLM-README-H100-177B": {"micro_batch": 1}}
+MLM_SERIES_NOTE = (
+    "implied by the README's strong-scaling series (images/strong_scaling.png: this model and batch from 96 to "
+    "4,608 GPUs, every count a multiple of TP 8 · PP 6, this row its 2,304-GPU point): micro-batch 1, the only "
+    "one that fits at 96 GPUs (DP 2) without recomputation; the series shows no break at 3,072 GPUs, where b 2 "
+    "could not interleave (m = 9, p = 6)"
+)
+
 
 def _te1_userbuffers():
     """Transformer Engine 1.x's userbuffer defaults (presets/userbuffers/te1_defaults.yaml): the README rows
@@ -215,7 +244,8 @@ def _mlm(row: dict) -> list[Run]:
     4,096, H100, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap and the default PP overlap
     (the text). Implied by Megatron-Core r0.8.0's own checks (megatron/training/arguments.py):
     --tp-comm-overlap needs SP, --overlap-param-gather the distributed optimizer; CP 1 (TP·PP·DP = GPUs).
-    Left out: micro-batch, VPP and recomputation - searched (``MLM_SEARCHED``)."""
+    Left out: micro-batch, VPP and recomputation - searched (``MLM_SEARCHED``), but the micro-batch the
+    README's strong-scaling series fixes for the 177B row (``MLM_SERIES_PINS``)."""
     L, h, a, s = (int(row[k]) for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"))
     t, p = int(row["tensor_parallel"]), int(row["pipeline_parallel"])
     model = ModelSpec(
@@ -254,9 +284,14 @@ def _mlm(row: dict) -> list[Run]:
         (row["run_id"], "TFLOP/s per GPU (r0.8.0)", float(row["tflops_per_gpu"])),
         (f"{row['run_id']}:mfu", "MFU (r0.8.0)", _pct(row["mfu"])),
     )
-    # micro-batch, VPP and recomputation are not published: searched, not fitted
+    # micro-batch, VPP and recomputation are not published: searched (but what the strong-scaling series fixes),
+    # not fitted
+    series = MLM_SERIES_PINS.get(row["run_id"], {})
+    req.update(series)
+    searched = tuple(k for k in MLM_SEARCHED if k not in series)
+    notes = MLM_ASSUMPTIONS + ((MLM_SERIES_NOTE,) if series else ())
     return [
-        Run(rid, MLM, metric, value, "dgx-h100-superpod", req, MLM_ASSUMPTIONS, fit=False, searched=MLM_SEARCHED)
+        Run(rid, MLM, metric, value, "dgx-h100-superpod", req, notes, fit=False, searched=searched)
         for rid, metric, value in published
     ]
 

@@ -62,7 +62,8 @@ def _req_key(request: dict) -> _ReqKey:
 
 def published_pins(request: dict):
     """The search pins of a run whose source leaves knobs out: every setting of ``request`` (the published
-    ones and those Megatron's checks imply) fixed; micro-batch, VPP and recomputation left free. The
+    ones and those Megatron's checks imply) fixed; micro-batch (unless the request fixes it), VPP and
+    recomputation left free. The
     interleaving's micro-batch group is p: Megatron-Core r0.8.0 (the README rows' release) had no
     --microbatch-group-size-per-virtual-pipeline-stage and refuses an interleaved schedule whose m is not
     a multiple of p (schedules.py forward_backward_pipelining_with_interleaving @ core_r0.8.0: "number of
@@ -82,6 +83,7 @@ def published_pins(request: dict):
         distributed_optimizer=q["distributed_optimizer"],
         stage_split=StageSplit(q["stage_split"]),
         microbatch_group_size=p,
+        micro_batch=q.get("micro_batch"),  # what the source fixes of the knobs it leaves out (runs.MLM_SERIES_PINS)
         **{k: bool(opts[k]) for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")},
     )
 

@@ -3,11 +3,17 @@
 # No `from __future__ import annotations` here: pydantic would evaluate each model field's annotation from
 # its string (typing's ForwardRef: compile and eval), about 10 % of building the models every process pays.
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.models.patterns import PatternError, freq_value, moe_layers, window_layers
+
+# A size the candidate grid can hold: search keeps every size in 32-bit integers and the layer counts of a
+# stage in 16-bit ones, so a larger value (a typo: 100000000000) ended in an OverflowError traceback
+# (fresh user trial 8); it is refused as the field's bound instead.
+PositiveInt = Annotated[int, Field(gt=0, lt=2**31)]
+LayerCount = Annotated[int, Field(gt=0, lt=2**15)]
 
 
 class Normalization(StrEnum):
@@ -51,7 +57,7 @@ class ModelSpec(BaseModel):
 
     name: str
     source: str = Field(description="paper, model card or script the shape comes from")
-    num_layers: PositiveInt = Field(description="L")
+    num_layers: LayerCount = Field(description="L")
     hidden_size: PositiveInt = Field(description="h")
     num_attention_heads: PositiveInt = Field(description="a")
     num_query_groups: PositiveInt | None = Field(None, description="g; a (no GQA) if omitted")
