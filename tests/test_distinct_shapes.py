@@ -17,6 +17,8 @@ from planner.costs.blocks import _layer_blocks, layer_parts
 from planner.costs.estimate import evaluate, iteration_s
 from planner.costs.letters import (
     KEPT_SHAPES,
+    LAYER_CARRIED,
+    LAYER_KEY,
     SHAPE_CARRIED,
     SHAPE_KEY,
     Letters,
@@ -212,3 +214,28 @@ def test_kept_values_join_leaf_by_leaf_and_refuse_what_cannot():
 
     np.testing.assert_array_equal(lt.once(shared_vector, "vector"), [1.0, 2.0])
     assert lt._kept.kept["vector"].broken and len(calls) == 2  # tried to keep it, then computed for the grid
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_terms_without_the_optimizer_instances_are_shared_by_a_plans_hybrid_variants(case):
+    """``LAYER_KEY``: the terms that do not read the distributed-optimizer instances (a layer's blocks, the TP
+    collectives, the pipeline sends, the embedding's sync) are kept by shape without R, so the same plans with
+    R > 1 (search's hybrid variants) compute none of them again, only the data-parallel groups' links; every
+    number is the one a context keeping nothing gives. A view by that key refuses R and what depends on it."""
+    ctx, grid = _grid(*case)
+    part = grid.take(np.random.default_rng(7).choice(len(grid), size=min(300, len(grid)), replace=False))
+    part = replace(part, tp_comm_overlap=(np.arange(len(part)) % 2).astype(np.int8))
+    R = np.where((part.dp * part.cp) % 2 == 0, 2, 1)  # two replicas where d·c allows them
+    hybrid = replace(part, do_instances=R.astype(part.do_instances.dtype))
+    kept = keep_shapes(_fresh(ctx))
+    store = kept.__dict__[KEPT_SHAPES]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iteration_s(part, kept)
+        before = {name: k.n for name, k in store.kept.items()}
+        np.testing.assert_array_equal(iteration_s(hybrid, kept), iteration_s(hybrid, _fresh(ctx)))
+    grew = {name for name, k in store.kept.items() if k.n > before[name]}
+    assert grew == {"group_links"}, grew
+    view, _ = Letters(part, ctx).distinct(LAYER_KEY, LAYER_CARRIED)
+    for letter in ("R", "N", "edp_in"):
+        with pytest.raises(TypeError, match="not in this view's key"):
+            getattr(view, letter) + 1

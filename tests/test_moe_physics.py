@@ -288,6 +288,51 @@ def test_alltoall_sorts_by_local_expert_by_hand():
     assert alltoall["mem"] - flex["mem"] == pytest.approx(3 * 1_509_949_440 / hbm, rel=1e-9)
 
 
+def test_fp8_padding_copies_by_hand():
+    """TE's Fp8Padding / Fp8Unpadding around TEGroupedMLP's grouped GEMMs with FP8 (Megatron-Core
+    moe/experts.py core_r0.14-0.18; TE pytorch/module/fp8_padding.py): when an expert's rows are not a
+    multiple of 16 (32 for MXFP8) the routed input is copied into a padded buffer and the output back,
+    2·(2 + 2) = 8 bytes per element of the A·h copies a forward, as many in the backward. Qwen3-235B-A22B
+    on 256 H100 (TP 2, EP 32, b 1): A = 4,096/2 tokens × 8 = 16,384 pairs, h = 4,096 ->
+    8 × 16,384 × 4,096 = 536,870,912 bytes. None in BF16, none behind the flex dispatcher (HybridEP
+    and DeepEP hand over aligned counts), none under drop-and-pad when capacity·etp·ep is aligned."""
+    kind = moe.DISPATCHER_KINDS
+    pad = moe.fp8_padding_bytes(16_384, 4096, kind["alltoall"], recipe="tensorwise", counts_per_expert=None)
+    assert float(pad) == 536_870_912
+    assert float(moe.fp8_padding_bytes(16_384, 4096, kind["flex"], recipe="tensorwise", counts_per_expert=None)) == 0
+    assert float(moe.fp8_padding_bytes(16_384, 4096, kind["alltoall"], recipe=None, counts_per_expert=None)) == 0
+    # drop-and-pad, Qwen3-30B-A3B on 8 B200 at b 1 (25.09): capacity = ⌈4,096 × 8 / 128⌉ = 256, 256 × 1 × 8 = 2,048
+    rows = moe.drop_and_pad_rows(4096, 8, 128, 1, 8, 1.0)
+    assert float(rows) == 2048  # a multiple of 16 and of 32: no copy
+    assert float(moe.fp8_padding_bytes(32_768, 2048, kind["alltoall"], recipe="mxfp8", counts_per_expert=rows)) == 0
+    # capacity factor 1.1: ⌈256 × 1.1⌉ = 282 rows a rank, 2,256 = 16 × 141 (aligned for tensorwise), not 32 × k
+    rows = moe.drop_and_pad_rows(4096, 8, 128, 1, 8, 1.1)
+    assert float(rows) == 2256
+    assert float(moe.fp8_padding_bytes(1, 1, kind["alltoall"], recipe="tensorwise", counts_per_expert=rows)) == 0
+    assert float(moe.fp8_padding_bytes(1, 1, kind["alltoall"], recipe="mxfp8", counts_per_expert=rows)) == 8
+
+    def block(dispatcher, **opts):
+        req = make_request(
+            model="qwen3-235b-a22b", hardware="dgx-h100-superpod", gpus=256, tp=2, pp=8, vpp=4, ep=32,
+            sequence_parallel=True, micro_batch=1, global_batch=2048, moe_token_dispatcher=dispatcher,
+            options={"moe_load_imbalance": 1.0, "fp8": "e4m3", "fp8_recipe": "tensorwise", **opts},
+        )  # fmt: skip
+        lt = Letters(PlanGrid.from_plans([req.plan]), req.ctx)
+        return req.ctx, {k: float(np.ravel(v)[0]) for k, v in blocks.moe_mlp_block(lt, req.ctx).items()}
+
+    ctx, alltoall = block("alltoall")
+    hbm = ctx.hardware.gpu.hbm_bytes_per_s * ctx.hardware.calibration.memory_efficiency
+    # the experts' forward carries the 536,870,912 bytes (0.18 ms on H100 at 0.89 × 3.35 TB/s), the backward as many
+    assert alltoall["experts_fwd"] - block("flex")[1]["experts_fwd"] == pytest.approx(536_870_912 / hbm, rel=1e-9)
+    assert alltoall["mem"] - block("flex")[1]["mem"] == pytest.approx(
+        2 * 536_870_912 / hbm + 3 * float(moe.sort_chunks_bytes(16_384, 4096, 256 / 32, kind["alltoall"])) / hbm,
+        rel=1e-9,
+    )
+    # TE's fused grouped MLP (the op fuser) runs no Fp8Padding
+    fused = {k: block(k, use_transformer_engine_op_fuser=True)[1]["experts_fwd"] for k in ("alltoall", "flex")}
+    assert fused["alltoall"] == pytest.approx(fused["flex"], rel=1e-12)
+
+
 def explain_request(**kw):
     return explain(make_request(**kw))
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from planner.costs import communication as comm
 from planner.costs import compute, flops, memory, moe
-from planner.costs.letters import Letters
+from planner.costs.letters import LAYER_KEY, Letters
 from planner.costs.linears import cast_bytes, fp8_cast_bytes, gemm_times, tp_pair_s
 from planner.costs.mla import mla_gather_width, mla_letters
 from planner.hardware.collectives import group_link, hidden_comm_contention_s, p2p_time_s
@@ -303,6 +303,8 @@ def _routed_experts(lt: Letters, ctx: Context) -> dict:
         routed = dict(fused_in=0.0, out_grad=A * lt.h, per_in=A * (lt.h + lt.f_e / lt.etp))
         fwd, bwd = fp8_cast_bytes(lt, ctx, {}, **routed, per_grad=A * (1 + lt.gated) * lt.f_e / lt.etp)
         casts = (fwd + per * expert_weights / lt.m, bwd)
+        pad = _fp8_padding_bytes(lt, ctx, A) * unfused  # TE's Fp8Padding/Fp8Unpadding copies, both passes
+        casts = (casts[0] + pad, casts[1] + pad)
     hbm = hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
     experts_fwd = experts + (act + bias + casts[0]) / hbm
     experts_bwd = (
@@ -313,6 +315,15 @@ def _routed_experts(lt: Letters, ctx: Context) -> dict:
         A=A, experts=experts, act=act, bias=bias, permute=permute, casts=casts, unfused=unfused,
         experts_fwd=experts_fwd, experts_bwd=experts_bwd,
     )  # fmt: skip
+
+
+def _fp8_padding_bytes(lt: Letters, ctx: Context, A: np.ndarray) -> np.ndarray:
+    """``moe.fp8_padding_bytes`` of a plan with FP8: dropless routing's counts are the router's (unaligned),
+    drop-and-pad's the fixed ``moe.drop_and_pad_rows``."""
+    cf = ctx.options.moe_capacity_factor
+    T = lt.b * lt.s / (lt.c * lt.t)
+    rows = None if cf is None else moe.drop_and_pad_rows(T, lt.k, lt.E, lt.etp, lt.ep, cf)
+    return moe.fp8_padding_bytes(A, lt.h, lt.dispatcher, recipe=ctx.options.fp8_recipe.value, counts_per_expert=rows)
 
 
 def _shared_experts(lt: Letters, ctx: Context, casts: tuple) -> tuple:
@@ -433,7 +444,7 @@ def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
     micro-batch's whole layer)."""
     cached = getattr(lt, "_layer_parts", None)
     if cached is None:
-        cached = lt._layer_parts = lt.once(lambda shapes: _layer_blocks(shapes, ctx), "layer_parts")
+        cached = lt._layer_parts = lt.once(lambda shapes: _layer_blocks(shapes, ctx), "layer_parts", LAYER_KEY)
     return cached
 
 

@@ -16,7 +16,7 @@ from planner.costs import Formula, layer_time, memory, memory_parts
 from planner.costs import communication as comm
 from planner.costs.flop_terms import flop_terms
 from planner.costs.layer_time import activation_message, layer_time_formulas, layer_times, stage_step
-from planner.costs.letters import Letters
+from planner.costs.letters import LAYER_KEY, Letters
 from planner.costs.linears import tp_link
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, interleaved_wrap_wait_s
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes, stage_params
@@ -306,7 +306,7 @@ def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
             scatter_gather=ctx.options.pp_scatter_gather,
         )
 
-    return lt.once(p2p, "p2p")
+    return lt.once(p2p, "p2p", LAYER_KEY)
 
 
 def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
@@ -450,7 +450,7 @@ def _embedding_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
         emb_grad = v.V * v.h / v.t * grad_bytes
         return np.where(ctx.model.tied_embeddings & (v.p > 1), all_reduce_time_s(2, emb_grad, emb_link), 0.0)
 
-    return lt.once(sync, "embedding_sync")
+    return lt.once(sync, "embedding_sync", LAYER_KEY)
 
 
 def _optimizer_step_s(lt: Letters, ctx: Context, mem: dict, count: np.ndarray) -> np.ndarray:

@@ -187,15 +187,16 @@ def keep_shapes(ctx: Context) -> Context:
 
 
 class _ShapeStore:
-    """A context's kept shapes: each distinct shape's number (``ids``, by its ``SHAPE_KEY`` tuple, in the
-    order first seen) and each ``once`` function's values (``kept``, by name)."""
+    """A context's kept shapes: each distinct shape's number (``ids``: by key, ``SHAPE_KEY`` or ``LAYER_KEY``,
+    then by the shape's tuple of those letters, in the order first seen) and each ``once`` function's values
+    (``kept``, by name)."""
 
     def __init__(self):
-        self.ids: dict[tuple, int] = {}
+        self.ids: dict[tuple, dict[tuple, int]] = {}
         self.kept: dict[str, _Kept] = {}
 
-    def numbers(self, names: list[tuple]) -> np.ndarray:
-        ids = self.ids
+    def numbers(self, key: tuple[str, ...], names: list[tuple]) -> np.ndarray:
+        ids = self.ids.setdefault(key, {})
         for name in names:
             if name not in ids:
                 ids[name] = len(ids)
@@ -214,12 +215,12 @@ class _Kept:
         self.row = np.zeros(0, dtype=np.int64)
         self.value, self.n, self.broken = None, 0, False
 
-    def rows(self, lt: Letters, fn) -> np.ndarray | None:
-        """The row of each shape of ``lt``'s ``once`` view, after computing ``fn`` on those not kept yet and
-        keeping them; None if they cannot join the kept values (then nothing changes)."""
+    def rows(self, lt: Letters, shapes: _Shapes, fn) -> np.ndarray | None:
+        """The row of each distinct shape of ``lt`` (``shapes``), after computing ``fn`` on those not kept yet
+        and keeping them; None if they cannot join the kept values (then nothing changes)."""
         if self.broken:
             return None
-        ids = lt._shape_ids()
+        ids = shapes.ids(lt)
         if not len(ids):  # no plans
             return ids
         if len(self.row) <= ids.max():
@@ -228,7 +229,7 @@ class _Kept:
         missing = np.flatnonzero(rows < 0)
         if not len(missing):
             return rows
-        value = fn(lt.shapes_of(missing))
+        value = fn(shapes.view(lt, missing))
         try:
             if self.value is None and any(np.ndim(x) and not _per_shape(x, len(missing)) for x in _leaves(value)):
                 raise _Unmergeable  # an array every shape shares: a later row count could read it as per shape
@@ -306,16 +307,46 @@ def _leaves(value):
 # The letters that decide the shape of a plan's layers and the placement of its process groups: what the
 # terms computed once per distinct shape (``Letters.once``: a layer's blocks, the groups' links, the TP
 # collectives, pipeline sends, the embedding's sync) read; and the letters that are functions of them.
-SHAPE_KEY = ("t", "c", "b", "sp", "ep", "etp", "dispatcher", "a2a_overlap", "tpo", "fsdp", "p", "d", "R")
+# ``LAYER_KEY``: the same without the distributed-optimizer instances R (Megatron FSDP's replicas), which only the
+# data-parallel groups' links read: a layer's blocks, the TP collectives, the pipeline sends and the embedding's
+# sync are then shared by a plan and its hybrid variants (search's ``hybrid_variants``: the same plans, R > 1).
+LAYER_KEY = ("t", "c", "b", "sp", "ep", "etp", "dispatcher", "a2a_overlap", "tpo", "fsdp", "p", "d")
+SHAPE_KEY = (*LAYER_KEY, "R")  # R last: a grid's shapes by SHAPE_KEY are its shapes by LAYER_KEY, split by R
 SHAPE_CARRIED = ("V", "m", "world", "edp", "N", "edp_in")
+LAYER_CARRIED = ("V", "m", "world", "edp")
+_CARRIED = {SHAPE_KEY: SHAPE_CARRIED, LAYER_KEY: LAYER_CARRIED}
+
+
+class _Shapes:
+    """The distinct shapes of a grid by ``key`` (``SHAPE_KEY`` or ``LAYER_KEY``): a plan of each (``first``),
+    each plan's shape (``inverse``); their ``view`` and numbers in the context's store (``ids``) once asked."""
+
+    def __init__(self, key: tuple[str, ...], first: np.ndarray, inverse: np.ndarray):
+        self.key, self.first, self.inverse = key, first, inverse
+        self._view: Letters | None = None
+        self._ids: np.ndarray | None = None
+
+    def view(self, lt: Letters, rows: np.ndarray | None = None) -> Letters:
+        """The view of the shapes ``rows`` (all when None: made once), one plan per shape (``Letters.distinct``)."""
+        if rows is not None:
+            return lt._view_of(self.first.take(rows), self.key, _CARRIED[self.key])
+        if self._view is None:
+            self._view = lt._view_of(self.first, self.key, _CARRIED[self.key])
+        return self._view
+
+    def ids(self, lt: Letters) -> np.ndarray:
+        """Each shape by its number in the context's ``_ShapeStore``."""
+        if self._ids is None:
+            names = np.concatenate([getattr(lt, k).take(self.first, axis=0) for k in self.key], axis=1).tolist()
+            self._ids = lt._kept.numbers(self.key, list(map(tuple, names)))
+        return self._ids
 
 
 class Letters:
     """t, p, d, c, b, s, h, a, g, d_h, f, L, V, m ... of every plan of a grid."""
 
     _view = False  # a ``distinct`` view: one plan per distinct key
-    _shapes: list | None = None  # (a plan of each distinct shape, each plan's shape, their view), made by ``once``
-    _ids: np.ndarray | None = None  # the view's shapes by their numbers in ``_kept`` (``_shape_ids``)
+    _shapes: dict | None = None  # ``_Shapes`` by key, made by ``once``
     _kept: _ShapeStore | None = None  # the context's ``keep_shapes`` store
 
     def __init__(self, grid: PlanGrid, ctx: Context):
@@ -422,36 +453,36 @@ class Letters:
             setattr(view, name, value)
         return view
 
-    def once(self, fn, name: str | None = None):
-        """``fn(letters)`` for every plan, computed once per distinct shape (``SHAPE_KEY``, on the
-        ``distinct`` view of the grid, made once) and read back per plan: arrays (their first axis the
-        view's plans), and dicts, tuples and dataclasses of them (``collectives.Link``). On a view, ``fn``
-        of the view itself. ``name``: what ``fn`` computes, when the context keeps shapes (``keep_shapes``):
-        then only the shapes its earlier grids did not have are computed (on a view of those alone)."""
+    def once(self, fn, name: str | None = None, key: tuple[str, ...] = SHAPE_KEY):
+        """``fn(letters)`` for every plan, computed once per distinct shape (``key``: ``SHAPE_KEY``, or
+        ``LAYER_KEY`` for a term that does not read the distributed-optimizer instances; on the ``distinct``
+        view of the grid, made once) and read back per plan: arrays (their first axis the view's plans), and
+        dicts, tuples and dataclasses of them (``collectives.Link``). On a view, ``fn`` of the view itself.
+        ``name``: what ``fn`` computes, when the context keeps shapes (``keep_shapes``): then only the shapes
+        its earlier grids did not have are computed (on a view of those alone)."""
         if self._view or len(self.t) == 1:  # one plan: it is its own distinct shape
             return fn(self)
-        if self._shapes is None:  # one plan of each distinct shape, each plan's shape; the view when made
-            self._shapes = [*distinct_rows([getattr(self, k).reshape(-1) for k in SHAPE_KEY]), None]
-        first, inverse, view = self._shapes
+        shapes = self._shapes_by(key)
         kept = None if name is None or self._kept is None else self._kept.kept.setdefault(name, _Kept())
-        rows = None if kept is None else kept.rows(self, fn)
+        rows = None if kept is None else kept.rows(self, shapes, fn)
         if rows is not None:
-            return _per_plan(kept.value, rows.take(inverse), kept.n, {})
-        if view is None:
-            view = self._shapes[2] = self.shapes_of(np.arange(len(first)))
-        return _per_plan(fn(view), inverse, len(first), {})
+            return _per_plan(kept.value, rows.take(shapes.inverse), kept.n, {})
+        return _per_plan(fn(shapes.view(self)), shapes.inverse, len(shapes.first), {})
 
-    def _shape_ids(self) -> np.ndarray:
-        """Each distinct shape of the ``once`` view by its number in the context's ``_ShapeStore``."""
-        if self._ids is None:
-            first = self._shapes[0]
-            names = np.concatenate([getattr(self, k).take(first, axis=0) for k in SHAPE_KEY], axis=1).tolist()
-            self._ids = self._kept.numbers(list(map(tuple, names)))
-        return self._ids
-
-    def shapes_of(self, rows: np.ndarray) -> Letters:
-        """The ``once`` view of the distinct shapes ``rows`` (a view: one plan per shape)."""
-        return self._view_of(self._shapes[0].take(rows), SHAPE_KEY, SHAPE_CARRIED)
+    def _shapes_by(self, key: tuple[str, ...]) -> _Shapes:
+        """The grid's distinct shapes by ``key`` (``distinct_rows``), made once; ``SHAPE_KEY``'s from
+        ``LAYER_KEY``'s and R (numbered as ``distinct_rows`` numbers all of SHAPE_KEY's letters: R comes last)."""
+        if self._shapes is None:
+            self._shapes = {}
+        shapes = self._shapes.get(key)
+        if shapes is None:
+            if key == LAYER_KEY:
+                shapes = _Shapes(key, *distinct_rows([getattr(self, k).reshape(-1) for k in key]))
+            else:
+                coarse = self._shapes_by(LAYER_KEY)
+                shapes = _Shapes(key, *distinct_rows([coarse.inverse, self.R.reshape(-1)]))
+            self._shapes[key] = shapes
+        return shapes
 
     def stage(self, i: np.ndarray) -> dict[str, np.ndarray]:
         """What rank i holds, for (N, S) rank indices: ``layers``, ``moe`` and ``window`` (decoder

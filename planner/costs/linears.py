@@ -9,7 +9,7 @@ import numpy as np
 
 from planner.costs import Formula, compute, flops
 from planner.costs import communication as comm
-from planner.costs.letters import Letters
+from planner.costs.letters import LAYER_KEY, Letters
 from planner.hardware import userbuffers
 from planner.hardware.collectives import all_gather_time_s, group_link, nvlink_nccl_time_s
 from planner.plan import Context, CudaGraphImpl, CudaGraphModule, ParallelPlan, Recompute
@@ -47,7 +47,7 @@ def tp_link(lt: Letters, ctx: Context):
     (computed once per distinct shape: ``Letters.once``)."""
     cached = getattr(lt, "_tp_link", None)
     if cached is None:
-        cached = lt._tp_link = lt.once(lambda v: group_link(ctx.hardware, v.t, 1), "tp_link")
+        cached = lt._tp_link = lt.once(lambda v: group_link(ctx.hardware, v.t, 1), "tp_link", LAYER_KEY)
     return cached
 
 
@@ -60,7 +60,7 @@ def tp_collectives_s(lt: Letters, ctx: Context) -> np.ndarray:
         def collectives(v: Letters) -> np.ndarray:
             return comm.tp_layer_comm_time_s(activation_message(v), v.t, tp_link(v, ctx), sequence_parallel=v.sp)
 
-        cached = lt._tp_collectives = lt.once(collectives, "tp_collectives")
+        cached = lt._tp_collectives = lt.once(collectives, "tp_collectives", LAYER_KEY)
     return cached
 
 

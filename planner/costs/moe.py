@@ -433,6 +433,48 @@ def expert_extra_bytes(A: ArrayLike, h: int, f_e: int, *, clamp: bool, biased: b
     return CLAMP_BYTES_PER_F * A * f_e * clamp, EXPERT_BIAS_BYTES_PER_H * A * h * biased
 
 
+# Megatron-Core's unfused expert MLP (TEGroupedMLP, core_r0.14-0.18 moe/experts.py) wraps its grouped
+# GEMMs in Transformer Engine's Fp8Padding / Fp8Unpadding whenever FP8 is on: each expert's rows must
+# come in multiples of the quantisation alignment (Megatron-Core fp8_utils.get_fp8_align_size, TE's
+# get_align_size_for_quantization: 32 for MXFP8, 16 for the other recipes). When any local expert's
+# count is not such a multiple, Fp8Padding copies the whole routed input into a padded buffer
+# (tex.fused_multi_row_padding over every row, TE v2.12-v2.16 pytorch/module/fp8_padding.py) and
+# Fp8Unpadding copies the output back (fp8_unpadding.py), each read 2 and written 2 bytes per element
+# of the A·h copies; the backward pads and unpads the two gradients the same way. The flex dispatcher
+# hands over aligned counts (HybridEP pads each expert's rows in the dispatch, ``pad_multiple``;
+# DeepEP in the permute, ``align_size``, core_r0.17 on: token_dispatcher.py), and so would
+# --moe-router-padding-for-quantization, which Megatron-Bridge's DeepSeek-V3 and Qwen3 recipes leave
+# off (recipes/qwen/qwen3_moe.py: moe_router_padding_for_fp8 = False at v0.3.0-v0.4.0).
+FP8_PADDING_BYTES = 2 * (2 + 2)
+FP8_ALIGNMENT = {"mxfp8": 32}  # rows per expert; every other recipe 16
+
+
+def fp8_padding_bytes(
+    A: ArrayLike, h: int, kind: ArrayLike, *, recipe: str | None, counts_per_expert: ArrayLike | None
+) -> np.ndarray:
+    """Forward HBM bytes (the backward moves as many) of TE's Fp8Padding and Fp8Unpadding around the
+    unfused experts: ``FP8_PADDING_BYTES``·A·h with FP8 (``recipe`` not None) behind the alltoall or
+    allgather dispatcher when the rows an expert receives are not a multiple of ``FP8_ALIGNMENT``
+    (``counts_per_expert`` None: dropless routing, whose counts are the router's; else drop-and-pad's
+    fixed count), else 0."""
+    A = np.asarray(A, dtype=float)
+    if recipe is None:
+        return 0.0 * A
+    align = FP8_ALIGNMENT.get(recipe, 16)
+    unaligned = True if counts_per_expert is None else np.mod(np.asarray(counts_per_expert), align) != 0
+    copies = (np.asarray(kind) != DISPATCHER_KINDS["flex"]) & unaligned
+    return FP8_PADDING_BYTES * A * h * copies
+
+
+def drop_and_pad_rows(T: ArrayLike, k: int, E: int, etp: ArrayLike, ep: ArrayLike, capacity_factor: float):
+    """Rows each local expert computes under drop-and-pad: capacity·etp·ep, capacity = ⌈T·k/E·cf⌉ of the
+    T tokens a rank routes (moe_utils.get_capacity; MoEAlltoAllTokenDispatcher.preprocess,
+    num_tokens_per_local_expert = capacity·tp_size·ep_size with tp the expert tensor-parallel group,
+    core_r0.14-0.18)."""
+    capacity = np.ceil(np.asarray(T, dtype=float) * k / E * capacity_factor)
+    return capacity * np.asarray(etp) * np.asarray(ep)
+
+
 def moe_mlp_activation_bytes(
     A: ArrayLike, T: ArrayLike, h: int, f_e: int, etp: ArrayLike, *, gated: bool, fp8_inputs: bool = False
 ) -> np.ndarray:
@@ -464,6 +506,12 @@ def expert_formula(ctx) -> Formula:
             extra.append(f"the clamp {CLAMP_BYTES_PER_F}·A·f_e")
         if mo.add_bias_linear:
             extra.append(f"fc2's bias {EXPERT_BIAS_BYTES_PER_H}·A·h")
+        if recipe is not None:
+            align = FP8_ALIGNMENT.get(recipe, 16)
+            extra.append(
+                f"behind the alltoall or allgather dispatcher, TE's padding of each expert's rows to a multiple "
+                f"of {align} and back {FP8_PADDING_BYTES}·A·h each pass"
+            )
         op_us = ctx.hardware.calibration.moe_host_op_us or 0.0
         eager = (
             f"; host: (E/ep)·({fwd} forward, {bwd} backward ops per expert)·{op_us:g} µs unless CUDA graphs "
@@ -475,7 +523,8 @@ def expert_formula(ctx) -> Formula:
         f"grouped GEMMs 2·A·h·f_e·(γ+1) over the E/ep local experts at f_e/etp (f_e = {mo.expert_ffn}), "
         f"each expert's M padded to {GROUPED_GEMM_TILE_M}-row blocks ((M + {GROUPED_GEMM_TILE_M // 2})/M){eager}",
         "Megatron-Core moe/experts.py (TEGroupedMLP; _apply_bias; fused_bias_geglu.py); DeepGEMM README (M-block "
-        "alignment of grouped GEMMs); Megatron-LM training.py:1255-1296 (e·(f_e·k + f_s) per token); host time per "
+        "alignment of grouped GEMMs); TE pytorch/module/fp8_padding.py (Fp8Padding, Fp8Unpadding); "
+        "Megatron-LM training.py:1255-1296 (e·(f_e·k + f_s) per token); host time per "
         "op: hardware preset moe_host_op_us (megaplan calibrate --moe); GPU gap per graphed kernel: ahrefs/ocannl "
         "issue 488 (no-op chain replayed in a graph: 15 µs + 0.58 µs·N)",
     )

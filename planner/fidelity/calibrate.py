@@ -47,6 +47,7 @@ FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, an
 }
 MIN_EFFECT = 0.01  # moving a factor across its band must move some run's prediction by 1 % ...
 MAX_SIGMA_FRAC = 0.5  # ... and the runs must pin it to within half its band (one σ)
+XTOL_STOP = 3  # scipy least_squares status: the step fell under xtol (not a small gradient or cost change)
 # a value within 2 % of its band's width from an edge sits at the bound (0.5 % until the GB200 refit of
 # 2026-12-01 parked η_net at 0.4558 ± 0.19 of [0.45, 0.95], 1.2 % from its floor, and the stragglers' σ at
 # 0.0298 ± 0.015 of [0, 0.03], 0.7 % from its top: Blackwell's max error went 10.2 -> 22.9 %)
@@ -195,7 +196,12 @@ def _solve(problem: Problem, names: list[str], values: dict, bands: dict, priors
         trial = dict(values, **dict(zip(names, x, strict=True)))
         return np.concatenate([problem.residuals(trial), _prior_residuals(priors, trial)])
 
-    sol = least_squares(residuals, x0, bounds=(lo, hi), x_scale=width, diff_step=1e-3, xtol=1e-4, ftol=1e-4)
+    def solve(start):
+        return least_squares(residuals, start, bounds=(lo, hi), x_scale=width, diff_step=1e-3, xtol=1e-4, ftol=1e-4)
+
+    sol = solve(x0)
+    if sol.status == XTOL_STOP:  # the trust region shrank to nothing, e.g. at a kink of the overlap's max():
+        sol = solve(sol.x)  # one fresh start from there (a synthetic η_a2a = 0.55 stalled at 0.570 without it)
     return sol.x, sol.fun[: len(problem.runs)], sol.jac
 
 
