@@ -22,6 +22,8 @@ from planner.fidelity.evidence import band_frac
 from planner.search import recipe_options, search
 from planner.space.candidates import NO_PINS, Pins, candidate_grid
 
+SHIPPED_PRUNE_FROM = search_module.PRUNE_FROM
+
 MODELS = {  # dense, MoE, MoE with MTP and dense first layers, sliding-window layers
     "gpt3": ("gpt3-175b", 64, "dgx-a100-superpod"),
     "mixtral": ("mixtral-8x7b", 32, "dgx-h100-superpod"),
@@ -84,6 +86,14 @@ def test_the_floor_sums_every_stage(model):
     block = replace(part, recompute=np.full(len(part), 2, np.int8), recompute_block=np.ones(len(part), bool))
     block = replace(block, recompute_layers=np.ones(len(part), dtype=np.int64))
     assert np.all(iteration_floor_s(block, ctx) == 0)
+
+
+@pytest.fixture(autouse=True)
+def _prune_every_grid():
+    """The tests below exercise the floors on small grids too: the search prunes only grids of more than
+    ``PRUNE_FROM`` rows (the last test puts the shipped threshold back)."""
+    with mock.patch.object(search_module, "PRUNE_FROM", 0):
+        yield
 
 
 def _result(ctx, gpus, pins, **kw):
@@ -236,3 +246,17 @@ def test_settling_a_made_up_ranking_leaves_rows_untimed():
         case = _made_up(7, 400, 1.5)
         _, untimed = _settled(case, ctx, rank_by, 10)
         assert untimed > case["unk"].sum() // 2 > 50
+
+
+def test_a_grid_of_one_block_times_every_row_that_fits():
+    """GPT-3 175B on 64 A100 (global batch 64): its grid is a few thousand rows, under ``PRUNE_FROM``, so every
+    row that fits is timed at once (the floors, the probe and the settling would cost more than they save:
+    50-57 ms CPU against 72-94 ms, speed8); DeepSeek-V3 on 256 H100's grid is over it and leaves rows untimed."""
+    small = make_request(model="gpt3-175b", gpus=64, hardware="dgx-a100-superpod", global_batch=64).ctx
+    big = make_request(model="deepseek-v3", gpus=256, hardware="dgx-h100-superpod", global_batch=512).ctx
+    untimed: list[int] = []
+    with mock.patch.object(search_module, "PRUNE_FROM", SHIPPED_PRUNE_FROM), _counting(untimed):
+        _result(small, 64, NO_PINS)
+        _result(big, 256, NO_PINS, top=5)
+    assert SHIPPED_PRUNE_FROM == search_module.BLOCK
+    assert untimed[0] == 0 and untimed[1] > 1000
