@@ -14,13 +14,14 @@ band (``RANK_RULES``), so a plan that is fast only where the model extrapolates 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
 import numpy as np
 
 from planner import parallel
-from planner.costs.estimate import evaluate, iteration_s, peak_memory_bytes, stage_memory_totals
+from planner.costs.estimate import evaluate, iteration_floor_s, iteration_s, peak_memory_bytes, stage_memory_totals
 from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
@@ -306,7 +307,11 @@ def search(
         solved = block_recompute_layers(grid.take(unsolved), options.evaluating, capacity)
         grid.recompute_layers[unsolved] = np.maximum(solved, 1)
     block = pins.recompute_method is None and _full_allowed(pins)  # block-recomputation variants of unfit rows
-    scored, twins, block_part = _with_tp_overlap_twins(grid, options, capacity, pins.tp_comm_overlap is None, block)
+    rank_by = "memory" if sort == "memory" else rank_by
+    twinned = pins.tp_comm_overlap is None
+    scored, twins, block_part, pending = _with_tp_overlap_twins(
+        grid, options, capacity, twinned, block, rank_by != "memory"
+    )
     parts = [scored] if block_part is None else [scored, block_part]
     if pins.distributed_optimizer_instances is None:  # Megatron FSDP's hybrid variants of the FSDP rows that fit
         parts.append(hybrid_variants(scored, ctx, pins, num_gpus, capacity))
@@ -319,10 +324,10 @@ def search(
             _nothing_fits(ctx, num_gpus, pins, candidates, scored, capacity, rejected, suggest_sizes=suggest_sizes)
         )
     variants = sum(len(part.peak) for part in parts[1:])
-    fitting = _Scored.stack([part.take(np.flatnonzero(part.peak <= capacity)) for part in parts])  # in row order
-    rank_by = "memory" if sort == "memory" else rank_by
+    fitting, ranking = pending.settle(parts, capacity, rank_by, top, num_gpus)  # in row order
     fits = np.ones(len(fitting.peak), dtype=bool)
-    result = _ranked(ctx, num_gpus, fitting, fits, top, rank_by, memory_headroom, candidates + variants, rejected)
+    evaluated = candidates + variants
+    result = _ranked(ctx, num_gpus, fitting, fits, top, rank_by, memory_headroom, evaluated, rejected, ranking)
     hybrid = len(parts[-1].peak) if pins.distributed_optimizer_instances is None else 0
     result.block_variants, result.tp_overlap_twins, result.hybrid_variants = variants - hybrid, twins, hybrid
     return result
@@ -372,22 +377,23 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
     return names
 
 
-def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, twins: bool, block: bool) -> tuple:
+def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, twins: bool, block: bool, prune=True):
     """Every row evaluated, and (``twins``: --tp-comm-overlap not pinned) --tp-comm-overlap searched both
     ways: every row the recipes give it (sequence parallelism) is also evaluated without it, and keeps
     whichever is faster (userbuffers take memory and SMs, so neither wins
     everywhere); where neither fits, the smaller peak. Rows go in blocks of whole families (``_by_family``)
     so the memory stays bounded; the blocks are independent, so a large grid's are split between two
     processes (``parallel.run_jobs``: the same numbers). With ``block``, each block also finds its rows'
-    block-recomputation variants (``_BlockVariants``). Returns the rows scored, the twins evaluated and the
-    block variants scored (None without ``block``)."""
+    block-recomputation variants (``_BlockVariants``). Then the rows that fit are timed (``_Pending``): with
+    ``prune``, only those whose floor (``iteration_floor_s``) is within ``HYBRID_REACH`` of the fastest; the
+    others keep an infinite time until the ranking needs them (``_Pending.settle``). Returns the rows scored,
+    the twins evaluated, the block variants scored (None without ``block``) and the rows not timed yet."""
     keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
     blocks = _family_blocks(grid, np.arange(len(grid)), BLOCK, keys)  # a twin's family is its row's
     fork = len(blocks) > 1 and parallel.can_fork()
     n = len(grid)
-    iteration, peak = parallel.shared_empty(n, float, fork), parallel.shared_empty(n, float, fork)
-    off_wins = parallel.shared_empty(n, np.int8, fork)  # rows that keep their twin without the overlap
-
+    out = tuple(parallel.shared_empty(n, kind, fork) for kind in (float, float, np.int8, np.int8))
+    iteration, peak, off_wins, need = out  # need: what is left to time (``_screen_block``)
     groups = [blocks[0::2], blocks[1::2]] if fork else [blocks]  # each process's blocks (``run_jobs``' split)
     variants = _BlockVariants.shared(grid, groups, fork, capacity, options) if block else None
 
@@ -395,17 +401,134 @@ def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, t
         def run():
             base = []  # the rows whose block variants are sought
             for rows in group:
-                _score_block(grid, rows, keys, options, capacity, twins, (iteration, peak, off_wins))
+                _screen_block(grid, rows, keys, options, capacity, twins, out)
                 base.append(variants.base(grid, rows, peak) if variants else rows[:0])
             if variants is not None:  # once per process: each call of the cost functions costs milliseconds
                 variants.solve(g, grid, np.sort(np.concatenate(base)), off_wins)
+            if prune:  # until timed, a row that fits holds its floor as its time
+                _floors(grid, np.sort(np.concatenate(group)), out, options.evaluating)
 
         return run
 
     evaluated = int(np.count_nonzero(grid.tp_comm_overlap > 0)) if twins else 0
     parallel.run_jobs([job(g, group) for g, group in enumerate(groups)], fork)
+    pending = _Pending.timed(grid, out, options.evaluating, prune, fork)
     grid.tp_comm_overlap[off_wins > 0] = 0
-    return _Scored(grid, iteration, peak, options), evaluated, variants.collect(grid) if variants else None
+    return _Scored(grid, iteration, peak, options), evaluated, variants.collect(grid) if variants else None, pending
+
+
+def _floors(grid: PlanGrid, rows: np.ndarray, out, ctx: Context) -> None:
+    """Writes into ``iteration`` each row of ``rows`` left to time its floor: the lower of its own and its
+    twin's (``iteration_floor_s``), as ``need`` says which are timed."""
+    iteration, _, _, need = out
+    rows = rows[need.take(rows) > 0]
+    code = need[rows]
+    mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
+    both = PlanGrid.stack(grid.take(mine), replace(grid.take(tw), tp_comm_overlap=np.zeros(len(tw), dtype=np.int8)))
+    floor = np.empty(len(both))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for start in range(0, len(both), CHUNK):
+            floor[start : start + CHUNK] = iteration_floor_s(both.take(slice(start, start + CHUNK)), ctx)
+    iteration[rows] = np.inf
+    iteration[mine] = floor[: len(mine)]
+    iteration[tw] = np.minimum(iteration[tw], floor[len(mine) :])
+
+
+PROBE = 1024  # rows that fit with the lowest floors, timed first: the fastest of them bounds the search's fastest
+
+
+@dataclass
+class _Pending:
+    """The rows that fit whose time is not known yet (``rows``; ``iteration`` holds inf for them), each with
+    its ``floor``; ``out``: the shared arrays of ``_with_tp_overlap_twins`` (iteration, peak, off_wins, need)."""
+
+    grid: PlanGrid
+    out: tuple
+    ctx: Context
+    rows: np.ndarray
+    floor: np.ndarray
+
+    @classmethod
+    def timed(cls, grid: PlanGrid, out, ctx: Context, prune: bool, fork: bool) -> _Pending:
+        """Times the rows that fit: with ``prune``, the ``PROBE`` of the lowest floors, then every row whose floor
+        is within ``HYBRID_REACH`` of the fastest of them (split between two processes); the others wait."""
+        iteration, need = out[0], out[3]
+        rows = np.flatnonzero(need)
+        floor = iteration[rows] if prune else np.zeros(len(rows))
+        if prune and len(rows) > PROBE:
+            probe = rows[np.argsort(floor, kind="stable")[:PROBE]]
+            _time_rows(grid, probe, ctx, out)
+            todo = rows[~(floor > HYBRID_REACH * np.min(iteration[probe])) & (need[rows] > 0)]
+        else:
+            todo = rows
+        halves = np.array_split(todo, 2 if fork and len(todo) > CHUNK else 1)
+        parallel.run_jobs([functools.partial(_time_rows, grid, half, ctx, out) for half in halves], fork)
+        late = need[rows] > 0
+        iteration[rows[late]] = np.inf
+        return cls(grid, out, ctx, rows[late], floor[late])
+
+    def time(self, which: np.ndarray) -> None:
+        """Times the rows ``which`` (a mask over ``rows``): each keeps its faster version (``_time_rows``)."""
+        rows = self.rows[which]
+        _time_rows(self.grid, rows, self.ctx, self.out)
+        self.grid.tp_comm_overlap[rows[self.out[2][rows] > 0]] = 0
+        self.rows, self.floor = self.rows[~which], self.floor[~which]
+
+    def settle(self, parts: list[_Scored], capacity: float, rank_by: str, top: int, gpus: int) -> tuple:
+        """The rows that fit, of every part in row order (the first part: the rows scored, these among them), and
+        their ranking (``_order``), once no row not timed could change what the search reports (``_unsettled``):
+        those that could are timed and the ranking made again."""
+        while True:
+            fitting = _Scored.stack([part.take(np.flatnonzero(part.peak <= capacity)) for part in parts])
+            ranking = _order(fitting, np.arange(len(fitting.peak)), rank_by, capacity, gpus)
+            if not len(self.rows):
+                return fitting, ranking
+            pos = np.searchsorted(np.flatnonzero(parts[0].peak <= capacity), self.rows)
+            ext = ranking.extrapolated[pos]
+            twinned = (self.out[3][self.rows] & (ROW | TWIN)) == ROW | TWIN  # either version may be kept
+            off = replace(self.grid.take(self.rows[twinned]), tp_comm_overlap=np.zeros(int(twinned.sum()), np.int8))
+            other = ext.copy()
+            other[twinned] = _bands(_Scored(off, None, None, parts[0].options), np.arange(len(off)), gpus)[1]
+            bounds = (self.floor, np.minimum(ext, other), np.maximum(ext, other))
+            late = _unsettled(fitting, ranking, pos, bounds, rank_by, top, self.ctx)
+            if not late.any():
+                return fitting, ranking
+            self.time(late)
+
+
+def _unsettled(fitting: _Scored, ranking: _Ranking, pos: np.ndarray, bounds: tuple, rank_by: str, top: int, ctx):
+    """Which rows at ``pos`` of ``fitting``, not timed (their time infinite), could change the ranking's result
+    once timed; ``bounds``: their floors and their fewest and most extrapolated features (either version kept).
+    A row cannot if its floor proves it after every row shown (``_Ranking.top``), the first by risk, the
+    fastest (and its rank), never tied with the first, and not faster than rank 1 (``moved_down``): each
+    comparison strict, so no tie is broken by position; a NaN proves nothing."""
+    floor, ext_lo, ext_hi = bounds
+    it, ext = fitting.iteration, ranking.extrapolated
+    eps = band_frac(ext, ctx)
+    shown = ranking.top(min(top, len(it)))
+    fastest = _lex_first((it,), 1)[0]
+    late = np.isin(pos, shown) | (pos == fastest) | ~(floor > it[fastest])
+    if not len(shown):
+        return np.ones(len(pos), dtype=bool)
+    rest = shown[~ranking.tie[shown]]  # shown after the tied ones
+    if rank_by == "estimate":  # tied: low <= the fastest's high; the others by the estimate
+        late |= ~(floor * np.exp(-band_frac(ext_hi, ctx)) > it[fastest] * np.exp(eps[fastest]))
+        return late | (~(floor > it[rest[-1]]) if len(rest) else False)
+    pessimistic = it * np.exp(RISK_Z * eps)
+
+    def after(j: int) -> np.ndarray:  # surely after row j by (extrapolated, pessimistic)
+        bound = floor * np.exp(RISK_Z * band_frac(ext_lo, ctx))
+        return (ext_lo > ext[j]) | ((ext_lo == ext[j]) & (bound > pessimistic[j]))
+
+    first = _lex_first((ext, pessimistic, it), 1)[0]
+    late |= (pos == first) | ~after(first)
+    maybe_tied = (ext_lo == ext[first]) | (ext_hi == ext[first])
+    late |= maybe_tied & ~(floor * np.exp(-eps[first]) > it[first] * np.exp(eps[first]))
+    if len(rest):
+        late |= ~after(rest[-1])
+    if not ranking.tie[fastest]:  # its rank counts the rows before it
+        late |= ~((ext_hi < ext[fastest]) | after(fastest))
+    return late | ~((ext_hi == 0) | (floor >= it[shown[0]]))
 
 
 @dataclass
@@ -461,51 +584,83 @@ class _BlockVariants:
         return _Scored(block, self.iteration[pos], self.peak[pos], self.options)
 
 
-def _score_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _Options, capacity, twins, out) -> None:
-    """``_with_tp_overlap_twins`` on one block of whole families ``rows``: writes their iteration time, peak
-    and whether each keeps its twin without --tp-comm-overlap into ``out`` at ``rows`` (and nowhere else)."""
-    iteration, peak, off_wins = out
+ROW, TWIN, SMALLER = 1, 2, 4  # ``need`` flags: time the row as it is, time its twin; the twin needs less memory
+
+
+def _screen_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _Options, capacity, twins, out) -> None:
+    """``_with_tp_overlap_twins``' memory on one block of whole families ``rows``: writes into ``out`` at ``rows``
+    (and nowhere else) each row's peak and whether it keeps its twin without --tp-comm-overlap where memory
+    decides it (neither fits: the smaller; only the twin fits: the twin), and ``need``: what is left to time
+    (``ROW``, ``TWIN``, with ``SMALLER``; ``_time_rows``). A row that fits keeps its own overlap until timed."""
+    iteration, peak, off_wins, need = out
     at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
     pos = rows[at]
     off = replace(grid.take(pos), tp_comm_overlap=np.zeros(len(pos), dtype=np.int8))
-    (it, pk, state), (tw_it, tw_pk, tw_state) = _rows_and_twins(grid, rows, off, at, options, capacity, keys[rows])
-    mine = _Twin(state[at], tw_state, pk[at], tw_pk)
-    better = (tw_it < it[at]) | (~np.isfinite(it[at]) & mine.smaller(off, options))
-    unknown = np.flatnonzero(better & np.isnan(tw_pk))  # kept twins of rows that fit: their peak, measured
+    (pk, state), (tw_pk, tw_state) = _block_peaks(grid, rows, off, at, options, capacity, keys[rows])
+    fits, tw_fits = pk <= capacity, tw_pk <= capacity
+    smaller = _Twin(state[at], tw_state, pk[at], tw_pk).smaller(off, options)
+    code = np.where(fits, ROW, 0).astype(np.int8)
+    code[at] |= np.where(fits[at] | tw_fits, TWIN, 0) | np.where(smaller, SMALLER, 0)
+    # decided by memory: neither fits (the smaller; its time infinite), or only the twin does and its peak is
+    # below the row's (kept whatever its time; a twin is timed even so). Left for later: rows that fit
+    better = ~fits[at] & smaller
+    code[at[~fits[at] & ~tw_fits]] = 0
+    unknown = np.flatnonzero(better & np.isnan(tw_pk))  # kept twins whose peak was not measured
     with np.errstate(divide="ignore", invalid="ignore"):
         for start in range(0, len(unknown), CHUNK):
             part = unknown[start : start + CHUNK]
             tw_pk[part] = peak_memory_bytes(off.take(part), options.evaluating)
-    it[at[better]], pk[at[better]] = tw_it[better], tw_pk[better]
-    iteration[rows], peak[rows] = it, pk
+    pk[at[better]] = tw_pk[better]
+    iteration[rows], peak[rows], need[rows] = np.inf, pk, code
     off_wins[rows] = 0
     off_wins[pos[better]] = 1
+    odd = pos[~fits[at] & tw_fits & ~smaller]  # a row whose peak is NaN: its twin is kept if its time is finite
+    if len(odd):
+        _time_rows(grid, odd, options.evaluating, out)
 
 
-def _rows_and_twins(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, capacity: float, keys) -> tuple:
-    """``_evaluate`` of the ``rows`` of the grid (``keys``: their families) and of their twins ``off`` (the
-    rows ``at`` among them, without the overlap). A large block: the rows' peaks in place, then their twins'
-    (``_twins``: one copy of the twins only), then the rows and twins that fit timed together (``_times``); a
-    small one in one evaluation. Each call of the cost functions costs milliseconds whatever its rows (the
-    terms computed once per distinct shape: ``Letters.once``), so the fewer the better."""
+def _block_peaks(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, capacity: float, keys) -> tuple:
+    """The peaks and states (``_by_family_states``) of the ``rows`` of the grid (``keys``: their families) and
+    of their twins ``off`` (the rows ``at`` among them, without the overlap). A large block: the rows' peaks in
+    place, then their twins' (``_twins``: one copy of the twins only, NaN where the row fits); a small one in one
+    screening. Each call of the cost functions costs milliseconds whatever its rows (the terms computed once
+    per distinct shape: ``Letters.once``), so the fewer the better."""
     ctx = options.evaluating
-    if len(rows) > CHUNK:
-        with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if len(rows) > CHUNK:
             peak, state = _peak_memory(grid, rows, ctx, capacity, keys)
-        tw_peak, tw_state, tw_fits = _twins(off, peak[at] <= capacity, keys[at], ctx, capacity)
-        fits = np.flatnonzero(peak <= capacity)
-        it, tw_it = _times([(grid, rows[fits]), (off, np.flatnonzero(tw_fits))], ctx)
-        iteration, tw_iteration = np.full(len(rows), np.inf), np.full(len(off), np.inf)
-        iteration[fits], tw_iteration[tw_fits] = it, tw_it
-        return (iteration, peak, state), (tw_iteration, tw_peak, tw_state)
-    _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
-    family = family.reshape(-1)
-    both = PlanGrid.stack(grid.take(rows), off)
-    it, pk, state = _evaluate(
-        both, np.arange(len(both)), ctx, capacity, np.concatenate([family, family[at] + len(rows)])
-    )
+            tw_peak, tw_state, _ = _twins(off, peak[at] <= capacity, keys[at], ctx, capacity)
+            return (peak, state), (tw_peak, tw_state)
+        _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
+        family = family.reshape(-1)
+        both = PlanGrid.stack(grid.take(rows), off)
+        pk, state = _peak_memory(
+            both, np.arange(len(both)), ctx, capacity, np.concatenate([family, family[at] + len(rows)])
+        )
     n = len(rows)
-    return (it[:n], pk[:n], state[:n]), (it[n:], pk[n:], state[n:])
+    return (pk[:n], state[:n]), (pk[n:], state[n:])
+
+
+def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
+    """Times what ``need`` asks of ``rows`` (the row as it is, its twin without --tp-comm-overlap) and keeps
+    each twinned row's faster version, or where the row's time is not finite, the smaller (``SMALLER``); a row
+    that takes its twin takes the twin's peak (measured: a twin that fits is not screened where its row fits)."""
+    iteration, peak, off_wins, need = out
+    code = need[rows]
+    mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
+    off = replace(grid.take(tw), tp_comm_overlap=np.zeros(len(tw), dtype=np.int8))
+    it, tw_it = _times([(grid, mine), (off, np.arange(len(tw)))], ctx)
+    iteration[mine] = it
+    own = np.where((need[tw] & ROW) > 0, iteration[tw], np.inf)
+    better = (tw_it < own) | (~np.isfinite(own) & ((need[tw] & SMALLER) > 0))
+    iteration[tw[better]] = tw_it[better]
+    flip = np.flatnonzero(better & (off_wins[tw] == 0))  # rows that kept their own overlap until now
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for start in range(0, len(flip), CHUNK):
+            part = flip[start : start + CHUNK]
+            peak[tw[part]] = peak_memory_bytes(off.take(part), ctx)
+    off_wins[tw[flip]] = 1
+    need[rows] = 0
 
 
 def _times(parts: list[tuple[PlanGrid, np.ndarray]], ctx: Context) -> list[np.ndarray]:
@@ -675,17 +830,13 @@ def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus:
     return _Ranking(tie, (extrapolated, tight, it), (it,), extrapolated)
 
 
-def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluated, rejected) -> SearchResult:
+def _ranked(
+    ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluated, rejected, ranking=None
+) -> SearchResult:
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     ok = np.flatnonzero(fits)
-    ranking = _order(scored, ok, rank_by, capacity, num_gpus)
-    shown = ranking.top(min(top, len(ok)))
-    fastest = _lex_first((scored.iteration[ok],), 1)[0] if rank_by != "memory" else shown[0]
-    fastest_rank = ranking.rank(fastest) if rank_by != "memory" else 1
-    ranks = list(range(1, len(shown) + 1))
-    if fastest_rank > top:  # the ranking puts it below the top N: it is shown after them with its own rank
-        ranks.append(fastest_rank)
-        shown = np.append(shown, fastest)
+    ranking = _order(scored, ok, rank_by, capacity, num_gpus) if ranking is None else ranking
+    shown, ranks, fastest, fastest_rank, moved = _standing(scored.iteration[ok], ranking, top, rank_by)
     chosen, fastest_row = ok[shown], ok[fastest]
     best = scored.grid.take(chosen)  # one evaluation: each row carries its own overlaps
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -696,10 +847,6 @@ def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluate
         pj = plan_json(scored.options.contexts[k], num_gpus, best, ev, j, [], memory_headroom, evidence)
         pj.update(tied_with_fastest=bool(ranking.tie[shown[j]]), fastest=bool(i == fastest_row))
         plans.append({**pj, "rank": ranks[j]})
-    moved = 0
-    if rank_by == "risk":  # plans faster by estimate than rank 1, below it for a feature no setting exercises
-        faster = scored.iteration[ok] < scored.iteration[chosen[0]]
-        moved = int(np.sum(ranking.extrapolated[faster] > 0))
     return SearchResult(
         plans,
         evaluated,
@@ -711,6 +858,23 @@ def _ranked(ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluate
         rank_by=rank_by,
         moved_down=moved,
     )
+
+
+def _standing(it: np.ndarray, ranking: _Ranking, top: int, rank_by: str) -> tuple:
+    """What a search reports of the ``ranking`` of rows whose times are ``it``: the positions shown in order (the
+    fastest after them, with its own rank, where the ranking puts it below the top), their ranks, the fastest's
+    position and rank, and how many plans faster by estimate than rank 1 are below it for evidence."""
+    shown = ranking.top(min(top, len(it)))
+    fastest = _lex_first((it,), 1)[0] if rank_by != "memory" else shown[0]
+    fastest_rank = ranking.rank(fastest) if rank_by != "memory" else 1
+    ranks = list(range(1, len(shown) + 1))
+    if fastest_rank > top:  # the ranking puts it below the top N: it is shown after them with its own rank
+        ranks.append(fastest_rank)
+        shown = np.append(shown, fastest)
+    moved = 0
+    if rank_by == "risk":  # plans faster by estimate than rank 1, below it for a feature no setting exercises
+        moved = int(np.sum(ranking.extrapolated[it < it[shown[0]]] > 0))
+    return shown, ranks, fastest, fastest_rank, moved
 
 
 def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float, keys=None, whole=False) -> tuple:

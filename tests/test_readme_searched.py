@@ -229,6 +229,14 @@ def test_the_strong_scaling_series_fixes_the_177b_rows_micro_batch_at_1():
     assert any("strong-scaling series" in a for a in run.assumptions)
     assert _strong_point(run, 96, 1, 8)["fits"]
     assert not _strong_point(run, 96, 2, 8)["fits"] and not _strong_point(run, 96, 2, 1)["fits"]
+    # and b 1 is the one micro-batch r0.8.0 can run interleaved (the README overlaps PP communication, which
+    # r0.8.0 does only when interleaving) at every point: b divides the d-rank's 1,152/d sequences and
+    # m = 1152/(d·b) is a multiple of p = 6. By hand: d 64 leaves 18 sequences, m 18/b: b 1 (18) and 3 (6) only;
+    # d 48 (the row) 24: b 3 gives m 8, so b 1 alone.
+    legal = [
+        b for b in range(1, 25) if all((1152 // (g // 48)) % b == 0 and (1152 // (g // 48) // b) % 6 == 0 for g in gpus)
+    ]
+    assert legal == [1]
     # the other rows keep their micro-batch searched
     assert all("micro_batch" in r.searched for r in _readme_runs() if not r.id.startswith("MLM-README-H100-177B"))
 

@@ -143,7 +143,7 @@ def test_block_variants_found_in_each_process_are_those_of_the_whole_grid(case, 
         return run_jobs(jobs, fork)
 
     with mock.patch.object(parallel, "run_jobs", counting), mock.patch.object(search_module, "BLOCK", 1024):
-        scored, _, split = search_module._with_tp_overlap_twins(grid, options, capacity, True, True)
+        scored, _, split, _ = search_module._with_tp_overlap_twins(grid, options, capacity, True, True)
     assert any(forks) == parallel.can_fork()
     whole, _ = search_module._block_candidates(scored, capacity)
     iteration, peak, _ = search_module._evaluate(whole, np.arange(len(whole)), options.evaluating, capacity)

@@ -15,8 +15,8 @@ import numpy as np
 from planner.costs import Formula, layer_time, memory, memory_parts
 from planner.costs import communication as comm
 from planner.costs.flop_terms import flop_terms
-from planner.costs.layer_time import activation_message, layer_time_formulas, layer_times, stage_step
-from planner.costs.letters import LAYER_KEY, Letters
+from planner.costs.layer_time import activation_message, layer_time_formulas, layer_times, stage_step, stage_terms
+from planner.costs.letters import LAYER_CARRIED, LAYER_KEY, Letters
 from planner.costs.linears import tp_link
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, interleaved_wrap_wait_s
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes, stage_params
@@ -363,6 +363,41 @@ def iteration_s(grid: PlanGrid, ctx: Context) -> np.ndarray:
     params = stage_params(lt, ctx, lt.type_index)
     time, _, _ = _time_terms(lt, ctx, {"dense_params": params["dense"], "expert_params": params["expert"]})
     return sum(time[k] for k in TIME_TERMS)
+
+
+# the floor's slack for rounding: its sum runs in another order than iteration_s's (a few ulp apart)
+FLOOR_ROUNDING = 1e-9
+
+
+def iteration_floor_s(grid: PlanGrid, ctx: Context) -> np.ndarray:
+    """A lower bound of each plan's ``iteration_s`` (seconds), far cheaper: search times only the plans whose
+    floor could still rank. T, one micro-batch's compute, CP exchange and MoE dispatch through every layer
+    of the model (``stage_terms`` of all ranks together), spread over the p stages with the fill and drain
+    of the 1F1B schedule (Narayanan et al. 2021 §2.2): T·(m + (p − 1)/v)/p. It is below ``iteration_s``:
+    the slowest stage's per-micro-batch time t ≥ T/p, so m·t + (Σ stages − t)/v (its compute, exposed
+    communication and bubble, m ≥ 1/v) ≥ T·(m + (p − 1)/v)/p, and every other term is ≥ 0. T is the sum of
+    the ranks' terms where each is linear in what its rank holds; MTP layers are left out of it (below the
+    sum), and plans whose recomputed share of a rank is not 1 (block recomputation; full recomputation with a
+    rank of less than one decoder layer) get 0."""
+    if not len(grid):
+        return np.zeros(0)
+    lt = Letters(grid, ctx)
+    whole = lt.whole_model()
+    whole["mtp"] = np.zeros_like(whole["mtp"])
+    if not np.any(lt.rblock) and all(np.all(v == v[0]) for v in whole.values()):  # once per distinct shape
+        view, inverse = lt.distinct((*LAYER_KEY, "rc", "rblock"), LAYER_CARRIED)
+        total = _floor_step_s(view, ctx, {k: v[:1] for k, v in whole.items()}).take(inverse, axis=0)
+    else:
+        total = _floor_step_s(lt, ctx, whole)
+    linear = ~lt.rblock & ((lt.rc != 2) | (lt.fewest_layers() >= 1)) & (lt.m * lt.vpp >= 1)
+    floor = total * (lt.m + (lt.p - 1) / lt.vpp) / lt.p
+    return np.where(linear, floor * (1 - FLOOR_ROUNDING), 0.0)[:, 0]
+
+
+def _floor_step_s(lt: Letters, ctx: Context, whole: dict) -> np.ndarray:
+    """T of ``iteration_floor_s``: compute, recomputation, CP and MoE terms of ``stage_terms`` of the whole model."""
+    step = stage_terms(lt, ctx, whole, offload=False)
+    return np.broadcast_to(step["fwd"] + step["bwd"] + step["recompute"] + step["cp"] + step["moe"], lt.t.shape)
 
 
 def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:

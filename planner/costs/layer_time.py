@@ -97,7 +97,13 @@ def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
     (sliding-window layers at their window), the dense or MoE MLP of each, each MTP depth (a layer
     of the last layer's kind, its projection, its own logits and loss, and the embedding of its
     shifted input), the embedding (first stage) and the logits and loss (last stage)."""
-    st = lt.stage(i)
+    return stage_terms(lt, ctx, lt.stage(i))
+
+
+def stage_terms(lt: Letters, ctx: Context, st: dict, *, offload: bool = True) -> dict[str, np.ndarray]:
+    """``stage_step`` of what ``st`` holds: one rank (``Letters.stage``), or every rank of the plan together
+    (``Letters.whole_model``; each term but ``offload`` is a sum over the layers, the embedding and the loss
+    held, so this is the sum of every rank's). Without ``offload``, that term (not such a sum) is left out."""
     parts = layer_parts(lt, ctx)
     mo = ctx.model
     attention, window = layer_terms(lt, ctx, parts["attention"]), layer_terms(lt, ctx, parts["window"])
@@ -123,8 +129,7 @@ def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
     share = np.where(lt.rc == 2, lt.recomputed_layers(n) / np.maximum(n, 1), 1.0)
     kept = np.where(lt.rc == 2, 1.0 - share, 0.0)
     moe_share = st["moe"] / np.maximum(n, 1)
-    mean = {k: (1 - moe_share) * dense[k] + moe_share * moe_layer[k] for k in ("fwd", "bwd")}
-    return {
+    step = {
         "fwd": total("fwd")
         + first * head["embedding_fwd"]
         + (last + n_mtp) * head["head_fwd"]
@@ -134,7 +139,6 @@ def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
         + (last + n_mtp) * head["head_bwd"]
         + n_mtp * (mtp_bwd + head["embedding_bwd"]),
         "recompute": share * total("recompute"),
-        "offload": offload_exposed_s(lt, ctx, n, mean, moe_share),
         # one collective each for the embedding (first stage) and the output layer (last stage)
         "tp": total("tp") - kept * total("tp_fwd") + (first.astype(float) + last) * tp_edge,
         "cp": total("cp") - kept * total("cp_fwd"),
@@ -142,6 +146,10 @@ def stage_step(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
         "comm_fwd": total("tp_fwd") + total("cp_fwd") + total("moe_fwd") + first * tp_edge,
         "linear": total("linear"),
     }
+    if offload:
+        mean = {k: (1 - moe_share) * dense[k] + moe_share * moe_layer[k] for k in ("fwd", "bwd")}
+        step["offload"] = offload_exposed_s(lt, ctx, n, mean, moe_share)
+    return step
 
 
 def offload_exposed_s(

@@ -421,7 +421,7 @@ class Letters:
             table[u, : len(rows)] = rows
         self._table = [np.ascontiguousarray(table[..., k]) for k in range(len(COUNT_FIELDS))]
         self._row_start = inverse[:, None] * pmax  # each plan's split's first entry in the flattened tables
-        self._pmax = pmax
+        self._pmax, self._split_p = pmax, uniq[:, 0]
         self._stage_cache: tuple | None = None
         # (N, S) arrays column-major (``stage``), as every per-stage term computed from them
         self.type_index, self.type_count = (
@@ -499,6 +499,22 @@ class Letters:
         self._stage_cache = (i, out)  # the cost modules ask for the same stages several times
         return out
 
+    def whole_model(self) -> dict[str, np.ndarray]:
+        """What all ranks hold together, as ``stage`` gives one rank's ((N, 1) arrays): the model's decoder
+        layers, MoE, sliding-window and MTP layers, the embedding and the loss, summed over every rank of
+        each plan's split (a split Megatron-LM rejects as its even stand-in)."""
+        start = self._row_start[:, 0] // self._pmax
+        out = {name: self._table[k].sum(axis=1).take(start)[:, None] for k, name in enumerate(COUNT_FIELDS)}
+        out["first"], out["last"] = out["first"] > 0, out["last"] > 0
+        out["dense"] = out["layers"] - out["moe"]
+        return out
+
+    def fewest_layers(self) -> np.ndarray:
+        """The fewest decoder layers a rank of each plan's split holds ((N, 1))."""
+        ranks = np.arange(self._pmax)[None, :]
+        fewest = np.min(np.where(ranks < self._split_p[:, None], self._table[0], np.inf), axis=1)
+        return fewest.take(self._row_start[:, 0] // self._pmax)[:, None]
+
     def stage_info(self, i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(decoder layers on stage i, holds the embedding, holds the loss)."""
         st = self.stage(i)
@@ -508,6 +524,8 @@ class Letters:
         """Layers of a stage of n layers that full recomputation re-runs: all of them with
         --recompute-method uniform, the first --recompute-num-layers of each of its vpp model chunks
         with block (megatron/core/recompute.py; each chunk is its own TransformerBlock)."""
+        if not np.any(self.rblock):  # every plan uniform (a ``distinct`` view may hold no vpp)
+            return np.where(self.rc == 2, n, 0.0)
         chunk = n / self.vpp
         block = self.vpp * np.minimum(self.rlayers, chunk)
         return np.where(self.rc == 2, np.where(self.rblock, block, n), 0.0)

@@ -204,13 +204,15 @@ MLM_STRONG_177B = (
 # b 1 fits without recomputation (b 2: 88-92 GiB at v 1-8), and the series is smooth (44.0 -> 43.0 -> 41.9 % MFU at
 # 2,304, 3,072, 4,608 GPUs) where a micro-batch that changed along it would break it: at 3,072 GPUs a rank holds 18
 # sequences, so b 2 leaves m = 9, which r0.8.0 cannot interleave at p = 6 (schedules.py: m a multiple of p), while
-# b 2 interleaves at 2,304 and 4,608. The row keeps the series' b 1; VPP and recomputation stay searched.
+# b 2 interleaves at 2,304 and 4,608. b 1 is the only micro-batch r0.8.0 can interleave at all eight points (the
+# README overlaps PP communication, which r0.8.0 does only when interleaving: arguments.py sets overlap_p2p_comm
+# False otherwise). The row keeps the series' b 1; VPP and recomputation stay searched.
 MLM_SERIES_PINS = {"MLM-README-H100-177B": {"micro_batch": 1}}
 MLM_SERIES_NOTE = (
     "implied by the README's strong-scaling series (images/strong_scaling.png: this model and batch from 96 to "
     "4,608 GPUs, every count a multiple of TP 8 · PP 6, this row its 2,304-GPU point): micro-batch 1, the only "
-    "one that fits at 96 GPUs (DP 2) without recomputation; the series shows no break at 3,072 GPUs, where b 2 "
-    "could not interleave (m = 9, p = 6)"
+    "one that fits at 96 GPUs (DP 2) without recomputation and the only one r0.8.0 can interleave (the README's "
+    "PP overlap) at all eight points (m = 1,152/(DP·b) a multiple of p = 6: b 2 gives m 9 at 3,072 GPUs)"
 )
 
 
