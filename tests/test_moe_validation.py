@@ -51,8 +51,9 @@ def test_moe_summary_is_reported_apart_from_the_fitted_runs(result, moe):
 
 def test_superseded_and_regressed_rows_are_reported_apart_with_their_evidence(moe):
     flagged = {r["id"]: r for r in moe["runs"] if not r["in_fit"]}
-    # the 26.06.01 GPT-OSS regression the table footnotes (its GB200 and GB300 rows), the two 26.02 Qwen3-30B rows of the dropless
-    # regression (Megatron-Bridge issue 1998) and the one 25.09 row whose same plan ran faster in 26.02
+    # the 26.06.01 GPT-OSS regression the table footnotes (its GB200 and GB300 rows), the two 26.02
+    # Qwen3-30B rows of the dropless regression (Megatron-Bridge issue 1998) and the one 25.09 row whose
+    # same plan ran faster in 26.02
     # by more than megaplan gives the settings that changed; the other seven 25.09 rows have no such
     # evidence and are in the bar (DeepSeek-V3 on 256 GB200 priced with the alltoall dispatcher and no
     # graphs its token drop ran, Qwen3-235B on 256 H100 without the all-to-all overlap its release's

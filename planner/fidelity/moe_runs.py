@@ -20,12 +20,7 @@ from planner.fidelity.runs import Run
 from planner.presets import presets_root
 
 MOE_METRIC = "tokens/s per GPU"
-SYSTEM = {
-    "dgx-h100-superpod": "H100",
-    "dgx-b200-superpod": "B200",
-    "gb200-nvl72": "GB200",
-    "gb300-nvl72": "GB300",
-}
+SYSTEM = {"dgx-h100-superpod": "H100", "dgx-b200-superpod": "B200", "gb200-nvl72": "GB200", "gb300-nvl72": "GB300"}
 
 
 def moe_source(hardware: str) -> str:
