@@ -305,6 +305,11 @@ class PlanOptions(_Spec):
     expandable_segments: bool = Field(
         False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (no caching-allocator fragmentation)"
     )
+    tp_only_amax_red: bool = Field(
+        False,
+        description="Megatron-Core TransformerConfig.tp_only_amax_red (NeMo and Megatron-Bridge recipes; no "
+        "Megatron-LM flag): delayed-scaling FP8 reduces its amaxes over the TP×CP group only; False: over TP×DP×CP",
+    )
     ub_graph_reorders_rs: bool = Field(
         False,
         description="Transformer Engine before v2.16 under CUDA graphs: a ring-exchanged reduce-scatter's GEMM "

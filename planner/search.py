@@ -180,7 +180,7 @@ def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
 HYBRID_REACH = 2.0  # hybrid variants of FSDP rows at most this many times the fastest estimate (hybrid_variants)
 
 
-def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, capacity: float) -> _Scored:
+def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, capacity: float) -> PlanGrid:
     """Megatron FSDP's hybrid mode tried on every scored FSDP row (optim_grads or optim_grads_params) that fits
     and whose FSDP group spans more than one NVLink domain: R replicas, each of t·d·c/R GPUs filling one
     domain, as NVIDIA's Megatron-Bridge recipes set it (perf_recipes/nemotronh/common.py: "shard within an
@@ -191,7 +191,8 @@ def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, ca
     shard, (R−1)/R·(G + W)/N, against HSDP's all-reduce 2(R−1)/R·G/N with G = W in 16 bits, split between a
     forward and a backward; the optimizer states R times smaller); at optim_grads HSDP (HFSDP needs
     optim_grads_params). Each variant is checked by the rules (R divides the expert data-parallel size); rows
-    slower than ``HYBRID_REACH`` times the fastest have none."""
+    slower than ``HYBRID_REACH`` times the fastest have none. Returns the variants, to be evaluated
+    (``_evaluated``)."""
     domain, fastest = nvlink_domain_gpus(ctx.hardware), np.min(scored.iteration, initial=np.inf)
     # a variant saves at most its row's exposed FSDP collectives: rows over twice the fastest need over half
     # their time exposed to reach it, so they are left out (the search's time stays near what it was)
@@ -206,9 +207,30 @@ def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, ca
     R = (grid.dp * grid.cp) // np.maximum(domain // grid.tp, 1)
     grid = replace(grid, do_instances=R, outer_optim=(grid.fsdp_level == 3) & optim)
     legal, _ = _legal_rows(ctx, grid, pins, num_gpus)
-    grid = grid.take(legal)
-    it, pk, _ = _evaluate(grid, np.arange(len(grid)), scored.options.evaluating, capacity, whole=True)
-    return _Scored(grid, it, pk, scored.options)
+    return grid.take(legal)
+
+
+def _with_variants(scored: _Scored, block_part, ctx: Context, pins: Pins, gpus: int, capacity: float, hsdp: bool):
+    """The rows scored, their block variants (``block_part``: None, scored, or their grid left to evaluate by
+    ``_with_tp_overlap_twins(defer=True)``) and with ``hsdp`` their hybrid variants (``hybrid_variants``), each
+    part scored: the variants left to evaluate in one call (``_evaluated``)."""
+    later = [block_part] if isinstance(block_part, PlanGrid) else []
+    parts = [scored] if block_part is None or later else [scored, block_part]
+    if hsdp:
+        later.append(hybrid_variants(scored, ctx, pins, gpus, capacity))
+    return parts + (_evaluated(later, scored.options, capacity) if later else [])
+
+
+def _evaluated(grids: list[PlanGrid], options: _Options, capacity: float) -> list[_Scored]:
+    """Each grid's rows scored (``_evaluate``; the caller reads no states, ``whole``). A few rows in all
+    (``ONE_CALL``, so every micro-batch of each grid is measured either way) are evaluated in one call: a
+    call of the cost functions costs milliseconds whatever its rows (the search's block and hybrid variants)."""
+    if len(grids) > 1 and sum(len(g) for g in grids) > ONE_CALL:
+        return [part for g in grids for part in _evaluated([g], options, capacity)]
+    both = PlanGrid.stack(*grids) if len(grids) > 1 else grids[0]
+    it, pk, _ = _evaluate(both, np.arange(len(both)), options.evaluating, capacity, whole=True)
+    cuts = np.cumsum([len(g) for g in grids[:-1]])
+    return [_Scored(g, i, p, options) for g, i, p in zip(grids, np.split(it, cuts), np.split(pk, cuts), strict=True)]
 
 
 def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float, keys=None, whole=False) -> tuple:
@@ -307,14 +329,13 @@ def search(
         solved = block_recompute_layers(grid.take(unsolved), options.evaluating, capacity)
         grid.recompute_layers[unsolved] = np.maximum(solved, 1)
     block = pins.recompute_method is None and _full_allowed(pins)  # block-recomputation variants of unfit rows
+    hsdp = pins.distributed_optimizer_instances is None  # Megatron FSDP's hybrid variants of the FSDP rows that fit
     rank_by = "memory" if sort == "memory" else rank_by
     twinned = pins.tp_comm_overlap is None
     scored, twins, block_part, pending = _with_tp_overlap_twins(
-        grid, options, capacity, twinned, block, rank_by != "memory"
+        grid, options, capacity, twinned, block, rank_by != "memory", hsdp
     )
-    parts = [scored] if block_part is None else [scored, block_part]
-    if pins.distributed_optimizer_instances is None:  # Megatron FSDP's hybrid variants of the FSDP rows that fit
-        parts.append(hybrid_variants(scored, ctx, pins, num_gpus, capacity))
+    parts = _with_variants(scored, block_part, ctx, pins, num_gpus, capacity, hsdp)
     unfit = sum(int(np.sum(~(part.peak <= capacity))) for part in parts)
     if unfit:
         rejected[FITS_RULE] = unfit
@@ -328,7 +349,7 @@ def search(
     fits = np.ones(len(fitting.peak), dtype=bool)
     evaluated = candidates + variants
     result = _ranked(ctx, num_gpus, fitting, fits, top, rank_by, memory_headroom, evaluated, rejected, ranking)
-    hybrid = len(parts[-1].peak) if pins.distributed_optimizer_instances is None else 0
+    hybrid = len(parts[-1].peak) if hsdp else 0
     result.block_variants, result.tp_overlap_twins, result.hybrid_variants = variants - hybrid, twins, hybrid
     return result
 
@@ -377,7 +398,9 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
     return names
 
 
-def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, twins: bool, block: bool, prune=True):
+def _with_tp_overlap_twins(
+    grid: PlanGrid, options: _Options, capacity: float, twins: bool, block: bool, prune=True, defer=False
+):
     """Every row evaluated, and (``twins``: --tp-comm-overlap not pinned) --tp-comm-overlap searched both
     ways: every row the recipes give it (sequence parallelism) is also evaluated without it, and keeps
     whichever is faster (userbuffers take memory and SMs, so neither wins
@@ -387,7 +410,8 @@ def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, t
     block-recomputation variants (``_BlockVariants``). Then the rows that fit are timed (``_Pending``): with
     ``prune``, only those whose floor (``iteration_floor_s``) is within ``HYBRID_REACH`` of the fastest; the
     others keep an infinite time until the ranking needs them (``_Pending.settle``). Returns the rows scored,
-    the twins evaluated, the block variants scored (None without ``block``) and the rows not timed yet."""
+    the twins evaluated, the block variants scored (None without ``block``; with ``defer`` and one process,
+    their grid: the caller evaluates them with others, ``_evaluated``) and the rows not timed yet."""
     keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
     blocks = _family_blocks(grid, np.arange(len(grid)), BLOCK, keys)  # a twin's family is its row's
     fork = len(blocks) > 1 and parallel.can_fork()
@@ -396,6 +420,7 @@ def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, t
     iteration, peak, off_wins, need = out  # need: what is left to time (``_screen_block``)
     groups = [blocks[0::2], blocks[1::2]] if fork else [blocks]  # each process's blocks (``run_jobs``' split)
     variants = _BlockVariants.shared(grid, groups, fork, capacity, options) if block else None
+    later = defer and not fork  # the block variants' layers only: the caller evaluates them
 
     def job(g: int, group: list[np.ndarray]):
         def run():
@@ -404,7 +429,7 @@ def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, t
                 _screen_block(grid, rows, keys, options, capacity, twins, out)
                 base.append(variants.base(grid, rows, peak) if variants else rows[:0])
             if variants is not None:  # once per process: each call of the cost functions costs milliseconds
-                variants.solve(g, grid, np.sort(np.concatenate(base)), off_wins)
+                variants.solve(g, grid, np.sort(np.concatenate(base)), off_wins, later)
             if prune:  # until timed, a row that fits holds its floor as its time
                 _floors(grid, np.sort(np.concatenate(group)), out, options.evaluating)
 
@@ -414,7 +439,12 @@ def _with_tp_overlap_twins(grid: PlanGrid, options: _Options, capacity: float, t
     parallel.run_jobs([job(g, group) for g, group in enumerate(groups)], fork)
     pending = _Pending.timed(grid, out, options.evaluating, prune, fork)
     grid.tp_comm_overlap[off_wins > 0] = 0
-    return _Scored(grid, iteration, peak, options), evaluated, variants.collect(grid) if variants else None, pending
+    return (
+        _Scored(grid, iteration, peak, options),
+        evaluated,
+        variants.collect(grid, later) if variants else None,
+        pending,
+    )
 
 
 def _floors(grid: PlanGrid, rows: np.ndarray, out, ctx: Context) -> None:
@@ -561,27 +591,30 @@ class _BlockVariants:
         """The ``rows`` scored (``peak``) that ``_block_candidates`` takes: without recomputation, not fitting."""
         return rows[(grid.recompute.take(rows) == 0) & (peak.take(rows) > self.capacity) & ~grid.a2a_overlap.take(rows)]
 
-    def solve(self, b: int, grid: PlanGrid, base: np.ndarray, off_wins: np.ndarray) -> None:
-        """The variants of group ``b``'s rows ``base`` (in row order), scored; ``off_wins``: the rows that keep
-        their twin without --tp-comm-overlap."""
+    def solve(self, b: int, grid: PlanGrid, base: np.ndarray, off_wins: np.ndarray, later=False) -> None:
+        """The variants of group ``b``'s rows ``base`` (in row order), scored (``later``: their layers only);
+        ``off_wins``: the rows that keep their twin without --tp-comm-overlap."""
         cand = grid.take(base)
         cand.tp_comm_overlap[off_wins.take(base) > 0] = 0  # each row with the overlap it keeps
         ctx = self.options.evaluating
         block, src = _block_layers(cand, ctx, self.capacity)
         del cand
-        it, pk, _ = _evaluate(block, np.arange(len(block)), ctx, self.capacity, whole=True)
         at = slice(self.offsets[b], self.offsets[b] + len(src))
-        self.row[at], self.layers[at], self.iteration[at], self.peak[at] = base[src], block.recompute_layers, it, pk
+        self.row[at], self.layers[at] = base[src], block.recompute_layers
+        if not later:
+            it, pk, _ = _evaluate(block, np.arange(len(block)), ctx, self.capacity, whole=True)
+            self.iteration[at], self.peak[at] = it, pk
         self.count[b] = len(src)
 
-    def collect(self, grid: PlanGrid) -> _Scored:
-        """Every block's variants, in the order of their rows (``grid``: each row with the overlap it keeps)."""
+    def collect(self, grid: PlanGrid, later=False) -> _Scored | PlanGrid:
+        """Every block's variants, in the order of their rows (``grid``: each row with the overlap it keeps),
+        scored (``later``: their grid alone, not yet evaluated)."""
         pos = np.concatenate([np.arange(o, o + c) for o, c in zip(self.offsets, self.count, strict=False)])
         pos = pos[np.argsort(self.row[pos], kind="stable")]
         rows, n = self.row[pos], len(pos)
         block = replace(grid.take(rows), recompute=np.full(n, 2, dtype=np.int8), recompute_block=np.ones(n, bool))
         block = replace(block, recompute_layers=self.layers[pos])
-        return _Scored(block, self.iteration[pos], self.peak[pos], self.options)
+        return block if later else _Scored(block, self.iteration[pos], self.peak[pos], self.options)
 
 
 ROW, TWIN, SMALLER = 1, 2, 4  # ``need`` flags: time the row as it is, time its twin; the twin needs less memory
@@ -688,8 +721,18 @@ def _twins(off: PlanGrid, row_fits: np.ndarray, keys: np.ndarray, ctx: Context, 
     peak, state = np.full(n, np.nan), np.full(n, MEASURED, dtype=np.int8)
     with np.errstate(divide="ignore", invalid="ignore"):
         peak[rest], state[rest] = _peak_memory(off, rest, ctx, capacity, keys[rest])
-    state[rest[(state[rest] == HEAD_BOUND) & np.isin(keys[rest], keys[sure])]] = MID_BOUND
+    head = rest[state[rest] == HEAD_BOUND]
+    state[head[_found(keys[head], keys[sure])]] = MID_BOUND
     return peak, state, row_fits | (peak <= capacity)
+
+
+def _found(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """``np.isin(values, pool)``, sorting the pool alone (the fewer: the twins whose row fits) and searching it."""
+    if not len(pool):
+        return np.zeros(len(values), dtype=bool)
+    pool = np.sort(pool)
+    at = np.minimum(np.searchsorted(pool, values), len(pool) - 1)
+    return pool[at] == values
 
 
 @dataclass

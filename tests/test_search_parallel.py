@@ -182,3 +182,46 @@ def test_family_blocks_hold_whole_families_in_row_order(families, size, seed):
     else:  # a block runs from one cut's family to the next's (a family may hold several cuts)
         assert max(len(b) for b in blocks) <= size + 2 * max(families)
         assert len(blocks) >= len(key) // (size + 2 * max(families))
+
+
+def test_block_and_hybrid_variants_evaluated_in_one_call_are_each_evaluated_alone():
+    """In one process the search defers its block variants' evaluation (``_with_tp_overlap_twins(defer=True)``: their
+    grid, the same rows as evaluated at once) and evaluates them with the hybrid variants in one call of the cost
+    functions (``_evaluated``): every time and peak is the one each grid gets alone, and above ``ONE_CALL`` rows
+    in all each grid is evaluated alone (so each grid's micro-batches are measured as alone either way)."""
+    model, hardware, _ = CASES["gpt3"]
+    ctx = make_request(model=model, gpus=64, hardware=hardware, global_batch=64).ctx
+    capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, None)
+    grid = candidate_grid(ctx, 64, NO_PINS)
+    grid, options = search_module.recipe_options(
+        ctx, NO_PINS, grid.take(search_module._legal_rows(ctx, grid, NO_PINS, 64)[0])
+    )
+    every = np.arange(len(grid))  # each call on its own copy: the rows keep the overlap they win (in place)
+    scored, _, now, _ = search_module._with_tp_overlap_twins(grid.take(every), options, capacity, True, True)
+    _, _, later, _ = search_module._with_tp_overlap_twins(grid.take(every), options, capacity, True, True, defer=True)
+    assert isinstance(later, search_module.PlanGrid) and len(later) == len(now.grid) > 100  # one block: no fork
+    for name in search_module.FIELDS:
+        if name != "layouts":
+            np.testing.assert_array_equal(getattr(later, name), getattr(now.grid, name), err_msg=name)
+    hybrid = search_module.hybrid_variants(scored, ctx, NO_PINS, 64, capacity)
+    assert len(hybrid) > 50 and len(later) + len(hybrid) <= search_module.ONE_CALL
+    calls = []
+    evaluate = search_module._evaluate
+
+    def counting(grid, *args, **kwargs):
+        calls.append(len(grid))
+        return evaluate(grid, *args, **kwargs)
+
+    for one_call in (search_module.ONE_CALL, 100):
+        calls.clear()
+        with mock.patch.object(search_module, "ONE_CALL", one_call):
+            with mock.patch.object(search_module, "_evaluate", counting):
+                together = search_module._evaluated([later, hybrid], options, capacity)
+            alone = [evaluate(g, np.arange(len(g)), options.evaluating, capacity, whole=True) for g in (later, hybrid)]
+        assert calls == ([len(later) + len(hybrid)] if one_call > 100 else [len(later), len(hybrid)])
+        for part, g, (it, pk, _) in zip(together, (later, hybrid), alone, strict=True):
+            assert part.grid is g
+            np.testing.assert_array_equal(part.iteration, it)
+            np.testing.assert_array_equal(part.peak, pk)
+    np.testing.assert_array_equal(together[0].peak, now.peak)
+    np.testing.assert_array_equal(together[0].iteration, now.iteration)

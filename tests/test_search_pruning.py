@@ -204,3 +204,16 @@ def test_a_few_plans_whose_states_no_one_reads_are_measured_in_one_call():
             assert not measured.all() and (state != MEASURED).any()  # the rounds left some unmeasured
             np.testing.assert_array_equal(values[state == MEASURED], exact[state == MEASURED])
             assert (values[state != MEASURED] <= exact[state != MEASURED]).all()  # a bound from below
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.integers(-(2**62), 2**62), max_size=60),
+    pool=st.lists(st.integers(-(2**62), 2**62), max_size=20),
+    shared=st.integers(0, 10),
+)
+def test_found_is_isin(values, pool, shared):
+    """``_twins``' family test (which twins share a family with a twin whose row fits) is ``np.isin``."""
+    values = np.array(values + pool[:shared], dtype=np.int64)
+    pool = np.array(pool, dtype=np.int64)
+    np.testing.assert_array_equal(search_module._found(values, pool), np.isin(values, pool))

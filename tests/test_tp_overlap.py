@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner import api
-from planner.costs import flops
+from planner.costs import estimate, flops
 from planner.costs.communication import (
     connection_limited,
+    fp8_amax_reduction_s,
     pipelined_rs_s,
     ring_exchange_aggregated_s,
     ring_exchange_s,
@@ -24,12 +25,14 @@ from planner.costs.communication import (
     ub_sm_charge_s,
 )
 from planner.costs.estimate import evaluate
+from planner.costs.letters import Letters
 from planner.costs.linears import split_gemms_s, tp_formula
-from planner.fidelity.runs import load_runs, te_reorders_graphed_rs
+from planner.fidelity.runs import load_runs, reduces_amax_over_tp_only, te_reorders_graphed_rs
 from planner.fidelity.validate import prepare
 from planner.hardware import userbuffers
 from planner.hardware.collectives import all_gather_time_s, group_link, measured_collective_time_s, nvlink_nccl_time_s
 from planner.hardware.userbuffers import UbConfig, bridge_presets, plan_configs, plan_ops, resolved_op
+from planner.plan import CudaGraphImpl, Fp8Recipe
 from planner.presets import presets_root
 from planner.space.grid import PlanGrid
 
@@ -537,3 +540,40 @@ def test_nccl_tp_collectives_at_openxla_measured_h100_times():
     wide = group_link(hw, 16, 1)
     assert float(nvlink_nccl_time_s(hw, "all_gather", 16, msg, wide)) == float(all_gather_time_s(16, msg, wide))
     assert float(nvlink_nccl_time_s(hw, "all_gather", 1, msg, link)) == 0.0
+
+
+def _dp_comm_s(req, **options) -> float:
+    ctx = dataclasses.replace(req.ctx, options=req.ctx.options.model_copy(update=options))
+    return float(np.asarray(evaluate(PlanGrid.from_plans([req.plan]), ctx).time["dp_comm"])[0])
+
+
+def test_delayed_fp8_amax_all_reduces_by_hand():
+    # 2 per micro-batch and model chunk (the autocast's exit, its first module's backward), each T_AR
+    assert float(fp8_amax_reduction_s(64, 6, 128e-6)) == pytest.approx(2 * 64 * 6 * 128e-6)
+    assert float(fp8_amax_reduction_s(8, 1, 20e-6)) == pytest.approx(2 * 8 * 20e-6)  # no interleaving: v = 1
+    # DGX Cloud GPT-3 175B FP8 on 2048 H100 (TP4 PP8 V6 DP64, GBS 4096, b 1: m = 64): the amax group TP×DP is 256
+    # consecutive ranks on 32 nodes (leaf tier, α 8 µs): a tree all-reduce of 2·⌈log₂256⌉·8 = 128 µs (576 bytes:
+    # 12 amaxes × 12 layers of the stage, the bandwidth term 5 ns); TP only (tp_only_amax_red): 4 ranks on NVLink,
+    # 2·⌈log₂4⌉·5 = 20 µs. 768 all-reduces: 98.30 ms against 15.36 ms, 82.94 ms apart
+    req = prepare(next(r for r in load_runs() if r.id == "DGXC-v25.04-H100-GPT3-175B-fp8-n2048"))
+    assert not req.ctx.options.tp_only_amax_red  # NeMo 1's hydra config leaves Megatron-Core's default
+    dp_wide, tp_only = _dp_comm_s(req), _dp_comm_s(req, tp_only_amax_red=True)
+    assert dp_wide - tp_only == pytest.approx(768 * (128e-6 - 20e-6), rel=1e-3)
+    # none under CUDA graphs (TE skips the reduction in a captured autocast) or with another recipe
+    assert _amax_sync_s(req) == pytest.approx(768 * 128e-6, rel=1e-3)
+    assert _amax_sync_s(req, cuda_graph_impl=CudaGraphImpl.TRANSFORMER_ENGINE) == 0.0
+    assert _amax_sync_s(req, fp8_recipe=Fp8Recipe.TENSORWISE) == 0.0
+    assert _amax_sync_s(req, fp8=None) == 0.0
+
+
+def _amax_sync_s(req, **options) -> float:
+    ctx = dataclasses.replace(req.ctx, options=req.ctx.options.model_copy(update=options))
+    grid = PlanGrid.from_plans([req.plan])
+    return float(np.asarray(estimate._fp8_amax_sync_s(Letters(grid, ctx), ctx)).ravel()[0])
+
+
+def test_which_runs_reduce_amaxes_over_tp_only():
+    # NVIDIA's MLPerf v4.1 and v5 NeMo configs set tp_only_amax_red (TP_ONLY_AMAX_RED, default True); v4.0's
+    # GPT-3 config and the DGX Cloud NeMo releases do not
+    assert reduces_amax_over_tp_only("MLPerf Training v4.1") and reduces_amax_over_tp_only("MLPerf Training v5.0")
+    assert not reduces_amax_over_tp_only("MLPerf Training v4.0") and not reduces_amax_over_tp_only("NeMo 25.04")

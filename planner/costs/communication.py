@@ -227,6 +227,25 @@ def pipelined_rs_s(chunks_s: ArrayLike, comm_s: ArrayLike, n: ArrayLike) -> np.n
     return c + (n - 1) * np.maximum(c, r) + r
 
 
+AMAX_FLOATS_PER_LAYER = (
+    12  # delayed scaling: input, weight and output amaxes of the 4 GEMMs (QKV, projection, fc1, fc2)
+)
+
+
+def fp8_amax_reduction_s(m: ArrayLike, v: ArrayLike, all_reduce_s: ArrayLike) -> np.ndarray:
+    """Delayed-scaling FP8's amax all-reduces in one iteration, on every GPU's critical path: 2·m·v·T_AR.
+
+    Transformer Engine concatenates the amaxes of one fp8_autocast region and all-reduces them (MAX) over the
+    region's fp8_group with ``torch.distributed.all_reduce(..., async_op=False)`` as the outermost autocast
+    exits (the forward) and in the backward of the region's first FP8 module (``reduce_and_update_fp8_tensors``,
+    ``reduce_and_update_bwd_fp8_tensors``; TE fp8.py / quantization.py); none while a CUDA graph captures the
+    region (``_graph``). Megatron-Core wraps each model chunk's TransformerBlock in one autocast for delayed
+    scaling (transformer_block.py @ core_v0.12.0: ``use_outer_fp8_context``) with fp8_group = TP×DP×CP
+    (``get_amax_reduction_group``; TP×CP with ``tp_only_amax_red``). So 2 per micro-batch and model chunk:
+    m micro-batches, v chunks, each T_AR, a latency-bound all-reduce of a few hundred bytes."""
+    return 2.0 * np.asarray(m, dtype=float) * np.maximum(np.asarray(v, dtype=float), 1.0) * np.asarray(all_reduce_s)
+
+
 def tp_pair_exposed_s(
     ag: ArrayLike,
     rs: ArrayLike,

@@ -30,7 +30,7 @@ from planner.hardware.collectives import (
     reduce_scatter_time_s,
     straggler_s,
 )
-from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, FsdpOuterSharding, ParallelPlan
+from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, CudaGraphImpl, Fp8Recipe, FsdpOuterSharding, ParallelPlan
 from planner.space.grid import PlanGrid
 
 ADAM_BYTES_PER_PARAM = {  # HBM traffic of one Adam step per (sharded) parameter
@@ -435,7 +435,7 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
         "cp_comm": lt.m * pick(cp),
         "moe_comm": lt.m * pick(mo),
         "pp_comm": _pp_exposed_s(lt, ctx, p2p, (fwd_all, bwd_all), (stage_f, stage_b, count)),
-        "dp_comm": dp + lt.m * pick(fsdp),
+        "dp_comm": dp + lt.m * pick(fsdp) + _fp8_amax_sync_s(lt, ctx),
         "embedding_comm": _embedding_sync_s(lt, ctx),
         "bubble": bubble,
         "optimizer": _optimizer_step_s(lt, ctx, mem, count),
@@ -473,6 +473,23 @@ def _pp_exposed_s(lt: Letters, ctx: Context, p2p: np.ndarray, slowest: tuple, st
         wraps = interleaved_wrap_wait_s(p2p, lt.p, lt.vpp, slack_f, slack_b)
         pp = pp + np.where((lt.vpp > 1) & (lt.p > 1), steady + wraps, 0.0)
     return pp
+
+
+def _fp8_amax_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
+    """Delayed-scaling FP8's amax all-reduces (communication.fp8_amax_reduction_s) over the TP×DP×CP group (t·d·c
+    consecutive ranks; TP×CP with ``tp_only_amax_red``), at most AMAX_FLOATS_PER_LAYER 4-byte amaxes per layer of
+    the stage (a chunk holds 1/v of them; the all-reduce is latency-bound); 0 without FP8, with another recipe,
+    or under CUDA graphs."""
+    o = ctx.options
+    if o.fp8 is None or o.fp8_recipe is not Fp8Recipe.DELAYED or o.cuda_graph_impl is not CudaGraphImpl.NONE:
+        return np.zeros_like(np.asarray(lt.m, dtype=float))
+
+    def sync(v: Letters) -> np.ndarray:  # one all-reduce of a stage's amaxes (at most; latency-bound)
+        n = v.t * v.c if o.tp_only_amax_red else v.t * v.d * v.c
+        amax_bytes = 4.0 * comm.AMAX_FLOATS_PER_LAYER * v.L / v.p
+        return all_reduce_time_s(n, amax_bytes, group_link(ctx.hardware, n, 1))
+
+    return comm.fp8_amax_reduction_s(lt.m, lt.vpp, lt.once(sync, "fp8_amax_sync", LAYER_KEY))
 
 
 def _embedding_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
