@@ -21,7 +21,7 @@ from planner import api
 from planner.errors import PlannerError, counted, refuse_device
 from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec, recompute_layers_run
 from planner.plan_file import read_plan_file, request_from_fields, request_from_plan, request_to_json
-from planner.plan_options import KNOBS, OVERLAP_PINS, flag_fields, search_inputs, search_pins
+from planner.plan_options import KNOBS, LISTS, OVERLAP_PINS, flag_fields, search_inputs, search_pins
 
 FLAG_NAMES = {  # option names whose flag is not --name-with-dashes
     "plan_file": "--plan",
@@ -89,9 +89,10 @@ class LaunchScript:
 
     def fields(self, values: dict) -> Fields:
         from planner.megatron.importer import import_fields
+        from planner.megatron.script import launch_text
 
         path = values.get("megatron_args_file")
-        text = read_text(path) if path is not None else values["megatron_args"]
+        text, read_warnings = launch_text(read_text(path), path) if path is not None else (values["megatron_args"], [])
         imported = import_fields(
             text,
             gpus=values.get("gpus"),
@@ -102,7 +103,7 @@ class LaunchScript:
             script_path=os.path.abspath(path) if path else None,
             extra=values.get("megatron_args") if path else None,
         )
-        notes = [f"warning: {w}" for w in imported.warnings] + [f"note: {n}" for n in imported.notes]
+        notes = [f"warning: {w}" for w in (*read_warnings, *imported.warnings)] + [f"note: {n}" for n in imported.notes]
         gpus, script_gpus = values.get("gpus"), imported.script_gpus
         if gpus is not None and script_gpus is not None and script_gpus != gpus:
             notes.append(f"note: --gpus {gpus} overrides the script's {script_gpus} GPUs")
@@ -211,6 +212,10 @@ def clamp_recompute_layers(req: api.PlanRequest) -> tuple[api.PlanRequest, tuple
 
 
 def _shown(value):
+    """An option's value as the command line writes it: an enum by its value, a list comma-separated
+    ("(none)" when empty), as --recompute-modules takes it (it showed "the script's ('core_attn',)")."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(_shown(v)) for v in value) or "(none)"
     return value.value if hasattr(value, "value") else value
 
 
@@ -283,6 +288,9 @@ def override_fields(data: dict, overrides: dict, where: str) -> tuple[dict, tupl
         par.pop("recompute_num_layers", None) if "recompute_num_layers" not in overrides else None
     if overrides.get("fsdp"):
         overrides.setdefault("distributed_optimizer", True)  # Megatron FSDP shards the optimizer too
+    for name in LISTS:  # comma-separated, as plan_options.behaviour reads them (fresh user trial 8: beside a
+        if isinstance(overrides.get(name), str):  # script, --recompute-modules mlp was "not a valid tuple")
+            overrides[name] = tuple(x.strip() for x in overrides[name].split(",") if x.strip())
     for name, value in overrides.items():
         for section, spec in (("parallel", ParallelPlan), ("options", PlanOptions), ("training", TrainingSpec)):
             if name in spec.model_fields:

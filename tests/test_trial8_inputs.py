@@ -75,3 +75,168 @@ def test_a_plan_size_past_32_bits_is_refused_not_wrapped(option):
     assert line == (
         f"megaplan: error: Invalid value for '{option}': 100000000000 is not in the range 1<=x<=2147483647."
     )
+
+
+LLAMA = ["explain", "--model", "llama3-8b", "--gpus", "64", "--tp", "2", "--brief"]
+
+
+@pytest.mark.parametrize(
+    "extra, note",
+    [
+        (["--recompute", "none", "--recompute-modules", "mlp"], "--recompute-modules ignored: they are the modules of"),
+        (["--cuda-graph-modules", "attn"], "--cuda-graph-modules ignored: no --cuda-graph-impl"),
+        (["--fp8-recipe", "tensorwise", "--hardware", "dgx-h100-superpod"], "--fp8-recipe ignored: no --fp8"),
+        (["--data-parallel-sharding-strategy", "optim_grads"], "--data-parallel-sharding-strategy ignored: they are"),
+        (["--precision", "fp16", "--grad-reduce-in-bf16"], "--grad-reduce-in-bf16 ignored: fp16 training keeps"),
+        (["--moe-capacity-factor", "1.0"], "--moe-capacity-factor ignored: llama3-8b has no experts"),
+    ],
+)
+def test_an_option_the_plan_cannot_use_is_noted_not_dropped(extra, note):
+    """Each of these ran with exit 0 and no word: the option changed nothing (it is read only beside another
+    option the plan does not have), and the user believed it priced."""
+    result = run_cli([*LLAMA, *extra])
+    assert result.exit_code == 0, result.output
+    assert f"megaplan: note: {note}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--recompute", "selective", "--recompute-modules", "mlp"],
+        ["--cuda-graph-impl", "local", "--cuda-graph-modules", "attn"],
+        ["--fsdp", "--data-parallel-sharding-strategy", "optim_grads"],
+        ["--hardware", "dgx-h100-superpod", "--fp8", "hybrid", "--fp8-recipe", "tensorwise"],
+    ],
+)
+def test_an_option_the_plan_uses_gets_no_ignored_note(extra):
+    result = run_cli([*LLAMA, *extra])
+    assert result.exit_code == 0, result.output
+    assert "ignored" not in result.stderr
+
+
+def test_a_list_option_beside_a_script_is_split_at_commas(tmp_path):
+    """--recompute-modules mlp,core_attn beside a launch script ended in "options: recompute_modules: Input
+    should be a valid tuple (got 'mlp,core_attn')"; the note named the script's value as "('core_attn',)"."""
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+        "--seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 256 --bf16 "
+        "--tokenizer-type GPT2BPETokenizer --tensor-model-parallel-size 2\n"
+    )
+    args = ["explain", "--megatron-args-file", str(script), "--recompute", "selective"]
+    result = run_cli([*args, "--recompute-modules", "mlp,core_attn", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "megaplan: note: --recompute-modules mlp,core_attn overrides the script's core_attn" in result.stderr
+    import json
+
+    assert json.loads(result.stdout)["options"]["recompute_modules"] == ["mlp", "core_attn"]
+
+
+FLAGS = (
+    "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 "
+    "--micro-batch-size 1 --global-batch-size 256 --bf16 --tokenizer-type GPT2BPETokenizer"
+)
+
+
+def _explain_script(tmp_path, text: str, name: str = "run.sh", *extra: str):
+    path = tmp_path / name
+    path.write_bytes(text.encode())
+    return run_cli(["explain", "--brief", "--megatron-args-file", str(path), *extra])
+
+
+def test_a_script_with_windows_line_endings_is_read_with_a_warning(tmp_path):
+    """A script saved with CRLF line endings was refused with "stray word '\\r': a backslash followed by a
+    space ...", which sent the user looking for a space that is not there."""
+    text = (
+        "#!/bin/bash\ntorchrun --nproc-per-node 8 pretrain_gpt.py \\\n  "
+        + FLAGS
+        + " \\\n  --tensor-model-parallel-size 2\n"
+    )
+    result = _explain_script(tmp_path, text.replace("\n", "\r\n"))
+    assert result.exit_code == 0, result.output
+    assert "megaplan: warning: run.sh has Windows line endings (CRLF)" in result.stderr
+    assert "dos2unix run.sh" in result.stderr
+    assert "TP2 PP1 DP4" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["pretrain_gpt.py", "launch.sh"])
+def test_a_python_file_given_as_the_launch_script_says_what_to_give(tmp_path, name):
+    """pretrain_gpt.py itself as --megatron-args-file ended in "unexpected token '"${__mp_q0}"' (position 6)",
+    an internal stand-in that named nothing the user wrote."""
+    line = one_line_error(_explain_script(tmp_path, "import torch\nprint('hello')\n", name))
+    assert line.startswith(f"megaplan: error: '{tmp_path / name}' is a Python file, not a launch script")
+
+
+def test_bash_time_before_the_launch_is_read(tmp_path):
+    """`time torchrun ...` (bash's reserved word) was "not a shell script bashlex can parse: type = {time
+    command}, token = {time}"."""
+    result = _explain_script(
+        tmp_path, "time -p torchrun --nproc-per-node 8 pretrain_gpt.py " + FLAGS + " --tensor-model-parallel-size 2\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert "TP2 PP1 DP4" in result.stdout
+
+
+def test_a_parse_error_names_the_script_s_own_text(tmp_path):
+    """bashlex's message named the rewritten text's stand-ins and a character position in it."""
+    line = one_line_error(_explain_script(tmp_path, "if [ -f x ]; then\n  echo 'a b' )\nfi\n"))
+    assert "__mp_" not in line and "position" not in line
+    assert "near line 2" in line
+
+
+def test_a_bridge_recipe_file_without_a_workload_name_lists_its_workloads(tmp_path):
+    """A Bridge perf-recipe .py given without #NAME was read as a dotlist: "Bridge override '\\"\\"\\"GB200
+    performance recipes ...\\"\\"\\"': expected KEY=VALUE"."""
+    path = tmp_path / "recipes.py"
+    path.write_text(
+        '"""Performance recipes."""\n\ndef llama3_8b_pretrain_8gpu_h100_bf16_config():\n    return None\n\n'
+        "BASE_LLAMA3_8B_CONFIG = dict(tp=1)\n"
+    )
+    line = one_line_error(run_cli(["explain", "--bridge-config", str(path)]))
+    assert f"as --bridge-config {path}#NAME; it defines llama3_8b_pretrain_8gpu_h100_bf16_config, " in line
+    assert line.endswith("BASE_LLAMA3_8B_CONFIG")
+
+
+def test_a_script_that_sources_itself_is_said_to_nest_not_to_be_missing(tmp_path):
+    """A script sourcing itself was warned about as "did not read run.sh (not on this machine ...)", though
+    the file was right there."""
+    result = _explain_script(tmp_path, 'source "$0"\ntorchrun --nproc-per-node 8 pretrain_gpt.py ' + FLAGS + "\n")
+    assert result.exit_code == 0, result.output
+    assert "not on this machine" not in result.stderr
+    assert "after 8 nested levels: files that source or run each other (or themselves)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "extra, tail",
+    [
+        (
+            ["--pp", "4", "--decoder-first-pipeline-num-layers", "100"],
+            "with 100 on the first stage: more than the model has",
+        ),
+        (
+            ["--pp", "2", "--decoder-first-pipeline-num-layers", "10", "--decoder-last-pipeline-num-layers", "10"],
+            "with 10 on the first stage and 10 on the last stage: 12 left over",
+        ),
+        (
+            ["--pp", "4", "--decoder-first-pipeline-num-layers", "4"],
+            "with 4 on the first stage: the 28 left do not split evenly over the other 3 stages "
+            "(transformer_config.py)",
+        ),
+    ],
+)
+def test_a_first_or_last_stage_size_that_does_not_split_names_it(extra, tail):
+    """--decoder-first-pipeline-num-layers 100 on 32 layers said "32 layers do not split over pp 4 with the even
+    split", the split the user had just replaced."""
+    line = one_line_error(run_cli(["explain", "--model", "llama3-8b", "--gpus", "64", "--tp", "2", *extra]))
+    assert line.endswith(f"32 layers do not split over pp {extra[1]} {tail}")
+
+
+def test_export_to_dash_writes_standard_output(tmp_path, monkeypatch):
+    """`export -o -` wrote a file named '-' in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(
+        ["export", "--model", "llama3-8b", "--gpus", "8", "--tp", "2", "--distributed-optimizer", "-o", "-"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("--num-layers 32")
+    assert not (tmp_path / "-").exists()

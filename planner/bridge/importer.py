@@ -284,6 +284,40 @@ def _shown(base: dict, keys: list[str]) -> str:
     return text + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
 
 
+def _refuse_python_without_name(text: str, path: str) -> None:
+    """A Python file of Bridge's performance recipes given without ``#NAME`` is refused with the names it
+    defines (fresh user trial 8: it was read as a dotlist, "Bridge override '\"\"\"GB200 performance recipes
+    ...\"\"\"': expected KEY=VALUE", which did not say what to give)."""
+    import ast
+
+    if not path.endswith(".py"):
+        return
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        raise PlannerError(f"--bridge-config {path!r}: a Python file that does not parse") from None
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.endswith("_config")]
+    names += [
+        t.id
+        for n in tree.body
+        if isinstance(n, (ast.Assign, ast.AnnAssign))
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(t, ast.Name) and t.id.endswith("_CONFIG")
+    ]
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    if not names:
+        raise PlannerError(
+            f"--bridge-config {path!r} is a Python file without Bridge performance workloads (no *_config function "
+            "or *_CONFIG); give an override YAML or dotlist, a saved ConfigContainer YAML or a perf recipe as "
+            "FILE#NAME"
+        )
+    defines = f"; it defines {shown}"
+    raise PlannerError(
+        f"--bridge-config {path!r} is a Python file: name one of its Bridge performance workloads as "
+        f"--bridge-config {path}#NAME{defines}"
+    )
+
+
 def read_bridge_source(values: dict) -> tuple[object, str]:
     """A Bridge config from the plan options: --bridge-config FILE (its ``# megaplan-import:`` line gives
     defaults), --bridge-override KEY=VALUE (repeatable), --bridge-recipe, --bridge-version; (fields, where).
@@ -300,6 +334,7 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     text = read_text(path) if path else ""
     if workload:
         return _workload(text, workload, values, Path(path))
+    _refuse_python_without_name(text, path)
     if file_kind(text) == "run_recipe":
         text = run_recipe_text(text)
     head = header_options(text)

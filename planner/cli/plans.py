@@ -48,18 +48,72 @@ def _check_bridge_recipe(kw: dict, model: str) -> None:
 
 
 def _note_ignored(kw: dict, req: api.PlanRequest) -> None:
-    """Options the plan cannot use, noted rather than dropped: MoE options on a dense model, SP at tp 1."""
+    """Options the plan cannot use, noted rather than dropped: MoE options on a dense model, SP at tp 1, and
+    an option that only matters beside another the plan does not have (fresh user trial 8: each of these ran
+    without a word)."""
     moe_only = (
         [f"--moe-token-dispatcher {kw['moe_token_dispatcher']}"]
         if kw.get("moe_token_dispatcher") not in (None, "allgather")
         else []
     )
     moe_only += ["--overlap-moe-expert-parallel-comm"] if kw.get("overlap_moe_expert_parallel_comm") else []
+    moe_only += [f"--{name.replace('_', '-')}" for name in MOE_ONLY if _typed(name)]
     if moe_only and not req.ctx.model.is_moe:
         click.echo(f"megaplan: note: {' and '.join(moe_only)} ignored: {req.ctx.model.name} has no experts", err=True)
     if kw.get("sequence_parallel") and req.plan.tp == 1:  # Megatron-LM turns it off too, with a warning
         click.echo("megaplan: note: --sequence-parallel is off with tp 1 (Megatron-LM turns it off there)", err=True)
+    for flags, reason in _ignored_beside(req):
+        click.echo(f"megaplan: note: {' and '.join(flags)} ignored: {reason}", err=True)
     _note_beyond_context(req)
+
+
+# MoE-only options with no effect on a dense model (beside --moe-token-dispatcher and the overlap, above)
+MOE_ONLY = (
+    "moe_capacity_factor",
+    "moe_load_imbalance",
+    "moe_flex_dispatcher_backend",
+    "moe_flex_dispatcher_num_sms",
+    "moe_shared_expert_overlap",
+    "use_transformer_engine_op_fuser",
+)
+
+
+FLAG_OF = {"fsdp_sharding": "--data-parallel-sharding-strategy", "fsdp_outer_sharding": "--outer-dp-sharding-strategy"}
+
+
+def _typed(name: str) -> bool:
+    """Whether the user gave option ``name`` on the command line (not its default)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+
+
+def _ignored_beside(req: api.PlanRequest) -> list[tuple[list[str], str]]:
+    """(the options given, why the plan does not use them) for options read only beside another one the
+    plan does not have, as Megatron-LM reads them (arguments.py)."""
+    plan, opts = req.plan, req.ctx.options
+    checks = [
+        (["recompute_modules"], plan.recompute.value != "selective", "they are the modules of --recompute selective"),
+        (["cuda_graph_modules"], opts.cuda_graph_impl.value == "none", "no --cuda-graph-impl (CUDA graphs are off)"),
+        (["fp8_recipe"], opts.fp8 is None, "no --fp8 (training is not in FP8)"),
+        (
+            ["fsdp_sharding", "fsdp_outer_sharding"],
+            not plan.fsdp,
+            "they are Megatron FSDP's (--fsdp); this plan does not use it",
+        ),
+        (
+            ["grad_reduce_in_bf16"],
+            req.ctx.precision == "fp16",
+            "fp16 training keeps and reduces its gradients in fp16 already",
+        ),
+    ]
+    out = []
+    for names, unused, reason in checks:
+        given = [FLAG_OF.get(n, f"--{n.replace('_', '-')}") for n in names if _typed(n)]
+        if given and unused:
+            out.append((given, reason))
+    return out
 
 
 def _note_beyond_context(req: api.PlanRequest) -> None:
@@ -305,7 +359,9 @@ def compare(
     show_default=True,
     help="bridge*: Megatron-Bridge overrides (dotlist, YAML, recipe) over --bridge-recipe at --bridge-version.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout ('-': stdout)."
+)
 @overwrite_option
 @click.option(
     "--force", is_flag=True, help="Write even a plan that does not fit in GPU memory (with a warning in the script)."
@@ -324,6 +380,7 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
     """
     from planner.megatron import export as exp
 
+    output = None if output == "-" else output  # '-': standard output, as tools read it (it wrote a file '-')
     refuse_existing("-o/--output", output, overwrite)
     refuse_method_without_full(kw)
     resolved = resolve(kw, search_best=True)

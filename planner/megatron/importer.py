@@ -29,6 +29,7 @@ from planner.megatron.option_flags import (
 )
 from planner.megatron.script import MODEL_FIELDS, drop_unset, read_beside, world_unknown
 from planner.megatron.shell import ShellParseError, extract_launch
+from planner.megatron.shell.expand import MAX_DEPTH
 from planner.megatron.tokenizers import tokenizer_vocab
 from planner.models.spec import ModelSpec
 from planner.plan import StageSplit
@@ -488,6 +489,11 @@ def _launch_notes(launch, args, dropped, lone, *, read_zoo: bool, gpus_given: bo
         warnings.append(
             f"{given}: the script never reads it before its launch, so it changes nothing (a flag goes in "
             "--megatron-args '--flag VALUE', a plan size in --tp/--pp/--gpus ...)"
+        )
+    if launch.too_deep:
+        warnings.append(
+            f"stopped reading {', '.join(launch.too_deep)} after {MAX_DEPTH} nested levels: files that source or run "
+            "each other (or themselves) without end; bash would repeat them until it fails"
         )
     if launch.unread:
         warnings.append(

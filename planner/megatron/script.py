@@ -4,6 +4,7 @@ give, and the files beside it that it sources or submits."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from planner.errors import PlannerError
@@ -298,6 +299,31 @@ def decode_text(data: bytes) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data.decode("latin-1")
+
+
+PYTHON_LINE = re.compile(r"^(import \w|from [\w.]+ import |def \w+\(|class \w+[(:])", re.M)
+
+
+def launch_text(text: str, path: str) -> tuple[str, list[str]]:
+    """A launch script's text as bash would read it, and warnings (fresh user trial 8): Windows line endings
+    (CRLF) are read as if converted, with a warning (bash stops at the first '\\r'; the error blamed "a
+    backslash followed by a space"); a Python file (pretrain_gpt.py itself) is refused with what to give
+    instead (bashlex's error named an internal placeholder)."""
+    lines = [ln for ln in text.lstrip("\ufeff").splitlines() if ln.strip() and not ln.startswith("#")]
+    shebang = text.lstrip("\ufeff").split("\n", 1)[0]
+    python = path.endswith(".py") or shebang.startswith("#!") and "python" in shebang
+    if (python and PYTHON_LINE.search(text)) or (lines and PYTHON_LINE.match(lines[0])):
+        raise PlannerError(
+            f"{path!r} is a Python file, not a launch script: give the shell script that runs it "
+            "(--megatron-args-file run.sh) or the command line's flags (--megatron-args '--num-layers ...')"
+        )
+    if "\r\n" not in text:
+        return text, []
+    warning = (
+        f"{os.path.basename(path)} has Windows line endings (CRLF); read as if converted, but bash stops at the "
+        f"first \\r ($'\\r': command not found): convert it with dos2unix {os.path.basename(path)}"
+    )
+    return text.replace("\r\n", "\n"), [warning]
 
 
 def read_beside(base_dir: str | None, script: str | None = None) -> ScriptFiles:

@@ -97,6 +97,8 @@ class RuleInputs:
             f_e=mo.expert_ffn,
             explicit=bool(self.explicit[i]),
             split=int(g.split[i]),
+            first=int(g.first_layers[i]),
+            last=int(g.last_layers[i]),
             middle=int(self.layers.middle[i]),
             max_pos=mo.max_position_embeddings,
             offload=self.options.cpu_offloading_num_layers,

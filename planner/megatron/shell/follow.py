@@ -94,8 +94,12 @@ class Follow:
         return text
 
     def read_or_note(self, path: str) -> str | None:
-        """A file's text, or None after recording it as unread (also when nesting is too deep)."""
-        text = self.sibling(path) if self.depth < MAX_DEPTH else None
+        """A file's text, or None after recording it as unread, or as too deep when files nest more than
+        MAX_DEPTH levels (a file that sources itself: it was said to be "not on this machine")."""
+        if self.depth >= MAX_DEPTH:
+            self.too_deep.append(path)
+            return None
+        text = self.sibling(path)
         if text is None:
             self.unread.append(path)
         return text

@@ -44,7 +44,7 @@ class Interp(Substitute, Follow, Expander):
     def __init__(self, env: Mapping[str, str], directives: list[list[Field]], read_file=None) -> None:
         super().__init__(env)
         self.directives, self.job = directives, []
-        self.read_file, self.files, self.unread = read_file, {}, []
+        self.read_file, self.files, self.unread, self.too_deep = read_file, {}, [], []
         self.cwd, self.last_read, self.moved = getattr(read_file, "base_dir", None), "", []
         if getattr(read_file, "script", None) and "0" not in self.vars:
             self.vars["0"] = Var(read_file.script)  # $0: the script's own path
@@ -60,7 +60,7 @@ class Interp(Substitute, Follow, Expander):
     # -- walking the tree ---------------------------------------------------------------
     def run_text(self, text: str) -> None:
         rewritten, _ = Rewriter(placeholders(text, self.tables), self.tables).scan(0, "top")
-        trees = parse(rewritten) if rewritten.strip() else []
+        trees = parse(rewritten, self.tables) if rewritten.strip() else []
         saved, self.src = self.src, rewritten
         try:
             for tree in trees:
@@ -353,6 +353,7 @@ class Interp(Substitute, Follow, Expander):
             argv_unresolved=[u for _, u in argv],
             files=dict(self.files),
             unread=list(dict.fromkeys(self.unread)),
+            too_deep=list(dict.fromkeys(self.too_deep)),
             launcher=" ".join(t for t, _ in launcher),
             counts={k: v[0] for k, v in counts.items()},
             allocator_conf=alloc if isinstance(alloc, str) else None,

@@ -34,6 +34,7 @@ class LaunchLine:
     argv_unresolved: list[frozenset[str]] = field(default_factory=list)  # per argv word, the names it holds
     files: dict[str, str] = field(default_factory=dict)  # files the script writes (here-documents), by path
     unread: list[str] = field(default_factory=list)  # files the script sources or runs that were not read
+    too_deep: list[str] = field(default_factory=list)  # files not read again, nested past MAX_DEPTH levels
     launcher: str = ""  # the words before the entry point
     counts: dict[str, str] = field(default_factory=dict)  # the launcher's process-count options as written
     allocator_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the script leaves it at the launch

@@ -253,6 +253,9 @@ class Rewriter:
             k = close_bracket(self.s, self.s.index("((", j))  # for ((init; test; step)): its body runs once
             out.append("for __mp_cfor in 1")
             return False, k, False
+        elif cmd and word == "time":  # bash's reserved word, timing the pipeline after it (bashlex cannot
+            p = re.match(r"[ \t]+-p(?=[ \t])", self.s[j:])  # parse it: fresh user trial 8, `time torchrun ...`)
+            return False, j + (p.end() if p else 0), True
         elif cmd and word in ("if", "elif", "fi"):
             out.append(self.if_word(word))
             return False, j, word != "fi"
@@ -345,7 +348,7 @@ def _ansi_c(text: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), text)
 
 
-def parse(text: str) -> list:
+def parse(text: str, tables: dict[str, list] | None = None) -> list:
     """Parse (rewritten) text with bashlex; any bashlex failure is a :class:`ShellParseError`. A line
     continuation at the very end of the file ends the command there, as bash reads it (bashlex would stop
     at an unexpected EOF: Megatron-LM's examples/t5/train_t5_220m_distributed.sh ends in a backslash)."""
@@ -354,4 +357,23 @@ def parse(text: str) -> list:
         return bashlex.parse(text)
     except Exception as err:
         first = (str(err).splitlines() or [type(err).__name__])[0]
-        raise ShellParseError(f"not a shell script bashlex can parse: {first}") from None
+        raise ShellParseError(f"not a shell script bashlex can parse: {_unwritten(first, text, tables)}") from None
+
+
+def _unwritten(message: str, text: str, tables: dict[str, list] | None) -> str:
+    """bashlex's message about the rewritten text, in the script's terms: a stand-in ``${__mp_q0}`` is the
+    text it stands for, and a position is the line it falls on (fresh user trial 8: "unexpected token
+    '"${__mp_q0}"' (position 6)" named neither)."""
+
+    def original(m: re.Match) -> str:
+        kind, n = m.group(1), int(m.group(2))
+        value = (tables or {}).get(kind, [])[n] if n < len((tables or {}).get(kind, [])) else None
+        value = value[1] if isinstance(value, tuple) else value
+        return value if isinstance(value, str) else "…"
+
+    message = re.sub(r"\$\{__mp_([a-z])(\d+)\}", original, message)
+    at = re.search(r"\(position (\d+)\)", message)
+    if at:
+        line = text.count("\n", 0, int(at.group(1))) + 1
+        message = message.replace(at.group(), f"(near line {line}: {text.splitlines()[line - 1].strip()[:60]!r})")
+    return re.sub(r"\$\{__mp_([a-z])(\d+)\}", "…", message)
