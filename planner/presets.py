@@ -183,10 +183,31 @@ def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
         name = preset_name(kind, ref)
         path = _preset_dir(kind) / f"{name}.yaml"
         text, where, cache = path.read_text(), f"{kind} preset {name}", cache_file(path)
+    data = _read_yaml(text, where, cache)
     try:
-        return spec_type.model_validate(_read_yaml(text, where, cache))
+        return spec_type.model_validate(data)
     except ValidationError as err:
-        raise PresetError(f"{where}: {format_validation_error(err)}") from err
+        raise PresetError(f"{where}: {_hf_config_hint(data) or format_validation_error(err)}") from err
+
+
+HF_NAMES = {  # a Hugging Face config.json's names -> megaplan's (Megatron-LM's)
+    "num_hidden_layers": "num_layers",
+    "intermediate_size": "ffn_hidden_size",
+    "num_key_value_heads": "num_query_groups",
+}
+
+
+def _hf_config_hint(data: dict) -> str:
+    """A Hugging Face config.json given as --model (fresh user trial 8: a list of pydantic errors, 'Extra
+    inputs are not permitted' for every field): what it is and the names to write instead."""
+    if "num_hidden_layers" not in data:
+        return ""
+    renames = ", ".join(f"{hf} -> {ours}" for hf, ours in HF_NAMES.items() if hf in data)
+    return (
+        f"a Hugging Face config.json, not a megaplan model YAML: write a YAML with Megatron-LM's names ({renames}; "
+        "hidden_size, num_attention_heads, vocab_size and max_position_embeddings as they are; plus name and "
+        "source); `megaplan presets show llama3-8b` shows one"
+    )
 
 
 def read_yaml_file(path: Path, kind: str) -> str:
@@ -194,7 +215,10 @@ def read_yaml_file(path: Path, kind: str) -> str:
     if path.is_dir():
         raise PresetError(f"{kind} file {str(path)!r} is a directory; give a YAML file or a preset name")
     if not path.exists():
-        raise PresetError(f"{kind} file {str(path)!r} not found")
+        preset = path.name.removesuffix(".yaml").removesuffix(".yml")
+        known = preset in preset_names(kind) if path.parent == Path(".") else False
+        hint = f"; the preset is named {preset}, without .yaml" if known else ""
+        raise PresetError(f"{kind} file {str(path)!r} not found{hint}")
     refuse_device(path, f"{kind} file")
     try:
         return path.read_text(encoding="utf-8")

@@ -240,3 +240,35 @@ def test_export_to_dash_writes_standard_output(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("--num-layers 32")
     assert not (tmp_path / "-").exists()
+
+
+def test_a_file_that_only_sets_model_flags_says_how_to_give_them(tmp_path):
+    """A config file that sets MODEL_ARGS and launches nothing (Megatron-LM's modelopt conf/*.sh pattern,
+    sourced by the script that launches) ended in "no Megatron-LM entry point ... found" alone."""
+    text = 'if [ -z ${CKPT} ]; then\n  CKPT=org/model\nfi\nMODEL_ARGS=" \\\n    ' + FLAGS + ' \\\n"\n'
+    line = one_line_error(_explain_script(tmp_path, text))
+    assert line.endswith(
+        "it sets a model's Megatron-LM flags in MODEL_ARGS and launches nothing (the script that sources it "
+        'launches): give that script, or the flags with --megatron-args "$(. FILE; echo $MODEL_ARGS)" --gpus N'
+    )
+
+
+def test_a_hugging_face_config_as_model_names_the_renames(tmp_path):
+    """A Hugging Face config.json as --model gave eight pydantic errors ('Extra inputs are not permitted')."""
+    path = tmp_path / "config.json"
+    path.write_text(
+        '{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336, '
+        '"num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256}'
+    )
+    line = one_line_error(run_cli(["search", "--model", str(path), "--gpus", "16"]))
+    assert "a Hugging Face config.json, not a megaplan model YAML" in line
+    assert "num_hidden_layers -> num_layers, intermediate_size -> ffn_hidden_size" in line
+
+
+def test_a_preset_name_with_yaml_appended_says_the_preset_name(tmp_path, monkeypatch):
+    """--model llama3-8b.yaml said only "models file 'llama3-8b.yaml' not found"."""
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(run_cli(["search", "--model", "llama3-8b.yaml", "--gpus", "16"]))
+    assert (
+        line == "megaplan: error: models file 'llama3-8b.yaml' not found; the preset is named llama3-8b, without .yaml"
+    )

@@ -85,8 +85,26 @@ def extract_launch(
             "beside the script, or set the "
             "variables it defines with --env NAME=VALUE"
         )
+    hint = hint or _flags_variable_hint(interp)
     raise ShellParseError(
         f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}{hint}{_bridge_hint(text)}"
+    )
+
+
+def _flags_variable_hint(interp: Interp) -> str:
+    """A file that only sets a model's flags in a variable, for the script that sources it to launch with
+    (Megatron-LM's examples/post_training/modelopt/conf/*.sh, MODEL_ARGS): the variable, and how to give its
+    flags (fresh user trial 8: "no entry point" alone did not say what to do)."""
+    names = [
+        name
+        for name, var in interp.vars.items()
+        if isinstance(var.value, (str, list)) and "--num-layers" in " ".join(var.items())
+    ]
+    if not names:
+        return ""
+    return (
+        f"; it sets a model's Megatron-LM flags in {', '.join(names)} and launches nothing (the script that sources it "
+        f'launches): give that script, or the flags with --megatron-args "$(. FILE; echo ${names[0]})" --gpus N'
     )
 
 
