@@ -48,6 +48,10 @@ def test_fp8_attention_rows_follow_their_recipes():
     assert fp8_attention(rows["MB-26.08-GB200-QWEN3-235B-256"])
     assert not fp8_attention(rows["MB-26.08-GB200-DSV3-256"])  # DeepSeek-V3's GB200 recipe leaves it off
     assert not fp8_attention(rows["MB-26.04-GB200-GPTOSS120B-64"])  # BF16, before 26.06
+    # DeepSeek-V3's GB300 MXFP8 recipe turns it on (v0.5.0 deepseek_workload_base_configs.py:74,
+    # v0.6.0 perf_recipes/deepseek/gb300/deepseek_v3.py:144), from 26.06 only
+    assert fp8_attention(rows["MB-26.06-GB300-DSV3-256"]) and fp8_attention(rows["MB-26.08-GB300-DSV3-256"])
+    assert not fp8_attention(rows["MB-26.04.01-GB300-DSV3-256"])
 
 
 def test_explain_names_the_fp8_attention_it_prices():

@@ -22,7 +22,7 @@ def moe(result):
 
 def test_every_moe_row_is_a_legal_plan_and_cited(moe):
     rows = moe_reference_rows()
-    assert len(moe["runs"]) == len(rows) == 60
+    assert len(moe["runs"]) == len(rows) == 89
     assert all(r["source"].startswith("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary") for r in rows)
     assert not any("25.11" in r["run_id"] for r in rows)  # that release's table is held out
     for run in load_moe_runs():
@@ -40,30 +40,33 @@ def test_moe_rows_are_tokens_per_second_per_gpu(moe):
 
 def test_moe_summary_is_reported_apart_from_the_fitted_runs(result, moe):
     assert result["summary"]["runs"] == len(load_runs())  # the dense runs the factors are fitted on and checked by
-    assert moe["summary"]["runs"] == 60
+    assert moe["summary"]["runs"] == 89
     assert set(moe["summary"]["by_source"]) == {
         "Megatron-Bridge perf. tables, MoE on H100",
         "Megatron-Bridge perf. tables, MoE on B200",
         "Megatron-Bridge perf. tables, MoE on GB200",
+        "Megatron-Bridge perf. tables, MoE on GB300",
     }
 
 
 def test_superseded_and_regressed_rows_are_reported_apart_with_their_evidence(moe):
     flagged = {r["id"]: r for r in moe["runs"] if not r["in_fit"]}
-    # the 26.06.01 GPT-OSS regression the table footnotes, the two 26.02 Qwen3-30B rows of the dropless
-    # regression (Megatron-Bridge issue 1998) and the one 25.09 row whose same plan ran faster in 26.02
+    # the 26.06.01 GPT-OSS regression the table footnotes (its GB200 and GB300 rows), the two 26.02
+    # Qwen3-30B rows of the dropless regression (Megatron-Bridge issue 1998) and the one 25.09 row whose
+    # same plan ran faster in 26.02
     # by more than megaplan gives the settings that changed; the other seven 25.09 rows have no such
     # evidence and are in the bar (DeepSeek-V3 on 256 GB200 priced with the alltoall dispatcher and no
     # graphs its token drop ran, Qwen3-235B on 256 H100 without the all-to-all overlap its release's
     # scripts never set: 26.02 is then 5 % and 3 % beyond megaplan's settings ratio)
     assert set(flagged) == {
-        "MB-26.06.01-GB200-GPTOSS120B-64", "MB-26.02-B200-QWEN3-30B-8", "MB-26.02-H100-QWEN3-30B-16",
-        "MB-25.09-GB200-QWEN3-30B-8",
+        "MB-26.06.01-GB200-GPTOSS120B-64", "MB-26.06.01-GB300-GPTOSS120B-64", "MB-26.02-B200-QWEN3-30B-8",
+        "MB-26.02-H100-QWEN3-30B-16", "MB-25.09-GB200-QWEN3-30B-8",
     }  # fmt: skip
     assert all(any(a.startswith("reported apart - ") for a in r["assumptions"]) for r in flagged.values())
     assert "28,947 (26.06)" in " ".join(flagged["MB-26.06.01-GB200-GPTOSS120B-64"]["assumptions"])
+    assert "33,166 (26.06)" in " ".join(flagged["MB-26.06.01-GB300-GPTOSS120B-64"]["assumptions"])
     summary = moe["summary"]
-    assert summary["in_bar"]["runs"] == 56 and sum(s["runs"] for s in summary["by_hardware_assumed"].values()) == 4
+    assert summary["in_bar"]["runs"] == 84 and sum(s["runs"] for s in summary["by_hardware_assumed"].values()) == 5
 
 
 def test_25_09_rows_apart_ran_faster_later_than_the_model_explains():
@@ -119,7 +122,7 @@ def test_moe_rows_in_the_bar_by_model(moe):
         # the 1.45 ms per layer and micro-batch it missed (+44.4 % without it); the rest grows with tokens (§13.7).
         # 40 %: +39.1 % after the 2026-12-02 refit (B200's x½ 488 -> 407: its small expert GEMMs priced faster)
         assert all(abs(r["error_pct"]) <= 40.0 for r in rows), name
-    assert by_model["gpt-oss-120b"]["runs"] == 14
+    assert by_model["gpt-oss-120b"]["runs"] == 20  # 14 on H100, B200, GB200; 6 on GB300 (26.06.01 apart)
     assert moe["summary"]["in_bar"]["median_abs_error_pct"] <= 8.0
 
 
@@ -132,7 +135,9 @@ def test_expandable_segments_as_each_release_launched():
     assert runs["MB-26.04-GB200-DSV3-256"] and runs["MB-26.04.01-GB200-DSV3-256"]
     assert not runs["MB-26.02-GB200-DSV3-256"]  # v0.3.0 sets it for DeepSeek-V3 on H100 only
     assert not runs["MB-26.04-B200-QWEN3-30B-8"] and not runs["MB-25.09-H100-DSV3-1024"]
-    assert sum(bool(v) for v in runs.values()) == 15  # 13 rows of 26.06-26.08 and the two DSv3 GB200 26.04 rows
+    assert not runs["MB-26.04-GB300-DSV3-256"]  # v0.4.0 perf_plugins.py:275: gpu in ["h100", "gb200"]
+    # 13 GB200/B200/H100 and 13 GB300 rows of 26.06-26.08, and the two DSv3 GB200 26.04 rows
+    assert sum(bool(v) for v in runs.values()) == 28
 
 
 def test_optimizer_and_fp8_weights_as_each_recipe_ran():

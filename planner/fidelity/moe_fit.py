@@ -4,7 +4,7 @@ the presets whose MoE rows' all-to-all crosses nodes, ``a2a_network_efficiency``
 
 Fitted by least squares on ln(predicted/published) over the MoE rows in the bar of the families
 whose residual it can explain (DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B), one value for DGX
-H100, DGX B200 and GB200 NVL72 together, inside its band; σ from the Jacobian. GPT-OSS is predicted,
+H100, DGX B200, GB200 NVL72 and GB300 NVL72 together, inside its band; σ from the Jacobian. GPT-OSS is predicted,
 never fitted: its rows miss by as much at EP 64 (two local experts, almost no per-expert launches) as
 at EP 8, so its residual is not this factor's and would alias into it. Each fitted family is then
 held out in turn: fit without it, predict it (``leave_one_model_out``).
@@ -25,7 +25,8 @@ from planner.presets import load_hardware
 
 FACTOR = "moe_host_op_us"
 FIT_MODELS = ("deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b")
-FIT_PRESETS = ("dgx-h100-superpod", "dgx-b200-superpod", "gb200-nvl72")
+# GB300 NVL72 with GB200 NVL72: its MoE rows are the same tables' GB300 twins, encoded as GB200's
+FIT_PRESETS = ("dgx-h100-superpod", "dgx-b200-superpod", "gb200-nvl72", "gb300-nvl72")
 BAND = (5.0, 25.0)
 BAND_SOURCE = (
     "band: 5-25 µs of CPU per eager PyTorch op (Python, autograd, ATen dispatcher, cudaLaunchKernel; "
@@ -163,11 +164,11 @@ def leave_one_model_out(runs: list[Run] | None = None, step=_no_step) -> dict[st
 
 
 def factor_entry(f: MoeFit, *, fitted: bool) -> Factor:
-    """The preset's factor entry: fitted on the three presets, carried over to the others."""
+    """The preset's factor entry: fitted on the four presets, carried over to the others."""
     note = (
         f"fitted by megaplan calibrate --moe on {f.runs} MoE rows in the bar (DeepSeek-V3, Qwen3-235B-A22B, "
-        f"Qwen3-30B-A3B on DGX H100, DGX B200 and GB200 NVL72; Megatron-Bridge performance summaries), "
-        f"one value for the three"
+        f"Qwen3-30B-A3B on DGX H100, DGX B200, GB200 NVL72 and GB300 NVL72; Megatron-Bridge performance "
+        f"summaries), one value for the four"
     )
     if fitted:
         return Factor(
@@ -198,7 +199,7 @@ def moe_accuracy(preset: HardwareSpec, stats: dict | None):
 
 
 def fitted_presets(f: MoeFit, a2a: dict, phis: dict) -> dict[str, HardwareSpec]:
-    """Every hardware preset with the MoE calibration's values: t_op (fitted on the three, carried to
+    """Every hardware preset with the MoE calibration's values: t_op (fitted on the four, carried to
     the rest), η_a2a (fitted on the H100, carried to the H200), φ (solved on the H100, carried)."""
     from planner.fidelity.writer import fitted_calibration
     from planner.presets import preset_names

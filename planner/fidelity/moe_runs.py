@@ -20,7 +20,7 @@ from planner.fidelity.runs import Run
 from planner.presets import presets_root
 
 MOE_METRIC = "tokens/s per GPU"
-SYSTEM = {"dgx-h100-superpod": "H100", "dgx-b200-superpod": "B200", "gb200-nvl72": "GB200"}
+SYSTEM = {"dgx-h100-superpod": "H100", "dgx-b200-superpod": "B200", "gb200-nvl72": "GB200", "gb300-nvl72": "GB300"}
 
 
 def moe_source(hardware: str) -> str:
@@ -75,12 +75,14 @@ def fp8_attention(row: dict) -> bool:
     """Whether the row's recipe runs attention in FP8 (``fp8_dot_product_attention``): the GPT-OSS and
     Qwen3 MXFP8 recipes from 26.06 on (Megatron-Bridge v0.5.0 scripts/performance/configs
     gpt_oss_workload_base_configs.py:209-219 and qwen3_workload_base_configs.py:236, 397; v0.6.0
-    perf_recipes/gpt_oss/common.py:44, perf_recipes/qwen/common.py:55); never DeepSeek-V3 on GB200 (v0.5.0
-    deepseek_workload_base_configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 leaves it False, v0.6.0
-    perf_recipes/deepseek/gb200/deepseek_v3.py:160 does not pass it). With the MXFP8 recipe Transformer
-    Engine runs that attention in MXFP8 (TE v2.16 dot_product_attention.py:164, no NVTE_DPA_FP8_RECIPE
-    set by Bridge)."""
-    return row["te_op_fuser"] == "True" and row["model"] != "deepseek-v3"
+    perf_recipes/gpt_oss/common.py:44, perf_recipes/qwen/common.py:55); DeepSeek-V3 on GB300 only (v0.5.0
+    deepseek_workload_base_configs.py:74 and v0.5.1 the same line, DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1
+    which _V2 extends; v0.6.0 perf_recipes/deepseek/gb300/deepseek_v3.py:144 passes
+    fp8_dot_product_attention=True), never on GB200 (v0.5.0 DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1
+    leaves it False, v0.6.0 perf_recipes/deepseek/gb200/deepseek_v3.py:160 does not pass it). With the
+    MXFP8 recipe Transformer Engine runs that attention in MXFP8 (TE v2.16 dot_product_attention.py:164,
+    no NVTE_DPA_FP8_RECIPE set by Bridge)."""
+    return row["te_op_fuser"] == "True" and (row["model"] != "deepseek-v3" or row["hardware"] == "gb300-nvl72")
 
 
 def _optimizer(row: dict) -> dict:
