@@ -76,10 +76,15 @@ def _plan_text(path: str) -> str:
 
 
 def _ranks(ranks: list[int]) -> str:
-    """The ranks a search result holds: "1..10" or "1..10, 13" (the fastest estimate after the top 10)."""
+    """The ranks a search result holds: "1..10" or "1..10, or 13 for the fastest estimate": a search keeps its
+    fastest plan after the top N when the ranking put it lower."""
     run = next((i for i, r in enumerate(ranks) if r != i + 1), len(ranks))
     head = f"1..{run}" if run > 1 else "1" if run else ""
-    return ", ".join([head] * bool(head) + [str(r) for r in ranks[run:]])
+    rest = [str(r) for r in ranks[run:]]
+    if not rest:
+        return head
+    tail = f"{', '.join(rest)} for the fastest estimate"
+    return f"{head}, or {tail}" if head else tail
 
 
 def request_from_plan(data: dict, hardware: str | HardwareSpec | None = None) -> PlanRequest:

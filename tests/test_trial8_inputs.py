@@ -272,3 +272,16 @@ def test_a_preset_name_with_yaml_appended_says_the_preset_name(tmp_path, monkeyp
     assert (
         line == "megaplan: error: models file 'llama3-8b.yaml' not found; the preset is named llama3-8b, without .yaml"
     )
+
+
+def test_a_size_given_twice_to_sweep_is_said_not_dropped():
+    # fresh user trial 8: sweep --gpus 64,64 swept 64 once without a word
+    from planner.runs.sweep import parse_gpu_sizes, repeated_sizes
+
+    assert parse_gpu_sizes("128, 64,128,64,256") == [64, 128, 256]
+    assert repeated_sizes("128, 64,128,64,256") == [64, 128]
+    assert repeated_sizes("64,128") == [] and repeated_sizes("64:256") == []
+    result = run_cli(["sweep", "--model", "llama3-8b", "--hardware", "dgx-h100-superpod", "--gpus", "8,8", "--csv"])
+    assert result.exit_code == 0, result.stderr
+    assert "megaplan: note: --gpus names 8 more than once; each size is swept once" in result.stderr
+    assert result.stdout.count("\n") == 2  # the CSV header and one row for 8 GPUs

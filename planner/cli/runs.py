@@ -183,10 +183,16 @@ def sweep(
     """
     from planner.report import figures as plots
     from planner.report import runs as report_run
-    from planner.runs.sweep import parse_gpu_sizes
+    from planner.runs.sweep import parse_gpu_sizes, repeated_sizes
     from planner.runs.sweep import sweep as run_sweep
 
     sizes = parse_gpu_sizes(gpu_sizes)
+    twice = repeated_sizes(gpu_sizes)
+    if twice:  # said, not dropped silently (fresh user trial 8)
+        click.echo(
+            f"megaplan: note: --gpus names {', '.join(map(str, twice))} more than once; each size is swept once",
+            err=True,
+        )
     if plot_file:
         plots.check_picture_path(plot_file, "--plot", drawable=False)
         refuse_existing("--plot", plot_file, overwrite)  # the user's file first, then matplotlib

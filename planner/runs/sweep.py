@@ -41,6 +41,14 @@ def parse_gpu_sizes(text: str) -> list[int]:
     return sizes
 
 
+def repeated_sizes(text: str) -> list[int]:
+    """The sizes a list names more than once (``64,128,64`` gives [64]); ``parse_gpu_sizes`` sweeps each once."""
+    if not re.fullmatch(r"\d+(\s*,\s*\d+)*\s*,?", text.strip()):
+        return []
+    given = [int(x) for x in text.split(",") if x.strip()]
+    return sorted({n for n in given if given.count(n) > 1})
+
+
 def sweep(
     ctx: Context,
     sizes: list[int],
