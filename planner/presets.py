@@ -146,6 +146,36 @@ def _read_yaml(text: str, where: str, cache: Path | None = None) -> dict:
     return data
 
 
+def repeated_key_check(text: str, where: str) -> None:
+    """A user's YAML that gives one key twice in a mapping: YAML keeps the last value without a word, so a
+    field edited in one place and left in another would be priced silently (fresh user trial 8). Refused,
+    naming the key and both lines. A malformed text is left to the parser's own message."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return
+    todo = [root] if root is not None else []
+    while todo:
+        node = todo.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else None
+                if name is not None and name in seen:
+                    first, again = seen[name] + 1, key.start_mark.line + 1
+                    raise PresetError(
+                        f"{where}: {name!r} is given twice (lines {first} and {again}); YAML would keep only the "
+                        "last: remove one"
+                    )
+                if name is not None:
+                    seen[name] = key.start_mark.line
+                todo.append(value)
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend(node.value)
+
+
 def _parse(text: str, where: str):
     import yaml
 
@@ -179,6 +209,7 @@ def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
     path = Path(ref).expanduser()
     if ref.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists():
         text, where, cache = read_yaml_file(path, kind), str(path), None  # a user's file: nothing beside it
+        repeated_key_check(text, where)
     else:
         name = preset_name(kind, ref)
         path = _preset_dir(kind) / f"{name}.yaml"

@@ -285,3 +285,23 @@ def test_a_size_given_twice_to_sweep_is_said_not_dropped():
     assert result.exit_code == 0, result.stderr
     assert "megaplan: note: --gpus names 8 more than once; each size is swept once" in result.stderr
     assert result.stdout.count("\n") == 2  # the CSV header and one row for 8 GPUs
+
+
+def test_a_user_yaml_that_gives_a_key_twice_is_refused_naming_both_lines(tmp_path):
+    # fresh user trial 8: a model YAML with num_layers twice kept the last value without a word
+    model = tmp_path / "dup.yaml"
+    model.write_text(
+        "name: my-model\nnum_layers: 32\nhidden_size: 4096\nnum_attention_heads: 32\n"
+        "moe:\n  num_experts: 8\n  num_experts: 16\nnum_layers: 40\n"
+    )
+    line = one_line_error(run_cli(["search", "--model", str(model), "--gpus", "8"]))
+    assert line == (  # the top mapping is read before the ones inside it
+        f"megaplan: error: {model}: 'num_layers' is given twice (lines 2 and 8); YAML would keep only the last: "
+        "remove one"
+    )
+    model.write_text(model.read_text().replace("num_layers: 40\n", ""))
+    line = one_line_error(run_cli(["search", "--model", str(model), "--gpus", "8"]))
+    assert "'num_experts' is given twice (lines 6 and 7)" in line
+    from planner.presets import repeated_key_check
+
+    repeated_key_check("a: 1\nb: {c: 1, d: 2}\ne: [ {f: 1}, {f: 2} ]\n", "ok.yaml")  # no key twice in one mapping
