@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import marshal
-import os
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from planner import marshal_cache
 from planner.errors import PresetError, refuse_device
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
@@ -107,19 +107,8 @@ def _keep(cache: Path | None, text: str, data) -> None:
     """Keeps ``data`` (parsed from ``text``) in ``cache`` unless Python writes no caches (``-B``,
     PYTHONDONTWRITEBYTECODE); a folder that cannot be written, or a document marshal cannot hold
     (a YAML date), is parsed again next time. Written whole under another name, then renamed."""
-    if cache is None or sys.dont_write_bytecode:
-        return
-    try:
-        blob = marshal.dumps((CACHE_FORMAT, text, data))
-    except ValueError:
-        return
-    part = cache.with_name(f"{cache.name}.{os.getpid()}.part")
-    try:
-        cache.parent.mkdir(exist_ok=True)
-        part.write_bytes(blob)
-        os.replace(part, cache)
-    except OSError:
-        part.unlink(missing_ok=True)
+    if cache is not None:
+        marshal_cache.keep(cache, (CACHE_FORMAT, text, data))
 
 
 def shipped_yaml(path):

@@ -15,13 +15,13 @@ cannot be written is skipped silently.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.machinery
 import marshal
-import os
 import sys
 from pathlib import Path
+
+from planner import marshal_cache
 
 YACC = "bashlex.yacc"
 TABLES_FORMAT = 1  # what a tables file holds: (TABLES_FORMAT, key, action table, goto table)
@@ -110,17 +110,4 @@ def _read(file: Path, key: str) -> tuple[dict, dict] | None:
 
 
 def _keep(file: Path, key: str, action: dict, goto: dict) -> None:
-    if sys.dont_write_bytecode:
-        return
-    try:
-        blob = marshal.dumps((TABLES_FORMAT, key, action, goto))
-    except ValueError:
-        return
-    part = file.with_name(f"{file.name}.{os.getpid()}.part")
-    try:
-        file.parent.mkdir(exist_ok=True)
-        part.write_bytes(blob)
-        os.replace(part, file)
-    except OSError:
-        with contextlib.suppress(OSError):  # the part file, if it was written (not in a folder that is a file)
-            part.unlink(missing_ok=True)
+    marshal_cache.keep(file, (TABLES_FORMAT, key, action, goto))
