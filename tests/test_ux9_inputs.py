@@ -236,6 +236,10 @@ def test_arithmetic_on_a_command_output_is_said_not_dropped():
     launch = extract_launch("(( NODES = $(nproc) / 8 ))\ntorchrun --nproc-per-node 8 --nnodes $NODES pretrain_gpt.py")
     assert launch.nnodes is None and launch.unevaluated == ["(( NODES = $(nproc) / 8 ))"]
     assert "$(nproc)" in launch.unresolved
+    # Megatron-DeepSpeed's num_gpus=$(($(ds_ssh nvidia-smi --query-gpu=name ... | wc -l)-2)) assigns nothing in
+    # its arithmetic: --query-gpu inside the command is no pre-decrement of a variable "query"
+    launch = extract_launch("n=$(($(ds_ssh nvidia-smi --query-gpu=name | wc -l)-2))\npretrain_gpt.py --n $n")
+    assert launch.unevaluated == [] and "query" not in launch.unresolved
 
 
 def test_mapfile_reads_the_file_beside_the_script_and_says_what_it_cannot(tmp_path):

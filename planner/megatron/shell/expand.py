@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 
 from planner.megatron.shell.fields import Field, Fields, Var, Variables
+from planner.megatron.shell.launch import ShellParseError
 from planner.megatron.shell.rewrite import close_bracket
 
 MAX_DEPTH = 8
@@ -95,11 +96,32 @@ _ARITH_ERRORS = (
 )
 
 
+def _outside_expansions(expr: str) -> str:
+    """An arithmetic expression as written, its ``$(...)``, ``${...}`` and backquoted parts each made ``0``: what
+    it assigns, never an option inside a command (``$(nvidia-smi --query-gpu=name)`` is no ``--query``)."""
+    out, i = [], 0
+    while i < len(expr):
+        if expr[i] == "$" and expr[i + 1 : i + 2] in ("(", "{"):
+            try:
+                i = close_bracket(expr, i + 1)
+            except ShellParseError:
+                return ""
+            out.append("0")
+        elif expr[i] == "`":
+            end = expr.find("`", i + 1)
+            i = len(expr) if end < 0 else end + 1
+            out.append("0")
+        else:
+            out.append(expr[i])
+            i += 1
+    return "".join(out)
+
+
 def _top_level(text: str, sep: str) -> list[str]:
     """``text`` split at ``sep`` outside parentheses."""
     parts, depth, start = [], 0, 0
     for k, c in enumerate(text):
-        depth += (c == "(") - (c == ")")
+        depth += (c in "({") - (c in ")}")
         if c == sep and depth == 0:
             parts.append(text[start:k])
             start = k + 1
@@ -195,7 +217,7 @@ class Expander:
         names = set().union(*(u for _, u in fields))
         text = "".join(t for t, _ in fields)
         if names or depth > MAX_DEPTH:
-            self._unknown_assignments(text if not names else expr, names or {f"$(({expr.strip()}))"})
+            self._unknown_assignments(expr, names or {f"$(({expr.strip()}))"})
             return None, names
         value, missing = None, set()
         for part in _top_level(text, ","):  # the comma operator: each in turn, the last one's value
@@ -261,7 +283,8 @@ class Expander:
         """Variables an arithmetic expression assigns from what megaplan cannot evaluate: each holds the
         expression, unresolved (not a stale value, nor nothing), and the expression is said in a note."""
         for part in _top_level(text, ","):
-            m = _ARITH_ASSIGN.match(part) or _INC_DEC.search(part)
+            bare = _outside_expansions(part)
+            m = _ARITH_ASSIGN.match(bare) or _INC_DEC.search(bare)
             if m is None:
                 continue
             name = m.group(1) if m.re is _ARITH_ASSIGN else (m.group(2) or m.group(3))
