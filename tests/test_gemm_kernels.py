@@ -12,15 +12,17 @@ from planner.presets import load_hardware
 
 def test_the_law_by_hand_at_one_row_of_the_h100_table():
     # η(4096, 4096, 4096) = η_max · (4096/(4096 + x½))³; at the table's fit η_max 0.8901, x½ 174:
-    # 4096/4270 = 0.959251, squared 0.920162, cubed 0.882665, × 0.8901 = 0.785660, × 989.4 TFLOP/s = 777.3; measured (b 1,
-    # m = n = k = 4096) 780.2 TFLOP/s
+    # 4096/4270 = 0.959251, squared 0.920162, cubed 0.882665, × 0.8901 = 0.785660, × 989.4 TFLOP/s = 777.3;
+    # measured (b 1, m = n = k = 4096) 780.2 TFLOP/s
     eta = float(gemm_efficiency(4096, 4096, 4096, eta_max=0.8901, half_dim=174.0))
     assert eta == pytest.approx(0.785660, abs=2e-6)
     row = next(r for r in gemm_rows("9.0") if (r.M, r.N, r.K) == (4096, 4096, 4096))
     assert row.tflops == 780.2 and eta * 989.4 == pytest.approx(777.3, abs=0.1)
 
 
-@pytest.mark.parametrize(("cc", "half_dim", "eta_max", "rms"), [("9.0", 174.0, 0.890, 0.019), ("10.0", 497.0, 0.910, 0.033)])
+@pytest.mark.parametrize(
+    ("cc", "half_dim", "eta_max", "rms"), [("9.0", 174.0, 0.890, 0.019), ("10.0", 497.0, 0.910, 0.033)]
+)
 def test_the_tables_fit_the_shape_law(cc, half_dim, eta_max, rms):
     fit = fit_half_dim(cc)
     assert fit.rows == 24
