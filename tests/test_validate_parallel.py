@@ -199,20 +199,28 @@ def test_a_job_run_beside_the_forked_child_never_forks_again():
     (validate --choice, --regret, the published plans) must not fork a third process onto two CPUs."""
     if not parallel.can_fork():
         pytest.skip("one process here: nothing to share")
-    parent = os.getpid()
-    out = parallel.map_jobs([lambda: (os.getpid() == parent, parallel.can_fork()) for _ in range(6)], True)
-    assert all(not fork for _, fork in out) and any(here for here, _ in out)
-    seen = parallel.shared_empty(4, np.int8, True)
-    seen[:] = -1
+    waiting = _waiting_jobs(6, 0)  # job 0 ends only after the others: each process runs some of the jobs
+    seen = parallel.shared_empty(6, np.int8, True)
 
     def job(k):
+        def run():
+            seen[k] = parallel.can_fork()
+            return waiting[k]()
+
+        return run
+
+    out = parallel.map_jobs([job(k) for k in range(6)], True)
+    assert {in_child for _, in_child in out} == {False, True} and list(seen) == [0] * 6
+    seen[:] = -1
+
+    def saw(k):
         def run():
             seen[k] = parallel.can_fork()
 
         return run
 
-    parallel.run_jobs([job(k) for k in range(4)], True)
-    assert list(seen) == [0, 0, 0, 0] and parallel.can_fork()  # and this process may fork again after
+    parallel.run_jobs([saw(k) for k in range(4)], True)  # jobs 0 and 2 here, 1 and 3 in the child
+    assert list(seen[:4]) == [0, 0, 0, 0] and parallel.can_fork()  # and this process may fork again after
 
 
 def test_a_search_inside_a_job_run_beside_the_child_forks_nothing(monkeypatch):
