@@ -54,10 +54,10 @@ class Status:
     def wrote(self, text) -> None:
         """Something else is about to be written: the line goes, and comes back only after ``DELAY_S`` more of
         silence (``text``: what is written; after a line left open the line is not drawn)."""
+        self.quiet_until = self.clock() + DELAY_S  # first: a signal taken from here on draws nothing
         self.clear()
         if text:
             self.line_open = not (text.endswith("\n") if isinstance(text, str) else text.endswith(b"\n"))
-        self.quiet_until = self.clock() + DELAY_S
         signal.setitimer(signal.ITIMER_REAL, DELAY_S, TICK_S)
 
     def _write(self, text: str) -> None:
