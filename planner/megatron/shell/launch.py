@@ -42,6 +42,7 @@ class LaunchLine:
     notes: list[str] = field(default_factory=list)  # how files were found (a folder above the script's)
     launches: int = 1  # the Megatron-LM launches the whole script runs (this is the first)
     env_unread: list[str] = field(default_factory=list)  # --env names the script never read before the launch
+    unevaluated: list[str] = field(default_factory=list)  # what bash would evaluate and megaplan did not
 
 
 INT = re.compile(r"-?[0-9]{1,18}")
@@ -56,6 +57,13 @@ _DEEPSPEED = {
     "--hostfile": "hostfile",
     "-H": "hostfile",
 }
+_ACCELERATE = {  # Hugging Face accelerate launch: --num_processes is the total over every machine (accelerate's
+    # launch --help: "The total number of processes to be launched in parallel"), --num_machines the machines
+    "--num_processes": "world",
+    "--num-processes": "world",
+    "--num_machines": "nnodes",
+    "--num-machines": "nnodes",
+}
 _LAUNCHERS = {
     "torchrun": _TORCH,
     "torch.distributed.run": _TORCH,
@@ -66,6 +74,7 @@ _LAUNCHERS = {
     "mpirun": _MPI,
     "mpiexec": _MPI,
     "deepspeed": _DEEPSPEED,
+    "accelerate": _ACCELERATE,
 }
 
 
