@@ -375,5 +375,9 @@ def unwritten(message: str, text: str, tables: dict[str, list] | None) -> str:
     at = re.search(r"\(position (\d+)\)", message)
     if at:
         line = text.count("\n", 0, int(at.group(1))) + 1
-        message = message.replace(at.group(), f"(near line {line}: {text.splitlines()[line - 1].strip()[:60]!r})")
+        lines = text.splitlines()
+        where = "at the end of the script"
+        if line <= len(lines):
+            where = f"near line {line}: {lines[line - 1].strip()[:60]!r}"
+        message = message.replace(at.group(), f"({where})")
     return re.sub(r"\$\{__mp_([a-z])(\d+)\}", "…", message)
