@@ -73,7 +73,7 @@ class PlanFile:
     takes = frozenset()
 
     def fields(self, values: dict) -> Fields:
-        data = read_plan_file(values["plan_file"], values.get("rank"))
+        data = read_plan_file(values["plan_file"], values.get("rank"), model_given=values.get("model") is not None)
         return Fields(data, (), f"the plan file's {data.get('gpus')} GPUs")
 
 
