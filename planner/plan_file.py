@@ -56,7 +56,7 @@ def _plan_of(ref: str, rank: int | None) -> dict:
         plans = data["plans"]  # search's top N, then the fastest estimate with its own rank when ties put it lower
         k = 1 if rank is None else rank
         if not plans:  # was "holds 0 plans (allowed: )"
-            raise PlannerError(f"{path!r} holds no plans (its \"plans\" list is empty): search again with --json")
+            raise PlannerError(f'{path!r} holds no plans (its "plans" list is empty): search again with --json')
         ranked = {p.get("rank", i) if isinstance(p, dict) else i: p for i, p in enumerate(plans, 1)}
         if k not in ranked:
             raise PlannerError(
