@@ -189,7 +189,7 @@ def test_a_gzipped_training_log_is_read(tmp_path):
     out = tmp_path / "mine.yaml"
     result = run_cli(["calibrate", "--from-log", str(gz), "--megatron-args-file", script, "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert "train.log.gz" in result.stdout and out.exists()
+    assert "refitted: 1 run" in result.stdout and out.exists()
 
 
 def test_a_log_of_another_model_gives_both_figures_in_pflop(tmp_path):
