@@ -31,3 +31,18 @@ def refuse_device(path, what: str) -> None:
 
 class InfeasibleError(PlannerError):
     """A configuration that breaks a Megatron-LM rule or fits nowhere."""
+
+
+# dashes a word processor or web page puts where a command line has hyphens: ‐ ‑ ‒ – — ― − (fresh user trial 9)
+TYPOGRAPHIC_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
+
+
+def typographic_dash_hint(word: str) -> str | None:
+    """``—gpus`` (an option pasted from a document): what to type instead, or None."""
+    bare = word.lstrip("-" + TYPOGRAPHIC_DASHES)
+    dashes = word[: len(word) - len(bare)]
+    if not (bare[:1].isalpha() and any(d in TYPOGRAPHIC_DASHES for d in dashes)):
+        return None
+    typed = next(d for d in dashes if d in TYPOGRAPHIC_DASHES)
+    name = bare.split()[0]
+    return f"'{dashes}{name}' begins with a typographic dash ({typed}), not two hyphens: type --{name}"

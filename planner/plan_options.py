@@ -111,9 +111,10 @@ def search_pins(values: dict):
             "--account-for-embedding/loss-in-pipeline-split, not both (Megatron-LM takes one)"
         )
     pinned = knobs(values)
+    max_tp = values.get("max_tp")
+    if max_tp and pinned["tp"] and pinned["tp"] > max_tp:  # was "the pinned tp is not legal for this model"
+        raise PlannerError(f"--tp {pinned['tp']} is above --max-tp {max_tp}: give one of them")
     pinned["recompute"] = pinned["recompute"] and Recompute(pinned["recompute"])
     pinned["recompute_method"] = pinned["recompute_method"] and RecomputeMethod(pinned["recompute_method"])
     overlaps = {k: values.get(k) for k in OVERLAP_PINS}
-    return Pins(
-        **pinned, **overlaps, max_tp=values.get("max_tp"), stage_split=None if split is StageSplit.EVEN else split
-    )
+    return Pins(**pinned, **overlaps, max_tp=max_tp, stage_split=None if split is StageSplit.EVEN else split)

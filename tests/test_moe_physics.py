@@ -544,3 +544,24 @@ def test_phi_carried_over_says_so_once_however_often_it_is_written():
         entry = phi_factor(fit, entry, carried_from="dgx-h100-superpod")
     assert entry.source.count("carried over from") == 1 and entry.source.count("band:") == 1
     assert entry.status == "carried over" and "x1.119 at 0.730" in entry.source
+
+
+def test_qk_norms_by_hand():
+    """Qwen3's per-head query and key norms (Megatron-Core SelfAttention's q_layernorm/k_layernorm) move
+    4·(s·b)·(a + g)·d_h bytes a forward: Qwen3-30B-A3B at b 1, s 4,096, t 1 (a 32, g 4, d_h 128) 4 · 4,096
+    · 36 · 128 = 75,497,472 B, twice that in the backward (``compute.BACKWARD_ELEMENTWISE_FACTOR``); at
+    t 2 half; a model without the norms pays none."""
+    assert float(compute.qk_norm_bytes(1, 4096, 32, 4, 128, 1)) == 75_497_472
+    assert float(compute.qk_norm_bytes(1, 4096, 32, 4, 128, 2)) == 75_497_472 / 2
+    req = make_request(model="qwen3-30b-a3b", hardware=load_hardware("dgx-b200-superpod"), gpus=8, ep=8, micro_batch=1)
+    grid = PlanGrid.from_plans([req.plan])
+
+    def attention(qk: bool):
+        ctx = replace(req.ctx, model=req.ctx.model.model_copy(update={"qk_layernorm": qk}))
+        block = blocks.attention_block(Letters(grid, ctx), ctx)
+        return float(np.ravel(block["fwd"])[0]), float(np.ravel(block["bwd"])[0])
+
+    (fwd, bwd), (fwd0, bwd0) = attention(True), attention(False)
+    hw = req.ctx.hardware
+    norm_s = 75_497_472 / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
+    assert fwd - fwd0 == pytest.approx(norm_s) and bwd - bwd0 == pytest.approx(2 * norm_s)

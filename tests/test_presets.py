@@ -178,6 +178,7 @@ def test_user_yaml_hardware_file_works(tmp_path):
     data = load_hardware("dgx-a100-superpod").model_dump(mode="json", exclude_unset=True)
     data["name"] = "my-cluster"
     data["gpu"]["hbm_gib"] = 40.0
+    data["memory"]["allocatable_gib"] = 39.49  # a plan fills this one; hbm_gib alone is refused
     path = tmp_path / "my-cluster.yml"
     path.write_text(yaml.safe_dump(data))
     spec = load_hardware(str(path))

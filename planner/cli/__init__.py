@@ -107,8 +107,12 @@ class PlannerGroup(GivenOnce, click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         from planner.cli.held import notes_held
+        from planner.cli.spellings import pasted_character_hint
 
+        args = list(sys.argv[1:] if args is None else args)
         try:
+            if hint := pasted_character_hint(args):
+                raise PlannerError(hint)
             with notes_held():
                 rv = super().main(args, prog_name or "megaplan", complete_var, standalone_mode=False, **extra)
         except click.exceptions.Abort:  # Ctrl-C: 128 + SIGINT, as a shell reports a command it interrupted
@@ -120,9 +124,9 @@ class PlannerGroup(GivenOnce, click.Group):
         except click.ClickException as err:
             message = err.format_message()
             if isinstance(err, click.NoSuchOption):
-                from planner.cli.spellings import megatron_spelling_hint
+                from planner.cli.spellings import megatron_spelling_hint, single_dash_hint
 
-                message = megatron_spelling_hint(err.option_name) or message
+                message = megatron_spelling_hint(err.option_name) or single_dash_hint(err, args) or message
             click.echo(f"megaplan: error: {' '.join(message.split())}", err=True)
             sys.exit(
                 BAD_INPUT if err.exit_code == 2 or isinstance(err, click.UsageError) else err.exit_code or BAD_INPUT

@@ -258,15 +258,18 @@ def calibrate(
     from planner.fidelity import calibrate as cal
 
     if moe:
-        if logs or scripts or output or hardware or env_pairs:
-            raise PlannerError("--moe fits the published MoE rows: drop --from-log, -o, --env and --hardware")
+        if logs or scripts or output or hardware or env_pairs or gpus or force:
+            raise PlannerError(
+                "--moe fits the published MoE rows: drop --from-log, -o, --env, --gpus, --force and --hardware"
+            )
         from planner.fidelity.moe_fit import moe_calibration_steps, run_moe_calibration
 
         with progress("fitting the MoE host time", total=moe_calibration_steps(loso=loso)) as step:
             out = run_moe_calibration(loso=loso, write_dir=write_dir, step=_labelled(step, "MoE host time"))
         return echo_json(out) if as_json else console().print(report_fidelity.moe_calibration_view(out))
 
-    if logs or scripts or output or env_pairs:
+    if logs or scripts or output or env_pairs or gpus or force:
+        _check_from_log_options(logs, write_dir, scripts=scripts, o=output, env=env_pairs, gpus=gpus, force=force)
         from planner.plan_sources import env_values
 
         env = env_values(env_pairs)
@@ -280,6 +283,23 @@ def calibrate(
         echo_json(out)
     else:
         console().print(report_fidelity.calibration_view(out))
+
+
+def _check_from_log_options(logs, write_dir, **given) -> None:
+    """The options of a fit on your own runs need --from-log, and --write is the published runs' fit:
+    `calibrate --gpus 8` ran the 30-second fit on the published runs with --gpus dropped without a word."""
+    if write_dir:
+        raise PlannerError(
+            "--write refits the shipped presets on the published runs; your own runs' fit goes to -o FILE"
+        )
+    if not logs:
+        names = {"scripts": "--megatron-args-file", "o": "-o", "env": "--env", "gpus": "--gpus", "force": "--force"}
+        flags = [names[k] for k, v in given.items() if v]
+        raise PlannerError(
+            f"{', '.join(flags)} {'goes' if len(flags) == 1 else 'go'} with --from-log: give the Megatron-LM log of "
+            "at least one run of your own, or drop "
+            f"{'it' if len(flags) == 1 else 'them'} to fit the published runs"
+        )
 
 
 def _labelled(step, what: str):

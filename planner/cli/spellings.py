@@ -42,3 +42,30 @@ def megatron_spelling_hint(flag: str) -> str | None:
             "YAML), or read a whole command line with --megatron-args '...' or --megatron-args-file FILE"
         )
     return None
+
+
+def pasted_character_hint(args: list[str]) -> str | None:
+    """An argument pasted from a document: an option that begins with a typographic dash (``—gpus``: click
+    said "Got unexpected extra arguments (—gpus 64)") or holds a no-break space (``--gpus\\u00a064``)."""
+    from planner.errors import typographic_dash_hint
+
+    for arg in args:
+        if hint := typographic_dash_hint(arg):
+            return hint
+        if "\u00a0" in arg:
+            shown = arg.replace("\u00a0", "\u2423")
+            return f"'{shown}' holds a no-break space (shown as \u2423, pasted from a web page): type a plain space"
+    return None
+
+
+def single_dash_hint(err, args: list[str]) -> str | None:
+    """``-tp 2`` read by click as the short option -t: the long option it meant, when the command has it."""
+    command = err.ctx.command if err.ctx else None
+    if command is None:
+        return None
+    names = {name for param in command.params for name in getattr(param, "opts", ())}
+    for arg in args:
+        word = arg.split("=")[0]
+        if word.startswith(err.option_name) and word[:2] != "--" and len(word) > 2 and "-" + word in names:
+            return f"no option {word}: long options take two hyphens, -{word}"
+    return None

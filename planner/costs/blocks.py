@@ -216,7 +216,8 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     else:
         gemms = flops.layer_gemms(lt.b, lt.s, lt.h, lt.a, lt.g, lt.dh, lt.f, lt.t, lt.c, gated=lt.gated)
         gemms = {k: v for k, v in gemms.items() if k not in ("fc1", "fc2")}
-        latent_norms = 0.0
+        # the per-head query and key norms (--qk-layernorm): two norm passes over (a + g)·d_h channels
+        latent_norms = compute.qk_norm_bytes(lt.b, lt.s, lt.a, lt.g, lt.dh, lt.t, lt.c) if mo.qk_layernorm else 0.0
         ins, gather, d_qk, d_v = ["qkv"], None, lt.dh, lt.dh
     gtime = gemm_times(gemms, ctx, fp8=lt.fp8)
     core = attention_core_s(lt, ctx, gtime, parts["attention_softmax"] / hbm, d_qk, d_v)

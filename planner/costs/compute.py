@@ -132,6 +132,25 @@ def elementwise_bytes(
     }
 
 
+def qk_norm_bytes(b: ArrayLike, s: int, a: int, g: int, d_h: int, t: ArrayLike, c: ArrayLike = 1) -> np.ndarray:
+    """HBM bytes of one layer's per-head query and key norms (``--qk-layernorm``) in the forward, per GPU.
+
+    Megatron-Core's SelfAttention normalises each of the a query heads and g key heads over its d_h
+    channels after the QKV projection (``get_query_key_value_tensors``: ``self.q_layernorm(query)``,
+    ``self.k_layernorm(key)``, megatron/core/transformer/attention.py core_r0.14.0 l.1028-1032; TENorm
+    from gpt_layer_specs.py ``backend.layer_norm(for_qk=True)``), two norm kernels apart from the layer's
+    input norm. Each reads its 16-bit input and writes its output, as the layer's other norms
+    (Korthikanti et al. 2022 §4.1: 4 bytes per element), heads split over t, tokens over c:
+
+        B_qk = 4·(s·b/c)·(a + g)·d_h/t
+
+    Qwen3-30B-A3B (a = 32, g = 4, d_h = 128) at b = 1, s = 4,096, t = 1: 75,497,472 B, 2.25× the layer's
+    input norm (h = 2,048). Multi-latent attention normalises its latents instead (``blocks``' latent norms).
+    """
+    b, t, c = np.asarray(b, dtype=float), np.asarray(t), np.asarray(c)
+    return 4.0 * (s * b / c) * (a + g) * d_h / t
+
+
 def flash_attention_flops(
     bh: ArrayLike,
     s_q: ArrayLike,

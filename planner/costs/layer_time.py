@@ -208,6 +208,8 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         if mo.mtp_layers
         else ""
     )
+    if mo.qk_layernorm and not mo.multi_latent_attention:  # compute.qk_norm_bytes
+        window += "; per-head Q and K norms (--qk-layernorm): 4·sb·(a + g)·d_h/t bytes, Megatron-Core attention.py"
     if unfused_rope(mo):  # compute.unfused_rope_extra_bytes
         window += "; YaRN RoPE op by op (Megatron-Core's unfused path): 24 B forward, 26 B backward per rotated element"
     graphs = " (no τ: CUDA graphs)" if opts.cuda_graph_impl.value != "none" else ""

@@ -263,6 +263,20 @@ class HardwareSpec(BaseModel):
     memory: MemorySpec
     accuracy: Accuracy
 
+    @model_validator(mode="after")
+    def _capacities_agree(self) -> Self:
+        """A plan fills ``memory.allocatable_gib``; ``gpu.hbm_gib`` is the datasheet's figure. The shipped
+        presets keep the two within 7 % (GiB against GB, reserved bytes), so a copy where one was edited and
+        not the other — hbm_gib 141 on an 80 GB preset — would price the old capacity without a word."""
+        hbm, usable = self.gpu.hbm_gib, self.memory.allocatable_gib
+        if not 0.9 <= usable / hbm <= 1.1:
+            raise ValueError(
+                f"gpu.hbm_gib ({hbm:g}) and memory.allocatable_gib ({usable:g}) disagree by more than 10 %: "
+                "a plan fills memory.allocatable_gib (what torch.cuda.get_device_properties(0).total_memory "
+                "reports, in GiB); set both to your GPU's"
+            )
+        return self
+
     @property
     def gpus_per_node(self) -> int:
         return self.node.gpus_per_node

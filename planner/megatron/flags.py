@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, typographic_dash_hint
 from planner.megatron.aliases import ALIASES, DROPPED_DESTS, VALUE, ArgSpec
 from planner.megatron.dialects import FORK_CHOICES, fork_flag
 
@@ -318,6 +318,8 @@ def _other_flag(flag: str, inline: str | None, argv: list[str], i: int, state: _
 
 def _stray_error(stray: list[str], after: str | None = None) -> MegatronArgError:
     shown = " ".join(repr(s) for s in stray[:5]) + (" ..." if len(stray) > 5 else "")
+    if hint := next(filter(None, map(typographic_dash_hint, stray)), None):  # `—hidden-size 4096`, pasted
+        return MegatronArgError(hint)
     if stray and all(not s.strip() for s in stray):  # `... \ ` at a line's end: bash's escaped space, then the end
         return MegatronArgError(
             f"stray word {shown}{f' after {after} and its value' if after else ''}: a backslash followed by a space "

@@ -14,6 +14,7 @@ from planner.errors import InfeasibleError, PlannerError
 from planner.plan import Context
 from planner.search import search
 from planner.space.candidates import NO_PINS, Pins
+from planner.space.sizes import WorldAxes
 
 MAX_SWEEP_SIZES = 32
 
@@ -49,6 +50,20 @@ def repeated_sizes(text: str) -> list[int]:
     return sorted({n for n in given if given.count(n) > 1})
 
 
+def _best_at(
+    ctx: Context, n: int, pins: Pins, memory_headroom, skip_infeasible: bool
+) -> tuple[dict | None, str | None]:
+    """(the fastest plan on ``n`` GPUs, None) or, with ``skip_infeasible``, (None, why there is none)."""
+    try:
+        return search(ctx, n, pins, top=1, memory_headroom=memory_headroom).plans[0], None
+    except InfeasibleError as err:
+        if not skip_infeasible:
+            raise InfeasibleError(
+                f"no plan on {n} GPUs: {err} (pass --skip-infeasible to list such sizes as rows)"
+            ) from err
+        return None, str(err)
+
+
 def sweep(
     ctx: Context,
     sizes: list[int],
@@ -62,19 +77,15 @@ def sweep(
     naming it, unless ``skip_infeasible``: then its row has ``plan: None`` and the reason. ``step`` is
     called after each size (a progress bar)."""
     rows: list[dict] = []
+    if not skip_infeasible:  # a size no tp·cp·pp·dp makes stops the sweep: say so before searching the others
+        axes = WorldAxes.of(ctx, pins)
+        for n in (n for n in sizes if not axes.allows(n)):
+            _best_at(ctx, n, pins, memory_headroom, skip_infeasible)
     for n in sizes:
-        try:
-            result = search(ctx, n, pins, top=1, memory_headroom=memory_headroom)
-            if step:
-                step(f"searched {n:,} GPUs")
-        except InfeasibleError as err:
-            if not skip_infeasible:
-                raise InfeasibleError(
-                    f"no plan on {n} GPUs: {err} (pass --skip-infeasible to list such sizes as rows)"
-                ) from err
-            rows.append({"gpus": n, "plan": None, "no_plan": str(err), "scaling_efficiency": None})
-            continue
-        rows.append({"gpus": n, "plan": result.plans[0], "no_plan": None, "scaling_efficiency": None})
+        plan, no_plan = _best_at(ctx, n, pins, memory_headroom, skip_infeasible)
+        if step and plan:
+            step(f"searched {n:,} GPUs")
+        rows.append({"gpus": n, "plan": plan, "no_plan": no_plan, "scaling_efficiency": None})
     planned = [r for r in rows if r["plan"]]
     if not planned:
         raise InfeasibleError(

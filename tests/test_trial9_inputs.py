@@ -1,0 +1,116 @@
+"""A new user's second day, fresh user trial 9 (issue 21): each test reproduces a mistake that was
+ignored without a word, took seconds to answer, or ended in a line that did not say what to do, with
+files written here in the pattern of the real ones (the real scripts stay outside the repository)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from planner.presets import load_hardware
+
+from conftest import one_line_error, run_cli
+
+PRESETS = Path(__file__).resolve().parents[1] / "presets"
+
+
+def _hardware_copy(tmp_path, **gpu_or_memory) -> str:
+    """A user's copy of a shipped preset with some fields edited, as README's "copy one and edit it" says."""
+    data = yaml.safe_load((PRESETS / "hardware" / "dgx-h100-superpod.yaml").read_text())
+    data["name"] = "my-cluster"
+    for key, value in gpu_or_memory.items():
+        section, field = key.split("__")
+        data[section][field] = value
+    path = tmp_path / "my-cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_a_hardware_copy_whose_hbm_alone_was_edited_is_refused(tmp_path):
+    """hbm_gib: 141 on a copy of the 80 GB H100 preset searched against the old 72.8 GiB without a word:
+    a plan fills memory.allocatable_gib, which the user had not changed."""
+    path = _hardware_copy(tmp_path, gpu__hbm_gib=141.0)
+    line = one_line_error(run_cli(["search", "--model", "llama3-8b", "--gpus", "64", "--hardware", path]))
+    assert "gpu.hbm_gib (141) and memory.allocatable_gib (79.18) disagree" in line
+    assert "set both" in line
+
+
+def test_a_hardware_copy_whose_two_capacities_were_edited_together_is_read(tmp_path):
+    path = _hardware_copy(tmp_path, gpu__hbm_gib=131.3, memory__allocatable_gib=139.8)
+    assert load_hardware(path).memory.allocatable_gib == 139.8
+    result = run_cli(["search", "--model", "llama3-8b", "--gpus", "64", "--hardware", path])
+    assert result.exit_code == 0, result.output
+    assert "GiB/128.6" in result.stdout  # 139.8 less the 8 % headroom
+
+
+def test_calibrate_options_of_your_own_runs_without_a_log_are_refused():
+    """`calibrate --gpus 8` ran the 30-second fit on the published runs, --gpus dropped without a word."""
+    line = one_line_error(run_cli(["calibrate", "--gpus", "8"]))
+    assert line == (
+        "megaplan: error: --gpus goes with --from-log: give the Megatron-LM log of at least one run of your own, "
+        "or drop it to fit the published runs"
+    )
+    assert "--gpus, --force go with --from-log" in one_line_error(run_cli(["calibrate", "--force", "--gpus", "2"]))
+
+
+def test_calibrate_write_beside_a_log_is_refused(tmp_path):
+    """--write (the shipped presets' folder) beside --from-log was dropped: the log's fit goes to -o."""
+    log, script = tmp_path / "train.log", tmp_path / "run.sh"
+    log.write_text("")
+    script.write_text("")
+    line = one_line_error(
+        run_cli(["calibrate", "--from-log", str(log), "--megatron-args-file", str(script), "--write", str(tmp_path)])
+    )
+    assert "--write refits the shipped presets on the published runs" in line
+
+
+def test_a_sweep_past_every_legal_size_stops_before_searching_the_sizes_below(monkeypatch):
+    """`sweep --model llama3-8b --gpus 8:100000000` searched the 17 sizes up to 262,144 GPUs (2 s of CPU on a
+    shared core, 4.4 s wall) before it stopped at 524,288, which no tp·cp·pp·dp of the model reaches
+    (tp ≤ 8 × cp ≤ 2 × pp ≤ 34 × dp ≤ 512 = 278,528)."""
+    import pytest
+
+    import planner.runs.sweep as sweep_module
+    from planner import api
+    from planner.errors import InfeasibleError
+
+    searched: list[int] = []
+    real_search = sweep_module.search
+
+    def counting(ctx, n, *args, **kw):
+        searched.append(n)
+        return real_search(ctx, n, *args, **kw)
+
+    monkeypatch.setattr(sweep_module, "search", counting)
+    ctx = api.make_request(model="llama3-8b").ctx
+    with pytest.raises(InfeasibleError, match="no plan on 524288 GPUs: .*at most 278,528 GPUs can hold a legal plan"):
+        sweep_module.sweep(ctx, sweep_module.parse_gpu_sizes("8:100000000"))
+    assert searched == [524288]
+
+
+def test_a_pinned_tp_above_max_tp_names_both_options():
+    """`search --tp 2 --max-tp 1` said "the pinned tp is not legal for this model", though tp 2 is."""
+    line = one_line_error(run_cli(["search", "--model", "llama3-8b", "--gpus", "64", "--tp", "2", "--max-tp", "1"]))
+    assert line == "megaplan: error: --tp 2 is above --max-tp 1: give one of them"
+
+
+def test_an_option_pasted_with_a_typographic_dash_says_to_type_two_hyphens():
+    """`search --model llama3-8b —gpus 64` (an em dash from a document) was "Got unexpected extra arguments
+    (—gpus 64)"; inside --megatron-args it was blamed on an unquoted bash expansion."""
+    line = one_line_error(run_cli(["search", "--model", "llama3-8b", "\u2014gpus", "64"]))
+    assert line == "megaplan: error: '\u2014gpus' begins with a typographic dash (\u2014), not two hyphens: type --gpus"
+    line = one_line_error(run_cli(["explain", "--megatron-args", "--num-layers 2 \u2013hidden-size 8", "--gpus", "8"]))
+    assert line.endswith("(\u2013), not two hyphens: type --hidden-size")
+
+
+def test_an_option_pasted_with_a_no_break_space_is_named():
+    """`--gpus\\u00a064` (copied from a web page) was "No such option '--gpus\\xa064'"."""
+    line = one_line_error(run_cli(["search", "--model", "llama3-8b", "--gpus\u00a064"]))
+    assert "'--gpus\u242364' holds a no-break space" in line
+
+
+def test_a_long_option_typed_with_one_hyphen_names_the_option():
+    """`explain ... -tp 2` was "No such option '-t'" (click reads -tp as -t p)."""
+    line = one_line_error(run_cli(["explain", "--model", "llama3-8b", "--gpus", "64", "-tp", "2"]))
+    assert line == "megaplan: error: no option -tp: long options take two hyphens, --tp"
