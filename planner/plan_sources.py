@@ -43,6 +43,7 @@ class Fields:
     data: dict  # model or model_spec, hardware, gpus, training, parallel, options (plan JSON's shape)
     notes: tuple[str, ...] = ()  # "note: ..." and "warning: ..." on how the source was read
     world: str | None = None  # how the source gives the GPU count, for errors ("the script's 8 GPUs")
+    file: str | None = None  # a plan file's name, when its own fields give the plan's sizes (errors name them)
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,10 @@ class PlanFile:
     takes = frozenset()
 
     def fields(self, values: dict) -> Fields:
-        data = read_plan_file(values["plan_file"], values.get("rank"))
-        return Fields(data, (), f"the plan file's {data.get('gpus')} GPUs")
+        ref, rank = values["plan_file"], values.get("rank")
+        data = read_plan_file(ref, rank)
+        name = f"{ref}#{rank}" if rank is not None else ref
+        return Fields(data, (), f"the plan file's {data.get('gpus')} GPUs", f"plan file {name}")
 
 
 class LaunchScript:
@@ -182,6 +185,8 @@ def resolve_plan(values: dict, given: set[str], *, search_best: bool = False) ->
     names = given - NOT_PLAN - selecting - source.takes
     data, notes = override_fields(fields.data, {n: values[n] for n in names}, source.where)
     world = f"--gpus {values['gpus']}" if "gpus" in names else fields.world
+    if fields.file and not names & {*WORLD_FIELDS, "dp"}:
+        check_file_world(data, fields.file)
     req, clamped = clamp_recompute_layers(build(data, world))
     return Resolved(req, fields.notes + notes + clamped, read=isinstance(source, LaunchScript))
 
@@ -299,6 +304,30 @@ def override_fields(data: dict, overrides: dict, where: str) -> tuple[dict, tupl
         else:
             raise PlannerError(f"{flag(name)} does not describe the plan, so it cannot change one")
     return data, tuple(notes)
+
+
+def check_file_world(data: dict, file: str) -> None:
+    """A plan file's own sizes against its GPU count, each named by its field (fresh user trial 8: a plan file
+    edited to tp 3 said "--gpus 64 is not divisible", blaming an option the user never typed)."""
+    from planner.plan_file import _typed
+
+    par, gpus = data["parallel"], data.get("gpus")
+    sizes = _typed({k: par.get(k) for k in ("tp", "pp", "cp", "dp")})  # "tp": "eight" is said by its field
+    if type(gpus) is not int:
+        return  # said by the plan's own check
+    tp, pp, cp = (sizes.get(k) or 1 for k in ("tp", "pp", "cp"))
+    mp, dp = tp * pp * cp, sizes.get("dp")
+    if gpus % mp:
+        raise PlannerError(
+            f"{file}: gpus {gpus} is not divisible by parallel.tp·pp·cp = {mp} (tp {tp} × pp {pp} × cp {cp}); "
+            f"allowed: parallel sizes whose product divides {gpus}, or gpus a multiple of {mp}; edit the file, or "
+            "give --tp/--pp/--cp or --gpus beside it"
+        )
+    if dp is not None and dp * mp != gpus:
+        raise PlannerError(
+            f"{file}: parallel.dp {dp} disagrees with gpus {gpus} (tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * mp}); "
+            f"allowed: parallel.dp {gpus // mp}, or gpus {dp * mp}"
+        )
 
 
 def build(data: dict, world: str | None = None) -> api.PlanRequest:

@@ -207,7 +207,24 @@ def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
     try:
         return spec_type.model_validate(data)
     except ValidationError as err:
-        raise PresetError(f"{where}: {_hf_config_hint(data) or format_validation_error(err)}") from err
+        hint = _hf_config_hint(data) or _other_kind_hint(data, kind)
+        raise PresetError(f"{where}: {hint or format_validation_error(err)}") from err
+
+
+def _other_kind_hint(data, kind: str) -> str:
+    """A model YAML given as --hardware, or a hardware YAML as --model: which it is and the option that reads it
+    (fresh user trial 8: `--hardware model.yaml` listed 15 pydantic errors in 658 characters)."""
+    if not isinstance(data, dict):
+        return ""
+    for other, spec in KINDS.items():
+        fields = set(spec.model_fields) - {"name", "source"}
+        ours = set(KINDS[kind].model_fields) - {"name", "source"}
+        if other != kind and len(fields & set(data)) > max(1, len(ours & set(data))):
+            shown = ", ".join([k for k in data if k in fields][:3])  # as the file writes them
+            option = "--model" if other == "models" else "--hardware"
+            what, ours = other.removesuffix("s"), kind.removesuffix("s")
+            return f"a {what} YAML ({shown} ...), not a {ours} one: give it with {option}"
+    return ""
 
 
 HF_NAMES = {  # a Hugging Face config.json's names -> megaplan's (Megatron-LM's)

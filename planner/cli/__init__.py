@@ -106,7 +106,7 @@ class PlannerGroup(GivenOnce, click.Group):
     group_class = type
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        from planner.cli.held import notes_held
+        from planner.cli.held import notes_held, say_error
         from planner.cli.spellings import pasted_character_hint
 
         args = list(sys.argv[1:] if args is None else args)
@@ -127,12 +127,12 @@ class PlannerGroup(GivenOnce, click.Group):
                 from planner.cli.spellings import megatron_spelling_hint, single_dash_hint
 
                 message = megatron_spelling_hint(err.option_name) or single_dash_hint(err, args) or message
-            click.echo(f"megaplan: error: {' '.join(message.split())}", err=True)
+            say_error(message)
             sys.exit(
                 BAD_INPUT if err.exit_code == 2 or isinstance(err, click.UsageError) else err.exit_code or BAD_INPUT
             )
         except PlannerError as err:
-            click.echo(f"megaplan: error: {' '.join(str(err).split())}", err=True)
+            say_error(str(err))
             sys.exit(BAD_INPUT)
         except OSError as err:
             sys.exit(_output_failed(err))
@@ -147,6 +147,8 @@ def _output_failed(err: OSError) -> int:
     import errno
     import os
 
+    from planner.cli.held import say_error
+
     try:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())
@@ -155,7 +157,7 @@ def _output_failed(err: OSError) -> int:
     if err.errno == errno.EPIPE:  # `megaplan ... | head -1`: the reader has what it wanted
         return 1
     where = f"{err.filename}: " if err.filename else "cannot write the output: "
-    click.echo(f"megaplan: error: {where}{err.strerror or err}", err=True)
+    say_error(f"{where}{err.strerror or err}")
     return 1
 
 

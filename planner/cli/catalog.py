@@ -121,9 +121,12 @@ def _find_preset(name: str) -> tuple[str, str, str]:
         kind, real = lower[name.lower()]
         return kind, real, preset_text(kind, real)
     close = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.6)
-    hint = f"did you mean {lower[close[0]][1]}? " if close else ""
+    if close:  # the presets of the kind it resembles (the whole list of both kinds was 540 characters)
+        kind, near = lower[close[0]]
+        known = ", ".join(preset_names(kind))
+        raise PlannerError(f"unknown preset {name!r}; did you mean {near}? {kind.removesuffix('s')} presets: {known}")
     known = ", ".join(n for _, n in lower.values())
-    raise PlannerError(f"unknown preset {name!r}; {hint}known: {known} (or a path to a YAML file)")
+    raise PlannerError(f"unknown preset {name!r}; known: {known} (or a path to a YAML file)")
 
 
 @cli.command()

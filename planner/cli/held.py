@@ -14,6 +14,7 @@ from planner.errors import PlannerError
 
 NOTE = "megaplan: note:"
 WARNING = "megaplan: warning:"
+ERROR = "megaplan: error:"
 
 
 def wrapped(text: str, width: int) -> str:
@@ -27,9 +28,19 @@ def wrapped(text: str, width: int) -> str:
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
+def say_error(message: str) -> None:
+    """An error on stderr: one message, ``megaplan: error: ...``, its spaces and newlines made single spaces,
+    broken at spaces to the terminal's width when stderr is one (continuation lines indented two spaces)."""
+    line = f"{ERROR} {' '.join(message.split())}\n"
+    sys.stderr.write(_for_terminal(sys.stderr, line))
+    sys.stderr.flush()
+
+
 def _for_terminal(stream, text: str) -> str:
-    """``text`` wrapped to the terminal when ``stream`` is one and ``text`` is a note or warning; else as is."""
-    if not text.startswith((NOTE, WARNING)) or not getattr(stream, "isatty", lambda: False)():
+    """``text`` wrapped to the terminal when ``stream`` is one and ``text`` is a note, warning or error; else as
+    is: a pipe or a file gets each message on one line, for grep (fresh user trial 8: an error of 300 characters
+    broke mid-word at 80 columns, `--bridge-` / `config`)."""
+    if not text.startswith((NOTE, WARNING, ERROR)) or not getattr(stream, "isatty", lambda: False)():
         return text
     import shutil
 

@@ -157,7 +157,7 @@ def _assumptions(row: dict) -> list[str]:
         assumptions.append(f"FP8 GEMMs ({row['fp8_recipe']}) at the preset's FP8 efficiency (not fitted)")
     if fp8_attention(row):
         assumptions.append(
-            "the recipe's MXFP8 attention (fp8_dot_product_attention) at cuDNN's MXFP8/BF16 time ratios (GB200 "
+            "the recipe's MXFP8 attention (fp8_dot_product_attention) at cuDNN's MXFP8/BF16 time ratios (the GPU's own "
             "tables), its backward over the whole causal square even in sliding-window layers"
         )
     if row["flag"]:

@@ -356,8 +356,8 @@ def entry_point_warning(entry: str | None) -> list[str]:
     import posixpath
 
     name = posixpath.basename(entry or "")
-    if not name or GPT_ENTRY.fullmatch(name):
-        return []
+    if not name or GPT_ENTRY.fullmatch(name if name.endswith(".py") else name.rpartition(".")[2] + ".py"):
+        return []  # pretrain_gpt.py, or the module pretrain_gpt (python -m pretrain_gpt)
     unread = any(c in (entry or "") for c in "$`") or (entry or "").startswith("/")
     path = name if unread else entry or name  # `pwd`/x.py or /abs/path/x.py: the name alone
     what = next((w for p, w in OTHER_ENTRIES if re.search(p, path, re.IGNORECASE)), None)

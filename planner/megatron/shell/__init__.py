@@ -69,6 +69,9 @@ def extract_launch(
         if launches > 1:
             return replace(interp.launch, launches=launches)
         return interp.launch
+    others = interp.others or [p for p in written_programs(text) if _kind(p)]  # one after an exit it took
+    if others and not _bridge_hint(text):  # Bridge's launchers have their own options, said below
+        raise ShellParseError(not_pretraining(others))
     if interp.flags:
         return interp.make_launch([], interp.flags, None)
     where = " before the script's exit" if interp.exited else ""
@@ -88,6 +91,61 @@ def extract_launch(
     hint = hint or _flags_variable_hint(interp)
     raise ShellParseError(
         f"no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found{where}{hint}{_bridge_hint(text)}"
+    )
+
+
+PRETRAINING = "pretrain_*.py, train*.py"
+OTHER_PROGRAMS = (  # (pattern on a program's path or module, what it is, why megaplan does not plan it)
+    (
+        r"infer|generat|text_gen|server|serve|chat|complet|sampl",
+        "an inference program",
+        "megaplan plans pre-training (forward, backward and optimizer step of each iteration), not inference",
+    ),
+    (
+        r"(?:^|[/.])tasks[/.](?:\w+[/.])?main(?:\.py)?$|finetun|fine_tun|sft|rlhf|dpo|grpo|reward",
+        "a fine-tuning or downstream-task program",
+        "megaplan plans pre-training, not the task-specific models and data of fine-tuning",
+    ),
+    (r"eval|mmlu|bench|score", "an evaluation program", "megaplan plans pre-training, not evaluation"),
+    (
+        r"quantiz|prun|distil|export|convert|checkpoint|ckpt|merge|preprocess|tokeniz|download",
+        "a checkpoint or data tool",
+        "megaplan plans pre-training, and this tool trains nothing",
+    ),
+)
+
+
+_WRITTEN = re.compile(
+    r"(?:\bpython[\d.]*|\btorchrun|\btorch\.distributed\.(?:run|launch))\b[^\n;|&]*?"
+    r"(?:\s-[A-Za-z]*m\s+([A-Za-z_][\w.]*)|\s([\w./-]+\.py)\b)"
+)
+
+
+def written_programs(text: str) -> list[str]:
+    """The Python programs the script's text runs as written (``python X.py``, ``torchrun -m X``), lines joined at
+    their backslashes: what a script that stops before its launch (``exit 1`` without its arguments) would run."""
+    joined = re.sub(r"\\\n", " ", text)
+    found = [m.group(1) or m.group(2) for m in _WRITTEN.finditer(joined)]
+    return [p for p in dict.fromkeys(found) if p not in ("torch.distributed.run", "torch.distributed.launch")]
+
+
+def _kind(program: str) -> tuple[str, str] | None:
+    """What a program is and why megaplan does not plan it, by its name (OTHER_PROGRAMS); None if unknown."""
+    return next(((what, why) for pattern, what, why in OTHER_PROGRAMS if re.search(pattern, program, re.I)), None)
+
+
+def not_pretraining(programs: list[str]) -> str:
+    """The one line for a script that runs Python programs but no pre-training entry point: the program, what
+    it is, and why megaplan does not plan it (fresh user trial 8: an inference script was "no entry point", and
+    one launched through ``$CMD`` "launches nothing")."""
+    for program in programs:
+        kind = _kind(program)
+        if kind is not None:
+            return f"the script runs {program}, {kind[0]}, not a pre-training entry point ({PRETRAINING}): {kind[1]}"
+    named = ", ".join(programs[:3]) + (f" and {len(programs) - 3} more" if len(programs) > 3 else "")
+    return (
+        f"the script runs {named}, but no pre-training entry point ({PRETRAINING}): megaplan plans pre-training "
+        "launches; give the script that launches one, or its flags with --megatron-args and --gpus N"
     )
 
 

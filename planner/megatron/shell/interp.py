@@ -30,6 +30,31 @@ _MAX_STEPS, _MAX_LOOP = 20000, 256
 _ASSIGN = re.compile(r"([A-Za-z_]\w*)(?:\[([^\]]*)\])?(\+?)=(.*)\Z", re.DOTALL)
 
 
+_PYTHON = re.compile(r"python[\d.]*|torchrun|torch\.distributed\.(?:run|launch)|deepspeed")
+_TOOLS = {"pip", "venv", "ensurepip", "setup.py", "http.server", "json.tool"}  # Python's own tools, not programs
+_MODULE = re.compile(r"-[A-Za-z]*m")  # python -m, -um: run a module
+
+
+def _as_file(entry: str) -> str:
+    """An entry point's file name: a module (``examples.mimo.pretrain_mimo``) as its last part with ``.py``."""
+    name = posixpath.basename(entry)
+    return name if name.endswith(".py") else name.rpartition(".")[2] + ".py"
+
+
+def _entry_at(texts: list[str], k: int) -> tuple[str | None, int]:
+    """The entry point a command runs at word ``k``, and how many words it takes: a ``.py`` file, or the
+    module after ``python -m`` / ``torchrun -m`` (not the launcher module torch.distributed.run itself)."""
+    text = texts[k]
+    if text.endswith(".py") and "=" not in text:
+        return text, 1
+    if _MODULE.fullmatch(text) and k + 1 < len(texts) and k > 0:
+        module = texts[k + 1]
+        launched = any(_PYTHON.fullmatch(posixpath.basename(t)) for t in texts[:k])
+        if launched and re.fullmatch(r"[A-Za-z_][\w.]*", module) and not _PYTHON.fullmatch(module):
+            return module, 2
+    return None, 0
+
+
 class Stop(Exception):
     """``exit``, a found launch or the step limit: stop interpreting."""
 
@@ -51,6 +76,7 @@ class Interp(Substitute, Follow, Expander):
         self.seed_slurm()
         self.funcs: dict[str, object] = {}
         self.src, self.prefix, self.flags = "", [], []
+        self.others: list[str] = []  # Python programs run that are no pre-training entry point
         self.launch: LaunchLine | None = None
         self.count_only, self.launches = False, 0  # count every launch instead of stopping at the first
         self.steps = self.depth = 0
@@ -308,12 +334,16 @@ class Interp(Substitute, Follow, Expander):
                 if j + 1 < len(texts) and texts[j].startswith("-") and texts[j].endswith("c"):
                     self.nested(texts[j + 1], fields[:k])
                     return
-            if _ENTRY.match(posixpath.basename(text)):
+            entry, skip = _entry_at(texts, k)
+            if entry is not None and _ENTRY.match(_as_file(entry)):
                 if self.count_only:
                     self.launches += 1
                     return
-                self.launch = self.make_launch(self.prefix + fields[:k], fields[k + 1 :], text)
+                self.launch = self.make_launch(self.prefix + fields[:k], fields[k + skip :], entry)
                 raise Stop
+            ran = k == 0 or any(_PYTHON.fullmatch(posixpath.basename(t)) for t in texts[:k])
+            if entry is not None and ran and entry not in self.others and entry not in _TOOLS:
+                self.others.append(entry)  # a Python program that is no pre-training entry point (said if none is)
         if texts[0].startswith("-"):
             self.flags.extend(fields)
 
