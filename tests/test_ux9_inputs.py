@@ -6,6 +6,8 @@ scripts stay outside the repository)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.megatron.shell import ShellParseError, extract_launch
 
@@ -210,3 +212,66 @@ def test_a_yaml_of_the_other_kind_and_a_near_preset_name_are_short_lines(tmp_pat
     line = one_line_error(run_cli(["presets", "show", "dgx-h100"]))
     assert "did you mean dgx-h100-superpod? hardware presets: dgx-a100-40gb-superpod," in line
     assert "llama3-8b" not in line and len(line) < 250
+
+
+def test_bash_arithmetic_assignments_are_evaluated_as_bash_does():
+    """`(( NODES = 2 ))`, `let GPUS=NODES*8` and `((i++))` were not evaluated (fresh user trial 8): arithmetic had
+    no assignment, so the world size and flags built from them were unknown. Each value below is what bash 5
+    prints for the same lines (`echo $NODES $GPUS ...`)."""
+    text = (
+        "(( NODES = 2 ))\nlet GPUS=NODES*8 'PER = GPUS / NODES'\ni=0\n((i++))\n((++i))\nX=$((i++))\n"
+        "(( a = b = 3, c = a << 2 ))\n((c -= 2, d = c % 5))\nlet 'e = (c > 9) ? 1 : 0'\nf=7\n((f *= 3))\n"
+        "torchrun --nproc-per-node $PER --nnodes $NODES pretrain_gpt.py --g $GPUS --i $i --x $X --b $b --c $c "
+        "--d $d --e $e --f $f"
+    )
+    launch = extract_launch(text)
+    assert launch.world_size == 16 and launch.nproc_per_node == 8 and launch.nnodes == 2
+    assert launch.argv == "--g 16 --i 3 --x 2 --b 3 --c 10 --d 0 --e 1 --f 21".split()
+    assert launch.unevaluated == []
+
+
+def test_arithmetic_on_a_command_output_is_said_not_dropped():
+    """`(( NODES = $(nproc) / 8 ))`: megaplan runs no command, so NODES is unknown: it holds the expression
+    (unresolved, as a value megaplan cannot know) and the import says what it did not evaluate."""
+    launch = extract_launch("(( NODES = $(nproc) / 8 ))\ntorchrun --nproc-per-node 8 --nnodes $NODES pretrain_gpt.py")
+    assert launch.nnodes is None and launch.unevaluated == ["(( NODES = $(nproc) / 8 ))"]
+    assert "$(nproc)" in launch.unresolved
+    # Megatron-DeepSpeed's num_gpus=$(($(ds_ssh nvidia-smi --query-gpu=name ... | wc -l)-2)) assigns nothing in
+    # its arithmetic: --query-gpu inside the command is no pre-decrement of a variable "query"
+    launch = extract_launch("n=$(($(ds_ssh nvidia-smi --query-gpu=name | wc -l)-2))\npretrain_gpt.py --n $n")
+    assert launch.unevaluated == [] and "query" not in launch.unresolved
+
+
+def test_mapfile_reads_the_file_beside_the_script_and_says_what_it_cannot(tmp_path):
+    """`mapfile -t A < args.txt` left A empty and the error blamed missing model flags (fresh user trial 8): the
+    file beside the script is read, one array item per line as bash does (-t drops the newline, -s skips);
+    `< <(command)` is never run, and the error says so."""
+    (tmp_path / "args.txt").write_text("# model\n--num-layers\n4\n--hidden-size\n512\n")
+    rest = MODEL_FLAGS.replace("--num-layers 4 --hidden-size 512 ", "")
+    script = tmp_path / "run.sh"
+    script.write_text(f'mapfile -t -s 1 A < args.txt\ntorchrun --nproc-per-node 8 pretrain_gpt.py "${{A[@]}}" {rest}\n')
+    done = run_cli(["explain", "--brief", "--megatron-args-file", str(script)])
+    assert done.exit_code == 0, done.output
+    assert "model 4 layers · hidden 512" in done.stdout
+    script.write_text(
+        f"readarray -t A < <(grep -v '#' args.txt)\ntorchrun --nproc-per-node 8 pretrain_gpt.py ${{A[@]}} {rest}\n"
+    )
+    line = one_line_error(run_cli(["explain", "--megatron-args-file", str(script)]))
+    assert "--num-layers, --hidden-size missing" in line
+    assert 'the script\'s readarray -t A < <(grep -v "#" args.txt) was not evaluated' in line
+    here = extract_launch('mapfile B <<< "x"\nmapfile -t C <<< "--a 1"\npretrain_gpt.py "${B[@]}" "${C[@]}"')
+    assert here.argv == ["x\n", "--a 1"]  # without -t each item keeps its newline, as bash's does
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=st.integers(-(2**31), 2**31),
+    b=st.integers(-(2**31), 2**31).filter(bool),
+    op=st.sampled_from(["+", "-", "*", "/", "%", "&", "|", "^"]),
+)
+def test_a_compound_assignment_is_the_expression_it_stands_for(a, b, op):
+    """Invariant: `x=a; ((x OP= b))` leaves x at $((a OP b)), and `y = a OP b` assigns the same value."""
+    expr = f"{a} {op} ({b})"
+    launch = extract_launch(f"x={a}\n((x {op}= {b}))\n(( y = {expr} ))\npretrain_gpt.py --x $x --y $y --z $(({expr}))")
+    x, y, z = (launch.argv[k] for k in (1, 3, 5))
+    assert x == y == z == str(int(z))

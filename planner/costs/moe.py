@@ -323,12 +323,20 @@ def overlapped_exposure_s(
 # multi_tensor_quantize_impl: fused for delayed-scaling quantizers only, else each split's
 # quantize), and Float8CurrentScalingQuantizer::quantize_impl launches four kernels per tensor
 # (TE v2.14.1 pytorch/csrc/quantizer.cpp:857-896 and common/recipe/current_scaling.cu: zero_amax_kernel,
-# the amax reduction, nvte_compute_scale_from_amax, nvte_quantize_v2 the cast). mxfp8.rst and
-# fp8_blockwise_scaling.rst: the quantisation, then the scale swizzle for the GEMM;
+# the amax reduction, nvte_compute_scale_from_amax, nvte_quantize_v2 the cast). MXFP8: one kernel per
+# expert and tensor (MXFP8Quantizer::quantize is nvte_quantize_v2 alone, TE v2.12-v2.16 quantizer.cpp),
+# which writes the scales already in the GEMM's swizzled layout (GroupedLinear sets optimize_for_gemm on
+# its input and output-gradient quantizers: grouped_linear.py v2.12 l.961-971, v2.14 l.1229-1239,
+# v2.16 l.1358-1368); the weights' scales are swizzled at the grouped GEMM, one multi-tensor kernel for
+# all experts (te_general_grouped_gemm -> multi_tensor_swizzle_scales_for_gemm ->
+# nvte_multi_tensor_swizzle_scaling_factors, extensions/gemm.cpp and swizzle.cpp v2.12-v2.16), once per
+# grouped GEMM that reads the weights: fc1 and fc2 forward, their dgrads backward (``FP8_LAYER_OPS``,
+# per layer, not per expert). fp8_blockwise_scaling.rst: the quantisation, then the scale swizzle;
 # fp8_delayed_scaling.rst: one cast, the amax from the history. Experts with biases add the fc2 bias
 # expert by expert (TEGroupedMLP._apply_bias: a multiply and an add per expert, three ops backward).
 EXPERT_GEMM_OPS = (2, 4)
-FP8_QUANTISE_OPS = {"delayed": 1, "tensorwise": 4, "mxfp8": 2, "blockwise": 2}
+FP8_QUANTISE_OPS = {"delayed": 1, "tensorwise": 4, "mxfp8": 1, "blockwise": 2}
+FP8_LAYER_OPS = {"mxfp8": (2, 2)}  # (forward, backward) per MoE layer: the weights' scale swizzles
 EXPERT_BIAS_OPS = (2, 3)
 
 
@@ -341,6 +349,13 @@ def expert_host_ops(fp8_recipe: str | None, *, biased: bool) -> tuple[int, int]:
     if biased:
         fwd, bwd = fwd + EXPERT_BIAS_OPS[0], bwd + EXPERT_BIAS_OPS[1]
     return fwd, bwd
+
+
+def expert_layer_host_ops(fp8_recipe: str | None) -> tuple[int, int]:
+    """(forward, backward) eager ops per MoE layer and micro-batch that do not repeat per expert
+    (``FP8_LAYER_OPS``: MXFP8's multi-tensor swizzle of the experts' weight scales, one per grouped GEMM
+    reading the weights); (0, 0) for every other recipe and for BF16."""
+    return FP8_LAYER_OPS.get(fp8_recipe, (0, 0)) if fp8_recipe is not None else (0, 0)
 
 
 def expert_host_time_s(local_experts: ArrayLike, ops: int, *, op_us: float, captured: float) -> np.ndarray:
@@ -361,10 +376,13 @@ def expert_host_s(local_experts: ArrayLike, ctx, *, captured: float) -> tuple[np
     opts = ctx.options
     recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
     fwd, bwd = expert_host_ops(recipe, biased=ctx.model.add_bias_linear)
+    layer_fwd, layer_bwd = expert_layer_host_ops(recipe)
     op_us = ctx.hardware.calibration.moe_host_op_us or 0.0
     return (
-        expert_host_time_s(local_experts, fwd, op_us=op_us, captured=captured),
-        expert_host_time_s(local_experts, bwd, op_us=op_us, captured=captured),
+        expert_host_time_s(local_experts, fwd, op_us=op_us, captured=captured)
+        + expert_host_time_s(1, layer_fwd, op_us=op_us, captured=captured),
+        expert_host_time_s(local_experts, bwd, op_us=op_us, captured=captured)
+        + expert_host_time_s(1, layer_bwd, op_us=op_us, captured=captured),
     )
 
 
@@ -389,9 +407,12 @@ def expert_graph_gap_s(local_experts: ArrayLike, ctx, *, graphed: float) -> tupl
     opts = ctx.options
     recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
     fwd, bwd = expert_host_ops(recipe, biased=ctx.model.add_bias_linear)
+    layer_fwd, layer_bwd = expert_layer_host_ops(recipe)
     return (
-        graph_node_gap_s(local_experts, fwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed),
-        graph_node_gap_s(local_experts, bwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed),
+        graph_node_gap_s(local_experts, fwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed)
+        + graph_node_gap_s(1, layer_fwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed),
+        graph_node_gap_s(local_experts, bwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed)
+        + graph_node_gap_s(1, layer_bwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed),
     )
 
 
@@ -498,6 +519,7 @@ def expert_formula(ctx) -> Formula:
     )
     recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
     fwd, bwd = expert_host_ops(recipe, biased=mo.add_bias_linear)
+    layer_fwd, layer_bwd = expert_layer_host_ops(recipe)
     if opts.use_transformer_engine_op_fuser:
         eager = "; TE's fused grouped MLP: one kernel for all experts, activation and bias in its epilogues"
     else:
@@ -514,7 +536,9 @@ def expert_formula(ctx) -> Formula:
             )
         op_us = ctx.hardware.calibration.moe_host_op_us or 0.0
         eager = (
-            f"; host: (E/ep)·({fwd} forward, {bwd} backward ops per expert)·{op_us:g} µs unless CUDA graphs "
+            f"; host: (E/ep)·({fwd} forward, {bwd} backward ops per expert)"
+            + (f" + ({layer_fwd}, {layer_bwd}) per layer (the weights' scale swizzles)" if layer_fwd else "")
+            + f"·{op_us:g} µs unless CUDA graphs "
             f"capture the experts, then {GRAPH_NODE_GAP_US:g} µs of GPU per graphed kernel"
             + (f"; unfused bytes: {', '.join(extra)}" if extra else "")
         )

@@ -9,6 +9,7 @@ rate, data paths, logging) are accepted and ignored.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -409,32 +410,52 @@ def import_fields(
         launch = extract_launch(zoo or text, env, read_file=read_beside(base_dir, script_path))
     except ShellParseError as err:
         raise ShellParseError(_other_kind(text) or str(err)) from None
-    argv, dropped, lone = drop_unset(launch.argv, launch.argv_unresolved)
-    try:
-        argv += shlex.split(extra or "")
-    except ValueError as err:
-        raise PlannerError(f"--megatron-args {extra!r}: {err}") from err
-    try:
-        args = parse_megatron_argv(argv, extra_flags_allowed=bool(entry_point_warning(launch.entry_point)))
-    except MegatronArgError as err:
-        if "is missing its value" not in str(err) or extra_has_flag(extra, str(err).split()[0]):
-            raise
-        raise MegatronArgError(
-            f"{err} (the script gives it none, an empty variable perhaps, and Megatron-LM would stop there too: "
-            "set that variable with --env NAME=VALUE, or give the flag with --megatron-args)"
-        ) from None
-    world = gpus or launch.world_size
-    if world is None:
-        raise PlannerError(world_unknown(launch))
-    launch = _zoo_env_read(launch, text) if zoo else launch
-    warnings, notes = _launch_notes(launch, args, dropped, lone, read_zoo=bool(zoo), gpus_given=gpus is not None)
-    data, read, departs = megatron_fields(
-        args, gpus=world, model=model, hardware=hardware, files=launch.files, allocator_conf=launch.allocator_conf
-    )
+    with _unevaluated_said(launch):
+        argv, dropped, lone = drop_unset(launch.argv, launch.argv_unresolved)
+        try:
+            argv += shlex.split(extra or "")
+        except ValueError as err:
+            raise PlannerError(f"--megatron-args {extra!r}: {err}") from err
+        try:
+            args = parse_megatron_argv(argv, extra_flags_allowed=bool(entry_point_warning(launch.entry_point)))
+        except MegatronArgError as err:
+            if "is missing its value" not in str(err) or extra_has_flag(extra, str(err).split()[0]):
+                raise
+            raise MegatronArgError(
+                f"{err} (the script gives it none, an empty variable perhaps, and Megatron-LM would stop there too: "
+                "set that variable with --env NAME=VALUE, or give the flag with --megatron-args)"
+            ) from None
+        world = gpus or launch.world_size
+        if world is None:
+            raise PlannerError(world_unknown(launch))
+        launch = _zoo_env_read(launch, text) if zoo else launch
+        warnings, notes = _launch_notes(launch, args, dropped, lone, read_zoo=bool(zoo), gpus_given=gpus is not None)
+        data, read, departs = megatron_fields(
+            args, gpus=world, model=model, hardware=hardware, files=launch.files, allocator_conf=launch.allocator_conf
+        )
     counts = ", ".join(f"{k} {v}" for k, v in launch.counts.items())
     world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")
     warned, said = tuple(warnings + departs), tuple(notes + _extra_overrides(launch.argv, extra) + read)
     return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text)
+
+
+UNEVALUATED = "megaplan runs no command and reads no standard input"
+
+
+@contextmanager
+def _unevaluated_said(launch):
+    """An error reading a launch whose script holds what megaplan did not evaluate (``mapfile -t A < <(cmd)``,
+    arithmetic on a command's output) says so: the flags it would have set are what is missing (fresh user trial
+    8: an array read with mapfile was empty and the error blamed the model's flags alone)."""
+    try:
+        yield
+    except PlannerError as err:
+        if not launch.unevaluated:
+            raise
+        raise PlannerError(
+            f"{err}; the script's {'; '.join(launch.unevaluated)} was not evaluated ({UNEVALUATED}), so what it "
+            "sets is missing here"
+        ) from None
 
 
 def _other_kind(text: str) -> str | None:
@@ -489,6 +510,11 @@ def _launch_notes(launch, args, dropped, lone, *, read_zoo: bool, gpus_given: bo
         warnings.append(
             f"{given}: the script never reads it before its launch, so it changes nothing (a flag goes in "
             "--megatron-args '--flag VALUE', a plan size in --tp/--pp/--gpus ...)"
+        )
+    if launch.unevaluated:
+        warnings.append(
+            f"did not evaluate {'; '.join(launch.unevaluated)} ({UNEVALUATED}): the variables it sets are unknown, "
+            "or empty for an array"
         )
     if launch.too_deep:
         warnings.append(

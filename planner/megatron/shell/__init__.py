@@ -22,8 +22,12 @@ unresolved placeholders except the few whose output follows from their words (``
 ``readlink -f``, ``cd D && pwd``, moe-modelzoo's ``yq`` ...); file tests (``-f``, ``-d`` ...) are taken
 as true; ``while``/``until`` run one pass, ``for`` at most 256 items; ``read``, ``shift``, ``set --``,
 ``IFS`` changes, globbing and ``~`` are ignored; ``set -e`` ends a script only at a function that fails;
-indexed arrays are dense; arithmetic has no assignment, ``++``/``--`` or ``?:``; ``select``, ``coproc``
-and ``for ((...))`` do not parse.
+indexed arrays are dense; arithmetic assigns (``(( x = y * 8 ))``, ``let``, ``+=``, ``++``/``--``, the comma
+operator) but nests ``?:`` one level only, and a variable assigned from a command's output holds the expression,
+unresolved (``LaunchLine.unevaluated`` says it); ``mapfile``/``readarray`` read a file or a here-string, never
+standard input or ``<(command)`` (said the same way); ``select``, ``coproc`` and ``for ((...))`` do not parse.
+A script that runs no pre-training entry point but another Python program (inference, fine-tuning on
+``tasks/main.py``, a data tool; ``python -m MODULE`` too) is refused naming that program.
 The first launch found wins; ``LaunchLine.launches`` says how many the script runs in all.
 
 Modules: ``launch`` (the public types and the launchers' process-count options), ``rewrite``

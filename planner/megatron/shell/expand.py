@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 
 from planner.megatron.shell.fields import Field, Fields, Var, Variables
+from planner.megatron.shell.launch import ShellParseError
 from planner.megatron.shell.rewrite import close_bracket
 
 MAX_DEPTH = 8
@@ -81,6 +82,65 @@ def _arith_ast(node: ast.AST) -> int:
     raise ValueError("not an integer expression")
 
 
+_ARITH_ASSIGN = re.compile(r"\s*([A-Za-z_]\w*)\s*(<<=|>>=|[-+*/%&|^]?=)(?!=)(.*)\Z", re.DOTALL)
+_INC_DEC = re.compile(r"(\+\+|--)\s*([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*(\+\+|--)")
+_ARITH_ERRORS = (
+    SyntaxError,
+    ValueError,
+    KeyError,
+    ZeroDivisionError,
+    RecursionError,
+    MemoryError,
+    OverflowError,
+    TypeError,
+)
+
+
+def _outside_expansions(expr: str) -> str:
+    """An arithmetic expression as written, its ``$(...)``, ``${...}`` and backquoted parts each made ``0``: what
+    it assigns, never an option inside a command (``$(nvidia-smi --query-gpu=name)`` is no ``--query``)."""
+    out, i = [], 0
+    while i < len(expr):
+        if expr[i] == "$" and expr[i + 1 : i + 2] in ("(", "{"):
+            try:
+                i = close_bracket(expr, i + 1)
+            except ShellParseError:
+                return ""
+            out.append("0")
+        elif expr[i] == "`":
+            end = expr.find("`", i + 1)
+            i = len(expr) if end < 0 else end + 1
+            out.append("0")
+        else:
+            out.append(expr[i])
+            i += 1
+    return "".join(out)
+
+
+def _top_level(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for k, c in enumerate(text):
+        depth += (c in "({") - (c in ")}")
+        if c == sep and depth == 0:
+            parts.append(text[start:k])
+            start = k + 1
+    return [*parts, text[start:]]
+
+
+def _evaluate(text: str) -> int | None:
+    """An integer expression of numbers and bash's operators (``&&``, ``||``, ``!``, one level of ``?:``), or None
+    when it is not one."""
+    text = re.sub(r"!(?!=)", " not ", text.replace("&&", " and ").replace("||", " or "))
+    ternary = re.fullmatch(r"([^?]+)\?([^:]+):(.+)", text.strip())
+    if ternary:  # c ? x : y (one level) as Python's conditional expression
+        text = f"(({ternary.group(2)}) if ({ternary.group(1)}) else ({ternary.group(3)}))"
+    try:
+        return _arith_ast(ast.parse(text.strip() or "0", mode="eval").body)
+    except _ARITH_ERRORS:
+        return None
+
+
 def _glob_re(pattern: str) -> str:
     return "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
 
@@ -99,6 +159,7 @@ class Expander:
         self.allexport = False  # set -a
         self.tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": [], "h": []}
         self.assoc: set[str] = set()  # names declared associative (declare -A)
+        self.unevaluated: list[str] = []  # what bash would evaluate and megaplan did not (said in a note)
 
     # -- variables ----------------------------------------------------------------------
     def set_var(
@@ -148,40 +209,88 @@ class Expander:
         return items[k] if -len(items) <= k < len(items) else ""
 
     def arith(self, expr: str, depth: int = 0) -> tuple[int | None, set[str]]:
-        """Evaluate bash integer arithmetic; return (value or None, unresolved names)."""
+        """Evaluate bash integer arithmetic, assignments included (``x = y * 8``, ``x += 2``, ``x++``, ``--x``,
+        ``a = 1, b = 2``); return (value or None, unresolved names). A variable assigned from what cannot be
+        evaluated (a command's output, an unset name) holds the expression, unresolved, as bash would hold a
+        value megaplan does not know."""
         fields = self.expand(expr, split=False)
         names = set().union(*(u for _, u in fields))
+        text = "".join(t for t, _ in fields)
         if names or depth > MAX_DEPTH:
+            self._unknown_assignments(expr, names or {f"$(({expr.strip()}))"})
             return None, names
+        value, missing = None, set()
+        for part in _top_level(text, ","):  # the comma operator: each in turn, the last one's value
+            value, missing = self._arith_part(part, depth)
+        return value, missing
+
+    def _arith_part(self, text: str, depth: int) -> tuple[int | None, set[str]]:
+        """One arithmetic expression without a top-level comma: an assignment (right to left), else its value
+        with ``++``/``--`` applied to the variables they name."""
+        m = _ARITH_ASSIGN.match(text)
+        if m:
+            name, op, rhs = m.groups()
+            value, missing = self._arith_part(rhs, depth)
+            if value is not None and op != "=":
+                old, old_missing = self._arith_name(name, depth)
+                value, missing = (None, old_missing) if old is None else self._combine(old, op[:-1], value)
+            if value is None:
+                self._unknown_assignments(text, missing or {f"$(({text.strip()}))"})
+                return None, missing
+            self.set_var(name, str(value), frozenset())
+            return value, set()
         missing: set[str] = set()
 
-        def value(m: re.Match) -> str:
-            var = self.vars.get(m.group())
-            sub = self.arith(self.element(var, None) or "0", depth + 1) if var else (None, set())
-            if sub[0] is None:
-                missing.update(sub[1] or {"$" + m.group()})
-            return str(sub[0] or 0)
+        def step(m: re.Match) -> str:
+            name, op = (m.group(2), m.group(1)) if m.group(1) else (m.group(3), m.group(4))
+            old, lost = self._arith_name(name, depth)
+            if old is None:
+                missing.update(lost)
+                return "0"
+            new = _wrap(old + (1 if op == "++" else -1))
+            self.set_var(name, str(new), frozenset())
+            return str(new if m.group(1) else old)
 
-        text = re.sub(r"(?<!\w)[A-Za-z_]\w*", value, "".join(t for t, _ in fields))
+        text = _INC_DEC.sub(step, text)
         if missing:
             return None, missing
-        text = re.sub(r"!(?!=)", " not ", text.replace("&&", " and ").replace("||", " or "))
-        ternary = re.fullmatch(r"([^?]+)\?([^:]+):(.+)", text.strip())
-        if ternary:  # c ? x : y (one level) as Python's conditional expression
-            text = f"(({ternary.group(2)}) if ({ternary.group(1)}) else ({ternary.group(3)}))"
-        try:
-            return _arith_ast(ast.parse(text.strip() or "0", mode="eval").body), set()
-        except (
-            SyntaxError,
-            ValueError,
-            KeyError,
-            ZeroDivisionError,
-            RecursionError,
-            MemoryError,
-            OverflowError,
-            TypeError,
-        ):
-            return None, set()
+
+        def value(m: re.Match) -> str:
+            sub = self._arith_name(m.group(), depth)
+            missing.update(sub[1])
+            return str(sub[0] or 0)
+
+        text = re.sub(r"(?<!\w)[A-Za-z_]\w*", value, text)
+        if missing:
+            return None, missing
+        return _evaluate(text), set()
+
+    def _arith_name(self, name: str, depth: int) -> tuple[int | None, set[str]]:
+        """A variable's value in arithmetic (its text evaluated in turn, as bash does); None if unknown."""
+        var = self.vars.get(name)
+        if var is None:
+            return None, {"$" + name}
+        sub = self.arith(self.element(var, None) or "0", depth + 1)
+        return (sub[0], set()) if sub[0] is not None else (None, sub[1] or {"$" + name})
+
+    @staticmethod
+    def _combine(old: int, op: str, value: int) -> tuple[int | None, set[str]]:
+        """``x OP= v``: the old value and ``v`` under OP, as bash computes it."""
+        result = _evaluate(f"({old}) {op} ({value})")
+        return result, set()
+
+    def _unknown_assignments(self, text: str, names: set[str]) -> None:
+        """Variables an arithmetic expression assigns from what megaplan cannot evaluate: each holds the
+        expression, unresolved (not a stale value, nor nothing), and the expression is said in a note."""
+        for part in _top_level(text, ","):
+            bare = _outside_expansions(part)
+            m = _ARITH_ASSIGN.match(bare) or _INC_DEC.search(bare)
+            if m is None:
+                continue
+            name = m.group(1) if m.re is _ARITH_ASSIGN else (m.group(2) or m.group(3))
+            shown = "".join(part.split())  # one word, as a value: "$((N=$(nproc)*2))"
+            self.set_var(name, f"$(({shown}))", frozenset(names))
+            self.unevaluated.append(f"(( {' '.join(part.split())} ))")
 
     # -- word expansion -----------------------------------------------------------------
     def string(self, raw: str, blank: bool = False) -> str:

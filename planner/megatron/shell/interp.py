@@ -20,7 +20,7 @@ from planner.megatron.shell.expand import MAX_DEPTH, Expander
 from planner.megatron.shell.fields import Field, Var
 from planner.megatron.shell.follow import SHELLS, Follow
 from planner.megatron.shell.launch import INT, LaunchLine, ShellParseError, launch_options, process_count
-from planner.megatron.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse, placeholders
+from planner.megatron.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse, placeholders, unwritten
 from planner.megatron.shell.subst import Substitute
 
 _KEYWORDS = {"if", "then", "elif", "else", "fi", "while", "until", "do", "done"}
@@ -201,6 +201,8 @@ class Interp(Substitute, Follow, Expander):
         with self.command_env(assigns):
             if self.heredoc(node, words, fields) or self.envsubst(node, fields):
                 return True
+            if fields[0][0] in ("mapfile", "readarray"):
+                return self.mapfile(node, fields)
             return self.builtin(words, fields)
 
     @contextmanager
@@ -289,6 +291,9 @@ class Interp(Substitute, Follow, Expander):
             for text, _ in fields[1:]:
                 if text not in self.pinned:
                     self.vars.pop(text, None)
+        elif name == "let":  # each argument an arithmetic expression; true if the last is not 0
+            values = [self.arith(raw)[0] for raw in words[1:]]
+            return bool(values) and values[-1] not in (None, 0)
         elif name == "eval":
             self.nested(" ".join(t for t, _ in fields[1:]), [])
         elif name in (".", "source"):
@@ -304,6 +309,48 @@ class Interp(Substitute, Follow, Expander):
                 return True
             self.detect(fields)
         return True
+
+    def mapfile(self, node, fields: list[Field]) -> bool:
+        """``mapfile``/``readarray [-t] [-n N] [-s N] [-d D] NAME``: the lines of the file it reads (``< FILE``, read
+        as ``source`` reads one) or of a here-string (``<<< WORD``) into the array. Standard input (a pipe) and
+        ``< <(command)`` are never run: the array is left empty, and said (``unevaluated``)."""
+        args = [t for t, _ in fields[1:]]
+        opts, name, k = {"-t": False, "-n": "0", "-s": "0", "-d": "\n"}, "MAPFILE", 0
+        while k < len(args):
+            if args[k] in ("-n", "-s", "-d", "-O", "-u", "-C", "-c") and k + 1 < len(args):
+                opts[args[k]], k = args[k + 1], k + 2
+                continue
+            if args[k].startswith("-"):
+                opts["-t"] = opts["-t"] or "t" in args[k]
+            else:
+                name = args[k]
+            k += 1
+        text, source = self.redirected_input(node)
+        command = unwritten(f"{fields[0][0]} {' '.join(args)} {source}", "", self.tables)
+        if text is None or any(o in opts for o in ("-O", "-u", "-C", "-c")):
+            self.unevaluated.append(command)
+            return True
+        delim = opts["-d"][:1] or "\0"
+        lines = [line + delim for line in text.split(delim)]
+        lines[-1] = lines[-1][:-1]
+        lines = [line[: -len(delim)] if opts["-t"] and line.endswith(delim) else line for line in lines if line]
+        skip, count = (int(opts[o]) if opts[o].isdigit() else 0 for o in ("-s", "-n"))
+        self.set_var(name, lines[skip : skip + count if count else None], frozenset())
+        return True
+
+    def redirected_input(self, node) -> tuple[str | None, str]:
+        """What a command reads on its standard input, when megaplan can know it (a file, a here-string), and the
+        redirection as written."""
+        for part in getattr(node, "parts", []):
+            if part.kind != "redirect" or part.type not in ("<", "<<<"):
+                continue
+            raw = self.raw(part.output)
+            if part.type == "<<<":
+                return self.string(raw) + "\n", f"<<< {raw}"
+            if raw.startswith("<("):
+                return None, f"< {raw}"
+            return self.read_or_note(self.string(raw)), f"< {raw}"
+        return None, "(standard input)"
 
     def call(self, name: str, fields: list[Field]) -> bool:
         """Run a shell function with its positional parameters set; False if it returned a failure
@@ -390,6 +437,7 @@ class Interp(Substitute, Follow, Expander):
             defaults=defaults,
             notes=list(dict.fromkeys(self.moved)),
             env_unread=sorted(self.pinned - self.vars.read),
+            unevaluated=list(dict.fromkeys(self.unevaluated)),
         )
 
     # -- variables ----------------------------------------------------------------------

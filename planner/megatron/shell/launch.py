@@ -42,6 +42,7 @@ class LaunchLine:
     notes: list[str] = field(default_factory=list)  # how files were found (a folder above the script's)
     launches: int = 1  # the Megatron-LM launches the whole script runs (this is the first)
     env_unread: list[str] = field(default_factory=list)  # --env names the script never read before the launch
+    unevaluated: list[str] = field(default_factory=list)  # what bash would evaluate and megaplan did not
 
 
 INT = re.compile(r"-?[0-9]{1,18}")

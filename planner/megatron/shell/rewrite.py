@@ -357,10 +357,10 @@ def parse(text: str, tables: dict[str, list] | None = None) -> list:
         return bashlex.parse(text)
     except Exception as err:
         first = (str(err).splitlines() or [type(err).__name__])[0]
-        raise ShellParseError(f"not a shell script bashlex can parse: {_unwritten(first, text, tables)}") from None
+        raise ShellParseError(f"not a shell script bashlex can parse: {unwritten(first, text, tables)}") from None
 
 
-def _unwritten(message: str, text: str, tables: dict[str, list] | None) -> str:
+def unwritten(message: str, text: str, tables: dict[str, list] | None) -> str:
     """bashlex's message about the rewritten text, in the script's terms: a stand-in ``${__mp_q0}`` is the
     text it stands for, and a position is the line it falls on (fresh user trial 8: "unexpected token
     '"${__mp_q0}"' (position 6)" named neither)."""
