@@ -17,6 +17,7 @@ at least two jobs. The child is reaped before the parent goes on, so the parent'
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import mmap
@@ -30,12 +31,14 @@ import numpy as np
 
 PROCESSES = 2  # the most processes the jobs are split over (the parent and one forked child)
 _in_child = False  # set in a forked child: its jobs (a search inside validate's) run in it, never fork again
+_beside_a_child = 0  # > 0 while this process runs its share of jobs beside a forked child (run_jobs, map_jobs)
 
 
 def can_fork() -> bool:
     """Whether ``run_jobs`` would split the jobs: fork exists, two CPUs or more, no thread but this one, and
-    this process is not itself a forked child (two processes at most, whatever calls what)."""
-    if _in_child or PROCESSES < 2 or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
+    this process is neither a forked child nor running jobs beside one (a search inside one of validate's
+    jobs runs where the job runs: two processes at most, whatever calls what)."""
+    if _in_child or _beside_a_child or PROCESSES < 2 or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
         return False
     return threading.active_count() == 1
 
@@ -43,6 +46,17 @@ def can_fork() -> bool:
 def _child() -> None:
     global _in_child
     _in_child = True
+
+
+@contextlib.contextmanager
+def _beside_child():
+    """This process's share of the jobs while a forked child runs the rest: ``can_fork`` is false meanwhile."""
+    global _beside_a_child
+    _beside_a_child += 1
+    try:
+        yield
+    finally:
+        _beside_a_child -= 1
 
 
 def shared_empty(n: int, dtype, shared: bool) -> np.ndarray:
@@ -74,8 +88,9 @@ def run_jobs(jobs: Sequence[Callable[[], None]], fork: bool) -> None:
         finally:
             os._exit(status)
     try:
-        for job in mine:
-            job()
+        with _beside_child():
+            for job in mine:
+                job()
     except BaseException:
         os.kill(pid, signal.SIGTERM)
         os.waitpid(pid, 0)
@@ -112,9 +127,10 @@ def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool, step=None, costs:
     os.set_blocking(done_fd, False)
     out, told = {}, _Told(done_fd, step)
     try:
-        for i in iter(lambda: _next_job(queue), None):
-            out[i] = _stepped(jobs[i], i, step)
-            told.hear()
+        with _beside_child():
+            for i in iter(lambda: _next_job(queue), None):
+                out[i] = _stepped(jobs[i], i, step)
+                told.hear()
     except BaseException:
         os.kill(pid, signal.SIGTERM)
         os.waitpid(pid, 0)

@@ -429,8 +429,8 @@ def _with_tp_overlap_twins(
     blocks = _family_blocks(grid, np.arange(len(grid)), BLOCK, keys)  # a twin's family is its row's
     fork = len(blocks) > 1 and parallel.can_fork()
     n = len(grid)
-    out = tuple(parallel.shared_empty(n, kind, fork) for kind in (float, float, np.int8, np.int8))
-    iteration, peak, off_wins, need = out  # need: what is left to time (``_screen_block``)
+    out = tuple(parallel.shared_empty(n, kind, fork) for kind in (float, float, np.int8, np.int8, float))
+    iteration, peak, off_wins, need, _ = out  # need: what is left to time; then the twins' peaks (``_screen_block``)
     groups = [blocks[0::2], blocks[1::2]] if fork else [blocks]  # each process's blocks (``run_jobs``' split)
     variants = _BlockVariants.shared(grid, groups, fork, capacity, options) if block else None
     later = defer and not fork and not prune  # the block variants' layers only: the caller evaluates them
@@ -462,7 +462,7 @@ def _with_tp_overlap_twins(
 def _floors(grid: PlanGrid, rows: np.ndarray, out, ctx: Context) -> None:
     """Writes into ``iteration`` each row of ``rows`` left to time its floor: the lower of its own and its
     twin's (``iteration_floor_s``), as ``need`` says which are timed."""
-    iteration, _, _, need = out
+    iteration, _, _, need, _ = out
     rows = rows[need.take(rows) > 0]
     code = need[rows]
     mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
@@ -715,8 +715,9 @@ def _screen_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _
     """``_with_tp_overlap_twins``' memory on one block of whole families ``rows``: writes into ``out`` at ``rows``
     (and nowhere else) each row's peak and whether it keeps its twin without --tp-comm-overlap where memory
     decides it (neither fits: the smaller; only the twin fits: the twin), and ``need``: what is left to time
-    (``ROW``, ``TWIN``, with ``SMALLER``; ``_time_rows``). A row that fits keeps its own overlap until timed."""
-    iteration, peak, off_wins, need = out
+    (``ROW``, ``TWIN``, with ``SMALLER``; ``_time_rows``), and each twin's peak where it was measured (NaN elsewhere:
+    ``_time_rows`` reads it). A row that fits keeps its own overlap until timed."""
+    iteration, peak, off_wins, need, twin_peak = out
     at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
     pos = rows[at]
     off = replace(grid.take(pos), tp_comm_overlap=np.zeros(len(pos), dtype=np.int8))
@@ -736,6 +737,8 @@ def _screen_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _
             tw_pk[part] = peak_memory_bytes(off.take(part), options.evaluating)
     pk[at[better]] = tw_pk[better]
     iteration[rows], peak[rows], need[rows] = np.inf, pk, code
+    twin_peak[rows] = np.nan
+    twin_peak[pos] = np.where(tw_state == MEASURED, tw_pk, np.nan)
     off_wins[rows] = 0
     off_wins[pos[better]] = 1
     odd = pos[~fits[at] & tw_fits & ~smaller]  # a row whose peak is NaN: its twin is kept if its time is finite
@@ -768,8 +771,9 @@ def _block_peaks(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, cap
 def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
     """Times what ``need`` asks of ``rows`` (the row as it is, its twin without --tp-comm-overlap) and keeps
     each twinned row's faster version, or where the row's time is not finite, the smaller (``SMALLER``); a row
-    that takes its twin takes the twin's peak (measured: a twin that fits is not screened where its row fits)."""
-    iteration, peak, off_wins, need = out
+    that takes its twin takes the twin's peak (measured here where ``_screen_block`` did not: in a large block a
+    twin that fits is not screened where its row fits)."""
+    iteration, peak, off_wins, need, twin_peak = out
     code = need[rows]
     mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
     off = replace(grid.take(tw), tp_comm_overlap=np.zeros(len(tw), dtype=np.int8))
@@ -779,9 +783,11 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
     better = (tw_it < own) | (~np.isfinite(own) & ((need[tw] & SMALLER) > 0))
     iteration[tw[better]] = tw_it[better]
     flip = np.flatnonzero(better & (off_wins[tw] == 0))  # rows that kept their own overlap until now
+    peak[tw[flip]] = twin_peak[tw[flip]]
+    unknown = flip[np.isnan(twin_peak[tw[flip]])]
     with np.errstate(divide="ignore", invalid="ignore"):
-        for start in range(0, len(flip), CHUNK):
-            part = flip[start : start + CHUNK]
+        for start in range(0, len(unknown), CHUNK):
+            part = unknown[start : start + CHUNK]
             peak[tw[part]] = peak_memory_bytes(off.take(part), ctx)
     off_wins[tw[flip]] = 1
     need[rows] = 0

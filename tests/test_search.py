@@ -332,3 +332,28 @@ def test_pinned_overlap_param_gather_alone_keeps_the_searched_grad_reduce():
     assert plan["options"]["overlap_param_gather"] and plan["options"]["overlap_grad_reduce"]
     with pytest.raises(InfeasibleError):
         search(req.ctx, 64, Pins(overlap_param_gather=True, overlap_grad_reduce=False))
+
+
+@pytest.mark.parametrize("chunk", [None, 512])
+def test_no_plan_has_its_peak_memory_measured_twice(monkeypatch, chunk):
+    """A twin without --tp-comm-overlap that is kept for its time takes the peak the screening measured (each
+    plan's peak is measured once in a search: a small block screens rows and twins together); in blocks larger
+    than ``CHUNK`` (the rows' peaks first, their twins' where the row does not fit), it is measured then, once.
+    The result is the same either way, number for number."""
+    import planner.search as search_module
+
+    req = make_request(model="gpt3-175b", gpus=64, hardware="dgx-a100-superpod", global_batch=64)
+    whole = search(req.ctx, 64, top=5).to_json()
+    measured = []
+    peak = search_module.peak_memory_bytes
+
+    def counting(grid, ctx):
+        columns = [np.asarray(getattr(grid, f)) for f in search_module.FIELDS if f != "layouts"]
+        measured.extend(map(tuple, np.stack(columns, axis=1).tolist()))
+        return peak(grid, ctx)
+
+    monkeypatch.setattr(search_module, "peak_memory_bytes", counting)
+    if chunk:
+        monkeypatch.setattr(search_module, "CHUNK", chunk)
+    assert search(req.ctx, 64, top=5).to_json() == whole
+    assert len(measured) > 5000 and len(set(measured)) == len(measured)

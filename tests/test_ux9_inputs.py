@@ -275,3 +275,26 @@ def test_a_compound_assignment_is_the_expression_it_stands_for(a, b, op):
     launch = extract_launch(f"x={a}\n((x {op}= {b}))\n(( y = {expr} ))\npretrain_gpt.py --x $x --y $y --z $(({expr}))")
     x, y, z = (launch.argv[k] for k in (1, 3, 5))
     assert x == y == z == str(int(z))
+
+
+def test_accelerate_launch_gives_the_world_size():
+    """`accelerate launch --num_processes 8 pretrain_gpt.py ...` was "world size unknown" (fresh user trial 8):
+    accelerate's --num_processes counts every process of every machine, --num_machines the machines."""
+    two = extract_launch("accelerate launch --num_processes 16 --num_machines 2 pretrain_gpt.py " + MODEL_FLAGS)
+    assert (two.world_size, two.nproc_per_node, two.nnodes) == (16, 8, 2)
+    one = extract_launch("accelerate launch --multi_gpu --num-processes=8 pretrain_gpt.py " + MODEL_FLAGS)
+    assert one.world_size == 8 and one.argv[:2] == ["--num-layers", "4"]
+
+
+def test_comparing_a_plan_with_itself_is_said(searched):
+    """`compare plans.json plans.json` printed a table of zeros without a word (fresh user trial 8)."""
+    import json
+
+    data, folder = searched
+    path = folder / "same.json"
+    path.write_text(json.dumps(data))
+    done = run_cli(["compare", str(path), str(path)])
+    assert done.exit_code == 0, done.output
+    assert f"plans A and B are the same plan ({path} twice): nothing below differs" in done.stderr
+    two = run_cli(["compare", f"{path}#1", f"{path}#2"])
+    assert two.exit_code == 0 and "the same plan" not in two.stderr

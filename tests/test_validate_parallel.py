@@ -192,3 +192,55 @@ def test_more_jobs_than_the_queue_holds_share_it_in_runs_of_consecutive_jobs(mon
     jobs = [lambda k=k: (k, os.getpid() != parent) for k in range(11)]
     out = parallel.map_jobs(jobs, parallel.can_fork(), steps.append, [float(k) for k in range(11)])
     assert [k for k, _ in out] == list(range(11)) and sorted(steps) == list(range(11))
+
+
+def test_a_job_run_beside_the_forked_child_never_forks_again():
+    """The parent's share of map_jobs' and run_jobs' jobs runs beside the child: a search inside one of them
+    (validate --choice, --regret, the published plans) must not fork a third process onto two CPUs."""
+    if not parallel.can_fork():
+        pytest.skip("one process here: nothing to share")
+    waiting = _waiting_jobs(6, 0)  # job 0 ends only after the others: each process runs some of the jobs
+    seen = parallel.shared_empty(6, np.int8, True)
+
+    def job(k):
+        def run():
+            seen[k] = parallel.can_fork()
+            return waiting[k]()
+
+        return run
+
+    out = parallel.map_jobs([job(k) for k in range(6)], True)
+    assert {in_child for _, in_child in out} == {False, True} and list(seen) == [0] * 6
+    seen[:] = -1
+
+    def saw(k):
+        def run():
+            seen[k] = parallel.can_fork()
+
+        return run
+
+    parallel.run_jobs([saw(k) for k in range(4)], True)  # jobs 0 and 2 here, 1 and 3 in the child
+    assert list(seen[:4]) == [0, 0, 0, 0] and parallel.can_fork()  # and this process may fork again after
+
+
+def test_a_search_inside_a_job_run_beside_the_child_forks_nothing(monkeypatch):
+    from planner import api
+    from planner.search import search
+
+    if not parallel.can_fork():
+        pytest.skip("one process here: nothing to share")
+    parent, forks = os.getpid(), []
+    fork = os.fork
+
+    def counted():
+        forks.append(os.getpid())
+        return fork()
+
+    monkeypatch.setattr(parallel.os, "fork", counted)
+    req = api.make_request(model="gpt3-175b", gpus=1024)
+    alone = search(req.ctx, req.gpus, top=5).plans
+    assert forks == [parent]  # this search alone splits its blocks between two processes
+    forks.clear()
+    out = parallel.map_jobs([lambda: search(req.ctx, req.gpus, top=5).plans for _ in range(3)], True)
+    assert forks == [parent]  # map_jobs' own child; the searches in this process ran in it alone
+    assert out == [alone] * 3

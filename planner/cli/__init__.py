@@ -108,12 +108,13 @@ class PlannerGroup(GivenOnce, click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         from planner.cli.held import notes_held, say_error
         from planner.cli.spellings import pasted_character_hint
+        from planner.cli.status import working
 
         args = list(sys.argv[1:] if args is None else args)
         try:
             if hint := pasted_character_hint(args):
                 raise PlannerError(hint)
-            with notes_held():
+            with notes_held(), working(args):
                 rv = super().main(args, prog_name or "megaplan", complete_var, standalone_mode=False, **extra)
         except click.exceptions.Abort:  # Ctrl-C: 128 + SIGINT, as a shell reports a command it interrupted
             click.echo("megaplan: aborted", err=True)
@@ -296,8 +297,10 @@ def progress(label: str, total: int | None = None):
 
     columns = [SpinnerColumn(), TextColumn("{task.description}")]
     columns += [BarColumn(), MofNCompleteColumn()] if total else []
+    from planner.cli import status
+
     bar = Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True, auto_refresh=False)
-    with bar:
+    with status.paused(), bar:
         task = bar.add_task(label, total=total)
 
         def step(description=None):

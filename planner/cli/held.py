@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 import click
 
+from planner.cli import status
 from planner.errors import PlannerError
 
 NOTE = "megaplan: note:"
@@ -72,6 +73,7 @@ class _Stream:
             self._held.lines.append(_for_terminal(self._real, text))
             return len(text)
         if text:
+            status.wrote(text)  # the "working…" line goes first (planner.cli.status)
             self._held.release()
         if self._holds and isinstance(text, str):
             self._real.write(_for_terminal(self._real, text))

@@ -338,6 +338,13 @@ def compare(
         reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
         sides = zip(reqs, (a_over, b_over), "ab", strict=True)
         pjs = [_side_plan(r, over, side, plan_files, kw) for r, over, side in sides]
+    if reqs[0] == reqs[1]:  # fresh user trial 8: `compare plans.json plans.json` compared a plan with itself silently
+        named = f" ({plan_files[0]} twice)" if len(plan_files) == 2 and plan_files[0] == plan_files[1] else ""
+        click.echo(
+            f"megaplan: note: plans A and B are the same plan{named}: nothing below differs (two ranks of a search "
+            "file: FILE#1 FILE#2; one plan changed per side: --a/--b)",
+            err=True,
+        )
     result = cmp.compare_plans(*pjs)
     if as_json:
         echo_json(result)

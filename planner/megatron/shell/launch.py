@@ -57,6 +57,13 @@ _DEEPSPEED = {
     "--hostfile": "hostfile",
     "-H": "hostfile",
 }
+_ACCELERATE = {  # Hugging Face accelerate launch: --num_processes is the total over every machine (accelerate's
+    # launch --help: "The total number of processes to be launched in parallel"), --num_machines the machines
+    "--num_processes": "world",
+    "--num-processes": "world",
+    "--num_machines": "nnodes",
+    "--num-machines": "nnodes",
+}
 _LAUNCHERS = {
     "torchrun": _TORCH,
     "torch.distributed.run": _TORCH,
@@ -67,6 +74,7 @@ _LAUNCHERS = {
     "mpirun": _MPI,
     "mpiexec": _MPI,
     "deepspeed": _DEEPSPEED,
+    "accelerate": _ACCELERATE,
 }
 
 
