@@ -176,6 +176,33 @@ def test_expert_host_ops_by_recipe(recipe, biased, ops):
     assert moe.expert_host_ops(recipe, biased=biased) == ops
 
 
+@pytest.mark.parametrize(
+    "recipe, per_expert, per_layer",
+    [
+        # delayed: one nvte_multi_cast_transpose for all experts' inputs (TE v2.12-v2.16 cast.cpp
+        # multi_tensor_quantize_impl, fused when both layouts are allocated: Hopper), none per expert
+        ("delayed", (2, 4), (2, 2)),
+        ("blockwise", (4, 6), (0, 0)),  # nvte_quantize_v2 alone; no swizzle, no MXFP8 conversion on sm90
+        ("tensorwise", (10, 12), (0, 0)),  # as on Blackwell: four kernels, one expert at a time
+    ],
+)
+def test_hopper_host_ops_by_recipe(recipe, per_expert, per_layer):
+    assert moe.expert_host_ops(recipe, biased=False, hopper=True) == per_expert
+    assert moe.expert_layer_host_ops(recipe, hopper=True) == per_layer
+
+
+def test_delayed_scaling_on_h100_casts_all_experts_at_once_by_hand():
+    """Qwen3-30B-A3B on 16 H100 at EP 16 with delayed scaling: 8 local experts, t_op = 10 µs: forward
+    (8·2 + 2)·10 µs = 0.18 ms, backward (8·4 + 2)·10 µs = 0.34 ms (was 8·4 and 8·6 ops: 0.32 and 0.48 ms)."""
+    req = make_request(
+        model="qwen3-30b-a3b", hardware="dgx-h100-superpod", gpus=16, ep=16, micro_batch=1, global_batch=1024,
+        options={"moe_load_imbalance": 1.0, "fp8": "hybrid", "fp8_recipe": "delayed"},
+    )  # fmt: skip
+    ctx = replace(req.ctx, hardware=moe_fit.with_host_op(req.ctx.hardware, 10.0))
+    fwd, bwd = (float(np.ravel(x)[0]) for x in moe.expert_host_s(8, ctx, captured=0.0))
+    assert (fwd, bwd) == pytest.approx((0.18e-3, 0.34e-3))
+
+
 def test_mxfp8_swizzles_the_weight_scales_once_per_grouped_gemm_not_per_expert():
     """TE v2.12-v2.16 te_general_grouped_gemm swizzles the scales of all experts' weights in one
     multi-tensor kernel (nvte_multi_tensor_swizzle_scaling_factors) per grouped GEMM reading them: fc1 and

@@ -332,30 +332,53 @@ def overlapped_exposure_s(
 # nvte_multi_tensor_swizzle_scaling_factors, extensions/gemm.cpp and swizzle.cpp v2.12-v2.16), once per
 # grouped GEMM that reads the weights: fc1 and fc2 forward, their dgrads backward (``FP8_LAYER_OPS``,
 # per layer, not per expert). fp8_blockwise_scaling.rst: the quantisation, then the scale swizzle;
-# fp8_delayed_scaling.rst: one cast, the amax from the history. Experts with biases add the fc2 bias
-# expert by expert (TEGroupedMLP._apply_bias: a multiply and an add per expert, three ops backward).
+# fp8_delayed_scaling.rst: one cast, the amax from the history. On Hopper (FP8 GEMMs TN-only, each
+# quantisation writes the transposed copy too) TE v2.12-v2.16 differs for two recipes
+# (``HOPPER_QUANTISE_OPS``): delayed scaling's split_quantize is one fused nvte_multi_cast_transpose for
+# all experts (extensions/cast.cpp multi_tensor_quantize_impl: fused when every quantiser is a
+# Float8Quantizer with both layouts allocated), so 0 per expert and one kernel per quantised tensor list
+# per layer (fc1 and fc2 inputs forward, their output gradients backward); blockwise is
+# Float8BlockQuantizer::quantize's nvte_quantize_v2 alone, its scales never swizzled (swizzle.cpp:
+# MXFP8 and NVFP4 only; the conversion to MXFP8 runs on compute capability >= 10 only, gemm.cpp).
+# Experts with biases add the fc2 bias expert by expert (TEGroupedMLP._apply_bias: a multiply and an
+# add per expert, three ops backward).
 EXPERT_GEMM_OPS = (2, 4)
 FP8_QUANTISE_OPS = {"delayed": 1, "tensorwise": 4, "mxfp8": 1, "blockwise": 2}
+HOPPER_QUANTISE_OPS = {"delayed": 0, "blockwise": 1}  # where Hopper differs from FP8_QUANTISE_OPS
 FP8_LAYER_OPS = {"mxfp8": (2, 2)}  # (forward, backward) per MoE layer: the weights' scale swizzles
+HOPPER_LAYER_OPS = {"delayed": (2, 2)}  # per MoE layer on Hopper: the fused multi-tensor casts
 EXPERT_BIAS_OPS = (2, 3)
 
 
-def expert_host_ops(fp8_recipe: str | None, *, biased: bool) -> tuple[int, int]:
+def expert_host_ops(fp8_recipe: str | None, *, biased: bool, hopper: bool = False) -> tuple[int, int]:
     """(forward, backward) eager ops per local expert and micro-batch (``EXPERT_GEMM_OPS`` and the rest):
     2 GEMMs forward and 4 backward, + 2·q quantisations each way with FP8 (q = FP8_QUANTISE_OPS of the
-    recipe), + the bias (2, 3) for biased experts."""
+    recipe, HOPPER_QUANTISE_OPS where Hopper differs), + the bias (2, 3) for biased experts."""
     q = 0 if fp8_recipe is None else FP8_QUANTISE_OPS[fp8_recipe]
+    if hopper and fp8_recipe in HOPPER_QUANTISE_OPS:
+        q = HOPPER_QUANTISE_OPS[fp8_recipe]
     fwd, bwd = EXPERT_GEMM_OPS[0] + 2 * q, EXPERT_GEMM_OPS[1] + 2 * q
     if biased:
         fwd, bwd = fwd + EXPERT_BIAS_OPS[0], bwd + EXPERT_BIAS_OPS[1]
     return fwd, bwd
 
 
-def expert_layer_host_ops(fp8_recipe: str | None) -> tuple[int, int]:
+def expert_layer_host_ops(fp8_recipe: str | None, *, hopper: bool = False) -> tuple[int, int]:
     """(forward, backward) eager ops per MoE layer and micro-batch that do not repeat per expert
     (``FP8_LAYER_OPS``: MXFP8's multi-tensor swizzle of the experts' weight scales, one per grouped GEMM
-    reading the weights); (0, 0) for every other recipe and for BF16."""
-    return FP8_LAYER_OPS.get(fp8_recipe, (0, 0)) if fp8_recipe is not None else (0, 0)
+    reading the weights; ``HOPPER_LAYER_OPS``: delayed scaling's fused multi-tensor cast on Hopper);
+    (0, 0) for every other recipe and for BF16."""
+    table = HOPPER_LAYER_OPS if hopper and fp8_recipe in HOPPER_LAYER_OPS else FP8_LAYER_OPS
+    return table.get(fp8_recipe, (0, 0)) if fp8_recipe is not None else (0, 0)
+
+
+def _host_op_counts(ctx, biased: bool) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(per expert, per layer) ``expert_host_ops`` and ``expert_layer_host_ops`` of the plan's recipe on
+    its GPU (Hopper: compute capability < 10)."""
+    opts = ctx.options
+    recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
+    hopper = ctx.hardware.gpu.compute_capability < 10.0
+    return expert_host_ops(recipe, biased=biased, hopper=hopper), expert_layer_host_ops(recipe, hopper=hopper)
 
 
 def expert_host_time_s(local_experts: ArrayLike, ops: int, *, op_us: float, captured: float) -> np.ndarray:
@@ -373,10 +396,7 @@ def expert_host_time_s(local_experts: ArrayLike, ops: int, *, op_us: float, capt
 def expert_host_s(local_experts: ArrayLike, ctx, *, captured: float) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) host time of one MoE layer's per-expert eager ops per micro-batch, with the
     recipe's and the model's op counts (``expert_host_ops``) at the preset's ``moe_host_op_us``."""
-    opts = ctx.options
-    recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
-    fwd, bwd = expert_host_ops(recipe, biased=ctx.model.add_bias_linear)
-    layer_fwd, layer_bwd = expert_layer_host_ops(recipe)
+    (fwd, bwd), (layer_fwd, layer_bwd) = _host_op_counts(ctx, ctx.model.add_bias_linear)
     op_us = ctx.hardware.calibration.moe_host_op_us or 0.0
     return (
         expert_host_time_s(local_experts, fwd, op_us=op_us, captured=captured)
@@ -404,10 +424,7 @@ def graph_node_gap_s(local_experts: ArrayLike, ops: int, *, gap_us: float, graph
 def expert_graph_gap_s(local_experts: ArrayLike, ctx, *, graphed: float) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) ``graph_node_gap_s`` of one MoE layer with the recipe's and the model's op
     counts (``expert_host_ops``)."""
-    opts = ctx.options
-    recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
-    fwd, bwd = expert_host_ops(recipe, biased=ctx.model.add_bias_linear)
-    layer_fwd, layer_bwd = expert_layer_host_ops(recipe)
+    (fwd, bwd), (layer_fwd, layer_bwd) = _host_op_counts(ctx, ctx.model.add_bias_linear)
     return (
         graph_node_gap_s(local_experts, fwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed)
         + graph_node_gap_s(1, layer_fwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed),
@@ -518,8 +535,7 @@ def expert_formula(ctx) -> Formula:
         else f"dropless, busiest expert {opts.moe_load_imbalance:g} × the mean"
     )
     recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
-    fwd, bwd = expert_host_ops(recipe, biased=mo.add_bias_linear)
-    layer_fwd, layer_bwd = expert_layer_host_ops(recipe)
+    (fwd, bwd), (layer_fwd, layer_bwd) = _host_op_counts(ctx, mo.add_bias_linear)
     if opts.use_transformer_engine_op_fuser:
         eager = "; TE's fused grouped MLP: one kernel for all experts, activation and bias in its epilogues"
     else:
@@ -537,7 +553,7 @@ def expert_formula(ctx) -> Formula:
         op_us = ctx.hardware.calibration.moe_host_op_us or 0.0
         eager = (
             f"; host: (E/ep)·({fwd} forward, {bwd} backward ops per expert)"
-            + (f" + ({layer_fwd}, {layer_bwd}) per layer (the weights' scale swizzles)" if layer_fwd else "")
+            + (f" + ({layer_fwd}, {layer_bwd}) per layer (multi-tensor kernels)" if layer_fwd else "")
             + f"·{op_us:g} µs unless CUDA graphs "
             f"capture the experts, then {GRAPH_NODE_GAP_US:g} µs of GPU per graphed kernel"
             + (f"; unfused bytes: {', '.join(extra)}" if extra else "")

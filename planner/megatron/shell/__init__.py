@@ -103,7 +103,7 @@ OTHER_PROGRAMS = (  # (pattern on a program's path or module, what it is, why me
     (
         r"infer|generat|text_gen|server|serve|chat|complet|sampl",
         "an inference program",
-        "megaplan plans pre-training (forward, backward and optimizer step of each iteration), not inference",
+        "megaplan plans pre-training iterations (forward, backward, optimizer step), not inference",
     ),
     (
         r"(?:^|[/.])tasks[/.](?:\w+[/.])?main(?:\.py)?$|finetun|fine_tun|sft|rlhf|dpo|grpo|reward",
