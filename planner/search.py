@@ -14,7 +14,6 @@ band (``RANK_RULES``), so a plan that is fast only where the model extrapolates 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
@@ -197,17 +196,23 @@ def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, ca
     # a variant saves at most its row's exposed FSDP collectives: rows over twice the fastest need over half
     # their time exposed to reach it, so they are left out (the search's time stays near what it was)
     g = scored.grid.take(np.flatnonzero((scored.peak <= capacity) & (scored.iteration <= HYBRID_REACH * fastest)))
-    dc, per = g.dp * g.cp, np.maximum(domain // g.tp, 1)
-    ok = g.fsdp & (g.fsdp_level >= 2) & (g.do_instances == 1)
-    ok &= (g.tp <= domain) & (domain % g.tp == 0) & (dc > per) & (dc % per == 0)
     optim = pins.fsdp_outer_sharding != "no_shard"
-    if pins.fsdp_outer_sharding == "optim":
-        ok &= g.fsdp_level == 3
-    grid = g.take(np.flatnonzero(ok))
+    grid = g.take(np.flatnonzero(_hybrid_sources(g, np.arange(len(g)), domain, pins)))
     R = (grid.dp * grid.cp) // np.maximum(domain // grid.tp, 1)
     grid = replace(grid, do_instances=R, outer_optim=(grid.fsdp_level == 3) & optim)
     legal, _ = _legal_rows(ctx, grid, pins, num_gpus)
     return grid.take(legal)
+
+
+def _hybrid_sources(grid: PlanGrid, rows: np.ndarray, domain: int, pins: Pins) -> np.ndarray:
+    """Which ``rows`` of the grid a hybrid variant can come from (``hybrid_variants``), whatever their time: FSDP
+    rows (optim_grads or optim_grads_params; optim_grads_params alone where the outer sharding is pinned to
+    optim) with one instance whose FSDP group d·c spans whole NVLink domains of t-GPU slices, more than one."""
+    tp, dc = grid.tp.take(rows), grid.dp.take(rows) * grid.cp.take(rows)
+    level, per = grid.fsdp_level.take(rows), np.maximum(domain // tp, 1)
+    ok = grid.fsdp.take(rows) & (level >= 2) & (grid.do_instances.take(rows) == 1)
+    ok &= (tp <= domain) & (domain % tp == 0) & (dc > per) & (dc % per == 0)
+    return ok & (level == 3) if pins.fsdp_outer_sharding == "optim" else ok
 
 
 def _with_variants(scored: _Scored, block_part, ctx: Context, pins: Pins, gpus: int, capacity: float, hsdp: bool):
@@ -332,8 +337,14 @@ def search(
     hsdp = pins.distributed_optimizer_instances is None  # Megatron FSDP's hybrid variants of the FSDP rows that fit
     rank_by = "memory" if sort == "memory" else rank_by
     twinned = pins.tp_comm_overlap is None
+    domain = nvlink_domain_gpus(ctx.hardware)
+
+    def sources(g: PlanGrid, rows: np.ndarray) -> np.ndarray:  # rows a hybrid variant may come from
+        return _hybrid_sources(g, rows, domain, pins) if hsdp else np.zeros(len(rows), dtype=bool)
+
+    prune = rank_by != "memory" and len(grid) > PRUNE_FROM
     scored, twins, block_part, pending = _with_tp_overlap_twins(
-        grid, options, capacity, twinned, block, rank_by != "memory" and len(grid) > PRUNE_FROM, hsdp
+        grid, options, capacity, twinned, block, prune, hsdp, sources
     )
     parts = _with_variants(scored, block_part, ctx, pins, num_gpus, capacity, hsdp)
     unfit = sum(int(np.sum(~(part.peak <= capacity))) for part in parts)
@@ -399,7 +410,7 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
 
 
 def _with_tp_overlap_twins(
-    grid: PlanGrid, options: _Options, capacity: float, twins: bool, block: bool, prune=True, defer=False
+    grid: PlanGrid, options: _Options, capacity: float, twins: bool, block: bool, prune=True, defer=False, sources=None
 ):
     """Every row evaluated, and (``twins``: --tp-comm-overlap not pinned) --tp-comm-overlap searched both
     ways: every row the recipes give it (sequence parallelism) is also evaluated without it, and keeps
@@ -407,11 +418,13 @@ def _with_tp_overlap_twins(
     everywhere); where neither fits, the smaller peak. Rows go in blocks of whole families (``_by_family``)
     so the memory stays bounded; the blocks are independent, so a large grid's are split between two
     processes (``parallel.run_jobs``: the same numbers). With ``block``, each block also finds its rows'
-    block-recomputation variants (``_BlockVariants``). Then the rows that fit are timed (``_Pending``): with
-    ``prune``, only those whose floor (``iteration_floor_s``) is within ``HYBRID_REACH`` of the fastest; the
-    others keep an infinite time until the ranking needs them (``_Pending.settle``). Returns the rows scored,
-    the twins evaluated, the block variants scored (None without ``block``; with ``defer`` and one process,
-    their grid: the caller evaluates them with others, ``_evaluated``) and the rows not timed yet."""
+    block-recomputation variants (``_BlockVariants``). Then each process times its rows that fit
+    (``_time_fitting``): with ``prune``, only those whose floor (``iteration_floor_s``) is within
+    ``HYBRID_REACH`` of the fastest it probed (``NEAR_REACH`` where ``sources``, a function of the grid and rows,
+    says no hybrid variant can come from the row; None: any may); the others keep an infinite time until the
+    ranking needs them (``_Pending.settle``). Returns the rows scored, the twins evaluated, the block variants
+    scored (None without ``block``; with ``defer``, one process and no ``prune``, their grid: the caller evaluates
+    them with others, ``_evaluated``) and the rows not timed yet."""
     keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
     blocks = _family_blocks(grid, np.arange(len(grid)), BLOCK, keys)  # a twin's family is its row's
     fork = len(blocks) > 1 and parallel.can_fork()
@@ -420,7 +433,7 @@ def _with_tp_overlap_twins(
     iteration, peak, off_wins, need, _ = out  # need: what is left to time; then the twins' peaks (``_screen_block``)
     groups = [blocks[0::2], blocks[1::2]] if fork else [blocks]  # each process's blocks (``run_jobs``' split)
     variants = _BlockVariants.shared(grid, groups, fork, capacity, options) if block else None
-    later = defer and not fork  # the block variants' layers only: the caller evaluates them
+    later = defer and not fork and not prune  # the block variants' layers only: the caller evaluates them
 
     def job(g: int, group: list[np.ndarray]):
         def run():
@@ -428,23 +441,22 @@ def _with_tp_overlap_twins(
             for rows in group:
                 _screen_block(grid, rows, keys, options, capacity, twins, out)
                 base.append(variants.base(grid, rows, peak) if variants else rows[:0])
+            found = None
             if variants is not None:  # once per process: each call of the cost functions costs milliseconds
-                variants.solve(g, grid, np.sort(np.concatenate(base)), off_wins, later)
-            if prune:  # until timed, a row that fits holds its floor as its time
-                _floors(grid, np.sort(np.concatenate(group)), out, options.evaluating)
+                found = variants.solve(g, grid, np.sort(np.concatenate(base)), off_wins, later, prune)
+            rows, ctx = np.sort(np.concatenate(group)), options.evaluating
+            _time_fitting(grid, rows, out, ctx, prune and (sources or _every_row), (variants, g, found))
 
         return run
 
     evaluated = int(np.count_nonzero(grid.tp_comm_overlap > 0)) if twins else 0
     parallel.run_jobs([job(g, group) for g, group in enumerate(groups)], fork)
-    pending = _Pending.timed(grid, out, options.evaluating, prune, fork)
+    rows = np.flatnonzero(need)  # left untimed: their floors in ``iteration``
+    pending = _Pending(grid, out, options.evaluating, rows, iteration[rows])
+    iteration[rows] = np.inf
     grid.tp_comm_overlap[off_wins > 0] = 0
-    return (
-        _Scored(grid, iteration, peak, options),
-        evaluated,
-        variants.collect(grid, later) if variants else None,
-        pending,
-    )
+    part = variants.collect(grid, later, pending) if variants else None
+    return _Scored(grid, iteration, peak, options), evaluated, part, pending
 
 
 def _floors(grid: PlanGrid, rows: np.ndarray, out, ctx: Context) -> None:
@@ -455,49 +467,74 @@ def _floors(grid: PlanGrid, rows: np.ndarray, out, ctx: Context) -> None:
     code = need[rows]
     mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
     both = PlanGrid.stack(grid.take(mine), replace(grid.take(tw), tp_comm_overlap=np.zeros(len(tw), dtype=np.int8)))
-    floor = np.empty(len(both))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for start in range(0, len(both), CHUNK):
-            floor[start : start + CHUNK] = iteration_floor_s(both.take(slice(start, start + CHUNK)), ctx)
+    floor = _chunked(iteration_floor_s, both, ctx)
     iteration[rows] = np.inf
     iteration[mine] = floor[: len(mine)]
     iteration[tw] = np.minimum(iteration[tw], floor[len(mine) :])
 
 
+def _chunked(fn, grid: PlanGrid, ctx: Context) -> np.ndarray:
+    """``fn(grid, ctx)`` (a value per row) in evaluations of ``CHUNK`` rows."""
+    out = np.empty(len(grid))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for start in range(0, len(grid), CHUNK):
+            out[start : start + CHUNK] = fn(grid if len(grid) <= CHUNK else grid.take(slice(start, start + CHUNK)), ctx)
+    return out
+
+
+NEAR_REACH = 1.25  # rows no hybrid variant can come from, and block variants, are timed within this of the fastest
+# (at least 1: the fastest row is always timed, and hybrid_variants reach from it); the others wait for the ranking
 PROBE = 1024  # rows that fit with the lowest floors, timed first: the fastest of them bounds the search's fastest
 PRUNE_FROM = BLOCK  # grids of more rows leave far rows untimed; a smaller grid times every row that fits, which costs
 # less than the floors, the probe and the settling (GPT-3 175B on 64 A100: 50-57 ms CPU against 72-94 ms, speed8)
 
 
+def _time_fitting(grid: PlanGrid, rows: np.ndarray, out, ctx: Context, sources, variants: tuple) -> None:
+    """Times one process's ``rows`` that fit (``need``), and ``variants`` (``_BlockVariants``, this process's
+    group and the variants it found, or None): every one, or with ``sources`` (pruning: which rows a hybrid
+    variant may come from, ``_hybrid_sources``) their floors first, then the ``PROBE`` rows of the lowest floors,
+    then every row whose floor is within ``HYBRID_REACH`` of the fastest of them (``NEAR_REACH`` for rows no
+    hybrid variant can come from, and for the variants). The search's fastest row is among them (its floor is
+    below its time, below the probe's fastest), and so is every row a hybrid variant may come from (its time
+    within ``HYBRID_REACH`` of the fastest); the others keep their floor in ``iteration`` (``need`` not 0) until
+    the ranking needs them (``_Pending.settle``)."""
+    block, g, found = variants
+    iteration, need = out[0], out[3]
+    fastest = np.inf
+    if sources:  # until timed, a row that fits holds its floor as its time
+        _floors(grid, rows, out, ctx)
+        rows = rows[need.take(rows) > 0]
+        if len(rows) > PROBE:
+            floor = iteration[rows]
+            probe = rows[np.argsort(floor, kind="stable")[:PROBE]]
+            _time_rows(grid, probe, ctx, out)
+            fastest = np.min(iteration[probe])
+            reach = np.where(sources(grid, rows), HYBRID_REACH, NEAR_REACH)
+            rows = rows[~(floor > reach * fastest) & (need[rows] > 0)]
+    else:
+        rows = rows[need.take(rows) > 0]
+    _time_rows(grid, rows, ctx, out)
+    if found is not None:
+        block.time(g, found, NEAR_REACH * fastest)
+
+
+def _every_row(grid: PlanGrid, rows: np.ndarray) -> np.ndarray:
+    return np.ones(len(rows), dtype=bool)
+
+
 @dataclass
 class _Pending:
     """The rows that fit whose time is not known yet (``rows``; ``iteration`` holds inf for them), each with
-    its ``floor``; ``out``: the shared arrays of ``_with_tp_overlap_twins`` (iteration, peak, off_wins, need)."""
+    its ``floor``; ``out``: the shared arrays of ``_with_tp_overlap_twins`` (iteration, peak, off_wins, need);
+    and the block variants not timed yet (``variants``: their grid, positions in it and floors, set by
+    ``_BlockVariants.collect``)."""
 
     grid: PlanGrid
     out: tuple
     ctx: Context
     rows: np.ndarray
     floor: np.ndarray
-
-    @classmethod
-    def timed(cls, grid: PlanGrid, out, ctx: Context, prune: bool, fork: bool) -> _Pending:
-        """Times the rows that fit: with ``prune``, the ``PROBE`` of the lowest floors, then every row whose floor
-        is within ``HYBRID_REACH`` of the fastest of them (split between two processes); the others wait."""
-        iteration, need = out[0], out[3]
-        rows = np.flatnonzero(need)
-        floor = iteration[rows] if prune else np.zeros(len(rows))
-        if prune and len(rows) > PROBE:
-            probe = rows[np.argsort(floor, kind="stable")[:PROBE]]
-            _time_rows(grid, probe, ctx, out)
-            todo = rows[~(floor > HYBRID_REACH * np.min(iteration[probe])) & (need[rows] > 0)]
-        else:
-            todo = rows
-        halves = np.array_split(todo, 2 if fork and len(todo) > CHUNK else 1)
-        parallel.run_jobs([functools.partial(_time_rows, grid, half, ctx, out) for half in halves], fork)
-        late = need[rows] > 0
-        iteration[rows[late]] = np.inf
-        return cls(grid, out, ctx, rows[late], floor[late])
+    variants: tuple | None = None
 
     def time(self, which: np.ndarray) -> None:
         """Times the rows ``which`` (a mask over ``rows``): each keeps its faster version (``_time_rows``)."""
@@ -506,26 +543,54 @@ class _Pending:
         self.grid.tp_comm_overlap[rows[self.out[2][rows] > 0]] = 0
         self.rows, self.floor = self.rows[~which], self.floor[~which]
 
+    def time_variants(self, part: _Scored, which: np.ndarray) -> None:
+        """Times the block variants ``which`` (a mask over the pending ones) of their scored ``part``."""
+        block, pos, floor = self.variants
+        part.iteration[pos[which]] = _chunked(iteration_s, block.take(pos[which]), self.ctx)
+        self.variants = block, pos[~which], floor[~which]
+
     def settle(self, parts: list[_Scored], capacity: float, rank_by: str, top: int, gpus: int) -> tuple:
-        """The rows that fit, of every part in row order (the first part: the rows scored, these among them), and
-        their ranking (``_order``), once no row not timed could change what the search reports (``_unsettled``):
-        those that could are timed and the ranking made again."""
+        """The rows that fit, of every part in row order (the first part: the rows scored, these among them; the
+        second: the block variants, when any is pending), and their ranking (``_order``), once no row not timed
+        could change what the search reports (``_unsettled``): those that could are timed and the ranking made
+        again."""
         while True:
             fitting = _Scored.stack([part.take(np.flatnonzero(part.peak <= capacity)) for part in parts])
             ranking = _order(fitting, np.arange(len(fitting.peak)), rank_by, capacity, gpus)
-            if not len(self.rows):
+            _, vpos, vfloor = self.variants or (None, np.zeros(0, dtype=np.int64), np.zeros(0))
+            n = len(self.rows)
+            if not n and not len(vpos):
                 return fitting, ranking
-            pos = np.searchsorted(np.flatnonzero(parts[0].peak <= capacity), self.rows)
-            ext = ranking.extrapolated[pos]
-            twinned = (self.out[3][self.rows] & (ROW | TWIN)) == ROW | TWIN  # either version may be kept
-            off = replace(self.grid.take(self.rows[twinned]), tp_comm_overlap=np.zeros(int(twinned.sum()), np.int8))
-            other = ext.copy()
-            other[twinned] = _bands(_Scored(off, None, None, parts[0].options), np.arange(len(off)), gpus)[1]
-            bounds = (self.floor, np.minimum(ext, other), np.maximum(ext, other))
+            pos = self.positions(parts, capacity)
+            bounds = (np.concatenate([self.floor, vfloor]), *self._features(ranking.extrapolated[pos], parts, gpus))
             late = _unsettled(fitting, ranking, pos, bounds, rank_by, top, self.ctx)
             if not late.any():
                 return fitting, ranking
-            self.time(late)
+            self.time(late[:n])
+            if len(vpos):
+                self.time_variants(parts[1], late[n:])
+
+    def positions(self, parts: list[_Scored], capacity: float) -> np.ndarray:
+        """Where the pending rows, then the pending block variants, are among the rows that fit of ``parts`` (in
+        ``settle``'s order: the rows scored that fit, then the block variants that fit)."""
+        first = np.flatnonzero(parts[0].peak <= capacity)
+        pos = np.searchsorted(first, self.rows)
+        if self.variants is None or not len(self.variants[1]):
+            return pos
+        return np.concatenate(
+            [pos, len(first) + np.searchsorted(np.flatnonzero(parts[1].peak <= capacity), self.variants[1])]
+        )
+
+    def _features(self, ext: np.ndarray, parts: list[_Scored], gpus: int) -> tuple[np.ndarray, np.ndarray]:
+        """The fewest and most extrapolated features of the pending rows and variants (``ext``: of the versions
+        they carry): a twinned row may keep either version once timed."""
+        twinned = np.zeros(len(ext), dtype=bool)
+        twinned[: len(self.rows)] = (self.out[3][self.rows] & (ROW | TWIN)) == ROW | TWIN
+        off = self.grid.take(self.rows[twinned[: len(self.rows)]])
+        off = replace(off, tp_comm_overlap=np.zeros(len(off), np.int8))
+        other = ext.copy()
+        other[twinned] = _bands(_Scored(off, None, None, parts[0].options), np.arange(len(off)), gpus)[1]
+        return np.minimum(ext, other), np.maximum(ext, other)
 
 
 def _unsettled(fitting: _Scored, ranking: _Ranking, pos: np.ndarray, bounds: tuple, rank_by: str, top: int, ctx):
@@ -576,8 +641,9 @@ class _BlockVariants:
     count: np.ndarray  # the variants each group found
     row: np.ndarray
     layers: np.ndarray
-    iteration: np.ndarray
+    iteration: np.ndarray  # a variant not timed yet (``late``) holds its floor
     peak: np.ndarray
+    late: np.ndarray  # 1: fits, not timed yet (``solve`` with prune)
     capacity: float
     options: _Options
 
@@ -585,7 +651,7 @@ class _BlockVariants:
     def shared(cls, grid: PlanGrid, groups: list, fork: bool, capacity: float, options: _Options) -> _BlockVariants:
         can = (grid.recompute == 0) & ~grid.a2a_overlap
         offsets = np.cumsum([0] + [sum(int(np.count_nonzero(can.take(rows))) for rows in group) for group in groups])
-        slots, kinds = int(offsets[-1]), (np.int64, float, float, float)  # layers come back as floats
+        slots, kinds = int(offsets[-1]), (np.int64, float, float, float, np.int8)  # layers come back as floats
         arrays = (parallel.shared_empty(slots, kind, fork) for kind in kinds)
         return cls(offsets, parallel.shared_empty(len(groups), np.int64, fork), *arrays, capacity, options)
 
@@ -593,8 +659,9 @@ class _BlockVariants:
         """The ``rows`` scored (``peak``) that ``_block_candidates`` takes: without recomputation, not fitting."""
         return rows[(grid.recompute.take(rows) == 0) & (peak.take(rows) > self.capacity) & ~grid.a2a_overlap.take(rows)]
 
-    def solve(self, b: int, grid: PlanGrid, base: np.ndarray, off_wins: np.ndarray, later=False) -> None:
-        """The variants of group ``b``'s rows ``base`` (in row order), scored (``later``: their layers only);
+    def solve(self, b: int, grid: PlanGrid, base: np.ndarray, off_wins: np.ndarray, later=False, prune=False):
+        """The variants of group ``b``'s rows ``base`` (in row order), scored (``later``: their layers only; with
+        ``prune``, those that fit hold their floor until ``time``, and their grid is returned for it);
         ``off_wins``: the rows that keep their twin without --tp-comm-overlap."""
         cand = grid.take(base)
         cand.tp_comm_overlap[off_wins.take(base) > 0] = 0  # each row with the overlap it keeps
@@ -602,21 +669,43 @@ class _BlockVariants:
         block, src = _block_layers(cand, ctx, self.capacity)
         del cand
         at = slice(self.offsets[b], self.offsets[b] + len(src))
-        self.row[at], self.layers[at] = base[src], block.recompute_layers
+        self.row[at], self.layers[at], self.late[at] = base[src], block.recompute_layers, 0
+        self.count[b] = len(src)
+        if prune:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                peak = _peak_memory(block, np.arange(len(block)), ctx, self.capacity, whole=True)[0]
+            fits = peak <= self.capacity
+            self.peak[at], self.late[at], self.iteration[at] = peak, fits, np.inf
+            self.iteration[at][fits] = _chunked(iteration_floor_s, block.take(np.flatnonzero(fits)), ctx)
+            return block
         if not later:
             it, pk, _ = _evaluate(block, np.arange(len(block)), ctx, self.capacity, whole=True)
             self.iteration[at], self.peak[at] = it, pk
-        self.count[b] = len(src)
+        return None
 
-    def collect(self, grid: PlanGrid, later=False) -> _Scored | PlanGrid:
+    def time(self, b: int, block: PlanGrid, reach: float) -> None:
+        """Times group ``b``'s variants (``block``, from ``solve``) that fit and whose floor is within ``reach``."""
+        at = slice(self.offsets[b], self.offsets[b] + self.count[b])
+        which = np.flatnonzero((self.late[at] > 0) & ~(self.iteration[at] > reach))
+        self.iteration[at][which] = _chunked(iteration_s, block.take(which), self.options.evaluating)
+        self.late[at][which] = 0
+
+    def collect(self, grid: PlanGrid, later=False, pending: _Pending | None = None) -> _Scored | PlanGrid:
         """Every block's variants, in the order of their rows (``grid``: each row with the overlap it keeps),
-        scored (``later``: their grid alone, not yet evaluated)."""
+        scored (``later``: their grid alone, not yet evaluated); those not timed yet go to ``pending`` with their
+        floors (their time infinite until then)."""
         pos = np.concatenate([np.arange(o, o + c) for o, c in zip(self.offsets, self.count, strict=False)])
         pos = pos[np.argsort(self.row[pos], kind="stable")]
         rows, n = self.row[pos], len(pos)
         block = replace(grid.take(rows), recompute=np.full(n, 2, dtype=np.int8), recompute_block=np.ones(n, bool))
         block = replace(block, recompute_layers=self.layers[pos])
-        return block if later else _Scored(block, self.iteration[pos], self.peak[pos], self.options)
+        if later:
+            return block
+        iteration, late = self.iteration[pos], np.flatnonzero(self.late[pos] > 0)
+        if pending is not None and len(late):
+            pending.variants = (block, late, iteration[late])
+        iteration[late] = np.inf
+        return _Scored(block, iteration, self.peak[pos], self.options)
 
 
 ROW, TWIN, SMALLER = 1, 2, 4  # ``need`` flags: time the row as it is, time its twin; the twin needs less memory

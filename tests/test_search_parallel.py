@@ -143,7 +143,7 @@ def test_block_variants_found_in_each_process_are_those_of_the_whole_grid(case, 
         return run_jobs(jobs, fork)
 
     with mock.patch.object(parallel, "run_jobs", counting), mock.patch.object(search_module, "BLOCK", 1024):
-        scored, _, split, _ = search_module._with_tp_overlap_twins(grid, options, capacity, True, True)
+        scored, _, split, _ = search_module._with_tp_overlap_twins(grid, options, capacity, True, True, False)
     assert any(forks) == parallel.can_fork()
     whole, _ = search_module._block_candidates(scored, capacity)
     iteration, peak, _ = search_module._evaluate(whole, np.arange(len(whole)), options.evaluating, capacity)
@@ -197,8 +197,9 @@ def test_block_and_hybrid_variants_evaluated_in_one_call_are_each_evaluated_alon
         ctx, NO_PINS, grid.take(search_module._legal_rows(ctx, grid, NO_PINS, 64)[0])
     )
     every = np.arange(len(grid))  # each call on its own copy: the rows keep the overlap they win (in place)
-    scored, _, now, _ = search_module._with_tp_overlap_twins(grid.take(every), options, capacity, True, True)
-    _, _, later, _ = search_module._with_tp_overlap_twins(grid.take(every), options, capacity, True, True, defer=True)
+    twins = search_module._with_tp_overlap_twins  # not pruned, as the search on so small a grid (``PRUNE_FROM``)
+    scored, _, now, _ = twins(grid.take(every), options, capacity, True, True, prune=False)
+    _, _, later, _ = twins(grid.take(every), options, capacity, True, True, prune=False, defer=True)
     assert isinstance(later, search_module.PlanGrid) and len(later) == len(now.grid) > 100  # one block: no fork
     for name in search_module.FIELDS:
         if name != "layouts":

@@ -8,7 +8,7 @@ data-parallel communication and the schedule into named terms that add up.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -377,19 +377,25 @@ def iteration_floor_s(grid: PlanGrid, ctx: Context) -> np.ndarray:
     the slowest stage's per-micro-batch time t ≥ T/p, so m·t + (Σ stages − t)/v (its compute, exposed
     communication and bubble, m ≥ 1/v) ≥ T·(m + (p − 1)/v)/p, and every other term is ≥ 0. T is the sum of
     the ranks' terms where each is linear in what its rank holds; MTP layers are left out of it (below the
-    sum), and plans whose recomputed share of a rank is not 1 (block recomputation; full recomputation with a
-    rank of less than one decoder layer) get 0."""
+    sum), and plans with full recomputation and a rank of less than one decoder layer (its recomputed share not
+    1) get 0. A plan with block recomputation is bounded by the same plan without recomputation: recomputing
+    only adds the forward of its recomputed layers and their collectives once more (``layer_terms``), each
+    ≥ 0, which that floor leaves out."""
     if not len(grid):
         return np.zeros(0)
+    if np.any(grid.recompute_block):
+        block = grid.recompute_block
+        grid = replace(grid, recompute=np.where(block, 0, grid.recompute).astype(grid.recompute.dtype))
+        grid = replace(grid, recompute_block=np.zeros(len(grid), dtype=bool))
     lt = Letters(grid, ctx)
     whole = lt.whole_model()
     whole["mtp"] = np.zeros_like(whole["mtp"])
-    if not np.any(lt.rblock) and all(np.all(v == v[0]) for v in whole.values()):  # once per distinct shape
+    if all(np.all(v == v[0]) for v in whole.values()):  # once per distinct shape
         view, inverse = lt.distinct((*LAYER_KEY, "rc", "rblock"), LAYER_CARRIED)
         total = _floor_step_s(view, ctx, {k: v[:1] for k, v in whole.items()}).take(inverse, axis=0)
     else:
         total = _floor_step_s(lt, ctx, whole)
-    linear = ~lt.rblock & ((lt.rc != 2) | (lt.fewest_layers() >= 1)) & (lt.m * lt.vpp >= 1)
+    linear = ((lt.rc != 2) | (lt.fewest_layers() >= 1)) & (lt.m * lt.vpp >= 1)
     floor = total * (lt.m + (lt.p - 1) / lt.vpp) / lt.p
     return np.where(linear, floor * (1 - FLOOR_ROUNDING), 0.0)[:, 0]
 
