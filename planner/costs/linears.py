@@ -148,6 +148,25 @@ def overlap_times(lt: Letters, ctx: Context, gemms: dict, ins, outs, ub: dict) -
     return out
 
 
+def tp_pair_collectives(lt: Letters, ctx: Context, gather_width) -> tuple:
+    """(the activation message, userbuffers' pieces of the all-gather of ``gather_width`` channels and of the
+    message, NCCL's all-gather of those channels, reduce-scatter and all-reduce of the message) of a pair of
+    ``tp_pair_s`` on the tensor-parallel group's link: the same for every pair of a grid that gathers as many
+    channels (attention and MLP), so computed once per grid and width."""
+    cache = lt.__dict__.setdefault("_tp_pair_collectives", {})
+    hit = cache.get(gather_width)
+    if hit is None:
+        hw, link, msg = ctx.hardware, tp_link(lt, ctx), activation_message(lt)
+        gathered = msg * gather_width / lt.h
+        ub_comm = (all_gather_time_s(lt.t, gathered, link), all_gather_time_s(lt.t, msg, link))
+        nccl = tuple(
+            nvlink_nccl_time_s(hw, op, lt.t, m, link)
+            for op, m in (("all_gather", gathered), ("reduce_scatter", msg), ("all_reduce", msg))
+        )
+        hit = cache[gather_width] = (msg, ub_comm, nccl)
+    return hit
+
+
 def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, gather_width=None) -> tuple:
     """(forward, backward) exposed TP time of one block's column-parallel GEMMs ``ins`` and
     row-parallel ``outs`` (communication.tp_pair_exposed_s): the SP all-gather before ``ins`` (of
@@ -156,14 +175,8 @@ def tp_pair_s(lt: Letters, ctx: Context, gemms: dict, gtime: dict, ins, outs, ga
     ring-exchanged reduce-scatter's final sum of t partial chunks at η_mem of HBM. Without userbuffers the
     collectives are NCCL's, at the hardware's measured times where it has them
     (collectives.nvlink_nccl_time_s); userbuffers' pieces travel at the link's bandwidth."""
-    opts, hw, link = ctx.options, ctx.hardware, tp_link(lt, ctx)
-    msg = activation_message(lt)
-    gathered = msg * (gather_width or lt.h) / lt.h
-    ub_comm = (all_gather_time_s(lt.t, gathered, link), all_gather_time_s(lt.t, msg, link))  # userbuffers' pieces
-    ag_in, rs, ar = (
-        nvlink_nccl_time_s(hw, op, lt.t, m, link)
-        for op, m in (("all_gather", gathered), ("reduce_scatter", msg), ("all_reduce", msg))
-    )
+    opts, hw = ctx.options, ctx.hardware
+    msg, ub_comm, (ag_in, rs, ar) = tp_pair_collectives(lt, ctx, gather_width or lt.h)
     times = {"in": sum(gtime[k] for k in ins), "out": sum(gtime[k] for k in outs)}
     ub, reduce_s = None, 0.0
     if np.any(lt.tpo):

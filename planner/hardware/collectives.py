@@ -168,8 +168,10 @@ def nvlink_nccl_time_s(hw: HardwareSpec, op: str, n: ArrayLike, message_bytes: A
     table = (hw.node.nccl_nvlink_us or {}).get(op, {})
     inside = np.asarray(link.nodes) <= 1
     for size, points in table.items():
-        sizes, times = zip(*points, strict=True)
-        formula = np.where(inside & (n == size), measured_collective_time_s(sizes, times, M), formula)
+        measured = inside & (n == size)
+        if np.any(measured):  # a size no plan has leaves the formula as it is
+            sizes, times = zip(*points, strict=True)
+            formula = np.where(measured, measured_collective_time_s(sizes, times, M), formula)
     return np.where(n > 1, formula, 0.0)
 
 

@@ -204,7 +204,11 @@ def plan_configs(
 
 
 def plan_ops(configs: list[UbConfig | None], index: np.ndarray, t: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
-    """Per overlapped GEMM, its ``resolved_op`` fields for every plan (each from the plan's config)."""
+    """Per overlapped GEMM, its ``resolved_op`` fields for every plan (each from the plan's config; where every
+    plan runs the same config, that config's alone: what choosing among the configs would give)."""
+    used = np.unique(index)
+    if len(used) == 1:
+        return {name: resolved_op(configs[int(used[0])], name, t) for name in OPS}
     out: dict[str, dict[str, np.ndarray]] = {}
     for name in OPS:
         per = [resolved_op(cfg, name, t) for cfg in configs]
