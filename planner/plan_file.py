@@ -16,15 +16,30 @@ from planner.api import PlanRequest, make_request
 from planner.errors import PlannerError, counted
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
-from planner.plan import ParallelPlan, PlanOptions
+from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
 from planner.presets import format_validation_error, load_model
 
 PLAN_KEYS = ("model", "gpus", "training", "parallel", "options")
 
 
-def read_plan_file(ref: str, rank: int | None = None) -> dict:
+def read_plan_file(ref: str, rank: int | None = None, model_given: bool = False) -> dict:
     """One plan JSON from an ``explain --json`` file, or the rank-th plan of a ``search --json`` file
-    (``--rank``, or ``FILE#RANK`` when no file of that exact name exists)."""
+    (``--rank``, or ``FILE#RANK`` when no file of that exact name exists). A field edited by hand that megaplan
+    would not read is refused (``model_given``: --model replaces the file's model)."""
+    data = _plan_of(ref, rank)
+    _check_fields(data)
+    spec = data.get("model_spec")
+    named = spec.get("name") if isinstance(spec, dict) else None
+    if not model_given and isinstance(data["model"], str) and named and data["model"] != named:
+        raise PlannerError(  # the name edited, the spec left: the spec is what is priced
+            f"plan: model is {data['model']!r} but the file's model_spec describes {named} (the spec is what is "
+            f"priced): to plan {data['model']}, give --model {data['model']} beside --plan, or undo the edit"
+        )
+    return data
+
+
+def _plan_of(ref: str, rank: int | None) -> dict:
+    """The plan JSON ``ref`` names, its keys checked."""
     path = ref
     m = re.fullmatch(r"(.+)#(\d+)", ref)
     if m and rank is not None and not os.path.exists(ref) and int(m.group(2)) != rank:
@@ -40,6 +55,8 @@ def read_plan_file(ref: str, rank: int | None = None) -> dict:
     if isinstance(data, dict) and isinstance(data.get("plans"), list):
         plans = data["plans"]  # search's top N, then the fastest estimate with its own rank when ties put it lower
         k = 1 if rank is None else rank
+        if not plans:  # was "holds 0 plans (allowed: )"
+            raise PlannerError(f'{path!r} holds no plans (its "plans" list is empty): search again with --json')
         ranked = {p.get("rank", i) if isinstance(p, dict) else i: p for i, p in enumerate(plans, 1)}
         if k not in ranked:
             raise PlannerError(
@@ -72,7 +89,10 @@ def _plan_text(path: str) -> str:
         raise PlannerError(f"plan file {path!r} is not a file (a device or socket): give a JSON file or a pipe")
     if not (p.is_file() or p.is_fifo()):
         raise PlannerError(f"plan file {path!r} not found")
-    return p.read_text()
+    data = p.read_bytes()
+    if data[:2] == b"\x1f\x8b":  # was "'utf-8' codec can't decode byte 0x8b in position 1"
+        raise PlannerError(f"plan file {path!r} is gzip-compressed: gunzip it first (or --plan <(zcat {path}))")
+    return data.decode()
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -125,6 +145,34 @@ def request_from_fields(data: dict, hardware: str | HardwareSpec | None = None) 
         options={k: v for k, v in data["options"].items() if k in PlanOptions.model_fields},
         **par,
     )
+
+
+WRITTEN_NOT_READ = {  # fields megaplan writes into a plan file that are not inputs (or are of older files)
+    "parallel": {"stage_layers"},  # the layers of each stage, derived from the split
+    "options": {"moe_token_dispatcher"},  # plan files of before it was a searched knob (read above)
+}
+
+
+def _check_fields(data: dict) -> None:
+    """A field megaplan does not read, in a section of a hand-edited plan file (``"micro_batch_size": 4``
+    for micro_batch, ``seq_length`` for seq_len) is refused, naming the one meant: it was dropped without
+    a word and the plan explained as if the edit had not been made (fresh user trial 9)."""
+    import difflib
+
+    sections = {"training": TrainingSpec, "parallel": ParallelPlan, "options": PlanOptions}
+    for section, kind in sections.items():
+        fields = data.get(section)
+        if not isinstance(fields, dict):
+            continue
+        known = set(kind.model_fields) | WRITTEN_NOT_READ.get(section, set())
+        for key in fields:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), sorted(kind.model_fields), n=1, cutoff=0.6)
+                meant = f" (did you mean {section}.{close[0]}?)" if close else ""
+                raise PlannerError(
+                    f"plan: {section}.{key} is not a field megaplan reads{meant}; the {section} fields: "
+                    f"{', '.join(sorted(kind.model_fields))}"
+                )
 
 
 def _typed(par: dict) -> dict:

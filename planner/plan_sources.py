@@ -75,7 +75,7 @@ class PlanFile:
 
     def fields(self, values: dict) -> Fields:
         ref, rank = values["plan_file"], values.get("rank")
-        data = read_plan_file(ref, rank)
+        data = read_plan_file(ref, rank, model_given=values.get("model") is not None)
         name = f"{ref}#{rank}" if rank is not None else ref
         return Fields(data, (), f"the plan file's {data.get('gpus')} GPUs", f"plan file {name}")
 

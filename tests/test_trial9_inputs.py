@@ -114,3 +114,93 @@ def test_a_long_option_typed_with_one_hyphen_names_the_option():
     """`explain ... -tp 2` was "No such option '-t'" (click reads -tp as -t p)."""
     line = one_line_error(run_cli(["explain", "--model", "llama3-8b", "--gpus", "64", "-tp", "2"]))
     assert line == "megaplan: error: no option -tp: long options take two hyphens, --tp"
+
+
+def _saved_search(tmp_path):
+    import json
+
+    result = run_cli(["search", "--model", "llama3-8b", "--gpus", "64", "--top", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _written(tmp_path, data, name="edited.json") -> str:
+    import json
+
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_a_plan_file_field_megaplan_does_not_read_is_refused_naming_the_one_meant(tmp_path):
+    """A plan file edited by hand, "micro_batch_size": 4 written for micro_batch, was explained as if
+    the edit had not been made (exit 0, micro-batch 1)."""
+    data = _saved_search(tmp_path)
+    data["plans"][0]["parallel"]["micro_batch_size"] = 4
+    line = one_line_error(run_cli(["explain", "--plan", _written(tmp_path, data), "--brief"]))
+    assert line.startswith(
+        "megaplan: error: plan: parallel.micro_batch_size is not a field megaplan reads "
+        "(did you mean parallel.micro_batch?); the parallel fields: "
+    )
+    data = _saved_search(tmp_path)
+    data["plans"][0]["training"]["seq_length"] = 4096
+    line = one_line_error(run_cli(["explain", "--plan", _written(tmp_path, data)]))
+    assert "training.seq_length is not a field megaplan reads (did you mean training.seq_len?)" in line
+
+
+def test_a_plan_file_whose_model_name_alone_was_edited_is_refused(tmp_path):
+    """ "model": "llama3-70b" typed over llama3-8b in a saved plan explained llama3-8b (its model_spec) without
+    a word; --model beside --plan is the way to change it."""
+    data = _saved_search(tmp_path)
+    data["plans"][0]["model"] = "llama3-70b"
+    path = _written(tmp_path, data)
+    line = one_line_error(run_cli(["explain", "--plan", path, "--brief"]))
+    assert "model is 'llama3-70b' but the file's model_spec describes llama3-8b" in line
+    assert "give --model llama3-70b beside --plan" in line
+    given = run_cli(["explain", "--plan", path, "--model", "llama3-70b", "--brief"])
+    assert given.exit_code == 0 and given.stdout.startswith("llama3-70b on 64 GPUs"), given.output
+
+
+def test_a_search_file_with_no_plans_and_a_gzipped_plan_file_say_so(tmp_path):
+    """An emptied "plans" list said "holds 0 plans (allowed: )"; plans.json.gz said "'utf-8' codec can't decode
+    byte 0x8b in position 1"."""
+    import gzip
+    import json
+
+    data = _saved_search(tmp_path)
+    data["plans"] = []
+    line = one_line_error(run_cli(["explain", "--plan", _written(tmp_path, data)]))
+    assert line.endswith('edited.json\' holds no plans (its "plans" list is empty): search again with --json')
+    gz = tmp_path / "plans.json.gz"
+    gz.write_bytes(gzip.compress(json.dumps(_saved_search(tmp_path)).encode()))
+    line = one_line_error(run_cli(["explain", "--plan", str(gz)]))
+    assert "plans.json.gz' is gzip-compressed: gunzip it first" in line
+
+
+def test_a_gzipped_training_log_is_read(tmp_path):
+    """calibrate --from-log train.log.gz said "no Megatron-LM iteration lines"; the same log uncompressed fits."""
+    import gzip
+
+    from test_calibrate_from_log import _one_run
+
+    log, script = _one_run(tmp_path, 1.0)
+    gz = tmp_path / "train.log.gz"
+    gz.write_bytes(gzip.compress(open(log, "rb").read()))
+    out = tmp_path / "mine.yaml"
+    result = run_cli(["calibrate", "--from-log", str(gz), "--megatron-args-file", script, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "refitted: 1 run" in result.stdout and out.exists()
+
+
+def test_a_log_of_another_model_gives_both_figures_in_pflop(tmp_path):
+    """ "its throughput implies 326.4 PFLOP per iteration, the model in script.sh 45.21" left the unit off."""
+    import re
+
+    from test_calibrate_from_log import _one_run
+
+    log, script = _one_run(tmp_path, 1.0)
+    text = open(log).read()
+    text = re.sub(r"(TFLOP/s/GPU\): )([\d.]+)", lambda m: m.group(1) + str(float(m.group(2)) * 7), text)
+    open(log, "w").write(text)
+    line = one_line_error(run_cli(["calibrate", "--from-log", log, "--megatron-args-file", script, "-o", "x.yaml"]))
+    assert re.search(r"implies [\d.]+ PFLOP per iteration, the model in .*run.sh [\d.]+ PFLOP: not the same", line)

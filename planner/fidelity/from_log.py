@@ -40,6 +40,20 @@ class LoggedRun:
         )
 
 
+def _log_text(path: Path) -> str:
+    """A training log's text; a gzip-compressed log (``train.log.gz``, as clusters keep old logs) is read
+    through gzip: it was "no Megatron-LM iteration lines" (fresh user trial 9)."""
+    import gzip
+
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as err:
+            raise LogError(f"{path}: a gzip file that does not decompress ({err})") from err
+    return data.decode(errors="replace")
+
+
 def logged_run(
     log_path: str, script_path: str, *, hardware: HardwareSpec, gpus: int | None, env: dict[str, str] | None = None
 ) -> LoggedRun:
@@ -48,7 +62,7 @@ def logged_run(
 
     refuse_device(log_path, "--from-log")
     refuse_device(script_path, "--megatron-args-file")
-    log = read_training_log(Path(log_path).read_text(errors="replace"), log_path)
+    log = read_training_log(_log_text(Path(log_path)), log_path)
     script = Path(script_path).read_text(errors="replace")
     base_dir = str(Path(script_path).resolve().parent)
     req = import_megatron(script, gpus=gpus or log.world_size, hardware=hardware, env=env, base_dir=base_dir).request
@@ -66,7 +80,7 @@ def logged_run(
         if not 1 / FLOPS_TOLERANCE <= logged / ours <= FLOPS_TOLERANCE:
             raise LogError(
                 f"{log_path}: its throughput implies {logged / 1e15:.4g} PFLOP per iteration, the model in "
-                f"{script_path} {ours / 1e15:.4g}: not the same model, batch or world size"
+                f"{script_path} {ours / 1e15:.4g} PFLOP: not the same model, batch or world size"
             )
     return LoggedRun(log, script_path, req)
 
