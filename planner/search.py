@@ -215,6 +215,17 @@ def _hybrid_sources(grid: PlanGrid, rows: np.ndarray, domain: int, pins: Pins) -
     return ok & (level == 3) if pins.fsdp_outer_sharding == "optim" else ok
 
 
+def _sources(ctx: Context, pins: Pins, hsdp: bool):
+    """Which rows of a grid a hybrid variant may come from (``_hybrid_sources``; none without ``hsdp``), as a
+    function of the grid and rows (``_with_tp_overlap_twins``' ``sources``)."""
+    domain = nvlink_domain_gpus(ctx.hardware)
+
+    def sources(g: PlanGrid, rows: np.ndarray) -> np.ndarray:
+        return _hybrid_sources(g, rows, domain, pins) if hsdp else np.zeros(len(rows), dtype=bool)
+
+    return sources
+
+
 def _with_variants(scored: _Scored, block_part, ctx: Context, pins: Pins, gpus: int, capacity: float, hsdp: bool):
     """The rows scored, their block variants (``block_part``: None, scored, or their grid left to evaluate by
     ``_with_tp_overlap_twins(defer=True)``) and with ``hsdp`` their hybrid variants (``hybrid_variants``), each
@@ -337,14 +348,9 @@ def search(
     hsdp = pins.distributed_optimizer_instances is None  # Megatron FSDP's hybrid variants of the FSDP rows that fit
     rank_by = "memory" if sort == "memory" else rank_by
     twinned = pins.tp_comm_overlap is None
-    domain = nvlink_domain_gpus(ctx.hardware)
-
-    def sources(g: PlanGrid, rows: np.ndarray) -> np.ndarray:  # rows a hybrid variant may come from
-        return _hybrid_sources(g, rows, domain, pins) if hsdp else np.zeros(len(rows), dtype=bool)
-
     prune = rank_by != "memory" and len(grid) > PRUNE_FROM
     scored, twins, block_part, pending = _with_tp_overlap_twins(
-        grid, options, capacity, twinned, block, prune, hsdp, sources
+        grid, options, capacity, twinned, block, prune, hsdp, _sources(ctx, pins, hsdp)
     )
     parts = _with_variants(scored, block_part, ctx, pins, num_gpus, capacity, hsdp)
     unfit = sum(int(np.sum(~(part.peak <= capacity))) for part in parts)
