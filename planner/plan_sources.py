@@ -15,6 +15,7 @@ than applying them over its fields) and ``fields(values)``, and a row of ``SOURC
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from planner import api
@@ -440,4 +441,10 @@ def env_pair(pair: str) -> tuple[str, str]:
     name, sep, value = pair.partition("=")
     if not sep or not name:
         raise PlannerError(f"--env {pair!r}: expected VAR=VALUE")
+    words = pair.split()
+    if len(words) > 1 and all(re.fullmatch(r"[A-Za-z_]\w*=\S*", word) for word in words):
+        # 'TP=4 PP=2' in one --env set TP to "4 PP=2" (fresh user trial 9)
+        raise PlannerError(
+            f"--env {pair!r}: one VAR=VALUE per --env; allowed: " + " ".join(f"--env {word}" for word in words)
+        )
     return name, value

@@ -204,3 +204,23 @@ def test_a_log_of_another_model_gives_both_figures_in_pflop(tmp_path):
     open(log, "w").write(text)
     line = one_line_error(run_cli(["calibrate", "--from-log", log, "--megatron-args-file", script, "-o", "x.yaml"]))
     assert re.search(r"implies [\d.]+ PFLOP per iteration, the model in .*run.sh [\d.]+ PFLOP: not the same", line)
+
+
+def test_two_variables_in_one_env_option_are_refused_naming_both(tmp_path):
+    """--env 'TP=4 PP=2' set TP to "4 PP=2" and left PP unset, with only a note that TP went unused; a value
+    with spaces that is not a list of VAR=VALUE words is still one value (lead, fresh user trial 9)."""
+    from planner.plan_sources import env_values
+
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "TP=${TP:-1}\nPP=${PP:-1}\ntorchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP "
+        "--pipeline-model-parallel-size $PP --num-layers 4 --hidden-size 256 --num-attention-heads 4 "
+        "--seq-length 512 --max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8\n"
+    )
+    result = run_cli(["explain", "--megatron-args-file", str(script), "--env", "TP=4 PP=2"])
+    assert result.exit_code == 2
+    assert (
+        one_line_error(result)
+        == "megaplan: error: --env 'TP=4 PP=2': one VAR=VALUE per --env; allowed: --env TP=4 --env PP=2"
+    )
+    assert env_values(["ARGS=--foo 1 --bar", "TP=4"]) == {"ARGS": "--foo 1 --bar", "TP": "4"}
