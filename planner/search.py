@@ -435,8 +435,11 @@ def _with_tp_overlap_twins(
     blocks = _family_blocks(grid, np.arange(len(grid)), BLOCK, keys)  # a twin's family is its row's
     fork = len(blocks) > 1 and parallel.can_fork()
     n = len(grid)
-    out = tuple(parallel.shared_empty(n, kind, fork) for kind in (float, float, np.int8, np.int8, float))
-    iteration, peak, off_wins, need, _ = out  # need: what is left to time; then the twins' peaks (``_screen_block``)
+    out = tuple(parallel.shared_empty(n, kind, fork) for kind in (float, float, np.int8, np.int8))
+    iteration, peak, off_wins, need = out  # need: what is left to time (``_screen_block``)
+    # the twins' peaks as screened, kept in one process only: forked (DeepSeek-V3's 1.4 M rows) the 8 bytes a row
+    # would lift the peak RSS past the speed issue's 250 MiB, so a flipped twin's peak is measured again there
+    out = (*out, None if fork else np.empty(n))
     groups = [blocks[0::2], blocks[1::2]] if fork else [blocks]  # each process's blocks (``run_jobs``' split)
     variants = _BlockVariants.shared(grid, groups, fork, capacity, options) if block else None
     later = defer and not fork and not prune  # the block variants' layers only: the caller evaluates them
@@ -743,8 +746,9 @@ def _screen_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _
             tw_pk[part] = peak_memory_bytes(off.take(part), options.evaluating)
     pk[at[better]] = tw_pk[better]
     iteration[rows], peak[rows], need[rows] = np.inf, pk, code
-    twin_peak[rows] = np.nan
-    twin_peak[pos] = np.where(tw_state == MEASURED, tw_pk, np.nan)
+    if twin_peak is not None:
+        twin_peak[rows] = np.nan
+        twin_peak[pos] = np.where(tw_state == MEASURED, tw_pk, np.nan)
     off_wins[rows] = 0
     off_wins[pos[better]] = 1
     odd = pos[~fits[at] & tw_fits & ~smaller]  # a row whose peak is NaN: its twin is kept if its time is finite
@@ -789,8 +793,10 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
     better = (tw_it < own) | (~np.isfinite(own) & ((need[tw] & SMALLER) > 0))
     iteration[tw[better]] = tw_it[better]
     flip = np.flatnonzero(better & (off_wins[tw] == 0))  # rows that kept their own overlap until now
-    peak[tw[flip]] = twin_peak[tw[flip]]
-    unknown = flip[np.isnan(twin_peak[tw[flip]])]
+    unknown = flip
+    if twin_peak is not None:
+        peak[tw[flip]] = twin_peak[tw[flip]]
+        unknown = flip[np.isnan(twin_peak[tw[flip]])]
     with np.errstate(divide="ignore", invalid="ignore"):
         for start in range(0, len(unknown), CHUNK):
             part = unknown[start : start + CHUNK]
