@@ -224,3 +224,20 @@ def test_two_variables_in_one_env_option_are_refused_naming_both(tmp_path):
         == "megaplan: error: --env 'TP=4 PP=2': one VAR=VALUE per --env; allowed: --env TP=4 --env PP=2"
     )
     assert env_values(["ARGS=--foo 1 --bar", "TP=4"]) == {"ARGS": "--foo 1 --bar", "TP": "4"}
+
+
+def test_a_value_computed_from_a_variable_a_command_sets_names_the_variables_it_reads(tmp_path):
+    """Megatron-DeepSpeed's --micro-batch-size $(( ${global_batch_size} / ${dp_size} )), dp_size from a command,
+    said "pass it with --env NAME=VALUE" without naming dp_size (fresh user trial 9, noticed; --env dp_size=8
+    imports it)."""
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "global_batch_size=256\ndp_size=$(nvidia-smi -L | wc -l)\n"
+        "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 4 "
+        "--seq-length 512 --max-position-embeddings 512 --micro-batch-size $(( ${global_batch_size} / ${dp_size} )) "
+        "--global-batch-size ${global_batch_size}\n"
+    )
+    line = one_line_error(run_cli(["explain", "--megatron-args-file", str(script)]))
+    assert line.endswith("pass it with --env NAME=VALUE (NAME: the one of global_batch_size, dp_size set by a command)")
+    result = run_cli(["explain", "--megatron-args-file", str(script), "--env", "dp_size=8", "--brief"])
+    assert result.exit_code == 0, result.output

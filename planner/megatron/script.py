@@ -217,6 +217,11 @@ def _unset_message(missing: list[tuple[str, str, frozenset[str]]]) -> str:
     """One line naming every flag the estimate needs whose value the script leaves unset, and the --env to give."""
     names = [_env_name(value_names) for _, _, value_names in missing]
     given = [f"--env {n}=VALUE" for n in dict.fromkeys(names)]
+    read = dict.fromkeys(v for _, value, _ in missing for v in re.findall(r"\$\{?([A-Za-z_]\w*)", value))
+    if "NAME" in names and read:  # computed from a variable set by a command (fresh user trial 9: name it)
+        given[list(dict.fromkeys(names)).index("NAME")] = (
+            f"--env NAME=VALUE (NAME: the one of {', '.join(read)} set by a command)"
+        )
     if len(missing) == 1:
         flag, value, _ = missing[0]
         what = f"the script's argument ${names[0]}" if names[0].isdigit() else "it"
