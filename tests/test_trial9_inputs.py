@@ -241,3 +241,15 @@ def test_a_value_computed_from_a_variable_a_command_sets_names_the_variables_it_
     assert line.endswith("pass it with --env NAME=VALUE (NAME: the one of global_batch_size, dp_size set by a command)")
     result = run_cli(["explain", "--megatron-args-file", str(script), "--env", "dp_size=8", "--brief"])
     assert result.exit_code == 0, result.output
+
+
+def test_full_recomputation_without_a_layer_count_says_the_count_taken():
+    """--recompute full --recompute-method block without --recompute-num-layers took 1 without a word, where
+    Megatron-LM stops (its TransformerConfig requires the number with full recomputation); given, no note."""
+    pinned = ["explain", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16", "--recompute", "full"]
+    result = run_cli([*pinned, "--recompute-method", "block"])
+    assert result.exit_code == 0, result.output
+    assert "note: --recompute-num-layers not given: 1 layer per model chunk (Megatron-LM needs" in result.stderr
+    assert "rc-blk:1" in result.stdout
+    given = run_cli([*pinned, "--recompute-method", "block", "--recompute-num-layers", "2"])
+    assert given.exit_code == 0 and "--recompute-num-layers not given" not in given.stderr

@@ -65,6 +65,23 @@ def _note_ignored(kw: dict, req: api.PlanRequest) -> None:
     for flags, reason in _ignored_beside(req):
         click.echo(f"megaplan: note: {' and '.join(flags)} ignored: {reason}", err=True)
     _note_beyond_context(req)
+    _note_default_layers(req)
+
+
+def _note_default_layers(req: api.PlanRequest) -> None:
+    """--recompute full typed without --recompute-num-layers: Megatron-LM stops without the number (its
+    TransformerConfig requires it with full recomputation), megaplan takes 1 (or search's fewest that fit) and
+    its exported flags give it;
+    said rather than taken silently (fresh user trial 9)."""
+    plan = req.plan
+    if plan.recompute.value == "full" and _typed("recompute") and not _typed("recompute_num_layers"):
+        n = plan.recompute_num_layers or 1
+        what = f"layer{'s' * (n > 1)} per {'model chunk' if plan.recompute_method.value == 'block' else 'group'}"
+        click.echo(
+            f"megaplan: note: --recompute-num-layers not given: {n} {what} (Megatron-LM needs the number with "
+            "full recomputation; megaplan export writes it)",
+            err=True,
+        )
 
 
 # MoE-only options with no effect on a dense model (beside --moe-token-dispatcher and the overlap, above)
