@@ -253,3 +253,11 @@ def test_full_recomputation_without_a_layer_count_says_the_count_taken():
     assert "rc-blk:1" in result.stdout
     given = run_cli([*pinned, "--recompute-method", "block", "--recompute-num-layers", "2"])
     assert given.exit_code == 0 and "--recompute-num-layers not given" not in given.stderr
+
+
+def test_help_as_a_command_prints_the_help_as_git_reads_it():
+    """`megaplan help` was "No such command 'help'"; `megaplan help search` is `megaplan search --help`."""
+    top, search = run_cli(["help"]), run_cli(["help", "search"])
+    assert top.exit_code == 0 and top.stdout == run_cli(["--help"]).stdout
+    assert search.exit_code == 0 and search.stdout == run_cli(["search", "--help"]).stdout
+    assert "search [OPTIONS]" in search.stdout and "Rank every legal" in search.stdout

@@ -111,6 +111,8 @@ class PlannerGroup(GivenOnce, click.Group):
         from planner.cli.status import working
 
         args = list(sys.argv[1:] if args is None else args)
+        if args[:1] == ["help"]:  # `megaplan help [COMMAND]`, as git reads it (fresh user trial 9: "No such command")
+            args = [*args[1:], "--help"]
         try:
             if hint := pasted_character_hint(args):
                 raise PlannerError(hint)
