@@ -191,14 +191,19 @@ def test_hopper_host_ops_by_recipe(recipe, per_expert, per_layer):
     assert moe.expert_layer_host_ops(recipe, hopper=True) == per_layer
 
 
+def _qwen3_at_10us(hardware: str, ep: int, global_batch: int, **fp8):
+    """Qwen3-30B-A3B at EP = GPUs, b 1, balanced routing, with the preset's per-op host time set to 10 µs."""
+    req = make_request(
+        model="qwen3-30b-a3b", hardware=hardware, gpus=ep, ep=ep, micro_batch=1, global_batch=global_batch,
+        options={"moe_load_imbalance": 1.0, **fp8},
+    )  # fmt: skip
+    return replace(req.ctx, hardware=moe_fit.with_host_op(req.ctx.hardware, 10.0))
+
+
 def test_delayed_scaling_on_h100_casts_all_experts_at_once_by_hand():
     """Qwen3-30B-A3B on 16 H100 at EP 16 with delayed scaling: 8 local experts, t_op = 10 µs: forward
     (8·2 + 2)·10 µs = 0.18 ms, backward (8·4 + 2)·10 µs = 0.34 ms (was 8·4 and 8·6 ops: 0.32 and 0.48 ms)."""
-    req = make_request(
-        model="qwen3-30b-a3b", hardware="dgx-h100-superpod", gpus=16, ep=16, micro_batch=1, global_batch=1024,
-        options={"moe_load_imbalance": 1.0, "fp8": "hybrid", "fp8_recipe": "delayed"},
-    )  # fmt: skip
-    ctx = replace(req.ctx, hardware=moe_fit.with_host_op(req.ctx.hardware, 10.0))
+    ctx = _qwen3_at_10us("dgx-h100-superpod", 16, 1024, fp8="hybrid", fp8_recipe="delayed")
     fwd, bwd = (float(np.ravel(x)[0]) for x in moe.expert_host_s(8, ctx, captured=0.0))
     assert (fwd, bwd) == pytest.approx((0.18e-3, 0.34e-3))
 
@@ -211,11 +216,7 @@ def test_mxfp8_swizzles_the_weight_scales_once_per_grouped_gemm_not_per_expert()
     backward (16·6 + 2)·10 µs = 0.98 ms (was 16·6 and 16·8 ops: 0.96 and 1.28 ms)."""
     assert moe.expert_layer_host_ops("mxfp8") == (2, 2)
     assert moe.expert_layer_host_ops("tensorwise") == moe.expert_layer_host_ops(None) == (0, 0)
-    req = make_request(
-        model="qwen3-30b-a3b", hardware="dgx-b200-superpod", gpus=8, ep=8, micro_batch=1, global_batch=512,
-        options={"moe_load_imbalance": 1.0, "fp8": "e4m3", "fp8_recipe": "mxfp8"},
-    )  # fmt: skip
-    ctx = replace(req.ctx, hardware=moe_fit.with_host_op(req.ctx.hardware, 10.0))
+    ctx = _qwen3_at_10us("dgx-b200-superpod", 8, 512, fp8="e4m3", fp8_recipe="mxfp8")
     fwd, bwd = (float(np.ravel(x)[0]) for x in moe.expert_host_s(16, ctx, captured=0.0))
     assert (fwd, bwd) == pytest.approx((0.66e-3, 0.98e-3))
     gap_fwd, _ = moe.expert_graph_gap_s(16, ctx, graphed=1.0)
