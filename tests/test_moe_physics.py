@@ -478,10 +478,7 @@ def test_a2a_overlap_against_the_bridge_a_b_runs(dispatcher, overlap, delay_wgra
     assert _qwen3_30b_h100_ab(dispatcher, overlap, delay_wgrad=delay_wgrad) == pytest.approx(measured_s, rel=within)
 
 
-@pytest.mark.parametrize(
-    "graphs, measured_s",
-    [((), 41.36), (("attn", "moe_router", "moe_preprocess"), 42.00)],
-)
+@pytest.mark.parametrize("graphs, measured_s", [((), 41.36), (("attn", "moe_router", "moe_preprocess"), 42.00)])
 def test_te_scoped_graphs_against_the_bridge_eager_a_b(graphs, measured_s):
     """Megatron-Bridge docs/training/cuda-graphs.md (v0.5.0 l.147-152, v0.6.0 the same; PR 3868): Qwen3-30B-A3B
     on 16 H100, BF16, EP 16, b 1, GBS 1024, alltoall dispatcher, no A2A overlap: eager 41.36 s against
