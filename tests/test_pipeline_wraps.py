@@ -46,8 +46,10 @@ def test_no_wrap_without_interleaving_or_pipeline():
     assert float(interleaved_wrap_wait_s(0.01, 1, 4, 0.0, 0.0)) == 0.0
 
 
-@pytest.mark.parametrize("rid", ["MLM-README-H100-119B", "DGXC-v25.04-H100-Nemotron4-340B-bf16-n256"])
-def test_validation_plans_match_the_schedule(rid):
+@pytest.mark.parametrize(
+    ("rid", "wrap_gain"), [("MLM-README-H100-119B", 1.1), ("DGXC-v25.04-H100-Nemotron4-340B-bf16-n256", 1.0)]
+)
+def test_validation_plans_match_the_schedule(rid, wrap_gain):
     """119B (p 4, v 23, m 8, one layer per chunk): the schedule's transfers add 91 ms, 129 of 0.71 ms, where
     2(p − 1) = 6 were charged before; the estimate's pp_comm now agrees within 0.2 % of the iteration (the
     rest: the steady state's p2p SM share, which the simulation leaves out)."""
@@ -58,7 +60,9 @@ def test_validation_plans_match_the_schedule(rid):
     p, v, st = req.plan.pp, req.plan.vpp, ev.stages
     F, B, d = st.forward_s[0, :p], st.backward_s[0, :p], float(st.p2p_s[0])
     sim = _simulated_transfers_s(F, B, d, int(ev.m[0]), v)
-    assert sim > 2 * (p - 1) * d * 1.1  # the wraps add to the 2(p − 1) transfers charged before (340B: +17 %)
+    # the wraps add to the 2(p − 1) transfers charged before (119B); 340B's were +17 % at η_net 0.646 and none
+    # at the 2026-12-02 refit's 0.723, where each transfer hides under the next chunk's compute
+    assert sim >= 2 * (p - 1) * d * wrap_gain * (1 - 1e-9)
     assert float(ev.time["pp_comm"][0]) == pytest.approx(sim, abs=2e-3 * float(ev.iteration_s[0]))
 
 

@@ -54,10 +54,10 @@ def test_a100_did_not_get_worse(result):
 
 
 # Rows in the bar that miss it with no software fact to set them apart (the charter keeps them in the bar and
-# counted in its figures): each named, with the bound it must not grow past. MLPerf v5.1 Llama 3.1 8B on 64 B200
-# (CP 2, 4,096 tokens per GPU per step): -18.2 % on 2026-12-02, NVIDIA's GB200 NVL72 run of the same per-GPU plan
-# as fast in the model (tests/test_blackwell_rows.py), physics not found (docs/cost-model.md §10.1)
-OPEN_MISSES: dict[str, float] = {}  # none: MLPerf v5.1 8B on 64 B200 is 11 % fast since its buckets pay latency
+# counted in its figures): each named, with the bound it must not grow past. NeMo 25.02's GPT-3 175B on 512 B200
+# (docs table): -11.8 % before the 2026-12-02 refit that followed the DP buckets' latency, -12.1 % after it (the
+# B200 factors carried from GB200 moved, not the plan); physics not found (docs/cost-model.md §10.1)
+OPEN_MISSES: dict[str, float] = {"NEMODOC-25.02-B200-GPT3-175B-n512": 13.0}
 
 
 @pytest.mark.parametrize("gen", ["Ampere (A100)", "Hopper (H100, H200)", "Blackwell (B200, GB200, GB300)"])
