@@ -97,25 +97,29 @@ class Evaluation:
 
 def group_links(lt: Letters, ctx: Context) -> dict[str, Link]:
     """The links (``collectives.group_link``) of a plan's data-parallel groups (``instance``: one
-    distributed-optimizer instance's d·c/R ranks; ``across``: the R instances; ``dp``: d·c; ``expert``: one
+    distributed-optimizer instance's d·c/R ranks; ``across``: the R instances; with experts, ``expert``: one
     instance's edp/R of the expert data-parallel group, ``expert_across`` its R instances); once per grid,
     computed once per distinct shape (``Letters.once``)."""
     cached = getattr(lt, "_group_links", None)
     if cached is None:
-        cached = lt._group_links = lt.once(lambda v: _group_links(v, ctx.hardware), "group_links")
+        experts = ctx.model.is_moe
+        cached = lt._group_links = lt.once(lambda v: _group_links(v, ctx.hardware, experts), "group_links")
     return cached
 
 
-def _group_links(lt: Letters, hw) -> dict[str, Link]:
+def _group_links(lt: Letters, hw, experts: bool) -> dict[str, Link]:
     instance = lt.N  # d·c/R: one instance's ranks (Megatron FSDP: one replica's), consecutive (parallel_state.py)
-    groups = {
-        "instance": (instance, lt.t),
-        "across": (lt.R, lt.t * instance),
-        "dp": (lt.d * lt.c, lt.t),
-        "expert": (lt.edp_in, lt.etp * lt.ep),  # one instance's edp/R expert ranks
-        "expert_across": (lt.R, lt.etp * lt.ep * lt.edp_in),
-    }
-    return links_of(hw, groups)  # one group_link over the five groups stacked
+    groups = {"instance": (instance, lt.t), "across": (lt.R, lt.t * instance)}
+    if experts:
+        groups["expert"] = (lt.edp_in, lt.etp * lt.ep)  # one instance's edp/R expert ranks
+        groups["expert_across"] = (lt.R, lt.etp * lt.ep * lt.edp_in)
+    return links_of(hw, groups)  # one group_link over the groups stacked
+
+
+def _with_experts(ctx: Context, dense_s, expert_s):
+    """A data-parallel term's dense part plus its experts' (``expert_s()``, called only for a model with
+    experts: without, the stage holds no expert parameters and each collective of 0 bytes takes 0 s)."""
+    return dense_s + expert_s() if ctx.model.is_moe else dense_s
 
 
 def dp_element_bytes(ctx: Context) -> tuple[int, int]:
@@ -165,7 +169,6 @@ def _dp_sync(
     instance = lt.N  # the ranks one distributed-optimizer instance shards over, d·c/R (experts: edp/R)
     links = group_links(lt, ctx)
     dense_link, dense_across = links["instance"], links["across"]
-    expert_link, expert_across = links["expert"], links["expert_across"]
     sharp = opts.use_sharp and hw.network.sharp
     whole = lt.fsdp & ~lt.fsdp_grads  # Megatron FSDP optim: the gradient buffer stays whole
 
@@ -189,8 +192,9 @@ def _dp_sync(
     )
 
     def both(fn):  # the dense and the expert parameters of the stage, each in nb collectives
-        return nb * (
-            fn(dense / nb, instance, dense_link, dense_across) + fn(expert / nb, lt.edp_in, expert_link, expert_across)
+        dense_s = fn(dense / nb, instance, dense_link, dense_across)
+        return nb * _with_experts(
+            ctx, dense_s, lambda: fn(expert / nb, lt.edp_in, links["expert"], links["expert_across"])
         )
 
     first = (rep == 0) | dfa  # the stages whose last chunk leaves in buckets
@@ -282,12 +286,16 @@ def _fsdp_layer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     the layer's forward and backward compute they hide behind: (gather, scatter, fwd, bwd) seconds."""
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
     links = group_links(lt, ctx)
-    link, expert_link = links["instance"], links["expert"]
+    link = links["instance"]
     dense = w_bytes * mem["dense_params"] / np.maximum(n, 1)
-    expert = w_bytes * mem["expert_params"] / np.maximum(n, 1)
-    gather = all_gather_time_s(lt.N, dense, link) + all_gather_time_s(lt.edp_in, expert, expert_link)
+    expert = w_bytes * mem["expert_params"] / np.maximum(n, 1) if ctx.model.is_moe else None
+    gather = _with_experts(
+        ctx, all_gather_time_s(lt.N, dense, link), lambda: all_gather_time_s(lt.edp_in, expert, links["expert"])
+    )
     gather = np.where(lt.fsdp_params, gather, 0.0)
-    scatter = reduce_scatter_time_s(lt.N, dense, link) + reduce_scatter_time_s(lt.edp_in, expert, expert_link)
+    scatter = _with_experts(
+        ctx, reduce_scatter_time_s(lt.N, dense, link), lambda: reduce_scatter_time_s(lt.edp_in, expert, links["expert"])
+    )
     scatter = np.where(lt.fsdp_grads, scatter, 0.0)
     return gather, scatter, step["fwd"] / np.maximum(n, 1), (step["bwd"] + step["recompute"]) / np.maximum(n, 1)
 
@@ -307,7 +315,8 @@ def _hsdp_outer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     hw, per = ctx.hardware, np.maximum(n, 1)
     kw = dict(grads_sharded=True, outer_optim=lt.outer_optim)
     links, outer_g, outer_w = group_links(lt, ctx), 0.0, 0.0
-    for params, inner, link in (("dense_params", lt.N, "across"), ("expert_params", lt.edp_in, "expert_across")):
+    groups = (("dense_params", lt.N, "across"), ("expert_params", lt.edp_in, "expert_across"))
+    for params, inner, link in groups[: 2 if ctx.model.is_moe else 1]:  # without experts, their 0 s are left out
         layer_bytes = w_bytes * mem[params] / per  # each replica's layer, dense then the experts
         g, w = comm.hsdp_outer_layer_s(layer_bytes, layer_bytes, inner, lt.R, links[link], **kw)
         outer_g, outer_w = outer_g + g, outer_w + w
