@@ -207,3 +207,11 @@ def test_a_web_address_given_as_a_file_says_to_download_it():
     assert "download it first" in one_line_error(run_cli(["explain", "--plan", "https://example.org/plans.json"]))
     model = one_line_error(run_cli(["search", "--model", "https://example.org/m.yaml", "--gpus", "8"]))
     assert model.endswith("curl -LO https://example.org/m.yaml)")
+
+
+def test_a_token_count_past_a_thousand_trillion_is_written_in_powers_of_ten():
+    """--tokens 1e30 read "days for 1e+21B tokens" under explain's verdict ("1e+18T" in the time table)."""
+    result = run_cli([*EXPLAIN, "--brief", "--tokens", "1e30"])
+    out = " ".join(result.stdout.split())  # as wide as the terminal: the line may break anywhere
+    assert result.exit_code == 0 and "days for 1e+30 tokens" in out and "B tokens" not in out
+    assert "days for 15T tokens" in " ".join(run_cli([*EXPLAIN, "--brief", "--tokens", "15T"]).stdout.split())
