@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import click
 
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing
@@ -164,9 +162,9 @@ def validate(as_json: bool, regret: bool, choice: bool, as_csv: bool) -> None:
     from planner.fidelity.memory import rows_and_settings, validate_memory
     from planner.report.memory import memory_validation_view
 
-    # the memory rows (the launch-script reader's) and the evidence settings in another process meanwhile: the
-    # same values (parallel.start_job)
-    other = functools.cache(parallel.start_job(rows_and_settings, parallel.can_fork()))
+    # the memory rows (the launch-script reader's) and the evidence settings: one more job of the first queue
+    # validate shares between two processes (parallel.later): the same values
+    other = parallel.later(rows_and_settings)
     result = val.validate(settings=lambda: other()[1])
     if regret:
         with progress("searching each run's best plan", total=len(result["runs"])) as step:
@@ -261,10 +259,10 @@ def calibrate(
     from planner.fidelity import calibrate as cal
 
     if moe:
-        if logs or scripts or output or hardware or env_pairs or gpus or force:
-            raise PlannerError(
-                "--moe fits the published MoE rows: drop --from-log, -o, --env, --gpus, --force and --hardware"
-            )
+        given = {"--from-log": logs, "--megatron-args-file": scripts, "-o": output, "--hardware": hardware}
+        given |= {"--env": env_pairs, "--gpus": gpus, "--force": force}
+        if dropped := [name for name, value in given.items() if value]:  # only those given (fresh user trial 10)
+            raise PlannerError(f"--moe fits the published MoE rows: drop {' and '.join(dropped)}")
         from planner.fidelity.moe_fit import moe_calibration_steps, run_moe_calibration
 
         with progress("fitting the MoE host time", total=moe_calibration_steps(loso=loso)) as step:
@@ -333,6 +331,12 @@ def _from_logs(logs, scripts, hardware, gpus_env, output, overwrite_force, as_js
     pairs = zip(logs, scripts if len(scripts) == len(logs) else scripts * len(logs), strict=True)
     gpus, env = gpus_env
     logged = [from_log.logged_run(log, script, hardware=hw, gpus=gpus, env=env) for log, script in pairs]
+    for lr in (lr for lr in logged if lr.log.cut_line):
+        click.echo(
+            f"megaplan: note: {lr.log.name}, line {lr.log.cut_line}: an iteration line cut short (a log still being "
+            "written?), left out",
+            err=True,
+        )
     result = from_log.calibrate_from_logs(logged, hw)
     rows = from_log.run_rows(logged, result, hw)
     unreached = from_log.unreached(rows, logged, result, hw)
