@@ -432,7 +432,7 @@ def _with_tp_overlap_twins(
     scored (None without ``block``; with ``defer``, one process and no ``prune``, their grid: the caller evaluates
     them with others, ``_evaluated``) and the rows not timed yet."""
     keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
-    blocks = _family_blocks(grid, np.arange(len(grid)), BLOCK, keys)  # a twin's family is its row's
+    blocks = _family_blocks(grid, np.arange(len(grid)), _screen_size(len(grid)), keys)  # a twin's family is its row's
     fork = len(blocks) > 1 and parallel.can_fork()
     n = len(grid)
     out = tuple(parallel.shared_empty(n, kind, fork) for kind in (float, float, np.int8, np.int8))
@@ -440,7 +440,7 @@ def _with_tp_overlap_twins(
     # the twins' peaks as screened, kept in one process only: forked (DeepSeek-V3's 1.4 M rows) the 8 bytes a row
     # would lift the peak RSS past the speed issue's 250 MiB, so a flipped twin's peak is measured again there
     out = (*out, None if fork else np.empty(n))
-    groups = [blocks[0::2], blocks[1::2]] if fork else [blocks]  # each process's blocks (``run_jobs``' split)
+    groups = _halves(blocks) if fork else [blocks]  # each process's blocks (one job each: ``run_jobs``' split)
     variants = _BlockVariants.shared(grid, groups, fork, capacity, options) if block else None
     later = defer and not fork and not prune  # the block variants' layers only: the caller evaluates them
 
@@ -466,6 +466,26 @@ def _with_tp_overlap_twins(
     grid.tp_comm_overlap[off_wins > 0] = 0
     part = variants.collect(grid, later, pending) if variants else None
     return _Scored(grid, iteration, peak, options), evaluated, part, pending
+
+
+SCREEN = 3  # BLOCKs a screening block holds at most: each call of the cost functions costs a millisecond or more
+# whatever its rows, and a block's families are screened in rounds of calls (``_by_family_states``), so the fewer
+# blocks the fewer calls (DeepSeek-V3 / 1024 H100: 21 blocks of BLOCK rows made 145 calls of peak_memory_bytes)
+
+
+def _screen_size(n: int) -> int:
+    """Rows per screening block of a grid of n rows: at most ``SCREEN`` BLOCKs, in an even number of blocks of
+    about as many rows each (``run_jobs`` gives every second block to the forked child: each process as many)."""
+    pairs = max(-(-n // (2 * SCREEN * BLOCK)), 1)
+    return max(-(-n // (2 * pairs)), 1)
+
+
+def _halves(blocks: list) -> list[list]:
+    """The blocks of each of two processes, as 0 1 1 0 0 1 1 0 …: the rows that fit, and so the time taken, grow
+    along the family order on the large MoE grids (DeepSeek-V3 / 1024 H100: 6 k in the first block, 30 k in the
+    last), so each process takes one of each pair from either end of every four blocks."""
+    side = [(i + 1) // 2 % 2 for i in range(len(blocks))]
+    return [[b for b, s in zip(blocks, side, strict=True) if s == g] for g in (0, 1)]
 
 
 def _floors(grid: PlanGrid, rows: np.ndarray, out, ctx: Context) -> None:
