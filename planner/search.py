@@ -474,10 +474,13 @@ SCREEN = 3  # BLOCKs a screening block holds at most: each call of the cost func
 
 
 def _screen_size(n: int) -> int:
-    """Rows per screening block of a grid of n rows: at most ``SCREEN`` BLOCKs, in an even number of blocks of
-    about as many rows each (``run_jobs`` gives every second block to the forked child: each process as many)."""
-    pairs = max(-(-n // (2 * SCREEN * BLOCK)), 1)
-    return max(-(-n // (2 * pairs)), 1)
+    """Rows per screening block of a grid of n rows: up to ``BLOCK`` rows one block (screened in one process), more
+    in an even number of blocks of about as many rows each, at most ``SCREEN`` BLOCKs (``_halves``: each process
+    as many)."""
+    if n <= BLOCK:
+        return BLOCK
+    pairs = -(-n // (2 * SCREEN * BLOCK))
+    return -(-n // (2 * pairs))
 
 
 def _halves(blocks: list) -> list[list]:
