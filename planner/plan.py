@@ -245,6 +245,12 @@ class PlanOptions(_Spec):
         description="--nccl-communicator-config-path: the data-parallel communicator's max_ctas, the SMs its "
         "collectives may hold (NCCL's own choice when None: the hardware's nccl_sms)",
     )
+    ddp_bucket_size: int | None = Field(
+        None,
+        gt=0,
+        description="--ddp-bucket-size: parameters per gradient bucket of Megatron-Core's DDP (each bucket its own "
+        "reduce-scatter and all-gather); None: Megatron's max(40M, 1M·d·c)",
+    )
     dfa_bucket_mb: float | None = Field(
         None,
         gt=0,

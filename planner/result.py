@@ -18,6 +18,7 @@ from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formula
 from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
+from planner.errors import PlannerError
 from planner.fidelity.evidence import PlanEvidence, band_frac, band_parts, evidence_json, plan_evidence
 from planner.hardware.spec import GIB
 from planner.models.params import param_counts
@@ -204,13 +205,22 @@ def plan_estimate(
 def _cost_terms(ctx: Context, tokens_per_s: float, gpus: int) -> dict:
     """Days, GPU-hours, cost and energy of training ``ctx.training.train_tokens`` at this speed."""
     tr = ctx.training
-    return train_cost_terms(
+    terms = train_cost_terms(
         tokens_per_s,
         gpus,
         tokens=tr.train_tokens,
         gpu_hour_price=tr.gpu_hour_price,
         tdp_watts=ctx.hardware.gpu.tdp_watts,
     )
+    if not all(math.isfinite(v) for v in terms.values() if v is not None):
+        # --gpu-hour-price 1e308: a cost beyond a float wrote "cost": Infinity, which strict JSON readers
+        # (JavaScript, Go, jq --strict) refuse, and printed "cost inf" (fresh user trial 10)
+        price = f" × --gpu-hour-price {tr.gpu_hour_price:g}" if tr.gpu_hour_price is not None else ""
+        raise PlannerError(
+            f"--tokens {tr.train_tokens:g}{price}: {terms['gpu_hours']:.3g} GPU-hours{price and ' × the price'} "
+            "is beyond a float (1.8e308); give smaller values"
+        )
+    return terms
 
 
 def _parts_json(ev: Evaluation, i: int, text: dict) -> dict | None:

@@ -209,20 +209,22 @@ def test_the_mlperf_8b_miss_on_64_b200_is_not_the_fabric(result):
     # full-iteration CUDA graph) on NVIDIA's GB200 NVL72 (tyche_ngpu72_ngc25.09_nemo, config_GB200_18x4x1x
     # tp1pp1cp2_8b.sh, GBS 36 on 72 GPUs): the median of the ten logs' per-run median train_step_time,
     # 0.1709 s. Its data-parallel traffic stays on NVLink, and the model is as fast there as on 8 DGX B200
-    # nodes, so the DP reduction across nodes is not what the model misses; no software fact is known
+    # nodes, so the DP bandwidth across nodes is not what the model misses; no software fact is known
     from planner import api
     from planner.fidelity.runs import load_runs
     from planner.fidelity.validate import _evaluation, plan_request
 
     row = result[MLPERF_8B_N8]
-    assert row["in_fit"] and row["in_bar"] and any("in the bar, an open miss" in x for x in row["assumptions"])
+    assert row["in_fit"] and row["in_bar"] and any("in the bar: 11 % fast" in x for x in row["assumptions"])
     run = next(r for r in load_runs() if r.id == MLPERF_8B_N8)
     q = plan_request(run) | {"gpus": 72, "global_batch": 36}
     ev = _evaluation(run.metric, api.make_request(hardware=load_hardware(GB200), **q))
     nvl72_error = 100 * (float(ev.iteration_s[0]) / 0.1709 - 1)
-    assert nvl72_error < -10 and row["error_pct"] < -10
+    # both 11 % fast since the 60 buckets pay their ring latencies (test_ddp_buckets.py): was 18 and 16 %
+    assert -12 < nvl72_error < -10 and -12 < row["error_pct"] < -10
     assert abs(nvl72_error - row["error_pct"]) < 2.0
-    assert float(ev.time["dp_comm"][0]) < 0.01  # what the GB200 run exposes of its DP sync: under 10 ms
+    # what the GB200 run exposes of its DP sync (NVLink, 72 ranks): 15 ms, against 22 ms over 8 B200 nodes
+    assert 0.010 < float(ev.time["dp_comm"][0]) < 0.020
 
 
 def test_the_15b_row_stays_superseded_at_the_datasheet_gpu_ratio():

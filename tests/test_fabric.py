@@ -97,7 +97,12 @@ def test_data_parallel_reduction_hidden_behind_the_backward_costs_its_sms():
     link = group_link(hw, 16, 8)
     lt = Letters(PlanGrid.from_plans([req.plan]), req.ctx)
     params = float(stage_memory_bytes(lt, req.ctx, np.zeros((1, 1), dtype=int))["dense_params"][0, 0])
-    total = float(all_gather_time_s(16, 4 * params, link) + all_gather_time_s(16, 2 * params, link))
+    # Megatron's default bucket at d·c = 16 is 40M parameters: ⌈1.0 B / 40 M⌉ = 26 buckets, each its own
+    # reduce-scatter and all-gather, 25 more ring latencies for each (communication.bucket_latency_s)
+    buckets = np.ceil(params / 40e6)
+    assert buckets == 26
+    latencies = 2 * (buckets - 1) * float(ring_latency_s(16, link))
+    total = float(all_gather_time_s(16, 4 * params, link) + all_gather_time_s(16, 2 * params, link)) + latencies
     assert _time(req, "dp_comm") == pytest.approx(exposed + (total - exposed) * H100_SHARE, rel=1e-6)
 
 

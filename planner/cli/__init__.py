@@ -181,8 +181,39 @@ cli.commands = _Commands(cli.commands)  # the command modules load on first use
 
 
 def main() -> None:
+    _closed_streams()
     _encodable_output()
     cli()
+
+
+class _Closed:
+    """Standard output or error the shell closed (``megaplan search ... >&-``): Python sets it to None, and the
+    first print ended in an AttributeError traceback (fresh user trial 10). Written to, it fails as a closed
+    descriptor does, so the output error says so in one line (exit 1); closed stderr drops the messages and
+    keeps the exit code, as ``ls nope 2>&-`` does."""
+
+    def __init__(self, name: str, silent: bool):
+        self.name, self.silent, self.encoding = name, silent, "utf-8"
+
+    def write(self, text: str) -> int:
+        if self.silent:
+            return len(text)
+        import errno
+
+        raise OSError(errno.EBADF, f"standard {self.name} is closed (>&-): redirect it to a file or /dev/null")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _closed_streams() -> None:
+    if sys.stderr is None:
+        sys.stderr = _Closed("error", silent=True)
+    if sys.stdout is None:
+        sys.stdout = _Closed("output", silent=False)
 
 
 def _encodable_output() -> None:

@@ -200,6 +200,12 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         SIZE,
     ),
     Option(
+        ("--ddp-bucket-size",),
+        "Megatron-Core DDP's gradient bucket in parameters (--ddp-bucket-size): each bucket its own collective.",
+        None,
+        SIZE,
+    ),
+    Option(
         ("--dfa-bucket-mb",),
         "NeMo 1's Apex DistributedFusedAdam: its bucket_cap_mb, every chunk synced in buckets of that many MB.",
         None,

@@ -92,6 +92,7 @@ MOE_ONLY = (
     "moe_flex_dispatcher_num_sms",
     "moe_shared_expert_overlap",
     "use_transformer_engine_op_fuser",
+    "etp",  # expert tensor parallelism: --etp 3 on a dense model ran without a word (fresh user trial 10)
 )
 
 
@@ -123,6 +124,25 @@ def _ignored_beside(req: api.PlanRequest) -> list[tuple[list[str], str]]:
             ["grad_reduce_in_bf16"],
             req.ctx.precision == "fp16",
             "fp16 training keeps and reduces its gradients in fp16 already",
+        ),
+        # fresh user trial 10: each of these four ran without a word
+        (
+            ["tp_comm_overlap_cfg"],
+            not opts.tp_comm_overlap,
+            "it configures --tp-comm-overlap, which the plan does not use",
+        ),
+        (
+            ["main_grads_dtype"],
+            opts.grad_reduce_in_bf16 and opts.main_grads_dtype == "fp32",
+            "--grad-reduce-in-bf16 keeps and reduces the gradients in bf16 (Megatron-LM's arguments.py turns "
+            "accumulate_allreduce_grads_in_fp32 off)",
+        ),
+        (["pp_scatter_gather"], plan.pp == 1, "pp 1 sends nothing between pipeline stages"),
+        (
+            ["pp_scatter_gather"],
+            plan.pp > 1 and plan.sequence_parallel,
+            "with --sequence-parallel each tensor-parallel rank sends its own 1/t already (Megatron-LM's "
+            "p2p_communication skips the scatter/gather there)",
         ),
     ]
     out = []

@@ -363,13 +363,48 @@ def connection_limited(
     return (compute_capability < 10.0) & split & (np.asarray(fsdp, dtype=bool) | np.asarray(a2a_overlap, dtype=bool))
 
 
-def ddp_bucket_params(dp_cp: ArrayLike) -> np.ndarray:
-    """Megatron's default gradient bucket: max(40M, 1M·d·c) parameters (megatron/training/training.py
-    resolve_ddp_bucket_size), used with --overlap-grad-reduce on the first pipeline stage's first
+def ddp_bucket_params(dp_cp: ArrayLike, bucket_size: int | None = None) -> np.ndarray:
+    """Megatron's gradient bucket: --ddp-bucket-size parameters when given, else max(40M, 1M·d·c)
+    (megatron/training/training.py resolve_ddp_bucket_size; distributed_data_parallel.py when the
+    DDP config leaves it None), used with --overlap-grad-reduce on the first pipeline stage's first
     model chunk only: later chunks and stages keep one bucket each (training.py, per-chunk
     disable_bucketing; distributed_data_parallel.py: 'Turn off bucketing if we are on a pipeline
     stage that is not the first')."""
-    return np.maximum(40e6, 1e6 * np.asarray(dp_cp, dtype=float))
+    default = np.maximum(40e6, 1e6 * np.asarray(dp_cp, dtype=float))
+    return default if bucket_size is None else np.broadcast_to(float(bucket_size), default.shape)
+
+
+def ddp_bucket_count(chunk_params: ArrayLike, bucket_params: ArrayLike, tensors: ArrayLike) -> np.ndarray:
+    """Buckets Megatron-Core's DDP cuts a chunk of P parameters into: a bucket closes once past B, at the end
+    of a parameter (param_and_grad_buffer.py), so ⌈P/B⌉, and never more than the chunk's parameter tensors
+    (a B smaller than every tensor, as NeMo 2's MLPerf v5.0 configs' bucket_size 200: one bucket per
+    tensor). Llama 3.1 8B's 8.03 B parameters in 134 M buckets: 60."""
+    P, B = np.asarray(chunk_params, dtype=float), np.asarray(bucket_params, dtype=float)
+    return np.maximum(np.minimum(np.ceil(P / B), np.asarray(tensors, dtype=float)), 1.0)
+
+
+def bucket_latency_s(n_buckets: ArrayLike, ring_latency: ArrayLike) -> np.ndarray:
+    """What a chunk's reduction (or gather) in n_b buckets pays beyond one collective of the whole chunk:
+    every bucket is its own ring reduce-scatter (all-gather), each with the ring's latency (Megatron-Core
+    param_and_grad_buffer.py start_grad_sync / start_param_sync: one collective per bucket group), while
+    the bytes are the same: (n_b − 1)·α_ring. 60 buckets at a 339 µs ring (64 B200 over 8 nodes): 20.0 ms."""
+    return (np.asarray(n_buckets, dtype=float) - 1.0) * np.asarray(ring_latency, dtype=float)
+
+
+def param_gather_exposed_s(
+    chunk_gather_s: ArrayLike, first_bucket_s: ArrayLike, fwd_s: ArrayLike, first_frac: ArrayLike
+) -> np.ndarray:
+    """The distributed optimizer's overlapped parameter all-gather (--overlap-param-gather) left in a chunk's
+    first forward: bucket k + 1's gather is dispatched when bucket k's forward starts (Megatron-Core
+    param_and_grad_buffer.py finish_param_sync: wait for this bucket, then start_param_sync of the next),
+    so the first bucket waits whole and each later gather shows by what it takes beyond the forward of the
+    bucket before it; the buckets' gathers queue on one stream:
+        exposed = max(G_1, G − F·(1 − f_1))
+    G: the chunk's whole gather (every bucket's latency in it), G_1 its first bucket's, F the chunk's forward
+    of one micro-batch, f_1 the first bucket's share of the chunk's parameters (the forward of the other
+    buckets is what hides the rest)."""
+    G, G1, F, f1 = (np.asarray(x, dtype=float) for x in (chunk_gather_s, first_bucket_s, fwd_s, first_frac))
+    return np.maximum(G1, G - F * (1.0 - np.minimum(f1, 1.0)))
 
 
 def dp_exposed_s(
@@ -382,6 +417,7 @@ def dp_exposed_s(
     *,
     overlap: bool,
     bucketed: ArrayLike | None = None,
+    last_chunk_extra_s: ArrayLike = 0.0,
 ) -> np.ndarray:
     """Gradient reduction of stage i left after stage 0's last backward ends.
 
@@ -402,9 +438,12 @@ def dp_exposed_s(
     i, p, v = np.asarray(i), np.asarray(p), np.asarray(v)
     if not overlap:
         return np.maximum(sync - i * tau, 0.0)
-    chunk = sync / v
+    extra = np.asarray(last_chunk_extra_s, dtype=float)
+    chunk = (sync - extra) / v
     first = i == 0 if bucketed is None else np.asarray(bucketed)
-    last_chunk = chunk - i * tau - np.where(first, tau * (1 - np.minimum(bucket / np.maximum(chunk, 1e-30), 1)), 0.0)
+    last_chunk = (
+        chunk + extra - i * tau - np.where(first, tau * (1 - np.minimum(bucket / np.maximum(chunk, 1e-30), 1)), 0.0)
+    )
     last_chunk = np.maximum(last_chunk, np.where(first, np.minimum(bucket, chunk), 0.0))
     earlier = np.where(v >= 2, np.maximum(2 * chunk - p * tau, sync - (v - 1) * p * tau), 0.0)
     return np.maximum(np.maximum(last_chunk, earlier), 0.0)

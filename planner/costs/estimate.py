@@ -23,13 +23,16 @@ from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memo
 from planner.hardware.collectives import (
     Link,
     all_gather_time_s,
+    all_reduce_latency_s,
     all_reduce_time_s,
     group_link,
     hidden_comm_contention_s,
     links_of,
     reduce_scatter_time_s,
+    ring_latency_s,
     straggler_s,
 )
+from planner.models.params import dense_layer_param_tensors, dense_layer_params
 from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, CudaGraphImpl, Fp8Recipe, FsdpOuterSharding, ParallelPlan
 from planner.space.grid import PlanGrid
 
@@ -94,25 +97,29 @@ class Evaluation:
 
 def group_links(lt: Letters, ctx: Context) -> dict[str, Link]:
     """The links (``collectives.group_link``) of a plan's data-parallel groups (``instance``: one
-    distributed-optimizer instance's d·c/R ranks; ``across``: the R instances; ``dp``: d·c; ``expert``: one
+    distributed-optimizer instance's d·c/R ranks; ``across``: the R instances; with experts, ``expert``: one
     instance's edp/R of the expert data-parallel group, ``expert_across`` its R instances); once per grid,
     computed once per distinct shape (``Letters.once``)."""
     cached = getattr(lt, "_group_links", None)
     if cached is None:
-        cached = lt._group_links = lt.once(lambda v: _group_links(v, ctx.hardware), "group_links")
+        experts = ctx.model.is_moe
+        cached = lt._group_links = lt.once(lambda v: _group_links(v, ctx.hardware, experts), "group_links")
     return cached
 
 
-def _group_links(lt: Letters, hw) -> dict[str, Link]:
+def _group_links(lt: Letters, hw, experts: bool) -> dict[str, Link]:
     instance = lt.N  # d·c/R: one instance's ranks (Megatron FSDP: one replica's), consecutive (parallel_state.py)
-    groups = {
-        "instance": (instance, lt.t),
-        "across": (lt.R, lt.t * instance),
-        "dp": (lt.d * lt.c, lt.t),
-        "expert": (lt.edp_in, lt.etp * lt.ep),  # one instance's edp/R expert ranks
-        "expert_across": (lt.R, lt.etp * lt.ep * lt.edp_in),
-    }
-    return links_of(hw, groups)  # one group_link over the five groups stacked
+    groups = {"instance": (instance, lt.t), "across": (lt.R, lt.t * instance)}
+    if experts:
+        groups["expert"] = (lt.edp_in, lt.etp * lt.ep)  # one instance's edp/R expert ranks
+        groups["expert_across"] = (lt.R, lt.etp * lt.ep * lt.edp_in)
+    return links_of(hw, groups)  # one group_link over the groups stacked
+
+
+def _with_experts(ctx: Context, dense_s, expert_s):
+    """A data-parallel term's dense part plus its experts' (``expert_s()``, called only for a model with
+    experts: without, the stage holds no expert parameters and each collective of 0 bytes takes 0 s)."""
+    return dense_s + expert_s() if ctx.model.is_moe else dense_s
 
 
 def dp_element_bytes(ctx: Context) -> tuple[int, int]:
@@ -151,20 +158,17 @@ def adam_step_bytes(ctx: Context) -> float:
 def _dp_sync(
     lt: Letters, ctx: Context, mem: dict, bwd_mb: np.ndarray, fwd_mb: np.ndarray, rep: np.ndarray, count: np.ndarray
 ) -> np.ndarray:
-    """Exposed data-parallel synchronisation (DDP or distributed optimizer): the gradient reduction
-    of dense parameters over d·c and expert parameters over the expert data-parallel group, as
-    Megatron buckets and launches it (communication.dp_exposed_s); with the distributed optimizer
-    the parameter all-gather, whole after the optimizer step, or with --overlap-param-gather only
-    the first bucket before each stage's first forward (stage i starts i forward steps late); and
-    what the hidden rest takes of the compute it hides behind (collectives.hidden_comm_contention_s).
-    NeMo 1's Apex DistributedFusedAdam (``dfa_bucket_mb``) cuts every chunk into buckets of its own,
-    each a collective that pays its latency; --use-sharp reduces in the switches where the cluster can."""
+    """Exposed data-parallel synchronisation (DDP or distributed optimizer): the gradient reduction of dense
+    parameters over d·c and expert parameters over expert-DP as Megatron buckets and launches it
+    (communication.dp_exposed_s; Megatron-Core's buckets, ``_bucket_latencies_s``, and NeMo 1's Apex
+    DistributedFusedAdam, ``dfa_bucket_mb``, each pay a collective's latency); with the distributed optimizer the
+    parameter all-gather, whole after the step or, with --overlap-param-gather, what the first forward leaves
+    (``_param_gathers_s``); the hidden rest's SMs (collectives.hidden_comm_contention_s); SHARP in the switches."""
     opts, hw = ctx.options, ctx.hardware
     grad_bytes, param_bytes = dp_element_bytes(ctx)
     instance = lt.N  # the ranks one distributed-optimizer instance shards over, d·c/R (experts: edp/R)
     links = group_links(lt, ctx)
     dense_link, dense_across = links["instance"], links["across"]
-    expert_link, expert_across = links["expert"], links["expert_across"]
     sharp = opts.use_sharp and hw.network.sharp
     whole = lt.fsdp & ~lt.fsdp_grads  # Megatron FSDP optim: the gradient buffer stays whole
 
@@ -183,30 +187,57 @@ def _dp_sync(
     chunk_params = (dense + expert) / lt.vpp
     dfa = opts.dfa_bucket_mb is not None
     # per chunk: Apex's buckets, or one (Megatron-Core: stage 0's first chunk aside)
-    nb = np.ceil(chunk_params / comm.dfa_bucket_params(opts.dfa_bucket_mb, grad_bytes)) if dfa else 1.0
-    nb = lt.vpp * np.maximum(nb, 1.0)
+    nb = lt.vpp * (
+        np.maximum(np.ceil(chunk_params / comm.dfa_bucket_params(opts.dfa_bucket_mb, grad_bytes)), 1) if dfa else 1.0
+    )
 
     def both(fn):  # the dense and the expert parameters of the stage, each in nb collectives
-        return nb * (
-            fn(dense / nb, instance, dense_link, dense_across) + fn(expert / nb, lt.edp_in, expert_link, expert_across)
+        dense_s = fn(dense / nb, instance, dense_link, dense_across)
+        return nb * _with_experts(
+            ctx, dense_s, lambda: fn(expert / nb, lt.edp_in, links["expert"], links["expert_across"])
         )
 
-    sync, whole_gather = both(reduce), both(gather)
+    first = (rep == 0) | dfa  # the stages whose last chunk leaves in buckets
     per_microbatch = lt.fsdp_grads  # Megatron FSDP optim_grads reduce-scatters every micro-batch (_fsdp_exposed)
-    sync = np.where(per_microbatch, 0.0, sync)
+    sync, whole_gather = np.where(per_microbatch, 0.0, both(reduce)), both(gather)
     # stage 0's last gradient bucket and first all-gather hold the word table, V·h/t (buckets fill in
     # backward order and close past their size: param_and_grad_buffer.py:980-986)
-    bucket = np.minimum(np.maximum(comm.ddp_bucket_params(lt.d * lt.c), lt.V * lt.h / lt.t), chunk_params)
+    ddp_bucket = comm.ddp_bucket_params(lt.d * lt.c, opts.ddp_bucket_size)
+    bucket = np.minimum(np.maximum(ddp_bucket, lt.V * lt.h / lt.t), chunk_params)
     bucket = chunk_params * lt.vpp / nb if dfa else bucket
-    first = (rep == 0) | dfa  # the stages whose last chunk leaves in buckets
+    mcore_buckets = first & (not dfa) & opts.overlap_grad_reduce & ~per_microbatch
+    rs_latency_s, gather_latency_s = _bucket_latencies_s(lt, ctx, chunk_params, ddp_bucket, mcore_buckets)
     bucket_s = np.where(per_microbatch, 0.0, np.where(first, reduce(bucket, instance, dense_link), sync / lt.vpp))
-    tau_b, tau_f = bwd_mb / lt.vpp, fwd_mb / lt.vpp
-    grads = comm.dp_exposed_s(
-        sync, bucket_s, rep, lt.p, lt.vpp, tau_b, overlap=opts.overlap_grad_reduce, bucketed=first
-    )
+    tau_b, tau_f, sync = bwd_mb / lt.vpp, fwd_mb / lt.vpp, sync + rs_latency_s
+    kw = dict(overlap=opts.overlap_grad_reduce, bucketed=first, last_chunk_extra_s=rs_latency_s)
+    grads = comm.dp_exposed_s(sync, bucket_s, rep, lt.p, lt.vpp, tau_b, **kw)
     whole_first = np.where(first, bucket, chunk_params)
-    first_gather = gather(whole_first, instance, dense_link) if np.any(lt.opg) else 0.0
-    return _exposed_sync(lt, ctx, sync, grads, (whole_gather, first_gather), rep, tau_f, count)
+    first_bucket = gather(whole_first, instance, dense_link) if np.any(lt.opg) else 0.0
+    gathers = _param_gathers_s(whole_gather, first_bucket, gather_latency_s, tau_f, whole_first / chunk_params, lt.vpp)
+    return _exposed_sync(lt, ctx, sync, grads, gathers, rep, tau_f, count)
+
+
+def _param_gathers_s(whole_s, first_bucket_s, bucket_latency_s, fwd_s, first_frac, v) -> tuple:
+    """(the stage's whole parameter all-gather, what of it the first forward leaves exposed): the bucketed chunk
+    (one of v) carries its buckets' latencies (``_bucket_latencies_s``); ``communication.param_gather_exposed_s``."""
+    chunk_s = whole_s / v + bucket_latency_s
+    return whole_s + bucket_latency_s, comm.param_gather_exposed_s(chunk_s, first_bucket_s, fwd_s, first_frac)
+
+
+def _bucket_latencies_s(lt: Letters, ctx: Context, chunk_params, bucket_params, bucketed) -> tuple:
+    """(reduction, gather) seconds Megatron-Core's buckets add on the ``bucketed`` stages (stage 0's first chunk,
+    with --overlap-grad-reduce): each of its n_b buckets (``communication.ddp_bucket_count``) is its own
+    reduce-scatter over one distributed-optimizer instance (and all-reduce of the shard across the R instances)
+    and its own all-gather, so n_b − 1 more ring latencies than one collective of the chunk
+    (``communication.bucket_latency_s``)."""
+    links = group_links(lt, ctx)
+    per_layer = dense_layer_params(ctx.model, lt.t)
+    tensors = np.ceil(chunk_params / per_layer) * dense_layer_param_tensors(ctx.model) + 1  # + the word table
+    n_b = comm.ddp_bucket_count(chunk_params, bucket_params, tensors)
+    ring = ring_latency_s(lt.N, links["instance"])
+    across = np.where(lt.R > 1, all_reduce_latency_s(lt.R, links["across"]), 0.0)
+    gather = np.where(bucketed, comm.bucket_latency_s(n_b, ring), 0.0)
+    return np.where(bucketed, comm.bucket_latency_s(n_b, ring + across), 0.0), gather
 
 
 def _exposed_sync(lt: Letters, ctx: Context, sync, grads, gathers: tuple, rep, tau_f, count) -> np.ndarray:
@@ -255,12 +286,16 @@ def _fsdp_layer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     the layer's forward and backward compute they hide behind: (gather, scatter, fwd, bwd) seconds."""
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
     links = group_links(lt, ctx)
-    link, expert_link = links["instance"], links["expert"]
+    link = links["instance"]
     dense = w_bytes * mem["dense_params"] / np.maximum(n, 1)
-    expert = w_bytes * mem["expert_params"] / np.maximum(n, 1)
-    gather = all_gather_time_s(lt.N, dense, link) + all_gather_time_s(lt.edp_in, expert, expert_link)
+    expert = w_bytes * mem["expert_params"] / np.maximum(n, 1) if ctx.model.is_moe else None
+    gather = _with_experts(
+        ctx, all_gather_time_s(lt.N, dense, link), lambda: all_gather_time_s(lt.edp_in, expert, links["expert"])
+    )
     gather = np.where(lt.fsdp_params, gather, 0.0)
-    scatter = reduce_scatter_time_s(lt.N, dense, link) + reduce_scatter_time_s(lt.edp_in, expert, expert_link)
+    scatter = _with_experts(
+        ctx, reduce_scatter_time_s(lt.N, dense, link), lambda: reduce_scatter_time_s(lt.edp_in, expert, links["expert"])
+    )
     scatter = np.where(lt.fsdp_grads, scatter, 0.0)
     return gather, scatter, step["fwd"] / np.maximum(n, 1), (step["bwd"] + step["recompute"]) / np.maximum(n, 1)
 
@@ -280,7 +315,8 @@ def _hsdp_outer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     hw, per = ctx.hardware, np.maximum(n, 1)
     kw = dict(grads_sharded=True, outer_optim=lt.outer_optim)
     links, outer_g, outer_w = group_links(lt, ctx), 0.0, 0.0
-    for params, inner, link in (("dense_params", lt.N, "across"), ("expert_params", lt.edp_in, "expert_across")):
+    groups = (("dense_params", lt.N, "across"), ("expert_params", lt.edp_in, "expert_across"))
+    for params, inner, link in groups[: 2 if ctx.model.is_moe else 1]:  # without experts, their 0 s are left out
         layer_bytes = w_bytes * mem[params] / per  # each replica's layer, dense then the experts
         g, w = comm.hsdp_outer_layer_s(layer_bytes, layer_bytes, inner, lt.R, links[link], **kw)
         outer_g, outer_w = outer_g + g, outer_w + w
@@ -430,7 +466,7 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     p2p = _p2p_time_s(lt, ctx)
     stage_f, stage_b = fwd + step["comm_fwd"], bwd + rec + tp + cp + mo - step["comm_fwd"]
     fwd_all, bwd_all = pick(stage_f), pick(stage_b)
-    dp = np.where(lt.fsdp_params, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, fwd, rep, count))
+    dp = np.where(lt.fsdp_params, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, stage_f, rep, count))
     dp = dp + _hsdp_outer_s(lt, ctx, step, mem, n, count)
     time = {
         "forward": lt.m * pick(fwd),
@@ -676,7 +712,8 @@ def _dp_formula_text(ctx: Context, plan: ParallelPlan, grad_bytes: int, param_by
         )
     elif plan.distributed_optimizer or plan.fsdp:
         gather = (
-            "the first bucket's all-gather (--overlap-param-gather hides the rest)"
+            "the all-gather beyond the first forward, max(G_1, G − F·(1 − f_1)) (--overlap-param-gather: bucket "
+            "k + 1's gather runs during bucket k's forward)"
             if opts.overlap_param_gather
             else f"all-gather of {param_bytes}-byte parameters"
         )
@@ -692,13 +729,15 @@ def _dp_formula_text(ctx: Context, plan: ParallelPlan, grad_bytes: int, param_by
         dp_text = f"all-reduce of {grad_bytes}-byte gradients over d·c"
     if level >= 2 and R > 1:
         dp_text += _hybrid_text(plan)
+    bucket = "max(40M, 1M·d·c)" if opts.ddp_bucket_size is None else f"{opts.ddp_bucket_size:,}"
     sms = dp_sms(ctx)
     if sms is not None:
         dp_text += f"; + what runs hidden × {sms}/{ctx.hardware.gpu.sm_count} (the SMs NCCL holds beside the compute)"
     if level < 2:
         dp_text += (
             "; --overlap-grad-reduce: each model chunk's reduction starts after its last backward, the first "
-            "stage's first chunk in max(40M, 1M·d·c)-parameter buckets, the last (with the word table) exposed"
+            f"stage's first chunk in {bucket}-parameter buckets, each its own reduce-scatter and all-gather with "
+            "its ring latency, the last (with the word table) exposed"
             if opts.overlap_grad_reduce
             else ", exposed after the last backward"
         ) + "; stage i drains i backward steps earlier"

@@ -9,6 +9,8 @@ values (less what attention compute hides), the MoE token dispatcher.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from planner.costs import Formula, compute, flops, memory
@@ -106,22 +108,24 @@ def stage_terms(lt: Letters, ctx: Context, st: dict, *, offload: bool = True) ->
     held, so this is the sum of every rank's). Without ``offload``, that term (not such a sum) is left out."""
     parts = layer_parts(lt, ctx)
     mo = ctx.model
-    attention, window = layer_terms(lt, ctx, parts["attention"]), layer_terms(lt, ctx, parts["window"])
     dense = layer_terms(lt, ctx, sum_blocks(parts["attention"], parts["dense"]))
     moe_layer = layer_terms(lt, ctx, sum_blocks(parts["attention"], parts["moe"])) if mo.is_moe else dense
-    mtp_layer = moe_layer if mo.is_moe and mo.mtp_is_moe else dense
     head = head_times(lt, ctx)
     tp_edge = tp_collectives_s(lt, ctx) / 2
-    mtp_fwd, mtp_bwd = mtp_extra_s(lt, ctx)
-    n_win, n_mtp = st["window"], st["mtp"]
+    # each kind of layer the stage holds: how many, and one layer's terms (sliding-window layers: what their
+    # attention changes); a kind the model has none of (no MoE, window or MTP layers) adds 0 s and is left out
+    kinds = [(st["dense"], dense)] + ([(st["moe"], moe_layer)] if mo.is_moe else [])
+    if mo.window is not None:
+        window, attention = layer_terms(lt, ctx, parts["window"]), layer_terms(lt, ctx, parts["attention"])
+        kinds.append((st["window"], {k: window[k] - attention[k] for k in window}))
+    if mo.mtp_layers:
+        kinds.append((st["mtp"], moe_layer if mo.is_moe and mo.mtp_is_moe else dense))
+    totals: dict[str, np.ndarray] = {}
 
     def total(key: str) -> np.ndarray:
-        return (
-            st["dense"] * dense[key]
-            + st["moe"] * moe_layer[key]
-            + n_win * (window[key] - attention[key])
-            + n_mtp * mtp_layer[key]
-        )
+        if key not in totals:
+            totals[key] = functools.reduce(np.add, (n * terms[key] for n, terms in kinds))
+        return totals[key]
 
     first, last = st["first"], st["last"]
     # full recomputation with --recompute-method block re-runs (and re-communicates) only its layers
@@ -129,15 +133,10 @@ def stage_terms(lt: Letters, ctx: Context, st: dict, *, offload: bool = True) ->
     share = np.where(lt.rc == 2, lt.recomputed_layers(n) / np.maximum(n, 1), 1.0)
     kept = np.where(lt.rc == 2, 1.0 - share, 0.0)
     moe_share = st["moe"] / np.maximum(n, 1)
+    heads = last + st["mtp"] if mo.mtp_layers else last  # the logits and loss: the last stage's and each MTP depth's
     step = {
-        "fwd": total("fwd")
-        + first * head["embedding_fwd"]
-        + (last + n_mtp) * head["head_fwd"]
-        + n_mtp * (mtp_fwd + head["embedding_fwd"]),
-        "bwd": total("bwd")
-        + first * head["embedding_bwd"]
-        + (last + n_mtp) * head["head_bwd"]
-        + n_mtp * (mtp_bwd + head["embedding_bwd"]),
+        "fwd": total("fwd") + first * head["embedding_fwd"] + heads * head["head_fwd"],
+        "bwd": total("bwd") + first * head["embedding_bwd"] + heads * head["head_bwd"],
         "recompute": share * total("recompute"),
         # one collective each for the embedding (first stage) and the output layer (last stage)
         "tp": total("tp") - kept * total("tp_fwd") + (first.astype(float) + last) * tp_edge,
@@ -146,6 +145,10 @@ def stage_terms(lt: Letters, ctx: Context, st: dict, *, offload: bool = True) ->
         "comm_fwd": total("tp_fwd") + total("cp_fwd") + total("moe_fwd") + first * tp_edge,
         "linear": total("linear"),
     }
+    if mo.mtp_layers:  # each MTP depth: its projection and the embedding of its shifted input
+        mtp_fwd, mtp_bwd = mtp_extra_s(lt, ctx)
+        step["fwd"] = step["fwd"] + st["mtp"] * (mtp_fwd + head["embedding_fwd"])
+        step["bwd"] = step["bwd"] + st["mtp"] * (mtp_bwd + head["embedding_bwd"])
     if offload:
         mean = {k: (1 - moe_share) * dense[k] + moe_share * moe_layer[k] for k in ("fwd", "bwd")}
         step["offload"] = offload_exposed_s(lt, ctx, n, mean, moe_share)

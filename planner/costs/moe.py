@@ -421,16 +421,35 @@ def graph_node_gap_s(local_experts: ArrayLike, ops: int, *, gap_us: float, graph
     return np.asarray(local_experts, dtype=float) * ops * gap_us * 1e-6 * graphed
 
 
+# GPU time of one real memory-bound kernel replayed in a CUDA graph, whatever its size, where the no-op chain
+# above measures only the gap between nodes: vLLM's static per-tensor FP8 cast (torch.ops._C.
+# static_scaled_fp8_quant, one kernel) of a 1 × 2048 tensor takes 0.002 ms on H100 under
+# triton.testing.do_bench_cudagraph (vllm-project/vllm PR 33918, 2026-02-05; the table rounds to 1 µs), and
+# its dynamic per-tensor quantisation - an amax reduction then the cast, current scaling's structure - 0.007 ms
+# (PR 33867, the same harness). Blackwell check: a one-kernel FP8 quantisation of 4 × 2048 on B200 runs 1.74 µs
+# (Helion) to 2.82 µs (vLLM's CUDA kernel), pytorch/helion PR 3073 (2026-07-16).
+GRAPH_KERNEL_FLOOR_US = 2.0
+
+
 def expert_graph_gap_s(local_experts: ArrayLike, ctx, *, graphed: float) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) ``graph_node_gap_s`` of one MoE layer with the recipe's and the model's op
-    counts (``expert_host_ops``)."""
+    """(forward, backward) GPU time of one MoE layer's graphed per-expert kernels beyond their bytes and FLOPs:
+    the GEMMs (``EXPERT_GEMM_OPS``) at the node gap τ_node (their small-shape cost is the GEMM law's), every
+    other per-expert kernel (quantisation, bias) and the per-layer multi-tensor kernels at the floor of a real
+    kernel in a graph F = ``GRAPH_KERNEL_FLOOR_US``:
+
+        t = g·[(E/ep)·(n_gemm·τ_node + (n_ops − n_gemm)·F) + n_layer·F]
+
+    with the recipe's and the model's op counts (``expert_host_ops``); g as in ``graph_node_gap_s``."""
     (fwd, bwd), (layer_fwd, layer_bwd) = _host_op_counts(ctx, ctx.model.add_bias_linear)
-    return (
-        graph_node_gap_s(local_experts, fwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed)
-        + graph_node_gap_s(1, layer_fwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed),
-        graph_node_gap_s(local_experts, bwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed)
-        + graph_node_gap_s(1, layer_bwd, gap_us=GRAPH_NODE_GAP_US, graphed=graphed),
-    )
+
+    def direction(ops: int, gemms: int, layer: int) -> np.ndarray:
+        return (
+            graph_node_gap_s(local_experts, gemms, gap_us=GRAPH_NODE_GAP_US, graphed=graphed)
+            + graph_node_gap_s(local_experts, ops - gemms, gap_us=GRAPH_KERNEL_FLOOR_US, graphed=graphed)
+            + graph_node_gap_s(1, layer, gap_us=GRAPH_KERNEL_FLOOR_US, graphed=graphed)
+        )
+
+    return direction(fwd, EXPERT_GEMM_OPS[0], layer_fwd), direction(bwd, EXPERT_GEMM_OPS[1], layer_bwd)
 
 
 # Megatron-Core's alltoall dispatcher (MoEAlltoAllTokenDispatcher, core_r0.14-0.18) permutes the routed
@@ -555,7 +574,8 @@ def expert_formula(ctx) -> Formula:
             f"; host: (E/ep)·({fwd} forward, {bwd} backward ops per expert)"
             + (f" + ({layer_fwd}, {layer_bwd}) per layer (multi-tensor kernels)" if layer_fwd else "")
             + f"·{op_us:g} µs unless CUDA graphs "
-            f"capture the experts, then {GRAPH_NODE_GAP_US:g} µs of GPU per graphed kernel"
+            f"capture the experts, then {GRAPH_NODE_GAP_US:g} µs of GPU per graphed GEMM and "
+            f"{GRAPH_KERNEL_FLOOR_US:.1f} µs per other graphed kernel"
             + (f"; unfused bytes: {', '.join(extra)}" if extra else "")
         )
     return Formula(
@@ -566,7 +586,9 @@ def expert_formula(ctx) -> Formula:
         "alignment of grouped GEMMs); TE pytorch/module/fp8_padding.py (Fp8Padding, Fp8Unpadding); "
         "Megatron-LM training.py:1255-1296 (e·(f_e·k + f_s) per token); host time per "
         "op: hardware preset moe_host_op_us (megaplan calibrate --moe); GPU gap per graphed kernel: ahrefs/ocannl "
-        "issue 488 (no-op chain replayed in a graph: 15 µs + 0.58 µs·N)",
+        "issue 488 (no-op chain replayed in a graph: 15 µs + 0.58 µs·N); a real kernel's floor in a graph: "
+        "vllm-project/vllm PRs 33918 and 33867 (FP8 casts under do_bench_cudagraph on H100), pytorch/helion PR 3073 "
+        "(B200)",
     )
 
 

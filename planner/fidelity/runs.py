@@ -448,7 +448,8 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
 
 def dp_sync_rows() -> dict[str, dict]:
     """What the runs' launch configurations set for data-parallel synchronisation beyond Megatron-LM's
-    flags (NeMo 1's Apex DistributedFusedAdam buckets, SHARP, the DP communicator's max_ctas), by
+    flags (NeMo 1's Apex DistributedFusedAdam buckets, SHARP, the DP communicator's max_ctas, Megatron-Core's
+    DDP bucket size), by
     run id, each with the file it was read from (``presets/reference/dp_sync_runs.csv``)."""
     text = (presets_root() / "reference" / "dp_sync_runs.csv").read_text()
     return {row["run_id"]: row for row in csv.DictReader(io.StringIO(text))}
@@ -473,6 +474,7 @@ def _dp_sync_options(row: dict | None) -> dict:
         "dfa_bucket_mb": float(row["dfa_bucket_mb"]) if row["dfa_bucket_mb"] else None,
         "use_sharp": _yes(row["use_sharp"]),
         "dp_max_ctas": int(row["dp_max_ctas"]) if row["dp_max_ctas"] else None,
+        "ddp_bucket_size": int(row["ddp_bucket_size"]) if row["ddp_bucket_size"] else None,
     }
 
 

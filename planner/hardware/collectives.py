@@ -129,8 +129,14 @@ def all_reduce_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.
     (2⌈log₂n⌉α), whichever NCCL would pick (Thakur, Rabenseifner & Gropp 2005). 0 at n = 1 and for
     an empty message (no collective is issued: a dense model's expert gradients)."""
     n, M = np.asarray(n, dtype=float), np.asarray(message_bytes, dtype=float)
-    latency = np.minimum(2 * ring_latency_s(n, link), 2 * np.ceil(np.log2(np.maximum(n, 1))) * link.latency_s)
-    return np.where(M > 0, 2 * (n - 1) / n * M / link.bus_bytes_per_s + latency, 0.0)
+    return np.where(M > 0, 2 * (n - 1) / n * M / link.bus_bytes_per_s + all_reduce_latency_s(n, link), 0.0)
+
+
+def all_reduce_latency_s(n: ArrayLike, link: Link) -> np.ndarray:
+    """An all-reduce's latency: a ring's 2(n−1)α (``ring_latency_s`` twice) or a tree's 2⌈log₂n⌉α, whichever
+    is less, as NCCL picks (Thakur, Rabenseifner & Gropp 2005). 0 at n = 1."""
+    n = np.asarray(n, dtype=float)
+    return np.minimum(2 * ring_latency_s(n, link), 2 * np.ceil(np.log2(np.maximum(n, 1))) * link.latency_s)
 
 
 def all_gather_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.ndarray:

@@ -237,6 +237,8 @@ def _overlap_flags(req: PlanRequest) -> list:
             flags.append(flag)
     if o.tp_comm_overlap and o.tp_comm_overlap_cfg is not None and o.tp_comm_overlap_cfg.name != "bridge":
         flags += ["--tp-comm-overlap-cfg", o.tp_comm_overlap_cfg.name]
+    if o.ddp_bucket_size is not None:
+        flags += ["--ddp-bucket-size", str(o.ddp_bucket_size)]
     return flags
 
 

@@ -218,6 +218,7 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "overlap_param_gather": bool(v.get("overlap_param_gather")),
         "grad_reduce_in_bf16": bool(v.get("grad_reduce_in_bf16")),
         "use_sharp": bool(v.get("use_sharp")),
+        "ddp_bucket_size": v.get("ddp_bucket_size"),
         "tp_comm_overlap": bool(v.get("tp_comm_overlap")),
         "tp_comm_overlap_cfg": _ub_cfg_path(v, warnings),
         "overlap_p2p_comm": bool(v.get("overlap_p2p_comm", True)),

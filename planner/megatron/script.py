@@ -89,6 +89,7 @@ COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; ev
     "overlap_param_gather",
     "grad_reduce_in_bf16",
     "use_sharp",
+    "ddp_bucket_size",
     "tp_comm_overlap",
     "tp_comm_overlap_cfg",
     "overlap_p2p_comm",

@@ -119,6 +119,18 @@ def dense_layer_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool = F
 model_layer_params = dense_layer_params  # the adapter that unpacks a spec into ``layer_params``' letters
 
 
+def dense_layer_param_tensors(model: ModelSpec) -> int:
+    """Parameter tensors of a dense layer as Megatron-Core's Transformer Engine spec registers them, each a
+    boundary a DDP bucket can close at (param_and_grad_buffer.py: a bucket closes once past bucket_size, at
+    the end of a parameter): linear_qkv and linear_proj weights, linear_fc1 and linear_fc2 weights, the two
+    norms fused into linear_qkv and linear_fc1 (layer_norm_weight, and layer_norm_bias under LayerNorm),
+    the four linear biases with --add-bias-linear, and q_layernorm and k_layernorm with --qk-layernorm.
+    GPT with LayerNorm and biases: 4 + 4 + 4 = 12; Llama (RMSNorm, no bias): 4 + 2 = 6."""
+    nu = norm_size(model)
+    qk = 2 * nu if model.qk_layernorm else 0
+    return 4 + 2 * nu + (4 if model.add_bias_linear else 0) + qk
+
+
 def moe_layer_params(
     model: ModelSpec, t: ArrayLike, ep: ArrayLike, etp: ArrayLike, *, megatron: bool = False, active: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:

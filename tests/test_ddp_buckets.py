@@ -1,0 +1,124 @@
+"""Megatron-Core's DDP buckets, each its own collective (issue 17, the MLPerf v5.1 Llama 3.1 8B row): the bucket
+count, the ring latency every extra bucket pays, the parameter all-gather the first forward cannot hide, and what
+the launch configurations of the MLPerf NeMo 2 rows set (bucket size; NCCL's CTAs, which the environment
+overrides). Each figure computed by hand in the comment beside it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from planner import api
+from planner.costs.communication import (
+    bucket_latency_s,
+    ddp_bucket_count,
+    ddp_bucket_params,
+    dp_exposed_s,
+    param_gather_exposed_s,
+)
+from planner.fidelity.runs import dp_sync_rows, load_runs
+from planner.hardware.collectives import all_reduce_latency_s, group_link, ring_latency_s
+from planner.megatron.export import flags_text
+from planner.megatron.importer import import_megatron
+from planner.models.params import dense_layer_param_tensors
+from planner.presets import load_hardware, load_model
+
+LLAMA31_8B_PARAMS = 8.03e9
+MLPERF_BUCKET = 134_217_728  # conf/custom.yaml model.optim.bucket_size (MLPerf v5.1 NeMo 2)
+
+
+def test_the_mlperf_8b_model_leaves_in_60_buckets_of_134m():
+    # 8.03e9 / 134,217,728 = 59.83 -> 60 buckets; far fewer than its tensors (32 layers x 6 + 1 = 193)
+    assert float(ddp_bucket_count(LLAMA31_8B_PARAMS, MLPERF_BUCKET, 193)) == 60
+    # NeMo 2's MLPerf v5.0 bucket_size 200 (parameters): every tensor its own bucket, 2 layers x 6 + 1 = 13
+    assert float(ddp_bucket_count(2 * 3.3e9, 200, 13)) == 13
+    # one chunk smaller than a bucket: one collective
+    assert float(ddp_bucket_count(30e6, 40e6, 13)) == 1
+
+
+def test_megatrons_default_bucket_grows_with_data_parallel_size():
+    # max(40M, 1M·d·c): 40M at d·c = 16, 64M at 64; --ddp-bucket-size replaces it
+    assert ddp_bucket_params(np.array([16.0, 64.0])).tolist() == [40e6, 64e6]
+    assert ddp_bucket_params(np.array([16.0, 64.0]), MLPERF_BUCKET).tolist() == [MLPERF_BUCKET] * 2
+
+
+@given(P=st.floats(1e6, 1e11), B=st.floats(1.0, 1e10), B2=st.floats(1.0, 1e10), T=st.integers(1, 10_000))
+def test_more_parameters_per_bucket_never_mean_more_buckets(P, B, B2, T):
+    lo, hi = sorted((B, B2))
+    n_lo, n_hi = float(ddp_bucket_count(P, lo, T)), float(ddp_bucket_count(P, hi, T))
+    assert 1 <= n_hi <= n_lo <= max(T, 1)
+
+
+def test_every_extra_bucket_pays_a_ring_latency():
+    # 64 B200 over 8 DGX nodes: D·(n−1)/n = 8·63/64 = 7.875 steps at 8 µs between nodes, 55.125 at 5 µs on NVLink:
+    # 63 + 275.625 = 338.6 µs per ring; 59 more rings for 60 buckets: 19.98 ms
+    link = group_link(load_hardware("dgx-b200-superpod"), 64, 1)
+    ring = float(ring_latency_s(64, link))
+    assert ring == pytest.approx(7.875 * 8e-6 + 55.125 * 5e-6, rel=1e-9)
+    assert float(bucket_latency_s(60, ring)) == pytest.approx(59 * 338.625e-6, rel=1e-9)
+    assert float(bucket_latency_s(1, ring)) == 0.0  # one bucket: the whole chunk's own collective
+
+
+def test_an_all_reduce_pays_the_cheaper_of_ring_and_tree_latency():
+    # one domain at α: n = 2 both give 2α; n = 64: ring 2·63α, tree 2·6α
+    link = group_link(load_hardware("dgx-h100-superpod"), 2, 8)  # across two nodes, α = 8 µs per step
+    a = link.latency_s
+    assert float(all_reduce_latency_s(2, link)) == pytest.approx(2 * a, rel=1e-12)
+    assert float(all_reduce_latency_s(1, link)) == 0.0
+
+
+def test_the_parameter_gather_shows_when_a_bucket_outlasts_the_forward_before_it():
+    # 60 buckets of 1 ms each (G = 60 ms, G_1 = 1 ms) behind a 52 ms forward: bucket k+1 waits for its gather
+    # 8/60 ms longer than bucket k's forward (52/60 ms): 1 + 59·(1 − 52/60) = 60 − 52·59/60 = 8.867 ms
+    got = float(param_gather_exposed_s(60e-3, 1e-3, 52e-3, 1 / 60))
+    assert got == pytest.approx(60e-3 - 52e-3 * 59 / 60, rel=1e-12)
+    assert got == pytest.approx(1e-3 + 59 * (1e-3 - 52e-3 / 60), rel=1e-12)
+    # half as long a gather hides behind the forward but for the first bucket
+    assert float(param_gather_exposed_s(30e-3, 0.5e-3, 52e-3, 1 / 60)) == pytest.approx(0.5e-3, rel=1e-12)
+
+
+def test_the_bucket_latencies_lengthen_the_last_chunks_reduction():
+    # one chunk (v = 1) of 100 ms reduction in buckets plus 20 ms of their latencies, behind a 90 ms backward,
+    # its last bucket 2 ms: 100 + 20 − 90·(1 − 2/100) = 31.8 ms left after the backward
+    got = dp_exposed_s(120e-3, 2e-3, 0, 1, 1, 90e-3, overlap=True, last_chunk_extra_s=20e-3)
+    assert float(got) == pytest.approx(120e-3 - 90e-3 * (1 - 2 / 100), rel=1e-12)
+
+
+def test_parameter_tensors_per_layer():
+    # GPT-3 (LayerNorm, biases): 4 weights + 2 norms × (weight, bias) + 4 biases = 12; Llama (RMSNorm, no bias):
+    # 4 weights + 2 norm weights = 6; Qwen3 (RMSNorm, q/k norms): 6 + 2 = 8
+    assert dense_layer_param_tensors(load_model("gpt3-175b")) == 12
+    assert dense_layer_param_tensors(load_model("llama3-8b")) == 6
+    assert dense_layer_param_tensors(load_model("llama3-8b").model_copy(update={"qk_layernorm": True})) == 8
+
+
+def test_mlperf_nemo2_rows_read_their_bucket_and_ctas_from_the_launch_config():
+    # v5.1 (University of Florida, b200_nemo): bucket 134,217,728; config_common.sh exports NCCL_MIN_CTAS=16
+    # and NCCL_MAX_CTAS=32, which NCCL (init.cc envConfigOverride) puts over the per-communicator yaml's 8;
+    # v5.0 (NVIDIA, 405B): bucket_size 200, the yaml's dp max_ctas 8 (no NCCL_*_CTAS in the environment)
+    rows = dp_sync_rows()
+    v51 = [r for i, r in rows.items() if i.startswith("MLPERF-v5.1")]
+    v50 = [r for i, r in rows.items() if i.startswith("MLPERF-v5.0")]
+    assert len(v51) == 4 and all(r["dp_max_ctas"] == "32" and r["ddp_bucket_size"] == "134217728" for r in v51)
+    assert all("NCCL_MAX_CTAS=32" in r["source"] and "envConfigOverride" in r["source"] for r in v51)
+    assert len(v50) == 7 and all(r["dp_max_ctas"] == "8" and r["ddp_bucket_size"] == "200" for r in v50)
+    run = next(r for r in load_runs() if r.id == "MLPERF-v5.1-hpg.dgxb200x8.n8-llama31_8b")
+    options = run.request["options"]
+    assert options["ddp_bucket_size"] == MLPERF_BUCKET and options["dp_max_ctas"] == 32
+
+
+def test_the_bucket_size_flag_round_trips_and_moves_the_estimate():
+    base = dict(model="llama3-8b", hardware="dgx-b200-superpod", gpus=64, tp=1, pp=1, cp=2, global_batch=32)
+    base.update(seq_len=8192, distributed_optimizer=True)
+    opts = dict(overlap_grad_reduce=True, overlap_param_gather=True)
+    small, big = (api.make_request(**base, options=opts | {"ddp_bucket_size": b}) for b in (40_000_000, 768_000_000))
+    flags = flags_text(small)
+    assert "--ddp-bucket-size 40000000" in flags
+    assert import_megatron(flags, gpus=64).request.ctx.options.ddp_bucket_size == 40_000_000
+    # 201 buckets against 11: 190 more ring latencies of each collective, so more of the sync is exposed
+    t_small, t_big = (api.explain(r, suggest=False)["estimate"]["time"]["dp_comm"] for r in (small, big))
+    assert t_small > t_big
+    text = api.explain(small, suggest=False)["estimate"]["formulas"]["time"]["dp_comm"]["formula"]
+    assert "40,000,000-parameter buckets" in text
