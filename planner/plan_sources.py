@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner import api
 from planner.errors import PlannerError, counted, refuse_device
@@ -45,6 +45,7 @@ class Fields:
     notes: tuple[str, ...] = ()  # "note: ..." and "warning: ..." on how the source was read
     world: str | None = None  # how the source gives the GPU count, for errors ("the script's 8 GPUs")
     file: str | None = None  # a plan file's name, when its own fields give the plan's sizes (errors name them)
+    unset: dict = field(default_factory=dict)  # option -> what the source left unset there, as written
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class PlanFile:
     where = "the plan file"
     takes = frozenset()
 
-    def fields(self, values: dict) -> Fields:
+    def fields(self, values: dict, beside: frozenset[str] = frozenset()) -> Fields:
         ref, rank = values["plan_file"], values.get("rank")
         data = read_plan_file(ref, rank, model_given=values.get("model") is not None)
         name = f"{ref}#{rank}" if rank is not None else ref
@@ -91,7 +92,7 @@ class LaunchScript:
     where = "the script"
     takes = frozenset({"model", "hardware", "gpus"})  # the preset base and the world size the import reads
 
-    def fields(self, values: dict) -> Fields:
+    def fields(self, values: dict, beside: frozenset[str] = frozenset()) -> Fields:
         from planner.megatron.importer import import_fields
         from planner.megatron.script import launch_text
 
@@ -106,6 +107,7 @@ class LaunchScript:
             base_dir=os.path.dirname(os.path.abspath(path)) if path else None,
             script_path=os.path.abspath(path) if path else None,
             extra=values.get("megatron_args") if path else None,
+            given=beside,
         )
         notes = [f"warning: {w}" for w in (*read_warnings, *imported.warnings)] + [f"note: {n}" for n in imported.notes]
         gpus, script_gpus = values.get("gpus"), imported.script_gpus
@@ -114,7 +116,7 @@ class LaunchScript:
         if values.get("model"):
             notes.append(f"note: --model {values['model']}: the script's architecture flags apply over the preset")
         world = f"--gpus {gpus}" if gpus is not None else imported.world_text
-        return Fields(imported.data, tuple(notes), world)
+        return Fields(imported.data, tuple(notes), world, unset=imported.unset)
 
 
 class BridgeConfig:
@@ -125,7 +127,7 @@ class BridgeConfig:
     where = "the Bridge config"
     takes = frozenset({"model", "hardware", "gpus"})
 
-    def fields(self, values: dict) -> Fields:
+    def fields(self, values: dict, beside: frozenset[str] = frozenset()) -> Fields:
         from planner.bridge.importer import read_bridge_source
 
         read, world = read_bridge_source(values)
@@ -181,10 +183,10 @@ def resolve_plan(values: dict, given: set[str], *, search_best: bool = False) ->
         gpus = values.get("gpus")
         req, clamped = clamp_recompute_layers(build(flag_fields(values), f"--gpus {gpus}"))
         return Resolved(req, clamped)
-    fields = source.fields(values)
     selecting = {*source.selectors, *source.companions}
     names = given - NOT_PLAN - selecting - source.takes
-    data, notes = override_fields(fields.data, {n: values[n] for n in names}, source.where)
+    fields = source.fields(values, frozenset(names))  # what the options beside override, the source need not give
+    data, notes = override_fields(fields.data, {n: values[n] for n in names}, source.where, fields.unset)
     world = f"--gpus {values['gpus']}" if "gpus" in names else fields.world
     if fields.file and not names & {*WORLD_FIELDS, "dp"}:
         check_file_world(data, fields.file)
@@ -238,11 +240,13 @@ def _current(data: dict, name: str):
     return None
 
 
-def override_notes(data: dict, overrides: dict, where: str) -> list[str]:
-    """One note per option given over a source: what it overrides, or that the source has it already."""
+def override_notes(data: dict, overrides: dict, where: str, unset: dict | None = None) -> list[str]:
+    """One note per option given over a source: what it overrides (``unset``: a value the source left unset, as
+    written), or that the source has it already."""
     notes = []
     for name in sorted(overrides):
         old, shown = _shown(_current(data, name)), _shown(overrides[name])
+        old = f"{(unset or {})[name]} (unset)" if name in (unset or {}) else old
         if old is not None and str(old) == str(shown):
             notes.append(f"note: {flag(name)} {shown} is what {where} has already")
         else:
@@ -258,13 +262,13 @@ LAYER_FLAGS = {
 WORLD_FIELDS = ("tp", "pp", "cp", "gpus")
 
 
-def override_fields(data: dict, overrides: dict, where: str) -> tuple[dict, tuple[str, ...]]:
+def override_fields(data: dict, overrides: dict, where: str, unset: dict | None = None) -> tuple[dict, tuple[str, ...]]:
     """A source's fields with plan options (by option name) applied over them, and a note for each.
     dp is derived again when the world or the model-parallel sizes change and dp is not given;
     N = tp·cp·pp·dp when dp is given without gpus."""
     if not overrides:
         return data, ()
-    notes = override_notes(data, overrides, where)
+    notes = override_notes(data, overrides, where, unset)
     overrides = dict(overrides)
     if "tokens" in overrides:
         overrides["train_tokens"] = overrides.pop("tokens")
@@ -280,9 +284,9 @@ def override_fields(data: dict, overrides: dict, where: str) -> tuple[dict, tupl
         emb = overrides.pop(SPLIT_FLAGS[0], old.embedding_counted)
         loss = overrides.pop(SPLIT_FLAGS[1], old.loss_counted)
         par["stage_split"] = StageSplit.from_flags(emb, loss).value
-    for option, field in LAYER_FLAGS.items():
+    for option, layer_field in LAYER_FLAGS.items():
         if option in overrides:
-            par[field] = overrides.pop(option)
+            par[layer_field] = overrides.pop(option)
     if "dp" in overrides and "gpus" not in overrides:
         data["gpus"] = None  # N = tp·cp·pp·dp
     elif any(k in overrides for k in WORLD_FIELDS) and "dp" not in overrides:
@@ -318,6 +322,8 @@ def check_file_world(data: dict, file: str) -> None:
         return  # said by the plan's own check
     tp, pp, cp = (sizes.get(k) or 1 for k in ("tp", "pp", "cp"))
     mp, dp = tp * pp * cp, sizes.get("dp")
+    if gpus % mp or (dp is not None and dp * mp != gpus):
+        _missing_size(par, sizes, gpus, file)
     if gpus % mp:
         raise PlannerError(
             f"{file}: gpus {gpus} is not divisible by parallel.tp·pp·cp = {mp} (tp {tp} × pp {pp} × cp {cp}); "
@@ -329,6 +335,26 @@ def check_file_world(data: dict, file: str) -> None:
             f"{file}: parallel.dp {dp} disagrees with gpus {gpus} (tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * mp}); "
             f"allowed: parallel.dp {gpus // mp}, or gpus {dp * mp}"
         )
+
+
+def _missing_size(par: dict, sizes: dict, gpus: int, file: str) -> None:
+    """A plan file whose sizes disagree with its GPU count because a size field was deleted (megaplan writes
+    tp, pp, cp and dp in every plan file) names that field, not dp or gpus (fresh user trial 9: a file with
+    parallel.tp deleted said "parallel.dp 16 disagrees with gpus 64")."""
+    gone = [k for k in ("tp", "pp", "cp", "dp") if k not in par]
+    if not gone:
+        return
+    known = [sizes.get(k) or 1 for k in ("tp", "pp", "cp", "dp") if k in par]
+    product = 1
+    for k in known:
+        product *= k
+    would = f" (with the others as they are it is {gpus // product})" if len(gone) == 1 and gpus % product == 0 else ""
+    names = " and ".join(f"parallel.{k}" for k in gone)
+    raise PlannerError(
+        f"{file}: {names} {'is' if len(gone) == 1 else 'are'} missing{would}: megaplan writes tp, pp, cp and dp in "
+        f"every plan file; put {'it' if len(gone) == 1 else 'them'} back, or give "
+        f"{' '.join('--' + k for k in gone)} beside --plan"
+    )
 
 
 def build(data: dict, world: str | None = None) -> api.PlanRequest:
@@ -401,7 +427,7 @@ def search_source(values: dict, given: set[str]):
     fields = source.fields(values)
     searched = {*KNOBS, *OVERLAP_PINS, *PINNED_SHAPE, "gpus"}
     names = given - NOT_PLAN - set(source.selectors) - source.takes - searched
-    data, notes = override_fields(fields.data, {n: values[n] for n in names}, source.where)
+    data, notes = override_fields(fields.data, {n: values[n] for n in names}, source.where, fields.unset)
     req = request_from_fields({**data, "gpus": None, "parallel": {}})
     knob_values = {k: values.get(k) if k in given else None for k in (*KNOBS, *OVERLAP_PINS, *PINNED_SHAPE)}
     pins = search_pins({**values, **knob_values})

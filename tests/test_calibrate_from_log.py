@@ -122,7 +122,7 @@ def test_recovers_known_factors_from_synthetic_logs_into_a_usable_hardware_file(
         assert getattr(hw.calibration, name) == pytest.approx(TRUTH[name], rel=0.02), name
     assert hw.calibration.factors["attention_scale"].status == "fitted"  # the preset's entry, kept as it was
     assert "train-2048.log" not in hw.calibration.factors["attention_scale"].source
-    assert "attention_scale: the runs give 16% of its information" in result.output
+    assert "attention_scale: kept at 0.9976: the runs give 16% of its information" in result.output
     base = load_hardware("dgx-h100-superpod").accuracy  # the band: in-sample error, never below the preset's
     assert hw.accuracy.validation_error_frac >= base.validation_error_frac
     # σ from five runs reflects five runs of RUN_NOISE (4 %), never the exact synthetic logs' 0 residual

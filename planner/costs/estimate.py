@@ -642,7 +642,8 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
         ),
         "dp_comm": Formula(
             dp_text + (" (experts over expert-DP)" if ctx.model.is_moe else ""),
-            "Megatron-LM distributed optimizer and DDP buckets; ring cost Thakur et al. 2005",
+            "Megatron-LM distributed optimizer and DDP buckets (param_and_grad_buffer.py start_grad_sync, "
+            "finish_param_sync); ring cost Thakur et al. 2005",
         ),
         "embedding_comm": Formula(
             f"all-reduce of V·h/t {grad_bytes}-byte word-embedding grads between first and last stage"
@@ -713,7 +714,8 @@ def _dp_formula_text(ctx: Context, plan: ParallelPlan, grad_bytes: int, param_by
     elif plan.distributed_optimizer or plan.fsdp:
         gather = (
             "the all-gather beyond the first forward, max(G_1, G − F·(1 − f_1)) (--overlap-param-gather: bucket "
-            "k + 1's gather runs during bucket k's forward)"
+            "k + 1's gather runs during bucket k's forward; G the chunk's gather, G_1 its first bucket's, F its "
+            "forward, f_1 the first bucket's share)"
             if opts.overlap_param_gather
             else f"all-gather of {param_bytes}-byte parameters"
         )

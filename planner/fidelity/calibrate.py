@@ -240,11 +240,11 @@ def fit(
     anchor = {n: min(max((anchor or {}).get(n, getattr(cal, n)), bands[n][0]), bands[n][1]) for n in bands}
     values = dict(anchor, **(start or {}))
     dropped: dict[str, str] = {}
-    active = list(bands)
+    active, followers = list(bands), {}
     if identify:
-        active = _felt(problem, cal, bands, anchor, values, dropped, priors=priors, max_factors=max_factors)
+        active, followers = _felt(problem, cal, bands, anchor, values, dropped, priors=priors, max_factors=max_factors)
     sigma, spread, informed = _narrowed(
-        problem, cal, bands, anchor, values, active, dropped, identify, priors, noise_floor
+        problem, cal, bands, anchor, values, active, dropped, identify, priors, noise_floor, followers
     )
     factors = _factor_fits(cal, bands, values, active, sigma, informed, priors)
     for n, why in dropped.items():
@@ -254,34 +254,48 @@ def fit(
     return Fit(hw.name, factors, float(np.mean(res**2)), len(runs), sources, spread if active else 0.0)
 
 
-def _felt(problem, cal, bands, anchor, values, dropped, *, priors: bool, max_factors: int | None) -> list[str]:
+def _felt(problem, cal, bands, anchor, values, dropped, *, priors: bool, max_factors: int | None) -> tuple:
     """The factors the runs feel, found from one Jacobian at the start (at most ``max_factors``, in FIT_FIELDS'
-    order); the others are held at their anchor with the reason in ``dropped``."""
-    active = list(bands)
+    order), and those they do not feel but a kernel ratio ties to one they fit (``followers``: each with its
+    partners and its effect; they take no slot of ``max_factors``); the others are held at their anchor with
+    the reason in ``dropped``."""
+    names = list(bands)
     r0 = problem.residuals(values)
-    effect = np.max(np.abs(_jacobian(problem, active, values, bands, r0)), axis=0) * np.array(
-        [bands[n][1] - bands[n][0] for n in active]
+    widths = np.array([bands[n][1] - bands[n][0] for n in names])
+    effect = dict(
+        zip(names, np.max(np.abs(_jacobian(problem, names, values, bands, r0)), axis=0) * widths, strict=True)
     )
-    felt = {n for n, e in zip(active, effect, strict=True) if e >= MIN_EFFECT}
-    tied = {x for n, per, *_ in (_priors(cal, active) if priors else []) if {n, per} & felt for x in (n, per)}
-    for n, e in zip(list(active), effect, strict=True):
-        if e < MIN_EFFECT and n not in tied:
-            dropped[n] = f"moving it across its band changes no run's prediction by {MIN_EFFECT:.0%} (at most {e:.2%})"
-            active.remove(n)
-            values[n] = anchor[n]
-    for n in active[max_factors:] if max_factors is not None else ():  # FIT_FIELDS' order of priority
-        dropped[n] = (
-            f"fewer runs than factors: only the first {max_factors} felt factors are fitted"
-            if max_factors > 1
-            else "fewer runs than factors: one run fits only the first factor it feels"
-        )
+    felt = [n for n in names if effect[n] >= MIN_EFFECT]
+    kept = felt[:max_factors] if max_factors is not None else felt
+    pairs = [(n, per) for n, per, *_ in (_priors(cal, names) if priors else []) if per]
+    followers = {
+        x: ({n, per} - {x}, effect[x])
+        for n, per in pairs
+        for x in (n, per)
+        if x not in felt and ({n, per} - {x}) & set(kept)
+    }
+    for n in names:
+        if n in kept or n in followers:
+            continue
+        if n not in felt:
+            dropped[n] = (
+                f"moving it across its band changes no run's prediction by {MIN_EFFECT:.0%} (at most {effect[n]:.2%})"
+            )
+        elif max_factors == 1:
+            dropped[n] = f"fewer runs than factors: one run can fit one factor, the first it feels ({kept[0]})"
+        else:
+            dropped[n] = (
+                f"fewer runs than factors: {max_factors} runs can fit {max_factors} factors, the first they feel "
+                f"({', '.join(kept)})"
+            )
         values[n] = anchor[n]
-    return active[:max_factors] if max_factors is not None else active
+    return [n for n in names if n in kept or n in followers], followers
 
 
-def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, priors, noise_floor) -> tuple:
+def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, priors, noise_floor, followers) -> tuple:
     """Solve, then (``identify``) drop one factor at a time while any is pushed to a bound that would set it
-    (``_pushed_to_bound``) or has σ over MAX_SIGMA_FRAC of its band, and solve again; ``active`` and ``values`` are
+    (``_pushed_to_bound``) or has σ over MAX_SIGMA_FRAC of its band, and solve again, with the ``followers``
+    (``_felt``) of a dropped factor that no fitted factor ties any more; ``active`` and ``values`` are
     updated in place. Returns σ per active factor, the σ of each ln(prediction), and each factor's share of
     its information that the runs give."""
     sigma, spread, informed = np.zeros(0), 0.0, np.zeros(0)
@@ -297,7 +311,10 @@ def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, pr
         cov = scatter * np.linalg.pinv(J.T @ J)
         sigma = np.sqrt(np.maximum(np.diag(cov), 0.0))
         Jd = J[: len(r)]  # the runs' rows; the rest are the priors'
-        informed = np.diag(Jd.T @ Jd) / np.maximum(np.diag(J.T @ J), 1e-300)
+        # a follower's own ratio prior row is taken up by the follower, free of the runs: it tells its partner
+        # nothing (the partner's marginal variance is the same without both), so it is no share of the partner's
+        Jp = J[len(r) :][[n not in followers for n, *_ in prior_terms]]
+        informed = np.diag(Jd.T @ Jd) / np.maximum(np.diag(Jd.T @ Jd) + np.diag(Jp.T @ Jp), 1e-300)
         spread = float(np.sqrt(np.mean(np.einsum("ij,jk,ik->i", Jd, cov, Jd))))  # σ of each ln(prediction)
         weak = [(sigma[j] / width[j], n) for j, n in enumerate(active) if sigma[j] > MAX_SIGMA_FRAC * width[j]]
         parked = [(side, n) for n in active if (side := _pushed_to_bound(values[n], bands[n]))]
@@ -305,16 +322,29 @@ def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, pr
             break
         if parked:  # a bound that would set the value says more than its σ
             side, name = max(parked, key=lambda w: FIT_FIELDS.index(w[1]))
-            dropped[name] = (
-                f"the runs push it to its band's {side} bound ({bands[name][side == 'upper']:g}): the band, "
-                "not the runs, would set it"
-            )
+            dropped[name] = _parked_why(side, bands[name], anchor[name])
         else:
             frac, name = max(weak, key=lambda w: FIT_FIELDS.index(w[1]))  # the secondary factor goes first
             dropped[name] = f"σ is {frac:.0%} of its band: the runs cannot tell it from the other factors"
         active.remove(name)
         values[name] = anchor[name]
+        for f in [f for f in active if f in followers and not followers[f][0] & set(active)]:
+            dropped[f] = (  # fp8_gemm_efficiency on BF16 runs stayed "fitted" at 0.871 ± 0 after η was dropped
+                f"moving it across its band changes no run's prediction by {MIN_EFFECT:.0%} (at most "
+                f"{followers[f][1]:.2%}); it followed {name} through their kernel ratio, and {name} is not fitted"
+            )
+            active.remove(f)
+            values[f] = anchor[f]
     return sigma, spread, informed
+
+
+def _parked_why(side: str, band: tuple[float, float], kept: float) -> str:
+    """Why a factor the runs push to a bound of its band is not fitted, and the value it keeps instead: the
+    table showed the kept value beside 'the runs push it to 0.95' (fresh user trial 9)."""
+    return (
+        f"kept at {kept:.4g}: the runs push it to its band's {side} bound ({band[side == 'upper']:g}) or past it, "
+        "so the band, not the runs, would set it"
+    )
 
 
 def _factor_fits(cal, bands, values, active, sigma, informed, priors: bool) -> dict:
@@ -322,17 +352,17 @@ def _factor_fits(cal, bands, values, active, sigma, informed, priors: bool) -> d
     less than MIN_INFORMED is reported as following its measurement (not identifiable)."""
     factors = {}
     tied_names = {x for n, per, *_ in (_priors(cal, active) if priors else []) for x in (n, per) if x}
+    shares = {n: float(informed[j]) for j, n in enumerate(active) if n in tied_names}
     for j, n in enumerate(active):
         lo, hi = bands[n]
         edge = AT_BOUND_FRAC * (hi - lo)
         at = "lower" if values[n] - lo <= edge else "upper" if hi - values[n] <= edge else None
-        share = float(informed[j]) if n in tied_names else None
+        share = shares.get(n)
         if share is not None and share < MIN_INFORMED:
-            own = cal.factors[n].prior
-            through = "" if own is not None and own.per is None else " through the factors they fit"
+            through = _followed_through(cal.factors[n].prior, shares)
             why = (
                 f"the runs give {share:.0%} of its information: it follows its kernel measurement "
-                f"({_prior_text(cal, n)}){through}"
+                f"({prior_text(cal, n)}){through}"
             )
             factors[n] = FactorFit(
                 float(values[n]), bands[n], Status.NOT_IDENTIFIABLE.value, float(sigma[j]), at, why, share
@@ -340,6 +370,18 @@ def _factor_fits(cal, bands, values, active, sigma, informed, priors: bool) -> d
             continue
         factors[n] = FactorFit(float(values[n]), bands[n], Status.FITTED.value, float(sigma[j]), at, informed=share)
     return factors
+
+
+def _followed_through(own, shares: dict[str, float]) -> str:
+    """How a factor the runs barely inform follows its kernel measurement: by itself (its own prior), through
+    the partner of its kernel ratio (fitted, or not identifiable either: one BF16 run left both η and the FP8
+    rate "following" a fit that fitted nothing), or through the factors they fit (another's ratio prior)."""
+    if own is not None and own.per is None:
+        return ""
+    if own is None:
+        return " through the factors they fit"
+    fitted = shares.get(own.per, 0.0) >= MIN_INFORMED
+    return f" through {own.per}, " + ("which they fit" if fitted else "which they do not identify either")
 
 
 def _pushed_to_bound(value: float, band: tuple[float, float]) -> str | None:
@@ -355,7 +397,7 @@ def _pushed_to_bound(value: float, band: tuple[float, float]) -> str | None:
     return None
 
 
-def _prior_text(cal, name: str) -> str:
+def prior_text(cal, name: str) -> str:
     """'η_fp8/gemm_efficiency = 0.917 ± 4 %'-style text of the prior tying ``name`` (its own or its partner's)."""
     for n, f in cal.factors.items():
         p = f.prior

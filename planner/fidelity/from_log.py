@@ -7,7 +7,7 @@ hardware YAML usable wherever a preset is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +15,12 @@ import numpy as np
 from planner import api
 from planner.costs.estimate import evaluate
 from planner.errors import refuse_device
-from planner.fidelity.calibrate import FIT_FIELDS, RUN_NOISE, Fit, fit, with_calibration
+from planner.fidelity.calibrate import FIT_FIELDS, MIN_INFORMED, RUN_NOISE, Fit, fit, prior_text, with_calibration
 from planner.fidelity.megatron_log import LogError, TrainingLog, read_training_log
 from planner.fidelity.preset_text import accuracy_block, calibration_block, replace_section
 from planner.fidelity.runs import Run
 from planner.fidelity.writer import fitted_calibration
+from planner.hardware.calibration import Status
 from planner.hardware.spec import Accuracy, HardwareSpec
 from planner.space.grid import PlanGrid
 
@@ -90,7 +91,7 @@ def calibrate_from_logs(logged: list[LoggedRun], hardware: HardwareSpec) -> Fit:
     little information keeps its measured rate and says so) and each run's σ at least RUN_NOISE: one
     run cannot measure its own noise, so its σ is what a run's time scatters by, not the fit's residual."""
     runs = [lr.as_run() for lr in logged]
-    return fit(
+    result = fit(
         hardware,
         runs,
         FIT_FIELDS,
@@ -99,6 +100,34 @@ def calibrate_from_logs(logged: list[LoggedRun], hardware: HardwareSpec) -> Fit:
         priors=True,
         noise_floor=RUN_NOISE,
     )
+    return as_written(result, hardware, logged)
+
+
+def as_written(result: Fit, hardware: HardwareSpec, logged: list[LoggedRun]) -> Fit:
+    """The fit as calibrated_yaml writes it: a factor the runs cannot identify keeps the base preset's value,
+    said first in its reason, with the value the fit would have given it; the error after the fit is the
+    file's. One run 20 % fast showed η 0.92 "not identifiable, it follows its kernel measurement (0.803)"
+    and predicted "after" with 0.92 while the file kept 0.8162 (fresh user trial 9)."""
+    cal = hardware.calibration
+    factors = {}
+    for name, f in result.factors.items():
+        if f.status != Status.NOT_IDENTIFIABLE.value:
+            factors[name] = f
+            continue
+        kept = float(getattr(cal, name))
+        why = f.why if f.why.startswith("kept at") else f"kept at {kept:.4g}: {f.why}"
+        if f.informed is not None:  # the runs barely inform it: the value was its kernel measurement's pull
+            sigma = f" ± {f.sigma:.2g}" if f.sigma else ""
+            why = (
+                f"kept at {kept:.4g}: the runs give {f.informed:.0%} of its information, too little to identify it "
+                f"(under {MIN_INFORMED:.0%}); with its kernel measurement ({prior_text(cal, name)}) the fit would "
+                f"put it at {f.value:.4g}{sigma}"
+            )
+        factors[name] = replace(f, value=kept, sigma=None, at_bound=None, why=why)
+    written = replace(result, factors=factors)
+    rows = run_rows(logged, written, hardware)
+    written.loss = float(np.mean([np.log(r["after_s"] / r["measured_s"]) ** 2 for r in rows]))
+    return written
 
 
 def unreached(rows: list[dict], logged: list[LoggedRun], result: Fit, hardware: HardwareSpec) -> list[str]:

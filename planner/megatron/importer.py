@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,7 @@ from planner.megatron.option_flags import (
     recompute_fields,
     recompute_modules,
 )
-from planner.megatron.script import MODEL_FIELDS, drop_unset, read_beside, world_unknown
+from planner.megatron.script import MODEL_FIELDS, drop_unset, flag_dests, read_beside, world_unknown
 from planner.megatron.shell import ShellParseError, extract_launch
 from planner.megatron.shell.expand import MAX_DEPTH
 from planner.megatron.tokenizers import tokenizer_vocab
@@ -377,6 +377,22 @@ class ImportedFields:
     script_gpus: int | None
     notes: tuple[str, ...]
     world_text: str  # how the launch gives its world size, for errors ("the script's 8 GPUs (nproc 8)")
+    unset: dict[str, str] = field(default_factory=dict)  # option -> the unset value it overrides, as written
+
+
+BESIDE_FLAGS = {  # a plan option given beside a script -> the Megatron-LM flag whose value it overrides
+    "tp": "--tensor-model-parallel-size",
+    "pp": "--pipeline-model-parallel-size",
+    "cp": "--context-parallel-size",
+    "ep": "--expert-model-parallel-size",
+    "etp": "--expert-tensor-parallel-size",
+    "vpp": "--num-virtual-stages-per-pipeline-rank",
+    "micro_batch": "--micro-batch-size",
+    "global_batch": "--global-batch-size",
+    "seq_len": "--seq-length",
+    "recompute": "--recompute-granularity",
+    "moe_token_dispatcher": "--moe-token-dispatcher-type",
+}
 
 
 def import_megatron(text: str, **kw) -> Imported:
@@ -399,9 +415,11 @@ def import_fields(
     base_dir: str | None = None,
     extra: str | None = None,
     script_path: str | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> ImportedFields:
     """Read a command line or launch script into the plan's fields (nothing in it is executed). Files the
-    script sources or submits are read beside it, in ``base_dir``; ``extra`` flags follow the script's."""
+    script sources or submits are read beside it, in ``base_dir``; ``extra`` flags follow the script's;
+    ``given``: the plan options given beside it (tp, micro_batch ...), which override what it leaves unset."""
     import shlex
 
     from planner.megatron.modelzoo import modelzoo_command
@@ -412,11 +430,13 @@ def import_fields(
     except ShellParseError as err:
         raise ShellParseError(_other_kind(text) or str(err)) from None
     with _unevaluated_said(launch):
-        argv, dropped, lone = drop_unset(launch.argv, launch.argv_unresolved)
         try:
-            argv += shlex.split(extra or "")
+            beside = shlex.split(extra or "")
         except ValueError as err:
             raise PlannerError(f"--megatron-args {extra!r}: {err}") from err
+        overridden = flag_dests(beside) | flag_dests([BESIDE_FLAGS[n] for n in given if n in BESIDE_FLAGS])
+        argv, dropped, lone, unset = drop_unset(launch.argv, launch.argv_unresolved, overridden)
+        argv += beside
         try:
             args = parse_megatron_argv(argv, extra_flags_allowed=bool(entry_point_warning(launch.entry_point)))
         except MegatronArgError as err:
@@ -437,7 +457,9 @@ def import_fields(
     counts = ", ".join(f"{k} {v}" for k, v in launch.counts.items())
     world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")
     warned, said = tuple(warnings + departs), tuple(notes + _extra_overrides(launch.argv, extra) + read)
-    return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text)
+    dests = {d: n for n, f in BESIDE_FLAGS.items() for d in flag_dests([f])}
+    unset = {dests[d]: v for d, v in unset.items() if d in dests}  # --megatron-args' own note says the rest
+    return ImportedFields(data, warned, launch.argv, launch.world_size, said, world_text, unset)
 
 
 UNEVALUATED = "megaplan runs no command and reads no standard input"
@@ -485,6 +507,23 @@ def _zoo_env_read(launch, text: str):
     return replace(launch, env_unread=[n for n in launch.env_unread if n not in used])
 
 
+def _lone_notes(lone: list[str], unfilled: dict[str, str]) -> list[str]:
+    """What the words that expand to nothing are: unset (as bash expands them), or an array a mapfile/readarray
+    megaplan did not evaluate would fill (ux9 listed those as "unset" too)."""
+    by_command: dict[str, list[str]] = {}
+    for word in lone:
+        names = re.findall(r"\$\{?([A-Za-z_]\w*)", word)
+        by_command.setdefault(next((unfilled[n] for n in names if n in unfilled), ""), []).append(word)
+    notes = [
+        f"filled by {command}, not evaluated, so empty here: {' '.join(words)}"
+        for command, words in by_command.items()
+        if command
+    ]
+    if by_command.get(""):
+        notes.append(f"unset, so expanding to nothing (as in bash): {' '.join(by_command[''])}")
+    return notes
+
+
 def _launch_notes(launch, args, dropped, lone, *, read_zoo: bool, gpus_given: bool) -> tuple[list[str], list[str]]:
     """The warnings and notes of reading a launch: what was ignored or unset, how many launches the script
     holds, the defaults it fills (when --gpus is not given), its entry point, and the files it could not read."""
@@ -495,8 +534,7 @@ def _launch_notes(launch, args, dropped, lone, *, read_zoo: bool, gpus_given: bo
         notes.append("--rampup-batch-size ignored: the estimate is for the full global batch of the steady state")
     if dropped:
         notes.append(f"ignored flags set from unset values (they do not change the estimate): {'; '.join(dropped)}")
-    if lone:
-        notes.append(f"unset, so expanding to nothing (as in bash): {' '.join(lone)}")
+    notes += _lone_notes(lone, launch.unfilled)
     notes += launch.notes
     if launch.launches > 1:
         notes.append(

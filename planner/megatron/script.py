@@ -169,6 +169,11 @@ def _takes_value(flag: str) -> tuple[bool, str | None]:
     return (fork.takes_value if fork else True), None
 
 
+def flag_dests(words: list[str]) -> frozenset[str]:
+    """The Megatron-LM dests the flags among ``words`` set (any spelling, ``--flag=value`` too)."""
+    return frozenset(d for w in words if w.startswith("--") and (d := _takes_value(w.split("=")[0])[1]))
+
+
 def _env_name(names: frozenset[str]) -> str:
     name = sorted(names)[0]
     return name[1:].strip("{}") if name.startswith("$") and not name.startswith("$(") else "NAME"
@@ -180,13 +185,17 @@ def _fragment(token: str, names: frozenset[str]) -> frozenset[str]:
     return names if names and any(c in token for c in "$`") else frozenset()
 
 
-def drop_unset(argv: list[str], unresolved: list[frozenset[str]]) -> tuple[list[str], list[str], list[str]]:
-    """(argv, flags dropped, lone words dropped). A flag whose value the script leaves unset is dropped
-    with a note when it does not change the estimate, and is an error naming the variable when it does;
-    a word that is only unset expansions (``$@``, an unset option string) expands to nothing, as in bash."""
+def drop_unset(
+    argv: list[str], unresolved: list[frozenset[str]], overridden: frozenset[str] = frozenset()
+) -> tuple[list[str], list[str], list[str], dict[str, str]]:
+    """(argv, flags dropped, lone words dropped, unset values an option beside the script gives by dest). A flag
+    whose value the script leaves unset is dropped with a note when it does not change the estimate, dropped
+    for the option when one beside the script gives it (``overridden``: Megatron-LM dests), and is an error
+    naming the variable otherwise; a word that is only unset expansions (``$@``, an unset option string)
+    expands to nothing, as in bash."""
     raw = unresolved or [frozenset()] * len(argv)
     unresolved = [_present(t, n) or _fragment(t, n) for t, n in zip(argv, raw, strict=True)]
-    out, dropped, lone, missing, i = [], [], [], [], 0
+    out, dropped, lone, missing, i, beside = [], [], [], [], 0, {}
     while i < len(argv):
         token, names = argv[i], unresolved[i]
         if names and _lone(token, names):
@@ -203,7 +212,10 @@ def drop_unset(argv: list[str], unresolved: list[frozenset[str]]) -> tuple[list[
             while cut and end < len(argv) and raw[end] == cut and not argv[end].startswith("--"):
                 end += 1  # the rest of an unset value that word splitting cut into pieces
             value = " ".join([value or "", *argv[i + 2 : end]] if "=" not in token else [value or ""])
-            (missing if dest in COST_DESTS else dropped).append((flag, value, value_names))
+            if dest in overridden:
+                beside[dest] = value or ""
+            else:
+                (missing if dest in COST_DESTS else dropped).append((flag, value, value_names))
             i = end
             continue
         step = 2 if takes and "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("--") else 1
@@ -211,7 +223,7 @@ def drop_unset(argv: list[str], unresolved: list[frozenset[str]]) -> tuple[list[
         i += step
     if missing:
         raise PlannerError(_unset_message(missing))
-    return out, [f"{flag} {value}" for flag, value, _ in dropped], lone
+    return out, [f"{flag} {value}" for flag, value, _ in dropped], lone, beside
 
 
 def _unset_message(missing: list[tuple[str, str, frozenset[str]]]) -> str:
@@ -222,6 +234,14 @@ def _unset_message(missing: list[tuple[str, str, frozenset[str]]]) -> str:
     if "NAME" in names and read:  # computed from a variable set by a command (fresh user trial 9: name it)
         given[list(dict.fromkeys(names)).index("NAME")] = (
             f"--env NAME=VALUE (NAME: the one of {', '.join(read)} set by a command)"
+        )
+    arithmetic = [(flag, value) for flag, value, n in missing if n and all(x.startswith("$((") for x in n)]
+    if arithmetic:  # no variable unknown: bash syntax megaplan does not evaluate (or one bash refuses too)
+        flag, value = arithmetic[0]
+        return (
+            f"{flag} is {value}: arithmetic megaplan could not evaluate (it reads numbers, variables, + - * / % ** "
+            f"<< >> & | ^ ~ ! comparisons && || ?: and assignments; bash may refuse this one too); give the value "
+            f"with --megatron-args '{flag} N' or edit the script"
         )
     if len(missing) == 1:
         flag, value, _ = missing[0]

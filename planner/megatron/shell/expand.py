@@ -128,16 +128,38 @@ def _top_level(text: str, sep: str) -> list[str]:
     return [*parts, text[start:]]
 
 
+def _conditional(text: str) -> str:
+    """bash's ``c ? x : y`` as Python's ``(x) if (c) else (y)``, nested to any depth as bash reads it: the lowest
+    precedence but assignment and comma, right-associative (``a ? b : c ? d : e`` is ``a ? b : (c ? d : e)``),
+    its middle a whole expression (``a ? b ? c : d : e``), and inside parentheses (ux9 read one level only)."""
+    out, i = [], 0
+    while i < len(text):  # each parenthesised group first, on its own
+        if text[i] == "(":
+            j = close_bracket(text, i)
+            out.append("(" + _conditional(text[i + 1 : j - 1]) + ")")
+            i = j
+        else:
+            out.append(text[i])
+            i += 1
+    flat = "".join(out)
+    ask = _top_level(flat, "?")
+    if len(ask) == 1:
+        return flat
+    condition, rest, depth = ask[0], "?".join(ask[1:]), 0
+    for k, c in enumerate(rest):  # the ':' of this '?': nested '?'s in the middle take theirs first
+        depth += (c == "?") - (c == ":")
+        if depth < 0:
+            return f"(({_conditional(rest[:k])}) if ({condition}) else ({_conditional(rest[k + 1 :])}))"
+    raise ValueError("'?' without its ':'")
+
+
 def _evaluate(text: str) -> int | None:
-    """An integer expression of numbers and bash's operators (``&&``, ``||``, ``!``, one level of ``?:``), or None
-    when it is not one."""
+    """An integer expression of numbers and bash's operators (``&&``, ``||``, ``!``, ``?:`` nested to any depth),
+    or None when it is not one."""
     text = re.sub(r"!(?!=)", " not ", text.replace("&&", " and ").replace("||", " or "))
-    ternary = re.fullmatch(r"([^?]+)\?([^:]+):(.+)", text.strip())
-    if ternary:  # c ? x : y (one level) as Python's conditional expression
-        text = f"(({ternary.group(2)}) if ({ternary.group(1)}) else ({ternary.group(3)}))"
     try:
-        return _arith_ast(ast.parse(text.strip() or "0", mode="eval").body)
-    except _ARITH_ERRORS:
+        return _arith_ast(ast.parse(_conditional(text).strip() or "0", mode="eval").body)
+    except (*_ARITH_ERRORS, ShellParseError):
         return None
 
 
@@ -160,6 +182,7 @@ class Expander:
         self.tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": [], "h": []}
         self.assoc: set[str] = set()  # names declared associative (declare -A)
         self.unevaluated: list[str] = []  # what bash would evaluate and megaplan did not (said in a note)
+        self.unfilled: dict[str, str] = {}  # arrays an unevaluated mapfile/readarray would fill, and that command
 
     # -- variables ----------------------------------------------------------------------
     def set_var(

@@ -86,7 +86,7 @@ class Interp(Substitute, Follow, Expander):
     # -- walking the tree ---------------------------------------------------------------
     def run_text(self, text: str) -> None:
         rewritten, _ = Rewriter(placeholders(text, self.tables), self.tables).scan(0, "top")
-        trees = parse(rewritten, self.tables) if rewritten.strip() else []
+        trees = parse(rewritten, self.tables, text) if rewritten.strip() else []
         saved, self.src = self.src, rewritten
         try:
             for tree in trees:
@@ -329,6 +329,7 @@ class Interp(Substitute, Follow, Expander):
         command = unwritten(f"{fields[0][0]} {' '.join(args)} {source}", "", self.tables)
         if text is None or any(o in opts for o in ("-O", "-u", "-C", "-c")):
             self.unevaluated.append(command)
+            self.unfilled[name] = command
             return True
         delim = opts["-d"][:1] or "\0"
         lines = [line + delim for line in text.split(delim)]
@@ -438,6 +439,7 @@ class Interp(Substitute, Follow, Expander):
             notes=list(dict.fromkeys(self.moved)),
             env_unread=sorted(self.pinned - self.vars.read),
             unevaluated=list(dict.fromkeys(self.unevaluated)),
+            unfilled=dict(self.unfilled),
         )
 
     # -- variables ----------------------------------------------------------------------

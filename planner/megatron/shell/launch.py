@@ -43,6 +43,7 @@ class LaunchLine:
     launches: int = 1  # the Megatron-LM launches the whole script runs (this is the first)
     env_unread: list[str] = field(default_factory=list)  # --env names the script never read before the launch
     unevaluated: list[str] = field(default_factory=list)  # what bash would evaluate and megaplan did not
+    unfilled: dict[str, str] = field(default_factory=dict)  # arrays an unevaluated mapfile fills: its command
 
 
 INT = re.compile(r"-?[0-9]{1,18}")

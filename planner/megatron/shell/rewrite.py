@@ -348,22 +348,71 @@ def _ansi_c(text: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), text)
 
 
-def parse(text: str, tables: dict[str, list] | None = None) -> list:
-    """Parse (rewritten) text with bashlex; any bashlex failure is a :class:`ShellParseError`. A line
-    continuation at the very end of the file ends the command there, as bash reads it (bashlex would stop
-    at an unexpected EOF: Megatron-LM's examples/t5/train_t5_220m_distributed.sh ends in a backslash)."""
-    text = re.sub(r"\\\n?\s*\Z", "\n", text)
+def parse(text: str, tables: dict[str, list] | None = None, original: str | None = None) -> list:
+    """Parse (rewritten) text with bashlex; any bashlex failure is a :class:`ShellParseError`, naming the line
+    of ``original`` (the script as written) to fix. A line continuation at the very end of the file ends the
+    command there, as bash reads it (bashlex would stop at an unexpected EOF: Megatron-LM's
+    examples/t5/train_t5_220m_distributed.sh ends in a backslash)."""
+    ended = _ended(text)
     try:
-        return bashlex.parse(text)
+        return bashlex.parse(ended)
     except Exception as err:
         first = (str(err).splitlines() or [type(err).__name__])[0]
-        raise ShellParseError(f"not a shell script bashlex can parse: {unwritten(first, text, tables)}") from None
+        part, pos = getattr(err, "s", None), getattr(err, "position", None)
+        if first.startswith("unexpected EOF") and isinstance(pos, int):  # its token's text is a stale one's
+            first = first.replace(f"(position {pos})", f"(position {len(ended)})")
+        elif isinstance(part, str) and isinstance(pos, int) and ended.endswith(part):  # from the command's start
+            first = first.replace(f"(position {pos})", f"(position {len(ended) - len(part) + pos})")
+        line = failing_line(original, unwritten(first, text, tables)) if original is not None else None
+        at = (line, original.splitlines()[line - 1]) if line and original is not None else None
+        raise ShellParseError(f"not a shell script bashlex can parse: {unwritten(first, text, tables, at)}") from None
 
 
-def unwritten(message: str, text: str, tables: dict[str, list] | None) -> str:
+def _ended(text: str) -> str:
+    return re.sub(r"\\\n?\s*\Z", "\n", text)
+
+
+def failing_line(original: str, message: str) -> int | None:
+    """The line of ``original`` where bashlex's ``message`` (an unexpected token, in the script's terms) starts:
+    the fewest lines whose text fails with it (bashlex's position counts from the start of the command it
+    parses, not of the text: Megatron-LM's msdp/prompt_knwl_gen.sh was said to fail near line 9, a quoted
+    assignment, where bash names line 15, ``X=<PATH> (e.g., ...)``). None for an unexpected end of the text
+    (the construct left open may start anywhere) or when no prefix fails alike."""
+    key = _unplaced(message)
+    if not key.startswith("unexpected token"):
+        return None
+    lines = original.splitlines(keepends=True)
+
+    def fails(n: int) -> bool:
+        tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": [], "h": []}
+        try:
+            rewritten, _ = Rewriter(placeholders("".join(lines[:n]), tables), tables).scan(0, "top")
+            bashlex.parse(_ended(rewritten))
+        except ShellParseError:
+            return False
+        except Exception as err:
+            return _unplaced(unwritten((str(err).splitlines() or [""])[0], rewritten, tables)) == key
+        return False
+
+    lo, hi = 1, len(lines)
+    if not lines or not fails(hi):
+        return None
+    while lo < hi:  # a prefix that fails alike stays failing as lines are added: bisect the first
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fails(mid) else (mid + 1, hi)
+    return lo
+
+
+def _unplaced(message: str) -> str:
+    """A parse error's message without where it was found."""
+    return re.sub(r" \((?:position \d+|near line .*|at the end of the script)\)$", "", message)
+
+
+def unwritten(message: str, text: str, tables: dict[str, list] | None, at: tuple[int, str] | None = None) -> str:
     """bashlex's message about the rewritten text, in the script's terms: a stand-in ``${__mp_q0}`` is the
     text it stands for, and a position is the line it falls on (fresh user trial 8: "unexpected token
-    '"${__mp_q0}"' (position 6)" named neither)."""
+    '"${__mp_q0}"' (position 6)" named neither), or the script's own line ``at`` (number, text) when known
+    (failing_line)."""
 
     def original(m: re.Match) -> str:
         kind, n = m.group(1), int(m.group(2))
@@ -372,12 +421,14 @@ def unwritten(message: str, text: str, tables: dict[str, list] | None) -> str:
         return value if isinstance(value, str) else "…"
 
     message = re.sub(r"\$\{__mp_([a-z])(\d+)\}", original, message)
-    at = re.search(r"\(position (\d+)\)", message)
-    if at:
-        line = text.count("\n", 0, int(at.group(1))) + 1
+    found = re.search(r"\(position (\d+)\)", message)
+    if found and at:
+        message = message.replace(found.group(), f"(line {at[0]}: {at[1].strip()[:60]!r})")
+    elif found:
+        line = text.count("\n", 0, int(found.group(1))) + 1
         lines = text.splitlines()
         where = "at the end of the script"
         if line <= len(lines):
             where = f"near line {line}: {lines[line - 1].strip()[:60]!r}"
-        message = message.replace(at.group(), f"({where})")
+        message = message.replace(found.group(), f"({where})")
     return re.sub(r"\$\{__mp_([a-z])(\d+)\}", "…", message)
