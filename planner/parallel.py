@@ -1,5 +1,6 @@
 """Independent jobs run in two processes: the search's blocks of whole families (``search._with_tp_overlap_twins``),
-and (``map_jobs``: jobs that return their results) validate's plan evaluations, searches and memory rows.
+and (``map_jobs``: jobs that return their results) validate's plan evaluations, searches and memory rows (``later``:
+a job that joins the next queue).
 
 Each job writes its results only into rows of arrays no other job writes (``shared_empty``: anonymous
 shared memory, which a forked child writes and its parent reads), so splitting the jobs between a
@@ -114,6 +115,16 @@ def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool, step=None, costs:
         return [_stepped(job, i, step) for i, job in enumerate(jobs)]
     if len(jobs) > QUEUE_JOBS:  # runs of consecutive jobs share the queue instead
         return _in_runs(jobs, step, costs)
+    if _later:  # the jobs started with ``later`` join this queue, first: the dearest, and not yet waited for
+        mine, extra = len(jobs), [*_later]
+        _later.clear()
+        first = None if costs is None else [float("inf")] * len(extra) + list(costs)
+        every = map_jobs(
+            [*(x.job for x in extra), *jobs], fork, lambda i: i >= len(extra) and step(i - len(extra)), first
+        )
+        for x, value in zip(extra, every, strict=False):
+            x.value, x.done = value, True
+        return every[len(extra) :][:mine]
     order = sorted(range(len(jobs)), key=lambda i: -costs[i]) if costs is not None else range(len(jobs))
     queue = _job_queue(order)
     read_fd, write_fd = os.pipe()
@@ -249,34 +260,28 @@ class _Told:
                 self.step(i)
 
 
-def start_job(job: Callable[[], object], fork: bool) -> Callable[[], object]:
-    """``job`` started now in a forked child (``fork``: ``can_fork``) while this process goes on; returns the
-    function that gives its result (pickled back through a pipe, as ``map_jobs``), waiting for the child.
-    Without ``fork``, or where the child fails, that function runs the job here."""
-    if not fork:
-        return job
-    read_fd, write_fd = os.pipe()
-    gc.freeze()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the parent's stack, never flushes the parent's buffers
-        status = 1
-        try:
-            os.close(read_fd)
-            with os.fdopen(write_fd, "wb") as pipe:
-                pickle.dump(job(), pipe, protocol=pickle.HIGHEST_PROTOCOL)
-            status = 0
-        finally:
-            os._exit(status)
-    gc.unfreeze()
-    os.close(write_fd)
+_later: list[_Later] = []  # jobs started with ``later``, not yet run: the next ``map_jobs`` that forks takes them
 
-    def result():
-        with os.fdopen(read_fd, "rb") as pipe:
-            data = pipe.read()
-        _, status = os.waitpid(pid, 0)
-        try:
-            return pickle.loads(data) if status == 0 else job()
-        except Exception:
-            return job()
 
-    return result
+class _Later:
+    """A job ``later`` started: its value once a ``map_jobs`` ran it (either process), else run here when asked."""
+
+    def __init__(self, job: Callable[[], object]):
+        self.job, self.value, self.done = job, None, False
+
+    def __call__(self) -> object:
+        if not self.done:
+            if self in _later:
+                _later.remove(self)
+            self.value, self.done = self.job(), True
+        return self.value
+
+
+def later(job: Callable[[], object]) -> Callable[[], object]:
+    """``job`` to run as one more job of the next ``map_jobs`` that forks (the first of its queue), in whichever of
+    the two processes takes it; returns the function that gives its result, running the job here if no such
+    queue ran it before. Two processes at most: validate's memory rows, forked on their own beside its searches'
+    and evaluations' ``map_jobs``, made three on two CPUs."""
+    pending = _Later(job)
+    _later.append(pending)
+    return pending

@@ -124,6 +124,17 @@ def plan_json(
     return out
 
 
+def brief_plan_json(ctx: Context, grid: PlanGrid, ev: Evaluation, i: int) -> dict:
+    """What ``plan_json`` says of plan i that a comparison of many plans reads: its parallel fields, its options
+    and ``estimate.iteration_s``, the same values (validate's published plans: every fitting plan of a search)."""
+    plan = grid.plan(i)
+    return {
+        "parallel": _parallel_json(plan, stage_layer_list(ctx, grid, i)),
+        "options": ctx.options.model_dump(mode="json"),
+        "estimate": {"iteration_s": float(ev.iteration_s[i])},
+    }
+
+
 def _parallel_json(plan: ParallelPlan, stage_layers: list[int]) -> dict:
     """The plan's fields as Megatron-LM runs them (--recompute-num-layers at most a chunk's layers) and
     its layers per stage."""

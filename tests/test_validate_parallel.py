@@ -138,11 +138,24 @@ def test_the_mixture_of_experts_recipes_are_searched_first():
     assert costs["DGXC-v25.04-H100-Llama3-8B-fp8-n8"] == costs["DGXC-v25.05.05-H100-Llama3.1-405B-bf16-n512"] == 0.0
 
 
-def test_a_started_job_gives_its_result_from_the_child_or_runs_here_when_the_child_fails():
-    parent = os.getpid()
-    result = parallel.start_job(lambda: (os.getpid() != parent, [1.5, 2.5]), parallel.can_fork())
-    assert result() == (parallel.can_fork(), [1.5, 2.5])  # computed in the child, where one was forked
-    ran_here = []
+def test_a_later_job_joins_the_next_queue_first_and_two_processes_run_everything():
+    """validate's memory rows were forked on their own beside map_jobs' child: three processes on two CPUs."""
+    parent, forks, real_fork = os.getpid(), [], os.fork
+    later = parallel.later(lambda: (os.getpid() != parent, [1.5, 2.5]))
+    jobs = [lambda k=k: (k, os.getpid() != parent) for k in range(5)]
+    with mock.patch.object(os, "fork", lambda: forks.append(1) or real_fork()):
+        steps: list[int] = []
+        out = parallel.map_jobs(jobs, parallel.can_fork(), steps.append, [1.0] * 5)
+    assert [k for k, _ in out] == list(range(5)) and sorted(steps) == list(range(5))  # the queue's own jobs alone
+    assert len(forks) == (1 if parallel.can_fork() else 0) and later.done  # one child took jobs of both
+    assert later()[1] == [1.5, 2.5] and parallel._later == []
+    alone = parallel.later(lambda: "here")  # no queue ran it: it runs where its result is asked, once
+    assert parallel.map_jobs([lambda: 1], parallel.can_fork()) == [1] and not alone.done
+    assert alone() == "here" and alone.done and parallel._later == []
+
+
+def test_a_later_job_the_child_fails_on_runs_here():
+    parent, ran_here = os.getpid(), []
 
     def dies_in_child():
         if os.getpid() != parent:
@@ -150,14 +163,17 @@ def test_a_started_job_gives_its_result_from_the_child_or_runs_here_when_the_chi
         ran_here.append(1)
         return "here"
 
-    assert parallel.start_job(dies_in_child, parallel.can_fork())() == "here" and ran_here == [1]
+    later = parallel.later(dies_in_child)
+    assert parallel.map_jobs([lambda: 1, lambda: 2], parallel.can_fork(), costs=[0.0, 0.0]) == [1, 2]
+    assert later() == "here" and ran_here == [1]
 
 
 def test_the_memory_rows_read_in_another_process_make_the_same_validation():
     from planner.fidelity.memory import memory_rows
 
     runs = load_memory_runs()[:4]
-    rows = parallel.start_job(lambda: memory_rows(runs, fork=False), parallel.can_fork())
+    rows = parallel.later(lambda: memory_rows(runs, fork=False))
+    parallel.map_jobs([lambda: 1, lambda: 2], parallel.can_fork())
     assert validate_memory(runs, rows=rows()) == _alone(lambda: validate_memory(runs))
 
 
@@ -167,7 +183,8 @@ def test_the_memory_rows_and_evidence_settings_from_another_process_make_the_sam
 
     runs = load_memory_runs()[:3]
     monkeypatch.setattr(memory, "load_memory_runs", lambda: runs)
-    other = parallel.start_job(memory.rows_and_settings, parallel.can_fork())
+    other = parallel.later(memory.rows_and_settings)
+    parallel.map_jobs([lambda: 1, lambda: 2], parallel.can_fork())
     rows, settings = other()
     assert settings == settings_per_preset() and settings["dgx-h100-superpod"]["rows"] > 50
     assert validate_memory(runs, rows=rows) == _alone(lambda: validate_memory(runs))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import click
 
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing
@@ -164,9 +162,9 @@ def validate(as_json: bool, regret: bool, choice: bool, as_csv: bool) -> None:
     from planner.fidelity.memory import rows_and_settings, validate_memory
     from planner.report.memory import memory_validation_view
 
-    # the memory rows (the launch-script reader's) and the evidence settings in another process meanwhile: the
-    # same values (parallel.start_job)
-    other = functools.cache(parallel.start_job(rows_and_settings, parallel.can_fork()))
+    # the memory rows (the launch-script reader's) and the evidence settings: one more job of the first queue
+    # validate shares between two processes (parallel.later): the same values
+    other = parallel.later(rows_and_settings)
     result = val.validate(settings=lambda: other()[1])
     if regret:
         with progress("searching each run's best plan", total=len(result["runs"])) as step:

@@ -103,7 +103,8 @@ def _search_published(hardware: str, key: _ReqKey) -> tuple[dict, ...]:
     from planner.search import search
 
     base = api.make_request(hardware=load_hardware(hardware), **key.request)
-    return tuple(search(base.ctx, base.gpus, published_pins(key.request), top=10_000, suggest_sizes=False).plans)
+    pins = published_pins(key.request)
+    return tuple(search(base.ctx, base.gpus, pins, top=10_000, suggest_sizes=False, brief=True).plans)
 
 
 def search_published(runs: list[Run]) -> None:
