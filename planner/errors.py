@@ -46,3 +46,13 @@ def typographic_dash_hint(word: str) -> str | None:
     typed = next(d for d in dashes if d in TYPOGRAPHIC_DASHES)
     name = bare.split()[0]
     return f"'{dashes}{name}' begins with a typographic dash ({typed}), not two hyphens: type --{name}"
+
+
+def url_hint(path: str) -> str:
+    """A web address given as a file (a GitHub link pasted whole, fresh user trial 10): megaplan reads local files."""
+    if not path.lower().startswith(("http://", "https://", "ftp://")):
+        return ""
+    raw = path
+    if "://github.com/" in path and "/blob/" in path:  # the file itself, not GitHub's page of it
+        raw = path.replace("://github.com/", "://raw.githubusercontent.com/").replace("/blob/", "/", 1)
+    return f" (a web address: megaplan reads local files; download it first, e.g. curl -LO {raw})"

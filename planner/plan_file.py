@@ -7,13 +7,14 @@ import json
 import os
 import re
 import sys
+import weakref
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import TypeAdapter, ValidationError
 
 from planner.api import PlanRequest, make_request
-from planner.errors import PlannerError, counted
+from planner.errors import PlannerError, counted, url_hint
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
 from planner.plan import ParallelPlan, PlanOptions, TrainingSpec
@@ -77,22 +78,40 @@ def _plan_of(ref: str, rank: int | None) -> dict:
 def _plan_text(path: str) -> str:
     """The plan file's text: ``-`` is standard input (``megaplan search ... --json | megaplan explain --plan -``),
     refused when it is a terminal (reading would wait for typing); a pipe is read (``--plan <(...)``)."""
-    if path == "-":
+    if path in ("-", "<stdin>"):  # <stdin>: compare's -#N (planner.cli._stdin_ranks_last)
         if sys.stdin is None or sys.stdin.isatty():
             raise PlannerError(
                 "--plan -: reads the plan from standard input, but nothing is piped in "
                 "(megaplan search ... --json | megaplan explain --plan -)"
             )
-        return sys.stdin.read()
+        return _stdin_text()
     p = Path(path)
     if p.exists() and not (p.is_file() or p.is_fifo()):  # a pipe is read (--plan <(megaplan search ... --json))
         raise PlannerError(f"plan file {path!r} is not a file (a device or socket): give a JSON file or a pipe")
     if not (p.is_file() or p.is_fifo()):
-        raise PlannerError(f"plan file {path!r} not found")
+        raise PlannerError(f"plan file {path!r} not found{url_hint(path)}")
     data = p.read_bytes()
     if data[:2] == b"\x1f\x8b":  # was "'utf-8' codec can't decode byte 0x8b in position 1"
         raise PlannerError(f"plan file {path!r} is gzip-compressed: gunzip it first (or --plan <(zcat {path}))")
     return data.decode()
+
+
+_READ_STDIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _stdin_text() -> str:
+    """Standard input, read once and kept: `... --json | megaplan compare -#1 -#2` takes both plans from the one
+    pipe (fresh user trial 10: the second '-' read nothing, "plan file '-' is not JSON: Expecting value"); empty
+    input is said as such."""
+    if sys.stdin not in _READ_STDIN:
+        _READ_STDIN[sys.stdin] = sys.stdin.read()
+    text = _READ_STDIN[sys.stdin]
+    if not text.strip():
+        raise PlannerError(
+            "--plan -: standard input is empty; pipe a plan into it (megaplan search ... --json | megaplan "
+            "explain --plan -)"
+        )
+    return text
 
 
 def _ranks(ranks: list[int]) -> str:

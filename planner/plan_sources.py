@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from planner import api
-from planner.errors import PlannerError, counted, refuse_device
+from planner.errors import PlannerError, counted, refuse_device, url_hint
 from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec, recompute_layers_run
 from planner.plan_file import read_plan_file, request_from_fields, request_from_plan, request_to_json
 from planner.plan_options import KNOBS, LISTS, OVERLAP_PINS, flag_fields, search_inputs, search_pins
@@ -445,7 +445,7 @@ def read_text(path: str) -> str:
         with open(path, "rb") as fh:
             text = decode_text(fh.read())
     except OSError as err:
-        raise PlannerError(f"cannot read {path!r}: {err.strerror}") from err
+        raise PlannerError(f"cannot read {path!r}: {err.strerror}{url_hint(path)}") from err
     if text is None:
         raise PlannerError(f"{path!r} is not a text file")
     return text

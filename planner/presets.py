@@ -12,7 +12,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from planner import marshal_cache
-from planner.errors import PresetError, refuse_device
+from planner.errors import PresetError, refuse_device, url_hint
 from planner.hardware.spec import HardwareSpec
 from planner.models.spec import ModelSpec
 
@@ -195,6 +195,8 @@ def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
     if not ref.strip():
         what = kind.removesuffix("s")
         raise PresetError(f"{what} name is empty; give a preset name (`megaplan presets`) or a YAML path")
+    if hint := url_hint(ref):
+        raise PresetError(f"{kind} file {ref!r} not found{hint}")
     path = Path(ref).expanduser()
     if ref.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists():
         text, where, cache = read_yaml_file(path, kind), str(path), None  # a user's file: nothing beside it
@@ -208,7 +210,23 @@ def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
         return spec_type.model_validate(data)
     except ValidationError as err:
         hint = _hf_config_hint(data) or _other_kind_hint(data, kind)
+        hint = hint or _older_layout_hint(err, kind)
         raise PresetError(f"{where}: {hint or format_validation_error(err)}") from err
+
+
+def _older_layout_hint(err: ValidationError, kind: str) -> str:
+    """A copy of a preset taken from an earlier megaplan (fields it has since added and dropped): said, with where
+    today's layout is, rather than only a list of fields (fresh user trial 10: a dgx-h100-superpod.yaml copied two
+    days before listed eight fields, "gpu.sm_count: Field required; attention: Field required; ...")."""
+    types = [e["type"] for e in err.errors()]
+    if types.count("missing") < 2 or "extra_forbidden" not in types:
+        return ""
+    what = kind.removesuffix("s")
+    return (
+        f"the layout of an earlier megaplan's {what} presets: copy the preset again (megaplan presets show NAME "
+        f"--json, or presets/{kind}/NAME.yaml of the checkout) and redo your edits there "
+        f"({format_validation_error(err)})"
+    )
 
 
 def _other_kind_hint(data, kind: str) -> str:

@@ -113,6 +113,7 @@ class PlannerGroup(GivenOnce, click.Group):
         args = list(sys.argv[1:] if args is None else args)
         if args[:1] == ["help"]:  # `megaplan help [COMMAND]`, as git reads it (fresh user trial 9: "No such command")
             args = [*args[1:], "--help"]
+        args = _stdin_ranks_last(args)
         try:
             if hint := pasted_character_hint(args):
                 raise PlannerError(hint)
@@ -140,6 +141,16 @@ class PlannerGroup(GivenOnce, click.Group):
         except OSError as err:
             sys.exit(_output_failed(err))
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _stdin_ranks_last(args: list[str]) -> list[str]:
+    """`... --json | megaplan compare -#1 -#2`: two ranks of the piped search, which click took for an option
+    ("No such option '-#'", fresh user trial 10); passed as ``<stdin>#N``, which the plan reader reads as ``-#N``."""
+    import re
+
+    if args[:1] != ["compare"]:
+        return args
+    return ["<stdin>" + a[1:] if re.fullmatch(r"-#\d+", a) else a for a in args]
 
 
 def _output_failed(err: OSError) -> int:

@@ -259,10 +259,10 @@ def calibrate(
     from planner.fidelity import calibrate as cal
 
     if moe:
-        if logs or scripts or output or hardware or env_pairs or gpus or force:
-            raise PlannerError(
-                "--moe fits the published MoE rows: drop --from-log, -o, --env, --gpus, --force and --hardware"
-            )
+        given = {"--from-log": logs, "--megatron-args-file": scripts, "-o": output, "--hardware": hardware}
+        given |= {"--env": env_pairs, "--gpus": gpus, "--force": force}
+        if dropped := [name for name, value in given.items() if value]:  # only those given (fresh user trial 10)
+            raise PlannerError(f"--moe fits the published MoE rows: drop {' and '.join(dropped)}")
         from planner.fidelity.moe_fit import moe_calibration_steps, run_moe_calibration
 
         with progress("fitting the MoE host time", total=moe_calibration_steps(loso=loso)) as step:
@@ -331,6 +331,12 @@ def _from_logs(logs, scripts, hardware, gpus_env, output, overwrite_force, as_js
     pairs = zip(logs, scripts if len(scripts) == len(logs) else scripts * len(logs), strict=True)
     gpus, env = gpus_env
     logged = [from_log.logged_run(log, script, hardware=hw, gpus=gpus, env=env) for log, script in pairs]
+    for lr in (lr for lr in logged if lr.log.cut_line):
+        click.echo(
+            f"megaplan: note: {lr.log.name}, line {lr.log.cut_line}: an iteration line cut short (a log still being "
+            "written?), left out",
+            err=True,
+        )
     result = from_log.calibrate_from_logs(logged, hw)
     rows = from_log.run_rows(logged, result, hw)
     unreached = from_log.unreached(rows, logged, result, hw)

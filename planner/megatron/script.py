@@ -271,8 +271,16 @@ def world_unknown(launch) -> str:
             "node, which the script does not say; pass --gpus N (nodes × GPUs per node)"
         )
     if counts:
-        shown = ", ".join(f"{k} = {v}" for k, v in counts.items())
-        names = sorted({m for v in counts.values() for m in re.findall(r"\$\{?([A-Za-z_]\w*)", v)})
+        shown = ", ".join(
+            v.replace("=", " = ", 1) if v.startswith("WORLD_SIZE=") else f"{k} = {v}" for k, v in counts.items()
+        )
+        arithmetic = [
+            w
+            for v in counts.values()
+            for x in re.findall(r"\$\(\((.*?)\)\)", v)
+            for w in re.findall(r"[A-Za-z_]\w*", x)
+        ]
+        names = sorted({m for v in counts.values() for m in re.findall(r"\$\{?([A-Za-z_]\w*)", v)} | set(arithmetic))
         hint = f" or --env {names[0]}=VALUE" if names else ""
         return (
             f"the world size is unknown: the launcher's process counts ({shown}) come from values the script leaves "

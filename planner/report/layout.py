@@ -368,3 +368,14 @@ def console_width(is_terminal: bool, environ: dict[str, str]) -> int | None:
         return None
     columns = environ.get("COLUMNS", "").strip()
     return int(columns) if columns.isdigit() and int(columns) > 0 else 160
+
+
+def tokens_text(tokens: float) -> str:
+    """300B, 15T, 500M; past a thousand trillion in powers of ten (--tokens 1e30 read "1e+18T", and
+    "1e+21B tokens" below explain's verdict: fresh user trial 10)."""
+    if tokens >= 1e15:
+        return f"{tokens:.3g}"
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if tokens >= scale:
+            return f"{tokens / scale:g}{suffix}"
+    return f"{tokens:g}"

@@ -8,7 +8,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from planner.report import memory as memory_report
-from planner.report.layout import KEEP, Column, FittedTable, plain_table, plan_text, table_width
+from planner.report.layout import KEEP, Column, FittedTable, plain_table, plan_text, table_width, tokens_text
 from planner.result import MEMORY_TERMS, TIME_TERMS
 
 STATE_TERMS = MEMORY_TERMS[:4]  # weights, gradients, optimizer, activations; the rest shown as "other"
@@ -135,7 +135,9 @@ def verdict(pj: dict, note: str | None = None, read: bool = False) -> Text:
     out.append(f" {_largest(est['memory'], MEMORY_TERMS, 'GiB', '.1f')} GiB of {peak:.1f}\n")
     out.append("time  ", "bold")
     out.append(f" {_largest(est['time'], TIME_TERMS, 's', '.2f')} s of {est['iteration_s']:.2f}\n")
-    days = f" · {est['train_days']:,.1f} days for {est['train_tokens'] / 1e9:g}B tokens" if "train_days" in est else ""
+    days = ""
+    if "train_days" in est:
+        days = f" · {est['train_days']:,.1f} days for {tokens_text(est['train_tokens'])} tokens"
     out.append(f"      bubble {100 * est['bubble_frac']:.1f}% · m = {est['num_microbatches']:g} micro-batches{days}")
     return out
 

@@ -7,16 +7,9 @@ from rich.console import Group
 from rich.text import Text
 
 from planner.plan import PLAN_LABEL_LEGEND
-from planner.report.layout import KEEP, Column, FittedTable, plan_text
+from planner.report.layout import KEEP, Column, FittedTable, plan_text, tokens_text
 
 BETTER, WORSE, CHANGED = "bold green", "bold red", "bold yellow"
-
-
-def tokens_text(tokens: float) -> str:
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
-        if tokens >= scale:
-            return f"{tokens / scale:g}{suffix}"
-    return f"{tokens:g}"
 
 
 def _efficiency(r: dict) -> Text:

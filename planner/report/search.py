@@ -4,7 +4,7 @@ table fits any terminal and a new column is one more entry in ``SEARCH_COLUMNS``
 from __future__ import annotations
 
 from planner.plan import PLAN_LABEL_LEGEND
-from planner.report.layout import KEEP, Column, FittedTable, plan_text
+from planner.report.layout import KEEP, Column, FittedTable, plan_text, tokens_text
 from planner.report.memory import band_text, evidence_cell, ranking_headline, tie_cell, ties_footnote
 
 
@@ -49,7 +49,7 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
     ranks = [pj["rank"] for pj in result.plans]
     gaps = [k for k in range(1, len(ranks)) if ranks[k] > ranks[k - 1] + 1]  # the fastest, after the top N
     rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
-    tokens = result.plans[0]["estimate"].get("train_tokens", 300e9) / 1e9
+    tokens = tokens_text(result.plans[0]["estimate"].get("train_tokens", 300e9))
     foot = (
         f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected: {rejected or 'none'}.\n"
         f"{PLAN_LABEL_LEGEND}. TFLOP/s and MFU count model FLOPs (no recomputation) with attention over "
@@ -61,7 +61,7 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
         both = "; both" if cmfu else ","
         peak = f"{both} against the BF16 peak" if ctx.options.fp8 else ""
         ties = ties_footnote(result, shown)
-        days = f"; days to train {tokens:g}B tokens (--tokens)" if "days" in shown else ""
+        days = f"; days to train {tokens} tokens (--tokens)" if "days" in shown else ""
         rest = f"{cmfu}{peak}{days}. "
         rest += "Each plan's explain and export command lines are in --json."
         headline = ranking_headline(result, shown)

@@ -277,7 +277,7 @@ class Interp(Substitute, Follow, Expander):
                 return False
             return Test(args[:-1] if name == "[" else args, False, self.vars).run()
         elif name in ("echo", "printf"):
-            self.said = " ".join(t for t, _ in fields[1:] if not t.startswith("-"))[:200]
+            self.said = _plain(" ".join(t for t, _ in fields[1:] if not t.startswith("-")))[:200]
         elif name in ("false", "exit", "return"):
             if name == "exit" and not self.exited:
                 self.exit_said = self.said  # what the script printed last before it stopped: usually why
@@ -415,6 +415,8 @@ class Interp(Substitute, Follow, Expander):
         elif world is None and isinstance(self.vars.get("WORLD_SIZE", Var([])).value, str):
             var = self.vars["WORLD_SIZE"]
             world = process_count((var.value, var.unres), unresolved)
+            if world is None:  # named in world_unknown (fresh user trial 10: "no ... WORLD_SIZE", of a script with it)
+                opts["world"] = (f"WORLD_SIZE={var.value}", var.unres)
         if nnodes is None and world and nproc and world % nproc == 0:
             nnodes = world // nproc
         if nproc is None and world and nnodes and world % nnodes == 0:
@@ -465,3 +467,16 @@ class Interp(Substitute, Follow, Expander):
                     self.vars[words[0]] = Var(table, unres)
                 return
             self.set_var(words[0], [t for t, _ in fields], unres, words[1] == "+=")
+
+
+_COLOUR = re.compile(r"(?:\\033|\\e|\\x1[bB]|\\u001[bB]|\x1b)\[[0-9;]*[A-Za-z]")
+
+
+def _plain(text: str) -> str:
+    """What echo or printf shows, without its colour codes (written \\033[0;31m, \\e[1m or the escape character
+    itself) and the escaped newlines at its end: fresh user trial 10, Megatron-LM's modelopt arguments.sh printed
+    as "\\033[0;31mERROR: \\033[0;37m Variable \\033[0;35mSCRIPT_DIR\\033[0;37m must be set!\\n"."""
+    text = _COLOUR.sub("", text)
+    while text.endswith(("\\n", "\n")):
+        text = text[: -2 if text.endswith("\\n") else -1]
+    return " ".join(text.split())
