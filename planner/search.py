@@ -436,7 +436,7 @@ def _with_tp_overlap_twins(
     scored (None without ``block``; with ``defer``, one process and no ``prune``, their grid: the caller evaluates
     them with others, ``_evaluated``) and the rows not timed yet."""
     keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
-    blocks = _family_blocks(grid, np.arange(len(grid)), BLOCK, keys)  # a twin's family is its row's
+    blocks = _family_blocks(grid, np.arange(len(grid)), _screen_size(len(grid)), keys)  # a twin's family is its row's
     fork = len(blocks) > 1 and parallel.can_fork()
     n = len(grid)
     out = tuple(parallel.shared_empty(n, kind, fork) for kind in (float, float, np.int8, np.int8))
@@ -444,7 +444,7 @@ def _with_tp_overlap_twins(
     # the twins' peaks as screened, kept in one process only: forked (DeepSeek-V3's 1.4 M rows) the 8 bytes a row
     # would lift the peak RSS past the speed issue's 250 MiB, so a flipped twin's peak is measured again there
     out = (*out, None if fork else np.empty(n))
-    groups = [blocks[0::2], blocks[1::2]] if fork else [blocks]  # each process's blocks (``run_jobs``' split)
+    groups = _halves(blocks) if fork else [blocks]  # each process's blocks (one job each: ``run_jobs``' split)
     variants = _BlockVariants.shared(grid, groups, fork, capacity, options) if block else None
     later = defer and not fork and not prune  # the block variants' layers only: the caller evaluates them
 
@@ -456,8 +456,8 @@ def _with_tp_overlap_twins(
                 base.append(variants.base(grid, rows, peak) if variants else rows[:0])
             found = None
             if variants is not None:  # once per process: each call of the cost functions costs milliseconds
-                found = variants.solve(g, grid, np.sort(np.concatenate(base)), off_wins, later, prune)
-            rows, ctx = np.sort(np.concatenate(group)), options.evaluating
+                found = variants.solve(g, grid, _in_row_order(base, n), off_wins, later, prune)
+            rows, ctx = _in_row_order(group, n), options.evaluating
             _time_fitting(grid, rows, out, ctx, prune and (sources or _every_row), (variants, g, found))
 
         return run
@@ -470,6 +470,39 @@ def _with_tp_overlap_twins(
     grid.tp_comm_overlap[off_wins > 0] = 0
     part = variants.collect(grid, later, pending) if variants else None
     return _Scored(grid, iteration, peak, options), evaluated, part, pending
+
+
+SCREEN = 3  # BLOCKs a screening block holds at most: each call of the cost functions costs a millisecond or more
+# whatever its rows, and a block's families are screened in rounds of calls (``_by_family_states``), so the fewer
+# blocks the fewer calls (DeepSeek-V3 / 1024 H100: 21 blocks of BLOCK rows made 145 calls of peak_memory_bytes)
+
+
+def _screen_size(n: int) -> int:
+    """Rows per screening block of a grid of n rows: up to ``BLOCK`` rows one block (screened in one process), more
+    in an even number of blocks of about as many rows each, at most ``SCREEN`` BLOCKs (``_halves``: each process
+    as many)."""
+    if n <= BLOCK:
+        return BLOCK
+    pairs = -(-n // (2 * SCREEN * BLOCK))
+    return -(-n // (2 * pairs))
+
+
+def _in_row_order(parts: list[np.ndarray], n: int) -> np.ndarray:
+    """The rows of ``parts`` (rows of a grid of n rows, each in one part at most) in row order:
+    ``np.sort(np.concatenate(parts))``, marked and read back (sorting a process's 680 k rows of DeepSeek-V3 /
+    1024 H100 took 65 ms of CPU, this 2 ms)."""
+    mark = np.zeros(n, dtype=bool)
+    for part in parts:
+        mark[part] = True
+    return np.flatnonzero(mark)
+
+
+def _halves(blocks: list) -> list[list]:
+    """The blocks of each of two processes, as 0 1 1 0 0 1 1 0 …: the rows that fit, and so the time taken, grow
+    along the family order on the large MoE grids (DeepSeek-V3 / 1024 H100: 6 k in the first block, 30 k in the
+    last), so each process takes one of each pair from either end of every four blocks."""
+    side = [(i + 1) // 2 % 2 for i in range(len(blocks))]
+    return [[b for b, s in zip(blocks, side, strict=True) if s == g] for g in (0, 1)]
 
 
 def _floors(grid: PlanGrid, rows: np.ndarray, out, ctx: Context) -> None:
@@ -731,6 +764,8 @@ def _screen_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _
     (``ROW``, ``TWIN``, with ``SMALLER``; ``_time_rows``), and each twin's peak where it was measured (NaN elsewhere:
     ``_time_rows`` reads it). A row that fits keeps its own overlap until timed."""
     iteration, peak, off_wins, need, twin_peak = out
+    order = _family_order(keys[rows], grid.micro_batch.take(rows))  # by family and micro-batch, as they come:
+    rows = rows if order is None else rows[order]  # sorted once here, the twins among them need no sort of their own
     at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
     pos = rows[at]
     off = replace(grid.take(pos), tp_comm_overlap=np.zeros(len(pos), dtype=np.int8))
@@ -904,8 +939,9 @@ def _full_allowed(pins: Pins) -> bool:
 def _bands(scored: _Scored, rows: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
     """Each row's band ε (``evidence.band_frac``) and its count of extrapolated features (with its own overlaps)."""
     ctx, extrapolated = scored.options.evaluating, np.zeros(len(rows), dtype=np.int64)
+    every = len(rows) == len(scored.grid) and np.array_equal(rows, np.arange(len(rows)))  # settle's: every row
     for start in range(0, len(rows), CHUNK):  # in chunks: every feature's code is an array per row
-        part = rows[start : start + CHUNK]
+        part = slice(start, start + CHUNK) if every else rows[start : start + CHUNK]  # a slice: views, no copies
         extrapolated[start : start + CHUNK] = plan_evidence(scored.grid.take(part), ctx, gpus).extrapolated
     return band_frac(extrapolated, ctx), extrapolated
 

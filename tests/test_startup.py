@@ -40,6 +40,7 @@ def test_search_to_a_file_format_draws_nothing_and_loads_no_other_command(output
     assert "planner.search" in modules  # it did search
     unwanted = ("rich", "planner.report.layout", "planner.megatron", "planner.bridge", "planner.runs", "scipy")
     assert _under(modules, *unwanted) == []
+    assert "numpy.ma" not in modules  # np.unique's plain call imports it (~50 ms in each process of a search)
 
 
 FAST = """

@@ -142,6 +142,40 @@ def test_min_gpus_result_shape_and_bound():
     assert all(n < 96 for n in fit.tried)
 
 
+def _searched_sizes(monkeypatch) -> list[int]:
+    """The GPU counts min_gpus searches, in order."""
+    from planner.runs import min_gpus as module
+
+    sizes, search = [], module.search
+    monkeypatch.setattr(module, "search", lambda ctx, n, *a, **k: sizes.append(n) or search(ctx, n, *a, **k))
+    return sizes
+
+
+@pytest.mark.parametrize("scan_first", [8, 1])
+def test_min_gpus_searches_no_size_above_the_answer_before_it(monkeypatch, scan_first):
+    # bound 83 GPUs: 11 nodes, the first power of two from it 16. Scanning 11, 12 first finds 96 without the
+    # 1.4 M-plan search of 128 GPUs it made before; with one node count scanned first (88: no plan) it doubles
+    # to 128 and scans 12 nodes up to it: the same answer and the same sizes tried below it either way
+    from planner.runs import min_gpus as module
+
+    monkeypatch.setattr(module, "SCAN_FIRST", scan_first)
+    sizes = _searched_sizes(monkeypatch)
+    fit = min_gpus(api.make_request(model="gpt3-175b", hardware="dgx-a100-40gb-superpod").ctx)
+    assert [s["gpus"] for s in fit.sizes] == [96, 112, 128, 144] and set(fit.tried) == {88}
+    assert sizes[:3] == ([88, 96, 104] if scan_first == 8 else [88, 128, 96])
+
+
+def test_min_gpus_with_no_plan_anywhere_says_up_to_which_size(monkeypatch):
+    from planner.runs import min_gpus as module
+
+    monkeypatch.setattr(module, "MAX_GPUS", 64)
+    sizes = _searched_sizes(monkeypatch)
+    req = api.make_request(model="gpt3-175b", hardware="dgx-a100-40gb-superpod")
+    with pytest.raises(InfeasibleError, match=r"^no plan fits gpt3-175b on up to 128 GPUs of dgx-a100-40gb-superpod; "):
+        min_gpus(req.ctx, Pins(tp=8, pp=8, dp=1))  # 64 GPUs a plan: none above 64 (the bound, 88, is above)
+    assert sizes == [88, 96, 104, 112, 120, 128]  # 11 to 16 nodes: the first scan reaches the power of two, 16
+
+
 def test_min_gpus_small_model_below_one_node():
     # 1.7B: 1.7e9 × 18 bytes ≈ 30 GB fits one 80 GB GPU with recomputation
     fit = min_gpus(api.make_request(model="gpt-1.7b").ctx)

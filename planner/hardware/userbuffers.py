@@ -206,9 +206,8 @@ def plan_configs(
 def plan_ops(configs: list[UbConfig | None], index: np.ndarray, t: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
     """Per overlapped GEMM, its ``resolved_op`` fields for every plan (each from the plan's config; where every
     plan runs the same config, that config's alone: what choosing among the configs would give)."""
-    used = np.unique(index)
-    if len(used) == 1:
-        return {name: resolved_op(configs[int(used[0])], name, t) for name in OPS}
+    if index.size and np.all(index == index.flat[0]):  # not np.unique: its plain call imports numpy.ma (~50 ms)
+        return {name: resolved_op(configs[int(index.flat[0])], name, t) for name in OPS}
     out: dict[str, dict[str, np.ndarray]] = {}
     for name in OPS:
         per = [resolved_op(cfg, name, t) for cfg in configs]
