@@ -215,3 +215,16 @@ def test_a_token_count_past_a_thousand_trillion_is_written_in_powers_of_ten():
     out = " ".join(result.stdout.split())  # as wide as the terminal: the line may break anywhere
     assert result.exit_code == 0 and "days for 1e+30 tokens" in out and "B tokens" not in out
     assert "days for 15T tokens" in " ".join(run_cli([*EXPLAIN, "--brief", "--tokens", "15T"]).stdout.split())
+
+
+def test_cpu_offloading_refusal_names_only_the_conditions_broken():
+    # trial 10, noticed: 1000 offloaded layers at pp 1 said "needs pp 1 (pp is 1), no recomputation and fewer
+    # than 96 layers", listing a condition already met; Megatron-LM's checks are separate (transformer_config.py)
+    line = one_line_error(
+        run_cli(["search", "--model", "gpt3-175b", "--gpus", "64", "--cpu-offloading-num-layers", "1000"])
+    )
+    tail = line.split("on any GPU count: ")[1]
+    assert tail.endswith(
+        "--cpu-offloading-num-layers 1000 needs fewer than 96 layers (transformer_config.py:1884-1899)"
+    )
+    assert "pp is 1" not in line

@@ -102,6 +102,7 @@ class RuleInputs:
             middle=int(self.layers.middle[i]),
             max_pos=mo.max_position_embeddings,
             offload=self.options.cpu_offloading_num_layers,
+            recompute=int(g.recompute[i]),
             layout=self.grid.layout_text(i),
             layout_problems="; ".join(self.layout_problems(i)),
             dispatcher=int(self.grid.dispatcher[i]),

@@ -104,6 +104,14 @@ def _accounting_hint(layers: int, p: int) -> str:
     return f"; with pp {p}: {fits[0]}" if fits else ""
 
 
+def _offload_breach(x) -> str:
+    """The CPU-offloading conditions plan x breaks, and only those (transformer_config.py:1884-1899)."""
+    parts = [f"pp 1 (pp is {x.p})"] if x.p != 1 else []
+    parts += ["no recomputation"] if x.recompute else []
+    parts += [f"fewer than {x.L} layers"] if x.offload >= x.L else []
+    return f"--cpu-offloading-num-layers {x.offload} needs {' and '.join(parts)} (transformer_config.py:1884-1899)"
+
+
 def _with_option(option: str, mask: Callable[[RuleInputs], np.ndarray]) -> Callable[[RuleInputs], np.ndarray]:
     """A rule that binds only when the plan's options set ``option``."""
     return lambda r: mask(r) if getattr(r.options, option) else r.everywhere(True)
@@ -313,10 +321,7 @@ RULES: tuple[Rule, ...] = (
                 (r.grid.pp == 1) & (r.grid.recompute == 0) & (r.options.cpu_offloading_num_layers < r.model.num_layers)
             ),
         ),
-        lambda x: (
-            f"--cpu-offloading-num-layers {x.offload} needs pp 1 (pp is {x.p}), no recomputation and fewer than "
-            f"{x.L} layers (transformer_config.py:1884-1899)"
-        ),
+        lambda x: _offload_breach(x),
     ),
     Rule(
         "per-layer CUDA graphs not with CPU offloading or full recomputation",
