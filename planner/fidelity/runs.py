@@ -386,6 +386,28 @@ def _row_userbuffers(row: dict, dp_sync: dict[str, dict], t: int, assumptions: l
     return bridge_ub, ub_cfg
 
 
+def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bool, eager: bool) -> dict:
+    """The plan options of a `_modern` run: flash attention, its own overlaps, TP-overlap config and FP8 recipe."""
+    bridge_ub, ub_cfg = ub
+    fp8 = row["precision"] == "fp8"
+    return dict(
+        attention_kernel="flash",
+        overlap_grad_reduce=_yes(row["overlap_grad_reduce"]),
+        overlap_param_gather=_yes(row["overlap_param_gather"]),
+        tp_comm_overlap=_yes(row["tp_comm_overlap"]),
+        tp_comm_overlap_cfg="bridge" if bridge_ub else ub_cfg,
+        fp8="hybrid" if fp8 else None,
+        fp8_recipe=row["fp8_recipe"] or "delayed",
+        fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
+        grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
+        cuda_graph_impl=row["cuda_graph_impl"],
+        ub_graph_reorders_rs=graph_rs,
+        tp_only_amax_red=reduces_amax_over_tp_only(row["release"], row["model_name"]),
+        activation_fusion=not eager,
+        **_dp_sync_options(dp_sync.get(row["run_id"])),
+    )
+
+
 def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
     """A published run of today's Megatron-Core (through NeMo or Megatron-Bridge): flash attention,
     the distributed optimizer with --overlap-grad-reduce --overlap-param-gather, SP with TP and the
@@ -397,7 +419,6 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
         split = "embedding+loss"
         assumptions.append("embedding and loss counted as pipeline layers (the only even split of the layers)")
     bridge_ub, ub_cfg = _row_userbuffers(row, dp_sync, t, assumptions)
-    fp8 = row["precision"] == "fp8"
     eager = row["mlp"] == "squared_relu"  # every squared-ReLU run of the table is NeMo 2's (Nemotron-4)
     if eager:
         assumptions.append(NEMO_SQUARED_RELU)
@@ -419,22 +440,7 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
         sequence_parallel=_yes(row["sequence_parallel"]),
         distributed_optimizer=_yes(row["distributed_optimizer"]),
         stage_split=split,
-        options=dict(
-            attention_kernel="flash",
-            overlap_grad_reduce=_yes(row["overlap_grad_reduce"]),
-            overlap_param_gather=_yes(row["overlap_param_gather"]),
-            tp_comm_overlap=_yes(row["tp_comm_overlap"]),
-            tp_comm_overlap_cfg="bridge" if bridge_ub else ub_cfg,
-            fp8="hybrid" if fp8 else None,
-            fp8_recipe=row["fp8_recipe"] or "delayed",
-            fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
-            grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
-            cuda_graph_impl=row["cuda_graph_impl"],
-            ub_graph_reorders_rs=graph_rs,
-            tp_only_amax_red=reduces_amax_over_tp_only(row["release"], row["model_name"]),
-            activation_fusion=not eager,
-            **_dp_sync_options(dp_sync.get(row["run_id"])),
-        ),
+        options=_modern_options(row, dp_sync, (bridge_ub, ub_cfg), graph_rs, eager),
     )
     if row["not_fit_because"]:
         assumptions.append("validated only, not fitted: " + row["not_fit_because"])
