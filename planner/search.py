@@ -333,13 +333,7 @@ def search(
         why = empty_grid_reason(num_gpus, pins) if pins_leave_no_world(num_gpus, pins) else None
         why = why or axes.reason(num_gpus, ctx.training.global_batch)
         raise InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, f"world size = tp·cp·pp·dp: {why}", suggest_sizes))
-    grid = candidate_grid(ctx, num_gpus, pins)
-    candidates, columns = len(grid), {name: getattr(grid, name) for name in FIELDS}
-    legal, rejected = _legal_rows(ctx, grid, pins, num_gpus)
-    if len(legal) < candidates:  # only the legal rows from here on: the candidates are let go column by column
-        del grid
-        grid = _rows_of(columns, legal)
-    legal = columns = None
+    grid, candidates, rejected = _legal_grid(ctx, num_gpus, pins)
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     grid, options = recipe_options(ctx, pins, grid)
     unsolved = np.flatnonzero(grid.recompute_block & (grid.recompute_layers == 0))  # block pinned, layers not
@@ -375,6 +369,18 @@ def search(
     hybrid = len(parts[-1].peak) if hsdp else 0
     result.block_variants, result.tp_overlap_twins, result.hybrid_variants = variants - hybrid, twins, hybrid
     return result
+
+
+def _legal_grid(ctx: Context, num_gpus: int, pins: Pins) -> tuple[PlanGrid, int, dict[str, int]]:
+    """The candidates that keep every rule (``_legal_rows``), how many candidates there were, and how many rows
+    each rule rejected first; the candidates are let go column by column as the legal rows are taken."""
+    grid = candidate_grid(ctx, num_gpus, pins)
+    candidates, columns = len(grid), {name: getattr(grid, name) for name in FIELDS}
+    legal, rejected = _legal_rows(ctx, grid, pins, num_gpus)
+    if len(legal) < candidates:  # only the legal rows from here on
+        del grid
+        grid = _rows_of(columns, legal)
+    return grid, candidates, rejected
 
 
 def _rows_of(columns: dict, rows: np.ndarray) -> PlanGrid:

@@ -577,3 +577,20 @@ def test_which_runs_reduce_amaxes_over_tp_only():
     # GPT-3 config and the DGX Cloud NeMo releases do not
     assert reduces_amax_over_tp_only("MLPerf Training v4.1") and reduces_amax_over_tp_only("MLPerf Training v5.0")
     assert not reduces_amax_over_tp_only("MLPerf Training v4.0") and not reduces_amax_over_tp_only("NeMo 25.04")
+    # NeMo 2's GPT-3 175B performance script sets it (v2.2.0 scripts/llm/performance/pretrain_gpt3_175b.py, v2.3.0
+    # and v2.4.0 scripts/performance/llm/): the NeMo 25.02-25.07 pages' GPT-3 rows; no other model's script does
+    assert reduces_amax_over_tp_only("NeMo 25.02 container (NeMo 2.x)", "GPT3-175B")
+    assert not reduces_amax_over_tp_only("NeMo 25.02 container (NeMo 2.x)", "Llama3-70B")
+    assert not reduces_amax_over_tp_only("NeMo 24.12 (nemo_megatron/launch.sh FW_VERSION=24.12)", "GPT3-175B")
+
+
+def test_nemo_2502_gpt3_amaxes_over_tp_only_by_hand():
+    # NeMo 25.02's GPT-3 175B FP8 (delayed) on 512 B200: TP4 PP4 V6 DP32, GBS 2048, b 2, so m = 2048/(2·32) = 32
+    # and 2·m·v = 384 all-reduces of 12 amaxes × 4 B × 24 layers = 1,152 B. Over TP only: 4 ranks on NVLink (α 5 µs),
+    # min(ring 2·3·5, tree 2·⌈log₂4⌉·5) = 20 µs + 2·(3/4)·1152/720e9 = 2.4 ns; over TP×DP, Megatron-Core's default:
+    # 128 ranks on 16 nodes (leaf tier, α 8 µs), tree 2·7·8 = 112 µs + 2·(127/128)·1152/340e9 = 6.7 ns. 7.68 ms
+    # against 43.0 ms a step
+    req = prepare(next(r for r in load_runs() if r.id == "NEMODOC-25.02-B200-GPT3-175B-n512"))
+    assert req.ctx.options.tp_only_amax_red
+    assert _amax_sync_s(req) == pytest.approx(384 * (20e-6 + 2.4e-9), rel=1e-4)
+    assert _amax_sync_s(req, tp_only_amax_red=False) == pytest.approx(384 * (112e-6 + 6.7e-9), rel=1e-4)

@@ -112,8 +112,9 @@ def _per_plan(value, inverse: np.ndarray, rows: int, seen: dict):
 def _per_plan_array(value: np.ndarray, inverse: np.ndarray, rows: int, seen: dict):
     if value.ndim == 0 or value.shape[0] != rows:
         return value  # an array every plan shares (broadcast)
-    if id(value) not in seen:
-        seen[id(value)] = (value, value.take(inverse, axis=0))  # kept: its id is not reused meanwhile
+    if id(value) not in seen:  # kept: its id is not reused meanwhile
+        column_major = value.ndim == 2 and value.shape[1] > 1 and value.flags.f_contiguous  # stays so (``stage``)
+        seen[id(value)] = (value, value.T.take(inverse, axis=1).T if column_major else value.take(inverse, axis=0))
     return seen[id(value)][1]
 
 
@@ -342,6 +343,9 @@ class _Shapes:
         return self._ids
 
 
+_SPLIT_TABLES = ("_table", "_pmax", "_split_p", "_kept")  # what ``Letters`` keeps by split (and the context's store)
+
+
 class Letters:
     """t, p, d, c, b, s, h, a, g, d_h, f, L, V, m ... of every plan of a grid."""
 
@@ -429,6 +433,21 @@ class Letters:
             np.asfortranarray(count.take(inverse, axis=0)),
         )
         self.split_legal = legal.take(inverse)[:, None]
+
+    def take(self, rows: np.ndarray) -> Letters:
+        """The letters of the plans ``rows`` (positions) alone, with their stage tables and what the cost modules
+        cached for them (``once`` terms, read back per plan): every term is row by row, so a term of these
+        letters is, number for number, the term of all the plans at ``rows`` (a term only some plans read is
+        computed on those: ``estimate._on_rows``)."""
+        n, seen = len(self.t), {}
+        part = object.__new__(Letters)
+        for name, value in vars(self).items():
+            if name in ("_shapes", "_stage_cache"):  # made again for these plans when asked
+                value = None
+            elif name not in _SPLIT_TABLES:  # the split tables are by split, not by plan
+                value = _per_plan(value, rows, n, seen)
+            setattr(part, name, value)
+        return part
 
     def distinct(self, key: tuple[str, ...], carried: tuple[str, ...] = ()) -> tuple[Letters, np.ndarray]:
         """The letters of one plan per distinct value of the ``key`` letters, with the ``carried`` letters
