@@ -28,7 +28,7 @@ from planner.fidelity.evidence import band_frac, plan_evidence
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
 from planner.result import brief_plan_json, plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
-from planner.space.grid import PlanGrid, distinct
+from planner.space.grid import PlanGrid, distinct, take_column
 from planner.space.rules import each_rule_mask
 from planner.space.sizes import (
     WorldAxes,
@@ -339,7 +339,9 @@ def search(
     unsolved = np.flatnonzero(grid.recompute_block & (grid.recompute_layers == 0))  # block pinned, layers not
     if len(unsolved):
         solved = block_recompute_layers(grid.take(unsolved), options.evaluating, capacity)
-        grid.recompute_layers[unsolved] = np.maximum(solved, 1)
+        layers = np.array(grid.recompute_layers)  # a copy: a column of one value is a read-only view
+        layers[unsolved] = np.maximum(solved, 1)
+        grid = replace(grid, recompute_layers=layers)
     block = pins.recompute_method is None and _full_allowed(pins)  # block-recomputation variants of unfit rows
     hsdp = pins.distributed_optimizer_instances is None  # Megatron FSDP's hybrid variants of the FSDP rows that fit
     rank_by = "memory" if sort == "memory" else rank_by
@@ -386,7 +388,7 @@ def _rows_of(columns: dict, rows: np.ndarray) -> PlanGrid:
     so the whole grid is never held twice (the candidates are the search's largest arrays)."""
     for name in columns:
         if name != "layouts":
-            columns[name] = columns[name][rows]
+            columns[name] = take_column(columns[name], rows)
     return PlanGrid(**columns)
 
 

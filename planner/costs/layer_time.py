@@ -163,7 +163,7 @@ def offload_exposed_s(lt: Letters, ctx: Context, n: np.ndarray, kinds: tuple[dic
     Megatron-LM transformer_block.py:304-318)."""
     layers = np.minimum(ctx.options.cpu_offloading_num_layers, n)
     if not ctx.options.cpu_offloading_num_layers:
-        return np.zeros(np.shape(layers))
+        return np.zeros_like(layers, dtype=float)  # in the stage arrays' (column-major) order
     dense, moe_layer = kinds
     per = {k: (1 - moe_share) * dense[k] + moe_share * moe_layer[k] for k in ("fwd", "bwd")}
     acts = layer_activations(lt, ctx)
