@@ -28,7 +28,7 @@ from planner.fidelity.evidence import band_frac, plan_evidence
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
 from planner.result import brief_plan_json, plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
-from planner.space.grid import PlanGrid, distinct
+from planner.space.grid import PlanGrid, distinct, take_column
 from planner.space.rules import each_rule_mask
 from planner.space.sizes import (
     WorldAxes,
@@ -333,19 +333,15 @@ def search(
         why = empty_grid_reason(num_gpus, pins) if pins_leave_no_world(num_gpus, pins) else None
         why = why or axes.reason(num_gpus, ctx.training.global_batch)
         raise InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, f"world size = tp·cp·pp·dp: {why}", suggest_sizes))
-    grid = candidate_grid(ctx, num_gpus, pins)
-    candidates, columns = len(grid), {name: getattr(grid, name) for name in FIELDS}
-    legal, rejected = _legal_rows(ctx, grid, pins, num_gpus)
-    if len(legal) < candidates:  # only the legal rows from here on: the candidates are let go column by column
-        del grid
-        grid = _rows_of(columns, legal)
-    legal = columns = None
+    grid, candidates, rejected = _legal_grid(ctx, num_gpus, pins)
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     grid, options = recipe_options(ctx, pins, grid)
     unsolved = np.flatnonzero(grid.recompute_block & (grid.recompute_layers == 0))  # block pinned, layers not
     if len(unsolved):
         solved = block_recompute_layers(grid.take(unsolved), options.evaluating, capacity)
-        grid.recompute_layers[unsolved] = np.maximum(solved, 1)
+        layers = np.array(grid.recompute_layers)  # a copy: a column of one value is a read-only view
+        layers[unsolved] = np.maximum(solved, 1)
+        grid = replace(grid, recompute_layers=layers)
     block = pins.recompute_method is None and _full_allowed(pins)  # block-recomputation variants of unfit rows
     hsdp = pins.distributed_optimizer_instances is None  # Megatron FSDP's hybrid variants of the FSDP rows that fit
     rank_by = "memory" if sort == "memory" else rank_by
@@ -375,12 +371,24 @@ def search(
     return result
 
 
+def _legal_grid(ctx: Context, num_gpus: int, pins: Pins) -> tuple[PlanGrid, int, dict[str, int]]:
+    """The candidates that keep every rule (``_legal_rows``), how many candidates there were, and how many rows
+    each rule rejected first; the candidates are let go column by column as the legal rows are taken."""
+    grid = candidate_grid(ctx, num_gpus, pins)
+    candidates, columns = len(grid), {name: getattr(grid, name) for name in FIELDS}
+    legal, rejected = _legal_rows(ctx, grid, pins, num_gpus)
+    if len(legal) < candidates:  # only the legal rows from here on
+        del grid
+        grid = _rows_of(columns, legal)
+    return grid, candidates, rejected
+
+
 def _rows_of(columns: dict, rows: np.ndarray) -> PlanGrid:
     """The grid of ``rows`` of a grid's ``columns``, each column replaced in ``columns`` by its rows in turn,
     so the whole grid is never held twice (the candidates are the search's largest arrays)."""
     for name in columns:
         if name != "layouts":
-            columns[name] = columns[name][rows]
+            columns[name] = take_column(columns[name], rows)
     return PlanGrid(**columns)
 
 

@@ -98,3 +98,27 @@ def test_the_grid_keeps_pinned_layer_counts_and_layout_indices_in_two_bytes():
     assert len(pinned) and set(pinned.first_layers.tolist()) == {13} and set(pinned.last_layers.tolist()) == {14}
     wide = _layer_column(3, 40_000)
     assert wide.dtype == np.int32 and wide.tolist() == [40_000] * 3
+
+
+def test_constant_columns_are_held_once():
+    """A column every candidate shares is one value broadcast (no memory per row), and taking rows of it gives
+    the values gathering would: DeepSeek-V3 on 1024 H100 has cp = 1 and no pinned first/last stage (0) on
+    all 1,355,312 rows, and a mask, a slice and positions take 3, 2 and 2 rows of it."""
+    from planner.api import make_request
+    from planner.space.candidates import NO_PINS, candidate_grid
+    from planner.space.grid import shared_constant, take_column
+
+    ctx = make_request(model="deepseek-v3", gpus=1024, hardware="dgx-h100-superpod").ctx
+    grid = candidate_grid(ctx, 1024, NO_PINS)
+    assert len(grid) == 1_355_312
+    for name in ("cp", "first_layers", "last_layers"):
+        assert getattr(grid, name).strides == (0,)
+    assert grid.tp.strides != (0,) and len(np.unique(grid.tp)) == 4  # tp 1, 2, 4, 8: kept row by row
+    col = shared_constant(np.full(5, 7, dtype=np.int32))
+    assert col.strides == (0,) and col.tolist() == [7] * 5
+    mask = np.array([True, False, True, True, False])
+    for index, rows in ((mask, 3), (slice(1, 3), 2), (np.array([4, 0]), 2)):
+        assert take_column(col, index).tolist() == [7] * rows
+    varied = np.array([1, 2, 1], dtype=np.int8)
+    assert shared_constant(varied) is varied
+    assert take_column(varied, np.array([1, 2])).tolist() == [2, 1]

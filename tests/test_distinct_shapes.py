@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from planner.api import make_request
 from planner.costs.blocks import _layer_blocks, layer_parts
-from planner.costs.estimate import evaluate, iteration_s
+from planner.costs.estimate import _time_terms, evaluate, iteration_s
 from planner.costs.letters import (
     KEPT_SHAPES,
     LAYER_CARRIED,
@@ -27,6 +27,7 @@ from planner.costs.letters import (
     distinct_rows,
     keep_shapes,
 )
+from planner.costs.stage_memory import stage_params
 from planner.hardware.collectives import group_link, links_of
 from planner.space.candidates import Pins, candidate_grid
 from planner.space.grid import PlanGrid
@@ -185,7 +186,7 @@ def test_a_context_keeping_shapes_gives_each_grid_its_own_numbers(case, seed, si
             for name, value in _evaluation_values(evaluate(part, _fresh(ctx))).items():
                 np.testing.assert_array_equal(_evaluation_values(evaluate(part, kept))[name], value, err_msg=name)
     store = kept.__dict__[KEPT_SHAPES]
-    assert {"layer_parts", "group_links", "p2p"} <= store.kept.keys()
+    assert {"layer_sums", "group_links", "p2p"} <= store.kept.keys()
     for k in store.kept.values():  # each shape computed once
         assert not k.broken and np.array_equal(np.sort(k.row[k.row >= 0]), np.arange(k.n))
 
@@ -239,3 +240,27 @@ def test_terms_without_the_optimizer_instances_are_shared_by_a_plans_hybrid_vari
     for letter in ("R", "N", "edp_in"):
         with pytest.raises(TypeError, match="not in this view's key"):
             getattr(view, letter) + 1
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(2, 300))
+def test_the_letters_of_some_plans_give_those_plans_terms(case, seed, rows):
+    """``Letters.take``: the letters of some plans, with what the cost modules cached for every plan (the
+    ``once`` terms, the stage tables), give each of those plans the time terms it has among all the plans
+    (``estimate._on_rows`` computes a term only some plans have, the data-parallel sync, on those alone)."""
+    ctx, grid = _grid(*case)
+    rng = np.random.default_rng(seed)
+    grid = grid.take(rng.choice(len(grid), size=min(rows, len(grid)), replace=False))
+    grid = replace(grid, tp_comm_overlap=rng.integers(0, 2, len(grid)).astype(np.int8))
+    some = np.flatnonzero(rng.integers(0, 2, len(grid)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lt = Letters(grid, ctx)
+        mem = stage_params(lt, ctx, lt.type_index)
+        mem = {"dense_params": mem["dense"], "expert_params": mem["expert"]}
+        every, _, _ = _time_terms(lt, ctx, mem)  # caches the once terms on lt, which take carries
+        part = lt.take(some)
+        assert part.type_index.flags.f_contiguous or part.type_index.shape[1] == 1
+        terms, _, _ = _time_terms(part, ctx, {k: v[some] for k, v in mem.items()})
+    for k, v in every.items():
+        np.testing.assert_array_equal(terms[k], v[some], err_msg=k)

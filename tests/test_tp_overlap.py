@@ -325,6 +325,39 @@ def test_the_dgx_cloud_gpt3_runs_read_their_own_userbuffer_config():
         assert bool(ops["fc2_fprop"]["margin"][0]) and "nemo1_gpt3_175b_h100.yaml" in cfg.name
 
 
+def _ops(rid: str, t: int, h: int, s: int) -> tuple[dict, str]:
+    req = prepare(next(r for r in load_runs() if r.id == rid))
+    lt_t, lt_b = np.array([t]), np.array([1])
+    cfg = req.ctx.options.tp_comm_overlap_cfg
+    configs, index = plan_configs(cfg, 9.0 if "B200" not in rid else 10.0, True, h, s, lt_t, lt_b)
+    ops = plan_ops(configs, index, lt_t)
+    return {k: {f: float(v[0]) for f, v in op.items()} for k, op in ops.items()}, cfg.name
+
+
+def test_nemo_22_runs_read_the_userbuffer_presets_of_their_release():
+    # NeMo 2.2 (nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py @ v2.2.0, and at d2b21556f245, the
+    # commit DGX Cloud v25.04's setup.sh checks out) defines presets under Megatron-Bridge's names whose fields differ.
+    # Its Llama 3.1 405B presets (h16384 tp8 cp2, b200 h16384 tp4 cp2) aggregate their all-gather rings, which the law's
+    # chunk price over-rewards (the same 405B bf16 plan on 512 H100: 19.78 s with them, 19.81 s with Bridge's; the model
+    # 2.8 % apart): those runs keep Bridge's presets (docs/cost-model.md §6.3.1)
+    for rid in ("DGXC-v25.04-H100-Llama3.1-405B-bf16-n512", "NEMODOC-25.02-B200-Llama3.1-405B-n128"):
+        assert next(r for r in load_runs() if r.id == rid).request["options"]["tp_comm_overlap_cfg"] == "bridge"
+    # userbuffers_fp8_h100_h8192_tp4 (Llama 3 70B FP8): proj_fprop on 24 SMs and fc2_fprop on 16, both pipelined
+    ops, _ = _ops("DGXC-v25.04-H100-Llama3-70B-fp8-n64", 4, 8192, 8192)
+    assert [(ops[k]["pipeline"], ops[k]["num_sm"]) for k in ("proj_fprop", "fc2_fprop")] == [(1.0, 24.0), (1.0, 16.0)]
+    # userbuffers_fp8_h100_h12288_tp4 (NeMo 25.02's GPT-3 175B FP8 on H100): proj_fprop pipelined on 24 SMs, fc2 rung
+    ops, _ = _ops("NEMODOC-25.02-H100-GPT3-175B-n512", 4, 12288, 2048)
+    assert [(ops[k]["pipeline"], ops[k]["num_sm"]) for k in ("proj_fprop", "fc2_fprop")] == [(1.0, 24.0), (0.0, 1.0)]
+    # NeMo 25.02's Nemotron-4 340B FP8 on B200 runs the bf16 preset (v2.2.0 has no fp8 one for h18432 tp8): fc2_fprop
+    # pipelined on 24 SMs, where the fp8 preset (NeMo 2.3+, Bridge) rings it
+    ops, name = _ops("NEMODOC-25.02-B200-Nemotron4-340B-n128", 8, 18432, 4096)
+    assert "nemo_v220_nemotron4_340b_b200" in name
+    assert (ops["fc2_fprop"]["pipeline"], ops["fc2_fprop"]["num_sm"]) == (1.0, 24.0)
+    # DGX Cloud v25.05.05 checks out NeMo 6f2c6fdaffcc, whose presets are Bridge's: no file of its own
+    run = next(r for r in load_runs() if r.id == "DGXC-v25.05.05-H100-Llama3.1-405B-fp8-n512")
+    assert run.request["options"]["tp_comm_overlap_cfg"] == "bridge"
+
+
 def _with_split(ctx, split_us):
     """The context on a GPU whose ``gemm_split_us`` is ``split_us`` (None: each chunk at the GEMM law)."""
     gpu = ctx.hardware.gpu.model_copy(update={"gemm_split_us": split_us})
@@ -577,3 +610,20 @@ def test_which_runs_reduce_amaxes_over_tp_only():
     # GPT-3 config and the DGX Cloud NeMo releases do not
     assert reduces_amax_over_tp_only("MLPerf Training v4.1") and reduces_amax_over_tp_only("MLPerf Training v5.0")
     assert not reduces_amax_over_tp_only("MLPerf Training v4.0") and not reduces_amax_over_tp_only("NeMo 25.04")
+    # NeMo 2's GPT-3 175B performance script sets it (v2.2.0 scripts/llm/performance/pretrain_gpt3_175b.py, v2.3.0
+    # and v2.4.0 scripts/performance/llm/): the NeMo 25.02-25.07 pages' GPT-3 rows; no other model's script does
+    assert reduces_amax_over_tp_only("NeMo 25.02 container (NeMo 2.x)", "GPT3-175B")
+    assert not reduces_amax_over_tp_only("NeMo 25.02 container (NeMo 2.x)", "Llama3-70B")
+    assert not reduces_amax_over_tp_only("NeMo 24.12 (nemo_megatron/launch.sh FW_VERSION=24.12)", "GPT3-175B")
+
+
+def test_nemo_2502_gpt3_amaxes_over_tp_only_by_hand():
+    # NeMo 25.02's GPT-3 175B FP8 (delayed) on 512 B200: TP4 PP4 V6 DP32, GBS 2048, b 2, so m = 2048/(2·32) = 32
+    # and 2·m·v = 384 all-reduces of 12 amaxes × 4 B × 24 layers = 1,152 B. Over TP only: 4 ranks on NVLink (α 5 µs),
+    # min(ring 2·3·5, tree 2·⌈log₂4⌉·5) = 20 µs + 2·(3/4)·1152/720e9 = 2.4 ns; over TP×DP, Megatron-Core's default:
+    # 128 ranks on 16 nodes (leaf tier, α 8 µs), tree 2·7·8 = 112 µs + 2·(127/128)·1152/340e9 = 6.7 ns. 7.68 ms
+    # against 43.0 ms a step
+    req = prepare(next(r for r in load_runs() if r.id == "NEMODOC-25.02-B200-GPT3-175B-n512"))
+    assert req.ctx.options.tp_only_amax_red
+    assert _amax_sync_s(req) == pytest.approx(384 * (20e-6 + 2.4e-9), rel=1e-4)
+    assert _amax_sync_s(req, tp_only_amax_red=False) == pytest.approx(384 * (112e-6 + 6.7e-9), rel=1e-4)

@@ -356,21 +356,7 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
             raise PlannerError("the world size is unknown: pass --gpus N (a MODEL_ARGS YAML does not hold it)")
         return import_fields(mlm_yaml_argv(text)[0], **common), where
     if kind == "nemo2":
-        from planner.bridge.formats import nemo2_fields, nemo2_launch
-
-        world, unread = nemo2_launch(text)
-        if common["gpus"] is None and world is not None:
-            common["gpus"], where = world, f"the NeMo 2 line's {world} GPUs (trainer.num_nodes × trainer.devices)"
-        elif common["gpus"] is None:
-            raise PlannerError(
-                "the world size is unknown: pass --gpus N, or give trainer.num_nodes and trainer.devices on the "
-                "NeMo 2 line"
-            )
-        fields, preset, (assumed, factory) = nemo2_fields(text)
-        fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
-        read = bridge_import_fields(fields, env=head.get("env", ()), **{**common, "model": common["model"] or preset})
-        said = (_nemo2_note(assumed, factory), *read.notes)
-        return replace(read, notes=said, warnings=(*unread, *read.warnings)), where
+        return _nemo2_source(text, values, head, common, where)
     fields = read_bridge_text(text) if path else {}
     _refuse_other_configs(text, fields, path)
     overrides = parse_dotlist(list(values.get("bridge_override") or ()))
@@ -385,6 +371,25 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
     if gpus is None:  # the recipe's name stated them (bridge_import_fields says so in a note)
         where = f"the recipe name's {read.data['gpus']} GPUs"
     return replace(read, warnings=(*unread, *read.warnings), notes=(*said, *read.notes)), where
+
+
+def _nemo2_source(text: str, values: dict, head: dict, common: dict, where: str) -> tuple[object, str]:
+    """`read_bridge_source` of a NeMo 2 command line: its world size (trainer.num_nodes × trainer.devices) unless
+    --gpus gives it, its fields over the factory's defaults, then --bridge-override."""
+    from planner.bridge.formats import nemo2_fields, nemo2_launch
+
+    world, unread = nemo2_launch(text)
+    if common["gpus"] is None and world is not None:
+        common["gpus"], where = world, f"the NeMo 2 line's {world} GPUs (trainer.num_nodes × trainer.devices)"
+    elif common["gpus"] is None:
+        raise PlannerError(
+            "the world size is unknown: pass --gpus N, or give trainer.num_nodes and trainer.devices on the NeMo 2 line"
+        )
+    fields, preset, (assumed, factory) = nemo2_fields(text)
+    fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
+    read = bridge_import_fields(fields, env=head.get("env", ()), **{**common, "model": common["model"] or preset})
+    said = (_nemo2_note(assumed, factory), *read.notes)
+    return replace(read, notes=said, warnings=(*unread, *read.warnings)), where
 
 
 MODEL_SHAPE = ("model.num_layers", "model.hidden_size", "model.num_attention_heads")

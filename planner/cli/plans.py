@@ -347,10 +347,31 @@ def compare(
         megaplan compare --model gpt3-175b --gpus 1024 --tp 8 --pp 16 \\
             --a '--recompute full' --b '--recompute selective --sequence-parallel'
     """
-    from click.core import ParameterSource
-
     from planner.report import runs as report_run
     from planner.runs import compare as cmp
+
+    reqs, pjs = _compare_sides(click_ctx, plan_files, a_args, b_args, kw)
+    if reqs[0] == reqs[1]:  # fresh user trial 8: `compare plans.json plans.json` compared a plan with itself silently
+        named = f" ({plan_files[0]} twice)" if len(plan_files) == 2 and plan_files[0] == plan_files[1] else ""
+        click.echo(
+            f"megaplan: note: plans A and B are the same plan{named}: nothing below differs (two ranks of a search "
+            "file: FILE#1 FILE#2; one plan changed per side: --a/--b)",
+            err=True,
+        )
+    result = cmp.compare_plans(*pjs)
+    if as_json:
+        echo_json(result)
+    elif as_csv:
+        from planner.report.csv_out import compare_csv
+
+        click.echo(compare_csv(result), nl=False)
+    else:
+        console().print(report_run.compare_view(result))
+
+
+def _compare_sides(click_ctx: click.Context, plan_files: tuple[str, ...], a_args, b_args, kw: dict) -> tuple:
+    """`compare`'s two requests and plan JSONs: from two plan files, or one base changed per side by --a/--b."""
+    from click.core import ParameterSource
 
     a_over, b_over = _side_overrides(a_args, "a"), _side_overrides(b_args, "b")
     shared = [
@@ -375,22 +396,7 @@ def compare(
         reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
         sides = zip(reqs, (a_over, b_over), "ab", strict=True)
         pjs = [_side_plan(r, over, side, plan_files, kw) for r, over, side in sides]
-    if reqs[0] == reqs[1]:  # fresh user trial 8: `compare plans.json plans.json` compared a plan with itself silently
-        named = f" ({plan_files[0]} twice)" if len(plan_files) == 2 and plan_files[0] == plan_files[1] else ""
-        click.echo(
-            f"megaplan: note: plans A and B are the same plan{named}: nothing below differs (two ranks of a search "
-            "file: FILE#1 FILE#2; one plan changed per side: --a/--b)",
-            err=True,
-        )
-    result = cmp.compare_plans(*pjs)
-    if as_json:
-        echo_json(result)
-    elif as_csv:
-        from planner.report.csv_out import compare_csv
-
-        click.echo(compare_csv(result), nl=False)
-    else:
-        console().print(report_run.compare_view(result))
+    return reqs, pjs
 
 
 @cli.command()

@@ -228,7 +228,7 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     elementwise = parts["norm_residual"] / 2 + parts["rope"] + latent_norms  # the unfused softmax: in the core
     casts = fp8_cast_bytes(lt, ctx, gemms, fused_in=local, out_grad=local) if lt.fp8 else (0.0, 0.0)
     if unfused_rope(mo):  # the op-by-op RoPE's bytes beyond the fused kernel's ``rope`` part
-        extra = compute.unfused_rope_extra_bytes(parts["rope"] / compute.FUSED_ROPE_BYTES[0])
+        extra = compute.unfused_rope_extra_bytes(parts["rope"] / compute.FUSED_ROPE_BYTES[0], _rope_slowdown(ctx))
         casts = (casts[0] + extra[0], casts[1] + extra[1])
     tp = tp_pair_s(lt, ctx, gemms, gtime, ins, ["projection"], gather)
     modules = ctx.options.recompute_modules
@@ -239,6 +239,13 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     block = _timed(lt, ctx, linear, core_fwd, core_bwd, elementwise, tp, overhead, sel, casts)
     block["cp_fwd"], block["cp_bwd"] = _cp_ring_exposed(lt, ctx, core)
     return block
+
+
+def _rope_slowdown(ctx: Context) -> float:
+    """``compute.eager_rope_slowdown`` of the plan's GPU: its measured eager elementwise bandwidth, if any."""
+    gpu = ctx.hardware.gpu
+    eager = None if gpu.eager_elementwise_tbytes_per_s is None else gpu.eager_elementwise_tbytes_per_s * 1e12
+    return compute.eager_rope_slowdown(gpu.hbm_bytes_per_s, ctx.hardware.calibration.memory_efficiency, eager)
 
 
 def unfused_rope(mo) -> bool:
@@ -434,8 +441,9 @@ def _comm_share(lt: Letters, ctx: Context, dispatch: np.ndarray, a2a_bytes: np.n
     return np.minimum((1.0 - mu) * sms + mu * hbm, 1.0)
 
 
-def sum_blocks(*blocks: dict) -> dict[str, np.ndarray]:
-    return {k: sum(b[k] for b in blocks) for k in blocks[0]}
+def sum_blocks(*blocks: dict, keys=None) -> dict[str, np.ndarray]:
+    """The blocks' terms added, each of ``keys`` (default: every term of the first block)."""
+    return {k: sum(b[k] for b in blocks) for k in (blocks[0] if keys is None else keys)}
 
 
 def layer_parts(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
@@ -475,6 +483,32 @@ def _layer_blocks(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]
     return out
 
 
+LAYER_TERM_INPUTS = ("fwd", "bwd", "sel", "tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "moe_fwd", "moe_bwd")  # layer_terms'
+
+
+def layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
+    """Each kind of layer's blocks summed (``sum_blocks``), only what ``layer_terms`` reads (``LAYER_TERM_INPUTS``),
+    once per grid and computed once per distinct shape (``Letters.once``): ``dense`` (attention + dense MLP), with
+    experts ``moe`` (attention + MoE MLP), with sliding windows ``window`` and ``attention`` (each alone). Summed
+    per shape and read back per plan, the numbers of ``layer_parts`` summed plan by plan."""
+    cached = getattr(lt, "_layer_sums", None)
+    if cached is None:
+        cached = lt._layer_sums = lt.once(lambda shapes: _layer_sums(shapes, ctx), "layer_sums", LAYER_KEY)
+    return cached
+
+
+def _layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
+    """``layer_sums`` of the plans of ``lt``."""
+    mo, parts = ctx.model, _layer_blocks(lt, ctx)
+    out = {"dense": sum_blocks(parts["attention"], parts["dense"], keys=LAYER_TERM_INPUTS)}
+    if mo.is_moe:
+        out["moe"] = sum_blocks(parts["attention"], parts["moe"], keys=LAYER_TERM_INPUTS)
+    if mo.window is not None:
+        for name in ("window", "attention"):
+            out[name] = {k: parts[name][k] for k in LAYER_TERM_INPUTS}
+    return out
+
+
 def layer_terms(lt: Letters, ctx: Context, blk: dict) -> dict[str, np.ndarray]:
     """A layer's per-micro-batch terms from its blocks: recomputation (full: the forward again with its
     collectives and dispatch; selective: what --recompute-modules names, the MoE block with its
@@ -487,7 +521,6 @@ def layer_terms(lt: Letters, ctx: Context, blk: dict) -> dict[str, np.ndarray]:
         "fwd": blk["fwd"],
         "bwd": blk["bwd"],
         "recompute": np.where(lt.rc == 2, blk["fwd"], np.where(lt.rc == 1, blk["sel"], 0.0)),
-        "linear": blk["linear"],
         "tp": blk["tp_fwd"] * again + blk["tp_bwd"],
         "cp": blk["cp_fwd"] * again + blk["cp_bwd"],
         "moe": blk["moe_fwd"] * moe_again + blk["moe_bwd"],
@@ -502,5 +535,4 @@ def layer_times(lt: Letters, ctx: Context, *, moe_layer: bool = False) -> dict[s
     MLP: compute ``fwd``/``bwd``/``recompute``; exposed TP collectives ``tp``, context-parallel ring
     ``cp`` and MoE token dispatch ``moe`` (forward, backward and recompute), with their forward
     parts ``*_fwd``."""
-    parts = layer_parts(lt, ctx)
-    return layer_terms(lt, ctx, sum_blocks(parts["attention"], parts["moe" if moe_layer else "dense"]))
+    return layer_terms(lt, ctx, layer_sums(lt, ctx)["moe" if moe_layer else "dense"])

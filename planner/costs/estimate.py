@@ -16,7 +16,7 @@ from planner.costs import Formula, layer_time, memory, memory_parts
 from planner.costs import communication as comm
 from planner.costs.flop_terms import flop_terms
 from planner.costs.layer_time import activation_message, layer_time_formulas, layer_times, stage_step, stage_terms
-from planner.costs.letters import LAYER_CARRIED, LAYER_KEY, Letters
+from planner.costs.letters import LAYER_CARRIED, LAYER_KEY, Letters, _per_plan
 from planner.costs.linears import tp_link
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, interleaved_wrap_wait_s
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes, stage_params
@@ -453,21 +453,25 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
     per_mb = fwd + bwd + rec + step["offload"] + tp + cp + mo + fsdp
     slow_col = np.argmax(np.where(count > 0, per_mb, -np.inf), axis=1)
-    slowest = per_mb[rows, slow_col][:, None]
-    # row by row as a row-major array sums it (the stage terms are column-major: ``Letters.stage``)
-    total = np.sum(np.ascontiguousarray(count * per_mb), axis=1, keepdims=True)
-    bubble = bubble_time_s(total, slowest, lt.vpp)
+    at = slow_col * len(rows) + rows  # each plan's slowest stage in a column-major (plans, stages) array
 
     def pick(x):  # the slowest stage's term (a term the same on every stage is its own)
         if np.shape(x) == (len(rows), 1):
             return x
-        return np.broadcast_to(x, per_mb.shape)[rows, slow_col][:, None]
+        x = np.broadcast_to(x, per_mb.shape)
+        return (x.ravel(order="F").take(at) if x.flags.f_contiguous else x[rows, slow_col])[:, None]
+
+    slowest = pick(per_mb)
+    # row by row as a row-major array sums it (the stage terms are column-major: ``Letters.stage``)
+    total = np.sum(np.ascontiguousarray(count * per_mb), axis=1, keepdims=True)
+    bubble = bubble_time_s(total, slowest, lt.vpp)
 
     p2p = _p2p_time_s(lt, ctx)
     stage_f, stage_b = fwd + step["comm_fwd"], bwd + rec + tp + cp + mo - step["comm_fwd"]
     fwd_all, bwd_all = pick(stage_f), pick(stage_b)
-    dp = np.where(lt.fsdp_params, 0.0, _dp_sync(lt, ctx, mem, bwd + rec, stage_f, rep, count))
-    dp = dp + _hsdp_outer_s(lt, ctx, step, mem, n, count)
+    params = {k: mem[k] for k in ("dense_params", "expert_params")}
+    dp = _on_rows(~lt.fsdp_params, _dp_sync, lt, ctx, params, bwd + rec, stage_f, rep, count)  # Megatron FSDP: fsdp
+    dp = dp + _on_rows(lt.fsdp_grads & (lt.R > 1), _hsdp_outer_s, lt, ctx, step, params, n, count)
     time = {
         "forward": lt.m * pick(fwd),
         "backward": lt.m * pick(bwd),
@@ -485,6 +489,20 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     paced = lt.m * pick(fwd + bwd + rec) + bubble  # the compute a GPU's pace sets
     time["stragglers"] = straggler_s(paced, lt.world, ctx.hardware.calibration.straggler_sigma)
     return {k: _plan_column(v, len(rows)) for k, v in time.items()}, slow_col, p2p
+
+
+def _on_rows(use: np.ndarray, term, lt: Letters, ctx: Context, *args) -> np.ndarray:
+    """``term(lt, ctx, *args)``, a (plans, 1) term that is 0 on the plans not in ``use`` ((plans, 1) mask),
+    computed on the plans in ``use`` alone (``Letters.take``; ``args``: arrays or dicts of arrays whose first
+    axis is the plans, or values every plan shares): each plan's value is the one computed on every plan."""
+    use = use[:, 0]
+    if use.all():
+        return term(lt, ctx, *args)
+    out = np.zeros((len(use), 1))
+    if use.any():
+        rows, n, seen = np.flatnonzero(use), len(use), {}
+        out[rows] = term(lt.take(rows), ctx, *(_per_plan(a, rows, n, seen) for a in args))
+    return out
 
 
 def _plan_column(x, n: int) -> np.ndarray:

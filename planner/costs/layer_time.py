@@ -18,9 +18,9 @@ from planner.costs.blocks import (
     fp8_attention_ratios,
     graphed_frac,
     layer_parts,
+    layer_sums,
     layer_terms,
     layer_times,
-    sum_blocks,
     unfused_rope,
 )
 from planner.costs.layer_memory import layer_activations
@@ -106,17 +106,17 @@ def stage_terms(lt: Letters, ctx: Context, st: dict, *, offload: bool = True) ->
     """``stage_step`` of what ``st`` holds: one rank (``Letters.stage``), or every rank of the plan together
     (``Letters.whole_model``; each term but ``offload`` is a sum over the layers, the embedding and the loss
     held, so this is the sum of every rank's). Without ``offload``, that term (not such a sum) is left out."""
-    parts = layer_parts(lt, ctx)
+    sums = layer_sums(lt, ctx)
     mo = ctx.model
-    dense = layer_terms(lt, ctx, sum_blocks(parts["attention"], parts["dense"]))
-    moe_layer = layer_terms(lt, ctx, sum_blocks(parts["attention"], parts["moe"])) if mo.is_moe else dense
+    dense = layer_terms(lt, ctx, sums["dense"])
+    moe_layer = layer_terms(lt, ctx, sums["moe"]) if mo.is_moe else dense
     head = head_times(lt, ctx)
     tp_edge = tp_collectives_s(lt, ctx) / 2
     # each kind of layer the stage holds: how many, and one layer's terms (sliding-window layers: what their
     # attention changes); a kind the model has none of (no MoE, window or MTP layers) adds 0 s and is left out
     kinds = [(st["dense"], dense)] + ([(st["moe"], moe_layer)] if mo.is_moe else [])
     if mo.window is not None:
-        window, attention = layer_terms(lt, ctx, parts["window"]), layer_terms(lt, ctx, parts["attention"])
+        window, attention = layer_terms(lt, ctx, sums["window"]), layer_terms(lt, ctx, sums["attention"])
         kinds.append((st["window"], {k: window[k] - attention[k] for k in window}))
     if mo.mtp_layers:
         kinds.append((st["mtp"], moe_layer if mo.is_moe and mo.mtp_is_moe else dense))
@@ -143,30 +143,29 @@ def stage_terms(lt: Letters, ctx: Context, st: dict, *, offload: bool = True) ->
         "cp": total("cp") - kept * total("cp_fwd"),
         "moe": total("moe") - kept * total("moe_fwd"),
         "comm_fwd": total("tp_fwd") + total("cp_fwd") + total("moe_fwd") + first * tp_edge,
-        "linear": total("linear"),
     }
     if mo.mtp_layers:  # each MTP depth: its projection and the embedding of its shifted input
         mtp_fwd, mtp_bwd = mtp_extra_s(lt, ctx)
         step["fwd"] = step["fwd"] + st["mtp"] * (mtp_fwd + head["embedding_fwd"])
         step["bwd"] = step["bwd"] + st["mtp"] * (mtp_bwd + head["embedding_bwd"])
     if offload:
-        mean = {k: (1 - moe_share) * dense[k] + moe_share * moe_layer[k] for k in ("fwd", "bwd")}
-        step["offload"] = offload_exposed_s(lt, ctx, n, mean, moe_share)
+        step["offload"] = offload_exposed_s(lt, ctx, n, (dense, moe_layer), moe_share)
     return step
 
 
-def offload_exposed_s(
-    lt: Letters, ctx: Context, n: np.ndarray, per: dict[str, np.ndarray], moe_share: np.ndarray
-) -> np.ndarray:
+def offload_exposed_s(lt: Letters, ctx: Context, n: np.ndarray, kinds: tuple[dict, dict], moe_share: np.ndarray):
     """--cpu-offloading-num-layers N: each offloaded layer's activations go to host memory after its
     forward and come back before its backward, each copy overlapping the next layer's compute, so what
     a copy takes beyond that layer's forward (backward) is exposed:
     N·[max(0, A/W_host − t_fwd) + max(0, A/W_host − t_bwd)] per micro-batch, with A the layer's
-    activations (the stage's mean layer) and W_host the GPU-host link (Transformer Engine's CPU offload
-    context, used by Megatron-LM transformer_block.py:304-318)."""
+    activations and t_fwd, t_bwd its times (the stage's mean layer of the dense and MoE ``kinds``: one layer's
+    ``layer_terms`` of each) and W_host the GPU-host link (Transformer Engine's CPU offload context, used by
+    Megatron-LM transformer_block.py:304-318)."""
     layers = np.minimum(ctx.options.cpu_offloading_num_layers, n)
     if not ctx.options.cpu_offloading_num_layers:
-        return np.zeros(np.shape(layers))
+        return np.zeros_like(layers, dtype=float)  # in the stage arrays' (column-major) order
+    dense, moe_layer = kinds
+    per = {k: (1 - moe_share) * dense[k] + moe_share * moe_layer[k] for k in ("fwd", "bwd")}
     acts = layer_activations(lt, ctx)
     whole = (1 - moe_share) * acts["dense"]["whole"] + moe_share * acts["moe"]["whole"]
     copy = whole / ctx.hardware.memory.host_link_bytes_per_s
@@ -189,6 +188,13 @@ def _attention_core_text(ctx: Context) -> tuple[str, str]:
         core += f", in MXFP8 × {ratios[0]:g}"
         core_bwd += f", in MXFP8 × {ratios[1]:g} over the whole causal square (windows not skipped)"
     return core, core_bwd
+
+
+def _unfused_rope_text(ctx: Context) -> str:
+    """The op-by-op RoPE's bytes and, where the GPU preset measures one, the eager bandwidth they run at."""
+    eager = ctx.hardware.gpu.eager_elementwise_tbytes_per_s
+    rate = f" at the GPU's eager elementwise {eager} TB/s (pytorch/pytorch PR 176223)" if eager else ""
+    return "; YaRN RoPE op by op (Megatron-Core's unfused path): 24 B forward, 26 B backward per rotated element" + rate
 
 
 def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
@@ -214,7 +220,7 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     if mo.qk_layernorm and not mo.multi_latent_attention:  # compute.qk_norm_bytes
         window += "; per-head Q and K norms (--qk-layernorm): 4·sb·(a + g)·d_h/t bytes, Megatron-Core attention.py"
     if unfused_rope(mo):  # compute.unfused_rope_extra_bytes
-        window += "; YaRN RoPE op by op (Megatron-Core's unfused path): 24 B forward, 26 B backward per rotated element"
+        window += _unfused_rope_text(ctx)
     graphs = " (no τ: CUDA graphs)" if opts.cuda_graph_impl.value != "none" else ""
     forward = Formula(
         f"m × Σ_stage layers × [{linear} + {core} + elementwise bytes/(W_HBM·η_mem) + τ{graphs}], slowest stage; "

@@ -122,8 +122,9 @@ def _per_plan(value, inverse: np.ndarray, rows: int, seen: dict):
 def _per_plan_array(value: np.ndarray, inverse: np.ndarray, rows: int, seen: dict):
     if value.ndim == 0 or value.shape[0] != rows:
         return value  # an array every plan shares (broadcast)
-    if id(value) not in seen:
-        seen[id(value)] = (value, value.take(inverse, axis=0))  # kept: its id is not reused meanwhile
+    if id(value) not in seen:  # kept: its id is not reused meanwhile
+        column_major = value.ndim == 2 and value.shape[1] > 1 and value.flags.f_contiguous  # stays so (``stage``)
+        seen[id(value)] = (value, value.T.take(inverse, axis=1).T if column_major else value.take(inverse, axis=0))
     return seen[id(value)][1]
 
 
@@ -355,6 +356,9 @@ class _Shapes:
         return self._ids
 
 
+_SPLIT_TABLES = ("_table", "_pmax", "_split_p", "_kept")  # what ``Letters`` keeps by split (and the context's store)
+
+
 class Letters:
     """t, p, d, c, b, s, h, a, g, d_h, f, L, V, m ... of every plan of a grid."""
 
@@ -442,6 +446,13 @@ class Letters:
             np.asfortranarray(count.take(inverse, axis=0)),
         )
         self.split_legal = legal.take(inverse)[:, None]
+
+    def take(self, rows: np.ndarray) -> Letters:
+        """The letters of the plans ``rows`` (positions) alone, with their stage tables and what the cost modules
+        cached for them (``once`` terms, read back per plan): every term is row by row, so a term of these
+        letters is, number for number, the term of all the plans at ``rows`` (a term only some plans read is
+        computed on those: ``estimate._on_rows``). Each letter is taken when first read (``_Rows``)."""
+        return _Rows(self, rows)
 
     def distinct(self, key: tuple[str, ...], carried: tuple[str, ...] = ()) -> tuple[Letters, np.ndarray]:
         """The letters of one plan per distinct value of the ``key`` letters, with the ``carried`` letters
@@ -550,3 +561,27 @@ class Letters:
     def tokens_per_gpu(self) -> np.ndarray:
         """T: tokens of one micro-batch on one GPU after the sequence is split over c (and t with SP)."""
         return self.b * self.s / (self.c * np.where(self.sp, self.t, 1))
+
+
+class _Rows(Letters):
+    """``Letters.take``: the letters of some plans of ``whole``, each read from it (its rows taken) when first asked
+    for, so a term that reads a few letters takes those alone."""
+
+    def __init__(self, whole: Letters, rows: np.ndarray):
+        self._whole, self._rows, self._seen = whole, rows, {}
+        self._shapes, self._stage_cache = None, None  # made again for these plans when asked
+        for name in _SPLIT_TABLES:  # by split, not by plan
+            if name in vars(whole):
+                setattr(self, name, getattr(whole, name))
+
+    def __getattr__(self, name: str):  # a letter not read yet (or not cached by the whole: AttributeError)
+        if name.startswith("__") or name in ("_whole", "_rows", "_seen"):
+            raise AttributeError(name)
+        value = _per_plan(getattr(self._whole, name), self._rows, len(self._whole.t), self._seen)
+        setattr(self, name, value)
+        return value
+
+    def _view_of(self, first: np.ndarray, key: tuple[str, ...], carried: tuple[str, ...]) -> Letters:
+        for name in vars(self._whole):  # every letter read, so the view holds them all
+            getattr(self, name)
+        return super()._view_of(first, key, carried)

@@ -322,14 +322,18 @@ def te_reorders_graphed_rs(release: str) -> bool:
     return bool(re.search(r"MLPerf Training v[45]\.", release))
 
 
-def reduces_amax_over_tp_only(release: str) -> bool:
+def reduces_amax_over_tp_only(release: str, model_name: str = "") -> bool:
     """Whether a run's recipe reduces delayed-scaling FP8 amaxes over the TP×CP group only (Megatron-Core
     ``tp_only_amax_red``): NVIDIA's MLPerf Training v4.1 and v5 NeMo configs (conf/custom.yaml
     ``tp_only_amax_red: ${oc.env:TP_ONLY_AMAX_RED,True}``: gpt3 eos_n32/n64_ngc24.09 and b200_n8_preview,
-    llama31_405b eos-dfw_n*_ngc25.01). MLPerf v4.0's GPT-3 config and the NeMo-1 hydra config of the DGX Cloud
-    GPT-3 runs (nemo_megatron/cfg/gpt3_175b_hydra.yaml @ v25.04) do not set it, and of NeMo 2.3.0's performance
-    scripts only GPT-3 175B's does (scripts/performance/llm/pretrain_gpt3_175b.py), which no run here reads
-    with delayed scaling: the TP×DP×CP group, Megatron-Core's default."""
+    llama31_405b eos-dfw_n*_ngc25.01), and NeMo 2's GPT-3 175B performance script in the NeMo 25.02, 25.04 and
+    25.07 containers (``recipe.model.config.tp_only_amax_red = True``: NVIDIA/NeMo v2.2.0
+    scripts/llm/performance/pretrain_gpt3_175b.py, v2.3.0 and v2.4.0 scripts/performance/llm/pretrain_gpt3_175b.py;
+    gone at v2.5.0): the NeMo performance pages' GPT-3 rows. MLPerf v4.0's GPT-3 config, the NeMo-1 hydra config
+    of the DGX Cloud GPT-3 runs (nemo_megatron/cfg/gpt3_175b_hydra.yaml @ v25.04) and NeMo 2's other performance
+    scripts do not set it: the TP×DP×CP group, Megatron-Core's default."""
+    if re.search(r"NeMo 25\.0[247]\b", release) and model_name.startswith("GPT3-175B"):
+        return True
     return bool(re.search(r"MLPerf Training v(4\.1|5\.)", release))
 
 
@@ -382,6 +386,28 @@ def _row_userbuffers(row: dict, dp_sync: dict[str, dict], t: int, assumptions: l
     return bridge_ub, ub_cfg
 
 
+def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bool, eager: bool) -> dict:
+    """The plan options of a `_modern` run: flash attention, its own overlaps, TP-overlap config and FP8 recipe."""
+    bridge_ub, ub_cfg = ub
+    fp8 = row["precision"] == "fp8"
+    return dict(
+        attention_kernel="flash",
+        overlap_grad_reduce=_yes(row["overlap_grad_reduce"]),
+        overlap_param_gather=_yes(row["overlap_param_gather"]),
+        tp_comm_overlap=_yes(row["tp_comm_overlap"]),
+        tp_comm_overlap_cfg="bridge" if bridge_ub else ub_cfg,
+        fp8="hybrid" if fp8 else None,
+        fp8_recipe=row["fp8_recipe"] or "delayed",
+        fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
+        grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
+        cuda_graph_impl=row["cuda_graph_impl"],
+        ub_graph_reorders_rs=graph_rs,
+        tp_only_amax_red=reduces_amax_over_tp_only(row["release"], row["model_name"]),
+        activation_fusion=not eager,
+        **_dp_sync_options(dp_sync.get(row["run_id"])),
+    )
+
+
 def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
     """A published run of today's Megatron-Core (through NeMo or Megatron-Bridge): flash attention,
     the distributed optimizer with --overlap-grad-reduce --overlap-param-gather, SP with TP and the
@@ -393,7 +419,6 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
         split = "embedding+loss"
         assumptions.append("embedding and loss counted as pipeline layers (the only even split of the layers)")
     bridge_ub, ub_cfg = _row_userbuffers(row, dp_sync, t, assumptions)
-    fp8 = row["precision"] == "fp8"
     eager = row["mlp"] == "squared_relu"  # every squared-ReLU run of the table is NeMo 2's (Nemotron-4)
     if eager:
         assumptions.append(NEMO_SQUARED_RELU)
@@ -415,22 +440,7 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
         sequence_parallel=_yes(row["sequence_parallel"]),
         distributed_optimizer=_yes(row["distributed_optimizer"]),
         stage_split=split,
-        options=dict(
-            attention_kernel="flash",
-            overlap_grad_reduce=_yes(row["overlap_grad_reduce"]),
-            overlap_param_gather=_yes(row["overlap_param_gather"]),
-            tp_comm_overlap=_yes(row["tp_comm_overlap"]),
-            tp_comm_overlap_cfg="bridge" if bridge_ub else ub_cfg,
-            fp8="hybrid" if fp8 else None,
-            fp8_recipe=row["fp8_recipe"] or "delayed",
-            fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
-            grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
-            cuda_graph_impl=row["cuda_graph_impl"],
-            ub_graph_reorders_rs=graph_rs,
-            tp_only_amax_red=reduces_amax_over_tp_only(row["release"]),
-            activation_fusion=not eager,
-            **_dp_sync_options(dp_sync.get(row["run_id"])),
-        ),
+        options=_modern_options(row, dp_sync, (bridge_ub, ub_cfg), graph_rs, eager),
     )
     if row["not_fit_because"]:
         assumptions.append("validated only, not fitted: " + row["not_fit_because"])

@@ -23,7 +23,7 @@ from planner.plan import (
     StageSplit,
     TokenDispatcher,
 )
-from planner.space.grid import PlanGrid, distinct, stage_layers
+from planner.space.grid import COLUMNS, PlanGrid, distinct, shared_constant, stage_layers
 
 MIN_CP_TOKENS = 4096  # context parallelism is searched while each rank keeps at least this many tokens
 MAX_LAYOUT_CHUNKS = 8  # search tries pipeline layouts of up to this many chunks per stage
@@ -374,6 +374,12 @@ def _outer_axis(cols: dict[str, np.ndarray], pins: Pins) -> dict[str, np.ndarray
 
 
 def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGrid:
+    """The grid of the columns, each column every row shares held once (``shared_constant``)."""
+    grid = _columns(cols, pins, layouts)
+    return PlanGrid(**{name: shared_constant(getattr(grid, name)) for name in COLUMNS}, layouts=grid.layouts)
+
+
+def _columns(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGrid:
     n = len(cols["tp"])
     names = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "sequence_parallel", "recompute")
     names += ("recompute_block", "recompute_layers", "distributed_optimizer", "fsdp", "split")

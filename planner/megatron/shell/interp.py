@@ -246,31 +246,39 @@ class Interp(Substitute, Follow, Expander):
             return bool(INT.fullmatch(value)) and int(value) != 0
         return None
 
+    def declare(self, name: str, words: list[str]) -> None:
+        """``export``/``declare``/``typeset``/``local``/``readonly``: assignments, associative arrays (-A),
+        name references (-n), exported names (export, -x)."""
+        exports = name == "export" or any(w.startswith("-") and "x" in w for w in words[1:])
+        options = "".join(w[1:] for w in words[1:] if w.startswith("-"))
+        for raw in words[1:]:
+            m = _ASSIGN.match(raw)
+            if "A" in options and (m or re.fullmatch(r"[A-Za-z_]\w*", raw)):
+                self.assoc.add(m.group(1) if m else raw)
+            if m and "n" in options:  # a name reference: the variable it names, shared
+                target = self.vars.get(self.string(m.group(4)))
+                if target is not None and m.group(1) not in self.pinned:
+                    self.vars[m.group(1)] = target
+            elif m:
+                self.assign(raw)
+            if exports and (m or re.fullmatch(r"[A-Za-z_]\w*", raw)):
+                self.exported.add(m.group(1) if m else raw)
+
+    def set_options(self, flags: list[str]) -> None:
+        """``set -a``/``set -o allexport`` and ``set -e``/``set -o errexit`` (``+`` turns them off)."""
+        if "allexport" in flags or any(re.fullmatch(r"[-+][a-zA-Z]*a[a-zA-Z]*", f) for f in flags):
+            self.allexport = any(f.startswith("-") for f in flags)
+        if "errexit" in flags or any(re.fullmatch(r"[-+][a-zA-Z]*e[a-zA-Z]*", f) for f in flags):
+            self.errexit = any(f.startswith("-") for f in flags)
+
     def builtin(self, words: list[str], fields: list[Field]) -> bool:
         name = fields[0][0]
         if name not in ("echo", "printf", "exit", "return", ">&2"):
             self.said = ""  # only an echo right before the exit says why it stopped
         if name in ("export", "declare", "typeset", "local", "readonly"):
-            exports = name == "export" or any(w.startswith("-") and "x" in w for w in words[1:])
-            options = "".join(w[1:] for w in words[1:] if w.startswith("-"))
-            for raw in words[1:]:
-                m = _ASSIGN.match(raw)
-                if "A" in options and (m or re.fullmatch(r"[A-Za-z_]\w*", raw)):
-                    self.assoc.add(m.group(1) if m else raw)
-                if m and "n" in options:  # a name reference: the variable it names, shared
-                    target = self.vars.get(self.string(m.group(4)))
-                    if target is not None and m.group(1) not in self.pinned:
-                        self.vars[m.group(1)] = target
-                elif m:
-                    self.assign(raw)
-                if exports and (m or re.fullmatch(r"[A-Za-z_]\w*", raw)):
-                    self.exported.add(m.group(1) if m else raw)
+            self.declare(name, words)
         elif name == "set" and len(fields) > 1:
-            flags = [t for t, _ in fields[1:]]
-            if "allexport" in flags or any(re.fullmatch(r"[-+][a-zA-Z]*a[a-zA-Z]*", f) for f in flags):
-                self.allexport = any(f.startswith("-") for f in flags)
-            if "errexit" in flags or any(re.fullmatch(r"[-+][a-zA-Z]*e[a-zA-Z]*", f) for f in flags):
-                self.errexit = any(f.startswith("-") for f in flags)
+            self.set_options([t for t, _ in fields[1:]])
         elif name in ("[", "test") and words[0] == name:
             args = [t for w in words[1:] for t, _ in self.expand(w, blank=True)]
             if name == "[" and args[-1:] != ["]"]:
