@@ -228,7 +228,7 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     elementwise = parts["norm_residual"] / 2 + parts["rope"] + latent_norms  # the unfused softmax: in the core
     casts = fp8_cast_bytes(lt, ctx, gemms, fused_in=local, out_grad=local) if lt.fp8 else (0.0, 0.0)
     if unfused_rope(mo):  # the op-by-op RoPE's bytes beyond the fused kernel's ``rope`` part
-        extra = compute.unfused_rope_extra_bytes(parts["rope"] / compute.FUSED_ROPE_BYTES[0])
+        extra = compute.unfused_rope_extra_bytes(parts["rope"] / compute.FUSED_ROPE_BYTES[0], _rope_slowdown(ctx))
         casts = (casts[0] + extra[0], casts[1] + extra[1])
     tp = tp_pair_s(lt, ctx, gemms, gtime, ins, ["projection"], gather)
     modules = ctx.options.recompute_modules
@@ -239,6 +239,13 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     block = _timed(lt, ctx, linear, core_fwd, core_bwd, elementwise, tp, overhead, sel, casts)
     block["cp_fwd"], block["cp_bwd"] = _cp_ring_exposed(lt, ctx, core)
     return block
+
+
+def _rope_slowdown(ctx: Context) -> float:
+    """``compute.eager_rope_slowdown`` of the plan's GPU: its measured eager elementwise bandwidth, if any."""
+    gpu = ctx.hardware.gpu
+    eager = None if gpu.eager_elementwise_tbytes_per_s is None else gpu.eager_elementwise_tbytes_per_s * 1e12
+    return compute.eager_rope_slowdown(gpu.hbm_bytes_per_s, ctx.hardware.calibration.memory_efficiency, eager)
 
 
 def unfused_rope(mo) -> bool:

@@ -279,16 +279,36 @@ UNFUSED_ROPE_BYTES = (24.0, 26.0)
 FUSED_ROPE_BYTES = (4.0, BACKWARD_ELEMENTWISE_FACTOR * 4.0)  # elementwise_bytes' rope term, and its backward
 
 
-def unfused_rope_extra_bytes(elements: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def unfused_rope_extra_bytes(elements: ArrayLike, slowdown: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) HBM bytes the op-by-op RoPE moves beyond the fused kernel's, for ``elements``
-    rotated 16-bit query and key elements on the GPU (s·b/c · (a + g)·d_h/t):
+    rotated 16-bit query and key elements on the GPU (s·b/c · (a + g)·d_h/t), as bytes at the calibrated HBM
+    rate B_m = B_HBM·η_mem (the block times every byte at it):
 
-        extra_fwd = (24 − 4)·N,   extra_bwd = (26 − 2·4)·N   (UNFUSED_ROPE_BYTES − FUSED_ROPE_BYTES)
+        extra_fwd = (24·r − 4)·N,   extra_bwd = (26·r − 2·4)·N,   r = max(1, B_m / B_eager)
+
+    (UNFUSED_ROPE_BYTES against FUSED_ROPE_BYTES). ``slowdown`` r: the op-by-op kernels' eager elementwise
+    bandwidth B_eager against B_m (``eager_rope_slowdown``); 1 where no eager rate is measured. Eager PyTorch
+    runs a broadcast or strided operand (t·cos with cos [s, 1, 1, d], the rotate-half's chunks) in its
+    non-vectorised elementwise kernel, a few bytes in flight per thread, so the bandwidth it reaches is
+    bounded by the bytes in flight over the memory latency, not by the HBM peak: B200 runs the eager
+    rotate-half of q and k at 1.55 TB/s against the 5.7 TB/s of the same ops fused (pytorch/pytorch PR 176223).
 
     YaRN positions run it: Megatron-Core's apply_rotary_pos_emb takes the unfused path whenever the YaRN
     concentration factor is not 1 (rope_utils.py @ core_r0.16.0: 'mscale ... is not supported by TE's fused
     RoPE'; GPT-OSS: 0.1·ln 32 + 1 = 1.347, yarn_rotary_pos_embedding.py _yarn_get_mscale), and
     Megatron-Bridge turns apply_rope_fusion off for any position embedding but 'rope'
     (src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility @ v0.4.0:83-92)."""
-    n = np.asarray(elements, dtype=float)
-    return (UNFUSED_ROPE_BYTES[0] - FUSED_ROPE_BYTES[0]) * n, (UNFUSED_ROPE_BYTES[1] - FUSED_ROPE_BYTES[1]) * n
+    n, r = np.asarray(elements, dtype=float), max(1.0, slowdown)
+    return (
+        (r * UNFUSED_ROPE_BYTES[0] - FUSED_ROPE_BYTES[0]) * n,
+        (r * UNFUSED_ROPE_BYTES[1] - FUSED_ROPE_BYTES[1]) * n,
+    )
+
+
+def eager_rope_slowdown(hbm_bytes_per_s: float, memory_efficiency: float, eager_bytes_per_s: float | None) -> float:
+    """r = B_HBM·η_mem / B_eager (≥ 1): how much longer the op-by-op RoPE's bytes take at the GPU's measured eager
+    elementwise bandwidth than at the calibrated HBM law; 1 without a measurement (GPUSpec
+    ``eager_elementwise_tbytes_per_s``)."""
+    if eager_bytes_per_s is None:
+        return 1.0
+    return max(1.0, hbm_bytes_per_s * memory_efficiency / eager_bytes_per_s)

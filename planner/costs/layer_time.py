@@ -163,7 +163,7 @@ def offload_exposed_s(lt: Letters, ctx: Context, n: np.ndarray, kinds: tuple[dic
     Megatron-LM transformer_block.py:304-318)."""
     layers = np.minimum(ctx.options.cpu_offloading_num_layers, n)
     if not ctx.options.cpu_offloading_num_layers:
-        return np.zeros(np.shape(layers))
+        return np.zeros_like(layers, dtype=float)  # in the stage arrays' (column-major) order
     dense, moe_layer = kinds
     per = {k: (1 - moe_share) * dense[k] + moe_share * moe_layer[k] for k in ("fwd", "bwd")}
     acts = layer_activations(lt, ctx)
@@ -190,6 +190,13 @@ def _attention_core_text(ctx: Context) -> tuple[str, str]:
     return core, core_bwd
 
 
+def _unfused_rope_text(ctx: Context) -> str:
+    """The op-by-op RoPE's bytes and, where the GPU preset measures one, the eager bandwidth they run at."""
+    eager = ctx.hardware.gpu.eager_elementwise_tbytes_per_s
+    rate = f" at the GPU's eager elementwise {eager} TB/s (pytorch/pytorch PR 176223)" if eager else ""
+    return "; YaRN RoPE op by op (Megatron-Core's unfused path): 24 B forward, 26 B backward per rotated element" + rate
+
+
 def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     """Formula and source of the compute and model-parallel communication terms for one plan."""
     opts, mo = ctx.options, ctx.model
@@ -213,7 +220,7 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
     if mo.qk_layernorm and not mo.multi_latent_attention:  # compute.qk_norm_bytes
         window += "; per-head Q and K norms (--qk-layernorm): 4·sb·(a + g)·d_h/t bytes, Megatron-Core attention.py"
     if unfused_rope(mo):  # compute.unfused_rope_extra_bytes
-        window += "; YaRN RoPE op by op (Megatron-Core's unfused path): 24 B forward, 26 B backward per rotated element"
+        window += _unfused_rope_text(ctx)
     graphs = " (no τ: CUDA graphs)" if opts.cuda_graph_impl.value != "none" else ""
     forward = Formula(
         f"m × Σ_stage layers × [{linear} + {core} + elementwise bytes/(W_HBM·η_mem) + τ{graphs}], slowest stage; "

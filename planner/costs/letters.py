@@ -438,16 +438,8 @@ class Letters:
         """The letters of the plans ``rows`` (positions) alone, with their stage tables and what the cost modules
         cached for them (``once`` terms, read back per plan): every term is row by row, so a term of these
         letters is, number for number, the term of all the plans at ``rows`` (a term only some plans read is
-        computed on those: ``estimate._on_rows``)."""
-        n, seen = len(self.t), {}
-        part = object.__new__(Letters)
-        for name, value in vars(self).items():
-            if name in ("_shapes", "_stage_cache"):  # made again for these plans when asked
-                value = None
-            elif name not in _SPLIT_TABLES:  # the split tables are by split, not by plan
-                value = _per_plan(value, rows, n, seen)
-            setattr(part, name, value)
-        return part
+        computed on those: ``estimate._on_rows``). Each letter is taken when first read (``_Rows``)."""
+        return _Rows(self, rows)
 
     def distinct(self, key: tuple[str, ...], carried: tuple[str, ...] = ()) -> tuple[Letters, np.ndarray]:
         """The letters of one plan per distinct value of the ``key`` letters, with the ``carried`` letters
@@ -552,3 +544,27 @@ class Letters:
     def tokens_per_gpu(self) -> np.ndarray:
         """T: tokens of one micro-batch on one GPU after the sequence is split over c (and t with SP)."""
         return self.b * self.s / (self.c * np.where(self.sp, self.t, 1))
+
+
+class _Rows(Letters):
+    """``Letters.take``: the letters of some plans of ``whole``, each read from it (its rows taken) when first asked
+    for, so a term that reads a few letters takes those alone."""
+
+    def __init__(self, whole: Letters, rows: np.ndarray):
+        self._whole, self._rows, self._seen = whole, rows, {}
+        self._shapes, self._stage_cache = None, None  # made again for these plans when asked
+        for name in _SPLIT_TABLES:  # by split, not by plan
+            if name in vars(whole):
+                setattr(self, name, getattr(whole, name))
+
+    def __getattr__(self, name: str):  # a letter not read yet (or not cached by the whole: AttributeError)
+        if name.startswith("__") or name in ("_whole", "_rows", "_seen"):
+            raise AttributeError(name)
+        value = _per_plan(getattr(self._whole, name), self._rows, len(self._whole.t), self._seen)
+        setattr(self, name, value)
+        return value
+
+    def _view_of(self, first: np.ndarray, key: tuple[str, ...], carried: tuple[str, ...]) -> Letters:
+        for name in vars(self._whole):  # every letter read, so the view holds them all
+            getattr(self, name)
+        return super()._view_of(first, key, carried)

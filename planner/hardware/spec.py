@@ -62,6 +62,12 @@ class GPUSpec(_Sourced):
         description="fraction of HBM bandwidth Transformer Engine's FP8 cast kernels reach, by --fp8-recipe "
         "(measured); a recipe not listed runs at calibration.memory_efficiency",
     )
+    eager_elementwise_tbytes_per_s: PositiveFloat | None = Field(
+        None,
+        description="HBM bytes per second PyTorch's eager, op-by-op elementwise kernels move on broadcast and "
+        "strided operands (measured); the op-by-op RoPE runs at it (compute.unfused_rope_extra_bytes); None: at "
+        "the calibrated HBM law like every other memory-bound op",
+    )
     gemm_split_us: NonNegativeFloat | None = Field(
         None,
         description="measured time one more GEMM adds when a GEMM runs as chunks (userbuffers' split GEMMs): "

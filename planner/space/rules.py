@@ -66,14 +66,19 @@ def _instances_ok(r: RuleInputs) -> np.ndarray:
     parallel_state.py @ d98e8a64: "Data parallel size should be divisible by partial DistOpt shard factor",
     and expert_data_parallel_size % num_distributed_optimizer_instances == 0)."""
     g = r.grid
+    one = g.do_instances == 1
+    if one.all():  # the candidates (unless pinned): one instance each
+        return one
     edp = (g.tp * g.pp * g.dp * g.cp) // (g.etp * g.ep * g.pp)
     sharded = g.distributed_optimizer | g.fsdp
-    return (g.do_instances == 1) | (sharded & ((g.dp * g.cp) % g.do_instances == 0) & (edp % g.do_instances == 0))
+    return one | (sharded & ((g.dp * g.cp) % g.do_instances == 0) & (edp % g.do_instances == 0))
 
 
 def _a2a_overlap_ok(r: RuleInputs) -> np.ndarray:
     # transformer_config.py:3002-3047
     g, opts, mo = r.grid, r.options, r.model
+    if not g.a2a_overlap.any():
+        return ~g.a2a_overlap
     ok = (
         (g.ep > 1)
         & (g.dispatcher > 0)
