@@ -271,7 +271,8 @@ def read_yaml_file(path: Path, kind: str) -> str:
         raise PresetError(f"{kind} file {str(path)!r} is a directory; give a YAML file or a preset name")
     if not path.exists():
         preset = path.name.removesuffix(".yaml").removesuffix(".yml")
-        known = preset in preset_names(kind) if path.parent == Path(".") else False
+        kinds = KINDS if kind == "preset" else (kind,)  # `presets show x.yaml`: either kind's names
+        known = path.parent == Path(".") and any(preset in preset_names(k) for k in kinds)
         hint = f"; the preset is named {preset}, without .yaml" if known else ""
         raise PresetError(f"{kind} file {str(path)!r} not found{hint}")
     refuse_device(path, f"{kind} file")

@@ -274,6 +274,19 @@ def test_a_preset_name_with_yaml_appended_says_the_preset_name(tmp_path, monkeyp
     )
 
 
+def test_presets_show_of_a_missing_yaml_says_so_with_either_kinds_hint(tmp_path, monkeypatch):
+    """`presets show x.yaml` exited 1 with "presets/preset: No such file or directory" (it looked up the names of a
+    kind called 'preset'; hypothesis found it in test_cli's random arguments)."""
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(["presets", "show", "x.yaml"])
+    assert result.exit_code == 2
+    assert one_line_error(result) == "megaplan: error: preset file 'x.yaml' not found"
+    for name in ("gpt3-175b", "dgx-h100-superpod"):  # a model and a hardware preset
+        line = one_line_error(run_cli(["presets", "show", f"{name}.yaml"]))
+        hint = f"the preset is named {name}, without .yaml"
+        assert line == f"megaplan: error: preset file '{name}.yaml' not found; {hint}"
+
+
 def test_a_size_given_twice_to_sweep_is_said_not_dropped():
     # fresh user trial 8: sweep --gpus 64,64 swept 64 once without a word
     from planner.runs.sweep import parse_gpu_sizes, repeated_sizes
