@@ -51,7 +51,7 @@ def take_column(col: np.ndarray, index) -> np.ndarray:
             n = len(range(*index.indices(len(col))))
         else:
             n = int(np.count_nonzero(index)) if index.dtype == bool else len(index)
-        return np.broadcast_to(col[:1], (n,))
+        return col[:n] if n <= len(col) else np.broadcast_to(col[:1], (n,))  # a slice of it: a view, at once
     if isinstance(index, np.ndarray) and index.dtype.kind in "iu":
         return col.take(index)
     return col[index]
