@@ -352,7 +352,7 @@ def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.nd
     lt = Letters(grid, ctx)
     rep, here = lt.type_index, lt.type_count > 0
     total = np.where(here, stage_memory_bytes(lt, ctx, rep)["total"], 0.0)
-    return total, np.where(here, lt.stage(rep)["layers"], 0.0) / lt.vpp
+    return total, np.where(here, lt.stage(rep)["layers"], 0.0) / lt.vpp.astype(float)  # cast once, (N, 1)
 
 
 def peak_memory_bytes(grid: PlanGrid, ctx: Context) -> np.ndarray:
