@@ -14,6 +14,7 @@ band (``RANK_RULES``), so a plan that is fast only where the model extrapolates 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
@@ -61,7 +62,10 @@ RANK_BY = tuple(RANK_RULES)
 
 @dataclass
 class SearchResult:
-    plans: list[dict]
+    """What a search found: the counts, and ``plans``, the plan JSON of the plans shown, built on first read
+    (``build``; an in-process caller reading only the counts builds none)."""
+
+    build: Callable[[], list[dict]]
     evaluated: int
     feasible: int
     rejected: dict[str, int] = field(default_factory=dict)
@@ -73,6 +77,13 @@ class SearchResult:
     hybrid_variants: int = 0  # Megatron FSDP hybrid (HSDP/HFSDP) variants of FSDP rows that fit (hybrid_variants)
     rank_by: str = "risk"
     moved_down: int = 0  # plans faster by estimate than rank 1, below it for a feature no setting exercises
+    _plans: list[dict] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def plans(self) -> list[dict]:
+        if self._plans is None:
+            self._plans = self.build()
+        return self._plans
 
     def to_json(self) -> dict:
         return {
@@ -560,7 +571,7 @@ def _time_fitting(grid: PlanGrid, rows: np.ndarray, out, ctx: Context, sources, 
         rows = rows[need.take(rows) > 0]
         if len(rows) > PROBE:
             floor = iteration[rows]
-            probe = rows[np.argsort(floor, kind="stable")[:PROBE]]
+            probe = rows[_lex_first((floor,), PROBE)]  # the stable argsort's first PROBE, the rest left unsorted
             _time_rows(grid, probe, ctx, out)
             fastest = np.min(iteration[probe])
             reach = np.where(sources(grid, rows), HYBRID_REACH, NEAR_REACH)
@@ -1039,19 +1050,9 @@ def _ranked(
     shown, ranks, fastest, fastest_rank, moved = _standing(scored.iteration[ok], ranking, top, rank_by)
     chosen, fastest_row = ok[shown], ok[fastest]
     best = scored.grid.take(chosen)  # one evaluation: each row carries its own overlaps
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ev = evaluate(best, scored.options.evaluating)
-    evidence = None if brief else plan_evidence(best, scored.options.evaluating, num_gpus)  # once for the rows
-    plans = []
-    for j, (i, k) in enumerate(zip(chosen, scored.options.codes(best), strict=True)):  # each with its options
-        if brief:  # validate's 239 fitting plans: 7 % of its time went to JSON it never read
-            plans.append({**brief_plan_json(scored.options.contexts[k], best, ev, j), "rank": ranks[j]})
-            continue
-        pj = plan_json(scored.options.contexts[k], num_gpus, best, ev, j, [], memory_headroom, evidence)
-        pj.update(tied_with_fastest=bool(ranking.tie[shown[j]]), fastest=bool(i == fastest_row))
-        plans.append({**pj, "rank": ranks[j]})
+    marks = [(bool(ranking.tie[s]), bool(i == fastest_row), r) for s, i, r in zip(shown, chosen, ranks, strict=True)]
     return SearchResult(
-        plans,
+        lambda: _plans_json(best, scored.options, num_gpus, marks, memory_headroom, brief),
         evaluated,
         int(np.sum(fits)),
         rejected,
@@ -1061,6 +1062,23 @@ def _ranked(
         rank_by=rank_by,
         moved_down=moved,
     )
+
+
+def _plans_json(best: PlanGrid, options: _Options, num_gpus: int, marks: list, headroom, brief: bool) -> list[dict]:
+    """The plan JSON of the rows of ``best`` (``SearchResult.plans``), each with its options and its ``marks``
+    (tied with the fastest, the fastest, its rank); ``brief``: ``result.brief_plan_json``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ev = evaluate(best, options.evaluating)
+    evidence = None if brief else plan_evidence(best, options.evaluating, num_gpus)  # once for the rows
+    plans = []
+    for j, (k, (tied, fastest, rank)) in enumerate(zip(options.codes(best), marks, strict=True)):
+        if brief:  # validate's 239 fitting plans: 7 % of its time went to JSON it never read
+            plans.append({**brief_plan_json(options.contexts[k], best, ev, j), "rank": rank})
+            continue
+        pj = plan_json(options.contexts[k], num_gpus, best, ev, j, [], headroom, evidence)
+        pj.update(tied_with_fastest=tied, fastest=fastest)
+        plans.append({**pj, "rank": rank})
+    return plans
 
 
 def _standing(it: np.ndarray, ranking: _Ranking, top: int, rank_by: str) -> tuple:

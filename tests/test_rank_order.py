@@ -25,6 +25,8 @@ def key_sets(draw):
 def test_first_k_are_lexsorts_first_k(keys, k):
     want = np.lexsort(tuple(reversed(keys)))[:k]
     np.testing.assert_array_equal(_lex_first(keys, k), want)
+    # one key: a stable argsort's first k (the search's probe of the lowest floors, ``_time_fitting``)
+    np.testing.assert_array_equal(_lex_first(keys[:1], k), np.argsort(keys[0], kind="stable")[:k])
 
 
 @settings(max_examples=200, deadline=None)

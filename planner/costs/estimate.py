@@ -352,7 +352,7 @@ def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.nd
     lt = Letters(grid, ctx)
     rep, here = lt.type_index, lt.type_count > 0
     total = np.where(here, stage_memory_bytes(lt, ctx, rep)["total"], 0.0)
-    return total, np.where(here, lt.stage(rep)["layers"], 0.0) / lt.vpp
+    return total, np.where(here, lt.stage(rep)["layers"], 0.0) / lt.vpp.astype(float)  # cast once, (N, 1)
 
 
 def peak_memory_bytes(grid: PlanGrid, ctx: Context) -> np.ndarray:
@@ -458,7 +458,7 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     def pick(x):  # the slowest stage's term (a term the same on every stage is its own)
         if np.shape(x) == (len(rows), 1):
             return x
-        x = np.broadcast_to(x, per_mb.shape)
+        x = x if np.shape(x) == per_mb.shape else np.broadcast_to(x, per_mb.shape)
         return (x.ravel(order="F").take(at) if x.flags.f_contiguous else x[rows, slow_col])[:, None]
 
     slowest = pick(per_mb)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import memory, moe
-from planner.costs.letters import Letters
+from planner.costs.letters import ACT_KEY, Letters
 from planner.costs.mla import mla_activation_parts, mla_up_proj_outputs
 from planner.plan import Context, RecomputeModule
 
@@ -70,10 +70,10 @@ def activation_parts(lt: Letters, ctx: Context) -> dict[str, tuple[float, float]
     return parts
 
 
-def _moe_kept(lt: Letters, ctx: Context, zero) -> tuple:
+def _moe_kept(lt: Letters, ctx: Context) -> tuple:
     """Bytes an MoE layer keeps beyond its attention block: the routed copies and experts' internals, and the
     shared experts' MLP tensors, without and with the plan's --recompute-modules (moe, moe_act,
-    shared_experts; ``layer_activations``)."""
+    shared_experts; ``layer_kinds``)."""
     modules = ctx.options.recompute_modules
     A = moe.expert_token_assignments(
         lt.b,
@@ -92,7 +92,7 @@ def _moe_kept(lt: Letters, ctx: Context, zero) -> tuple:
         shared_split, _ = memory.layer_activation_parts(
             lt.h, lt.a, lt.g, lt.dh, lt.f_s, gated=lt.gated, dropout=False, fp8=lt.fp8, fp8_scale_bytes=lt.fp8_scale
         )["mlp"]
-        shared = per_layer_bytes(lt, ctx, shared_split, 0.0, zero)
+        shared = per_layer_bytes(lt, ctx, shared_split, 0.0, 0)
     recomputed_block = RecomputeModule.MOE in modules
     act_out = A * lt.f_e * (1.0 if lt.fp8 else 2.0) if RecomputeModule.MOE_ACT in modules else 0.0
     routed_s = 0.0 * routed if recomputed_block else routed - act_out
@@ -100,12 +100,13 @@ def _moe_kept(lt: Letters, ctx: Context, zero) -> tuple:
     return routed, shared, routed_s, shared_s
 
 
-def layer_activations(lt: Letters, ctx: Context) -> dict:
+def layer_kinds(lt: Letters, ctx: Context) -> dict:
     """Bytes one layer keeps per micro-batch: for a ``dense`` and a ``moe`` layer, each a dict of
     ``whole`` (no recomputation), ``selective`` (with --recompute-modules) and ``input`` (full
-    recomputation keeps only the layer's input); and the parts explain shows, under the plan's own
-    recomputation: ``attention`` (the attention block with the norms' inputs), ``routed`` (the routed
-    copies and the experts' internals) and ``shared`` (the shared experts) of an MoE layer.
+    recomputation keeps only the layer's input); and the same kinds of the parts explain shows:
+    ``attention`` (the attention block with the norms' inputs), ``routed`` (the routed copies and the
+    experts' internals) and ``shared`` (the shared experts) of an MoE layer. Reads the letters of
+    ``ACT_KEY`` alone (``layer_activations`` computes it once per distinct value of them).
 
     MoE layers keep the routed copies and the experts' internals (``moe.moe_mlp_activation_bytes``)
     and the shared experts' MLP tensors instead of the dense MLP's; --recompute-modules moe recomputes
@@ -115,32 +116,53 @@ def layer_activations(lt: Letters, ctx: Context) -> dict:
     mo, modules = ctx.model, ctx.options.recompute_modules
     parts = activation_parts(lt, ctx)
     (attn_split, attn_repl), (mlp_split, mlp_repl) = parts["attention"], parts["mlp"]
-    zero = np.zeros_like(lt.rc)
     split_s, repl_s, rc_s = selective_coefficients(parts, modules, lt.dropout)
     up = mla_up_proj_outputs(mo) if mo.multi_latent_attention and RecomputeModule.MLA_UP_PROJ in modules else 0.0
     split_s -= up  # mla_up_proj: Q, K and V are recomputed from the latents before the core's backward
     dense = {
-        "whole": per_layer_bytes(lt, ctx, attn_split + mlp_split, attn_repl + mlp_repl, zero),
-        "selective": per_layer_bytes(lt, ctx, split_s, repl_s, zero + rc_s),
-        "input": per_layer_bytes(lt, ctx, attn_split + mlp_split, attn_repl + mlp_repl, zero + 2),
+        "whole": per_layer_bytes(lt, ctx, attn_split + mlp_split, attn_repl + mlp_repl, 0),
+        "selective": per_layer_bytes(lt, ctx, split_s, repl_s, rc_s),
+        "input": per_layer_bytes(lt, ctx, attn_split + mlp_split, attn_repl + mlp_repl, 2),
     }
     attention = {
-        "whole": per_layer_bytes(lt, ctx, attn_split, attn_repl, zero),
-        "selective": per_layer_bytes(lt, ctx, attn_split - up, attn_repl, zero + rc_s),
+        "whole": per_layer_bytes(lt, ctx, attn_split, attn_repl, 0),
+        "selective": per_layer_bytes(lt, ctx, attn_split - up, attn_repl, rc_s),
+        "input": dense["input"],
     }
-    out = {"dense": dense, "moe": dense, "attention": kept_per_layer(lt, {**attention, "input": dense["input"]})}
-    out["routed"] = out["shared"] = 0.0 * out["attention"]
+    nothing = dict.fromkeys(KINDS, 0.0 * attention["whole"])
+    out = {"dense": dense, "moe": dense, "attention": attention, "routed": nothing, "shared": nothing}
     if not mo.is_moe:
         return out
-    routed, shared, routed_s, shared_s = _moe_kept(lt, ctx, zero)
+    routed, shared, routed_s, shared_s = _moe_kept(lt, ctx)
     out["moe"] = {
         "whole": attention["whole"] + routed + shared,
         "selective": attention["selective"] + routed_s + shared_s,
         "input": dense["input"],
     }
-    out["routed"] = kept_per_layer(lt, {"whole": routed, "selective": routed_s, "input": 0.0 * routed})
-    out["shared"] = kept_per_layer(lt, {"whole": shared, "selective": shared_s, "input": 0.0 * shared})
+    out["routed"] = {"whole": routed, "selective": routed_s, "input": 0.0 * routed}
+    out["shared"] = {"whole": shared, "selective": shared_s, "input": 0.0 * shared}
     return out
+
+
+def layer_activations(lt: Letters, ctx: Context) -> dict:
+    """``layer_kinds``' ``dense`` and ``moe`` layers for every plan, computed once per distinct value of
+    ``ACT_KEY`` (``Letters.once``)."""
+    return lt.once(lambda v: _some_kinds(v, ctx, ("dense", "moe")), "layer_activations", ACT_KEY)
+
+
+def kept_parts(lt: Letters, ctx: Context) -> dict:
+    """What a layer's ``attention`` block, ``routed`` experts and ``shared`` experts keep per micro-batch
+    under each plan's recomputation (``layer_kinds``, ``kept_per_layer``): the parts explain shows."""
+    kinds = lt.once(lambda v: _some_kinds(v, ctx, PARTS), "layer_activation_parts", ACT_KEY)
+    return {part: kept_per_layer(lt, kinds[part]) for part in PARTS}
+
+
+PARTS = ("attention", "routed", "shared")
+
+
+def _some_kinds(lt: Letters, ctx: Context, names: tuple[str, ...]) -> dict:
+    kinds = layer_kinds(lt, ctx)
+    return {name: kinds[name] for name in names}
 
 
 def kept_per_layer(lt: Letters, kinds: dict) -> np.ndarray:

@@ -65,6 +65,16 @@ def _renumber(key: np.ndarray, span: int) -> tuple[np.ndarray, int]:
     return codes[key], int(codes[-1]) + 1
 
 
+def select(flag: np.ndarray, yes, no) -> np.ndarray:
+    """``np.where(flag, yes(), no())`` computing only the sides some plan takes (``yes`` and ``no``: functions of
+    nothing, each the same shape wherever it is called); a side every plan takes is returned as it is."""
+    if flag.all():
+        return yes()
+    if not flag.any():
+        return no()
+    return np.where(flag, yes(), no())
+
+
 def _dense(n: int) -> int:
     return max(8 * n, 4096)
 
@@ -315,7 +325,10 @@ LAYER_KEY = ("t", "c", "b", "sp", "ep", "etp", "dispatcher", "a2a_overlap", "tpo
 SHAPE_KEY = (*LAYER_KEY, "R")  # R last: a grid's shapes by SHAPE_KEY are its shapes by LAYER_KEY, split by R
 SHAPE_CARRIED = ("V", "m", "world", "edp", "N", "edp_in")
 LAYER_CARRIED = ("V", "m", "world", "edp")
-_CARRIED = {SHAPE_KEY: SHAPE_CARRIED, LAYER_KEY: LAYER_CARRIED}
+# ``ACT_KEY``: the letters what one micro-batch keeps in a layer, the embedding and the output layer read
+# (``stage_memory``): far fewer distinct values than plans
+ACT_KEY = ("t", "c", "b", "sp")
+_CARRIED = {SHAPE_KEY: SHAPE_CARRIED, LAYER_KEY: LAYER_CARRIED, ACT_KEY: ("V",)}
 
 
 class _Shapes:
@@ -465,8 +478,8 @@ class Letters:
         return view
 
     def once(self, fn, name: str | None = None, key: tuple[str, ...] = SHAPE_KEY):
-        """``fn(letters)`` for every plan, computed once per distinct shape (``key``: ``SHAPE_KEY``, or
-        ``LAYER_KEY`` for a term that does not read the distributed-optimizer instances; on the ``distinct``
+        """``fn(letters)`` for every plan, computed once per distinct shape (``key``: ``SHAPE_KEY``, ``LAYER_KEY``
+        for a term that does not read the distributed-optimizer instances, or ``ACT_KEY``; on the ``distinct``
         view of the grid, made once) and read back per plan: arrays (their first axis the view's plans), and
         dicts, tuples and dataclasses of them (``collectives.Link``). On a view, ``fn`` of the view itself.
         ``name``: what ``fn`` computes, when the context keeps shapes (``keep_shapes``): then only the shapes
@@ -481,17 +494,18 @@ class Letters:
         return _per_plan(fn(shapes.view(self)), shapes.inverse, len(shapes.first), {})
 
     def _shapes_by(self, key: tuple[str, ...]) -> _Shapes:
-        """The grid's distinct shapes by ``key`` (``distinct_rows``), made once; ``SHAPE_KEY``'s from
-        ``LAYER_KEY``'s and R (numbered as ``distinct_rows`` numbers all of SHAPE_KEY's letters: R comes last)."""
+        """The grid's distinct shapes by ``key`` (a key of ``_CARRIED``: ``distinct_rows``), made once;
+        ``SHAPE_KEY``'s from ``LAYER_KEY``'s and R (numbered as ``distinct_rows`` numbers all of SHAPE_KEY's
+        letters: R comes last)."""
         if self._shapes is None:
             self._shapes = {}
         shapes = self._shapes.get(key)
         if shapes is None:
-            if key == LAYER_KEY:
-                shapes = _Shapes(key, *distinct_rows([getattr(self, k).reshape(-1) for k in key]))
-            else:
+            if key == SHAPE_KEY:
                 coarse = self._shapes_by(LAYER_KEY)
                 shapes = _Shapes(key, *distinct_rows([coarse.inverse, self.R.reshape(-1)]))
+            else:
+                shapes = _Shapes(key, *distinct_rows([getattr(self, k).reshape(-1) for k in key]))
             self._shapes[key] = shapes
         return shapes
 
@@ -537,9 +551,12 @@ class Letters:
         with block (megatron/core/recompute.py; each chunk is its own TransformerBlock)."""
         if not np.any(self.rblock):  # every plan uniform (a ``distinct`` view may hold no vpp)
             return np.where(self.rc == 2, n, 0.0)
-        chunk = n / self.vpp
-        block = self.vpp * np.minimum(self.rlayers, chunk)
-        return np.where(self.rc == 2, np.where(self.rblock, block, n), 0.0)
+        vpp = self.vpp.astype(float)  # the letters in floats, as numpy would cast them against n
+
+        def block() -> np.ndarray:
+            return vpp * np.minimum(self.rlayers.astype(float), n / vpp)
+
+        return select(self.rc == 2, lambda: select(self.rblock, block, lambda: n), lambda: 0.0 * n)
 
     def tokens_per_gpu(self) -> np.ndarray:
         """T: tokens of one micro-batch on one GPU after the sequence is split over c (and t with SP)."""

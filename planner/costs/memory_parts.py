@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import Formula, memory
-from planner.costs.layer_memory import layer_activations
+from planner.costs.layer_memory import kept_parts
 from planner.costs.letters import Letters
 from planner.costs.mla import mla_formula
 from planner.costs.pipeline import in_flight_microbatches
@@ -42,7 +42,7 @@ def memory_parts(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarr
     )
     _, expert = moe_layer_params(mo, lt.t, lt.ep, lt.etp) if mo.is_moe else (0.0, 0.0 * lt.t)
     experts = _fsdp_sharded(memory.param_state_bytes(moe_layers * expert, lt.opt_group_e, **states), lt, lt.edp_in, w)
-    acts = layer_activations(lt, ctx)
+    acts = kept_parts(lt, ctx)
     in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i, a2a_overlap=lt.a2a_overlap, layers=layers, G=lt.G)
     return {
         "states: attention": sum(attention.values()),

@@ -94,12 +94,19 @@ def in_flight_microbatches(
     layer by layer beside this one's backward (combined_1f1b.py), so one more layer of the ``layers``
     the stage holds is alive at the peak: 1 + 1/layers.
     """
-    p, m, vpp, i = (np.asarray(x) for x in (p, m, vpp, i))
-    G = p if G is None else np.asarray(G)
+    # every count in floats (exact integers): a stage's (N, S) arrays are then never cast element by element
+    p, m, vpp, i = (np.asarray(x, dtype=float) for x in (p, m, vpp, i))
+    G = p if G is None else np.asarray(G, dtype=float)
     overlap = np.asarray(a2a_overlap, dtype=bool)
-    one_f_one_b = np.minimum(p - i, m) + np.where(overlap & (p == 1) & (m > 1), 1.0 / np.maximum(layers, 1), 0.0)
-    chunks = np.minimum(m * vpp, 2 * (p - i - 1) + (vpp - 1) * G + 1 + overlap)
-    return np.where(vpp > 1, chunks / vpp, one_f_one_b).astype(float)
+    ahead = p - i  # stages from i to the last
+    one_f_one_b = np.minimum(ahead, m)
+    if overlap.any():  # no plan overlaps the all-to-all: nothing to add
+        one_f_one_b = one_f_one_b + np.where(overlap & (p == 1) & (m > 1), 1.0 / np.maximum(layers, 1), 0.0)
+    interleaved = vpp > 1
+    if not interleaved.any():
+        return one_f_one_b
+    chunks = np.minimum(m * vpp, 2 * ahead + ((vpp - 1) * G - 1 + overlap))  # 2(p − i − 1) + (v − 1)G + 1
+    return np.where(interleaved, chunks / vpp, one_f_one_b)
 
 
 def interleaved_wrap_wait_s(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.costs import Formula, memory, process_memory
-from planner.costs.layer_memory import kept_per_layer, layer_activations, selective_coefficients
-from planner.costs.letters import Letters
+from planner.costs.layer_memory import kept_per_layer, layer_kinds, selective_coefficients
+from planner.costs.letters import ACT_KEY, Letters, select
 from planner.costs.linears import BLACKWELL
 from planner.costs.mla import mla_activation_parts, mla_up_proj_outputs
 from planner.costs.pipeline import in_flight_microbatches
@@ -51,26 +51,32 @@ def stage_params(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarr
     layer's kind, its projection and norms, and a copy of the word embedding when the MTP stage is
     not the first, Megatron-Core gpt_model.py:173), the embedding (first stage), final norm and
     output layer (last stage); ``layers`` those of its transformer layers (FP8 keeps copies of them;
-    norms and biases included, a rounding error) and ``one_layer`` its largest layer's."""
+    norms and biases included, a rounding error) and ``one_layer`` its largest layer's. A model
+    without MoE layers (or MTP depths) leaves out their terms, zero for it."""
     mo = ctx.model
     st = lt.stage(i)
     first, last, mtp = st["first"], st["last"], st["mtp"]
     emb = embedding_params(mo, lt.t, lt.s)
-    word = lt.V * lt.h / lt.t
+    word = emb["word"]  # V·h/t
     output = word * np.where(mo.tied_embeddings, lt.p > 1, True)  # tied copy only when p > 1
     lp = _layer_params(lt, ctx)
-    mtp_is_moe = mo.is_moe and mo.mtp_is_moe
-    mtp_dense = (lp["moe_dense"] if mtp_is_moe else lp["dense_layer"]) + lp["mtp_extra"]
-    mtp_expert = lp["moe_expert"] if mtp_is_moe else 0.0
-    layers_dense = st["dense"] * lp["dense_layer"] + st["moe"] * lp["moe_dense"] + mtp * mtp_dense
-    layers_expert = st["moe"] * lp["moe_expert"] + mtp * mtp_expert
-    mtp_copies = (mtp > 0) * (~first * word + ~last * word)  # the MTP stage's embedding (and output layer)
-    dense = layers_dense + first * (emb["word"] + emb["position"]) + last * (norm_params(mo) + output) + mtp_copies
-    largest = np.maximum(lp["dense_layer"] * (st["dense"] > 0), (lp["moe_dense"] + lp["moe_expert"]) * (st["moe"] > 0))
+    layers_dense, layers_expert = st["dense"] * lp["dense_layer"], 0.0
+    largest = lp["dense_layer"] * (st["dense"] > 0)
+    if mo.is_moe:
+        layers_dense = layers_dense + st["moe"] * lp["moe_dense"]
+        layers_expert = st["moe"] * lp["moe_expert"]
+        largest = np.maximum(largest, (lp["moe_dense"] + lp["moe_expert"]) * (st["moe"] > 0))
+    if mo.mtp_layers:  # each depth a layer of the last layer's kind, its projection and norms
+        mtp_is_moe = mo.is_moe and mo.mtp_is_moe
+        layers_dense = layers_dense + mtp * ((lp["moe_dense"] if mtp_is_moe else lp["dense_layer"]) + lp["mtp_extra"])
+        layers_expert = layers_expert + mtp * (lp["moe_expert"] if mtp_is_moe else 0.0)
+    dense = layers_dense + first * (emb["word"] + emb["position"]) + last * (norm_params(mo) + output)
+    if mo.mtp_layers:  # the MTP stage's embedding (and output layer)
+        dense = dense + (mtp > 0) * (~first * word + ~last * word)
     return {
         "dense": dense,
         "expert": np.broadcast_to(layers_expert, np.shape(dense)),
-        "layers": layers_dense + layers_expert,
+        "layers": layers_dense + layers_expert if mo.is_moe or mo.mtp_layers else layers_dense,
         "one_layer": np.broadcast_to(largest, np.shape(dense)),
     }
 
@@ -103,75 +109,109 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[st
         precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp, gradient_bytes=grad_b, optimizer_bytes=opt_b
     )
     # the optimizer over one instance's d·c/R ranks (experts: edp/R), or over all d·c with Megatron FSDP's HFSDP
-    dense = memory.param_state_bytes(params["dense"], lt.opt_group, **kw)
-    expert = memory.param_state_bytes(params["expert"], lt.opt_group_e, **kw)
-    states = {k: dense[k] + expert[k] for k in dense}
+    states = memory.param_state_bytes(params["dense"], lt.opt_group, **kw)
+    if ctx.model.is_moe:  # a dense model has no expert parameters
+        expert = memory.param_state_bytes(params["expert"], lt.opt_group_e, **kw)
+        states = {k: states[k] + expert[k] for k in states}
     # Megatron FSDP shards the weights (optim_grads_params) and the gradients (optim_grads too), dense over
     # d·c/R (R replicas: HSDP), experts over the expert data-parallel group's edp/R, keeping a couple of
     # layers whole while they run
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
-    sharded = params["dense"] / lt.N + params["expert"] / lt.edp_in
-    working = FSDP_UNSHARDED_LAYERS * params["one_layer"]
-    states["weights"] = np.where(lt.fsdp_params, w_bytes * (sharded + working), states["weights"])
-    states["gradients"] = np.where(lt.fsdp_grads, FSDP_GRAD_BYTES * (sharded + working), states["gradients"])
+    fsdp = np.any(lt.fsdp_grads)  # a grid without Megatron FSDP's sharded weights or gradients skips them
+    if fsdp:
+        sharded = params["dense"] / lt.N
+        if ctx.model.is_moe:
+            sharded = sharded + params["expert"] / lt.edp_in
+        working = FSDP_UNSHARDED_LAYERS * params["one_layer"]
+        states["weights"] = np.where(lt.fsdp_params, w_bytes * (sharded + working), states["weights"])
+        states["gradients"] = np.where(lt.fsdp_grads, FSDP_GRAD_BYTES * (sharded + working), states["gradients"])
     opts = ctx.options
     if opts.fp8 is not None:  # FP8 copies (and transposes), or instead of the 16-bit weight with --fp8-param-gather
         extra = fp8_weight_bytes(ctx) - (w_bytes if opts.fp8_param_gather else 0)
-        layers_here = np.where(
-            lt.fsdp_params,
-            params["layers"] * sharded / np.maximum(params["dense"] + params["expert"], 1),
-            params["layers"],
-        )
+        layers_here = params["layers"]
+        if fsdp:
+            whole = np.maximum(params["dense"] + params["expert"], 1)
+            layers_here = np.where(lt.fsdp_params, params["layers"] * sharded / whole, layers_here)
         states["weights"] = states["weights"] + extra * layers_here
     return states
 
 
+def _per_micro_batch(lt: Letters, ctx: Context) -> dict:
+    """What one micro-batch keeps, by the letters of ``ACT_KEY``: a dense and an MoE layer (``layer_kinds``),
+    the embedding (first stage), the output layer (last stage) and an MTP depth's 2h-wide projection input."""
+    kinds = layer_kinds(lt, ctx)
+    out = {
+        "dense": kinds["dense"],
+        "moe": kinds["moe"],
+        "output": memory.output_layer_activation_bytes(lt.s, lt.b, lt.h, lt.V, lt.t, lt.c, sequence_parallel=lt.sp),
+        "embedding": memory.embedding_activation_bytes(
+            lt.s, lt.b, lt.h, lt.t, lt.c, sequence_parallel=lt.sp, dropout=lt.dropout
+        ),
+    }
+    if ctx.model.mtp_layers:
+        out["mtp_projection"] = 2 * lt.act_bytes * lt.b * lt.s * lt.h / lt.c / np.where(lt.sp, lt.t, 1)
+    return out
+
+
 def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
     """Activations of stage i at its peak: the micro-batches in flight times what each of its layers
-    keeps (its dense and MoE layers each their own, ``layer_memory.layer_activations``), the working
+    keeps (its dense and MoE layers each their own, ``layer_memory.layer_kinds``), the working
     set of the layers being recomputed, less what waits in host memory, plus the embedding (first
     stage), the output layer (last stage) and the MTP depths (each a layer, its 2h-wide projection
-    input and, for the micro-batch at the loss, its own logits)."""
+    input and, for the micro-batch at the loss, its own logits). What one micro-batch keeps is computed
+    once per distinct ``ACT_KEY`` (``_per_micro_batch``); terms zero for the model or the grid (MoE
+    layers, MTP depths, offloading, a recomputation no plan has) are left out."""
     mo = ctx.model
     st = lt.stage(i)
-    acts = layer_activations(lt, ctx)
-    dense, moe_layer = acts["dense"], acts["moe"]
+    per = lt.once(lambda v: _per_micro_batch(v, ctx), "micro_batch_activations", ACT_KEY)
+    dense, moe_layer = per["dense"], per["moe"]
     n = st["layers"]
-    share = st["moe"] / np.maximum(n, 1)  # of the stage's layers, MoE: full recomputation's blocks take the mean
+    share = st["moe"] / np.maximum(n, 1) if mo.is_moe else None  # of the stage's layers, MoE (None: none)
 
-    def mean(kind: str) -> np.ndarray:
-        return (1 - share) * dense[kind] + share * moe_layer[kind]
+    def mean(kind: str) -> np.ndarray:  # full recomputation's blocks take the mean
+        return dense[kind] if share is None else (1 - share) * dense[kind] + share * moe_layer[kind]
 
-    whole, layer_input = mean("whole"), dense["input"]
-    largest = np.maximum((st["dense"] > 0) * dense["whole"], (st["moe"] > 0) * moe_layer["whole"])
+    whole = mean("whole")
     in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i, a2a_overlap=lt.a2a_overlap, layers=n, G=lt.G)
-    chunk = n / lt.vpp  # layers of one model chunk on this stage
-    # full: uniform keeps the input of every group of N layers and re-runs a group at a time; block keeps
-    # the input of its first k layers of each chunk and everything of the rest (megatron/core/recompute.py)
-    group = np.minimum(np.maximum(lt.rlayers, 1), chunk)
-    uniform = lt.vpp * np.ceil(chunk / group) * layer_input
+    # what the layers keep: n × the layer's (whole, or selective's), full recomputation its own
+    kept = n * select(lt.rc == 1, lambda: mean("selective"), lambda: whole)
+    full = np.any(lt.rc == 2)
+    if full:
+        full_kept, full_working = _full_recompute(lt, st, whole, dense, moe_layer if mo.is_moe else None)
+        kept = select(lt.rc == 2, lambda: full_kept, lambda: kept)
+    if mo.mtp_layers:
+        mtp_layer = moe_layer if mo.is_moe and mo.mtp_is_moe else dense
+        kept = kept + st["mtp"] * (kept_per_layer(lt, mtp_layer) + per["mtp_projection"])
+    out = in_flight * kept
+    if full:
+        out = out + np.where(lt.rc == 2, full_working, 0.0)
+    if ctx.options.cpu_offloading_num_layers:
+        # offloaded layers' copies finish during the next layer's compute, long before the peak at the end
+        # of the forward, so none of them is left on the GPU then
+        offloaded = np.minimum(ctx.options.cpu_offloading_num_layers, n) * whole
+        out = out - np.where(lt.rc == 0, offloaded, 0.0)
+    output = (st["last"] + st["mtp"]) * per["output"] if mo.mtp_layers else st["last"] * per["output"]
+    return out + st["first"] * (np.minimum(lt.p, lt.m) * per["embedding"]) + output
+
+
+def _full_recompute(lt: Letters, st: dict, whole: np.ndarray, dense: dict, moe_layer: dict | None) -> tuple:
+    """Full recomputation of a stage (``st``): what it keeps, and the working set of the layers being recomputed
+    beyond the inputs kept (``whole``: its mean layer's whole activations; ``moe_layer``: None without MoE
+    layers). Uniform keeps the input of every group of N layers and re-runs a group at a time; block keeps the
+    input of its first k layers of each chunk and everything of the rest (megatron/core/recompute.py)."""
+    n, layer_input = st["layers"], dense["input"]
+    largest = (st["dense"] > 0) * dense["whole"]
+    if moe_layer is not None:
+        largest = np.maximum(largest, (st["moe"] > 0) * moe_layer["whole"])
+    vpp = lt.vpp.astype(float)  # the letters in floats, as numpy would cast them against n
+    chunk = n / vpp  # layers of one model chunk on this stage
+    group = np.minimum(np.maximum(lt.rlayers.astype(float), 1), chunk)
     rec = lt.recomputed_layers(n)
-    block = rec * layer_input + (n - rec) * whole
-    full_kept = np.where(lt.rblock, block, uniform)
-    full_working = np.where(lt.rblock, np.where(rec > 0, 1.0, 0.0), group) * largest - np.where(rec > 0, layer_input, 0)
-    kept = np.where(lt.rc == 0, n * whole, np.where(lt.rc == 1, n * mean("selective"), full_kept))
-    mtp_layer = moe_layer if mo.is_moe and mo.mtp_is_moe else dense
-    mtp_projection = 2 * lt.act_bytes * lt.b * lt.s * lt.h / lt.c / np.where(lt.sp, lt.t, 1)
-    mtp = st["mtp"] * (kept_per_layer(lt, mtp_layer) + mtp_projection)
-    # offloaded layers' copies finish during the next layer's compute, long before the peak at the end
-    # of the forward, so none of them is left on the GPU then
-    offloaded = np.minimum(ctx.options.cpu_offloading_num_layers, n) * whole
-    output = memory.output_layer_activation_bytes(lt.s, lt.b, lt.h, lt.V, lt.t, lt.c, sequence_parallel=lt.sp)
-    embedding = memory.embedding_activation_bytes(
-        lt.s, lt.b, lt.h, lt.t, lt.c, sequence_parallel=lt.sp, dropout=lt.dropout
+    kept = select(
+        lt.rblock, lambda: rec * layer_input + (n - rec) * whole, lambda: vpp * np.ceil(chunk / group) * layer_input
     )
-    return (
-        in_flight * (kept + mtp)
-        + np.where(lt.rc == 2, full_working, 0.0)
-        - np.where(lt.rc == 0, offloaded, 0.0)
-        + st["first"] * np.minimum(lt.p, lt.m) * embedding
-        + (st["last"] + st["mtp"]) * output
-    )
+    working = select(lt.rblock, lambda: np.where(rec > 0, 1.0, 0.0), lambda: group) * largest
+    return kept, working - np.where(rec > 0, layer_input, 0)
 
 
 def _moe_layer_share(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
@@ -181,15 +221,13 @@ def _moe_layer_share(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
     return moe / np.maximum(st["layers"] + st["mtp"], 1)
 
 
-def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.ndarray) -> dict[str, np.ndarray]:
-    """What the process holds besides model states and activations (planner.costs.process_memory)."""
-    mem, opts, mo = ctx.hardware.memory, ctx.options, ctx.model
-    n, _, _ = lt.stage_info(i)
-    tpo = lt.tpo & lt.sp
-    workspaces = process_memory.workspace_bytes(
-        mem.cublas_workspace_mib * MIB, tp_comm_overlap=tpo
-    ) + process_memory.userbuffer_bytes(lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=lt.fp8, act_bytes=lt.act_bytes)
+def _cuda_graph_bytes(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray | float:
+    """Static buffers of per-layer CUDA graphs on stage i (``process_memory.cuda_graph_static_bytes``); 0
+    without them."""
+    opts, mo = ctx.options, ctx.model
     graphs = process_memory.cuda_graphs_per_layer(opts)
+    if not graphs:
+        return 0.0
     if opts.cuda_graph_impl == CudaGraphImpl.TRANSFORMER_ENGINE:  # one graph per layer, its outputs by scope
         modules = tuple(m.value for m in opts.cuda_graph_modules)
         shared_out = bool(mo.shared_ffn) and not opts.moe_shared_expert_overlap
@@ -199,12 +237,22 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
         graphs = ((1.0 - m_share) * per_dense + m_share * per_moe) / process_memory.GRAPH_STATIC_TENSORS
     copies = np.where(lt.p == 1, 1.0, in_flight_microbatches(lt.p, lt.m, lt.vpp, i, G=lt.G))
     message = lt.act_bytes * lt.b * lt.s * lt.h / (lt.c * np.where(lt.sp, lt.t, 1))
+    return process_memory.cuda_graph_static_bytes(message, lt.stage(i)["layers"], graphs, copies)
+
+
+def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.ndarray) -> dict[str, np.ndarray]:
+    """What the process holds besides model states and activations (planner.costs.process_memory)."""
+    mem, opts, mo = ctx.hardware.memory, ctx.options, ctx.model
+    tpo = lt.tpo & lt.sp
+    workspaces = process_memory.workspace_bytes(
+        mem.cublas_workspace_mib * MIB, tp_comm_overlap=tpo
+    ) + process_memory.userbuffer_bytes(lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=lt.fp8, act_bytes=lt.act_bytes)
     communicators = process_memory.nccl_communicators(
         lt.t, lt.c, lt.p, lt.d, lt.ep, lt.etp, lt.edp, tied_embeddings=mo.tied_embeddings, moe=mo.is_moe
     )
     shape = np.shape(activations)
     return {
-        "cuda_graphs": np.broadcast_to(process_memory.cuda_graph_static_bytes(message, n, graphs, copies), shape),
+        "cuda_graphs": np.broadcast_to(_cuda_graph_bytes(lt, ctx, i), shape),
         "workspaces": np.broadcast_to(workspaces, shape),
         "nccl": np.broadcast_to(communicators * mem.nccl_communicator_gib * GIB, shape),
         "cuda_context": np.full(shape, mem.cuda_context_gib * GIB),
@@ -212,7 +260,7 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
             activations,
             mem.fragmentation_frac,
             expandable_segments=opts.expandable_segments,
-            moe_share=_moe_layer_share(lt, ctx, i),
+            moe_share=_moe_layer_share(lt, ctx, i) if mo.is_moe else 0.0,  # a dense model's: 0
             moe_frac=mem.moe_fragmentation_frac,
         ),
     }
@@ -227,12 +275,17 @@ def stage_memory_bytes(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np
         **_states(lt, ctx, params),
         "activations": activations,
         **_process_bytes(lt, ctx, i, activations),
-        "params": params["dense"] + params["expert"],
+        "params": params["dense"] + params["expert"] if ctx.model.is_moe else params["dense"],
         "dense_params": params["dense"],
         "expert_params": params["expert"],
     }
-    out["allocated"] = sum(out[k] for k in ALLOCATED_TERMS)
-    out["total"] = sum(out[k] for k in MEMORY_TERMS)
+    allocated = out[ALLOCATED_TERMS[0]]
+    for k in ALLOCATED_TERMS[1:]:
+        allocated = allocated + out[k]
+    total = allocated
+    for k in MEMORY_TERMS[len(ALLOCATED_TERMS) :]:  # the terms after the allocated ones, in the same order
+        total = total + out[k]
+    out["allocated"], out["total"] = allocated, total
     return out
 
 

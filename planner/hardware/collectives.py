@@ -75,10 +75,10 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
         bus_bytes_per_s=np.where(one_domain, nvlink, np.minimum(nvlink, per_domain * ring_rail)),
         latency_s=np.where(one_domain, node.nvlink_latency_us, tier_latency) * 1e-6,
         nodes=domains,
-        nvlink_bytes_per_s=np.broadcast_to(nvlink, np.shape(domains)) * 1.0,
+        nvlink_bytes_per_s=np.full(np.shape(domains), float(nvlink)),
         rail_bytes_per_s=np.where(one_domain, nvlink, rail),
         members_per_domain=per_domain,
-        nvlink_latency_s=np.broadcast_to(node.nvlink_latency_us * 1e-6, np.shape(domains)) * 1.0,
+        nvlink_latency_s=np.full(np.shape(domains), node.nvlink_latency_us * 1e-6),
     )
 
 

@@ -302,7 +302,8 @@ def _split_rows(base: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[s
     split_values = [pins.stage_split.code] if pins.stage_split else [0] if explicit else list(SPLIT_CODES.values())
     cols = _cross(dict(base), "split", np.array(split_values, dtype=np.int8))
     if pins.stage_split is None and not explicit:  # every split Megatron accepts for the row's pp
-        accounted = L + np.isin(cols["split"], (1, 3)) + np.isin(cols["split"], (2, 3))
+        split = cols["split"]
+        accounted = L + ((split == 1) | (split == 3)) + ((split == 2) | (split == 3))  # embedding, loss counted
         cols = _keep(cols, (cols["split"] == 0) | ((cols["pp"] > 1) & (accounted % cols["pp"] == 0)))
     cols = _cross(cols, "micro_batch", _axis(pins.micro_batch, divisors(B)))
     cols = _interleaving(cols, L, pins)

@@ -51,7 +51,7 @@ def take_column(col: np.ndarray, index) -> np.ndarray:
             n = len(range(*index.indices(len(col))))
         else:
             n = int(np.count_nonzero(index)) if index.dtype == bool else len(index)
-        return np.broadcast_to(col[:1], (n,))
+        return col[:n] if n <= len(col) else np.broadcast_to(col[:1], (n,))  # a slice of it: a view, at once
     if isinstance(index, np.ndarray) and index.dtype.kind in "iu":
         return col.take(index)
     return col[index]
@@ -258,8 +258,8 @@ def _stage_layers(
     With p = 1 the one stage holds all L layers.
     """
     L = num_layers
-    e = np.isin(split, (1, 3)).astype(np.int64)
-    lo = np.isin(split, (2, 3)).astype(np.int64)
+    e = ((split == 1) | (split == 3)).astype(np.int64)  # np.isin(split, (1, 3)), without its set machinery
+    lo = ((split == 2) | (split == 3)).astype(np.int64)
     total = L + e + lo
     per = total // p
     accounted_ok = total % p == 0

@@ -408,9 +408,10 @@ def each_rule_mask(
     grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int
 ) -> Iterator[tuple[str, np.ndarray]]:
     """``rule_masks`` one rule at a time, (name, mask) in table order: the search keeps one mask at a time."""
-    r = RuleInputs(grid, model, training, options, num_gpus)
+    r, shape = RuleInputs(grid, model, training, options, num_gpus), (len(grid),)
     for rule in RULES:
-        yield rule.name, np.broadcast_to(rule.holds(r), (len(grid),))
+        mask = rule.holds(r)
+        yield rule.name, mask if np.shape(mask) == shape else np.broadcast_to(mask, shape)
 
 
 def broken_rules(masks: dict[str, np.ndarray], i: int = 0) -> list[str]:
