@@ -125,6 +125,10 @@ def test_moe_rows_in_the_bar_by_model(moe):
         # 40 %: +39.1 % after the 2026-12-02 refit (B200's x½ 488 -> 407: its small expert GEMMs priced faster)
         assert all(abs(r["error_pct"]) <= 40.0 for r in rows), name
     assert by_model["gpt-oss-120b"]["runs"] == 20  # 14 on H100, B200, GB200; 6 on GB300 (26.06.01 apart)
+    # GPT-OSS: 23.4 % / 36.5 % until YaRN's op-by-op RoPE paid the measured eager rate (§13.6), 10.8 % / 25.1 %
+    # after (the widest: GB200 BF16 26.02.01, HybridEP with the all-to-all overlap; §13.7 (l), (m))
+    assert by_model["gpt-oss-120b"]["median_abs_error_pct"] <= 12.0
+    assert by_model["gpt-oss-120b"]["max_abs_error_pct"] <= 26.0
     assert moe["summary"]["in_bar"]["median_abs_error_pct"] <= 8.0
 
 

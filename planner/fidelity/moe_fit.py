@@ -179,20 +179,22 @@ def factor_entry(f: MoeFit, *, fitted: bool) -> Factor:
     )
 
 
-def moe_accuracy(preset: HardwareSpec, stats: dict | None):
+def moe_accuracy(preset: HardwareSpec, stats: dict | None, carried_from: str | None = None):
     """The preset's accuracy with its MoE band refreshed from its MoE rows in the bar (``stats``, the
     MoE validation's by_hardware entry with the new factors): the RMS and largest |ln| error, as
-    before; a preset without such rows keeps what it had."""
+    before; ``carried_from``: the rows are that preset's (H200 carries H100's, A2A_FAMILIES); a preset
+    without such rows keeps what it had."""
     acc = preset.accuracy
-    if acc is None or stats is None or acc.moe_validation_error_frac is None:
+    if acc is None or stats is None:  # GB300's band was never written: its first MoE rows came after the field
         return None
     rms, worst, n = stats["rms_log_error"], stats["max_abs_log_error"], stats["runs"]
-    where = f"over {preset.name}'s {n} MoE rows in the bar (presets/reference/moe_runs.csv)"
+    where = f"over {carried_from or preset.name}'s {n} MoE rows in the bar (presets/reference/moe_runs.csv)"
+    carried = f"carried over from {carried_from}: " if carried_from else ""
     sources = dict(acc.sources) | {
-        "moe_validation_error_frac": f"megaplan validate: RMS of ln(predicted/published) {where}, "
+        "moe_validation_error_frac": f"{carried}megaplan validate: RMS of ln(predicted/published) {where}, "
         f"{100 * rms:.1f} %: the band of a MoE plan",
-        "moe_max_error_frac": f"megaplan validate: the largest |ln(predicted/published)| {where}, {100 * worst:.1f} %: "
-        "what each extrapolated feature adds to a MoE plan's band",
+        "moe_max_error_frac": f"{carried}megaplan validate: the largest |ln(predicted/published)| {where}, "
+        f"{100 * worst:.1f} %: what each extrapolated feature adds to a MoE plan's band",
     }
     values = {"moe_validation_error_frac": round(rms, 3), "moe_max_error_frac": round(worst, 3)}
     return acc.model_copy(update=values | {"sources": sources})
@@ -248,8 +250,10 @@ def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step
     if loso:
         out["leave_one_model_out"] = leave_one_model_out(runs, step)
     if write_dir:
+        by_hw = validation.get("by_hardware", {})
+        family = {t: d for d, ts in A2A_FAMILIES.items() for t in ts if t not in by_hw}  # H200: H100's rows
         for name, hw in presets.items():
-            acc = moe_accuracy(load_hardware(name), validation.get("by_hardware", {}).get(name))
+            acc = moe_accuracy(load_hardware(name), by_hw.get(name) or by_hw.get(family.get(name)), family.get(name))
             write_hardware_file(Path(write_dir) / f"{name}.yaml", load_hardware(name), hw.calibration, acc)
         out["written"] = write_dir
     return out
