@@ -92,6 +92,8 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         col = np.asarray(col).reshape(-1).astype(np.int64, copy=False)
         low = int(col.min())
         width = int(col.max()) - low + 1
+        if width == 1:  # one value: the key is the same without it (a dense model's experts, a grid's constants)
+            continue
         if span * width > _dense(n):
             key, span = _renumber(key, span)
             col, width = _renumber(col - low, width)
