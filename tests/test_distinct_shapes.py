@@ -264,3 +264,21 @@ def test_the_letters_of_some_plans_give_those_plans_terms(case, seed, rows):
         terms, _, _ = _time_terms(part, ctx, {k: v[some] for k, v in mem.items()})
     for k, v in every.items():
         np.testing.assert_array_equal(terms[k], v[some], err_msg=k)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_grids_with_the_same_splits_share_their_stage_tables(case):
+    """``letters._split_tables``: two grids of one model whose plans have the same distinct splits (the grid and
+    its plans in reverse order) read one set of stage tables, made once, and each plan still reads its own
+    split's stages: plan j of the reversed grid holds on every rank what plan N-1-j of the grid holds."""
+    ctx, grid = _grid(*case)
+    back = grid.take(np.arange(len(grid))[::-1])
+    lt, lt_back = Letters(grid, ctx), Letters(back, ctx)
+    assert all(a is b for a, b in zip(lt._table, lt_back._table, strict=True))
+    assert not lt._table[0].flags.writeable  # shared: no grid may change another's tables
+    ranks = np.broadcast_to(np.arange(int(np.max(grid.pp)))[None, :], (len(grid), int(np.max(grid.pp))))
+    ours, theirs = lt.stage(ranks), lt_back.stage(ranks)
+    for name in ("layers", "moe", "mtp", "first", "last"):
+        np.testing.assert_array_equal(theirs[name], ours[name][::-1], err_msg=name)
+    np.testing.assert_array_equal(lt_back.type_count, lt.type_count[::-1])
+    np.testing.assert_array_equal(lt_back.split_legal, lt.split_legal[::-1])

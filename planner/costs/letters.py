@@ -23,10 +23,11 @@ from planner.space.grid import PlanGrid
 
 
 def _col(x: np.ndarray) -> np.ndarray:
-    """A grid column as an (N, 1) array; integers as int64 whatever the grid keeps them in (no product of
-    letters may overflow)."""
+    """A grid column as an (N, 1) array; integers as float64 whatever the grid keeps them in: exact (the
+    letters are small integers, their products far below 2**53), no product of letters overflows, and a
+    per-stage float term reads them without numpy's buffered int -> float cast."""
     x = np.asarray(x)
-    return (x.astype(np.int64) if x.dtype.kind in "iu" else x)[:, None]
+    return (x.astype(np.float64) if x.dtype.kind in "iu" else x)[:, None]
 
 
 class _NotInKey:
@@ -186,6 +187,26 @@ def _split_entries(splits: dict, keys: list, model: tuple) -> tuple[list, np.nda
     index = np.array([e[2] + pad[len(e[2]) :] for e in entries], dtype=np.int64).reshape(len(entries), width)
     count = np.array([e[3] + pad[len(e[3]) :] for e in entries], dtype=float).reshape(len(entries), width)
     return [e[0] for e in entries], np.array([e[1] for e in entries], dtype=bool), index, count
+
+
+@functools.lru_cache(maxsize=64)
+def _split_tables(uniq: bytes, layouts: tuple[str, ...], model: tuple) -> tuple:
+    """The tables ``Letters._stage_tables`` reads of the distinct splits ``uniq`` (rows of (p, v, split, first,
+    last, layout index or -1) as int64 bytes) of a model (``model``: its MoE and window patterns, MTP and decoder
+    layers): per field of ``COUNT_FIELDS`` a (split, rank) table padded with zeros to the most ranks, the most
+    ranks, each split's p, whether Megatron-LM accepts it and its kinds of stage (``_split_entries``). Made once
+    per search context and set of splits (a search's grids share them), read-only: every grid reads them."""
+    rows = np.frombuffer(uniq, dtype=np.int64).reshape(-1, 6)
+    pmax = int(rows[:, 0].max()) if len(rows) else 1
+    keys = [(*row[:5], layouts[row[5]] if row[5] >= 0 else None) for row in rows.tolist()]
+    counts, legal, index, count = _split_entries(_model_splits(*model), keys, model)
+    table = np.zeros((len(rows), pmax, len(COUNT_FIELDS)))
+    for u, ranks in enumerate(counts):
+        table[u, : len(ranks)] = ranks
+    out = (*(np.ascontiguousarray(table[..., k]) for k in range(len(COUNT_FIELDS))), rows[:, 0], legal, index, count)
+    for array in out:
+        array.setflags(write=False)
+    return out[: len(COUNT_FIELDS)], pmax, *out[len(COUNT_FIELDS) :]
 
 
 KEPT_SHAPES = "_kept_shapes"  # where a context keeps what ``Letters.once`` computed (``keep_shapes``)
@@ -429,18 +450,12 @@ class Letters:
         mo = ctx.model
         columns = (grid.pp, grid.vpp, grid.split, grid.first_layers, grid.last_layers, grid.layout + 1)
         first_row, inverse = distinct_rows(list(columns))
-        uniq = np.stack([np.asarray(c)[first_row] for c in columns], axis=1)
+        uniq = np.stack([np.asarray(c)[first_row] for c in columns], axis=1).astype(np.int64, copy=False)
         uniq[:, -1] -= 1
-        pmax = int(np.max(grid.pp)) if len(grid) else 1
         model = (mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers)  # properties: read once
-        keys = [(*row[:5], grid.layouts[row[5]] if row[5] >= 0 else None) for row in uniq.tolist()]
-        counts, legal, index, count = _split_entries(_model_splits(*model), keys, model)
-        table = np.zeros((len(uniq), pmax, len(COUNT_FIELDS)))
-        for u, rows in enumerate(counts):
-            table[u, : len(rows)] = rows
-        self._table = [np.ascontiguousarray(table[..., k]) for k in range(len(COUNT_FIELDS))]
+        self._table, pmax, self._split_p, legal, index, count = _split_tables(uniq.tobytes(), grid.layouts, model)
         self._row_start = inverse[:, None] * pmax  # each plan's split's first entry in the flattened tables
-        self._pmax, self._split_p = pmax, uniq[:, 0]
+        self._pmax = pmax
         self._stage_cache: tuple | None = None
         # (N, S) arrays column-major (``stage``), as every per-stage term computed from them
         self.type_index, self.type_count = (
