@@ -272,6 +272,8 @@ def test_grids_with_the_same_splits_share_their_stage_tables(case):
     its plans in reverse order) read one set of stage tables, made once, and each plan still reads its own
     split's stages: plan j of the reversed grid holds on every rank what plan N-1-j of the grid holds."""
     ctx, grid = _grid(*case)
+    some = np.random.default_rng(0).choice(len(grid), size=min(len(grid), 4000), replace=False)
+    grid = grid.take(np.sort(some))  # 4,000 plans (DeepSeek-V3's whole grid took 48 s here)
     back = grid.take(np.arange(len(grid))[::-1])
     lt, lt_back = Letters(grid, ctx), Letters(back, ctx)
     assert all(a is b for a, b in zip(lt._table, lt_back._table, strict=True))
