@@ -47,18 +47,36 @@ def test_cross_keep_by_hand():
 def test_cross_table_of_a_product_is_crossing_each_axis_then_keeping(tp, first, second, threshold):
     # the memory axes cross every row with the product of several knobs at once: the same rows, order and
     # dtypes as crossing the knobs one after the other and keeping the rows the rule allows
-    cols = {"tp": np.array(tp, dtype=np.int32), "dp": np.arange(len(tp), dtype=np.int64) * 3}
+    cols = {"tp": np.array(tp, dtype=np.int32), "dp": np.arange(len(tp), dtype=np.int64) % 3}
 
-    def keep(c):
+    def keep(c):  # asked on every row, or once per distinct (tp, dp) row (``reads``)
         return ((c["tp"] * c["b"] + c["dp"]) % 7 <= threshold % 7) | c["a"]
 
+    cols["other"] = np.arange(len(tp), dtype=np.int8) % 2  # a column the rule does not read
     crossed = _cross(_cross(cols, "a", np.array(first)), "b", np.array(second))
     want = _keep(crossed, keep(crossed))
-    got = _cross_table(cols, _product({"a": first, "b": second}), keep)
-    assert list(got) == list(want)
-    for name in want:
-        assert got[name].dtype == want[name].dtype
-        np.testing.assert_array_equal(got[name], want[name])
+    for reads in (None, ("tp", "dp")):
+        got = _cross_table(cols, _product({"a": first, "b": second}), keep, reads)
+        assert list(got) == list(want)
+        for name in want:
+            assert got[name].dtype == want[name].dtype
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_cross_table_asks_the_rule_once_per_distinct_row_it_reads():
+    """Rows tp = (2, 2, 4, 2) crossed with knob (1, 3), keeping tp·knob < 8: the rule sees the two distinct tp
+    (2, 4) only, and the rows come out as crossing then keeping: (2,1), (2,3), (2,1), (2,3), (4,1), (2,1), (2,3)."""
+    cols = {"tp": np.array([2, 2, 4, 2], dtype=np.int32), "row": np.arange(4)}
+    seen = []
+
+    def keep(c):
+        seen.append(c["tp"].ravel().tolist())
+        return c["tp"] * c["knob"] < 8
+
+    got = _cross_table(cols, {"knob": np.array([1, 3])}, keep, ("tp",))
+    assert seen == [[2, 4]]
+    assert got["tp"].tolist() == [2, 2, 2, 2, 4, 2, 2] and got["knob"].tolist() == [1, 3, 1, 3, 1, 1, 3]
+    assert got["row"].tolist() == [0, 0, 1, 1, 2, 3, 3]
 
 
 @settings(max_examples=40, deadline=None)
