@@ -89,10 +89,9 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     key, span = np.zeros(n, dtype=np.int64), 1
     if not n:
         return key, key
-    for col in columns:
-        col = np.asarray(col).reshape(-1).astype(np.int64, copy=False)
-        low = int(col.min())
-        width = int(col.max()) - low + 1
+    table = np.stack([np.asarray(col).reshape(-1) for col in columns]).astype(np.int64, copy=False)
+    for col, low, high in zip(table, table.min(axis=1).tolist(), table.max(axis=1).tolist(), strict=True):
+        width = high - low + 1
         if width == 1:  # one value: the key is the same without it (a dense model's experts, a grid's constants)
             continue
         if span * width > _dense(n):
@@ -222,19 +221,16 @@ def keep_shapes(ctx: Context) -> Context:
 
 class _ShapeStore:
     """A context's kept shapes: each distinct shape's number (``ids``: by key, ``SHAPE_KEY`` or ``LAYER_KEY``,
-    then by the shape's tuple of those letters, in the order first seen) and each ``once`` function's values
+    then by the shape's letters (their float64 bytes), in the order first seen) and each ``once`` function's values
     (``kept``, by name)."""
 
     def __init__(self):
         self.ids: dict[tuple, dict[tuple, int]] = {}
         self.kept: dict[str, _Kept] = {}
 
-    def numbers(self, key: tuple[str, ...], names: list[tuple]) -> np.ndarray:
+    def numbers(self, key: tuple[str, ...], names: list[bytes]) -> np.ndarray:
         ids = self.ids.setdefault(key, {})
-        for name in names:
-            if name not in ids:
-                ids[name] = len(ids)
-        return np.array([ids[name] for name in names], dtype=np.int64)
+        return np.array([ids.setdefault(name, len(ids)) for name in names], dtype=np.int64)
 
 
 class _Unmergeable(Exception):
@@ -374,8 +370,9 @@ class _Shapes:
     def ids(self, lt: Letters) -> np.ndarray:
         """Each shape by its number in the context's ``_ShapeStore``."""
         if self._ids is None:
-            names = np.concatenate([getattr(lt, k).take(self.first, axis=0) for k in self.key], axis=1).tolist()
-            self._ids = lt._kept.numbers(self.key, list(map(tuple, names)))
+            names = np.concatenate([getattr(lt, k).take(self.first, axis=0) for k in self.key], axis=1, dtype=float)
+            # each shape's letters as one bytes key: hashed far faster than a tuple of floats
+            self._ids = lt._kept.numbers(self.key, names.view(f"V{8 * len(self.key)}").ravel().tolist())
         return self._ids
 
 
@@ -458,10 +455,7 @@ class Letters:
         self._pmax = pmax
         self._stage_cache: tuple | None = None
         # (N, S) arrays column-major (``stage``), as every per-stage term computed from them
-        self.type_index, self.type_count = (
-            np.asfortranarray(index.take(inverse, axis=0)),
-            np.asfortranarray(count.take(inverse, axis=0)),
-        )
+        self.type_index, self.type_count = (x.T.take(inverse, axis=1).T for x in (index, count))
         self.split_legal = legal.take(inverse)[:, None]
 
     def take(self, rows: np.ndarray) -> Letters:
@@ -529,14 +523,14 @@ class Letters:
     def stage(self, i: np.ndarray) -> dict[str, np.ndarray]:
         """What rank i holds, for (N, S) rank indices: ``layers``, ``moe`` and ``window`` (decoder
         layers, of them MoE and sliding-window), ``mtp`` layers, ``first`` (the embedding) and
-        ``last`` (the loss); ``dense`` = layers − moe. Column-major, as ``type_index``: a plan's (N, 1)
+        ``last`` (the loss), these two as 1.0 or 0.0 (a term times them is what it was times a boolean, without
+        numpy's cast of each); ``dense`` = layers − moe. Column-major, as ``type_index``: a plan's (N, 1)
         letters then broadcast along the plans, in long inner loops; row-major, numpy looped over the few
         stages of each plan and buffered every cast row by row (27 % of a search's instructions, callgrind)."""
         if self._stage_cache is not None and self._stage_cache[0] is i:
             return self._stage_cache[1]
         flat = (self._row_start + np.clip(np.asarray(i), 0, self._pmax - 1)).T  # (split, rank) in the tables
         out = {name: self._table[k].take(flat).T for k, name in enumerate(COUNT_FIELDS)}  # column-major
-        out["first"], out["last"] = out["first"] > 0, out["last"] > 0
         out["dense"] = out["layers"] - out["moe"]
         self._stage_cache = (i, out)  # the cost modules ask for the same stages several times
         return out
