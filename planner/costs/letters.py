@@ -89,10 +89,9 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     key, span = np.zeros(n, dtype=np.int64), 1
     if not n:
         return key, key
-    for col in columns:
-        col = np.asarray(col).reshape(-1).astype(np.int64, copy=False)
-        low = int(col.min())
-        width = int(col.max()) - low + 1
+    table = np.stack([np.asarray(col).reshape(-1) for col in columns]).astype(np.int64, copy=False)
+    for col, low, high in zip(table, table.min(axis=1).tolist(), table.max(axis=1).tolist(), strict=True):
+        width = high - low + 1
         if width == 1:  # one value: the key is the same without it (a dense model's experts, a grid's constants)
             continue
         if span * width > _dense(n):
@@ -222,19 +221,16 @@ def keep_shapes(ctx: Context) -> Context:
 
 class _ShapeStore:
     """A context's kept shapes: each distinct shape's number (``ids``: by key, ``SHAPE_KEY`` or ``LAYER_KEY``,
-    then by the shape's tuple of those letters, in the order first seen) and each ``once`` function's values
+    then by the shape's letters (their float64 bytes), in the order first seen) and each ``once`` function's values
     (``kept``, by name)."""
 
     def __init__(self):
         self.ids: dict[tuple, dict[tuple, int]] = {}
         self.kept: dict[str, _Kept] = {}
 
-    def numbers(self, key: tuple[str, ...], names: list[tuple]) -> np.ndarray:
+    def numbers(self, key: tuple[str, ...], names: list[bytes]) -> np.ndarray:
         ids = self.ids.setdefault(key, {})
-        for name in names:
-            if name not in ids:
-                ids[name] = len(ids)
-        return np.array([ids[name] for name in names], dtype=np.int64)
+        return np.array([ids.setdefault(name, len(ids)) for name in names], dtype=np.int64)
 
 
 class _Unmergeable(Exception):
@@ -374,8 +370,9 @@ class _Shapes:
     def ids(self, lt: Letters) -> np.ndarray:
         """Each shape by its number in the context's ``_ShapeStore``."""
         if self._ids is None:
-            names = np.concatenate([getattr(lt, k).take(self.first, axis=0) for k in self.key], axis=1).tolist()
-            self._ids = lt._kept.numbers(self.key, list(map(tuple, names)))
+            names = np.concatenate([getattr(lt, k).take(self.first, axis=0) for k in self.key], axis=1, dtype=float)
+            # each shape's letters as one bytes key: hashed far faster than a tuple of floats
+            self._ids = lt._kept.numbers(self.key, names.view(f"V{8 * len(self.key)}").ravel().tolist())
         return self._ids
 
 
