@@ -27,7 +27,7 @@ from planner.costs.letters import (
     distinct_rows,
     keep_shapes,
 )
-from planner.costs.stage_memory import stage_params
+from planner.costs.stage_memory import stage_memory_bytes, stage_params
 from planner.hardware.collectives import group_link, links_of
 from planner.space.candidates import Pins, candidate_grid
 from planner.space.grid import PlanGrid
@@ -127,6 +127,25 @@ def test_evaluation_is_the_same_with_the_stage_arrays_row_major(case, monkeypatc
     assert Letters(grid, ctx).type_index.flags.c_contiguous  # the patch took
     for name, value in rows.items():
         np.testing.assert_array_equal(columns[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_every_stage_memory_term_is_column_major_or_one_value_per_plan(case):
+    """Each (plan, stage) memory term, and so every sum of them, is column-major as the stage arrays
+    (``Letters.stage``), or a value per plan (or one value) broadcast along the stages: one row-major term (the
+    CUDA context's, made by ``np.full``) made each sum after it row-major, numpy's slow path (the peak's max
+    over the stages 5x slower). The embedding and loss flags are floats (1.0 or 0.0): no cast where they
+    multiply a term."""
+    ctx, grid = _grid(*case)
+    lt = Letters(grid.take(np.arange(0, len(grid), 7)), ctx)
+    st = lt.stage(lt.type_index)
+    assert st["first"].dtype == st["last"].dtype == np.float64
+    assert set(np.unique(st["first"])) == set(np.unique(st["last"])) == {0.0, 1.0}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mem = stage_memory_bytes(lt, ctx, lt.type_index)
+    for name, term in mem.items():
+        assert term.shape == lt.type_index.shape, name
+        assert term.flags.f_contiguous or term.strides[1] == 0, name
 
 
 def test_a_view_refuses_the_letters_its_key_does_not_decide():

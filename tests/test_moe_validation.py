@@ -107,6 +107,32 @@ def test_25_09_token_drop_rows_run_what_megatron_core_0_14_could():
     assert dsv3["cuda_graph"] == "none" and dsv3["flag"] == ""
 
 
+def test_gpt_oss_rows_run_each_release_s_dispatcher():
+    """GPT-OSS's dispatcher is not a column of the tables: each row runs its release's recipe. Megatron-Bridge PR
+    2906 (2026-03-23) gave the GB200 V2 config HybridEP with the A2A overlap and the B200 V2 config EP 8 over
+    HybridEP; PR 3561 (2026-04-28) moved GB200 back to alltoall, kept the overlap. 26.02 = v0.3.0 (neither: alltoall,
+    B200 at EP 64); 26.02.01's table (2026-03-21) publishes EP 8 for B200, which only PR 2906's configs have; 26.04 =
+    v0.4.0 (docs/releases/software-versions.md), PR 2906 without PR 3561, its table committed 2026-04-17 (PR 3377);
+    26.04.01 = v0.4.2, PR 3561 (GB200 alltoall + overlap; B200 V2 without hybridep)."""
+    rows = {r["run_id"]: r for r in moe_reference_rows() if "-GPTOSS120B-" in r["run_id"]}
+    expected = {
+        "MB-26.02-GB200-GPTOSS120B-64": ("alltoall", "", "False", "64"),
+        "MB-26.02-B200-GPTOSS120B-64": ("alltoall", "", "False", "64"),
+        "MB-26.02.01-GB200-GPTOSS120B-64": ("flex", "hybridep", "True", "64"),
+        "MB-26.02.01-B200-GPTOSS120B-64": ("flex", "hybridep", "False", "8"),
+        "MB-26.04-GB200-GPTOSS120B-64": ("flex", "hybridep", "True", "64"),
+        "MB-26.04-B200-GPTOSS120B-64": ("flex", "hybridep", "False", "8"),
+        "MB-26.04.01-GB200-GPTOSS120B-64": ("alltoall", "", "True", "64"),
+        "MB-26.04.01-B200-GPTOSS120B-64": ("alltoall", "", "False", "8"),
+    }
+    for run_id, (dispatcher, backend, overlap, ep) in expected.items():
+        r = rows[run_id]
+        assert (r["dispatcher"], r["flex_backend"], r["a2a_overlap"], r["ep"]) == (dispatcher, backend, overlap, ep)
+    options = {r.id: r.request for r in load_moe_runs()}["MB-26.04-GB200-GPTOSS120B-64"]
+    # HybridEP at the 32 SMs Bridge's performance scripts give it (overrides.py v0.4.0 _set_common_perf_overrides)
+    assert options["moe_token_dispatcher"] == "flex" and options["options"]["moe_flex_dispatcher_num_sms"] == 32
+
+
 def test_moe_rows_in_the_bar_by_model(moe):
     """DeepSeek-V3 and the two Qwen3 models within reach of the bar (median ≤ 9 %, no row beyond 40 %:
     the widest, Qwen3-30B-A3B's 25.09 FP8 row on 8 B200 with Megatron-Core 0.14's whole-layer graphs, 39 % too
@@ -126,7 +152,8 @@ def test_moe_rows_in_the_bar_by_model(moe):
         assert all(abs(r["error_pct"]) <= 40.0 for r in rows), name
     assert by_model["gpt-oss-120b"]["runs"] == 20  # 14 on H100, B200, GB200; 6 on GB300 (26.06.01 apart)
     # GPT-OSS: 23.4 % / 36.5 % until YaRN's op-by-op RoPE paid the measured eager rate (§13.6), 10.8 % / 25.1 %
-    # after (the widest: GB200 BF16 26.02.01, HybridEP with the all-to-all overlap; §13.7 (l), (m))
+    # after (the widest: GB200 BF16 26.02.01 and 26.04, +25.1 / +23.6 %, HybridEP with the all-to-all overlap;
+    # §13.7 (l), (m), (n))
     assert by_model["gpt-oss-120b"]["median_abs_error_pct"] <= 12.0
     assert by_model["gpt-oss-120b"]["max_abs_error_pct"] <= 26.0
     assert moe["summary"]["in_bar"]["median_abs_error_pct"] <= 8.0

@@ -457,10 +457,7 @@ class Letters:
         self._pmax = pmax
         self._stage_cache: tuple | None = None
         # (N, S) arrays column-major (``stage``), as every per-stage term computed from them
-        self.type_index, self.type_count = (
-            np.asfortranarray(index.take(inverse, axis=0)),
-            np.asfortranarray(count.take(inverse, axis=0)),
-        )
+        self.type_index, self.type_count = (x.T.take(inverse, axis=1).T for x in (index, count))
         self.split_legal = legal.take(inverse)[:, None]
 
     def take(self, rows: np.ndarray) -> Letters:
@@ -528,14 +525,14 @@ class Letters:
     def stage(self, i: np.ndarray) -> dict[str, np.ndarray]:
         """What rank i holds, for (N, S) rank indices: ``layers``, ``moe`` and ``window`` (decoder
         layers, of them MoE and sliding-window), ``mtp`` layers, ``first`` (the embedding) and
-        ``last`` (the loss); ``dense`` = layers − moe. Column-major, as ``type_index``: a plan's (N, 1)
+        ``last`` (the loss), these two as 1.0 or 0.0 (a term times them is what it was times a boolean, without
+        numpy's cast of each); ``dense`` = layers − moe. Column-major, as ``type_index``: a plan's (N, 1)
         letters then broadcast along the plans, in long inner loops; row-major, numpy looped over the few
         stages of each plan and buffered every cast row by row (27 % of a search's instructions, callgrind)."""
         if self._stage_cache is not None and self._stage_cache[0] is i:
             return self._stage_cache[1]
         flat = (self._row_start + np.clip(np.asarray(i), 0, self._pmax - 1)).T  # (split, rank) in the tables
         out = {name: self._table[k].take(flat).T for k, name in enumerate(COUNT_FIELDS)}  # column-major
-        out["first"], out["last"] = out["first"] > 0, out["last"] > 0
         out["dense"] = out["layers"] - out["moe"]
         self._stage_cache = (i, out)  # the cost modules ask for the same stages several times
         return out

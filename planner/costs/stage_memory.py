@@ -45,40 +45,47 @@ def _layer_params(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     return out
 
 
-def stage_params(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
+def stage_params(lt: Letters, ctx: Context, i: np.ndarray, lp: dict | None = None) -> dict[str, np.ndarray]:
     """Parameters on one GPU of stage i: ``dense`` (sharded over d·c) and ``expert`` (over the
     expert data-parallel group) of its dense and MoE layers, MTP depths (each a layer of the last
     layer's kind, its projection and norms, and a copy of the word embedding when the MTP stage is
     not the first, Megatron-Core gpt_model.py:173), the embedding (first stage), final norm and
     output layer (last stage); ``layers`` those of its transformer layers (FP8 keeps copies of them;
-    norms and biases included, a rounding error) and ``one_layer`` its largest layer's. A model
-    without MoE layers (or MTP depths) leaves out their terms, zero for it."""
+    norms and biases included, a rounding error). Its largest layer's: ``largest_layer_params``. A model
+    without MoE layers (or MTP depths) leaves out their terms, zero for it. ``lp``: ``_layer_params``, if known."""
     mo = ctx.model
     st = lt.stage(i)
     first, last, mtp = st["first"], st["last"], st["mtp"]
     emb = embedding_params(mo, lt.t, lt.s)
     word = emb["word"]  # V·h/t
     output = word * np.where(mo.tied_embeddings, lt.p > 1, True)  # tied copy only when p > 1
-    lp = _layer_params(lt, ctx)
+    lp = _layer_params(lt, ctx) if lp is None else lp
     layers_dense, layers_expert = st["dense"] * lp["dense_layer"], 0.0
-    largest = lp["dense_layer"] * (st["dense"] > 0)
     if mo.is_moe:
         layers_dense = layers_dense + st["moe"] * lp["moe_dense"]
         layers_expert = st["moe"] * lp["moe_expert"]
-        largest = np.maximum(largest, (lp["moe_dense"] + lp["moe_expert"]) * (st["moe"] > 0))
     if mo.mtp_layers:  # each depth a layer of the last layer's kind, its projection and norms
         mtp_is_moe = mo.is_moe and mo.mtp_is_moe
         layers_dense = layers_dense + mtp * ((lp["moe_dense"] if mtp_is_moe else lp["dense_layer"]) + lp["mtp_extra"])
         layers_expert = layers_expert + mtp * (lp["moe_expert"] if mtp_is_moe else 0.0)
     dense = layers_dense + first * (emb["word"] + emb["position"]) + last * (norm_params(mo) + output)
     if mo.mtp_layers:  # the MTP stage's embedding (and output layer)
-        dense = dense + (mtp > 0) * (~first * word + ~last * word)
+        dense = dense + (mtp > 0) * ((1.0 - first) * word + (1.0 - last) * word)
     return {
         "dense": dense,
         "expert": np.broadcast_to(layers_expert, np.shape(dense)),
         "layers": layers_dense + layers_expert if mo.is_moe or mo.mtp_layers else layers_dense,
-        "one_layer": np.broadcast_to(largest, np.shape(dense)),
     }
+
+
+def largest_layer_params(lt: Letters, ctx: Context, i: np.ndarray, lp: dict) -> np.ndarray:
+    """Parameters on one GPU of stage i's largest transformer layer: a dense one if it holds any, an MoE
+    one (its dense part and its experts) if it holds any (``lp``: ``_layer_params``); 0 for a stage of none."""
+    mo, st = ctx.model, lt.stage(i)
+    largest = lp["dense_layer"] * (st["dense"] > 0)
+    if mo.is_moe:
+        largest = np.maximum(largest, (lp["moe_dense"] + lp["moe_expert"]) * (st["moe"] > 0))
+    return np.broadcast_to(largest, np.shape(st["layers"]))
 
 
 def fp8_weight_bytes(ctx: Context) -> float:
@@ -103,7 +110,9 @@ def state_bytes_per_param(ctx: Context) -> tuple[int, int]:
     return grad, optimizer
 
 
-def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray], i: np.ndarray, lp: dict) -> dict:
+    """Weights, gradients and optimizer states of stage i's ``params`` (``stage_params``; ``lp``: its layers'),
+    sharded as each plan's distributed optimizer and Megatron FSDP level say."""
     grad_b, opt_b = state_bytes_per_param(ctx)
     kw = dict(
         precision=ctx.precision, distributed_optimizer=lt.dopt | lt.fsdp, gradient_bytes=grad_b, optimizer_bytes=opt_b
@@ -122,7 +131,7 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray]) -> dict[st
         sharded = params["dense"] / lt.N
         if ctx.model.is_moe:
             sharded = sharded + params["expert"] / lt.edp_in
-        working = FSDP_UNSHARDED_LAYERS * params["one_layer"]
+        working = FSDP_UNSHARDED_LAYERS * largest_layer_params(lt, ctx, i, lp)
         states["weights"] = np.where(lt.fsdp_params, w_bytes * (sharded + working), states["weights"])
         states["gradients"] = np.where(lt.fsdp_grads, FSDP_GRAD_BYTES * (sharded + working), states["gradients"])
     opts = ctx.options
@@ -255,7 +264,7 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
         "cuda_graphs": np.broadcast_to(_cuda_graph_bytes(lt, ctx, i), shape),
         "workspaces": np.broadcast_to(workspaces, shape),
         "nccl": np.broadcast_to(communicators * mem.nccl_communicator_gib * GIB, shape),
-        "cuda_context": np.full(shape, mem.cuda_context_gib * GIB),
+        "cuda_context": np.broadcast_to(mem.cuda_context_gib * GIB, shape),  # one value (np.full: row-major)
         "fragmentation": process_memory.fragmentation_bytes(
             activations,
             mem.fragmentation_frac,
@@ -269,10 +278,11 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
 def stage_memory_bytes(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
     """Memory on the GPUs of pipeline stage i, term by term (bytes); ``allocated`` is what PyTorch's
     allocator hands out (the peak Megatron logs as max allocated)."""
-    params = stage_params(lt, ctx, i)
+    lp = _layer_params(lt, ctx)
+    params = stage_params(lt, ctx, i, lp)
     activations = _activations(lt, ctx, i)
     out = {
-        **_states(lt, ctx, params),
+        **_states(lt, ctx, params, i, lp),
         "activations": activations,
         **_process_bytes(lt, ctx, i, activations),
         "params": params["dense"] + params["expert"] if ctx.model.is_moe else params["dense"],

@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 
 def padded_vocab(V: int, divisible_by: int, t: ArrayLike) -> np.ndarray:
     """Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by·t``
-    (megatron/training/tokenizer: _vocab_size_with_padding)."""
-    multiple = divisible_by * np.asarray(t)
-    return -(-V // multiple) * multiple
+    (megatron/training/tokenizer: _vocab_size_with_padding): ⌈V/(div·t)⌉·div·t, in floats (V and the
+    multiple exact integers far below 2**53, so the ceiling of their rounded quotient is the exact one: a
+    quotient that is not an integer lies at least 1/multiple from one, far beyond its rounding)."""
+    multiple = divisible_by * np.asarray(t, dtype=float)
+    return np.ceil(V / multiple) * multiple
 
 
 def gqa_attention_params(h: int, a: int, g: int, d: int, t: ArrayLike, *, bias: bool) -> np.ndarray:
@@ -163,12 +165,13 @@ def mtp_extra_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool = Fal
 
 
 def embedding_params(model: ModelSpec, t: ArrayLike, s: int) -> dict[str, np.ndarray]:
-    """Word embedding V_pad·h/t (vocab-parallel), learned position table s_max·h (replicated)."""
+    """Word embedding V_pad·h/t (vocab-parallel), learned position table s_max·h (replicated: one number for
+    every t)."""
     V = padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, t)
     word = V * model.hidden_size / np.asarray(t)
     learned = model.position_embedding_type.value == "learned_absolute"
     position = model.max_position_embeddings * model.hidden_size if learned else 0
-    return {"word": word, "position": np.broadcast_to(float(position), np.shape(word))}
+    return {"word": word, "position": np.float64(position)}
 
 
 @dataclass(frozen=True)
