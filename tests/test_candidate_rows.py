@@ -54,11 +54,37 @@ def test_cross_table_of_a_product_is_crossing_each_axis_then_keeping(tp, first, 
 
     crossed = _cross(_cross(cols, "a", np.array(first)), "b", np.array(second))
     want = _keep(crossed, keep(crossed))
-    got = _cross_table(cols, _product({"a": first, "b": second}), keep)
-    assert list(got) == list(want)
-    for name in want:
-        assert got[name].dtype == want[name].dtype
-        np.testing.assert_array_equal(got[name], want[name])
+    table = _product({"a": first, "b": second})
+    # ``reads``: the rule answered once per distinct (tp, dp) and each row given its answers (DeepSeek-V3's MoE axes)
+    for got in (_cross_table(cols, table, keep), _cross_table(cols, table, keep, reads=("tp", "dp"))):
+        assert list(got) == list(want)
+        for name in want:
+            assert got[name].dtype == want[name].dtype
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_cross_table_reads_one_row_of_each_combination_and_keeps_shared_columns_once():
+    """Rows (tp, dp) = (1, 0), (2, 3), (1, 0), (2, 6) with a column every row shares (cp = 1), crossed with
+    knob (0, 1) keeping tp·knob != 1: the rule sees the three distinct (tp, dp) rows only; rows 1 and 3 (tp 1)
+    keep knob 0, rows 2 and 4 (tp 2) keep both, so tp = 1, 2, 2, 1, 2, 2 and knob = 0, 0, 1, 0, 0, 1; cp is one
+    value broadcast to the six rows (as the grid holds it), the other columns one value a row."""
+    cols = {
+        "tp": np.array([1, 2, 1, 2], dtype=np.int32),
+        "dp": np.array([0, 3, 0, 6], dtype=np.int64),
+        "cp": np.ones(4, dtype=np.int32),
+    }
+    seen = []
+
+    def keep(c):
+        seen.append((sorted(c), c["tp"].shape, c["tp"].dtype))
+        return c["tp"] * c["knob"] != 1
+
+    got = _cross_table(cols, {"knob": np.array([0, 1])}, keep, reads=("tp", "dp"))
+    assert seen == [(["dp", "knob", "tp"], (3, 1), np.int32)]
+    assert got["tp"].tolist() == [1, 2, 2, 1, 2, 2] and got["knob"].tolist() == [0, 0, 1, 0, 0, 1]
+    assert got["dp"].tolist() == [0, 3, 3, 0, 6, 6]
+    assert got["cp"].strides == (0,) and got["cp"].tolist() == [1] * 6 and got["cp"].dtype == np.int32
+    assert got["tp"].strides != (0,)
 
 
 @settings(max_examples=40, deadline=None)

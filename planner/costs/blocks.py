@@ -484,6 +484,7 @@ def _layer_blocks(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]
 
 
 LAYER_TERM_INPUTS = ("fwd", "bwd", "sel", "tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "moe_fwd", "moe_bwd")  # layer_terms'
+DENSE_TERM_INPUTS = LAYER_TERM_INPUTS[:-2]  # a model without experts: its MoE terms (0 s) left out
 
 
 def layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
@@ -500,12 +501,13 @@ def layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
 def _layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
     """``layer_sums`` of the plans of ``lt``."""
     mo, parts = ctx.model, _layer_blocks(lt, ctx)
-    out = {"dense": sum_blocks(parts["attention"], parts["dense"], keys=LAYER_TERM_INPUTS)}
+    keys = LAYER_TERM_INPUTS if mo.is_moe else DENSE_TERM_INPUTS
+    out = {"dense": sum_blocks(parts["attention"], parts["dense"], keys=keys)}
     if mo.is_moe:
-        out["moe"] = sum_blocks(parts["attention"], parts["moe"], keys=LAYER_TERM_INPUTS)
+        out["moe"] = sum_blocks(parts["attention"], parts["moe"], keys=keys)
     if mo.window is not None:
         for name in ("window", "attention"):
-            out[name] = {k: parts[name][k] for k in LAYER_TERM_INPUTS}
+            out[name] = {k: parts[name][k] for k in keys}
     return out
 
 
@@ -513,20 +515,22 @@ def layer_terms(lt: Letters, ctx: Context, blk: dict) -> dict[str, np.ndarray]:
     """A layer's per-micro-batch terms from its blocks: recomputation (full: the forward again with its
     collectives and dispatch; selective: what --recompute-modules names, the MoE block with its
     dispatch), exposed TP, CP and MoE communication. Each block's TP exposure is its own pair of
-    linears' (``_tp_pair``: the GEMMs a collective can overlap are its neighbours, not the layer's)."""
+    linears' (``_tp_pair``: the GEMMs a collective can overlap are its neighbours, not the layer's). Without
+    experts (no ``moe_fwd`` in ``blk``: ``DENSE_TERM_INPUTS``) the MoE terms are the number 0."""
     opts = ctx.options
     again = np.where(lt.rc == 2, 2.0, 1.0)  # full recompute runs the forward's communication once more
-    moe_again = np.where((lt.rc == 1) & (RecomputeModule.MOE in opts.recompute_modules), 2.0, again)
+    moe = "moe_fwd" in blk
+    moe_again = np.where((lt.rc == 1) & (RecomputeModule.MOE in opts.recompute_modules), 2.0, again) if moe else 0
     return {
         "fwd": blk["fwd"],
         "bwd": blk["bwd"],
         "recompute": np.where(lt.rc == 2, blk["fwd"], np.where(lt.rc == 1, blk["sel"], 0.0)),
         "tp": blk["tp_fwd"] * again + blk["tp_bwd"],
         "cp": blk["cp_fwd"] * again + blk["cp_bwd"],
-        "moe": blk["moe_fwd"] * moe_again + blk["moe_bwd"],
+        "moe": blk["moe_fwd"] * moe_again + blk["moe_bwd"] if moe else 0.0,
         "tp_fwd": blk["tp_fwd"],
         "cp_fwd": blk["cp_fwd"],
-        "moe_fwd": blk["moe_fwd"],
+        "moe_fwd": blk["moe_fwd"] if moe else 0.0,
     }
 
 

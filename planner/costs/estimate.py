@@ -22,7 +22,6 @@ from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, interle
 from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes, stage_params
 from planner.hardware.collectives import (
     Link,
-    all_gather_time_s,
     all_reduce_latency_s,
     all_reduce_time_s,
     group_link,
@@ -287,17 +286,16 @@ def _fsdp_layer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
     links = group_links(lt, ctx)
     link = links["instance"]
-    dense = w_bytes * mem["dense_params"] / np.maximum(n, 1)
-    expert = w_bytes * mem["expert_params"] / np.maximum(n, 1) if ctx.model.is_moe else None
-    gather = _with_experts(
-        ctx, all_gather_time_s(lt.N, dense, link), lambda: all_gather_time_s(lt.edp_in, expert, links["expert"])
-    )
-    gather = np.where(lt.fsdp_params, gather, 0.0)
-    scatter = _with_experts(
+    per = np.maximum(n, 1)
+    dense = w_bytes * mem["dense_params"] / per
+    expert = w_bytes * mem["expert_params"] / per if ctx.model.is_moe else None
+    # the ring all-gather of a layer's weights and reduce-scatter of its gradients move as many bytes over the
+    # same ranks: one ring time each (``reduce_scatter_time_s`` is ``all_gather_time_s``)
+    ring = _with_experts(
         ctx, reduce_scatter_time_s(lt.N, dense, link), lambda: reduce_scatter_time_s(lt.edp_in, expert, links["expert"])
     )
-    scatter = np.where(lt.fsdp_grads, scatter, 0.0)
-    return gather, scatter, step["fwd"] / np.maximum(n, 1), (step["bwd"] + step["recompute"]) / np.maximum(n, 1)
+    gather, scatter = np.where(lt.fsdp_params, ring, 0.0), np.where(lt.fsdp_grads, ring, 0.0)
+    return gather, scatter, step["fwd"] / per, (step["bwd"] + step["recompute"]) / per
 
 
 def _hsdp_outer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -449,15 +447,20 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     rep, count, rows = lt.type_index, lt.type_count, np.arange(len(lt.t))
     n, _, _ = lt.stage_info(rep)
     step = stage_step(lt, ctx, rep)
-    fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, mem, n), 0.0) if np.any(lt.fsdp) else np.zeros_like(n)
+    # the stage's parameters the terms read; without experts a stage holds none of them (0, a number)
+    params = {"dense_params": mem["dense_params"], "expert_params": mem["expert_params"] if ctx.model.is_moe else 0.0}
+    fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, params, n), 0.0) if np.any(lt.fsdp) else 0.0
     fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
-    per_mb = fwd + bwd + rec + step["offload"] + tp + cp + mo + fsdp
+    compute = fwd + bwd + rec
+    per_mb = compute + step["offload"] + tp + cp + mo + fsdp
     slow_col = np.argmax(np.where(count > 0, per_mb, -np.inf), axis=1)
     at = slow_col * len(rows) + rows  # each plan's slowest stage in a column-major (plans, stages) array
 
-    def pick(x):  # the slowest stage's term (a term the same on every stage is its own)
+    def pick(x):  # the slowest stage's term (a term the same on every stage is its own; a number: 0 s everywhere)
         if np.shape(x) == (len(rows), 1):
             return x
+        if not np.ndim(x):
+            return np.full((len(rows), 1), float(x))
         x = x if np.shape(x) == per_mb.shape else np.broadcast_to(x, per_mb.shape)
         return (x.ravel(order="F").take(at) if x.flags.f_contiguous else x[rows, slow_col])[:, None]
 
@@ -469,7 +472,6 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     p2p = _p2p_time_s(lt, ctx)
     stage_f, stage_b = fwd + step["comm_fwd"], bwd + rec + tp + cp + mo - step["comm_fwd"]
     fwd_all, bwd_all = pick(stage_f), pick(stage_b)
-    params = {k: mem[k] for k in ("dense_params", "expert_params")}
     dp = _on_rows(~lt.fsdp_params, _dp_sync, lt, ctx, params, bwd + rec, stage_f, rep, count)  # Megatron FSDP: fsdp
     dp = dp + _on_rows(lt.fsdp_grads & (lt.R > 1), _hsdp_outer_s, lt, ctx, step, params, n, count)
     time = {
@@ -484,9 +486,9 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
         "dp_comm": dp + lt.m * pick(fsdp) + _fp8_amax_sync_s(lt, ctx),
         "embedding_comm": _embedding_sync_s(lt, ctx),
         "bubble": bubble,
-        "optimizer": _optimizer_step_s(lt, ctx, mem, count),
+        "optimizer": _optimizer_step_s(lt, ctx, params, count),
     }
-    paced = lt.m * pick(fwd + bwd + rec) + bubble  # the compute a GPU's pace sets
+    paced = lt.m * pick(compute) + bubble  # the compute a GPU's pace sets
     time["stragglers"] = straggler_s(paced, lt.world, ctx.hardware.calibration.straggler_sigma)
     return {k: _plan_column(v, len(rows)) for k, v in time.items()}, slow_col, p2p
 

@@ -132,7 +132,6 @@ def stage_terms(lt: Letters, ctx: Context, st: dict, *, offload: bool = True) ->
     n = st["layers"]
     share = np.where(lt.rc == 2, lt.recomputed_layers(n) / np.maximum(n, 1), 1.0)
     kept = np.where(lt.rc == 2, 1.0 - share, 0.0)
-    moe_share = st["moe"] / np.maximum(n, 1)
     heads = last + st["mtp"] if mo.mtp_layers else last  # the logits and loss: the last stage's and each MTP depth's
     step = {
         "fwd": total("fwd") + first * head["embedding_fwd"] + heads * head["head_fwd"],
@@ -141,19 +140,19 @@ def stage_terms(lt: Letters, ctx: Context, st: dict, *, offload: bool = True) ->
         # one collective each for the embedding (first stage) and the output layer (last stage)
         "tp": total("tp") - kept * total("tp_fwd") + (first.astype(float) + last) * tp_edge,
         "cp": total("cp") - kept * total("cp_fwd"),
-        "moe": total("moe") - kept * total("moe_fwd"),
-        "comm_fwd": total("tp_fwd") + total("cp_fwd") + total("moe_fwd") + first * tp_edge,
+        "moe": total("moe") - kept * total("moe_fwd") if mo.is_moe else 0.0,  # without experts: 0 s (a number)
+        "comm_fwd": total("tp_fwd") + total("cp_fwd") + (total("moe_fwd") if mo.is_moe else 0.0) + first * tp_edge,
     }
     if mo.mtp_layers:  # each MTP depth: its projection and the embedding of its shifted input
         mtp_fwd, mtp_bwd = mtp_extra_s(lt, ctx)
         step["fwd"] = step["fwd"] + st["mtp"] * (mtp_fwd + head["embedding_fwd"])
         step["bwd"] = step["bwd"] + st["mtp"] * (mtp_bwd + head["embedding_bwd"])
     if offload:
-        step["offload"] = offload_exposed_s(lt, ctx, n, (dense, moe_layer), moe_share)
+        step["offload"] = offload_exposed_s(lt, ctx, n, (dense, moe_layer), st["moe"])
     return step
 
 
-def offload_exposed_s(lt: Letters, ctx: Context, n: np.ndarray, kinds: tuple[dict, dict], moe_share: np.ndarray):
+def offload_exposed_s(lt: Letters, ctx: Context, n: np.ndarray, kinds: tuple[dict, dict], moe_layers: np.ndarray):
     """--cpu-offloading-num-layers N: each offloaded layer's activations go to host memory after its
     forward and come back before its backward, each copy overlapping the next layer's compute, so what
     a copy takes beyond that layer's forward (backward) is exposed:
@@ -161,9 +160,10 @@ def offload_exposed_s(lt: Letters, ctx: Context, n: np.ndarray, kinds: tuple[dic
     activations and t_fwd, t_bwd its times (the stage's mean layer of the dense and MoE ``kinds``: one layer's
     ``layer_terms`` of each) and W_host the GPU-host link (Transformer Engine's CPU offload context, used by
     Megatron-LM transformer_block.py:304-318)."""
-    layers = np.minimum(ctx.options.cpu_offloading_num_layers, n)
     if not ctx.options.cpu_offloading_num_layers:
-        return np.zeros_like(layers, dtype=float)  # in the stage arrays' (column-major) order
+        return 0.0  # no layer offloaded: 0 s on every stage (a number)
+    layers = np.minimum(ctx.options.cpu_offloading_num_layers, n)
+    moe_share = moe_layers / np.maximum(n, 1)  # of the stage's n layers, MoE
     dense, moe_layer = kinds
     per = {k: (1 - moe_share) * dense[k] + moe_share * moe_layer[k] for k in ("fwd", "bwd")}
     acts = layer_activations(lt, ctx)

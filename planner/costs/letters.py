@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 
 import numpy as np
 
@@ -229,8 +230,9 @@ class _ShapeStore:
         self.kept: dict[str, _Kept] = {}
 
     def numbers(self, key: tuple[str, ...], names: list[bytes]) -> np.ndarray:
-        ids = self.ids.setdefault(key, {})
-        return np.array([ids.setdefault(name, len(ids)) for name in names], dtype=np.int64)
+        ids = self.ids.setdefault(key, {})  # the shapes not seen yet numbered on, in order (C loops, no Python one)
+        ids.update(zip(itertools.filterfalse(ids.__contains__, names), itertools.count(len(ids))))
+        return np.fromiter(map(ids.__getitem__, names), dtype=np.int64, count=len(names))
 
 
 class _Unmergeable(Exception):

@@ -111,12 +111,27 @@ def ring_uplink_share(tier_frac: ArrayLike, leaf_nodes: int, size: ArrayLike) ->
     return np.where(np.asarray(size) > 2, np.minimum(1.0, frac * leaf_nodes / 2), frac)
 
 
+def _on_link(link: Link, name: str, n: np.ndarray, fn) -> np.ndarray:
+    """``fn(n, link)``, kept on the (frozen) ``link`` with the n it was asked for, so the next call with the
+    same n (the same array: a plan's group size, asked again and again by the collectives on its link) reads it
+    back: the data-parallel terms ask each link's latency a dozen times per grid."""
+    kept = link.__dict__.get(name)
+    if kept is not None and kept[0] is n:
+        return kept[1]
+    out = fn(n, link)
+    object.__setattr__(link, name, (n, out))  # n held with it: its id cannot be reused meanwhile
+    return out
+
+
 def ring_latency_s(n: ArrayLike, link: Link) -> np.ndarray:
     """Latency of one pass of a pipelined ring over n ranks in D NVLink domains: each chunk crosses
     n − 1 edges, on average D·(n − 1)/n of them between domains (α of the network tier) and the rest
     on NVLink (α_NVLink), as NCCL's own model charges its inter- and intra-node steps (NVIDIA/nccl
     src/graph/tuning.cc, ring latency = Σ steps' intra or inter latency). One domain: (n − 1)·α."""
-    n = np.asarray(n, dtype=float)
+    return _on_link(link, "_ring_latency", np.asarray(n, dtype=float), _ring_latency_s)
+
+
+def _ring_latency_s(n: np.ndarray, link: Link) -> np.ndarray:
     if link.nvlink_latency_s is None:
         return (n - 1) * link.latency_s
     D = np.minimum(np.asarray(link.nodes, dtype=float), n)
@@ -135,7 +150,10 @@ def all_reduce_time_s(n: ArrayLike, message_bytes: ArrayLike, link: Link) -> np.
 def all_reduce_latency_s(n: ArrayLike, link: Link) -> np.ndarray:
     """An all-reduce's latency: a ring's 2(n−1)α (``ring_latency_s`` twice) or a tree's 2⌈log₂n⌉α, whichever
     is less, as NCCL picks (Thakur, Rabenseifner & Gropp 2005). 0 at n = 1."""
-    n = np.asarray(n, dtype=float)
+    return _on_link(link, "_all_reduce_latency", np.asarray(n, dtype=float), _all_reduce_latency_s)
+
+
+def _all_reduce_latency_s(n: np.ndarray, link: Link) -> np.ndarray:
     return np.minimum(2 * ring_latency_s(n, link), 2 * np.ceil(np.log2(np.maximum(n, 1))) * link.latency_s)
 
 

@@ -139,19 +139,48 @@ def _cross_keep(cols: dict[str, np.ndarray], name: str, values: np.ndarray, keep
     return _cross_table(cols, {name: values}, keep)
 
 
-def _cross_table(cols: dict[str, np.ndarray], table: dict[str, np.ndarray], keep) -> dict[str, np.ndarray]:
+def _cross_table(cols: dict[str, np.ndarray], table: dict[str, np.ndarray], keep, reads=None) -> dict[str, np.ndarray]:
     """Every row combined with every entry of ``table`` (columns of one length, entries in order) where
     ``keep`` holds: crossing the table's columns one after the other (``_cross``, ``_keep``) when the
     table is their product, in the same order, without building a row ``keep`` drops. ``keep`` reads
     each column as a (rows, 1) or (1, entries) array and answers for every pair (numpy broadcasting):
-    the grid's memory is its largest before the rules, and DeepSeek-V3's MoE axes multiply it."""
-    n, k = len(next(iter(cols.values()))), len(next(iter(table.values())))
+    the grid's memory is its largest before the rules, and DeepSeek-V3's MoE axes multiply it. With
+    ``reads`` (the row columns ``keep`` reads; it is given no other) it answers once for each distinct
+    combination of them (``_kept_pairs``). A column every row shares stays one value (``_repeated``)."""
+    k = len(next(iter(table.values())))
     entries = {key: small(values) for key, values in table.items()}
-    pairs = {key: col[:, None] for key, col in cols.items()} | {key: v[None, :] for key, v in entries.items()}
-    mask = np.broadcast_to(keep(pairs), (n, k))
+    mask = _kept_pairs(cols, entries, keep, reads)
     counts, which = np.count_nonzero(mask, axis=1), np.flatnonzero(mask) % k  # row-major: each row's entries in order
-    out = {key: np.repeat(col, counts) for key, col in cols.items()}  # each row as often as it keeps an entry
+    out = {key: _repeated(col, counts) for key, col in cols.items()}  # each row as often as it keeps an entry
     return out | {key: v[which] for key, v in entries.items()}
+
+
+def _kept_pairs(cols: dict[str, np.ndarray], entries: dict[str, np.ndarray], keep, reads) -> np.ndarray:
+    """``keep`` of every (row, entry) pair as an (n, entries) mask. With ``reads``, ``keep`` (elementwise)
+    sees one row of each distinct combination of those columns, in their dtypes, and each row takes its
+    combination's answers: DeepSeek-V3 / 1024 H100's MoE axes, 252 combinations of 26,400 rows."""
+    n, k = len(next(iter(cols.values()))), len(next(iter(entries.values())))
+    lows = {name: int(cols[name].min()) for name in reads or () if n}
+    radix = {name: int(cols[name].max()) - low + 1 for name, low in lows.items()}
+    if reads is None or not n or math.prod(radix.values()) >= 2**62:
+        pairs = {key: col[:, None] for key, col in cols.items()}
+        return np.broadcast_to(keep(pairs | {key: v[None, :] for key, v in entries.items()}), (n, k))
+    key = np.zeros(n, dtype=np.int64)
+    for name in reads:  # mixed radix over the columns' value ranges: one integer per combination
+        key = key * radix[name] + (cols[name].astype(np.int64) - lows[name])
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    pairs = {name: cols[name][first][:, None] for name in reads}
+    once = np.broadcast_to(keep(pairs | {key: v[None, :] for key, v in entries.items()}), (len(first), k))
+    return once[inverse.reshape(-1)]
+
+
+def _repeated(col: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``np.repeat(col, counts)``; a column of one value (every row, or a broadcast ``shared_constant``)
+    as that value broadcast to the rows, as the grid holds it (read-only, no memory per row)."""
+    rows = int(counts.sum())
+    if rows > 1 and len(col) > 1 and (col.strides == (0,) or (col[0] == col[-1] and col.min() == col.max())):
+        return np.broadcast_to(col[:1].copy(), (rows,))
+    return np.repeat(col, counts)
 
 
 def _product(axes: dict[str, list]) -> dict[str, np.ndarray]:
@@ -435,7 +464,7 @@ def _moe_axes(cols: dict[str, np.ndarray], ctx: Context, num_gpus: int, pins: Pi
         a2a = (c["ep"] > 1) & (c["dispatcher"] > 0) & (c["recompute"] != full) & ((c["pp"] == 1) | (c["vpp"] > 1))
         return ok & (~c["a2a_overlap"] | a2a)
 
-    cols = _cross_table(cols, table, allowed)
+    cols = _cross_table(cols, table, allowed, reads=("tp", "pp", "recompute", "vpp"))
     if pins.etp is None:
         cols["etp"] = np.where(cols.pop("etp_is_tp"), cols["tp"], 1)
     return cols
