@@ -531,8 +531,7 @@ def _floors(grid: PlanGrid, rows: np.ndarray, out, ctx: Context) -> None:
     rows = rows[need.take(rows) > 0]
     code = need[rows]
     mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
-    both = PlanGrid.stack(grid.take(mine), replace(grid.take(tw), tp_comm_overlap=np.zeros(len(tw), dtype=np.int8)))
-    floor = _chunked(iteration_floor_s, both, ctx)
+    floor = _chunked(iteration_floor_s, _Twins(grid, np.concatenate([mine, tw]), len(mine)).take(slice(None)), ctx)
     iteration[rows] = np.inf
     iteration[mine] = floor[: len(mine)]
     iteration[tw] = np.minimum(iteration[tw], floor[len(mine) :])
@@ -787,7 +786,7 @@ def _screen_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _
     rows = rows if order is None else rows[order]  # sorted once here, the twins among them need no sort of their own
     at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
     pos = rows[at]
-    off = replace(grid.take(pos), tp_comm_overlap=np.zeros(len(pos), dtype=np.int8))
+    off = _Twins(grid, pos)
     (pk, state), (tw_pk, tw_state) = _block_peaks(grid, rows, off, at, options, capacity, keys[rows])
     fits, tw_fits = pk <= capacity, tw_pk <= capacity
     smaller = _Twin(state[at], tw_state, pk[at], tw_pk).smaller(off, options)
@@ -814,7 +813,7 @@ def _screen_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _
         _time_rows(grid, odd, options.evaluating, out)
 
 
-def _block_peaks(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, capacity: float, keys) -> tuple:
+def _block_peaks(grid: PlanGrid, rows, off: _Twins, at, options: _Options, capacity: float, keys) -> tuple:
     """The peaks and states (``_by_family_states``) of the ``rows`` of the grid (``keys``: their families) and
     of their twins ``off`` (the rows ``at`` among them, without the overlap). A large block: the rows' peaks in
     place, then their twins' (``_twins``: one copy of the twins only, NaN where the row fits); a small one in one
@@ -828,7 +827,7 @@ def _block_peaks(grid: PlanGrid, rows, off: PlanGrid, at, options: _Options, cap
             return (peak, state), (tw_peak, tw_state)
         _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
         family = family.reshape(-1)
-        both = PlanGrid.stack(grid.take(rows), off)
+        both = _Twins(grid, np.concatenate([rows, off.rows]), len(rows))
         pk, state = _peak_memory(
             both, np.arange(len(both)), ctx, capacity, np.concatenate([family, family[at] + len(rows)])
         )
@@ -844,8 +843,8 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
     iteration, peak, off_wins, need, twin_peak = out
     code = need[rows]
     mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
-    off = replace(grid.take(tw), tp_comm_overlap=np.zeros(len(tw), dtype=np.int8))
-    it, tw_it = _times([(grid, mine), (off, np.arange(len(tw)))], ctx)
+    times = _times(_Twins(grid, np.concatenate([mine, tw]), len(mine)), ctx)
+    it, tw_it = times[: len(mine)], times[len(mine) :]
     iteration[mine] = it
     own = np.where((need[tw] & ROW) > 0, iteration[tw], np.inf)
     better = (tw_it < own) | (~np.isfinite(own) & ((need[tw] & SMALLER) > 0))
@@ -858,25 +857,50 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
     with np.errstate(divide="ignore", invalid="ignore"):
         for start in range(0, len(unknown), CHUNK):
             part = unknown[start : start + CHUNK]
-            peak[tw[part]] = peak_memory_bytes(off.take(part), ctx)
+            peak[tw[part]] = peak_memory_bytes(_Twins(grid, tw).take(part), ctx)
     off_wins[tw[flip]] = 1
     need[rows] = 0
 
 
-def _times(parts: list[tuple[PlanGrid, np.ndarray]], ctx: Context) -> list[np.ndarray]:
-    """``iteration_s`` of the rows ``pos`` of each ``(grid, pos)``, every part's rows in the same evaluations
-    (one per CHUNK rows; a plan's time does not depend on the others evaluated with it)."""
-    grids = [g.take(pos) for g, pos in parts]
-    both = PlanGrid.stack(*grids) if len(grids) > 1 else grids[0]
-    out = np.empty(len(both))
+def _times(rows: _Twins, ctx: Context) -> np.ndarray:
+    """``iteration_s`` of the ``rows`` (rows and twins in the same evaluations, one per CHUNK rows: a plan's time
+    does not depend on the others evaluated with it)."""
+    out = np.empty(len(rows))
     with np.errstate(divide="ignore", invalid="ignore"):
-        for start in range(0, len(both), CHUNK):
-            part = both if len(both) <= CHUNK else both.take(slice(start, start + CHUNK))
-            out[start : start + CHUNK] = iteration_s(part, ctx)
-    return np.split(out, np.cumsum([len(g) for g in grids[:-1]]))
+        for start in range(0, len(rows), CHUNK):
+            out[start : start + CHUNK] = iteration_s(rows.take(slice(start, start + CHUNK)), ctx)
+    return out
 
 
-def _twins(off: PlanGrid, row_fits: np.ndarray, keys: np.ndarray, ctx: Context, capacity: float) -> tuple:
+@dataclass(frozen=True, eq=False)
+class _Twins:
+    """Rows of a grid, those from position ``start`` on as their twins without --tp-comm-overlap, gathered only
+    when taken: ``take`` gives what ``PlanGrid.stack(grid.take(rows[:start]), replace(grid.take(rows[start:]),
+    tp_comm_overlap=0))`` would, without that copy of every row (a screening measures a few of them at a time)."""
+
+    grid: PlanGrid
+    rows: np.ndarray
+    start: int = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def micro_batch(self) -> np.ndarray:
+        return take_column(self.grid.micro_batch, self.rows)
+
+    def take(self, index) -> PlanGrid:
+        """The rows at ``index`` (positions or a slice), the twins among them without the overlap."""
+        grid = self.grid.take(self.rows[index])
+        twin = np.arange(len(self.rows))[index] >= self.start
+        if not twin.any():
+            return grid
+        overlap = np.array(grid.tp_comm_overlap)  # a copy: a column of one value is a read-only view
+        overlap[twin] = 0
+        return replace(grid, tp_comm_overlap=overlap)
+
+
+def _twins(off: _Twins, row_fits: np.ndarray, keys: np.ndarray, ctx: Context, capacity: float) -> tuple:
     """The peaks of the twins ``off`` (``keys``: their families), knowing which of their rows fit, how each
     was found (``_by_family_states``), and which twins fit (to be timed). A twin whose row fits fits too (its
     userbuffers and workspaces gone: ``_Twin.smaller``), so its memory is not measured and its peak is NaN
@@ -912,7 +936,7 @@ class _Twin:
     row: np.ndarray
     twin: np.ndarray
 
-    def smaller(self, twins: PlanGrid, options: _Options) -> np.ndarray:
+    def smaller(self, twins: _Twins, options: _Options) -> np.ndarray:
         """Whether each twin's peak is below its row's, as measuring each plan whose smaller micro-batch
         fits would find it. Where a family's larger micro-batch was left unmeasured (``MID_BOUND``), the
         twin's peak is below its row's: the two differ only in --tp-comm-overlap, whose userbuffers and

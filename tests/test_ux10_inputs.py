@@ -102,7 +102,9 @@ def test_a_parse_error_names_the_line_bash_names(tmp_path):
     nested = 'A="a\nb"\ncat <<EOF\nx\ny\nEOF\nif true; then\n  X=1\n  Y=<P> (e.g. 1)\nfi\n'
     assert "(line 9: 'Y=<P> (e.g. 1)')" in extract_launch_error(nested)
     assert "(line 3: 'C=x (e.g.')" in extract_launch_error("B=1\nD=2\nC=x (e.g.\n")
-    assert "unexpected EOF (at the end of the script)" in extract_launch_error("if true; then\n  X=1\n")
+    assert "unexpected EOF (at the end of the script; what is left open starts at line 1: 'if true; then')" in (
+        extract_launch_error("if true; then\n  X=1\n")
+    )
 
 
 def extract_launch_error(text: str) -> str:

@@ -10,6 +10,7 @@ from planner.presets import KINDS, load_spec, preset_names, preset_text
 from planner.report import fidelity as report_fidelity
 
 FILE = click.Path(dir_okay=False, exists=True)
+LOG_FILE = click.Path(dir_okay=False, exists=True, allow_dash=True)  # '-': standard input (ux12)
 
 
 @cli.group(invoke_without_command=True)
@@ -207,8 +208,9 @@ def _validate_choice(as_json: bool, as_csv: bool) -> None:
     "--from-log",
     "logs",
     multiple=True,
-    type=FILE,
-    help="A Megatron-LM training log of your own (repeat for several runs): fit your cluster instead.",
+    type=LOG_FILE,
+    help="A Megatron-LM training log of your own (repeat for several runs; - reads it from a pipe): fit your "
+    "cluster instead.",
 )
 @click.option(
     "--megatron-args-file",
@@ -316,6 +318,8 @@ def _from_logs(logs, scripts, hardware, gpus_env, output, overwrite_force, as_js
 
     if not logs:
         raise PlannerError("--from-log: give the Megatron-LM log of at least one run of your own")
+    if logs.count("-") > 1:
+        raise PlannerError("--from-log -: standard input holds one log; give the others as files")
     if not scripts:
         raise PlannerError("--megatron-args-file: give the launch script of the --from-log run(s)")
     if len(scripts) not in (1, len(logs)):

@@ -41,17 +41,36 @@ class LoggedRun:
         )
 
 
-def _log_text(path: Path) -> str:
+STDIN = "<stdin>"  # how messages and the table name a log read from standard input (--from-log -)
+
+
+def _log_bytes(path: str) -> bytes:
+    """A log's bytes: ``-`` is standard input (``cat train.log | megaplan calibrate --from-log - ...``), refused
+    when it is a terminal (reading would wait for typing); it was "File '-' does not exist" (ux12)."""
+    import sys
+
+    if path != "-":
+        return Path(path).read_bytes()
+    data = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
+    if not data:
+        raise LogError(
+            "--from-log -: reads the log from standard input, but nothing is piped in "
+            "(cat train.log | megaplan calibrate --from-log - ...)"
+        )
+    return data
+
+
+def _log_text(path: str) -> str:
     """A training log's text; a gzip-compressed log (``train.log.gz``, as clusters keep old logs) is read
     through gzip: it was "no Megatron-LM iteration lines" (fresh user trial 9)."""
     import gzip
 
-    data = path.read_bytes()
+    data = _log_bytes(path)
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError) as err:
-            raise LogError(f"{path}: a gzip file that does not decompress ({err})") from err
+            raise LogError(f"{STDIN if path == '-' else path}: a gzip file that does not decompress ({err})") from err
     return data.decode(errors="replace")
 
 
@@ -63,7 +82,8 @@ def logged_run(
 
     refuse_device(log_path, "--from-log")
     refuse_device(script_path, "--megatron-args-file")
-    log = read_training_log(_log_text(Path(log_path)), log_path)
+    log = read_training_log(_log_text(log_path), STDIN if log_path == "-" else log_path)
+    log_path = log.name
     script = Path(script_path).read_text(errors="replace")
     base_dir = str(Path(script_path).resolve().parent)
     req = import_megatron(script, gpus=gpus or log.world_size, hardware=hardware, env=env, base_dir=base_dir).request

@@ -473,6 +473,12 @@ def _unevaluated_said(launch):
     try:
         yield
     except PlannerError as err:
+        passed = [n for n in launch.from_submitter if f"--env {n}=" in str(err)]
+        if passed:  # sbatch --export=TP: TP is the submitting shell's, not the script's default (ux12)
+            raise PlannerError(
+                f"{err} (sbatch --export passes {', '.join(passed)} from the shell that submits the job, "
+                "which megaplan cannot see)"
+            ) from None
         if not launch.unevaluated:
             raise
         raise PlannerError(

@@ -389,7 +389,7 @@ def _memory_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[
         sharded_alone = do & ~fs & (dc % c["do_instances"] == 0) & (dc >= 4)
         return ok & ((c["do_instances"] == replicas[0]) | sharded_alone)
 
-    return _outer_axis(_cross_table(cols, table, allowed), pins)
+    return _outer_axis(_cross_table(cols, table, allowed, reads=("tp", "dp", "cp")), pins)
 
 
 def _outer_axis(cols: dict[str, np.ndarray], pins: Pins) -> dict[str, np.ndarray]:

@@ -235,7 +235,7 @@ def stage_layers(
     values = np.flatnonzero(present)
     slot = np.zeros(len(present), dtype=np.int64)
     slot[values] = np.arange(len(values))
-    row = slot[p] * 4 + split  # the table row of each plan: (its p, its split)
+    row = slot.take(p) * 4 + split  # the table row of each plan: (its p, its split)
     k = 4 * len(values)
     one = _stage_layers(
         num_layers,
@@ -244,7 +244,9 @@ def stage_layers(
         np.full(k, first_given.reshape(-1)[0], dtype=first_given.dtype),
         np.full(k, last_given.reshape(-1)[0], dtype=last_given.dtype),
     )
-    return StageLayers(first=one.first[row], middle=one.middle[row], last=one.last[row], legal=one.legal[row])
+    return StageLayers(
+        first=one.first.take(row), middle=one.middle.take(row), last=one.last.take(row), legal=one.legal.take(row)
+    )
 
 
 def _stage_layers(

@@ -10,12 +10,13 @@ text), is recorded in ``unread`` so the importer can name it and ``--env``. Noth
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable
 from contextlib import contextmanager
 
 from planner.megatron.shell.expand import MAX_DEPTH
 from planner.megatron.shell.fields import Field, Var, Variables
-from planner.megatron.shell.launch import INT, launch_options, sbatch_directives
+from planner.megatron.shell.launch import INT, ShellParseError, launch_options, sbatch_directives
 from planner.megatron.shell.rewrite import HEREDOC
 
 SHELLS = ("sh", "bash", "dash", "zsh")
@@ -50,6 +51,7 @@ _SBATCH_FLAGS = {  # sbatch's long options that take no value (sbatch(1)); every
     "--nice",
 }
 _SHELL_VALUE_OPTIONS = {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}  # bash(1)
+_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 def _sbatch_takes_value(word: str) -> bool:
@@ -57,6 +59,53 @@ def _sbatch_takes_value(word: str) -> bool:
     if word.startswith("--"):
         return "=" not in word and word not in _SBATCH_FLAGS
     return word in _SBATCH_VALUE_OPTIONS
+
+
+def export_option(commands: list[list[Field]]) -> Field | None:
+    """The value of the last ``--export`` among sbatch option lists (``#SBATCH`` lines first, then the command
+    line, which overrides them, as in sbatch(1)); the options of a command end at its script's file."""
+    value = None
+    for fields in commands:
+        words, k = [t for t, _ in fields], 1
+        while k < len(words) and words[k].startswith("-"):
+            if words[k].startswith("--export="):
+                value = (words[k].partition("=")[2], fields[k][1])
+            elif words[k] == "--export" and k + 1 < len(words):
+                value = fields[k + 1]
+            k += 2 if _sbatch_takes_value(words[k]) else 1
+    return value
+
+
+def export_values(value: str) -> tuple[bool, dict[str, str | None]]:
+    """``--export={[ALL,]NAME[=VALUE],...|ALL|NONE|NIL}`` (sbatch(1)): whether the submitting environment is
+    passed (ALL), and the variables named, each with its value or None (the submitter's current value). A piece
+    that is no variable name continues the value before it (``ARGS=a,b``)."""
+    keep_all, out, last = False, {}, None
+    for part in value.split(","):
+        name, eq, val = part.partition("=")
+        if part.upper() in ("ALL", "NONE", "NIL"):
+            keep_all = keep_all or part.upper() == "ALL"
+        elif _NAME.fullmatch(name):
+            out[name], last = (val if eq else None), name
+        elif last is not None and out[last] is not None:
+            out[last] += "," + part
+    return keep_all, out
+
+
+@contextmanager
+def file_named(path: str, how: str):
+    """A file the script sources or runs that bash cannot parse is named in the one-line error, with the line when
+    the parser knows it (the innermost file only): it was "unexpected EOF (at the end of the script)" for a
+    ``source config.sh`` whose ``if`` has no ``fi``, naming neither the file nor its line (ux12)."""
+    try:
+        yield
+    except ShellParseError as err:
+        if getattr(err, "file", None) is not None:
+            raise
+        message = str(err).replace("at the end of the script", "at the end of the file")
+        named = ShellParseError(f"{path} (which the script {how}): {message}")
+        named.file = path
+        raise named from None
 
 
 class Follow:
@@ -76,7 +125,8 @@ class Follow:
     depth: int
     cwd: str | None  # the working directory, when known
     last_read: str  # the absolute path of the file read last
-    moved: list[str]  # notes: files found above the script's folder
+    moved: list[str]  # notes: files found above the script's folder, values from sbatch --export
+    submitter: list[str]  # names sbatch --export passes from the submitting shell, unknown here
 
     def sibling(self, path: str) -> str | None:
         """The text of the file ``path`` names, from the caller's reader (or written by the script); None if it
@@ -140,7 +190,7 @@ class Follow:
         positional parameters when given), or record it as unread."""
         text = self.read_or_note(fields[1][0]) if len(fields) > 1 else None
         if text is not None:
-            with self.positional(fields[2:] or None):
+            with self.positional(fields[2:] or None), file_named(fields[1][0], "sources"):
                 self.run_in_this_shell(text)
 
     def script_argument(self, fields: list[Field]) -> tuple[str, list[Field]] | None:
@@ -170,10 +220,11 @@ class Follow:
             return False
         path, args = found
         text = self.read_or_note(path)
+        sbatch = posixpath.basename(fields[0][0]) in ("sbatch", "salloc")
         if text is not None:
-            with self.child_process(), self.positional(args):
+            with self.child_process(), self.positional(args), file_named(path, "submits" if sbatch else "runs"):
                 self.vars["0"] = Var(self.last_read)  # $0: the script's path
-                self._run_child(text, sbatch=posixpath.basename(fields[0][0]) in ("sbatch", "salloc"))
+                self._run_child(text, sbatch=sbatch)
         return True
 
     def _run_child(self, text: str, sbatch: bool) -> None:
@@ -201,11 +252,40 @@ class Follow:
             self.vars, self.exported, self.funcs, self.allexport, self.errexit = saved
 
     def run_job_text(self, text: str, sbatch: bool) -> None:
-        """Interpret a job script: its #SBATCH lines join the directives and set the Slurm variables."""
+        """Interpret a job script: its #SBATCH lines join the directives and set the Slurm variables, and
+        ``--export`` (the command line's, else its #SBATCH lines') the job's environment."""
         if sbatch:
-            self.directives.extend(sbatch_directives(text))
+            own = sbatch_directives(text)
+            self.directives.extend(own)
             self.seed_slurm()
+            self.seed_export([*own, *self.job[-1:]])
         self.run_in_this_shell(text)
+
+    def seed_export(self, commands: list[list[Field]]) -> None:
+        """sbatch ``--export`` (sbatch(1)): the job's environment holds the variables it gives (``TP=4``), under
+        the submitting environment's own with ALL; without ALL, none of the submitter's other variables; a
+        name alone passes the submitter's value, unknown here unless set: left unresolved, for the error on a
+        flag that needs it to name the variable (never a script's default instead)."""
+        option = export_option(commands)
+        if option is None:
+            return
+        value, unres = option
+        keep_all, values = export_values(value)
+        if not keep_all:
+            for name in [n for n in self.vars if _NAME.fullmatch(n) and n not in values and n not in self.pinned]:
+                if not name.startswith("SLURM_"):
+                    del self.vars[name]
+                    self.exported.discard(name)
+        given = []
+        for name, val in values.items():
+            if name in self.pinned or (name in self.exported and name in self.vars and (keep_all or val is None)):
+                continue  # --env, or the submitter's own value (which ALL puts over the one given)
+            self.vars[name] = Var(val, unres) if val is not None else Var("$" + name, frozenset({"$" + name}))
+            self.exported.add(name)
+            given += [f"{name}={val}"] if val is not None else []
+            self.submitter += [] if val is not None else [name]
+        if given:
+            self.moved.append(f"{', '.join(given)} from sbatch --export={value} (the job's environment)")
 
     def seed_slurm(self) -> None:
         """Set SLURM_NNODES and friends from the job's options, unless the script or --env set them."""

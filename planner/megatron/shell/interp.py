@@ -20,7 +20,7 @@ from planner.megatron.shell.expand import MAX_DEPTH, Expander
 from planner.megatron.shell.fields import Field, Var
 from planner.megatron.shell.follow import SHELLS, Follow
 from planner.megatron.shell.launch import INT, LaunchLine, ShellParseError, launch_options, process_count
-from planner.megatron.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse, placeholders, unwritten
+from planner.megatron.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse, placed, placeholders, unwritten
 from planner.megatron.shell.subst import Substitute
 
 _KEYWORDS = {"if", "then", "elif", "else", "fi", "while", "until", "do", "done"}
@@ -71,9 +71,11 @@ class Interp(Substitute, Follow, Expander):
         self.directives, self.job = directives, []
         self.read_file, self.files, self.unread, self.too_deep = read_file, {}, [], []
         self.cwd, self.last_read, self.moved = getattr(read_file, "base_dir", None), "", []
+        self.submitter: list[str] = []
         if getattr(read_file, "script", None) and "0" not in self.vars:
             self.vars["0"] = Var(read_file.script)  # $0: the script's own path
         self.seed_slurm()
+        self.seed_export(self.directives)
         self.funcs: dict[str, object] = {}
         self.src, self.prefix, self.flags = "", [], []
         self.others: list[str] = []  # Python programs run that are no pre-training entry point
@@ -85,8 +87,11 @@ class Interp(Substitute, Follow, Expander):
 
     # -- walking the tree ---------------------------------------------------------------
     def run_text(self, text: str) -> None:
-        rewritten, _ = Rewriter(placeholders(text, self.tables), self.tables).scan(0, "top")
-        trees = parse(rewritten, self.tables, text) if rewritten.strip() else []
+        try:
+            rewritten, _ = Rewriter(placeholders(text, self.tables), self.tables).scan(0, "top")
+            trees = parse(rewritten, self.tables, text) if rewritten.strip() else []
+        except ShellParseError as err:
+            raise ShellParseError(placed(str(err), text)) from None
         saved, self.src = self.src, rewritten
         try:
             for tree in trees:
@@ -450,6 +455,7 @@ class Interp(Substitute, Follow, Expander):
             env_unread=sorted(self.pinned - self.vars.read),
             unevaluated=list(dict.fromkeys(self.unevaluated)),
             unfilled=dict(self.unfilled),
+            from_submitter=list(dict.fromkeys(self.submitter)),
         )
 
     # -- variables ----------------------------------------------------------------------

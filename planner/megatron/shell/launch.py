@@ -44,6 +44,7 @@ class LaunchLine:
     env_unread: list[str] = field(default_factory=list)  # --env names the script never read before the launch
     unevaluated: list[str] = field(default_factory=list)  # what bash would evaluate and megaplan did not
     unfilled: dict[str, str] = field(default_factory=dict)  # arrays an unevaluated mapfile fills: its command
+    from_submitter: list[str] = field(default_factory=list)  # sbatch --export=NAME: the submitting shell's value
 
 
 INT = re.compile(r"-?[0-9]{1,18}")

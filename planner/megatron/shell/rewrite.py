@@ -403,6 +403,37 @@ def failing_line(original: str, message: str) -> int | None:
     return lo
 
 
+def _prefix_fails(lines: list[str], n: int) -> bool:
+    """Whether the text's first ``n`` lines fail to rewrite or parse (a construct left open in them)."""
+    tables: dict[str, list] = {"a": [], "c": [], "p": [], "q": [], "h": []}
+    try:
+        rewritten, _ = Rewriter(placeholders("".join(lines[:n]), tables), tables).scan(0, "top")
+        if rewritten.strip():
+            bashlex.parse(_ended(rewritten))
+    except Exception:
+        return True
+    return False
+
+
+def placed(message: str, original: str) -> str:
+    """A parse error that names no line, with the line where what is left open to the end of the text starts
+    (an unterminated quote or ``$((``, an ``if`` without ``fi``): the first line whose prefix of the text fails,
+    bisected as failing_line does (it was "unexpected EOF (at the end of the script)" alone, ux12)."""
+    if re.search(r"\((?:line|near line) \d+", message):
+        return message
+    lines = original.splitlines(keepends=True)
+    if not lines or not _prefix_fails(lines, len(lines)):
+        return message
+    lo, hi = 1, len(lines)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _prefix_fails(lines, mid) else (mid + 1, hi)
+    where = f"line {lo}: {lines[lo - 1].strip()[:60]!r}"
+    if message.endswith("(at the end of the script)"):
+        return f"{message[:-1]}; what is left open starts at {where})"
+    return f"{message} ({where})"
+
+
 def _unplaced(message: str) -> str:
     """A parse error's message without where it was found."""
     return re.sub(r" \((?:position \d+|near line .*|at the end of the script)\)$", "", message)
