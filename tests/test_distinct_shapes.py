@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.api import make_request
+from planner.costs import stage_memory
 from planner.costs.blocks import _layer_blocks, layer_parts
 from planner.costs.estimate import _time_terms, evaluate, iteration_s
 from planner.costs.letters import (
@@ -146,6 +147,23 @@ def test_every_stage_memory_term_is_column_major_or_one_value_per_plan(case):
     for name, term in mem.items():
         assert term.shape == lt.type_index.shape, name
         assert term.flags.f_contiguous or term.strides[1] == 0, name
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_the_memory_terms_do_not_depend_on_numpys_ufunc_buffer(case, monkeypatch):
+    """``stage_memory.UFUNC_BUFFER`` only spares numpy's copies: every memory term of every plan is the same
+    with numpy's default buffer (8192) and with a tiny one, and the caller's buffer size is left as it was."""
+    ctx, grid = _grid(*case)
+    grid = grid.take(np.arange(0, len(grid), 5))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        before = np.getbufsize()
+        ours = _evaluation_values(evaluate(grid, ctx))
+        assert np.getbufsize() == before
+        for size in (8192, 16):
+            monkeypatch.setattr(stage_memory, "UFUNC_BUFFER", size)
+            theirs = _evaluation_values(evaluate(grid, ctx))
+            for name in ours:
+                np.testing.assert_array_equal(ours[name], theirs[name], err_msg=f"{name}, buffer {size}")
 
 
 def test_a_view_refuses_the_letters_its_key_does_not_decide():

@@ -19,7 +19,13 @@ from planner.costs.layer_time import activation_message, layer_time_formulas, la
 from planner.costs.letters import LAYER_CARRIED, LAYER_KEY, Letters, _per_plan
 from planner.costs.linears import tp_link
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, interleaved_wrap_wait_s
-from planner.costs.stage_memory import MEMORY_TERMS, memory_formulas, stage_memory_bytes, stage_params
+from planner.costs.stage_memory import (
+    MEMORY_TERMS,
+    memory_formulas,
+    stage_memory_bytes,
+    stage_memory_total,
+    stage_params,
+)
 from planner.hardware.collectives import (
     Link,
     all_reduce_latency_s,
@@ -349,7 +355,7 @@ def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.nd
     recomputation's layer count with it)."""
     lt = Letters(grid, ctx)
     rep, here = lt.type_index, lt.type_count > 0
-    total = np.where(here, stage_memory_bytes(lt, ctx, rep)["total"], 0.0)
+    total = np.where(here, stage_memory_total(lt, ctx, rep), 0.0)
     return total, np.where(here, lt.stage(rep)["layers"], 0.0) / lt.vpp.astype(float)  # cast once, (N, 1)
 
 
@@ -357,8 +363,7 @@ def peak_memory_bytes(grid: PlanGrid, ctx: Context) -> np.ndarray:
     """Memory of each plan's most loaded stage (bytes), as ``evaluate`` computes it: search uses it to
     set aside the plans that do not fit before timing the rest."""
     lt = Letters(grid, ctx)
-    mem = stage_memory_bytes(lt, ctx, lt.type_index)
-    return np.max(np.where(lt.type_count > 0, mem["total"], -np.inf), axis=1)
+    return np.max(np.where(lt.type_count > 0, stage_memory_total(lt, ctx, lt.type_index), -np.inf), axis=1)
 
 
 def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluation:

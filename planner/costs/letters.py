@@ -393,8 +393,8 @@ class Letters:
         self.t, self.p, self.d, self.c = _col(grid.tp), _col(grid.pp), _col(grid.dp), _col(grid.cp)
         self.ep, self.etp, self.fsdp = _col(grid.ep), _col(grid.etp), _col(grid.fsdp)
         # what Megatron FSDP shards besides the optimizer: the weights (level 3) and the gradients (level >= 2)
-        self.fsdp_params = self.fsdp & (_col(grid.fsdp_level) >= 3)
-        self.fsdp_grads = self.fsdp & (_col(grid.fsdp_level) >= 2)
+        level = _col(grid.fsdp_level)
+        self.fsdp_params, self.fsdp_grads = self.fsdp & (level >= 3), self.fsdp & (level >= 2)
         self.R = _col(grid.do_instances)  # distributed-optimizer instances: the optimizer shards over d·c/R
         self.outer_optim = _col(grid.outer_optim)  # Megatron FSDP's HFSDP: the optimizer over all d·c ranks
         self.vpp, self.b = _col(grid.vpp), _col(grid.micro_batch)
@@ -426,8 +426,8 @@ class Letters:
         # intra_partial_data_parallel_size = d·c/R, intra_partial_expert_data_parallel_size = edp/R)
         self.N, self.edp_in = self.d * self.c / self.R, self.edp / self.R
         # the optimizer states' shard group: one instance's, or all d·c ranks with HFSDP
-        self.opt_group = np.where(self.outer_optim, self.d * self.c, self.N)
-        self.opt_group_e = np.where(self.outer_optim, self.edp, self.edp_in)
+        self.opt_group = select(self.outer_optim, lambda: self.d * self.c, lambda: self.N)
+        self.opt_group_e = select(self.outer_optim, lambda: self.edp, lambda: self.edp_in)
         self.gated, self.dropout, self.attn_dropout = mo.gated, mo.hidden_dropout > 0, mo.attention_dropout > 0
         self.unfused = ctx.options.attention_kernel is AttentionKernel.UNFUSED
         self.fp8 = ctx.options.fp8 is not None
@@ -564,10 +564,10 @@ class Letters:
         with block (megatron/core/recompute.py; each chunk is its own TransformerBlock)."""
         if not np.any(self.rblock):  # every plan uniform (a ``distinct`` view may hold no vpp)
             return np.where(self.rc == 2, n, 0.0)
-        vpp = self.vpp.astype(float)  # the letters in floats, as numpy would cast them against n
+        vpp = np.asarray(self.vpp, dtype=float)  # the letters in floats (kept so), as numpy would cast them
 
         def block() -> np.ndarray:
-            return vpp * np.minimum(self.rlayers.astype(float), n / vpp)
+            return vpp * np.minimum(np.asarray(self.rlayers, dtype=float), n / vpp)
 
         return select(self.rc == 2, lambda: select(self.rblock, block, lambda: n), lambda: 0.0 * n)
 

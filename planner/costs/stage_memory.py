@@ -30,6 +30,13 @@ FSDP_UNSHARDED_LAYERS = 2  # Megatron FSDP gathers the next layer while computin
 FSDP_GRAD_BYTES = (
     2  # Megatron FSDP's main grads default to the model's 16-bit dtype (--megatron-fsdp-main-grads-dtype auto)
 )
+# numpy's ufunc buffer (elements) while the memory terms are computed. With its default 8192, an op between a
+# (plans, stages) array and a plan's (plans, 1) letter, on fewer plans than that, grows its inner loop over the
+# stages and copies the letter into the buffer piece by piece: 108 k instructions against 24 k with this buffer
+# at 3,468 × 3 (callgrind), and most of a stage's terms are such ops. The numbers are the same whatever the
+# buffer: every op here is elementwise arithmetic, and the only reductions (max, min, any, integer cumsum) are
+# exact.
+UFUNC_BUFFER = 1024
 
 
 def _layer_params(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
@@ -40,8 +47,8 @@ def _layer_params(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     out = {"dense_layer": dense_layer_params(mo, lt.t), "mtp_extra": mtp_extra_params(mo, lt.t)}
     if mo.is_moe:
         out["moe_dense"], out["moe_expert"] = moe_layer_params(mo, lt.t, lt.ep, lt.etp)
-    else:
-        out["moe_dense"], out["moe_expert"] = out["dense_layer"], 0.0 * lt.t
+    else:  # no MoE layer reads them
+        out["moe_dense"], out["moe_expert"] = out["dense_layer"], 0.0
     return out
 
 
@@ -58,7 +65,7 @@ def stage_params(lt: Letters, ctx: Context, i: np.ndarray, lp: dict | None = Non
     first, last, mtp = st["first"], st["last"], st["mtp"]
     emb = embedding_params(mo, lt.t, lt.s)
     word = emb["word"]  # V·h/t
-    output = word * np.where(mo.tied_embeddings, lt.p > 1, True)  # tied copy only when p > 1
+    output = word * (lt.p > 1) if mo.tied_embeddings else word  # tied: a copy only when p > 1
     lp = _layer_params(lt, ctx) if lp is None else lp
     layers_dense, layers_expert = st["dense"] * lp["dense_layer"], 0.0
     if mo.is_moe:
@@ -131,9 +138,9 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray], i: np.ndar
         sharded = params["dense"] / lt.N
         if ctx.model.is_moe:
             sharded = sharded + params["expert"] / lt.edp_in
-        working = FSDP_UNSHARDED_LAYERS * largest_layer_params(lt, ctx, i, lp)
-        states["weights"] = np.where(lt.fsdp_params, w_bytes * (sharded + working), states["weights"])
-        states["gradients"] = np.where(lt.fsdp_grads, FSDP_GRAD_BYTES * (sharded + working), states["gradients"])
+        held = sharded + FSDP_UNSHARDED_LAYERS * largest_layer_params(lt, ctx, i, lp)
+        states["weights"] = np.where(lt.fsdp_params, w_bytes * held, states["weights"])
+        states["gradients"] = np.where(lt.fsdp_grads, FSDP_GRAD_BYTES * held, states["gradients"])
     opts = ctx.options
     if opts.fp8 is not None:  # FP8 copies (and transposes), or instead of the 16-bit weight with --fp8-param-gather
         extra = fp8_weight_bytes(ctx) - (w_bytes if opts.fp8_param_gather else 0)
@@ -212,9 +219,9 @@ def _full_recompute(lt: Letters, st: dict, whole: np.ndarray, dense: dict, moe_l
     largest = (st["dense"] > 0) * dense["whole"]
     if moe_layer is not None:
         largest = np.maximum(largest, (st["moe"] > 0) * moe_layer["whole"])
-    vpp = lt.vpp.astype(float)  # the letters in floats, as numpy would cast them against n
+    vpp = np.asarray(lt.vpp, dtype=float)  # the letters in floats (``Letters`` keeps them so), as against n
     chunk = n / vpp  # layers of one model chunk on this stage
-    group = np.minimum(np.maximum(lt.rlayers.astype(float), 1), chunk)
+    group = np.minimum(np.maximum(np.asarray(lt.rlayers, dtype=float), 1), chunk)
     rec = lt.recomputed_layers(n)
     kept = select(
         lt.rblock, lambda: rec * layer_input + (n - rec) * whole, lambda: vpp * np.ceil(chunk / group) * layer_input
@@ -249,8 +256,9 @@ def _cuda_graph_bytes(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray | 
     return process_memory.cuda_graph_static_bytes(message, lt.stage(i)["layers"], graphs, copies)
 
 
-def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.ndarray) -> dict[str, np.ndarray]:
-    """What the process holds besides model states and activations (planner.costs.process_memory)."""
+def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.ndarray) -> dict:
+    """What the process holds besides model states and activations (planner.costs.process_memory): per stage
+    (fragmentation), per plan ((N, 1): workspaces, NCCL) or one value (CUDA context; CUDA graphs without them)."""
     mem, opts, mo = ctx.hardware.memory, ctx.options, ctx.model
     tpo = lt.tpo & lt.sp
     workspaces = process_memory.workspace_bytes(
@@ -259,12 +267,11 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
     communicators = process_memory.nccl_communicators(
         lt.t, lt.c, lt.p, lt.d, lt.ep, lt.etp, lt.edp, tied_embeddings=mo.tied_embeddings, moe=mo.is_moe
     )
-    shape = np.shape(activations)
     return {
-        "cuda_graphs": np.broadcast_to(_cuda_graph_bytes(lt, ctx, i), shape),
-        "workspaces": np.broadcast_to(workspaces, shape),
-        "nccl": np.broadcast_to(communicators * mem.nccl_communicator_gib * GIB, shape),
-        "cuda_context": np.broadcast_to(mem.cuda_context_gib * GIB, shape),  # one value (np.full: row-major)
+        "cuda_graphs": _cuda_graph_bytes(lt, ctx, i),
+        "workspaces": workspaces,
+        "nccl": communicators * mem.nccl_communicator_gib * GIB,
+        "cuda_context": mem.cuda_context_gib * GIB,
         "fragmentation": process_memory.fragmentation_bytes(
             activations,
             mem.fragmentation_frac,
@@ -275,26 +282,46 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
     }
 
 
-def stage_memory_bytes(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
-    """Memory on the GPUs of pipeline stage i, term by term (bytes); ``allocated`` is what PyTorch's
-    allocator hands out (the peak Megatron logs as max allocated)."""
-    lp = _layer_params(lt, ctx)
-    params = stage_params(lt, ctx, i, lp)
-    activations = _activations(lt, ctx, i)
-    out = {
-        **_states(lt, ctx, params, i, lp),
-        "activations": activations,
-        **_process_bytes(lt, ctx, i, activations),
-        "params": params["dense"] + params["expert"] if ctx.model.is_moe else params["dense"],
-        "dense_params": params["dense"],
-        "expert_params": params["expert"],
-    }
-    allocated = out[ALLOCATED_TERMS[0]]
+def _memory_terms(lt: Letters, ctx: Context, i: np.ndarray) -> tuple[dict, dict]:
+    """Each term of ``MEMORY_TERMS`` of stage i, as computed: per stage, per plan or one value (summed as they
+    are: a value broadcast along the stages adds the same); and the stage's parameters (``stage_params``).
+    Computed with numpy's ufunc buffer at ``UFUNC_BUFFER`` elements."""
+    with np.errstate():  # restores the caller's buffer size on leaving (numpy >= 2.0)
+        np.setbufsize(UFUNC_BUFFER)
+        lp = _layer_params(lt, ctx)
+        params = stage_params(lt, ctx, i, lp)
+        activations = _activations(lt, ctx, i)
+        terms = {**_states(lt, ctx, params, i, lp), "activations": activations}
+        terms.update(_process_bytes(lt, ctx, i, activations))
+    return terms, params
+
+
+def _allocated_and_total(terms: dict) -> tuple[np.ndarray, np.ndarray]:
+    """``allocated``: the sum of ``ALLOCATED_TERMS``, what PyTorch's allocator hands out (the peak Megatron logs
+    as max allocated); ``total``: that plus the rest of ``MEMORY_TERMS``, in their order."""
+    allocated = terms[ALLOCATED_TERMS[0]]
     for k in ALLOCATED_TERMS[1:]:
-        allocated = allocated + out[k]
+        allocated = allocated + terms[k]
     total = allocated
     for k in MEMORY_TERMS[len(ALLOCATED_TERMS) :]:  # the terms after the allocated ones, in the same order
-        total = total + out[k]
+        total = total + terms[k]
+    return allocated, total
+
+
+def stage_memory_total(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
+    """The ``total`` of ``stage_memory_bytes`` alone (bytes): no term spread over every stage of every plan."""
+    return _allocated_and_total(_memory_terms(lt, ctx, i)[0])[1]
+
+
+def stage_memory_bytes(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:
+    """Memory on the GPUs of pipeline stage i, term by term (bytes), each (plans, stages); ``allocated`` and
+    ``total`` (``_allocated_and_total``); the stage's parameters, dense and expert."""
+    terms, params = _memory_terms(lt, ctx, i)
+    allocated, total = _allocated_and_total(terms)
+    shape = np.shape(total)
+    out = {k: v if np.shape(v) == shape else np.broadcast_to(v, shape) for k, v in terms.items()}
+    out["params"] = params["dense"] + params["expert"] if ctx.model.is_moe else params["dense"]
+    out["dense_params"], out["expert_params"] = params["dense"], params["expert"]
     out["allocated"], out["total"] = allocated, total
     return out
 

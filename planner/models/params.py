@@ -39,14 +39,15 @@ def gqa_attention_params(h: int, a: int, g: int, d: int, t: ArrayLike, *, bias: 
     """Self-attention of one layer on one of t ranks: QKV h·(a+2g)·d and projection a·d·h split
     over t; biases (a+2g)·d split and h replicated (Narayanan et al. 2021 Eq. 2: 4h² + 4h for GPT)."""
     split = h * (a + 2 * g) * d + a * d * h + ((a + 2 * g) * d if bias else 0)
-    return split / np.asarray(t) + (h if bias else 0)
+    return split / np.asarray(t) + h if bias else split / np.asarray(t)
 
 
 def mlp_params(h: int, f: int, t: ArrayLike, *, gated: bool, bias: bool) -> np.ndarray:
     """One MLP on one of t tensor-parallel ranks: fc1 h·f·(2 if gated) and fc2 f·h split over t;
     biases fc1 f·(2 if gated) split, fc2 h replicated."""
     gate = 2 if gated else 1
-    return (h * f * gate + f * h + (f * gate if bias else 0)) / np.asarray(t) + (h if bias else 0)
+    split = (h * f * gate + f * h + (f * gate if bias else 0)) / np.asarray(t)
+    return split + h if bias else split
 
 
 def layer_params(
@@ -105,9 +106,10 @@ def attention_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool = Fal
     m = model
     _, bias = _kinds(m, megatron)
     out = gqa_attention_params(m.hidden_size, m.num_attention_heads, m.query_groups, m.head_dim, t, bias=bias)
-    if not megatron:
-        out = out + (2 * norm_size(m) * m.head_dim if m.qk_layernorm else 0)
-        out = out + (m.num_attention_heads / np.asarray(t) if m.softmax_type is SoftmaxType.LEARNABLE else 0)
+    if not megatron and m.qk_layernorm:
+        out = out + 2 * norm_size(m) * m.head_dim
+    if not megatron and m.softmax_type is SoftmaxType.LEARNABLE:
+        out = out + m.num_attention_heads / np.asarray(t)
     return out
 
 
