@@ -1,9 +1,11 @@
-"""dataclasses' methods compiled once per text (``planner.dataclass_code``): the same classes as without,
-read back from the kept file by the next process, and nothing kept where Python writes no caches."""
+"""dataclasses' methods and typing's forward references compiled once per text (``planner.dataclass_code``):
+the same classes as without, read back from the kept file by the next process, nothing kept where Python
+writes no caches."""
 
 import dataclasses
 import marshal
 import sys
+import typing
 
 import pytest
 
@@ -44,7 +46,7 @@ def test_the_methods_are_those_dataclasses_writes(tmp_path, writable):
         assert hash(p) == hash((1, 2.5))
         with pytest.raises(dataclasses.FrozenInstanceError):
             p.x = 3
-    assert "exec" not in vars(dataclasses)  # dataclasses' exec is the builtin again
+    assert "exec" not in vars(dataclasses) and "compile" not in vars(typing)  # the builtins again
 
 
 def test_the_next_process_compiles_nothing(tmp_path, writable, monkeypatch):
@@ -57,10 +59,11 @@ def test_the_next_process_compiles_nothing(tmp_path, writable, monkeypatch):
     def no_compile(*args, **kwargs):
         raise AssertionError("compiled again")
 
-    monkeypatch.setattr(dataclass_code, "compile", no_compile, raising=False)
+    monkeypatch.setattr(dataclass_code.builtins, "compile", no_compile)
     before = file.stat().st_mtime_ns
     with compiled_once(file):
         assert _point()(4).x == 4
+    monkeypatch.undo()
     assert file.stat().st_mtime_ns == before  # nothing new: not written again
 
 
@@ -81,3 +84,22 @@ def test_nothing_is_written_without_caches(tmp_path, monkeypatch):
     with compiled_once(tmp_path / "dc.marshal"):
         assert _point()(1).y == 2.5
     assert not (tmp_path / "dc.marshal").exists()
+
+
+def test_forward_references_compile_once(tmp_path, writable, monkeypatch):
+    file = tmp_path / "dc.marshal"
+    with compiled_once(file):
+        ref = typing.ForwardRef("list[int] | None")
+        with pytest.raises(SyntaxError):  # typing's own message, as without
+            typing.ForwardRef("1 +")
+    assert ref.__forward_code__ == compile("list[int] | None", "<string>", "eval")
+    assert eval(ref.__forward_code__) == (list[int] | None)
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(dataclass_code.builtins, "compile", no_compile)
+    with compiled_once(file):
+        again = typing.ForwardRef("list[int] | None")
+    monkeypatch.undo()
+    assert again == ref and again.__forward_code__ == ref.__forward_code__
