@@ -41,9 +41,12 @@ def main() -> None:
 
         print(f"megaplan, version {__version__}")
         return
-    from planner.cli import main as cli_main
+    from planner.dataclass_code import compiled_once
 
-    cli_main()
+    with compiled_once():  # dataclasses' methods compiled once, not in every process (planner.dataclass_code)
+        from planner.cli import main as cli_main
+
+        cli_main()
 
 
 def run() -> None:

@@ -194,3 +194,15 @@ def test_a_parse_error_in_the_script_itself_says_where_the_open_block_starts():
         "not a shell script bashlex can parse: unexpected EOF (at the end of the script; what is left open starts "
         "at line 3: 'if true; then')"
     )
+
+
+def test_sbatch_export_from_the_environment_variable_sits_between_the_command_line_and_the_sbatch_lines(tmp_path):
+    # sbatch(1): SBATCH_EXPORT is --export, over the #SBATCH line and under the command line's option
+    job = tmp_path / "job.sh"
+    job.write_text(NODES + "#SBATCH --export=ALL,TP=4,PP=2\nTP=${TP:-1}\nPP=${PP:-1}\n" + BODY)
+    read = {"read_file": read_beside(str(tmp_path))}
+    argv = extract_launch("export SBATCH_EXPORT=ALL,TP=8\nsbatch job.sh\n", **read).argv
+    assert argv[1] == "8" and argv[3] == "1"  # PP=2 was the #SBATCH line's, which SBATCH_EXPORT replaces
+    argv = extract_launch("export SBATCH_EXPORT=ALL,TP=8\nsbatch --export=ALL,PP=4 job.sh\n", **read).argv
+    assert argv[1] == "1" and argv[3] == "4"
+    assert _tp_pp(job.read_text(), env={"SBATCH_EXPORT": "ALL,TP=2"}) == (2, 1)  # the user's shell: --env

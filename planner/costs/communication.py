@@ -86,11 +86,14 @@ def dp_grad_reduce_time_s(
     ``in_network`` (--use-sharp on a SHARP fabric): across NVLink domains the switches reduce,
     ``collectives.in_network_time_s`` (Megatron-LM parallel_state.py: NCCL_COLLNET_ENABLE on the DP group).
     """
-    n = np.asarray(num_params, dtype=float)
-    reduce_scatter = all_gather_time_s(d, grad_bytes * n, link)
-    ring = np.where(distributed_optimizer, reduce_scatter, all_reduce_time_s(d, grad_bytes * n, link))
-    switches = in_network & (link.nodes > 1)
-    return np.where(switches, in_network_time_s(d, grad_bytes * n, link), ring) if np.any(switches) else ring
+    M = grad_bytes * np.asarray(num_params, dtype=float)
+    sharded = np.asarray(distributed_optimizer)
+    if sharded.all():  # every plan a reduce-scatter (the all-reduce no plan takes is not computed)
+        ring = np.where(sharded, all_gather_time_s(d, M, link), 0.0)
+    else:
+        ring = np.where(sharded, all_gather_time_s(d, M, link), all_reduce_time_s(d, M, link))
+    switches = in_network and link.nodes > 1
+    return np.where(switches, in_network_time_s(d, M, link), ring) if np.any(switches) else ring
 
 
 def hierarchical_grad_reduce_time_s(
@@ -154,7 +157,7 @@ def dp_param_gather_time_s(
     """The distributed optimizer's all-gather of ``num_params`` updated parameters over d ranks, in
     their gathered dtype (1 byte with --fp8-param-gather); in the switches with ``in_network``."""
     M = param_bytes * np.asarray(num_params, dtype=float)
-    ring, switches = all_gather_time_s(d, M, link), in_network & (link.nodes > 1)
+    ring, switches = all_gather_time_s(d, M, link), in_network and link.nodes > 1
     return np.where(switches, in_network_time_s(d, M, link), ring) if np.any(switches) else ring
 
 

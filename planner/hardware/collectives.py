@@ -276,4 +276,7 @@ def straggler_s(paced_s: ArrayLike, n_gpus: ArrayLike, sigma: float | None) -> n
     Summit, Vortex, Frontera, Longhorn, Corona). 0 when the preset does not model it."""
     if sigma is None:
         return np.zeros_like(np.asarray(paced_s, dtype=float))
-    return np.asarray(paced_s, dtype=float) * sigma * expected_max_normal(n_gpus)
+    n = np.asarray(n_gpus, dtype=float)
+    one = n.size > 1 and n.min() == n.max()  # one GPU count for every plan (a search's): E[max] computed once
+    e = np.full(n.shape, expected_max_normal(n.flat[:1])[0]) if one else expected_max_normal(n)
+    return np.asarray(paced_s, dtype=float) * sigma * e

@@ -258,15 +258,18 @@ class Follow:
             own = sbatch_directives(text)
             self.directives.extend(own)
             self.seed_slurm()
-            self.seed_export([*own, *self.job[-1:]])
+            self.seed_export(own, self.job[-1:])
         self.run_in_this_shell(text)
 
-    def seed_export(self, commands: list[list[Field]]) -> None:
-        """sbatch ``--export`` (sbatch(1)): the job's environment holds the variables it gives (``TP=4``), under
-        the submitting environment's own with ALL; without ALL, none of the submitter's other variables; a
-        name alone passes the submitter's value, unknown here unless set: left unresolved, for the error on a
-        flag that needs it to name the variable (never a script's default instead)."""
-        option = export_option(commands)
+    def seed_export(self, directives: list[list[Field]], command: list[list[Field]] = ()) -> None:
+        """sbatch ``--export`` (sbatch(1)): the command line's, else the submitter's SBATCH_EXPORT, else the #SBATCH
+        lines'. The job's environment holds the variables it gives (``TP=4``), under the submitting environment's
+        own with ALL; without ALL, none of the submitter's other variables; a name alone passes the submitter's
+        value, unknown here unless set: left unresolved, for the error on a flag that needs it to name the
+        variable (never a script's default instead)."""
+        env = self.vars.get("SBATCH_EXPORT") if "SBATCH_EXPORT" in self.exported else None
+        env_words = [("sbatch", frozenset()), ("--export", frozenset()), (env.value, env.unres)] if env else []
+        option = export_option([*directives, *([env_words] if env and isinstance(env.value, str) else []), *command])
         if option is None:
             return
         value, unres = option
