@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from itertools import chain
 
 import numpy as np
 
@@ -30,7 +29,8 @@ from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule,
 from planner.result import brief_plan_json, plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
 from planner.space.grid import PlanGrid, distinct, take_column
-from planner.space.rules import each_rule_mask
+from planner.space.rules import RULES, Rule
+from planner.space.rules import first_broken as rules_first_broken
 from planner.space.sizes import (
     WorldAxes,
     empty_grid_reason,
@@ -425,17 +425,12 @@ def _legal_rows(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int) -> tupl
 
 def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal, first_broken) -> list[str]:
     """Marks in ``legal`` the rows of ``grid`` that keep every rule and in ``first_broken`` 1 + the first
-    rule each breaks (0 for none), one rule's mask at a time; returns the rules' names in order."""
-    masks = each_rule_mask(grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus)
-    domain = (TP_NODE_RULE, tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp))
-    names = []
-    for k, (name, mask) in enumerate(chain(masks, [domain])):
-        names.append(name)
-        if len(mask) and (mask[0] if mask.strides == (0,) else mask.all()):  # a rule that holds on every row
-            continue
-        first_broken[legal & ~mask] = k + 1
-        legal &= mask
-    return names
+    rule each breaks (0 for none: ``rules.first_broken``); returns the rules' names in order."""
+    domain, max_tp = nvlink_domain_gpus(ctx.hardware), pins.max_tp
+    rules = (*RULES, Rule(TP_NODE_RULE, lambda r: tp_in_domain(r.grid.tp, domain, max_tp), lambda x: TP_NODE_RULE))
+    first_broken[:] = rules_first_broken(grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus, rules)
+    legal[:] = first_broken == 0
+    return [rule.name for rule in rules]
 
 
 def _with_tp_overlap_twins(
