@@ -166,6 +166,20 @@ def test_the_memory_terms_do_not_depend_on_numpys_ufunc_buffer(case, monkeypatch
                 np.testing.assert_array_equal(ours[name], theirs[name], err_msg=f"{name}, buffer {size}")
 
 
+def test_a_dense_models_memory_reads_only_the_stage_counts_it_needs():
+    """``Letters.stage`` takes each count from the split tables when first read: GPT-3's memory terms read its
+    stages' layers, embedding and loss only (no MoE, sliding-window or MTP layer to take), and its dense layers
+    are its layers (layers − 0, the same array); every count is still there when asked for."""
+    ctx, grid = _grid(*CASES[0])
+    lt = Letters(grid.take(np.arange(0, len(grid), 7)), ctx)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stage_memory_bytes(lt, ctx, lt.type_index)
+    st = lt.stage(lt.type_index)
+    assert set(st) == {"layers", "first", "last", "dense"} and st["dense"] is st["layers"]
+    assert dict(st.items()).keys() == {"layers", "moe", "window", "mtp", "first", "last", "dense"}
+    assert not np.any(st["moe"]) and not np.any(st["window"]) and not np.any(st["mtp"])
+
+
 def test_a_view_refuses_the_letters_its_key_does_not_decide():
     ctx, grid = _grid(*CASES[1])
     lt = Letters(grid.take(np.arange(50)), ctx)

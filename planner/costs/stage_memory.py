@@ -62,7 +62,8 @@ def stage_params(lt: Letters, ctx: Context, i: np.ndarray, lp: dict | None = Non
     without MoE layers (or MTP depths) leaves out their terms, zero for it. ``lp``: ``_layer_params``, if known."""
     mo = ctx.model
     st = lt.stage(i)
-    first, last, mtp = st["first"], st["last"], st["mtp"]
+    first, last = st["first"], st["last"]
+    mtp = st["mtp"] if mo.mtp_layers else None  # read only for a model with MTP depths
     emb = embedding_params(mo, lt.t, lt.s)
     word = emb["word"]  # V·h/t
     output = word * (lt.p > 1) if mo.tied_embeddings else word  # tied: a copy only when p > 1
@@ -133,7 +134,7 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray], i: np.ndar
     # d·c/R (R replicas: HSDP), experts over the expert data-parallel group's edp/R, keeping a couple of
     # layers whole while they run
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
-    fsdp = np.any(lt.fsdp_grads)  # a grid without Megatron FSDP's sharded weights or gradients skips them
+    fsdp = np.count_nonzero(lt.fsdp_grads)  # a grid without Megatron FSDP's sharded weights or gradients skips them
     if fsdp:
         sharded = params["dense"] / lt.N
         if ctx.model.is_moe:
@@ -191,16 +192,17 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
     in_flight = in_flight_microbatches(lt.p, lt.m, lt.vpp, i, a2a_overlap=lt.a2a_overlap, layers=n, G=lt.G)
     # what the layers keep: n × the layer's (whole, or selective's), full recomputation its own
     kept = n * select(lt.rc == 1, lambda: mean("selective"), lambda: whole)
-    full = np.any(lt.rc == 2)
+    full_rows = lt.rc == 2
+    full = np.count_nonzero(full_rows)
     if full:
         full_kept, full_working = _full_recompute(lt, st, whole, dense, moe_layer if mo.is_moe else None)
-        kept = select(lt.rc == 2, lambda: full_kept, lambda: kept)
+        kept = select(full_rows, lambda: full_kept, lambda: kept)
     if mo.mtp_layers:
         mtp_layer = moe_layer if mo.is_moe and mo.mtp_is_moe else dense
         kept = kept + st["mtp"] * (kept_per_layer(lt, mtp_layer) + per["mtp_projection"])
     out = in_flight * kept
     if full:
-        out = out + np.where(lt.rc == 2, full_working, 0.0)
+        out = out + np.where(full_rows, full_working, 0.0)
     if ctx.options.cpu_offloading_num_layers:
         # offloaded layers' copies finish during the next layer's compute, long before the peak at the end
         # of the forward, so none of them is left on the GPU then
