@@ -97,15 +97,17 @@ class LaunchScript:
         from planner.megatron.script import launch_text
 
         path = values.get("megatron_args_file")
-        text, read_warnings = launch_text(read_text(path), path) if path is not None else (values["megatron_args"], [])
+        piped = path == "-"  # the script from standard input: the files it sources are read beside the cwd
+        raw = (read_piped_script() if piped else read_text(path)) if path is not None else None
+        text, read_warnings = launch_text(raw, STDIN_NAME if piped else path) if path else (values["megatron_args"], [])
         imported = import_fields(
             text,
             gpus=values.get("gpus"),
             model=values.get("model"),
             hardware=values.get("hardware"),
             env=env_values(values.get("env_pairs") or ()),
-            base_dir=os.path.dirname(os.path.abspath(path)) if path else None,
-            script_path=os.path.abspath(path) if path else None,
+            base_dir=os.getcwd() if piped else os.path.dirname(os.path.abspath(path)) if path else None,
+            script_path=None if piped else os.path.abspath(path) if path else None,
             extra=values.get("megatron_args") if path else None,
             given=beside,
         )
@@ -435,6 +437,29 @@ def search_source(values: dict, given: set[str]):
     what += f", seq {req.ctx.training.seq_len}, {req.ctx.precision}"
     kept = f"note: search keeps {source.where}'s {what} and options; searches its parallel layout"
     return req, pins, (*fields.notes, *notes, kept), data.get("gpus")
+
+
+STDIN_NAME = "<stdin>"
+
+
+def read_piped_script() -> str:
+    """``--megatron-args-file -``: the launch script from standard input (``cat run.sh | megaplan explain
+    --megatron-args-file -``, as Unix tools read ``-``), refused when it is a terminal (reading would wait for
+    typing) or empty."""
+    import sys
+
+    from planner.megatron.script import decode_text
+
+    data = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
+    if not data.strip():
+        raise PlannerError(
+            "--megatron-args-file -: reads the launch script from standard input, but nothing is piped in "
+            "(cat run.sh | megaplan explain --megatron-args-file -)"
+        )
+    text = decode_text(data)
+    if text is None:
+        raise PlannerError("--megatron-args-file -: standard input is not text; pipe a launch script into it")
+    return text
 
 
 def read_text(path: str) -> str:

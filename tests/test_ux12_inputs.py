@@ -206,3 +206,25 @@ def test_sbatch_export_from_the_environment_variable_sits_between_the_command_li
     argv = extract_launch("export SBATCH_EXPORT=ALL,TP=8\nsbatch --export=ALL,PP=4 job.sh\n", **read).argv
     assert argv[1] == "1" and argv[3] == "4"
     assert _tp_pp(job.read_text(), env={"SBATCH_EXPORT": "ALL,TP=2"}) == (2, 1)  # the user's shell: --env
+
+
+def test_explain_reads_the_launch_script_from_standard_input(tmp_path, monkeypatch):
+    # `cat run.sh | megaplan explain --megatron-args-file -` was "cannot read '-': No such file or directory",
+    # exit 2. Piped, the script is the same plan as the file; a file it sources is read from the working
+    # directory (a pipe has no directory of its own)
+    import json
+
+    (tmp_path / "sizes.sh").write_text("TP=4\nPP=2\n")
+    script = NODES + "source ./sizes.sh\n" + BODY
+    (tmp_path / "run.sh").write_text(script)
+    monkeypatch.chdir(tmp_path)
+    from_file = run_cli(["explain", "--megatron-args-file", "run.sh", "--json"])
+    piped = run_cli(["explain", "--megatron-args-file", "-", "--json"], input=script)
+    assert from_file.exit_code == 0 and piped.exit_code == 0, piped.output
+    plan, file_plan = json.loads(piped.stdout), json.loads(from_file.stdout)
+    assert (plan["parallel"]["tp"], plan["parallel"]["pp"], plan["gpus"]) == (4, 2, 16)  # TP and PP: sizes.sh's
+    assert plan["parallel"] == file_plan["parallel"] and plan["estimate"] == file_plan["estimate"]
+    assert one_line_error(run_cli(["explain", "--megatron-args-file", "-"], input="")) == (
+        "megaplan: error: --megatron-args-file -: reads the launch script from standard input, but nothing is "
+        "piped in (cat run.sh | megaplan explain --megatron-args-file -)"
+    )

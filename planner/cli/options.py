@@ -36,7 +36,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         ("--megatron-args-file",),
-        "A Megatron-LM launch script to read (never run).",
+        "A Megatron-LM launch script to read (never run; - reads it from a pipe).",
         type=click.Path(dir_okay=False),
         plan_only=True,
     ),

@@ -147,31 +147,35 @@ def _cross_table(cols: dict[str, np.ndarray], table: dict[str, np.ndarray], keep
     the grid's memory is its largest before the rules, and DeepSeek-V3's MoE axes multiply it. With
     ``reads`` (the row columns ``keep`` reads; it is given no other) it answers once for each distinct
     combination of them (``_kept_pairs``). A column every row shares stays one value (``_repeated``)."""
-    k = len(next(iter(table.values())))
     entries = {key: small(values) for key, values in table.items()}
-    mask = _kept_pairs(cols, entries, keep, reads)
-    counts, which = np.count_nonzero(mask, axis=1), np.flatnonzero(mask) % k  # row-major: each row's entries in order
+    counts, which = _kept_pairs(cols, entries, keep, reads)
     out = {key: _repeated(col, counts) for key, col in cols.items()}  # each row as often as it keeps an entry
     return out | {key: v[which] for key, v in entries.items()}
 
 
-def _kept_pairs(cols: dict[str, np.ndarray], entries: dict[str, np.ndarray], keep, reads) -> np.ndarray:
-    """``keep`` of every (row, entry) pair as an (n, entries) mask. With ``reads``, ``keep`` (elementwise)
-    sees one row of each distinct combination of those columns, in their dtypes, and each row takes its
-    combination's answers: DeepSeek-V3 / 1024 H100's MoE axes, 252 combinations of 26,400 rows."""
+def _kept_pairs(cols: dict[str, np.ndarray], entries: dict[str, np.ndarray], keep, reads) -> tuple:
+    """(each row's count of entries ``keep`` holds for, the positions of those entries row after row, each
+    row's in order). With ``reads``, ``keep`` (elementwise) sees one row of each distinct combination of those
+    columns, in their dtypes, and each row takes its combination's entries: DeepSeek-V3 / 1024 H100's MoE
+    axes, 252 combinations of 26,400 rows."""
     n, k = len(next(iter(cols.values()))), len(next(iter(entries.values())))
     lows = {name: int(cols[name].min()) for name in reads or () if n}
     radix = {name: int(cols[name].max()) - low + 1 for name, low in lows.items()}
     if reads is None or not n or math.prod(radix.values()) >= 2**62:
         pairs = {key: col[:, None] for key, col in cols.items()}
-        return np.broadcast_to(keep(pairs | {key: v[None, :] for key, v in entries.items()}), (n, k))
+        mask = np.broadcast_to(keep(pairs | {key: v[None, :] for key, v in entries.items()}), (n, k))
+        return np.count_nonzero(mask, axis=1), np.flatnonzero(mask) % k  # row-major: each row's entries in order
     key = np.zeros(n, dtype=np.int64)
     for name in reads:  # mixed radix over the columns' value ranges: one integer per combination
         key = key * radix[name] + (cols[name].astype(np.int64) - lows[name])
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     pairs = {name: cols[name][first][:, None] for name in reads}
     once = np.broadcast_to(keep(pairs | {key: v[None, :] for key, v in entries.items()}), (len(first), k))
-    return once[inverse.reshape(-1)]
+    per, inverse = np.count_nonzero(once, axis=1), inverse.reshape(-1)
+    counts, ends = per[inverse], np.cumsum(per)
+    row_ends = np.cumsum(counts)  # each row's entries: its combination's, from where that combination's start
+    at = np.repeat(ends[inverse] - per[inverse] - (row_ends - counts), counts) + np.arange(row_ends[-1])
+    return counts, (np.flatnonzero(once) % k)[at]
 
 
 def _repeated(col: np.ndarray, counts: np.ndarray) -> np.ndarray:
