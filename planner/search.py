@@ -1235,7 +1235,9 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
     key, span = np.zeros(len(idx), dtype=np.int64), 1
     whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
     for name in FAMILY_FIELDS:
-        col = getattr(grid, name) if whole else getattr(grid, name).take(idx)  # the grid's own small dtype
+        col = getattr(grid, name) if whole else take_column(getattr(grid, name), idx)  # the grid's own small dtype
+        if col.strides == (0,):  # one value (``shared_constant``): no digit
+            continue
         low = int(col.min())
         width = int(col.max()) - low + 1
         if width == 1:
