@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from planner.api import make_request
+from planner.space import rules as rule_table
 from planner.space.candidates import NO_PINS, candidate_grid
 from planner.space.rules import CROSSED, Rule, _runs, each_rule_mask, first_broken
 
@@ -29,7 +30,7 @@ def test_first_broken_is_the_rule_table_one_mask_at_a_time(model, gpus, hardware
         assert np.count_nonzero(want) == rejected
 
 
-def test_runs_and_the_crossed_knobs_by_hand():
+def test_runs_and_the_crossed_knobs_by_hand(monkeypatch):
     """Six copies of one candidate with (tp, sp) = (2, F), (2, T), (2, F), (4, F), (4, T), (2, F): runs of tp start at
     rows 0, 3, 5. A rule on tp (tp < 4) is asked once per run (three rows); a rule on sequence parallelism (sp,
     ``CROSSED``) on every row."""
@@ -46,6 +47,7 @@ def test_runs_and_the_crossed_knobs_by_hand():
     assert first.tolist() == [0, 3, 5] and inverse.tolist() == [0, 0, 0, 1, 1, 2]
     assert "sequence_parallel" in CROSSED and "tp" not in CROSSED
     asked = []
+    monkeypatch.setattr(rule_table, "RUNS_FROM", 1)  # runs from the first row (a search's: from 4,096 rows)
 
     def on_tp(r):
         asked.append(len(r.grid))

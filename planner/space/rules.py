@@ -420,6 +420,9 @@ CROSSED = ("sequence_parallel", "distributed_optimizer", "fsdp", "fsdp_level", "
 CROSSED += ("recompute_block", "recompute_layers", *OPTION_COLUMNS)
 
 
+RUNS_FROM = 4096  # grids of fewer rows ask every rule of every row (a search's hybrid variants: 577 rows in 200 runs)
+
+
 class _Crossed(Exception):
     """A rule read a ``CROSSED`` column of a ``_Distinct`` view."""
 
@@ -448,9 +451,12 @@ def first_broken(
     candidate grid crosses each row with the ``CROSSED`` knobs in turn; GPT-3 175B on 64 GPUs: 1,162 runs of
     20,601 candidates), each plan taking its run's answer (a rule answers each plan from its own columns); the
     others ask every row."""
-    first, inverse = _runs([getattr(grid, name) for name in COLUMNS if name not in CROSSED], len(grid))
+    big = len(grid) >= RUNS_FROM
+    first, inverse = _runs([getattr(grid, n) for n in COLUMNS if n not in CROSSED], len(grid)) if big else (None, None)
     every = RuleInputs(grid, model, training, options, num_gpus)
-    runs = 2 * len(first) <= len(grid)  # else (few rows share a run: the MoE axes cross after) every row is asked
+    # else every row is asked: a small grid (each rule's fixed cost dominates) or few rows sharing a run (the MoE axes
+    # are crossed after CROSSED)
+    runs = big and 2 * len(first) <= len(grid)
     once = RuleInputs(_Distinct(grid.take(first)), model, training, options, num_gpus) if runs else every
     broken = (np.zeros(len(first) if runs else len(grid), dtype=np.int16), np.zeros(len(grid), dtype=np.int16))
     for k, rule in enumerate(rules):
@@ -458,7 +464,7 @@ def first_broken(
             mask, at = rule.holds(once), broken[0]
         except _Crossed:
             mask, at = rule.holds(every), broken[1]
-        mask = np.broadcast_to(mask, at.shape)
+        mask = mask if np.shape(mask) == at.shape else np.broadcast_to(mask, at.shape)
         if len(mask) and not (mask[0] if mask.strides == (0,) else mask.all()):  # some row breaks it
             at[(at == 0) & ~mask] = k + 1
     shared, own = broken[0].take(inverse) if runs else broken[0], broken[1]
