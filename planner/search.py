@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from planner import parallel
+from planner import heap, parallel
 from planner.costs.estimate import evaluate, iteration_floor_s, iteration_s, peak_memory_bytes, stage_memory_totals
 from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
@@ -38,6 +38,8 @@ from planner.space.sizes import (
     pins_leave_no_world,
     rules_broken_everywhere,
 )
+
+heap.keep_freed_memory()  # freed arrays reused: a search no longer faults in fresh pages (planner.heap)
 
 CHUNK = 16_384  # rows per evaluation: (rows × stage kinds) float arrays stay a few MiB each (about 40 MiB in all)
 BLOCK = 4 * CHUNK  # rows the search scores at once (with their TP-overlap twins): its memory stays bounded
