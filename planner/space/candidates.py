@@ -283,7 +283,7 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
         cols = _keep(cols, B % (cols["micro_batch"] * cols["dp"]) == 0)
         m = B // (cols["micro_batch"] * cols["dp"])
         cols = _keep(cols, (cols["vpp"] == 1) | (m >= cols["pp"]))
-    cols["mb_group"] = _microbatch_groups(cols, ctx.training.global_batch, pins)  # before the knobs it ignores
+    cols["mb_group"] = small(_microbatch_groups(cols, ctx.training.global_batch, pins))  # before the knobs it ignores
     cols = _recompute_axes(cols, pins)
     cols = _memory_axes(cols, ctx, pins)
     if ctx.model.is_moe:
@@ -360,7 +360,7 @@ def _recompute_axes(cols: dict[str, np.ndarray], pins: Pins) -> dict[str, np.nda
     full = cols["recompute"] == 2
     block = pins.recompute_method is RecomputeMethod.BLOCK
     cols["recompute_block"] = full & block
-    cols["recompute_layers"] = np.where(full, pins.recompute_num_layers or (0 if block else 1), 0)
+    cols["recompute_layers"] = small(np.where(full, pins.recompute_num_layers or (0 if block else 1), 0))
     return cols
 
 
