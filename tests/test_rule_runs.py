@@ -57,3 +57,21 @@ def test_runs_and_the_crossed_knobs_by_hand(monkeypatch):
     got = first_broken(grid, ctx.model, ctx.training, ctx.options, 64, rules)
     assert got.tolist() == [0, 2, 0, 1, 1, 0]  # row 4 breaks both: the first counts
     assert asked == [3]
+
+
+def test_a_rule_reading_a_crossed_knob_through_a_grid_method_is_asked_on_every_row(monkeypatch):
+    """A rule that reads sequence parallelism only inside a PlanGrid method (here ``plan(i)``, which builds the
+    plan from every column) sees every row: the method reads through the view that detects ``CROSSED`` columns.
+    Before, the method ran on the grid of run heads and the three rows of one tp answered as their first."""
+    ctx = make_request(model="gpt3-175b", gpus=64, hardware="dgx-a100-superpod").ctx
+    from dataclasses import replace
+
+    grid = candidate_grid(ctx, 64, NO_PINS).take(np.zeros(3, dtype=np.int64))
+    grid = replace(grid, tp=np.full(3, 8, dtype=np.int32), sequence_parallel=np.array([False, True, False]))
+    monkeypatch.setattr(rule_table, "RUNS_FROM", 1)
+
+    def sp_by_plan(r):
+        return np.array([not r.grid.plan(i).sequence_parallel for i in range(len(r.grid))])
+
+    got = first_broken(grid, ctx.model, ctx.training, ctx.options, 64, (Rule("sp", sp_by_plan, str),))
+    assert got.tolist() == [0, 1, 0]

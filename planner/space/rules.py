@@ -9,6 +9,7 @@ the lines).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -440,6 +441,11 @@ class _Distinct:
     def __getattr__(self, name: str):
         if name in CROSSED:
             raise _Crossed(name)
+        kind = vars(type(self._grid)).get(name)  # PlanGrid's own (a dataclass of no base)
+        if isinstance(kind, property):  # a grid's property or method reads its columns through this view too
+            return kind.fget(self)
+        if isinstance(kind, types.FunctionType):
+            return types.MethodType(kind, self)
         return getattr(self._grid, name)
 
 
