@@ -288,13 +288,15 @@ def _memory_terms(lt: Letters, ctx: Context, i: np.ndarray) -> tuple[dict, dict]
     """Each term of ``MEMORY_TERMS`` of stage i, as computed: per stage, per plan or one value (summed as they
     are: a value broadcast along the stages adds the same); and the stage's parameters (``stage_params``).
     Computed with numpy's ufunc buffer at ``UFUNC_BUFFER`` elements."""
-    with np.errstate():  # restores the caller's buffer size on leaving (numpy >= 2.0)
-        np.setbufsize(UFUNC_BUFFER)
+    caller = np.setbufsize(UFUNC_BUFFER)  # the caller's size, restored on leaving (numpy 1.26 keeps no scope for it)
+    try:
         lp = _layer_params(lt, ctx)
         params = stage_params(lt, ctx, i, lp)
         activations = _activations(lt, ctx, i)
         terms = {**_states(lt, ctx, params, i, lp), "activations": activations}
         terms.update(_process_bytes(lt, ctx, i, activations))
+    finally:
+        np.setbufsize(caller)
     return terms, params
 
 
