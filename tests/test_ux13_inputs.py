@@ -104,3 +104,44 @@ def test_an_export_file_megaplan_cannot_read_as_sbatch_would_is_one_line(tmp_pat
     job = _job(tmp_path, directive=f"#SBATCH --export-file={value}\n", env=env)
     result = run_cli(["explain", "--megatron-args-file", job])
     assert one_line_error(result) == "megaplan: error: " + message.format(dir=tmp_path)
+
+
+def test_calibrate_reads_the_launch_script_from_standard_input_as_explain_does(tmp_path):
+    # `cat run.sh | megaplan calibrate --from-log x.log --megatron-args-file - ...` was "Invalid value for
+    # '--megatron-args-file': File '-' does not exist", exit 2; explain --megatron-args-file - read it
+    import json
+
+    from test_calibrate_from_log import _one_run
+
+    log, script = _one_run(tmp_path, 1.05)
+    args = ["calibrate", "--from-log", log, "--force", "--json", "--megatron-args-file"]
+    from_file = run_cli([*args, script, "-o", str(tmp_path / "file.yaml")])
+    piped = run_cli([*args, "-", "-o", str(tmp_path / "piped.yaml")], input=open(script, "rb").read())
+    assert from_file.exit_code == 0 and piped.exit_code == 0, piped.output
+    assert json.loads(piped.stdout)["fit"] == json.loads(from_file.stdout)["fit"]
+    assert json.loads(piped.stdout)["runs"][0]["script"] == "<stdin>"
+
+
+def test_calibrates_piped_script_errors_are_explains(tmp_path):
+    from test_calibrate_from_log import _one_run
+
+    log, script = _one_run(tmp_path, 1.05)
+    args = ["calibrate", "--from-log", log, "--megatron-args-file", "-", "-o", str(tmp_path / "x.yaml")]
+    assert one_line_error(run_cli(args, input=b"")) == (
+        "megaplan: error: --megatron-args-file -: reads the launch script from standard input, but nothing is "
+        "piped in (cat run.sh | megaplan calibrate --from-log train.log --megatron-args-file - ...)"
+    )
+    assert one_line_error(run_cli(args, input=b"\0\1\2")) == (
+        "megaplan: error: --megatron-args-file -: standard input is not text; pipe a launch script into it"
+    )
+    both = ["calibrate", "--from-log", "-", "--megatron-args-file", "-", "-o", str(tmp_path / "x.yaml")]
+    assert one_line_error(run_cli(both, input=open(log, "rb").read())) == (
+        "megaplan: error: --from-log - and --megatron-args-file -: standard input holds one file; give the log or "
+        "the script as a file"
+    )
+    # the same reader as explain's: a Python file is refused in explain's words (it was read as a script)
+    (tmp_path / "pretrain_gpt.py").write_text("import torch\n\ndef main():\n    pass\n")
+    python = ["calibrate", "--from-log", log, "--megatron-args-file", str(tmp_path / "pretrain_gpt.py"), "-o", "x"]
+    assert "is a Python file, not a launch script" in one_line_error(run_cli(python))
+    explained = run_cli(["explain", "--megatron-args-file", str(tmp_path / "pretrain_gpt.py")])
+    assert one_line_error(run_cli(python)) == one_line_error(explained)
