@@ -186,3 +186,23 @@ def test_the_moe_table_generator_formats_and_replaces_only_its_table():
     rows = [{**r, "id": f"MB-26.08-GB200-{r['id']}"} for r in rows]
     model = {r["id"]: "m" for r in rows}
     assert "| m | GB200 | 2 | 5.0 / 5.0 % (1) | 1 |" in gen.summary(rows, model)
+
+
+def test_the_export_header_explains_only_the_codes_its_plan_uses():
+    # the slurm script's header carried the whole search legend as one ~1,000-character comment line (FSDP, MoE
+    # dispatchers, layouts for a dense plan with none of them); now the pieces its label uses, wrapped
+    from planner.plan import PLAN_LABEL_LEGEND, plan_label_legend
+
+    args = ["export", "--format", "slurm", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16"]
+    result = run_cli([*args, "--vpp", "6", "--micro-batch", "3", "--sequence-parallel"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[2] == "# TP8 PP16 DP8 b3 V6 · SP no-ogr no-tpo"
+    header = " ".join(line[2:] for line in lines[3:6])
+    assert header == "(" + plan_label_legend(lines[2][2:]) + ")" and lines[6].startswith("# Replace every")
+    assert header.startswith("(b micro-batch · V interleaved chunks per stage") and "SP sequence parallel" in header
+    assert "Megatron FSDP" not in header and "MoE token dispatcher" not in header and "rc-sel" not in header
+    assert max(len(line) for line in lines[:7]) <= 100
+    # every piece of the search footer's legend is one a label can call for, in the same order
+    every = plan_label_legend("b1 V2 · SP DO HFSDP×2 rc-sel no-ogr alltoall+ov layout Et|tL")
+    assert every == PLAN_LABEL_LEGEND
