@@ -206,3 +206,43 @@ def test_the_export_header_explains_only_the_codes_its_plan_uses():
     # every piece of the search footer's legend is one a label can call for, in the same order
     every = plan_label_legend("b1 V2 · SP DO HFSDP×2 rc-sel no-ogr alltoall+ov layout Et|tL")
     assert every == PLAN_LABEL_LEGEND
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # click's IntRange / FloatRange called one bad number "not a valid integer range" / "float range"
+        (
+            ["search", "--model", "gpt3-175b", "--gpus", "abc"],
+            "Invalid value for '--gpus': 'abc' is not a valid integer.",
+        ),
+        (
+            ["search", "--model", "gpt3-175b", "--gpus", "8", "--top", "x"],
+            "Invalid value for '--top': 'x' is not a valid integer.",
+        ),
+        (
+            ["search", "--model", "gpt3-175b", "--gpus", "8", "--memory-headroom", "lots"],
+            "Invalid value for '--memory-headroom': 'lots' is not a valid number.",
+        ),
+        (["calibrate", "--gpus", "eight"], "Invalid value for '--gpus': 'eight' is not a valid integer."),
+    ],
+)
+def test_a_word_for_a_number_is_said_without_click_s_range_jargon(args, message):
+    assert one_line_error(run_cli(args)) == "megaplan: error: " + message
+
+
+@pytest.mark.parametrize(
+    ("kind", "typed", "hint"),
+    [
+        # a part of a preset's name (what a newcomer types: the GPU, the model family) had no suggestion: the list
+        ("--hardware", "h100", "did you mean dgx-h100-superpod? known: "),
+        ("--hardware", "B200", "did you mean one of dgx-b200-superpod, gb200-nvl72? known: "),
+        ("--model", "qwen3", "did you mean one of qwen3-235b-a22b, qwen3-30b-a3b? known: "),
+        ("--model", "gpt3-175", "did you mean gpt3-175b? known: "),  # the close match, as before
+    ],
+)
+def test_part_of_a_preset_name_suggests_the_presets_holding_it(kind, typed, hint):
+    args = ["search", "--gpus", "8", kind, typed, *(["--model", "llama3-8b"] if kind == "--hardware" else [])]
+    line = one_line_error(run_cli(args))
+    what = "hardware" if kind == "--hardware" else "model"  # it read "unknown models preset"
+    assert line.startswith(f"megaplan: error: unknown {what} preset '{typed}'; {hint}")
