@@ -246,3 +246,24 @@ def test_part_of_a_preset_name_suggests_the_presets_holding_it(kind, typed, hint
     line = one_line_error(run_cli(args))
     what = "hardware" if kind == "--hardware" else "model"  # it read "unknown models preset"
     assert line.startswith(f"megaplan: error: unknown {what} preset '{typed}'; {hint}")
+
+
+def test_a_hidden_column_points_to_an_output_option_the_command_has():
+    # explain and validate --choice have no --csv (explain --csv: "No such option"), yet a narrow table said
+    # "(hidden at this width: ...; see --json or --csv)"; search, sweep and compare keep "or --csv"
+    args = ["explain", "--model", "llama3-8b", "--gpus", "8", "--tp", "1", "--pp", "1"]
+    result = run_cli(args, env={"COLUMNS": "60"})
+    hidden = [line for line in result.stdout.splitlines() if line.startswith("(hidden at this width")]
+    assert result.exit_code == 0 and hidden, result.output
+    assert all(line.endswith("; see --json)") for line in hidden), hidden
+    assert run_cli(["explain", "--model", "llama3-8b", "--gpus", "8", "--csv"]).exit_code == 2
+    from rich.console import Console
+
+    from planner.report.layout import CSV_TOO, Column, FittedTable
+
+    console = Console(width=20, record=True)
+    columns = [Column("a", lambda r: r * 10, 1), Column("b", lambda r: r * 10, 2)]
+    console.print(FittedTable(columns, ["x"], elsewhere=CSV_TOO))
+    assert "(hidden at this width: b; see --json or --csv)" in console.export_text().replace("\n", " ")
+    console.print(FittedTable(columns, ["x"]))  # the default: every command has --json
+    assert "(hidden at this width: b; see --json)" in console.export_text().replace("\n", " ")
