@@ -145,3 +145,44 @@ def test_calibrates_piped_script_errors_are_explains(tmp_path):
     assert "is a Python file, not a launch script" in one_line_error(run_cli(python))
     explained = run_cli(["explain", "--megatron-args-file", str(tmp_path / "pretrain_gpt.py")])
     assert one_line_error(run_cli(python)) == one_line_error(explained)
+
+
+def _table_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "moe_runs_table.py"
+    spec = importlib.util.spec_from_file_location("moe_runs_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_moe_per_run_table_is_written_by_its_generator_and_lists_every_moe_row():
+    # docs §13.7's per-run table listed 60 of the 89 MoE rows (none of GB300's) at an old fit; it is now written by
+    # scripts/moe_runs_table.py --write (the generator takes ~5 s: the values are not compared here)
+    from planner.fidelity.validate import load_moe_runs
+
+    gen = _table_script()
+    doc = gen.DOC.read_text()
+    after = doc[doc.index("\n" + gen.LEAD) :]
+    block = after[after.index("\n| run |") + 1 :].split("\n\n")[0].splitlines()
+    assert block[:2] == gen.HEADER
+    assert [line.split(" | ")[0].removeprefix("| ") for line in block[2:]] == [run.id for run in load_moe_runs()]
+    assert "scripts/moe_runs_table.py --write" in after.split("\n\n")[0]
+
+
+def test_the_moe_table_generator_formats_and_replaces_only_its_table():
+    gen = _table_script()
+    rows = [
+        {"id": "A", "published": 1000.0, "predicted": 1049.6, "error_pct": 4.96, "in_fit": True},
+        {"id": "B", "published": 2000.0, "predicted": 1500.4, "error_pct": -24.98, "in_fit": False},
+    ]
+    text = gen.table(rows)
+    assert text.splitlines()[2:] == ["| A | 1000 | 1050 | +5.0 % |  |", "| B | 2000 | 1500 | -25.0 % | apart |"]
+    doc = f"intro\n\n{gen.LEAD}; old):\n\n| run | x |\n|---|\n| old | 1 |\n\nnext paragraph\n"
+    assert gen.replaced(doc, text) == f"intro\n\n{gen.LEAD}; old):\n\n{text}\nnext paragraph\n"
+    # median / max |error| of the rows in the bar (A only: 4.96 %), the rows apart counted
+    rows = [{**r, "id": f"MB-26.08-GB200-{r['id']}"} for r in rows]
+    model = {r["id"]: "m" for r in rows}
+    assert "| m | GB200 | 2 | 5.0 / 5.0 % (1) | 1 |" in gen.summary(rows, model)
