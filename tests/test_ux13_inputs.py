@@ -225,6 +225,11 @@ def test_the_export_header_explains_only_the_codes_its_plan_uses():
             "Invalid value for '--memory-headroom': 'lots' is not a valid number.",
         ),
         (["calibrate", "--gpus", "eight"], "Invalid value for '--gpus': 'eight' is not a valid integer."),
+        # a count copied from megaplan's own output ("1,024 GPUs")
+        (
+            ["search", "--model", "gpt3-175b", "--gpus", "1,024"],
+            "Invalid value for '--gpus': '1,024' is not a valid integer: write it without separators (1024)",
+        ),
     ],
 )
 def test_a_word_for_a_number_is_said_without_click_s_range_jargon(args, message):
