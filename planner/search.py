@@ -14,6 +14,7 @@ band (``RANK_RULES``), so a plan that is fast only where the model extrapolates 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -1210,45 +1211,93 @@ def _by_family_states(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None
     each plan's state: ``MEASURED``, ``HEAD_BOUND`` (its family's smallest micro-batch failed: that value)
     or ``MID_BOUND`` (a larger one failed first: a lower bound of what measuring it would give, never below
     the capacity). ``keys``: the plans' ``_family_keys``, or any numbering equal exactly where theirs is."""
-    values, state = np.empty(len(idx)), np.zeros(len(idx), dtype=np.int8)
     if not len(idx):
-        return values, state
+        return np.empty(0), np.zeros(0, dtype=np.int8)
     b = grid.micro_batch.take(idx)
-    family = _family_keys(grid, idx) if keys is None else keys
-    order = _family_order(family, b)  # None: in that order already
-    ranked, ranked_b = (family, b) if order is None else (family.take(order), b.take(order))
-    new_family = np.empty(len(idx), dtype=bool)
-    new_family[0] = True
-    np.not_equal(ranked[1:], ranked[:-1], out=new_family[1:])
-    new_sub = new_family.copy()
-    new_sub[1:] |= ranked_b[1:] != ranked_b[:-1]
-    sub = np.cumsum(new_sub) - 1  # (family, micro-batch) group of each sorted plan
-    family_of_sub = np.cumsum(new_family)[new_sub] - 1
-    reps = np.flatnonzero(new_sub) if order is None else order[new_sub]
-    subs = np.arange(len(reps))
-    rank = subs - np.flatnonzero(new_family[new_sub])[family_of_sub]  # 0: the family's smallest micro-batch
-    sub_value, measured = np.empty(len(reps)), np.zeros(len(reps), dtype=bool)
-    failed_at = np.full(int(family_of_sub[-1]) + 1, len(reps))  # each family's first failing sub
-    top = 2 if len(reps) > CHUNK else len(reps)  # few plans: every other micro-batch in the second call
-    low, high = 0, int(rank.max()) if whole and len(reps) <= ONE_CALL else 0  # a few: all in one call
-    while low <= rank.max():  # ranks [low, high]: rounds of doubling width, a few calls of measure
-        todo = np.flatnonzero((rank >= low) & (rank <= high))
-        todo = todo[failed_at[family_of_sub[todo]] == len(reps)]  # families none of whose smaller ones failed
+    subs = _Subs.of(_family_keys(grid, idx) if keys is None else keys, b)
+    n, value = subs.n, np.empty(subs.n)
+    measured, failed_at = np.zeros(n, dtype=bool), np.full(subs.families, n)  # each family's first failing sub
+    one_call = whole and n <= ONE_CALL
+    for todo in subs.rounds(one_call):  # families none of whose smaller ones failed, a few calls of measure
+        todo = todo[failed_at.take(subs.family.take(todo)) == n]
         if not len(todo):
             break
-        sub_value[todo], measured[todo] = measure(reps[todo]), True
-        bad = todo[fails(sub_value[todo])]
-        np.minimum.at(failed_at, family_of_sub[bad], bad)
-        low, high = high + 1, top * (high + 1)
-    first_fail = failed_at[family_of_sub]
-    bounded = (subs > first_fail) & ~measured
-    sub_value[bounded] = sub_value[first_fail[bounded]]
-    head_failed = rank[np.minimum(first_fail, len(reps) - 1)] == 0
-    sub_state = np.where(bounded, np.where(head_failed, HEAD_BOUND, MID_BOUND), MEASURED)
-    if order is None:
-        return sub_value.take(sub), sub_state.take(sub)
-    values[order], state[order] = sub_value[sub], sub_state[sub]
-    return values, state
+        value[todo], measured[todo] = measure(subs.reps.take(todo)), True
+        bad = todo[fails(value[todo])]
+        np.minimum.at(failed_at, subs.family.take(bad), bad)
+    sub_state = np.zeros(n, dtype=np.int8)  # MEASURED
+    bounded = np.flatnonzero(~measured)  # each above its family's first failing sub (a smaller rank: measured first)
+    if len(bounded):
+        first_fail = failed_at.take(subs.family.take(bounded))
+        value[bounded] = value.take(first_fail)
+        sub_state[bounded] = np.where(subs.head.take(first_fail), HEAD_BOUND, MID_BOUND)
+    return subs.per_plan(value), subs.per_plan(sub_state)
+
+
+@dataclass
+class _Subs:
+    """The plans of ``_by_family_states`` by (family, micro-batch) pair, "subs", numbered by family, then
+    micro-batch: each sub's plan standing for it (``reps``), its family's number (``family``), whether it is its
+    family's smallest micro-batch (``head``); each plan's sub (``sub``; None: the plans are the subs, in order)."""
+
+    reps: np.ndarray
+    family: np.ndarray
+    head: np.ndarray
+    sub: np.ndarray | None
+    order: np.ndarray | None  # the plans in sub order (``_family_order``; None: as they come)
+
+    @property
+    def n(self) -> int:
+        return len(self.reps)
+
+    @property
+    def families(self) -> int:
+        return int(self.family[-1]) + 1
+
+    @classmethod
+    def of(cls, family: np.ndarray, b: np.ndarray) -> _Subs:
+        order = _family_order(family, b)  # None: in that order already
+        ranked, ranked_b = (family, b) if order is None else (family.take(order), b.take(order))
+        new_family = np.empty(len(family), dtype=bool)
+        new_family[0] = True
+        np.not_equal(ranked[1:], ranked[:-1], out=new_family[1:])
+        new_sub = new_family.copy()
+        new_sub[1:] |= ranked_b[1:] != ranked_b[:-1]
+        number = np.cumsum(new_family)
+        number -= 1
+        if np.count_nonzero(new_sub) == len(new_sub):  # every plan its own sub (one dispatcher: the dense grids)
+            reps = np.arange(len(family)) if order is None else order
+            return cls(reps, number, new_family, None, order)
+        sub = np.cumsum(new_sub)
+        sub -= 1
+        reps = np.flatnonzero(new_sub) if order is None else order[new_sub]
+        return cls(reps, number[new_sub], new_family[new_sub], sub, order)
+
+    def rounds(self, one_call: bool):
+        """The subs of each round, by rank in their family (0: its smallest micro-batch): ``one_call``: all at once;
+        else the ranks [0, 0], [1, top], [top + 1, top·(top + 1)], ... (few subs: every other one in the second)."""
+        if one_call:
+            yield np.arange(self.n)
+            return
+        yield np.flatnonzero(self.head)
+        if self.n <= CHUNK:  # top = n: every rank above 0 in the second round
+            yield np.flatnonzero(~self.head)
+            return
+        at = np.flatnonzero(self.head)
+        rank = np.arange(self.n) - at.take(self.family)
+        low, high, top, most = 1, 2, 2, int(rank.max())
+        while low <= most:
+            yield np.flatnonzero((rank >= low) & (rank <= high))
+            low, high = high + 1, top * (high + 1)
+
+    def per_plan(self, x: np.ndarray) -> np.ndarray:
+        """A value per sub as a value per plan."""
+        x = x if self.sub is None else x.take(self.sub)
+        if self.order is None:
+            return x
+        out = np.empty_like(x)
+        out[self.order] = x
+        return out
 
 
 def _family_order(family: np.ndarray, b: np.ndarray) -> np.ndarray | None:
@@ -1274,24 +1323,34 @@ def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_si
 
 def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
     """One integer per plan of ``idx`` that is equal exactly when every field but the micro-batch and
-    ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum; renumbered by
-    ``np.unique`` before it could overflow)."""
-    key, span = np.zeros(len(idx), dtype=np.int64), 1
+    ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum, the first field the most
+    significant; renumbered by ``np.unique`` before it could overflow). The fields in one table: a few numpy
+    calls in all, not five per field (a call costs thousands of instructions whatever its rows)."""
     whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
-    for name in FAMILY_FIELDS:
-        col = getattr(grid, name) if whole else take_column(getattr(grid, name), idx)  # the grid's own small dtype
-        if col.strides == (0,):  # one value (``shared_constant``): no digit
-            continue
-        low = int(col.min())
-        width = int(col.max()) - low + 1
+    columns = (getattr(grid, name) if whole else take_column(getattr(grid, name), idx) for name in FAMILY_FIELDS)
+    columns = [col for col in columns if col.strides != (0,)]  # one value (``shared_constant``): no digit
+    if not columns or not len(idx):
+        return np.zeros(len(idx), dtype=np.int64)
+    table = np.stack(columns, dtype=np.int64, casting="unsafe")  # block layers come back as floats
+    low = table.min(axis=1)
+    table -= low[:, None]
+    widths = (table.max(axis=1) + 1).tolist()
+    if math.prod(widths) < 2**62:  # no renumbering
+        key = table[0]
+        for digits, width in zip(table[1:], widths[1:], strict=True):
+            if width > 1:
+                key *= width
+                key += digits
+        return key
+    key, span = np.zeros(len(idx), dtype=np.int64), 1
+    for digits, width in zip(table, widths, strict=True):
         if width == 1:
             continue
         if span * width >= 2**62:
             _, key = np.unique(key, return_inverse=True)
             key, span = key.reshape(-1).astype(np.int64), int(key.max()) + 1
         key *= width
-        key += col if col.dtype.kind in "bi" else col.astype(np.int64)  # block layers come back as floats
-        key -= low
+        key += digits
         span *= width
     return key
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from planner.api import make_request
 from planner.costs import stage_memory
 from planner.costs.blocks import _layer_blocks, layer_parts
-from planner.costs.estimate import _time_terms, evaluate, iteration_s
+from planner.costs.estimate import _time_terms, evaluate, iteration_s, peak_memory_bytes
 from planner.costs.letters import (
     KEPT_SHAPES,
     LAYER_CARRIED,
@@ -94,6 +94,22 @@ def test_iteration_time_without_memory_is_evaluates(case, seed, rows):
     grid = replace(grid, tp_comm_overlap=rng.integers(0, 2, len(grid)).astype(np.int8))
     with np.errstate(divide="ignore", invalid="ignore"):
         np.testing.assert_array_equal(iteration_s(grid, ctx), evaluate(grid, ctx).iteration_s)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_peak_memory_is_evaluates_the_padded_stage_kinds_repeating_rank_0(case):
+    """``peak_memory_bytes`` takes the largest column of the stage totals as they are: a column no kind of stage
+    fills (``type_count`` 0, a split of fewer kinds than the grid's most) points at rank 0, which the first
+    column holds, so it repeats that column's total; the peak is evaluate's, number for number (NaN too)."""
+    ctx, grid = _grid(*case)
+    grid = grid.take(np.random.default_rng(3).choice(len(grid), size=min(2000, len(grid)), replace=False))
+    lt = Letters(grid, ctx)
+    assert (lt.type_index[:, 0] == 0).all() and (lt.type_count[:, 0] > 0).all()
+    assert (lt.type_index[lt.type_count == 0] == 0).all()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(peak_memory_bytes(grid, ctx), evaluate(grid, ctx).peak_memory_bytes)
+    if case[0] == "deepseek-v3":  # dense first layers and an MTP stage: splits of one to three kinds of stage
+        assert (lt.type_count == 0).any() and (lt.type_count[:, -1] > 0).any()
 
 
 def _evaluation_values(ev) -> dict:

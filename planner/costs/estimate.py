@@ -361,9 +361,11 @@ def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.nd
 
 def peak_memory_bytes(grid: PlanGrid, ctx: Context) -> np.ndarray:
     """Memory of each plan's most loaded stage (bytes), as ``evaluate`` computes it: search uses it to
-    set aside the plans that do not fit before timing the rest."""
+    set aside the plans that do not fit before timing the rest. The columns no kind of stage fills
+    (``Letters.type_count`` 0) point at rank 0, the first kind's, so their totals repeat its own: the largest
+    column is the most loaded stage's without setting them aside."""
     lt = Letters(grid, ctx)
-    return np.max(np.where(lt.type_count > 0, stage_memory_total(lt, ctx, lt.type_index), -np.inf), axis=1)
+    return np.max(stage_memory_total(lt, ctx, lt.type_index), axis=1)
 
 
 def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluation:
