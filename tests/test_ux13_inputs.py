@@ -290,3 +290,23 @@ def test_search_explains_the_codes_of_the_plans_it_shows_not_every_code():
     assert "MoE token dispatcher" not in text and "layout: --pipeline-model-parallel-layout" not in text
     assert "\nb micro-batch · SP sequence parallel · FSDP Megatron FSDP" in shown.stdout  # b8, SP, FSDP: shown
     assert plan_label_legend(labels) + ". TFLOP/s and MFU count model FLOPs" in text
+
+
+def test_validate_shows_a_large_published_value_whole_not_in_scientific_notation():
+    # the MoE rows' tokens/s per GPU read "2.17e+04" and "3.174e+04" (f"{x:.4g}"); step times keep 4 digits
+    from rich.console import Console
+
+    from planner.report.fidelity import _runs_table, measured_text
+
+    assert [measured_text(x) for x in (21700.4, 31744.0, 1204.0, 8.686, 0.5188)] == [
+        "21,700",
+        "31,744",
+        "1,204",
+        "8.686",
+        "0.5188",
+    ]
+    row = {"id": "MB-X", "metric": "tokens/s per GPU", "published": 19360.0, "predicted": 21700.4, "error_pct": 12.1}
+    console = Console(width=120, record=True)
+    console.print(_runs_table({"runs": [row]}, "t"))
+    text = console.export_text()
+    assert "19,360" in text and "21,700" in text
