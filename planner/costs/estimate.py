@@ -269,15 +269,15 @@ def dp_sms(ctx: Context) -> int | None:
     return min(sms, cap)
 
 
-def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray) -> np.ndarray:
+def _fsdp_exposed(ctx: Context, layer: tuple, n: np.ndarray) -> np.ndarray:
     """Megatron FSDP, per micro-batch on a stage: each layer all-gathers its weights for the forward
     and again for the backward (optim_grads_params only) and reduce-scatters its gradients (optim_grads
     too), prefetched one layer ahead, so only what exceeds the layer's own compute is exposed (ZeRO-3 and
     ZeRO-2; Rajbhandari et al. 2020 §5). With optim the gradients wait for the end of the step, as the
     distributed optimizer's do (``_dp_sync``). Expert weights
     are sharded, gathered and reduced over the expert data-parallel group, the rest over d·c. The
-    hidden part still holds NCCL's SMs (collectives.hidden_comm_contention_s)."""
-    gather, scatter, fwd_layer, bwd_layer = _fsdp_layer_s(lt, ctx, step, mem, n)
+    hidden part still holds NCCL's SMs (collectives.hidden_comm_contention_s). ``layer``: ``_fsdp_layer_s``."""
+    gather, scatter, fwd_layer, bwd_layer = layer
     exposed = np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0)
     hidden = 2 * gather + scatter - exposed
     hw = ctx.hardware
@@ -304,18 +304,18 @@ def _fsdp_layer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     return gather, scatter, step["fwd"] / per, (step["bwd"] + step["recompute"]) / per
 
 
-def _hsdp_outer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray, count: np.ndarray) -> np.ndarray:
+def _hsdp_outer_s(lt: Letters, ctx: Context, layer: tuple, mem: dict, n: np.ndarray, count: np.ndarray) -> np.ndarray:
     """Megatron FSDP's hybrid mode (R > 1 replicas, optim_grads or optim_grads_params), once per iteration on
     the stage where it shows most: each layer's DP-Outer collectives (``communication.hsdp_outer_layer_s``) join its
     inner ones, the gradients' in the last micro-batch's backward, HFSDP's weight all-gather in the first
     one's forward, and only what then exceeds the layer's compute is exposed (the DP-Outer stream waits
     on the inner reduce-scatter's: both counted in one layer's time). optim reduces at the step
-    (``_dp_sync``)."""
+    (``_dp_sync``). ``layer``: the inner collectives and compute (``_fsdp_layer_s``), None where no plan is FSDP."""
     hybrid = lt.fsdp_grads & (lt.R > 1)
     if not np.any(hybrid):
         return np.zeros((len(lt.t), 1))
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
-    gather, scatter, fwd, bwd = _fsdp_layer_s(lt, ctx, step, mem, n)
+    gather, scatter, fwd, bwd = layer
     hw, per = ctx.hardware, np.maximum(n, 1)
     kw = dict(grads_sharded=True, outer_optim=lt.outer_optim)
     links, outer_g, outer_w = group_links(lt, ctx), 0.0, 0.0
@@ -456,7 +456,9 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     step = stage_step(lt, ctx, rep)
     # the stage's parameters the terms read; without experts a stage holds none of them (0, a number)
     params = {"dense_params": mem["dense_params"], "expert_params": mem["expert_params"] if ctx.model.is_moe else 0.0}
-    fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, params, n), 0.0) if np.any(lt.fsdp) else 0.0
+    # one layer's FSDP collectives and compute: the per-micro-batch term's and the hybrid outer term's
+    layer = _fsdp_layer_s(lt, ctx, step, params, n) if np.any(lt.fsdp) else None
+    fsdp = np.where(lt.fsdp, _fsdp_exposed(ctx, layer, n), 0.0) if layer is not None else 0.0
     fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
     compute = fwd + bwd + rec
     per_mb = compute + step["offload"] + tp + cp + mo + fsdp
@@ -480,7 +482,7 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     stage_f, stage_b = fwd + step["comm_fwd"], bwd + rec + tp + cp + mo - step["comm_fwd"]
     fwd_all, bwd_all = pick(stage_f), pick(stage_b)
     dp = _on_rows(~lt.fsdp_params, _dp_sync, lt, ctx, params, bwd + rec, stage_f, rep, count)  # Megatron FSDP: fsdp
-    dp = dp + _on_rows(lt.fsdp_grads & (lt.R > 1), _hsdp_outer_s, lt, ctx, step, params, n, count)
+    dp = dp + _on_rows(lt.fsdp_grads & (lt.R > 1), _hsdp_outer_s, lt, ctx, layer, params, n, count)
     time = {
         "forward": lt.m * pick(fwd),
         "backward": lt.m * pick(bwd),
