@@ -1006,9 +1006,19 @@ def _family_blocks(grid: PlanGrid, idx: np.ndarray, size: int, key: np.ndarray) 
     step = max(size // SAMPLE, 1)
     sample = np.sort(key[::step])
     cuts = distinct(sample[size // step :: size // step])  # keys starting a block (the first at key ≥ each)
-    block = np.searchsorted(cuts, key, side="right").astype(np.int16)
-    order = np.argsort(block, kind="stable")  # a radix sort of small integers
-    return [part for part in np.split(idx[order], np.cumsum(np.bincount(block))[:-1]) if len(part)]
+    if len(cuts) > FEW_CUTS:
+        block = np.searchsorted(cuts, key, side="right").astype(np.int16)
+        order = np.argsort(block, kind="stable")  # a radix sort of small integers
+        return [part for part in np.split(idx[order], np.cumsum(np.bincount(block))[:-1]) if len(part)]
+    block, reached = np.zeros(len(key), dtype=np.int8), np.empty(len(key), dtype=bool)
+    for cut in cuts:  # each row's block: the cuts its key reaches (``np.searchsorted(cuts, key, side="right")``)
+        np.greater_equal(key, cut, out=reached)
+        block += reached
+    return [part for part in (idx[block == b] for b in range(len(cuts) + 1)) if len(part)]
+
+
+FEW_CUTS = 16  # up to this many cuts (DeepSeek-V3 / 1024 H100: 8), each block's rows are found by a pass over the
+# rows' blocks (in row order) rather than by sorting the rows by block: a few passes over bytes, no sort
 
 
 SAMPLE = 1024  # rows of a block the cuts between blocks are read on (their keys, every size/SAMPLE-th row)
@@ -1324,13 +1334,16 @@ def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_si
 def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
     """One integer per plan of ``idx`` that is equal exactly when every field but the micro-batch and
     ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum, the first field the most
-    significant; renumbered by ``np.unique`` before it could overflow). The fields in one table: a few numpy
-    calls in all, not five per field (a call costs thousands of instructions whatever its rows)."""
+    significant; renumbered by ``np.unique`` before it could overflow). Up to ``TABLE_ROWS`` rows the fields in one
+    table: a few numpy calls in all, not five per field (a call costs thousands of instructions whatever its rows);
+    more rows field by field (``_column_keys``: DeepSeek-V3 / 1024 H100's 1.36 M rows would make a 196 MB table)."""
     whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
     columns = (getattr(grid, name) if whole else take_column(getattr(grid, name), idx) for name in FAMILY_FIELDS)
     columns = [col for col in columns if col.strides != (0,)]  # one value (``shared_constant``): no digit
     if not columns or not len(idx):
         return np.zeros(len(idx), dtype=np.int64)
+    if len(idx) > TABLE_ROWS:
+        return _column_keys(columns, len(idx))
     table = np.stack(columns, dtype=np.int64, casting="unsafe")  # block layers come back as floats
     low = table.min(axis=1)
     table -= low[:, None]
@@ -1342,16 +1355,65 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
                 key *= width
                 key += digits
         return key
-    key, span = np.zeros(len(idx), dtype=np.int64), 1
-    for digits, width in zip(table, widths, strict=True):
+    return _renumbered(zip(table, widths, strict=True), len(idx))
+
+
+TABLE_ROWS = 4 * CHUNK  # ``_family_keys`` of more rows goes field by field: its table would be 8 bytes a field a row
+
+
+def _column_keys(columns: list[np.ndarray], n: int) -> np.ndarray:
+    """``_family_keys`` of many rows, field by field (no table): in int32 groups (``_mixed_radix``) where the
+    fields' widths' product is below 2**62, else renumbered as it goes (``_renumbered``)."""
+    digits = []  # (column, its minimum, its width) of the fields that vary
+    for col in columns:
+        low = int(col.min())
+        width = int(col.max()) - low + 1
+        if width > 1:
+            digits.append((col, low, width))
+    if math.prod(width for _, _, width in digits) < 2**62:
+        return _mixed_radix(digits, n)
+    offsets = ((col.astype(np.int64) - low, width) for col, low, width in digits)  # block layers come back as floats
+    return _renumbered(offsets, n)
+
+
+def _renumbered(digits, n: int) -> np.ndarray:
+    """The mixed radix of ``digits`` ((offset from the field's minimum, width) pairs, the first the most
+    significant), renumbered by ``np.unique`` (order kept) before a digit would overflow int64."""
+    key, span = np.zeros(n, dtype=np.int64), 1
+    for offset, width in digits:
         if width == 1:
             continue
         if span * width >= 2**62:
             _, key = np.unique(key, return_inverse=True)
             key, span = key.reshape(-1).astype(np.int64), int(key.max()) + 1
         key *= width
-        key += digits
+        key += offset
         span *= width
+    return key
+
+
+def _mixed_radix(digits: list[tuple], n: int) -> np.ndarray:
+    """sum_i (col_i - low_i) * prod_{j > i} width_j over the ``digits`` (column, low, width) as int64 (their widths'
+    product below 2**62): ``_family_keys``' key. Consecutive digits whose widths' product stays below 2**31 are
+    summed in int32 (half the bytes of each pass over DeepSeek-V3's 1.36 M rows: 18 digits in two such groups), each
+    group's lows subtracted once (modulo 2**32, as int32 sums wrap: the result is exact), then the groups joined in
+    int64: the same integers."""
+    key, groups, span = np.zeros(n, dtype=np.int64), [], 2**31
+    for digit in digits:
+        if span * digit[2] >= 2**31:
+            groups.append([])
+            span = 1
+        groups[-1].append(digit)
+        span *= digit[2]
+    for group in groups:
+        part, span, offset = np.zeros(n, dtype=np.int32), 1, 0
+        for col, low, width in group:
+            part *= width
+            part += col if col.dtype.kind in "bi" else col.astype(np.int32)  # block layers come back as floats
+            offset, span = offset * width + low, span * width
+        part -= (offset + 2**31) % 2**32 - 2**31  # int32 arithmetic wraps alike: the group's value is below 2**31
+        key *= span
+        key += part
     return key
 
 
