@@ -34,7 +34,7 @@ from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
 from planner.fidelity.evidence import band_frac, plan_evidence
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
-from planner.result import brief_plan_json, plan_json
+from planner.result import Shared, brief_plan_json, plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
 from planner.space.grid import PlanGrid, distinct, take_column
 from planner.space.rules import RULES, Rule
@@ -1141,13 +1141,13 @@ def _plans_json(best: PlanGrid, options: _Options, num_gpus: int, marks: list, h
     (tied with the fastest, the fastest, its rank); ``brief``: ``result.brief_plan_json``."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ev = evaluate(best, options.evaluating)
-    evidence = None if brief else plan_evidence(best, options.evaluating, num_gpus)  # once for the rows
+    shared = None if brief else Shared(plan_evidence(best, options.evaluating, num_gpus))  # once for the rows
     plans = []
     for j, (k, (tied, fastest, rank)) in enumerate(zip(options.codes(best), marks, strict=True)):
         if brief:  # validate's 239 fitting plans: 7 % of its time went to JSON it never read
             plans.append({**brief_plan_json(options.contexts[k], best, ev, j), "rank": rank})
             continue
-        pj = plan_json(options.contexts[k], num_gpus, best, ev, j, [], headroom, evidence)
+        pj = plan_json(options.contexts[k], num_gpus, best, ev, j, [], headroom, shared)
         pj.update(tied_with_fastest=tied, fastest=fastest)
         plans.append({**pj, "rank": rank})
     return plans

@@ -48,6 +48,11 @@ def test_distinct_rows_number_the_combinations_as_a_sort_does(seed, n, widths):
     unique, expected = np.unique(stacked, axis=0, return_inverse=True)
     np.testing.assert_array_equal(inverse, expected.reshape(-1))  # lexicographic numbering, as np.unique's
     np.testing.assert_array_equal(stacked[first], unique)  # each combination's row holds it
+    # the letters' floats holding the same integers (and a boolean column) number them the same
+    flags = columns[0] > 0
+    first_f, inverse_f = distinct_rows([c.astype(float)[:, None] for c in columns] + [flags])
+    _, expected_f = np.unique(np.column_stack([stacked, flags]), axis=0, return_inverse=True)
+    np.testing.assert_array_equal(inverse_f, expected_f.reshape(-1))
 
 
 @functools.cache

@@ -186,3 +186,84 @@ def test_the_moe_table_generator_formats_and_replaces_only_its_table():
     rows = [{**r, "id": f"MB-26.08-GB200-{r['id']}"} for r in rows]
     model = {r["id"]: "m" for r in rows}
     assert "| m | GB200 | 2 | 5.0 / 5.0 % (1) | 1 |" in gen.summary(rows, model)
+
+
+def test_the_export_header_explains_only_the_codes_its_plan_uses():
+    # the slurm script's header carried the whole search legend as one ~1,000-character comment line (FSDP, MoE
+    # dispatchers, layouts for a dense plan with none of them); now the pieces its label uses, wrapped
+    from planner.plan import PLAN_LABEL_LEGEND, plan_label_legend
+
+    args = ["export", "--format", "slurm", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16"]
+    result = run_cli([*args, "--vpp", "6", "--micro-batch", "3", "--sequence-parallel"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[2] == "# TP8 PP16 DP8 b3 V6 · SP no-ogr no-tpo"
+    header = " ".join(line[2:] for line in lines[3:6])
+    assert header == "(" + plan_label_legend(lines[2][2:]) + ")" and lines[6].startswith("# Replace every")
+    assert header.startswith("(b micro-batch · V interleaved chunks per stage") and "SP sequence parallel" in header
+    assert "Megatron FSDP" not in header and "MoE token dispatcher" not in header and "rc-sel" not in header
+    assert max(len(line) for line in lines[:7]) <= 100
+    # every piece of the search footer's legend is one a label can call for, in the same order
+    every = plan_label_legend("b1 V2 · SP DO HFSDP×2 rc-sel no-ogr alltoall+ov layout Et|tL")
+    assert every == PLAN_LABEL_LEGEND
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # click's IntRange / FloatRange called one bad number "not a valid integer range" / "float range"
+        (
+            ["search", "--model", "gpt3-175b", "--gpus", "abc"],
+            "Invalid value for '--gpus': 'abc' is not a valid integer.",
+        ),
+        (
+            ["search", "--model", "gpt3-175b", "--gpus", "8", "--top", "x"],
+            "Invalid value for '--top': 'x' is not a valid integer.",
+        ),
+        (
+            ["search", "--model", "gpt3-175b", "--gpus", "8", "--memory-headroom", "lots"],
+            "Invalid value for '--memory-headroom': 'lots' is not a valid number.",
+        ),
+        (["calibrate", "--gpus", "eight"], "Invalid value for '--gpus': 'eight' is not a valid integer."),
+    ],
+)
+def test_a_word_for_a_number_is_said_without_click_s_range_jargon(args, message):
+    assert one_line_error(run_cli(args)) == "megaplan: error: " + message
+
+
+@pytest.mark.parametrize(
+    ("kind", "typed", "hint"),
+    [
+        # a part of a preset's name (what a newcomer types: the GPU, the model family) had no suggestion: the list
+        ("--hardware", "h100", "did you mean dgx-h100-superpod? known: "),
+        ("--hardware", "B200", "did you mean one of dgx-b200-superpod, gb200-nvl72? known: "),
+        ("--model", "qwen3", "did you mean one of qwen3-235b-a22b, qwen3-30b-a3b? known: "),
+        ("--model", "gpt3-175", "did you mean gpt3-175b? known: "),  # the close match, as before
+    ],
+)
+def test_part_of_a_preset_name_suggests_the_presets_holding_it(kind, typed, hint):
+    args = ["search", "--gpus", "8", kind, typed, *(["--model", "llama3-8b"] if kind == "--hardware" else [])]
+    line = one_line_error(run_cli(args))
+    what = "hardware" if kind == "--hardware" else "model"  # it read "unknown models preset"
+    assert line.startswith(f"megaplan: error: unknown {what} preset '{typed}'; {hint}")
+
+
+def test_a_hidden_column_points_to_an_output_option_the_command_has():
+    # explain and validate --choice have no --csv (explain --csv: "No such option"), yet a narrow table said
+    # "(hidden at this width: ...; see --json or --csv)"; search, sweep and compare keep "or --csv"
+    args = ["explain", "--model", "llama3-8b", "--gpus", "8", "--tp", "1", "--pp", "1"]
+    result = run_cli(args, env={"COLUMNS": "60"})
+    hidden = [line for line in result.stdout.splitlines() if line.startswith("(hidden at this width")]
+    assert result.exit_code == 0 and hidden, result.output
+    assert all(line.endswith("; see --json)") for line in hidden), hidden
+    assert run_cli(["explain", "--model", "llama3-8b", "--gpus", "8", "--csv"]).exit_code == 2
+    from rich.console import Console
+
+    from planner.report.layout import CSV_TOO, Column, FittedTable
+
+    console = Console(width=20, record=True)
+    columns = [Column("a", lambda r: r * 10, 1), Column("b", lambda r: r * 10, 2)]
+    console.print(FittedTable(columns, ["x"], elsewhere=CSV_TOO))
+    assert "(hidden at this width: b; see --json or --csv)" in console.export_text().replace("\n", " ")
+    console.print(FittedTable(columns, ["x"]))  # the default: every command has --json
+    assert "(hidden at this width: b; see --json)" in console.export_text().replace("\n", " ")

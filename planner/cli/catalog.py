@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing
+from planner.cli.option_spec import IntRange
 from planner.errors import PlannerError
 from planner.presets import KINDS, load_spec, preset_names, preset_text
 from planner.report import fidelity as report_fidelity
@@ -221,7 +222,7 @@ def _validate_choice(as_json: bool, as_csv: bool) -> None:
     "from a pipe).",
 )
 @click.option("--hardware", help="With --from-log: the preset (or YAML) your cluster starts from; else fit only it.")
-@click.option("--gpus", type=click.IntRange(min=1), help="With --from-log: the world size, if neither file says.")
+@click.option("--gpus", type=IntRange(min=1), help="With --from-log: the world size, if neither file says.")
 @click.option(
     "--env",
     "env_pairs",

@@ -7,7 +7,7 @@ from rich.console import Group
 from rich.text import Text
 
 from planner.plan import PLAN_LABEL_LEGEND
-from planner.report.layout import KEEP, Column, FittedTable, plan_text, tokens_text
+from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
 
 BETTER, WORSE, CHANGED = "bold green", "bold red", "bold yellow"
 
@@ -57,7 +57,7 @@ def sweep_view(result: dict, title: str) -> Group:
         f"attention halved, Megatron-LM's and Megatron-Bridge's MFU). {PLAN_LABEL_LEGEND}."
     ]
     foot += [f"{r['gpus']:,} GPUs: no plan: {r['no_plan']}" for r in failed]
-    return Group(FittedTable(sweep_columns(result), rows, title), Text("\n".join(foot), style="dim"))
+    return Group(FittedTable(sweep_columns(result), rows, title, elsewhere=CSV_TOO), Text("\n".join(foot), style="dim"))
 
 
 def fit_columns_spec(fit: dict) -> list[Column]:
@@ -91,7 +91,8 @@ def fit_view(fit: dict, title: str) -> Group:
     command = first["plan"].get("commands", {}).get("explain")
     if command:
         lines.append(f"explain the smallest: {command}")
-    return Group(FittedTable(fit_columns_spec(fit), fit["sizes"], title), Text("\n".join(lines), style="dim"))
+    table = FittedTable(fit_columns_spec(fit), fit["sizes"], title, elsewhere=CSV_TOO)
+    return Group(table, Text("\n".join(lines), style="dim"))
 
 
 def _value(v, unit: str) -> str:
@@ -157,7 +158,7 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
         head.append_text(fit_line(pj["estimate"]))
         head.append(f" · {pj['estimate']['iteration_s']:.2f} s/iteration\n")
     head.append("green: better on that line, red: worse; yellow: a plan field that differs", "dim")
-    return Group(head, FittedTable(columns, rows))
+    return Group(head, FittedTable(columns, rows, elsewhere=CSV_TOO))
 
 
 def fit_line(est: dict) -> Text:

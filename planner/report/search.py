@@ -4,7 +4,7 @@ table fits any terminal and a new column is one more entry in ``SEARCH_COLUMNS``
 from __future__ import annotations
 
 from planner.plan import PLAN_LABEL_LEGEND
-from planner.report.layout import KEEP, Column, FittedTable, plan_text, tokens_text
+from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
 from planner.report.memory import band_text, evidence_cell, ranking_headline, tie_cell, ties_footnote
 
 
@@ -67,4 +67,5 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
         headline = ranking_headline(result, shown)
         return (f"{headline}\n" if headline else "") + foot + rest + (f"\n{ties}" if ties else "")
 
-    return FittedTable(search_columns(capacity), result.plans, search_title(ctx, gpus), gaps, footer=footer)
+    title = search_title(ctx, gpus)
+    return FittedTable(search_columns(capacity), result.plans, title, gaps, footer=footer, elsewhere=CSV_TOO)
