@@ -155,13 +155,12 @@ SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by at
 }
 
 
-def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid, kept: dict | None = None) -> tuple[PlanGrid, _Options]:
+def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, _Options]:
     """The options of every row that the search derives rather than crosses. The overlap flags:
     pinned, or as today's recipes set them (Megatron-Bridge and NeMo performance recipes):
     --overlap-grad-reduce always, --overlap-param-gather with the distributed optimizer (or Megatron
     FSDP), --tp-comm-overlap with sequence parallelism. Selective recomputation's modules: pinned, or
-    ``SEARCHED_MODULES``. Returns the grid with each row's overlaps and the contexts (``_Options``; those
-    ``kept`` for the request, ``_Request.kept``, if it has them: with the shapes they keep)."""
+    ``SEARCHED_MODULES``. Returns the grid with each row's overlaps and the contexts (``_Options``)."""
     n = len(grid)
     sharded = grid.distributed_optimizer | grid.fsdp
 
@@ -172,22 +171,14 @@ def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid, kept: dict | None =
     opg = flag(pins.overlap_param_gather, sharded & ogr)
     tpo = flag(pins.tp_comm_overlap, grid.sequence_parallel.copy())
     searched = pins.recompute_modules is None
-    kept = {} if kept is None else kept
-    if "contexts" not in kept:
-        kept["contexts"] = _recipe_contexts(ctx, pins, searched)
-    grid = replace(grid, overlap_param_gather=opg.astype(np.int8), tp_comm_overlap=tpo.astype(np.int8))
-    return grid, _Options(kept["contexts"], pins.overlap_grad_reduce is not False, searched)
-
-
-def _recipe_contexts(ctx: Context, pins: Pins, searched: bool) -> list[Context]:
-    """``_Options.contexts``: by option set (``_Options.codes``), each keeping the shapes it evaluates."""
     modules = SEARCHED_MODULES[ctx.options.attention_kernel] if searched else pins.recompute_modules
     contexts = []
     for k in range(16):
         values = dict(zip(OVERLAPS, (bool(k & 4), bool(k & 2), bool(k & 1)), strict=True))
         values["recompute_modules"] = modules if k & 8 else ctx.options.recompute_modules
         contexts.append(keep_shapes(replace(ctx, options=ctx.options.model_copy(update=values))))
-    return contexts
+    grid = replace(grid, overlap_param_gather=opg.astype(np.int8), tp_comm_overlap=tpo.astype(np.int8))
+    return grid, _Options(contexts, pins.overlap_grad_reduce is not False, searched)
 
 
 def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
@@ -356,10 +347,9 @@ def search(
         why = empty_grid_reason(num_gpus, pins) if pins_leave_no_world(num_gpus, pins) else None
         why = why or axes.reason(num_gpus, ctx.training.global_batch)
         raise InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, f"world size = tp·cp·pp·dp: {why}", suggest_sizes))
-    kept = _Request.kept(ctx, num_gpus, pins)
-    grid, candidates, rejected = _legal_grid(ctx, num_gpus, pins, kept)
+    grid, candidates, rejected = _legal_grid(ctx, num_gpus, pins)
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
-    grid, options = recipe_options(ctx, pins, grid, kept)
+    grid, options = recipe_options(ctx, pins, grid)
     unsolved = np.flatnonzero(grid.recompute_block & (grid.recompute_layers == 0))  # block pinned, layers not
     if len(unsolved):
         solved = block_recompute_layers(grid.take(unsolved), options.evaluating, capacity)
@@ -395,39 +385,7 @@ def search(
     return result
 
 
-class _Request:
-    """What a search works out from its request alone before any cost function (the legal grid; the contexts
-    that evaluate its rows, with the shapes their cost functions keep, ``keep_shapes``), kept for the next search
-    of the same request in this process (a benchmark's loop; ``validate`` and ``sweep`` ask again after other
-    requests): one request, the last, so the memory stays one search's. Keyed on all that decides them: the
-    context (frozen specs: the same objects match at once, equal ones field by field), the GPU count and the
-    pins. The kept grid's columns are read-only, so no search can change them for the next."""
-
-    last: tuple | None = None  # (ctx, num_gpus, pins, what is kept by name)
-
-    @classmethod
-    def kept(cls, ctx: Context, num_gpus: int, pins: Pins) -> dict:
-        """What is kept for this request (empty for a new one; the caller fills it)."""
-        last = cls.last
-        if last is None or last[1] != num_gpus or last[2] != pins or last[0] != ctx:
-            last = cls.last = (ctx, num_gpus, pins, {})
-        return last[3]
-
-
-def _legal_grid(ctx: Context, num_gpus: int, pins: Pins, kept: dict) -> tuple[PlanGrid, int, dict[str, int]]:
-    """``_legal_grid_of`` the request, kept for the next search of it (``kept``: ``_Request.kept``): the grid
-    read-only, the rejections a copy (the caller adds to them)."""
-    if "legal" not in kept:
-        grid, candidates, rejected = _legal_grid_of(ctx, num_gpus, pins)
-        for name in FIELDS:
-            if name != "layouts":
-                getattr(grid, name).setflags(write=False)
-        kept["legal"] = grid, candidates, rejected
-    grid, candidates, rejected = kept["legal"]
-    return grid, candidates, dict(rejected)
-
-
-def _legal_grid_of(ctx: Context, num_gpus: int, pins: Pins) -> tuple[PlanGrid, int, dict[str, int]]:
+def _legal_grid(ctx: Context, num_gpus: int, pins: Pins) -> tuple[PlanGrid, int, dict[str, int]]:
     """The candidates that keep every rule (``_legal_rows``), how many candidates there were, and how many rows
     each rule rejected first; the candidates are let go column by column as the legal rows are taken."""
     grid = candidate_grid(ctx, num_gpus, pins)
