@@ -162,13 +162,12 @@ SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by at
 }
 
 
-def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid, kept: dict | None = None) -> tuple[PlanGrid, _Options]:
+def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, _Options]:
     """The options of every row that the search derives rather than crosses. The overlap flags:
     pinned, or as today's recipes set them (Megatron-Bridge and NeMo performance recipes):
     --overlap-grad-reduce always, --overlap-param-gather with the distributed optimizer (or Megatron
     FSDP), --tp-comm-overlap with sequence parallelism. Selective recomputation's modules: pinned, or
-    ``SEARCHED_MODULES``. Returns the grid with each row's overlaps and the contexts (``_Options``; those
-    ``kept`` for the request, ``_Request.kept``, if it has them: with the shapes they keep)."""
+    ``SEARCHED_MODULES``. Returns the grid with each row's overlaps and the contexts (``_Options``)."""
     n = len(grid)
     sharded = grid.distributed_optimizer | grid.fsdp
 
@@ -179,22 +178,14 @@ def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid, kept: dict | None =
     opg = flag(pins.overlap_param_gather, sharded & ogr)
     tpo = flag(pins.tp_comm_overlap, grid.sequence_parallel.copy())
     searched = pins.recompute_modules is None
-    kept = {} if kept is None else kept
-    if "contexts" not in kept:
-        kept["contexts"] = _recipe_contexts(ctx, pins, searched)
-    grid = replace(grid, overlap_param_gather=opg.astype(np.int8), tp_comm_overlap=tpo.astype(np.int8))
-    return grid, _Options(kept["contexts"], pins.overlap_grad_reduce is not False, searched)
-
-
-def _recipe_contexts(ctx: Context, pins: Pins, searched: bool) -> list[Context]:
-    """``_Options.contexts``: by option set (``_Options.codes``), each keeping the shapes it evaluates."""
     modules = SEARCHED_MODULES[ctx.options.attention_kernel] if searched else pins.recompute_modules
     contexts = []
     for k in range(16):
         values = dict(zip(OVERLAPS, (bool(k & 4), bool(k & 2), bool(k & 1)), strict=True))
         values["recompute_modules"] = modules if k & 8 else ctx.options.recompute_modules
         contexts.append(keep_shapes(replace(ctx, options=ctx.options.model_copy(update=values))))
-    return contexts
+    grid = replace(grid, overlap_param_gather=opg.astype(np.int8), tp_comm_overlap=tpo.astype(np.int8))
+    return grid, _Options(contexts, pins.overlap_grad_reduce is not False, searched)
 
 
 def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
@@ -363,10 +354,9 @@ def search(
         why = empty_grid_reason(num_gpus, pins) if pins_leave_no_world(num_gpus, pins) else None
         why = why or axes.reason(num_gpus, ctx.training.global_batch)
         raise InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, f"world size = tp·cp·pp·dp: {why}", suggest_sizes))
-    kept = _Request.kept(ctx, num_gpus, pins)
-    grid, candidates, rejected = _legal_grid(ctx, num_gpus, pins, kept)
+    grid, candidates, rejected = _legal_grid(ctx, num_gpus, pins)
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
-    grid, options = recipe_options(ctx, pins, grid, kept)
+    grid, options = recipe_options(ctx, pins, grid)
     unsolved = np.flatnonzero(grid.recompute_block & (grid.recompute_layers == 0))  # block pinned, layers not
     if len(unsolved):
         solved = block_recompute_layers(grid.take(unsolved), options.evaluating, capacity)
@@ -402,39 +392,7 @@ def search(
     return result
 
 
-class _Request:
-    """What a search works out from its request alone before any cost function (the legal grid; the contexts
-    that evaluate its rows, with the shapes their cost functions keep, ``keep_shapes``), kept for the next search
-    of the same request in this process (a benchmark's loop; ``validate`` and ``sweep`` ask again after other
-    requests): one request, the last, so the memory stays one search's. Keyed on all that decides them: the
-    context (frozen specs: the same objects match at once, equal ones field by field), the GPU count and the
-    pins. The kept grid's columns are read-only, so no search can change them for the next."""
-
-    last: tuple | None = None  # (ctx, num_gpus, pins, what is kept by name)
-
-    @classmethod
-    def kept(cls, ctx: Context, num_gpus: int, pins: Pins) -> dict:
-        """What is kept for this request (empty for a new one; the caller fills it)."""
-        last = cls.last
-        if last is None or last[1] != num_gpus or last[2] != pins or last[0] != ctx:
-            last = cls.last = (ctx, num_gpus, pins, {})
-        return last[3]
-
-
-def _legal_grid(ctx: Context, num_gpus: int, pins: Pins, kept: dict) -> tuple[PlanGrid, int, dict[str, int]]:
-    """``_legal_grid_of`` the request, kept for the next search of it (``kept``: ``_Request.kept``): the grid
-    read-only, the rejections a copy (the caller adds to them)."""
-    if "legal" not in kept:
-        grid, candidates, rejected = _legal_grid_of(ctx, num_gpus, pins)
-        for name in FIELDS:
-            if name != "layouts":
-                getattr(grid, name).setflags(write=False)
-        kept["legal"] = grid, candidates, rejected
-    grid, candidates, rejected = kept["legal"]
-    return grid, candidates, dict(rejected)
-
-
-def _legal_grid_of(ctx: Context, num_gpus: int, pins: Pins) -> tuple[PlanGrid, int, dict[str, int]]:
+def _legal_grid(ctx: Context, num_gpus: int, pins: Pins) -> tuple[PlanGrid, int, dict[str, int]]:
     """The candidates that keep every rule (``_legal_rows``), how many candidates there were, and how many rows
     each rule rejected first; the candidates are let go column by column as the legal rows are taken."""
     grid = candidate_grid(ctx, num_gpus, pins)
@@ -1014,9 +972,19 @@ def _family_blocks(grid: PlanGrid, idx: np.ndarray, size: int, key: np.ndarray) 
     step = max(size // SAMPLE, 1)
     sample = np.sort(key[::step])
     cuts = distinct(sample[size // step :: size // step])  # keys starting a block (the first at key ≥ each)
-    block = np.searchsorted(cuts, key, side="right").astype(np.int16)
-    order = np.argsort(block, kind="stable")  # a radix sort of small integers
-    return [part for part in np.split(idx[order], np.cumsum(np.bincount(block))[:-1]) if len(part)]
+    if len(cuts) > FEW_CUTS:
+        block = np.searchsorted(cuts, key, side="right").astype(np.int16)
+        order = np.argsort(block, kind="stable")  # a radix sort of small integers
+        return [part for part in np.split(idx[order], np.cumsum(np.bincount(block))[:-1]) if len(part)]
+    block, reached = np.zeros(len(key), dtype=np.int8), np.empty(len(key), dtype=bool)
+    for cut in cuts:  # each row's block: the cuts its key reaches (``np.searchsorted(cuts, key, side="right")``)
+        np.greater_equal(key, cut, out=reached)
+        block += reached
+    return [part for part in (idx[block == b] for b in range(len(cuts) + 1)) if len(part)]
+
+
+FEW_CUTS = 16  # up to this many cuts (DeepSeek-V3 / 1024 H100: 8), each block's rows are found by a pass over the
+# rows' blocks (in row order) rather than by sorting the rows by block: a few passes over bytes, no sort
 
 
 SAMPLE = 1024  # rows of a block the cuts between blocks are read on (their keys, every size/SAMPLE-th row)
@@ -1354,13 +1322,16 @@ def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_si
 def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
     """One integer per plan of ``idx`` that is equal exactly when every field but the micro-batch and
     ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum, the first field the most
-    significant; renumbered by ``np.unique`` before it could overflow). The fields in one table: a few numpy
-    calls in all, not five per field (a call costs thousands of instructions whatever its rows)."""
+    significant; renumbered by ``np.unique`` before it could overflow). Up to ``TABLE_ROWS`` rows the fields in one
+    table: a few numpy calls in all, not five per field (a call costs thousands of instructions whatever its rows);
+    more rows field by field (``_column_keys``: DeepSeek-V3 / 1024 H100's 1.36 M rows would make a 196 MB table)."""
     whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
     columns = (getattr(grid, name) if whole else take_column(getattr(grid, name), idx) for name in FAMILY_FIELDS)
     columns = [col for col in columns if col.strides != (0,)]  # one value (``shared_constant``): no digit
     if not columns or not len(idx):
         return np.zeros(len(idx), dtype=np.int64)
+    if len(idx) > TABLE_ROWS:
+        return _column_keys(columns, len(idx))
     table = np.stack(columns, dtype=np.int64, casting="unsafe")  # block layers come back as floats
     low = table.min(axis=1)
     table -= low[:, None]
@@ -1372,16 +1343,65 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
                 key *= width
                 key += digits
         return key
-    key, span = np.zeros(len(idx), dtype=np.int64), 1
-    for digits, width in zip(table, widths, strict=True):
+    return _renumbered(zip(table, widths, strict=True), len(idx))
+
+
+TABLE_ROWS = 4 * CHUNK  # ``_family_keys`` of more rows goes field by field: its table would be 8 bytes a field a row
+
+
+def _column_keys(columns: list[np.ndarray], n: int) -> np.ndarray:
+    """``_family_keys`` of many rows, field by field (no table): in int32 groups (``_mixed_radix``) where the
+    fields' widths' product is below 2**62, else renumbered as it goes (``_renumbered``)."""
+    digits = []  # (column, its minimum, its width) of the fields that vary
+    for col in columns:
+        low = int(col.min())
+        width = int(col.max()) - low + 1
+        if width > 1:
+            digits.append((col, low, width))
+    if math.prod(width for _, _, width in digits) < 2**62:
+        return _mixed_radix(digits, n)
+    offsets = ((col.astype(np.int64) - low, width) for col, low, width in digits)  # block layers come back as floats
+    return _renumbered(offsets, n)
+
+
+def _renumbered(digits, n: int) -> np.ndarray:
+    """The mixed radix of ``digits`` ((offset from the field's minimum, width) pairs, the first the most
+    significant), renumbered by ``np.unique`` (order kept) before a digit would overflow int64."""
+    key, span = np.zeros(n, dtype=np.int64), 1
+    for offset, width in digits:
         if width == 1:
             continue
         if span * width >= 2**62:
             _, key = np.unique(key, return_inverse=True)
             key, span = key.reshape(-1).astype(np.int64), int(key.max()) + 1
         key *= width
-        key += digits
+        key += offset
         span *= width
+    return key
+
+
+def _mixed_radix(digits: list[tuple], n: int) -> np.ndarray:
+    """sum_i (col_i - low_i) * prod_{j > i} width_j over the ``digits`` (column, low, width) as int64 (their widths'
+    product below 2**62): ``_family_keys``' key. Consecutive digits whose widths' product stays below 2**31 are
+    summed in int32 (half the bytes of each pass over DeepSeek-V3's 1.36 M rows: 18 digits in two such groups), each
+    group's lows subtracted once (modulo 2**32, as int32 sums wrap: the result is exact), then the groups joined in
+    int64: the same integers."""
+    key, groups, span = np.zeros(n, dtype=np.int64), [], 2**31
+    for digit in digits:
+        if span * digit[2] >= 2**31:
+            groups.append([])
+            span = 1
+        groups[-1].append(digit)
+        span *= digit[2]
+    for group in groups:
+        part, span, offset = np.zeros(n, dtype=np.int32), 1, 0
+        for col, low, width in group:
+            part *= width
+            part += col if col.dtype.kind in "bi" else col.astype(np.int32)  # block layers come back as floats
+            offset, span = offset * width + low, span * width
+        part -= (offset + 2**31) % 2**32 - 2**31  # int32 arithmetic wraps alike: the group's value is below 2**31
+        key *= span
+        key += part
     return key
 
 
