@@ -225,6 +225,11 @@ def test_the_export_header_explains_only_the_codes_its_plan_uses():
             "Invalid value for '--memory-headroom': 'lots' is not a valid number.",
         ),
         (["calibrate", "--gpus", "eight"], "Invalid value for '--gpus': 'eight' is not a valid integer."),
+        # a count copied from megaplan's own output ("1,024 GPUs")
+        (
+            ["search", "--model", "gpt3-175b", "--gpus", "1,024"],
+            "Invalid value for '--gpus': '1,024' is not a valid integer: write it without separators (1024)",
+        ),
     ],
 )
 def test_a_word_for_a_number_is_said_without_click_s_range_jargon(args, message):
@@ -267,3 +272,21 @@ def test_a_hidden_column_points_to_an_output_option_the_command_has():
     assert "(hidden at this width: b; see --json or --csv)" in console.export_text().replace("\n", " ")
     console.print(FittedTable(columns, ["x"]))  # the default: every command has --json
     assert "(hidden at this width: b; see --json)" in console.export_text().replace("\n", " ")
+
+
+def test_search_explains_the_codes_of_the_plans_it_shows_not_every_code():
+    # search's footer carried the whole legend: MoE dispatchers, layouts, interleaving under a dense search none of
+    # whose plans used them
+    import json
+
+    from planner.plan import plan_label_legend
+    from planner.report.labels import plan_text
+
+    result = run_cli(["search", "--model", "gpt-1.7b", "--gpus", "8", "--top", "3", "--json"])
+    labels = " ".join(plan_text(pj) for pj in json.loads(result.stdout)["plans"])
+    shown = run_cli(["search", "--model", "gpt-1.7b", "--gpus", "8", "--top", "3"], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.stdout.splitlines())
+    assert "MoE token dispatcher" not in text and "layout: --pipeline-model-parallel-layout" not in text
+    assert "\nb micro-batch · SP sequence parallel · FSDP Megatron FSDP" in shown.stdout  # b8, SP, FSDP: shown
+    assert plan_label_legend(labels) + ". TFLOP/s and MFU count model FLOPs" in text

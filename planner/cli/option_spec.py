@@ -3,6 +3,7 @@ and whether search searches it; and the token-count type of --tokens."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import click
@@ -31,9 +32,15 @@ class TokenCount(click.ParamType):
 
 class IntRange(click.IntRange):
     """click's IntRange, named "integer" in its error: click's own name made `--gpus abc` read "'abc' is not a
-    valid integer range", as if a range had been asked for (ux13, newcomer pass)."""
+    valid integer range", as if a range had been asked for (ux13, newcomer pass). A number with thousands
+    separators, as megaplan prints counts ("1,024 GPUs"), is told how to write it."""
 
     name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and re.fullmatch(r"\d{1,3}(,\d{3})+", value.strip()):
+            self.fail(f"{value!r} is not a valid integer: write it without separators ({value.replace(',', '')})")
+        return super().convert(value, param, ctx)
 
 
 POSITIVE = IntRange(min=1)

@@ -24,6 +24,7 @@ from planner.costs.stage_memory import (
     memory_formulas,
     stage_memory_bytes,
     stage_memory_total,
+    stage_memory_total_and_twins,
     stage_params,
 )
 from planner.hardware.collectives import (
@@ -366,6 +367,15 @@ def peak_memory_bytes(grid: PlanGrid, ctx: Context) -> np.ndarray:
     column is the most loaded stage's without setting them aside."""
     lt = Letters(grid, ctx)
     return np.max(stage_memory_total(lt, ctx, lt.type_index), axis=1)
+
+
+def peak_memory_bytes_and_twins(grid: PlanGrid, ctx: Context, twins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``peak_memory_bytes`` of every plan, and of the plans at ``twins`` (positions) without --tp-comm-overlap,
+    each as its own evaluation gives it (``stage_memory_total_and_twins``): search screens a plan and its twin
+    in one evaluation."""
+    lt = Letters(grid, ctx)
+    total, off = stage_memory_total_and_twins(lt, ctx, lt.type_index, twins)
+    return np.max(total, axis=1), np.max(off, axis=1)
 
 
 def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluation:
