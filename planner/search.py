@@ -21,7 +21,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from planner import heap, parallel
-from planner.costs.estimate import evaluate, iteration_floor_s, iteration_s, peak_memory_bytes, stage_memory_totals
+from planner.costs.estimate import (
+    evaluate,
+    iteration_floor_s,
+    iteration_s,
+    peak_memory_bytes,
+    peak_memory_bytes_and_twins,
+    stage_memory_totals,
+)
 from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
@@ -155,13 +162,12 @@ SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by at
 }
 
 
-def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid, kept: dict | None = None) -> tuple[PlanGrid, _Options]:
+def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, _Options]:
     """The options of every row that the search derives rather than crosses. The overlap flags:
     pinned, or as today's recipes set them (Megatron-Bridge and NeMo performance recipes):
     --overlap-grad-reduce always, --overlap-param-gather with the distributed optimizer (or Megatron
     FSDP), --tp-comm-overlap with sequence parallelism. Selective recomputation's modules: pinned, or
-    ``SEARCHED_MODULES``. Returns the grid with each row's overlaps and the contexts (``_Options``; those
-    ``kept`` for the request, ``_Request.kept``, if it has them: with the shapes they keep)."""
+    ``SEARCHED_MODULES``. Returns the grid with each row's overlaps and the contexts (``_Options``)."""
     n = len(grid)
     sharded = grid.distributed_optimizer | grid.fsdp
 
@@ -172,22 +178,14 @@ def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid, kept: dict | None =
     opg = flag(pins.overlap_param_gather, sharded & ogr)
     tpo = flag(pins.tp_comm_overlap, grid.sequence_parallel.copy())
     searched = pins.recompute_modules is None
-    kept = {} if kept is None else kept
-    if "contexts" not in kept:
-        kept["contexts"] = _recipe_contexts(ctx, pins, searched)
-    grid = replace(grid, overlap_param_gather=opg.astype(np.int8), tp_comm_overlap=tpo.astype(np.int8))
-    return grid, _Options(kept["contexts"], pins.overlap_grad_reduce is not False, searched)
-
-
-def _recipe_contexts(ctx: Context, pins: Pins, searched: bool) -> list[Context]:
-    """``_Options.contexts``: by option set (``_Options.codes``), each keeping the shapes it evaluates."""
     modules = SEARCHED_MODULES[ctx.options.attention_kernel] if searched else pins.recompute_modules
     contexts = []
     for k in range(16):
         values = dict(zip(OVERLAPS, (bool(k & 4), bool(k & 2), bool(k & 1)), strict=True))
         values["recompute_modules"] = modules if k & 8 else ctx.options.recompute_modules
         contexts.append(keep_shapes(replace(ctx, options=ctx.options.model_copy(update=values))))
-    return contexts
+    grid = replace(grid, overlap_param_gather=opg.astype(np.int8), tp_comm_overlap=tpo.astype(np.int8))
+    return grid, _Options(contexts, pins.overlap_grad_reduce is not False, searched)
 
 
 def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
@@ -356,10 +354,9 @@ def search(
         why = empty_grid_reason(num_gpus, pins) if pins_leave_no_world(num_gpus, pins) else None
         why = why or axes.reason(num_gpus, ctx.training.global_batch)
         raise InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, f"world size = tp·cp·pp·dp: {why}", suggest_sizes))
-    kept = _Request.kept(ctx, num_gpus, pins)
-    grid, candidates, rejected = _legal_grid(ctx, num_gpus, pins, kept)
+    grid, candidates, rejected = _legal_grid(ctx, num_gpus, pins)
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
-    grid, options = recipe_options(ctx, pins, grid, kept)
+    grid, options = recipe_options(ctx, pins, grid)
     unsolved = np.flatnonzero(grid.recompute_block & (grid.recompute_layers == 0))  # block pinned, layers not
     if len(unsolved):
         solved = block_recompute_layers(grid.take(unsolved), options.evaluating, capacity)
@@ -395,39 +392,7 @@ def search(
     return result
 
 
-class _Request:
-    """What a search works out from its request alone before any cost function (the legal grid; the contexts
-    that evaluate its rows, with the shapes their cost functions keep, ``keep_shapes``), kept for the next search
-    of the same request in this process (a benchmark's loop; ``validate`` and ``sweep`` ask again after other
-    requests): one request, the last, so the memory stays one search's. Keyed on all that decides them: the
-    context (frozen specs: the same objects match at once, equal ones field by field), the GPU count and the
-    pins. The kept grid's columns are read-only, so no search can change them for the next."""
-
-    last: tuple | None = None  # (ctx, num_gpus, pins, what is kept by name)
-
-    @classmethod
-    def kept(cls, ctx: Context, num_gpus: int, pins: Pins) -> dict:
-        """What is kept for this request (empty for a new one; the caller fills it)."""
-        last = cls.last
-        if last is None or last[1] != num_gpus or last[2] != pins or last[0] != ctx:
-            last = cls.last = (ctx, num_gpus, pins, {})
-        return last[3]
-
-
-def _legal_grid(ctx: Context, num_gpus: int, pins: Pins, kept: dict) -> tuple[PlanGrid, int, dict[str, int]]:
-    """``_legal_grid_of`` the request, kept for the next search of it (``kept``: ``_Request.kept``): the grid
-    read-only, the rejections a copy (the caller adds to them)."""
-    if "legal" not in kept:
-        grid, candidates, rejected = _legal_grid_of(ctx, num_gpus, pins)
-        for name in FIELDS:
-            if name != "layouts":
-                getattr(grid, name).setflags(write=False)
-        kept["legal"] = grid, candidates, rejected
-    grid, candidates, rejected = kept["legal"]
-    return grid, candidates, dict(rejected)
-
-
-def _legal_grid_of(ctx: Context, num_gpus: int, pins: Pins) -> tuple[PlanGrid, int, dict[str, int]]:
+def _legal_grid(ctx: Context, num_gpus: int, pins: Pins) -> tuple[PlanGrid, int, dict[str, int]]:
     """The candidates that keep every rule (``_legal_rows``), how many candidates there were, and how many rows
     each rule rejected first; the candidates are let go column by column as the legal rows are taken."""
     grid = candidate_grid(ctx, num_gpus, pins)
@@ -867,7 +832,7 @@ def _block_peaks(grid: PlanGrid, rows, off: _Twins, at, options: _Options, capac
             return (peak, state), (tw_peak, tw_state)
         _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
         family = family.reshape(-1)
-        both = _Twins(grid, np.concatenate([rows, off.rows]), len(rows))
+        both = _Twins(grid, np.concatenate([rows, off.rows]), len(rows), at)  # a twin measured with its row
         pk, state = _peak_memory(
             both, np.arange(len(both)), ctx, capacity, np.concatenate([family, family[at] + len(rows)])
         )
@@ -921,6 +886,7 @@ class _Twins:
     grid: PlanGrid
     rows: np.ndarray
     start: int = 0
+    row_of: np.ndarray | None = None  # each twin's row's position among the first ``start`` (if they hold it)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -1189,10 +1155,32 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float,
         with np.errstate(divide="ignore", invalid="ignore"):
             for start in range(0, len(pos), CHUNK):
                 part = pos[start : start + CHUNK]
-                out[start : start + CHUNK] = peak_memory_bytes(grid.take(idx[part]), ctx)
+                out[start : start + CHUNK] = _peaks(grid, idx[part], ctx)
         return out
 
     return _by_family_states(grid, idx, measure, lambda peak: peak > capacity, keys, whole)
+
+
+def _peaks(grid: PlanGrid | _Twins, at: np.ndarray, ctx: Context) -> np.ndarray:
+    """``peak_memory_bytes`` of the plans ``at`` of the grid; of a ``_Twins`` with ``row_of``, each twin whose row
+    is among them in its row's evaluation (``peak_memory_bytes_and_twins``: the same numbers, without evaluating
+    the twin apart: a screening measures most twins with their rows)."""
+    if not isinstance(grid, _Twins) or grid.row_of is None:
+        return peak_memory_bytes(grid.take(at), ctx)
+    twin = at >= grid.start
+    where = np.full(grid.start, -1)  # each row's place in ``at`` (-1: not there)
+    where[at[~twin]] = np.flatnonzero(~twin)
+    tw = np.flatnonzero(twin)
+    row = where.take(grid.row_of.take(at[tw] - grid.start))
+    paired, row = tw[row >= 0], row[row >= 0]
+    if not len(paired):
+        return peak_memory_bytes(grid.take(at), ctx)
+    own = np.ones(len(at), dtype=bool)
+    own[paired] = False
+    place = np.cumsum(own) - 1  # each plan's place among those evaluated
+    out = np.empty(len(at))
+    out[own], out[paired] = peak_memory_bytes_and_twins(grid.take(at[own]), ctx, place.take(row))
+    return out
 
 
 SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on

@@ -24,6 +24,7 @@ from planner.costs.stage_memory import (
     memory_formulas,
     stage_memory_bytes,
     stage_memory_total,
+    stage_memory_total_and_twins,
     stage_params,
 )
 from planner.hardware.collectives import (
@@ -368,6 +369,15 @@ def peak_memory_bytes(grid: PlanGrid, ctx: Context) -> np.ndarray:
     return np.max(stage_memory_total(lt, ctx, lt.type_index), axis=1)
 
 
+def peak_memory_bytes_and_twins(grid: PlanGrid, ctx: Context, twins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``peak_memory_bytes`` of every plan, and of the plans at ``twins`` (positions) without --tp-comm-overlap,
+    each as its own evaluation gives it (``stage_memory_total_and_twins``): search screens a plan and its twin
+    in one evaluation."""
+    lt = Letters(grid, ctx)
+    total, off = stage_memory_total_and_twins(lt, ctx, lt.type_index, twins)
+    return np.max(total, axis=1), np.max(off, axis=1)
+
+
 def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluation:
     """Estimate every plan of ``grid``: memory of its most loaded stage and its iteration time; with
     ``stages``, also the memory, layers and per-micro-batch times of every pipeline stage."""
@@ -638,25 +648,23 @@ def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
     return {"forward": forward[:, 0], "backward": backward[:, 0]}
 
 
-def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
-    """Every memory and time term's formula and source for one plan (``evaluate``'s terms)."""
-    opts = ctx.options
-    grad_bytes, param_bytes = dp_element_bytes(ctx)
-    sp = plan.sequence_parallel and plan.tp > 1
-    message = f"b·s·h{'/(t·c)' if sp else '/c'} × {memory.ACTIVATION_BYTES[ctx.precision]} bytes / β + α"
-    if plan.pp == 1:
-        pp_text = "0 (pp = 1)"
-    elif plan.vpp > 1 and opts.overlap_p2p_comm:
-        pp_text = (
-            f"2(p − 1) fill-and-drain transfers × ({message}), + at each of the v − 1 wraps of the fill and of the "
-            "drain p transfers less the other stages' slack (G = p), + m·v × what each send takes beyond a "
-            "chunk-step's compute (the interleaved schedule overlaps the rest; what hides costs the compute "
-            f"{ctx.hardware.network.nccl_p2p_sms or 0}/{ctx.hardware.gpu.sm_count} of itself, NCCL's send/receive SMs)"
-        )
-    elif plan.vpp > 1:
-        pp_text = f"2(m·v + p − 1) transfers × ({message})"
-    else:
-        pp_text = f"2(m + p − 1) transfers on the 1F1B critical path × ({message})"
+def context_formulas(ctx: Context) -> dict:
+    """What ``formulas`` reads of the context alone: computed once for the many plans of one context."""
+    return {
+        "dp_bytes": dp_element_bytes(ctx),
+        "adam_bytes": adam_step_bytes(ctx),
+        "stragglers": _straggler_formula(ctx),
+        "memory_parts": memory_parts.memory_part_formulas(ctx),
+        "time_parts": layer_time.time_part_formulas(ctx),
+    }
+
+
+def formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = None) -> dict[str, dict[str, Formula]]:
+    """Every memory and time term's formula and source for one plan (``evaluate``'s terms); ``fixed``: the
+    context's ``context_formulas`` (computed here when not given)."""
+    fixed = context_formulas(ctx) if fixed is None else fixed
+    grad_bytes, param_bytes = fixed["dp_bytes"]
+    pp_text = _pp_formula_text(ctx, plan)
     dp_text = _dp_formula_text(ctx, plan, grad_bytes, param_bytes)
     tied = ctx.model.tied_embeddings and plan.pp > 1
     R = plan.distributed_optimizer_instances
@@ -685,17 +693,35 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
             "Narayanan et al. 2021 §2.2.1-2.2.2: (p − 1)(t_f + t_b)/v",
         ),
         "optimizer": Formula(
-            f"{adam_step_bytes(ctx):g} bytes of Adam HBM traffic × P_stage/{shard} / (W_HBM·η_mem)",
+            f"{fixed['adam_bytes']:g} bytes of Adam HBM traffic × P_stage/{shard} / (W_HBM·η_mem)",
             "memory-bound estimate of Megatron-LM's fused Adam",
         ),
-        "stragglers": _straggler_formula(ctx),
+        "stragglers": fixed["stragglers"],
     }
     return {
         "memory": memory_formulas(ctx, plan),
         "time": time,
-        "memory_parts": memory_parts.memory_part_formulas(ctx),
-        "time_parts": layer_time.time_part_formulas(ctx),
+        "memory_parts": fixed["memory_parts"],
+        "time_parts": fixed["time_parts"],
     }
+
+
+def _pp_formula_text(ctx: Context, plan: ParallelPlan) -> str:
+    """The pp_comm term's formula text: the transfers on the schedule's critical path."""
+    sp = plan.sequence_parallel and plan.tp > 1
+    message = f"b·s·h{'/(t·c)' if sp else '/c'} × {memory.ACTIVATION_BYTES[ctx.precision]} bytes / β + α"
+    if plan.pp == 1:
+        return "0 (pp = 1)"
+    if plan.vpp > 1 and ctx.options.overlap_p2p_comm:
+        return (
+            f"2(p − 1) fill-and-drain transfers × ({message}), + at each of the v − 1 wraps of the fill and of the "
+            "drain p transfers less the other stages' slack (G = p), + m·v × what each send takes beyond a "
+            "chunk-step's compute (the interleaved schedule overlaps the rest; what hides costs the compute "
+            f"{ctx.hardware.network.nccl_p2p_sms or 0}/{ctx.hardware.gpu.sm_count} of itself, NCCL's send/receive SMs)"
+        )
+    if plan.vpp > 1:
+        return f"2(m·v + p − 1) transfers × ({message})"
+    return f"2(m + p − 1) transfers on the 1F1B critical path × ({message})"
 
 
 def _straggler_formula(ctx: Context) -> Formula:
