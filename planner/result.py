@@ -14,7 +14,13 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas  # terms: PlanEstimate's keys
+from planner.costs.estimate import (  # terms: PlanEstimate's keys
+    MEMORY_TERMS,
+    TIME_TERMS,
+    Evaluation,
+    context_formulas,
+    formulas,
+)
 from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
@@ -105,12 +111,21 @@ def _fresh(tree):
 class Shared:
     """What the plan JSON of the rows of one evaluated grid share, each computed once: the JSON dumps of the
     contexts' model, training and options (each plan JSON gets its own copy: a new dict whose few nested dicts
-    and lists are new too), and with ``evidence`` (``plan_evidence`` of the grid) every row's band."""
+    and lists are new too), what ``formulas`` reads of each context alone, and with ``evidence``
+    (``plan_evidence`` of the grid) every row's band."""
 
     def __init__(self, evidence: PlanEvidence | None = None):
         self.evidence = evidence
         self._dumps: dict[int, tuple] = {}  # id -> (the object, kept so the id stays its own; dump; nested keys)
         self._bands: dict[int, tuple] = {}
+        self._fixed: dict[int, tuple] = {}
+
+    def formulas(self, ctx: Context, plan: ParallelPlan) -> dict:
+        """``formulas(ctx, plan)``, what it reads of the context alone computed once per context."""
+        held = self._fixed.get(id(ctx))
+        if held is None:
+            held = self._fixed[id(ctx)] = (ctx, context_formulas(ctx))
+        return formulas(ctx, plan, held[1])
 
     def dump(self, spec) -> dict:
         """``spec.model_dump(mode="json")``, a copy of it after the first."""
@@ -151,7 +166,7 @@ def plan_json(
     shared = Shared() if shared is None else shared
     plan = grid.plan(i)
     eps, evidence = shared.band(ctx, gpus, plan, i)
-    estimate = _estimate_json(ctx, gpus, plan, ev, i, memory_headroom, eps, _formulas_json(formulas(ctx, plan)))
+    estimate = _estimate_json(ctx, gpus, plan, ev, i, memory_headroom, eps, _formulas_json(shared.formulas(ctx, plan)))
     out = {
         "model": ctx.model.name,
         "hardware": ctx.hardware.name,

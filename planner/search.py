@@ -21,7 +21,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from planner import heap, parallel
-from planner.costs.estimate import evaluate, iteration_floor_s, iteration_s, peak_memory_bytes, stage_memory_totals
+from planner.costs.estimate import (
+    evaluate,
+    iteration_floor_s,
+    iteration_s,
+    peak_memory_bytes,
+    peak_memory_bytes_and_twins,
+    stage_memory_totals,
+)
 from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
@@ -825,7 +832,7 @@ def _block_peaks(grid: PlanGrid, rows, off: _Twins, at, options: _Options, capac
             return (peak, state), (tw_peak, tw_state)
         _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
         family = family.reshape(-1)
-        both = _Twins(grid, np.concatenate([rows, off.rows]), len(rows))
+        both = _Twins(grid, np.concatenate([rows, off.rows]), len(rows), at)  # a twin measured with its row
         pk, state = _peak_memory(
             both, np.arange(len(both)), ctx, capacity, np.concatenate([family, family[at] + len(rows)])
         )
@@ -879,6 +886,7 @@ class _Twins:
     grid: PlanGrid
     rows: np.ndarray
     start: int = 0
+    row_of: np.ndarray | None = None  # each twin's row's position among the first ``start`` (if they hold it)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -1147,10 +1155,32 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float,
         with np.errstate(divide="ignore", invalid="ignore"):
             for start in range(0, len(pos), CHUNK):
                 part = pos[start : start + CHUNK]
-                out[start : start + CHUNK] = peak_memory_bytes(grid.take(idx[part]), ctx)
+                out[start : start + CHUNK] = _peaks(grid, idx[part], ctx)
         return out
 
     return _by_family_states(grid, idx, measure, lambda peak: peak > capacity, keys, whole)
+
+
+def _peaks(grid: PlanGrid | _Twins, at: np.ndarray, ctx: Context) -> np.ndarray:
+    """``peak_memory_bytes`` of the plans ``at`` of the grid; of a ``_Twins`` with ``row_of``, each twin whose row
+    is among them in its row's evaluation (``peak_memory_bytes_and_twins``: the same numbers, without evaluating
+    the twin apart: a screening measures most twins with their rows)."""
+    if not isinstance(grid, _Twins) or grid.row_of is None:
+        return peak_memory_bytes(grid.take(at), ctx)
+    twin = at >= grid.start
+    where = np.full(grid.start, -1)  # each row's place in ``at`` (-1: not there)
+    where[at[~twin]] = np.flatnonzero(~twin)
+    tw = np.flatnonzero(twin)
+    row = where.take(grid.row_of.take(at[tw] - grid.start))
+    paired, row = tw[row >= 0], row[row >= 0]
+    if not len(paired):
+        return peak_memory_bytes(grid.take(at), ctx)
+    own = np.ones(len(at), dtype=bool)
+    own[paired] = False
+    place = np.cumsum(own) - 1  # each plan's place among those evaluated
+    out = np.empty(len(at))
+    out[own], out[paired] = peak_memory_bytes_and_twins(grid.take(at[own]), ctx, place.take(row))
+    return out
 
 
 SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on
