@@ -531,18 +531,42 @@ MODULE_TAGS = {
     "mla_up_proj": "mlaup",
     "shared_experts": "shexp",
 }
-PLAN_LABEL_LEGEND = (
-    "b micro-batch · V interleaved chunks per stage (G: micro-batches a virtual stage runs at a time, when "
-    "not pp) · SP sequence parallel · DO distributed optimizer (DO×R: R instances, "
-    "--num-distributed-optimizer-instances) · "
-    "FSDP Megatron FSDP (weights, gradients and optimizer sharded; FSDP:og gradients and optimizer, FSDP:o the "
-    "optimizer; HSDP×R: R replicas of d·c/R ranks, HFSDP×R: the optimizer sharded across them too) · "
-    "rc-sel/rc-full selective/full recomputation (rc-mlp etc.: selective of other "
-    "modules than core_attn; rc-full:uN uniform groups of N layers; rc-blk:N the first N layers of each chunk) · "
-    "no-ogr/no-opg/no-tpo: an overlap today's recipes turn on is off (gradient reduction; parameter "
-    "all-gather with DO/FSDP; TP communication with SP) · MoE token dispatcher allgather, alltoall "
-    "or flex (+ov: --overlap-moe-expert-parallel-comm) · layout: --pipeline-model-parallel-layout"
+PLAN_LABEL_CODES = (  # (the label words a piece of the legend explains, the piece)
+    (r"b\d+", "b micro-batch"),
+    (r"[VG]\d+", "V interleaved chunks per stage (G: micro-batches a virtual stage runs at a time, when not pp)"),
+    (r"SP", "SP sequence parallel"),
+    (r"DO(×\d+)?", "DO distributed optimizer (DO×R: R instances, --num-distributed-optimizer-instances)"),
+    (
+        r"H?F?SDP\S*",
+        "FSDP Megatron FSDP (weights, gradients and optimizer sharded; FSDP:og gradients and optimizer, FSDP:o the "
+        "optimizer; HSDP×R: R replicas of d·c/R ranks, HFSDP×R: the optimizer sharded across them too)",
+    ),
+    (
+        r"rc-\S+",
+        "rc-sel/rc-full selective/full recomputation (rc-mlp etc.: selective of other "
+        "modules than core_attn; rc-full:uN uniform groups of N layers; rc-blk:N the first N layers of each chunk)",
+    ),
+    (
+        r"no-(ogr|opg|tpo)",
+        "no-ogr/no-opg/no-tpo: an overlap today's recipes turn on is off (gradient reduction; parameter "
+        "all-gather with DO/FSDP; TP communication with SP)",
+    ),
+    (
+        r"(allgather|alltoall|flex)(\+ov)?",
+        "MoE token dispatcher allgather, alltoall or flex (+ov: --overlap-moe-expert-parallel-comm)",
+    ),
+    (r"layout", "layout: --pipeline-model-parallel-layout"),
 )
+PLAN_LABEL_LEGEND = " · ".join(piece for _, piece in PLAN_LABEL_CODES)
+
+
+def plan_label_legend(label: str) -> str:
+    """The legend of the codes one plan's label uses (the export header explains its plan; it carried every
+    code's, 1,000 characters, FSDP and MoE dispatchers for a dense plan without either: ux13)."""
+    import re
+
+    words = label.replace("·", " ").split()
+    return " · ".join(piece for code, piece in PLAN_LABEL_CODES if any(re.fullmatch(code, w) for w in words))
 
 
 def _recompute_tag(par: Mapping, options: Mapping | None) -> list[str]:

@@ -94,24 +94,22 @@ class LaunchScript:
 
     def fields(self, values: dict, beside: frozenset[str] = frozenset()) -> Fields:
         from planner.megatron.importer import import_fields
-        from planner.megatron.script import launch_text
 
         path = values.get("megatron_args_file")
-        piped = path == "-"  # the script from standard input: the files it sources are read beside the cwd
-        raw = (read_piped_script() if piped else read_text(path)) if path is not None else None
-        text, read_warnings = launch_text(raw, STDIN_NAME if piped else path) if path else (values["megatron_args"], [])
+        script = read_launch_script(path) if path is not None else ScriptSource(values["megatron_args"])
         imported = import_fields(
-            text,
+            script.text,
             gpus=values.get("gpus"),
             model=values.get("model"),
             hardware=values.get("hardware"),
             env=env_values(values.get("env_pairs") or ()),
-            base_dir=os.getcwd() if piped else os.path.dirname(os.path.abspath(path)) if path else None,
-            script_path=None if piped else os.path.abspath(path) if path else None,
+            base_dir=script.base_dir,
+            script_path=script.script_path,
             extra=values.get("megatron_args") if path else None,
             given=beside,
         )
-        notes = [f"warning: {w}" for w in (*read_warnings, *imported.warnings)] + [f"note: {n}" for n in imported.notes]
+        notes = [f"warning: {w}" for w in (*script.warnings, *imported.warnings)]
+        notes += [f"note: {n}" for n in imported.notes]
         gpus, script_gpus = values.get("gpus"), imported.script_gpus
         if gpus is not None and script_gpus is not None and script_gpus != gpus:
             notes.append(f"note: --gpus {gpus} overrides the script's {script_gpus} GPUs")
@@ -442,7 +440,34 @@ def search_source(values: dict, given: set[str]):
 STDIN_NAME = "<stdin>"
 
 
-def read_piped_script() -> str:
+@dataclass(frozen=True)
+class ScriptSource:
+    """A launch script as read for its import: the text bash would read, the reading's warnings, how messages
+    name it, the folder the files it sources are read from and its own path ($0); a command line given as text
+    (--megatron-args) has neither folder nor path."""
+
+    text: str
+    warnings: tuple[str, ...] = ()
+    name: str = "--megatron-args"
+    base_dir: str | None = None
+    script_path: str | None = None
+
+
+def read_launch_script(path: str, example: str = "explain --megatron-args-file -") -> ScriptSource:
+    """``--megatron-args-file PATH`` of every command (explain, search, export, calibrate): one reader. ``-`` is
+    standard input (the files it sources are read beside the working directory); ``example`` is the command
+    line the empty-pipe error shows."""
+    from planner.megatron.script import launch_text
+
+    if path == "-":
+        text, warnings = launch_text(read_piped_script(example), STDIN_NAME)
+        return ScriptSource(text, tuple(warnings), STDIN_NAME, os.getcwd())
+    text, warnings = launch_text(read_text(path), path)
+    full = os.path.abspath(path)
+    return ScriptSource(text, tuple(warnings), path, os.path.dirname(full), full)
+
+
+def read_piped_script(example: str = "explain --megatron-args-file -") -> str:
     """``--megatron-args-file -``: the launch script from standard input (``cat run.sh | megaplan explain
     --megatron-args-file -``, as Unix tools read ``-``), refused when it is a terminal (reading would wait for
     typing) or empty."""
@@ -454,7 +479,7 @@ def read_piped_script() -> str:
     if not data.strip():
         raise PlannerError(
             "--megatron-args-file -: reads the launch script from standard input, but nothing is piped in "
-            "(cat run.sh | megaplan explain --megatron-args-file -)"
+            f"(cat run.sh | megaplan {example})"
         )
     text = decode_text(data)
     if text is None:

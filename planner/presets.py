@@ -292,9 +292,13 @@ def preset_name(kind: str, ref: str) -> str:
         return by_lower[ref.lower()]
     import difflib
 
-    close = difflib.get_close_matches(ref.lower(), list(by_lower), n=1, cutoff=0.6)
-    hint = f"did you mean {by_lower[close[0]]}? " if close else ""
-    raise PresetError(f"unknown {kind} preset {ref!r}; {hint}known: {', '.join(names)} (or a path to a YAML file)")
+    # a part of a name (h100, gb200, llama3: fresh user pass ux13) names the presets holding it, up to four
+    within = [n for n in names if len(ref) >= 3 and ref.lower() in n.lower()]
+    close = [by_lower[c] for c in difflib.get_close_matches(ref.lower(), list(by_lower), n=1, cutoff=0.6)]
+    close = within if 0 < len(within) <= 4 else close
+    hint = f"did you mean {'one of ' * (len(close) > 1)}{', '.join(close)}? " if close else ""
+    what = kind.removesuffix("s")  # "model preset" (the folder is models/; it read "unknown models preset")
+    raise PresetError(f"unknown {what} preset {ref!r}; {hint}known: {', '.join(names)} (or a path to a YAML file)")
 
 
 def load_model(ref: str) -> ModelSpec:

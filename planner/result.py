@@ -14,7 +14,13 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.costs.estimate import MEMORY_TERMS, TIME_TERMS, Evaluation, formulas  # terms: PlanEstimate's keys
+from planner.costs.estimate import (  # terms: PlanEstimate's keys
+    MEMORY_TERMS,
+    TIME_TERMS,
+    Evaluation,
+    context_formulas,
+    formulas,
+)
 from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
@@ -88,6 +94,63 @@ def plan_band(ctx: Context, gpus: int, plan: ParallelPlan, evidence: PlanEvidenc
     return eps, evidence_json(ev, row, (*band_parts(ctx), eps))
 
 
+def _formulas_json(text: dict) -> dict:
+    """``formulas``' terms as the plan JSON writes them (``PlanEstimate.formulas``)."""
+    return {kind: {k: {"formula": f.text, "source": f.source} for k, f in t.items()} for kind, t in text.items()}
+
+
+def _fresh(tree):
+    """A copy of a JSON tree, its dicts and lists new (the leaves shared)."""
+    if type(tree) is dict:
+        return {k: _fresh(v) for k, v in tree.items()}
+    if type(tree) is list:
+        return [_fresh(v) for v in tree]
+    return tree
+
+
+class Shared:
+    """What the plan JSON of the rows of one evaluated grid share, each computed once: the JSON dumps of the
+    contexts' model, training and options (each plan JSON gets its own copy: a new dict whose few nested dicts
+    and lists are new too), what ``formulas`` reads of each context alone, and with ``evidence``
+    (``plan_evidence`` of the grid) every row's band."""
+
+    def __init__(self, evidence: PlanEvidence | None = None):
+        self.evidence = evidence
+        self._dumps: dict[int, tuple] = {}  # id -> (the object, kept so the id stays its own; dump; nested keys)
+        self._bands: dict[int, tuple] = {}
+        self._fixed: dict[int, tuple] = {}
+
+    def formulas(self, ctx: Context, plan: ParallelPlan) -> dict:
+        """``formulas(ctx, plan)``, what it reads of the context alone computed once per context."""
+        held = self._fixed.get(id(ctx))
+        if held is None:
+            held = self._fixed[id(ctx)] = (ctx, context_formulas(ctx))
+        return formulas(ctx, plan, held[1])
+
+    def dump(self, spec) -> dict:
+        """``spec.model_dump(mode="json")``, a copy of it after the first."""
+        held = self._dumps.get(id(spec))
+        if held is None:
+            out = spec.model_dump(mode="json")
+            self._dumps[id(spec)] = (spec, out, [k for k, v in out.items() if type(v) in (dict, list)])
+            return out
+        out = dict(held[1])
+        for k in held[2]:
+            out[k] = _fresh(out[k])
+        return out
+
+    def band(self, ctx: Context, gpus: int, plan: ParallelPlan, i: int) -> tuple:
+        """``plan_band`` of row i: the ε of every row of the grid computed at once (once per context)."""
+        if self.evidence is None:
+            return plan_band(ctx, gpus, plan)
+        held = self._bands.get(id(ctx))
+        if held is None:
+            parts = band_parts(ctx)
+            held = self._bands[id(ctx)] = (ctx, parts, band_frac(self.evidence.extrapolated, ctx).tolist())
+        eps = held[2][i]
+        return eps, evidence_json(self.evidence, i, (*held[1], eps))
+
+
 def plan_json(
     ctx: Context,
     gpus: int,
@@ -96,25 +159,26 @@ def plan_json(
     i: int,
     broken: list[str],
     memory_headroom: float | None = None,
-    evidence: PlanEvidence | None = None,
+    shared: Shared | None = None,
 ) -> dict:
     """The plan JSON for plan i of an evaluated grid; with ``ev.stages``, every stage's memory too.
-    ``evidence``: ``plan_evidence`` of the whole grid, when a caller builds the JSON of many rows."""
+    ``shared``: what the JSON of many rows of the grid share (``Shared``), when a caller builds many."""
+    shared = Shared() if shared is None else shared
     plan = grid.plan(i)
-    eps, evidence = plan_band(ctx, gpus, plan, evidence, i)
-    estimate = plan_estimate(ctx, gpus, plan, ev, i, memory_headroom, band=eps)
+    eps, evidence = shared.band(ctx, gpus, plan, i)
+    estimate = _estimate_json(ctx, gpus, plan, ev, i, memory_headroom, eps, _formulas_json(shared.formulas(ctx, plan)))
     out = {
         "model": ctx.model.name,
         "hardware": ctx.hardware.name,
         "gpus": gpus,
-        "training": ctx.training.model_dump(mode="json"),
+        "training": shared.dump(ctx.training),
         "parallel": _parallel_json(plan, stage_layer_list(ctx, grid, i)),
-        "options": ctx.options.model_dump(mode="json"),
+        "options": shared.dump(ctx.options),
         "legal": not broken,
         "broken_rules": broken,
-        "estimate": estimate.model_dump(mode="json"),
+        "estimate": estimate,
         "evidence": evidence,
-        "model_spec": ctx.model.model_dump(mode="json"),
+        "model_spec": shared.dump(ctx.model),
         "model_params": model_params(ctx.model),
     }
     if ev.stages is not None:
@@ -167,7 +231,18 @@ def plan_estimate(
     band: float | None = None,
 ) -> PlanEstimate:
     """The estimate of plan i of an evaluated grid: speed, memory, the terms and their formulas, cost;
-    ``band``: its ε (``plan_band``'s when not given)."""
+    ``band``: its ε (``plan_band``'s when not given). The plan JSON's ``estimate`` is its JSON dump."""
+    eps = plan_band(ctx, gpus, plan)[0] if band is None else band
+    text = _formulas_json(formulas(ctx, plan))
+    return PlanEstimate(**_estimate_json(ctx, gpus, plan, ev, i, memory_headroom, eps, text))
+
+
+def _estimate_json(
+    ctx: Context, gpus: int, plan: ParallelPlan, ev: Evaluation, i: int, memory_headroom, band: float, text: dict
+) -> dict:
+    """``plan_estimate(...).model_dump(mode="json")``, built as such (every value of its JSON type; the plan JSON
+    of a search's shown plans validated and dumped ``PlanEstimate``s for ~0.25 M instructions a plan): ``band``
+    its ε, ``text`` its formulas as JSON (``_formulas_json``)."""
     it = float(ev.iteration_s[i])
     peak = ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
     tokens = ctx.training.global_batch * ctx.training.seq_len
@@ -175,42 +250,41 @@ def plan_estimate(
     headroom = resolve_headroom(memory_headroom)
     allocatable = ctx.hardware.memory.allocatable_bytes
     cap = usable_bytes(allocatable, headroom)
-    low, high = estimate_band(it, plan_band(ctx, gpus, plan)[0] if band is None else band)
+    low, high = estimate_band(it, band)
+    flops = {kind: float(ev.flops[kind][i]) / it / gpus for kind in ("model", "hardware", "megatron", "causal")}
+    peak_bytes = ev.peak_memory_bytes[i]
+    out = {
+        "iteration_s": it,
+        "tokens_per_s": float(tokens_per_s),
+        "iteration_s_band": [low, high],
+        "tokens_per_s_band": [float(tokens / high), float(tokens / low)],
+        "tflops_per_gpu": flops["model"] / 1e12,
+        "hw_tflops_per_gpu": flops["hardware"] / 1e12,
+        "megatron_tflops_per_gpu": flops["megatron"] / 1e12,
+        "mfu": flops["model"] / peak,
+        "mfu_causal": flops["causal"] / peak,
+        "mfu_peak": "tf32" if ctx.precision == "fp32" else "bf16",
+        "hfu": flops["hardware"] / peak,
+        "peak_memory_gib": float(peak_bytes) / GIB,
+        "allocated_gib": float(ev.memory["allocated"][i]) / GIB,
+        "allocatable_gib": float(allocatable / GIB),
+        "memory_headroom": float(headroom),
+        "capacity_gib": float(cap / GIB),
+        "fits": bool(peak_bytes <= cap),
+        "fits_without_headroom": bool(peak_bytes <= allocatable),
+        "peak_stage": int(ev.peak_stage[i]),
+        "bubble_frac": float(ev.bubble_frac[i]),
+        "num_microbatches": float(ev.m[i]),
+        "memory": {k: float(ev.memory[k][i]) / GIB for k in (*MEMORY_TERMS, "total")},
+        "time": {k: float(ev.time[k][i]) for k in TIME_TERMS},
+        "formulas": text,
+        "parts": _parts_json(ev, i, text),
+        **{k: None if v is None else float(v) for k, v in _cost_terms(ctx, tokens_per_s, gpus).items()},
+    }
+    return {k: out[k] for k in ESTIMATE_KEYS}
 
-    def per_gpu(kind: str) -> float:
-        return float(ev.flops[kind][i]) / it / gpus
 
-    text = formulas(ctx, plan)
-    return PlanEstimate(
-        iteration_s=it,
-        tokens_per_s=tokens_per_s,
-        iteration_s_band=(low, high),
-        tokens_per_s_band=(tokens / high, tokens / low),
-        tflops_per_gpu=per_gpu("model") / 1e12,
-        hw_tflops_per_gpu=per_gpu("hardware") / 1e12,
-        megatron_tflops_per_gpu=per_gpu("megatron") / 1e12,
-        mfu=per_gpu("model") / peak,
-        mfu_causal=per_gpu("causal") / peak,
-        mfu_peak="tf32" if ctx.precision == "fp32" else "bf16",
-        hfu=per_gpu("hardware") / peak,
-        peak_memory_gib=float(ev.peak_memory_bytes[i]) / GIB,
-        allocated_gib=float(ev.memory["allocated"][i]) / GIB,
-        allocatable_gib=allocatable / GIB,
-        memory_headroom=headroom,
-        capacity_gib=cap / GIB,
-        fits=bool(ev.peak_memory_bytes[i] <= cap),
-        fits_without_headroom=bool(ev.peak_memory_bytes[i] <= allocatable),
-        peak_stage=int(ev.peak_stage[i]),
-        bubble_frac=float(ev.bubble_frac[i]),
-        num_microbatches=float(ev.m[i]),
-        memory={k: float(ev.memory[k][i]) / GIB for k in (*MEMORY_TERMS, "total")},
-        time={k: float(ev.time[k][i]) for k in TIME_TERMS},
-        formulas={  # validated into TermFormula by pydantic's core: a plan carries some 30 of them
-            kind: {k: {"formula": f.text, "source": f.source} for k, f in t.items()} for kind, t in text.items()
-        },
-        parts=_parts_json(ev, i, text),
-        **_cost_terms(ctx, tokens_per_s, gpus),
-    )
+ESTIMATE_KEYS = tuple(PlanEstimate.model_fields)  # the plan JSON's ``estimate`` keys, in PlanEstimate's order
 
 
 def _cost_terms(ctx: Context, tokens_per_s: float, gpus: int) -> dict:

@@ -14,19 +14,27 @@ band (``RANK_RULES``), so a plan that is fast only where the model extrapolates 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from planner import heap, parallel
-from planner.costs.estimate import evaluate, iteration_floor_s, iteration_s, peak_memory_bytes, stage_memory_totals
+from planner.costs.estimate import (
+    evaluate,
+    iteration_floor_s,
+    iteration_s,
+    peak_memory_bytes,
+    peak_memory_bytes_and_twins,
+    stage_memory_totals,
+)
 from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
 from planner.fidelity.evidence import band_frac, plan_evidence
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
-from planner.result import brief_plan_json, plan_json
+from planner.result import Shared, brief_plan_json, plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
 from planner.space.grid import PlanGrid, distinct, take_column
 from planner.space.rules import RULES, Rule
@@ -824,7 +832,7 @@ def _block_peaks(grid: PlanGrid, rows, off: _Twins, at, options: _Options, capac
             return (peak, state), (tw_peak, tw_state)
         _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
         family = family.reshape(-1)
-        both = _Twins(grid, np.concatenate([rows, off.rows]), len(rows))
+        both = _Twins(grid, np.concatenate([rows, off.rows]), len(rows), at)  # a twin measured with its row
         pk, state = _peak_memory(
             both, np.arange(len(both)), ctx, capacity, np.concatenate([family, family[at] + len(rows)])
         )
@@ -878,6 +886,7 @@ class _Twins:
     grid: PlanGrid
     rows: np.ndarray
     start: int = 0
+    row_of: np.ndarray | None = None  # each twin's row's position among the first ``start`` (if they hold it)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -963,9 +972,19 @@ def _family_blocks(grid: PlanGrid, idx: np.ndarray, size: int, key: np.ndarray) 
     step = max(size // SAMPLE, 1)
     sample = np.sort(key[::step])
     cuts = distinct(sample[size // step :: size // step])  # keys starting a block (the first at key ≥ each)
-    block = np.searchsorted(cuts, key, side="right").astype(np.int16)
-    order = np.argsort(block, kind="stable")  # a radix sort of small integers
-    return [part for part in np.split(idx[order], np.cumsum(np.bincount(block))[:-1]) if len(part)]
+    if len(cuts) > FEW_CUTS:
+        block = np.searchsorted(cuts, key, side="right").astype(np.int16)
+        order = np.argsort(block, kind="stable")  # a radix sort of small integers
+        return [part for part in np.split(idx[order], np.cumsum(np.bincount(block))[:-1]) if len(part)]
+    block, reached = np.zeros(len(key), dtype=np.int8), np.empty(len(key), dtype=bool)
+    for cut in cuts:  # each row's block: the cuts its key reaches (``np.searchsorted(cuts, key, side="right")``)
+        np.greater_equal(key, cut, out=reached)
+        block += reached
+    return [part for part in (idx[block == b] for b in range(len(cuts) + 1)) if len(part)]
+
+
+FEW_CUTS = 16  # up to this many cuts (DeepSeek-V3 / 1024 H100: 8), each block's rows are found by a pass over the
+# rows' blocks (in row order) rather than by sorting the rows by block: a few passes over bytes, no sort
 
 
 SAMPLE = 1024  # rows of a block the cuts between blocks are read on (their keys, every size/SAMPLE-th row)
@@ -1090,13 +1109,13 @@ def _plans_json(best: PlanGrid, options: _Options, num_gpus: int, marks: list, h
     (tied with the fastest, the fastest, its rank); ``brief``: ``result.brief_plan_json``."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ev = evaluate(best, options.evaluating)
-    evidence = None if brief else plan_evidence(best, options.evaluating, num_gpus)  # once for the rows
+    shared = None if brief else Shared(plan_evidence(best, options.evaluating, num_gpus))  # once for the rows
     plans = []
     for j, (k, (tied, fastest, rank)) in enumerate(zip(options.codes(best), marks, strict=True)):
         if brief:  # validate's 239 fitting plans: 7 % of its time went to JSON it never read
             plans.append({**brief_plan_json(options.contexts[k], best, ev, j), "rank": rank})
             continue
-        pj = plan_json(options.contexts[k], num_gpus, best, ev, j, [], headroom, evidence)
+        pj = plan_json(options.contexts[k], num_gpus, best, ev, j, [], headroom, shared)
         pj.update(tied_with_fastest=tied, fastest=fastest)
         plans.append({**pj, "rank": rank})
     return plans
@@ -1136,10 +1155,32 @@ def _peak_memory(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float,
         with np.errstate(divide="ignore", invalid="ignore"):
             for start in range(0, len(pos), CHUNK):
                 part = pos[start : start + CHUNK]
-                out[start : start + CHUNK] = peak_memory_bytes(grid.take(idx[part]), ctx)
+                out[start : start + CHUNK] = _peaks(grid, idx[part], ctx)
         return out
 
     return _by_family_states(grid, idx, measure, lambda peak: peak > capacity, keys, whole)
+
+
+def _peaks(grid: PlanGrid | _Twins, at: np.ndarray, ctx: Context) -> np.ndarray:
+    """``peak_memory_bytes`` of the plans ``at`` of the grid; of a ``_Twins`` with ``row_of``, each twin whose row
+    is among them in its row's evaluation (``peak_memory_bytes_and_twins``: the same numbers, without evaluating
+    the twin apart: a screening measures most twins with their rows)."""
+    if not isinstance(grid, _Twins) or grid.row_of is None:
+        return peak_memory_bytes(grid.take(at), ctx)
+    twin = at >= grid.start
+    where = np.full(grid.start, -1)  # each row's place in ``at`` (-1: not there)
+    where[at[~twin]] = np.flatnonzero(~twin)
+    tw = np.flatnonzero(twin)
+    row = where.take(grid.row_of.take(at[tw] - grid.start))
+    paired, row = tw[row >= 0], row[row >= 0]
+    if not len(paired):
+        return peak_memory_bytes(grid.take(at), ctx)
+    own = np.ones(len(at), dtype=bool)
+    own[paired] = False
+    place = np.cumsum(own) - 1  # each plan's place among those evaluated
+    out = np.empty(len(at))
+    out[own], out[paired] = peak_memory_bytes_and_twins(grid.take(at[own]), ctx, place.take(row))
+    return out
 
 
 SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on
@@ -1168,45 +1209,93 @@ def _by_family_states(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None
     each plan's state: ``MEASURED``, ``HEAD_BOUND`` (its family's smallest micro-batch failed: that value)
     or ``MID_BOUND`` (a larger one failed first: a lower bound of what measuring it would give, never below
     the capacity). ``keys``: the plans' ``_family_keys``, or any numbering equal exactly where theirs is."""
-    values, state = np.empty(len(idx)), np.zeros(len(idx), dtype=np.int8)
     if not len(idx):
-        return values, state
+        return np.empty(0), np.zeros(0, dtype=np.int8)
     b = grid.micro_batch.take(idx)
-    family = _family_keys(grid, idx) if keys is None else keys
-    order = _family_order(family, b)  # None: in that order already
-    ranked, ranked_b = (family, b) if order is None else (family.take(order), b.take(order))
-    new_family = np.empty(len(idx), dtype=bool)
-    new_family[0] = True
-    np.not_equal(ranked[1:], ranked[:-1], out=new_family[1:])
-    new_sub = new_family.copy()
-    new_sub[1:] |= ranked_b[1:] != ranked_b[:-1]
-    sub = np.cumsum(new_sub) - 1  # (family, micro-batch) group of each sorted plan
-    family_of_sub = np.cumsum(new_family)[new_sub] - 1
-    reps = np.flatnonzero(new_sub) if order is None else order[new_sub]
-    subs = np.arange(len(reps))
-    rank = subs - np.flatnonzero(new_family[new_sub])[family_of_sub]  # 0: the family's smallest micro-batch
-    sub_value, measured = np.empty(len(reps)), np.zeros(len(reps), dtype=bool)
-    failed_at = np.full(int(family_of_sub[-1]) + 1, len(reps))  # each family's first failing sub
-    top = 2 if len(reps) > CHUNK else len(reps)  # few plans: every other micro-batch in the second call
-    low, high = 0, int(rank.max()) if whole and len(reps) <= ONE_CALL else 0  # a few: all in one call
-    while low <= rank.max():  # ranks [low, high]: rounds of doubling width, a few calls of measure
-        todo = np.flatnonzero((rank >= low) & (rank <= high))
-        todo = todo[failed_at[family_of_sub[todo]] == len(reps)]  # families none of whose smaller ones failed
+    subs = _Subs.of(_family_keys(grid, idx) if keys is None else keys, b)
+    n, value = subs.n, np.empty(subs.n)
+    measured, failed_at = np.zeros(n, dtype=bool), np.full(subs.families, n)  # each family's first failing sub
+    one_call = whole and n <= ONE_CALL
+    for todo in subs.rounds(one_call):  # families none of whose smaller ones failed, a few calls of measure
+        todo = todo[failed_at.take(subs.family.take(todo)) == n]
         if not len(todo):
             break
-        sub_value[todo], measured[todo] = measure(reps[todo]), True
-        bad = todo[fails(sub_value[todo])]
-        np.minimum.at(failed_at, family_of_sub[bad], bad)
-        low, high = high + 1, top * (high + 1)
-    first_fail = failed_at[family_of_sub]
-    bounded = (subs > first_fail) & ~measured
-    sub_value[bounded] = sub_value[first_fail[bounded]]
-    head_failed = rank[np.minimum(first_fail, len(reps) - 1)] == 0
-    sub_state = np.where(bounded, np.where(head_failed, HEAD_BOUND, MID_BOUND), MEASURED)
-    if order is None:
-        return sub_value.take(sub), sub_state.take(sub)
-    values[order], state[order] = sub_value[sub], sub_state[sub]
-    return values, state
+        value[todo], measured[todo] = measure(subs.reps.take(todo)), True
+        bad = todo[fails(value[todo])]
+        np.minimum.at(failed_at, subs.family.take(bad), bad)
+    sub_state = np.zeros(n, dtype=np.int8)  # MEASURED
+    bounded = np.flatnonzero(~measured)  # each above its family's first failing sub (a smaller rank: measured first)
+    if len(bounded):
+        first_fail = failed_at.take(subs.family.take(bounded))
+        value[bounded] = value.take(first_fail)
+        sub_state[bounded] = np.where(subs.head.take(first_fail), HEAD_BOUND, MID_BOUND)
+    return subs.per_plan(value), subs.per_plan(sub_state)
+
+
+@dataclass
+class _Subs:
+    """The plans of ``_by_family_states`` by (family, micro-batch) pair, "subs", numbered by family, then
+    micro-batch: each sub's plan standing for it (``reps``), its family's number (``family``), whether it is its
+    family's smallest micro-batch (``head``); each plan's sub (``sub``; None: the plans are the subs, in order)."""
+
+    reps: np.ndarray
+    family: np.ndarray
+    head: np.ndarray
+    sub: np.ndarray | None
+    order: np.ndarray | None  # the plans in sub order (``_family_order``; None: as they come)
+
+    @property
+    def n(self) -> int:
+        return len(self.reps)
+
+    @property
+    def families(self) -> int:
+        return int(self.family[-1]) + 1
+
+    @classmethod
+    def of(cls, family: np.ndarray, b: np.ndarray) -> _Subs:
+        order = _family_order(family, b)  # None: in that order already
+        ranked, ranked_b = (family, b) if order is None else (family.take(order), b.take(order))
+        new_family = np.empty(len(family), dtype=bool)
+        new_family[0] = True
+        np.not_equal(ranked[1:], ranked[:-1], out=new_family[1:])
+        new_sub = new_family.copy()
+        new_sub[1:] |= ranked_b[1:] != ranked_b[:-1]
+        number = np.cumsum(new_family)
+        number -= 1
+        if np.count_nonzero(new_sub) == len(new_sub):  # every plan its own sub (one dispatcher: the dense grids)
+            reps = np.arange(len(family)) if order is None else order
+            return cls(reps, number, new_family, None, order)
+        sub = np.cumsum(new_sub)
+        sub -= 1
+        reps = np.flatnonzero(new_sub) if order is None else order[new_sub]
+        return cls(reps, number[new_sub], new_family[new_sub], sub, order)
+
+    def rounds(self, one_call: bool):
+        """The subs of each round, by rank in their family (0: its smallest micro-batch): ``one_call``: all at once;
+        else the ranks [0, 0], [1, top], [top + 1, top·(top + 1)], ... (few subs: every other one in the second)."""
+        if one_call:
+            yield np.arange(self.n)
+            return
+        yield np.flatnonzero(self.head)
+        if self.n <= CHUNK:  # top = n: every rank above 0 in the second round
+            yield np.flatnonzero(~self.head)
+            return
+        at = np.flatnonzero(self.head)
+        rank = np.arange(self.n) - at.take(self.family)
+        low, high, top, most = 1, 2, 2, int(rank.max())
+        while low <= most:
+            yield np.flatnonzero((rank >= low) & (rank <= high))
+            low, high = high + 1, top * (high + 1)
+
+    def per_plan(self, x: np.ndarray) -> np.ndarray:
+        """A value per sub as a value per plan."""
+        x = x if self.sub is None else x.take(self.sub)
+        if self.order is None:
+            return x
+        out = np.empty_like(x)
+        out[self.order] = x
+        return out
 
 
 def _family_order(family: np.ndarray, b: np.ndarray) -> np.ndarray | None:
@@ -1232,25 +1321,87 @@ def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_si
 
 def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
     """One integer per plan of ``idx`` that is equal exactly when every field but the micro-batch and
-    ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum; renumbered by
-    ``np.unique`` before it could overflow)."""
-    key, span = np.zeros(len(idx), dtype=np.int64), 1
+    ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum, the first field the most
+    significant; renumbered by ``np.unique`` before it could overflow). Up to ``TABLE_ROWS`` rows the fields in one
+    table: a few numpy calls in all, not five per field (a call costs thousands of instructions whatever its rows);
+    more rows field by field (``_column_keys``: DeepSeek-V3 / 1024 H100's 1.36 M rows would make a 196 MB table)."""
     whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
-    for name in FAMILY_FIELDS:
-        col = getattr(grid, name) if whole else take_column(getattr(grid, name), idx)  # the grid's own small dtype
-        if col.strides == (0,):  # one value (``shared_constant``): no digit
-            continue
+    columns = (getattr(grid, name) if whole else take_column(getattr(grid, name), idx) for name in FAMILY_FIELDS)
+    columns = [col for col in columns if col.strides != (0,)]  # one value (``shared_constant``): no digit
+    if not columns or not len(idx):
+        return np.zeros(len(idx), dtype=np.int64)
+    if len(idx) > TABLE_ROWS:
+        return _column_keys(columns, len(idx))
+    table = np.stack(columns, dtype=np.int64, casting="unsafe")  # block layers come back as floats
+    low = table.min(axis=1)
+    table -= low[:, None]
+    widths = (table.max(axis=1) + 1).tolist()
+    if math.prod(widths) < 2**62:  # no renumbering
+        key = table[0]
+        for digits, width in zip(table[1:], widths[1:], strict=True):
+            if width > 1:
+                key *= width
+                key += digits
+        return key
+    return _renumbered(zip(table, widths, strict=True), len(idx))
+
+
+TABLE_ROWS = 4 * CHUNK  # ``_family_keys`` of more rows goes field by field: its table would be 8 bytes a field a row
+
+
+def _column_keys(columns: list[np.ndarray], n: int) -> np.ndarray:
+    """``_family_keys`` of many rows, field by field (no table): in int32 groups (``_mixed_radix``) where the
+    fields' widths' product is below 2**62, else renumbered as it goes (``_renumbered``)."""
+    digits = []  # (column, its minimum, its width) of the fields that vary
+    for col in columns:
         low = int(col.min())
         width = int(col.max()) - low + 1
+        if width > 1:
+            digits.append((col, low, width))
+    if math.prod(width for _, _, width in digits) < 2**62:
+        return _mixed_radix(digits, n)
+    offsets = ((col.astype(np.int64) - low, width) for col, low, width in digits)  # block layers come back as floats
+    return _renumbered(offsets, n)
+
+
+def _renumbered(digits, n: int) -> np.ndarray:
+    """The mixed radix of ``digits`` ((offset from the field's minimum, width) pairs, the first the most
+    significant), renumbered by ``np.unique`` (order kept) before a digit would overflow int64."""
+    key, span = np.zeros(n, dtype=np.int64), 1
+    for offset, width in digits:
         if width == 1:
             continue
         if span * width >= 2**62:
             _, key = np.unique(key, return_inverse=True)
             key, span = key.reshape(-1).astype(np.int64), int(key.max()) + 1
         key *= width
-        key += col if col.dtype.kind in "bi" else col.astype(np.int64)  # block layers come back as floats
-        key -= low
+        key += offset
         span *= width
+    return key
+
+
+def _mixed_radix(digits: list[tuple], n: int) -> np.ndarray:
+    """sum_i (col_i - low_i) * prod_{j > i} width_j over the ``digits`` (column, low, width) as int64 (their widths'
+    product below 2**62): ``_family_keys``' key. Consecutive digits whose widths' product stays below 2**31 are
+    summed in int32 (half the bytes of each pass over DeepSeek-V3's 1.36 M rows: 18 digits in two such groups), each
+    group's lows subtracted once (modulo 2**32, as int32 sums wrap: the result is exact), then the groups joined in
+    int64: the same integers."""
+    key, groups, span = np.zeros(n, dtype=np.int64), [], 2**31
+    for digit in digits:
+        if span * digit[2] >= 2**31:
+            groups.append([])
+            span = 1
+        groups[-1].append(digit)
+        span *= digit[2]
+    for group in groups:
+        part, span, offset = np.zeros(n, dtype=np.int32), 1, 0
+        for col, low, width in group:
+            part *= width
+            part += col if col.dtype.kind in "bi" else col.astype(np.int32)  # block layers come back as floats
+            offset, span = offset * width + low, span * width
+        part -= (offset + 2**31) % 2**32 - 2**31  # int32 arithmetic wraps alike: the group's value is below 2**31
+        key *= span
+        key += part
     return key
 
 

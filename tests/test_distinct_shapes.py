@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from planner.api import make_request
 from planner.costs import stage_memory
 from planner.costs.blocks import _layer_blocks, layer_parts
-from planner.costs.estimate import _time_terms, evaluate, iteration_s
+from planner.costs.estimate import _time_terms, evaluate, iteration_s, peak_memory_bytes, peak_memory_bytes_and_twins
 from planner.costs.letters import (
     KEPT_SHAPES,
     LAYER_CARRIED,
@@ -48,6 +48,11 @@ def test_distinct_rows_number_the_combinations_as_a_sort_does(seed, n, widths):
     unique, expected = np.unique(stacked, axis=0, return_inverse=True)
     np.testing.assert_array_equal(inverse, expected.reshape(-1))  # lexicographic numbering, as np.unique's
     np.testing.assert_array_equal(stacked[first], unique)  # each combination's row holds it
+    # the letters' floats holding the same integers (and a boolean column) number them the same
+    flags = columns[0] > 0
+    first_f, inverse_f = distinct_rows([c.astype(float)[:, None] for c in columns] + [flags])
+    _, expected_f = np.unique(np.column_stack([stacked, flags]), axis=0, return_inverse=True)
+    np.testing.assert_array_equal(inverse_f, expected_f.reshape(-1))
 
 
 @functools.cache
@@ -94,6 +99,43 @@ def test_iteration_time_without_memory_is_evaluates(case, seed, rows):
     grid = replace(grid, tp_comm_overlap=rng.integers(0, 2, len(grid)).astype(np.int8))
     with np.errstate(divide="ignore", invalid="ignore"):
         np.testing.assert_array_equal(iteration_s(grid, ctx), evaluate(grid, ctx).iteration_s)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_peak_memory_is_evaluates_the_padded_stage_kinds_repeating_rank_0(case):
+    """``peak_memory_bytes`` takes the largest column of the stage totals as they are: a column no kind of stage
+    fills (``type_count`` 0, a split of fewer kinds than the grid's most) points at rank 0, which the first
+    column holds, so it repeats that column's total; the peak is evaluate's, number for number (NaN too)."""
+    ctx, grid = _grid(*case)
+    grid = grid.take(np.random.default_rng(3).choice(len(grid), size=min(2000, len(grid)), replace=False))
+    lt = Letters(grid, ctx)
+    assert (lt.type_index[:, 0] == 0).all() and (lt.type_count[:, 0] > 0).all()
+    assert (lt.type_index[lt.type_count == 0] == 0).all()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(peak_memory_bytes(grid, ctx), evaluate(grid, ctx).peak_memory_bytes)
+    if case[0] == "deepseek-v3":  # dense first layers and an MTP stage: splits of one to three kinds of stage
+        assert (lt.type_count == 0).any() and (lt.type_count[:, -1] > 0).any()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 400))
+def test_a_twins_peak_from_its_rows_evaluation_is_its_own(case, seed, rows):
+    """``peak_memory_bytes_and_twins``: the peaks of the plans, and of some of them without --tp-comm-overlap
+    (their workspaces alone recomputed, summed again with the plans' other terms), number for number what
+    ``peak_memory_bytes`` gives each plan and each twin evaluated on its own (FP8: userbuffers partly in uint8)."""
+    ctx, grid = _grid(*case)
+    rng = np.random.default_rng(seed)
+    grid = grid.take(rng.choice(len(grid), size=min(rows, len(grid)), replace=False))
+    grid = replace(grid, tp_comm_overlap=rng.integers(0, 2, len(grid)).astype(np.int8))
+    twins = np.flatnonzero(rng.random(len(grid)) < 0.6)
+    off = replace(grid.take(twins), tp_comm_overlap=np.zeros(len(twins), dtype=np.int8))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        peak, twin_peak = peak_memory_bytes_and_twins(grid, ctx, twins)
+        np.testing.assert_array_equal(peak, peak_memory_bytes(grid, ctx))
+        np.testing.assert_array_equal(twin_peak, peak_memory_bytes(off, ctx))
+    sp = grid.sequence_parallel[twins] & (grid.tp_comm_overlap[twins] > 0) & np.isfinite(peak[twins])
+    assert (twin_peak[sp] < peak[twins][sp]).all()  # the userbuffers and TE's streams gone
 
 
 def _evaluation_values(ev) -> dict:

@@ -8,6 +8,7 @@ import pytest
 from planner.api import make_request
 from planner.space import rules as rule_table
 from planner.space.candidates import NO_PINS, candidate_grid
+from planner.space.grid import COLUMNS
 from planner.space.rules import CROSSED, Rule, _runs, each_rule_mask, first_broken
 
 
@@ -17,9 +18,13 @@ from planner.space.rules import CROSSED, Rule, _runs, each_rule_mask, first_brok
 )
 def test_first_broken_is_the_rule_table_one_mask_at_a_time(model, gpus, hardware, batch, rejected):
     # GPT-3 175B on 64 A100 (global batch 64): 42 + 6,732 + 21 + 4,098 candidates break a rule of the table (the
-    # search's counts); Mixtral's MoE candidates are built legal, and its runs are single rows (every row asked)
+    # search's counts); Mixtral's MoE candidates are built legal
     ctx = make_request(model=model, gpus=gpus, hardware=hardware, global_batch=batch).ctx
     grid = candidate_grid(ctx, gpus, NO_PINS)
+    # runs: GPT-3's 20,601 candidates in 1,162; Mixtral's 110,884 in 487, the MoE axes (crossed last) among CROSSED
+    # (without them every Mixtral run was one row)
+    runs = len(_runs([getattr(grid, n) for n in COLUMNS if n not in CROSSED], len(grid))[0])
+    assert (len(grid), runs) == {"gpt3-175b": (20_601, 1_162), "mixtral-8x7b": (110_884, 487)}[model]
     shuffled = grid.take(np.random.default_rng(0).permutation(len(grid)))  # runs of one row: every row asked
     for g in (grid, shuffled):
         want = np.zeros(len(g), dtype=np.int16)

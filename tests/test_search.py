@@ -1,6 +1,8 @@
 """megaplan search: every returned plan is legal, complete and fits; the vectorised
 ranking agrees with one-plan evaluation; pins, rejections and the closest miss."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -345,14 +347,23 @@ def test_no_plan_has_its_peak_memory_measured_twice(monkeypatch, chunk):
     req = make_request(model="gpt3-175b", gpus=64, hardware="dgx-a100-superpod", global_batch=64)
     whole = search(req.ctx, 64, top=5).to_json()
     measured = []
-    peak = search_module.peak_memory_bytes
+    peak, with_twins = search_module.peak_memory_bytes, search_module.peak_memory_bytes_and_twins
 
-    def counting(grid, ctx):
+    def count(grid):
         columns = [np.asarray(getattr(grid, f)) for f in search_module.FIELDS if f != "layouts"]
         measured.extend(map(tuple, np.stack(columns, axis=1).tolist()))
+
+    def counting(grid, ctx):
+        count(grid)
         return peak(grid, ctx)
 
+    def counting_twins(grid, ctx, twins):  # the plans, and the twins measured in their rows' evaluation
+        count(grid)
+        count(replace(grid.take(twins), tp_comm_overlap=np.zeros(len(twins), dtype=np.int8)))
+        return with_twins(grid, ctx, twins)
+
     monkeypatch.setattr(search_module, "peak_memory_bytes", counting)
+    monkeypatch.setattr(search_module, "peak_memory_bytes_and_twins", counting_twins)
     if chunk:
         monkeypatch.setattr(search_module, "CHUNK", chunk)
     assert search(req.ctx, 64, top=5).to_json() == whole

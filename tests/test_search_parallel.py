@@ -172,6 +172,8 @@ def test_family_blocks_hold_whole_families_in_row_order(families, size, seed):
     idx = np.arange(len(key)) * 3 + 1  # positions of some grid's rows
     blocks = search_module._family_blocks(None, idx, size, key)
     assert sorted(np.concatenate(blocks).tolist()) == idx.tolist()
+    with mock.patch.object(search_module, "FEW_CUTS", -1):  # every cut count by the sort of rows by block
+        assert [b.tolist() for b in search_module._family_blocks(None, idx, size, key)] == [b.tolist() for b in blocks]
     home = {}
     for j, block in enumerate(blocks):
         assert len(block) and np.all(np.diff(block) > 0)
@@ -226,3 +228,19 @@ def test_block_and_hybrid_variants_evaluated_in_one_call_are_each_evaluated_alon
             np.testing.assert_array_equal(part.peak, pk)
     np.testing.assert_array_equal(together[0].peak, now.peak)
     np.testing.assert_array_equal(together[0].iteration, now.iteration)
+
+
+@pytest.mark.parametrize(("model", "gpus"), [("mixtral-8x7b", 64), ("gpt3-175b", 64)])
+def test_family_keys_are_the_mixed_radix_of_every_field(model, gpus):
+    """``_family_keys`` (digits summed in int32 groups, ``_mixed_radix``) gives the integers of the plain mixed radix
+    in int64, one field at a time: sum_i (col_i - low_i) * prod_{j > i} width_j over the fields that vary but the
+    micro-batch and the dispatcher; on every row and on rows taken (each column's own low and width there)."""
+    ctx = make_request(model=model, gpus=gpus, hardware=CASES["mixtral"][1]).ctx
+    grid, _ = search_module.recipe_options(ctx, NO_PINS, candidate_grid(ctx, gpus, NO_PINS))
+    for idx in (np.arange(len(grid)), np.sort(np.random.default_rng(0).permutation(len(grid))[: len(grid) // 3])):
+        want = np.zeros(len(idx), dtype=np.int64)
+        for name in search_module.FAMILY_FIELDS:
+            col = np.asarray(getattr(grid, name))[idx].astype(np.int64)
+            want = want * (col.max() - col.min() + 1) + (col - col.min())
+        got = search_module._family_keys(grid, idx)
+        assert got.dtype == np.int64 and np.array_equal(got, want)

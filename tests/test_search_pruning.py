@@ -7,7 +7,7 @@ search did before), and both results are compared whole (``SearchResult.to_json`
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from unittest import mock
 
 import numpy as np
@@ -217,3 +217,103 @@ def test_found_is_isin(values, pool, shared):
     values = np.array(values + pool[:shared], dtype=np.int64)
     pool = np.array(pool, dtype=np.int64)
     np.testing.assert_array_equal(search_module._found(values, pool), np.isin(values, pool))
+
+
+@dataclass
+class _Column:
+    micro_batch: np.ndarray
+
+
+def _check_family_states(keys: np.ndarray, b: np.ndarray, worth: np.ndarray, capacity: float, whole: bool) -> int:
+    """``_by_family_states`` on plans with families ``keys`` and micro-batches ``b``, each worth ``worth``
+    (equal within a (family, micro-batch) pair), fails above ``capacity``: every plan of a family below its first
+    failing micro-batch measured; a plan left unmeasured takes that first failure's value, ``HEAD_BOUND`` if it
+    is the family's smallest micro-batch, else ``MID_BOUND``; a pair measured once. Returns the calls made."""
+    calls, seen = [], []
+
+    def measure(pos):
+        calls.append(len(pos))
+        seen.extend(zip(keys[pos].tolist(), b[pos].tolist(), strict=True))
+        return worth[pos]
+
+    values, state = search_module._by_family_states(
+        _Column(b), np.arange(len(b)), measure, lambda v: v > capacity, keys, whole
+    )
+    assert values.dtype == float and len(values) == len(state) == len(b)
+    assert len(seen) == len(set(seen))  # each pair once
+    measured = set(seen)
+    for family in np.unique(keys):
+        rows = np.flatnonzero(keys == family)
+        sizes = np.unique(b[rows])
+        worth_of = {int(s): worth[rows[b[rows] == s][0]] for s in sizes}
+        failing = [s for s in sizes.tolist() if (int(family), s) in measured and worth_of[s] > capacity]
+        first = min(failing) if failing else None
+        for r in rows:
+            s = int(b[r])
+            if first is None or s <= first:  # below the first failure (and it): measured
+                assert (int(family), s) in measured and state[r] == MEASURED and values[r] == worth[r]
+            elif (int(family), s) in measured:
+                assert state[r] == MEASURED and values[r] == worth[r]
+            else:
+                assert values[r] == worth_of[first]
+                assert state[r] == (HEAD_BOUND if first == sizes[0] else search_module.MID_BOUND)
+    return len(calls)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(families=st.integers(1, 12), plans=st.integers(1, 80), seed=st.integers(0, 2**32 - 1), whole=st.booleans())
+def test_family_states_measure_below_the_first_failure_and_bound_above(families, plans, seed, whole):
+    """Plans in any order, several of a (family, micro-batch) pair (dispatchers), worth growing with the micro-batch
+    or not: the states and values as ``_by_family_states`` documents them; with ``whole`` and a few pairs, one call."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, families, plans).astype(np.int64) * 7919  # any numbering
+    b = 2 ** rng.integers(0, 5, plans)
+    pair_worth = rng.random((families, 5))
+    worth = pair_worth[keys // 7919, np.log2(b).astype(int)]
+    calls = _check_family_states(keys, b, worth, 0.5, whole)
+    assert calls == 1 if whole else calls <= 2
+
+
+def test_family_states_of_many_pairs_go_in_rounds_of_doubling_ranks():
+    """More pairs than ``CHUNK``: after the smallest micro-batches, ranks [1, 2], [3, 6], [7, 14] ... a call each."""
+    rng = np.random.default_rng(0)
+    families, sizes = 1200, 16
+    keys = np.repeat(np.arange(families, dtype=np.int64), sizes)
+    b = np.tile(np.arange(1, sizes + 1), families)
+    worth = np.repeat(rng.random(families), sizes) * b / sizes  # growing with b: each family fails from some b on
+    assert len(b) > search_module.CHUNK
+    assert _check_family_states(keys, b, worth, 0.3, whole=False) == 5  # ranks 0, 1-2, 3-6, 7-14, 15
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    widths=st.lists(st.sampled_from([1, 2, 3, 7, 2**20, 2**31]), min_size=1, max_size=len(search_module.FAMILY_FIELDS)),
+    plans=st.integers(1, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_family_keys_are_equal_exactly_where_the_fields_are(widths, plans, seed):
+    """``_family_keys``: equal keys exactly where every field of ``FAMILY_FIELDS`` is equal, whatever the fields'
+    spans (past 2**62 in all: renumbered on the way); a field of one value (shared) adds no digit."""
+    rng = np.random.default_rng(seed)
+    grid = candidate_grid(make_request(model="llama3-8b", gpus=8, hardware="dgx-h100-superpod").ctx, 8, NO_PINS)
+    rows = rng.integers(0, len(grid), plans)
+    grid = grid.take(rows)
+    columns = {}
+    for name, width in zip(search_module.FAMILY_FIELDS, widths, strict=False):
+        columns[name] = rng.integers(-5, -5 + width, plans).astype(np.int64)
+    grid = replace(grid, **columns)
+    keys = search_module._family_keys(grid, np.arange(plans))
+    with mock.patch.object(search_module, "TABLE_ROWS", 0):  # field by field (many rows): the same integers
+        np.testing.assert_array_equal(search_module._family_keys(grid, np.arange(plans)), keys)
+    table = np.stack([getattr(grid, name) for name in search_module.FAMILY_FIELDS], axis=1)
+    same_fields = (table[:, None, :] == table[None, :, :]).all(axis=2)
+    np.testing.assert_array_equal(keys[:, None] == keys[None, :], same_fields)
+
+
+def test_family_keys_are_mixed_radix_digits():
+    """Two plans differing in tp (2, 8: digit 0 or 6 of 7) and pp (1, 4: 0 or 3 of 4), every other field alike:
+    tp the more significant (``FAMILY_FIELDS`` order), keys 0·4 + 0 = 0 and 6·4 + 3 = 27."""
+    grid = candidate_grid(make_request(model="llama3-8b", gpus=8, hardware="dgx-h100-superpod").ctx, 8, NO_PINS)
+    grid = grid.take(np.zeros(2, dtype=np.int64))
+    grid = replace(grid, tp=np.array([2, 8]), pp=np.array([1, 4]))
+    np.testing.assert_array_equal(search_module._family_keys(grid, np.arange(2)), [0, 27])

@@ -5,12 +5,13 @@ from __future__ import annotations
 import click
 
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing
+from planner.cli.option_spec import IntRange
 from planner.errors import PlannerError
 from planner.presets import KINDS, load_spec, preset_names, preset_text
 from planner.report import fidelity as report_fidelity
 
 FILE = click.Path(dir_okay=False, exists=True)
-LOG_FILE = click.Path(dir_okay=False, exists=True, allow_dash=True)  # '-': standard input (ux12)
+LOG_FILE = click.Path(dir_okay=False, exists=True, allow_dash=True)  # '-': standard input (ux12, ux13)
 
 
 @cli.group(invoke_without_command=True)
@@ -216,11 +217,12 @@ def _validate_choice(as_json: bool, as_csv: bool) -> None:
     "--megatron-args-file",
     "scripts",
     multiple=True,
-    type=FILE,
-    help="The launch script of each --from-log run, in the same order (one script serves every log).",
+    type=LOG_FILE,
+    help="The launch script of each --from-log run, in the same order (one script serves every log; - reads it "
+    "from a pipe).",
 )
 @click.option("--hardware", help="With --from-log: the preset (or YAML) your cluster starts from; else fit only it.")
-@click.option("--gpus", type=click.IntRange(min=1), help="With --from-log: the world size, if neither file says.")
+@click.option("--gpus", type=IntRange(min=1), help="With --from-log: the world size, if neither file says.")
 @click.option(
     "--env",
     "env_pairs",
@@ -305,6 +307,16 @@ def _check_from_log_options(logs, write_dir, **given) -> None:
         )
 
 
+def _launch_script(path: str):
+    """A --from-log run's launch script, read as explain reads one (``-``: standard input), its warnings said."""
+    from planner.plan_sources import read_launch_script
+
+    script = read_launch_script(path, "calibrate --from-log train.log --megatron-args-file - ...")
+    for warning in script.warnings:
+        click.echo(f"megaplan: warning: {warning}", err=True)
+    return script
+
+
 def _labelled(step, what: str):
     """The progress bar's step, its line saying what was done last: "calibration: gb200-nvl72 fitted"."""
     return lambda description=None: step(f"{what}: {description}" if description else None)
@@ -318,8 +330,14 @@ def _from_logs(logs, scripts, hardware, gpus_env, output, overwrite_force, as_js
 
     if not logs:
         raise PlannerError("--from-log: give the Megatron-LM log of at least one run of your own")
-    if logs.count("-") > 1:
-        raise PlannerError("--from-log -: standard input holds one log; give the others as files")
+    for name, given, what in (("--from-log", logs, "log"), ("--megatron-args-file", scripts, "script")):
+        if given.count("-") > 1:
+            raise PlannerError(f"{name} -: standard input holds one {what}; give the others as files")
+    if "-" in logs and "-" in scripts:
+        raise PlannerError(
+            "--from-log - and --megatron-args-file -: standard input holds one file; "
+            "give the log or the script as a file"
+        )
     if not scripts:
         raise PlannerError("--megatron-args-file: give the launch script of the --from-log run(s)")
     if len(scripts) not in (1, len(logs)):
@@ -332,9 +350,10 @@ def _from_logs(logs, scripts, hardware, gpus_env, output, overwrite_force, as_js
     overwrite, force = overwrite_force
     refuse_existing("-o/--output", output, overwrite)
     hw = load_hardware(hardware or "dgx-h100-superpod")
+    read = {path: _launch_script(path) for path in dict.fromkeys(scripts)}  # each once: '-' reads standard input
     pairs = zip(logs, scripts if len(scripts) == len(logs) else scripts * len(logs), strict=True)
     gpus, env = gpus_env
-    logged = [from_log.logged_run(log, script, hardware=hw, gpus=gpus, env=env) for log, script in pairs]
+    logged = [from_log.logged_run(log, read[script], hardware=hw, gpus=gpus, env=env) for log, script in pairs]
     for lr in (lr for lr in logged if lr.log.cut_line):
         click.echo(
             f"megaplan: note: {lr.log.name}, line {lr.log.cut_line}: an iteration line cut short (a log still being "

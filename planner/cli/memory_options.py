@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from planner.cli.option_spec import Option
+from planner.cli.option_spec import IntRange, Option
 
 MEMORY_OPTIONS: tuple[Option, ...] = (
     Option(
@@ -19,7 +19,7 @@ MEMORY_OPTIONS: tuple[Option, ...] = (
         ("--cpu-offloading-num-layers",),
         "Layers whose activations wait in host memory (pp 1, no recomputation).",
         0,
-        click.IntRange(min=0),
+        IntRange(min=0),
     ),
     Option(
         ("--use-precision-aware-optimizer",),

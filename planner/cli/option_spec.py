@@ -3,6 +3,7 @@ and whether search searches it; and the token-count type of --tokens."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import click
@@ -29,17 +30,33 @@ class TokenCount(click.ParamType):
         return number
 
 
-POSITIVE = click.IntRange(min=1)
+class IntRange(click.IntRange):
+    """click's IntRange, named "integer" in its error: click's own name made `--gpus abc` read "'abc' is not a
+    valid integer range", as if a range had been asked for (ux13, newcomer pass). A number with thousands
+    separators, as megaplan prints counts ("1,024 GPUs"), is told how to write it."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and re.fullmatch(r"\d{1,3}(,\d{3})+", value.strip()):
+            self.fail(f"{value!r} is not a valid integer: write it without separators ({value.replace(',', '')})")
+        return super().convert(value, param, ctx)
+
+
+POSITIVE = IntRange(min=1)
 # a size of the plan (tp, micro-batch, seq-len ...): search keeps them in 32-bit integers, so a typo such as
 # --seq-len 3000000000 ended in an OverflowError traceback and --micro-batch 100000000000 was priced as
 # 1215752192, wrapped (fresh user trial 8); refused as the option's range instead
-SIZE = click.IntRange(1, 2**31 - 1)
+SIZE = IntRange(1, 2**31 - 1)
 
 
 class FiniteRange(click.FloatRange):
     """click's FloatRange that also refuses nan and inf: `--memory-headroom nan` passed every bound
     (a comparison with nan is false) and reached the search as "more than nan GiB per GPU", and
-    `--gpu-hour-price inf` wrote `"cost": Infinity`, which is not JSON."""
+    `--gpu-hour-price inf` wrote `"cost": Infinity`, which is not JSON. Named "number" in its error
+    (click's "'abc' is not a valid float range")."""
+
+    name = "number"
 
     def convert(self, value, param, ctx):
         number = super().convert(value, param, ctx)

@@ -12,7 +12,7 @@ import click
 
 from planner import api
 from planner.cli.memory_options import MEMORY_OPTIONS
-from planner.cli.option_spec import POSITIVE, SIZE, FiniteRange, Option, TokenCount
+from planner.cli.option_spec import POSITIVE, SIZE, FiniteRange, IntRange, Option, TokenCount
 from planner.errors import PlannerError
 from planner.plan import Recompute, RecomputeMethod
 from planner.plan_options import KNOBS, LISTS, OVERLAP_PINS, search_inputs
@@ -283,7 +283,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         ("--moe-flex-dispatcher-num-sms",),
         "SMs the flex dispatcher's kernels hold (default: the backend's, DeepEP 20, HybridEP 16).",
         None,
-        click.IntRange(min=1),
+        IntRange(min=1),
     ),
     Option(
         ("--delay-wgrad-compute",),

@@ -6,6 +6,7 @@ import click
 
 from planner import api
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
+from planner.cli.option_spec import IntRange
 from planner.cli.options import (
     BRIDGE_SOURCE,
     bridge_source_options,
@@ -21,13 +22,13 @@ MAX_TABLE_TOP = 200  # a table is read, not processed: 200 rows draw in well und
 
 
 @cli.command()
-@click.option("--gpus", type=click.IntRange(min=1), help="N, the GPUs to split the model over.")
+@click.option("--gpus", type=IntRange(min=1), help="N, the GPUs to split the model over.")
 @click.option(
     "--min-gpus", is_flag=True, help="Instead of --gpus: find the smallest cluster (whole nodes) with a plan that fits."
 )
 @search_options
 @bridge_source_options
-@click.option("--max-tp", type=click.IntRange(min=1), help="Largest TP (default: GPUs per node; larger crosses nodes).")
+@click.option("--max-tp", type=IntRange(min=1), help="Largest TP (default: GPUs per node; larger crosses nodes).")
 @click.option(
     "--rank-by",
     type=click.Choice(["risk", "estimate", "memory"]),
@@ -39,7 +40,7 @@ MAX_TABLE_TOP = 200  # a table is read, not processed: 200 rows draw in well und
 @click.option("--sort", type=click.Choice(["time", "memory"]), default="time", help="memory: as --rank-by memory.")
 @click.option(
     "--top",
-    type=click.IntRange(1, MAX_TOP),
+    type=IntRange(1, MAX_TOP),
     default=10,
     show_default=True,
     help=f"How many plans to show: at most {MAX_TABLE_TOP} in the table, {MAX_TOP:,} with --json or --csv.",

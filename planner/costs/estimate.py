@@ -24,6 +24,7 @@ from planner.costs.stage_memory import (
     memory_formulas,
     stage_memory_bytes,
     stage_memory_total,
+    stage_memory_total_and_twins,
     stage_params,
 )
 from planner.hardware.collectives import (
@@ -269,15 +270,15 @@ def dp_sms(ctx: Context) -> int | None:
     return min(sms, cap)
 
 
-def _fsdp_exposed(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray) -> np.ndarray:
+def _fsdp_exposed(ctx: Context, layer: tuple, n: np.ndarray) -> np.ndarray:
     """Megatron FSDP, per micro-batch on a stage: each layer all-gathers its weights for the forward
     and again for the backward (optim_grads_params only) and reduce-scatters its gradients (optim_grads
     too), prefetched one layer ahead, so only what exceeds the layer's own compute is exposed (ZeRO-3 and
     ZeRO-2; Rajbhandari et al. 2020 §5). With optim the gradients wait for the end of the step, as the
     distributed optimizer's do (``_dp_sync``). Expert weights
     are sharded, gathered and reduced over the expert data-parallel group, the rest over d·c. The
-    hidden part still holds NCCL's SMs (collectives.hidden_comm_contention_s)."""
-    gather, scatter, fwd_layer, bwd_layer = _fsdp_layer_s(lt, ctx, step, mem, n)
+    hidden part still holds NCCL's SMs (collectives.hidden_comm_contention_s). ``layer``: ``_fsdp_layer_s``."""
+    gather, scatter, fwd_layer, bwd_layer = layer
     exposed = np.maximum(gather - fwd_layer, 0.0) + np.maximum(gather + scatter - bwd_layer, 0.0)
     hidden = 2 * gather + scatter - exposed
     hw = ctx.hardware
@@ -304,18 +305,18 @@ def _fsdp_layer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarra
     return gather, scatter, step["fwd"] / per, (step["bwd"] + step["recompute"]) / per
 
 
-def _hsdp_outer_s(lt: Letters, ctx: Context, step: dict, mem: dict, n: np.ndarray, count: np.ndarray) -> np.ndarray:
+def _hsdp_outer_s(lt: Letters, ctx: Context, layer: tuple, mem: dict, n: np.ndarray, count: np.ndarray) -> np.ndarray:
     """Megatron FSDP's hybrid mode (R > 1 replicas, optim_grads or optim_grads_params), once per iteration on
     the stage where it shows most: each layer's DP-Outer collectives (``communication.hsdp_outer_layer_s``) join its
     inner ones, the gradients' in the last micro-batch's backward, HFSDP's weight all-gather in the first
     one's forward, and only what then exceeds the layer's compute is exposed (the DP-Outer stream waits
     on the inner reduce-scatter's: both counted in one layer's time). optim reduces at the step
-    (``_dp_sync``)."""
+    (``_dp_sync``). ``layer``: the inner collectives and compute (``_fsdp_layer_s``), None where no plan is FSDP."""
     hybrid = lt.fsdp_grads & (lt.R > 1)
     if not np.any(hybrid):
         return np.zeros((len(lt.t), 1))
     w_bytes, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
-    gather, scatter, fwd, bwd = _fsdp_layer_s(lt, ctx, step, mem, n)
+    gather, scatter, fwd, bwd = layer
     hw, per = ctx.hardware, np.maximum(n, 1)
     kw = dict(grads_sharded=True, outer_optim=lt.outer_optim)
     links, outer_g, outer_w = group_links(lt, ctx), 0.0, 0.0
@@ -361,9 +362,20 @@ def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.nd
 
 def peak_memory_bytes(grid: PlanGrid, ctx: Context) -> np.ndarray:
     """Memory of each plan's most loaded stage (bytes), as ``evaluate`` computes it: search uses it to
-    set aside the plans that do not fit before timing the rest."""
+    set aside the plans that do not fit before timing the rest. The columns no kind of stage fills
+    (``Letters.type_count`` 0) point at rank 0, the first kind's, so their totals repeat its own: the largest
+    column is the most loaded stage's without setting them aside."""
     lt = Letters(grid, ctx)
-    return np.max(np.where(lt.type_count > 0, stage_memory_total(lt, ctx, lt.type_index), -np.inf), axis=1)
+    return np.max(stage_memory_total(lt, ctx, lt.type_index), axis=1)
+
+
+def peak_memory_bytes_and_twins(grid: PlanGrid, ctx: Context, twins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``peak_memory_bytes`` of every plan, and of the plans at ``twins`` (positions) without --tp-comm-overlap,
+    each as its own evaluation gives it (``stage_memory_total_and_twins``): search screens a plan and its twin
+    in one evaluation."""
+    lt = Letters(grid, ctx)
+    total, off = stage_memory_total_and_twins(lt, ctx, lt.type_index, twins)
+    return np.max(total, axis=1), np.max(off, axis=1)
 
 
 def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluation:
@@ -454,7 +466,9 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     step = stage_step(lt, ctx, rep)
     # the stage's parameters the terms read; without experts a stage holds none of them (0, a number)
     params = {"dense_params": mem["dense_params"], "expert_params": mem["expert_params"] if ctx.model.is_moe else 0.0}
-    fsdp = np.where(lt.fsdp, _fsdp_exposed(lt, ctx, step, params, n), 0.0) if np.any(lt.fsdp) else 0.0
+    # one layer's FSDP collectives and compute: the per-micro-batch term's and the hybrid outer term's
+    layer = _fsdp_layer_s(lt, ctx, step, params, n) if np.any(lt.fsdp) else None
+    fsdp = np.where(lt.fsdp, _fsdp_exposed(ctx, layer, n), 0.0) if layer is not None else 0.0
     fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
     compute = fwd + bwd + rec
     per_mb = compute + step["offload"] + tp + cp + mo + fsdp
@@ -478,7 +492,7 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     stage_f, stage_b = fwd + step["comm_fwd"], bwd + rec + tp + cp + mo - step["comm_fwd"]
     fwd_all, bwd_all = pick(stage_f), pick(stage_b)
     dp = _on_rows(~lt.fsdp_params, _dp_sync, lt, ctx, params, bwd + rec, stage_f, rep, count)  # Megatron FSDP: fsdp
-    dp = dp + _on_rows(lt.fsdp_grads & (lt.R > 1), _hsdp_outer_s, lt, ctx, step, params, n, count)
+    dp = dp + _on_rows(lt.fsdp_grads & (lt.R > 1), _hsdp_outer_s, lt, ctx, layer, params, n, count)
     time = {
         "forward": lt.m * pick(fwd),
         "backward": lt.m * pick(bwd),
@@ -634,25 +648,23 @@ def layer_step_times_s(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
     return {"forward": forward[:, 0], "backward": backward[:, 0]}
 
 
-def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
-    """Every memory and time term's formula and source for one plan (``evaluate``'s terms)."""
-    opts = ctx.options
-    grad_bytes, param_bytes = dp_element_bytes(ctx)
-    sp = plan.sequence_parallel and plan.tp > 1
-    message = f"b·s·h{'/(t·c)' if sp else '/c'} × {memory.ACTIVATION_BYTES[ctx.precision]} bytes / β + α"
-    if plan.pp == 1:
-        pp_text = "0 (pp = 1)"
-    elif plan.vpp > 1 and opts.overlap_p2p_comm:
-        pp_text = (
-            f"2(p − 1) fill-and-drain transfers × ({message}), + at each of the v − 1 wraps of the fill and of the "
-            "drain p transfers less the other stages' slack (G = p), + m·v × what each send takes beyond a "
-            "chunk-step's compute (the interleaved schedule overlaps the rest; what hides costs the compute "
-            f"{ctx.hardware.network.nccl_p2p_sms or 0}/{ctx.hardware.gpu.sm_count} of itself, NCCL's send/receive SMs)"
-        )
-    elif plan.vpp > 1:
-        pp_text = f"2(m·v + p − 1) transfers × ({message})"
-    else:
-        pp_text = f"2(m + p − 1) transfers on the 1F1B critical path × ({message})"
+def context_formulas(ctx: Context) -> dict:
+    """What ``formulas`` reads of the context alone: computed once for the many plans of one context."""
+    return {
+        "dp_bytes": dp_element_bytes(ctx),
+        "adam_bytes": adam_step_bytes(ctx),
+        "stragglers": _straggler_formula(ctx),
+        "memory_parts": memory_parts.memory_part_formulas(ctx),
+        "time_parts": layer_time.time_part_formulas(ctx),
+    }
+
+
+def formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = None) -> dict[str, dict[str, Formula]]:
+    """Every memory and time term's formula and source for one plan (``evaluate``'s terms); ``fixed``: the
+    context's ``context_formulas`` (computed here when not given)."""
+    fixed = context_formulas(ctx) if fixed is None else fixed
+    grad_bytes, param_bytes = fixed["dp_bytes"]
+    pp_text = _pp_formula_text(ctx, plan)
     dp_text = _dp_formula_text(ctx, plan, grad_bytes, param_bytes)
     tied = ctx.model.tied_embeddings and plan.pp > 1
     R = plan.distributed_optimizer_instances
@@ -681,17 +693,35 @@ def formulas(ctx: Context, plan: ParallelPlan) -> dict[str, dict[str, Formula]]:
             "Narayanan et al. 2021 §2.2.1-2.2.2: (p − 1)(t_f + t_b)/v",
         ),
         "optimizer": Formula(
-            f"{adam_step_bytes(ctx):g} bytes of Adam HBM traffic × P_stage/{shard} / (W_HBM·η_mem)",
+            f"{fixed['adam_bytes']:g} bytes of Adam HBM traffic × P_stage/{shard} / (W_HBM·η_mem)",
             "memory-bound estimate of Megatron-LM's fused Adam",
         ),
-        "stragglers": _straggler_formula(ctx),
+        "stragglers": fixed["stragglers"],
     }
     return {
         "memory": memory_formulas(ctx, plan),
         "time": time,
-        "memory_parts": memory_parts.memory_part_formulas(ctx),
-        "time_parts": layer_time.time_part_formulas(ctx),
+        "memory_parts": fixed["memory_parts"],
+        "time_parts": fixed["time_parts"],
     }
+
+
+def _pp_formula_text(ctx: Context, plan: ParallelPlan) -> str:
+    """The pp_comm term's formula text: the transfers on the schedule's critical path."""
+    sp = plan.sequence_parallel and plan.tp > 1
+    message = f"b·s·h{'/(t·c)' if sp else '/c'} × {memory.ACTIVATION_BYTES[ctx.precision]} bytes / β + α"
+    if plan.pp == 1:
+        return "0 (pp = 1)"
+    if plan.vpp > 1 and ctx.options.overlap_p2p_comm:
+        return (
+            f"2(p − 1) fill-and-drain transfers × ({message}), + at each of the v − 1 wraps of the fill and of the "
+            "drain p transfers less the other stages' slack (G = p), + m·v × what each send takes beyond a "
+            "chunk-step's compute (the interleaved schedule overlaps the rest; what hides costs the compute "
+            f"{ctx.hardware.network.nccl_p2p_sms or 0}/{ctx.hardware.gpu.sm_count} of itself, NCCL's send/receive SMs)"
+        )
+    if plan.vpp > 1:
+        return f"2(m·v + p − 1) transfers × ({message})"
+    return f"2(m + p − 1) transfers on the 1F1B critical path × ({message})"
 
 
 def _straggler_formula(ctx: Context) -> Formula:

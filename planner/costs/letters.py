@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import operator
 
 import numpy as np
 
@@ -57,10 +58,10 @@ _NotInKey.__hash__ = None  # type: ignore[assignment]
 def _renumber(key: np.ndarray, span: int) -> tuple[np.ndarray, int]:
     """Keys in [0, span) as 0, 1, ... in their order: each key's rank among those present (by a flag
     per possible key while there are at most ``_dense(len(key))``, else by a sort)."""
-    if span > _dense(len(key)):
-        _, inverse = np.unique(key, return_inverse=True)
-        inverse = np.asarray(inverse).reshape(-1)
-        return inverse, int(inverse.max()) + 1 if len(inverse) else 0
+    if span > _dense(len(key)):  # each key's rank among the distinct keys, as np.unique's inverse numbers them
+        ordered = np.sort(key)
+        distinct = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+        return np.searchsorted(distinct, key), len(distinct)
     present = np.zeros(span, dtype=bool)
     present[key] = True
     codes = np.cumsum(present) - 1
@@ -85,16 +86,38 @@ def _dense(n: int) -> int:
 
 def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(one row of each distinct combination of the integer ``columns``, each row's index among the
-    combinations, numbered in lexicographic order): the columns are numbered one at a time into one
-    key, renumbered whenever its span could outgrow a few times the rows (``_renumber``), so a sort is
-    needed only where the combinations are nearly as many as the rows."""
+    combinations, numbered in lexicographic order): each row's combination as one mixed-radix key (the first
+    column most significant, each column's digit its value less its least) numbered by ``_renumber``, so a sort
+    is needed only where the combinations could be many times the rows; keys from 2**53 on by ``_radix_key``."""
     n = len(columns[0])
-    key, span = np.zeros(n, dtype=np.int64), 1
     if not n:
+        key = np.zeros(0, dtype=np.int64)
         return key, key
-    table = np.stack([np.asarray(col).reshape(-1) for col in columns]).astype(np.int64, copy=False)
-    for col, low, high in zip(table, table.min(axis=1).tolist(), table.max(axis=1).tolist(), strict=True):
-        width = high - low + 1
+    table = np.stack([np.asarray(col).reshape(-1) for col in columns])
+    if table.dtype.kind not in "fiub":  # what the letters are: floats holding integers, integers, booleans
+        raise TypeError(f"distinct_rows numbers integer columns, not {table.dtype}")
+    low, high = ([int(x) for x in v.tolist()] for v in (table.min(axis=1), table.max(axis=1)))  # exact, as ints
+    widths = [h - lo + 1 for lo, h in zip(low, high, strict=True)]
+    weights = [functools.reduce(operator.mul, widths[j + 1 :], 1) for j in range(len(widths))]
+    span = weights[0] * widths[0]
+    if sum(max(abs(lo), abs(h)) * w for lo, h, w in zip(low, high, weights, strict=True)) < 2**53:
+        # one key, each column's digit (its value less its least) weighed by the spans after it: in doubles,
+        # every product and partial sum an integer below 2**53, so exact whatever the order it is summed in
+        offset = float(sum(lo * w for lo, w in zip(low, weights, strict=True)))
+        key = (np.array(weights, dtype=float) @ table.astype(float, copy=False) - offset).astype(np.int64)
+    else:
+        key, span = _radix_key(table.astype(np.int64, copy=False), low, widths, n)
+    key, span = _renumber(key, span)
+    first = np.empty(span, dtype=np.int64)
+    first[key] = np.arange(n)  # any row of a combination stands for it: they share every column
+    return first, key
+
+
+def _radix_key(table: np.ndarray, lows: list[int], widths: list[int], n: int) -> tuple[np.ndarray, int]:
+    """``distinct_rows``' key where the columns' spans multiply past int64: the columns taken one at a time,
+    the key renumbered whenever its span could outgrow a few times the rows (``_renumber``)."""
+    key, span = np.zeros(n, dtype=np.int64), 1
+    for col, low, width in zip(table, lows, widths, strict=True):
         if width == 1:  # one value: the key is the same without it (a dense model's experts, a grid's constants)
             continue
         if span * width > _dense(n):
@@ -102,10 +125,7 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
             col, width = _renumber(col - low, width)
             low = 0
         key, span = key * width + (col - low), span * width
-    key, span = _renumber(key, span)
-    first = np.empty(span, dtype=np.int64)
-    first[key] = np.arange(n)  # any row of a combination stands for it: they share every column
-    return first, key
+    return key, span
 
 
 def _per_plan(value, inverse: np.ndarray, rows: int, seen: dict):

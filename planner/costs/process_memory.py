@@ -46,7 +46,7 @@ def nccl_communicators(
     *,
     tied_embeddings: bool,
     moe: bool,
-) -> np.ndarray:
+) -> np.ndarray | float:
     """NCCL communicators a Megatron-LM rank moves bulk data on (Megatron-LM parallel_state.py at
     d98e8a64; PyTorch creates each at its first collective):
 
@@ -59,10 +59,10 @@ def nccl_communicators(
 
     The world group (barriers), the TP×PP group (the grad-norm scalar) and the FP8 amax group carry a
     few bytes: since NCCL connects a communicator's channels at its first use of each protocol
-    (NCCL_RUNTIME_CONNECT=1, the default), those set up only the small low-latency buffers."""
-    t, c, p, d = (np.asarray(x) for x in (t, c, p, d))
-    ep, etp, edp = (np.asarray(x) for x in (ep, etp, edp))
-    count = (t > 1).astype(float) + (c > 1) + (d * c > 1) + np.where(p > 2, 2, p > 1)
+    (NCCL_RUNTIME_CONNECT=1, the default), those set up only the small low-latency buffers. Numbers give a
+    number, arrays (numpy) an array."""
+    # the same operations on numbers or arrays (a plan's formula text asks with numbers: no 0-d arrays)
+    count = 1.0 * (t > 1) + (c > 1) + (d * c > 1) + (p > 1) + (p > 2)  # PP: 1 with p = 2, 2 with p > 2
     if tied_embeddings:
         count = count + (p > 1)
     if moe:

@@ -262,16 +262,12 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
     """What the process holds besides model states and activations (planner.costs.process_memory): per stage
     (fragmentation), per plan ((N, 1): workspaces, NCCL) or one value (CUDA context; CUDA graphs without them)."""
     mem, opts, mo = ctx.hardware.memory, ctx.options, ctx.model
-    tpo = lt.tpo & lt.sp
-    workspaces = process_memory.workspace_bytes(
-        mem.cublas_workspace_mib * MIB, tp_comm_overlap=tpo
-    ) + process_memory.userbuffer_bytes(lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=lt.fp8, act_bytes=lt.act_bytes)
     communicators = process_memory.nccl_communicators(
         lt.t, lt.c, lt.p, lt.d, lt.ep, lt.etp, lt.edp, tied_embeddings=mo.tied_embeddings, moe=mo.is_moe
     )
     return {
         "cuda_graphs": _cuda_graph_bytes(lt, ctx, i),
-        "workspaces": workspaces,
+        "workspaces": _workspaces(lt, ctx, lt.tpo & lt.sp),
         "nccl": communicators * mem.nccl_communicator_gib * GIB,
         "cuda_context": mem.cuda_context_gib * GIB,
         "fragmentation": process_memory.fragmentation_bytes(
@@ -282,6 +278,13 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
             moe_frac=mem.moe_fragmentation_frac,
         ),
     }
+
+
+def _workspaces(lt: Letters, ctx: Context, tpo: np.ndarray) -> np.ndarray:
+    """GEMM workspaces and (``tpo``: --tp-comm-overlap with sequence parallelism) userbuffers, per plan (N, 1)."""
+    return process_memory.workspace_bytes(
+        ctx.hardware.memory.cublas_workspace_mib * MIB, tp_comm_overlap=tpo
+    ) + process_memory.userbuffer_bytes(lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=lt.fp8, act_bytes=lt.act_bytes)
 
 
 def _memory_terms(lt: Letters, ctx: Context, i: np.ndarray) -> tuple[dict, dict]:
@@ -315,6 +318,27 @@ def _allocated_and_total(terms: dict) -> tuple[np.ndarray, np.ndarray]:
 def stage_memory_total(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
     """The ``total`` of ``stage_memory_bytes`` alone (bytes): no term spread over every stage of every plan."""
     return _allocated_and_total(_memory_terms(lt, ctx, i)[0])[1]
+
+
+def stage_memory_total_and_twins(lt: Letters, ctx: Context, i: np.ndarray, twins: np.ndarray) -> tuple:
+    """``stage_memory_total`` of every plan, and of the plans at ``twins`` (positions) without --tp-comm-overlap:
+    the overlap changes their workspaces alone (``_workspaces``: its userbuffers and TE's streams), so their
+    other terms are the plans' own, summed again in the same order with the twins' workspaces (the twins' totals
+    are those of their own evaluation, number for number, without evaluating them)."""
+    terms = _memory_terms(lt, ctx, i)[0]
+    total = _allocated_and_total(terms)[1]
+    n = len(lt.t)
+
+    def rows(v):  # a per-plan term's twin rows, column-major as the terms (``Letters.stage``); one value as it is
+        return v.T.take(twins, axis=1).T if np.ndim(v) == 2 and np.shape(v)[0] == n else v
+
+    off = {k: rows(v) for k, v in terms.items()}
+    caller = np.setbufsize(UFUNC_BUFFER)
+    try:
+        off["workspaces"] = rows(_workspaces(lt, ctx, np.zeros((n, 1), dtype=bool)))
+        return total, _allocated_and_total(off)[1]
+    finally:
+        np.setbufsize(caller)
 
 
 def stage_memory_bytes(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray]:

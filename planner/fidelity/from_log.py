@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from planner.fidelity.writer import fitted_calibration
 from planner.hardware.calibration import Status
 from planner.hardware.spec import Accuracy, HardwareSpec
 from planner.space.grid import PlanGrid
+
+if TYPE_CHECKING:
+    from planner.plan_sources import ScriptSource
 
 FLOPS_TOLERANCE = 1.35  # the log's FLOPs may differ from the script's by Megatron's causal-halving and versions
 SOURCE = "your runs"
@@ -75,18 +79,17 @@ def _log_text(path: str) -> str:
 
 
 def logged_run(
-    log_path: str, script_path: str, *, hardware: HardwareSpec, gpus: int | None, env: dict[str, str] | None = None
+    log_path: str, script: ScriptSource, *, hardware: HardwareSpec, gpus: int | None, env: dict[str, str] | None = None
 ) -> LoggedRun:
-    """One log with its launch script (its variables ``env``, as explain's --env), checked to be the same run."""
+    """One log with its launch script (read by explain's reader; its variables ``env``, as explain's --env),
+    checked to be the same run."""
     from planner.megatron.importer import import_megatron
 
     refuse_device(log_path, "--from-log")
-    refuse_device(script_path, "--megatron-args-file")
     log = read_training_log(_log_text(log_path), STDIN if log_path == "-" else log_path)
-    log_path = log.name
-    script = Path(script_path).read_text(errors="replace")
-    base_dir = str(Path(script_path).resolve().parent)
-    req = import_megatron(script, gpus=gpus or log.world_size, hardware=hardware, env=env, base_dir=base_dir).request
+    log_path, script_path = log.name, script.name
+    where = {"base_dir": script.base_dir, "script_path": script.script_path}
+    req = import_megatron(script.text, gpus=gpus or log.world_size, hardware=hardware, env=env, **where).request
     if log.world_size is not None and log.world_size != req.gpus:
         raise LogError(f"{log_path}: the log ran on {log.world_size} GPUs; {script_path} describes {req.gpus}")
     if log.global_batch is not None and log.global_batch != req.ctx.training.global_batch:

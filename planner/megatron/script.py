@@ -298,12 +298,13 @@ class ScriptFiles:
     script expects to run there: Megatron-LM's moe-modelzoo ``best_practice/qwen3/run_30b.sh`` runs
     ``./sbatch_benchmarking.sh`` from ``examples/moe-modelzoo``); an absolute path where it is; else a file
     of the same name beside the script. ``__call__`` gives the text, the file's absolute path and the folder a
-    relative path was found from."""
+    relative path was found from; ``nul=True`` keeps NUL bytes (sbatch --export-file's separators), where a
+    script's NUL means a binary."""
 
     def __init__(self, base_dir: str | None, script: str | None = None) -> None:
         self.base_dir, self.script = base_dir, script  # script: the file's own path, the script's $0
 
-    def __call__(self, path: str, cwd: str | None = None) -> tuple[str, str, str | None] | None:
+    def __call__(self, path: str, cwd: str | None = None, nul: bool = False) -> tuple[str, str, str | None] | None:
         from pathlib import Path
 
         if not self.base_dir or not path.strip("/"):
@@ -316,18 +317,18 @@ class ScriptFiles:
         for full, run_dir in tries:
             if full.is_file():
                 try:
-                    text = decode_text(full.read_bytes())
+                    text = decode_text(full.read_bytes(), nul)
                 except OSError:
                     return None
                 return (text, str(full.resolve()), str(run_dir) if run_dir else None) if text is not None else None
         return None
 
 
-def decode_text(data: bytes) -> str | None:
+def decode_text(data: bytes, nul: bool = False) -> str | None:
     """A script's or config's bytes as text: UTF-8, else Latin-1 byte for byte (bash reads bytes: a comment
     in Latin-1, `# entraînement`, runs; fresh user trial 5 refused it as "not a text file"); None for a
-    binary (a NUL byte: /bin/true)."""
-    if b"\0" in data:
+    binary (a NUL byte: /bin/true), unless ``nul`` (a file of NUL-separated entries)."""
+    if b"\0" in data and not nul:
         return None
     try:
         return data.decode("utf-8")

@@ -203,11 +203,16 @@ def wrapped(text: str, width: int) -> str:
     )
 
 
+CSV_TOO = "--json or --csv"  # where a command with --csv carries a table's hidden columns (search, sweep, compare)
+
+
 class FittedTable:
     """A table whose columns are chosen at render time to fit the console; hidden columns are named
-    in a line under it (they are all in --json and --csv). ``gaps``: the rows a "…" row goes before
-    (rows left out between them and the row above); ``footer(shown headers)``: a note under the table
-    that may refer only to the columns shown."""
+    in a line under it, with where they are whole: ``elsewhere``, the output options of the command that
+    carry them ("--json"; "--json or --csv" where the command has --csv: explain and validate --choice
+    said "or --csv" and refused it). ``gaps``: the rows a "…" row goes before (rows left out between them
+    and the row above); ``footer(shown headers)``: a note under the table that may refer only to the
+    columns shown."""
 
     def __init__(
         self,
@@ -216,9 +221,10 @@ class FittedTable:
         title: str | None = None,
         gaps: Sequence[int] = (),
         footer: Callable[[list[str]], str] | None = None,
+        elsewhere: str = "--json",
     ) -> None:
         self.columns, self.rows, self.title, self.gaps = list(columns), list(rows), title, frozenset(gaps)
-        self.footer = footer
+        self.footer, self.elsewhere = footer, elsewhere
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         shown, hidden = fit_columns(console, options, self.columns, self.rows)
@@ -229,7 +235,7 @@ class FittedTable:
         yield from drawn if drawn is not None else [_table(shown, self.rows, None, gaps=self.gaps)]
         if hidden:
             names = ", ".join(c.header for c in hidden)
-            yield Text(wrapped(f"(hidden at this width: {names}; see --json or --csv)", width), style="dim")
+            yield Text(wrapped(f"(hidden at this width: {names}; see {self.elsewhere})", width), style="dim")
         if self.footer and (text := self.footer([c.header for c in shown])):
             yield Text(wrapped(text, width), style="dim")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from planner.plan import PLAN_LABEL_LEGEND
-from planner.report.layout import KEEP, Column, FittedTable, plan_text, tokens_text
+from planner.plan import plan_label_legend
+from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
 
 BETTER, WORSE, CHANGED = "bold green", "bold red", "bold yellow"
 
@@ -48,16 +48,22 @@ def sweep_columns(result: dict) -> list[Column]:
     return cols
 
 
+def _labels(rows: list[dict]) -> str:
+    """The plan labels of a table's rows, for the legend of the codes they use (the whole legend named FSDP,
+    MoE dispatchers and layouts under plans with none of them: ux13)."""
+    return " ".join(plan_text(r["plan"]) for r in rows if r.get("plan"))
+
+
 def sweep_view(result: dict, title: str) -> Group:
     failed = [r for r in result["rows"] if not r["plan"]]
     rows = [r for r in result["rows"] if r["plan"]]
     foot = [
         f"scaling = tokens/s per GPU relative to {result['baseline_gpus']:,} GPUs; each size is its own search "
         f"(fastest plan that fits); TFLOP/s and MFU count model FLOPs, attention over the whole s² (cMFU: causal "
-        f"attention halved, Megatron-LM's and Megatron-Bridge's MFU). {PLAN_LABEL_LEGEND}."
+        f"attention halved, Megatron-LM's and Megatron-Bridge's MFU). {plan_label_legend(_labels(rows))}."
     ]
     foot += [f"{r['gpus']:,} GPUs: no plan: {r['no_plan']}" for r in failed]
-    return Group(FittedTable(sweep_columns(result), rows, title), Text("\n".join(foot), style="dim"))
+    return Group(FittedTable(sweep_columns(result), rows, title, elsewhere=CSV_TOO), Text("\n".join(foot), style="dim"))
 
 
 def fit_columns_spec(fit: dict) -> list[Column]:
@@ -84,14 +90,15 @@ def fit_view(fit: dict, title: str) -> Group:
     lines = [
         f"smallest: {first['gpus']:,} GPUs (lower bound from weights, gradients and optimizer states alone: "
         f"{fit['lower_bound_gpus']:,}); the next rows are the next node counts with a plan; speed is tokens/s "
-        f"relative to the smallest. {PLAN_LABEL_LEGEND}."
+        f"relative to the smallest. {plan_label_legend(_labels(fit['sizes']))}."
     ]
     for n, why in list(fit["tried"].items())[-3:]:
         lines.append(f"  {int(n):,} GPUs: {why}")
     command = first["plan"].get("commands", {}).get("explain")
     if command:
         lines.append(f"explain the smallest: {command}")
-    return Group(FittedTable(fit_columns_spec(fit), fit["sizes"], title), Text("\n".join(lines), style="dim"))
+    table = FittedTable(fit_columns_spec(fit), fit["sizes"], title, elsewhere=CSV_TOO)
+    return Group(table, Text("\n".join(lines), style="dim"))
 
 
 def _value(v, unit: str) -> str:
@@ -157,7 +164,7 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
         head.append_text(fit_line(pj["estimate"]))
         head.append(f" · {pj['estimate']['iteration_s']:.2f} s/iteration\n")
     head.append("green: better on that line, red: worse; yellow: a plan field that differs", "dim")
-    return Group(head, FittedTable(columns, rows))
+    return Group(head, FittedTable(columns, rows, elsewhere=CSV_TOO))
 
 
 def fit_line(est: dict) -> Text:

@@ -3,8 +3,8 @@ table fits any terminal and a new column is one more entry in ``SEARCH_COLUMNS``
 
 from __future__ import annotations
 
-from planner.plan import PLAN_LABEL_LEGEND
-from planner.report.layout import KEEP, Column, FittedTable, plan_text, tokens_text
+from planner.plan import plan_label_legend
+from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
 from planner.report.memory import band_text, evidence_cell, ranking_headline, tie_cell, ties_footnote
 
 
@@ -50,9 +50,10 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
     gaps = [k for k in range(1, len(ranks)) if ranks[k] > ranks[k - 1] + 1]  # the fastest, after the top N
     rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     tokens = tokens_text(result.plans[0]["estimate"].get("train_tokens", 300e9))
+    legend = plan_label_legend(" ".join(map(plan_text, result.plans)))  # the codes the plans shown use
     foot = (
         f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected: {rejected or 'none'}.\n"
-        f"{PLAN_LABEL_LEGEND}. TFLOP/s and MFU count model FLOPs (no recomputation) with attention over "
+        f"{legend}. TFLOP/s and MFU count model FLOPs (no recomputation) with attention over "
         "the whole s² (the papers')"
     )
 
@@ -67,4 +68,5 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
         headline = ranking_headline(result, shown)
         return (f"{headline}\n" if headline else "") + foot + rest + (f"\n{ties}" if ties else "")
 
-    return FittedTable(search_columns(capacity), result.plans, search_title(ctx, gpus), gaps, footer=footer)
+    title = search_title(ctx, gpus)
+    return FittedTable(search_columns(capacity), result.plans, title, gaps, footer=footer, elsewhere=CSV_TOO)

@@ -278,6 +278,7 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
     cols = _split_rows(base, ctx, pins)
     layout_cols, layouts = _layout_rows(base, ctx, pins, ctx.training.global_batch)
     cols = _concat(cols, layout_cols)
+    cols["layout"] = cols["layout"].astype(_layout_dtype(layouts))  # as the grid keeps it, before the crossings
     if ctx.model.is_moe:  # whole micro-batches, at least pp of them with interleaving
         B = ctx.training.global_batch
         cols = _keep(cols, B % (cols["micro_batch"] * cols["dp"]) == 0)
@@ -419,17 +420,22 @@ def _columns(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> Pla
     names += ("recompute_block", "recompute_layers", "distributed_optimizer", "fsdp", "split")
     return PlanGrid(
         **{name: cols[name] if name == "dp" else small(cols[name]) for name in names},
-        layout=cols["layout"].astype(np.int16 if len(layouts) < 2**15 else np.int32),  # an index into the layouts
+        layout=cols["layout"].astype(_layout_dtype(layouts), copy=False),  # an index into the layouts
         first_layers=_layer_column(n, pins.first_stage_layers or 0),
         last_layers=_layer_column(n, pins.last_stage_layers or 0),
-        dispatcher=cols["dispatcher"].astype(np.int8),
+        dispatcher=cols["dispatcher"].astype(np.int8, copy=False),
         a2a_overlap=cols["a2a_overlap"],
         mb_group=small(cols["mb_group"]),
-        fsdp_level=np.where(cols["fsdp"], cols["fsdp_level"], 3).astype(np.int8),
+        fsdp_level=np.where(cols["fsdp"], cols["fsdp_level"], 3).astype(np.int8, copy=False),
         do_instances=small(cols["do_instances"]),
         outer_optim=cols["outer_optim"],
         layouts=tuple(layouts),
     )
+
+
+def _layout_dtype(layouts: list[str]):
+    """The grid's layout column (an index into the layouts, -1 for none): two bytes where the layouts allow."""
+    return np.int16 if len(layouts) < 2**15 else np.int32
 
 
 def _layer_column(n: int, layers: int) -> np.ndarray:

@@ -415,10 +415,12 @@ def each_rule_mask(
         yield rule.name, mask if np.shape(mask) == shape else np.broadcast_to(mask, shape)
 
 
-# the knobs a search crosses every row with (memory, recomputation, the derived options): the few rules that read
-# one see every row; the others see one row of each distinct combination of the other columns (``first_broken``)
+# the knobs a search crosses every row with (memory, recomputation, the MoE axes, the derived options): the few rules
+# that read one see every row; the others see one row of each distinct combination of the other columns
+# (``first_broken``). The MoE axes are crossed last (``candidates._moe_axes``): without them here every MoE run
+# would be one row (DeepSeek-V3 / 1024 H100: 1,355,312 runs of as many candidates; with them 2,124)
 CROSSED = ("sequence_parallel", "distributed_optimizer", "fsdp", "fsdp_level", "outer_optim", "recompute")
-CROSSED += ("recompute_block", "recompute_layers", *OPTION_COLUMNS)
+CROSSED += ("recompute_block", "recompute_layers", "ep", "etp", "dispatcher", "a2a_overlap", *OPTION_COLUMNS)
 
 
 RUNS_FROM = 4096  # grids of fewer rows ask every rule of every row (a search's hybrid variants: 577 rows in 200 runs)
@@ -460,8 +462,7 @@ def first_broken(
     big = len(grid) >= RUNS_FROM
     first, inverse = _runs([getattr(grid, n) for n in COLUMNS if n not in CROSSED], len(grid)) if big else (None, None)
     every = RuleInputs(grid, model, training, options, num_gpus)
-    # else every row is asked: a small grid (each rule's fixed cost dominates) or few rows sharing a run (the MoE axes
-    # are crossed after CROSSED)
+    # else every row is asked: a small grid (each rule's fixed cost dominates) or few rows sharing a run
     runs = big and 2 * len(first) <= len(grid)
     once = RuleInputs(_Distinct(grid.take(first)), model, training, options, num_gpus) if runs else every
     broken = (np.zeros(len(first) if runs else len(grid), dtype=np.int16), np.zeros(len(grid), dtype=np.int16))

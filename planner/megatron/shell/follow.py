@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from contextlib import contextmanager
 
+from planner.errors import PlannerError
 from planner.megatron.shell.expand import MAX_DEPTH
 from planner.megatron.shell.fields import Field, Var, Variables
 from planner.megatron.shell.launch import INT, ShellParseError, launch_options, sbatch_directives
@@ -61,16 +62,17 @@ def _sbatch_takes_value(word: str) -> bool:
     return word in _SBATCH_VALUE_OPTIONS
 
 
-def export_option(commands: list[list[Field]]) -> Field | None:
-    """The value of the last ``--export`` among sbatch option lists (``#SBATCH`` lines first, then the command
-    line, which overrides them, as in sbatch(1)); the options of a command end at its script's file."""
+def export_option(commands: list[list[Field]], option: str = "--export") -> Field | None:
+    """The value of the last ``--export`` (or ``option``: ``--export-file``) among sbatch option lists (``#SBATCH``
+    lines first, then the command line, which overrides them, as in sbatch(1)); the options of a command end at
+    its script's file."""
     value = None
     for fields in commands:
         words, k = [t for t, _ in fields], 1
         while k < len(words) and words[k].startswith("-"):
-            if words[k].startswith("--export="):
+            if words[k].startswith(option + "="):
                 value = (words[k].partition("=")[2], fields[k][1])
-            elif words[k] == "--export" and k + 1 < len(words):
+            elif words[k] == option and k + 1 < len(words):
                 value = fields[k + 1]
             k += 2 if _sbatch_takes_value(words[k]) else 1
     return value
@@ -90,6 +92,31 @@ def export_values(value: str) -> tuple[bool, dict[str, str | None]]:
         elif last is not None and out[last] is not None:
             out[last] += "," + part
     return keep_all, out
+
+
+_DISCARDED = ("DISPLAY", "ENVIRONMENT", "HOSTNAME")  # sbatch never passes these from a file (env.c, _discard_env)
+
+
+def export_file_values(text: str, path: str) -> dict[str, str]:
+    """The variables of an ``--export-file``: ``NAME=value`` entries separated by NUL characters (sbatch(1): "each
+    separated by a null character"; Slurm's env.c ``env_array_from_file`` splits at NUL only and stops at an
+    empty entry). A file without NUL is one entry to sbatch: one line (its newline dropped, as bash's word
+    splitting drops it) is read; several lines would all be the first name's value, so they are refused."""
+    if "\0" not in text and "\n" in text.rstrip("\n"):
+        first = text.split("\n", 1)[0]
+        raise PlannerError(
+            f"sbatch --export-file={path}: its NAME=value lines are separated by newlines, but sbatch separates the "
+            f"entries by NUL characters only (sbatch(1)) and would pass the whole file as one variable "
+            f"({first.partition('=')[0]}); write it with NULs (printf 'TP=4\\0PP=2\\0' > {path}, or env -0)"
+        )
+    out = {}
+    for entry in text.split("\0") if "\0" in text else [text.rstrip("\n")]:
+        if not entry:
+            break
+        name, eq, value = entry.partition("=")
+        if eq and _NAME.fullmatch(name) and name not in _DISCARDED:
+            out[name] = value
+    return out
 
 
 @contextmanager
@@ -128,13 +155,15 @@ class Follow:
     moved: list[str]  # notes: files found above the script's folder, values from sbatch --export
     submitter: list[str]  # names sbatch --export passes from the submitting shell, unknown here
 
-    def sibling(self, path: str) -> str | None:
+    def sibling(self, path: str, nul: bool = False) -> str | None:
         """The text of the file ``path`` names, from the caller's reader (or written by the script); None if it
-        has none. A relative path found in a folder above the one the script runs in means the script runs
-        from there: that folder becomes the working directory, and a note says so."""
+        has none (or, without ``nul``, holds a NUL byte). A relative path found in a folder above the one the
+        script runs in means the script runs from there: that folder becomes the working directory, and a note
+        says so."""
         if path in self.files:
             return self.files[path]
-        got = self.read_file(path, self.cwd) if self.read_file and path else None
+        read = self.read_file if path else None
+        got = None if read is None else read(path, self.cwd, nul=True) if nul else read(path, self.cwd)
         if got is None:
             return None
         text, self.last_read, run_dir = got
@@ -266,19 +295,20 @@ class Follow:
         lines'. The job's environment holds the variables it gives (``TP=4``), under the submitting environment's
         own with ALL; without ALL, none of the submitter's other variables; a name alone passes the submitter's
         value, unknown here unless set: left unresolved, for the error on a flag that needs it to name the
-        variable (never a script's default instead)."""
+        variable (never a script's default instead). With ``--export-file`` the file's variables instead."""
         env = self.vars.get("SBATCH_EXPORT") if "SBATCH_EXPORT" in self.exported else None
         env_words = [("sbatch", frozenset()), ("--export", frozenset()), (env.value, env.unres)] if env else []
         option = export_option([*directives, *([env_words] if env and isinstance(env.value, str) else []), *command])
+        env_file = export_option([*directives, *command], "--export-file")
+        if env_file is not None:
+            self.seed_export_file(env_file, option)
+            return
         if option is None:
             return
         value, unres = option
         keep_all, values = export_values(value)
         if not keep_all:
-            for name in [n for n in self.vars if _NAME.fullmatch(n) and n not in values and n not in self.pinned]:
-                if not name.startswith("SLURM_"):
-                    del self.vars[name]
-                    self.exported.discard(name)
+            self.drop_submitter(values)
         given = []
         for name, val in values.items():
             if name in self.pinned or (name in self.exported and name in self.vars and (keep_all or val is None)):
@@ -289,6 +319,55 @@ class Follow:
             self.submitter += [] if val is not None else [name]
         if given:
             self.moved.append(f"{', '.join(given)} from sbatch --export={value} (the job's environment)")
+
+    def drop_submitter(self, kept: dict[str, str | None]) -> None:
+        """The submitting shell's variables leave the job's environment, except SLURM_*, --env and ``kept``."""
+        for name in [n for n in self.vars if _NAME.fullmatch(n) and n not in kept and n not in self.pinned]:
+            if not name.startswith("SLURM_"):
+                del self.vars[name]
+                self.exported.discard(name)
+
+    def seed_export_file(self, env_file: Field, option: Field | None) -> None:
+        """sbatch ``--export-file=FILE`` (sbatch(1); Slurm's sbatch.c): the job's environment is the file's
+        variables, with ``--export``'s NAME=value pieces over them; sbatch unsets its own environment first ("if the
+        environment is coming from a file, the environment at execution startup must be unset"), so none of the
+        submitting shell's variables (ALL or a name alone) reach the job, SLURM_* and --env kept; ``--export=NONE``
+        (or NIL) exactly drops the file's variables too."""
+        path = env_file[0]
+        values = export_file_values(self.export_file_text(env_file), path)
+        self.drop_submitter({})
+        dropped = option is not None and option[0].upper() in ("NONE", "NIL")
+        given = {} if dropped else {k: Var(v) for k, v in values.items()}
+        if option is not None and not dropped:
+            given.update({k: Var(v, option[1]) for k, v in export_values(option[0])[1].items() if v is not None})
+        given = {k: v for k, v in given.items() if k not in self.pinned}  # --env wins
+        self.vars.update(given)
+        self.exported.update(given)
+        if dropped and values:
+            self.moved.append(f"sbatch --export={option[0]} drops the variables of --export-file={path} (as sbatch)")
+        elif given:
+            shown = ", ".join(f"{k}={v.value}" for k, v in given.items())
+            how = f" and --export={option[0]}" if option is not None else ""
+            self.moved.append(f"{shown} from sbatch --export-file={path}{how} (the job's environment)")
+
+    def export_file_text(self, env_file: Field) -> str:
+        """The text of an ``--export-file``; a file descriptor (a number from 3, which sbatch reads as one), a
+        path naming an unset variable or a file not found is refused (sbatch itself stops: "Could not open user
+        environment file")."""
+        path, unres = env_file
+        text = None if unres else self.sibling(path, nul=True)
+        if text is not None:
+            return text
+        if unres:
+            why = f"names {', '.join(sorted(unres))}, which the script leaves unset"
+        elif path.isdigit() and int(path) >= 3:
+            why = "a file descriptor of the shell that runs sbatch, which megaplan cannot read"
+        else:
+            why = f"no such file where the job is submitted ({self.cwd or 'the script was given as text'})"
+        raise PlannerError(
+            f"sbatch --export-file={path}: {why}; --export-file takes a file of NUL-separated NAME=value entries "
+            "(or pass the variables with --env NAME=VALUE)"
+        )
 
     def seed_slurm(self) -> None:
         """Set SLURM_NNODES and friends from the job's options, unless the script or --env set them."""

@@ -1,0 +1,54 @@
+"""The plan JSON built for many plans at once (``result.Shared``, ``result._estimate_json``) says what the typed
+``PlanEstimate`` says, key for key and type for type, and every plan JSON owns its containers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from planner import api
+from planner.costs.estimate import evaluate
+from planner.result import PlanEstimate, plan_band, plan_estimate, plan_json
+from planner.search import search
+from planner.space.grid import PlanGrid
+
+
+def _typed(req, grid, ev, headroom) -> dict:
+    eps = plan_band(req.ctx, req.gpus, req.plan)[0]
+    return plan_estimate(req.ctx, req.gpus, req.plan, ev, 0, headroom, band=eps).model_dump(mode="json")
+
+
+def test_the_estimate_is_the_typed_models_json_dump():
+    # an MoE plan with a price (cost a float, not None) and every stage (parts), and a dense fp32 plan; the headroom
+    # given as the integer 0 (PlanEstimate makes it 0.0: json writes "0.0", not "0")
+    cases = [
+        (dict(model="mixtral-8x7b", gpus=64, tp=2, pp=4, ep=8, sequence_parallel=True, gpu_hour_price=3), 0.05),
+        (dict(model="gpt3-175b", gpus=64, tp=8, pp=8, micro_batch=1, precision="fp32"), 0),
+    ]
+    for kw, headroom in cases:
+        req = api.make_request(**kw)
+        grid = PlanGrid.from_plans([req.plan])
+        for stages in (True, False):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ev = evaluate(grid, req.ctx, stages=stages)
+            est = plan_json(req.ctx, req.gpus, grid, ev, 0, [], headroom)["estimate"]
+            typed = _typed(req, grid, ev, headroom)
+            assert list(est) == list(PlanEstimate.model_fields)
+            assert json.dumps(est) == json.dumps(typed)
+            assert (est["parts"] is not None) == stages
+            assert json.dumps(est["memory_headroom"]) == ("0.0" if headroom == 0 else "0.05")
+            assert (est["cost"] is not None) == (kw["model"] == "mixtral-8x7b")
+
+
+def test_each_shown_plan_owns_its_json():
+    req = api.make_request(model="gpt3-175b", gpus=64, global_batch=64)
+    plans = search(req.ctx, 64, top=3).plans
+    before = json.dumps(plans[1])
+    first = plans[0]
+    first["model_spec"]["training"]["seq_len"] = 1  # a nested dict of the model's dump
+    first["options"]["recompute_modules"].append("mlp")  # a list of the options' dump
+    first["training"]["global_batch"] = 1
+    first["estimate"]["formulas"]["time"]["forward"]["formula"] = "x"
+    assert json.dumps(plans[1]) == before
+    assert plans[1]["model_spec"] == plans[2]["model_spec"] and plans[1]["model_spec"] is not plans[2]["model_spec"]
