@@ -236,3 +236,16 @@ def one_line_error(result) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
     return lines[0]
+
+
+# A Slurm job whose Megatron launch reads TP and PP from its environment (written for the tests: the
+# launch-script import's --export and --export-file tests share it)
+SLURM_BODY = """
+srun python pretrain_gpt.py \\
+    --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP \\
+    --num-layers 32 --hidden-size 4096 --num-attention-heads 32 \\
+    --seq-length 4096 --max-position-embeddings 4096 \\
+    --micro-batch-size 1 --global-batch-size 256 --bf16 \\
+    --tokenizer-type NullTokenizer --vocab-size 32000
+"""
+SLURM_NODES = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=8\n"

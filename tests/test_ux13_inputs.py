@@ -9,17 +9,10 @@ from planner.megatron.importer import import_megatron
 from planner.megatron.script import read_beside
 from planner.megatron.shell import extract_launch
 
+from conftest import SLURM_BODY as BODY
+from conftest import SLURM_NODES as NODES
 from conftest import one_line_error, run_cli
 
-BODY = """
-srun python pretrain_gpt.py \\
-    --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP \\
-    --num-layers 32 --hidden-size 4096 --num-attention-heads 32 \\
-    --seq-length 4096 --max-position-embeddings 4096 \\
-    --micro-batch-size 1 --global-batch-size 256 --bf16 \\
-    --tokenizer-type NullTokenizer --vocab-size 32000
-"""
-NODES = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=8\n"
 DEFAULTS = "TP=${TP:-1}\nPP=${PP:-1}\n"
 
 
