@@ -216,13 +216,13 @@ def hybrid_variants(scored: _Scored, ctx: Context, pins: Pins, num_gpus: int, ca
     domain, fastest = nvlink_domain_gpus(ctx.hardware), np.min(scored.iteration, initial=np.inf)
     # a variant saves at most its row's exposed FSDP collectives: rows over twice the fastest need over half
     # their time exposed to reach it, so they are left out (the search's time stays near what it was)
-    g = scored.grid.take(np.flatnonzero((scored.peak <= capacity) & (scored.iteration <= HYBRID_REACH * fastest)))
+    near = np.flatnonzero((scored.peak <= capacity) & (scored.iteration <= HYBRID_REACH * fastest))
     optim = pins.fsdp_outer_sharding != "no_shard"
-    grid = g.take(np.flatnonzero(_hybrid_sources(g, np.arange(len(g)), domain, pins)))
+    grid = scored.grid.take(near[_hybrid_sources(scored.grid, near, domain, pins)])
     R = (grid.dp * grid.cp) // np.maximum(domain // grid.tp, 1)
     grid = replace(grid, do_instances=R, outer_optim=(grid.fsdp_level == 3) & optim)
     legal, _ = _legal_rows(ctx, grid, pins, num_gpus)
-    return grid.take(legal)
+    return grid if len(legal) == len(grid) else grid.take(legal)  # the variants: a grid of their own
 
 
 def _hybrid_sources(grid: PlanGrid, rows: np.ndarray, domain: int, pins: Pins) -> np.ndarray:
@@ -281,7 +281,7 @@ def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float, ke
         fitting = np.flatnonzero(peak <= capacity)
         for start in range(0, len(fitting), CHUNK):
             part = fitting[start : start + CHUNK]
-            iteration[part] = iteration_s(grid.take(idx[part]), ctx)  # evaluate's, without its memory
+            iteration[part] = iteration_s(_taken(grid, idx[part]), ctx)  # evaluate's, without its memory
     return iteration, peak, state
 
 
@@ -312,9 +312,17 @@ def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.nd
     return block, base[keep]
 
 
-def _block_layers(grid: PlanGrid, ctx: Context, capacity: float) -> tuple[PlanGrid, np.ndarray]:
+def _taken(grid: PlanGrid, rows: np.ndarray) -> PlanGrid:
+    """``grid.take(rows)`` for a caller that only reads it: the grid itself where ``rows`` are all its rows in order
+    (a search's variants are measured whole: every column gathered for nothing); ``_Twins`` are always taken."""
+    if isinstance(grid, PlanGrid) and len(rows) == len(grid) and np.array_equal(rows, np.arange(len(grid))):
+        return grid
+    return grid.take(rows)
+
+
+def _block_layers(grid: PlanGrid, ctx: Context, capacity: float, keys=None) -> tuple[PlanGrid, np.ndarray]:
     """``_block_candidates`` of the rows of ``grid`` (without recomputation, each with its own overlaps): the
-    variants that can fit, and which rows they come from."""
+    variants that can fit, and which rows they come from (``keys``: the rows' families, if known)."""
     grid = replace(grid, recompute=np.full(len(grid), 2, dtype=np.int8), recompute_block=np.ones(len(grid), bool))
 
     # the layers needed never fall as the micro-batch grows and do not depend on the dispatcher
@@ -322,11 +330,11 @@ def _block_layers(grid: PlanGrid, ctx: Context, capacity: float) -> tuple[PlanGr
     def solve(pos: np.ndarray) -> np.ndarray:  # each row with its own overlaps (userbuffers take memory)
         k, size = np.zeros(len(pos), dtype=np.int64), CHUNK // 2  # each row is evaluated twice (1 and 2 layers)
         for start in range(0, len(pos), size):
-            part = grid.take(pos[start : start + size])
+            part = _taken(grid, pos[start : start + size])
             k[start : start + size] = block_recompute_layers(part, ctx, capacity)
         return k
 
-    k = _by_family(grid, np.arange(len(grid)), solve, lambda k: k == 0)
+    k = _by_family(grid, np.arange(len(grid)), solve, lambda k: k == 0, keys)
     keep = np.flatnonzero(k > 0)
     return replace(grid.take(keep), recompute_layers=k[keep]), keep
 
@@ -480,7 +488,7 @@ def _with_tp_overlap_twins(
                 base.append(variants.base(grid, rows, peak) if variants else rows[:0])
             found = None
             if variants is not None:  # once per process: each call of the cost functions costs milliseconds
-                found = variants.solve(g, grid, _in_row_order(base, n), off_wins, later, prune)
+                found = variants.solve(g, grid, _in_row_order(base, n), off_wins, later, prune, keys)
             rows, ctx = _in_row_order(group, n), options.evaluating
             _time_fitting(grid, rows, out, ctx, prune and (sources or _every_row), (variants, g, found))
 
@@ -728,14 +736,18 @@ class _BlockVariants:
         """The ``rows`` scored (``peak``) that ``_block_candidates`` takes: without recomputation, not fitting."""
         return rows[(grid.recompute.take(rows) == 0) & (peak.take(rows) > self.capacity) & ~grid.a2a_overlap.take(rows)]
 
-    def solve(self, b: int, grid: PlanGrid, base: np.ndarray, off_wins: np.ndarray, later=False, prune=False):
+    def solve(
+        self, b: int, grid: PlanGrid, base: np.ndarray, off_wins: np.ndarray, later=False, prune=False, keys=None
+    ):
         """The variants of group ``b``'s rows ``base`` (in row order), scored (``later``: their layers only; with
         ``prune``, those that fit hold their floor until ``time``, and their grid is returned for it);
-        ``off_wins``: the rows that keep their twin without --tp-comm-overlap."""
-        cand = grid.take(base)
-        cand.tp_comm_overlap[off_wins.take(base) > 0] = 0  # each row with the overlap it keeps
+        ``off_wins``: the rows that keep their twin without --tp-comm-overlap; ``keys``: the grid's families."""
+        cand, off = grid.take(base), off_wins.take(base) > 0
+        cand.tp_comm_overlap[off] = 0  # each row with the overlap it keeps
+        # a variant's family: its row's (rows without recomputation: those knobs alike), split by the overlap kept
+        families = None if keys is None else keys.take(base) * 2 + off
         ctx = self.options.evaluating
-        block, src = _block_layers(cand, ctx, self.capacity)
+        block, src = _block_layers(cand, ctx, self.capacity, families)
         del cand
         at = slice(self.offsets[b], self.offsets[b] + len(src))
         self.row[at], self.layers[at], self.late[at] = base[src], block.recompute_layers, 0
@@ -1166,7 +1178,7 @@ def _peaks(grid: PlanGrid | _Twins, at: np.ndarray, ctx: Context) -> np.ndarray:
     is among them in its row's evaluation (``peak_memory_bytes_and_twins``: the same numbers, without evaluating
     the twin apart: a screening measures most twins with their rows)."""
     if not isinstance(grid, _Twins) or grid.row_of is None:
-        return peak_memory_bytes(grid.take(at), ctx)
+        return peak_memory_bytes(_taken(grid, at), ctx)
     twin = at >= grid.start
     where = np.full(grid.start, -1)  # each row's place in ``at`` (-1: not there)
     where[at[~twin]] = np.flatnonzero(~twin)
@@ -1187,9 +1199,9 @@ SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on
 FAMILY_FIELDS = tuple(f for f in FIELDS if f not in ("micro_batch", "layouts", *SAME_MEMORY))
 
 
-def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails) -> np.ndarray:
+def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None) -> np.ndarray:
     """``_by_family_states``' values alone."""
-    return _by_family_states(grid, idx, measure, fails, whole=True)[0]
+    return _by_family_states(grid, idx, measure, fails, keys, whole=True)[0]
 
 
 MEASURED, HEAD_BOUND, MID_BOUND = 0, 1, 2  # how ``_by_family_states`` gave a plan its value
@@ -1220,7 +1232,7 @@ def _by_family_states(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None
         todo = todo[failed_at.take(subs.family.take(todo)) == n]
         if not len(todo):
             break
-        value[todo], measured[todo] = measure(subs.reps.take(todo)), True
+        value[todo], measured[todo] = _measured(measure, subs.reps.take(todo), len(idx)), True
         bad = todo[fails(value[todo])]
         np.minimum.at(failed_at, subs.family.take(bad), bad)
     sub_state = np.zeros(n, dtype=np.int8)  # MEASURED
@@ -1296,6 +1308,14 @@ class _Subs:
         out = np.empty_like(x)
         out[self.order] = x
         return out
+
+
+def _measured(measure, pos: np.ndarray, n: int) -> np.ndarray:
+    """``measure(pos)``; where ``pos`` holds each of the n plans once, measured in their order and read back at
+    ``pos`` (the same values: a plan's is its own; ``_taken`` then gathers no row)."""
+    if len(pos) == n:
+        return measure(np.arange(n)).take(pos)
+    return measure(pos)
 
 
 def _family_order(family: np.ndarray, b: np.ndarray) -> np.ndarray | None:
