@@ -290,12 +290,8 @@ def block_recompute_layers(grid: PlanGrid, ctx: Context, capacity: float) -> np.
     each plan fit: memory falls linearly with every layer recomputed (each keeps its input instead of
     its activations), so two evaluations (1 and 2 layers) give each stage's slope. 0 where block
     recomputation cannot fit; where it needs every layer of the largest chunk it is uniform recomputation."""
-    n = len(grid)
     with np.errstate(divide="ignore", invalid="ignore"):  # 1 and 2 layers in one evaluation
-        ones, twos = np.ones(n, dtype=np.int64), np.full(n, 2, dtype=np.int64)
-        both = PlanGrid.stack(replace(grid, recompute_layers=ones), replace(grid, recompute_layers=twos))
-        total, chunks = stage_memory_totals(both, ctx)
-        one, two, chunk = total[:n], total[n:], chunks[:n]
+        (one, two), chunk = stage_memory_totals(grid, ctx, (1, 2))
         saving = np.where(chunk >= 2, one - two, 0.0)  # one more recomputed layer per chunk
         need = np.where(one <= capacity, 1.0, 1.0 + np.ceil((one - capacity) / saving))
     need = np.where(np.isfinite(need) & (need <= chunk), need, np.where(one <= capacity, 1.0, np.inf))

@@ -350,11 +350,16 @@ def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
     return lt.once(p2p, "p2p", LAYER_KEY)
 
 
-def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+def stage_memory_totals(grid: PlanGrid, ctx: Context, recompute_layers: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
     """(total memory, layers per model chunk) of each kind of stage of every plan (``Letters.type_index``;
     columns no stage fills hold 0): the memory side of ``evaluate`` alone (the search solves block
-    recomputation's layer count with it)."""
+    recomputation's layer count with it). With ``recompute_layers`` (K counts), the totals of every plan with
+    each count in place of its --recompute-num-layers, (K, plans, stages), in one evaluation: the count is a
+    letter along a leading axis, so only the terms it reaches (full recomputation's activations and their
+    fragmentation) are computed K times, each number as the plan's own evaluation with that count gives it."""
     lt = Letters(grid, ctx)
+    if recompute_layers:
+        lt.rlayers = np.array(recompute_layers, dtype=float).reshape(-1, 1, 1)
     rep, here = lt.type_index, lt.type_count > 0
     total = np.where(here, stage_memory_total(lt, ctx, rep), 0.0)
     return total, np.where(here, lt.stage(rep)["layers"], 0.0) / lt.vpp.astype(float)  # cast once, (N, 1)
