@@ -146,7 +146,7 @@ def test_block_variants_found_in_each_process_are_those_of_the_whole_grid(case, 
         scored, _, split, _ = search_module._with_tp_overlap_twins(grid, options, capacity, True, True, False)
     assert any(forks) == parallel.can_fork()
     whole, _ = search_module._block_candidates(scored, capacity)
-    iteration, peak, _ = search_module._evaluate(whole, np.arange(len(whole)), options.evaluating, capacity)
+    iteration, peak, _, _ = search_module._evaluate(whole, np.arange(len(whole)), options.evaluating, capacity)
     assert len(whole) > 100
     for name in search_module.FIELDS:
         if name != "layouts":
