@@ -222,7 +222,7 @@ def test_block_and_hybrid_variants_evaluated_in_one_call_are_each_evaluated_alon
                 together = search_module._evaluated([later, hybrid], options, capacity)
             alone = [evaluate(g, np.arange(len(g)), options.evaluating, capacity, whole=True) for g in (later, hybrid)]
         assert calls == ([len(later) + len(hybrid)] if one_call > 100 else [len(later), len(hybrid)])
-        for part, g, (it, pk, _) in zip(together, (later, hybrid), alone, strict=True):
+        for part, g, (it, pk, _, _) in zip(together, (later, hybrid), alone, strict=True):
             assert part.grid is g
             np.testing.assert_array_equal(part.iteration, it)
             np.testing.assert_array_equal(part.peak, pk)
