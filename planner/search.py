@@ -35,7 +35,7 @@ from planner.costs.estimate import (
 from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
-from planner.fidelity.evidence import band_frac, plan_evidence
+from planner.fidelity.evidence import band_frac, extrapolated_features, plan_evidence
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
 from planner.result import Shared, brief_plan_json, plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
@@ -1088,7 +1088,7 @@ def _bands(scored: _Scored, rows: np.ndarray, gpus: int) -> tuple[np.ndarray, np
     every = len(rows) == len(scored.grid) and np.array_equal(rows, np.arange(len(rows)))  # settle's: every row
     for start in range(0, len(rows), CHUNK):  # in chunks: every feature's code is an array per row
         part = slice(start, start + CHUNK) if every else rows[start : start + CHUNK]  # a slice: views, no copies
-        extrapolated[start : start + CHUNK] = plan_evidence(scored.grid.take(part), ctx, gpus).extrapolated
+        extrapolated[start : start + CHUNK] = extrapolated_features(scored.grid.take(part), ctx, gpus)
     return band_frac(extrapolated, ctx), extrapolated
 
 
