@@ -146,7 +146,7 @@ def test_block_variants_found_in_each_process_are_those_of_the_whole_grid(case, 
         scored, _, split, _ = search_module._with_tp_overlap_twins(grid, options, capacity, True, True, False)
     assert any(forks) == parallel.can_fork()
     whole, _ = search_module._block_candidates(scored, capacity)
-    iteration, peak, _ = search_module._evaluate(whole, np.arange(len(whole)), options.evaluating, capacity)
+    iteration, peak, _, _ = search_module._evaluate(whole, np.arange(len(whole)), options.evaluating, capacity)
     assert len(whole) > 100
     for name in search_module.FIELDS:
         if name != "layouts":
@@ -222,7 +222,7 @@ def test_block_and_hybrid_variants_evaluated_in_one_call_are_each_evaluated_alon
                 together = search_module._evaluated([later, hybrid], options, capacity)
             alone = [evaluate(g, np.arange(len(g)), options.evaluating, capacity, whole=True) for g in (later, hybrid)]
         assert calls == ([len(later) + len(hybrid)] if one_call > 100 else [len(later), len(hybrid)])
-        for part, g, (it, pk, _) in zip(together, (later, hybrid), alone, strict=True):
+        for part, g, (it, pk, _, _) in zip(together, (later, hybrid), alone, strict=True):
             assert part.grid is g
             np.testing.assert_array_equal(part.iteration, it)
             np.testing.assert_array_equal(part.peak, pk)
