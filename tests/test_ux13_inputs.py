@@ -153,7 +153,7 @@ def _table_script():
 
 def test_the_moe_per_run_table_is_written_by_its_generator_and_lists_every_moe_row():
     # docs §13.7's per-run table listed 60 of the 89 MoE rows (none of GB300's) at an old fit; it is now written by
-    # scripts/moe_runs_table.py --write (the generator takes ~5 s: the values are not compared here)
+    # scripts/moe_runs_table.py --write (tests/test_ux14.py compares the values)
     from planner.fidelity.validate import load_moe_runs
 
     gen = _table_script()

@@ -107,3 +107,46 @@ def test_compare_sides_over_a_typed_plan_take_the_overlaps_each_layout_gets():
     )
     sides = [(out[k]["options"]["overlap_grad_reduce"], out[k]["options"]["overlap_param_gather"]) for k in "ab"]
     assert sides == [(True, True), (False, False)]
+
+
+def _table_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "moe_runs_table.py"
+    spec = importlib.util.spec_from_file_location("moe_runs_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_moe_tables_of_the_docs_are_what_the_generator_writes_now():
+    # §13.7's by-model summary tables were hand-written and carried an older fit's figures (GPT-OSS GB200 25.8 / 37.0 %
+    # where validate gave 15.4 / 25.1 %); both tables and the summary's factors are now written by the generator
+    from planner.fidelity.validate import load_moe_runs, validate_moe
+
+    gen = _table_script()
+    doc = gen.DOC.read_text()
+    model = {run.id: run.request["model"] for run in load_moe_runs()}
+    now = gen.written(doc, validate_moe()["runs"], model, gen.shipped_factors())
+    assert now == doc, "docs/cost-model.md §13.7 is stale: run `python scripts/moe_runs_table.py --write`"
+    assert "| gpt-oss-120b | GB200 | 7 |" in doc and "| **all** | all | 89 |" in doc
+
+
+def test_the_summary_writer_replaces_its_lead_and_table_only():
+    gen = _table_script()
+    rows = [
+        {"id": "MB-26.08-GB200-A", "published": 1000.0, "predicted": 1049.6, "error_pct": 4.96, "in_fit": True},
+        {"id": "MB-26.08-H100-B", "published": 2000.0, "predicted": 1500.4, "error_pct": -24.98, "in_fit": False},
+        {"id": "MB-26.08-H100-C", "published": 100.0, "predicted": 101.0, "error_pct": 1.0, "in_fit": True},
+    ]
+    model = {"MB-26.08-GB200-A": "m", "MB-26.08-H100-B": "m", "MB-26.08-H100-C": "gpt-oss-120b"}
+    lead = gen.summary_lead({"t_op": 8.3, "eta_a2a": 0.8336, "phi": 0.659})
+    assert "at the shipped presets: t_op 8.30 µs, H100's η_a2a 0.834, φ 0.659)" in lead
+    doc = f"intro\n\n{gen.SUMMARY_LEAD}; old lead\nsecond line.\n\n| model | x |\n|---|\n| old | 1 |\n\nnext\n"
+    table = gen.summary(rows, model)
+    assert gen.replaced_summary(doc, lead, table) == f"intro\n\n{lead}\n{table}\nnext\n"
+    # the bar of m: A (4.96 %); B apart. All but GPT-OSS: m's rows. All: A and C in the bar, median (1.0 + 4.96) / 2
+    assert "| m | all | 2 | 5.0 / 5.0 % (1) | 1 |" in table
+    assert "| all but gpt-oss-120b | all | 2 | 5.0 / 5.0 % (1) | 1 |" in table
+    assert table.endswith("| **all** | all | 3 | 3.0 / 5.0 % (2) | 1 |\n")
