@@ -517,7 +517,7 @@ def _with_tp_overlap_twins(
     scored (None without ``block``; with ``defer``, one process and no ``prune``, their grid: the caller evaluates
     them with others, ``_evaluated``) and the rows not timed yet. On one screening block, the time terms of
     every timing are kept (``_Kept``: the rows shown are not timed again)."""
-    keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
+    keys = _family_keys(grid, None) if len(grid) else np.zeros(0, dtype=np.int64)
     blocks = _family_blocks(grid, np.arange(len(grid)), _screen_size(len(grid)), keys)  # a twin's family is its row's
     fork = len(blocks) > 1 and parallel.can_fork()
     n = len(grid)
@@ -1412,19 +1412,20 @@ def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_si
     return f"no legal plan for {ctx.model.name} on {num_gpus:,} GPUs; {why}{allowed}"
 
 
-def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
+def _family_keys(grid: PlanGrid, idx: np.ndarray | None) -> np.ndarray:
     """One integer per plan of ``idx`` that is equal exactly when every field but the micro-batch and
     ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum, the first field the most
     significant; renumbered by ``np.unique`` before it could overflow). Up to ``TABLE_ROWS`` rows the fields in one
     table: a few numpy calls in all, not five per field (a call costs thousands of instructions whatever its rows);
     more rows field by field (``_column_keys``: DeepSeek-V3 / 1024 H100's 1.36 M rows would make a 196 MB table)."""
-    whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
+    n = len(grid) if idx is None else len(idx)  # idx None: every row, in order
+    whole = idx is None or n == len(grid) and np.array_equal(idx, np.arange(n))  # every row, in order: no copies
     columns = (getattr(grid, name) if whole else take_column(getattr(grid, name), idx) for name in FAMILY_FIELDS)
     columns = [col for col in columns if col.strides != (0,)]  # one value (``shared_constant``): no digit
-    if not columns or not len(idx):
-        return np.zeros(len(idx), dtype=np.int64)
-    if len(idx) > TABLE_ROWS:
-        return _column_keys(columns, len(idx))
+    if not columns or not n:
+        return np.zeros(n, dtype=np.int64)
+    if n > TABLE_ROWS:
+        return _column_keys(columns, n)
     table = np.stack(columns, dtype=np.int64, casting="unsafe")  # block layers come back as floats
     low = table.min(axis=1)
     table -= low[:, None]
@@ -1436,7 +1437,7 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
                 key *= width
                 key += digits
         return key
-    return _renumbered(zip(table, widths, strict=True), len(idx))
+    return _renumbered(zip(table, widths, strict=True), n)
 
 
 TABLE_ROWS = 4 * CHUNK  # ``_family_keys`` of more rows goes field by field: its table would be 8 bytes a field a row

@@ -244,3 +244,5 @@ def test_family_keys_are_the_mixed_radix_of_every_field(model, gpus):
             want = want * (col.max() - col.min() + 1) + (col - col.min())
         got = search_module._family_keys(grid, idx)
         assert got.dtype == np.int64 and np.array_equal(got, want)
+        if len(idx) == len(grid):  # None: every row, in order
+            assert np.array_equal(search_module._family_keys(grid, None), want)
