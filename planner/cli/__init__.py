@@ -183,7 +183,7 @@ def cli() -> None:
     \b
     Examples:
         megaplan search --model gpt3-175b --gpus 1024
-        megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --micro-batch 1
+        megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16
         megaplan explain --megatron-args-file my_launch.sh
     """
 
