@@ -107,6 +107,10 @@ def test_compare_sides_over_a_typed_plan_take_the_overlaps_each_layout_gets():
     )
     sides = [(out[k]["options"]["overlap_grad_reduce"], out[k]["options"]["overlap_param_gather"]) for k in "ab"]
     assert sides == [(True, True), (False, False)]
+    # and the table says so on rows of their own (the labels' no-ogr/no-opg were all it showed)
+    rows = {r["name"]: (r["a"], r["b"], r["differs"]) for r in out["rows"]}
+    assert rows["overlap_grad_reduce"] == (True, False, True) and rows["overlap_param_gather"] == (True, False, True)
+    assert rows["tp_comm_overlap"] == (False, False, False)
 
 
 def _table_script():
@@ -195,3 +199,14 @@ def test_every_help_fits_80_columns_and_shows_sizes_as_a_user_gives_them():
         assert not long and "2147483647" not in shown.stdout, (command, long)
     helped = " ".join(run_cli(["search", "--help"], env={"COLUMNS": "80"}).stdout.split())
     assert "--seq-len INTEGER Sequence length s (default: the model preset's). [x>=1]" in helped
+
+
+def test_output_piped_from_a_terminal_fits_that_terminal():
+    # `megaplan explain ... | less` in an 80-column terminal rendered at 160 columns (no COLUMNS exported by bash), so
+    # every line wrapped; now the terminal stderr (or stdin) shows gives the width, COLUMNS still first, 160 without
+    from planner.report.layout import console_width
+
+    assert console_width(False, {}, 80) == 80
+    assert console_width(False, {"COLUMNS": "120"}, 80) == 120
+    assert console_width(False, {}, None) == 160
+    assert console_width(True, {}, 80) is None  # a terminal: rich asks it
