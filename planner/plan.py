@@ -552,6 +552,16 @@ PLAN_LABEL_CODES = (  # (the label words a piece of the legend explains, the pie
         "all-gather with DO/FSDP; TP communication with SP)",
     ),
     (
+        r"acc-(emb|loss|emb\+loss)",
+        "acc-emb/acc-loss/acc-emb+loss: the embedding/the loss/both counted as a layer when the pipeline stages "
+        "are split (--account-for-embedding/loss-in-pipeline-split)",
+    ),
+    (
+        r"first(\d+|-)/last(\d+|-)",
+        "firstN/lastM: N layers on the first stage, M on the last (--decoder-first/last-pipeline-num-layers; -: "
+        "not set)",
+    ),
+    (
         r"(allgather|alltoall|flex)(\+ov)?",
         "MoE token dispatcher allgather, alltoall or flex (+ov: --overlap-moe-expert-parallel-comm)",
     ),

@@ -33,6 +33,23 @@ KNOBS = (
     "overlap_moe_expert_parallel_comm",
 )  # the searched plan options: ParallelPlan fields, search pins
 OVERLAP_PINS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")  # searched PlanOptions
+RECIPE_OVERLAPS = ("overlap_grad_reduce", "overlap_param_gather")  # a typed plan without them: set as search sets them
+
+
+def recipe_overlaps(options: dict, parallel: dict, derive) -> dict:
+    """``options`` with the overlaps named in ``derive`` (those a plan typed as flags leaves out) set as search
+    sets them (``search.recipe_options``, as today's Megatron-Bridge and NeMo performance recipes do):
+    --overlap-grad-reduce on; --overlap-param-gather on with a sharded optimizer (distributed optimizer or
+    Megatron FSDP) and the gradient overlap (Megatron-LM arguments.py: it needs --overlap-grad-reduce), else off.
+    So the layout a user types and search's plan of that layout are one estimate under one label. Megatron-LM's
+    own default for both is off: a launch script or a plan file keeps what it says (they never reach here)."""
+    out = dict(options)
+    if "overlap_grad_reduce" in derive:
+        out["overlap_grad_reduce"] = True
+    if "overlap_param_gather" in derive:
+        sharded = bool(parallel.get("distributed_optimizer") or parallel.get("fsdp"))
+        out["overlap_param_gather"] = sharded and bool(out.get("overlap_grad_reduce"))
+    return out
 
 
 def behaviour(values: dict) -> dict:
@@ -82,7 +99,7 @@ def flag_fields(values: dict) -> dict:
         "gpus": values["gpus"],
         "training": training(values),
         "parallel": par,
-        "options": behaviour(values),
+        "options": recipe_overlaps(behaviour(values), par, [k for k in RECIPE_OVERLAPS if values.get(k) is None]),
     }
 
 

@@ -22,7 +22,16 @@ from planner import api
 from planner.errors import PlannerError, counted, refuse_device, url_hint
 from planner.plan import ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec, recompute_layers_run
 from planner.plan_file import read_plan_file, request_from_fields, request_from_plan, request_to_json
-from planner.plan_options import KNOBS, LISTS, OVERLAP_PINS, flag_fields, search_inputs, search_pins
+from planner.plan_options import (
+    KNOBS,
+    LISTS,
+    OVERLAP_PINS,
+    RECIPE_OVERLAPS,
+    flag_fields,
+    recipe_overlaps,
+    search_inputs,
+    search_pins,
+)
 
 FLAG_NAMES = {  # option names whose flag is not --name-with-dashes
     "plan_file": "--plan",
@@ -56,6 +65,7 @@ class Resolved:
     notes: tuple[str, ...] = ()
     searched: str | None = None  # set when the plan is search's best for the options given
     read: bool = False  # the model was read from a launch script (explain shows what it read)
+    derived: tuple[str, ...] = ()  # the overlaps a plan typed as flags left out, set as search sets them
 
     @property
     def overrides(self) -> tuple[str, ...]:
@@ -182,7 +192,8 @@ def resolve_plan(values: dict, given: set[str], *, search_best: bool = False) ->
             return _search_best(values, given)
         gpus = values.get("gpus")
         req, clamped = clamp_recompute_layers(build(flag_fields(values), f"--gpus {gpus}"))
-        return Resolved(req, clamped)
+        derived = tuple(k for k in RECIPE_OVERLAPS if values.get(k) is None)
+        return Resolved(req, clamped, derived=derived)
     selecting = {*source.selectors, *source.companions}
     names = given - NOT_PLAN - selecting - source.takes
     fields = source.fields(values, frozenset(names))  # what the options beside override, the source need not give
@@ -376,10 +387,15 @@ def build(data: dict, world: str | None = None) -> api.PlanRequest:
     return request_from_fields(data)
 
 
-def override_request(req: api.PlanRequest, overrides: dict, where: str = "the plan") -> api.PlanRequest:
-    """``req`` with some plan options (by option name) changed (compare's --a and --b)."""
+def override_request(
+    req: api.PlanRequest, overrides: dict, where: str = "the plan", derived: tuple[str, ...] = ()
+) -> api.PlanRequest:
+    """``req`` with some plan options (by option name) changed (compare's --a and --b); ``derived``: the overlaps
+    ``req`` took from its plan (a plan typed as flags), set again from the changed plan unless given."""
     data = {**request_to_json(req), "hardware": req.ctx.hardware}
     changed, _ = override_fields(data, overrides, where)
+    derive = [k for k in derived if k not in overrides]
+    changed["options"] = recipe_overlaps(changed["options"], changed["parallel"], derive)
     return build(changed, f"{where}'s {req.gpus} GPUs" if "gpus" not in overrides else None)
 
 

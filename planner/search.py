@@ -22,17 +22,20 @@ import numpy as np
 
 from planner import heap, parallel
 from planner.costs.estimate import (
+    TIME_TERMS,
     evaluate,
     iteration_floor_s,
     iteration_s,
+    iteration_terms,
     peak_memory_bytes,
     peak_memory_bytes_and_twins,
     stage_memory_totals,
+    time_total_s,
 )
 from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.errors import InfeasibleError
-from planner.fidelity.evidence import band_frac, plan_evidence
+from planner.fidelity.evidence import band_frac, extrapolated_features, plan_evidence
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
 from planner.result import Shared, brief_plan_json, plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
@@ -137,15 +140,19 @@ class _Options:
 
 @dataclass
 class _Scored:
-    """Evaluated candidates: a grid (with each row's overlaps) and, per row, its time and peak memory."""
+    """Evaluated candidates: a grid (with each row's overlaps) and, per row, its time and peak memory; with
+    ``kept``, each row's ``ticket`` to the time terms its time is the sum of (``_Kept``; -1: none kept)."""
 
     grid: PlanGrid
     iteration: np.ndarray
     peak: np.ndarray
     options: _Options
+    ticket: np.ndarray | None = None
+    kept: _Kept | None = None
 
     def take(self, rows: np.ndarray) -> _Scored:
-        return _Scored(self.grid.take(rows), self.iteration[rows], self.peak[rows], self.options)
+        ticket = None if self.ticket is None else self.ticket[rows]
+        return _Scored(self.grid.take(rows), self.iteration[rows], self.peak[rows], self.options, ticket, self.kept)
 
     @staticmethod
     def stack(parts: list[_Scored]) -> _Scored:
@@ -153,7 +160,46 @@ class _Scored:
         if len(parts) == 1:
             return parts[0]
         iteration, peak = (np.concatenate([getattr(p, k) for p in parts]) for k in ("iteration", "peak"))
-        return _Scored(PlanGrid.stack(*(p.grid for p in parts)), iteration, peak, parts[0].options)
+        kept = parts[0].kept if all(p.ticket is not None for p in parts) else None
+        ticket = np.concatenate([p.ticket for p in parts]) if kept is not None else None
+        return _Scored(PlanGrid.stack(*(p.grid for p in parts)), iteration, peak, parts[0].options, ticket, kept)
+
+    def terms(self, rows: np.ndarray) -> dict[str, np.ndarray] | None:
+        """The time terms of ``rows`` as the search computed them (``_Kept.terms``), None where one has none."""
+        return None if self.kept is None or self.ticket is None else self.kept.terms(self.ticket[rows])
+
+
+@dataclass
+class _Kept:
+    """The time terms of a search's timing calls (``iteration_terms``: each call's dict, kept whole, no copy), so
+    the plans it shows are not timed again (``_plans_json``): a row's terms are found by its ticket, its place
+    among the rows of every call one after the other. One process's calls: kept only where the search runs in
+    one process on one screening block (``_with_tp_overlap_twins``: at most ``BLOCK`` rows and their twins)."""
+
+    calls: list[dict] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)  # the tickets' end of each call
+
+    def timed(self, grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+        """``iteration_s`` of the rows of ``grid`` (one evaluation) and their tickets."""
+        time, start = iteration_terms(grid, ctx), self.ends[-1] if self.ends else 0
+        self.calls.append(time)
+        self.ends.append(start + len(grid))
+        return time_total_s(time), np.arange(start, start + len(grid))
+
+    def terms(self, tickets: np.ndarray) -> dict[str, np.ndarray] | None:
+        """The time terms of the rows of ``tickets`` (in ``TIME_TERMS`` order), None where one has none (-1)."""
+        if not len(tickets) or np.any(tickets < 0):
+            return None
+        calls, rows = np.searchsorted(self.ends, tickets, side="right").tolist(), []
+        for c, t in zip(calls, tickets.tolist(), strict=True):
+            time, at = self.calls[c], t - (self.ends[c - 1] if c else 0)
+            rows.append([time[k][at] for k in TIME_TERMS])
+        return dict(zip(TIME_TERMS, np.array(rows, dtype=float).T, strict=True))
+
+
+def _time(grid: PlanGrid, ctx: Context, kept: _Kept | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``iteration_s`` of the rows of ``grid`` (one evaluation), and with ``kept`` their tickets (``_Kept.timed``)."""
+    return (iteration_s(grid, ctx), None) if kept is None else kept.timed(grid, ctx)
 
 
 SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by attention kernel
@@ -255,34 +301,41 @@ def _with_variants(scored: _Scored, block_part, ctx: Context, pins: Pins, gpus: 
     parts = [scored] if block_part is None or later else [scored, block_part]
     if hsdp:
         later.append(hybrid_variants(scored, ctx, pins, gpus, capacity))
-    return parts + (_evaluated(later, scored.options, capacity) if later else [])
+    return parts + (_evaluated(later, scored.options, capacity, scored.kept) if later else [])
 
 
-def _evaluated(grids: list[PlanGrid], options: _Options, capacity: float) -> list[_Scored]:
-    """Each grid's rows scored (``_evaluate``; the caller reads no states, ``whole``). A few rows in all
-    (``ONE_CALL``, so every micro-batch of each grid is measured either way) are evaluated in one call: a
-    call of the cost functions costs milliseconds whatever its rows (the search's block and hybrid variants)."""
+def _evaluated(grids: list[PlanGrid], options: _Options, capacity: float, kept: _Kept | None = None) -> list[_Scored]:
+    """Each grid's rows scored (``_evaluate``; the caller reads no states, ``whole``; with ``kept``, their time
+    terms kept). A few rows in all (``ONE_CALL``, so every micro-batch of each grid is measured either way) are
+    evaluated in one call: a call of the cost functions costs milliseconds whatever its rows (the search's
+    block and hybrid variants)."""
     if len(grids) > 1 and sum(len(g) for g in grids) > ONE_CALL:
-        return [part for g in grids for part in _evaluated([g], options, capacity)]
+        return [part for g in grids for part in _evaluated([g], options, capacity, kept)]
     both = PlanGrid.stack(*grids) if len(grids) > 1 else grids[0]
-    it, pk, _ = _evaluate(both, np.arange(len(both)), options.evaluating, capacity, whole=True)
+    it, pk, _, ticket = _evaluate(both, np.arange(len(both)), options.evaluating, capacity, whole=True, kept=kept)
     cuts = np.cumsum([len(g) for g in grids[:-1]])
-    return [_Scored(g, i, p, options) for g, i, p in zip(grids, np.split(it, cuts), np.split(pk, cuts), strict=True)]
+    tickets = np.split(ticket, cuts) if kept is not None else [None] * len(grids)
+    scored = zip(grids, np.split(it, cuts), np.split(pk, cuts), tickets, strict=True)
+    return [_Scored(g, i, p, options, t, kept) for g, i, p, t in scored]
 
 
-def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float, keys=None, whole=False) -> tuple:
+def _evaluate(grid: PlanGrid, idx: np.ndarray, ctx: Context, capacity: float, keys=None, whole=False, kept=None):
     """Peak memory of the rows ``idx`` (``_peak_memory``: a lower bound where a plan cannot fit) and the
     iteration time of those that fit (infinite for the others), each with the overlaps its row carries;
-    and how each peak was found (``_by_family_states``; ``keys``: the rows' families, if known; ``whole``:
-    the caller reads no states, so a few rows are measured in one call)."""
+    how each peak was found (``_by_family_states``; ``keys``: the rows' families, if known; ``whole``:
+    the caller reads no states, so a few rows are measured in one call); and with ``kept`` (``_Kept``) each
+    row's ticket to its time terms (-1: not timed), else None."""
     iteration = np.full(len(idx), np.inf)
+    ticket = None if kept is None else np.full(len(idx), -1)
     with np.errstate(divide="ignore", invalid="ignore"):
         peak, state = _peak_memory(grid, idx, ctx, capacity, keys, whole)
         fitting = np.flatnonzero(peak <= capacity)
         for start in range(0, len(fitting), CHUNK):
             part = fitting[start : start + CHUNK]
-            iteration[part] = iteration_s(_taken(grid, idx[part]), ctx)  # evaluate's, without its memory
-    return iteration, peak, state
+            iteration[part], t = _time(_taken(grid, idx[part]), ctx, kept)  # evaluate's, without its memory
+            if kept is not None:
+                ticket[part] = t
+    return iteration, peak, state, ticket
 
 
 def block_recompute_layers(grid: PlanGrid, ctx: Context, capacity: float) -> np.ndarray:
@@ -290,12 +343,8 @@ def block_recompute_layers(grid: PlanGrid, ctx: Context, capacity: float) -> np.
     each plan fit: memory falls linearly with every layer recomputed (each keeps its input instead of
     its activations), so two evaluations (1 and 2 layers) give each stage's slope. 0 where block
     recomputation cannot fit; where it needs every layer of the largest chunk it is uniform recomputation."""
-    n = len(grid)
     with np.errstate(divide="ignore", invalid="ignore"):  # 1 and 2 layers in one evaluation
-        ones, twos = np.ones(n, dtype=np.int64), np.full(n, 2, dtype=np.int64)
-        both = PlanGrid.stack(replace(grid, recompute_layers=ones), replace(grid, recompute_layers=twos))
-        total, chunks = stage_memory_totals(both, ctx)
-        one, two, chunk = total[:n], total[n:], chunks[:n]
+        (one, two), chunk = stage_memory_totals(grid, ctx, (1, 2))
         saving = np.where(chunk >= 2, one - two, 0.0)  # one more recomputed layer per chunk
         need = np.where(one <= capacity, 1.0, 1.0 + np.ceil((one - capacity) / saving))
     need = np.where(np.isfinite(need) & (need <= chunk), need, np.where(one <= capacity, 1.0, np.inf))
@@ -466,8 +515,9 @@ def _with_tp_overlap_twins(
     says no hybrid variant can come from the row; None: any may); the others keep an infinite time until the
     ranking needs them (``_Pending.settle``). Returns the rows scored, the twins evaluated, the block variants
     scored (None without ``block``; with ``defer``, one process and no ``prune``, their grid: the caller evaluates
-    them with others, ``_evaluated``) and the rows not timed yet."""
-    keys = _family_keys(grid, np.arange(len(grid))) if len(grid) else np.zeros(0, dtype=np.int64)
+    them with others, ``_evaluated``) and the rows not timed yet. On one screening block, the time terms of
+    every timing are kept (``_Kept``: the rows shown are not timed again)."""
+    keys = _family_keys(grid, None) if len(grid) else np.zeros(0, dtype=np.int64)
     blocks = _family_blocks(grid, np.arange(len(grid)), _screen_size(len(grid)), keys)  # a twin's family is its row's
     fork = len(blocks) > 1 and parallel.can_fork()
     n = len(grid)
@@ -475,9 +525,10 @@ def _with_tp_overlap_twins(
     iteration, peak, off_wins, need = out  # need: what is left to time (``_screen_block``)
     # the twins' peaks as screened, kept in one process only: forked (DeepSeek-V3's 1.4 M rows) the 8 bytes a row
     # would lift the peak RSS past the speed issue's 250 MiB, so a flipped twin's peak is measured again there
-    out = (*out, None if fork else np.empty(n))
+    kept = _Kept() if len(blocks) == 1 else None  # the time terms: a few MiB at most (BLOCK rows and their twins)
+    out = (*out, None if fork else np.empty(n), None if kept is None else np.full(n, -1), kept)
     groups = _halves(blocks) if fork else [blocks]  # each process's blocks (one job each: ``run_jobs``' split)
-    variants = _BlockVariants.shared(grid, groups, fork, capacity, options) if block else None
+    variants = _BlockVariants.shared(grid, groups, fork, capacity, options, kept) if block else None
     later = defer and not fork and not prune  # the block variants' layers only: the caller evaluates them
 
     def job(g: int, group: list[np.ndarray]):
@@ -501,7 +552,7 @@ def _with_tp_overlap_twins(
     iteration[rows] = np.inf
     grid.tp_comm_overlap[off_wins > 0] = 0
     part = variants.collect(grid, later, pending) if variants else None
-    return _Scored(grid, iteration, peak, options), evaluated, part, pending
+    return _Scored(grid, iteration, peak, options, out[5], kept), evaluated, part, pending
 
 
 SCREEN = 3  # BLOCKs a screening block holds at most: each call of the cost functions costs a millisecond or more
@@ -540,7 +591,7 @@ def _halves(blocks: list) -> list[list]:
 def _floors(grid: PlanGrid, rows: np.ndarray, out, ctx: Context) -> None:
     """Writes into ``iteration`` each row of ``rows`` left to time its floor: the lower of its own and its
     twin's (``iteration_floor_s``), as ``need`` says which are timed."""
-    iteration, _, _, need, _ = out
+    iteration, need = out[0], out[3]
     rows = rows[need.take(rows) > 0]
     code = need[rows]
     mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
@@ -623,7 +674,10 @@ class _Pending:
     def time_variants(self, part: _Scored, which: np.ndarray) -> None:
         """Times the block variants ``which`` (a mask over the pending ones) of their scored ``part``."""
         block, pos, floor = self.variants
-        part.iteration[pos[which]] = _chunked(iteration_s, block.take(pos[which]), self.ctx)
+        at = pos[which]
+        part.iteration[at], ticket = _timed(block.take(at), self.ctx, part.kept)
+        if part.ticket is not None:
+            part.ticket[at] = ticket
         self.variants = block, pos[~which], floor[~which]
 
     def settle(self, parts: list[_Scored], capacity: float, rank_by: str, top: int, gpus: int) -> tuple:
@@ -723,14 +777,17 @@ class _BlockVariants:
     late: np.ndarray  # 1: fits, not timed yet (``solve`` with prune)
     capacity: float
     options: _Options
+    kept: _Kept | None = None  # the search's time terms (one process): each variant's ``ticket`` to its own
+    ticket: np.ndarray | None = None
 
     @classmethod
-    def shared(cls, grid: PlanGrid, groups: list, fork: bool, capacity: float, options: _Options) -> _BlockVariants:
+    def shared(cls, grid: PlanGrid, groups: list, fork: bool, capacity: float, options: _Options, kept=None):
         can = (grid.recompute == 0) & ~grid.a2a_overlap
         offsets = np.cumsum([0] + [sum(int(np.count_nonzero(can.take(rows))) for rows in group) for group in groups])
         slots, kinds = int(offsets[-1]), (np.int64, float, float, float, np.int8)  # layers come back as floats
         arrays = (parallel.shared_empty(slots, kind, fork) for kind in kinds)
-        return cls(offsets, parallel.shared_empty(len(groups), np.int64, fork), *arrays, capacity, options)
+        count, ticket = parallel.shared_empty(len(groups), np.int64, fork), None if kept is None else np.full(slots, -1)
+        return cls(offsets, count, *arrays, capacity, options, kept, ticket)
 
     def base(self, grid: PlanGrid, rows: np.ndarray, peak: np.ndarray) -> np.ndarray:
         """The ``rows`` scored (``peak``) that ``_block_candidates`` takes: without recomputation, not fitting."""
@@ -760,15 +817,19 @@ class _BlockVariants:
             self.iteration[at][fits] = _chunked(iteration_floor_s, block.take(np.flatnonzero(fits)), ctx)
             return block
         if not later:
-            it, pk, _ = _evaluate(block, np.arange(len(block)), ctx, self.capacity, whole=True)
+            it, pk, _, ticket = _evaluate(block, np.arange(len(block)), ctx, self.capacity, whole=True, kept=self.kept)
             self.iteration[at], self.peak[at] = it, pk
+            if self.kept is not None:
+                self.ticket[at] = ticket
         return None
 
     def time(self, b: int, block: PlanGrid, reach: float) -> None:
         """Times group ``b``'s variants (``block``, from ``solve``) that fit and whose floor is within ``reach``."""
         at = slice(self.offsets[b], self.offsets[b] + self.count[b])
         which = np.flatnonzero((self.late[at] > 0) & ~(self.iteration[at] > reach))
-        self.iteration[at][which] = _chunked(iteration_s, block.take(which), self.options.evaluating)
+        self.iteration[at][which], ticket = _timed(block.take(which), self.options.evaluating, self.kept)
+        if self.kept is not None:
+            self.ticket[at][which] = ticket
         self.late[at][which] = 0
 
     def collect(self, grid: PlanGrid, later=False, pending: _Pending | None = None) -> _Scored | PlanGrid:
@@ -786,7 +847,8 @@ class _BlockVariants:
         if pending is not None and len(late):
             pending.variants = (block, late, iteration[late])
         iteration[late] = np.inf
-        return _Scored(block, iteration, self.peak[pos], self.options)
+        ticket = None if self.kept is None else self.ticket[pos]
+        return _Scored(block, iteration, self.peak[pos], self.options, ticket, self.kept)
 
 
 ROW, TWIN, SMALLER = 1, 2, 4  # ``need`` flags: time the row as it is, time its twin; the twin needs less memory
@@ -798,7 +860,7 @@ def _screen_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _
     decides it (neither fits: the smaller; only the twin fits: the twin), and ``need``: what is left to time
     (``ROW``, ``TWIN``, with ``SMALLER``; ``_time_rows``), and each twin's peak where it was measured (NaN elsewhere:
     ``_time_rows`` reads it). A row that fits keeps its own overlap until timed."""
-    iteration, peak, off_wins, need, twin_peak = out
+    iteration, peak, off_wins, need, twin_peak = out[:5]
     order = _family_order(keys[rows], grid.micro_batch.take(rows))  # by family and micro-batch, as they come:
     rows = rows if order is None else rows[order]  # sorted once here, the twins among them need no sort of their own
     at = np.flatnonzero(grid.tp_comm_overlap[rows] > 0) if twins else rows[:0]  # the twinned rows among rows
@@ -857,15 +919,18 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
     each twinned row's faster version, or where the row's time is not finite, the smaller (``SMALLER``); a row
     that takes its twin takes the twin's peak (measured here where ``_screen_block`` did not: in a large block a
     twin that fits is not screened where its row fits)."""
-    iteration, peak, off_wins, need, twin_peak = out
+    iteration, peak, off_wins, need, twin_peak, ticket, kept = out
     code = need[rows]
     mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
-    times = _times(_Twins(grid, np.concatenate([mine, tw]), len(mine)), ctx)
+    times, tickets = _timed(_Twins(grid, np.concatenate([mine, tw]), len(mine)), ctx, kept)
     it, tw_it = times[: len(mine)], times[len(mine) :]
     iteration[mine] = it
     own = np.where((need[tw] & ROW) > 0, iteration[tw], np.inf)
     better = (tw_it < own) | (~np.isfinite(own) & ((need[tw] & SMALLER) > 0))
     iteration[tw[better]] = tw_it[better]
+    if kept is not None:  # each row's ticket: the version whose time it keeps
+        ticket[mine] = tickets[: len(mine)]
+        ticket[tw[better]] = tickets[len(mine) :][better]
     flip = np.flatnonzero(better & (off_wins[tw] == 0))  # rows that kept their own overlap until now
     unknown = flip
     if twin_peak is not None:
@@ -879,14 +944,20 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
     need[rows] = 0
 
 
-def _times(rows: _Twins, ctx: Context) -> np.ndarray:
-    """``iteration_s`` of the ``rows`` (rows and twins in the same evaluations, one per CHUNK rows: a plan's time
-    does not depend on the others evaluated with it)."""
+def _timed(rows: PlanGrid | _Twins, ctx: Context, kept: _Kept | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``iteration_s`` of the ``rows`` (a grid, or rows and twins in the same evaluations), one evaluation per
+    CHUNK rows (a plan's time does not depend on the others evaluated with it); with ``kept``, their tickets to
+    their time terms (``_Kept``), else None."""
     out = np.empty(len(rows))
+    tickets = None if kept is None else np.empty(len(rows), dtype=np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         for start in range(0, len(rows), CHUNK):
-            out[start : start + CHUNK] = iteration_s(rows.take(slice(start, start + CHUNK)), ctx)
-    return out
+            whole = isinstance(rows, PlanGrid) and len(rows) <= CHUNK  # a grid read whole: no copy of its rows
+            part = slice(start, start + CHUNK)
+            out[part], t = _time(rows if whole else rows.take(part), ctx, kept)
+            if kept is not None:
+                tickets[part] = t
+    return out, tickets
 
 
 @dataclass(frozen=True, eq=False)
@@ -1013,7 +1084,7 @@ def _bands(scored: _Scored, rows: np.ndarray, gpus: int) -> tuple[np.ndarray, np
     every = len(rows) == len(scored.grid) and np.array_equal(rows, np.arange(len(rows)))  # settle's: every row
     for start in range(0, len(rows), CHUNK):  # in chunks: every feature's code is an array per row
         part = slice(start, start + CHUNK) if every else rows[start : start + CHUNK]  # a slice: views, no copies
-        extrapolated[start : start + CHUNK] = plan_evidence(scored.grid.take(part), ctx, gpus).extrapolated
+        extrapolated[start : start + CHUNK] = extrapolated_features(scored.grid.take(part), ctx, gpus)
     return band_frac(extrapolated, ctx), extrapolated
 
 
@@ -1102,9 +1173,10 @@ def _ranked(
     shown, ranks, fastest, fastest_rank, moved = _standing(scored.iteration[ok], ranking, top, rank_by)
     chosen, fastest_row = ok[shown], ok[fastest]
     best = scored.grid.take(chosen)  # one evaluation: each row carries its own overlaps
+    time = scored.terms(chosen)  # as the search computed them (None: evaluated again)
     marks = [(bool(ranking.tie[s]), bool(i == fastest_row), r) for s, i, r in zip(shown, chosen, ranks, strict=True)]
     return SearchResult(
-        lambda: _plans_json(best, scored.options, num_gpus, marks, memory_headroom, brief),
+        lambda: _plans_json(best, scored.options, num_gpus, marks, memory_headroom, brief, time),
         evaluated,
         int(np.sum(fits)),
         rejected,
@@ -1116,11 +1188,12 @@ def _ranked(
     )
 
 
-def _plans_json(best: PlanGrid, options: _Options, num_gpus: int, marks: list, headroom, brief: bool) -> list[dict]:
+def _plans_json(best: PlanGrid, options: _Options, num_gpus: int, marks: list, headroom, brief: bool, time=None):
     """The plan JSON of the rows of ``best`` (``SearchResult.plans``), each with its options and its ``marks``
-    (tied with the fastest, the fastest, its rank); ``brief``: ``result.brief_plan_json``."""
+    (tied with the fastest, the fastest, its rank); ``brief``: ``result.brief_plan_json``; ``time``: their time
+    terms as the search computed them (``evaluate``'s ``time``; None: computed here)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        ev = evaluate(best, options.evaluating)
+        ev = evaluate(best, options.evaluating, time=time)
     shared = None if brief else Shared(plan_evidence(best, options.evaluating, num_gpus))  # once for the rows
     plans = []
     for j, (k, (tied, fastest, rank)) in enumerate(zip(options.codes(best), marks, strict=True)):
@@ -1339,19 +1412,20 @@ def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_si
     return f"no legal plan for {ctx.model.name} on {num_gpus:,} GPUs; {why}{allowed}"
 
 
-def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
+def _family_keys(grid: PlanGrid, idx: np.ndarray | None) -> np.ndarray:
     """One integer per plan of ``idx`` that is equal exactly when every field but the micro-batch and
     ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum, the first field the most
     significant; renumbered by ``np.unique`` before it could overflow). Up to ``TABLE_ROWS`` rows the fields in one
     table: a few numpy calls in all, not five per field (a call costs thousands of instructions whatever its rows);
     more rows field by field (``_column_keys``: DeepSeek-V3 / 1024 H100's 1.36 M rows would make a 196 MB table)."""
-    whole = len(idx) == len(grid) and np.array_equal(idx, np.arange(len(grid)))  # every row, in order: no copies
+    n = len(grid) if idx is None else len(idx)  # idx None: every row, in order
+    whole = idx is None or n == len(grid) and np.array_equal(idx, np.arange(n))  # every row, in order: no copies
     columns = (getattr(grid, name) if whole else take_column(getattr(grid, name), idx) for name in FAMILY_FIELDS)
     columns = [col for col in columns if col.strides != (0,)]  # one value (``shared_constant``): no digit
-    if not columns or not len(idx):
-        return np.zeros(len(idx), dtype=np.int64)
-    if len(idx) > TABLE_ROWS:
-        return _column_keys(columns, len(idx))
+    if not columns or not n:
+        return np.zeros(n, dtype=np.int64)
+    if n > TABLE_ROWS:
+        return _column_keys(columns, n)
     table = np.stack(columns, dtype=np.int64, casting="unsafe")  # block layers come back as floats
     low = table.min(axis=1)
     table -= low[:, None]
@@ -1363,7 +1437,7 @@ def _family_keys(grid: PlanGrid, idx: np.ndarray) -> np.ndarray:
                 key *= width
                 key += digits
         return key
-    return _renumbered(zip(table, widths, strict=True), len(idx))
+    return _renumbered(zip(table, widths, strict=True), n)
 
 
 TABLE_ROWS = 4 * CHUNK  # ``_family_keys`` of more rows goes field by field: its table would be 8 bytes a field a row

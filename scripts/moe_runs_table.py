@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The per-run table of docs/cost-model.md §13.7 (the published MoE throughputs against megaplan's
-predictions), from the current code and presets, so that it is regenerated instead of going stale.
-Run it after a change that moves the MoE predictions (a refit, a physics change); about 5 s.
-Usage: python scripts/moe_runs_table.py             (print the table)
-       python scripts/moe_runs_table.py --write     (replace the table in docs/cost-model.md)
-       python scripts/moe_runs_table.py --summary   (print median / max |error| by model and GPU)
+"""The by-model summary and the per-run table of docs/cost-model.md §13.7 (the published MoE throughputs
+against megaplan's predictions), from the current code and presets, so that they are regenerated instead of
+going stale (tests/test_ux14.py checks the docs against them). Run it after a change that moves the MoE
+predictions (a refit, a physics change); about 2 s.
+Usage: python scripts/moe_runs_table.py             (print the per-run table)
+       python scripts/moe_runs_table.py --write     (replace both tables, and the summary's lead, in docs/cost-model.md)
+       python scripts/moe_runs_table.py --summary   (print the summary's lead and median / max |error| by model and GPU)
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cost-model.md"
 LEAD = "Per run (`megaplan validate --json`, `moe.runs`"  # the paragraph the table follows
 HEADER = ["| run | published | predicted | error | |", "|---|---:|---:|---:|---|"]
+SUMMARY_LEAD = "By model and GPU (`megaplan validate --json`, `moe.runs`"  # the summary's lead paragraph, generated
+WITHOUT = "gpt-oss-120b"  # the model a summary row leaves out (the largest misses, §13.7 "What the GPT-OSS rows ran")
 
 
 def table(runs: list[dict]) -> str:
@@ -47,8 +50,49 @@ def summary(runs: list[dict], model: dict[str, str]) -> str:
         for g in [*gpus, "all"] if m != "all" else [*gpus]:
             rows = [r for r in runs if m in (model[r["id"]], "all") and g in (gpu[r["id"]], "all")]
             lines += [f"| {m} | {g} | {_stats(rows)} |"] if rows else []
+    others = [r for r in runs if model[r["id"]] != WITHOUT]
+    lines += [f"| all but {WITHOUT} | all | {_stats(others)} |"] if len(others) < len(runs) else []
     lines.append(f"| **all** | all | {_stats(runs)} |")
     return "\n".join(lines) + "\n"
+
+
+def summary_lead(factors: dict[str, float]) -> str:
+    """The summary's lead paragraph, with the MoE factors it was computed at (``factors``: t_op in µs, H100's
+    η_a2a and φ, from presets/hardware/dgx-h100-superpod.yaml)."""
+    return (
+        f"{SUMMARY_LEAD}; written by `python scripts/moe_runs_table.py --write` with the per-run table below, at "
+        f"the shipped presets: t_op {factors['t_op']:.2f} µs, H100's η_a2a {factors['eta_a2a']:.3f}, φ "
+        f"{factors['phi']:.3f}): median / max |error| of the rows in the bar, the rows reported apart counted "
+        "beside them.\n"
+    )
+
+
+def shipped_factors() -> dict[str, float]:
+    """The MoE factors of the shipped H100 preset (t_op is one value for every GPU, `calibrate --moe`)."""
+    from planner.presets import load_hardware
+
+    cal = load_hardware("dgx-h100-superpod").calibration
+    return {"t_op": cal.moe_host_op_us, "eta_a2a": cal.a2a_network_efficiency, "phi": cal.persistent_gemm_comm_share}
+
+
+def replaced_summary(doc: str, lead: str, new_table: str) -> str:
+    """``doc`` with the summary's lead paragraph (starting SUMMARY_LEAD) and the table right after it replaced."""
+    start = doc.find("\n" + SUMMARY_LEAD)
+    if start < 0:
+        raise SystemExit(
+            f"{DOC.name}: no paragraph starting {SUMMARY_LEAD!r}; update SUMMARY_LEAD in {Path(__file__).name}"
+        )
+    begin = doc.find("\n| model |", start)
+    if begin < 0 or doc.find("\n\n", start) < begin - 1:
+        raise SystemExit(f"{DOC.name}: no table right after {SUMMARY_LEAD!r}")
+    end = doc.find("\n\n", begin + 1)
+    end = len(doc) if end < 0 else end + 1
+    return doc[: start + 1] + lead + "\n" + new_table + doc[end:]
+
+
+def written(doc: str, runs: list[dict], model: dict[str, str], factors: dict[str, float]) -> str:
+    """``doc`` with both §13.7 tables (and the summary's lead) as the generator writes them."""
+    return replaced_summary(replaced(doc, table(runs)), summary_lead(factors), summary(runs, model))
 
 
 def replaced(doc: str, new_table: str) -> str:
@@ -69,16 +113,16 @@ def main(argv: list[str]) -> None:
     from planner.fidelity.validate import load_moe_runs, validate_moe
 
     runs = validate_moe()["runs"]
-    text = table(runs)
+    model = {run.id: run.request["model"] for run in load_moe_runs()}
     if argv[1:] == ["--summary"]:
-        print(summary(runs, {run.id: run.request["model"] for run in load_moe_runs()}), end="")
+        print(summary_lead(shipped_factors()) + "\n" + summary(runs, model), end="")
     elif argv[1:] == ["--write"]:
-        DOC.write_text(replaced(DOC.read_text(), text))
-        print(f"wrote the §13.7 per-run table of {DOC}")
+        DOC.write_text(written(DOC.read_text(), runs, model, shipped_factors()))
+        print(f"wrote the §13.7 summary and per-run tables of {DOC}")
     elif argv[1:]:
         raise SystemExit(__doc__)
     else:
-        print(text, end="")
+        print(table(runs), end="")
 
 
 if __name__ == "__main__":

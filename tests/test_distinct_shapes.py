@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 from planner.api import make_request
 from planner.costs import stage_memory
 from planner.costs.blocks import _layer_blocks, layer_parts
-from planner.costs.estimate import _time_terms, evaluate, iteration_s, peak_memory_bytes, peak_memory_bytes_and_twins
+from planner.costs.estimate import (
+    _time_terms,
+    evaluate,
+    iteration_s,
+    peak_memory_bytes,
+    peak_memory_bytes_and_twins,
+    stage_memory_totals,
+)
 from planner.costs.letters import (
     KEPT_SHAPES,
     LAYER_CARRIED,
@@ -136,6 +143,35 @@ def test_a_twins_peak_from_its_rows_evaluation_is_its_own(case, seed, rows):
         np.testing.assert_array_equal(twin_peak, peak_memory_bytes(off, ctx))
     sp = grid.sequence_parallel[twins] & (grid.tp_comm_overlap[twins] > 0) & np.isfinite(peak[twins])
     assert (twin_peak[sp] < peak[twins][sp]).all()  # the userbuffers and TE's streams gone
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 400), counts=st.lists(st.integers(1, 9), min_size=1, max_size=3)
+)
+def test_stage_totals_for_several_recomputed_layer_counts_are_each_counts_own(case, seed, rows, counts):
+    """``stage_memory_totals(grid, ctx, counts)``: block recomputation's K layer counts along a leading axis in one
+    evaluation; each count's totals number for number those of the grid with that --recompute-num-layers, and the
+    layers per chunk the grid's own (block recomputation solves its layers with counts 1 and 2)."""
+    ctx, grid = _grid(*case)
+    rng = np.random.default_rng(seed)
+    grid = grid.take(rng.choice(len(grid), size=min(rows, len(grid)), replace=False))
+    n = len(grid)
+    full = rng.random(n) < 0.8  # most rows full recomputation, block or uniform; the rest as they are
+    grid = replace(
+        grid,
+        recompute=np.where(full, 2, grid.recompute).astype(grid.recompute.dtype),
+        recompute_block=rng.random(n) < 0.7,
+        tp_comm_overlap=rng.integers(0, 2, n).astype(np.int8),
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        totals, chunks = stage_memory_totals(grid, ctx, tuple(counts))
+        assert totals.shape == (len(counts), *chunks.shape)
+        for k, total in zip(counts, totals, strict=True):
+            own, own_chunks = stage_memory_totals(replace(grid, recompute_layers=np.full(n, k, np.int64)), ctx)
+            np.testing.assert_array_equal(total, own, err_msg=f"{k} layers")
+            np.testing.assert_array_equal(chunks, own_chunks)
 
 
 def _evaluation_values(ev) -> dict:

@@ -143,6 +143,27 @@ def test_the_grid_gives_each_plan_what_it_gives_alone(tp, pp, cp, vpp, b, fsdp):
     assert ("fsdp" in used) == fsdp and ("cp" in used) == (cp > 1) and ("micro_batch" in used) == (b >= 3)
 
 
+def test_extrapolated_features_counts_the_features_no_setting_has():
+    # search ranks by ``extrapolated_features`` (no settings looked up): the same count as the plan evidence's,
+    # each feature used (code not 0) with no setting behind it. DeepSeek-V3 on 1024 H100: Megatron FSDP (no
+    # Hopper setting), FSDP with TP and PP, full recomputation in blocks and DDP are each extrapolated; EP 8 with
+    # the alltoall dispatcher and PP 8 are not; the options' kinds (the model, GPUs, attention, FP8, ...) are one
+    # value for every plan, broadcast
+    req = make_request(model="deepseek-v3", hardware=H100, gpus=1024)
+    moe = {"ep": 8, "moe_token_dispatcher": "alltoall"}
+    plans = [
+        _plan(tp=2, pp=8, dp=64, fsdp=True, recompute="full", recompute_method="block", recompute_num_layers=1, **moe),
+        _plan(tp=2, pp=8, dp=64, distributed_optimizer=True, **moe),
+        _plan(tp=2, pp=8, dp=64, **moe),
+    ]
+    grid = PlanGrid.from_plans(plans)
+    ev = evidence.plan_evidence(grid, req.ctx, 1024)
+    by_hand = [["fsdp", "fsdp_split", "recompute"], [], ["optimizer"]]
+    assert [sorted(k for k in ev.counts if ev.counts[k][i] == 0) for i in range(3)] == by_hand
+    assert list(evidence.extrapolated_features(grid, req.ctx, 1024)) == [3, 0, 1] == list(ev.extrapolated)
+    assert evidence.feature_codes(grid, req.ctx, 1024)["model"].strides == (0,)
+
+
 @pytest.fixture(scope="module")
 def llama70b():
     req = make_request(model="llama3-70b", hardware=H100, gpus=64, global_batch=128, seq_len=8192)

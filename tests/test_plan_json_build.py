@@ -8,7 +8,9 @@ import json
 import numpy as np
 
 from planner import api
-from planner.costs.estimate import evaluate
+from planner.costs import estimate
+from planner.costs.estimate import TIME_TERMS, evaluate
+from planner.plan_file import request_from_plan
 from planner.result import PlanEstimate, plan_band, plan_estimate, plan_json
 from planner.search import search
 from planner.space.grid import PlanGrid
@@ -52,3 +54,31 @@ def test_each_shown_plan_owns_its_json():
     first["estimate"]["formulas"]["time"]["forward"]["formula"] = "x"
     assert json.dumps(plans[1]) == before
     assert plans[1]["model_spec"] == plans[2]["model_spec"] and plans[1]["model_spec"] is not plans[2]["model_spec"]
+
+
+def test_the_shown_plans_carry_the_time_terms_the_search_timed_them_with(monkeypatch):
+    """A search keeps the time terms of every row it times (``search._Kept``): building the shown plans' JSON
+    computes no time term again, and each term is the one explain's one-plan evaluation gives, float for float,
+    the iteration time their sum; over rows as they are, twins kept without --tp-comm-overlap, block-recomputation
+    variants and Megatron FSDP hybrid variants (top 100 of Llama 3 70B on 32 H100 holds each kind)."""
+    req = api.make_request(model="llama3-70b", gpus=32, hardware="dgx-h100-superpod")
+    result = search(req.ctx, 32, top=100)
+
+    def computed_again(*args, **kwargs):
+        raise AssertionError("a shown plan's time terms computed again")
+
+    monkeypatch.setattr(estimate, "_time_terms", computed_again)
+    plans = result.plans
+    monkeypatch.undo()
+    par = [pj["parallel"] for pj in plans]
+    assert any(p["recompute_method"] == "block" for p in par)
+    assert any(p["distributed_optimizer_instances"] > 1 for p in par)
+    assert any(
+        p["sequence_parallel"] and not pj["options"]["tp_comm_overlap"] for p, pj in zip(par, plans, strict=True)
+    )
+    for pj in plans:
+        r = request_from_plan(pj)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            alone = evaluate(PlanGrid.from_plans([r.plan]), r.ctx)
+        assert pj["estimate"]["time"] == {k: float(alone.time[k][0]) for k in TIME_TERMS}
+        assert pj["estimate"]["iteration_s"] == float(alone.iteration_s[0])

@@ -146,7 +146,7 @@ def test_block_variants_found_in_each_process_are_those_of_the_whole_grid(case, 
         scored, _, split, _ = search_module._with_tp_overlap_twins(grid, options, capacity, True, True, False)
     assert any(forks) == parallel.can_fork()
     whole, _ = search_module._block_candidates(scored, capacity)
-    iteration, peak, _ = search_module._evaluate(whole, np.arange(len(whole)), options.evaluating, capacity)
+    iteration, peak, _, _ = search_module._evaluate(whole, np.arange(len(whole)), options.evaluating, capacity)
     assert len(whole) > 100
     for name in search_module.FIELDS:
         if name != "layouts":
@@ -222,7 +222,7 @@ def test_block_and_hybrid_variants_evaluated_in_one_call_are_each_evaluated_alon
                 together = search_module._evaluated([later, hybrid], options, capacity)
             alone = [evaluate(g, np.arange(len(g)), options.evaluating, capacity, whole=True) for g in (later, hybrid)]
         assert calls == ([len(later) + len(hybrid)] if one_call > 100 else [len(later), len(hybrid)])
-        for part, g, (it, pk, _) in zip(together, (later, hybrid), alone, strict=True):
+        for part, g, (it, pk, _, _) in zip(together, (later, hybrid), alone, strict=True):
             assert part.grid is g
             np.testing.assert_array_equal(part.iteration, it)
             np.testing.assert_array_equal(part.peak, pk)
@@ -244,3 +244,5 @@ def test_family_keys_are_the_mixed_radix_of_every_field(model, gpus):
             want = want * (col.max() - col.min() + 1) + (col - col.min())
         got = search_module._family_keys(grid, idx)
         assert got.dtype == np.int64 and np.array_equal(got, want)
+        if len(idx) == len(grid):  # None: every row, in order
+            assert np.array_equal(search_module._family_keys(grid, None), want)

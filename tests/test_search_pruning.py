@@ -142,7 +142,7 @@ def test_a_twin_whose_bound_cannot_settle_it_is_measured():
 
 def _every_twin_measured(off, row_fits, keys, ctx, capacity):
     """The twins screened like any row, whether their row fits or not (what search did before ``_twins``)."""
-    _, peak, state = search_module._evaluate(off, np.arange(len(off)), ctx, capacity, keys)
+    _, peak, state, _ = search_module._evaluate(off, np.arange(len(off)), ctx, capacity, keys)
     return peak, state, peak <= capacity
 
 

@@ -153,7 +153,7 @@ def _table_script():
 
 def test_the_moe_per_run_table_is_written_by_its_generator_and_lists_every_moe_row():
     # docs §13.7's per-run table listed 60 of the 89 MoE rows (none of GB300's) at an old fit; it is now written by
-    # scripts/moe_runs_table.py --write (the generator takes ~5 s: the values are not compared here)
+    # scripts/moe_runs_table.py --write (tests/test_ux14.py compares the values)
     from planner.fidelity.validate import load_moe_runs
 
     gen = _table_script()
@@ -190,14 +190,14 @@ def test_the_export_header_explains_only_the_codes_its_plan_uses():
     result = run_cli([*args, "--vpp", "6", "--micro-batch", "3", "--sequence-parallel"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[2] == "# TP8 PP16 DP8 b3 V6 · SP no-ogr no-tpo"
+    assert lines[2] == "# TP8 PP16 DP8 b3 V6 · SP no-tpo"  # no-ogr before ux14 (the recipes' overlap is on)
     header = " ".join(line[2:] for line in lines[3:6])
     assert header == "(" + plan_label_legend(lines[2][2:]) + ")" and lines[6].startswith("# Replace every")
     assert header.startswith("(b micro-batch · V interleaved chunks per stage") and "SP sequence parallel" in header
     assert "Megatron FSDP" not in header and "MoE token dispatcher" not in header and "rc-sel" not in header
     assert max(len(line) for line in lines[:7]) <= 100
     # every piece of the search footer's legend is one a label can call for, in the same order
-    every = plan_label_legend("b1 V2 · SP DO HFSDP×2 rc-sel no-ogr alltoall+ov layout Et|tL")
+    every = plan_label_legend("b1 V2 · SP DO HFSDP×2 rc-sel no-ogr acc-emb first2/last- alltoall+ov layout Et|tL")
     assert every == PLAN_LABEL_LEGEND
 
 

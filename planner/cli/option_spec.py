@@ -78,6 +78,8 @@ class Option:
     solo: bool = False
     plan_only: bool = False  # explain/export/compare only (where the plan comes from)
     derived: str | None = None  # search: what it sets when the knob is not given, if not both ways
+    # explain/export/compare: not given, the flag is set from the plan (plan_options.recipe_overlaps), as said here
+    plan_derived: str | None = None
     extra: dict = field(default_factory=dict)
 
     def decorator(self, *, search: bool):
@@ -87,6 +89,9 @@ class Option:
             if search and self.searched:
                 decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
                 kw.update(default=None, help=self.help + f" (default: {self.derived or 'search both'})")
+            elif self.plan_derived is not None:
+                decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
+                kw.update(default=None, help=self.help + f" [default: {self.plan_derived}]")
             elif self.solo and not self.searched:  # a searched knob takes its --no- form everywhere
                 kw.update(is_flag=True)
             else:

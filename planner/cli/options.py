@@ -176,6 +176,8 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         searched=True,
         derived="on, as today's recipes set it; off is never faster: overlapped, the reduction costs only the "
         "SMs and HBM it takes while hidden, off it is all exposed",
+        plan_derived="on, as in search's plans and today's recipes (Megatron-LM's own default is off; a launch "
+        "script keeps its flags)",
     ),
     Option(
         ("--overlap-param-gather",),
@@ -184,6 +186,8 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         flag=True,
         searched=True,
         derived="on with the distributed optimizer or FSDP, as today's recipes set it; off is never faster",
+        plan_derived="on with --distributed-optimizer or --fsdp and the gradient overlap, as in search's plans; "
+        "else off",
     ),
     Option(("--grad-reduce-in-bf16",), "Reduce gradients in bf16 instead of fp32.", False, flag=True, solo=True),
     Option(

@@ -265,11 +265,11 @@ def _side_overrides(text: str | None, side: str) -> dict:
     return given
 
 
-def _side_request(base: api.PlanRequest, overrides: dict, side: str) -> api.PlanRequest:
+def _side_request(base: api.PlanRequest, overrides: dict, side: str, derived: tuple[str, ...] = ()) -> api.PlanRequest:
     from planner.plan_sources import override_request
 
     try:
-        return override_request(base, dict(overrides)) if overrides else base
+        return override_request(base, dict(overrides), derived=derived) if overrides else base
     except PlannerError as err:
         raise PlannerError(f"plan {side.upper()} (--{side}): {err}") from err
 
@@ -393,7 +393,8 @@ def _compare_sides(click_ctx: click.Context, plan_files: tuple[str, ...], a_args
         say_notes(resolved)
         bases = [resolved.request]
     with naming_overrides(resolved) if resolved else contextlib.nullcontext():
-        reqs = [_side_request(bases[0], a_over, "a"), _side_request(bases[-1], b_over, "b")]
+        derived = resolved.derived if resolved else ()  # a plan typed as flags: its overlaps follow each side
+        reqs = [_side_request(bases[0], a_over, "a", derived), _side_request(bases[-1], b_over, "b", derived)]
         sides = zip(reqs, (a_over, b_over), "ab", strict=True)
         pjs = [_side_plan(r, over, side, plan_files, kw) for r, over, side in sides]
     return reqs, pjs

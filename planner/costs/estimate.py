@@ -351,11 +351,16 @@ def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
     return lt.once(p2p, "p2p", LAYER_KEY)
 
 
-def stage_memory_totals(grid: PlanGrid, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+def stage_memory_totals(grid: PlanGrid, ctx: Context, recompute_layers: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
     """(total memory, layers per model chunk) of each kind of stage of every plan (``Letters.type_index``;
     columns no stage fills hold 0): the memory side of ``evaluate`` alone (the search solves block
-    recomputation's layer count with it)."""
+    recomputation's layer count with it). With ``recompute_layers`` (K counts), the totals of every plan with
+    each count in place of its --recompute-num-layers, (K, plans, stages), in one evaluation: the count is a
+    letter along a leading axis, so only the terms it reaches (full recomputation's activations and their
+    fragmentation) are computed K times, each number as the plan's own evaluation with that count gives it."""
     lt = Letters(grid, ctx)
+    if recompute_layers:
+        lt.rlayers = np.array(recompute_layers, dtype=float).reshape(-1, 1, 1)
     rep, here = lt.type_index, lt.type_count > 0
     total = np.where(here, stage_memory_total(lt, ctx, rep), 0.0)
     return total, np.where(here, lt.stage(rep)["layers"], 0.0) / lt.vpp.astype(float)  # cast once, (N, 1)
@@ -379,9 +384,11 @@ def peak_memory_bytes_and_twins(grid: PlanGrid, ctx: Context, twins: np.ndarray)
     return np.max(total, axis=1), np.max(off, axis=1)
 
 
-def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluation:
+def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False, time: dict | None = None) -> Evaluation:
     """Estimate every plan of ``grid``: memory of its most loaded stage and its iteration time; with
-    ``stages``, also the memory, layers and per-micro-batch times of every pipeline stage."""
+    ``stages``, also the memory, layers and per-micro-batch times of every pipeline stage. ``time``: the
+    plans' time terms as ``iteration_terms`` gave them (search keeps those of the plans it shows), not
+    computed again (not with ``stages``)."""
     lt = Letters(grid, ctx)
     # one column per kind of stage (the first rank of each kind; ``count`` ranks share it)
     rep, count = lt.type_index, lt.type_count
@@ -389,8 +396,9 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
     mem = stage_memory_bytes(lt, ctx, rep)
     peak_col = np.argmax(np.where(count > 0, mem["total"], -np.inf), axis=1)
     peak_stage = rep[rows, peak_col]
-    time, slow_col, p2p = _time_terms(lt, ctx, mem)
-    iteration = sum(time[k] for k in TIME_TERMS)
+    if time is None or stages:
+        time, slow_col, p2p = _time_terms(lt, ctx, mem)
+    iteration = time_total_s(time)
     memory_terms = {k: mem[k][rows, peak_col] for k in (*MEMORY_TERMS, "allocated", "total", "params")}
     return Evaluation(
         m=lt.m[:, 0],
@@ -408,12 +416,23 @@ def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False) -> Evaluatio
 
 
 def iteration_s(grid: PlanGrid, ctx: Context) -> np.ndarray:
-    """Each plan's iteration time, as ``evaluate`` gives it, without the memory terms the time does not
-    read (the data-parallel and optimizer terms read each stage's parameters only): search times the
-    plans that fit with it."""
+    """Each plan's iteration time, as ``evaluate`` gives it (``iteration_terms`` summed)."""
+    return time_total_s(iteration_terms(grid, ctx))
+
+
+def iteration_terms(grid: PlanGrid, ctx: Context) -> dict[str, np.ndarray]:
+    """Each plan's time terms (``TIME_TERMS``), as ``evaluate`` gives them, without the memory terms the time
+    does not read (the data-parallel and optimizer terms read each stage's parameters only): search times the
+    plans that fit with them, and keeps those of the plans it may show (``evaluate``'s ``time``)."""
     lt = Letters(grid, ctx)
     params = stage_params(lt, ctx, lt.type_index)
     time, _, _ = _time_terms(lt, ctx, {"dense_params": params["dense"], "expert_params": params["expert"]})
+    return time
+
+
+def time_total_s(time: dict[str, np.ndarray]) -> np.ndarray:
+    """The iteration time: the terms summed in ``TIME_TERMS`` order (the one sum of them: search's times and
+    ``evaluate``'s are the same floats)."""
     return sum(time[k] for k in TIME_TERMS)
 
 

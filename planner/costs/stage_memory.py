@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from planner.costs import Formula, memory, process_memory
@@ -223,12 +225,12 @@ def _full_recompute(lt: Letters, st: dict, whole: np.ndarray, dense: dict, moe_l
         largest = np.maximum(largest, (st["moe"] > 0) * moe_layer["whole"])
     vpp = np.asarray(lt.vpp, dtype=float)  # the letters in floats (``Letters`` keeps them so), as against n
     chunk = n / vpp  # layers of one model chunk on this stage
-    group = np.minimum(np.maximum(np.asarray(lt.rlayers, dtype=float), 1), chunk)
     rec = lt.recomputed_layers(n)
+    group = functools.cache(lambda: np.minimum(np.maximum(np.asarray(lt.rlayers, dtype=float), 1), chunk))
     kept = select(
-        lt.rblock, lambda: rec * layer_input + (n - rec) * whole, lambda: vpp * np.ceil(chunk / group) * layer_input
+        lt.rblock, lambda: rec * layer_input + (n - rec) * whole, lambda: vpp * np.ceil(chunk / group()) * layer_input
     )
-    working = select(lt.rblock, lambda: np.where(rec > 0, 1.0, 0.0), lambda: group) * largest
+    working = select(lt.rblock, lambda: np.where(rec > 0, 1.0, 0.0), group) * largest
     return kept, working - np.where(rec > 0, layer_input, 0)
 
 

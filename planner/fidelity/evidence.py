@@ -49,8 +49,8 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
     backend = FLEX_BACKENDS.index(opts.moe_flex_dispatcher_backend.value) if opts.moe_flex_dispatcher_backend else 0
     ep_domains, _ = group_nodes(ep * etp, 1, domain)
 
-    def full(value: int) -> np.ndarray:
-        return np.full(n, value, dtype=np.int64)
+    def full(value: int) -> np.ndarray:  # a kind from the options: one value for every plan, broadcast (no copy)
+        return np.broadcast_to(np.int64(value), (n,))
 
     recipe = FP8_RECIPES.index(opts.fp8_recipe.value) + 1 if opts.fp8 else 0
     return {
@@ -233,10 +233,37 @@ class PlanEvidence:
     @functools.cached_property
     def extrapolated(self) -> np.ndarray:
         """How many features the plan uses that no setting of its generation exercises."""
-        out = np.zeros(len(next(iter(self.counts.values()))), dtype=np.int64)
-        for count in self.counts.values():
-            out += count == 0
-        return out
+        return _extrapolated(self.codes, generation_counts(self.generation))
+
+
+def extrapolated_features(grid: PlanGrid, ctx: Context, gpus: int) -> np.ndarray:
+    """``plan_evidence(grid, ctx, gpus).extrapolated`` without the settings behind each feature (what search ranks
+    by: one pass per kind that has a code no setting exercises, none for the others)."""
+    return _extrapolated(feature_codes(grid, ctx, gpus), generation_counts(generation(ctx.hardware)))
+
+
+def _extrapolated(codes: dict[str, np.ndarray], table: dict[str, dict[int, int]]) -> np.ndarray:
+    """Per plan, how many kinds' ``codes`` are used (not 0) with no setting behind them in ``table`` (the settings
+    per kind and code: ``generation_counts``). A kind of one value for every plan (broadcast) adds a number."""
+    out = np.zeros(len(next(iter(codes.values()))), dtype=np.int64)
+    for kind, code in codes.items():
+        if code.strides == (0,) and len(code):  # every plan the same code
+            out += int(_table_of(code[:1], table[kind])[0] == 0)
+        elif len(code) and (unexercised := _unexercised(code, table[kind])) is not None:
+            out += unexercised
+    return out
+
+
+def _unexercised(code: np.ndarray, counts: dict[int, int]) -> np.ndarray | None:
+    """Per code, whether it is used (not 0) and no setting has it (as ``_looked_up(code, counts) == 0``); None
+    where no code of ``code`` can be (a table indexed by the code, as ``_looked_up``'s)."""
+    code = code.astype(np.int64, copy=False)
+    top = int(code.max())
+    if int(code.min()) < 0 or top > LOOKUP_MAX:
+        values, inverse = np.unique(code, return_inverse=True)
+        return (_table_of(values, counts) == 0)[inverse.reshape(code.shape)]
+    none = _table_of(np.arange(top + 1), counts) == 0
+    return none[code] if none.any() else None
 
 
 def plan_evidence(grid: PlanGrid, ctx: Context, gpus: int) -> PlanEvidence:

@@ -83,6 +83,29 @@ def architecture(pj: dict) -> Text:
     return out
 
 
+def overlap_text(pj: dict) -> str:
+    """Which of the overlaps today's recipes turn on the plan runs, by the flags that set them, and how to turn one
+    off: a plan typed as flags runs the recipes' (plan_options.recipe_overlaps), where Megatron-LM's own default is
+    off, so explain says so rather than leaving it to the label's no-ogr (ux14). The parameter all-gather shows with
+    a sharded optimizer, TP communication with SP (where they apply); "" for a plan JSON without its options."""
+    opts, par = pj.get("options"), pj["parallel"]
+    if not opts:
+        return ""
+    applies = [("--overlap-grad-reduce", "overlap_grad_reduce")]
+    applies += (
+        [("--overlap-param-gather", "overlap_param_gather")]
+        if par.get("distributed_optimizer") or par.get("fsdp")
+        else []
+    )
+    applies += [("--tp-comm-overlap", "tp_comm_overlap")] if par.get("sequence_parallel") else []
+    on = [f for f, k in applies if opts.get(k)]
+    off = [f for f, k in applies if not opts.get(k)]
+    if not on:
+        return f"overlaps off: {', '.join(off)}"
+    text = f"overlaps on: {', '.join(on)} (off with {', '.join('--no-' + f[2:] for f in on)})"
+    return text + (f" · off: {', '.join(off)}" if off else "")
+
+
 def verdict(pj: dict, note: str | None = None, read: bool = False) -> Text:
     """Whether the plan fits (with headroom, or by how much not and the one change that fixes it), its
     iteration time, tokens/s and MFU, and the three largest memory and time terms: at most 15 lines."""
@@ -97,6 +120,9 @@ def verdict(pj: dict, note: str | None = None, read: bool = False) -> Text:
         out.append_text(architecture(pj))
     out.append("plan  ", "bold")
     out.append(plan_line(pj) + "\n")
+    overlaps = overlap_text(pj)
+    if overlaps:
+        out.append(f"      {overlaps}\n")
     if note:
         out.append(f"      {note}\n", "dim")
     if est["fits"]:
