@@ -190,17 +190,17 @@ def test_calibration_steps_once_per_fit_and_validation(monkeypatch):
 def test_moe_calibration_steps_once_per_fit_and_validation(monkeypatch):
     from planner.fidelity import moe_fit
 
-    monkeypatch.setattr(moe_fit, "fit", lambda runs: moe_fit.MoeFit(10.0, 1.0, len(runs), 0.1))
+    monkeypatch.setattr(moe_fit, "fit", lambda runs, base=None: moe_fit.MoeFit(10.0, 1.0, len(runs), 0.1))
     summary = {"runs": 0, "median_abs_error_pct": 0.0, "max_abs_error_pct": 0.0}
     monkeypatch.setattr(moe_fit, "validate_moe", lambda runs, hw: {"summary": summary})
     from planner.fidelity.calibrate import Fit
 
-    monkeypatch.setattr(moe_fit, "fit_a2a", lambda name, runs, op_us, phi=None: Fit(name, {}, 0.0, 0))
-    monkeypatch.setattr(moe_fit, "solved_phi", lambda a2a, op_us: {})
+    monkeypatch.setattr(moe_fit, "fit_a2a", lambda name, runs, op_us, phi=None, base=None: Fit(name, {}, 0.0, 0))
+    monkeypatch.setattr(moe_fit, "solved_phi", lambda a2a, op_us, base=None: {})
     for loso in (True, False):
         done: list[str] = []
         out = moe_fit.run_moe_calibration(loso=loso, step=done.append)
-        # the host time, the validation, the all-to-all's efficiency with φ, each held-out family
+        # two rounds of the fit (t_op 10 written, then 10 again: ux14), the validation, each held-out family
         assert len(done) == moe_fit.moe_calibration_steps(loso=loso) == 3 + len(moe_fit.FIT_MODELS) * loso
         assert list(out["a2a"]) == list(moe_fit.A2A_PRESETS)
 
