@@ -60,6 +60,22 @@ def test_distinct_rows_number_the_combinations_as_a_sort_does(seed, n, widths):
     first_f, inverse_f = distinct_rows([c.astype(float)[:, None] for c in columns] + [flags])
     _, expected_f = np.unique(np.column_stack([stacked, flags]), axis=0, return_inverse=True)
     np.testing.assert_array_equal(inverse_f, expected_f.reshape(-1))
+    # a column of one value (a grid's broadcast ``shared_constant``, a boolean every row shares) adds no digit
+    one = [np.broadcast_to(np.array([7], dtype=np.int16), (n,)), np.ones(n, dtype=bool), np.full(n, -2.0)]
+    first_c, inverse_c = distinct_rows([one[0], *columns[:1], one[1], *columns[1:], one[2]])
+    np.testing.assert_array_equal(inverse_c, expected.reshape(-1))
+    np.testing.assert_array_equal(stacked[first_c], unique)
+
+
+def test_the_shapes_of_plans_of_one_optimizer_instance_count_are_their_layer_shapes():
+    ctx, grid = _grid("gpt3-175b", 64, "dgx-a100-superpod", False)
+    lt = Letters(grid, ctx)
+    shapes, layer = lt._shapes_by(SHAPE_KEY), lt._shapes_by(LAYER_KEY)
+    first, inverse = distinct_rows([getattr(lt, k).reshape(-1) for k in SHAPE_KEY])
+    assert len(np.unique(lt.R)) == 1 and shapes is not layer  # R = 1 for every plan
+    np.testing.assert_array_equal(shapes.inverse, inverse)
+    np.testing.assert_array_equal(shapes.first, first)
+    assert len(first) == 3_960 < len(grid) == 134_400  # the candidates of 64 and 128 GPUs
 
 
 @functools.cache
