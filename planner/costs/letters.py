@@ -87,30 +87,55 @@ def _dense(n: int) -> int:
 def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(one row of each distinct combination of the integer ``columns``, each row's index among the
     combinations, numbered in lexicographic order): each row's combination as one mixed-radix key (the first
-    column most significant, each column's digit its value less its least) numbered by ``_renumber``, so a sort
-    is needed only where the combinations could be many times the rows; keys from 2**53 on by ``_radix_key``."""
+    column most significant, each column's digit its value less its least; a column of one value adds no digit,
+    a boolean one the digits 0 and 1) numbered by ``_renumber``, so a sort is needed only where the combinations
+    could be many times the rows; keys from 2**53 on by ``_radix_key``. Any digit widths at least the columns'
+    value ranges number the combinations alike (the key's order is theirs), so none is measured more than needed."""
     n = len(columns[0])
     if not n:
         key = np.zeros(0, dtype=np.int64)
         return key, key
-    table = np.stack([np.asarray(col).reshape(-1) for col in columns])
-    if table.dtype.kind not in "fiub":  # what the letters are: floats holding integers, integers, booleans
-        raise TypeError(f"distinct_rows numbers integer columns, not {table.dtype}")
-    low, high = ([int(x) for x in v.tolist()] for v in (table.min(axis=1), table.max(axis=1)))  # exact, as ints
-    widths = [h - lo + 1 for lo, h in zip(low, high, strict=True)]
-    weights = [functools.reduce(operator.mul, widths[j + 1 :], 1) for j in range(len(widths))]
-    span = weights[0] * widths[0]
-    if sum(max(abs(lo), abs(h)) * w for lo, h, w in zip(low, high, weights, strict=True)) < 2**53:
-        # one key, each column's digit (its value less its least) weighed by the spans after it: in doubles,
-        # every product and partial sum an integer below 2**53, so exact whatever the order it is summed in
-        offset = float(sum(lo * w for lo, w in zip(low, weights, strict=True)))
-        key = (np.array(weights, dtype=float) @ table.astype(float, copy=False) - offset).astype(np.int64)
+    digits = _digits(columns, n)
+    span = functools.reduce(operator.mul, (width for _, _, width in digits), 1)
+    if not digits:
+        key = np.zeros(n, dtype=np.int64)
+    elif span < 2**53:  # in doubles: every product and partial sum an integer below 2**53, so exact
+        key, offset, weight = None, 0, span
+        for col, low, width in digits:
+            weight //= width
+            term = col * float(weight) if weight > 1 else col
+            key, offset = term if key is None else key + term, offset + low * weight
+        key = (key - float(offset) if offset else key).astype(np.int64)
     else:
-        key, span = _radix_key(table.astype(np.int64, copy=False), low, widths, n)
-    key, span = _renumber(key, span)
-    first = np.empty(span, dtype=np.int64)
-    first[key] = np.arange(n)  # any row of a combination stands for it: they share every column
-    return first, key
+        table = np.stack([col for col, _, _ in digits]).astype(np.int64, copy=False)
+        key, span = _radix_key(table, [low for _, low, _ in digits], [width for _, _, width in digits], n)
+    if span > _dense(n):
+        key, span = _renumber(key, span)
+        first = np.empty(span, dtype=np.int64)
+        first[key] = np.arange(n)  # any row of a combination stands for it: they share every column
+        return first, key
+    last = np.full(span, -1, dtype=np.int64)  # each possible key's last row (-1: none), as ``_renumber`` flags them
+    last[key] = np.arange(n)
+    present = last >= 0
+    return last[present], (np.cumsum(present) - 1).take(key)
+
+
+def _digits(columns: list[np.ndarray], n: int) -> list[tuple[np.ndarray, int, int]]:
+    """``distinct_rows``' digits: (column, its least value, its width) of each column of more than one value."""
+    digits = []
+    for col in columns:
+        col = np.asarray(col).reshape(-1)
+        if col.dtype.kind not in "fiub":  # what the letters are: floats holding integers, integers, booleans
+            raise TypeError(f"distinct_rows numbers integer columns, not {col.dtype}")
+        if n > 1 and col.strides == (0,):  # one value (a ``shared_constant`` column)
+            continue
+        if col.dtype.kind == "b":
+            digits.append((col, 0, 2))
+            continue
+        low, high = int(col.min()), int(col.max())  # exact, as ints
+        if high > low:
+            digits.append((col, low, high - low + 1))
+    return digits
 
 
 def _radix_key(table: np.ndarray, lows: list[int], widths: list[int], n: int) -> tuple[np.ndarray, int]:
@@ -563,8 +588,11 @@ class Letters:
         shapes = self._shapes.get(key)
         if shapes is None:
             if key == SHAPE_KEY:
-                coarse = self._shapes_by(LAYER_KEY)
-                shapes = _Shapes(key, *distinct_rows([coarse.inverse, self.R.reshape(-1)]))
+                coarse, R = self._shapes_by(LAYER_KEY), self.R.reshape(-1)
+                if R.min() == R.max():  # one R: each shape is its layer shape (as ``distinct_rows`` numbers them)
+                    shapes = _Shapes(key, coarse.first, coarse.inverse)
+                else:
+                    shapes = _Shapes(key, *distinct_rows([coarse.inverse, R]))
             else:
                 shapes = _Shapes(key, *distinct_rows([getattr(self, k).reshape(-1) for k in key]))
             self._shapes[key] = shapes
