@@ -205,7 +205,7 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
         kept = kept + st["mtp"] * (kept_per_layer(lt, mtp_layer) + per["mtp_projection"])
     out = in_flight * kept
     if full:
-        out = out + np.where(full_rows, full_working, 0.0)
+        out = out + select(full_rows, lambda: full_working, lambda: 0.0)
     if ctx.options.cpu_offloading_num_layers:
         # offloaded layers' copies finish during the next layer's compute, long before the peak at the end
         # of the forward, so none of them is left on the GPU then
@@ -231,8 +231,9 @@ def _full_recompute(lt: Letters, st: dict, whole: np.ndarray, dense: dict, moe_l
     kept = select(
         lt.rblock, lambda: rec * layer_input + (n - rec) * whole, lambda: vpp * np.ceil(chunk / group()) * layer_input
     )
-    working = select(lt.rblock, lambda: np.where(rec > 0, 1.0, 0.0), group) * largest
-    return kept, working - np.where(rec > 0, layer_input, 0)
+    used = rec > 0  # a stage recomputing any layer (block); times a number, as 1.0 or 0.0
+    working = select(lt.rblock, lambda: used, group) * largest
+    return kept, working - np.where(used, layer_input, 0)
 
 
 def _moe_layer_share(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
