@@ -96,10 +96,39 @@ def run_jobs(jobs: Sequence[Callable[[], None]], fork: bool) -> None:
         os.kill(pid, signal.SIGTERM)
         os.waitpid(pid, 0)
         raise
-    _, status = os.waitpid(pid, 0)
+    status = _waited(pid)
     if status != 0:
         for job in theirs:
             job()
+
+
+_meanwhile: list[Callable[[], None]] = []  # work this process does later anyway (``meanwhile``), not yet done
+
+
+@contextlib.contextmanager
+def meanwhile(job: Callable[[], None]):
+    """Within the block, ``job`` (work this process would do after the block anyway: the CLI imports the modules
+    that draw its table) runs once while ``run_jobs`` waits for a forked child still at work, in the time this
+    process would idle (DeepSeek-V3 / 1024 H100: the child's blocks take longer than the parent's); where no such
+    wait comes, it does not run (the caller does the work after the block, as it would have). Its failure is
+    left to the caller's own run of it."""
+    _meanwhile.append(job)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            _meanwhile.remove(job)
+
+
+def _waited(pid: int) -> int:
+    """The exit status of child ``pid``, once it ends; while it still runs, the ``meanwhile`` jobs first."""
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        return status
+    while _meanwhile:
+        with contextlib.suppress(Exception):
+            _meanwhile.pop(0)()
+    return os.waitpid(pid, 0)[1]
 
 
 def map_jobs(jobs: Sequence[Callable[[], object]], fork: bool, step=None, costs: Sequence[float] | None = None) -> list:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.costs.communication import (
     activation_message_bytes,
@@ -133,6 +135,21 @@ def test_group_with_two_members_per_node():
     nodes, extent = group_nodes(4, 4, 8)
     assert (float(nodes), float(extent)) == (2, 2)
     assert float(group_link(a100(), 4, 4).bus_bytes_per_s) == pytest.approx(2 * nic_bus(), rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(1, 4096), stride=st.integers(1, 4096), domain=st.sampled_from([4, 8, 16, 72]))
+def test_group_nodes_count_the_domains_as_the_select_on_the_stride_does(size, stride, domain):
+    """``domain_count`` takes min(size, ⌈size·stride/D⌉) for the select it replaces (size where the stride spans a
+    domain or more, else the ceiling): the same float, one array of groups or one group. 4 ranks at stride 4 on
+    8-GPU nodes: ⌈16/8⌉ = 2 (the select's ceiling); 4 ranks at stride 8: 4 (its size)."""
+    for s, k in ((size, stride), (np.array([size, 4, 4], dtype=float), np.array([stride, 4, 8], dtype=float))):
+        s, k = np.asarray(s, dtype=float), np.asarray(k, dtype=float)
+        select = np.maximum(np.where(k >= domain, s, np.ceil(s * k / domain)), 1)
+        nodes, extent = group_nodes(s, k, domain)
+        assert np.asarray(nodes).tobytes() == np.asarray(select).tobytes()
+        assert np.asarray(extent).tobytes() == np.asarray(np.maximum((s - 1) * k // domain + 1, 1)).tobytes()
+    assert [float(group_nodes(4, k, 8)[0]) for k in (4, 8)] == [2.0, 4.0]
 
 
 @pytest.mark.parametrize(

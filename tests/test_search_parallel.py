@@ -5,6 +5,7 @@ must cost nothing but time. Small blocks make small spaces split, so the check r
 from __future__ import annotations
 
 import os
+import time
 from unittest import mock
 
 import numpy as np
@@ -104,6 +105,20 @@ def test_a_child_writes_the_shared_rows_its_parent_reads():
     parallel.run_jobs([job(k) for k in range(4)], fork)
     assert out.tolist() == [0.5, 1.5, 2.5, 3.5]
     assert (where[1::2] != parent).all() == fork and (where[0::2] == parent).all()
+
+
+def test_meanwhile_work_runs_while_the_parent_waits_for_a_busy_child():
+    """``parallel.meanwhile``: the job runs once, in the parent, while it waits for a child still at work (here
+    the child's job sleeps); without a fork, or once the block is left, it never runs (the caller does the work)."""
+    fork, ran = parallel.can_fork(), []
+    with parallel.meanwhile(lambda: ran.append(os.getpid())):
+        parallel.run_jobs([lambda: None, lambda: time.sleep(0.5)], fork)
+        parallel.run_jobs([lambda: None, lambda: time.sleep(0.5)], fork)  # once: already done
+    assert ran == ([os.getpid()] if fork else [])
+    with parallel.meanwhile(lambda: ran.append(0)):
+        parallel.run_jobs([lambda: None, lambda: None], False)
+    parallel.run_jobs([lambda: None, lambda: time.sleep(0.5)], fork)
+    assert ran == ([os.getpid()] if fork else []) and not parallel._meanwhile
 
 
 def test_a_forked_child_never_forks_again():

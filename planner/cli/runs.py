@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
-from planner import api
+from planner import api, parallel
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing, say_warnings
 from planner.cli.option_spec import IntRange
 from planner.cli.options import (
@@ -72,15 +74,17 @@ def search(**kw) -> None:
     kw["gpus"] = kw["gpus"] or world  # a Bridge recipe or workload that states its GPUs (with a note saying so)
     if kw["min_gpus"]:
         return _min_gpus(req, pins, kw)
-    result = run_search(
-        req.ctx,
-        kw["gpus"],
-        pins,
-        top=kw["top"],
-        sort=kw["sort"],
-        rank_by=kw["rank_by"],
-        memory_headroom=kw["memory_headroom"],
-    )
+    table = not (kw["as_json"] or kw["as_csv"])
+    with parallel.meanwhile(_import_table) if table else contextlib.nullcontext():
+        result = run_search(
+            req.ctx,
+            kw["gpus"],
+            pins,
+            top=kw["top"],
+            sort=kw["sort"],
+            rank_by=kw["rank_by"],
+            memory_headroom=kw["memory_headroom"],
+        )
     say_warnings(req.ctx, kw["gpus"], result.plans[0])
     note_beyond_chunks(kw, result.plans)
     for pj in result.plans:
@@ -95,6 +99,15 @@ def search(**kw) -> None:
         from planner.report.search import search_view  # rich: only a table needs it
 
         console().print(search_view(result, req.ctx, kw["gpus"]))
+
+
+def _import_table() -> None:
+    """The modules that draw search's table (rich), imported as the command's own are (``_imports_without_gc``):
+    run while the search waits for its forked half (``parallel.meanwhile``), else when the table is drawn."""
+    from planner.cli import _imports_without_gc
+
+    with _imports_without_gc():
+        import planner.report.search  # noqa: F401
 
 
 def _one_order(kw: dict) -> None:

@@ -104,12 +104,13 @@ class Evaluation:
 def group_links(lt: Letters, ctx: Context) -> dict[str, Link]:
     """The links (``collectives.group_link``) of a plan's data-parallel groups (``instance``: one
     distributed-optimizer instance's d·c/R ranks; ``across``: the R instances; with experts, ``expert``: one
-    instance's edp/R of the expert data-parallel group, ``expert_across`` its R instances); once per grid,
-    computed once per distinct shape (``Letters.once``)."""
+    instance's edp/R of the expert data-parallel group, ``expert_across`` its R instances); once per grid, on
+    every plan: the links' few dozen elementwise operations on the plans cost less than finding the grid's
+    distinct shapes, numbering them and reading every field back per plan (``Letters.once``)."""
     cached = getattr(lt, "_group_links", None)
     if cached is None:
         experts = ctx.model.is_moe
-        cached = lt._group_links = lt.once(lambda v: _group_links(v, ctx.hardware, experts), "group_links")
+        cached = lt._group_links = _group_links(lt, ctx.hardware, experts)
     return cached
 
 

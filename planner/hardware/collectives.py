@@ -41,9 +41,20 @@ def group_nodes(size: ArrayLike, stride: ArrayLike, domain_gpus: int) -> tuple[n
     """(units of ``domain_gpus`` consecutive GPUs holding the group's members, extent in such units
     from the first member to the last): NVLink domains with the domain size, nodes with GPUs per node."""
     size, stride = np.asarray(size), np.asarray(stride)
-    nodes = np.where(stride >= domain_gpus, size, np.ceil(size * stride / domain_gpus))
-    extent = (size - 1) * stride // domain_gpus + 1
-    return np.maximum(nodes, 1), np.maximum(extent, 1)
+    return domain_count(size, stride, domain_gpus), domain_extent(size, stride, domain_gpus)
+
+
+def domain_count(size: np.ndarray, stride: np.ndarray, domain_gpus: int) -> np.ndarray:
+    """``group_nodes``' units holding the members: ``size`` where the stride spans a unit or more, else
+    ⌈size·stride/domain⌉, at least 1. That is min(size, ⌈size·stride/domain⌉) for group sizes ≥ 0 (a stride of a
+    unit or more puts the ceiling at size or above, a shorter one at size or below: rounding is monotone and
+    size itself a float), one ufunc where a select on the stride would be two."""
+    return np.maximum(np.minimum(size, np.ceil(size * stride / domain_gpus)), 1)
+
+
+def domain_extent(size: np.ndarray, stride: np.ndarray, domain_gpus: int) -> np.ndarray:
+    """``group_nodes``' extent: units from the first member, rank 0, to the last, (size − 1)·stride, at least 1."""
+    return np.maximum((size - 1) * stride // domain_gpus + 1, 1)
 
 
 def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
@@ -58,15 +69,15 @@ def group_link(hw: HardwareSpec, size: ArrayLike, stride: ArrayLike) -> Link:
     """
     cal, net, node = hw.calibration, hw.network, hw.node
     size, stride = np.asarray(size), np.asarray(stride)
-    domains, _ = group_nodes(size, stride, hw.nvlink_domain_gpus)
-    _, extent = group_nodes(size, stride, node.gpus_per_node)
+    domains = domain_count(size, stride, hw.nvlink_domain_gpus)
+    extent = domain_extent(size, stride, node.gpus_per_node)
     per_domain = size / domains
     nvlink = node.nvlink_bytes_per_s * cal.nvlink_bus_efficiency
     nic_per_gpu = net.nic_bytes_per_s * net.nics_per_node / node.gpus_per_node
-    # the innermost tier whose max_nodes holds the extent (the last tier beyond them all)
-    tier = np.minimum(np.searchsorted([t.max_nodes for t in net.tiers], extent), len(net.tiers) - 1)
-    tier_latency = np.array([t.latency_us for t in net.tiers])[tier]
-    tier_frac = np.array([t.bandwidth_frac for t in net.tiers])[tier]
+    # the innermost tier whose max_nodes holds the extent (the last tier beyond them all: take's clip)
+    tier = np.searchsorted([t.max_nodes for t in net.tiers], extent)
+    tier_latency = np.take([t.latency_us for t in net.tiers], tier, mode="clip")
+    tier_frac = np.take([t.bandwidth_frac for t in net.tiers], tier, mode="clip")
     a2a = cal.a2a_network_efficiency or cal.network_bus_efficiency  # the all-to-all's own, where fitted
     rail = nic_per_gpu * a2a * tier_frac
     ring_rail = nic_per_gpu * cal.network_bus_efficiency * ring_uplink_share(tier_frac, net.tiers[0].max_nodes, size)
