@@ -107,6 +107,10 @@ def test_compare_sides_over_a_typed_plan_take_the_overlaps_each_layout_gets():
     )
     sides = [(out[k]["options"]["overlap_grad_reduce"], out[k]["options"]["overlap_param_gather"]) for k in "ab"]
     assert sides == [(True, True), (False, False)]
+    # and the table says so on rows of their own (the labels' no-ogr/no-opg were all it showed)
+    rows = {r["name"]: (r["a"], r["b"], r["differs"]) for r in out["rows"]}
+    assert rows["overlap_grad_reduce"] == (True, False, True) and rows["overlap_param_gather"] == (True, False, True)
+    assert rows["tp_comm_overlap"] == (False, False, False)
 
 
 def _table_script():
@@ -173,3 +177,36 @@ def test_the_moe_calibration_writes_what_a_second_run_writes_again():
     assert all(again[3][name].calibration == first[name].calibration for name in first)
     h100 = first["dgx-h100-superpod"].calibration
     assert h100.moe_host_op_us == round(f.value, 2) and 11.5 < h100.moe_host_op_us < 12.5
+
+
+def _commands(group, prefix=()):
+    yield prefix
+    for name, cmd in sorted(getattr(group, "commands", {}).items()):
+        yield from _commands(cmd, (*prefix, name))
+
+
+def test_every_help_fits_80_columns_and_shows_sizes_as_a_user_gives_them():
+    # at 80 columns the examples of search, sweep, explain, export and megaplan's own help ran past the edge and
+    # wrapped mid-flag ("--min-\ngpus"); every size option said "[1<=x<=2147483647]", the int32 guard
+    from click.testing import CliRunner
+
+    from planner.cli import cli
+
+    for command in _commands(cli):
+        shown = CliRunner().invoke(cli, [*command, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+        assert shown.exit_code == 0, (command, shown.output)
+        long = [line for line in shown.stdout.splitlines() if len(line) > 80]
+        assert not long and "2147483647" not in shown.stdout, (command, long)
+    helped = " ".join(run_cli(["search", "--help"], env={"COLUMNS": "80"}).stdout.split())
+    assert "--seq-len INTEGER Sequence length s (default: the model preset's). [x>=1]" in helped
+
+
+def test_output_piped_from_a_terminal_fits_that_terminal():
+    # `megaplan explain ... | less` in an 80-column terminal rendered at 160 columns (no COLUMNS exported by bash), so
+    # every line wrapped; now the terminal stderr (or stdin) shows gives the width, COLUMNS still first, 160 without
+    from planner.report.layout import console_width
+
+    assert console_width(False, {}, 80) == 80
+    assert console_width(False, {"COLUMNS": "120"}, 80) == 120
+    assert console_width(False, {}, None) == 160
+    assert console_width(True, {}, 80) is None  # a terminal: rich asks it

@@ -183,7 +183,7 @@ def cli() -> None:
     \b
     Examples:
         megaplan search --model gpt3-175b --gpus 1024
-        megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --micro-batch 1
+        megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16
         megaplan explain --megatron-args-file my_launch.sh
     """
 
@@ -242,15 +242,29 @@ def _encodable_output() -> None:
 
 def console():
     """A rich console as wide as the terminal; output to a file or another program gets ``COLUMNS``
-    columns when it is set, else 160."""
+    columns when it is set, else the width of the terminal stderr shows (the pipe's user), else 160."""
     import os
 
     from rich.console import Console
 
     from planner.report.layout import console_width
 
-    width = console_width(sys.stdout.isatty(), dict(os.environ))
+    width = console_width(sys.stdout.isatty(), dict(os.environ), _stderr_columns())
     return Console(width=width) if width is None else Console(width=width, file=_NoTrailingSpaces(sys.stdout))
+
+
+def _stderr_columns() -> int | None:
+    """The columns of the terminal the command runs in when its output goes elsewhere: stderr's, else stdin's
+    (``megaplan explain ... 2>&1 | less``); None when neither is a terminal (a script, CI)."""
+    import os
+
+    for stream in (sys.stderr, sys.stdin):
+        try:
+            if stream is not None and stream.isatty():
+                return os.get_terminal_size(stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):  # a stream without a descriptor (a test's), a closed one
+            continue
+    return None
 
 
 class _NoTrailingSpaces:

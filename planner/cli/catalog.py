@@ -246,7 +246,8 @@ def calibrate(
 
     \b
       iteration 20/100 | ... | elapsed time per iteration (ms): 5123.4 |
-          throughput per GPU (TFLOP/s/GPU): 480.2 | ... | global batch size: 1024 | ...
+          throughput per GPU (TFLOP/s/GPU): 480.2 | ... |
+          global batch size: 1024 | ...
       using world size: 64, data-parallel size: 8, ...        (optional)
       [Rank 0] ... memory (MB) | allocated: ... | max allocated: ...   (optional)
 

@@ -191,8 +191,9 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
     \b
     Examples:
         megaplan explain --model gpt3-175b --gpus 1024 --brief
-        megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --micro-batch 1 \\
-            --recompute full --attention-kernel unfused --precision fp16
+        megaplan explain --model gpt3-175b --gpus 1024 --tp 8 --pp 16 \\
+            --micro-batch 1 --recompute full --attention-kernel unfused \\
+            --precision fp16
         megaplan explain --megatron-args-file run.sh --env NUM_NODES=16
     """
     from planner.report import figures as plots
@@ -425,7 +426,8 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
 
     \b
     Examples:
-        megaplan export --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --recompute selective --sequence-parallel
+        megaplan export --model gpt3-175b --gpus 1024 --tp 8 --pp 16 \\
+            --recompute selective --sequence-parallel
         megaplan search --model gpt3-175b --gpus 1024 --json > plans.json
         megaplan export --plan plans.json --rank 1 --format slurm -o train.sbatch
     """

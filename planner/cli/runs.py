@@ -55,9 +55,10 @@ def search(**kw) -> None:
     \b
     Examples:
         megaplan search --model gpt3-175b --gpus 1024
-        megaplan search --model gpt3-175b --hardware dgx-a100-40gb-superpod --min-gpus
-        megaplan search --bridge-recipe llama3_70b_pretrain_32gpu_h100_bf16_config --gpus 64 \\
-            --hardware dgx-h100-superpod
+        megaplan search --model gpt3-175b --min-gpus \\
+            --hardware dgx-a100-40gb-superpod
+        megaplan search --gpus 64 --hardware dgx-h100-superpod \\
+            --bridge-recipe llama3_70b_pretrain_32gpu_h100_bf16_config
     """
     from planner.search import search as run_search
 
@@ -192,8 +193,9 @@ def sweep(
 
     \b
     Examples:
-        megaplan sweep --model gpt3-175b --gpus 128:4096 --tokens 300e9 --plot scaling.png
-        megaplan sweep --model llama3-70b --hardware dgx-h100-superpod --gpus 64,128,256 --csv
+        megaplan sweep --model gpt3-175b --gpus 128:4096 --plot scaling.png
+        megaplan sweep --model llama3-70b --hardware dgx-h100-superpod \\
+            --gpus 64,128,256 --csv
     """
     from planner.report import figures as plots
     from planner.report import runs as report_run

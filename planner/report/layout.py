@@ -367,13 +367,17 @@ def _drawn(console: Console, options: ConsoleOptions, columns, grid, texts, widt
     return out
 
 
-def console_width(is_terminal: bool, environ: dict[str, str]) -> int | None:
+def console_width(is_terminal: bool, environ: dict[str, str], beside: int | None = None) -> int | None:
     """The width to render at: the terminal's own (None: rich asks the terminal) when output is a
-    terminal, else ``COLUMNS`` when it is set, else 160."""
+    terminal, else ``COLUMNS`` when it is set, else ``beside`` (the width of the terminal the command runs
+    in, read from stderr, when output goes to a pipe or file from one: ``megaplan explain ... | less`` wrapped
+    every 160-column line in an 80-column terminal, ux14), else 160 (no terminal at all: a script, CI)."""
     if is_terminal:
         return None
     columns = environ.get("COLUMNS", "").strip()
-    return int(columns) if columns.isdigit() and int(columns) > 0 else 160
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return beside if beside else 160
 
 
 def tokens_text(tokens: float) -> str:

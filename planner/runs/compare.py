@@ -11,6 +11,9 @@ PLAN_FIELDS = (
     *(f for f in ParallelPlan.model_fields if f not in ("first_stage_layers", "last_stage_layers")),
     "precision",
     "attention_kernel",
+    "overlap_grad_reduce",  # the overlaps: a typed plan and a plan file or script may differ there (ux14)
+    "overlap_param_gather",
+    "tp_comm_overlap",
     "global_batch",
     "seq_len",
     "hardware",
