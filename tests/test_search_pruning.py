@@ -317,3 +317,31 @@ def test_family_keys_are_mixed_radix_digits():
     grid = grid.take(np.zeros(2, dtype=np.int64))
     grid = replace(grid, tp=np.array([2, 8]), pp=np.array([1, 4]))
     np.testing.assert_array_equal(search_module._family_keys(grid, np.arange(2)), [0, 27])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 3000),
+    families=st.integers(1, 50),
+    span=st.sampled_from([3, 2**20, 2**40, 2**61]),
+    b_in_order=st.booleans(),
+)
+def test_family_order_is_the_stable_sort_by_family_then_micro_batch(seed, n, families, span, b_in_order):
+    """``_family_order``: None where the plans come sorted, else ``np.lexsort([b, family])`` exactly (equal plans
+    as they come), by one sort of the family above the position where each family's micro-batches come in order
+    (the candidate grid's), by lexsort where they do not or the family keys span too much for the shift."""
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, span, families)
+    family = values[rng.integers(0, families, n)]
+    b = 2 ** rng.integers(0, 7, n)
+    if b_in_order:  # each family's micro-batches ascending as they come (ties in place)
+        for f in np.unique(family):
+            at = np.flatnonzero(family == f)
+            b[at] = np.sort(b[at])
+    order = search_module._family_order(family, b)
+    expected = np.lexsort([b, family])
+    if order is None:
+        np.testing.assert_array_equal(expected, np.arange(n))
+    else:
+        np.testing.assert_array_equal(order, expected)

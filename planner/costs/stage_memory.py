@@ -27,6 +27,7 @@ from planner.plan import (
 
 ALLOCATED_TERMS = ("weights", "gradients", "optimizer", "activations", "cuda_graphs", "workspaces")
 MEMORY_TERMS = (*ALLOCATED_TERMS, "nccl", "cuda_context", "fragmentation")
+WORKSPACES = ALLOCATED_TERMS.index("workspaces")  # the one term --tp-comm-overlap changes
 MIB = 2**20
 FSDP_UNSHARDED_LAYERS = 2  # Megatron FSDP gathers the next layer while computing this one
 FSDP_GRAD_BYTES = (
@@ -308,13 +309,15 @@ def _memory_terms(lt: Letters, ctx: Context, i: np.ndarray) -> tuple[dict, dict]
 def _allocated_and_total(terms: dict) -> tuple[np.ndarray, np.ndarray]:
     """``allocated``: the sum of ``ALLOCATED_TERMS``, what PyTorch's allocator hands out (the peak Megatron logs
     as max allocated); ``total``: that plus the rest of ``MEMORY_TERMS``, in their order."""
-    allocated = terms[ALLOCATED_TERMS[0]]
-    for k in ALLOCATED_TERMS[1:]:
-        allocated = allocated + terms[k]
-    total = allocated
-    for k in MEMORY_TERMS[len(ALLOCATED_TERMS) :]:  # the terms after the allocated ones, in the same order
-        total = total + terms[k]
-    return allocated, total
+    allocated = _summed(terms, ALLOCATED_TERMS)
+    return allocated, _summed(terms, MEMORY_TERMS[len(ALLOCATED_TERMS) :], allocated)
+
+
+def _summed(terms: dict, names: tuple, start=None):
+    """``start`` (None: nothing) plus the ``terms`` ``names``, added one at a time in their order."""
+    for k in names:
+        start = terms[k] if start is None else start + terms[k]
+    return start
 
 
 def stage_memory_total(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
@@ -326,19 +329,22 @@ def stage_memory_total_and_twins(lt: Letters, ctx: Context, i: np.ndarray, twins
     """``stage_memory_total`` of every plan, and of the plans at ``twins`` (positions) without --tp-comm-overlap:
     the overlap changes their workspaces alone (``_workspaces``: its userbuffers and TE's streams), so their
     other terms are the plans' own, summed again in the same order with the twins' workspaces (the twins' totals
-    are those of their own evaluation, number for number, without evaluating them)."""
+    are those of their own evaluation, number for number, without evaluating them): the sum of the terms before
+    the workspaces is the plans' own, read at the twins."""
     terms = _memory_terms(lt, ctx, i)[0]
-    total = _allocated_and_total(terms)[1]
+    head = _summed(terms, ALLOCATED_TERMS[:WORKSPACES])  # the terms before the workspaces, as the total adds them
+    tail = MEMORY_TERMS[WORKSPACES:]  # the workspaces and the terms after them
+    total = _summed(terms, tail, head)
     n = len(lt.t)
 
     def rows(v):  # a per-plan term's twin rows, column-major as the terms (``Letters.stage``); one value as it is
         return v.T.take(twins, axis=1).T if np.ndim(v) == 2 and np.shape(v)[0] == n else v
 
-    off = {k: rows(v) for k, v in terms.items()}
+    off = {k: rows(terms[k]) for k in tail[1:]}
     caller = np.setbufsize(UFUNC_BUFFER)
     try:
         off["workspaces"] = rows(_workspaces(lt, ctx, np.zeros((n, 1), dtype=bool)))
-        return total, _allocated_and_total(off)[1]
+        return total, _summed(off, tail, rows(head))
     finally:
         np.setbufsize(caller)
 
