@@ -166,6 +166,14 @@ def explain_plan(req: PlanRequest, memory_headroom: float | None = None, *, sugg
     return Explanation(out, ev)
 
 
+SPLIT_CHANGE = {  # a fix's stage split by the options that give it (it read "stage split embedding+loss")
+    "even": "stage split even (no --account-for-*-in-pipeline-split)",
+    "embedding": "--account-for-embedding-in-pipeline-split",
+    "loss": "--account-for-loss-in-pipeline-split",
+    "embedding+loss": "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+}
+
+
 def _variants(plan: ParallelPlan, model: ModelSpec) -> list[tuple[str, ParallelPlan]]:
     """The plan with one knob turned: what a user would try first to make it fit."""
     out = []
@@ -182,7 +190,7 @@ def _variants(plan: ParallelPlan, model: ModelSpec) -> list[tuple[str, ParallelP
     if plan.tp > 1 and not plan.sequence_parallel:
         add("--sequence-parallel", sequence_parallel=True)
     if not plan.distributed_optimizer:
-        add("--use-distributed-optimizer", distributed_optimizer=True)
+        add("--distributed-optimizer", distributed_optimizer=True)  # megaplan's option (the user types it next)
     for b in range(1, plan.micro_batch):
         if plan.micro_batch % b == 0:
             add(f"--micro-batch {b}", micro_batch=b)
@@ -191,7 +199,7 @@ def _variants(plan: ParallelPlan, model: ModelSpec) -> list[tuple[str, ParallelP
             add(f"--vpp {v}", vpp=v)
     for split in StageSplit:
         if split is not plan.stage_split:
-            add(f"stage split {split.value}", stage_split=split, first_stage_layers=None, last_stage_layers=None)
+            add(SPLIT_CHANGE[split.value], stage_split=split, first_stage_layers=None, last_stage_layers=None)
     if plan.cp == 1 and plan.dp % 2 == 0:
         add("--cp 2 (dp halved)", cp=2, dp=plan.dp // 2)
     return out

@@ -210,3 +210,22 @@ def test_output_piped_from_a_terminal_fits_that_terminal():
     assert console_width(False, {"COLUMNS": "120"}, 80) == 120
     assert console_width(False, {}, None) == 160
     assert console_width(True, {}, 80) is None  # a terminal: rich asks it
+
+
+def test_a_fix_names_the_option_megaplan_takes():
+    # the fix said "--use-distributed-optimizer makes it fit", and typing it back gave "--use-distributed-optimizer is
+    # Megatron-LM's spelling; megaplan's option is --distributed-optimizer"; a stage split read "stage split embedding"
+    from planner.api import SPLIT_CHANGE, fit_suggestions, make_request
+
+    from conftest import one_line_error
+
+    args = ["export", "--model", "llama3-8b", "--gpus", "64", "--tp", "2"]
+    line = one_line_error(run_cli(args))
+    assert "; --distributed-optimizer makes it fit (49.9 GiB); nothing written" in line
+    assert run_cli([*args, "--distributed-optimizer"]).exit_code == 0
+    req = make_request(model="gpt3-175b", gpus=1024, tp=8, pp=8)
+    assert {"--distributed-optimizer", "--sequence-parallel"} <= {s["change"] for s in fit_suggestions(req, limit=20)}
+    assert SPLIT_CHANGE["embedding+loss"].split() == [
+        "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split",
+    ]

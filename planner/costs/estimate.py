@@ -178,11 +178,12 @@ def _dp_sync(
     dense_link, dense_across = links["instance"], links["across"]
     sharp = opts.use_sharp and hw.network.sharp
     whole = lt.fsdp & ~lt.fsdp_grads  # Megatron FSDP optim: the gradient buffer stays whole
+    sharded, replicas = lt.dopt | lt.fsdp, np.any(lt.R > 1)
 
     def reduce(n, group, link, over=dense_across):
-        kw = dict(grad_bytes=grad_bytes, distributed_optimizer=lt.dopt | lt.fsdp, in_network=sharp)
+        kw = dict(grad_bytes=grad_bytes, distributed_optimizer=sharded, in_network=sharp)
         plain = comm.dp_grad_reduce_time_s(n, group, link, **kw)
-        if not np.any(lt.R > 1):  # one distributed-optimizer instance everywhere
+        if not replicas:  # one distributed-optimizer instance everywhere
             return plain
         kw = dict(grad_bytes=grad_bytes, in_network=sharp, whole_buffer=whole)
         return np.where(lt.R > 1, comm.hierarchical_grad_reduce_time_s(n, group, lt.R, link, over, **kw), plain)
@@ -242,7 +243,8 @@ def _bucket_latencies_s(lt: Letters, ctx: Context, chunk_params, bucket_params, 
     tensors = np.ceil(chunk_params / per_layer) * dense_layer_param_tensors(ctx.model) + 1  # + the word table
     n_b = comm.ddp_bucket_count(chunk_params, bucket_params, tensors)
     ring = ring_latency_s(lt.N, links["instance"])
-    across = np.where(lt.R > 1, all_reduce_latency_s(lt.R, links["across"]), 0.0)
+    # across the R instances (none where every plan has one: ring + 0 is ring)
+    across = np.where(lt.R > 1, all_reduce_latency_s(lt.R, links["across"]), 0.0) if np.any(lt.R > 1) else 0.0
     gather = np.where(bucketed, comm.bucket_latency_s(n_b, ring), 0.0)
     return np.where(bucketed, comm.bucket_latency_s(n_b, ring + across), 0.0), gather
 

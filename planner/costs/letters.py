@@ -519,10 +519,9 @@ class Letters:
         each and how many ranks share it (``type_index``, ``type_count``, shaped (N, T)); and whether
         Megatron-LM accepts the split (``split_legal``)."""
         mo = ctx.model
-        columns = (grid.pp, grid.vpp, grid.split, grid.first_layers, grid.last_layers, grid.layout + 1)
+        columns = (grid.pp, grid.vpp, grid.split, grid.first_layers, grid.last_layers, grid.layout)  # -1: no layout
         first_row, inverse = distinct_rows(list(columns))
         uniq = np.stack([np.asarray(c)[first_row] for c in columns], axis=1).astype(np.int64, copy=False)
-        uniq[:, -1] -= 1
         model = (mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers)  # properties: read once
         self._table, pmax, self._split_p, legal, index, count = _split_tables(uniq.tobytes(), grid.layouts, model)
         self._moe_layers = any(model[0])  # else every split's MoE counts are 0 (``stage``: dense = layers)
