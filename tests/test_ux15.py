@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 from conftest import run_cli
@@ -50,3 +51,61 @@ def test_a_weakly_identified_all_to_all_factor_is_kept_with_its_reason():
     assert got.value == load_hardware("dgx-h100-superpod").calibration.a2a_network_efficiency
     assert got.why.startswith("σ is ")
     assert got.why.endswith("of its band: the runs cannot tell it from the other factors")
+
+
+def test_the_verdict_continues_each_wrapped_line_under_its_text_at_80_columns():
+    # explain's verdict at 80 columns went on at column 0 ("--no-overlap-grad-reduce, ... · off: --tp-comm-overlap",
+    # "52.1%) · 165 TFLOP/s per GPU", "band ± 5.5 % ..."); the overlaps' "· off: ..." now starts a line of its own
+    args = ["explain", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "8", "--brief"]
+    shown = run_cli([*args, "--distributed-optimizer", "--sequence-parallel"], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert lines[2:5] == [
+        "      overlaps on: --overlap-grad-reduce, --overlap-param-gather (off with",
+        "      --no-overlap-grad-reduce, --no-overlap-param-gather)",
+        "      · off: --tp-comm-overlap",
+    ]
+    assert lines[6:8] == [
+        "speed 20.07 s/iteration (18.99–21.22) · 156,726 tokens/s · MFU 52.8%",
+        "      (causal 52.1%) · 165 TFLOP/s per GPU",
+    ]
+    assert lines[8:10] == [
+        "runs  extrapolated: distributed optimizer, flash attention on Ampere, 0 runs;",
+        "      band ± 5.5 % (± 3.6 % each)",
+    ]
+    assert all(len(line) <= 80 and "\xa0" not in line for line in lines)
+    wide = run_cli([*args, "--distributed-optimizer", "--sequence-parallel"], env={"COLUMNS": "200"})
+    assert "\xa0" not in wide.stdout and "(causal 52.1%) · 165 TFLOP/s per GPU" in wide.stdout
+
+
+def test_a_figure_keeps_its_unit_when_a_line_wraps():
+    # "those leaving 10 % of the usable memory free" (search's ranking note) could end a line with "10" and start
+    # the next with "%"; so "± 2.2 %" and "82.88 s/iteration" (textwrap and rich both break at any space)
+    from rich.console import Console
+    from rich.text import Text
+
+    from planner.report.wrap import Hanging, wrapped
+
+    note = "those leaving 10 % of the usable memory free; band ± 2.2 % at 82.88 s/iteration"
+    for width in range(17, 40):  # 17: "82.88 s/iteration", the longest figure with its unit
+        lines = wrapped(note, width).splitlines()
+        assert " ".join(lines) == note, width
+        assert not any(line.endswith(("10", "±", "2.2", "82.88")) for line in lines), (width, lines)
+        out = io.StringIO()
+        Console(file=out, width=width + 6, color_system=None).print(Hanging(Text("note  " + note)))
+        shown = out.getvalue().splitlines()
+        assert " ".join(line.strip() for line in shown) == "note  " + note
+        assert not any(line.endswith(("10", "±", "2.2", "82.88")) for line in shown), (width, shown)
+        assert all(line.startswith("      ") for line in shown[1:]) and "\xa0" not in out.getvalue()
+    assert wrapped("aaaa 10 % of", 7) == "aaaa\n10 % of"  # textwrap alone: "aaaa 10" / "% of"
+
+
+def test_a_single_setting_is_one_setting():
+    # explain's verdict said "validated by 1 settings on Hopper"
+    from planner.report.memory import evidence_text
+
+    ev = {"generation": "Hopper", "band_frac": 0.065, "extrapolated": [], "settings": 1}
+    ev["features"] = [{"feature": "flex/deepep", "settings": 1}]
+    assert (
+        evidence_text({"evidence": ev}).plain == "validated by 1 setting on Hopper (fewest: flex/deepep); band ± 6.5 %"
+    )
