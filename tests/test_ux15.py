@@ -109,3 +109,33 @@ def test_a_single_setting_is_one_setting():
     assert (
         evidence_text({"evidence": ev}).plain == "validated by 1 setting on Hopper (fewest: flex/deepep); band ± 6.5 %"
     )
+
+
+def test_an_override_of_a_switch_says_on_or_off():
+    # "note: --overlap-grad-reduce False overrides the script's True"
+    script = (
+        "--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings "
+        "2048 --micro-batch-size 4 --global-batch-size 512 --bf16 --use-distributed-optimizer --overlap-grad-reduce"
+    )
+    shown = run_cli(["explain", "--megatron-args", script, "--gpus", "8", "--brief", "--no-overlap-grad-reduce"])
+    assert shown.exit_code == 0, shown.output
+    assert "megaplan: note: --overlap-grad-reduce off overrides the script's on\n" in shown.stderr
+
+
+def test_the_expert_all_to_all_overlap_launches_with_more_than_one_cuda_connection():
+    # Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP > 1 before Blackwell, but with
+    # --overlap-moe-expert-parallel-comm it only warns against 1; the estimate prices that plan with more than one
+    # connection (communication.connection_limited), as Megatron-Bridge's performance scripts launch it: 32 with
+    # DeepEP/HybridEP, else 8 (scripts/performance/utils/overrides.py). The script and the note said 1
+    args = ["export", "--model", "qwen3-30b-a3b", "--gpus", "16", "--hardware", "dgx-h100-superpod", "--tp", "2"]
+    args += ["--pp", "1", "--ep", "8", "--etp", "1", "--sequence-parallel", "--distributed-optimizer"]
+    overlap = [*args, "--overlap-moe-expert-parallel-comm"]
+    flex = run_cli([*overlap, "--moe-token-dispatcher", "flex", "--format", "slurm"])
+    assert flex.exit_code == 0, flex.output
+    assert "\nexport CUDA_DEVICE_MAX_CONNECTIONS=32  # the expert all-to-all overlap" in flex.stdout
+    a2a = run_cli([*overlap, "--moe-token-dispatcher", "alltoall"])
+    assert "launch with CUDA_DEVICE_MAX_CONNECTIONS=8 in the environment (the expert all-to-all overlap" in a2a.stderr
+    bridge = run_cli([*overlap, "--moe-token-dispatcher", "alltoall", "--format", "bridge"])
+    assert "# megaplan-env: CUDA_DEVICE_MAX_CONNECTIONS=8" in bridge.stdout
+    plain = run_cli([*args, "--moe-token-dispatcher", "alltoall", "--format", "slurm"])  # no overlap: TP's 1
+    assert "\nexport CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP communication ordering before Blackwell" in plain.stdout

@@ -485,13 +485,21 @@ def _environment_notes(req: api.PlanRequest) -> None:
     """The environment variables a flags-only export cannot set, which the launch needs."""
     from planner.megatron import export as exp
 
-    if exp.needs_cuda_device_max_connections(req):
+    value, _ = exp.cuda_device_max_connections(req) or (0, "")
+    if value == 1:
         click.echo(
             "megaplan: note: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment "
             "(Megatron-LM requires it with TP or CP > 1 before Blackwell)",
             err=True,
         )
-    elif req.plan.fsdp:
+    elif value:
+        click.echo(
+            f"megaplan: note: launch with CUDA_DEVICE_MAX_CONNECTIONS={value} in the environment (the expert "
+            "all-to-all overlap with TP or CP > 1 before Blackwell: Megatron-LM warns against 1, Megatron-Bridge "
+            "launches it so, and the estimate assumes it)",
+            err=True,
+        )
+    elif value is None:
         click.echo("megaplan: note: leave CUDA_DEVICE_MAX_CONNECTIONS unset (Megatron FSDP refuses 1)", err=True)
     if req.ctx.options.expandable_segments:
         click.echo("megaplan: note: launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", err=True)
