@@ -139,3 +139,50 @@ def test_the_expert_all_to_all_overlap_launches_with_more_than_one_cuda_connecti
     assert "# megaplan-env: CUDA_DEVICE_MAX_CONNECTIONS=8" in bridge.stdout
     plain = run_cli([*args, "--moe-token-dispatcher", "alltoall", "--format", "slurm"])  # no overlap: TP's 1
     assert "\nexport CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP communication ordering before Blackwell" in plain.stdout
+
+
+def _pasted(lines: list[str]) -> list[str]:
+    """The argv a shell reads from lines continued with " \\"."""
+    import shlex
+
+    assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\"), lines
+    return shlex.split(" ".join(line.removesuffix(" \\").strip() for line in lines))
+
+
+def test_a_command_to_paste_is_continued_over_lines_never_broken_at_a_space():
+    # at 80 columns "explain the smallest: megaplan explain ..." (search --min-gpus) and explain's fix line
+    # "(megaplan search ... --precision bf16), the fastest ..." wrapped at spaces: pasted, each line ran alone
+    shown = run_cli(["search", "--model", "gpt-1.7b", "--min-gpus"], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    at = lines.index("explain the smallest:")
+    assert all(len(line) <= 80 for line in lines)
+    argv = _pasted(lines[at + 1 :])
+    assert argv[:6] == ["megaplan", "explain", "--model", "gpt-1.7b", "--hardware", "dgx-a100-superpod"]
+    assert argv[-4:] == ["--recompute", "none", "--no-distributed-optimizer", "--overlap-grad-reduce"]
+    assert "each search's #1 there (what published runs support first" in " ".join(lines)  # not "fastest"
+
+    args = ["explain", "--model", "llama3-70b", "--gpus", "8", "--tp", "8", "--pp", "1", "--brief"]
+    fix = run_cli(args, env={"COLUMNS": "80"}).stdout.splitlines()
+    at = next(i for i, line in enumerate(fix) if line.startswith("fix   "))
+    assert fix[at : at + 2] == [
+        "fix   no single change fits, and no legal plan fits on these 8 GPUs either; the",
+        "      smallest cluster that does:",
+    ]
+    end = next(i for i in range(at + 2, len(fix)) if not fix[i].endswith(" \\")) + 1
+    assert _pasted(fix[at + 2 : end]) == [
+        *("megaplan", "search", "--model", "llama3-70b", "--hardware", "dgx-a100-superpod", "--min-gpus"),
+        *("--global-batch", "1024", "--seq-len", "8192", "--precision", "bf16"),
+    ]
+    assert all(len(line) <= 80 for line in fix) and fix[end].startswith("speed ")
+
+
+def test_sweep_says_its_rows_are_searchs_number_one_not_the_fastest_estimate():
+    # "each size is its own search (fastest plan that fits)": the row is search's #1, ranked by what published runs
+    # support (at 16 GPUs llama3-8b's #1 runs 72.02 s, its fastest estimate 64.35 s)
+    from planner.report.runs import sweep_view
+
+    row = {"gpus": 8, "plan": None, "no_plan": "none"}
+    text = sweep_view({"baseline_gpus": 8, "rows": [row], "train_tokens": 3e11}, "t").renderables[1].plain
+    said = "each size is its own search, its #1 shown (ranked as search ranks: what published runs support first, "
+    assert said + "not the fastest estimate)" in " ".join(text.split()) and "fastest plan that fits" not in text

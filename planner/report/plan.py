@@ -9,7 +9,7 @@ from rich.text import Text
 
 from planner.report import memory as memory_report
 from planner.report.layout import KEEP, Column, FittedTable, plain_table, plan_text, table_width, tokens_text
-from planner.report.wrap import NBSP, Hanging
+from planner.report.wrap import NBSP, Hanging, command_words
 from planner.result import MEMORY_TERMS, TIME_TERMS
 
 STATE_TERMS = MEMORY_TERMS[:4]  # weights, gradients, optimizer, activations; the rest shown as "other"
@@ -190,28 +190,32 @@ def explain_view(pj: dict, note: str | None = None, read: bool = False) -> Group
 
 def search_hint_text(hint: dict | None, gpus: int) -> str:
     """explain's fix line when no single change fits, from what a search on the same GPUs found
-    (planner.runs.hints.search_on_these_gpus); never a promise that was not checked."""
+    (planner.runs.hints.search_on_these_gpus); never a promise that was not checked. The search command comes
+    last, held whole (``command_words``): "(megaplan search ... --precision bf16)," wrapped at 80 columns broke
+    it over lines that, pasted, ran alone."""
     if hint is None:
         return "no single change fits"
     if hint["finds"]:
         plans = "a plan" if hint["feasible"] == 1 else f"{hint['feasible']:,} plans"
-        how = f" ({hint['command']})" if hint["command"] else ""
+        how = f": {command_words(hint['command'])}" if hint["command"] else ""
         return (
-            f"no single change fits; a search on these {gpus:,} GPUs finds {plans} that fit{how}, the fastest "
-            f"{hint['plan']} at {hint['iteration_s']:.2f} s/iteration"
+            f"no single change fits; a search on these {gpus:,} GPUs finds {plans} that fit, its #1 "
+            f"{hint['plan']} at {hint['iteration_s']:.2f} s/iteration{how}"
         )
-    how = f"; {hint['command']} finds the smallest cluster that does" if hint["command"] else ""
+    how = f"; the smallest cluster that does: {command_words(hint['command'])}" if hint["command"] else ""
     return f"no single change fits, and no legal plan fits on these {gpus:,} GPUs either{how}"
 
 
 def fit_suggestions_view(pj: dict) -> Text | Hanging:
     est = pj["estimate"]
     if not pj["fit_suggestions"]:
+        hint = pj.get("search_hint")
+        said = search_hint_text(hint, pj["gpus"]).removeprefix("no single change fits")
         return Hanging(
             Text(
                 "No single change of recompute, SP, distributed optimizer, micro-batch, VPP, stage split or CP fits it"
-                + search_hint_text(pj.get("search_hint"), pj["gpus"]).removeprefix("no single change fits")
-                + ".",
+                + said
+                + ("" if hint and hint["command"] else "."),  # no full stop after a command to paste
                 style="yellow",
             ),
             indent=0,

@@ -42,6 +42,35 @@ def wrapped(text: str, width: int) -> str:
     return "\n".join(lines).replace(NBSP, " ")
 
 
+def command_words(command: str) -> str:
+    """A command line said in prose, held whole where it fits (no-break spaces): where it does not, ``Hanging``
+    breaks it before an option with a shell continuation, so a pasted command runs whole."""
+    return command.replace(" ", NBSP)
+
+
+def continued(command: str, width: int, indent: int = 4) -> str:
+    """``command`` broken before its options with a shell continuation (" \\") where a line would pass ``width``
+    columns, each continuation ``indent`` in: rich broke "explain the smallest: megaplan explain ..." at spaces,
+    and pasted, each line ran alone (or failed). An option longer than the width stays whole."""
+    lines = []
+    for part in re.split(r" (?=--)", command):
+        if lines and len(lines[-1]) + 1 + len(part) + 2 <= width:
+            lines[-1] += " " + part
+        else:
+            lines.append((" " * indent if lines else "") + part)
+    return " \\\n".join(lines)
+
+
+def _command_lines(piece: Text, width: int, indent: int) -> Text:
+    """A line of ``Hanging`` that is one word wider than ``width``: a command held whole (``command_words``) is
+    continued over lines (``continued``), the lines after the first ``indent`` further in; another word as is."""
+    if piece.cell_len <= width or f"{NBSP}--" not in piece.plain:
+        return piece
+    lead = " " * indent
+    text = continued(piece.plain.replace(NBSP, " "), width).replace("\n", "\n" + lead)
+    return Text(text, style=piece.style)
+
+
 def _breaks(plain: str, width: int) -> list[int]:
     """Where to break ``plain`` so each line takes at most ``width`` cells (a word wider stays whole): at the
     start of the first word that does not fit, words split as rich splits them, but a no-break space inside."""
@@ -76,6 +105,7 @@ class Hanging:
                 pieces = body.divide(_breaks(body.plain, width - self.indent))
                 for piece in pieces:
                     piece.rstrip()
+                pieces = [_command_lines(p, width - self.indent, self.indent) for p in pieces]
                 line = Text.assemble(head, Text("\n" + " " * self.indent).join(pieces))
             line.plain = line.plain.replace(NBSP, " ")
             yield line
