@@ -186,3 +186,18 @@ def test_sweep_says_its_rows_are_searchs_number_one_not_the_fastest_estimate():
     text = sweep_view({"baseline_gpus": 8, "rows": [row], "train_tokens": 3e11}, "t").renderables[1].plain
     said = "each size is its own search, its #1 shown (ranked as search ranks: what published runs support first, "
     assert said + "not the fastest estimate)" in " ".join(text.split()) and "fastest plan that fits" not in text
+
+
+def test_a_log_named_twice_is_one_run(tmp_path):
+    # calibrate --from-log a.log --from-log a.log fitted the one run as two: "2 runs can fit 2 factors", a second
+    # factor "fitted" and σ as if the time had been measured twice
+    from test_calibrate_from_log import _one_run
+
+    log, script = _one_run(tmp_path, 0.97)
+    same = str(tmp_path / "." / log.rsplit("/", 1)[1])  # the same file, spelled otherwise
+    args = ["calibrate", "--json", "--megatron-args-file", script]
+    twice = run_cli([*args, "--from-log", log, "--from-log", same, "-o", str(tmp_path / "twice.yaml")])
+    assert twice.exit_code == 0, twice.output
+    assert f"megaplan: note: --from-log names {same} more than once; each log is one run" in twice.stderr
+    out = json.loads(twice.stdout)
+    assert out["fit"]["runs"] == 1 and [r["log"] for r in out["runs"]] == [log]
