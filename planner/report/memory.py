@@ -88,7 +88,7 @@ def evidence_text(pj: dict) -> Text:
         out.append(f"{', '.join(ev['extrapolated'])} on {gen}, 0 runs; {band} ({each})")
     else:
         weakest = min(ev["features"], key=lambda f: f["settings"])["feature"]
-        out.append(f"validated by {ev['settings']} settings on {gen} (fewest: {weakest}); {band}")
+        out.append(f"validated by {counted(ev['settings'], 'setting')} on {gen} (fewest: {weakest}); {band}")
     return out
 
 
