@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 from conftest import run_cli
 
@@ -186,3 +187,44 @@ def test_sweep_says_its_rows_are_searchs_number_one_not_the_fastest_estimate():
     text = sweep_view({"baseline_gpus": 8, "rows": [row], "train_tokens": 3e11}, "t").renderables[1].plain
     said = "each size is its own search, its #1 shown (ranked as search ranks: what published runs support first, "
     assert said + "not the fastest estimate)" in " ".join(text.split()) and "fastest plan that fits" not in text
+
+
+def test_a_log_named_twice_is_one_run(tmp_path):
+    # calibrate --from-log a.log --from-log a.log fitted the one run as two: "2 runs can fit 2 factors", a second
+    # factor "fitted" and σ as if the time had been measured twice
+    from test_calibrate_from_log import _one_run
+
+    log, script = _one_run(tmp_path, 0.97)
+    same = str(tmp_path / "." / log.rsplit("/", 1)[1])  # the same file, spelled otherwise
+    args = ["calibrate", "--json", "--megatron-args-file", script]
+    twice = run_cli([*args, "--from-log", log, "--from-log", same, "-o", str(tmp_path / "twice.yaml")])
+    assert twice.exit_code == 0, twice.output
+    assert f"megaplan: note: --from-log names {same} more than once; each log is one run" in twice.stderr
+    out = json.loads(twice.stdout)
+    assert out["fit"]["runs"] == 1 and [r["log"] for r in out["runs"]] == [log]
+
+
+def test_compare_leaves_out_rows_that_apply_to_neither_plan():
+    # two dense plans listed "ep 1", "etp 8", "moe_token_dispatcher allgather", "fsdp_sharding optim_grads_params",
+    # "recompute_method uniform" (no full recomputation) and all-zero terms ("moe_comm (s) 0.000"); --json keeps them
+    from rich.console import Console
+
+    from planner import api
+    from planner.report.runs import compare_view
+    from planner.runs.compare import compare_plans
+
+    base = dict(model="gpt-1.7b", gpus=8, tp=2, pp=1, micro_batch=1)
+    a = api.explain(api.make_request(**base, recompute="selective"))
+    b = api.explain(api.make_request(**base, sequence_parallel=True, distributed_optimizer=True))
+    cmp = compare_plans(a, b)
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(compare_view(cmp))
+    lines = [re.sub(r"^(plan|memory|time|throughput) {2,}", "", line.strip()) for line in out.getvalue().splitlines()]
+    names = [line.split("  ")[0] for line in lines]
+    gone = ["ep", "etp", "moe_token_dispatcher", "overlap_moe_expert_parallel_comm", "fsdp_sharding"]
+    gone += ["fsdp_outer_sharding", "recompute_method", "moe_comm (s)", "cuda_graphs (GiB)", "offload (s)"]
+    assert not set(gone) & set(names), set(gone) & set(names)
+    kept = ["tp", "recompute", "distributed_optimizer", "distributed_optimizer_instances", "overlap_param_gather"]
+    kept += ["tp_comm_overlap", "weights (GiB)", "tp_comm (s)", "tokens/s"]  # B has DO and SP; the rest applies
+    assert set(kept) <= set(names), set(kept) - set(names)
+    assert {r["name"] for r in cmp["rows"]} >= {"ep", "moe_comm", "fsdp_sharding"}  # --json: every row
