@@ -152,8 +152,11 @@ def explain(req: PlanRequest, memory_headroom: float | None = None, *, suggest: 
     return explain_plan(req, memory_headroom, suggest=suggest).plan_json
 
 
-def explain_plan(req: PlanRequest, memory_headroom: float | None = None, *, suggest: bool = True) -> Explanation:
-    """``explain`` with the evaluation kept (the schedule simulation reads its stage times)."""
+def explain_plan(
+    req: PlanRequest, memory_headroom: float | None = None, *, suggest: bool = True, derived: tuple[str, ...] = ()
+) -> Explanation:
+    """``explain`` with the evaluation kept (the schedule simulation reads its stage times); ``derived``: the
+    overlaps a plan typed as flags left out (``fit_suggestions`` prices each change with them set again)."""
     grid = PlanGrid.from_plans([req.plan])
     broken = rule_messages(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus)
     if broken:
@@ -162,7 +165,7 @@ def explain_plan(req: PlanRequest, memory_headroom: float | None = None, *, sugg
         ev = evaluate(grid, req.ctx, stages=True)
     out = plan_json(req.ctx, req.gpus, grid, ev, 0, broken, memory_headroom)
     if suggest and not out["estimate"]["fits"]:
-        out["fit_suggestions"] = fit_suggestions(req, memory_headroom)
+        out["fit_suggestions"] = fit_suggestions(req, memory_headroom, derived=derived)
     return Explanation(out, ev)
 
 
@@ -205,30 +208,58 @@ def _variants(plan: ParallelPlan, model: ModelSpec) -> list[tuple[str, ParallelP
     return out
 
 
-def fit_suggestions(req: PlanRequest, memory_headroom: float | None = None, limit: int = 5) -> list[dict]:
-    """Single-knob changes that make a plan that does not fit fit, fastest first (one grid, one evaluation)."""
+def fit_suggestions(
+    req: PlanRequest, memory_headroom: float | None = None, limit: int = 5, derived: tuple[str, ...] = ()
+) -> list[dict]:
+    """Single-knob changes that make a plan that does not fit fit, fastest first (one grid per set of options).
+    ``derived``: the overlaps a plan typed as flags left out; each change is priced with them set again from the
+    changed plan, as the user gets them once they type it (--distributed-optimizer brings
+    --overlap-param-gather: plan_options.recipe_overlaps)."""
     variants = _variants(req.plan, req.ctx.model)
     if not variants:
         return []
-    grid = PlanGrid.from_plans([p for _, p in variants])
-    masks = rule_masks(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus)
-    legal = np.all(np.array(list(masks.values())), axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ev = evaluate(grid, req.ctx)
+    n = len(variants)
+    legal, peak_bytes, iteration_s, model_flops = np.zeros(n, bool), np.zeros(n), np.zeros(n), np.zeros(n)
+    for opts, rows in _variant_options(req, variants, derived).items():
+        grid = PlanGrid.from_plans([variants[i][1] for i in rows])
+        masks = rule_masks(grid, req.ctx.model, req.ctx.training, opts, req.gpus)
+        legal[rows] = np.all(np.array(list(masks.values())), axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ev = evaluate(grid, req.ctx if opts == req.ctx.options else _with_options(req.ctx, opts))
+        peak_bytes[rows], iteration_s[rows], model_flops[rows] = ev.peak_memory_bytes, ev.iteration_s, ev.flops["model"]
     cap = usable_bytes(req.ctx.hardware.memory.allocatable_bytes, memory_headroom)
-    ok = np.flatnonzero(legal & (ev.peak_memory_bytes <= cap))
-    ok = ok[np.argsort(ev.iteration_s[ok], kind="stable")][:limit]
+    ok = np.flatnonzero(legal & (peak_bytes <= cap))
+    ok = ok[np.argsort(iteration_s[ok], kind="stable")][:limit]
+    peak_flops_per_s = req.ctx.hardware.gpu.peak_flops_per_s(req.ctx.precision)
     return [
         {
             "change": variants[i][0],
-            "peak_memory_gib": float(ev.peak_memory_bytes[i]) / 2**30,
-            "iteration_s": float(ev.iteration_s[i]),
-            "mfu": float(
-                ev.flops["model"][i]
-                / ev.iteration_s[i]
-                / req.gpus
-                / req.ctx.hardware.gpu.peak_flops_per_s(req.ctx.precision)
-            ),
+            "peak_memory_gib": float(peak_bytes[i]) / 2**30,
+            "iteration_s": float(iteration_s[i]),
+            "mfu": float(model_flops[i] / iteration_s[i] / req.gpus / peak_flops_per_s),
         }
         for i in ok
     ]
+
+
+def _with_options(ctx: Context, options: PlanOptions) -> Context:
+    return Context(ctx.model, ctx.hardware, ctx.training, options)
+
+
+def _variant_options(
+    req: PlanRequest, variants: list[tuple[str, ParallelPlan]], derived: tuple[str, ...]
+) -> dict[PlanOptions, list[int]]:
+    """The variants (by index) grouped by the options each runs with: the plan's own, but for the overlaps in
+    ``derived``, which follow the variant's plan (recipe_overlaps)."""
+    from planner.plan_options import recipe_overlaps
+
+    groups: dict[PlanOptions, list[int]] = {}
+    base = req.ctx.options
+    for i, (_, plan) in enumerate(variants):
+        opts = base
+        if derived:
+            sharding = {"distributed_optimizer": plan.distributed_optimizer, "fsdp": plan.fsdp}
+            overlaps = recipe_overlaps(base.model_dump(), sharding, derived)
+            opts = base.model_copy(update={k: overlaps[k] for k in derived})
+        groups.setdefault(opts, []).append(i)
+    return groups

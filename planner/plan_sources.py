@@ -232,9 +232,12 @@ def clamp_recompute_layers(req: api.PlanRequest) -> tuple[api.PlanRequest, tuple
 
 def _shown(value):
     """An option's value as the command line writes it: an enum by its value, a list comma-separated
-    ("(none)" when empty), as --recompute-modules takes it (it showed "the script's ('core_attn',)")."""
+    ("(none)" when empty), as --recompute-modules takes it (it showed "the script's ('core_attn',)"), a switch
+    on or off."""
     if isinstance(value, (list, tuple)):
         return ",".join(str(_shown(v)) for v in value) or "(none)"
+    if isinstance(value, bool):  # "--overlap-grad-reduce False overrides the script's True" (ux15)
+        return "on" if value else "off"
     return value.value if hasattr(value, "value") else value
 
 

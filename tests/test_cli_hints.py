@@ -26,7 +26,8 @@ def test_the_fix_line_never_promises_a_plan_search_does_not_find():
     assert out.exit_code == 0, out.output
     fix = next(line for line in out.stdout.splitlines() if line.startswith("fix"))
     assert "finds a plan" not in fix and "no legal plan fits on these 8 GPUs either" in fix
-    assert "megaplan search --model gpt3-175b --hardware dgx-a100-superpod --min-gpus" in out.stdout
+    pasted = " ".join(out.stdout.replace(" \\\n", " ").split())  # the command continued over lines (ux15)
+    assert "megaplan search --model gpt3-175b --hardware dgx-a100-superpod --min-gpus" in pasted
 
 
 def test_the_fix_line_names_what_search_finds_with_a_command_that_finds_it():

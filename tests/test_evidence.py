@@ -236,3 +236,13 @@ def test_a_code_looks_up_its_settings_as_the_counts_say(codes, counts):
     # plan gets its code's count, 0 where no setting uses it, and NOT_USED where the plan does not use the kind
     looked = evidence._looked_up(np.array(codes, dtype=np.int64), counts)
     assert looked.tolist() == [evidence.NOT_USED if c == 0 else counts.get(c, 0) for c in codes]
+
+
+@given(st.integers(0, 5000), st.integers(0, 12), st.dictionaries(st.integers(1, 5000), st.integers(0, 30), max_size=10))
+def test_a_code_every_plan_shares_looks_up_as_each_plans_own(code, n, counts):
+    # an option's kind is one code broadcast to every plan (``feature_codes``' full): looked up once, each plan
+    # gets what the same code written out per plan gets, and the evidence counts its zeros as extrapolated
+    shared = evidence._looked_up(np.broadcast_to(np.int64(code), (n,)), counts)
+    assert shared.tolist() == evidence._looked_up(np.full(n, code, dtype=np.int64), counts).tolist()
+    ev = evidence.PlanEvidence(9, {"fp8": np.full(n, code)}, {"fp8": shared})
+    assert ev.extrapolated.tolist() == [int(code != 0 and counts.get(code, 0) == 0)] * n

@@ -19,7 +19,7 @@ from planner.bridge import recipes
 from planner.bridge.table import MODEL_ROWS, PRESETS, ROWS, TAGS, USERBUFFERS
 from planner.bridge.values import to_bridge
 from planner.errors import PlannerError
-from planner.megatron.export import megatron_argv, model_flags, needs_cuda_device_max_connections
+from planner.megatron.export import cuda_device_max_connections, megatron_argv, model_flags
 from planner.megatron.flags import parse_megatron_argv
 from planner.plan import plan_label
 from planner.presets import load_model
@@ -225,8 +225,9 @@ def userbuffer_for(req: PlanRequest) -> str | None:
 
 def _env(req: PlanRequest) -> list[str]:
     env = []
-    if needs_cuda_device_max_connections(req):
-        env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
+    connections = cuda_device_max_connections(req)
+    if connections is not None and connections[0] is not None:
+        env.append(f"CUDA_DEVICE_MAX_CONNECTIONS={connections[0]}")
     if req.ctx.options.expandable_segments:
         env.append("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     return env

@@ -323,6 +323,26 @@ def _labelled(step, what: str):
     return lambda description=None: step(f"{what}: {description}" if description else None)
 
 
+def _log_pairs(logs, scripts) -> list[tuple[str, str]]:
+    """Each --from-log with its launch script, a log named twice read once and said: the same run twice is one
+    run, and it passed for two ("2 runs can fit 2 factors", σ as if measured twice)."""
+    import os
+
+    pairs = zip(logs, scripts if len(scripts) == len(logs) else scripts * len(logs), strict=True)
+    seen: dict[str, tuple[str, str]] = {}
+    twice = []
+    for log, script in pairs:
+        key = log if log == "-" else os.path.realpath(log)
+        if key in seen:
+            twice.append(log)
+        else:
+            seen[key] = (log, script)
+    if twice:
+        names = ", ".join(dict.fromkeys(twice))
+        click.echo(f"megaplan: note: --from-log names {names} more than once; each log is one run", err=True)
+    return list(seen.values())
+
+
 def _from_logs(logs, scripts, hardware, gpus_env, output, overwrite_force, as_json) -> None:
     from pathlib import Path
 
@@ -352,9 +372,10 @@ def _from_logs(logs, scripts, hardware, gpus_env, output, overwrite_force, as_js
     refuse_existing("-o/--output", output, overwrite)
     hw = load_hardware(hardware or "dgx-h100-superpod")
     read = {path: _launch_script(path) for path in dict.fromkeys(scripts)}  # each once: '-' reads standard input
-    pairs = zip(logs, scripts if len(scripts) == len(logs) else scripts * len(logs), strict=True)
     gpus, env = gpus_env
-    logged = [from_log.logged_run(log, read[script], hardware=hw, gpus=gpus, env=env) for log, script in pairs]
+    logged = [
+        from_log.logged_run(log, read[s], hardware=hw, gpus=gpus, env=env) for log, s in _log_pairs(logs, scripts)
+    ]
     for lr in (lr for lr in logged if lr.log.cut_line):
         click.echo(
             f"megaplan: note: {lr.log.name}, line {lr.log.cut_line}: an iteration line cut short (a log still being "

@@ -212,7 +212,7 @@ def explain(as_json: bool, schedule: bool, schedule_file: str | None, overwrite:
     _check_bridge_recipe(kw, req.ctx.model.name)
     _note_ignored(kw, req)
     with naming_overrides(resolved):
-        explained = api.explain_plan(req, kw["memory_headroom"])
+        explained = api.explain_plan(req, kw["memory_headroom"], derived=resolved.derived)
     pj = explained.plan_json
     if "fit_suggestions" in pj and not pj["fit_suggestions"]:  # the fix line says what a search really finds
         pj["search_hint"] = _search_hint(req, pj, kw)
@@ -290,10 +290,14 @@ def _search_hint(req: api.PlanRequest, pj: dict, kw: dict) -> dict:
     return hint
 
 
-def _side_plan(req: api.PlanRequest, overrides: dict, side: str, plan_files, kw: dict) -> dict:
-    """One side's plan JSON; a side without --a/--b is the shared plan alone, and says so when it fails."""
+def _side_plan(
+    req: api.PlanRequest, overrides: dict, side: str, plan_files, kw: dict, derived: tuple[str, ...] = ()
+) -> dict:
+    """One side's plan JSON; a side without --a/--b is the shared plan alone, and says so when it fails.
+    ``derived``: the overlaps the typed plan left out (its fix suggestions price each change with them)."""
+    side_derived = tuple(k for k in derived if k not in overrides)
     try:
-        return api.explain(req, kw["memory_headroom"])
+        return api.explain_plan(req, kw["memory_headroom"], derived=side_derived).plan_json
     except PlannerError as err:
         if overrides or plan_files:
             raise PlannerError(f"plan {side.upper()} (--{side}): {err}") from err
@@ -397,7 +401,7 @@ def _compare_sides(click_ctx: click.Context, plan_files: tuple[str, ...], a_args
         derived = resolved.derived if resolved else ()  # a plan typed as flags: its overlaps follow each side
         reqs = [_side_request(bases[0], a_over, "a", derived), _side_request(bases[-1], b_over, "b", derived)]
         sides = zip(reqs, (a_over, b_over), "ab", strict=True)
-        pjs = [_side_plan(r, over, side, plan_files, kw) for r, over, side in sides]
+        pjs = [_side_plan(r, over, side, plan_files, kw, derived) for r, over, side in sides]
     return reqs, pjs
 
 
@@ -443,7 +447,8 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
         note_full_only(kw)
     req = resolved.request
     with naming_overrides(resolved):
-        pj = api.explain(req, kw["memory_headroom"])  # refuses plans Megatron-LM would reject, before writing
+        # refuses plans Megatron-LM would reject, before writing
+        pj = api.explain_plan(req, kw["memory_headroom"], derived=resolved.derived).plan_json
         over = _does_not_fit(pj)
         if over and not force:
             raise PlannerError(f"{over}; nothing written (--force writes it anyway)")
@@ -480,13 +485,21 @@ def _environment_notes(req: api.PlanRequest) -> None:
     """The environment variables a flags-only export cannot set, which the launch needs."""
     from planner.megatron import export as exp
 
-    if exp.needs_cuda_device_max_connections(req):
+    value, _ = exp.cuda_device_max_connections(req) or (0, "")
+    if value == 1:
         click.echo(
             "megaplan: note: launch with CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment "
             "(Megatron-LM requires it with TP or CP > 1 before Blackwell)",
             err=True,
         )
-    elif req.plan.fsdp:
+    elif value:
+        click.echo(
+            f"megaplan: note: launch with CUDA_DEVICE_MAX_CONNECTIONS={value} in the environment (the expert "
+            "all-to-all overlap with TP or CP > 1 before Blackwell: Megatron-LM warns against 1, Megatron-Bridge "
+            "launches it so, and the estimate assumes it)",
+            err=True,
+        )
+    elif value is None:
         click.echo("megaplan: note: leave CUDA_DEVICE_MAX_CONNECTIONS unset (Megatron FSDP refuses 1)", err=True)
     if req.ctx.options.expandable_segments:
         click.echo("megaplan: note: launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", err=True)

@@ -461,7 +461,9 @@ def _optimizer_shard_text(plan: ParallelPlan) -> str:
     return " ÷ d·c (distributed optimizer)" if plan.distributed_optimizer else ""
 
 
-def _per_layer_text(ctx: Context, plan: ParallelPlan) -> str:
+def _per_layer_text(ctx: Context, plan: ParallelPlan, selective: bool) -> str:
+    """A layer's activation bytes as text, sbh × its coefficients; ``selective``: with selective recomputation's
+    modules (``plan.recompute`` is selective), else everything the layer keeps."""
     mo, opts = ctx.model, ctx.options
     parts = memory.layer_activation_parts(
         mo.hidden_size,
@@ -485,7 +487,7 @@ def _per_layer_text(ctx: Context, plan: ParallelPlan) -> str:
     sp = plan.sequence_parallel and plan.tp > 1
     cp = "/c" if plan.cp > 1 else ""
     unfused = opts.attention_kernel is AttentionKernel.UNFUSED
-    if plan.recompute is Recompute.SELECTIVE:
+    if selective:
         split, replicated, rc = selective_coefficients(parts, opts.recompute_modules, mo.hidden_dropout > 0)
         if mo.multi_latent_attention and RecomputeModule.MLA_UP_PROJ in opts.recompute_modules:
             split -= mla_up_proj_outputs(mo)
@@ -504,12 +506,8 @@ def activation_formula(ctx: Context, plan: ParallelPlan) -> Formula:
     sp = plan.sequence_parallel and plan.tp > 1
     cp = "/c" if plan.cp > 1 else ""
     in_flight = "min(p − i, m)" if plan.vpp == 1 else "min(m·v, 2(p − i − 1) + (v − 1)p + 1)/v"
-    whole = _per_layer_text(
-        ctx,
-        plan.model_copy(
-            update={"recompute": Recompute.NONE, "recompute_num_layers": None, "recompute_method": "uniform"}
-        ),
-    )
+    selective = plan.recompute is Recompute.SELECTIVE
+    whole = "" if selective else _per_layer_text(ctx, plan, False)  # every layer's whole activations
     shard = "/t" if sp or opts.distribute_saved_activations else ""
     layer_input = f"2sbh{cp}{shard}"
     source = K22
@@ -530,7 +528,7 @@ def activation_formula(ctx: Context, plan: ParallelPlan) -> Formula:
         if k > 1:
             source += "; Megatron-LM megatron/core/recompute.py (uniform: groups of --recompute-num-layers)"
     else:
-        per_layer = _per_layer_text(ctx, plan)
+        per_layer = _per_layer_text(ctx, plan, True) if selective else whole
     offload = ""
     if opts.cpu_offloading_num_layers and plan.recompute is Recompute.NONE:
         offload = (

@@ -321,10 +321,10 @@ def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, pr
         if not identify or not (weak or parked):
             break
         if parked:  # a bound that would set the value says more than its σ
-            side, name = max(parked, key=lambda w: FIT_FIELDS.index(w[1]))
+            side, name = max(parked, key=lambda w: _priority(w[1]))
             dropped[name] = _parked_why(side, bands[name], anchor[name])
         else:
-            frac, name = max(weak, key=lambda w: FIT_FIELDS.index(w[1]))  # the secondary factor goes first
+            frac, name = max(weak, key=lambda w: _priority(w[1]))  # the secondary factor goes first
             dropped[name] = f"σ is {frac:.0%} of its band: the runs cannot tell it from the other factors"
         active.remove(name)
         values[name] = anchor[name]
@@ -336,6 +336,13 @@ def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, pr
             active.remove(f)
             values[f] = anchor[f]
     return sigma, spread, informed
+
+
+def _priority(name: str) -> int:
+    """A factor's rank in FIT_FIELDS' order (the last goes first when one must go); a factor fitted by name
+    outside them (moe_fit's η_a2a) ranks after them: it raised "tuple.index(x): x not in tuple" when the
+    MoE rows left it weakly identified (two H100 rows of one model)."""
+    return FIT_FIELDS.index(name) if name in FIT_FIELDS else len(FIT_FIELDS)
 
 
 def _parked_why(side: str, band: tuple[float, float], kept: float) -> str:

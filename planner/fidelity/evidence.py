@@ -232,8 +232,15 @@ class PlanEvidence:
 
     @functools.cached_property
     def extrapolated(self) -> np.ndarray:
-        """How many features the plan uses that no setting of its generation exercises."""
-        return _extrapolated(self.codes, generation_counts(self.generation))
+        """How many features the plan uses that no setting of its generation exercises: its counts of 0 (a kind
+        it does not use counts ``NOT_USED``), as ``extrapolated_features``."""
+        return np.sum([count == 0 for count in self.counts.values()], axis=0, dtype=np.int64)
+
+    @functools.cached_property
+    def lists(self) -> tuple[dict[str, list], dict[str, list], list]:
+        """The codes and counts per kind and the settings, as lists (``evidence_json`` reads a row of each)."""
+        codes = {kind: code.tolist() for kind, code in self.codes.items()}
+        return codes, {kind: count.tolist() for kind, count in self.counts.items()}, self.settings.tolist()
 
 
 def extrapolated_features(grid: PlanGrid, ctx: Context, gpus: int) -> np.ndarray:
@@ -285,6 +292,8 @@ def _looked_up(code: np.ndarray, counts: dict[int, int]) -> np.ndarray:
     """The settings behind each code (``NOT_USED`` for 0): codes are small non-negative integers (a CP
     size, a bucket, an enum), so a table indexed by the code replaces sorting them (``np.unique``)."""
     code = code.astype(np.int64, copy=False)  # an index, never a mask
+    if code.strides == (0,) and len(code):  # every plan the same code (an option's kind): looked up once
+        return _table_of(code[:1], counts).repeat(len(code))
     top = int(code.max()) if len(code) else 0
     if int(code.min(initial=0)) < 0 or top > LOOKUP_MAX:
         values, inverse = np.unique(code, return_inverse=True)
@@ -299,14 +308,15 @@ def _table_of(values: np.ndarray, counts: dict[int, int]) -> np.ndarray:
 def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float]) -> dict:
     """Plan i's evidence for the plan JSON: every feature it uses with its settings, the weakest link,
     what is extrapolated, and its band (``band``: base, per extrapolated feature, total, as fractions)."""
+    codes, counts, settings = ev.lists
     features = [
-        {"feature": LABELS[kind](int(ev.codes[kind][i])), "kind": kind, "settings": int(ev.counts[kind][i])}
+        {"feature": LABELS[kind](int(codes[kind][i])), "kind": kind, "settings": int(counts[kind][i])}
         for kind in LABELS
-        if ev.codes[kind][i] != 0
+        if codes[kind][i] != 0
     ]
     return {
         "generation": generation_name(ev.generation),
-        "settings": int(ev.settings[i]),
+        "settings": int(settings[i]),
         "features": features,
         "extrapolated": [f["feature"] for f in features if f["settings"] == 0],
         "band_frac": band[2],

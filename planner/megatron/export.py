@@ -15,6 +15,7 @@ from planner.models.spec import Normalization, PositionEmbedding, SoftmaxType
 from planner.plan import (
     AttentionKernel,
     CudaGraphImpl,
+    FlexBackend,
     Fp8Recipe,
     FsdpOuterSharding,
     PlanOptions,
@@ -294,10 +295,14 @@ def memory_option_flags(req: PlanRequest) -> list:
 def environment_lines(req: PlanRequest) -> list[str]:
     """Environment the plan needs that no flag sets: CUDA_DEVICE_MAX_CONNECTIONS and the allocator."""
     lines = []
-    if needs_cuda_device_max_connections(req):
-        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP communication ordering before Blackwell")
-    elif req.plan.fsdp:
-        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron FSDP needs more than one CUDA connection")
+    connections = cuda_device_max_connections(req)
+    if connections is not None:
+        value, why = connections
+        lines.append(
+            f"unset CUDA_DEVICE_MAX_CONNECTIONS  # {why}"
+            if value is None
+            else f"export CUDA_DEVICE_MAX_CONNECTIONS={value}  # {why}"
+        )
     if req.ctx.options.expandable_segments:
         lines.append("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # no allocator fragmentation")
     return lines
@@ -326,12 +331,29 @@ def flags_text(req: PlanRequest) -> str:
 BLACKWELL_COMPUTE_CAPABILITY = 10.0
 
 
-def needs_cuda_device_max_connections(req: PlanRequest) -> bool:
-    """CUDA_DEVICE_MAX_CONNECTIONS=1 keeps TP/CP communication kernels ordered before compute on
-    GPUs before Blackwell (Megatron-LM checks it when TP or CP > 1 with overlap); never with
-    Megatron FSDP, which needs more than one connection."""
+def cuda_device_max_connections(req: PlanRequest) -> tuple[int | None, str] | None:
+    """What the launch sets CUDA_DEVICE_MAX_CONNECTIONS to, and why: (1, ...), (8 or 32, ...), (None, ...) to unset
+    it; None: nothing to say (Megatron-LM's default serves).
+
+    Before Blackwell with TP or CP > 1, Megatron-LM asserts 1 (arguments.py validate_args: TP/CP communication
+    kernels queued ahead of the GEMMs), except with Megatron FSDP, which needs more than one connection (unset,
+    on any GPU), and with --overlap-moe-expert-parallel-comm, where it only warns ("you can set
+    CUDA_DEVICE_MAX_CONNECTIONS to 1 or 32"): the estimate prices that plan with more than one connection (the TP
+    overlaps lost, communication.connection_limited), as Megatron-Bridge's performance scripts launch it: 32 with
+    the DeepEP or HybridEP flex dispatcher, else 8 (scripts/performance/utils/overrides.py). It said 1 (ux15)."""
+    if req.plan.fsdp:
+        return None, "Megatron FSDP needs more than one CUDA connection"
     pre_blackwell = req.ctx.hardware.gpu.compute_capability < BLACKWELL_COMPUTE_CAPABILITY
-    return pre_blackwell and (req.plan.tp > 1 or req.plan.cp > 1) and not req.plan.fsdp
+    if not pre_blackwell or (req.plan.tp == 1 and req.plan.cp == 1):
+        return None
+    if req.plan.overlap_moe_expert_parallel_comm and req.ctx.model.is_moe:
+        backend = req.ctx.options.moe_flex_dispatcher_backend
+        deep = req.plan.moe_token_dispatcher is TokenDispatcher.FLEX and backend in (
+            FlexBackend.DEEPEP,
+            FlexBackend.HYBRIDEP,
+        )
+        return (32 if deep else 8), "the expert all-to-all overlap wants more than one connection (as Bridge sets)"
+    return 1, "TP/CP communication ordering before Blackwell"
 
 
 GPT2_VOCAB = 50257

@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.report.labels import plan_text  # noqa: F401 - the views' plan column, where they look for it
+from planner.report.wrap import wrapped
 
 KEEP = 0  # priority of a column that is never dropped
 
@@ -189,18 +190,6 @@ def fit_columns(
             shown[k] = replace(shown[k], wrap=True)
         else:
             hidden.insert(0, shown.pop(k))
-
-
-def wrapped(text: str, width: int) -> str:
-    """``text`` wrapped at spaces to ``width`` columns, each paragraph (line) on its own: no line ends in the
-    space it was broken at ("… × seq 4096," not "… × seq 4096, "), and options are never split at their
-    hyphens. A word longer than the width stays whole (the terminal folds it)."""
-    import textwrap
-
-    return "\n".join(
-        "\n".join(textwrap.wrap(line, width, break_on_hyphens=False, break_long_words=False)) or ""
-        for line in text.split("\n")
-    )
 
 
 CSV_TOO = "--json or --csv"  # where a command with --csv carries a table's hidden columns (search, sweep, compare)

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from planner.errors import counted
 from planner.report.layout import KEEP, Column, FittedTable, plain_table
+from planner.report.wrap import NBSP
 
 GIB_PER_MIB = 1 / 1024
 
@@ -84,11 +85,11 @@ def evidence_text(pj: dict) -> Text:
     gen, band = ev["generation"], f"band ± {100 * ev['band_frac']:.1f} %"
     if ev["extrapolated"]:
         out.append("extrapolated: ", "bold yellow")
-        each = f"± {100 * ev['per_extrapolated_frac']:.1f} % each"
+        each = f"± {100 * ev['per_extrapolated_frac']:.1f} %{NBSP}each"  # the verdict's Hanging keeps it whole
         out.append(f"{', '.join(ev['extrapolated'])} on {gen}, 0 runs; {band} ({each})")
     else:
         weakest = min(ev["features"], key=lambda f: f["settings"])["feature"]
-        out.append(f"validated by {ev['settings']} settings on {gen} (fewest: {weakest}); {band}")
+        out.append(f"validated by {counted(ev['settings'], 'setting')} on {gen} (fewest: {weakest}); {band}")
     return out
 
 

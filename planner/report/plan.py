@@ -9,6 +9,7 @@ from rich.text import Text
 
 from planner.report import memory as memory_report
 from planner.report.layout import KEEP, Column, FittedTable, plain_table, plan_text, table_width, tokens_text
+from planner.report.wrap import NBSP, Hanging, command_words
 from planner.result import MEMORY_TERMS, TIME_TERMS
 
 STATE_TERMS = MEMORY_TERMS[:4]  # weights, gradients, optimizer, activations; the rest shown as "other"
@@ -32,7 +33,7 @@ def mfu_text(est: dict, pj: dict) -> str:
     """MFU in both conventions, and against which peak when the GEMMs run in FP8 (or fp32 on TF32)."""
     fp8 = (pj.get("options") or {}).get("fp8")
     against = f" of the {_peak(est)} peak" if fp8 or _peak(est) != "BF16" else ""
-    return f"MFU {100 * est['mfu']:.1f}% (causal {100 * est['mfu_causal']:.1f}%){against}"
+    return f"MFU{NBSP}{100 * est['mfu']:.1f}% (causal{NBSP}{100 * est['mfu_causal']:.1f}%){against}"  # verdict: Hanging
 
 
 def _largest(values: dict[str, float], names, unit: str, fmt: str) -> str:
@@ -103,10 +104,10 @@ def overlap_text(pj: dict) -> str:
     if not on:
         return f"overlaps off: {', '.join(off)}"
     text = f"overlaps on: {', '.join(on)} (off with {', '.join('--no-' + f[2:] for f in on)})"
-    return text + (f" · off: {', '.join(off)}" if off else "")
+    return text + (f" ·{NBSP}off:{NBSP}{', '.join(off)}" if off else "")  # wrapped, "· off: …" starts a line
 
 
-def verdict(pj: dict, note: str | None = None, read: bool = False) -> Text:
+def verdict(pj: dict, note: str | None = None, read: bool = False) -> Hanging:
     """Whether the plan fits (with headroom, or by how much not and the one change that fixes it), its
     iteration time, tokens/s and MFU, and the three largest memory and time terms: at most 15 lines."""
     est, tr = pj["estimate"], pj["training"]
@@ -165,7 +166,7 @@ def verdict(pj: dict, note: str | None = None, read: bool = False) -> Text:
     if "train_days" in est:
         days = f" · {est['train_days']:,.1f} days for {tokens_text(est['train_tokens'])} tokens"
     out.append(f"      bubble {100 * est['bubble_frac']:.1f}% · m = {est['num_microbatches']:g} micro-batches{days}")
-    return out
+    return Hanging(out)
 
 
 def explain_view(pj: dict, note: str | None = None, read: bool = False) -> Group:
@@ -189,28 +190,35 @@ def explain_view(pj: dict, note: str | None = None, read: bool = False) -> Group
 
 def search_hint_text(hint: dict | None, gpus: int) -> str:
     """explain's fix line when no single change fits, from what a search on the same GPUs found
-    (planner.runs.hints.search_on_these_gpus); never a promise that was not checked."""
+    (planner.runs.hints.search_on_these_gpus); never a promise that was not checked. The search command comes
+    last, held whole (``command_words``): "(megaplan search ... --precision bf16)," wrapped at 80 columns broke
+    it over lines that, pasted, ran alone."""
     if hint is None:
         return "no single change fits"
     if hint["finds"]:
         plans = "a plan" if hint["feasible"] == 1 else f"{hint['feasible']:,} plans"
-        how = f" ({hint['command']})" if hint["command"] else ""
+        how = f": {command_words(hint['command'])}" if hint["command"] else ""
         return (
-            f"no single change fits; a search on these {gpus:,} GPUs finds {plans} that fit{how}, the fastest "
-            f"{hint['plan']} at {hint['iteration_s']:.2f} s/iteration"
+            f"no single change fits; a search on these {gpus:,} GPUs finds {plans} that fit, its #1 "
+            f"{hint['plan']} at {hint['iteration_s']:.2f} s/iteration{how}"
         )
-    how = f"; {hint['command']} finds the smallest cluster that does" if hint["command"] else ""
+    how = f"; the smallest cluster that does: {command_words(hint['command'])}" if hint["command"] else ""
     return f"no single change fits, and no legal plan fits on these {gpus:,} GPUs either{how}"
 
 
-def fit_suggestions_view(pj: dict) -> Text:
+def fit_suggestions_view(pj: dict) -> Text | Hanging:
     est = pj["estimate"]
     if not pj["fit_suggestions"]:
-        return Text(
-            "No single change of recompute, SP, distributed optimizer, micro-batch, VPP, stage split or CP fits it"
-            + search_hint_text(pj.get("search_hint"), pj["gpus"]).removeprefix("no single change fits")
-            + ".",
-            style="yellow",
+        hint = pj.get("search_hint")
+        said = search_hint_text(hint, pj["gpus"]).removeprefix("no single change fits")
+        return Hanging(
+            Text(
+                "No single change of recompute, SP, distributed optimizer, micro-batch, VPP, stage split or CP fits it"
+                + said
+                + ("" if hint and hint["command"] else "."),  # no full stop after a command to paste
+                style="yellow",
+            ),
+            indent=0,
         )
     lines = [f"One change that makes it fit (fastest first; now {est['iteration_s']:.3f} s/iteration):"]
     for sug in pj["fit_suggestions"]:

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from planner.plan import plan_label_legend
 from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
+from planner.report.wrap import Hanging, command_words
 
 BETTER, WORSE, CHANGED = "bold green", "bold red", "bold yellow"
 
@@ -58,8 +59,9 @@ def sweep_view(result: dict, title: str) -> Group:
     failed = [r for r in result["rows"] if not r["plan"]]
     rows = [r for r in result["rows"] if r["plan"]]
     foot = [
-        f"scaling = tokens/s per GPU relative to {result['baseline_gpus']:,} GPUs; each size is its own search "
-        f"(fastest plan that fits); TFLOP/s and MFU count model FLOPs, attention over the whole s² (cMFU: causal "
+        f"scaling = tokens/s per GPU relative to {result['baseline_gpus']:,} GPUs; each size is its own search, "
+        f"its #1 shown (ranked as search ranks: what published runs support first, not the fastest estimate); "
+        f"TFLOP/s and MFU count model FLOPs, attention over the whole s² (cMFU: causal "
         f"attention halved, Megatron-LM's and Megatron-Bridge's MFU). {plan_label_legend(_labels(rows))}."
     ]
     foot += [f"{r['gpus']:,} GPUs: no plan: {r['no_plan']}" for r in failed]
@@ -74,7 +76,7 @@ def fit_columns_spec(fit: dict) -> list[Column]:
     return [
         Column("GPUs", lambda s: Text(f"{s['gpus']:,}", style="bold green" if s["gpus"] == smallest else ""), KEEP),
         Column("nodes", lambda s: f"{s['gpus'] / gpn:g}", 3),
-        Column("fastest plan that fits", lambda s: plan_text(s["plan"]), KEEP, "left", wrap_priority=3),
+        Column("best plan", lambda s: plan_text(s["plan"]), KEEP, "left", wrap_priority=3),  # search's #1
         Column(f"GiB/{capacity:.1f}", lambda s: f"{s['plan']['estimate']['peak_memory_gib']:.1f}", 1),
         Column("iter s", lambda s: f"{s['plan']['estimate']['iteration_s']:.2f}", 2),
         Column("tokens/s", lambda s: f"{s['plan']['estimate']['tokens_per_s']:,.0f}", 2),
@@ -89,16 +91,17 @@ def fit_view(fit: dict, title: str) -> Group:
     first = fit["sizes"][0]
     lines = [
         f"smallest: {first['gpus']:,} GPUs (lower bound from weights, gradients and optimizer states alone: "
-        f"{fit['lower_bound_gpus']:,}); the next rows are the next node counts with a plan; speed is tokens/s "
-        f"relative to the smallest. {plan_label_legend(_labels(fit['sizes']))}."
+        f"{fit['lower_bound_gpus']:,}); the next rows are the next node counts with a plan, each search's #1 there "
+        f"(what published runs support first, as search ranks); speed is tokens/s relative to the smallest. "
+        f"{plan_label_legend(_labels(fit['sizes']))}."
     ]
     for n, why in list(fit["tried"].items())[-3:]:
         lines.append(f"  {int(n):,} GPUs: {why}")
     command = first["plan"].get("commands", {}).get("explain")
-    if command:
-        lines.append(f"explain the smallest: {command}")
+    if command:  # held whole, or continued with " \\" where it does not fit: a pasted line ran alone (ux15)
+        lines.append(f"explain the smallest: {command_words(command)}")
     table = FittedTable(fit_columns_spec(fit), fit["sizes"], title, elsewhere=CSV_TOO)
-    return Group(table, Text("\n".join(lines), style="dim"))
+    return Group(table, Hanging(Text("\n".join(lines), style="dim"), indent=0))
 
 
 def _value(v, unit: str) -> str:
