@@ -148,3 +148,68 @@ def test_constant_columns_are_held_once():
     varied = np.array([1, 2, 1], dtype=np.int8)
     assert shared_constant(varied) is varied
     assert take_column(varied, np.array([1, 2])).tolist() == [2, 1]
+
+
+def test_a_table_column_of_one_value_and_the_options_are_held_once():
+    """Rows tp = (1, 2) crossed with the table (knob, R) = (0, 1), (1, 1) keeping tp·knob != 1: tp = 1, 2, 2,
+    knob = 0, 0, 1 and R = 1 on all three rows, one value broadcast (as ``shared_constant`` holds it). GPT-3
+    175B on 64 GPUs: the distributed-optimizer instances (1), the option columns (-1: as the options say) and
+    the pinned stage sizes (0) are one value each over all 20,601 candidates."""
+    from planner.api import make_request
+    from planner.space.candidates import NO_PINS, candidate_grid
+    from planner.space.grid import OPTION_COLUMNS
+
+    cols = {"tp": np.array([1, 2], dtype=np.int32)}
+    table = {"knob": np.array([0, 1]), "R": np.array([1, 1], dtype=np.int32)}
+    got = _cross_table(cols, table, lambda c: c["tp"] * c["knob"] != 1)
+    assert got["tp"].tolist() == [1, 2, 2] and got["knob"].tolist() == [0, 0, 1] and got["knob"].strides != (0,)
+    assert got["R"].strides == (0,) and got["R"].tolist() == [1, 1, 1] and got["R"].dtype == np.int32
+    grid = candidate_grid(
+        make_request(model="gpt3-175b", gpus=64, hardware="dgx-a100-superpod", global_batch=64).ctx, 64, NO_PINS
+    )
+    assert len(grid) == 20_601
+    for name, value in (
+        ("do_instances", 1),
+        ("first_layers", 0),
+        ("last_layers", 0),
+        *((n, -1) for n in OPTION_COLUMNS),
+    ):
+        col = getattr(grid, name)
+        assert col.strides == (0,) and int(col[0]) == value, name
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(1, 12), st.integers(0, 3), st.integers(0, 12), st.integers(0, 12)), min_size=1, max_size=8
+    ),
+    layers=st.integers(1, 40),
+)
+def test_stage_layers_of_a_grid_are_each_rows_alone(rows, layers):
+    # a grid whose rows give no first/last stage size takes the accounted split alone (``_explicit_stages`` is
+    # skipped): every row's numbers are what it gets alone, or in a grid where other rows give sizes
+    p, split, first, last = (np.array(col, dtype=np.int32) for col in zip(*rows, strict=True))
+    whole = _stage_layers(layers, p, split, first, last)
+    for i in range(len(rows)):
+        one = _stage_layers(layers, p[i : i + 1], split[i : i + 1], first[i : i + 1], last[i : i + 1])
+        for name in ("first", "middle", "last", "legal"):
+            assert getattr(one, name).dtype == getattr(whole, name).dtype
+            assert getattr(one, name).tolist() == [getattr(whole, name)[i]], (name, rows[i])
+
+
+def test_stage_layers_by_hand():
+    """96 layers over 8 stages: even, 12 each; embedding and loss accounted (split 3), (96 + 2)/8 is not whole:
+    rejected; 95 layers with the embedding accounted (split 1), 96/8 = 12 a stage, the first 11. First stage
+    given as 12 of 96 over 8: 84 left over 7 stages, 12 each; given as 10: 86 over 7, rejected."""
+    lay = _stage_layers(
+        96, np.array([8, 8, 8, 8]), np.array([0, 3, 0, 0]), np.array([0, 0, 12, 10]), np.array([0, 0, 0, 0])
+    )
+    assert lay.first.tolist()[:3] == [12, 11, 12] and lay.middle.tolist()[:3] == [12, 12, 12]
+    assert lay.legal.tolist() == [True, False, True, False]
+    acc = _stage_layers(95, np.array([8]), np.array([1]), np.array([0]), np.array([0]))
+    assert (acc.first.tolist(), acc.middle.tolist(), acc.last.tolist(), acc.legal.tolist()) == (
+        [11],
+        [12],
+        [12],
+        [True],
+    )

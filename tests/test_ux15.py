@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 from conftest import run_cli
 
@@ -201,3 +202,53 @@ def test_a_log_named_twice_is_one_run(tmp_path):
     assert f"megaplan: note: --from-log names {same} more than once; each log is one run" in twice.stderr
     out = json.loads(twice.stdout)
     assert out["fit"]["runs"] == 1 and [r["log"] for r in out["runs"]] == [log]
+
+
+def test_compare_leaves_out_rows_that_apply_to_neither_plan():
+    # two dense plans listed "ep 1", "etp 8", "moe_token_dispatcher allgather", "fsdp_sharding optim_grads_params",
+    # "recompute_method uniform" (no full recomputation) and all-zero terms ("moe_comm (s) 0.000"); --json keeps them
+    from rich.console import Console
+
+    from planner import api
+    from planner.report.runs import compare_view
+    from planner.runs.compare import compare_plans
+
+    base = dict(model="gpt-1.7b", gpus=8, tp=2, pp=1, micro_batch=1)
+    a = api.explain(api.make_request(**base, recompute="selective"))
+    b = api.explain(api.make_request(**base, sequence_parallel=True, distributed_optimizer=True))
+    cmp = compare_plans(a, b)
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(compare_view(cmp))
+    lines = [re.sub(r"^(plan|memory|time|throughput) {2,}", "", line.strip()) for line in out.getvalue().splitlines()]
+    names = [line.split("  ")[0] for line in lines]
+    gone = ["ep", "etp", "moe_token_dispatcher", "overlap_moe_expert_parallel_comm", "fsdp_sharding"]
+    gone += ["fsdp_outer_sharding", "recompute_method", "moe_comm (s)", "cuda_graphs (GiB)", "offload (s)"]
+    assert not set(gone) & set(names), set(gone) & set(names)
+    kept = ["tp", "recompute", "distributed_optimizer", "distributed_optimizer_instances", "overlap_param_gather"]
+    kept += ["tp_comm_overlap", "weights (GiB)", "tp_comm (s)", "tokens/s"]  # B has DO and SP; the rest applies
+    assert set(kept) <= set(names), set(kept) - set(names)
+    assert {r["name"] for r in cmp["rows"]} >= {"ep", "moe_comm", "fsdp_sharding"}  # --json: every row
+
+
+def test_ranked_by_memory_no_plan_is_marked_the_fastest_estimate():
+    # search --rank-by memory marked its least-memory plan "*" (the fastest estimate: "fastest": true in --json) at
+    # 48.76 s where 5 s plans fit (qwen3-30b-a3b, 32 H100), and its notes said nothing of the order
+    args = ["search", "--model", "gpt-1.7b", "--gpus", "8", "--rank-by", "memory", "--top", "3"]
+    found = json.loads(run_cli([*args, "--json"]).stdout)
+    assert [(p["rank"], p["fastest"], p["tied_with_fastest"]) for p in found["plans"]] == [
+        (1, False, False),
+        (2, False, False),
+        (3, False, False),
+    ]
+    fastest = json.loads(
+        run_cli(["search", "--model", "gpt-1.7b", "--gpus", "8", "--rank-by", "estimate", "--json"]).stdout
+    )
+    assert found["plans"][0]["estimate"]["iteration_s"] > fastest["plans"][0]["estimate"]["iteration_s"]
+    shown = run_cli(args, env={"COLUMNS": "200"}).stdout
+    assert "*" not in "".join(line[:80] for line in shown.splitlines()[3:6])
+    assert "Ranked by peak memory, then the point estimate (--rank-by memory); no tie marks." in shown
+
+
+def test_presets_help_lists_model_presets():
+    shown = run_cli(["presets", "--help"], env={"COLUMNS": "120"}).stdout  # it said "List models presets."
+    assert "List model presets." in shown and "List hardware presets." in shown

@@ -22,6 +22,7 @@ from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, interle
 from planner.costs.stage_memory import (
     MEMORY_TERMS,
     memory_formulas,
+    stage_max,
     stage_memory_bytes,
     stage_memory_total,
     stage_memory_total_and_twins,
@@ -374,7 +375,7 @@ def peak_memory_bytes(grid: PlanGrid, ctx: Context) -> np.ndarray:
     (``Letters.type_count`` 0) point at rank 0, the first kind's, so their totals repeat its own: the largest
     column is the most loaded stage's without setting them aside."""
     lt = Letters(grid, ctx)
-    return np.max(stage_memory_total(lt, ctx, lt.type_index), axis=1)
+    return stage_max(stage_memory_total(lt, ctx, lt.type_index))
 
 
 def peak_memory_bytes_and_twins(grid: PlanGrid, ctx: Context, twins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -383,7 +384,7 @@ def peak_memory_bytes_and_twins(grid: PlanGrid, ctx: Context, twins: np.ndarray)
     in one evaluation."""
     lt = Letters(grid, ctx)
     total, off = stage_memory_total_and_twins(lt, ctx, lt.type_index, twins)
-    return np.max(total, axis=1), np.max(off, axis=1)
+    return stage_max(total), stage_max(off)
 
 
 def evaluate(grid: PlanGrid, ctx: Context, *, stages: bool = False, time: dict | None = None) -> Evaluation:

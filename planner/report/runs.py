@@ -132,11 +132,41 @@ def _side(r: dict, side: str) -> Text:
     return Text(_value(r[side], r["unit"]), style=style)
 
 
+def _applies(name: str, pjs: tuple[dict, dict]) -> bool:
+    """Whether a plan field means anything for either plan: a dense comparison listed "etp 8",
+    "moe_token_dispatcher allgather", "fsdp_sharding optim_grads_params" and "recompute_method uniform" (ux15)."""
+    par = [pj["parallel"] for pj in pjs]
+    moe = any((pj.get("model_spec") or {}).get("num_experts") for pj in pjs)
+    sharded = any(p.get("distributed_optimizer") or p.get("fsdp") for p in par)
+    return {
+        "ep": moe,
+        "etp": moe,
+        "moe_token_dispatcher": moe,
+        "overlap_moe_expert_parallel_comm": moe,
+        "fsdp_sharding": any(p.get("fsdp") for p in par),
+        "fsdp_outer_sharding": any(p.get("fsdp") for p in par),
+        "distributed_optimizer_instances": sharded,
+        "overlap_param_gather": sharded,
+        "recompute_method": any(p.get("recompute") == "full" for p in par),
+        "tp_comm_overlap": any(p.get("sequence_parallel") for p in par),
+    }.get(name, True)
+
+
+def _left_out(r: dict, pjs: tuple[dict, dict]) -> bool:
+    """A row the table leaves out (--json keeps every row): the same on both sides and None, a plan field that
+    applies to neither plan, or a memory or time term that is zero in both."""
+    if r["differs"]:
+        return False
+    if r["a"] is None:
+        return True
+    if r["section"] == "plan":
+        return not _applies(r["name"], pjs)
+    return r["section"] in ("memory", "time") and r["a"] == 0
+
+
 def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
     rows, section = [], None
-    for r in cmp["rows"]:
-        if r["a"] is None and r["b"] is None:
-            continue
+    for r in (r for r in cmp["rows"] if not _left_out(r, (cmp["a"], cmp["b"]))):
         rows.append({**r, "head": r["section"] if r["section"] != section else ""})
         section = r["section"]
     a, b = names
@@ -166,7 +196,11 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
         head.append("   ")
         head.append_text(fit_line(pj["estimate"]))
         head.append(f" · {pj['estimate']['iteration_s']:.2f} s/iteration\n")
-    head.append("green: better on that line, red: worse; yellow: a plan field that differs", "dim")
+    head.append(
+        "green: better on that line, red: worse; yellow: a plan field that differs; left out: what applies to "
+        "neither plan or is 0 in both (--json has every row)",
+        "dim",
+    )
     return Group(head, FittedTable(columns, rows, elsewhere=CSV_TOO))
 
 

@@ -23,7 +23,7 @@ from planner.plan import (
     StageSplit,
     TokenDispatcher,
 )
-from planner.space.grid import COLUMNS, PlanGrid, distinct, shared_constant, stage_layers
+from planner.space.grid import COLUMNS, OPTION_COLUMNS, PlanGrid, distinct, shared_constant, stage_layers
 
 MIN_CP_TOKENS = 4096  # context parallelism is searched while each rank keeps at least this many tokens
 MAX_LAYOUT_CHUNKS = 8  # search tries pipeline layouts of up to this many chunks per stage
@@ -150,7 +150,14 @@ def _cross_table(cols: dict[str, np.ndarray], table: dict[str, np.ndarray], keep
     entries = {key: small(values) for key, values in table.items()}
     counts, which = _kept_pairs(cols, entries, keep, reads)
     out = {key: _repeated(col, counts) for key, col in cols.items()}  # each row as often as it keeps an entry
-    return out | {key: v[which] for key, v in entries.items()}
+    return out | {key: _entries(v, which) for key, v in entries.items()}
+
+
+def _entries(values: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """``values[which]``; a table column of one value as that value broadcast to the rows (``_repeated``)."""
+    if len(which) > 1 and len(values) > 1 and values.min() == values.max():
+        return np.broadcast_to(values[:1].copy(), (len(which),))
+    return values.take(which)
 
 
 def _kept_pairs(cols: dict[str, np.ndarray], entries: dict[str, np.ndarray], keep, reads) -> tuple:
@@ -429,8 +436,14 @@ def _columns(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> Pla
         fsdp_level=np.where(cols["fsdp"], cols["fsdp_level"], 3).astype(np.int8, copy=False),
         do_instances=small(cols["do_instances"]),
         outer_optim=cols["outer_optim"],
+        **{name: _one_value(n, -1, np.int8) for name in OPTION_COLUMNS},  # as the grid's options say (the search's)
         layouts=tuple(layouts),
     )
+
+
+def _one_value(n: int, value: int, dtype) -> np.ndarray:
+    """A column of n rows of one value, as ``shared_constant`` holds it (broadcast from two rows on)."""
+    return np.broadcast_to(np.full(1, value, dtype=dtype), (n,)) if n > 1 else np.full(n, value, dtype=dtype)
 
 
 def _layout_dtype(layouts: list[str]):
@@ -440,7 +453,7 @@ def _layout_dtype(layouts: list[str]):
 
 def _layer_column(n: int, layers: int) -> np.ndarray:
     """A pinned layer count for every row, in two bytes where it fits (the grid's largest arrays, N rows each)."""
-    return np.full(n, layers, dtype=np.int16 if layers < 2**15 else np.int32)
+    return _one_value(n, layers, np.int16 if layers < 2**15 else np.int32)
 
 
 def _moe_axes(cols: dict[str, np.ndarray], ctx: Context, num_gpus: int, pins: Pins) -> dict[str, np.ndarray]:

@@ -266,6 +266,22 @@ def _stage_layers(
     per = total // p
     accounted_ok = total % p == 0
     explicit = (first_given > 0) | (last_given > 0)
+    if np.count_nonzero(explicit):
+        first, middle, last, ok = _explicit_stages(L, p, first_given, last_given, explicit, per, e, lo, accounted_ok)
+    else:  # no plan gives a first or last stage size (a search's grid): the accounted split alone
+        first, middle, last, ok = per - e, per, per - lo, accounted_ok
+    one_stage = p == 1
+    first = np.where(one_stage, L, first)
+    last = np.where(one_stage, L, last)
+    middle = np.where(one_stage, L, middle)
+    legal = ok & (first >= 0) & (last >= 0)
+    legal = np.where(one_stage, ~explicit, legal)
+    return StageLayers(first=first, middle=middle, last=last, legal=legal)
+
+
+def _explicit_stages(L: int, p, first_given, last_given, explicit, per, e, lo, accounted_ok) -> tuple:
+    """``_stage_layers``' (first, middle, last, split accepted) where some plan gives its first or last stage
+    size (``explicit``): those sizes, the rest divided evenly over the other stages; the others accounted."""
     n_explicit = (first_given > 0).astype(np.int64) + (last_given > 0).astype(np.int64)
     rest_stages = np.maximum(p - n_explicit, 1)
     rest_layers = L - first_given - last_given
@@ -274,10 +290,4 @@ def _stage_layers(
     first = np.where(explicit, np.where(first_given > 0, first_given, rest_per), per - e)
     last = np.where(explicit, np.where(last_given > 0, last_given, rest_per), per - lo)
     middle = np.where(explicit, rest_per, per)
-    one_stage = p == 1
-    first = np.where(one_stage, L, first)
-    last = np.where(one_stage, L, last)
-    middle = np.where(one_stage, L, middle)
-    legal = np.where(explicit, explicit_ok, accounted_ok) & (first >= 0) & (last >= 0)
-    legal = np.where(one_stage, ~explicit, legal)
-    return StageLayers(first=first, middle=middle, last=last, legal=legal)
+    return first, middle, last, np.where(explicit, explicit_ok, accounted_ok)

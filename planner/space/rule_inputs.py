@@ -68,7 +68,14 @@ class RuleInputs:
         return (self.grid.first_layers > 0) | (self.grid.last_layers > 0)
 
     def everywhere(self, value: bool) -> np.ndarray:
-        return np.full(len(self.grid), bool(value))
+        """``value`` for every plan: one read-only array per value, made when first asked (most rules hold
+        everywhere unless an option or the model binds them: one array for all of them)."""
+        name = "_everywhere_true" if value else "_everywhere_false"
+        out = self.__dict__.get(name)
+        if out is None:
+            out = self.__dict__[name] = np.full(len(self.grid), bool(value))
+            out.setflags(write=False)
+        return out
 
     def one(self, i: int = 0) -> SimpleNamespace:
         """Plan i's letters as Python numbers, for a rule's message."""

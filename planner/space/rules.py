@@ -472,7 +472,8 @@ def first_broken(
         except _Crossed:
             mask, at = rule.holds(every), broken[1]
         mask = mask if np.shape(mask) == at.shape else np.broadcast_to(mask, at.shape)
-        if len(mask) and not (mask[0] if mask.strides == (0,) else mask.all()):  # some row breaks it
+        # some row breaks it (rows counted by ``np.count_nonzero``: a fraction of the instructions of ``mask.all()``)
+        if len(mask) and not (mask[0] if mask.strides == (0,) else np.count_nonzero(mask) == len(mask)):
             at[(at == 0) & ~mask] = k + 1
     shared, own = broken[0].take(inverse) if runs else broken[0], broken[1]
     return np.where((own > 0) & ((shared == 0) | (own < shared)), own, shared)
