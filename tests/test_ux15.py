@@ -176,6 +176,11 @@ def test_a_command_to_paste_is_continued_over_lines_never_broken_at_a_space():
         *("--global-batch", "1024", "--seq-len", "8192", "--precision", "bf16"),
     ]
     assert all(len(line) <= 80 for line in fix) and fix[end].startswith("speed ")
+    from planner.report.wrap import continued
+
+    narrow = continued("megaplan search --model llama3-70b --hardware dgx-a100-superpod --min-gpus", 24).splitlines()
+    assert all(len(line) <= 24 for line in narrow)  # an option wider than the line: broken before its value too
+    assert _pasted(narrow) == "megaplan search --model llama3-70b --hardware dgx-a100-superpod --min-gpus".split()
 
 
 def test_sweep_says_its_rows_are_searchs_number_one_not_the_fastest_estimate():
