@@ -34,6 +34,7 @@ from planner.costs.estimate import (
 )
 from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
+from planner.costs.stage_memory import stage_max
 from planner.errors import InfeasibleError
 from planner.fidelity.evidence import band_frac, extrapolated_features, plan_evidence
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
@@ -348,8 +349,8 @@ def block_recompute_layers(grid: PlanGrid, ctx: Context, capacity: float) -> np.
         saving = np.where(chunk >= 2, one - two, 0.0)  # one more recomputed layer per chunk
         need = np.where(one <= capacity, 1.0, 1.0 + np.ceil((one - capacity) / saving))
     need = np.where(np.isfinite(need) & (need <= chunk), need, np.where(one <= capacity, 1.0, np.inf))
-    k = np.max(need, axis=1)
-    return np.where(np.isfinite(k) & (k < np.max(chunk, axis=1)), k, 0).astype(np.int64)
+    k = stage_max(need)
+    return np.where(np.isfinite(k) & (k < stage_max(chunk)), k, 0).astype(np.int64)
 
 
 def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.ndarray]:
@@ -1171,7 +1172,7 @@ def _ranked(
     ok = np.flatnonzero(fits)
     ranking = _order(scored, ok, rank_by, capacity, num_gpus) if ranking is None else ranking
     shown, ranks, fastest, fastest_rank, moved = _standing(scored.iteration[ok], ranking, top, rank_by)
-    chosen, fastest_row = ok[shown], ok[fastest]
+    chosen, fastest_row = ok[shown], (ok[fastest] if fastest is not None else -1)
     best = scored.grid.take(chosen)  # one evaluation: each row carries its own overlaps
     time = scored.terms(chosen)  # as the search computed them (None: evaluated again)
     marks = [(bool(ranking.tie[s]), bool(i == fastest_row), r) for s, i, r in zip(shown, chosen, ranks, strict=True)]
@@ -1211,8 +1212,10 @@ def _standing(it: np.ndarray, ranking: _Ranking, top: int, rank_by: str) -> tupl
     fastest after them, with its own rank, where the ranking puts it below the top), their ranks, the fastest's
     position and rank, and how many plans faster by estimate than rank 1 are below it for evidence."""
     shown = ranking.top(min(top, len(it)))
-    fastest = _lex_first((it,), 1)[0] if rank_by != "memory" else shown[0]
-    fastest_rank = ranking.rank(fastest) if rank_by != "memory" else 1
+    if rank_by == "memory":  # no mark: "*" (the fastest estimate) stood on the least-memory plan, unexplained (ux15)
+        return shown, list(range(1, len(shown) + 1)), None, 1, 0
+    fastest = _lex_first((it,), 1)[0]
+    fastest_rank = ranking.rank(fastest)
     ranks = list(range(1, len(shown) + 1))
     if fastest_rank > top:  # the ranking puts it below the top N: it is shown after them with its own rank
         ranks.append(fastest_rank)
@@ -1277,7 +1280,7 @@ def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None) -> np
     return _by_family_states(grid, idx, measure, fails, keys, whole=True)[0]
 
 
-MEASURED, HEAD_BOUND, MID_BOUND = 0, 1, 2  # how ``_by_family_states`` gave a plan its value
+MEASURED, HEAD_BOUND, MID_BOUND = 0, 1, 2  # how ``_by_family_states`` gave a plan its value (HEAD = MID - 1)
 # plans ``_by_family_states`` measures in one call, every micro-batch: a call of the cost functions costs about a
 # millisecond, more than measuring the few plans a second round could leave out (a search's block and hybrid
 # variants: 398 of 398 and 422 of 577 measured in two calls on GPT-3 175B / 64 A100)
@@ -1300,20 +1303,24 @@ def _by_family_states(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None
     subs = _Subs.of(_family_keys(grid, idx) if keys is None else keys, b)
     n, value = subs.n, np.empty(subs.n)
     measured, failed_at = np.zeros(n, dtype=bool), np.full(subs.families, n)  # each family's first failing sub
-    one_call = whole and n <= ONE_CALL
+    one_call, failed = whole and n <= ONE_CALL, False  # failed: some family has failed (else none to leave out)
     for todo in subs.rounds(one_call):  # families none of whose smaller ones failed, a few calls of measure
-        todo = todo[failed_at.take(subs.family.take(todo)) == n]
+        if failed:
+            todo = todo[failed_at.take(subs.family.take(todo)) == n]
         if not len(todo):
             break
         value[todo], measured[todo] = _measured(measure, subs.reps.take(todo), len(idx)), True
         bad = todo[fails(value[todo])]
-        np.minimum.at(failed_at, subs.family.take(bad), bad)
+        if len(bad):
+            np.minimum.at(failed_at, subs.family.take(bad), bad)
+            failed = True
     sub_state = np.zeros(n, dtype=np.int8)  # MEASURED
     bounded = np.flatnonzero(~measured)  # each above its family's first failing sub (a smaller rank: measured first)
     if len(bounded):
         first_fail = failed_at.take(subs.family.take(bounded))
         value[bounded] = value.take(first_fail)
-        sub_state[bounded] = np.where(subs.head.take(first_fail), HEAD_BOUND, MID_BOUND)
+        # HEAD_BOUND where the first failing sub is its family's head, else MID_BOUND (one op, in int8)
+        sub_state[bounded] = np.subtract(MID_BOUND, subs.head.take(first_fail), dtype=np.int8)
     return subs.per_plan(value), subs.per_plan(sub_state)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.api import explain, make_request
 from planner.costs.memory import (
@@ -15,6 +17,7 @@ from planner.costs.memory import (
     param_state_bytes,
 )
 from planner.costs.pipeline import in_flight_microbatches
+from planner.costs.stage_memory import stage_max
 
 from conftest import GIB, a100, gpt_model, stage_memory_gib
 
@@ -312,3 +315,24 @@ def test_fragmentation_by_architecture_by_hand():
     assert float(got) / gib == pytest.approx(1.575)
     assert float(fragmentation_bytes(10 * gib, 0.03, expandable_segments=False)) / gib == pytest.approx(0.3)
     assert float(fragmentation_bytes(10 * gib, 0.03, expandable_segments=True, moe_share=1.0, moe_frac=0.2)) == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 40),
+    st.integers(1, 5),
+    st.booleans(),
+    st.lists(st.sampled_from([0.0, -0.0, 1.0, 2.5, -3.0, np.inf, -np.inf, np.nan, 1e300]), min_size=1, max_size=200),
+)
+def test_stage_max_is_the_largest_stage_of_each_plan_as_numpy_max(n, stages, column_major, values):
+    """``stage_max`` gives ``np.max(x, axis=1)`` number for number: NaN wins, ±0 and infinities as the reduction
+    keeps them, whatever the layout."""
+    x = np.resize(np.array(values), (n, stages))
+    x = np.asfortranarray(x) if column_major else np.ascontiguousarray(x)
+    got, want = stage_max(x), np.max(x, axis=1)
+    assert got.shape == want.shape == (n,)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    if stages == 1:
+        got[:] = 7.0  # a new array, not a view of x
+        assert not np.any(x == 7.0)

@@ -321,6 +321,19 @@ def _summed(terms: dict, names: tuple, start=None):
     return start
 
 
+def stage_max(x: np.ndarray) -> np.ndarray:
+    """``np.max(x, axis=1)`` of a (plans, stages) array: the maximum of its columns, taken in their order by
+    ``np.maximum`` (a NaN wins, as in the reduction, which also takes them pairwise in that order), a new array. One
+    ufunc call per column after the first over contiguous columns (``Letters.stage``'s arrays are column-major):
+    about 22 k instructions at 2,448 × 3 against the reduction's 50 k over rows of 3 (callgrind)."""
+    if x.shape[1] == 1:
+        return x[:, 0].copy()
+    out = np.maximum(x[:, 0], x[:, 1])
+    for j in range(2, x.shape[1]):
+        np.maximum(out, x[:, j], out=out)
+    return out
+
+
 def stage_memory_total(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
     """The ``total`` of ``stage_memory_bytes`` alone (bytes): no term spread over every stage of every plan."""
     return _allocated_and_total(_memory_terms(lt, ctx, i)[0])[1]
