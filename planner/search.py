@@ -37,9 +37,17 @@ from planner.costs.process_memory import usable_bytes
 from planner.costs.stage_memory import stage_max
 from planner.errors import InfeasibleError
 from planner.fidelity.evidence import band_frac, extrapolated_features, plan_evidence
-from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
+from planner.plan import Context, PlanOptions, plan_label
 from planner.result import Shared, brief_plan_json, plan_json
-from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
+from planner.space.candidates import (
+    NO_PINS,
+    SEARCHED_MODULES,
+    Pins,
+    candidate_grid,
+    expert_pin_error,
+    nvlink_domain_gpus,
+    tp_in_domain,
+)
 from planner.space.grid import COLUMNS, PlanGrid, distinct, take_column
 from planner.space.rules import RULES, Rule
 from planner.space.rules import first_broken as rules_first_broken
@@ -201,12 +209,6 @@ class _Kept:
 def _time(grid: PlanGrid, ctx: Context, kept: _Kept | None) -> tuple[np.ndarray, np.ndarray | None]:
     """``iteration_s`` of the rows of ``grid`` (one evaluation), and with ``kept`` their tickets (``_Kept.timed``)."""
     return (iteration_s(grid, ctx), None) if kept is None else kept.timed(grid, ctx)
-
-
-SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by attention kernel
-    AttentionKernel.FLASH: (RecomputeModule.MLP,),  # flash attention keeps no scores: the MLP is what saves memory
-    AttentionKernel.UNFUSED: (RecomputeModule.CORE_ATTN,),  # Korthikanti et al. 2022's selective recomputation
-}
 
 
 def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, _Options]:

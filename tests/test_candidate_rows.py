@@ -231,3 +231,26 @@ def test_a_grid_of_its_columns_is_the_dataclass_grid():
     assert [taken.plan(i) for i in range(2)] == [plans[2], plans[0]]
     both = PlanGrid.stack(grid, taken)
     assert [both.plan(i) for i in range(5)] == [*plans, plans[2], plans[0]]
+
+
+def test_selective_recomputation_is_searched_only_where_it_recomputes_something():
+    # the searched selective recomputation with flash attention is --recompute-modules mlp; Megatron-LM recomputes
+    # the mlp module in dense layers only (transformer_layer.py: `if not self.is_moe_layer`), so on qwen3-30b-a3b
+    # (48 MoE layers, no dense one) its rows were the rows without it; deepseek-v3 has 3 dense layers first
+    from dataclasses import replace
+
+    from planner import api
+    from planner.plan import AttentionKernel, Recompute, RecomputeModule
+    from planner.space.candidates import NO_PINS, candidate_grid, selective_is_none
+
+    qwen = api.make_request(model="qwen3-30b-a3b", gpus=32, hardware="dgx-h100-superpod").ctx
+    dsv3 = api.make_request(model="deepseek-v3", gpus=256, hardware="dgx-h100-superpod").ctx
+    unfused = replace(qwen, options=qwen.options.model_copy(update={"attention_kernel": AttentionKernel.UNFUSED}))
+    assert selective_is_none(qwen) and not selective_is_none(dsv3) and not selective_is_none(unfused)
+    codes = set(np.unique(candidate_grid(qwen, 32, NO_PINS).recompute).tolist())
+    assert codes == {0, 2}  # none and full
+    pinned = replace(NO_PINS, recompute_modules=(RecomputeModule.MOE_ACT,))  # a module that recomputes MoE work
+    assert set(np.unique(candidate_grid(qwen, 32, pinned).recompute).tolist()) == {0, 1, 2}
+    asked = replace(NO_PINS, recompute=Recompute.SELECTIVE)  # asked for: kept (search's table says it does nothing)
+    assert set(np.unique(candidate_grid(qwen, 32, asked).recompute).tolist()) == {1}
+    assert set(np.unique(candidate_grid(unfused, 32, NO_PINS).recompute).tolist()) == {0, 1, 2}

@@ -16,15 +16,22 @@ from planner.plan import (
     DISPATCHER_CODES,
     RECOMPUTE_CODES,
     SPLIT_CODES,
+    AttentionKernel,
     Context,
     FsdpSharding,
     Recompute,
     RecomputeMethod,
+    RecomputeModule,
     StageSplit,
     TokenDispatcher,
 )
 from planner.space.grid import COLUMNS, OPTION_COLUMNS, PlanGrid, distinct, shared_constant, stage_layers
+from planner.space.warnings import no_dense
 
+SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by attention kernel
+    AttentionKernel.FLASH: (RecomputeModule.MLP,),  # flash attention keeps no scores: the MLP is what saves memory
+    AttentionKernel.UNFUSED: (RecomputeModule.CORE_ATTN,),  # Korthikanti et al. 2022's selective recomputation
+}
 MIN_CP_TOKENS = 4096  # context parallelism is searched while each rank keeps at least this many tokens
 MAX_LAYOUT_CHUNKS = 8  # search tries pipeline layouts of up to this many chunks per stage
 
@@ -292,7 +299,7 @@ def candidate_grid(ctx: Context, num_gpus: int, pins: Pins) -> PlanGrid:
         m = B // (cols["micro_batch"] * cols["dp"])
         cols = _keep(cols, (cols["vpp"] == 1) | (m >= cols["pp"]))
     cols["mb_group"] = small(_microbatch_groups(cols, ctx.training.global_batch, pins))  # before the knobs it ignores
-    cols = _recompute_axes(cols, pins)
+    cols = _recompute_axes(cols, ctx, pins)
     cols = _memory_axes(cols, ctx, pins)
     if ctx.model.is_moe:
         cols = _moe_axes(cols, ctx, num_gpus, pins)
@@ -358,18 +365,30 @@ def _split_rows(base: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[s
     return cols
 
 
-def _recompute_axes(cols: dict[str, np.ndarray], pins: Pins) -> dict[str, np.ndarray]:
+def _recompute_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[str, np.ndarray]:
     """Recomputation (none, selective, full); full is uniform groups of one layer (Megatron's classic
     full recomputation) unless pinned; block rows get their layer count from the search, which solves
-    for the fewest that fit (planner.search)."""
+    for the fewest that fit (planner.search). Selective recomputation with the searched modules is left
+    out where it recomputes nothing (``selective_is_none``): its rows would repeat the rows without it."""
     allowed = (pins.recompute,) if isinstance(pins.recompute, Recompute) else pins.recompute
     rc = [r.code for r in allowed] if allowed else list(RECOMPUTE_CODES.values())
+    if not allowed and pins.recompute_modules is None and selective_is_none(ctx):
+        rc.remove(Recompute.SELECTIVE.code)
     cols = _cross(cols, "recompute", np.array(rc, dtype=np.int8))
     full = cols["recompute"] == 2
     block = pins.recompute_method is RecomputeMethod.BLOCK
     cols["recompute_block"] = full & block
     cols["recompute_layers"] = small(np.where(full, pins.recompute_num_layers or (0 if block else 1), 0))
     return cols
+
+
+def selective_is_none(ctx: Context) -> bool:
+    """Whether the searched selective recomputation (``SEARCHED_MODULES``) recomputes nothing on this model:
+    --recompute-modules mlp on a mixture-of-experts model with no dense MLP layer, since Megatron-LM
+    recomputes the mlp module in dense layers only (megatron/core/transformer/transformer_layer.py:
+    ``if "mlp" in recompute_modules: if not self.is_moe_layer``)."""
+    modules = SEARCHED_MODULES[ctx.options.attention_kernel]
+    return no_dense(ctx) and set(modules) == {RecomputeModule.MLP}
 
 
 def _memory_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> dict[str, np.ndarray]:
