@@ -374,6 +374,8 @@ def stage_memory_totals(grid: PlanGrid, ctx: Context, recompute_layers: tuple = 
         lt.rlayers = np.array(recompute_layers, dtype=float).reshape(-1, 1, 1)
     rep, here = lt.type_index, lt.type_count > 0
     total = np.where(here, stage_memory_total(lt, ctx, rep), 0.0)
+    if recompute_layers and total.ndim == 2:  # no plan recomputes fully: the count reached no term
+        total = np.broadcast_to(total, (len(recompute_layers), *total.shape))
     return total, np.where(here, lt.stage(rep)["layers"], 0.0) / lt.vpp.astype(float)  # cast once, (N, 1)
 
 
