@@ -894,7 +894,7 @@ def _screen_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _
 
 
 def _block_peaks(grid: PlanGrid, rows, off: _Twins, at, options: _Options, capacity: float, keys) -> tuple:
-    """The peaks and states (``_by_family_states``) of the ``rows`` of the grid (``keys``: their families) and
+    """The peaks and states (``_by_family_states``) of the ``rows`` of the grid (``keys``: their families, sorted) and
     of their twins ``off`` (the rows ``at`` among them, without the overlap). A large block: the rows' peaks in
     place, then their twins' (``_twins``: one copy of the twins only, NaN where the row fits); a small one in one
     screening. Each call of the cost functions costs milliseconds whatever its rows (the terms computed once
@@ -905,8 +905,8 @@ def _block_peaks(grid: PlanGrid, rows, off: _Twins, at, options: _Options, capac
             peak, state = _peak_memory(grid, rows, ctx, capacity, keys)
             tw_peak, tw_state, _ = _twins(off, peak[at] <= capacity, keys[at], ctx, capacity)
             return (peak, state), (tw_peak, tw_state)
-        _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
-        family = family.reshape(-1)
+        family = np.zeros(len(keys), dtype=np.intp)  # renumbered below len(rows): the twins' come after. The keys
+        np.cumsum(keys[1:] != keys[:-1], out=family[1:])  # come sorted: each one's rank, as np.unique's inverse
         both = _Twins(grid, np.concatenate([rows, off.rows]), len(rows), at)  # a twin measured with its row
         pk, state = _peak_memory(
             both, np.arange(len(both)), ctx, capacity, np.concatenate([family, family[at] + len(rows)])
