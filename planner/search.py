@@ -1204,7 +1204,7 @@ def _ranked(
     ok = np.flatnonzero(fits)
     ranking = _order(scored, ok, rank_by, capacity, num_gpus) if ranking is None else ranking
     shown, ranks, fastest, fastest_rank, moved = _standing(scored.iteration[ok], ranking, top, rank_by)
-    chosen, fastest_row = ok[shown], ok[fastest]
+    chosen, fastest_row = ok[shown], (ok[fastest] if fastest is not None else -1)
     best = scored.grid.take(chosen)  # one evaluation: each row carries its own overlaps
     time = scored.terms(chosen)  # as the search computed them (None: evaluated again)
     marks = [(bool(ranking.tie[s]), bool(i == fastest_row), r) for s, i, r in zip(shown, chosen, ranks, strict=True)]
@@ -1244,8 +1244,10 @@ def _standing(it: np.ndarray, ranking: _Ranking, top: int, rank_by: str) -> tupl
     fastest after them, with its own rank, where the ranking puts it below the top), their ranks, the fastest's
     position and rank, and how many plans faster by estimate than rank 1 are below it for evidence."""
     shown = ranking.top(min(top, len(it)))
-    fastest = _lex_first((it,), 1)[0] if rank_by != "memory" else shown[0]
-    fastest_rank = ranking.rank(fastest) if rank_by != "memory" else 1
+    if rank_by == "memory":  # no mark: "*" (the fastest estimate) stood on the least-memory plan, unexplained (ux15)
+        return shown, list(range(1, len(shown) + 1)), None, 1, 0
+    fastest = _lex_first((it,), 1)[0]
+    fastest_rank = ranking.rank(fastest)
     ranks = list(range(1, len(shown) + 1))
     if fastest_rank > top:  # the ranking puts it below the top N: it is shown after them with its own rank
         ranks.append(fastest_rank)

@@ -22,6 +22,7 @@ from planner.hardware.collectives import (
     group_nodes,
     p2p_time_s,
     reduce_scatter_time_s,
+    tier_index,
 )
 
 from conftest import a100
@@ -150,6 +151,20 @@ def test_group_nodes_count_the_domains_as_the_select_on_the_stride_does(size, st
         assert np.asarray(nodes).tobytes() == np.asarray(select).tobytes()
         assert np.asarray(extent).tobytes() == np.asarray(np.maximum((s - 1) * k // domain + 1, 1)).tobytes()
     assert [float(group_nodes(4, k, 8)[0]) for k in (4, 8)] == [2.0, 4.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(extent=st.lists(st.integers(1, 2000), min_size=1, max_size=8), tiers=st.integers(1, 4))
+def test_tier_index_is_the_clipped_binary_search(extent, tiers):
+    """``tier_index`` counts the tiers below the extent where ``group_link`` searched the max_nodes and clipped to
+    the last tier: the same tier for every extent. A100 SuperPOD (20, 140, 560 nodes): 20 nodes in the leaf (0),
+    21 on the spine (1), 561 beyond the core, its last tier (2)."""
+    leaf = a100().network.tiers[0]
+    ladder = [leaf.model_copy(update={"max_nodes": m}) for m in (20, 140, 560, 1500)[:tiers]]
+    e = np.array(extent, dtype=float)[:, None]
+    search = np.take(np.arange(tiers), np.searchsorted([t.max_nodes for t in ladder], e), mode="clip")
+    assert tier_index(ladder, e).tolist() == search.tolist()
+    assert tier_index(a100().network.tiers, np.array([20.0, 21.0, 561.0])).tolist() == [0, 1, 2]
 
 
 @pytest.mark.parametrize(

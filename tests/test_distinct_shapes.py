@@ -16,6 +16,7 @@ from planner.api import make_request
 from planner.costs import stage_memory
 from planner.costs.blocks import _layer_blocks, layer_parts
 from planner.costs.estimate import (
+    _row_sum,
     _time_terms,
     evaluate,
     iteration_s,
@@ -222,6 +223,19 @@ def test_evaluation_is_the_same_with_the_stage_arrays_row_major(case, monkeypatc
     assert Letters(grid, ctx).type_index.flags.c_contiguous  # the patch took
     for name, value in rows.items():
         np.testing.assert_array_equal(columns[name], value, err_msg=name)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), stages=st.integers(1, 12), fortran=st.booleans())
+def test_a_row_sum_is_numpys_row_major_sum(seed, stages, fortran):
+    """``_row_sum`` adds a plan's stages as numpy's sum of a row-major row does (one after the other below 8 stages,
+    pairwise from 8), whatever the array's order: 1e16 + 1 + 1 row by row is 1e16 (each 1 lost), pairwise
+    1e16 + 2."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((300, stages)) * rng.choice([1e-9, 1e-3, 1.0, 1e3, 1e16], size=(300, stages))
+    x = np.asfortranarray(x) if fortran else x
+    assert _row_sum(x).tobytes() == np.sum(np.ascontiguousarray(x), axis=1, keepdims=True).tobytes()
+    assert _row_sum(np.asfortranarray([[1e16, 1.0, 1.0]]))[0, 0] == 1e16
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

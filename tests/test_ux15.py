@@ -176,6 +176,11 @@ def test_a_command_to_paste_is_continued_over_lines_never_broken_at_a_space():
         *("--global-batch", "1024", "--seq-len", "8192", "--precision", "bf16"),
     ]
     assert all(len(line) <= 80 for line in fix) and fix[end].startswith("speed ")
+    from planner.report.wrap import continued
+
+    narrow = continued("megaplan search --model llama3-70b --hardware dgx-a100-superpod --min-gpus", 24).splitlines()
+    assert all(len(line) <= 24 for line in narrow)  # an option wider than the line: broken before its value too
+    assert _pasted(narrow) == "megaplan search --model llama3-70b --hardware dgx-a100-superpod --min-gpus".split()
 
 
 def test_sweep_says_its_rows_are_searchs_number_one_not_the_fastest_estimate():
@@ -228,3 +233,27 @@ def test_compare_leaves_out_rows_that_apply_to_neither_plan():
     kept += ["tp_comm_overlap", "weights (GiB)", "tp_comm (s)", "tokens/s"]  # B has DO and SP; the rest applies
     assert set(kept) <= set(names), set(kept) - set(names)
     assert {r["name"] for r in cmp["rows"]} >= {"ep", "moe_comm", "fsdp_sharding"}  # --json: every row
+
+
+def test_ranked_by_memory_no_plan_is_marked_the_fastest_estimate():
+    # search --rank-by memory marked its least-memory plan "*" (the fastest estimate: "fastest": true in --json) at
+    # 48.76 s where 5 s plans fit (qwen3-30b-a3b, 32 H100), and its notes said nothing of the order
+    args = ["search", "--model", "gpt-1.7b", "--gpus", "8", "--rank-by", "memory", "--top", "3"]
+    found = json.loads(run_cli([*args, "--json"]).stdout)
+    assert [(p["rank"], p["fastest"], p["tied_with_fastest"]) for p in found["plans"]] == [
+        (1, False, False),
+        (2, False, False),
+        (3, False, False),
+    ]
+    fastest = json.loads(
+        run_cli(["search", "--model", "gpt-1.7b", "--gpus", "8", "--rank-by", "estimate", "--json"]).stdout
+    )
+    assert found["plans"][0]["estimate"]["iteration_s"] > fastest["plans"][0]["estimate"]["iteration_s"]
+    shown = run_cli(args, env={"COLUMNS": "200"}).stdout
+    assert "*" not in "".join(line[:80] for line in shown.splitlines()[3:6])
+    assert "Ranked by peak memory, then the point estimate (--rank-by memory); no tie marks." in shown
+
+
+def test_presets_help_lists_model_presets():
+    shown = run_cli(["presets", "--help"], env={"COLUMNS": "120"}).stdout  # it said "List models presets."
+    assert "List model presets." in shown and "List hardware presets." in shown

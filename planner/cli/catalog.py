@@ -67,7 +67,7 @@ def _lister(kind: str, examples: tuple[str, str]):
     def list_kind(ctx: click.Context, as_json: bool) -> None:
         _list_presets([kind], as_json or ctx.obj["json"])
 
-    doc = f"List {kind} presets.\n\n\b\nExamples:\n    {examples[0]}\n    {examples[1]}\n"
+    doc = f"List {kind.removesuffix('s')} presets.\n\n\b\nExamples:\n    {examples[0]}\n    {examples[1]}\n"
     return presets.command(kind, help=doc)(list_kind)
 
 

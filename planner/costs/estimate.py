@@ -507,8 +507,7 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
         return (x.ravel(order="F").take(at) if x.flags.f_contiguous else x[rows, slow_col])[:, None]
 
     slowest = pick(per_mb)
-    # row by row as a row-major array sums it (the stage terms are column-major: ``Letters.stage``)
-    total = np.sum(np.ascontiguousarray(count * per_mb), axis=1, keepdims=True)
+    total = _row_sum(count * per_mb)
     bubble = bubble_time_s(total, slowest, lt.vpp)
 
     p2p = _p2p_time_s(lt, ctx)
@@ -533,6 +532,13 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     paced = lt.m * pick(compute) + bubble  # the compute a GPU's pace sets
     time["stragglers"] = straggler_s(paced, lt.world, ctx.hardware.calibration.straggler_sigma)
     return {k: _plan_column(v, len(rows)) for k, v in time.items()}, slow_col, p2p
+
+
+def _row_sum(x: np.ndarray) -> np.ndarray:
+    """Each plan's stages summed ((plans, 1)), in the order numpy sums a row-major row: one after the other below 8
+    stages (as a column-major array's columns add, in a few whole-column additions where a row-major copy loops
+    row by row: 5 times the instructions; the stage terms are column-major, ``Letters.stage``), pairwise from 8."""
+    return np.sum(x if x.shape[1] < 8 else np.ascontiguousarray(x), axis=1, keepdims=True)
 
 
 def _on_rows(use: np.ndarray, term, lt: Letters, ctx: Context, *args) -> np.ndarray:

@@ -126,8 +126,8 @@ def ties_footnote(result, columns: list[str] | None = None) -> str:
     """What the tie marks mean, how plans are ranked and how many moved down for lack of evidence;
     a rank (#N) and the runs column are named only when the table shows them (``columns``: the
     headers shown, None: all)."""
-    if result.rank_by == "memory":
-        return ""
+    if result.rank_by == "memory":  # it said nothing of the order, and the least-memory plan carried "*" (ux15)
+        return "Ranked by peak memory, then the point estimate (--rank-by memory); no tie marks."
     rank, shown = result.fastest_rank, [pj["rank"] for pj in result.plans]
     after = f", shown after the top {len(shown) - 1}" if rank == shown[-1] != len(shown) else ""
     ranks = columns is None or "#" in columns
