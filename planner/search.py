@@ -40,7 +40,7 @@ from planner.fidelity.evidence import band_frac, extrapolated_features, plan_evi
 from planner.plan import AttentionKernel, Context, PlanOptions, RecomputeModule, plan_label
 from planner.result import Shared, brief_plan_json, plan_json
 from planner.space.candidates import NO_PINS, Pins, candidate_grid, expert_pin_error, nvlink_domain_gpus, tp_in_domain
-from planner.space.grid import PlanGrid, distinct, take_column
+from planner.space.grid import COLUMNS, PlanGrid, distinct, take_column
 from planner.space.rules import RULES, Rule
 from planner.space.rules import first_broken as rules_first_broken
 from planner.space.sizes import (
@@ -468,7 +468,7 @@ def _rows_of(columns: dict, rows: np.ndarray) -> PlanGrid:
     for name in columns:
         if name != "layouts":
             columns[name] = take_column(columns[name], rows)
-    return PlanGrid(**columns)
+    return PlanGrid.of_columns({name: columns[name] for name in COLUMNS}, columns["layouts"])
 
 
 def _legal_rows(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int) -> tuple[np.ndarray, dict[str, int]]:

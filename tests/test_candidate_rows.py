@@ -213,3 +213,21 @@ def test_stage_layers_by_hand():
         [12],
         [True],
     )
+
+
+def test_a_grid_of_its_columns_is_the_dataclass_grid():
+    """``PlanGrid.of_columns`` (what ``take`` and ``stack`` make) holds exactly the columns given, as the
+    dataclass's own ``PlanGrid(**columns)`` does when none is None; rows 2 and 0 of a three-plan grid are its
+    plans 2 and 0, the stack of two grids their plans one after the other."""
+    from planner.plan import ParallelPlan
+    from planner.space.grid import COLUMNS, PlanGrid
+
+    plans = [ParallelPlan(tp=t, pp=p, dp=64 // (t * p)) for t, p in ((1, 1), (2, 4), (8, 2))]
+    grid = PlanGrid.from_plans(plans)
+    columns = {name: getattr(grid, name) for name in COLUMNS}
+    made, own = PlanGrid.of_columns(columns, grid.layouts), PlanGrid(**columns, layouts=grid.layouts)
+    assert vars(made).keys() == vars(own).keys() and all(vars(made)[k] is vars(own)[k] for k in vars(own))
+    taken = grid.take(np.array([2, 0]))
+    assert [taken.plan(i) for i in range(2)] == [plans[2], plans[0]]
+    both = PlanGrid.stack(grid, taken)
+    assert [both.plan(i) for i in range(5)] == [*plans, plans[2], plans[0]]

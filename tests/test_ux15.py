@@ -176,6 +176,11 @@ def test_a_command_to_paste_is_continued_over_lines_never_broken_at_a_space():
         *("--global-batch", "1024", "--seq-len", "8192", "--precision", "bf16"),
     ]
     assert all(len(line) <= 80 for line in fix) and fix[end].startswith("speed ")
+    from planner.report.wrap import continued
+
+    narrow = continued("megaplan search --model llama3-70b --hardware dgx-a100-superpod --min-gpus", 24).splitlines()
+    assert all(len(line) <= 24 for line in narrow)  # an option wider than the line: broken before its value too
+    assert _pasted(narrow) == "megaplan search --model llama3-70b --hardware dgx-a100-superpod --min-gpus".split()
 
 
 def test_sweep_says_its_rows_are_searchs_number_one_not_the_fastest_estimate():
@@ -252,3 +257,28 @@ def test_ranked_by_memory_no_plan_is_marked_the_fastest_estimate():
 def test_presets_help_lists_model_presets():
     shown = run_cli(["presets", "--help"], env={"COLUMNS": "120"}).stdout  # it said "List models presets."
     assert "List model presets." in shown and "List hardware presets." in shown
+
+
+def test_a_recomputed_mlp_on_a_model_without_dense_layers_is_said_to_recompute_nothing():
+    # Megatron-LM recomputes the mlp module in dense layers only (transformer_layer.py: `if "mlp" in
+    # recompute_modules: if not self.is_moe_layer`); on qwen3-30b-a3b (48 MoE layers) search's rc-mlp rows repeat the
+    # rows without it (ranks 1 and 2 on 32 H100: same time, same memory) and a typed --recompute-modules mlp does
+    # nothing; neither was said
+    said = "--recompute-modules mlp recomputes nothing on qwen3-30b-a3b: every layer is MoE, and Megatron-LM"
+    args = ["search", "--model", "qwen3-30b-a3b", "--gpus", "32", "--hardware", "dgx-h100-superpod", "--top", "2"]
+    found = run_cli([*args, "--json"])
+    one, two = json.loads(found.stdout)["plans"][:2]  # (then the fastest estimate, shown after them)
+    assert (one["parallel"]["recompute"], two["parallel"]["recompute"]) == ("none", "selective")
+    assert one["estimate"]["iteration_s"] == two["estimate"]["iteration_s"]
+    assert one["estimate"]["peak_memory_gib"] == two["estimate"]["peak_memory_gib"]
+    shown = run_cli(args, env={"COLUMNS": "400"})
+    assert said in shown.stdout and "warning" not in shown.stderr
+    typed = ["explain", "--model", "qwen3-30b-a3b", "--gpus", "16", "--hardware", "dgx-h100-superpod", "--tp", "1"]
+    typed += ["--pp", "1", "--ep", "8", "--recompute", "selective", "--recompute-modules", "mlp", "--brief"]
+    assert f"megaplan: warning: {said}" in run_cli(typed).stderr
+    from planner import api
+    from planner.space.warnings import no_dense
+
+    assert no_dense(api.make_request(model="qwen3-30b-a3b").ctx)
+    assert not no_dense(api.make_request(model="deepseek-v3").ctx)  # 3 dense layers first: rc-mlp recomputes them
+    assert not no_dense(api.make_request(model="llama3-8b").ctx)  # dense

@@ -53,6 +53,7 @@ for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or
 for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
     setattr(_NotInKey, f"__{_op}__", _NotInKey._refuse)
 _NotInKey.__hash__ = None  # type: ignore[assignment]
+_NOT_IN_KEY: dict[str, _NotInKey] = {}  # one per letter: it holds only the letter's name (``Letters._view_of``)
 
 
 def _renumber(key: np.ndarray, span: int) -> tuple[np.ndarray, int]:
@@ -549,17 +550,21 @@ class Letters:
 
     def _view_of(self, first: np.ndarray, key: tuple[str, ...], carried: tuple[str, ...]) -> Letters:
         """``distinct``'s view of the plans ``first``."""
-        n = len(self.t)
-        view = object.__new__(Letters)
-        view._view = True
+        n, wanted, letters = len(self.t), {*key, *carried}, {}
         for name, value in vars(self).items():
-            if name.startswith("_"):  # stage tables and what the cost modules cached for these rows
+            if name in wanted:
+                letters[name] = value.take(first, axis=0)
+            elif name[0] == "_":  # stage tables and what the cost modules cached for these rows
                 continue
-            if name in key or name in carried:
-                value = value.take(first, axis=0)
             elif isinstance(value, np.ndarray) and value.ndim == 2 and value.shape[0] == n:
-                value = _NotInKey(name)
-            setattr(view, name, value)
+                letters[name] = (
+                    _NOT_IN_KEY[name] if name in _NOT_IN_KEY else _NOT_IN_KEY.setdefault(name, _NotInKey(name))
+                )
+            else:
+                letters[name] = value
+        view = object.__new__(Letters)
+        view.__dict__.update(letters)
+        view._view = True
         return view
 
     def once(self, fn, name: str | None = None, key: tuple[str, ...] = SHAPE_KEY):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from planner.plan import plan_label_legend
 from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
 from planner.report.memory import band_text, evidence_cell, ranking_headline, tie_cell, ties_footnote
+from planner.space.warnings import mlp_recompute_note, no_dense
 
 
 def _est(key: str, fmt: str):
@@ -50,7 +51,10 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
     gaps = [k for k in range(1, len(ranks)) if ranks[k] > ranks[k - 1] + 1]  # the fastest, after the top N
     rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     tokens = tokens_text(result.plans[0]["estimate"].get("train_tokens", 300e9))
-    legend = plan_label_legend(" ".join(map(plan_text, result.plans)))  # the codes the plans shown use
+    labels = " ".join(map(plan_text, result.plans))
+    legend = plan_label_legend(labels)  # the codes the plans shown use
+    if "rc-mlp" in labels.split() and no_dense(ctx):  # its rows repeat the rows without it (ux15)
+        legend += f". {mlp_recompute_note(ctx.model.name)}"
     foot = (
         f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected: {rejected or 'none'}.\n"
         f"{legend}. TFLOP/s and MFU count model FLOPs (no recomputation) with attention over "

@@ -50,14 +50,16 @@ def command_words(command: str) -> str:
 
 def continued(command: str, width: int, indent: int = 4) -> str:
     """``command`` broken before its options with a shell continuation (" \\") where a line would pass ``width``
-    columns, each continuation ``indent`` in: rich broke "explain the smallest: megaplan explain ..." at spaces,
-    and pasted, each line ran alone (or failed). An option longer than the width stays whole."""
-    lines = []
-    for part in re.split(r" (?=--)", command):
-        if lines and len(lines[-1]) + 1 + len(part) + 2 <= width:
-            lines[-1] += " " + part
-        else:
-            lines.append((" " * indent if lines else "") + part)
+    columns, each continuation ``indent`` in (an option with its value wider than that: between them too): rich
+    broke "explain the smallest: megaplan explain ..." at spaces, and pasted, each line ran alone."""
+    lines: list[str] = []
+    for option in re.split(r" (?=--)", command):
+        parts = [option] if indent + len(option) + 2 <= width else option.split(" ")
+        for part in parts:
+            if lines and len(lines[-1]) + 1 + len(part) + 2 <= width:
+                lines[-1] += " " + part
+            else:
+                lines.append((" " * indent if lines else "") + part)
     return " \\\n".join(lines)
 
 

@@ -418,7 +418,7 @@ def _outer_axis(cols: dict[str, np.ndarray], pins: Pins) -> dict[str, np.ndarray
 def _grid(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGrid:
     """The grid of the columns, each column every row shares held once (``shared_constant``)."""
     grid = _columns(cols, pins, layouts)
-    return PlanGrid(**{name: shared_constant(getattr(grid, name)) for name in COLUMNS}, layouts=grid.layouts)
+    return PlanGrid.of_columns({name: shared_constant(getattr(grid, name)) for name in COLUMNS}, grid.layouts)
 
 
 def _columns(cols: dict[str, np.ndarray], pins: Pins, layouts: list[str]) -> PlanGrid:

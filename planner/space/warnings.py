@@ -32,7 +32,23 @@ def input_warnings(ctx: Context, gpus: int) -> list[str]:
             f"and no PP ({widest_dp} × 1 on {gpus:,} GPUs): every plan must split the model over at least "
             f"{math.ceil(gpus / B):,} GPUs, so expect a low MFU (--global-batch)"
         )
-    return out
+    return out + (
+        [mlp_recompute_note(ctx.model.name)] if "mlp" in ctx.options.recompute_modules and no_dense(ctx) else []
+    )
+
+
+def no_dense(ctx: Context) -> bool:
+    """A mixture-of-experts model with no dense MLP layer (Qwen3-30B-A3B, Mixtral, GPT-OSS)."""
+    return ctx.model.is_moe and all(ctx.model.moe_pattern)
+
+
+def mlp_recompute_note(model: str) -> str:
+    """Why --recompute-modules mlp (search's rc-mlp) changes nothing on a model without a dense MLP layer."""
+    return (
+        f"--recompute-modules mlp recomputes nothing on {model}: every layer is MoE, and Megatron-LM recomputes the "
+        "mlp module in dense layers only (transformer_layer.py: not self.is_moe_layer); rc-mlp is the plan "
+        "without it (moe_act or moe recompute the experts)"
+    )
 
 
 def plan_warnings(pj: dict) -> list[str]:
