@@ -111,14 +111,15 @@ def _fresh(tree):
 class Shared:
     """What the plan JSON of the rows of one evaluated grid share, each computed once: the JSON dumps of the
     contexts' model, training and options (each plan JSON gets its own copy: a new dict whose few nested dicts
-    and lists are new too), what ``formulas`` reads of each context alone, and with ``evidence``
-    (``plan_evidence`` of the grid) every row's band."""
+    and lists are new too) and the model's parameters, what ``formulas`` reads of each context alone, and with
+    ``evidence`` (``plan_evidence`` of the grid) every row's band."""
 
     def __init__(self, evidence: PlanEvidence | None = None):
         self.evidence = evidence
         self._dumps: dict[int, tuple] = {}  # id -> (the object, kept so the id stays its own; dump; nested keys)
         self._bands: dict[int, tuple] = {}
         self._fixed: dict[int, tuple] = {}
+        self._params: dict[int, tuple] = {}
 
     def formulas(self, ctx: Context, plan: ParallelPlan) -> dict:
         """``formulas(ctx, plan)``, what it reads of the context alone computed once per context."""
@@ -138,6 +139,13 @@ class Shared:
         for k in held[2]:
             out[k] = _fresh(out[k])
         return out
+
+    def params(self, model: ModelSpec) -> dict[str, int]:
+        """``model_params(model)``, counted once (each plan JSON gets its own dict)."""
+        held = self._params.get(id(model))
+        if held is None:
+            held = self._params[id(model)] = (model, model_params(model))
+        return dict(held[1])
 
     def band(self, ctx: Context, gpus: int, plan: ParallelPlan, i: int) -> tuple:
         """``plan_band`` of row i: the ε of every row of the grid computed at once (once per context)."""
@@ -179,7 +187,7 @@ def plan_json(
         "estimate": estimate,
         "evidence": evidence,
         "model_spec": shared.dump(ctx.model),
-        "model_params": model_params(ctx.model),
+        "model_params": shared.params(ctx.model),
     }
     if ev.stages is not None:
         rows = _stage_rows(ev.stages, i, plan.pp)

@@ -10,6 +10,7 @@ import numpy as np
 from planner import api
 from planner.costs import estimate
 from planner.costs.estimate import TIME_TERMS, evaluate
+from planner.plan import ParallelPlan
 from planner.plan_file import request_from_plan
 from planner.result import PlanEstimate, plan_band, plan_estimate, plan_json
 from planner.search import search
@@ -82,3 +83,27 @@ def test_the_shown_plans_carry_the_time_terms_the_search_timed_them_with(monkeyp
             alone = evaluate(PlanGrid.from_plans([r.plan]), r.ctx)
         assert pj["estimate"]["time"] == {k: float(alone.time[k][0]) for k in TIME_TERMS}
         assert pj["estimate"]["iteration_s"] == float(alone.iteration_s[0])
+
+
+def test_formulas_of_many_plans_read_the_context_once_and_say_what_each_alone_says():
+    # a search's shown plans share what the formulas read of the context alone (context_formulas: the forward,
+    # backward and offload texts, the bytes per parameter, a layer's activation coefficients): each plan's text
+    # is the one it gets alone, whatever plans came before (none, full in blocks, selective, CP, no SP)
+    req = api.make_request(
+        model="llama3-70b", gpus=64, hardware="dgx-h100-superpod", options={"recompute_modules": ["core_attn"]}
+    )
+    plans = [
+        dict(tp=8, pp=4, sequence_parallel=True),
+        dict(tp=8, pp=4, recompute="full", recompute_method="block", recompute_num_layers=2),
+        dict(tp=4, pp=4, cp=2, recompute="selective"),
+        dict(tp=2, pp=8, recompute="full", recompute_num_layers=4),
+        dict(tp=8, pp=2, sequence_parallel=True, recompute="selective"),
+    ]
+    fixed = estimate.context_formulas(req.ctx)
+    plans = [ParallelPlan(**{**dict(req.plan), **p}) for p in plans]
+    together = [estimate.formulas(req.ctx, plan, fixed) for plan in plans]
+    alone = [estimate.formulas(req.ctx, plan) for plan in plans]
+    assert together == alone
+    activations = [f["memory"]["activations"].text for f in alone]
+    assert "(selective: core_attn)" in activations[2] and "first 2 layers keep their input" in activations[1]
+    assert "every group of 4 layers keeps its input" in activations[3] and "selective" not in activations[0]

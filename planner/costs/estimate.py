@@ -15,12 +15,20 @@ import numpy as np
 from planner.costs import Formula, layer_time, memory, memory_parts
 from planner.costs import communication as comm
 from planner.costs.flop_terms import flop_terms
-from planner.costs.layer_time import activation_message, layer_time_formulas, layer_times, stage_step, stage_terms
+from planner.costs.layer_time import (
+    activation_message,
+    compute_formulas,
+    layer_time_formulas,
+    layer_times,
+    stage_step,
+    stage_terms,
+)
 from planner.costs.letters import LAYER_CARRIED, LAYER_KEY, Letters, _per_plan
 from planner.costs.linears import tp_link
 from planner.costs.pipeline import bubble_time_s, exposed_p2p_transfers, interleaved_wrap_wait_s
 from planner.costs.stage_memory import (
     MEMORY_TERMS,
+    memory_context_formulas,
     memory_formulas,
     stage_max,
     stage_memory_bytes,
@@ -692,6 +700,8 @@ def context_formulas(ctx: Context) -> dict:
         "stragglers": _straggler_formula(ctx),
         "memory_parts": memory_parts.memory_part_formulas(ctx),
         "time_parts": layer_time.time_part_formulas(ctx),
+        "compute": compute_formulas(ctx),
+        "memory": memory_context_formulas(ctx),
     }
 
 
@@ -707,7 +717,7 @@ def formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = None) -> dic
     hfsdp = plan.fsdp and plan.fsdp_outer_sharding is FsdpOuterSharding.OPTIM
     shard = ("d·c" if R == 1 or hfsdp else f"(d·c/{R})") if plan.distributed_optimizer or plan.fsdp else "1"
     time = {
-        **layer_time_formulas(ctx, plan),
+        **layer_time_formulas(ctx, plan, fixed["compute"]),
         "pp_comm": Formula(
             pp_text,
             "Narayanan et al. 2021 §2.2, §4.1; Megatron-LM arguments.py (p2p overlap), schedules.py "
@@ -735,7 +745,7 @@ def formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = None) -> dic
         "stragglers": fixed["stragglers"],
     }
     return {
-        "memory": memory_formulas(ctx, plan),
+        "memory": memory_formulas(ctx, plan, fixed["memory"]),
         "time": time,
         "memory_parts": fixed["memory_parts"],
         "time_parts": fixed["time_parts"],

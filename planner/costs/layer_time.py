@@ -52,6 +52,7 @@ def embedding_grad_bytes(V, h: int, t, *, grad_bytes: int, act_bytes: int):
 
 __all__ = [
     "activation_message",
+    "compute_formulas",
     "graphed_frac",
     "head_times",
     "layer_time_formulas",
@@ -197,8 +198,29 @@ def _unfused_rope_text(ctx: Context) -> str:
     return "; YaRN RoPE op by op (Megatron-Core's unfused path): 24 B forward, 26 B backward per rotated element" + rate
 
 
-def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
-    """Formula and source of the compute and model-parallel communication terms for one plan."""
+def layer_time_formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = None) -> dict[str, Formula]:
+    """Formula and source of the compute and model-parallel communication terms for one plan; ``fixed``: the
+    context's ``compute_formulas`` (computed here when not given)."""
+    fixed = compute_formulas(ctx) if fixed is None else fixed
+    cp = Formula(
+        "m × layers × (c − 1) ring steps of K,V chunks b·(s/c)·2g·d_h/t, each beyond one step of attention"
+        if plan.cp > 1
+        else "0 (cp = 1)",
+        "Ring Attention (Liu et al. 2023); Transformer Engine AttnFuncWithCPAndKVP2P",
+    )
+    return {
+        "forward": fixed["forward"],
+        "backward": fixed["backward"],
+        "recompute": recompute_formula(ctx, plan),
+        "offload": fixed["offload"],
+        "tp_comm": tp_formula(ctx, plan),
+        "cp_comm": cp,
+        "moe_comm": dispatcher_formula(ctx, plan) if ctx.model.is_moe else Formula("0 (dense model)", "—"),
+    }
+
+
+def compute_formulas(ctx: Context) -> dict[str, Formula]:
+    """The forward, backward and offload terms' formulas, which read the context alone (the same for its plans)."""
     opts, mo = ctx.options, ctx.model
     if opts.fp8:
         linear = f"FP8 linear GEMMs F/(P_fp8·η_fp8(M,N,K)) + {opts.fp8_recipe.value} FP8 casts"
@@ -233,24 +255,7 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         f"m × layers × [2 × GEMMs + {core_bwd} + 2 × elementwise + 2τ]",
         "Narayanan et al. 2021 Appendix: backward = 2 × forward GEMM FLOPs; Dao 2023 §4.1 (5 backward GEMMs)",
     )
-    recompute = recompute_formula(ctx, plan)
-    tp = tp_formula(ctx, plan)
-    cp = Formula(
-        "m × layers × (c − 1) ring steps of K,V chunks b·(s/c)·2g·d_h/t, each beyond one step of attention"
-        if plan.cp > 1
-        else "0 (cp = 1)",
-        "Ring Attention (Liu et al. 2023); Transformer Engine AttnFuncWithCPAndKVP2P",
-    )
-    moe_comm = dispatcher_formula(ctx, plan) if mo.is_moe else Formula("0 (dense model)", "—")
-    return {
-        "forward": forward,
-        "backward": backward,
-        "recompute": recompute,
-        "offload": offload_formula(ctx),
-        "tp_comm": tp,
-        "cp_comm": cp,
-        "moe_comm": moe_comm,
-    }
+    return {"forward": forward, "backward": backward, "offload": offload_formula(ctx)}
 
 
 def offload_formula(ctx: Context) -> Formula:

@@ -380,11 +380,12 @@ K22 = "Korthikanti et al. 2022, Table 2, §4.2.3, §4.3"
 DIST_OPT = "Megatron-LM docs/user-guide/features/dist_optimizer.md; parameters: Narayanan et al. 2021 Eq. 2 generalised"
 
 
-def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
-    """The formula and source of each memory term for one plan, as ``stage_memory_bytes`` computes it."""
+def memory_formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = None) -> dict[str, Formula]:
+    """The formula and source of each memory term for one plan, as ``stage_memory_bytes`` computes it; ``fixed``:
+    the context's ``memory_context_formulas`` (computed here when not given)."""
+    fixed = memory_context_formulas(ctx) if fixed is None else fixed
     opts = ctx.options
-    w, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
-    g, o = state_bytes_per_param(ctx)
+    w, g, o = fixed["state_bytes"]
     expert = " (experts over the expert data-parallel group)" if ctx.model.is_moe else ""
     level = plan.fsdp_sharding.code if plan.fsdp else 0
     R = plan.distributed_optimizer_instances
@@ -413,9 +414,16 @@ def memory_formulas(ctx: Context, plan: ParallelPlan) -> dict[str, Formula]:
         "weights": weights,
         "gradients": gradients,
         "optimizer": optimizer,
-        "activations": activation_formula(ctx, plan),
+        "activations": activation_formula(ctx, plan, fixed["layer_parts"]),
         **process_memory.process_formulas(ctx, plan),
     }
+
+
+def memory_context_formulas(ctx: Context) -> dict:
+    """What ``memory_formulas`` reads of the context alone (the same for its plans): the bytes per parameter of the
+    weights, gradients and optimizer states, and a layer's activation coefficients (``_layer_parts``)."""
+    w, _, _ = memory.BYTES_PER_PARAM[ctx.precision]
+    return {"state_bytes": (w, *state_bytes_per_param(ctx)), "layer_parts": _layer_parts(ctx)}
 
 
 def _with_fp8_weights(ctx: Context, weights: Formula) -> Formula:
@@ -474,9 +482,9 @@ def _optimizer_shard_text(plan: ParallelPlan) -> str:
     return " ÷ d·c (distributed optimizer)" if plan.distributed_optimizer else ""
 
 
-def _per_layer_text(ctx: Context, plan: ParallelPlan, selective: bool) -> str:
-    """A layer's activation bytes as text, sbh × its coefficients; ``selective``: with selective recomputation's
-    modules (``plan.recompute`` is selective), else everything the layer keeps."""
+def _layer_parts(ctx: Context) -> dict[str, tuple[float, float]]:
+    """Korthikanti et al. 2022 §4.1's (split, replicated) coefficients of sbh of the attention block (MLA's with
+    multi-latent attention) and of the MLP, as the formula text states them (``layer_memory.activation_parts``)."""
     mo, opts = ctx.model, ctx.options
     parts = memory.layer_activation_parts(
         mo.hidden_size,
@@ -497,6 +505,13 @@ def _per_layer_text(ctx: Context, plan: ParallelPlan, selective: bool) -> str:
             fp8=opts.fp8 is not None,
             flash_attention=opts.attention_kernel is AttentionKernel.FLASH,
         )
+    return parts
+
+
+def _per_layer_text(ctx: Context, plan: ParallelPlan, selective: bool, parts: dict) -> str:
+    """A layer's activation bytes as text, sbh × its coefficients ``parts`` (``_layer_parts``); ``selective``: with
+    selective recomputation's modules (``plan.recompute`` is selective), else everything the layer keeps."""
+    mo, opts = ctx.model, ctx.options
     sp = plan.sequence_parallel and plan.tp > 1
     cp = "/c" if plan.cp > 1 else ""
     unfused = opts.attention_kernel is AttentionKernel.UNFUSED
@@ -513,14 +528,16 @@ def _per_layer_text(ctx: Context, plan: ParallelPlan, selective: bool) -> str:
     return f"sbh{cp}·({replicated:.3g}{'/t' if sp else ''} + {split:.3g}/t{scores})"
 
 
-def activation_formula(ctx: Context, plan: ParallelPlan) -> Formula:
-    """Activations of the most loaded stage: in-flight micro-batches × layers × the per-layer bytes."""
+def activation_formula(ctx: Context, plan: ParallelPlan, parts: dict | None = None) -> Formula:
+    """Activations of the most loaded stage: in-flight micro-batches × layers × the per-layer bytes; ``parts``: the
+    context's ``_layer_parts`` (computed here when not given)."""
     mo, opts = ctx.model, ctx.options
+    parts = _layer_parts(ctx) if parts is None else parts
     sp = plan.sequence_parallel and plan.tp > 1
     cp = "/c" if plan.cp > 1 else ""
     in_flight = "min(p − i, m)" if plan.vpp == 1 else "min(m·v, 2(p − i − 1) + (v − 1)p + 1)/v"
     selective = plan.recompute is Recompute.SELECTIVE
-    whole = "" if selective else _per_layer_text(ctx, plan, False)  # every layer's whole activations
+    whole = "" if selective else _per_layer_text(ctx, plan, False, parts)  # every layer's whole activations
     shard = "/t" if sp or opts.distribute_saved_activations else ""
     layer_input = f"2sbh{cp}{shard}"
     source = K22
@@ -541,7 +558,7 @@ def activation_formula(ctx: Context, plan: ParallelPlan) -> Formula:
         if k > 1:
             source += "; Megatron-LM megatron/core/recompute.py (uniform: groups of --recompute-num-layers)"
     else:
-        per_layer = _per_layer_text(ctx, plan, True) if selective else whole
+        per_layer = _per_layer_text(ctx, plan, True, parts) if selective else whole
     offload = ""
     if opts.cpu_offloading_num_layers and plan.recompute is Recompute.NONE:
         offload = (
