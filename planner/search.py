@@ -360,7 +360,7 @@ def _block_candidates(scored: _Scored, capacity: float) -> tuple[PlanGrid, np.nd
     recomputed layers that fit; and the row each comes from. Rows overlapping the expert all-to-all
     have none: Megatron refuses the overlap with full recomputation (their twin without it has one)."""
     base = np.flatnonzero((scored.grid.recompute == 0) & (scored.peak > capacity) & ~scored.grid.a2a_overlap)
-    block, keep = _block_layers(scored.grid.take(base), scored.options.evaluating, capacity)
+    block, keep = _block_layers(scored.grid, base, None, scored.options.evaluating, capacity)
     return block, base[keep]
 
 
@@ -372,10 +372,13 @@ def _taken(grid: PlanGrid, rows: np.ndarray) -> PlanGrid:
     return grid.take(rows)
 
 
-def _block_layers(grid: PlanGrid, ctx: Context, capacity: float, keys=None) -> tuple[PlanGrid, np.ndarray]:
-    """``_block_candidates`` of the rows of ``grid`` (without recomputation, each with its own overlaps): the
-    variants that can fit, and which rows they come from (``keys``: the rows' families, if known)."""
-    grid = replace(grid, recompute=np.full(len(grid), 2, dtype=np.int8), recompute_block=np.ones(len(grid), bool))
+def _block_layers(grid: PlanGrid, rows, off, ctx: Context, capacity: float, keys=None) -> tuple[PlanGrid, np.ndarray]:
+    """``_block_candidates`` of the ``rows`` of ``grid`` (without recomputation, each with its own overlaps; those at
+    ``off``, a mask over them or None, without --tp-comm-overlap): the variants that can fit, and which of the rows
+    they come from (``keys``: the variants' families, if known)."""
+    grid = _Recomputed(grid, rows, off)  # gathered a few rows at a time
+    if keys is None:
+        keys = _family_keys(grid.take(slice(None)), None)
 
     # the layers needed never fall as the micro-batch grows and do not depend on the dispatcher
     # (``_by_family``): solve each family's smallest micro-batch first, the others where that one can
@@ -389,6 +392,37 @@ def _block_layers(grid: PlanGrid, ctx: Context, capacity: float, keys=None) -> t
     k = _by_family(grid, np.arange(len(grid)), solve, lambda k: k == 0, keys)
     keep = np.flatnonzero(k > 0)
     return replace(grid.take(keep), recompute_layers=k[keep]), keep
+
+
+@dataclass(frozen=True, eq=False)
+class _Recomputed:
+    """Rows of a grid as their variants with full recomputation by --recompute-method block, those at ``off`` (a mask
+    over ``rows``; None: none) without --tp-comm-overlap, gathered only when taken: ``take`` gives what
+    ``replace(grid.take(rows), recompute=2, recompute_block=True)`` with the overlap cleared at ``off`` would, without
+    that copy of every row (``_block_layers`` measures a few of them at a time, in rounds)."""
+
+    grid: PlanGrid
+    rows: np.ndarray
+    off: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def micro_batch(self) -> np.ndarray:
+        return take_column(self.grid.micro_batch, self.rows)
+
+    def take(self, index) -> PlanGrid:
+        """The variants at ``index`` (positions or a slice)."""
+        grid = self.grid.take(self.rows[index])
+        n = len(grid)
+        full = {"recompute": np.full(n, 2, dtype=np.int8), "recompute_block": np.ones(n, bool)}
+        off = None if self.off is None else self.off[index]
+        if off is not None and off.any():
+            overlap = np.array(grid.tp_comm_overlap)  # a copy: a column of one value is a read-only view
+            overlap[off] = 0
+            full["tp_comm_overlap"] = overlap
+        return replace(grid, **full)
 
 
 def search(
@@ -802,13 +836,11 @@ class _BlockVariants:
         """The variants of group ``b``'s rows ``base`` (in row order), scored (``later``: their layers only; with
         ``prune``, those that fit hold their floor until ``time``, and their grid is returned for it);
         ``off_wins``: the rows that keep their twin without --tp-comm-overlap; ``keys``: the grid's families."""
-        cand, off = grid.take(base), off_wins.take(base) > 0
-        cand.tp_comm_overlap[off] = 0  # each row with the overlap it keeps
+        off = off_wins.take(base) > 0  # each row with the overlap it keeps
         # a variant's family: its row's (rows without recomputation: those knobs alike), split by the overlap kept
         families = None if keys is None else keys.take(base) * 2 + off
         ctx = self.options.evaluating
-        block, src = _block_layers(cand, ctx, self.capacity, families)
-        del cand
+        block, src = _block_layers(grid, base, off, ctx, self.capacity, families)
         at = slice(self.offsets[b], self.offsets[b] + len(src))
         self.row[at], self.layers[at], self.late[at] = base[src], block.recompute_layers, 0
         self.count[b] = len(src)
@@ -896,7 +928,7 @@ def _screen_block(grid: PlanGrid, rows: np.ndarray, keys: np.ndarray, options: _
 
 
 def _block_peaks(grid: PlanGrid, rows, off: _Twins, at, options: _Options, capacity: float, keys) -> tuple:
-    """The peaks and states (``_by_family_states``) of the ``rows`` of the grid (``keys``: their families) and
+    """The peaks and states (``_by_family_states``) of the ``rows`` of the grid (``keys``: their families, sorted) and
     of their twins ``off`` (the rows ``at`` among them, without the overlap). A large block: the rows' peaks in
     place, then their twins' (``_twins``: one copy of the twins only, NaN where the row fits); a small one in one
     screening. Each call of the cost functions costs milliseconds whatever its rows (the terms computed once
@@ -907,8 +939,8 @@ def _block_peaks(grid: PlanGrid, rows, off: _Twins, at, options: _Options, capac
             peak, state = _peak_memory(grid, rows, ctx, capacity, keys)
             tw_peak, tw_state, _ = _twins(off, peak[at] <= capacity, keys[at], ctx, capacity)
             return (peak, state), (tw_peak, tw_state)
-        _, family = np.unique(keys, return_inverse=True)  # renumbered below len(rows): the twins' come after
-        family = family.reshape(-1)
+        family = np.zeros(len(keys), dtype=np.intp)  # renumbered below len(rows): the twins' come after. The keys
+        np.cumsum(keys[1:] != keys[:-1], out=family[1:])  # come sorted: each one's rank, as np.unique's inverse
         both = _Twins(grid, np.concatenate([rows, off.rows]), len(rows), at)  # a twin measured with its row
         pk, state = _peak_memory(
             both, np.arange(len(both)), ctx, capacity, np.concatenate([family, family[at] + len(rows)])

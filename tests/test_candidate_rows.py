@@ -254,3 +254,26 @@ def test_selective_recomputation_is_searched_only_where_it_recomputes_something(
     asked = replace(NO_PINS, recompute=Recompute.SELECTIVE)  # asked for: kept (search's table says it does nothing)
     assert set(np.unique(candidate_grid(qwen, 32, asked).recompute).tolist()) == {1}
     assert set(np.unique(candidate_grid(unfused, 32, NO_PINS).recompute).tolist()) == {0, 1, 2}
+
+
+def test_a_grid_option_is_its_rows_else_the_options():
+    """--tp-comm-overlap per row: 1 on, 0 off, -1 as the options say (on here, off there); a grid of set rows
+    only (the search's) gives its own values. Runs of rows alike: rows (1, 1, 2, 2, 2, 1) are 3 runs starting
+    at 0, 2, 5, the rows in runs 0, 0, 1, 1, 1, 2."""
+    from types import SimpleNamespace
+
+    from planner.plan import ParallelPlan
+    from planner.space.grid import PlanGrid
+    from planner.space.rules import _runs
+
+    grid = PlanGrid.from_plans([ParallelPlan(tp=2, pp=1, dp=4)] * 3)
+    flags = np.array([1, 0, -1], dtype=np.int8)
+    on, off = SimpleNamespace(tp_comm_overlap=True), SimpleNamespace(tp_comm_overlap=False)
+    mixed = PlanGrid.of_columns({**vars(grid), "tp_comm_overlap": flags}, grid.layouts)
+    assert mixed.option("tp_comm_overlap", on).tolist() == [True, False, True]
+    assert mixed.option("tp_comm_overlap", off).tolist() == [True, False, False]
+    two = grid.take(np.array([0, 1]))
+    set_rows = PlanGrid.of_columns({**vars(two), "tp_comm_overlap": flags[:2]}, two.layouts)
+    assert set_rows.option("tp_comm_overlap", on).tolist() == [True, False]
+    first, run = _runs([np.array([1, 1, 2, 2, 2, 1])], 6)
+    assert first.tolist() == [0, 2, 5] and run.tolist() == [0, 0, 1, 1, 1, 2]

@@ -346,7 +346,7 @@ def test_a_context_keeping_shapes_gives_each_grid_its_own_numbers(case, seed, si
             for name, value in _evaluation_values(evaluate(part, _fresh(ctx))).items():
                 np.testing.assert_array_equal(_evaluation_values(evaluate(part, kept))[name], value, err_msg=name)
     store = kept.__dict__[KEPT_SHAPES]
-    assert {"layer_sums", "p2p"} <= store.kept.keys()
+    assert {"layer_sums", "pipeline_comm"} <= store.kept.keys()
     assert "group_links" not in store.kept  # the data-parallel links are computed per plan (estimate.group_links)
     for k in store.kept.values():  # each shape computed once
         assert not k.broken and np.array_equal(np.sort(k.row[k.row >= 0]), np.arange(k.n))

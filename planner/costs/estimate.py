@@ -252,9 +252,11 @@ def _bucket_latencies_s(lt: Letters, ctx: Context, chunk_params, bucket_params, 
     tensors = np.ceil(chunk_params / per_layer) * dense_layer_param_tensors(ctx.model) + 1  # + the word table
     n_b = comm.ddp_bucket_count(chunk_params, bucket_params, tensors)
     ring = ring_latency_s(lt.N, links["instance"])
-    # across the R instances (none where every plan has one: ring + 0 is ring)
-    across = np.where(lt.R > 1, all_reduce_latency_s(lt.R, links["across"]), 0.0) if np.any(lt.R > 1) else 0.0
     gather = np.where(bucketed, comm.bucket_latency_s(n_b, ring), 0.0)
+    if not np.any(lt.R > 1):  # one instance everywhere: the reduction's are the gather's (ring + 0 s is ring)
+        return gather, gather
+    # the reduction's: each bucket's reduce-scatter and all-reduce of its shard across the R instances
+    across = np.where(lt.R > 1, all_reduce_latency_s(lt.R, links["across"]), 0.0)
     return np.where(bucketed, comm.bucket_latency_s(n_b, ring + across), 0.0), gather
 
 
@@ -344,13 +346,17 @@ def _hsdp_outer_s(lt: Letters, ctx: Context, layer: tuple, mem: dict, n: np.ndar
     return np.max(np.where(hybrid & (count > 0), stage, 0.0), axis=1, keepdims=True)
 
 
-def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
-    """One pipeline transfer between neighbouring stages, tp·c·d ranks apart (rank order tp, cp, dp, pp),
-    computed once per distinct shape."""
+def _pipeline_comm_s(lt: Letters, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """(one pipeline transfer between neighbouring stages, tp·c·d ranks apart (rank order tp, cp, dp, pp); with tied
+    embeddings across stages, the all-reduce of the word table's gradient, V·h/t, between the first and the last
+    stage, (p − 1)·t·c·d ranks apart: Megatron-LM finalize_model_grads.py), computed once per distinct shape, the
+    two groups' links in one ``links_of``."""
+    grad_bytes, _ = dp_element_bytes(ctx)
 
-    def p2p(v: Letters) -> np.ndarray:
-        pp_link = group_link(ctx.hardware, 2, v.t * v.c * v.d)
-        return comm.pp_p2p_time_s(
+    def terms(v: Letters) -> tuple[np.ndarray, np.ndarray]:
+        groups = {"p2p": (2, v.t * v.c * v.d), "embedding": (2, (v.p - 1) * v.t * v.c * v.d)}
+        pp_link, emb_link = links_of(ctx.hardware, groups).values()
+        p2p = comm.pp_p2p_time_s(
             activation_message(v),
             v.t,
             pp_link,
@@ -358,8 +364,11 @@ def _p2p_time_s(lt: Letters, ctx: Context) -> np.ndarray:
             sequence_parallel=v.sp,
             scatter_gather=ctx.options.pp_scatter_gather,
         )
+        emb_grad = v.V * v.h / v.t * grad_bytes
+        tied = ctx.model.tied_embeddings & (v.p > 1)
+        return p2p, np.where(tied, all_reduce_time_s(2, emb_grad, emb_link), 0.0)
 
-    return lt.once(p2p, "p2p", LAYER_KEY)
+    return lt.once(terms, "pipeline_comm", LAYER_KEY)
 
 
 def stage_memory_totals(grid: PlanGrid, ctx: Context, recompute_layers: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
@@ -505,7 +514,7 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     fwd, bwd, rec, tp, cp, mo = step["fwd"], step["bwd"], step["recompute"], step["tp"], step["cp"], step["moe"]
     compute = fwd + bwd + rec
     per_mb = compute + step["offload"] + tp + cp + mo + fsdp
-    slow_col = np.argmax(np.where(count > 0, per_mb, -np.inf), axis=1)
+    slow_col = _first_max_column(np.where(count > 0, per_mb, -np.inf))
     at = slow_col * len(rows) + rows  # each plan's slowest stage in a column-major (plans, stages) array
 
     def pick(x):  # the slowest stage's term (a term the same on every stage is its own; a number: 0 s everywhere)
@@ -520,7 +529,7 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
     total = _row_sum(count * per_mb)
     bubble = bubble_time_s(total, slowest, lt.vpp)
 
-    p2p = _p2p_time_s(lt, ctx)
+    p2p, embedding = _pipeline_comm_s(lt, ctx)
     stage_f, stage_b = fwd + step["comm_fwd"], bwd + rec + tp + cp + mo - step["comm_fwd"]
     fwd_all, bwd_all = pick(stage_f), pick(stage_b)
     dp = _on_rows(~lt.fsdp_params, _dp_sync, lt, ctx, params, bwd + rec, stage_f, rep, count)  # Megatron FSDP: fsdp
@@ -535,13 +544,24 @@ def _time_terms(lt: Letters, ctx: Context, mem: dict) -> tuple[dict[str, np.ndar
         "moe_comm": lt.m * pick(mo),
         "pp_comm": _pp_exposed_s(lt, ctx, p2p, (fwd_all, bwd_all), (stage_f, stage_b, count)),
         "dp_comm": dp + lt.m * pick(fsdp) + _fp8_amax_sync_s(lt, ctx),
-        "embedding_comm": _embedding_sync_s(lt, ctx),
+        "embedding_comm": embedding,
         "bubble": bubble,
         "optimizer": _optimizer_step_s(lt, ctx, params, count),
     }
     paced = lt.m * pick(compute) + bubble  # the compute a GPU's pace sets
     time["stragglers"] = straggler_s(paced, lt.world, ctx.hardware.calibration.straggler_sigma)
     return {k: _plan_column(v, len(rows)) for k, v in time.items()}, slow_col, p2p
+
+
+def _first_max_column(x: np.ndarray) -> np.ndarray:
+    """Each row's first column holding its largest value, ``np.argmax(x, axis=1)`` of numbers (no NaN), column by
+    column: a later column takes the row only when strictly larger. On the column-major stage arrays numpy's
+    argmax copies them row-major and loops row by row (6 times the instructions)."""
+    best, col = x[:, 0], np.zeros(len(x), dtype=np.intp)
+    for j in range(1, x.shape[1]):
+        later = x[:, j] > best
+        best, col = np.where(later, x[:, j], best), np.where(later, j, col)
+    return col
 
 
 def _row_sum(x: np.ndarray) -> np.ndarray:
@@ -610,19 +630,6 @@ def _fp8_amax_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
         return all_reduce_time_s(n, amax_bytes, group_link(ctx.hardware, n, 1))
 
     return comm.fp8_amax_reduction_s(lt.m, lt.vpp, lt.once(sync, "fp8_amax_sync", LAYER_KEY))
-
-
-def _embedding_sync_s(lt: Letters, ctx: Context) -> np.ndarray:
-    """Tied embeddings across stages: the all-reduce of the word table's gradient, V·h/t, between the
-    first and the last stage."""
-    grad_bytes, _ = dp_element_bytes(ctx)
-
-    def sync(v: Letters) -> np.ndarray:
-        emb_link = group_link(ctx.hardware, 2, (v.p - 1) * v.t * v.c * v.d)
-        emb_grad = v.V * v.h / v.t * grad_bytes
-        return np.where(ctx.model.tied_embeddings & (v.p > 1), all_reduce_time_s(2, emb_grad, emb_link), 0.0)
-
-    return lt.once(sync, "embedding_sync", LAYER_KEY)
 
 
 def _optimizer_step_s(lt: Letters, ctx: Context, mem: dict, count: np.ndarray) -> np.ndarray:

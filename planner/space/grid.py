@@ -111,7 +111,9 @@ class PlanGrid:
     def option(self, name: str, options) -> np.ndarray:
         """A per-plan option of ``OPTION_COLUMNS`` as booleans: the grid's value, else ``options``' (a PlanOptions)."""
         col = getattr(self, name)
-        return np.where(col < 0, bool(getattr(options, name)), col > 0)
+        given = col > 0
+        unset = col < 0  # the search's rows carry every option (none unset): their own values, no np.where
+        return np.where(unset, bool(getattr(options, name)), given) if np.count_nonzero(unset) else given
 
     def layout_text(self, i: int) -> str | None:
         k = int(self.layout[i])

@@ -487,7 +487,8 @@ def _runs(columns: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
         for col in columns:
             if col.strides != (0,):  # a column of one value (``shared_constant``) starts no run
                 new[1:] |= col[1:] != col[:-1]
-    return np.flatnonzero(new), np.cumsum(new) - 1
+    first = np.flatnonzero(new)  # each row's run: its run's number repeated over the run (a cumsum of new, cheaper)
+    return first, np.repeat(np.arange(len(first)), np.diff(first, append=n))
 
 
 def broken_rules(masks: dict[str, np.ndarray], i: int = 0) -> list[str]:
