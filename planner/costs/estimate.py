@@ -180,12 +180,11 @@ def _dp_sync(
     DistributedFusedAdam, ``dfa_bucket_mb``, each pay a collective's latency); with the distributed optimizer the
     parameter all-gather, whole after the step or, with --overlap-param-gather, what the first forward leaves
     (``_param_gathers_s``); the hidden rest's SMs (collectives.hidden_comm_contention_s); SHARP in the switches."""
-    opts, hw = ctx.options, ctx.hardware
-    grad_bytes, param_bytes = dp_element_bytes(ctx)
+    opts, (grad_bytes, param_bytes) = ctx.options, dp_element_bytes(ctx)
     instance = lt.N  # the ranks one distributed-optimizer instance shards over, d·c/R (experts: edp/R)
     links = group_links(lt, ctx)
     dense_link, dense_across = links["instance"], links["across"]
-    sharp = opts.use_sharp and hw.network.sharp
+    sharp = opts.use_sharp and ctx.hardware.network.sharp
     whole = lt.fsdp & ~lt.fsdp_grads  # Megatron FSDP optim: the gradient buffer stays whole
     sharded, replicas = lt.dopt | lt.fsdp, np.any(lt.R > 1)
 
