@@ -395,15 +395,11 @@ def _block_layers(grid: PlanGrid, rows, off, ctx: Context, capacity: float, keys
 
 
 @dataclass(frozen=True, eq=False)
-class _Recomputed:
-    """Rows of a grid as their variants with full recomputation by --recompute-method block, those at ``off`` (a mask
-    over ``rows``; None: none) without --tp-comm-overlap, gathered only when taken: ``take`` gives what
-    ``replace(grid.take(rows), recompute=2, recompute_block=True)`` with the overlap cleared at ``off`` would, without
-    that copy of every row (``_block_layers`` measures a few of them at a time, in rounds)."""
+class _LazyRows:
+    """Rows of a grid gathered only when taken (``take``): their count and micro-batches read without that copy."""
 
     grid: PlanGrid
     rows: np.ndarray
-    off: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -411,6 +407,16 @@ class _Recomputed:
     @property
     def micro_batch(self) -> np.ndarray:
         return take_column(self.grid.micro_batch, self.rows)
+
+
+@dataclass(frozen=True, eq=False)
+class _Recomputed(_LazyRows):
+    """Rows of a grid as their variants with full recomputation by --recompute-method block, those at ``off`` (a mask
+    over ``rows``; None: none) without --tp-comm-overlap, gathered only when taken: ``take`` gives what
+    ``replace(grid.take(rows), recompute=2, recompute_block=True)`` with the overlap cleared at ``off`` would, without
+    that copy of every row (``_block_layers`` measures a few of them at a time, in rounds)."""
+
+    off: np.ndarray | None = None
 
     def take(self, index) -> PlanGrid:
         """The variants at ``index`` (positions or a slice)."""
@@ -996,22 +1002,13 @@ def _timed(rows: PlanGrid | _Twins, ctx: Context, kept: _Kept | None) -> tuple[n
 
 
 @dataclass(frozen=True, eq=False)
-class _Twins:
+class _Twins(_LazyRows):
     """Rows of a grid, those from position ``start`` on as their twins without --tp-comm-overlap, gathered only
     when taken: ``take`` gives what ``PlanGrid.stack(grid.take(rows[:start]), replace(grid.take(rows[start:]),
     tp_comm_overlap=0))`` would, without that copy of every row (a screening measures a few of them at a time)."""
 
-    grid: PlanGrid
-    rows: np.ndarray
     start: int = 0
     row_of: np.ndarray | None = None  # each twin's row's position among the first ``start`` (if they hold it)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @property
-    def micro_batch(self) -> np.ndarray:
-        return take_column(self.grid.micro_batch, self.rows)
 
     def take(self, index) -> PlanGrid:
         """The rows at ``index`` (positions or a slice), the twins among them without the overlap."""
