@@ -5,7 +5,7 @@ and pins. One translation serves explain, export, compare (one plan) and search,
 from __future__ import annotations
 
 from planner.errors import PlannerError
-from planner.plan import PlanOptions, Recompute, RecomputeMethod, StageSplit
+from planner.plan import PlanOptions, Recompute, RecomputeMethod, RecomputeModule, StageSplit
 
 DEFAULT_HARDWARE = "dgx-a100-superpod"
 BEHAVIOUR = tuple(name for name in PlanOptions.model_fields if name not in ("distribute_saved_activations",))
@@ -134,4 +134,18 @@ def search_pins(values: dict):
     pinned["recompute"] = pinned["recompute"] and Recompute(pinned["recompute"])
     pinned["recompute_method"] = pinned["recompute_method"] and RecomputeMethod(pinned["recompute_method"])
     overlaps = {k: values.get(k) for k in OVERLAP_PINS}
-    return Pins(**pinned, **overlaps, max_tp=max_tp, stage_split=None if split is StageSplit.EVEN else split)
+    split = None if split is StageSplit.EVEN else split
+    return Pins(**pinned, **overlaps, max_tp=max_tp, stage_split=split, recompute_modules=pinned_modules(values))
+
+
+def pinned_modules(values: dict) -> tuple[RecomputeModule, ...] | None:
+    """--recompute-modules as given: the modules of every selective row search builds (None: not given, and
+    search picks them, ``space.candidates.SEARCHED_MODULES``)."""
+    given = behaviour({"recompute_modules": values.get("recompute_modules")}).get("recompute_modules")
+    if not given:
+        return None
+    allowed = ", ".join(m.value for m in RecomputeModule)
+    bad = [m for m in given if m not in {x.value for x in RecomputeModule}]
+    if bad:
+        raise PlannerError(f"--recompute-modules: {bad[0]!r} is not a module; allowed: {allowed}")
+    return tuple(RecomputeModule(m) for m in given)

@@ -61,6 +61,7 @@ def search(**kw) -> None:
             --bridge-recipe llama3_70b_pretrain_32gpu_h100_bf16_config
     """
     from planner.search import search as run_search
+    from planner.space.warnings import refused_modules_note
 
     if kw["min_gpus"] and kw["gpus"] is not None:
         raise click.UsageError("give either --gpus N or --min-gpus (find the smallest cluster), not both")
@@ -72,6 +73,8 @@ def search(**kw) -> None:
         )
     _one_order(kw)
     req, pins, bridge, world = _inputs(kw)
+    if note := refused_modules_note(req.ctx, pins):
+        click.echo(f"megaplan: warning: {note}", err=True)
     kw["gpus"] = kw["gpus"] or world  # a Bridge recipe or workload that states its GPUs (with a note saying so)
     if kw["min_gpus"]:
         return _min_gpus(req, pins, kw)

@@ -135,6 +135,47 @@ def _learned_positions(r: RuleInputs) -> bool:
     return r.model.position_embedding_type is PositionEmbedding.LEARNED
 
 
+def _modules(options: PlanOptions) -> set[str]:
+    return {m.value for m in options.recompute_modules}
+
+
+# --recompute-modules that Megatron-LM refuses for the model or the options, whatever the layout: (rule name,
+# refuses(options, model), message). Each refuses the selective rows only (the modules are selective's).
+MODULE_REFUSALS: tuple[tuple[str, Callable[[PlanOptions, ModelSpec], bool], str], ...] = (
+    (
+        "mla_up_proj recomputation needs multi-latent attention",
+        lambda o, m: "mla_up_proj" in _modules(o) and not m.multi_latent_attention,
+        "--recompute-modules mla_up_proj needs --multi-latent-attention (transformer_config.py:1969-1973)",
+    ),
+    (
+        "shared_experts recomputation does not overlap the shared experts",
+        lambda o, m: "shared_experts" in _modules(o) and o.moe_shared_expert_overlap and bool(m.shared_ffn),
+        "--recompute-modules shared_experts cannot work with --moe-shared-expert-overlap "
+        "(transformer_config.py:1991-1998)",
+    ),
+    (
+        "FP8 delayed scaling does not recompute moe_act or layernorm",
+        lambda o, m: (
+            o.fp8 is not None and o.fp8_recipe.value == "delayed" and bool({"moe_act", "layernorm"} & _modules(o))
+        ),
+        "--recompute-modules moe_act/layernorm are refused under FP8 delayed scaling (transformer_config.py:2000-2006)",
+    ),
+)
+
+
+def _module_rule(refusal: tuple[str, Callable[[PlanOptions, ModelSpec], bool], str]) -> Rule:
+    """A rule of ``MODULE_REFUSALS``: every row but the selective ones where it refuses the options and model."""
+    name, refuses, message = refusal
+    return Rule(
+        name, lambda r: r.grid.recompute != 1 if refuses(r.options, r.model) else r.everywhere(True), lambda x: message
+    )
+
+
+def refused_modules(options: PlanOptions, model: ModelSpec) -> list[str]:
+    """Megatron-LM's reasons to refuse the options' --recompute-modules on this model (``MODULE_REFUSALS``)."""
+    return [message for _, refuses, message in MODULE_REFUSALS if refuses(options, model)]
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "world size = tp·cp·pp·dp",
@@ -348,48 +389,14 @@ RULES: tuple[Rule, ...] = (
             "--cuda-graph-modules: moe and moe_router need MoE layers, mlp dense ones (transformer_config.py:2825-2837)"
         ),
     ),
-    Rule(
-        "mla_up_proj recomputation needs multi-latent attention",
-        lambda r: (
-            r.grid.recompute != 1
-            if "mla_up_proj" in {m.value for m in r.options.recompute_modules} and not r.model.multi_latent_attention
-            else r.everywhere(True)
-        ),
-        lambda x: "--recompute-modules mla_up_proj needs --multi-latent-attention (transformer_config.py:1969-1973)",
-    ),
-    Rule(
-        "shared_experts recomputation does not overlap the shared experts",
-        lambda r: (
-            r.grid.recompute != 1
-            if "shared_experts" in {m.value for m in r.options.recompute_modules}
-            and r.options.moe_shared_expert_overlap
-            and r.model.shared_ffn
-            else r.everywhere(True)
-        ),
-        lambda x: (
-            "--recompute-modules shared_experts cannot work with --moe-shared-expert-overlap "
-            "(transformer_config.py:1991-1998)"
-        ),
-    ),
+    _module_rule(MODULE_REFUSALS[0]),
+    _module_rule(MODULE_REFUSALS[1]),
     Rule(
         "precision-aware optimizer needs the distributed optimizer",
         _with_option("use_precision_aware_optimizer", _sharded_optimizer),
         lambda x: "--use-precision-aware-optimizer needs --use-distributed-optimizer (optimizer/__init__.py:1057-1060)",
     ),
-    Rule(
-        "FP8 delayed scaling does not recompute moe_act or layernorm",
-        lambda r: (
-            r.grid.recompute != 1
-            if r.options.fp8 is not None
-            and r.options.fp8_recipe.value == "delayed"
-            and {"moe_act", "layernorm"} & {m.value for m in r.options.recompute_modules}
-            else r.everywhere(True)
-        ),
-        lambda x: (
-            "--recompute-modules moe_act/layernorm are refused under FP8 delayed scaling "
-            "(transformer_config.py:2000-2006)"
-        ),
-    ),
+    _module_rule(MODULE_REFUSALS[2]),
     Rule(
         "fp8 needs bf16 or fp16 training",
         lambda r: r.everywhere(r.options.fp8 is None or r.training.precision.value != "fp32"),

@@ -62,3 +62,17 @@ def plan_warnings(pj: dict) -> list[str]:
         f"bubble is {100 * est['bubble_frac']:.0f}% of the iteration; the pipeline needs m ≫ p "
         "(Narayanan et al. 2021 §2.2): a larger --global-batch or fewer stages"
     ]
+
+
+def refused_modules_note(ctx: Context, pins) -> str | None:
+    """Why search builds no selective row: --recompute-modules given (``Pins.recompute_modules``) that Megatron-LM
+    refuses on this model or with these options (``space.rules.MODULE_REFUSALS``); None when it builds them, or
+    when --recompute selective is pinned too (then no plan is legal, and the error says why)."""
+    from planner.space.rules import refused_modules
+
+    if pins.recompute_modules is None or pins.recompute is not None:
+        return None
+    reasons = refused_modules(ctx.options, ctx.model)
+    if not reasons:
+        return None
+    return f"search builds no selective recomputation on {ctx.model.name}: {'; '.join(reasons)}"
