@@ -152,6 +152,9 @@ def request_from_fields(data: dict, hardware: str | HardwareSpec | None = None) 
     if "moe_token_dispatcher" in data["options"]:  # plan files of before it was a searched knob
         par.setdefault("moe_token_dispatcher", data["options"]["moe_token_dispatcher"])
     tr = data["training"]
+    for key, flag in (("global_batch", "--global-batch"), ("seq_len", "--seq-len")):
+        if key not in tr:  # deleted from a plan file: was a KeyError traceback
+            raise PlannerError(f"plan: training.{key} is missing; allowed: a whole number ≥ 1 there, or {flag} N")
     return make_request(
         model=model,
         hardware=hardware or data.get("hardware"),
@@ -196,20 +199,14 @@ SECTIONS = {"training": TrainingSpec, "parallel": ParallelPlan, "options": PlanO
 
 
 def _check_shape(data: dict) -> None:
-    """The plan file's sections are objects, training gives what has no default, and hardware names a preset
-    or a YAML: an edited file's ``"training": 512``, a deleted ``seq_len`` or ``"hardware": 8`` ended in a
-    TypeError or KeyError traceback."""
+    """The plan file's sections are objects and hardware names a preset or a YAML: an edited file's
+    ``"training": 512`` or ``"hardware": 8`` ended in a TypeError traceback."""
     for section in SECTIONS:
         if not isinstance(data[section], dict):
             raise PlannerError(
                 f"plan: {section} is {data[section]!r}; allowed: an object of {section} fields, as `megaplan "
                 "explain --json` writes it"
             )
-    missing = [k for k, f in TrainingSpec.model_fields.items() if f.is_required() and k not in data["training"]]
-    if missing:
-        raise PlannerError(
-            f"plan: training.{missing[0]} is missing; allowed: a whole number ≥ 1, as explain --json writes it"
-        )
     hardware = data.get("hardware")
     if hardware is not None and not isinstance(hardware, str):
         raise PlannerError(f"plan: hardware is {hardware!r}; allowed: a hardware preset name or a YAML path")

@@ -92,7 +92,12 @@ def _edited(plan: dict, section: str, key: str | None, value) -> dict:
         ("parallel", None, None, "plan: parallel is None; allowed: an object of parallel fields"),  # AttributeError
         ("options", None, [1], "plan: options is [1]; allowed: an object of options fields"),  # AttributeError
         ("hardware", None, 8, "plan: hardware is 8; allowed: a hardware preset name or a YAML path"),  # TypeError
-        ("training", "seq_len", KeyError, "plan: training.seq_len is missing; allowed: a whole number ≥ 1"),
+        (
+            "training",
+            "seq_len",
+            KeyError,
+            "plan: training.seq_len is missing; allowed: a whole number ≥ 1 there, or --seq-len N",
+        ),
         ("training", "global_batch", 10**30, "global_batch: Input should be less than 2147483648"),  # OverflowError
         ("parallel", "vpp", 10**30, f"parallel.vpp is {10**30}: Input should be less than 2147483648"),
     ],
