@@ -2,12 +2,12 @@
 
 import json
 
-from conftest import run_cli
-
 from planner import api
 from planner.plan_options import search_pins
 from planner.space.candidates import Pins
 from planner.space.warnings import refused_modules_note
+
+from conftest import run_cli
 
 QWEN = ["search", "--model", "qwen3-30b-a3b", "--gpus", "32", "--hardware", "dgx-h100-superpod", "--top", "3"]
 
@@ -31,7 +31,7 @@ def test_search_builds_its_selective_rows_with_the_modules_given(tmp_path):
 
 
 def test_search_pins_read_the_modules_as_given():
-    values = {k: None for k in Pins.__dataclass_fields__}  # every knob unpinned
+    values = dict.fromkeys(Pins.__dataclass_fields__)  # every knob unpinned
     values |= {"decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None}
     values |= {"account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False}
     values |= {"recompute_modules": "mla_up_proj, moe_act"}
