@@ -79,19 +79,26 @@ def training(values: dict) -> dict:
 
 
 def knobs(values: dict) -> dict:
-    """The parallel knobs the options set, by ParallelPlan field name, and the explicit end stages."""
-    return {
+    """The parallel knobs the options set, by ParallelPlan field name, and the explicit end stages; as Megatron-LM
+    reads them: --use-megatron-fsdp turns the distributed optimizer on (Megatron FSDP v1 runs on it; arguments.py
+    warns and sets it), and --sequence-parallel is off at --tp 1 (arguments.py turns it off there). Search pins
+    them so, rather than pinning a pair no candidate can hold (it listed no plan, naming the world size)."""
+    out = {
         **{k: values[k] for k in KNOBS},
         "first_stage_layers": values["decoder_first_pipeline_num_layers"],
         "last_stage_layers": values["decoder_last_pipeline_num_layers"],
         "pipeline_layout": values["pipeline_layout"],
     }
+    if values["fsdp"]:
+        out["distributed_optimizer"] = True
+    if out["tp"] == 1 and out["sequence_parallel"]:
+        out["sequence_parallel"] = False
+    return out
 
 
 def flag_fields(values: dict) -> dict:
     """The plan's fields (the plan JSON's shape, not yet checked) that the plan options describe."""
     par = knobs(values)
-    par["distributed_optimizer"] = par["distributed_optimizer"] or values["fsdp"]
     par["stage_split"] = stage_split(values)
     return {
         "model": values["model"],
@@ -133,9 +140,29 @@ def search_pins(values: dict):
         raise PlannerError(f"--tp {pinned['tp']} is above --max-tp {max_tp}: give one of them")
     pinned["recompute"] = pinned["recompute"] and Recompute(pinned["recompute"])
     pinned["recompute_method"] = pinned["recompute_method"] and RecomputeMethod(pinned["recompute_method"])
+    _check_outer_sharding(pinned)
     overlaps = {k: values.get(k) for k in OVERLAP_PINS}
     split = None if split is StageSplit.EVEN else split
     return Pins(**pinned, **overlaps, max_tp=max_tp, stage_split=split, recompute_modules=pinned_modules(values))
+
+
+def _check_outer_sharding(pinned: dict) -> None:
+    """--outer-dp-sharding-strategy optim pinned with a pinned R or sharding strategy no Megatron FSDP plan can run
+    it with (``ParallelPlan._hybrid_rules``: R > 1 and optim_grads_params): refused as explain refuses it, not
+    searched with the FSDP plans at no_shard (--num-distributed-optimizer-instances 1 listed them silently)."""
+    if pinned["fsdp_outer_sharding"] != "optim" or pinned["fsdp"] is False:
+        return
+    from pydantic import ValidationError
+
+    from planner.plan import ParallelPlan
+    from planner.presets import format_validation_error
+
+    hybrid = {"distributed_optimizer_instances": 2, "fsdp_sharding": "optim_grads_params"}
+    hybrid.update({k: pinned[k] for k in hybrid if pinned[k] is not None})
+    try:
+        ParallelPlan(fsdp=True, distributed_optimizer=True, fsdp_outer_sharding="optim", **hybrid)
+    except ValidationError as err:
+        raise PlannerError(format_validation_error(err)) from None
 
 
 def pinned_modules(values: dict) -> tuple[RecomputeModule, ...] | None:

@@ -55,6 +55,7 @@ from planner.space.sizes import (
     WorldAxes,
     empty_grid_reason,
     nearest_legal_sizes,
+    pinned_plan_reasons,
     pins_leave_no_world,
     rules_broken_everywhere,
 )
@@ -235,6 +236,11 @@ def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, 
         contexts.append(keep_shapes(replace(ctx, options=ctx.options.model_copy(update=values))))
     grid = replace(grid, overlap_param_gather=opg.astype(np.int8), tp_comm_overlap=tpo.astype(np.int8))
     return grid, _Options(contexts, pins.overlap_grad_reduce is not False, searched)
+
+
+def _pinned_reasons(ctx: Context, num_gpus: int, pins: Pins) -> list[str]:
+    """``pinned_plan_reasons`` with the options the rules see (``_pinned_options``)."""
+    return pinned_plan_reasons(ctx, num_gpus, pins, _pinned_options(ctx, pins))
 
 
 def _pinned_options(ctx: Context, pins: Pins) -> PlanOptions:
@@ -1559,7 +1565,10 @@ def _nothing_fits(
     suggest_sizes: bool,
 ) -> str:
     if len(scored.peak) == 0:
-        if candidates == 0:
+        pinned = [] if candidates or pins_leave_no_world(num_gpus, pins) else _pinned_reasons(ctx, num_gpus, pins)
+        if pinned:
+            why = f"the knobs given break: {'; '.join(pinned)}"
+        elif candidates == 0:
             why = f"world size = tp·cp·pp·dp: {empty_grid_reason(num_gpus, pins)}"
         else:
             by_count = sorted(rejected.items(), key=lambda kv: -kv[1])

@@ -53,7 +53,9 @@ def _divisors(n: int) -> str:
 def _interleaving_chunks_ok(r: RuleInputs) -> np.ndarray:
     # accounted splits: (L + e + l)/p per stage (arguments.py:953-979); explicit first/last stage sizes:
     # each of the first, middle and last counts (transformer_config.py:2296-2340)
-    v, lay, explicit = r.grid.vpp, r.layers, r.explicit
+    # a pinned layout's rows at a pp that does not divide its virtual stages have vpp 0 (the layout rule refuses
+    # them, and this one passes every layout row): counted as 1 here, not divided by (numpy warned on stderr)
+    v, lay, explicit = np.maximum(r.grid.vpp, 1), r.layers, r.explicit
     middle = lay.middle % v == 0
     if not np.any(explicit):  # a search without --decoder-first/last-pipeline-num-layers: the middle alone
         return (v == 1) | r.has_layout | middle

@@ -162,6 +162,62 @@ def empty_grid_reason(num_gpus: int, pins: Pins) -> str:
     return f"no tp·cp·pp·dp with {', '.join(f'--{k} {v}' for k, v in pinned.items())} multiplies to {num_gpus:,} GPUs"
 
 
+PLAN_PINS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "etp",
+    "fsdp",
+    "vpp",
+    "micro_batch",
+    "recompute",
+    "recompute_method",
+    "recompute_num_layers",
+    "sequence_parallel",
+    "distributed_optimizer",
+    "stage_split",
+    "first_stage_layers",
+    "last_stage_layers",
+    "pipeline_layout",
+    "moe_token_dispatcher",
+    "overlap_moe_expert_parallel_comm",
+    "distributed_optimizer_instances",
+    "fsdp_outer_sharding",
+    "fsdp_sharding",
+    "microbatch_group_size",
+)  # the Pins that are ParallelPlan fields
+
+
+def pinned_plan_reasons(ctx: Context, num_gpus: int, pins: Pins, options) -> list[str]:
+    """Why pins that divide the world leave no candidate at all: the candidate grid leaves out by construction the
+    rows that break a rule on the pinned knobs alone (--vpp 2 at --pp 1; --outer-dp-sharding-strategy optim beside
+    --data-parallel-sharding-strategy optim_grads), so no rule counted them and the error blamed the world size.
+    The plan of the pinned knobs says which: its own checks (``ParallelPlan``), else the rules it breaks
+    (``options``: those the rules see). The free knobs take the values the fewest rules refuse: dp (else pp) fills
+    the world, the distributed optimizer on, sequence parallelism with tp > 1. Empty: the pinned plan is legal."""
+    from pydantic import ValidationError
+
+    from planner.plan import ParallelPlan
+    from planner.presets import format_validation_error
+    from planner.space.grid import PlanGrid
+    from planner.space.rules import rule_messages
+
+    fields = {k: getattr(pins, k) for k in PLAN_PINS if getattr(pins, k) is not None}
+    if isinstance(fields.get("recompute"), tuple):  # several allowed: any of them
+        del fields["recompute"]
+    rest = num_gpus // int(np.prod([fields.get(k, 1) for k in ("tp", "pp", "cp", "dp")]))
+    fields.setdefault("dp" if "dp" not in fields else "pp", rest)
+    fields.setdefault("distributed_optimizer", True)
+    fields.setdefault("sequence_parallel", fields.get("tp", 1) > 1)
+    try:
+        plan = ParallelPlan(**fields)
+    except ValidationError as err:
+        return [format_validation_error(err)]
+    return rule_messages(PlanGrid.from_plans([plan]), ctx.model, ctx.training, options, num_gpus)
+
+
 def rules_broken_everywhere(ctx: Context, pins: Pins, gpus_per_node: int) -> list[str]:
     """The rules (with their messages) that every plan with these pins breaks whatever the GPU count,
     judged on a world the pins divide: why no size has a legal plan."""

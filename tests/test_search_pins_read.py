@@ -1,0 +1,73 @@
+"""search, sweep and --min-gpus read a pinned knob as Megatron-LM reads it, and pins that no plan can hold end in
+one error naming the rule they break (the candidate grid leaves such rows out by construction, so no rule had
+counted them and the error blamed the world size: "no tp·cp·pp·dp with --pp 1 multiplies to 8 GPUs")."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from conftest import one_line_error, run_cli
+
+SMALL = ["--model", "gpt-1.7b", "--gpus", "8", "--hardware", "dgx-h100-superpod"]
+
+
+def plans(args: list[str]) -> list[dict]:
+    result = run_cli(["search", *SMALL, *args, "--json", "--top", "3"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["plans"]
+
+
+@pytest.mark.parametrize(
+    ("args", "rule", "because"),
+    [
+        # gpt-1.7b, 24 layers: vpp 2 at pp 1 is no interleaving (arguments.py: pp > 1 with an interleaved schedule)
+        (["--pp", "1", "--vpp", "2"], "interleaving needs pp > 1", "vpp 2 needs pp > 1"),
+        # a layout of 2 virtual stages: 2 chunks per stage at pp 1
+        (["--pp", "1", "--pipeline-model-parallel-layout", "Et*12|t*12L"], "interleaving needs pp > 1", "(pp is 1)"),
+        # HFSDP needs weights sharded (Megatron FSDP param_and_grad_buffer.py)
+        (
+            ["--fsdp", "--data-parallel-sharding-strategy", "optim_grads", "--outer-dp-sharding-strategy", "optim"],
+            "--outer-dp-sharding-strategy optim needs --data-parallel-sharding-strategy optim_grads_params",
+            "not optim_grads",
+        ),
+    ],
+)
+def test_pins_no_plan_can_hold_name_the_rule_not_the_world_size(args, rule, because):
+    line = one_line_error(run_cli(["search", *SMALL, *args]))
+    assert rule in line and because in line, line
+    assert "multiplies to" not in line
+
+
+def test_outer_sharding_optim_with_one_instance_is_refused_as_explain_refuses_it():
+    """R pinned to 1: the FSDP plans were listed at no_shard without a word; Megatron-LM fails at the first
+    all-gather (ParallelPlan._hybrid_rules), and explain says so."""
+    args = ["--fsdp", "--outer-dp-sharding-strategy", "optim", "--num-distributed-optimizer-instances", "1"]
+    line = one_line_error(run_cli(["search", *SMALL, *args]))
+    assert "--outer-dp-sharding-strategy optim needs --num-distributed-optimizer-instances > 1" in line
+    explained = one_line_error(run_cli(["explain", *SMALL, "--tp", "1", "--pp", "1", *args]))
+    assert "needs --num-distributed-optimizer-instances > 1" in explained
+
+
+def test_fsdp_with_no_distributed_optimizer_runs_on_it_as_megatron_fsdp_does():
+    """Megatron FSDP v1 turns the distributed optimizer on (arguments.py); the pair left no candidate."""
+    found = plans(["--fsdp", "--no-distributed-optimizer"])
+    assert found and all(p["parallel"]["fsdp"] and p["parallel"]["distributed_optimizer"] for p in found)
+
+
+def test_sequence_parallel_at_tp_1_is_off_as_megatron_turns_it_off():
+    found = plans(["--tp", "1", "--sequence-parallel"])
+    assert found and all(p["parallel"]["tp"] == 1 and not p["parallel"]["sequence_parallel"] for p in found)
+
+
+def test_a_pinned_layout_prices_without_numpy_warnings():
+    """rows at a pp that does not divide the layout's virtual stages carry vpp 0; the interleaving rule divided by
+    it and numpy's RuntimeWarning reached stderr (raised here: the search must not warn)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result = run_cli(["search", *SMALL, "--pipeline-model-parallel-layout", "Et*12|t*12L", "--json", "--top", "1"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    (plan,) = json.loads(result.stdout)["plans"]
+    assert plan["parallel"]["pp"] == 2 and plan["parallel"]["stage_layers"] == [12, 12]
