@@ -181,3 +181,17 @@ def test_first_and_last_stage_sizes_that_fill_every_stage_are_megatrons_split():
         "80 layers do not split over pp 4 with 40 on the first stage and 40 on the last stage: none left for the "
         "other 2 stage(s)"
     )
+
+
+def test_a_relative_userbuffer_config_exports_as_a_path_the_job_finds(tmp_path, monkeypatch):
+    """--tp-comm-overlap-cfg ub.yaml was exported as `ub.yaml`: the Slurm job (its own working directory) and a
+    reader of the flags elsewhere missed it, and explain then priced Transformer Engine's defaults."""
+    (tmp_path / "ub.yaml").write_text("proj_fprop: {method: pipeline, num_sm: 24, num_splits: 4}\n")
+    monkeypatch.chdir(tmp_path)
+    opts = {"tp_comm_overlap": True, "tp_comm_overlap_cfg": "ub.yaml"}
+    req = make_request(model="llama3-8b", gpus=64, tp=4, sequence_parallel=True, **H100, options=opts)
+    argv = export.megatron_argv(req)
+    assert argv[argv.index("--tp-comm-overlap-cfg") + 1] == str(tmp_path.resolve() / "ub.yaml")
+    monkeypatch.chdir("/")
+    back = import_megatron(export.flags_text(req), gpus=64, hardware="dgx-h100-superpod")
+    assert back.warnings == () and back.request.ctx.options == req.ctx.options
