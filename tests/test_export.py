@@ -262,7 +262,11 @@ def test_slurm_script_has_nodes_launcher_environment_and_placeholders():
         tp=2,
         options=dict(fp8="e4m3", fp8_recipe="mxfp8", fp8_dot_product_attention=True),
     )
-    assert "# NOTE: the plan runs attention in FP8" in export.slurm_script(fp8_attn)  # no Megatron-LM flag for it
+    # no Megatron-LM flag for it: the header says so
+    assert (
+        "# - attention in FP8 (Megatron-Core fp8_dot_product_attention: set it in the model's"
+        in export.slurm_script(fp8_attn)
+    )
 
 
 def test_slurm_script_reads_back_as_the_same_plan():

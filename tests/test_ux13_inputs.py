@@ -192,7 +192,12 @@ def test_the_export_header_explains_only_the_codes_its_plan_uses():
     lines = result.stdout.splitlines()
     assert lines[2] == "# TP8 PP16 DP8 b3 V6 · SP no-tpo"  # no-ogr before ux14 (the recipes' overlap is on)
     header = " ".join(line[2:] for line in lines[3:6])
-    assert header == "(" + plan_label_legend(lines[2][2:]) + ")" and lines[6].startswith("# Replace every")
+    assert header == "(" + plan_label_legend(lines[2][2:]) + ")" and lines[6].startswith("# Read it back")
+    assert (
+        lines[7]
+        == "#   megaplan explain --megatron-args-file THIS_SCRIPT --model gpt3-175b --hardware dgx-a100-superpod"
+    )
+    assert lines[8].startswith("# Replace every")
     assert header.startswith("(b micro-batch · V interleaved chunks per stage") and "SP sequence parallel" in header
     assert "Megatron FSDP" not in header and "MoE token dispatcher" not in header and "rc-sel" not in header
     assert max(len(line) for line in lines[:7]) <= 100

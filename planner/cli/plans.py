@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 
 import click
 
@@ -440,6 +441,7 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
         text = exp.flags_text(req) if fmt == "flags" else exp.slurm_script(req, warning=over)
         if fmt == "flags":
             _environment_notes(req)
+        _unwritten_notes(req, fmt)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -469,6 +471,27 @@ def _environment_notes(req: api.PlanRequest) -> None:
         click.echo("megaplan: note: leave CUDA_DEVICE_MAX_CONNECTIONS unset (Megatron FSDP refuses 1)", err=True)
     if req.ctx.options.expandable_segments:
         click.echo("megaplan: note: launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", err=True)
+    if exp.nccl_graph_register_off(req):
+        click.echo(
+            "megaplan: note: launch with NCCL_GRAPH_REGISTER=0 in the environment (Megatron-LM refuses Transformer "
+            "Engine's CUDA graphs with expandable segments otherwise)",
+            err=True,
+        )
+
+
+def _unwritten_notes(req: api.PlanRequest, fmt: str) -> None:
+    """The plan's settings that no Megatron-LM flag carries (the flags run without them), and the options that
+    restore them when the flags are read back (the flags alone: with the allocator setting too)."""
+    from planner.megatron import export as exp
+
+    unwritten = exp.unwritten_settings(req)
+    for restore, why in unwritten:
+        click.echo(f"megaplan: note: not in the flags: {' '.join(restore) + ': ' if restore else ''}{why}", err=True)
+    flags_only = fmt == "flags"
+    if unwritten or (flags_only and req.ctx.options.expandable_segments):
+        read = "--megatron-args '...' --gpus " + str(req.gpus) if flags_only else "--megatron-args-file FILE"
+        back = shlex.join(exp.readback_args(req, flags_only))
+        click.echo(f"megaplan: note: read them back with: megaplan explain {read} {back}", err=True)
 
 
 def _does_not_fit(pj: dict) -> str | None:

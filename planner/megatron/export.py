@@ -221,7 +221,7 @@ def _precision_flags(req: PlanRequest) -> list:
 
 def _overlap_flags(req: PlanRequest) -> list:
     """The attention backend and the overlap and fusion switches."""
-    p, o = req.plan, req.ctx.options
+    o = req.ctx.options
     # auto (Megatron's default) lets Transformer Engine pick flash or cuDNN fused attention, which keep no
     # s×s tensor; forcing "flash" would rule out cuDNN's kernel on Hopper and any kernel in fp32
     flags = ["--attention-backend", "unfused" if o.attention_kernel is AttentionKernel.UNFUSED else "auto"]
@@ -231,7 +231,8 @@ def _overlap_flags(req: PlanRequest) -> list:
         (o.grad_reduce_in_bf16, "--grad-reduce-in-bf16"),
         (o.use_sharp, "--use-sharp"),
         (o.tp_comm_overlap, "--tp-comm-overlap"),
-        (p.vpp > 1 and not o.overlap_p2p_comm, "--no-overlap-p2p-communication"),
+        # without interleaving Megatron-LM turns the overlap off itself; the flag keeps the plan's own setting
+        (not o.overlap_p2p_comm, "--no-overlap-p2p-communication"),
         # Megatron-LM compiles squared ReLU and fuses GeLU either way; only the GLU can run op by op
         (req.ctx.model.gated and not o.activation_fusion, "--no-bias-swiglu-fusion"),
     ):
@@ -274,7 +275,8 @@ def recompute_flags(req: PlanRequest) -> list:
 
 
 def memory_option_flags(req: PlanRequest) -> list:
-    """CPU offloading, the precision-aware optimizer and its dtypes, the gradient buffer's dtype and CUDA graphs."""
+    """CPU offloading, the precision-aware optimizer and its dtypes, the gradient buffer's dtype and CUDA graphs
+    (a full-iteration graph with the NaN check off, which Megatron-LM's validate_args requires)."""
     o, flags = req.ctx.options, []
     if o.cpu_offloading_num_layers:
         flags += ["--cpu-offloading-num-layers", o.cpu_offloading_num_layers]
@@ -289,11 +291,24 @@ def memory_option_flags(req: PlanRequest) -> list:
         flags += ["--cuda-graph-impl", o.cuda_graph_impl.value]
         if o.cuda_graph_modules:
             flags += ["--cuda-graph-modules", *(m.value for m in o.cuda_graph_modules)]
+    if o.cuda_graph_impl is CudaGraphImpl.FULL_ITERATION:
+        # validate_args: "--no-check-for-nan-in-loss-and-grad should be set with --cuda-graph-impl=full_iteration
+        # for training" (the check reads the loss on the host, inside the graph)
+        flags.append("--no-check-for-nan-in-loss-and-grad")
     return flags
 
 
+def nccl_graph_register_off(req: PlanRequest) -> bool:
+    """Whether the launch needs NCCL_GRAPH_REGISTER=0: Transformer Engine's CUDA graphs with expandable segments,
+    which Megatron-LM's validate_args refuses otherwise ("Setting NCCL_GRAPH_REGISTER=0 to avoid illegal memory
+    access when using CUDA Graph with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", arguments.py @ d98e8a64)."""
+    o = req.ctx.options
+    return o.expandable_segments and o.cuda_graph_impl is CudaGraphImpl.TRANSFORMER_ENGINE
+
+
 def environment_lines(req: PlanRequest) -> list[str]:
-    """Environment the plan needs that no flag sets: CUDA_DEVICE_MAX_CONNECTIONS and the allocator."""
+    """Environment the plan needs that no flag sets: CUDA_DEVICE_MAX_CONNECTIONS, the allocator and NCCL's graph
+    registration."""
     lines = []
     connections = cuda_device_max_connections(req)
     if connections is not None:
@@ -305,7 +320,63 @@ def environment_lines(req: PlanRequest) -> list[str]:
         )
     if req.ctx.options.expandable_segments:
         lines.append("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # no allocator fragmentation")
+    if nccl_graph_register_off(req):
+        lines.append(
+            "export NCCL_GRAPH_REGISTER=0  # Megatron-LM requires it for TE CUDA graphs with expandable segments"
+        )
     return lines
+
+
+DEFAULT_LOAD_IMBALANCE = PlanOptions.model_fields["moe_load_imbalance"].default
+
+
+def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
+    """The plan's settings that change its estimate but that no Megatron-LM flag or launch environment can
+    carry, each as (the megaplan options that restore it when the flags are read back, none for a setting only a
+    plan file keeps; why no flag says it). Read back without them, the flags give another estimate."""
+    o, out = req.ctx.options, []
+    if o.pp_scatter_gather:
+        out.append(
+            (["--pp-scatter-gather"], "the 2021 pipeline scatter/gather, which today's Megatron-LM has no flag for")
+        )
+    if not o.async_tp_comm:
+        out.append(
+            (["--no-async-tp-comm"], "the 2021 TP all-reduce without overlap; today's Megatron-LM always overlaps")
+        )
+    if o.tp_comm_overlap and o.tp_comm_overlap_cfg is not None and o.tp_comm_overlap_cfg.name == "bridge":
+        out.append(
+            (
+                ["--tp-comm-overlap-cfg", "bridge"],
+                "Megatron-Bridge's userbuffer preset; Megatron-LM reads userbuffer settings only from a YAML file "
+                "(--tp-comm-overlap-cfg FILE) and without one runs Transformer Engine's defaults",
+            )
+        )
+    if o.dp_max_ctas is not None:
+        out.append(
+            (
+                ["--dp-max-ctas", str(o.dp_max_ctas)],
+                "the DP communicators' max_ctas, which Megatron-LM reads from a YAML file (--nccl-communicator-config-"
+                f"path: max_ctas: {o.dp_max_ctas} under its dp and dp_cp groups)",
+            )
+        )
+    if o.dfa_bucket_mb is not None:
+        out.append((["--dfa-bucket-mb", f"{o.dfa_bucket_mb:g}"], "NeMo 1's Apex optimizer buckets, not in Megatron-LM"))
+    if req.ctx.model.is_moe and o.moe_load_imbalance != DEFAULT_LOAD_IMBALANCE:
+        out.append(
+            (
+                ["--moe-load-imbalance", f"{o.moe_load_imbalance:g}"],
+                "the busiest expert's load over the mean: the estimate's assumption about the router, no setting",
+            )
+        )
+    for on, what in (
+        (o.fp8_dot_product_attention, "attention in FP8 (Megatron-Core fp8_dot_product_attention"),
+        (o.tp_only_amax_red, "FP8 amaxes reduced over TP×CP only (Megatron-Core tp_only_amax_red"),
+    ):
+        if on:
+            out.append(([], f"{what}: set it in the model's TransformerConfig, or export for Megatron-Bridge)"))
+    if o.ub_graph_reorders_rs:
+        out.append(([], "Transformer Engine before v2.16 under CUDA graphs (the version, not a setting)"))
+    return out
 
 
 def megatron_argv(req: PlanRequest) -> list[str]:
@@ -315,16 +386,14 @@ def megatron_argv(req: PlanRequest) -> list[str]:
 
 
 def flags_text(req: PlanRequest) -> str:
-    """The flags one per line with continuations, ready to paste after pretrain_gpt.py."""
-    argv = megatron_argv(req)
-    lines, i = [], 0
-    while i < len(argv):
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            lines.append(f"{argv[i]} {shlex.quote(argv[i + 1])}")
-            i += 2
+    """The flags one per line, each with all its values (--recompute-modules takes several), with
+    continuations, ready to paste after pretrain_gpt.py."""
+    lines: list[str] = []
+    for arg in megatron_argv(req):
+        if arg.startswith("--") or not lines:
+            lines.append(arg)
         else:
-            lines.append(argv[i])
-            i += 1
+            lines[-1] += " " + shlex.quote(arg)
     return " \\\n".join(lines) + "\n"
 
 
@@ -379,8 +448,27 @@ def tokenizer_lines(req: PlanRequest) -> tuple[str, str]:
     )
 
 
+def _comment(text: str) -> str:
+    """``text`` as shell comment lines of at most 100 columns."""
+    return textwrap.fill(text, 100, initial_indent="# ", subsequent_indent="#   ", break_on_hyphens=False) + "\n"
+
+
+def readback_args(req: PlanRequest, flags_only: bool = False) -> list[str]:
+    """What `megaplan explain --megatron-args-file` needs beside the script to rebuild the plan: the model preset
+    (the script has its architecture, not its name), the hardware, and the settings no flag carries; for the flags
+    alone (``flags_only``), the allocator setting a script exports too."""
+    from planner.presets import preset_names
+
+    args = ["--model", req.ctx.model.name] if req.ctx.model.name in preset_names("models") else []
+    hw = req.ctx.hardware.name
+    args += ["--hardware", hw if hw in preset_names("hardware") else "YOUR_HARDWARE.yaml"]
+    args += [a for restore, _ in unwritten_settings(req) for a in restore]
+    return args + (["--expandable-segments"] if flags_only and req.ctx.options.expandable_segments else [])
+
+
 def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | None) -> str:
-    """The script's first lines: what it launches, the plan's label, and the #SBATCH directives."""
+    """The script's first lines: what it launches, the plan's label, what its flags cannot say, how to read it
+    back, and the #SBATCH directives."""
     label = plan_label(
         req.plan.model_dump(mode="json"), moe=req.ctx.model.is_moe, options=req.ctx.options.model_dump(mode="json")
     )
@@ -389,15 +477,23 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
     )
     legend += ")"
     warn = f"# WARNING: megaplan predicts this plan does NOT fit in GPU memory: {warning}\n" if warning else ""
-    if req.ctx.options.fp8_dot_product_attention:  # a Megatron-Core config field without a Megatron-LM flag
-        warn += (
-            "# NOTE: the plan runs attention in FP8 (Megatron-Core fp8_dot_product_attention), which Megatron-LM's\n"
-            "# command line cannot set: set it in the model's TransformerConfig, or export for Megatron-Bridge.\n"
+    unwritten = unwritten_settings(req)
+    if unwritten:
+        warn += "# NOTE: the estimate counts settings no flag below can carry:\n"
+        warn += "".join(
+            _comment(f"- {shlex.join(restore) + ': ' if restore else ''}{why}") for restore, why in unwritten
         )
+    split = (
+        f" ({nodes} nodes of {per_node}: torchrun starts as many on every node)"
+        if nodes > 1 and (per_node < req.ctx.hardware.gpus_per_node)
+        else ""
+    )
     return f"""#!/bin/bash
-{warn}# Generated by megaplan for {req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}:
+{warn}# Generated by megaplan for {req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}{split}:
 # {label}
 {legend}
+# Read it back (the model, the hardware and the settings above are not in the script):
+#   megaplan explain --megatron-args-file THIS_SCRIPT {shlex.join(readback_args(req))}
 # Replace every PLACEHOLDER before submitting; the paths below must be set or the script stops.
 #SBATCH --job-name=megaplan-{req.ctx.model.name}
 #SBATCH --nodes={nodes}
@@ -410,6 +506,16 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
 """
 
 
+def launch_shape(gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, GPUs per node) that launch exactly ``gpus`` processes: torchrun starts --nproc-per-node on every
+    node, so the fewest nodes whose equal share fits a node (12 GPUs of 8-GPU nodes: 2 nodes of 6; a rounded-up
+    2 × 8 would start 16 ranks, another data-parallel size)."""
+    nodes = -(-gpus // gpus_per_node)
+    while gpus % nodes:
+        nodes += 1
+    return nodes, gpus // nodes
+
+
 def slurm_script(req: PlanRequest, warning: str | None = None) -> str:
     """A complete sbatch script launching pretrain_gpt.py with torchrun on every node.
 
@@ -417,9 +523,7 @@ def slurm_script(req: PlanRequest, warning: str | None = None) -> str:
     the paths are required variables, so the script stops with a message if one is left unset.
     ``warning`` (a plan written although it does not fit) heads the script.
     """
-    gpn = req.ctx.hardware.gpus_per_node
-    nodes = -(-req.gpus // gpn)
-    per_node = min(gpn, req.gpus)
+    nodes, per_node = launch_shape(req.gpus, req.ctx.hardware.gpus_per_node)
     env = "".join(line + "\n" for line in environment_lines(req))
     plan_args = "\n".join("    " + line.removesuffix(" \\") for line in flags_text(req).rstrip().splitlines())
     tokenizer_vars, tokenizer = tokenizer_lines(req)

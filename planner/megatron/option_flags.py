@@ -55,7 +55,9 @@ def recompute_modules(v: dict) -> tuple[str, ...]:
 
 def cuda_graph_options(v: dict, warnings: list[str]) -> dict:
     """--cuda-graph-impl and --cuda-graph-modules, with the deprecated scopes Megatron migrates:
-    'full' is the whole layer (no modules), 'full_iteration' the full-iteration implementation."""
+    'full' is the whole layer (no modules), 'full_iteration' the full-iteration implementation, which needs the
+    NaN check off (arguments.py validate_args: "--no-check-for-nan-in-loss-and-grad should be set with
+    --cuda-graph-impl=full_iteration for training")."""
     impl = v.get("cuda_graph_impl") or "none"
     modules = [str(m) for m in v.get("cuda_graph_modules") or []]
     if "full_iteration" in modules:
@@ -68,6 +70,11 @@ def cuda_graph_options(v: dict, warnings: list[str]) -> dict:
     if unknown:
         raise PlannerError(
             f"--cuda-graph-modules {' '.join(unknown)}: allowed: {', '.join(sorted(MODELLED_GRAPH_MODULES))}"
+        )
+    if impl == "full_iteration" and v.get("check_for_nan_in_loss_and_grad") is not False:
+        warnings.append(
+            "--cuda-graph-impl full_iteration without --no-check-for-nan-in-loss-and-grad: Megatron-LM's validate_args "
+            "refuses it for training; add --no-check-for-nan-in-loss-and-grad"
         )
     return {"cuda_graph_impl": impl, "cuda_graph_modules": tuple(dict.fromkeys(modules))}
 
