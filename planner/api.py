@@ -102,8 +102,10 @@ def make_request(
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware or "dgx-a100-superpod")
     training = training_for(model_spec, global_batch, seq_len, precision, train_tokens, gpu_hour_price)
-    tp, pp, cp = parallel.get("tp", 1), parallel.get("pp", 1), parallel.get("cp", 1)
+    tp, pp, cp = (parallel.get(k) or 1 for k in ("tp", "pp", "cp"))  # None: not given (a plan file's null)
     gpus, dp = resolve_world(gpus, tp, pp, cp, parallel.pop("dp", None))
+    if not model_spec.is_moe:  # a dense model has no experts: --etp is ignored (with a note), not priced as an
+        parallel.pop("etp", None)  # expert grid of N/(etp·ep·pp) ranks (0 for --etp 16 on 8 GPUs: a traceback)
     plan = _build(ParallelPlan, "plan", dp=dp, **{k: v for k, v in parallel.items() if v is not None})
     opts = _build(PlanOptions, "options", **{k: v for k, v in (options or {}).items() if v is not None})
     if opts.fp8 is not None and hw.gpu.peak_fp8_tflops is None:

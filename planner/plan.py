@@ -12,16 +12,19 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator, model_validator
 
 from planner.hardware.spec import HardwareSpec
 from planner.hardware.userbuffers import UbConfig, load_config_file
 from planner.models.pipeline_layout import LayoutError, PipelineLayout
-from planner.models.spec import ModelSpec
+from planner.models.spec import ModelSpec, PositiveInt  # sizes the grid's 32-bit integers hold (a plan file's 1e30)
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
+# a kilobyte: 1e-320 MB made every chunk infinitely many buckets (an overflow warning, then "nan GPU-hours");
+# Apex's default is 100 MB, NeMo 1's recipes 125-200 MB
+DFA_BUCKET_MIN_MB = 1e-3
 DEFAULT_TRAIN_TOKENS = 300e9  # GPT-3's 300B training tokens (Brown et al. 2020; Narayanan et al. 2021 §5.1)
 
 
@@ -253,7 +256,7 @@ class PlanOptions(_Spec):
     )
     dfa_bucket_mb: float | None = Field(
         None,
-        gt=0,
+        ge=DFA_BUCKET_MIN_MB,
         description="NeMo 1's Apex DistributedFusedAdam (optim distributed_fused_adam): every model chunk's "
         "gradients reduce-scattered and its parameters all-gathered in buckets of bucket_cap_mb MB of the gradient "
         "dtype; None: Megatron-Core's DDP buckets",

@@ -152,6 +152,9 @@ def request_from_fields(data: dict, hardware: str | HardwareSpec | None = None) 
     if "moe_token_dispatcher" in data["options"]:  # plan files of before it was a searched knob
         par.setdefault("moe_token_dispatcher", data["options"]["moe_token_dispatcher"])
     tr = data["training"]
+    for key, flag in (("global_batch", "--global-batch"), ("seq_len", "--seq-len")):
+        if key not in tr:  # deleted from a plan file: was a KeyError traceback
+            raise PlannerError(f"plan: training.{key} is missing; allowed: a whole number ≥ 1 there, or {flag} N")
     return make_request(
         model=model,
         hardware=hardware or data.get("hardware"),
@@ -178,11 +181,9 @@ def _check_fields(data: dict) -> None:
     a word and the plan explained as if the edit had not been made (fresh user trial 9)."""
     import difflib
 
-    sections = {"training": TrainingSpec, "parallel": ParallelPlan, "options": PlanOptions}
-    for section, kind in sections.items():
-        fields = data.get(section)
-        if not isinstance(fields, dict):
-            continue
+    _check_shape(data)
+    for section, kind in SECTIONS.items():
+        fields = data[section]
         known = set(kind.model_fields) | WRITTEN_NOT_READ.get(section, set())
         for key in fields:
             if key not in known:
@@ -192,6 +193,23 @@ def _check_fields(data: dict) -> None:
                     f"plan: {section}.{key} is not a field megaplan reads{meant}; the {section} fields: "
                     f"{', '.join(sorted(kind.model_fields))}"
                 )
+
+
+SECTIONS = {"training": TrainingSpec, "parallel": ParallelPlan, "options": PlanOptions}
+
+
+def _check_shape(data: dict) -> None:
+    """The plan file's sections are objects and hardware names a preset or a YAML: an edited file's
+    ``"training": 512`` or ``"hardware": 8`` ended in a TypeError traceback."""
+    for section in SECTIONS:
+        if not isinstance(data[section], dict):
+            raise PlannerError(
+                f"plan: {section} is {data[section]!r}; allowed: an object of {section} fields, as `megaplan "
+                "explain --json` writes it"
+            )
+    hardware = data.get("hardware")
+    if hardware is not None and not isinstance(hardware, str):
+        raise PlannerError(f"plan: hardware is {hardware!r}; allowed: a hardware preset name or a YAML path")
 
 
 def _typed(par: dict) -> dict:

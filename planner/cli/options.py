@@ -14,7 +14,7 @@ from planner import api
 from planner.cli.memory_options import MEMORY_OPTIONS
 from planner.cli.option_spec import POSITIVE, SIZE, FiniteRange, IntRange, Option, TokenCount
 from planner.errors import PlannerError
-from planner.plan import Recompute, RecomputeMethod
+from planner.plan import DFA_BUCKET_MIN_MB, Recompute, RecomputeMethod
 from planner.plan_options import KNOBS, LISTS, OVERLAP_PINS, search_inputs
 
 __all__ = ["KNOBS", "LISTS", "OVERLAP_PINS", "PLAN_OPTIONS", "plan_options", "search_inputs", "search_options"]
@@ -213,7 +213,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         ("--dfa-bucket-mb",),
         "NeMo 1's Apex DistributedFusedAdam: its bucket_cap_mb, every chunk synced in buckets of that many MB.",
         None,
-        FiniteRange(min=0, min_open=True),
+        FiniteRange(min=DFA_BUCKET_MIN_MB),
     ),
     Option(
         ("--pp-scatter-gather",), "Model the 2021 pipeline scatter/gather optimisation.", False, flag=True, solo=True

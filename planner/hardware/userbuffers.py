@@ -105,8 +105,14 @@ def load_config_file(path: str) -> UbConfig:
     if path == BRIDGE:
         return UbConfig(name=BRIDGE)
     file = Path(path).expanduser()
+    if file.exists() and not file.is_file():  # /dev/zero was said to be "not found"
+        raise ValueError(
+            f"--tp-comm-overlap-cfg {path!r} is not a regular file (a device, socket or pipe): give a YAML file"
+        )
     if not file.is_file():
-        raise ValueError(f"--tp-comm-overlap-cfg file {path!r} not found")
+        from planner.errors import url_hint
+
+        raise ValueError(f"--tp-comm-overlap-cfg file {path!r} not found{url_hint(path)}")
     import yaml
 
     from planner.presets import safe_load

@@ -19,6 +19,25 @@ import numpy as np
 from planner.errors import PlannerError
 
 LAYOUT_CHARS = "EtmL"
+MAX_LAYOUT_CHARS = 2**17  # more than any model's layers (a layer count is < 2¹⁵) with a | between each and E, L
+
+
+class _Unroll:
+    """One pass of ``(…)*n`` / ``x*n`` repeats, refused once the layout it writes grows past any model's
+    layers: ``t*99999999999`` was a MemoryError traceback."""
+
+    def __init__(self, text: str):
+        self.text, self.written = text, 0
+
+    def __call__(self, mt: re.Match) -> str:
+        body, n = mt.group(1), int(mt.group(2))
+        self.written += len(body) * n
+        if self.written > MAX_LAYOUT_CHARS:
+            raise LayoutError(
+                f"{self.text!r}: {mt.group()} repeats to more than {MAX_LAYOUT_CHARS:,} layers, more than any "
+                f"model has; allowed: a repeat count the model's layers fill"
+            )
+        return body * n
 
 
 class LayoutError(PlannerError, ValueError):
@@ -37,7 +56,7 @@ class PipelineLayout:
         unroll ``(…)*n`` then ``x*n``, split at ``|``."""
         flat = text.replace(",", "").replace(" ", "")
         for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
-            flat = re.sub(pattern, lambda mt: mt.group(1) * int(mt.group(2)), flat)
+            flat = re.sub(pattern, _Unroll(text), flat)
         bad = sorted(set(flat) - set(LAYOUT_CHARS + "|"))
         if bad:
             raise LayoutError(f"{text!r}: unknown layer character(s) {', '.join(bad)}; allowed E, t, m, L and |")

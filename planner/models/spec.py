@@ -162,8 +162,10 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"{key} lists {len(value)} layers but num_layers is {L}")
             if isinstance(value, int) and value < 1:
                 raise ValueError(f"{key} must be a positive integer or a 0/1 list, got {value}")
-        if self.window_size is not None and (len(self.window_size) != 2 or min(self.window_size) < 0):
-            raise ValueError(f"window_size must be two integers >= 0 (left, right), got {self.window_size}")
+        if self.window_size is not None and (
+            len(self.window_size) != 2 or min(self.window_size) < 0 or max(self.window_size) >= 2**31
+        ):  # 1e308 in a YAML was an OverflowError traceback of the attention FLOPs
+            raise ValueError(f"window_size must be two integers 0 ≤ w < 2³¹ (left, right), got {self.window_size}")
         if self.mtp_num_layers and self.position_embedding_type not in (PositionEmbedding.ROPE, PositionEmbedding.NONE):
             # Megatron-LM arguments.py:882-886: MTP takes rope or no position embedding
             raise ValueError(

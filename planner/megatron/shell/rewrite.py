@@ -354,6 +354,8 @@ def parse(text: str, tables: dict[str, list] | None = None, original: str | None
     command there, as bash reads it (bashlex would stop at an unexpected EOF: Megatron-LM's
     examples/t5/train_t5_220m_distributed.sh ends in a backslash)."""
     ended = _ended(text)
+    if not ended.strip():  # no command (a lone backslash): bashlex fails with "'str' object has no attribute 'kind'"
+        return []
     try:
         return bashlex.parse(ended)
     except Exception as err:

@@ -1,0 +1,128 @@
+"""Bad inputs a fuzz of every command's options and input files found ending in a traceback, a numpy warning
+before the error, or an error that named the wrong thing (rate11t-16: /tmp/fuzz_cli.py ran each option with
+typos, 0, -1, 1.5, 1e30, nan, empty strings and files of the wrong kind, and mutated every field of a plan JSON,
+a model YAML and a Bridge config). Each is now one stderr line naming the field and what is allowed, exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import PRESETS, one_line_error, run_cli
+
+LLAMA = ["--model", "llama3-8b", "--gpus", "8", "--tp", "2"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        # a repeat count the layout unrolled in memory: a MemoryError traceback (explain, export, search, sweep)
+        (
+            ["explain", *LLAMA, "--pipeline-model-parallel-layout", "t*99999999999"],
+            "'t*99999999999': t*99999999999 repeats to more than 131,072 layers",
+        ),
+        (
+            ["search", "--model", "llama3-8b", "--gpus", "8", "--pipeline-model-parallel-layout", "(t*99999|)*99999"],
+            "(t*99999|)*99999 repeats to more than 131,072 layers",
+        ),
+        # a bucket of 1e-320 MB: "RuntimeWarning: overflow encountered in divide", then an error about --tokens
+        (["explain", *LLAMA, "--dfa-bucket-mb", "1e-320"], "'--dfa-bucket-mb': 1e-320 is not in the range x>=0.001"),
+        # a layout of fewer virtual stages than pp: "RuntimeWarning: divide by zero encountered in remainder"
+        (
+            ["search", "--model", "llama3-8b", "--gpus", "8", "--pipeline-model-parallel-layout", "E|L"],
+            "--pipeline-model-parallel-layout E|L: 0 decoder layers t, but the model has 32",
+        ),
+        # a lone backslash: "not a shell script bashlex can parse: 'str' object has no attribute 'kind'"
+        (["explain", "--megatron-args", "\\"], "no Megatron-LM entry point (pretrain_*.py, train*.py) or flags found"),
+        # a device was "not found"; a web address had no hint
+        (
+            ["explain", *LLAMA, "--tp-comm-overlap-cfg", "/dev/zero"],
+            "--tp-comm-overlap-cfg '/dev/zero' is not a regular file",
+        ),
+        (
+            ["explain", *LLAMA, "--tp-comm-overlap-cfg", "https://github.com/o/r/blob/main/ub.yaml"],
+            "download it first, e.g. curl -LO https://raw.githubusercontent.com/o/r/main/ub.yaml",
+        ),
+        # a Bridge override past the grid's 32-bit sizes: an OverflowError traceback of the rule table
+        (
+            ["explain", "--model", "llama3-8b", "--gpus", "8", "--bridge-override", f"train.micro_batch_size={10**30}"],
+            f"parallel.micro_batch is {10**30}: Input should be less than 2147483648",
+        ),
+    ],
+)
+@pytest.mark.filterwarnings("error")  # a numpy warning printed before the error line (pytest keeps it off stderr)
+def test_a_bad_option_is_one_line_naming_it(args, needle):
+    line = one_line_error(run_cli(args))
+    assert needle in line, line
+
+
+def test_expert_tp_on_a_dense_model_is_ignored_as_its_note_says():
+    # the plan kept etp 16 and Megatron's memory formula divided by its 8 // 16 = 0 expert-data-parallel ranks
+    result = run_cli(["export", *LLAMA, "--distributed-optimizer", "--etp", "16", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["parallel"]["etp"] == 2  # Megatron's default, tp
+    explained = run_cli(["explain", *LLAMA, "--distributed-optimizer", "--etp", "16"])
+    assert explained.exit_code == 0 and "--etp ignored: llama3-8b has no experts" in explained.stderr
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    result = run_cli(["explain", *LLAMA, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _edited(plan: dict, section: str, key: str | None, value) -> dict:
+    edited = json.loads(json.dumps(plan))
+    if key is None:
+        edited[section] = value
+    elif value is KeyError:
+        del edited[section][key]
+    else:
+        edited[section][key] = value
+    return edited
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "needle"),
+    [
+        ("training", None, 512, "plan: training is 512; allowed: an object of training fields"),  # a TypeError
+        ("parallel", None, None, "plan: parallel is None; allowed: an object of parallel fields"),  # AttributeError
+        ("options", None, [1], "plan: options is [1]; allowed: an object of options fields"),  # AttributeError
+        ("hardware", None, 8, "plan: hardware is 8; allowed: a hardware preset name or a YAML path"),  # TypeError
+        (
+            "training",
+            "seq_len",
+            KeyError,
+            "plan: training.seq_len is missing; allowed: a whole number ≥ 1 there, or --seq-len N",
+        ),
+        ("training", "global_batch", 10**30, "global_batch: Input should be less than 2147483648"),  # OverflowError
+        ("parallel", "vpp", 10**30, f"parallel.vpp is {10**30}: Input should be less than 2147483648"),
+    ],
+)
+def test_an_edited_plan_file_is_one_line_naming_the_field(plan, tmp_path, section, key, value, needle):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(_edited(plan, section, key, value)))
+    line = one_line_error(run_cli(["explain", "--plan", str(path), "--brief"]))
+    assert needle in line, line
+
+
+def test_a_null_size_in_a_plan_file_is_its_default(plan, tmp_path):
+    # "cp": null was a TypeError traceback (int * None); null is "not given", as for dp
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(_edited(plan, "parallel", "cp", None)))
+    result = run_cli(["explain", "--plan", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["parallel"]["cp"] == 1
+
+
+def test_a_window_beyond_any_sequence_in_a_model_yaml_is_one_line(tmp_path):
+    # window_size: [1e308, 0] was an OverflowError traceback of the sliding-window attention FLOPs
+    spec = yaml.safe_load((PRESETS / "models" / "gpt-oss-20b.yaml").read_text())
+    spec["window_size"] = [1e308, 0]
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    line = one_line_error(run_cli(["explain", "--model", str(path), "--gpus", "8", "--tp", "1", "--brief"]))
+    assert "window_size must be two integers 0 ≤ w < 2³¹ (left, right)" in line, line
