@@ -379,20 +379,6 @@ def refuse_method_without_full(kw: dict, given: set[str] | None = None) -> None:
         )
 
 
-def note_full_only(kw: dict) -> None:
-    """--recompute-method block/--recompute-num-layers without --recompute full, where search fills in
-    the plan: say that they pin only the plans with full recomputation instead of dropping them silently."""
-    given = [f"--recompute-method {kw['recompute_method']}"] if kw.get("recompute_method") == "block" else []
-    given += [f"--recompute-num-layers {kw['recompute_num_layers']}"] if kw.get("recompute_num_layers") else []
-    if given and kw.get("recompute") != "full":
-        verb = "apply" if len(given) > 1 else "applies"
-        click.echo(
-            f"megaplan: note: {' and '.join(given)} {verb} only to plans with full recomputation; plans with "
-            "selective or no recomputation are searched as well (add --recompute full to keep only those)",
-            err=True,
-        )
-
-
 def note_beyond_chunks(kw: dict, plans: list[dict]) -> None:
     """A pinned --recompute-num-layers larger than some plans' model chunks: Megatron-LM accepts it and
     recomputes the whole chunk; each such plan's label gives the count that runs, which this says."""

@@ -21,7 +21,8 @@ from planner.cli import (
     say_warnings,
 )
 from planner.cli.given_once import OnceCommand
-from planner.cli.options import note_full_only, plan_options, refuse_method_without_full, with_run
+from planner.cli.ignored import SP_AT_TP1, context_ignored, flag, note_full_only, say_ignored, typed
+from planner.cli.options import plan_options, refuse_method_without_full, with_run
 from planner.cli.resolve import resolve
 from planner.errors import PlannerError
 from planner.models.spec import PositionEmbedding
@@ -49,22 +50,13 @@ def _check_bridge_recipe(kw: dict, model: str) -> None:
 
 
 def _note_ignored(kw: dict, req: api.PlanRequest) -> None:
-    """Options the plan cannot use, noted rather than dropped: MoE options on a dense model, SP at tp 1, and
-    an option that only matters beside another the plan does not have (fresh user trial 8: each of these ran
-    without a word)."""
-    moe_only = (
-        [f"--moe-token-dispatcher {kw['moe_token_dispatcher']}"]
-        if kw.get("moe_token_dispatcher") not in (None, "allgather")
-        else []
-    )
-    moe_only += ["--overlap-moe-expert-parallel-comm"] if kw.get("overlap_moe_expert_parallel_comm") else []
-    moe_only += [f"--{name.replace('_', '-')}" for name in MOE_ONLY if _typed(name)]
-    if moe_only and not req.ctx.model.is_moe:
-        click.echo(f"megaplan: note: {' and '.join(moe_only)} ignored: {req.ctx.model.name} has no experts", err=True)
+    """Options the plan cannot use, noted rather than dropped: those no plan of the context uses
+    (``context_ignored``: MoE options on a dense model, ...), SP at tp 1, and an option that only matters beside
+    another the plan does not have (fresh user trial 8: each of these ran without a word)."""
+    say_ignored(context_ignored(kw, req.ctx))
     if kw.get("sequence_parallel") and req.plan.tp == 1:  # Megatron-LM turns it off too, with a warning
-        click.echo("megaplan: note: --sequence-parallel is off with tp 1 (Megatron-LM turns it off there)", err=True)
-    for flags, reason in _ignored_beside(req):
-        click.echo(f"megaplan: note: {' and '.join(flags)} ignored: {reason}", err=True)
+        click.echo(f"megaplan: note: {SP_AT_TP1}", err=True)
+    say_ignored(_ignored_beside(req))
     _note_beyond_context(req)
     _note_default_layers(req)
 
@@ -75,7 +67,7 @@ def _note_default_layers(req: api.PlanRequest) -> None:
     its exported flags give it;
     said rather than taken silently (fresh user trial 9)."""
     plan = req.plan
-    if plan.recompute.value == "full" and _typed("recompute") and not _typed("recompute_num_layers"):
+    if plan.recompute.value == "full" and typed("recompute") and not typed("recompute_num_layers"):
         n = plan.recompute_num_layers or 1
         what = f"layer{'s' * (n > 1)} per {'model chunk' if plan.recompute_method.value == 'block' else 'group'}"
         click.echo(
@@ -85,58 +77,27 @@ def _note_default_layers(req: api.PlanRequest) -> None:
         )
 
 
-# MoE-only options with no effect on a dense model (beside --moe-token-dispatcher and the overlap, above)
-MOE_ONLY = (
-    "moe_capacity_factor",
-    "moe_load_imbalance",
-    "moe_flex_dispatcher_backend",
-    "moe_flex_dispatcher_num_sms",
-    "moe_shared_expert_overlap",
-    "use_transformer_engine_op_fuser",
-    "etp",  # expert tensor parallelism: --etp 3 on a dense model ran without a word (fresh user trial 10)
-)
-
-
-FLAG_OF = {"fsdp_sharding": "--data-parallel-sharding-strategy", "fsdp_outer_sharding": "--outer-dp-sharding-strategy"}
-
-
-def _typed(name: str) -> bool:
-    """Whether the user gave option ``name`` on the command line (not its default)."""
-    from click.core import ParameterSource
-
-    ctx = click.get_current_context(silent=True)
-    return ctx is not None and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
-
-
 def _ignored_beside(req: api.PlanRequest) -> list[tuple[list[str], str]]:
     """(the options given, why the plan does not use them) for options read only beside another one the
     plan does not have, as Megatron-LM reads them (arguments.py)."""
     plan, opts = req.plan, req.ctx.options
     checks = [
         (["recompute_modules"], plan.recompute.value != "selective", "they are the modules of --recompute selective"),
-        (["cuda_graph_modules"], opts.cuda_graph_impl.value == "none", "no --cuda-graph-impl (CUDA graphs are off)"),
-        (["fp8_recipe"], opts.fp8 is None, "no --fp8 (training is not in FP8)"),
+        (
+            ["microbatch_group_size"],
+            plan.vpp == 1,
+            "it groups the micro-batches of interleaved stages; this plan has no interleaving (vpp 1)",
+        ),
         (
             ["fsdp_sharding", "fsdp_outer_sharding"],
             not plan.fsdp,
             "they are Megatron FSDP's (--fsdp); this plan does not use it",
         ),
-        (
-            ["grad_reduce_in_bf16"],
-            req.ctx.precision == "fp16",
-            "fp16 training keeps and reduces its gradients in fp16 already",
-        ),
-        # fresh user trial 10: each of these four ran without a word
+        # fresh user trial 10: these ran without a word
         (
             ["tp_comm_overlap_cfg"],
             not opts.tp_comm_overlap,
             "it configures --tp-comm-overlap, which the plan does not use",
-        ),
-        (
-            ["main_grads_dtype"],
-            opts.grad_reduce_in_bf16 and opts.main_grads_dtype == "fp32",
-            "--grad-reduce-in-bf16 keeps and reduces the gradients in bf16 (Megatron-LM's arguments.py turns "
-            "accumulate_allreduce_grads_in_fp32 off)",
         ),
         (["pp_scatter_gather"], plan.pp == 1, "pp 1 sends nothing between pipeline stages"),
         (
@@ -145,10 +106,15 @@ def _ignored_beside(req: api.PlanRequest) -> list[tuple[list[str], str]]:
             "with --sequence-parallel each tensor-parallel rank sends its own 1/t already (Megatron-LM's "
             "p2p_communication skips the scatter/gather there)",
         ),
+        (
+            ["moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms"],
+            req.ctx.model.is_moe and plan.moe_token_dispatcher.value != "flex",
+            "they configure --moe-token-dispatcher flex, which the plan does not use",
+        ),
     ]
     out = []
     for names, unused, reason in checks:
-        given = [FLAG_OF.get(n, f"--{n.replace('_', '-')}") for n in names if _typed(n)]
+        given = [flag(n) for n in names if typed(n)]
         if given and unused:
             out.append((given, reason))
     return out

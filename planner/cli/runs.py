@@ -13,7 +13,6 @@ from planner.cli.options import (
     BRIDGE_SOURCE,
     bridge_source_options,
     note_beyond_chunks,
-    note_full_only,
     refuse_method_without_full,
     search_options,
 )
@@ -143,9 +142,20 @@ def _inputs(kw: dict):
     req, pins, notes, world = search_source(kw, given_options())  # bad options: one error line, no note before
     for note in notes:
         click.echo(f"megaplan: {note}", err=True)
-    note_full_only(kw)
+    _note_unused(kw, req.ctx)
     export = {k: kw[k] for k in ("bridge_recipe", "bridge_version") if kw.get(k)}
     return req, pins, export if bridge else None, world
+
+
+def _note_unused(kw: dict, ctx: api.Context) -> None:
+    """Options search, sweep or --min-gpus cannot use: those no plan of the context uses (``context_ignored``),
+    --sequence-parallel at --tp 1, and those that pin only some of the plans ranked (``note_some_plans``)."""
+    from planner.cli.ignored import SP_AT_TP1, context_ignored, note_some_plans, say_ignored
+
+    say_ignored(context_ignored(kw, ctx))
+    if kw.get("sequence_parallel") and kw.get("tp") == 1:
+        click.echo(f"megaplan: note: {SP_AT_TP1}", err=True)
+    note_some_plans(kw, ctx)
 
 
 def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
