@@ -155,3 +155,43 @@ def test_slurm_header_says_how_to_read_the_script_back_to_the_same_estimate(tmp_
     plan = run_cli(["explain", *args, "--json"])
     a, b = json.loads(plan.stdout), json.loads(back.stdout)
     assert b["estimate"] == a["estimate"] and b["parallel"] == a["parallel"] and b["options"] == a["options"]
+
+
+SEVENTY_B = ["--model", "llama3-70b", "--hardware", "dgx-h100-superpod", "--gpus", "512", "--tp", "8",
+             "--sequence-parallel", "--distributed-optimizer"]  # fmt: skip
+
+
+def test_first_and_last_stage_sizes_that_fill_every_stage_are_megatrons_split():
+    """transformer_config.py:2326-2340: "either have middle pp stages and layers or none of them". pp 2 with 38 and
+    42 of 80 layers runs in Megatron-LM but was refused ("0 left over"); it is the split --decoder-first 38 alone
+    gives, so the same estimate. pp 4 with 40 and 40 leaves two stages empty: Megatron-LM refuses it, megaplan
+    priced it as a NaN and said "--tokens 3e+11: nan GPU-hours is beyond a float"."""
+    both = run_cli(["explain", *SEVENTY_B, "--pp", "2", "--decoder-first-pipeline-num-layers", "38",
+                    "--decoder-last-pipeline-num-layers", "42", "--json"])  # fmt: skip
+    first = run_cli(["explain", *SEVENTY_B, "--pp", "2", "--decoder-first-pipeline-num-layers", "38", "--json"])
+    a, b = json.loads(both.stdout), json.loads(first.stdout)
+    assert a["parallel"]["stage_layers"] == b["parallel"]["stage_layers"] == [38, 42]
+    assert a["estimate"] == b["estimate"]
+    argv = export.megatron_argv(make_request(model="llama3-70b", gpus=512, tp=8, pp=2, first_stage_layers=38,
+                                             last_stage_layers=42, **H100))  # fmt: skip
+    assert " ".join(argv).count("--decoder-first-pipeline-num-layers 38 --decoder-last-pipeline-num-layers 42") == 1
+    empty = run_cli(["explain", *SEVENTY_B, "--pp", "4", "--decoder-first-pipeline-num-layers", "40",
+                     "--decoder-last-pipeline-num-layers", "40"])  # fmt: skip
+    assert empty.exit_code == 2 and empty.stderr.strip().endswith(
+        "80 layers do not split over pp 4 with 40 on the first stage and 40 on the last stage: none left for the "
+        "other 2 stage(s)"
+    )
+
+
+def test_a_relative_userbuffer_config_exports_as_a_path_the_job_finds(tmp_path, monkeypatch):
+    """--tp-comm-overlap-cfg ub.yaml was exported as `ub.yaml`: the Slurm job (its own working directory) and a
+    reader of the flags elsewhere missed it, and explain then priced Transformer Engine's defaults."""
+    (tmp_path / "ub.yaml").write_text("proj_fprop: {method: pipeline, num_sm: 24, num_splits: 4}\n")
+    monkeypatch.chdir(tmp_path)
+    opts = {"tp_comm_overlap": True, "tp_comm_overlap_cfg": "ub.yaml"}
+    req = make_request(model="llama3-8b", gpus=64, tp=4, sequence_parallel=True, **H100, options=opts)
+    argv = export.megatron_argv(req)
+    assert argv[argv.index("--tp-comm-overlap-cfg") + 1] == str(tmp_path.resolve() / "ub.yaml")
+    monkeypatch.chdir("/")
+    back = import_megatron(export.flags_text(req), gpus=64, hardware="dgx-h100-superpod")
+    assert back.warnings == () and back.request.ctx.options == req.ctx.options

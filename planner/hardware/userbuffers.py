@@ -99,8 +99,8 @@ BRIDGE = "bridge"  # --tp-comm-overlap-cfg bridge: Megatron-Bridge's preset for 
 
 
 def load_config_file(path: str) -> UbConfig:
-    """A --tp-comm-overlap-cfg file (TE's ub_cfgs: GEMM name -> its settings) as a UbConfig, or
-    ``bridge`` (the recipes' choice: Megatron-Bridge's preset for the GPU and shape, ``plan_configs``);
+    """A --tp-comm-overlap-cfg file (TE's ub_cfgs: GEMM name -> its settings) as a UbConfig named by its absolute
+    path, or ``bridge`` (the recipes' choice: Megatron-Bridge's preset for the GPU and shape, ``plan_configs``);
     a missing or malformed file raises ValueError naming it."""
     if path == BRIDGE:
         return UbConfig(name=BRIDGE)
@@ -125,7 +125,8 @@ def load_config_file(path: str) -> UbConfig:
         data = {}
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ValueError(f"--tp-comm-overlap-cfg file {path!r}: expected GEMM names mapping to their settings")
-    return UbConfig(name=path, ops=tuple(data.items()))
+    # named by its absolute path: the exported --tp-comm-overlap-cfg and a plan file's reader, elsewhere, find it
+    return UbConfig(name=str(file.resolve()), ops=tuple(data.items()))
 
 
 class BridgePreset(BaseModel):

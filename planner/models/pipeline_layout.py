@@ -178,9 +178,10 @@ def _chunk_sizes(num_layers: int, p: int, v: int, split: int, first: int, last: 
         n_first, n_last = first or None, last or None
         middle_stages = p - (n_first is not None) - (n_last is not None)
         rest = num_layers - (n_first or 0) - (n_last or 0)
-        if middle_stages < 1 or rest < 0 or rest % middle_stages:
+        # middle stages and middle layers, or neither (transformer_config.py:2326-2340 @ d98e8a64)
+        if (middle_stages > 0) != (rest > 0) or rest < 0 or (middle_stages and rest % middle_stages):
             return None
-        mid = rest // middle_stages
+        mid = rest // max(middle_stages, 1)
         sizes = [mid] * p
         if n_first is not None:
             sizes[0] = n_first

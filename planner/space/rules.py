@@ -37,9 +37,13 @@ def _given_stages_message(x) -> str:
         return ""
     given = " and ".join(f"{n} on the {w} stage" for n, w in ((x.first, "first"), (x.last, "last")) if n)
     rest, others = x.L - x.first - x.last, x.p - (x.first > 0) - (x.last > 0)
+    if x.p == 1:
+        return f"pp 1 is one stage of all {x.L} layers: give no --decoder-first/last-pipeline-num-layers"
     if rest < 0 or others == 0:
         left = "more than the model has" if rest < 0 else f"{rest} left over"
         return f"{x.L} layers do not split over pp {x.p} with {given}: {left}"
+    if rest == 0:  # Megatron-LM: "Mismatch: 0 middle layers remaining but N middle PP stages available"
+        return f"{x.L} layers do not split over pp {x.p} with {given}: none left for the other {others} stage(s)"
     return (
         f"{x.L} layers do not split over pp {x.p} with {given}: the {rest} left do not split evenly over the "
         f"other {others} stage{'s' if others > 1 else ''} (transformer_config.py)"
