@@ -195,3 +195,23 @@ def test_a_relative_userbuffer_config_exports_as_a_path_the_job_finds(tmp_path, 
     monkeypatch.chdir("/")
     back = import_megatron(export.flags_text(req), gpus=64, hardware="dgx-h100-superpod")
     assert back.warnings == () and back.request.ctx.options == req.ctx.options
+
+
+def test_the_slurm_job_trains_the_tokens_its_days_count(tmp_path):
+    """TRAIN_ITERS was a fixed 100000 whatever --tokens the plan's days, GPU-hours and cost counted: now
+    ceil(1.4e12 / (512 × 8192)) = ceil(333,786.4) = 333,787 iterations, and the read-back line carries the tokens
+    and the price (read back without them: 300e9 tokens, no cost)."""
+    args = ["--model", "llama3-8b", "--hardware", "dgx-h100-superpod", "--gpus", "64", "--tp", "2", "--pp", "2",
+            "--sequence-parallel", "--distributed-optimizer", "--tokens", "1.4T",
+            "--gpu-hour-price", "2.5"]  # fmt: skip
+    script = tmp_path / "job.sh"
+    assert run_cli(["export", *args, "--format", "slurm", "-o", str(script)]).exit_code == 0
+    text = script.read_text()
+    assert "TRAIN_ITERS=${TRAIN_ITERS:-333787}  # 1.4e+12 tokens (--tokens) / (512 × 8192) per iteration" in text
+    line = next(x for x in text.splitlines() if x.startswith("#   megaplan explain"))
+    assert line.endswith("--hardware dgx-h100-superpod --tokens 1.4e+12 --gpu-hour-price 2.5")
+    back = json.loads(
+        run_cli(["explain", "--megatron-args-file", str(script), *shlex.split(line)[5:], "--json"]).stdout
+    )
+    plan = json.loads(run_cli(["explain", *args, "--json"]).stdout)
+    assert back["estimate"] == plan["estimate"] and plan["estimate"]["cost"] == pytest.approx(111592.49, rel=1e-6)

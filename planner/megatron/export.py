@@ -13,6 +13,7 @@ from planner.api import PlanRequest
 from planner.models.patterns import pattern_text
 from planner.models.spec import Normalization, PositionEmbedding, SoftmaxType
 from planner.plan import (
+    DEFAULT_TRAIN_TOKENS,
     AttentionKernel,
     CudaGraphImpl,
     FlexBackend,
@@ -455,14 +456,20 @@ def _comment(text: str) -> str:
 
 def readback_args(req: PlanRequest, flags_only: bool = False) -> list[str]:
     """What `megaplan explain --megatron-args-file` needs beside the script to rebuild the plan: the model preset
-    (the script has its architecture, not its name), the hardware, and the settings no flag carries; for the flags
-    alone (``flags_only``), the allocator setting a script exports too."""
+    (the script has its architecture, not its name), the hardware, the settings no flag carries and the tokens and
+    price the days and cost count; for the flags alone (``flags_only``), the allocator setting a script exports
+    too."""
     from planner.presets import preset_names
 
     args = ["--model", req.ctx.model.name] if req.ctx.model.name in preset_names("models") else []
     hw = req.ctx.hardware.name
     args += ["--hardware", hw if hw in preset_names("hardware") else "YOUR_HARDWARE.yaml"]
     args += [a for restore, _ in unwritten_settings(req) for a in restore]
+    tr = req.ctx.training
+    if tr.train_tokens != DEFAULT_TRAIN_TOKENS:  # days, GPU-hours, cost and energy count them
+        args += ["--tokens", f"{tr.train_tokens:g}"]
+    if tr.gpu_hour_price is not None:
+        args += ["--gpu-hour-price", f"{tr.gpu_hour_price:g}"]
     return args + (["--expandable-segments"] if flags_only and req.ctx.options.expandable_segments else [])
 
 
@@ -527,6 +534,9 @@ def slurm_script(req: PlanRequest, warning: str | None = None) -> str:
     env = "".join(line + "\n" for line in environment_lines(req))
     plan_args = "\n".join("    " + line.removesuffix(" \\") for line in flags_text(req).rstrip().splitlines())
     tokenizer_vars, tokenizer = tokenizer_lines(req)
+    tr = req.ctx.training
+    tokens = tr.train_tokens
+    iters = -(-int(tokens) // (tr.global_batch * tr.seq_len))  # the run the estimate's days count
     return (
         _sbatch_header(req, nodes, per_node, warning)
         + f"""
@@ -535,7 +545,7 @@ set -euo pipefail
 : "${{MEGATRON_DIR:?set MEGATRON_DIR to your Megatron-LM checkout (PLACEHOLDER)}}"
 : "${{DATA_PATH:?set DATA_PATH to your tokenized data prefix, e.g. /data/corpus_text_document (PLACEHOLDER)}}"
 {tokenizer_vars}: "${{CHECKPOINT_DIR:?set CHECKPOINT_DIR to where checkpoints go (PLACEHOLDER)}}"
-TRAIN_ITERS=${{TRAIN_ITERS:-100000}}  # PLACEHOLDER: your run's length
+TRAIN_ITERS=${{TRAIN_ITERS:-{iters}}}  # {tokens:g} tokens (--tokens) / ({tr.global_batch} × {tr.seq_len}) per iteration
 LR=${{LR:-3.0e-4}}                    # PLACEHOLDER: your learning rate
 
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
