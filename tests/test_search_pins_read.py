@@ -71,3 +71,36 @@ def test_a_pinned_layout_prices_without_numpy_warnings():
     assert result.exit_code == 0, (result.output, result.exception)
     (plan,) = json.loads(result.stdout)["plans"]
     assert plan["parallel"]["pp"] == 2 and plan["parallel"]["stage_layers"] == [12, 12]
+
+
+def test_options_that_refuse_full_recomputation_get_no_block_variants():
+    """Block-recomputation variants of unfit rows are made after the rules; with --cpu-offloading-num-layers (which
+    needs no recomputation, transformer_config.py:1884-1899) they ranked #2 here (TP8 PP1 · rc-full block), a plan
+    explain refuses. DeepSeek-V3 on 256 H100 ranked one first."""
+    args = ["--model", "llama3-8b", "--gpus", "8", "--global-batch", "64", "--seq-len", "32768"]
+    result = run_cli(["search", *args, "--cpu-offloading-num-layers", "2", "--json", "--top", "3"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    assert found["block_variants"] == 0
+    assert [p["parallel"]["recompute"] for p in found["plans"]] == ["none"] * len(found["plans"])
+    assert all(p["parallel"]["pp"] == 1 and p["legal"] for p in found["plans"])
+
+
+@pytest.mark.parametrize(
+    ("args", "flags"),
+    [
+        (["--no-overlap-grad-reduce"], ["--no-overlap-grad-reduce", "--no-overlap-param-gather"]),
+        (["--no-overlap-param-gather"], ["--no-overlap-param-gather"]),
+    ],
+)
+def test_each_plans_explain_command_keeps_an_overlap_turned_off(args, flags):
+    """explain sets both overlaps as today's recipes do when a command leaves them out (recipe_overlaps); the
+    commands search wrote left out the flag that turned one off, and priced the plan with it on."""
+    (plan,) = plans([*args, "--tp", "1", "--pp", "1", "--distributed-optimizer", "--no-fsdp"])[:1]
+    line = plan["commands"]["explain"]
+    assert all(f" {flag}" in line for flag in flags), line
+    again = run_cli([*line.split()[1:], "--json"])
+    assert again.exit_code == 0, again.output
+    estimate = json.loads(again.stdout)["estimate"]
+    assert estimate["iteration_s"] == plan["estimate"]["iteration_s"]
+    assert plan["options"]["overlap_param_gather"] is False

@@ -8,6 +8,7 @@ from functools import lru_cache
 from planner.cli.options import KNOBS, LISTS, OVERLAP_PINS, PLAN_OPTIONS
 from planner.cli.options import dest as option_dest
 from planner.plan import DEFAULT_TRAIN_TOKENS, PlanOptions, StageSplit
+from planner.plan_options import RECIPE_OVERLAPS, recipe_overlaps
 
 CORE = {"model", "hardware", "gpus", "global_batch", "seq_len", "precision", *KNOBS}  # always written
 LIST_DEFAULTS = {name: tuple(PlanOptions.model_fields[name].default) for name in LISTS}  # comma-separated options
@@ -45,6 +46,9 @@ def command_args(
     none of ``skip`` (option destinations)."""
     values = _plan_values(pj, model_ref, hardware_ref)
     defaults = _defaults()
+    # the overlaps explain sets as today's recipes do when the command leaves them out (recipe_overlaps): a plan
+    # without one says so (--no-overlap-grad-reduce was dropped, and the command priced the plan with it)
+    derived = recipe_overlaps({}, values, RECIPE_OVERLAPS)
     args: list[str] = []
     for opt in PLAN_OPTIONS:
         dest = option_dest(opt)
@@ -53,7 +57,7 @@ def command_args(
             continue
         if dest == "recompute_method" and values.get("recompute") != "full":
             continue  # a method goes with full recomputation only (Megatron-LM refuses it with selective)
-        if dest not in CORE and value == defaults.get(dest):
+        if dest not in CORE and value == defaults.get(dest) and derived.get(dest, value) == value:
             continue
         if isinstance(value, list | tuple):
             if tuple(value) == LIST_DEFAULTS.get(dest):
