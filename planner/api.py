@@ -117,7 +117,22 @@ def make_request(
             f"them ({', '.join(fp8)})"
         )
     _check_fp8_recipe(opts, hw)
+    _check_load_imbalance(opts, model_spec)
     return PlanRequest(ctx=Context(model_spec, hw, training, opts), plan=plan, gpus=gpus)
+
+
+def _check_load_imbalance(opts: PlanOptions, model: ModelSpec) -> None:
+    """The busiest expert's load over the mean is at most E/k (it takes every token; each token goes to k of the
+    E experts): --moe-load-imbalance 1e300 overflowed the memory and FLOP sums (numpy warnings, then 4.9e300 GiB),
+    and 5 on Mixtral (E/k = 4) was priced. The default is allowed on every model."""
+    limit = model.num_experts / model.moe_router_topk if model.is_moe else None
+    default = PlanOptions.model_fields["moe_load_imbalance"].default
+    if limit is not None and opts.moe_load_imbalance > max(limit, default):
+        raise PlannerError(
+            f"--moe-load-imbalance {opts.moe_load_imbalance:g} is more than {model.name}'s experts allow: the busiest "
+            f"expert takes at most every token, E/k = {model.num_experts}/{model.moe_router_topk} = {limit:g} × the "
+            f"mean; allowed: 1 ≤ x ≤ {limit:g}"
+        )
 
 
 # Transformer Engine's support matrix (nvidia.github.io/TransformerEngine/support_matrix.html): FP8 block

@@ -333,12 +333,10 @@ class PlanOptions(_Spec):
     @model_validator(mode="after")
     def _own_rules(self) -> Self:
         defaults = {k: PlanOptions.model_fields[k].default for k in PRECISION_AWARE_FIELDS}
-        changed = [k for k in PRECISION_AWARE_FIELDS if getattr(self, k) != defaults[k] and k != "main_grads_dtype"]
+        changed = [k for k in PRECISION_AWARE_FIELDS if getattr(self, k) != defaults[k]]
         if changed and not self.use_precision_aware_optimizer:
             flags = ", ".join("--" + k.replace("_", "-") for k in changed)
-            raise ValueError(
-                f"{flags}: only with --use-precision-aware-optimizer (Megatron-LM ignores them without it)"
-            )
+            raise ValueError(f"{flags}: only with --use-precision-aware-optimizer ({PRECISION_AWARE_RULE})")
         if len(set(self.recompute_modules)) != len(self.recompute_modules):
             raise ValueError("recompute_modules lists a module twice")
         if self.cuda_graph_impl is CudaGraphImpl.FULL_ITERATION and self.cuda_graph_modules:
@@ -361,6 +359,9 @@ class PlanOptions(_Spec):
 
 
 PRECISION_AWARE_FIELDS = ("main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+# megatron/core/optimizer/optimizer_config.py @ d98e8a64 (since 47a175b, Dec 2024), __post_init__ without it:
+# "main_grads_dtype can only be fp32 when not using precision-aware optimizer", and so for the three others
+PRECISION_AWARE_RULE = "Megatron-LM's OptimizerConfig asserts fp32 without it"
 
 
 class ParallelPlan(_Spec):

@@ -183,7 +183,12 @@ def test_top10_plans_of_every_preset_export_valid_flags_and_round_trip(model):
             hardware="dgx-h100-superpod",
             gpus=8,
             distributed_optimizer=True,
-            options={"cpu_offloading_num_layers": 8, "main_grads_dtype": "bf16", "cuda_graph_impl": "full_iteration"},
+            options={
+                "cpu_offloading_num_layers": 8,
+                "use_precision_aware_optimizer": True,
+                "main_grads_dtype": "bf16",
+                "cuda_graph_impl": "full_iteration",
+            },
         ),
         dict(
             model="llama2-7b",

@@ -215,3 +215,24 @@ def test_the_slurm_job_trains_the_tokens_its_days_count(tmp_path):
     )
     plan = json.loads(run_cli(["explain", *args, "--json"]).stdout)
     assert back["estimate"] == plan["estimate"] and plan["estimate"]["cost"] == pytest.approx(111592.49, rel=1e-6)
+
+
+def test_main_grads_dtype_needs_the_precision_aware_optimizer_as_megatron_asserts():
+    """OptimizerConfig.__post_init__ (optimizer_config.py @ d98e8a64, since Dec 2024) without
+    --use-precision-aware-optimizer: "main_grads_dtype can only be fp32 when not using precision-aware optimizer".
+    megaplan exempted --main-grads-dtype and exported `--main-grads-dtype bf16` alone, a line Megatron-LM refuses."""
+    from planner.errors import PlannerError
+
+    base = dict(model="llama3-8b", gpus=8, distributed_optimizer=True, **H100)
+    with pytest.raises((PlannerError, ValueError), match="--main-grads-dtype: only with --use-precision-aware"):
+        make_request(**base, options={"main_grads_dtype": "bf16"})
+    ok = make_request(**base, options={"use_precision_aware_optimizer": True, "main_grads_dtype": "bf16"})
+    argv = " ".join(export.megatron_argv(ok))
+    assert "--use-precision-aware-optimizer --main-grads-dtype bf16" in argv
+    script = export.flags_text(make_request(**base)) + " --main-grads-dtype bf16"
+    read = import_megatron(script, gpus=8, hardware="dgx-h100-superpod")
+    assert read.request.ctx.options.main_grads_dtype == "fp32"
+    assert (
+        "--main-grads-dtype ignored (priced as fp32): only with --use-precision-aware-optimizer; Megatron-LM's "
+        "OptimizerConfig asserts fp32 without it, so Megatron-LM refuses this line"
+    ) in read.warnings

@@ -40,7 +40,9 @@ def time(req) -> dict:
 def test_grad_reduce_in_bf16_halves_the_gradient_buffer():
     fp32 = memory(llama8b())["gradients"]
     bf16 = memory(llama8b(options={"grad_reduce_in_bf16": True}))["gradients"]
-    grads_dtype = memory(llama8b(options={"main_grads_dtype": "bf16"}))["gradients"]
+    grads_dtype = memory(llama8b(options={"use_precision_aware_optimizer": True, "main_grads_dtype": "bf16"}))[
+        "gradients"
+    ]
     # Llama 3 8B: 8.03e9 parameters, 4 bytes per fp32 main grad (32.12 GB = 29.92 GiB), 2 in bf16
     assert fp32 == pytest.approx(8.0301e9 * 4 / GIB, rel=1e-4)
     assert bf16 == pytest.approx(fp32 / 2, rel=1e-12)

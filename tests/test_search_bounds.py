@@ -68,7 +68,10 @@ def test_pins_narrow_the_axes(contexts):
     assert WorldAxes.of(ctx, Pins(micro_batch=2)).dp[-1] == 256  # dp divides B/b = 512/2
     assert WorldAxes.of(ctx, Pins(tp=3)).tp == ()  # 32 heads do not divide by 3
     assert WorldAxes.of(ctx, Pins(pp=4, first_stage_layers=2)).pp == (4,)
-    assert WorldAxes.of(ctx, Pins(first_stage_layers=2)).pp is None  # explicit stages: any pp
+    # explicit stages: the middle stages hold a layer each (Megatron-LM transformer_config.py, "Mismatch: ...
+    # middle PP stages"), so pp ≤ L + 2 = 34 (unbounded, a search on 2147483647 GPUs scanned 8,192 sizes near it)
+    assert WorldAxes.of(ctx, Pins(first_stage_layers=2)).pp == tuple(range(1, 35))
+    assert WorldAxes.of(ctx, Pins(pipeline_layout="Et*8|t*8|t*8|t*8L")).pp == (1, 2, 4)  # pp divides the 4 stages
     assert not WorldAxes.of(ctx, Pins(tp=3)).allows(96)
 
 

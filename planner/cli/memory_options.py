@@ -33,7 +33,7 @@ MEMORY_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         ("--main-grads-dtype",),
-        "The gradient buffer (bf16: as --grad-reduce-in-bf16).",
+        "The gradient buffer (precision-aware optimizer; bf16: as --grad-reduce-in-bf16).",
         "fp32",
         click.Choice(["fp32", "bf16"]),
     ),

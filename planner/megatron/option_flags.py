@@ -5,7 +5,7 @@ precision-aware optimizer's dtypes, and the options megaplan reads but does not 
 from __future__ import annotations
 
 from planner.errors import PlannerError
-from planner.plan import CudaGraphModule, RecomputeModule
+from planner.plan import PRECISION_AWARE_FIELDS, PRECISION_AWARE_RULE, CudaGraphModule, RecomputeModule
 
 
 def recompute_fields(v: dict) -> dict:
@@ -80,17 +80,18 @@ def cuda_graph_options(v: dict, warnings: list[str]) -> dict:
 
 
 def optimizer_options(v: dict, warnings: list[str]) -> dict:
-    """--use-precision-aware-optimizer and the dtypes it reads; without it Megatron ignores them."""
-    dtypes = {
-        k: v[k] for k in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype") if v.get(k) not in (None, "fp32")
-    }
-    out = {"main_grads_dtype": v.get("main_grads_dtype") or "fp32"}
+    """--use-precision-aware-optimizer and the dtypes it reads; without it Megatron-LM refuses them
+    (OptimizerConfig asserts fp32): said, and priced as fp32."""
+    dtypes = {k: v[k] for k in PRECISION_AWARE_FIELDS if v.get(k) not in (None, "fp32")}
     if v.get("use_precision_aware_optimizer"):
-        return {**out, "use_precision_aware_optimizer": True, **dtypes}
+        return {"use_precision_aware_optimizer": True, **dtypes}
     if dtypes:
         flags = ", ".join("--" + k.replace("_", "-") for k in dtypes)
-        warnings.append(f"{flags} ignored: Megatron-LM reads these only with --use-precision-aware-optimizer")
-    return out
+        warnings.append(
+            f"{flags} ignored (priced as fp32): only with --use-precision-aware-optimizer; {PRECISION_AWARE_RULE}, "
+            "so Megatron-LM refuses this line"
+        )
+    return {}
 
 
 NOT_MODELLED = {  # dest -> (Megatron's default, what it changes): read, reported, not modelled

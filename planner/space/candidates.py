@@ -271,8 +271,7 @@ def _layout_rows(base: dict[str, np.ndarray], ctx: Context, pins: Pins, B: int) 
     table, layouts = layout_options(ctx, base["pp"], pins)
     cols = _join(base, "pp", table, ("layout",))
     stages = np.array([len(PipelineLayout.parse(t).stages) for t in layouts] + [0])
-    # at least 1: a layout of fewer stages than pp (E|L at pp 4) is refused by the layout rule, not divided by 0
-    cols["vpp"] = np.maximum(stages[cols["layout"]] // np.maximum(cols["pp"], 1), 1)
+    cols["vpp"] = stages[cols["layout"]] // np.maximum(cols["pp"], 1)
     cols["split"] = np.zeros(len(cols["pp"]), dtype=np.int8)
     cols = _keep(cols, (cols["pp"] > 1) & ((pins.vpp is None) | (cols["vpp"] == (pins.vpp or 0))))
     cols = _cross(cols, "micro_batch", np.array([pins.micro_batch]) if pins.micro_batch else divisors(B))
@@ -497,7 +496,7 @@ def _moe_axes(cols: dict[str, np.ndarray], ctx: Context, num_gpus: int, pins: Pi
 
     def allowed(c: dict[str, np.ndarray]) -> np.ndarray:
         etp = np.where(c["etp_is_tp"], c["tp"], 1) if pins.etp is None else c["etp"]
-        ok = num_gpus % (etp * c["ep"] * c["pp"]) == 0
+        ok = num_gpus % (etp.astype(np.int64) * c["ep"] * c["pp"]) == 0  # int64: a pinned --tp 2147483647 · ep
         if pins.etp is None:
             ok = ok & ~(c["etp_is_tp"] & (c["tp"] == 1))  # the same plan twice
         ok = ok & ((c["ep"] * etp > 1) | (c["dispatcher"] == kinds[0]) | pinned)

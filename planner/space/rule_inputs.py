@@ -92,7 +92,7 @@ class RuleInputs:
             m=float(self.m[i]),
             G=int(g.mb_group[i] or g.pp[i]),
             R=int(g.do_instances[i]),
-            edp=int(g.tp[i] * g.dp[i] * g.cp[i]) // int(g.etp[i] * g.ep[i]),
+            edp=int(g.tp[i]) * int(g.dp[i]) * int(g.cp[i]) // (int(g.etp[i]) * int(g.ep[i])),  # Python ints: no wrap
             N=self.num_gpus,
             s=tr.seq_len,
             B=tr.global_batch,

@@ -28,12 +28,12 @@ def small_divisors(n: int) -> list[int]:
 
 @dataclass(frozen=True)
 class WorldAxes:
-    """The values tp, cp, pp and dp can take on any GPU count (pp None: not bounded, as with a
-    pinned layout or explicit first/last stages). Each is a superset of what the rules accept:
-    tp divides the attention heads and stays in the NVLink domain (``tp_in_domain``); cp is one
-    search tries (``cp_searched``) or the pinned one with s divisible by 2·cp; pp divides L, L + 1
-    or L + 2 (an even or embedding/loss-accounted split; MoE layouts: pp ≤ L); dp divides the global
-    batch over the micro-batch (rule "global batch divisible by micro-batch × dp")."""
+    """The values tp, cp, pp and dp can take on any GPU count (pp None: not bounded). Each is a superset of
+    what the rules accept: tp divides the attention heads and stays in the NVLink domain (``tp_in_domain``);
+    cp is one search tries (``cp_searched``) or the pinned one with s divisible by 2·cp; pp divides L, L + 1
+    or L + 2 (an even or embedding/loss-accounted split; MoE: pp ≤ L; explicit first/last stages: pp ≤ L + 2;
+    a pinned layout: pp divides its virtual stages); dp divides the global batch over the micro-batch (rule
+    "global batch divisible by micro-batch × dp")."""
 
     tp: tuple[int, ...]
     cp: tuple[int, ...]
@@ -49,8 +49,10 @@ class WorldAxes:
         if pins.cp is not None:
             cp = [pins.cp] if pins.cp == 1 or s % (2 * pins.cp) == 0 else []
         L = model.num_layers
-        if pins.pipeline_layout is not None or pins.first_stage_layers or pins.last_stage_layers:
-            pp = None
+        if pins.pipeline_layout is not None:  # pp divides the layout's virtual stages (unbounded, --gpus
+            pp = _layout_pp(pins.pipeline_layout)  # 2147483647 scanned 8,192 sizes near it: a hang)
+        elif pins.first_stage_layers or pins.last_stage_layers:  # the middle stages hold a layer each, or there
+            pp = list(range(1, L + 3))  # are none (transformer_config.py "Mismatch: ... middle PP stages"): pp ≤ L + 2
         elif model.is_moe:
             pp = list(range(1, L + 1))
         else:
@@ -107,6 +109,16 @@ class WorldAxes:
             f"{num_gpus:,} is not tp·cp·pp·dp with tp in {{{listed(self.tp)}}}, cp in {{{listed(self.cp)}}}, "
             f"{pp} and dp dividing the global batch {global_batch}"
         )
+
+
+def _layout_pp(layout: str) -> list[int] | None:
+    """The pp a pipeline layout allows: the divisors of its count of virtual stages (None: not a layout)."""
+    from planner.models.pipeline_layout import LayoutError, PipelineLayout
+
+    try:
+        return small_divisors(len(PipelineLayout.parse(layout).stages))
+    except LayoutError:
+        return None
 
 
 def _permissive(pins: Pins) -> Pins:
@@ -227,6 +239,8 @@ def rules_broken_everywhere(ctx: Context, pins: Pins, gpus_per_node: int) -> lis
 
     sizes = [v for v in (pins.tp, pins.pp, pins.cp, pins.dp) if v is not None]
     n = lcm(*sizes, gpus_per_node) if sizes else gpus_per_node
+    if n >= 2**31:  # past the grid's 32-bit sizes (--cp 2147483647 on 8-GPU nodes): an OverflowError traceback
+        return []
     grid = candidate_grid(ctx, n, _permissive(pins))
     if len(grid) == 0:
         return []
