@@ -33,6 +33,11 @@ class InfeasibleError(PlannerError):
     """A configuration that breaks a Megatron-LM rule or fits nowhere."""
 
 
+class PinsBreakRuleError(InfeasibleError):
+    """Pins that divide the world but leave no candidate: the plan of the pinned knobs breaks a rule on its own
+    (--pp 1 --vpp 2), whatever the GPU count (``search.search``; --min-gpus says it instead of its largest size)."""
+
+
 # dashes a word processor or web page puts where a command line has hyphens: ‐ ‑ ‒ – — ― − (fresh user trial 9)
 TYPOGRAPHIC_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
 

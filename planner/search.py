@@ -35,7 +35,7 @@ from planner.costs.estimate import (
 from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.costs.stage_memory import stage_max
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, PinsBreakRuleError
 from planner.fidelity.evidence import band_frac, extrapolated_features, plan_evidence
 from planner.plan import Context, PlanOptions, plan_label
 from planner.result import Shared, brief_plan_json, plan_json
@@ -487,9 +487,7 @@ def search(
         rejected[FITS_RULE] = unfit
     if unfit == sum(len(part.peak) for part in parts):
         scored = _Scored.stack(parts)
-        raise InfeasibleError(
-            _nothing_fits(ctx, num_gpus, pins, candidates, scored, capacity, rejected, suggest_sizes=suggest_sizes)
-        )
+        raise _nothing_fits(ctx, num_gpus, pins, candidates, scored, capacity, rejected, suggest_sizes=suggest_sizes)
     variants = sum(len(part.peak) for part in parts[1:])
     fitting, ranking = pending.settle(parts, capacity, rank_by, top, num_gpus)  # in row order
     fits = np.ones(len(fitting.peak), dtype=bool)
@@ -1567,23 +1565,24 @@ def _nothing_fits(
     rejected: dict[str, int],
     *,
     suggest_sizes: bool,
-) -> str:
+) -> InfeasibleError:
     if len(scored.peak) == 0:
         pinned = [] if candidates or pins_leave_no_world(num_gpus, pins) else _pinned_reasons(ctx, num_gpus, pins)
         if pinned:
             why = f"the knobs given break: {'; '.join(pinned)}"
-        elif candidates == 0:
+            return PinsBreakRuleError(_no_legal_plan(ctx, num_gpus, pins, why, suggest_sizes))
+        if candidates == 0:
             why = f"world size = tp·cp·pp·dp: {empty_grid_reason(num_gpus, pins)}"
         else:
             by_count = sorted(rejected.items(), key=lambda kv: -kv[1])
             why = "rejected by: " + ", ".join(f"{name} ({count:,})" for name, count in by_count)
-        return _no_legal_plan(ctx, num_gpus, pins, why, suggest_sizes)
+        return InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, why, suggest_sizes))
     gib = 2**30
     peaks = np.where(np.isnan(scored.peak), np.inf, scored.peak)  # NaN: a split the model cannot take (0/0)
     smallest = int(np.argmin(peaks))
     label = plan_label(scored.grid.plan(smallest).model_dump(mode="json"), moe=ctx.model.is_moe)
     allocatable = ctx.hardware.memory.allocatable_gib
-    return (
+    return InfeasibleError(
         f"every legal plan needs more than {capacity / gib:.1f} GiB per GPU ({allocatable:g} GiB less the "
         f"{100 * (1 - capacity / gib / allocatable):.0f} % headroom); the smallest, {label}, needs "
         f"{peaks[smallest] / gib:.1f} GiB; try more GPUs, a larger-memory --hardware or a smaller --global-batch"

@@ -10,7 +10,9 @@ import json
 import pytest
 import yaml
 
-from conftest import PRESETS, one_line_error, run_cli
+from conftest import PRESETS, REPO, one_line_error, run_cli
+
+LOGS = REPO / "tests" / "data" / "megatron_logs"
 
 LLAMA = ["--model", "llama3-8b", "--gpus", "8", "--tp", "2"]
 
@@ -159,3 +161,36 @@ def test_a_window_beyond_any_sequence_in_a_model_yaml_is_one_line(tmp_path):
     path.write_text(yaml.safe_dump(spec))
     line = one_line_error(run_cli(["explain", "--model", str(path), "--gpus", "8", "--tp", "1", "--brief"]))
     assert "window_size must be two integers 0 ≤ w < 2³¹ (left, right)" in line, line
+
+
+SMALL = "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --max-position-embeddings 512 "
+SMALL += "--global-batch-size 8 --vocab-size 1000 "
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--tensor-model-parallel-size 0",  # ZeroDivisionError: integer modulo by zero (importer.megatron_fields)
+        "--pipeline-model-parallel-size 0",  # the same
+        "--context-parallel-size 0",  # read as 1 without a word (``or 1``)
+        "--expert-model-parallel-size 0",  # the same
+    ],
+)
+def test_a_zero_size_in_a_launch_line_is_one_line_naming_the_flag(flag):
+    line = one_line_error(run_cli(["explain", "--megatron-args", SMALL + flag, "--gpus", "8", "--brief"]))
+    assert line == f"megaplan: error: {flag}; allowed: a whole number ≥ 1"
+
+
+def test_a_log_number_that_is_not_whole_is_not_read_as_its_first_digit():
+    # 'using world size: 1e308' was read as 1 GPU ("--gpus 1 is not divisible by tp·pp·cp = 2"), a batch
+    # '1e308' as 1 ("the global batch size changes within the log (1, 64)")
+    from planner.fidelity.megatron_log import read_training_log
+
+    lines = (LOGS / "iterations_2024.log").read_text()
+    log = read_training_log("using world size: 1e308, data-parallel size: 4\n" + lines, "a.log")
+    assert log.world_size is None and log.global_batch == 64
+    first, *rest = lines.splitlines(keepends=True)
+    log = read_training_log(
+        first.replace("global batch size:    64", "global batch size: 1e308") + "".join(rest), "b.log"
+    )
+    assert log.global_batch == 64

@@ -53,6 +53,12 @@ def test_an_option_no_plan_of_the_context_uses_is_noted(args, note):
             lambda par: par["vpp"] == 2 and (par["microbatch_group_size"] or par["pp"]) == 8,  # G = pp: None
         ),
         (
+            ["--no-overlap-p2p-comm"],  # Megatron-LM turns it off without interleaving (arguments.py)
+            "--no-overlap-p2p-comm applies only to interleaved plans (vpp > 1)",
+            ["--vpp", "2"],
+            lambda par: par["vpp"] == 2 and par["pp"] > 2,  # interleaving without p2p overlap needs pp > 2
+        ),
+        (
             ["--tp-comm-overlap-cfg", "bridge"],
             "--tp-comm-overlap-cfg bridge applies only to plans with --tp-comm-overlap",
             ["--tp-comm-overlap"],

@@ -104,3 +104,35 @@ def test_each_plans_explain_command_keeps_an_overlap_turned_off(args, flags):
     estimate = json.loads(again.stdout)["estimate"]
     assert estimate["iteration_s"] == plan["estimate"]["iteration_s"]
     assert plan["options"]["overlap_param_gather"] is False
+
+
+def test_min_gpus_says_the_rule_pins_break_not_the_largest_size():
+    """--min-gpus with --pp 1 --vpp 2 ended "at most 8,192 GPUs can hold a legal plan" at 131,072 GPUs."""
+    line = one_line_error(run_cli(["search", "--model", "gpt-1.7b", "--min-gpus", "--pp", "1", "--vpp", "2"]))
+    assert "the knobs given break: interleaving needs pp > 1" in line and "vpp 2 needs pp > 1" in line, line
+
+
+@pytest.mark.parametrize(("model", "refused"), [("qwen3-30b-a3b", False), ("deepseek-v3", True)])
+def test_shared_expert_overlap_asks_for_a_dispatcher_only_with_shared_experts(model, refused):
+    """Megatron-LM checks the dispatcher under moe_shared_expert_intermediate_size only (transformer_config.py
+    1813-1826): Qwen3-30B-A3B has no shared experts, so allgather stays legal (and the flag is said to do nothing);
+    DeepSeek-V3's 2,048-wide shared experts need alltoall or flex."""
+    plan = ["explain", "--model", model, "--gpus", "64", "--tp", "1", "--pp", "1", "--ep", "64", "--brief"]
+    result = run_cli([*plan, "--moe-token-dispatcher", "allgather", "--moe-shared-expert-overlap"])
+    if refused:
+        assert "moe-shared-expert-overlap needs the alltoall or flex dispatcher" in one_line_error(result)
+    else:
+        assert result.exit_code == 0, result.output
+        assert f"--moe-shared-expert-overlap ignored: {model} has no shared experts" in result.stderr
+
+
+def test_use_sharp_on_a_fabric_without_sharp_is_said(tmp_path):
+    from planner.presets import presets_root
+
+    text = (presets_root() / "hardware" / "dgx-h100-superpod.yaml").read_text()
+    assert "  sharp: true\n" in text
+    hardware = tmp_path / "no-sharp.yaml"
+    hardware.write_text(text.replace("  sharp: true\n", "  sharp: false\n"))
+    result = run_cli(["search", *SMALL[:4], "--hardware", str(hardware), "--use-sharp", "--json", "--top", "1"])
+    assert result.exit_code == 0, result.output
+    assert "--use-sharp ignored:" in result.stderr and "do not reduce (no SHARP)" in result.stderr

@@ -70,6 +70,13 @@ def context_ignored(kw: dict, ctx) -> list[tuple[list[str], str]]:
             "--grad-reduce-in-bf16 keeps and reduces the gradients in bf16 (Megatron-LM's arguments.py turns "
             "accumulate_allreduce_grads_in_fp32 off)",
         ),
+        (["use_sharp"], not ctx.hardware.network.sharp, f"{ctx.hardware.name}'s switches do not reduce (no SHARP)"),
+        (
+            ["moe_shared_expert_overlap"],
+            ctx.model.is_moe and not ctx.model.shared_ffn,
+            f"{ctx.model.name} has no shared experts to run beside the dispatch (Megatron-LM still refuses it "
+            "beside --overlap-moe-expert-parallel-comm, transformer_config.py)",
+        ),
         (
             ["distributed_optimizer"],
             bool(kw.get("fsdp")) and kw.get("distributed_optimizer") is False,
@@ -105,7 +112,7 @@ def _typed_flags(*names: str) -> Callable[[dict], list[str]]:
         for name in names:
             if typed(name):
                 value = kw.get(name)
-                out.append(flag(name) if value is True else f"{flag(name)} {value}")
+                out.append({True: flag(name), False: f"--no-{flag(name)[2:]}"}.get(value, f"{flag(name)} {value}"))
         return out
 
     return given
@@ -127,6 +134,13 @@ SOME_PLANS = (
     FULL_ONLY,
     SomePlans(
         _typed_flags("microbatch_group_size"),
+        "interleaved plans (vpp > 1)",
+        "plans without interleaving",
+        "--vpp N, N > 1",
+        lambda kw: (kw.get("vpp") or 1) > 1,
+    ),
+    SomePlans(
+        _typed_flags("overlap_p2p_comm"),  # Megatron-LM turns it off without interleaving (arguments.py)
         "interleaved plans (vpp > 1)",
         "plans without interleaving",
         "--vpp N, N > 1",

@@ -189,8 +189,23 @@ def _fp8_recipe(v: dict) -> str:
     return recipe
 
 
+# the sizes Megatron-LM divides by: 0 ended in a ZeroDivisionError traceback (tensor, pipeline) or was read as 1
+# without a word (context, expert: ``or 1``)
+SIZE_DESTS = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "micro_batch_size",
+)
+
+
 def _refuse(v: dict) -> None:
     """Plans the planner cannot price at all: one line naming what is modelled instead."""
+    for dest in SIZE_DESTS:
+        if isinstance(v.get(dest), int) and v[dest] < 1:
+            raise PlannerError(f"--{dest.replace('_', '-')} {v[dest]}; allowed: a whole number ≥ 1")
     for dest, message in REFUSED.items():
         if v.get(dest):
             raise PlannerError(message)

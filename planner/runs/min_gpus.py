@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from planner.costs.memory import BYTES_PER_PARAM
 from planner.costs.process_memory import usable_bytes
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, PinsBreakRuleError
 from planner.hardware.spec import GIB
 from planner.models.params import total_params
 from planner.plan import Context
@@ -75,6 +75,7 @@ def min_gpus(
     bound = lower_bound_gpus(ctx, memory_headroom)
     tried: dict[int, str] = {}
     plans: dict[int, dict | None] = {}
+    pinned: list[int] = []  # the sizes whose pins broke a rule on their own (PinsBreakRuleError)
 
     def attempt(n: int) -> dict | None:
         if n not in plans:
@@ -84,11 +85,13 @@ def min_gpus(
                 plans[n] = search(ctx, n, pins, top=1, memory_headroom=memory_headroom, suggest_sizes=False).plans[0]
             except InfeasibleError as err:
                 tried[n], plans[n] = str(err), None
+                if isinstance(err, PinsBreakRuleError):
+                    pinned.append(n)
         return plans[n]
 
     first = next((n for n in sub_node_sizes(g, bound) if attempt(n)), None)
     if first is None:
-        first = _first_node_count(ctx, g, max(1, math.ceil(bound / g)), attempt, tried)
+        first = _first_node_count(ctx, g, max(1, math.ceil(bound / g)), attempt, tried, pinned)
     found = [first]
     j, misses = max(first // g, 0), 0
     while len(found) <= next_sizes and misses < 64:
@@ -104,7 +107,9 @@ def min_gpus(
     )
 
 
-def _first_node_count(ctx: Context, g: int, k0: int, attempt: Callable[[int], dict | None], tried: dict) -> int:
+def _first_node_count(
+    ctx: Context, g: int, k0: int, attempt: Callable[[int], dict | None], tried: dict, pinned: list[int]
+) -> int:
     """The fewest GPUs in whole nodes, from ``k0`` nodes, with a plan (``attempt``): the first ``SCAN_FIRST`` node
     counts up to the first power of two from k0, then powers of two doubling (the most divisible node counts: an
     upper bound on the answer) and every node count not tried below the first of them with a plan. The answer is
@@ -117,9 +122,11 @@ def _first_node_count(ctx: Context, g: int, k0: int, attempt: Callable[[int], di
     while first is None:
         if attempt(k * g):
             first = next(j * g for j in range(low + 1, k + 1) if attempt(j * g))
-        elif 2 * k * g > MAX_GPUS:
+        elif 2 * k * g > MAX_GPUS:  # the largest size's reason, or the smallest where the pins broke a rule alone
+            at = min(pinned, default=k * g)
             raise InfeasibleError(
-                f"no plan fits {ctx.model.name} on up to {k * g:,} GPUs of {ctx.hardware.name}; there: {tried[k * g]}"
+                f"no plan fits {ctx.model.name} on up to {k * g:,} GPUs of {ctx.hardware.name}; "
+                f"{f'on {at:,} GPUs' if pinned else 'there'}: {tried[at]}"
             )
         else:
             low, k = k, 2 * k

@@ -267,8 +267,12 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "moe-shared-expert-overlap needs the alltoall or flex dispatcher",
+        # checked only for a model with shared experts (transformer_config.py:1813-1826 @ d98e8a64, under
+        # moe_shared_expert_intermediate_size): without them the flag runs nothing, whatever the dispatcher
         lambda r: (
-            (r.grid.dispatcher > 0) if r.options.moe_shared_expert_overlap and r.model.is_moe else r.everywhere(True)
+            (r.grid.dispatcher > 0)
+            if r.options.moe_shared_expert_overlap and r.model.is_moe and r.model.shared_ffn
+            else r.everywhere(True)
         ),
         lambda x: "--moe-shared-expert-overlap works only with --moe-token-dispatcher alltoall or flex",
     ),
