@@ -236,3 +236,23 @@ def test_main_grads_dtype_needs_the_precision_aware_optimizer_as_megatron_assert
         "--main-grads-dtype ignored (priced as fp32): only with --use-precision-aware-optimizer; Megatron-LM's "
         "OptimizerConfig asserts fp32 without it, so Megatron-LM refuses this line"
     ) in read.warnings
+
+
+QWEN_FSDP = ["--model", "qwen3-30b-a3b", "--hardware", "dgx-h100-superpod", "--gpus", "64",
+             "--moe-token-dispatcher", "alltoall", "--fsdp", "--cuda-graph-impl", "transformer_engine"]  # fmt: skip
+
+
+def test_per_layer_cuda_graphs_are_refused_with_fsdp_and_the_all_to_all_overlap():
+    """mcore_fsdp_adapter.py:182 @ d98e8a64 asserts cuda_graph_impl in ("none", "full_iteration") when Megatron FSDP
+    runs the expert all-to-all overlap. search --fsdp --cuda-graph-impl transformer_engine ranked 14 such plans
+    among its top 20 for Qwen3-30B-A3B on 64 H100s, all of which Megatron-LM refuses."""
+    plan = ["--tp", "1", "--pp", "1", "--ep", "8", "--overlap-moe-expert-parallel-comm"]
+    refused = run_cli(["explain", *QWEN_FSDP, *plan, "--cuda-graph-modules", "attn"])
+    assert refused.exit_code == 2 and "1F1B overlap with FSDP does not support per-layer CUDA graphs" in refused.stderr
+    full = [*QWEN_FSDP[:-1], "full_iteration", *plan, "--json"]
+    assert json.loads(run_cli(["explain", *full]).stdout)["parallel"]["overlap_moe_expert_parallel_comm"] is True
+    found = json.loads(run_cli(["search", *QWEN_FSDP, "--top", "20", "--json"]).stdout)
+    assert not [
+        p for p in found["plans"] if p["parallel"]["fsdp"] and p["parallel"]["overlap_moe_expert_parallel_comm"]
+    ]
+    assert found["rejected"]["per-layer CUDA graphs not with Megatron FSDP and the expert all-to-all overlap"] > 0

@@ -393,6 +393,19 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "per-layer CUDA graphs not with Megatron FSDP and the expert all-to-all overlap",
+        lambda r: (
+            ~(r.grid.fsdp & r.grid.a2a_overlap)
+            if r.options.cuda_graph_impl.value in ("local", "transformer_engine")
+            else r.everywhere(True)
+        ),
+        lambda x: (
+            "--cuda-graph-impl local/transformer_engine does not run with --use-megatron-fsdp and "
+            '--overlap-moe-expert-parallel-comm ("1F1B overlap with FSDP does not support per-layer CUDA graphs", '
+            "distributed/fsdp/mcore_fsdp_adapter.py:182 @ d98e8a64); use --cuda-graph-impl full_iteration"
+        ),
+    ),
+    Rule(
         "CUDA graph modules match the layers",
         lambda r: r.everywhere(_graph_modules_match(r.options, r.model)),
         lambda x: (
