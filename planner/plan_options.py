@@ -141,6 +141,11 @@ def search_pins(values: dict):
     pinned["recompute"] = pinned["recompute"] and Recompute(pinned["recompute"])
     pinned["recompute_method"] = pinned["recompute_method"] and RecomputeMethod(pinned["recompute_method"])
     _check_outer_sharding(pinned)
+    if pinned["fsdp"] and pinned["dp"] == 1 and pinned["cp"] == 1:  # search builds FSDP rows with d·c > 1 only
+        raise PlannerError(
+            "--fsdp with --dp 1 --cp 1: search builds Megatron FSDP plans sharded over d·c > 1 ranks only (at d·c = 1 "
+            "it shards nothing); give --dp or --cp above 1, or --tp and --pp to explain that plan"
+        )
     overlaps = {k: values.get(k) for k in OVERLAP_PINS}
     split = None if split is StageSplit.EVEN else split
     return Pins(**pinned, **overlaps, max_tp=max_tp, stage_split=split, recompute_modules=pinned_modules(values))

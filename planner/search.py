@@ -1572,7 +1572,8 @@ def _nothing_fits(
             why = f"the knobs given break: {'; '.join(pinned)}"
             return PinsBreakRuleError(_no_legal_plan(ctx, num_gpus, pins, why, suggest_sizes))
         if candidates == 0:
-            why = f"world size = tp·cp·pp·dp: {empty_grid_reason(num_gpus, pins)}"
+            world = "world size = tp·cp·pp·dp: " if pins_leave_no_world(num_gpus, pins) else ""
+            why = f"{world}{empty_grid_reason(num_gpus, pins)}"
         else:
             by_count = sorted(rejected.items(), key=lambda kv: -kv[1])
             why = "rejected by: " + ", ".join(f"{name} ({count:,})" for name, count in by_count)

@@ -136,3 +136,12 @@ def test_use_sharp_on_a_fabric_without_sharp_is_said(tmp_path):
     result = run_cli(["search", *SMALL[:4], "--hardware", str(hardware), "--use-sharp", "--json", "--top", "1"])
     assert result.exit_code == 0, result.output
     assert "--use-sharp ignored:" in result.stderr and "do not reduce (no SHARP)" in result.stderr
+
+
+def test_fsdp_over_one_data_parallel_rank_is_refused_in_one_line_and_no_world_size_is_blamed():
+    line = one_line_error(run_cli(["search", *SMALL, "--fsdp", "--dp", "1", "--cp", "1"]))
+    assert "--fsdp with --dp 1 --cp 1: search builds Megatron FSDP plans sharded over d·c > 1 ranks only" in line
+    # cp left free: gpt-1.7b's 2,048-token sequence takes no context parallelism (s/c ≥ 4096), so no candidate
+    line = one_line_error(run_cli(["search", *SMALL, "--fsdp", "--dp", "1"]))
+    assert "the knobs given leave no candidate plan on 8 GPUs (dp 1, fsdp True" in line, line
+    assert "world size" not in line and "multiplies to" not in line

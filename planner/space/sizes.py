@@ -171,7 +171,10 @@ def empty_grid_reason(num_gpus: int, pins: Pins) -> str:
         return f"{' and '.join(bad)} {'does' if len(bad) == 1 else 'do'} not divide {num_gpus:,} GPUs"
     if num_gpus % product:
         return f"{' × '.join(f'--{k} {v}' for k, v in pinned.items())} = {product} does not divide {num_gpus:,} GPUs"
-    return f"no tp·cp·pp·dp with {', '.join(f'--{k} {v}' for k, v in pinned.items())} multiplies to {num_gpus:,} GPUs"
+    # the pinned sizes divide the world: the knobs given together leave the candidate grid empty for another reason
+    # (ux12-16: it said "no tp·cp·pp·dp with --tp 1 multiplies to 8 GPUs" of --tp 1 --sequence-parallel)
+    given = [f"{k} {v.value if hasattr(v, 'value') else v}" for k in PLAN_PINS if (v := getattr(pins, k)) is not None]
+    return f"the knobs given leave no candidate plan on {num_gpus:,} GPUs ({', '.join(given)})"
 
 
 PLAN_PINS = (
