@@ -194,3 +194,22 @@ def test_a_log_number_that_is_not_whole_is_not_read_as_its_first_digit():
         first.replace("global batch size:    64", "global batch size: 1e308") + "".join(rest), "b.log"
     )
     assert log.global_batch == 64
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        # the section left out: ignored without a word, the plan priced at the recipe's tp
+        (
+            "tensor_model_parallel_size=4",
+            "--bridge-override tensor_model_parallel_size: no 'tensor_model_parallel_size' in Bridge v0.6.0's "
+            "ConfigContainer; did you mean model.tensor_model_parallel_size?",
+        ),
+        ("train=1", "--bridge-override train=1: train is a section of Bridge v0.6.0's ConfigContainer, not a field"),
+        ("=1", "Bridge override '=1': expected KEY=VALUE"),  # a key '' (ignored)
+        ("", "--bridge-override is empty (''): give a value, or leave the option out"),  # skipped as a blank line
+    ],
+)
+def test_a_bridge_override_that_names_no_field_is_one_line(override, needle):
+    line = one_line_error(run_cli(["explain", "--model", "llama3-8b", "--gpus", "8", "--bridge-override", override]))
+    assert needle in line, line

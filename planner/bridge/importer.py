@@ -80,7 +80,7 @@ def parse_dotlist(lines: list[str]) -> dict:
             out[line[1:]] = None
             continue
         path, eq, text = line.lstrip("+").partition("=")
-        if not eq:
+        if not eq or not path.strip():  # '=1' was read as a key '' and ignored
             raise PlannerError(f"Bridge override {line!r}: expected KEY=VALUE (a Hydra-style dotlist)")
         if path != path.rstrip():  # fresh user trial 10: "no 'tensor_model_parallel_size ' in Bridge v0.6.0"
             raise PlannerError(
@@ -495,6 +495,8 @@ def _unknown_overrides(overrides: dict, tag: str) -> list[str]:
     for key in overrides:
         section, dot, field = key.partition(".")
         known = field.split(".")[0] in sections.get(section, ()) or key in _READ_PATHS or key in MODEL_ROWS.values()
+        if tag in TAGS and sections and not dot:
+            _check_whole_section(key, overrides[key], sections, tag)
         if tag not in TAGS or not sections or not dot or known:
             continue
         names = sorted(sections) if section not in sections else sorted(sections[section])
@@ -507,6 +509,22 @@ def _unknown_overrides(overrides: dict, tag: str) -> list[str]:
             f"--bridge-override {key}: not a field of Bridge {tag}'s {section} config megaplan knows; ignored"
         )
     return unread
+
+
+def _check_whole_section(key: str, value, sections: dict, tag: str) -> None:
+    """An override without a dot names a whole section: removed (``~train``, None) or, for mixed_precision, a
+    preset's name. ``tensor_model_parallel_size=4`` (the section left out) and ``train=1`` were ignored without
+    a word; they name the field meant."""
+    if key in sections and (value is None or (key == "mixed_precision" and isinstance(value, str))):
+        return
+    if key in sections:
+        raise PlannerError(
+            f"--bridge-override {key}={value}: {key} is a section of Bridge {tag}'s ConfigContainer, not a field; "
+            f"allowed: {key}.FIELD=VALUE"
+        )
+    owners = [name for name, fields in sections.items() if key in fields]
+    hint = f"did you mean {owners[0]}.{key}?" if owners else f"allowed sections: {', '.join(sorted(sections))}"
+    raise PlannerError(f"--bridge-override {key}: no {key!r} in Bridge {tag}'s ConfigContainer; {hint}")
 
 
 def _nemo2_note(assumed: dict, factory: str) -> str:

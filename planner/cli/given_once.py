@@ -55,17 +55,17 @@ class GivenOnce:
     def make_parser(self, ctx):
         parser = super().make_parser(ctx)
         seen: list = []
+        appended: list = []  # repeatable options (--bridge-override, --env): each value checked for emptiness
         options = {id(o): o for o in [*parser._long_opt.values(), *parser._short_opt.values()]}
         for option in options.values():
-            if option.action not in ("store", "store_const"):
-                continue
-            option.process = _recording(option, seen)
+            if option.action in ("store", "store_const", "append"):
+                option.process = _recording(option, appended if option.action == "append" else seen)
         parse = parser.parse_args
 
         def parse_args(args):
             result = parse(args)
             refuse_repeats(seen)
-            refuse_empty(seen)
+            refuse_empty(seen + appended)
             return result
 
         parser.parse_args = parse_args
