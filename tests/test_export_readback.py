@@ -256,3 +256,49 @@ def test_per_layer_cuda_graphs_are_refused_with_fsdp_and_the_all_to_all_overlap(
         p for p in found["plans"] if p["parallel"]["fsdp"] and p["parallel"]["overlap_moe_expert_parallel_comm"]
     ]
     assert found["rejected"]["per-layer CUDA graphs not with Megatron FSDP and the expert all-to-all overlap"] > 0
+
+
+QWEN_EP = ["--model", "qwen3-30b-a3b", "--hardware", "dgx-h100-superpod", "--gpus", "64", "--tp", "1", "--pp", "1",
+           "--ep", "8", "--moe-token-dispatcher", "alltoall", "--distributed-optimizer"]  # fmt: skip
+GPT3 = ["--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16"]
+
+
+@pytest.mark.parametrize(
+    ("args", "breach"),
+    [
+        (
+            [*QWEN_EP, "--cuda-graph-modules", "moe,moe_router"],
+            "--cuda-graph-modules takes moe or moe_router, not both",
+        ),
+        ([*QWEN_EP, "--cuda-graph-modules", "moe_preprocess"], "--cuda-graph-modules moe_preprocess needs moe_router"),
+        ([*QWEN_EP, "--cuda-graph-modules", "moe"], "--cuda-graph-modules moe graphs only drop-and-pad routing"),
+        (
+            [*QWEN_EP, "--cuda-graph-modules", "moe_router,moe_preprocess", "--moe-capacity-factor", "1"],
+            "moe_preprocess with the alltoall dispatcher and a capacity factor",
+        ),
+        (
+            [*QWEN_EP, "--cuda-graph-modules", "moe_router", "--recompute", "selective", "--recompute-modules", "moe"],
+            "moe recomputation with a transformer_engine moe_router graph",
+        ),
+        ([*GPT3, "--recompute", "selective"], "core_attn recomputation inside the graph with attention dropout 0.1"),
+        (
+            [*GPT3, "--cuda-graph-modules", "mlp", "--recompute", "selective", "--recompute-modules", "mlp"],
+            "mlp/moe recomputation inside the graph with hidden dropout 0.1",
+        ),
+    ],
+)
+def test_cuda_graphs_megatron_core_refuses_are_refused(args, breach):
+    """TransformerConfig.__post_init__ (transformer_config.py:2798-2935 @ d98e8a64) refuses these CUDA graph
+    settings; megaplan priced and exported each of them. GPT-3 has dropout 0.1: a graph replays its random numbers,
+    so a module recomputed inside it is refused."""
+    result = run_cli(["explain", *args, "--cuda-graph-impl", "transformer_engine", "--brief"])
+    assert result.exit_code == 2 and breach in result.stderr, result.output
+
+
+def test_cuda_graphs_megatron_core_takes_still_run():
+    for extra in (
+        [*QWEN_EP, "--cuda-graph-modules", "attn,moe_router,moe_preprocess"],  # the Bridge recipes' graphs
+        [*QWEN_EP, "--cuda-graph-modules", "attn,moe_router", "--overlap-moe-expert-parallel-comm"],
+        [*GPT3, "--cuda-graph-modules", "mlp", "--recompute", "selective"],  # core_attn recomputed outside the graph
+    ):
+        assert run_cli(["explain", *extra, "--cuda-graph-impl", "transformer_engine", "--brief"]).exit_code == 0

@@ -12,7 +12,16 @@ import numpy as np
 
 from planner.models.pipeline_layout import PipelineLayout
 from planner.models.spec import ModelSpec
-from planner.plan import PlanOptions, TrainingSpec, num_microbatches
+from planner.plan import (
+    DISPATCHER_CODES,
+    RECOMPUTE_CODES,
+    PlanOptions,
+    Recompute,
+    TokenDispatcher,
+    TrainingSpec,
+    num_microbatches,
+)
+from planner.space.graph_rules import graph_breaches, plan_graph_breach
 from planner.space.grid import PlanGrid, StageLayers, stage_layers
 
 
@@ -114,6 +123,12 @@ class RuleInputs:
             layout_problems="; ".join(self.layout_problems(i)),
             dispatcher=int(self.grid.dispatcher[i]),
             mtp=mo.mtp_layers,
+            graph_breach=plan_graph_breach(
+                graph_breaches(self.options, mo),
+                selective=int(g.recompute[i]) == RECOMPUTE_CODES[Recompute.SELECTIVE],
+                a2a=bool(g.a2a_overlap[i]),
+                alltoall=int(g.dispatcher[i]) == DISPATCHER_CODES[TokenDispatcher.ALLTOALL],
+            ),
         )
 
 

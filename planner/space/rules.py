@@ -16,7 +16,16 @@ import numpy as np
 
 from planner.costs.pipeline import microbatch_group, microbatch_group_legal
 from planner.models.spec import ModelSpec, PositionEmbedding
-from planner.plan import SPLIT_BY_CODE, PlanOptions, TrainingSpec
+from planner.plan import (
+    DISPATCHER_CODES,
+    RECOMPUTE_CODES,
+    SPLIT_BY_CODE,
+    PlanOptions,
+    Recompute,
+    TokenDispatcher,
+    TrainingSpec,
+)
+from planner.space.graph_rules import graph_breaches
 from planner.space.grid import COLUMNS, OPTION_COLUMNS, PlanGrid
 from planner.space.rule_inputs import Rule, RuleInputs
 
@@ -104,6 +113,19 @@ def _graph_modules_match(options: PlanOptions, model: ModelSpec) -> bool:
     if moe_parts and not model.is_moe:
         return False
     return not ("mlp" in modules and model.is_moe and model.num_moe_layers == model.num_layers)
+
+
+def _graphs_ok(r: RuleInputs) -> np.ndarray:
+    """Plans whose CUDA graphs Megatron-Core takes (``graph_breaches``, by the plans each binds)."""
+    found = graph_breaches(r.options, r.model)
+    ok = r.everywhere("all" not in found)
+    if "selective" in found:
+        ok = ok & (r.grid.recompute != RECOMPUTE_CODES[Recompute.SELECTIVE])
+    if "a2a" in found:
+        ok = ok & ~r.grid.a2a_overlap
+    if "alltoall" in found:
+        ok = ok & (r.grid.dispatcher != DISPATCHER_CODES[TokenDispatcher.ALLTOALL])
+    return ok
 
 
 def _accounting_hint(layers: int, p: int) -> str:
@@ -404,6 +426,11 @@ RULES: tuple[Rule, ...] = (
             '--overlap-moe-expert-parallel-comm ("1F1B overlap with FSDP does not support per-layer CUDA graphs", '
             "distributed/fsdp/mcore_fsdp_adapter.py:182 @ d98e8a64); use --cuda-graph-impl full_iteration"
         ),
+    ),
+    Rule(
+        "CUDA graphs as Megatron-Core takes them",
+        _graphs_ok,
+        lambda x: f"{x.graph_breach} (transformer_config.py:2798-2935, 3062-3070 @ d98e8a64)",
     ),
     Rule(
         "CUDA graph modules match the layers",
