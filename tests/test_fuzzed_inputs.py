@@ -79,6 +79,16 @@ LLAMA = ["--model", "llama3-8b", "--gpus", "8", "--tp", "2"]
             ],
             "at most 16,384 GPUs can hold a legal plan (tp ≤ 8 × cp ≤ 2 × pp ≤ 2 × dp ≤ 512",
         ),
+        # a module list item not allowed: "options: recompute_modules.1: Input should be 'core_attn', ..." (the plan's
+        # field, not the option)
+        (
+            ["explain", *LLAMA, "--recompute-modules", "core_attn,foo"],
+            "Invalid value for '--recompute-modules': 'foo' is not a module; allowed: core_attn, mlp, layernorm",
+        ),
+        (
+            ["explain", *LLAMA, "--cuda-graph-modules", "attn,FOO"],
+            "Invalid value for '--cuda-graph-modules': 'FOO' is not a module; allowed: attn, mlp, moe, moe_router",
+        ),
         # the busiest expert's share past every token: numpy overflow warnings, then 4.9e300 GiB
         (
             ["search", "--model", "gpt-oss-20b", "--gpus", "64", "--moe-load-imbalance", "1e300"],

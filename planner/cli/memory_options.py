@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import click
 
-from planner.cli.option_spec import IntRange, Option
+from planner.cli.option_spec import CommaChoices, IntRange, Option
+from planner.plan import CudaGraphModule, RecomputeModule
 
 MEMORY_OPTIONS: tuple[Option, ...] = (
     Option(
         ("--recompute-modules",),
         "Selective recomputation's modules, comma-separated: core_attn, mlp, layernorm, moe_act, moe, "
         "mla_up_proj, shared_experts [default: core_attn].",
-        type=click.STRING,
+        type=CommaChoices(tuple(m.value for m in RecomputeModule), "module"),
     ),
     Option(
         ("--cpu-offloading-num-layers",),
@@ -59,7 +60,7 @@ MEMORY_OPTIONS: tuple[Option, ...] = (
         ("--cuda-graph-modules",),
         "Per-layer graphs' modules, comma-separated: attn, mlp, moe, moe_router, moe_preprocess "
         "[default: the whole layer].",
-        type=click.STRING,
+        type=CommaChoices(tuple(m.value for m in CudaGraphModule), "module"),
     ),
     Option(
         ("--expandable-segments",),

@@ -9,6 +9,24 @@ from dataclasses import dataclass, field
 import click
 
 
+class CommaChoices(click.ParamType):
+    """A comma-separated list, each item one of ``choices``, checked as the option is read: ``--recompute-modules
+    foo`` said "options: recompute_modules.0: Input should be ..." (the plan's field, not the option). The text is
+    kept as given (the plan options split it)."""
+
+    name = "text"
+
+    def __init__(self, choices: tuple[str, ...], what: str):
+        self.choices, self.what = choices, what
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            bad = [x.strip() for x in value.split(",") if x.strip() and x.strip() not in self.choices]
+            if bad:
+                self.fail(f"{bad[0]!r} is not a {self.what}; allowed: {', '.join(self.choices)}", param, ctx)
+        return value
+
+
 class TokenCount(click.ParamType):
     """A positive number of tokens: 300e9, 3e11, 300000000000, or with a suffix 300B, 1.4T, 500M."""
 
