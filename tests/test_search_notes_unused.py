@@ -14,8 +14,8 @@ from conftest import run_cli
 SMALL = ["--model", "gpt-1.7b", "--gpus", "8", "--hardware", "dgx-h100-superpod"]  # dense, 24 layers, B 512
 
 
-def search(args: list[str]):
-    result = run_cli(["search", *SMALL, *args, "--json", "--top", "3"])
+def search(args: list[str], base: list[str] = SMALL):
+    result = run_cli(["search", *base, *args, "--json", "--top", "3"])
     assert result.exit_code == 0, result.output
     return result, json.loads(result.stdout)["plans"]
 
@@ -58,12 +58,6 @@ def test_an_option_no_plan_of_the_context_uses_is_noted(args, note):
             ["--vpp", "2"],
             lambda par: par["vpp"] == 2 and par["pp"] > 2,  # interleaving without p2p overlap needs pp > 2
         ),
-        (
-            ["--tp-comm-overlap-cfg", "bridge"],
-            "--tp-comm-overlap-cfg bridge applies only to plans with --tp-comm-overlap",
-            ["--tp-comm-overlap"],
-            lambda par: par["tp"] > 1 and par["sequence_parallel"],
-        ),
     ],
 )
 def test_an_option_that_pins_some_plans_only_says_so_until_the_pins_keep_only_those(args, note, keep, check):
@@ -89,3 +83,19 @@ def test_explain_says_an_interleaving_group_or_flex_backend_its_plan_does_not_us
     backend = run_cli([*moe, "--moe-token-dispatcher", "alltoall", "--moe-flex-dispatcher-backend", "hybridep"])
     assert backend.exit_code == 0, backend.output
     assert "--moe-flex-dispatcher-backend ignored: they configure --moe-token-dispatcher flex" in backend.stderr
+
+
+def test_a_bridge_userbuffer_config_is_said_where_no_preset_fits_or_only_some_plans_overlap():
+    """gpt-1.7b (h 2,304): Megatron-Bridge has no userbuffer preset at that width, so every plan ran Transformer
+    Engine's defaults; gpt-18b (h 6,144): Bridge's h6144 tp2 preset, for the plans with --tp-comm-overlap."""
+    result, _ = search(["--tp-comm-overlap-cfg", "bridge"])
+    assert "--tp-comm-overlap-cfg ignored: Megatron-Bridge has no userbuffer preset for H100-SXM5-80GB at hidden " in (
+        result.stderr
+    )
+    assert "applies only" not in result.stderr  # said once
+    wider = ["--model", "gpt-18b", "--gpus", "8", "--hardware", "dgx-h100-superpod", "--tp-comm-overlap-cfg", "bridge"]
+    some, _ = search([], wider)
+    assert "--tp-comm-overlap-cfg bridge applies only to plans with --tp-comm-overlap" in some.stderr
+    kept, plans = search(["--tp-comm-overlap"], wider)
+    assert "applies only" not in kept.stderr and "ignored" not in kept.stderr
+    assert plans and all(p["parallel"]["tp"] > 1 and p["options"]["tp_comm_overlap"] for p in plans)

@@ -72,6 +72,12 @@ def context_ignored(kw: dict, ctx) -> list[tuple[list[str], str]]:
         ),
         (["use_sharp"], not ctx.hardware.network.sharp, f"{ctx.hardware.name}'s switches do not reduce (no SHARP)"),
         (
+            ["tp_comm_overlap_cfg"],
+            _no_bridge_preset(ctx),
+            f"Megatron-Bridge has no userbuffer preset for {ctx.hardware.gpu.name} at hidden size "
+            f"{ctx.model.hidden_size}: every plan runs Transformer Engine's defaults (as without the option)",
+        ),
+        (
             ["moe_shared_expert_overlap"],
             ctx.model.is_moe and not ctx.model.shared_ffn,
             f"{ctx.model.name} has no shared experts to run beside the dispatch (Megatron-LM still refuses it "
@@ -86,6 +92,18 @@ def context_ignored(kw: dict, ctx) -> list[tuple[list[str], str]]:
     ]
     out += [([flag(n) for n in names if typed(n)], reason) for names, unused, reason in checks if unused]
     return [(flags, reason) for flags, reason in out if flags]
+
+
+def _no_bridge_preset(ctx) -> bool:
+    """--tp-comm-overlap-cfg bridge where no Megatron-Bridge preset fits the GPU generation and hidden size
+    (``userbuffers.plan_configs`` then gives every plan Transformer Engine's defaults)."""
+    from planner.hardware.userbuffers import BRIDGE, bridge_presets
+
+    cfg = ctx.options.tp_comm_overlap_cfg
+    if cfg is None or cfg.name != BRIDGE:
+        return False
+    gpu = ctx.hardware.gpu
+    return not any(p.applies(gpu.compute_capability, ctx.model.hidden_size) for p in bridge_presets())
 
 
 def say_ignored(pairs: list[tuple[list[str], str]]) -> None:
@@ -185,11 +203,14 @@ SOME_PLANS = (
 )
 
 
-def note_some_plans(kw: dict, ctx=None, rows: tuple[SomePlans, ...] = SOME_PLANS) -> None:
+def note_some_plans(
+    kw: dict, ctx=None, rows: tuple[SomePlans, ...] = SOME_PLANS, said: frozenset[str] = frozenset()
+) -> None:
     """Options given that pin only some of the plans search ranks, said rather than dropped where the plans
-    shown do not use them (``ctx``: the context; None: rows for MoE models are said too)."""
+    shown do not use them (``ctx``: the context; None: rows for MoE models are said too); none of ``said``, the
+    flags ``context_ignored`` gave already (no plan uses them)."""
     for row in rows:
-        given = row.given(kw)
+        given = [g for g in row.given(kw) if g.split()[0] not in said]
         if not given or row.kept(kw) or (row.moe and ctx is not None and not ctx.model.is_moe):
             continue
         verb = "apply" if len(given) > 1 else "applies"

@@ -152,10 +152,11 @@ def _note_unused(kw: dict, ctx: api.Context) -> None:
     --sequence-parallel at --tp 1, and those that pin only some of the plans ranked (``note_some_plans``)."""
     from planner.cli.ignored import SP_AT_TP1, context_ignored, note_some_plans, say_ignored
 
-    say_ignored(context_ignored(kw, ctx))
+    ignored = context_ignored(kw, ctx)
+    say_ignored(ignored)
     if kw.get("sequence_parallel") and kw.get("tp") == 1:
         click.echo(f"megaplan: note: {SP_AT_TP1}", err=True)
-    note_some_plans(kw, ctx)
+    note_some_plans(kw, ctx, said=frozenset(f for flags, _ in ignored for f in flags))
 
 
 def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
