@@ -86,6 +86,9 @@ def _plan_text(path: str) -> str:
             )
         return _stdin_text()
     p = Path(path)
+    if not path.strip() or p.is_dir():  # compare's '' (Path('') is '.') and a folder were "a device or socket"
+        what = "names no file" if not path.strip() else "is a folder"
+        raise PlannerError(f"plan file {path!r} {what}: give a plan JSON file (megaplan explain/search --json)")
     if p.exists() and not (p.is_file() or p.is_fifo()):  # a pipe is read (--plan <(megaplan search ... --json))
         raise PlannerError(f"plan file {path!r} is not a file (a device or socket): give a JSON file or a pipe")
     if not (p.is_file() or p.is_fifo()):

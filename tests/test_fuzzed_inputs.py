@@ -213,3 +213,17 @@ def test_a_log_number_that_is_not_whole_is_not_read_as_its_first_digit():
 def test_a_bridge_override_that_names_no_field_is_one_line(override, needle):
     line = one_line_error(run_cli(["explain", "--model", "llama3-8b", "--gpus", "8", "--bridge-override", override]))
     assert needle in line, line
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("", "plan file '' names no file: give a plan JSON file"),  # was "is not a file (a device or socket)"
+        (str(REPO / "tests"), "is a folder: give a plan JSON file"),  # the same
+    ],
+)
+def test_a_compare_argument_that_is_no_file_says_so(plan, tmp_path, name, needle):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    line = one_line_error(run_cli(["compare", str(path), name]))
+    assert needle in line, line
