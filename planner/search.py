@@ -469,10 +469,8 @@ def search(
         layers = np.array(grid.recompute_layers)  # a copy: a column of one value is a read-only view
         layers[unsolved] = np.maximum(solved, 1)
         grid = replace(grid, recompute_layers=layers)
-    # block-recomputation variants of the unfit rows, made after the rules (a legal row without recomputation, now
-    # recomputing): only where the rules leave some row full recomputation. Options that refuse it everywhere
-    # (--cpu-offloading-num-layers, per-layer CUDA graphs) leave the legal grid no full row, and then no variant
-    # (they ranked first, plans explain refused); the rows overlapping the expert all-to-all have none either
+    # block variants of unfit rows (made after the rules) only where some legal row recomputes fully: options that
+    # refuse it everywhere (CPU offloading, per-layer CUDA graphs) got variants explain refused, ranked first
     block = pins.recompute_method is None and _full_allowed(pins) and bool(np.any(grid.recompute == 2))
     hsdp = pins.distributed_optimizer_instances is None  # Megatron FSDP's hybrid variants of the FSDP rows that fit
     rank_by = "memory" if sort == "memory" else rank_by

@@ -194,6 +194,9 @@ def setups(draw, *, t: int | None = None, p: int | None = None, vpp: int | None 
     if vpp > 1 and p <= 2:
         # Megatron: the interleaved schedule needs pp > 2 unless it overlaps p2p communication
         options = options.model_copy(update={"overlap_p2p_comm": True})
+    if plan.recompute.value != "full" or plan.tp == 1 or plan.sequence_parallel:
+        # Megatron: --distribute-saved-activations only with full recomputation, tp > 1 and no SP
+        options = options.model_copy(update={"distribute_saved_activations": False})
     return Setup(model=model, training=training, options=options, plan=plan)
 
 

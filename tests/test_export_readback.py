@@ -302,3 +302,37 @@ def test_cuda_graphs_megatron_core_takes_still_run():
         [*GPT3, "--cuda-graph-modules", "mlp", "--recompute", "selective"],  # core_attn recomputed outside the graph
     ):
         assert run_cli(["explain", *extra, "--cuda-graph-impl", "transformer_engine", "--brief"]).exit_code == 0
+
+
+SMALL_FULL = (
+    "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 2048 --max-position-embeddings 2048 "
+    "--micro-batch-size 1 --global-batch-size 64 --vocab-size 32000 --bf16 --distribute-saved-activations "
+)
+FULL_1 = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        FULL_1 + "--tensor-model-parallel-size 1",
+        FULL_1 + "--tensor-model-parallel-size 2 --sequence-parallel",
+        "--recompute-granularity selective --tensor-model-parallel-size 2",
+    ],
+)
+def test_distribute_saved_activations_needs_full_recomputation_tp_and_no_sequence_parallelism(extra):
+    """validate_args asserts tp > 1 and full granularity; TransformerConfig (transformer_config.py:1934-1938)
+    refuses it with sequence parallelism. megaplan read all three lines without a word (and exported the tp 1 one)."""
+    result = run_cli(["explain", "--megatron-args", SMALL_FULL + extra, "--gpus", "8", "--hardware",
+                      "dgx-h100-superpod", "--brief"])  # fmt: skip
+    assert result.exit_code == 2
+    assert "distribute-saved-activations needs full recomputation, tp > 1 and no sequence parallelism" in result.stderr
+
+
+def test_distribute_saved_activations_round_trips_where_megatron_takes_it():
+    line = SMALL_FULL + FULL_1
+    req = import_megatron(line + "--tensor-model-parallel-size 2", gpus=8, hardware="dgx-h100-superpod").request
+    assert req.ctx.options.distribute_saved_activations
+    argv = export.megatron_argv(req)
+    assert "--distribute-saved-activations" in argv and megatron_problems(argv) == []
+    back = import_megatron(shlex.join(argv), gpus=8, hardware="dgx-h100-superpod").request
+    assert back.ctx.options == req.ctx.options and explain(back)["estimate"] == explain(req)["estimate"]

@@ -25,7 +25,10 @@ MAX_TABLE_TOP = 200  # a table is read, not processed: 200 rows draw in well und
 @cli.command()
 @click.option("--gpus", type=IntRange(min=1), help="N, the GPUs to split the model over.")
 @click.option(
-    "--min-gpus", is_flag=True, help="Instead of --gpus: find the smallest cluster (whole nodes) with a plan that fits."
+    "--min-gpus",
+    is_flag=True,
+    help="Instead of --gpus: find the smallest cluster with a plan that fits (1, 2, 4 … GPUs within a node, "
+    "then whole nodes).",
 )
 @search_options
 @bridge_source_options

@@ -269,7 +269,7 @@ def recompute_flags(req: PlanRequest) -> list:
     if p.recompute is Recompute.FULL:
         flags = ["--recompute-granularity", "full", "--recompute-method", p.recompute_method.value]
         flags += ["--recompute-num-layers", p.recomputed_layers]
-        if o.distribute_saved_activations and not p.sequence_parallel:
+        if o.distribute_saved_activations:  # the rule table keeps it to tp > 1 without SP, as Megatron-LM does
             flags.append("--distribute-saved-activations")
         return flags
     return []

@@ -1,4 +1,5 @@
-"""The smallest cluster a model trains on: the fewest GPUs, in whole nodes, with a legal plan that fits.
+"""The smallest cluster a model trains on: the fewest GPUs (a power of two within a node, then whole nodes)
+with a legal plan that fits.
 
 Sizes tried: 1, 2, 4, … GPUs below one node, then whole nodes. Nothing smaller than the
 weights, gradients and optimizer states spread over every GPU can fit, so the scan starts at

@@ -14,6 +14,7 @@ from planner.models.pipeline_layout import PipelineLayout
 from planner.models.spec import ModelSpec
 from planner.plan import (
     DISPATCHER_CODES,
+    RECOMPUTE_BY_CODE,
     RECOMPUTE_CODES,
     PlanOptions,
     Recompute,
@@ -119,6 +120,7 @@ class RuleInputs:
             max_pos=mo.max_position_embeddings,
             offload=self.options.cpu_offloading_num_layers,
             recompute=int(g.recompute[i]),
+            recompute_name=RECOMPUTE_BY_CODE[int(g.recompute[i])].value,
             layout=self.grid.layout_text(i),
             layout_problems="; ".join(self.layout_problems(i)),
             dispatcher=int(self.grid.dispatcher[i]),

@@ -442,6 +442,20 @@ RULES: tuple[Rule, ...] = (
     _module_rule(MODULE_REFUSALS[0]),
     _module_rule(MODULE_REFUSALS[1]),
     Rule(
+        "distribute-saved-activations needs full recomputation, tp > 1 and no sequence parallelism",
+        _with_option(
+            "distribute_saved_activations",
+            lambda r: (
+                (r.grid.recompute == RECOMPUTE_CODES[Recompute.FULL]) & (r.grid.tp > 1) & ~r.grid.sequence_parallel
+            ),
+        ),
+        lambda x: (
+            "--distribute-saved-activations shards the full recomputation's saved inputs over tp: it needs "
+            f"--recompute-granularity full and tp > 1 (arguments.py validate_args), and no --sequence-parallel, which "
+            f"shards them already (transformer_config.py:1934-1938) (recompute {x.recompute_name}, tp {x.t})"
+        ),
+    ),
+    Rule(
         "precision-aware optimizer needs the distributed optimizer",
         _with_option("use_precision_aware_optimizer", _sharded_optimizer),
         lambda x: "--use-precision-aware-optimizer needs --use-distributed-optimizer (optimizer/__init__.py:1057-1060)",
