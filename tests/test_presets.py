@@ -195,3 +195,26 @@ def test_user_file_is_reread_after_it_changes(tmp_path):
     assert load_model(str(path)).num_layers == 4
     path.write_text(base.format(L=8))
     assert load_model(str(path)).num_layers == 8
+
+
+@pytest.mark.parametrize(
+    "name, theta",
+    [
+        ("llama3-8b", 500_000),  # meta-llama/Meta-Llama-3-8B config.json "rope_theta": 500000.0
+        ("llama3-70b", 500_000),
+        ("llama3.1-405b", 500_000),  # meta-llama/Llama-3.1-405B config.json
+        ("mixtral-8x7b", 1_000_000),  # mistralai/Mixtral-8x7B-v0.1 config.json "rope_theta": 1000000.0
+        ("mixtral-8x22b", 1_000_000),
+        ("qwen3-30b-a3b", 1_000_000),
+        ("llama2-7b", None),  # Megatron-LM's default --rotary-base 10000 is Llama 2's
+    ],
+)
+def test_rope_models_export_their_rotary_base(name, theta):
+    # the Llama 3 and Mixtral presets had no rotary_base: the flags megaplan exports trained them at
+    # Megatron-LM's default θ = 10,000 (arguments.py --rotary-base), not their published rope_theta
+    from planner import api
+    from planner.megatron.export import model_flags
+
+    flags = [str(f) for f in model_flags(api.make_request(model=name))]
+    written = flags[flags.index("--rotary-base") + 1] if "--rotary-base" in flags else None
+    assert written == (None if theta is None else str(theta))
