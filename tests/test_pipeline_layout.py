@@ -140,3 +140,29 @@ def test_search_places_deepseek_v3_with_layouts():
         plan = request_from_plan(pj).plan
         assert plan.pipeline_layout is not None and plan.pp == 16
         assert sum(pj["parallel"]["stage_layers"]) == 61
+
+
+def test_explicit_split_is_megatrons_rule_for_one_plan_and_a_grid():
+    # transformer_config.py:2326-2340 @ d98e8a64: middle stages and middle layers, or neither; the middle layers
+    # divide over the middle stages. One function serves _chunk_sizes (a plan) and grid._explicit_stages (search)
+    import numpy as np
+
+    from planner.models.pipeline_layout import explicit_split
+
+    cases = [  # (L, p, first, last) -> (layers per middle stage, legal), by hand
+        ((80, 2, 38, 42), (0, True)),  # no middle stage, no layer left: runs
+        ((80, 4, 40, 40), (0, False)),  # two middle stages left empty: refused
+        ((80, 4, 20, 0), (20, True)),  # 60 layers over 3 stages
+        ((80, 3, 21, 0), (29, False)),  # 59 over 2 does not divide
+        ((80, 1, 80, 0), (0, False)),  # pp 1 has no first/last stage to size
+        ((80, 4, 50, 40), (-5, False)),  # more layers given than the model has
+    ]
+    for (L, p, first, last), (mid, legal) in cases:
+        got_mid, got_legal = explicit_split(L, p, first, last)
+        assert (int(got_mid), bool(got_legal)) == (mid, legal), (L, p, first, last)
+    L = 80
+    p = np.array([c[0][1] for c in cases])
+    first = np.array([c[0][2] for c in cases])
+    last = np.array([c[0][3] for c in cases])
+    mids, legal = explicit_split(L, p, first, last)
+    assert legal.tolist() == [c[1][1] for c in cases] and mids.tolist() == [c[1][0] for c in cases]

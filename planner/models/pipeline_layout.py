@@ -157,6 +157,21 @@ def balanced_layouts(num_layers: int, p: int, v: int, mtp_layers: int) -> list[P
     return out
 
 
+def explicit_split(L, p, first, last) -> tuple:
+    """Megatron-LM's split with a first and/or last stage size given (--decoder-first/last-pipeline-num-layers;
+    0: not given): the other stages share the rest evenly. Legal where there are middle stages and middle layers or
+    neither ("Ensure you either have middle pp stages and layers or none of them"), the middle layers dividing over
+    the middle stages, and p > 1 (transformer_config.py:2326-2340 @ d98e8a64): pp 2 with 38 + 42 of 80 layers runs,
+    pp 4 with 40 + 40 leaves two stages empty and is refused. Scalars or arrays (one plan, or search's grid).
+    Returns (layers per middle stage, legal)."""
+    first, last = np.asarray(first), np.asarray(last)
+    others = p - (first > 0).astype(np.int64) - (last > 0).astype(np.int64)
+    stages = np.maximum(others, 1)
+    rest = L - first - last
+    with_middle = (others > 0) & (rest > 0) & (rest % stages == 0)
+    return rest // stages, (rest >= 0) & (np.asarray(p) > 1) & (with_middle | ((others == 0) & (rest == 0)))
+
+
 @dataclass(frozen=True)
 class StageContents:
     """What each of the p ranks holds: decoder layer ids (in order), MTP layers, the embedding and the loss."""
@@ -176,13 +191,10 @@ def _chunk_sizes(num_layers: int, p: int, v: int, split: int, first: int, last: 
         return [[num_layers]] if v == 1 and not (first or last) else None
     if first or last:
         n_first, n_last = first or None, last or None
-        middle_stages = p - (n_first is not None) - (n_last is not None)
-        rest = num_layers - (n_first or 0) - (n_last or 0)
-        # middle stages and middle layers, or neither (transformer_config.py:2326-2340 @ d98e8a64)
-        if (middle_stages > 0) != (rest > 0) or rest < 0 or (middle_stages and rest % middle_stages):
+        mid, legal = explicit_split(num_layers, p, first, last)
+        if not legal:
             return None
-        mid = rest // max(middle_stages, 1)
-        sizes = [mid] * p
+        sizes = [int(mid)] * p
         if n_first is not None:
             sizes[0] = n_first
         if n_last is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from planner.models.pipeline_layout import explicit_split
 from planner.plan import (
     DISPATCHER_BY_CODE,
     FSDP_SHARDING_BY_CODE,
@@ -293,16 +294,7 @@ def _stage_layers(
 def _explicit_stages(L: int, p, first_given, last_given, explicit, per, e, lo, accounted_ok) -> tuple:
     """``_stage_layers``' (first, middle, last, split accepted) where some plan gives its first or last stage
     size (``explicit``): those sizes, the rest divided evenly over the other stages; the others accounted."""
-    n_explicit = (first_given > 0).astype(np.int64) + (last_given > 0).astype(np.int64)
-    others = p - n_explicit
-    rest_stages = np.maximum(others, 1)
-    rest_layers = L - first_given - last_given
-    rest_per = rest_layers // rest_stages
-    # Megatron-LM: "either have middle pp stages and layers or none of them", the middle layers dividing over the
-    # middle stages (transformer_config.py:2326-2340 @ d98e8a64): pp 2 with first 38 and last 42 of 80 layers
-    # runs; pp 4 with first 40 and last 40 is refused (megaplan priced two empty stages: a NaN estimate)
-    with_middle = (others > 0) & (rest_layers > 0) & (rest_layers % rest_stages == 0)
-    explicit_ok = (rest_layers >= 0) & (p > 1) & (with_middle | ((others == 0) & (rest_layers == 0)))
+    rest_per, explicit_ok = explicit_split(L, p, first_given, last_given)  # Megatron-LM's rule, one copy
     first = np.where(explicit, np.where(first_given > 0, first_given, rest_per), per - e)
     last = np.where(explicit, np.where(last_given > 0, last_given, rest_per), per - lo)
     middle = np.where(explicit, rest_per, per)
