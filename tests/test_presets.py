@@ -218,3 +218,23 @@ def test_rope_models_export_their_rotary_base(name, theta):
     flags = [str(f) for f in model_flags(api.make_request(model=name))]
     written = flags[flags.index("--rotary-base") + 1] if "--rotary-base" in flags else None
     assert written == (None if theta is None else str(theta))
+
+
+def test_llama31_exports_and_reads_back_its_rope_scaling():
+    # meta-llama/Llama-3.1-405B config.json: rope_scaling {rope_type llama3, factor 8.0}; Megatron-LM applies it
+    # with --use-rope-scaling (rope_utils.apply_rope_scaling), the factor from --rope-scaling-factor (default 8)
+    from planner import api
+    from planner.megatron.export import model_flags
+    from planner.megatron.importer import import_megatron
+
+    flags = [str(f) for f in model_flags(api.make_request(model="llama3.1-405b"))]
+    at = flags.index("--use-rope-scaling")
+    assert flags[at + 1 : at + 3] == ["--rope-scaling-factor", "8.0"]
+    assert "--use-rope-scaling" not in [str(f) for f in model_flags(api.make_request(model="llama3-70b"))]
+    base = "--num-layers 2 --hidden-size 256 --num-attention-heads 4 --vocab-size 1000 --seq-length 512"
+    base += " --micro-batch-size 1 --global-batch-size 8 --position-embedding-type rope"
+    read = import_megatron(f"{base} --use-rope-scaling --rope-scaling-factor 4", gpus=8)
+    assert read.request.ctx.model.rope_scaling_factor == 4.0
+    assert import_megatron(f"{base} --use-rope-scaling", gpus=8).request.ctx.model.rope_scaling_factor == 8.0
+    # the factor alone does nothing in Megatron-LM (the scaling needs --use-rope-scaling)
+    assert import_megatron(f"{base} --rope-scaling-factor 4", gpus=8).request.ctx.model.rope_scaling_factor is None

@@ -73,6 +73,8 @@ def model_flags(req: PlanRequest) -> list[str]:
         flags += ["--position-embedding-type", m.position_embedding_type.value]
     if m.rotary_base is not None:
         flags += ["--rotary-base", m.rotary_base]
+    if m.rope_scaling_factor is not None:  # Megatron-LM rope_utils.apply_rope_scaling: Llama 3.x's frequency scaling
+        flags += ["--use-rope-scaling", "--rope-scaling-factor", m.rope_scaling_factor]
     if m.untie_embeddings_and_output_weights:
         flags.append("--untie-embeddings-and-output-weights")
     if not m.add_bias_linear:

@@ -60,6 +60,8 @@ def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, no
     fields = {MODEL_FIELDS[k]: val for k, val in v.items() if k in MODEL_FIELDS}
     if v.get("group_query_attention") and v.get("num_query_groups"):
         fields["num_query_groups"] = v["num_query_groups"]
+    if v.get("use_rope_scaling"):  # --rope-scaling-factor counts only with it (arguments.py; default 8)
+        fields["rope_scaling_factor"] = float(v.get("rope_scaling_factor") or 8.0)
     fields.update(fork.model)
     pattern = v.get("hybrid_layer_pattern") or v.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:

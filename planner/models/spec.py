@@ -77,6 +77,9 @@ class ModelSpec(BaseModel):
     qk_layernorm: bool = Field(False, description="--qk-layernorm: a norm over each query and key head")
     position_embedding_type: PositionEmbedding = PositionEmbedding.LEARNED
     rotary_base: PositiveInt | None = Field(None, description="--rotary-base (RoPE θ); no cost")
+    rope_scaling_factor: float | None = Field(
+        None, gt=0, description="--use-rope-scaling --rope-scaling-factor F (Llama 3.x's RoPE frequencies); no cost"
+    )
     untie_embeddings_and_output_weights: bool = False
     add_bias_linear: bool = True
     hidden_dropout: float = Field(0.1, ge=0, lt=1, description="dropout after attention and MLP")
