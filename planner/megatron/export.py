@@ -69,12 +69,7 @@ def model_flags(req: PlanRequest) -> list[str]:
         flags += ["--normalization", m.normalization.value]
     if m.qk_layernorm:
         flags.append("--qk-layernorm")
-    if m.position_embedding_type is not PositionEmbedding.LEARNED:
-        flags += ["--position-embedding-type", m.position_embedding_type.value]
-    if m.rotary_base is not None:
-        flags += ["--rotary-base", m.rotary_base]
-    if m.rope_scaling_factor is not None:  # Megatron-LM rope_utils.apply_rope_scaling: Llama 3.x's frequency scaling
-        flags += ["--use-rope-scaling", "--rope-scaling-factor", m.rope_scaling_factor]
+    flags += _position_flags(m)
     if m.untie_embeddings_and_output_weights:
         flags.append("--untie-embeddings-and-output-weights")
     if not m.add_bias_linear:
@@ -90,6 +85,19 @@ def model_flags(req: PlanRequest) -> list[str]:
         flags += ["--mtp-num-layers", m.mtp_num_layers]
     if m.is_moe:
         flags += moe_model_flags(m)
+    return flags
+
+
+def _position_flags(m) -> list:
+    """The position embedding: its type, RoPE's θ and Llama 3.x's frequency scaling (Megatron-LM
+    rope_utils.apply_rope_scaling, the factor read only with --use-rope-scaling)."""
+    flags = []
+    if m.position_embedding_type is not PositionEmbedding.LEARNED:
+        flags += ["--position-embedding-type", m.position_embedding_type.value]
+    if m.rotary_base is not None:
+        flags += ["--rotary-base", m.rotary_base]
+    if m.rope_scaling_factor is not None:
+        flags += ["--use-rope-scaling", "--rope-scaling-factor", m.rope_scaling_factor]
     return flags
 
 
