@@ -237,3 +237,13 @@ def test_a_compare_argument_that_is_no_file_says_so(plan, tmp_path, name, needle
     path.write_text(json.dumps(plan))
     line = one_line_error(run_cli(["compare", str(path), name]))
     assert needle in line, line
+
+
+def test_an_unknown_bridge_version_is_one_line_before_any_recipe_is_read():
+    # `--bridge-recipe llama3_8b_pretrain_config --bridge-version x` ended in KeyError 'x' (bridge/recipes.py resolve);
+    # without a Bridge source the tag was accepted and ignored. It is a choice of the tags megaplan reads
+    for command in ("explain", "export", "compare", "search"):
+        args = [command, "--model", "llama3-8b", "--gpus", "8", "--bridge-version", "x"]
+        got = one_line_error(run_cli([*args, "--bridge-recipe", "llama3_8b_pretrain_config"]))
+        assert got == "megaplan: error: Invalid value for '--bridge-version': 'x' is not one of 'v0.2.1', 'v0.6.0'."
+        assert one_line_error(run_cli(args)) == got

@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 
 from planner import api
+from planner.bridge.table import TAGS as BRIDGE_TAGS
 from planner.cli.memory_options import MEMORY_OPTIONS
 from planner.cli.option_spec import POSITIVE, SIZE, FiniteRange, IntRange, Option, TokenCount
 from planner.errors import PlannerError
@@ -53,7 +54,12 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         extra={"multiple": True, "metavar": "KEY=VALUE"},
     ),
     Option(("--bridge-recipe",), "Megatron-Bridge base recipe (import: its fields; export: the base).", plan_only=True),
-    Option(("--bridge-version",), "Megatron-Bridge tag: v0.2.1 or v0.6.0 [default: v0.6.0].", plan_only=True),
+    Option(
+        ("--bridge-version",),
+        f"Megatron-Bridge tag [default: {BRIDGE_TAGS[-1]}].",
+        type=click.Choice(BRIDGE_TAGS),
+        plan_only=True,
+    ),
     Option(
         ("--env", "env_pairs"),
         "Set a variable of the launch script (e.g. --env MODEL_SIZE=76B); repeatable.",
