@@ -32,8 +32,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-TAGS = ("v0.2.1", "v0.6.0")
-NEWEST = TAGS[-1]
+from planner.bridge_tags import NEWEST as NEWEST  # re-exported: the Bridge modules read the tags from here
+from planner.bridge_tags import TAGS
+
 TAG_MCORE = {"v0.2.1": "Megatron-Core core_v0.15.2", "v0.6.0": "Megatron-LM d98e8a64"}
 
 MCORE = "Megatron-Core TransformerConfig/ModelParallelConfig"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from planner import api
-from planner.bridge.table import TAGS as BRIDGE_TAGS
+from planner.bridge_tags import TAGS as BRIDGE_TAGS
 from planner.cli.memory_options import MEMORY_OPTIONS
 from planner.cli.option_spec import POSITIVE, SIZE, FiniteRange, IntRange, Option, TokenCount
 from planner.errors import PlannerError
