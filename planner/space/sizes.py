@@ -11,11 +11,11 @@ huge or oddly factored N is answered in microseconds.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from planner.plan import Context, Recompute
+from planner.plan import Context, ParallelPlan, Recompute
 from planner.space.candidates import Pins, candidate_grid, cp_searched, divisors, nvlink_domain_gpus, tp_in_domain
 from planner.space.rules import rule_masks
 
@@ -177,32 +177,7 @@ def empty_grid_reason(num_gpus: int, pins: Pins) -> str:
     return f"the knobs given leave no candidate plan on {num_gpus:,} GPUs ({', '.join(given)})"
 
 
-PLAN_PINS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "etp",
-    "fsdp",
-    "vpp",
-    "micro_batch",
-    "recompute",
-    "recompute_method",
-    "recompute_num_layers",
-    "sequence_parallel",
-    "distributed_optimizer",
-    "stage_split",
-    "first_stage_layers",
-    "last_stage_layers",
-    "pipeline_layout",
-    "moe_token_dispatcher",
-    "overlap_moe_expert_parallel_comm",
-    "distributed_optimizer_instances",
-    "fsdp_outer_sharding",
-    "fsdp_sharding",
-    "microbatch_group_size",
-)  # the Pins that are ParallelPlan fields
+PLAN_PINS = tuple(f.name for f in fields(Pins) if f.name in ParallelPlan.model_fields)  # the knobs a plan has
 
 
 def pinned_plan_reasons(ctx: Context, num_gpus: int, pins: Pins, options) -> list[str]:
@@ -214,7 +189,6 @@ def pinned_plan_reasons(ctx: Context, num_gpus: int, pins: Pins, options) -> lis
     the world, the distributed optimizer on, sequence parallelism with tp > 1. Empty: the pinned plan is legal."""
     from pydantic import ValidationError
 
-    from planner.plan import ParallelPlan
     from planner.presets import format_validation_error
     from planner.space.grid import PlanGrid
     from planner.space.rules import rule_messages
