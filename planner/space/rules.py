@@ -25,7 +25,7 @@ from planner.plan import (
     TokenDispatcher,
     TrainingSpec,
 )
-from planner.space.graph_rules import graph_breaches
+from planner.space.graph_rules import PER_LAYER, graph_breaches
 from planner.space.grid import COLUMNS, OPTION_COLUMNS, PlanGrid
 from planner.space.rule_inputs import Rule, RuleInputs
 
@@ -406,7 +406,7 @@ RULES: tuple[Rule, ...] = (
         "per-layer CUDA graphs not with CPU offloading or full recomputation",
         lambda r: (
             r.everywhere(not r.options.cpu_offloading_num_layers) & (r.grid.recompute != 2)
-            if r.options.cuda_graph_impl.value in ("local", "transformer_engine")
+            if r.options.cuda_graph_impl.value in PER_LAYER
             else r.everywhere(True)
         ),
         lambda x: (
@@ -418,7 +418,7 @@ RULES: tuple[Rule, ...] = (
         "per-layer CUDA graphs not with Megatron FSDP and the expert all-to-all overlap",
         lambda r: (
             ~(r.grid.fsdp & r.grid.a2a_overlap)
-            if r.options.cuda_graph_impl.value in ("local", "transformer_engine")
+            if r.options.cuda_graph_impl.value in PER_LAYER
             else r.everywhere(True)
         ),
         lambda x: (
