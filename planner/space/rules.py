@@ -417,9 +417,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "per-layer CUDA graphs not with Megatron FSDP and the expert all-to-all overlap",
         lambda r: (
-            ~(r.grid.fsdp & r.grid.a2a_overlap)
-            if r.options.cuda_graph_impl.value in PER_LAYER
-            else r.everywhere(True)
+            ~(r.grid.fsdp & r.grid.a2a_overlap) if r.options.cuda_graph_impl.value in PER_LAYER else r.everywhere(True)
         ),
         lambda x: (
             "--cuda-graph-impl local/transformer_engine does not run with --use-megatron-fsdp and "
