@@ -158,3 +158,61 @@ def test_fused_rope_moves_the_whole_head_whatever_the_rotated_fraction():
     yarn = m.model_copy(update={"position_embedding_type": load_model("gpt-oss-20b").position_embedding_type})
     half, whole = _attention_mem(yarn), _attention_mem(yarn.model_copy(update={"rotary_percent": 1.0}))
     assert half < whole
+
+
+def _bridge_round_trip(model: ModelSpec, recipe: str, tag: str, **plan):
+    from planner.bridge.export import bridge_export, dotlist_text
+    from planner.bridge.importer import header_options, read_bridge_text, request_from_bridge
+
+    req = api.make_request(model=model, hardware="dgx-h100-superpod", **plan)
+    exp = bridge_export(req, tag, recipe)
+    text = dotlist_text(exp)
+    head = header_options(text)
+    back = request_from_bridge(
+        read_bridge_text(text), tag=tag, recipe=recipe, gpus=req.gpus, hardware=head["hardware"], env=head["env"]
+    )
+    return exp.fields, back.request.ctx.model
+
+
+def test_bridge_carries_llama31_rope_scaling_at_v060_and_says_v021_cannot():
+    # Megatron-Bridge models/gpt_provider.py @ v0.6.0: GPTModelProvider.rope_scaling, rope_scaling_factor (passed to
+    # MCoreGPTModel); @ v0.2.1 the scaling lives only in Llama31ModelProvider.provide() (scale_factor 8.0)
+    from planner.errors import PlannerError
+
+    m = load_model("llama3.1-405b")
+    plan = dict(gpus=1008, tp=8, pp=18, global_batch=2016)
+    fields, back = _bridge_round_trip(m, "llama3_70b_pretrain_32gpu_h100_bf16_config", "v0.6.0", **plan)
+    assert (fields["model.rope_scaling"], fields["model.rope_scaling_factor"]) == (True, 8.0)
+    assert (back.rope_scaling_factor, back.num_layers, back.rotary_base) == (8.0, 126, 500000)
+    with pytest.raises(PlannerError, match=r"--rope-scaling-factor, --use-rope-scaling, which a Bridge v0\.2\.1 "):
+        _bridge_round_trip(m, "llama3_70b_pretrain_config", "v0.2.1", **plan)
+
+
+@pytest.mark.parametrize(
+    ("tag", "recipe"), [("v0.2.1", "llama3_8b_pretrain_config"), ("v0.6.0", "llama3_8b_pretrain_2gpu_h100_bf16_config")]
+)
+def test_bridge_carries_rotary_percent_and_the_norm_at_both_tags(tag, recipe):
+    # GPTModelProvider.rotary_percent (both tags), TransformerConfig.layernorm_epsilon and
+    # layernorm_zero_centered_gamma: a Llama 3 8B with Nemotron-4's half-rotated heads and 1p LayerNorm
+    m = load_model("llama3-8b").model_copy(
+        update={"name": "x", "rotary_percent": 0.5, "norm_epsilon": 1e-6, "apply_layernorm_1p": True}
+    )
+    fields, back = _bridge_round_trip(m, recipe, tag, gpus=8, tp=2)
+    assert fields["model.rotary_percent"] == 0.5 and fields["model.layernorm_epsilon"] == 1e-6
+    assert fields["model.layernorm_zero_centered_gamma"] is True
+    assert (back.rotary_percent, back.norm_epsilon, back.apply_layernorm_1p) == (0.5, 1e-6, True)
+
+
+def test_bridge_model_fields_are_fields_of_bridge_at_their_tag():
+    """Every provider field MODEL_TAG_ROWS writes is a field of Bridge's model section at that tag (the lists
+    dumped from Bridge's own classes)."""
+    from planner.bridge.recipes import section_fields
+    from planner.bridge.table import MODEL_TAG_ROWS
+
+    for tag in ("v0.2.1", "v0.6.0"):
+        names = section_fields(tag)["model"]
+        for row in MODEL_TAG_ROWS:
+            if row.paths.get(tag):
+                assert row.paths[tag].removeprefix("model.") in names, (tag, row.flag)
+            else:
+                assert row.why, row.flag  # a tag without the field says why
