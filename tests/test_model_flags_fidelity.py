@@ -216,3 +216,21 @@ def test_bridge_model_fields_are_fields_of_bridge_at_their_tag():
                 assert row.paths[tag].removeprefix("model.") in names, (tag, row.flag)
             else:
                 assert row.why, row.flag  # a tag without the field says why
+
+
+def test_gpt3_exports_say_the_sparse_attention_no_flag_carries():
+    # Brown et al. 2020 §2.1: "alternating dense and locally banded sparse attention patterns", band width not
+    # given; Megatron-LM trains GPT-3 175B dense (Narayanan et al. 2021), and so do megaplan's flags: every export
+    # says so (the flags' notes, the Slurm script's header, the Bridge export's notes)
+    from planner.bridge.export import bridge_export
+    from planner.megatron import export
+
+    req = api.make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16)
+    said = [why for restore, why in export.unwritten_settings(req) if not restore]
+    assert len(said) == 1 and "locally banded sparse attention (Brown et al. 2020 §2.1)" in said[0]
+    assert "# NOTE: the estimate counts settings no flag below can carry:" in export.slurm_script(req)
+    assert "locally banded" in export.slurm_script(req) and "--window-size" not in export.megatron_argv(req)
+    assert any(
+        "locally banded" in n for n in bridge_export(req, "v0.6.0", "gpt3_175b_pretrain_32gpu_h100_bf16_config").notes
+    )
+    assert not [w for r, w in export.unwritten_settings(api.make_request(model="gpt-39b", gpus=64, tp=8)) if not r]

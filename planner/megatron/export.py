@@ -370,7 +370,8 @@ DEFAULT_LOAD_IMBALANCE = PlanOptions.model_fields["moe_load_imbalance"].default
 def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
     """The plan's settings that change its estimate but that no Megatron-LM flag or launch environment can
     carry, each as (the megaplan options that restore it when the flags are read back, none for a setting only a
-    plan file keeps; why no flag says it). Read back without them, the flags give another estimate."""
+    plan file keeps; why no flag says it). Read back without them, the flags give another estimate. Last, what of
+    the published model no Megatron-LM flag carries (``ModelSpec.not_in_megatron``): the flags train without it."""
     o, out = req.ctx.options, []
     if o.pp_scatter_gather:
         out.append(
@@ -413,6 +414,8 @@ def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
             out.append(([], f"{what}: set it in the model's TransformerConfig, or export for Megatron-Bridge)"))
     if o.ub_graph_reorders_rs:
         out.append(([], "Transformer Engine before v2.16 under CUDA graphs (the version, not a setting)"))
+    if req.ctx.model.not_in_megatron:
+        out.append(([], f"the published {req.ctx.model.name}: {req.ctx.model.not_in_megatron}"))
     return out
 
 

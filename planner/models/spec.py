@@ -132,6 +132,9 @@ class ModelSpec(BaseModel):
     moe_router_topk_scaling_factor: float | None = Field(None, gt=0, description="routed_scaling_factor; no cost")
     moe_router_enable_expert_bias: bool = Field(False, description="aux-loss-free expert bias (DeepSeek-V3)")
     moe_router_dtype: str | None = Field(None, pattern="^fp(32|64)$", description="--moe-router-dtype: fp32 or fp64")
+    not_in_megatron: str | None = Field(
+        None, description="what of the published model no Megatron-LM flag carries (said by every export); no cost"
+    )
     training: TrainingDefaults | None = Field(None, description="published training defaults")
 
     @model_validator(mode="before")
