@@ -118,10 +118,6 @@ def test_settings_no_megatron_flag_carries_are_said_with_the_options_that_restor
         "Megatron-LM has no flag for",
         "megaplan: note: not in the flags: --no-async-tp-comm: the 2021 TP all-reduce without overlap; today's "
         "Megatron-LM always overlaps",
-        "megaplan: note: not in the flags: the published gpt3-175b: GPT-3's alternating dense and locally banded "
-        "sparse attention (Brown et al. 2020 §2.1) has no published band width, so no --window-size W,0 "
-        "--window-attn-skip-freq 2 is written: every layer is dense, as Megatron-LM trains GPT-3 175B (Narayanan et "
-        "al. 2021)",
         "megaplan: note: read them back with: megaplan explain --megatron-args '...' --gpus 1024 --model gpt3-175b "
         "--hardware dgx-a100-superpod --pp-scatter-gather --no-async-tp-comm",
     ]

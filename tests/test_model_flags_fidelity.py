@@ -224,13 +224,15 @@ def test_gpt3_exports_say_the_sparse_attention_no_flag_carries():
     # says so (the flags' notes, the Slurm script's header, the Bridge export's notes)
     from planner.bridge.export import bridge_export
     from planner.megatron import export
+    from tests.conftest import run_cli
 
     req = api.make_request(model="gpt3-175b", gpus=1024, tp=8, pp=16)
-    said = [why for restore, why in export.unwritten_settings(req) if not restore]
-    assert len(said) == 1 and "locally banded sparse attention (Brown et al. 2020 §2.1)" in said[0]
-    assert "# NOTE: the estimate counts settings no flag below can carry:" in export.slurm_script(req)
-    assert "locally banded" in export.slurm_script(req) and "--window-size" not in export.megatron_argv(req)
-    assert any(
-        "locally banded" in n for n in bridge_export(req, "v0.6.0", "gpt3_175b_pretrain_32gpu_h100_bf16_config").notes
-    )
-    assert not [w for r, w in export.unwritten_settings(api.make_request(model="gpt-39b", gpus=64, tp=8)) if not r]
+    (said,) = export.model_notes(req)
+    assert said.startswith("the published gpt3-175b: GPT-3's alternating dense and locally banded sparse attention")
+    assert f"# NOTE: not in any Megatron-LM flag: {said[:60]}" in export.slurm_script(req)
+    assert "--window-size" not in export.megatron_argv(req)
+    recipe = "gpt3_175b_pretrain_32gpu_h100_bf16_config"
+    assert f"not in any Bridge field either: {said}" in bridge_export(req, "v0.6.0", recipe).notes
+    out = run_cli(["export", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16"])
+    assert f"megaplan: note: not in any Megatron-LM flag: {said}" in out.stderr.replace("\n", " ")
+    assert export.model_notes(api.make_request(model="gpt-39b", gpus=64, tp=8)) == []

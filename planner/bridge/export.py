@@ -21,7 +21,7 @@ from planner.bridge import recipes
 from planner.bridge.table import MODEL_ROWS, MODEL_TAG_ROWS, PRESETS, ROWS, TAGS
 from planner.bridge.values import to_bridge
 from planner.errors import PlannerError
-from planner.megatron.export import cuda_device_max_connections, megatron_argv, model_flags
+from planner.megatron.export import cuda_device_max_connections, megatron_argv, model_flags, model_notes
 from planner.megatron.flags import flag_table, parse_megatron_argv
 from planner.plan import plan_label
 from planner.presets import load_model
@@ -129,8 +129,7 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
         default = True if row.kind == "off" else row.default
         fields.update(to_bridge(row, values.get(row.dest, default), tag, ctx))
     notes = _graph_rules(req, tag, fields)
-    if req.ctx.model.not_in_megatron:  # no provider field carries it either
-        notes.append(f"not in the fields: the published {req.ctx.model.name}: {req.ctx.model.not_in_megatron}")
+    notes += [f"not in any Bridge field either: {note}" for note in model_notes(req)]  # ModelSpec.not_in_megatron
     if o.fp8 is not None and o.fp8_recipe.value == "mxfp8" and o.fp8_param_gather:
         fields["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag"] = True
         notes.append("MXFP8 with fp8_param_gather: reuse_grad_buf_for_mxfp8_param_ag=true (Bridge's MXFP8 preset)")

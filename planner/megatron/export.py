@@ -376,8 +376,7 @@ def _bridge_userbuffers(cfg) -> bool:
 def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
     """The plan's settings that change its estimate but that no Megatron-LM flag or launch environment can
     carry, each as (the megaplan options that restore it when the flags are read back, none for a setting only a
-    plan file keeps; why no flag says it). Read back without them, the flags give another estimate. Last, what of
-    the published model no Megatron-LM flag carries (``ModelSpec.not_in_megatron``): the flags train without it."""
+    plan file keeps; why no flag says it). Read back without them, the flags give another estimate."""
     o, out = req.ctx.options, []
     if o.pp_scatter_gather:
         out.append(
@@ -420,9 +419,14 @@ def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
             out.append(([], f"{what}: set it in the model's TransformerConfig, or export for Megatron-Bridge)"))
     if o.ub_graph_reorders_rs:
         out.append(([], "Transformer Engine before v2.16 under CUDA graphs (the version, not a setting)"))
-    if req.ctx.model.not_in_megatron:
-        out.append(([], f"the published {req.ctx.model.name}: {req.ctx.model.not_in_megatron}"))
     return out
+
+
+def model_notes(req: PlanRequest) -> list[str]:
+    """What of the published model no Megatron-LM flag carries (``ModelSpec.not_in_megatron``): the flags, like the
+    estimate, train without it."""
+    m = req.ctx.model
+    return [f"the published {m.name}: {m.not_in_megatron}"] if m.not_in_megatron else []
 
 
 def megatron_argv(req: PlanRequest) -> list[str]:
@@ -535,6 +539,7 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
         warn += "".join(
             _comment(f"- {shlex.join(restore) + ': ' if restore else ''}{why}") for restore, why in unwritten
         )
+    model = "".join(_comment(f"NOTE: not in any Megatron-LM flag: {note}") for note in model_notes(req))
     split = (
         f" ({nodes} nodes of {per_node}: torchrun starts as many on every node)"
         if nodes > 1 and (per_node < req.ctx.hardware.gpus_per_node)
@@ -547,7 +552,7 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
 # Read it back (the model, the hardware and the settings above are not in the script):
 #   megaplan explain --megatron-args-file THIS_SCRIPT {shlex.join(readback_args(req))}
 # Replace every PLACEHOLDER before submitting; the paths below must be set or the script stops.
-#SBATCH --job-name=megaplan-{req.ctx.model.name}
+{model}#SBATCH --job-name=megaplan-{req.ctx.model.name}
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node={per_node}
