@@ -36,6 +36,7 @@ from planner.models.spec import ModelSpec
 from planner.plan import StageSplit
 from planner.presets import format_validation_error, load_model
 from planner.space.grid import stage_layers
+from planner.whole import DIGITS
 
 REFUSED = {  # dest -> what to say: a plan the planner cannot price at all
     "use_torch_fsdp2": "PyTorch FSDP2 (--use-torch-fsdp2) is not modelled; Megatron FSDP (--use-megatron-fsdp) is"
@@ -171,7 +172,7 @@ def _global_batch(v: dict, fork: ForkPlan, b: int, dp: int) -> tuple[int, str | 
         )
     if schedule:
         last = str(schedule).split()[-1].rpartition(":")[2]
-        if not last.isdigit():
+        if not DIGITS.fullmatch(last):
             raise PlannerError(f"--step-batch-size-schedule {schedule!r}: expected steps like '0:16 1B:256'")
         return int(last), f"global batch {last}: the last step of --step-batch-size-schedule (the steady state)"
     if v.get("global_batch_size") is not None:  # 0 or less: the spec refuses it, as Megatron-LM asserts (> 0)
