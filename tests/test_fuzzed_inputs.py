@@ -427,3 +427,92 @@ def test_a_log_number_in_another_script_is_not_read():
         "using world size: ٨, data-parallel size: 4\n" + (LOGS / "iterations_2024.log").read_text(), "a"
     )
     assert log.world_size is None
+
+
+# err16: a launch script's flags megaplan did not read were dropped without a word (--nccl-communicator-config-path,
+# --train-iters); a script written for these tests in the patterns of Megatron-LM's examples (bash arrays)
+LAUNCH = """#!/bin/bash
+GPT_ARGS=(
+  --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --max-position-embeddings 512
+  --vocab-size 1000 --micro-batch-size 1 --global-batch-size 8 --bf16 {extra}
+)
+TRAINING_ARGS=(
+  --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --clip-grad 1.0 --weight-decay 0.1 --adam-beta2 0.95
+  --log-interval 10 --log-throughput --tensorboard-dir /tb --save-interval 1000 --save /ckpt --load /ckpt
+  --eval-interval 1000 --eval-iters 10 --data-path /data/x --split 99,1,0 --seed 1234 --distributed-backend nccl
+  --attention-softmax-in-fp32 --exit-interval 100 --ckpt-format torch_dist --moe-router-load-balancing-type aux_loss
+)
+torchrun --nproc_per_node 8 pretrain_gpt.py "${{GPT_ARGS[@]}}" "${{TRAINING_ARGS[@]}}"
+"""
+
+
+def _read(extra: str):
+    from planner.megatron.importer import import_megatron
+
+    return import_megatron(LAUNCH.format(extra=extra))
+
+
+def test_flags_that_change_no_iteration_are_read_without_a_word(tmp_path):
+    read = _read("")
+    assert not any("not priced" in note for note in read.notes), read.notes
+    assert read.request.ctx.training.train_tokens == 300e9  # no --train-iters: --tokens' default
+
+
+def test_flags_megaplan_does_not_price_are_said_in_one_note(tmp_path):
+    flags = "--no-gradient-accumulation-fusion --nccl-communicator-config-path /cfg/nccl.yaml --manual-gc"
+    read = _read(flags + " --use-tp-pp-dp-mapping --cross-entropy-loss-fusion --distributed-backend nccl")
+    said = [note for note in read.notes if "not priced" in note]
+    assert said == [
+        "read, not priced (what they change is not modelled): --no-gradient-accumulation-fusion, "
+        "--nccl-communicator-config-path, --manual-gc, --use-tp-pp-dp-mapping, --cross-entropy-loss-fusion"
+    ]  # --distributed-backend nccl is Megatron-LM's default: it changes nothing
+
+
+@pytest.mark.parametrize(
+    ("extra", "tokens", "how"),
+    [
+        # 1,000 iterations × global batch 8 × seq 512 = 4,096,000 tokens
+        ("--train-iters 1000", 4_096_000, "--train-iters 1,000 × global batch 8 × seq 512 = 4.096M tokens"),
+        # BigScience writes its samples with underscores: 220,000,000 × 512 = 112,640,000,000 tokens
+        ("--train-samples 220_000_000", 112_640_000_000, "--train-samples 220,000,000 × seq 512 = 112.64B tokens"),
+    ],
+)
+def test_the_run_length_is_the_scripts(tmp_path, extra, tokens, how):
+    read = _read(extra)
+    assert read.request.ctx.training.train_tokens == tokens
+    assert f"the run's length: {how} (days and cost are for it; --tokens sets another)" in read.notes
+
+
+def test_the_run_length_reaches_explain_and_tokens_overrides_it(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text(LAUNCH.format(extra="--train-iters 1000"))
+    shown = run_cli(["explain", "--megatron-args-file", str(script), "--brief"])
+    assert shown.exit_code == 0 and "days for 4.096M tokens" in shown.stdout, shown.output
+    given = run_cli(["explain", "--megatron-args-file", str(script), "--brief", "--tokens", "1T"])
+    assert given.exit_code == 0 and "days for 1T tokens" in given.stdout, given.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [
+        (
+            "--train-iters 10 --train-samples 80",
+            "--train-iters and --train-samples are both given; Megatron-LM takes one",
+        ),
+        ("--train-iters 0", "--train-iters 0; allowed: a whole number ≥ 1"),
+    ],
+)
+def test_a_run_length_megatron_refuses_is_one_line(tmp_path, extra, line):
+    script = tmp_path / "run.sh"
+    script.write_text(LAUNCH.format(extra=extra))
+    assert line in one_line_error(run_cli(["explain", "--megatron-args-file", str(script), "--brief"]))
+
+
+def test_the_flag_sets_name_flags_of_todays_parser_and_do_not_overlap():
+    from planner.megatron.flags import argument_specs
+    from planner.megatron.script import COST_DESTS
+    from planner.megatron.unpriced import IRRELEVANT, READ_ELSEWHERE
+
+    dests = {spec.dest for spec in argument_specs()}
+    assert set(IRRELEVANT) <= dests and READ_ELSEWHERE <= dests
+    assert not set(IRRELEVANT) & (COST_DESTS | READ_ELSEWHERE)
