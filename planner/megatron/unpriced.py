@@ -184,7 +184,6 @@ IRRELEVANT_BY_REASON: dict[str, tuple[str, ...]] = {
         "layernorm_zero_centered_gamma",
         "apply_query_key_layer_scaling",
         "attention_softmax_in_fp32",  # the fused attention kernels megaplan prices keep the softmax in fp32
-        "rotary_percent",
         "rotary_interleaved",
         "rotary_scaling_factor",
         "mscale",
