@@ -135,12 +135,22 @@ def _check_load_imbalance(opts: PlanOptions, model: ModelSpec) -> None:
         )
 
 
-# Transformer Engine's support matrix (nvidia.github.io/TransformerEngine/support_matrix.html): FP8 block
-# scaling from compute capability 9.0 (Hopper), MXFP8 on Blackwell data-centre GPUs (10.x) only
+# Transformer Engine's recipe checks (transformer_engine/pytorch/quantization.py, check_recipe_support at
+# fp8_autocast; a plan outside them fails at its first step with the reason quoted): Float8BlockScaling
+# (_compute_fp8_block_scaling_support) compute capability >= 9.0 with CUDA >= 12.9 from v2.9 on, where Blackwell
+# runs it as MXFP8 (pytorch/csrc/extensions/gemm.cpp 'Emulate the FP8 block scaling recipe with MXFP8 on
+# Blackwell', TE #2157); v2.3-v2.8 refused Blackwell ('FP8 block scaled GEMM requires Hopper and CUDA >= 12.9.').
+# MXFP8BlockScaling (_compute_mxfp8_support) 10.0 <= capability < 12.0 (v2.7-v2.18: 'not supported on 12.0+
+# architectures yet'). Delayed and current scaling: FP8 tensor cores (--fp8 check above).
 FP8_RECIPE_CAPABILITY = {
-    "blockwise": (9.0, 99.0, "Hopper or Blackwell"),
-    "mxfp8": (10.0, 12.0, "Blackwell (B200, GB200)"),
+    "blockwise": (9.0, 99.0, "Hopper or Blackwell (Blackwell: Transformer Engine ≥ 2.9, as MXFP8)"),
+    "mxfp8": (10.0, 12.0, "Blackwell data-centre (B200, GB200, GB300)"),
 }
+
+
+def _recipe_runs(recipe: str, hw: HardwareSpec) -> bool:
+    low, high, _ = FP8_RECIPE_CAPABILITY.get(recipe, (0.0, 99.0, ""))
+    return low <= hw.gpu.compute_capability < high
 
 
 def _check_fp8_recipe(opts: PlanOptions, hw: HardwareSpec) -> None:
@@ -151,7 +161,8 @@ def _check_fp8_recipe(opts: PlanOptions, hw: HardwareSpec) -> None:
     if not low <= hw.gpu.compute_capability < high:
         raise PlannerError(
             f"--fp8-recipe {opts.fp8_recipe.value} needs {what} tensor cores; {hw.gpu.name} has compute capability "
-            f"{hw.gpu.compute_capability:g} (Transformer Engine support matrix)"
+            f"{hw.gpu.compute_capability:g} (Transformer Engine check_recipe_support); allowed: "
+            + ", ".join(r for r in ("delayed", "tensorwise", "blockwise", "mxfp8") if _recipe_runs(r, hw))
         )
 
 

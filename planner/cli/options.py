@@ -254,7 +254,7 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         ("--fp8-recipe",),
-        "FP8 scaling (blockwise: Hopper; mxfp8: Blackwell).",
+        "FP8 scaling (blockwise: Hopper, Blackwell by MXFP8 emulation from Transformer Engine 2.9; mxfp8: Blackwell).",
         "delayed",
         click.Choice(["delayed", "tensorwise", "blockwise", "mxfp8"]),
     ),

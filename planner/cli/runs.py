@@ -52,7 +52,8 @@ MAX_TABLE_TOP = 200  # a table is read, not processed: 200 rows draw in well und
 @click.option("--json", "as_json", is_flag=True, help="Print {plans, evaluated, feasible, rejected}.")
 @csv_option
 def search(**kw) -> None:
-    """Rank every legal TP/PP/DP/micro-batch/VPP/recompute/SP configuration by predicted speed.
+    """Rank every legal TP/PP/DP/CP/EP/micro-batch/VPP/recompute/SP plan: first by the published
+    runs behind its features, then by the pessimistic end of its predicted time (--rank-by).
 
     \b
     Examples:

@@ -21,6 +21,7 @@ from planner.errors import PlannerError
 from planner.hardware.spec import HardwareSpec
 from planner.megatron.deepspeed import ForkPlan, map_fork_flags
 from planner.megatron.flags import MegatronArgError, MegatronArgs, parse_megatron_argv
+from planner.megatron.low_precision import check_low_precision
 from planner.megatron.option_flags import (
     cuda_graph_options,
     not_modelled,
@@ -332,6 +333,7 @@ def megatron_fields(
     spec = _model(v, load_model(model) if model else None, fork, args.fork, notes)
     parallel = _parallel(v, fork, spec)
     warnings += _recompute_layers_unset(v, parallel)
+    warnings += check_low_precision(v, num_layers=spec.num_layers, pp=parallel["pp"])
     mp = parallel["tp"] * parallel["pp"] * parallel["cp"]
     B, how = _global_batch(v, fork, parallel["micro_batch"], gpus // mp if gpus % mp == 0 else 1)
     if how:

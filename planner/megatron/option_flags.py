@@ -98,7 +98,6 @@ NOT_MODELLED = {  # dest -> (Megatron's default, what it changes): read, reporte
     "fine_grained_activation_offloading": (False, "fine-grained activation offloading"),
     "optimizer_cpu_offload": (False, "the optimizer's CPU offload"),
     "overlap_param_gather_with_optimizer_step": (False, "the parameter all-gather overlapped with the optimizer step"),
-    "first_last_layers_bf16": (False, "first/last layers kept in bf16 under FP8"),
 }
 
 

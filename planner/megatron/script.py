@@ -8,6 +8,7 @@ import os
 import re
 
 from planner.errors import PlannerError
+from planner.megatron.low_precision import DESTS as LOW_PRECISION_DESTS
 from planner.megatron.option_flags import NOT_MODELLED
 
 MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
@@ -128,6 +129,7 @@ COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; ev
     "data_parallel_sharding_strategy",
     "outer_dp_sharding_strategy",
     *NOT_MODELLED,
+    *LOW_PRECISION_DESTS,
 }
 
 

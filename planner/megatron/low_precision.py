@@ -1,0 +1,122 @@
+"""The low-precision flags of a Megatron-LM command line that the plan does not carry (NVFP4, BF16 end layers,
+the FP8 output projection, the router's quantisation padding), checked as Megatron-LM checks them.
+
+Each refusal names the flag, what is allowed and the Megatron-LM line that refuses it (commit d98e8a64:
+``megatron/training/arguments.py`` validate_args, ``megatron/core/transformer/transformer_config.py``
+TransformerConfig.__post_init__, which ``pretrain_gpt.py`` builds before training); the combinations Megatron-LM
+runs but the estimate does not price are returned as warnings. The GPU-dependent recipe checks are
+``planner.api.FP8_RECIPE_CAPABILITY`` (Transformer Engine's ``check_*_support``)."""
+
+from __future__ import annotations
+
+from planner.errors import PlannerError
+
+# Transformer Engine quantization.py _compute_nvfp4_support (v2.8 through v2.18): compute capability >= 10.0
+NVFP4 = (
+    "--fp4-format e2m1 (NVFP4) is not modelled; allowed: --fp8-format e4m3|hybrid or 16-bit training (NVFP4 runs on "
+    "compute capability ≥ 10 only, B200/GB200/GB300: Transformer Engine check_nvfp4_support, with Transformer "
+    "Engine ≥ 2.7: arguments.py:1108)"
+)
+
+
+DESTS = (  # the flags read here (planner.megatron.script.COST_DESTS: a value left unset is an error, not dropped)
+    "fp4",
+    "fp4_recipe",
+    "fp4_param_gather",
+    "first_last_layers_bf16",
+    "num_layers_at_start_in_bf16",
+    "num_layers_at_end_in_bf16",
+    "fp8_output_proj",
+    "moe_router_padding_for_quantization",
+    "moe_router_padding_for_fp8",
+)
+
+
+def _dest(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _fp4(v: dict) -> None:
+    """NVFP4 (arguments.py:1099-1109): not with FP8, its parameter gather only with it; not priced at all."""
+    if v.get("fp4") and v.get("fp8"):
+        raise PlannerError(
+            "--fp4-format with --fp8-format: Megatron-LM takes one of them (arguments.py:1100 refuses the pair); "
+            "allowed: --fp8-format e4m3|hybrid alone"
+        )
+    if v.get("fp4_param_gather") and not v.get("fp4"):
+        raise PlannerError("--fp4-param-gather needs --fp4-format (arguments.py:1104); allowed: drop it")
+    if v.get("fp4"):
+        raise PlannerError(NVFP4)
+
+
+def _bf16_end_layers(v: dict, num_layers: int, pp: int) -> list[str]:
+    """--first-last-layers-bf16 (transformer_config.py:1527-1556): not with delayed scaling, whose amaxes are
+    reduced once for all FP8 layers; at most the layers of one pipeline stage, L // pp, at each end."""
+    if not (v.get("fp8") and v.get("first_last_layers_bf16")):
+        return []
+    recipe = v.get("fp8_recipe") or "delayed"
+    if recipe == "delayed":
+        raise PlannerError(
+            "--first-last-layers-bf16 with --fp8-recipe delayed: Megatron-LM refuses it (transformer_config.py:1530, "
+            "'Delayed scaling does not support first / last layer in BF16'); allowed: --fp8-recipe tensorwise, "
+            "blockwise or mxfp8"
+        )
+    most = num_layers // pp
+    ends = {"num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1}  # TransformerConfig's defaults
+    for dest, default in ends.items():
+        n = v.get(dest)
+        n = default if n is None else int(n)
+        if not 0 <= n <= most:
+            raise PlannerError(
+                f"{_dest(dest)} {n}: allowed: 0 to {most}, the layers of one pipeline stage ({num_layers} layers / "
+                f"pp {pp}; transformer_config.py:1536-1556)"
+            )
+    return [
+        f"--first-last-layers-bf16: the first {v.get('num_layers_at_start_in_bf16') or 1} and last "
+        f"{v.get('num_layers_at_end_in_bf16') or 1} layers run in BF16; priced as FP8 in every layer"
+    ]
+
+
+def _output_proj(v: dict) -> list[str]:
+    """--fp8-output-proj: the LM head in MXFP8, with the MXFP8 recipe only (transformer_config.py:1569-1575)."""
+    if not v.get("fp8_output_proj"):
+        return []
+    recipe = v.get("fp8_recipe") or "delayed"
+    if not v.get("fp8") or recipe != "mxfp8":
+        raise PlannerError(
+            f"--fp8-output-proj needs --fp8-format with --fp8-recipe mxfp8 (transformer_config.py:1569-1575); "
+            f"got {'--fp8-recipe ' + recipe if v.get('fp8') else 'no --fp8-format'}; allowed: drop it"
+        )
+    return ["--fp8-output-proj: the output layer's GEMMs in MXFP8; priced in 16 bits"]
+
+
+def _router_padding(v: dict) -> list[str]:
+    """--moe-router-padding-for-quantization (or the deprecated --moe-router-padding-for-fp8): needs FP8 or FP4
+    and a dispatcher other than allgather (transformer_config.py:2641-2660)."""
+    given = [d for d in ("moe_router_padding_for_quantization", "moe_router_padding_for_fp8") if v.get(d)]
+    if not given:
+        return []
+    flag = _dest(given[0])
+    if not v.get("fp8") and not v.get("fp4"):
+        raise PlannerError(
+            f"{flag} needs --fp8-format (transformer_config.py:2651: 'fp8/fp4 must be specified'); allowed: drop it"
+        )
+    dispatcher = v.get("moe_token_dispatcher_type") or "allgather"
+    if dispatcher not in ("alltoall", "flex"):
+        raise PlannerError(
+            f"{flag} with --moe-token-dispatcher-type {dispatcher}: Megatron-LM refuses it "
+            "(transformer_config.py:2656); allowed: --moe-token-dispatcher-type alltoall or flex"
+        )
+    return [f"{flag}: the router pads each expert's tokens; priced with Transformer Engine's Fp8Padding copies"]
+
+
+def check_low_precision(v: dict, *, num_layers: int, pp: int) -> list[str]:
+    """Refuse (PlannerError, one line) what Megatron-LM refuses among the low-precision flags the plan does not
+    carry; the warnings for what it runs that the estimate prices otherwise. ``v``: the parsed flag values."""
+    _fp4(v)
+    if v.get("fp8_param_gather") and not v.get("fp8"):
+        raise PlannerError(
+            "--fp8-param-gather needs --fp8-format (transformer_config.py:1566: 'fp8_param must be used together "
+            "with fp8 mode'); allowed: add --fp8-format e4m3|hybrid, or drop it"
+        )
+    return _bf16_end_layers(v, num_layers, pp) + _output_proj(v) + _router_padding(v)

@@ -1,0 +1,147 @@
+"""Low-precision recipes × GPU generation × the options around them, as Megatron-LM and Transformer Engine take
+them (docs/megatron-flags.md, 'Low precision'). Every refusal below is Megatron-LM's own at commit d98e8a64
+(run through Megatron-LM's validate_args and TransformerConfig with /work/shared/tools/megatron_check, the
+message quoted) or Transformer Engine's check_*_support (transformer_engine/pytorch/quantization.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner import api
+from planner.errors import PlannerError
+from planner.megatron.importer import import_megatron
+from planner.presets import load_hardware
+from tests.conftest import one_line_error, run_cli
+
+LLAMA = (
+    "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention "
+    "--num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 --micro-batch-size 1 "
+    "--global-batch-size 128 --bf16 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer "
+    "--swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights "
+    "--disable-bias-linear --vocab-size 128256 --tokenizer-type NullTokenizer"
+)
+
+
+def _import(flags: str, hardware: str = "dgx-h100-superpod"):
+    return import_megatron(f"{LLAMA} {flags}", gpus=8, hardware=load_hardware(hardware))
+
+
+@pytest.mark.parametrize(
+    "flags, hardware, message",
+    [
+        # transformer_config.py:1530 'Delayed scaling does not support first / last layer in BF16.'
+        ("--fp8-format hybrid --first-last-layers-bf16", "dgx-h100-superpod", "--fp8-recipe delayed: Megatron-LM"),
+        # transformer_config.py:1543 'num_layers_at_start_in_bf16 (40) must be between 0 and number of layers per
+        # pipeline stage (32).'; with pp 4 the bound is 32 // 4 = 8 (9 refused, 8 accepted below)
+        (
+            "--fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-start-in-bf16 40",
+            "dgx-h100-superpod",
+            "--num-layers-at-start-in-bf16 40: allowed: 0 to 32",
+        ),
+        (
+            "--fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 --pipeline-model-parallel-size 4 "
+            "--num-layers-at-start-in-bf16 9",
+            "dgx-h100-superpod",
+            "allowed: 0 to 8",
+        ),
+        # transformer_config.py:1552 'num_layers_at_end_in_bf16 (-1) must be between 0 and ...'
+        (
+            "--fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-end-in-bf16 -1",
+            "dgx-h100-superpod",
+            "--num-layers-at-end-in-bf16 -1: allowed: 0 to 32",
+        ),
+        # arguments.py:1101 '--fp4-format and --fp8-format cannot be used simultaneously.'
+        ("--fp4-format e2m1 --fp8-format hybrid", "dgx-b200-superpod", "Megatron-LM takes one of them"),
+        # arguments.py:1105 '--fp4-param-gather must be used together with --fp4-format.'
+        ("--fp4-param-gather", "dgx-b200-superpod", "--fp4-param-gather needs --fp4-format"),
+        # NVFP4: Transformer Engine check_nvfp4_support, compute capability >= 10.0; not priced on Blackwell either
+        ("--fp4-format e2m1", "dgx-h100-superpod", "compute capability ≥ 10 only"),
+        ("--fp4-format e2m1", "gb200-nvl72", "(NVFP4) is not modelled"),
+        # transformer_config.py:1567 'fp8_param must be used together with fp8 mode.' (argument_utils.py:312
+        # fp8_param = fp8_param_gather); it was read and ignored
+        ("--fp8-param-gather", "dgx-h100-superpod", "--fp8-param-gather needs --fp8-format"),
+        # transformer_config.py:1573 "fp8_output_proj requires fp8_recipe='mxfp8', got 'delayed'."
+        ("--fp8-format hybrid --fp8-output-proj", "dgx-h100-superpod", "got --fp8-recipe delayed"),
+        ("--fp8-output-proj", "dgx-b200-superpod", "got no --fp8-format"),
+        # transformer_config.py:2656 'allgather and alltoall_seq dispatcher does not support
+        # moe_router_padding_for_quantization.' (the deprecated --moe-router-padding-for-fp8 turns it on)
+        (
+            "--fp8-format e4m3 --fp8-recipe mxfp8 --moe-router-padding-for-fp8",
+            "dgx-b200-superpod",
+            "--moe-router-padding-for-fp8 with --moe-token-dispatcher-type allgather",
+        ),
+        # transformer_config.py:2651 'fp8/fp4 must be specified when moe_router_padding_for_quantization is True.'
+        ("--moe-router-padding-for-quantization", "dgx-b200-superpod", "needs --fp8-format"),
+        # Transformer Engine _compute_mxfp8_support: 'Device compute capability 10.0 or higher required'
+        ("--fp8-format e4m3 --fp8-recipe mxfp8", "dgx-h100-superpod", "allowed: delayed, tensorwise, blockwise$"),
+    ],
+)
+def test_what_megatron_lm_refuses_is_refused_naming_the_flag(flags, hardware, message):
+    with pytest.raises(PlannerError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _import(flags, hardware)
+
+
+@pytest.mark.parametrize(
+    "flags, hardware, warning",
+    [
+        # accepted by Megatron-LM (validate_args and TransformerConfig pass); 2 ≤ 32 // 1 and 8 ≤ 32 // 4
+        (
+            "--fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-start-in-bf16 2",
+            "dgx-h100-superpod",
+            "the first 2 and last 1 layers run in BF16; priced as FP8 in every layer",
+        ),
+        (
+            "--fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 --pipeline-model-parallel-size 4 "
+            "--num-layers-at-start-in-bf16 8",
+            "dgx-h100-superpod",
+            "the first 8 and last 1 layers",
+        ),
+        ("--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-output-proj", "dgx-b200-superpod", "priced in 16 bits"),
+    ],
+)
+def test_what_megatron_lm_runs_is_priced_with_a_warning_for_what_is_left_out(flags, hardware, warning):
+    assert any(warning in w for w in _import(flags, hardware).warnings)
+
+
+def test_bf16_end_layers_without_fp8_change_nothing_and_say_nothing():
+    """Megatron-LM reads --first-last-layers-bf16 only under FP8 (transformer_config.py:1527 ``if self.fp8``):
+    without it even 40 start layers pass, and the estimate is the plain BF16 one."""
+    imported = _import("--first-last-layers-bf16 --num-layers-at-start-in-bf16 40")
+    assert not any("BF16" in w for w in imported.warnings)
+    assert imported.request.ctx.options.fp8 is None
+
+
+def test_an_unset_variable_in_a_low_precision_flag_is_an_error_not_a_dropped_flag():
+    """--fp4-format changes what runs: a value the script leaves unset stops the import (COST_DESTS)."""
+    from planner.megatron.script import COST_DESTS
+
+    assert {"fp4", "first_last_layers_bf16", "num_layers_at_start_in_bf16", "fp8_output_proj"} <= COST_DESTS
+
+
+@pytest.mark.parametrize(
+    "hardware, recipe, allowed",
+    [
+        # Transformer Engine v2.9-v2.18 _compute_fp8_block_scaling_support: capability >= 9.0 (and CUDA >= 12.9);
+        # Blackwell runs it as MXFP8 (pytorch/csrc/extensions/gemm.cpp); _compute_mxfp8_support: 10.0 <= cc < 12.0
+        ("dgx-h100-superpod", "blockwise", True),
+        ("dgx-h200-superpod", "mxfp8", False),
+        ("dgx-b200-superpod", "blockwise", True),
+        ("gb200-nvl72", "blockwise", True),
+        ("gb300-nvl72", "mxfp8", True),
+    ],
+)
+def test_recipe_by_compute_capability(hardware, recipe, allowed):
+    kw = dict(model="llama3-8b", hardware=hardware, gpus=8, tp=2, options={"fp8": "hybrid", "fp8_recipe": recipe})
+    if allowed:
+        assert api.explain(api.make_request(**kw))["options"]["fp8_recipe"] == recipe
+    else:
+        with pytest.raises(PlannerError, match=r"compute capability 9 .*allowed: delayed, tensorwise, blockwise$"):
+            api.make_request(**kw)
+
+
+def test_the_cli_refuses_mxfp8_on_hopper_in_one_line():
+    line = one_line_error(
+        run_cli(["explain", "--model", "llama3-8b", "--hardware", "dgx-h100-superpod", "--gpus", "8", "--fp8", "e4m3",
+                 "--fp8-recipe", "mxfp8"])
+    )  # fmt: skip
+    assert "--fp8-recipe mxfp8 needs Blackwell" in line and line.endswith("allowed: delayed, tensorwise, blockwise")
