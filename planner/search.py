@@ -492,12 +492,11 @@ def search(
         raise _nothing_fits(ctx, num_gpus, pins, candidates, scored, capacity, rejected, suggest_sizes=suggest_sizes)
     variants = sum(len(part.peak) for part in parts[1:])
     # in row order, the rows dropped left out (a pinned --recompute lists every plan of the kinds asked for)
-    fitting, ranking, (of_listed, dropped) = pending.settle(parts, capacity, rank_by, top, num_gpus, not pins.recompute)
+    fitting, ranking, dropped = pending.settle(parts, capacity, rank_by, top, num_gpus, not pins.recompute)
     fits, evaluated = np.ones(len(fitting.peak), dtype=bool), candidates + variants
     result = _ranked(
-        ctx, num_gpus, fitting, fits, top, rank_by, memory_headroom, evaluated, rejected, ranking, brief=brief
+        ctx, num_gpus, fitting, fits, top, rank_by, memory_headroom, evaluated, rejected, ranking, dropped, brief=brief
     )
-    result.feasible, result.dropped_twins = result.feasible + dropped, of_listed  # legal and fit: the dropped too
     hybrid = len(parts[-1].peak) if hsdp else 0
     result.block_variants, result.tp_overlap_twins, result.hybrid_variants = variants - hybrid, twins, hybrid
     return result
@@ -736,27 +735,30 @@ class _Pending:
 
     def settle(self, parts: list[_Scored], capacity: float, rank_by: str, top: int, gpus: int, drop: bool) -> tuple:
         """The rows that fit and are not dropped, of every part in row order (the first part: the rows scored, these
-        among them; the second: the block variants, when any is pending), their ranking (``_order``) and how many
-        twins of the plans listed were dropped, once no row not timed could change what the search reports
-        (``_unsettled``, ``_Dropping.late``): those that could are timed and the ranking made again. ``drop``: rows
-        that recompute more than a twin without saving time or memory are dropped (``_Dropping``)."""
-        dropping = _Dropping.of(parts, capacity) if drop else None
+        among them; the second: the block variants, when any is pending), their ranking (``_order``) and what was
+        dropped (``_Dropping`` and the positions kept among the rows that fit; None without ``drop``), once no row
+        not timed could change what the search reports (``_unsettled``, ``_Dropping.late``): those that could are
+        timed and the ranking made again. ``drop``: rows that recompute more than a twin without saving time or
+        memory are dropped."""
+        dropping = None
         while True:
-            fitting, keep = _Dropping.fitting(dropping, parts, capacity)
+            every_row = _Scored.stack([part.take(np.flatnonzero(part.peak <= capacity)) for part in parts])
+            dropping = (dropping or _Dropping.of(every_row.grid)) if drop else None
+            fitting, keep = _Dropping.fitting(dropping, every_row)
             ranking = _order(fitting, np.arange(len(fitting.peak)), rank_by, capacity, gpus)
             _, vpos, vfloor = self.variants or (None, np.zeros(0, dtype=np.int64), np.zeros(0))
             n = len(self.rows)
-            every = self.positions(parts, capacity) if n or len(vpos) else np.zeros(0, dtype=np.int64)
-            twins_late, listed = _Dropping.late(dropping, fitting, ranking, keep, top, rank_by)
             if not n and not len(vpos):
-                return fitting, ranking, _Dropping.of_listed(dropping, keep, listed)
+                return fitting, ranking, (dropping, keep)
+            every = self.positions(parts, capacity)
             pos = np.searchsorted(keep, every)  # a row not timed is never dropped (its time unknown)
             bounds = (np.concatenate([self.floor, vfloor]), *self._features(ranking.extrapolated[pos], parts, gpus))
-            late = _unsettled(fitting, ranking, pos, bounds, rank_by, top, self.ctx) | twins_late[every]
-            if dropping is not None:  # their twins timed with them: no round more for the twins
+            late = _unsettled(fitting, ranking, pos, bounds, rank_by, top, self.ctx)
+            if dropping is not None:  # the twins that decide what is dropped, and the late rows' twins with them
+                late |= dropping.late(fitting, ranking, keep, top, rank_by)[every]
                 late |= dropping.twins_of(every[late])[every]
             if not late.any():
-                return fitting, ranking, _Dropping.of_listed(dropping, keep, listed)
+                return fitting, ranking, (dropping, keep)
             self.time(late[:n])
             if len(vpos):
                 self.time_variants(parts[1], late[n:])
@@ -797,42 +799,32 @@ class _Dropping:
     dropped: np.ndarray
 
     @classmethod
-    def of(cls, parts: list[_Scored], capacity: float) -> _Dropping:
-        rows = [np.flatnonzero(part.peak <= capacity) for part in parts]
-        grid = PlanGrid.stack(*(part.grid.take(r) for part, r in zip(parts, rows, strict=True)))
+    def of(cls, grid: PlanGrid) -> _Dropping:
+        """The twins among the rows of ``grid`` (the rows that fit)."""
         keys = _family_keys(grid, None, TWIN_FIELDS)
         twins = RecomputeTwins.of(keys, tuple(np.asarray(getattr(grid, name)) for name in WORK_FIELDS))
         return cls(twins, np.zeros(0), np.zeros(0), np.zeros(len(grid), dtype=bool))
 
     @staticmethod
-    def fitting(dropping: _Dropping | None, parts: list[_Scored], capacity: float) -> tuple[_Scored, np.ndarray]:
-        """The rows that fit and are not dropped, and their positions among the rows that fit (``keep``)."""
-        rows = [np.flatnonzero(part.peak <= capacity) for part in parts]
-        n = sum(len(r) for r in rows)
-        if dropping is not None:
-            iteration, peak = (np.concatenate([getattr(p, k)[r] for p, r in zip(parts, rows, strict=True)]) for k in IP)
-            dropping.iteration, dropping.peak = iteration, peak
-            dropping.dropped = dropping.twins.dominated(iteration, peak)
-            ends = np.cumsum([0, *map(len, rows)])
-            rows = [r[~dropping.dropped[ends[i] : ends[i + 1]]] for i, r in enumerate(rows)]
-        keep = np.arange(n) if dropping is None else np.flatnonzero(~dropping.dropped)
-        return _Scored.stack([part.take(r) for part, r in zip(parts, rows, strict=True)]), keep
+    def fitting(dropping: _Dropping | None, every: _Scored) -> tuple[_Scored, np.ndarray]:
+        """The rows of ``every`` (the rows that fit) not dropped, and their positions in it (``keep``)."""
+        if dropping is None:
+            return every, np.arange(len(every.peak))
+        dropping.iteration, dropping.peak = every.iteration, every.peak
+        dropping.dropped = dropping.twins.dominated(every.iteration, every.peak)
+        keep = np.flatnonzero(~dropping.dropped)
+        return (every.take(keep) if len(keep) < len(every.peak) else every), keep
 
-    @staticmethod
-    def late(dropping: _Dropping | None, fitting: _Scored, ranking: _Ranking, keep, top: int, rank_by: str) -> tuple:
-        """The rows (a mask over the rows that fit) whose times decide what is dropped among the rows the search
-        reports on: the plans listed (``_standing``), the tied ones (counted), the fastest and those faster than
-        rank 1 (``moved_down``), and those ranked before the fastest (its rank); and the positions listed (in
-        ``fitting``)."""
+    def late(self, fitting: _Scored, ranking: _Ranking, keep: np.ndarray, top: int, rank_by: str) -> np.ndarray:
+        """The rows not timed (a mask over the rows that fit) whose times decide what is dropped among the rows the
+        search reports on: the plans listed (``_standing``), the tied ones (counted), those faster than rank 1
+        (``moved_down``) and those ranked before the fastest (its rank)."""
         it, none = fitting.iteration, np.zeros(0, dtype=np.int64)
         listed, _, fastest, fastest_rank, _ = _standing(it, ranking, top, rank_by) if len(it) else (none, 0, None, 0, 0)
-        if dropping is None:
-            return np.zeros(len(keep), dtype=bool), listed
         faster = np.flatnonzero(it < it[listed[0]]) if len(listed) else listed
         ahead = ranking.ahead(fastest) if fastest is not None and fastest_rank > top else none  # its rank counts them
         rows = keep[np.concatenate([listed, np.flatnonzero(ranking.tie), faster, ahead])]
-        late = dropping.twins.to_decide(rows, keep[listed], dropping.iteration, dropping.peak)
-        return late & ~np.isfinite(dropping.iteration), listed
+        return self.twins.to_decide(rows, keep[listed], self.iteration, self.peak) & ~np.isfinite(self.iteration)
 
     def twins_of(self, rows: np.ndarray) -> np.ndarray:
         """The rows not timed whose times decide whether ``rows`` (positions among the rows that fit) are dropped
@@ -841,16 +833,15 @@ class _Dropping:
         return late & ~np.isfinite(self.iteration)
 
     @staticmethod
-    def of_listed(dropping: _Dropping | None, keep: np.ndarray, listed: np.ndarray) -> tuple[int, int]:
-        """How many rows dropped share their other fields with a plan listed (its twins dropped), and how many in
-        all (those of rows not listed as far as the times known decide)."""
+    def of_listed(dropped: tuple, listed: np.ndarray) -> tuple[int, int]:
+        """How many rows were dropped that share their other fields with a plan listed (``listed``: positions among
+        the rows kept), and how many in all (of the rows not listed, as far as the times known decide); ``dropped``:
+        ``settle``'s (the ``_Dropping`` or None, the positions kept)."""
+        dropping, keep = dropped
         if dropping is None:
             return 0, 0
         of_listed = np.count_nonzero(dropping.dropped & dropping.twins.sharing(keep[listed]))
         return int(of_listed), int(np.count_nonzero(dropping.dropped))
-
-
-IP = ("iteration", "peak")
 
 
 def _unsettled(fitting: _Scored, ranking: _Ranking, pos: np.ndarray, bounds: tuple, rank_by: str, top: int, ctx):
@@ -1295,12 +1286,27 @@ def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus:
 
 
 def _ranked(
-    ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluated, rejected, ranking=None, *, brief=False
+    ctx,
+    num_gpus,
+    scored,
+    fits,
+    top,
+    rank_by,
+    memory_headroom,
+    evaluated,
+    rejected,
+    ranking=None,
+    dropped=None,
+    *,
+    brief=False,
 ) -> SearchResult:
+    """What a search reports of the rows ``fits`` of ``scored`` (``dropped``: ``_Pending.settle``'s, the rows
+    dropped before the ranking: counted in ``feasible``, and those sharing their fields with a plan shown)."""
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     ok = np.flatnonzero(fits)
     ranking = _order(scored, ok, rank_by, capacity, num_gpus) if ranking is None else ranking
     shown, ranks, fastest, fastest_rank, moved = _standing(scored.iteration[ok], ranking, top, rank_by)
+    of_shown, dropped = _Dropping.of_listed(dropped or (None, ok), ok[shown])
     chosen, fastest_row = ok[shown], (ok[fastest] if fastest is not None else -1)
     best = scored.grid.take(chosen)  # one evaluation: each row carries its own overlaps
     time = scored.terms(chosen)  # as the search computed them (None: evaluated again)
@@ -1308,13 +1314,14 @@ def _ranked(
     return SearchResult(
         lambda: _plans_json(best, scored.options, num_gpus, marks, memory_headroom, brief, time),
         evaluated,
-        int(np.sum(fits)),
+        int(np.sum(fits)) + dropped,  # legal and fit: the dropped too
         rejected,
         tied=int(np.sum(ranking.tie)),
         band_frac=ctx.hardware.accuracy.band_frac,
         fastest_rank=fastest_rank,
         rank_by=rank_by,
         moved_down=moved,
+        dropped_twins=of_shown,
     )
 
 
