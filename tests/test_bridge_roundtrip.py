@@ -356,7 +356,9 @@ def test_the_export_writes_where_bridge_keeps_it():
     assert "comm_overlap={_target_:megatron.bridge.training.comm_overlap.CommOverlapConfig," in text
     assert "tp_comm_overlap:true" in text and "model.cuda_graph_modules=[]" in text
     ub = bridge_export(_request(PLANS["llama3-70b tp8 pp4 vpp2 fp8-cs tp-overlap"]), "v0.6.0")
-    assert any("only the Python recipe" in n or "TE's default" in n for n in ub.notes)
+    # TP 8 at h 8192 has no Bridge preset: priced at TE's defaults, the base recipe's tp4 preset nulled
+    assert "comm_overlap.tp_comm_overlap_cfg=null" in dotlist(ub)
+    assert any("priced Transformer Engine's defaults" in n and "tp4_mbs1_seqlen8192" in n for n in ub.notes)
     assert "CommOverlapConfig(" in python_text(ub)
 
 

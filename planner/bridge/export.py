@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from planner.api import PlanRequest
 from planner.bridge import recipes
-from planner.bridge.table import MODEL_ROWS, PRESETS, ROWS, TAGS, USERBUFFERS
+from planner.bridge.table import MODEL_ROWS, PRESETS, ROWS, TAGS
 from planner.bridge.values import to_bridge
 from planner.errors import PlannerError
 from planner.megatron.export import cuda_device_max_connections, megatron_argv, model_flags
@@ -126,8 +128,8 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
         dtype = PARAMS_DTYPE[req.ctx.precision]
         fields |= {"mixed_precision.params_dtype": dtype, "mixed_precision.pipeline_dtype": dtype}
     has_co = "comm_overlap" not in whole
-    ub = userbuffer_for(req) if o.tp_comm_overlap else None
-    notes += _overlap_notes(req, has_co, ub, base)
+    ub = priced_userbuffers(req) if o.tp_comm_overlap else None
+    notes += _overlap_notes(req, has_co, ub, base, fields)
     preset_name = PRESETS.get((req.ctx.precision, o.fp8.value if o.fp8 else None, _recipe(o)))
     label = plan_label(p.model_dump(mode="json"), moe=req.ctx.model.is_moe)
     header = (
@@ -184,43 +186,66 @@ def _recipe(o) -> str | None:
     return o.fp8_recipe.value if o.fp8 is not None else None
 
 
-def _overlap_notes(req: PlanRequest, has_co: bool, ub: str | None, base: dict) -> list[str]:
+def _overlap_notes(req: PlanRequest, has_co: bool, ub: str | None, base: dict, fields: dict) -> list[str]:
+    """Which userbuffer config each form of the export runs, against the one the estimate priced (``ub``: a Bridge
+    preset; else the user's file or Transformer Engine's defaults). The Python recipe sets ``ub``. An override can
+    null the base recipe's config object (``comm_overlap.tp_comm_overlap_cfg=null``: Bridge then runs TE's
+    defaults, CommOverlapConfig.setup @ v0.6.0) but not build one, so where the estimate priced TE's defaults
+    the dotlist and YAML null it, and where it priced a preset the base recipe lacks they run the base's."""
+    from planner.bridge.runtime import UB_FIELD, userbuffer_preset
+    from planner.hardware.userbuffers import BRIDGE, TE_DEFAULT, UbConfig, option_value
+
     notes = []
     p, o = req.plan, req.ctx.options
     if o.tp_comm_overlap and (p.tp < 2 or not p.sequence_parallel):
         notes.append("Bridge turns TP overlap off without a word when TP < 2 or sequence parallelism is off")
     if not o.tp_comm_overlap:
         return notes
-    if not has_co:
-        notes.append(
-            "the base recipe has no comm_overlap: the dotlist and YAML create one (TE's default userbuffers); "
-            "the Python recipe sets the userbuffer config"
-        )
-    base_ub = (base or {}).get("comm_overlap.tp_comm_overlap_cfg")
+    file = option_value(o.tp_comm_overlap_cfg) if ub is None and o.tp_comm_overlap_cfg is not None else None
+    if file not in (None, BRIDGE):
+        notes.append(f"the userbuffer file {file} has no Bridge field: every form runs Transformer Engine's defaults")
+    base_ub = userbuffer_preset(base)[0] if has_co else None
+    base_set = has_co and any(k == UB_FIELD or k.startswith(UB_FIELD + ".") for k, v in base.items() if v is not None)
+    if ub is None and base_set:
+        fields[UB_FIELD] = None
     if ub:
-        notes.append(f"userbuffer config {ub} matches the plan; only the Python recipe can set it")
-    else:
-        notes.append("no Bridge userbuffer config matches this plan's shape: TE's default userbuffers are used")
-    if has_co and base_ub and base_ub != ub:
-        notes.append(f"the dotlist and YAML keep the base recipe's userbuffer config ({base_ub})")
+        notes.append(f"userbuffers: the estimate priced Bridge's {ub}; the Python recipe sets it")
+        if base_ub != ub:
+            runs = f"the base recipe's {base_ub}" if base_ub else TE_DEFAULT
+            notes.append(
+                f"the dotlist and YAML run {runs} (no override builds the config object), which the estimate did "
+                "not price: use --format bridge-python, or price them as they run with megaplan explain "
+                "--bridge-config FILE"
+            )
+        return notes
+    nulled = f" ({UB_FIELD}=null over the base recipe's {base_ub or 'config'})" if base_set else ""
+    notes.append(f"userbuffers: the estimate priced {TE_DEFAULT}, which every form runs{nulled}")
+    fits = priced_userbuffers(req, UbConfig(name=BRIDGE))
+    if fits and o.tp_comm_overlap_cfg is None:
+        notes.append(f"Bridge's {fits} fits this plan: --tp-comm-overlap-cfg bridge prices it")
     return notes
 
 
-def userbuffer_for(req: PlanRequest) -> str | None:
-    """The userbuffer config Bridge ships for this shape (dtype, GPU, hidden size, TP, CP, micro-batch,
-    sequence length), if there is one."""
-    gpu = req.ctx.hardware.gpu.name.lower()
-    token = next((g for g in ("h100", "b200") if g in gpu), None)
-    if token is None:
-        return None
-    dtype = "fp8" if req.ctx.options.fp8 is not None else "bf16"
-    p = req.plan
-    cp = f"_cp{p.cp}" if p.cp > 1 else ""
-    name = (
-        f"userbuffers_{dtype}_{token}_h{req.ctx.model.hidden_size}_tp{p.tp}{cp}_mbs{p.micro_batch}"
-        f"_seqlen{req.ctx.training.seq_len}"
+def priced_userbuffers(req: PlanRequest, cfg=None) -> str | None:
+    """The Bridge preset the estimate prices for this plan (its name; userbuffers.plan_configs, the one rule of
+    which preset a shape takes), None for Transformer Engine's defaults or a user's file. ``cfg``: another
+    --tp-comm-overlap-cfg than the plan's."""
+    from planner.hardware import userbuffers
+
+    ctx, p = req.ctx, req.plan
+    configs, index = userbuffers.plan_configs(
+        ctx.options.tp_comm_overlap_cfg if cfg is None else cfg,
+        ctx.hardware.gpu.compute_capability,
+        ctx.options.fp8 is not None,
+        ctx.model.hidden_size,
+        ctx.training.seq_len,
+        np.array([p.tp]),
+        np.array([p.micro_batch]),
     )
-    return name if name in USERBUFFERS else None
+    chosen = configs[int(index[0])]
+    if chosen is None or not chosen.name.startswith(userbuffers.BRIDGE_PREFIX):
+        return None
+    return chosen.name.removeprefix(userbuffers.BRIDGE_PREFIX)
 
 
 def _env(req: PlanRequest) -> list[str]:

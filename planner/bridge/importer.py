@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from planner.bridge import recipes
-from planner.bridge.runtime import apply_comm_overlap, apply_precision, megatron_lm_expressible
+from planner.bridge.runtime import apply_comm_overlap, apply_precision, megatron_lm_expressible, recipe_userbuffers
 from planner.bridge.table import MODEL_ROWS, NEWEST, ROWS, TAGS
 from planner.bridge.values import to_flags
 from planner.errors import PlannerError
@@ -238,6 +238,10 @@ def bridge_import_fields(
     read = import_fields(exports + shlex.join(argv), gpus=gpus, model=model, hardware=hardware)
     if merged.get("mixed_precision.fp8_dot_product_attention"):  # a Megatron-Core field without a Megatron-LM flag
         read.data["options"]["fp8_dot_product_attention"] = True
+    userbuffers, said = recipe_userbuffers(merged)  # an object no Megatron-LM flag carries
+    if userbuffers is not None:
+        read.data["options"]["tp_comm_overlap_cfg"] = userbuffers
+    notes += said
     return replace(read, notes=tuple(notes) + read.notes, warnings=tuple(warnings) + read.warnings, argv=argv)
 
 

@@ -176,7 +176,7 @@ class Reader:
         if isinstance(node, ast.Name):
             if node.id in scope:
                 return scope[node.id]
-            return self.module.constants.get(node.id, UNKNOWN)
+            return self.module.constants.get(node.id, self._userbuffer_preset(node.id))
         if isinstance(node, ast.Attribute):
             return self._attribute(node, scope, depth)
         if isinstance(node, ast.Call):
@@ -187,6 +187,14 @@ class Reader:
         if isinstance(node, ast.Dict):
             return self._dict(node, scope, depth)
         return _operators(self, node, scope, depth)
+
+    def _userbuffer_preset(self, name: str):
+        """An imported userbuffer preset of Bridge's comm_overlap.py (``userbuffers_fp8_h100_...``) by its name, which
+        --tp-comm-overlap-cfg takes; UNKNOWN for any other name."""
+        from planner.hardware.userbuffers import bridge_preset_named
+
+        original = self.module.imported.get(name)
+        return original if original is not None and bridge_preset_named(original) is not None else UNKNOWN
 
     def _attribute(self, node: ast.Attribute, scope: dict, depth: int):
         if isinstance(node.value, ast.Name) and node.value.id == DTYPE_MODULE and node.value.id not in scope:
@@ -289,7 +297,7 @@ class _Section:
         if self.func == "_perf_precision" and path == "mixed_precision":
             return perf_precision(self.args[0] if self.args else UNKNOWN, self.name)
         if self.func == "CommOverlapConfig" and path == "comm_overlap":
-            given = {k: v for k, v in self.kwargs.items() if k != "tp_comm_overlap_cfg" and v is not UNKNOWN}
+            given = {k: v for k, v in self.kwargs.items() if v is not UNKNOWN}  # tp_comm_overlap_cfg: a preset's name
             return {"comm_overlap._target_": "CommOverlapConfig"} | {f"comm_overlap.{k}": v for k, v in given.items()}
         return {}
 

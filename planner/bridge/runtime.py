@@ -108,6 +108,52 @@ def apply_comm_overlap(fields: dict, dp: int, base_has_comm_overlap: bool) -> li
     return notes
 
 
+UB_FIELD = "comm_overlap.tp_comm_overlap_cfg"
+
+
+def recipe_userbuffers(fields: dict) -> tuple[str | None, list[str]]:
+    """The userbuffer config a (runtime-updated) Bridge config runs with TP overlap on, as the value of
+    --tp-comm-overlap-cfg (``userbuffer_preset``), and notes; None without TP overlap."""
+    if not fields.get("model.tp_comm_overlap"):
+        return None, []
+    return userbuffer_preset(fields)
+
+
+def userbuffer_preset(fields: dict) -> tuple[str | None, list[str]]:
+    """The name of the Bridge preset a config's ``comm_overlap.tp_comm_overlap_cfg`` is (a dumped recipe prints
+    the dataclass, ``TransformerLayerTPOverlapCfg(qkv_dgrad=BulkOverlapCfg(num_sm=4, ...), ...)``; a saved
+    ConfigContainer nests its fields; a performance recipe names the constant), and notes. None: TE's defaults,
+    which Bridge runs when the field is None (CommOverlapConfig.setup, comm_overlap.py @ v0.6.0: "No overlap
+    config provided"), and for a config no preset matches (said: megaplan prices presets and files)."""
+    from planner.hardware.userbuffers import UbConfig, bridge_preset_named, ops_from_bridge_repr, preset_like
+
+    value = fields.get(UB_FIELD)
+    nested = {k[len(UB_FIELD) + 1 :]: v for k, v in fields.items() if k.startswith(UB_FIELD + ".")}
+    if isinstance(value, str) and bridge_preset_named(value.strip()) is not None:
+        return value.strip(), [f"userbuffers: {value.strip()} (the config's {UB_FIELD})"]
+    try:
+        if isinstance(value, str) and value.strip():
+            ops = ops_from_bridge_repr(value)
+        elif nested:
+            ops: dict[str, dict] = {}
+            for path, v in nested.items():
+                op, _, key = path.partition(".")
+                if key and not key.startswith("_") and v is not None:
+                    ops.setdefault(op, {})[key] = v
+        else:
+            return None, []
+        preset = preset_like(UbConfig(name=UB_FIELD, ops=tuple(ops.items())))
+    except ValueError as err:  # pydantic's ValidationError is a ValueError
+        first = str(err).splitlines()[0]
+        return None, [f"{UB_FIELD} not read ({first}): priced with Transformer Engine's default userbuffers"]
+    if preset is None:
+        return None, [
+            f"{UB_FIELD} is none of Megatron-Bridge's userbuffer presets: priced with Transformer Engine's defaults "
+            "(--tp-comm-overlap-cfg FILE prices a TE ub_cfgs YAML of it)"
+        ]
+    return preset.name, [f"userbuffers: {preset.name}, the Bridge preset the config's {UB_FIELD} is"]
+
+
 def _given(co: dict, name: str, default: bool) -> bool:
     value = co.get(name)
     return bool(default if value is None else value)

@@ -616,28 +616,6 @@ PRESETS: dict[tuple[str, str | None, str | None], str] = {
     ("fp16", "hybrid", "blockwise"): "fp16_with_fp8_subchannel_scaling_mixed",
 }
 
-# the userbuffer (TP-overlap) configs Bridge ships (training/comm_overlap.py; the same 19 names at v0.2.1 and
-# v0.6.0): userbuffers_{dtype}_{gpu}_h{hidden}_tp{t}[_cp{c}]_mbs{b}_seqlen{s}[_lora]
-USERBUFFERS: tuple[str, ...] = (
-    "userbuffers_bf16_b200_h12288_tp4_mbs1_seqlen2048",
-    "userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192",
-    "userbuffers_bf16_b200_h18432_tp8_mbs1_seqlen4096",
-    "userbuffers_bf16_b200_h6144_tp2_mbs1_seqlen4096",
-    "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192",
-    "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048",
-    "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192",
-    "userbuffers_bf16_h100_h6144_tp2_mbs2_seqlen2048",
-    "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192",
-    "userbuffers_fp8_b200_h12288_tp4_mbs1_seqlen2048",
-    "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192",
-    "userbuffers_fp8_b200_h18432_tp8_mbs1_seqlen4096",
-    "userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192",
-    "userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048",
-    "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192",
-    "userbuffers_fp8_h100_h6144_tp2_mbs2_seqlen2048",
-    "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192",
-)
-
 # Base recipes megaplan knows per tag: name -> (module, the megaplan model preset it builds). Their fields
 # (what an import assumes for what the overrides leave out) are planner/bridge/data/recipe_defaults.json,
 # dumped by running each recipe through Bridge's own code (scripts/dump_bridge_fields.py).

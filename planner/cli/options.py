@@ -242,8 +242,9 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         ("--tp-comm-overlap-cfg",),
-        "Transformer Engine userbuffer YAML (Megatron-LM's flag) for --tp-comm-overlap, or 'bridge': Megatron-Bridge's "
-        "preset for the GPU and shape, as NVIDIA's recipes run [default: Transformer Engine's defaults].",
+        "Transformer Engine userbuffer YAML (Megatron-LM's flag) for --tp-comm-overlap; 'bridge': Megatron-Bridge's "
+        "preset for the GPU and shape, as NVIDIA's recipes run; or one of those presets by name "
+        "(userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192) [default: Transformer Engine's defaults].",
         type=click.Path(dir_okay=False),
     ),
     Option(

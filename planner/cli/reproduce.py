@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from planner.cli.options import KNOBS, LISTS, OVERLAP_PINS, PLAN_OPTIONS
 from planner.cli.options import dest as option_dest
+from planner.hardware.userbuffers import BRIDGE_PREFIX
 from planner.plan import DEFAULT_TRAIN_TOKENS, PlanOptions, StageSplit
 from planner.plan_options import RECIPE_OVERLAPS, recipe_overlaps
 
@@ -21,7 +22,8 @@ def _plan_values(pj: dict, model_ref: str | None, hardware_ref: str | None) -> d
     cfg = pj["options"].get("tp_comm_overlap_cfg")
     return {
         **pj["options"],
-        "tp_comm_overlap_cfg": cfg["name"] if isinstance(cfg, dict) else cfg,  # the file it was read from
+        # the file it was read from, 'bridge' or a Bridge preset's name
+        "tp_comm_overlap_cfg": cfg["name"].removeprefix(BRIDGE_PREFIX) if isinstance(cfg, dict) else cfg,
         **{k: v for k, v in par.items() if k != "dp"},
         "model": model_ref or pj["model"],
         "hardware": hardware_ref or pj["hardware"],

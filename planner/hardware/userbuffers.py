@@ -98,12 +98,19 @@ class UbConfig(BaseModel):
 BRIDGE = "bridge"  # --tp-comm-overlap-cfg bridge: Megatron-Bridge's preset for the GPU and shape
 
 
+BRIDGE_PREFIX = "Megatron-Bridge "  # a preset's UbConfig name: "Megatron-Bridge userbuffers_bf16_h100_..."
+
+
 def load_config_file(path: str) -> UbConfig:
     """A --tp-comm-overlap-cfg file (TE's ub_cfgs: GEMM name -> its settings) as a UbConfig named by its absolute
-    path, or ``bridge`` (the recipes' choice: Megatron-Bridge's preset for the GPU and shape, ``plan_configs``);
-    a missing or malformed file raises ValueError naming it."""
+    path; ``bridge`` (the recipes' choice: Megatron-Bridge's preset for the GPU and shape, ``plan_configs``); or
+    one of Bridge's presets by its name (``userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192``: what a Bridge recipe
+    that names it runs, at any shape); a missing or malformed file raises ValueError naming it."""
     if path == BRIDGE:
         return UbConfig(name=BRIDGE)
+    preset = bridge_preset_named(path.removeprefix(BRIDGE_PREFIX))
+    if preset is not None:
+        return preset.config()
     file = Path(path).expanduser()
     if file.exists() and not file.is_file():  # /dev/zero was said to be "not found"
         raise ValueError(
@@ -112,7 +119,11 @@ def load_config_file(path: str) -> UbConfig:
     if not file.is_file():
         from planner.errors import url_hint
 
-        raise ValueError(f"--tp-comm-overlap-cfg file {path!r} not found{url_hint(path)}")
+        hint = url_hint(path) or (
+            "; allowed: a YAML file, 'bridge', or a Megatron-Bridge preset name (userbuffers_<bf16|fp8>_<h100|b200>_"
+            "h<hidden>_tp<t>_mbs<b>_seqlen<s>, presets/userbuffers/bridge.yaml)"
+        )
+        raise ValueError(f"--tp-comm-overlap-cfg file {path!r} not found{hint}")
     import yaml
 
     from planner.presets import safe_load
@@ -158,6 +169,52 @@ def bridge_presets() -> tuple[BridgePreset, ...]:
 
     data = shipped_yaml(presets_root() / "userbuffers" / "bridge.yaml")
     return tuple(BridgePreset.model_validate(p) for p in data["presets"])
+
+
+def bridge_preset_named(name: str) -> BridgePreset | None:
+    """Megatron-Bridge's preset of that name (comm_overlap.py's constant), if there is one."""
+    return next((p for p in bridge_presets() if p.name == name), None)
+
+
+def option_value(cfg: UbConfig | None) -> str | None:
+    """What --tp-comm-overlap-cfg takes to rebuild ``cfg``: 'bridge', a Bridge preset's name or a file's path."""
+    return None if cfg is None else cfg.name.removeprefix(BRIDGE_PREFIX)
+
+
+def _priced_ops(cfg: UbConfig) -> tuple:
+    """What the time model reads of each GEMM's overlap (``resolved_op`` at t = 2), for comparing configs."""
+    t = np.array([2])
+    return tuple((name, tuple((k, v.item()) for k, v in resolved_op(cfg, name, t).items())) for name in OPS)
+
+
+def preset_like(cfg: UbConfig) -> BridgePreset | None:
+    """The Bridge preset whose every overlap the time model prices as ``cfg``'s (a recipe's config read back as
+    its values, e.g. from a dumped ConfigContainer), if one is."""
+    priced = _priced_ops(cfg)
+    return next((p for p in bridge_presets() if _priced_ops(p.config()) == priced), None)
+
+
+def ops_from_bridge_repr(text: str) -> dict[str, dict]:
+    """The GEMM overlaps of a printed Bridge ``TransformerLayerTPOverlapCfg(qkv_dgrad=BulkOverlapCfg(num_sm=4,
+    ...), ...)`` (the dataclass's repr, as a dumped recipe holds it), each as its keyword values; ``None`` entries
+    left out, as Bridge's CommOverlapConfig.setup drops them before TE sees the dict (comm_overlap.py @ v0.6.0).
+    ValueError when the text is not that call."""
+    import ast
+
+    try:
+        call = ast.parse(text.strip(), mode="eval").body
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            raise ValueError
+        ops = {}
+        for kw in call.keywords:
+            if isinstance(kw.value, ast.Constant) and kw.value.value is None:
+                continue
+            if not isinstance(kw.value, ast.Call) or kw.arg is None:
+                raise ValueError
+            ops[kw.arg] = {k.arg: ast.literal_eval(k.value) for k in kw.value.keywords}
+        return ops
+    except (SyntaxError, ValueError) as err:
+        raise ValueError(f"not a TransformerLayerTPOverlapCfg(...): {text[:60]!r}") from err
 
 
 NO_OVERRIDES = UbOp()  # a GEMM its config leaves to TE's defaults (frozen: one serves every call)

@@ -10,6 +10,7 @@ import shlex
 import textwrap
 
 from planner.api import PlanRequest
+from planner.hardware.userbuffers import BRIDGE, BRIDGE_PREFIX, option_value
 from planner.models.patterns import pattern_text
 from planner.models.spec import Normalization, PositionEmbedding, SoftmaxType
 from planner.plan import (
@@ -249,8 +250,8 @@ def _overlap_flags(req: PlanRequest) -> list:
     ):
         if enabled:
             flags.append(flag)
-    if o.tp_comm_overlap and o.tp_comm_overlap_cfg is not None and o.tp_comm_overlap_cfg.name != "bridge":
-        flags += ["--tp-comm-overlap-cfg", o.tp_comm_overlap_cfg.name]
+    if o.tp_comm_overlap and o.tp_comm_overlap_cfg is not None and not _bridge_userbuffers(o.tp_comm_overlap_cfg):
+        flags += ["--tp-comm-overlap-cfg", o.tp_comm_overlap_cfg.name]  # a file's path
     if o.ddp_bucket_size is not None:
         flags += ["--ddp-bucket-size", str(o.ddp_bucket_size)]
     return flags
@@ -341,6 +342,11 @@ def environment_lines(req: PlanRequest) -> list[str]:
 DEFAULT_LOAD_IMBALANCE = PlanOptions.model_fields["moe_load_imbalance"].default
 
 
+def _bridge_userbuffers(cfg) -> bool:
+    """A userbuffer config of Megatron-Bridge's (``bridge`` or a preset by name), not a file Megatron-LM reads."""
+    return cfg.name == BRIDGE or cfg.name.startswith(BRIDGE_PREFIX)
+
+
 def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
     """The plan's settings that change its estimate but that no Megatron-LM flag or launch environment can
     carry, each as (the megaplan options that restore it when the flags are read back, none for a setting only a
@@ -354,10 +360,10 @@ def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
         out.append(
             (["--no-async-tp-comm"], "the 2021 TP all-reduce without overlap; today's Megatron-LM always overlaps")
         )
-    if o.tp_comm_overlap and o.tp_comm_overlap_cfg is not None and o.tp_comm_overlap_cfg.name == "bridge":
+    if o.tp_comm_overlap and o.tp_comm_overlap_cfg is not None and _bridge_userbuffers(o.tp_comm_overlap_cfg):
         out.append(
             (
-                ["--tp-comm-overlap-cfg", "bridge"],
+                ["--tp-comm-overlap-cfg", option_value(o.tp_comm_overlap_cfg)],
                 "Megatron-Bridge's userbuffer preset; Megatron-LM reads userbuffer settings only from a YAML file "
                 "(--tp-comm-overlap-cfg FILE) and without one runs Transformer Engine's defaults",
             )
