@@ -145,3 +145,41 @@ def test_the_cli_refuses_mxfp8_on_hopper_in_one_line():
                  "--fp8-recipe", "mxfp8"])
     )  # fmt: skip
     assert "--fp8-recipe mxfp8 needs Blackwell" in line and line.endswith("allowed: delayed, tensorwise, blockwise")
+
+
+def _step_s(hardware: str, recipe: str) -> float:
+    req = api.make_request(
+        model="llama3-8b", hardware=hardware, gpus=8, tp=2, options={"fp8": "hybrid", "fp8_recipe": recipe}
+    )
+    return api.explain(req, suggest=False)["estimate"]["iteration_s"]
+
+
+def test_blockwise_casts_on_hopper_at_the_measured_rate():
+    """Transformer Engine @d0067d0da6cb docs/examples/gemm_profiling/gemm_profiling.rst, H200 NVL, 5B config
+    (M = 15,872), per-layer GEMM time in autocast: FP8Block 22.882 ms against the pre-quantized per-tensor FP8 GEMMs'
+    16.785 ms; the 6.097 ms difference moves FP8_CAST_BYTES['blockwise'] = 2 + 2·(1 + 4/128) = 4.0625 bytes for each
+    of the 2,483 M elements the 12 GEMMs quantise, at 4.8 TB/s: 2.1015 ms / 6.097 ms = 0.345 of HBM (0.34 in the
+    preset, as delayed 0.94 and tensorwise 0.89 come from the same table). Before, blockwise casts ran at η_mem and
+    blockwise was priced within 0.3 % of delayed scaling, where TE measures it 1.21 × slower on the GEMMs."""
+    from planner.costs.compute import fp8_cast_bytes_per_element
+
+    by_hand = 4.0625 * 2483e6 / 4.8e12 / (22.882e-3 - 16.785e-3)
+    assert fp8_cast_bytes_per_element("blockwise", one_copy_serves_both=False) == 4.0625
+    assert by_hand == pytest.approx(0.3447, abs=1e-4)
+    for name in ("dgx-h100-superpod", "dgx-h200-superpod"):
+        assert load_hardware(name).gpu.fp8_cast_hbm_frac["blockwise"] == pytest.approx(by_hand, abs=0.005)
+    # TE's autocast order on Hopper, delayed 18.978 < current 20.285 < block 22.882 ms, holds for the whole step
+    delayed, current, block = (_step_s("dgx-h100-superpod", r) for r in ("delayed", "tensorwise", "blockwise"))
+    assert delayed < current < block
+
+
+@pytest.mark.parametrize("hardware", ["dgx-b200-superpod", "gb200-nvl72", "gb300-nvl72"])
+def test_blockwise_on_blackwell_is_priced_as_the_mxfp8_it_runs_as(hardware):
+    """Transformer Engine >= 2.9 emulates FP8 block scaling on Blackwell with MXFP8 (pytorch/csrc/extensions/gemm.cpp:
+    the block scales converted to MXFP8's, then the MXFP8 GEMM; quantization.py _compute_fp8_block_scaling_support
+    allows capability >= 9.0): the MXFP8 GEMM ratio, the same 4.0625 cast bytes per element, MXFP8's measured cast
+    rate. Before, its casts ran at η_mem and blockwise was priced faster than the MXFP8 it runs as (B200 24.24 s
+    against 24.47 s a step)."""
+    hw = load_hardware(hardware)
+    assert hw.gpu.fp8_cast_hbm_frac["blockwise"] == hw.gpu.fp8_cast_hbm_frac["mxfp8"]
+    assert _step_s(hardware, "blockwise") == pytest.approx(_step_s(hardware, "mxfp8"), rel=1e-12)
