@@ -18,11 +18,11 @@ import numpy as np
 
 from planner.api import PlanRequest
 from planner.bridge import recipes
-from planner.bridge.table import MODEL_ROWS, PRESETS, ROWS, TAGS
+from planner.bridge.table import MODEL_ROWS, MODEL_TAG_ROWS, PRESETS, ROWS, TAGS
 from planner.bridge.values import to_bridge
 from planner.errors import PlannerError
-from planner.megatron.export import cuda_device_max_connections, megatron_argv, model_flags
-from planner.megatron.flags import parse_megatron_argv
+from planner.megatron.export import cuda_device_max_connections, megatron_argv, model_flags, model_notes
+from planner.megatron.flags import flag_table, parse_megatron_argv
 from planner.plan import plan_label
 from planner.presets import load_model
 
@@ -72,28 +72,42 @@ def plan_values(req: PlanRequest) -> dict:
     return parse_megatron_argv(megatron_argv(req)).values
 
 
-def model_overrides(req: PlanRequest, preset: str) -> dict:
-    """Architecture fields where the plan's model differs from the base recipe's (by their flags)."""
+def model_overrides(req: PlanRequest, preset: str, tag: str) -> dict:
+    """Architecture fields where the plan's model differs from the base recipe's (by their flags); a difference no
+    provider field at ``tag`` carries is refused, naming the flag and why."""
     mine = parse_megatron_argv([str(x) for x in model_flags(req)]).values
     if req.ctx.model.name == preset:
         return {}
     base_req = PlanRequest(req.ctx.__class__(load_model(preset), *_rest(req)), req.plan, req.gpus)
     theirs = parse_megatron_argv([str(x) for x in model_flags(base_req)]).values
-    out, missing = {}, []
+    tagged = {row.dest: row for row in MODEL_TAG_ROWS}
+    out, missing, why = {}, [], []
     for dest in sorted(set(mine) | set(theirs)):
         if dest == "seq_length" or mine.get(dest) == theirs.get(dest):
             continue
         flag = "--" + dest.replace("_", "-")
-        if flag in MODEL_ROWS:
-            out[MODEL_ROWS[flag]] = mine.get(dest)
+        row = tagged.get(dest)
+        path = row.path(tag, req.ctx.model.multi_latent_attention) if row else MODEL_ROWS.get(flag)
+        if path is not None:
+            out[path] = mine.get(dest, _megatron_default(row)) if row else mine.get(dest)
         else:
-            missing.append(flag)
+            missing.append(row.flag if row else flag)
+            why += [row.why] if row and row.why and row.why not in why else []
     if missing:
         raise PlannerError(
             f"the plan's model differs from {preset} (the base recipe's) in {', '.join(missing)}, which a Bridge "
-            "override cannot set; allowed: a base recipe of the same model (--bridge-recipe)"
+            f"{tag} override cannot set{''.join(f'; {w}' for w in why)}; allowed: a base recipe of the same model "
+            "(--bridge-recipe)"
         )
     return out
+
+
+def _megatron_default(row) -> object:
+    """Megatron-LM's value of a model setting the plan's flags leave out, which the base recipe's model sets: a
+    switch's other value, else the parser's default (arguments.py @ d98e8a64)."""
+    if row.on is not None:
+        return not row.on
+    return flag_table()[row.flag].default
 
 
 def _rest(req: PlanRequest):
@@ -108,13 +122,14 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
     values = plan_values(req)
     p, o = req.plan, req.ctx.options
     ctx = {"vpp": p.vpp, "flex": p.moe_token_dispatcher.value == "flex" and req.ctx.model.is_moe}
-    fields: dict[str, object] = dict(model_overrides(req, preset))
+    fields: dict[str, object] = dict(model_overrides(req, preset, tag))
     for row in ROWS:
         if (row.dest in MOE_DESTS and not req.ctx.model.is_moe) or (row.dest == "ckpt_format" and not p.fsdp):
             continue  # MoE fields for a dense model; the checkpoint format only where FSDP needs its own
         default = True if row.kind == "off" else row.default
         fields.update(to_bridge(row, values.get(row.dest, default), tag, ctx))
     notes = _graph_rules(req, tag, fields)
+    notes += [f"not in any Bridge field either: {note}" for note in model_notes(req)]  # ModelSpec.not_in_megatron
     if o.fp8 is not None and o.fp8_recipe.value == "mxfp8" and o.fp8_param_gather:
         fields["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag"] = True
         notes.append("MXFP8 with fp8_param_gather: reuse_grad_buf_for_mxfp8_param_ag=true (Bridge's MXFP8 preset)")

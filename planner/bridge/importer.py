@@ -18,7 +18,7 @@ import yaml
 
 from planner.bridge import recipes
 from planner.bridge.runtime import apply_comm_overlap, apply_precision, megatron_lm_expressible, recipe_userbuffers
-from planner.bridge.table import MODEL_ROWS, NEWEST, ROWS, TAGS
+from planner.bridge.table import MLA_PATHS, MODEL_ROWS, MODEL_TAG_ROWS, NEWEST, ROWS, TAGS
 from planner.bridge.values import to_flags
 from planner.errors import PlannerError
 
@@ -175,8 +175,45 @@ def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
                 flag,
                 str(int(value) if isinstance(value, float) and value.is_integer() and "dropout" not in flag else value),
             ]
+    argv += _model_tag_flags(fields, tag)
     for row in ROWS:
         argv += to_flags(row, fields, tag, ctx)
+    return argv + _low_precision_flags(fields)
+
+
+# TransformerConfig fields that no plan option carries but Megatron-Core checks (Bridge's finalize() runs its
+# __post_init__): given as Megatron-LM flags to the importer's planner.megatron.low_precision checks
+LOW_PRECISION_FIELDS = {
+    "model.fp4": "--fp4-format",
+    "model.first_last_layers_bf16": "--first-last-layers-bf16",
+    "model.num_layers_at_start_in_bf16": "--num-layers-at-start-in-bf16",
+    "model.num_layers_at_end_in_bf16": "--num-layers-at-end-in-bf16",
+}
+
+
+def _low_precision_flags(fields: dict) -> list[str]:
+    out: list[str] = []
+    for path, flag in LOW_PRECISION_FIELDS.items():
+        value = fields.get(path)
+        if value is None or value is False:
+            continue
+        out += [flag] if value is True else [flag, str(value)]
+    return out
+
+
+def _model_tag_flags(fields: dict, tag: str) -> list[str]:
+    """The position-embedding and norm settings (``MODEL_TAG_ROWS``) among the fields, as Megatron-LM flags: a value
+    flag with its value, a switch where the field holds the switch's value (the other value is the flag left out)."""
+    argv: list[str] = []
+    for row in MODEL_TAG_ROWS:
+        for path in dict.fromkeys((row.paths.get(tag), MLA_PATHS.get(row.dest))):
+            value = None if path is None else fields.get(path)
+            if value is None:
+                continue
+            if row.on is None:
+                argv += [row.flag, str(value)]
+            elif bool(value) == row.on:
+                argv.append(row.flag)
     return argv
 
 
@@ -285,6 +322,7 @@ def request_from_bridge(fields: dict, **kw):
     return BridgeImport(request_from_fields(read.data), read.notes, read.warnings, tuple(read.argv))
 
 
+_MODEL_PATHS = {*MODEL_ROWS.values(), *MLA_PATHS.values(), *(p for row in MODEL_TAG_ROWS for p in row.paths.values())}
 _READ_PATHS = {row.read for row in ROWS} | {"train.global_batch_size", "train.micro_batch_size", "model.seq_length"}
 
 
@@ -498,7 +536,7 @@ def _unknown_overrides(overrides: dict, tag: str) -> list[str]:
     sections, unread = recipes.section_fields(tag), []
     for key in overrides:
         section, dot, field = key.partition(".")
-        known = field.split(".")[0] in sections.get(section, ()) or key in _READ_PATHS or key in MODEL_ROWS.values()
+        known = field.split(".")[0] in sections.get(section, ()) or key in _READ_PATHS or key in _MODEL_PATHS
         if tag in TAGS and sections and not dot:
             _check_whole_section(key, overrides[key], sections, tag)
         if tag not in TAGS or not sections or not dot or known:

@@ -601,6 +601,78 @@ MODEL_ROWS: dict[str, str] = {
     "--attention-dropout": "model.attention_dropout",
 }
 
+
+@dataclass(frozen=True)
+class ModelRow:
+    """A model setting only some tags' providers carry, or a switch: ``paths`` per tag (a tag missing: no
+    provider field takes it, said by ``why``), ``on``: the destination's value when a switch flag is given
+    (None: a flag with a value)."""
+
+    flag: str
+    dest: str
+    paths: dict[str, str]
+    on: object = None
+    why: str = ""
+
+    def path(self, tag: str, mla: bool = False) -> str | None:
+        return MLA_PATHS.get(self.dest) if mla and self.dest in MLA_PATHS else self.paths.get(tag)
+
+
+_BOTH = TAGS
+_NEW = "v0.6.0"
+_YARN = "at v0.2.1 only GPTOSSProvider (models/gpt_oss/gpt_oss_provider.py) has the yarn_* fields"
+# Position embedding and norm settings, Megatron-LM flag -> Bridge provider field: GPTModelProvider
+# (models/gpt_provider.py) has rotary_percent at both tags, and rope_scaling, rope_scaling_factor and the yarn_*
+# fields at v0.6.0 only; Megatron-Core's TransformerConfig has layernorm_epsilon and
+# layernorm_zero_centered_gamma (--norm-epsilon, --apply-layernorm-1p). At v0.2.1 Llama 3.1's scaling lives in
+# Llama31ModelProvider.provide() (scale_factor 8, low/high_freq_factor 1/4, old_context_len 8192), which only a
+# Llama 3.1 base recipe runs.
+MODEL_TAG_ROWS: tuple[ModelRow, ...] = (
+    ModelRow("--rotary-percent", "rotary_percent", dict.fromkeys(_BOTH, "model.rotary_percent")),
+    ModelRow("--norm-epsilon", "layernorm_epsilon", dict.fromkeys(_BOTH, "model.layernorm_epsilon")),
+    ModelRow(
+        "--apply-layernorm-1p",
+        "layernorm_zero_centered_gamma",
+        dict.fromkeys(_BOTH, "model.layernorm_zero_centered_gamma"),
+        True,
+    ),
+    ModelRow(
+        "--use-rope-scaling",
+        "use_rope_scaling",
+        {_NEW: "model.rope_scaling"},
+        True,
+        "at v0.2.1 only a Llama 3.1 base recipe (Llama31ModelProvider.scale_factor) scales RoPE",
+    ),
+    ModelRow(
+        "--rope-scaling-factor",
+        "rope_scaling_factor",
+        {_NEW: "model.rope_scaling_factor"},
+        why="at v0.2.1 only a Llama 3.1 base recipe (Llama31ModelProvider.scale_factor) scales RoPE",
+    ),
+    ModelRow("--rotary-scaling-factor", "rotary_scaling_factor", {_NEW: "model.yarn_rotary_scaling_factor"}, why=_YARN),
+    ModelRow("--mscale", "mscale", {_NEW: "model.yarn_mscale"}, why=_YARN),
+    ModelRow("--mscale-all-dim", "mscale_all_dim", {_NEW: "model.yarn_mscale_all_dim"}, why=_YARN),
+    ModelRow(
+        "--yarn-original-max-position-embeddings",
+        "yarn_original_max_position_embeddings",
+        {_NEW: "model.yarn_original_max_position_embeddings"},
+        why=_YARN,
+    ),
+    ModelRow(
+        "--no-yarn-correction-range-round-to-int",
+        "yarn_correction_range_round_to_int",
+        {_NEW: "model.yarn_correction_range_round_to_int"},
+        False,
+        _YARN,
+    ),
+)
+# multi-latent attention's YaRN: MLATransformerConfig's own fields (Bridge's DeepSeek providers at both tags)
+MLA_PATHS = {
+    "rotary_scaling_factor": "model.rotary_scaling_factor",
+    "mscale": "model.mscale",
+    "mscale_all_dim": "model.mscale_all_dim",
+}
+
 # Bridge's precision presets (training/mixed_precision.py, the same names at v0.2.1 and v0.6.0):
 # (precision, fp8 format, fp8 recipe) -> the preset whose fields an export starts from
 PRESETS: dict[tuple[str, str | None, str | None], str] = {

@@ -484,6 +484,8 @@ def _unwritten_notes(req: api.PlanRequest, fmt: str) -> None:
     restore them when the flags are read back (the flags alone: with the allocator setting too)."""
     from planner.megatron import export as exp
 
+    for note in exp.model_notes(req):
+        click.echo(f"megaplan: note: not in any Megatron-LM flag: {note}", err=True)
     unwritten = exp.unwritten_settings(req)
     for restore, why in unwritten:
         click.echo(f"megaplan: note: not in the flags: {' '.join(restore) + ': ' if restore else ''}{why}", err=True)

@@ -228,7 +228,8 @@ def attention_block(lt: Letters, ctx: Context, *, window: bool = False) -> dict[
     elementwise = parts["norm_residual"] / 2 + parts["rope"] + latent_norms  # the unfused softmax: in the core
     casts = fp8_cast_bytes(lt, ctx, gemms, fused_in=local, out_grad=local) if lt.fp8 else (0.0, 0.0)
     if unfused_rope(mo):  # the op-by-op RoPE's bytes beyond the fused kernel's ``rope`` part
-        extra = compute.unfused_rope_extra_bytes(parts["rope"] / compute.FUSED_ROPE_BYTES[0], _rope_slowdown(ctx))
+        n = parts["rope"] / compute.FUSED_ROPE_BYTES[0]
+        extra = compute.unfused_rope_extra_bytes(n, _rope_slowdown(ctx), mo.rotary_percent)
         casts = (casts[0] + extra[0], casts[1] + extra[1])
     tp = tp_pair_s(lt, ctx, gemms, gtime, ins, ["projection"], gather)
     modules = ctx.options.recompute_modules

@@ -117,7 +117,8 @@ def elementwise_bytes(
     without attention dropout. ``dropout`` is the hidden dropout, ``attention_dropout`` (default: the
     same) the one on attention probabilities. ``rope``: rotary position embedding of the queries
     and keys, ``rope_channels`` = (a + g)·d_h of them split over t, read and written in 16 bits
-    (Transformer Engine's fused RoPE: 4·sb·(a + g)·d_h/t). Tokens are divided by c under context
+    (Transformer Engine's fused RoPE: 4·sb·(a + g)·d_h/t, the whole head whatever --rotary-percent: the kernel
+    copies the channels it does not rotate, fused_rope.cu "copy the rest"). Tokens are divided by c under context
     parallelism.
     """
     b, t, c = np.asarray(b), np.asarray(t), np.asarray(c)
@@ -271,37 +272,46 @@ def fp8_attention_time_s(
 
 
 # Megatron-Core's unfused RoPE (rope_utils.py _apply_rotary_pos_emb_bshd and _rotate_half @ core_r0.16.0,
-# eager PyTorch), HBM bytes per 16-bit element of the rotated queries and keys. Forward: t·cos (r2 w2), −x2
-# (r1 w1), cat(−x2, x1) (r2 w2), ·sin (r2 w2), the sum (r4 w2), cat with the empty pass-through part (r2 w2):
-# 24. Backward (autograd): ·sin (r2 w2), neg (r1 w1), the chunk's gradient assembled (r2 w2), ·cos (r2 w2), the
-# two paths' gradients summed (r4 w2), the slice's zero-filled gradient and its copy (w2 r2 w2): 26.
-UNFUSED_ROPE_BYTES = (24.0, 26.0)
+# eager PyTorch), HBM bytes per 16-bit element of the queries and keys, as (the ops on the rotated channels, the
+# ops on the whole head). Forward: t·cos (r2 w2), −x2 (r1 w1), cat(−x2, x1) (r2 w2), ·sin (r2 w2), the sum
+# (r4 w2) on the rotated channels: 20; cat with the pass-through part (r2 w2) over the whole head: 4. Backward
+# (autograd): ·sin (r2 w2), neg (r1 w1), the chunk's gradient assembled (r2 w2), ·cos (r2 w2), the two paths'
+# gradients summed (r4 w2): 20; the slice's zero-filled gradient and its copy (w2 r2 w2): 6. 24 and 26 when
+# every channel rotates (--rotary-percent 1).
+UNFUSED_ROPE_BYTES = ((20.0, 4.0), (20.0, 6.0))
 FUSED_ROPE_BYTES = (4.0, BACKWARD_ELEMENTWISE_FACTOR * 4.0)  # elementwise_bytes' rope term, and its backward
 
 
-def unfused_rope_extra_bytes(elements: ArrayLike, slowdown: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def unfused_rope_extra_bytes(
+    elements: ArrayLike, slowdown: float = 1.0, rotary_fraction: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) HBM bytes the op-by-op RoPE moves beyond the fused kernel's, for ``elements``
-    rotated 16-bit query and key elements on the GPU (s·b/c · (a + g)·d_h/t), as bytes at the calibrated HBM
-    rate B_m = B_HBM·η_mem (the block times every byte at it):
+    16-bit query and key elements on the GPU (s·b/c · (a + g)·d_h/t), ``rotary_fraction`` p of each head's
+    channels rotated (--rotary-percent), as bytes at the calibrated HBM rate B_m = B_HBM·η_mem (the block times
+    every byte at it):
 
-        extra_fwd = (24·r − 4)·N,   extra_bwd = (26·r − 2·4)·N,   r = max(1, B_m / B_eager)
+        extra_fwd = (r·(20·p + 4) − 4)·N,   extra_bwd = (r·(20·p + 6) − 2·4)·N,   r = max(1, B_m / B_eager)
 
-    (UNFUSED_ROPE_BYTES against FUSED_ROPE_BYTES). ``slowdown`` r: the op-by-op kernels' eager elementwise
-    bandwidth B_eager against B_m (``eager_rope_slowdown``); 1 where no eager rate is measured. Eager PyTorch
-    runs a broadcast or strided operand (t·cos with cos [s, 1, 1, d], the rotate-half's chunks) in its
-    non-vectorised elementwise kernel, a few bytes in flight per thread, so the bandwidth it reaches is
-    bounded by the bytes in flight over the memory latency, not by the HBM peak: B200 runs the eager
-    rotate-half of q and k at 1.55 TB/s against the 5.7 TB/s of the same ops fused (pytorch/pytorch PR 176223).
+    (UNFUSED_ROPE_BYTES against FUSED_ROPE_BYTES: the rotation's ops touch the p·d_h rotated channels, the cat
+    and the slice's gradient the whole head; Transformer Engine's fused kernel reads and writes the whole head
+    whatever p, copying the pass-through channels: fused_rope.cu fused_rope_block_forward, "copy the rest").
+    ``slowdown`` r: the op-by-op kernels' eager elementwise bandwidth B_eager against B_m
+    (``eager_rope_slowdown``); 1 where no eager rate is measured. Eager PyTorch runs a broadcast or strided
+    operand (t·cos with cos [s, 1, 1, d], the rotate-half's chunks) in its non-vectorised elementwise kernel, a
+    few bytes in flight per thread, so the bandwidth it reaches is bounded by the bytes in flight over the memory
+    latency, not by the HBM peak: B200 runs the eager rotate-half of q and k at 1.55 TB/s against the 5.7 TB/s of
+    the same ops fused (pytorch/pytorch PR 176223).
 
     YaRN positions run it: Megatron-Core's apply_rotary_pos_emb takes the unfused path whenever the YaRN
     concentration factor is not 1 (rope_utils.py @ core_r0.16.0: 'mscale ... is not supported by TE's fused
     RoPE'; GPT-OSS: 0.1·ln 32 + 1 = 1.347, yarn_rotary_pos_embedding.py _yarn_get_mscale), and
     Megatron-Bridge turns apply_rope_fusion off for any position embedding but 'rope'
     (src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility @ v0.4.0:83-92)."""
-    n, r = np.asarray(elements, dtype=float), max(1.0, slowdown)
+    n, r, p = np.asarray(elements, dtype=float), max(1.0, slowdown), rotary_fraction
+    (rot_fwd, whole_fwd), (rot_bwd, whole_bwd) = UNFUSED_ROPE_BYTES
     return (
-        (r * UNFUSED_ROPE_BYTES[0] - FUSED_ROPE_BYTES[0]) * n,
-        (r * UNFUSED_ROPE_BYTES[1] - FUSED_ROPE_BYTES[1]) * n,
+        (r * (rot_fwd * p + whole_fwd) - FUSED_ROPE_BYTES[0]) * n,
+        (r * (rot_bwd * p + whole_bwd) - FUSED_ROPE_BYTES[1]) * n,
     )
 
 

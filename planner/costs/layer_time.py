@@ -195,7 +195,12 @@ def _unfused_rope_text(ctx: Context) -> str:
     """The op-by-op RoPE's bytes and, where the GPU preset measures one, the eager bandwidth they run at."""
     eager = ctx.hardware.gpu.eager_elementwise_tbytes_per_s
     rate = f" at the GPU's eager elementwise {eager} TB/s (pytorch/pytorch PR 176223)" if eager else ""
-    return "; YaRN RoPE op by op (Megatron-Core's unfused path): 24 B forward, 26 B backward per rotated element" + rate
+    p = ctx.model.rotary_percent
+    if p == 1.0:
+        per = "24 B forward, 26 B backward per rotated element"
+    else:
+        per = f"(20·{p:g} + 4) B forward, (20·{p:g} + 6) B backward per query/key element ({p:g} of each head rotated)"
+    return f"; YaRN RoPE op by op (Megatron-Core's unfused path): {per}" + rate
 
 
 def layer_time_formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = None) -> dict[str, Formula]:

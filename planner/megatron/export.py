@@ -28,6 +28,7 @@ from planner.plan import (
 )
 
 DEFAULT_RECOMPUTE_MODULES = PlanOptions.model_fields["recompute_modules"].default
+NORM_EPSILON = 1e-5  # Megatron-LM's --norm-epsilon default (arguments.py @ d98e8a64)
 
 
 def model_flags(req: PlanRequest) -> list[str]:
@@ -66,11 +67,7 @@ def model_flags(req: PlanRequest) -> list[str]:
         flags += ["--glu-linear-offset", m.glu_linear_offset]
     if m.activation_func_clamp_value is not None:
         flags += ["--activation-func-clamp-value", m.activation_func_clamp_value]
-    if m.normalization is not Normalization.LAYERNORM:
-        flags += ["--normalization", m.normalization.value]
-    if m.qk_layernorm:
-        flags.append("--qk-layernorm")
-    flags += _position_flags(m)
+    flags += _norm_flags(m) + _position_flags(m)
     if m.untie_embeddings_and_output_weights:
         flags.append("--untie-embeddings-and-output-weights")
     if not m.add_bias_linear:
@@ -89,16 +86,45 @@ def model_flags(req: PlanRequest) -> list[str]:
     return flags
 
 
+def _norm_flags(m) -> list:
+    """The norms: LayerNorm or RMSNorm, its ε, LayerNorm's zero-centred γ (Nemotron-4) and per-head q/k norms."""
+    flags = []
+    if m.normalization is not Normalization.LAYERNORM:
+        flags += ["--normalization", m.normalization.value]
+    if m.norm_epsilon != NORM_EPSILON:
+        flags += ["--norm-epsilon", m.norm_epsilon]
+    if m.apply_layernorm_1p:
+        flags.append("--apply-layernorm-1p")
+    if m.qk_layernorm:
+        flags.append("--qk-layernorm")
+    return flags
+
+
 def _position_flags(m) -> list:
-    """The position embedding: its type, RoPE's θ and Llama 3.x's frequency scaling (Megatron-LM
-    rope_utils.apply_rope_scaling, the factor read only with --use-rope-scaling)."""
+    """The position embedding: its type, RoPE's θ, the rotated fraction of each head (--rotary-percent),
+    Llama 3.x's frequency scaling (Megatron-LM rope_utils.apply_rope_scaling, the factor read only with
+    --use-rope-scaling) and YaRN's scale s, mscale coefficients, pre-extension context and correction-range
+    rounding (Megatron-LM argument_utils._apply_yarn_config_from_args, and MLATransformerConfig for multi-latent
+    attention, whose RoPE is YaRN by default: without --rotary-scaling-factor either runs at s = 1)."""
     flags = []
     if m.position_embedding_type is not PositionEmbedding.LEARNED:
         flags += ["--position-embedding-type", m.position_embedding_type.value]
     if m.rotary_base is not None:
         flags += ["--rotary-base", m.rotary_base]
+    if m.rotary_percent != 1.0:
+        flags += ["--rotary-percent", m.rotary_percent]
     if m.rope_scaling_factor is not None:
         flags += ["--use-rope-scaling", "--rope-scaling-factor", m.rope_scaling_factor]
+    if m.rotary_scaling_factor is not None:
+        flags += ["--rotary-scaling-factor", m.rotary_scaling_factor]
+    if m.mscale != 1.0:
+        flags += ["--mscale", m.mscale]
+    if m.mscale_all_dim != 0.0:
+        flags += ["--mscale-all-dim", m.mscale_all_dim]
+    if m.yarn_original_max_position_embeddings is not None:
+        flags += ["--yarn-original-max-position-embeddings", m.yarn_original_max_position_embeddings]
+    if not m.yarn_correction_range_round_to_int:
+        flags.append("--no-yarn-correction-range-round-to-int")
     return flags
 
 
@@ -396,6 +422,13 @@ def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
     return out
 
 
+def model_notes(req: PlanRequest) -> list[str]:
+    """What of the published model no Megatron-LM flag carries (``ModelSpec.not_in_megatron``): the flags, like the
+    estimate, train without it."""
+    m = req.ctx.model
+    return [f"the published {m.name}: {m.not_in_megatron}"] if m.not_in_megatron else []
+
+
 def megatron_argv(req: PlanRequest) -> list[str]:
     """The pretrain_gpt.py arguments that set up this plan (architecture, parallelism, batch,
     recomputation, precision, sequence length), as strings."""
@@ -506,6 +539,7 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
         warn += "".join(
             _comment(f"- {shlex.join(restore) + ': ' if restore else ''}{why}") for restore, why in unwritten
         )
+    model = "".join(_comment(f"NOTE: not in any Megatron-LM flag: {note}") for note in model_notes(req))
     split = (
         f" ({nodes} nodes of {per_node}: torchrun starts as many on every node)"
         if nodes > 1 and (per_node < req.ctx.hardware.gpus_per_node)
@@ -518,7 +552,7 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
 # Read it back (the model, the hardware and the settings above are not in the script):
 #   megaplan explain --megatron-args-file THIS_SCRIPT {shlex.join(readback_args(req))}
 # Replace every PLACEHOLDER before submitting; the paths below must be set or the script stops.
-#SBATCH --job-name=megaplan-{req.ctx.model.name}
+{model}#SBATCH --job-name=megaplan-{req.ctx.model.name}
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node={per_node}

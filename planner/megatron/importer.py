@@ -29,7 +29,7 @@ from planner.megatron.option_flags import (
     recompute_fields,
     recompute_modules,
 )
-from planner.megatron.script import MODEL_FIELDS, drop_unset, flag_dests, read_beside, world_unknown
+from planner.megatron.script import MODEL_FIELDS, SPEC_FIELDS, drop_unset, flag_dests, read_beside, world_unknown
 from planner.megatron.shell import ShellParseError, extract_launch
 from planner.megatron.shell.expand import MAX_DEPTH
 from planner.megatron.tokenizers import tokenizer_vocab
@@ -59,6 +59,7 @@ class Imported:
 
 def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, notes: list[str]) -> ModelSpec:
     fields = {MODEL_FIELDS[k]: val for k, val in v.items() if k in MODEL_FIELDS}
+    fields |= {SPEC_FIELDS[k]: val for k, val in v.items() if k in SPEC_FIELDS and val is not None}
     if v.get("group_query_attention") and v.get("num_query_groups"):
         fields["num_query_groups"] = v["num_query_groups"]
     if v.get("use_rope_scaling"):  # --rope-scaling-factor counts only with it (arguments.py; default 8)

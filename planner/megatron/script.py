@@ -37,6 +37,7 @@ MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
     "activation_func_clamp_value": "activation_func_clamp_value",
     "qk_layernorm": "qk_layernorm",
     "rotary_base": "rotary_base",
+    "rotary_percent": "rotary_percent",
     "softmax_type": "softmax_type",
     "window_size": "window_size",
     "window_attn_skip_freq": "window_attn_skip_freq",
@@ -55,6 +56,16 @@ MODEL_FIELDS = {  # Megatron dest -> ModelSpec field
     "moe_router_topk_scaling_factor": "moe_router_topk_scaling_factor",
     "moe_router_enable_expert_bias": "moe_router_enable_expert_bias",
     "moe_router_dtype": "moe_router_dtype",
+}
+
+SPEC_FIELDS = {  # Megatron dest -> ModelSpec field: the model's settings that change no estimate
+    "layernorm_epsilon": "norm_epsilon",
+    "layernorm_zero_centered_gamma": "apply_layernorm_1p",
+    "rotary_scaling_factor": "rotary_scaling_factor",
+    "mscale": "mscale",
+    "mscale_all_dim": "mscale_all_dim",
+    "yarn_original_max_position_embeddings": "yarn_original_max_position_embeddings",
+    "yarn_correction_range_round_to_int": "yarn_correction_range_round_to_int",
 }
 
 KEEP_UNSET_FLAGS = {"--deepspeed_config", "--deepscale_config"}  # a path the script may write itself

@@ -80,6 +80,24 @@ class ModelSpec(BaseModel):
     rope_scaling_factor: float | None = Field(
         None, gt=0, description="--use-rope-scaling --rope-scaling-factor F (Llama 3.x's RoPE frequencies); no cost"
     )
+    rotary_percent: float = Field(
+        1.0, gt=0, le=1, description="--rotary-percent: fraction of each head's channels RoPE rotates (Nemotron-4 0.5)"
+    )
+    rotary_scaling_factor: float | None = Field(
+        None, gt=0, description="--rotary-scaling-factor: YaRN's context scale s (GPT-OSS 32); no cost"
+    )
+    mscale: float = Field(1.0, description="--mscale: YaRN's attention-scale coefficient (config.json mscale); no cost")
+    mscale_all_dim: float = Field(0.0, description="--mscale-all-dim: YaRN's divisor coefficient (DeepSeek-V3 1)")
+    yarn_original_max_position_embeddings: PositiveInt | None = Field(
+        None, description="--yarn-original-max-position-embeddings: YaRN's pre-extension context (Megatron: 4096)"
+    )
+    yarn_correction_range_round_to_int: bool = Field(
+        True, description="--no-yarn-correction-range-round-to-int when false (HF rope_scaling truncate false)"
+    )
+    norm_epsilon: float = Field(1e-5, gt=0, lt=1, description="--norm-epsilon (config.json rms_norm_eps); no cost")
+    apply_layernorm_1p: bool = Field(
+        False, description="--apply-layernorm-1p: LayerNorm with a zero-centred γ (Nemotron-4); no cost"
+    )
     untie_embeddings_and_output_weights: bool = False
     add_bias_linear: bool = True
     hidden_dropout: float = Field(0.1, ge=0, lt=1, description="dropout after attention and MLP")
@@ -114,6 +132,9 @@ class ModelSpec(BaseModel):
     moe_router_topk_scaling_factor: float | None = Field(None, gt=0, description="routed_scaling_factor; no cost")
     moe_router_enable_expert_bias: bool = Field(False, description="aux-loss-free expert bias (DeepSeek-V3)")
     moe_router_dtype: str | None = Field(None, pattern="^fp(32|64)$", description="--moe-router-dtype: fp32 or fp64")
+    not_in_megatron: str | None = Field(
+        None, description="what of the published model no Megatron-LM flag carries (said by every export); no cost"
+    )
     training: TrainingDefaults | None = Field(None, description="published training defaults")
 
     @model_validator(mode="before")
@@ -169,11 +190,7 @@ class ModelSpec(BaseModel):
             len(self.window_size) != 2 or min(self.window_size) < 0 or max(self.window_size) >= 2**31
         ):  # 1e308 in a YAML was an OverflowError traceback of the attention FLOPs
             raise ValueError(f"window_size must be two integers 0 ≤ w < 2³¹ (left, right), got {self.window_size}")
-        if self.mtp_num_layers and self.position_embedding_type not in (PositionEmbedding.ROPE, PositionEmbedding.NONE):
-            # Megatron-LM arguments.py:882-886: MTP takes rope or no position embedding
-            raise ValueError(
-                f"mtp_num_layers needs position_embedding_type rope or none, not {self.position_embedding_type.value}"
-            )
+        self._position_rules()
         if self.num_experts is None:
             moe_only = ("moe_shared_expert_intermediate_size", "moe_router_num_groups", "moe_router_group_topk")
             given = [k for k in moe_only if getattr(self, k) is not None]
@@ -193,6 +210,18 @@ class ModelSpec(BaseModel):
                     f"moe_router_group_topk ({group_topk}) <= the groups and top-k ({k}) within the chosen groups"
                 )
         return self
+
+    def _position_rules(self) -> None:
+        """MTP's position embedding (Megatron-LM arguments.py:882-886: rope or none), and a partial rotary
+        embedding only where RoPE rotates each head's channels (MLA rotates its own d_r channels instead)."""
+        kind = self.position_embedding_type
+        if self.mtp_num_layers and kind not in (PositionEmbedding.ROPE, PositionEmbedding.NONE):
+            raise ValueError(f"mtp_num_layers needs position_embedding_type rope or none, not {kind.value}")
+        rotary = kind in (PositionEmbedding.ROPE, PositionEmbedding.YARN) and not self.multi_latent_attention
+        if self.rotary_percent != 1.0 and not rotary:
+            raise ValueError(
+                "rotary_percent below 1 needs position_embedding_type rope or yarn without multi_latent_attention"
+            )
 
     @property
     def query_groups(self) -> int:
