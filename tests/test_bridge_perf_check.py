@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from planner.bridge.importer import read_bridge_source, request_from_bridge
+from planner.bridge.runtime import UB_FIELD
 from planner.bridge.table import ROWS
 from planner.bridge.workloads import GPUS, V060_DTYPES, V060_MODELS, V060_NAME, read_workload
 from planner.plan_file import request_from_fields
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bridge_hf_configs import hf_entries  # noqa: E402
 
 TAG = "v0.6.0"
-FIELDS = sorted({r.read_at(TAG) for r in ROWS} | {"dataset.seq_length", "model.num_moe_experts"})
+FIELDS = sorted({r.read_at(TAG) for r in ROWS} | {"dataset.seq_length", "model.num_moe_experts", UB_FIELD})
 
 
 def recipes(src: Path) -> list[tuple[Path, str]]:
