@@ -10,14 +10,29 @@ are the rule table of ``planner.space.rules``, so a rejected plan can say which 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveFloat, field_validator, model_validator
 
 from planner.hardware.spec import HardwareSpec
 from planner.hardware.userbuffers import UbConfig, load_config_file
 from planner.models.pipeline_layout import LayoutError, PipelineLayout
-from planner.models.spec import ModelSpec, PositiveInt  # sizes the grid's 32-bit integers hold (a plan file's 1e30)
+from planner.models.spec import ModelSpec
+from planner.models.spec import PositiveInt as _Bounded  # sizes the grid's 32-bit integers hold (a plan file's 1e30)
+from planner.whole import python_int, whole_number
+
+
+def _typed_whole(value):
+    """A size written as text (a quoted "8" in a hand-edited plan file or a Bridge YAML) read by megaplan's one
+    parser of whole numbers (planner.whole: pydantic's lax mode took "2_0" for 20), and true/false refused (it took
+    true for 1). Text no parser reads is left to pydantic's "unable to parse string as an integer". The model
+    specs are strict and refuse text and booleans already."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is not a number; allowed: a whole number ≥ 1")
+    return whole_number(value) if isinstance(value, str) and python_int(value) is not None else value
+
+
+PositiveInt = Annotated[_Bounded, BeforeValidator(_typed_whole)]
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
