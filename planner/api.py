@@ -194,7 +194,37 @@ def explain_plan(
     out = plan_json(req.ctx, req.gpus, grid, ev, 0, broken, memory_headroom)
     if suggest and not out["estimate"]["fits"]:
         out["fit_suggestions"] = fit_suggestions(req, memory_headroom, derived=derived)
+        out["more_gpus"] = more_gpus(req, memory_headroom)
     return Explanation(out, ev)
+
+
+MAX_DP_GROWTH = 64  # more_gpus tries d·2, d·4 … d·64
+
+
+def more_gpus(req: PlanRequest, memory_headroom: float | None = None) -> dict | None:
+    """The same layout on more GPUs, data parallelism doubled until it fits (the distributed optimizer or
+    Megatron FSDP shard their state over d·c ranks, so each doubling lowers the per-GPU memory; without them
+    it never fits): the first d·2^k (k ≤ 6) that the global batch divides into micro-batches, that Megatron-LM
+    accepts and that fits. A Bridge recipe's name gives one model replica's GPUs (``..._32gpu_...`` is TP4 PP4
+    CP2), which is where a user meets this. Memory only: the overlaps a recipe turns on with d > 1 would change
+    the time. None when no such size fits."""
+    p = req.plan
+    if not (p.distributed_optimizer or p.fsdp):
+        return None
+    cap = usable_bytes(req.ctx.hardware.memory.allocatable_bytes, memory_headroom)
+    growth = 2
+    while growth <= MAX_DP_GROWTH:
+        dp = p.dp * growth
+        if req.ctx.training.global_batch % (dp * p.micro_batch) == 0:
+            grid = PlanGrid.from_plans([p.model_copy(update={"dp": dp})])
+            gpus = req.gpus * growth
+            if not rule_messages(grid, req.ctx.model, req.ctx.training, req.ctx.options, gpus):
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ev = evaluate(grid, req.ctx)
+                if ev.peak_memory_bytes[0] <= cap:
+                    return {"gpus": gpus, "dp": dp, "peak_memory_gib": float(ev.peak_memory_bytes[0]) / 2**30}
+        growth *= 2
+    return None
 
 
 SPLIT_CHANGE = {  # a fix's stage split by the options that give it (it read "stage split embedding+loss")

@@ -183,3 +183,42 @@ def test_blockwise_on_blackwell_is_priced_as_the_mxfp8_it_runs_as(hardware):
     hw = load_hardware(hardware)
     assert hw.gpu.fp8_cast_hbm_frac["blockwise"] == hw.gpu.fp8_cast_hbm_frac["mxfp8"]
     assert _step_s(hardware, "blockwise") == pytest.approx(_step_s(hardware, "mxfp8"), rel=1e-12)
+
+
+def _bridge(*overrides: str):
+    args = ["explain", "--bridge-recipe", "llama3_8b_pretrain_config", "--gpus", "8", "--hardware", "dgx-h100-superpod"]
+    for o in overrides:
+        args += ["--bridge-override", o]
+    return run_cli(args)
+
+
+def test_a_bridge_config_meets_the_same_checks():
+    """Bridge's finalize() runs Megatron-Core's TransformerConfig.__post_init__ (models/transformer_config.py,
+    v0.6.0), after MixedPrecisionConfig copied its fields onto the model: delayed scaling with BF16 end layers and
+    more end layers than a stage holds are refused there as on the command line; NVFP4 is refused as not modelled
+    (MixedPrecisionConfig.fp4)."""
+    delayed = _bridge(
+        "mixed_precision=bf16_with_fp8_delayed_scaling_mixed", "mixed_precision.first_last_layers_bf16=true"
+    )
+    assert "--first-last-layers-bf16 with --fp8-recipe delayed" in one_line_error(delayed)
+    many = _bridge(
+        "mixed_precision=bf16_with_fp8_current_scaling_mixed", "mixed_precision.num_layers_at_start_in_bf16=40"
+    )
+    assert "--num-layers-at-start-in-bf16 40: allowed: 0 to 32" in one_line_error(many)
+    assert "(NVFP4) is not modelled" in one_line_error(
+        _bridge("mixed_precision=bf16_mixed", "mixed_precision.fp4=e2m1")
+    )
+
+
+def test_bridges_current_scaling_preset_keeps_one_bf16_layer_at_each_end():
+    """bf16_with_fp8_current_scaling_mixed sets first_last_layers_bf16 with 1 and 1 layers (mixed_precision.py
+    v0.2.1:286-288, v0.6.0:299-301); MixedPrecisionConfig's own defaults are 0 and 0, copied onto the model by every
+    preset, so 0 and 0 keep no layer in BF16 and say nothing."""
+    said = _bridge("mixed_precision=bf16_with_fp8_current_scaling_mixed")
+    assert said.exit_code == 0 and "the first 1 and last 1 layers run in BF16" in said.stderr
+    none = _bridge(
+        "mixed_precision=bf16_with_fp8_current_scaling_mixed",
+        "mixed_precision.num_layers_at_start_in_bf16=0",
+        "mixed_precision.num_layers_at_end_in_bf16=0",
+    )
+    assert none.exit_code == 0 and "BF16" not in none.stderr

@@ -178,7 +178,27 @@ def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
     argv += _model_tag_flags(fields, tag)
     for row in ROWS:
         argv += to_flags(row, fields, tag, ctx)
-    return argv
+    return argv + _low_precision_flags(fields)
+
+
+# TransformerConfig fields that no plan option carries but Megatron-Core checks (Bridge's finalize() runs its
+# __post_init__): given as Megatron-LM flags to the importer's planner.megatron.low_precision checks
+LOW_PRECISION_FIELDS = {
+    "model.fp4": "--fp4-format",
+    "model.first_last_layers_bf16": "--first-last-layers-bf16",
+    "model.num_layers_at_start_in_bf16": "--num-layers-at-start-in-bf16",
+    "model.num_layers_at_end_in_bf16": "--num-layers-at-end-in-bf16",
+}
+
+
+def _low_precision_flags(fields: dict) -> list[str]:
+    out: list[str] = []
+    for path, flag in LOW_PRECISION_FIELDS.items():
+        value = fields.get(path)
+        if value is None or value is False:
+            continue
+        out += [flag] if value is True else [flag, str(value)]
+    return out
 
 
 def _model_tag_flags(fields: dict, tag: str) -> list[str]:

@@ -17,9 +17,13 @@ What Bridge then runs that Megatron-LM's flags cannot say is brought to the near
 from __future__ import annotations
 
 # the fields of Bridge's precision presets that the estimate reads (mixed_precision.py, v0.2.1 = v0.6.0 for these)
-_BF16 = {"bf16": True, "fp16": False, "grad_reduce_in_fp32": True, "fp8": None, "fp8_param_gather": False}
-_FP16 = {"bf16": False, "fp16": True, "grad_reduce_in_fp32": False, "fp8": None, "fp8_param_gather": False}
+# MixedPrecisionConfig's own defaults of the BF16 end layers (0 and 0, where TransformerConfig's are 1 and 1), which
+# every preset copies onto the model; the current-scaling preset keeps one BF16 layer at each end
+_ENDS = {"first_last_layers_bf16": False, "num_layers_at_start_in_bf16": 0, "num_layers_at_end_in_bf16": 0}
+_BF16 = {"bf16": True, "fp16": False, "grad_reduce_in_fp32": True, "fp8": None, "fp8_param_gather": False} | _ENDS
+_FP16 = {"bf16": False, "fp16": True, "grad_reduce_in_fp32": False, "fp8": None, "fp8_param_gather": False} | _ENDS
 _CS = {"fp8": "hybrid", "fp8_recipe": "tensorwise", "fp8_param_gather": True, "first_last_layers_bf16": True}
+_CS |= {"num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1}
 _DS = {"fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param_gather": True}
 _MX = {"fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True, "reuse_grad_buf_for_mxfp8_param_ag": True}
 _SC = {"fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False}
@@ -43,6 +47,9 @@ MP_TARGETS = {  # a MixedPrecisionConfig field -> the fields it overwrites (thos
     "fp8_param": ("model.fp8_param",),
     "grad_reduce_in_fp32": ("ddp.grad_reduce_in_fp32",),
     "first_last_layers_bf16": ("model.first_last_layers_bf16",),
+    "num_layers_at_start_in_bf16": ("model.num_layers_at_start_in_bf16",),
+    "num_layers_at_end_in_bf16": ("model.num_layers_at_end_in_bf16",),
+    "fp4": ("model.fp4",),
 }
 
 

@@ -63,17 +63,17 @@ def _bf16_end_layers(v: dict, num_layers: int, pp: int) -> list[str]:
         )
     most = num_layers // pp
     ends = {"num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1}  # TransformerConfig's defaults
-    for dest, default in ends.items():
-        n = v.get(dest)
-        n = default if n is None else int(n)
+    start, end = (default if v.get(dest) is None else int(v[dest]) for dest, default in ends.items())
+    for dest, n in zip(ends, (start, end), strict=True):
         if not 0 <= n <= most:
             raise PlannerError(
                 f"{_dest(dest)} {n}: allowed: 0 to {most}, the layers of one pipeline stage ({num_layers} layers / "
                 f"pp {pp}; transformer_config.py:1536-1556)"
             )
+    if start + end == 0:
+        return []
     return [
-        f"--first-last-layers-bf16: the first {v.get('num_layers_at_start_in_bf16') or 1} and last "
-        f"{v.get('num_layers_at_end_in_bf16') or 1} layers run in BF16; priced as FP8 in every layer"
+        f"--first-last-layers-bf16: the first {start} and last {end} layers run in BF16; priced as FP8 in every layer"
     ]
 
 

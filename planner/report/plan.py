@@ -147,6 +147,13 @@ def verdict(pj: dict, note: str | None = None, read: bool = False) -> Hanging:
         else:
             out.append("fix   ", "bold yellow")
             out.append(search_hint_text(pj.get("search_hint"), pj["gpus"]) + "\n")
+        more = pj.get("more_gpus")
+        if more:
+            out.append("      ", "bold yellow")
+            out.append(
+                f"or the same layout fits on --gpus {more['gpus']:,} (DP {more['dp']}): {more['peak_memory_gib']:.1f} "
+                "GiB per GPU\n"
+            )
     band = est.get("iteration_s_band")
     spread = f" ({band[0]:.2f}–{band[1]:.2f})" if isinstance(band, list | tuple) and len(band) == 2 else ""
     out.append("speed ", "bold")
