@@ -10,14 +10,29 @@ are the rule table of ``planner.space.rules``, so a rejected plan can say which 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveFloat, field_validator, model_validator
 
 from planner.hardware.spec import HardwareSpec
 from planner.hardware.userbuffers import UbConfig, load_config_file
 from planner.models.pipeline_layout import LayoutError, PipelineLayout
-from planner.models.spec import ModelSpec, PositiveInt  # sizes the grid's 32-bit integers hold (a plan file's 1e30)
+from planner.models.spec import ModelSpec
+from planner.models.spec import PositiveInt as _Bounded  # sizes the grid's 32-bit integers hold (a plan file's 1e30)
+from planner.whole import python_int, whole_number
+
+
+def _typed_whole(value):
+    """A size written as text (a quoted "8" in a hand-edited plan file or a Bridge YAML) read by megaplan's one
+    parser of whole numbers (planner.whole: pydantic's lax mode took "2_0" for 20), and true/false refused (it took
+    true for 1). Text no parser reads is left to pydantic's "unable to parse string as an integer". The model
+    specs are strict and refuse text and booleans already."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is not a number; allowed: a whole number ≥ 1")
+    return whole_number(value) if isinstance(value, str) and python_int(value) is not None else value
+
+
+PositiveInt = Annotated[_Bounded, BeforeValidator(_typed_whole)]
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -556,6 +571,11 @@ PLAN_LABEL_CODES = (  # (the label words a piece of the legend explains, the pie
         "all-gather with DO/FSDP; TP communication with SP)",
     ),
     (
+        r"tpo:TE",
+        "tpo:TE: --tp-comm-overlap-cfg bridge, but Megatron-Bridge has no userbuffer preset for this plan's shape "
+        "(GPU, hidden size, TP): Transformer Engine's defaults",
+    ),
+    (
         r"acc-(emb|loss|emb\+loss)",
         "acc-emb/acc-loss/acc-emb+loss: the embedding/the loss/both counted as a layer when the pipeline stages "
         "are split (--account-for-embedding/loss-in-pipeline-split)",
@@ -628,16 +648,16 @@ def _sharding_tag(par: Mapping) -> list[str]:
     return []
 
 
-def plan_label(par: Mapping, *, moe: bool = False, options: Mapping | None = None) -> str:
+def plan_label(par: Mapping, *, moe: bool = False, options: Mapping | None = None, notes: tuple = ()) -> str:
     """A parallel plan in one short line, e.g. ``TP4 PP8 DP32 b2 V12 · SP DO rc-sel``.
 
     ``par`` is a plan JSON's ``parallel`` (or ``ParallelPlan.model_dump(mode="json")``) and ``options``
     its ``options`` (``PlanOptions.model_dump(mode="json")``): with them the label also names the
     overlaps that differ from today's recipes and selective recomputation's modules, so two plans a
-    search can tell apart never share a label. CP shows when it is above 1, EP and ETP for a
-    mixture-of-experts model (or EP above 1); Megatron FSDP, the distributed optimizer, recomputation
-    and an accounted or explicit stage split always show when they are on. Every table, the export
-    header and the notes name plans with it.
+    search can tell apart never share a label; ``notes``: words a plan JSON adds after the overlaps
+    (``tpo:TE``). CP shows when it is above 1, EP and ETP for a mixture-of-experts model (or EP above 1);
+    Megatron FSDP, the distributed optimizer, recomputation and an accounted or explicit stage split
+    always show when they are on. Every table, the export header and the notes name plans with it.
     """
     parts = [f"TP{par['tp']}", f"PP{par['pp']}", f"DP{par['dp']}"]
     if par.get("cp", 1) > 1:
@@ -651,7 +671,7 @@ def plan_label(par: Mapping, *, moe: bool = False, options: Mapping | None = Non
             parts.append(f"G{par['microbatch_group_size']}")
     tags = ["SP"] if par.get("sequence_parallel") else []
     tags += _sharding_tag(par)
-    tags += _overlap_tags(par, options)
+    tags += _overlap_tags(par, options) + list(notes)
     tags += _recompute_tag(par, options)
     tags += [SPLIT_TAGS[str(par["stage_split"])]] if str(par.get("stage_split")) in SPLIT_TAGS else []
     if par.get("first_stage_layers") or par.get("last_stage_layers"):

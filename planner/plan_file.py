@@ -42,7 +42,7 @@ def read_plan_file(ref: str, rank: int | None = None, model_given: bool = False)
 def _plan_of(ref: str, rank: int | None) -> dict:
     """The plan JSON ``ref`` names, its keys checked."""
     path = ref
-    m = re.fullmatch(r"(.+)#(\d+)", ref)
+    m = re.fullmatch(r"(.+)#([0-9]+)", ref)
     if m and rank is not None and not os.path.exists(ref) and int(m.group(2)) != rank:
         raise PlannerError(f"--plan {ref!r} and --rank {rank}: give the rank once, after # or with --rank")
     if m and not os.path.exists(ref):
@@ -228,7 +228,8 @@ def _typed(par: dict) -> dict:
             kind = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
             out[k] = TypeAdapter(kind).validate_python(v)
         except ValidationError as err:
-            raise PlannerError(f"plan: parallel.{k} is {v!r}: {err.errors()[0]['msg']}") from err
+            why = err.errors()[0]["msg"].removeprefix("Value error, ")  # a validator's own sentence (planner.whole)
+            raise PlannerError(f"plan: parallel.{k} is {v!r}: {why}") from err
     return out
 
 

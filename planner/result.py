@@ -21,6 +21,7 @@ from planner.costs.estimate import (  # terms: PlanEstimate's keys
     context_formulas,
     formulas,
 )
+from planner.costs.linears import userbuffers_json
 from planner.costs.megatron_memory import MIB, differences, report_theoretical_memory
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
@@ -189,6 +190,8 @@ def plan_json(
         "model_spec": shared.dump(ctx.model),
         "model_params": shared.params(ctx.model),
     }
+    if (ub := userbuffers_json(ctx, plan)) is not None:  # with --tp-comm-overlap-cfg: the config this plan runs
+        out["userbuffers"] = ub
     if ev.stages is not None:
         rows = _stage_rows(ev.stages, i, plan.pp)
         out["stages"] = sorted(rows, key=lambda row: -row["total"])

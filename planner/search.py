@@ -48,6 +48,7 @@ from planner.space.candidates import (
     nvlink_domain_gpus,
     tp_in_domain,
 )
+from planner.space.dominance import DROPPED_RULE, WORK_FIELDS, RecomputeTwins
 from planner.space.grid import COLUMNS, PlanGrid, distinct, take_column
 from planner.space.rules import RULES, Rule
 from planner.space.rules import first_broken as rules_first_broken
@@ -100,6 +101,7 @@ class SearchResult:
     hybrid_variants: int = 0  # Megatron FSDP hybrid (HSDP/HFSDP) variants of FSDP rows that fit (hybrid_variants)
     rank_by: str = "risk"
     moved_down: int = 0  # plans faster by estimate than rank 1, below it for a feature no setting exercises
+    dropped_twins: int = 0  # plans sharing a plan listed's other knobs, recomputing more for no time or memory
     _plans: list[dict] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -123,6 +125,8 @@ class SearchResult:
             "rank_by": self.rank_by,
             "rank_rule": RANK_RULES[self.rank_by],
             "moved_down_for_evidence": self.moved_down,
+            "dropped_recompute_twins": self.dropped_twins,
+            "dropped_rule": DROPPED_RULE,
         }
 
 
@@ -487,11 +491,11 @@ def search(
         scored = _Scored.stack(parts)
         raise _nothing_fits(ctx, num_gpus, pins, candidates, scored, capacity, rejected, suggest_sizes=suggest_sizes)
     variants = sum(len(part.peak) for part in parts[1:])
-    fitting, ranking = pending.settle(parts, capacity, rank_by, top, num_gpus)  # in row order
-    fits = np.ones(len(fitting.peak), dtype=bool)
-    evaluated = candidates + variants
+    # in row order, the rows dropped left out (a pinned --recompute lists every plan of the kinds asked for)
+    fitting, ranking, dropped = pending.settle(parts, capacity, rank_by, top, num_gpus, not pins.recompute)
+    fits, evaluated = np.ones(len(fitting.peak), dtype=bool), candidates + variants
     result = _ranked(
-        ctx, num_gpus, fitting, fits, top, rank_by, memory_headroom, evaluated, rejected, ranking, brief=brief
+        ctx, num_gpus, fitting, fits, top, rank_by, memory_headroom, evaluated, rejected, ranking, dropped, brief=brief
     )
     hybrid = len(parts[-1].peak) if hsdp else 0
     result.block_variants, result.tp_overlap_twins, result.hybrid_variants = variants - hybrid, twins, hybrid
@@ -729,23 +733,32 @@ class _Pending:
             part.ticket[at] = ticket
         self.variants = block, pos[~which], floor[~which]
 
-    def settle(self, parts: list[_Scored], capacity: float, rank_by: str, top: int, gpus: int) -> tuple:
-        """The rows that fit, of every part in row order (the first part: the rows scored, these among them; the
-        second: the block variants, when any is pending), and their ranking (``_order``), once no row not timed
-        could change what the search reports (``_unsettled``): those that could are timed and the ranking made
-        again."""
+    def settle(self, parts: list[_Scored], capacity: float, rank_by: str, top: int, gpus: int, drop: bool) -> tuple:
+        """The rows that fit and are not dropped, of every part in row order (the first part: the rows scored, these
+        among them; the second: the block variants, when any is pending), their ranking (``_order``) and what was
+        dropped (``_Dropping`` and the positions kept among the rows that fit; None without ``drop``), once no row
+        not timed could change what the search reports (``_unsettled``, ``_Dropping.late``): those that could are
+        timed and the ranking made again. ``drop``: rows that recompute more than a twin without saving time or
+        memory are dropped."""
+        dropping = None
         while True:
-            fitting = _Scored.stack([part.take(np.flatnonzero(part.peak <= capacity)) for part in parts])
+            every_row = _Scored.stack([part.take(np.flatnonzero(part.peak <= capacity)) for part in parts])
+            dropping = (dropping or _Dropping.of(every_row.grid)) if drop else None
+            fitting, keep = _Dropping.fitting(dropping, every_row)
             ranking = _order(fitting, np.arange(len(fitting.peak)), rank_by, capacity, gpus)
             _, vpos, vfloor = self.variants or (None, np.zeros(0, dtype=np.int64), np.zeros(0))
             n = len(self.rows)
             if not n and not len(vpos):
-                return fitting, ranking
-            pos = self.positions(parts, capacity)
+                return fitting, ranking, (dropping, keep)
+            every = self.positions(parts, capacity)
+            pos = np.searchsorted(keep, every)  # a row not timed is never dropped (its time unknown)
             bounds = (np.concatenate([self.floor, vfloor]), *self._features(ranking.extrapolated[pos], parts, gpus))
             late = _unsettled(fitting, ranking, pos, bounds, rank_by, top, self.ctx)
+            if dropping is not None:  # the twins that decide what is dropped, and the late rows' twins with them
+                late |= dropping.late(fitting, ranking, keep, top, rank_by)[every]
+                late |= dropping.twins_of(every[late])[every]
             if not late.any():
-                return fitting, ranking
+                return fitting, ranking, (dropping, keep)
             self.time(late[:n])
             if len(vpos):
                 self.time_variants(parts[1], late[n:])
@@ -771,6 +784,64 @@ class _Pending:
         other = ext.copy()
         other[twinned] = _bands(_Scored(off, None, None, parts[0].options), np.arange(len(off)), gpus)[1]
         return np.minimum(ext, other), np.maximum(ext, other)
+
+
+@dataclass
+class _Dropping:
+    """The rows that fit of a search's parts (in ``settle``'s order) and their twins that differ only in the
+    recomputation (``dominance.RecomputeTwins``): a row that recomputes more than a twin, is no faster and holds
+    no less memory is dropped before the ranking. Whether a row is dropped needs both times; a row not timed yet
+    keeps its place (its time infinite), so ``late`` asks for the twins of every row the search reports on."""
+
+    twins: RecomputeTwins
+    iteration: np.ndarray  # the rows' times and peaks as last seen (``fitting``)
+    peak: np.ndarray
+    dropped: np.ndarray
+
+    @classmethod
+    def of(cls, grid: PlanGrid) -> _Dropping:
+        """The twins among the rows of ``grid`` (the rows that fit)."""
+        keys = _family_keys(grid, None, TWIN_FIELDS)
+        twins = RecomputeTwins.of(keys, tuple(np.asarray(getattr(grid, name)) for name in WORK_FIELDS))
+        return cls(twins, np.zeros(0), np.zeros(0), np.zeros(len(grid), dtype=bool))
+
+    @staticmethod
+    def fitting(dropping: _Dropping | None, every: _Scored) -> tuple[_Scored, np.ndarray]:
+        """The rows of ``every`` (the rows that fit) not dropped, and their positions in it (``keep``)."""
+        if dropping is None:
+            return every, np.arange(len(every.peak))
+        dropping.iteration, dropping.peak = every.iteration, every.peak
+        dropping.dropped = dropping.twins.dominated(every.iteration, every.peak)
+        keep = np.flatnonzero(~dropping.dropped)
+        return (every.take(keep) if len(keep) < len(every.peak) else every), keep
+
+    def late(self, fitting: _Scored, ranking: _Ranking, keep: np.ndarray, top: int, rank_by: str) -> np.ndarray:
+        """The rows not timed (a mask over the rows that fit) whose times decide what is dropped among the rows the
+        search reports on: the plans listed (``_standing``), the tied ones (counted), those faster than rank 1
+        (``moved_down``) and those ranked before the fastest (its rank)."""
+        it, none = fitting.iteration, np.zeros(0, dtype=np.int64)
+        listed, _, fastest, fastest_rank, _ = _standing(it, ranking, top, rank_by) if len(it) else (none, 0, None, 0, 0)
+        faster = np.flatnonzero(it < it[listed[0]]) if len(listed) else listed
+        ahead = ranking.ahead(fastest) if fastest is not None and fastest_rank > top else none  # its rank counts them
+        rows = keep[np.concatenate([listed, np.flatnonzero(ranking.tie), faster, ahead])]
+        return self.twins.to_decide(rows, keep[listed], self.iteration, self.peak) & ~np.isfinite(self.iteration)
+
+    def twins_of(self, rows: np.ndarray) -> np.ndarray:
+        """The rows not timed whose times decide whether ``rows`` (positions among the rows that fit) are dropped
+        (``RecomputeTwins.to_decide``), as a mask over the rows that fit."""
+        late = self.twins.to_decide(rows, rows[:0], self.iteration, self.peak)
+        return late & ~np.isfinite(self.iteration)
+
+    @staticmethod
+    def of_listed(dropped: tuple, listed: np.ndarray) -> tuple[int, int]:
+        """How many rows were dropped that share their other fields with a plan listed (``listed``: positions among
+        the rows kept), and how many in all (of the rows not listed, as far as the times known decide); ``dropped``:
+        ``settle``'s (the ``_Dropping`` or None, the positions kept)."""
+        dropping, keep = dropped
+        if dropping is None:
+            return 0, 0
+        of_listed = np.count_nonzero(dropping.dropped & dropping.twins.sharing(keep[listed]))
+        return int(of_listed), int(np.count_nonzero(dropping.dropped))
 
 
 def _unsettled(fitting: _Scored, ranking: _Ranking, pos: np.ndarray, bounds: tuple, rank_by: str, top: int, ctx):
@@ -1151,6 +1222,13 @@ class _Ranking:
         before = _lex_rank(tuple(key[rows] for key in keys), int(np.searchsorted(rows, j)))
         return before + 1 + (0 if self.tie[j] else int(np.sum(self.tie)))
 
+    def ahead(self, j: int) -> np.ndarray:
+        """The positions in ``ok`` of the rows ranked before the row at position j (``rank`` counts them)."""
+        group, keys = (self.tie, self.keys) if self.tie[j] else (~self.tie, self.rest_keys)
+        rows = np.flatnonzero(group)
+        before = rows[_lex_before(tuple(key[rows] for key in keys), int(np.searchsorted(rows, j)))]
+        return before if self.tie[j] else np.concatenate([np.flatnonzero(self.tie), before])
+
 
 def _lex_first(keys: tuple, k: int) -> np.ndarray:
     """Positions of the k rows first by ``keys`` (most significant first, equal keys by position), in that
@@ -1176,13 +1254,18 @@ def _lex_first(keys: tuple, k: int) -> np.ndarray:
 
 def _lex_rank(keys: tuple, i: int) -> int:
     """How many rows come before row i by ``keys`` (most significant first, equal keys by position)."""
+    return int(np.count_nonzero(_lex_before(keys, i)))
+
+
+def _lex_before(keys: tuple, i: int) -> np.ndarray:
+    """Which rows come before row i by ``keys`` (a mask; most significant first, equal keys by position)."""
     n = len(keys[0])
     before, same = np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
     for key in keys:
         before |= same & (key < key[i])
         same &= key == key[i]
     before[:i] |= same[:i]
-    return int(np.sum(before))
+    return before
 
 
 def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus: int) -> _Ranking:
@@ -1203,12 +1286,27 @@ def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus:
 
 
 def _ranked(
-    ctx, num_gpus, scored, fits, top, rank_by, memory_headroom, evaluated, rejected, ranking=None, *, brief=False
+    ctx,
+    num_gpus,
+    scored,
+    fits,
+    top,
+    rank_by,
+    memory_headroom,
+    evaluated,
+    rejected,
+    ranking=None,
+    dropped=None,
+    *,
+    brief=False,
 ) -> SearchResult:
+    """What a search reports of the rows ``fits`` of ``scored`` (``dropped``: ``_Pending.settle``'s, the rows
+    dropped before the ranking: counted in ``feasible``, and those sharing their fields with a plan shown)."""
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
     ok = np.flatnonzero(fits)
     ranking = _order(scored, ok, rank_by, capacity, num_gpus) if ranking is None else ranking
     shown, ranks, fastest, fastest_rank, moved = _standing(scored.iteration[ok], ranking, top, rank_by)
+    of_shown, dropped = _Dropping.of_listed(dropped or (None, ok), ok[shown])
     chosen, fastest_row = ok[shown], (ok[fastest] if fastest is not None else -1)
     best = scored.grid.take(chosen)  # one evaluation: each row carries its own overlaps
     time = scored.terms(chosen)  # as the search computed them (None: evaluated again)
@@ -1216,13 +1314,14 @@ def _ranked(
     return SearchResult(
         lambda: _plans_json(best, scored.options, num_gpus, marks, memory_headroom, brief, time),
         evaluated,
-        int(np.sum(fits)),
+        int(np.sum(fits)) + dropped,  # legal and fit: the dropped too
         rejected,
         tied=int(np.sum(ranking.tie)),
         band_frac=ctx.hardware.accuracy.band_frac,
         fastest_rank=fastest_rank,
         rank_by=rank_by,
         moved_down=moved,
+        dropped_twins=of_shown,
     )
 
 
@@ -1310,6 +1409,8 @@ def _peaks(grid: PlanGrid | _Twins, at: np.ndarray, ctx: Context) -> np.ndarray:
 
 SAME_MEMORY = ("dispatcher",)  # knobs a plan's memory does not depend on
 FAMILY_FIELDS = tuple(f for f in FIELDS if f not in ("micro_batch", "layouts", *SAME_MEMORY))
+# the fields recompute twins share (``_Dropping``): all but the recomputation, and the TP overlap each row picks
+TWIN_FIELDS = tuple(f for f in FIELDS if f not in ("layouts", "tp_comm_overlap", *WORK_FIELDS))
 
 
 def _by_family(grid: PlanGrid, idx: np.ndarray, measure, fails, keys=None) -> np.ndarray:
@@ -1466,15 +1567,16 @@ def _no_legal_plan(ctx: Context, num_gpus: int, pins: Pins, why: str, suggest_si
     return f"no legal plan for {ctx.model.name} on {num_gpus:,} GPUs; {why}{allowed}"
 
 
-def _family_keys(grid: PlanGrid, idx: np.ndarray | None) -> np.ndarray:
-    """One integer per plan of ``idx`` that is equal exactly when every field but the micro-batch and
-    ``SAME_MEMORY`` is (mixed-radix digits of each field's offset from its minimum, the first field the most
-    significant; renumbered by ``np.unique`` before it could overflow). Up to ``TABLE_ROWS`` rows the fields in one
-    table: a few numpy calls in all, not five per field (a call costs thousands of instructions whatever its rows);
-    more rows field by field (``_column_keys``: DeepSeek-V3 / 1024 H100's 1.36 M rows would make a 196 MB table)."""
+def _family_keys(grid: PlanGrid, idx: np.ndarray | None, fields: tuple = FAMILY_FIELDS) -> np.ndarray:
+    """One integer per plan of ``idx`` that is equal exactly when every field of ``fields`` is (by default
+    ``FAMILY_FIELDS``: all but the micro-batch and ``SAME_MEMORY``): mixed-radix digits of each field's offset from
+    its minimum, the first field the most significant; renumbered by ``np.unique`` before it could overflow. Up to
+    ``TABLE_ROWS`` rows the fields in one table: a few numpy calls in all, not five per field (a call costs thousands
+    of instructions whatever its rows); more rows field by field (``_column_keys``: DeepSeek-V3 / 1024 H100's 1.36 M
+    rows would make a 196 MB table)."""
     n = len(grid) if idx is None else len(idx)  # idx None: every row, in order
     whole = idx is None or n == len(grid) and np.array_equal(idx, np.arange(n))  # every row, in order: no copies
-    columns = (getattr(grid, name) if whole else take_column(getattr(grid, name), idx) for name in FAMILY_FIELDS)
+    columns = (getattr(grid, name) if whole else take_column(getattr(grid, name), idx) for name in fields)
     columns = [col for col in columns if col.strides != (0,)]  # one value (``shared_constant``): no digit
     if not columns or not n:
         return np.zeros(n, dtype=np.int64)

@@ -154,7 +154,15 @@ def test_slurm_header_says_how_to_read_the_script_back_to_the_same_estimate(tmp_
     back = run_cli(["explain", "--megatron-args-file", str(script), *shlex.split(line)[5:], "--json"])
     plan = run_cli(["explain", *args, "--json"])
     a, b = json.loads(plan.stdout), json.loads(back.stdout)
-    assert b["estimate"] == a["estimate"] and b["parallel"] == a["parallel"] and b["options"] == a["options"]
+    assert b["parallel"] == a["parallel"] and b["options"] == a["options"]
+    # the run's length is read from the script's --train-iters: 300B tokens / (256 × 4096) rounded up to whole
+    # iterations, 286,103 × 1,048,576 = 300,000,739,328 tokens (err16: it was the 300B default without a word)
+    assert "TRAIN_ITERS=${TRAIN_ITERS:-286103}" in text and b["estimate"]["train_tokens"] == 286_103 * 256 * 4096
+    run = ("train_tokens", "train_days", "gpu_hours", "energy_mwh", "cost")
+    assert {k: v for k, v in b["estimate"].items() if k not in run} == {
+        k: v for k, v in a["estimate"].items() if k not in run
+    }
+    assert b["estimate"]["train_days"] == pytest.approx(a["estimate"]["train_days"] * 286_103 * 256 * 4096 / 300e9)
 
 
 SEVENTY_B = ["--model", "llama3-70b", "--hardware", "dgx-h100-superpod", "--gpus", "512", "--tp", "8",

@@ -247,3 +247,272 @@ def test_an_unknown_bridge_version_is_one_line_before_any_recipe_is_read():
         got = one_line_error(run_cli([*args, "--bridge-recipe", "llama3_8b_pretrain_config"]))
         assert got == "megaplan: error: Invalid value for '--bridge-version': 'x' is not one of 'v0.2.1', 'v0.6.0'."
         assert one_line_error(run_cli(args)) == got
+
+
+# err16: a launch line whose warnings (a flag given twice, an old flag) came before its error, four lines in all
+WARNED = "--use-mcore-models --num-layers 8 " + SMALL + "--pipeline-model-parallel-size 3 --micro-batch-size 1 "
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["explain", "--megatron-args", WARNED, "--gpus", "3"], "4 layers do not split over pp 3"),
+        (["export", "--megatron-args", WARNED, "--gpus", "3", "-o", "-"], "4 layers do not split over pp 3"),
+        (["compare", "--megatron-args", WARNED, "--gpus", "3", "--a", "--tp 1", "--b", "--tp 1"], "over pp 3"),
+        # search and --min-gpus: "search builds no selective recomputation on llama3-8b: ... mla_up_proj needs
+        # --multi-latent-attention", then the error
+        (
+            ["search", "--model", "llama3-8b", "--gpus", "8", "--recompute-modules", "mla_up_proj", "--tp", "3"],
+            "--tp 3 does not divide 8 GPUs",
+        ),
+        (
+            ["search", "--model", "gpt3-175b", "--min-gpus", "--recompute-modules", "mla_up_proj", "--pp", "1"]
+            + ["--vpp", "2"],
+            "no plan fits gpt3-175b on up to 131,072 GPUs",
+        ),
+    ],
+)
+def test_an_error_comes_without_the_warnings_before_it(args, needle):
+    result = run_cli(args)
+    line = one_line_error(result)
+    assert needle in line and result.stdout == "", line
+
+
+def test_the_warnings_are_said_when_the_command_succeeds():
+    result = run_cli(["explain", "--megatron-args", WARNED.replace("size 3", "size 2"), "--gpus", "2", "--brief"])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if line.startswith("megaplan: warning:")]
+    assert warned[0] == "megaplan: warning: --num-layers given twice (8, then 4): Megatron-LM keeps the last, 4"
+    assert warned[1].startswith("megaplan: warning: --use-mcore-models is an old Megatron-LM flag")
+    # said before the output they are about (click's runner keeps stdout and stderr in the order written)
+    assert result.output.index("--num-layers given twice") < result.output.index("2 GPUs")
+
+
+def test_a_calibration_that_cannot_reach_a_run_prints_no_fit_and_no_warnings(tmp_path):
+    # the fit's table went to stdout, then the script's warnings and the unreached runs, then the error: a failed
+    # run printed a result that looked like one (err16)
+    from planner.costs.estimate import evaluate
+    from planner.fidelity.megatron_log import iteration_line
+    from planner.megatron.importer import import_megatron
+    from planner.presets import load_hardware
+    from planner.space.grid import PlanGrid
+
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "torchrun --nproc_per_node 8 pretrain_gpt.py --use-mcore-models --num-layers 32 --hidden-size 4096 "
+        "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+        "--seq-length 4096 --max-position-embeddings 4096 --position-embedding-type rope --swiglu "
+        "--normalization RMSNorm --untie-embeddings-and-output-weights --vocab-size 128256 "
+        "--tensor-model-parallel-size 2 --sequence-parallel --micro-batch-size 1 --global-batch-size 64 --bf16\n"
+    )
+    req = import_megatron(script.read_text(), hardware=load_hardware("dgx-h100-superpod")).request
+    ev = evaluate(PlanGrid.from_plans([req.plan]), req.ctx)
+    it, flops = float(ev.iteration_s[0]) * 5, float(ev.flops["megatron"][0])  # 5x slower: beyond every band
+    logs = []
+    for name in ("a.log", "b.log"):
+        logs += ["--from-log", str(tmp_path / name)]
+        lines = [iteration_line(i, 100, it, flops / it / 8 / 1e12, 64) for i in (10, 20, 30)]
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    out = tmp_path / "mine.yaml"
+    result = run_cli(["calibrate", *logs, "--megatron-args-file", str(script), "--gpus", "8", "-o", str(out)])
+    line = one_line_error(result)
+    assert line.startswith(f"megaplan: error: {tmp_path}/a.log: ") and result.stdout == "" and not out.exists()
+    assert line.endswith(f"(and 1 more run it cannot reach); nothing written (--force writes {out} anyway)")
+
+
+# err16: Python's int() (and argparse's type=int) reads 2_0 as 20 and ٢ (Arabic-Indic two) as 2; a typo or a pasted
+# character became a number without a word, in every command. One parser (planner.whole) refuses them everywhere
+UNDERSCORE = (
+    "(an underscore may only group digits in threes, as in 9_000_000; Python's int() reads 20: write 20 if meant)"
+)
+ARABIC = "(٢ is ARABIC-INDIC DIGIT TWO; Python's int() reads 2: write 2 if meant)"
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["explain", "--model", "llama3-8b", "--gpus", "2_0"],
+            f"Invalid value for '--gpus': '2_0' is not written in the digits 0-9 {UNDERSCORE}",
+        ),
+        (
+            ["search", "--model", "llama3-8b", "--gpus", "8", "--tp", "٢"],
+            f"Invalid value for '--tp': '٢' is not written in the digits 0-9 {ARABIC}",
+        ),
+        (
+            ["export", *LLAMA, "--micro-batch", "2_0"],
+            f"Invalid value for '--micro-batch': '2_0' is not written in the digits 0-9 {UNDERSCORE}",
+        ),
+        (
+            ["search", "--model", "llama3-8b", "--min-gpus", "--max-tp", "٢"],
+            f"Invalid value for '--max-tp': '٢' is not written in the digits 0-9 {ARABIC}",
+        ),
+        (
+            ["sweep", "--model", "llama3-8b", "--gpus", "8,2_0"],
+            f"--gpus '8,2_0': '2_0' is not written in the digits 0-9 {UNDERSCORE}",
+        ),
+        (
+            ["sweep", "--model", "llama3-8b", "--gpus", "٢:16"],
+            f"--gpus '٢:16': '٢' is not written in the digits 0-9 {ARABIC}",
+        ),
+        (
+            ["sweep", "--model", "llama3-8b", "--gpus", "8,4294967296"],
+            "--gpus '8,4294967296': 4294967296 is not in the range 1<=x<=2147483647",
+        ),
+        (
+            ["compare", *LLAMA, "--a", "--tp 1", "--b", "--pp ٢"],
+            f"--b '--pp ٢': Invalid value for '--pp': '٢' is not written in the digits 0-9 {ARABIC}",
+        ),
+        # calibrate's --gpus had no bound at all (the other commands' sizes stopped at 2³¹−1)
+        (
+            ["calibrate", "--gpus", "99999999999"],
+            "Invalid value for '--gpus': 99999999999 is not in the range 1<=x<=2147483647.",
+        ),
+        (
+            ["calibrate", "--gpus", "2_0"],
+            f"Invalid value for '--gpus': '2_0' is not written in the digits 0-9 {UNDERSCORE}",
+        ),
+        # a launch line: argparse's int() would run it at TP 20
+        (
+            ["explain", "--megatron-args", SMALL + "--tensor-model-parallel-size 2_0", "--gpus", "8"],
+            f"--tensor-model-parallel-size '2_0' is not written in the digits 0-9 {UNDERSCORE}",
+        ),
+        (
+            ["explain", "--megatron-args", SMALL + "--micro-batch-size ٢", "--gpus", "8"],
+            f"--micro-batch-size '٢' is not written in the digits 0-9 {ARABIC}",
+        ),
+        # a Bridge override: YAML (and Hydra) read 2_0 as 20
+        (
+            ["explain", *LLAMA, "--bridge-override", "train.micro_batch_size=2_0"],
+            "Bridge override 'train.micro_batch_size=2_0': '2_0' is not written in the digits 0-9 (read as 20; "
+            "write 20 if you mean it)",
+        ),
+    ],
+)
+def test_a_number_not_in_the_digits_0_to_9_is_refused_with_what_int_reads(args, line):
+    assert one_line_error(run_cli(args)) == f"megaplan: error: {line}"
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("2_0", f"'2_0' is not written in the digits 0-9 {UNDERSCORE}"),  # pydantic's lax mode read 20
+        (True, "true is not a number; allowed: a whole number ≥ 1"),  # read as 1
+    ],
+)
+def test_a_plan_file_size_in_text_or_true_is_refused(plan, tmp_path, value, why):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(_edited(plan, "parallel", "tp", value)))
+    line = one_line_error(run_cli(["explain", "--plan", str(path), "--brief"]))
+    assert line == f"megaplan: error: plan: parallel.tp is {value!r}: {why}"
+
+
+def test_thousands_grouped_by_underscores_are_read_as_bigscience_writes_them():
+    # bigscience-workshop/bigscience train/tr11-176B-ml: --train-samples 220_000_000, --rampup-batch-size 192 16
+    # 9_765_625; Megatron-LM's argparse reads them, and so does megaplan (the digits grouped in threes)
+    from planner.megatron.flags import parse_megatron_argv
+
+    args = parse_megatron_argv(["--train-samples", "220_000_000", "--rampup-batch-size", "192", "16", "9_765_625"])
+    assert args.values["train_samples"] == 220_000_000
+    assert args.values["rampup_batch_size"] == [192, 16, 9_765_625]
+    result = run_cli(["explain", "--model", "llama3-8b", "--gpus", "1_024", "--brief"])
+    assert result.exit_code == 0 and "on 1,024 GPUs" in result.stdout, result.output
+
+
+def test_a_log_number_in_another_script_is_not_read():
+    # 'using world size: ٨' was read as 8 GPUs (re's \d matches every script's digits)
+    from planner.fidelity.megatron_log import read_training_log
+
+    log = read_training_log(
+        "using world size: ٨, data-parallel size: 4\n" + (LOGS / "iterations_2024.log").read_text(), "a"
+    )
+    assert log.world_size is None
+
+
+# err16: a launch script's flags megaplan did not read were dropped without a word (--nccl-communicator-config-path,
+# --train-iters); a script written for these tests in the patterns of Megatron-LM's examples (bash arrays)
+LAUNCH = """#!/bin/bash
+GPT_ARGS=(
+  --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --max-position-embeddings 512
+  --vocab-size 1000 --micro-batch-size 1 --global-batch-size 8 --bf16 {extra}
+)
+TRAINING_ARGS=(
+  --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --clip-grad 1.0 --weight-decay 0.1 --adam-beta2 0.95
+  --log-interval 10 --log-throughput --tensorboard-dir /tb --save-interval 1000 --save /ckpt --load /ckpt
+  --eval-interval 1000 --eval-iters 10 --data-path /data/x --split 99,1,0 --seed 1234 --distributed-backend nccl
+  --attention-softmax-in-fp32 --exit-interval 100 --ckpt-format torch_dist --moe-router-load-balancing-type aux_loss
+)
+torchrun --nproc_per_node 8 pretrain_gpt.py "${{GPT_ARGS[@]}}" "${{TRAINING_ARGS[@]}}"
+"""
+
+
+def _read(extra: str):
+    from planner.megatron.importer import import_megatron
+
+    return import_megatron(LAUNCH.format(extra=extra))
+
+
+def test_flags_that_change_no_iteration_are_read_without_a_word(tmp_path):
+    read = _read("")
+    assert not any("not priced" in note for note in read.notes), read.notes
+    assert read.request.ctx.training.train_tokens == 300e9  # no --train-iters: --tokens' default
+
+
+def test_flags_megaplan_does_not_price_are_said_in_one_note(tmp_path):
+    flags = "--no-gradient-accumulation-fusion --nccl-communicator-config-path /cfg/nccl.yaml --manual-gc"
+    read = _read(flags + " --use-tp-pp-dp-mapping --cross-entropy-loss-fusion --distributed-backend nccl")
+    said = [note for note in read.notes if "not priced" in note]
+    assert said == [
+        "read, not priced (what they change is not modelled): --no-gradient-accumulation-fusion, "
+        "--nccl-communicator-config-path, --manual-gc, --use-tp-pp-dp-mapping, --cross-entropy-loss-fusion"
+    ]  # --distributed-backend nccl is Megatron-LM's default: it changes nothing
+
+
+@pytest.mark.parametrize(
+    ("extra", "tokens", "how"),
+    [
+        # 1,000 iterations × global batch 8 × seq 512 = 4,096,000 tokens
+        ("--train-iters 1000", 4_096_000, "--train-iters 1,000 × global batch 8 × seq 512 = 4.096M tokens"),
+        # BigScience writes its samples with underscores: 220,000,000 × 512 = 112,640,000,000 tokens
+        ("--train-samples 220_000_000", 112_640_000_000, "--train-samples 220,000,000 × seq 512 = 112.64B tokens"),
+    ],
+)
+def test_the_run_length_is_the_scripts(tmp_path, extra, tokens, how):
+    read = _read(extra)
+    assert read.request.ctx.training.train_tokens == tokens
+    assert f"the run's length: {how} (days and cost are for it; --tokens sets another)" in read.notes
+
+
+def test_the_run_length_reaches_explain_and_tokens_overrides_it(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text(LAUNCH.format(extra="--train-iters 1000"))
+    shown = run_cli(["explain", "--megatron-args-file", str(script), "--brief"])
+    assert shown.exit_code == 0 and "days for 4.096M tokens" in shown.stdout, shown.output
+    given = run_cli(["explain", "--megatron-args-file", str(script), "--brief", "--tokens", "1T"])
+    assert given.exit_code == 0 and "days for 1T tokens" in given.stdout, given.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [
+        (
+            "--train-iters 10 --train-samples 80",
+            "--train-iters and --train-samples are both given; Megatron-LM takes one",
+        ),
+        ("--train-iters 0", "--train-iters 0; allowed: a whole number ≥ 1"),
+    ],
+)
+def test_a_run_length_megatron_refuses_is_one_line(tmp_path, extra, line):
+    script = tmp_path / "run.sh"
+    script.write_text(LAUNCH.format(extra=extra))
+    assert line in one_line_error(run_cli(["explain", "--megatron-args-file", str(script), "--brief"]))
+
+
+def test_the_flag_sets_name_flags_of_todays_parser_and_do_not_overlap():
+    from planner.megatron.flags import argument_specs
+    from planner.megatron.script import COST_DESTS
+    from planner.megatron.unpriced import IRRELEVANT, READ_ELSEWHERE
+
+    dests = {spec.dest for spec in argument_specs()}
+    assert set(IRRELEVANT) <= dests and READ_ELSEWHERE <= dests
+    assert not set(IRRELEVANT) & (COST_DESTS | READ_ELSEWHERE)

@@ -202,7 +202,8 @@ def test_the_export_header_explains_only_the_codes_its_plan_uses():
     assert "Megatron FSDP" not in header and "MoE token dispatcher" not in header and "rc-sel" not in header
     assert max(len(line) for line in lines[:7]) <= 100
     # every piece of the search footer's legend is one a label can call for, in the same order
-    every = plan_label_legend("b1 V2 · SP DO HFSDP×2 rc-sel no-ogr acc-emb first2/last- alltoall+ov layout Et|tL")
+    label = "b1 V2 · SP DO HFSDP×2 rc-sel no-ogr tpo:TE acc-emb first2/last- alltoall+ov layout Et|tL"
+    every = plan_label_legend(label)
     assert every == PLAN_LABEL_LEGEND
 
 

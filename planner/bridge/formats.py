@@ -24,6 +24,7 @@ from planner.bridge.values import TORCH_DTYPES
 from planner.errors import PlannerError
 from planner.megatron.export import environment_lines, megatron_argv
 from planner.megatron.flags import parse_megatron_argv
+from planner.whole import typed_int
 
 
 def _pairs(argv: list[str]) -> list[tuple[str, list[str]]]:
@@ -199,7 +200,8 @@ def nemo2_fields(text: str) -> tuple[dict, str | None, tuple[dict, str]]:
     for word in words:
         key, eq, text_value = word.partition("=")
         if eq and not key.startswith("-"):
-            given[key] = None if text_value in ("", "None", "null") else yaml.safe_load(text_value)
+            value = None if text_value in ("", "None", "null") else yaml.safe_load(text_value)
+            given[key] = typed_int(value, text_value, f"NeMo 2 override {word!r}")
     recipe = nemo2_defaults(name)
     fields: dict = {}
     for key, value in (recipe | given).items():

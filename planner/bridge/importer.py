@@ -21,6 +21,7 @@ from planner.bridge.runtime import apply_comm_overlap, apply_precision, megatron
 from planner.bridge.table import MLA_PATHS, MODEL_ROWS, MODEL_TAG_ROWS, NEWEST, ROWS, TAGS
 from planner.bridge.values import to_flags
 from planner.errors import PlannerError
+from planner.whole import DIGITS, typed_int
 
 HEADER = re.compile(r"^#\s*megaplan-import:\s*(.*)$", re.M)
 ENV_HEADER = re.compile(r"^#\s*megaplan-env:\s*(.*)$", re.M)
@@ -102,9 +103,10 @@ def _hydra_value(text: str, line: str):
         pairs = [p.partition(":") for p in _split_top(body)] if body else []
         return {k.strip(): _hydra_value(v.strip(), line) for k, _, v in pairs}
     try:
-        return yaml.safe_load(text) if text else None
+        value = yaml.safe_load(text) if text else None
     except yaml.YAMLError as err:
         raise PlannerError(f"Bridge override {line!r}: cannot read the value ({err.problem})") from None
+    return typed_int(value, text, f"Bridge override {line!r}")
 
 
 def _split_top(body: str) -> list[str]:
@@ -601,7 +603,7 @@ def run_recipe_text(text: str) -> str:
         name, eq, value = word.partition("=")
         key = {"--nproc-per-node": "nproc", "--nproc_per_node": "nproc", "--nnodes": "nnodes"}.get(name)
         value = value if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
-        if key and value.isdigit():
+        if key and DIGITS.fullmatch(value):
             counts[key] = int(value)
     substituted = re.search(r"\$\([^)]*\)|`[^`]*`", text)
     if substituted:

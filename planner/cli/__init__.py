@@ -356,8 +356,10 @@ def progress(label: str, total: int | None = None):
     columns = [SpinnerColumn(), TextColumn("{task.description}")]
     columns += [BarColumn(), MofNCompleteColumn()] if total else []
     from planner.cli import status
+    from planner.cli.held import unheld
 
-    bar = Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True, auto_refresh=False)
+    screen = Console(file=unheld(sys.stderr), stderr=True)  # drawn past the held warnings (planner.cli.held)
+    bar = Progress(*columns, TimeElapsedColumn(), console=screen, transient=True, auto_refresh=False)
     with status.paused(), bar:
         task = bar.add_task(label, total=total)
 

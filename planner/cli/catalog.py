@@ -6,7 +6,7 @@ import click
 
 from planner.cli import cli, console, csv_option, echo_json, overwrite_option, progress, refuse_existing
 from planner.cli.option_spec import IntRange
-from planner.errors import PlannerError
+from planner.errors import PlannerError, counted
 from planner.presets import KINDS, load_spec, preset_names, preset_text
 from planner.report import fidelity as report_fidelity
 
@@ -385,17 +385,15 @@ def _from_logs(logs, scripts, hardware, gpus_env, output, overwrite_force, as_js
     result = from_log.calibrate_from_logs(logged, hw)
     rows = from_log.run_rows(logged, result, hw)
     unreached = from_log.unreached(rows, logged, result, hw)
-    written = not unreached or force
-    if written:
-        base = from_log.base_text(hardware or "dgx-h100-superpod")
-        Path(output).write_text(from_log.calibrated_yaml(base, hw, result, logged, Path(output).stem))
-    out = {"hardware": hw.name, "output": output if written else None, "fit": result.to_json(), "runs": rows}
-    out["unreached"] = unreached
+    if unreached and not force:  # before the fit's table: a failed run prints no result that looks like one
+        more = f" (and {counted(len(unreached) - 1, 'more run')} it cannot reach)" if len(unreached) > 1 else ""
+        raise PlannerError(f"{unreached[0]}{more}; nothing written (--force writes {output} anyway)")
+    base = from_log.base_text(hardware or "dgx-h100-superpod")
+    Path(output).write_text(from_log.calibrated_yaml(base, hw, result, logged, Path(output).stem))
+    out = {"hardware": hw.name, "output": output, "fit": result.to_json(), "runs": rows, "unreached": unreached}
     if as_json:
         echo_json(out)
     else:
         console().print(report_fidelity.log_calibration_view(out))
-    for line in unreached if written else unreached[1:]:
+    for line in unreached:
         click.echo(f"megaplan: warning: {line}", err=True)
-    if not written:
-        raise PlannerError(f"{unreached[0]}; nothing written (--force writes {output} anyway)")

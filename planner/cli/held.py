@@ -1,7 +1,10 @@
-"""An error comes alone: the notes a command says on stderr ("megaplan: note: ...") are held until it
-writes anything else (its output, a warning, a progress bar) or ends well, and dropped when it ends in
-an error, so a refused command prints its one error line and nothing before it. Warnings are not held
-back: they are about the input and stay true whatever happens next."""
+"""An error comes alone: the notes and warnings a command says on stderr ("megaplan: note: ...",
+"megaplan: warning: ...") are held until it writes anything else (its output, a "wrote FILE" line) or ends
+well, and dropped when it ends in an error, so a failed command prints its one error line and nothing before
+it. Warnings were once said at once, as true of the input whatever came next; a refused script then printed
+"--num-layers given twice" and two more warnings above its error, and a user reads the last line of four as
+one of several complaints (err16: the rule is one clear line). A progress bar writes past the held lines
+(``unheld``): they come after it, before the output they are about."""
 
 from __future__ import annotations
 
@@ -69,7 +72,7 @@ class _Stream:
         self._real, self._held, self._holds = real, held, holds
 
     def write(self, text):
-        if self._holds and isinstance(text, str) and text.startswith(NOTE):
+        if self._holds and isinstance(text, str) and text.startswith((NOTE, WARNING)):
             self._held.lines.append(_for_terminal(self._real, text))
             return len(text)
         if text:
@@ -84,13 +87,20 @@ class _Stream:
         return getattr(self._real, name)
 
 
-REFUSED = (click.ClickException, click.exceptions.Abort, PlannerError, KeyboardInterrupt)
+def unheld(stream):
+    """The real stream behind ``stream`` (sys.stderr seen through ``_Stream``): what a progress bar writes to,
+    so that drawing it does not say the held notes and warnings of a command that may still fail."""
+    return getattr(stream, "_real", stream)
+
+
+# bad input, an abort, an output that cannot be written (OSError: -o on a full disk, a closed pipe)
+REFUSED = (click.ClickException, click.exceptions.Abort, PlannerError, KeyboardInterrupt, OSError)
 
 
 @contextmanager
 def notes_held():
-    """Run a command with its notes held (see the module): dropped when it is refused (bad input, an
-    abort), said when it ends in any other way."""
+    """Run a command with its notes and warnings held (see the module): dropped when it fails (bad input, an
+    abort, an output it cannot write), said when it ends in any other way."""
     out, err = sys.stdout, sys.stderr
     held = _Held(err)
     sys.stdout, sys.stderr = _Stream(out, held, holds=False), _Stream(err, held, holds=True)

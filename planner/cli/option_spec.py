@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import click
 
+from planner.whole import LARGEST, NotWhole, whole_number
+
 
 class CommaChoices(click.ParamType):
     """A comma-separated list, each item one of ``choices``, checked as the option is read: ``--recompute-modules
@@ -49,44 +51,42 @@ class TokenCount(click.ParamType):
 
 
 class IntRange(click.IntRange):
-    """click's IntRange, named "integer" in its error: click's own name made `--gpus abc` read "'abc' is not a
-    valid integer range", as if a range had been asked for (ux13, newcomer pass). A number with thousands
-    separators, as megaplan prints counts ("1,024 GPUs"), is told how to write it."""
+    """click's IntRange over :func:`planner.whole.whole_number`, named "integer" in its error: click's own name
+    made `--gpus abc` read "'abc' is not a valid integer range", as if a range had been asked for (ux13, newcomer
+    pass). A number with thousands separators, as megaplan prints counts ("1,024 GPUs"), is told how to write
+    it; one Python's int() reads but that is no plain digits (``2_0``, ``٢``) is refused with what int() reads.
+
+    Without a ``max`` it stops at 2³¹−1 (``planner.whole.LARGEST``): search keeps sizes in 32-bit integers, so
+    a typo such as --seq-len 3000000000 ended in an OverflowError traceback and --micro-batch 100000000000 was
+    priced as 1215752192, wrapped (fresh user trial 8), and calibrate's --gpus had no bound at all (err16). The
+    help says x>=1: the 32-bit guard is no choice a user makes, and "[1<=x<=2147483647]" under 20 options of
+    every --help was noise (ux14, newcomer pass); a value past it is refused with the whole range."""
 
     name = "integer"
 
-    def convert(self, value, param, ctx):
-        self.refuse_separators(value)
-        return super().convert(value, param, ctx)
-
-    def refuse_separators(self, value) -> None:
-        if isinstance(value, str) and re.fullmatch(r"\d{1,3}(,\d{3})+", value.strip()):
-            self.fail(f"{value!r} is not a valid integer: write it without separators ({value.replace(',', '')})")
-
-
-class SizeRange(IntRange):
-    """A size of the plan (tp, micro-batch, seq-len ...): search keeps them in 32-bit integers, so a typo such as
-    --seq-len 3000000000 ended in an OverflowError traceback and --micro-batch 100000000000 was priced as
-    1215752192, wrapped (fresh user trial 8); refused as the option's range instead. The help says x>=1: the
-    32-bit guard is no choice a user makes, and "[1<=x<=2147483647]" under 20 options of every --help was noise
-    (ux14, newcomer pass); a value past it is refused with the whole range."""
-
-    def __init__(self) -> None:
-        super().__init__(1, 2**31 - 1)
+    def __init__(self, min: int | None = None, max: int | None = None) -> None:
+        super().__init__(min, LARGEST if max is None else max)
+        self.capped = max is None
 
     def _describe_range(self) -> str:
-        return "x>=1"
+        return f"x>={self.min}" if self.capped and self.min is not None else super()._describe_range()
 
     def convert(self, value, param, ctx):
-        self.refuse_separators(value)
-        number = click.INT.convert(value, param, ctx)  # 'abc': "'abc' is not a valid integer."
-        if not 1 <= number <= self.max:
-            self.fail(f"{number} is not in the range 1<=x<={self.max}.", param, ctx)
-        return number
+        if isinstance(value, str):
+            if re.fullmatch(r"[0-9]{1,3}(,[0-9]{3})+", value.strip()):
+                self.fail(f"{value!r} is not a valid integer: write it without separators ({value.replace(',', '')})")
+            try:
+                whole_number(value)
+            except NotWhole as err:
+                if err.read is not None:  # 'abc': click's "'abc' is not a valid integer."
+                    self.fail(str(err), param, ctx)
+        number = click.INT.convert(value, param, ctx)
+        if self.capped and number > self.max:
+            self.fail(f"{number} is not in the range {self.min}<=x<={self.max}.", param, ctx)
+        return super().convert(number, param, ctx)
 
 
-POSITIVE = IntRange(min=1)
-SIZE = SizeRange()
+POSITIVE = SIZE = IntRange(min=1)  # a count or a size of the plan (tp, micro-batch, seq-len ...)
 
 
 class FiniteRange(click.FloatRange):

@@ -211,15 +211,33 @@ def _graph_module(outs) -> CudaGraphModule:
     return CudaGraphModule.MLP if "fc2" in outs else CudaGraphModule.MOE
 
 
-def userbuffer_config_text(ctx: Context, plan: ParallelPlan) -> str:
-    """The userbuffer config a plan runs, named, with its pipelined and bulk overlaps' SMs."""
+def plan_userbuffer_config(ctx: Context, plan: ParallelPlan) -> userbuffers.UbConfig | None:
+    """The userbuffer config one plan runs (``userbuffers.plan_configs``; None: Transformer Engine's defaults)."""
     gpu = ctx.hardware.gpu
     t, b = np.array([plan.tp]), np.array([plan.micro_batch])
     fp8 = ctx.options.fp8 is not None
     configs, index = userbuffers.plan_configs(
         ctx.options.tp_comm_overlap_cfg, gpu.compute_capability, fp8, ctx.model.hidden_size, ctx.training.seq_len, t, b
     )
-    return "config " + userbuffers.describe(configs[int(index[0])], plan.tp)
+    return configs[int(index[0])]
+
+
+def userbuffer_config_text(ctx: Context, plan: ParallelPlan) -> str:
+    """The userbuffer config a plan runs, named, with its pipelined and bulk overlaps' SMs."""
+    return "config " + userbuffers.describe(plan_userbuffer_config(ctx, plan), plan.tp)
+
+
+def userbuffers_json(ctx: Context, plan: ParallelPlan) -> dict | None:
+    """With --tp-comm-overlap-cfg, the config a plan running --tp-comm-overlap runs: its name (``config``) and
+    ``bridge_fallback``: ``bridge`` was asked for and Megatron-Bridge has no preset for the plan's shape (its
+    GPU generation, hidden size and t), so it runs Transformer Engine's defaults, as without the option. None
+    without the option, or for a plan without the overlap (no SP, t = 1, or --tp-comm-overlap off)."""
+    asked = ctx.options.tp_comm_overlap_cfg
+    if asked is None or not (ctx.options.tp_comm_overlap and plan.sequence_parallel and plan.tp > 1):
+        return None
+    cfg = plan_userbuffer_config(ctx, plan)
+    name = userbuffers.TE_DEFAULT if cfg is None else cfg.name
+    return {"config": name, "bridge_fallback": asked.name == userbuffers.BRIDGE and cfg is None}
 
 
 def tp_formula(ctx: Context, plan: ParallelPlan) -> Formula:

@@ -18,14 +18,14 @@ from dataclasses import dataclass
 
 from planner.errors import PlannerError
 
-ITERATION = re.compile(r"iteration\s+(\d+)\s*/\s*\d+\s*\|")  # no \b: it made every search twice as slow
+ITERATION = re.compile(r"iteration\s+([0-9]+)\s*/\s*[0-9]+\s*\|")  # no \b: it made every search twice as slow
 ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([^\s|]+)\s*\|")  # always followed by " |"
-THROUGHPUT = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)")
+THROUGHPUT = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*([0-9.]+)")
 # whole numbers only: '1e308' was read as 1 ("--gpus 1 is not divisible by ...", "changes within the log (1, 64)")
-BATCH = re.compile(r"global batch size:\s*(\d+)(?![\w.])")
-WORLD = re.compile(r"using world size:\s*(\d+)(?![\w.])")
-MAX_ALLOCATED = re.compile(r"memory \(MB\).*?\|\s*max allocated:\s*([\d.]+)")
-MAX_RESERVED = re.compile(r"memory \(MB\).*?\|\s*max reserved:\s*([\d.]+)")
+BATCH = re.compile(r"global batch size:\s*([0-9]+)(?![\w.])")
+WORLD = re.compile(r"using world size:\s*([0-9]+)(?![\w.])")
+MAX_ALLOCATED = re.compile(r"memory \(MB\).*?\|\s*max allocated:\s*([0-9.]+)")
+MAX_RESERVED = re.compile(r"memory \(MB\).*?\|\s*max reserved:\s*([0-9.]+)")
 
 
 class LogError(PlannerError):

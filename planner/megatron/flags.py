@@ -23,6 +23,7 @@ from importlib import resources
 from planner.errors import PlannerError, typographic_dash_hint
 from planner.megatron.aliases import ALIASES, DROPPED_DESTS, VALUE, ArgSpec
 from planner.megatron.dialects import FORK_CHOICES, fork_flag
+from planner.whole import DIGITS, NotWhole, python_int, whole_number
 
 __all__ = [
     "ALIASES",
@@ -120,7 +121,7 @@ def _convert_one(spec: ArgSpec, flag: str, raw: str) -> object:
     kind = spec.type or "str"
     try:
         if kind == "int":
-            value: object = int(raw)
+            value: object = whole_number(raw)
         elif kind == "float":
             value = float(raw)
         elif kind == "bool":
@@ -128,11 +129,15 @@ def _convert_one(spec: ArgSpec, flag: str, raw: str) -> object:
                 raise ValueError(raw)
             value = raw.lower() in _TRUE
         elif kind == "tuple_type":
-            value = tuple(int(x) for x in raw.strip("()").split(","))
-        elif kind.endswith("freq_type"):
-            value = int(raw) if re.fullmatch(r"\s*[+-]?\d+\s*", raw) else raw
+            value = tuple(whole_number(x) for x in raw.strip("()").split(","))
+        elif kind.endswith("freq_type"):  # a number, or a Python list expression read later
+            value = whole_number(raw) if python_int(raw) is not None else raw
         else:
             value = raw
+    except NotWhole as err:  # 2_0, ٢: argparse's int() reads them; megaplan takes them for typos (planner.whole)
+        if err.read is None:
+            raise MegatronArgError(f"{flag} expects {_describe(spec)}, got {raw!r}") from None
+        raise MegatronArgError(f"{flag} {err}") from None
     except ValueError:
         raise MegatronArgError(f"{flag} expects {_describe(spec)}, got {raw!r}") from None
     if spec.choices is not None and str(value) not in spec.choices:
@@ -266,7 +271,7 @@ def _step(argv: list[str], i: int, state: _State) -> int:
         return _other_flag(flag, inline, argv, i + 1, state)
     value, nxt = _take(spec, flag, inline, argv, i + 1)
     state.given.append(flag)
-    if spec.dest == "num_experts" and nxt < len(argv) and argv[nxt].isdigit():
+    if spec.dest == "num_experts" and nxt < len(argv) and DIGITS.fullmatch(argv[nxt]):
         nxt, value = _per_layer_experts(argv, nxt, value, state)
     if alias is None:
         old = state.explicit.get(spec.dest, value)
@@ -285,8 +290,8 @@ def _per_layer_experts(argv: list[str], j: int, first: object, state: _State) ->
     """Microsoft Megatron-DeepSpeed's ``--num-experts`` takes one count per layer group (pyramid MoE):
     read them all; a single count stands for them when they agree, else the most common one, said in a warning."""
     counts = [int(str(first))]
-    while j < len(argv) and argv[j].isdigit():
-        counts.append(int(argv[j]))
+    while j < len(argv) and DIGITS.fullmatch(argv[j]):
+        counts.append(whole_number(argv[j]))
         j += 1
     common = max(set(counts), key=counts.count)
     if len(set(counts)) > 1:

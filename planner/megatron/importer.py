@@ -37,6 +37,7 @@ from planner.models.spec import ModelSpec
 from planner.plan import StageSplit
 from planner.presets import format_validation_error, load_model
 from planner.space.grid import stage_layers
+from planner.whole import DIGITS
 
 REFUSED = {  # dest -> what to say: a plan the planner cannot price at all
     "use_torch_fsdp2": "PyTorch FSDP2 (--use-torch-fsdp2) is not modelled; Megatron FSDP (--use-megatron-fsdp) is"
@@ -173,7 +174,7 @@ def _global_batch(v: dict, fork: ForkPlan, b: int, dp: int) -> tuple[int, str | 
         )
     if schedule:
         last = str(schedule).split()[-1].rpartition(":")[2]
-        if not last.isdigit():
+        if not DIGITS.fullmatch(last):
             raise PlannerError(f"--step-batch-size-schedule {schedule!r}: expected steps like '0:16 1B:256'")
         return int(last), f"global batch {last}: the last step of --step-batch-size-schedule (the steady state)"
     if v.get("global_batch_size") is not None:  # 0 or less: the spec refuses it, as Megatron-LM asserts (> 0)
@@ -202,6 +203,8 @@ SIZE_DESTS = (
     "expert_model_parallel_size",
     "expert_tensor_parallel_size",
     "micro_batch_size",
+    "train_iters",  # the run's length (err16): 0 would be a run of no tokens
+    "train_samples",
 )
 
 
@@ -340,15 +343,37 @@ def megatron_fields(
     if how:
         notes.append(how)
     precision = _precision(v)
+    training = {"global_batch": B, "seq_len": v.get("seq_length"), "precision": precision}
+    notes += _run_length(v, training)
     data = {
         "model_spec": spec,
         "hardware": hardware,
         "gpus": gpus,
-        "training": {"global_batch": B, "seq_len": v.get("seq_length"), "precision": precision},
+        "training": training,
         "parallel": parallel,
         "options": _options(v, spec, warnings, allocator_conf),
     }
     return data, notes, warnings
+
+
+def _run_length(v: dict, training: dict) -> list[str]:
+    """The run's tokens from --train-iters (iterations × global batch × sequence) or --train-samples (samples ×
+    sequence; with --rampup-batch-size too), set in ``training``; the note saying so. Megatron-LM takes one of
+    the two (arguments.py asserts it); without either the days are for --tokens (300B by default)."""
+    from planner.report.layout import tokens_text
+
+    iters, samples, s = v.get("train_iters"), v.get("train_samples"), training["seq_len"]
+    if iters is not None and samples is not None:
+        raise PlannerError("--train-iters and --train-samples are both given; Megatron-LM takes one (validate_args)")
+    if s is None or (iters is None and samples is None):
+        return []
+    if iters is not None:
+        tokens, how = iters * training["global_batch"] * s, f"--train-iters {iters:,} × global batch "
+        how += f"{training['global_batch']:,} × seq {s:,}"
+    else:
+        tokens, how = samples * s, f"--train-samples {samples:,} × seq {s:,}"
+    training["train_tokens"] = float(tokens)
+    return [f"the run's length: {how} = {tokens_text(tokens)} tokens (days and cost are for it; --tokens sets another)"]
 
 
 def _dispatcher(v: dict) -> str:
@@ -554,8 +579,10 @@ def _launch_notes(launch, args, dropped, lone, *, read_zoo: bool, gpus_given: bo
     """The warnings and notes of reading a launch: what was ignored or unset, how many launches the script
     holds, the defaults it fills (when --gpus is not given), its entry point, and the files it could not read."""
     from planner.megatron.modelzoo import READ_NOTE
+    from planner.megatron.unpriced import unpriced_note
 
     warnings, notes = list(args.warnings), [READ_NOTE] if read_zoo else []
+    notes += unpriced_note(args)
     if args.values.get("rampup_batch_size"):
         notes.append("--rampup-batch-size ignored: the estimate is for the full global batch of the steady state")
     if dropped:

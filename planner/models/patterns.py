@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 
-_ALLOWED = re.compile(r"[^,\d\[\]\(\)\+\*\s]")
-_TOKEN = re.compile(r"\s*(\d+|[\[\]\(\)\+\*,])")
+from planner.whole import DIGITS
+
+_ALLOWED = re.compile(r"[^,0-9\[\]\(\)\+\*\s]")  # 0-9, not \d: \d takes every script's digits (planner.whole)
+_TOKEN = re.compile(r"\s*([0-9]+|[\[\]\(\)\+\*,])")
 
 
 class PatternError(ValueError):
@@ -37,7 +39,7 @@ class _Parser:
 
     def integer(self) -> int:
         tok = self.take()
-        if not tok.isdigit():
+        if not DIGITS.fullmatch(tok):
             raise PatternError(f"{self.text!r}: expected an integer, got {tok!r}")
         return int(tok)
 
@@ -55,7 +57,7 @@ class _Parser:
             inner = self.total()
             self.take(")")
             return inner
-        if self.peek() is not None and self.peek().isdigit():  # n*[...]
+        if self.peek() is not None and DIGITS.fullmatch(self.peek()):  # n*[...]
             n = self.integer()
             self.take("*")
             return self.atom() * n
@@ -119,7 +121,7 @@ def freq_value(value: object) -> int | tuple[int, ...]:
         return tuple(int(v) for v in value)
     if isinstance(value, str):
         text = value.strip()
-        if re.fullmatch(r"\d+", text):
+        if re.fullmatch(r"[0-9]+", text):
             return int(text)
         return tuple(parse_pattern(text))
     raise PatternError(f"{value!r} is neither an integer nor a list of 0s and 1s")

@@ -55,7 +55,7 @@ class PipelineLayout:
         """Megatron-LM's ``parse_str_to_list`` (pipeline_parallel_layer_layout.py:283-321): drop commas,
         unroll ``(…)*n`` then ``x*n``, split at ``|``."""
         flat = text.replace(",", "").replace(" ", "")
-        for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        for pattern in (r"\(([^)]+)\)\*([0-9]+)", r"(.)\*([0-9]+)"):  # [0-9]: \d takes ٢ (planner.whole)
             flat = re.sub(pattern, _Unroll(text), flat)
         bad = sorted(set(flat) - set(LAYOUT_CHARS + "|"))
         if bad:

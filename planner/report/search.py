@@ -3,6 +3,7 @@ table fits any terminal and a new column is one more entry in ``SEARCH_COLUMNS``
 
 from __future__ import annotations
 
+from planner.errors import counted
 from planner.plan import plan_label_legend
 from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
 from planner.report.memory import band_text, evidence_cell, ranking_headline, tie_cell, ties_footnote
@@ -55,8 +56,16 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
     legend = plan_label_legend(labels)  # the codes the plans shown use
     if "rc-mlp" in labels.split() and no_dense(ctx):  # its rows repeat the rows without it (ux15)
         legend += f". {mlp_recompute_note(ctx.model.name)}"
+    dropped = result.dropped_twins  # twins of the plans listed (planner.space.dominance)
+    dropped = (
+        f"; dropped: {counted(dropped, 'plan')} recomputing more than one listed without saving time or memory "
+        "(pin --recompute to list them)"
+        if dropped
+        else ""
+    )
     foot = (
-        f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected: {rejected or 'none'}.\n"
+        f"{result.evaluated:,} plans evaluated, {result.feasible:,} legal and fit; rejected: {rejected or 'none'}"
+        f"{dropped}.\n"
         f"{legend}. TFLOP/s and MFU count model FLOPs (no recomputation) with attention over "
         "the whole s² (the papers')"
     )

@@ -7,7 +7,6 @@ Scaling efficiency is throughput per GPU relative to the smallest size that has 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from planner.errors import InfeasibleError, PlannerError
@@ -15,6 +14,7 @@ from planner.plan import Context
 from planner.search import search
 from planner.space.candidates import NO_PINS, Pins
 from planner.space.sizes import WorldAxes
+from planner.whole import LARGEST, NotWhole, whole_number
 
 MAX_SWEEP_SIZES = 32
 
@@ -22,31 +22,51 @@ MAX_SWEEP_SIZES = 32
 def parse_gpu_sizes(text: str) -> list[int]:
     """``64,128,256`` (a list) or ``64:4096`` (doubling from the first to at most the second)."""
     text = text.strip()
-    doubling = re.fullmatch(r"(\d+)\s*:\s*(\d+)", text)
-    if doubling:
-        lo, hi = int(doubling.group(1)), int(doubling.group(2))
+    if text.count(":") == 1:
+        lo, hi = (_size(text, part) for part in text.split(":"))
         if lo < 1 or hi < lo:
             raise PlannerError(f"--gpus {text!r}: a range LO:HI needs 1 ≤ LO ≤ HI (doubling from LO), e.g. 64:4096")
         sizes = [lo]
         while sizes[-1] * 2 <= hi:
             sizes.append(sizes[-1] * 2)
-    elif re.fullmatch(r"\d+(\s*,\s*\d+)*\s*,?", text):
-        sizes = [int(x) for x in text.split(",") if x.strip()]
+    else:
+        sizes = sorted(set(_listed(text)))
         if any(n < 1 for n in sizes):
             raise PlannerError(f"--gpus {text!r}: every size must be a positive integer")
-        sizes = sorted(set(sizes))
-    else:
-        raise PlannerError(f"--gpus {text!r}: expected a list like 64,128,256 or a doubling range like 64:4096")
     if len(sizes) > MAX_SWEEP_SIZES:
         raise PlannerError(f"--gpus {text!r} gives {len(sizes)} sizes; at most {MAX_SWEEP_SIZES} per sweep")
     return sizes
 
 
+def _listed(text: str) -> list[int]:
+    """The sizes of a list ``64,128,256`` (a trailing comma allowed), each once as given."""
+    parts = text.split(",")
+    if parts[-1].strip() == "" and len(parts) > 1:
+        parts.pop()
+    return [_size(text, part) for part in parts]
+
+
+def _size(text: str, part: str) -> int:
+    """One size of ``--gpus text``, in the digits 0-9 (``planner.whole``) and at most 2³¹−1."""
+    try:
+        n = whole_number(part)
+    except NotWhole as err:
+        if err.read is None:
+            raise PlannerError(
+                f"--gpus {text!r}: expected a list like 64,128,256 or a doubling range like 64:4096"
+            ) from None
+        raise PlannerError(f"--gpus {text!r}: {err}") from None
+    if n > LARGEST:
+        raise PlannerError(f"--gpus {text!r}: {n} is not in the range 1<=x<={LARGEST}")
+    return n
+
+
 def repeated_sizes(text: str) -> list[int]:
     """The sizes a list names more than once (``64,128,64`` gives [64]); ``parse_gpu_sizes`` sweeps each once."""
-    if not re.fullmatch(r"\d+(\s*,\s*\d+)*\s*,?", text.strip()):
+    try:
+        given = [] if ":" in text else _listed(text.strip())
+    except PlannerError:
         return []
-    given = [int(x) for x in text.split(",") if x.strip()]
     return sorted({n for n in given if given.count(n) > 1})
 
 

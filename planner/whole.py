@@ -1,0 +1,75 @@
+"""Whole numbers as a user types them: the one parser of every integer option and field megaplan reads from text
+(its own options, a launch script's flags, a Bridge override, a training log, a sweep's sizes, a pipeline layout).
+
+Python's ``int()`` also reads ``2_0`` (20: an underscore anywhere between digits, PEP 515) and digits of other
+scripts (``٢``, Arabic-Indic two; ``２``, full-width), and Megatron-LM's argparse flags (``type=int``) inherit
+that, so ``--tensor-model-parallel-size 2_0`` runs at TP 20. Underscores that group digits in threes are meant:
+BigScience's launch scripts write ``--train-samples 220_000_000`` and ``--rampup-batch-size 192 16 9_765_625``
+(bigscience-workshop/bigscience, train/tr11-176B-ml), and they pass. An underscore elsewhere (``2_0``) is a stray
+key between two digits and another script's digit a character pasted from a document: nobody writes a parallel
+size so on purpose, so megaplan refuses them with the number ``int()`` would have read, rather than price a plan
+nobody asked for (err16). The digits 0-9 with an optional sign and surrounding spaces pass, as ``int()`` reads
+them."""
+
+from __future__ import annotations
+
+import re
+
+from planner.errors import PlannerError
+
+# [0-9], not \d: \d matches every script's digits; 220_000_000 (thousands grouped) or 220000000
+DIGITS = re.compile(r"\s*[+-]?(?:[0-9]+|[0-9]{1,3}(?:_[0-9]{3})+)\s*")
+LARGEST = 2**31 - 1  # sizes and counts: the search grid keeps them in 32-bit integers
+
+
+class NotWhole(PlannerError):
+    """Text that is not a whole number in the digits 0-9; ``read``: what ``int()`` reads it as, if anything."""
+
+    def __init__(self, text: str):
+        self.read = python_int(text)
+        super().__init__(not_whole(text))
+
+
+def whole_number(text: str) -> int:
+    """``text`` as an integer when it is written in the digits 0-9 (a sign, surrounding spaces and underscores
+    between groups of three digits allowed);
+    else :class:`NotWhole`, its message the value and, where ``int()`` reads one, the number it reads."""
+    if DIGITS.fullmatch(text):
+        return int(text)
+    raise NotWhole(text)
+
+
+def python_int(text: str) -> int | None:
+    """What Python's ``int()`` reads ``text`` as (argparse's ``type=int``), None when it reads nothing."""
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def not_whole(text: str) -> str:
+    """Why ``text`` is no whole number: "'2_0' is not written in the digits 0-9 (an underscore may only group
+    digits in threes, as in 9_000_000; Python's int() reads 20: write 20 if you mean it)", or, for text no parser
+    reads, "'abc' is not a whole number"."""
+    read = python_int(text)
+    if read is None:
+        return f"{text!r} is not a whole number"
+    other = next((c for c in text if c.isdigit() and not "0" <= c <= "9"), None)
+    if other is not None:
+        import unicodedata
+
+        why = f"{other} is {unicodedata.name(other, 'a digit of another script')}"
+    else:
+        why = "an underscore may only group digits in threes, as in 9_000_000"
+    return f"{text!r} is not written in the digits 0-9 ({why}; Python's int() reads {read}: write {read} if meant)"
+
+
+def typed_int(value, text: str, where: str):
+    """``value``, a YAML reading of ``text`` (a Bridge or NeMo override's value), unless it is an integer ``text``
+    spells other than in the digits 0-9: YAML (and Hydra) read 2_0 as 20, 0x10 as 16 and 1:30 as 90, where a typo
+    is likelier than intent."""
+    if isinstance(value, int) and not isinstance(value, bool) and not DIGITS.fullmatch(text):
+        raise PlannerError(
+            f"{where}: {text!r} is not written in the digits 0-9 (read as {value}; write {value} if you mean it)"
+        )
+    return value
