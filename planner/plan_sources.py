@@ -107,11 +107,12 @@ class LaunchScript:
 
         path = values.get("megatron_args_file")
         script = read_launch_script(path) if path is not None else ScriptSource(values["megatron_args"])
+        hardware, named = _hardware_of(values.get("hardware"), script.script_path)
         imported = import_fields(
             script.text,
             gpus=values.get("gpus"),
             model=values.get("model"),
-            hardware=values.get("hardware"),
+            hardware=hardware,
             env=env_values(values.get("env_pairs") or ()),
             base_dir=script.base_dir,
             script_path=script.script_path,
@@ -119,7 +120,7 @@ class LaunchScript:
             given=beside,
         )
         notes = [f"warning: {w}" for w in (*script.warnings, *imported.warnings)]
-        notes += [f"note: {n}" for n in imported.notes]
+        notes += [f"note: {n}" for n in (*named, *imported.notes)]
         gpus, script_gpus = values.get("gpus"), imported.script_gpus
         if gpus is not None and script_gpus is not None and script_gpus != gpus:
             notes.append(f"note: --gpus {gpus} overrides the script's {script_gpus} GPUs")
@@ -127,6 +128,23 @@ class LaunchScript:
             notes.append(f"note: --model {values['model']}: the script's architecture flags apply over the preset")
         world = f"--gpus {gpus}" if gpus is not None else imported.world_text
         return Fields(imported.data, tuple(notes), world, unset=imported.unset)
+
+
+def _hardware_of(given, script_path) -> tuple[object, list[str]]:
+    """The hardware to read a launch script on: the one given, else the GPU the script's file name states as a
+    word (NVIDIA's examples/llama/train_llama3_8b_h100_fp8.sh: an H100 script, which on the default A100 preset
+    was refused for its FP8), with a note; else None (the default preset)."""
+    from pathlib import Path
+
+    from planner.hardware.names import gpu_in_name
+
+    if given is not None or script_path is None:
+        return given, []
+    found = gpu_in_name(Path(script_path).name)
+    if found is None:
+        return None, []
+    gpu, preset = found
+    return preset, [f"hardware {preset} from the script's name {Path(script_path).name} ({gpu}; --hardware overrides)"]
 
 
 class BridgeConfig:

@@ -26,8 +26,9 @@ from pathlib import Path
 
 from planner.bridge.perf_reader import read_perf_recipe
 from planner.errors import PlannerError
+from planner.hardware.names import PRESET_BY_GPU
 
-GPUS = {"H100": "dgx-h100-superpod", "B200": "dgx-b200-superpod", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
+GPUS = {gpu: PRESET_BY_GPU[gpu] for gpu in ("H100", "B200", "GB200", "GB300")}  # the GPUs Bridge's workloads name
 MODELS = {  # workload name prefix -> (megaplan preset, its v0.2.1 library recipe)
     "LLAMA3_8B": ("llama3-8b", "llama3_8b_pretrain_config"),
     "LLAMA3_70B": ("llama3-70b", "llama3_70b_pretrain_config"),

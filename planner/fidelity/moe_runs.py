@@ -17,10 +17,11 @@ import csv
 import io
 
 from planner.fidelity.runs import Run
+from planner.hardware.names import PRESET_BY_GPU
 from planner.presets import presets_root
 
 MOE_METRIC = "tokens/s per GPU"
-SYSTEM = {"dgx-h100-superpod": "H100", "dgx-b200-superpod": "B200", "gb200-nvl72": "GB200", "gb300-nvl72": "GB300"}
+SYSTEM = {PRESET_BY_GPU[gpu]: gpu for gpu in ("H100", "B200", "GB200", "GB300")}
 
 
 def moe_source(hardware: str) -> str:
