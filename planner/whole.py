@@ -22,12 +22,18 @@ DIGITS = re.compile(r"\s*[+-]?(?:[0-9]+|[0-9]{1,3}(?:_[0-9]{3})+)\s*")
 LARGEST = 2**31 - 1  # sizes and counts: the search grid keeps them in 32-bit integers
 
 
-class NotWhole(PlannerError):
-    """Text that is not a whole number in the digits 0-9; ``read``: what ``int()`` reads it as, if anything."""
+# a decimal number as the digits 0-9 write it (3e-4, .5, 1_000.5); and the words float() reads
+DECIMAL = re.compile(r"\s*[+-]?(?=[0-9.])(?:[0-9]+|[0-9]{1,3}(?:_[0-9]{3})+)?(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?\s*")
+WORDS = re.compile(r"\s*[+-]?(?:nan|inf|infinity)\s*", re.IGNORECASE)
 
-    def __init__(self, text: str):
-        self.read = python_int(text)
-        super().__init__(not_whole(text))
+
+class NotWhole(PlannerError):
+    """Text that is not a number in the digits 0-9; ``read``: what Python's ``int()`` (or, for a decimal,
+    ``float()``) reads it as, if anything."""
+
+    def __init__(self, text: str, decimal: bool = False):
+        self.read = python_number(text, float if decimal else int)
+        super().__init__(not_whole(text, self.read, "float()" if decimal else "int()"))
 
 
 def whole_number(text: str) -> int:
@@ -39,19 +45,34 @@ def whole_number(text: str) -> int:
     raise NotWhole(text)
 
 
-def python_int(text: str) -> int | None:
-    """What Python's ``int()`` reads ``text`` as (argparse's ``type=int``), None when it reads nothing."""
+def decimal_number(text: str) -> float:
+    """``float(text)`` where ``text`` is written in the digits 0-9 (as :func:`whole_number`; nan and inf as words):
+    float() also reads 2_0.5 and ٢ (err16). A ValueError for text float() does not read; :class:`NotWhole` for
+    text it reads that is no plain number."""
+    number = float(text)
+    if DECIMAL.fullmatch(text) or WORDS.fullmatch(text):
+        return number
+    raise NotWhole(text, decimal=True)
+
+
+def python_number(text: str, kind=int):
+    """What Python's ``int()`` (``kind`` float: ``float()``) reads ``text`` as (argparse's ``type=int``), None when
+    it reads nothing."""
     try:
-        return int(text)
+        return kind(text)
     except ValueError:
         return None
 
 
-def not_whole(text: str) -> str:
+def python_int(text: str) -> int | None:
+    """What Python's ``int()`` reads ``text`` as (argparse's ``type=int``), None when it reads nothing."""
+    return python_number(text)
+
+
+def not_whole(text: str, read=None, reader: str = "int()") -> str:
     """Why ``text`` is no whole number: "'2_0' is not written in the digits 0-9 (an underscore may only group
-    digits in threes, as in 9_000_000; Python's int() reads 20: write 20 if you mean it)", or, for text no parser
+    digits in threes, as in 9_000_000; Python's int() reads 20: write 20 if meant)", or, for text no parser
     reads, "'abc' is not a whole number"."""
-    read = python_int(text)
     if read is None:
         return f"{text!r} is not a whole number"
     other = next((c for c in text if c.isdigit() and not "0" <= c <= "9"), None)
@@ -61,7 +82,7 @@ def not_whole(text: str) -> str:
         why = f"{other} is {unicodedata.name(other, 'a digit of another script')}"
     else:
         why = "an underscore may only group digits in threes, as in 9_000_000"
-    return f"{text!r} is not written in the digits 0-9 ({why}; Python's int() reads {read}: write {read} if meant)"
+    return f"{text!r} is not written in the digits 0-9 ({why}; Python's {reader} reads {read}: write {read} if meant)"
 
 
 def typed_int(value, text: str, where: str):

@@ -394,6 +394,36 @@ def test_a_number_not_in_the_digits_0_to_9_is_refused_with_what_int_reads(args, 
 
 
 @pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        # float() reads them too: --memory-headroom ٠.١ was 0.1, --gpu-hour-price 2_0.5 was 20.5
+        (
+            ["explain", *LLAMA, "--memory-headroom", "٠.١"],
+            "Invalid value for '--memory-headroom': '٠.١' is not written in the digits 0-9 (٠ is ARABIC-INDIC DIGIT "
+            "ZERO; Python's float() reads 0.1: write 0.1 if meant)",
+        ),
+        (
+            ["explain", *LLAMA, "--tokens", "3_00B"],
+            "Invalid value for '--tokens': '3_00B': '3_00' is not written in the digits 0-9 (an underscore may only "
+            "group digits in threes, as in 9_000_000; Python's float() reads 300.0: write 300.0 if meant)",
+        ),
+        (
+            ["explain", "--megatron-args", SMALL + "--moe-aux-loss-coeff 2_0.5", "--gpus", "8"],
+            "--moe-aux-loss-coeff '2_0.5' is not written in the digits 0-9 (an underscore may only group digits in "
+            "threes, as in 9_000_000; Python's float() reads 20.5: write 20.5 if meant)",
+        ),
+    ],
+)
+def test_a_decimal_not_in_the_digits_0_to_9_is_refused_with_what_float_reads(args, line):
+    assert one_line_error(run_cli(args)) == f"megaplan: error: {line}"
+
+
+def test_plain_decimals_still_pass():
+    result = run_cli(["explain", *LLAMA, "--tokens", "300_000_000_000", "--memory-headroom", ".05", "--brief"])
+    assert result.exit_code == 0 and "days for 300B tokens" in result.stdout, result.output
+
+
+@pytest.mark.parametrize(
     ("value", "why"),
     [
         ("2_0", f"'2_0' is not written in the digits 0-9 {UNDERSCORE}"),  # pydantic's lax mode read 20

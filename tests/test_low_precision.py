@@ -97,6 +97,12 @@ def test_what_megatron_lm_refuses_is_refused_naming_the_flag(flags, hardware, me
             "the first 8 and last 1 layers",
         ),
         ("--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-output-proj", "dgx-b200-superpod", "priced in 16 bits"),
+        # transformer_config.py:2649-2660 pass with FP8 and alltoall; experts.py skip_routed_expert_padding
+        (
+            "--fp8-format e4m3 --fp8-recipe mxfp8 --moe-router-padding-for-fp8 --moe-token-dispatcher-type alltoall",
+            "dgx-b200-superpod",
+            "Fp8Padding copies (moe/experts.py skip_routed_expert_padding); priced with them",
+        ),
     ],
 )
 def test_what_megatron_lm_runs_is_priced_with_a_warning_for_what_is_left_out(flags, hardware, warning):
@@ -222,3 +228,33 @@ def test_bridges_current_scaling_preset_keeps_one_bf16_layer_at_each_end():
         "mixed_precision.num_layers_at_end_in_bf16=0",
     )
     assert none.exit_code == 0 and "BF16" not in none.stderr
+
+
+def test_the_optimizers_cpu_offload_keeps_fp8_parameters_with_delayed_scaling_only():
+    """arguments.py:1889 (validate_args): 'When `--fp8-param-gather` is enabled, the optimizer cpu offload must be
+    used in conjunction with `--fp8-recipe delayed`.' The delayed line passes Megatron-LM (megatron_check)."""
+    offload = "--optimizer-cpu-offload --use-precision-aware-optimizer --fp8-format hybrid --fp8-param-gather"
+    with pytest.raises(PlannerError, match="--fp8-recipe tensorwise: Megatron-LM refuses it"):
+        _import(offload + " --fp8-recipe tensorwise")
+    assert any("the optimizer's CPU offload" in w for w in _import(offload).warnings)
+
+
+def test_bf16_end_layers_under_userbuffers_say_the_second_buffer_set():
+    """Megatron-LM initialize.py _initialize_tp_communicators (TE >= 2.7): FP8 with BF16 end layers registers the
+    userbuffers twice, UserBufferQuantizationMode.FP8 and NONE; the second set is not priced, and said."""
+    flags = "--fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 --tp-comm-overlap"
+    assert any("a second set of userbuffers in 16 bits" in w for w in _import(flags).warnings)
+
+
+def test_the_export_of_blockwise_on_blackwell_names_the_transformer_engine_it_needs():
+    """Transformer Engine v2.3-v2.8 refuse FP8 block scaling on compute capability 10 at fp8_autocast
+    (check_fp8_block_scaling_support: 'FP8 block scaled GEMM requires Hopper and CUDA >= 12.9.'); v2.9 on run it as
+    MXFP8. No flag says the version: the Slurm script says it in its header, Hopper's says nothing."""
+    args = ["export", "--model", "llama3-8b", "--gpus", "8", "--tp", "2", "--fp8", "hybrid", "--fp8-recipe",
+            "blockwise", "--distributed-optimizer", "--format", "slurm"]  # fmt: skip
+    blackwell = run_cli([*args, "--hardware", "dgx-b200-superpod"])
+    assert (
+        blackwell.exit_code == 0
+        and "# - Transformer Engine ≥ 2.9, which runs --fp8-recipe blockwise" in blackwell.stdout
+    )
+    assert "Transformer Engine ≥ 2.9" not in run_cli([*args, "--hardware", "dgx-h100-superpod"]).stdout

@@ -11,6 +11,8 @@ from __future__ import annotations
 import shlex
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from planner import api
@@ -235,4 +237,17 @@ def test_gpt3_exports_say_the_sparse_attention_no_flag_carries():
     assert f"not in any Bridge field either: {said}" in bridge_export(req, "v0.6.0", recipe).notes
     out = run_cli(["export", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16"])
     assert f"megaplan: note: not in any Megatron-LM flag: {said}" in out.stderr.replace("\n", " ")
+    for fmt in ("mlm-yaml", "nemo2"):
+        out = run_cli(["export", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16", "--format", fmt])
+        assert "locally banded sparse attention" in out.stderr, fmt
     assert export.model_notes(api.make_request(model="gpt-39b", gpus=64, tp=8)) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=st.floats(0.01, 1.0), r=st.floats(1.0, 8.0))
+def test_unfused_rope_bytes_grow_with_the_rotated_fraction_and_are_24_26_at_whole_heads(p, r):
+    # the rotation's ops scale with p, the cat and the slice's gradient stay whole: (r(20p + 4) − 4, r(20p + 6) − 8)
+    fwd, bwd = (float(x) for x in compute.unfused_rope_extra_bytes(1.0, r, p))
+    assert fwd == pytest.approx(r * (20 * p + 4) - 4) and bwd == pytest.approx(r * (20 * p + 6) - 8)
+    whole = [float(x) for x in compute.unfused_rope_extra_bytes(1.0, r, 1.0)]
+    assert whole == pytest.approx([24 * r - 4, 26 * r - 8]) and fwd <= whole[0] and bwd <= whole[1]

@@ -410,11 +410,12 @@ def export_text(
     if fmt == "mlm-yaml":
         from planner.bridge.formats import mlm_yaml
 
-        return mlm_yaml(req), []
+        return mlm_yaml(req), [f"not in any Megatron-LM flag: {note}" for note in model_notes(req)]
     if fmt == "nemo2":
         from planner.bridge.formats import nemo2_text
 
-        return nemo2_text(req)
+        text, notes = nemo2_text(req)
+        return text, notes + [f"not in any NeMo 2 field either: {note}" for note in model_notes(req)]
     exp = bridge_export(req, tag or TAGS[-1], recipe)
     render = {"bridge": dotlist_text, "bridge-yaml": yaml_text, "bridge-python": python_text}[fmt]
     notes = [*exp.notes, "launch: " + launch_line(exp, req, output or "megaplan.overrides")]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import click
 
-from planner.whole import LARGEST, NotWhole, whole_number
+from planner.whole import LARGEST, NotWhole, decimal_number, whole_number
 
 
 class CommaChoices(click.ParamType):
@@ -39,10 +39,12 @@ class TokenCount(click.ParamType):
         if isinstance(value, (int, float)):
             number = float(value)
         else:
-            text = str(value).strip().replace("_", "")
+            text = str(value).strip()
             scale = self.SUFFIX.get(text[-1:].lower(), 1.0)
             try:
-                number = float(text[:-1] if scale != 1.0 else text) * scale
+                number = decimal_number(text[:-1] if scale != 1.0 else text) * scale
+            except NotWhole as err:  # 3_00B, ٣٠٠B: float() reads them (planner.whole)
+                self.fail(f"{value!r}: {err}" if scale != 1.0 else str(err), param, ctx)
             except ValueError:
                 number = float("nan")
         if not number > 0 or number == float("inf"):
@@ -98,6 +100,13 @@ class FiniteRange(click.FloatRange):
     name = "number"
 
     def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            try:
+                decimal_number(value)
+            except NotWhole as err:  # 2_0.5, ٢: float() reads them (planner.whole)
+                self.fail(str(err), param, ctx)
+            except ValueError:  # 'abc': click's own "'abc' is not a valid float."
+                pass
         number = super().convert(value, param, ctx)
         if number != number or number in (float("inf"), float("-inf")):
             self.fail(f"{value!r} is not a finite number; allowed: {self._describe_range()}", param, ctx)

@@ -419,7 +419,17 @@ def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
             out.append(([], f"{what}: set it in the model's TransformerConfig, or export for Megatron-Bridge)"))
     if o.ub_graph_reorders_rs:
         out.append(([], "Transformer Engine before v2.16 under CUDA graphs (the version, not a setting)"))
+    if o.fp8 is not None and o.fp8_recipe.value == "blockwise" and req.ctx.hardware.gpu.compute_capability >= 10:
+        out.append(([], BLOCKWISE_ON_BLACKWELL))
     return out
+
+
+# Transformer Engine quantization.py _compute_fp8_block_scaling_support: 9.0 <= capability < 10.0 in v2.3-v2.8,
+# >= 9.0 from v2.9 (TE #2157, gemm.cpp's MXFP8 emulation); the version, not a setting
+BLOCKWISE_ON_BLACKWELL = (
+    "Transformer Engine ≥ 2.9, which runs --fp8-recipe blockwise on Blackwell as MXFP8 (2.3-2.8 stop at the first "
+    "step: 'FP8 block scaled GEMM requires Hopper and CUDA >= 12.9.')"
+)
 
 
 def model_notes(req: PlanRequest) -> list[str]:

@@ -23,7 +23,7 @@ from importlib import resources
 from planner.errors import PlannerError, typographic_dash_hint
 from planner.megatron.aliases import ALIASES, DROPPED_DESTS, VALUE, ArgSpec
 from planner.megatron.dialects import FORK_CHOICES, fork_flag
-from planner.whole import DIGITS, NotWhole, python_int, whole_number
+from planner.whole import DIGITS, NotWhole, decimal_number, python_int, whole_number
 
 __all__ = [
     "ALIASES",
@@ -123,7 +123,7 @@ def _convert_one(spec: ArgSpec, flag: str, raw: str) -> object:
         if kind == "int":
             value: object = whole_number(raw)
         elif kind == "float":
-            value = float(raw)
+            value = decimal_number(raw)
         elif kind == "bool":
             if raw.lower() not in _TRUE + _FALSE:
                 raise ValueError(raw)

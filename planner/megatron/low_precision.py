@@ -107,7 +107,10 @@ def _router_padding(v: dict) -> list[str]:
             f"{flag} with --moe-token-dispatcher-type {dispatcher}: Megatron-LM refuses it "
             "(transformer_config.py:2656); allowed: --moe-token-dispatcher-type alltoall or flex"
         )
-    return [f"{flag}: the router pads each expert's tokens; priced with Transformer Engine's Fp8Padding copies"]
+    return [
+        f"{flag}: the router pads each expert's tokens, so Megatron-Core skips Transformer Engine's Fp8Padding copies "
+        "(moe/experts.py skip_routed_expert_padding); priced with them"
+    ]
 
 
 def check_low_precision(v: dict, *, num_layers: int, pp: int) -> list[str]:
@@ -119,4 +122,21 @@ def check_low_precision(v: dict, *, num_layers: int, pp: int) -> list[str]:
             "--fp8-param-gather needs --fp8-format (transformer_config.py:1566: 'fp8_param must be used together "
             "with fp8 mode'); allowed: add --fp8-format e4m3|hybrid, or drop it"
         )
-    return _bf16_end_layers(v, num_layers, pp) + _output_proj(v) + _router_padding(v)
+    _offloaded_fp8_params(v)
+    warnings = _bf16_end_layers(v, num_layers, pp)
+    if warnings and v.get("tp_comm_overlap"):
+        warnings.append(
+            "--tp-comm-overlap with BF16 end layers: a second set of userbuffers in 16 bits beside the FP8 ones "
+            "(Megatron-LM initialize.py _initialize_tp_communicators, Transformer Engine ≥ 2.7); not priced"
+        )
+    return warnings + _output_proj(v) + _router_padding(v)
+
+
+def _offloaded_fp8_params(v: dict) -> None:
+    """The optimizer's CPU offload keeps FP8 parameters with delayed scaling only (arguments.py:1889-1892)."""
+    recipe = v.get("fp8_recipe") or "delayed"
+    if v.get("optimizer_cpu_offload") and v.get("fp8") and v.get("fp8_param_gather") and recipe != "delayed":
+        raise PlannerError(
+            f"--optimizer-cpu-offload with --fp8-param-gather and --fp8-recipe {recipe}: Megatron-LM refuses it "
+            "(arguments.py:1889); allowed: --fp8-recipe delayed, or drop --fp8-param-gather"
+        )
