@@ -213,6 +213,23 @@ def _check_shape(data: dict) -> None:
     hardware = data.get("hardware")
     if hardware is not None and not isinstance(hardware, str):
         raise PlannerError(f"plan: hardware is {hardware!r}; allowed: a hardware preset name or a YAML path")
+    _plain_numbers(data)
+
+
+def _plain_numbers(data: dict) -> None:
+    """A number written as text in a plan file's sections is read as megaplan reads every number (planner.whole):
+    pydantic's lax mode took ``"train_tokens": "2_0"`` for 20 and ``"moe_load_imbalance": "١.٢"`` for 1.2 (err16)."""
+    from planner.whole import DECIMAL, WORDS, not_whole, python_number
+
+    for section in SECTIONS:
+        for key, value in data[section].items():
+            if not isinstance(value, str) or DECIMAL.fullmatch(value) or WORDS.fullmatch(value):
+                continue
+            read, reader = python_number(value), "int()"
+            if read is None:
+                read, reader = python_number(value, float), "float()"
+            if read is not None:
+                raise PlannerError(f"plan: {section}.{key} is {value!r}: {not_whole(value, read, reader)}")
 
 
 def _typed(par: dict) -> dict:

@@ -437,6 +437,26 @@ def test_a_plan_file_size_in_text_or_true_is_refused(plan, tmp_path, value, why)
     assert line == f"megaplan: error: plan: parallel.tp is {value!r}: {why}"
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "value", "why"),
+    [
+        ("training", "train_tokens", "2_0", f"'2_0' is not written in the digits 0-9 {UNDERSCORE}"),  # read as 20
+        (
+            "options",
+            "moe_load_imbalance",
+            "١.٢",  # read as 1.2
+            "'١.٢' is not written in the digits 0-9 (١ is ARABIC-INDIC DIGIT ONE; Python's float() reads 1.2: write "
+            "1.2 if meant)",
+        ),
+    ],
+)
+def test_a_plan_file_number_in_text_is_read_as_every_number(plan, tmp_path, section, key, value, why):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(_edited(plan, section, key, value)))
+    line = one_line_error(run_cli(["explain", "--plan", str(path), "--brief"]))
+    assert line == f"megaplan: error: plan: {section}.{key} is {value!r}: {why}"
+
+
 def test_thousands_grouped_by_underscores_are_read_as_bigscience_writes_them():
     # bigscience-workshop/bigscience train/tr11-176B-ml: --train-samples 220_000_000, --rampup-batch-size 192 16
     # 9_765_625; Megatron-LM's argparse reads them, and so does megaplan (the digits grouped in threes)
