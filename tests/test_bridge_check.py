@@ -26,7 +26,7 @@ from planner.bridge.importer import request_from_bridge
 from planner.bridge.runtime import UB_FIELD, userbuffer_preset
 from planner.bridge.table import RECIPES, ROWS
 from planner.hardware.userbuffers import load_config_file
-from tests.test_bridge_roundtrip import PLANS, _request
+from tests.test_bridge_roundtrip import LAYOUT_PLANS, PLANS, _request
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -50,7 +50,7 @@ UB_PLANS = {
     },
     "llama3-70b tp4 cp2 TE default userbuffers": {**_TP4, "options": {**_TP4["options"], "tp_comm_overlap": True}},
 }
-ALL = {**PLANS, **UB_PLANS}
+ALL = {**PLANS, **UB_PLANS, **LAYOUT_PLANS}
 CHECKED = sorted(ALL)
 FP8_ATTENTION = "mixed_precision.fp8_dot_product_attention"  # no Megatron-LM flag: not in the table, read beside it
 READ_PATHS = sorted({r.read_at(t) for r in ROWS for t in ("v0.2.1", "v0.6.0")} | {"dataset.seq_length"})

@@ -8,6 +8,7 @@ from planner.api import explain, make_request
 from planner.bridge.export import bridge_export, dotlist, dotlist_text, export_text, python_text, yaml_text
 from planner.bridge.importer import header_options, read_bridge_text, request_from_bridge
 from planner.errors import PlannerError
+from planner.megatron.export import megatron_argv
 from planner.plan import CudaGraphImpl, CudaGraphModule, FlexBackend
 
 H100, B200 = "dgx-h100-superpod", "dgx-b200-superpod"
@@ -458,3 +459,51 @@ def test_a_saved_config_container_reads_as_the_plan_it_holds(tmp_path):
     assert (p.tp, p.cp, p.dp, p.sequence_parallel, p.distributed_optimizer) == (2, 2, 4, True, True)
     assert o.fp8.value == "hybrid" and o.fp8_recipe.value == "tensorwise" and not o.fp8_param_gather
     assert o.overlap_grad_reduce and o.overlap_param_gather and req.ctx.training.global_batch == 512
+
+
+# DeepSeek-V3 as search places it on B200 (rank 1, 256 GPUs): a 16-stage layout over PP 4, EP A2A overlap
+LAYOUT_PLANS = {
+    "deepseek-v3 b200 pp4 layout vpp4 a2a overlap": dict(
+        model="deepseek-v3",
+        hardware="dgx-b200-superpod",
+        gpus=256,
+        tp=2,
+        pp=4,
+        ep=64,
+        etp=1,
+        sequence_parallel=True,
+        moe_token_dispatcher="flex",
+        overlap_moe_expert_parallel_comm=True,
+        pipeline_layout="Et*4|(t*4|)*14tmL",
+        distributed_optimizer=True,
+    )
+}
+
+
+def test_a_layout_with_virtual_stages_writes_their_number_for_bridge():
+    """Bridge's EP A2A overlap check (CommOverlapConfig, comm_overlap.py:494 @ v0.6.0, :485 @ v0.2.1) asserts
+    virtual_pipeline_model_parallel_size is set when PP > 1, in runtime_config_update, before Megatron-Core derives
+    it from the layout (transformer_config.py, which asserts a given size equals the layout's). Bridge v0.6.0 refused
+    search's rank-1 DeepSeek-V3 plan on 256 B200s (16 stages 'Et*4|(t*4|)*14tmL' over PP 4: 16 / 4 = 4 virtual
+    stages) while the export wrote the size null; the export writes 4, and Megatron-LM's flags still leave it to
+    the layout."""
+    req = _request(LAYOUT_PLANS["deepseek-v3 b200 pp4 layout vpp4 a2a overlap"])
+    assert req.plan.vpp == 16 // 4
+    lines = dotlist(bridge_export(req, "v0.6.0"))
+    assert "model.virtual_pipeline_model_parallel_size=4" in lines
+    assert "model.overlap_moe_expert_parallel_comm=true" in lines
+    assert "--num-virtual-stages-per-pipeline-rank" not in [str(x) for x in megatron_argv(req)]
+    back = _read_back_dotlist(dotlist_text(bridge_export(req, "v0.6.0")))
+    assert back.plan == req.plan
+
+
+def _read_back_dotlist(text: str):
+    head = header_options(text)
+    return request_from_bridge(
+        read_bridge_text(text),
+        tag=head["bridge_version"],
+        recipe=head["bridge_recipe"],
+        gpus=int(head["gpus"]),
+        hardware=head["hardware"],
+        env=head["env"],
+    ).request

@@ -115,6 +115,13 @@ def _rest(req: PlanRequest):
     return c.hardware, c.training, c.options
 
 
+LAYOUT_VPP = (  # why a plan with a layout writes virtual_pipeline_model_parallel_size too
+    "CommOverlapConfig asserts the size is set when EP A2A overlap is on and PP > 1 (comm_overlap.py:494 @ v0.6.0, "
+    ":485 @ v0.2.1) in runtime_config_update, before Megatron-Core's TransformerConfig derives it from the layout; "
+    "Megatron-Core asserts a given size equals the layout's (transformer_config.py @ d98e8a64, core_v0.15.2)"
+)
+
+
 def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> BridgeExport:
     """The Bridge fields for one plan at one tag, over a base recipe (default: the model's)."""
     tag = check_tag(tag)
@@ -127,7 +134,10 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
         if (row.dest in MOE_DESTS and not req.ctx.model.is_moe) or (row.dest == "ckpt_format" and not p.fsdp):
             continue  # MoE fields for a dense model; the checkpoint format only where FSDP needs its own
         default = True if row.kind == "off" else row.default
-        fields.update(to_bridge(row, values.get(row.dest, default), tag, ctx))
+        value = values.get(row.dest, default)
+        if row.convert == "vpp" and p.pipeline_layout:  # Megatron-LM's flags leave the size to the layout
+            value = p.vpp  # Bridge's EP A2A overlap check reads it before Megatron-Core derives it (LAYOUT_VPP)
+        fields.update(to_bridge(row, value, tag, ctx))
     notes = _graph_rules(req, tag, fields)
     notes += [f"not in any Bridge field either: {note}" for note in model_notes(req)]  # ModelSpec.not_in_megatron
     if o.fp8 is not None and o.fp8_recipe.value == "mxfp8" and o.fp8_param_gather:
