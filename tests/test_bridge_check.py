@@ -2,7 +2,9 @@
 
 For each plan of test_bridge_roundtrip, the dotlist written for a tag is applied to the base recipe by Bridge's
 own override code, then Bridge's runtime_config_update and validate() run (on CPU, GPU packages stubbed);
-the fields Bridge ends with, read back through the mapping table, must give the plan itself.
+the fields Bridge ends with, read back through the mapping table, must give the plan itself, and with TP overlap on
+the userbuffer config Bridge hands Transformer Engine (comm_overlap.tp_comm_overlap_cfg after
+CommOverlapConfig.setup; None: TE's defaults) must be the one the estimate priced.
 
 Needs two environments outside the project (scripts/bridge_check_batch.py says how); skipped unless
 MEGAPLAN_BRIDGE_PYTHON_V0_6_0 / MEGAPLAN_BRIDGE_PATH_V0_6_0 (and _V0_2_1) name an interpreter and a
@@ -19,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.bridge.export import bridge_export, dotlist
+from planner.bridge.export import bridge_export, dotlist, priced_userbuffers
 from planner.bridge.importer import request_from_bridge
+from planner.bridge.runtime import UB_FIELD, userbuffer_preset
 from planner.bridge.table import RECIPES, ROWS
+from planner.hardware.userbuffers import load_config_file
 from tests.test_bridge_roundtrip import PLANS, _request
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +39,20 @@ def env_for(tag: str) -> tuple[str, str] | None:
     return (python, path) if python and path else None
 
 
-CHECKED = sorted(PLANS)
+# Plans the Bridge check runs beside test_bridge_roundtrip's: userbuffers priced at the preset the base recipe names
+# (kept: no override) and at TE's defaults over it (comm_overlap.tp_comm_overlap_cfg=null)
+UB_PRESET = "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"  # v0.2.1's and v0.6.0's Llama 3 70B recipes name it
+_TP4 = PLANS["llama3-70b tp4 pp4 vpp5 cp2"]
+UB_PLANS = {
+    "llama3-70b tp4 cp2 Bridge's preset": {
+        **_TP4,
+        "options": {**_TP4["options"], "tp_comm_overlap": True, "tp_comm_overlap_cfg": UB_PRESET},
+    },
+    "llama3-70b tp4 cp2 TE default userbuffers": {**_TP4, "options": {**_TP4["options"], "tp_comm_overlap": True}},
+}
+ALL = {**PLANS, **UB_PLANS}
+CHECKED = sorted(ALL)
+FP8_ATTENTION = "mixed_precision.fp8_dot_product_attention"  # no Megatron-LM flag: not in the table, read beside it
 READ_PATHS = sorted({r.read_at(t) for r in ROWS for t in ("v0.2.1", "v0.6.0")} | {"dataset.seq_length"})
 
 
@@ -44,7 +61,7 @@ def bridge_results(tag: str) -> dict:
     python, path = env_for(tag)
     cases, names = [], []
     for name in CHECKED:
-        req = _request(PLANS[name])
+        req = _request(ALL[name])
         try:
             exp = bridge_export(req, tag)
         except Exception:
@@ -52,7 +69,7 @@ def bridge_results(tag: str) -> dict:
         module = RECIPES[tag][exp.recipe][0]
         preset = req.ctx.model.name
         hf = hf_entries(preset)
-        fields = READ_PATHS + ["model.num_moe_experts", "dataset.sequence_length"]
+        fields = READ_PATHS + ["model.num_moe_experts", "dataset.sequence_length", UB_FIELD, FP8_ATTENTION]
         cases.append(
             {
                 "recipe": f"{module}:{exp.recipe}",
@@ -91,12 +108,19 @@ def test_bridge_runs_the_export_as_the_plan(name, tag):
     if result["stage"] == "recipe":  # the base recipe itself cannot be built here (offline, CPU): nothing checked
         pytest.skip(f"Bridge {tag} cannot build the base recipe on this machine: {result['error'][:200]}")
     assert result["ok"], f"Bridge refused the export of {name} at {tag}: {result['error']}"
-    req = _request(PLANS[name])
+    req = _request(ALL[name])
     fields = {k: v for k, v in result["fields"].items() if v != "<absent>"}
+    ran_ub = fields.pop(UB_FIELD, None)  # after runtime_config_update: checked below, not a field to import
     env = bridge_export(req, tag).env  # what the launch line sets (the allocator), not a Bridge field
     back = request_from_bridge(
         fields, tag=tag, gpus=req.gpus, hardware=req.ctx.hardware.name, model=req.ctx.model.name, env=env
     )
     assert back.request.plan == req.plan
-    assert back.request.ctx.options == req.ctx.options
+    priced_cfg = {"tp_comm_overlap_cfg": req.ctx.options.tp_comm_overlap_cfg}
+    assert back.request.ctx.options.model_copy(update=priced_cfg) == req.ctx.options
     assert fields["data_parallel_size"] == req.plan.dp
+    if fields.get("model.tp_comm_overlap"):  # userbuffers run: CommOverlapConfig.setup hands TE this config
+        ran = userbuffer_preset({UB_FIELD: ran_ub})[0] if ran_ub is not None else None  # None: TE's defaults
+        priced = priced_userbuffers(req)
+        ops = [load_config_file(n).ops if n else None for n in (ran, priced)]  # two presets may hold the same values
+        assert ops[0] == ops[1], f"Bridge runs {ran or 'TE defaults'}, priced {priced or 'TE defaults'}"

@@ -17,17 +17,21 @@ from pathlib import Path
 import pytest
 
 from planner.bridge.importer import read_bridge_source, request_from_bridge
+from planner.bridge.runtime import UB_FIELD, userbuffer_preset
 from planner.bridge.table import ROWS
 from planner.bridge.workloads import GPUS, V060_DTYPES, V060_MODELS, V060_NAME, read_workload
+from planner.hardware.userbuffers import load_config_file
 from planner.plan_file import request_from_fields
-from tests.test_bridge_check import env_for
+from tests.test_bridge_check import FP8_ATTENTION, env_for
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from bridge_hf_configs import hf_entries  # noqa: E402
 
 TAG = "v0.6.0"
-FIELDS = sorted({r.read_at(TAG) for r in ROWS} | {"dataset.seq_length", "model.num_moe_experts"})
+FIELDS = sorted(
+    {r.read_at(TAG) for r in ROWS} | {"dataset.seq_length", "model.num_moe_experts", UB_FIELD, FP8_ATTENTION}
+)
 
 
 def recipes(src: Path) -> list[tuple[Path, str]]:
@@ -57,6 +61,12 @@ def bridge_run(python: str, pythonpath: str, cases: list[dict], tmp: Path) -> li
     return json.loads(run.stdout)
 
 
+def _ub_ops(cfg) -> tuple | None:
+    """What a userbuffer config hands TE (its ops), None for TE's defaults: two presets may hold the same values
+    (v0.6.0 userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192 == userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192)."""
+    return cfg.ops if cfg is not None else None
+
+
 def _layout(value):
     """Megatron-Core holds a layout as an object whose text is its list of stages."""
     return ast.literal_eval(value) if isinstance(value, str) and value.startswith("[[") else value
@@ -82,9 +92,22 @@ def test_megaplans_reading_of_every_perf_recipe_is_what_bridge_runs(tmp_path):
         w = read_workload(path.read_text(), name, path)
         mine = request_from_fields(read_bridge_source({"bridge_config": f"{path}#{name}"})[0].data)
         fields = {k: _layout(v) for k, v in result["fields"].items() if v != "<absent>"}
+        ran_ub = fields.pop(UB_FIELD, None)  # the config CommOverlapConfig.setup hands TE (None: TE's defaults)
         kw = {"tag": TAG, "gpus": w.gpus, "hardware": w.hardware, "model": w.model, "env": w.env}
         theirs = request_from_bridge(fields, **kw).request
-        if (mine.plan, mine.ctx.options, mine.ctx.training) != (theirs.plan, theirs.ctx.options, theirs.ctx.training):
+        ran = (
+            userbuffer_preset({UB_FIELD: ran_ub})[0]
+            if ran_ub is not None and fields.get("model.tp_comm_overlap")
+            else None
+        )
+        ran = _ub_ops(load_config_file(ran)) if ran else None
+        read = _ub_ops(mine.ctx.options.tp_comm_overlap_cfg) if mine.ctx.options.tp_comm_overlap else None
+        options = theirs.ctx.options.model_copy(update={"tp_comm_overlap_cfg": mine.ctx.options.tp_comm_overlap_cfg})
+        if (mine.plan, mine.ctx.options, mine.ctx.training) != (
+            theirs.plan,
+            options,
+            theirs.ctx.training,
+        ) or ran != read:
             mismatched.append(name)
     assert len(found) >= 100 and not mismatched, (len(found), mismatched)
     # Bridge refuses only what a launch must supply (a data cache path for its fast dataloader cache)
