@@ -566,3 +566,17 @@ def test_the_flag_sets_name_flags_of_todays_parser_and_do_not_overlap():
     dests = {spec.dest for spec in argument_specs()}
     assert set(IRRELEVANT) <= dests and READ_ELSEWHERE <= dests
     assert not set(IRRELEVANT) & (COST_DESTS | READ_ELSEWHERE)
+
+
+def test_a_bridge_boolean_is_read_as_omegaconf_reads_it(tmp_path):
+    # a quoted '2_0' for ddp.overlap_grad_reduce was taken as true (a non-empty string) without a word
+    from planner.bridge.values import bridge_bool
+
+    path = tmp_path / "over.yaml"
+    path.write_text("ddp.overlap_grad_reduce: '2_0'\n")
+    args = ["explain", "--model", "llama3-8b", "--gpus", "8", "--bridge-config", str(path), "--brief"]
+    line = one_line_error(run_cli(args))
+    assert line == "megaplan: error: Bridge field ddp.overlap_grad_reduce is '2_0'; allowed: true or false"
+    # OmegaConf's BooleanNode: true/false, yes/no, on/off, y/n and whole numbers (0 is false)
+    read = [bridge_bool("x", v) for v in (True, "off", "Yes", "n", "0", "2", 0, None)]
+    assert read == [True, False, True, False, False, True, False, None]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from planner.bridge.table import DATASET_SEQ, Row
 from planner.errors import PlannerError
+from planner.whole import DIGITS, whole_number
 
 TORCH_DTYPES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch.bfloat16", "fp8": "torch.uint8"}
 DTYPES_BACK = {v: k for k, v in TORCH_DTYPES.items()} | {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
@@ -129,6 +130,23 @@ def layout_text(value) -> str:
     return "|".join("".join(LAYOUT_LETTERS.get(str(x), "?") for x in stage) for stage in value)
 
 
+def bridge_bool(path: str, value):
+    """A Bridge boolean field's value as OmegaConf's BooleanNode reads it (true/false, yes/no, on/off, y/n, a whole
+    number); other text is refused: a quoted '2_0' was taken as true, being a non-empty string (err16 fuzz)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value != 0
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "y"):
+        return True
+    if text in ("false", "no", "off", "n"):
+        return False
+    if DIGITS.fullmatch(text):
+        return whole_number(text) != 0
+    raise PlannerError(f"Bridge field {path} is {value!r}; allowed: true or false")
+
+
 def _plain_flags(row: Row, value, ctx: dict) -> list[str]:
     if row.dest == "pipeline_model_parallel_layout" and value:
         return [row.flag, layout_text(value)]
@@ -142,6 +160,8 @@ def _plain_flags(row: Row, value, ctx: dict) -> list[str]:
         "fsdp"
     ):
         return []  # Megatron FSDP's own settings; the recipes leave no_shard / torch_dist without it
+    if row.kind in ("on", "off"):
+        value = bridge_bool(row.read, value)
     if row.kind == "on":
         return [row.flag] if value else []
     if row.kind == "off":
