@@ -10,11 +10,12 @@ import pytest
 
 from planner.api import PlanRequest, explain
 from planner.bridge.export import bridge_export, dotlist, dotlist_text, python_text
-from planner.bridge.importer import header_options, read_bridge_source, read_bridge_text, request_from_bridge
+from planner.bridge.importer import read_bridge_source, request_from_bridge
 from planner.bridge.runtime import userbuffer_preset
 from planner.hardware.userbuffers import bridge_preset_named, load_config_file, ops_from_bridge_repr, preset_like
 from planner.megatron.export import megatron_argv, unwritten_settings
 from planner.plan_file import request_from_fields
+from tests.test_bridge_roundtrip import _read_back_dotlist
 
 PRESET = "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"
 RECIPE = "llama3_70b_pretrain_32gpu_h100_bf16_config"  # v0.6.0: comm_overlap names PRESET
@@ -88,18 +89,6 @@ def _with(req: PlanRequest, options) -> PlanRequest:
     return PlanRequest(c.__class__(c.model, c.hardware, c.training, options), req.plan, req.gpus)
 
 
-def _read_back(text: str):
-    head = header_options(text)
-    return request_from_bridge(
-        read_bridge_text(text),
-        tag=head["bridge_version"],
-        recipe=head["bridge_recipe"],
-        gpus=int(head["gpus"]),
-        hardware=head["hardware"],
-        env=head["env"],
-    ).request
-
-
 def test_an_export_priced_at_te_defaults_nulls_the_base_preset_and_reads_back_the_same():
     req = request_from_bridge({}, tag="v0.6.0", recipe=RECIPE).request
     te = _with(req, req.ctx.options.model_copy(update={"tp_comm_overlap_cfg": None}))
@@ -107,7 +96,7 @@ def test_an_export_priced_at_te_defaults_nulls_the_base_preset_and_reads_back_th
     assert "comm_overlap.tp_comm_overlap_cfg=null" in dotlist(exp)
     assert any(f"Bridge's {PRESET} fits this plan" in n for n in exp.notes)
     assert "tp_comm_overlap_cfg=None" in python_text(exp)
-    back = _read_back(dotlist_text(exp))
+    back = _read_back_dotlist(dotlist_text(exp))
     assert back.ctx.options.tp_comm_overlap_cfg is None
     assert _seconds(back) == _seconds(te)
 
@@ -118,7 +107,7 @@ def test_an_export_priced_at_the_preset_keeps_it_and_the_python_recipe_sets_it()
     assert not any("tp_comm_overlap_cfg" in line for line in dotlist(exp))  # the base recipe's preset stays
     assert f"tp_comm_overlap_cfg={PRESET})" in python_text(exp)
     assert f"from megatron.bridge.training.comm_overlap import {PRESET}" in python_text(exp)
-    assert _seconds(_read_back(dotlist_text(exp))) == _seconds(req)
+    assert _seconds(_read_back_dotlist(dotlist_text(exp))) == _seconds(req)
     # Megatron-LM reads userbuffers only from a file: no flag, and the option that restores it is named
     assert "--tp-comm-overlap-cfg" not in megatron_argv(req)
     unwritten = [(opts, "YAML file" in why) for opts, why in unwritten_settings(req)]
