@@ -248,9 +248,17 @@ def unpriced_flags(args) -> list[str]:
     return out
 
 
+SEQUENTIAL_EXPERTS = (
+    "no --moe-grouped-gemm: Megatron-Core runs each GPU's experts one by one (SequentialMLP: "
+    "transformer_engine_spec_provider.py grouped_mlp_modules @ d98e8a64), which megaplan prices as grouped GEMMs"
+)
+
+
 def unpriced_note(args) -> list[str]:
-    """One note naming the flags ``unpriced_flags`` finds, or none."""
+    """One note naming the flags ``unpriced_flags`` finds, and one for a mixture of experts launched without
+    grouped GEMMs (a flag left out, so not among them); none when there is nothing to say."""
     flags = unpriced_flags(args)
-    if not flags:
-        return []
-    return [f"read, not priced (what they change is not modelled): {', '.join(flags)}"]
+    notes = [f"read, not priced (what they change is not modelled): {', '.join(flags)}"] if flags else []
+    if args.values.get("num_experts") and not args.values.get("moe_grouped_gemm"):
+        notes.append(SEQUENTIAL_EXPERTS)
+    return notes
