@@ -32,3 +32,50 @@ def test_compare_leaves_out_a_dense_plans_etp_even_when_it_differs():
     assert (a["parallel"]["etp"], b["parallel"]["etp"]) == (2, 4)
     names = _compare_names(a, b)
     assert "tp" in names and "etp" not in names, names
+
+
+def _own_model(tmp_path, edit: tuple[str, str]):
+    """A user's model YAML written from `megaplan presets show llama3-70b`, with one line edited."""
+    from planner.presets import presets_root
+
+    text = (presets_root() / "models" / "llama3-70b.yaml").read_text()
+    assert edit[0] in text
+    path = tmp_path / "ours.yaml"
+    path.write_text(text.replace(edit[0], edit[1]))
+    return path
+
+
+def _one_error(args: list[str]) -> str:
+    out = run_cli(args)
+    assert out.exit_code == 2 and out.stdout == "", out.output
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    return lines[0]
+
+
+def test_a_misnamed_field_in_a_users_model_yaml_names_the_field_meant(tmp_path):
+    # "num_kv_heads: Extra inputs are not permitted (got 8)" said neither what is allowed nor what was meant; and
+    # training.seq_length (Megatron-LM's flag is --seq-length) also listed "training.seq_len: Field required"
+    cases = [
+        (
+            ("num_query_groups: 8", "num_kv_heads: 8"),
+            "ours.yaml: num_kv_heads: not a field here; did you mean num_query_groups?",
+        ),
+        (
+            ("  seq_len: 8192", "  seq_length: 8192"),
+            "ours.yaml: training.seq_length: not a field here; did you mean seq_len?",
+        ),
+        (
+            ("rotary_base: 500000", "rotary_bse: 500000"),
+            "ours.yaml: rotary_bse: not a field here; did you mean rotary_base?",
+        ),
+    ]
+    for edit, said in cases:
+        line = _one_error(["search", "--model", str(_own_model(tmp_path, edit)), "--gpus", "64"])
+        assert line.startswith("megaplan: error: ") and line.endswith(f"/{said}"), line
+
+
+def test_a_field_nothing_resembles_lists_the_fields_allowed_at_its_level(tmp_path):
+    line = _one_error(["search", "--model", str(_own_model(tmp_path, ("swiglu: true", "zzz: true"))), "--gpus", "8"])
+    assert "zzz: not a field here; allowed: name, source, num_layers, hidden_size," in line
+    assert line.endswith("not_in_megatron, training"), line
