@@ -628,9 +628,11 @@ def test_srun_running_a_launch_script_with_bash_is_followed(tmp_path):
     from planner.megatron.script import ScriptFiles
 
     (tmp_path / "pretrain.sh").write_text(
-        'NUM_NODES=${SLURM_NNODES:-1}\nTP=$1\ntorchrun --nproc_per_node 8 --nnodes $NUM_NODES pretrain_gpt.py --tp "$TP"\n'
+        "NUM_NODES=${SLURM_NNODES:-1}\nTP=$1\n"
+        'torchrun --nproc_per_node 8 --nnodes $NUM_NODES pretrain_gpt.py --tp "$TP"\n'
     )
-    job = "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\nsrun --ntasks-per-node=1 -l bash pretrain.sh 2\n"
+    job = "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"
+    job += "srun --ntasks-per-node=1 -l bash pretrain.sh 2\n"
     launch = extract_launch(job, read_file=ScriptFiles(str(tmp_path)))
     assert launch.argv == ["--tp", "2"]
     assert launch.world_size == 32  # 4 nodes (SLURM_NNODES from #SBATCH --nodes) × 8 per node
