@@ -79,3 +79,34 @@ def test_a_field_nothing_resembles_lists_the_fields_allowed_at_its_level(tmp_pat
     line = _one_error(["search", "--model", str(_own_model(tmp_path, ("swiglu: true", "zzz: true"))), "--gpus", "8"])
     assert "zzz: not a field here; allowed: name, source, num_layers, hidden_size," in line
     assert line.endswith("not_in_megatron, training"), line
+
+
+def test_calibrate_reads_the_vocabulary_from_the_logs_padded_vocab_line(tmp_path):
+    # a script with --tokenizer-type HuggingFaceTokenizer --tokenizer-model PATH (Megatron-LM's Llama examples) gave
+    # "the tokenizer's vocabulary is unknown (...): give --model PRESET ... or --megatron-args '--vocab-size N'":
+    # calibrate has neither option; the log itself says the size (vocab_utils.py @ d98e8a64, on rank 0:
+    # " > padded vocab (size: {}) with {} dummy tokens (new size: {})")
+    import json
+
+    from test_calibrate_from_log import _one_run
+
+    log, script = _one_run(tmp_path, 0.97)
+    text = open(script).read()
+    assert "--vocab-size 128256 " in text
+    open(script, "w").write(
+        text.replace("--vocab-size 128256 ", "--tokenizer-type HuggingFaceTokenizer --tokenizer-model /tok ")
+    )
+    args = ["calibrate", "--json", "--from-log", log, "--megatron-args-file", script, "-o", str(tmp_path / "m.yaml")]
+    line = _one_error(args)  # the log without the line: the error names what calibrate can take
+    assert (
+        "the tokenizer's vocabulary is unknown (--tokenizer-type HuggingFaceTokenizer --tokenizer-model /tok)" in line
+    )
+    assert "--model" not in line and "--megatron-args '" not in line, line
+    assert "give --vocab-size N in the script, or keep Megatron-LM's ' > padded vocab (size: N)" in line, line
+    lines = open(log).read().splitlines()
+    lines.insert(1, " > padded vocab (size: 128256) with 0 dummy tokens (new size: 128256)")
+    open(log, "w").write("\n".join(lines) + "\n")
+    fitted = run_cli(args)
+    assert fitted.exit_code == 0, fitted.output
+    assert json.loads(fitted.stdout)["fit"]["runs"] == 1
+    assert "vocabulary 128256 from the log's padded vocab line" in fitted.stderr, fitted.stderr
