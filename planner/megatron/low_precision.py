@@ -107,10 +107,7 @@ def _router_padding(v: dict) -> list[str]:
             f"{flag} with --moe-token-dispatcher-type {dispatcher}: Megatron-LM refuses it "
             "(transformer_config.py:2656); allowed: --moe-token-dispatcher-type alltoall or flex"
         )
-    return [
-        f"{flag}: the router pads each expert's tokens, so Megatron-Core skips Transformer Engine's Fp8Padding copies "
-        "(moe/experts.py skip_routed_expert_padding); priced with them"
-    ]
+    return []
 
 
 def check_low_precision(v: dict, *, num_layers: int, pp: int) -> list[str]:
