@@ -614,15 +614,15 @@ def expert_formula(ctx) -> Formula:
         padded = " + E·(align − 1)/2"
         why = (
             f"; the router's padding to align {align}, {router_padding_rows(mo.num_experts, align):,.0f} rows "
-            "in expectation (--moe-router-padding-for-quantization; no padding copies then)"
+            "in expectation (--moe-router-padding-for-quantization, moe_utils.py pad_routing_map; "
+            "no padding copies then: skip_routed_expert_padding)"
         )
     return Formula(
         f"MoE layers: A = (b·s/(c·t))·k·λ{padded} routed pairs (k = {mo.moe_router_topk} of E = {mo.num_experts}, "
         f"λ: {load}{why}), "
         f"grouped GEMMs 2·A·h·f_e·(γ+1) over the E/ep local experts at f_e/etp (f_e = {mo.expert_ffn}), "
         f"each expert's M padded to {GROUPED_GEMM_TILE_M}-row blocks ((M + {GROUPED_GEMM_TILE_M // 2})/M){eager}",
-        "Megatron-Core moe/experts.py (TEGroupedMLP; _apply_bias; fused_bias_geglu.py), moe_utils.py "
-        "(pad_routing_map, skip_routed_expert_padding); DeepGEMM README (M-block "
+        "Megatron-Core moe/experts.py (TEGroupedMLP; _apply_bias; fused_bias_geglu.py); DeepGEMM README (M-block "
         "alignment of grouped GEMMs); TE pytorch/module/fp8_padding.py (Fp8Padding, Fp8Unpadding); "
         "Megatron-LM training.py:1255-1296 (e·(f_e·k + f_s) per token); host time per "
         "op: hardware preset moe_host_op_us (megaplan calibrate --moe); GPU gap per graphed kernel: ahrefs/ocannl "
