@@ -8,6 +8,9 @@ import re
 
 import pytest
 
+from planner.api import make_request
+from planner.megatron.importer import import_megatron
+
 from conftest import run_cli
 
 
@@ -148,3 +151,30 @@ def test_the_schedule_draws_the_wait_for_stragglers_apart_from_the_dp_sync(tmp_p
     out = run_cli(["explain", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16", "--schedule"])
     legend = " ".join(out.stdout.split())  # the legend wraps at the terminal's width
     assert "= DP sync · . wait for the slowest GPU · # optimizer" in legend, legend
+
+
+def test_a_slurm_script_for_an_nvl72_rack_keeps_the_job_in_one_nvlink_domain():
+    # gb200-nvl72: the estimate prices 64 GPUs (16 trays of 4) as one 72-GPU NVLink domain, but the script asked
+    # Slurm for any 16 nodes, which it may spread over racks (DP then on InfiniBand). Slurm's topology/block keeps a
+    # job's nodes in blocks with --segment; Megatron-Bridge's scripts/performance/utils/executors.py @ 067f987 adds
+    # it for 4-GPU nodes: the node count up to 18 (one rack), else its largest divisor up to 18
+    from planner.megatron.export import slurm_script
+
+    def segment(gpus: int, hardware: str = "gb200-nvl72") -> list[str]:
+        req = make_request(model="llama3-8b", hardware=hardware, gpus=gpus, tp=2, pp=1, distributed_optimizer=True)
+        return [line for line in slurm_script(req).splitlines() if "--segment" in line]
+
+    assert segment(64) == ["#SBATCH --segment=16"]  # 16 trays in one rack
+    assert segment(72) == ["#SBATCH --segment=18"]
+    assert segment(128) == ["#SBATCH --segment=16"]  # 32 trays: 2 segments of 16
+    assert segment(4 * 38) == ["#SBATCH --segment=2"]  # 38 trays: 19 segments of 2 (19 is prime, above 18)
+    assert segment(64, "gb300-nvl72") == ["#SBATCH --segment=16"]
+    assert segment(64, "dgx-h100-superpod") == []  # an NVLink domain is one node: nothing to keep together
+
+
+def test_an_nvl72_slurm_script_reads_back_as_the_same_plan():
+    from planner.megatron.export import slurm_script
+
+    req = make_request(model="llama3-8b", hardware="gb200-nvl72", gpus=64, tp=2, pp=1, distributed_optimizer=True)
+    back = import_megatron(slurm_script(req), hardware="gb200-nvl72", model="llama3-8b").request
+    assert (back.gpus, back.plan.tp, back.plan.dp) == (64, 2, 32)
