@@ -178,3 +178,33 @@ def test_an_nvl72_slurm_script_reads_back_as_the_same_plan():
     req = make_request(model="llama3-8b", hardware="gb200-nvl72", gpus=64, tp=2, pp=1, distributed_optimizer=True)
     back = import_megatron(slurm_script(req), hardware="gb200-nvl72", model="llama3-8b").request
     assert (back.gpus, back.plan.tp, back.plan.dp) == (64, 2, 32)
+
+
+def test_a_preset_given_beside_a_script_that_defines_its_model_names_the_megatron_defaults_it_replaces(tmp_path):
+    # a script that defines its model but names its tokenizer by path needs --model for the vocabulary (the error
+    # says so); the preset then silently filled what the script leaves to Megatron-LM's defaults: hidden and attention
+    # dropout 0.0 where Megatron-LM runs 0.1 (the activations' dropout masks: 0.8 GiB of 22.8 here)
+    script = tmp_path / "pretrain.sh"
+    script.write_text(
+        "torchrun --nproc_per_node 8 --nnodes 64 pretrain_gpt.py --num-layers 48 --hidden-size 8192 "
+        "--ffn-hidden-size 22016 --num-attention-heads 64 --group-query-attention --num-query-groups 8 "
+        "--seq-length 8192 --max-position-embeddings 8192 --position-embedding-type rope --rotary-base 500000 "
+        "--swiglu --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights "
+        "--micro-batch-size 1 --global-batch-size 1024 --bf16 --tensor-model-parallel-size 8 "
+        "--pipeline-model-parallel-size 4 --sequence-parallel --use-distributed-optimizer "
+        "--tokenizer-type HuggingFaceTokenizer --tokenizer-model /tok\n"
+    )
+    out = run_cli(["explain", "--brief", "--megatron-args-file", str(script), "--model", "llama3-70b"])
+    assert out.exit_code == 0, out.output
+    said = (
+        "megaplan: note: the preset llama3-70b (--model) gives what the script leaves to Megatron-LM's defaults: "
+        "vocab_size 128256, hidden_dropout 0.0 (Megatron-LM: 0.1), attention_dropout 0.0 (Megatron-LM: 0.1)"
+    )
+    assert said in out.stderr and "the script's architecture flags apply over the preset" not in out.stderr, out.stderr
+    bare = run_cli(
+        ["explain", "--brief", "--megatron-args-file", str(script), "--model", "llama3-70b"]
+        + ["--megatron-args", "--hidden-dropout 0.1 --attention-dropout 0.1"]
+    )
+    assert (
+        "gives what the script leaves" in bare.stderr and "dropout" not in bare.stderr.split("leaves")[1].split("\n")[0]
+    )
