@@ -188,8 +188,8 @@ def _attention_core_text(ctx: Context) -> tuple[str, str]:
     if ratios is not None:  # compute.fp8_attention_time_s
         kind = "MXFP8" if ctx.options.fp8_recipe.value == "mxfp8" else "per-tensor FP8"
         at = "" if kind == "MXFP8" else f" (at s {ctx.training.seq_len:,}, by cuDNN's table)"
-        core += f", in {kind} × {float(ratios[0]):.3g}{at}"
-        core_bwd += f", in {kind} × {float(ratios[1]):.3g}{at} over the whole causal square (windows not skipped)"
+        core += f", in {kind} × {float(ratios[0]):.4g}{at}"
+        core_bwd += f", in {kind} × {float(ratios[1]):.4g}{at} over the whole causal square (windows not skipped)"
     return core, core_bwd
 
 
