@@ -312,6 +312,11 @@ class PlanOptions(_Spec):
         description="--delay-wgrad-compute: with the A2A overlap, the experts' weight gradients run beside the "
         "backward dispatch",
     )
+    moe_router_padding_for_quantization: bool = Field(
+        False,
+        description="--moe-router-padding-for-quantization: the router pads each expert's tokens to the "
+        "quantisation alignment (more routed rows, no Transformer Engine padding copies); needs FP8",
+    )
     use_transformer_engine_op_fuser: bool = Field(
         False,
         description="--use-transformer-engine-op-fuser: MoE experts as TE's fused grouped MLP (one grouped kernel, "

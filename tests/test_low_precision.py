@@ -82,21 +82,6 @@ def test_what_megatron_lm_refuses_is_refused_naming_the_flag(flags, hardware, me
 
 
 @pytest.mark.parametrize(
-    "flags, hardware, warning",
-    [
-        # transformer_config.py:2649-2660 pass with FP8 and alltoall; experts.py skip_routed_expert_padding
-        (
-            "--fp8-format e4m3 --fp8-recipe mxfp8 --moe-router-padding-for-fp8 --moe-token-dispatcher-type alltoall",
-            "dgx-b200-superpod",
-            "Fp8Padding copies (moe/experts.py skip_routed_expert_padding); priced with them",
-        )
-    ],
-)
-def test_what_megatron_lm_runs_is_priced_with_a_warning_for_what_is_left_out(flags, hardware, warning):
-    assert any(warning in w for w in _import(flags, hardware).warnings)
-
-
-@pytest.mark.parametrize(
     "flags, hardware, options",
     [
         # accepted by Megatron-LM (validate_args and TransformerConfig pass); 2 ≤ 32 // 1 and 8 ≤ 32 // 4

@@ -35,6 +35,7 @@ MOE_DESTS = {
     "overlap_moe_expert_parallel_comm",
     "moe_shared_expert_overlap",
     "use_transformer_engine_op_fuser",
+    "moe_router_padding_for_quantization",
     "moe_expert_capacity_factor",
 }
 TARGETS = {

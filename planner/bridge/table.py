@@ -492,6 +492,16 @@ ROWS: tuple[Row, ...] = (
         nemo2=("model.config.moe_shared_expert_overlap",),
     ),
     Row(
+        "--moe-router-padding-for-quantization",
+        "moe_router_padding_for_quantization",
+        "on",
+        "model.moe_router_padding_for_quantization",
+        False,
+        nemo2=("model.config.moe_router_padding_for_fp8",),
+        renamed={"v0.2.1": "model.moe_router_padding_for_fp8"},
+        source=MCORE + " (core_v0.15.2 names it moe_router_padding_for_fp8; core_v0.16.0 on keeps that as an alias)",
+    ),
+    Row(
         "--use-transformer-engine-op-fuser",
         "use_transformer_engine_op_fuser",
         "on",

@@ -327,6 +327,13 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         solo=True,
     ),
     Option(
+        ("--moe-router-padding-for-quantization",),
+        "MoE with FP8: the router pads each expert's tokens to the quantisation alignment (alltoall/flex).",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
         ("--moe-capacity-factor",),
         "Expert capacity factor (default: dropless).",
         None,

@@ -295,7 +295,7 @@ def _routed_experts(lt: Letters, ctx: Context) -> dict:
     mo, opts, hw = ctx.model, ctx.options, ctx.hardware
     A = moe.expert_token_assignments(
         lt.b, lt.s, lt.t, lt.c, lt.k, imbalance=opts.moe_load_imbalance, capacity_factor=opts.moe_capacity_factor
-    )
+    ) + moe.plan_router_padding_rows(ctx.options, lt.E)
     egemms = moe.expert_gemms(A, lt.h, lt.f_e, lt.E, lt.ep, lt.etp, gated=lt.gated)
     pad = moe.grouped_gemm_padding(egemms["expert_fc1"].M)
     experts = sum(gemm_times(egemms, ctx, fp8=lt.fp8).values()) * pad
@@ -330,7 +330,10 @@ def _routed_experts(lt: Letters, ctx: Context) -> dict:
 
 def _fp8_padding_bytes(lt: Letters, ctx: Context, A: np.ndarray) -> np.ndarray:
     """``moe.fp8_padding_bytes`` of a plan with FP8: dropless routing's counts are the router's (unaligned),
-    drop-and-pad's the fixed ``moe.drop_and_pad_rows``."""
+    drop-and-pad's the fixed ``moe.drop_and_pad_rows``; none when the router pads them
+    (--moe-router-padding-for-quantization: moe_utils.skip_routed_expert_padding)."""
+    if ctx.options.moe_router_padding_for_quantization:
+        return 0.0 * A
     cf = ctx.options.moe_capacity_factor
     T = lt.b * lt.s / (lt.c * lt.t)
     rows = None if cf is None else moe.drop_and_pad_rows(T, lt.k, lt.E, lt.etp, lt.ep, cf)

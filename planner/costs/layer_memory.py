@@ -83,7 +83,7 @@ def _moe_kept(lt: Letters, ctx: Context) -> tuple:
         lt.k,
         imbalance=ctx.options.moe_load_imbalance,
         capacity_factor=ctx.options.moe_capacity_factor,
-    )
+    ) + moe.plan_router_padding_rows(ctx.options, lt.E)
     routed = moe.moe_mlp_activation_bytes(
         A, lt.tokens_per_gpu(), lt.h, lt.f_e, lt.etp, gated=lt.gated, fp8_inputs=lt.fp8
     )

@@ -499,9 +499,10 @@ def expert_extra_bytes(A: ArrayLike, h: int, f_e: int, *, clamp: bool, biased: b
 # Fp8Unpadding copies the output back (fp8_unpadding.py), each read 2 and written 2 bytes per element
 # of the A·h copies; the backward pads and unpads the two gradients the same way. The flex dispatcher
 # hands over aligned counts (HybridEP pads each expert's rows in the dispatch, ``pad_multiple``;
-# DeepEP in the permute, ``align_size``, core_r0.17 on: token_dispatcher.py), and so would
-# --moe-router-padding-for-quantization, which Megatron-Bridge's DeepSeek-V3 and Qwen3 recipes leave
-# off (recipes/qwen/qwen3_moe.py: moe_router_padding_for_fp8 = False at v0.3.0-v0.4.0).
+# DeepEP in the permute, ``align_size``, core_r0.17 on: token_dispatcher.py), and so does
+# --moe-router-padding-for-quantization (moe_utils.skip_routed_expert_padding @ d98e8a64: the experts skip
+# Fp8Padding), at the price of its padded rows (``router_padding_rows``); Megatron-Bridge's DeepSeek-V3 and
+# Qwen3 recipes leave it off (recipes/qwen/qwen3_moe.py: moe_router_padding_for_fp8 = False at v0.3.0-v0.4.0).
 FP8_PADDING_BYTES = 2 * (2 + 2)
 FP8_ALIGNMENT = {"mxfp8": 32}  # rows per expert; every other recipe 16
 
@@ -521,6 +522,35 @@ def fp8_padding_bytes(
     unaligned = True if counts_per_expert is None else np.mod(np.asarray(counts_per_expert), align) != 0
     copies = (np.asarray(kind) != DISPATCHER_KINDS["flex"]) & unaligned
     return FP8_PADDING_BYTES * A * h * copies
+
+
+def router_padding_align(recipe: str | None, *, op_fuser: bool) -> int:
+    """Rows per expert --moe-router-padding-for-quantization pads to (moe_utils.get_align_size_for_quantization
+    @ d98e8a64): 256 for Transformer Engine's fused grouped MLP (--use-transformer-engine-op-fuser), else
+    fp8_utils.get_fp8_align_size: 32 for MXFP8, 16 for the other FP8 recipes."""
+    return 256 if op_fuser else FP8_ALIGNMENT.get(recipe or "", 16)
+
+
+def router_padding_rows(E: int, align: int) -> float:
+    """Routed (token, expert) pairs --moe-router-padding-for-quantization adds to one GPU per micro-batch.
+
+    Each rank pads its routing map so that every one of the E experts gets a multiple of ``align`` of its tokens
+    (moe_utils.pad_routing_map @ d98e8a64: expert e takes the first (−n_e mod align) tokens not routed to it, real
+    tokens dispatched and computed like the others). With counts spread evenly modulo the alignment (random
+    routing; --moe-router-force-load-balancing routes on random logits, router.py) a rank adds (align − 1)/2 per
+    expert in expectation, E·(align − 1)/2 in all, and the busiest GPU receives as many: its E/ep experts'
+    (align − 1)/2 from each of ep ranks.
+    """
+    return E * (align - 1) / 2.0
+
+
+def plan_router_padding_rows(options, E: int) -> float:
+    """``router_padding_rows`` of a plan's options (PlanOptions): with --moe-router-padding-for-quantization,
+    which needs FP8 (the importer refuses it without), else 0."""
+    if not (options.moe_router_padding_for_quantization and options.fp8 is not None):
+        return 0.0
+    align = router_padding_align(options.fp8_recipe.value, op_fuser=options.use_transformer_engine_op_fuser)
+    return router_padding_rows(E, align)
 
 
 def drop_and_pad_rows(T: ArrayLike, k: int, E: int, etp: ArrayLike, ep: ArrayLike, capacity_factor: float):
@@ -563,7 +593,7 @@ def expert_formula(ctx) -> Formula:
             extra.append(f"the clamp {CLAMP_BYTES_PER_F}·A·f_e")
         if mo.add_bias_linear:
             extra.append(f"fc2's bias {EXPERT_BIAS_BYTES_PER_H}·A·h")
-        if recipe is not None:
+        if recipe is not None and not opts.moe_router_padding_for_quantization:
             align = FP8_ALIGNMENT.get(recipe, 16)
             extra.append(
                 f"behind the alltoall or allgather dispatcher, TE's padding of each expert's rows to a multiple "
@@ -578,8 +608,18 @@ def expert_formula(ctx) -> Formula:
             f"{GRAPH_KERNEL_FLOOR_US:.1f} µs per other graphed kernel"
             + (f"; unfused bytes: {', '.join(extra)}" if extra else "")
         )
+    padded, why = "", ""
+    if recipe is not None and opts.moe_router_padding_for_quantization:
+        align = router_padding_align(recipe, op_fuser=opts.use_transformer_engine_op_fuser)
+        padded = " + E·(align − 1)/2"
+        why = (
+            f"; the router's padding to align {align}, {router_padding_rows(mo.num_experts, align):,.0f} rows "
+            "in expectation (--moe-router-padding-for-quantization, moe_utils.py pad_routing_map; "
+            "no padding copies then: skip_routed_expert_padding)"
+        )
     return Formula(
-        f"MoE layers: A = (b·s/(c·t))·k·λ routed pairs (k = {mo.moe_router_topk} of E = {mo.num_experts}, λ: {load}), "
+        f"MoE layers: A = (b·s/(c·t))·k·λ{padded} routed pairs (k = {mo.moe_router_topk} of E = {mo.num_experts}, "
+        f"λ: {load}{why}), "
         f"grouped GEMMs 2·A·h·f_e·(γ+1) over the E/ep local experts at f_e/etp (f_e = {mo.expert_ffn}), "
         f"each expert's M padded to {GROUPED_GEMM_TILE_M}-row blocks ((M + {GROUPED_GEMM_TILE_M // 2})/M){eager}",
         "Megatron-Core moe/experts.py (TEGroupedMLP; _apply_bias; fused_bias_geglu.py); DeepGEMM README (M-block "

@@ -204,6 +204,8 @@ def _expert_flags(req: PlanRequest) -> list:
         flags.append("--moe-shared-expert-overlap")
     if o.use_transformer_engine_op_fuser:
         flags.append("--use-transformer-engine-op-fuser")
+    if o.moe_router_padding_for_quantization:
+        flags.append("--moe-router-padding-for-quantization")
     if o.moe_capacity_factor is not None:
         flags += ["--moe-expert-capacity-factor", o.moe_capacity_factor]
     return flags

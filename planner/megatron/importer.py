@@ -267,6 +267,10 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         or v.get("moe_hybridep_num_sms")
         or v.get("moe_deepep_num_sms"),
         "use_transformer_engine_op_fuser": bool(v.get("use_transformer_engine_op_fuser")),
+        # the deprecated --moe-router-padding-for-fp8 turns the unified one on (transformer_config.py:2642-2647)
+        "moe_router_padding_for_quantization": bool(
+            v.get("moe_router_padding_for_quantization") or v.get("moe_router_padding_for_fp8")
+        ),
     }
 
 

@@ -104,15 +104,13 @@ def _router_padding(v: dict) -> list[str]:
             f"{flag} with --moe-token-dispatcher-type {dispatcher}: Megatron-LM refuses it "
             "(transformer_config.py:2656); allowed: --moe-token-dispatcher-type alltoall or flex"
         )
-    return [
-        f"{flag}: the router pads each expert's tokens, so Megatron-Core skips Transformer Engine's Fp8Padding copies "
-        "(moe/experts.py skip_routed_expert_padding); priced with them"
-    ]
+    return []
 
 
 def check_low_precision(v: dict, *, num_layers: int, pp: int) -> list[str]:
-    """Refuse (PlannerError, one line) what Megatron-LM refuses among the low-precision flags the plan does not
-    carry; the warnings for what it runs that the estimate prices otherwise. ``v``: the parsed flag values."""
+    """Refuse (PlannerError, one line) what Megatron-LM refuses among the low-precision flags; the warnings for what
+    it runs that the estimate prices otherwise (none today: what it accepts is carried by the options and priced).
+    ``v``: the parsed flag values."""
     _fp4(v)
     if v.get("fp8_param_gather") and not v.get("fp8"):
         raise PlannerError(

@@ -309,6 +309,18 @@ RULES: tuple[Rule, ...] = (
         lambda x: "--moe-shared-expert-overlap works only with --moe-token-dispatcher alltoall or flex",
     ),
     Rule(
+        "moe-router-padding-for-quantization needs FP8 and the alltoall or flex dispatcher",
+        lambda r: (
+            (r.grid.dispatcher > 0) & (r.options.fp8 is not None)
+            if r.options.moe_router_padding_for_quantization and r.model.is_moe
+            else r.everywhere(True)
+        ),
+        lambda x: (
+            "--moe-router-padding-for-quantization needs --fp8 and --moe-token-dispatcher alltoall or flex "
+            "(transformer_config.py:2649-2660 @ d98e8a64)"
+        ),
+    ),
+    Rule(
         "delay-wgrad-compute needs overlap-moe-expert-parallel-comm",
         lambda r: r.grid.a2a_overlap if r.options.delay_wgrad_compute else r.everywhere(True),
         lambda x: (
