@@ -278,6 +278,10 @@ def override_notes(data: dict, overrides: dict, where: str, unset: dict | None =
     notes = []
     for name in sorted(overrides):
         old, shown = _shown(_current(data, name)), _shown(overrides[name])
+        if name == "tokens":  # "--tokens 15000000000000.0 overrides the Bridge config's 4899999842304.0"
+            from planner.report.layout import tokens_text
+
+            old, shown = (tokens_text(float(x)) if x is not None else None for x in (old, shown))
         old = f"{(unset or {})[name]} (unset)" if name in (unset or {}) else old
         if old is not None and str(old) == str(shown):
             notes.append(f"note: {flag(name)} {shown} is what {where} has already")

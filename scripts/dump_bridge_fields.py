@@ -35,6 +35,7 @@ def paths(tag: str) -> list[str]:
     out = {p for row in ROWS for p in row.paths(tag)} | {DATASET_SEQ[tag], "model.num_moe_experts"}
     out |= {"comm_overlap.tp_comm_overlap_cfg", "mixed_precision.first_last_layers_bf16", "model.num_layers"}
     out |= {"model.cuda_graph_scope"}  # v0.6.0 recipes still set the deprecated scope (read as modules)
+    out |= {"train.train_iters", "train.train_samples", "train.num_epochs"}  # the run's length (absent: <absent>)
     return sorted(out)
 
 

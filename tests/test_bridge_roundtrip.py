@@ -247,7 +247,13 @@ def test_bridge_export_reads_back_to_the_same_estimate(name, tag):
             env=head["env"],
         ).request
         assert back.plan == req.plan
-        assert back.ctx.options == req.ctx.options and back.ctx.training == req.ctx.training
+        # the run's length is written as train.train_iters, the plan's tokens rounded up to whole iterations (as the
+        # Slurm script's TRAIN_ITERS), and read back as that many iterations' tokens
+        tr = req.ctx.training
+        iters = -(-int(tr.train_tokens) // (tr.global_batch * tr.seq_len))
+        assert exp.fields["train.train_iters"] == iters and iters * tr.global_batch * tr.seq_len >= tr.train_tokens
+        run = tr.model_copy(update={"train_tokens": float(iters * tr.global_batch * tr.seq_len)})
+        assert back.ctx.options == req.ctx.options and back.ctx.training == run
         got = explain(back)["estimate"]
         assert got["iteration_s"] == want["iteration_s"] and got["peak_memory_gib"] == want["peak_memory_gib"]
     assert "def megaplan_recipe():" in python_text(exp)

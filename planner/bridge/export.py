@@ -139,7 +139,7 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
         if row.convert == "vpp" and p.pipeline_layout:  # Megatron-LM's flags leave the size to the layout
             value = p.vpp  # Bridge's EP A2A overlap check reads it before Megatron-Core derives it (LAYOUT_VPP)
         fields.update(to_bridge(row, value, tag, ctx))
-    notes = _graph_rules(req, tag, fields)
+    notes = _graph_rules(req, tag, fields) + _run_length(req, recipes.defaults(tag, name), fields)
     notes += [f"not in any Bridge field either: {note}" for note in model_notes(req)]  # ModelSpec.not_in_megatron
     notes += _low_precision_fields(o, fields)
     base = recipes.defaults(tag, name)
@@ -188,6 +188,24 @@ def _low_precision_fields(o, fields: dict) -> list[str]:
     if o.fp8_output_proj:
         fields["model.fp8_output_proj"] = True
     return notes
+
+
+def _run_length(req: PlanRequest, base: dict, fields: dict) -> list[str]:
+    """train.train_iters for the plan's tokens, rounded up to whole iterations, as the Slurm script's TRAIN_ITERS
+    (planner.megatron.export.slurm_script): the run the estimate's days count, read back by an import; the base
+    recipe's train_samples or num_epochs nulled where set (Bridge takes one of the three: TrainingConfig.finalize)."""
+    from planner.report.layout import tokens_text
+
+    tr = req.ctx.training
+    iters = -(-int(tr.train_tokens) // (tr.global_batch * tr.seq_len))
+    fields["train.train_iters"] = iters
+    for key in ("train.train_samples", "train.num_epochs"):
+        if base.get(key) is not None:
+            fields[key] = None
+    return [
+        f"train.train_iters={iters:,}: the plan's {tokens_text(tr.train_tokens)} tokens (--tokens) / "
+        f"({tr.global_batch} × {tr.seq_len}) per iteration, rounded up"
+    ]
 
 
 def _graph_rules(req: PlanRequest, tag: str, fields: dict) -> list[str]:

@@ -243,20 +243,7 @@ def bridge_import_fields(
     notes: list[str] = []
     base = {}
     if recipe:
-        name, _, preset = recipes.resolve(tag, recipe, model or "")
-        base = dict(recipes.defaults(tag, name))
-        kinds = base.pop("_kinds", {})
-        if str(kinds.get("mixed_precision", "")).startswith("str:"):
-            base["mixed_precision"] = kinds["mixed_precision"][4:]
-        if kinds.get("comm_overlap") == "null":
-            base["comm_overlap"] = None
-        model = model or preset
-        gpus, hardware = _cluster_from_name(name, gpus, hardware, notes)
-        assumed = sorted(k for k in base if k not in fields and k in _READ_PATHS)
-        if assumed:
-            notes.append(f"assumed from base recipe {name} ({tag}): {_shown(base, assumed)}")
-        elif not base:
-            notes.append(f"base recipe {name}: its fields were not dumped; only the given fields are read")
+        base, model, gpus, hardware = _base_recipe(tag, recipe, fields, model, gpus, hardware, notes)
     merged = merge_over(base, fields)
     if post is not None:
         extra, said = post(merged)
@@ -277,13 +264,83 @@ def bridge_import_fields(
     argv = to_argv(merged, tag, is_moe)
     exports = "".join(f"export {shlex.quote(e)}\n" for e in env)
     read = import_fields(exports + shlex.join(argv), gpus=gpus, model=model, hardware=hardware)
-    if merged.get("mixed_precision.fp8_dot_product_attention"):  # a Megatron-Core field without a Megatron-LM flag
-        read.data["options"]["fp8_dot_product_attention"] = True
-    userbuffers, said = recipe_userbuffers(merged)  # an object no Megatron-LM flag carries
-    if userbuffers is not None:
-        read.data["options"]["tp_comm_overlap_cfg"] = userbuffers
-    notes += said
+    notes += _unflagged(read.data, merged, fields, base)
     return replace(read, notes=tuple(notes) + read.notes, warnings=tuple(warnings) + read.warnings, argv=argv)
+
+
+def _base_recipe(tag: str, recipe: str, fields: dict, model, gpus, hardware, notes: list[str]):
+    """The base recipe's fields at ``tag`` (how it holds its precision and overlap configs among them), the model,
+    GPUs and hardware its name states where not given, and the note of what is assumed from it."""
+    name, _, preset = recipes.resolve(tag, recipe, model or "")
+    base = dict(recipes.defaults(tag, name))
+    kinds = base.pop("_kinds", {})
+    if str(kinds.get("mixed_precision", "")).startswith("str:"):
+        base["mixed_precision"] = kinds["mixed_precision"][4:]
+    if kinds.get("comm_overlap") == "null":
+        base["comm_overlap"] = None
+    gpus, hardware = _cluster_from_name(name, gpus, hardware, notes)
+    assumed = sorted(k for k in base if k not in fields and k in _READ_PATHS)
+    if assumed:
+        notes.append(f"assumed from base recipe {name} ({tag}): {_shown(base, assumed)}")
+    elif not base:
+        notes.append(f"base recipe {name}: its fields were not dumped; only the given fields are read")
+    return base, model or preset, gpus, hardware
+
+
+def _unflagged(data: dict, merged: dict, given: dict, base: dict) -> list[str]:
+    """What no Megatron-LM flag carries, set in the plan's ``data``: FP8 attention (a Megatron-Core field), the
+    run's length, the userbuffer config object; the notes saying so."""
+    if merged.get("mixed_precision.fp8_dot_product_attention"):
+        data["options"]["fp8_dot_product_attention"] = True
+    notes = _run_length(merged, given, data["training"], base)
+    userbuffers, said = recipe_userbuffers(merged)
+    if userbuffers is not None:
+        data["options"]["tp_comm_overlap_cfg"] = userbuffers
+    return notes + said
+
+
+RUN_FIELDS = ("train.train_iters", "train.train_samples", "train.num_epochs")
+
+
+def _run_length(merged: dict, given: dict, training: dict, base: dict | None) -> list[str]:
+    """The run's tokens from train.train_iters or train.train_samples (``importer.run_length``, as Megatron-LM's
+    --train-iters/--train-samples give them), set in ``training``, and the note saying so. Bridge takes exactly one
+    of them (or v0.6.0's train.num_epochs, whose run's length needs the dataset's size): TrainingConfig.finalize
+    asserts it (training/config.py @ v0.2.1, v0.6.0), so two set is one line naming them."""
+    from planner.megatron.importer import run_length
+
+    values = {key: _run_value(merged, key) for key in RUN_FIELDS}
+    set_ = [key for key, value in values.items() if value is not None]
+    if len(set_) > 1:
+        shown = " and ".join(f"{k}={values[k]}{_whose(k, given, base)}" for k in set_)
+        raise PlannerError(
+            f"{shown} are both set; Bridge takes one (TrainingConfig.finalize asserts it): set the other null "
+            f"(e.g. --bridge-override {set_[0] if set_[0] not in given else set_[1]}=null)"
+        )
+    if set_ == ["train.num_epochs"]:
+        return [
+            f"train.num_epochs={values['train.num_epochs']}: the run's length needs the dataset's size, which the "
+            "config does not hold; days and cost are for --tokens (300B by default)"
+        ]
+    names = tuple(f"{k}{_whose(k, given, base)}" for k in RUN_FIELDS[:2])
+    return run_length(values["train.train_iters"], values["train.train_samples"], training, names)
+
+
+def _whose(key: str, given: dict, base: dict | None) -> str:
+    return " (the base recipe's)" if base and key not in given and key in base else ""
+
+
+def _run_value(merged: dict, key: str):
+    """train.train_iters / train_samples / num_epochs: None, or a number > 0 (a whole number but for the epochs)."""
+    value = merged.get(key)
+    if value is None:
+        return None
+    epochs = key.endswith("num_epochs")
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    if not ok or (not epochs and value != int(value)):
+        allowed = "a number > 0" if epochs else "a whole number ≥ 1"
+        raise PlannerError(f"{key}={value!r}: allowed: {allowed}, or null")
+    return value if epochs else int(value)
 
 
 def _size(merged: dict, key: str) -> int:

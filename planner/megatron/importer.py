@@ -374,21 +374,29 @@ def megatron_fields(
 
 
 def _run_length(v: dict, training: dict) -> list[str]:
-    """The run's tokens from --train-iters (iterations × global batch × sequence) or --train-samples (samples ×
-    sequence; with --rampup-batch-size too), set in ``training``; the note saying so. Megatron-LM takes one of
-    the two (arguments.py asserts it); without either the days are for --tokens (300B by default)."""
-    from planner.report.layout import tokens_text
-
-    iters, samples, s = v.get("train_iters"), v.get("train_samples"), training["seq_len"]
+    """The run's tokens from --train-iters or --train-samples (``run_length``), set in ``training``; the note
+    saying so. Megatron-LM takes one of the two (arguments.py asserts it); without either the days are for
+    --tokens (300B by default)."""
+    iters, samples = v.get("train_iters"), v.get("train_samples")
     if iters is not None and samples is not None:
         raise PlannerError("--train-iters and --train-samples are both given; Megatron-LM takes one (validate_args)")
+    return run_length(iters, samples, training)
+
+
+def run_length(iters, samples, training: dict, names: tuple[str, str] = ("--train-iters", "--train-samples")):
+    """The run's tokens from its iterations (iterations × global batch × sequence) or samples (samples × sequence;
+    with --rampup-batch-size too), set as ``training["train_tokens"]``; the one note saying so, naming the
+    setting as ``names`` spell it (Megatron-LM's flags; Bridge's train.train_iters, train.train_samples)."""
+    from planner.report.layout import tokens_text
+
+    s = training["seq_len"]
     if s is None or (iters is None and samples is None):
         return []
     if iters is not None:
-        tokens, how = iters * training["global_batch"] * s, f"--train-iters {iters:,} × global batch "
+        tokens, how = iters * training["global_batch"] * s, f"{names[0]} {iters:,} × global batch "
         how += f"{training['global_batch']:,} × seq {s:,}"
     else:
-        tokens, how = samples * s, f"--train-samples {samples:,} × seq {s:,}"
+        tokens, how = samples * s, f"{names[1]} {samples:,} × seq {s:,}"
     training["train_tokens"] = float(tokens)
     return [f"the run's length: {how} = {tokens_text(tokens)} tokens (days and cost are for it; --tokens sets another)"]
 
