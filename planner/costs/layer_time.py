@@ -225,8 +225,10 @@ def _attention_core_text(ctx: Context) -> tuple[str, str]:
     core_bwd = "its backward, 2.5× the FLOPs at η_bwd(s)"
     ratios = fp8_attention_ratios(ctx)
     if ratios is not None:  # compute.fp8_attention_time_s
-        core += f", in MXFP8 × {ratios[0]:g}"
-        core_bwd += f", in MXFP8 × {ratios[1]:g} over the whole causal square (windows not skipped)"
+        kind = "MXFP8" if ctx.options.fp8_recipe.value == "mxfp8" else "per-tensor FP8"
+        at = "" if kind == "MXFP8" else f" (at s {ctx.training.seq_len:,}, by cuDNN's table)"
+        core += f", in {kind} × {float(ratios[0]):.4g}{at}"
+        core_bwd += f", in {kind} × {float(ratios[1]):.4g}{at} over the whole causal square (windows not skipped)"
     return core, core_bwd
 
 

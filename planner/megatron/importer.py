@@ -49,6 +49,17 @@ NOT_MODELLED = {  # dest -> what the estimate leaves out when the flag is on (sa
 }
 
 
+class VocabUnknown(PlannerError):
+    """A launch whose tokenizer's vocabulary megaplan cannot know (a Hugging Face tokenizer by path, say)."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+        super().__init__(
+            f"the tokenizer's vocabulary is unknown ({how}): give --model PRESET whose tokenizer it is (e.g. "
+            "llama2-7b for a Llama 2 tokenizer.model), or its size with --megatron-args '--vocab-size N'"
+        )
+
+
 @dataclass(frozen=True)
 class Imported:
     request: api.PlanRequest
@@ -77,10 +88,7 @@ def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, no
     if "vocab_size" not in fields and base is None:
         vocab, how = tokenizer_vocab(v, fork_flags)
         if vocab is None:
-            raise PlannerError(
-                f"the tokenizer's vocabulary is unknown ({how}): give --model PRESET whose tokenizer it is (e.g. "
-                "llama2-7b for a Llama 2 tokenizer.model), or its size with --megatron-args '--vocab-size N'"
-            )
+            raise VocabUnknown(how)
         fields["vocab_size"] = vocab
         notes.append(f"vocabulary {vocab} from {how}")
     if base is not None:

@@ -381,7 +381,7 @@ def metrics_table(est: dict) -> FittedTable:
         (
             "TFLOP/s/GPU Megatron",
             f"{est['megatron_tflops_per_gpu']:.1f}",
-            "as Megatron-LM logs it: causal attention halved",
+            "as Megatron-LM logs it: causal attention halved (each difference under Megatron-LM's own estimate)",
         ),
         ("MFU", f"{100 * est['mfu']:.1f}%", f"model FLOP/s ÷ dense {_peak(est)} peak (attention over the whole s²)"),
         (
