@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict
 
+from planner.costs import flops
 from planner.costs.estimate import (  # terms: PlanEstimate's keys
     MEMORY_TERMS,
     TIME_TERMS,
@@ -28,7 +29,7 @@ from planner.costs.train_cost import train_cost_terms
 from planner.errors import PlannerError
 from planner.fidelity.evidence import PlanEvidence, band_frac, band_parts, evidence_json, plan_evidence
 from planner.hardware.spec import GIB
-from planner.models.params import param_counts
+from planner.models.params import megatron_count_gaps, padded_vocab, param_counts
 from planner.models.pipeline_layout import stage_contents
 from planner.models.spec import ModelSpec
 from planner.plan import Context, ParallelPlan, recompute_layers_run
@@ -345,6 +346,37 @@ def megatron_estimate_json(ctx: Context, plan: ParallelPlan, gpus: int, stages: 
             "activation": first["activations"] * GIB / MIB,
         },
         "differences": differences(ctx.model, ctx.training, plan, ctx.options),
+        "parameters": megatron_params_json(ctx.model, plan.tp),
+        "flops": megatron_flops_json(ctx, plan.tp),
+    }
+
+
+def megatron_params_json(model: ModelSpec, t: int) -> dict:
+    """The parameter counts Megatron-LM's report_theoretical_memory prints at tensor-parallel size t (its lines 202-203,
+    theoretical_memory_usage.py @ d98e8a64) beside megaplan's, and every reason they differ, each with the parameters
+    it moves (``megatron_count_gaps``: they sum to the difference)."""
+    mine, theirs = _param_totals(model), param_counts(model, padded_for_t=t, megatron=True)
+    return {
+        "megatron": {"total": theirs.total, "active": theirs.active},
+        "megaplan": {"total": mine[0], "active": mine[1]},
+        "log_lines": [
+            f"Total number of parameters in billions: {theirs.total / 10**9:.2f}",
+            f"Total number of active parameters in billions: {theirs.active / 10**9:.2f}",
+        ],
+        "differences": [vars(g) for g in megatron_count_gaps(model, t)],
+    }
+
+
+def megatron_flops_json(ctx: Context, t: int) -> dict:
+    """One iteration's FLOPs as Megatron-LM's num_floating_point_operations logs them (training.py:1009-1310 @
+    d98e8a64) beside megaplan's model FLOPs (the MFU basis), and every reason they differ (``megatron_flop_gaps``)."""
+    mo, tr = ctx.model, ctx.training
+    B, s = tr.global_batch, tr.seq_len
+    V = int(padded_vocab(mo.vocab_size, mo.make_vocab_size_divisible_by, t))
+    return {
+        "megatron": flops.model_flops(B, s, V, flops.Shape.of(mo, megatron=True), attention_frac=0.5),
+        "megaplan_model": flops.model_flops(B, s, V, flops.Shape.of(mo)),
+        "differences": [vars(g) for g in flops.megatron_flop_gaps(B, s, V, mo)],
     }
 
 

@@ -142,12 +142,7 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
         fields.update(to_bridge(row, value, tag, ctx))
     notes = _graph_rules(req, tag, fields) + _run_length(req, recipes.defaults(tag, name), fields)
     notes += [f"not in any Bridge field either: {note}" for note in model_notes(req)]  # ModelSpec.not_in_megatron
-    if o.fp8 is not None and o.fp8_recipe.value == "mxfp8" and o.fp8_param_gather:
-        fields["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag"] = True
-        notes.append("MXFP8 with fp8_param_gather: reuse_grad_buf_for_mxfp8_param_ag=true (Bridge's MXFP8 preset)")
-    if o.fp8 is not None and o.fp8_dot_product_attention:  # a Megatron-Core config field without a Megatron-LM flag
-        fields["mixed_precision.fp8_dot_product_attention"] = True
-        notes.append("attention in FP8: mixed_precision.fp8_dot_product_attention=true (no Megatron-LM flag for it)")
+    notes += _low_precision_fields(o, fields)
     base = recipes.defaults(tag, name)
     kinds = base.get("_kinds", {})
     whole = tuple(k for k, cls in OBJECT_KINDS.items() if kinds.get(k) != cls)
@@ -172,6 +167,29 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
     if env:
         header += (f"megaplan-env: {' '.join(env)}",)
     return BridgeExport(tag, name, module, fields, tuple(notes), env, header, whole, ub, preset_name, ub_object)
+
+
+def _low_precision_fields(o, fields: dict) -> list[str]:
+    """The FP8 options no row of the table writes, set in ``fields``, with a note each: MXFP8's gathered-parameter
+    buffer reuse, FP8 attention, the BF16 end layers (MixedPrecisionConfig copies them onto the model: its
+    defaults are 0 and 0, TransformerConfig's 1 and 1) and the MXFP8 output layer (a model field)."""
+    notes = []
+    if o.fp8 is not None and o.fp8_recipe.value == "mxfp8" and o.fp8_param_gather:
+        fields["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag"] = True
+        notes.append("MXFP8 with fp8_param_gather: reuse_grad_buf_for_mxfp8_param_ag=true (Bridge's MXFP8 preset)")
+    if o.fp8 is not None and o.fp8_dot_product_attention:  # a Megatron-Core config field without a Megatron-LM flag
+        fields["mixed_precision.fp8_dot_product_attention"] = True
+        notes.append("attention in FP8: mixed_precision.fp8_dot_product_attention=true (no Megatron-LM flag for it)")
+    if any(o.bf16_end_layers):
+        start, end = o.bf16_end_layers
+        fields |= {
+            "mixed_precision.first_last_layers_bf16": True,
+            "mixed_precision.num_layers_at_start_in_bf16": start,
+            "mixed_precision.num_layers_at_end_in_bf16": end,
+        }
+    if o.fp8_output_proj:
+        fields["model.fp8_output_proj"] = True
+    return notes
 
 
 def _run_length(req: PlanRequest, base: dict, fields: dict) -> list[str]:

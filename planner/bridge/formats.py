@@ -102,6 +102,7 @@ NEMO2_FACTORIES = {
     "llama31_405b": "llama3.1-405b",
     "mixtral_8x7b": "mixtral-8x7b",
     "mixtral_8x22b": "mixtral-8x22b",
+    "nemotron4_15b": "nemotron-4-15b",
     "nemotron4_340b": "nemotron-4-340b",
     "gpt3_175b": "gpt3-175b",
     "deepseek_v3": "deepseek-v3",

@@ -9,7 +9,7 @@ and context parallelism without another formula.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -136,7 +136,9 @@ class Shape:
     token to ``topk`` experts of width f_e instead, plus shared experts of width f_s; ``mla`` =
     (r_q, r_kv, d_qk, d_r, d_v) for multi-latent attention; ``window_layers`` of the L attend to
     ``window`` keys only; ``mtp`` multi-token-prediction depths, each one more layer of the last
-    layer's kind (MoE if ``mtp_moe``), a 2h → h projection and its own logits."""
+    layer's kind (MoE if ``mtp_moe``), a 2h → h projection and its own logits. ``norm_macs``: count the
+    norms Megatron-LM's num_floating_point_operations counts as one multiply-add per channel (MLA's two latent
+    norms, r_q + r_kv, in every layer; an MTP depth's three norms of h)."""
 
     L: int
     h: int
@@ -154,19 +156,22 @@ class Shape:
     window_layers: int = 0
     mtp: int = 0
     mtp_moe: bool = False
+    norm_macs: bool = False
 
     @classmethod
     def of(cls, model, *, megatron: bool = False) -> Shape:
         """A model spec's shape. ``megatron``: as Megatron-LM's num_floating_point_operations sees it
-        (megatron/training/training.py:1009-1310 at d98e8a64): gated only with --swiglu, sliding
-        windows costed as full attention."""
+        (megatron/training/training.py:1009-1310 at d98e8a64): gated only with --swiglu (line 1070), sliding
+        windows costed as full attention (lines 1164-1170, 1309), norms counted as multiply-adds (lines 1102-1106,
+        1115-1120, 1288-1297)."""
         m = model
         mla = (m.q_lora_rank, m.kv_lora_rank, m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim)
         moe = (m.num_moe_layers, m.moe_router_topk, m.expert_ffn, m.shared_ffn) if m.is_moe else (0, 0, 0, 0)
         window = (None, 0) if megatron or m.window is None else (m.window, sum(m.window_pattern))
         dims = (m.num_layers, m.hidden_size, m.num_attention_heads, m.query_groups, m.head_dim, m.ffn)
         gated = m.swiglu if megatron else m.gated
-        return cls(*dims, gated, *moe, mla if m.multi_latent_attention else None, *window, m.mtp_layers, m.mtp_is_moe)
+        mla = mla if m.multi_latent_attention else None
+        return cls(*dims, gated, *moe, mla, *window, m.mtp_layers, m.mtp_is_moe, megatron)
 
 
 def core_fraction(s: int, window: int | None, *, causal: bool) -> float:
@@ -237,7 +242,17 @@ def model_flops(
     T = B * s
     mtp_projection = shape.mtp * 2.0 * T * 2 * shape.h * shape.h
     logits = (1 + shape.mtp) * float(logits_gemm(B, s, shape.h, V, 1).flops)
-    return float(3.0 * (layers + mtp_projection + logits))
+    return float(3.0 * (layers + mtp_projection + logits + norm_macs_flops(T, shape)))
+
+
+def norm_macs_flops(T: int, shape: Shape) -> float:
+    """Forward FLOPs Megatron-LM's num_floating_point_operations gives norms (``Shape.norm_macs``), 2 per
+    multiply-add: 2·T·((L + mtp)·(r_q + r_kv) + mtp·3h) (training.py:1102-1106 and 1115-1120, the "+ 1" of the
+    q and kv LoRA terms; 1288-1297, "MTP eh norm + final norm"); 0 otherwise."""
+    if not shape.norm_macs:
+        return 0.0
+    latent = (shape.mla[0] or 0) + shape.mla[1] if shape.mla else 0
+    return 2.0 * T * ((shape.L + shape.mtp) * latent + shape.mtp * 3 * shape.h)
 
 
 def recompute_flops(B: int, s: int, shape: Shape, *, recompute: ArrayLike) -> np.ndarray:
@@ -263,3 +278,56 @@ def korthikanti_eq8_flops(B: int, s: int, L: int, h: int, V: int) -> float:
     72·B·L·s·h²·(1 + s/(3h) + V/(12hL)). It counts the recomputed attention core three times
     over; used only to reproduce that paper's HFU column."""
     return 72.0 * B * L * s * h**2 * (1 + s / (3 * h) + V / (12 * h * L))
+
+
+# What each convention of Megatron-LM's num_floating_point_operations does (megatron/training/training.py @ d98e8a64)
+FLOP_GAP_TEXT = {
+    "causal": (
+        "counts causal attention: half of each s×s score and context product",
+        "training.py:1163-1170 (MLA: 1126-1137), query_projection_size / 2",
+    ),
+    "windows": (
+        "counts sliding-window layers as full causal attention: it has no window term",
+        "training.py:1251, 1309 (seqlen_squared_sum_in_batch × the core term, every attention layer)",
+    ),
+    "gated": (
+        "counts a gated MLP as gated only with --swiglu: --quick-geglu MLPs as two GEMMs, not three",
+        "training.py:1070: ffn_expansion_factor = 3 if args.swiglu else 2",
+    ),
+    "norms": (
+        "counts MLA's latent norms and the MTP norms as multiply-adds",
+        "training.py:1102-1106, 1115-1120 (the + 1 of the LoRA terms), 1288-1297",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class FlopGap:
+    """One reason the FLOPs Megatron-LM logs differ from megaplan's model FLOPs (the MFU basis): what Megatron
+    does, its source line, and the FLOPs of one iteration it moves (megaplan's minus Megatron's)."""
+
+    what: str
+    source: str
+    flops: float
+
+
+def megatron_flop_gaps(B: int, s: int, V: int, model) -> list[FlopGap]:
+    """Why Megatron-LM's logged FLOPs (``model_flops(..., Shape.of(model, megatron=True), attention_frac=0.5)``)
+    differ from megaplan's model FLOPs (``model_flops(..., Shape.of(model))``, attention unmasked): the count is
+    taken from one to the other a convention at a time (causal halving, windows as full, the --swiglu-only gate,
+    norms as multiply-adds), each step that moves it a gap. The steps telescope: Σ gaps = model − logged, exactly."""
+    real, logged = Shape.of(model), Shape.of(model, megatron=True)
+    steps = [
+        ("causal", real, None, True),
+        ("windows", real, 0.5, False),
+        ("gated", replace(real, gated=logged.gated), 0.5, False),
+        ("norms", logged, 0.5, False),
+    ]
+    previous = model_flops(B, s, V, real)
+    gaps = []
+    for key, shape, frac, causal in steps:
+        now = model_flops(B, s, V, shape, attention_frac=frac, causal=causal)
+        if now != previous:
+            gaps.append(FlopGap(*FLOP_GAP_TEXT[key], previous - now))
+        previous = now
+    return gaps

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.models.params import attention_params
+from planner.models.params import attention_params, megatron_count_gaps
 from planner.models.spec import ModelSpec, Normalization
 from planner.plan import ParallelPlan, PlanOptions, Recompute, TrainingSpec
 
@@ -111,55 +111,93 @@ def report_theoretical_memory(mo: ModelSpec, tr: TrainingSpec, p: ParallelPlan, 
 
 
 def differences(mo: ModelSpec, tr: TrainingSpec, p: ParallelPlan, opts: PlanOptions) -> list[str]:
-    """Why Megatron's estimate differs from megaplan's for this plan: what its formula leaves out or
-    gets wrong (theoretical_memory_usage.py at d98e8a64; docs/cost-model.md §5.6)."""
+    """Why Megatron's estimate differs from megaplan's for this plan: what its formula leaves out or gets wrong, each
+    with its lines in megatron/training/theoretical_memory_usage.py at d98e8a64 (docs/cost-model.md §5.6). Its
+    parameter count's own differences: ``planner.models.params.megatron_count_gaps``."""
+    return [*_activation_differences(mo, p, opts), *_state_differences(mo, p, opts)]
+
+
+def _activation_differences(mo: ModelSpec, p: ParallelPlan, opts: PlanOptions) -> list[str]:
+    """The activation formula's differences (compute_activation_memory, lines 308-379, and
+    compute_activation_memory_without_sp, lines 382-453)."""
     out = []
-    sp = p.sequence_parallel and p.tp > 1
-    if sp and p.recompute is not Recompute.SELECTIVE:
+    with_sp = p.sequence_parallel and p.tp > 1 and p.recompute is Recompute.SELECTIVE
+    if p.sequence_parallel and p.tp > 1 and not with_sp:
         out.append(
-            "sequence parallelism is ignored unless recomputation is selective: its without-SP formula keeps the "
-            "10·sbh per layer that SP shards over t (line 466)"
+            "sequence parallelism is ignored unless recomputation is selective (line 466): the without-SP formula's "
+            "sbh·(10 + 24/t) a layer (line 386) keeps the 10·sbh SP shards over t"
         )
     if p.recompute is Recompute.FULL:
-        out.append("full recomputation is ignored: every layer's activations are counted, not only its input")
-    if p.cp > 1:
         out.append(
-            "context parallelism is ignored: s is not divided by c, and the optimizer is sharded over d "
-            "(data_parallel_size) instead of d·c (optimizer/__init__.py:1204)"
+            "full recomputation is ignored: the without-SP formula counts every layer's activations, sbh·(10 + 24/t) "
+            "each (lines 386, 395), not only its input"
         )
-    if mo.query_groups != mo.num_attention_heads or mo.swiglu or mo.head_dim * mo.num_attention_heads != mo.hidden_size:
+    if p.cp > 1:
+        out.append("context parallelism is ignored in the activations: s is not divided by c (lines 317, 386)")
+    plain = mo.query_groups == mo.num_attention_heads and mo.head_dim * mo.num_attention_heads == mo.hidden_size
+    if with_sp and (not plain or mo.gated):
         out.append(
-            "its per-layer activations assume no GQA, a plain 4h MLP and d_h = h/a (its own to-do note, lines 313-314)"
+            "its per-layer activations, sbh·(18 + 4f/h) (lines 317-319), assume no GQA, d_h = h/a and an ungated MLP "
+            "(its own to-do note, lines 313-314)"
+        )
+    elif not with_sp and (not plain or mo.gated or mo.ffn != 4 * mo.hidden_size):
+        out.append(
+            "its per-layer activations, sbh·(10 + 24/t) (line 386), are GPT's with f = 4h: no GQA, d_h = h/a, no gate "
+            f"(this model: g = {mo.query_groups}, d_h = {mo.head_dim}, f = {mo.ffn}{', gated' if mo.gated else ''})"
         )
     if mo.is_moe or mo.multi_latent_attention or mo.mtp_layers:
         out.append(
-            "its activations are MoE-blind: every layer keeps a dense MLP of --ffn-hidden-size, not the routed "
-            "tokens, the experts' internals, MLA's latents or the MTP layers (lines 308-453)"
+            "its activations are MoE-blind: every layer keeps a dense MLP of --ffn-hidden-size (lines 317-319, 386), "
+            "not the routed tokens, the experts' internals, MLA's latents or the MTP layers"
         )
-    if mo.gated and not mo.swiglu:
-        out.append("a gated MLP counts as gated only with --swiglu: --quick-geglu experts lose a third (line 21)")
+    if p.pp > 1 and (p.first_stage_layers or p.last_stage_layers or p.stage_split.value != "even"):
+        out.append("uneven stage splits are ignored: the first stage is taken to hold L/p layers (lines 249, 325)")
+    if p.vpp > 1:
+        out.append(
+            "the interleaving factor 1 + (p − 1)/(p·v) also multiplies the embedding terms (lines 341-355, 411-425)"
+        )
+    if not with_sp:
+        out.append("the without-SP formula adds 5 % for the optimizer and temporaries (lines 449-451)")
+    if opts.cpu_offloading_num_layers:
+        out.append("CPU offloading is ignored: no term for it in lines 308-453")
+    return out
+
+
+def _state_differences(mo: ModelSpec, p: ParallelPlan, opts: PlanOptions) -> list[str]:
+    """The weight-and-optimizer formula's differences (compute_weight_and_optimizer_memory, lines 12-305)."""
+    out = []
+    gap = sum(g.total for g in megatron_count_gaps(mo, p.tp))
+    if abs(gap) >= 5e5:
+        out.append(
+            f"its weights and optimizer hold its own parameter count, {abs(gap) / 1e9:.3g} B "
+            f"{'fewer' if gap > 0 else 'more'} than megaplan's (lines 12-203; each reason under the parameters)"
+        )
+    if p.cp > 1:
+        out.append(
+            "the optimizer is sharded over d (data_parallel_size, line 300) where the distributed optimizer shards "
+            "over d·c (megatron/core/optimizer/__init__.py:1203, data_parallel_group=intra_dp_cp_group)"
+        )
     if mo.mtp_layers:
-        out.append("the whole MTP block is counted on the first stage, where Megatron-Core puts it on the last")
+        out.append(
+            "the whole MTP block is counted on the first stage (lines 247-255); Megatron-Core puts it on the last"
+        )
     if opts.grad_buffer_in_16_bits or opts.fp8_param_gather or opts.use_precision_aware_optimizer:
         out.append(
-            "bytes per parameter are always 18 or 6 + 12/D: bf16 gradients, FP8 weights and the precision-aware "
-            "optimizer's dtypes are ignored (lines 293-296)"
+            "bytes per parameter are always 18 or 6 + 12/D (lines 293-296): bf16 gradients, FP8 weights and the "
+            "precision-aware optimizer's dtypes are ignored"
         )
     if opts.fp8 is not None:
-        out.append("FP8 is ignored: Transformer Engine's FP8 weight copies and the 1-byte saved inputs")
+        out.append(
+            "FP8 is ignored: it assumes bf16 training (lines 294-295), without Transformer Engine's FP8 weight copies "
+            "and 1-byte saved inputs"
+        )
     if p.pp > 1:
         out.append(
-            "only the first stage is estimated (1/p of the layers plus the embedding); megaplan reports the most "
-            "loaded stage, which may be another"
+            "only the first stage is estimated (lines 247-252, 310-311: 1/p of the layers plus the embedding); "
+            "megaplan reports the most loaded stage, which may be another"
         )
-    if p.first_stage_layers or p.last_stage_layers or p.stage_split.value != "even":
-        out.append("uneven stage splits are ignored: every stage is taken to hold L/p layers")
-    if p.vpp > 1:
-        out.append("the interleaving factor 1 + (p − 1)/(p·v) also multiplies the embedding terms")
-    if opts.cpu_offloading_num_layers:
-        out.append("CPU offloading is ignored")
     out.append(
-        "it counts model states and activations only: not the CUDA context, NCCL buffers, workspaces, CUDA-graph "
-        "pools or allocator fragmentation megaplan adds"
+        "it counts model states and activations only (line 479): not the CUDA context, NCCL buffers, workspaces, "
+        "CUDA-graph pools or allocator fragmentation megaplan adds"
     )
     return out

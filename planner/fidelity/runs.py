@@ -346,7 +346,16 @@ def _yes(text: str) -> bool:
     return text.strip().lower().startswith("y")
 
 
+# Rows whose model a preset defines: the row prices the preset, the one definition of the model (its no-cost
+# fields included: Nemotron-4's rotary_percent 0.5 and zero-centred LayerNorm, which the columns cannot carry). The
+# row's architecture columns stay as its source printed them; tests/test_nemotron4_15b.py checks that they agree.
+ROW_PRESETS = {"Nemotron4-15B": "nemotron-4-15b", "Nemotron4-340B": "nemotron-4-340b"}
+
+
 def _modern_model(row: dict) -> ModelSpec:
+    """The model a `_modern` row trains: its preset (``ROW_PRESETS``), else built from the row's columns."""
+    if row["model_name"] in ROW_PRESETS:
+        return load_model(ROW_PRESETS[row["model_name"]])
     mlp = row["mlp"]
     return ModelSpec(
         name=row["model_name"],

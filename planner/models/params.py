@@ -15,7 +15,7 @@ and norms, and MTP experts all counted as active (docs/cost-model.md §2 lists t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -71,12 +71,39 @@ def norm_params(model: ModelSpec) -> int:
     return norm_size(model) * model.hidden_size
 
 
-def _kinds(model: ModelSpec, megatron: bool) -> tuple[bool, bool]:
+@dataclass(frozen=True)
+class Counting:
+    """Which of Megatron-LM's counting conventions a parameter count follows, one switch each, so that the gap
+    between megaplan's count and the one Megatron prints is the sum of one term per switch
+    (``megatron_count_gaps``). Lines of megatron/training/theoretical_memory_usage.py at commit d98e8a64."""
+
+    swiglu_only: bool = False  # line 21: gated_linear_multiplier = 3/2 only with --swiglu (--quick-geglu: 2 matrices)
+    no_biases: bool = False  # lines 82-93, 103-121: no linear biases (the router's, lines 128-132, is counted)
+    no_qk_norms: bool = False  # lines 82-93: no --qk-layernorm weights
+    no_sinks: bool = False  # lines 82-93: no --softmax-type learnable logits
+    no_learned_positions: bool = False  # lines 95-100: word embeddings only, no learned position table
+    no_mtp_extras: bool = False  # lines 170-173: an MTP depth is one decoder layer, without its 2h·h projection, norms
+    mtp_all_active: bool = False  # lines 179-183: the whole MTP block counted active, all its experts
+
+
+REAL = Counting()
+MEGATRON = Counting(*(True for _ in fields(Counting)))
+
+
+def counting(megatron: bool | Counting) -> Counting:
+    """``megatron``: True for all of Megatron-LM's conventions, False for the real count, or a ``Counting``."""
+    if isinstance(megatron, Counting):
+        return megatron
+    return MEGATRON if megatron else REAL
+
+
+def _kinds(model: ModelSpec, megatron: bool | Counting) -> tuple[bool, bool]:
     """(gated, bias) as counted: Megatron-LM's estimator sees a gated MLP only through --swiglu and no biases."""
-    return (model.swiglu, False) if megatron else (model.gated, model.add_bias_linear)
+    c = counting(megatron)
+    return (model.swiglu if c.swiglu_only else model.gated, False if c.no_biases else model.add_bias_linear)
 
 
-def mla_attention_params(model: ModelSpec, t: ArrayLike, *, megatron: bool = False) -> np.ndarray:
+def mla_attention_params(model: ModelSpec, t: ArrayLike, *, megatron: bool | Counting = False) -> np.ndarray:
     """Multi-latent attention on one of t ranks (DeepSeek-V2 §2.1; Megatron-LM
     theoretical_memory_usage.py:62-80). With n heads, latent ranks r_q and r_kv, head dims d_qk
     (non-rotary), d_r (rotary) and d_v: split over t the query up-projection r_q·n·(d_qk + d_r)
@@ -98,22 +125,22 @@ def mla_attention_params(model: ModelSpec, t: ArrayLike, *, megatron: bool = Fal
     return split / np.asarray(t) + replicated
 
 
-def attention_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool = False) -> np.ndarray:
+def attention_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool | Counting = False) -> np.ndarray:
     """One layer's attention on one of t ranks, with its QK-norm and attention-sink weights
     (d per query and key head norm; one learned logit per head with --softmax-type learnable)."""
     if model.multi_latent_attention:
         return mla_attention_params(model, t, megatron=megatron)
-    m = model
-    _, bias = _kinds(m, megatron)
+    m, c = model, counting(megatron)
+    _, bias = _kinds(m, c)
     out = gqa_attention_params(m.hidden_size, m.num_attention_heads, m.query_groups, m.head_dim, t, bias=bias)
-    if not megatron and m.qk_layernorm:
+    if not c.no_qk_norms and m.qk_layernorm:
         out = out + 2 * norm_size(m) * m.head_dim
-    if not megatron and m.softmax_type is SoftmaxType.LEARNABLE:
+    if not c.no_sinks and m.softmax_type is SoftmaxType.LEARNABLE:
         out = out + m.num_attention_heads / np.asarray(t)
     return out
 
 
-def dense_layer_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool = False) -> np.ndarray:
+def dense_layer_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool | Counting = False) -> np.ndarray:
     """A layer with a dense MLP on one of t ranks: attention, MLP of width f, two norms."""
     gated, bias = _kinds(model, megatron)
     mlp = mlp_params(model.hidden_size, model.ffn, t, gated=gated, bias=bias)
@@ -136,7 +163,13 @@ def dense_layer_param_tensors(model: ModelSpec) -> int:
 
 
 def moe_layer_params(
-    model: ModelSpec, t: ArrayLike, ep: ArrayLike, etp: ArrayLike, *, megatron: bool = False, active: bool = False
+    model: ModelSpec,
+    t: ArrayLike,
+    ep: ArrayLike,
+    etp: ArrayLike,
+    *,
+    megatron: bool | Counting = False,
+    active: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) parameters of one mixture-of-experts layer on one GPU.
 
@@ -155,12 +188,12 @@ def moe_layer_params(
     return dense, expert
 
 
-def mtp_extra_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool = False) -> np.ndarray:
+def mtp_extra_params(model: ModelSpec, t: ArrayLike = 1, *, megatron: bool | Counting = False) -> np.ndarray:
     """What one multi-token-prediction depth holds besides its decoder layer: the norms of the
     embedding and of the hidden state, the projection of their concatenation 2h·h (split over t)
     and its final norm (DeepSeek-V3 §2.2; Megatron-LM multi_token_prediction.py). Megatron-LM's
     estimator leaves them out."""
-    if megatron or not model.mtp_layers:
+    if counting(megatron).no_mtp_extras or not model.mtp_layers:
         return np.asarray(0.0)
     h = model.hidden_size
     return 2 * h * h / np.asarray(t) + 3 * norm_params(model)
@@ -190,7 +223,9 @@ class ParamCounts:
     embeddings: float
 
 
-def param_counts(model: ModelSpec, *, padded_for_t: int | None = None, megatron: bool = False) -> ParamCounts:
+def param_counts(
+    model: ModelSpec, *, padded_for_t: int | None = None, megatron: bool | Counting = False
+) -> ParamCounts:
     """Every parameter of the model (one copy of tied embeddings), and those a token passes through.
 
     Narayanan et al. 2021 Eq. (2) for a GPT: P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)) with tied
@@ -199,11 +234,12 @@ def param_counts(model: ModelSpec, *, padded_for_t: int | None = None, megatron:
     (active: k); MTP depths one layer each of the last layer's kind plus ``mtp_extra_params``.
     ``padded_for_t`` pads V as Megatron does for that t.
     """
+    c = counting(megatron)
     V = model.vocab_size
     if padded_for_t is not None:
         V = int(padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, padded_for_t))
     h = model.hidden_size
-    learned = model.position_embedding_type.value == "learned_absolute" and not megatron
+    learned = model.position_embedding_type.value == "learned_absolute" and not c.no_learned_positions
     embeddings = V * h * (1 if model.tied_embeddings else 2) + (model.max_position_embeddings * h if learned else 0)
     dense = float(dense_layer_params(model, megatron=megatron))
     moe_dense, moe_expert = (float(x) for x in moe_layer_params(model, 1, 1, 1, megatron=megatron))
@@ -214,7 +250,7 @@ def param_counts(model: ModelSpec, *, padded_for_t: int | None = None, megatron:
     block = n_dense * dense + n_moe * (moe_dense + moe_expert) + final
     active_block = n_dense * dense + n_moe * (moe_dense + moe_active) + final
     mtp_layer = (moe_dense + moe_expert) if model.mtp_is_moe else dense
-    mtp_active = (moe_dense + (moe_expert if megatron else moe_active)) if model.mtp_is_moe else dense
+    mtp_active = (moe_dense + (moe_expert if c.mtp_all_active else moe_active)) if model.mtp_is_moe else dense
     extra = float(mtp_extra_params(model, megatron=megatron))
     mtp, active_mtp = model.mtp_layers * (mtp_layer + extra), model.mtp_layers * (mtp_active + extra)
     return ParamCounts(
@@ -236,3 +272,72 @@ def total_params(model: ModelSpec, *, padded_for_t: int | None = None) -> float:
 def active_params(model: ModelSpec) -> float:
     """Parameters a token passes through: top-k of the experts (the whole model if dense)."""
     return param_counts(model).active
+
+
+# What each Megatron-LM convention does to the count, and where (theoretical_memory_usage.py at d98e8a64)
+GAP_TEXT = {
+    "padding": (
+        "counts the vocabulary padded to a multiple of 128·t (megaplan counts the tokenizer's V)",
+        "theoretical_memory_usage.py:95, embedding_size = hidden_size × padded_vocab_size",
+    ),
+    "swiglu_only": (
+        "counts a gated MLP as gated only with --swiglu: --quick-geglu MLPs count two matrices, not three",
+        "theoretical_memory_usage.py:21, gated_linear_multiplier = 3 / 2 if args.swiglu else 1",
+    ),
+    "no_biases": (
+        "counts no linear biases (the router's only)",
+        "theoretical_memory_usage.py:82-93, 103-121 (the router's bias: 128-132)",
+    ),
+    "no_qk_norms": (
+        "counts no per-head query and key norms (--qk-layernorm)",
+        "theoretical_memory_usage.py:82-93 (self_attn_term)",
+    ),
+    "no_sinks": (
+        "counts no attention sinks (one learned logit per head)",
+        "theoretical_memory_usage.py:82-93 (self_attn_term)",
+    ),
+    "no_learned_positions": (
+        "counts no learned position table (s_max·h)",
+        "theoretical_memory_usage.py:95-100 (word embeddings only)",
+    ),
+    "no_mtp_extras": (
+        "counts each MTP depth as one decoder layer, without its 2h·h projection and three norms",
+        "theoretical_memory_usage.py:170-173 (num_parameters_in_mtp_block)",
+    ),
+    "mtp_all_active": (
+        "counts the whole MTP block as active, all its routed experts included",
+        "theoretical_memory_usage.py:179-183 (num_active_parameters adds num_parameters_in_mtp_block)",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class CountGap:
+    """One reason the count Megatron-LM prints differs from megaplan's: what Megatron does, its source line, and the
+    parameters it moves (megaplan's count minus Megatron's, of the total and of the active count)."""
+
+    what: str
+    source: str
+    total: float
+    active: float
+
+
+def megatron_count_gaps(model: ModelSpec, t: int) -> list[CountGap]:
+    """Why Megatron-LM's ``report_theoretical_memory`` count at tensor-parallel size t differs from megaplan's
+    (``param_counts(model)``): the count is taken from megaplan's to Megatron's one convention at a time (the
+    padded vocabulary, then each ``Counting`` switch), each step that moves it a gap. The steps telescope:
+    Σ gaps = megaplan's count − Megatron's, exactly, total and active."""
+    previous = param_counts(model)
+    steps = [("padding", REAL)]
+    step = REAL
+    for f in fields(Counting):
+        step = replace(step, **{f.name: True})
+        steps.append((f.name, step))
+    gaps = []
+    for key, conv in steps:
+        now = param_counts(model, padded_for_t=t, megatron=conv)
+        total, active = previous.total - now.total, previous.active - now.active
+        if total or active:
+            gaps.append(CountGap(*GAP_TEXT[key], total, active))
+        previous = now
+    return gaps

@@ -55,9 +55,60 @@ def megatron_estimate_view(pj: dict) -> Group:
         Text("Megatron-LM's own estimate (report_theoretical_memory) beside megaplan's", style="bold"),
         plain_table(columns, rows),
         Text(f"Megatron prints: {me['log_line']}"),
-        Text("It differs because:"),
+        Text("It differs because (lines of megatron/training/theoretical_memory_usage.py @ d98e8a64):"),
         *why,
+        *_megatron_params_view(me.get("parameters")),
+        *_megatron_flops_view(me.get("flops")),
     )
+
+
+def _billions(n: float) -> str:
+    """A parameter difference in B (or M below 0.1 B), its sign dropped: "38.2 B", "26.8 M"."""
+    n = abs(n)
+    return f"{n / 1e9:.3g} B" if n >= 1e8 else f"{n / 1e6:.3g} M" if n >= 1e5 else f"{n:,.0f}"
+
+
+def _megatron_params_view(par: dict | None) -> list:
+    """Megatron-LM's printed parameter counts beside megaplan's, and each reason they differ with the parameters it
+    moves ("fewer": Megatron counts fewer than megaplan); the reasons add up to the difference."""
+    if not par:
+        return []
+    theirs, mine = par["megatron"], par["megaplan"]
+    rows = [("total", theirs["total"], mine["total"]), ("active", theirs["active"], mine["active"])]
+    columns = [
+        Column("parameters", lambda r: r[0], KEEP, "left"),
+        Column("Megatron B", lambda r: f"{r[1] / 1e9:.2f}", KEEP),
+        Column("megaplan B", lambda r: f"{r[2] / 1e9:.2f}", KEEP),
+    ]
+    out = [plain_table(columns, rows), Text(f"Megatron prints: {' · '.join(par['log_lines'])}")]
+    if not par["differences"]:
+        return [*out, Text("The counts agree: Megatron counts every parameter this model has.")]
+    out.append(Text("Its count differs because it:"))
+    for d in par["differences"]:
+        moved = f"{_billions(d['total'])} {'fewer' if d['total'] > 0 else 'more'}"
+        if d["active"] != d["total"]:
+            moved += f" ({_billions(d['active'])} {'fewer' if d['active'] > 0 else 'more'} active)"
+        out.append(Padding(Text(f"- {d['what']}: {moved}  [{d['source']}]"), (0, 0, 0, 2)))
+    return out
+
+
+def _megatron_flops_view(fl: dict | None) -> list:
+    """One iteration's FLOPs as Megatron-LM logs them (its TFLOP/s) beside megaplan's model FLOPs (the MFU basis),
+    and each reason they differ with its share of megaplan's count; the shares add up to the difference."""
+    if not fl:
+        return []
+    theirs, mine = fl["megatron"], fl["megaplan_model"]
+    out = [
+        Text(
+            f"FLOPs per iteration: Megatron logs {theirs / 1e15:,.1f} PFLOP (num_floating_point_operations: its "
+            f"TFLOP/s), megaplan's model FLOPs {mine / 1e15:,.1f} PFLOP (MFU), {100 * (theirs / mine - 1):+.1f} %, "
+            "because it:"
+        )
+    ]
+    for d in fl["differences"]:
+        share = -100 * d["flops"] / mine
+        out.append(Padding(Text(f"- {d['what']}: {share:+.2g} %  [{d['source']}]"), (0, 0, 0, 2)))
+    return out
 
 
 def tie_cell(pj: dict) -> Text:
