@@ -54,17 +54,86 @@ def _kind_of(spec_type: type[BaseModel]) -> str:
     return next(k for k, v in KINDS.items() if v is spec_type)
 
 
-def format_validation_error(err: ValidationError) -> str:
-    """One line: each failing field by its dotted path and pydantic's reason."""
-    parts = []
+def format_validation_error(err: ValidationError, spec: type[BaseModel] | None = None) -> str:
+    """One line: each failing field by its dotted path and pydantic's reason; with ``spec``, a field it does not
+    have is named with the field meant (a close spelling or a common synonym), else the fields allowed there."""
+    parts, meant = [], {}
+    for e in err.errors():
+        if e["type"] == "extra_forbidden" and spec is not None and (allowed := _fields_at(spec, e["loc"][:-1])):
+            meant[e["loc"]] = _unknown_field(str(e["loc"][-1]), allowed)
+    said = {(*loc[:-1], m.split("did you mean ")[-1].rstrip("?")) for loc, m in meant.items()}
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         value = e.get("input")
-        if isinstance(value, (int, float, str, bool)) and e["type"] != "value_error":
+        if e["loc"] in meant:
+            msg = meant[e["loc"]]
+        elif e["type"] == "missing" and e["loc"] in said:
+            continue  # the misspelt field's message names it
+        elif isinstance(value, (int, float, str, bool)) and e["type"] != "value_error":
             msg = f"{msg} (got {value!r})"
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
+
+
+SYNONYMS = {  # names users write for a field (Hugging Face config.json, Megatron-LM's flags, GPT-NeoX, papers)
+    "num_kv_heads": "num_query_groups",
+    "n_kv_heads": "num_query_groups",
+    "num_key_value_heads": "num_query_groups",
+    "kv_heads": "num_query_groups",
+    "group_query_attention": "num_query_groups",
+    "num_hidden_layers": "num_layers",
+    "n_layers": "num_layers",
+    "n_layer": "num_layers",
+    "num_heads": "num_attention_heads",
+    "n_heads": "num_attention_heads",
+    "n_head": "num_attention_heads",
+    "d_model": "hidden_size",
+    "n_embd": "hidden_size",
+    "intermediate_size": "ffn_hidden_size",
+    "ffn_dim": "ffn_hidden_size",
+    "head_dim": "kv_channels",
+    "rope_theta": "rotary_base",
+    "rms_norm_eps": "norm_epsilon",
+    "layernorm_epsilon": "norm_epsilon",
+    "tie_word_embeddings": "untie_embeddings_and_output_weights (its opposite)",
+    "num_local_experts": "num_experts",
+    "n_routed_experts": "num_experts",
+    "num_experts_per_tok": "moe_router_topk",
+    "seq_length": "seq_len",
+    "sequence_length": "seq_len",
+    "global_batch_size": "global_batch",
+}
+
+
+def _fields_at(spec: type[BaseModel], path: tuple) -> list[str]:
+    """The field names of the (nested) model at ``path`` of ``spec``; [] where the path leaves the models."""
+    import typing
+
+    for key in path:
+        field = spec.model_fields.get(str(key))
+        if field is None:
+            return []
+        inner = [a for a in (field.annotation, *typing.get_args(field.annotation)) if isinstance(a, type)]
+        spec = next((a for a in inner if issubclass(a, BaseModel)), None)
+        if spec is None:
+            return []
+    return list(spec.model_fields)
+
+
+def _unknown_field(name: str, allowed: list[str]) -> str:
+    """What a field name that is not among ``allowed`` means: the one meant, else the list allowed."""
+    import difflib
+
+    key = name.replace("-", "_").lstrip("_").lower()
+    meant = SYNONYMS.get(key)
+    meant = meant if meant is not None and meant.split()[0] in allowed else None
+    meant = meant or (key if key in allowed and key != name else None)
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.75)
+    meant = meant or (close[0] if close else None)
+    if meant is not None:
+        return f"not a field here; did you mean {meant}?"
+    return f"not a field here; allowed: {', '.join(allowed)}"
 
 
 def safe_load(text: str):
@@ -211,7 +280,7 @@ def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
     except ValidationError as err:
         hint = _hf_config_hint(data) or _other_kind_hint(data, kind)
         hint = hint or _older_layout_hint(err, kind)
-        raise PresetError(f"{where}: {hint or format_validation_error(err)}") from err
+        raise PresetError(f"{where}: {hint or format_validation_error(err, spec_type)}") from err
 
 
 def _older_layout_hint(err: ValidationError, kind: str) -> str:

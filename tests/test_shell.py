@@ -618,3 +618,22 @@ def test_explain_says_which_launch_of_several_it_read(tmp_path):
     out = run_cli(["explain", "--brief", "--megatron-args-file", str(script)])
     assert out.exit_code == 0, out.output
     assert "the script launches Megatron-LM 2 times; this plan is its first launch's" in out.stderr
+
+
+def test_srun_running_a_launch_script_with_bash_is_followed(tmp_path):
+    """An sbatch job whose srun runs the launch script with bash (`srun ... bash pretrain.sh ARGS`, as Megatron-LM's
+    examples/post_training/modelopt/slurm/sbatch.sh does with `srun ... bash ${1}`) said "no Megatron-LM entry point
+    found": only a `bash FILE` at the start of a command was followed. The job's nodes reach the script through
+    SLURM_NNODES and srun's words stay the launcher's."""
+    from planner.megatron.script import ScriptFiles
+
+    (tmp_path / "pretrain.sh").write_text(
+        "NUM_NODES=${SLURM_NNODES:-1}\nTP=$1\n"
+        'torchrun --nproc_per_node 8 --nnodes $NUM_NODES pretrain_gpt.py --tp "$TP"\n'
+    )
+    job = "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"
+    job += "srun --ntasks-per-node=1 -l bash pretrain.sh 2\n"
+    launch = extract_launch(job, read_file=ScriptFiles(str(tmp_path)))
+    assert launch.argv == ["--tp", "2"]
+    assert launch.world_size == 32  # 4 nodes (SLURM_NNODES from #SBATCH --nodes) × 8 per node
+    assert launch.launcher.split()[:3] == ["srun", "--ntasks-per-node=1", "-l"]

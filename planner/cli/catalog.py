@@ -376,6 +376,8 @@ def _from_logs(logs, scripts, hardware, gpus_env, output, overwrite_force, as_js
     logged = [
         from_log.logged_run(log, read[s], hardware=hw, gpus=gpus, env=env) for log, s in _log_pairs(logs, scripts)
     ]
+    for note in (note for lr in logged for note in lr.notes):
+        click.echo(f"megaplan: note: {note}", err=True)
     for lr in (lr for lr in logged if lr.log.cut_line):
         click.echo(
             f"megaplan: note: {lr.log.name}, line {lr.log.cut_line}: an iteration line cut short (a log still being "

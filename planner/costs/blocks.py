@@ -12,6 +12,8 @@ exchange of keys and values (less what one step of attention hides), the MoE tok
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from planner.costs import communication as comm
@@ -46,24 +48,33 @@ def _flash(ctx: Context, bh, s_q, s_kv, d_qk: float, d_v: float, *, causal: bool
         )
 
     fwd, bwd = law(window)
-    ratios = fp8_attention_ratios(ctx)
+    ratios = fp8_attention_ratios(ctx, np.sqrt(np.asarray(s_q, dtype=float) * np.asarray(s_kv, dtype=float)))
     if ratios is None:
         return fwd, bwd
     square_bwd = bwd if window is None else law(None)[1]
     return compute.fp8_attention_time_s(fwd, bwd, square_bwd, fwd_ratio=ratios[0], bwd_ratio=ratios[1])
 
 
-def fp8_attention_ratios(ctx: Context) -> tuple[float, float] | None:
+def fp8_attention_ratios(ctx: Context, s=None) -> tuple | None:
     """The FP8 attention kernel's (forward, backward) time ratios to the 16-bit one, when the plan runs
-    attention in FP8 and the GPU preset has them: MXFP8 attention follows the MXFP8 recipe (Transformer
-    Engine v2.16 dot_product_attention.py, the MXFP8/MXFP8 row of its recipe table); other recipes'
-    FP8 attention has no published table here and stays at the 16-bit law."""
+    attention in FP8 and the GPU preset has them. Transformer Engine's recipe table (dot_product_attention.py
+    @ d0067d0): MXFP8 attention follows the MXFP8 recipe (the preset's scalars); the delayed and current-scaling
+    recipes run the per-tensor FP8 kernel (``compute.time_ratio_at_seq`` of the preset's tables at the call's
+    length ``s``, the training sequence when None). Blockwise has no FP8 attention row there, and a GPU without
+    the table has no published one here: both stay at the 16-bit law."""
     opts, kernel = ctx.options, ctx.hardware.attention
-    if not (opts.fp8_dot_product_attention and opts.fp8 is not None and opts.fp8_recipe.value == "mxfp8"):
+    if not (opts.fp8_dot_product_attention and opts.fp8 is not None):
         return None
-    if kernel.mxfp8_fwd_time_ratio is None or kernel.mxfp8_bwd_time_ratio is None:
+    recipe = opts.fp8_recipe.value
+    if recipe == "mxfp8":
+        if kernel.mxfp8_fwd_time_ratio is None or kernel.mxfp8_bwd_time_ratio is None:
+            return None
+        return kernel.mxfp8_fwd_time_ratio, kernel.mxfp8_bwd_time_ratio
+    if recipe not in ("delayed", "tensorwise") or not kernel.fp8_fwd_time_ratio_by_seq:
         return None
-    return kernel.mxfp8_fwd_time_ratio, kernel.mxfp8_bwd_time_ratio
+    at = ctx.training.seq_len if s is None else s
+    fwd = compute.time_ratio_at_seq(at, kernel.fp8_fwd_time_ratio_by_seq)
+    return fwd, compute.time_ratio_at_seq(at, kernel.fp8_bwd_time_ratio_by_seq)
 
 
 def attention_core_s(
@@ -500,6 +511,27 @@ def layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
     if cached is None:
         cached = lt._layer_sums = lt.once(lambda shapes: _layer_sums(shapes, ctx), "layer_sums", LAYER_KEY)
     return cached
+
+
+def bf16_layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
+    """``layer_sums`` of the layers --first-last-layers-bf16 runs outside the FP8 context (Megatron-Core
+    get_fp8_context gives them a nullcontext: fp8_utils.py @ d98e8a64): the same blocks with 16-bit GEMMs at the
+    BF16 peak and η(M,N,K), no FP8 casts, 16-bit userbuffers and attention, once per distinct shape."""
+    cached = getattr(lt, "_bf16_layer_sums", None)
+    if cached is None:
+        cached = lt._bf16_layer_sums = lt.once(
+            lambda shapes: _layer_sums(shapes.in_bf16(), bf16_context(ctx)), "bf16_layer_sums", LAYER_KEY
+        )
+    return cached
+
+
+def bf16_context(ctx: Context) -> Context:
+    """The context of a BF16 end layer: the options without FP8 (made once per context)."""
+    out = ctx.__dict__.get("_bf16_context")
+    if out is None:
+        out = dataclasses.replace(ctx, options=ctx.options.model_copy(update={"fp8": None}))
+        object.__setattr__(ctx, "_bf16_context", out)
+    return out
 
 
 def _layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:

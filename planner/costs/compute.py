@@ -253,6 +253,18 @@ def flash_attention_time_s(
     return one("fwd", flops[0]), one("bwd", flops[1])
 
 
+def time_ratio_at_seq(s: ArrayLike, table: dict[int, float]) -> np.ndarray:
+    """A kernel time ratio measured at a few sequence lengths, at length ``s``:
+
+    r(s) = r_i + (r_{i+1} − r_i)·(log₂ s − log₂ s_i)/(log₂ s_{i+1} − log₂ s_i)  for s_i ≤ s ≤ s_{i+1}
+
+    linear in log₂ s between the measured lengths (cuDNN's tables double s from one row to the next), the end
+    value beyond either end."""
+    seqs = sorted(table)
+    x = np.log2(np.asarray(s, dtype=float))
+    return np.interp(x, np.log2(np.asarray(seqs, dtype=float)), np.asarray([table[k] for k in seqs], dtype=float))
+
+
 def fp8_attention_time_s(
     fwd_s: ArrayLike, bwd_s: ArrayLike, square_bwd_s: ArrayLike, *, fwd_ratio: float, bwd_ratio: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -261,7 +273,8 @@ def fp8_attention_time_s(
     t_fwd,8 = r_f · t_fwd,16;  t_bwd,8 = r_b · t_bwd,16(whole causal square)
 
     r_f, r_b: the FP8 kernel's time over the 16-bit kernel's at the same causal shape (the GPU preset's
-    ``attention.mxfp8_*_time_ratio``, read from cuDNN's own tables). The FP8 backward does not skip the
+    ``attention.mxfp8_*_time_ratio``, or for per-tensor FP8 its ``fp8_*_time_ratio_by_seq`` at the call's length,
+    ``time_ratio_at_seq``: read from cuDNN's own tables). The FP8 backward does not skip the
     tiles a sliding window masks: cuDNN's GPT-OSS tables (window 128, d_h 64, GB200) time its MXFP8
     backward at 2.080, 7.427, 27.94 and 108.4 ms for s = 4k, 8k, 16k and 32k - ×3.6-3.9 per doubling,
     the causal square's s², where the 16-bit window backward grows as s (0.465 ... 3.692 ms). So

@@ -38,6 +38,7 @@ class LoggedRun:
     log: TrainingLog
     script: str
     request: api.PlanRequest
+    notes: tuple[str, ...] = ()  # how the run was read (a vocabulary from the log)
 
     def as_run(self) -> Run:
         return Run(
@@ -83,13 +84,10 @@ def logged_run(
 ) -> LoggedRun:
     """One log with its launch script (read by explain's reader; its variables ``env``, as explain's --env),
     checked to be the same run."""
-    from planner.megatron.importer import import_megatron
-
     refuse_device(log_path, "--from-log")
     log = read_training_log(_log_text(log_path), STDIN if log_path == "-" else log_path)
     log_path, script_path = log.name, script.name
-    where = {"base_dir": script.base_dir, "script_path": script.script_path}
-    req = import_megatron(script.text, gpus=gpus or log.world_size, hardware=hardware, env=env, **where).request
+    req, notes = _logged_request(log, script, hardware=hardware, gpus=gpus, env=env)
     if log.world_size is not None and log.world_size != req.gpus:
         raise LogError(f"{log_path}: the log ran on {log.world_size} GPUs; {script_path} describes {req.gpus}")
     if log.global_batch is not None and log.global_batch != req.ctx.training.global_batch:
@@ -106,7 +104,26 @@ def logged_run(
                 f"{log_path}: its throughput implies {logged / 1e15:.4g} PFLOP per iteration, the model in "
                 f"{script_path} {ours / 1e15:.4g} PFLOP: not the same model, batch or world size"
             )
-    return LoggedRun(log, script_path, req)
+    return LoggedRun(log, script_path, req, notes)
+
+
+def _logged_request(log: TrainingLog, script: ScriptSource, **kw) -> tuple[api.PlanRequest, tuple[str, ...]]:
+    """The plan of a log's launch script; a tokenizer whose vocabulary the script does not give (a Hugging Face
+    tokenizer by path) takes the size the log prints (Megatron-LM's ' > padded vocab (size: N) ...' line)."""
+    from planner.megatron.importer import VocabUnknown, import_megatron
+
+    where = {"base_dir": script.base_dir, "script_path": script.script_path}
+    kw["gpus"] = kw["gpus"] or log.world_size
+    try:
+        return import_megatron(script.text, **kw, **where).request, ()
+    except VocabUnknown as err:
+        if log.vocab_size is None:
+            raise LogError(
+                f"the tokenizer's vocabulary is unknown ({err.how}): give --vocab-size N in the script, or keep "
+                f"Megatron-LM's ' > padded vocab (size: N) ...' line in {log.name} (its rank 0 prints it at start-up)"
+            ) from None
+    req = import_megatron(script.text, **kw, **where, extra=f"--vocab-size {log.vocab_size}").request
+    return req, (f"{log.name}: vocabulary {log.vocab_size} from the log's padded vocab line",)
 
 
 def calibrate_from_logs(logged: list[LoggedRun], hardware: HardwareSpec) -> Fit:

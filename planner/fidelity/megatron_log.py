@@ -26,6 +26,9 @@ BATCH = re.compile(r"global batch size:\s*([0-9]+)(?![\w.])")
 WORLD = re.compile(r"using world size:\s*([0-9]+)(?![\w.])")
 MAX_ALLOCATED = re.compile(r"memory \(MB\).*?\|\s*max allocated:\s*([0-9.]+)")
 MAX_RESERVED = re.compile(r"memory \(MB\).*?\|\s*max reserved:\s*([0-9.]+)")
+# the tokenizer's vocabulary, rank 0 (training/vocab_utils.py @ d98e8a64, core/tokenizers/utils/build_tokenizer.py):
+# " > padded vocab (size: 128256) with 0 dummy tokens (new size: 128256)"
+PADDED_VOCAB = re.compile(r"> padded vocab \(size:\s*([0-9]+)\) with")
 
 
 class LogError(PlannerError):
@@ -43,6 +46,7 @@ class TrainingLog:
     max_allocated_mb: float | None
     max_reserved_mb: float | None
     cut_line: int | None = None  # an iteration line cut before its elapsed time's closing '|', left out
+    vocab_size: int | None = None  # the tokenizer's vocabulary before padding, from the padded vocab line
 
     @property
     def steady_iteration_s(self) -> float:
@@ -57,8 +61,10 @@ class TrainingLog:
 def read_training_log(text: str, name: str) -> TrainingLog:
     """The iteration lines of one Megatron-LM run's log; ``name`` is how errors refer to it."""
     iterations, elapsed, tflops, batches = [], [], [], set()
-    world = allocated = reserved = cut = None
+    world = allocated = reserved = cut = vocab = None
     for number, line in enumerate(text.splitlines(), 1):
+        if vocab is None and "padded vocab" in line and (pv := PADDED_VOCAB.search(line)):
+            vocab = int(pv.group(1))
         # each pattern only on lines with its words: 200,000 lines (39 MB) took 1.04-1.10 s of CPU, now 0.71-0.74
         if world is None and "using world size" in line and (w := WORLD.search(line)):
             world = int(w.group(1))
@@ -95,7 +101,9 @@ def read_training_log(text: str, name: str) -> TrainingLog:
             "calibrate on a run without batch-size ramp-up"
         )
     batch = next(iter(batches), None)
-    return TrainingLog(name, tuple(iterations), tuple(elapsed), tuple(tflops), batch, world, allocated, reserved, cut)
+    return TrainingLog(
+        name, tuple(iterations), tuple(elapsed), tuple(tflops), batch, world, allocated, reserved, cut, vocab
+    )
 
 
 def _elapsed_ms(text: str, name: str, number: int) -> float:

@@ -203,6 +203,27 @@ class AttentionKernelSpec(_Sourced):
     mxfp8_bwd_time_ratio: PositiveFloat | None = Field(
         None, description="MXFP8 attention: backward time / 16-bit's, both over the whole causal square"
     )
+    fp8_fwd_time_ratio_by_seq: dict[int, float] = Field(
+        default_factory=dict,
+        description="per-tensor FP8 attention (fp8_dot_product_attention under the delayed or tensorwise recipe): "
+        "forward time / 16-bit's at each causal sequence length (interpolated in log s, held beyond the ends)",
+    )
+    fp8_bwd_time_ratio_by_seq: dict[int, float] = Field(
+        default_factory=dict, description="per-tensor FP8 attention: backward time / 16-bit's by sequence length"
+    )
+
+    @model_validator(mode="after")
+    def _fp8_tables(self) -> Self:
+        fwd, bwd = self.fp8_fwd_time_ratio_by_seq, self.fp8_bwd_time_ratio_by_seq
+        if set(fwd) != set(bwd):
+            raise ValueError("fp8_fwd_time_ratio_by_seq and fp8_bwd_time_ratio_by_seq must give the same lengths")
+        bad = {s: r for s, r in (fwd | {-k: v for k, v in bwd.items()}).items() if not (r > 0 and abs(s) > 0)}
+        if bad:
+            raise ValueError(f"fp8 attention time ratios must be positive at positive lengths, got {bad}")
+        for name in ("fp8_fwd_time_ratio_by_seq", "fp8_bwd_time_ratio_by_seq"):
+            if getattr(self, name) and not self.sources.get(name):
+                raise ValueError(f"sources must name where each number comes from; missing: {name}")
+        return self
 
 
 class MemorySpec(_Sourced):

@@ -49,6 +49,17 @@ NOT_MODELLED = {  # dest -> what the estimate leaves out when the flag is on (sa
 }
 
 
+class VocabUnknown(PlannerError):
+    """A launch whose tokenizer's vocabulary megaplan cannot know (a Hugging Face tokenizer by path, say)."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+        super().__init__(
+            f"the tokenizer's vocabulary is unknown ({how}): give --model PRESET whose tokenizer it is (e.g. "
+            "llama2-7b for a Llama 2 tokenizer.model), or its size with --megatron-args '--vocab-size N'"
+        )
+
+
 @dataclass(frozen=True)
 class Imported:
     request: api.PlanRequest
@@ -77,10 +88,7 @@ def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, no
     if "vocab_size" not in fields and base is None:
         vocab, how = tokenizer_vocab(v, fork_flags)
         if vocab is None:
-            raise PlannerError(
-                f"the tokenizer's vocabulary is unknown ({how}): give --model PRESET whose tokenizer it is (e.g. "
-                "llama2-7b for a Llama 2 tokenizer.model), or its size with --megatron-args '--vocab-size N'"
-            )
+            raise VocabUnknown(how)
         fields["vocab_size"] = vocab
         notes.append(f"vocabulary {vocab} from {how}")
     if base is not None:
@@ -252,6 +260,7 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "fp8": v.get("fp8"),  # --fp8-format stores into args.fp8
         "fp8_recipe": _fp8_recipe(v),
         "fp8_param_gather": bool(v.get("fp8_param_gather")),
+        **_bf16_ends(v),
         "moe_capacity_factor": v.get("moe_expert_capacity_factor"),
         "recompute_modules": recompute_modules(v),
         "cpu_offloading_num_layers": int(v.get("cpu_offloading_num_layers") or 0),
@@ -270,6 +279,18 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "moe_router_padding_for_quantization": bool(
             v.get("moe_router_padding_for_quantization") or v.get("moe_router_padding_for_fp8")
         ),
+    }
+
+
+def _bf16_ends(v: dict) -> dict:
+    """--first-last-layers-bf16 with its layer counts (TransformerConfig's defaults 1 and 1 when not given) and
+    --fp8-output-proj: the PlanOptions they set."""
+    ends = {"num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1}
+    out = {dest: default if v.get(dest) is None else int(v[dest]) for dest, default in ends.items()}
+    return {
+        "first_last_layers_bf16": bool(v.get("first_last_layers_bf16")),
+        **out,
+        "fp8_output_proj": bool(v.get("fp8_output_proj")),
     }
 
 

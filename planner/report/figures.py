@@ -18,7 +18,7 @@ __all__ = ["DPI", "INSTALL_HINT", "check_drawable", "check_picture_path", "save"
 SUFFIXES = (".svg", ".png")
 FWD_COLORS = ("#1f5fbf", "#4f8fe6", "#86b6f0", "#b9d5f7")
 BWD_COLORS = ("#2e8b3a", "#5cb85c", "#95d195", "#c4e6c4")
-COMM_COLOR, DP_COLOR, OPT_COLOR = "#e6a700", "#b03aa8", "#c0392b"
+COMM_COLOR, DP_COLOR, WAIT_COLOR, OPT_COLOR = "#e6a700", "#b03aa8", "#dcb6d9", "#c0392b"
 
 
 def check_picture_path(path: str, option: str, svg_without_matplotlib: bool = False, *, drawable: bool = True) -> Path:
@@ -65,8 +65,9 @@ def save(fig, path: str, option: str) -> None:
 
 def schedule_picture(tl: Timeline, title: str) -> Picture:
     """The pipeline schedule: one row per stage (stage 0 on top), forwards blue, backwards green
-    (lighter for later interleaved chunks), blocking p2p sends amber, the DP gradient sync and
-    optimizer step after the flush; micro-batch numbers (from 1) on the blocks wide enough for them."""
+    (lighter for later interleaved chunks), blocking p2p sends amber, the DP gradient sync, the wait for the
+    slowest GPU and the optimizer step after the flush; micro-batch numbers (from 1) on the blocks wide enough
+    for them."""
     width_px = DPI * min(max(8.0, 0.06 * len(tl.ops) / tl.p), 40.0)  # about 0.06 inch per block, 8-40 inches
     legend = _legend_rows(_schedule_legend(tl), width_px)
     pic = Picture(width_px, DPI * (1.5 + 0.45 * tl.p) + 20 * (len(legend) - 1))
@@ -84,7 +85,7 @@ def schedule_picture(tl: Timeline, title: str) -> Picture:
         sends = [box(t.start_s, t.end_s - t.start_s, 0.3) for t in tl.stage_sends(i) if t.blocking]
         pic.rects(f"stage{i}-p2p", COMM_COLOR, sends)
         t0 = tl.pipeline_s
-        for name, color in (("dp_comm", DP_COLOR), ("optimizer", OPT_COLOR)):
+        for name, color in (("dp_comm", DP_COLOR), ("stragglers", WAIT_COLOR), ("optimizer", OPT_COLOR)):
             secs = tl.tail_s.get(name, 0.0)
             pic.rects(f"stage{i}-{name}", color, [box(t0, secs, 0.8)] if secs > 0 else [])
             t0 += secs
@@ -132,6 +133,7 @@ def _schedule_legend(tl: Timeline) -> list[tuple[str, str, str]]:
         blocks = [(FWD_COLORS[k], "", f"{'forward, ' if k == 0 else ''}chunk {letters[k]}") for k in range(n)]
         blocks += [(BWD_COLORS[k], "", f"{'backward, ' if k == 0 else ''}chunk {letters[k]}") for k in range(n)]
     tail = [(COMM_COLOR, "", f"p2p send ({_ms(tl.p2p_s)} each)"), (DP_COLOR, "", "DP grad sync")]
+    tail += [(WAIT_COLOR, "", "wait for the slowest GPU")] if tl.tail_s.get("stragglers", 0.0) > 0 else []
     return blocks + tail + [(OPT_COLOR, "", "optimizer"), ("white", "grey", "bubble (idle)")]
 
 

@@ -154,13 +154,14 @@ def _applies(name: str, pjs: tuple[dict, dict]) -> bool:
 
 def _left_out(r: dict, pjs: tuple[dict, dict]) -> bool:
     """A row the table leaves out (--json keeps every row): the same on both sides and None, a plan field that
-    applies to neither plan, or a memory or time term that is zero in both."""
+    applies to neither plan (even when its values differ: a dense plan's etp follows its tp), or a memory or time
+    term that is zero in both."""
+    if r["section"] == "plan" and not _applies(r["name"], pjs):
+        return True
     if r["differs"]:
         return False
     if r["a"] is None:
         return True
-    if r["section"] == "plan":
-        return not _applies(r["name"], pjs)
     return r["section"] in ("memory", "time") and r["a"] == 0
 
 

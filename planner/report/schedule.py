@@ -2,9 +2,9 @@
 
 Each column is a fixed slice of time. A forward is drawn ``>>3>>`` (micro-batch 3, counted from
 1 as in Narayanan et al. 2021 Figure 3), a backward ``<<3<<``, a p2p send ``~``, the data-parallel
-gradient sync ``=`` and the optimizer step ``#``; a blank is the bubble. Under interleaving a
-chunk's micro-batch carries the chunk's letter (``3a``, ``3b``) and a lighter colour for later
-chunks. When the blocks would be narrower than their labels at the terminal's width, the view
+gradient sync ``=``, the wait for the slowest GPU ``.`` and the optimizer step ``#``; a blank is the
+bubble. Under interleaving a chunk's micro-batch carries the chunk's letter (``3a``, ``3b``) and a
+lighter colour for later chunks. When the blocks would be narrower than their labels at the terminal's width, the view
 shows the start and the end of the iteration at a readable scale and elides the steady state in
 between (and elides middle stages beyond ``MAX_STAGE_ROWS``), saying so in its caption.
 """
@@ -33,8 +33,8 @@ BWD_STYLES = (
     "bold black on chartreuse3",
     "bold black on dark_olive_green3",
 )
-COMM_STYLE, DP_STYLE, OPT_STYLE = "yellow", "bold magenta", "bold red"
-TAIL = {"dp_comm": ("=", DP_STYLE), "optimizer": ("#", OPT_STYLE)}
+COMM_STYLE, DP_STYLE, WAIT_STYLE, OPT_STYLE = "yellow", "bold magenta", "magenta", "bold red"
+TAIL = {"dp_comm": ("=", DP_STYLE), "stragglers": (".", WAIT_STYLE), "optimizer": ("#", OPT_STYLE)}
 
 
 def _label(tl: Timeline, microbatch: int, chunk: int) -> str:
@@ -216,6 +216,7 @@ def _legend(tl: Timeline) -> list:
         " p2p · ",
         ("=", DP_STYLE),
         " DP sync · ",
+        *([(".", WAIT_STYLE), " wait for the slowest GPU · "] if tl.tail_s.get("stragglers", 0.0) > 0 else []),
         ("#", OPT_STYLE),
         " optimizer · blank: bubble",
     ]

@@ -117,6 +117,15 @@ class Interp(Substitute, Follow, Expander):
         finally:
             self.prefix, self.depth = saved, self.depth - 1
 
+    def run_prefixed(self, prefix: list[Field], fields: list[Field]) -> bool:
+        """``srun [options] bash FILE [ARGS]``: the file run by a shell under a launcher, its launcher words
+        prefixed (as for ``sh -c``); False if the shell names no file."""
+        saved, self.prefix = self.prefix, self.prefix + prefix
+        try:
+            return self.run_file(fields)
+        finally:
+            self.prefix = saved
+
     def raw(self, node) -> str:
         return self.src[node.pos[0] : node.pos[1]]
 
@@ -394,6 +403,8 @@ class Interp(Substitute, Follow, Expander):
                     j += 1
                 if j + 1 < len(texts) and texts[j].startswith("-") and texts[j].endswith("c"):
                     self.nested(texts[j + 1], fields[:k])
+                    return
+                if k > 0 and self.run_prefixed(fields[:k], fields[k:]):
                     return
             entry, skip = _entry_at(texts, k)
             if entry is not None and _ENTRY.match(_as_file(entry)):
