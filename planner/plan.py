@@ -281,6 +281,20 @@ class PlanOptions(_Spec):
         False, description="--fp8-param-gather: keep and all-gather FP8 weights, no bf16 copy"
     )
     fp8_recipe: Fp8Recipe = Field(Fp8Recipe.DELAYED, description="--fp8-recipe (Megatron-LM default: delayed)")
+    first_last_layers_bf16: bool = Field(
+        False,
+        description="--first-last-layers-bf16: with FP8, the first and last decoder layers' GEMMs in BF16 "
+        "(Megatron-Core fp8_utils.is_first_last_bf16_layer; not with delayed scaling)",
+    )
+    num_layers_at_start_in_bf16: int = Field(
+        1, ge=0, description="--num-layers-at-start-in-bf16 N: the first N decoder layers in BF16 (default 1)"
+    )
+    num_layers_at_end_in_bf16: int = Field(
+        1, ge=0, description="--num-layers-at-end-in-bf16 M: the last M decoder layers in BF16 (default 1)"
+    )
+    fp8_output_proj: bool = Field(
+        False, description="--fp8-output-proj: the output layer's logits GEMM in MXFP8 (the MXFP8 recipe only)"
+    )
     moe_flex_dispatcher_backend: FlexBackend = Field(
         FlexBackend.DEEPEP, description="--moe-flex-dispatcher-backend with the flex dispatcher"
     )
@@ -361,7 +375,32 @@ class PlanOptions(_Spec):
             raise ValueError("recompute_modules lists a module twice")
         if self.cuda_graph_impl is CudaGraphImpl.FULL_ITERATION and self.cuda_graph_modules:
             raise ValueError("--cuda-graph-modules must be empty with --cuda-graph-impl full_iteration (arguments.py)")
+        self._low_precision_rules()
         return self
+
+    def _low_precision_rules(self) -> None:
+        """transformer_config.py:1527-1575 @ d98e8a64: BF16 end layers not with delayed scaling (its amaxes are
+        reduced once for all FP8 layers); the MXFP8 output layer with FP8 and the MXFP8 recipe only."""
+        if self.fp8 is not None and self.first_last_layers_bf16 and self.fp8_recipe is Fp8Recipe.DELAYED:
+            raise ValueError(
+                "--first-last-layers-bf16 with --fp8-recipe delayed: Megatron-LM refuses it "
+                "(transformer_config.py:1530, 'Delayed scaling does not support first / last layer in BF16'); "
+                "allowed: --fp8-recipe tensorwise, blockwise or mxfp8"
+            )
+        if self.fp8_output_proj and (self.fp8 is None or self.fp8_recipe is not Fp8Recipe.MXFP8):
+            got = f"--fp8-recipe {self.fp8_recipe.value}" if self.fp8 is not None else "no --fp8-format"
+            raise ValueError(
+                f"--fp8-output-proj needs --fp8-format with --fp8-recipe mxfp8 (transformer_config.py:1569-1575); "
+                f"got {got}; allowed: drop it"
+            )
+
+    @property
+    def bf16_end_layers(self) -> tuple[int, int]:
+        """(N, M): the first N and last M decoder layers Megatron-Core runs outside the FP8 context
+        (fp8_utils.py is_first_last_bf16_layer @ d98e8a64, on global layer numbers); (0, 0) without FP8 or the flag."""
+        if self.fp8 is None or not self.first_last_layers_bf16:
+            return (0, 0)
+        return (self.num_layers_at_start_in_bf16, self.num_layers_at_end_in_bf16)
 
     def graphs_launch(self, module: CudaGraphModule) -> bool:
         """Whether CUDA graphs launch ``module``'s block (attention, MLP or MoE) without the host."""

@@ -285,8 +285,9 @@ def test_a_dense_models_memory_reads_only_the_stage_counts_it_needs():
         stage_memory_bytes(lt, ctx, lt.type_index)
     st = lt.stage(lt.type_index)
     assert set(st) == {"layers", "first", "last", "dense"} and st["dense"] is st["layers"]
-    assert dict(st.items()).keys() == {"layers", "moe", "window", "mtp", "first", "last", "dense"}
-    assert not np.any(st["moe"]) and not np.any(st["window"]) and not np.any(st["mtp"])
+    bf16 = {"bf16", "bf16_moe", "bf16_window"}  # --first-last-layers-bf16's layers: none without it
+    assert dict(st.items()).keys() == {"layers", "moe", "window", "mtp", "first", "last", "dense", *bf16}
+    assert not any(np.any(st[k]) for k in ("moe", "window", "mtp", *bf16))
 
 
 def test_a_view_refuses_the_letters_its_key_does_not_decide():

@@ -82,25 +82,29 @@ def test_what_megatron_lm_refuses_is_refused_naming_the_flag(flags, hardware, me
 
 
 @pytest.mark.parametrize(
-    "flags, hardware, warning",
+    "flags, hardware, options",
     [
         # accepted by Megatron-LM (validate_args and TransformerConfig pass); 2 ≤ 32 // 1 and 8 ≤ 32 // 4
         (
             "--fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-start-in-bf16 2",
             "dgx-h100-superpod",
-            "the first 2 and last 1 layers run in BF16; priced as FP8 in every layer",
+            {"first_last_layers_bf16": True, "bf16_end_layers": (2, 1)},
         ),
         (
             "--fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 --pipeline-model-parallel-size 4 "
-            "--num-layers-at-start-in-bf16 8",
+            "--num-layers-at-start-in-bf16 8 --tp-comm-overlap",
             "dgx-h100-superpod",
-            "the first 8 and last 1 layers",
+            {"bf16_end_layers": (8, 1), "tp_comm_overlap": True},
         ),
-        ("--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-output-proj", "dgx-b200-superpod", "priced in 16 bits"),
+        ("--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-output-proj", "dgx-b200-superpod", {"fp8_output_proj": True}),
     ],
 )
-def test_what_megatron_lm_runs_is_priced_with_a_warning_for_what_is_left_out(flags, hardware, warning):
-    assert any(warning in w for w in _import(flags, hardware).warnings)
+def test_what_megatron_lm_runs_is_carried_into_the_options_and_priced(flags, hardware, options):
+    """The BF16 end layers and the MXFP8 output layer are plan options, priced (tests/test_bf16_end_layers.py): the
+    import carries them and warns of nothing about them (the second userbuffer set included)."""
+    imported = _import(flags, hardware)
+    assert {k: getattr(imported.request.ctx.options, k) for k in options} == options
+    assert not any("BF16" in w or "output layer" in w for w in imported.warnings)
 
 
 def test_bf16_end_layers_without_fp8_change_nothing_and_say_nothing():
@@ -215,13 +219,13 @@ def test_bridges_current_scaling_preset_keeps_one_bf16_layer_at_each_end():
     v0.2.1:286-288, v0.6.0:299-301); MixedPrecisionConfig's own defaults are 0 and 0, copied onto the model by every
     preset, so 0 and 0 keep no layer in BF16 and say nothing."""
     said = _bridge("mixed_precision=bf16_with_fp8_current_scaling_mixed")
-    assert said.exit_code == 0 and "the first 1 and last 1 layers run in BF16" in said.stderr
+    assert said.exit_code == 0 and "FP8-hybrid (BF16 first 1, last 1 layers)" in said.stdout
     none = _bridge(
         "mixed_precision=bf16_with_fp8_current_scaling_mixed",
         "mixed_precision.num_layers_at_start_in_bf16=0",
         "mixed_precision.num_layers_at_end_in_bf16=0",
     )
-    assert none.exit_code == 0 and "BF16" not in none.stderr
+    assert none.exit_code == 0 and "BF16 first" not in none.stdout
 
 
 def test_the_optimizers_cpu_offload_keeps_fp8_parameters_with_delayed_scaling_only():
@@ -231,13 +235,6 @@ def test_the_optimizers_cpu_offload_keeps_fp8_parameters_with_delayed_scaling_on
     with pytest.raises(PlannerError, match="--fp8-recipe tensorwise: Megatron-LM refuses it"):
         _import(offload + " --fp8-recipe tensorwise")
     assert any("the optimizer's CPU offload" in w for w in _import(offload).warnings)
-
-
-def test_bf16_end_layers_under_userbuffers_say_the_second_buffer_set():
-    """Megatron-LM initialize.py _initialize_tp_communicators (TE >= 2.7): FP8 with BF16 end layers registers the
-    userbuffers twice, UserBufferQuantizationMode.FP8 and NONE; the second set is not priced, and said."""
-    flags = "--fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 --tp-comm-overlap"
-    assert any("a second set of userbuffers in 16 bits" in w for w in _import(flags).warnings)
 
 
 def test_the_export_of_blockwise_on_blackwell_names_the_transformer_engine_it_needs():

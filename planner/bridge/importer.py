@@ -183,13 +183,15 @@ def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
     return argv + _low_precision_flags(fields)
 
 
-# TransformerConfig fields that no plan option carries but Megatron-Core checks (Bridge's finalize() runs its
-# __post_init__): given as Megatron-LM flags to the importer's planner.megatron.low_precision checks
+# TransformerConfig's low-precision fields no row of the table reads (Bridge's finalize() runs its __post_init__):
+# given as Megatron-LM flags to the importer, which checks them (planner.megatron.low_precision) and carries the BF16
+# end layers and the MXFP8 output layer into the plan's options
 LOW_PRECISION_FIELDS = {
     "model.fp4": "--fp4-format",
     "model.first_last_layers_bf16": "--first-last-layers-bf16",
     "model.num_layers_at_start_in_bf16": "--num-layers-at-start-in-bf16",
     "model.num_layers_at_end_in_bf16": "--num-layers-at-end-in-bf16",
+    "model.fp8_output_proj": "--fp8-output-proj",
 }
 
 

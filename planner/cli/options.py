@@ -263,6 +263,22 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         ("--fp8-param-gather",), "Keep and all-gather FP8 weights (no 16-bit weight copy).", False, flag=True, solo=True
     ),
     Option(
+        ("--first-last-layers-bf16",),
+        "With --fp8: the first N and last M decoder layers' GEMMs in BF16 (not with --fp8-recipe delayed).",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(("--num-layers-at-start-in-bf16",), "N of --first-last-layers-bf16 (at most L/pp).", 1, IntRange(min=0)),
+    Option(("--num-layers-at-end-in-bf16",), "M of --first-last-layers-bf16 (at most L/pp).", 1, IntRange(min=0)),
+    Option(
+        ("--fp8-output-proj",),
+        "The output layer's logits GEMM in MXFP8 (with --fp8-recipe mxfp8).",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
         ("--moe-token-dispatcher",),
         "MoE token dispatcher (flex: DeepEP/HybridEP).",
         "allgather",

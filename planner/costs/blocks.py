@@ -12,6 +12,8 @@ exchange of keys and values (less what one step of attention hides), the MoE tok
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from planner.costs import communication as comm
@@ -509,6 +511,27 @@ def layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
     if cached is None:
         cached = lt._layer_sums = lt.once(lambda shapes: _layer_sums(shapes, ctx), "layer_sums", LAYER_KEY)
     return cached
+
+
+def bf16_layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
+    """``layer_sums`` of the layers --first-last-layers-bf16 runs outside the FP8 context (Megatron-Core
+    get_fp8_context gives them a nullcontext: fp8_utils.py @ d98e8a64): the same blocks with 16-bit GEMMs at the
+    BF16 peak and η(M,N,K), no FP8 casts, 16-bit userbuffers and attention, once per distinct shape."""
+    cached = getattr(lt, "_bf16_layer_sums", None)
+    if cached is None:
+        cached = lt._bf16_layer_sums = lt.once(
+            lambda shapes: _layer_sums(shapes.in_bf16(), bf16_context(ctx)), "bf16_layer_sums", LAYER_KEY
+        )
+    return cached
+
+
+def bf16_context(ctx: Context) -> Context:
+    """The context of a BF16 end layer: the options without FP8 (made once per context)."""
+    out = ctx.__dict__.get("_bf16_context")
+    if out is None:
+        out = dataclasses.replace(ctx, options=ctx.options.model_copy(update={"fp8": None}))
+        object.__setattr__(ctx, "_bf16_context", out)
+    return out
 
 
 def _layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:

@@ -15,6 +15,7 @@ import numpy as np
 
 from planner.costs import Formula, compute, flops, memory
 from planner.costs.blocks import (
+    bf16_layer_sums,
     fp8_attention_ratios,
     graphed_frac,
     layer_parts,
@@ -25,7 +26,7 @@ from planner.costs.blocks import (
 )
 from planner.costs.layer_memory import layer_activations
 from planner.costs.letters import Letters
-from planner.costs.linears import activation_message, gemm_times, tp_collectives_s, tp_formula
+from planner.costs.linears import activation_message, fp8_cast_bytes, gemm_times, tp_collectives_s, tp_formula
 from planner.costs.memory_parts import layers_text
 from planner.costs.mla import mla_formula
 from planner.costs.moe import dispatcher_formula, expert_formula
@@ -66,22 +67,36 @@ def head_times(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     """The embedding (first stage) and the logits with cross-entropy (last stage)."""
     cal, gpu = ctx.hardware.calibration, ctx.hardware.gpu
     hbm = gpu.hbm_bytes_per_s * cal.memory_efficiency
-    logits = compute.gemm_time_s(
-        flops.logits_gemm(lt.b, lt.s, lt.h, lt.V, lt.t, lt.c),
-        peak_flops_per_s=gpu.peak_flops_per_s(ctx.precision),
-        eta_max=cal.gemm_efficiency,
-        half_dim=cal.gemm_half_dim,
-    )
+    logits, casts = logits_gemm_s(lt, ctx)
     logit_elems = lt.b * lt.s / lt.c * lt.V / lt.t
     sbh = lt.b * lt.s * lt.h / lt.c
     grads = memory.gradient_bytes_per_param(ctx.precision, grads_in_16_bits=ctx.options.grad_buffer_in_16_bits)
     table = embedding_grad_bytes(lt.V, lt.h, lt.t, grad_bytes=grads, act_bytes=lt.act_bytes)
     return {
-        "head_fwd": logits + CROSS_ENTROPY_FWD_BYTES * logit_elems / hbm,
-        "head_bwd": compute.BACKWARD_GEMM_FACTOR * logits + CROSS_ENTROPY_BWD_BYTES * logit_elems / hbm,
+        "head_fwd": logits + (CROSS_ENTROPY_FWD_BYTES * logit_elems + casts[0]) / hbm,
+        "head_bwd": compute.BACKWARD_GEMM_FACTOR * logits + (CROSS_ENTROPY_BWD_BYTES * logit_elems + casts[1]) / hbm,
         "embedding_fwd": EMBEDDING_FWD_BYTES_PER_SBH * sbh / hbm,
         "embedding_bwd": (compute.BACKWARD_ELEMENTWISE_FACTOR * EMBEDDING_FWD_BYTES_PER_SBH * sbh + table) / hbm,
     }
+
+
+def logits_gemm_s(lt: Letters, ctx: Context) -> tuple[np.ndarray, tuple]:
+    """The output layer's forward GEMM (seconds) and its FP8 casts' (forward, backward) HBM bytes: a 16-bit GEMM on
+    the roofline, none; with --fp8-output-proj Megatron-Core's TELMHeadColumnParallelLinear runs it under the MXFP8
+    recipe (gpt_model.py:272-276, extensions/transformer_engine.py:1780-1902 @ d98e8a64), at η_fp8 × the MXFP8
+    ratio, its input cast on its own (M·K), the weight once per iteration (N·K / m) and the logits' gradient in
+    the backward (M·N), as ``linears.fp8_cast_bytes`` counts a linear layer's."""
+    gemm = flops.logits_gemm(lt.b, lt.s, lt.h, lt.V, lt.t, lt.c)
+    if not ctx.options.fp8_output_proj:
+        cal = ctx.hardware.calibration
+        peak = ctx.hardware.gpu.peak_flops_per_s(ctx.precision)
+        return compute.gemm_time_s(
+            gemm, peak_flops_per_s=peak, eta_max=cal.gemm_efficiency, half_dim=cal.gemm_half_dim
+        ), (0.0, 0.0)
+    casts = fp8_cast_bytes(
+        lt, ctx, {"logits": gemm}, fused_in=0.0, out_grad=0.0, per_in=gemm.M * gemm.K, per_grad=gemm.M * gemm.N
+    )
+    return gemm_times({"logits": gemm}, ctx, fp8=True)["logits"], casts
 
 
 def mtp_extra_s(lt: Letters, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
@@ -121,6 +136,8 @@ def stage_terms(lt: Letters, ctx: Context, st: dict, *, offload: bool = True) ->
         kinds.append((st["window"], {k: window[k] - attention[k] for k in window}))
     if mo.mtp_layers:
         kinds.append((st["mtp"], moe_layer if mo.is_moe and mo.mtp_is_moe else dense))
+    if lt.bf16_ends:
+        kinds += bf16_kinds(lt, ctx, st, (dense, moe_layer))
     totals: dict[str, np.ndarray] = {}
 
     def total(key: str) -> np.ndarray:
@@ -151,6 +168,28 @@ def stage_terms(lt: Letters, ctx: Context, st: dict, *, offload: bool = True) ->
     if offload:
         step["offload"] = offload_exposed_s(lt, ctx, n, (dense, moe_layer), st["moe"])
     return step
+
+
+def bf16_kinds(lt: Letters, ctx: Context, st: dict, fp8_layers: tuple[dict, dict]) -> list[tuple]:
+    """What the BF16 end layers a stage holds (``st``'s ``bf16``, of them ``bf16_moe`` and ``bf16_window``) add to
+    it: each kind's count times its layer's terms in BF16 (``blocks.bf16_layer_sums``) less the same layer's in
+    FP8 (``fp8_layers``: the dense and MoE layers' ``layer_terms``), as ``stage_terms`` adds each kind of layer."""
+    mo, sums = ctx.model, bf16_layer_sums(lt, ctx)
+    dense, moe_layer = fp8_layers
+    dense16 = layer_terms(lt, ctx, sums["dense"])
+
+    def extra(bf16: dict, fp8: dict) -> dict:
+        return {k: bf16[k] - fp8[k] for k in fp8}
+
+    kinds = [(st["bf16"] - st["bf16_moe"] if mo.is_moe else st["bf16"], extra(dense16, dense))]
+    if mo.is_moe:
+        kinds.append((st["bf16_moe"], extra(layer_terms(lt, ctx, sums["moe"]), moe_layer)))
+    if mo.window is not None:  # what a window changes of a BF16 layer's attention, less what it changes in FP8
+        fp8_sums = layer_sums(lt, ctx)
+        w16, a16 = (layer_terms(lt, ctx, sums[k]) for k in ("window", "attention"))
+        w8, a8 = (layer_terms(lt, ctx, fp8_sums[k]) for k in ("window", "attention"))
+        kinds.append((st["bf16_window"], {k: w16[k] - a16[k] - w8[k] + a8[k] for k in w8}))
+    return kinds
 
 
 def offload_exposed_s(lt: Letters, ctx: Context, n: np.ndarray, kinds: tuple[dict, dict], moe_layers: np.ndarray):
@@ -246,6 +285,8 @@ def compute_formulas(ctx: Context) -> dict[str, Formula]:
         if mo.mtp_layers
         else ""
     )
+    if any(opts.bf16_end_layers):  # blocks.bf16_layer_sums
+        mtp += f"; --first-last-layers-bf16: {bf16_ends_text(ctx)} with Σ_GEMM F/(P_peak·η(M,N,K)), no FP8 casts"
     if mo.qk_layernorm and not mo.multi_latent_attention:  # compute.qk_norm_bytes
         window += "; per-head Q and K norms (--qk-layernorm): 4·sb·(a + g)·d_h/t bytes, Megatron-Core attention.py"
     if unfused_rope(mo):  # compute.unfused_rope_extra_bytes
@@ -331,7 +372,22 @@ def time_parts(lt: Letters, ctx: Context, i: np.ndarray) -> dict[str, np.ndarray
     if mo.is_moe:
         out["fwd+bwd: routed-expert GEMMs"] = moe_layers * both * parts["moe"]["expert_linear"]
         out["fwd+bwd: shared-expert GEMMs"] = moe_layers * both * parts["moe"]["shared_linear"]
+    if lt.bf16_ends:  # what the stage's BF16 end layers take beyond the same layers in FP8
+        fp8_layers = (layer_times(lt, ctx), layer_times(lt, ctx, moe_layer=True) if mo.is_moe else None)
+        out[BF16_PART] = sum(n * (k["fwd"] + k["bwd"]) for n, k in bf16_kinds(lt, ctx, st, fp8_layers))
     return out
+
+
+BF16_PART = "fwd+bwd: BF16 end layers beyond FP8"
+
+
+def bf16_ends_text(ctx: Context) -> str:
+    """Which layers --first-last-layers-bf16 keeps in BF16, and where they sit."""
+    start, end = ctx.options.bf16_end_layers
+    return (
+        f"the first {start} and last {end} of the {ctx.model.num_layers} decoder layers (global layer numbers: the "
+        "first stage's first model chunk and the last stage's last chunk hold them, or the ranks a split gives them)"
+    )
 
 
 def time_part_formulas(ctx: Context) -> dict[str, Formula]:
@@ -362,4 +418,11 @@ def time_part_formulas(ctx: Context) -> dict[str, Formula]:
                 f"m × MoE layers × 3 × shared experts' fc1 + fc2 (f_s = {mo.shared_ffn}) split over t",
                 "DeepSeek-V3 §2.1.2 (shared experts); Megatron-Core moe/shared_experts.py",
             )
+    if any(ctx.options.bf16_end_layers):
+        out[BF16_PART] = Formula(
+            f"m × the slowest stage's BF16 layers × [forward + backward with 16-bit GEMMs F/(P_peak·η(M,N,K)), no FP8 "
+            f"casts − the same layer in FP8]: {bf16_ends_text(ctx)}",
+            "Megatron-Core fp8_utils.py is_first_last_bf16_layer, get_fp8_context (a nullcontext for those layers), "
+            "transformer_block.py:354, 689 @ d98e8a64",
+        )
     return out

@@ -9,6 +9,7 @@ stage.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import itertools
@@ -19,7 +20,7 @@ import numpy as np
 from planner.costs import memory
 from planner.costs.pipeline import microbatch_group
 from planner.models.params import padded_vocab
-from planner.models.pipeline_layout import COUNT_FIELDS, stage_contents, stage_counts
+from planner.models.pipeline_layout import COUNT_FIELDS, bf16_pattern, stage_contents, stage_counts
 from planner.plan import AttentionKernel, Context, num_microbatches
 from planner.space.grid import PlanGrid
 
@@ -181,38 +182,54 @@ def _per_plan_array(value: np.ndarray, inverse: np.ndarray, rows: int, seen: dic
 
 @functools.lru_cache(maxsize=8192)
 def _split_counts(
-    key: tuple[int, ...], layout: str | None, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int
+    key: tuple[int, ...],
+    layout: str | None,
+    moe: tuple[bool, ...],
+    window: tuple[bool, ...],
+    mtp: int,
+    bf16: tuple[bool, ...] = (),
 ) -> np.ndarray | None:
     p, v, split, first, last = key
     contents = stage_contents(len(moe), mtp, p, v, split, first, last, layout)
-    return None if contents is None else stage_counts(contents, moe, window)
+    return None if contents is None else stage_counts(contents, moe, window, bf16)
 
 
-def _even_counts(p: int, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int) -> np.ndarray:
+def _even_counts(
+    p: int, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int, bf16: tuple[bool, ...] = ()
+) -> np.ndarray:
     n = L / p
-    row = [n, n * sum(moe) / L, n * sum(window) / L, 0, 0, 0]
+    row = [n, n * sum(moe) / L, n * sum(window) / L, 0, 0, 0, 0, 0, 0]
     out = np.tile(np.array(row, dtype=float), (p, 1))
     out[0, 4], out[-1, 5], out[-1, 3] = 1, 1, mtp
+    if bf16:  # the BF16 end layers on the end ranks (the first half's on the first), at the model's shares
+        for rank, k in ((0, sum(bf16[: L // 2])), (-1, sum(bf16[L // 2 :]))):
+            out[rank, 6:] = out[rank, 6:] + [k, k * sum(moe) / L, k * sum(window) / L]
     return out
 
 
 @functools.lru_cache(maxsize=16)
-def _model_splits(moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int) -> dict:
+def _model_splits(moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int, bf16: tuple = ()) -> dict:
     """``_split_kinds`` of one model's splits, by (p, v, split, first, last, layout): the model's layer
     patterns hashed once per grid, not once per split."""
     return {}
 
 
 def _split_kinds(
-    key: tuple[int, ...], layout: str | None, moe: tuple[bool, ...], window: tuple[bool, ...], mtp: int, L: int
+    key: tuple[int, ...],
+    layout: str | None,
+    moe: tuple[bool, ...],
+    window: tuple[bool, ...],
+    mtp: int,
+    L: int,
+    bf16: tuple[bool, ...] = (),
 ) -> tuple[np.ndarray, bool, tuple[tuple[int, int], ...]]:
     """(counts per rank, whether Megatron-LM accepts the split, the distinct kinds of stage as
     (first rank, ranks sharing it)) of one split; a split Megatron-LM rejects (the rule table says so) is
     costed as even."""
-    counts = _split_counts(key, layout, moe, window, mtp)
+    counts = _split_counts(key, layout, moe, window, mtp, bf16)
     legal = counts is not None
     if counts is None:
-        counts = _even_counts(key[0], moe, window, mtp, L)
+        counts = _even_counts(key[0], moe, window, mtp, L, bf16)
     seen: dict[tuple, list[int]] = {}
     for i in range(key[0]):
         seen.setdefault(tuple(counts[i]), [i, 0])[1] += 1
@@ -428,6 +445,8 @@ class _Shapes:
 
 # what ``Letters`` keeps by split or model (and the context's store)
 _SPLIT_TABLES = ("_table", "_pmax", "_split_p", "_moe_layers", "_kept")
+# what ``Letters.in_bf16`` keeps of the private attributes: the view flag, the stage tables, ``_Rows``' source
+_KEPT_BY_COPY = frozenset(("_view", "_row_start", "_stage_cache", "_whole", "_rows", "_seen", *_SPLIT_TABLES))
 STAGE_FIELDS = (*COUNT_FIELDS, "dense")  # what ``Letters.stage`` gives
 
 
@@ -523,7 +542,9 @@ class Letters:
         columns = (grid.pp, grid.vpp, grid.split, grid.first_layers, grid.last_layers, grid.layout)  # -1: no layout
         first_row, inverse = distinct_rows(list(columns))
         uniq = np.stack([np.asarray(c)[first_row] for c in columns], axis=1).astype(np.int64, copy=False)
-        model = (mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers)  # properties: read once
+        bf16 = bf16_pattern(mo.num_layers, *ctx.options.bf16_end_layers)  # (): no layer outside FP8
+        model = (mo.moe_pattern, mo.window_pattern, mo.mtp_layers, mo.num_layers, bf16)  # properties: read once
+        self.bf16_ends = bool(bf16)  # the stages hold BF16 end layers (``Letters.stage``'s bf16 counts)
         self._table, pmax, self._split_p, legal, index, count = _split_tables(uniq.tobytes(), grid.layouts, model)
         self._moe_layers = any(model[0])  # else every split's MoE counts are 0 (``stage``: dense = layers)
         self._row_start = inverse[:, None] * pmax  # each plan's split's first entry in the flattened tables
@@ -566,6 +587,16 @@ class Letters:
         view.__dict__.update(letters)
         view._view = True
         return view
+
+    def in_bf16(self) -> Letters:
+        """These letters with the linear layers outside the FP8 context (``fp8`` False, no block scales): the BF16
+        end layers of --first-last-layers-bf16. A view or one plan (what ``once`` hands its function); what the cost
+        modules cached on it (``_layer_parts``, ``_ub_ops`` ...: read with FP8) is left behind."""
+        out = copy.copy(self)
+        for name in [k for k in vars(out) if k[0] == "_" and k not in _KEPT_BY_COPY]:
+            delattr(out, name)
+        out.fp8, out.fp8_scale = False, 0.0
+        return out
 
     def once(self, fn, name: str | None = None, key: tuple[str, ...] = SHAPE_KEY):
         """``fn(letters)`` for every plan, computed once per distinct shape (``key``: ``SHAPE_KEY``, ``LAYER_KEY``
@@ -621,7 +652,8 @@ class Letters:
         layers, MoE, sliding-window and MTP layers, the embedding and the loss, summed over every rank of
         each plan's split (a split Megatron-LM rejects as its even stand-in)."""
         start = self._row_start[:, 0] // self._pmax
-        out = {name: self._table[k].sum(axis=1).take(start)[:, None] for k, name in enumerate(COUNT_FIELDS)}
+        fields = COUNT_FIELDS if self.bf16_ends else COUNT_FIELDS[: COUNT_FIELDS.index("bf16")]  # else zeros
+        out = {name: self._table[k].sum(axis=1).take(start)[:, None] for k, name in enumerate(fields)}
         out["first"], out["last"] = out["first"] > 0, out["last"] > 0
         out["dense"] = out["layers"] - out["moe"]
         return out

@@ -148,12 +148,28 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray], i: np.ndar
     opts = ctx.options
     if opts.fp8 is not None:  # FP8 copies (and transposes), or instead of the 16-bit weight with --fp8-param-gather
         extra = fp8_weight_bytes(ctx) - (w_bytes if opts.fp8_param_gather else 0)
-        layers_here = params["layers"]
+        layers_here = _fp8_layer_params(lt, ctx, params, i, lp)
         if fsdp:
             whole = np.maximum(params["dense"] + params["expert"], 1)
-            layers_here = np.where(lt.fsdp_params, params["layers"] * sharded / whole, layers_here)
+            layers_here = np.where(lt.fsdp_params, layers_here * sharded / whole, layers_here)
         states["weights"] = states["weights"] + extra * layers_here
+    if opts.fp8_output_proj:  # the MXFP8 output layer's cached copy of its 16-bit V/t × h weight (last stage)
+        word = embedding_params(ctx.model, lt.t, lt.s)["word"]
+        states["weights"] = states["weights"] + lt.stage(i)["last"] * fp8_weight_bytes(ctx) * word
     return states
+
+
+def _fp8_layer_params(lt: Letters, ctx: Context, params: dict, i: np.ndarray, lp: dict) -> np.ndarray:
+    """The stage's transformer-layer parameters Transformer Engine holds FP8 copies of (``params["layers"]``): all
+    but the BF16 end layers', built outside fp8_model_init and run outside fp8_autocast (get_fp8_context gives
+    them a nullcontext: transformer_block.py:354, 689 @ d98e8a64), so neither quantised weights nor FP8 primaries."""
+    if not lt.bf16_ends:
+        return params["layers"]
+    st = lt.stage(i)
+    bf16 = st["bf16"] * lp["dense_layer"]
+    if ctx.model.is_moe:
+        bf16 = bf16 + st["bf16_moe"] * (lp["moe_dense"] + lp["moe_expert"] - lp["dense_layer"])
+    return params["layers"] - bf16
 
 
 def _per_micro_batch(lt: Letters, ctx: Context) -> dict:
@@ -170,7 +186,24 @@ def _per_micro_batch(lt: Letters, ctx: Context) -> dict:
     }
     if ctx.model.mtp_layers:
         out["mtp_projection"] = 2 * lt.act_bytes * lt.b * lt.s * lt.h / lt.c / np.where(lt.sp, lt.t, 1)
+    if ctx.options.fp8_output_proj:  # the MXFP8 output layer saves its input column-wise in MXFP8, not in 16 bits
+        saved = lt.act_bytes - memory.fp8_saved_bytes_per_element("mxfp8")
+        out["output"] = out["output"] - saved * lt.b * lt.s * lt.h / lt.c / np.where(lt.sp, lt.t, 1)
+    if lt.bf16_ends:  # a BF16 end layer keeps its linear layers' inputs in 16 bits (``layer_memory.layer_kinds``)
+        kinds16 = layer_kinds(lt.in_bf16(), ctx)
+        out["dense16"], out["moe16"] = kinds16["dense"], kinds16["moe"]
     return out
+
+
+def _bf16_kept(lt: Letters, ctx: Context, st: dict, per: dict) -> np.ndarray:
+    """What a stage's BF16 end layers keep per micro-batch beyond the same layers in FP8 (``st``: its ``bf16`` layers,
+    of them ``bf16_moe``; ``per``: ``_per_micro_batch``): 16-bit saved inputs where FP8 layers keep one byte and
+    the recipe's scales; nothing under full recomputation, which keeps each layer's 16-bit input either way."""
+    dense = st["bf16"] - st["bf16_moe"] if ctx.model.is_moe else st["bf16"]
+    extra = dense * (kept_per_layer(lt, per["dense16"]) - kept_per_layer(lt, per["dense"]))
+    if ctx.model.is_moe:
+        extra = extra + st["bf16_moe"] * (kept_per_layer(lt, per["moe16"]) - kept_per_layer(lt, per["moe"]))
+    return extra
 
 
 def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
@@ -203,6 +236,8 @@ def _activations(lt: Letters, ctx: Context, i: np.ndarray) -> np.ndarray:
     if mo.mtp_layers:
         mtp_layer = moe_layer if mo.is_moe and mo.mtp_is_moe else dense
         kept = kept + st["mtp"] * (kept_per_layer(lt, mtp_layer) + per["mtp_projection"])
+    if lt.bf16_ends:
+        kept = kept + _bf16_kept(lt, ctx, st, per)
     out = in_flight * kept
     if full:
         out = out + select(full_rows, lambda: full_working, lambda: 0.0)
@@ -285,10 +320,17 @@ def _process_bytes(lt: Letters, ctx: Context, i: np.ndarray, activations: np.nda
 
 
 def _workspaces(lt: Letters, ctx: Context, tpo: np.ndarray) -> np.ndarray:
-    """GEMM workspaces and (``tpo``: --tp-comm-overlap with sequence parallelism) userbuffers, per plan (N, 1)."""
-    return process_memory.workspace_bytes(
-        ctx.hardware.memory.cublas_workspace_mib * MIB, tp_comm_overlap=tpo
-    ) + process_memory.userbuffer_bytes(lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=lt.fp8, act_bytes=lt.act_bytes)
+    """GEMM workspaces and (``tpo``: --tp-comm-overlap with sequence parallelism) userbuffers, per plan (N, 1); with
+    BF16 end layers a second set of userbuffers in 16 bits beside the FP8 one (Transformer Engine ≥ 2.7:
+    Megatron-LM initialize.py:228-245 @ d98e8a64 adds UserBufferQuantizationMode.NONE)."""
+    ub = process_memory.userbuffer_bytes(
+        lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=lt.fp8, act_bytes=lt.act_bytes
+    )
+    if lt.bf16_ends:
+        ub = ub + process_memory.userbuffer_bytes(
+            lt.s, lt.b, lt.h, lt.c, tp_comm_overlap=tpo, fp8=False, act_bytes=lt.act_bytes
+        )
+    return process_memory.workspace_bytes(ctx.hardware.memory.cublas_workspace_mib * MIB, tp_comm_overlap=tpo) + ub
 
 
 def _memory_terms(lt: Letters, ctx: Context, i: np.ndarray) -> tuple[dict, dict]:
@@ -440,6 +482,11 @@ def _with_fp8_weights(ctx: Context, weights: Formula) -> Formula:
         if opts.fp8_param_gather
         else f"+ {size} ({what}, cached between micro-batches)"
     )
+    if any(opts.bf16_end_layers):
+        start, end = opts.bf16_end_layers
+        extra += f"; none for the first {start} and last {end} layers (BF16: --first-last-layers-bf16)"
+    if opts.fp8_output_proj:
+        extra += f"; the MXFP8 output layer: + {fp8_weight_bytes(ctx):.4g} bytes × V·h/t (last stage)"
     return Formula(
         f"{weights.text}; linear-layer weights: {extra}",
         weights.source + "; Transformer Engine module/base.py reset_parameters (both GEMM layouts) and "
@@ -574,6 +621,14 @@ def activation_formula(ctx: Context, plan: ParallelPlan, parts: dict | None = No
     )
     if mo.mtp_layers:
         moe += "; each MTP depth a layer, its 2sbh projection input and its own logits (its stage)"
+    if any(opts.bf16_end_layers):
+        start, end = opts.bf16_end_layers
+        moe += (
+            f"; the first {start} and last {end} decoder layers (--first-last-layers-bf16) keep their linear layers' "
+            "inputs in 16 bits, not FP8"
+        )
+    if opts.fp8_output_proj:
+        moe += "; the MXFP8 output layer keeps its input in MXFP8 (1 + 1/32 bytes)"
     return Formula(
         f"{in_flight} micro-batches × layers × {per_layer}; + embedding (first stage) and fp32 logits "
         f"4sbV/t (last stage){offload}{moe}",

@@ -283,6 +283,7 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "fp8": v.get("fp8"),  # --fp8-format stores into args.fp8
         "fp8_recipe": _fp8_recipe(v),
         "fp8_param_gather": bool(v.get("fp8_param_gather")),
+        **_bf16_ends(v),
         "moe_capacity_factor": v.get("moe_expert_capacity_factor"),
         "recompute_modules": recompute_modules(v),
         "cpu_offloading_num_layers": int(v.get("cpu_offloading_num_layers") or 0),
@@ -301,6 +302,18 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "moe_router_padding_for_quantization": bool(
             v.get("moe_router_padding_for_quantization") or v.get("moe_router_padding_for_fp8")
         ),
+    }
+
+
+def _bf16_ends(v: dict) -> dict:
+    """--first-last-layers-bf16 with its layer counts (TransformerConfig's defaults 1 and 1 when not given) and
+    --fp8-output-proj: the PlanOptions they set."""
+    ends = {"num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1}
+    out = {dest: default if v.get(dest) is None else int(v[dest]) for dest, default in ends.items()}
+    return {
+        "first_last_layers_bf16": bool(v.get("first_last_layers_bf16")),
+        **out,
+        "fp8_output_proj": bool(v.get("fp8_output_proj")),
     }
 
 

@@ -1,5 +1,6 @@
-"""The low-precision flags of a Megatron-LM command line that the plan does not carry (NVFP4, BF16 end layers,
-the FP8 output projection, the router's quantisation padding), checked as Megatron-LM checks them.
+"""The low-precision flags of a Megatron-LM command line checked as Megatron-LM checks them: NVFP4 (refused), the
+BF16 end layers and the MXFP8 output projection (carried by the plan's options and priced), the router's
+quantisation padding (not priced).
 
 Each refusal names the flag, what is allowed and the Megatron-LM line that refuses it (commit d98e8a64:
 ``megatron/training/arguments.py`` validate_args, ``megatron/core/transformer/transformer_config.py``
@@ -70,11 +71,7 @@ def _bf16_end_layers(v: dict, num_layers: int, pp: int) -> list[str]:
                 f"{_dest(dest)} {n}: allowed: 0 to {most}, the layers of one pipeline stage ({num_layers} layers / "
                 f"pp {pp}; transformer_config.py:1536-1556)"
             )
-    if start + end == 0:
-        return []
-    return [
-        f"--first-last-layers-bf16: the first {start} and last {end} layers run in BF16; priced as FP8 in every layer"
-    ]
+    return []  # priced: PlanOptions.first_last_layers_bf16 (costs.blocks.bf16_layer_sums)
 
 
 def _output_proj(v: dict) -> list[str]:
@@ -87,7 +84,7 @@ def _output_proj(v: dict) -> list[str]:
             f"--fp8-output-proj needs --fp8-format with --fp8-recipe mxfp8 (transformer_config.py:1569-1575); "
             f"got {'--fp8-recipe ' + recipe if v.get('fp8') else 'no --fp8-format'}; allowed: drop it"
         )
-    return ["--fp8-output-proj: the output layer's GEMMs in MXFP8; priced in 16 bits"]
+    return []  # priced: PlanOptions.fp8_output_proj (costs.layer_time.logits_gemm_s)
 
 
 def _router_padding(v: dict) -> list[str]:
@@ -111,8 +108,9 @@ def _router_padding(v: dict) -> list[str]:
 
 
 def check_low_precision(v: dict, *, num_layers: int, pp: int) -> list[str]:
-    """Refuse (PlannerError, one line) what Megatron-LM refuses among the low-precision flags the plan does not
-    carry; the warnings for what it runs that the estimate prices otherwise. ``v``: the parsed flag values."""
+    """Refuse (PlannerError, one line) what Megatron-LM refuses among the low-precision flags; the warnings for what
+    it runs that the estimate prices otherwise (none today: what it accepts is carried by the options and priced).
+    ``v``: the parsed flag values."""
     _fp4(v)
     if v.get("fp8_param_gather") and not v.get("fp8"):
         raise PlannerError(
@@ -120,13 +118,7 @@ def check_low_precision(v: dict, *, num_layers: int, pp: int) -> list[str]:
             "with fp8 mode'); allowed: add --fp8-format e4m3|hybrid, or drop it"
         )
     _offloaded_fp8_params(v)
-    warnings = _bf16_end_layers(v, num_layers, pp)
-    if warnings and v.get("tp_comm_overlap"):
-        warnings.append(
-            "--tp-comm-overlap with BF16 end layers: a second set of userbuffers in 16 bits beside the FP8 ones "
-            "(Megatron-LM initialize.py _initialize_tp_communicators, Transformer Engine ≥ 2.7); not priced"
-        )
-    return warnings + _output_proj(v) + _router_padding(v)
+    return _bf16_end_layers(v, num_layers, pp) + _output_proj(v) + _router_padding(v)
 
 
 def _offloaded_fp8_params(v: dict) -> None:

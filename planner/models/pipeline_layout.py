@@ -250,16 +250,38 @@ def stage_contents(
     )
 
 
-COUNT_FIELDS = ("layers", "moe", "window", "mtp", "first", "last")
+COUNT_FIELDS = ("layers", "moe", "window", "mtp", "first", "last", "bf16", "bf16_moe", "bf16_window")
+
+
+def bf16_pattern(num_layers: int, start: int, end: int) -> tuple[bool, ...]:
+    """Which decoder layers run outside the FP8 context with --first-last-layers-bf16: global layer numbers
+    below N = ``start`` or at least L − M (M = ``end``) (Megatron-Core fp8_utils.py is_first_last_bf16_layer @
+    d98e8a64, which TransformerBlock calls with each layer's global number, so the pipeline stage and model chunk
+    holding it follow from the split); () when none does."""
+    if not start and not end:
+        return ()
+    return tuple(x < start or x >= num_layers - end for x in range(num_layers))
 
 
 def stage_counts(
-    contents: StageContents, moe_pattern: tuple[bool, ...], window_pattern: tuple[bool, ...]
+    contents: StageContents,
+    moe_pattern: tuple[bool, ...],
+    window_pattern: tuple[bool, ...],
+    bf16: tuple[bool, ...] = (),
 ) -> np.ndarray:
-    """Per rank: [decoder layers, of them MoE, of them sliding-window, MTP layers, embedding, loss]."""
+    """Per rank: [decoder layers, of them MoE, of them sliding-window, MTP layers, embedding, loss, BF16 layers
+    (``bf16_pattern``; () for none), of them MoE, of them sliding-window]."""
+
+    def ends(ids) -> list[int]:
+        if not bf16:
+            return [0, 0, 0]
+        return [sum(bf16[x] for x in ids), sum(bf16[x] and moe_pattern[x] for x in ids),
+                sum(bf16[x] and window_pattern[x] for x in ids)]  # fmt: skip
+
     return np.array(
         [
             [len(ids), sum(moe_pattern[x] for x in ids), sum(window_pattern[x] for x in ids), mtp, emb, loss]
+            + ends(ids)
             for ids, mtp, emb, loss in zip(
                 contents.layers, contents.mtp, contents.embedding, contents.loss, strict=True
             )

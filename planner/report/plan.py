@@ -22,6 +22,11 @@ def plan_line(pj: dict) -> str:
     """The plan label with what the label leaves out: precision, FP8 and the attention kernel."""
     opt, tr = pj["options"], pj["training"]
     fp8 = f" FP8-{opt['fp8']}" if opt.get("fp8") else ""
+    ends = (opt.get("num_layers_at_start_in_bf16") or 0, opt.get("num_layers_at_end_in_bf16") or 0)
+    if fp8 and opt.get("first_last_layers_bf16") and any(ends):
+        fp8 += f" (BF16 first {ends[0]}, last {ends[1]} layers)"
+    if fp8 and opt.get("fp8_output_proj"):
+        fp8 += " · MXFP8 output layer"
     return f"{plan_text(pj)} · {tr['precision']}{fp8} · {opt['attention_kernel']} attention"
 
 
@@ -382,7 +387,7 @@ def metrics_table(est: dict) -> FittedTable:
         (
             "MFU causal",
             f"{100 * est['mfu_causal']:.1f}%",
-            "causal attention halved: the MFU Megatron-LM and Megatron-Bridge report",
+            "causal attention halved: Megatron-Bridge's MFU; Megatron-LM's is its TFLOP/s above ÷ peak",
         ),
         ("HFU", f"{100 * est['hfu']:.1f}%", "hardware FLOP/s ÷ dense peak"),
         ("pipeline bubble", f"{100 * est['bubble_frac']:.1f}%", "bubble time ÷ iteration"),

@@ -119,6 +119,7 @@ class RuleInputs:
             middle=int(self.layers.middle[i]),
             max_pos=mo.max_position_embeddings,
             offload=self.options.cpu_offloading_num_layers,
+            bf16_ends=self.options.bf16_end_layers,
             recompute=int(g.recompute[i]),
             recompute_name=RECOMPUTE_BY_CODE[int(g.recompute[i])].value,
             layout=self.grid.layout_text(i),

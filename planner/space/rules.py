@@ -146,6 +146,16 @@ def _offload_breach(x) -> str:
     return f"--cpu-offloading-num-layers {x.offload} needs {' and '.join(parts)} (transformer_config.py:1884-1899)"
 
 
+def _bf16_ends_breach(x) -> str:
+    """--num-layers-at-start/end-in-bf16 beyond L // pp (transformer_config.py:1533-1556 @ d98e8a64)."""
+    most, (start, end) = x.L // x.p, x.bf16_ends
+    given = " and ".join(f"--num-layers-at-{w}-in-bf16 {n}" for w, n in (("start", start), ("end", end)) if n > most)
+    return (
+        f"{given}: allowed 0 to {most}, the layers of one pipeline stage ({x.L} layers // pp {x.p}; "
+        "transformer_config.py:1536-1556)"
+    )
+
+
 def _with_option(option: str, mask: Callable[[RuleInputs], np.ndarray]) -> Callable[[RuleInputs], np.ndarray]:
     """A rule that binds only when the plan's options set ``option``."""
     return lambda r: mask(r) if getattr(r.options, option) else r.everywhere(True)
@@ -471,6 +481,24 @@ RULES: tuple[Rule, ...] = (
         lambda x: "--use-precision-aware-optimizer needs --use-distributed-optimizer (optimizer/__init__.py:1057-1060)",
     ),
     _module_rule(MODULE_REFUSALS[2]),
+    Rule(
+        "BF16 end layers at most one pipeline stage's",
+        lambda r: (
+            max(r.options.bf16_end_layers) <= r.model.num_layers // r.grid.pp
+            if any(r.options.bf16_end_layers)
+            else r.everywhere(True)
+        ),
+        lambda x: _bf16_ends_breach(x),
+    ),
+    Rule(
+        "the MXFP8 output layer does not share the word embedding's weight",
+        lambda r: r.grid.pp > 1 if r.options.fp8_output_proj and r.model.tied_embeddings else r.everywhere(True),
+        lambda x: (
+            "--fp8-output-proj with tied embeddings and pp 1: Megatron-Core's TELMHeadColumnParallelLinear refuses "
+            "the shared weight on the embedding's stage (extensions/transformer_engine.py:1825, 'does not support "
+            "skip_weight_param_allocation'); allowed: --untie-embeddings-and-output-weights, or pp > 1"
+        ),
+    ),
     Rule(
         "fp8 needs bf16 or fp16 training",
         lambda r: r.everywhere(r.options.fp8 is None or r.training.precision.value != "fp32"),
