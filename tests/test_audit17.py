@@ -229,3 +229,21 @@ def test_compare_at_80_columns_keeps_the_difference_column():
     assert re.search(r"A: TP2 PP1 DP32 b1.* \(llama3-8b, 64 GPUs of dgx-h100-superpod\)", text), text
     names = [line.split("  ")[0].strip() for line in text.splitlines()]
     assert "hardware" not in names and "model" not in names
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("--tensor-parallel", "--tp"),
+        ("--pipeline-parallel-size", "--pp"),
+        ("--num-gpus", "--gpus"),
+        ("--nodes", "--gpus N (the nodes × GPUs per node)"),
+        ("--sequence-length", "--seq-len"),
+        ("--gbs", "--global-batch"),
+    ],
+)
+def test_an_option_spelt_as_other_tools_spell_it_names_megaplans(typed, meant):
+    # `search --tensor-parallel 8` said "Did you mean one of: '--no-sequence-parallel', '--sequence-parallel'?",
+    # `--nodes 8` "Did you mean one of: '--model', '--no-fsdp', '--tokens'?" (click's spelling distance)
+    line = _one_error(["search", "--model", "gpt3-175b", "--gpus", "64", typed, "8"])
+    assert line == f"megaplan: error: no option {typed}; megaplan's option is {meant}", line
