@@ -99,3 +99,10 @@ def test_bridge_run_recipe_lines_read_torchrun_the_same_way(tmp_path):
         read_bridge_source({"bridge_config": str(path)})  # before: 8 GPUs, the range dropped
     read, _ = read_bridge_source({"bridge_config": str(path), "gpus": 32})
     assert read.data["gpus"] == 32
+
+
+def test_a_count_from_an_unset_variable_is_still_named_as_such(tmp_path):
+    """A number beside a variable's count is not the one refused (the full suite caught 'torchrun --nproc-per-node 8:
+    allowed: ...' for --nnodes $NNODES)."""
+    line = one_line_error(_explain(tmp_path, "torchrun --nproc-per-node 8 --nnodes $NODES"))
+    assert "(nproc = 8, nnodes = $NODES)" in line and line.endswith("pass --gpus N or --env NODES=VALUE")

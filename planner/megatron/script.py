@@ -346,12 +346,20 @@ def torch_world_unknown(counts: dict[str, str]) -> str | None:
             "torchrun --nproc-per-node cpu starts one process per CPU core, a CPU run megaplan does not price; "
             "allowed: a whole number of processes per node, gpu or auto (with --gpus N)"
         )
-    if per_node and "$" not in per_node:
+    if per_node and "$" not in per_node and not _whole(per_node):
         return (
             f"torchrun --nproc-per-node {per_node}: allowed: a whole number ≥ 1, gpu or auto (torchrun also takes "
             "cpu and xpu); pass --gpus N"
         )
     return None
+
+
+def _whole(text: str) -> bool:
+    """A count torchrun reads as a number ≥ 1 (Python's int())."""
+    try:
+        return int(text) >= 1
+    except ValueError:
+        return False
 
 
 UP_LEVELS = 4  # how many folders above the script a relative path is looked for (where the script runs from)
