@@ -234,9 +234,28 @@ def repeated_key_check(text: str, where: str) -> None:
             todo.extend(node.value)
 
 
+def _whole_keys(value):
+    """JSON's keys are strings: the ones written in the digits 0-9 become the integers they were (a hardware
+    preset's NCCL tables are keyed by GPU count, and --json writes 2 as "2")."""
+    if isinstance(value, dict):
+        return {int(k) if k.isascii() and k.isdigit() else k: _whole_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_keys(v) for v in value]
+    return value
+
+
 def _parse(text: str, where: str):
+    """A preset file's document. A JSON text (``megaplan presets show NAME --json``, which the README says to copy) is
+    read as JSON: PyYAML reads YAML 1.1, whose floats need a dot, so JSON's ``1e-05`` came back the string '1e-05'."""
+    import json
+
     import yaml
 
+    if text.lstrip().startswith("{"):
+        try:
+            return _whole_keys(json.loads(text))
+        except ValueError:
+            pass  # a YAML flow mapping, or broken JSON: YAML's parser names the problem
     try:
         return safe_load(text)
     except yaml.YAMLError as err:

@@ -247,3 +247,24 @@ def test_an_option_spelt_as_other_tools_spell_it_names_megaplans(typed, meant):
     # `--nodes 8` "Did you mean one of: '--model', '--no-fsdp', '--tokens'?" (click's spelling distance)
     line = _one_error(["search", "--model", "gpt3-175b", "--gpus", "64", typed, "8"])
     assert line == f"megaplan: error: no option {typed}; megaplan's option is {meant}", line
+
+
+@pytest.mark.parametrize(("kind", "name"), [("models", "llama3-8b"), ("hardware", "dgx-h100-superpod")])
+def test_a_preset_copied_with_presets_show_json_loads_back(tmp_path, kind, name):
+    # the README: "copy one from presets/ (or `megaplan presets show NAME --json`) and edit it"; the JSON copy of
+    # llama3-8b was refused, "norm_epsilon: Input should be a valid number (got '1e-05')": YAML 1.1 (PyYAML) reads
+    # JSON's 1e-05 as a string (its floats need a dot)
+    import json
+
+    from planner.presets import load_hardware, load_model
+
+    shown = run_cli(["presets", "show", name, "--json"])
+    assert shown.exit_code == 0, shown.output
+    path = tmp_path / f"mine-{name}.json"
+    path.write_text(shown.stdout)
+    load = load_model if kind == "models" else load_hardware
+    assert load(str(path)) == load(name)
+    if kind == "models":
+        assert json.loads(shown.stdout)["norm_epsilon"] == 1e-05
+        out = run_cli(["search", "--model", str(path), "--gpus", "8", "--top", "1"])
+        assert out.exit_code == 0, out.output
