@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.bridge.export import bridge_export, dotlist, priced_userbuffers
+from planner.bridge.export import UB_OPS, bridge_export, dotlist, priced_userbuffers, ub_object, yaml_text
 from planner.bridge.importer import request_from_bridge
-from planner.bridge.runtime import UB_FIELD, userbuffer_preset
+from planner.bridge.runtime import UB_FIELD, UB_MODULE, userbuffer_preset
 from planner.bridge.table import RECIPES, ROWS
-from planner.hardware.userbuffers import load_config_file
+from planner.hardware.userbuffers import bridge_presets, load_config_file, ops_from_bridge_repr
 from tests.test_bridge_roundtrip import LAYOUT_PLANS, PLANS, _request
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,8 +50,28 @@ UB_PLANS = {
     },
     "llama3-70b tp4 cp2 TE default userbuffers": {**_TP4, "options": {**_TP4["options"], "tp_comm_overlap": True}},
 }
+# bridge17: plans priced at a preset the base recipe (an H100 one: Bridge has no B200 library recipe megaplan uses)
+# does not hold: the B200 preset on B200 and GB200 (same overlap classes as the base's), the FP8 H100 preset (ring
+# exchanges where the base pipelines the two reduce-scatters). Each is checked as the dotlist and as the YAML.
+_B200_TP2 = dict(model="llama3-70b", gpus=64, tp=2, pp=4, sequence_parallel=True, distributed_optimizer=True)
+_BRIDGE_UB = {"tp_comm_overlap": True, "tp_comm_overlap_cfg": "bridge"}
+UB_PLANS |= {
+    "llama3-70b b200 tp2 Bridge's b200 preset": {**_B200_TP2, "hardware": "dgx-b200-superpod", "options": _BRIDGE_UB},
+    "llama3-70b gb200 tp2 Bridge's b200 preset": {**_B200_TP2, "hardware": "gb200-nvl72", "options": _BRIDGE_UB},
+    "llama3-70b h100 tp4 fp8-cs Bridge's fp8 preset": {
+        **_TP4,
+        "options": {**_TP4["options"], **_BRIDGE_UB, "fp8": "hybrid", "fp8_recipe": "tensorwise"},
+    },
+}
 ALL = {**PLANS, **UB_PLANS, **LAYOUT_PLANS}
-CHECKED = sorted(ALL)
+YAML = " [yaml]"  # the same plan's override YAML (OmegaConf.merge) rather than its dotlist (Hydra overrides)
+CHECKED = sorted(ALL) + sorted(name + YAML for name in UB_PLANS)
+
+
+def _plan(name: str) -> dict:
+    return ALL[name.removesuffix(YAML)]
+
+
 FP8_ATTENTION = "mixed_precision.fp8_dot_product_attention"  # no Megatron-LM flag: not in the table, read beside it
 READ_PATHS = sorted({r.read_at(t) for r in ROWS for t in ("v0.2.1", "v0.6.0")} | {"dataset.seq_length"})
 
@@ -61,24 +81,17 @@ def bridge_results(tag: str) -> dict:
     python, path = env_for(tag)
     cases, names = [], []
     for name in CHECKED:
-        req = _request(ALL[name])
+        req = _request(_plan(name))
         try:
             exp = bridge_export(req, tag)
         except Exception:
             continue
+        form = {"yaml": yaml_text(exp)} if name.endswith(YAML) else {"overrides": dotlist(exp)}
         module = RECIPES[tag][exp.recipe][0]
         preset = req.ctx.model.name
         hf = hf_entries(preset)
         fields = READ_PATHS + ["model.num_moe_experts", "dataset.sequence_length", UB_FIELD, FP8_ATTENTION]
-        cases.append(
-            {
-                "recipe": f"{module}:{exp.recipe}",
-                "world_size": req.gpus,
-                "overrides": dotlist(exp),
-                "fields": fields,
-                "hf": hf,
-            }
-        )
+        cases.append({"recipe": f"{module}:{exp.recipe}", "world_size": req.gpus, **form, "fields": fields, "hf": hf})
         names.append(name)
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"megaplan-bridge-{tag}.json"
     work.write_text(json.dumps(cases))
@@ -108,7 +121,7 @@ def test_bridge_runs_the_export_as_the_plan(name, tag):
     if result["stage"] == "recipe":  # the base recipe itself cannot be built here (offline, CPU): nothing checked
         pytest.skip(f"Bridge {tag} cannot build the base recipe on this machine: {result['error'][:200]}")
     assert result["ok"], f"Bridge refused the export of {name} at {tag}: {result['error']}"
-    req = _request(ALL[name])
+    req = _request(_plan(name))
     fields = {k: v for k, v in result["fields"].items() if v != "<absent>"}
     ran_ub = fields.pop(UB_FIELD, None)  # after runtime_config_update: checked below, not a field to import
     env = bridge_export(req, tag).env  # what the launch line sets (the allocator), not a Bridge field
@@ -120,7 +133,82 @@ def test_bridge_runs_the_export_as_the_plan(name, tag):
     assert back.request.ctx.options.model_copy(update=priced_cfg) == req.ctx.options
     assert fields["data_parallel_size"] == req.plan.dp
     if fields.get("model.tp_comm_overlap"):  # userbuffers run: CommOverlapConfig.setup hands TE this config
+        dropped = [n for n in bridge_export(req, tag).notes if n.startswith("the YAML at v0.2.1 runs")]
+        if name.endswith(YAML) and dropped:  # the export says the YAML cannot build it here: what it says is so
+            ops = ops_from_bridge_repr(ran_ub)
+            named = dropped[0].split("defaults for ")[1].split(" (")[0].split(", ")
+            assert named and not set(named) & set(ops) and len(ops) == 10 - len(named), (named, sorted(ops))
+            return
         ran = userbuffer_preset({UB_FIELD: ran_ub})[0] if ran_ub is not None else None  # None: TE's defaults
         priced = priced_userbuffers(req)
         ops = [load_config_file(n).ops if n else None for n in (ran, priced)]  # two presets may hold the same values
         assert ops[0] == ops[1], f"Bridge runs {ran or 'TE defaults'}, priced {priced or 'TE defaults'}"
+
+
+# Every Bridge userbuffer preset megaplan knows, written whole as the export's YAML writes it (ub_object: each GEMM's
+# class and every field, from presets/userbuffers/bridge.yaml and the classes' defaults), against Bridge's own
+# object of that name (built by {_target_: comm_overlap.<preset>, _call_: false}): what TE is handed must be equal.
+UB_BASE = {
+    "v0.2.1": "llama3_8b_pretrain_config",
+    "v0.6.0": "llama3_8b_pretrain_2gpu_h100_bf16_config",
+}  # no comm_overlap
+
+
+@cache
+def preset_results(tag: str) -> dict:
+    import yaml
+
+    python, path = env_for(tag)
+    module, base = RECIPES[tag][UB_BASE[tag]][0], UB_BASE[tag]
+    co = {"_target_": "megatron.bridge.training.comm_overlap.CommOverlapConfig", "tp_comm_overlap": True}
+    model = {"tensor_model_parallel_size": 2, "sequence_parallel": True}
+    cases, names = [], []
+    for preset in bridge_presets():
+        for form, cfg in (("ref", {"_target_": f"{UB_MODULE}.{preset.name}", "_call_": False}), ("whole", None)):
+            text = yaml.safe_dump(
+                {"model": model, "comm_overlap": {**co, "tp_comm_overlap_cfg": cfg or ub_object(preset.name)}}
+            )
+            cases.append(
+                {
+                    "recipe": f"{module}:{base}",
+                    "world_size": 8,
+                    "yaml": text,
+                    "fields": ["model.tp_comm_overlap_cfg"],
+                    "hf": hf_entries("llama3-8b"),
+                }
+            )
+            names.append((preset.name, form))
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"megaplan-bridge-presets-{tag}.json"
+    work.write_text(json.dumps(cases))
+    env = {**os.environ, "PYTHONPATH": path, "TORCH_CUDA_ARCH_LIST": "9.0"}
+    run = subprocess.run(
+        [python, str(ROOT / "scripts" / "bridge_check_batch.py"), str(work)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+        check=False,
+    )
+    if run.returncode:
+        raise AssertionError(run.stderr[-2000:])
+    return dict(zip(names, json.loads(run.stdout), strict=True))
+
+
+def _handed(result) -> dict:
+    """model.tp_comm_overlap_cfg as TE gets it (printed dict), tuples as lists: Bridge's PipelineOverlapCfg default
+    fp8_buf=(False,) becomes [False] through any OmegaConf round trip, the bare recipe's included."""
+    import ast
+
+    assert result["ok"], result["error"]
+    return json.loads(json.dumps(ast.literal_eval(result["fields"]["model.tp_comm_overlap_cfg"])))
+
+
+@pytest.mark.parametrize("tag", ["v0.2.1", "v0.6.0"])
+def test_every_preset_written_whole_is_bridges_own(tag):
+    if env_for(tag) is None:
+        pytest.skip(f"no Megatron-Bridge {tag} environment (MEGAPLAN_BRIDGE_PYTHON_/PATH_ unset)")
+    results = preset_results(tag)
+    for preset in bridge_presets():
+        theirs, mine = _handed(results[preset.name, "ref"]), _handed(results[preset.name, "whole"])
+        assert mine == theirs, preset.name
+        assert set(theirs) == set(UB_OPS), preset.name

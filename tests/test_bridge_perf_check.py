@@ -30,7 +30,9 @@ from bridge_hf_configs import hf_entries  # noqa: E402
 
 TAG = "v0.6.0"
 FIELDS = sorted(
-    {r.read_at(TAG) for r in ROWS} | {"dataset.seq_length", "model.num_moe_experts", UB_FIELD, FP8_ATTENTION}
+    {r.read_at(TAG) for r in ROWS}
+    | {"dataset.seq_length", "model.num_moe_experts", UB_FIELD, FP8_ATTENTION}
+    | {"train.train_iters"}  # the run's length (bridge17): after TrainingConfig.finalize, whatever the recipe set
 )
 
 

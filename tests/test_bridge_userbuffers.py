@@ -7,10 +7,11 @@ estimate of that preset; an export whose estimate priced TE's defaults nulls the
 override can null the object, not build one), and the Python recipe sets the preset it priced."""
 
 import pytest
+import yaml
 
-from planner.api import PlanRequest, explain
-from planner.bridge.export import bridge_export, dotlist, dotlist_text, python_text
-from planner.bridge.importer import read_bridge_source, request_from_bridge
+from planner.api import PlanRequest, explain, make_request
+from planner.bridge.export import bridge_export, dotlist, dotlist_text, priced_userbuffers, python_text, yaml_text
+from planner.bridge.importer import header_options, read_bridge_source, read_bridge_text, request_from_bridge
 from planner.bridge.runtime import userbuffer_preset
 from planner.hardware.userbuffers import bridge_preset_named, load_config_file, ops_from_bridge_repr, preset_like
 from planner.megatron.export import megatron_argv, unwritten_settings
@@ -156,3 +157,82 @@ def test_a_performance_recipe_that_names_a_preset_is_priced_with_it(tmp_path):
 def test_an_unknown_preset_name_is_one_line_naming_what_is_allowed():
     with pytest.raises(ValueError, match="allowed: a YAML file, 'bridge', or a Megatron-Bridge preset name"):
         load_config_file("userbuffers_bf16_h100_h8192_tp4_mbs1")
+
+
+B200_PRESET = "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192"
+UB_REF = "{_target_:megatron.bridge.training.comm_overlap.%s,_call_:false}"
+
+
+@pytest.mark.parametrize("hardware", ["dgx-b200-superpod", "gb200-nvl72"])
+def test_a_b200_export_builds_the_b200_preset_it_priced_in_every_form(hardware):
+    """bridge17: Bridge has no B200 library recipe, so a B200/GB200 export starts from the H100 recipe, whose
+    comm_overlap holds PRESET (H100, TP4); the estimate of a TP2 plan with --tp-comm-overlap-cfg bridge prices
+    B200_PRESET. The dotlist and YAML used to keep the base's PRESET (priced 56.04 s against 54.30 s on B200). The
+    dotlist nulls it and builds B200_PRESET by its _target_; the YAML writes it whole (OmegaConf.merge would keep the
+    base's keys); both read back as B200_PRESET at the estimate's time. Checked with Bridge's own code:
+    tests/test_bridge_check.py (both tags)."""
+    req = make_request(
+        model="llama3-70b", hardware=hardware, gpus=64, tp=2, pp=4, sequence_parallel=True,
+        distributed_optimizer=True, options={"tp_comm_overlap": True, "tp_comm_overlap_cfg": "bridge"},
+    )  # fmt: skip
+    exp = bridge_export(req, "v0.6.0")
+    assert exp.recipe == RECIPE and exp.userbuffer == B200_PRESET
+    lines = dotlist(exp)
+    at = lines.index("comm_overlap.tp_comm_overlap_cfg=null")
+    assert lines[at + 1] == "comm_overlap.tp_comm_overlap_cfg=" + UB_REF % B200_PRESET
+    cfg = yaml.safe_load(yaml_text(exp))["comm_overlap"]["tp_comm_overlap_cfg"]
+    # Bridge's comm_overlap.py: proj_fprop=PipelineOverlapCfg(num_sm=32, cga_size=2, num_splits=4, set_sm_margin=True)
+    # (fp8_buf (False,), atomic_gemm False, method 'pipeline': the class's defaults) and qkv_dgrad=BulkOverlapCfg(
+    # num_sm=16, cga_size=2, set_sm_margin=False); qkv_fprop=RingExchangeOverlapCfg(aggregate=False), defaults else
+    assert cfg["proj_fprop"] == {
+        "_target_": "megatron.bridge.training.comm_overlap.PipelineOverlapCfg",
+        **{"num_sm": 32, "cga_size": 2, "num_splits": 4, "set_sm_margin": True, "fp8_buf": [False]},
+        **{"atomic_gemm": False, "method": "pipeline"},
+    }
+    assert cfg["qkv_dgrad"] == {
+        "_target_": "megatron.bridge.training.comm_overlap.BulkOverlapCfg",
+        **{"num_sm": 16, "cga_size": 2, "set_sm_margin": False, "method": "bulk"},
+    }
+    assert cfg["qkv_fprop"]["cga_size"] == 1 and cfg["qkv_fprop"]["aggregate"] is False
+    assert f"tp_comm_overlap_cfg={B200_PRESET})" in python_text(exp)
+    for text in (dotlist_text(exp), yaml_text(exp)):
+        back = _read_back(text)
+        assert back.ctx.options.tp_comm_overlap_cfg.name == "Megatron-Bridge " + B200_PRESET
+        assert _seconds(back) == _seconds(req)
+
+
+def test_a_preset_over_a_recipe_without_comm_overlap_is_built_inside_the_whole_section():
+    """The Llama 3 8B recipe has no comm_overlap object: the section is written whole, the preset inside it."""
+    req = make_request(
+        model="llama3-8b", hardware="dgx-h100-superpod", gpus=16, tp=2, sequence_parallel=True,
+        options={"tp_comm_overlap": True, "tp_comm_overlap_cfg": PRESET},
+    )  # fmt: skip
+    exp = bridge_export(req, "v0.6.0")
+    whole = next(line for line in dotlist(exp) if line.startswith("comm_overlap="))
+    assert "tp_comm_overlap_cfg:" + UB_REF % PRESET in whole and exp.ub_object is None
+    for text in (dotlist_text(exp), yaml_text(exp)):
+        assert _read_back(text).ctx.options.tp_comm_overlap_cfg.name == "Megatron-Bridge " + PRESET
+
+
+def test_the_yaml_says_where_bridge_v021_cannot_merge_another_overlap_class():
+    """FP8 on H100 prices userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192, whose two reduce-scatters are ring exchanges
+    where the base's PRESET pipelines them: OmegaConf.merge keeps PipelineOverlapCfg's num_splits, which v0.2.1's
+    instantiate cannot give a RingExchangeOverlapCfg, and drops the GEMM's config (Bridge's own code, both tags:
+    tests/test_bridge_check.py); v0.6.0 drops the key and builds it."""
+    options = {"tp_comm_overlap": True, "tp_comm_overlap_cfg": "bridge", "fp8": "hybrid", "fp8_recipe": "tensorwise"}
+    req = make_request(
+        model="llama3-70b", hardware="dgx-h100-superpod", gpus=64, tp=4, pp=4, vpp=5, cp=2, sequence_parallel=True,
+        distributed_optimizer=True, options=options,
+    )  # fmt: skip
+    assert priced_userbuffers(req) == "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"
+    said = [n for n in bridge_export(req, "v0.2.1").notes if n.startswith("the YAML at v0.2.1")]
+    assert said and "for proj_fprop, fc2_fprop" in said[0]
+    assert not [n for n in bridge_export(req, "v0.6.0").notes if n.startswith("the YAML at v0.2.1")]
+
+
+def _read_back(text: str) -> PlanRequest:
+    head = header_options(text)
+    return request_from_bridge(
+        read_bridge_text(text), tag=head["bridge_version"], recipe=head["bridge_recipe"], gpus=int(head["gpus"]),
+        hardware=head["hardware"], env=head["env"],
+    ).request  # fmt: skip

@@ -25,6 +25,14 @@ def test_gb200_ratios_are_cudnn_llama_rows():
     assert kernel.mxfp8_bwd_time_ratio == pytest.approx(1.305 / 1.198, abs=5e-4)
 
 
+def test_b200_carries_gb200s_ratios_as_its_16_bit_law_does():
+    """No B200 MXFP8 attention table is published; its 16-bit law is GB200's fit (the same sm100 die and kernels),
+    and so are its MXFP8 ratios (it priced MXFP8 attention at the 16-bit law before)."""
+    b200, gb200 = (load_hardware(n).attention for n in ("dgx-b200-superpod", "gb200-nvl72"))
+    assert (b200.mxfp8_fwd_time_ratio, b200.mxfp8_bwd_time_ratio) == (0.834, 1.089)
+    assert (b200.fwd_efficiency, b200.bwd_efficiency) == (gb200.fwd_efficiency, gb200.bwd_efficiency)
+
+
 def test_gb300_ratios_are_cudnn_llama_rows():
     # cuDNN 9.22 GB300 llama3.1 table, causal s 4096: mxfp8 / bfloat16 = 0.242/0.323 and 1.203/1.101
     kernel = load_hardware("gb300-nvl72").attention

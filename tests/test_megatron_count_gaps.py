@@ -128,3 +128,10 @@ def test_explain_names_each_reason_with_its_numbers():
     text = render_plain(megatron_estimate_view(api.explain(ds, suggest=False)), width=300)
     assert "Total number of active parameters in billions: 49.07" in text
     assert "10.9 B more active" in text and "theoretical_memory_usage.py:179-183" in text
+    # multi-latent attention: Megatron splits all of it over t; TE keeps per layer h·r_q + r_q + h·(r_kv + d_r) + r_kv
+    # = 7168·1536 + 1536 + 7168·576 + 512 = 15,140,864 whole on every rank: (1 − 1/8) of it over 61 layers + 1 MTP
+    assert (
+        f"{62 * 7 / 8 * 15_140_864 / 1e9:.3g} B fewer parameters on the first stage"
+        == "0.821 B fewer parameters on the first stage"
+    )
+    assert "0.821 B fewer parameters on the first stage" in text and "multi_latent_attention.py:526-527" in text

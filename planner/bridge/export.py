@@ -60,6 +60,7 @@ class BridgeExport:
     whole: tuple[str, ...] = ()  # sections the base recipe lacks as objects: written whole, with a _target_
     userbuffer: str | None = None
     preset: str | None = None  # Bridge's precision preset the fields equal
+    ub_object: dict | None = None  # the priced preset written whole, where the base recipe holds another config
 
 
 def check_tag(tag: str) -> str:
@@ -150,7 +151,8 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
         fields |= {"mixed_precision.params_dtype": dtype, "mixed_precision.pipeline_dtype": dtype}
     has_co = "comm_overlap" not in whole
     ub = priced_userbuffers(req) if o.tp_comm_overlap else None
-    notes += _overlap_notes(req, has_co, ub, base, fields)
+    said, ub_object = _overlap_notes(req, tag, has_co, ub, base, fields)
+    notes += said
     preset_name = PRESETS.get((req.ctx.precision, o.fp8.value if o.fp8 else None, _recipe(o)))
     label = plan_label(p.model_dump(mode="json"), moe=req.ctx.model.is_moe)
     header = (
@@ -164,7 +166,7 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
     env = tuple(_env(req))
     if env:
         header += (f"megaplan-env: {' '.join(env)}",)
-    return BridgeExport(tag, name, module, fields, tuple(notes), env, header, whole, ub, preset_name)
+    return BridgeExport(tag, name, module, fields, tuple(notes), env, header, whole, ub, preset_name, ub_object)
 
 
 def _low_precision_fields(o, fields: dict) -> list[str]:
@@ -248,44 +250,132 @@ def _recipe(o) -> str | None:
     return o.fp8_recipe.value if o.fp8 is not None else None
 
 
-def _overlap_notes(req: PlanRequest, has_co: bool, ub: str | None, base: dict, fields: dict) -> list[str]:
-    """Which userbuffer config each form of the export runs, against the one the estimate priced (``ub``: a Bridge
-    preset; else the user's file or Transformer Engine's defaults). The Python recipe sets ``ub``. An override can
-    null the base recipe's config object (``comm_overlap.tp_comm_overlap_cfg=null``: Bridge then runs TE's
-    defaults, CommOverlapConfig.setup @ v0.6.0) but not build one, so where the estimate priced TE's defaults
-    the dotlist and YAML null it, and where it priced a preset the base recipe lacks they run the base's."""
-    from planner.bridge.runtime import UB_FIELD, userbuffer_preset
-    from planner.hardware.userbuffers import BRIDGE, TE_DEFAULT, UbConfig, option_value
+def _overlap_notes(
+    req: PlanRequest, tag: str, has_co: bool, ub: str | None, base: dict, fields: dict
+) -> tuple[list[str], dict | None]:
+    """Which userbuffer config each form of the export runs: the one the estimate priced (``ub``: a Bridge preset;
+    else the user's file or Transformer Engine's defaults), and the notes saying so. The Python recipe sets ``ub``.
+    An override builds a preset as ``{_target_: comm_overlap.<preset>, _call_: false}``, which Bridge's
+    apply_overrides instantiates (omegaconf_utils.py ``_apply_overrides``, v0.2.1 and v0.6.0); over a base recipe
+    that holds another config the dotlist nulls it first (Hydra merges a dict into a dict node), the YAML writes the
+    preset's every field (``ub_object``, returned; OmegaConf.merge keeps the base's other keys), and where it
+    priced TE's defaults both null the base's (CommOverlapConfig.setup then runs TE's defaults)."""
+    from planner.bridge.runtime import UB_FIELD, UB_MODULE, userbuffer_preset
+    from planner.hardware.userbuffers import TE_DEFAULT, option_value
 
     notes = []
     p, o = req.plan, req.ctx.options
     if o.tp_comm_overlap and (p.tp < 2 or not p.sequence_parallel):
         notes.append("Bridge turns TP overlap off without a word when TP < 2 or sequence parallelism is off")
     if not o.tp_comm_overlap:
-        return notes
+        return notes, None
     file = option_value(o.tp_comm_overlap_cfg) if ub is None and o.tp_comm_overlap_cfg is not None else None
-    if file not in (None, BRIDGE):
+    if file not in (None, BRIDGE_UB):
         notes.append(f"the userbuffer file {file} has no Bridge field: every form runs Transformer Engine's defaults")
     base_ub = userbuffer_preset(base)[0] if has_co else None
+    base_cfg = next((v for k, v in base.items() if k == UB_FIELD and v is not None), None) if has_co else None
     base_set = has_co and any(k == UB_FIELD or k.startswith(UB_FIELD + ".") for k, v in base.items() if v is not None)
-    if ub is None and base_set:
-        fields[UB_FIELD] = None
+    if ub and base_ub == ub:
+        notes.append(f"userbuffers: the estimate priced Bridge's {ub}, the base recipe's, which every form runs")
+        return notes, None
     if ub:
-        notes.append(f"userbuffers: the estimate priced Bridge's {ub}; the Python recipe sets it")
-        if base_ub != ub:
-            runs = f"the base recipe's {base_ub}" if base_ub else TE_DEFAULT
-            notes.append(
-                f"the dotlist and YAML run {runs} (no override builds the config object), which the estimate did "
-                "not price: use --format bridge-python, or price them as they run with megaplan explain "
-                "--bridge-config FILE"
-            )
-        return notes
+        fields[UB_FIELD] = {"_target_": f"{UB_MODULE}.{ub}", "_call_": False}
+        over = f" over the base recipe's {base_ub or 'config'}" if base_set else ""
+        notes.append(f"userbuffers: the estimate priced Bridge's {ub}, which every form builds{over}")
+        notes += _class_change_note(tag, ub, base_cfg) if base_set else []
+        return notes, ub_object(ub) if base_set else None
+    if base_set:
+        fields[UB_FIELD] = None
     nulled = f" ({UB_FIELD}=null over the base recipe's {base_ub or 'config'})" if base_set else ""
     notes.append(f"userbuffers: the estimate priced {TE_DEFAULT}, which every form runs{nulled}")
-    fits = priced_userbuffers(req, UbConfig(name=BRIDGE))
-    if fits and o.tp_comm_overlap_cfg is None:
-        notes.append(f"Bridge's {fits} fits this plan: --tp-comm-overlap-cfg bridge prices it")
-    return notes
+    return notes + _fitting_preset(req), None
+
+
+def _fitting_preset(req: PlanRequest) -> list[str]:
+    from planner.hardware.userbuffers import UbConfig
+
+    fits = priced_userbuffers(req, UbConfig(name=BRIDGE_UB))
+    if fits and req.ctx.options.tp_comm_overlap_cfg is None:
+        return [f"Bridge's {fits} fits this plan: --tp-comm-overlap-cfg bridge prices it"]
+    return []
+
+
+BRIDGE_UB = "bridge"  # planner.hardware.userbuffers.BRIDGE
+UB_OPS = (  # TransformerLayerTPOverlapCfg's fields in its order (comm_overlap.py, the same at v0.2.1 and v0.6.0)
+    "qkv_dgrad",
+    "qkv_wgrad",
+    "fc1_dgrad",
+    "fc1_wgrad",
+    "qkv_fprop",
+    "proj_dgrad",
+    "fc1_fprop",
+    "fc2_dgrad",
+    "proj_fprop",
+    "fc2_fprop",
+)
+UB_CLASSES = {"bulk": "BulkOverlapCfg", "pipeline": "PipelineOverlapCfg", "ring_exchange": "RingExchangeOverlapCfg"}
+# each class's fields with their defaults (comm_overlap.py @ v0.2.1 = v0.6.0); cga_size 2 where the class requires it:
+# every non-LoRA preset gives 2 to its bulk and pipeline overlaps. PipelineOverlapCfg's fp8_buf default is the tuple
+# (False,), which Bridge's own OmegaConf round trip of a recipe turns into [False]
+UB_FIELDS = {
+    "bulk": {"num_sm": None, "cga_size": 2, "set_sm_margin": None, "method": "bulk"},
+    "pipeline": {
+        "num_sm": None,
+        "cga_size": 2,
+        "num_splits": None,
+        "set_sm_margin": None,
+        "fp8_buf": [False],
+        "atomic_gemm": False,
+        "method": "pipeline",
+    },
+    "ring_exchange": {
+        "aggregate": False,
+        "method": "ring_exchange",
+        "num_sm": 1,
+        "cga_size": 1,
+        "set_sm_margin": False,
+        "fp8_buf": False,
+        "atomic_gemm": False,
+    },
+}
+
+
+def ub_object(name: str) -> dict:
+    """Bridge's preset ``name`` as an override YAML writes it whole: ``_target_`` TransformerLayerTPOverlapCfg, each
+    GEMM's overlap with the ``_target_`` of its class and every field of that class (presets/userbuffers/bridge.yaml
+    over the class's defaults), so no key of the base recipe's config survives OmegaConf.merge."""
+    from planner.bridge.runtime import UB_MODULE
+    from planner.hardware.userbuffers import bridge_preset_named
+
+    preset = bridge_preset_named(name)
+    out: dict = {"_target_": f"{UB_MODULE}.TransformerLayerTPOverlapCfg"}
+    for op in UB_OPS:
+        given = preset.ops[op].model_dump(exclude_none=True)
+        fields = UB_FIELDS[given["method"]]
+        values = {k: given.get(k, list(v) if isinstance(v, list) else v) for k, v in fields.items()}  # no anchors
+        out[op] = {"_target_": f"{UB_MODULE}.{UB_CLASSES[given['method']]}", **values}
+    return out
+
+
+def _class_change_note(tag: str, ub: str, base_cfg) -> list[str]:
+    """Where the priced preset runs a GEMM's overlap with another class than the base recipe's config, the YAML's
+    merge keeps the base's keys the class does not take (PipelineOverlapCfg's num_splits in a RingExchangeOverlapCfg):
+    v0.6.0's instantiate drops them with a warning ("Dropping unexpected config keys"), v0.2.1's leaves that GEMM
+    None ("Using None instead in lenient mode": TE's defaults for it). Checked with Bridge's own code."""
+    import re
+
+    from planner.hardware.userbuffers import bridge_preset_named
+
+    theirs = dict(re.findall(r"(\w+)=(\w+OverlapCfg)\(", str(base_cfg or "")))
+    mine = {op: UB_CLASSES[cfg.method] for op, cfg in bridge_preset_named(ub).ops.items() if op in UB_OPS}
+    changed = [op for op in UB_OPS if op in theirs and theirs[op] != mine[op]]
+    if not changed or tag != "v0.2.1":
+        return []
+    return [
+        f"the YAML at v0.2.1 runs Transformer Engine's defaults for {', '.join(changed)} (its merge keeps the base "
+        "recipe's keys of another overlap class, and Bridge v0.2.1 then drops the GEMM's config): use the dotlist "
+        "or --format bridge-python"
+    ]
 
 
 def priced_userbuffers(req: PlanRequest, cfg=None) -> str | None:
@@ -328,6 +418,8 @@ def _hydra(value) -> str:
         return "true" if value else "false"
     if isinstance(value, list):
         return "[" + ",".join(_hydra(v) for v in value) + "]"
+    if isinstance(value, dict):  # {_target_: comm_overlap.<preset>, _call_: false}
+        return "{" + ",".join(f"{k}:{_hydra(v)}" for k, v in value.items()) + "}"
     text = str(value)
     if any(c in text for c in "|()*[]{},=' ") and not text.startswith("torch."):
         return "'" + text.replace("'", "\\'") + "'"
@@ -357,8 +449,14 @@ def _hydra_dict(section: str, values: dict) -> str:
 
 def dotlist(exp: BridgeExport) -> list[str]:
     """One Hydra override per field; a section the base recipe does not hold as an object is written whole."""
+    from planner.bridge.runtime import UB_FIELD
+
     single, whole = _split(exp)
-    lines = [f"{path}={_hydra(value)}" for path, value in single.items()]
+    lines = []
+    for path, value in single.items():
+        if path == UB_FIELD and exp.ub_object is not None:  # the base's config nulled first: Hydra merges dicts
+            lines.append(f"{path}=null")
+        lines.append(f"{path}={_hydra(value)}")
     return lines + [f"{section}={_hydra_dict(section, values)}" for section, values in whole.items()]
 
 
@@ -368,7 +466,11 @@ def dotlist_text(exp: BridgeExport) -> str:
 
 
 def nested(exp: BridgeExport) -> dict:
+    from planner.bridge.runtime import UB_FIELD
+
     single, whole = _split(exp)
+    if UB_FIELD in single and exp.ub_object is not None:  # OmegaConf.merge keeps the base's keys: every field
+        single[UB_FIELD] = exp.ub_object
     out: dict = {}
     for path, value in single.items():
         node = out
@@ -414,7 +516,8 @@ def python_text(exp: BridgeExport) -> str:
     co = {}
     for path, value in exp.fields.items():
         if path.startswith("comm_overlap."):
-            co[path.split(".", 1)[1]] = value
+            if not isinstance(value, dict):  # the preset the overrides build: imported and set below
+                co[path.split(".", 1)[1]] = value
             continue
         text = f"AttnBackend.{value}" if path == "model.attention_backend" else _py(value)
         lines.append(f"    cfg.{path} = {text}")

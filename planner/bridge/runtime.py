@@ -116,6 +116,7 @@ def apply_comm_overlap(fields: dict, dp: int, base_has_comm_overlap: bool) -> li
 
 
 UB_FIELD = "comm_overlap.tp_comm_overlap_cfg"
+UB_MODULE = "megatron.bridge.training.comm_overlap"  # where Bridge's userbuffer presets live (v0.2.1, v0.6.0)
 
 
 def recipe_userbuffers(fields: dict) -> tuple[str | None, list[str]]:
@@ -136,6 +137,8 @@ def userbuffer_preset(fields: dict) -> tuple[str | None, list[str]]:
 
     value = fields.get(UB_FIELD)
     nested = {k[len(UB_FIELD) + 1 :]: v for k, v in fields.items() if k.startswith(UB_FIELD + ".")}
+    if isinstance(value, str) and value.strip().startswith(UB_MODULE + "."):  # {_target_: <it>, _call_: false}
+        value = value.strip().removeprefix(UB_MODULE + ".")  # (importer.flatten reads that object as its target)
     if isinstance(value, str) and bridge_preset_named(value.strip()) is not None:
         return value.strip(), [f"userbuffers: {value.strip()} (the config's {UB_FIELD})"]
     try:

@@ -137,8 +137,8 @@ def _activation_differences(mo: ModelSpec, p: ParallelPlan, opts: PlanOptions) -
     plain = mo.query_groups == mo.num_attention_heads and mo.head_dim * mo.num_attention_heads == mo.hidden_size
     if with_sp and (not plain or mo.gated):
         out.append(
-            "its per-layer activations, sbh·(18 + 4f/h) (lines 317-319), assume no GQA, d_h = h/a and an ungated MLP "
-            "(its own to-do note, lines 313-314)"
+            "its per-layer activations, sbh·(18 + 4f/h) (lines 317-319), are Korthikanti's GPT layer: no GQA, no gate, "
+            "d_h = h/a (its own to-do note, lines 313-314, names the last)"
         )
     elif not with_sp and (not plain or mo.gated or mo.ffn != 4 * mo.hidden_size):
         out.append(
@@ -169,15 +169,24 @@ def _state_differences(mo: ModelSpec, p: ParallelPlan, opts: PlanOptions) -> lis
     gap = sum(g.total for g in megatron_count_gaps(mo, p.tp))
     if abs(gap) >= 5e5:
         out.append(
-            f"its weights and optimizer hold its own parameter count, {abs(gap) / 1e9:.3g} B "
-            f"{'fewer' if gap > 0 else 'more'} than megaplan's (lines 12-203; each reason under the parameters)"
+            f"its weights and optimizer hold its own parameter count, {_count(gap)} {'fewer' if gap > 0 else 'more'} "
+            "than megaplan's (lines 12-203; each reason under the parameters)"
+        )
+    if mo.multi_latent_attention and p.tp > 1:
+        whole = float(attention_params(mo, p.tp, megatron=True) - attention_params(mo, 1, megatron=True) / p.tp)
+        layers = mo.num_layers / p.pp + mo.mtp_layers
+        out.append(
+            "it splits all of multi-latent attention over t (lines 62-80 summed into the TP-sharded part, 215-218, "
+            "248-252), where Transformer Engine keeps the down-projections and latent norms whole on every TP rank "
+            f"(multi_latent_attention.py:526-527, 573-574, parallel_mode 'duplicated'): {_count(whole * layers)} "
+            "fewer parameters on the first stage"
         )
     if p.cp > 1:
         out.append(
             "the optimizer is sharded over d (data_parallel_size, line 300) where the distributed optimizer shards "
             "over d·c (megatron/core/optimizer/__init__.py:1203, data_parallel_group=intra_dp_cp_group)"
         )
-    if mo.mtp_layers:
+    if mo.mtp_layers and p.pp > 1:
         out.append(
             "the whole MTP block is counted on the first stage (lines 247-255); Megatron-Core puts it on the last"
         )
@@ -201,3 +210,9 @@ def _state_differences(mo: ModelSpec, p: ParallelPlan, opts: PlanOptions) -> lis
         "CUDA-graph pools or allocator fragmentation megaplan adds"
     )
     return out
+
+
+def _count(n: float) -> str:
+    """A parameter difference in B (M below 0.1 B), its sign dropped: "38.2 B", "12.6 M"."""
+    n = abs(n)
+    return f"{n / 1e9:.3g} B" if n >= 1e8 else f"{n / 1e6:.3g} M"

@@ -85,9 +85,10 @@ def _megatron_params_view(par: dict | None) -> list:
         return [*out, Text("The counts agree: Megatron counts every parameter this model has.")]
     out.append(Text("Its count differs because it:"))
     for d in par["differences"]:
-        moved = f"{_billions(d['total'])} {'fewer' if d['total'] > 0 else 'more'}"
-        if d["active"] != d["total"]:
-            moved += f" ({_billions(d['active'])} {'fewer' if d['active'] > 0 else 'more'} active)"
+        active = f"{_billions(d['active'])} {'fewer' if d['active'] > 0 else 'more'} active"
+        moved = f"{_billions(d['total'])} {'fewer' if d['total'] > 0 else 'more'}" if d["total"] else active
+        if d["total"] and d["active"] != d["total"]:
+            moved += f" ({active})"
         out.append(Padding(Text(f"- {d['what']}: {moved}  [{d['source']}]"), (0, 0, 0, 2)))
     return out
 

@@ -387,7 +387,7 @@ def metrics_table(est: dict) -> FittedTable:
         (
             "MFU causal",
             f"{100 * est['mfu_causal']:.1f}%",
-            "causal attention halved: the MFU Megatron-LM and Megatron-Bridge report",
+            "causal attention halved: Megatron-Bridge's MFU; Megatron-LM's is its TFLOP/s above ÷ peak",
         ),
         ("HFU", f"{100 * est['hfu']:.1f}%", "hardware FLOP/s ÷ dense peak"),
         ("pipeline bubble", f"{100 * est['bubble_frac']:.1f}%", "bubble time ÷ iteration"),
