@@ -124,7 +124,7 @@ class LaunchScript:
         gpus, script_gpus = values.get("gpus"), imported.script_gpus
         if gpus is not None and script_gpus is not None and script_gpus != gpus:
             notes.append(f"note: --gpus {gpus} overrides the script's {script_gpus} GPUs")
-        if values.get("model"):
+        if values.get("model") and not any("(--model) gives what the script leaves" in n for n in notes):
             notes.append(f"note: --model {values['model']}: the script's architecture flags apply over the preset")
         world = f"--gpus {gpus}" if gpus is not None else imported.world_text
         return Fields(imported.data, tuple(notes), world, unset=imported.unset)

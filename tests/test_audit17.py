@@ -8,6 +8,9 @@ import re
 
 import pytest
 
+from planner.api import make_request
+from planner.megatron.importer import import_megatron
+
 from conftest import run_cli
 
 
@@ -148,3 +151,60 @@ def test_the_schedule_draws_the_wait_for_stragglers_apart_from_the_dp_sync(tmp_p
     out = run_cli(["explain", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16", "--schedule"])
     legend = " ".join(out.stdout.split())  # the legend wraps at the terminal's width
     assert "= DP sync · . wait for the slowest GPU · # optimizer" in legend, legend
+
+
+def test_a_slurm_script_for_an_nvl72_rack_keeps_the_job_in_one_nvlink_domain():
+    # gb200-nvl72: the estimate prices 64 GPUs (16 trays of 4) as one 72-GPU NVLink domain, but the script asked
+    # Slurm for any 16 nodes, which it may spread over racks (DP then on InfiniBand). Slurm's topology/block keeps a
+    # job's nodes in blocks with --segment; Megatron-Bridge's scripts/performance/utils/executors.py @ 067f987 adds
+    # it for 4-GPU nodes: the node count up to 18 (one rack), else its largest divisor up to 18
+    from planner.megatron.export import slurm_script
+
+    def segment(gpus: int, hardware: str = "gb200-nvl72") -> list[str]:
+        req = make_request(model="llama3-8b", hardware=hardware, gpus=gpus, tp=2, pp=1, distributed_optimizer=True)
+        return [line for line in slurm_script(req).splitlines() if "--segment" in line]
+
+    assert segment(64) == ["#SBATCH --segment=16"]  # 16 trays in one rack
+    assert segment(72) == ["#SBATCH --segment=18"]
+    assert segment(128) == ["#SBATCH --segment=16"]  # 32 trays: 2 segments of 16
+    assert segment(4 * 38) == ["#SBATCH --segment=2"]  # 38 trays: 19 segments of 2 (19 is prime, above 18)
+    assert segment(64, "gb300-nvl72") == ["#SBATCH --segment=16"]
+    assert segment(64, "dgx-h100-superpod") == []  # an NVLink domain is one node: nothing to keep together
+
+
+def test_an_nvl72_slurm_script_reads_back_as_the_same_plan():
+    from planner.megatron.export import slurm_script
+
+    req = make_request(model="llama3-8b", hardware="gb200-nvl72", gpus=64, tp=2, pp=1, distributed_optimizer=True)
+    back = import_megatron(slurm_script(req), hardware="gb200-nvl72", model="llama3-8b").request
+    assert (back.gpus, back.plan.tp, back.plan.dp) == (64, 2, 32)
+
+
+def test_a_preset_given_beside_a_script_that_defines_its_model_names_the_megatron_defaults_it_replaces(tmp_path):
+    # a script that defines its model but names its tokenizer by path needs --model for the vocabulary (the error
+    # says so); the preset then silently filled what the script leaves to Megatron-LM's defaults: hidden and attention
+    # dropout 0.0 where Megatron-LM runs 0.1 (the activations' dropout masks: 0.8 GiB of 22.8 here)
+    script = tmp_path / "pretrain.sh"
+    script.write_text(
+        "torchrun --nproc_per_node 8 --nnodes 64 pretrain_gpt.py --num-layers 48 --hidden-size 8192 "
+        "--ffn-hidden-size 22016 --num-attention-heads 64 --group-query-attention --num-query-groups 8 "
+        "--seq-length 8192 --max-position-embeddings 8192 --position-embedding-type rope --rotary-base 500000 "
+        "--swiglu --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights "
+        "--micro-batch-size 1 --global-batch-size 1024 --bf16 --tensor-model-parallel-size 8 "
+        "--pipeline-model-parallel-size 4 --sequence-parallel --use-distributed-optimizer "
+        "--tokenizer-type HuggingFaceTokenizer --tokenizer-model /tok\n"
+    )
+    out = run_cli(["explain", "--brief", "--megatron-args-file", str(script), "--model", "llama3-70b"])
+    assert out.exit_code == 0, out.output
+    said = (
+        "megaplan: note: the preset llama3-70b (--model) gives what the script leaves to Megatron-LM's defaults: "
+        "vocab_size 128256, hidden_dropout 0.0 (Megatron-LM: 0.1), attention_dropout 0.0 (Megatron-LM: 0.1)"
+    )
+    assert said in out.stderr and "the script's architecture flags apply over the preset" not in out.stderr, out.stderr
+    bare = run_cli(
+        ["explain", "--brief", "--megatron-args-file", str(script), "--model", "llama3-70b"]
+        + ["--megatron-args", "--hidden-dropout 0.1 --attention-dropout 0.1"]
+    )
+    assert (
+        "gives what the script leaves" in bare.stderr and "dropout" not in bare.stderr.split("leaves")[1].split("\n")[0]
+    )

@@ -21,7 +21,7 @@ from planner.bridge.runtime import apply_comm_overlap, apply_precision, megatron
 from planner.bridge.table import MLA_PATHS, MODEL_ROWS, MODEL_TAG_ROWS, NEWEST, ROWS, TAGS
 from planner.bridge.values import to_flags
 from planner.errors import PlannerError
-from planner.whole import DIGITS, typed_int
+from planner.whole import typed_int
 
 HEADER = re.compile(r"^#\s*megaplan-import:\s*(.*)$", re.M)
 ENV_HEADER = re.compile(r"^#\s*megaplan-env:\s*(.*)$", re.M)
@@ -444,7 +444,7 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
         return _workload(text, workload, values, Path(path))
     _refuse_python_without_name(text, path)
     if file_kind(text) == "run_recipe":
-        text = run_recipe_text(text)
+        text = run_recipe_text(text, gpus_given=bool(values.get("gpus")))
     head = header_options(text)
     gpus = values.get("gpus") or (int(head["gpus"]) if head.get("gpus") else None)
     where = f"--gpus {gpus}" if values.get("gpus") else f"the Bridge config's {gpus} GPUs"
@@ -647,7 +647,35 @@ def _nemo2_note(assumed: dict, factory: str) -> str:
 RUN_RECIPE = re.compile(r"(?:^|[\s/])run_recipe\.py\b")
 
 
-def run_recipe_text(text: str) -> str:
+def _run_recipe_world(launcher: list[str], gpus_given: bool) -> int | None:
+    """The GPUs torchrun starts for a run_recipe.py line, read as the Megatron-LM launch reader reads torchrun
+    (``launch.torch_count``: Python's int(), --nnodes MIN:MAX only with MIN = MAX); None without
+    --nproc-per-node. Counts that give no one size (an elastic range, gpu/auto/cpu, --standalone over several
+    nodes, a form torchrun refuses) are one line naming them unless --gpus is given (``script.world_unknown``);
+    before, the nodes of a range or of 2_0 were dropped and the world was one node's."""
+    from planner.megatron.script import torch_world_unknown
+    from planner.megatron.shell.launch import _TORCH, torch_count
+
+    opts = {}
+    for i, word in enumerate(launcher):
+        name, eq, value = word.partition("=")
+        if name in _TORCH:
+            opts[_TORCH[name]] = (value if eq else (launcher[i + 1] if i + 1 < len(launcher) else ""), frozenset())
+    nproc, nnodes = (torch_count(opts.get(k), k, {}, []) for k in ("nproc", "nnodes"))
+    if nnodes is not None and nnodes > 1 and "--standalone" in launcher:
+        opts["nnodes"], nnodes = (f"{opts['nnodes'][0]} with --standalone", frozenset()), None
+    unread = [k for k, n in (("nproc", nproc), ("nnodes", nnodes)) if k in opts and n is None]
+    if unread and not gpus_given:
+        counts = {k: v[0] for k, v in opts.items()}
+        raise PlannerError(
+            torch_world_unknown(counts)
+            or f"the world size is unknown: torchrun {' '.join(f'{k} = {counts[k]}' for k in unread)} on the "
+            "run_recipe.py line is no number megaplan reads; pass --gpus N"
+        )
+    return None if unread or nproc is None else nproc * (nnodes or 1)
+
+
+def run_recipe_text(text: str, gpus_given: bool = False) -> str:
     """Bridge's launch line, ``torchrun --nproc-per-node 8 --nnodes 2 scripts/training/run_recipe.py --recipe NAME
     key=value ...`` (the README's), as the dotlist of its overrides under a ``# megaplan-import:`` line with the
     recipe and the GPUs torchrun starts (fresh user trial 7: it was "the world size is unknown")."""
@@ -657,13 +685,7 @@ def run_recipe_text(text: str) -> str:
         raise PlannerError(f"run_recipe.py line: {err}") from None
     at = next(i for i, w in enumerate(words) if RUN_RECIPE.search(w))
     launcher, args = words[:at], words[at + 1 :]
-    counts = {}
-    for i, word in enumerate(launcher):
-        name, eq, value = word.partition("=")
-        key = {"--nproc-per-node": "nproc", "--nproc_per_node": "nproc", "--nnodes": "nnodes"}.get(name)
-        value = value if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
-        if key and DIGITS.fullmatch(value):
-            counts[key] = int(value)
+    world = _run_recipe_world(launcher, gpus_given)
     substituted = re.search(r"\$\([^)]*\)|`[^`]*`", text)
     if substituted:
         raise PlannerError(
@@ -674,8 +696,8 @@ def run_recipe_text(text: str) -> str:
     for i, word in enumerate(args):
         if word.startswith("--recipe"):
             head.append("--bridge-recipe " + (word.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else "")))
-    if "nproc" in counts:
-        head.append(f"--gpus {counts['nproc'] * counts.get('nnodes', 1)}")
+    if world is not None:
+        head.append(f"--gpus {world}")
     overrides = [w for w in args if "=" in w and not w.startswith("-")]
     return f"# megaplan-import: {' '.join(head)}\n" + "\n".join(overrides) + "\n"
 

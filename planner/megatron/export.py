@@ -586,7 +586,24 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
 #SBATCH --time=PLACEHOLDER_HH:MM:SS
 #SBATCH --partition=PLACEHOLDER_PARTITION
 #SBATCH --account=PLACEHOLDER_ACCOUNT
-"""
+{_segment_lines(req, nodes)}"""
+
+
+def _segment_lines(req: PlanRequest, nodes: int) -> str:
+    """Where the NVLink domain spans nodes (GB200/GB300 NVL72: 18 trays of 4 GPUs), ``#SBATCH --segment``: Slurm's
+    topology/block then places the job in blocks of that many nodes, so the nodes the estimate prices as one
+    NVLink domain share one rack (otherwise Slurm may spread them over racks, their traffic on InfiniBand). The
+    size as Megatron-Bridge's scripts/performance/utils/executors.py @ 067f987 picks it for 4-GPU nodes: the node
+    count up to a rack's, else its largest divisor up to a rack's."""
+    hw = req.ctx.hardware
+    per_domain = hw.nvlink_domain_gpus // hw.gpus_per_node
+    if per_domain <= 1:
+        return ""
+    segment = next(k for k in range(min(nodes, per_domain), 0, -1) if nodes % k == 0)
+    return (
+        f"# the NVLink domain is {per_domain} nodes ({hw.nvlink_domain_gpus} GPUs): keep the job in blocks of "
+        f"{segment} (Slurm topology/block)\n#SBATCH --segment={segment}\n"
+    )
 
 
 def launch_shape(gpus: int, gpus_per_node: int) -> tuple[int, int]:

@@ -92,6 +92,7 @@ def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, no
         fields["vocab_size"] = vocab
         notes.append(f"vocabulary {vocab} from {how}")
     if base is not None:
+        notes += _preset_over_defaults(base, fields)
         merged = {**base.model_dump(exclude={"training"}), **fields}
         merged.setdefault("max_position_embeddings", v.get("seq_length", base.max_position_embeddings))
         return _spec({**merged, "name": base.name, "training": base.training})
@@ -108,6 +109,28 @@ def _model(v: dict, base: ModelSpec | None, fork: ForkPlan, fork_flags: dict, no
         )
     fields.setdefault("max_position_embeddings", v.get("seq_length", 2048))
     return _spec({"name": "imported", "source": "Megatron-LM command line", **fields})
+
+
+def _preset_over_defaults(base: ModelSpec, fields: dict) -> list[str]:
+    """A script that defines its model (layers, width, heads) beside --model PRESET (given for its tokenizer, say):
+    the preset's values where the script leaves Megatron-LM's default, which is what the script would run (a
+    preset's dropout 0.0 against Megatron-LM's 0.1 was taken without a word)."""
+    if not {"num_layers", "hidden_size", "num_attention_heads"} <= set(fields):
+        return []
+    taken = []
+    for name, value in base.model_dump(exclude={"training", "name", "source", "not_in_megatron"}).items():
+        spec = ModelSpec.model_fields[name]
+        default = None if spec.is_required() else spec.default
+        shown = getattr(value, "value", value)
+        if name in fields or value == default:
+            continue
+        megatron = getattr(default, "value", default)
+        taken.append(f"{name} {shown}" + (f" (Megatron-LM: {megatron})" if default is not None else ""))
+    if not taken:
+        return []
+    return [
+        f"the preset {base.name} (--model) gives what the script leaves to Megatron-LM's defaults: {', '.join(taken)}"
+    ]
 
 
 def _spec(fields: dict) -> ModelSpec:

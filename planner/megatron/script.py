@@ -283,6 +283,13 @@ def world_unknown(launch) -> str:
             f"the world size is unknown: torchrun --nproc-per-node {per_node} starts one process per GPU of each "
             "node, which the script does not say; pass --gpus N (nodes × GPUs per node)"
         )
+    torch = (
+        torch_world_unknown(counts)
+        if re.search(r"torchrun|torch\.distributed\.(run|launch)", launch.launcher)
+        else None
+    )
+    if torch:
+        return torch
     if counts:
         shown = ", ".join(
             v.replace("=", " = ", 1) if v.startswith("WORLD_SIZE=") else f"{k} = {v}" for k, v in counts.items()
@@ -300,6 +307,59 @@ def world_unknown(launch) -> str:
             f"unset or computes with a command megaplan does not run; pass --gpus N{hint}"
         )
     return "the world size is unknown: no torchrun/srun/mpirun/deepspeed process counts or WORLD_SIZE; pass --gpus N"
+
+
+def torch_world_unknown(counts: dict[str, str]) -> str | None:
+    """Why torchrun's process counts give no world size, as torch 2.13 reads them (torch/distributed/run.py:
+    ``parse_min_max_nnodes``, ``determine_local_world_size``; elastic/rendezvous/api.py: 1 ≤ MIN ≤ MAX): an elastic
+    --nnodes range, a --standalone rendezvous over several nodes, a CPU run, or a form torchrun refuses; None for a
+    count built from variables (the caller names them)."""
+    nodes, per_node = counts.get("nnodes", ""), counts.get("nproc", "").strip()
+    if nodes.endswith(" with --standalone"):
+        n = nodes.removesuffix(" with --standalone")
+        return (
+            f"the world size is unknown: torchrun --standalone --nnodes {n}: a standalone rendezvous is this node's "
+            f"(localhost), so the other nodes never join and torchrun waits; allowed: --standalone on one node, or "
+            f"--rdzv-endpoint HOST:PORT for {n} nodes; pass --gpus N"
+        )
+    if nodes and "$" not in nodes:
+        try:
+            ends = [int(x) for x in nodes.split(":")]
+        except ValueError:
+            ends = []
+        if len(ends) == 2 and 1 <= ends[0] < ends[1]:
+            low, high = ends
+            each = f" of {per_node} processes" if per_node.isdigit() else ""
+            gpus = f" ({low * int(per_node)} to {high * int(per_node)} GPUs)" if per_node.isdigit() else ""
+            return (
+                f"the world size is unknown: torchrun --nnodes {nodes} is an elastic range: {low} to {high} nodes"
+                f"{each}{gpus} may join, so the run has no one size; pass --gpus N (the size to price), or give "
+                "--nnodes one number"
+            )
+        if not ends or len(ends) > 2 or min(ends) < 1 or ends[0] > ends[-1]:
+            return (
+                f"torchrun --nnodes '{nodes}': torchrun refuses it; allowed: N or MIN:MAX, whole numbers with "
+                "1 ≤ MIN ≤ MAX (an elastic range, whose size megaplan cannot know: pass --gpus N)"
+            )
+    if per_node == "cpu":
+        return (
+            "torchrun --nproc-per-node cpu starts one process per CPU core, a CPU run megaplan does not price; "
+            "allowed: a whole number of processes per node, gpu or auto (with --gpus N)"
+        )
+    if per_node and "$" not in per_node and not _whole(per_node):
+        return (
+            f"torchrun --nproc-per-node {per_node}: allowed: a whole number ≥ 1, gpu or auto (torchrun also takes "
+            "cpu and xpu); pass --gpus N"
+        )
+    return None
+
+
+def _whole(text: str) -> bool:
+    """A count torchrun reads as a number ≥ 1 (Python's int())."""
+    try:
+        return int(text) >= 1
+    except ValueError:
+        return False
 
 
 UP_LEVELS = 4  # how many folders above the script a relative path is looked for (where the script runs from)

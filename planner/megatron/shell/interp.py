@@ -19,7 +19,16 @@ from planner.megatron.shell.conditions import Test
 from planner.megatron.shell.expand import MAX_DEPTH, Expander
 from planner.megatron.shell.fields import Field, Var
 from planner.megatron.shell.follow import SHELLS, Follow
-from planner.megatron.shell.launch import INT, LaunchLine, ShellParseError, launch_options, process_count
+from planner.megatron.shell.launch import (
+    INT,
+    TORCH_ENV,
+    TORCH_FLAGS,
+    LaunchLine,
+    ShellParseError,
+    launch_options,
+    process_count,
+    torch_count,
+)
 from planner.megatron.shell.rewrite import ARITH, ARRAY, CASE, COND, Rewriter, parse, placed, placeholders, unwritten
 from planner.megatron.shell.subst import Substitute
 
@@ -419,6 +428,25 @@ class Interp(Substitute, Follow, Expander):
         if texts[0].startswith("-"):
             self.flags.extend(fields)
 
+    def torch_counts(self, launcher: list[Field], opts: dict[str, Field], unresolved: dict, defaults: list[str]):
+        """torchrun's processes per node and nodes (``launch.torch_count``), from its options or, where none gives
+        them, PET_NPROC_PER_NODE / PET_NNODES (the script's, or the command's own NAME=VALUE prefix), which torchrun
+        reads as its defaults (they were read as its default of 1 process per node), each said in a note. A
+        --standalone rendezvous (localhost) with more than one node is no world size: torchrun waits for nodes that
+        cannot join (``script.world_unknown`` says so)."""
+        prefix = {t.partition("=")[0]: (t.partition("=")[2], u) for t, u in launcher if "=" in t and t[:1] != "-"}
+        for key, name in TORCH_ENV.items():
+            var = self.vars.get(name)
+            given = prefix.get(name) or ((var.value, var.unres) if var and isinstance(var.value, str) else None)
+            if key not in opts and given is not None:
+                opts[key] = given
+                defaults.append(f"torchrun's {TORCH_FLAGS[key]} from {name}={given[0]} (torchrun's default from it)")
+        nproc, nnodes = (torch_count(opts.get(k), k, unresolved, defaults) for k in ("nproc", "nnodes"))
+        if nnodes is not None and nnodes > 1 and any(t == "--standalone" for t, _ in launcher):
+            opts["nnodes"] = (f"{opts['nnodes'][0]} with --standalone", opts["nnodes"][1])
+            nnodes = None
+        return nproc, nnodes
+
     def make_launch(self, launcher: list[Field], argv: list[Field], entry: str | None) -> LaunchLine:
         unresolved = dict.fromkeys(u for _, us in argv for u in sorted(us))
         opts: dict[str, Field] = {}
@@ -426,9 +454,11 @@ class Interp(Substitute, Follow, Expander):
         for fields in [*self.directives, *self.job, launcher]:
             torch = launch_options(fields, opts) or torch
         deepspeed = any(posixpath.basename(t) == "deepspeed" for t, _ in launcher)
+        defaults: list[str] = []
         nproc, nnodes, world = (process_count(opts.get(k), unresolved) for k in ("nproc", "nnodes", "world"))
+        if torch:
+            nproc, nnodes = self.torch_counts(launcher, opts, unresolved, defaults)
         single_node = torch or (deepspeed and "hostfile" not in opts)
-        defaults = []
         if torch and "nproc" not in opts and not any(u for _, u in launcher):
             nproc = 1  # torchrun's --nproc-per-node defaults to 1 (torch/distributed/run.py)
             defaults.append("torchrun without --nproc-per-node: 1 process per node (its default)")

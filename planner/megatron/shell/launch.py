@@ -111,6 +111,32 @@ def process_count(value: Field | None, unresolved: dict[str, None]) -> int | Non
     return None
 
 
+TORCH_FLAGS = {"nproc": "--nproc-per-node", "nnodes": "--nnodes"}
+TORCH_ENV = {"nproc": "PET_NPROC_PER_NODE", "nnodes": "PET_NNODES"}  # torchrun's defaults from the environment:
+# its parser's env action reads PET_<DEST> before the default (torch/distributed/argparse_util.py @ torch 2.13)
+
+
+def torch_count(value: Field | None, key: str, unresolved: dict[str, None], notes: list[str]) -> int | None:
+    """torchrun's --nproc-per-node / --nnodes as torchrun reads them (torch/distributed/run.py @ torch 2.13:
+    ``determine_local_world_size`` and ``parse_min_max_nnodes`` call Python's int(), so ``2_0`` is 20 and ``+8`` is
+    8, said in a note); --nnodes ``MIN:MAX`` is a fixed size only with MIN = MAX. None for what gives no fixed size
+    (an elastic range, gpu/auto/cpu, a form torchrun refuses): ``script.world_unknown`` says which."""
+    if value is None:
+        return None
+    text = value[0].strip()
+    parts = text.split(":") if key == "nnodes" else [text]
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        numbers = []
+    if not numbers or len(numbers) > 2 or len(set(numbers)) > 1 or numbers[0] < 1:
+        unresolved.update(dict.fromkeys(sorted(value[1])))
+        return None
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        notes.append(f"torchrun {TORCH_FLAGS[key]} {text}: {numbers[0]}, as torchrun reads it (Python's int())")
+    return numbers[0]
+
+
 def sbatch_directives(text: str) -> list[list[Field]]:
     """``#SBATCH`` lines as option lists of an ``sbatch`` command."""
     out = []
