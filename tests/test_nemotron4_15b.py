@@ -75,32 +75,40 @@ def test_exported_flags_train_nemotron4():
     assert "--swiglu" not in flags
 
 
-COLUMNS = {  # modern_runs.csv column: (preset field, how the column reads)
-    "num_layers": ("num_layers", int),
-    "hidden_size": ("hidden_size", int),
-    "ffn_hidden_size": ("ffn", int),
-    "num_attention_heads": ("num_attention_heads", int),
-    "num_query_groups": ("query_groups", int),
-    "seq_length": ("max_position_embeddings", int),
-    "vocab_size": ("vocab_size", int),
+COLUMNS = {  # modern_runs.csv column: the preset field it must equal
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "ffn_hidden_size": "ffn",
+    "num_attention_heads": "num_attention_heads",
+    "num_query_groups": "query_groups",
+    "vocab_size": "vocab_size",
 }
 
 
 @pytest.mark.parametrize("name", sorted(ROW_PRESETS))
 def test_validation_rows_price_the_preset_and_agree_with_it(name):
+    """The rows of a model a preset defines price the preset itself (rotary_percent 0.5 and the zero-centred
+    LayerNorm for Nemotron-4, rope θ 500000 for Llama 3, Llama 3.1's rope scaling: none of them costs), and every
+    architecture column the source printed agrees with it; the row's sequence is the run's, within the model's."""
     preset = load_model(ROW_PRESETS[name])
     rows = [r for r in modern_rows() if r["model_name"] == name]
-    assert len(rows) >= 20  # Nemotron4-15B: DGX Cloud v25.02-v25.10 and the NeMo pages; 340B likewise
+    assert len(rows) >= 10  # DGX Cloud v25.02-v25.10 and the NeMo / Megatron-Bridge pages
+    mlp = "squared_relu" if preset.squared_relu else "swiglu" if preset.swiglu else "gelu"
     for row in rows:
-        for column, (field, read) in COLUMNS.items():
-            assert read(row[column]) == getattr(preset, field), (row["run_id"], column)
-        assert row["mlp"] == "squared_relu" and preset.squared_relu
-        assert (row["normalization"], row["position_embedding"]) == ("LayerNorm", "rope")
+        for column, field in COLUMNS.items():
+            assert int(row[column]) == getattr(preset, field), (row["run_id"], column)
+        assert (row["mlp"], row["normalization"], row["position_embedding"]) == (
+            mlp,
+            preset.normalization.value,
+            preset.position_embedding_type.value,
+        )
         assert (row["untied_embeddings"], row["bias"]) == ("yes", "no")
+        assert preset.untie_embeddings_and_output_weights and not preset.add_bias_linear
+        assert int(row["seq_length"]) <= preset.max_position_embeddings
     ids = {r["run_id"] for r in rows}
     runs = [r for r in load_runs() if r.id in ids]
     assert len(runs) == len(ids)
-    assert all(r.request["model"] == preset for r in runs)  # the preset itself: rotary_percent 0.5, 1p included
+    assert all(r.request["model"] == preset for r in runs)
 
 
 def test_the_nemo2_recipe_reads_as_the_preset():

@@ -347,9 +347,17 @@ def _yes(text: str) -> bool:
 
 
 # Rows whose model a preset defines: the row prices the preset, the one definition of the model (its no-cost
-# fields included: Nemotron-4's rotary_percent 0.5 and zero-centred LayerNorm, which the columns cannot carry). The
-# row's architecture columns stay as its source printed them; tests/test_nemotron4_15b.py checks that they agree.
-ROW_PRESETS = {"Nemotron4-15B": "nemotron-4-15b", "Nemotron4-340B": "nemotron-4-340b"}
+# fields included, which the columns cannot carry: Nemotron-4's rotary_percent 0.5 and zero-centred LayerNorm, Llama
+# 3's rope θ 500000, Llama 3.1's rope scaling). The row's architecture columns stay as its source printed them;
+# tests/test_nemotron4_15b.py checks that they agree. Built from the columns still: GPT-3 175B (the runs' dropout 0
+# against the preset's 0.1, which costs) and the MLPerf rows (their own vocabularies, Llama 3.1 8B without a preset).
+ROW_PRESETS = {
+    "Nemotron4-15B": "nemotron-4-15b",
+    "Nemotron4-340B": "nemotron-4-340b",
+    "Llama3-8B": "llama3-8b",
+    "Llama3-70B": "llama3-70b",
+    "Llama3.1-405B": "llama3.1-405b",
+}
 
 
 def _modern_model(row: dict) -> ModelSpec:
