@@ -208,3 +208,42 @@ def test_a_preset_given_beside_a_script_that_defines_its_model_names_the_megatro
     assert (
         "gives what the script leaves" in bare.stderr and "dropout" not in bare.stderr.split("leaves")[1].split("\n")[0]
     )
+
+
+def test_compare_at_80_columns_keeps_the_difference_column():
+    # at 80 columns compare hid "B − A" and "B / A": the A and B columns were as wide as "dgx-h100-superpod", a row
+    # equal on both sides; the model and the hardware the two plans share are now said in the heading instead
+    from rich.console import Console
+
+    from planner import api
+    from planner.report.runs import compare_view
+    from planner.runs.compare import compare_plans
+
+    base = dict(model="llama3-8b", hardware="dgx-h100-superpod", gpus=64, pp=1, micro_batch=1)
+    a = api.explain(api.make_request(**base, tp=2))
+    b = api.explain(api.make_request(**base, tp=4, sequence_parallel=True))
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(compare_view(compare_plans(a, b)))
+    text = out.getvalue()
+    assert "B − A" in text and "hidden at this width" in text and "B − A" not in text.split("hidden at this width")[1]
+    assert re.search(r"A: TP2 PP1 DP32 b1.* \(llama3-8b, 64 GPUs of dgx-h100-superpod\)", text), text
+    names = [line.split("  ")[0].strip() for line in text.splitlines()]
+    assert "hardware" not in names and "model" not in names
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("--tensor-parallel", "--tp"),
+        ("--pipeline-parallel-size", "--pp"),
+        ("--num-gpus", "--gpus"),
+        ("--nodes", "--gpus N (the nodes × GPUs per node)"),
+        ("--sequence-length", "--seq-len"),
+        ("--gbs", "--global-batch"),
+    ],
+)
+def test_an_option_spelt_as_other_tools_spell_it_names_megaplans(typed, meant):
+    # `search --tensor-parallel 8` said "Did you mean one of: '--no-sequence-parallel', '--sequence-parallel'?",
+    # `--nodes 8` "Did you mean one of: '--model', '--no-fsdp', '--tokens'?" (click's spelling distance)
+    line = _one_error(["search", "--model", "gpt3-175b", "--gpus", "64", typed, "8"])
+    assert line == f"megaplan: error: no option {typed}; megaplan's option is {meant}", line

@@ -233,3 +233,21 @@ def test_the_flags_round_trip_through_export_and_import():
     bridge = run_cli(["export", *args, "--format", "bridge"])
     assert "first_last_layers_bf16:true,num_layers_at_start_in_bf16:2" in bridge.stdout
     assert "model.fp8_output_proj=true" in bridge.stdout
+
+
+def test_search_prices_the_bf16_layers_as_explain_does():
+    """One implementation for the grid and the single plan: GPT-OSS-20B (MoE layers, sliding-window layers) on 64
+    B200 with BF16 end layers and the MXFP8 output layer: search's best plan, explained alone, costs the same to the
+    last bit, and more than the same plan in FP8 everywhere."""
+    from planner.plan import ParallelPlan
+    from planner.search import search
+
+    opts = {"fp8": "e4m3", "fp8_recipe": "mxfp8", "first_last_layers_bf16": True, "fp8_output_proj": True}
+    req = api.make_request(model="gpt-oss-20b", hardware=B200, gpus=64, options=opts)
+    best = search(req.ctx, 64).plans[0]
+    fields = {k: v for k, v in best["parallel"].items() if k in ParallelPlan.model_fields and k != "dp"}
+    alone = api.make_request(model="gpt-oss-20b", hardware=B200, gpus=64, options=best["options"], **fields)
+    assert api.explain(alone, suggest=False)["estimate"]["iteration_s"] == best["estimate"]["iteration_s"]
+    fp8 = {**best["options"], "first_last_layers_bf16": False}
+    plain = api.make_request(model="gpt-oss-20b", hardware=B200, gpus=64, options=fp8, **fields)
+    assert api.explain(plain, suggest=False)["estimate"]["iteration_s"] < best["estimate"]["iteration_s"]

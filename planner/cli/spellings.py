@@ -30,11 +30,30 @@ MEGATRON_SPELLINGS = {  # a Megatron-LM flag typed to a planner command -> the p
 }
 
 
+_GPUS = "--gpus N (the nodes × GPUs per node)"
+OTHER_SPELLINGS = {  # names other tools (NeMo, DeepSpeed, torchrun, papers) give a knob -> the planner's option
+    **dict.fromkeys(("--tensor-parallel", "--tensor-parallel-size", "--tp-size", "--tensor-model-parallel"), "--tp"),
+    **dict.fromkeys(("--pipeline-parallel", "--pipeline-parallel-size", "--pp-size"), "--pp"),
+    **dict.fromkeys(("--context-parallel", "--cp-size"), "--cp"),
+    **dict.fromkeys(("--expert-parallel", "--expert-parallel-size", "--ep-size"), "--ep"),
+    **dict.fromkeys(("--data-parallel", "--data-parallel-size", "--dp-size"), "--dp"),
+    **dict.fromkeys(("--num-gpus", "--ngpus", "--n-gpus", "--world-size", "--gpu-count"), "--gpus"),
+    **dict.fromkeys(("--nodes", "--num-nodes", "--nnodes", "--node-count"), _GPUS),
+    **dict.fromkeys(("--sequence-length", "--seqlen", "--max-seq-len"), "--seq-len"),
+    **dict.fromkeys(("--mbs",), "--micro-batch"),
+    **dict.fromkeys(("--gbs", "--batch-size"), "--global-batch"),
+    **dict.fromkeys(("--gpu", "--cluster", "--system"), "--hardware (a preset or YAML: megaplan presets hardware)"),
+}
+
+
 def megatron_spelling_hint(flag: str) -> str | None:
-    """What to type instead of a Megatron-LM flag given to a planner command, or None if it is not one."""
+    """What to type instead of a Megatron-LM flag (or another tool's name of a knob) given to a planner command, or
+    None if it is neither."""
     from planner.megatron.flags import ALIASES, flag_table
 
     name = flag.split("=")[0]
+    if name.replace("_", "-") in OTHER_SPELLINGS:
+        return f"no option {name}; megaplan's option is {OTHER_SPELLINGS[name.replace('_', '-')]}"
     if name in MEGATRON_SPELLINGS:
         return f"{name} is Megatron-LM's spelling; megaplan's option is {MEGATRON_SPELLINGS[name]}"
     if name in flag_table() or name in ALIASES:

@@ -72,9 +72,12 @@ def head_times(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     sbh = lt.b * lt.s * lt.h / lt.c
     grads = memory.gradient_bytes_per_param(ctx.precision, grads_in_16_bits=ctx.options.grad_buffer_in_16_bits)
     table = embedding_grad_bytes(lt.V, lt.h, lt.t, grad_bytes=grads, act_bytes=lt.act_bytes)
+    fwd_bytes, bwd_bytes = CROSS_ENTROPY_FWD_BYTES * logit_elems, CROSS_ENTROPY_BWD_BYTES * logit_elems
+    if ctx.options.fp8_output_proj:  # the MXFP8 output layer's casts
+        fwd_bytes, bwd_bytes = fwd_bytes + casts[0], bwd_bytes + casts[1]
     return {
-        "head_fwd": logits + (CROSS_ENTROPY_FWD_BYTES * logit_elems + casts[0]) / hbm,
-        "head_bwd": compute.BACKWARD_GEMM_FACTOR * logits + (CROSS_ENTROPY_BWD_BYTES * logit_elems + casts[1]) / hbm,
+        "head_fwd": logits + fwd_bytes / hbm,
+        "head_bwd": compute.BACKWARD_GEMM_FACTOR * logits + bwd_bytes / hbm,
         "embedding_fwd": EMBEDDING_FWD_BYTES_PER_SBH * sbh / hbm,
         "embedding_bwd": (compute.BACKWARD_ELEMENTWISE_FACTOR * EMBEDDING_FWD_BYTES_PER_SBH * sbh + table) / hbm,
     }

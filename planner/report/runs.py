@@ -152,12 +152,17 @@ def _applies(name: str, pjs: tuple[dict, dict]) -> bool:
     }.get(name, True)
 
 
+SHARED_IN_HEAD = ("model", "hardware")  # the plans' heading lines name them
+
+
 def _left_out(r: dict, pjs: tuple[dict, dict]) -> bool:
     """A row the table leaves out (--json keeps every row): the same on both sides and None, a plan field that
     applies to neither plan (even when its values differ: a dense plan's etp follows its tp), or a memory or time
     term that is zero in both."""
     if r["section"] == "plan" and not _applies(r["name"], pjs):
         return True
+    if r["section"] == "plan" and r["name"] in SHARED_IN_HEAD and not r["differs"]:
+        return True  # said in the heading: as wide as "dgx-a100-40gb-superpod", it pushed B − A out at 80 columns
     if r["differs"]:
         return False
     if r["a"] is None:
@@ -193,7 +198,7 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
     head = Text(verdict + "\n", style="bold")
     for name, pj in ((a, cmp["a"]), (b, cmp["b"])):
         head.append(f"{name}: ", "bold")
-        head.append(f"{plan_text(pj)} ({pj['model']}, {pj['gpus']:,} GPUs)\n")
+        head.append(f"{plan_text(pj)} ({pj['model']}, {pj['gpus']:,} GPUs of {pj['hardware']})\n")
         head.append("   ")
         head.append_text(fit_line(pj["estimate"]))
         head.append(f" · {pj['estimate']['iteration_s']:.2f} s/iteration\n")
