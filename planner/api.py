@@ -117,6 +117,7 @@ def make_request(
             f"them ({', '.join(fp8)})"
         )
     _check_fp8_recipe(opts, hw)
+    check_fp4(opts, hw, model_spec)
     _check_load_imbalance(opts, model_spec)
     return PlanRequest(ctx=Context(model_spec, hw, training, opts), plan=plan, gpus=gpus)
 
@@ -163,6 +164,36 @@ def _check_fp8_recipe(opts: PlanOptions, hw: HardwareSpec) -> None:
             f"--fp8-recipe {opts.fp8_recipe.value} needs {what} tensor cores; {hw.gpu.name} has compute capability "
             f"{hw.gpu.compute_capability:g} (Transformer Engine check_recipe_support); allowed: "
             + ", ".join(r for r in ("delayed", "tensorwise", "blockwise", "mxfp8") if _recipe_runs(r, hw))
+        )
+
+
+# Transformer Engine quantization.py _compute_nvfp4_support (v2.8 through v2.18): NVFP4BlockScaling needs compute
+# capability >= 10.0 ('NVFP4 support requires compute capability >= 10.0' at fp8_autocast's check_recipe_support).
+NVFP4_CAPABILITY = 10.0
+
+
+def check_fp4(opts: PlanOptions, hw: HardwareSpec, model: ModelSpec) -> None:
+    """--fp4-format on a GPU with FP4 tensor cores (what Transformer Engine checks), on what the estimate prices:
+    a dense model's linears (the MoE grouped GEMMs' NVFP4 casts, padding and host ops are not modelled) with
+    16-bit attention (NVFP4BlockScaling takes fp8_dpa from --fp8-dot-product-attention: not priced)."""
+    if opts.fp4 is None:
+        return
+    if hw.gpu.compute_capability < NVFP4_CAPABILITY or hw.gpu.peak_nvfp4_tflops is None:
+        raise PlannerError(
+            f"--fp4-format {opts.fp4.value} needs NVFP4 tensor cores, compute capability ≥ 10 (Transformer Engine "
+            f"check_nvfp4_support: 'NVFP4 support requires compute capability >= 10.0'); {hw.gpu.name} has "
+            f"{hw.gpu.compute_capability:g}; allowed: --fp8-format e4m3|hybrid, or --hardware dgx-b200-superpod, "
+            "gb200-nvl72 or gb300-nvl72"
+        )
+    if model.is_moe:
+        raise PlannerError(
+            f"--fp4-format with {model.name} (MoE): NVFP4 expert GEMMs are not modelled (their casts, padding and "
+            "host ops); allowed: a dense model, or --fp8-format e4m3|hybrid"
+        )
+    if opts.fp8_dot_product_attention:
+        raise PlannerError(
+            "--fp8-dot-product-attention with --fp4-format: attention under the NVFP4 recipe is not modelled; "
+            "allowed: drop --fp8-dot-product-attention"
         )
 
 

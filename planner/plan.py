@@ -108,6 +108,16 @@ class Fp8Format(StrEnum):
     HYBRID = "hybrid"
 
 
+class Fp4Format(StrEnum):
+    E2M1 = "e2m1"  # --fp4-format: the only FP4 format (arguments.py --fp4-format choices)
+
+
+class Fp4Recipe(StrEnum):
+    """--fp4-recipe: how Transformer Engine scales FP4 tensors (``custom`` loads user code: not priced)."""
+
+    NVFP4 = "nvfp4"  # NVFP4BlockScaling: 1x16 blocks, E4M3 scales, an FP32 per-tensor scale
+
+
 class RecomputeMethod(StrEnum):
     """--recompute-method with full recomputation (transformer_block.py: megatron/core/recompute.py)."""
 
@@ -281,6 +291,15 @@ class PlanOptions(_Spec):
         False, description="--fp8-param-gather: keep and all-gather FP8 weights, no bf16 copy"
     )
     fp8_recipe: Fp8Recipe = Field(Fp8Recipe.DELAYED, description="--fp8-recipe (Megatron-LM default: delayed)")
+    fp4: Fp4Format | None = Field(
+        None,
+        description="--fp4-format: linear layers' GEMMs in NVFP4 (Transformer Engine NVFP4BlockScaling; compute "
+        "capability >= 10; not with --fp8-format)",
+    )
+    fp4_recipe: Fp4Recipe = Field(Fp4Recipe.NVFP4, description="--fp4-recipe (Megatron-LM default: nvfp4)")
+    fp4_param_gather: bool = Field(
+        False, description="--fp4-param-gather: keep and all-gather NVFP4 weights, no bf16 copy"
+    )
     first_last_layers_bf16: bool = Field(
         False,
         description="--first-last-layers-bf16: with FP8, the first and last decoder layers' GEMMs in BF16 "
@@ -380,7 +399,15 @@ class PlanOptions(_Spec):
 
     def _low_precision_rules(self) -> None:
         """transformer_config.py:1527-1575 @ d98e8a64: BF16 end layers not with delayed scaling (its amaxes are
-        reduced once for all FP8 layers); the MXFP8 output layer with FP8 and the MXFP8 recipe only."""
+        reduced once for all FP8 layers); the MXFP8 output layer with FP8 and the MXFP8 recipe only; FP4 not with FP8
+        and its parameter gather only with it (arguments.py:1099-1109)."""
+        if self.fp4 is not None and self.fp8 is not None:
+            raise ValueError(
+                "--fp4-format with --fp8-format: Megatron-LM takes one of them (arguments.py:1100 refuses the pair); "
+                "allowed: one of them"
+            )
+        if self.fp4_param_gather and self.fp4 is None:
+            raise ValueError("--fp4-param-gather needs --fp4-format (arguments.py:1104); allowed: drop it")
         if self.fp8 is not None and self.first_last_layers_bf16 and self.fp8_recipe is Fp8Recipe.DELAYED:
             raise ValueError(
                 "--first-last-layers-bf16 with --fp8-recipe delayed: Megatron-LM refuses it "
@@ -395,10 +422,15 @@ class PlanOptions(_Spec):
             )
 
     @property
+    def quantised(self) -> bool:
+        """Whether the decoder layers' linear GEMMs run quantised (FP8 or NVFP4: Transformer Engine's autocast)."""
+        return self.fp8 is not None or self.fp4 is not None
+
+    @property
     def bf16_end_layers(self) -> tuple[int, int]:
         """(N, M): the first N and last M decoder layers Megatron-Core runs outside the FP8 context
         (fp8_utils.py is_first_last_bf16_layer @ d98e8a64, on global layer numbers); (0, 0) without FP8 or the flag."""
-        if self.fp8 is None or not self.first_last_layers_bf16:
+        if not self.quantised or not self.first_last_layers_bf16:  # FP4 too: fp4_utils.get_fp4_context
             return (0, 0)
         return (self.num_layers_at_start_in_bf16, self.num_layers_at_end_in_bf16)
 

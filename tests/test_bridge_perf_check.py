@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.bridge.importer import read_bridge_source, request_from_bridge
+from planner.bridge.importer import LOW_PRECISION_FIELDS, read_bridge_source, request_from_bridge
 from planner.bridge.runtime import UB_FIELD, userbuffer_preset
 from planner.bridge.table import ROWS
 from planner.bridge.workloads import GPUS, V060_DTYPES, V060_MODELS, V060_NAME, read_workload
@@ -33,6 +33,7 @@ FIELDS = sorted(
     {r.read_at(TAG) for r in ROWS}
     | {"dataset.seq_length", "model.num_moe_experts", UB_FIELD, FP8_ATTENTION}
     | {"train.train_iters"}  # the run's length (bridge17): after TrainingConfig.finalize, whatever the recipe set
+    | set(LOW_PRECISION_FIELDS)  # BF16 end layers, NVFP4, FP8 output projection: read beside the table (fbbeb2c)
 )
 
 

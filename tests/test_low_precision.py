@@ -54,9 +54,9 @@ def _import(flags: str, hardware: str = "dgx-h100-superpod"):
         ("--fp4-format e2m1 --fp8-format hybrid", "dgx-b200-superpod", "Megatron-LM takes one of them"),
         # arguments.py:1105 '--fp4-param-gather must be used together with --fp4-format.'
         ("--fp4-param-gather", "dgx-b200-superpod", "--fp4-param-gather needs --fp4-format"),
-        # NVFP4: Transformer Engine check_nvfp4_support, compute capability >= 10.0; not priced on Blackwell either
-        ("--fp4-format e2m1", "dgx-h100-superpod", "compute capability ≥ 10 only"),
-        ("--fp4-format e2m1", "gb200-nvl72", "(NVFP4) is not modelled"),
+        # NVFP4: Transformer Engine check_nvfp4_support, compute capability >= 10.0 (priced on Blackwell:
+        # tests/test_nvfp4.py)
+        ("--fp4-format e2m1", "dgx-h100-superpod", "needs NVFP4 tensor cores, compute capability ≥ 10"),
         # transformer_config.py:1567 'fp8_param must be used together with fp8 mode.' (argument_utils.py:312
         # fp8_param = fp8_param_gather); it was read and ignored
         ("--fp8-param-gather", "dgx-h100-superpod", "--fp8-param-gather needs --fp8-format"),
@@ -199,8 +199,8 @@ def _bridge(*overrides: str):
 def test_a_bridge_config_meets_the_same_checks():
     """Bridge's finalize() runs Megatron-Core's TransformerConfig.__post_init__ (models/transformer_config.py,
     v0.6.0), after MixedPrecisionConfig copied its fields onto the model: delayed scaling with BF16 end layers and
-    more end layers than a stage holds are refused there as on the command line; NVFP4 is refused as not modelled
-    (MixedPrecisionConfig.fp4)."""
+    more end layers than a stage holds are refused there as on the command line; NVFP4 (MixedPrecisionConfig.fp4) is
+    refused on this Hopper as Transformer Engine refuses it."""
     delayed = _bridge(
         "mixed_precision=bf16_with_fp8_delayed_scaling_mixed", "mixed_precision.first_last_layers_bf16=true"
     )
@@ -209,7 +209,7 @@ def test_a_bridge_config_meets_the_same_checks():
         "mixed_precision=bf16_with_fp8_current_scaling_mixed", "mixed_precision.num_layers_at_start_in_bf16=40"
     )
     assert "--num-layers-at-start-in-bf16 40: allowed: 0 to 32" in one_line_error(many)
-    assert "(NVFP4) is not modelled" in one_line_error(
+    assert "needs NVFP4 tensor cores" in one_line_error(
         _bridge("mixed_precision=bf16_mixed", "mixed_precision.fp4=e2m1")
     )
 

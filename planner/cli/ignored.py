@@ -60,6 +60,7 @@ def context_ignored(kw: dict, ctx) -> list[tuple[list[str], str]]:
     checks = [
         (["cuda_graph_modules"], opts.cuda_graph_impl.value == "none", "no --cuda-graph-impl (CUDA graphs are off)"),
         (["fp8_recipe", "fp8_param_gather"], opts.fp8 is None, "no --fp8 (training is not in FP8)"),
+        (["fp4_param_gather"], opts.fp4 is None, "no --fp4 (training is not in NVFP4)"),
         (
             ["grad_reduce_in_bf16"],
             ctx.precision == "fp16",

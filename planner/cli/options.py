@@ -263,6 +263,20 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         ("--fp8-param-gather",), "Keep and all-gather FP8 weights (no 16-bit weight copy).", False, flag=True, solo=True
     ),
     Option(
+        ("--fp4",),
+        "--fp4-format: linear GEMMs in NVFP4 (Transformer Engine NVFP4BlockScaling; compute capability ≥ 10; not "
+        "with --fp8; dense models).",
+        None,
+        click.Choice(["e2m1"]),
+    ),
+    Option(
+        ("--fp4-param-gather",),
+        "With --fp4: keep and all-gather NVFP4 weights (no 16-bit weight copy).",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
         ("--first-last-layers-bf16",),
         "With --fp8: the first N and last M decoder layers' GEMMs in BF16 (not with --fp8-recipe delayed).",
         False,

@@ -20,6 +20,7 @@ MEGATRON_SPELLINGS = {  # a Megatron-LM flag typed to a planner command -> the p
     "--bf16": "--precision bf16",
     "--fp16": "--precision fp16",
     "--fp8-format": "--fp8",
+    "--fp4-format": "--fp4",
     "--attention-backend": "--attention-kernel",
     "--moe-token-dispatcher-type": "--moe-token-dispatcher",
     "--moe-expert-capacity-factor": "--moe-capacity-factor",

@@ -529,7 +529,8 @@ def bf16_context(ctx: Context) -> Context:
     """The context of a BF16 end layer: the options without FP8 (made once per context)."""
     out = ctx.__dict__.get("_bf16_context")
     if out is None:
-        out = dataclasses.replace(ctx, options=ctx.options.model_copy(update={"fp8": None}))
+        update = {"fp8": None, "fp4": None, "fp4_param_gather": False}
+        out = dataclasses.replace(ctx, options=ctx.options.model_copy(update=update))
         object.__setattr__(ctx, "_bf16_context", out)
     return out
 

@@ -34,7 +34,13 @@ FP8_CAST_BYTES = {
     "tensorwise": (2 + 2 + 1 + 1, 2 + 2 + 1),  # current scaling reads the tensor twice: amax, then cast
     "mxfp8": (2 + 2 * (1 + 1 / 32), 2 + 2 * (1 + 1 / 32)),  # two block-scaled copies, E8M0 scale per 32
     "blockwise": (2 + 2 * (1 + 4 / 128), 2 + 2 * (1 + 4 / 128)),  # 1×128 tiles, fp32 scales, both layouts
+    # NVFP4 (--fp4-recipe nvfp4, Blackwell only; TE quantizer.cpp NVFP4Quantizer::quantize_impl @d0067d0): one amax
+    # pass (nvte_hadamard_transform_amax: the row-wise amax and the column-wise post-RHT amax in one read), then one
+    # cast reading it again and writing the row-wise and the column-wise (Hadamard-transformed, for wgrad) E2M1
+    # copies, 4 bits an element with an E4M3 scale per 16; the per-tensor FP32 scale is one word
+    "nvfp4": (2 + 2 + 2 * (0.5 + 1 / 16), 2 + 2 + 2 * (0.5 + 1 / 16)),
 }
+UNFUSED_NORM_CASTS = frozenset({"nvfp4"})  # TE's fused norm + cast does not take NVFP4 with RHT (normalization.cpp)
 FP8_FUSED_READ_BYTES = 2  # a cast fused into TE's LayerNormLinear does not read its input again
 
 # (forward, backward) HBM bytes per element of the f-wide MLP activation output, 16-bit tensors.
@@ -84,9 +90,12 @@ def gemm_time_s(gemm: Gemm, *, peak_flops_per_s: float, eta_max: float, half_dim
 def fp8_cast_bytes_per_element(recipe: str, *, one_copy_serves_both: bool, fused: bool = False) -> float:
     """HBM bytes to quantise one 16-bit element into the FP8 copies its GEMMs use (FP8_CAST_BYTES);
     ``one_copy_serves_both``: Blackwell (compute capability ≥ 10) needs no transposed FP8 copy for
-    per-tensor scaling; ``fused``: the cast rides on TE's fused LayerNorm, which already read it."""
+    per-tensor scaling; ``fused``: the cast rides on TE's fused LayerNorm, which already read it (not NVFP4's: with
+    the random Hadamard transform TE normalises in 16 bits and runs the quantiser after it, normalization.cpp
+    FUSED_NORM_AMAX_NVFP4 is taken only without RHT)."""
     hopper, blackwell = FP8_CAST_BYTES[recipe]
-    return (blackwell if one_copy_serves_both else hopper) - (FP8_FUSED_READ_BYTES if fused else 0.0)
+    saved = FP8_FUSED_READ_BYTES if fused and recipe not in UNFUSED_NORM_CASTS else 0.0
+    return (blackwell if one_copy_serves_both else hopper) - saved
 
 
 def elementwise_bytes(

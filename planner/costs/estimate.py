@@ -138,18 +138,22 @@ def _with_experts(ctx: Context, dense_s, expert_s):
     return dense_s + expert_s() if ctx.model.is_moe else dense_s
 
 
-def dp_element_bytes(ctx: Context) -> tuple[int, int]:
+def dp_element_bytes(ctx: Context) -> tuple[int, float]:
     """(bytes per gradient element reduced over DP, bytes per parameter all-gathered). With
     --fp8-param-gather the parameters are gathered in FP8 (1 byte), except MXFP8's: Megatron gathers
     them in 16 bits into the gradient buffer and quantises them into the MXFP8 parameter after the
     gather (--reuse-grad-buf-for-mxfp8-param-ag, which Megatron recommends with MXFP8 and
     Megatron-Bridge's bf16_with_mxfp8_mixed sets: Megatron-LM core_r0.16.0 distributed/
-    param_and_grad_buffer.py:340-350, optimizer/optimizer_config.py:364-370)."""
+    param_and_grad_buffer.py:340-350, optimizer/optimizer_config.py:364-370). With --fp4-param-gather the NVFP4
+    weights' packed E2M1 data, half a byte (param_and_grad_buffer.py nvfp4_packed_numel = numel // 2 @ d98e8a64;
+    the block scales are recomputed after the gather: fp4_utils.quantize_nvfp4_param_shard)."""
     prec, opts = ctx.precision, ctx.options
     if prec == "fp32":
         return 4, 4
     grad = 2 if prec == "fp16" or opts.grad_buffer_in_16_bits else 4  # bf16: fp32 main grads (arguments.py:1204-1217)
     fp8_gather = opts.fp8 is not None and opts.fp8_param_gather and opts.fp8_recipe.value != "mxfp8"
+    if opts.fp4 is not None and opts.fp4_param_gather:
+        return grad, 0.5
     return grad, 1 if fp8_gather else 2
 
 

@@ -271,7 +271,12 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = N
 def compute_formulas(ctx: Context) -> dict[str, Formula]:
     """The forward, backward and offload terms' formulas, which read the context alone (the same for its plans)."""
     opts, mo = ctx.options, ctx.model
-    if opts.fp8:
+    if opts.fp4 is not None:
+        linear = (
+            "NVFP4 linear GEMMs (fprop, dgrad, wgrad) F/(P_nvfp4·η_fp8·r_nvfp4(M,N,K)) + NVFP4 casts (amax, "
+            "row-wise and Hadamard-transformed column-wise E2M1 copies)"
+        )
+    elif opts.fp8:
         linear = f"FP8 linear GEMMs F/(P_fp8·η_fp8(M,N,K)) + {opts.fp8_recipe.value} FP8 casts"
     else:
         linear = "Σ_GEMM F/(P_peak·η(M,N,K))"

@@ -522,9 +522,10 @@ class Letters:
         self.opt_group_e = select(self.outer_optim, lambda: self.edp, lambda: self.edp_in)
         self.gated, self.dropout, self.attn_dropout = mo.gated, mo.hidden_dropout > 0, mo.attention_dropout > 0
         self.unfused = ctx.options.attention_kernel is AttentionKernel.UNFUSED
-        self.fp8 = ctx.options.fp8 is not None
-        # block scales of an FP8 element saved for the backward (MXFP8, blockwise; memory.FP8_BLOCK_SCALE_BYTES)
-        self.fp8_scale = memory.fp8_saved_bytes_per_element(ctx.options.fp8_recipe.value) - 1 if self.fp8 else 0.0
+        self.fp8 = ctx.options.quantised  # the linears in FP8 or NVFP4 (linears.quant_recipe)
+        # a saved quantised element's bytes beyond FP8's one (block scales: memory.FP8_BLOCK_SCALE_BYTES; NVFP4 < 0)
+        recipe = ctx.options.fp4_recipe.value if ctx.options.fp4 is not None else ctx.options.fp8_recipe.value
+        self.fp8_scale = memory.fp8_saved_bytes_per_element(recipe) - 1 if self.fp8 else 0.0
         self.act_bytes = memory.ACTIVATION_BYTES[ctx.precision]
         self.E, self.k, self.f_e = mo.num_experts or 0, mo.moe_router_topk, mo.expert_ffn
         self.f_s = mo.shared_ffn

@@ -19,22 +19,33 @@ NORM_FED = ("qkv", "q_down", "kv_down", "q_proj", "fc1", "shared_fc1")  # GEMMs 
 
 
 def gemm_times(gemms: dict, ctx: Context, *, fp8: bool) -> dict[str, np.ndarray]:
-    """Each GEMM's time on the roofline; linear GEMMs in FP8 at η_fp8 (block-scaled recipes at the
-    preset's ``mxfp8_gemm_ratio`` of it)."""
-    cal, gpu, opts = ctx.hardware.calibration, ctx.hardware.gpu, ctx.options
+    """Each GEMM's time on the roofline; with ``fp8`` (the plan's linears quantised) the linear GEMMs in FP8 at
+    η_fp8 (block-scaled recipes at the preset's ``mxfp8_gemm_ratio`` of it), or with --fp4-format in NVFP4 at the
+    NVFP4 peak and η_fp8 · ``nvfp4_gemm_ratio`` (``low_precision_rate``); the attention core at the 16-bit law."""
+    cal, gpu = ctx.hardware.calibration, ctx.hardware.gpu
     peak = gpu.peak_flops_per_s(ctx.precision)
-    fp8_peak = (gpu.peak_fp8_tflops or 0) * 1e12
-    block_scaled = opts.fp8_recipe.value in ("mxfp8", "blockwise")
-    fp8_eta = (cal.fp8_gemm_efficiency or 0) * ((cal.mxfp8_gemm_ratio or 1.0) if block_scaled else 1.0)
+    low_peak, low_eta = low_precision_rate(ctx)
     out = {}
     for name, g in gemms.items():
         if fp8 and name not in flops.ATTENTION_CORE:
-            out[name] = compute.gemm_time_s(g, peak_flops_per_s=fp8_peak, eta_max=fp8_eta, half_dim=cal.gemm_half_dim)
+            out[name] = compute.gemm_time_s(g, peak_flops_per_s=low_peak, eta_max=low_eta, half_dim=cal.gemm_half_dim)
         else:
             out[name] = compute.gemm_time_s(
                 g, peak_flops_per_s=peak, eta_max=cal.gemm_efficiency, half_dim=cal.gemm_half_dim
             )
     return out
+
+
+def low_precision_rate(ctx: Context) -> tuple[float, float]:
+    """(P, η_max) of the quantised linear GEMMs: NVFP4 (--fp4-format, Transformer Engine NVFP4BlockScaling: fprop,
+    dgrad and wgrad all in E2M1, recipe/__init__.py @d0067d0) at P_nvfp4 and η_fp8 · r_nvfp4; FP8 at P_fp8 and η_fp8,
+    block-scaled recipes (MXFP8, blockwise) at η_fp8 · r_mxfp8. r: the preset's measured GEMM ratios."""
+    cal, gpu, opts = ctx.hardware.calibration, ctx.hardware.gpu, ctx.options
+    eta = cal.fp8_gemm_efficiency or 0
+    if opts.fp4 is not None:
+        return (gpu.peak_nvfp4_tflops or 0) * 1e12, eta * (cal.nvfp4_gemm_ratio or 0)
+    block_scaled = opts.fp8_recipe.value in ("mxfp8", "blockwise")
+    return (gpu.peak_fp8_tflops or 0) * 1e12, eta * ((cal.mxfp8_gemm_ratio or 1.0) if block_scaled else 1.0)
 
 
 def activation_message(lt: Letters) -> np.ndarray:
@@ -293,11 +304,16 @@ ROW_INPUT = ("q_up", "kv_up", "projection", "fc2", "shared_fc2")  # inputs cast 
 ROW_OUT = ("projection", "fc2", "shared_fc2")  # outputs whose gradient is the block's out_grad
 
 
+def quant_recipe(opts) -> str:
+    """The quantiser the plan's linears run: ``nvfp4`` with --fp4-format, else the --fp8-recipe."""
+    return opts.fp4_recipe.value if opts.fp4 is not None else opts.fp8_recipe.value
+
+
 def cast_bytes(ctx: Context) -> tuple[float, float]:
     """(per element, per element inside TE's fused LayerNorm) HBM bytes of the recipe's FP8 casts,
     counted at the memory-bound ops' efficiency η_mem: a recipe whose cast kernels are measured to
     reach η_cast of HBM (the GPU's ``fp8_cast_hbm_frac``) counts η_mem/η_cast of its bytes."""
-    recipe = ctx.options.fp8_recipe.value
+    recipe = quant_recipe(ctx.options)
     gpu, eta_mem = ctx.hardware.gpu, ctx.hardware.calibration.memory_efficiency
     blackwell = gpu.compute_capability >= BLACKWELL
     slower = eta_mem / gpu.fp8_cast_hbm_frac.get(recipe, eta_mem)

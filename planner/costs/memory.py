@@ -28,6 +28,7 @@ MASTER_REMAINDER_BYTES = 2  # TE FusedAdam keeps only the low 16 bits of an fp32
 # (Transformer Engine pytorch/csrc/quantizer.cpp: MXFP8Quantizer and Float8BlockQuantizer::create_tensor)
 FP8_BLOCK_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / 128}
 FP8_WEIGHT_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / (128 * 128)}
+NVFP4_ELEMENT_BYTES = 0.5 + 1 / 16  # an E2M1 element (4 bits) and its share of an E4M3 scale per 16 (TE NVFP4Tensor)
 
 
 def gradient_bytes_per_param(precision: str, *, grads_in_16_bits: bool) -> int:
@@ -64,7 +65,11 @@ def fp8_weight_bytes_per_param(recipe: str, *, one_copy_serves_both: bool) -> fl
                             Blackwell's GEMMs read the one copy both ways)
       mxfp8                 2·(1 + 1/32): row-wise and column-wise data, each with an E8M0 scale per 32
       blockwise             2·(1 + 4/128²): row-wise and transposed data, an fp32 scale per 128×128 block
+      nvfp4                 2·(1/2 + 1/16): row-wise and column-wise E2M1 data, an E4M3 scale per 16 (TE lays out
+                            the 16×16-block weight scales per 16 elements; NVFP4_ELEMENT_BYTES)
     """
+    if recipe == "nvfp4":
+        return 2 * NVFP4_ELEMENT_BYTES
     if recipe in FP8_WEIGHT_SCALE_BYTES:
         return 2 * (1 + FP8_WEIGHT_SCALE_BYTES[recipe])
     return 1.0 if one_copy_serves_both else 2.0
@@ -73,7 +78,10 @@ def fp8_weight_bytes_per_param(recipe: str, *, one_copy_serves_both: bool) -> fl
 def fp8_saved_bytes_per_element(recipe: str) -> float:
     """Bytes of one element of a linear layer's input saved in FP8 for the backward: TE keeps only its
     column-wise copy for the weight gradient (module/linear.py: update_usage(rowwise_usage=False)), one
-    byte, with the recipe's block scales (``FP8_BLOCK_SCALE_BYTES``)."""
+    byte, with the recipe's block scales (``FP8_BLOCK_SCALE_BYTES``); NVFP4's column-wise copy, half a byte and an
+    E4M3 scale per 16 (``NVFP4_ELEMENT_BYTES``)."""
+    if recipe == "nvfp4":
+        return NVFP4_ELEMENT_BYTES
     return 1.0 + FP8_BLOCK_SCALE_BYTES.get(recipe, 0.0)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from planner.costs import Formula, memory, process_memory
 from planner.costs.layer_memory import kept_per_layer, layer_kinds, selective_coefficients
 from planner.costs.letters import ACT_KEY, Letters, select
-from planner.costs.linears import BLACKWELL
+from planner.costs.linears import BLACKWELL, quant_recipe
 from planner.costs.mla import mla_activation_parts, mla_up_proj_outputs
 from planner.costs.pipeline import in_flight_microbatches
 from planner.hardware.spec import GIB
@@ -104,7 +104,7 @@ def fp8_weight_bytes(ctx: Context) -> float:
     recipe (``memory.fp8_weight_bytes_per_param``): one per-tensor copy serves both GEMM layouts from
     compute capability 10 (Blackwell), where Hopper needs a transposed copy too."""
     one_copy = ctx.hardware.gpu.compute_capability >= BLACKWELL
-    return memory.fp8_weight_bytes_per_param(ctx.options.fp8_recipe.value, one_copy_serves_both=one_copy)
+    return memory.fp8_weight_bytes_per_param(quant_recipe(ctx.options), one_copy_serves_both=one_copy)
 
 
 def state_bytes_per_param(ctx: Context) -> tuple[int, int]:
@@ -146,8 +146,8 @@ def _states(lt: Letters, ctx: Context, params: dict[str, np.ndarray], i: np.ndar
         states["weights"] = np.where(lt.fsdp_params, w_bytes * held, states["weights"])
         states["gradients"] = np.where(lt.fsdp_grads, FSDP_GRAD_BYTES * held, states["gradients"])
     opts = ctx.options
-    if opts.fp8 is not None:  # FP8 copies (and transposes), or instead of the 16-bit weight with --fp8-param-gather
-        extra = fp8_weight_bytes(ctx) - (w_bytes if opts.fp8_param_gather else 0)
+    if opts.quantised:  # FP8/NVFP4 copies (and transposes), or instead of the 16-bit weight with --fp8/4-param-gather
+        extra = fp8_weight_bytes(ctx) - (w_bytes if opts.fp8_param_gather or opts.fp4_param_gather else 0)
         layers_here = _fp8_layer_params(lt, ctx, params, i, lp)
         if fsdp:
             whole = np.maximum(params["dense"] + params["expert"], 1)
@@ -449,7 +449,7 @@ def memory_formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = None)
         main = "fp32 main grads" if g == 4 and ctx.precision == "bf16" else f"{ctx.precision} grads"
         why = " (--grad-reduce-in-bf16: a bf16 buffer)" if g == 2 and ctx.precision == "bf16" else ""
         gradients = Formula(f"P_stage × {g} bytes ({main}){why}", DIST_OPT + "; Megatron-LM arguments.py:1204-1217")
-    if opts.fp8 is not None:
+    if opts.quantised:
         weights = _with_fp8_weights(ctx, weights)
     optimizer = _optimizer_formula(ctx, plan, o, expert)
     return {
@@ -471,15 +471,16 @@ def memory_context_formulas(ctx: Context) -> dict:
 def _with_fp8_weights(ctx: Context, weights: Formula) -> Formula:
     """The weights' formula with the FP8 copy Transformer Engine holds of the linear layers' weights."""
     opts = ctx.options
-    fp8_b, recipe = fp8_weight_bytes(ctx), opts.fp8_recipe.value
+    fp8_b, recipe = fp8_weight_bytes(ctx), quant_recipe(opts)
     what = {
+        "nvfp4": "row-wise and column-wise NVFP4 data with their E4M3 scales per 16",
         "mxfp8": "row-wise and column-wise MXFP8 data with their E8M0 scales",
         "blockwise": "row-wise and transposed FP8 data with their 128×128-block scales",
     }.get(recipe, "an FP8 copy read both ways" if fp8_b == 1 else "an FP8 copy and its transpose")
     size = f"{fp8_b:.4g} byte{'' if fp8_b == 1 else 's'}"
     extra = (
         f"{what} ({size}) instead of the 16-bit weight"
-        if opts.fp8_param_gather
+        if opts.fp8_param_gather or opts.fp4_param_gather
         else f"+ {size} ({what}, cached between micro-batches)"
     )
     if any(opts.bf16_end_layers):
@@ -541,15 +542,15 @@ def _layer_parts(ctx: Context) -> dict[str, tuple[float, float]]:
         mo.ffn,
         gated=mo.gated,
         dropout=mo.hidden_dropout > 0,
-        fp8=opts.fp8 is not None,
+        fp8=opts.quantised,
         flash_attention=opts.attention_kernel is AttentionKernel.FLASH,
-        fp8_scale_bytes=memory.fp8_saved_bytes_per_element(opts.fp8_recipe.value) - 1,
+        fp8_scale_bytes=memory.fp8_saved_bytes_per_element(quant_recipe(opts)) - 1,
     )
     if mo.multi_latent_attention:
         parts["attention"] = mla_activation_parts(
             mo,
             dropout=mo.hidden_dropout > 0,
-            fp8=opts.fp8 is not None,
+            fp8=opts.quantised,
             flash_attention=opts.attention_kernel is AttentionKernel.FLASH,
         )
     return parts

@@ -29,7 +29,7 @@ NOT_USED = np.iinfo(np.int64).max  # the count of a kind a plan does not use: ne
 PP_BUCKETS = (1, 2, 4, 8, 16)  # PP depth classes: 2, 3-4, 5-8, 9-16, 17+
 DECADES = ("1-9", "10-99", "100-999", "1,000-9,999", "10,000+")
 FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
-FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4")  # nvfp4: --fp4-format
 GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 GENERATION_NAMES = {8: "Ampere", 9: "Hopper", 10: "Blackwell"}
 
@@ -53,6 +53,7 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         return np.broadcast_to(np.int64(value), (n,))
 
     recipe = FP8_RECIPES.index(opts.fp8_recipe.value) + 1 if opts.fp8 else 0
+    recipe = len(FP8_RECIPES) if opts.fp4 is not None else recipe
     return {
         "model": full(2 if moe else 1),
         "gpus": full(min(int(np.log10(max(gpus, 1))), len(DECADES) - 1) + 1),
@@ -101,7 +102,7 @@ LABELS = {
         c - 1
     ],
     "a2a_overlap": lambda c: "all-to-all overlap",
-    "fp8": lambda c: f"FP8 {FP8_RECIPES[c - 1]}",
+    "fp8": lambda c: "NVFP4" if FP8_RECIPES[c - 1] == "nvfp4" else f"FP8 {FP8_RECIPES[c - 1]}",
     "cuda_graphs": lambda c: f"CUDA graphs ({GRAPH_IMPLS[c]})",
     "offloading": lambda c: "CPU offloading",
 }
@@ -138,6 +139,7 @@ def _setting_key(run, req) -> tuple:
         req.ctx.training.seq_len,
         o.fp8,
         o.fp8_recipe,
+        o.fp4,
     )
 
 

@@ -82,6 +82,12 @@ class Calibration(BaseModel):
     mxfp8_gemm_ratio: PositiveFloat | None = Field(
         None, le=1.0, description="MXFP8 GEMM time over per-tensor FP8 GEMM time, inverted (Blackwell); None: no MXFP8"
     )
+    nvfp4_gemm_ratio: PositiveFloat | None = Field(
+        None,
+        le=1.0,
+        description="NVFP4 GEMMs' fraction of the NVFP4 peak over per-tensor FP8 GEMMs' of the FP8 peak "
+        "(η_nvfp4 = fp8_gemm_efficiency · this); None: no NVFP4 tensor cores",
+    )
     attention_scale: PositiveFloat = Field(
         1.0, description="multiplier on the attention kernel's measured efficiency (hardware attention section)"
     )

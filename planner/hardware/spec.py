@@ -15,6 +15,7 @@ from planner.hardware.calibration import Calibration
 
 GIB = 2**30  # bytes in a GiB
 FP8_RECIPES = frozenset({"delayed", "tensorwise", "mxfp8", "blockwise"})  # --fp8-recipe choices
+CAST_RECIPES = FP8_RECIPES | {"nvfp4"}  # the quantisers a cast fraction is measured for (--fp8-recipe, --fp4-recipe)
 
 
 class _Sourced(BaseModel):
@@ -54,6 +55,9 @@ class GPUSpec(_Sourced):
     peak_bf16_tflops: PositiveFloat = Field(description="dense 16-bit tensor-core peak")
     peak_tf32_tflops: PositiveFloat = Field(description="dense TF32 tensor-core peak (fp32 training)")
     peak_fp8_tflops: PositiveFloat | None = Field(None, description="dense FP8 tensor-core peak")
+    peak_nvfp4_tflops: PositiveFloat | None = Field(
+        None, description="dense NVFP4 tensor-core peak (block-scaled E2M1; None: no FP4 tensor cores)"
+    )
     hbm_tbytes_per_s: PositiveFloat = Field(description="HBM bandwidth")
     sm_count: PositiveInt = Field(description="streaming multiprocessors (the SMs overlapped communication takes)")
     tdp_watts: PositiveFloat | None = None
@@ -85,9 +89,9 @@ class GPUSpec(_Sourced):
         bad = {k: v for k, v in self.fp8_cast_hbm_frac.items() if not 0 < v <= 1}
         if bad:
             raise ValueError(f"fp8_cast_hbm_frac must lie in (0, 1], got {bad}")
-        unknown = sorted(set(self.fp8_cast_hbm_frac) - FP8_RECIPES)
+        unknown = sorted(set(self.fp8_cast_hbm_frac) - CAST_RECIPES)
         if unknown:
-            raise ValueError(f"fp8_cast_hbm_frac: unknown recipes {unknown}; allowed: {sorted(FP8_RECIPES)}")
+            raise ValueError(f"fp8_cast_hbm_frac: unknown recipes {unknown}; allowed: {sorted(CAST_RECIPES)}")
         if self.fp8_cast_hbm_frac and not self.sources.get("fp8_cast_hbm_frac"):
             raise ValueError("sources must name where each number comes from; missing: fp8_cast_hbm_frac")
         bad = {k: v for k, v in self.matmul_peak_frac.items() if k not in ("bf16", "fp8") or not 0 < v <= 1}

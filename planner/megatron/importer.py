@@ -283,6 +283,9 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "fp8": v.get("fp8"),  # --fp8-format stores into args.fp8
         "fp8_recipe": _fp8_recipe(v),
         "fp8_param_gather": bool(v.get("fp8_param_gather")),
+        "fp4": v.get("fp4"),  # --fp4-format stores into args.fp4 (checked: low_precision._fp4)
+        "fp4_recipe": v.get("fp4_recipe") or "nvfp4",
+        "fp4_param_gather": bool(v.get("fp4_param_gather")),
         **_bf16_ends(v),
         "moe_capacity_factor": v.get("moe_expert_capacity_factor"),
         "recompute_modules": recompute_modules(v),

@@ -1,6 +1,6 @@
-"""The low-precision flags of a Megatron-LM command line checked as Megatron-LM checks them: NVFP4 (refused), the
-BF16 end layers and the MXFP8 output projection (carried by the plan's options and priced), the router's
-quantisation padding (not priced).
+"""The low-precision flags of a Megatron-LM command line checked as Megatron-LM checks them: NVFP4 (priced on
+Blackwell, ``planner.api.check_fp4``), the BF16 end layers and the MXFP8 output projection (carried by the plan's
+options and priced), the router's quantisation padding (not priced).
 
 Each refusal names the flag, what is allowed and the Megatron-LM line that refuses it (commit d98e8a64:
 ``megatron/training/arguments.py`` validate_args, ``megatron/core/transformer/transformer_config.py``
@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from planner.errors import PlannerError
 
-# Transformer Engine quantization.py _compute_nvfp4_support (v2.8 through v2.18): compute capability >= 10.0
-NVFP4 = (
-    "--fp4-format e2m1 (NVFP4) is not modelled; allowed: --fp8-format e4m3|hybrid or 16-bit training (NVFP4 runs on "
-    "compute capability ≥ 10 only, B200/GB200/GB300: Transformer Engine check_nvfp4_support, with Transformer "
-    "Engine ≥ 2.7: arguments.py:1108)"
-)
+# --fp4-recipe custom builds Transformer Engine quantizers from user code (fp4_utils._get_custom_recipe)
+FP4_CUSTOM = "--fp4-recipe custom loads quantizers of your own, which megaplan cannot cost; allowed: --fp4-recipe nvfp4"
 
 
 DESTS = (  # the flags read here (planner.megatron.script.COST_DESTS: a value left unset is an error, not dropped)
@@ -38,7 +34,8 @@ def _dest(dest: str) -> str:
 
 
 def _fp4(v: dict) -> None:
-    """NVFP4 (arguments.py:1099-1109): not with FP8, its parameter gather only with it; not priced at all."""
+    """NVFP4 (arguments.py:1099-1109): not with FP8, its parameter gather only with it; the custom recipe not
+    priced (the GPU check: ``planner.api.check_fp4``, Transformer Engine check_nvfp4_support)."""
     if v.get("fp4") and v.get("fp8"):
         raise PlannerError(
             "--fp4-format with --fp8-format: Megatron-LM takes one of them (arguments.py:1100 refuses the pair); "
@@ -46,8 +43,8 @@ def _fp4(v: dict) -> None:
         )
     if v.get("fp4_param_gather") and not v.get("fp4"):
         raise PlannerError("--fp4-param-gather needs --fp4-format (arguments.py:1104); allowed: drop it")
-    if v.get("fp4"):
-        raise PlannerError(NVFP4)
+    if v.get("fp4") and (v.get("fp4_recipe") or "nvfp4") != "nvfp4":
+        raise PlannerError(FP4_CUSTOM)
 
 
 def _bf16_end_layers(v: dict, num_layers: int, pp: int) -> list[str]:

@@ -21,7 +21,7 @@ VERDICT_TERMS = 3  # the largest memory and time terms the verdict names
 def plan_line(pj: dict) -> str:
     """The plan label with what the label leaves out: precision, FP8 and the attention kernel."""
     opt, tr = pj["options"], pj["training"]
-    fp8 = f" FP8-{opt['fp8']}" if opt.get("fp8") else ""
+    fp8 = f" FP8-{opt['fp8']}" if opt.get("fp8") else (" NVFP4" if opt.get("fp4") else "")
     ends = (opt.get("num_layers_at_start_in_bf16") or 0, opt.get("num_layers_at_end_in_bf16") or 0)
     if fp8 and opt.get("first_last_layers_bf16") and any(ends):
         fp8 += f" (BF16 first {ends[0]}, last {ends[1]} layers)"
@@ -36,7 +36,7 @@ def _peak(est: dict) -> str:
 
 def mfu_text(est: dict, pj: dict) -> str:
     """MFU in both conventions, and against which peak when the GEMMs run in FP8 (or fp32 on TF32)."""
-    fp8 = (pj.get("options") or {}).get("fp8")
+    fp8 = (pj.get("options") or {}).get("fp8") or (pj.get("options") or {}).get("fp4")
     against = f" of the {_peak(est)} peak" if fp8 or _peak(est) != "BF16" else ""
     return f"MFU{NBSP}{100 * est['mfu']:.1f}% (causal{NBSP}{100 * est['mfu_causal']:.1f}%){against}"  # verdict: Hanging
 

@@ -78,7 +78,7 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
     def footer(shown: list[str]) -> str:
         cmfu = "; cMFU halves causal attention (Megatron-LM's and Megatron-Bridge's MFU)" if "cMFU" in shown else ""
         both = "; both" if cmfu else ","
-        peak = f"{both} against the BF16 peak" if ctx.options.fp8 else ""
+        peak = f"{both} against the BF16 peak" if ctx.options.quantised else ""
         ties = ties_footnote(result, shown)
         days = f"; days to train {tokens} tokens (--tokens)" if "days" in shown else ""
         rest = f"{cmfu}{peak}{days}. "
