@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import marshal
 import sys
@@ -142,13 +143,37 @@ def safe_load(text: str):
     by the pure-Python parser, whose error names the problem the way users read it."""
     import yaml  # only where a text is parsed: a search whose presets are cached never imports it
 
-    loader = getattr(yaml, "CSafeLoader", None)
-    if loader is None:
-        return yaml.safe_load(text)
+    fast, slow = _loaders()
+    if fast is None:
+        return yaml.load(text, Loader=slow)
     try:
-        return yaml.load(text, Loader=loader)  # CSafeLoader: the safe loader, in C
+        return yaml.load(text, Loader=fast)  # CSafeLoader: the safe loader, in C
     except yaml.YAMLError:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=slow)
+
+
+# a float with an exponent and no dot or no exponent sign (1e-5, 1.0e5): a number in YAML 1.2, JSON, Python and
+# OmegaConf, a string in YAML 1.1 (PyYAML), which refused a user's `norm_epsilon: 1e-5` (audit17)
+EXPONENT_FLOAT = r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"
+
+
+@functools.cache
+def _loaders() -> tuple[type | None, type]:
+    """(libyaml's safe loader or None where PyYAML has no C parser, the pure-Python one), each resolving a float
+    written with an exponent as YAML 1.2 does."""
+    import re
+
+    import yaml
+
+    made = []
+    for base in (getattr(yaml, "CSafeLoader", None), yaml.SafeLoader):
+        if base is None:
+            made.append(None)
+            continue
+        loader = type(f"Megaplan{base.__name__}", (base,), {})
+        loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(EXPONENT_FLOAT), list("-+0123456789."))
+        made.append(loader)
+    return made[0], made[1]
 
 
 def cache_file(path) -> Path | None:
@@ -234,9 +259,28 @@ def repeated_key_check(text: str, where: str) -> None:
             todo.extend(node.value)
 
 
+def _whole_keys(value):
+    """JSON's keys are strings: the ones written in the digits 0-9 become the integers they were (a hardware
+    preset's NCCL tables are keyed by GPU count, and --json writes 2 as "2")."""
+    if isinstance(value, dict):
+        return {int(k) if k.isascii() and k.isdigit() else k: _whole_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_keys(v) for v in value]
+    return value
+
+
 def _parse(text: str, where: str):
+    """A preset file's document. A JSON text (``megaplan presets show NAME --json``, which the README says to copy) is
+    read as JSON: PyYAML reads YAML 1.1, whose floats need a dot, so JSON's ``1e-05`` came back the string '1e-05'."""
+    import json
+
     import yaml
 
+    if text.lstrip().startswith("{"):
+        try:
+            return _whole_keys(json.loads(text))
+        except ValueError:
+            pass  # a YAML flow mapping, or broken JSON: YAML's parser names the problem
     try:
         return safe_load(text)
     except yaml.YAMLError as err:

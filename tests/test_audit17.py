@@ -247,3 +247,48 @@ def test_an_option_spelt_as_other_tools_spell_it_names_megaplans(typed, meant):
     # `--nodes 8` "Did you mean one of: '--model', '--no-fsdp', '--tokens'?" (click's spelling distance)
     line = _one_error(["search", "--model", "gpt3-175b", "--gpus", "64", typed, "8"])
     assert line == f"megaplan: error: no option {typed}; megaplan's option is {meant}", line
+
+
+@pytest.mark.parametrize(("kind", "name"), [("models", "llama3-8b"), ("hardware", "dgx-h100-superpod")])
+def test_a_preset_copied_with_presets_show_json_loads_back(tmp_path, kind, name):
+    # the README: "copy one from presets/ (or `megaplan presets show NAME --json`) and edit it"; the JSON copy of
+    # llama3-8b was refused, "norm_epsilon: Input should be a valid number (got '1e-05')": YAML 1.1 (PyYAML) reads
+    # JSON's 1e-05 as a string (its floats need a dot)
+    import json
+
+    from planner.presets import load_hardware, load_model
+
+    shown = run_cli(["presets", "show", name, "--json"])
+    assert shown.exit_code == 0, shown.output
+    path = tmp_path / f"mine-{name}.json"
+    path.write_text(shown.stdout)
+    load = load_model if kind == "models" else load_hardware
+    assert load(str(path)) == load(name)
+    if kind == "models":
+        assert json.loads(shown.stdout)["norm_epsilon"] == 1e-05
+        out = run_cli(["search", "--model", str(path), "--gpus", "8", "--top", "1"])
+        assert out.exit_code == 0, out.output
+
+
+@pytest.mark.parametrize("written", ["1e-5", "1E-5", "10e-6", "+1e-05", "1_0e-6"])
+def test_a_float_written_with_an_exponent_and_no_dot_is_a_number(tmp_path, written):
+    # `norm_epsilon: 1e-5` in a user's model YAML (as Megatron-LM's flag --norm-epsilon 1e-5 is written) was refused,
+    # "norm_epsilon: Input should be a valid number (got '1e-5')": YAML 1.1's floats need a dot and a signed exponent
+    # (PyYAML); YAML 1.2, JSON, Python and OmegaConf (Megatron-Bridge's configs) read it as a number
+    from planner.presets import load_model
+
+    path = _own_model(tmp_path, ("hidden_dropout: 0.0", f"hidden_dropout: 0.0\nnorm_epsilon: {written}"))
+    assert load_model(str(path)).norm_epsilon == float(written.replace("_", ""))
+
+
+def test_every_shipped_yaml_reads_as_before_with_the_exponent_rule():
+    import yaml
+
+    from planner.presets import presets_root, safe_load
+
+    root = presets_root()
+    files = [*root.rglob("*.yaml"), *root.rglob("*.yml")]
+    assert len(files) > 30
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert safe_load(text) == yaml.safe_load(text), path
