@@ -185,8 +185,11 @@ def test_explain_names_the_bf16_layers_and_what_they_cost():
             "--num-layers-at-end-in-bf16", "2"]  # fmt: skip
     out = run_cli(args)
     assert out.exit_code == 0, out.output
-    assert "FP8-hybrid (BF16 first 1, last 2 layers)" in out.stdout
-    assert "BF16 end layers beyond FP8" in out.stdout
+    text = " ".join(out.stdout.split())  # whatever width the terminal wraps it at
+    assert "FP8-hybrid (BF16 first 1, last 2 layers)" in text
+    assert "BF16 end layers beyond FP8" in text
+    searched = run_cli(["search", *args[1:7], *args[12:]])  # the same options, every layout of 8 GPUs
+    assert "bf16, FP8 (BF16 first 1, last 2 layers), flash attention" in " ".join(searched.stdout.split())
 
 
 @pytest.mark.parametrize(

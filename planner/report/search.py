@@ -40,9 +40,14 @@ def search_columns(capacity_gib: float) -> list[Column]:
 
 def search_title(ctx, gpus: int) -> str:
     tr, opt = ctx.training, ctx.options
+    fp8 = ", FP8" if opt.fp8 else ""
+    if any(opt.bf16_end_layers):
+        fp8 += " (BF16 first {}, last {} layers)".format(*opt.bf16_end_layers)
+    if opt.fp8_output_proj:
+        fp8 += ", MXFP8 output layer"
     return (
         f"{ctx.model.name} on {gpus:,} GPUs of {ctx.hardware.name}: global batch {tr.global_batch} × seq "
-        f"{tr.seq_len}, {tr.precision.value}{', FP8' if opt.fp8 else ''}, {opt.attention_kernel.value} attention"
+        f"{tr.seq_len}, {tr.precision.value}{fp8}, {opt.attention_kernel.value} attention"
     )
 
 
