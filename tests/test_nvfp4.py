@@ -15,6 +15,7 @@ from planner.costs.estimate import dp_element_bytes
 from planner.costs.flops import Gemm
 from planner.costs.linears import cast_bytes, gemm_times
 from planner.errors import PlannerError
+from planner.fidelity.runs import load_runs
 from planner.megatron.export import parallel_flags
 from planner.megatron.importer import import_megatron
 from planner.presets import load_hardware
@@ -125,3 +126,18 @@ def test_nvfp4_flags_round_trip():
     at = flags.index("--fp4-format")
     assert flags[at : at + 3] == ["--fp4-format", "e2m1", "--fp4-param-gather"]
     assert "--fp8-format" not in flags
+
+
+def test_the_published_nvfp4_runs_are_validated_with_their_release_s_recipe():
+    """Megatron-Bridge performance summary archive @ 067f987: 17 Llama 3 70B / 3.1 405B NVFP4 rows on GB200 and GB300
+    (26.02 through 26.06; 26.02.01's GB300 70B row is left out, its MXFP8 row too: MBS 2 at TP 1 PP 1 without FSDP,
+    where the v0.3.1 preset runs PP 4 VP 5 MBS 1). bf16_with_nvfp4_mixed sets fp4_param_gather from v0.4.2 (26.04.01)
+    only; the rows are validated, not fitted (the NVFP4 factors are measured). 26.04 GB300 405B (line 314): TP 4 PP 8
+    VP 4, 1,424 tokens/s per GPU."""
+    runs = {r.id: r for r in load_runs() if "NVFP4" in r.id}
+    assert len(runs) == 17 and not any(r.fit for r in runs.values())
+    gather = {rid.split("-")[1]: r.request["options"]["fp4_param_gather"] for rid, r in runs.items()}
+    assert gather == {"26.02": False, "26.02.01": False, "26.04": False, "26.04.01": True, "26.06": True}
+    run = runs["MB-26.04-GB300-LLAMA31_405B-PRETRAIN-NVFP4-n256-gbs1536"]
+    assert run.published == 1424 and run.request["options"]["fp4"] == "e2m1"
+    assert (run.request["tp"], run.request["pp"], run.request["vpp"]) == (4, 8, 4)

@@ -404,9 +404,10 @@ def _row_userbuffers(row: dict, dp_sync: dict[str, dict], t: int, assumptions: l
 
 
 def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bool, eager: bool) -> dict:
-    """The plan options of a `_modern` run: flash attention, its own overlaps, TP-overlap config and FP8 recipe."""
+    """The plan options of a `_modern` run: flash attention, its own overlaps, TP-overlap config and FP8 recipe (or
+    NVFP4: precision ``fp4``, recipe ``nvfp4``, its parameter gather in the ``fp8_param_gather`` column)."""
     bridge_ub, ub_cfg = ub
-    fp8 = row["precision"] == "fp8"
+    fp8, fp4 = row["precision"] == "fp8", row["precision"] == "fp4"
     return dict(
         attention_kernel="flash",
         overlap_grad_reduce=_yes(row["overlap_grad_reduce"]),
@@ -414,8 +415,10 @@ def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bo
         tp_comm_overlap=_yes(row["tp_comm_overlap"]),
         tp_comm_overlap_cfg="bridge" if bridge_ub else ub_cfg,
         fp8="hybrid" if fp8 else None,
-        fp8_recipe=row["fp8_recipe"] or "delayed",
+        fp8_recipe=row["fp8_recipe"] if fp8 and row["fp8_recipe"] else "delayed",
         fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
+        fp4="e2m1" if fp4 else None,
+        fp4_param_gather=fp4 and _yes(row["fp8_param_gather"]),
         grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
         cuda_graph_impl=row["cuda_graph_impl"],
         ub_graph_reorders_rs=graph_rs,
