@@ -81,3 +81,15 @@ def test_explain_names_the_fp8_attention_it_prices():
     bf16 = prepare(runs["MB-26.04-GB200-GPTOSS120B-64"])
     assert "in MXFP8 × 1.089 over the whole causal square" in layer_time_formulas(fp8.ctx, fp8.plan)["backward"].text
     assert "MXFP8" not in layer_time_formulas(bf16.ctx, bf16.plan)["backward"].text
+
+
+def test_mxfp8_output_layer_rows_follow_their_recipes():
+    """fp8_output_proj: DeepSeek-V3 and GPT-OSS-120B MXFP8 recipes on GB200/GB300 from 26.06 (Bridge v0.5.0
+    deepseek_llm_pretrain.py:82, 122; gpt_oss_llm_pretrain.py:426, 458); never Qwen3; none before 26.06."""
+    from planner.fidelity.moe_runs import fp8_output_layer
+
+    rows = {r["run_id"]: r for r in moe_reference_rows()}
+    for rid in ("MB-26.06-GB200-DSV3-256", "MB-26.08-GB300-DSV3-256", "MB-26.06-GB200-GPTOSS120B-64"):
+        assert fp8_output_layer(rows[rid]), rid
+    for rid in ("MB-26.04.01-GB300-DSV3-256", "MB-26.08-GB200-QWEN3-235B-256", "MB-26.04-GB200-GPTOSS120B-64"):
+        assert not fp8_output_layer(rows[rid]), rid

@@ -86,6 +86,21 @@ def fp8_attention(row: dict) -> bool:
     return row["te_op_fuser"] == "True" and (row["model"] != "deepseek-v3" or row["hardware"] == "gb300-nvl72")
 
 
+def fp8_output_layer(row: dict) -> bool:
+    """Whether the row's recipe runs the output layer in MXFP8 (``fp8_output_proj``): the DeepSeek-V3 and GPT-OSS-120B
+    MXFP8 recipes on GB200 and GB300 from 26.06 on (Megatron-Bridge v0.5.0 scripts/performance/configs/deepseek/
+    deepseek_llm_pretrain.py:82, 122 in deepseek_v3_pretrain_config_gb300/_gb200 and gpt_oss/gpt_oss_llm_pretrain.py:
+    426, 458 in gpt_oss_120b_pretrain_config_gb300/_gb200, each ``if cfg.mixed_precision.fp8_recipe == "mxfp8"``;
+    v0.5.1 the same; v0.6.0 perf_recipes/deepseek/{gb200,gb300}/deepseek_v3.py:160, 157 and perf_recipes/gpt_oss/
+    common.py:28). Qwen3's recipes never set it; before v0.5.0 no recipe did."""
+    return (
+        row["model"] in ("deepseek-v3", "gpt-oss-120b")
+        and row["hardware"] in ("gb200-nvl72", "gb300-nvl72")
+        and row["fp8_recipe"] == "mxfp8"
+        and _release(row) >= (26, 6)
+    )
+
+
 def _optimizer(row: dict) -> dict:
     """The optimizer's state dtypes as the row's recipe ran them. DeepSeek-V3's recipe keeps Adam's
     moments and the main gradients in bf16 under Transformer Engine's precision-aware FusedAdam
@@ -118,6 +133,7 @@ def _options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict:
         # scripts/performance/configs/*_workload_base_configs.py; perf_recipes/*/common.py at v0.6.0)
         use_transformer_engine_op_fuser=row["te_op_fuser"] == "True",
         fp8_dot_product_attention=fp8_attention(row),
+        fp8_output_proj=fp8_output_layer(row),
         # the A2A overlap always with delayed expert wgrad (Megatron-Bridge v0.2.0 scripts/performance/utils/
         # helpers.py set_moe_a2a_overlap_overrides; v0.4.0 utils/overrides.py _set_moe_a2a_overlap_overrides)
         delay_wgrad_compute=row["a2a_overlap"] == "True",
