@@ -66,6 +66,21 @@ def training_for(
     )
 
 
+def knob_that_divides(gpus: int, tp: int, pp: int, cp: int) -> str:
+    """The values nearest a tp, pp or cp (the first whose change alone fixes it) that divide the GPUs the other two
+    leave: `--gpus 8 --tp 3` named only GPU counts, though the typo is the tp."""
+    knobs = {"tp": tp, "pp": pp, "cp": cp}
+    for name, value in knobs.items():
+        others = tp * pp * cp // value
+        if value == 1 or gpus % others:
+            continue
+        fits = [d for d in range(1, gpus // others + 1) if (gpus // others) % d == 0 and d != value]
+        near = [max([d for d in fits if d < value], default=None), min([d for d in fits if d > value], default=None)]
+        shown = " or ".join(str(d) for d in near if d is not None)
+        return f"; or --{name} {shown} on {gpus} GPUs"
+    return ""
+
+
 def resolve_world(gpus: int | None, tp: int, pp: int, cp: int, dp: int | None) -> tuple[int, int]:
     """(gpus, dp) with dp = N/(t·p·c) derived when not given; a mismatch is an error naming both."""
     mp = tp * pp * cp
@@ -76,7 +91,7 @@ def resolve_world(gpus: int | None, tp: int, pp: int, cp: int, dp: int | None) -
         nearby = sorted({max(mp, gpus // mp * mp), (gpus // mp + 1) * mp})
         raise InfeasibleError(
             f"--gpus {gpus} is not divisible by tp·pp·cp = {mp} (tp {tp} × pp {pp} × cp {cp}); "
-            f"allowed: a multiple of {mp}, e.g. {' or '.join(map(str, nearby))}"
+            f"allowed: a multiple of {mp}, e.g. {' or '.join(map(str, nearby))}{knob_that_divides(gpus, tp, pp, cp)}"
         )
     if dp is not None and dp * mp != gpus:
         raise InfeasibleError(

@@ -404,7 +404,13 @@ def build(data: dict, world: str | None = None) -> api.PlanRequest:
         if gpus % mp:
             nearby = " or ".join(map(str, sorted({max(mp, gpus // mp * mp), (gpus // mp + 1) * mp})))
             said = world or f"--gpus {gpus}"
-            fix = "" if said.startswith("--gpus") else "; give --gpus N, or --tp/--pp/--cp that divide it"
+            knob = api.knob_that_divides(gpus, tp, pp, cp)  # "; or --tp 2 or 4 on 8 GPUs", or ""
+            if said.startswith("--gpus"):
+                fix = knob
+            else:
+                fix = "; give --gpus N" + (
+                    f", {knob.removeprefix('; ')}" if knob else ", or --tp/--pp/--cp that divide it"
+                )
             raise PlannerError(
                 f"{said} {'is' if said.startswith('--gpus') else 'are'} not divisible by tp·pp·cp = {mp} "
                 f"(tp {tp} × pp {pp} × cp {cp}); allowed: a multiple of {mp}, e.g. {nearby}{fix}"

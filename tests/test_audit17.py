@@ -292,3 +292,12 @@ def test_every_shipped_yaml_reads_as_before_with_the_exponent_rule():
     for path in files:
         text = path.read_text(encoding="utf-8")
         assert safe_load(text) == yaml.safe_load(text), path
+
+
+def test_a_tp_that_does_not_divide_the_gpus_names_the_tp_values_that_do():
+    # `explain --gpus 8 --tp 3` named only GPU counts ("allowed: a multiple of 3, e.g. 6 or 9"), though the user's
+    # typo is the tp; the nearest tp values that divide 8 / (pp·cp) are named too
+    line = _one_error(["explain", "--model", "gpt3-175b", "--gpus", "8", "--tp", "3", "--pp", "1"])
+    assert line.endswith("allowed: a multiple of 3, e.g. 6 or 9; or --tp 2 or 4 on 8 GPUs"), line
+    line = _one_error(["explain", "--model", "gpt3-175b", "--gpus", "64", "--tp", "8", "--pp", "3"])
+    assert line.endswith("allowed: a multiple of 24, e.g. 48 or 72; or --pp 2 or 4 on 64 GPUs"), line

@@ -92,5 +92,5 @@ def test_a_layout_the_named_gpus_cannot_take_names_where_the_count_came_from():
     result = run_cli(["explain", "--bridge-recipe", RECIPE, "--tp", "4"])
     assert one_line_error(result) == (
         "megaplan: error: the recipe name's 2 GPUs are not divisible by tp·pp·cp = 8 (tp 4 × pp 1 × cp 2); allowed: "
-        "a multiple of 8, e.g. 8; give --gpus N, or --tp/--pp/--cp that divide it"
+        "a multiple of 8, e.g. 8; give --gpus N, or --tp 1 on 2 GPUs"  # the tp that divides 2 / cp (audit17)
     )
