@@ -301,3 +301,29 @@ def test_a_tp_that_does_not_divide_the_gpus_names_the_tp_values_that_do():
     assert line.endswith("allowed: a multiple of 3, e.g. 6 or 9; or --tp 2 or 4 on 8 GPUs"), line
     line = _one_error(["explain", "--model", "gpt3-175b", "--gpus", "64", "--tp", "8", "--pp", "3"])
     assert line.endswith("allowed: a multiple of 24, e.g. 48 or 72; or --pp 2 or 4 on 64 GPUs"), line
+
+
+def test_compare_heading_keeps_a_figure_with_its_unit_at_80_columns():
+    # "   DOES NOT FIT needs 119.4 GiB per GPU, 46.5 GiB more than 72.8 · 7.87" then "s/iteration" alone at column 0
+    out = run_cli(
+        [
+            "compare",
+            "--model",
+            "gpt3-175b",
+            "--gpus",
+            "64",
+            "--tp",
+            "8",
+            "--pp",
+            "8",
+            "--a",
+            "--vpp 2",
+            "--b",
+            "--vpp 3",
+        ],
+        env={"COLUMNS": "80"},
+    )
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert not any(line.startswith("s/iteration") for line in lines), out.stdout
+    assert all(len(line) <= 80 for line in lines)

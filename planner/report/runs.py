@@ -207,7 +207,7 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
         "neither plan or is 0 in both (--json has every row)",
         "dim",
     )
-    return Group(head, FittedTable(columns, rows, elsewhere=CSV_TOO))
+    return Group(Hanging(head, indent=3), FittedTable(columns, rows, elsewhere=CSV_TOO))
 
 
 def fit_line(est: dict) -> Text:
