@@ -100,6 +100,17 @@ PLANS = {
         **DO,
         options={"fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True},
     ),
+    "llama3-70b nvfp4 param gather gb200": dict(
+        model="llama3-70b",
+        hardware="gb200-nvl72",
+        gpus=64,
+        tp=2,
+        pp=4,
+        vpp=5,
+        sequence_parallel=True,
+        **DO,
+        options={"fp4": "e2m1", "fp4_param_gather": True},
+    ),
     "llama3-70b accounted split": dict(
         model="llama3-70b", hardware=H100, gpus=64, tp=8, pp=2, stage_split="embedding+loss", **DO
     ),
@@ -266,6 +277,10 @@ def test_nemo2_and_model_args_yaml_read_back_to_the_same_estimate(name, fmt, tmp
     from planner.plan_file import request_from_fields
 
     req = _request(PLANS[name])
+    if fmt == "nemo2" and req.ctx.options.fp4 is not None:
+        with pytest.raises(PlannerError, match="--fp4 in the NeMo 2 format"):
+            export_text(req, fmt, None, None)
+        return
     text, notes = export_text(req, fmt, None, None)
     o = req.ctx.options
     if fmt == "nemo2" and (o.tp_comm_overlap or (req.plan.vpp > 1 and not o.overlap_p2p_comm)):

@@ -141,3 +141,20 @@ def test_the_published_nvfp4_runs_are_validated_with_their_release_s_recipe():
     run = runs["MB-26.04-GB300-LLAMA31_405B-PRETRAIN-NVFP4-n256-gbs1536"]
     assert run.published == 1424 and run.request["options"]["fp4"] == "e2m1"
     assert (run.request["tp"], run.request["pp"], run.request["vpp"]) == (4, 8, 4)
+
+
+def test_bridges_nvfp4_preset_reads_as_nvfp4_with_its_parameter_gather():
+    """Megatron-Bridge v0.6.0 bf16_with_nvfp4_mixed (training/mixed_precision.py): fp4 e2m1, fp4_recipe nvfp4,
+    fp8_param_gather False, fp4_param_gather True (kept in step with fp4_param)."""
+    import json
+
+    args = ["explain", "--bridge-recipe", "llama3_70b_pretrain_config", "--gpus", "64", "--hardware", "gb200-nvl72"]
+    result = run_cli([*args, "--bridge-override", "mixed_precision=bf16_with_nvfp4_mixed", "--json"])
+    assert result.exit_code == 0, result.output
+    options = json.loads(result.stdout)["options"]
+    assert (options["fp4"], options["fp4_recipe"], options["fp4_param_gather"], options["fp8"]) == (
+        "e2m1",
+        "nvfp4",
+        True,
+        None,
+    )

@@ -142,7 +142,7 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
         fields.update(to_bridge(row, value, tag, ctx))
     notes = _graph_rules(req, tag, fields) + _run_length(req, recipes.defaults(tag, name), fields)
     notes += [f"not in any Bridge field either: {note}" for note in model_notes(req)]  # ModelSpec.not_in_megatron
-    notes += _low_precision_fields(o, fields)
+    notes += _low_precision_fields(o, fields) + _fp4_fields(o, tag, fields)
     base = recipes.defaults(tag, name)
     kinds = base.get("_kinds", {})
     whole = tuple(k for k, cls in OBJECT_KINDS.items() if kinds.get(k) != cls)
@@ -153,7 +153,8 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
     ub = priced_userbuffers(req) if o.tp_comm_overlap else None
     said, ub_object = _overlap_notes(req, tag, has_co, ub, base, fields)
     notes += said
-    preset_name = PRESETS.get((req.ctx.precision, o.fp8.value if o.fp8 else None, _recipe(o)))
+    fmt, recipe = (o.fp4.value, o.fp4_recipe.value) if o.fp4 else (o.fp8.value if o.fp8 else None, _recipe(o))
+    preset_name = PRESETS.get((req.ctx.precision, fmt, recipe))
     label = plan_label(p.model_dump(mode="json"), moe=req.ctx.model.is_moe)
     header = (
         f"megaplan: {label}",
@@ -190,6 +191,23 @@ def _low_precision_fields(o, fields: dict) -> list[str]:
     if o.fp8_output_proj:
         fields["model.fp8_output_proj"] = True
     return notes
+
+
+def _fp4_fields(o, tag: str, fields: dict) -> list[str]:
+    """NVFP4 as MixedPrecisionConfig fields (fp4, fp4_recipe at v0.2.1 and v0.6.0; fp4_param_gather, which Bridge keeps
+    in step with fp4_param, at v0.6.0 only: mixed_precision.py), no FP8."""
+    if o.fp4 is None:
+        return []
+    if o.fp4_param_gather and tag == "v0.2.1":
+        raise PlannerError(
+            "--fp4-param-gather: Megatron-Bridge v0.2.1's MixedPrecisionConfig has no fp4_param_gather; allowed: "
+            "--bridge-version v0.6.0, or drop it"
+        )
+    fields |= {"mixed_precision.fp4": o.fp4.value, "mixed_precision.fp4_recipe": o.fp4_recipe.value}
+    if tag != "v0.2.1":
+        gather = o.fp4_param_gather
+        fields |= {"mixed_precision.fp4_param_gather": gather, "mixed_precision.fp4_param": gather}
+    return []
 
 
 def _run_length(req: PlanRequest, base: dict, fields: dict) -> list[str]:

@@ -167,7 +167,15 @@ def _nemo_value(value) -> str:
 
 
 def nemo2_text(req: PlanRequest) -> tuple[str, list[str]]:
-    """The NeMo 2 launch line: ``nemo llm pretrain --factory NAME`` with the plan's overrides."""
+    """The NeMo 2 launch line: ``nemo llm pretrain --factory NAME`` with the plan's overrides (not NVFP4: the table
+    writes no NeMo 2 path for MegatronMixedPrecision's fp4 fields)."""
+    if req.ctx.options.fp4 is not None:
+        from planner.errors import PlannerError
+
+        raise PlannerError(
+            "--fp4 in the NeMo 2 format: megaplan writes no trainer.plugins.fp4 override (not in its table); "
+            "allowed: --format bridge, or the Megatron-LM flags"
+        )
     factory = next((k for k, v in NEMO2_FACTORIES.items() if v == req.ctx.model.name), "RECIPE")
     lines = nemo2_lines(req, factory)
     head = f"# megaplan: {req.ctx.model.name} on {req.gpus} GPUs of {req.ctx.hardware.name}; NeMo 2 llm recipe\n"

@@ -188,6 +188,8 @@ def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
 # end layers and the MXFP8 output layer into the plan's options
 LOW_PRECISION_FIELDS = {
     "model.fp4": "--fp4-format",
+    "model.fp4_recipe": "--fp4-recipe",
+    "ddp.fp4_param_gather": "--fp4-param-gather",
     "model.first_last_layers_bf16": "--first-last-layers-bf16",
     "model.num_layers_at_start_in_bf16": "--num-layers-at-start-in-bf16",
     "model.num_layers_at_end_in_bf16": "--num-layers-at-end-in-bf16",

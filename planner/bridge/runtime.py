@@ -27,6 +27,8 @@ _CS |= {"num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1}
 _DS = {"fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param_gather": True}
 _MX = {"fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True, "reuse_grad_buf_for_mxfp8_param_ag": True}
 _SC = {"fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False}
+# bf16_with_nvfp4_mixed: fp4_param_gather True from v0.4.2 (v0.3.0-v0.4.0 left it at False), kept in step with fp4_param
+_NV = {"fp8": None, "fp4": "e2m1", "fp4_recipe": "nvfp4", "fp8_param_gather": False, "fp4_param_gather": True}
 PRESET_FIELDS: dict[str, dict] = {
     "bf16_mixed": _BF16,
     "fp16_mixed": _FP16,
@@ -38,6 +40,7 @@ PRESET_FIELDS: dict[str, dict] = {
     "fp16_with_mxfp8_mixed": _FP16 | _MX,
     "bf16_with_fp8_subchannel_scaling_mixed": _BF16 | _SC,
     "fp16_with_fp8_subchannel_scaling_mixed": _FP16 | _SC,
+    "bf16_with_nvfp4_mixed": _BF16 | _NV,
 }
 MP_TARGETS = {  # a MixedPrecisionConfig field -> the fields it overwrites (those the estimate reads)
     "bf16": ("model.bf16",),
@@ -50,6 +53,8 @@ MP_TARGETS = {  # a MixedPrecisionConfig field -> the fields it overwrites (thos
     "num_layers_at_start_in_bf16": ("model.num_layers_at_start_in_bf16",),
     "num_layers_at_end_in_bf16": ("model.num_layers_at_end_in_bf16",),
     "fp4": ("model.fp4",),
+    "fp4_recipe": ("model.fp4_recipe",),
+    "fp4_param_gather": ("ddp.fp4_param_gather",),
 }
 
 

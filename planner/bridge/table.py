@@ -696,6 +696,7 @@ PRESETS: dict[tuple[str, str | None, str | None], str] = {
     ("fp16", "e4m3", "mxfp8"): "fp16_with_mxfp8_mixed",
     ("bf16", "hybrid", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
     ("fp16", "hybrid", "blockwise"): "fp16_with_fp8_subchannel_scaling_mixed",
+    ("bf16", "e2m1", "nvfp4"): "bf16_with_nvfp4_mixed",  # v0.6.0: with fp4_param_gather (from v0.4.2)
 }
 
 # Base recipes megaplan knows per tag: name -> (module, the megaplan model preset it builds). Their fields
