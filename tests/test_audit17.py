@@ -327,3 +327,13 @@ def test_compare_heading_keeps_a_figure_with_its_unit_at_80_columns():
     lines = out.stdout.splitlines()
     assert not any(line.startswith("s/iteration") for line in lines), out.stdout
     assert all(len(line) <= 80 for line in lines)
+
+
+def test_the_fastest_estimates_unbacked_features_are_not_said_twice():
+    # search's note on our 34B on 512 H100s: "uses Megatron FSDP and Megatron FSDP HFSDP, which no published run on
+    # Hopper exercises": one feature's label is the start of the other's
+    from planner.report.memory import unbacked_features
+
+    assert unbacked_features(["Megatron FSDP", "Megatron FSDP HFSDP"]) == ["Megatron FSDP HFSDP"]
+    assert unbacked_features(["CP 2", "interleaved pipeline"]) == ["CP 2", "interleaved pipeline"]
+    assert unbacked_features(["PP 2", "PP 2"]) == ["PP 2"]

@@ -215,5 +215,8 @@ def test_the_first_note_under_a_table_says_that_1_is_ranked_by_evidence_and_wher
         f"#{fastest['rank']} ({fastest['estimate']['iteration_s']:.2f} s, the last row, marked *), uses "
     )
     assert 0 < after.index(said) < after.index("plans evaluated"), after  # first under the table
+    from planner.report.memory import unbacked_features  # each once: "Megatron FSDP with TP and PP" says FSDP
+
     unbacked = [f for f in fastest["evidence"]["extrapolated"] if f not in first["evidence"]["extrapolated"]]
+    unbacked = unbacked_features(unbacked)
     assert unbacked and f"uses {' and '.join(unbacked)}, which no published run on Hopper exercises" in after

@@ -145,6 +145,13 @@ def evidence_text(pj: dict) -> Text:
     return out
 
 
+def unbacked_features(labels: list[str]) -> list[str]:
+    """Feature labels to name once each: a label that starts another ("Megatron FSDP" beside "Megatron FSDP HFSDP")
+    is said by it (search's note read "uses Megatron FSDP and Megatron FSDP HFSDP")."""
+    kept = list(dict.fromkeys(labels))
+    return [a for a in kept if not any(b != a and b.startswith(a + " ") for b in kept)]
+
+
 def ranking_headline(result, columns: list[str] | None = None) -> str:
     """One plain sentence, said first under a search table, when #1 is not the fastest estimate (ranked by
     evidence): what #1 is, and where the fastest estimate is and why it is lower, with both times."""
@@ -159,7 +166,7 @@ def ranking_headline(result, columns: list[str] | None = None) -> str:
     where = f", #{result.fastest_rank}" if ranks else ""
     shown = "the last row" if fastest is result.plans[-1] and len(result.plans) > 1 else "a row"
     evidence, known = fastest.get("evidence") or {}, set((first.get("evidence") or {}).get("extrapolated") or [])
-    unbacked = [f for f in evidence.get("extrapolated") or [] if f not in known]
+    unbacked = unbacked_features([f for f in evidence.get("extrapolated") or [] if f not in known])
     generation = f" on {evidence['generation']}" if evidence.get("generation") else ""
     why = (
         f"uses {' and '.join(unbacked)}, which no published run{generation} exercises"
