@@ -438,7 +438,11 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
 
         text = json_text(pj) + "\n"
     else:
-        text = exp.flags_text(req) if fmt == "flags" else exp.slurm_script(req, warning=over)
+        text = (
+            exp.flags_text(req)
+            if fmt == "flags"
+            else exp.slurm_script(req, warning=over, iteration_s=pj["estimate"]["iteration_s"])
+        )
         if fmt == "flags":
             _environment_notes(req)
         _unwritten_notes(req, fmt)

@@ -616,12 +616,40 @@ def launch_shape(gpus: int, gpus_per_node: int) -> tuple[int, int]:
     return nodes, gpus // nodes
 
 
-def slurm_script(req: PlanRequest, warning: str | None = None) -> str:
+SAVE_EVERY_S = 3600.0  # the default checkpoint spacing: about an hour of training lost at most to a failure
+SAVE_MARGIN_MINS = 15  # minutes kept before the job's time limit for the final checkpoint
+
+
+def save_interval(iteration_s: float | None) -> int:
+    """Iterations between checkpoints: about ``SAVE_EVERY_S`` of training at the estimated step time,
+    round(3600 s / t_iter), at least 1; Megatron-LM's example value 1,000 without an estimate."""
+    if not iteration_s or iteration_s <= 0:
+        return 1000
+    return max(1, round(SAVE_EVERY_S / iteration_s))
+
+
+def _exit_lines() -> str:
+    """Save and stop before the time limit: Megatron-LM's --exit-duration-in-mins saves a checkpoint when the
+    training time passes it (training.py, exit_duration_in_mins); Slurm ≥ 23.02 exports the job's projected end
+    as SLURM_JOB_END_TIME (sbatch(1)), so the minutes left less a margin for that checkpoint."""
+    return f"""# save and stop before the time limit: Megatron-LM --exit-duration-in-mins, Slurm >= 23.02's end time
+if [[ -z "${{EXIT_DURATION_MINS:-}}" && -n "${{SLURM_JOB_END_TIME:-}}" ]]; then
+    EXIT_DURATION_MINS=$(( (SLURM_JOB_END_TIME - $(date +%s)) / 60 - ${{SAVE_MARGIN_MINS:-{SAVE_MARGIN_MINS}}} ))
+fi
+EXIT_ARGS=()
+if [[ -n "${{EXIT_DURATION_MINS:-}}" ]]; then
+    EXIT_ARGS=(--exit-duration-in-mins "$EXIT_DURATION_MINS")
+fi
+"""
+
+
+def slurm_script(req: PlanRequest, warning: str | None = None, iteration_s: float | None = None) -> str:
     """A complete sbatch script launching pretrain_gpt.py with torchrun on every node.
 
     What only the user knows (paths, account, run length, learning rate) is marked PLACEHOLDER;
     the paths are required variables, so the script stops with a message if one is left unset.
-    ``warning`` (a plan written although it does not fit) heads the script.
+    ``warning`` (a plan written although it does not fit) heads the script. ``iteration_s`` (the estimate)
+    spaces the checkpoints (``save_interval``); the run saves and stops before the job's time limit.
     """
     nodes, per_node = launch_shape(req.gpus, req.ctx.hardware.gpus_per_node)
     env = "".join(line + "\n" for line in environment_lines(req))
@@ -630,6 +658,12 @@ def slurm_script(req: PlanRequest, warning: str | None = None) -> str:
     tr = req.ctx.training
     tokens = tr.train_tokens
     iters = -(-int(tokens) // (tr.global_batch * tr.seq_len))  # the run the estimate's days count
+    interval = save_interval(iteration_s)
+    spacing = (
+        f"iterations between checkpoints: about an hour at the estimated {iteration_s:.3g} s/iteration"
+        if iteration_s
+        else "iterations between checkpoints"
+    )
     return (
         _sbatch_header(req, nodes, per_node, warning)
         + f"""
@@ -640,7 +674,8 @@ set -euo pipefail
 {tokenizer_vars}: "${{CHECKPOINT_DIR:?set CHECKPOINT_DIR to where checkpoints go (PLACEHOLDER)}}"
 TRAIN_ITERS=${{TRAIN_ITERS:-{iters}}}  # {tokens:g} tokens (--tokens) / ({tr.global_batch} × {tr.seq_len}) per iteration
 LR=${{LR:-3.0e-4}}                    # PLACEHOLDER: your learning rate
-
+SAVE_INTERVAL=${{SAVE_INTERVAL:-{interval}}}  # {spacing}
+{_exit_lines()}
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MASTER_PORT=${{MASTER_PORT:-6000}}
 
@@ -655,7 +690,8 @@ TRAINING_ARGS=(
     --lr "$LR" --min-lr 3.0e-5 --lr-decay-style cosine --lr-warmup-fraction 0.01
     --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0
     --data-path "$DATA_PATH" --split 949,50,1
-    --save "$CHECKPOINT_DIR" --load "$CHECKPOINT_DIR" --save-interval 1000
+    --save "$CHECKPOINT_DIR" --load "$CHECKPOINT_DIR"
+    --save-interval "$SAVE_INTERVAL" ${{EXIT_ARGS[@]+"${{EXIT_ARGS[@]}}"}}
     --log-interval 10 --eval-interval 1000 --eval-iters 10
 )
 
