@@ -260,3 +260,15 @@ def test_search_prices_the_bf16_layers_as_explain_does():
     fp8 = {**best["options"], "first_last_layers_bf16": False}
     plain = api.make_request(model="gpt-oss-20b", hardware=B200, gpus=64, options=fp8, **fields)
     assert api.explain(plain, suggest=False)["estimate"]["iteration_s"] < best["estimate"]["iteration_s"]
+
+
+def test_a_count_without_the_switch_keeps_the_defaults():
+    """Megatron-Core reads the end-layer counts only under --first-last-layers-bf16; Bridge's config writes 0 and 0
+    beside it switched off, which read back as options 0 and 0 made the round trip differ from the plan exported
+    (tests/test_bridge_check.py failed on 71 cases with the low-precision fields fetched)."""
+    from planner.megatron.importer import _bf16_ends
+
+    off = _bf16_ends({"num_layers_at_start_in_bf16": 0, "num_layers_at_end_in_bf16": 0})
+    assert (off["num_layers_at_start_in_bf16"], off["num_layers_at_end_in_bf16"]) == (1, 1)
+    on = _bf16_ends({"first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 2, "num_layers_at_end_in_bf16": 0})
+    assert (on["num_layers_at_start_in_bf16"], on["num_layers_at_end_in_bf16"]) == (2, 0)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from planner.bridge.export import UB_OPS, bridge_export, dotlist, priced_userbuffers, ub_object, yaml_text
-from planner.bridge.importer import request_from_bridge
+from planner.bridge.importer import LOW_PRECISION_FIELDS, request_from_bridge
 from planner.bridge.runtime import UB_FIELD, UB_MODULE, userbuffer_preset
 from planner.bridge.table import RECIPES, ROWS
 from planner.hardware.userbuffers import bridge_presets, load_config_file, ops_from_bridge_repr
@@ -73,7 +73,10 @@ def _plan(name: str) -> dict:
 
 
 FP8_ATTENTION = "mixed_precision.fp8_dot_product_attention"  # no Megatron-LM flag: not in the table, read beside it
-READ_PATHS = sorted({r.read_at(t) for r in ROWS for t in ("v0.2.1", "v0.6.0")} | {"dataset.seq_length"})
+# the table's fields, and the low-precision ones read beside it (BF16 end layers, NVFP4, the FP8 output layer)
+READ_PATHS = sorted(
+    {r.read_at(t) for r in ROWS for t in ("v0.2.1", "v0.6.0")} | {"dataset.seq_length"} | set(LOW_PRECISION_FIELDS)
+)
 
 
 @cache
@@ -93,20 +96,7 @@ def bridge_results(tag: str) -> dict:
         fields = READ_PATHS + ["model.num_moe_experts", "dataset.sequence_length", UB_FIELD, FP8_ATTENTION]
         cases.append({"recipe": f"{module}:{exp.recipe}", "world_size": req.gpus, **form, "fields": fields, "hf": hf})
         names.append(name)
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"megaplan-bridge-{tag}.json"
-    work.write_text(json.dumps(cases))
-    env = {**os.environ, "PYTHONPATH": path, "TORCH_CUDA_ARCH_LIST": "9.0"}
-    run = subprocess.run(
-        [python, str(ROOT / "scripts" / "bridge_check_batch.py"), str(work)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-        check=False,
-    )
-    if run.returncode:
-        raise AssertionError(run.stderr[-2000:])
-    return dict(zip(names, json.loads(run.stdout), strict=True))
+    return _run_batch(cases, names, f"megaplan-bridge-{tag}.json", python, path)
 
 
 @pytest.mark.parametrize("tag", ["v0.2.1", "v0.6.0"])
@@ -178,20 +168,7 @@ def preset_results(tag: str) -> dict:
                 }
             )
             names.append((preset.name, form))
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"megaplan-bridge-presets-{tag}.json"
-    work.write_text(json.dumps(cases))
-    env = {**os.environ, "PYTHONPATH": path, "TORCH_CUDA_ARCH_LIST": "9.0"}
-    run = subprocess.run(
-        [python, str(ROOT / "scripts" / "bridge_check_batch.py"), str(work)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-        check=False,
-    )
-    if run.returncode:
-        raise AssertionError(run.stderr[-2000:])
-    return dict(zip(names, json.loads(run.stdout), strict=True))
+    return _run_batch(cases, names, f"megaplan-bridge-presets-{tag}.json", python, path)
 
 
 def _handed(result) -> dict:
@@ -212,3 +189,21 @@ def test_every_preset_written_whole_is_bridges_own(tag):
         theirs, mine = _handed(results[preset.name, "ref"]), _handed(results[preset.name, "whole"])
         assert mine == theirs, preset.name
         assert set(theirs) == set(UB_OPS), preset.name
+
+
+def _run_batch(cases: list, names: list, file_name: str, python: str, path: str) -> dict:
+    """Run scripts/bridge_check_batch.py on ``cases`` in the Bridge environment; its answers by name."""
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / file_name
+    work.write_text(json.dumps(cases))
+    env = {**os.environ, "PYTHONPATH": path, "TORCH_CUDA_ARCH_LIST": "9.0"}
+    run = subprocess.run(
+        [python, str(ROOT / "scripts" / "bridge_check_batch.py"), str(work)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+        check=False,
+    )
+    if run.returncode:
+        raise AssertionError(run.stderr[-2000:])
+    return dict(zip(names, json.loads(run.stdout), strict=True))

@@ -256,20 +256,16 @@ def _precision_flags(req: PlanRequest) -> list:
             flags += ["--fp8-recipe", o.fp8_recipe.value]
         if o.fp8_param_gather:
             flags.append("--fp8-param-gather")
-        if o.first_last_layers_bf16:
-            flags.append("--first-last-layers-bf16")
-            flags += ["--num-layers-at-start-in-bf16", o.num_layers_at_start_in_bf16]
-            flags += ["--num-layers-at-end-in-bf16", o.num_layers_at_end_in_bf16]
-        if o.fp8_output_proj:
-            flags.append("--fp8-output-proj")
     if o.fp4 is not None:  # --fp4-recipe nvfp4 is Megatron-LM's default
         flags += ["--fp4-format", o.fp4.value]
         if o.fp4_param_gather:
             flags.append("--fp4-param-gather")
-        if o.first_last_layers_bf16:
-            flags.append("--first-last-layers-bf16")
-            flags += ["--num-layers-at-start-in-bf16", o.num_layers_at_start_in_bf16]
-            flags += ["--num-layers-at-end-in-bf16", o.num_layers_at_end_in_bf16]
+    if o.first_last_layers_bf16 and (o.fp8 is not None or o.fp4 is not None):  # read only under FP8 or FP4
+        flags.append("--first-last-layers-bf16")
+        flags += ["--num-layers-at-start-in-bf16", o.num_layers_at_start_in_bf16]
+        flags += ["--num-layers-at-end-in-bf16", o.num_layers_at_end_in_bf16]
+    if o.fp8 is not None and o.fp8_output_proj:
+        flags.append("--fp8-output-proj")
     return flags
 
 

@@ -310,11 +310,13 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
 
 def _bf16_ends(v: dict) -> dict:
     """--first-last-layers-bf16 with its layer counts (TransformerConfig's defaults 1 and 1 when not given) and
-    --fp8-output-proj: the PlanOptions they set."""
+    --fp8-output-proj: the PlanOptions they set. Without the switch Megatron-Core reads no count
+    (fp8_utils.is_first_last_bf16_layer), so a count given alone (Bridge writes 0 and 0) keeps the defaults."""
     ends = {"num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1}
-    out = {dest: default if v.get(dest) is None else int(v[dest]) for dest, default in ends.items()}
+    on = bool(v.get("first_last_layers_bf16"))
+    out = {dest: default if v.get(dest) is None or not on else int(v[dest]) for dest, default in ends.items()}
     return {
-        "first_last_layers_bf16": bool(v.get("first_last_layers_bf16")),
+        "first_last_layers_bf16": on,
         **out,
         "fp8_output_proj": bool(v.get("fp8_output_proj")),
     }
