@@ -315,11 +315,7 @@ def _bf16_ends(v: dict) -> dict:
     ends = {"num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1}
     on = bool(v.get("first_last_layers_bf16"))
     out = {dest: default if v.get(dest) is None or not on else int(v[dest]) for dest, default in ends.items()}
-    return {
-        "first_last_layers_bf16": on,
-        **out,
-        "fp8_output_proj": bool(v.get("fp8_output_proj")),
-    }
+    return {"first_last_layers_bf16": on, **out, "fp8_output_proj": bool(v.get("fp8_output_proj"))}
 
 
 def _parallel(v: dict, fork: ForkPlan, spec: ModelSpec) -> dict:
