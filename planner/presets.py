@@ -311,7 +311,7 @@ def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
     if hint := url_hint(ref):
         raise PresetError(f"{kind} file {ref!r} not found{hint}")
     path = Path(ref).expanduser()
-    if ref.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists():
+    if is_file_ref(ref):
         text, where, cache = read_yaml_file(path, kind), str(path), None  # a user's file: nothing beside it
         repeated_key_check(text, where)
     else:
@@ -325,6 +325,21 @@ def _load_spec(spec_type: type[SpecT], ref: str) -> SpecT:
         hint = _hf_config_hint(data) or _other_kind_hint(data, kind)
         hint = hint or _older_layout_hint(err, kind)
         raise PresetError(f"{where}: {hint or format_validation_error(err, spec_type)}") from err
+
+
+def is_file_ref(ref: str) -> bool:
+    """Whether a --model/--hardware value names a YAML file rather than a shipped preset: it ends in .yaml/.yml,
+    has a folder, or exists (the rule ``load_spec`` reads it by)."""
+    path = Path(ref).expanduser()
+    return ref.endswith((".yaml", ".yml")) or path.parent != Path(".") or path.exists()
+
+
+def command_ref(ref: str | None) -> str | None:
+    """A --model/--hardware value as a generated command line writes it: a preset by its name, a file by its
+    absolute path (``./my.yaml`` in a search's explain/export commands ran only from the folder searched in)."""
+    if ref is None or not ref.strip() or not is_file_ref(ref):
+        return ref
+    return str(Path(ref).expanduser().resolve())
 
 
 def _older_layout_hint(err: ValidationError, kind: str) -> str:

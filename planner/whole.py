@@ -94,3 +94,10 @@ def typed_int(value, text: str, where: str):
             f"{where}: {text!r} is not written in the digits 0-9 (read as {value}; write {value} if you mean it)"
         )
     return value
+
+
+def number_word(value: float) -> str:
+    """A number as a generated command line writes it, read back to the same float: Python's ``g`` where its six
+    digits hold the value (300e9 is "3e+11"), else the fewest more that do (2.097152e+12; ``--tokens 2.09715e+12``
+    stood for 2,097,152,000,000: a search's command priced another run, ux18)."""
+    return next(t for p in range(6, 18) if float(t := f"{value:.{p}g}") == value)  # 17 digits hold any float

@@ -7,7 +7,8 @@ Reads NeMo's source from a git copy (never vendored, never run): ``nemo/collecti
 ``pretrain_recipe``, whose ``run.Partial`` names a trainer function (the file's own or one imported from a sibling
 recipe module) called with keyword arguments over its parameter defaults; that function's
 ``run.Config(nl.MegatronStrategy, ...)`` and its ``ddp=run.Config(DistributedDataParallelConfig, ...)`` give the
-parallel sizes and DDP overlaps; the ``run.Config(MockDataModule, ...)`` the batch and sequence; ``plugins=
+parallel sizes and DDP overlaps, its ``run.Config(nl.Trainer, max_steps=...)`` the run's length; the
+``run.Config(MockDataModule, ...)`` the batch and sequence; ``plugins=
 bf16_mixed()`` (or MegatronMixedPrecision "bf16-mixed") the precision plugin (grad_reduce_in_fp32 on,
 recipes/precision/mixed_precision.py); ``distributed_fused_adam_with_cosine_annealing`` the distributed optimizer
 (recipes/optim/adam.py: use_distributed_optimizer=True); then ``recipe.<key> = <literal>`` statements of
@@ -33,7 +34,7 @@ from planner.bridge.table import ROWS  # noqa: E402
 OUT = ROOT / "planner" / "bridge" / "data" / "nemo2_defaults.json"
 RECIPES = "nemo/collections/llm/recipes/"
 STRATEGY = "trainer.strategy."
-KNOWN = {key for row in ROWS for key in row.nemo2}
+KNOWN = {key for row in ROWS for key in row.nemo2} | {"trainer.max_steps"}
 PLUGINS = {"bf16_mixed": "bf16_mixed", "fp16_mixed": "fp16_mixed", "bf16-mixed": "bf16_mixed", "16-mixed": "fp16_mixed"}
 
 
@@ -92,6 +93,8 @@ def trainer_fields(fn: ast.FunctionDef, call: ast.Call, scope: dict) -> dict:
     ddp = config_kwargs(fn.body, "DistributedDataParallelConfig", params)
     out |= {STRATEGY + "ddp." + k: value(v, params) for k, v in ddp.items()}
     trainer = config_kwargs(fn.body, "Trainer", params)
+    if "max_steps" in trainer:  # the run's length (Lightning's Trainer(max_steps=...): optimizer steps)
+        out["trainer.max_steps"] = value(trainer["max_steps"], params)
     plugin = trainer.get("plugins")
     if isinstance(plugin, ast.Call):
         name = ast.unparse(plugin.func).split(".")[-1]
@@ -134,7 +137,8 @@ def main() -> int:
     data = {
         "tag": tag,
         "how": "scripts/dump_nemo2_defaults.py: NeMo's recipes/<factory>.py pretrain_recipe read at the tag (AST, "
-        "never run): its trainer function's MegatronStrategy/DDP arguments, MockDataModule batch and sequence, "
+        "never run): its trainer function's MegatronStrategy/DDP arguments and max_steps, MockDataModule batch and "
+        "sequence, "
         "precision plugin, distributed optimizer, and recipe.<key> = <literal> outside performance_mode",
         "factories": {f: recipe_fields(git, tag, f) for f in NEMO2_FACTORIES},
     }

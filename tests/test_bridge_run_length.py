@@ -30,7 +30,7 @@ def test_the_recipes_train_iters_give_the_run_and_an_override_another():
     est2, err2 = _estimate("--bridge-override", "train.train_iters=1000")
     assert est2["train_tokens"] == 4_194_304_000
     assert est2["train_days"] == pytest.approx(est["train_days"] * 4_194_304_000 / 4_899_999_842_304)
-    assert "train.train_iters 1,000 × global batch 512 × seq 8,192 = 4.1943B tokens" in err2
+    assert "train.train_iters 1,000 × global batch 512 × seq 8,192 = 4.19B tokens" in err2
 
 
 def test_train_samples_give_samples_times_seq_and_tokens_override_both():
@@ -40,7 +40,7 @@ def test_train_samples_give_samples_times_seq_and_tokens_override_both():
     )
     assert est["train_tokens"] == 8_192_000_000 and "train.train_samples 1,000,000 × seq 8,192" in err
     est2, err2 = _estimate("--tokens", "15e12")
-    assert est2["train_tokens"] == 15e12 and "--tokens 15T overrides the Bridge config's 4.9T" in err2
+    assert est2["train_tokens"] == 15e12 and "--tokens 15T overrides the Bridge config's 4.90T" in err2
 
 
 def test_two_run_lengths_or_a_zero_is_one_line_naming_the_fields():

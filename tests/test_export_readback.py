@@ -215,7 +215,7 @@ def test_the_slurm_job_trains_the_tokens_its_days_count(tmp_path):
     script = tmp_path / "job.sh"
     assert run_cli(["export", *args, "--format", "slurm", "-o", str(script)]).exit_code == 0
     text = script.read_text()
-    assert "TRAIN_ITERS=${TRAIN_ITERS:-333787}  # 1.4e+12 tokens (--tokens) / (512 × 8192) per iteration" in text
+    assert "TRAIN_ITERS=${TRAIN_ITERS:-333787}  # 1.4T tokens (--tokens) / (512 × 8192) per iteration" in text
     line = next(x for x in text.splitlines() if x.startswith("#   megaplan explain"))
     assert line.endswith("--hardware dgx-h100-superpod --tokens 1.4e+12 --gpu-hour-price 2.5")
     back = json.loads(

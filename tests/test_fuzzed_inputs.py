@@ -522,9 +522,9 @@ def test_flags_megaplan_does_not_price_are_said_in_one_note(tmp_path):
     ("extra", "tokens", "how"),
     [
         # 1,000 iterations × global batch 8 × seq 512 = 4,096,000 tokens
-        ("--train-iters 1000", 4_096_000, "--train-iters 1,000 × global batch 8 × seq 512 = 4.096M tokens"),
+        ("--train-iters 1000", 4_096_000, "--train-iters 1,000 × global batch 8 × seq 512 = 4.10M tokens"),
         # BigScience writes its samples with underscores: 220,000,000 × 512 = 112,640,000,000 tokens
-        ("--train-samples 220_000_000", 112_640_000_000, "--train-samples 220,000,000 × seq 512 = 112.64B tokens"),
+        ("--train-samples 220_000_000", 112_640_000_000, "--train-samples 220,000,000 × seq 512 = 113B tokens"),
     ],
 )
 def test_the_run_length_is_the_scripts(tmp_path, extra, tokens, how):
@@ -537,7 +537,7 @@ def test_the_run_length_reaches_explain_and_tokens_overrides_it(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text(LAUNCH.format(extra="--train-iters 1000"))
     shown = run_cli(["explain", "--megatron-args-file", str(script), "--brief"])
-    assert shown.exit_code == 0 and "days for 4.096M tokens" in shown.stdout, shown.output
+    assert shown.exit_code == 0 and "days for 4.10M tokens" in shown.stdout, shown.output
     given = run_cli(["explain", "--megatron-args-file", str(script), "--brief", "--tokens", "1T"])
     assert given.exit_code == 0 and "days for 1T tokens" in given.stdout, given.output
 

@@ -12,7 +12,10 @@ leaks into the run.
 from __future__ import annotations
 
 import json
+import shlex
+import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -124,10 +127,15 @@ LAYOUT_VPP = (  # why a plan with a layout writes virtual_pipeline_model_paralle
 )
 
 
-def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> BridgeExport:
-    """The Bridge fields for one plan at one tag, over a base recipe (default: the model's)."""
+def bridge_export(
+    req: PlanRequest, tag: str, recipe: str | None = None, hardware_ref: str | None = None
+) -> BridgeExport:
+    """The Bridge fields for one plan at one tag, over a base recipe (default: the model's). ``hardware_ref``:
+    the --hardware given; a YAML file is named in the ``megaplan-import`` line by its absolute path (its
+    ``name:`` is no preset, and a relative path reads back only from the folder exported in)."""
     tag = check_tag(tag)
-    name, module, preset = recipes.resolve(tag, recipe, req.ctx.model.name)
+    gpu, named = recipes.bridge_gpu(req.ctx.hardware), recipe is not None
+    name, module, preset = recipes.resolve(tag, recipe, req.ctx.model.name, gpu)
     values = plan_values(req)
     p, o = req.plan, req.ctx.options
     ctx = {"vpp": p.vpp, "flex": p.moe_token_dispatcher.value == "flex" and req.ctx.model.is_moe}
@@ -140,6 +148,7 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
         if row.convert == "vpp" and p.pipeline_layout:  # Megatron-LM's flags leave the size to the layout
             value = p.vpp  # Bridge's EP A2A overlap check reads it before Megatron-Core derives it (LAYOUT_VPP)
         fields.update(to_bridge(row, value, tag, ctx))
+    _flex_sms(req, tag, ctx["flex"], fields)
     notes = _graph_rules(req, tag, fields) + _run_length(req, recipes.defaults(tag, name), fields)
     notes += [f"not in any Bridge field either: {note}" for note in model_notes(req)]  # ModelSpec.not_in_megatron
     notes += _low_precision_fields(o, fields) + _fp4_fields(o, tag, fields)
@@ -162,12 +171,38 @@ def bridge_export(req: PlanRequest, tag: str, recipe: str | None = None) -> Brid
         f"base recipe {name}",
         f"precision as Bridge's {preset_name or 'custom'} preset, field by field (it survives runtime_config_update)",
         f"megaplan-import: --bridge-version {tag} --bridge-recipe {name} --gpus {req.gpus} "
-        f"--hardware {req.ctx.hardware.name}",
+        f"--hardware {shlex.quote(_hardware_word(req, hardware_ref))}",
     )
+    if said := recipes.base_note(tag, name, req.ctx.model.name, gpu, named):
+        said = tuple(textwrap.wrap(said, 110, subsequent_indent="  ", break_on_hyphens=False))
+        header = (*header[:2], *said, *header[2:])
     env = tuple(_env(req))
     if env:
         header += (f"megaplan-env: {' '.join(env)}",)
     return BridgeExport(tag, name, module, fields, tuple(notes), env, header, whole, ub, preset_name, ub_object)
+
+
+def _flex_sms(req: PlanRequest, tag: str, flex: bool, fields: dict) -> None:
+    """The flex dispatcher's SMs the estimate prices (--moe-flex-dispatcher-num-sms, else its backend's default:
+    ``moe.COMM_SMS``), written where the tag's model has the field: a base recipe's moe_hybridep_num_sms or
+    moe_deepep_num_sms (the GB200 library recipe sets HybridEP 32: recipes/qwen/gb200/qwen3_moe.py @ v0.6.0) is
+    routed into moe_flex_dispatcher_num_sms unless that is set (transformer_config.py:1792-1797 @ d98e8a64)."""
+    if not flex or "moe_flex_dispatcher_num_sms" not in recipes.section_fields(tag).get("model", ()):
+        return
+    from planner.costs.moe import COMM_SMS
+
+    o = req.ctx.options
+    fields["model.moe_flex_dispatcher_num_sms"] = (
+        o.moe_flex_dispatcher_num_sms or COMM_SMS[o.moe_flex_dispatcher_backend.value]
+    )
+
+
+def _hardware_word(req: PlanRequest, hardware_ref: str | None) -> str:
+    """The hardware an export's ``megaplan-import`` line names: the file given, by its absolute path, else the
+    preset's name."""
+    from planner.presets import command_ref, is_file_ref
+
+    return command_ref(hardware_ref) if hardware_ref and is_file_ref(hardware_ref) else req.ctx.hardware.name
 
 
 def _low_precision_fields(o, fields: dict) -> list[str]:
@@ -572,9 +607,15 @@ def launch_line(exp: BridgeExport, req: PlanRequest, overrides_file: str = "mega
 
 
 def export_text(
-    req: PlanRequest, fmt: str, tag: str | None, recipe: str | None, output: str | None = None
+    req: PlanRequest,
+    fmt: str,
+    tag: str | None,
+    recipe: str | None,
+    output: str | None = None,
+    hardware_ref: str | None = None,
 ) -> tuple[str, list[str]]:
-    """The text ``export --format`` writes for the Bridge, NeMo 2 and MODEL_ARGS formats, and its notes."""
+    """The text ``export --format`` writes for the Bridge, NeMo 2 and MODEL_ARGS formats, and its notes; the
+    launch line reads ``output`` by its absolute path."""
     if fmt == "mlm-yaml":
         from planner.bridge.formats import mlm_yaml
 
@@ -584,7 +625,8 @@ def export_text(
 
         text, notes = nemo2_text(req)
         return text, notes + [f"not in any NeMo 2 field either: {note}" for note in model_notes(req)]
-    exp = bridge_export(req, tag or TAGS[-1], recipe)
+    exp = bridge_export(req, tag or TAGS[-1], recipe, hardware_ref)
     render = {"bridge": dotlist_text, "bridge-yaml": yaml_text, "bridge-python": python_text}[fmt]
-    notes = [*exp.notes, "launch: " + launch_line(exp, req, output or "megaplan.overrides")]
+    written = shlex.quote(str(Path(output).resolve())) if output else "megaplan.overrides"
+    notes = [*exp.notes, "launch: " + launch_line(exp, req, written)]
     return render(exp), notes

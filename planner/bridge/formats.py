@@ -129,7 +129,8 @@ NEMO2_TAG = "v2.4.0"  # the NeMo tag data/nemo2_defaults.json was read at
 def nemo2_lines(req: PlanRequest, factory: str | None = None) -> list[str]:
     """``key=value`` overrides of a NeMo 2 ``llm`` recipe for the plan, from the table's NeMo 2 column: every field
     that differs from what the recipe ``factory`` sets (or, for a field it does not set, from Megatron-LM's
-    default), and the parallel sizes and batch always."""
+    default), the parallel sizes and batch always, and trainer.max_steps: the plan's --tokens in whole global
+    batches, rounded up (the factory's own run, e.g. 1,168,251 steps for llama3_8b, is not the plan's)."""
     values = parse_megatron_argv(megatron_argv(req)).values
     recipe = nemo2_defaults(factory)
     lines = [f"trainer.plugins={NEMO2_PLUGINS.get(req.ctx.precision, 'bf16_mixed')}"]
@@ -153,6 +154,8 @@ def nemo2_lines(req: PlanRequest, factory: str | None = None) -> list[str]:
         if value is None or (value == plain and row.dest not in NEMO2_ALWAYS):
             continue
         lines.append(f"{key}={_nemo_value(value)}")
+    tr = req.ctx.training  # the run the estimate's days count, as the Bridge export's train.train_iters
+    lines.append(f"{NEMO2_RUN}={-(-int(tr.train_tokens) // (tr.global_batch * tr.seq_len))}")
     return lines
 
 
@@ -205,18 +208,18 @@ def nemo2_fields(text: str) -> tuple[dict, str | None, tuple[dict, str]]:
     factory = next((words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--factory", "-f")), None)
     name = (factory or "").split(".")[-1].removesuffix("_pretrain")
     by_key = {row.nemo2[0]: row for row in ROWS if row.nemo2}
-    given = {}
-    for word in words:
-        key, eq, text_value = word.partition("=")
-        if eq and not key.startswith("-"):
-            value = None if text_value in ("", "None", "null") else yaml.safe_load(text_value)
-            given[key] = typed_int(value, text_value, f"NeMo 2 override {word!r}")
+    given = nemo2_given(text)
     recipe = nemo2_defaults(name)
     fields: dict = {}
     for key, value in (recipe | given).items():
         if key == "trainer.plugins":
             plugin = str(value).replace("-", "_")
             fields["model.bf16"], fields["model.fp16"] = plugin.startswith("bf16"), plugin.startswith("fp16")
+            continue
+        if key == NEMO2_RUN:
+            steps = nemo2_max_steps(value)
+            if steps is not None:
+                fields["train.train_iters"] = steps  # Bridge's field for the same count: its run length
             continue
         row = by_key.get(key)
         if row is None:
@@ -226,12 +229,45 @@ def nemo2_fields(text: str) -> tuple[dict, str | None, tuple[dict, str]]:
     return fields, NEMO2_FACTORIES.get(name), ({k: recipe[k] for k in assumed}, name)
 
 
+def nemo2_given(text: str) -> dict:
+    """A NeMo 2 line's ``key=value`` overrides, each value as NeMo-Run reads it (a YAML scalar)."""
+    given = {}
+    for word in shlex.split(text.replace("\\\n", " "), comments=True):
+        key, eq, text_value = word.partition("=")
+        if eq and not key.startswith("-"):
+            value = None if text_value in ("", "None", "null") else yaml.safe_load(text_value)
+            given[key] = typed_int(value, text_value, f"NeMo 2 override {word!r}")
+    return given
+
+
+NEMO2_RUN = "trainer.max_steps"  # Lightning's Trainer(max_steps=...): optimizer steps, one global batch each
+NEMO2_NO_LIMIT = (
+    "trainer.max_steps=-1: Lightning's no step limit (the run ends at trainer.max_epochs, whose length needs the "
+    "dataset's size, which the line does not hold); days and cost are for --tokens (300B by default)"
+)
+
+
+def nemo2_max_steps(value) -> int | None:
+    """NeMo 2's ``trainer.max_steps`` as the run's iterations (each one optimizer step over a global batch, as
+    Megatron-LM's --train-iters: NeMo's MegatronStrategy steps the optimizer once per global batch): a whole number
+    ≥ 1; -1 (Lightning's default, no step limit) and None are no length (None), which the import says
+    (``NEMO2_NO_LIMIT``); anything else, which Lightning refuses too (``max_steps`` must be -1 or ≥ 0; 0 trains
+    nothing), is one error line naming the key and what is allowed."""
+    if value is None or value == -1:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 1:
+        raise PlannerError(
+            f"NeMo 2 {NEMO2_RUN}={value!r}: allowed: a whole number ≥ 1 (the run's optimizer steps), or -1 (no "
+            "limit: days and cost for --tokens)"
+        )
+    return int(value)
+
+
 NEMO2_NOT_PLAN = (
     "log.",
     "resume.",
     "data.tokenizer",
     "data.paths",
-    "trainer.max_steps",
     "trainer.val_check_interval",
     "trainer.limit_val_batches",
     "trainer.limit_test_batches",
@@ -262,6 +298,7 @@ def nemo2_launch(text: str) -> tuple[int | None, list[str]]:
             )
     given = dict(w.partition("=")[::2] for w in words if "=" in w and not w.startswith("-"))
     by_key = {row.nemo2[0] for row in ROWS if row.nemo2} | {"trainer.plugins", "trainer.num_nodes", "trainer.devices"}
+    by_key.add(NEMO2_RUN)  # the run's length (nemo2_fields)
     unread = [k for k in given if k not in by_key and not k.startswith(NEMO2_NOT_PLAN)]
     warnings = [f"NeMo 2 key {k}: not one megaplan reads; ignored" for k in unread]
     try:

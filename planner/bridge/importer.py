@@ -233,11 +233,13 @@ def bridge_import_fields(
     model: str | None = None,
     env: tuple[str, ...] = (),
     post=None,
+    spelled: dict | None = None,
 ):
     """The plan's fields a Bridge config describes (``ImportedFields`` of the Megatron-LM importer): the base
     recipe's fields (if one is named), the given fields over them, Bridge's runtime rules, then the
     Megatron-LM importer on the flags they stand for. ``env``: NAME=VALUE the launch sets; ``post``: what a
-    launcher sets over the merged fields, (fields, notes) of them (``workloads.post_overrides``)."""
+    launcher sets over the merged fields, (fields, notes) of them (``workloads.post_overrides``); ``spelled``: the
+    run-length fields as the source names them (a NeMo 2 line's trainer.max_steps for train.train_iters)."""
     from planner.megatron.importer import import_fields
 
     if tag not in TAGS:
@@ -266,7 +268,7 @@ def bridge_import_fields(
     argv = to_argv(merged, tag, is_moe)
     exports = "".join(f"export {shlex.quote(e)}\n" for e in env)
     read = import_fields(exports + shlex.join(argv), gpus=gpus, model=model, hardware=hardware)
-    notes += _unflagged(read.data, merged, fields, base)
+    notes += _unflagged(read.data, merged, fields, base, spelled or {})
     return replace(read, notes=tuple(notes) + read.notes, warnings=tuple(warnings) + read.warnings, argv=argv)
 
 
@@ -289,12 +291,12 @@ def _base_recipe(tag: str, recipe: str, fields: dict, model, gpus, hardware, not
     return base, model or preset, gpus, hardware
 
 
-def _unflagged(data: dict, merged: dict, given: dict, base: dict) -> list[str]:
+def _unflagged(data: dict, merged: dict, given: dict, base: dict, spelled: dict) -> list[str]:
     """What no Megatron-LM flag carries, set in the plan's ``data``: FP8 attention (a Megatron-Core field), the
     run's length, the userbuffer config object; the notes saying so."""
     if merged.get("mixed_precision.fp8_dot_product_attention"):
         data["options"]["fp8_dot_product_attention"] = True
-    notes = _run_length(merged, given, data["training"], base)
+    notes = _run_length(merged, given, data["training"], base, spelled)
     userbuffers, said = recipe_userbuffers(merged)
     if userbuffers is not None:
         data["options"]["tp_comm_overlap_cfg"] = userbuffers
@@ -304,7 +306,7 @@ def _unflagged(data: dict, merged: dict, given: dict, base: dict) -> list[str]:
 RUN_FIELDS = ("train.train_iters", "train.train_samples", "train.num_epochs")
 
 
-def _run_length(merged: dict, given: dict, training: dict, base: dict | None) -> list[str]:
+def _run_length(merged: dict, given: dict, training: dict, base: dict | None, spelled: dict) -> list[str]:
     """The run's tokens from train.train_iters or train.train_samples (``importer.run_length``, as Megatron-LM's
     --train-iters/--train-samples give them), set in ``training``, and the note saying so. Bridge takes exactly one
     of them (or v0.6.0's train.num_epochs, whose run's length needs the dataset's size): TrainingConfig.finalize
@@ -324,7 +326,7 @@ def _run_length(merged: dict, given: dict, training: dict, base: dict | None) ->
             f"train.num_epochs={values['train.num_epochs']}: the run's length needs the dataset's size, which the "
             "config does not hold; days and cost are for --tokens (300B by default)"
         ]
-    names = tuple(f"{k}{_whose(k, given, base)}" for k in RUN_FIELDS[:2])
+    names = tuple(spelled.get(k) or f"{k}{_whose(k, given, base)}" for k in RUN_FIELDS[:2])
     return run_length(values["train.train_iters"], values["train.train_samples"], training, names)
 
 
@@ -481,7 +483,14 @@ def read_bridge_source(values: dict) -> tuple[object, str]:
 def _nemo2_source(text: str, values: dict, head: dict, common: dict, where: str) -> tuple[object, str]:
     """`read_bridge_source` of a NeMo 2 command line: its world size (trainer.num_nodes × trainer.devices) unless
     --gpus gives it, its fields over the factory's defaults, then --bridge-override."""
-    from planner.bridge.formats import nemo2_fields, nemo2_launch
+    from planner.bridge.formats import (
+        NEMO2_NO_LIMIT,
+        NEMO2_RUN,
+        nemo2_defaults,
+        nemo2_fields,
+        nemo2_given,
+        nemo2_launch,
+    )
 
     world, unread = nemo2_launch(text)
     if common["gpus"] is None and world is not None:
@@ -491,9 +500,18 @@ def _nemo2_source(text: str, values: dict, head: dict, common: dict, where: str)
             "the world size is unknown: pass --gpus N, or give trainer.num_nodes and trainer.devices on the NeMo 2 line"
         )
     fields, preset, (assumed, factory) = nemo2_fields(text)
-    fields.update(parse_dotlist(list(values.get("bridge_override") or ())))
-    read = bridge_import_fields(fields, env=head.get("env", ()), **{**common, "model": common["model"] or preset})
+    overrides = parse_dotlist(list(values.get("bridge_override") or ()))
+    steps = {**nemo2_defaults(factory), **nemo2_given(text)}.get(NEMO2_RUN)
+    spelled = {}
+    if "train.train_iters" in fields and "train.train_iters" not in overrides:  # the run's length, as NeMo names it
+        spelled["train.train_iters"] = NEMO2_RUN + (f" (the {factory} recipe's)" if NEMO2_RUN in assumed else "")
+    fields.update(overrides)
+    read = bridge_import_fields(
+        fields, env=head.get("env", ()), spelled=spelled, **{**common, "model": common["model"] or preset}
+    )
     said = (_nemo2_note(assumed, factory), *read.notes)
+    if steps == -1 and not any(k in overrides for k in RUN_FIELDS):
+        unread = (*unread, NEMO2_NO_LIMIT)
     return replace(read, notes=said, warnings=(*unread, *read.warnings)), where
 
 
@@ -709,8 +727,9 @@ def file_kind(text: str) -> str:
     run_recipe.py launch line, or Bridge's own config."""
     if re.search(r"^MODEL_ARGS:", text, re.M):
         return "mlm-yaml"
-    if RUN_RECIPE.search(text) and not re.search(r"^\s*[\w.]+\s*:", text, re.M):
-        return "run_recipe"
+    lines = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    if RUN_RECIPE.search(lines) and not re.search(r"^\s*[\w.]+\s*:", text, re.M):
+        return "run_recipe"  # a comment naming run_recipe.py is no launch line (an export's header, ux18)
     if re.search(r"\bnemo\s+llm\b|^\s*trainer\.strategy\.|\strainer\.strategy\.", text, re.M):
         return "nemo2"
     return "bridge"

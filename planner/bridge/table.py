@@ -729,7 +729,60 @@ RECIPES: dict[str, dict[str, tuple[str, str]]] = {
         "gpt_oss_20b_pretrain_16gpu_h100_bf16_config": (_V060 + "gpt_oss.h100.gpt_oss", "gpt-oss-20b"),
         "gpt_oss_120b_pretrain_64gpu_h100_bf16_config": (_V060 + "gpt_oss.h100.gpt_oss", "gpt-oss-120b"),
         "gpt3_175b_pretrain_32gpu_h100_bf16_config": (_V060 + "gpt.h100.gpt3_175b", "gpt3-175b"),
+        # GB200 (GPU_LIBRARY_RECIPES): the base of a GB200 plan's export
+        "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config": (_V060 + "qwen.gb200.qwen3_moe", "qwen3-30b-a3b"),
     },
+}
+
+# Bridge v0.6.0's recipes for a Blackwell GPU (B200, GB200, GB300) of the models above, from the tag's tree (``git
+# ls-tree v0.6.0 src/megatron/bridge/recipes src/megatron/bridge/perf_recipes``; tests/test_ux18.py holds the list).
+# Library recipes (recipes/<family>/<gpu>/): Qwen3-30B-A3B on GB200 alone (recipes/qwen/gb200/qwen3_moe.py: "a
+# checkpointable ... config" over the 16-GPU H100 recipe with the GB200 performance recipe's topology, precision,
+# dispatcher, overlap, kernels and batch); llama/, gpt/ and gpt_oss/ hold h100/ only, deepseek/gb200 and gb300
+# DeepSeek-V4 only. An export for a plan on that GPU starts from it (``recipes.resolve``).
+GPU_LIBRARY_RECIPES: dict[str, dict[tuple[str, str], str]] = {
+    "v0.6.0": {("qwen3-30b-a3b", "gb200"): "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config"}
+}
+# What such a recipe sets that no plan setting decides, so the run keeps it (its source @ v0.6.0); its precision,
+# overlaps, dispatcher, SMs, graphs and batch the export writes over
+GPU_RECIPE_KEEPS = {
+    "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config": "high_priority_a2a_comm_stream, "
+    "moe_mlp_glu_interleave_size 32, moe_hybridep_num_sms_preprocessing 32, the router's natural load (no forced "
+    "balancing), evaluation off (validation.eval_iters 0) and its env_vars, which Bridge's NeMo-Run launchers set "
+    "and a torchrun launch does not"
+}
+# The performance recipes for the same GPUs (perf_recipes/<family>/<gpu>/<model>.py) are benchmarks, not a base for a
+# run: _benchmark_common (perf_recipes/_common.py @ v0.6.0, "benchmark-mode defaults that prioritize throughput
+# measurement over convergence ... for performance benchmark recipes only") sets train.eval_iters 0, checkpoint.save
+# None, the NaN checks off and scheduler.lr_decay_iters to its 50 iterations (lr_warmup_iters 10), none of which an
+# export writes: a run over them would save nothing and decay its learning rate in 50 steps. The export names them in
+# its header where it keeps an H100 base.
+GPU_PERF_FILES: dict[str, dict[tuple[str, str], str]] = {
+    "v0.6.0": {
+        ("deepseek-v3", "b200"): "perf_recipes/deepseek/b200/deepseek_v3.py",
+        ("deepseek-v3", "gb200"): "perf_recipes/deepseek/gb200/deepseek_v3.py",
+        ("deepseek-v3", "gb300"): "perf_recipes/deepseek/gb300/deepseek_v3.py",
+        ("gpt-oss-120b", "b200"): "perf_recipes/gpt_oss/b200/gpt_oss.py",
+        ("gpt-oss-120b", "gb200"): "perf_recipes/gpt_oss/gb200/gpt_oss.py",
+        ("gpt-oss-120b", "gb300"): "perf_recipes/gpt_oss/gb300/gpt_oss.py",
+        ("gpt-oss-20b", "gb200"): "perf_recipes/gpt_oss/gb200/gpt_oss.py",
+        ("gpt-oss-20b", "gb300"): "perf_recipes/gpt_oss/gb300/gpt_oss.py",
+        ("llama3-70b", "b200"): "perf_recipes/llama/b200/llama3.py",
+        ("llama3-70b", "gb200"): "perf_recipes/llama/gb200/llama3.py",
+        ("llama3-70b", "gb300"): "perf_recipes/llama/gb300/llama3.py",
+        ("llama3-8b", "b200"): "perf_recipes/llama/b200/llama3.py",
+        ("llama3-8b", "gb200"): "perf_recipes/llama/gb200/llama3.py",
+        ("llama3-8b", "gb300"): "perf_recipes/llama/gb300/llama3.py",
+        ("llama3.1-405b", "b200"): "perf_recipes/llama/b200/llama31.py",
+        ("llama3.1-405b", "gb200"): "perf_recipes/llama/gb200/llama31.py",
+        ("llama3.1-405b", "gb300"): "perf_recipes/llama/gb300/llama31.py",
+        ("qwen3-235b-a22b", "b200"): "perf_recipes/qwen/b200/qwen3_moe.py",
+        ("qwen3-235b-a22b", "gb200"): "perf_recipes/qwen/gb200/qwen3_moe.py",
+        ("qwen3-235b-a22b", "gb300"): "perf_recipes/qwen/gb300/qwen3_moe.py",
+        ("qwen3-30b-a3b", "b200"): "perf_recipes/qwen/b200/qwen3_moe.py",
+        ("qwen3-30b-a3b", "gb200"): "perf_recipes/qwen/gb200/qwen3_moe.py",
+        ("qwen3-30b-a3b", "gb300"): "perf_recipes/qwen/gb300/qwen3_moe.py",
+    }
 }
 
 # Bridge v0.6.0 keeps the v0.2.1 recipe names as aliases of its per-GPU recipes ("Compatibility aliases for

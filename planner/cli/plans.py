@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+from pathlib import Path
 
 import click
 
@@ -430,7 +431,9 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
     if fmt not in ("flags", "slurm", "json"):
         from planner.bridge.export import export_text
 
-        text, notes = export_text(req, fmt, kw.get("bridge_version"), kw.get("bridge_recipe"), output)
+        text, notes = export_text(
+            req, fmt, kw.get("bridge_version"), kw.get("bridge_recipe"), output, hardware_ref=kw.get("hardware")
+        )
         for line in notes:
             click.echo(f"megaplan: note: {line}", err=True)
     elif fmt == "json":
@@ -441,11 +444,17 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
         text = (
             exp.flags_text(req)
             if fmt == "flags"
-            else exp.slurm_script(req, warning=over, iteration_s=pj["estimate"]["iteration_s"])
+            else exp.slurm_script(
+                req,
+                warning=over,
+                iteration_s=pj["estimate"]["iteration_s"],
+                model_ref=kw.get("model"),
+                hardware_ref=kw.get("hardware"),
+            )
         )
         if fmt == "flags":
             _environment_notes(req)
-        _unwritten_notes(req, fmt)
+        _unwritten_notes(req, fmt, kw, output)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -483,9 +492,10 @@ def _environment_notes(req: api.PlanRequest) -> None:
         )
 
 
-def _unwritten_notes(req: api.PlanRequest, fmt: str) -> None:
+def _unwritten_notes(req: api.PlanRequest, fmt: str, kw: dict, output: str | None) -> None:
     """The plan's settings that no Megatron-LM flag carries (the flags run without them), and the options that
-    restore them when the flags are read back (the flags alone: with the allocator setting too)."""
+    restore them when the flags are read back (the flags alone: with the allocator setting too); the script
+    written (-o) and the --model/--hardware files given by their absolute paths."""
     from planner.megatron import export as exp
 
     for note in exp.model_notes(req):
@@ -495,8 +505,9 @@ def _unwritten_notes(req: api.PlanRequest, fmt: str) -> None:
         click.echo(f"megaplan: note: not in the flags: {' '.join(restore) + ': ' if restore else ''}{why}", err=True)
     flags_only = fmt == "flags"
     if unwritten or (flags_only and req.ctx.options.expandable_segments):
-        read = "--megatron-args '...' --gpus " + str(req.gpus) if flags_only else "--megatron-args-file FILE"
-        back = shlex.join(exp.readback_args(req, flags_only))
+        script = shlex.quote(str(Path(output).resolve())) if output else "FILE"
+        read = "--megatron-args '...' --gpus " + str(req.gpus) if flags_only else f"--megatron-args-file {script}"
+        back = shlex.join(exp.readback_args(req, flags_only, kw.get("model"), kw.get("hardware")))
         click.echo(f"megaplan: note: read them back with: megaplan explain {read} {back}", err=True)
 
 

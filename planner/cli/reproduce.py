@@ -10,6 +10,8 @@ from planner.cli.options import dest as option_dest
 from planner.hardware.userbuffers import BRIDGE_PREFIX
 from planner.plan import DEFAULT_TRAIN_TOKENS, PlanOptions, StageSplit
 from planner.plan_options import RECIPE_OVERLAPS, recipe_overlaps
+from planner.presets import command_ref
+from planner.whole import number_word
 
 CORE = {"model", "hardware", "gpus", "global_batch", "seq_len", "precision", *KNOBS}  # always written
 LIST_DEFAULTS = {name: tuple(PlanOptions.model_fields[name].default) for name in LISTS}  # comma-separated options
@@ -25,8 +27,9 @@ def _plan_values(pj: dict, model_ref: str | None, hardware_ref: str | None) -> d
         # the file it was read from, 'bridge' or a Bridge preset's name
         "tp_comm_overlap_cfg": cfg["name"].removeprefix(BRIDGE_PREFIX) if isinstance(cfg, dict) else cfg,
         **{k: v for k, v in par.items() if k != "dp"},
-        "model": model_ref or pj["model"],
-        "hardware": hardware_ref or pj["hardware"],
+        # a file by its absolute path: the commands run from any folder (a preset keeps its name)
+        "model": command_ref(model_ref) or pj["model"],
+        "hardware": command_ref(hardware_ref) or pj["hardware"],
         "gpus": pj["gpus"],
         "global_batch": tr["global_batch"],
         "seq_len": tr["seq_len"],
@@ -80,7 +83,7 @@ def command_args(
         elif opt.flag:
             args.append(name if value else f"--no-{name[2:]}")
         else:
-            args += [name, f"{value:g}" if isinstance(value, float) else str(value)]
+            args += [name, number_word(value) if isinstance(value, float) else str(value)]
     return args
 
 

@@ -26,6 +26,7 @@ from planner.plan import (
     plan_label,
     plan_label_legend,
 )
+from planner.whole import number_word
 
 DEFAULT_RECOMPUTE_MODULES = PlanOptions.model_fields["recompute_modules"].default
 NORM_EPSILON = 1e-5  # Megatron-LM's --norm-epsilon default (arguments.py @ d98e8a64)
@@ -525,26 +526,37 @@ def _comment(text: str) -> str:
     return textwrap.fill(text, 100, initial_indent="# ", subsequent_indent="#   ", break_on_hyphens=False) + "\n"
 
 
-def readback_args(req: PlanRequest, flags_only: bool = False) -> list[str]:
+def readback_args(
+    req: PlanRequest, flags_only: bool = False, model_ref: str | None = None, hardware_ref: str | None = None
+) -> list[str]:
     """What `megaplan explain --megatron-args-file` needs beside the script to rebuild the plan: the model preset
     (the script has its architecture, not its name), the hardware, the settings no flag carries and the tokens and
     price the days and cost count; for the flags alone (``flags_only``), the allocator setting a script exports
-    too."""
-    from planner.presets import preset_names
+    too. ``model_ref``/``hardware_ref``: the --model/--hardware the export was given; a YAML file is written by its
+    absolute path (the read-back runs from any folder), a hardware file not given stays YOUR_HARDWARE.yaml."""
+    from planner.presets import command_ref, is_file_ref, preset_names
 
-    args = ["--model", req.ctx.model.name] if req.ctx.model.name in preset_names("models") else []
+    model_file = model_ref is not None and is_file_ref(model_ref)
+    if model_file:
+        args = ["--model", command_ref(model_ref)]
+    else:
+        args = ["--model", req.ctx.model.name] if req.ctx.model.name in preset_names("models") else []
     hw = req.ctx.hardware.name
-    args += ["--hardware", hw if hw in preset_names("hardware") else "YOUR_HARDWARE.yaml"]
+    if hardware_ref is not None and is_file_ref(hardware_ref):
+        hw = command_ref(hardware_ref)
+    elif hw not in preset_names("hardware"):
+        hw = "YOUR_HARDWARE.yaml"
+    args += ["--hardware", hw]
     args += [a for restore, _ in unwritten_settings(req) for a in restore]
     tr = req.ctx.training
     if tr.train_tokens != DEFAULT_TRAIN_TOKENS:  # days, GPU-hours, cost and energy count them
-        args += ["--tokens", f"{tr.train_tokens:g}"]
+        args += ["--tokens", number_word(tr.train_tokens)]
     if tr.gpu_hour_price is not None:
-        args += ["--gpu-hour-price", f"{tr.gpu_hour_price:g}"]
+        args += ["--gpu-hour-price", number_word(tr.gpu_hour_price)]
     return args + (["--expandable-segments"] if flags_only and req.ctx.options.expandable_segments else [])
 
 
-def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | None) -> str:
+def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | None, refs: dict) -> str:
     """The script's first lines: what it launches, the plan's label, what its flags cannot say, how to read it
     back, and the #SBATCH directives."""
     label = plan_label(
@@ -572,7 +584,7 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
 # {label}
 {legend}
 # Read it back (the model, the hardware and the settings above are not in the script):
-#   megaplan explain --megatron-args-file THIS_SCRIPT {shlex.join(readback_args(req))}
+#   megaplan explain --megatron-args-file THIS_SCRIPT {shlex.join(readback_args(req, **refs))}
 # Replace every PLACEHOLDER before submitting; the paths below must be set or the script stops.
 {model}#SBATCH --job-name=megaplan-{req.ctx.model.name}
 #SBATCH --nodes={nodes}
@@ -639,14 +651,23 @@ fi
 """
 
 
-def slurm_script(req: PlanRequest, warning: str | None = None, iteration_s: float | None = None) -> str:
+def slurm_script(
+    req: PlanRequest,
+    warning: str | None = None,
+    iteration_s: float | None = None,
+    model_ref: str | None = None,
+    hardware_ref: str | None = None,
+) -> str:
     """A complete sbatch script launching pretrain_gpt.py with torchrun on every node.
 
     What only the user knows (paths, account, run length, learning rate) is marked PLACEHOLDER;
     the paths are required variables, so the script stops with a message if one is left unset.
     ``warning`` (a plan written although it does not fit) heads the script. ``iteration_s`` (the estimate)
     spaces the checkpoints (``save_interval``); the run saves and stops before the job's time limit.
+    ``model_ref``/``hardware_ref``: the --model/--hardware given, for the read-back line (``readback_args``).
     """
+    from planner.report.layout import tokens_text
+
     nodes, per_node = launch_shape(req.gpus, req.ctx.hardware.gpus_per_node)
     env = "".join(line + "\n" for line in environment_lines(req))
     plan_args = "\n".join("    " + line.removesuffix(" \\") for line in flags_text(req).rstrip().splitlines())
@@ -654,6 +675,7 @@ def slurm_script(req: PlanRequest, warning: str | None = None, iteration_s: floa
     tr = req.ctx.training
     tokens = tr.train_tokens
     iters = -(-int(tokens) // (tr.global_batch * tr.seq_len))  # the run the estimate's days count
+    shown = tokens_text(tokens)
     interval = save_interval(iteration_s)
     spacing = (
         f"iterations between checkpoints: about an hour at the estimated {iteration_s:.3g} s/iteration"
@@ -661,14 +683,14 @@ def slurm_script(req: PlanRequest, warning: str | None = None, iteration_s: floa
         else "iterations between checkpoints"
     )
     return (
-        _sbatch_header(req, nodes, per_node, warning)
+        _sbatch_header(req, nodes, per_node, warning, {"model_ref": model_ref, "hardware_ref": hardware_ref})
         + f"""
 set -euo pipefail
 {env}
 : "${{MEGATRON_DIR:?set MEGATRON_DIR to your Megatron-LM checkout (PLACEHOLDER)}}"
 : "${{DATA_PATH:?set DATA_PATH to your tokenized data prefix, e.g. /data/corpus_text_document (PLACEHOLDER)}}"
 {tokenizer_vars}: "${{CHECKPOINT_DIR:?set CHECKPOINT_DIR to where checkpoints go (PLACEHOLDER)}}"
-TRAIN_ITERS=${{TRAIN_ITERS:-{iters}}}  # {tokens:g} tokens (--tokens) / ({tr.global_batch} × {tr.seq_len}) per iteration
+TRAIN_ITERS=${{TRAIN_ITERS:-{iters}}}  # {shown} tokens (--tokens) / ({tr.global_batch} × {tr.seq_len}) per iteration
 LR=${{LR:-3.0e-4}}                    # PLACEHOLDER: your learning rate
 SAVE_INTERVAL=${{SAVE_INTERVAL:-{interval}}}  # {spacing}
 {_exit_lines()}

@@ -370,11 +370,15 @@ def console_width(is_terminal: bool, environ: dict[str, str], beside: int | None
 
 
 def tokens_text(tokens: float) -> str:
-    """300B, 15T, 500M; past a thousand trillion in powers of ten (--tokens 1e30 read "1e+18T", and
-    "1e+21B tokens" below explain's verdict: fresh user trial 10)."""
+    """A token count in three significant digits at most, by its unit: 300B, 15T, 4.9T, 500M; one that three digits
+    round says so by keeping them (2²¹ × 10⁶ = 2,097,152,000,000 reads 2.10T: it read "2.09715T", Python's ``g``
+    six digits, ux18); past a thousand trillion in powers of ten (--tokens 1e30 read "1e+18T", and "1e+21B tokens"
+    below explain's verdict: fresh user trial 10)."""
     if tokens >= 1e15:
         return f"{tokens:.3g}"
+    shown = float(f"{tokens:.3g}")  # rounded first: 999.96B is 1.00T, not 1.00e+03B
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
-        if tokens >= scale:
-            return f"{tokens / scale:g}{suffix}"
-    return f"{tokens:g}"
+        if shown >= scale:
+            value = shown / scale
+            return f"{value:g}{suffix}" if shown == tokens else f"{value:#.3g}".rstrip(".") + suffix
+    return f"{tokens:,.0f}" if tokens >= 1 else f"{tokens:.3g}"
