@@ -24,7 +24,13 @@ from planner.bridge import recipes
 from planner.bridge.table import MODEL_ROWS, MODEL_TAG_ROWS, PRESETS, ROWS, TAGS
 from planner.bridge.values import to_bridge
 from planner.errors import PlannerError
-from planner.megatron.export import cuda_device_max_connections, megatron_argv, model_flags, model_notes
+from planner.megatron.export import (
+    cuda_device_max_connections,
+    megatron_argv,
+    model_flags,
+    model_notes,
+    train_iterations,
+)
 from planner.megatron.flags import flag_table, parse_megatron_argv
 from planner.plan import plan_label
 from planner.presets import load_model
@@ -252,7 +258,7 @@ def _run_length(req: PlanRequest, base: dict, fields: dict) -> list[str]:
     from planner.report.layout import tokens_text
 
     tr = req.ctx.training
-    iters = -(-int(tr.train_tokens) // (tr.global_batch * tr.seq_len))
+    iters = train_iterations(tr)
     fields["train.train_iters"] = iters
     for key in ("train.train_samples", "train.num_epochs"):
         if base.get(key) is not None:

@@ -22,7 +22,7 @@ from planner.bridge.export import MOE_DESTS
 from planner.bridge.table import ROWS
 from planner.bridge.values import TORCH_DTYPES
 from planner.errors import PlannerError
-from planner.megatron.export import environment_lines, megatron_argv
+from planner.megatron.export import environment_lines, megatron_argv, train_iterations
 from planner.megatron.flags import parse_megatron_argv
 from planner.whole import typed_int
 
@@ -155,7 +155,7 @@ def nemo2_lines(req: PlanRequest, factory: str | None = None) -> list[str]:
             continue
         lines.append(f"{key}={_nemo_value(value)}")
     tr = req.ctx.training  # the run the estimate's days count, as the Bridge export's train.train_iters
-    lines.append(f"{NEMO2_RUN}={-(-int(tr.train_tokens) // (tr.global_batch * tr.seq_len))}")
+    lines.append(f"{NEMO2_RUN}={train_iterations(tr)}")
     return lines
 
 

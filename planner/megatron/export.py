@@ -651,6 +651,12 @@ fi
 """
 
 
+def train_iterations(tr) -> int:
+    """The iterations that train the plan's tokens, T / (B · s) rounded up (the Slurm script's TRAIN_ITERS, the Bridge
+    export's train.train_iters, the NeMo 2 export's trainer.max_steps): ``tr`` a TrainingSpec."""
+    return -(-int(tr.train_tokens) // (tr.global_batch * tr.seq_len))
+
+
 def slurm_script(
     req: PlanRequest,
     warning: str | None = None,
@@ -674,7 +680,7 @@ def slurm_script(
     tokenizer_vars, tokenizer = tokenizer_lines(req)
     tr = req.ctx.training
     tokens = tr.train_tokens
-    iters = -(-int(tokens) // (tr.global_batch * tr.seq_len))  # the run the estimate's days count
+    iters = train_iterations(tr)  # the run the estimate's days count
     shown = tokens_text(tokens)
     interval = save_interval(iteration_s)
     spacing = (
