@@ -270,6 +270,34 @@ def moe_calibration_view(out: dict) -> Group:
     return Group(*parts)
 
 
+def nvfp4_calibration_view(out: dict) -> Group:
+    """``megaplan calibrate --nvfp4``: GB200's NVFP4 GEMM ratio ± σ, each model held out, the NVFP4 rows before
+    and after."""
+    status = out["status"] + (f", at its {out['at_bound']} bound" if out.get("at_bound") else "")
+    why = f" ({out['why']})" if out.get("why") else ""
+    sigma = f" ± {out['sigma']:.3f}" if out.get("sigma") is not None else ""
+    parts: list = [
+        Text(
+            f"{out['factor']} = {out['value']:.3f}{sigma} on {out['preset']} (band {_band(out['band'])}), "
+            f"{status}{why}, on {out['runs']} NVFP4 rows, rms log error {out['rms_log_error']:.3f}"
+        )
+    ]
+    if out.get("leave_one_model_out"):
+        held = ", ".join(f"without {m} {v:.3f}" for m, v in out["leave_one_model_out"].items())
+        parts.append(Text(f"leave one model out: {held}"))
+    table = Table(title="NVFP4 rows: error before (shipped) and after (this fit)", title_justify="left")
+    for col, just in (("run", "left"), ("before", "right"), ("after", "right")):
+        table.add_column(col, justify=just, overflow="fold")
+    for rid, e in out["errors_pct"].items():
+        table.add_row(rid, f"{e['before']:+.1f}%", f"{e['after']:+.1f}%")
+    parts.append(table)
+    if out.get("written"):
+        parts.append(
+            Text(f"wrote {out['factor']} into {out['written']} ({out['preset']}, carried to dgx-b200-superpod)")
+        )
+    return Group(*parts)
+
+
 def _claim_cell(r: dict) -> Text:
     g = r["claimed_gain_pct"]
     style = "green" if g <= 5 else "yellow" if g <= 10 or r["rank1_validated"] else "red"
