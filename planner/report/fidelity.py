@@ -304,6 +304,20 @@ def _claim_cell(r: dict) -> Text:
     return Text(f"{g:+.1f}%", style=style)
 
 
+def _best_cell(r: dict) -> str:
+    """The same setup's fastest published throughput and where (a verification card, or the release of the run's
+    id: MB-26.04.01-... → 26.04.01), '=' where that is the recipe itself; the run's id is in --json."""
+    if r["best_published_id"] == r["id"]:
+        return "="
+    rid = r["best_published_id"]
+    where = "card" if rid.startswith("MB-CARD-") else rid.split("-")[1]
+    return f"{r['best_published_tokens_per_gpu']:,.0f} ({where})"
+
+
+def _vs_best_cell(r: dict) -> str:
+    return "=" if r["best_published_id"] == r["id"] else f"{r['claimed_gain_vs_best_pct']:+.1f}%"
+
+
 def _evidence_cell(r: dict) -> Text:
     if r["rank1_extrapolated"]:
         return Text("extrapolated: " + ", ".join(r["rank1_extrapolated"]), style="yellow")
@@ -320,6 +334,9 @@ def choice_view(result: dict) -> Group:
         Column("rank 1", lambda r: r["rank1_plan"], 1, "left", wrap=True, min_width=20),
         Column("rank 1 tok/s", lambda r: f"{r['rank1_tokens_per_gpu']:,.0f}", 4),
         Column("claim", _claim_cell, KEEP),
+        # added beside the claim, dropped first when the width is short (the columns above keep their places)
+        Column("best published", _best_cell, 5),
+        Column("vs best", _vs_best_cell, 5),
         Column("± band", lambda r: f"{100 * r['rank1_band_frac']:.1f}%", 4),
         Column("evidence", _evidence_cell, 2, "left", wrap=True),
         Column("recipe pred.", lambda r: f"{r['recipe_error_pct']:+.1f}%", 3),
@@ -340,5 +357,7 @@ def choice_view(result: dict) -> Group:
         f"{'met' if s['meets_target'] else 'NOT met: ' + ', '.join(s['over_target'])}."
         + (f" Claims above 10 % on validated features: {', '.join(big)}." if big else "")
         + " 'recipe pred.': the model's error on the recipe itself (predicted/published − 1)."
+        + " 'best published': the same model, GPUs, batch, sequence and precision measured faster in another"
+        " release or a verification card, 'vs best' rank 1 against it; '=' where the recipe is the best."
     )
     return Group(table, Text(foot, style="dim"))
