@@ -22,18 +22,20 @@ WITHOUT = "gpt-oss-120b"  # the model a summary row leaves out (the largest miss
 
 def table(runs: list[dict]) -> str:
     """The markdown table of ``megaplan validate --json``'s ``moe.runs``: published and predicted tokens/s per
-    GPU, the error ((predicted − published) / published) and "apart" for a row reported apart from the bar."""
+    GPU, the error ((predicted − published) / published), "apart" for a row reported apart from the bar and
+    "held out" for a row in the bar that no fit uses (a verification card's)."""
     rows = [
         f"| {r['id']} | {r['published']:.0f} | {r['predicted']:.0f} | {r['error_pct']:+.1f} % | "
-        f"{'' if r['in_fit'] else 'apart'} |"
+        f"{'' if r['in_fit'] else 'held out' if r.get('in_bar') else 'apart'} |"
         for r in runs
     ]
     return "\n".join([*HEADER, *rows]) + "\n"
 
 
 def _stats(rows: list[dict]) -> str:
-    """'rows | median / max |error| % (rows in the bar) | apart' of ``rows`` (the bar: rows not reported apart)."""
-    errors = sorted(abs(r["error_pct"]) for r in rows if r["in_fit"])
+    """'rows | median / max |error| % (rows in the bar) | apart' of ``rows`` (the bar: rows not reported apart,
+    the fitted and the held-out)."""
+    errors = sorted(abs(r["error_pct"]) for r in rows if r.get("in_bar", r["in_fit"]))
     n = len(errors)
     median = (errors[(n - 1) // 2] + errors[n // 2]) / 2 if n else float("nan")
     bar = f"{median:.1f} / {errors[-1]:.1f} % ({n})" if n else "- (0)"
@@ -52,6 +54,8 @@ def summary(runs: list[dict], model: dict[str, str]) -> str:
             lines += [f"| {m} | {g} | {_stats(rows)} |"] if rows else []
     others = [r for r in runs if model[r["id"]] != WITHOUT]
     lines += [f"| all but {WITHOUT} | all | {_stats(others)} |"] if len(others) < len(runs) else []
+    held = [r for r in runs if r.get("in_bar") and not r["in_fit"]]
+    lines += [f"| verification cards (held out) | all | {_stats(held)} |"] if held else []
     lines.append(f"| **all** | all | {_stats(runs)} |")
     return "\n".join(lines) + "\n"
 
@@ -62,8 +66,8 @@ def summary_lead(factors: dict[str, float]) -> str:
     return (
         f"{SUMMARY_LEAD}; written by `python scripts/moe_runs_table.py --write` with the per-run table below, at "
         f"the shipped presets: t_op {factors['t_op']:.2f} µs, H100's η_a2a {factors['eta_a2a']:.3f}, φ "
-        f"{factors['phi']:.3f}): median / max |error| of the rows in the bar, the rows reported apart counted "
-        "beside them.\n"
+        f"{factors['phi']:.3f}): median / max |error| of the rows in the bar (the fitted rows and the verification "
+        "cards' held-out rows), the rows reported apart counted beside them.\n"
     )
 
 

@@ -73,3 +73,37 @@ def test_the_view_fits_80_columns_and_names_the_evidence(slim):
 def test_choice_refuses_csv_in_one_line():
     result = CliRunner().invoke(cli, ["validate", "--choice", "--csv"])
     assert result.exit_code == 2 and result.stderr.strip().count("\n") == 0 and "--choice" in result.stderr
+
+
+def test_each_recipe_is_shown_beside_the_fastest_published_run_of_its_setup(slim):
+    """The same model, GPUs, global batch, sequence and precision measured faster elsewhere: Qwen3-30B-A3B on 8 GB200
+    in MXFP8 at GBS 512 × 4,096 ran at 39,936 tokens/s per GPU in 26.08's table and 40,960 in 26.06.01's (Megatron-
+    Bridge docs/performance-summary-archive.md @ 067f987); the verification card's run of the same recipe measured
+    40,322.898 (examples/model_verification_cards/qwen3-30b-a3b/card.yaml @ 067f987, bridge_commit 6e1b4789)."""
+    rows = {r["id"]: r for r in slim["recipes"]}
+    qwen = rows["MB-26.08-GB200-QWEN3-30B-8"]
+    assert (qwen["best_published_id"], qwen["best_published_tokens_per_gpu"]) == (
+        "MB-26.06.01-GB200-QWEN3-30B-8",
+        40960,
+    )
+    assert qwen["claimed_gain_vs_best_pct"] == pytest.approx(100 * (qwen["rank1_tokens_per_gpu"] / 40960 - 1))
+    assert 40960 > 40322.898 > 39936  # the card's run of the setup sits between the two tables
+    llama = rows["DGXC-v25.04-H100-Llama3-8B-fp8-n8"]  # no faster run of its setup: the recipe itself
+    assert llama["best_published_id"] == llama["id"]
+    assert llama["claimed_gain_vs_best_pct"] == pytest.approx(llama["claimed_gain_pct"])
+
+
+def test_a_faster_run_in_another_precision_is_another_setup():
+    """Qwen3-30B-A3B on 16 H100 at GBS 1024 × 4,096: the 26.06 table's FP8 current-scaling recipe 8,826 tokens/s per
+    GPU (26.04.01: 8,960), the verification card's BF16 recipe 13,011.378 (qwen3-30b-a3b/card.yaml
+    items.pretrain_performance.H100, bridge_commit 3a9559f0): the same GPUs, batch and sequence, another precision."""
+    runs = {r.id: r for r in load_moe_runs()}
+    fp8, bf16 = runs["MB-26.06-H100-QWEN3-30B-16"], runs["MB-CARD-H100-QWEN3-30B-16"]
+    assert (
+        choice.setup_key(fp8)[:5]
+        == choice.setup_key(bf16)[:5]
+        == ("qwen3-30b-a3b", "dgx-h100-superpod", 16, 1024, 4096)
+    )
+    assert choice.setup_key(fp8)[5] == ("fp8", "tensorwise") and choice.setup_key(bf16)[5] == ("bf16",)
+    assert choice.best_published(fp8) == (8960, "MB-26.04.01-H100-QWEN3-30B-16")
+    assert choice.best_published(bf16) == (13011.378, "MB-CARD-H100-QWEN3-30B-16")

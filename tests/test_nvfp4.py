@@ -45,7 +45,8 @@ def test_the_preset_nvfp4_numbers_are_te_s_b300_profile_by_hand():
     for name, peak in peaks.items():
         hw = load_hardware(name)
         assert hw.gpu.peak_nvfp4_tflops == peak
-        assert hw.calibration.nvfp4_gemm_ratio == pytest.approx(ratio, abs=5e-4)
+        if name == "gb300-nvl72":  # the B300 die the profile measured; B200/GB200 fit theirs (tests/test_nvfp4_fit.py)
+            assert hw.calibration.nvfp4_gemm_ratio == pytest.approx(ratio, abs=5e-4)
         assert hw.gpu.fp8_cast_hbm_frac["nvfp4"] == pytest.approx(frac, abs=0.005)
     assert load_hardware("dgx-h100-superpod").gpu.peak_nvfp4_tflops is None
 

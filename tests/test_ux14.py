@@ -134,7 +134,8 @@ def test_the_moe_tables_of_the_docs_are_what_the_generator_writes_now():
     model = {run.id: run.request["model"] for run in load_moe_runs()}
     now = gen.written(doc, validate_moe()["runs"], model, gen.shipped_factors())
     assert now == doc, "docs/cost-model.md §13.7 is stale: run `python scripts/moe_runs_table.py --write`"
-    assert "| gpt-oss-120b | GB200 | 7 |" in doc and "| **all** | all | 89 |" in doc
+    # 8 GPT-OSS GB200 rows and 103 in all since the verification cards' 14 (cards18)
+    assert "| gpt-oss-120b | GB200 | 8 |" in doc and "| **all** | all | 103 |" in doc
 
 
 def test_the_summary_writer_replaces_its_lead_and_table_only():
@@ -168,7 +169,8 @@ def test_the_moe_calibration_writes_what_a_second_run_writes_again():
 
     runs = [r for r in load_moe_runs() if r.hardware == "dgx-h100-superpod"]
     start = {name: load_hardware(name) for name in preset_names("hardware")}
-    near = {"moe_host_op_us": 11.94, "a2a_network_efficiency": 0.8926, "persistent_gemm_comm_share": 0.629}
+    # (11.45 µs, 0.8883, 0.631 since HybridEP's metadata is priced, hybridep18: the H100 HybridEP row slower; was 11.94)
+    near = {"moe_host_op_us": 11.40, "a2a_network_efficiency": 0.8883, "persistent_gemm_comm_share": 0.631}
     start["dgx-h100-superpod"] = with_calibration(start["dgx-h100-superpod"], near)
     f, _, _, first, rounds = moe_fit.calibrated(runs, start)
     assert rounds is not None and rounds >= 2  # one round from the start (a run before) was not where they meet
@@ -176,7 +178,7 @@ def test_the_moe_calibration_writes_what_a_second_run_writes_again():
     assert again[4] == 1 and again[0].value == f.value
     assert all(again[3][name].calibration == first[name].calibration for name in first)
     h100 = first["dgx-h100-superpod"].calibration
-    assert h100.moe_host_op_us == round(f.value, 2) and 11.5 < h100.moe_host_op_us < 12.5
+    assert h100.moe_host_op_us == round(f.value, 2) and 11.0 < h100.moe_host_op_us < 12.0
 
 
 def _commands(group, prefix=()):

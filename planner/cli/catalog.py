@@ -234,12 +234,18 @@ def _validate_choice(as_json: bool, as_csv: bool) -> None:
 @overwrite_option
 @click.option("--force", is_flag=True, help="With --from-log: write --output even when the factors cannot reach a run.")
 @click.option("--moe", "moe", is_flag=True, help="Fit the MoE rows' one factor (host time per per-expert op) instead.")
+@click.option(
+    "--nvfp4",
+    "nvfp4",
+    is_flag=True,
+    help="Fit GB200's NVFP4 GEMM ratio on its NVFP4 rows instead (carried to DGX B200); after a dense refit.",
+)
 def calibrate(
-    as_json, write_dir, loso, logs, scripts, hardware, gpus, env_pairs, output, overwrite, force, moe
+    as_json, write_dir, loso, logs, scripts, hardware, gpus, env_pairs, output, overwrite, force, moe, nvfp4
 ) -> None:
     """Fit the hardware presets' efficiency factors, with their uncertainties, to the published runs
     (about 30 s on a free core, --no-loso a third of that); or, with --from-log, to your own runs (a
-    few seconds); or, with --moe, the MoE rows' one factor.
+    few seconds); or, with --moe, the MoE rows' one factor; or, with --nvfp4, GB200's NVFP4 GEMM ratio.
 
     --from-log reads the lines Megatron-LM's training loop prints (any --log-interval; the first
     interval, which carries start-up, is left out; no batch-size ramp-up):
@@ -263,6 +269,17 @@ def calibrate(
     """
     from planner.fidelity import calibrate as cal
 
+    if nvfp4:
+        given = {"--moe": moe, "--from-log": logs, "--megatron-args-file": scripts, "-o": output}
+        given |= {"--hardware": hardware, "--env": env_pairs, "--gpus": gpus, "--force": force}
+        if dropped := [name for name, value in given.items() if value]:
+            raise PlannerError(f"--nvfp4 fits GB200's published NVFP4 rows: drop {' and '.join(dropped)}")
+        from planner.fidelity.nvfp4_fit import run_nvfp4_calibration
+
+        with progress("fitting GB200's NVFP4 GEMM ratio", total=1) as step:
+            out = run_nvfp4_calibration(loso=loso, write_dir=write_dir)
+            step("NVFP4 GEMM ratio: fitted")
+        return echo_json(out) if as_json else console().print(report_fidelity.nvfp4_calibration_view(out))
     if moe:
         given = {"--from-log": logs, "--megatron-args-file": scripts, "-o": output, "--hardware": hardware}
         given |= {"--env": env_pairs, "--gpus": gpus, "--force": force}

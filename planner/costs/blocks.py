@@ -391,6 +391,31 @@ def _dispatch_s(lt: Letters, ctx: Context, A: np.ndarray) -> np.ndarray:
     )
 
 
+def _hybridep_metadata(lt: Letters, ctx: Context, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, SM share) of HybridEP's metadata preprocessing ahead of one MoE layer's forward dispatch
+    (``moe.hybridep_metadata_time_s``: the routing maps' all-gather over the flex group of ep·etp ranks, each map
+    T × etp·E, and the scan at the preset's HBM bandwidth; ``moe.metadata_sm_share``, at Hopper's connection limit
+    at least φ as the dispatch's); zeros for every other dispatcher and backend."""
+    opts, hw = ctx.options, ctx.hardware
+    zero = 0.0 * np.asarray(A, dtype=float)
+    if opts.moe_flex_dispatcher_backend.value != "hybridep" or not np.any(
+        lt.dispatcher == moe.DISPATCHER_KINDS["flex"]
+    ):
+        return zero, zero
+    n = lt.ep * lt.etp
+    hbm = hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
+    t_ag, t_scan = moe.hybridep_metadata_time_s(
+        hw, n, lt.tokens_per_gpu(), lt.etp * lt.E, A, group_link(hw, n, 1), hbm_bytes_per_s=hbm
+    )
+    flex = lt.dispatcher == moe.DISPATCHER_KINDS["flex"]
+    share = moe.metadata_sm_share(
+        t_ag, t_scan, nccl_sms=hw.network.nccl_sms, scan_sms=moe.HYBRIDEP_PREPROCESSING_SMS, sm_count=hw.gpu.sm_count
+    )
+    limited = comm.connection_limited(hw.gpu.compute_capability, lt.t, lt.c, False, lt.a2a_overlap)
+    share = moe.connection_limited_share(share, limited, hw.calibration.persistent_gemm_comm_share)
+    return np.where(flex, t_ag + t_scan, 0.0) + zero, np.where(flex, share, 0.0) + zero
+
+
 def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     """One layer's mixture-of-experts half: the routed experts (``_routed_experts``), the pre-MLP norm
     and residual, the shared experts (``_shared_experts``), the per-expert host time, and the token
@@ -431,6 +456,9 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     else:
         dispatch_fwd, dispatch_bwd = dispatch, dispatch
     block["moe_fwd"], block["moe_bwd"] = dispatch_fwd + 0 * A, dispatch_bwd + 0 * A
+    # HybridEP's metadata ahead of the forward dispatch, never behind the shared experts (launched after the
+    # blocking dispatch returns, token_dispatcher.py MoEFlexTokenDispatcher.token_dispatch): added in layer_parts
+    block["moe_meta"], block["moe_meta_share"] = _hybridep_metadata(lt, ctx, A)
     block["expert_linear"], block["shared_linear"] = experts, shared + 0.0 * A
     block["experts_fwd"], block["experts_bwd"] = r["experts_fwd"] + 0.0 * A, r["experts_bwd"] + 0.0 * A
     block["a2a_bytes"] = lt.act_bytes * A * lt.h + 0.0 * A  # what one all-to-all moves per GPU
@@ -492,6 +520,8 @@ def _layer_blocks(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]
             sm_share=_comm_share(lt, ctx, block["moe_fwd"], block["a2a_bytes"], mu),
             delay_wgrad=ctx.options.delay_wgrad_compute,
             unpaired=moe.unpaired_share(lt.p, lt.m),
+            meta_fwd=block["moe_meta"],
+            meta_share=block["moe_meta_share"],
         )
         block["moe_fwd"], block["moe_bwd"] = fwd, bwd
         out["moe"] = block

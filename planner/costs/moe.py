@@ -15,7 +15,7 @@ import numpy as np
 from planner.costs import Formula
 from planner.costs.flops import Gemm
 from planner.costs.memory import mlp_activation_tensors
-from planner.hardware.collectives import Link, all_gather_time_s, all_to_all_time_s
+from planner.hardware.collectives import Link, all_gather_time_s, all_to_all_time_s, nvlink_nccl_time_s
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -167,6 +167,80 @@ def dispatcher_time_s(
     return np.where(kind == 1, alltoall, np.where(kind == 2, flex, allgather))
 
 
+# HybridEP's metadata preprocessing (DeepEP hybrid-ep branch @ 94a9f8f6, csrc/hybrid_ep/hybrid_ep.cu
+# HybridEPBuffer::metadata_preprocessing): once per forward dispatch (HybridEPDispatch.forward; the combine and the
+# backward reuse its handle, Megatron-LM fused_a2a.py @ d98e8a64) every rank all-gathers the bool routing maps of the
+# flex group (executor.cu allgather_routing_map: torch.distributed.all_gather_into_tensor, NCCL, unless
+# enable_custom_allgather, default False and never passed by Megatron-LM) and runs the scan kernel over the gathered
+# map (hybrid_ep_backend.cuh ``scan``), on the dispatch's stream, before the dispatch kernel.
+ROUTING_MAP_BYTES = 1  # torch.kBool per (token, expert) entry (executor.cu; scan: static_assert(sizeof(bool) == 1))
+SCAN_PASSES = 2  # the scan reads its rows twice: step 0 (per-rank counts), step 2 (the exclusive scan itself)
+SPARSE_TO_DENSE_BYTES = 4  # int32 per (token, rank of the domain): handle.sparse_to_dense_map
+# Blocks of the scan kernel, one per SM (NUM_OF_BLOCKS, __launch_bounds__(256, 1)): Megatron-Core's
+# moe_hybridep_num_sms_preprocessing default (transformer_config.py @ d98e8a64; DeepEP's Configurer default too,
+# config.cuh). Megatron-Bridge's performance runs give 32 from v0.5.0 (26.06) with the fused grouped MLP and the A2A
+# overlap (scripts/performance/utils/overrides.py:243); no plan option carries it.
+HYBRIDEP_PREPROCESSING_SMS = 108
+
+
+def routing_map_allgather_bytes(n: ArrayLike, T: ArrayLike, E: ArrayLike) -> np.ndarray:
+    """M: the gathered routing map of HybridEP's metadata preprocessing, n·T·E bytes (each of the n ranks of the
+    flex group contributes its bool [T, E] map, ``ROUTING_MAP_BYTES`` an entry; a rank receives (n − 1)·T·E of
+    them). GPT-OSS-120B at EP 64, b 4, s 4096: 64 × 16,384 × 128 = 134.2 MB gathered, 132.1 MB received."""
+    return ROUTING_MAP_BYTES * np.asarray(n, dtype=float) * np.asarray(T, dtype=float) * np.asarray(E, dtype=float)
+
+
+def metadata_scan_bytes(n: ArrayLike, T: ArrayLike, E: ArrayLike, domains: ArrayLike, A: ArrayLike) -> np.ndarray:
+    """HBM bytes of HybridEP's scan kernel over the gathered map of n ranks × T tokens × E experts, the ranks in
+    D NVLink domains (hybrid_ep_backend.cuh ``scan``, hybrid-ep @ 94a9f8f6):
+
+        reads   2 · n·T·E/D          each token's row of its own domain's E/D experts, in step 0 and again in step 2
+              + (D − 1)·T·E/D        step 3 (D > 1): its own tokens' rows of the other domains (attn_to_rdma_map)
+        writes  4 · n·T              sparse_to_dense_map, an int32 per own-token row and rank of the domain
+              + A·E/n                local_expert_routing_map, a bool per received token and local expert (A, the
+                                     routed pairs a rank receives, bounds the received tokens)
+
+    The rdma_to_attn_map and attn_to_rdma_map (a bool per token and domain) and the per-block scan states are left
+    out (< 0.1 %). The second read is counted from HBM: a map larger than L2 (GPT-OSS at EP 64: 134 MB) has left it
+    when step 2 starts; a small one may hit L2 (then 1 read)."""
+    n, T, E = (np.asarray(x, dtype=float) for x in (n, T, E))
+    D = np.maximum(np.asarray(domains, dtype=float), 1.0)
+    reads = ROUTING_MAP_BYTES * (SCAN_PASSES * n * T * E / D + (D - 1) * T * E / D)
+    writes = SPARSE_TO_DENSE_BYTES * n * T + ROUTING_MAP_BYTES * np.asarray(A, dtype=float) * E / n
+    return reads + writes
+
+
+def hybridep_metadata_time_s(
+    hw, n: ArrayLike, T: ArrayLike, E: ArrayLike, A: ArrayLike, link: Link, *, hbm_bytes_per_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(all-gather, scan kernel) seconds of HybridEP's metadata preprocessing, once per forward dispatch of a MoE
+    layer and micro-batch, for a flex group of n ranks (ep·etp) each routing T tokens over E columns (etp·E: the
+    flex dispatcher replicates the map over the expert-TP ranks, token_dispatcher.py _initialize_metadata):
+
+        t_ag   = NCCL all-gather of M = n·T·E bytes on the group's link: (n − 1)/n · M/β + ring latency
+                 (``collectives.nvlink_nccl_time_s``: the measured table inside one NVLink domain where the preset
+                 has one, else ``all_gather_time_s``), 0 for n = 1
+        t_scan = ``metadata_scan_bytes`` / (B_HBM · η_mem)
+
+    GPT-OSS-120B at EP 64 on GB200 (b 4, s 4096): 132.1 MB received at 720 GB/s = 183.5 µs + 63 × 5 µs ring
+    latency; the scan 272.8 MB at 7.12 TB/s = 38.3 µs."""
+    n = np.asarray(n, dtype=float)
+    gathered = routing_map_allgather_bytes(n, T, E)
+    t_ag = np.where(n > 1, nvlink_nccl_time_s(hw, "all_gather", n, gathered, link), 0.0)
+    scan = metadata_scan_bytes(n, T, E, link.nodes, A) / hbm_bytes_per_s
+    return t_ag, np.where(n > 1, scan, 0.0)
+
+
+def metadata_sm_share(t_ag_s: ArrayLike, t_scan_s: ArrayLike, *, nccl_sms: int | None, scan_sms: int, sm_count: int):
+    """f_meta: the share of the SMs HybridEP's metadata takes from the compute beside it, averaged over its time:
+    (k_NCCL·t_ag + k_scan·t_scan)/(S·(t_ag + t_scan)), k_NCCL the all-gather's CTAs (the preset's ``nccl_sms``),
+    k_scan the scan's blocks (one per SM: ``HYBRIDEP_PREPROCESSING_SMS``), S the GPU's SMs. 0 without metadata."""
+    t_ag, t_scan = np.asarray(t_ag_s, dtype=float), np.asarray(t_scan_s, dtype=float)
+    held = (nccl_sms or 0) * t_ag + min(scan_sms, sm_count) * t_scan
+    total = t_ag + t_scan
+    return np.where(total > 0, held / (sm_count * np.maximum(total, 1e-30)), 0.0)
+
+
 # SMs the dispatcher's communication kernels hold while they run (the compute beside them gets the rest):
 # DeepEP 20 (Megatron-Core moe_deepep_num_sms default, transformer_config.py at core_r0.17 and d98e8a64),
 # HybridEP 16 (Megatron-Bridge recipes' moe_hybridep_num_sms, recipes/gpt_oss/gpt_oss.py @ v0.4.2),
@@ -236,6 +310,8 @@ def combined_step_s(
     *,
     sm_share: ArrayLike,
     delay_wgrad: ArrayLike,
+    meta_f: ArrayLike = 0.0,
+    meta_share: ArrayLike = 0.0,
 ) -> np.ndarray:
     """One MoE layer's combined forward + backward step under --overlap-moe-expert-parallel-comm, from
     the issue order and the dependencies of TransformerLayerSchedulePlan.run (Megatron-LM
@@ -255,16 +331,22 @@ def combined_step_s(
     with X = dgrad + wgrad + M_f the middle's compute, M_b = dgrad and W = wgrad under
     --delay-wgrad-compute (the expert wgrad runs beside D_b), else M_b = dgrad + wgrad and W = 0 (D_b
     waits for the whole expert backward). A compute X beside a collective c that holds a share f of the
-    SMs takes X + f·c (``comm_sm_share``); never more than the two run back to back."""
+    SMs takes X + f·c (``comm_sm_share``); never more than the two run back to back.
+
+    HybridEP's metadata preprocessing (``hybridep_metadata_time_s``, m_f) runs on the communication stream just
+    before D_f, so D_f takes m_f + c_f in the middle's first two terms, and the compute beside it loses
+    f_meta·min(m_f, X) more (``metadata_sm_share``); 0 for every other dispatcher."""
     f = np.asarray(sm_share, dtype=float)
     c_f, c_b = np.asarray(c_f, dtype=float), np.asarray(c_b, dtype=float)
+    meta = np.asarray(meta_f, dtype=float)
+    d_f = c_f + meta  # the forward dispatch with the metadata ahead of it
     dgrad, wgrad = np.asarray(dgrad, dtype=float), np.asarray(wgrad, dtype=float)
     m_b = np.where(delay_wgrad, dgrad, dgrad + wgrad)
     compute = dgrad + wgrad + np.asarray(experts_fwd)
     first = np.maximum(c_b, np.asarray(pre_fwd) + f * c_b)
     middle = np.maximum(
-        np.maximum(np.maximum(dgrad + wgrad, c_f) + experts_fwd, np.maximum(c_f, m_b) + c_b),
-        compute + f * np.minimum(c_f + c_b, compute),
+        np.maximum(np.maximum(dgrad + wgrad, d_f) + experts_fwd, np.maximum(d_f, m_b) + c_b),
+        compute + f * np.minimum(c_f + c_b, compute) + np.asarray(meta_share) * np.minimum(meta, compute),
     )
     last = np.maximum(c_f, np.asarray(pre_bwd) + f * c_f)
     return first + middle + last
@@ -282,6 +364,8 @@ def overlapped_exposure_s(
     sm_share: ArrayLike,
     delay_wgrad: ArrayLike = False,
     unpaired: ArrayLike = 0.0,
+    meta_fwd: ArrayLike = 0.0,
+    meta_share: ArrayLike = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) exposed dispatch of one MoE layer per micro-batch.
 
@@ -291,8 +375,13 @@ def overlapped_exposure_s(
     wgrad. Exposed: E = step − (P_f + M_f + P_b + M_b), split between the directions as their
     communication is. The warm-up forwards and cool-down backwards run alone (``unpaired_share`` u):
     E̅ = (1 − u)·E + u·(comm_fwd + comm_bwd). Without the overlap every all-to-all is exposed. The
-    overlap never costs time here (each pair is at most its two parts back to back)."""
+    overlap never costs time here (each pair is at most its two parts back to back).
+
+    ``meta_fwd``: HybridEP's metadata preprocessing of the forward dispatch (``hybridep_metadata_time_s``), hidden
+    as D_f is (``combined_step_s``' m_f, its SMs ``meta_share``), exposed whole without the overlap and in the
+    unpaired steps; it belongs to the forward."""
     overlap = np.asarray(overlap)
+    meta = np.asarray(meta_fwd, dtype=float)
     comm_fwd, comm_bwd = np.asarray(comm_fwd, dtype=float), np.asarray(comm_bwd, dtype=float)
     half = 0.5 * np.asarray(experts_bwd, dtype=float)
     step = combined_step_s(
@@ -305,13 +394,16 @@ def overlapped_exposure_s(
         half,
         sm_share=sm_share,
         delay_wgrad=delay_wgrad,
+        meta_f=meta,
+        meta_share=meta_share,
     )
     work = np.asarray(pre_fwd) + np.asarray(experts_fwd) + np.asarray(pre_bwd) + 2 * half
     u = np.asarray(unpaired, dtype=float)
-    total = comm_fwd + comm_bwd
+    fwd = comm_fwd + meta
+    total = fwd + comm_bwd
     exposed = (1 - u) * np.maximum(step - work, 0.0) + u * total
-    share = np.where(total > 0, comm_fwd / np.maximum(total, 1e-30), 0.5)
-    return np.where(overlap, exposed * share, comm_fwd), np.where(overlap, exposed * (1 - share), comm_bwd)
+    share = np.where(total > 0, fwd / np.maximum(total, 1e-30), 0.5)
+    return np.where(overlap, exposed * share, fwd), np.where(overlap, exposed * (1 - share), comm_bwd)
 
 
 # Eager ops a MoE layer issues per local expert and micro-batch (Megatron-Core TEGroupedMLP over
@@ -650,6 +742,19 @@ def dispatcher_formula(ctx, plan) -> Formula:
             f"; group-limited routing (top-{mo.moe_router_group_topk} of {mo.moe_router_num_groups} groups) "
             "bounds the domains a token reaches"
         )
+    meta, meta_text = "", ""
+    if kind == "flex" and opts.moe_flex_dispatcher_backend.value == "hybridep":
+        meta_text = (
+            "; + HybridEP's metadata once per forward dispatch, on the dispatch's stream ahead of it: NCCL all-gather "
+            "of the bool routing maps (M = n·T·E bytes over the ep·etp group, each rank receiving (n−1)·T·E), then "
+            f"the scan kernel on {HYBRIDEP_PREPROCESSING_SMS} SMs reading the gathered map twice "
+            "(2·n·T·E/D bytes, D NVLink domains) and writing 4·n·T + A·E/n at B_HBM·η_mem"
+        )
+        meta = (
+            "; HybridEP metadata: DeepEP hybrid-ep @ 94a9f8f6 csrc/hybrid_ep/hybrid_ep.cu (metadata_preprocessing), "
+            "executor/executor.cu (allgather_routing_map, metadata_preprocess_core), backend/hybrid_ep_backend.cuh "
+            "(scan); Megatron-LM fused_a2a.py HybridEPDispatch.forward (num_sms_preprocessing_api 108)"
+        )
     hidden = ""
     if plan.overlap_moe_expert_parallel_comm:
         hidden = (
@@ -666,8 +771,8 @@ def dispatcher_formula(ctx, plan) -> Formula:
     elif opts.moe_shared_expert_overlap and mo.shared_ffn and kind != "allgather":
         hidden = "; --moe-shared-expert-overlap: the forward dispatch hides behind the shared experts"
     return Formula(
-        f"m × MoE layers × {text}, forward and backward{hidden}",
+        f"m × MoE layers × {text}, forward and backward{meta_text}{hidden}",
         "Megatron-Core moe/token_dispatcher.py, models/common/model_chunk_schedule_plan.py (the A2A overlap's "
         "schedule); DeepSeek-V3 §3.2 (node-limited dispatch, overlap); all-to-all physics: "
-        "planner.hardware.collectives.all_to_all_time_s",
+        "planner.hardware.collectives.all_to_all_time_s" + meta,
     )

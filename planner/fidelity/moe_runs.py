@@ -9,6 +9,12 @@ whose software the tables themselves show superseded or regressed (the ``flag`` 
 evidence) are reported apart from the bar (``in_fit`` False). The tables' MoE benchmarks
 force-balance the tokens across the experts (their footnote), so the busiest expert's load is the
 mean (imbalance 1.0).
+
+Rows from Megatron-Bridge's model verification cards (``examples/model_verification_cards/<model>/card.yaml``,
+``items.pretrain_performance`` and ``items.pretrain_weak_scaling``: NVIDIA's own measurements of the tuned flat
+performance recipes at a named ``bridge_commit``) are an out-of-sample source: in the bar, never fitted
+(``Run.held_out``). A setting a card's recipe sets that the release rules below do not give is the row's
+``options`` column (``key=value;...``, plan options), each cited in the row's ``config``.
 """
 
 from __future__ import annotations
@@ -24,8 +30,20 @@ MOE_METRIC = "tokens/s per GPU"
 SYSTEM = {PRESET_BY_GPU[gpu]: gpu for gpu in ("H100", "B200", "GB200", "GB300")}
 
 
-def moe_source(hardware: str) -> str:
-    return f"Megatron-Bridge perf. tables, MoE on {SYSTEM[hardware]}"
+CARDS = "examples/model_verification_cards/"
+# the release whose flat performance recipes a card's bridge_commit runs (see _release)
+CARD_CODE_RELEASE = (26, 8)
+
+
+def card_row(row: dict) -> bool:
+    """Whether a row is a measurement of a Megatron-Bridge model verification card (its source cites
+    ``examples/model_verification_cards/<model>/card.yaml``): validated out of sample, never fitted."""
+    return CARDS in row["source"]
+
+
+def moe_source(hardware: str, card: bool = False) -> str:
+    what = "verification cards" if card else "perf. tables"
+    return f"Megatron-Bridge {what}, MoE on {SYSTEM[hardware]}"
 
 
 def moe_reference_rows() -> list[dict]:
@@ -45,7 +63,16 @@ def _cuda_graphs(text: str) -> dict:
 
 
 def _release(row: dict) -> tuple[int, ...]:
-    """The Megatron-Bridge release a row's table names, '(release 26.02.01)' → (26, 2, 1)."""
+    """The Megatron-Bridge release a row's table names, '(release 26.02.01)' → (26, 2, 1). A card's row: 26.08,
+    whose code its bridge_commit runs - the flat recipes of src/megatron/bridge/perf_recipes (v0.6.0's, branched
+    from main at 558587ede, 2026-07-27; every card commit used here is on that line, 2026-07-23 to 2026-08-20)
+    launched by scripts/training/run_recipe.py, which applies each recipe's env_vars before training
+    (recipe_runner.bootstrap_recipe_environment) - so the rules below read as for 26.08: HybridEP's 32 SMs
+    (perf_recipes/_common.py _benchmark_common), expandable_segments (every recipe's env_vars), the MXFP8
+    output layer (fp8_output_proj=True in the DeepSeek-V3 and GPT-OSS MXFP8 recipes), each checked at the
+    card's commit (tests/test_moe_cards.py)."""
+    if card_row(row):
+        return CARD_CODE_RELEASE
     text = row["source"].rpartition("(release ")[2].rstrip(")")
     return tuple(int(x) for x in text.split("."))
 
@@ -116,6 +143,25 @@ def _optimizer(row: dict) -> dict:
     return {"use_precision_aware_optimizer": True} if not row["fp8"] else {}
 
 
+def _literal(text: str) -> bool | int | float | str:
+    """A plan option's value as the ``options`` column writes it: True/False, a number, or a word."""
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def row_options(row: dict) -> dict:
+    """The row's ``options`` column (``key=value;key=value``): plan options its recipe sets that the rules of
+    ``_options`` do not give (e.g. a card's recipe with the A2A overlap but no delayed wgrad), cited in ``config``."""
+    pairs = [p.partition("=") for p in (row.get("options") or "").split(";") if p.strip()]
+    return {k.strip(): _literal(v.strip()) for k, _, v in pairs}
+
+
 def _options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict:
     """The plan options a row's recipe runs (each from the release's scripts, cited beside it)."""
     return dict(
@@ -150,7 +196,7 @@ def _options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict:
         expandable_segments=_expandable_segments(row),
         **_cuda_graphs(row["cuda_graph"]),
         **_optimizer(row),
-    )
+    ) | row_options(row)
 
 
 def _assumptions(row: dict) -> list[str]:
@@ -165,7 +211,9 @@ def _assumptions(row: dict) -> list[str]:
         assumptions.append("the recipe's default recomputation: none")
     if row["cuda_graph"] not in ("none", ""):
         assumptions.append("CUDA graphs save the host launch time of what they capture (§4.4), nothing else")
-    if row["pipeline_layout"]:
+    if row["pipeline_layout"] and card_row(row):
+        assumptions.append(f"the recipe's DeepSeek-V3 pipeline layout {row['pipeline_layout']} (its config)")
+    elif row["pipeline_layout"]:
         assumptions.append(
             "DeepSeek-V3 pipeline layouts of Megatron-Bridge's set_deepseek_v3_pipeline_model_parallel_layout "
             "(PP8 × VP4 not in its table: Et|(tt|)*30mL assumed)"
@@ -177,6 +225,12 @@ def _assumptions(row: dict) -> list[str]:
             "the recipe's MXFP8 attention (fp8_dot_product_attention) at cuDNN's MXFP8/BF16 time ratios (the GPU's own "
             "tables), its backward over the whole causal square even in sliding-window layers"
         )
+    for key, value in row_options(row).items():
+        assumptions.append(f"the recipe's {key} = {value} (its config, cited in the row)")
+    if row.get("not_modelled"):
+        assumptions.append(f"not modelled, set by the recipe: {row['not_modelled']}")
+    if card_row(row):
+        assumptions.append("held out: a verification card's measurement, validated and never fitted")
     if row["flag"]:
         assumptions.append(f"reported apart - {row['flag']}")
     return assumptions
@@ -210,15 +264,17 @@ def _run(row: dict) -> Run:
         options={k: v for k, v in options.items() if v is not None},
     )
     assumptions = _assumptions(row)
+    card = card_row(row)
     return Run(
         row["run_id"],
-        moe_source(row["hardware"]),
+        moe_source(row["hardware"], card),
         MOE_METRIC,
         float(row["tokens_per_s_per_gpu"]),
         row["hardware"],
         request,
         tuple(assumptions),
-        fit=not row["flag"],  # flagged rows (superseded or regressed software) are reported apart
+        fit=not row["flag"] and not card,  # flagged rows (superseded or regressed software) are reported apart
+        held_out=card and not row["flag"],  # a card's row: in the bar, never fitted
     )
 
 

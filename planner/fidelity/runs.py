@@ -47,6 +47,9 @@ class Run:
     # the knobs the source leaves out: validated with the fastest plan that keeps every published setting
     # (``planner.fidelity.validate.plan_request``), in the bar but not fitted (the plan is the model's own choice)
     searched: tuple[str, ...] = ()
+    # an out-of-sample source kept for validation: in the bar, never fitted (fit False), e.g. the MoE rows of
+    # Megatron-Bridge's model verification cards (``planner.fidelity.moe_runs.card_row``)
+    held_out: bool = False
 
 
 def _int(text: str) -> int | None:

@@ -352,11 +352,11 @@ def fitted_factors(names: list[str], hardware: dict[str, HardwareSpec] | None = 
 
 def validate_moe(runs: list[Run] | None = None, hardware: dict[str, HardwareSpec] | None = None) -> dict:
     """The MoE rows and their summary, with ``by_model``: each model family's rows in the bar (not
-    flagged as superseded or regressed software)."""
+    flagged as superseded or regressed software: the fitted rows and the held-out cards' rows)."""
     runs = runs if runs is not None else load_moe_runs()
     out = _validate(runs, hardware or {})
     model = {run.id: run.request["model"] for run in runs}
-    rows = [r for r in out["runs"] if r["in_fit"]]
+    rows = [r for r in out["runs"] if r["in_bar"]]
     models = dict.fromkeys(model[r["id"]] for r in rows)
     out["summary"]["in_bar"] = _stats(rows) if rows else {}
     out["summary"]["by_model"] = {m: _stats([r for r in rows if model[r["id"]] == m]) for m in models}
@@ -374,7 +374,7 @@ def _validate(runs: list[Run], hardware: dict[str, HardwareSpec]) -> dict:
                 "source": run.source,
                 "hardware": run.hardware,
                 "in_fit": run.fit,
-                "in_bar": run.fit or bool(run.searched),
+                "in_bar": run.fit or bool(run.searched) or run.held_out,
                 "metric": run.metric,
                 "published": run.published,
                 "predicted": pred,

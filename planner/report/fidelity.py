@@ -270,10 +270,52 @@ def moe_calibration_view(out: dict) -> Group:
     return Group(*parts)
 
 
+def nvfp4_calibration_view(out: dict) -> Group:
+    """``megaplan calibrate --nvfp4``: GB200's NVFP4 GEMM ratio ± σ, each model held out, the NVFP4 rows before
+    and after."""
+    status = out["status"] + (f", at its {out['at_bound']} bound" if out.get("at_bound") else "")
+    why = f" ({out['why']})" if out.get("why") else ""
+    sigma = f" ± {out['sigma']:.3f}" if out.get("sigma") is not None else ""
+    parts: list = [
+        Text(
+            f"{out['factor']} = {out['value']:.3f}{sigma} on {out['preset']} (band {_band(out['band'])}), "
+            f"{status}{why}, on {out['runs']} NVFP4 rows, rms log error {out['rms_log_error']:.3f}"
+        )
+    ]
+    if out.get("leave_one_model_out"):
+        held = ", ".join(f"without {m} {v:.3f}" for m, v in out["leave_one_model_out"].items())
+        parts.append(Text(f"leave one model out: {held}"))
+    table = Table(title="NVFP4 rows: error before (shipped) and after (this fit)", title_justify="left")
+    for col, just in (("run", "left"), ("before", "right"), ("after", "right")):
+        table.add_column(col, justify=just, overflow="fold")
+    for rid, e in out["errors_pct"].items():
+        table.add_row(rid, f"{e['before']:+.1f}%", f"{e['after']:+.1f}%")
+    parts.append(table)
+    if out.get("written"):
+        parts.append(
+            Text(f"wrote {out['factor']} into {out['written']} ({out['preset']}, carried to dgx-b200-superpod)")
+        )
+    return Group(*parts)
+
+
 def _claim_cell(r: dict) -> Text:
     g = r["claimed_gain_pct"]
     style = "green" if g <= 5 else "yellow" if g <= 10 or r["rank1_validated"] else "red"
     return Text(f"{g:+.1f}%", style=style)
+
+
+def _best_cell(r: dict) -> str:
+    """The same setup's fastest published throughput and where (a verification card, or the release of the run's
+    id: MB-26.04.01-... → 26.04.01), '=' where that is the recipe itself; the run's id is in --json."""
+    if r["best_published_id"] == r["id"]:
+        return "="
+    rid = r["best_published_id"]
+    where = "card" if rid.startswith("MB-CARD-") else rid.split("-")[1]
+    return f"{r['best_published_tokens_per_gpu']:,.0f} ({where})"
+
+
+def _vs_best_cell(r: dict) -> str:
+    return "=" if r["best_published_id"] == r["id"] else f"{r['claimed_gain_vs_best_pct']:+.1f}%"
 
 
 def _evidence_cell(r: dict) -> Text:
@@ -292,6 +334,9 @@ def choice_view(result: dict) -> Group:
         Column("rank 1", lambda r: r["rank1_plan"], 1, "left", wrap=True, min_width=20),
         Column("rank 1 tok/s", lambda r: f"{r['rank1_tokens_per_gpu']:,.0f}", 4),
         Column("claim", _claim_cell, KEEP),
+        # added beside the claim, dropped first when the width is short (the columns above keep their places)
+        Column("best published", _best_cell, 5),
+        Column("vs best", _vs_best_cell, 5),
         Column("± band", lambda r: f"{100 * r['rank1_band_frac']:.1f}%", 4),
         Column("evidence", _evidence_cell, 2, "left", wrap=True),
         Column("recipe pred.", lambda r: f"{r['recipe_error_pct']:+.1f}%", 3),
@@ -312,5 +357,7 @@ def choice_view(result: dict) -> Group:
         f"{'met' if s['meets_target'] else 'NOT met: ' + ', '.join(s['over_target'])}."
         + (f" Claims above 10 % on validated features: {', '.join(big)}." if big else "")
         + " 'recipe pred.': the model's error on the recipe itself (predicted/published − 1)."
+        + " 'best published': the same model, GPUs, batch, sequence and precision measured faster in another"
+        " release or a verification card, 'vs best' rank 1 against it; '=' where the recipe is the best."
     )
     return Group(table, Text(foot, style="dim"))

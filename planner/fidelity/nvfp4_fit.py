@@ -1,0 +1,129 @@
+"""NVFP4's GEMM rate on the Blackwell GPUs that have no NVFP4 GEMM measurement of their own, fitted on
+their published NVFP4 runs: ``nvfp4_gemm_ratio`` (planner.costs.linears.low_precision_rate: an NVFP4 GEMM
+runs at the NVFP4 dense peak × η_fp8 × this ratio).
+
+The one published NVFP4 GEMM timing is Transformer Engine's B300 profile (NVIDIA/TransformerEngine
+@d0067d0da6cb docs/examples/gemm_profiling/gemm_profiling.rst: per-tensor FP8 6.812 ms, NVFP4 3.764 ms a layer,
+pre-quantised): NVFP4 ×1.810 the speed of FP8 on a GPU whose FP4 dense peak is 3× its FP8 (Blackwell Ultra),
+so ratio = 1.810/3 = 0.603 on GB300, measured. B200 and GB200 have an FP4 peak of 2× FP8 and no such timing:
+carried as a fraction of the peak the ratio stays 0.603 (NVFP4 ×1.21 FP8's speed there), carried as a speed-up
+it is 1.810/2 = 0.905. That is the band ``BAND``; the value is fitted on GB200 NVFP4 rows (Megatron-Bridge
+performance summaries, Llama 3 70B and Llama 3.1 405B on 64 and 256 GB200) by bounded least squares on
+ln(predicted/published), every other factor at the preset's (``calibrate.fit``: σ from the Jacobian, a value
+pushed to a bound or not felt reported as such), and carried to DGX B200 (the same GPU at 1000 W, no NVFP4 run
+of its own). These rows enter no other fit: the dense calibration leaves NVFP4 out (its GEMMs would alias into
+η_fp8), so a dense refit comes first and this fit after it. Each model is held out in turn: fitted without it,
+the refits' range is the factor's drift (``Factor.loso``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.fidelity.calibrate import Fit
+from planner.fidelity.calibrate import fit as fit_factors
+from planner.fidelity.runs import Run, load_runs
+from planner.fidelity.validate import on_hardware, prepare, validate
+from planner.hardware.calibration import Drift, Status
+from planner.hardware.spec import HardwareSpec
+from planner.presets import load_hardware
+
+FACTOR = "nvfp4_gemm_ratio"
+FIT_PRESET = "gb200-nvl72"  # the 2×-peak Blackwell with published NVFP4 runs
+CARRIED_TO = ("dgx-b200-superpod",)  # the same B200 GPU at 1000 W: no NVFP4 run of its own
+B300_SPEEDUP = 6.812 / 3.764  # TE gemm_profiling, B300: per-tensor FP8 over NVFP4 per-layer GEMM time
+BAND = (round(B300_SPEEDUP / 3, 3), round(B300_SPEEDUP / 2, 3))  # (0.603, 0.905): as a peak fraction, as a speed-up
+
+
+def is_nvfp4(run: Run) -> bool:
+    """Whether the run trains in NVFP4 (``--fp4-format``)."""
+    return bool((run.request.get("options") or {}).get("fp4"))
+
+
+def fit_runs(runs: list[Run] | None = None, preset: str = FIT_PRESET) -> list[Run]:
+    """The preset's NVFP4 rows, one metric per run (the first listed)."""
+    seen, out = set(), []
+    for run in runs if runs is not None else load_runs():
+        key = run.id.split(":")[0]
+        if run.hardware == preset and is_nvfp4(run) and key not in seen:
+            seen.add(key)
+            out.append(run)
+    return out
+
+
+def _model(run: Run) -> str:
+    model = run.request["model"]
+    return model if isinstance(model, str) else model.name
+
+
+def fit(runs: list[Run], hw: HardwareSpec | None = None) -> Fit:
+    """``nvfp4_gemm_ratio`` of ``hw`` (default: the shipped GB200 preset) fitted on ``runs`` inside ``BAND``."""
+    hw = hw or load_hardware(FIT_PRESET)
+    reqs = [on_hardware(prepare(r), hw) for r in runs]
+    return fit_factors(hw, runs, (FACTOR,), requests=reqs, noise_floor=0.0)
+
+
+def leave_one_model_out(runs: list[Run], hw: HardwareSpec | None = None) -> dict[str, float]:
+    """The factor fitted without each model's rows, by the model left out."""
+    models = sorted({_model(r) for r in runs})
+    return (
+        {m: fit([r for r in runs if _model(r) != m], hw).factors[FACTOR].value for m in models}
+        if len(models) > 1
+        else {}
+    )
+
+
+def note(f: Fit) -> str:
+    """What the fit was made on, for the preset's source text (its ``loso`` range: each model held out)."""
+    return (
+        f"{f.runs} NVFP4 rows on GB200 NVL72 (--nvfp4: Llama 3 70B and Llama 3.1 405B; {'; '.join(f.sources)}); "
+        "loso: the refits leaving one model out"
+    )
+
+
+def run_nvfp4_calibration(*, loso: bool = True, write_dir: str | None = None) -> dict:
+    """Fit the GB200 ratio, hold out each model, validate the NVFP4 rows with it; optionally write it into the
+    GB200 preset (fitted) and DGX B200's (carried over)."""
+    from planner.fidelity.writer import fitted_calibration, write_hardware_file
+
+    every = load_runs()
+    runs = fit_runs(every)
+    f = fit(runs)
+    ff = f.factors[FACTOR]
+    held = leave_one_model_out(runs) if loso else {}
+    drift = (
+        Drift(low=round(min(held.values()), 4), high=round(max(held.values()), 4), sources=len(held)) if held else None
+    )
+    hw = {FIT_PRESET: load_hardware(FIT_PRESET)}
+    cal = fitted_calibration(hw[FIT_PRESET].calibration, f, note(f), drift={FACTOR: drift} if drift else None)
+    presets = {FIT_PRESET: hw[FIT_PRESET].model_copy(update={"calibration": cal})}
+    for name in CARRIED_TO:
+        base = load_hardware(name)
+        ccal = fitted_calibration(base.calibration, f, note(f), carried_from=FIT_PRESET)
+        presets[name] = base.model_copy(update={"calibration": ccal})
+    nvfp4 = [r for r in every if is_nvfp4(r)]
+    before = validate(nvfp4)["runs"]
+    after = validate(nvfp4, {name: presets.get(name) or load_hardware(name) for name in {r.hardware for r in nvfp4}})
+    out = {
+        "factor": FACTOR,
+        "preset": FIT_PRESET,
+        "value": ff.value,
+        "sigma": ff.sigma,
+        "status": ff.status,
+        "at_bound": ff.at_bound,
+        "why": ff.why,
+        "band": list(BAND),
+        "runs": f.runs,
+        "rms_log_error": f.loss**0.5,
+        "leave_one_model_out": held,
+        "errors_pct": {
+            r["id"]: {"before": b["error_pct"], "after": r["error_pct"]}
+            for r, b in zip(after["runs"], before, strict=True)
+        },
+    }
+    if write_dir:
+        for name, preset in presets.items():
+            if preset.calibration.factors[FACTOR].status == Status.NOT_IDENTIFIABLE.value:
+                continue
+            write_hardware_file(Path(write_dir) / f"{name}.yaml", load_hardware(name), preset.calibration)
+        out["written"] = write_dir
+    return out
