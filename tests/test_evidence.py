@@ -33,7 +33,7 @@ def test_settings_are_model_times_plan_not_rows():
     assert len(rows) == 104 and per_preset["dense_settings"] == 21
     moe_rows = [r for r in load_moe_runs() if r.fit and r.hardware == H100]
     assert per_preset["rows"] == 104 + len(moe_rows) and per_preset["moe_settings"] <= len(moe_rows)
-    gpt3 = [s for s in evidence.reference_settings() if s.model == "GPT3-175B" and s.hardware == H100]
+    gpt3 = [s for s in evidence.reference_settings() if s.model == "gpt3-175b" and s.hardware == H100]
     assert any(len(s.rows) >= 4 for s in gpt3)  # the DGX Cloud series at 128-2048 GPUs: one setting
 
 

@@ -1,5 +1,5 @@
 """The Nemotron-4 15B preset: the paper's architecture, NVIDIA's configs for what the paper leaves out, its parameter
-count against the published one, and the validation rows that train it pricing the preset (one definition).
+count against the published one (its validation rows price it: tests/test_row_models.py).
 
 Sources: Parmar et al. 2024, Nemotron-4 15B Technical Report (arXiv:2402.16819) Table 1 (32 layers, hidden 6144, 48
 heads, 8 KV heads, sequence 4096, vocabulary 256,000) and Architecture Details (3.2B embedding + 12.5B non-embedding
@@ -9,11 +9,8 @@ own report_theoretical_memory @ d98e8a64 run on the exported flags (megatron_che
 
 from __future__ import annotations
 
-import pytest
-
 from planner import api
 from planner.bridge.formats import nemo2_fields
-from planner.fidelity.runs import ROW_PRESETS, load_runs, modern_rows
 from planner.megatron.export import model_flags
 from planner.models.params import param_counts
 from planner.presets import load_model
@@ -73,42 +70,6 @@ def test_exported_flags_train_nemotron4():
     assert flags[flags.index("--rotary-percent") + 1] == "0.5"
     assert flags[flags.index("--num-query-groups") + 1] == "8" and "--disable-bias-linear" in flags
     assert "--swiglu" not in flags
-
-
-COLUMNS = {  # modern_runs.csv column: the preset field it must equal
-    "num_layers": "num_layers",
-    "hidden_size": "hidden_size",
-    "ffn_hidden_size": "ffn",
-    "num_attention_heads": "num_attention_heads",
-    "num_query_groups": "query_groups",
-    "vocab_size": "vocab_size",
-}
-
-
-@pytest.mark.parametrize("name", sorted(ROW_PRESETS))
-def test_validation_rows_price_the_preset_and_agree_with_it(name):
-    """The rows of a model a preset defines price the preset itself (rotary_percent 0.5 and the zero-centred
-    LayerNorm for Nemotron-4, rope θ 500000 for Llama 3, Llama 3.1's rope scaling: none of them costs), and every
-    architecture column the source printed agrees with it; the row's sequence is the run's, within the model's."""
-    preset = load_model(ROW_PRESETS[name])
-    rows = [r for r in modern_rows() if r["model_name"] == name]
-    assert len(rows) >= 10  # DGX Cloud v25.02-v25.10 and the NeMo / Megatron-Bridge pages
-    mlp = "squared_relu" if preset.squared_relu else "swiglu" if preset.swiglu else "gelu"
-    for row in rows:
-        for column, field in COLUMNS.items():
-            assert int(row[column]) == getattr(preset, field), (row["run_id"], column)
-        assert (row["mlp"], row["normalization"], row["position_embedding"]) == (
-            mlp,
-            preset.normalization.value,
-            preset.position_embedding_type.value,
-        )
-        assert (row["untied_embeddings"], row["bias"]) == ("yes", "no")
-        assert preset.untie_embeddings_and_output_weights and not preset.add_bias_linear
-        assert int(row["seq_length"]) <= preset.max_position_embeddings
-    ids = {r["run_id"] for r in rows}
-    runs = [r for r in load_runs() if r.id in ids]
-    assert len(runs) == len(ids)
-    assert all(r.request["model"] == preset for r in runs)
 
 
 def test_the_nemo2_recipe_reads_as_the_preset():

@@ -35,6 +35,24 @@ A100_MODELS = {
 
 
 @dataclass(frozen=True)
+class RowModel:
+    """The model a validation row trains: a preset (``presets/models``, the one definition of the model), with
+    what the run's own configuration or table sets differently, each ``(field, value, source)``; ``label`` names
+    the variant (the model is ``<preset> (<label>)``) when there is one."""
+
+    preset: str
+    overrides: tuple[tuple[str, object, str], ...] = ()
+    label: str = ""
+
+    def spec(self) -> ModelSpec:
+        model = load_model(self.preset)
+        if not self.overrides:
+            return model
+        update = {name: value for name, value, _ in self.overrides}
+        return model.model_copy(update=update | {"name": f"{self.preset} ({self.label})"})
+
+
+@dataclass(frozen=True)
 class Run:
     id: str
     source: str
@@ -50,6 +68,8 @@ class Run:
     # an out-of-sample source kept for validation: in the bar, never fitted (fit False), e.g. the MoE rows of
     # Megatron-Bridge's model verification cards (``planner.fidelity.moe_runs.card_row``)
     held_out: bool = False
+    # the row's model as a preset and its overrides (None: built from the row's columns, a model no preset defines)
+    model_def: RowModel | None = None
 
 
 def _int(text: str) -> int | None:
@@ -113,6 +133,7 @@ def _n21(row: dict) -> list[Run]:
             "dgx-a100-superpod",
             request,
             tuple(assumptions),
+            model_def=RowModel(request["model"]),
         )
     ]
 
@@ -137,9 +158,9 @@ def _k22(row: dict) -> list[Run]:
         options=dict(attention_kernel="unfused", pp_scatter_gather=True, overlap_p2p_comm=False),
     )
     if row["table_or_figure"].startswith("Table 4"):
-        model = load_model("gpt-22b").model_copy(update={"num_layers": 1, "name": "gpt-22b (one layer)"})
+        model_def = RowModel("gpt-22b", (("num_layers", 1, "Korthikanti et al. 2022 Table 4: one layer"),), "one layer")
         ms = re.search(r"combined ([\d.]+) ms", row["other_measured"])
-        req = dict(base, model=model, global_batch=int(row["micro_batch_size"]))
+        req = dict(base, model=model_def.spec(), global_batch=int(row["micro_batch_size"]))
         return [
             Run(
                 row["run_id"],
@@ -149,6 +170,7 @@ def _k22(row: dict) -> list[Run]:
                 "dgx-a100-superpod",
                 req,
                 tuple(assumptions + ["one 22B layer, TP 8, micro-batch 4 (Table 4)"]),
+                model_def=model_def,
             )
         ]
     req = dict(
@@ -166,12 +188,22 @@ def _k22(row: dict) -> list[Run]:
             "dgx-a100-superpod",
             req,
             tuple(assumptions),
+            model_def=RowModel(req["model"]),
         )
     ]
     for metric, col in (("MFU (Eq. 7)", "mfu"), ("HFU (Eq. 8)", "hfu")):
         if _pct(row[col]) is not None:
             runs.append(
-                Run(f"{row['run_id']}:{col}", K22, metric, _pct(row[col]), "dgx-a100-superpod", req, tuple(assumptions))
+                Run(
+                    f"{row['run_id']}:{col}",
+                    K22,
+                    metric,
+                    _pct(row[col]),
+                    "dgx-a100-superpod",
+                    req,
+                    tuple(assumptions),
+                    model_def=RowModel(req["model"]),
+                )
             )
     return runs
 
@@ -236,23 +268,36 @@ MLM_ASSUMPTIONS = (  # what each README row publishes, implies and assumes (_mlm
     "implied by the published model sizes: untied embedding and output weights (each size is the untied "
     "count, 1.75-461.5 B; tied counts fall 0.5-1.6 % short of it: 1.49 B for '1.7B', 175.6 B for '177B')",
     "unstated, assumed: bf16 (the MFU/TFLOP/s ratio is the BF16 dense peak), an even pipeline split, "
-    "GPT-3 architecture (4h GeLU MLP, learned positions), "
+    "GPT-3 architecture (4h GeLU MLP, learned positions, r0.8.0's default dropout 0.1), "
     "Megatron-Core r0.8.0's flash attention (Transformer Engine)",
     "implied by the date (July 2024, r0.8.0): Transformer Engine 1.x, whose userbuffers default to no SM "
     "margin (initialize_ub @ v1.8; TE 2.0, February 2025, turned it on for the pipelined and bulk overlaps)",
 )
 
 
-def _mlm(row: dict) -> list[Run]:
-    """A row of the README's weak-scaling table (images/model_table.png, commit f2e5db402c). Published:
-    layers, hidden size, heads, TP, PP, DP, GPUs, global batch (the table); vocabulary 131,072, sequence
-    4,096, H100, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap and the default PP overlap
-    (the text). Implied by Megatron-Core r0.8.0's own checks (megatron/training/arguments.py):
-    --tp-comm-overlap needs SP, --overlap-param-gather the distributed optimizer; CP 1 (TP·PP·DP = GPUs).
-    Left out: micro-batch, VPP and recomputation - searched (``MLM_SEARCHED``), but the micro-batch the
-    README's strong-scaling series fixes for the 177B row (``MLM_SERIES_PINS``)."""
+# The README's models a preset defines (its layers, hidden size and heads, GPT-3's architecture): the 177B row is GPT-3
+# 175B ("slightly more than 175B due to larger vocabulary": the README's strong-scaling text, the same model), the 314B
+# row Narayanan et al. 2021's 310.1B (Table 1: 96 layers, hidden 16,384, 128 heads). They price the preset with the
+# README's vocabulary and sequence and untied embeddings (``_mlm_model``); the other sizes no preset defines.
+MLM_PRESETS = {"GPT 177B": "gpt3-175b", "GPT 314B": "gpt-310b"}
+
+
+def _mlm_model(row: dict) -> tuple[ModelSpec, RowModel | None]:
+    """The model of a README row: its preset (``MLM_PRESETS``) with the README's vocabulary, sequence and untied
+    embeddings, else built from the table's columns (GPT-3 architecture, Megatron-LM's default dropout 0.1)."""
     L, h, a, s = (int(row[k]) for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"))
-    t, p = int(row["tensor_parallel"]), int(row["pipeline_parallel"])
+    untied = "the README's published sizes are the untied count (177.2 B, 313.6 B; tied 175.6 B, 311.5 B)"
+    if row["model_name"] in MLM_PRESETS:
+        definition = RowModel(
+            MLM_PRESETS[row["model_name"]],
+            (
+                ("vocab_size", int(row["vocab_size"]), "the README's text: vocabulary 131,072"),
+                ("max_position_embeddings", s, "the README's text: sequence 4,096"),
+                ("untie_embeddings_and_output_weights", True, untied),
+            ),
+            "Megatron-LM README: vocabulary 131,072, sequence 4,096, untied",
+        )
+        return definition.spec(), definition
     model = ModelSpec(
         name=row["model_name"],
         source=row["source"],
@@ -265,6 +310,19 @@ def _mlm(row: dict) -> list[Run]:
         # tied: 1.49, 6.60, 15.3, 30.6, 68.8, 117.2, 175.6, 311.5, 459.1 B - tests/test_readme_searched.py)
         untie_embeddings_and_output_weights=True,
     )
+    return model, None
+
+
+def _mlm(row: dict) -> list[Run]:
+    """A row of the README's weak-scaling table (images/model_table.png, commit f2e5db402c). Published:
+    layers, hidden size, heads, TP, PP, DP, GPUs, global batch (the table); vocabulary 131,072, sequence
+    4,096, H100, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap and the default PP overlap
+    (the text). Implied by Megatron-Core r0.8.0's own checks (megatron/training/arguments.py):
+    --tp-comm-overlap needs SP, --overlap-param-gather the distributed optimizer; CP 1 (TP·PP·DP = GPUs).
+    Left out: micro-batch, VPP and recomputation - searched (``MLM_SEARCHED``), but the micro-batch the
+    README's strong-scaling series fixes for the 177B row (``MLM_SERIES_PINS``)."""
+    s, t, p = int(row["seq_length"]), int(row["tensor_parallel"]), int(row["pipeline_parallel"])
+    model, definition = _mlm_model(row)
     req = dict(
         model=model,
         gpus=int(row["num_gpus"]),
@@ -296,7 +354,9 @@ def _mlm(row: dict) -> list[Run]:
     searched = tuple(k for k in MLM_SEARCHED if k not in series)
     notes = MLM_ASSUMPTIONS + ((MLM_SERIES_NOTE,) if series else ())
     return [
-        Run(rid, MLM, metric, value, "dgx-h100-superpod", req, notes, fit=False, searched=searched)
+        Run(
+            rid, MLM, metric, value, "dgx-h100-superpod", req, notes, fit=False, searched=searched, model_def=definition
+        )
         for rid, metric, value in published
     ]
 
@@ -349,44 +409,84 @@ def _yes(text: str) -> bool:
     return text.strip().lower().startswith("y")
 
 
-# Rows whose model a preset defines: the row prices the preset, the one definition of the model (its no-cost
-# fields included, which the columns cannot carry: Nemotron-4's rotary_percent 0.5 and zero-centred LayerNorm, Llama
-# 3's rope θ 500000, Llama 3.1's rope scaling). The row's architecture columns stay as its source printed them;
-# tests/test_nemotron4_15b.py checks that they agree. Built from the columns still: GPT-3 175B (the runs' dropout 0
-# against the preset's 0.1, which costs) and the MLPerf rows (their own vocabularies, Llama 3.1 8B without a preset).
-ROW_PRESETS = {
-    "Nemotron4-15B": "nemotron-4-15b",
-    "Nemotron4-340B": "nemotron-4-340b",
-    "Llama3-8B": "llama3-8b",
-    "Llama3-70B": "llama3-70b",
-    "Llama3.1-405B": "llama3.1-405b",
+# The model each `_modern` row trains (its ``model_name``, or ``(model_name, source_family)`` where the families ran
+# different configurations of it): a preset, the one definition of the model (its no-cost fields included, which the
+# columns cannot carry: Nemotron-4's rotary_percent 0.5 and zero-centred LayerNorm, Llama 3's rope θ 500000, Llama
+# 3.1's rope scaling), with what the run's own configuration sets differently, each from the file that sets it. The
+# row's architecture columns stay as its source printed them; tests/test_row_models.py checks that they agree.
+NEMO2_GPT3 = "NVIDIA/NeMo nemo/collections/llm/gpt/model/base.py GPTConfig175B (v2.2.0, v2.3.0, v2.4.0)"
+MLPERF_GPT3 = (
+    "NVIDIA's MLPerf Training gpt3 NeMo config conf/custom.yaml (training_results_v4.0 @ 6fe95437 "
+    "NVIDIA/benchmarks/gpt3/implementations/nemo; v4.1 @ b87b9e39 eos_n32/n64_ngc24.09_nemo, b200_n8_preview_nemo)"
+)
+MODERN_MODELS: dict[str | tuple[str, str], RowModel] = {
+    "Nemotron4-15B": RowModel("nemotron-4-15b"),
+    "Nemotron4-340B": RowModel("nemotron-4-340b"),
+    "Llama3-8B": RowModel("llama3-8b"),
+    "Llama3-70B": RowModel("llama3-70b"),
+    "Llama3.1-405B": RowModel("llama3.1-405b"),
+    # NeMo 1's hydra config of the DGX Cloud runs: hidden_dropout 0.1, attention_dropout 0.1, GPT2BPETokenizer,
+    # LayerNorm, learned positions, tied embeddings (NVIDIA/dgxc-benchmarking nemo_megatron/cfg/gpt3_175b_hydra.yaml
+    # @ v25.04 741c8860): the preset as it is
+    ("GPT3-175B", "DGX Cloud benchmarking recipes"): RowModel("gpt3-175b"),
+    # NeMo 2's performance scripts (pretrain_gpt3_175b.py, v2.2.0-v2.4.0: GPTConfig175B, the GPT-2 tokenizer
+    # nvidia/megatron-gpt2-345m)
+    ("GPT3-175B", "NeMo performance summary (docs)"): RowModel(
+        "gpt3-175b",
+        (
+            ("hidden_dropout", 0.0, NEMO2_GPT3 + ": hidden_dropout 0.0"),
+            ("attention_dropout", 0.0, NEMO2_GPT3 + ": attention_dropout 0.0"),
+            ("apply_layernorm_1p", True, NEMO2_GPT3 + ": layernorm_zero_centered_gamma True"),
+        ),
+        "NeMo 2 GPTConfig175B: dropout 0, zero-centred LayerNorm",
+    ),
+    "GPT3-175B (MLPerf gpt3)": RowModel(
+        "gpt3-175b",
+        (
+            ("hidden_dropout", 0.0, MLPERF_GPT3 + ": hidden_dropout 0.0"),
+            ("attention_dropout", 0.0, MLPERF_GPT3 + ": attention_dropout 0.0"),
+            ("apply_layernorm_1p", True, MLPERF_GPT3 + ": normalization 'layernorm1p'"),
+        ),
+        "MLPerf gpt3: dropout 0, LayerNorm-1p",
+    ),
+    "Llama3.1-405B (MLPerf llama31_405b)": RowModel(
+        "llama3.1-405b",
+        (
+            (
+                "vocab_size",
+                32768,
+                "the benchmark replaces the paper's tokenizer with Mixtral 8x22B's (NVIDIA/benchmarks/llama31_405b/"
+                "implementations/*/README.md, training_results_v5.0 @ 0fdc28f0; University-of-Florida's, v5.1 @ "
+                "441d65f4; 32,768: "
+                "presets/models/mixtral-8x22b.yaml)",
+            ),
+        ),
+        "MLPerf llama31_405b: Mixtral 8x22B's vocabulary",
+    ),
+    # Llama 3.1 8B: Llama 3 8B's architecture with Llama 3.1's rope scaling (NeMo Llama31Config8B, which the
+    # submission's pretrain.py builds at seq_length 8192; its tokenizer llama-3-1-8b, 128,256)
+    "Llama3.1-8B (MLPerf llama31_8b)": RowModel(
+        "llama3-8b",
+        (
+            (
+                "rope_scaling_factor",
+                8.0,
+                "NVIDIA/NeMo nemo/collections/llm/gpt/model/llama.py Llama31Config scale_factor 8.0 (v2.4.0), "
+                "Llama31Config8B in University-of-Florida/benchmarks/llama31_405b/implementations/b200_nemo/"
+                "pretrain.py (training_results_v5.1 @ 441d65f4)",
+            ),
+        ),
+        "Llama 3.1 8B",
+    ),
 }
 
 
-def _modern_model(row: dict) -> ModelSpec:
-    """The model a `_modern` row trains: its preset (``ROW_PRESETS``), else built from the row's columns."""
-    if row["model_name"] in ROW_PRESETS:
-        return load_model(ROW_PRESETS[row["model_name"]])
-    mlp = row["mlp"]
-    return ModelSpec(
-        name=row["model_name"],
-        source=row["source"],
-        num_layers=int(row["num_layers"]),
-        hidden_size=int(row["hidden_size"]),
-        ffn_hidden_size=int(row["ffn_hidden_size"]),
-        num_attention_heads=int(row["num_attention_heads"]),
-        num_query_groups=int(row["num_query_groups"]),
-        max_position_embeddings=int(row["seq_length"]),
-        vocab_size=int(row["vocab_size"]),
-        swiglu=mlp == "swiglu",
-        squared_relu=mlp == "squared_relu",
-        normalization=row["normalization"],
-        position_embedding_type=row["position_embedding"],
-        untie_embeddings_and_output_weights=_yes(row["untied_embeddings"]),
-        add_bias_linear=_yes(row["bias"]),
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-    )
+def modern_definition(row: dict) -> RowModel:
+    """The definition of a `_modern` row's model (``MODERN_MODELS``); a row of a model without one is an error."""
+    for key in ((row["model_name"], row["source_family"]), row["model_name"]):
+        if key in MODERN_MODELS:
+            return MODERN_MODELS[key]
+    raise KeyError(f"modern_runs.csv {row['run_id']}: no model definition for {row['model_name']!r} (MODERN_MODELS)")
 
 
 def _row_userbuffers(row: dict, dp_sync: dict[str, dict], t: int, assumptions: list[str]) -> tuple:
@@ -449,7 +549,7 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
     if graph_rs and _yes(row["tp_comm_overlap"]) and row["cuda_graph_impl"] != "none":
         assumptions.append(GRAPH_RS_REORDERED)
     request = dict(
-        model=_modern_model(row),
+        model=modern_definition(row).spec(),
         gpus=int(row["num_gpus"]),
         tp=t,
         pp=p,
@@ -476,6 +576,7 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
         request,
         tuple(assumptions),
         fit=_yes(row["fit"]),
+        model_def=modern_definition(row),
     )
 
 
