@@ -326,6 +326,12 @@ class PlanOptions(_Spec):
         description="--moe-flex-dispatcher-num-sms (--moe-hybridep-num-sms, --moe-deepep-num-sms): SMs the flex "
         "dispatcher's kernels hold; None: the backend's default",
     )
+    moe_hybridep_num_sms_preprocessing: int = Field(
+        108,
+        ge=1,
+        description="--moe-hybridep-num-sms-preprocessing: blocks (one an SM) of HybridEP's metadata scan kernel "
+        "(Megatron-Core's default 108)",
+    )
     delay_wgrad_compute: bool = Field(
         False,
         description="--delay-wgrad-compute: with the A2A overlap, the experts' weight gradients run beside the "

@@ -201,6 +201,12 @@ def _flex_sms(req: PlanRequest, tag: str, flex: bool, fields: dict) -> None:
     fields["model.moe_flex_dispatcher_num_sms"] = (
         o.moe_flex_dispatcher_num_sms or COMM_SMS[o.moe_flex_dispatcher_backend.value]
     )
+    # HybridEP's scan blocks, written for every HybridEP plan: a base recipe's 32 (the GB200 library recipe,
+    # GPU_RECIPE_KEEPS) would otherwise run where the plan priced its own
+    if o.moe_flex_dispatcher_backend.value == "hybridep" and "moe_hybridep_num_sms_preprocessing" in (
+        recipes.section_fields(tag).get("model", ())
+    ):
+        fields["model.moe_hybridep_num_sms_preprocessing"] = o.moe_hybridep_num_sms_preprocessing
 
 
 def _hardware_word(req: PlanRequest, hardware_ref: str | None) -> str:

@@ -192,6 +192,16 @@ def nemo2_text(req: PlanRequest) -> tuple[str, list[str]]:
             f"add MegatronCommOverlapCallback(tp_comm_overlap={o.tp_comm_overlap}, overlap_p2p_comm="
             f"{o.overlap_p2p_comm}) to trainer.callbacks: NeMo 2 sets these there, not by a key=value override"
         )
+    sms = [
+        f"{flag} {value}"
+        for flag, value, default in (
+            ("--moe-flex-dispatcher-num-sms", o.moe_flex_dispatcher_num_sms, None),
+            ("--moe-hybridep-num-sms-preprocessing", o.moe_hybridep_num_sms_preprocessing, 108),
+        )
+        if value != default and req.plan.moe_token_dispatcher.value == "flex"
+    ]
+    if sms:
+        notes.append(f"not written (no NeMo 2 key in megaplan's table): {', '.join(sms)}; the run takes the defaults")
     if factory == "RECIPE":
         notes.append(f"no NeMo 2 recipe factory for {req.ctx.model.name} is known: replace RECIPE")
     return head + body + "\n", notes

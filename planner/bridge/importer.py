@@ -180,7 +180,35 @@ def to_argv(fields: dict, tag: str, is_moe: bool) -> list[str]:
     argv += _model_tag_flags(fields, tag)
     for row in ROWS:
         argv += to_flags(row, fields, tag, ctx)
-    return argv + _low_precision_flags(fields)
+    return argv + _low_precision_flags(fields) + (_flex_sms_flags(fields) if ctx.get("flex") else [])
+
+
+# The flex dispatcher's SM counts (TransformerConfig fields of the same names; Megatron-Core routes the deprecated
+# per-backend ones into moe_flex_dispatcher_num_sms unless it is set, transformer_config.py:1792-1797 @ d98e8a64,
+# which the Megatron-LM importer follows) and HybridEP's scan blocks, as Megatron-LM flags
+FLEX_SMS_FIELDS = {
+    "model.moe_flex_dispatcher_num_sms": "--moe-flex-dispatcher-num-sms",
+    "model.moe_hybridep_num_sms": "--moe-hybridep-num-sms",
+    "model.moe_deepep_num_sms": "--moe-deepep-num-sms",
+    "model.moe_hybridep_num_sms_preprocessing": "--moe-hybridep-num-sms-preprocessing",
+}
+
+
+def _flex_sms_flags(fields: dict) -> list[str]:
+    """The SM fields a flex plan's Bridge config gives, as flags. A moe_flex_dispatcher_num_sms equal to the SMs the
+    estimate prices for its backend when none is given (``moe.COMM_SMS``: what ``export._flex_sms`` writes for a plan
+    without one, to override a base recipe's) reads as not given, so an exported plan reads back equal."""
+    from planner.costs.moe import COMM_SMS
+
+    backend = "deepep" if fields.get("model.moe_enable_deepep") else fields.get("model.moe_flex_dispatcher_backend")
+    backend = backend or "deepep"  # TransformerConfig.moe_flex_dispatcher_backend default
+    given = {path: fields.get(path) for path in FLEX_SMS_FIELDS if fields.get(path) is not None}
+    flex = given.get("model.moe_flex_dispatcher_num_sms")
+    if flex is not None and int(flex) == COMM_SMS.get(str(backend)):
+        given.pop("model.moe_flex_dispatcher_num_sms")
+        given.pop("model.moe_hybridep_num_sms", None)  # overridden by the unified field in Megatron-Core
+        given.pop("model.moe_deepep_num_sms", None)
+    return [word for path, value in given.items() for word in (FLEX_SMS_FIELDS[path], str(int(value)))]
 
 
 # TransformerConfig's low-precision fields no row of the table reads (Bridge's finalize() runs its __post_init__):

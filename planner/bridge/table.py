@@ -747,7 +747,8 @@ GPU_LIBRARY_RECIPES: dict[str, dict[tuple[str, str], str]] = {
 # overlaps, dispatcher, SMs, graphs and batch the export writes over
 GPU_RECIPE_KEEPS = {
     "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config": "high_priority_a2a_comm_stream, "
-    "moe_mlp_glu_interleave_size 32, moe_hybridep_num_sms_preprocessing 32, the router's natural load (no forced "
+    "moe_mlp_glu_interleave_size 32, moe_hybridep_num_sms_preprocessing 32 (a HybridEP plan writes its own), the "
+    "router's natural load (no forced "
     "balancing), evaluation off (validation.eval_iters 0) and its env_vars, which Bridge's NeMo-Run launchers set "
     "and a torchrun launch does not"
 }

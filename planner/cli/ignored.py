@@ -18,6 +18,7 @@ MOE_ONLY = (
     "moe_load_imbalance",
     "moe_flex_dispatcher_backend",
     "moe_flex_dispatcher_num_sms",
+    "moe_hybridep_num_sms_preprocessing",
     "moe_shared_expert_overlap",
     "use_transformer_engine_op_fuser",
     "moe_router_padding_for_quantization",
@@ -195,7 +196,9 @@ SOME_PLANS = (
         lambda kw: (kw.get("pp") or 1) > 1 and kw.get("sequence_parallel") is False,
     ),
     SomePlans(
-        _typed_flags("moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms"),
+        _typed_flags(
+            "moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms", "moe_hybridep_num_sms_preprocessing"
+        ),
         "plans with --moe-token-dispatcher flex",
         "plans with the other dispatchers",
         "--moe-token-dispatcher flex",

@@ -327,6 +327,12 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         IntRange(min=1),
     ),
     Option(
+        ("--moe-hybridep-num-sms-preprocessing",),
+        "SMs of HybridEP's metadata scan kernel, one block an SM (flex with hybridep; default 108, Megatron-Core's).",
+        108,
+        IntRange(min=1),
+    ),
+    Option(
         ("--delay-wgrad-compute",),
         "With --overlap-moe-expert-parallel-comm: the experts' weight gradients run beside the backward dispatch.",
         False,

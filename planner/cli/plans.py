@@ -108,7 +108,7 @@ def _ignored_beside(req: api.PlanRequest) -> list[tuple[list[str], str]]:
             "p2p_communication skips the scatter/gather there)",
         ),
         (
-            ["moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms"],
+            ["moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms", "moe_hybridep_num_sms_preprocessing"],
             req.ctx.model.is_moe and plan.moe_token_dispatcher.value != "flex",
             "they configure --moe-token-dispatcher flex, which the plan does not use",
         ),

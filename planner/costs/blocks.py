@@ -394,7 +394,8 @@ def _dispatch_s(lt: Letters, ctx: Context, A: np.ndarray) -> np.ndarray:
 def _hybridep_metadata(lt: Letters, ctx: Context, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(seconds, SM share) of HybridEP's metadata preprocessing ahead of one MoE layer's forward dispatch
     (``moe.hybridep_metadata_time_s``: the routing maps' all-gather over the flex group of ep·etp ranks, each map
-    T × etp·E, and the scan at the preset's HBM bandwidth; ``moe.metadata_sm_share``, at Hopper's connection limit
+    T × etp·E, and the scan at the preset's HBM bandwidth on --moe-hybridep-num-sms-preprocessing blocks,
+    ``moe.scan_bandwidth_bytes_per_s``; ``moe.metadata_sm_share``, at Hopper's connection limit
     at least φ as the dispatch's); zeros for every other dispatcher and backend."""
     opts, hw = ctx.options, ctx.hardware
     zero = 0.0 * np.asarray(A, dtype=float)
@@ -405,11 +406,22 @@ def _hybridep_metadata(lt: Letters, ctx: Context, A: np.ndarray) -> tuple[np.nda
     n = lt.ep * lt.etp
     hbm = hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
     t_ag, t_scan = moe.hybridep_metadata_time_s(
-        hw, n, lt.tokens_per_gpu(), lt.etp * lt.E, A, group_link(hw, n, 1), hbm_bytes_per_s=hbm
+        hw,
+        n,
+        lt.tokens_per_gpu(),
+        lt.etp * lt.E,
+        A,
+        group_link(hw, n, 1),
+        hbm_bytes_per_s=hbm,
+        scan_sms=opts.moe_hybridep_num_sms_preprocessing,
     )
     flex = lt.dispatcher == moe.DISPATCHER_KINDS["flex"]
     share = moe.metadata_sm_share(
-        t_ag, t_scan, nccl_sms=hw.network.nccl_sms, scan_sms=moe.HYBRIDEP_PREPROCESSING_SMS, sm_count=hw.gpu.sm_count
+        t_ag,
+        t_scan,
+        nccl_sms=hw.network.nccl_sms,
+        scan_sms=opts.moe_hybridep_num_sms_preprocessing,
+        sm_count=hw.gpu.sm_count,
     )
     limited = comm.connection_limited(hw.gpu.compute_capability, lt.t, lt.c, False, lt.a2a_overlap)
     share = moe.connection_limited_share(share, limited, hw.calibration.persistent_gemm_comm_share)

@@ -179,8 +179,27 @@ SPARSE_TO_DENSE_BYTES = 4  # int32 per (token, rank of the domain): handle.spars
 # Blocks of the scan kernel, one per SM (NUM_OF_BLOCKS, __launch_bounds__(256, 1)): Megatron-Core's
 # moe_hybridep_num_sms_preprocessing default (transformer_config.py @ d98e8a64; DeepEP's Configurer default too,
 # config.cuh). Megatron-Bridge's performance runs give 32 from v0.5.0 (26.06) with the fused grouped MLP and the A2A
-# overlap (scripts/performance/utils/overrides.py:243); no plan option carries it.
+# overlap (scripts/performance/utils/overrides.py:243-244; v0.6.0 perf_recipes/{deepseek,gpt_oss,qwen}/common.py):
+# the plan option moe_hybridep_num_sms_preprocessing carries it (``scan_bandwidth_bytes_per_s``).
 HYBRIDEP_PREPROCESSING_SMS = 108
+SCAN_THREADS_PER_BLOCK = 256  # the scan's blocks (hybrid_ep_backend.cuh: __launch_bounds__(NUM_THREADS_PER_BLOCK, 1))
+
+
+def scan_bandwidth_bytes_per_s(hbm_bytes_per_s: ArrayLike, scan_sms: ArrayLike, sm_count: int) -> np.ndarray:
+    """B_scan: the HBM bandwidth HybridEP's scan kernel draws with k blocks (``moe_hybridep_num_sms_preprocessing``,
+    one block of 256 threads an SM, each thread loading its token's row of E/D bytes at once):
+
+        B_scan(k) = B_HBM·η_mem · min(1, min(k, S) / min(k_0, S)),   k_0 = 108 (Megatron-Core's default)
+
+    Little's law: a block keeps a fixed number of bytes in flight (256 rows of E/D bytes), so the bandwidth the
+    kernel draws grows with its blocks until HBM saturates. The default's price (``metadata_scan_bytes`` at
+    B_HBM·η_mem) takes k_0 blocks as saturating; below k_0 the kernel is slower in proportion, above it no faster.
+    The saturation point is not identified by any published timing (no scan-kernel measurement at two block
+    counts): if k_0 blocks do not saturate either, both times are low by the same factor and the ratio holds.
+    Megatron-Bridge's 32 (v0.5.0 scripts/performance/utils/overrides.py:244) on GB200 (S = 148): 32/108 of
+    B_HBM·η_mem, the scan 3.375× as long on 32/108 of the SMs, the same SM-seconds."""
+    k = np.minimum(np.asarray(scan_sms, dtype=float), sm_count)
+    return np.asarray(hbm_bytes_per_s, dtype=float) * np.minimum(1.0, k / min(HYBRIDEP_PREPROCESSING_SMS, sm_count))
 
 
 def routing_map_allgather_bytes(n: ArrayLike, T: ArrayLike, E: ArrayLike) -> np.ndarray:
@@ -211,7 +230,15 @@ def metadata_scan_bytes(n: ArrayLike, T: ArrayLike, E: ArrayLike, domains: Array
 
 
 def hybridep_metadata_time_s(
-    hw, n: ArrayLike, T: ArrayLike, E: ArrayLike, A: ArrayLike, link: Link, *, hbm_bytes_per_s: float
+    hw,
+    n: ArrayLike,
+    T: ArrayLike,
+    E: ArrayLike,
+    A: ArrayLike,
+    link: Link,
+    *,
+    hbm_bytes_per_s: float,
+    scan_sms: int = HYBRIDEP_PREPROCESSING_SMS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(all-gather, scan kernel) seconds of HybridEP's metadata preprocessing, once per forward dispatch of a MoE
     layer and micro-batch, for a flex group of n ranks (ep·etp) each routing T tokens over E columns (etp·E: the
@@ -220,21 +247,24 @@ def hybridep_metadata_time_s(
         t_ag   = NCCL all-gather of M = n·T·E bytes on the group's link: (n − 1)/n · M/β + ring latency
                  (``collectives.nvlink_nccl_time_s``: the measured table inside one NVLink domain where the preset
                  has one, else ``all_gather_time_s``), 0 for n = 1
-        t_scan = ``metadata_scan_bytes`` / (B_HBM · η_mem)
+        t_scan = ``metadata_scan_bytes`` / B_scan(k)   (``scan_bandwidth_bytes_per_s``: B_HBM·η_mem at the default
+                 k = 108 blocks, in proportion below it)
 
     GPT-OSS-120B at EP 64 on GB200 (b 4, s 4096): 132.1 MB received at 720 GB/s = 183.5 µs + 63 × 5 µs ring
     latency; the scan 272.8 MB at 7.12 TB/s = 38.3 µs."""
     n = np.asarray(n, dtype=float)
     gathered = routing_map_allgather_bytes(n, T, E)
     t_ag = np.where(n > 1, nvlink_nccl_time_s(hw, "all_gather", n, gathered, link), 0.0)
-    scan = metadata_scan_bytes(n, T, E, link.nodes, A) / hbm_bytes_per_s
+    bandwidth = scan_bandwidth_bytes_per_s(hbm_bytes_per_s, scan_sms, hw.gpu.sm_count)
+    scan = metadata_scan_bytes(n, T, E, link.nodes, A) / bandwidth
     return t_ag, np.where(n > 1, scan, 0.0)
 
 
 def metadata_sm_share(t_ag_s: ArrayLike, t_scan_s: ArrayLike, *, nccl_sms: int | None, scan_sms: int, sm_count: int):
     """f_meta: the share of the SMs HybridEP's metadata takes from the compute beside it, averaged over its time:
     (k_NCCL·t_ag + k_scan·t_scan)/(S·(t_ag + t_scan)), k_NCCL the all-gather's CTAs (the preset's ``nccl_sms``),
-    k_scan the scan's blocks (one per SM: ``HYBRIDEP_PREPROCESSING_SMS``), S the GPU's SMs. 0 without metadata."""
+    k_scan the scan's blocks (one per SM: --moe-hybridep-num-sms-preprocessing, default 108), S the GPU's SMs.
+    0 without metadata."""
     t_ag, t_scan = np.asarray(t_ag_s, dtype=float), np.asarray(t_scan_s, dtype=float)
     held = (nccl_sms or 0) * t_ag + min(scan_sms, sm_count) * t_scan
     total = t_ag + t_scan
@@ -747,13 +777,14 @@ def dispatcher_formula(ctx, plan) -> Formula:
         meta_text = (
             "; + HybridEP's metadata once per forward dispatch, on the dispatch's stream ahead of it: NCCL all-gather "
             "of the bool routing maps (M = n·T·E bytes over the ep·etp group, each rank receiving (n−1)·T·E), then "
-            f"the scan kernel on {HYBRIDEP_PREPROCESSING_SMS} SMs reading the gathered map twice "
-            "(2·n·T·E/D bytes, D NVLink domains) and writing 4·n·T + A·E/n at B_HBM·η_mem"
+            f"the scan kernel on k = {opts.moe_hybridep_num_sms_preprocessing} SMs reading the gathered map twice "
+            "(2·n·T·E/D bytes, D NVLink domains) and writing 4·n·T + A·E/n at B_HBM·η_mem·min(1, k/108)"
         )
         meta = (
             "; HybridEP metadata: DeepEP hybrid-ep @ 94a9f8f6 csrc/hybrid_ep/hybrid_ep.cu (metadata_preprocessing), "
             "executor/executor.cu (allgather_routing_map, metadata_preprocess_core), backend/hybrid_ep_backend.cuh "
-            "(scan); Megatron-LM fused_a2a.py HybridEPDispatch.forward (num_sms_preprocessing_api 108)"
+            "(scan); Megatron-LM fused_a2a.py HybridEPDispatch.forward (num_sms_preprocessing_api: "
+            "--moe-hybridep-num-sms-preprocessing, default 108, transformer_config.py @ d98e8a64)"
         )
     hidden = ""
     if plan.overlap_moe_expert_parallel_comm:

@@ -84,6 +84,18 @@ def _hybridep_sms(row: dict) -> int | None:
     return 32 if row["flex_backend"] == "hybridep" and _release(row) >= (26, 2) else None
 
 
+def _hybridep_scan_sms(row: dict) -> int:
+    """HybridEP's metadata scan blocks (moe_hybridep_num_sms_preprocessing): 32 where the recipe runs the fused
+    grouped MLP with the A2A overlap from release 26.06 on - Megatron-Bridge v0.5.0 and v0.5.1
+    scripts/performance/utils/overrides.py:238-243 (``if settings.cutedsl_fused_grouped_mlp`` ... ``if
+    settings.moe_a2a_overlap``); v0.6.0 perf_recipes/deepseek/common.py:64 (_enable_deepseek_full_iteration_mxfp8),
+    gpt_oss/common.py:33 (_apply_gpt_oss_120b_full_iter_fp8mx_configs), qwen/common.py:53
+    (_enable_hybridep_full_iteration_mxfp8), the functions every GB200/GB300 MXFP8 recipe of the rows calls (the
+    same lines at each card's bridge_commit); else Megatron-Core's default 108 (transformer_config.py @ d98e8a64)."""
+    fused = row["te_op_fuser"] == "True" and row["a2a_overlap"] == "True"
+    return 32 if row["flex_backend"] == "hybridep" and fused and _release(row) >= (26, 6) else 108
+
+
 def _expandable_segments(row: dict) -> bool:
     """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True as the release's launcher sets it: every run from
     26.06 on (Megatron-Bridge v0.5.0 scripts/performance/utils/executors.py PERF_ENV_VARS, which every
@@ -192,6 +204,7 @@ def _options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict:
         fp8_param_gather=True if fp8 else None,
         moe_flex_dispatcher_backend=row["flex_backend"] or None,
         moe_flex_dispatcher_num_sms=_hybridep_sms(row),
+        moe_hybridep_num_sms_preprocessing=_hybridep_scan_sms(row),
         recompute_modules=modules or None,
         expandable_segments=_expandable_segments(row),
         **_cuda_graphs(row["cuda_graph"]),

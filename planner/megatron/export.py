@@ -197,6 +197,8 @@ def _expert_flags(req: PlanRequest) -> list:
         flags += ["--moe-flex-dispatcher-backend", o.moe_flex_dispatcher_backend.value]
         if o.moe_flex_dispatcher_num_sms is not None:
             flags += ["--moe-flex-dispatcher-num-sms", o.moe_flex_dispatcher_num_sms]
+        if o.moe_flex_dispatcher_backend.value == "hybridep" and o.moe_hybridep_num_sms_preprocessing != 108:
+            flags += ["--moe-hybridep-num-sms-preprocessing", o.moe_hybridep_num_sms_preprocessing]
     if p.overlap_moe_expert_parallel_comm:
         flags.append("--overlap-moe-expert-parallel-comm")
         if o.delay_wgrad_compute:

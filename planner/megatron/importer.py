@@ -300,6 +300,7 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "moe_flex_dispatcher_num_sms": v.get("moe_flex_dispatcher_num_sms")
         or v.get("moe_hybridep_num_sms")
         or v.get("moe_deepep_num_sms"),
+        "moe_hybridep_num_sms_preprocessing": int(v.get("moe_hybridep_num_sms_preprocessing") or 108),
         "use_transformer_engine_op_fuser": bool(v.get("use_transformer_engine_op_fuser")),
         # the deprecated --moe-router-padding-for-fp8 turns the unified one on (transformer_config.py:2642-2647)
         "moe_router_padding_for_quantization": bool(
