@@ -43,10 +43,10 @@ def test_deepseek_v3_on_gb200_and_across_eight_h100_nodes_by_hand():
     GB200 (one domain): 63 × 4,096 × 256 = 66,060,288 bytes received at 720 GB/s = 91.75 µs + 315 µs;
     scan 2 × 67,108,864 + 4 × 64 × 4,096 + 32,768 × 256 / 64 = 135,397,376 bytes at 7.12 TB/s = 19.02 µs.
     8 DGX H100 nodes (D = 8): the ring runs at 8 rails × 50 GB/s × η_net (the preset's fitted 0.7225: 289.0 GB/s),
-    66,060,288 bytes in 228.58 µs, latency 7.875 network hops × 8 µs + 55.125 NVLink hops × 5 µs = 338.625 µs; the scan reads only its
-    own domain's 256/8 = 32 experts of each row, twice (2 × 64 × 4,096 × 32 = 16,777,216), and step 3's other
-    domains' slices of its own rows (7 × 4,096 × 32 = 917,504), writes 1,048,576 + 131,072: 18,874,368 bytes at
-    3.35 TB/s × 0.89 = 2.9815 TB/s = 6.33 µs."""
+    66,060,288 bytes in 228.58 µs, latency 7.875 network hops × 8 µs + 55.125 NVLink hops × 5 µs = 338.625 µs;
+    the scan reads only its own domain's 256/8 = 32 experts of each row, twice (2 × 64 × 4,096 × 32 = 16,777,216),
+    and step 3's other domains' slices of its own rows (7 × 4,096 × 32 = 917,504), writes 1,048,576 + 131,072:
+    18,874,368 bytes at 3.35 TB/s × 0.89 = 2.9815 TB/s = 6.33 µs."""
     gb200 = load_hardware("gb200-nvl72")
     t_ag, t_scan = moe.hybridep_metadata_time_s(
         gb200, 64, 4_096, 256, 32_768, group_link(gb200, 64, 1), hbm_bytes_per_s=7.12e12
