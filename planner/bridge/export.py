@@ -522,7 +522,20 @@ def dotlist(exp: BridgeExport) -> list[str]:
         if path == UB_FIELD and exp.ub_object is not None:  # the base's config nulled first: Hydra merges dicts
             lines.append(f"{path}=null")
         lines.append(f"{path}={_hydra(value)}")
-    return lines + [f"{section}={_hydra_dict(section, values)}" for section, values in whole.items()]
+    kinds = recipes.defaults(exp.tag, exp.recipe).get("_kinds", {})
+    for section, values in whole.items():
+        if _may_hold_object(kinds.get(section)):  # Hydra merges a dict into an object's node: null it first
+            lines.append(f"{section}=null")
+        lines.append(f"{section}={_hydra_dict(section, values)}")
+    return lines
+
+
+def _may_hold_object(kind: str | None) -> bool:
+    """Whether the base recipe may hold ``section`` as an object (its kind not dumped, or a class name). Hydra then
+    refuses ``section={_target_:...}`` ("Could not override 'mixed_precision'": create_omegaconf_dict_config makes
+    the object a structured node without a ``_target_`` key; Bridge v0.6.0 recipes/qwen/gb200/qwen3_moe.py holds
+    both as objects), while ``section=null`` then the dict replaces it, as the userbuffer config is written."""
+    return kind is None or not (kind == "null" or kind.startswith("str:"))
 
 
 def dotlist_text(exp: BridgeExport) -> str:
