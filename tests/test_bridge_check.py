@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from planner.bridge.export import UB_OPS, bridge_export, dotlist, priced_userbuffers, ub_object, yaml_text
-from planner.bridge.importer import LOW_PRECISION_FIELDS, request_from_bridge
+from planner.bridge.importer import FLEX_SMS_FIELDS, LOW_PRECISION_FIELDS, request_from_bridge
 from planner.bridge.runtime import UB_FIELD, UB_MODULE, userbuffer_preset
 from planner.bridge.table import RECIPES, ROWS
 from planner.hardware.userbuffers import bridge_presets, load_config_file, ops_from_bridge_repr
@@ -73,9 +73,13 @@ def _plan(name: str) -> dict:
 
 
 FP8_ATTENTION = "mixed_precision.fp8_dot_product_attention"  # no Megatron-LM flag: not in the table, read beside it
-# the table's fields, and the low-precision ones read beside it (BF16 end layers, NVFP4, the FP8 output layer)
+# the table's fields, and the ones read beside it: low precision (BF16 end layers, NVFP4, the FP8 output layer) and
+# the flex dispatcher's SMs (bcheck18: without them hyb218's "flex hybridep sms" plan read back 24 -> None, 32 -> 108)
 READ_PATHS = sorted(
-    {r.read_at(t) for r in ROWS for t in ("v0.2.1", "v0.6.0")} | {"dataset.seq_length"} | set(LOW_PRECISION_FIELDS)
+    {r.read_at(t) for r in ROWS for t in ("v0.2.1", "v0.6.0")}
+    | {"dataset.seq_length"}
+    | set(LOW_PRECISION_FIELDS)
+    | set(FLEX_SMS_FIELDS)
 )
 
 
