@@ -195,9 +195,9 @@ def test_every_preset_written_whole_is_bridges_own(tag):
         assert set(theirs) == set(UB_OPS), preset.name
 
 
-def _run_batch(cases: list, names: list, file_name: str, python: str, path: str) -> dict:
-    """Run scripts/bridge_check_batch.py on ``cases`` in the Bridge environment; its answers by name."""
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / file_name
+def run_bridge_batch(cases: list, work: Path, python: str, path: str, timeout: int = 1200) -> list:
+    """Run scripts/bridge_check_batch.py on ``cases`` (written to ``work``) in the Bridge environment; its answers,
+    in order (the one runner of tests/test_bridge_check.py and tests/test_bridge_perf_check.py)."""
     work.write_text(json.dumps(cases))
     env = {**os.environ, "PYTHONPATH": path, "TORCH_CUDA_ARCH_LIST": "9.0"}
     run = subprocess.run(
@@ -205,9 +205,15 @@ def _run_batch(cases: list, names: list, file_name: str, python: str, path: str)
         capture_output=True,
         text=True,
         env=env,
-        timeout=1200,
+        timeout=timeout,
         check=False,
     )
     if run.returncode:
         raise AssertionError(run.stderr[-2000:])
-    return dict(zip(names, json.loads(run.stdout), strict=True))
+    return json.loads(run.stdout)
+
+
+def _run_batch(cases: list, names: list, file_name: str, python: str, path: str) -> dict:
+    """``run_bridge_batch`` in $TMPDIR; its answers by name."""
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / file_name
+    return dict(zip(names, run_bridge_batch(cases, work, python, path), strict=True))

@@ -7,10 +7,7 @@ Skipped unless MEGAPLAN_BRIDGE_PYTHON_V0_6_0 / MEGAPLAN_BRIDGE_PATH_V0_6_0 name 
 tests/test_bridge_check.py) and BRIDGE_STUBS_DIR the stubs. The recipe files are read from that PYTHONPATH."""
 
 import ast
-import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +19,7 @@ from planner.bridge.table import ROWS
 from planner.bridge.workloads import GPUS, V060_DTYPES, V060_MODELS, V060_NAME, read_workload
 from planner.hardware.userbuffers import load_config_file
 from planner.plan_file import request_from_fields
-from tests.test_bridge_check import FP8_ATTENTION, env_for
+from tests.test_bridge_check import FP8_ATTENTION, env_for, run_bridge_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -49,19 +46,7 @@ def recipes(src: Path) -> list[tuple[Path, str]]:
 
 
 def bridge_run(python: str, pythonpath: str, cases: list[dict], tmp: Path) -> list[dict]:
-    work = tmp / "perf-cases.json"
-    work.write_text(json.dumps(cases))
-    env = {**os.environ, "PYTHONPATH": pythonpath, "TORCH_CUDA_ARCH_LIST": "9.0"}
-    run = subprocess.run(
-        [python, str(ROOT / "scripts" / "bridge_check_batch.py"), str(work)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1800,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    return json.loads(run.stdout)
+    return run_bridge_batch(cases, tmp / "perf-cases.json", python, pythonpath, timeout=1800)
 
 
 def _ub_ops(cfg) -> tuple | None:
