@@ -19,6 +19,7 @@ from planner.models.spec import ModelSpec
 from planner.plan import Context, ParallelPlan, PlanOptions, Recompute, StageSplit, TrainingSpec
 from planner.presets import format_validation_error, load_hardware, load_model
 from planner.result import plan_json
+from planner.space import flex_backend
 from planner.space.grid import PlanGrid
 from planner.space.rules import rule_masks, rule_messages
 
@@ -122,7 +123,9 @@ def make_request(
     if not model_spec.is_moe:  # a dense model has no experts: --etp is ignored (with a note), not priced as an
         parallel.pop("etp", None)  # expert grid of N/(etp·ep·pp) ranks (0 for --etp 16 on 8 GPUs: a traceback)
     plan = _build(ParallelPlan, "plan", dp=dp, **{k: v for k, v in parallel.items() if v is not None})
-    opts = _build(PlanOptions, "options", **{k: v for k, v in (options or {}).items() if v is not None})
+    options = {k: v for k, v in (options or {}).items() if v is not None}
+    options.setdefault("moe_flex_dispatcher_backend", flex_backend.default_backend(hw).value)  # HybridEP on NVL72
+    opts = _build(PlanOptions, "options", **options)
     if opts.fp8 is not None and hw.gpu.peak_fp8_tflops is None:
         from planner.presets import preset_names
 
@@ -232,7 +235,7 @@ def explain_plan(
     """``explain`` with the evaluation kept (the schedule simulation reads its stage times); ``derived``: the
     overlaps a plan typed as flags left out (``fit_suggestions`` prices each change with them set again)."""
     grid = PlanGrid.from_plans([req.plan])
-    broken = rule_messages(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus)
+    broken = rule_messages(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus, hardware=req.ctx.hardware)
     if broken:
         raise InfeasibleError(f"Megatron-LM would reject this plan: {'; '.join(broken)}")
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -264,7 +267,9 @@ def more_gpus(req: PlanRequest, memory_headroom: float | None = None) -> dict | 
         if req.ctx.training.global_batch % (dp * p.micro_batch) == 0:
             grid = PlanGrid.from_plans([p.model_copy(update={"dp": dp})])
             gpus = req.gpus * growth
-            if not rule_messages(grid, req.ctx.model, req.ctx.training, req.ctx.options, gpus):
+            if not rule_messages(
+                grid, req.ctx.model, req.ctx.training, req.ctx.options, gpus, hardware=req.ctx.hardware
+            ):
                 with np.errstate(divide="ignore", invalid="ignore"):
                     ev = evaluate(grid, req.ctx)
                 if ev.peak_memory_bytes[0] <= cap:
@@ -326,7 +331,7 @@ def fit_suggestions(
     legal, peak_bytes, iteration_s, model_flops = np.zeros(n, bool), np.zeros(n), np.zeros(n), np.zeros(n)
     for opts, rows in _variant_options(req, variants, derived).items():
         grid = PlanGrid.from_plans([variants[i][1] for i in rows])
-        masks = rule_masks(grid, req.ctx.model, req.ctx.training, opts, req.gpus)
+        masks = rule_masks(grid, req.ctx.model, req.ctx.training, opts, req.gpus, req.ctx.hardware)
         legal[rows] = np.all(np.array(list(masks.values())), axis=0)
         with np.errstate(divide="ignore", invalid="ignore"):
             ev = evaluate(grid, req.ctx if opts == req.ctx.options else _with_options(req.ctx, opts))

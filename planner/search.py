@@ -39,6 +39,7 @@ from planner.errors import InfeasibleError, PinsBreakRuleError
 from planner.fidelity.evidence import band_frac, extrapolated_features, plan_evidence
 from planner.plan import Context, PlanOptions, plan_label
 from planner.result import Shared, brief_plan_json, plan_json
+from planner.space import flex_backend
 from planner.space.candidates import (
     NO_PINS,
     SEARCHED_MODULES,
@@ -548,7 +549,9 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
     rule each breaks (0 for none: ``rules.first_broken``); returns the rules' names in order."""
     domain, max_tp = nvlink_domain_gpus(ctx.hardware), pins.max_tp
     rules = (*RULES, Rule(TP_NODE_RULE, lambda r: tp_in_domain(r.grid.tp, domain, max_tp), lambda x: TP_NODE_RULE))
-    first_broken[:] = rules_first_broken(grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus, rules)
+    first_broken[:] = rules_first_broken(
+        grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus, rules, ctx.hardware
+    )
     legal[:] = first_broken == 0
     return [rule.name for rule in rules]
 
@@ -1677,6 +1680,8 @@ def _nothing_fits(
         else:
             by_count = sorted(rejected.items(), key=lambda kv: -kv[1])
             why = "rejected by: " + ", ".join(f"{name} ({count:,})" for name, count in by_count)
+            if flex_backend.RULE in rejected:  # its reason is the cluster's, not a plan's: said once
+                why += f"; {flex_backend.deepep_message(ctx.hardware)}"
         return InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, why, suggest_sizes))
     gib = 2**30
     peaks = np.where(np.isnan(scored.peak), np.inf, scored.peak)  # NaN: a split the model cannot take (0/0)

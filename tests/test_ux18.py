@@ -336,7 +336,9 @@ def test_an_h100_plan_or_a_named_recipe_has_no_such_line():
 def test_a_gb200_qwen3_30b_plan_starts_from_bridges_gb200_recipe_and_writes_what_the_plan_decides(tmp_path):
     """recipes/qwen/gb200/qwen3_moe.py @ v0.6.0 sets MXFP8, EP 8, micro-batch 4, HybridEP with
     moe_hybridep_num_sms 32, the EP A2A overlap with delayed wgrad, TE CUDA graphs of the router and FP8 attention;
-    a BF16 plan with DeepEP must write each of them as the plan has it."""
+    a BF16 plan must write each of them as the plan has it. Its flex dispatcher is HybridEP, GB200's default
+    (bgb19: DeepEP does not run on a multi-node NVLink domain, space.flex_backend), with HybridEP's 16 SMs and
+    the plan's 108 scan blocks over the recipe's 32 and 32."""
     args = ["--model", "qwen3-30b-a3b", "--hardware", "gb200-nvl72", "--gpus", "8", "--tp", "1", "--pp", "1"]
     args += ["--ep", "8", "--micro-batch", "2", "--moe-token-dispatcher", "flex", "--distributed-optimizer"]
     head, fields, text = _bridge(*args)
@@ -348,9 +350,10 @@ def test_a_gb200_qwen3_30b_plan_starts_from_bridges_gb200_recipe_and_writes_what
     assert "fp8:null" in fields["mixed_precision"] and "fp8_dot_product_attention" not in fields["mixed_precision"]
     assert fields["comm_overlap"].startswith("{_target_:megatron.bridge.training.comm_overlap.CommOverlapConfig")
     assert (fields["model.moe_flex_dispatcher_backend"], fields["model.moe_flex_dispatcher_num_sms"]) == (
-        "deepep",
-        "20",
+        "hybridep",
+        "16",
     )
+    assert fields["model.moe_hybridep_num_sms_preprocessing"] == "108"
     assert (fields["model.cuda_graph_impl"], fields["train.micro_batch_size"]) == ("none", "2")
     assert fields["model.use_transformer_engine_op_fuser"] == "false"
     # read back (the header names the recipe, the GPUs and the hardware): the same plan and estimate

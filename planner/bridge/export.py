@@ -52,6 +52,61 @@ TARGETS = {
     "mixed_precision": "megatron.bridge.training.mixed_precision.MixedPrecisionConfig",
 }
 OBJECT_KINDS = {"comm_overlap": "CommOverlapConfig", "mixed_precision": "MixedPrecisionConfig"}
+# The dataclass defaults of the two sections an export may write whole (every field but CommOverlapConfig's
+# tp_comm_overlap, which has none and the plan always writes): Megatron-Bridge training/mixed_precision.py
+# MixedPrecisionConfig and training/comm_overlap.py CommOverlapConfig, the same at v0.2.1 (1c43b3928) and v0.6.0
+# (51885cf13) but v0.2.1 has no fp4_param, fp4_param_gather (``class_defaults`` keeps the tag's own fields).
+SECTION_DEFAULTS: dict[str, dict[str, object]] = {
+    "mixed_precision": {
+        "fp32": False,
+        "fp16": False,
+        "bf16": False,
+        "params_dtype": None,
+        "pipeline_dtype": None,
+        "autocast_dtype": None,
+        "autocast_enabled": False,
+        "grad_reduce_in_fp32": True,
+        "fp8": None,
+        "fp8_recipe": "tensorwise",
+        "first_last_layers_bf16": False,
+        "fp8_margin": 0,
+        "fp8_amax_history_len": 1,
+        "fp8_amax_compute_algo": "most_recent",
+        "fp8_wgrad": True,
+        "fp8_dot_product_attention": False,
+        "fp8_multi_head_attention": False,
+        "fp8_param": None,
+        "fp8_param_gather": False,
+        "fp4": None,
+        "fp4_recipe": "nvfp4",
+        "fp4_param": None,
+        "fp4_param_gather": False,
+        "loss_scale": None,
+        "initial_loss_scale": 4294967296,
+        "min_loss_scale": 1.0,
+        "loss_scale_window": 1000,
+        "hysteresis": 2,
+        "num_layers_at_start_in_bf16": 0,
+        "num_layers_at_end_in_bf16": 0,
+        "reuse_grad_buf_for_mxfp8_param_ag": False,
+    },
+    "comm_overlap": {
+        "tp_comm_overlap_cfg": None,
+        "tp_comm_bootstrap_backend": "nccl",
+        "overlap_p2p_comm": None,
+        "batch_p2p_comm": None,
+        "overlap_grad_reduce": None,
+        "overlap_param_gather": None,
+        "overlap_param_gather_with_optimizer_step": None,
+        "align_param_gather": None,
+        "bucket_size": None,
+        "defer_embedding_wgrad_compute": None,
+        "wgrad_deferral_limit": None,
+        "data_parallel_size": None,
+        "overlap_moe_expert_parallel_comm": None,
+        "delay_wgrad_compute": None,
+    },
+}
 PARAMS_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 
 
@@ -154,6 +209,7 @@ def bridge_export(
         if row.convert == "vpp" and p.pipeline_layout:  # Megatron-LM's flags leave the size to the layout
             value = p.vpp  # Bridge's EP A2A overlap check reads it before Megatron-Core derives it (LAYOUT_VPP)
         fields.update(to_bridge(row, value, tag, ctx))
+    _flex_backend_rule(req, tag, gpu, ctx["flex"])
     _flex_sms(req, tag, ctx["flex"], fields)
     notes = _graph_rules(req, tag, fields) + _run_length(req, recipes.defaults(tag, name), fields)
     notes += [f"not in any Bridge field either: {note}" for note in model_notes(req)]  # ModelSpec.not_in_megatron
@@ -186,6 +242,20 @@ def bridge_export(
     if env:
         header += (f"megaplan-env: {' '.join(env)}",)
     return BridgeExport(tag, name, module, fields, tuple(notes), env, header, whole, ub, preset_name, ub_object)
+
+
+def _flex_backend_rule(req: PlanRequest, tag: str, gpu: str | None, flex: bool) -> None:
+    """Bridge's ``validate_flex_dispatcher_backend`` (training/flex_dispatcher_backend.py, v0.2.1 to 067f987, run by
+    ``ConfigContainer.validate``): DeepEP on Ampere, Hopper, B200 and B300 only; on a GPU named "NVIDIA GB200" or
+    "NVIDIA GB300" it raises, so the export refuses to write it (``planner.space.flex_backend``)."""
+    from planner.space.flex_backend import BRIDGE_REFUSES_DEEPEP, REASON
+
+    if flex and gpu in BRIDGE_REFUSES_DEEPEP and req.ctx.options.moe_flex_dispatcher_backend.value == "deepep":
+        raise PlannerError(
+            f"--moe-flex-dispatcher-backend deepep on {req.ctx.hardware.name}: Megatron-Bridge {tag}'s validate() "
+            f'refuses it ("DeepEP is supported for Ampere, Hopper, and Blackwell (B200/B300) GPUs"); {REASON}; '
+            "allowed: --moe-flex-dispatcher-backend hybridep, or --moe-token-dispatcher alltoall"
+        )
 
 
 def _flex_sms(req: PlanRequest, tag: str, flex: bool, fields: dict) -> None:
@@ -556,13 +626,27 @@ def nested(exp: BridgeExport) -> dict:
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
+    kinds = recipes.defaults(exp.tag, exp.recipe).get("_kinds", {})
     for section, values in whole.items():
         obj = {"_target_": TARGETS[section]}
+        if _may_hold_object(kinds.get(section)):  # OmegaConf merges the mapping into the base's object: its own
+            values = values | {k: v for k, v in class_defaults(exp.tag, section).items() if k not in values}
         for k, v in values.items():
             dtype = isinstance(v, str) and v.startswith("torch.")
             obj[k] = {"_target_": v, "_call_": False} if dtype else v
         out[section] = obj
     return out
+
+
+def class_defaults(tag: str, section: str) -> dict[str, object]:
+    """The section class's defaults (``SECTION_DEFAULTS``) for the fields it has at ``tag``. The YAML form writes
+    them for the fields the plan leaves, where the section is written whole over a base that may hold it as an
+    object: Bridge's YAML overrides are merged (OmegaConf.merge) into the base's object, which keeps every field
+    the YAML leaves out (the GB200 library recipe's bf16_with_mxfp8_mixed() kept reuse_grad_buf_for_mxfp8_param_ag
+    true over the plan's fp8_param_gather false: "Reuse grad buffer only when keeping params in MXFP8"), and a YAML
+    cannot null a section first as the dotlist does; so each is written, as the dotlist's fresh object holds it."""
+    fields = recipes.section_fields(tag).get(section)
+    return {k: v for k, v in SECTION_DEFAULTS[section].items() if fields is None or k in fields}
 
 
 def yaml_text(exp: BridgeExport) -> str:

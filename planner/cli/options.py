@@ -309,8 +309,9 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         ("--moe-flex-dispatcher-backend",),
-        "Library behind the flex dispatcher.",
-        "deepep",
+        "Library behind the flex dispatcher (default: hybridep on a multi-node NVLink domain, GB200/GB300 NVL72, "
+        "where DeepEP does not run; else deepep).",
+        None,
         click.Choice(["deepep", "hybridep", "ncclep"]),
     ),
     Option(

@@ -60,6 +60,8 @@ def command_args(
         value = values.get(dest)
         if value is None or dest in skip or (opt.plan_only and dest != "gpus"):
             continue
+        if dest == "moe_flex_dispatcher_backend" and value == _default_backend(values["hardware"]):
+            continue  # the hardware's own default (HybridEP on a multi-node NVLink domain, else DeepEP)
         if dest == "recompute_method" and values.get("recompute") != "full":
             continue  # a method goes with full recomputation only (Megatron-LM refuses it with selective)
         if dest not in CORE and value == defaults.get(dest) and derived.get(dest, value) == value:
@@ -85,6 +87,20 @@ def command_args(
         else:
             args += [name, number_word(value) if isinstance(value, float) else str(value)]
     return args
+
+
+@lru_cache(maxsize=8)
+def _default_backend(hardware: str) -> str:
+    """The flex dispatcher's backend a command without --moe-flex-dispatcher-backend gets on ``hardware``
+    (``space.flex_backend.default_backend``); DeepEP where the hardware cannot be read again by that word."""
+    from planner.errors import PlannerError
+    from planner.presets import load_hardware
+    from planner.space.flex_backend import default_backend
+
+    try:
+        return default_backend(load_hardware(hardware)).value
+    except (PlannerError, OSError, ValueError):
+        return "deepep"
 
 
 @lru_cache(maxsize=1)

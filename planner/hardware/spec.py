@@ -316,3 +316,8 @@ class HardwareSpec(BaseModel):
     def nvlink_domain_gpus(self) -> int:
         """GPUs on one NVLink fabric: a node's NVSwitch, or a multi-node domain such as NVL72."""
         return self.node.nvlink_domain_gpus or self.node.gpus_per_node
+
+    @property
+    def multi_node_nvlink(self) -> bool:
+        """An NVLink domain wider than one node (MNNVL: GB200/GB300 NVL72, 72 GPUs over 18 hosts of 4)."""
+        return self.nvlink_domain_gpus > self.gpus_per_node

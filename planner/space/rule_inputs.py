@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from planner.hardware.spec import HardwareSpec
 from planner.models.pipeline_layout import PipelineLayout
 from planner.models.spec import ModelSpec
 from planner.plan import (
@@ -36,6 +37,7 @@ class RuleInputs:
     training: TrainingSpec
     options: PlanOptions
     num_gpus: int
+    hardware: HardwareSpec | None = None  # the cluster (rules of the GPU or its NVLink domain); None: none bind
 
     @cached_property
     def layers(self) -> StageLayers:
@@ -126,6 +128,7 @@ class RuleInputs:
             layout_problems="; ".join(self.layout_problems(i)),
             dispatcher=int(self.grid.dispatcher[i]),
             mtp=mo.mtp_layers,
+            hardware=self.hardware,
             graph_breach=plan_graph_breach(
                 graph_breaches(self.options, mo),
                 selective=int(g.recompute[i]) == RECOMPUTE_CODES[Recompute.SELECTIVE],

@@ -25,6 +25,7 @@ from planner.plan import (
     TokenDispatcher,
     TrainingSpec,
 )
+from planner.space import flex_backend
 from planner.space.graph_rules import PER_LAYER, graph_breaches
 from planner.space.grid import COLUMNS, OPTION_COLUMNS, PlanGrid
 from planner.space.rule_inputs import Rule, RuleInputs
@@ -105,6 +106,18 @@ def _a2a_overlap_ok(r: RuleInputs) -> np.ndarray:
         & (not opts.moe_shared_expert_overlap)
     )
     return ~g.a2a_overlap | ok
+
+
+def _deepep_ok(r: RuleInputs) -> np.ndarray:
+    """The flex dispatcher with DeepEP only where DeepEP's normal kernels reach the flex group: not on a
+    multi-node NVLink domain (``flex_backend``: GB200/GB300 NVL72)."""
+    if not (
+        r.model.is_moe
+        and r.options.moe_flex_dispatcher_backend.value == "deepep"
+        and flex_backend.deepep_refused(r.hardware)
+    ):
+        return r.everywhere(True)
+    return r.grid.dispatcher != DISPATCHER_CODES[TokenDispatcher.FLEX]
 
 
 def _graph_modules_match(options: PlanOptions, model: ModelSpec) -> bool:
@@ -287,6 +300,7 @@ RULES: tuple[Rule, ...] = (
         _moe_only(lambda r: (r.grid.dispatcher != 2) | (r.grid.ep * r.grid.etp > 1)),
         lambda x: "the flex dispatcher (DeepEP/HybridEP) needs etp·ep > 1",
     ),
+    Rule(flex_backend.RULE, _deepep_ok, lambda x: flex_backend.deepep_message(x.hardware)),
     Rule(
         "the TE op fuser's grouped MLP needs expert TP 1",
         lambda r: (
@@ -508,17 +522,18 @@ RULES: tuple[Rule, ...] = (
 
 
 def rule_masks(
-    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int
+    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int, hardware=None
 ) -> dict[str, np.ndarray]:
-    """Named masks, True where the rule holds, for every plan of the grid (in table order)."""
-    return dict(each_rule_mask(grid, model, training, options, num_gpus))
+    """Named masks, True where the rule holds, for every plan of the grid (in table order); ``hardware``: the
+    cluster, for the rules of its GPUs and NVLink domain (None: those hold)."""
+    return dict(each_rule_mask(grid, model, training, options, num_gpus, hardware))
 
 
 def each_rule_mask(
-    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int
+    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int, hardware=None
 ) -> Iterator[tuple[str, np.ndarray]]:
     """``rule_masks`` one rule at a time, (name, mask) in table order: the search keeps one mask at a time."""
-    r, shape = RuleInputs(grid, model, training, options, num_gpus), (len(grid),)
+    r, shape = RuleInputs(grid, model, training, options, num_gpus, hardware), (len(grid),)
     for rule in RULES:
         mask = rule.holds(r)
         yield rule.name, mask if np.shape(mask) == shape else np.broadcast_to(mask, shape)
@@ -561,7 +576,13 @@ class _Distinct:
 
 
 def first_broken(
-    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int, rules=RULES
+    grid: PlanGrid,
+    model: ModelSpec,
+    training: TrainingSpec,
+    options: PlanOptions,
+    num_gpus: int,
+    rules=RULES,
+    hardware=None,
 ) -> np.ndarray:
     """Per plan of the grid, 1 + the first of ``rules`` it breaks (0: none), as ``each_rule_mask`` finds it. A rule
     that reads no ``CROSSED`` column is asked once per run of consecutive plans alike in every other column (the
@@ -570,10 +591,10 @@ def first_broken(
     others ask every row."""
     big = len(grid) >= RUNS_FROM
     first, inverse = _runs([getattr(grid, n) for n in COLUMNS if n not in CROSSED], len(grid)) if big else (None, None)
-    every = RuleInputs(grid, model, training, options, num_gpus)
+    every = RuleInputs(grid, model, training, options, num_gpus, hardware)
     # else every row is asked: a small grid (each rule's fixed cost dominates) or few rows sharing a run
     runs = big and 2 * len(first) <= len(grid)
-    once = RuleInputs(_Distinct(grid.take(first)), model, training, options, num_gpus) if runs else every
+    once = RuleInputs(_Distinct(grid.take(first)), model, training, options, num_gpus, hardware) if runs else every
     broken = (np.zeros(len(first) if runs else len(grid), dtype=np.int16), np.zeros(len(grid), dtype=np.int16))
     for k, rule in enumerate(rules):
         try:
@@ -606,10 +627,16 @@ def broken_rules(masks: dict[str, np.ndarray], i: int = 0) -> list[str]:
 
 
 def rule_messages(
-    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int, i: int = 0
+    grid: PlanGrid,
+    model: ModelSpec,
+    training: TrainingSpec,
+    options: PlanOptions,
+    num_gpus: int,
+    i: int = 0,
+    hardware=None,
 ) -> list[str]:
     """Each rule plan i breaks, by name, with the values that break it and what would be allowed."""
-    r = RuleInputs(grid, model, training, options, num_gpus)
+    r = RuleInputs(grid, model, training, options, num_gpus, hardware)
     x = r.one(i)
     return [
         f"{rule.name}: {rule.message(x)}" for rule in RULES if not bool(np.broadcast_to(rule.holds(r), (len(grid),))[i])

@@ -138,7 +138,7 @@ def has_legal_plan(ctx: Context, num_gpus: int, pins: Pins) -> bool:
     grid = candidate_grid(ctx, num_gpus, _permissive(pins))
     if len(grid) == 0:
         return False
-    masks = rule_masks(grid, ctx.model, ctx.training, ctx.options, num_gpus)
+    masks = rule_masks(grid, ctx.model, ctx.training, ctx.options, num_gpus, ctx.hardware)
     in_domain = tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp)
     ok = np.all(np.array(list(masks.values())), axis=0) & in_domain
     return bool(np.any(ok))
@@ -204,7 +204,7 @@ def pinned_plan_reasons(ctx: Context, num_gpus: int, pins: Pins, options) -> lis
         plan = ParallelPlan(**fields)
     except ValidationError as err:
         return [format_validation_error(err)]
-    return rule_messages(PlanGrid.from_plans([plan]), ctx.model, ctx.training, options, num_gpus)
+    return rule_messages(PlanGrid.from_plans([plan]), ctx.model, ctx.training, options, num_gpus, hardware=ctx.hardware)
 
 
 def rules_broken_everywhere(ctx: Context, pins: Pins, gpus_per_node: int) -> list[str]:
@@ -221,7 +221,7 @@ def rules_broken_everywhere(ctx: Context, pins: Pins, gpus_per_node: int) -> lis
     grid = candidate_grid(ctx, n, _permissive(pins))
     if len(grid) == 0:
         return []
-    r = RuleInputs(grid, ctx.model, ctx.training, ctx.options, n)
+    r = RuleInputs(grid, ctx.model, ctx.training, ctx.options, n, ctx.hardware)
     out = []
     for rule in RULES:
         holds = np.broadcast_to(rule.holds(r), (len(grid),))
