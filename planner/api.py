@@ -236,8 +236,10 @@ def explain_plan(
     overlaps a plan typed as flags left out (``fit_suggestions`` prices each change with them set again)."""
     grid = PlanGrid.from_plans([req.plan])
     broken = rule_messages(grid, req.ctx.model, req.ctx.training, req.ctx.options, req.gpus, hardware=req.ctx.hardware)
-    if broken:
-        raise InfeasibleError(f"Megatron-LM would reject this plan: {'; '.join(broken)}")
+    if broken:  # DeepEP's rule is its library's and Bridge's: Megatron-LM starts the run, DeepEP cannot serve it
+        deepep = all(m.startswith(flex_backend.RULE) for m in broken)
+        who = "this plan would not run" if deepep else "Megatron-LM would reject this plan"
+        raise InfeasibleError(f"{who}: {'; '.join(broken)}")
     with np.errstate(divide="ignore", invalid="ignore"):
         ev = evaluate(grid, req.ctx, stages=True)
     out = plan_json(req.ctx, req.gpus, grid, ev, 0, broken, memory_headroom)

@@ -31,7 +31,7 @@ from planner.space import flex_backend
 from planner.space.grid import PlanGrid
 from planner.space.rules import rule_messages
 
-from conftest import run_cli
+from conftest import one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -87,6 +87,31 @@ def test_explain_of_a_gb200_plan_given_deepep_names_the_reason_in_one_line():
     assert len(lines) == 1 and "Traceback" not in result.stderr
     for words in ("DeepEP on gb200-nvl72", "deepseek-ai/DeepEP#392", "flex_dispatcher_backend.py", "hybridep"):
         assert words in lines[0]
+
+
+def test_a_megatron_lm_script_with_the_flex_dispatcher_on_gb200_runs_deepep_and_is_refused():
+    """Megatron-LM's --moe-flex-dispatcher-backend defaults to deepep (arguments.py @ d98e8a64): a launch script that
+    gives only --moe-token-dispatcher-type flex runs DeepEP on any cluster, so on GB200 it is refused with the reason
+    (not read as the HybridEP megaplan's own flags would default to)."""
+    script = "--num-layers 48 --hidden-size 2048 --num-attention-heads 32 --seq-length 4096 "
+    script += "--max-position-embeddings 40960 --micro-batch-size 2 --global-batch-size 1024 --bf16 --num-experts 128 "
+    script += "--moe-router-topk 8 --moe-ffn-hidden-size 768 --expert-model-parallel-size 8 --swiglu "
+    script += "--moe-token-dispatcher-type flex --vocab-size 151936 --tokenizer-type NullTokenizer"
+    result = run_cli(["explain", "--hardware", "gb200-nvl72", "--gpus", "8", "--megatron-args", script])
+    line = one_line_error(result)
+    assert line.startswith(f"megaplan: error: this plan would not run: {flex_backend.RULE}: DeepEP on gb200-nvl72")
+    ok = run_cli(
+        [
+            "explain",
+            "--hardware",
+            "gb200-nvl72",
+            "--gpus",
+            "8",
+            "--megatron-args",
+            script + " --moe-flex-dispatcher-backend hybridep",
+        ]
+    )
+    assert ok.exit_code == 0, ok.output
 
 
 def test_search_given_deepep_on_gb300_lists_no_flex_plan_and_says_why():

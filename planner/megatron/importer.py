@@ -293,7 +293,7 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         "expandable_segments": "expandable_segments:true" in (allocator_conf or "").replace(" ", "").lower(),
         **cuda_graph_options(v, warnings),
         **optimizer_options(v, warnings),
-        "moe_flex_dispatcher_backend": "deepep" if v.get("moe_enable_deepep") else v.get("moe_flex_dispatcher_backend"),
+        "moe_flex_dispatcher_backend": _flex_backend(v),
         "moe_shared_expert_overlap": bool(v.get("moe_shared_expert_overlap")),
         "delay_wgrad_compute": bool(v.get("delay_wgrad_compute")),
         # the unified knob wins over the deprecated per-backend ones (transformer_config.py __post_init__)
@@ -307,6 +307,16 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
             v.get("moe_router_padding_for_quantization") or v.get("moe_router_padding_for_fp8")
         ),
     }
+
+
+def _flex_backend(v: dict) -> str | None:
+    """The flex dispatcher's library a launch script runs: Megatron-LM's default deepep where the script's flex
+    dispatcher gives none (arguments.py, transformer_config.py @ d98e8a64), on every cluster: on GB200 it runs DeepEP,
+    which the rules refuse there (space.flex_backend); None (the hardware's default) without the flex dispatcher."""
+    if v.get("moe_enable_deepep"):
+        return "deepep"
+    given = v.get("moe_flex_dispatcher_backend")
+    return given or ("deepep" if _dispatcher(v) == "flex" else None)
 
 
 def _bf16_ends(v: dict) -> dict:
