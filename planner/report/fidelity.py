@@ -285,6 +285,15 @@ def nvfp4_calibration_view(out: dict) -> Group:
     if out.get("leave_one_model_out"):
         held = ", ".join(f"without {m} {v:.3f}" for m, v in out["leave_one_model_out"].items())
         parts.append(Text(f"leave one model out: {held}"))
+    for name, b in (out.get("bands") or {}).items():
+        whence = f"carried over from {b['carried_from']}'s" if b.get("carried_from") else "its"
+        how = "each predicted with its model left out of the fit" if b["bearing"] == "fitted" else "out of sample"
+        parts.append(
+            Text(
+                f"NVFP4 band of {name}: {whence} {b['rows']} rows ({b['bearing']}, {how}): RMS log error "
+                f"{b['rms_log_error']:.3f}, largest {b['max_abs_log_error']:.3f}"
+            )
+        )
     table = Table(title="NVFP4 rows: error before (shipped) and after (this fit)", title_justify="left")
     for col, just in (("run", "left"), ("before", "right"), ("after", "right")):
         table.add_column(col, justify=just, overflow="fold")
@@ -293,7 +302,10 @@ def nvfp4_calibration_view(out: dict) -> Group:
     parts.append(table)
     if out.get("written"):
         parts.append(
-            Text(f"wrote {out['factor']} into {out['written']} ({out['preset']}, carried to dgx-b200-superpod)")
+            Text(
+                f"wrote {out['factor']} into {out['written']} ({out['preset']}, carried to dgx-b200-superpod) and the "
+                "NVFP4 bands into their accuracy sections"
+            )
         )
     return Group(*parts)
 
