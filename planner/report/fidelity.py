@@ -368,7 +368,13 @@ def choice_view(result: dict) -> Group:
         + f". Target: median ≤ 5 %, max ≤ 10 % unless every feature of rank 1 is validated: "
         f"{'met' if s['meets_target'] else 'NOT met: ' + ', '.join(s['over_target'])}."
         + (f" Claims above 10 % on validated features: {', '.join(big)}." if big else "")
-        + " 'recipe pred.': the model's error on the recipe itself (predicted/published − 1)."
+        + " 'recipe pred.': the model's error on the recipe itself (predicted/published − 1)"
+        + (
+            f"; net of it (rank 1 over the recipe, both predicted) the median claim is"
+            f" {s['median_model_gain_pct']:+.1f}%, the largest {s['max_model_gain_pct']:+.1f}%."
+            if s.get("median_model_gain_pct") is not None
+            else "."
+        )
         + " 'best published': the same model, GPUs, batch, sequence and precision measured faster in another"
         " release or a verification card, 'vs best' rank 1 against it; '=' where the recipe is the best."
     )
