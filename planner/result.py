@@ -27,7 +27,7 @@ from planner.costs.megatron_memory import MIB, differences, report_theoretical_m
 from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
 from planner.errors import PlannerError
-from planner.fidelity.evidence import PlanEvidence, band_frac, band_parts, evidence_json, plan_evidence
+from planner.fidelity.evidence import PlanEvidence, band_frac, band_parts, band_rows, evidence_json, plan_evidence
 from planner.hardware.spec import GIB
 from planner.models.params import megatron_count_gaps, padded_vocab, param_counts
 from planner.models.pipeline_layout import stage_contents
@@ -82,8 +82,8 @@ class PlanEstimate(BaseModel):
 def estimate_band(iteration_s: float, band_frac: float) -> tuple[float, float]:
     """[low, high] iteration time: the estimate times exp(∓ε), ε = √(ε₀² + n·δ²): ε₀ the validation
     error and calibration uncertainty of the GPU generation (hardware preset ``accuracy``; MoE plans:
-    the MoE rows'), δ its largest validation error, n the plan's features no published setting
-    exercises (``planner.fidelity.evidence``)."""
+    the MoE rows'; NVFP4 plans: the NVFP4 rows'), δ its largest validation error, n the plan's features
+    no published setting exercises (``planner.fidelity.evidence``)."""
     return iteration_s * math.exp(-band_frac), iteration_s * math.exp(band_frac)
 
 
@@ -93,7 +93,7 @@ def plan_band(ctx: Context, gpus: int, plan: ParallelPlan, evidence: PlanEvidenc
     ev = evidence if evidence is not None else plan_evidence(PlanGrid.from_plans([plan]), ctx, gpus)
     row = i if evidence is not None else 0
     eps = float(band_frac(ev.extrapolated[row : row + 1], ctx)[0])
-    return eps, evidence_json(ev, row, (*band_parts(ctx), eps))
+    return eps, evidence_json(ev, row, (*band_parts(ctx), eps), band_rows(ctx))
 
 
 def _formulas_json(text: dict) -> dict:
@@ -156,9 +156,10 @@ class Shared:
         held = self._bands.get(id(ctx))
         if held is None:
             parts = band_parts(ctx)
-            held = self._bands[id(ctx)] = (ctx, parts, band_frac(self.evidence.extrapolated, ctx).tolist())
+            eps_all = band_frac(self.evidence.extrapolated, ctx).tolist()
+            held = self._bands[id(ctx)] = (ctx, parts, eps_all, band_rows(ctx))
         eps = held[2][i]
-        return eps, evidence_json(self.evidence, i, (*held[1], eps))
+        return eps, evidence_json(self.evidence, i, (*held[1], eps), held[3])
 
 
 def plan_json(

@@ -36,7 +36,7 @@ from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.costs.stage_memory import stage_max
 from planner.errors import InfeasibleError, PinsBreakRuleError
-from planner.fidelity.evidence import band_frac, extrapolated_features, plan_evidence
+from planner.fidelity.evidence import band_frac, band_parts, extrapolated_features, plan_evidence
 from planner.plan import Context, PlanOptions, plan_label
 from planner.result import Shared, brief_plan_json, plan_json
 from planner.space import flex_backend
@@ -1320,7 +1320,7 @@ def _ranked(
         int(np.sum(fits)) + dropped,  # legal and fit: the dropped too
         rejected,
         tied=int(np.sum(ranking.tie)),
-        band_frac=ctx.hardware.accuracy.band_frac,
+        band_frac=float(band_parts(ctx)[0]),  # a plan whose every feature has runs behind it (MoE, NVFP4: theirs)
         fastest_rank=fastest_rank,
         rank_by=rank_by,
         moved_down=moved,

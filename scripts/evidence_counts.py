@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Write planner/fidelity/evidence_counts.py: per GPU generation, feature kind and code, the distinct
 published settings that use it (``planner.fidelity.evidence.counted_settings``, computed from the
-reference runs). A search reads the written table instead of building every reference run's plan
-request (about 40 ms and 27 preset files a process). Run it after the reference runs, the presets
+reference runs: fitted or held out), and the held-out part apart (``held_out_settings``). A search
+reads the written tables instead of building every reference run's plan request (about 40 ms and 27
+preset files a process). Run it after the reference runs, the presets
 they name or the feature codes change; tests/test_evidence.py checks the file equals the live count.
 Usage: python scripts/evidence_counts.py
 """
@@ -11,16 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.fidelity.evidence import LABELS, counted_settings, generation, reference_settings
+from planner.fidelity.evidence import LABELS, counted_settings, generation, held_out_settings, reference_settings
 from planner.presets import load_hardware, preset_names
 
 TARGET = Path(__file__).resolve().parent.parent / "planner" / "fidelity" / "evidence_counts.py"
 HEADER = '''"""Written by scripts/evidence_counts.py (do not edit by hand): per GPU generation (compute capability
-major), feature kind and code, the distinct published settings of the reference runs that use it
-(``planner.fidelity.evidence.counted_settings``). A generation absent here has no reference run.
-tests/test_evidence.py checks this table equals the live count."""
-
-COUNTS = {
+major), feature kind and code, the distinct published settings of the reference runs that use it, fitted or
+held out (``planner.fidelity.evidence.counted_settings``), and in HELD_OUT those whose every row is held out
+(validated out of sample, never fitted: ``held_out_settings``). A generation absent here has no reference run.
+tests/test_evidence.py checks these tables equal the live count."""
 '''
 
 
@@ -32,16 +32,18 @@ def generations() -> list[int]:
 
 def table_text() -> str:
     lines = [HEADER]
-    for major in generations():
-        counts = counted_settings(major)
-        if not any(counts.values()):
-            continue
-        lines.append(f"    {major}: {{\n")
-        for kind in LABELS:
-            entries = ", ".join(f"{code}: {n}" for code, n in sorted(counts[kind].items()))
-            lines.append(f'        "{kind}": {{{entries}}},\n')
-        lines.append("    },\n")
-    lines.append("}\n")
+    for name, count in (("COUNTS", counted_settings), ("HELD_OUT", held_out_settings)):
+        lines.append(f"\n{name} = {{\n")
+        for major in generations():
+            counts = count(major)
+            if not any(counts.values()):
+                continue
+            lines.append(f"    {major}: {{\n")
+            for kind in LABELS:
+                entries = ", ".join(f"{code}: {n}" for code, n in sorted(counts[kind].items()))
+                lines.append(f'        "{kind}": {{{entries}}},\n')
+            lines.append("    },\n")
+        lines.append("}\n")
     return "".join(lines)
 
 

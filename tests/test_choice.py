@@ -45,6 +45,24 @@ def test_rank_one_claims_what_it_predicts_over_the_published_recipe(slim):
     assert slim["summary"]["meets_target"] and slim["summary"]["recipes"] == 2
 
 
+def test_the_claim_splits_into_the_recipe_error_and_the_model_gain():
+    """MB-26.06-H100-QWEN3-30B-16 at 015af93 (`validate --choice --json`): published 8,826 tokens/s per GPU, the recipe
+    predicted 9,968.89, rank 1 (TP1 EP16 b 2, HybridEP with the A2A overlap) 14,033.12. By hand: g = 14,033.12 /
+    9,968.89 − 1 = +40.77 %, e = 9,968.89 / 8,826 − 1 = +12.95 %, and 1.1295 · 1.4077 = 1.5900 = 14,033.12 / 8,826:
+    the +59.0 % claim is the model's error on the recipe times what the search believes it found."""
+    assert choice.model_gain_pct(14033.12, 9968.89) == pytest.approx(40.77, abs=0.01)
+    assert (1 + 0.12949) * (1 + 0.40770) == pytest.approx(14033.12 / 8826, rel=1e-4)
+
+
+def test_each_row_carries_its_model_gain(slim):
+    for row in slim["recipes"]:
+        net = (1 + row["claimed_gain_pct"] / 100) / (1 + row["recipe_error_pct"] / 100) - 1
+        assert row["model_gain_pct"] == pytest.approx(100 * net)
+    gains = sorted(r["model_gain_pct"] for r in slim["recipes"])
+    assert slim["summary"]["median_model_gain_pct"] == pytest.approx(sum(gains) / 2)  # two rows: their mean
+    assert slim["summary"]["max_model_gain_pct"] == gains[-1]
+
+
 def test_summary_exempts_only_validated_rank_ones():
     rows = [
         {"id": "a", "claimed_gain_pct": 2.0, "rank1_validated": True},
@@ -53,6 +71,11 @@ def test_summary_exempts_only_validated_rank_ones():
     ]
     s = choice.choice_summary(rows)
     assert s["median_gain_pct"] == 4.0 and s["max_gain_pct"] == 30.0 and s["max_gain_extrapolated_pct"] == 4.0
+    assert s["median_model_gain_pct"] is None and s["max_model_gain_pct"] is None  # no row carries one
+    for row, gain in zip(rows, (1.0, 12.0, -3.0), strict=True):
+        row["model_gain_pct"] = gain
+    s = choice.choice_summary(rows)
+    assert s["median_model_gain_pct"] == 1.0 and s["max_model_gain_pct"] == 12.0
     assert s["meets_target"] and s["over_target"] == []
     rows[2]["claimed_gain_pct"] = 12.0  # extrapolated and above 10 %: over the target
     s = choice.choice_summary(rows)

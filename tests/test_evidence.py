@@ -75,6 +75,7 @@ def test_the_shipped_counts_are_the_live_count():
         assert evidence.generation_counts(major) == evidence.counted_settings(major), (
             f"generation {major}: run python scripts/evidence_counts.py"
         )
+        assert evidence.generation_held_out(major) == evidence.held_out_settings(major)
     assert set(COUNTS) == {s.generation for s in evidence.reference_settings()} == {8, 9, 10}
     assert evidence.generation_counts(7) == {kind: {} for kind in evidence.LABELS}
     assert script.TARGET.read_text() == script.table_text(), "run python scripts/evidence_counts.py"

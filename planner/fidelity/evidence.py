@@ -3,11 +3,15 @@ distinct published settings in the fit exercise it on the plan's GPU generation.
 
 A *setting* is one model with one plan (its TP, PP, CP, VPP, EP, micro-batch, recomputation, ...
 but not its DP: a weak-scaling series on more GPUs is one setting), on one hardware preset, at one
-sequence length and precision: the rows of ``presets/reference/*.csv`` in the bar (``Run.fit``,
-as ``planner.fidelity.runs.load_runs`` and ``moe_runs.load_moe_runs`` build them), shipped with
-the package. A feature a plan uses that no setting of its generation exercises is *extrapolated*;
-the band of the estimate widens for each (``band_frac``, docs/cost-model.md §10.6) and search ranks
-by the pessimistic end of that band.
+sequence length and precision: the validation rows of ``presets/reference/*.csv`` (as
+``planner.fidelity.runs.load_runs`` and ``moe_runs.load_moe_runs`` build them), shipped with the
+package, that bear on the model (``bearing``): *fitted* (``Run.fit``; GB200's NVFP4 rows, which fit
+its NVFP4 GEMM ratio) or *held out* (validated out of sample, never fitted: ``Run.held_out``, the
+Megatron-Bridge verification cards' MoE rows; GB300's NVFP4 rows, which judge its measured ratio).
+A feature's count is both kinds (``counted_settings``), its held-out part apart (``held_out_settings``).
+A feature a plan uses that no setting of its generation exercises is *extrapolated*; the band of the
+estimate widens for each (``band_frac``, docs/cost-model.md §10.6) and search ranks by the
+pessimistic end of that band. An NVFP4 plan's band is its NVFP4 rows' (``band_parts``).
 
 Everything is vectorised: ``feature_codes`` turns a grid of plans into one integer array per
 feature kind (0: not used), and ``plan_evidence`` looks each code up in the generation's counts.
@@ -127,6 +131,23 @@ class Setting:
     model: str
     rows: tuple[str, ...]
     codes: dict[str, frozenset[int]]  # every code its rows use, per kind
+    held_out: bool = False  # every row held out (validated out of sample, never fitted)
+    fit_rows: int = 0  # its rows of the dense or MoE fit (Run.fit): the preset's fit, as validate counts it
+
+
+def bearing(run) -> str | None:
+    """How a reference row bears on the features it exercises: ``"fitted"``, a fit used it (``Run.fit``: the dense
+    or MoE calibration; an NVFP4 row on the preset whose NVFP4 GEMM ratio is fitted on its NVFP4 rows,
+    ``nvfp4_fit.FIT_PRESET``); ``"held out"``, validated out of sample and never fitted (``Run.held_out``: a
+    Megatron-Bridge verification card's MoE row; an NVFP4 row on a preset whose ratio is measured, GB300: its rows
+    judge the measurement); None, no evidence (flagged software, a setting assumed or searched)."""
+    from planner.fidelity.nvfp4_fit import FIT_PRESET, is_nvfp4
+
+    if run.fit:
+        return "fitted"
+    if is_nvfp4(run):
+        return "fitted" if run.hardware == FIT_PRESET else "held out"
+    return "held out" if run.held_out else None
 
 
 def _setting_key(run, req) -> tuple:
@@ -145,16 +166,16 @@ def _setting_key(run, req) -> tuple:
 
 @functools.lru_cache(maxsize=8)
 def reference_settings(major: int | None = None) -> tuple[Setting, ...]:
-    """The distinct settings of every reference row in the bar (dense and MoE), with their feature codes;
-    with ``major``, only those on GPUs of that generation (a search needs only its own: each row is
-    a whole plan request to build)."""
+    """The distinct settings of every reference row that bears on the model (``bearing``: fitted or held out; dense
+    and MoE), with their feature codes; with ``major``, only those on GPUs of that generation (a search needs only
+    its own: each row is a whole plan request to build)."""
     from planner.fidelity.moe_runs import load_moe_runs
     from planner.fidelity.runs import load_runs
     from planner.fidelity.validate import prepared
 
     groups: dict[tuple, list] = {}
     for run in [*load_runs(), *load_moe_runs()]:
-        if not run.fit or ":" in run.id:
+        if bearing(run) is None or ":" in run.id:
             continue
         if major is not None and _preset_generation(run.hardware) != major:
             continue
@@ -173,6 +194,8 @@ def reference_settings(major: int | None = None) -> tuple[Setting, ...]:
                 req.ctx.model.name,
                 tuple(r.id for r, _, _ in members),
                 codes,
+                held_out=all(bearing(r) == "held out" for r, _, _ in members),
+                fit_rows=sum(r.fit for r, _, _ in members),
             )
         )
     return tuple(out)
@@ -187,34 +210,50 @@ def _preset_generation(hardware: str) -> int:
 
 
 def generation_counts(major: int) -> dict[str, dict[int, int]]:
-    """Per feature kind and code, the distinct settings of GPU generation ``major`` that use it: the table
-    shipped with the package (``evidence_counts.COUNTS``, written by scripts/evidence_counts.py from
+    """Per feature kind and code, the distinct settings of GPU generation ``major`` that use it, fitted or held
+    out: the table shipped with the package (``evidence_counts.COUNTS``, written by scripts/evidence_counts.py from
     ``counted_settings``; a test checks they are equal), so a search builds no reference run's plan."""
     from planner.fidelity.evidence_counts import COUNTS
 
     return COUNTS.get(major) or {k: {} for k in LABELS}  # a generation absent there has no reference run
 
 
-@functools.lru_cache(maxsize=8)
-def counted_settings(major: int) -> dict[str, dict[int, int]]:
+def generation_held_out(major: int) -> dict[str, dict[int, int]]:
+    """The held-out part of ``generation_counts``: settings whose every row is validated out of sample, never
+    fitted (``evidence_counts.HELD_OUT``, from ``held_out_settings``)."""
+    from planner.fidelity.evidence_counts import HELD_OUT
+
+    return HELD_OUT.get(major) or {k: {} for k in LABELS}
+
+
+@functools.lru_cache(maxsize=16)
+def counted_settings(major: int, held_out_only: bool = False) -> dict[str, dict[int, int]]:
     """Per feature kind and code, the distinct settings of GPU generation ``major`` that use it, counted
-    from the reference runs (``reference_settings``)."""
+    from the reference runs (``reference_settings``): fitted or held out, or (``held_out_only``) held out."""
     counts: dict[str, dict[int, int]] = {k: {} for k in LABELS}
     for s in reference_settings(major):
-        if s.generation == major:
+        if s.generation == major and (s.held_out or not held_out_only):
             for kind, codes in s.codes.items():
                 for c in codes:
                     counts[kind][c] = counts[kind].get(c, 0) + 1
     return counts
 
 
+def held_out_settings(major: int) -> dict[str, dict[int, int]]:
+    """``counted_settings(major)``'s held-out part: the settings whose every row is held out."""
+    return counted_settings(major, held_out_only=True)
+
+
 def settings_per_preset() -> dict[str, dict[str, int]]:
-    """Distinct settings (model × plan) and rows behind each hardware preset's fit, dense and MoE apart."""
+    """Distinct settings (model × plan) and rows behind each hardware preset's fit (``Run.fit``: the dense and MoE
+    calibrations), dense and MoE apart."""
     out: dict[str, dict[str, int]] = {}
     for s in reference_settings():
+        if not s.fit_rows:
+            continue
         entry = out.setdefault(s.hardware, {"dense_settings": 0, "moe_settings": 0, "rows": 0})
         entry["moe_settings" if 2 in s.codes["model"] else "dense_settings"] += 1
-        entry["rows"] += len(s.rows)
+        entry["rows"] += s.fit_rows
     return out
 
 
@@ -237,6 +276,12 @@ class PlanEvidence:
         """How many features the plan uses that no setting of its generation exercises: its counts of 0 (a kind
         it does not use counts ``NOT_USED``), as ``extrapolated_features``."""
         return np.sum([count == 0 for count in self.counts.values()], axis=0, dtype=np.int64)
+
+    @functools.cached_property
+    def held_out(self) -> dict[str, np.ndarray]:
+        """Per kind, the held-out part of ``counts``: settings whose every row is validated out of sample."""
+        table = generation_held_out(self.generation)
+        return {kind: _looked_up(code, table[kind]) for kind, code in self.codes.items()}
 
     @functools.cached_property
     def lists(self) -> tuple[dict[str, list], dict[str, list], list]:
@@ -307,16 +352,19 @@ def _table_of(values: np.ndarray, counts: dict[int, int]) -> np.ndarray:
     return np.array([NOT_USED if v == 0 else counts.get(int(v), 0) for v in values], dtype=np.int64)
 
 
-def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float]) -> dict:
-    """Plan i's evidence for the plan JSON: every feature it uses with its settings, the weakest link,
-    what is extrapolated, and its band (``band``: base, per extrapolated feature, total, as fractions)."""
+def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float], rows: str | None = None) -> dict:
+    """Plan i's evidence for the plan JSON: every feature it uses with its settings (``held_out`` of them validated
+    out of sample, never fitted), the weakest link, what is extrapolated, and its band (``band``: base, per
+    extrapolated feature, total, as fractions; ``rows``: the rows the band comes from where they are not the
+    preset's dense rows, ``band_rows``)."""
     codes, counts, settings = ev.lists
-    features = [
-        {"feature": LABELS[kind](int(codes[kind][i])), "kind": kind, "settings": int(counts[kind][i])}
-        for kind in LABELS
-        if codes[kind][i] != 0
-    ]
-    return {
+    features = []
+    for kind in LABELS:
+        if codes[kind][i] != 0:
+            n, held = int(counts[kind][i]), int(ev.held_out[kind][i])
+            label = LABELS[kind](int(codes[kind][i]))
+            features.append({"feature": label, "kind": kind, "settings": n, "held_out": held})
+    out = {
         "generation": generation_name(ev.generation),
         "settings": int(settings[i]),
         "features": features,
@@ -325,16 +373,55 @@ def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float]) ->
         "base_band_frac": band[0],
         "per_extrapolated_frac": band[1],
     }
+    if rows:
+        out["band_rows"] = rows
+    return out
 
 
 def band_parts(ctx: Context) -> tuple[float, float]:
     """(ε₀, δ): the band of a plan whose every feature has a run behind it, and what each extrapolated
-    feature adds in quadrature (hardware preset ``accuracy``; MoE plans: the MoE rows' figures)."""
+    feature adds in quadrature (hardware preset ``accuracy``; MoE plans: the MoE rows' figures; NVFP4 plans: the
+    NVFP4 rows', ``nvfp4_band_parts``)."""
     acc = ctx.hardware.accuracy
     if ctx.model.is_moe and acc.moe_validation_error_frac is not None:
         base = (acc.moe_validation_error_frac**2 + acc.calibration_uncertainty_frac**2) ** 0.5
         return base, acc.moe_max_error_frac or base
+    if _nvfp4_band(ctx):
+        return nvfp4_band_parts(
+            acc.nvfp4_validation_error_frac, acc.nvfp4_max_error_frac, acc.calibration_uncertainty_frac
+        )
     return acc.band_frac, acc.max_error_frac if acc.max_error_frac is not None else acc.band_frac
+
+
+def nvfp4_band_parts(rms_frac: float, max_frac: float, calibration_frac: float) -> tuple[float, float]:
+    """(ε₀, δ) of an NVFP4 plan from its preset's NVFP4 rows (docs/cost-model.md §4.1, §10.6):
+
+        ε₀ = √(ε_nv² + σ_cal²),  δ = max(δ_nv, ε₀)
+
+    ε_nv (``rms_frac``) the RMS of the rows' r = ln(predicted/published), each taken out of sample (GB300: at its
+    measured ratio; GB200: at the ratio fitted without the row's model), σ_cal (``calibration_frac``) the dense
+    calibration's uncertainty carried to a prediction (the factors the rows do not fit), δ_nv (``max_frac``) the
+    largest |r| (``nvfp4_fit.log_band``), what each feature no setting exercises adds. Scalars or arrays."""
+    base = np.sqrt(np.square(rms_frac) + np.square(calibration_frac))
+    return base, np.maximum(max_frac, base)
+
+
+def _nvfp4_band(ctx: Context) -> bool:
+    """Whether the plan's band is its NVFP4 rows' (an NVFP4 plan on a preset whose accuracy has them)."""
+    acc = ctx.hardware.accuracy
+    return (
+        ctx.options.fp4 is not None
+        and acc.nvfp4_validation_error_frac is not None
+        and acc.nvfp4_max_error_frac is not None
+    )
+
+
+def band_rows(ctx: Context) -> str | None:
+    """The rows a plan's band comes from where they are not the preset's dense rows: an NVFP4 plan's, their count,
+    preset, bearing and source (the accuracy's source text; explain prints it on the runs line)."""
+    if ctx.model.is_moe or not _nvfp4_band(ctx):
+        return None
+    return ctx.hardware.accuracy.sources.get("nvfp4_validation_error_frac")
 
 
 def band_frac(extrapolated: np.ndarray, ctx: Context) -> np.ndarray:

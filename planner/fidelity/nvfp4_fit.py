@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.fidelity.calibrate import Fit
+import numpy as np
+
+from planner.fidelity.calibrate import Fit, with_calibration
 from planner.fidelity.calibrate import fit as fit_factors
 from planner.fidelity.runs import Run, load_runs
-from planner.fidelity.validate import on_hardware, prepare, validate
+from planner.fidelity.validate import on_hardware, predictions, prepare, validate
 from planner.hardware.calibration import Drift, Status
-from planner.hardware.spec import HardwareSpec
+from planner.hardware.spec import Accuracy, HardwareSpec
 from planner.presets import load_hardware
 
 FACTOR = "nvfp4_gemm_ratio"
@@ -72,6 +74,67 @@ def leave_one_model_out(runs: list[Run], hw: HardwareSpec | None = None) -> dict
     )
 
 
+def log_band(log_errors) -> tuple[float, float]:
+    """(ε_v, δ) of a set of rows' residuals r_i = ln(predicted_i/published_i): ε_v = √(Σ r_i² / n), their RMS (the
+    band of a plan the rows back), and δ = max |r_i| (what each feature no row exercises adds in quadrature;
+    docs/cost-model.md §10.6). Both are at least the rows' spread: ε_v² = mean² + variance."""
+    r = np.asarray(log_errors, dtype=float)
+    return float(np.sqrt(np.mean(r**2))), float(np.max(np.abs(r)))
+
+
+def band_log_errors(every: list[Run] | None = None) -> dict[str, dict]:
+    """Per preset with NVFP4 rows, each row's ln(predicted/published) taken out of sample, and how the rows bear on
+    the preset's ratio: GB200's rows fit it, so each is predicted at the ratio fitted without its model (the fitted
+    residual plus the leave-one-model-out drift, row by row: ``held_out_log_errors``); a preset whose ratio is
+    measured (GB300, TE's B300 profile) is judged by its rows as shipped, out of sample."""
+    every = every if every is not None else load_runs()
+    out: dict[str, dict] = {}
+    for name in dict.fromkeys(r.hardware for r in every if is_nvfp4(r)):
+        runs = fit_runs(every, name)
+        if name == FIT_PRESET:
+            out[name] = {"bearing": "fitted", "log_errors": held_out_log_errors(runs)}
+        else:
+            pred = predictions(runs, [prepare(r) for r in runs])
+            errs = {r.id: float(np.log(p / r.published)) for r, p in zip(runs, pred, strict=True)}
+            out[name] = {"bearing": "held out", "log_errors": errs}
+        out[name]["sources"] = sorted({r.source for r in runs})
+    return out
+
+
+def held_out_log_errors(runs: list[Run], hw: HardwareSpec | None = None) -> dict[str, float]:
+    """Each row's ln(predicted/published) at the ratio fitted without its model's rows (``leave_one_model_out``): what
+    the fit would have said of the row had it not seen its model. With one model only, the rows at the preset's own
+    ratio (nothing to hold out)."""
+    hw = hw or load_hardware(FIT_PRESET)
+    held = leave_one_model_out(runs, hw)
+    reqs = [on_hardware(prepare(r), with_calibration(hw, {FACTOR: held[_model(r)]}) if held else hw) for r in runs]
+    pred = predictions(runs, reqs)
+    return {r.id: float(np.log(p / r.published)) for r, p in zip(runs, pred, strict=True)}
+
+
+def band_accuracy(preset: HardwareSpec, entry: dict, carried_from: str | None = None) -> Accuracy:
+    """``preset``'s accuracy with its NVFP4 band (``entry``: ``band_log_errors``' of the preset, or of
+    ``carried_from``'s for a preset with no NVFP4 row of its own): ``log_band`` of the rows, each source naming the
+    rows' count, preset, how they bear on the ratio and where they are published (explain prints it)."""
+    rms, worst = log_band(list(entry["log_errors"].values()))
+    n, name = len(entry["log_errors"]), carried_from or preset.name
+    how = (
+        "fitting its NVFP4 GEMM ratio, each predicted with its model left out of the fit"
+        if entry["bearing"] == "fitted"
+        else "out of sample (its NVFP4 GEMM ratio measured, not fitted)"
+    )
+    rows = f"{n} NVFP4 rows on {name} ({'; '.join(entry['sources'])}) {how}"
+    carried = f"carried over from {carried_from}: " if carried_from else ""
+    sources = dict(preset.accuracy.sources) | {
+        "nvfp4_validation_error_frac": f"{carried}{rows}: RMS of ln(predicted/published) {100 * rms:.1f} % "
+        "(calibrate --nvfp4)",
+        "nvfp4_max_error_frac": f"{carried}{rows}: the largest |ln(predicted/published)| {100 * worst:.1f} % "
+        "(calibrate --nvfp4)",
+    }
+    values = {"nvfp4_validation_error_frac": round(rms, 3), "nvfp4_max_error_frac": round(worst, 3)}
+    return preset.accuracy.model_copy(update=values | {"sources": sources})
+
+
 def note(f: Fit) -> str:
     """What the fit was made on, for the preset's source text (its ``loso`` range: each model held out)."""
     return (
@@ -81,8 +144,9 @@ def note(f: Fit) -> str:
 
 
 def run_nvfp4_calibration(*, loso: bool = True, write_dir: str | None = None) -> dict:
-    """Fit the GB200 ratio, hold out each model, validate the NVFP4 rows with it; optionally write it into the
-    GB200 preset (fitted) and DGX B200's (carried over)."""
+    """Fit the GB200 ratio, hold out each model, validate the NVFP4 rows with it; the NVFP4 band of each preset with
+    NVFP4 rows (``band_log_errors``, ``band_accuracy``; DGX B200 carries GB200's); optionally write the ratio into
+    the GB200 preset (fitted) and DGX B200's (carried over), and the bands into their accuracy sections."""
     from planner.fidelity.writer import fitted_calibration, write_hardware_file
 
     every = load_runs()
@@ -100,6 +164,11 @@ def run_nvfp4_calibration(*, loso: bool = True, write_dir: str | None = None) ->
         base = load_hardware(name)
         ccal = fitted_calibration(base.calibration, f, note(f), carried_from=FIT_PRESET)
         presets[name] = base.model_copy(update={"calibration": ccal})
+    bands = band_log_errors(every)
+    accuracy = {name: band_accuracy(load_hardware(name), entry) for name, entry in bands.items()}
+    if FIT_PRESET in bands:
+        for name in CARRIED_TO:
+            accuracy[name] = band_accuracy(load_hardware(name), bands[FIT_PRESET], carried_from=FIT_PRESET)
     nvfp4 = [r for r in every if is_nvfp4(r)]
     before = validate(nvfp4)["runs"]
     after = validate(nvfp4, {name: presets.get(name) or load_hardware(name) for name in {r.hardware for r in nvfp4}})
@@ -115,15 +184,28 @@ def run_nvfp4_calibration(*, loso: bool = True, write_dir: str | None = None) ->
         "runs": f.runs,
         "rms_log_error": f.loss**0.5,
         "leave_one_model_out": held,
+        # the NVFP4 band per preset (docs/cost-model.md §4.1): its rows' out-of-sample residuals, RMS and largest
+        "bands": {
+            name: {
+                "bearing": bands.get(name, bands.get(FIT_PRESET, {})).get("bearing"),
+                "carried_from": None if name in bands else FIT_PRESET,
+                "rows": len(bands.get(name, bands.get(FIT_PRESET, {})).get("log_errors", {})),
+                "rms_log_error": acc.nvfp4_validation_error_frac,
+                "max_abs_log_error": acc.nvfp4_max_error_frac,
+            }
+            for name, acc in accuracy.items()
+        },
         "errors_pct": {
             r["id"]: {"before": b["error_pct"], "after": r["error_pct"]}
             for r, b in zip(after["runs"], before, strict=True)
         },
     }
     if write_dir:
-        for name, preset in presets.items():
-            if preset.calibration.factors[FACTOR].status == Status.NOT_IDENTIFIABLE.value:
-                continue
-            write_hardware_file(Path(write_dir) / f"{name}.yaml", load_hardware(name), preset.calibration)
+        for name in dict.fromkeys([*presets, *accuracy]):
+            preset = presets.get(name) or load_hardware(name)
+            cal = preset.calibration
+            if name in presets and cal.factors[FACTOR].status == Status.NOT_IDENTIFIABLE.value:
+                cal = load_hardware(name).calibration  # the ratio as shipped; the band still written
+            write_hardware_file(Path(write_dir) / f"{name}.yaml", load_hardware(name), cal, accuracy.get(name))
         out["written"] = write_dir
     return out

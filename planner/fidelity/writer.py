@@ -92,7 +92,7 @@ def fitted_accuracy(
 ):
     """The accuracy section after a fit: the RMS and largest log error of the preset's own runs whose
     configuration is published (``stats``, validate's by_hardware entry), else the donor's; the fit's σ
-    carried to the predictions (calibrate.Fit.prediction_sigma); the MoE rows' figures as they were
+    carried to the predictions (calibrate.Fit.prediction_sigma); the MoE and NVFP4 rows' figures as they were
     (``previous``: the dense fit does not move them)."""
     sigma_text = (
         f"megaplan calibrate: the fitted factors' covariance (least-squares Jacobian) carried to each run's "
@@ -124,7 +124,12 @@ def fitted_accuracy(
             if stats
             else f"no run on this preset: {carried_from}'s {100 * worst:.1f} %"
         )
-    for name in ("moe_validation_error_frac", "moe_max_error_frac"):
+    for name in (
+        "moe_validation_error_frac",
+        "moe_max_error_frac",
+        "nvfp4_validation_error_frac",
+        "nvfp4_max_error_frac",
+    ):
         if previous is not None and getattr(previous, name) is not None:
             values[name], sources[name] = getattr(previous, name), previous.sources[name]
     return Accuracy(**values, sources=sources)

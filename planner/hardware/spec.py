@@ -274,6 +274,15 @@ class Accuracy(_Sourced):
     moe_max_error_frac: float | None = Field(
         None, ge=0, lt=1, description="largest |ln(predicted/published)| on the MoE runs in the bar"
     )
+    nvfp4_validation_error_frac: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="RMS of ln(predicted/published) on the NVFP4 rows, each out of sample (NVFP4 plans' band)",
+    )
+    nvfp4_max_error_frac: float | None = Field(
+        None, ge=0, lt=1, description="largest |ln(predicted/published)| on the same NVFP4 rows"
+    )
 
     @property
     def band_frac(self) -> float:

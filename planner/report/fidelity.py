@@ -285,6 +285,15 @@ def nvfp4_calibration_view(out: dict) -> Group:
     if out.get("leave_one_model_out"):
         held = ", ".join(f"without {m} {v:.3f}" for m, v in out["leave_one_model_out"].items())
         parts.append(Text(f"leave one model out: {held}"))
+    for name, b in (out.get("bands") or {}).items():
+        whence = f"carried over from {b['carried_from']}'s" if b.get("carried_from") else "its"
+        how = "each predicted with its model left out of the fit" if b["bearing"] == "fitted" else "out of sample"
+        parts.append(
+            Text(
+                f"NVFP4 band of {name}: {whence} {b['rows']} rows ({b['bearing']}, {how}): RMS log error "
+                f"{b['rms_log_error']:.3f}, largest {b['max_abs_log_error']:.3f}"
+            )
+        )
     table = Table(title="NVFP4 rows: error before (shipped) and after (this fit)", title_justify="left")
     for col, just in (("run", "left"), ("before", "right"), ("after", "right")):
         table.add_column(col, justify=just, overflow="fold")
@@ -293,7 +302,10 @@ def nvfp4_calibration_view(out: dict) -> Group:
     parts.append(table)
     if out.get("written"):
         parts.append(
-            Text(f"wrote {out['factor']} into {out['written']} ({out['preset']}, carried to dgx-b200-superpod)")
+            Text(
+                f"wrote {out['factor']} into {out['written']} ({out['preset']}, carried to dgx-b200-superpod) and the "
+                "NVFP4 bands into their accuracy sections"
+            )
         )
     return Group(*parts)
 
@@ -356,7 +368,13 @@ def choice_view(result: dict) -> Group:
         + f". Target: median ≤ 5 %, max ≤ 10 % unless every feature of rank 1 is validated: "
         f"{'met' if s['meets_target'] else 'NOT met: ' + ', '.join(s['over_target'])}."
         + (f" Claims above 10 % on validated features: {', '.join(big)}." if big else "")
-        + " 'recipe pred.': the model's error on the recipe itself (predicted/published − 1)."
+        + " 'recipe pred.': the model's error on the recipe itself (predicted/published − 1)"
+        + (
+            f"; net of it (rank 1 over the recipe, both predicted) the median claim is"
+            f" {s['median_model_gain_pct']:+.1f}%, the largest {s['max_model_gain_pct']:+.1f}%."
+            if s.get("median_model_gain_pct") is not None
+            else "."
+        )
         + " 'best published': the same model, GPUs, batch, sequence and precision measured faster in another"
         " release or a verification card, 'vs best' rank 1 against it; '=' where the recipe is the best."
     )

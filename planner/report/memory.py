@@ -129,19 +129,27 @@ def evidence_cell(pj: dict) -> Text:
 
 def evidence_text(pj: dict) -> Text:
     """One line: what the published runs say about the plan ("validated by 14 settings" or what is
-    extrapolated), and the band it gives."""
+    extrapolated; how many of the weakest feature's settings are held out, validated out of sample), and the
+    band it gives, with the rows it comes from where they are not the preset's dense rows (an NVFP4 plan's:
+    their count, preset, how they bear on the model and source)."""
     ev = pj.get("evidence")
     out = Text()
     if not ev:
         return out
     gen, band = ev["generation"], f"band ± {100 * ev['band_frac']:.1f} %"
+    rows = f" from {ev['band_rows']}" if ev.get("band_rows") else ""
     if ev["extrapolated"]:
         out.append("extrapolated: ", "bold yellow")
         each = f"± {100 * ev['per_extrapolated_frac']:.1f} %{NBSP}each"  # the verdict's Hanging keeps it whole
-        out.append(f"{', '.join(ev['extrapolated'])} on {gen}, 0 runs; {band} ({each})")
+        out.append(f"{', '.join(ev['extrapolated'])} on {gen}, 0 runs; {band} ({each}){rows}")
     else:
-        weakest = min(ev["features"], key=lambda f: f["settings"])["feature"]
-        out.append(f"validated by {counted(ev['settings'], 'setting')} on {gen} (fewest: {weakest}); {band}")
+        weakest = min(ev["features"], key=lambda f: f["settings"])
+        held = weakest.get("held_out", 0)
+        held = f", {held} of them held out" if held else ""
+        out.append(
+            f"validated by {counted(ev['settings'], 'setting')} on {gen} (fewest: {weakest['feature']}{held}); "
+            f"{band}{rows}"
+        )
     return out
 
 

@@ -1,0 +1,154 @@
+"""The evidence of an NVFP4 plan: the 17 NVFP4 validation rows (Megatron-Bridge performance summary archive @ 067f987,
+releases 26.02-26.06) count as settings that exercise NVFP4 on Blackwell - GB200's 9 fitted (they fit its NVFP4 GEMM
+ratio), GB300's 8 held out (they judge its measured ratio out of sample) - and an NVFP4 plan's band is those rows'
+out-of-sample residuals (planner.fidelity.evidence.band_parts, nvfp4_fit.band_log_errors; docs/cost-model.md §4.1)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.api import make_request
+from planner.cli import cli
+from planner.fidelity import evidence, nvfp4_fit
+from planner.fidelity.moe_runs import load_moe_runs
+from planner.fidelity.runs import load_runs
+from planner.fidelity.validate import predictions, prepare
+from planner.plan import ParallelPlan
+from planner.presets import load_hardware
+from planner.space.grid import PlanGrid
+
+GB200, GB300, B200 = "gb200-nvl72", "gb300-nvl72", "dgx-b200-superpod"
+RECIPE_70B = dict(tp=2, pp=4, dp=8, vpp=5, sequence_parallel=True, distributed_optimizer=True)
+
+
+def _request(hardware: str):
+    return make_request(
+        model="llama3-70b", hardware=hardware, gpus=64, global_batch=256, seq_len=8192, options={"fp4": "e2m1"}
+    )
+
+
+def test_the_band_of_a_small_set_of_residuals_by_hand():
+    """r = ln(predicted/published) of four rows: -0.05, 0.02, 0.10, -0.03.
+    RMS: √((0.0025 + 0.0004 + 0.0100 + 0.0009)/4) = √(0.0138/4) = √0.00345 = 0.058737; largest |r| 0.10.
+    With σ_cal = 0.012: ε₀ = √(0.00345 + 0.000144) = √0.003594 = 0.059950, δ = max(0.10, ε₀) = 0.10;
+    a plan with one feature no setting exercises: √(0.003594 + 0.0100) = √0.013594 = 0.116594."""
+    rms, worst = nvfp4_fit.log_band([-0.05, 0.02, 0.10, -0.03])
+    assert rms == pytest.approx(0.058737, abs=1e-6) and worst == pytest.approx(0.10, abs=1e-12)
+    base, per = evidence.nvfp4_band_parts(rms, worst, 0.012)
+    assert base == pytest.approx(0.059950, abs=1e-6) and per == pytest.approx(0.10, abs=1e-12)
+    assert math.sqrt(base**2 + 1 * per**2) == pytest.approx(0.116594, abs=1e-6)
+    # δ is never below ε₀: three rows all 5 % off, σ_cal 0.03 → ε₀ = √(0.0025 + 0.0009) = 0.058310 > 0.05
+    base, per = evidence.nvfp4_band_parts(*nvfp4_fit.log_band([0.05, -0.05, 0.05]), 0.03)
+    assert base == pytest.approx(0.058310, abs=1e-6) and per == base
+
+
+def test_nvfp4_plans_take_their_rows_band_per_preset():
+    """The shipped figures (calibrate --nvfp4 --write): GB200 ε_nv 0.082, δ 0.123, σ_cal 0.011 → ε₀ = √(0.006724 +
+    0.000121) = √0.006845 = 0.082735; GB300 ε_nv 0.074, δ 0.138, σ_cal 0.012 → √(0.005476 + 0.000144) = √0.00562 =
+    0.074967; DGX B200 carries GB200's rows (no NVFP4 row of its own) with its own σ_cal 0.011."""
+    expected = {GB200: (0.082735, 0.123), GB300: (0.074967, 0.138), B200: (0.082735, 0.123)}
+    for name, (base, per) in expected.items():
+        req = _request(name)
+        got = evidence.band_parts(req.ctx)
+        assert got == pytest.approx((base, per), abs=1e-6), name
+        assert "NVFP4 rows" in evidence.band_rows(req.ctx)
+    # a BF16 plan on the same preset keeps the dense rows' band, and names no other rows
+    bf16 = make_request(model="llama3-70b", hardware=GB200, gpus=64, global_batch=256, seq_len=8192)
+    acc = bf16.ctx.hardware.accuracy
+    assert evidence.band_parts(bf16.ctx) == (acc.band_frac, acc.max_error_frac)
+    assert evidence.band_rows(bf16.ctx) is None
+
+
+def test_the_shipped_bands_are_the_rows_out_of_sample_residuals():
+    bands = nvfp4_fit.band_log_errors()
+    assert {name: (b["bearing"], len(b["log_errors"])) for name, b in bands.items()} == {
+        GB200: ("fitted", 9),
+        GB300: ("held out", 8),
+    }
+    for name, donor in ((GB200, GB200), (GB300, GB300), (B200, GB200)):
+        acc = load_hardware(name).accuracy
+        rms, worst = nvfp4_fit.log_band(list(bands[donor]["log_errors"].values()))
+        assert (acc.nvfp4_validation_error_frac, acc.nvfp4_max_error_frac) == (round(rms, 3), round(worst, 3)), (
+            f"{name}: run megaplan calibrate --nvfp4 --write presets/hardware"
+        )
+        assert f"{len(bands[donor]['log_errors'])} NVFP4 rows on {donor}" in acc.sources["nvfp4_validation_error_frac"]
+    # GB200's rows out of sample, each predicted at the ratio fitted without its model, are farther off in RMS than
+    # the same rows in sample at the shipped ratio: the fitted spread with the leave-one-model-out drift on top
+    runs = nvfp4_fit.fit_runs()
+    in_sample = predictions(runs, [prepare(r) for r in runs])
+    rms_in, _ = nvfp4_fit.log_band([math.log(p / r.published) for p, r in zip(in_sample, runs, strict=True)])
+    assert rms_in < load_hardware(GB200).accuracy.nvfp4_validation_error_frac
+
+
+def test_the_rows_bear_on_nvfp4_as_fitted_or_held_out():
+    runs = load_runs()
+    nvfp4 = [r for r in runs if nvfp4_fit.is_nvfp4(r)]
+    kinds = {(r.hardware, evidence.bearing(r)) for r in nvfp4}
+    assert kinds == {(GB200, "fitted"), (GB300, "held out")} and len(nvfp4) == 17
+    assert all(not r.fit for r in nvfp4)  # never in the dense fit (their GEMMs would alias into η_fp8)
+    cards = [r for r in load_moe_runs() if r.held_out]
+    assert cards and {evidence.bearing(r) for r in cards} == {"held out"}  # the verification cards: the same kind
+    settings_ = [s for s in evidence.reference_settings(10) if 5 in s.codes["fp8"]]
+    # (preset, model, TP, PP, VPP, held out, rows): GB200 70B TP2 PP4 V5 (26.02-26.04.01), 405B TP4 PP16 V8 and V4
+    # (26.02.01's table VP 4); GB300 70B TP1 PP4 V5 (3 rows), 405B TP4 PP8 V4 (26.02-26.06, 5 rows)
+    got = sorted(
+        (s.hardware, s.model, *(dict(s.key[2])[k] for k in ("tp", "pp", "vpp")), s.held_out, len(s.rows))
+        for s in settings_
+    )
+    assert got == [
+        (GB200, "llama3-70b", 2, 4, 5, False, 4),
+        (GB200, "llama3.1-405b", 4, 16, 4, False, 1),
+        (GB200, "llama3.1-405b", 4, 16, 8, False, 4),
+        (GB300, "llama3-70b", 1, 4, 5, True, 3),
+        (GB300, "llama3.1-405b", 4, 8, 4, True, 5),
+    ]
+    assert not any(s.fit_rows for s in settings_)  # no row of the dense fit: the preset's fit counts none
+
+
+def test_nvfp4_on_blackwell_is_validated_not_extrapolated():
+    req = _request(GB200)
+    grid = PlanGrid.from_plans([ParallelPlan(**RECIPE_70B)])
+    ev = evidence.plan_evidence(grid, req.ctx, 64)
+    got = evidence.evidence_json(ev, 0, (0.0, 0.0, 0.0), evidence.band_rows(req.ctx))
+    fp4 = next(f for f in got["features"] if f["kind"] == "fp8")
+    assert fp4 == {"feature": "NVFP4", "kind": "fp8", "settings": 5, "held_out": 2}
+    assert got["extrapolated"] == [] and list(ev.extrapolated) == [0]
+    assert list(evidence.extrapolated_features(grid, req.ctx, 64)) == [0]
+    assert got["band_rows"].startswith("9 NVFP4 rows on gb200-nvl72 (Megatron-Bridge performance summary)")
+
+
+def test_explain_names_the_rows_count_and_source_on_one_line():
+    args = ["explain", "--model", "llama3-70b", "--hardware", GB300, "--gpus", "64", "--global-batch", "256"]
+    args += ["--seq-len", "8192", "--fp4", "e2m1", "--tp", "2", "--pp", "4", "--vpp", "5", "--distributed-optimizer"]
+    out = CliRunner().invoke(cli, args, env={"COLUMNS": "400"}).stdout
+    line = next(x for x in out.splitlines() if x.startswith("runs"))
+    assert line == (
+        "runs  validated by 5 settings on Blackwell (fewest: NVFP4, 2 of them held out); band ± 7.5 % from 8 NVFP4 "
+        "rows on gb300-nvl72 (Megatron-Bridge performance summary) out of sample (its NVFP4 GEMM ratio measured, not "
+        "fitted): RMS of ln(predicted/published) 7.4 % (calibrate --nvfp4)"
+    )
+    assert "0 runs" not in out and "extrapolated" not in line
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(-0.4, 0.4, allow_nan=False), min_size=1, max_size=20),
+    st.floats(0.0, 0.05, allow_nan=False),
+    st.integers(0, 4),
+)
+def test_the_band_is_never_narrower_than_the_rows_spread(residuals, sigma_cal, n):
+    """Whatever the rows' residuals: ε₀ ≥ their RMS ≥ their standard deviation and ≥ |their mean| (the spread and
+    the bias both inside), δ ≥ ε₀ and δ ≥ every |r|, and the band of a plan widens with each unexercised feature."""
+    rms, worst = nvfp4_fit.log_band(residuals)
+    base, per = evidence.nvfp4_band_parts(rms, worst, sigma_cal)
+    r = np.asarray(residuals)
+    tol = 1e-12
+    assert base + tol >= rms and rms + tol >= r.std() and rms + tol >= abs(r.mean())
+    assert per + tol >= base and per + tol >= np.max(np.abs(r))
+    assert math.sqrt(base**2 + (n + 1) * per**2) >= math.sqrt(base**2 + n * per**2)
