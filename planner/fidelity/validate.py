@@ -435,9 +435,9 @@ def summarize(rows: list[dict]) -> dict:
         **stats(rows),
         "by_source": by_source,
         "by_hardware": per_hardware(complete),  # whole configuration published, or the rest searched
-        "by_hardware_published": per_hardware(published),  # only the runs whose whole plan is published
+        "by_hardware_published": per_hardware(published),  # only the fitted runs (whole plan published)
         "by_generation": per_generation(complete),  # the same runs by GPU generation (compute capability)
-        "by_generation_published": per_generation(published),  # only the runs whose whole plan is published
+        "by_generation_published": per_generation(published),  # only the fitted runs (whole plan published)
         "by_hardware_assumed": per_hardware(partial),  # an unpublished setting assumed, or superseded software
     }
 

@@ -101,12 +101,16 @@ def summary_table(summary: dict) -> Group:
     for title, key in (
         ("Absolute error by source", "by_source"),
         (
-            "Absolute error by hardware: runs whose whole configuration is published, or whose unpublished knobs "
-            "are searched (the best plan consistent with the published settings)",
+            "Absolute error by hardware: runs whose whole configuration is published (fitted, or NVFP4's rows, out "
+            "of the dense fit), or whose unpublished knobs are searched (the best plan consistent with the published "
+            "settings)",
             "by_hardware",
         ),
         ("Absolute error by GPU generation: the same runs", "by_generation"),
-        ("Absolute error by GPU generation: only the runs whose whole plan is published", "by_generation_published"),
+        (
+            "Absolute error by GPU generation: only the fitted runs (whole plan published; the presets' dense bands)",
+            "by_generation_published",
+        ),
         (
             "Absolute error by hardware: runs reported apart (an assumed setting, superseded software, unpriced path)",
             "by_hardware_assumed",
