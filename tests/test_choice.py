@@ -130,3 +130,33 @@ def test_a_faster_run_in_another_precision_is_another_setup():
     assert choice.setup_key(fp8)[5] == ("fp8", "tensorwise") and choice.setup_key(bf16)[5] == ("bf16",)
     assert choice.best_published(fp8) == (8960, "MB-26.04.01-H100-QWEN3-30B-16")
     assert choice.best_published(bf16) == (13011.378, "MB-CARD-H100-QWEN3-30B-16")
+
+
+def test_the_recipe_set_covers_every_tuned_setup_in_the_bar():
+    """Every (model, preset) a tuned recipe in the bar ran on - a performance page's or a benchmarking recipe's row,
+    fitted or held out, not a verification card - has a recipe among ``CHOICE_RECIPES``, and every (model, preset)
+    that ran NVFP4 an NVFP4 recipe: the choice is checked on each model and GPU NVIDIA published, not a sample
+    (44 recipes; before stop 34, 18: GPT-OSS-120B, GB300, NVFP4 and Nemotron-4 had none)."""
+    from planner.fidelity.choice import CHOICE_RECIPES, recipe_runs, setup_key
+    from planner.fidelity.moe_runs import load_moe_runs
+    from planner.fidelity.runs import load_runs
+
+    def combo(run):
+        return setup_key(run)[:2]
+
+    def nvfp4(run):
+        return bool(run.request.get("options", {}).get("fp4"))
+
+    tuned = [
+        r
+        for r in [*load_runs(), *load_moe_runs()]
+        if r.id.split("-")[0] in ("MB", "DGXC", "NEMODOC")
+        and not r.id.startswith("MB-CARD")
+        and (r.fit or r.held_out)
+        and r.metric in ("tokens/s per GPU", "step time (s)", "iteration time (s)")
+    ]
+    chosen = recipe_runs()
+    assert len(CHOICE_RECIPES) == len(set(CHOICE_RECIPES)) == 44
+    assert {combo(r) for r in tuned} == {combo(r) for r in chosen}
+    assert {combo(r) for r in tuned if nvfp4(r)} == {combo(r) for r in chosen if nvfp4(r)}
+    assert all(r.fit or r.held_out for r in chosen)
