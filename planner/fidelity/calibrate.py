@@ -331,10 +331,9 @@ def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, pr
             dropped[name] = _parked_why(side, bands[name], anchor[name])
         else:
             frac, name = max(weak, key=lambda w: _priority(w[1]))  # the secondary factor goes first
-            dropped[name] = (
-                f"σ is {frac:.0%} of its band and {sigma[active.index(name)] / abs(values[name]):.0%} of its value: "
-                "the runs cannot tell it from the other factors"
-            )
+            of_value = sigma[active.index(name)] / abs(values[name])
+            share = f"{frac:.0%} of its band" if frac > MAX_SIGMA_FRAC else f"{of_value:.0%} of its value"
+            dropped[name] = f"σ is {share}: the runs cannot tell it from the other factors"
         active.remove(name)
         values[name] = anchor[name]
         for f in [f for f in active if f in followers and not followers[f][0] & set(active)]:
