@@ -259,3 +259,24 @@ def test_any_factor_the_runs_push_to_a_bound_is_not_identified():
     eta = f.factors["gemm_efficiency"]
     assert eta.status == "not identifiable" and "upper bound (0.95)" in eta.why
     assert eta.value == 0.82
+
+
+@pytest.mark.parametrize(
+    "preset", ["dgx-a100-superpod", "dgx-h100-superpod", "dgx-b200-superpod", "gb200-nvl72", "gb300-nvl72"]
+)
+def test_every_shipped_fitted_factor_is_pinned_within_half_its_band_and_its_own_value(preset):
+    """The identifiability rule on what ships: a factor called fitted has σ ≤ half its band and σ ≤ its value (a
+    positive factor whose one-σ interval reaches zero is not measured). GB300's x½ came out 112.1 ± 220 in a band
+    [32, 1024]: σ 22 % of the band (under the half-band rule alone, "fitted") and 196 % of the value - reported not
+    identifiable since stop 34, its τ then 659.3 ± 153 µs (± 380 beside it)."""
+    hw = load_hardware(preset)
+    for name, factor in hw.calibration.factors.items():
+        if factor.status != "fitted" or factor.sigma is None:
+            continue
+        value = getattr(hw.calibration, name)
+        low, high = factor.band
+        assert factor.sigma <= 0.5 * (high - low) and factor.sigma <= abs(value), (preset, name, value, factor.sigma)
+    if preset == "gb300-nvl72":
+        half = hw.calibration.factors["gemm_half_dim"]
+        assert half.status == "not identifiable" and "of its value" in half.source
+        assert hw.calibration.factors["layer_overhead_us"].sigma == pytest.approx(153, abs=5)

@@ -5,7 +5,7 @@ runs' log errors ln(predicted/published), one metric per run, bounded by each fa
 physically plausible range the preset states with its source). The Jacobian at the solution gives
 each factor's standard error, σ² = s²·[(JᵀJ)⁻¹]_kk with s² the residual variance. A factor the runs
 cannot identify - moving it across its whole band changes no prediction by 1 %, or its σ exceeds
-half its band - is reported as such and kept at its anchor, and the rest are fitted again.
+half its band or the value itself - is reported as such and kept at its anchor, and the rest are fitted again.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, an
     "gb200-nvl72": ("dgx-b200-superpod",),  # the same B200 GPU at 1000 W: two current runs, validated out of sample
 }
 MIN_EFFECT = 0.01  # moving a factor across its band must move some run's prediction by 1 % ...
-MAX_SIGMA_FRAC = 0.5  # ... and the runs must pin it to within half its band (one σ)
+MAX_SIGMA_FRAC = 0.5  # ... and the runs must pin it to within half its band (one σ), and to within its own value:
+# a positive factor whose one-σ interval reaches zero is not measured (GB300's x½ was "fitted" at 112 ± 220 in a
+# band 992 wide, σ 22 % of the band and 196 % of the value)
 XTOL_STOP = 3  # scipy least_squares status: the step fell under xtol (not a small gradient or cost change)
 # a value within 2 % of its band's width from an edge sits at the bound (0.5 % until the GB200 refit of
 # 2026-12-01 parked η_net at 0.4558 ± 0.19 of [0.45, 0.95], 1.2 % from its floor, and the stragglers' σ at
@@ -316,7 +318,11 @@ def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, pr
         Jp = J[len(r) :][[n not in followers for n, *_ in prior_terms]]
         informed = np.diag(Jd.T @ Jd) / np.maximum(np.diag(Jd.T @ Jd) + np.diag(Jp.T @ Jp), 1e-300)
         spread = float(np.sqrt(np.mean(np.einsum("ij,jk,ik->i", Jd, cov, Jd))))  # σ of each ln(prediction)
-        weak = [(sigma[j] / width[j], n) for j, n in enumerate(active) if sigma[j] > MAX_SIGMA_FRAC * width[j]]
+        weak = [
+            (sigma[j] / width[j], n)
+            for j, n in enumerate(active)
+            if sigma[j] > MAX_SIGMA_FRAC * width[j] or sigma[j] > abs(values[n])
+        ]
         parked = [(side, n) for n in active if (side := _pushed_to_bound(values[n], bands[n]))]
         if not identify or not (weak or parked):
             break
@@ -325,7 +331,9 @@ def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, pr
             dropped[name] = _parked_why(side, bands[name], anchor[name])
         else:
             frac, name = max(weak, key=lambda w: _priority(w[1]))  # the secondary factor goes first
-            dropped[name] = f"σ is {frac:.0%} of its band: the runs cannot tell it from the other factors"
+            of_value = sigma[active.index(name)] / abs(values[name])
+            share = f"{frac:.0%} of its band" if frac > MAX_SIGMA_FRAC else f"{of_value:.0%} of its value"
+            dropped[name] = f"σ is {share}: the runs cannot tell it from the other factors"
         active.remove(name)
         values[name] = anchor[name]
         for f in [f for f in active if f in followers and not followers[f][0] & set(active)]:
