@@ -668,8 +668,9 @@ PLAN_LABEL_CODES = (  # (the label words a piece of the legend explains, the pie
         "not set)",
     ),
     (
-        r"(allgather|alltoall|flex)(\+ov)?",
-        "MoE token dispatcher allgather, alltoall or flex (+ov: --overlap-moe-expert-parallel-comm)",
+        r"(allgather|alltoall|flex|deepep|hybridep|ncclep)(\+ov)?",
+        "MoE token dispatcher allgather, alltoall or flex, named by its library (deepep, hybridep, ncclep: "
+        "--moe-token-dispatcher flex --moe-flex-dispatcher-backend) (+ov: --overlap-moe-expert-parallel-comm)",
     ),
     (r"layout", "layout: --pipeline-model-parallel-layout"),
 )
@@ -759,10 +760,11 @@ def plan_label(par: Mapping, *, moe: bool = False, options: Mapping | None = Non
     if par.get("first_stage_layers") or par.get("last_stage_layers"):
         tags.append(f"first{par.get('first_stage_layers') or '-'}/last{par.get('last_stage_layers') or '-'}")
     if moe or par.get("ep", 1) > 1:
-        tags.append(
-            str(par.get("moe_token_dispatcher", "allgather"))
-            + ("+ov" if par.get("overlap_moe_expert_parallel_comm") else "")
-        )
+        dispatcher = str(par.get("moe_token_dispatcher", "allgather"))
+        backend = (options or {}).get("moe_flex_dispatcher_backend")
+        if dispatcher == "flex" and backend:  # the library, not the dispatcher's name: DeepEP and HybridEP cost apart
+            dispatcher = str(backend)
+        tags.append(dispatcher + ("+ov" if par.get("overlap_moe_expert_parallel_comm") else ""))
     if par.get("pipeline_layout"):
         tags.append(f"layout {par['pipeline_layout']}")
     return " ".join(parts) + (" · " + " ".join(tags) if tags else "")

@@ -92,3 +92,23 @@ def test_label_names_overlaps_off_and_recompute_kinds():
     sel = ParallelPlan(tp=2, recompute="selective").model_dump(mode="json")
     mlp = PlanOptions(recompute_modules=("mlp", "moe_act")).model_dump(mode="json")
     assert plan_label(sel, options=mlp).endswith("· no-ogr rc-mlp+moeact")
+
+
+def test_a_flex_dispatcher_is_named_by_its_library():
+    """DeepEP and HybridEP are priced apart (and HybridEP is GB200's only flex backend), so the label names the
+    library where the options give it; without options the dispatcher's own name."""
+    par = dict(
+        tp=2, pp=1, dp=32, ep=64, etp=1, micro_batch=4, sequence_parallel=True, stage_split="even",
+        moe_token_dispatcher="flex", overlap_moe_expert_parallel_comm=True,
+    )  # fmt: skip
+    assert plan_label(par, moe=True) == "TP2 PP1 DP32 EP64 ETP1 b4 · SP flex+ov"
+    for backend in ("deepep", "hybridep"):
+        options = PlanOptions(
+            moe_flex_dispatcher_backend=backend, overlap_grad_reduce=True, tp_comm_overlap=True
+        ).model_dump(mode="json")
+        assert plan_label(par, moe=True, options=options).endswith(f" · SP {backend}+ov")
+    alltoall = dict(par, moe_token_dispatcher="alltoall", overlap_moe_expert_parallel_comm=False)
+    options = PlanOptions(
+        moe_flex_dispatcher_backend="hybridep", overlap_grad_reduce=True, tp_comm_overlap=True
+    ).model_dump(mode="json")
+    assert plan_label(alltoall, moe=True, options=options).endswith(" · SP alltoall")
