@@ -333,7 +333,7 @@ def fit_suggestions(
     legal, peak_bytes, iteration_s, model_flops = np.zeros(n, bool), np.zeros(n), np.zeros(n), np.zeros(n)
     for opts, rows in _variant_options(req, variants, derived).items():
         grid = PlanGrid.from_plans([variants[i][1] for i in rows])
-        masks = rule_masks(grid, req.ctx.model, req.ctx.training, opts, req.gpus, req.ctx.hardware)
+        masks = rule_masks(grid, req.ctx.model, req.ctx.training, opts, req.gpus, hardware=req.ctx.hardware)
         legal[rows] = np.all(np.array(list(masks.values())), axis=0)
         with np.errstate(divide="ignore", invalid="ignore"):
             ev = evaluate(grid, req.ctx if opts == req.ctx.options else _with_options(req.ctx, opts))

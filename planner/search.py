@@ -550,7 +550,7 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
     domain, max_tp = nvlink_domain_gpus(ctx.hardware), pins.max_tp
     rules = (*RULES, Rule(TP_NODE_RULE, lambda r: tp_in_domain(r.grid.tp, domain, max_tp), lambda x: TP_NODE_RULE))
     first_broken[:] = rules_first_broken(
-        grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus, rules, ctx.hardware
+        grid, ctx.model, ctx.training, _pinned_options(ctx, pins), num_gpus, rules, hardware=ctx.hardware
     )
     legal[:] = first_broken == 0
     return [rule.name for rule in rules]

@@ -74,10 +74,17 @@ def test_the_rule_refuses_deepep_on_gb200_and_gb300_only_with_the_flex_dispatche
         a2a = _req(hardware, "deepep", "alltoall")  # the backend of a plan without the flex dispatcher: no breach
         grid = PlanGrid.from_plans([a2a.plan])
         assert not rule_messages(grid, c.model, c.training, a2a.ctx.options, 8, hardware=c.hardware)
-    # without the hardware (a caller that reads none) the rule holds: it never binds on a guess
+    # with no hardware (a caller that says so: the argument is required) the rule holds: it never binds on a guess
     assert not rule_messages(
-        PlanGrid.from_plans([req.plan]), c.model, c.training, _req("gb200-nvl72", "deepep").ctx.options, 8
+        PlanGrid.from_plans([req.plan]),
+        c.model,
+        c.training,
+        _req("gb200-nvl72", "deepep").ctx.options,
+        8,
+        hardware=None,
     )
+    with pytest.raises(TypeError, match="hardware"):  # forgetting it is an error, not a rule silently skipped
+        rule_messages(PlanGrid.from_plans([req.plan]), c.model, c.training, c.options, 8)
 
 
 def test_explain_of_a_gb200_plan_given_deepep_names_the_reason_in_one_line():

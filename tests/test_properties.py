@@ -47,7 +47,9 @@ def stages(setup: Setup, plan: ParallelPlan) -> list[dict]:
 @SETTINGS
 @given(setup=setups())
 def test_strategy_builds_legal_plans(setup):
-    masks = rule_masks(PlanGrid.from_plans([setup.plan]), setup.model, setup.training, setup.options, setup.gpus)
+    masks = rule_masks(
+        PlanGrid.from_plans([setup.plan]), setup.model, setup.training, setup.options, setup.gpus, hardware=None
+    )
     assert broken_rules(masks) == []
 
 

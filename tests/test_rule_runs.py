@@ -28,9 +28,11 @@ def test_first_broken_is_the_rule_table_one_mask_at_a_time(model, gpus, hardware
     shuffled = grid.take(np.random.default_rng(0).permutation(len(grid)))  # runs of one row: every row asked
     for g in (grid, shuffled):
         want = np.zeros(len(g), dtype=np.int16)
-        for k, (_, mask) in enumerate(each_rule_mask(g, ctx.model, ctx.training, ctx.options, gpus)):
+        for k, (_, mask) in enumerate(
+            each_rule_mask(g, ctx.model, ctx.training, ctx.options, gpus, hardware=ctx.hardware)
+        ):
             want[(want == 0) & ~mask] = k + 1
-        got = first_broken(g, ctx.model, ctx.training, ctx.options, gpus)
+        got = first_broken(g, ctx.model, ctx.training, ctx.options, gpus, hardware=ctx.hardware)
         assert got.dtype == np.int16 and np.array_equal(got, want)
         assert np.count_nonzero(want) == rejected
 
@@ -59,7 +61,7 @@ def test_runs_and_the_crossed_knobs_by_hand(monkeypatch):
         return r.grid.tp < 4
 
     rules = (Rule("tp < 4", on_tp, str), Rule("sp", lambda r: ~r.grid.sequence_parallel, str))
-    got = first_broken(grid, ctx.model, ctx.training, ctx.options, 64, rules)
+    got = first_broken(grid, ctx.model, ctx.training, ctx.options, 64, rules, hardware=ctx.hardware)
     assert got.tolist() == [0, 2, 0, 1, 1, 0]  # row 4 breaks both: the first counts
     assert asked == [3]
 
@@ -78,5 +80,5 @@ def test_a_rule_reading_a_crossed_knob_through_a_grid_method_is_asked_on_every_r
     def sp_by_plan(r):
         return np.array([not r.grid.plan(i).sequence_parallel for i in range(len(r.grid))])
 
-    got = first_broken(grid, ctx.model, ctx.training, ctx.options, 64, (Rule("sp", sp_by_plan, str),))
+    got = first_broken(grid, ctx.model, ctx.training, ctx.options, 64, (Rule("sp", sp_by_plan, str),), hardware=None)
     assert got.tolist() == [0, 1, 0]

@@ -71,7 +71,9 @@ def test_explicit_first_and_last_stage_layers():
 
 
 def _masks(model, training, plan, gpus, options=None):
-    return broken_rules(rule_masks(PlanGrid.from_plans([plan]), model, training, options or PlanOptions(), gpus))
+    return broken_rules(
+        rule_masks(PlanGrid.from_plans([plan]), model, training, options or PlanOptions(), gpus, hardware=None)
+    )
 
 
 def test_legality_rules_by_name():

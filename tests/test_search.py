@@ -44,7 +44,7 @@ def _check_returned(result, req, gpus):
     reqs = [request_from_plan(pj) for pj in result.plans]
     for pj, r in zip(result.plans, reqs, strict=True):
         grid = PlanGrid.from_plans([r.plan])
-        masks = rule_masks(grid, r.ctx.model, r.ctx.training, r.ctx.options, gpus)
+        masks = rule_masks(grid, r.ctx.model, r.ctx.training, r.ctx.options, gpus, hardware=r.ctx.hardware)
         assert all(np.all(ok) for ok in masks.values()), [k for k, ok in masks.items() if not np.all(ok)]
         assert r.plan.tp * r.plan.cp * r.plan.pp * r.plan.dp == gpus
         assert pj["estimate"]["peak_memory_gib"] <= pj["estimate"]["capacity_gib"]

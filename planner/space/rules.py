@@ -522,15 +522,16 @@ RULES: tuple[Rule, ...] = (
 
 
 def rule_masks(
-    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int, hardware=None
+    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int, *, hardware
 ) -> dict[str, np.ndarray]:
     """Named masks, True where the rule holds, for every plan of the grid (in table order); ``hardware``: the
-    cluster, for the rules of its GPUs and NVLink domain (None: those hold)."""
-    return dict(each_rule_mask(grid, model, training, options, num_gpus, hardware))
+    cluster, for the rules of its GPUs and NVLink domain - required, so no caller skips them by forgetting it
+    (None says so: those hold)."""
+    return dict(each_rule_mask(grid, model, training, options, num_gpus, hardware=hardware))
 
 
 def each_rule_mask(
-    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int, hardware=None
+    grid: PlanGrid, model: ModelSpec, training: TrainingSpec, options: PlanOptions, num_gpus: int, *, hardware
 ) -> Iterator[tuple[str, np.ndarray]]:
     """``rule_masks`` one rule at a time, (name, mask) in table order: the search keeps one mask at a time."""
     r, shape = RuleInputs(grid, model, training, options, num_gpus, hardware), (len(grid),)
@@ -582,7 +583,8 @@ def first_broken(
     options: PlanOptions,
     num_gpus: int,
     rules=RULES,
-    hardware=None,
+    *,
+    hardware,
 ) -> np.ndarray:
     """Per plan of the grid, 1 + the first of ``rules`` it breaks (0: none), as ``each_rule_mask`` finds it. A rule
     that reads no ``CROSSED`` column is asked once per run of consecutive plans alike in every other column (the
@@ -633,7 +635,8 @@ def rule_messages(
     options: PlanOptions,
     num_gpus: int,
     i: int = 0,
-    hardware=None,
+    *,
+    hardware,
 ) -> list[str]:
     """Each rule plan i breaks, by name, with the values that break it and what would be allowed."""
     r = RuleInputs(grid, model, training, options, num_gpus, hardware)

@@ -138,7 +138,7 @@ def has_legal_plan(ctx: Context, num_gpus: int, pins: Pins) -> bool:
     grid = candidate_grid(ctx, num_gpus, _permissive(pins))
     if len(grid) == 0:
         return False
-    masks = rule_masks(grid, ctx.model, ctx.training, ctx.options, num_gpus, ctx.hardware)
+    masks = rule_masks(grid, ctx.model, ctx.training, ctx.options, num_gpus, hardware=ctx.hardware)
     in_domain = tp_in_domain(grid.tp, nvlink_domain_gpus(ctx.hardware), pins.max_tp)
     ok = np.all(np.array(list(masks.values())), axis=0) & in_domain
     return bool(np.any(ok))
