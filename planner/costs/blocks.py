@@ -153,6 +153,16 @@ def graphed_frac(opts: PlanOptions, *, moe_layer: bool = False) -> float:
     )
 
 
+def _combined_host_graphed(opts: PlanOptions) -> float:
+    """``moe.combined_host_graphed_share`` of the plan's CUDA graph scopes."""
+    return moe.combined_host_graphed_share(
+        _graphed(opts, CudaGraphModule.ATTN),
+        _graphed(opts, CudaGraphModule.MOE),
+        _graphed(opts, CudaGraphModule.MOE_ROUTER),
+        _graphed(opts, CudaGraphModule.MOE_PREPROCESS),
+    )
+
+
 def _graphed(opts: PlanOptions, module: CudaGraphModule) -> float:
     """1 when CUDA graphs launch ``module``'s block (attention, MLP or MoE) without the host, else 0."""
     return float(opts.graphs_launch(module))
@@ -442,6 +452,7 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     modules = opts.recompute_modules
     captured = 1.0 if not r["unfused"] else _graphed(opts, CudaGraphModule.MOE)  # one grouped kernel for all
     host_fwd, host_bwd = moe.expert_host_s(lt.E / lt.ep, ctx, captured=captured)
+    eager_host = host_fwd + host_bwd  # what the host issues per pair (the combined schedule's pacing, layer_parts)
     graphed = _graphed(opts, CudaGraphModule.MOE) if r["unfused"] else 0.0  # per-expert kernels in a graph
     gap_fwd, gap_bwd = moe.expert_graph_gap_s(lt.E / lt.ep, ctx, graphed=graphed)
     host_fwd, host_bwd = host_fwd + gap_fwd, host_bwd + gap_bwd
@@ -474,6 +485,7 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     block["expert_linear"], block["shared_linear"] = experts, shared + 0.0 * A
     block["experts_fwd"], block["experts_bwd"] = r["experts_fwd"] + 0.0 * A, r["experts_bwd"] + 0.0 * A
     block["a2a_bytes"] = lt.act_bytes * A * lt.h + 0.0 * A  # what one all-to-all moves per GPU
+    block["expert_host"] = eager_host + 0.0 * A
     return block
 
 
@@ -534,6 +546,7 @@ def _layer_blocks(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]
             unpaired=moe.unpaired_share(lt.p, lt.m),
             meta_fwd=block["moe_meta"],
             meta_share=block["moe_meta_share"],
+            host_s=moe.combined_host_s(moe.COMBINED_HOST_US, _combined_host_graphed(ctx.options), block["expert_host"]),
         )
         block["moe_fwd"], block["moe_bwd"] = fwd, bwd
         out["moe"] = block

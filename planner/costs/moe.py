@@ -382,6 +382,66 @@ def combined_step_s(
     return first + middle + last
 
 
+# The host side of the combined schedule (--overlap-moe-expert-parallel-comm, Megatron-LM @ d98e8a64). One Python
+# thread issues both micro-batches' work, node by node, in TransformerLayerSchedulePlan.run's order
+# (models/common/model_chunk_schedule_plan.py:261-301): combine_bwd, pre_dispatch_fwd (attention, router, the
+# dispatcher's preprocess), mlp_bwd, dispatch_fwd, mlp_bwd_dw, dispatch_bwd, mlp_fwd, combine_fwd, pre_dispatch_bwd,
+# pre_dispatch_bwd_dw; every node runs under an event wait/record and a stream switch (pipeline_parallel/utils.py
+# ScheduleNode.stream_acquire_context:323-346), every backward node is its own autograd engine call
+# (default_backward_func:225-236: Variable._execution_engine.run_backward). A dropless forward makes the host wait for
+# the GPU once a layer: the alltoall dispatcher copies its token counts to the host in dispatch_preprocess
+# (transformer/moe/token_dispatcher.py:661, cuda_dtoh_point 'before_permutation_1') and blocks on them before the
+# all-to-all (token_dispatch:702, d2h_event.synchronize() at 956-958: the input/output splits are host lists);
+# HybridEP without a static budget sizes its buffers from the received count (token_dispatcher.py:1111-1112, 1173-1178)
+# and TEGroupedMLP.forward turns the counts into a host list (transformer/moe/experts.py:916-917, .tolist()). In the
+# combined order that wait falls in the middle of the pair, after the paired backward's mlp_bwd was issued and before
+# its dispatch_bwd, mlp_bwd_dw and pre_dispatch_bwd: the host never gets more than one paired layer ahead of the GPU,
+# so the pair lasts at least the host's work for both directions. Without the overlap the backward has no such
+# wait (its splits are saved host lists) and its host work runs ahead of the GPU. NVIDIA: "EP Overlap brings extra cpu
+# overhead and may cause GPU bubble during execution" (Megatron-LM PR 2184, partial CUDA graphs for the overlap,
+# scopes attn, moe_router, moe_preprocess); Megatron-Bridge PR 1760 (a6e92de5f) turned the overlap off for
+# Qwen3-235B on B200 "due to CPU overhead".
+#
+# H_L: the host's work per paired MoE layer (one forward + one backward) outside the experts' per-expert ops, no
+# graphs. No op-level host timing of a Megatron layer is published; the published A/Bs of the overlap without CUDA
+# graphs identify it. A host-paced step lasts what the host takes, whatever the GPU's, so each A/B's overlapped step
+# time is solved for (``host_paced_step_s`` at the A/B's plan; docs/cost-model.md §13.3, hostov20 paragraph):
+#   Megatron-Bridge PR 1760 (a6e92de5f) on 64 B200, Qwen3-235B BF16, the overlap alone switched: 17.2 s -> 9,769.6 µs;
+#   the Bridge skill nemo-mbridge-perf-moe-comm-overlap (SKILL.md @ 067f987, PR 3862) on 16 H100, Qwen3-30B BF16
+#   alltoall: 31.31 s -> 9,065.7 µs.
+# Mean 9,417.7 µs, σ 497.8 µs (the two values' sample deviation, 5.3 %; the published times' rounding adds < 40 µs).
+# Two more A/Bs bound it: yanring/Megatron-MoE-ModelZoo's Qwen3-235B on 256 H100 (x1.119 with the overlap, TP2 DeepEP)
+# allows at most about 9.6 ms (above it the overlap cannot gain x1.119 at any φ in its band); PR 1760's MXFP8 pair
+# switched VP4 off with the overlap (issue 3399: VP degraded too), so its 20.1 s -> 11,452.9 µs is an upper bound.
+# x86 hosts (DGX B200, DGX H100); no A/B on Grace: GB200/GB300 carry it. No validation row in the bar is host-paced at
+# this value (each one's GPU step is longer), so the rows bound H_L from above and cannot fit it. H_L is the combined
+# schedule's host work, the schedule's own included (a model chunk's plan is rebuilt for each micro-batch,
+# pipeline_parallel/combined_1f1b.py:377-388), not the two directions issued apart: rows without the overlap whose GPU
+# step is shorter than H (MB-26.02-B200-QWEN3-235B-256, H/G 1.32) are priced within 3 % unpaced.
+COMBINED_HOST_US = 9417.7
+
+
+def combined_host_s(host_layer_us: float, graphed_share: ArrayLike, expert_host_s: ArrayLike) -> np.ndarray:
+    """H: host seconds to issue one paired MoE layer step of the combined schedule (one micro-batch's forward and
+    another's backward of the layer):
+
+        H = H_L·(1 − g) + h_e
+
+    H_L the host work per paired layer outside the experts (``COMBINED_HOST_US``), g the share of it CUDA graphs
+    replay without the host (``combined_host_graphed_share``), h_e the experts' eager per-expert and per-layer ops,
+    forward + backward (``expert_host_s``, t_op each). Qwen3-235B on B200 BF16, EP 8 (16 local experts, 2 + 4 ops
+    each at 7.87 µs): 9,417.7 + 16·6·7.87 = 10,173.2 µs."""
+    return host_layer_us * 1e-6 * (1.0 - np.asarray(graphed_share, dtype=float)) + np.asarray(expert_host_s)
+
+
+def host_paced_step_s(gpu_step_s: ArrayLike, host_s: ArrayLike) -> np.ndarray:
+    """A paired layer step of the combined schedule paced by whichever is slower, the GPU's critical path
+    (``combined_step_s``) or the host issuing both directions (``combined_host_s``): max(step, H). The host waits for
+    the GPU once a pair (the dropless forward's token counts), so it cannot bank time across pairs; the GPU cannot run
+    work not yet issued. Neither side's partial overlap within the pair is priced (a lower bound on the pair)."""
+    return np.maximum(np.asarray(gpu_step_s, dtype=float), np.asarray(host_s, dtype=float))
+
+
 def overlapped_exposure_s(
     comm_fwd: ArrayLike,
     comm_bwd: ArrayLike,
@@ -396,6 +456,7 @@ def overlapped_exposure_s(
     unpaired: ArrayLike = 0.0,
     meta_fwd: ArrayLike = 0.0,
     meta_share: ArrayLike = 0.0,
+    host_s: ArrayLike = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) exposed dispatch of one MoE layer per micro-batch.
 
@@ -404,8 +465,11 @@ def overlapped_exposure_s(
     each all-to-all c half of a direction's dispatch + combine, the expert backward half dgrad, half
     wgrad. Exposed: E = step − (P_f + M_f + P_b + M_b), split between the directions as their
     communication is. The warm-up forwards and cool-down backwards run alone (``unpaired_share`` u):
-    E̅ = (1 − u)·E + u·(comm_fwd + comm_bwd). Without the overlap every all-to-all is exposed. The
-    overlap never costs time here (each pair is at most its two parts back to back).
+    E̅ = (1 − u)·E + u·(comm_fwd + comm_bwd). Without the overlap every all-to-all is exposed. On the GPU
+    the overlap never costs time (each pair is at most its two parts back to back); the host can make it:
+    a paired step lasts at least ``host_s``, the host's work for both directions (``combined_host_s``,
+    ``host_paced_step_s``), and what the host adds beyond the GPU's step is charged here, with the exposed
+    dispatch. The unpaired steps run as without the overlap.
 
     ``meta_fwd``: HybridEP's metadata preprocessing of the forward dispatch (``hybridep_metadata_time_s``), hidden
     as D_f is (``combined_step_s``' m_f, its SMs ``meta_share``), exposed whole without the overlap and in the
@@ -427,6 +491,7 @@ def overlapped_exposure_s(
         meta_f=meta,
         meta_share=meta_share,
     )
+    step = host_paced_step_s(step, host_s)
     work = np.asarray(pre_fwd) + np.asarray(experts_fwd) + np.asarray(pre_bwd) + 2 * half
     u = np.asarray(unpaired, dtype=float)
     fwd = comm_fwd + meta
@@ -501,6 +566,16 @@ def _host_op_counts(ctx, biased: bool) -> tuple[tuple[int, int], tuple[int, int]
     recipe = opts.fp8_recipe.value if opts.fp8 is not None else None
     hopper = ctx.hardware.gpu.compute_capability < 10.0
     return expert_host_ops(recipe, biased=biased, hopper=hopper), expert_layer_host_ops(recipe, hopper=hopper)
+
+
+def combined_host_graphed_share(attn: float, moe_block: float, router: float, preprocess: float) -> float:
+    """g: the share of a paired layer's host work (outside the experts' per-expert ops) that CUDA graphs replay without
+    the host, each argument 1 when graphs capture that scope, else 0: g = ½·attn + ½·max(moe, (router + preprocess)/2).
+    The attention half and the MoE half each take half of it (the even split τ's graph scopes use, docs/cost-model.md
+    §4.4, an assumption); of the MoE half's non-expert work, --cuda-graph-modules moe_router and moe_preprocess
+    (the scopes Megatron-LM PR 2184 supports under the overlap "to release cpu pressure") take half each, the
+    dispatch, combine and their permutations staying eager (an assumption). Full-iteration graphs: 1."""
+    return 0.5 * attn + 0.5 * max(moe_block, 0.5 * (router + preprocess))
 
 
 def expert_host_time_s(local_experts: ArrayLike, ops: int, *, op_us: float, captured: float) -> np.ndarray:
@@ -791,7 +866,10 @@ def dispatcher_formula(ctx, plan) -> Formula:
         hidden = (
             "; --overlap-moe-expert-parallel-comm: each all-to-all c beside its partner X of the other micro-batch "
             "(combine_bwd ‖ attention fwd, dispatch_fwd ‖ experts dgrad, dispatch_bwd ‖ experts wgrad + fwd, "
-            "combine_fwd ‖ attention bwd) exposes max(c, X + f·c) − X, f the SMs the dispatcher takes"
+            "combine_fwd ‖ attention bwd) exposes max(c, X + f·c) − X, f the SMs the dispatcher takes; "
+            "a paired step lasts at least the host's work for both directions, H = H_L·(1 − g) + h_e "
+            f"(H_L = {COMBINED_HOST_US:,.1f} µs a paired layer, g its share under CUDA graphs, h_e the experts' "
+            "eager ops), the host's excess charged here"
         )
         phi = ctx.hardware.calibration.persistent_gemm_comm_share
         if phi is not None and ctx.hardware.gpu.compute_capability < 10.0 and (plan.tp > 1 or plan.cp > 1):
@@ -804,6 +882,8 @@ def dispatcher_formula(ctx, plan) -> Formula:
     return Formula(
         f"m × MoE layers × {text}, forward and backward{meta_text}{hidden}",
         "Megatron-Core moe/token_dispatcher.py, models/common/model_chunk_schedule_plan.py (the A2A overlap's "
-        "schedule); DeepSeek-V3 §3.2 (node-limited dispatch, overlap); all-to-all physics: "
+        "schedule; the host's pacing: TransformerLayerSchedulePlan.run, token_dispatcher.py's token-count sync, "
+        "H_L from Megatron-Bridge PR 1760 and the Bridge overlap skill's A/B, docs/cost-model.md §13.3); "
+        "DeepSeek-V3 §3.2 (node-limited dispatch, overlap); all-to-all physics: "
         "planner.hardware.collectives.all_to_all_time_s" + meta,
     )
