@@ -417,7 +417,7 @@ def combined_step_s(
 # this value (each one's GPU step is longer), so the rows bound H_L from above and cannot fit it. H_L is the combined
 # schedule's host work, the schedule's own included (a model chunk's plan is rebuilt for each micro-batch,
 # pipeline_parallel/combined_1f1b.py:377-388), not the two directions issued apart: rows without the overlap whose GPU
-# step is shorter than H (MB-26.02-B200-QWEN3-235B-256, H/G 1.32) are priced within 3 % unpaced.
+# step is shorter than H (MB-26.02-B200-QWEN3-235B-256, H/G 1.19) are priced within 3 % unpaced.
 COMBINED_HOST_US = 9417.7
 
 
