@@ -29,7 +29,12 @@ RECIPE_70B = dict(tp=2, pp=4, dp=8, vpp=5, sequence_parallel=True, distributed_o
 
 def _request(hardware: str):
     return make_request(
-        model="llama3-70b", hardware=hardware, gpus=64, global_batch=256, seq_len=8192, options={"fp4": "e2m1"}
+        model="llama3-70b",
+        hardware=hardware,
+        gpus=64,
+        global_batch=256,
+        seq_len=8192,
+        options={"fp4": "e2m1", "tp_comm_overlap": True},  # the recipe's TP overlap, as every Blackwell TP run has
     )
 
 
