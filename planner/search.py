@@ -36,7 +36,14 @@ from planner.costs.letters import keep_shapes
 from planner.costs.process_memory import usable_bytes
 from planner.costs.stage_memory import stage_max
 from planner.errors import InfeasibleError, PinsBreakRuleError
-from planner.fidelity.evidence import band_frac, band_parts, extrapolated_features, plan_evidence
+from planner.fidelity.evidence import (
+    band_frac,
+    band_parts,
+    extrapolated_features,
+    generation,
+    generation_counts,
+    plan_evidence,
+)
 from planner.plan import Context, PlanOptions, plan_label
 from planner.result import Shared, brief_plan_json, plan_json
 from planner.space import flex_backend
@@ -98,7 +105,7 @@ class SearchResult:
     band_frac: float = 0.0
     fastest_rank: int = 1  # where the fastest estimate ranks (ties reordered by safety)
     block_variants: int = 0  # block-recomputation variants added to the candidates (layers solved)
-    tp_overlap_twins: int = 0  # candidates also evaluated without --tp-comm-overlap (each keeps the faster)
+    tp_overlap_twins: int = 0  # candidates also evaluated without --tp-comm-overlap (each keeps one: ``_twin_rule``)
     hybrid_variants: int = 0  # Megatron FSDP hybrid (HSDP/HFSDP) variants of FSDP rows that fit (hybrid_variants)
     rank_by: str = "risk"
     moved_down: int = 0  # plans faster by estimate than rank 1, below it for a feature no setting exercises
@@ -482,7 +489,7 @@ def search(
     twinned = pins.tp_comm_overlap is None
     prune = rank_by != "memory" and len(grid) > PRUNE_FROM
     scored, twins, block_part, pending = _with_tp_overlap_twins(
-        grid, options, capacity, twinned, block, prune, hsdp, _sources(ctx, pins, hsdp)
+        grid, options, capacity, twinned, block, prune, hsdp, _sources(ctx, pins, hsdp), _twin_rule(ctx, rank_by)
     )
     parts = _with_variants(scored, block_part, ctx, pins, num_gpus, capacity, hsdp)
     unfit = sum(int(np.sum(~(part.peak <= capacity))) for part in parts)
@@ -556,13 +563,25 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
     return [rule.name for rule in rules]
 
 
+BY_TIME, KEEP_OVERLAP, KEEP_TWIN = 0, 1, 2  # how a row and its twin without --tp-comm-overlap are chosen between
+
+
 def _with_tp_overlap_twins(
-    grid: PlanGrid, options: _Options, capacity: float, twins: bool, block: bool, prune=True, defer=False, sources=None
+    grid: PlanGrid,
+    options: _Options,
+    capacity: float,
+    twins: bool,
+    block: bool,
+    prune=True,
+    defer=False,
+    sources=None,
+    rule: int = BY_TIME,
 ):
     """Every row evaluated, and (``twins``: --tp-comm-overlap not pinned) --tp-comm-overlap searched both
     ways: every row the recipes give it (sequence parallelism) is also evaluated without it, and keeps
     whichever is faster (userbuffers take memory and SMs, so neither wins
-    everywhere); where neither fits, the smaller peak. Rows go in blocks of whole families (``_by_family``)
+    everywhere), or by ``rule`` (``_twin_rule``) the one the published runs support; where neither fits, the
+    smaller peak. Rows go in blocks of whole families (``_by_family``)
     so the memory stays bounded; the blocks are independent, so a large grid's are split between two
     processes (``parallel.run_jobs``: the same numbers). With ``block``, each block also finds its rows'
     block-recomputation variants (``_BlockVariants``). Then each process times its rows that fit
@@ -582,7 +601,7 @@ def _with_tp_overlap_twins(
     # the twins' peaks as screened, kept in one process only: forked (DeepSeek-V3's 1.4 M rows) the 8 bytes a row
     # would lift the peak RSS past the speed issue's 250 MiB, so a flipped twin's peak is measured again there
     kept = _Kept() if len(blocks) == 1 else None  # the time terms: a few MiB at most (BLOCK rows and their twins)
-    out = (*out, None if fork else np.empty(n), None if kept is None else np.full(n, -1), kept)
+    out = (*out, None if fork else np.empty(n), None if kept is None else np.full(n, -1), kept, rule)
     groups = _halves(blocks) if fork else [blocks]  # each process's blocks (one job each: ``run_jobs``' split)
     variants = _BlockVariants.shared(grid, groups, fork, capacity, options, kept) if block else None
     later = defer and not fork and not prune  # the block variants' layers only: the caller evaluates them
@@ -1040,14 +1059,20 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
     each twinned row's faster version, or where the row's time is not finite, the smaller (``SMALLER``); a row
     that takes its twin takes the twin's peak (measured here where ``_screen_block`` did not: in a large block a
     twin that fits is not screened where its row fits)."""
-    iteration, peak, off_wins, need, twin_peak, ticket, kept = out
+    iteration, peak, off_wins, need, twin_peak, ticket, kept, rule = out
     code = need[rows]
     mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
     times, tickets = _timed(_Twins(grid, np.concatenate([mine, tw]), len(mine)), ctx, kept)
     it, tw_it = times[: len(mine)], times[len(mine) :]
     iteration[mine] = it
     own = np.where((need[tw] & ROW) > 0, iteration[tw], np.inf)
-    better = (tw_it < own) | (~np.isfinite(own) & ((need[tw] & SMALLER) > 0))
+    unfit = ~np.isfinite(own) & ((need[tw] & SMALLER) > 0)  # the row does not fit: the smaller is kept
+    if rule == KEEP_OVERLAP:  # the twin only where the row does not fit
+        better = ~np.isfinite(own) & ((tw_it < own) | unfit)
+    elif rule == KEEP_TWIN:  # the twin wherever it has a time
+        better = np.isfinite(tw_it) | unfit
+    else:
+        better = (tw_it < own) | unfit
     iteration[tw[better]] = tw_it[better]
     if kept is not None:  # each row's ticket: the version whose time it keeps
         ticket[mine] = tickets[: len(mine)]
@@ -1063,6 +1088,21 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
             peak[tw[part]] = peak_memory_bytes(_Twins(grid, tw).take(part), ctx)
     off_wins[tw[flip]] = 1
     need[rows] = 0
+
+
+def _twin_rule(ctx: Context, rank_by: str) -> int:
+    """How ``_time_rows`` chooses between a row with --tp-comm-overlap and its twin without (both TP with sequence
+    parallelism): ranked by the evidence (``rank_by`` risk), the version whose setting some published run of the
+    GPU generation exercises (``evidence`` kind ``tp_overlap``: 1 with the overlap, 2 without), as the ranking
+    would put it first, and the faster where both or neither are exercised; ranked by the estimate or memory, the
+    faster. Every Blackwell run with TP > 1 overlaps (``KEEP_OVERLAP``: the estimate's gain from turning it off
+    rests on the GEMM law's price of the userbuffer chunks alone, docs/cost-model.md §6.3.1); no Ampere run
+    overlaps (``KEEP_TWIN``); Hopper has both (``BY_TIME``)."""
+    if rank_by != "risk":
+        return BY_TIME
+    counts = generation_counts(generation(ctx.hardware))["tp_overlap"]
+    on, off = counts.get(1, 0) > 0, counts.get(2, 0) > 0
+    return BY_TIME if on == off else (KEEP_OVERLAP if on else KEEP_TWIN)
 
 
 def _timed(rows: PlanGrid | _Twins, ctx: Context, kept: _Kept | None) -> tuple[np.ndarray, np.ndarray | None]:

@@ -11,13 +11,13 @@ from planner.presets import load_hardware
 
 
 def test_combined_host_by_hand():
-    """Qwen3-235B BF16 at EP 8 on B200: 16 local experts, 2 + 4 eager ops each at t_op = 7.87 µs:
-    h_e = 16·6·7.87 = 755.52 µs; H = 9,417.7 + 755.52 = 10,173.22 µs with no graphs, and with the attention graphed
-    (g = ½) 4,708.85 + 755.52 = 5,464.37 µs."""
-    h_e = 16 * 6 * 7.87e-6
-    assert float(moe.combined_host_s(9417.7, 0.0, h_e)) == pytest.approx(10173.22e-6, abs=1e-9)
-    assert float(moe.combined_host_s(9417.7, 0.5, h_e)) == pytest.approx(5464.37e-6, abs=1e-9)
-    assert moe.COMBINED_HOST_US == pytest.approx((9769.6 + 9065.7) / 2, abs=0.05)  # the two A/B solves' mean
+    """Qwen3-235B BF16 at EP 8 on B200: 16 local experts, 2 + 4 eager ops each at t_op = 7.61 µs:
+    h_e = 16·6·7.61 = 730.56 µs; H = 9,437.2 + 730.56 = 10,167.76 µs with no graphs, and with the attention graphed
+    (g = ½) 4,718.6 + 730.56 = 5,449.16 µs."""
+    h_e = 16 * 6 * 7.61e-6
+    assert float(moe.combined_host_s(9437.2, 0.0, h_e)) == pytest.approx(10167.76e-6, abs=1e-9)
+    assert float(moe.combined_host_s(9437.2, 0.5, h_e)) == pytest.approx(5449.16e-6, abs=1e-9)
+    assert moe.COMBINED_HOST_US == pytest.approx((9796.2 + 9078.3) / 2, abs=0.05)  # the two A/B solves' mean
 
 
 @pytest.mark.parametrize(
@@ -78,18 +78,18 @@ def _qwen3_235b_b200_64(overlap: bool, vpp: int, fp8: bool) -> float:
 
 def test_pr_1760_overlapped_bf16_step_is_host_paced_as_measured():
     """PR 1760: "BF16 step time ... 17.2s" with the overlap on 64 B200. Predicted 16.73 s (−2.7 %, 2026-12-03); without
-    the host's pacing 16.29 s. At H_L = 9,769.6 µs (this A/B's own solve) the step is 17.2 s."""
+    the host's pacing 16.29 s. At H_L = 9,796.2 µs (this A/B's own solve) the step is 17.2 s."""
     assert _qwen3_235b_b200_64(True, 4, False) == pytest.approx(17.2, rel=0.05)
 
 
 def test_h_l_solves_reproduce_their_a_b_steps(monkeypatch):
     """Each A/B's solved H_L gives back its measured overlapped step (the shipped value is their mean): PR 1760's BF16
-    17.2 s at 9,769.6 µs; the Bridge overlap skill's Qwen3-30B alltoall on 16 H100 31.31 s at 9,065.7 µs."""
+    17.2 s at 9,796.2 µs; the Bridge overlap skill's Qwen3-30B alltoall on 16 H100 31.31 s at 9,078.3 µs."""
     from tests.test_moe_physics import _qwen3_30b_h100_ab
 
-    monkeypatch.setattr(moe, "COMBINED_HOST_US", 9769.6)
+    monkeypatch.setattr(moe, "COMBINED_HOST_US", 9796.2)
     assert _qwen3_235b_b200_64(True, 4, False) == pytest.approx(17.2, rel=2e-3)
-    monkeypatch.setattr(moe, "COMBINED_HOST_US", 9065.7)
+    monkeypatch.setattr(moe, "COMBINED_HOST_US", 9078.3)
     assert _qwen3_30b_h100_ab("alltoall", True) == pytest.approx(31.31, rel=2e-3)
 
 
@@ -104,7 +104,7 @@ def test_pr_1760_mxfp8_pair_now_loses_with_the_overlap():
 
 def test_h100_qwen3_30b_hybridep_a_b_still_favours_the_overlap():
     """The Bridge overlap skill's HybridEP A/B on 16 H100 (attn eager, moe_router + moe_preprocess graphed): 24.71 s
-    off, 20.99 s on, x1.177. Its host work per pair, 9,417.7·½ + 8·6·7.87 = 5,086.6 µs, stays under the GPU's
+    off, 20.99 s on, x1.177. Its host work per pair, 9,437.2·½ + 8·6·7.61 = 5,083.9 µs, stays under the GPU's
     6.05 ms: x1.186 predicted, unchanged by the pacing."""
     from tests.test_moe_physics import _qwen3_30b_h100_ab
 

@@ -16,7 +16,7 @@ def test_a_search_reuses_its_freed_arrays_instead_of_faulting_in_fresh_pages():
     # page faults per search in process (rate12m; 1,287 on this commit's parent, 50 searches): every array above
     # the mmap threshold mapped fresh and every trim of the heap's top given back. planner.search sets the
     # thresholds at import; three searches after a warm-up then fault under 400 pages in all (40 to 1 each as the
-    # heap settles), against about 3,700 before (3,745 with the setting skipped)
+    # heap settles), against about 3,700 before (3,745 with the setting skipped); 21,573 plans evaluated
     from planner.api import make_request
     from planner.search import search
 
@@ -28,7 +28,7 @@ def test_a_search_reuses_its_freed_arrays_instead_of_faulting_in_fresh_pages():
     for _ in range(3):
         result = search(req.ctx, 64)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-    assert result.evaluated == 21_576 and faults < 400, faults
+    assert result.evaluated == 21_573 and faults < 400, faults  # 21,576 before Ampere kept its supported twins
 
 
 def test_without_mallopt_nothing_is_changed(monkeypatch):

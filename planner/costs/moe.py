@@ -406,19 +406,20 @@ def combined_step_s(
 # graphs. No op-level host timing of a Megatron layer is published; the published A/Bs of the overlap without CUDA
 # graphs identify it. A host-paced step lasts what the host takes, whatever the GPU's, so each A/B's overlapped step
 # time is solved for (``host_paced_step_s`` at the A/B's plan; docs/cost-model.md §13.3, hostov20 paragraph):
-#   Megatron-Bridge PR 1760 (a6e92de5f) on 64 B200, Qwen3-235B BF16, the overlap alone switched: 17.2 s -> 9,769.6 µs;
+#   Megatron-Bridge PR 1760 (a6e92de5f) on 64 B200, Qwen3-235B BF16, the overlap alone switched: 17.2 s -> 9,796.2 µs;
 #   the Bridge skill nemo-mbridge-perf-moe-comm-overlap (SKILL.md @ 067f987, PR 3862) on 16 H100, Qwen3-30B BF16
-#   alltoall: 31.31 s -> 9,065.7 µs.
-# Mean 9,417.7 µs, σ 497.8 µs (the two values' sample deviation, 5.3 %; the published times' rounding adds < 40 µs).
+#   alltoall: 31.31 s -> 9,078.3 µs. Both at the presets' t_op (7.61 µs): a refit of t_op moves them by 16·6 and 8·6
+#   times its change (the experts' eager ops in H, below).
+# Mean 9,437.2 µs, σ 507.7 µs (the two values' sample deviation, 5.3 %; the published times' rounding adds < 40 µs).
 # Two more A/Bs bound it: yanring/Megatron-MoE-ModelZoo's Qwen3-235B on 256 H100 (x1.119 with the overlap, TP2 DeepEP)
 # allows at most about 9.6 ms (above it the overlap cannot gain x1.119 at any φ in its band); PR 1760's MXFP8 pair
-# switched VP4 off with the overlap (issue 3399: VP degraded too), so its 20.1 s -> 11,452.9 µs is an upper bound.
+# switched VP4 off with the overlap (issue 3399: VP degraded too), so its 20.1 s -> 11,498.4 µs is an upper bound.
 # x86 hosts (DGX B200, DGX H100); no A/B on Grace: GB200/GB300 carry it. No validation row in the bar is host-paced at
 # this value (each one's GPU step is longer), so the rows bound H_L from above and cannot fit it. H_L is the combined
 # schedule's host work, the schedule's own included (a model chunk's plan is rebuilt for each micro-batch,
 # pipeline_parallel/combined_1f1b.py:377-388), not the two directions issued apart: rows without the overlap whose GPU
 # step is shorter than H (MB-26.02-B200-QWEN3-235B-256, H/G 1.19) are priced within 3 % unpaced.
-COMBINED_HOST_US = 9417.7
+COMBINED_HOST_US = 9437.2
 
 
 def combined_host_s(host_layer_us: float, graphed_share: ArrayLike, expert_host_s: ArrayLike) -> np.ndarray:
@@ -430,7 +431,7 @@ def combined_host_s(host_layer_us: float, graphed_share: ArrayLike, expert_host_
     H_L the host work per paired layer outside the experts (``COMBINED_HOST_US``), g the share of it CUDA graphs
     replay without the host (``combined_host_graphed_share``), h_e the experts' eager per-expert and per-layer ops,
     forward + backward (``expert_host_s``, t_op each). Qwen3-235B on B200 BF16, EP 8 (16 local experts, 2 + 4 ops
-    each at 7.87 µs): 9,417.7 + 16·6·7.87 = 10,173.2 µs."""
+    each at 7.61 µs): 9,437.2 + 16·6·7.61 = 10,167.8 µs."""
     return host_layer_us * 1e-6 * (1.0 - np.asarray(graphed_share, dtype=float)) + np.asarray(expert_host_s)
 
 

@@ -224,7 +224,8 @@ def fit(
     ``identify=False`` fits ``fields`` as given, without testing which the runs identify;
     ``requests``: the runs already prepared (then ``runs`` are used as given); ``max_factors``: fit at
     most this many, the first the runs feel in FIT_FIELDS' order; ``anchor``: the values a factor
-    the runs cannot identify keeps (default: the preset's); ``priors``: regularise toward the
+    the runs cannot identify keeps (default: ``held_value``, its own kernel prior with ``priors``, else the
+    preset's; the fit starts from ``anchor``, else the preset's values); ``priors``: regularise toward the
     preset's kernel measurements (``Factor.prior``), a factor the runs do not feel kept in the fit
     while a prior ties it to one they do (the BF16 GEMM rate through the FP8/BF16 kernel ratio);
     ``noise_floor``: the smallest σ of one run's ln(time) the covariance assumes (a fit on one or two
@@ -239,8 +240,10 @@ def fit(
         for n in (fields or FIT_FIELDS)
         if getattr(cal, n, None) is not None and cal.band(n) and cal.factors[n].status != Status.MEASURED
     }
-    anchor = {n: min(max((anchor or {}).get(n, getattr(cal, n)), bands[n][0]), bands[n][1]) for n in bands}
-    values = dict(anchor, **(start or {}))
+    given = anchor or {}
+    values = {n: min(max(given.get(n, getattr(cal, n)), bands[n][0]), bands[n][1]) for n in bands}
+    values.update(start or {})
+    anchor = {n: min(max(given.get(n, held_value(cal, n, priors=priors)), bands[n][0]), bands[n][1]) for n in bands}
     dropped: dict[str, str] = {}
     active, followers = list(bands), {}
     if identify:
@@ -254,6 +257,17 @@ def fit(
     res = problem.residuals(values)
     sources = sorted({r.source for r in runs})
     return Fit(hw.name, factors, float(np.mean(res**2)), len(runs), sources, spread if active else 0.0)
+
+
+def held_value(cal, name: str, *, priors: bool) -> float:
+    """The value a factor the runs cannot identify keeps: with ``priors``, its own kernel measurement
+    (``Factor.prior`` on the factor itself, not a ratio); else the preset's value. A preset's value is the
+    last fit's, and a fit that could not identify the factor left there whatever it was kept at: GB300's x½
+    sat at 112.1 from a fit whose σ was 198 % of it, where the kernel table puts it at 497 ± 13 %."""
+    p = cal.factors[name].prior if name in cal.factors else None
+    if priors and p is not None and p.per is None:
+        return p.value
+    return getattr(cal, name)
 
 
 def _felt(problem, cal, bands, anchor, values, dropped, *, priors: bool, max_factors: int | None) -> tuple:
@@ -539,13 +553,18 @@ def set_by_disagreement(full: Fit, drift: dict[str, Drift]) -> dict[str, str]:
 
 
 def hold_disagreeing(name: str, runs: list[Run], full: Fit, why: dict[str, str]) -> Fit:
-    """The preset refitted with the factors of ``why`` (set_by_disagreement) held at their anchor (the
-    preset's value), each reported not identifiable with its reason."""
-    held = fit(name, runs, tuple(n for n in full.factors if n not in why), priors=True)
-    cal = load_hardware(name).calibration
+    """The preset refitted with the factors of ``why`` (set_by_disagreement) held at their anchor
+    (``held_value``: a factor's own kernel prior, else the preset's value), each reported not identifiable
+    with its reason."""
+    hw = load_hardware(name)
+    kept = {
+        n: min(max(held_value(hw.calibration, n, priors=True), lo), hi)
+        for n in why
+        for lo, hi in [full.factors[n].band]
+    }
+    held = fit(with_calibration(hw, kept), runs, tuple(n for n in full.factors if n not in why), priors=True)
     for n, text in why.items():
-        band = full.factors[n].band
-        held.factors[n] = FactorFit(float(getattr(cal, n)), band, Status.NOT_IDENTIFIABLE.value, why=text)
+        held.factors[n] = FactorFit(float(kept[n]), full.factors[n].band, Status.NOT_IDENTIFIABLE.value, why=text)
     return held
 
 

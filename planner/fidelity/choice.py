@@ -17,7 +17,7 @@ import numpy as np
 from planner import parallel
 from planner.fidelity.runs import Run
 from planner.fidelity.validate import predict, prepare
-from planner.plan import plan_label
+from planner.report.labels import plan_text
 
 # The tuned recipes in presets/reference, dense and MoE, on H100, B200, GB200 and GB300: for every (model, preset)
 # a tuned run in the bar ran on, at least one recipe (its latest release), and the latest NVFP4 run of each (model,
@@ -162,7 +162,8 @@ def choice_row(run: Run) -> dict:
         "published_tokens_per_gpu": published,
         "recipe_predicted_tokens_per_gpu": recipe_pred,
         "recipe_error_pct": 100 * (recipe_pred / published - 1),
-        "rank1_plan": plan_label(first["parallel"], moe=req.ctx.model.is_moe),
+        # search's own label (its overlaps and notes too: ``no-tpo`` where rank 1 turns off an overlap the recipe runs)
+        "rank1_plan": plan_text(first),
         "rank1_tokens_per_gpu": rank1,
         "claimed_gain_pct": 100 * (rank1 / published - 1),
         # the claim without the model's error on the recipe: rank 1 over the recipe, both priced by the model

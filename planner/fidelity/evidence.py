@@ -74,7 +74,11 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         "micro_batch": (grid.micro_batch >= 3).astype(np.int64),
         "recompute": grid.recompute + (grid.recompute == 2) * grid.recompute_block,
         "tp_domains": (tp > domain).astype(np.int64),
-        "tp_overlap": ((tp > 1) & grid.sequence_parallel & grid.option("tp_comm_overlap", opts)).astype(np.int64),
+        # TP with sequence parallelism: with --tp-comm-overlap (1) or without it (2), each a setting of its own (every
+        # Blackwell run with TP > 1 overlaps; TP without SP is an older Megatron's plan and is not told apart)
+        "tp_overlap": np.where(
+            (tp > 1) & grid.sequence_parallel, np.where(grid.option("tp_comm_overlap", opts), 1, 2), 0
+        ).astype(np.int64),
         "ep_domains": (expert & (ep_domains > 1)).astype(np.int64),
         "dispatcher": np.where(expert, grid.dispatcher + 1 + flex * backend, 0),
         "a2a_overlap": (expert & grid.a2a_overlap).astype(np.int64),
@@ -100,7 +104,7 @@ LABELS = {
         c - 1
     ],
     "tp_domains": lambda c: "TP across NVLink domains",
-    "tp_overlap": lambda c: "TP comm overlap",
+    "tp_overlap": lambda c: ("TP comm overlap", "TP with SP but without the TP comm overlap")[c - 1],
     "ep_domains": lambda c: "EP across NVLink domains",
     "dispatcher": lambda c: ("allgather dispatcher", "alltoall dispatcher", *(f"flex/{b}" for b in FLEX_BACKENDS))[
         c - 1

@@ -128,15 +128,18 @@ def _logged_request(log: TrainingLog, script: ScriptSource, **kw) -> tuple[api.P
 
 def calibrate_from_logs(logged: list[LoggedRun], hardware: HardwareSpec) -> Fit:
     """Refit the factors the runs identify, with the preset's kernel priors (a factor the runs give
-    little information keeps its measured rate and says so) and each run's σ at least RUN_NOISE: one
+    little information keeps its measured rate and says so; one they cannot identify keeps the base preset's
+    value, the fit of the published runs, not its kernel prior: ``as_written``) and each run's σ at least RUN_NOISE: one
     run cannot measure its own noise, so its σ is what a run's time scatters by, not the fit's residual."""
     runs = [lr.as_run() for lr in logged]
+    cal = hardware.calibration
     result = fit(
         hardware,
         runs,
         FIT_FIELDS,
         requests=[lr.request for lr in logged],
         max_factors=len(runs),
+        anchor={n: getattr(cal, n) for n in FIT_FIELDS if getattr(cal, n, None) is not None},  # as_written's
         priors=True,
         noise_floor=RUN_NOISE,
     )

@@ -43,6 +43,8 @@ def fitted_calibration(
             old = source.split(VALUE_NOTE)[-1].split(KEPT)[-1] if VALUE_NOTE in source else f"{ff.value:g}, as preset"
             if ff.informed is not None:  # set through its prior by the factors the runs fit
                 text = f"not identifiable by {note} ({ff.why})"
+            elif prior is not None and prior.per is None and ff.value == prior.value:  # calibrate.held_value
+                text = f"not identifiable by {note} ({ff.why}){KEPT}its kernel prior, {prior.value:g}"
             else:
                 text = f"not identifiable by {note} ({ff.why}){KEPT}{old}"
             if carried_from:
