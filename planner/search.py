@@ -1056,7 +1056,8 @@ def _block_peaks(grid: PlanGrid, rows, off: _Twins, at, options: _Options, capac
 
 def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
     """Times what ``need`` asks of ``rows`` (the row as it is, its twin without --tp-comm-overlap) and keeps
-    each twinned row's faster version, or where the row's time is not finite, the smaller (``SMALLER``); a row
+    each twinned row's faster version, or the one ``out``'s rule names (``_twin_rule``: the version the runs support
+    unless only the other fits), or where the row's time is not finite, the smaller (``SMALLER``); a row
     that takes its twin takes the twin's peak (measured here where ``_screen_block`` did not: in a large block a
     twin that fits is not screened where its row fits)."""
     iteration, peak, off_wins, need, twin_peak, ticket, kept, rule = out
