@@ -585,9 +585,18 @@ def expert_host_time_s(local_experts: ArrayLike, ops: int, *, op_us: float, capt
     graphs, the 'moe' graph scope, or TE's fused grouped MLP, one kernel for all experts). A dropless
     layer synchronises with the host every forward (TEGroupedMLP.forward's tokens_per_expert.tolist();
     the alltoall dispatcher's sync before the expert-parallel all-to-all,
-    token_dispatcher.py), so the host cannot run ahead: the per-expert launches, each a few µs of GPU
-    work, are issued at the host's pace (5-25 µs of CPU per PyTorch op: Python, autograd, dispatcher,
-    cudaLaunchKernel)."""
+    token_dispatcher.py), so the host has no head start when it reaches the experts: each per-expert launch
+    costs t_op (5-25 µs of CPU per PyTorch op: Python, autograd, dispatcher, cudaLaunchKernel).
+
+    Added to the GPU's time whole, even where the experts' GPU time G_e is longer. The sync only levels the host
+    with the GPU before the experts (token_dispatcher.py:899, experts.py:645 at core_v0.16.0). After it, TE issues
+    one cuBLAS GEMM per expert in a host loop while the GPU runs the earlier ones (TE v2.14.1
+    common/gemm/cublaslt_gemm.cu:986-1009, from grouped_linear.py:207, 411, 467-487). So host issue time alone would
+    cost max(0, H_e − G_e). The MoE rows in the bar reject that form: ``calibrate --moe`` under it gives t_op
+    18.2 ± 1.0 µs and rms log error 0.0568, against 7.61 ± 0.63 µs and 0.0470 with this one; the in-bar median
+    goes 3.8 → 4.9 % (docs/cost-model.md §13.3, hostmax20 bullet). So t_op is the per-op cost the step pays,
+    whichever side it falls on. The rows cannot split it into host time hidden behind the GPU and per-kernel GPU
+    time that is not: X = max(H_e − G_e, β·H_e) fits equally well (rms 0.0468-0.0470) for any β from 0.25 to 1."""
     return np.asarray(local_experts, dtype=float) * ops * op_us * 1e-6 * (1.0 - captured)
 
 
