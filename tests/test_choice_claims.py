@@ -50,27 +50,6 @@ def test_deepep_on_256_h100_is_not_credited_beyond_what_it_measured():
     assert 0.80 * QWEN3_235B_H100_DEEPEP_TFLOPS < tflops < QWEN3_235B_H100_DEEPEP_TFLOPS
 
 
-def _qwen3_235b_b200_64_bf16(overlap: bool) -> dict:
-    """QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_BF16_V1 as Megatron-Bridge PR 1760 left it (scripts/performance/configs/
-    qwen/qwen3_workload_base_configs.py @ a6e92de5f): 64 B200, TP1 PP8 VP4 EP8 ETP1, GBS 1024, MBS 1, s = 4,096, the
-    alltoall dispatcher, BF16, no CUDA graphs, the embedding+loss split (every Qwen3-235B
-    perf recipe's); the PR turns moe_a2a_overlap True -> False and nothing else for BF16."""
-    opts = dict(
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-        moe_load_imbalance=1.0,
-        grad_reduce_in_bf16=True,
-        delay_wgrad_compute=False,
-    )
-    req = make_request(
-        model="qwen3-235b-a22b", hardware=load_hardware("dgx-b200-superpod"), gpus=64, tp=1, pp=8, vpp=4, ep=8,
-        etp=1, micro_batch=1, global_batch=1024, seq_len=4096, recompute="none", sequence_parallel=False,
-        distributed_optimizer=True, moe_token_dispatcher="alltoall", overlap_moe_expert_parallel_comm=overlap,
-        stage_split="embedding+loss", options=opts,
-    )  # fmt: skip
-    return explain(req, suggest=False)["estimate"]
-
-
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
@@ -88,8 +67,9 @@ def test_a2a_overlap_on_64_b200_qwen3_235b_bf16_is_slower_as_measured():
     t_op refitted to 18.2 µs and H_L re-solved to 8,705.4 µs. The MoE rows reject that form (hostmax20: fit rms
     0.047 → 0.057, in-bar median 3.8 → 4.9 %), so it is not priced. Strict xfail: passes the day the non-overlapped
     BF16 step on B200 is priced as measured."""
-    on = _qwen3_235b_b200_64_bf16(True)["iteration_s"]
-    off = _qwen3_235b_b200_64_bf16(False)["iteration_s"]
+    from tests.test_combined_host import _qwen3_235b_b200_64  # PR 1760's config: BF16, VP4, the overlap switched
+
+    on, off = _qwen3_235b_b200_64(True, 4, False), _qwen3_235b_b200_64(False, 4, False)
     assert on / off == pytest.approx(17.2 / 16.0, abs=0.04)
 
 
