@@ -42,6 +42,7 @@ from planner.fidelity.evidence import (
     extrapolated_features,
     generation,
     generation_counts,
+    generation_name,
     plan_evidence,
 )
 from planner.plan import Context, PlanOptions, plan_label
@@ -110,6 +111,7 @@ class SearchResult:
     rank_by: str = "risk"
     moved_down: int = 0  # plans faster by estimate than rank 1, below it for a feature no setting exercises
     dropped_twins: int = 0  # plans sharing a plan listed's other knobs, recomputing more for no time or memory
+    tp_overlap_rule: str = ""  # how each plan with SP and its twin without --tp-comm-overlap were chosen between
     _plans: list[dict] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -135,6 +137,7 @@ class SearchResult:
             "moved_down_for_evidence": self.moved_down,
             "dropped_recompute_twins": self.dropped_twins,
             "dropped_rule": DROPPED_RULE,
+            "tp_overlap_rule": self.tp_overlap_rule,
         }
 
 
@@ -488,8 +491,9 @@ def search(
     rank_by = "memory" if sort == "memory" else rank_by
     twinned = pins.tp_comm_overlap is None
     prune = rank_by != "memory" and len(grid) > PRUNE_FROM
+    rule = _twin_rule(ctx, rank_by) if twinned else BY_TIME
     scored, twins, block_part, pending = _with_tp_overlap_twins(
-        grid, options, capacity, twinned, block, prune, hsdp, _sources(ctx, pins, hsdp), _twin_rule(ctx, rank_by)
+        grid, options, capacity, twinned, block, prune, hsdp, _sources(ctx, pins, hsdp), rule
     )
     parts = _with_variants(scored, block_part, ctx, pins, num_gpus, capacity, hsdp)
     unfit = sum(int(np.sum(~(part.peak <= capacity))) for part in parts)
@@ -507,6 +511,7 @@ def search(
     )
     hybrid = len(parts[-1].peak) if hsdp else 0
     result.block_variants, result.tp_overlap_twins, result.hybrid_variants = variants - hybrid, twins, hybrid
+    result.tp_overlap_rule = TWIN_RULES[rule].format(generation=generation_name(generation(ctx.hardware)))
     return result
 
 
@@ -564,6 +569,13 @@ def _first_broken(ctx: Context, grid: PlanGrid, pins: Pins, num_gpus: int, legal
 
 
 BY_TIME, KEEP_OVERLAP, KEEP_TWIN = 0, 1, 2  # how a row and its twin without --tp-comm-overlap are chosen between
+TWIN_RULES = {  # what search says of each (``SearchResult.tp_overlap_rule``)
+    BY_TIME: "",
+    KEEP_OVERLAP: "with SP, every plan keeps --tp-comm-overlap, as every published {generation} run with TP does, "
+    "unless only the plan without it fits (--rank-by estimate also weighs it off)",
+    KEEP_TWIN: "with SP, every plan runs without --tp-comm-overlap, as every published {generation} run with TP "
+    "does (--rank-by estimate also weighs it on)",
+}
 
 
 def _with_tp_overlap_twins(

@@ -70,7 +70,12 @@ def test_blackwell_search_keeps_the_overlap_its_runs_use_though_its_twin_is_fast
     by the estimate, the search still finds a plan at least as fast as that twin (its fastest estimate)."""
     gb200 = load_hardware("gb200-nvl72")
     ctx = make_request(model="gpt3-175b", hardware=gb200, gpus=128).ctx
-    first = search(ctx, 128, top=1).plans[0]
+    risk = search(ctx, 128, top=1)
+    assert risk.tp_overlap_rule == (
+        "with SP, every plan keeps --tp-comm-overlap, as every published Blackwell run with TP does, unless only the "
+        "plan without it fits (--rank-by estimate also weighs it off)"
+    )
+    first = risk.plans[0]
     par = first["parallel"]
     assert (par["tp"], par["pp"], par["vpp"], par["micro_batch"]) == (4, 8, 12, 4)
     assert first["options"]["tp_comm_overlap"] is True and first["evidence"]["extrapolated"] == []
@@ -81,5 +86,7 @@ def test_blackwell_search_keeps_the_overlap_its_runs_use_though_its_twin_is_fast
     off = explain(twin, suggest=False)
     assert off["estimate"]["iteration_s"] < first["estimate"]["iteration_s"]
     assert off["evidence"]["extrapolated"] == ["TP with SP but without the TP comm overlap"]
-    fastest = next(pj for pj in search(ctx, 128, top=1, rank_by="estimate").plans if pj["fastest"])
+    estimate = search(ctx, 128, top=1, rank_by="estimate")
+    assert estimate.tp_overlap_rule == ""  # by the estimate: the faster of the two
+    fastest = next(pj for pj in estimate.plans if pj["fastest"])
     assert fastest["estimate"]["iteration_s"] <= off["estimate"]["iteration_s"] * (1 + 1e-9)

@@ -212,12 +212,14 @@ def ties_footnote(result, columns: list[str] | None = None) -> str:
         if columns is None or "runs" in columns
         else ""
     )
+    rule = getattr(result, "tp_overlap_rule", "")
+    twins = f" {rule[0].upper()}{rule[1:]}." if rule else ""
     if result.rank_by == "risk":
         return (
             f"Ranked by what the runs support: fewest features no published setting exercises, then the "
             f"pessimistic end, the estimate × e^(2ε) (ε: the band, ± {100 * result.band_frac:.1f} % where every "
             f"feature has runs behind it); = tied with {first} (bands overlap), those leaving 10 % of the usable "
-            f"memory free first; {fastest}.{moved}{runs}"
+            f"memory free first; {fastest}.{moved}{twins}{runs}"
         )
     if not result.tied:
         return runs.strip()
