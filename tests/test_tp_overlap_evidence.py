@@ -7,6 +7,7 @@ import pytest
 from planner.api import explain, make_request
 from planner.fidelity import evidence
 from planner.fidelity.evidence_counts import COUNTS
+from planner.plan_file import request_from_plan
 from planner.presets import load_hardware
 from planner.search import BY_TIME, KEEP_OVERLAP, KEEP_TWIN, _twin_rule, search
 
@@ -90,3 +91,21 @@ def test_blackwell_search_keeps_the_overlap_its_runs_use_though_its_twin_is_fast
     assert estimate.tp_overlap_rule == ""  # by the estimate: the faster of the two
     fastest = next(pj for pj in estimate.plans if pj["fastest"])
     assert fastest["estimate"]["iteration_s"] <= off["estimate"]["iteration_s"] * (1 + 1e-9)
+
+
+def test_ampere_search_runs_without_the_overlap_no_ampere_run_uses():
+    """Llama 3 8B on 64 A100 (GBS 512): rank 1 is TP4 PP1 b2 with SP and no TP overlap, 18.30 s. With the overlap the
+    same plan is 18.23 s by the estimate but uses a feature no Ampere run has ("TP comm overlap", 0 settings: every
+    A100 reference run predates userbuffers), so search keeps its supported twin (``search._twin_rule``, KEEP_TWIN);
+    before the rule it kept the faster, overlapped version, which the ranking then moved down, and ranked first TP2
+    PP2 b1 V8 at 18.39 s."""
+    a100 = load_hardware("dgx-a100-superpod")
+    first = search(make_request(model="llama3-8b", hardware=a100, gpus=64).ctx, 64, top=1).plans[0]
+    par = first["parallel"]
+    assert (par["tp"], par["pp"], par["micro_batch"], par["sequence_parallel"]) == (4, 1, 2, True)
+    assert first["options"]["tp_comm_overlap"] is False
+    assert first["estimate"]["iteration_s"] == pytest.approx(18.30, abs=0.005)
+    on = request_from_plan({**first, "options": {**first["options"], "tp_comm_overlap": True}}, a100)
+    overlapped = explain(on, suggest=False)
+    assert overlapped["estimate"]["iteration_s"] == pytest.approx(18.23, abs=0.005)
+    assert "TP comm overlap" in overlapped["evidence"]["extrapolated"]
