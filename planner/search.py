@@ -73,6 +73,10 @@ from planner.space.sizes import (
 heap.keep_freed_memory()  # freed arrays reused: a search no longer faults in fresh pages (planner.heap)
 
 CHUNK = 16_384  # rows per evaluation: (rows × stage kinds) float arrays stay a few MiB each (about 40 MiB in all)
+FLOOR_CHUNK = 4 * CHUNK  # rows per evaluation of iteration_floor_s: its cost grows with the rows' distinct shapes
+# (``Letters.distinct``), which a larger evaluation shares among more rows (DeepSeek-V3 / 1024 H100, one process's
+# 131,072 floors: 85.7 ms of CPU in evaluations of CHUNK rows, 49.3 ms in 4 * CHUNK, 43.7 ms in one evaluation, which
+# lifted the peak RSS by 13 MiB); its terms are (rows, 1) arrays: the whole model, not each kind of stage
 BLOCK = 4 * CHUNK  # rows the search scores at once (with their TP-overlap twins): its memory stays bounded
 FIELDS = tuple(PlanGrid.__dataclass_fields__)
 FITS_RULE = "fits in GPU memory (with the headroom)"
@@ -178,6 +182,11 @@ class _Scored:
     def take(self, rows: np.ndarray) -> _Scored:
         ticket = None if self.ticket is None else self.ticket[rows]
         return _Scored(self.grid.take(rows), self.iteration[rows], self.peak[rows], self.options, ticket, self.kept)
+
+    def take_lazy(self, rows: np.ndarray) -> _Scored:
+        """``take``, the grid's rows gathered only when taken (``_RowsOf``)."""
+        ticket = None if self.ticket is None else self.ticket[rows]
+        return _Scored(_RowsOf(self.grid, rows), self.iteration[rows], self.peak[rows], self.options, ticket, self.kept)
 
     @staticmethod
     def stack(parts: list[_Scored]) -> _Scored:
@@ -682,18 +691,20 @@ def _floors(grid: PlanGrid, rows: np.ndarray, out, ctx: Context) -> None:
     rows = rows[need.take(rows) > 0]
     code = need[rows]
     mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
-    floor = _chunked(iteration_floor_s, _Twins(grid, np.concatenate([mine, tw]), len(mine)).take(slice(None)), ctx)
+    floor = _chunked(
+        iteration_floor_s, _Twins(grid, np.concatenate([mine, tw]), len(mine)).take(slice(None)), ctx, FLOOR_CHUNK
+    )
     iteration[rows] = np.inf
     iteration[mine] = floor[: len(mine)]
     iteration[tw] = np.minimum(iteration[tw], floor[len(mine) :])
 
 
-def _chunked(fn, grid: PlanGrid, ctx: Context) -> np.ndarray:
-    """``fn(grid, ctx)`` (a value per row) in evaluations of ``CHUNK`` rows."""
+def _chunked(fn, grid: PlanGrid, ctx: Context, size: int = CHUNK) -> np.ndarray:
+    """``fn(grid, ctx)`` (a value per row) in evaluations of ``size`` rows."""
     out = np.empty(len(grid))
     with np.errstate(divide="ignore", invalid="ignore"):
-        for start in range(0, len(grid), CHUNK):
-            out[start : start + CHUNK] = fn(grid if len(grid) <= CHUNK else grid.take(slice(start, start + CHUNK)), ctx)
+        for start in range(0, len(grid), size):
+            out[start : start + size] = fn(grid if len(grid) <= size else grid.take(slice(start, start + size)), ctx)
     return out
 
 
@@ -750,6 +761,7 @@ class _Pending:
     rows: np.ndarray
     floor: np.ndarray
     variants: tuple | None = None
+    other: np.ndarray | None = None  # each pending row's twin's extrapolated features, once found (``_features``)
 
     def time(self, which: np.ndarray) -> None:
         """Times the rows ``which`` (a mask over ``rows``): each keeps its faster version (``_time_rows``)."""
@@ -757,6 +769,7 @@ class _Pending:
         _time_rows(self.grid, rows, self.ctx, self.out)
         self.grid.tp_comm_overlap[rows[self.out[2][rows] > 0]] = 0
         self.rows, self.floor = self.rows[~which], self.floor[~which]
+        self.other = None if self.other is None else self.other[~which]
 
     def time_variants(self, part: _Scored, which: np.ndarray) -> None:
         """Times the block variants ``which`` (a mask over the pending ones) of their scored ``part``."""
@@ -773,13 +786,17 @@ class _Pending:
         dropped (``_Dropping`` and the positions kept among the rows that fit; None without ``drop``), once no row
         not timed could change what the search reports (``_unsettled``, ``_Dropping.late``): those that could are
         timed and the ranking made again. ``drop``: rows that recompute more than a twin without saving time or
-        memory are dropped."""
-        dropping = None
+        memory are dropped. Timing a pending row changes its time, and where it keeps its twin its peak (smaller:
+        it still fits) and its overlap, nothing else: the rows that fit, their grid and their extrapolated features
+        are found once (``_Fitting``), and each round gathers their times and peaks and the features of the rows whose
+        overlap changed; the grid of the rows kept is gathered only for the plans shown (``_RowsOf``)."""
+        dropping, every_row = None, _Fitting.of(parts, capacity, rank_by, gpus)
         while True:
-            every_row = _Scored.stack([part.take(np.flatnonzero(part.peak <= capacity)) for part in parts])
-            dropping = (dropping or _Dropping.of(every_row.grid)) if drop else None
-            fitting, keep = _Dropping.fitting(dropping, every_row)
-            ranking = _order(fitting, np.arange(len(fitting.peak)), rank_by, capacity, gpus)
+            every_row.refresh(parts)
+            dropping = (dropping or _Dropping.of(every_row.scored.grid)) if drop else None
+            fitting, keep = _Dropping.fitting(dropping, every_row.scored, lazy=True)
+            ext = None if every_row.extrapolated is None else every_row.extrapolated[keep]
+            ranking = _order(fitting, np.arange(len(fitting.peak)), rank_by, capacity, gpus, ext)
             _, vpos, vfloor = self.variants or (None, np.zeros(0, dtype=np.int64), np.zeros(0))
             n = len(self.rows)
             if not n and not len(vpos):
@@ -810,14 +827,91 @@ class _Pending:
 
     def _features(self, ext: np.ndarray, parts: list[_Scored], gpus: int) -> tuple[np.ndarray, np.ndarray]:
         """The fewest and most extrapolated features of the pending rows and variants (``ext``: of the versions
-        they carry): a twinned row may keep either version once timed."""
+        they carry): a twinned row may keep either version once timed. The other version's features are found
+        once per pending row (``other``: kept along ``rows`` until the row is timed; a version's features are its
+        own, whatever the round)."""
         twinned = np.zeros(len(ext), dtype=bool)
         twinned[: len(self.rows)] = (self.out[3][self.rows] & (ROW | TWIN)) == ROW | TWIN
-        off = self.grid.take(self.rows[twinned[: len(self.rows)]])
-        off = replace(off, tp_comm_overlap=np.zeros(len(off), np.int8))
+        if self.other is None:
+            off = self.grid.take(self.rows[twinned[: len(self.rows)]])
+            off = replace(off, tp_comm_overlap=np.zeros(len(off), np.int8))
+            self.other = np.zeros(len(self.rows), dtype=np.int64)
+            self.other[twinned[: len(self.rows)]] = _bands(
+                _Scored(off, None, None, parts[0].options), np.arange(len(off)), gpus
+            )[1]
         other = ext.copy()
-        other[twinned] = _bands(_Scored(off, None, None, parts[0].options), np.arange(len(off)), gpus)[1]
+        other[: len(self.rows)] = np.where(twinned[: len(self.rows)], self.other, ext[: len(self.rows)])
         return np.minimum(ext, other), np.maximum(ext, other)
+
+
+@dataclass(frozen=True, eq=False)
+class _RowsOf:
+    """Rows of a grid, gathered only when taken: the grid of the rows that fit and are kept, of which ``_ranked``
+    takes the plans shown (every column of every such row gathered for ten plans otherwise)."""
+
+    grid: PlanGrid
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, index) -> PlanGrid:
+        return self.grid.take(self.rows[index])
+
+
+@dataclass
+class _Fitting:
+    """The rows that fit of ``settle``'s parts, one after the other (``scored``: their grid, times, peaks and
+    tickets), with each one's extrapolated features (``_bands``; None ranked by memory). Timing a pending row
+    changes its time, and where it keeps its twin its peak and its --tp-comm-overlap (a twin never takes more
+    memory: it still fits); ``refresh`` gathers those again and counts the features of the rows whose overlap
+    changed, the other columns and features as found (where the rows that fit changed, all of it again)."""
+
+    scored: _Scored
+    fit: list[np.ndarray]  # each part's rows that fit
+    extrapolated: np.ndarray | None
+    capacity: float
+    gpus: int
+    fresh: bool = True
+
+    @classmethod
+    def of(cls, parts: list[_Scored], capacity: float, rank_by: str, gpus: int) -> _Fitting:
+        fit = [np.flatnonzero(part.peak <= capacity) for part in parts]
+        scored = _Scored.stack([part.take(rows) for part, rows in zip(parts, fit, strict=True)])
+        ext = None if rank_by == "memory" else _bands(scored, np.arange(len(scored.peak)), gpus)[1]
+        return cls(scored, fit, ext, capacity, gpus)
+
+    def refresh(self, parts: list[_Scored]) -> None:
+        """The rows' times, peaks, tickets and overlaps as ``parts`` now hold them (``_Scored.stack``'s)."""
+        if self.fresh:
+            self.fresh = False
+            return
+        fit = [np.flatnonzero(part.peak <= self.capacity) for part in parts]
+        if any(not np.array_equal(a, b) for a, b in zip(fit, self.fit, strict=True)):
+            rebuilt = _Fitting.of(parts, self.capacity, "memory" if self.extrapolated is None else "", self.gpus)
+            self.scored, self.fit, self.extrapolated = rebuilt.scored, rebuilt.fit, rebuilt.extrapolated
+            return
+
+        def joined(values: list[np.ndarray]) -> np.ndarray:
+            return values[0] if len(values) == 1 else np.concatenate(values)
+
+        pairs = list(zip(parts, fit, strict=True))
+        iteration, peak = joined([p.iteration[f] for p, f in pairs]), joined([p.peak[f] for p, f in pairs])
+        kept = parts[0].kept if len(parts) == 1 or all(p.ticket is not None for p in parts) else None
+        ticket = None
+        if kept is not None and all(p.ticket is not None for p in parts):
+            ticket = joined([p.ticket[f] for p, f in pairs])
+        overlap = joined([take_column(p.grid.tp_comm_overlap, f) for p, f in pairs])
+        grid = self.scored.grid
+        changed = np.flatnonzero(overlap != grid.tp_comm_overlap)
+        if len(changed):
+            grid = PlanGrid.of_columns(
+                {**{k: getattr(grid, k) for k in COLUMNS}, "tp_comm_overlap": overlap}, grid.layouts
+            )
+        self.scored = _Scored(grid, iteration, peak, parts[0].options, ticket, kept)
+        if self.extrapolated is not None and len(changed):
+            self.extrapolated = self.extrapolated.copy()
+            self.extrapolated[changed] = _bands(self.scored, changed, self.gpus)[1]
 
 
 @dataclass
@@ -840,14 +934,17 @@ class _Dropping:
         return cls(twins, np.zeros(0), np.zeros(0), np.zeros(len(grid), dtype=bool))
 
     @staticmethod
-    def fitting(dropping: _Dropping | None, every: _Scored) -> tuple[_Scored, np.ndarray]:
-        """The rows of ``every`` (the rows that fit) not dropped, and their positions in it (``keep``)."""
+    def fitting(dropping: _Dropping | None, every: _Scored, lazy: bool = False) -> tuple[_Scored, np.ndarray]:
+        """The rows of ``every`` (the rows that fit) not dropped, and their positions in it (``keep``); ``lazy``:
+        their grid gathered only when taken (``_RowsOf``: the ranking reads their times, the plans shown their rows)."""
         if dropping is None:
             return every, np.arange(len(every.peak))
         dropping.iteration, dropping.peak = every.iteration, every.peak
         dropping.dropped = dropping.twins.dominated(every.iteration, every.peak)
         keep = np.flatnonzero(~dropping.dropped)
-        return (every.take(keep) if len(keep) < len(every.peak) else every), keep
+        if len(keep) == len(every.peak):
+            return every, keep
+        return (every.take_lazy(keep) if lazy else every.take(keep)), keep
 
     def late(self, fitting: _Scored, ranking: _Ranking, keep: np.ndarray, top: int, rank_by: str) -> np.ndarray:
         """The rows not timed (a mask over the rows that fit) whose times decide what is dropped among the rows the
@@ -966,7 +1063,7 @@ class _BlockVariants:
                 peak = _peak_memory(block, np.arange(len(block)), ctx, self.capacity, whole=True)[0]
             fits = peak <= self.capacity
             self.peak[at], self.late[at], self.iteration[at] = peak, fits, np.inf
-            self.iteration[at][fits] = _chunked(iteration_floor_s, block.take(np.flatnonzero(fits)), ctx)
+            self.iteration[at][fits] = _chunked(iteration_floor_s, block.take(np.flatnonzero(fits)), ctx, FLOOR_CHUNK)
             return block
         if not later:
             it, pk, _, ticket = _evaluate(block, np.arange(len(block)), ctx, self.capacity, whole=True, kept=self.kept)
@@ -1324,12 +1421,16 @@ def _lex_before(keys: tuple, i: int) -> np.ndarray:
     return before
 
 
-def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus: int) -> _Ranking:
-    """The feasible rows ``ok`` ranked (``RANK_RULES``): which are tied with the first, and each group's keys."""
+def _order(scored: _Scored, ok: np.ndarray, rank_by: str, capacity: float, gpus: int, extrapolated=None) -> _Ranking:
+    """The feasible rows ``ok`` ranked (``RANK_RULES``): which are tied with the first, and each group's keys;
+    ``extrapolated``: the rows' extrapolated features where known (``_bands``' count), else found here."""
     it, pk = scored.iteration[ok], scored.peak[ok]
     if rank_by == "memory":
         return _Ranking(np.zeros(len(ok), dtype=bool), (), (pk, it), np.zeros(len(ok), dtype=np.int64))
-    eps, extrapolated = _bands(scored, ok, gpus)
+    if extrapolated is None:
+        eps, extrapolated = _bands(scored, ok, gpus)
+    else:
+        eps = band_frac(extrapolated, scored.options.evaluating)
     low, high, pessimistic = it * np.exp(-eps), it * np.exp(eps), it * np.exp(RISK_Z * eps)
     tight = pk > TIGHT_FRAC * capacity  # leaves less than 10 % of what a plan may fill
     if rank_by == "risk":
