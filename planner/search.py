@@ -68,6 +68,7 @@ from planner.space.sizes import (
     pinned_plan_reasons,
     pins_leave_no_world,
     rules_broken_everywhere,
+    tp_domain_reason,
 )
 
 heap.keep_freed_memory()  # freed arrays reused: a search no longer faults in fresh pages (planner.heap)
@@ -473,7 +474,7 @@ def search(
     axes = WorldAxes.of(ctx, pins)
     if not axes.allows(num_gpus):
         why = empty_grid_reason(num_gpus, pins) if pins_leave_no_world(num_gpus, pins) else None
-        why = why or axes.reason(num_gpus, ctx.training.global_batch)
+        why = why or tp_domain_reason(ctx, pins) or axes.reason(num_gpus, ctx.training.global_batch)
         raise InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, f"world size = tp·cp·pp·dp: {why}", suggest_sizes))
     grid, candidates, rejected = _legal_grid(ctx, num_gpus, pins)
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)

@@ -1,0 +1,222 @@
+"""A user's pass over megaplan (qa21): each test reproduces a message that misled or an option dropped without a
+word, found by running the commands an ML-infrastructure engineer would run before a long training run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import one_line_error, run_cli
+
+LLAMA8 = ["--model", "llama3-8b", "--gpus", "64", "--top", "1"]
+
+
+# --- 1. a pinned TP that crosses NVLink domains ---------------------------------------------------------------
+
+
+def test_search_tp_across_nodes_says_the_nvlink_domain_not_the_model():
+    """`search --model llama3-70b --gpus 64 --tp 16` said "the pinned tp is not legal for this model"; 64 heads
+    divide by 16, and explain prices that plan: the search keeps TP inside one node's 8 GPUs unless --max-tp."""
+    line = one_line_error(run_cli(["search", "--model", "llama3-70b", "--gpus", "64", "--tp", "16"]))
+    assert "not legal for this model" not in line
+    assert "--tp 16 spans 2 NVLink domains of 8 GPUs (dgx-a100-superpod)" in line
+    assert "--max-tp 16" in line
+    # with --max-tp the same search runs
+    result = run_cli(["search", "--model", "llama3-70b", "--gpus", "64", "--tp", "16", "--max-tp", "16", "--json"])
+    assert result.exit_code == 0, result.output
+    assert {p["parallel"]["tp"] for p in json.loads(result.stdout)["plans"]} == {16}
+
+
+def test_search_tp_that_does_not_divide_an_nvl72_domain_says_so():
+    """GB200 NVL72: 72 GPUs share NVLink, so TP 16 groups (72 mod 16 = 8) straddle two racks' domains."""
+    line = one_line_error(
+        run_cli(["search", "--model", "llama3-70b", "--gpus", "288", "--tp", "16", "--hardware", "gb200-nvl72"])
+    )
+    assert "not legal for this model" not in line
+    assert "--tp 16 does not divide the 72 GPUs of an NVLink domain (gb200-nvl72)" in line
+    assert "allowed: a divisor of 72" in line
+
+
+def test_search_tp_the_heads_forbid_still_names_the_heads():
+    """The model's own rule keeps its message (96 heads, tp 5)."""
+    line = one_line_error(run_cli(["search", "--model", "gpt3-175b", "--gpus", "1000", "--tp", "5"]))
+    assert "NVLink" not in line
+    assert "96 attention heads are not divisible by tp 5" in line
+
+
+# --- 2. --recompute-num-layers with a pinned recompute that is not full ------------------------------------------
+
+
+@pytest.mark.parametrize("recompute", ["selective", "none"])
+def test_search_recompute_num_layers_without_full_is_refused_as_explain_refuses_it(recompute):
+    """`search --recompute selective --recompute-num-layers 3` noted that "plans with selective or no
+    recomputation are searched as well (add --recompute full ...)": the user had pinned selective, so no plan
+    used the number. Megatron-Core refuses it with selective recomputation ("recompute_num_layers must be None",
+    transformer_config.py:1926-1932 @ d98e8a64) and explain refused it; search now says so too."""
+    result = run_cli(["search", *LLAMA8, "--recompute", recompute, "--recompute-num-layers", "3"])
+    line = one_line_error(result)
+    assert line == (
+        "megaplan: error: --recompute-num-layers 3 goes with --recompute full only (Megatron-Core refuses it "
+        "with selective recomputation and ignores it without one); drop it or give --recompute full"
+    )
+    assert result.stdout == ""
+
+
+def test_search_recompute_num_layers_unpinned_recompute_still_notes_the_full_plans():
+    result = run_cli(["search", *LLAMA8, "--recompute-num-layers", "3"])
+    assert result.exit_code == 0, result.output
+    assert "--recompute-num-layers 3 applies only to plans with full recomputation" in result.stderr
+
+
+# --- 3. an option only some plans use, when the pins leave none of them -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pins", "given", "why"),
+    [
+        (
+            ["--vpp", "1", "--microbatch-group-size-per-virtual-pipeline-stage", "4"],
+            "--microbatch-group-size-per-virtual-pipeline-stage 4",
+            "it applies only to interleaved plans (vpp > 1), and --vpp 1 leaves none",
+        ),
+        (
+            ["--pp", "1", "--no-overlap-p2p-comm"],
+            "--no-overlap-p2p-comm",
+            "it applies only to interleaved plans (vpp > 1), and --pp 1 leaves none",
+        ),
+        (
+            ["--no-fsdp", "--data-parallel-sharding-strategy", "optim"],
+            "--data-parallel-sharding-strategy optim",
+            "it applies only to plans with Megatron FSDP, and --no-fsdp leaves none",
+        ),
+        (
+            ["--no-fsdp", "--outer-dp-sharding-strategy", "optim"],
+            "--outer-dp-sharding-strategy optim",
+            "it applies only to Megatron FSDP plans with more than one distributed-optimizer instance (hybrid), "
+            "and --no-fsdp leaves none",
+        ),
+        (
+            ["--pp", "1", "--pp-scatter-gather"],
+            "--pp-scatter-gather",
+            "it applies only to plans with pp > 1 and no sequence parallelism, and --pp 1 leaves none",
+        ),
+        (
+            ["--sequence-parallel", "--pp-scatter-gather"],
+            "--pp-scatter-gather",
+            "it applies only to plans with pp > 1 and no sequence parallelism, and --sequence-parallel leaves none",
+        ),
+    ],
+)
+def test_search_option_the_pins_exclude_is_said_ignored(pins, given, why):
+    """`search --vpp 1 --microbatch-group-size-per-virtual-pipeline-stage 4` noted "plans without interleaving are
+    searched as well (add --vpp N, N > 1 ...)": with vpp pinned to 1 every plan is one without, and the option
+    is dropped; explain says "ignored" for the same option on its one plan."""
+    result = run_cli(["search", *LLAMA8, *pins])
+    assert result.exit_code == 0, result.output
+    assert f"megaplan: note: {given} ignored: {why}" in result.stderr.splitlines()
+    assert "searched as well" not in result.stderr
+
+
+def test_search_option_the_pins_keep_is_not_noted():
+    result = run_cli(
+        ["search", *LLAMA8, "--pp", "2", "--vpp", "2", "--microbatch-group-size-per-virtual-pipeline-stage", "4"]
+    )
+    assert "microbatch-group-size" not in result.stderr
+
+
+# --- 4. BF16 first/last layers without FP8 --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "given",
+    [["--first-last-layers-bf16"], ["--num-layers-at-start-in-bf16", "2"], ["--num-layers-at-end-in-bf16", "0"]],
+)
+def test_bf16_end_layers_without_fp8_are_said_ignored(given):
+    """--first-last-layers-bf16 (and its counts) keep some layers in BF16 out of FP8; without --fp8 every layer is
+    BF16 already, and the option was dropped without a word (--fp8-recipe without --fp8 is noted)."""
+    result = run_cli(["explain", "--model", "llama3-8b", "--gpus", "8", "--tp", "2", "--brief", *given])
+    assert result.exit_code == 0, result.output
+    assert (
+        f"megaplan: note: {given[0]} ignored: no --fp8 or --fp4 (every layer's GEMMs run in BF16 already)"
+        in result.stderr.splitlines()
+    )
+
+
+def test_bf16_end_layer_counts_without_the_switch_are_said_ignored():
+    """With --fp8 but no --first-last-layers-bf16, --num-layers-at-start-in-bf16 2 is dropped (Megatron-LM reads
+    the counts only with the switch, arguments.py)."""
+    result = run_cli(
+        [
+            "explain", "--model", "llama3-8b", "--gpus", "8", "--tp", "2", "--brief", "--hardware",
+            "dgx-h100-superpod", "--fp8", "hybrid", "--fp8-recipe", "tensorwise", "--num-layers-at-start-in-bf16", "2",
+        ]
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert (
+        "megaplan: note: --num-layers-at-start-in-bf16 ignored: no --first-last-layers-bf16 (Megatron-Core reads the "
+        "counts only with it, fp8_utils.py:714-717 and fp4_utils.py:250-253 @ d98e8a64)"
+    ) in result.stderr.splitlines()
+
+
+# --- 5. megaplan's own export given back as --plan -------------------------------------------------------------------
+
+
+def test_a_launch_script_given_as_plan_names_the_option_that_reads_it(tmp_path):
+    """`explain --plan train.sbatch` (megaplan's own Slurm export) said only "is not JSON: Expecting value: line 1
+    column 1 (char 0)"."""
+    script = tmp_path / "train.sbatch"
+    result = run_cli(
+        [
+            "export",
+            "--model",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--tp",
+            "2",
+            "--distributed-optimizer",
+            "--format",
+            "slurm",
+            "-o",
+            str(script),
+        ]
+    )
+    assert result.exit_code == 0, result.output
+    line = one_line_error(run_cli(["explain", "--plan", str(script)]))
+    assert line.endswith(
+        "is not JSON: Expecting value: line 1 column 1 (char 0); it reads as a Megatron-LM command line or launch "
+        "script: give it with --megatron-args-file"
+    )
+    flags = tmp_path / "plan.flags"
+    flags.write_text("--tensor-model-parallel-size 2 \\\n--num-layers 32\n")
+    assert "give it with --megatron-args-file" in one_line_error(run_cli(["explain", "--plan", str(flags)]))
+    overrides = tmp_path / "megaplan.overrides"
+    overrides.write_text("# a comment\nmodel.tensor_model_parallel_size=4\ntrain.micro_batch_size=1\n")
+    assert one_line_error(run_cli(["explain", "--plan", str(overrides)])).endswith(
+        "it reads as Megatron-Bridge overrides or a config: give it with --bridge-config"
+    )
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    assert one_line_error(run_cli(["explain", "--plan", str(notes)])).endswith("(char 0)")
+
+
+# --- 6. --min-gpus with a pin no GPU count allows -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "pin", "why"),
+    [
+        ("llama3-70b", ["--tp", "3"], "attention heads divisible by tp: 64 attention heads are not divisible by tp 3"),
+        ("gpt3-175b", ["--tp", "3"], "--tp 3 does not divide the 8 GPUs of an NVLink domain (dgx-a100-superpod)"),
+        ("llama3-70b", ["--tp", "16"], "--tp 16 spans 2 NVLink domains of 8 GPUs (dgx-a100-superpod)"),
+        ("llama3-70b", ["--pp", "7"], "layers split over pipeline stages: 80 layers do not split over pp 7"),
+    ],
+)
+def test_min_gpus_names_why_a_pin_is_legal_nowhere(model, pin, why):
+    """`search --model llama3-70b --min-gpus --tp 3` scanned to 131,072 GPUs and said "--tp 3 does not divide
+    131,072 GPUs", though 24 GPUs (3 nodes) had been tried: the heads forbid TP 3 on any GPU count."""
+    line = one_line_error(run_cli(["search", "--model", model, "--min-gpus", *pin]))
+    assert line.startswith(f"megaplan: error: no GPU count has a legal plan for {model} on dgx-a100-superpod: ")
+    assert why in line
+    assert "131,072" not in line
