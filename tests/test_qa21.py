@@ -220,3 +220,53 @@ def test_min_gpus_names_why_a_pin_is_legal_nowhere(model, pin, why):
     assert line.startswith(f"megaplan: error: no GPU count has a legal plan for {model} on dgx-a100-superpod: ")
     assert why in line
     assert "131,072" not in line
+
+
+# --- 7. a user's YAML named without its suffix, or with the other one; `presets show` of a part of a name ------------
+
+
+def _my_model(folder) -> None:
+    data = {
+        "name": "my-13b",
+        "source": "written for this test",
+        "num_layers": 40,
+        "hidden_size": 5120,
+        "num_attention_heads": 40,
+        "num_query_groups": 8,
+        "ffn_hidden_size": 13824,
+        "max_position_embeddings": 4096,
+        "vocab_size": 32000,
+        "swiglu": True,
+        "normalization": "RMSNorm",
+        "position_embedding_type": "rope",
+        "training": {"global_batch": 512, "seq_len": 4096},
+    }
+    (folder / "my-13b.yaml").write_text(json.dumps(data))
+
+
+def test_a_model_file_named_without_its_suffix_is_pointed_at(tmp_path, monkeypatch):
+    """`--model my-13b` beside my-13b.yaml suggested the preset llama2-13b; `--model my-13b.yml` said "models file
+    'my-13b.yml' not found"."""
+    _my_model(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(run_cli(["search", "--model", "my-13b", "--gpus", "8"]))
+    assert line.startswith(
+        "megaplan: error: unknown model preset 'my-13b'; my-13b.yaml is a file here: give my-13b.yaml "
+        "(a preset name has no suffix, a file needs it); known: deepseek-v3, "
+    )
+    assert "llama2-13b?" not in line
+    line = one_line_error(run_cli(["search", "--model", "my-13b.yml", "--gpus", "8"]))
+    assert line == "megaplan: error: model file 'my-13b.yml' not found; 'my-13b.yaml' is here (the other suffix)"
+    result = run_cli(["search", "--model", "my-13b.yaml", "--gpus", "8", "--top", "1"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("name", "near"),
+    [("h100", "dgx-h100-superpod? hardware presets: "), ("llama3", "one of llama3-70b, llama3-8b, llama3.1-405b?")],
+)
+def test_presets_show_a_part_of_a_name_suggests_the_presets_holding_it(name, near):
+    """`presets show h100` listed all 34 names, where `search --hardware h100` suggested dgx-h100-superpod."""
+    line = one_line_error(run_cli(["presets", "show", name]))
+    assert line.startswith(f"megaplan: error: unknown preset {name!r}; did you mean {near}")
+    assert ("gb300-nvl72" in line) == (name == "h100")  # the resembled kind's names only
