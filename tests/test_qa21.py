@@ -270,3 +270,27 @@ def test_presets_show_a_part_of_a_name_suggests_the_presets_holding_it(name, nea
     line = one_line_error(run_cli(["presets", "show", name]))
     assert line.startswith(f"megaplan: error: unknown preset {name!r}; did you mean {near}")
     assert ("gb300-nvl72" in line) == (name == "h100")  # the resembled kind's names only
+
+
+# --- 8. megaplan's Slurm export read back without --hardware ---------------------------------------------------------
+
+
+def test_a_megaplan_slurm_script_read_back_without_its_hardware_is_warned(tmp_path):
+    """`explain --megatron-args-file train.sbatch` of a GB200 export priced it on the default A100 preset (DOES NOT
+    FIT, flex/HybridEP "on Ampere") with only the first line to say so; the script's header names gb200-nvl72."""
+    script = tmp_path / "train.sbatch"
+    export = ["export", "--model", "llama3-8b", "--hardware", "gb200-nvl72", "--gpus", "8", "--tp", "1"]
+    result = run_cli([*export, "--distributed-optimizer", "--format", "slurm", "-o", str(script)])
+    assert result.exit_code == 0, result.output
+    warning = (
+        "megaplan: warning: this script was written by megaplan for gb200-nvl72, but no --hardware was given: it is "
+        "read on dgx-a100-superpod (the default); its 'Read it back' line gives the options (--hardware gb200-nvl72)"
+    )
+    result = run_cli(["explain", "--megatron-args-file", str(script), "--brief"])
+    assert result.exit_code == 0, result.output
+    assert warning in result.stderr.splitlines()
+    assert "of dgx-a100-superpod" in result.stdout
+    given = run_cli(["explain", "--megatron-args-file", str(script), "--brief", "--hardware", "gb200-nvl72"])
+    assert given.exit_code == 0, given.output
+    assert "written by megaplan" not in given.stderr
+    assert "of gb200-nvl72" in given.stdout
