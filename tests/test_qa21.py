@@ -294,3 +294,21 @@ def test_a_megaplan_slurm_script_read_back_without_its_hardware_is_warned(tmp_pa
     assert given.exit_code == 0, given.output
     assert "written by megaplan" not in given.stderr
     assert "of gb200-nvl72" in given.stdout
+
+
+def test_rank_by_estimate_counts_the_tied_plans_with_thousands_separators():
+    """ "The 7405 tied plans come first", beside "67,000 plans evaluated, 22,788 legal and fit"."""
+    result = run_cli(
+        ["search", "--model", "qwen3-30b-a3b", "--gpus", "16", "--hardware", "dgx-h100-superpod", "--top", "1"]
+        + ["--rank-by", "estimate"],
+        env={"COLUMNS": "400"},
+    )
+    assert result.exit_code == 0, result.output
+    tied = json.loads(
+        run_cli(
+            ["search", "--model", "qwen3-30b-a3b", "--gpus", "16", "--hardware", "dgx-h100-superpod", "--top", "1"]
+            + ["--rank-by", "estimate", "--json"]
+        ).stdout
+    )["tied_with_fastest"]
+    assert tied > 999
+    assert f"The {tied:,} tied plans come first" in result.stdout
