@@ -312,3 +312,16 @@ def test_rank_by_estimate_counts_the_tied_plans_with_thousands_separators():
     )["tied_with_fastest"]
     assert tied > 999
     assert f"The {tied:,} tied plans come first" in result.stdout
+
+
+def test_rank_by_help_says_the_order_search_ranks_by():
+    """--help said risk ranks by "the pessimistic end of each plan's band, widened for features no published run
+    exercises"; search ranks by the count of such features first (RANK_RULES, the footer), then by that end."""
+    from planner.search import RANK_RULES
+
+    shown = " ".join(run_cli(["search", "--help"], env={"COLUMNS": "200"}).stdout.split())
+    assert (
+        "risk: fewest features no published run on the GPU generation exercises first, then the pessimistic end"
+        in shown
+    )
+    assert RANK_RULES["risk"].startswith("fewest features no published setting of the GPU generation exercises first")
