@@ -325,3 +325,24 @@ def test_rank_by_help_says_the_order_search_ranks_by():
         in shown
     )
     assert RANK_RULES["risk"].startswith("fewest features no published setting of the GPU generation exercises first")
+
+
+def test_compare_of_two_plans_within_each_others_band_says_they_are_tied(tmp_path):
+    """`compare plans.json#1 plans.json#2` of Llama 3 70B on 64 B200 (55.53 against 55.57 s, bands ± 6.9 %) said
+    only "A is faster: B runs at ×0.999 the speed of A"; search marks both '=' (tied with #1)."""
+    plans = tmp_path / "plans.json"
+    result = run_cli(
+        ["search", "--model", "llama3-70b", "--hardware", "dgx-b200-superpod", "--gpus", "64", "--top", "2", "--json"]
+    )
+    plans.write_text(result.stdout)
+    two = json.loads(result.stdout)["plans"][:2]
+    assert all(p["tied_with_fastest"] for p in two)
+    shown = " ".join(run_cli(["compare", f"{plans}#1", f"{plans}#2"], env={"COLUMNS": "200"}).stdout.split())
+    ratio = two[0]["estimate"]["iteration_s"] / two[1]["estimate"]["iteration_s"]
+    assert f"A is faster: B runs at ×{ratio:.3f} the speed of A; tied within the model's error" in shown
+    apart = run_cli(
+        ["compare", "--model", "gpt3-175b", "--gpus", "1024", "--tp", "8", "--pp", "16"]
+        + ["--a", "--recompute full", "--b", "--recompute selective --sequence-parallel"]
+    )
+    assert apart.exit_code == 0, apart.output
+    assert apart.stdout.startswith("B is faster: B runs at ×1.412 the speed of A\n")

@@ -192,6 +192,10 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
         if s["faster"] is None
         else f"{b if s['faster'] == 'b' else a} is faster: {b} runs at ×{s['speedup_b_over_a']:.3f} the speed of {a}"
     )
+    bands = [pj["estimate"].get("iteration_s_band") for pj in (cmp["a"], cmp["b"])]
+    if s["faster"] is not None and all(bands) and max(bands[0][0], bands[1][0]) <= min(bands[0][1], bands[1][1]):
+        # ×0.999 read as a winner (qa21): search marks such plans tied (=), their bands overlapping
+        verdict += "; tied within the model's error (the iteration bands overlap, as search's = marks)"
     misfits = [n for n, pj in ((a, cmp["a"]), (b, cmp["b"])) if not pj["estimate"]["fits_without_headroom"]]
     if misfits:
         verdict += f"; {' and '.join(misfits)} {'do' if len(misfits) > 1 else 'does'} not fit in memory (below)"
