@@ -346,3 +346,25 @@ def test_compare_of_two_plans_within_each_others_band_says_they_are_tied(tmp_pat
     )
     assert apart.exit_code == 0, apart.output
     assert apart.stdout.startswith("B is faster: B runs at ×1.412 the speed of A\n")
+
+
+def test_validate_assumptions_wrap_under_their_text():
+    """validate's assumption list at 80 columns went on at column 0, "[2" on one line and "runs]" on the next."""
+    from rich.console import Console
+
+    from planner.report.fidelity import assumptions_text
+
+    long = "the recipe's DeepSeek-V3 pipeline layout Et*4|(t*4|)*14tmL (its config)"
+    runs = [
+        {"id": "A", "assumptions": [long]},
+        {"id": "B:mfu", "assumptions": [long]},
+        {"id": "C", "assumptions": [long]},
+    ]
+    console = Console(width=80, record=True, color_system=None)
+    console.print(assumptions_text({"runs": runs}))
+    lines = console.export_text().splitlines()
+    assert lines == [
+        "Assumptions:",
+        "  - the recipe's DeepSeek-V3 pipeline layout Et*4|(t*4|)*14tmL (its config)",
+        "    [2 runs]",
+    ]
