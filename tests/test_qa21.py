@@ -357,7 +357,7 @@ def test_validate_assumptions_wrap_under_their_text():
     long = "the recipe's DeepSeek-V3 pipeline layout Et*4|(t*4|)*14tmL (its config)"
     runs = [
         {"id": "A", "assumptions": [long]},
-        {"id": "B:mfu", "assumptions": [long]},
+        {"id": "A:mfu", "assumptions": [long]},
         {"id": "C", "assumptions": [long]},
     ]
     console = Console(width=80, record=True, color_system=None)
