@@ -368,3 +368,17 @@ def test_validate_assumptions_wrap_under_their_text():
         "  - the recipe's DeepSeek-V3 pipeline layout Et*4|(t*4|)*14tmL (its config)",
         "    [2 runs]",
     ]
+
+
+def test_min_gpus_reasons_for_the_sizes_below_wrap_under_their_text():
+    """The '  4 GPUs: every legal plan needs more than ...' lines under --min-gpus went on at column 0."""
+    result = run_cli(
+        ["search", "--model", "llama3-8b", "--min-gpus", "--hardware", "dgx-a100-40gb-superpod", "--top", "1"],
+        env={"COLUMNS": "80"},
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    k = next(i for i, line in enumerate(lines) if line.startswith("  4 GPUs: every legal plan needs more than"))
+    assert lines[k + 1].startswith("    8 % headroom); the smallest, TP2 PP1 DP2 b1")
+    assert lines[k + 2].startswith("    ") and lines[k + 3].startswith("    ")
+    assert lines[k + 4] == "explain the smallest:"
