@@ -533,6 +533,8 @@ def _layer_blocks(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]
         block = moe_mlp_block(lt, ctx)
         attn = out["attention"]
         mu = (attn["mem"] + block["mem"]) / (attn["fwd"] + attn["bwd"] + block["fwd"] + block["bwd"])
+        graphed, rho = _combined_host_graphed(ctx.options), ctx.hardware.node.host_op_time_ratio
+        host = moe.combined_host_s(moe.COMBINED_HOST_US, graphed, block["expert_host"], rho)
         fwd, bwd = moe.overlapped_exposure_s(
             block["moe_fwd"],
             block["moe_bwd"],
@@ -546,11 +548,34 @@ def _layer_blocks(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]
             unpaired=moe.unpaired_share(lt.p, lt.m),
             meta_fwd=block["moe_meta"],
             meta_share=block["moe_meta_share"],
-            host_s=moe.combined_host_s(moe.COMBINED_HOST_US, _combined_host_graphed(ctx.options), block["expert_host"]),
+            host_s=host,
         )
-        block["moe_fwd"], block["moe_bwd"] = fwd, bwd
+        excess = _levelled_excess(lt, ctx, attn, block, host)  # without the overlap: 0 unless levelled both ways
+        block["moe_fwd"], block["moe_bwd"] = fwd + 0.5 * excess, bwd + 0.5 * excess
         out["moe"] = block
     return out
+
+
+def _levelled_excess(lt: Letters, ctx: Context, attn: dict, block: dict, host: np.ndarray) -> np.ndarray:
+    """``moe.levelled_layer_excess_s`` of a MoE layer without the A2A overlap: its GPU time G (the full-attention and
+    MoE halves forward and backward, their selective recomputation, exposed TP, CP and dispatch: ``layer_terms`` of the
+    pair at --recompute-granularity selective) against the host's work H (``combined_host_s``), where the recipe
+    levels the host with the GPU in both directions (``moe.host_levelled_both_ways``, from the options' recompute
+    modules: the blocks are computed once per layer shape, whatever the plan's recompute choice - full recomputation
+    re-runs the same synchronising forward in the backward). Charged with the exposed dispatch, half forward and half
+    backward (the host's work is both directions')."""
+    opts, mo = ctx.options, ctx.model
+    levelled = moe.host_levelled_both_ways(
+        quick_geglu=mo.quick_geglu,
+        moe_act_recomputed=RecomputeModule.MOE_ACT in opts.recompute_modules,
+        unfused=not opts.use_transformer_engine_op_fuser,
+        dropless=opts.moe_capacity_factor is None,
+    )
+    if not levelled:
+        return 0.0 * host
+    keys = ("fwd", "bwd", "sel", "tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd")
+    gpu = sum(attn[k] + block[k] for k in keys) + block["moe_fwd"] + block["moe_bwd"]
+    return moe.levelled_layer_excess_s(gpu, host, ~np.asarray(lt.a2a_overlap, dtype=bool))
 
 
 LAYER_TERM_INPUTS = ("fwd", "bwd", "sel", "tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "moe_fwd", "moe_bwd")  # layer_terms'
