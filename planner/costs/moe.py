@@ -927,13 +927,18 @@ def dispatcher_formula(ctx, plan) -> Formula:
             )
     elif opts.moe_shared_expert_overlap and mo.shared_ffn and kind != "allgather":
         hidden = "; --moe-shared-expert-overlap: the forward dispatch hides behind the shared experts"
-    from planner.plan import RecomputeModule
+    from planner.plan import Recompute, RecomputeModule
 
-    if not plan.overlap_moe_expert_parallel_comm and host_levelled_both_ways(
-        quick_geglu=mo.quick_geglu,
-        moe_act_recomputed=RecomputeModule.MOE_ACT in opts.recompute_modules,
-        unfused=not opts.use_transformer_engine_op_fuser,
-        dropless=opts.moe_capacity_factor is None,
+    selective = plan.recompute is Recompute.SELECTIVE
+    if (
+        selective
+        and not plan.overlap_moe_expert_parallel_comm
+        and host_levelled_both_ways(
+            quick_geglu=mo.quick_geglu,
+            moe_act_recomputed=RecomputeModule.MOE_ACT in opts.recompute_modules,
+            unfused=not opts.use_transformer_engine_op_fuser,
+            dropless=opts.moe_capacity_factor is None,
+        )
     ):
         hidden += (
             "; the host waits for the GPU in both directions every layer (the dispatcher's token counts forward, the "
