@@ -69,6 +69,30 @@ def test_fewer_runs_than_factors_fit_the_first_in_priority(synthetic):
     assert fitted == ["gemm_efficiency"]
 
 
+def test_a_fit_with_no_run_of_the_preset_says_so_instead_of_failing(synthetic):
+    # fit_a2a on rows none of which is in the fit (two Qwen3-30B H100 rows set apart) raised numpy's
+    # "zero-size array to reduction operation maximum"; with no run every factor keeps its held value
+    # (the preset's, or its own kernel prior with priors=True) and says why
+    exact, _ = synthetic
+    f = fit("gb200-nvl72", exact, ("gemm_efficiency", "fp8_gemm_efficiency"))  # the four runs are H100's
+    cal = load_hardware("gb200-nvl72").calibration
+    assert f.runs == 0 and f.loss == 0.0 and f.sources == []
+    for name in ("gemm_efficiency", "fp8_gemm_efficiency"):
+        assert f.factors[name].status == "not identifiable"
+        assert f.factors[name].value == getattr(cal, name)
+        assert "no run of gb200-nvl72" in f.factors[name].why
+
+
+def test_the_a2a_fit_on_rows_set_apart_reports_nothing_measured():
+    from planner.fidelity.moe_fit import A2A_FACTOR, fit_a2a, load_moe_runs
+
+    apart = [r for r in load_moe_runs() if r.id == "MB-26.02-H100-QWEN3-30B-16"]
+    assert len(apart) == 1 and not apart[0].fit
+    f = fit_a2a("dgx-h100-superpod", apart)
+    assert f.runs == 0 and f.factors[A2A_FACTOR].status == "not identifiable"
+    assert f.factors[A2A_FACTOR].value == load_hardware("dgx-h100-superpod").calibration.a2a_network_efficiency
+
+
 def test_a_weak_scaling_series_counts_its_ends_once_each():
     runs = [r for r in load_runs() if r.id.startswith("DGXC-v25.04-H100-Llama3-70B-bf16-")]
     assert len(runs) == 6  # 64 ... 2048 GPUs, 2 sequences per GPU each

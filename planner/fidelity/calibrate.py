@@ -245,6 +245,11 @@ def fit(
     values.update(start or {})
     anchor = {n: min(max(given.get(n, held_value(cal, n, priors=priors)), bands[n][0]), bands[n][1]) for n in bands}
     dropped: dict[str, str] = {}
+    if not problem.runs:
+        # No run to fit (none of this preset's rows in the fit): every factor keeps its anchor, said so.
+        why = f"no run of {hw.name} in the fit: nothing measures it"
+        factors = {n: FactorFit(float(anchor[n]), bands[n], Status.NOT_IDENTIFIABLE.value, why=why) for n in bands}
+        return Fit(hw.name, factors, 0.0, 0, [], 0.0)
     active, followers = list(bands), {}
     if identify:
         active, followers = _felt(problem, cal, bands, anchor, values, dropped, priors=priors, max_factors=max_factors)
