@@ -49,10 +49,11 @@ def _plan_of(ref: str, rank: int | None) -> dict:
         path, rank = m.group(1), int(m.group(2))
     elif "#" in ref and not os.path.exists(ref) and os.path.isfile(ref.rpartition("#")[0]):
         raise PlannerError(f"--plan {ref!r}: the rank after # must be a whole number ≥ 1 (FILE#RANK: plans.json#2)")
+    text = _plan_text(path)
     try:
-        data = json.loads(_plan_text(path))
+        data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PlannerError(f"plan file {path!r} is not JSON: {err}") from err
+        raise PlannerError(f"plan file {path!r} is not JSON: {err}{_other_file_hint(text)}") from err
     if isinstance(data, dict) and isinstance(data.get("plans"), list):
         plans = data["plans"]  # search's top N, then the fastest estimate with its own rank when ties put it lower
         k = 1 if rank is None else rank
@@ -73,6 +74,19 @@ def _plan_of(ref: str, rank: int | None) -> dict:
             f"`megaplan search --json` with keys {', '.join(PLAN_KEYS)}"
         )
     return data
+
+
+def _other_file_hint(text: str) -> str:
+    """What a file given as --plan that is not JSON looks like, and the option that reads it: megaplan's own Slurm
+    or flags export fed back as --plan said only "Expecting value: line 1 column 1" (qa21)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if any(re.match(r"--[a-z][a-z0-9-]+", line) or "pretrain_gpt" in line for line in lines[:400]) or (
+        lines and lines[0].startswith("#!")
+    ):
+        return "; it reads as a Megatron-LM command line or launch script: give it with --megatron-args-file"
+    if any(re.match(r"(model|train|ddp|optimizer|mixed_precision|comm_overlap)[.:]", line) for line in lines[:400]):
+        return "; it reads as Megatron-Bridge overrides or a config: give it with --bridge-config"
+    return ""
 
 
 def _plan_text(path: str) -> str:

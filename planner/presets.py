@@ -394,14 +394,18 @@ def _hf_config_hint(data: dict) -> str:
 
 
 def read_yaml_file(path: Path, kind: str) -> str:
-    """A user's YAML file's text; a missing file, a directory or an unreadable file is said exactly."""
+    """A user's YAML file's text; a missing file, a directory or an unreadable file is said exactly ("model file",
+    not the folder's plural "models file", qa21)."""
+    kinds = KINDS if kind == "preset" else (kind,)  # `presets show x.yaml`: either kind's names
+    kind = kind.removesuffix("s")
     if path.is_dir():
         raise PresetError(f"{kind} file {str(path)!r} is a directory; give a YAML file or a preset name")
     if not path.exists():
         preset = path.name.removesuffix(".yaml").removesuffix(".yml")
-        kinds = KINDS if kind == "preset" else (kind,)  # `presets show x.yaml`: either kind's names
         known = path.parent == Path(".") and any(preset in preset_names(k) for k in kinds)
         hint = f"; the preset is named {preset}, without .yaml" if known else ""
+        other = path.with_suffix({".yaml": ".yml", ".yml": ".yaml"}.get(path.suffix, ".yaml"))
+        hint = hint or (f"; {str(other)!r} is here (the other suffix)" if other.is_file() else "")
         raise PresetError(f"{kind} file {str(path)!r} not found{hint}")
     refuse_device(path, f"{kind} file")
     try:
@@ -425,6 +429,8 @@ def preset_name(kind: str, ref: str) -> str:
     close = [by_lower[c] for c in difflib.get_close_matches(ref.lower(), list(by_lower), n=1, cutoff=0.6)]
     close = within if 0 < len(within) <= 4 else close
     hint = f"did you mean {'one of ' * (len(close) > 1)}{', '.join(close)}? " if close else ""
+    here = next((f for f in (f"{ref}.yaml", f"{ref}.yml") if Path(f).expanduser().is_file()), None)
+    hint = f"{here} is a file here: give {here} (a preset name has no suffix, a file needs it); " if here else hint
     what = kind.removesuffix("s")  # "model preset" (the folder is models/; it read "unknown models preset")
     raise PresetError(f"unknown {what} preset {ref!r}; {hint}known: {', '.join(names)} (or a path to a YAML file)")
 

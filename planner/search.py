@@ -68,6 +68,7 @@ from planner.space.sizes import (
     pinned_plan_reasons,
     pins_leave_no_world,
     rules_broken_everywhere,
+    tp_domain_reason,
 )
 
 heap.keep_freed_memory()  # freed arrays reused: a search no longer faults in fresh pages (planner.heap)
@@ -482,7 +483,7 @@ def search(
     axes = WorldAxes.of(ctx, pins)
     if not axes.allows(num_gpus):
         why = empty_grid_reason(num_gpus, pins) if pins_leave_no_world(num_gpus, pins) else None
-        why = why or axes.reason(num_gpus, ctx.training.global_batch)
+        why = why or tp_domain_reason(ctx, pins) or axes.reason(num_gpus, ctx.training.global_batch)
         raise InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, f"world size = tp·cp·pp·dp: {why}", suggest_sizes))
     grid, candidates, rejected = _legal_grid(ctx, num_gpus, pins)
     capacity = usable_bytes(ctx.hardware.memory.allocatable_bytes, memory_headroom)
@@ -520,7 +521,7 @@ def search(
     )
     hybrid = len(parts[-1].peak) if hsdp else 0
     result.block_variants, result.tp_overlap_twins, result.hybrid_variants = variants - hybrid, twins, hybrid
-    result.tp_overlap_rule = TWIN_RULES[rule].format(generation=generation_name(generation(ctx.hardware)))
+    result.tp_overlap_rule = _twin_rule_text(ctx, rule)
     return result
 
 
@@ -585,6 +586,10 @@ TWIN_RULES = {  # what search says of each (``SearchResult.tp_overlap_rule``)
     KEEP_TWIN: "with SP, every plan runs without --tp-comm-overlap, as every published {generation} run with TP "
     "does (--rank-by estimate also weighs it on)",
 }
+MOE_KEEP_TWIN = (  # a MoE plan's KEEP_TWIN: its overlap has no MoE run of the generation, TP without it has runs
+    "with SP, every plan runs without --tp-comm-overlap: no published {generation} run of a MoE model uses it, and "
+    "{generation} runs with TP without it are published (--rank-by estimate also weighs it on)"
+)
 
 
 def _with_tp_overlap_twins(
@@ -1203,16 +1208,32 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
 def _twin_rule(ctx: Context, rank_by: str) -> int:
     """How ``_time_rows`` chooses between a row with --tp-comm-overlap and its twin without (both TP with sequence
     parallelism): ranked by the evidence (``rank_by`` risk), the version whose setting some published run of the
-    GPU generation exercises (``evidence`` kind ``tp_overlap``: 1 with the overlap, 2 without), as the ranking
+    GPU generation exercises (``evidence`` kind ``tp_overlap``: 1 with the overlap, 3 in a MoE model, 2 without), as
+    the ranking
     would put it first, and the faster where both or neither are exercised; ranked by the estimate or memory, the
     faster. Every Blackwell run with TP > 1 overlaps (``KEEP_OVERLAP``: the estimate's gain from turning it off
     rests on the GEMM law's price of the userbuffer chunks alone, docs/cost-model.md §6.3.1); no Ampere run
-    overlaps (``KEEP_TWIN``); Hopper has both (``BY_TIME``)."""
+    overlaps (``KEEP_TWIN``); Hopper has both (``BY_TIME``). A MoE plan's overlap counts the generation's MoE runs
+    (``_overlap_code``): none on Hopper overlaps, its runs without it are MoE (``KEEP_TWIN``); no Blackwell MoE run
+    has TP > 1 (``BY_TIME``)."""
     if rank_by != "risk":
         return BY_TIME
     counts = generation_counts(generation(ctx.hardware))["tp_overlap"]
-    on, off = counts.get(1, 0) > 0, counts.get(2, 0) > 0
+    on, off = counts.get(_overlap_code(ctx), 0) > 0, counts.get(2, 0) > 0
     return BY_TIME if on == off else (KEEP_OVERLAP if on else KEEP_TWIN)
+
+
+def _overlap_code(ctx: Context) -> int:
+    """The ``tp_overlap`` evidence code of the TP comm overlap in ``ctx``'s model: 1 dense, 3 MoE (a MoE plan's
+    overlap is what the generation's MoE runs exercise: Hopper's turn it off, ``evidence.feature_codes``)."""
+    return 3 if ctx.model.is_moe else 1
+
+
+def _twin_rule_text(ctx: Context, rule: int) -> str:
+    """What search says of ``rule`` (``SearchResult.tp_overlap_rule``), naming the runs it follows: the generation's,
+    or its MoE runs' where the overlap is a MoE model's (no MoE run of the generation uses it)."""
+    text = MOE_KEEP_TWIN if ctx.model.is_moe and rule == KEEP_TWIN else TWIN_RULES[rule]
+    return text.format(generation=generation_name(generation(ctx.hardware)))
 
 
 def _timed(rows: PlanGrid | _Twins, ctx: Context, kept: _Kept | None) -> tuple[np.ndarray, np.ndarray | None]:

@@ -170,7 +170,9 @@ def test_deepseek_v3_leaves_most_rows_untimed_and_reports_the_same(rank_by):
     with _every_row_timed():
         whole = _result(ctx, 256, NO_PINS, top=5, rank_by=rank_by)
     assert pruned == whole
-    assert pruned["feasible"] > 1000 and untimed[0] > pruned["feasible"] // 4
+    # a fifth: 7,763 of 31,156 rows untimed since rank 1 runs without the TP overlap no Hopper MoE run uses (10.15 s,
+    # 5 % slower than the overlapped 9.66 s ranked first before, so more rows fall within its reach; 8,864 then)
+    assert pruned["feasible"] > 1000 and untimed[0] > pruned["feasible"] // 5
 
 
 def test_a_row_that_could_rank_is_timed_when_the_ranking_needs_it():

@@ -270,7 +270,7 @@ def test_a_preset_name_with_yaml_appended_says_the_preset_name(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     line = one_line_error(run_cli(["search", "--model", "llama3-8b.yaml", "--gpus", "16"]))
     assert (
-        line == "megaplan: error: models file 'llama3-8b.yaml' not found; the preset is named llama3-8b, without .yaml"
+        line == "megaplan: error: model file 'llama3-8b.yaml' not found; the preset is named llama3-8b, without .yaml"
     )
 
 

@@ -120,6 +120,15 @@ def _find_preset(name: str) -> tuple[str, str, str]:
     if name.lower() in lower:
         kind, real = lower[name.lower()]
         return kind, real, preset_text(kind, real)
+    within = [n for n in lower if len(name) >= 3 and name.lower() in n]  # h100, gb200, llama3 (as --hardware h100)
+    if 0 < len(within) <= 4:  # `presets show h100` listed all 34 names where `--hardware h100` suggested one (qa21)
+        kinds = {lower[n][0] for n in within}
+        known = ", ".join(n for k in sorted(kinds) for n in preset_names(k))
+        what = f"{next(iter(kinds)).removesuffix('s')} presets" if len(kinds) == 1 else "presets"
+        near = ", ".join(lower[n][1] for n in within)
+        raise PlannerError(
+            f"unknown preset {name!r}; did you mean {'one of ' * (len(within) > 1)}{near}? {what}: {known}"
+        )
     close = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.6)
     if close:  # the presets of the kind it resembles (the whole list of both kinds was 540 characters)
         kind, near = lower[close[0]]

@@ -28,6 +28,7 @@ FLAG_OF = {
     "fsdp_sharding": "--data-parallel-sharding-strategy",
     "fsdp_outer_sharding": "--outer-dp-sharding-strategy",
     "microbatch_group_size": "--microbatch-group-size-per-virtual-pipeline-stage",
+    "distributed_optimizer_instances": "--num-distributed-optimizer-instances",
     "distributed_optimizer": "--no-distributed-optimizer",  # read only as given off (context_ignored)
 }
 SP_AT_TP1 = "--sequence-parallel is off with tp 1 (Megatron-LM turns it off there)"
@@ -62,6 +63,17 @@ def context_ignored(kw: dict, ctx) -> list[tuple[list[str], str]]:
         (["cuda_graph_modules"], opts.cuda_graph_impl.value == "none", "no --cuda-graph-impl (CUDA graphs are off)"),
         (["fp8_recipe", "fp8_param_gather"], opts.fp8 is None, "no --fp8 (training is not in FP8)"),
         (["fp4_param_gather"], opts.fp4 is None, "no --fp4 (training is not in NVFP4)"),
+        (
+            ["first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"],
+            not opts.quantised,
+            "no --fp8 or --fp4 (every layer's GEMMs run in BF16 already)",
+        ),
+        (
+            ["num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"],
+            opts.quantised and not opts.first_last_layers_bf16,
+            "no --first-last-layers-bf16 (Megatron-Core reads the counts only with it, fp8_utils.py:714-717 and "
+            "fp4_utils.py:250-253 @ d98e8a64)",
+        ),
         (
             ["grad_reduce_in_bf16"],
             ctx.precision == "fp16",
@@ -125,6 +137,9 @@ class SomePlans:
     keep: str
     kept: Callable[[dict], bool]
     moe: bool = False  # MoE-only (on a dense model context_ignored says so instead)
+    # the pin, as typed, that leaves none of ``plans`` ("" where the pins leave some): the option is then dropped,
+    # said as explain says it of its one plan, not "searched as well (add ...)" (qa21)
+    excluded: Callable[[dict], str] = lambda kw: ""
 
 
 def _typed_flags(*names: str) -> Callable[[dict], list[str]]:
@@ -137,6 +152,17 @@ def _typed_flags(*names: str) -> Callable[[dict], list[str]]:
         return out
 
     return given
+
+
+def _pinned(kw: dict, **values) -> str:
+    """The first of ``values`` (option name: value) the user typed with that value, as a flag ("--vpp 1",
+    "--no-fsdp"), or ""."""
+    for name, value in values.items():
+        if typed(name) and kw.get(name) == value:
+            if isinstance(value, bool):
+                return flag(name) if value else f"--no-{flag(name)[2:]}"
+            return f"{flag(name)} {value}"
+    return ""
 
 
 FULL_ONLY = SomePlans(
@@ -159,6 +185,7 @@ SOME_PLANS = (
         "plans without interleaving",
         "--vpp N, N > 1",
         lambda kw: (kw.get("vpp") or 1) > 1,
+        excluded=lambda kw: _pinned(kw, vpp=1, pp=1),
     ),
     SomePlans(
         _typed_flags("overlap_p2p_comm"),  # Megatron-LM turns it off without interleaving (arguments.py)
@@ -166,6 +193,7 @@ SOME_PLANS = (
         "plans without interleaving",
         "--vpp N, N > 1",
         lambda kw: (kw.get("vpp") or 1) > 1,
+        excluded=lambda kw: _pinned(kw, vpp=1, pp=1),
     ),
     SomePlans(
         _typed_flags("fsdp_sharding"),
@@ -173,6 +201,7 @@ SOME_PLANS = (
         "plans without it",
         "--fsdp",
         lambda kw: kw.get("fsdp") is True,
+        excluded=lambda kw: _pinned(kw, fsdp=False),
     ),
     SomePlans(
         _typed_flags("fsdp_outer_sharding"),
@@ -180,6 +209,7 @@ SOME_PLANS = (
         "the others",
         "--fsdp and --num-distributed-optimizer-instances R, R > 1",
         lambda kw: kw.get("fsdp") is True and (kw.get("distributed_optimizer_instances") or 1) > 1,
+        excluded=lambda kw: _pinned(kw, fsdp=False, distributed_optimizer_instances=1),
     ),
     SomePlans(
         _typed_flags("tp_comm_overlap_cfg"),
@@ -187,6 +217,7 @@ SOME_PLANS = (
         "plans without it",
         "--tp-comm-overlap",
         lambda kw: kw.get("tp_comm_overlap") is True,
+        excluded=lambda kw: _pinned(kw, tp_comm_overlap=False, sequence_parallel=False, tp=1),
     ),
     SomePlans(
         _typed_flags("pp_scatter_gather"),
@@ -194,6 +225,7 @@ SOME_PLANS = (
         "the others",
         "--pp N, N > 1, and --no-sequence-parallel",
         lambda kw: (kw.get("pp") or 1) > 1 and kw.get("sequence_parallel") is False,
+        excluded=lambda kw: _pinned(kw, pp=1, sequence_parallel=True),
     ),
     SomePlans(
         _typed_flags(
@@ -204,6 +236,9 @@ SOME_PLANS = (
         "--moe-token-dispatcher flex",
         lambda kw: kw.get("moe_token_dispatcher") == "flex",
         moe=True,
+        excluded=lambda kw: (
+            (d := kw.get("moe_token_dispatcher")) not in (None, "flex") and f"--moe-token-dispatcher {d}"
+        ),
     ),
 )
 
@@ -219,6 +254,13 @@ def note_some_plans(
         if not given or row.kept(kw) or (row.moe and ctx is not None and not ctx.model.is_moe):
             continue
         verb = "apply" if len(given) > 1 else "applies"
+        if pin := row.excluded(kw):
+            they = "they apply" if len(given) > 1 else "it applies"
+            click.echo(
+                f"megaplan: note: {' and '.join(given)} ignored: {they} only to {row.plans}, and {pin} leaves none",
+                err=True,
+            )
+            continue
         click.echo(
             f"megaplan: note: {' and '.join(given)} {verb} only to {row.plans}; {row.others} are searched as "
             f"well (add {row.keep} to keep only those)",

@@ -413,20 +413,28 @@ def with_run(req: api.PlanRequest, kw: dict) -> api.PlanRequest:
 
 
 def refuse_method_without_full(kw: dict, given: set[str] | None = None) -> None:
-    """--recompute-method given with --recompute none/selective: Megatron-LM asserts the method is unset with
-    selective recomputation (arguments.py: 'recompute method is not yet supported for selective recomputing
-    granularity') and uses it with full only; megaplan read `--recompute selective --recompute-method uniform`
-    as if the method had not been given (fresh user trial 5)."""
+    """--recompute-method or --recompute-num-layers given with --recompute none/selective: Megatron-LM asserts the
+    method is unset with selective recomputation (arguments.py: 'recompute method is not yet supported for
+    selective recomputing granularity'), Megatron-Core the number ("recompute_num_layers must be None",
+    transformer_config.py:1926-1932 @ d98e8a64), and both use them with full only; megaplan read `--recompute
+    selective --recompute-method uniform` as if the method had not been given (fresh user trial 5), and search
+    noted of `--recompute selective --recompute-num-layers 3` that plans with selective recomputation were searched
+    as well (qa21)."""
     from planner.cli.resolve import given_options
 
-    method, recompute = kw.get("recompute_method"), kw.get("recompute")
-    if {"recompute_method", "recompute"} <= (given_options() if given is None else given) and recompute in (
-        "none",
-        "selective",
-    ):
+    given = given_options() if given is None else given
+    recompute = kw.get("recompute")
+    if "recompute" not in given or recompute not in ("none", "selective"):
+        return
+    if "recompute_method" in given:
         raise PlannerError(
-            f"--recompute-method {method} goes with --recompute full only (Megatron-LM refuses a method with "
-            f"selective recomputation and ignores it without one); drop it or give --recompute full"
+            f"--recompute-method {kw.get('recompute_method')} goes with --recompute full only (Megatron-LM refuses a "
+            f"method with selective recomputation and ignores it without one); drop it or give --recompute full"
+        )
+    if "recompute_num_layers" in given and kw.get("recompute_num_layers") is not None:
+        raise PlannerError(
+            f"--recompute-num-layers {kw['recompute_num_layers']} goes with --recompute full only (Megatron-Core "
+            f"refuses it with selective recomputation and ignores it without one); drop it or give --recompute full"
         )
 
 

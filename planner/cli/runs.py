@@ -38,8 +38,8 @@ MAX_TABLE_TOP = 200  # a table is read, not processed: 200 rows draw in well und
     type=click.Choice(["risk", "estimate", "memory"]),
     default="risk",
     show_default=True,
-    help="risk: the pessimistic end of each plan's band, widened for features no published run exercises; "
-    "estimate: the point estimate; memory: peak memory.",
+    help="risk: fewest features no published run on the GPU generation exercises first, then the pessimistic end "
+    "of each plan's band; estimate: the point estimate (ties: fewer such features first); memory: peak memory.",
 )
 @click.option("--sort", type=click.Choice(["time", "memory"]), default="time", help="memory: as --rank-by memory.")
 @click.option(

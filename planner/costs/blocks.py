@@ -204,6 +204,7 @@ def _timed(
         cp_bwd=zero,
         moe_fwd=zero,
         moe_bwd=zero,
+        host_excess=zero,
     )
 
 
@@ -533,6 +534,8 @@ def _layer_blocks(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]
         block = moe_mlp_block(lt, ctx)
         attn = out["attention"]
         mu = (attn["mem"] + block["mem"]) / (attn["fwd"] + attn["bwd"] + block["fwd"] + block["bwd"])
+        graphed, rho = _combined_host_graphed(ctx.options), ctx.hardware.node.host_op_time_ratio
+        host = moe.combined_host_s(moe.COMBINED_HOST_US, graphed, block["expert_host"], rho)
         fwd, bwd = moe.overlapped_exposure_s(
             block["moe_fwd"],
             block["moe_bwd"],
@@ -546,15 +549,41 @@ def _layer_blocks(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]
             unpaired=moe.unpaired_share(lt.p, lt.m),
             meta_fwd=block["moe_meta"],
             meta_share=block["moe_meta_share"],
-            host_s=moe.combined_host_s(moe.COMBINED_HOST_US, _combined_host_graphed(ctx.options), block["expert_host"]),
+            host_s=host,
         )
         block["moe_fwd"], block["moe_bwd"] = fwd, bwd
+        # without the overlap: 0 unless levelled both ways; charged by ``layer_terms`` under selective recomputation
+        block["host_excess"] = _levelled_excess(lt, ctx, attn, block, host)
         out["moe"] = block
     return out
 
 
-LAYER_TERM_INPUTS = ("fwd", "bwd", "sel", "tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "moe_fwd", "moe_bwd")  # layer_terms'
-DENSE_TERM_INPUTS = LAYER_TERM_INPUTS[:-2]  # a model without experts: its MoE terms (0 s) left out
+def _levelled_excess(lt: Letters, ctx: Context, attn: dict, block: dict, host: np.ndarray) -> np.ndarray:
+    """``moe.levelled_layer_excess_s`` of a MoE layer without the A2A overlap: its GPU time G (the full-attention and
+    MoE halves forward and backward, their selective recomputation, exposed TP, CP and dispatch: ``layer_terms`` of the
+    pair at --recompute-granularity selective) against the host's work H (``combined_host_s``), where the recipe
+    levels the host with the GPU in both directions (``moe.host_levelled_both_ways``). The blocks are computed once per
+    layer shape, whatever the plan's recompute choice: ``layer_terms`` charges it only under selective recomputation,
+    with the exposed dispatch, half forward and half backward (the host's work is both directions'). Full
+    recomputation re-runs the synchronising forward in the backward too; its layer is not priced so (its G holds the
+    whole forward again, no row runs it)."""
+    opts, mo = ctx.options, ctx.model
+    levelled = moe.host_levelled_both_ways(
+        quick_geglu=mo.quick_geglu,
+        moe_act_recomputed=RecomputeModule.MOE_ACT in opts.recompute_modules,
+        unfused=not opts.use_transformer_engine_op_fuser,
+        dropless=opts.moe_capacity_factor is None,
+    )
+    if not levelled:
+        return 0.0 * host
+    keys = ("fwd", "bwd", "sel", "tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd")
+    gpu = sum(attn[k] + block[k] for k in keys) + block["moe_fwd"] + block["moe_bwd"]
+    return moe.levelled_layer_excess_s(gpu, host, ~np.asarray(lt.a2a_overlap, dtype=bool))
+
+
+# layer_terms' inputs
+LAYER_TERM_INPUTS = ("fwd", "bwd", "sel", "tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "moe_fwd", "moe_bwd", "host_excess")
+DENSE_TERM_INPUTS = LAYER_TERM_INPUTS[:-3]  # a model without experts: its MoE terms (0 s) left out
 
 
 def layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
@@ -606,23 +635,25 @@ def _layer_sums(lt: Letters, ctx: Context) -> dict[str, dict[str, np.ndarray]]:
 def layer_terms(lt: Letters, ctx: Context, blk: dict) -> dict[str, np.ndarray]:
     """A layer's per-micro-batch terms from its blocks: recomputation (full: the forward again with its
     collectives and dispatch; selective: what --recompute-modules names, the MoE block with its
-    dispatch), exposed TP, CP and MoE communication. Each block's TP exposure is its own pair of
+    dispatch), exposed TP, CP and MoE communication (with the host's excess where it paces the layer,
+    ``_levelled_excess``, under selective recomputation). Each block's TP exposure is its own pair of
     linears' (``_tp_pair``: the GEMMs a collective can overlap are its neighbours, not the layer's). Without
     experts (no ``moe_fwd`` in ``blk``: ``DENSE_TERM_INPUTS``) the MoE terms are the number 0."""
     opts = ctx.options
     again = np.where(lt.rc == 2, 2.0, 1.0)  # full recompute runs the forward's communication once more
     moe = "moe_fwd" in blk
     moe_again = np.where((lt.rc == 1) & (RecomputeModule.MOE in opts.recompute_modules), 2.0, again) if moe else 0
+    paced = np.where(lt.rc == 1, blk["host_excess"], 0.0) if moe else 0.0  # the host's pace (``_levelled_excess``)
     return {
         "fwd": blk["fwd"],
         "bwd": blk["bwd"],
         "recompute": np.where(lt.rc == 2, blk["fwd"], np.where(lt.rc == 1, blk["sel"], 0.0)),
         "tp": blk["tp_fwd"] * again + blk["tp_bwd"],
         "cp": blk["cp_fwd"] * again + blk["cp_bwd"],
-        "moe": blk["moe_fwd"] * moe_again + blk["moe_bwd"] if moe else 0.0,
+        "moe": blk["moe_fwd"] * moe_again + blk["moe_bwd"] + paced if moe else 0.0,
         "tp_fwd": blk["tp_fwd"],
         "cp_fwd": blk["cp_fwd"],
-        "moe_fwd": blk["moe_fwd"] if moe else 0.0,
+        "moe_fwd": blk["moe_fwd"] + 0.5 * paced if moe else 0.0,
     }
 
 

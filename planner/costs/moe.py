@@ -414,25 +414,62 @@ def combined_step_s(
 # Two more A/Bs bound it: yanring/Megatron-MoE-ModelZoo's Qwen3-235B on 256 H100 (x1.119 with the overlap, TP2 DeepEP)
 # allows at most about 9.6 ms (above it the overlap cannot gain x1.119 at any φ in its band); PR 1760's MXFP8 pair
 # switched VP4 off with the overlap (issue 3399: VP degraded too), so its 20.1 s -> 11,498.4 µs is an upper bound.
-# x86 hosts (DGX B200, DGX H100); no A/B on Grace: GB200/GB300 carry it. No validation row in the bar is host-paced at
-# this value (each one's GPU step is longer), so the rows bound H_L from above and cannot fit it. H_L is the combined
-# schedule's host work, the schedule's own included (a model chunk's plan is rebuilt for each micro-batch,
+# x86 hosts (DGX B200, DGX H100); no A/B on Grace: GB200/GB300 take ρ times as long for the same work (the preset's
+# node.host_op_time_ratio, 2.75: TransformerEngine issue 2053's torch.nn.Linear host time, GB200 against a DGX H100's
+# Xeon 8480C; ``combined_host_s``). No x86 validation row in the bar is host-paced at this value (each one's GPU step
+# is longer), so those rows bound H_L from above and cannot fit it; the GPT-OSS GB200 rows are paced at ρ·H. H_L is the
+# combined schedule's host work, the schedule's own included (a model chunk's plan is rebuilt for each micro-batch,
 # pipeline_parallel/combined_1f1b.py:377-388), not the two directions issued apart: rows without the overlap whose GPU
 # step is shorter than H (MB-26.02-B200-QWEN3-235B-256, H/G 1.19) are priced within 3 % unpaced.
 COMBINED_HOST_US = 9437.2
 
 
-def combined_host_s(host_layer_us: float, graphed_share: ArrayLike, expert_host_s: ArrayLike) -> np.ndarray:
+def combined_host_s(
+    host_layer_us: float, graphed_share: ArrayLike, expert_host_s: ArrayLike, host_op_ratio: float = 1.0
+) -> np.ndarray:
     """H: host seconds to issue one paired MoE layer step of the combined schedule (one micro-batch's forward and
     another's backward of the layer):
 
-        H = H_L·(1 − g) + h_e
+        H = ρ·[H_L·(1 − g) + h_e]
 
     H_L the host work per paired layer outside the experts (``COMBINED_HOST_US``), g the share of it CUDA graphs
     replay without the host (``combined_host_graphed_share``), h_e the experts' eager per-expert and per-layer ops,
-    forward + backward (``expert_host_s``, t_op each). Qwen3-235B on B200 BF16, EP 8 (16 local experts, 2 + 4 ops
-    each at 7.61 µs): 9,437.2 + 16·6·7.61 = 10,167.8 µs."""
-    return host_layer_us * 1e-6 * (1.0 - np.asarray(graphed_share, dtype=float)) + np.asarray(expert_host_s)
+    forward + backward (``expert_host_s``, t_op each), ρ the host CPU's time per eager op over that of the x86 hosts
+    H_L was solved on (the preset's ``node.host_op_time_ratio``: 1 on DGX, 2.75 on Grace - TransformerEngine issue
+    2053, one torch.nn.Linear forward's host time 37.08 µs on GB200 against 13.48 µs on a DGX H100's Xeon 8480C).
+    Qwen3-235B on B200 BF16, EP 8 (16 local experts, 2 + 4 ops each at 7.61 µs): 9,437.2 + 16·6·7.61 = 10,167.8 µs;
+    GPT-OSS on GB200 (2 local experts, 4 + 7 ops with the biases): 2.75·(9,437.2 + 2·11·7.61) = 26,412.7 µs."""
+    host = host_layer_us * 1e-6 * (1.0 - np.asarray(graphed_share, dtype=float)) + np.asarray(expert_host_s)
+    return host_op_ratio * host
+
+
+def host_levelled_both_ways(*, quick_geglu: bool, moe_act_recomputed: bool, unfused: bool, dropless: bool) -> bool:
+    """Whether, without the A2A overlap, the host waits for the GPU in every MoE layer's forward *and* backward, so it
+    can never bank time across layers in either direction and each layer lasts at least the host's work for it
+    (``levelled_layer_excess_s``). Forward: a dropless layer's token counts reach the host before its all-to-all
+    (token_dispatcher.py core_r0.16.0 l.899 / core_r0.17.0 l.904, ``d2h_event.synchronize()``; HybridEP's blocking
+    dispatch, item (o) of docs/cost-model.md §13.7). Backward: only the quick-GeGLU's ``moe_act`` recompute - its
+    ``weighted_bias_quick_geglu_impl`` builds the linear offset with ``torch.tensor(..., device=input.device)``
+    (fused_bias_geglu.py l.434 at core_r0.16.0 and core_r0.17.0), a blocking host-to-device copy, and
+    ``CheckpointWithoutOutput`` re-runs it when the backward reaches fc2 (experts.py TEGroupedMLP.forward, core_r0.16.0
+    l.699, 739-750; core_r0.17.0 l.292, 380-390); TE's fused grouped MLP (``unfused`` False)
+    runs the activation in its epilogue. Every other recipe's backward has no sync (the all-to-all's splits are host
+    lists saved in the forward), so its host runs ahead there."""
+    return bool(quick_geglu and moe_act_recomputed and unfused and dropless)
+
+
+def levelled_layer_excess_s(gpu_layer_s: ArrayLike, host_s: ArrayLike, levelled: ArrayLike) -> np.ndarray:
+    """Seconds a MoE layer (forward + backward of one micro-batch, no A2A overlap) lasts beyond its GPU time when the
+    host is levelled with the GPU in both directions every layer (``host_levelled_both_ways``):
+
+        X = max(0, H − G)
+
+    G the layer's GPU time (attention and MoE halves, recomputation, exposed dispatch), H the host's work for it, taken
+    as the combined schedule's per pair (``combined_host_s``: one forward and one backward of the layer - an upper
+    bound, H_L includes the overlap schedule's own bookkeeping; no published timing gives the eager layer's host work
+    without it). 0 where the host can run ahead. GPT-OSS on GB200 (26.02 plan): H 26.41 ms, G 23.80 ms → 2.61 ms."""
+    excess = np.maximum(np.asarray(host_s, dtype=float) - np.asarray(gpu_layer_s, dtype=float), 0.0)
+    return np.where(np.asarray(levelled, dtype=bool), excess, 0.0)
 
 
 def host_paced_step_s(gpu_step_s: ArrayLike, host_s: ArrayLike) -> np.ndarray:
@@ -877,9 +914,10 @@ def dispatcher_formula(ctx, plan) -> Formula:
             "; --overlap-moe-expert-parallel-comm: each all-to-all c beside its partner X of the other micro-batch "
             "(combine_bwd ‖ attention fwd, dispatch_fwd ‖ experts dgrad, dispatch_bwd ‖ experts wgrad + fwd, "
             "combine_fwd ‖ attention bwd) exposes max(c, X + f·c) − X, f the SMs the dispatcher takes; "
-            "a paired step lasts at least the host's work for both directions, H = H_L·(1 − g) + h_e "
+            "a paired step lasts at least the host's work for both directions, H = ρ·[H_L·(1 − g) + h_e] "
             f"(H_L = {COMBINED_HOST_US:,.1f} µs a paired layer, g its share under CUDA graphs, h_e the experts' "
-            "eager ops), the host's excess charged here"
+            f"eager ops, ρ = {ctx.hardware.node.host_op_time_ratio:g} the host CPU's time per op over x86's), the "
+            "host's excess charged here"
         )
         phi = ctx.hardware.calibration.persistent_gemm_comm_share
         if phi is not None and ctx.hardware.gpu.compute_capability < 10.0 and (plan.tp > 1 or plan.cp > 1):
@@ -889,11 +927,30 @@ def dispatcher_formula(ctx, plan) -> Formula:
             )
     elif opts.moe_shared_expert_overlap and mo.shared_ffn and kind != "allgather":
         hidden = "; --moe-shared-expert-overlap: the forward dispatch hides behind the shared experts"
+    from planner.plan import Recompute, RecomputeModule
+
+    selective = plan.recompute is Recompute.SELECTIVE
+    if (
+        selective
+        and not plan.overlap_moe_expert_parallel_comm
+        and host_levelled_both_ways(
+            quick_geglu=mo.quick_geglu,
+            moe_act_recomputed=RecomputeModule.MOE_ACT in opts.recompute_modules,
+            unfused=not opts.use_transformer_engine_op_fuser,
+            dropless=opts.moe_capacity_factor is None,
+        )
+    ):
+        hidden += (
+            "; the host waits for the GPU in both directions every layer (the dispatcher's token counts forward, the "
+            "recomputed quick-GeGLU's torch.tensor copy backward): a layer lasts at least H = ρ·[H_L·(1 − g) + h_e] "
+            f"(ρ = {ctx.hardware.node.host_op_time_ratio:g}), the excess charged here"
+        )
     return Formula(
         f"m × MoE layers × {text}, forward and backward{meta_text}{hidden}",
         "Megatron-Core moe/token_dispatcher.py, models/common/model_chunk_schedule_plan.py (the A2A overlap's "
         "schedule; the host's pacing: TransformerLayerSchedulePlan.run, token_dispatcher.py's token-count sync, "
-        "H_L from Megatron-Bridge PR 1760 and the Bridge overlap skill's A/B, docs/cost-model.md §13.3); "
+        "H_L from Megatron-Bridge PR 1760 and the Bridge overlap skill's A/B, docs/cost-model.md §13.3; ρ on Grace: "
+        "TransformerEngine issue 2053, the recomputed quick-GeGLU's copy: fusions/fused_bias_geglu.py l.434); "
         "DeepSeek-V3 §3.2 (node-limited dispatch, overlap); all-to-all physics: "
         "planner.hardware.collectives.all_to_all_time_s" + meta,
     )

@@ -74,10 +74,14 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         "micro_batch": (grid.micro_batch >= 3).astype(np.int64),
         "recompute": grid.recompute + (grid.recompute == 2) * grid.recompute_block,
         "tp_domains": (tp > domain).astype(np.int64),
-        # TP with sequence parallelism: with --tp-comm-overlap (1) or without it (2), each a setting of its own (every
-        # Blackwell run with TP > 1 overlaps; TP without SP is an older Megatron's plan and is not told apart)
+        # TP with sequence parallelism: with --tp-comm-overlap (1; 3 in a MoE model) or without it (2), each a setting
+        # of its own (every Blackwell run with TP > 1 overlaps; TP without SP is an older Megatron's plan and is not
+        # told apart). The overlap is told apart by model class: every dense Hopper recipe with TP turns it on, every
+        # MoE one (DeepSeek-V3 and Qwen3-235B on H100, TP 2) off, beside the all-to-all overlap that wants more than
+        # the one CUDA connection the userbuffers' ordering needs on Hopper (Megatron-LM arguments.py); without it
+        # the TP collectives are the same in either model
         "tp_overlap": np.where(
-            (tp > 1) & grid.sequence_parallel, np.where(grid.option("tp_comm_overlap", opts), 1, 2), 0
+            (tp > 1) & grid.sequence_parallel, np.where(grid.option("tp_comm_overlap", opts), 3 if moe else 1, 2), 0
         ).astype(np.int64),
         "ep_domains": (expert & (ep_domains > 1)).astype(np.int64),
         "dispatcher": np.where(expert, grid.dispatcher + 1 + flex * backend, 0),
@@ -104,7 +108,11 @@ LABELS = {
         c - 1
     ],
     "tp_domains": lambda c: "TP across NVLink domains",
-    "tp_overlap": lambda c: ("TP comm overlap", "TP with SP but without the TP comm overlap")[c - 1],
+    "tp_overlap": lambda c: (
+        "TP comm overlap",
+        "TP with SP but without the TP comm overlap",
+        "TP comm overlap in a MoE model",
+    )[c - 1],
     "ep_domains": lambda c: "EP across NVLink domains",
     "dispatcher": lambda c: ("allgather dispatcher", "alltoall dispatcher", *(f"flex/{b}" for b in FLEX_BACKENDS))[
         c - 1

@@ -122,6 +122,11 @@ class NodeSpec(_Sourced):
     nvlink_domain_gpus: PositiveInt | None = Field(
         None, description="GPUs joined by one NVLink fabric (72 in a GB200 NVL72 rack); default: one node"
     )
+    host_op_time_ratio: PositiveFloat = Field(
+        1.0,
+        description="ρ: the host CPU's time per eager PyTorch op over that of the x86 DGX hosts (Xeon Platinum"
+        " 8480C/8570) the MoE host work H_L was solved on (planner.costs.moe.combined_host_s); default 1 (x86)",
+    )
     nccl_nvlink_us: dict[str, dict[int, list[list[float]]]] | None = Field(
         None,
         description="measured NCCL collectives inside the NVLink domain: all_gather, reduce_scatter or all_reduce"

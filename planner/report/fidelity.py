@@ -10,6 +10,7 @@ from rich.text import Text
 from planner.errors import counted
 from planner.plan import plan_label
 from planner.report.layout import KEEP, Column, FittedTable
+from planner.report.wrap import NBSP, Hanging
 
 
 def _regret(r: dict) -> str:
@@ -139,13 +140,17 @@ def summary_table(summary: dict) -> Group:
     return Group(*parts)
 
 
-def assumptions_text(result: dict) -> Text:
+def assumptions_text(result: dict) -> Hanging:
+    """The assumptions under the runs, one item a line; an item wider than the terminal goes on under its text, not
+    at column 0 ("... (its config) [2\nruns]" at 80 columns, qa21)."""
     seen: dict[str, list[str]] = {}
     for r in result["runs"]:
         for a in r["assumptions"]:
             seen.setdefault(a, []).append(r["id"].split(":")[0])
-    lines = ["Assumptions:"] + [f"  - {a} [{counted(len(set(ids)), 'run')}]" for a, ids in seen.items()]
-    return Text("\n".join(lines))
+    lines = ["Assumptions:"] + [
+        f"  - {a} [{counted(len(set(ids)), 'run').replace(' ', NBSP)}]" for a, ids in seen.items()
+    ]
+    return Hanging(Text("\n".join(lines)), indent=4)
 
 
 def _band(band) -> str:

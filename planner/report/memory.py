@@ -223,7 +223,7 @@ def ties_footnote(result, columns: list[str] | None = None) -> str:
         )
     if not result.tied:
         return runs.strip()
-    tied = "The one tied plan comes" if result.tied == 1 else f"The {result.tied} tied plans come"
+    tied = "The one tied plan comes" if result.tied == 1 else f"The {result.tied:,} tied plans come"
     return (
         f"= tied with the fastest: iteration bands overlap (± {100 * result.band_frac:.1f} %, the model's error "
         f"on this GPU generation); {fastest}. {tied} first: fewer extrapolated "

@@ -95,13 +95,17 @@ def fit_view(fit: dict, title: str) -> Group:
         f"(what published runs support first, as search ranks); speed is tokens/s relative to the smallest. "
         f"{plan_label_legend(_labels(fit['sizes']))}."
     ]
-    for n, why in list(fit["tried"].items())[-3:]:
-        lines.append(f"  {int(n):,} GPUs: {why}")
+    # why each size below it has no plan, continued under its text (it went on at column 0, qa21)
+    tried = [f"  {int(n):,} GPUs: {why}" for n, why in list(fit["tried"].items())[-3:]]
     command = first["plan"].get("commands", {}).get("explain")
+    last = []
     if command:  # held whole, or continued with " \\" where it does not fit: a pasted line ran alone (ux15)
-        lines.append(f"explain the smallest: {command_words(command)}")
+        last.append(f"explain the smallest: {command_words(command)}")
     table = FittedTable(fit_columns_spec(fit), fit["sizes"], title, elsewhere=CSV_TOO)
-    return Group(table, Hanging(Text("\n".join(lines), style="dim"), indent=0))
+    parts = [Hanging(Text("\n".join(lines), style="dim"), indent=0)]
+    parts += [Hanging(Text("\n".join(tried), style="dim"), indent=4)] if tried else []
+    parts += [Hanging(Text("\n".join(last), style="dim"), indent=0)] if last else []
+    return Group(table, *parts)
 
 
 def _value(v, unit: str) -> str:
@@ -192,6 +196,10 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
         if s["faster"] is None
         else f"{b if s['faster'] == 'b' else a} is faster: {b} runs at ×{s['speedup_b_over_a']:.3f} the speed of {a}"
     )
+    bands = [pj["estimate"].get("iteration_s_band") for pj in (cmp["a"], cmp["b"])]
+    if s["faster"] is not None and all(bands) and max(bands[0][0], bands[1][0]) <= min(bands[0][1], bands[1][1]):
+        # ×0.999 read as a winner (qa21): search marks such plans tied (=), their bands overlapping
+        verdict += "; tied within the model's error (the iteration bands overlap, as search's = marks)"
     misfits = [n for n, pj in ((a, cmp["a"]), (b, cmp["b"])) if not pj["estimate"]["fits_without_headroom"]]
     if misfits:
         verdict += f"; {' and '.join(misfits)} {'do' if len(misfits) > 1 else 'does'} not fit in memory (below)"

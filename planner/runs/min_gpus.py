@@ -73,6 +73,8 @@ def min_gpus(
     if bad_ep := expert_pin_error(ctx.model, pins):
         raise InfeasibleError(bad_ep)
     g = ctx.hardware.gpus_per_node
+    if why := _pins_legal_nowhere(ctx, pins):
+        raise InfeasibleError(f"no GPU count has a legal plan for {ctx.model.name} on {ctx.hardware.name}: {why}")
     bound = lower_bound_gpus(ctx, memory_headroom)
     tried: dict[int, str] = {}
     plans: dict[int, dict | None] = {}
@@ -105,6 +107,27 @@ def min_gpus(
     below = {n: why for n, why in sorted(tried.items()) if n < first}
     return FitResult(
         lower_bound_gpus=bound, gpus_per_node=g, sizes=[{"gpus": n, "plan": plans[n]} for n in found], tried=below
+    )
+
+
+def _pins_legal_nowhere(ctx: Context, pins: Pins) -> str:
+    """Why a pinned tp, cp or pp is legal on no GPU count (``WorldAxes``: the heads, the NVLink domain, the layers,
+    the sequence), or "". The scan reported the last size it tried, "--tp 3 does not divide 131,072 GPUs", though
+    it had tried 24 GPUs, where the heads or the NVLink domain were why (qa21)."""
+    from planner.space.sizes import WorldAxes, rules_broken_everywhere, tp_domain_reason
+
+    axes = WorldAxes.of(ctx, pins)
+    empty = [k for k in ("tp", "cp", "pp") if getattr(pins, k) is not None and getattr(axes, k) == ()]
+    if not empty:
+        return ""
+    why = tp_domain_reason(ctx, pins) if "tp" in empty else None
+    return (
+        why
+        or "; ".join(rules_broken_everywhere(ctx, pins, ctx.hardware.gpus_per_node))
+        or (
+            f"the pinned {' and '.join(f'--{k} {getattr(pins, k)}' for k in empty)} "
+            f"{'is' if len(empty) == 1 else 'are'} not legal for this model"
+        )
     )
 
 

@@ -156,6 +156,27 @@ def nearest_legal_sizes(ctx: Context, num_gpus: int, pins: Pins) -> list[int]:
     return [n for n in (below, above) if n is not None]
 
 
+def tp_domain_reason(ctx: Context, pins: Pins) -> str | None:
+    """Why a pinned tp that the attention heads allow is outside the TP groups search builds (``tp_in_domain``:
+    inside one NVLink domain, or whole domains up to --max-tp), or None. It said "the pinned tp is not legal for
+    this model" of `search --model llama3-70b --gpus 64 --tp 16`, which explain prices (qa21)."""
+    tp, max_tp = pins.tp, pins.max_tp
+    if tp is None or ctx.model.num_attention_heads % tp or (max_tp and tp > max_tp):
+        return None  # no pin, the heads' rule (said as such), or above --max-tp (refused before the search)
+    g = nvlink_domain_gpus(ctx.hardware)
+    if tp_in_domain(np.array([tp]), g, max_tp)[0]:
+        return None
+    if tp > g and tp % g == 0:
+        return (
+            f"--tp {tp} spans {tp // g} NVLink domains of {g} GPUs ({ctx.hardware.name}): search keeps TP inside one "
+            f"unless --max-tp {tp} lets its groups cross them (priced on the network)"
+        )
+    return (
+        f"--tp {tp} does not divide the {g} GPUs of an NVLink domain ({ctx.hardware.name}), so its groups would "
+        f"straddle two; allowed: a divisor of {g}, or with --max-tp a multiple of {g}"
+    )
+
+
 def pins_leave_no_world(num_gpus: int, pins: Pins) -> bool:
     """Whether the pinned tp, pp, cp and dp cannot multiply into ``num_gpus`` (``empty_grid_reason`` says why)."""
     pinned = [v for v in (pins.tp, pins.pp, pins.cp, pins.dp) if v is not None]
