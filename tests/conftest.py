@@ -202,17 +202,26 @@ def setups(draw, *, t: int | None = None, p: int | None = None, vpp: int | None 
 
 def stage_memory_gib(plan, ctx) -> list[dict[str, float]]:
     """Memory of every pipeline stage of one plan, term by term, in GiB, first stage first."""
+    return stage_memory_gib_of([plan], ctx)[0]
+
+
+def stage_memory_gib_of(plans, ctx) -> list[list[dict[str, float]]]:
+    """``stage_memory_gib`` of several plans on one context, from one evaluation of the grid of them (each row's
+    numbers are those it has alone: test_properties.test_grid_evaluation_equals_one_plan_at_a_time)."""
     from planner.costs.estimate import MEMORY_TERMS, evaluate
     from planner.space.grid import PlanGrid
 
-    st = evaluate(PlanGrid.from_plans([plan]), ctx, stages=True).stages
+    st = evaluate(PlanGrid.from_plans(list(plans)), ctx, stages=True).stages
     return [
-        {
-            "stage": k,
-            "layers": int(st.layers[0, k]),
-            **{t: float(st.memory[t][0, k]) / GIB for t in (*MEMORY_TERMS, "total")},
-        }
-        for k in range(plan.pp)
+        [
+            {
+                "stage": k,
+                "layers": int(st.layers[j, k]),
+                **{t: float(st.memory[t][j, k]) / GIB for t in (*MEMORY_TERMS, "total")},
+            }
+            for k in range(plan.pp)
+        ]
+        for j, plan in enumerate(plans)
     ]
 
 
@@ -252,3 +261,18 @@ srun python pretrain_gpt.py \\
     --tokenizer-type NullTokenizer --vocab-size 32000
 """
 SLURM_NODES = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=8\n"
+
+
+# ----------------------------------------------------------------------------- the cyclic collector
+
+
+def pytest_configure(config):
+    """The collector runs a tenth as often as CPython's default (700, 10, 10) in the test processes. A worker's heap
+    holds every collected test module, item and report, hypothesis's caches and the planner's lru caches (300,000
+    objects and more by the end), and the default thresholds ran some 40-60 full collections over them per xdist
+    worker: 3.5-4.7 s of each worker's ~100 s (gc.callbacks, 2 workers), 0.15 s with these. The tests' numbers do
+    not depend on when garbage is collected; the CLI's own collector settings (``_imports_without_gc``) are what
+    they were, and test_startup checks them in a process of their own."""
+    import gc
+
+    gc.set_threshold(20_000, 20, 20)

@@ -40,6 +40,13 @@ def clean_fit(synthetic):
     return fit("dgx-h100-superpod", exact, ("gemm_efficiency", "fp8_gemm_efficiency", "network_bus_efficiency"))
 
 
+@pytest.fixture(scope="module")
+def noisy_fit(synthetic):
+    """The GEMM efficiencies fitted to the noisy runs (read by three tests, none changes it)."""
+    _, noisy = synthetic
+    return fit("dgx-h100-superpod", noisy, ("gemm_efficiency", "fp8_gemm_efficiency"))
+
+
 def test_least_squares_recovers_known_factors_and_says_which_it_cannot(clean_fit):
     f = clean_fit
     assert f.runs == 4
@@ -53,9 +60,8 @@ def test_least_squares_recovers_known_factors_and_says_which_it_cannot(clean_fit
     assert f.loss == pytest.approx(0.0, abs=1e-8)
 
 
-def test_standard_errors_grow_with_the_scatter_of_the_runs(synthetic, clean_fit):
-    _, noisy = synthetic
-    scattered = fit("dgx-h100-superpod", noisy, ("gemm_efficiency", "fp8_gemm_efficiency"))
+def test_standard_errors_grow_with_the_scatter_of_the_runs(noisy_fit, clean_fit):
+    scattered = noisy_fit
     for name in TRUTH:
         assert clean_fit.factors[name].sigma < 1e-3 < scattered.factors[name].sigma < 0.05
         lo, hi = scattered.factors[name].band
@@ -100,14 +106,13 @@ def test_a_weak_scaling_series_counts_its_ends_once_each():
     assert sorted(r.request["gpus"] for r in kept) == [64, 2048]
 
 
-def test_the_factor_table_prints_sigma_the_prediction_spread_and_why_a_bound_is_physical(synthetic):
+def test_the_factor_table_prints_sigma_the_prediction_spread_and_why_a_bound_is_physical(noisy_fit):
     from rich.console import Console
 
     from planner.fidelity.calibrate import FactorFit, Fit
     from planner.report.fidelity import factors_table
 
-    _, noisy = synthetic
-    spread = fit("dgx-h100-superpod", noisy, ("gemm_efficiency", "fp8_gemm_efficiency")).to_json()
+    spread = noisy_fit.to_json()
     floor = Fit("x", {"layer_overhead_us": FactorFit(0.0, (0, 2000), "fitted", 0.0, "lower")}, 0.0, 3).to_json()
     console = Console(width=120, record=True)
     console.print(factors_table("dgx-h100-superpod", spread), factors_table("x", floor))
@@ -258,11 +263,11 @@ def test_a_value_no_held_out_fit_supports_is_set_by_the_sources_disagreement():
     assert "layer_overhead_us" in check(600.0, 100.0)  # 600 − 484.7 = 115.3 > 100, above the range
 
 
-def test_a_held_factor_is_reported_not_identifiable_at_the_presets_value(synthetic):
+def test_a_held_factor_is_reported_not_identifiable_at_the_presets_value(synthetic, noisy_fit):
     from planner.fidelity.calibrate import hold_disagreeing
 
     _, noisy = synthetic
-    full = fit("dgx-h100-superpod", noisy, ("gemm_efficiency", "fp8_gemm_efficiency"))
+    full = noisy_fit
     held = hold_disagreeing("dgx-h100-superpod", noisy, full, {"fp8_gemm_efficiency": "set by disagreement"})
     fp8 = held.factors["fp8_gemm_efficiency"]
     preset = load_hardware("dgx-h100-superpod").calibration.fp8_gemm_efficiency
@@ -335,7 +340,8 @@ def test_a_factor_the_runs_cannot_identify_keeps_its_kernel_prior_not_the_last_f
     base = load_hardware("dgx-h100-superpod")
     hw = _with_prior(base, "network_bus_efficiency", 0.60, 0.10)
     fields = ("gemm_efficiency", "fp8_gemm_efficiency", "network_bus_efficiency")
-    net = fit(hw, exact, fields, priors=True).factors["network_bus_efficiency"]
+    full = fit(hw, exact, fields, priors=True)
+    net = full.factors["network_bus_efficiency"]
     assert net.status == "not identifiable" and "1%" in net.why and net.informed is None
     assert net.value == 0.60 and base.calibration.network_bus_efficiency == 0.7225
     assert fit(hw, exact, fields, priors=False).factors["network_bus_efficiency"].value == 0.7225
@@ -346,6 +352,5 @@ def test_a_factor_the_runs_cannot_identify_keeps_its_kernel_prior_not_the_last_f
     assert held_value(gb200, "fp8_gemm_efficiency", priors=True) == gb200.fp8_gemm_efficiency
     assert held_value(gb200, "gemm_half_dim", priors=True) == 497  # its own prior
     # the preset written says where the value comes from: its prior, not "kept at" the last fit's source
-    full = fit(hw, exact, fields, priors=True)
     written = fitted_calibration(hw.calibration, full, "4 runs").factors["network_bus_efficiency"]
     assert written.source.endswith("kept at: its kernel prior, 0.6") and written.prior.value == 0.60
