@@ -1207,7 +1207,7 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
 # than it saves: the versions left out are the shapes the block and hybrid variants are evaluated with (they keep
 # their row's overlap), whose terms (``Letters.once``) are then computed in a second call, a millisecond or so of
 # Python (GPT-3 175B / 64 A100, 795 such rows: +3.6 M instructions a search; 1024 A100, 3,200: -4.8 M; DeepSeek-V3 /
-# 1024 H100, 66,700: -607 M, callgrind)
+# 1024 H100, 65,668: -569 M, callgrind)
 SPLIT_FROM = 1024
 
 
