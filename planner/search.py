@@ -1902,7 +1902,7 @@ def _nothing_fits(
             by_count = sorted(rejected.items(), key=lambda kv: -kv[1])
             why = "rejected by: " + ", ".join(f"{name} ({count:,})" for name, count in by_count)
             if flex_backend.RULE in rejected:  # its reason is the cluster's, not a plan's: said once
-                why += f"; {flex_backend.deepep_message(ctx.hardware)}"
+                why += f"; {flex_backend.backend_message(ctx.hardware, ctx.options.moe_flex_dispatcher_backend.value)}"
         return InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, why, suggest_sizes))
     gib = 2**30
     peaks = np.where(np.isnan(scored.peak), np.inf, scored.peak)  # NaN: a split the model cannot take (0/0)
