@@ -1173,12 +1173,10 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
     each twinned row's faster version, or the one ``out``'s rule names (``_twin_rule``: the version the runs support
     unless only the other fits), or where the row's time is not finite, the smaller (``SMALLER``); a row
     that takes its twin takes the twin's peak (measured here where ``_screen_block`` did not: in a large block a
-    twin that fits is not screened where its row fits)."""
+    twin that fits is not screened where its row fits). Under a rule, a version the rule cannot keep is not timed
+    (``_timed_versions``)."""
     iteration, peak, off_wins, need, twin_peak, ticket, kept, rule = out
-    code = need[rows]
-    mine, tw = rows[(code & ROW) > 0], rows[(code & TWIN) > 0]
-    times, tickets = _timed(_Twins(grid, np.concatenate([mine, tw]), len(mine)), ctx, kept)
-    it, tw_it = times[: len(mine)], times[len(mine) :]
+    mine, tw, it, tw_it, tickets = _timed_versions(grid, rows, need[rows], ctx, kept, rule)
     iteration[mine] = it
     own = np.where((need[tw] & ROW) > 0, iteration[tw], np.inf)
     unfit = ~np.isfinite(own) & ((need[tw] & SMALLER) > 0)  # the row does not fit: the smaller is kept
@@ -1190,8 +1188,8 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
         better = (tw_it < own) | unfit
     iteration[tw[better]] = tw_it[better]
     if kept is not None:  # each row's ticket: the version whose time it keeps
-        ticket[mine] = tickets[: len(mine)]
-        ticket[tw[better]] = tickets[len(mine) :][better]
+        ticket[mine] = tickets[0]
+        ticket[tw[better]] = tickets[1][better]
     flip = np.flatnonzero(better & (off_wins[tw] == 0))  # rows that kept their own overlap until now
     unknown = flip
     if twin_peak is not None:
@@ -1203,6 +1201,54 @@ def _time_rows(grid: PlanGrid, rows: np.ndarray, ctx: Context, out) -> None:
             peak[tw[part]] = peak_memory_bytes(_Twins(grid, tw).take(part), ctx)
     off_wins[tw[flip]] = 1
     need[rows] = 0
+
+
+# rows timed both ways from which a version no rule keeps is left untimed (``_timed_versions``). Below, it costs more
+# than it saves: the versions left out are the shapes the block and hybrid variants are evaluated with (they keep
+# their row's overlap), whose terms (``Letters.once``) are then computed in a second call, a millisecond or so of
+# Python (GPT-3 175B / 64 A100, 795 such rows: +3.6 M instructions a search; 1024 A100, 3,200: -4.8 M; DeepSeek-V3 /
+# 1024 H100, 65,668: -569 M, callgrind)
+SPLIT_FROM = 1024
+
+
+def _timed_versions(grid: PlanGrid, rows: np.ndarray, code: np.ndarray, ctx: Context, kept, rule: int) -> tuple:
+    """``_time_rows``' timings of ``rows`` (``code``: their ``need``): (the rows timed as they are, those timed as
+    their twins without --tp-comm-overlap, ``iteration_s`` of each, and with ``kept`` their tickets, else None). Of a
+    row timed both ways, ``_time_rows`` reads the version its ``rule`` does not keep (``KEEP_TWIN`` keeps the twin,
+    ``KEEP_OVERLAP`` the row) only where the kept version's time is not finite: that version is timed only there,
+    after the others, and is NaN (ticket -1) elsewhere, never read (on DeepSeek-V3 / 1024 H100, 47 % of the timings
+    were of versions no rule could keep). ``BY_TIME``, or fewer than ``SPLIT_FROM`` rows timed both ways: every
+    version, in one timing. A row's time does not depend on the rows timed with it, so every time read is the same
+    either way."""
+    is_row, is_twin = (code & ROW) > 0, (code & TWIN) > 0
+    mine, tw = rows[is_row], rows[is_twin]
+    both = is_row & is_twin
+    k = 0 if rule == KEEP_TWIN else 1  # the version timed only where needed: the row's own (KEEP_TWIN) or its twin
+    split = rule != BY_TIME and np.count_nonzero(both) >= SPLIT_FROM
+    later = [np.zeros(len(mine), bool), np.zeros(len(tw), bool)]
+    if split:
+        later[k] = both[(is_row, is_twin)[k]]
+    times = [np.full(len(mine), np.nan), np.full(len(tw), np.nan)]
+    tickets = None if kept is None else [np.full(len(mine), -1), np.full(len(tw), -1)]
+    now = [np.flatnonzero(~later[0]), np.flatnonzero(~later[1])]
+    _timed_into(grid, (mine[now[0]], tw[now[1]]), now, times, tickets, ctx, kept)
+    if split:  # the version not kept, where the kept one has no finite time (in ``rows``' order in both lists)
+        kept_time = times[1 - k][both[(is_row, is_twin)[1 - k]]]
+        redo = [np.zeros(0, dtype=np.intp)] * 2
+        redo[k] = np.flatnonzero(later[k])[~np.isfinite(kept_time)]
+        if len(redo[k]):
+            _timed_into(grid, (mine[redo[0]], tw[redo[1]]), redo, times, tickets, ctx, kept)
+    return mine, tw, times[0], times[1], tickets
+
+
+def _timed_into(grid: PlanGrid, versions: tuple, at: list, times: list, tickets, ctx: Context, kept) -> None:
+    """Times the rows ``versions[0]`` as they are and ``versions[1]`` as their twins (one ``_timed``), into
+    ``times[v][at[v]]`` (and ``tickets[v][at[v]]`` with ``kept``)."""
+    own, twin = versions
+    t, k = _timed(_Twins(grid, np.concatenate([own, twin]), len(own)), ctx, kept)
+    times[0][at[0]], times[1][at[1]] = t[: len(own)], t[len(own) :]
+    if tickets is not None:
+        tickets[0][at[0]], tickets[1][at[1]] = k[: len(own)], k[len(own) :]
 
 
 def _twin_rule(ctx: Context, rank_by: str) -> int:
@@ -1856,7 +1902,7 @@ def _nothing_fits(
             by_count = sorted(rejected.items(), key=lambda kv: -kv[1])
             why = "rejected by: " + ", ".join(f"{name} ({count:,})" for name, count in by_count)
             if flex_backend.RULE in rejected:  # its reason is the cluster's, not a plan's: said once
-                why += f"; {flex_backend.deepep_message(ctx.hardware)}"
+                why += f"; {flex_backend.backend_message(ctx.hardware, ctx.options.moe_flex_dispatcher_backend.value)}"
         return InfeasibleError(_no_legal_plan(ctx, num_gpus, pins, why, suggest_sizes))
     gib = 2**30
     peaks = np.where(np.isnan(scored.peak), np.inf, scored.peak)  # NaN: a split the model cannot take (0/0)

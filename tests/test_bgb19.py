@@ -125,7 +125,7 @@ def test_search_given_deepep_on_gb300_lists_no_flex_plan_and_says_why():
     args = ["search", "--model", "qwen3-30b-a3b", "--gpus", "8", "--hardware", "gb300-nvl72", "--json"]
     result = run_cli([*args, "--moe-flex-dispatcher-backend", "deepep", *FLEX])
     assert result.exit_code == 2  # flex pinned: every plan breaks the rule
-    assert "rejected by: DeepEP does not run across a multi-node NVLink domain" in result.stderr
+    assert f"rejected by: {flex_backend.RULE}" in result.stderr
     assert "deepseek-ai/DeepEP#392" in result.stderr
 
 

@@ -104,9 +104,24 @@ def context_ignored(kw: dict, ctx) -> list[tuple[list[str], str]]:
             "Megatron FSDP runs on the distributed optimizer (Megatron-LM turns it on with --use-megatron-fsdp, "
             "arguments.py)",
         ),
+        _flex_unusable(kw, ctx),
     ]
     out += [([flag(n) for n in names if typed(n)], reason) for names, unused, reason in checks if unused]
     return [(flags, reason) for flags, reason in out if flags]
+
+
+def _flex_unusable(kw: dict, ctx) -> tuple[list[str], bool, str]:
+    """The flex dispatcher's options where its library runs no plan on the cluster (``space.flex_backend``: DeepEP
+    on GB200/GB300 NVL72; HybridEP and NCCL EP before Hopper) and the flex dispatcher is not pinned (pinned, the
+    plan or search is refused with the same reason)."""
+    from planner.space import flex_backend
+
+    names = ["moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms", "moe_hybridep_num_sms_preprocessing"]
+    backend = ctx.options.moe_flex_dispatcher_backend.value
+    none = ctx.model.is_moe and flex_backend.flex_group_limit(ctx.hardware, backend) == 0
+    unused = none and kw.get("moe_token_dispatcher") != "flex"
+    why = f"no plan can run the flex dispatcher with it: {flex_backend.backend_message(ctx.hardware, backend)}"
+    return names, unused, why if unused else ""
 
 
 def _no_bridge_preset(ctx) -> bool:

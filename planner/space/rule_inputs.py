@@ -129,6 +129,7 @@ class RuleInputs:
             dispatcher=int(self.grid.dispatcher[i]),
             mtp=mo.mtp_layers,
             hardware=self.hardware,
+            flex_backend=self.options.moe_flex_dispatcher_backend.value,
             graph_breach=plan_graph_breach(
                 graph_breaches(self.options, mo),
                 selective=int(g.recompute[i]) == RECOMPUTE_CODES[Recompute.SELECTIVE],

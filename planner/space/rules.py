@@ -108,16 +108,17 @@ def _a2a_overlap_ok(r: RuleInputs) -> np.ndarray:
     return ~g.a2a_overlap | ok
 
 
-def _deepep_ok(r: RuleInputs) -> np.ndarray:
-    """The flex dispatcher with DeepEP only where DeepEP's normal kernels reach the flex group: not on a
-    multi-node NVLink domain (``flex_backend``: GB200/GB300 NVL72)."""
-    if not (
-        r.model.is_moe
-        and r.options.moe_flex_dispatcher_backend.value == "deepep"
-        and flex_backend.deepep_refused(r.hardware)
-    ):
+def _flex_backend_ok(r: RuleInputs) -> np.ndarray:
+    """The flex dispatcher only where its library can serve the flex group of etp·ep ranks (``flex_backend``:
+    DeepEP not on a multi-node NVLink domain, GB200/GB300 NVL72; before Hopper DeepEP within one host, HybridEP
+    and NCCL EP not at all)."""
+    limit = None
+    if r.model.is_moe:
+        limit = flex_backend.flex_group_limit(r.hardware, r.options.moe_flex_dispatcher_backend.value)
+    if limit is None:
         return r.everywhere(True)
-    return r.grid.dispatcher != DISPATCHER_CODES[TokenDispatcher.FLEX]
+    g = r.grid
+    return (g.dispatcher != DISPATCHER_CODES[TokenDispatcher.FLEX]) | (g.etp * g.ep <= limit)
 
 
 def _graph_modules_match(options: PlanOptions, model: ModelSpec) -> bool:
@@ -300,7 +301,11 @@ RULES: tuple[Rule, ...] = (
         _moe_only(lambda r: (r.grid.dispatcher != 2) | (r.grid.ep * r.grid.etp > 1)),
         lambda x: "the flex dispatcher (DeepEP/HybridEP) needs etp·ep > 1",
     ),
-    Rule(flex_backend.RULE, _deepep_ok, lambda x: flex_backend.deepep_message(x.hardware)),
+    Rule(
+        flex_backend.RULE,
+        _flex_backend_ok,
+        lambda x: flex_backend.backend_message(x.hardware, x.flex_backend, x.etp, x.ep),
+    ),
     Rule(
         "the TE op fuser's grouped MLP needs expert TP 1",
         lambda r: (
