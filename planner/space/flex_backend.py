@@ -29,7 +29,7 @@ Before Hopper (compute capability < 9.0: A100) the flex dispatcher has DeepEP wi
   ``assert disable_nvshmem``; README @ v1.2.1: "A100 support (intranode only)", PR 204, 2025-06-11). Without
   NVSHMEM a buffer with RDMA ranks is refused (csrc/deep_ep.cpp @ v1.2.1: ``num_rdma_ranks == 1 and not
   low_latency_mode and "NVSHMEM is disabled during compilation"``), so the flex group, ETP × EP ranks (Megatron-LM
-  token_dispatcher.py @ d98e8a64, ``tp_ep_group``), must lie within one host: etp·ep ≤ GPUs per node. DeepEP's
+  token_dispatcher.py @ d98e8a64, ``tp_ep_group``), must lie within one host: etp·ep ≤ min(8, GPUs per node). DeepEP's
   EPv2 (b306af0, 2026-04-30) asks for SM90 outright (README "Requirements: Hopper (SM90) GPUs"); v1.2.1 is the
   last release an A100 cluster can build.
 * HybridEP's kernels move data with the Tensor Memory Accelerator's bulk copies (DeepEP hybrid-ep branch @ 94a9f8f,
