@@ -271,6 +271,11 @@ def _rope_slowdown(ctx: Context) -> float:
     return compute.eager_rope_slowdown(gpu.hbm_bytes_per_s, ctx.hardware.calibration.memory_efficiency, eager)
 
 
+def _eager_ratio(ctx: Context) -> float:
+    """``compute.eager_bytes_ratio`` of the plan's GPU: its measured eager-kernel fraction of HBM, if any."""
+    return compute.eager_bytes_ratio(ctx.hardware.calibration.memory_efficiency, ctx.hardware.gpu.eager_hbm_frac)
+
+
 def unfused_rope(mo) -> bool:
     """Whether the model's rotary embedding runs op by op (``compute.unfused_rope_extra_bytes``): YaRN
     positions outside multi-latent attention (whose decoupled rotary channels take their own path)."""
@@ -296,6 +301,7 @@ def dense_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     # an activation run op by op moves more than one fused kernel (compute.ACTIVATION_BYTES)
     kind = "gated" if lt.gated else "squared_relu" if ctx.model.squared_relu else "gelu"
     per_fwd, per_bwd = compute.activation_extra_bytes(kind, fused=ctx.options.activation_fusion)
+    per_fwd, per_bwd = _eager_ratio(ctx) * per_fwd, _eager_ratio(ctx) * per_bwd  # op by op: eager kernels
     acts = lt.b * lt.s * lt.f / (lt.c * lt.t)
     casts = (casts[0] + per_fwd * acts, casts[1] + per_bwd * acts)
     tp = tp_pair_s(lt, ctx, gemms, gtime, ["fc1"], ["fc2"])
@@ -327,6 +333,8 @@ def _routed_experts(lt: Letters, ctx: Context) -> dict:
         clamp=unfused and mo.activation_func_clamp_value is not None,
         biased=unfused and mo.add_bias_linear,
     )
+    eager = _eager_ratio(ctx)  # eager ops: at the fraction of HBM PyTorch's own kernels reach
+    clamp, bias = eager * clamp, eager * bias
     act = 2.0 * memory.mlp_activation_tensors(lt.gated) * A * lt.f_e * unfused + clamp
     casts, per = (0.0, 0.0), cast_bytes(ctx)[0]
     if lt.fp8:  # the routed copies' fc1 and fc2 inputs and output gradients; the experts' weights

@@ -344,3 +344,16 @@ def eager_rope_slowdown(hbm_bytes_per_s: float, memory_efficiency: float, eager_
     if eager_bytes_per_s is None:
         return 1.0
     return max(1.0, hbm_bytes_per_s * memory_efficiency / eager_bytes_per_s)
+
+
+def eager_bytes_ratio(memory_efficiency: float, eager_hbm_frac: float | None) -> float:
+    """r = η_mem / η_eager (≥ 1): how much longer the bytes of PyTorch's eager, op-by-op kernels take at the fraction
+    η_eager of HBM they are measured to reach on large contiguous operands than at the calibrated HBM law W_HBM·η_mem;
+    1 without a measurement (GPUSpec ``eager_hbm_frac``). The bytes counted at W_HBM·η_mem are multiplied by r, as
+    ``linears.cast_bytes`` does for the FP8 casts. Applies to the ops the model runs one by one: the unfused experts'
+    clamp and bias (``moe.expert_extra_bytes``) and an unfused activation (``activation_extra_bytes``).
+
+    B200 (dgx-b200-superpod): η_eager 0.744, η_mem 0.89: r = 0.89/0.744 = 1.196."""
+    if eager_hbm_frac is None:
+        return 1.0
+    return max(1.0, memory_efficiency / eager_hbm_frac)

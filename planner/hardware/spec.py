@@ -72,6 +72,14 @@ class GPUSpec(_Sourced):
         "strided operands (measured); the op-by-op RoPE runs at it (compute.unfused_rope_extra_bytes); None: at "
         "the calibrated HBM law like every other memory-bound op",
     )
+    eager_hbm_frac: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="fraction of the HBM bandwidth PyTorch's eager, op-by-op kernels reach on large contiguous "
+        "operands (measured); the unfused experts' clamp and bias and an op-by-op activation run at it "
+        "(compute.eager_bytes_ratio); None: at calibration.memory_efficiency like every other memory-bound op",
+    )
     gemm_split_us: NonNegativeFloat | None = Field(
         None,
         description="measured time one more GEMM adds when a GEMM runs as chunks (userbuffers' split GEMMs): "
