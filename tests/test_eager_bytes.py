@@ -98,3 +98,30 @@ def test_a_fused_dense_model_on_blackwell_does_not_move():
 
     assert step(hw) == step(law)
     assert moe.CLAMP_BYTES_PER_F == 16 and moe.EXPERT_BIAS_BYTES_PER_H == 28
+
+
+def test_explain_names_the_eager_share_where_it_prices_it():
+    """explain's formulas say which bytes run at PyTorch's eager share of HBM and by how much: GPT-OSS's clamp and bias
+    on GB300 (× 0.89/0.744 = 1.196), NeMo's op-by-op squared ReLU on GB200 (+4 B forward, +12 B backward an element,
+    the same ratio); on H100 the same bytes with no ratio (the law)."""
+    from planner.api import explain_plan
+
+    def formulas(model, hardware, **kw):
+        est = explain_plan(make_request(model=model, hardware=hardware, gpus=64, **kw)).plan_json["estimate"]
+        return est["formulas"]
+
+    def forward(model, hardware, **kw):
+        return formulas(model, hardware, **kw)["time"]["forward"]["formula"]
+
+    def experts(hardware):
+        oss = dict(ep=64, micro_batch=4, global_batch=1280, moe_token_dispatcher="alltoall")
+        return formulas("gpt-oss-120b", hardware, **oss)["time_parts"]["fwd+bwd: routed-expert GEMMs"]["formula"]
+
+    text = experts("gb300-nvl72")
+    assert "fc2's bias 28·A·h (eager ops: × η_mem/η_eager = 1.196, PyTorch's kernels at 0.744 of HBM)" in text
+    assert "fc2's bias 28·A·h" in experts("dgx-h100-superpod") and "η_eager" not in experts("dgx-h100-superpod")
+    relu = forward("nemotron-4-15b", "gb200-nvl72", options={"activation_fusion": False})
+    assert (
+        "the MLP activation op by op: +4 B forward, +12 B backward per b·s·f/t element, × η_mem/η_eager = 1.196" in relu
+    )
+    assert "op by op" not in forward("nemotron-4-15b", "gb200-nvl72")

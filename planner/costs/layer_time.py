@@ -247,6 +247,22 @@ def _unfused_rope_text(ctx: Context) -> str:
     return f"; YaRN RoPE op by op (Megatron-Core's unfused path): {per}" + rate
 
 
+def _op_by_op_activation_text(ctx: Context) -> str:
+    """A dense MLP activation run op by op (blocks.dense_mlp_block): its bytes beyond the fused kernel's and, where the
+    GPU preset measures one, the share of HBM PyTorch's eager kernels reach (compute.eager_bytes_ratio)."""
+    mo = ctx.model
+    kind = "gated" if mo.gated else "squared_relu" if mo.squared_relu else "gelu"
+    e_fwd, e_bwd = compute.activation_extra_bytes(kind, fused=ctx.options.activation_fusion)
+    if not (e_fwd or e_bwd):
+        return ""
+    hw = ctx.hardware
+    r = compute.eager_bytes_ratio(hw.calibration.memory_efficiency, hw.gpu.eager_hbm_frac)
+    eager = (
+        f", × η_mem/η_eager = {r:.4g} (PyTorch's eager kernels at {hw.gpu.eager_hbm_frac:g} of HBM)" if r > 1 else ""
+    )
+    return f"; the MLP activation op by op: +{e_fwd:g} B forward, +{e_bwd:g} B backward per b·s·f/t element{eager}"
+
+
 def layer_time_formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = None) -> dict[str, Formula]:
     """Formula and source of the compute and model-parallel communication terms for one plan; ``fixed``: the
     context's ``compute_formulas`` (computed here when not given)."""
@@ -299,6 +315,7 @@ def compute_formulas(ctx: Context) -> dict[str, Formula]:
         window += "; per-head Q and K norms (--qk-layernorm): 4·sb·(a + g)·d_h/t bytes, Megatron-Core attention.py"
     if unfused_rope(mo):  # compute.unfused_rope_extra_bytes
         window += _unfused_rope_text(ctx)
+    window += _op_by_op_activation_text(ctx)
     graphs = " (no τ: CUDA graphs)" if opts.cuda_graph_impl.value != "none" else ""
     forward = Formula(
         f"m × Σ_stage layers × [{linear} + {core} + elementwise bytes/(W_HBM·η_mem) + τ{graphs}], slowest stage; "

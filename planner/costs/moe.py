@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from planner.costs import Formula
+from planner.costs.compute import eager_bytes_ratio
 from planner.costs.flops import Gemm
 from planner.costs.memory import mlp_activation_tensors
 from planner.hardware.collectives import Link, all_gather_time_s, all_to_all_time_s, nvlink_nccl_time_s
@@ -837,6 +838,10 @@ def expert_formula(ctx) -> Formula:
             extra.append(f"the clamp {CLAMP_BYTES_PER_F}·A·f_e")
         if mo.add_bias_linear:
             extra.append(f"fc2's bias {EXPERT_BIAS_BYTES_PER_H}·A·h")
+        frac = ctx.hardware.gpu.eager_hbm_frac
+        if extra and frac is not None:  # compute.eager_bytes_ratio: eager ops at their measured share of HBM
+            r = eager_bytes_ratio(ctx.hardware.calibration.memory_efficiency, frac)
+            extra[-1] += f" (eager ops: × η_mem/η_eager = {r:.4g}, PyTorch's kernels at {frac:g} of HBM)"
         if recipe is not None and not opts.moe_router_padding_for_quantization:
             align = FP8_ALIGNMENT.get(recipe, 16)
             extra.append(
