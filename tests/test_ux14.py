@@ -231,3 +231,18 @@ def test_a_fix_names_the_option_megaplan_takes():
         "--account-for-embedding-in-pipeline-split",
         "--account-for-loss-in-pipeline-split",
     ]
+
+
+def test_a_write_into_other_presets_than_the_fits_read_says_so(tmp_path, capsys):
+    # every fit starts from the presets megaplan reads: --write into a copy replaced the copy's calibration sections
+    # with values fitted from the read ones, so --moe --write undid a dense --write there (eager23 found its own
+    # fixed-point check passing for that reason). The CLI says so once; into the read folder, nothing.
+    from planner.cli.catalog import _note_other_write_dir
+    from planner.presets import presets_root
+
+    _note_other_write_dir(str(tmp_path))
+    err = capsys.readouterr().err
+    assert err.startswith("megaplan: note: the fits start from the presets in ") and str(tmp_path) in err
+    assert err.count("\n") == 1
+    _note_other_write_dir(str(presets_root() / "hardware"))
+    assert capsys.readouterr().err == ""

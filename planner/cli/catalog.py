@@ -211,7 +211,8 @@ def _validate_choice(as_json: bool, as_csv: bool) -> None:
     "--write",
     "write_dir",
     type=click.Path(file_okay=False, exists=True),
-    help="presets/hardware folder whose YAML files get the fitted values (a checkout's).",
+    help="presets/hardware folder whose YAML files get the fitted values (a checkout's: the fits start from the "
+    "presets megaplan reads).",
 )
 @click.option("--loso/--no-loso", default=True, show_default=True, help="Also fit without each source and predict it.")
 @click.option(
@@ -278,6 +279,8 @@ def calibrate(
     """
     from planner.fidelity import calibrate as cal
 
+    if write_dir and not (logs or scripts or output):
+        _note_other_write_dir(write_dir)
     if nvfp4:
         given = {"--moe": moe, "--from-log": logs, "--megatron-args-file": scripts, "-o": output}
         given |= {"--hardware": hardware, "--env": env_pairs, "--gpus": gpus, "--force": force}
@@ -315,6 +318,23 @@ def calibrate(
         echo_json(out)
     else:
         console().print(report_fidelity.calibration_view(out))
+
+
+def _note_other_write_dir(write_dir: str) -> None:
+    """Every fit (dense, --moe, --nvfp4) starts from the presets megaplan reads, whatever --write names: written into
+    another folder, each run replaces that folder's calibration sections with values fitted from the read ones, so
+    a second kind of fit undoes the first's there. Said once on stderr when the folders differ."""
+    from pathlib import Path
+
+    from planner.presets import presets_root
+
+    read = presets_root() / "hardware"
+    if isinstance(read, Path) and Path(write_dir).resolve() != read.resolve():
+        click.echo(
+            f"megaplan: note: the fits start from the presets in {read}, not from {write_dir}'s; to chain --write, "
+            f"--moe --write and --nvfp4 --write, write into {read}",
+            err=True,
+        )
 
 
 def _check_from_log_options(logs, write_dir, **given) -> None:
