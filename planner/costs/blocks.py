@@ -299,8 +299,9 @@ def dense_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     local = lt.b * lt.s * lt.h / lt.c / np.where(lt.sp, lt.t, 1)
     casts = fp8_cast_bytes(lt, ctx, gemms, fused_in=local, out_grad=local) if lt.fp8 else (0.0, 0.0)
     # an activation run op by op moves more than one fused kernel (compute.ACTIVATION_BYTES)
-    kind = "gated" if lt.gated else "squared_relu" if ctx.model.squared_relu else "gelu"
-    per_fwd, per_bwd = compute.activation_extra_bytes(kind, fused=ctx.options.activation_fusion)
+    per_fwd, per_bwd = compute.activation_extra_bytes(
+        compute.activation_kind(ctx.model), fused=ctx.options.activation_fusion
+    )
     per_fwd, per_bwd = _eager_ratio(ctx) * per_fwd, _eager_ratio(ctx) * per_bwd  # op by op: eager kernels
     acts = lt.b * lt.s * lt.f / (lt.c * lt.t)
     casts = (casts[0] + per_fwd * acts, casts[1] + per_bwd * acts)

@@ -61,6 +61,12 @@ ACTIVATION_BYTES = {
 }
 
 
+def activation_kind(model) -> str:
+    """The ``ACTIVATION_BYTES`` kind of a model's MLP activation: gated (SwiGLU, GPT-OSS's quick GeGLU), squared ReLU
+    (Nemotron-4) or GeLU."""
+    return "gated" if model.gated else "squared_relu" if model.squared_relu else "gelu"
+
+
 def activation_extra_bytes(kind: str, *, fused: bool) -> tuple[float, float]:
     """(forward, backward) HBM bytes per activation element beyond one fused kernel's: 0 when fused;
     op by op, squared ReLU (NeMo 2's ``squared_relu``, not scripted: nemo/collections/llm/fn/activation.py

@@ -250,9 +250,9 @@ def _unfused_rope_text(ctx: Context) -> str:
 def _op_by_op_activation_text(ctx: Context) -> str:
     """A dense MLP activation run op by op (blocks.dense_mlp_block): its bytes beyond the fused kernel's and, where the
     GPU preset measures one, the share of HBM PyTorch's eager kernels reach (compute.eager_bytes_ratio)."""
-    mo = ctx.model
-    kind = "gated" if mo.gated else "squared_relu" if mo.squared_relu else "gelu"
-    e_fwd, e_bwd = compute.activation_extra_bytes(kind, fused=ctx.options.activation_fusion)
+    e_fwd, e_bwd = compute.activation_extra_bytes(
+        compute.activation_kind(ctx.model), fused=ctx.options.activation_fusion
+    )
     if not (e_fwd or e_bwd):
         return ""
     hw = ctx.hardware
