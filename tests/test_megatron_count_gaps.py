@@ -89,6 +89,8 @@ def test_dense_presets_without_biases_agree_but_for_padding():
         assert megatron_count_gaps(load_model(name), 8) == []  # V = 256000 = 128·8·250; 32768 = 128·8·32
     (pad,) = megatron_count_gaps(load_model("llama3-8b"), 8)
     assert pad.total == -(129024 - 128256) * 4096 * 2  # 128256 padded to 128·8·126 = 129024, untied
+    (pad,) = megatron_count_gaps(load_model("grok1-314b"), 8)  # the same tokenizer, h 6144
+    assert pad.total == -(129024 - 128256) * 6144 * 2
 
 
 def test_flop_reasons_add_up_and_name_megatrons_lines():

@@ -205,6 +205,7 @@ def test_user_file_is_reread_after_it_changes(tmp_path):
         ("llama3.1-405b", 500_000),  # meta-llama/Llama-3.1-405B config.json
         ("mixtral-8x7b", 1_000_000),  # mistralai/Mixtral-8x7B-v0.1 config.json "rope_theta": 1000000.0
         ("mixtral-8x22b", 1_000_000),
+        ("grok1-314b", 1_000_000),  # NeMo MixtralConfig rotary_base 1e6, which pretrain_grok1_314b.py keeps
         ("qwen3-30b-a3b", 1_000_000),
         ("llama2-7b", None),  # Megatron-LM's default --rotary-base 10000 is Llama 2's
     ],
@@ -238,3 +239,19 @@ def test_llama31_exports_and_reads_back_its_rope_scaling():
     assert import_megatron(f"{base} --use-rope-scaling", gpus=8).request.ctx.model.rope_scaling_factor == 8.0
     # the factor alone does nothing in Megatron-LM (the scaling needs --use-rope-scaling)
     assert import_megatron(f"{base} --rope-scaling-factor 4", gpus=8).request.ctx.model.rope_scaling_factor is None
+
+
+def test_grok1_parameters_by_hand():
+    # NVIDIA/NeMo scripts/performance/llm/pretrain_grok1_314b.py @ 6f2c6fda: MixtralConfig8x7B with L 64, h 6144,
+    # a 48, g 8 (d 128), expert ffn 32768, 8 experts top-2, untied, no biases; Llama 3 70B's tokenizer V 128256
+    from planner.models.params import param_counts
+
+    L, h, a, g, d, f, E, k, V = 64, 6144, 48, 8, 128, 32768, 8, 2, 128256
+    attention = h * (a + 2 * g) * d + a * d * h  # QKV and output projection: 50,331,648 + 37,748,736
+    expert = 3 * h * f  # SwiGLU: gate, up, down
+    norms_router = 2 * h + h * E
+    total = L * (attention + E * expert + norms_router) + 2 * V * h + h
+    active = L * (attention + k * expert + norms_router) + 2 * V * h + h
+    assert (total, active) == (316_454_737_920, 84_526_503_936)
+    counts = param_counts(load_model("grok1-314b"))
+    assert (counts.total, counts.active) == (total, active)
