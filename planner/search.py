@@ -1257,11 +1257,12 @@ def _twin_rule(ctx: Context, rank_by: str) -> int:
     GPU generation exercises (``evidence`` kind ``tp_overlap``: 1 with the overlap, 3 in a MoE model, 2 without), as
     the ranking
     would put it first, and the faster where both or neither are exercised; ranked by the estimate or memory, the
-    faster. Every Blackwell run with TP > 1 overlaps (``KEEP_OVERLAP``: the estimate's gain from turning it off
-    rests on the GEMM law's price of the userbuffer chunks alone, docs/cost-model.md §6.3.1); no Ampere run
-    overlaps (``KEEP_TWIN``); Hopper has both (``BY_TIME``). A MoE plan's overlap counts the generation's MoE runs
-    (``_overlap_code``): none on Hopper overlaps, its runs without it are MoE (``KEEP_TWIN``); no Blackwell MoE run
-    has TP > 1 (``BY_TIME``)."""
+    faster. No Ampere run overlaps (``KEEP_TWIN``); Hopper has both (``BY_TIME``), and so has Blackwell since DGX
+    Cloud's 25.04 DeepSeek-V3 recipe on GB200 (TP2 with SP, no TP overlap; held out), where every other run with
+    TP > 1 overlaps - before it Blackwell kept the overlap (``KEEP_OVERLAP``: the estimate's gain from turning it
+    off rests on the GEMM law's price of the userbuffer chunks alone, docs/cost-model.md §6.3.1). A MoE plan's
+    overlap counts the generation's MoE runs (``_overlap_code``): none on Hopper or Blackwell overlaps, their runs
+    without it are MoE (``KEEP_TWIN``)."""
     if rank_by != "risk":
         return BY_TIME
     counts = generation_counts(generation(ctx.hardware))["tp_overlap"]

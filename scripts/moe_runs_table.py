@@ -55,7 +55,10 @@ def summary(runs: list[dict], model: dict[str, str]) -> str:
     others = [r for r in runs if model[r["id"]] != WITHOUT]
     lines += [f"| all but {WITHOUT} | all | {_stats(others)} |"] if len(others) < len(runs) else []
     held = [r for r in runs if r.get("in_bar") and not r["in_fit"]]
-    lines += [f"| verification cards (held out) | all | {_stats(held)} |"] if held else []
+    cards = [r for r in held if r["id"].startswith("MB-CARD-")]
+    lines += [f"| verification cards (held out) | all | {_stats(cards)} |"] if cards else []
+    dgxc = [r for r in runs if r["id"].startswith("DGXC-")]  # held out, or apart as superseded software
+    lines += [f"| DGX Cloud recipes | all | {_stats(dgxc)} |"] if dgxc else []
     lines.append(f"| **all** | all | {_stats(runs)} |")
     return "\n".join(lines) + "\n"
 
@@ -66,8 +69,8 @@ def summary_lead(factors: dict[str, float]) -> str:
     return (
         f"{SUMMARY_LEAD}; written by `python scripts/moe_runs_table.py --write` with the per-run table below, at "
         f"the shipped presets: t_op {factors['t_op']:.2f} µs, H100's η_a2a {factors['eta_a2a']:.3f}, φ "
-        f"{factors['phi']:.3f}): median / max |error| of the rows in the bar (the fitted rows and the verification "
-        "cards' held-out rows), the rows reported apart counted beside them.\n"
+        f"{factors['phi']:.3f}): median / max |error| of the rows in the bar (the fitted rows and the held-out "
+        "rows of the verification cards and the DGX Cloud recipes), the rows reported apart counted beside them.\n"
     )
 
 

@@ -22,11 +22,15 @@ def moe(result):
 
 def test_every_moe_row_is_a_legal_plan_and_cited(moe):
     rows = moe_reference_rows()
-    # 89 rows of the performance tables and 14 of the model verification cards (cards18)
-    assert len(moe["runs"]) == len(rows) == 103
-    cards = "NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/"
-    assert all(r["source"].startswith(("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary", cards)) for r in rows)
+    # 89 rows of the performance tables, 14 of the model verification cards (cards18) and 7 of the DGX Cloud
+    # benchmarking recipes (tests/test_dgxc_moe.py)
+    assert len(moe["runs"]) == len(rows) == 110
+    cards, dgxc = "NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/", "NVIDIA/dgxc-benchmarking "
+    tables = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary"
+    assert all(r["source"].startswith((tables, cards, dgxc)) for r in rows)
     assert sum(r["source"].startswith(cards) for r in rows) == 14
+    assert sum(r["source"].startswith(dgxc) for r in rows) == 7
+    assert not any("nemo:25.11" in r["config"] or "25.11" in r["source"] for r in rows)  # no DGXC row of 25.11
     assert not any("25.11" in r["run_id"] for r in rows)  # that release's table is held out
     for run in load_moe_runs():
         req = api.make_request(hardware=load_hardware(run.hardware), **run.request)
@@ -43,7 +47,7 @@ def test_moe_rows_are_tokens_per_second_per_gpu(moe):
 
 def test_moe_summary_is_reported_apart_from_the_fitted_runs(result, moe):
     assert result["summary"]["runs"] == len(load_runs())  # the dense runs the factors are fitted on and checked by
-    assert moe["summary"]["runs"] == 103
+    assert moe["summary"]["runs"] == 110
     assert set(moe["summary"]["by_source"]) == {
         "Megatron-Bridge perf. tables, MoE on H100",
         "Megatron-Bridge perf. tables, MoE on B200",
@@ -52,6 +56,8 @@ def test_moe_summary_is_reported_apart_from_the_fitted_runs(result, moe):
         "Megatron-Bridge verification cards, MoE on H100",
         "Megatron-Bridge verification cards, MoE on GB200",
         "Megatron-Bridge verification cards, MoE on GB300",
+        "DGX Cloud recipes, MoE on H100",
+        "DGX Cloud recipes, MoE on GB200",
     }
 
 
@@ -61,17 +67,19 @@ def test_superseded_and_regressed_rows_are_reported_apart_with_their_evidence(mo
     # Qwen3-30B rows of the dropless regression (Megatron-Bridge issue 1998) and the two 25.09 rows (Qwen3-30B
     # on GB200 and B200) whose setup ran faster in the first later release not itself regressed by more than
     # megaplan gives the settings that changed (test_25_09_rows_apart_ran_faster_later_than_the_model_explains);
-    # the other six 25.09 rows have no such evidence and are in the bar
+    # the other six 25.09 rows have no such evidence and are in the bar; two DGX Cloud rows of the NeMo 25.04
+    # container by the same rule (tests/test_dgxc_moe.py test_rows_apart_ran_faster_later_than_the_model_explains)
     assert set(flagged) == {
         "MB-26.06.01-GB200-GPTOSS120B-64", "MB-26.06.01-GB300-GPTOSS120B-64", "MB-26.02-B200-QWEN3-30B-8",
         "MB-26.02-H100-QWEN3-30B-16", "MB-25.09-GB200-QWEN3-30B-8", "MB-25.09-B200-QWEN3-30B-8",
+        "DGXC-v25.05.04-GB200-DSV3-256", "DGXC-v25.05.04-H100-DSV3-1024",
     }  # fmt: skip
     assert all(any(a.startswith("reported apart - ") for a in r["assumptions"]) for r in flagged.values())
     assert "28,947 (26.06)" in " ".join(flagged["MB-26.06.01-GB200-GPTOSS120B-64"]["assumptions"])
     assert "33,166 (26.06)" in " ".join(flagged["MB-26.06.01-GB300-GPTOSS120B-64"]["assumptions"])
     summary = moe["summary"]
-    # 83 fitted rows and the 14 held-out rows of the verification cards (cards18)
-    assert summary["in_bar"]["runs"] == 97 and sum(s["runs"] for s in summary["by_hardware_assumed"].values()) == 6
+    # 83 fitted rows, the 14 held-out rows of the verification cards (cards18) and 5 of the DGX Cloud recipes
+    assert summary["in_bar"]["runs"] == 102 and sum(s["runs"] for s in summary["by_hardware_assumed"].values()) == 8
 
 
 LATER_RELEASES = ("26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01", "26.08")
@@ -114,7 +122,7 @@ def test_25_09_token_drop_rows_run_what_megatron_core_0_14_could():
     neither a HybridEP backend nor Transformer Engine graph scopes for the router (no cuda_graph_impl: its
     --enable-cuda-graph captures the whole layer, which drop-and-pad makes static, moe/README.md). The GB200
     Qwen3-30B run set cuda_graphs true (v0.1.0rc4 qwen3_30b_a3b_llm_pretrain.yaml gb200 -> enable_cuda_graph)."""
-    rows = {r["run_id"]: r for r in moe_reference_rows() if "(release 25.09)" in r["source"]}
+    rows = {r["run_id"]: r for r in moe_reference_rows() if r["run_id"].startswith("MB-25.09-")}
     assert len(rows) == 8
     assert all(r["dispatcher"] == "alltoall" for r in rows.values() if r["routing"] == "tokendrop")
     assert not any(r["flex_backend"] == "hybridep" for r in rows.values())
@@ -192,8 +200,9 @@ def test_expandable_segments_as_each_release_launched():
     assert not runs["MB-26.04-B200-QWEN3-30B-8"] and not runs["MB-25.09-H100-DSV3-1024"]
     assert not runs["MB-26.04-GB300-DSV3-256"]  # v0.4.0 perf_plugins.py:275: gpu in ["h100", "gb200"]
     # 13 GB200/B200/H100 and 13 GB300 rows of 26.06-26.08, the two DSv3 GB200 26.04 rows, and the 14 rows of the
-    # verification cards (every flat recipe's env_vars set it; run_recipe.py applies them before training)
-    assert sum(bool(v) for v in runs.values()) == 42
+    # verification cards (every flat recipe's env_vars set it; run_recipe.py applies them before training), and DGX
+    # Cloud's 25.08 DeepSeek-V3 on H100 (NeMo 9244b1ec scripts/performance/executors.py: all but B200 from 25.07)
+    assert sum(bool(v) for v in runs.values()) == 43
 
 
 def test_optimizer_and_fp8_weights_as_each_recipe_ran():

@@ -15,6 +15,13 @@ Rows from Megatron-Bridge's model verification cards (``examples/model_verificat
 performance recipes at a named ``bridge_commit``) are an out-of-sample source: in the bar, never fitted
 (``Run.held_out``). A setting a card's recipe sets that the release rules below do not give is the row's
 ``options`` column (``key=value;...``, plan options), each cited in the row's ``config``.
+
+Rows from NVIDIA's DGX Cloud benchmarking recipes (``NVIDIA/dgxc-benchmarking``, each README's step time with the
+plan of its launch.sh at the tag; tokens/s/GPU = seq · GBS / step / GPUs) are another out-of-sample source: in the
+bar, never fitted, like the cards (``dgxc_row``). Those measured with NeMo 2's performance scripts name the NeMo
+release of their container in the source, ``(NeMo release 25.04)``, and run by ``_nemo2_options`` (the settings of
+``scripts/performance`` at the NEMO_COMMIT the recipe installs); those run with Megatron-Bridge name the Bridge
+release, ``(release 25.09)``, and run by the Bridge rules below.
 """
 
 from __future__ import annotations
@@ -41,7 +48,24 @@ def card_row(row: dict) -> bool:
     return CARDS in row["source"]
 
 
-def moe_source(hardware: str, card: bool = False) -> str:
+DGXC = "NVIDIA/dgxc-benchmarking"
+NEMO2 = "(NeMo release "  # a DGX Cloud row measured with NeMo 2's performance scripts names its container's release
+
+
+def dgxc_row(row: dict) -> bool:
+    """Whether a row is a measurement of NVIDIA's DGX Cloud benchmarking recipes (its source cites
+    ``NVIDIA/dgxc-benchmarking``): validated out of sample, never fitted."""
+    return DGXC in row["source"]
+
+
+def nemo2_row(row: dict) -> bool:
+    """Whether a row ran NeMo 2's performance scripts (its source names ``(NeMo release YY.MM)``), not Bridge's."""
+    return NEMO2 in row["source"]
+
+
+def moe_source(hardware: str, card: bool = False, dgxc: bool = False) -> str:
+    if dgxc:
+        return f"DGX Cloud recipes, MoE on {SYSTEM[hardware]}"
     what = "verification cards" if card else "perf. tables"
     return f"Megatron-Bridge {what}, MoE on {SYSTEM[hardware]}"
 
@@ -73,6 +97,8 @@ def _release(row: dict) -> tuple[int, ...]:
     card's commit (tests/test_moe_cards.py)."""
     if card_row(row):
         return CARD_CODE_RELEASE
+    if nemo2_row(row):
+        raise ValueError(f"{row['run_id']}: a NeMo 2 row has no Megatron-Bridge release (its rules: _nemo2_options)")
     text = row["source"].rpartition("(release ")[2].rstrip(")")
     return tuple(int(x) for x in text.split("."))
 
@@ -212,19 +238,89 @@ def _options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict:
     ) | row_options(row)
 
 
+def _nemo2_release(row: dict) -> tuple[int, ...]:
+    """The NeMo release of a NeMo 2 row's container, '(NeMo release 25.04)' → (25, 4)."""
+    text = row["source"].rpartition(NEMO2)[2].partition(")")[0]
+    return tuple(int(x) for x in text.split("."))
+
+
+BLACKWELL = ("gb200-nvl72", "dgx-b200-superpod", "gb300-nvl72")
+
+
+def unfused_mla_attention(row: dict) -> bool:
+    """Whether Transformer Engine runs the row's attention unfused: DeepSeek-V3's multi-latent attention (q/k head
+    dim 128 + 64 = 192, v 128) on Blackwell in the NeMo 25.04 container, whose Transformer Engine is 2.2.0.dev0
+    (NVIDIA/NeMo v2.3.0 requirements/manifest.json: transformer_engine ref bee4649c, build_tools/VERSION.txt
+    2.2.0.dev0). There TE's backend choice leaves only the unfused one: transformer_engine/pytorch/
+    dot_product_attention/utils.py:466-471 (v2.2; bee4649c :466-470) disables FlashAttention for MLA
+    (head_dim_qk != head_dim_v), and common/fused_attn/fused_attn.cpp:221 refuses cuDNN's arbitrary-seqlen backend
+    on sm100 for head dims > 128 (``!(sm_arch_ >= 100 && (head_dim_qk > 128 || head_dim_v > 128))``; the same line
+    at v2.3 and v2.4, gone at v2.5), the max-512 backend being for d = 64 on sm80/90 only (fused_attn.cpp:198-200).
+    NeMo's executor sets NVTE_FUSED_ATTN=1 and NVTE_FLASH_ATTN=1 (scripts/performance/utils.py slurm_executor @
+    7a8f1cc7), which enables them, not forces them. On H100 cuDNN takes d <= 256 (fused_attn.cpp:232-236): fused."""
+    return (
+        nemo2_row(row)
+        and row["model"] == "deepseek-v3"
+        and row["hardware"] in BLACKWELL
+        and _nemo2_release(row) <= (25, 4)
+    )
+
+
+def _nemo2_options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict:
+    """The plan options of a row measured with NeMo 2's performance scripts (``scripts/performance`` at the
+    NEMO_COMMIT its DGX Cloud recipe installs: 7a8f1cc7 for the 25.04 container's DeepSeek-V3, 6f2c6fda for its
+    Grok-1, 9244b1ec for the 25.07 container), by the NeMo release of its container; what one model's script sets
+    beyond these is the row's ``options`` column, cited in its ``config``.
+
+    - gradients reduced in bf16: 25.04 only with FP8 (utils.py set_primary_perf_configs @ 7a8f1cc7:
+      ``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` inside ``if compute_dtype ... == "fp8"``; the BF16 plugin,
+      recipes/precision/mixed_precision.py bf16_mixed, keeps grad_reduce_in_fp32=True), from 25.07 always
+      (helpers.py set_precision_configs @ 9244b1ec:229, after the dtype branches);
+    - the precision-aware optimizer with BF16 (``use_precision_aware_optimizer = True`` in the same functions),
+      Adam's states in fp32 (recipes/optim/adam.py distributed_fused_adam_with_cosine_annealing sets no dtypes);
+    - the distributed optimizer with overlapped grad-reduce and param-gather (each recipe's trainer ddp config);
+    - expandable_segments from 25.07 except on B200 (executors.py @ 9244b1ec:82-85; none at 7a8f1cc7 or 6f2c6fda);
+    - FP8: bf16_with_fp8_mixed, delayed scaling, hybrid E4M3/E5M2, fp8_param_gather True (mixed_precision.py);
+    - attention: ``unfused_mla_attention``."""
+    release = _nemo2_release(row)
+    return dict(
+        attention_kernel="unfused" if unfused_mla_attention(row) else "flash",
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        moe_load_imbalance=1.0,  # token drop pads each expert to its capacity; DeepEP runs force-balance (the row's)
+        moe_capacity_factor=1.0 if row["routing"] == "tokendrop" else None,
+        grad_reduce_in_bf16=bool(fp8) or release >= (25, 7),
+        use_precision_aware_optimizer=not fp8,
+        fp8=fp8,
+        fp8_recipe=row["fp8_recipe"] or None,
+        fp8_param_gather=True if fp8 else None,
+        moe_flex_dispatcher_backend=row["flex_backend"] or None,
+        recompute_modules=modules or None,
+        expandable_segments=release >= (25, 7) and row["hardware"] != "dgx-b200-superpod",
+        **_cuda_graphs(row["cuda_graph"]),
+    ) | row_options(row)
+
+
 def _assumptions(row: dict) -> list[str]:
     """What a row's prediction assumes beyond what the table publishes, and why a flagged row is apart."""
     assumptions = [
         "force-balanced routing (imbalance 1.0), distributed optimizer with overlapped grad-reduce and "
         "param-gather, flash attention, SP with TP > 1"
     ]
-    if row["routing"] == "tokendrop":
+    if row["routing"] == "tokendrop" and nemo2_row(row):
+        assumptions.append("token drop: capacity factor 1, each expert padded to it (NeMo's MegatronTokenDropCallback)")
+    elif row["routing"] == "tokendrop":
         assumptions.append("token drop: capacity factor 1, each expert padded to it (the release's --use_tokendrop)")
     if row["recompute_modules"] == "(recipe default)":
         assumptions.append("the recipe's default recomputation: none")
     if row["cuda_graph"] not in ("none", ""):
         assumptions.append("CUDA graphs save the host launch time of what they capture (§4.4), nothing else")
-    if row["pipeline_layout"] and card_row(row):
+    if unfused_mla_attention(row):
+        assumptions.append(
+            "unfused attention: Transformer Engine 2.2 (the NeMo 25.04 container) has no fused or flash kernel for "
+            "DeepSeek-V3's 192/128 head dims on Blackwell (fused_attn.cpp:221, dot_product_attention/utils.py:466)"
+        )
+    if row["pipeline_layout"] and (card_row(row) or dgxc_row(row)):
         assumptions.append(f"the recipe's DeepSeek-V3 pipeline layout {row['pipeline_layout']} (its config)")
     elif row["pipeline_layout"]:
         assumptions.append(
@@ -244,6 +340,8 @@ def _assumptions(row: dict) -> list[str]:
         assumptions.append(f"not modelled, set by the recipe: {row['not_modelled']}")
     if card_row(row):
         assumptions.append("held out: a verification card's measurement, validated and never fitted")
+    if dgxc_row(row):
+        assumptions.append("held out: a DGX Cloud benchmarking recipe's measurement, validated and never fitted")
     if row["flag"]:
         assumptions.append(f"reported apart - {row['flag']}")
     return assumptions
@@ -252,7 +350,7 @@ def _assumptions(row: dict) -> list[str]:
 def _run(row: dict) -> Run:
     fp8 = row["fp8"] or None
     modules = () if row["recompute_modules"] in NO_MODULES else tuple(row["recompute_modules"].split(","))
-    options = _options(row, fp8, modules)
+    options = _nemo2_options(row, fp8, modules) if nemo2_row(row) else _options(row, fp8, modules)
     tp = int(row["tp"])
     request = dict(
         model=row["model"],
@@ -277,17 +375,17 @@ def _run(row: dict) -> Run:
         options={k: v for k, v in options.items() if v is not None},
     )
     assumptions = _assumptions(row)
-    card = card_row(row)
+    card, dgxc = card_row(row), dgxc_row(row)
     return Run(
         row["run_id"],
-        moe_source(row["hardware"], card),
+        moe_source(row["hardware"], card, dgxc),
         MOE_METRIC,
         float(row["tokens_per_s_per_gpu"]),
         row["hardware"],
         request,
         tuple(assumptions),
-        fit=not row["flag"] and not card,  # flagged rows (superseded or regressed software) are reported apart
-        held_out=card and not row["flag"],  # a card's row: in the bar, never fitted
+        fit=not row["flag"] and not card and not dgxc,  # flagged rows (superseded or regressed software): apart
+        held_out=(card or dgxc) and not row["flag"],  # a card's or a DGX Cloud recipe's row: in the bar, never fitted
     )
 
 
