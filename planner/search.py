@@ -1261,8 +1261,9 @@ def _twin_rule(ctx: Context, rank_by: str) -> int:
     Cloud's 25.04 DeepSeek-V3 recipe on GB200 (TP2 with SP, no TP overlap; held out), where every other run with
     TP > 1 overlaps - before it Blackwell kept the overlap (``KEEP_OVERLAP``: the estimate's gain from turning it
     off rests on the GEMM law's price of the userbuffer chunks alone, docs/cost-model.md §6.3.1). A MoE plan's
-    overlap counts the generation's MoE runs (``_overlap_code``): none on Hopper or Blackwell overlaps, their runs
-    without it are MoE (``KEEP_TWIN``)."""
+    overlap counts the generation's MoE runs (``_overlap_code``): Megatron-Bridge's Hopper MoE recipes turn it off,
+    but DGX Cloud's Grok-1 recipe (NeMo 2, TP4, held out) runs it on H100 and GB200, so both generations have MoE
+    runs with it and without it (``BY_TIME``; ``KEEP_TWIN`` before the Grok-1 rows)."""
     if rank_by != "risk":
         return BY_TIME
     counts = generation_counts(generation(ctx.hardware))["tp_overlap"]

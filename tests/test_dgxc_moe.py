@@ -26,6 +26,11 @@ DSV3_IDS = {
     "DGXC-v25.08-H100-DSV3-1024",
     "DGXC-v25.10-GB200-DSV3-256",
 }
+GROK_IDS = {
+    f"DGXC-v25.05.05-{gpu}-GROK1-{prec}-{n}"
+    for prec in ("BF16", "FP8")
+    for gpu, n in [("GB200", 128), ("GB200", 256), ("GB200", 512), ("H100", 512)]
+}
 APART = {"DGXC-v25.05.04-GB200-DSV3-256", "DGXC-v25.05.04-H100-DSV3-1024"}
 
 
@@ -40,7 +45,7 @@ def rows():
 
 
 def test_dgxc_rows_are_held_out_under_their_own_source(rows, runs):
-    assert DSV3_IDS <= set(rows)
+    assert set(rows) == DSV3_IDS | GROK_IDS
     for rid, row in rows.items():
         run = runs[rid]
         assert "NVIDIA/dgxc-benchmarking" in row["source"] and "@ tag v" in row["source"]
@@ -56,7 +61,7 @@ def test_dgxc_rows_are_held_out_under_their_own_source(rows, runs):
 def test_nemo2_rows_have_no_bridge_release(rows):
     """moe_runs._release reads a Megatron-Bridge release; a NeMo 2 row names its container's NeMo release instead."""
     nemo2 = {rid for rid, r in rows.items() if nemo2_row(r)}
-    assert DSV3_IDS - nemo2 == {"DGXC-v25.10-GB200-DSV3-256"}
+    assert (DSV3_IDS | GROK_IDS) - nemo2 == {"DGXC-v25.10-GB200-DSV3-256"}
     for rid in nemo2:
         with pytest.raises(ValueError, match="NeMo 2 row"):
             _release(rows[rid])
@@ -184,3 +189,60 @@ def test_rows_apart_ran_faster_later_than_the_model_explains(runs):
         model = predict(runs[new]) / predict(runs[old])
         assert published / model > 1.09, (old, model)
         assert any(a.startswith("reported apart - superseded software") for a in runs[old].assumptions)
+
+
+def test_grok1_rows_are_the_nemo2_recipe(runs):
+    """dgxc-benchmarking grok1 @ v25.05.05: launch.sh FW_VERSION 25.04.00, GBS = 2 x GPUs, MBS 1; GB200 TP4 PP1 CP1 EP8
+    ET4 VP1 CUDA_GRAPH=true; H100 TP4 PP8 CP2 EP8 ET1 VP8 CUDA_GRAPH=false; setup.sh NEMO_COMMIT 6f2c6fda.
+    pretrain_grok1_314b.py @ 6f2c6fda: performance_mode - MegatronTokenDropCallback, tp_comm_overlap=True with
+    userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 (every GPU, every dtype), grad_reduce_in_fp32 False; FP8 is
+    bf16_with_fp8_mixed (delayed, hybrid, fp8_param_gather); --cuda_graphs true -> enable_cuda_graph (Megatron-Core's
+    local whole-layer graphs); MixtralConfig8x7B's alltoall dispatcher; no recompute. README lines 84, 91, 100, 107:
+    BF16 7.325 / 7.39 / 7.324 s and FP8 5.298 / 5.224 / 5.193 s on 128 / 256 / 512 GB200; 15.933 and 13.433 s on 512
+    H100. tokens/s/GPU = 8192 · GBS / step / GPUs, e.g. 8192 · 256 / 7.325 / 128 = 2,236.72."""
+    steps = {
+        ("GB200", "BF16", 128): 7.325, ("GB200", "BF16", 256): 7.39, ("GB200", "BF16", 512): 7.324,
+        ("GB200", "FP8", 128): 5.298, ("GB200", "FP8", 256): 5.224, ("GB200", "FP8", 512): 5.193,
+        ("H100", "BF16", 512): 15.933, ("H100", "FP8", 512): 13.433,
+    }  # fmt: skip
+    for (gpu, prec, n), step in steps.items():
+        run = runs[f"DGXC-v25.05.05-{gpu}-GROK1-{prec}-{n}"]
+        q, o = run.request, run.request["options"]
+        assert q["model"] == "grok1-314b" and q["seq_len"] == 8192 and q["precision"] == "bf16"
+        if gpu == "GB200":
+            assert _plan(run) == (n, 4, 1, 1, 1, 8, 4, 1, 2 * n)
+            assert o["cuda_graph_impl"] == "local" and o["cuda_graph_modules"] == ()
+        else:
+            assert _plan(run) == (512, 4, 8, 2, 8, 8, 1, 1, 1024) and "cuda_graph_impl" not in o
+        assert q["sequence_parallel"] and q["recompute"] == "none" and "recompute_modules" not in o
+        assert q["moe_token_dispatcher"] == "alltoall" and o["moe_capacity_factor"] == 1.0
+        assert o["tp_comm_overlap"] is True and o["grad_reduce_in_bf16"] is True
+        assert o["tp_comm_overlap_cfg"] == "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192"
+        assert o["attention_kernel"] == "flash" and o["expandable_segments"] is False
+        if prec == "FP8":
+            assert (o["fp8"], o["fp8_recipe"], o["fp8_param_gather"]) == ("hybrid", "delayed", True)
+            assert o["use_precision_aware_optimizer"] is False
+        else:
+            assert "fp8" not in o and o["use_precision_aware_optimizer"] is True
+        assert run.published == pytest.approx(8192 * q["global_batch"] / step / n, rel=1e-6)
+        assert run.held_out and not run.fit
+    assert runs["DGXC-v25.05.05-GB200-GROK1-BF16-128"].published == pytest.approx(2236.724, abs=1e-3)
+
+
+def test_grok1_userbuffers_are_nemo_s_preset_of_that_name(runs):
+    """NeMo tp_overlap_configs/userbuffers.py @ 6f2c6fda:176-187 userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192:
+    qkv_dgrad bulk 8 SMs, qkv_wgrad bulk 32, fc1_dgrad bulk 2, fc1_wgrad bulk 8 (no SM margin); qkv_fprop, proj_dgrad,
+    fc1_fprop, fc2_dgrad ring exchanges (RingExchangeOverlapCfg defaults: 1 SM, no margin); proj_fprop and fc2_fprop
+    ring exchanges with 1 SM and the margin - the values of Megatron-Bridge's preset of the same name
+    (presets/userbuffers/bridge.yaml), which the rows name."""
+    from planner.fidelity.validate import prepare
+
+    cfg = prepare(runs["DGXC-v25.05.05-H100-GROK1-BF16-512"]).ctx.options.tp_comm_overlap_cfg
+    assert cfg.name == "Megatron-Bridge userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192"
+    ops = dict(cfg.ops)
+    bulk = {k: ops[k].num_sm for k in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")}
+    assert bulk == {"qkv_dgrad": 8, "qkv_wgrad": 32, "fc1_dgrad": 2, "fc1_wgrad": 8}
+    assert all(ops[k].method == "bulk" and not ops[k].set_sm_margin for k in bulk)
+    rings = ("qkv_fprop", "proj_dgrad", "fc1_fprop", "fc2_dgrad", "proj_fprop", "fc2_fprop")
+    assert all(ops[k].method == "ring_exchange" and ops[k].num_sm == 1 for k in rings)
+    assert {k for k in rings if ops[k].set_sm_margin} == {"proj_fprop", "fc2_fprop"}

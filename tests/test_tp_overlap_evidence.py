@@ -23,8 +23,10 @@ def test_the_tables_tell_overlap_from_no_overlap_per_generation():
     # row is apart); Hopper has both (the DGX Cloud and Megatron-Bridge recipes overlap, five settings do not, one of
     # them DGX Cloud's 25.04 DeepSeek-V3 recipe on 512 H100, TP2 with SP, held out); no
     # Ampere run overlaps ([K22]'s sequence-parallel runs on A100 are TP with SP and no userbuffers)
-    assert COUNTS[10]["tp_overlap"] == {1: 25, 2: 2}
-    assert COUNTS[9]["tp_overlap"] == {1: 19, 2: 5}
+    # and DGX Cloud's Grok-1 recipe (NeMo pretrain_grok1_314b.py @ 6f2c6fda: tp_comm_overlap=True, TP4 with SP; held
+    # out) is a MoE model with the overlap (code 3) on both GB200 and H100
+    assert COUNTS[10]["tp_overlap"] == {1: 25, 2: 2, 3: 2}
+    assert COUNTS[9]["tp_overlap"] == {1: 19, 2: 5, 3: 2}
     assert COUNTS[8]["tp_overlap"] == {2: 6}
 
 
@@ -49,40 +51,40 @@ def test_twin_rule_follows_the_generation_s_settings(hardware, rank_by, rule):
     [
         # the five Hopper settings without the overlap are all MoE (DeepSeek-V3 and Qwen3-235B on H100, TP 2: NVIDIA's
         # recipes set tp_comm_overlap=False, beside the all-to-all overlap or, in NeMo 2's DeepSeek-V3 script, with
-        # token drop), none with it
-        ("dgx-h100-superpod", KEEP_TWIN),
-        # no Blackwell MoE run overlaps; DGX Cloud's 25.04 DeepSeek-V3 recipe on GB200 runs TP2 without it
-        ("gb200-nvl72", KEEP_TWIN),
+        # token drop); DGX Cloud's Grok-1 recipe (NeMo 2, no all-to-all overlap) runs TP4 with it: both, the faster
+        ("dgx-h100-superpod", BY_TIME),
+        # on Blackwell too: DGX Cloud's 25.04 DeepSeek-V3 on GB200 runs TP2 without it, its Grok-1 TP4 with it
+        ("gb200-nvl72", BY_TIME),
         ("dgx-a100-superpod", KEEP_TWIN),  # TP without the overlap has Ampere (dense) runs; the overlap none
     ],
 )
 def test_a_moe_plan_s_overlap_counts_the_generation_s_moe_runs(hardware, rule):
     assert _twin_rule(_ctx(hardware, "deepseek-v3"), "risk") == rule
     assert evidence.LABELS["tp_overlap"](3) == "TP comm overlap in a MoE model"
-    assert COUNTS[9]["tp_overlap"].get(3, 0) == COUNTS[10]["tp_overlap"].get(3, 0) == 0
+    assert COUNTS[9]["tp_overlap"][3] == COUNTS[10]["tp_overlap"][3] == 2  # the Grok-1 rows' BF16 and FP8 settings
+    assert COUNTS[8]["tp_overlap"].get(3, 0) == 0
 
 
-def test_hopper_moe_search_runs_without_the_overlap_no_moe_run_uses():
-    """DeepSeek-V3 on 1,024 H100 (GBS 8192): rank 1 is TP4 PP8 EP32 b1 without the TP overlap, 57.50 s; the same plan
-    with it is 55.46 s by the estimate, the plan main ranked first before the overlap was told apart by model class:
-    "TP comm overlap in a MoE model" has no Hopper setting (every MoE recipe with TP on H100 turns it off), so explain
-    names it extrapolated and search keeps the twin without it (KEEP_TWIN)."""
+def test_hopper_moe_search_takes_the_faster_twin_now_moe_runs_have_both():
+    """DeepSeek-V3 on 1,024 H100 (GBS 8192): rank 1 is TP4 PP8 EP32 b1 with the TP overlap, 55.46 s by the estimate;
+    without it the same plan is 57.50 s. While every Hopper MoE recipe with TP turned the overlap off (DeepSeek-V3 and
+    Qwen3-235B beside the all-to-all overlap), "TP comm overlap in a MoE model" had no Hopper setting and search kept
+    the twin without it (KEEP_TWIN, 57.50 s); DGX Cloud's Grok-1 recipe (NeMo 2 pretrain_grok1_314b.py @ 6f2c6fda:
+    TP4 with SP and tp_comm_overlap=True on 512 H100, held out) is a Hopper MoE run with it, so both versions are
+    published and search keeps the faster (BY_TIME)."""
     h100 = load_hardware("dgx-h100-superpod")
     result = search(make_request(model="deepseek-v3", hardware=h100, gpus=1024).ctx, 1024, top=1)
-    assert result.tp_overlap_rule == (
-        "with SP, every plan runs without --tp-comm-overlap: no published Hopper run of a MoE model uses it, and "
-        "Hopper runs with TP without it are published (--rank-by estimate also weighs it on)"
-    )
+    assert result.tp_overlap_rule == ""
     first = result.plans[0]
     par = first["parallel"]
     assert (par["tp"], par["pp"], par["ep"], par["vpp"], par["micro_batch"]) == (4, 8, 32, 1, 1)
-    assert first["options"]["tp_comm_overlap"] is False and first["evidence"]["extrapolated"] == []
-    assert first["estimate"]["iteration_s"] == pytest.approx(57.50, abs=0.005)
-    on = explain(
-        request_from_plan({**first, "options": {**first["options"], "tp_comm_overlap": True}}, h100), suggest=False
+    assert first["options"]["tp_comm_overlap"] is True and first["evidence"]["extrapolated"] == []
+    assert first["estimate"]["iteration_s"] == pytest.approx(55.46, abs=0.005)
+    off = explain(
+        request_from_plan({**first, "options": {**first["options"], "tp_comm_overlap": False}}, h100), suggest=False
     )
-    assert on["estimate"]["iteration_s"] == pytest.approx(55.46, abs=0.005)
-    assert on["evidence"]["extrapolated"] == ["TP comm overlap in a MoE model"]
+    assert off["estimate"]["iteration_s"] == pytest.approx(57.50, abs=0.005)
+    assert off["evidence"]["extrapolated"] == []
 
 
 def test_a_blackwell_plan_without_the_overlap_counts_the_dgx_cloud_moe_runs():

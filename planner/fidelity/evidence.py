@@ -78,7 +78,8 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         # of its own (every Blackwell run with TP > 1 overlaps but DGX Cloud's 25.04 DeepSeek-V3 on GB200, TP2 without
         # it; TP without SP is an older Megatron's plan and is not
         # told apart). The overlap is told apart by model class: every dense Hopper recipe with TP turns it on, every
-        # MoE one (DeepSeek-V3 and Qwen3-235B on H100, TP 2) off, beside the all-to-all overlap that wants more than
+        # Megatron-Bridge MoE one (DeepSeek-V3 and Qwen3-235B on H100, TP 2; NeMo 2's Grok-1 TP4 keeps it) off,
+        # beside the all-to-all overlap that wants more than
         # the one CUDA connection the userbuffers' ordering needs on Hopper (Megatron-LM arguments.py); without it
         # the TP collectives are the same in either model
         "tp_overlap": np.where(
