@@ -37,7 +37,7 @@ def _iteration_s(req: api.PlanRequest) -> float:
 
 def test_every_readme_row_is_predicted_with_a_plan_keeping_its_published_fields():
     runs = _readme_runs()
-    assert {r.id.split(":")[0] for r in runs} == set(TABLE) and len(runs) == 18
+    assert {r.id for r in runs} == set(TABLE) and len(runs) == 9  # TFLOP/s; the MFU column is it over 989, rounded
     for run in runs:
         pinned = MLM_SERIES_PINS.get(run.id.split(":")[0], {})  # 177B: the strong-scaling series' micro-batch 1
         assert run.searched == tuple(k for k in MLM_SEARCHED if k not in pinned) and not run.fit

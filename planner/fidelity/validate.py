@@ -292,8 +292,6 @@ def metric_value(run: Run, req: api.PlanRequest, ev) -> float:
         return korthikanti_eq8_flops(B, s, L, h, PAPER_VOCAB) / it / n / peak
     if run.metric == "TFLOP/s per GPU (r0.8.0)":
         return float(ev.flops["model"][0]) / it / n / 1e12
-    if run.metric == "MFU (r0.8.0)":
-        return float(ev.flops["model"][0]) / it / n / peak
     if run.metric == MOE_METRIC:
         return B * s / it / n
     raise ValueError(f"unknown metric {run.metric}")
