@@ -32,6 +32,9 @@ GROK_IDS = {
     for gpu, n in [("GB200", 128), ("GB200", 256), ("GB200", 512), ("H100", 512)]
 }
 APART = {"DGXC-v25.05.04-GB200-DSV3-256", "DGXC-v25.05.04-H100-DSV3-1024"}
+# the 256-GPU row's weak-scaling points: the same recipe, software and work per GPU, apart with it
+SIBLINGS = {"DGXC-v25.05.04-GB200-DSV3-128": 34.168, "DGXC-v25.05.04-GB200-DSV3-512": 34.274}
+APART |= set(SIBLINGS)
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +192,27 @@ def test_rows_apart_ran_faster_later_than_the_model_explains(runs):
         model = predict(runs[new]) / predict(runs[old])
         assert published / model > 1.09, (old, model)
         assert any(a.startswith("reported apart - superseded software") for a in runs[old].assumptions)
+
+
+def test_weak_scaling_points_of_a_superseded_row_are_apart_with_it(rows, runs):
+    """dgxc-benchmarking deepseek_v3 @ v25.05.04 launch.sh:107-120: GB200 TP2 PP4 VP1, MBS 1, GBS = 8 x GPUs at 128, 256
+    and 512 GPUs (EP32 at 128, else 64): 8 sequences of 4,096 a GPU a step at each size. README line 95: 34.168, 34.194
+    and 34.274 s. The 256 row ran 3.09x faster in 25.10 (above); the other two are the same run at other sizes."""
+    base = runs["DGXC-v25.05.04-GB200-DSV3-256"]
+    for rid, step_s in SIBLINGS.items():
+        run, n = runs[rid], int(rid.rsplit("-", 1)[1])
+        # s · GBS / step / GPUs: 959.0 and 956.1 tokens/s/GPU
+        assert run.published == pytest.approx(4096 * 8 * n / step_s / n, rel=1e-4)
+        req = run.request
+        assert (req["tp"], req["pp"], req["vpp"], req["micro_batch"]) == (2, 4, 1, 1)
+        assert req["global_batch"] == 8 * n == 8 * req["gpus"]
+        assert abs(step_s / 34.194 - 1) < 0.003  # the 256 row's step within 0.3 %
+        assert (req["tp"], req["pp"], req["vpp"], req["micro_batch"]) == tuple(
+            base.request[k] for k in ("tp", "pp", "vpp", "micro_batch")
+        )
+        assert not run.held_out and not run.fit
+        flag = rows[rid]["flag"]
+        assert flag.startswith("superseded software") and "DGXC-v25.05.04-GB200-DSV3-256" in flag
 
 
 def test_grok1_rows_are_the_nemo2_recipe(runs):

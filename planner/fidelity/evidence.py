@@ -75,13 +75,11 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         "recompute": grid.recompute + (grid.recompute == 2) * grid.recompute_block,
         "tp_domains": (tp > domain).astype(np.int64),
         # TP with sequence parallelism: with --tp-comm-overlap (1; 3 in a MoE model) or without it (2), each a setting
-        # of its own (every Blackwell run with TP > 1 overlaps but DGX Cloud's 25.04 DeepSeek-V3 on GB200, TP2 without
-        # it; TP without SP is an older Megatron's plan and is not
-        # told apart). The overlap is told apart by model class: every dense Hopper recipe with TP turns it on, every
-        # Megatron-Bridge MoE one (DeepSeek-V3 and Qwen3-235B on H100, TP 2; NeMo 2's Grok-1 TP4 keeps it) off,
-        # beside the all-to-all overlap that wants more than
-        # the one CUDA connection the userbuffers' ordering needs on Hopper (Megatron-LM arguments.py); without it
-        # the TP collectives are the same in either model
+        # of its own (every Blackwell run with TP > 1 in the bar overlaps; TP without SP is an older Megatron's plan
+        # and is not told apart). The overlap is told apart by model class: every dense Hopper recipe with TP turns it
+        # on, every Megatron-Bridge MoE one (DeepSeek-V3 and Qwen3-235B on H100, TP 2; NeMo 2's Grok-1 TP4 keeps it)
+        # off, beside the all-to-all overlap that wants more than the one CUDA connection the userbuffers' ordering
+        # needs on Hopper (Megatron-LM arguments.py); without it the TP collectives are the same in either model
         "tp_overlap": np.where(
             (tp > 1) & grid.sequence_parallel, np.where(grid.option("tp_comm_overlap", opts), 3 if moe else 1, 2), 0
         ).astype(np.int64),
