@@ -73,12 +73,14 @@ def test_a2a_overlap_on_64_b200_qwen3_235b_bf16_is_slower_as_measured():
     assert on / off == pytest.approx(17.2 / 16.0, abs=0.04)
 
 
-def test_rank_one_of_the_b200_340b_recipe_keeps_the_overlap_every_blackwell_run_keeps():
+def test_rank_one_of_the_b200_340b_recipe_drops_the_overlap_now_blackwell_runs_have_both():
     """NEMODOC-25.02-B200-Nemotron4-340B-n128 (TP8 PP4 VP12, --tp-comm-overlap with the run's own userbuffers): rank 1
     is TP4, labelled as search labels it. choice20 found it with the overlap off (``no-tpo``), a path no Blackwell
-    reference run takes: every one of them with t > 1 runs SP with --tp-comm-overlap (69 rows at choice20), so the
-    no-overlap TP collectives are validated on Hopper and Ampere only (docs/cost-model.md §10.7, the choice20 and
-    tpoev20 paragraphs). Ranked by the evidence, search now keeps the overlapped twin (``search._twin_rule``)."""
+    reference run took then: every one with t > 1 ran SP with --tp-comm-overlap (69 rows at choice20), and search
+    kept the overlapped twin (``search._twin_rule``, the tpoev20 paragraph of docs/cost-model.md §10.7). The NeMo
+    docs' Mixtral 8x22B rows (TP2 with SP, no TP overlap, 256 B200 under 25.02 and 256 GB200 under 25.04; held out)
+    are Blackwell runs without it, so both versions are published and search takes the faster: ``no-tpo`` again,
+    with nothing extrapolated."""
     from planner.fidelity import choice
     from planner.fidelity.evidence import bearing
     from planner.fidelity.moe_runs import load_moe_runs
@@ -87,11 +89,15 @@ def test_rank_one_of_the_b200_340b_recipe_keeps_the_overlap_every_blackwell_run_
     run = choice.recipe_runs(("NEMODOC-25.02-B200-Nemotron4-340B-n128",))[0]
     assert run.request["tp"] == 8 and run.request["options"]["tp_comm_overlap"]
     row = choice.choice_row(run)
-    assert row["rank1_plan"] == "TP4 PP4 DP8 b1 V12 · SP DO" and row["rank1_extrapolated"] == []
-    blackwell_tp = [
-        (r.request["sequence_parallel"], bool(r.request["options"].get("tp_comm_overlap")))
+    assert row["rank1_plan"] == "TP4 PP4 DP8 b1 V12 · SP DO no-tpo" and row["rank1_extrapolated"] == []
+    blackwell_tp = {
+        r.id: (r.request["sequence_parallel"], bool(r.request["options"].get("tp_comm_overlap")))
         for r in [*load_runs(), *load_moe_runs()]
         if bearing(r) is not None and r.hardware in ("dgx-b200-superpod", "gb200-nvl72", "gb300-nvl72")
         and r.request["tp"] > 1
-    ]  # fmt: skip
-    assert len(blackwell_tp) >= 60 and set(blackwell_tp) == {(True, True)}
+    }  # fmt: skip
+    assert len(blackwell_tp) >= 60 and set(blackwell_tp.values()) == {(True, True), (True, False)}
+    assert {i for i, v in blackwell_tp.items() if v == (True, False)} == {
+        "NEMODOC-25.02-B200-MIXTRAL8X22B-256",
+        "NEMODOC-25.04-GB200-MIXTRAL8X22B-256",
+    }

@@ -22,14 +22,17 @@ def moe(result):
 
 def test_every_moe_row_is_a_legal_plan_and_cited(moe):
     rows = moe_reference_rows()
-    # 89 rows of the performance tables, 14 of the model verification cards (cards18) and 15 of the DGX Cloud
-    # benchmarking recipes, 7 DeepSeek-V3 and 8 Grok-1 (tests/test_dgxc_moe.py)
-    assert len(moe["runs"]) == len(rows) == 118
+    # 89 rows of the performance tables, 14 of the model verification cards (cards18), 15 of the DGX Cloud
+    # benchmarking recipes, 7 DeepSeek-V3 and 8 Grok-1 (tests/test_dgxc_moe.py), and 4 Mixtral rows of the NeMo
+    # docs' performance summary (tests/test_nemodoc_moe.py)
+    assert len(moe["runs"]) == len(rows) == 122
     cards, dgxc = "NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/", "NVIDIA/dgxc-benchmarking "
     tables = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary"
-    assert all(r["source"].startswith((tables, cards, dgxc)) for r in rows)
+    nemodoc = "NeMo Framework User Guide performance summary, https://docs.nvidia.com/"
+    assert all(r["source"].startswith((tables, cards, dgxc, nemodoc)) for r in rows)
     assert sum(r["source"].startswith(cards) for r in rows) == 14
     assert sum(r["source"].startswith(dgxc) for r in rows) == 15
+    assert sum(r["source"].startswith(nemodoc) for r in rows) == 4
     assert not any("nemo:25.11" in r["config"] or "25.11" in r["source"] for r in rows)  # no DGXC row of 25.11
     assert not any("25.11" in r["run_id"] for r in rows)  # that release's table is held out
     for run in load_moe_runs():
@@ -47,7 +50,7 @@ def test_moe_rows_are_tokens_per_second_per_gpu(moe):
 
 def test_moe_summary_is_reported_apart_from_the_fitted_runs(result, moe):
     assert result["summary"]["runs"] == len(load_runs())  # the dense runs the factors are fitted on and checked by
-    assert moe["summary"]["runs"] == 118
+    assert moe["summary"]["runs"] == 122
     assert set(moe["summary"]["by_source"]) == {
         "Megatron-Bridge perf. tables, MoE on H100",
         "Megatron-Bridge perf. tables, MoE on B200",
@@ -58,6 +61,8 @@ def test_moe_summary_is_reported_apart_from_the_fitted_runs(result, moe):
         "Megatron-Bridge verification cards, MoE on GB300",
         "DGX Cloud recipes, MoE on H100",
         "DGX Cloud recipes, MoE on GB200",
+        "NeMo perf. summary, MoE on B200",
+        "NeMo perf. summary, MoE on GB200",
     }
 
 
@@ -80,8 +85,9 @@ def test_superseded_and_regressed_rows_are_reported_apart_with_their_evidence(mo
     assert "28,947 (26.06)" in " ".join(flagged["MB-26.06.01-GB200-GPTOSS120B-64"]["assumptions"])
     assert "33,166 (26.06)" in " ".join(flagged["MB-26.06.01-GB300-GPTOSS120B-64"]["assumptions"])
     summary = moe["summary"]
-    # 83 fitted rows, the 14 held-out rows of the verification cards (cards18) and 11 of the DGX Cloud recipes
-    assert summary["in_bar"]["runs"] == 108 and sum(s["runs"] for s in summary["by_hardware_assumed"].values()) == 10
+    # 83 fitted rows, the 14 held-out rows of the verification cards (cards18), 11 of the DGX Cloud recipes and the
+    # 4 Mixtral rows of the NeMo docs' performance summary
+    assert summary["in_bar"]["runs"] == 112 and sum(s["runs"] for s in summary["by_hardware_assumed"].values()) == 10
 
 
 LATER_RELEASES = ("26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01", "26.08")

@@ -22,6 +22,12 @@ bar, never fitted, like the cards (``dgxc_row``). Those measured with NeMo 2's p
 release of their container in the source, ``(NeMo release 25.04)``, and run by ``_nemo2_options`` (the settings of
 ``scripts/performance`` at the NEMO_COMMIT the recipe installs); those run with Megatron-Bridge name the Bridge
 release, ``(release 25.09)``, and run by the Bridge rules below.
+
+Rows from the NeMo Framework User Guide's performance summary (NVIDIA's docs, the NeMo 25.02 and 25.04 containers'
+sections: its Mixtral 8x7B and 8x22B pre-training rows, FP8, with GPUs, GBS, MBS, sequence, TP, PP, CP, VP, EP and
+tokens/s/GPU) are a third out-of-sample source: in the bar, never fitted (``nemodoc_row``). They ran NeMo 2's
+performance scripts at the container's release (NVIDIA/NeMo v2.2.0 for 25.02, v2.3.0 for 25.04), name it in the
+source like the DGX Cloud rows, ``(NeMo release 25.04)``, and run by ``_nemo2_options``.
 """
 
 from __future__ import annotations
@@ -63,7 +69,18 @@ def nemo2_row(row: dict) -> bool:
     return NEMO2 in row["source"]
 
 
-def moe_source(hardware: str, card: bool = False, dgxc: bool = False) -> str:
+NEMODOC = "NeMo Framework User Guide performance summary"  # the NeMo docs' performance summary page
+
+
+def nemodoc_row(row: dict) -> bool:
+    """Whether a row is a measurement of the NeMo Framework User Guide's performance summary (its source cites the
+    page, its container's section and table row): validated out of sample, never fitted."""
+    return NEMODOC in row["source"]
+
+
+def moe_source(hardware: str, card: bool = False, dgxc: bool = False, nemodoc: bool = False) -> str:
+    if nemodoc:
+        return f"NeMo perf. summary, MoE on {SYSTEM[hardware]}"
     if dgxc:
         return f"DGX Cloud recipes, MoE on {SYSTEM[hardware]}"
     what = "verification cards" if card else "perf. tables"
@@ -269,8 +286,9 @@ def unfused_mla_attention(row: dict) -> bool:
 def _nemo2_options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict:
     """The plan options of a row measured with NeMo 2's performance scripts (``scripts/performance`` at the
     NEMO_COMMIT its DGX Cloud recipe installs: 7a8f1cc7 for the 25.04 container's DeepSeek-V3, 6f2c6fda for its
-    Grok-1, 9244b1ec for the 25.07 container), by the NeMo release of its container; what one model's script sets
-    beyond these is the row's ``options`` column, cited in its ``config``.
+    Grok-1, 9244b1ec for the 25.07 container; at the release's tag for the NeMo docs' performance summary: v2.2.0
+    scripts/llm/performance for 25.02, v2.3.0 scripts/performance for 25.04), by the NeMo release of its container;
+    what one model's script sets beyond these is the row's ``options`` column, cited in its ``config``.
 
     - gradients reduced in bf16: 25.04 only with FP8 (utils.py set_primary_perf_configs @ 7a8f1cc7:
       ``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` inside ``if compute_dtype ... == "fp8"``; the BF16 plugin,
@@ -280,7 +298,10 @@ def _nemo2_options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict
       Adam's states in fp32 (recipes/optim/adam.py distributed_fused_adam_with_cosine_annealing sets no dtypes);
     - the distributed optimizer with overlapped grad-reduce and param-gather (each recipe's trainer ddp config);
     - expandable_segments from 25.07 except on B200 (executors.py @ 9244b1ec:82-85; none at 7a8f1cc7 or 6f2c6fda);
-    - FP8: bf16_with_fp8_mixed, delayed scaling, hybrid E4M3/E5M2, fp8_param_gather True (mixed_precision.py);
+    - FP8: hybrid E4M3/E5M2 with fp8_param_gather True, in the row's scaling recipe: delayed (bf16_with_fp8_mixed,
+      recipes/precision/mixed_precision.py; the scripts' default, and the only FP8 plugin of v2.2.0's) or per-tensor
+      current scaling (``--fp8_recipe cs``: bf16_with_fp8_current_scaling_mixed, fp8_recipe "tensorwise", with
+      first_last_layers_bf16 = False: utils.py set_primary_perf_configs @ v2.3.0:340-351);
     - attention: ``unfused_mla_attention``."""
     release = _nemo2_release(row)
     return dict(
@@ -342,6 +363,8 @@ def _assumptions(row: dict) -> list[str]:
         assumptions.append("held out: a verification card's measurement, validated and never fitted")
     if dgxc_row(row):
         assumptions.append("held out: a DGX Cloud benchmarking recipe's measurement, validated and never fitted")
+    if nemodoc_row(row):
+        assumptions.append("held out: a NeMo performance summary measurement, validated and never fitted")
     if row["flag"]:
         assumptions.append(f"reported apart - {row['flag']}")
     return assumptions
@@ -375,17 +398,18 @@ def _run(row: dict) -> Run:
         options={k: v for k, v in options.items() if v is not None},
     )
     assumptions = _assumptions(row)
-    card, dgxc = card_row(row), dgxc_row(row)
+    card, dgxc, nemodoc = card_row(row), dgxc_row(row), nemodoc_row(row)
+    held = card or dgxc or nemodoc  # an out-of-sample source: a card's, a DGX Cloud recipe's or the NeMo docs' row
     return Run(
         row["run_id"],
-        moe_source(row["hardware"], card, dgxc),
+        moe_source(row["hardware"], card, dgxc, nemodoc),
         MOE_METRIC,
         float(row["tokens_per_s_per_gpu"]),
         row["hardware"],
         request,
         tuple(assumptions),
-        fit=not row["flag"] and not card and not dgxc,  # flagged rows (superseded or regressed software): apart
-        held_out=(card or dgxc) and not row["flag"],  # a card's or a DGX Cloud recipe's row: in the bar, never fitted
+        fit=not row["flag"] and not held,  # flagged rows (superseded or regressed software): apart
+        held_out=held and not row["flag"],  # an out-of-sample row: in the bar, never fitted
     )
 
 
