@@ -686,3 +686,33 @@ def test_qk_norms_by_hand():
     hw = req.ctx.hardware
     norm_s = 75_497_472 / (hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency)
     assert fwd - fwd0 == pytest.approx(norm_s) and bwd - bwd0 == pytest.approx(2 * norm_s)
+
+
+def test_shared_experts_keep_no_attention_scores_with_unfused_attention():
+    """The shared experts' MLP keeps what a dense MLP of width f_s keeps (Korthikanti et al. 2022 §4.1), whatever the
+    attention kernel: the unfused core's 5·a·s/h scores term belongs to the attention block alone (it was counted in
+    the shared experts too: 241 GiB over a stage of dgxc-benchmarking's 25.04 GB200 DeepSeek-V3 plan, which ran on
+    184 GiB GPUs). DeepSeek-V3, TP 2 with SP, b 1, s 4,096: the SwiGLU activation's three tensors of f_s = 2,048
+    channels, 2 bytes each, split over t: s·b·6·f_s/t = 4,096·6·2,048/2 = 25,165,824 bytes a layer and micro-batch,
+    with either kernel (the scores would be 5·a·s²·b/t = 5,368,709,120 bytes more)."""
+    from planner.costs.layer_memory import kept_parts
+    from planner.space.grid import PlanGrid
+
+    def shared_bytes(kernel: str) -> float:
+        req = make_request(
+            model="deepseek-v3",
+            hardware=load_hardware("gb200-nvl72"),
+            gpus=128,
+            tp=2,
+            ep=64,
+            global_batch=1024,
+            seq_len=4096,
+            sequence_parallel=True,
+            distributed_optimizer=True,
+            recompute="selective",
+            options={"attention_kernel": kernel, "recompute_modules": ("core_attn",)},
+        )
+        lt = Letters(PlanGrid.from_plans([req.plan]), req.ctx)
+        return float(np.ravel(kept_parts(lt, req.ctx)["shared"])[0])
+
+    assert shared_bytes("flash") == shared_bytes("unfused") == 4096 * 6 * 2048 / 2 == 25_165_824

@@ -240,3 +240,19 @@ def test_optimizer_and_fp8_weights_as_each_recipe_ran():
         if k not in ("use_precision_aware_optimizer", "exp_avg_dtype", "exp_avg_sq_dtype", "main_grads_dtype")
     }
     assert optimizer_gib(dsv3) == pytest.approx(optimizer_gib(plain) * 6 / 12, rel=1e-9)
+
+
+def test_25_09_deepseek_rows_run_the_shared_expert_overlap_off_h100():
+    """Megatron-Bridge v0.1.0rc4 scripts/performance/run_script.py:82-89: without the A2A overlap (every GPU but H100)
+    moe_shared_expert_overlap = True; with it (H100) False. The B200 row's v0.2.0 base config sets moe_a2a_overlap=False
+    and keeps DeepSeekModelProvider's default True (src/megatron/bridge/models/deepseek/deepseek_provider.py:78)."""
+    runs = {r.id: r for r in load_moe_runs() if r.id.startswith("MB-25.09-") and "DSV3" in r.id}
+    overlap = {rid: bool(r.request["options"].get("moe_shared_expert_overlap")) for rid, r in runs.items()}
+    assert overlap == {
+        "MB-25.09-GB200-DSV3-256": True,
+        "MB-25.09-B200-DSV3-256": True,
+        "MB-25.09-H100-DSV3-1024": False,
+    }
+    rows = {r["run_id"]: r for r in moe_reference_rows() if r["run_id"] in runs}
+    assert "run_script.py:82-89" in rows["MB-25.09-GB200-DSV3-256"]["config"]
+    assert "deepseek_provider.py:78" in rows["MB-25.09-B200-DSV3-256"]["config"]

@@ -66,8 +66,9 @@ def test_a_moe_plan_s_overlap_counts_the_generation_s_moe_runs(hardware, rule):
 
 
 def test_hopper_moe_search_takes_the_faster_twin_now_moe_runs_have_both():
-    """DeepSeek-V3 on 1,024 H100 (GBS 8192): rank 1 is TP4 PP8 EP32 b1 with the TP overlap, 55.46 s by the estimate;
-    without it the same plan is 57.50 s. While every Hopper MoE recipe with TP turned the overlap off (DeepSeek-V3 and
+    """DeepSeek-V3 on 1,024 H100 (GBS 8192): rank 1 is TP4 PP8 EP32 b1 with the TP overlap, 55.45 s by the estimate;
+    without it the same plan is 57.49 s (55.46 and 57.50 s before the MoE refit of stop 39, t_op 7.59 -> 7.74 µs).
+    While every Hopper MoE recipe with TP turned the overlap off (DeepSeek-V3 and
     Qwen3-235B beside the all-to-all overlap), "TP comm overlap in a MoE model" had no Hopper setting and search kept
     the twin without it (KEEP_TWIN, 57.50 s); DGX Cloud's Grok-1 recipe (NeMo 2 pretrain_grok1_314b.py @ 6f2c6fda:
     TP4 with SP and tp_comm_overlap=True on 512 H100, held out) is a Hopper MoE run with it, so both versions are
@@ -79,11 +80,11 @@ def test_hopper_moe_search_takes_the_faster_twin_now_moe_runs_have_both():
     par = first["parallel"]
     assert (par["tp"], par["pp"], par["ep"], par["vpp"], par["micro_batch"]) == (4, 8, 32, 1, 1)
     assert first["options"]["tp_comm_overlap"] is True and first["evidence"]["extrapolated"] == []
-    assert first["estimate"]["iteration_s"] == pytest.approx(55.46, abs=0.005)
+    assert first["estimate"]["iteration_s"] == pytest.approx(55.45, abs=0.005)
     off = explain(
         request_from_plan({**first, "options": {**first["options"], "tp_comm_overlap": False}}, h100), suggest=False
     )
-    assert off["estimate"]["iteration_s"] == pytest.approx(57.50, abs=0.005)
+    assert off["estimate"]["iteration_s"] == pytest.approx(57.49, abs=0.005)
     assert off["evidence"]["extrapolated"] == []
 
 

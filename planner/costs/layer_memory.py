@@ -14,8 +14,9 @@ from planner.plan import Context, RecomputeModule
 KINDS = ("whole", "selective", "input")  # no recomputation, --recompute-modules, full recomputation
 
 
-def per_layer_bytes(lt: Letters, ctx: Context, split, replicated, rc) -> np.ndarray:
-    """``memory.activation_bytes_per_layer`` for (split, replicated) coefficients of sbh."""
+def per_layer_bytes(lt: Letters, ctx: Context, split, replicated, rc, *, attention: bool = True) -> np.ndarray:
+    """``memory.activation_bytes_per_layer`` for (split, replicated) coefficients of sbh; ``attention`` False for a
+    part with no attention core (the shared experts' MLP), which keeps no unfused scores whatever the kernel."""
     return (
         lt.act_bytes
         / 2
@@ -28,7 +29,7 @@ def per_layer_bytes(lt: Letters, ctx: Context, split, replicated, rc) -> np.ndar
             lt.c,
             sequence_parallel=lt.sp,
             recompute=rc,
-            unfused_attention=lt.unfused,
+            unfused_attention=lt.unfused if attention else False,
             split_coeff=split,
             replicated_coeff=replicated,
             distribute_saved=ctx.options.distribute_saved_activations,
@@ -92,7 +93,7 @@ def _moe_kept(lt: Letters, ctx: Context) -> tuple:
         shared_split, _ = memory.layer_activation_parts(
             lt.h, lt.a, lt.g, lt.dh, lt.f_s, gated=lt.gated, dropout=False, fp8=lt.fp8, fp8_scale_bytes=lt.fp8_scale
         )["mlp"]
-        shared = per_layer_bytes(lt, ctx, shared_split, 0.0, 0)
+        shared = per_layer_bytes(lt, ctx, shared_split, 0.0, 0, attention=False)
     recomputed_block = RecomputeModule.MOE in modules
     act_out = A * lt.f_e * (1.0 if lt.fp8 else 2.0) if RecomputeModule.MOE_ACT in modules else 0.0
     routed_s = 0.0 * routed if recomputed_block else routed - act_out
