@@ -59,6 +59,8 @@ def summary(runs: list[dict], model: dict[str, str]) -> str:
     lines += [f"| verification cards (held out) | all | {_stats(cards)} |"] if cards else []
     dgxc = [r for r in runs if r["id"].startswith("DGXC-")]  # held out, or apart as superseded software
     lines += [f"| DGX Cloud recipes | all | {_stats(dgxc)} |"] if dgxc else []
+    nemodoc = [r for r in runs if r["id"].startswith("NEMODOC-")]  # the NeMo docs' performance summary, held out
+    lines += [f"| NeMo perf. summary | all | {_stats(nemodoc)} |"] if nemodoc else []
     lines.append(f"| **all** | all | {_stats(runs)} |")
     return "\n".join(lines) + "\n"
 
@@ -70,7 +72,8 @@ def summary_lead(factors: dict[str, float]) -> str:
         f"{SUMMARY_LEAD}; written by `python scripts/moe_runs_table.py --write` with the per-run table below, at "
         f"the shipped presets: t_op {factors['t_op']:.2f} µs, H100's η_a2a {factors['eta_a2a']:.3f}, φ "
         f"{factors['phi']:.3f}): median / max |error| of the rows in the bar (the fitted rows and the held-out "
-        "rows of the verification cards and the DGX Cloud recipes), the rows reported apart counted beside them.\n"
+        "rows of the verification cards, the DGX Cloud recipes and the NeMo docs' performance summary), the rows "
+        "reported apart counted beside them.\n"
     )
 
 
