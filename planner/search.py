@@ -1257,13 +1257,14 @@ def _twin_rule(ctx: Context, rank_by: str) -> int:
     GPU generation exercises (``evidence`` kind ``tp_overlap``: 1 with the overlap, 3 in a MoE model, 2 without), as
     the ranking
     would put it first, and the faster where both or neither are exercised; ranked by the estimate or memory, the
-    faster. Every Blackwell run with TP > 1 in the bar overlaps (``KEEP_OVERLAP``: the estimate's gain from turning it
-    off rests on the GEMM law's price of the userbuffer chunks alone, docs/cost-model.md §6.3.1; DGX Cloud's 25.04
-    DeepSeek-V3 recipe on GB200, TP2 without it, is apart as superseded software); no Ampere run overlaps
-    (``KEEP_TWIN``); Hopper has both (``BY_TIME``). A MoE plan's overlap counts the generation's MoE runs
-    (``_overlap_code``): Megatron-Bridge's Hopper MoE recipes turn it off, DGX Cloud's Grok-1 recipe (NeMo 2, TP4, held
-    out) runs it on H100 (``BY_TIME``; ``KEEP_TWIN`` before the Grok-1 rows) and GB200, where no MoE run with TP goes
-    without it (``KEEP_OVERLAP``; ``BY_TIME`` before them)."""
+    faster. No Ampere run overlaps (``KEEP_TWIN``); Hopper has both (``BY_TIME``); so has Blackwell since the NeMo
+    performance summary's Mixtral 8x22B rows (TP2 with SP, no TP overlap; held out), where every other Blackwell run
+    with TP > 1 in the bar overlaps - before them it kept the overlap (``KEEP_OVERLAP``: the estimate's gain from
+    turning it off rests on the GEMM law's price of the userbuffer chunks alone, docs/cost-model.md §6.3.1). A MoE
+    plan's overlap
+    counts the generation's MoE runs (``_overlap_code``): Megatron-Bridge's Hopper MoE recipes turn it off, DGX Cloud's
+    Grok-1 recipe (NeMo 2, TP4, held out) runs it on H100 and GB200, so with the Mixtral rows both generations have MoE
+    runs with it and without it (``BY_TIME``)."""
     if rank_by != "risk":
         return BY_TIME
     counts = generation_counts(generation(ctx.hardware))["tp_overlap"]

@@ -47,6 +47,16 @@ def table_text() -> str:
     return "".join(lines)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    """Write the tables (no options: ``--help`` prints this script's use and writes nothing)."""
+    import argparse
+
+    argparse.ArgumentParser(
+        description="Write planner/fidelity/evidence_counts.py from the reference runs (tests/test_evidence.py checks)."
+    ).parse_args(argv)
     TARGET.write_text(table_text())
     print(f"wrote {TARGET}")
+
+
+if __name__ == "__main__":
+    main()
