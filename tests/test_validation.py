@@ -287,6 +287,7 @@ def test_each_plan_is_evaluated_once_for_its_metrics_and_the_memory_verdicts(mon
     rows = val.validate(runs)["runs"]
     assert len(calls) == 1 and len(rows) == 3
     monkeypatch.setattr(memory, "load_runs", lambda: runs)
+    monkeypatch.setattr(memory, "load_moe_runs", lambda: [])
     (verdict,) = memory.reference_verdicts()
     assert len(calls) == 1  # read back: no second evaluation
     # the values are those of each run evaluated on its own (predict evaluates afresh)

@@ -13,7 +13,7 @@ Each row is a Megatron-LM command line (read by the importer, as a user's would 
 
 Verdicts are without headroom: the question is whether the run fits the GPU, not whether megaplan
 would pick it. Every run behind ``megaplan validate`` (``planner.fidelity.runs``: the papers' runs and
-today's) ran as well; ``reference_verdicts`` checks that each is predicted to fit.
+today's, dense and MoE) ran as well; ``reference_verdicts`` checks that each is predicted to fit.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner import api, parallel
+from planner.fidelity.moe_runs import load_moe_runs
 from planner.fidelity.runs import load_runs
 from planner.fidelity.validate import preset_evaluations
 from planner.hardware.spec import GIB
@@ -112,10 +113,11 @@ def _plan_text(pj: dict) -> str:
 
 
 def reference_verdicts() -> list[dict]:
-    """Every run behind ``megaplan validate`` (each published run once, whatever metrics it gives) with
-    its most loaded stage's memory against what PyTorch can allocate on its hardware, no headroom."""
+    """Every run behind ``megaplan validate`` (each published run once, whatever metrics it gives), the MoE
+    runs too (``moe_runs.load_moe_runs``: every one of them ran), with its most loaded stage's memory against what
+    PyTorch can allocate on its hardware, no headroom."""
     rows, runs = [], {}
-    for run in load_runs():
+    for run in [*load_runs(), *load_moe_runs()]:
         runs.setdefault(run.id.split(":")[0], run)  # a run published with several metrics is one run
     evaluated = preset_evaluations([(run.hardware, run.request) for run in runs.values()])  # as validate's
     for (rid, run), (req, ev) in zip(runs.items(), evaluated, strict=True):
