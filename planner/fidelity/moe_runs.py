@@ -37,7 +37,7 @@ import io
 
 from planner.fidelity.runs import Run
 from planner.hardware.names import PRESET_BY_GPU
-from planner.presets import presets_root
+from planner.presets import load_hardware, presets_root
 
 MOE_METRIC = "tokens/s per GPU"
 SYSTEM = {PRESET_BY_GPU[gpu]: gpu for gpu in ("H100", "B200", "GB200", "GB300")}
@@ -261,7 +261,7 @@ def _nemo2_release(row: dict) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split("."))
 
 
-BLACKWELL = ("gb200-nvl72", "dgx-b200-superpod", "gb300-nvl72")
+SM100 = 10  # compute capability of Blackwell's data-centre GPUs: the sm_arch_ >= 100 of fused_attn.cpp:221
 
 
 def unfused_mla_attention(row: dict) -> bool:
@@ -278,7 +278,7 @@ def unfused_mla_attention(row: dict) -> bool:
     return (
         nemo2_row(row)
         and row["model"] == "deepseek-v3"
-        and row["hardware"] in BLACKWELL
+        and load_hardware(row["hardware"]).gpu.compute_capability >= SM100
         and _nemo2_release(row) <= (25, 4)
     )
 
