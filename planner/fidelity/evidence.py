@@ -157,6 +157,8 @@ def bearing(run) -> str | None:
 
     if run.fit:
         return "fitted"
+    if run.searched:  # its plan is partly the model's own choice (a held-out row's too: NeMo's long-context table)
+        return None
     if is_nvfp4(run):
         return "fitted" if run.hardware == FIT_PRESET else "held out"
     return "held out" if run.held_out else None

@@ -418,9 +418,23 @@ MLPERF_GPT3 = (
     "NVIDIA's MLPerf Training gpt3 NeMo config conf/custom.yaml (training_results_v4.0 @ 6fe95437 "
     "NVIDIA/benchmarks/gpt3/implementations/nemo; v4.1 @ b87b9e39 eos_n32/n64_ngc24.09_nemo, b200_n8_preview_nemo)"
 )
+LONG_CONTEXT = "NeMo long-context performance (docs)"  # modern_runs.csv source_family of NeMo's long-context table
 MODERN_MODELS: dict[str | tuple[str, str], RowModel] = {
     "Nemotron4-15B": RowModel("nemotron-4-15b"),
     "Nemotron4-340B": RowModel("nemotron-4-340b"),
+    # NeMo's long-context table: the position limit follows the run's sequence (NeMo 1's llama configs
+    # max_position_embeddings: ${.encoder_seq_length}; NeMo 2's GPTModel max_sequence_length = config.seq_length),
+    # 1M its longest; RoPE, so no parameters depend on it
+    ("Llama2-7B", LONG_CONTEXT): RowModel(
+        "llama2-7b",
+        (("max_position_embeddings", 1 << 20, "NeMo sets the position limit to the run's sequence (up to 1M)"),),
+        "up to 1M positions",
+    ),
+    ("Llama3-8B", LONG_CONTEXT): RowModel(
+        "llama3-8b",
+        (("max_position_embeddings", 1 << 20, "NeMo sets the position limit to the run's sequence (up to 1M)"),),
+        "up to 1M positions",
+    ),
     "Llama3-8B": RowModel("llama3-8b"),
     "Llama3-70B": RowModel("llama3-70b"),
     "Llama3.1-405B": RowModel("llama3.1-405b"),
@@ -530,6 +544,8 @@ def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bo
     )
 
 
+SEARCHED = "searched"  # a modern_runs.csv cell of a knob its source leaves out
+MODERN_SEARCHABLE = {"vpp": "vpp", "micro_batch": "micro_batch", "recompute": "recompute"}  # request key: column
 NVFP4_VALIDATION = "NVFP4,"  # how modern_runs.csv's not_fit_because opens for NVFP4's validation rows
 HELD_OUT = "held out,"  # ... and for the rows of an out-of-sample source (Megatron-LM's own FP8 table)
 
@@ -538,7 +554,8 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
     """A published run of today's Megatron-Core (through NeMo or Megatron-Bridge): flash attention,
     the distributed optimizer with --overlap-grad-reduce --overlap-param-gather, SP with TP and the
     row's own TP overlap and FP8 recipe, in the metric it was published in."""
-    L, t, p, v = (int(row[k]) for k in ("num_layers", "tp", "pp", "vpp"))
+    L, t, p = (int(row[k]) for k in ("num_layers", "tp", "pp"))
+    v = 1 if row["vpp"] == SEARCHED else int(row["vpp"])
     assumptions = [a for a in row["assumptions"].split("; ") if a]
     split = "even"
     if p > 1 and L % (p * v) and (L + 2) % (p * v) == 0:
@@ -551,18 +568,19 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
     graph_rs = te_reorders_graphed_rs(row["release"])
     if graph_rs and _yes(row["tp_comm_overlap"]) and row["cuda_graph_impl"] != "none":
         assumptions.append(GRAPH_RS_REORDERED)
+    # a knob the source leaves out is "searched": the fastest plan consistent with the published ones (MLM_SEARCHED)
+    searched = tuple(k for k, col in MODERN_SEARCHABLE.items() if row[col] == SEARCHED)
+    knobs = {k: row[c] if k == "recompute" else int(row[c]) for k, c in MODERN_SEARCHABLE.items() if k not in searched}
     request = dict(
         model=modern_definition(row).spec(),
         gpus=int(row["num_gpus"]),
         tp=t,
         pp=p,
         cp=int(row["cp"]),
-        vpp=v,
-        micro_batch=int(row["micro_batch"]),
+        **knobs,
         global_batch=int(row["global_batch"]),
         seq_len=int(row["seq_length"]),
         precision="bf16",
-        recompute=row["recompute"],
         sequence_parallel=_yes(row["sequence_parallel"]),
         distributed_optimizer=_yes(row["distributed_optimizer"]),
         stage_split=split,
@@ -583,6 +601,7 @@ def _modern(row: dict, dp_sync: dict[str, dict]) -> Run:
         # measured NVFP4 GEMM ratio out of sample, GB200's fitting its ratio (megaplan calibrate --nvfp4); an
         # out-of-sample source's rows likewise (HELD_OUT)
         held_out=not _yes(row["fit"]) and row["not_fit_because"].startswith((NVFP4_VALIDATION, HELD_OUT)),
+        searched=searched,
         model_def=modern_definition(row),
     )
 
