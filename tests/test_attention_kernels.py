@@ -109,3 +109,29 @@ def test_flops_convention_backward_is_two_and_a_half_forwards():
     assert float(b) == 2.5 * float(f)
     f_mla, b_mla = flash_attention_flops(1, 1024, 1024, 192, 128, causal=False)
     assert float(b_mla) / float(f_mla) == pytest.approx((3 * 192 + 2 * 128) / (192 + 128))  # 2.6 for MLA
+
+
+def test_implied_attention_ratio_by_hand():
+    # a 10 s predicted step of which 4 s attention, published 12 s: the attention took 4 + 2 = 6 s, 1.5x the law
+    from planner.fidelity.kernels import implied_attention_ratio
+
+    assert implied_attention_ratio(10.0, 12.0, 4.0) == pytest.approx(1.5)
+    assert implied_attention_ratio(10.0, 10.0, 4.0) == pytest.approx(1.0)  # as predicted: the law's speed
+    assert implied_attention_ratio(10.0, 9.0, 4.0) == pytest.approx(0.75)  # faster than the law
+
+
+def test_law_ratio_of_flashattention2_on_h100_by_hand():
+    # FA3 paper Fig. 5: FlashAttention-2, H100 at 1830 MHz (peak 989.4 x 1830/1980 = 914.4), causal forward,
+    # d_h 128, s 16384, 16 heads: 335 TFLOP/s. The H100 law: eta = 0.7183 * 16384 / (16384 + 2*289.1 + 333.4)
+    # = 0.7183 * 0.94729 = 0.68044; law time / measured time = 335 / (914.4 * 0.68044) = 335 / 622.2, so the
+    # kernel took 622.2 / 335 = 1.857x the law's time
+    from planner.fidelity.kernels import law_ratios
+    from planner.presets import load_hardware
+
+    params = load_hardware("dgx-h100-superpod").attention.model_dump()
+    got = [
+        q
+        for row, q in law_ratios("H100-SXM5-80GB", params, "FlashAttention-2")
+        if row.pass_ == "fwd" and row.causal and row.s == 16384 and row.d_qk == 128
+    ]
+    assert got == [pytest.approx(1.857, abs=0.002)]

@@ -45,6 +45,16 @@ FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, an
     "dgx-h100-superpod": ("dgx-h200-superpod",),  # the same GH100 die: no published H200 pre-training run
     "gb200-nvl72": ("dgx-b200-superpod",),  # the same B200 GPU at 1000 W: two current runs, validated out of sample
 }
+# ... but a family member takes the donor's die, not its fabric: a DGX B200 leaves its NVLink domain at 8 GPUs, a
+# GB200 NVL72 at 72, so GB200's runs, nearly all inside one NVL72 domain, do not measure a B200's InfiniBand
+# traffic or its scale (a trial refit of 2026-12-04, not kept, with NeMo 25.02/25.04's attention at 1.3x the law on
+# Blackwell, fitted GB200's η_net at 0.51 ± 0.23 and its stragglers' σ at 0.027: carried over, NeMo 25.02's
+# Nemotron-4 340B on 128 B200 went -6.2 -> -19.1 % and Megatron-Bridge 26.02's GPT-OSS 120B on 64 B200 +1.5 ->
+# -26.2 %). B200 keeps these at the values its fabric assumes (too few B200 runs to fit them: validated out of sample).
+NOT_CARRIED = {  # target: {factor: the value its fabric assumes (the preset's band note says why)}
+    "dgx-b200-superpod": {"network_bus_efficiency": 0.85, "straggler_sigma": 0.0}
+}
+FABRIC_NOT_CARRIED = "a DGX B200's fabric, not GB200's: it leaves NVLink at 8 GPUs, an NVL72 at 72"
 MIN_EFFECT = 0.01  # moving a factor across its band must move some run's prediction by 1 % ...
 MAX_SIGMA_FRAC = 0.5  # ... and the runs must pin it to within half its band (one σ), and to within its own value:
 # a positive factor whose one-σ interval reaches zero is not measured (GB300's x½ was "fitted" at 112 ± 220 in a
@@ -490,19 +500,24 @@ def matmul_ratios(donor: HardwareSpec, target: HardwareSpec) -> dict[str, float]
     return {n: t[k] / d[k] for n, k in MATMUL_RATE_KEYS.items() if k in d and k in t}
 
 
-def carried_values(values: dict[str, float], ratios: dict[str, float]) -> dict[str, float]:
+def carried_values(values: dict[str, float], ratios: dict[str, float], target: str = "") -> dict[str, float]:
     """A fitted preset's calibration carried to a preset of the same die: η_t = η_d · r_t/r_d for the
     GEMM efficiencies (``matmul_ratios``), the rest as fitted. η is a fraction of each preset's own
     datasheet peak, and the same die under another power limit reaches another fraction of it: B200 at
     1000 W measures 1745 TFLOP/s BF16 (77.6 % of 2250), B200 in GB200 at 1200 W 1822 (72.9 % of 2500) -
     4.4 % apart where the peaks are 11 % apart (stas00/ml-engineering compute/accelerator/README.md)."""
-    return {n: v * ratios.get(n, 1.0) for n, v in values.items()}
+    kept = NOT_CARRIED.get(target, {})
+    return {n: kept[n] if n in kept else v * ratios.get(n, 1.0) for n, v in values.items()}
 
 
-def carried_fit(fit: Fit, ratios: dict[str, float]) -> Fit:
-    """``fit`` as its family preset takes it (``carried_values``): each scaled factor's value and σ."""
+def carried_fit(fit: Fit, ratios: dict[str, float], target: str = "") -> Fit:
+    """``fit`` as its family preset ``target`` takes it (``carried_values``): each scaled factor's value and σ;
+    the fabric's factors ``NOT_CARRIED`` keep the target's assumed values, not identifiable by the donor's runs."""
+    kept = NOT_CARRIED.get(target, {})
     factors = {
-        n: replace(f, value=f.value * ratios[n], sigma=None if f.sigma is None else f.sigma * ratios[n])
+        n: FactorFit(kept[n], f.band, Status.NOT_IDENTIFIABLE.value, why=FABRIC_NOT_CARRIED)
+        if n in kept
+        else replace(f, value=f.value * ratios[n], sigma=None if f.sigma is None else f.sigma * ratios[n])
         if n in ratios
         else f
         for n, f in fit.factors.items()
@@ -526,7 +541,7 @@ def fitted_hardware(fits: dict[str, Fit]) -> dict[str, HardwareSpec]:
             for t in targets:
                 target = load_hardware(t)
                 ratios = matmul_ratios(load_hardware(donor), target)
-                hw[t] = with_calibration(target, carried_values(fits[donor].values, ratios))
+                hw[t] = with_calibration(target, carried_values(fits[donor].values, ratios, t))
     return hw
 
 

@@ -48,6 +48,7 @@ class KernelRow:
     peak_tflops: float
     role: str
     source: str
+    kernel: str = ""  # the table's kernel column: "FlashAttention-2", "cuDNN fused attention", ...
 
     def measured_s(self) -> float:
         """The row's time per call, from its TFLOP/s and its source's own FLOP count (the 2026
@@ -76,6 +77,7 @@ def kernel_rows() -> list[KernelRow]:
             peak_tflops=float(r["peak_tflops"]),
             role=r["role"],
             source=r["source"],
+            kernel=r["kernel"],
         )
         for r in csv.DictReader(io.StringIO(text))
     ]
@@ -230,3 +232,20 @@ def kernel_errors(cc: str, params: dict[str, float], role: str = "fit") -> list[
     rows = [r for r in kernel_rows() if r.cc == cc and r.role == role]
     errors = RowArrays.of(rows).measured_s / model_s(RowArrays.of(rows), params) - 1
     return list(zip(rows, errors.tolist(), strict=True))
+
+
+def implied_attention_ratio(t_predicted_s: float, t_published_s: float, t_attention_s: float) -> float:
+    """How much slower than the law a run's attention must have been for its step to take the published time,
+    the rest of the step as predicted: T_pub = (T − T_att) + x·T_att, so x = (T_pub − T + T_att)/T_att
+    (T the predicted step, T_att its attention part; x = 1: the law's speed)."""
+    return (t_published_s - t_predicted_s + t_attention_s) / t_attention_s
+
+
+def law_ratios(gpu: str, params: dict[str, float], kernel: str | None = None) -> list[tuple[KernelRow, float]]:
+    """Measured over law time of every attention_kernels.csv row of ``gpu`` (``kernel``: only that kernel's
+    rows), the law with ``params`` (an AttentionKernelSpec's fields): > 1, the kernel ran slower than the law."""
+    rows = [r for r in kernel_rows() if r.gpu == gpu and (kernel is None or r.kernel == kernel)]
+    if not rows:
+        return []
+    arrays = RowArrays.of(rows)
+    return list(zip(rows, (arrays.measured_s / model_s(arrays, params)).tolist(), strict=True))

@@ -156,7 +156,7 @@ def write_fits(
         for target in families.get(name, ()):
             thw = load_hardware(target)
             ratios = matmul_ratios(hw, thw)  # the GEMM efficiencies at the target GPU's measured matmul rate
-            tfit, donor = carried_fit(fit, ratios), carry_note(name, ratios)
+            tfit, donor = carried_fit(fit, ratios, target), carry_note(name, ratios)
             tdrift = {
                 n: d.model_copy(update={"low": d.low * ratios.get(n, 1.0), "high": d.high * ratios.get(n, 1.0)})
                 for n, d in (mine or {}).items()

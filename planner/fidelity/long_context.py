@@ -1,0 +1,50 @@
+"""How slow a run's attention was, from its published step (NeMo's long-context table, docs/cost-model.md §10.5).
+
+A run's predicted step T has an attention part T_att (the flash-attention calls, ``costs.blocks._flash``): the step
+again at half the attention scale takes T + T_att. If the rest of the step is as modelled, the published step T_pub
+says the attention took x = (T_pub − T + T_att)/T_att of its modelled time, the preset's kernel law times its
+calibrated attention scale (``kernels.implied_attention_ratio``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.fidelity.kernels import implied_attention_ratio
+from planner.fidelity.runs import Run
+from planner.fidelity.validate import evaluated, metric_value
+from planner.presets import load_hardware
+
+
+@dataclass(frozen=True)
+class AttentionReading:
+    run_id: str
+    error_pct: float  # predicted over published, at the row's own release ratio
+    attention_share: float  # T_att / T
+    law_ratio: float  # the row's attention time over the preset law's that its published step implies
+    plan: str
+
+
+def with_attention_scale(hw, factor: float):
+    """``hw`` with its calibrated attention scale times ``factor``."""
+    cal = hw.calibration
+    return hw.model_copy(
+        update={"calibration": cal.model_copy(update={"attention_scale": cal.attention_scale * factor})}
+    )
+
+
+def attention_reading(run: Run) -> AttentionReading:
+    req, ev = evaluated(run)
+    _, slow = evaluated(run, with_attention_scale(load_hardware(run.hardware), 0.5))
+    t, t_att = float(ev.iteration_s[0]), float(slow.iteration_s[0]) - float(ev.iteration_s[0])
+    pred = metric_value(run, req, ev)
+    time_metric = "time" in run.metric  # a time is published; else a rate, time ∝ 1/rate
+    t_pub = t * run.published / pred if time_metric else t * pred / run.published
+    x = implied_attention_ratio(t, t_pub, t_att)
+    p = req.plan
+    return AttentionReading(
+        run.id,
+        100 * (pred / run.published - 1),
+        t_att / t,
+        x,
+        f"t{p.tp} c{p.cp} p{p.pp} v{p.vpp} b{p.micro_batch} {p.recompute.value}",
+    )
