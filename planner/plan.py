@@ -378,6 +378,13 @@ class PlanOptions(_Spec):
         description="Megatron-Core TransformerConfig.tp_only_amax_red (NeMo and Megatron-Bridge recipes; no "
         "Megatron-LM flag): delayed-scaling FP8 reduces its amaxes over the TP×CP group only; False: over TP×DP×CP",
     )
+    attention_time_ratio: float = Field(
+        1.0,
+        gt=0,
+        description="the flash-attention calls' time over the GPU preset's kernel law: the software that ran them, "
+        "not a setting (the law is today's cuDNN; validation prices an older container's measured ratio, "
+        "planner.fidelity.runs.release_attention_ratio: NeMo 1's FlashAttention-2 on H100); 1: the law",
+    )
     ub_graph_reorders_rs: bool = Field(
         False,
         description="Transformer Engine before v2.16 under CUDA graphs: a ring-exchanged reduce-scatter's GEMM "

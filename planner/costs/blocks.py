@@ -30,7 +30,8 @@ PERMUTE_BYTES = 2 * (2 + 2)  # MoE permute and unpermute of routed tokens: read,
 def _flash(ctx: Context, bh, s_q, s_kv, d_qk: float, d_v: float, *, causal: bool, window: int | None = None):
     """(forward, backward) seconds of one flash-attention call: the GPU's 16-bit kernel law, or with
     ``fp8_dot_product_attention`` under the MXFP8 recipe the FP8 kernel's (``compute.fp8_attention_time_s``:
-    the preset's time ratios, the backward over the whole causal square)."""
+    the preset's time ratios, the backward over the whole causal square); both times the measured ratio of the
+    release that ran them to the law (``PlanOptions.attention_time_ratio``, 1 for today's kernels)."""
     hw = ctx.hardware
 
     def law(w):
@@ -48,11 +49,13 @@ def _flash(ctx: Context, bh, s_q, s_kv, d_qk: float, d_v: float, *, causal: bool
         )
 
     fwd, bwd = law(window)
+    release = ctx.options.attention_time_ratio  # the kernels of an older release: time x its measured ratio
     ratios = fp8_attention_ratios(ctx, np.sqrt(np.asarray(s_q, dtype=float) * np.asarray(s_kv, dtype=float)))
     if ratios is None:
-        return fwd, bwd
+        return fwd * release, bwd * release
     square_bwd = bwd if window is None else law(None)[1]
-    return compute.fp8_attention_time_s(fwd, bwd, square_bwd, fwd_ratio=ratios[0], bwd_ratio=ratios[1])
+    fwd, bwd = compute.fp8_attention_time_s(fwd, bwd, square_bwd, fwd_ratio=ratios[0], bwd_ratio=ratios[1])
+    return fwd * release, bwd * release
 
 
 def fp8_attention_ratios(ctx: Context, s=None) -> tuple | None:

@@ -425,9 +425,11 @@ def time_part_formulas(ctx: Context) -> dict[str, Formula]:
             "QKV and projection GEMMs + flash attention core", "Narayanan et al. 2021 Appendix; FlashAttention-2"
         )
     )
+    ratio = ctx.options.attention_time_ratio
+    release = f", the flash kernels at {ratio:.3g}× the law's time (an older release's, measured)" if ratio != 1 else ""
     out = {
         "fwd+bwd: attention": Formula(
-            f"m × {layers_text(mo)} × forward + backward of: {attention.text}", attention.source
+            f"m × {layers_text(mo)} × forward + backward of: {attention.text}{release}", attention.source
         ),
         "fwd+bwd: dense MLPs": Formula(
             "m × dense layers × fc1 + fc2 forward and backward", "Narayanan et al. 2021 Appendix"

@@ -249,3 +249,17 @@ def law_ratios(gpu: str, params: dict[str, float], kernel: str | None = None) ->
         return []
     arrays = RowArrays.of(rows)
     return list(zip(rows, (arrays.measured_s / model_s(arrays, params)).tolist(), strict=True))
+
+
+def release_time_ratio(gpu: str, kernel: str, params: dict[str, float], min_s: int = 8192, d: int = 128) -> float:
+    """How much longer an older kernel's attention takes than the law (``params``): its summed measured time over
+    the law's, forward and backward, over its unmasked rows of ``gpu`` at head width ``d`` and ≥ ``min_s`` keys
+    (both passes are measured there; where a long context spends its time). H100 FlashAttention-2 (the FA3
+    paper's Fig. 5-6, 8k and 16k, at 1830 MHz): 1.70."""
+    rows = [
+        (row, q)
+        for row, q in law_ratios(gpu, params, kernel)
+        if not row.causal and row.s >= min_s and row.d_qk == row.d_v == d and row.pass_ in ("fwd", "bwd")
+    ]
+    measured = sum(row.measured_s() for row, _ in rows)
+    return measured / sum(row.measured_s() / q for row, q in rows)

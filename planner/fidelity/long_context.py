@@ -2,8 +2,9 @@
 
 A run's predicted step T has an attention part T_att (the flash-attention calls, ``costs.blocks._flash``): the step
 again at half the attention scale takes T + T_att. If the rest of the step is as modelled, the published step T_pub
-says the attention took x = (T_pub − T + T_att)/T_att of its modelled time, the preset's kernel law times its
-calibrated attention scale (``kernels.implied_attention_ratio``)."""
+says the attention took x = (T_pub − T + T_att)/T_att of its modelled time (``kernels.implied_attention_ratio``);
+times the release ratio the row carries (``PlanOptions.attention_time_ratio``), its attention's time over the
+preset's kernel law (with its calibrated attention scale)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,6 @@ def attention_reading(run: Run) -> AttentionReading:
         run.id,
         100 * (pred / run.published - 1),
         t_att / t,
-        x,
+        x * req.ctx.options.attention_time_ratio,
         f"t{p.tp} c{p.cp} p{p.pp} v{p.vpp} b{p.micro_batch} {p.recompute.value}",
     )

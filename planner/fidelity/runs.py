@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from planner.models.spec import ModelSpec
-from planner.presets import load_model, presets_root
+from planner.presets import load_hardware, load_model, presets_root
 
 N21, K22, MLM = "Narayanan 2021", "Korthikanti 2022", "Megatron-LM README H100"
 PAPER_VOCAB = 51200  # V in both papers' FLOP formulas (GPT-2 BPE padded)
@@ -540,8 +540,32 @@ def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bo
         ub_graph_reorders_rs=graph_rs,
         tp_only_amax_red=reduces_amax_over_tp_only(row["release"], row["model_name"]),
         activation_fusion=not eager,
+        attention_time_ratio=release_attention_ratio(row["release"], row["hardware"]),
         **_dp_sync_options(dp_sync.get(row["run_id"])),
     )
+
+
+# NeMo 1's launcher (NVIDIA/NeMo-Framework-Launcher 24.01-24.07) turns cuDNN's attention off,
+# launcher_scripts/conf/config.yaml @ 24.03.01:68 "NVTE_FUSED_ATTN: 0  # Disable cudnn FA until we've tested it
+# more" (added 562dcb45, 2024-02-13; removed 04b8d098, 2024-08-29), so Transformer Engine 1.4 runs flash-attn
+# (attention.py:2427-2430, 2834-2839 @ v1.4; setup.py:288 pins flash-attn <= 2.4.2): FlashAttention-2's measured
+# time over the Hopper law (kernels.release_time_ratio, the FA3 paper's FA2 rows)
+NEMO1_LAUNCHER_FA2 = re.compile(r"^NeMo 24\.0[1-7](\.\d+)? container \(NeMo 1")  # not MLPerf's own launch scripts
+
+
+@functools.lru_cache(maxsize=8)
+def release_attention_ratio(release: str, hardware: str) -> float:
+    """The attention kernels' time over the preset law of a row's container (``release``: its release text) on its
+    hardware: NeMo 1's launcher's FlashAttention-2 on Hopper, else 1 (today's kernels: the law). NeMo 25.02/25.04's
+    cuDNN 9.7.0 on Blackwell is measured (1.27x, NeMo's long-context B200 rows: fidelity.long_context) but not
+    applied: priced on their rows it moves the GB200 fit (docs/cost-model.md §10.5)."""
+    from planner.fidelity.kernels import release_time_ratio
+
+    hw = load_hardware(hardware)
+    cc = hw.gpu.compute_capability
+    if 9 <= cc < 10 and NEMO1_LAUNCHER_FA2.search(release):
+        return release_time_ratio("H100-SXM5-80GB", "FlashAttention-2", hw.attention.model_dump())
+    return 1.0
 
 
 SEARCHED = "searched"  # a modern_runs.csv cell of a knob its source leaves out

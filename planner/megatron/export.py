@@ -434,6 +434,8 @@ def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
             out.append(([], f"{what}: set it in the model's TransformerConfig, or export for Megatron-Bridge)"))
     if o.ub_graph_reorders_rs:
         out.append(([], "Transformer Engine before v2.16 under CUDA graphs (the version, not a setting)"))
+    if o.attention_time_ratio != 1.0:
+        out.append(([], f"attention kernels at {o.attention_time_ratio:.3g}x the law's time: a release, not a setting"))
     if o.fp8 is not None and o.fp8_recipe.value == "blockwise" and req.ctx.hardware.gpu.compute_capability >= 10:
         out.append(([], BLOCKWISE_ON_BLACKWELL))
     return out
