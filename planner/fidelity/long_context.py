@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.fidelity.calibrate import with_calibration
 from planner.fidelity.kernels import implied_attention_ratio
 from planner.fidelity.runs import Run
 from planner.fidelity.validate import evaluated, metric_value
@@ -25,17 +26,10 @@ class AttentionReading:
     plan: str
 
 
-def with_attention_scale(hw, factor: float):
-    """``hw`` with its calibrated attention scale times ``factor``."""
-    cal = hw.calibration
-    return hw.model_copy(
-        update={"calibration": cal.model_copy(update={"attention_scale": cal.attention_scale * factor})}
-    )
-
-
 def attention_reading(run: Run) -> AttentionReading:
     req, ev = evaluated(run)
-    _, slow = evaluated(run, with_attention_scale(load_hardware(run.hardware), 0.5))
+    hw = load_hardware(run.hardware)
+    _, slow = evaluated(run, with_calibration(hw, {"attention_scale": hw.calibration.attention_scale * 0.5}))
     t, t_att = float(ev.iteration_s[0]), float(slow.iteration_s[0]) - float(ev.iteration_s[0])
     pred = metric_value(run, req, ev)
     time_metric = "time" in run.metric  # a time is published; else a rate, time ∝ 1/rate
