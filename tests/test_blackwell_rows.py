@@ -43,7 +43,7 @@ def test_b200_carries_gb200s_gemm_efficiency_at_the_measured_matmul_rates():
 
 def test_the_writer_carries_the_scaled_values_sigma_and_drift(tmp_path, monkeypatch):
     root = presets_root() / "hardware"
-    for name in (GB200, B200):
+    for name in (GB200, B200, "dgx-h100-superpod"):  # B200's fabric factors are H100's (calibrate.FABRIC_DONORS)
         (tmp_path / f"{name}.yaml").write_text((root / f"{name}.yaml").read_text())
     factors = {
         "gemm_efficiency": FactorFit(0.70, (0.57, 0.95), "fitted", 0.02),
@@ -68,6 +68,9 @@ def test_the_writer_carries_the_scaled_values_sigma_and_drift(tmp_path, monkeypa
     monkeypatch.setattr(calibrate, "load_hardware", lambda n: load_hardware(str(tmp_path / f"{n}.yaml")))
     hw = calibrate.fitted_hardware({GB200: fit})
     assert hw[B200].calibration.gemm_efficiency == pytest.approx(0.70 * 1.06447, rel=1e-4)
+    h100 = load_hardware(str(tmp_path / "dgx-h100-superpod.yaml")).calibration  # no H100 fit here: its preset's
+    assert hw[B200].calibration.network_bus_efficiency == h100.network_bus_efficiency
+    assert hw[B200].calibration.straggler_sigma == h100.straggler_sigma
 
 
 def test_matmul_fractions_must_be_sourced_fractions():
@@ -105,7 +108,7 @@ def test_cuda_graphs_as_nemos_performance_scripts_set_them():
 
 # each NeMo 25.02 B200 row against the later run of the same plan: (later run, reported apart?)
 LATER = {
-    "NEMODOC-25.02-B200-Llama3-8B-n8": ("MB-25.09-B200-LLAMA3_8B-PRETRAIN-FP8_CS-n8-gbs128", True),
+    "NEMODOC-25.02-B200-Llama3-8B-n8": ("MB-25.09-B200-LLAMA3_8B-PRETRAIN-FP8_CS-n8-gbs128", False),
     "NEMODOC-25.02-B200-Nemotron4-15B-n64": ("NEMODOC-25.04-GB200-Nemotron4-15B-n64", True),
     "NEMODOC-25.02-B200-Llama3.1-405B-n128": ("MB-25.09-B200-LLAMA31_405B-PRETRAIN-FP8_CS-n128-gbs64", False),
     "NEMODOC-25.02-B200-Nemotron4-340B-n128": ("NEMODOC-25.04-GB200-Nemotron4-340B-n128", False),
@@ -138,11 +141,12 @@ def test_superseded_only_where_the_same_plan_ran_faster_than_its_settings_explai
         assert a["in_fit"] is not apart
         if apart:
             assert any("superseded software (NeMo 25.02" in x for x in a["assumptions"])
-    # 8B: 26,006 -> 29,994 tokens/s/GPU (x1.153) where the settings give x1.033: 12 % beyond (13 % before the
-    # 2026-12-02 refit, GB200's η 0.686 -> 0.664 with TE PR #2056's reordered ring reduce-scatter priced)
+    # 8B: 26,006 -> 29,994 tokens/s/GPU (x1.153) where the settings give x1.085 since NeMo 25.02's cuDNN 9.7.0
+    # attention is priced (1.25x the law; Megatron-Bridge 25.09's at the law): 6.3 % beyond, within twice the
+    # scatter, so the row is in the bar (12 % beyond, and apart, while both releases ran the law's attention)
     a, b = result["NEMODOC-25.02-B200-Llama3-8B-n8"], result[LATER["NEMODOC-25.02-B200-Llama3-8B-n8"][0]]
     assert (a["published"], b["published"]) == (26006, 29994)
-    assert (b["published"] / a["published"]) / (b["predicted"] / a["predicted"]) == pytest.approx(1.116, abs=0.01)
+    assert (b["published"] / a["published"]) / (b["predicted"] / a["predicted"]) == pytest.approx(1.063, abs=0.01)
 
 
 def test_the_other_early_rows_and_the_b200_preview_are_in_the_bar_within_twelve_percent(result):
@@ -172,13 +176,14 @@ def test_the_preview_userbuffer_file_turns_the_atomic_gemms_off():
 def test_the_gb200_405b_mxfp8_row_is_apart_as_a_regression_of_its_release(result):
     # Llama 3.1 405B, TP4 PP8 CP2 VP8, MBS 1, GBS 64 on 128 GB200: NeMo 25.04 665 tokens/s/GPU (FP8 current
     # scaling), Megatron-Bridge 25.09 578 (MXFP8). Measured 665/578 = 1.1505; megaplan gives the recipe change
-    # 683.5/660.3 = 1.035; 1.1505/1.035 = 1.111: 11 % beyond, more than 2 x RUN_NOISE (8 %)
+    # and NeMo 25.04's cuDNN 9.7.0 attention (1.25x the law) x 1.013; 1.1505/1.013 = 1.136: 14 % beyond, more than
+    # 2 x RUN_NOISE (8 %) (x 1.035 and 11 % beyond with both releases' attention at the law)
     a, b = result[GB200_405B_MX], result[GB200_405B_2504]
     assert (a["published"], b["published"]) == (578, 665)
     model = b["predicted"] / a["predicted"]
-    assert model == pytest.approx(1.035, abs=0.005)
+    assert model == pytest.approx(1.013, abs=0.005)
     beyond = (b["published"] / a["published"]) / model - 1
-    assert beyond == pytest.approx(0.111, abs=0.005) and beyond > 2 * RUN_NOISE
+    assert beyond == pytest.approx(0.136, abs=0.005) and beyond > 2 * RUN_NOISE
     assert not a["in_fit"] and b["in_fit"] and abs(b["error_pct"]) < 4.0
     assert any("regressed software (Megatron-Bridge 25.09 on GB200)" in x for x in a["assumptions"])
     # DGX Cloud's recipe of the plan under NeMo 25.04 (delayed scaling): 6.131 s per step of 64 x 8192 tokens
@@ -192,7 +197,8 @@ def test_nemo_2507_ran_the_405b_mxfp8_plan_within_the_bar():
     # performance-summary.html): Llama 3.1 405B at TP4 PP8 CP2 VP8, 128 GPUs, GBS 64: 638 tokens/s/GPU in
     # parentheses; NeMo v2.4.0 scripts/performance/helpers.py set_precision_configs turns the parameter
     # all-gather overlap off under MXFP8 (reuse_grad_buf_for_mxfp8_param_ag). Predicted with that setting,
-    # the 25.07 run is within 5 % (4.0 % at the 2026-12-02 refit) where the 25.09 row is 14 % off
+    # the 25.07 run is within 6 % (5.3 % at the 2026-12-04 refit, 4.0 % at the 2026-12-02 one) where the 25.09
+    # row is 17 % off
     from planner import api
     from planner.fidelity.runs import load_runs
     from planner.fidelity.validate import _evaluation, plan_request
@@ -202,7 +208,7 @@ def test_nemo_2507_ran_the_405b_mxfp8_plan_within_the_bar():
     q["options"] = q["options"] | {"overlap_param_gather": False}
     ev = _evaluation(run.metric, api.make_request(hardware=load_hardware(GB200), **q))
     tokens = 64 * 8192 / float(ev.iteration_s[0]) / 128
-    assert abs(tokens / 638 - 1) < 0.05
+    assert abs(tokens / 638 - 1) < 0.06
 
 
 def test_the_mlperf_8b_miss_on_64_b200_is_not_the_fabric(result):
@@ -216,13 +222,14 @@ def test_the_mlperf_8b_miss_on_64_b200_is_not_the_fabric(result):
     from planner.fidelity.validate import _evaluation, plan_request
 
     row = result[MLPERF_8B_N8]
-    assert row["in_fit"] and row["in_bar"] and any("in the bar: 11 % fast" in x for x in row["assumptions"])
+    assert row["in_fit"] and row["in_bar"] and any("in the bar: 10 % fast" in x for x in row["assumptions"])
     run = next(r for r in load_runs() if r.id == MLPERF_8B_N8)
     q = plan_request(run) | {"gpus": 72, "global_batch": 36}
     ev = _evaluation(run.metric, api.make_request(hardware=load_hardware(GB200), **q))
     nvl72_error = 100 * (float(ev.iteration_s[0]) / 0.1709 - 1)
-    # both 11 % fast since the 60 buckets pay their ring latencies (test_ddp_buckets.py): was 18 and 16 %
-    assert -12 < nvl72_error < -10 and -12 < row["error_pct"] < -10
+    # both about 10 % fast since the 60 buckets pay their ring latencies (test_ddp_buckets.py): was 18 and 16 %;
+    # the B200 row -10.2 % with its fabric's factors carried from DGX H100 (-11.4 % at η_net 0.85 and no stragglers)
+    assert -11 < nvl72_error < -9 and -11 < row["error_pct"] < -9.5
     assert abs(nvl72_error - row["error_pct"]) < 2.0
     # what the GB200 run exposes of its DP sync (NVLink, 72 ranks): 15 ms, against 22 ms over 8 B200 nodes
     assert 0.010 < float(ev.time["dp_comm"][0]) < 0.020
@@ -230,8 +237,9 @@ def test_the_mlperf_8b_miss_on_64_b200_is_not_the_fabric(result):
 
 def test_the_15b_row_stays_superseded_at_the_datasheet_gpu_ratio():
     # NeMo 25.02 B200 -> 25.04 GB200, Nemotron-4 15B on 64 GPUs: 14,760 -> 17,809 tokens/s/GPU (x 1.2066).
-    # megaplan gives the GPU x 1.0765 and the FP8 recipe and graphs x 0.963; at the datasheets' peak ratio
-    # 2500/2250 = 1.111 instead of 1.0765: 1.2066 / (1.111 x 0.963) = 1.128, still beyond 2 x RUN_NOISE
+    # megaplan gives the GPU x 1.0708 (B200's stragglers' σ carried from DGX H100; 1.0765 without them) and the FP8
+    # recipe and graphs x 0.963 (both NeMo 25.02 and 25.04 ran cuDNN 9.7.0: its attention ratio cancels); at the
+    # datasheets' peak ratio 2500/2250 = 1.111 instead: 1.2066 / (1.111 x 0.963) = 1.128, still beyond 2 x RUN_NOISE
     from planner import api
     from planner.fidelity.runs import load_runs
     from planner.fidelity.validate import _evaluation, plan_request
@@ -246,6 +254,6 @@ def test_the_15b_row_stays_superseded_at_the_datasheet_gpu_ratio():
         return float(_evaluation("tokens/s per GPU", api.make_request(hardware=load_hardware(hw), **q)).iteration_s[0])
 
     gpu, recipe = step_s(a, B200) / step_s(a, GB200), step_s(a, GB200) / step_s(b, GB200)
-    assert gpu == pytest.approx(1.0765, abs=0.005) and recipe == pytest.approx(0.963, abs=0.005)
+    assert gpu == pytest.approx(1.0708, abs=0.005) and recipe == pytest.approx(0.963, abs=0.005)
     beyond = (17809 / 14760) / (2500 / 2250 * recipe) - 1
     assert beyond == pytest.approx(0.128, abs=0.006) and beyond > 2 * RUN_NOISE

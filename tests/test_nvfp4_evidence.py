@@ -54,12 +54,13 @@ def test_the_band_of_a_small_set_of_residuals_by_hand():
 
 
 def test_nvfp4_plans_take_their_rows_band_per_preset():
-    """The shipped figures (calibrate --nvfp4 --write): GB200 ε_nv 0.081, δ 0.122, σ_cal 0.011 → ε₀ = √(0.006561 +
-    0.000121) = √0.006682 = 0.081743 (ε_nv 0.082, δ 0.123 before the eager ops' Blackwell bandwidth, eager23);
+    """The shipped figures (calibrate --nvfp4 --write): GB200 ε_nv 0.088, δ 0.130, σ_cal 0.013 → ε₀ = √(0.007744 +
+    0.000169) = √0.007913 = 0.088955 (ε_nv 0.081, δ 0.122, σ_cal 0.011 before the refit with NeMo 25.02/25.04's cuDNN
+    9.7.0 attention, 2026-12-04; ε_nv 0.082, δ 0.123 before the eager ops' Blackwell bandwidth, eager23);
     GB300 ε_nv 0.056, δ 0.107, σ_cal 0.009 (ε_nv 0.074, δ 0.138, σ_cal 0.008
     while x½ sat at 112.1, before its sm_100 kernel prior: gb300x20) → √(0.003136 + 0.000081) = √0.003217 =
-    0.056719; DGX B200 carries GB200's rows (no NVFP4 row of its own) with its own σ_cal 0.011."""
-    expected = {GB200: (0.081743, 0.122), GB300: (0.056719, 0.107), B200: (0.081743, 0.122)}
+    0.056719; DGX B200 carries GB200's rows (no NVFP4 row of its own) with its own σ_cal 0.013."""
+    expected = {GB200: (0.088955, 0.130), GB300: (0.056719, 0.107), B200: (0.088955, 0.130)}
     for name, (base, per) in expected.items():
         req = _request(name)
         got = evidence.band_parts(req.ctx)

@@ -54,10 +54,14 @@ def test_a100_did_not_get_worse(result):
 
 
 # Rows in the bar that miss it with no software fact to set them apart (the charter keeps them in the bar and
-# counted in its figures): each named, with the bound it must not grow past. None today: NeMo 25.02's GPT-3 175B on
-# 512 B200 (docs table), -12.1 % after the fourth 2026-12-02 refit, is -11.5 % since its delayed-scaling amaxes are
-# reduced over TP only, as NeMo v2.2.0's GPT-3 performance script sets (docs/cost-model.md §6.12, §10.2)
-OPEN_MISSES: dict[str, float] = {}
+# counted in its figures): each named, with the bound it must not grow past. NeMo 25.02's Llama 3 8B on 8 B200 (docs
+# table), +13.1 %: apart as superseded until its release's cuDNN 9.7.0 attention was priced (2026-12-04), which
+# explains all but 6.3 % of the later Megatron-Bridge 25.09 run's speed-up (within twice the release-to-release
+# scatter, calibrate.RUN_NOISE), so it is back in the bar; the 25.09 run of its plan is +6.4 %. (NeMo 25.02's GPT-3
+# 175B on 512 B200, -12.1 % after the fourth 2026-12-02 refit, is -9.3 % since its delayed-scaling amaxes are reduced
+# over TP only, as NeMo v2.2.0's GPT-3 performance script sets, docs/cost-model.md §6.12, §10.2, and its attention
+# is priced.)
+OPEN_MISSES: dict[str, float] = {"NEMODOC-25.02-B200-Llama3-8B-n8": 14.0}
 
 
 @pytest.mark.parametrize("gen", ["Ampere (A100)", "Hopper (H100, H200)", "Blackwell (B200, GB200, GB300)"])
@@ -115,10 +119,7 @@ def test_runs_with_unpublished_settings_are_validated_but_not_fitted(result):
     assert "dgx-h100-superpod" not in result["summary"]["by_hardware_assumed"]
     # NeMo 25.02 on B200: only the rows a later run of the same plan shows superseded are apart
     early = {r["id"]: r["in_fit"] for r in result["runs"] if r["id"].startswith("NEMODOC-25.02-B200")}
-    assert sorted(i for i, fit in early.items() if not fit) == [
-        "NEMODOC-25.02-B200-Llama3-8B-n8",
-        "NEMODOC-25.02-B200-Nemotron4-15B-n64",
-    ]
+    assert sorted(i for i, fit in early.items() if not fit) == ["NEMODOC-25.02-B200-Nemotron4-15B-n64"]
     # NVFP4's 17 rows are in the bar (out of the dense fit, no software fact sets them apart): Blackwell's bar has
     # them beside the 68 fitted rows; apart are only the three rows with a named software fact
     nvfp4 = [r for r in result["runs"] if "-NVFP4-" in r["id"]]
@@ -126,11 +127,7 @@ def test_runs_with_unpublished_settings_are_validated_but_not_fitted(result):
     blackwell = "Blackwell (B200, GB200, GB300)"
     assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8  # and the 8 long-context B200 rows
     apart = sorted(r["id"] for r in result["runs"] if not r["in_bar"])
-    assert apart == [
-        "MB-25.09-GB200-LLAMA31_405B-PRETRAIN-FP8_MX-n128-gbs64",
-        "NEMODOC-25.02-B200-Llama3-8B-n8",
-        "NEMODOC-25.02-B200-Nemotron4-15B-n64",
-    ]
+    assert apart == ["MB-25.09-GB200-LLAMA31_405B-PRETRAIN-FP8_MX-n128-gbs64", "NEMODOC-25.02-B200-Nemotron4-15B-n64"]
 
 
 def test_error_is_signed_relative_difference(result):

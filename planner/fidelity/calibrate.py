@@ -47,14 +47,15 @@ FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, an
 }
 # ... but a family member takes the donor's die, not its fabric: a DGX B200 leaves its NVLink domain at 8 GPUs, a
 # GB200 NVL72 at 72, so GB200's runs, nearly all inside one NVL72 domain, do not measure a B200's InfiniBand
-# traffic or its scale (a trial refit of 2026-12-04, not kept, with NeMo 25.02/25.04's attention at 1.3x the law on
-# Blackwell, fitted GB200's η_net at 0.51 ± 0.23 and its stragglers' σ at 0.027: carried over, NeMo 25.02's
-# Nemotron-4 340B on 128 B200 went -6.2 -> -19.1 % and Megatron-Bridge 26.02's GPT-OSS 120B on 64 B200 +1.5 ->
-# -26.2 %). B200 keeps these at the values its fabric assumes (too few B200 runs to fit them: validated out of sample).
-NOT_CARRIED = {  # target: {factor: the value its fabric assumes (the preset's band note says why)}
-    "dgx-b200-superpod": {"network_bus_efficiency": 0.85, "straggler_sigma": 0.0}
-}
-FABRIC_NOT_CARRIED = "a DGX B200's fabric, not GB200's: it leaves NVLink at 8 GPUs, an NVL72 at 72"
+# traffic or its scale (a trial refit of 2026-12-04 fitted GB200's η_net at 0.51 ± 0.23 and its stragglers' σ at
+# 0.027: carried over, NeMo 25.02's Nemotron-4 340B on 128 B200 went -6.2 -> -19.1 % and Megatron-Bridge 26.02's
+# GPT-OSS 120B on 64 B200 +1.5 -> -26.2 %). Its fabric is a DGX H100's: eight single-port ConnectX-7 400 Gb/s NDR
+# NICs per node on a rail-optimised Quantum-2 fat tree, eight GPUs to an NVLink domain (the DGX B200 and DGX H100
+# datasheets; both SuperPOD reference architectures), so it takes the DGX H100 fit's fabric factors, measured on
+# 54 runs of that fabric: its DP and CP rings and its scale.
+FABRIC = ("network_bus_efficiency", "straggler_sigma")
+FABRIC_DONORS = {"dgx-b200-superpod": "dgx-h100-superpod"}  # target: the fitted preset whose fabric it has
+FABRIC_NOTE = "a DGX B200's fabric is a DGX H100's, not GB200's: 8 ConnectX-7 NDR rails a node, NVLink at 8 GPUs"
 MIN_EFFECT = 0.01  # moving a factor across its band must move some run's prediction by 1 % ...
 MAX_SIGMA_FRAC = 0.5  # ... and the runs must pin it to within half its band (one σ), and to within its own value:
 # a positive factor whose one-σ interval reaches zero is not measured (GB300's x½ was "fitted" at 112 ± 220 in a
@@ -500,29 +501,52 @@ def matmul_ratios(donor: HardwareSpec, target: HardwareSpec) -> dict[str, float]
     return {n: t[k] / d[k] for n, k in MATMUL_RATE_KEYS.items() if k in d and k in t}
 
 
-def carried_values(values: dict[str, float], ratios: dict[str, float], target: str = "") -> dict[str, float]:
+def carried_values(
+    values: dict[str, float], ratios: dict[str, float], target: str = "", fabric: dict[str, float] | None = None
+) -> dict[str, float]:
     """A fitted preset's calibration carried to a preset of the same die: η_t = η_d · r_t/r_d for the
     GEMM efficiencies (``matmul_ratios``), the rest as fitted. η is a fraction of each preset's own
     datasheet peak, and the same die under another power limit reaches another fraction of it: B200 at
     1000 W measures 1745 TFLOP/s BF16 (77.6 % of 2250), B200 in GB200 at 1200 W 1822 (72.9 % of 2500) -
-    4.4 % apart where the peaks are 11 % apart (stas00/ml-engineering compute/accelerator/README.md)."""
-    kept = NOT_CARRIED.get(target, {})
-    return {n: kept[n] if n in kept else v * ratios.get(n, 1.0) for n, v in values.items()}
+    4.4 % apart where the peaks are 11 % apart (stas00/ml-engineering compute/accelerator/README.md).
+    A target with a fabric donor (``FABRIC_DONORS``) takes the ``FABRIC`` factors from ``fabric``, its values."""
+    own = (fabric if fabric is not None else fabric_values({}, target)) if target in FABRIC_DONORS else {}
+    return {n: own[n] if n in FABRIC and n in own else v * ratios.get(n, 1.0) for n, v in values.items()}
+
+
+def fabric_values(fits: dict[str, Fit], target: str) -> dict[str, float] | None:
+    """The ``FABRIC`` factors ``target`` takes from its fabric donor: the donor's fit when it is in ``fits``, else
+    the donor preset's values as written (None: no fabric donor)."""
+    donor = FABRIC_DONORS.get(target)
+    if donor is None:
+        return None
+    if donor in fits:
+        return {n: fits[donor].values[n] for n in FABRIC}
+    cal = load_hardware(donor).calibration
+    return {n: float(getattr(cal, n)) for n in FABRIC}
 
 
 def carried_fit(fit: Fit, ratios: dict[str, float], target: str = "") -> Fit:
-    """``fit`` as its family preset ``target`` takes it (``carried_values``): each scaled factor's value and σ;
-    the fabric's factors ``NOT_CARRIED`` keep the target's assumed values, not identifiable by the donor's runs."""
-    kept = NOT_CARRIED.get(target, {})
+    """``fit`` as its family preset ``target`` takes it (``carried_values``): each scaled factor's value and σ,
+    without the ``FABRIC`` factors of a target with a fabric donor (``fabric_fit`` gives them)."""
+    drop = FABRIC if target in FABRIC_DONORS else ()
     factors = {
-        n: FactorFit(kept[n], f.band, Status.NOT_IDENTIFIABLE.value, why=FABRIC_NOT_CARRIED)
-        if n in kept
-        else replace(f, value=f.value * ratios[n], sigma=None if f.sigma is None else f.sigma * ratios[n])
+        n: replace(f, value=f.value * ratios[n], sigma=None if f.sigma is None else f.sigma * ratios[n])
         if n in ratios
         else f
         for n, f in fit.factors.items()
+        if n not in drop
     }
     return replace(fit, factors=factors)
+
+
+def fabric_fit(fits: dict[str, Fit], target: str) -> Fit | None:
+    """The ``FABRIC`` factors of ``target``'s fabric donor as a Fit of their own (None: no donor, or its fit is
+    not in ``fits``; the preset then keeps the values written)."""
+    donor = FABRIC_DONORS.get(target)
+    if donor is None or donor not in fits:
+        return None
+    return replace(fits[donor], factors={n: fits[donor].factors[n] for n in FABRIC})
 
 
 def carry_note(donor: str, ratios: dict[str, float]) -> str:
@@ -541,7 +565,7 @@ def fitted_hardware(fits: dict[str, Fit]) -> dict[str, HardwareSpec]:
             for t in targets:
                 target = load_hardware(t)
                 ratios = matmul_ratios(load_hardware(donor), target)
-                hw[t] = with_calibration(target, carried_values(fits[donor].values, ratios, t))
+                hw[t] = with_calibration(target, carried_values(fits[donor].values, ratios, t, fabric_values(fits, t)))
     return hw
 
 

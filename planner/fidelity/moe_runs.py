@@ -35,7 +35,7 @@ from __future__ import annotations
 import csv
 import io
 
-from planner.fidelity.runs import Run
+from planner.fidelity.runs import Run, release_attention_ratio
 from planner.hardware.names import PRESET_BY_GPU
 from planner.presets import load_hardware, presets_root
 
@@ -302,7 +302,8 @@ def _nemo2_options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict
       recipes/precision/mixed_precision.py; the scripts' default, and the only FP8 plugin of v2.2.0's) or per-tensor
       current scaling (``--fp8_recipe cs``: bf16_with_fp8_current_scaling_mixed, fp8_recipe "tensorwise", with
       first_last_layers_bf16 = False: utils.py set_primary_perf_configs @ v2.3.0:340-351);
-    - attention: ``unfused_mla_attention``."""
+    - attention: ``unfused_mla_attention``; the flash kernels at the container's release
+      (``runs.release_attention_ratio``: cuDNN 9.7.0's on Blackwell for 25.02 and 25.04)."""
     release = _nemo2_release(row)
     return dict(
         attention_kernel="unfused" if unfused_mla_attention(row) else "flash",
@@ -318,6 +319,7 @@ def _nemo2_options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict
         moe_flex_dispatcher_backend=row["flex_backend"] or None,
         recompute_modules=modules or None,
         expandable_segments=release >= (25, 7) and row["hardware"] != "dgx-b200-superpod",
+        attention_time_ratio=release_attention_ratio(f"NeMo {release[0]}.{release[1]:02d}", row["hardware"]),
         **_cuda_graphs(row["cuda_graph"]),
     ) | row_options(row)
 

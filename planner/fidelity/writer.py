@@ -143,7 +143,14 @@ def write_fits(
     """Write each fit into its preset and its family's (carried over); with ``by_hardware`` (validate's
     summary) the accuracy sections too; with ``drift`` (per preset, calibrate.loso_drift) each fitted
     factor's leave-one-source-out range."""
-    from planner.fidelity.calibrate import carried_fit, carry_note, matmul_ratios
+    from planner.fidelity.calibrate import (
+        FABRIC_DONORS,
+        FABRIC_NOTE,
+        carried_fit,
+        carry_note,
+        fabric_fit,
+        matmul_ratios,
+    )
     from planner.presets import load_hardware
 
     for name, fit in fits.items():
@@ -162,6 +169,12 @@ def write_fits(
                 for n, d in (mine or {}).items()
             }
             cal = fitted_calibration(thw.calibration, tfit, note, carried_from=donor, drift=tdrift)
+            fabric = fabric_fit(fits, target)  # its fabric's factors from the preset whose fabric it has
+            if fabric is not None:
+                fdonor = FABRIC_DONORS[target]
+                fnote = f"{fabric.runs} published runs ({'; '.join(fabric.sources)})"
+                fdrift = (drift or {}).get(fdonor)
+                cal = fitted_calibration(cal, fabric, fnote, carried_from=f"{fdonor} ({FABRIC_NOTE})", drift=fdrift)
             tacc = None
             if by_hardware is not None:
                 tacc = fitted_accuracy(
