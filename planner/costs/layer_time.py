@@ -426,7 +426,12 @@ def time_part_formulas(ctx: Context) -> dict[str, Formula]:
         )
     )
     ratio = ctx.options.attention_time_ratio
-    release = f", the flash kernels at {ratio:.3g}× the law's time (an older release's, measured)" if ratio != 1 else ""
+    release = (
+        f", the flash kernels at {ratio:.3g}× the law's time (an older release's: from its kernel tables or its "
+        "published runs)"
+        if ratio != 1
+        else ""
+    )
     out = {
         "fwd+bwd: attention": Formula(
             f"m × {layers_text(mo)} × forward + backward of: {attention.text}{release}", attention.source
