@@ -52,8 +52,8 @@ def test_the_h100_rows_ran_flashattention2_and_are_in_the_bar_at_its_speed():
 def test_which_containers_take_a_release_ratio():
     # NeMo 1's launcher on Hopper: FlashAttention-2; NeMo 25.02 and 25.04 on Blackwell: cuDNN 9.7.0 (NeMo v2.2.0 and
     # v2.3.0 build on pytorch:25.01-py3); MLPerf's GPT-3 in the 24.04 container ran its own launch scripts, not the
-    # launcher's config.yaml; NeMo 2's containers run cuDNN on Hopper; MLPerf v5.0's ngc25.04_nemo image names no base
-    # image in the stored submission; Megatron-Bridge 25.09 on (cuDNN 9.11 and later) is taken at the law
+    # launcher's config.yaml; NeMo 2's containers run cuDNN on Hopper; MLPerf v5.0's ngc25.04_nemo image builds on
+    # pytorch:25.04-py3 (cuDNN 9.9.0, no table); Megatron-Bridge 25.09 on (cuDNN 9.11 and later) is taken at the law
     assert release_attention_ratio("NeMo 24.03.01 container (NeMo 1, Megatron-Core)", "dgx-b200-superpod") == 1.0
     assert release_attention_ratio("MLPerf Training v4.0, NeMo 24.04 (ngc24.04_nemo)", "dgx-h100-superpod") == 1.0
     assert release_attention_ratio("NeMo 25.04 container (NeMo 2.x)", "dgx-h100-superpod") == 1.0
