@@ -135,3 +135,25 @@ def test_law_ratio_of_flashattention2_on_h100_by_hand():
         if row.pass_ == "fwd" and row.causal and row.s == 16384 and row.d_qk == 128
     ]
     assert got == [pytest.approx(1.857, abs=0.002)]
+
+
+def test_release_time_ratio_of_b200_cudnn_9131_at_8k_by_hand():
+    # MLPerf v5.1's B200 image installs cuDNN 9.13.1.26, the release of B200's cudnn-frontend table
+    # (@0b1577c8c834): causal, b 1, 128 heads, d 128, s 8192, forward 1384.2 and backward 994.9 TFLOP/s.
+    # Forward FLOPs 4·128·8192²·128/2 = 2.1990e12 -> 1.5887 ms; backward 2.5x -> 5.4976e12 / 994.9e12 = 5.5258 ms.
+    # Against the law (its per-pass ratios 1.0049 and 1.1054 at 8k): (1.5887 + 5.5258) / (1.5887/1.0049 +
+    # 5.5258/1.1054) = 7.1145 / (1.5810 + 4.9989) = 7.1145 / 6.5799 = 1.081 - the one ratio a row of that image pays
+    from planner.fidelity.kernels import law_ratios, release_time_ratio
+    from planner.presets import load_hardware
+
+    params = load_hardware("dgx-b200-superpod").attention.model_dump()
+    kernel = "cuDNN fused attention (cuDNN frontend)"
+    q = {r.pass_: ratio for r, ratio in law_ratios("B200", params, kernel) if r.s == 8192}
+    assert q == {"fwd": pytest.approx(1.0049, abs=5e-4), "bwd": pytest.approx(1.1054, abs=5e-4)}
+    fwd, bwd = 4 * 128 * 8192**2 * 128 / 2 / 1384.2e12, 2.5 * 4 * 128 * 8192**2 * 128 / 2 / 994.9e12
+    by_hand = (fwd + bwd) / (fwd / q["fwd"] + bwd / q["bwd"])
+    got = release_time_ratio("B200", kernel, params, 8192, causal=True, max_s=8192)
+    assert got == pytest.approx(by_hand, rel=2e-3) and got == pytest.approx(1.081, abs=0.001)
+    # unmasked rows only by default (the FA2 ratio's): B200's table has none
+    with pytest.raises(ValueError, match="no unmasked"):
+        release_time_ratio("B200", kernel, params)

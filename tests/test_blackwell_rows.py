@@ -222,14 +222,16 @@ def test_the_mlperf_8b_miss_on_64_b200_is_not_the_fabric(result):
     from planner.fidelity.validate import _evaluation, plan_request
 
     row = result[MLPERF_8B_N8]
-    assert row["in_fit"] and row["in_bar"] and any("in the bar: 10 % fast" in x for x in row["assumptions"])
+    assert row["in_fit"] and row["in_bar"] and any("in the bar: 9 % fast" in x for x in row["assumptions"])
     run = next(r for r in load_runs() if r.id == MLPERF_8B_N8)
     q = plan_request(run) | {"gpus": 72, "global_batch": 36}
     ev = _evaluation(run.metric, api.make_request(hardware=load_hardware(GB200), **q))
     nvl72_error = 100 * (float(ev.iteration_s[0]) / 0.1709 - 1)
-    # both about 10 % fast since the 60 buckets pay their ring latencies (test_ddp_buckets.py): was 18 and 16 %;
-    # the B200 row -10.2 % with its fabric's factors carried from DGX H100 (-11.4 % at η_net 0.85 and no stragglers)
-    assert -11 < nvl72_error < -9 and -11 < row["error_pct"] < -9.5
+    # both about 9 % fast since the 60 buckets pay their ring latencies (test_ddp_buckets.py): was 18 and 16 %;
+    # the B200 row -8.9 %, -10.2 % before its image's cuDNN 9.13.1 attention was priced (1.081x the law at 8k, as the
+    # NVL72 run's image installs it too: NVIDIA/benchmarks/llama31_8b/implementations/nemo/Dockerfile:43-44) and -11.4 %
+    # before its fabric's factors were carried from DGX H100 (η_net 0.85 and no stragglers)
+    assert -10 < nvl72_error < -8 and -10 < row["error_pct"] < -8
     assert abs(nvl72_error - row["error_pct"]) < 2.0
     # what the GB200 run exposes of its DP sync (NVLink, 72 ranks): 15 ms, against 22 ms over 8 B200 nodes
     assert 0.010 < float(ev.time["dp_comm"][0]) < 0.020

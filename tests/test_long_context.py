@@ -64,6 +64,10 @@ def test_which_containers_take_a_release_ratio():
     assert release_attention_ratio("MLPerf Training v5.0, NeMo 25.04 (ngc25.04_nemo)", "gb200-nvl72") == 1.0
     assert release_attention_ratio("NeMo 25.07 container (NeMo 2.x)", "gb200-nvl72") == 1.0
     assert release_attention_ratio("NeMo 25.09 container (Megatron-Bridge)", "dgx-b200-superpod") == 1.0
+    # MLPerf v5.1's B200 image installs cuDNN 9.13.1.26: B200's table of that release at the row's sequence
+    v51 = "MLPerf Training v5.1, University of Florida HiPerGator DGX B200, PyTorch NVIDIA Release 25.09"
+    assert release_attention_ratio(v51, "dgx-b200-superpod", 8192) == pytest.approx(1.081, abs=0.001)
+    assert release_attention_ratio(v51, "gb200-nvl72", 8192) == 1.0  # no GB200 row of that release is priced
 
 
 def test_the_mixtral_rows_of_those_containers_judge_the_ratio():

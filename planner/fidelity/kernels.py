@@ -251,15 +251,32 @@ def law_ratios(gpu: str, params: dict[str, float], kernel: str | None = None) ->
     return list(zip(rows, (arrays.measured_s / model_s(arrays, params)).tolist(), strict=True))
 
 
-def release_time_ratio(gpu: str, kernel: str, params: dict[str, float], min_s: int = 8192, d: int = 128) -> float:
+def release_time_ratio(
+    gpu: str,
+    kernel: str,
+    params: dict[str, float],
+    min_s: int = 8192,
+    d: int = 128,
+    *,
+    causal: bool = False,
+    max_s: int | None = None,
+) -> float:
     """How much longer an older kernel's attention takes than the law (``params``): its summed measured time over
-    the law's, forward and backward, over its unmasked rows of ``gpu`` at head width ``d`` and ≥ ``min_s`` keys
-    (both passes are measured there; where a long context spends its time). H100 FlashAttention-2 (the FA3
-    paper's Fig. 5-6, 8k and 16k, at 1830 MHz): 1.70."""
+    the law's, forward and backward, over its rows of ``gpu`` at head width ``d``, unmasked (``causal``: masked)
+    and between ``min_s`` and ``max_s`` keys (both passes are measured there). H100 FlashAttention-2 (the FA3
+    paper's Fig. 5-6, unmasked, 8k and 16k, at 1830 MHz): 1.70; B200 cuDNN 9.13.1 (cudnn-frontend's table,
+    causal, 8k): (1.589 + 5.526 ms)/(1.581 + 4.999 ms of law, forward + backward) = 1.081."""
     rows = [
         (row, q)
         for row, q in law_ratios(gpu, params, kernel)
-        if not row.causal and row.s >= min_s and row.d_qk == row.d_v == d and row.pass_ in ("fwd", "bwd")
+        if row.causal == causal
+        and min_s <= row.s <= (max_s or row.s)
+        and row.d_qk == row.d_v == d
+        and row.pass_ in ("fwd", "bwd")
     ]
+    if not rows:
+        raise ValueError(
+            f"no {'causal' if causal else 'unmasked'} {kernel} row of {gpu} at {min_s}-{max_s} keys, d {d}"
+        )
     measured = sum(row.measured_s() for row, _ in rows)
     return measured / sum(row.measured_s() / q for row, q in rows)

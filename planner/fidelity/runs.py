@@ -540,7 +540,7 @@ def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bo
         ub_graph_reorders_rs=graph_rs,
         tp_only_amax_red=reduces_amax_over_tp_only(row["release"], row["model_name"]),
         activation_fusion=not eager,
-        attention_time_ratio=release_attention_ratio(row["release"], row["hardware"]),
+        attention_time_ratio=release_attention_ratio(row["release"], row["hardware"], int(row["seq_length"])),
         **_dp_sync_options(dp_sync.get(row["run_id"])),
     )
 
@@ -565,27 +565,34 @@ NEMO1_LAUNCHER_FA2 = re.compile(r"^NeMo 24\.0[1-7](\.\d+)? container \(NeMo 1") 
 # (fidelity.long_context; scripts/long_context_attention.py prints them; tests/test_long_context.py checks it is
 # their fixed point under the calibration it moves). Those rows are then fitted, not held out; the other rows of
 # these containers judge it (NeMo's Mixtral 8x7B and 8x22B on B200 and GB200, held out: +13..+45 % -> +9..+28 %).
+# MLPerf v5.1's B200 rows ran cuDNN 9.13.1 (mlcommons/training_results_v5.1 @441d65f4 University-of-Florida/
+# benchmarks/llama31_405b/implementations/b200_nemo/Dockerfile:21, 43-44: pytorch:25.09-py3 with libcudnn9-cuda-13
+# 9.13.1.26 installed, ENV CUDNN_VERSION=9.13.1.26; NCCL v2.28.3-1, :133), the release of B200's kernel table in
+# presets/reference/attention_kernels.csv (NVIDIA/cudnn-frontend @0b1577c8c834): priced at that table's time over the
+# law at the row's sequence, causal, forward + backward (kernels.release_time_ratio: 1.081 at 8k).
 # Not priced: MLPerf v5.0's ngc25.04_nemo image (mlcommons/training_results_v5.0 NVIDIA/benchmarks/llama31_405b/
 # implementations/tyche_ngpu512_ngc25.04_nemo/Dockerfile:21, pytorch:25.04-py3: cuDNN 9.9.0, per NVIDIA/cudnn-frontend
-# @06ddf804b33c benchmark/Llama-3.2-1B-Training/README.md:11-17) and MLPerf v5.1's B200 rows (mlcommons/
-# training_results_v5.1 @441d65f4 University-of-Florida/benchmarks/llama31_405b/implementations/b200_nemo/
-# Dockerfile:21, 43-44: pytorch:25.09-py3 with cuDNN 9.13.1.26 installed; NCCL v2.28.3-1, :133), whose cuDNN no
-# table measures (9.9) or B200's 9.13.1 table puts at 1.0-1.2x the law at 4k-8k keys (§13.7): a lead, not priced.
+# @06ddf804b33c benchmark/Llama-3.2-1B-Training/README.md:11-17) and Megatron-Bridge 25.09 (cuDNN 9.11.0.98, its
+# docs/releases/software-versions.md), which no table measures.
+MLPERF_V51_CUDNN_9131 = re.compile(r"^MLPerf Training v5\.1,")
 CUDNN_970_BLACKWELL_ATTENTION_RATIO = 1.25
 CUDNN_970_CONTAINER = re.compile(r"^NeMo 25\.0[24]\b")
 
 
-@functools.lru_cache(maxsize=8)
-def release_attention_ratio(release: str, hardware: str) -> float:
+@functools.lru_cache(maxsize=16)
+def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) -> float:
     """The attention kernels' time over the preset law of a row's container (``release``: its release text) on its
-    hardware: NeMo 1's launcher's FlashAttention-2 on Hopper, NeMo 25.02/25.04's cuDNN 9.7.0 on Blackwell, else 1
-    (today's kernels: the law)."""
+    hardware: NeMo 1's launcher's FlashAttention-2 on Hopper, NeMo 25.02/25.04's cuDNN 9.7.0 on Blackwell, MLPerf
+    v5.1's cuDNN 9.13.1 on B200 (its table at ``seq_len`` keys), else 1 (today's kernels: the law)."""
     from planner.fidelity.kernels import release_time_ratio
 
     hw = load_hardware(hardware)
     cc = hw.gpu.compute_capability
     if cc >= 10 and CUDNN_970_CONTAINER.search(release):
         return CUDNN_970_BLACKWELL_ATTENTION_RATIO
+    if hardware == "dgx-b200-superpod" and MLPERF_V51_CUDNN_9131.search(release):
+        kernel, params = "cuDNN fused attention (cuDNN frontend)", hw.attention.model_dump()
+        return release_time_ratio("B200", kernel, params, seq_len, causal=True, max_s=seq_len)
     if 9 <= cc < 10 and NEMO1_LAUNCHER_FA2.search(release):
         return release_time_ratio("H100-SXM5-80GB", "FlashAttention-2", hw.attention.model_dump())
     return 1.0
