@@ -563,8 +563,9 @@ NEMO1_LAUNCHER_FA2 = re.compile(r"^NeMo 24\.0[1-7](\.\d+)? container \(NeMo 1") 
 # 25.04.rc2, Llama 3 8B FP8, 8K-1M, CP 1-16; NVIDIA/NeMo docs/source/performance/performance_long_sequence.md @
 # v2.4.0) of the ratio that gives each row its published step, the rest of the step as modelled
 # (fidelity.long_context; scripts/long_context_attention.py prints them; tests/test_long_context.py checks it is
-# their fixed point under the calibration it moves). Those rows are then fitted, not held out; the other rows of
-# these containers judge it (NeMo's Mixtral 8x7B and 8x22B on B200 and GB200, held out: +13..+45 % -> +9..+28 %).
+# their fixed point under the calibration it moves). Those rows set this one ratio (they stay out of the calibration);
+# the other rows of these containers judge it (NeMo's Mixtral 8x7B and 8x22B on B200 and GB200, held out: +13..+45 %
+# -> +10..+28 %).
 # MLPerf v5.1's B200 rows ran cuDNN 9.13.1 (mlcommons/training_results_v5.1 @441d65f4 University-of-Florida/
 # benchmarks/llama31_405b/implementations/b200_nemo/Dockerfile:21, 43-44: pytorch:25.09-py3 with libcudnn9-cuda-13
 # 9.13.1.26 installed, ENV CUDNN_VERSION=9.13.1.26; NCCL v2.28.3-1, :133), the release of B200's kernel table in
