@@ -551,21 +551,20 @@ def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bo
 # (attention.py:2427-2430, 2834-2839 @ v1.4; setup.py:288 pins flash-attn <= 2.4.2): FlashAttention-2's measured
 # time over the Hopper law (kernels.release_time_ratio, the FA3 paper's FA2 rows)
 NEMO1_LAUNCHER_FA2 = re.compile(r"^NeMo 24\.0[1-7](\.\d+)? container \(NeMo 1")  # not MLPerf's own launch scripts
-# NeMo 25.02 and 25.04 on Blackwell ran cuDNN 9.7.0: NVIDIA/NeMo v2.2.0 @7192a2c944c4 and v2.3.0 @2b03b748bb7d
-# (the 25.02 and 25.04 containers; v2.3.0rc2 @9ff7e755 the 25.04.rc2) build on nvcr.io/nvidia/pytorch:25.01-py3
-# (requirements/manifest.json:2), whose libraries v2.3.0's reinstall.sh:44-49 pins for TRT-LLM,
-# --CUDNN_VER="9.7.0.66-1" - the first cuDNN for Blackwell (cudnn-frontend v1.10.0, 2025-01-28: "preferred ... for
-# cudnn backend 9.7.0 and later as it adds to the Blackwell specific features"). Transformer Engine runs sm100
+# NeMo 25.02 and 25.04 on Blackwell ran cuDNN 9.7.0: NVIDIA/NeMo v2.2.0 @7192a2c944c4 and v2.3.0 @2b03b748bb7d (the
+# 25.02 and 25.04 containers; v2.3.0rc2 @9ff7e755 the 25.04.rc2; v2.2.1, v2.3.1 and v2.3.2 the same) build on
+# nvcr.io/nvidia/pytorch:25.01-py3 (requirements/manifest.json:2), whose libraries v2.3.0's reinstall.sh:44-49 pins for
+# TRT-LLM, --CUDNN_VER="9.7.0.66-1" - the first cuDNN for Blackwell (cudnn-frontend v1.10.0, 2025-01-28: "preferred ...
+# for cudnn backend 9.7.0 and later as it adds to the Blackwell specific features"). Transformer Engine runs sm100
 # attention as cuDNN's fused kernel with or without context parallelism (TE v2.0 attention.py:600-630, 936-947; v2.2
-# dot_product_attention/utils.py:573-603, 901-907). No kernel table measures 9.7 on sm100 (cudnn-frontend's
-# training tables start at 9.10.2, docs/cost-model.md §13.7, where B200 runs 1.01-1.26x the law at 4k-16k and
-# 9.13.1 1.00-1.21x): its time over the Blackwell law is the median over NeMo's long-context table on B200 (NeMo
-# 25.04.rc2, Llama 3 8B FP8, 8K-1M, CP 1-16; NVIDIA/NeMo docs/source/performance/performance_long_sequence.md @
-# v2.4.0) of the ratio that gives each row its published step, the rest of the step as modelled
-# (fidelity.long_context; scripts/long_context_attention.py prints them; tests/test_long_context.py checks it is
-# their fixed point under the calibration it moves). Those rows set this one ratio (they stay out of the calibration);
-# the other rows of these containers judge it (NeMo's Mixtral 8x7B and 8x22B on B200 and GB200, held out: +13..+45 %
-# -> +10..+28 %).
+# dot_product_attention/utils.py:573-603, 901-907). No kernel table measures 9.7 on sm100 (cudnn-frontend's training
+# tables start at 9.10.2, docs/cost-model.md §13.7, where B200 runs 1.01-1.26x the law at 4k-16k and 9.13.1 1.00-1.21x):
+# its time over the Blackwell law is the median over NeMo's long-context table on B200 (NeMo 25.04.rc2, Llama 3 8B FP8,
+# 8K-1M, CP 1-16; NVIDIA/NeMo docs/source/performance/performance_long_sequence.md @ v2.4.0) of the ratio that gives
+# each row its published step, the rest of the step as modelled (fidelity.long_context;
+# scripts/long_context_attention.py prints them; tests/test_long_context.py checks it is their fixed point under the
+# calibration it moves). Those rows set this one ratio (they stay out of the calibration); the other rows of these
+# containers judge it (NeMo's Mixtral 8x7B and 8x22B on B200 and GB200, held out: +13..+45 % -> +10..+28 %).
 # MLPerf v5.1's B200 rows ran cuDNN 9.13.1 (mlcommons/training_results_v5.1 @441d65f4 University-of-Florida/
 # benchmarks/llama31_405b/implementations/b200_nemo/Dockerfile:21, 43-44: pytorch:25.09-py3 with libcudnn9-cuda-13
 # 9.13.1.26 installed, ENV CUDNN_VERSION=9.13.1.26; NCCL v2.28.3-1, :133), the release of B200's kernel table in
