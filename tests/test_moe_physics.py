@@ -430,6 +430,23 @@ def test_moe_fit_recovers_a_known_host_time():
     assert fit.value == pytest.approx(14.0, abs=0.05) and fit.sigma < 0.05
 
 
+def test_consistency_sigmas_by_hand_and_gpt_oss_joins_the_t_op_fit(monkeypatch):
+    """|v_a − v_b| / √(σ_a² + σ_b²): 11.7 ± 2.1 against 7.66 ± 0.63 is 4.04 / 2.19 = 1.84 σ, within
+    CONSISTENT_SIGMAS (2): GPT-OSS-120B's rows are pooled (they gave 13.6 ± 2.5 against 7.6 ± 0.6, 2.3 σ, before
+    NeMo's cuDNN releases were priced and DGX B200 took DGX H100's fabric); on the shipped presets, 1.81 σ."""
+    fits = {("gpt-oss-120b",): moe_fit.MoeFit(11.7, 2.1, 20, 0.045)}
+    rest = moe_fit.MoeFit(7.66, 0.63, 63, 0.048)
+    monkeypatch.setattr(
+        moe_fit, "fit", lambda runs, base=None: fits.get(tuple({r.request["model"] for r in runs}), rest)
+    )
+    assert moe_fit.consistency_sigmas("gpt-oss-120b") == pytest.approx(4.04 / (2.1**2 + 0.63**2) ** 0.5, rel=1e-9)
+    assert moe_fit.consistency_sigmas("gpt-oss-120b") == pytest.approx(1.84, abs=0.005)
+    monkeypatch.undo()
+    assert "gpt-oss-120b" in moe_fit.FIT_MODELS
+    shipped = moe_fit.consistency_sigmas("gpt-oss-120b")
+    assert shipped == pytest.approx(1.81, abs=0.02) and shipped < moe_fit.CONSISTENT_SIGMAS
+
+
 def test_a2a_fit_recovers_a_known_all_to_all_efficiency():
     """H100 MoE rows whose all-to-all crosses nodes (Qwen3-30B EP 16, Qwen3-235B EP 32), 'published' as
     the model's own with η_a2a = 0.55 and t_op at the preset's: fit_a2a gives back 0.55, σ ~ 0."""
@@ -485,7 +502,7 @@ def _qwen3_30b_h100_ab(dispatcher: str, overlap: bool, *, delay_wgrad: bool = Fa
         # 10.0 % fast after the 2026-12-02 refit (η_a2a 0.779 -> 0.807: the all-to-all itself is priced cheaper)
         # 10.3 % fast after the second 2026-12-02 refit (t_op 7.38 -> 7.71 µs, η_a2a 0.807 -> 0.815, GB300 rows in);
         # +3.4 % (32.37 s) since the combined schedule's host pacing (moe.host_paced_step_s, hostov20): this step is
-        # host-paced, and this A/B is one of the two that give H_L (9,077.8 µs alone; the shipped mean 9,249.2 µs)
+        # host-paced, and this A/B is one of the two that give H_L (9,061.3 µs alone; the shipped mean 9,222.8 µs)
         ("alltoall", True, False, 31.31, 0.06),
         ("alltoall", True, True, 31.20, 0.06),  # + --delay-wgrad-compute: no separate gain, measured or predicted
     ],
@@ -603,7 +620,7 @@ def test_shipped_phi_reproduces_the_model_zoo_gain():
     """The preset's φ is solved (calibrate --moe) so that the A/B's predicted gain is the measured one,
     within 2 σ_G (0.005); with the dispatcher's SM share alone the overlap would gain x1.150 (x1.134 at H_L 9,437.2 µs,
     before DGX B200 took DGX H100's fabric factors, 2026-12-04; x1.34 before the combined schedule's host pacing,
-    2026-12-03: the host, 9,249.2 + 4·6·7.62 = 9,432.1 µs a paired layer, paces the overlapped step below φ ≈ 0.62;
+    2026-12-03: the host, 9,222.8 + 4·6·7.96 = 9,413.8 µs a paired layer, paces the overlapped step below φ ≈ 0.62;
     x1.37 before the 2026-12-02 refit; Hopper's connection limit takes the rest)."""
     hw = load_hardware("dgx-h100-superpod")
     assert zoo_gain(hw) == pytest.approx(19.7 / 17.6, abs=0.005)
