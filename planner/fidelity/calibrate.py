@@ -520,8 +520,9 @@ def fabric_values(fits: dict[str, Fit], target: str) -> dict[str, float] | None:
     donor = FABRIC_DONORS.get(target)
     if donor is None:
         return None
-    if donor in fits:
-        return {n: fits[donor].values[n] for n in FABRIC}
+    fitted = fabric_fit(fits, target)
+    if fitted is not None:
+        return fitted.values
     cal = load_hardware(donor).calibration
     return {n: float(getattr(cal, n)) for n in FABRIC}
 
