@@ -200,9 +200,11 @@ def test_moe_calibration_steps_once_per_fit_and_validation(monkeypatch):
     for loso in (True, False):
         done: list[str] = []
         out = moe_fit.run_moe_calibration(loso=loso, step=done.append)
-        # two rounds of the fit (t_op 10 written, then 10 again: ux14), the validation, each held-out family
-        assert len(done) == moe_fit.moe_calibration_steps(loso=loso) == 3 + len(moe_fit.FIT_MODELS) * loso
+        # the pooling test (every family alone at 10 ± 1, 0 σ from the rest: all pooled), two rounds of the fit (t_op 10
+        # written, then 10 again: ux14), the pooling test at the fixed point, the validation, each held-out family
+        assert len(done) == moe_fit.moe_calibration_steps(loso=loso) == 5 + len(moe_fit.FIT_MODELS) * loso
         assert list(out["a2a"]) == list(moe_fit.A2A_PRESETS)
+        assert out["pooled"] == list(moe_fit.FIT_MODELS) and "predicted, not pooled" not in out["pooling_text"]
 
 
 def test_plan_file_rank_zero_or_not_a_number_is_refused_not_read_as_rank_1(tmp_path):

@@ -430,10 +430,9 @@ def test_moe_fit_recovers_a_known_host_time():
     assert fit.value == pytest.approx(14.0, abs=0.05) and fit.sigma < 0.05
 
 
-def test_consistency_sigmas_by_hand_and_gpt_oss_joins_the_t_op_fit(monkeypatch):
+def test_consistency_sigmas_by_hand(monkeypatch):
     """|v_a − v_b| / √(σ_a² + σ_b²): 11.7 ± 2.1 against 7.66 ± 0.63 is 4.04 / 2.19 = 1.84 σ, within
-    CONSISTENT_SIGMAS (2): GPT-OSS-120B's rows are pooled (they gave 13.6 ± 2.5 against 7.6 ± 0.6, 2.3 σ, before
-    NeMo's cuDNN releases were priced and DGX B200 took DGX H100's fabric); on the shipped presets, 1.81 σ."""
+    CONSISTENT_SIGMAS (2) (GPT-OSS-120B against the other three families on 2026-12-04: pooled)."""
     fits = {("gpt-oss-120b",): moe_fit.MoeFit(11.7, 2.1, 20, 0.045)}
     rest = moe_fit.MoeFit(7.66, 0.63, 63, 0.048)
     monkeypatch.setattr(
@@ -441,10 +440,65 @@ def test_consistency_sigmas_by_hand_and_gpt_oss_joins_the_t_op_fit(monkeypatch):
     )
     assert moe_fit.consistency_sigmas("gpt-oss-120b") == pytest.approx(4.04 / (2.1**2 + 0.63**2) ** 0.5, rel=1e-9)
     assert moe_fit.consistency_sigmas("gpt-oss-120b") == pytest.approx(1.84, abs=0.005)
-    monkeypatch.undo()
-    assert "gpt-oss-120b" in moe_fit.FIT_MODELS
-    shipped = moe_fit.consistency_sigmas("gpt-oss-120b")
-    assert shipped == pytest.approx(1.81, abs=0.02) and shipped < moe_fit.CONSISTENT_SIGMAS
+
+
+def _inverse_variance_fit(alone: dict):
+    """A stand-in for moe_fit.fit: the families' own values pooled by inverse variance, v = Σ(v/σ²)/Σ(1/σ²),
+    σ = 1/√Σ(1/σ²) (what a least-squares fit of one shared value gives when each family's rows pin their own)."""
+
+    def fit(runs, base=None):
+        models = sorted({r.request["model"] for r in runs})
+        w = {m: 1.0 / alone[m][1] ** 2 for m in models}
+        value = sum(alone[m][0] * w[m] for m in models) / sum(w.values())
+        return moe_fit.MoeFit(value, sum(w.values()) ** -0.5, len(runs), 0.0)
+
+    return fit
+
+
+def test_pooled_models_drops_the_family_beyond_two_sigma_and_retests_the_rest_by_hand(monkeypatch):
+    """Families alone: DeepSeek-V3 9.0 ± 1.0, Qwen3-235B 5.0 ± 1.0, Qwen3-30B 8.8 ± 1.0, GPT-OSS 11.7 ± 2.0 µs.
+    Round 1, each against the other three pooled by inverse variance (weights 1, 1, 1, ¼):
+      Qwen3-235B against (9.0 + 8.8 + 11.7/4)/2.25 = 9.2111 ± 1/√2.25 = 0.6667: 4.2111/√(1 + 0.4444) = 3.504 σ;
+      DeepSeek-V3 against (5.0 + 8.8 + 2.925)/2.25 = 7.4333: 1.5667/1.2019 = 1.304 σ;
+      Qwen3-30B against (9.0 + 5.0 + 2.925)/2.25 = 7.5222: 1.2778/1.2019 = 1.063 σ;
+      GPT-OSS against (9.0 + 5.0 + 8.8)/3 = 7.6 ± 0.5774: 4.1/√(4 + 0.3333) = 1.970 σ.
+    Qwen3-235B is furthest and beyond 2 σ: predicted. Round 2 without it:
+      DeepSeek-V3 against (8.8 + 2.925)/1.25 = 9.38 ± 0.8944: 0.38/√1.8 = 0.283 σ;
+      Qwen3-30B against (9.0 + 2.925)/1.25 = 9.54: 0.74/1.3416 = 0.552 σ;
+      GPT-OSS against 8.9 ± 0.7071: 2.8/√4.5 = 1.320 σ - all within: pooled over three, and Qwen3-235B is
+    3.504 σ from their fit (9.2111 ± 0.6667, as in round 1). GPT-OSS at 1.97 σ in round 1 would have stayed even
+    beside Qwen3-235B: the test is the furthest family first, then the rest again."""
+    alone = {
+        "deepseek-v3": (9.0, 1.0),
+        "qwen3-235b-a22b": (5.0, 1.0),
+        "qwen3-30b-a3b": (8.8, 1.0),
+        "gpt-oss-120b": (11.7, 2.0),
+    }
+    monkeypatch.setattr(moe_fit, "fit", _inverse_variance_fit(alone))
+    pooling = moe_fit.pooled_models(load_moe_runs())
+    assert pooling.pooled == ("deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b")
+    assert pooling.left_out() == ("qwen3-235b-a22b",)
+    expected = {"deepseek-v3": 0.283, "qwen3-235b-a22b": 3.504, "qwen3-30b-a3b": 0.552, "gpt-oss-120b": 1.320}
+    assert pooling.sigmas == pytest.approx(expected, abs=0.001)
+    text = moe_fit.pooling_text(pooling)
+    assert "pooled over DeepSeek-V3, Qwen3-30B-A3B, GPT-OSS-120B" in text
+    assert "Qwen3-235B-A22B predicted, not pooled: its rows alone give 5.00 ± 1.00 µs (the band's floor), 3.5 σ" in text
+    # every family far from every other: the test stops at MIN_POOLED, never with one family "pooled" alone
+    apart = {m: (5.0 + 4.0 * i, 0.1) for i, m in enumerate(moe_fit.FIT_MODELS)}
+    monkeypatch.setattr(moe_fit, "fit", _inverse_variance_fit(apart))
+    assert len(moe_fit.pooled_models(load_moe_runs()).pooled) == moe_fit.MIN_POOLED
+
+
+def test_the_shipped_t_op_pools_three_families_and_predicts_qwen3_235b():
+    """On the shipped presets: Qwen3-235B-A22B's rows alone reach the band's floor, 5.0 ± 1.0 µs, against the other
+    three's 9.2 ± 0.7: beyond CONSISTENT_SIGMAS, so it is predicted, not pooled (its rows where t_op does not enter,
+    whole-step CUDA graphs, read −4.9..+4.9 %: the family's residuals are not its host time's); GPT-OSS-120B, the
+    furthest pooled family, within it (11.7 ± 2.1 µs alone)."""
+    pooled = ("deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b")
+    note = load_hardware("gb200-nvl72").calibration.factors["moe_host_op_us"].source
+    assert "Qwen3-235B-A22B predicted, not pooled" in note and "(DeepSeek-V3, Qwen3-30B-A3B, GPT-OSS-120B on" in note
+    assert moe_fit.consistency_sigmas("qwen3-235b-a22b", pooled=pooled) > moe_fit.CONSISTENT_SIGMAS
+    assert moe_fit.consistency_sigmas("gpt-oss-120b", pooled=pooled) < moe_fit.CONSISTENT_SIGMAS
 
 
 def test_a2a_fit_recovers_a_known_all_to_all_efficiency():

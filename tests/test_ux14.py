@@ -173,10 +173,10 @@ def test_the_moe_calibration_writes_what_a_second_run_writes_again():
     # (11.45 µs, 0.8883, 0.631 since HybridEP's metadata is priced, hybridep18: the H100 HybridEP row slower; was 11.94)
     near = {"moe_host_op_us": 11.40, "a2a_network_efficiency": 0.8883, "persistent_gemm_comm_share": 0.631}
     start["dgx-h100-superpod"] = with_calibration(start["dgx-h100-superpod"], near)
-    f, _, _, first, rounds = moe_fit.calibrated(runs, start)
+    f, _, _, first, rounds, pooling = moe_fit.calibrated(runs, start)
     assert rounds is not None and rounds >= 2  # one round from the start (a run before) was not where they meet
     again = moe_fit.calibrated(runs, first)
-    assert again[4] == 1 and again[0].value == f.value
+    assert again[4] == 1 and again[0].value == f.value and again[5].pooled == pooling.pooled
     assert all(again[3][name].calibration == first[name].calibration for name in first)
     h100 = first["dgx-h100-superpod"].calibration
     assert h100.moe_host_op_us == round(f.value, 2) and 11.0 < h100.moe_host_op_us < 12.0

@@ -2,13 +2,18 @@
 of each eager op a MoE layer issues per local expert (planner.costs.moe.expert_host_time_s), and on
 the presets whose MoE rows' all-to-all crosses nodes, ``a2a_network_efficiency`` (``fit_a2a``).
 
-Fitted by least squares on ln(predicted/published) over the MoE rows in the bar of every family (DeepSeek-V3,
-Qwen3-235B-A22B, Qwen3-30B-A3B, GPT-OSS-120B), one value for DGX H100, DGX B200, GB200 NVL72 and GB300 NVL72
-together, inside its band; σ from the Jacobian. A family joins the pooled fit when its rows alone give a value within
-two combined σ of the others' (``CONSISTENT_SIGMAS``): GPT-OSS alone gave 13.6 ± 2.5 µs against 7.6 ± 0.6 (2.3 σ,
-predicted, not fitted, until 2026-12-04), and gives 11.7 ± 2.1 µs against 7.66 ± 0.63 (1.8 σ) since NeMo's and the
-long-context rows' cuDNN releases are priced and DGX B200 takes DGX H100's fabric. Each fitted family is then held out
-in turn: fit without it, predict it (``leave_one_model_out``).
+Fitted by least squares on ln(predicted/published) over the MoE rows in the bar of the families it pools
+(``pooled_models``, from DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B and GPT-OSS-120B), one value for DGX H100,
+DGX B200, GB200 NVL72 and GB300 NVL72 together, inside its band; σ from the Jacobian. A family is pooled while its
+rows alone give a value within two combined σ of the other pooled families' (``CONSISTENT_SIGMAS``); ``calibrate
+--moe`` tests every family and predicts, instead of fitting, the one furthest out until the rest agree. GPT-OSS alone
+gave 13.6 ± 2.5 µs against 7.6 ± 0.6 (2.3 σ) until NeMo's and the long-context rows' cuDNN releases were priced and
+DGX B200 took DGX H100's fabric, 11.7 ± 2.1 against 7.66 ± 0.63 (1.8 σ) since; Qwen3-235B-A22B's rows alone reach
+the band's floor, 5.0 ± 1.0 µs against the other three's 9.23 ± 0.70 (3.5 σ: predicted since 2026-12-04; its
+residuals do not follow the host time - its rows where t_op does not enter, under full-iteration CUDA graphs, read
+−4.9..+4.9 %, and its H100 and GB200 rows stay below zero at any t_op in the band - so t_op was absorbing another
+term's bias).
+Each family is then held out in turn: fit without it, predict it (``leave_one_model_out``).
 """
 
 from __future__ import annotations
@@ -25,8 +30,15 @@ from planner.hardware.spec import HardwareSpec
 from planner.presets import load_hardware
 
 FACTOR = "moe_host_op_us"
-FIT_MODELS = ("deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b", "gpt-oss-120b")
-CONSISTENT_SIGMAS = 2.0  # a family whose own fit is further from the others' is predicted, not fitted
+FIT_MODELS = ("deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b", "gpt-oss-120b")  # the families t_op may pool
+FAMILY_NAMES = {
+    "deepseek-v3": "DeepSeek-V3",
+    "qwen3-235b-a22b": "Qwen3-235B-A22B",
+    "qwen3-30b-a3b": "Qwen3-30B-A3B",
+    "gpt-oss-120b": "GPT-OSS-120B",
+}
+CONSISTENT_SIGMAS = 2.0  # a family whose own fit is further from the other pooled ones' is predicted, not fitted
+MIN_POOLED = 2  # the pooling test needs the others' fit: it never leaves fewer than two families
 # GB300 NVL72 with GB200 NVL72: its MoE rows are the same tables' GB300 twins, encoded as GB200's
 FIT_PRESETS = ("dgx-h100-superpod", "dgx-b200-superpod", "gb200-nvl72", "gb300-nvl72")
 BAND = (5.0, 25.0)
@@ -121,8 +133,9 @@ def _no_step(description: str | None = None) -> None:
 
 def moe_calibration_steps(*, loso: bool = True) -> int:
     """How many times run_moe_calibration calls ``step`` when its fit takes two rounds (from presets it wrote
-    itself: ``calibrated``): each round, the validation, each held-out family."""
-    return 3 + (len(FIT_MODELS) if loso else 0)
+    itself: ``calibrated``) and its pooling holds: the pooling test before and after the rounds, each round, the
+    validation, each held-out family."""
+    return 5 + (len(FIT_MODELS) if loso else 0)
 
 
 def a2a_and_phi(runs: list[Run], op_us: float, passes: int = 2, base: Presets | None = None) -> tuple[dict, dict]:
@@ -165,38 +178,114 @@ def _with_phi(cal, name: str, phis: dict):
     return cal.model_copy(update={PHI: value, "factors": dict(cal.factors) | {PHI: entry}})
 
 
-def consistency_sigmas(model: str, runs: list[Run] | None = None, base: Presets | None = None) -> float:
-    """How far ``model``'s rows alone put the factor from the other families' fit, in combined σ:
-    |v_model − v_rest| / √(σ_model² + σ_rest²); within ``CONSISTENT_SIGMAS`` the family is pooled (FIT_MODELS)."""
+def consistency_sigma(a: MoeFit, b: MoeFit) -> float:
+    """How far apart two fits of the factor are, in combined σ: |v_a − v_b| / √(σ_a² + σ_b²)."""
+    return abs(a.value - b.value) / float(np.hypot(a.sigma, b.sigma))
+
+
+def consistency_sigmas(
+    model: str, runs: list[Run] | None = None, base: Presets | None = None, pooled: tuple[str, ...] = FIT_MODELS
+) -> float:
+    """How far ``model``'s rows alone put the factor from the fit of the other ``pooled`` families, in combined σ
+    (``consistency_sigma``); within ``CONSISTENT_SIGMAS`` the family is pooled (``pooled_models``)."""
     runs = runs if runs is not None else load_moe_runs()
     alone = fit(fit_runs(runs, (model,)), base)
-    rest = fit(fit_runs(runs, tuple(m for m in FIT_MODELS if m != model)), base)
-    return abs(alone.value - rest.value) / float(np.hypot(alone.sigma, rest.sigma))
+    return consistency_sigma(alone, fit(fit_runs(runs, tuple(m for m in pooled if m != model)), base))
 
 
-def leave_one_model_out(runs: list[Run] | None = None, step=_no_step, base: Presets | None = None) -> dict[str, dict]:
-    """For each fitted family: the factor fitted without it (the others at ``base``'s), and that family's rows
-    predicted with it; ``step(description)`` after each."""
+@dataclass(frozen=True)
+class Pooling:
+    """Which families the factor is pooled over (``pooled``, in FIT_MODELS' order), each family's own fit
+    (``alone``) and its distance in combined σ from the fit of the other pooled families (``sigmas``; a family
+    left out: from the fit of all the pooled ones)."""
+
+    pooled: tuple[str, ...]
+    alone: dict[str, MoeFit]
+    sigmas: dict[str, float]
+
+    def left_out(self) -> tuple[str, ...]:
+        return tuple(m for m in FIT_MODELS if m not in self.pooled)
+
+
+def pooled_models(runs: list[Run] | None = None, base: Presets | None = None) -> Pooling:
+    """The families t_op is fitted on: from all of FIT_MODELS, while the pooled family furthest from the fit of
+    the other pooled ones lies beyond ``CONSISTENT_SIGMAS``, predict it instead and test the rest again (never
+    fewer than ``MIN_POOLED``). Each family alone is fitted once; ``base``: the presets to fit at."""
+    runs = runs if runs is not None else load_moe_runs()
+    alone = {m: fit(fit_runs(runs, (m,)), base) for m in FIT_MODELS}
+    pooled = list(FIT_MODELS)
+    while True:
+        sigmas = {
+            m: consistency_sigma(alone[m], fit(fit_runs(runs, tuple(p for p in pooled if p != m)), base))
+            for m in pooled
+        }
+        worst = max(sigmas, key=lambda m: sigmas[m])
+        if sigmas[worst] <= CONSISTENT_SIGMAS or len(pooled) <= MIN_POOLED:
+            break
+        pooled.remove(worst)
+    if len(pooled) < len(FIT_MODELS):
+        whole = fit(fit_runs(runs, tuple(pooled)), base)
+        sigmas |= {m: consistency_sigma(alone[m], whole) for m in FIT_MODELS if m not in pooled}
+    return Pooling(tuple(pooled), alone, {m: sigmas[m] for m in FIT_MODELS})
+
+
+def left_out_text(pooling: Pooling) -> str:
+    """Why each family the fit does not pool is predicted instead (empty when all are pooled)."""
+    parts = []
+    for m in pooling.left_out():
+        a = pooling.alone[m]
+        bound = (
+            " (the band's floor)"
+            if a.value <= BAND[0] + 0.01
+            else " (the band's ceiling)"
+            if a.value >= BAND[1] - 0.01
+            else ""
+        )
+        parts.append(
+            f"{FAMILY_NAMES[m]} predicted, not pooled: its rows alone give {a.value:.2f} ± {a.sigma:.2f} µs{bound}, "
+            f"{pooling.sigmas[m]:.1f} σ from the pooled fit (a pooled family is within {CONSISTENT_SIGMAS:g} σ)"
+        )
+    return "; ".join(parts)
+
+
+def pooling_text(pooling: Pooling) -> str:
+    """One line: the pooled families and why each other one is predicted instead."""
+    names = ", ".join(FAMILY_NAMES[m] for m in pooling.pooled)
+    out = f"pooled over {names} (each within {CONSISTENT_SIGMAS:g} σ of the others' fit)"
+    return f"{out}; {left_out_text(pooling)}" if pooling.left_out() else out
+
+
+def leave_one_model_out(
+    runs: list[Run] | None = None, step=_no_step, base: Presets | None = None, pooled: tuple[str, ...] = FIT_MODELS
+) -> dict[str, dict]:
+    """For each family: the factor fitted on the other ``pooled`` families (the others at ``base``'s; a family not
+    pooled: the pooled fit, which never saw it), and that family's rows predicted with it; ``step(description)``
+    after each."""
     runs = runs if runs is not None else load_moe_runs()
     out = {}
     for model in FIT_MODELS:
-        f = fit(fit_runs(runs, tuple(m for m in FIT_MODELS if m != model)), base)
+        f = fit(fit_runs(runs, tuple(m for m in pooled if m != model)), base)
         held = [r for r in runs if r.fit and r.request["model"] == model]
         hw = {name: with_host_op(_preset(name, base), f.value) for name in FIT_PRESETS}
         summary = validate_moe(held, hw)["summary"]
         out[model] = {"value": f.value, "sigma": f.sigma, **{k: summary[k] for k in ("runs", "median_abs_error_pct")}}
-        out[model]["max_abs_error_pct"] = summary["max_abs_error_pct"]
+        out[model] |= {"max_abs_error_pct": summary["max_abs_error_pct"], "pooled": model in pooled}
         step(f"fitted without {model}")
     return out
 
 
-def factor_entry(f: MoeFit, *, fitted: bool) -> Factor:
-    """The preset's factor entry: fitted on the four presets, carried over to the others."""
+def factor_entry(f: MoeFit, *, fitted: bool, pooling: Pooling | None = None) -> Factor:
+    """The preset's factor entry: fitted on the four presets, carried over to the others; ``pooling``: which
+    families the fit pooled (default: all of FIT_MODELS) and why any other is predicted."""
+    pooled = pooling.pooled if pooling is not None else FIT_MODELS
+    families = ", ".join(FAMILY_NAMES[m] for m in pooled)
     note = (
-        f"fitted by megaplan calibrate --moe on {f.runs} MoE rows in the bar (DeepSeek-V3, Qwen3-235B-A22B, "
-        f"Qwen3-30B-A3B, GPT-OSS-120B on DGX H100, DGX B200, GB200 NVL72 and GB300 NVL72; Megatron-Bridge performance "
-        f"summaries), one value for the four"
+        f"fitted by megaplan calibrate --moe on {f.runs} MoE rows in the bar ({families}"
+        f" on DGX H100, DGX B200, GB200 NVL72 and GB300 NVL72; Megatron-Bridge performance summaries), one value for "
+        f"the four"
     )
+    if pooling is not None and pooling.left_out():
+        note += f"; {left_out_text(pooling)}"
     if fitted:
         return Factor(
             status=Status.FITTED.value, band=list(BAND), sigma=round(f.sigma, 2), source=f"{BAND_SOURCE}; value: {note}"
@@ -227,10 +316,12 @@ def moe_accuracy(preset: HardwareSpec, stats: dict | None, carried_from: str | N
     return acc.model_copy(update=values | {"sources": sources})
 
 
-def fitted_presets(f: MoeFit, a2a: dict, phis: dict, base: Presets | None = None) -> Presets:
+def fitted_presets(
+    f: MoeFit, a2a: dict, phis: dict, base: Presets | None = None, pooling: Pooling | None = None
+) -> Presets:
     """Every hardware preset (``base``'s, default: shipped) with the MoE calibration's values: t_op (fitted on
-    the four, carried to the rest), η_a2a (fitted on the H100, carried to the H200), φ (solved on the H100,
-    carried)."""
+    the four over ``pooling``'s families, carried to the rest), η_a2a (fitted on the H100, carried to the H200),
+    φ (solved on the H100, carried)."""
     from planner.fidelity.writer import fitted_calibration
     from planner.presets import preset_names
 
@@ -238,7 +329,8 @@ def fitted_presets(f: MoeFit, a2a: dict, phis: dict, base: Presets | None = None
     out = {}
     for name in preset_names("hardware"):
         preset = _preset(name, base)
-        factors = dict(preset.calibration.factors) | {FACTOR: factor_entry(f, fitted=name in FIT_PRESETS)}
+        entry = factor_entry(f, fitted=name in FIT_PRESETS, pooling=pooling)
+        factors = dict(preset.calibration.factors) | {FACTOR: entry}
         cal = preset.calibration.model_copy(update={FACTOR: round(f.value, 2), "factors": factors})
         if name in donors:
             donor, fa = donors[name]
@@ -264,6 +356,23 @@ def as_written(presets: Presets) -> Presets:
     return out
 
 
+def _rounds(runs: list[Run], state: Presets, pooling: Pooling, step) -> tuple:
+    """Rounds of t_op over ``pooling``'s families, then η_a2a and φ at it, from ``state`` until a round writes what
+    it started from (``calibrated``): the last round's fits, presets and round count (None: no fixed point)."""
+    for rounds in range(1, MAX_PASSES + 1):
+        f = fit(fit_runs(runs, pooling.pooled), state)
+        a2a, phis = a2a_and_phi(runs, f.value, base=state)
+        new = as_written(fitted_presets(f, a2a, phis, state, pooling))
+        step(f"round {rounds}: t_op {f.value:.3f} µs")
+        if all(new[name].calibration == state[name].calibration for name in new):
+            return f, a2a, phis, new, rounds
+        state = new
+    return f, a2a, phis, new, None
+
+
+MAX_POOLINGS = 3  # pooling tests a calibration runs at most: the families are retested at the fixed point
+
+
 def calibrated(runs: list[Run], base: Presets | None = None, step=_no_step) -> tuple:
     """t_op, η_a2a and φ fitted together: t_op at the presets' η_a2a and φ, then η_a2a and φ at that t_op
     (``a2a_and_phi``), again from the presets as written, until a round writes what it started from.
@@ -272,21 +381,26 @@ def calibrated(runs: list[Run], base: Presets | None = None, step=_no_step) -> t
     of where the rounds meet: a run of ``calibrate --moe --write`` took one round, so running it a second time
     took the next and changed the presets (t_op 8.30 → 8.29 µs, H100 η_a2a 0.8336 → 0.8333 on main at
     14c9e22). Rounds from the presets as written (``as_written``) meet where a round starting there writes
-    it again, so a second run writes the same files. ``base``: the presets to start from (default: shipped).
-    Returns the t_op fit, η_a2a's and φ's fits, the presets (as written) and the rounds taken (None: no
-    fixed point within MAX_PASSES; the last round's values are returned)."""
+    it again, so a second run writes the same files. t_op is pooled over the families ``pooled_models`` admits at
+    the presets it starts from; they are tested again at the fixed point, and the rounds rerun over the new pooling
+    if it changed. ``base``: the presets to start from (default: shipped). Returns the t_op fit, η_a2a's and φ's
+    fits, the presets (as written), the rounds taken (None: no fixed point within MAX_PASSES; the last round's
+    values are returned) and the pooling."""
     from planner.presets import preset_names
 
     state = as_written({name: _preset(name, base) for name in preset_names("hardware")})
-    for rounds in range(1, MAX_PASSES + 1):
-        f = fit(fit_runs(runs), state)
-        a2a, phis = a2a_and_phi(runs, f.value, base=state)
-        new = as_written(fitted_presets(f, a2a, phis, state))
-        step(f"round {rounds}: t_op {f.value:.3f} µs")
-        if all(new[name].calibration == state[name].calibration for name in new):
-            return f, a2a, phis, new, rounds
-        state = new
-    return f, a2a, phis, new, None
+    pooling = pooled_models(runs, state)
+    step(f"pooled over {len(pooling.pooled)} families")
+    for _ in range(MAX_POOLINGS):
+        f, a2a, phis, state, rounds = _rounds(runs, state, pooling, step)
+        again = pooled_models(runs, state)
+        step(f"pooled over {len(again.pooled)} families at the fixed point")
+        if again.pooled == pooling.pooled:
+            if pooling_text(again) != pooling_text(pooling):  # the notes written give the fixed point's figures
+                f, a2a, phis, state, rounds = _rounds(runs, state, again, _no_step)
+            return f, a2a, phis, state, rounds, again
+        pooling = again
+    return f, a2a, phis, state, None, pooling
 
 
 def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step=_no_step) -> dict:
@@ -298,7 +412,7 @@ def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step
     from planner.fidelity.writer import write_hardware_file
 
     runs = load_moe_runs()
-    f, a2a, phis, presets, rounds = calibrated(runs, step=step)
+    f, a2a, phis, presets, rounds, pooling = calibrated(runs, step=step)
     validation = validate_moe(runs, presets)["summary"]
     step("every MoE run validated")
     out = {
@@ -312,9 +426,15 @@ def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step
         "a2a": {name: fa.to_json() for name, fa in a2a.items()},
         "phi": {name: pf.to_json() for name, pf in phis.items()},
         "rounds": rounds,
+        "pooled": list(pooling.pooled),
+        "pooling": {
+            m: {"value": a.value, "sigma": a.sigma, "sigmas_from_the_rest": pooling.sigmas[m]}
+            for m, a in pooling.alone.items()
+        },
+        "pooling_text": pooling_text(pooling),
     }
     if loso:
-        out["leave_one_model_out"] = leave_one_model_out(runs, step, presets)
+        out["leave_one_model_out"] = leave_one_model_out(runs, step, presets, pooling.pooled)
     if write_dir:
         by_hw = validation.get("by_hardware", {})
         family = {t: d for d, ts in A2A_FAMILIES.items() for t in ts if t not in by_hw}  # H200: H100's rows

@@ -250,6 +250,8 @@ def moe_calibration_view(out: dict) -> Group:
         f"fitted on {out['runs']} MoE rows in the bar, rms log error {out['rms_log_error']:.3f}"
     )
     parts: list = [f]
+    if out.get("pooling_text"):
+        parts.append(Text(out["pooling_text"]))
     parts += [factors_table(f"{name}, the expert all-to-all", fa) for name, fa in out.get("a2a", {}).items()]
     parts += [_phi_line(name, pf) for name, pf in out.get("phi", {}).items()]
     parts.append(summary_table(out["validation"]))
@@ -257,6 +259,7 @@ def moe_calibration_view(out: dict) -> Group:
         table = Table(title="Leave one model out: fit without the family, predict it", title_justify="left")
         for col, just in (
             ("held-out model", "left"),
+            ("pooled", "left"),
             ("fit", "right"),
             ("rows", "right"),
             ("median", "right"),
@@ -266,6 +269,7 @@ def moe_calibration_view(out: dict) -> Group:
         for model, st in out["leave_one_model_out"].items():
             table.add_row(
                 model,
+                "yes" if st.get("pooled", True) else "no: predicted",
                 f"{st['value']:.2f} ± {st['sigma']:.2f}",
                 str(st["runs"]),
                 f"{st['median_abs_error_pct']:.1f}%",
