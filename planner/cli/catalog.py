@@ -255,7 +255,8 @@ def calibrate(
 ) -> None:
     """Fit the hardware presets' efficiency factors, with their uncertainties, to the published runs
     (about 30 s on a free core, --no-loso a third of that); or, with --from-log, to your own runs (a
-    few seconds); or, with --moe, the MoE rows' one factor; or, with --nvfp4, GB200's NVFP4 GEMM ratio.
+    few seconds); or, with --moe, the MoE rows' host time per expert op over the model families that agree, and
+    H100's all-to-all (about a minute); or, with --nvfp4, GB200's NVFP4 GEMM ratio.
 
     --from-log reads the lines Megatron-LM's training loop prints (any --log-interval; the first
     interval, which carries start-up, is left out; no batch-size ramp-up):
