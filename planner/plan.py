@@ -342,6 +342,11 @@ class PlanOptions(_Spec):
         description="--moe-router-padding-for-quantization: the router pads each expert's tokens to the "
         "quantisation alignment (more routed rows, no Transformer Engine padding copies); needs FP8",
     )
+    moe_permute_fusion: bool = Field(
+        True,
+        description="--moe-permute-fusion: MoE token permutation by Transformer Engine's fused kernels (every "
+        "Megatron-Bridge MoE recipe sets it); off: Megatron-Core's index_select / scatter_add_ path (moe_utils.py)",
+    )
     use_transformer_engine_op_fuser: bool = Field(
         False,
         description="--use-transformer-engine-op-fuser: MoE experts as TE's fused grouped MLP (one grouped kernel, "

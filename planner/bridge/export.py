@@ -45,6 +45,7 @@ MOE_DESTS = {
     "moe_shared_expert_overlap",
     "use_transformer_engine_op_fuser",
     "moe_router_padding_for_quantization",
+    "moe_permute_fusion",
     "moe_expert_capacity_factor",
 }
 TARGETS = {

@@ -300,11 +300,21 @@ def bridge_import_fields(
     return replace(read, notes=tuple(notes) + read.notes, warnings=tuple(warnings) + read.warnings, argv=argv)
 
 
+# --moe-permute-fusion in every MoE recipe megaplan reads (DeepSeek-V3, Qwen3 MoE, GPT-OSS), at both tags, through
+# the model provider or the recipe: v0.2.1 deepseek_provider.py:115 (on with TE >= 2.1) and recipes/deepseek/
+# deepseek_v3.py:259, qwen_provider.py:396, gpt_oss_provider.py:73; v0.6.0 deepseek_v3_bridge.py:76 and
+# recipes/deepseek/h100/deepseek_v3.py:171, qwen3_moe_bridge.py:68, gpt_oss_bridge.py:70. The dumped recipe fields
+# (data/recipe_defaults.json) predate the row that reads it.
+RECIPE_PERMUTE_FUSION = True
+
+
 def _base_recipe(tag: str, recipe: str, fields: dict, model, gpus, hardware, notes: list[str]):
     """The base recipe's fields at ``tag`` (how it holds its precision and overlap configs among them), the model,
     GPUs and hardware its name states where not given, and the note of what is assumed from it."""
     name, _, preset = recipes.resolve(tag, recipe, model or "")
     base = dict(recipes.defaults(tag, name))
+    if base.get("model.num_moe_experts"):  # not in the dumped fields: every MoE recipe sets it (RECIPE_PERMUTE_FUSION)
+        base.setdefault("model.moe_permute_fusion", RECIPE_PERMUTE_FUSION)
     kinds = base.pop("_kinds", {})
     if str(kinds.get("mixed_precision", "")).startswith("str:"):
         base["mixed_precision"] = kinds["mixed_precision"][4:]

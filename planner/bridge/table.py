@@ -502,6 +502,14 @@ ROWS: tuple[Row, ...] = (
         source=MCORE + " (core_v0.15.2 names it moe_router_padding_for_fp8; core_v0.16.0 on keeps that as an alias)",
     ),
     Row(
+        "--moe-permute-fusion",
+        "moe_permute_fusion",
+        "on",
+        "model.moe_permute_fusion",
+        False,
+        nemo2=("model.config.moe_permute_fusion",),
+    ),
+    Row(
         "--use-transformer-engine-op-fuser",
         "use_transformer_engine_op_fuser",
         "on",

@@ -22,6 +22,7 @@ MOE_ONLY = (
     "moe_shared_expert_overlap",
     "use_transformer_engine_op_fuser",
     "moe_router_padding_for_quantization",
+    "moe_permute_fusion",
     "etp",  # expert tensor parallelism: --etp 3 on a dense model ran without a word (fresh user trial 10)
 )
 FLAG_OF = {

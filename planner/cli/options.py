@@ -348,6 +348,13 @@ PLAN_OPTIONS: tuple[Option, ...] = (
         solo=True,
     ),
     Option(
+        ("--moe-permute-fusion",),
+        "MoE: Transformer Engine's fused token permutation (every Megatron-Bridge MoE recipe; off: Megatron-Core's "
+        "index_select / scatter_add_ path, a launch script's default).",
+        True,
+        flag=True,
+    ),
+    Option(
         ("--moe-router-padding-for-quantization",),
         "MoE with FP8: the router pads each expert's tokens to the quantisation alignment (alltoall/flex).",
         False,

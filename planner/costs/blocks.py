@@ -360,6 +360,14 @@ def _routed_experts(lt: Letters, ctx: Context) -> dict:
     )  # fmt: skip
 
 
+def _unfused_permute_bytes(lt: Letters, ctx: Context, A: np.ndarray) -> np.ndarray:
+    """``moe.unfused_permute_extra_bytes`` of a plan without --moe-permute-fusion (0 with it), at the GPU's law."""
+    if ctx.options.moe_permute_fusion:
+        return 0.0 * A
+    ratio = ctx.hardware.calibration.memory_efficiency / moe.UNFUSED_SCATTER_HBM_FRAC
+    return moe.unfused_permute_extra_bytes(A, lt.h, lt.k, ratio)
+
+
 def _fp8_padding_bytes(lt: Letters, ctx: Context, A: np.ndarray) -> np.ndarray:
     """``moe.fp8_padding_bytes`` of a plan with FP8: dropless routing's counts are the router's (unaligned),
     drop-and-pad's the fixed ``moe.drop_and_pad_rows``; none when the router pads them
@@ -462,6 +470,8 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     elementwise = act + bias + r["permute"] + _mlp_elementwise(lt)["norm_residual"] / 2
     shared, shared_elementwise, shared_tp, casts = _shared_experts(lt, ctx, r["casts"])
     hbm = hw.gpu.hbm_bytes_per_s * hw.calibration.memory_efficiency
+    unfused_permute = _unfused_permute_bytes(lt, ctx, A)  # each pass, without --moe-permute-fusion
+    casts = (casts[0] + unfused_permute, casts[1] + unfused_permute)
     modules = opts.recompute_modules
     captured = 1.0 if not r["unfused"] else _graphed(opts, CudaGraphModule.MOE)  # one grouped kernel for all
     host_fwd, host_bwd = moe.expert_host_s(lt.E / lt.ep, ctx, captured=captured)
@@ -470,7 +480,7 @@ def moe_mlp_block(lt: Letters, ctx: Context) -> dict[str, np.ndarray]:
     gap_fwd, gap_bwd = moe.expert_graph_gap_s(lt.E / lt.ep, ctx, graphed=graphed)
     host_fwd, host_bwd = host_fwd + gap_fwd, host_bwd + gap_bwd
     if RecomputeModule.MOE in modules:  # the MoE block's forward again (its dispatch too: ``layer_terms``)
-        sel = experts + shared + host_fwd + (act + bias + r["permute"] + shared_elementwise) / hbm
+        sel = experts + shared + host_fwd + (act + bias + r["permute"] + unfused_permute + shared_elementwise) / hbm
     else:  # moe_act: the experts' activation function again; shared_experts: their forward again
         sel = (RecomputeModule.MOE_ACT in modules) * act / hbm
         sel = sel + (RecomputeModule.SHARED_EXPERTS in modules) * (shared + shared_elementwise / hbm)

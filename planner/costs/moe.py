@@ -719,6 +719,34 @@ def sort_chunks_bytes(A: ArrayLike, h: int, local_experts: ArrayLike, kind: Arra
     return SORT_CHUNKS_BYTES * A * h * sorts
 
 
+# Megatron-Core's token permutation without --moe-permute-fusion (moe_utils.permute / unpermute, the same at
+# core_r0.11.0 and d98e8a64): the permute is an index_select of the routed copies (read 2, write 2 an element, what
+# the fused permute moves: blocks.PERMUTE_BYTES's first half); the unpermute multiplies the copies by their
+# probabilities, allocates a zero output and scatter_add_s the k copies of each token into it through an int64 index
+# broadcast over h, atomic adds; backward, the unpermute is a gather (with the probabilities' multiply and their
+# gradient's reduction) and the permute an index_add_, atomic adds again.
+# Measured: TileOPs PR 608 (tile-ai/TileOPs, 2026-03-19; H200, bf16, top-2, hidden 4096), PyTorch's unpermute - the
+# probabilities' multiply, the zero output, scatter_add_ - at 0.22 and 0.25 TB/s over its (k + 1)·T·h·2 bytes
+# (T tokens; 0.06 and 0.20 ms at 512 and 2,048 tokens), against 2.9 TB/s for a fused kernel: 0.25 of the H200's
+# 4.8 TB/s. Assumed: the backward's index_add_ runs at the same rate (the same atomic accumulation over the same
+# bytes), and other GPUs keep the fraction of their HBM bandwidth.
+UNFUSED_SCATTER_HBM_FRAC = 0.25 / 4.8
+FUSED_UNPERMUTE_BYTES = 2 + 2  # what the priced (fused) unpermute moves an element: blocks.PERMUTE_BYTES's second half
+
+
+def unfused_permute_extra_bytes(A: ArrayLike, h: int, k: ArrayLike, ratio: float) -> np.ndarray:
+    """HBM bytes, at the law W_HBM·η_mem, that Megatron-Core's unfused permutation adds in each pass beyond the fused
+    one the block prices: its scatter_add_ (forward) or index_add_ (backward) moves the (A + A/k)·h·2 bytes of A routed
+    copies and their A/k tokens at ``UNFUSED_SCATTER_HBM_FRAC`` of HBM, ``ratio`` = η_mem/that fraction times the law's
+    time, where the fused unpermute moved FUSED_UNPERMUTE_BYTES·A·h; the index_select, the gather and the
+    probabilities' passes cost what the fused kernels' do. Forward and backward alike:
+    (A + A/k)·h·2·ratio − 4·A·h. Mixtral 8x7B on B200 (A = 16,384 copies of 8,192 tokens, h 4,096, η_mem 0.89:
+    ratio 0.89/0.05208 = 17.09): 3,440.3 − 268.4 = 3,171.8 MB, 0.445 ms at 7.12 TB/s."""
+    A = np.asarray(A, dtype=float)
+    scatter = (A + A / np.asarray(k, dtype=float)) * h * 2 * ratio
+    return np.maximum(scatter - FUSED_UNPERMUTE_BYTES * A * h, 0.0)
+
+
 # Megatron-Core's unfused expert MLP (TEGroupedMLP, core_r0.16-0.18), bytes per (token, expert) pair:
 # the activation clamp (--activation-func-clamp-value with --quick-geglu) runs eagerly before the
 # fused activation in weighted_bias_quick_geglu_impl (fusions/fused_bias_geglu.py): two clamps and a

@@ -283,6 +283,14 @@ def unfused_mla_attention(row: dict) -> bool:
     )
 
 
+# NeMo 2's performance scripts turn --moe-permute-fusion on for DeepSeek-V3 (and Llama 4) alone: pretrain_deepseek_v3.py
+# ``recipe.model.config.moe_permute_fusion = True`` (scripts/performance/llm @ v2.3.0:64, 7a8f1cc7:66, 6f2c6fda:63,
+# 9244b1ec:94). Mixtral's (v2.2.0, v2.3.0) and Grok-1's (6f2c6fda) set nothing, and neither do their model configs
+# (nemo/collections/llm/gpt/model/mixtral.py, grok.py), so they run Megatron-Core's default, the unfused path
+# (TransformerConfig.moe_permute_fusion = False).
+NEMO2_PERMUTE_FUSION = ("deepseek-v3",)
+
+
 def _nemo2_options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict:
     """The plan options of a row measured with NeMo 2's performance scripts (``scripts/performance`` at the
     NEMO_COMMIT its DGX Cloud recipe installs: 7a8f1cc7 for the 25.04 container's DeepSeek-V3, 6f2c6fda for its
@@ -303,7 +311,9 @@ def _nemo2_options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict
       current scaling (``--fp8_recipe cs``: bf16_with_fp8_current_scaling_mixed, fp8_recipe "tensorwise", with
       first_last_layers_bf16 = False: utils.py set_primary_perf_configs @ v2.3.0:340-351);
     - attention: ``unfused_mla_attention``; the flash kernels at the container's release
-      (``runs.release_attention_ratio``: cuDNN 9.7.0's on Blackwell for 25.02 and 25.04)."""
+      (``runs.release_attention_ratio``: cuDNN 9.7.0's on Blackwell for 25.02 and 25.04);
+    - the token permutation fused for DeepSeek-V3 only (``NEMO2_PERMUTE_FUSION``), Megatron-Core's unfused path for
+      the others."""
     release = _nemo2_release(row)
     return dict(
         attention_kernel="unfused" if unfused_mla_attention(row) else "flash",
@@ -320,6 +330,7 @@ def _nemo2_options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict
         recompute_modules=modules or None,
         expandable_segments=release >= (25, 7) and row["hardware"] != "dgx-b200-superpod",
         attention_time_ratio=release_attention_ratio(f"NeMo {release[0]}.{release[1]:02d}", row["hardware"]),
+        moe_permute_fusion=row["model"] in NEMO2_PERMUTE_FUSION,
         **_cuda_graphs(row["cuda_graph"]),
     ) | row_options(row)
 

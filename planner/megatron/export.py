@@ -209,6 +209,8 @@ def _expert_flags(req: PlanRequest) -> list:
         flags.append("--use-transformer-engine-op-fuser")
     if o.moe_router_padding_for_quantization:
         flags.append("--moe-router-padding-for-quantization")
+    if o.moe_permute_fusion:  # Megatron-LM's default is off: the unfused index_select / scatter_add_ path
+        flags.append("--moe-permute-fusion")
     if o.moe_capacity_factor is not None:
         flags += ["--moe-expert-capacity-factor", o.moe_capacity_factor]
     return flags

@@ -302,6 +302,8 @@ def _options(v: dict, spec: ModelSpec, warnings: list[str], allocator_conf: str 
         or v.get("moe_deepep_num_sms"),
         "moe_hybridep_num_sms_preprocessing": int(v.get("moe_hybridep_num_sms_preprocessing") or 108),
         "use_transformer_engine_op_fuser": bool(v.get("use_transformer_engine_op_fuser")),
+        # Megatron-LM's default is off; a dense model has no permutation: the plan's default
+        "moe_permute_fusion": bool(v.get("moe_permute_fusion")) if spec.is_moe else True,
         # the deprecated --moe-router-padding-for-fp8 turns the unified one on (transformer_config.py:2642-2647)
         "moe_router_padding_for_quantization": bool(
             v.get("moe_router_padding_for_quantization") or v.get("moe_router_padding_for_fp8")

@@ -119,6 +119,7 @@ COST_DESTS = set(MODEL_FIELDS) | {  # flags whose values change the estimate; ev
     "moe_deepep_num_sms",
     "moe_hybridep_num_sms_preprocessing",
     "use_transformer_engine_op_fuser",
+    "moe_permute_fusion",
     "overlap_moe_expert_parallel_comm",
     "pipeline_model_parallel_layout",
     "decoder_first_pipeline_num_layers",
