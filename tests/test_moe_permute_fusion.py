@@ -89,3 +89,12 @@ def test_nemo2_scripts_fuse_it_for_deepseek_v3_alone():
     dsv3_nemo = {k: v for k, v in rows.items() if k.startswith("DGXC-v25.0") and "DSV3" in k}
     assert len(mixtral_grok) == 12 and not any(mixtral_grok.values())
     assert len(dsv3_nemo) >= 5 and all(dsv3_nemo.values())
+
+
+def test_explain_says_when_a_moe_plan_permutes_unfused():
+    from tests.conftest import run_cli
+
+    args = ["explain", "--model", "mixtral-8x7b", "--hardware", "dgx-b200-superpod", "--gpus", "64"]
+    args += ["--tp", "1", "--pp", "2", "--ep", "8", "--brief"]
+    assert "token permutation unfused" in run_cli([*args, "--no-moe-permute-fusion"]).output
+    assert "token permutation unfused" not in run_cli(args).output

@@ -129,6 +129,9 @@ def verdict(pj: dict, note: str | None = None, read: bool = False) -> Hanging:
     overlaps = overlap_text(pj)
     if overlaps:
         out.append(f"      {overlaps}\n")
+    if pj.get("model_spec", {}).get("num_experts") and pj.get("options", {}).get("moe_permute_fusion") is False:
+        out.append("      token permutation unfused (no --moe-permute-fusion, Megatron-LM's default; every "
+                   "Megatron-Bridge MoE recipe turns it on)\n")  # fmt: skip
     if note:
         out.append(f"      {note}\n", "dim")
     if est["fits"]:
