@@ -6,11 +6,12 @@ performance scripts, and written by export."""
 import pytest
 
 from planner.api import explain, make_request
-from planner.bridge.importer import request_from_bridge
+from planner.bridge.importer import read_bridge_source, request_from_bridge
 from planner.costs import moe
 from planner.fidelity.moe_runs import load_moe_runs
 from planner.megatron.export import megatron_argv
 from planner.megatron.importer import import_megatron
+from planner.plan_file import request_from_fields
 from planner.presets import load_hardware
 
 
@@ -98,3 +99,20 @@ def test_explain_says_when_a_moe_plan_permutes_unfused():
     args += ["--tp", "1", "--pp", "2", "--ep", "8", "--brief"]
     assert "token permutation unfused" in run_cli([*args, "--no-moe-permute-fusion"]).output
     assert "token permutation unfused" not in run_cli(args).output
+
+
+def test_nemo2_export_always_writes_it_and_import_takes_the_model_configs_default(tmp_path):
+    """NeMo 2's model configs differ (qwen3.py:65 and deepseek.py:127 on, llama.py:408 and Mixtral's off @ v2.4.0), so
+    the NeMo 2 export writes the field whatever its value, and a NeMo 2 line without it reads as its config sets."""
+    from tests.conftest import run_cli
+
+    args = ["export", "--hardware", "dgx-h100-superpod", "--tp", "1", "--distributed-optimizer", "--format", "nemo2"]
+    qwen = [*args, "--model", "qwen3-30b-a3b", "--gpus", "16", "--pp", "1", "--ep", "16"]
+    assert "model.config.moe_permute_fusion=true" in run_cli(qwen).output
+    assert "model.config.moe_permute_fusion=false" in run_cli([*qwen, "--no-moe-permute-fusion"]).output
+    for model, gpus, pp, ep, fused in (("qwen3-30b-a3b", 16, 1, 16, True), ("mixtral-8x7b", 64, 2, 8, False)):
+        path = tmp_path / f"{model}.sh"
+        out = run_cli([*args, "--model", model, "--gpus", str(gpus), "--pp", str(pp), "--ep", str(ep)]).output
+        path.write_text("".join(line + "\n" for line in out.splitlines() if "moe_permute_fusion" not in line))
+        read, _ = read_bridge_source({"bridge_config": str(path), "gpus": gpus, "hardware": "dgx-h100-superpod"})
+        assert request_from_fields(read.data).ctx.options.moe_permute_fusion is fused

@@ -306,6 +306,10 @@ def bridge_import_fields(
 # recipes/deepseek/h100/deepseek_v3.py:171, qwen3_moe_bridge.py:68, gpt_oss_bridge.py:70. The dumped recipe fields
 # (data/recipe_defaults.json) predate the row that reads it.
 RECIPE_PERMUTE_FUSION = True
+# NeMo 2's model configs at NEMO2_TAG (v2.4.0): Qwen3 moe_permute_fusion = True (nemo/collections/llm/gpt/model/
+# qwen3.py:65), DeepSeek is_te_min_version("2.1.0") (deepseek.py:127); Mixtral, Llama 4 and Grok-1 keep
+# Megatron-Core's False (llama.py:408)
+NEMO2_PERMUTE_FUSION_MODELS = ("qwen3", "deepseek")
 
 
 def _base_recipe(tag: str, recipe: str, fields: dict, model, gpus, hardware, notes: list[str]):
@@ -538,6 +542,9 @@ def _nemo2_source(text: str, values: dict, head: dict, common: dict, where: str)
             "the world size is unknown: pass --gpus N, or give trainer.num_nodes and trainer.devices on the NeMo 2 line"
         )
     fields, preset, (assumed, factory) = nemo2_fields(text)
+    model = common["model"] or preset or ""
+    if model.startswith(NEMO2_PERMUTE_FUSION_MODELS):  # their NeMo 2 model configs turn it on, the others leave it off
+        fields.setdefault("model.moe_permute_fusion", True)
     overrides = parse_dotlist(list(values.get("bridge_override") or ()))
     steps = {**nemo2_defaults(factory), **nemo2_given(text)}.get(NEMO2_RUN)
     spelled = {}
