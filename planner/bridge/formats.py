@@ -91,7 +91,7 @@ NEMO2_ALWAYS = {
     "sequence_parallel",
     "use_distributed_optimizer",
     # the model configs differ: on for Qwen3 and DeepSeek (nemo/collections/llm/gpt/model/qwen3.py:65, deepseek.py:127
-    # @ 9244b1ec), Megatron-Core's off for the others; MoE models only (MOE_DESTS)
+    # @ v2.4.0), Megatron-Core's off for the others; MoE models only (MOE_DESTS)
     "moe_permute_fusion",
 }
 NEMO2_PLUGINS = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}  # recipes/precision/mixed_precision.py factories
