@@ -78,9 +78,8 @@ def test_rank_one_of_the_b200_340b_recipe_drops_the_overlap_now_blackwell_runs_h
     is TP4, labelled as search labels it. choice20 found it with the overlap off (``no-tpo``), a path no Blackwell
     reference run took then: every one with t > 1 ran SP with --tp-comm-overlap (69 rows at choice20), and search
     kept the overlapped twin (``search._twin_rule``, the tpoev20 paragraph of docs/cost-model.md §10.7). The NeMo
-    docs' Mixtral 8x22B rows (TP2 with SP, no TP overlap, 256 B200 under 25.02 and 256 GB200 under 25.04; held out)
-    are Blackwell runs without it, so both versions are published and search takes the faster: ``no-tpo`` again,
-    with nothing extrapolated."""
+    docs' Mixtral 8x22B row on 256 GB200 under 25.04 (TP2 with SP, no TP overlap; held out) is a Blackwell run without
+    it, so both versions are published and search takes the faster: ``no-tpo`` again, with nothing extrapolated."""
     from planner.fidelity import choice
     from planner.fidelity.evidence import bearing
     from planner.fidelity.moe_runs import load_moe_runs
@@ -97,7 +96,5 @@ def test_rank_one_of_the_b200_340b_recipe_drops_the_overlap_now_blackwell_runs_h
         and r.request["tp"] > 1
     }  # fmt: skip
     assert len(blackwell_tp) >= 60 and set(blackwell_tp.values()) == {(True, True), (True, False)}
-    assert {i for i, v in blackwell_tp.items() if v == (True, False)} == {
-        "NEMODOC-25.02-B200-MIXTRAL8X22B-256",
-        "NEMODOC-25.04-GB200-MIXTRAL8X22B-256",
-    }
+    # (the 25.02 B200 twin was the second until it was set apart as superseded software, 2026-12-04)
+    assert {i for i, v in blackwell_tp.items() if v == (True, False)} == {"NEMODOC-25.04-GB200-MIXTRAL8X22B-256"}

@@ -73,11 +73,14 @@ def test_which_containers_take_a_release_ratio():
 def test_the_mixtral_rows_of_those_containers_judge_the_ratio():
     # held out, never fitted: NeMo's Mixtral 8x7B and 8x22B on B200 (25.02) and GB200 (25.04) were +13..+45 % with
     # their attention at the law; at cuDNN 9.7.0's ratio (set by the dense long-context rows) +10..+28 %; with their
-    # scripts' unfused token permutation priced (moe.unfused_permute_extra_bytes) +2..+24 %
+    # scripts' unfused token permutation priced (moe.unfused_permute_extra_bytes) +2..+24 %; the 25.02 8x22B row is
+    # apart as superseded software (tests/test_moe_validation.py), the others in the bar
     from planner.fidelity.validate import validate_moe
 
     rows = {r["id"]: r for r in validate_moe()["runs"] if "MIXTRAL" in r["id"]}
-    assert len(rows) == 4 and all(r["in_bar"] and not r["in_fit"] for r in rows.values())
+    apart = {k for k, r in rows.items() if not r["in_bar"]}
+    assert len(rows) == 4 and apart == {"NEMODOC-25.02-B200-MIXTRAL8X22B-256"}
+    assert not any(r["in_fit"] for r in rows.values())
     got = {k: round(r["error_pct"]) for k, r in rows.items()}
     assert got == {
         "NEMODOC-25.02-B200-MIXTRAL8X7B-64": 7,

@@ -74,20 +74,21 @@ def test_superseded_and_regressed_rows_are_reported_apart_with_their_evidence(mo
     # megaplan gives the settings that changed (test_25_09_rows_apart_ran_faster_later_than_the_model_explains);
     # the other six 25.09 rows have no such evidence and are in the bar; two DGX Cloud rows of the NeMo 25.04
     # container by the same rule (tests/test_dgxc_moe.py test_rows_apart_ran_faster_later_than_the_model_explains)
-    # and the GB200 one's weak-scaling points, the same recipe, software and work per GPU (test_dgxc_moe.py)
+    # and the GB200 one's weak-scaling points, the same recipe, software and work per GPU (test_dgxc_moe.py); NeMo
+    # 25.02's Mixtral 8x22B on B200 by the NeMo 25.02 B200 rows' rule (test_nemo_2502_moe_rows_against_the_later_...)
     assert set(flagged) == {
         "MB-26.06.01-GB200-GPTOSS120B-64", "MB-26.06.01-GB300-GPTOSS120B-64", "MB-26.02-B200-QWEN3-30B-8",
         "MB-26.02-H100-QWEN3-30B-16", "MB-25.09-GB200-QWEN3-30B-8", "MB-25.09-B200-QWEN3-30B-8",
         "DGXC-v25.05.04-GB200-DSV3-256", "DGXC-v25.05.04-H100-DSV3-1024",
-        "DGXC-v25.05.04-GB200-DSV3-128", "DGXC-v25.05.04-GB200-DSV3-512",
+        "DGXC-v25.05.04-GB200-DSV3-128", "DGXC-v25.05.04-GB200-DSV3-512", "NEMODOC-25.02-B200-MIXTRAL8X22B-256",
     }  # fmt: skip
     assert all(any(a.startswith("reported apart - ") for a in r["assumptions"]) for r in flagged.values())
     assert "28,947 (26.06)" in " ".join(flagged["MB-26.06.01-GB200-GPTOSS120B-64"]["assumptions"])
     assert "33,166 (26.06)" in " ".join(flagged["MB-26.06.01-GB300-GPTOSS120B-64"]["assumptions"])
     summary = moe["summary"]
-    # 83 fitted rows, the 14 held-out rows of the verification cards (cards18), 11 of the DGX Cloud recipes and the
-    # 4 Mixtral rows of the NeMo docs' performance summary
-    assert summary["in_bar"]["runs"] == 112 and sum(s["runs"] for s in summary["by_hardware_assumed"].values()) == 10
+    # 83 fitted rows, the 14 held-out rows of the verification cards (cards18), 11 of the DGX Cloud recipes and 3 of
+    # the 4 Mixtral rows of the NeMo docs' performance summary
+    assert summary["in_bar"]["runs"] == 111 and sum(s["runs"] for s in summary["by_hardware_assumed"].values()) == 11
 
 
 LATER_RELEASES = ("26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01", "26.08")
@@ -122,6 +123,50 @@ def test_25_09_rows_apart_ran_faster_later_than_the_model_explains():
     assert judged["MB-25.09-B200-QWEN3-30B-8"][:2] == ("MB-26.02.01-B200-QWEN3-30B-8", pytest.approx(1.4776, abs=1e-4))
     assert judged["MB-25.09-H100-QWEN3-30B-16"][0] == "MB-26.04-H100-QWEN3-30B-16"
     assert len(judged) == 6
+
+
+def test_nemo_2502_moe_rows_against_the_later_run_of_their_plan():
+    """The NeMo 25.02 B200 rows' rule (tests/test_blackwell_rows.py, LATER: NeMo 25.02 was the first NeMo 2 release
+    with B200 recipes) applied to its two MoE rows: each against the later run of the same plan - the NeMo 25.04 GB200
+    row of the same TP, PP, CP, VP, EP, micro-batch, batch and sequence - apart as superseded software exactly when
+    the later run is faster by more than 2 x RUN_NOISE beyond what megaplan gives the settings that changed.
+
+    Mixtral 8x22B (TP2 PP4 CP8 VP14 EP8, MBS 1, GBS 64, s 65,536): 2,731 / 2,232 = 1.2236 published against about
+    x1.060 modelled (B200 -> GB200, delayed -> current scaling, ETP 1 -> the GB200 script's default 2): 15.5 %
+    beyond, apart. It stays beyond if the GB200 run kept ETP 1 (14.1 %) or if GB200 outran B200 by the datasheets'
+    2500/2250 instead of megaplan's hardware ratio (13.2 %). Mixtral 8x7B (TP1 EP8, MBS 2, GBS 256, s 4,096, local
+    CUDA graphs in both): 19,275 / 15,457 = 1.2470 against x1.195: 4.4 %, in the bar. The one with CP is the one
+    apart: NeMo 25.02's Transformer Engine predates the CP-ring rework of TE PR 1523 (first tagged v2.2), which
+    the 25.04 run's current scaling (TE >= 2.2) implies it ran."""
+    import dataclasses
+
+    from planner.fidelity.calibrate import RUN_NOISE
+
+    runs = {r.id: r for r in load_moe_runs()}
+    flags = {r["run_id"]: r["flag"] for r in moe_reference_rows()}
+    pairs = {
+        "NEMODOC-25.02-B200-MIXTRAL8X22B-256": ("NEMODOC-25.04-GB200-MIXTRAL8X22B-256", 2731 / 2232, 0.155, True),
+        "NEMODOC-25.02-B200-MIXTRAL8X7B-64": ("NEMODOC-25.04-GB200-MIXTRAL8X7B-64", 19275 / 15457, 0.044, False),
+    }
+    assert {i for i in runs if i.startswith("NEMODOC-25.02-B200")} == set(pairs)
+    keys = ("tp", "pp", "cp", "vpp", "ep", "micro_batch", "global_batch", "seq_len", "gpus")
+    for old, (new, published, beyond_hand, apart) in pairs.items():
+        a, b = runs[old], runs[new]
+        assert all(a.request[k] == b.request[k] for k in keys), old
+        assert b.published / a.published == pytest.approx(published, rel=1e-9)
+        beyond = published / (predict(b) / predict(a)) - 1
+        assert beyond == pytest.approx(beyond_hand, abs=0.01), old
+        assert (beyond > 2 * RUN_NOISE) is apart
+        assert flags[old].startswith("superseded software (NeMo 25.02") is apart and not flags[new]
+    old, new = runs["NEMODOC-25.02-B200-MIXTRAL8X22B-256"], runs["NEMODOC-25.04-GB200-MIXTRAL8X22B-256"]
+    assert (old.request["etp"], new.request["etp"]) == (1, 2)
+    etp1 = dataclasses.replace(new, request=dict(new.request, etp=1))
+    assert (new.published / old.published) / (predict(etp1) / predict(old)) - 1 > 2 * RUN_NOISE
+    # megaplan's hardware ratio (the B200 plan and settings on GB200) replaced by the datasheets' 2500/2250
+    on_gb200 = dataclasses.replace(old, hardware=new.hardware)
+    settings = predict(new) / predict(on_gb200)
+    assert (new.published / old.published) / (settings * 2500 / 2250) - 1 > 2 * RUN_NOISE
+    assert "TransformerEngine PR 1523" in flags[old.id] and "2,232 -> 2,731" in flags[old.id]
 
 
 def test_25_09_token_drop_rows_run_what_megatron_core_0_14_could():

@@ -18,14 +18,15 @@ def _ctx(hardware: str, model: str = "gpt3-175b"):
 
 def test_the_tables_tell_overlap_from_no_overlap_per_generation():
     # written out from the reference runs (scripts/evidence_counts.py): Blackwell's runs with TP > 1 and SP overlap,
-    # but for the NeMo docs' Mixtral 8x22B rows on 256 B200 (25.02) and 256 GB200 (25.04), TP2 with SP and no TP
-    # overlap (NeMo mixtral_8x22b recipes: MegatronCommOverlapCallback's tp_comm_overlap defaults off; held out), two
-    # settings (DGX Cloud's 25.04 DeepSeek-V3 on GB200, TP2 without it, is apart as superseded software); Hopper has
+    # but for the NeMo docs' Mixtral 8x22B row on 256 GB200 (25.04), TP2 with SP and no TP overlap (NeMo
+    # mixtral_8x22b recipes: MegatronCommOverlapCallback's tp_comm_overlap defaults off; held out), one setting (its
+    # 25.02 twin on 256 B200 and DGX Cloud's 25.04 DeepSeek-V3 on GB200, TP2 without it, are apart as superseded
+    # software: 2 settings until the B200 row was set apart, 2026-12-04); Hopper has
     # both (the DGX Cloud and Megatron-Bridge recipes overlap, five settings do not, one of them DGX Cloud's 25.04
     # DeepSeek-V3 recipe on 512 H100, TP2 with SP, held out); no Ampere run overlaps ([K22]'s sequence-parallel runs on
     # A100 are TP with SP and no userbuffers); DGX Cloud's Grok-1 recipe (NeMo pretrain_grok1_314b.py @ 6f2c6fda:
     # tp_comm_overlap=True, TP4 with SP; held out) is a MoE model with the overlap (code 3) on both GB200 and H100
-    assert COUNTS[10]["tp_overlap"] == {1: 25, 2: 2, 3: 2}
+    assert COUNTS[10]["tp_overlap"] == {1: 25, 2: 1, 3: 2}
     assert COUNTS[9]["tp_overlap"] == {1: 19, 2: 5, 3: 2}
     assert COUNTS[8]["tp_overlap"] == {2: 6}
 
@@ -94,8 +95,9 @@ def test_hopper_moe_search_takes_the_faster_twin_now_moe_runs_have_both():
 
 def test_a_blackwell_plan_without_the_overlap_is_supported_by_the_mixtral_8x22b_rows():
     """TP with SP and no TP overlap on Blackwell: extrapolated while every Blackwell run with TP overlapped; the NeMo
-    docs' Mixtral 8x22B rows (NEMODOC-25.02-B200-MIXTRAL8X22B-256, NEMODOC-25.04-GB200-MIXTRAL8X22B-256: TP2, SP,
-    NeMo's recipes leave tp_comm_overlap off) are two published settings of it."""
+    docs' Mixtral 8x22B row on GB200 (NEMODOC-25.04-GB200-MIXTRAL8X22B-256: TP2, SP, NeMo's recipes leave
+    tp_comm_overlap off) is a published setting of it (its B200 twin of 25.02 was the second until it was set apart
+    as superseded software, 2026-12-04)."""
     req = make_request(
         model="gpt3-175b",
         hardware=load_hardware("gb200-nvl72"),
@@ -113,7 +115,7 @@ def test_a_blackwell_plan_without_the_overlap_is_supported_by_the_mixtral_8x22b_
     grid = PlanGrid.from_plans([req.plan])
     assert int(evidence.feature_codes(grid, req.ctx, 128)["tp_overlap"][0]) == 2
     ev = evidence.plan_evidence(grid, req.ctx, 128)
-    assert int(ev.counts["tp_overlap"][0]) == 2 and int(ev.extrapolated[0]) == 0
+    assert int(ev.counts["tp_overlap"][0]) == 1 and int(ev.extrapolated[0]) == 0
     assert evidence.LABELS["tp_overlap"](2) == "TP with SP but without the TP comm overlap"
     plan = explain(req, suggest=False)
     assert plan["evidence"]["extrapolated"] == []
