@@ -663,6 +663,19 @@ def test_a2a_overlap_at_tp_2_on_h100_against_the_model_zoo_a_b(overlap, measured
     assert _qwen3_235b_h100_zoo_s(overlap) == pytest.approx(measured_s, rel=0.08)
 
 
+def test_the_a_b_step_is_the_one_explain_shows():
+    # φ's solve reads the A/B's step from the plan's evaluation, not from explain (about 30 of them a solve):
+    # the same number, at the shipped φ and at another
+    from planner.api import explain
+    from planner.fidelity.connection_fit import with_phi, zoo_ab_request
+
+    h100 = load_hardware("dgx-h100-superpod")
+    for hw in (h100, with_phi(h100, 0.8)):
+        for overlap in (False, True):
+            shown = explain(zoo_ab_request(hw, overlap))["estimate"]["iteration_s"]
+            assert zoo_ab_step_s(hw, overlap) == shown
+
+
 def test_model_zoo_gain_and_its_rounding_by_hand():
     """G = 19.7/17.6 = 1.11932; times rounded to 0.1 s: σ_t = 0.05/√3 = 0.028868 s each,
     σ_G = G·√((0.028868/19.7)² + (0.028868/17.6)²) = 1.11932 × 0.0021994 = 0.0024618."""

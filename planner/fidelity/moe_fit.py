@@ -83,12 +83,20 @@ def _log_errors(runs: list[Run], op_us: float, prepared: dict, base: Presets | N
 
 def fit(runs: list[Run], base: Presets | None = None) -> MoeFit:
     """Least squares on ln(predicted/published) inside ``BAND``, the other factors at ``base``'s (default: the
-    shipped presets'); σ from the Jacobian."""
+    shipped presets'); σ from the Jacobian. It starts from the value the presets hold (H100's) and stops, as the
+    dense fit does (calibrate.fit), when a step moves t_op by less than 10⁻⁴ of it or the cost by less than 10⁻⁴
+    of itself: 0.001 µs, a tenth of the 0.01 µs the presets are written to."""
     from scipy.optimize import least_squares
 
     prepared = {r.id: prepare(r) for r in runs}
+    start = float(np.clip(_preset(FIT_PRESETS[0], base).calibration.moe_host_op_us or 10.0, *BAND))
     sol = least_squares(
-        lambda x: _log_errors(runs, x[0], prepared, base), x0=[10.0], bounds=([BAND[0]], [BAND[1]]), diff_step=1e-3
+        lambda x: _log_errors(runs, x[0], prepared, base),
+        x0=[start],
+        bounds=([BAND[0]], [BAND[1]]),
+        diff_step=1e-3,
+        xtol=1e-4,
+        ftol=1e-4,
     )
     r, J = sol.fun, sol.jac
     var = float(r @ r) / max(len(r) - 1, 1) * float(np.linalg.pinv(J.T @ J)[0, 0])
@@ -207,18 +215,27 @@ class Pooling:
         return tuple(m for m in FIT_MODELS if m not in self.pooled)
 
 
+def _fits(families: list[tuple[str, ...]], runs: list[Run], base: Presets | None) -> list[MoeFit]:
+    """``fit`` over each tuple of families' rows, the fits split between two processes (``parallel.map_jobs``:
+    independent fits, the same numbers whichever process runs one)."""
+    from functools import partial
+
+    from planner import parallel
+
+    jobs = [partial(fit, fit_runs(runs, f), base) for f in families]
+    return parallel.map_jobs(jobs, len(jobs) > 1 and parallel.can_fork())
+
+
 def pooled_models(runs: list[Run] | None = None, base: Presets | None = None) -> Pooling:
     """The families t_op is fitted on: from all of FIT_MODELS, while the pooled family furthest from the fit of
     the other pooled ones lies beyond ``CONSISTENT_SIGMAS``, predict it instead and test the rest again (never
     fewer than ``MIN_POOLED``). Each family alone is fitted once; ``base``: the presets to fit at."""
     runs = runs if runs is not None else load_moe_runs()
-    alone = {m: fit(fit_runs(runs, (m,)), base) for m in FIT_MODELS}
+    alone = dict(zip(FIT_MODELS, _fits([(m,) for m in FIT_MODELS], runs, base), strict=True))
     pooled = list(FIT_MODELS)
     while True:
-        sigmas = {
-            m: consistency_sigma(alone[m], fit(fit_runs(runs, tuple(p for p in pooled if p != m)), base))
-            for m in pooled
-        }
+        others = _fits([tuple(p for p in pooled if p != m) for m in pooled], runs, base)
+        sigmas = {m: consistency_sigma(alone[m], f) for m, f in zip(pooled, others, strict=True)}
         worst = max(sigmas, key=lambda m: sigmas[m])
         if sigmas[worst] <= CONSISTENT_SIGMAS or len(pooled) <= MIN_POOLED:
             break
@@ -261,17 +278,24 @@ def leave_one_model_out(
     """For each family: the factor fitted on the other ``pooled`` families (the others at ``base``'s; a family not
     pooled: the pooled fit, which never saw it), and that family's rows predicted with it; ``step(description)``
     after each."""
+    from functools import partial
+
+    from planner import parallel
+
     runs = runs if runs is not None else load_moe_runs()
-    out = {}
-    for model in FIT_MODELS:
-        f = fit(fit_runs(runs, tuple(m for m in pooled if m != model)), base)
-        held = [r for r in runs if r.fit and r.request["model"] == model]
-        hw = {name: with_host_op(_preset(name, base), f.value) for name in FIT_PRESETS}
-        summary = validate_moe(held, hw)["summary"]
-        out[model] = {"value": f.value, "sigma": f.sigma, **{k: summary[k] for k in ("runs", "median_abs_error_pct")}}
-        out[model] |= {"max_abs_error_pct": summary["max_abs_error_pct"], "pooled": model in pooled}
-        step(f"fitted without {model}")
-    return out
+    jobs = [partial(_held_out_family, model, runs, base, pooled) for model in FIT_MODELS]
+    done = parallel.map_jobs(jobs, parallel.can_fork(), lambda i: step(f"fitted without {FIT_MODELS[i]}"))
+    return dict(zip(FIT_MODELS, done, strict=True))
+
+
+def _held_out_family(model: str, runs: list[Run], base: Presets | None, pooled: tuple[str, ...]) -> dict:
+    """``leave_one_model_out``'s entry of one family: the fit without it and its rows predicted with that fit."""
+    f = fit(fit_runs(runs, tuple(m for m in pooled if m != model)), base)
+    held = [r for r in runs if r.fit and r.request["model"] == model]
+    hw = {name: with_host_op(_preset(name, base), f.value) for name in FIT_PRESETS}
+    summary = validate_moe(held, hw)["summary"]
+    out = {"value": f.value, "sigma": f.sigma, **{k: summary[k] for k in ("runs", "median_abs_error_pct")}}
+    return out | {"max_abs_error_pct": summary["max_abs_error_pct"], "pooled": model in pooled}
 
 
 def factor_entry(f: MoeFit, *, fitted: bool, pooling: Pooling | None = None) -> Factor:
@@ -392,8 +416,10 @@ def calibrated(runs: list[Run], base: Presets | None = None, step=_no_step) -> t
     pooling = pooled_models(runs, state)
     step(f"pooled over {len(pooling.pooled)} families")
     for _ in range(MAX_POOLINGS):
+        tested = state
         f, a2a, phis, state, rounds = _rounds(runs, state, pooling, step)
-        again = pooled_models(runs, state)
+        same = all(state[name].calibration == tested[name].calibration for name in state)
+        again = pooling if same else pooled_models(runs, state)  # the same presets: the same test, not run twice
         step(f"pooled over {len(again.pooled)} families at the fixed point")
         if again.pooled == pooling.pooled:
             if pooling_text(again) != pooling_text(pooling):  # the notes written give the fixed point's figures
