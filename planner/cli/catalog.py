@@ -254,9 +254,9 @@ def calibrate(
     as_json, write_dir, loso, logs, scripts, hardware, gpus, env_pairs, output, overwrite, force, moe, nvfp4
 ) -> None:
     """Fit the hardware presets' efficiency factors, with their uncertainties, to the published runs
-    (about 30 s on a free core, --no-loso a third of that); or, with --from-log, to your own runs (a
+    (about 45 s on two cores, --no-loso a fifth of that); or, with --from-log, to your own runs (a
     few seconds); or, with --moe, the MoE rows' host time per expert op over the model families that agree, and
-    H100's all-to-all (about a minute); or, with --nvfp4, GB200's NVFP4 GEMM ratio.
+    H100's all-to-all (about 10 s); or, with --nvfp4, GB200's NVFP4 GEMM ratio.
 
     --from-log reads the lines Megatron-LM's training loop prints (any --log-interval; the first
     interval, which carries start-up, is left out; no batch-size ramp-up):

@@ -462,18 +462,27 @@ def leave_one_source_out(
 ) -> dict[str, dict]:
     """Fit without each source family in turn (from the full fit's values, with the same priors) and
     predict its rows; ``step(description)`` after each fit."""
+    from functools import partial
+
+    from planner import parallel
+
+    sources = held_out_sources(runs, hardware_name)
+    jobs = [partial(_without_source, runs, hardware_name, full, source, priors) for source in sources]
+    done = parallel.map_jobs(jobs, parallel.can_fork(), lambda i: step(f"{hardware_name} fitted without {sources[i]}"))
+    return dict(zip(sources, done, strict=True))
+
+
+def _without_source(runs: list[Run], hardware_name: str, full: Fit, source: str, priors: bool) -> dict:
+    """One source held out (``leave_one_source_out``): the refit without its rows, and its rows predicted by it.
+    Independent of the other sources' refits, so they are split between two processes (``parallel.map_jobs``)."""
     mine = [r for r in runs if r.hardware == hardware_name]
-    out = {}
-    for source in held_out_sources(runs, hardware_name):
-        train = [r for r in mine if r.source != source]
-        held = [r for r in mine if r.source == source]
-        fitted = tuple(n for n, f in full.factors.items() if f.status == Status.FITTED.value)
-        # a factor the other sources cannot identify keeps the full fit's value (stated in the docs)
-        f = fit(hardware_name, train, fitted, start=full.values, anchor=full.values, priors=priors)
-        hw = with_calibration(load_hardware(hardware_name), f.values)
-        out[source] = {"fitted": f.values, **validate(held, {hardware_name: hw})["summary"]}
-        step(f"{hardware_name} fitted without {source}")
-    return out
+    train = [r for r in mine if r.source != source]
+    held = [r for r in mine if r.source == source]
+    fitted = tuple(n for n, f in full.factors.items() if f.status == Status.FITTED.value)
+    # a factor the other sources cannot identify keeps the full fit's value (stated in the docs)
+    f = fit(hardware_name, train, fitted, start=full.values, anchor=full.values, priors=priors)
+    hw = with_calibration(load_hardware(hardware_name), f.values)
+    return {"fitted": f.values, **validate(held, {hardware_name: hw})["summary"]}
 
 
 def loso_drift(full: Fit, by_source: dict[str, dict]) -> dict[str, Drift]:
@@ -635,10 +644,14 @@ def run_calibration(*, loso: bool = True, write_dir: str | None = None, only: st
 
     runs = load_runs()
     names = [n for n in FITTED if only in (None, n)]
-    fits = {}
-    for name in names:
-        fits[name] = fit(name, runs, priors=True)
-        step(f"{name} fitted")
+    from functools import partial
+
+    from planner import parallel
+
+    jobs = [partial(fit, name, runs, priors=True) for name in names]  # each GPU's fit its own: two processes
+    fits = dict(
+        zip(names, parallel.map_jobs(jobs, parallel.can_fork(), lambda i: step(f"{names[i]} fitted")), strict=True)
+    )
     loso_fits, drift = {}, {}
     for name in names if loso else ():
         loso_fits[name], drift[name] = _loso(runs, name, fits, step)
