@@ -361,8 +361,15 @@ def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, pr
             dropped[name] = _parked_why(side, bands[name], anchor[name])
         else:
             frac, name = max(weak, key=lambda w: _priority(w[1]))  # the secondary factor goes first
-            of_value = sigma[active.index(name)] / abs(values[name])
-            share = f"{frac:.0%} of its band" if frac > MAX_SIGMA_FRAC else f"{of_value:.0%} of its value"
+            sig, value = sigma[active.index(name)], values[name]
+            of_value = sig / abs(value)
+            share = (
+                f"{frac:.0%} of its band"
+                if frac > MAX_SIGMA_FRAC
+                else f"{of_value:.0%} of its value"
+                if of_value < 10  # a trial value near 0 makes the ratio unreadable: both, as numbers
+                else f"{sig:.3g} against a trial value of {value:.3g}"
+            )
             dropped[name] = f"σ is {share}: the runs cannot tell it from the other factors"
         active.remove(name)
         values[name] = anchor[name]
