@@ -647,14 +647,13 @@ def run_calibration(*, loso: bool = True, write_dir: str | None = None, only: st
     the sources' disagreement sets is held: set_by_disagreement), validate every run with the fits,
     and optionally write the presets. ``step(description)`` after each fit and after the validation
     (calibration_steps in all), for a progress bar."""
+    from functools import partial
+
+    from planner import parallel
     from planner.fidelity.writer import write_fits
 
     runs = load_runs()
     names = [n for n in FITTED if only in (None, n)]
-    from functools import partial
-
-    from planner import parallel
-
     jobs = [partial(fit, name, runs, priors=True) for name in names]  # each GPU's fit its own: two processes
     fits = dict(
         zip(names, parallel.map_jobs(jobs, parallel.can_fork(), lambda i: step(f"{names[i]} fitted")), strict=True)
