@@ -43,14 +43,10 @@ def zoo_ab_step_s(hardware: HardwareSpec, overlap: bool) -> float:
     """The predicted iteration time of the A/B's run: its plan's evaluation, the number explain's estimate
     shows (tests/test_moe_physics.py), without explain's breakdown, formulas and suggestions - the solve takes
     about 30 of them."""
-    import numpy as np
-
-    from planner.costs.estimate import evaluate
-    from planner.space.grid import PlanGrid
+    from planner.fidelity.validate import _evaluation
 
     req = zoo_ab_request(hardware, overlap)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.asarray(evaluate(PlanGrid.from_plans([req.plan]), req.ctx).iteration_s).ravel()[0])
+    return float(_evaluation("iteration time (s)", req).iteration_s[0])
 
 
 def with_phi(hardware: HardwareSpec, phi: float | None) -> HardwareSpec:
