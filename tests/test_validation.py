@@ -9,7 +9,7 @@ from planner.costs.letters import Letters
 from planner.costs.memory import activation_bytes_per_layer
 from planner.costs.pipeline import in_flight_microbatches
 from planner.costs.stage_memory import stage_memory_bytes
-from planner.fidelity.runs import K22, MLM, N21, load_runs
+from planner.fidelity.runs import DGXC_2024, K22, MLM, N21, load_runs
 from planner.fidelity.validate import generation, validate
 from planner.models.params import padded_vocab
 from planner.space.grid import PlanGrid
@@ -115,7 +115,10 @@ def test_runs_with_unpublished_settings_are_validated_but_not_fitted(result):
     # searched), held out likewise
     long_ctx = [r for r in result["runs"] if r["source"] == "NeMo long-context performance (docs)"]
     assert len(long_ctx) == 17 and all(r["in_bar"] and not r["in_fit"] for r in long_ctx)
-    assert by_gen[hopper]["runs"] == published[hopper]["runs"] + 9 + 3 + 9
+    # ... and DGX Cloud's first published recipes (64 H100 rows of NeMo 24.05 and 24.09), held out likewise
+    dgxc_2024 = [r for r in result["runs"] if r["source"] == DGXC_2024]
+    assert len(dgxc_2024) == 64 and all(r["in_bar"] and not r["in_fit"] for r in dgxc_2024)
+    assert by_gen[hopper]["runs"] == published[hopper]["runs"] + 9 + 3 + 9 + 64
     assert "dgx-h100-superpod" not in result["summary"]["by_hardware_assumed"]
     # NeMo 25.02 on B200: only the rows a later run of the same plan shows superseded are apart
     early = {r["id"]: r["in_fit"] for r in result["runs"] if r["id"].startswith("NEMODOC-25.02-B200")}

@@ -107,13 +107,24 @@ def fp8_weight_bytes(ctx: Context) -> float:
     return memory.fp8_weight_bytes_per_param(quant_recipe(ctx.options), one_copy_serves_both=one_copy)
 
 
+def dfa_keeps_remainders(ctx: Context) -> bool:
+    """Whether NeMo 1's Apex DistributedFusedAdam (``dfa_bucket_mb``) keeps each fp32 master weight as the 16-bit
+    remainder beside the bf16 weight: bf16 weights without FP8 parameters (NVIDIA/NeMo megatron_base_model.py
+    setup_optimization @ v2.0.0rc0: optim dtype fp32 and model dtype bf16 -> store_params False,
+    store_param_remainders True; fp8_params -> store_params True, the whole fp32 master)."""
+    opts = ctx.options
+    return opts.dfa_bucket_mb is not None and ctx.precision == "bf16" and not opts.fp8_param_gather
+
+
 def state_bytes_per_param(ctx: Context) -> tuple[int, int]:
-    """(gradient, optimizer) bytes per parameter: the gradient buffer's dtype and Adam's states."""
+    """(gradient, optimizer) bytes per parameter: the gradient buffer's dtype and Adam's states (with NeMo 1's
+    DistributedFusedAdam keeping remainders, ``dfa_keeps_remainders``, 2 + 4 + 4 as the precision-aware optimizer's
+    remainder)."""
     opts = ctx.options
     grad = memory.gradient_bytes_per_param(ctx.precision, grads_in_16_bits=opts.grad_buffer_in_16_bits)
     optimizer = memory.optimizer_bytes_per_param(
         ctx.precision,
-        precision_aware=opts.use_precision_aware_optimizer,
+        precision_aware=opts.use_precision_aware_optimizer or dfa_keeps_remainders(ctx),
         master_bytes=OPTIMIZER_DTYPE_BYTES[opts.main_params_dtype],
         exp_avg_bytes=OPTIMIZER_DTYPE_BYTES[opts.exp_avg_dtype],
         exp_avg_sq_bytes=OPTIMIZER_DTYPE_BYTES[opts.exp_avg_sq_dtype],
@@ -504,6 +515,9 @@ def _optimizer_formula(ctx: Context, plan: ParallelPlan, o: float, expert: str) 
             f"master weight {opts.main_params_dtype} (an fp32 one kept as its 16-bit remainder beside the bf16 "
             f"weight), Adam m {opts.exp_avg_dtype}, v {opts.exp_avg_sq_dtype}: {o} bytes"
         )
+    elif dfa_keeps_remainders(ctx):
+        states = "fp32 master weight kept as its 16-bit remainder beside the bf16 weight (Apex DistributedFusedAdam's "
+        states += "store_param_remainders, NeMo 1), Adam m and v"
     elif ctx.precision == "fp16":
         states = "fp32 master weight and grad, Adam m and v"
     else:
@@ -512,7 +526,9 @@ def _optimizer_formula(ctx: Context, plan: ParallelPlan, o: float, expert: str) 
     aware = "; --use-precision-aware-optimizer: optimizer_config.py:187-207, distrib_optimizer.py:1005-1013"
     return Formula(
         f"P_stage × {o} bytes ({states}){sharded}{expert if sharded else ''}",
-        DIST_OPT + (aware if opts.use_precision_aware_optimizer else ""),
+        DIST_OPT
+        + (aware if opts.use_precision_aware_optimizer else "")
+        + ("; NVIDIA/NeMo megatron_base_model.py setup_optimization" if dfa_keeps_remainders(ctx) else ""),
     )
 
 

@@ -419,6 +419,9 @@ MLPERF_GPT3 = (
     "NVIDIA/benchmarks/gpt3/implementations/nemo; v4.1 @ b87b9e39 eos_n32/n64_ngc24.09_nemo, b200_n8_preview_nemo)"
 )
 LONG_CONTEXT = "NeMo long-context performance (docs)"  # modern_runs.csv source_family of NeMo's long-context table
+# ... and of DGX Cloud's first published recipes (NVIDIA/dgxc-benchmarking tag v24.11.1: GPT-3 175B on NeMo 24.05, Llama
+# 3.1 and Nemotron-4 on NeMo 24.09, H100), held out: mid-2024 software, the era of the Megatron-LM README's rows
+DGXC_2024 = "DGX Cloud benchmarking recipes, 2024 (v24.11.1)"
 MODERN_MODELS: dict[str | tuple[str, str], RowModel] = {
     "Nemotron4-15B": RowModel("nemotron-4-15b"),
     "Nemotron4-340B": RowModel("nemotron-4-340b"),
@@ -442,6 +445,8 @@ MODERN_MODELS: dict[str | tuple[str, str], RowModel] = {
     # LayerNorm, learned positions, tied embeddings (NVIDIA/dgxc-benchmarking nemo_megatron/cfg/gpt3_175b_hydra.yaml
     # @ v25.04 741c8860): the preset as it is
     ("GPT3-175B", "DGX Cloud benchmarking recipes"): RowModel("gpt3-175b"),
+    # ... and at tag v24.11.1 (gpt3_175b_hydra.yaml @ 35a9aecc: the same model section, VP 12)
+    ("GPT3-175B", DGXC_2024): RowModel("gpt3-175b"),
     # NeMo 2's performance scripts (pretrain_gpt3_175b.py, v2.2.0-v2.4.0: GPTConfig175B, the GPT-2 tokenizer
     # nvidia/megatron-gpt2-345m)
     ("GPT3-175B", "NeMo performance summary (docs)"): RowModel(
@@ -551,6 +556,10 @@ def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bo
 # (attention.py:2427-2430, 2834-2839 @ v1.4; setup.py:288 pins flash-attn <= 2.4.2): FlashAttention-2's measured
 # time over the Hopper law (kernels.release_time_ratio, the FA3 paper's FA2 rows)
 NEMO1_LAUNCHER_FA2 = re.compile(r"^NeMo 24\.0[1-7](\.\d+)? container \(NeMo 1")  # not MLPerf's own launch scripts
+# A launch script that exports NVTE_FUSED_ATTN=0 itself (DGX Cloud's v24.11.1 recipes: GPT-3 175B's launch.sh,
+# Nemotron-4 340B's configure.sh) leaves Transformer Engine flash-attn whatever the container: its release text names
+# the variable
+FUSED_ATTN_OFF = "NVTE_FUSED_ATTN=0"
 # NeMo 25.02 and 25.04 on Blackwell ran cuDNN 9.7.0: NVIDIA/NeMo v2.2.0 @7192a2c944c4 and v2.3.0 @2b03b748bb7d (the
 # 25.02 and 25.04 containers; v2.3.0rc2 @9ff7e755 the 25.04.rc2; v2.2.1, v2.3.1 and v2.3.2 the same) build on
 # nvcr.io/nvidia/pytorch:25.01-py3 (requirements/manifest.json:2), whose libraries v2.3.0's reinstall.sh:44-49 pins for
@@ -582,7 +591,8 @@ CUDNN_970_CONTAINER = re.compile(r"^NeMo 25\.0[24]\b")
 @functools.lru_cache(maxsize=16)
 def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) -> float:
     """The attention kernels' time over the preset law of a row's container (``release``: its release text) on its
-    hardware: NeMo 1's launcher's FlashAttention-2 on Hopper, NeMo 25.02/25.04's cuDNN 9.7.0 on Blackwell, MLPerf
+    hardware: NeMo 1's launcher's FlashAttention-2 on Hopper (or a launch script's own NVTE_FUSED_ATTN=0), NeMo
+    25.02/25.04's cuDNN 9.7.0 on Blackwell, MLPerf
     v5.1's cuDNN 9.13.1 on B200 (its table at ``seq_len`` keys), else 1 (today's kernels: the law)."""
     from planner.fidelity.kernels import release_time_ratio
 
@@ -593,7 +603,7 @@ def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) ->
     if hardware == "dgx-b200-superpod" and MLPERF_V51_CUDNN_9131.search(release):
         kernel, params = "cuDNN fused attention (cuDNN frontend)", hw.attention.model_dump()
         return release_time_ratio("B200", kernel, params, seq_len, causal=True, max_s=seq_len)
-    if 9 <= cc < 10 and NEMO1_LAUNCHER_FA2.search(release):
+    if 9 <= cc < 10 and (NEMO1_LAUNCHER_FA2.search(release) or FUSED_ATTN_OFF in release):
         return release_time_ratio("H100-SXM5-80GB", "FlashAttention-2", hw.attention.model_dump())
     return 1.0
 
