@@ -12,6 +12,7 @@ from planner.fidelity.moe_runs import (
     dgxc_row,
     load_moe_runs,
     moe_reference_rows,
+    nemo1_row,
     nemo2_row,
     nemodoc_row,
     unfused_mla_attention,
@@ -32,6 +33,9 @@ GROK_IDS = {
     for prec in ("BF16", "FP8")
     for gpu, n in [("GB200", 128), ("GB200", 256), ("GB200", 512), ("H100", 512)]
 }
+# DGX Cloud's first Grok-1 recipe (tag v24.11.1, NeMo 1 on NeMo 24.09: TP4 PP8 VP8 CP2 EP8, ETP = TP, the full
+# 64 layers from 512 GPUs; tests/test_dgxc_2024.py)
+GROK_IDS |= {f"DGXC-v24.11.1-H100-GROK1-{prec}-{n}" for prec in ("BF16", "FP8") for n in (512, 1024, 2048)}
 APART = {"DGXC-v25.05.04-GB200-DSV3-256", "DGXC-v25.05.04-H100-DSV3-1024"}
 # the 256-GPU row's weak-scaling points: the same recipe, software and work per GPU, apart with it
 SIBLINGS = {"DGXC-v25.05.04-GB200-DSV3-128": 34.168, "DGXC-v25.05.04-GB200-DSV3-512": 34.274}
@@ -63,9 +67,12 @@ def test_dgxc_rows_are_held_out_under_their_own_source(rows, runs):
 
 
 def test_nemo2_rows_have_no_bridge_release(rows):
-    """moe_runs._release reads a Megatron-Bridge release; a NeMo 2 row names its container's NeMo release instead."""
+    """moe_runs._release reads a Megatron-Bridge release; a NeMo 2 row names its container's NeMo release instead, and
+    the 2024 Grok-1 rows NeMo 1 and their container (``nemo1_row``)."""
     nemo2 = {rid for rid, r in rows.items() if nemo2_row(r)}
-    assert (DSV3_IDS | GROK_IDS) - nemo2 == {"DGXC-v25.10-GB200-DSV3-256"}
+    nemo1 = {rid for rid, r in rows.items() if nemo1_row(r)}
+    assert nemo1 == {rid for rid in GROK_IDS if "v24.11.1" in rid} and len(nemo1) == 6 and not nemo1 & nemo2
+    assert (DSV3_IDS | GROK_IDS) - nemo2 - nemo1 == {"DGXC-v25.10-GB200-DSV3-256"}
     for rid in nemo2:
         with pytest.raises(ValueError, match="NeMo 2 row"):
             _release(rows[rid])

@@ -22,16 +22,16 @@ def moe(result):
 
 def test_every_moe_row_is_a_legal_plan_and_cited(moe):
     rows = moe_reference_rows()
-    # 89 rows of the performance tables, 14 of the model verification cards (cards18), 15 of the DGX Cloud
-    # benchmarking recipes, 7 DeepSeek-V3 and 8 Grok-1 (tests/test_dgxc_moe.py), and 4 Mixtral rows of the NeMo
+    # 89 rows of the performance tables, 14 of the model verification cards (cards18), 21 of the DGX Cloud
+    # benchmarking recipes, 7 DeepSeek-V3 and 14 Grok-1 (tests/test_dgxc_moe.py), and 4 Mixtral rows of the NeMo
     # docs' performance summary (tests/test_nemodoc_moe.py)
-    assert len(moe["runs"]) == len(rows) == 122
+    assert len(moe["runs"]) == len(rows) == 128
     cards, dgxc = "NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/", "NVIDIA/dgxc-benchmarking "
     tables = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary"
     nemodoc = "NeMo Framework User Guide performance summary, https://docs.nvidia.com/"
     assert all(r["source"].startswith((tables, cards, dgxc, nemodoc)) for r in rows)
     assert sum(r["source"].startswith(cards) for r in rows) == 14
-    assert sum(r["source"].startswith(dgxc) for r in rows) == 15
+    assert sum(r["source"].startswith(dgxc) for r in rows) == 21
     assert sum(r["source"].startswith(nemodoc) for r in rows) == 4
     assert not any("nemo:25.11" in r["config"] or "25.11" in r["source"] for r in rows)  # no DGXC row of 25.11
     assert not any("25.11" in r["run_id"] for r in rows)  # that release's table is held out
@@ -50,7 +50,7 @@ def test_moe_rows_are_tokens_per_second_per_gpu(moe):
 
 def test_moe_summary_is_reported_apart_from_the_fitted_runs(result, moe):
     assert result["summary"]["runs"] == len(load_runs())  # the dense runs the factors are fitted on and checked by
-    assert moe["summary"]["runs"] == 122
+    assert moe["summary"]["runs"] == 128
     assert set(moe["summary"]["by_source"]) == {
         "Megatron-Bridge perf. tables, MoE on H100",
         "Megatron-Bridge perf. tables, MoE on B200",
@@ -86,9 +86,9 @@ def test_superseded_and_regressed_rows_are_reported_apart_with_their_evidence(mo
     assert "28,947 (26.06)" in " ".join(flagged["MB-26.06.01-GB200-GPTOSS120B-64"]["assumptions"])
     assert "33,166 (26.06)" in " ".join(flagged["MB-26.06.01-GB300-GPTOSS120B-64"]["assumptions"])
     summary = moe["summary"]
-    # 83 fitted rows, the 14 held-out rows of the verification cards (cards18), 11 of the DGX Cloud recipes and 3 of
-    # the 4 Mixtral rows of the NeMo docs' performance summary
-    assert summary["in_bar"]["runs"] == 111 and sum(s["runs"] for s in summary["by_hardware_assumed"].values()) == 11
+    # 83 fitted rows, the 14 held-out rows of the verification cards (cards18), 17 of the DGX Cloud recipes (6 of
+    # them its 2024 Grok-1's) and 3 of the 4 Mixtral rows of the NeMo docs' performance summary
+    assert summary["in_bar"]["runs"] == 117 and sum(s["runs"] for s in summary["by_hardware_assumed"].values()) == 11
 
 
 LATER_RELEASES = ("26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01", "26.08")

@@ -27,7 +27,9 @@ def test_the_tables_tell_overlap_from_no_overlap_per_generation():
     # A100 are TP with SP and no userbuffers); DGX Cloud's Grok-1 recipe (NeMo pretrain_grok1_314b.py @ 6f2c6fda:
     # tp_comm_overlap=True, TP4 with SP; held out) is a MoE model with the overlap (code 3) on both GB200 and H100
     assert COUNTS[10]["tp_overlap"] == {1: 25, 2: 1, 3: 2}
-    assert COUNTS[9]["tp_overlap"] == {1: 26, 2: 5, 3: 2}  # 19 until DGX Cloud's 2024 recipes (held out, 2026-12-04)
+    # 19 and 2 until DGX Cloud's 2024 recipes (held out, 2026-12-04): 7 dense settings with the overlap, and its Grok-1
+    # (NeMo 1, TP4 with the overlap on TE 1.x's defaults) BF16 and FP8
+    assert COUNTS[9]["tp_overlap"] == {1: 26, 2: 5, 3: 4}
     assert COUNTS[8]["tp_overlap"] == {2: 6}
 
 
@@ -62,7 +64,9 @@ def test_twin_rule_follows_the_generation_s_settings(hardware, rank_by, rule):
 def test_a_moe_plan_s_overlap_counts_the_generation_s_moe_runs(hardware, rule):
     assert _twin_rule(_ctx(hardware, "deepseek-v3"), "risk") == rule
     assert evidence.LABELS["tp_overlap"](3) == "TP comm overlap in a MoE model"
-    assert COUNTS[9]["tp_overlap"][3] == COUNTS[10]["tp_overlap"][3] == 2  # the Grok-1 rows' BF16 and FP8 settings
+    # the Grok-1 rows' BF16 and FP8 settings: DGX Cloud's v25.05.05 recipe on both generations, and its v24.11.1 one
+    # (NeMo 1, ETP = TP 4) on Hopper
+    assert COUNTS[10]["tp_overlap"][3] == 2 and COUNTS[9]["tp_overlap"][3] == 4
     assert COUNTS[8]["tp_overlap"].get(3, 0) == 0
 
 

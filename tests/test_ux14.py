@@ -134,9 +134,9 @@ def test_the_moe_tables_of_the_docs_are_what_the_generator_writes_now():
     model = {run.id: run.request["model"] for run in load_moe_runs()}
     now = gen.written(doc, validate_moe()["runs"], model, gen.shipped_factors())
     assert now == doc, "docs/cost-model.md §13.7 is stale: run `python scripts/moe_runs_table.py --write`"
-    # 8 GPT-OSS GB200 rows and 122 in all since the verification cards' 14 (cards18), the DGX Cloud recipes' 15 and
-    # the NeMo docs' 4 Mixtral rows
-    assert "| gpt-oss-120b | GB200 | 8 |" in doc and "| **all** | all | 122 |" in doc
+    # 8 GPT-OSS GB200 rows and 128 in all since the verification cards' 14 (cards18), the DGX Cloud recipes' 21 (6
+    # of them its 2024 Grok-1's) and the NeMo docs' 4 Mixtral rows
+    assert "| gpt-oss-120b | GB200 | 8 |" in doc and "| **all** | all | 128 |" in doc
 
 
 def test_the_summary_writer_replaces_its_lead_and_table_only():

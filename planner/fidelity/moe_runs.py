@@ -21,7 +21,8 @@ plan of its launch.sh at the tag; tokens/s/GPU = seq · GBS / step / GPUs) are a
 bar, never fitted, like the cards (``dgxc_row``). Those measured with NeMo 2's performance scripts name the NeMo
 release of their container in the source, ``(NeMo release 25.04)``, and run by ``_nemo2_options`` (the settings of
 ``scripts/performance`` at the NEMO_COMMIT the recipe installs); those run with Megatron-Bridge name the Bridge
-release, ``(release 25.09)``, and run by the Bridge rules below.
+release, ``(release 25.09)``, and run by the Bridge rules below; the 2024 recipe run with NeMo 1's hydra config names
+it and its container, ``(NeMo 1, NeMo 24.09 container, ...)``, and runs by ``_nemo1_options``.
 
 Rows from the NeMo Framework User Guide's performance summary (NVIDIA's docs, the NeMo 25.02 and 25.04 containers'
 sections: its Mixtral 8x7B and 8x22B pre-training rows, FP8, with GPUs, GBS, MBS, sequence, TP, PP, CP, VP, EP and
@@ -56,12 +57,19 @@ def card_row(row: dict) -> bool:
 
 DGXC = "NVIDIA/dgxc-benchmarking"
 NEMO2 = "(NeMo release "  # a DGX Cloud row measured with NeMo 2's performance scripts names its container's release
+NEMO1 = "(NeMo 1, "  # ... and one run with NeMo 1's megatron_gpt_pretraining and a hydra config says so, its container
 
 
 def dgxc_row(row: dict) -> bool:
     """Whether a row is a measurement of NVIDIA's DGX Cloud benchmarking recipes (its source cites
     ``NVIDIA/dgxc-benchmarking``): validated out of sample, never fitted."""
     return DGXC in row["source"]
+
+
+def nemo1_row(row: dict) -> bool:
+    """Whether a row ran NeMo 1's megatron_gpt_pretraining.py with a hydra config (its source names ``(NeMo 1, ...)``:
+    DGX Cloud's 2024 Grok-1 recipe, tag v24.11.1)."""
+    return NEMO1 in row["source"]
 
 
 def nemo2_row(row: dict) -> bool:
@@ -335,13 +343,60 @@ def _nemo2_options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict
     ) | row_options(row)
 
 
+def _nemo1_options(row: dict, fp8: str | None, modules: tuple[str, ...]) -> dict:
+    """The plan options of a row run with NeMo 1's megatron_gpt_pretraining.py and a hydra config (DGX Cloud's Grok-1
+    recipe at tag v24.11.1, NeMo 24.09: grok1/grok1_314b.yaml and configure.sh @ 35a9aecc):
+
+    - Megatron-Core's distributed optimizer (``optim.name: mcore_distributed_optim``) with overlapped grad-reduce and
+      param-gather, gradients reduced in bf16 (``optim.grad_sync_dtype: bf16``), Adam's states in fp32 (no
+      precision-aware optimizer in Megatron-Core 0.9);
+    - token drop: capacity factor 1 with each expert padded to it (``moe_expert_capacity_factor: 1.0``,
+      ``moe_pad_expert_input_to_capacity: true``), the same work as balanced routing;
+    - the TP overlap (configure.sh ``model.ub_tp_comm_overlap=true``) with no userbuffer config
+      (``ub_tp_comm_overlap_cfg: null``): NeMo 1 passes None to Transformer Engine's initialize_ub, TE 1.x's defaults
+      (presets/userbuffers/te1_defaults.yaml);
+    - FP8: hybrid delayed scaling with FP8 parameters (configure.sh ``model.fp8_hybrid=true model.fp8_params``);
+    - attention: the release text's launch variables (``runs.release_attention_ratio``: configure.sh's
+      NVTE_FUSED_ATTN=0, flash-attn on Hopper)."""
+    from planner.hardware.userbuffers import load_config_file
+
+    overlap = row_options(row).get("tp_comm_overlap") is True and int(row["tp"]) > 1
+    te1 = str(presets_root() / "userbuffers" / "te1_defaults.yaml")
+    return dict(
+        attention_kernel="flash",
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        moe_load_imbalance=1.0,
+        moe_capacity_factor=1.0 if row["routing"] == "tokendrop" else None,
+        grad_reduce_in_bf16=True,
+        fp8=fp8,
+        fp8_recipe=row["fp8_recipe"] or None,
+        fp8_param_gather=True if fp8 else None,
+        recompute_modules=modules or None,
+        tp_comm_overlap_cfg=load_config_file(te1).model_copy(
+            update={"name": "Transformer Engine 1.x's defaults (presets/userbuffers/te1_defaults.yaml)"}
+        )
+        if overlap
+        else None,
+        attention_time_ratio=release_attention_ratio(row["source"].rpartition(NEMO1)[2], row["hardware"]),
+        **_cuda_graphs(row["cuda_graph"]),
+    ) | row_options(row)
+
+
 def _assumptions(row: dict) -> list[str]:
     """What a row's prediction assumes beyond what the table publishes, and why a flagged row is apart."""
     assumptions = [
         "force-balanced routing (imbalance 1.0), distributed optimizer with overlapped grad-reduce and "
         "param-gather, flash attention, SP with TP > 1"
     ]
-    if row["routing"] == "tokendrop" and nemo2_row(row):
+    if nemo1_row(row):
+        assumptions.append(
+            "NeMo 1's hydra config (Megatron-Core 0.9): experts tensor-parallel over TP, the TP overlap on Transformer "
+            "Engine 1.x's defaults, flash-attn (NVTE_FUSED_ATTN=0) at FlashAttention-2's time over the Hopper law"
+        )
+    if row["routing"] == "tokendrop" and nemo1_row(row):
+        assumptions.append("token drop: capacity factor 1, each expert padded to it (the hydra config's MoE settings)")
+    elif row["routing"] == "tokendrop" and nemo2_row(row):
         assumptions.append("token drop: capacity factor 1, each expert padded to it (NeMo's MegatronTokenDropCallback)")
     elif row["routing"] == "tokendrop":
         assumptions.append("token drop: capacity factor 1, each expert padded to it (the release's --use_tokendrop)")
@@ -386,7 +441,8 @@ def _assumptions(row: dict) -> list[str]:
 def _run(row: dict) -> Run:
     fp8 = row["fp8"] or None
     modules = () if row["recompute_modules"] in NO_MODULES else tuple(row["recompute_modules"].split(","))
-    options = _nemo2_options(row, fp8, modules) if nemo2_row(row) else _options(row, fp8, modules)
+    build = _nemo2_options if nemo2_row(row) else _nemo1_options if nemo1_row(row) else _options
+    options = build(row, fp8, modules)
     tp = int(row["tp"])
     request = dict(
         model=row["model"],
