@@ -274,4 +274,12 @@ def _misses(reference: list[dict]) -> str:
     over = [r for r in reference if not r["fits"]]
     if not over:
         return ""
-    return " (not: " + ", ".join(f"{r['id']} {r['peak_gib']:.1f}/{r['allocatable_gib']:.1f} GiB" for r in over) + ")"
+    return (
+        " (not, though they ran: "
+        + "; ".join(
+            f"{r['id']} {r['peak_gib']:.1f}/{r['allocatable_gib']:.1f} GiB "
+            f"({100 * (r['peak_gib'] / r['allocatable_gib'] - 1):+.1f} %)"
+            for r in over
+        )
+        + ")"
+    )
