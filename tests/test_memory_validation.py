@@ -166,6 +166,11 @@ def test_memory_views_fit_80_columns_and_the_csv_carries_the_memory_rows(memory_
         out = io.StringIO()
         Console(file=out, width=80).print(view)
         assert max(len(line) for line in out.getvalue().splitlines()) <= 80
+    # the runs that ran but are predicted over the allocator, each by how much (79.9 / 79.18 GiB: +0.9 %)
+    out = io.StringIO()
+    Console(file=out, width=200).print(memory_validation_view(memory_result))
+    foot = " ".join(out.getvalue().split())
+    assert "(not, though they ran: DGXC-v24.11.1-H100-Nemotron4-340B-bf16-n128 79.9/79.2 GiB (+0.9 %); " in foot
     text = validate_csv({"runs": [], "memory": memory_result})
     assert "CI-15B-TP8-A100,dgx-a100-superpod,peak memory allocated (GiB),26.44" in text
     assert "K22-F1-175B-baseline,dgx-a100-superpod,fits (out of memory),no,no," in text
