@@ -437,7 +437,13 @@ def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
     if o.ub_graph_reorders_rs:
         out.append(([], "Transformer Engine before v2.16 under CUDA graphs (the version, not a setting)"))
     if o.attention_time_ratio != 1.0:
-        out.append(([], f"attention kernels at {o.attention_time_ratio:.3g}x the law's time: a release, not a setting"))
+        out.append(
+            (
+                [],
+                f"attention kernels at {o.attention_time_ratio:.3g}x the law's time: an older release's kernels or, on "
+                "Hopper, flash-attn under NVTE_FUSED_ATTN=0 (set it in the job's environment), not a flag",
+            )
+        )
     if o.fp8 is not None and o.fp8_recipe.value == "blockwise" and req.ctx.hardware.gpu.compute_capability >= 10:
         out.append(([], BLOCKWISE_ON_BLACKWELL))
     return out

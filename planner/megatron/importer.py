@@ -385,10 +385,12 @@ def megatron_fields(
     hardware: str | HardwareSpec | None = None,
     files: dict[str, str] | None = None,
     allocator_conf: str | None = None,
+    attention_env: dict[str, str] | None = None,
 ) -> tuple[dict, list[str], list[str]]:
     """The plan's fields a parsed Megatron-LM argv describes (the plan JSON's shape, checked when the plan
     is built, after any options given beside it), the notes on how it was read, and the warnings on where
-    the estimate departs from what the command line runs (``allocator_conf``: PYTORCH_CUDA_ALLOC_CONF)."""
+    the estimate departs from what the command line runs (``allocator_conf``: PYTORCH_CUDA_ALLOC_CONF;
+    ``attention_env``: Transformer Engine's NVTE_FLASH_ATTN and NVTE_FUSED_ATTN at the launch)."""
     v, notes = args.values, []
     if v.get("seq_length") is None and v.get("encoder_seq_length") is not None:
         v = {**v, "seq_length": v["encoder_seq_length"]}  # Megatron-LM's arguments.py (T5: --encoder-seq-length)
@@ -415,7 +417,47 @@ def megatron_fields(
         "parallel": parallel,
         "options": _options(v, spec, warnings, allocator_conf),
     }
+    backend, said = attention_env_options(attention_env or {}, hardware, data["options"]["attention_kernel"])
+    data["options"].update(backend)
+    notes += said
     return data, notes, warnings
+
+
+def attention_env_options(env: dict[str, str], hardware: str | HardwareSpec | None, kernel: str) -> tuple[dict, list]:
+    """The plan options Transformer Engine's attention-backend switches at the launch give (``env``: NVTE_FLASH_ATTN,
+    NVTE_FUSED_ATTN; "0" turns a backend off, dot_product_attention/utils.py get_attention_backend), and the note
+    saying so. Both off: TE's unfused attention (``attention_kernel`` unfused). cuDNN's fused attention off on Hopper,
+    flash-attn on: TE runs the flash-attn package (FlashAttention-2), priced at its measured time over the Hopper law
+    (``fidelity.kernels.release_time_ratio``: the FA3 paper's FA2 rows, ×1.70 at 8-16k keys; DGX Cloud's 2024 NeMo
+    recipes export it, docs/cost-model.md §10.1). On Ampere TE prefers flash-attn anyway, and on Blackwell no
+    flash-attn time is measured: the law, said."""
+    off = {k for k, v in env.items() if v == "0"}
+    if kernel != "flash" or "NVTE_FUSED_ATTN" not in off:
+        return {}, []
+    if "NVTE_FLASH_ATTN" in off:
+        return {"attention_kernel": "unfused"}, [
+            "the script exports NVTE_FLASH_ATTN=0 and NVTE_FUSED_ATTN=0: Transformer Engine runs its unfused "
+            "attention (batched GEMMs, softmax and dropout passes), priced so"
+        ]
+    from planner.fidelity.kernels import release_time_ratio
+    from planner.presets import DEFAULT_HARDWARE, load_hardware
+
+    hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware or DEFAULT_HARDWARE)
+    cc = hw.gpu.compute_capability
+    if 9 <= cc < 10:
+        ratio = release_time_ratio("H100-SXM5-80GB", "FlashAttention-2", hw.attention.model_dump())
+        return {"attention_time_ratio": ratio}, [
+            f"the script exports NVTE_FUSED_ATTN=0: Transformer Engine runs flash-attn, not cuDNN's fused attention, "
+            f"priced at FlashAttention-2's measured time over the Hopper law (×{ratio:.2f}: the FA3 paper's FA2 rows)"
+        ]
+    if cc < 9:
+        return {}, [
+            "the script exports NVTE_FUSED_ATTN=0: on Ampere Transformer Engine runs flash-attn anyway (the law)"
+        ]
+    return {}, [
+        "the script exports NVTE_FUSED_ATTN=0: Transformer Engine runs flash-attn, whose time on this GPU no kernel "
+        "table measures: priced at the law (cuDNN's)"
+    ]
 
 
 def _run_length(v: dict, training: dict) -> list[str]:
@@ -567,7 +609,13 @@ def import_fields(
         launch = _zoo_env_read(launch, text) if zoo else launch
         warnings, notes = _launch_notes(launch, args, dropped, lone, read_zoo=bool(zoo), gpus_given=gpus is not None)
         data, read, departs = megatron_fields(
-            args, gpus=world, model=model, hardware=hardware, files=launch.files, allocator_conf=launch.allocator_conf
+            args,
+            gpus=world,
+            model=model,
+            hardware=hardware,
+            files=launch.files,
+            allocator_conf=launch.allocator_conf,
+            attention_env=launch.attention_env,
         )
     counts = ", ".join(f"{k} {v}" for k, v in launch.counts.items())
     world_text = f"the script's {world} GPUs" + (f" ({counts})" if counts else "")

@@ -38,6 +38,10 @@ _NOT_LAUNCH = {"echo", "printf", "cat", "mkdir", "cd", "ls", "rm", "cp", "mv", "
 _MAX_STEPS, _MAX_LOOP = 20000, 256
 _ASSIGN = re.compile(r"([A-Za-z_]\w*)(?:\[([^\]]*)\])?(\+?)=(.*)\Z", re.DOTALL)
 
+# Transformer Engine's attention-backend switches ("0" turns one off: dot_product_attention/utils.py
+# get_attention_backend), read where the launch runs them (importer.attention_env_options)
+TE_ATTENTION_ENV = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN")
+
 
 _PYTHON = re.compile(r"python[\d.]*|torchrun|torch\.distributed\.(?:run|launch)|deepspeed")
 _TOOLS = {"pip", "venv", "ensurepip", "setup.py", "http.server", "json.tool"}  # Python's own tools, not programs
@@ -477,6 +481,7 @@ class Interp(Substitute, Follow, Expander):
             nproc = world // nnodes
         counts = {k: opts[k] for k in ("nproc", "nnodes", "world", "hostfile") if k in opts}
         alloc = self.vars.get("PYTORCH_CUDA_ALLOC_CONF", Var([])).value
+        backends = {k: self.vars[k].value for k in TE_ATTENTION_ENV if k in self.vars and k in self.exported}
         return LaunchLine(
             [t for t, _ in argv],
             nproc,
@@ -491,6 +496,7 @@ class Interp(Substitute, Follow, Expander):
             launcher=" ".join(t for t, _ in launcher),
             counts={k: v[0] for k, v in counts.items()},
             allocator_conf=alloc if isinstance(alloc, str) else None,
+            attention_env={k: v.strip() for k, v in backends.items() if isinstance(v, str)},
             defaults=defaults,
             notes=list(dict.fromkeys(self.moved)),
             env_unread=sorted(self.pinned - self.vars.read),

@@ -38,6 +38,7 @@ class LaunchLine:
     launcher: str = ""  # the words before the entry point
     counts: dict[str, str] = field(default_factory=dict)  # the launcher's process-count options as written
     allocator_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the script leaves it at the launch
+    attention_env: dict[str, str] = field(default_factory=dict)  # NVTE_FLASH_ATTN, NVTE_FUSED_ATTN at the launch
     defaults: list[str] = field(default_factory=list)  # launcher defaults the world size rests on, said in a note
     notes: list[str] = field(default_factory=list)  # how files were found (a folder above the script's)
     launches: int = 1  # the Megatron-LM launches the whole script runs (this is the first)
