@@ -77,8 +77,8 @@ def test_the_later_gpt3_runs_are_not_beyond_the_release_rule_where_the_series_is
 
 def test_a_launch_script_that_turns_cudnn_attention_off_runs_flash_attn_on_hopper():
     """GPT-3's launch.sh (NeMo 24.05) and Nemotron-4 340B's configure.sh (NeMo 24.09) export NVTE_FUSED_ATTN=0: flash
-    attention 2 at its measured time over the Hopper law, as NeMo 1's launcher gave its containers from February to August 2024.
-    Llama 3.1 and Nemotron-4 15B export NVTE_FUSED_ATTN=1: cuDNN, the law."""
+    attention 2 at its measured time over the Hopper law, as NeMo 1's launcher gave its containers from February to
+    August 2024. Llama 3.1 and Nemotron-4 15B export NVTE_FUSED_ATTN=1: cuDNN, the law."""
     fa2 = release_attention_ratio("NeMo 24.03.01 container (NeMo 1, Megatron-Core)", "dgx-h100-superpod")
     assert fa2 > 1.2
     release = "NeMo 24.09 container (NeMo 1, Megatron-Core; nemotron/launch.sh FW_VERSION=24.09, configure.sh {})"
