@@ -280,3 +280,10 @@ def release_time_ratio(
         )
     measured = sum(row.measured_s() for row, _ in rows)
     return measured / sum(row.measured_s() / q for row, q in rows)
+
+
+def hopper_flash_attn_2_ratio(params: dict[str, float]) -> float:
+    """FlashAttention-2's measured time over a Hopper preset's attention law (``params``): what Transformer Engine's
+    flash-attn backend costs where cuDNN's fused attention is off (NeMo 1's 2024 launchers, NVTE_FUSED_ATTN=0) -
+    ``release_time_ratio`` of the FA3 paper's H100 FlashAttention-2 rows, unmasked, 8-16k keys: 1.70."""
+    return release_time_ratio("H100-SXM5-80GB", "FlashAttention-2", params)

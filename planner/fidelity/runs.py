@@ -594,7 +594,7 @@ def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) ->
     hardware: NeMo 1's launcher's FlashAttention-2 on Hopper (or a launch script's own NVTE_FUSED_ATTN=0), NeMo
     25.02/25.04's cuDNN 9.7.0 on Blackwell, MLPerf
     v5.1's cuDNN 9.13.1 on B200 (its table at ``seq_len`` keys), else 1 (today's kernels: the law)."""
-    from planner.fidelity.kernels import release_time_ratio
+    from planner.fidelity.kernels import hopper_flash_attn_2_ratio, release_time_ratio
 
     hw = load_hardware(hardware)
     cc = hw.gpu.compute_capability
@@ -604,7 +604,7 @@ def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) ->
         kernel, params = "cuDNN fused attention (cuDNN frontend)", hw.attention.model_dump()
         return release_time_ratio("B200", kernel, params, seq_len, causal=True, max_s=seq_len)
     if 9 <= cc < 10 and (NEMO1_LAUNCHER_FA2.search(release) or FUSED_ATTN_OFF in release):
-        return release_time_ratio("H100-SXM5-80GB", "FlashAttention-2", hw.attention.model_dump())
+        return hopper_flash_attn_2_ratio(hw.attention.model_dump())
     return 1.0
 
 

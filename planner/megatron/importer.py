@@ -439,13 +439,13 @@ def attention_env_options(env: dict[str, str], hardware: str | HardwareSpec | No
             "the script exports NVTE_FLASH_ATTN=0 and NVTE_FUSED_ATTN=0: Transformer Engine runs its unfused "
             "attention (batched GEMMs, softmax and dropout passes), priced so"
         ]
-    from planner.fidelity.kernels import release_time_ratio
+    from planner.fidelity.kernels import hopper_flash_attn_2_ratio
     from planner.presets import DEFAULT_HARDWARE, load_hardware
 
     hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware or DEFAULT_HARDWARE)
     cc = hw.gpu.compute_capability
     if 9 <= cc < 10:
-        ratio = release_time_ratio("H100-SXM5-80GB", "FlashAttention-2", hw.attention.model_dump())
+        ratio = hopper_flash_attn_2_ratio(hw.attention.model_dump())
         return {"attention_time_ratio": ratio}, [
             f"the script exports NVTE_FUSED_ATTN=0: Transformer Engine runs flash-attn, not cuDNN's fused attention, "
             f"priced at FlashAttention-2's measured time over the Hopper law (×{ratio:.2f}: the FA3 paper's FA2 rows)"
