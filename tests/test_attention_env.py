@@ -66,3 +66,32 @@ def test_other_generations_say_why_the_law_stands():
     gb200, _ = _read("export NVTE_FUSED_ATTN=0", "gb200-nvl72")
     assert gb200.request.ctx.options.attention_time_ratio == 1.0
     assert any("no kernel table measures" in n for n in gb200.notes)
+
+
+def test_the_backend_flag_sets_the_same_switches_and_a_contradicting_variable_is_warned():
+    """--attention-backend sets Transformer Engine's switches itself (Megatron-Core
+    LanguageModule._set_attention_backend @ d98e8a64: flash -> NVTE_FLASH_ATTN=1 NVTE_FUSED_ATTN=0) and asserts
+    that the environment agrees, since Megatron-Core 0.11: --attention-backend flash is priced as the exported
+    variable is, and a variable the backend contradicts (the default auto expects 1) is a warning."""
+    ratio = release_time_ratio("H100-SXM5-80GB", "FlashAttention-2", load_hardware(H100).attention.model_dump())
+    flag = import_megatron(SCRIPT.format(env="").rstrip() + " --attention-backend flash\n", hardware=H100)
+    assert flag.request.ctx.options.attention_time_ratio == pytest.approx(ratio)
+    assert any(n.startswith("--attention-backend flash: Transformer Engine runs flash-attn") for n in flag.notes)
+    assert not any("refuses" in w for w in flag.warnings)
+    # the old --use-flash-attn reads as --attention-backend flash (planner.megatron.aliases): the flash-attn it wants
+    old = import_megatron(SCRIPT.format(env="").rstrip() + " --use-flash-attn\n", hardware=H100)
+    assert old.request.ctx.options.attention_time_ratio == pytest.approx(ratio)
+    # exported with the default backend: Megatron-LM stops there today, and megaplan says so
+    imp, _ = _read("export NVTE_FUSED_ATTN=0")
+    assert any("NVTE_FUSED_ATTN=0, which Megatron-LM's --attention-backend auto refuses" in w for w in imp.warnings)
+    # the same variable beside --attention-backend flash agrees: no warning
+    both = import_megatron(
+        SCRIPT.format(env="export NVTE_FUSED_ATTN=0").rstrip() + " --attention-backend flash\n", hardware=H100
+    )
+    assert not any("refuses" in w for w in both.warnings)
+    # --attention-backend fused with flash-attn left on: a contradiction (fused expects NVTE_FLASH_ATTN=0), cuDNN kept
+    fused = import_megatron(
+        SCRIPT.format(env="export NVTE_FLASH_ATTN=1").rstrip() + " --attention-backend fused\n", hardware=H100
+    )
+    assert any("NVTE_FLASH_ATTN=1, which Megatron-LM's --attention-backend fused refuses" in w for w in fused.warnings)
+    assert fused.request.ctx.options.attention_time_ratio == 1.0

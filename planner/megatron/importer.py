@@ -417,28 +417,57 @@ def megatron_fields(
         "parallel": parallel,
         "options": _options(v, spec, warnings, allocator_conf),
     }
-    backend, said = attention_env_options(attention_env or {}, hardware, data["options"]["attention_kernel"])
+    backend, said, departs = attention_env_options(
+        attention_env or {}, hardware, data["options"]["attention_kernel"], v.get("attention_backend")
+    )
     data["options"].update(backend)
     notes += said
+    warnings += departs
     return data, notes, warnings
 
 
-def attention_env_options(env: dict[str, str], hardware: str | HardwareSpec | None, kernel: str) -> tuple[dict, list]:
-    """The plan options Transformer Engine's attention-backend switches at the launch give (``env``: NVTE_FLASH_ATTN,
-    NVTE_FUSED_ATTN; "0" turns a backend off, dot_product_attention/utils.py get_attention_backend), and the note
-    saying so. Both off: TE's unfused attention (``attention_kernel`` unfused). cuDNN's fused attention off on Hopper,
-    flash-attn on: TE runs the flash-attn package (FlashAttention-2), priced at its measured time over the Hopper law
-    (``fidelity.kernels.release_time_ratio``: the FA3 paper's FA2 rows, ×1.70 at 8-16k keys; DGX Cloud's 2024 NeMo
-    recipes export it, docs/cost-model.md §10.1). On Ampere TE prefers flash-attn anyway, and on Blackwell no
-    flash-attn time is measured: the law, said."""
-    off = {k for k, v in env.items() if v == "0"}
-    if kernel != "flash" or "NVTE_FUSED_ATTN" not in off:
-        return {}, []
-    if "NVTE_FLASH_ATTN" in off:
-        return {"attention_kernel": "unfused"}, [
-            "the script exports NVTE_FLASH_ATTN=0 and NVTE_FUSED_ATTN=0: Transformer Engine runs its unfused "
-            "attention (batched GEMMs, softmax and dropout passes), priced so"
-        ]
+# The Transformer Engine switches each --attention-backend sets, (NVTE_FLASH_ATTN, NVTE_FUSED_ATTN): Megatron-Core's
+# LanguageModule._set_attention_backend (language_module.py @ d98e8a64; since fa0dcc4872, 2024-12-07) sets them and
+# asserts that the environment holds the same value or none
+BACKEND_SWITCHES = {
+    "auto": ("1", "1"),
+    "flash": ("1", "0"),
+    "fused": ("0", "1"),
+    "unfused": ("0", "0"),
+    "local": ("0", "0"),
+}
+TE_SWITCHES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN")
+
+
+def attention_env_options(
+    env: dict[str, str], hardware: str | HardwareSpec | None, kernel: str, backend: str | None = None
+) -> tuple[dict, list[str], list[str]]:
+    """(plan options, notes, warnings) of Transformer Engine's attention backend as the launch leaves it: the
+    switches --attention-backend sets (``BACKEND_SWITCHES``), overridden by NVTE_FLASH_ATTN / NVTE_FUSED_ATTN at the
+    launch (``env``; "0" turns a backend off: TE dot_product_attention/utils.py get_attention_backend). Both off:
+    TE's unfused attention. cuDNN's fused attention off and flash-attn on, on Hopper: the flash-attn package,
+    FlashAttention-2 (the NGC containers' flash-attn; flash-attn 3, installed apart, runs near cuDNN's law), priced at
+    its measured time over the Hopper law (``fidelity.kernels.hopper_flash_attn_2_ratio``: the FA3 paper's FA2 rows,
+    ×1.70); DGX Cloud's 2024 NeMo recipes export it (docs/cost-model.md §10.1). On Ampere TE prefers flash-attn
+    anyway, and on Blackwell no kernel table measures flash-attn: the law, said. A variable that contradicts the
+    backend is a warning: today's Megatron-LM asserts it away."""
+    backend = backend or "auto"
+    expected = dict(zip(TE_SWITCHES, BACKEND_SWITCHES.get(backend, ("1", "1")), strict=True))
+    warnings = [
+        f"the script exports {name}={env[name]}, which Megatron-LM's --attention-backend {backend} refuses "
+        f"(language_module.py _set_attention_backend asserts {name} is unset or {expected[name]}, since Megatron-Core "
+        "0.11): choose the backend with --attention-backend instead; priced as Transformer Engine runs the variable"
+        for name in TE_SWITCHES
+        if name in env and env[name] != expected[name]
+    ]
+    on = {name: env.get(name, expected[name]) != "0" for name in TE_SWITCHES}
+    said = "the script exports " + " and ".join(f"{n}={env[n]}" for n in TE_SWITCHES if n in env and env[n] == "0")
+    said = said if said != "the script exports " else f"--attention-backend {backend}"
+    if kernel != "flash" or on["NVTE_FUSED_ATTN"]:
+        return {}, [], warnings
+    if not on["NVTE_FLASH_ATTN"]:
+        note = f"{said}: Transformer Engine runs its unfused attention (batched GEMMs, softmax and dropout passes)"
+        return {"attention_kernel": "unfused"}, [note + ", priced so"], warnings
     from planner.fidelity.kernels import hopper_flash_attn_2_ratio
     from planner.presets import DEFAULT_HARDWARE, load_hardware
 
@@ -446,18 +475,19 @@ def attention_env_options(env: dict[str, str], hardware: str | HardwareSpec | No
     cc = hw.gpu.compute_capability
     if 9 <= cc < 10:
         ratio = hopper_flash_attn_2_ratio(hw.attention.model_dump())
-        return {"attention_time_ratio": ratio}, [
-            f"the script exports NVTE_FUSED_ATTN=0: Transformer Engine runs flash-attn, not cuDNN's fused attention, "
-            f"priced at FlashAttention-2's measured time over the Hopper law (×{ratio:.2f}: the FA3 paper's FA2 rows)"
-        ]
+        return (
+            {"attention_time_ratio": ratio},
+            [
+                f"{said}: Transformer Engine runs flash-attn, not cuDNN's fused attention, priced as FlashAttention-2 "
+                f"(the containers' flash-attn) at its measured time over the Hopper law, ×{ratio:.2f} (the FA3 "
+                "paper's FA2 rows); flash-attn 3, installed apart, runs near the law"
+            ],
+            warnings,
+        )
     if cc < 9:
-        return {}, [
-            "the script exports NVTE_FUSED_ATTN=0: on Ampere Transformer Engine runs flash-attn anyway (the law)"
-        ]
-    return {}, [
-        "the script exports NVTE_FUSED_ATTN=0: Transformer Engine runs flash-attn, whose time on this GPU no kernel "
-        "table measures: priced at the law (cuDNN's)"
-    ]
+        return {}, [f"{said}: on Ampere Transformer Engine runs flash-attn anyway (the law)"], warnings
+    note = f"{said}: Transformer Engine runs flash-attn, whose time on this GPU no kernel table measures: the law"
+    return {}, [note + " (cuDNN's)"], warnings
 
 
 def _run_length(v: dict, training: dict) -> list[str]:
