@@ -441,7 +441,8 @@ def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
             (
                 [],
                 f"attention kernels at {o.attention_time_ratio:.3g}x the law's time: an older release's kernels or, on "
-                "Hopper, flash-attn under NVTE_FUSED_ATTN=0 (set it in the job's environment), not a flag",
+                "Hopper, Transformer Engine's flash-attn (add --attention-backend flash; before Megatron-Core 0.11, "
+                "NVTE_FUSED_ATTN=0 in the job's environment), not written",
             )
         )
     if o.fp8 is not None and o.fp8_recipe.value == "blockwise" and req.ctx.hardware.gpu.compute_capability >= 10:
