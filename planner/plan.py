@@ -383,6 +383,12 @@ class PlanOptions(_Spec):
         description="Megatron-Core TransformerConfig.tp_only_amax_red (NeMo and Megatron-Bridge recipes; no "
         "Megatron-LM flag): delayed-scaling FP8 reduces its amaxes over the TP×CP group only; False: over TP×DP×CP",
     )
+    te_flash_attn: bool = Field(
+        False,
+        description="--attention-backend flash: Transformer Engine's flash-attn backend with cuDNN's fused attention "
+        "off (or NVTE_FUSED_ATTN=0 at the launch); its time is attention_time_ratio's (FlashAttention-2's measured "
+        "ratio on Hopper, set where the plan is read); False: Megatron's auto, TE's pick",
+    )
     attention_time_ratio: float = Field(
         1.0,
         gt=0,

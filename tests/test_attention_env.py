@@ -95,3 +95,22 @@ def test_the_backend_flag_sets_the_same_switches_and_a_contradicting_variable_is
     )
     assert any("NVTE_FLASH_ATTN=1, which Megatron-LM's --attention-backend fused refuses" in w for w in fused.warnings)
     assert fused.request.ctx.options.attention_time_ratio == 1.0
+
+
+def test_the_flash_backend_survives_export_and_reading_back():
+    """A plan read with cuDNN's attention off keeps it (PlanOptions.te_flash_attn): the exported flags say
+    --attention-backend flash, today's way to ask for it, and reading them back prices the same attention."""
+    from planner.megatron.export import megatron_argv
+
+    imp, est = _read("export NVTE_FUSED_ATTN=0")
+    assert imp.request.ctx.options.te_flash_attn
+    flags = megatron_argv(imp.request)
+    assert flags[flags.index("--attention-backend") + 1] == "flash"
+    back = import_megatron(" ".join(flags), gpus=64, hardware=H100)
+    assert back.request.ctx.options.te_flash_attn
+    assert back.request.ctx.options.attention_time_ratio == imp.request.ctx.options.attention_time_ratio
+    assert api.explain(back.request)["estimate"]["iteration_s"] == pytest.approx(est["estimate"]["iteration_s"])
+    # a plan without it exports Megatron's auto, as before
+    plain, _ = _read("")
+    flags = megatron_argv(plain.request)
+    assert flags[flags.index("--attention-backend") + 1] == "auto" and not plain.request.ctx.options.te_flash_attn

@@ -278,8 +278,9 @@ def _overlap_flags(req: PlanRequest) -> list:
     """The attention backend and the overlap and fusion switches."""
     o = req.ctx.options
     # auto (Megatron's default) lets Transformer Engine pick flash or cuDNN fused attention, which keep no
-    # s×s tensor; forcing "flash" would rule out cuDNN's kernel on Hopper and any kernel in fp32
-    flags = ["--attention-backend", "unfused" if o.attention_kernel is AttentionKernel.UNFUSED else "auto"]
+    # s×s tensor; "flash" rules out cuDNN's kernel on Hopper and any kernel in fp32: only where the plan asks for it
+    backend = "flash" if o.te_flash_attn else "auto"
+    flags = ["--attention-backend", "unfused" if o.attention_kernel is AttentionKernel.UNFUSED else backend]
     for enabled, flag in (
         (o.overlap_grad_reduce, "--overlap-grad-reduce"),
         (o.overlap_param_gather, "--overlap-param-gather"),
@@ -436,13 +437,12 @@ def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
             out.append(([], f"{what}: set it in the model's TransformerConfig, or export for Megatron-Bridge)"))
     if o.ub_graph_reorders_rs:
         out.append(([], "Transformer Engine before v2.16 under CUDA graphs (the version, not a setting)"))
-    if o.attention_time_ratio != 1.0:
+    if o.attention_time_ratio != 1.0 and not o.te_flash_attn:
         out.append(
             (
                 [],
-                f"attention kernels at {o.attention_time_ratio:.3g}x the law's time: an older release's kernels or, on "
-                "Hopper, Transformer Engine's flash-attn (add --attention-backend flash; before Megatron-Core 0.11, "
-                "NVTE_FUSED_ATTN=0 in the job's environment), not written",
+                f"attention kernels at {o.attention_time_ratio:.3g}x the law's time: an older release's kernels (the "
+                "software, not a setting)",
             )
         )
     if o.fp8 is not None and o.fp8_recipe.value == "blockwise" and req.ctx.hardware.gpu.compute_capability >= 10:

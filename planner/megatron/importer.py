@@ -476,7 +476,7 @@ def attention_env_options(
     if 9 <= cc < 10:
         ratio = hopper_flash_attn_2_ratio(hw.attention.model_dump())
         return (
-            {"attention_time_ratio": ratio},
+            {"attention_time_ratio": ratio, "te_flash_attn": True},
             [
                 f"{said}: Transformer Engine runs flash-attn, not cuDNN's fused attention, priced as FlashAttention-2 "
                 f"(the containers' flash-attn) at its measured time over the Hopper law, ×{ratio:.2f} (the FA3 "
@@ -485,9 +485,13 @@ def attention_env_options(
             warnings,
         )
     if cc < 9:
-        return {}, [f"{said}: on Ampere Transformer Engine runs flash-attn anyway (the law)"], warnings
+        return (
+            {"te_flash_attn": True},
+            [f"{said}: on Ampere Transformer Engine runs flash-attn anyway (the law)"],
+            warnings,
+        )
     note = f"{said}: Transformer Engine runs flash-attn, whose time on this GPU no kernel table measures: the law"
-    return {}, [note + " (cuDNN's)"], warnings
+    return {"te_flash_attn": True}, [note + " (cuDNN's)"], warnings
 
 
 def _run_length(v: dict, training: dict) -> list[str]:
