@@ -114,3 +114,19 @@ def test_the_flash_backend_survives_export_and_reading_back():
     plain, _ = _read("")
     flags = megatron_argv(plain.request)
     assert flags[flags.index("--attention-backend") + 1] == "auto" and not plain.request.ctx.options.te_flash_attn
+
+
+def test_a_bridge_config_s_flash_backend_is_read_as_megatron_s():
+    """Megatron-Bridge's model.attention_backend (AttnBackend) reads as --attention-backend: flash keeps the flash-attn
+    backend (it was read as auto before), unfused and local the unfused attention."""
+    import json
+
+    from conftest import run_cli
+
+    base = ["explain", "--bridge-recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config", "--gpus", "8"]
+    base += ["--hardware", H100, "--json"]
+    flash = json.loads(run_cli([*base, "--bridge-override", "model.attention_backend=flash"]).stdout)
+    plain = json.loads(run_cli(base).stdout)
+    assert flash["options"]["te_flash_attn"] and not plain["options"]["te_flash_attn"]
+    assert flash["options"]["attention_time_ratio"] == pytest.approx(1.70, abs=0.01)
+    assert flash["estimate"]["iteration_s"] > 1.05 * plain["estimate"]["iteration_s"]

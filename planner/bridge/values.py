@@ -151,7 +151,8 @@ def _plain_flags(row: Row, value, ctx: dict) -> list[str]:
     if row.dest == "pipeline_model_parallel_layout" and value:
         return [row.flag, layout_text(value)]
     if row.dest == "attention_backend":
-        return [row.flag, "unfused" if str(value).rsplit(".", 1)[-1] in UNFUSED_BACKENDS else "auto"]
+        name = str(value).rsplit(".", 1)[-1]  # AttnBackend.flash or flash
+        return [row.flag, "unfused" if name in UNFUSED_BACKENDS else "flash" if name == "flash" else "auto"]
     if row.dest in ("fp8_recipe", "fp8_param_gather") and not ctx.get("fp8"):
         return []
     if row.dest == "recompute_modules" and ctx.get("recompute") != "selective":
