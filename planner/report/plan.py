@@ -27,7 +27,9 @@ def plan_line(pj: dict) -> str:
         fp8 += f" (BF16 first {ends[0]}, last {ends[1]} layers)"
     if fp8 and opt.get("fp8_output_proj"):
         fp8 += " · MXFP8 output layer"
-    return f"{plan_text(pj)} · {tr['precision']}{fp8} · {opt['attention_kernel']} attention"
+    kernel = f"{opt['attention_kernel']} attention"
+    kernel = "flash-attn (--attention-backend flash)" if opt.get("te_flash_attn") else kernel
+    return f"{plan_text(pj)} · {tr['precision']}{fp8} · {kernel}"
 
 
 def _peak(est: dict) -> str:
