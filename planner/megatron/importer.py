@@ -454,15 +454,15 @@ def attention_env_options(
     backend = backend or "auto"
     expected = dict(zip(TE_SWITCHES, BACKEND_SWITCHES.get(backend, ("1", "1")), strict=True))
     warnings = [
-        f"the script exports {name}={env[name]}, which Megatron-LM's --attention-backend {backend} refuses "
+        f"the launch's environment sets {name}={env[name]}, which Megatron-LM's --attention-backend {backend} refuses "
         f"(language_module.py _set_attention_backend asserts {name} is unset or {expected[name]}, since Megatron-Core "
         "0.11): choose the backend with --attention-backend instead; priced as Transformer Engine runs the variable"
         for name in TE_SWITCHES
         if name in env and env[name] != expected[name]
     ]
     on = {name: env.get(name, expected[name]) != "0" for name in TE_SWITCHES}
-    said = "the script exports " + " and ".join(f"{n}={env[n]}" for n in TE_SWITCHES if n in env and env[n] == "0")
-    said = said if said != "the script exports " else f"--attention-backend {backend}"
+    off = " and ".join(f"{n}={env[n]}" for n in TE_SWITCHES if n in env and env[n] == "0")
+    said = f"the launch's environment sets {off}" if off else f"--attention-backend {backend}"
     if kernel != "flash" or on["NVTE_FUSED_ATTN"]:
         return {}, [], warnings
     if not on["NVTE_FLASH_ATTN"]:
