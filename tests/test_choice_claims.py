@@ -96,5 +96,13 @@ def test_rank_one_of_the_b200_340b_recipe_drops_the_overlap_now_blackwell_runs_h
         and r.request["tp"] > 1
     }  # fmt: skip
     assert len(blackwell_tp) >= 60 and set(blackwell_tp.values()) == {(True, True), (True, False)}
-    # (the 25.02 B200 twin was the second until it was set apart as superseded software, 2026-12-04)
-    assert {i for i, v in blackwell_tp.items() if v == (True, False)} == {"NEMODOC-25.04-GB200-MIXTRAL8X22B-256"}
+    # (the 25.02 B200 twin was the second until it was set apart as superseded software, 2026-12-04); NVIDIA's MLPerf
+    # v5.1 NVFP4 405B runs (TP4 on 512-5,120 GB200, TP2 on 512 GB300; config_common_fp4.sh TP_COMM_OVERLAP=False, held
+    # out) are the others since 2026-12-04
+    assert {i for i, v in blackwell_tp.items() if v == (True, False)} == {
+        "NEMODOC-25.04-GB200-MIXTRAL8X22B-256",
+        "MLPERF-v5.1-tyche_ngpu512_ngc25.09_nemo-llama31_405b",
+        "MLPERF-v5.1-hsg_ngpu2560_ngc25.09_nemo-llama31_405b",
+        "MLPERF-v5.1-hsg_ngpu5120_ngc25.09_nemo-llama31_405b",
+        "MLPERF-v5.1-theia_ngpu512_ngc25.09_nemo-llama31_405b",
+    }

@@ -67,7 +67,10 @@ def test_which_containers_take_a_release_ratio():
     # MLPerf v5.1's B200 image installs cuDNN 9.13.1.26: B200's table of that release at the row's sequence
     v51 = "MLPerf Training v5.1, University of Florida HiPerGator DGX B200, PyTorch NVIDIA Release 25.09"
     assert release_attention_ratio(v51, "dgx-b200-superpod", 8192) == pytest.approx(1.081, abs=0.001)
-    assert release_attention_ratio(v51, "gb200-nvl72", 8192) == 1.0  # no GB200 row of that release is priced
+    # NVIDIA's own v5.1 images install the same cuDNN: GB200 (sm100) at B200's table; GB300 (sm103) has none
+    nvidia = "MLPerf Training v5.1, NVIDIA Tyche-hsg (80x GB200 NVL72, 5,120 GPUs), NeMo 25.09 (ngc25.09_nemo)"
+    assert release_attention_ratio(nvidia, "gb200-nvl72", 8192) == pytest.approx(1.081, abs=0.001)
+    assert release_attention_ratio(nvidia, "gb300-nvl72", 8192) == 1.0
 
 
 def test_the_mixtral_rows_of_those_containers_judge_the_ratio():

@@ -26,7 +26,9 @@ def test_the_tables_tell_overlap_from_no_overlap_per_generation():
     # DeepSeek-V3 recipe on 512 H100, TP2 with SP, held out); no Ampere run overlaps ([K22]'s sequence-parallel runs on
     # A100 are TP with SP and no userbuffers); DGX Cloud's Grok-1 recipe (NeMo pretrain_grok1_314b.py @ 6f2c6fda:
     # tp_comm_overlap=True, TP4 with SP; held out) is a MoE model with the overlap (code 3) on both GB200 and H100
-    assert COUNTS[10]["tp_overlap"] == {1: 25, 2: 1, 3: 2}
+    # NVIDIA's MLPerf v5.1 NVFP4 Llama 3.1 405B (held out, 2026-12-04; config_common_fp4.sh TP_COMM_OVERLAP=False: 'TP
+    # overlap not supported yet') adds two: TP4 PP8 CP2 VP8 on GB200 (512-5,120 GPUs, one setting) and TP2 on GB300
+    assert COUNTS[10]["tp_overlap"] == {1: 25, 2: 3, 3: 2}
     # 19 and 2 until DGX Cloud's 2024 recipes (held out, 2026-12-04): 7 dense settings with the overlap, and its Grok-1
     # (NeMo 1, TP4 with the overlap on TE 1.x's defaults) BF16 and FP8
     assert COUNTS[9]["tp_overlap"] == {1: 26, 2: 5, 3: 4}
@@ -104,7 +106,8 @@ def test_a_blackwell_plan_without_the_overlap_is_supported_by_the_mixtral_8x22b_
     """TP with SP and no TP overlap on Blackwell: extrapolated while every Blackwell run with TP overlapped; the NeMo
     docs' Mixtral 8x22B row on GB200 (NEMODOC-25.04-GB200-MIXTRAL8X22B-256: TP2, SP, NeMo's recipes leave
     tp_comm_overlap off) is a published setting of it (its B200 twin of 25.02 was the second until it was set apart
-    as superseded software, 2026-12-04)."""
+    as superseded software, 2026-12-04); NVIDIA's MLPerf v5.1 NVFP4 405B runs on GB200 (TP4) and GB300 (TP2), held
+    out, are two more since 2026-12-04."""
     req = make_request(
         model="gpt3-175b",
         hardware=load_hardware("gb200-nvl72"),
@@ -122,7 +125,7 @@ def test_a_blackwell_plan_without_the_overlap_is_supported_by_the_mixtral_8x22b_
     grid = PlanGrid.from_plans([req.plan])
     assert int(evidence.feature_codes(grid, req.ctx, 128)["tp_overlap"][0]) == 2
     ev = evidence.plan_evidence(grid, req.ctx, 128)
-    assert int(ev.counts["tp_overlap"][0]) == 1 and int(ev.extrapolated[0]) == 0
+    assert int(ev.counts["tp_overlap"][0]) == 3 and int(ev.extrapolated[0]) == 0
     assert evidence.LABELS["tp_overlap"](2) == "TP with SP but without the TP comm overlap"
     plan = explain(req, suggest=False)
     assert plan["evidence"]["extrapolated"] == []

@@ -123,12 +123,15 @@ def test_runs_with_unpublished_settings_are_validated_but_not_fitted(result):
     # NeMo 25.02 on B200: only the rows a later run of the same plan shows superseded are apart
     early = {r["id"]: r["in_fit"] for r in result["runs"] if r["id"].startswith("NEMODOC-25.02-B200")}
     assert sorted(i for i, fit in early.items() if not fit) == ["NEMODOC-25.02-B200-Nemotron4-15B-n64"]
-    # NVFP4's 17 rows are in the bar (out of the dense fit, no software fact sets them apart): Blackwell's bar has
-    # them beside the 68 fitted rows; apart are only the three rows with a named software fact
+    # NVFP4's 17 Bridge rows are in the bar (out of the dense fit, no software fact sets them apart), and so are
+    # NVIDIA's 4 MLPerf v5.1 NVFP4 rows (Llama 3.1 405B on 512-5,120 GB200 and 512 GB300, held out): Blackwell's bar
+    # has them beside the fitted rows; apart are only the rows with a named software fact
     nvfp4 = [r for r in result["runs"] if "-NVFP4-" in r["id"]]
     assert len(nvfp4) == 17 and all(r["in_bar"] and not r["in_fit"] for r in nvfp4)
+    mlperf_fp4 = [r for r in result["runs"] if r["id"].startswith("MLPERF-v5.1") and "_ngc25.09_nemo" in r["id"]]
+    assert len(mlperf_fp4) == 4 and all(r["in_bar"] and not r["in_fit"] for r in mlperf_fp4)
     blackwell = "Blackwell (B200, GB200, GB300)"
-    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8  # and the 8 long-context B200 rows
+    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 4 + 8  # and the 8 long-context B200 rows
     apart = sorted(r["id"] for r in result["runs"] if not r["in_bar"])
     assert apart == ["MB-25.09-GB200-LLAMA31_405B-PRETRAIN-FP8_MX-n128-gbs64", "NEMODOC-25.02-B200-Nemotron4-15B-n64"]
 

@@ -152,15 +152,16 @@ def bearing(run) -> str | None:
     or MoE calibration; an NVFP4 row on the preset whose NVFP4 GEMM ratio is fitted on its NVFP4 rows,
     ``nvfp4_fit.FIT_PRESET``); ``"held out"``, validated out of sample and never fitted (``Run.held_out``: a
     Megatron-Bridge verification card's MoE row; an NVFP4 row on a preset whose ratio is measured, GB300: its rows
-    judge the measurement); None, no evidence (flagged software, a setting assumed or searched)."""
-    from planner.fidelity.nvfp4_fit import FIT_PRESET, is_nvfp4
+    judge the measurement; an NVFP4 row of a source the ratio's fit leaves out, MLPerf v5.1's on GB200); None, no
+    evidence (flagged software, a setting assumed or searched)."""
+    from planner.fidelity.nvfp4_fit import FIT_PRESET, FIT_SOURCE, is_nvfp4
 
     if run.fit:
         return "fitted"
     if run.searched:  # its plan is partly the model's own choice (a held-out row's too: NeMo's long-context table)
         return None
     if is_nvfp4(run):
-        return "fitted" if run.hardware == FIT_PRESET else "held out"
+        return "fitted" if run.hardware == FIT_PRESET and run.source == FIT_SOURCE else "held out"
     return "held out" if run.held_out else None
 
 

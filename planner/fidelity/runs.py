@@ -584,6 +584,9 @@ FUSED_ATTN_OFF = "NVTE_FUSED_ATTN=0"
 # @06ddf804b33c benchmark/Llama-3.2-1B-Training/README.md:11-17) and Megatron-Bridge 25.09 (cuDNN 9.11.0.98, its
 # docs/releases/software-versions.md), which no table measures.
 MLPERF_V51_CUDNN_9131 = re.compile(r"^MLPerf Training v5\.1,")
+# NVIDIA's own v5.1 images (NVIDIA/benchmarks/llama31_405b/implementations/*_ngc25.09_nemo/Dockerfile:43-44) install the
+# same cuDNN 9.13.1.26: on GB200 (sm100, B200's kernels) priced at B200's table; GB300 (sm103) has none at 9.13.1
+MLPERF_V51_SM100 = ("dgx-b200-superpod", "gb200-nvl72")
 CUDNN_970_BLACKWELL_ATTENTION_RATIO = 1.25
 CUDNN_970_CONTAINER = re.compile(r"^NeMo 25\.0[24]\b")
 
@@ -593,14 +596,14 @@ def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) ->
     """The attention kernels' time over the preset law of a row's container (``release``: its release text) on its
     hardware: NeMo 1's launcher's FlashAttention-2 on Hopper (or a launch script's own NVTE_FUSED_ATTN=0), NeMo
     25.02/25.04's cuDNN 9.7.0 on Blackwell, MLPerf
-    v5.1's cuDNN 9.13.1 on B200 (its table at ``seq_len`` keys), else 1 (today's kernels: the law)."""
+    v5.1's cuDNN 9.13.1 on B200 and GB200 (B200's table at ``seq_len`` keys), else 1 (today's kernels: the law)."""
     from planner.fidelity.kernels import hopper_flash_attn_2_ratio, release_time_ratio
 
     hw = load_hardware(hardware)
     cc = hw.gpu.compute_capability
     if cc >= 10 and CUDNN_970_CONTAINER.search(release):
         return CUDNN_970_BLACKWELL_ATTENTION_RATIO
-    if hardware == "dgx-b200-superpod" and MLPERF_V51_CUDNN_9131.search(release):
+    if hardware in MLPERF_V51_SM100 and MLPERF_V51_CUDNN_9131.search(release):
         kernel, params = "cuDNN fused attention (cuDNN frontend)", hw.attention.model_dump()
         return release_time_ratio("B200", kernel, params, seq_len, causal=True, max_s=seq_len)
     if 9 <= cc < 10 and (NEMO1_LAUNCHER_FA2.search(release) or FUSED_ATTN_OFF in release):
