@@ -27,8 +27,9 @@ def test_the_tables_tell_overlap_from_no_overlap_per_generation():
     # A100 are TP with SP and no userbuffers); DGX Cloud's Grok-1 recipe (NeMo pretrain_grok1_314b.py @ 6f2c6fda:
     # tp_comm_overlap=True, TP4 with SP; held out) is a MoE model with the overlap (code 3) on both GB200 and H100
     # NVIDIA's MLPerf v5.1 NVFP4 Llama 3.1 405B (held out, 2026-12-04; config_common_fp4.sh TP_COMM_OVERLAP=False: 'TP
-    # overlap not supported yet') adds two: TP4 PP8 CP2 VP8 on GB200 (512-5,120 GPUs, one setting) and TP2 on GB300
-    assert COUNTS[10]["tp_overlap"] == {1: 25, 2: 3, 3: 2}
+    # overlap not supported yet') adds two: TP4 PP8 CP2 VP8 on GB200 (512-5,120 GPUs, one setting) and TP2 on GB300;
+    # its FP8 Llama 3.1 8B on 512 GB200 and GB300 (TP2 CP4 with the overlap, held out) two with it (code 1)
+    assert COUNTS[10]["tp_overlap"] == {1: 27, 2: 3, 3: 2}
     # 19 and 2 until DGX Cloud's 2024 recipes (held out, 2026-12-04): 7 dense settings with the overlap, and its Grok-1
     # (NeMo 1, TP4 with the overlap on TE 1.x's defaults) BF16 and FP8
     assert COUNTS[9]["tp_overlap"] == {1: 26, 2: 5, 3: 4}
