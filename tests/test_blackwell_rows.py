@@ -215,23 +215,26 @@ def test_the_mlperf_8b_miss_on_64_b200_is_not_the_fabric(result):
     # MLPerf v5.1, the same per-GPU plan (TP1 CP2, one micro-batch of 8192/2 tokens per GPU per step, FP8,
     # full-iteration CUDA graph) on NVIDIA's GB200 NVL72 (tyche_ngpu72_ngc25.09_nemo, config_GB200_18x4x1x
     # tp1pp1cp2_8b.sh, GBS 36 on 72 GPUs): the median of the ten logs' per-run median train_step_time,
-    # 0.1709 s. Its data-parallel traffic stays on NVLink, and the model is as fast there as on 8 DGX B200
-    # nodes, so the DP bandwidth across nodes is not what the model misses; no software fact is known
+    # 0.1709 s. Its data-parallel traffic stays on NVLink, and the model was as fast there as on 8 DGX B200
+    # nodes (9 %), so the DP bandwidth across nodes was not what the model missed; the context-parallel ring's steps
+    # under CUDA graphs were (docs/cost-model.md §6.7.1: GB200's κ, fitted on MLPerf v5.0's 405B rows, carried to
+    # DGX B200), and both are within 3 % with them
     from planner import api
     from planner.fidelity.runs import load_runs
     from planner.fidelity.validate import _evaluation, plan_request
 
     row = result[MLPERF_8B_N8]
-    assert row["in_fit"] and row["in_bar"] and any("in the bar: 9 % fast" in x for x in row["assumptions"])
+    assert row["in_fit"] and row["in_bar"] and any("in the bar: 1 % slow" in x for x in row["assumptions"])
     run = next(r for r in load_runs() if r.id == MLPERF_8B_N8)
     q = plan_request(run) | {"gpus": 72, "global_batch": 36}
     ev = _evaluation(run.metric, api.make_request(hardware=load_hardware(GB200), **q))
     nvl72_error = 100 * (float(ev.iteration_s[0]) / 0.1709 - 1)
-    # both about 9 % fast since the 60 buckets pay their ring latencies (test_ddp_buckets.py): was 18 and 16 %;
-    # the B200 row -8.9 %, -10.2 % before its image's cuDNN 9.13.1 attention was priced (1.081x the law at 8k, as the
-    # NVL72 run's image installs it too: NVIDIA/benchmarks/llama31_8b/implementations/nemo/Dockerfile:43-44) and -11.4 %
-    # before its fabric's factors were carried from DGX H100 (η_net 0.85 and no stragglers)
-    assert -10 < nvl72_error < -8 and -10 < row["error_pct"] < -8
+    # +2.5 and +1.1 % with the graphed ring steps (c·κ a pass, κ 154.5 µs); both about 9 % fast before, since the
+    # 60 buckets pay their ring latencies (test_ddp_buckets.py): was 18 and 16 %; the B200 row -8.9 %, -10.2 % before
+    # its image's cuDNN 9.13.1 attention was priced (1.081x the law at 8k, as the NVL72 run's image installs it too:
+    # NVIDIA/benchmarks/llama31_8b/implementations/nemo/Dockerfile:43-44) and -11.4 % before its fabric's factors
+    # were carried from DGX H100 (η_net 0.85 and no stragglers)
+    assert 0 < nvl72_error < 3.5 and 0 < row["error_pct"] < 2.5
     assert abs(nvl72_error - row["error_pct"]) < 2.0
     # what the GB200 run exposes of its DP sync (NVLink, 72 ranks): 15 ms, against 22 ms over 8 B200 nodes
     assert 0.010 < float(ev.time["dp_comm"][0]) < 0.020

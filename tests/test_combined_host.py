@@ -17,7 +17,7 @@ def test_combined_host_by_hand():
     h_e = 16 * 6 * 7.61e-6
     assert float(moe.combined_host_s(9437.2, 0.0, h_e)) == pytest.approx(10167.76e-6, abs=1e-9)
     assert float(moe.combined_host_s(9437.2, 0.5, h_e)) == pytest.approx(5449.16e-6, abs=1e-9)
-    assert moe.COMBINED_HOST_US == pytest.approx((9254.1 + 9002.3) / 2, abs=0.05)  # the two A/B solves' mean
+    assert moe.COMBINED_HOST_US == pytest.approx((9255.0 + 9008.1) / 2, abs=0.06)  # the two A/B solves' mean
 
 
 @pytest.mark.parametrize(
@@ -98,12 +98,13 @@ def test_h_l_solves_reproduce_their_a_b_steps(monkeypatch):
 
 
 def test_pr_1760_mxfp8_pair_now_loses_with_the_overlap():
-    """PR 1760's MXFP8 pair: the overlap with VP4 20.1 s, neither 16.9 s (x1.189 slower with them). Predicted 17.60 /
-    17.10 s = x1.029 (2026-12-04; x1.011 on 2026-12-03; x0.878 without the host's pacing): the sign as measured, the
+    """PR 1760's MXFP8 pair: the overlap with VP4 20.1 s, neither 16.9 s (x1.189 slower with them). Predicted 17.76 /
+    17.53 s = x1.013 (x1.029, 17.60 / 17.10 s, before GB200's refit with graphed CP ring steps, which DGX B200 carries:
+    docs/cost-model.md §6.7.1; x1.011 on 2026-12-03; x0.878 without the host's pacing): the sign as measured, the
     size not - VP4's own cost (Bridge issue 3399: 'moe_a2a_overlap and VP degraded perf') is not priced."""
     ratio = _qwen3_235b_b200_64(True, 4, True) / _qwen3_235b_b200_64(False, 1, True)
     assert 1.0 < ratio < 20.1 / 16.9
-    assert ratio == pytest.approx(1.029, abs=0.01)
+    assert ratio == pytest.approx(1.013, abs=0.01)
 
 
 def test_h100_qwen3_30b_hybridep_a_b_still_favours_the_overlap():

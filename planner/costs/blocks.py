@@ -21,7 +21,7 @@ from planner.costs import compute, flops, memory, moe
 from planner.costs.letters import LAYER_KEY, Letters
 from planner.costs.linears import cast_bytes, fp8_cast_bytes, gemm_times, tp_pair_s
 from planner.costs.mla import mla_gather_width, mla_letters
-from planner.hardware.collectives import group_link, hidden_comm_contention_s, p2p_time_s
+from planner.hardware.collectives import cp_graphed_step_s, group_link, hidden_comm_contention_s, p2p_time_s
 from planner.plan import Context, CudaGraphModule, PlanOptions, RecomputeModule
 
 PERMUTE_BYTES = 2 * (2 + 2)  # MoE permute and unpermute of routed tokens: read, write
@@ -130,7 +130,8 @@ def _cp_ring_exposed(lt: Letters, ctx: Context, core: dict) -> tuple[np.ndarray,
     (MLA: the per-head n·(d_qk + d_r + d_v)) to the next rank (dK, dV too in the backward), each
     hidden only while the step of attention computed meanwhile lasts: c − 1 times
     max(0, transfer − step) (Liu et al. 2023, Ring Attention; Transformer Engine AttnFuncWithCPAndKVP2P);
-    the hidden min(transfer, step) still holds NCCL's SMs (collectives.hidden_comm_contention_s)."""
+    the hidden min(transfer, step) still holds NCCL's SMs (collectives.hidden_comm_contention_s); under
+    CUDA graphs each of the c steps a pass costs the preset's κ more (collectives.cp_graphed_step_s)."""
     hw = ctx.hardware
     domain = hw.nvlink_domain_gpus
     stride = np.where(lt.t * lt.c <= domain, lt.t, domain)  # neighbours on NVLink while the ring fits a domain
@@ -144,7 +145,8 @@ def _cp_ring_exposed(lt: Letters, ctx: Context, core: dict) -> tuple[np.ndarray,
         contention = hidden_comm_contention_s(hidden, hw.network.nccl_p2p_sms, hw.gpu.sm_count)
         return steps * (np.maximum(transfer - compute, 0.0) + contention)
 
-    return exposed(step, core["step_fwd"]), exposed(2 * step, core["step_bwd"])
+    graphed = cp_graphed_step_s(lt.c, hw.calibration.cp_graphed_step_us, _graphed(ctx.options, CudaGraphModule.ATTN))
+    return exposed(step, core["step_fwd"]) + graphed, exposed(2 * step, core["step_bwd"]) + graphed
 
 
 def graphed_frac(opts: PlanOptions, *, moe_layer: bool = False) -> float:

@@ -30,7 +30,7 @@ from planner.costs.linears import activation_message, fp8_cast_bytes, gemm_times
 from planner.costs.memory_parts import layers_text
 from planner.costs.mla import mla_formula
 from planner.costs.moe import dispatcher_formula, expert_formula
-from planner.plan import AttentionKernel, Context, ParallelPlan, Recompute, RecomputeModule
+from planner.plan import AttentionKernel, Context, CudaGraphModule, ParallelPlan, Recompute, RecomputeModule
 
 # HBM bytes per logit of Megatron's VocabParallelCrossEntropy (megatron/core/tensor_parallel/cross_entropy.py,
 # core_r0.8.0 and d98e8a64): forward - fp32 cast (r2 w4), max (r4), subtract in place (r4 w4), exp in place
@@ -267,11 +267,18 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = N
     """Formula and source of the compute and model-parallel communication terms for one plan; ``fixed``: the
     context's ``compute_formulas`` (computed here when not given)."""
     fixed = compute_formulas(ctx) if fixed is None else fixed
+    kappa = ctx.hardware.calibration.cp_graphed_step_us
+    graphed = (
+        f"; under CUDA graphs + c·κ a pass, κ = {kappa:g} µs a ring step (fitted on the graphed CP runs)"
+        if plan.cp > 1 and kappa and ctx.options.graphs_launch(CudaGraphModule.ATTN)
+        else ""
+    )
     cp = Formula(
-        "m × layers × (c − 1) ring steps of K,V chunks b·(s/c)·2g·d_h/t, each beyond one step of attention"
+        "m × layers × (c − 1) ring steps of K,V chunks b·(s/c)·2g·d_h/t, each beyond one step of attention" + graphed
         if plan.cp > 1
         else "0 (cp = 1)",
-        "Ring Attention (Liu et al. 2023); Transformer Engine AttnFuncWithCPAndKVP2P",
+        "Ring Attention (Liu et al. 2023); Transformer Engine AttnFuncWithCPAndKVP2P"
+        + ("; κ: docs/cost-model.md §6.7.1" if graphed else ""),
     )
     return {
         "forward": fixed["forward"],

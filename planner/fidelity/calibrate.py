@@ -31,6 +31,7 @@ FIT_FIELDS = (  # the factors calibrate may fit where the preset gives them a ba
     "gemm_half_dim",
     "network_bus_efficiency",
     "straggler_sigma",
+    "cp_graphed_step_us",
 )
 # Factors the runs may not leave at a bound of their band (``_pushed_to_bound``): one pushed there is not
 # identified by them, kept at its anchor, and the rest refitted. The stragglers' σ: only the weak-scaling

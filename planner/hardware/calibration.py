@@ -109,6 +109,11 @@ class Calibration(BaseModel):
         description="the share of a hidden MoE dispatch's time the compute-bound work beside it loses where GEMMs "
         "are persistent with a static tile schedule (Hopper); None: the dispatcher's own SM share",
     )
+    cp_graphed_step_us: NonNegativeFloat | None = Field(
+        None,
+        description="GPU time per context-parallel ring step, in each pass, when CUDA graphs replay the attention "
+        "block, beyond the step's attention, transfer and contention (None: not modelled)",
+    )
     straggler_sigma: NonNegativeFloat | None = Field(
         None,
         le=0.2,

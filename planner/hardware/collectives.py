@@ -261,6 +261,21 @@ def p2p_time_s(message_bytes: ArrayLike, link: Link) -> np.ndarray:
     return np.asarray(message_bytes) / link.bus_bytes_per_s + link.latency_s
 
 
+def cp_graphed_step_s(c: ArrayLike, step_us: float | None, graphed: float) -> np.ndarray:
+    """Time one pass (forward or backward) of one layer's context-parallel ring adds beyond its attention,
+    transfers and contention when CUDA graphs replay the attention block:
+
+        t = c · κ · g   for c > 1;  0 at c = 1 (Transformer Engine takes no ring path)
+
+    c ring steps a pass (Transformer Engine AttnFuncWithCPAndKVP2P: c attention steps forward and c
+    backward), κ the preset's ``cp_graphed_step_us`` (fitted on the graphed CP runs; None: not modelled),
+    g = 1 when graphs launch the attention block, else 0: the runs without graphs measure no such cost
+    (GB300's fit puts κ at 0 on them), and the graphed ones do (docs/cost-model.md §6.7.1)."""
+    c = np.asarray(c)
+    kappa = 0.0 if step_us is None else step_us * 1e-6 * graphed
+    return np.where(c > 1, c * kappa, 0.0)
+
+
 def hidden_comm_contention_s(hidden_s: ArrayLike, nccl_sms: int | None, sm_count: int) -> np.ndarray:
     """Compute lost to a collective that runs hidden behind it: for the T_hidden seconds an NCCL
     kernel runs beside the compute, it holds k SMs (one CTA per channel) of the S the compute would
