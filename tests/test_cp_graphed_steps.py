@@ -56,16 +56,19 @@ def test_the_ring_steps_add_c_kappa_a_pass_to_each_layer_under_graphs():
     assert "κ" not in eager["estimate"]["formulas"]["time"]["cp_comm"]["formula"]
 
 
-def test_the_other_blackwell_presets_take_gb200s_value_and_hopper_does_not_model_it():
-    # GB300's fit has no graphed CP run (its MLPerf rows are held out): it keeps GB200's value, which a refit of GB200
-    # must carry to it by hand (this test says when they part); DGX B200 carries GB200's calibration as its family
+def test_every_other_preset_keeps_gb200s_value_not_identified_by_its_own_runs():
+    # Only GB200's fit has graphed CP runs (MLPerf v5.0's 405B); GB300's are held out and no Hopper or Ampere run
+    # combines CP with graphs, so each keeps GB200's value - not identifiable by its own runs, said so - which a refit
+    # of GB200 must carry to them by hand (this test says when they part); DGX B200 carries GB200's calibration
     gb200 = load_hardware(GB200).calibration
-    for name in (GB300, B200):
-        assert load_hardware(name).calibration.cp_graphed_step_us == gb200.cp_graphed_step_us, name
-    assert load_hardware(GB300).calibration.factors["cp_graphed_step_us"].status == "not identifiable"
     assert gb200.factors["cp_graphed_step_us"].status == "fitted"
     assert gb200.factors["cp_graphed_step_us"].band == [0, 400]
-    assert load_hardware(H100).calibration.cp_graphed_step_us is None  # no Hopper run with CP under graphs
+    for name in (GB300, B200, H100, "dgx-h200-superpod", "dgx-a100-superpod", "dgx-a100-40gb-superpod"):
+        cal = load_hardware(name).calibration
+        assert cal.cp_graphed_step_us == gb200.cp_graphed_step_us, name
+        want = "carried over" if name == B200 else "not identifiable"
+        assert cal.factors["cp_graphed_step_us"].status == want, name
+        assert "kept at: GB200 NVL72's fitted value" in cal.factors["cp_graphed_step_us"].source or name == B200
 
 
 @pytest.fixture(scope="module")
