@@ -43,7 +43,7 @@ FIT_FIELDS = (  # the factors calibrate may fit where the preset gives them a ba
 FITTED = ("dgx-a100-superpod", "dgx-h100-superpod", "gb200-nvl72", "gb300-nvl72")
 FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, and too few runs of their own
     "dgx-a100-superpod": ("dgx-a100-40gb-superpod",),  # the same A100, less HBM
-    "dgx-h100-superpod": ("dgx-h200-superpod",),  # the same GH100 die: no published H200 pre-training run
+    "dgx-h100-superpod": ("dgx-h200-superpod",),  # the same GH100 die: Nebius's two MLPerf H200 runs are held out
     "gb200-nvl72": ("dgx-b200-superpod",),  # the same B200 GPU at 1000 W: two current runs, validated out of sample
 }
 # ... but a family member takes the donor's die, not its fabric: a DGX B200 leaves its NVLink domain at 8 GPUs, a
