@@ -85,3 +85,14 @@ def test_fitted_on_mlperf_v50s_405b_it_predicts_the_held_out_8b_runs(rows):
     got = {rid: rows[rid]["error_pct"] for rid in HELD_OUT_8B}
     assert not any(rows[rid]["in_fit"] for rid in HELD_OUT_8B)
     assert all(-3.0 < e < 6.0 for e in got.values()), got
+
+
+def test_the_same_implementation_on_another_gb200_cluster_up_to_2496_gpus(rows):
+    # IBM, CoreWeave and NVIDIA's MLPerf v5.0 405B (held out): NVIDIA's tyche implementation on CoreWeave's GB200 NVL72,
+    # CP 2 under full-iteration graphs, 512 (the fitted tyche config, 128x4x112) to 2,496 GPUs (624x4x32, 32
+    # micro-batches a step): 19.278, 8.448, 8.499, 7.158, 5.823 s measured; -3.6 to -4.5 % without κ, +0.2 to +1.1 %
+    # with it
+    carina = [f"MLPERF-v5.0-carina_ngpu{n}_ngc25.04_nemo-llama31_405b" for n in (512, 1024, 1536, 2048, 2496)]
+    got = [rows[rid]["error_pct"] for rid in carina]
+    assert not any(rows[rid]["in_fit"] for rid in carina)
+    assert all(0.0 < e < 1.5 for e in got), got

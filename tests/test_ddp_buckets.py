@@ -98,8 +98,8 @@ def test_mlperf_nemo2_rows_read_their_bucket_and_ctas_from_the_launch_config():
     # v5.1 (University of Florida's b200_nemo and NVIDIA's own GB200/GB300 NVFP4 405B runs, the same config_common.sh
     # and conf/custom.yaml): bucket 134,217,728; config_common.sh exports NCCL_MIN_CTAS=16
     # and NCCL_MAX_CTAS=32, which NCCL (init.cc envConfigOverride) puts over the per-communicator yaml's 8;
-    # v5.0 (NVIDIA's 405B, and Nebius's on H200 with the same implementation): bucket_size 200, the yaml's dp max_ctas
-    # 8 (no NCCL_*_CTAS in the environment)
+    # v5.0 (NVIDIA's 405B, and Nebius's on H200 and IBM, CoreWeave and NVIDIA's on GB200 with the same
+    # implementation): bucket_size 200, the yaml's dp max_ctas 8 (no NCCL_*_CTAS in the environment)
     rows = dp_sync_rows()
     v51 = [r for i, r in rows.items() if i.startswith("MLPERF-v5.1")]
     v50 = [r for i, r in rows.items() if i.startswith("MLPERF-v5.0")]
@@ -110,7 +110,7 @@ def test_mlperf_nemo2_rows_read_their_bucket_and_ctas_from_the_launch_config():
     v51 = [r for r in v51 if r["run_id"] not in eight_b]
     assert len(v51) == 8 and all(r["dp_max_ctas"] == "32" and r["ddp_bucket_size"] == "134217728" for r in v51)
     assert all("NCCL_MAX_CTAS=32" in r["source"] and "envConfigOverride" in r["source"] for r in v51)
-    assert len(v50) == 9 and all(r["dp_max_ctas"] == "8" and r["ddp_bucket_size"] == "200" for r in v50)
+    assert len(v50) == 14 and all(r["dp_max_ctas"] == "8" and r["ddp_bucket_size"] == "200" for r in v50)
     nebius = [r for r in v50 if "nebius" in r["run_id"]]
     assert len(nebius) == 2 and {r["userbuffers"] for r in nebius} == {"mlperf_v50_llama31_405b_h100_tp4_mbs1.yaml"}
     run = next(r for r in load_runs() if r.id == "MLPERF-v5.1-hpg.dgxb200x8.n8-llama31_8b")

@@ -134,8 +134,11 @@ def test_runs_with_unpublished_settings_are_validated_but_not_fitted(result):
     # and NVIDIA's 4 FP8 Llama 3.1 8B runs of the same round (72 and 512 GB200 and GB300), held out as well
     nvidia_v51 = [r for r in result["runs"] if r["id"].startswith("MLPERF-v5.1") and "_ngc25.09_nemo" in r["id"]]
     assert len(nvidia_v51) == 8 and all(r["in_bar"] and not r["in_fit"] for r in nvidia_v51)
+    # and IBM, CoreWeave and NVIDIA's MLPerf v5.0 405B on 512-2,496 GB200 (NVIDIA's tyche implementation), held out
+    carina = [r for r in result["runs"] if "carina" in r["id"]]
+    assert len(carina) == 5 and all(r["in_bar"] and not r["in_fit"] for r in carina)
     blackwell = "Blackwell (B200, GB200, GB300)"
-    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8 + 8  # and the 8 long-context B200 rows
+    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8 + 8 + 5  # the 8 long-context B200 rows
     apart = sorted(r["id"] for r in result["runs"] if not r["in_bar"])
     assert apart == ["MB-25.09-GB200-LLAMA31_405B-PRETRAIN-FP8_MX-n128-gbs64", "NEMODOC-25.02-B200-Nemotron4-15B-n64"]
 
