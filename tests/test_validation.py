@@ -137,8 +137,11 @@ def test_runs_with_unpublished_settings_are_validated_but_not_fitted(result):
     # and IBM, CoreWeave and NVIDIA's MLPerf v5.0 405B on 512-2,496 GB200 (NVIDIA's tyche implementation), held out
     carina = [r for r in result["runs"] if "carina" in r["id"]]
     assert len(carina) == 5 and all(r["in_bar"] and not r["in_fit"] for r in carina)
+    # and Oracle's, Verda's and Dell's MLPerf v5.1 runs of NVIDIA's B200 8B config, held out
+    copies = [r for r in result["runs"] if r["id"].split("-")[2] in ("Oracle", "Verda", "Dell")]
+    assert len(copies) == 3 and all(r["in_bar"] and not r["in_fit"] for r in copies)
     blackwell = "Blackwell (B200, GB200, GB300)"
-    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8 + 8 + 5  # the 8 long-context B200 rows
+    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8 + 8 + 5 + 3  # 8 long-context B200 rows
     apart = sorted(r["id"] for r in result["runs"] if not r["in_bar"])
     assert apart == ["MB-25.09-GB200-LLAMA31_405B-PRETRAIN-FP8_MX-n128-gbs64", "NEMODOC-25.02-B200-Nemotron4-15B-n64"]
 
