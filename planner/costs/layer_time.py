@@ -269,7 +269,7 @@ def layer_time_formulas(ctx: Context, plan: ParallelPlan, fixed: dict | None = N
     fixed = compute_formulas(ctx) if fixed is None else fixed
     kappa = ctx.hardware.calibration.cp_graphed_step_us
     graphed = (
-        f"; under CUDA graphs + c·κ a pass, κ = {kappa:g} µs a ring step (fitted on the graphed CP runs)"
+        f"; under CUDA graphs + c·κ a pass, κ = {kappa:g} µs a ring step (GB200's fit on the graphed CP runs)"
         if plan.cp > 1 and kappa and ctx.options.graphs_launch(CudaGraphModule.ATTN)
         else ""
     )
