@@ -107,14 +107,20 @@ def test_mlperf_nemo2_rows_read_their_bucket_and_ctas_from_the_launch_config():
     # exports BUCKET_SIZE=768000000, which the University of Florida's copy of the file does not
     eight_b = {i for i in rows if i.startswith("MLPERF-v5.1") and i.endswith("_ngc25.09_nemo-llama31_8b")}
     assert len(eight_b) == 4 and {rows[i]["ddp_bucket_size"] for i in eight_b} == {"768000000"}
-    # ... as do Oracle's and Dell's copies of the implementation (held out; their logs record bucket_size 768000000),
-    # and Verda's is the University of Florida's file (134217728)
-    others = {"MLPERF-v5.1-Oracle-8xBM.GPU.B200.8-llama31_8b", "MLPERF-v5.1-Dell-2xXE9680Lx8B200-SXM-180GB-llama31_8b"}
+    # ... as do Oracle's and Dell's copies of the implementation (held out; Oracle's and Dell's XE9680L logs record
+    # bucket_size 768000000, Dell's XE9685L pair runs the same config_common_8b.sh), and Verda's is the University of
+    # Florida's file (134217728), as is HPE's (its config_common_8b.sh sets no BUCKET_SIZE: custom.yaml's 134217728)
+    others = {
+        "MLPERF-v5.1-Oracle-8xBM.GPU.B200.8-llama31_8b",
+        "MLPERF-v5.1-Dell-2xXE9680Lx8B200-SXM-180GB-llama31_8b",
+        "MLPERF-v5.1-Dell-2xXE9685Lx8B200-SXM-180GB-llama31_8b",
+    }
     assert {rows[i]["ddp_bucket_size"] for i in others} == {"768000000"}
     assert rows["MLPERF-v5.1-Verda-b200_8x8_ngc25.09-llama31_8b"]["ddp_bucket_size"] == "134217728"
+    assert rows["MLPERF-v5.1-HPE-XD670-H200-n8-llama31_8b"]["ddp_bucket_size"] == "134217728"
     assert all(rows[i]["dp_max_ctas"] == "32" for i in others | eight_b)
     v51 = [r for r in v51 if r["run_id"] not in eight_b | others]
-    assert len(v51) == 9 and all(r["dp_max_ctas"] == "32" and r["ddp_bucket_size"] == "134217728" for r in v51)
+    assert len(v51) == 10 and all(r["dp_max_ctas"] == "32" and r["ddp_bucket_size"] == "134217728" for r in v51)
     assert all("NCCL_MAX_CTAS=32" in r["source"] and "envConfigOverride" in r["source"] for r in v51)
     assert len(v50) == 14 and all(r["dp_max_ctas"] == "8" and r["ddp_bucket_size"] == "200" for r in v50)
     nebius = [r for r in v50 if "nebius" in r["run_id"]]

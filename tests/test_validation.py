@@ -118,10 +118,11 @@ def test_runs_with_unpublished_settings_are_validated_but_not_fitted(result):
     # ... and DGX Cloud's first published recipes (64 H100 rows of NeMo 24.05 and 24.09), held out likewise
     dgxc_2024 = [r for r in result["runs"] if r["source"] == DGXC_2024]
     assert len(dgxc_2024) == 64 and all(r["in_bar"] and not r["in_fit"] for r in dgxc_2024)
-    # ... and Nebius's MLPerf v5.0 405B on 512 and 1,024 H200 (the first H200 rows), held out likewise
+    # ... and Nebius's MLPerf v5.0 405B on 512 and 1,024 H200 (the first H200 rows) and HPE's v5.1 8B on 64 H200,
+    # held out likewise
     h200 = [r for r in result["runs"] if r["hardware"] == "dgx-h200-superpod"]
-    assert len(h200) == 2 and all(r["in_bar"] and not r["in_fit"] for r in h200)
-    assert by_gen[hopper]["runs"] == published[hopper]["runs"] + 9 + 3 + 9 + 64 + 2
+    assert len(h200) == 3 and all(r["in_bar"] and not r["in_fit"] for r in h200)
+    assert by_gen[hopper]["runs"] == published[hopper]["runs"] + 9 + 3 + 9 + 64 + 3
     assert "dgx-h100-superpod" not in result["summary"]["by_hardware_assumed"]
     # NeMo 25.02 on B200: only the rows a later run of the same plan shows superseded are apart
     early = {r["id"]: r["in_fit"] for r in result["runs"] if r["id"].startswith("NEMODOC-25.02-B200")}
@@ -137,11 +138,11 @@ def test_runs_with_unpublished_settings_are_validated_but_not_fitted(result):
     # and IBM, CoreWeave and NVIDIA's MLPerf v5.0 405B on 512-2,496 GB200 (NVIDIA's tyche implementation), held out
     carina = [r for r in result["runs"] if "carina" in r["id"]]
     assert len(carina) == 5 and all(r["in_bar"] and not r["in_fit"] for r in carina)
-    # and Oracle's, Verda's and Dell's MLPerf v5.1 runs of NVIDIA's B200 8B config, held out
+    # and Oracle's, Verda's and Dell's (two systems) MLPerf v5.1 runs of NVIDIA's B200 8B config, held out
     copies = [r for r in result["runs"] if r["id"].split("-")[2] in ("Oracle", "Verda", "Dell")]
-    assert len(copies) == 3 and all(r["in_bar"] and not r["in_fit"] for r in copies)
+    assert len(copies) == 4 and all(r["in_bar"] and not r["in_fit"] for r in copies)
     blackwell = "Blackwell (B200, GB200, GB300)"
-    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8 + 8 + 5 + 3  # 8 long-context B200 rows
+    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8 + 8 + 5 + 4  # 8 long-context B200 rows
     apart = sorted(r["id"] for r in result["runs"] if not r["in_bar"])
     assert apart == ["MB-25.09-GB200-LLAMA31_405B-PRETRAIN-FP8_MX-n128-gbs64", "NEMODOC-25.02-B200-Nemotron4-15B-n64"]
 

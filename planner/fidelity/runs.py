@@ -538,6 +538,9 @@ def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bo
         fp8="hybrid" if fp8 else None,
         fp8_recipe=row["fp8_recipe"] if fp8 and row["fp8_recipe"] else "delayed",
         fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
+        # the attention core in FP8 (Megatron-Core fp8_dot_product_attention: MLPerf's config_common_fp8attn.sh
+        # FP8_DPA=True), priced at the GPU preset's FP8/BF16 kernel ratios (blocks.fp8_attention_ratios)
+        fp8_dot_product_attention=fp8 and _yes(row["fp8_attention"]),
         fp4="e2m1" if fp4 else None,
         fp4_param_gather=fp4 and _yes(row["fp8_param_gather"]),
         grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
