@@ -241,3 +241,16 @@ def test_env_gives_a_launch_script_its_variables_as_explain_does(tmp_path):
     assert given.exit_code == 0 and out.exists(), given.output
     other = CliRunner().invoke(cli, [*args, "--overwrite", "--env", "NUM_LAYERS=48"])  # the value is used
     assert other.exit_code == 2 and "not the same model" in other.stderr, other.output
+
+
+def test_calibrate_names_the_donor_of_a_preset_it_does_not_fit():
+    # dgx-h200-superpod carries dgx-h100-superpod's factors (calibrate.FAMILIES); its three MLPerf rows (Nebius's v5.0
+    # 405B on 512 and 1,024 H200, HPE's v5.1 8B on 64) are validated out of sample, never fitted
+    result = CliRunner().invoke(cli, ["calibrate", "--hardware", "dgx-h200-superpod", "--no-loso"])
+    assert result.exit_code == 2
+    assert "carries dgx-h100-superpod's factors (its 3 published runs validated out of sample)" in result.output
+    assert "--hardware dgx-h100-superpod" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(cli, ["calibrate", "--hardware", "dgx-a100-40gb-superpod", "--no-loso"])
+    assert result.exit_code == 2 and "(no run of its own)" in result.output
+    result = CliRunner().invoke(cli, ["calibrate", "--hardware", "no-such-preset", "--no-loso"])
+    assert result.exit_code == 2 and "has no published runs to fit; fitted presets: dgx-a100-superpod" in result.output

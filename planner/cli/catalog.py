@@ -311,7 +311,7 @@ def calibrate(
         env = env_values(env_pairs)
         return _from_logs(logs, scripts, hardware, (gpus, env), output, (overwrite, force), as_json)
     if hardware and hardware not in cal.FITTED:
-        raise PlannerError(f"--hardware {hardware!r} has no published runs to fit; fitted: {', '.join(cal.FITTED)}")
+        raise PlannerError(_not_fitted_why(hardware))
     total = cal.calibration_steps(loso=loso, only=hardware)  # the fits and the validation
     with progress("fitting the calibration to the published runs", total=total) as step:
         out = cal.run_calibration(loso=loso, write_dir=write_dir, only=hardware, step=_labelled(step, "calibration"))
@@ -319,6 +319,26 @@ def calibrate(
         echo_json(out)
     else:
         console().print(report_fidelity.calibration_view(out))
+
+
+def _not_fitted_why(hardware: str) -> str:
+    """Why ``calibrate --hardware`` cannot fit a preset: unknown, or a family member that carries a fitted preset's
+    factors (its own runs, if any, are validated out of sample), named with the command that fits it."""
+    from planner.fidelity import calibrate as cal
+    from planner.fidelity.runs import load_runs
+    from planner.presets import preset_names
+
+    fitted = ", ".join(cal.FITTED)
+    donor = next((d for d, members in cal.FAMILIES.items() if hardware in members), None)
+    if hardware not in preset_names("hardware") or donor is None:
+        return f"--hardware {hardware!r} has no published runs to fit; fitted presets: {fitted}"
+    rows = sum(r.hardware == hardware for r in load_runs())
+    plural = "s" if rows != 1 else ""
+    held = f"its {rows} published run{plural} validated out of sample" if rows else "no run of its own"
+    return (
+        f"--hardware {hardware!r} is not fitted on its own runs: it carries {donor}'s factors ({held}); "
+        f"fit that one with --hardware {donor}"
+    )
 
 
 def _note_other_write_dir(write_dir: str) -> None:
