@@ -355,3 +355,31 @@ def test_a_factor_the_runs_cannot_identify_keeps_its_kernel_prior_not_the_last_f
     # the preset written says where the value comes from: its prior, not "kept at" the last fit's source
     written = fitted_calibration(hw.calibration, full, "4 runs").factors["network_bus_efficiency"]
     assert written.source.endswith("kept at: its kernel prior, 0.6") and written.prior.value == 0.60
+
+
+def test_a_carried_preset_takes_its_held_out_runs_error_as_its_band():
+    # calibrate --write hands a family member without fitted rows its held-out rows' figures, marked held_out
+    # (calibrate.run_calibration): RMS 0.1009 and max 0.1412 over 3 runs -> 0.101 and 0.141, named as held out;
+    # without any row it keeps the donor's, named as an assumption
+    from planner.fidelity.calibrate import Fit
+    from planner.fidelity.writer import fitted_accuracy
+    from planner.hardware.spec import Accuracy
+
+    fit_ = Fit(hardware="dgx-h100-superpod", factors={}, loss=0.0, runs=54, prediction_sigma=0.007)
+    stats = {"runs": 3, "rms_log_error": 0.1009, "max_abs_log_error": 0.1412, "held_out": True}
+    fields = ("validation_error_frac", "calibration_uncertainty_frac", "max_error_frac")
+    donor = Accuracy(
+        validation_error_frac=0.022,
+        calibration_uncertainty_frac=0.007,
+        max_error_frac=0.064,
+        sources=dict.fromkeys(fields, "the donor's runs"),
+    )
+    acc = fitted_accuracy(fit_, stats, carried_from="dgx-h100-superpod", donor=donor)
+    assert (acc.validation_error_frac, acc.max_error_frac, acc.calibration_uncertainty_frac) == (0.101, 0.141, 0.007)
+    assert (
+        "over this preset's 3 held-out runs (validated out of sample, never fitted)"
+        in acc.sources["validation_error_frac"]
+    )
+    assert acc.sources["validation_error_frac"].endswith("with dgx-h100-superpod's factors")
+    none = fitted_accuracy(fit_, None, carried_from="dgx-h100-superpod", donor=donor)
+    assert none.validation_error_frac == 0.022 and "no run on this preset" in none.sources["validation_error_frac"]

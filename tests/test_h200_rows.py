@@ -64,3 +64,27 @@ def test_the_three_h200_rows_all_lean_fast(rows):
     # H100's calibration (no H200 row is fitted), the lead docs/cost-model.md §10.1 records
     errors = [rows[rid]["error_pct"] for rid in (H200_512, H200_1024, HPE_8B)]
     assert all(e < -6.0 for e in errors)
+
+
+def test_an_h200_plans_band_is_its_held_out_runs_error():
+    # calibrate --write gives a preset that carries another's factors the RMS of its own held-out runs when it has no
+    # fitted row: ln(46.524/50.014) = -0.0723, ln(23.565/25.356) = -0.0733, ln(0.3067/0.3532) = -0.1412, RMS
+    # sqrt((0.0723² + 0.0733² + 0.1412²)/3) = 0.1009; the largest 0.141. H100's own band stays 2.2 %
+    from planner import api
+    from planner.fidelity.evidence import band_rows
+    from planner.presets import load_hardware
+
+    acc = load_hardware("dgx-h200-superpod").accuracy
+    assert acc.validation_error_frac == pytest.approx(0.101, abs=5e-4) and acc.max_error_frac == pytest.approx(0.141)
+    assert "3 held-out runs" in acc.sources["validation_error_frac"]
+    assert load_hardware("dgx-h100-superpod").accuracy.validation_error_frac == pytest.approx(0.022)
+    req = api.make_request(model="llama3-8b", gpus=64, hardware="dgx-h200-superpod")
+    assert band_rows(req.ctx) == "dgx-h200-superpod's own 3 runs, held out: it carries dgx-h100-superpod's factors"
+    assert band_rows(api.make_request(model="llama3-8b", gpus=64, hardware="dgx-h100-superpod").ctx) is None
+    # ε₀ = sqrt(0.101² + 0.007²) = 0.1012 (the carried calibration's σ beside it); an extrapolated feature adds
+    # δ = 0.141 in quadrature: the request's plain DDP (no distributed optimizer) has no run on Hopper
+    evidence = api.explain(req, suggest=False)["evidence"]
+    assert evidence["base_band_frac"] == pytest.approx(0.1012, abs=2e-4)
+    assert evidence["extrapolated"] == ["DDP (no distributed optimizer)"]
+    assert evidence["band_frac"] == pytest.approx((0.1012**2 + 0.141**2) ** 0.5, abs=5e-4)
+    assert evidence["band_rows"] == band_rows(req.ctx)

@@ -20,6 +20,7 @@ feature kind (0: not used), and ``plan_evidence`` looks each code up in the gene
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -431,12 +432,23 @@ def _nvfp4_band(ctx: Context) -> bool:
     )
 
 
+HELD_OUT_BAND = re.compile(r"over this preset's (\d+) held-out runs .*?, with (\S+)'s factors")
+
+
 def band_rows(ctx: Context) -> str | None:
-    """The rows a plan's band comes from where they are not the preset's dense rows: an NVFP4 plan's, their count,
-    preset, bearing and source (the accuracy's source text; explain prints it on the runs line)."""
-    if ctx.model.is_moe or not _nvfp4_band(ctx):
+    """The rows a plan's band comes from where they are not the preset's dense fitted rows: an NVFP4 plan's, their
+    count, preset, bearing and source (the accuracy's source text); a dense plan on a preset that carries another's
+    factors, its own held-out runs (calibrate writes their RMS when it has no fitted row: H200's three MLPerf runs).
+    explain prints it on the runs line."""
+    if ctx.model.is_moe:
         return None
-    return ctx.hardware.accuracy.sources.get("nvfp4_validation_error_frac")
+    if _nvfp4_band(ctx):
+        return ctx.hardware.accuracy.sources.get("nvfp4_validation_error_frac")
+    held = HELD_OUT_BAND.search(ctx.hardware.accuracy.sources.get("validation_error_frac", ""))
+    if held is None:
+        return None
+    n, donor = held.groups()
+    return f"{ctx.hardware.name}'s own {n} runs, held out: it carries {donor}'s factors"
 
 
 def band_frac(extrapolated: np.ndarray, ctx: Context) -> np.ndarray:

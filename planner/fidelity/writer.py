@@ -103,7 +103,11 @@ def fitted_accuracy(
     )
     if stats:
         err = stats["rms_log_error"]
-        rows = f"{stats['runs']} validation rows whose configuration is published"
+        rows = (
+            f"{stats['runs']} held-out runs (validated out of sample, never fitted)"
+            if stats.get("held_out")
+            else f"{stats['runs']} validation rows whose configuration is published"
+        )
         err_text = f"megaplan calibrate: RMS of ln(predicted/published) over this preset's {rows}, {100 * err:.1f} %"
         err_text += (
             f", with {carried_from}'s factors"
