@@ -53,7 +53,8 @@ def test_which_containers_take_a_release_ratio():
     # NeMo 1's launcher on Hopper: FlashAttention-2; NeMo 25.02 and 25.04 on Blackwell: cuDNN 9.7.0 (NeMo v2.2.0 and
     # v2.3.0 build on pytorch:25.01-py3); MLPerf's GPT-3 in the 24.04 container ran its own launch scripts, not the
     # launcher's config.yaml; NeMo 2's containers run cuDNN on Hopper; MLPerf v5.0's ngc25.04_nemo image builds on
-    # pytorch:25.04-py3 (cuDNN 9.9.0, no table); Megatron-Bridge 25.09 on (cuDNN 9.11 and later) is taken at the law
+    # pytorch:25.04-py3 (cuDNN 9.9.0, no table); NeMo 25.07 at the law; Megatron-Bridge 25.09 (cuDNN 9.11.0.98, no
+    # table) at B200's 9.13.1 table, the smaller of the two tables around it (9.10.2: 1.11x at 8k), on sm100 only
     assert release_attention_ratio("NeMo 24.03.01 container (NeMo 1, Megatron-Core)", "dgx-b200-superpod") == 1.0
     assert release_attention_ratio("MLPerf Training v4.0, NeMo 24.04 (ngc24.04_nemo)", "dgx-h100-superpod") == 1.0
     assert release_attention_ratio("NeMo 25.04 container (NeMo 2.x)", "dgx-h100-superpod") == 1.0
@@ -63,7 +64,11 @@ def test_which_containers_take_a_release_ratio():
         assert release_attention_ratio(release, "gb200-nvl72") == 1.25
     assert release_attention_ratio("MLPerf Training v5.0, NeMo 25.04 (ngc25.04_nemo)", "gb200-nvl72") == 1.0
     assert release_attention_ratio("NeMo 25.07 container (NeMo 2.x)", "gb200-nvl72") == 1.0
-    assert release_attention_ratio("NeMo 25.09 container (Megatron-Bridge)", "dgx-b200-superpod") == 1.0
+    bridge = "NeMo 25.09 container (Megatron-Bridge)"
+    for hardware in ("dgx-b200-superpod", "gb200-nvl72"):
+        assert release_attention_ratio(bridge, hardware, 8192) == pytest.approx(1.081, abs=0.001)
+    assert release_attention_ratio(bridge, "gb300-nvl72", 8192) == 1.0
+    assert release_attention_ratio(bridge, "dgx-h100-superpod", 8192) == 1.0  # the Hopper law is cuDNN 9.19's
     # MLPerf v5.1's B200 image installs cuDNN 9.13.1.26: B200's table of that release at the row's sequence
     v51 = "MLPerf Training v5.1, University of Florida HiPerGator DGX B200, PyTorch NVIDIA Release 25.09"
     assert release_attention_ratio(v51, "dgx-b200-superpod", 8192) == pytest.approx(1.081, abs=0.001)

@@ -56,8 +56,9 @@ def test_the_band_of_a_small_set_of_residuals_by_hand():
 
 
 def test_nvfp4_plans_take_their_rows_band_per_preset():
-    """The shipped figures (calibrate --nvfp4 --write): GB200 ε_nv 0.074, δ 0.124, σ_cal 0.014 → ε₀ = √(0.005476 +
-    0.000196) = √0.005672 = 0.075313, its 9 Bridge rows out of sample with MLPerf v5.1's 3 NVFP4 405B rows, since the
+    """The shipped figures (calibrate --nvfp4 --write): GB200 ε_nv 0.074, δ 0.124, σ_cal 0.013 → ε₀ = √(0.005476 +
+    0.000169) = √0.005645 = 0.075133 (σ_cal 0.014 and 0.075313 before Megatron-Bridge 25.09's cuDNN 9.11 was priced at
+    the 9.13.1 table, 2026-12-04), its 9 Bridge rows out of sample with MLPerf v5.1's 3 NVFP4 405B rows, since the
     graphed CP ring steps are priced (docs/cost-model.md §6.7.1; ε_nv 0.078, δ 0.130, σ_cal 0.013 before; ε_nv 0.088
     on the 9 alone, 2026-12-04; ε_nv 0.081, δ 0.122, σ_cal 0.011 before the refit with NeMo 25.02/25.04's cuDNN
     9.7.0 attention, 2026-12-04; ε_nv 0.082, δ 0.123 before the eager ops' Blackwell bandwidth, eager23);
@@ -66,8 +67,8 @@ def test_nvfp4_plans_take_their_rows_band_per_preset():
     0.059, δ 0.114 on the 8, 2026-12-04; ε_nv 0.056, δ 0.107 while its stragglers' σ sat at the band's floor, 0,
     before stop 43; ε_nv 0.074, δ 0.138, σ_cal 0.008 while x½ sat at 112.1, before its sm_100 kernel prior: gb300x20)
     → √(0.004096 + 0.000081) = √0.004177 = 0.064630; DGX B200 carries GB200's rows (no NVFP4 row of its own) with
-    its own σ_cal 0.014."""
-    expected = {GB200: (0.075313, 0.124), GB300: (0.064630, 0.114), B200: (0.075313, 0.124)}
+    its own σ_cal 0.013."""
+    expected = {GB200: (0.075133, 0.124), GB300: (0.064630, 0.114), B200: (0.075133, 0.124)}
     for name, (base, per) in expected.items():
         req = _request(name)
         got = evidence.band_parts(req.ctx)
