@@ -381,5 +381,9 @@ def test_a_carried_preset_takes_its_held_out_runs_error_as_its_band():
         in acc.sources["validation_error_frac"]
     )
     assert acc.sources["validation_error_frac"].endswith("with dgx-h100-superpod's factors")
+    assert acc.held_out_runs == 3 and acc.sources["held_out_runs"] == (
+        "this preset's own 3 runs, held out (its factors are dgx-h100-superpod's)"
+    )
     none = fitted_accuracy(fit_, None, carried_from="dgx-h100-superpod", donor=donor)
     assert none.validation_error_frac == 0.022 and "no run on this preset" in none.sources["validation_error_frac"]
+    assert none.held_out_runs is None and "held_out_runs" not in none.sources

@@ -79,7 +79,8 @@ def test_an_h200_plans_band_is_its_held_out_runs_error():
     assert "3 held-out runs" in acc.sources["validation_error_frac"]
     assert load_hardware("dgx-h100-superpod").accuracy.validation_error_frac == pytest.approx(0.022)
     req = api.make_request(model="llama3-8b", gpus=64, hardware="dgx-h200-superpod")
-    assert band_rows(req.ctx) == "dgx-h200-superpod's own 3 runs, held out: it carries dgx-h100-superpod's factors"
+    assert acc.held_out_runs == 3
+    assert band_rows(req.ctx) == "dgx-h200-superpod's own 3 runs, held out (its factors are dgx-h100-superpod's)"
     assert band_rows(api.make_request(model="llama3-8b", gpus=64, hardware="dgx-h100-superpod").ctx) is None
     # ε₀ = sqrt(0.101² + 0.007²) = 0.1012 (the carried calibration's σ beside it); an extrapolated feature adds
     # δ = 0.141 in quadrature: the request's plain DDP (no distributed optimizer) has no run on Hopper

@@ -20,7 +20,6 @@ feature kind (0: not used), and ``plan_evidence`` looks each code up in the gene
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -432,9 +431,6 @@ def _nvfp4_band(ctx: Context) -> bool:
     )
 
 
-HELD_OUT_BAND = re.compile(r"over this preset's (\d+) held-out runs .*?, with (\S+)'s factors")
-
-
 def band_rows(ctx: Context) -> str | None:
     """The rows a plan's band comes from where they are not the preset's dense fitted rows: an NVFP4 plan's, their
     count, preset, bearing and source (the accuracy's source text); a dense plan on a preset that carries another's
@@ -444,11 +440,10 @@ def band_rows(ctx: Context) -> str | None:
         return None
     if _nvfp4_band(ctx):
         return ctx.hardware.accuracy.sources.get("nvfp4_validation_error_frac")
-    held = HELD_OUT_BAND.search(ctx.hardware.accuracy.sources.get("validation_error_frac", ""))
-    if held is None:
+    acc = ctx.hardware.accuracy
+    if acc.held_out_runs is None:
         return None
-    n, donor = held.groups()
-    return f"{ctx.hardware.name}'s own {n} runs, held out: it carries {donor}'s factors"
+    return acc.sources["held_out_runs"].replace("this preset's", f"{ctx.hardware.name}'s", 1)
 
 
 def band_frac(extrapolated: np.ndarray, ctx: Context) -> np.ndarray:

@@ -58,7 +58,7 @@ def attention_block(spec: AttentionKernelSpec) -> str:
 def accuracy_block(acc: Accuracy) -> str:
     lines = ["accuracy:"]
     names = [n for n in type(acc).model_fields if n != "sources" and getattr(acc, n) is not None]
-    lines += [f"  {n}: {getattr(acc, n):.3f}" for n in names]
+    lines += [f"  {n}: {v}" if isinstance(v := getattr(acc, n), int) else f"  {n}: {v:.3f}" for n in names]
     lines.append("  sources:")
     lines += [f"    {n}: {_quote(text)}" for n, text in acc.sources.items()]
     return "\n".join(lines) + "\n"

@@ -121,6 +121,11 @@ def fitted_accuracy(
         sigma_text = f"carried over from {carried_from}: " + sigma_text
     values = {"validation_error_frac": round(err, 3), "calibration_uncertainty_frac": round(fit.prediction_sigma, 3)}
     sources = {"validation_error_frac": err_text, "calibration_uncertainty_frac": sigma_text}
+    if stats and stats.get("held_out"):
+        values["held_out_runs"] = int(stats["runs"])
+        sources["held_out_runs"] = (
+            f"this preset's own {stats['runs']} runs, held out (its factors are {carried_from}'s)"
+        )
     worst = stats["max_abs_log_error"] if stats else (donor.max_error_frac if donor else None)
     if worst is not None:
         values["max_error_frac"] = round(worst, 3)

@@ -296,6 +296,12 @@ class Accuracy(_Sourced):
     nvfp4_max_error_frac: float | None = Field(
         None, ge=0, lt=1, description="largest |ln(predicted/published)| on the same NVFP4 rows"
     )
+    held_out_runs: int | None = Field(
+        None,
+        ge=1,
+        description="set when validation_error_frac and max_error_frac are this preset's own held-out runs (a preset "
+        "that carries another's factors, none of its runs fitted); its source names them (explain's runs line)",
+    )
 
     @property
     def band_frac(self) -> float:
