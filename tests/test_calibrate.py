@@ -387,3 +387,18 @@ def test_a_carried_preset_takes_its_held_out_runs_error_as_its_band():
     none = fitted_accuracy(fit_, None, carried_from="dgx-h100-superpod", donor=donor)
     assert none.validation_error_frac == 0.022 and "no run on this preset" in none.sources["validation_error_frac"]
     assert none.held_out_runs is None and "held_out_runs" not in none.sources
+
+
+def test_a_fit_never_frees_more_factors_than_runs_and_keeps_a_runs_noise_as_its_sigma(synthetic):
+    # two exact runs and every factor asked for, no cap given: at most two factors are fitted (they fit the runs
+    # exactly), and with no degree of freedom left their σ comes from one run's own scatter, RUN_NOISE = 4 %, not
+    # from the zero residual (a trial fit of H200's three MLPerf rows once "fitted" all seven factors at σ 0)
+    from planner.fidelity.calibrate import RUN_NOISE
+
+    exact, _ = synthetic
+    f = fit("dgx-h100-superpod", exact[:2], FIT_FIELDS)
+    fitted = [n for n, ff in f.factors.items() if ff.status == "fitted"]
+    assert 1 <= len(fitted) <= 2
+    assert all(f.factors[n].sigma > 0.1 * RUN_NOISE * f.factors[n].value for n in fitted)
+    capped = [ff.why for ff in f.factors.values() if "fewer runs than factors" in ff.why]
+    assert capped and all("2 runs can fit 2 factors" in why for why in capped)

@@ -264,7 +264,10 @@ def fit(
         return Fit(hw.name, factors, 0.0, 0, [], 0.0)
     active, followers = list(bands), {}
     if identify:
-        active, followers = _felt(problem, cal, bands, anchor, values, dropped, priors=priors, max_factors=max_factors)
+        # no more free factors than runs: with fewer, the runs fit every factor exactly and measure no σ (a trial
+        # fit of H200's three MLPerf rows "fitted" all seven factors at σ 0)
+        cap = len(problem.runs) if max_factors is None else min(max_factors, len(problem.runs))
+        active, followers = _felt(problem, cal, bands, anchor, values, dropped, priors=priors, max_factors=cap)
     sigma, spread, informed = _narrowed(
         problem, cal, bands, anchor, values, active, dropped, identify, priors, noise_floor, followers
     )
@@ -337,10 +340,10 @@ def _narrowed(problem, cal, bands, anchor, values, active, dropped, identify, pr
         x, r, J = _solve(problem, active, values, bands, prior_terms)
         values.update(zip(active, x, strict=True))
         width = np.array([bands[n][1] - bands[n][0] for n in active])
-        dof = len(r) - len(active)  # with no degree of freedom left the runs cannot measure their own scatter
-        scatter = (
-            max(float(r @ r) / dof if dof > 0 else 0.0, noise_floor**2) if noise_floor else float(r @ r) / max(dof, 1)
-        )
+        dof = len(r) - len(active)  # with no degree of freedom left the runs cannot measure their own scatter:
+        # then a run's own, RUN_NOISE, unless the caller gives a floor
+        floor = noise_floor or (RUN_NOISE if dof <= 0 else 0.0)
+        scatter = max(float(r @ r) / dof if dof > 0 else 0.0, floor**2) if floor else float(r @ r) / dof
         cov = scatter * np.linalg.pinv(J.T @ J)
         sigma = np.sqrt(np.maximum(np.diag(cov), 0.0))
         Jd = J[: len(r)]  # the runs' rows; the rest are the priors'
