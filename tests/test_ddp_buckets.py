@@ -119,7 +119,11 @@ def test_mlperf_nemo2_rows_read_their_bucket_and_ctas_from_the_launch_config():
     assert rows["MLPERF-v5.1-Verda-b200_8x8_ngc25.09-llama31_8b"]["ddp_bucket_size"] == "134217728"
     assert rows["MLPERF-v5.1-HPE-XD670-H200-n8-llama31_8b"]["ddp_bucket_size"] == "134217728"
     assert all(rows[i]["dp_max_ctas"] == "32" for i in others | eight_b)
-    v51 = [r for r in v51 if r["run_id"] not in eight_b | others]
+    # Cisco's H100 runs: its copy of the v5.0 405B implementation (conf/custom.yaml bucket_size default 64, every
+    # parameter its own bucket; the yaml's dp max_ctas 8, no NCCL_*_CTAS exported)
+    cisco = {i for i in rows if i.startswith("MLPERF-v5.1-Cisco")}
+    assert len(cisco) == 2 and all(rows[i]["ddp_bucket_size"] == "64" and rows[i]["dp_max_ctas"] == "8" for i in cisco)
+    v51 = [r for r in v51 if r["run_id"] not in eight_b | others | cisco]
     assert len(v51) == 10 and all(r["dp_max_ctas"] == "32" and r["ddp_bucket_size"] == "134217728" for r in v51)
     assert all("NCCL_MAX_CTAS=32" in r["source"] and "envConfigOverride" in r["source"] for r in v51)
     assert len(v50) == 14 and all(r["dp_max_ctas"] == "8" and r["ddp_bucket_size"] == "200" for r in v50)
