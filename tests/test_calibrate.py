@@ -333,7 +333,7 @@ def test_a_factor_the_runs_cannot_identify_keeps_its_kernel_prior_not_the_last_f
     """GB300's x½ sat at 112.1, the value of a fit whose σ was 198 % of it, while the kernel table's shape law
     puts it at 497 ± 13 %: a factor the runs cannot identify keeps its own kernel prior. On the four H100 runs
     the NIC efficiency moves no prediction by 1 %; given a prior of 0.60 it is kept at 0.60, not at the
-    preset's 0.7225, and without priors (or without a prior) at the preset's value."""
+    preset's 0.7227, and without priors (or without a prior) at the preset's value."""
     from planner.fidelity.calibrate import held_value
     from planner.fidelity.writer import fitted_calibration
 
@@ -344,9 +344,9 @@ def test_a_factor_the_runs_cannot_identify_keeps_its_kernel_prior_not_the_last_f
     full = fit(hw, exact, fields, priors=True)
     net = full.factors["network_bus_efficiency"]
     assert net.status == "not identifiable" and "1%" in net.why and net.informed is None
-    assert net.value == 0.60 and base.calibration.network_bus_efficiency == 0.7225
-    assert fit(hw, exact, fields, priors=False).factors["network_bus_efficiency"].value == 0.7225
-    assert held_value(base.calibration, "network_bus_efficiency", priors=True) == 0.7225  # no prior: the preset's
+    assert net.value == 0.60 and base.calibration.network_bus_efficiency == 0.7227
+    assert fit(hw, exact, fields, priors=False).factors["network_bus_efficiency"].value == 0.7227
+    assert held_value(base.calibration, "network_bus_efficiency", priors=True) == 0.7227  # no prior: the preset's
     # a ratio prior (η_fp8 per η) is no value of the factor itself: the preset's value is kept
     gb200 = load_hardware("gb200-nvl72").calibration
     assert gb200.factors["fp8_gemm_efficiency"].prior.per == "gemm_efficiency"

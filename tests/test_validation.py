@@ -147,8 +147,11 @@ def test_runs_with_unpublished_settings_are_validated_but_not_fitted(result):
     # and Oracle's, Verda's and Dell's (two systems) MLPerf v5.1 runs of NVIDIA's B200 8B config, held out
     copies = [r for r in result["runs"] if r["id"].split("-")[2] in ("Oracle", "Verda", "Dell") and "_8b" in r["id"]]
     assert len(copies) == 4 and all(r["in_bar"] and not r["in_fit"] for r in copies)
+    # and Lambda's run of an earlier snapshot of NVIDIA's 8B config on 72 GB300, held out
+    lam = [r for r in result["runs"] if r["id"] == "MLPERF-v5.1-Lambda-gb300_n18-llama31_8b"]
+    assert len(lam) == 1 and lam[0]["in_bar"] and not lam[0]["in_fit"]
     blackwell = "Blackwell (B200, GB200, GB300)"
-    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8 + 8 + 5 + 4  # 8 long-context B200 rows
+    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8 + 8 + 5 + 4 + 1  # 8 long-context B200
     apart = sorted(r["id"] for r in result["runs"] if not r["in_bar"])
     assert apart == ["MB-25.09-GB200-LLAMA31_405B-PRETRAIN-FP8_MX-n128-gbs64", "NEMODOC-25.02-B200-Nemotron4-15B-n64"]
 

@@ -47,7 +47,7 @@ from planner.hardware.collectives import (
     ring_latency_s,
     straggler_s,
 )
-from planner.models.params import dense_layer_param_tensors, dense_layer_params
+from planner.models.params import bucket_group_tensors, dense_layer_params
 from planner.plan import OPTIMIZER_DTYPE_BYTES, Context, CudaGraphImpl, Fp8Recipe, FsdpOuterSharding, ParallelPlan
 from planner.space.grid import PlanGrid
 
@@ -246,13 +246,15 @@ def _param_gathers_s(whole_s, first_bucket_s, bucket_latency_s, fwd_s, first_fra
 
 def _bucket_latencies_s(lt: Letters, ctx: Context, chunk_params, bucket_params, bucketed) -> tuple:
     """(reduction, gather) seconds Megatron-Core's buckets add on the ``bucketed`` stages (stage 0's first chunk,
-    with --overlap-grad-reduce): each of its n_b buckets (``communication.ddp_bucket_count``) is its own
+    with --overlap-grad-reduce): each of its n_b bucket groups (``communication.ddp_bucket_count`` over
+    ``params.bucket_group_tensors``) is its own
     reduce-scatter over one distributed-optimizer instance (and all-reduce of the shard across the R instances)
     and its own all-gather, so n_b − 1 more ring latencies than one collective of the chunk
     (``communication.bucket_latency_s``)."""
     links = group_links(lt, ctx)
     per_layer = dense_layer_params(ctx.model, lt.t)
-    tensors = np.ceil(chunk_params / per_layer) * dense_layer_param_tensors(ctx.model) + 1  # + the word table
+    low = ctx.options.fp8_param_gather or ctx.options.fp4_param_gather
+    tensors = bucket_group_tensors(ctx.model, np.ceil(chunk_params / per_layer), low_precision_params=low)
     n_b = comm.ddp_bucket_count(chunk_params, bucket_params, tensors)
     ring = ring_latency_s(lt.N, links["instance"])
     gather = np.where(bucketed, comm.bucket_latency_s(n_b, ring), 0.0)

@@ -162,6 +162,23 @@ def dense_layer_param_tensors(model: ModelSpec) -> int:
     return 4 + 2 * nu + (4 if model.add_bias_linear else 0) + qk
 
 
+LINEAR_WEIGHT_TENSORS = 4  # linear_qkv, linear_proj, linear_fc1 and linear_fc2 weights of a layer
+
+
+def bucket_group_tensors(model: ModelSpec, layers: ArrayLike, *, low_precision_params: bool) -> np.ndarray:
+    """Parameter tensors of a model chunk of ``layers`` layers whose ends can close one of Megatron-Core's DDP bucket
+    groups (one reduce-scatter and one all-gather each: param_and_grad_buffer.py partition_buckets). 16-bit parameters
+    (case 2: a group per bucket): every tensor of its layers (``dense_layer_param_tensors``) and the word table,
+    L·n_t + 1. FP8 or NVFP4 parameters (--fp8-param-gather, --fp4-param-gather: a uint8 buffer beside the 16-bit
+    one, case 3, core_r0.9.0 onwards, core_v0.19.0:1739-1760): a group per bucket of the low-precision buffer, the
+    linear weights, and every bucket of the 16-bit buffer (norms, biases, the word table) merged into its last group,
+    L·4. Llama 3.1 8B, 32 layers: 193 and 128."""
+    L = np.asarray(layers, dtype=float)
+    if low_precision_params:
+        return L * LINEAR_WEIGHT_TENSORS
+    return L * dense_layer_param_tensors(model) + 1.0
+
+
 def moe_layer_params(
     model: ModelSpec,
     t: ArrayLike,
