@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write planner/fidelity/evidence_counts.py: per GPU generation, feature kind and code, the distinct
 published settings that use it (``planner.fidelity.evidence.counted_settings``, computed from the
-reference runs: fitted or held out), and the held-out part apart (``held_out_settings``). A search
+reference runs: fitted or held out), the held-out part apart (``held_out_settings``), and for the codes only
+held-out settings use, how far their rows' steps are predicted (``held_only_errors``: validate's rows). A search
 reads the written tables instead of building every reference run's plan request (about 40 ms and 27
 preset files a process). Run it after the reference runs, the presets
 they name or the feature codes change; tests/test_evidence.py checks the file equals the live count.
@@ -10,6 +11,7 @@ Usage: python scripts/evidence_counts.py
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from planner.fidelity.evidence import LABELS, counted_settings, generation, held_out_settings, reference_settings
@@ -19,8 +21,10 @@ TARGET = Path(__file__).resolve().parent.parent / "planner" / "fidelity" / "evid
 HEADER = '''"""Written by scripts/evidence_counts.py (do not edit by hand): per GPU generation (compute capability
 major), feature kind and code, the distinct published settings of the reference runs that use it, fitted or
 held out (``planner.fidelity.evidence.counted_settings``), and in HELD_OUT those whose every row is held out
-(validated out of sample, never fitted: ``held_out_settings``). A generation absent here has no reference run.
-tests/test_evidence.py checks these tables equal the live count."""
+(validated out of sample, never fitted: ``held_out_settings``). HELD_ONLY: for a code no fitted setting uses, its
+held-out rows in the bar and r = ln(predicted step time / published), over them: (rows, RMS, lowest, highest)
+(``held_only_errors``). A generation absent here has no reference run. tests/test_evidence.py checks these tables
+equal the live count."""
 '''
 
 
@@ -28,6 +32,43 @@ def generations() -> list[int]:
     """Every generation of a shipped hardware preset or a reference run."""
     shipped = {generation(load_hardware(name)) for name in preset_names("hardware")}
     return sorted(shipped | {s.generation for s in reference_settings()})
+
+
+def step_log_ratio(row: dict) -> float:
+    """r = ln(predicted step time / published) of a validate row: its metric's ratio, inverted for a rate (tokens/s,
+    TFLOP/s, MFU: the higher the faster). r < 0: the model is fast."""
+    r = math.log(row["predicted"] / row["published"])
+    return r if "time" in row["metric"] else -r
+
+
+def held_only_errors(major: int, rows: dict[str, dict]) -> dict[str, dict[int, tuple]]:
+    """Per feature kind, the codes of generation ``major`` that only held-out settings use (no fitted setting), with
+    (rows, RMS of r, lowest r, highest r) over those settings' rows in the bar (``rows``: validate's, dense and MoE,
+    by id; ``step_log_ratio``), rounded to 1e-4."""
+    counts, held = counted_settings(major), held_out_settings(major)
+    behind: dict[tuple[str, int], list[str]] = {}
+    for s in reference_settings(major):
+        if s.generation != major or not s.held_out:
+            continue
+        for kind, codes in s.codes.items():
+            for code in codes:
+                if counts[kind].get(code) == held[kind].get(code):
+                    behind.setdefault((kind, code), []).extend(s.rows)
+    out: dict[str, dict[int, tuple]] = {kind: {} for kind in LABELS}
+    for (kind, code), ids in behind.items():
+        r = [step_log_ratio(rows[i]) for i in ids if i in rows and rows[i]["in_bar"]]
+        if r:
+            rms = math.sqrt(sum(x * x for x in r) / len(r))
+            out[kind][code] = (len(r), round(rms, 4), round(min(r), 4), round(max(r), 4))
+    return out
+
+
+def validated_rows() -> dict[str, dict]:
+    """validate's rows, dense and MoE, by id."""
+    from planner.fidelity.validate import validate
+
+    out = validate()
+    return {r["id"]: r for r in [*out["runs"], *out["moe"]["runs"]]}
 
 
 def table_text() -> str:
@@ -44,6 +85,18 @@ def table_text() -> str:
                 lines.append(f'        "{kind}": {{{entries}}},\n')
             lines.append("    },\n")
         lines.append("}\n")
+    rows = validated_rows()
+    lines.append("\nHELD_ONLY = {\n")
+    for major in generations():
+        errors = {kind: codes for kind, codes in held_only_errors(major, rows).items() if codes}
+        if not errors:
+            continue
+        lines.append(f"    {major}: {{\n")
+        for kind, codes in errors.items():
+            entries = ", ".join(f"{code}: {values}" for code, values in sorted(codes.items()))
+            lines.append(f'        "{kind}": {{{entries}}},\n')
+        lines.append("    },\n")
+    lines.append("}\n")
     return "".join(lines)
 
 

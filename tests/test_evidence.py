@@ -251,3 +251,51 @@ def test_a_code_every_plan_shares_looks_up_as_each_plans_own(code, n, counts):
     assert shared.tolist() == evidence._looked_up(np.full(n, code, dtype=np.int64), counts).tolist()
     ev = evidence.PlanEvidence(9, {"fp8": np.full(n, code)}, {"fp8": shared})
     assert ev.extrapolated.tolist() == [int(code != 0 and counts.get(code, 0) == 0)] * n
+
+
+def test_one_micro_batch_a_step_is_a_feature():
+    # B = d·b: a step of one micro-batch (Cisco's MLPerf 8B on 64 H100: GBS 64, DP 64, b 1); GBS 128 makes it two
+    ctx = make_request(model="llama3-8b", hardware="dgx-h100-superpod", gpus=64, global_batch=64, seq_len=8192).ctx
+    grid = PlanGrid.from_plans([_plan(dp=64, micro_batch=1), _plan(tp=2, dp=32, micro_batch=2), _plan(dp=64)])
+    grid2 = PlanGrid.from_plans([_plan(dp=32, micro_batch=1)])
+    assert evidence.feature_codes(grid, ctx, 64)["microbatches"].tolist() == [1, 1, 1]
+    assert evidence.feature_codes(grid2, ctx, 64)["microbatches"].tolist() == [0]  # 64/(32·1) = 2 micro-batches
+    assert evidence.LABELS["microbatches"](1) == "one micro-batch a step"
+
+
+def test_hoppers_one_micro_batch_steps_have_only_held_out_runs_and_they_ran_slower():
+    # No fitted Hopper setting runs one micro-batch a step; three held-out ones do, each predicted fast:
+    # r = ln(predicted/published step): Cisco 64 H100 ln(0.5734/0.7205) = -0.2284, Cisco 128 H100
+    # ln(0.3244/0.4851) = -0.4024, HPE 64 H200 ln(0.3067/0.3532) = -0.1412; RMS √((0.0522 + 0.1619 + 0.0199)/3) = 0.279
+    from planner.fidelity.evidence_counts import COUNTS, HELD_ONLY, HELD_OUT
+
+    assert COUNTS[9]["microbatches"] == HELD_OUT[9]["microbatches"] == {1: 3}
+    n, rms, low, high = HELD_ONLY[9]["microbatches"][1]
+    assert n == 3 and rms == pytest.approx(0.279, abs=1e-3)
+    assert low == pytest.approx(-0.4024, abs=2e-4) and high == pytest.approx(-0.1412, abs=2e-4)
+    # on Ampere (Narayanan's weak-scaling rows) and Blackwell (the University of Florida's 8B) fitted rows run it
+    assert "microbatches" not in HELD_ONLY.get(8, {}) and "microbatches" not in HELD_ONLY[10]
+
+
+def test_explain_says_what_held_out_runs_of_its_kind_measured():
+    args = (
+        "explain --model llama3-8b --gpus 128 --hardware dgx-h100-superpod --seq-len 8192 --global-batch 64 "
+        "--distributed-optimizer --tp 2 --sequence-parallel --tp-comm-overlap --micro-batch 1 --fp8 hybrid "
+        "--fp8-param-gather"
+    ).split()
+    out = CliRunner().invoke(cli, [*args, "--json"])
+    assert out.exit_code == 0, out.output
+    ev = json.loads(out.output)["evidence"]
+    [held] = ev["held_out_only"]
+    assert held["feature"] == "one micro-batch a step" and held["runs"] == 3 and held["rms_frac"] > ev["band_frac"]
+    text = CliRunner().invoke(cli, [*args, "--brief"], env={"COLUMNS": "250"}).output
+    assert "one micro-batch a step: only held-out runs (3), predicted 13–33 % faster than they ran" in text
+
+
+def test_held_out_miss_in_words():
+    from planner.report.memory import _held_out_miss
+
+    # exp(-0.4024) - 1 = -33 %, exp(-0.1412) - 1 = -13 %; exp(0.05) - 1 = +5 %, exp(0.09) - 1 = +9 %
+    assert _held_out_miss({"low_frac": -0.4024, "high_frac": -0.1412}) == "predicted 13–33 % faster than they ran"
+    assert _held_out_miss({"low_frac": 0.05, "high_frac": 0.09}) == "predicted 5–9 % slower than they ran"
+    assert _held_out_miss({"low_frac": -0.0946, "high_frac": 0.0443}) == "predicted -9 to +5 % against what they ran"

@@ -72,6 +72,9 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         "pp": np.where(pp > 1, np.searchsorted(PP_BUCKETS, pp), 0),
         "vpp": (grid.vpp > 1).astype(np.int64),
         "micro_batch": (grid.micro_batch >= 3).astype(np.int64),
+        # one micro-batch a step (B = d·b): the data-parallel reduction and the parameter all-gather have one
+        # backward and one forward to hide behind, and whatever a step costs beyond its micro-batches is paid whole
+        "microbatches": (ctx.training.global_batch == grid.dp * grid.micro_batch).astype(np.int64),
         "recompute": grid.recompute + (grid.recompute == 2) * grid.recompute_block,
         "tp_domains": (tp > domain).astype(np.int64),
         # TP with sequence parallelism: with --tp-comm-overlap (1; 3 in a MoE model) or without it (2), each a setting
@@ -104,6 +107,7 @@ LABELS = {
     "pp": lambda c: ("PP 2", "PP 3-4", "PP 5-8", "PP 9-16", "PP 17+")[c - 1],
     "vpp": lambda c: "interleaved pipeline",
     "micro_batch": lambda c: "micro-batch >= 3",
+    "microbatches": lambda c: "one micro-batch a step",
     "recompute": lambda c: ("selective recomputation", "full recomputation (uniform)", "full recomputation (block)")[
         c - 1
     ],
@@ -367,6 +371,29 @@ def _table_of(values: np.ndarray, counts: dict[int, int]) -> np.ndarray:
     return np.array([NOT_USED if v == 0 else counts.get(int(v), 0) for v in values], dtype=np.int64)
 
 
+def generation_held_only(major: int) -> dict[str, dict[int, tuple]]:
+    """Per kind, the codes of generation ``major`` that only held-out settings use, with (rows, RMS, lowest, highest)
+    of r = ln(predicted step time / published) over their rows (``evidence_counts.HELD_ONLY``, written by
+    scripts/evidence_counts.py from validate's rows)."""
+    from planner.fidelity.evidence_counts import HELD_ONLY
+
+    return HELD_ONLY.get(major, {})
+
+
+def held_only_json(ev: PlanEvidence, i: int) -> list[dict]:
+    """Plan i's features that no fitted setting of its generation uses, only held-out ones, each with how far those
+    runs' steps are predicted: rows, RMS, lowest and highest of r = ln(predicted/published step time), as fractions
+    (r < 0: the model fast). What the band, from the fitted rows, does not say."""
+    table = generation_held_only(ev.generation)
+    out = []
+    for kind, codes in table.items():
+        code = int(ev.codes[kind][i])
+        if code and code in codes:
+            n, rms, low, high = codes[code]
+            out.append({"feature": LABELS[kind](code), "runs": n, "rms_frac": rms, "low_frac": low, "high_frac": high})
+    return out
+
+
 def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float], rows: str | None = None) -> dict:
     """Plan i's evidence for the plan JSON: every feature it uses with its settings (``held_out`` of them validated
     out of sample, never fitted), the weakest link, what is extrapolated, and its band (``band``: base, per
@@ -390,6 +417,9 @@ def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float], ro
     }
     if rows:
         out["band_rows"] = rows
+    held_only = held_only_json(ev, i)
+    if held_only:
+        out["held_out_only"] = held_only
     return out
 
 

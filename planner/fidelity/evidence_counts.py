@@ -1,8 +1,10 @@
 """Written by scripts/evidence_counts.py (do not edit by hand): per GPU generation (compute capability
 major), feature kind and code, the distinct published settings of the reference runs that use it, fitted or
 held out (``planner.fidelity.evidence.counted_settings``), and in HELD_OUT those whose every row is held out
-(validated out of sample, never fitted: ``held_out_settings``). A generation absent here has no reference run.
-tests/test_evidence.py checks these tables equal the live count."""
+(validated out of sample, never fitted: ``held_out_settings``). HELD_ONLY: for a code no fitted setting uses, its
+held-out rows in the bar and r = ln(predicted step time / published), over them: (rows, RMS, lowest, highest)
+(``held_only_errors``). A generation absent here has no reference run. tests/test_evidence.py checks these tables
+equal the live count."""
 
 COUNTS = {
     8: {
@@ -17,6 +19,7 @@ COUNTS = {
         "pp": {1: 1, 2: 1, 3: 3, 4: 2, 5: 4},
         "vpp": {1: 7},
         "micro_batch": {1: 12},
+        "microbatches": {1: 10},
         "recompute": {1: 6, 2: 14},
         "tp_domains": {},
         "tp_overlap": {2: 6},
@@ -39,6 +42,7 @@ COUNTS = {
         "pp": {1: 1, 2: 3, 3: 29, 4: 2},
         "vpp": {1: 33},
         "micro_batch": {1: 2},
+        "microbatches": {1: 3},
         "recompute": {1: 7},
         "tp_domains": {},
         "tp_overlap": {1: 28, 2: 5, 3: 4},
@@ -61,6 +65,7 @@ COUNTS = {
         "pp": {1: 2, 2: 19, 3: 20, 4: 6},
         "vpp": {1: 42},
         "micro_batch": {1: 14},
+        "microbatches": {1: 6},
         "recompute": {1: 14},
         "tp_domains": {},
         "tp_overlap": {1: 27, 2: 3, 3: 2},
@@ -86,6 +91,7 @@ HELD_OUT = {
         "pp": {2: 1, 3: 12, 4: 2},
         "vpp": {1: 14},
         "micro_batch": {},
+        "microbatches": {1: 3},
         "recompute": {1: 5},
         "tp_domains": {},
         "tp_overlap": {1: 9, 2: 2, 3: 4},
@@ -108,6 +114,7 @@ HELD_OUT = {
         "pp": {2: 3, 3: 3},
         "vpp": {1: 6},
         "micro_batch": {},
+        "microbatches": {1: 4},
         "recompute": {1: 1},
         "tp_domains": {},
         "tp_overlap": {1: 3, 2: 3, 3: 2},
@@ -117,5 +124,18 @@ HELD_OUT = {
         "fp8": {1: 2, 2: 6, 5: 4},
         "cuda_graphs": {1: 4, 3: 6},
         "offloading": {},
+    },
+}
+
+HELD_ONLY = {
+    9: {
+        "pp": {4: (6, 0.04, -0.071, 0.0131)},
+        "microbatches": {1: (3, 0.2792, -0.4024, -0.1411)},
+        "tp_overlap": {3: (8, 0.1206, -0.1651, 0.0882)},
+        "cuda_graphs": {3: (1, 0.1411, -0.1411, -0.1411)},
+    },
+    10: {
+        "cp": {4: (2, 0.0393, 0.0198, 0.0519), 8: (1, 0.0677, -0.0677, -0.0677)},
+        "tp_overlap": {2: (5, 0.0608, -0.0946, 0.0443), 3: (6, 0.037, -0.0742, 0.0274)},
     },
 }

@@ -4,6 +4,8 @@ Returned, never printed here."""
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Group
 from rich.padding import Padding
 from rich.text import Text
@@ -150,7 +152,21 @@ def evidence_text(pj: dict) -> Text:
             f"validated by {counted(ev['settings'], 'setting')} on {gen} (fewest: {weakest['feature']}{held}); "
             f"{band}{rows}"
         )
+    for f in ev.get("held_out_only", ()):
+        if f["rms_frac"] > ev["band_frac"]:  # what the band, from the fitted rows, does not cover
+            out.append(f"; {f['feature']}: only held-out runs ({f['runs']}), {_held_out_miss(f)}", "yellow")
     return out
+
+
+def _held_out_miss(feature: dict) -> str:
+    """How far a held-out-only feature's runs are predicted, in words: r = ln(predicted/published step time) from
+    ``low_frac`` to ``high_frac``, as percentages of the step ("predicted 13–33 % faster than they ran")."""
+    low, high = (100 * math.expm1(feature[k]) for k in ("low_frac", "high_frac"))
+    if high < 0:
+        return f"predicted {-high:.0f}–{-low:.0f} % faster than they ran"
+    if low > 0:
+        return f"predicted {low:.0f}–{high:.0f} % slower than they ran"
+    return f"predicted {low:+.0f} to {high:+.0f} % against what they ran"
 
 
 def unbacked_features(labels: list[str]) -> list[str]:
