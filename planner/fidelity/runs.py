@@ -559,6 +559,12 @@ def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bo
 # (attention.py:2427-2430, 2834-2839 @ v1.4; setup.py:288 pins flash-attn <= 2.4.2): FlashAttention-2's measured
 # time over the Hopper law (kernels.release_time_ratio, the FA3 paper's FA2 rows)
 NEMO1_LAUNCHER_FA2 = re.compile(r"^NeMo 24\.0[1-7](\.\d+)? container \(NeMo 1")  # not MLPerf's own launch scripts
+# MLPerf Training v3.1's GPT-3 (NVIDIA's and Azure's runs of NVIDIA's implementation, ngc23.09): its Dockerfile installs
+# flash-attn 2.0.8 (mlcommons/training_results_v3.1 @d06288b2 NVIDIA/benchmarks/gpt3/implementations/pytorch/
+# Dockerfile:95-96) beside Transformer Engine 09ba8427 (Azure's 4ee8e8ec, 15 commits on), whose DotProductAttention
+# calls flash-attn before cuDNN's fused kernel whenever both are allowed (transformer_engine/pytorch/attention.py
+# @09ba8427:1747-1790; NVTE_FLASH_ATTN defaults to 1): FlashAttention-2's time, as NeMo 1's launcher's
+MLPERF_V31_FA2 = re.compile(r"^MLPerf Training v3\.1,")
 # A launch script that exports NVTE_FUSED_ATTN=0 itself (DGX Cloud's v24.11.1 recipes: GPT-3 175B's launch.sh,
 # Nemotron-4 340B's configure.sh) leaves Transformer Engine flash-attn whatever the container: its release text names
 # the variable
@@ -604,8 +610,8 @@ CUDNN_970_CONTAINER = re.compile(r"^NeMo 25\.0[24]\b")
 @functools.lru_cache(maxsize=16)
 def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) -> float:
     """The attention kernels' time over the preset law of a row's container (``release``: its release text) on its
-    hardware: NeMo 1's launcher's FlashAttention-2 on Hopper (or a launch script's own NVTE_FUSED_ATTN=0), NeMo
-    25.02/25.04's cuDNN 9.7.0 on Blackwell, MLPerf
+    hardware: NeMo 1's launcher's FlashAttention-2 on Hopper (or a launch script's own NVTE_FUSED_ATTN=0, or MLPerf
+    v3.1's flash-attn 2.0.8 that its Transformer Engine calls first), NeMo 25.02/25.04's cuDNN 9.7.0 on Blackwell, MLPerf
     v5.1's cuDNN 9.13.1 on B200 and GB200 (B200's table at ``seq_len`` keys), else 1 (today's kernels: the law)."""
     from planner.fidelity.kernels import hopper_flash_attn_2_ratio, release_time_ratio
 
@@ -617,7 +623,8 @@ def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) ->
     if hardware in MLPERF_V51_SM100 and cudnn_9131:
         kernel, params = "cuDNN fused attention (cuDNN frontend)", hw.attention.model_dump()
         return release_time_ratio("B200", kernel, params, seq_len, causal=True, max_s=seq_len)
-    if 9 <= cc < 10 and (NEMO1_LAUNCHER_FA2.search(release) or FUSED_ATTN_OFF in release):
+    flash_first = NEMO1_LAUNCHER_FA2.search(release) or FUSED_ATTN_OFF in release or MLPERF_V31_FA2.search(release)
+    if 9 <= cc < 10 and flash_first:
         return hopper_flash_attn_2_ratio(hw.attention.model_dump())
     return 1.0
 
