@@ -611,8 +611,9 @@ CUDNN_970_CONTAINER = re.compile(r"^NeMo 25\.0[24]\b")
 def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) -> float:
     """The attention kernels' time over the preset law of a row's container (``release``: its release text) on its
     hardware: NeMo 1's launcher's FlashAttention-2 on Hopper (or a launch script's own NVTE_FUSED_ATTN=0, or MLPerf
-    v3.1's flash-attn 2.0.8 that its Transformer Engine calls first), NeMo 25.02/25.04's cuDNN 9.7.0 on Blackwell, MLPerf
-    v5.1's cuDNN 9.13.1 on B200 and GB200 (B200's table at ``seq_len`` keys), else 1 (today's kernels: the law)."""
+    v3.1's flash-attn 2.0.8 that its Transformer Engine calls first), NeMo 25.02/25.04's cuDNN 9.7.0 on Blackwell,
+    MLPerf v5.1's cuDNN 9.13.1 on B200 and GB200 (B200's table at ``seq_len`` keys), else 1 (today's kernels: the
+    law)."""
     from planner.fidelity.kernels import hopper_flash_attn_2_ratio, release_time_ratio
 
     hw = load_hardware(hardware)
