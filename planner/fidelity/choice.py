@@ -181,7 +181,7 @@ def choice_row(run: Run) -> dict:
         "best_published_id": best_id,
         "claimed_gain_vs_best_pct": 100 * (rank1 / best - 1),
         "rank1_band_frac": ev["band_frac"],
-        "rank1_validated": not ev["extrapolated"],
+        "rank1_validated": not ev["extrapolated"] and not ev.get("disputed"),
         "rank1_settings": ev["settings"],
         "rank1_extrapolated": ev["extrapolated"],
         "rank1_features": ev["features"],

@@ -20,7 +20,7 @@ feature kind (0: not used), and ``plan_evidence`` looks each code up in the gene
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -284,6 +284,7 @@ class PlanEvidence:
     generation: int
     codes: dict[str, np.ndarray]
     counts: dict[str, np.ndarray]
+    disputed: dict[str, frozenset[int]] = field(default_factory=dict)  # ``disputed_codes``: counted as unsupported
 
     @functools.cached_property
     def settings(self) -> np.ndarray:
@@ -292,9 +293,14 @@ class PlanEvidence:
 
     @functools.cached_property
     def extrapolated(self) -> np.ndarray:
-        """How many features the plan uses that no setting of its generation exercises: its counts of 0 (a kind
-        it does not use counts ``NOT_USED``), as ``extrapolated_features``."""
-        return np.sum([count == 0 for count in self.counts.values()], axis=0, dtype=np.int64)
+        """How many features the plan uses that no setting of its generation supports: its counts of 0 (a kind
+        it does not use counts ``NOT_USED``) and its disputed codes (``disputed_codes``), as
+        ``extrapolated_features``."""
+        unsupported = [
+            (count == 0) | np.isin(self.codes[kind], list(self.disputed.get(kind, ())))
+            for kind, count in self.counts.items()
+        ]
+        return np.sum(unsupported, axis=0, dtype=np.int64)
 
     @functools.cached_property
     def held_out(self) -> dict[str, np.ndarray]:
@@ -311,8 +317,31 @@ class PlanEvidence:
 
 def extrapolated_features(grid: PlanGrid, ctx: Context, gpus: int) -> np.ndarray:
     """``plan_evidence(grid, ctx, gpus).extrapolated`` without the settings behind each feature (what search ranks
-    by: one pass per kind that has a code no setting exercises, none for the others)."""
-    return _extrapolated(feature_codes(grid, ctx, gpus), generation_counts(generation(ctx.hardware)))
+    by: one pass per kind that has a code no setting supports, none for the others)."""
+    return _extrapolated(feature_codes(grid, ctx, gpus), _supporting_counts(ctx))
+
+
+def disputed_codes(ctx: Context) -> dict[str, frozenset[int]]:
+    """Per kind, the codes of the plan's generation that only held-out settings use and whose runs the model misses
+    by more than a feature no run exercises is given: the RMS of their r = ln(predicted/published step) above the
+    plan's δ (``band_parts``; ``generation_held_only``). Such a feature counts as unsupported, as one no setting
+    exercises does: in the band and in search's ranking (docs/cost-model.md §10.6). On Hopper today: one
+    micro-batch a step (RMS 0.28 over Cisco's two 8B runs and HPE's H200 one) and full-iteration CUDA graphs (HPE's
+    H200 run alone, 0.14), against δ = 0.066."""
+    per = band_parts(ctx)[1]
+    table = generation_held_only(generation(ctx.hardware))
+    return {kind: frozenset(c for c, v in codes.items() if v[1] > per) for kind, codes in table.items()}
+
+
+def _supporting_counts(ctx: Context) -> dict[str, dict[int, int]]:
+    """``generation_counts`` of the plan's generation with its disputed codes (``disputed_codes``) at 0 settings."""
+    table = generation_counts(generation(ctx.hardware))
+    disputed = {kind: codes for kind, codes in disputed_codes(ctx).items() if codes}
+    if not disputed:
+        return table
+    return {
+        kind: {c: 0 if c in disputed.get(kind, ()) else n for c, n in counts.items()} for kind, counts in table.items()
+    }
 
 
 def _extrapolated(codes: dict[str, np.ndarray], table: dict[str, dict[int, int]]) -> np.ndarray:
@@ -348,7 +377,7 @@ def plan_evidence(grid: PlanGrid, ctx: Context, gpus: int) -> PlanEvidence:
     counts = {}
     for kind, code in codes.items():
         counts[kind] = _looked_up(code, table[kind])
-    return PlanEvidence(major, codes, counts)
+    return PlanEvidence(major, codes, counts, disputed_codes(ctx))
 
 
 LOOKUP_MAX = 4096  # codes up to this are looked up through a table indexed by the code itself
@@ -390,7 +419,17 @@ def held_only_json(ev: PlanEvidence, i: int) -> list[dict]:
         code = int(ev.codes[kind][i])
         if code and code in codes:
             n, rms, low, high = codes[code]
-            out.append({"feature": LABELS[kind](code), "runs": n, "rms_frac": rms, "low_frac": low, "high_frac": high})
+            disputed = code in ev.disputed.get(kind, ())
+            out.append(
+                {
+                    "feature": LABELS[kind](code),
+                    "runs": n,
+                    "rms_frac": rms,
+                    "low_frac": low,
+                    "high_frac": high,
+                    "disputed": disputed,
+                }
+            )
     return out
 
 
@@ -406,18 +445,19 @@ def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float], ro
             n, held = int(counts[kind][i]), int(ev.held_out[kind][i])
             label = LABELS[kind](int(codes[kind][i]))
             features.append({"feature": label, "kind": kind, "settings": n, "held_out": held})
+    held_only = held_only_json(ev, i)
     out = {
         "generation": generation_name(ev.generation),
         "settings": int(settings[i]),
         "features": features,
         "extrapolated": [f["feature"] for f in features if f["settings"] == 0],
+        "disputed": [f["feature"] for f in held_only if f["disputed"]],
         "band_frac": band[2],
         "base_band_frac": band[0],
         "per_extrapolated_frac": band[1],
     }
     if rows:
         out["band_rows"] = rows
-    held_only = held_only_json(ev, i)
     if held_only:
         out["held_out_only"] = held_only
     return out

@@ -125,7 +125,7 @@ def evidence_cell(pj: dict) -> Text:
     """Search's evidence column: the published settings behind the plan's least-exercised feature, or
     ×N (red) for N features no published setting of its GPU generation exercises."""
     ev = pj.get("evidence") or {}
-    n = len(ev.get("extrapolated", ()))
+    n = len(ev.get("extrapolated", ())) + len(ev.get("disputed", ()))
     return Text(f"×{n}", style="red") if n else Text(str(ev.get("settings", "")))
 
 
@@ -154,7 +154,12 @@ def evidence_text(pj: dict) -> Text:
         )
     for f in ev.get("held_out_only", ()):
         if f["rms_frac"] > ev["band_frac"]:  # what the band, from the fitted rows, does not cover
-            out.append(f"; {f['feature']}: only held-out runs ({f['runs']}), {_held_out_miss(f)}", "yellow")
+            unsupported = (
+                f", counted unsupported (± {100 * ev['per_extrapolated_frac']:.1f} %)" if f["disputed"] else ""
+            )
+            out.append(
+                f"; {f['feature']}: only held-out runs ({f['runs']}), {_held_out_miss(f)}{unsupported}", "yellow"
+            )
     return out
 
 
@@ -189,12 +194,19 @@ def ranking_headline(result, columns: list[str] | None = None) -> str:
     one = "#1" if ranks else "The first row"
     where = f", #{result.fastest_rank}" if ranks else ""
     shown = "the last row" if fastest is result.plans[-1] and len(result.plans) > 1 else "a row"
-    evidence, known = fastest.get("evidence") or {}, set((first.get("evidence") or {}).get("extrapolated") or [])
+    evidence, first_ev = fastest.get("evidence") or {}, first.get("evidence") or {}
+    known = set(first_ev.get("extrapolated") or []) | set(first_ev.get("disputed") or [])
     unbacked = unbacked_features([f for f in evidence.get("extrapolated") or [] if f not in known])
+    disputed = [f for f in evidence.get("held_out_only") or [] if f["disputed"] and f["feature"] not in known]
     generation = f" on {evidence['generation']}" if evidence.get("generation") else ""
+    reasons = [f"uses {' and '.join(unbacked)}, which no published run{generation} exercises"] if unbacked else []
+    reasons += [
+        f"uses {f['feature']}, whose only published runs{generation}, held out, were {_held_out_miss(f)}"
+        for f in disputed
+    ]
     why = (
-        f"uses {' and '.join(unbacked)}, which no published run{generation} exercises"
-        if unbacked
+        "; and ".join(reasons)
+        if reasons
         else f"is tied with {one[0].lower() + one[1:]} but leaves less than 10 % of the usable memory free"
     )
     return (
