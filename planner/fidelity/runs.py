@@ -393,8 +393,11 @@ def reduces_amax_over_tp_only(release: str, model_name: str = "") -> bool:
     scripts/llm/performance/pretrain_gpt3_175b.py, v2.3.0 and v2.4.0 scripts/performance/llm/pretrain_gpt3_175b.py;
     gone at v2.5.0): the NeMo performance pages' GPT-3 rows. MLPerf v4.0's GPT-3 config, the NeMo-1 hydra config
     of the DGX Cloud GPT-3 runs (nemo_megatron/cfg/gpt3_175b_hydra.yaml @ v25.04) and NeMo 2's other performance
-    scripts do not set it: the TP×DP×CP group, Megatron-Core's default."""
+    scripts do not set it: the TP×DP×CP group, Megatron-Core's default. MLPerf v3.1's GPT-3 reduces over TP alone by
+    Transformer Engine's own switch (``MLPERF_V31_TP_AMAX``)."""
     if re.search(r"NeMo 25\.0[247]\b", release) and model_name.startswith("GPT3-175B"):
+        return True
+    if MLPERF_V31_FA2.search(release):  # Transformer Engine's own switch, not Megatron-Core's (MLPERF_V31_TP_AMAX)
         return True
     return bool(re.search(r"MLPerf Training v(4\.1|5\.)", release))
 
@@ -565,6 +568,11 @@ NEMO1_LAUNCHER_FA2 = re.compile(r"^NeMo 24\.0[1-7](\.\d+)? container \(NeMo 1") 
 # calls flash-attn before cuDNN's fused kernel whenever both are allowed (transformer_engine/pytorch/attention.py
 # @09ba8427:1747-1790; NVTE_FLASH_ATTN defaults to 1): FlashAttention-2's time, as NeMo 1's launcher's
 MLPERF_V31_FA2 = re.compile(r"^MLPerf Training v3\.1,")
+# ... and its config_common.sh exports NVTE_DP_AMAX_REDUCE_INTERVAL=0 ("AMAX AR overlap and disable DP"), which
+# Transformer Engine 0.x-1.5 reads as "amaxes reduced only in the TP domain" (transformer_engine/pytorch/fp8.py
+# @09ba8427:329-347, @4ee8e8ec, Azure's, the same; the variable is gone from PyTorch's fp8.py at v1.6, so MLPerf
+# v4.0's identical export, on v1.6rc1, does nothing): the TP group's all-reduce, as Megatron-Core's tp_only_amax_red
+MLPERF_V31_TP_AMAX = MLPERF_V31_FA2
 # A launch script that exports NVTE_FUSED_ATTN=0 itself (DGX Cloud's v24.11.1 recipes: GPT-3 175B's launch.sh,
 # Nemotron-4 340B's configure.sh) leaves Transformer Engine flash-attn whatever the container: its release text names
 # the variable
