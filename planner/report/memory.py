@@ -199,13 +199,11 @@ def ranking_headline(result, columns: list[str] | None = None) -> str:
     unbacked = unbacked_features([f for f in evidence.get("extrapolated") or [] if f not in known])
     disputed = [f for f in evidence.get("held_out_only") or [] if f["disputed"] and f["feature"] not in known]
     generation = f" on {evidence['generation']}" if evidence.get("generation") else ""
-    reasons = [f"uses {' and '.join(unbacked)}, which no published run{generation} exercises"] if unbacked else []
-    reasons += [
-        f"uses {f['feature']}, whose only published runs{generation}, held out, were {_held_out_miss(f)}"
-        for f in disputed
-    ]
+    reasons = [f"{' and '.join(unbacked)}, which no published run{generation} exercises"] if unbacked else []
+    for f in disputed:
+        reasons.append(f"{f['feature']}, whose only published runs{generation}, held out, were {_held_out_miss(f)}")
     why = (
-        "; and ".join(reasons)
+        "uses " + ", and ".join(reasons)
         if reasons
         else f"is tied with {one[0].lower() + one[1:]} but leaves less than 10 % of the usable memory free"
     )
