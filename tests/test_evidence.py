@@ -338,7 +338,8 @@ def test_search_ranks_hoppers_one_micro_batch_steps_after_supported_plans():
     from planner.report.memory import ranking_headline
 
     note = ranking_headline(search(req.ctx, 128, top=3))
-    assert "one micro-batch a step, whose only published runs on Hopper, held out, were predicted 13–33 % faster" in note
+    said = "one micro-batch a step, whose only published runs on Hopper, held out, were predicted 13–33 % faster"
+    assert said in note
 
 
 def test_held_out_miss_in_words():
