@@ -327,7 +327,7 @@ def disputed_codes(ctx: Context) -> dict[str, frozenset[int]]:
     plan's δ (``band_parts``; ``generation_held_only``). Such a feature counts as unsupported, as one no setting
     exercises does: in the band and in search's ranking (docs/cost-model.md §10.6). On Hopper today: one
     micro-batch a step (RMS 0.28 over Cisco's two 8B runs and HPE's H200 one) and full-iteration CUDA graphs (HPE's
-    H200 run alone, 0.14), against δ = 0.066."""
+    H200 run alone, 0.14), against δ = 0.064."""
     per = band_parts(ctx)[1]
     table = generation_held_only(generation(ctx.hardware))
     return {kind: frozenset(c for c, v in codes.items() if v[1] > per) for kind, codes in table.items()}
