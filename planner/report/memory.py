@@ -157,21 +157,26 @@ def evidence_text(pj: dict) -> Text:
             unsupported = (
                 f", counted unsupported (± {100 * ev['per_extrapolated_frac']:.1f} %)" if f["disputed"] else ""
             )
-            out.append(
-                f"; {f['feature']}: only held-out runs ({f['runs']}), {_held_out_miss(f)}{unsupported}", "yellow"
-            )
+            runs = f"only held-out runs ({f['runs']})" if f["runs"] > 1 else "one held-out run"
+            out.append(f"; {f['feature']}: {runs}, {_held_out_miss(f)}{unsupported}", "yellow")
     return out
 
 
 def _held_out_miss(feature: dict) -> str:
     """How far a held-out-only feature's runs are predicted, in words: r = ln(predicted/published step time) from
-    ``low_frac`` to ``high_frac``, as percentages of the step ("predicted 13–33 % faster than they ran")."""
+    ``low_frac`` to ``high_frac``, as percentages of the step ("predicted 13–33 % faster than they ran"; one run:
+    "predicted 13 % faster than it ran")."""
     low, high = (100 * math.expm1(feature[k]) for k in ("low_frac", "high_frac"))
+    they = "they" if feature.get("runs", 2) > 1 else "it"
+
+    def span(a: float, b: float) -> str:
+        return f"{a:.0f}" if round(a) == round(b) else f"{a:.0f}–{b:.0f}"
+
     if high < 0:
-        return f"predicted {-high:.0f}–{-low:.0f} % faster than they ran"
+        return f"predicted {span(-high, -low)} % faster than {they} ran"
     if low > 0:
-        return f"predicted {low:.0f}–{high:.0f} % slower than they ran"
-    return f"predicted {low:+.0f} to {high:+.0f} % against what they ran"
+        return f"predicted {span(low, high)} % slower than {they} ran"
+    return f"predicted {low:+.0f} to {high:+.0f} % against what {they} ran"
 
 
 def unbacked_features(labels: list[str]) -> list[str]:
@@ -201,7 +206,9 @@ def ranking_headline(result, columns: list[str] | None = None) -> str:
     generation = f" on {evidence['generation']}" if evidence.get("generation") else ""
     reasons = [f"{' and '.join(unbacked)}, which no published run{generation} exercises"] if unbacked else []
     for f in disputed:
-        reasons.append(f"{f['feature']}, whose only published runs{generation}, held out, were {_held_out_miss(f)}")
+        runs = "runs" if f["runs"] > 1 else "run"
+        was = "were" if f["runs"] > 1 else "was"
+        reasons.append(f"{f['feature']}, whose only published {runs}{generation}, held out, {was} {_held_out_miss(f)}")
     why = (
         "uses " + ", and ".join(reasons)
         if reasons
