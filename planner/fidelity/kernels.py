@@ -14,6 +14,8 @@ hardware presets' ``attention`` sections hold the result.
   has no such rows and borrows it.
 - A100 has only forward+backward rows: the backward runs at r·η_fwd, r from FlashAttention-2's
   backward/forward ratio on H100 (role ``fwd-bwd-ratio``).
+- Rows with role ``release-ratio`` (FlashAttention v1 and FlashAttention-2 on H100 in one figure of the FA2 paper)
+  enter no fit: their ratio prices an older release's kernel (``flash_attn_1_over_2``).
 """
 
 from __future__ import annotations
@@ -280,6 +282,29 @@ def release_time_ratio(
         )
     measured = sum(row.measured_s() for row, _ in rows)
     return measured / sum(row.measured_s() / q for row, q in rows)
+
+
+def flash_attn_1_over_2(s: int, *, causal: bool = True, d: int = 128) -> float:
+    """FlashAttention (v1)'s time over FlashAttention-2's on H100, forward and backward, at ``s`` keys: the ratio of
+    the two kernels' throughput in one figure (Dao 2023, arXiv:2307.08691 Fig. 7, attention_kernels.csv role
+    ``release-ratio``: one GPU, setup and FLOP count, so the figure's clock and convention cancel). Causal, head width
+    128, 2k keys: 265/108 = 2.454."""
+    rows = {
+        r.kernel: r
+        for r in kernel_rows()
+        if r.role == "release-ratio" and r.gpu == "H100-SXM5-80GB" and r.causal == causal and r.d_qk == d and r.s == s
+    }
+    if {"FlashAttention (v1)", "FlashAttention-2"} - rows.keys():
+        raise ValueError(f"no H100 FlashAttention (v1) / FlashAttention-2 pair at {s} keys, d {d}, causal {causal}")
+    return rows["FlashAttention-2"].tflops / rows["FlashAttention (v1)"].tflops
+
+
+def hopper_flash_attn_1_ratio(params: dict[str, float], s: int) -> float:
+    """FlashAttention (v1)'s time over a Hopper preset's attention law: FlashAttention-2's
+    (``hopper_flash_attn_2_ratio``, the FA3 paper's rows) times FlashAttention (v1)'s over FlashAttention-2's at ``s``
+    keys, causal
+    (``flash_attn_1_over_2``, the FA2 paper's H100 figure): 1.70 × 2.454 = 4.17 at 2k."""
+    return hopper_flash_attn_2_ratio(params) * flash_attn_1_over_2(s)
 
 
 def hopper_flash_attn_2_ratio(params: dict[str, float]) -> float:

@@ -568,6 +568,11 @@ NEMO1_LAUNCHER_FA2 = re.compile(r"^NeMo 24\.0[1-7](\.\d+)? container \(NeMo 1") 
 # calls flash-attn before cuDNN's fused kernel whenever both are allowed (transformer_engine/pytorch/attention.py
 # @09ba8427:1747-1790; NVTE_FLASH_ATTN defaults to 1): FlashAttention-2's time, as NeMo 1's launcher's
 MLPERF_V31_FA2 = re.compile(r"^MLPerf Training v3\.1,")
+# MLPerf Training v3.0's GPT-3 (NVIDIA's and CoreWeave's runs of NVIDIA's implementation, pytorch:23.04): its
+# requirements.txt pins flash_attn==1.0.5 and Transformer Engine release_v0.8 calls it (transformer_engine/pytorch/
+# transformer.py @v0.8: flash_attn_unpadded_func, NVTE_FLASH_ATTN defaults to 1): FlashAttention (v1)'s time
+# (kernels.hopper_flash_attn_1_ratio)
+MLPERF_V30_FA1 = re.compile(r"^MLPerf Training v3\.0,")
 # ... and its config_common.sh exports NVTE_DP_AMAX_REDUCE_INTERVAL=0 ("AMAX AR overlap and disable DP"), which
 # Transformer Engine 0.x-1.5 reads as "amaxes reduced only in the TP domain" (transformer_engine/pytorch/fp8.py
 # @09ba8427:329-347, @4ee8e8ec, Azure's, the same; the variable is gone from PyTorch's fp8.py at v1.6, so MLPerf
@@ -622,7 +627,7 @@ def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) ->
     v3.1's flash-attn 2.0.8 that its Transformer Engine calls first), NeMo 25.02/25.04's cuDNN 9.7.0 on Blackwell,
     MLPerf v5.1's cuDNN 9.13.1 on B200 and GB200 (B200's table at ``seq_len`` keys), else 1 (today's kernels: the
     law)."""
-    from planner.fidelity.kernels import hopper_flash_attn_2_ratio, release_time_ratio
+    from planner.fidelity.kernels import hopper_flash_attn_1_ratio, hopper_flash_attn_2_ratio, release_time_ratio
 
     hw = load_hardware(hardware)
     cc = hw.gpu.compute_capability
@@ -632,6 +637,8 @@ def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) ->
     if hardware in MLPERF_V51_SM100 and cudnn_9131:
         kernel, params = "cuDNN fused attention (cuDNN frontend)", hw.attention.model_dump()
         return release_time_ratio("B200", kernel, params, seq_len, causal=True, max_s=seq_len)
+    if 9 <= cc < 10 and MLPERF_V30_FA1.search(release):
+        return hopper_flash_attn_1_ratio(hw.attention.model_dump(), seq_len)
     flash_first = NEMO1_LAUNCHER_FA2.search(release) or FUSED_ATTN_OFF in release or MLPERF_V31_FA2.search(release)
     if 9 <= cc < 10 and flash_first:
         return hopper_flash_attn_2_ratio(hw.attention.model_dump())
