@@ -192,8 +192,10 @@ NVFP4_CAPABILITY = 10.0
 
 def check_fp4(opts: PlanOptions, hw: HardwareSpec, model: ModelSpec) -> None:
     """--fp4-format on a GPU with FP4 tensor cores (what Transformer Engine checks), on what the estimate prices:
-    a dense model's linears (the MoE grouped GEMMs' NVFP4 casts, padding and host ops are not modelled) with
-    16-bit attention (NVFP4BlockScaling takes fp8_dpa from --fp8-dot-product-attention: not priced)."""
+    a dense model's linears (the MoE grouped GEMMs' NVFP4 casts, padding and host ops are not modelled). With
+    --fp8-dot-product-attention the attention runs in per-tensor FP8 (NVFP4BlockScaling takes fp8_dpa from it, and
+    the export sets NVTE_DPA_FP8_RECIPE=Float8CurrentScaling, as MLPerf v5.1's NVFP4 configs do:
+    ``blocks.fp8_attention_ratios``)."""
     if opts.fp4 is None:
         return
     if hw.gpu.compute_capability < NVFP4_CAPABILITY or hw.gpu.peak_nvfp4_tflops is None:
@@ -207,11 +209,6 @@ def check_fp4(opts: PlanOptions, hw: HardwareSpec, model: ModelSpec) -> None:
         raise PlannerError(
             f"--fp4-format with {model.name} (MoE): NVFP4 expert GEMMs are not modelled (their casts, padding and "
             "host ops); allowed: a dense model, or --fp8-format e4m3|hybrid"
-        )
-    if opts.fp8_dot_product_attention:
-        raise PlannerError(
-            "--fp8-dot-product-attention with --fp4-format: attention under the NVFP4 recipe is not modelled; "
-            "allowed: drop --fp8-dot-product-attention"
         )
 
 

@@ -67,15 +67,17 @@ def test_which_containers_take_a_release_ratio():
     bridge = "NeMo 25.09 container (Megatron-Bridge)"
     for hardware in ("dgx-b200-superpod", "gb200-nvl72"):
         assert release_attention_ratio(bridge, hardware, 8192) == pytest.approx(1.081, abs=0.001)
-    assert release_attention_ratio(bridge, "gb300-nvl72", 8192) == 1.0
+    # GB300 at its own cuDNN 9.13.1 table (cudnn-frontend @0b1577c8c834 artifacts/
+    # sdpa_fp8_benchmark_results_NVIDIA_GB300.csv, bf16: 1.281 + 4.778 ms at 8k against the GB300 law's 5.291): 1.145
+    assert release_attention_ratio(bridge, "gb300-nvl72", 8192) == pytest.approx(1.145, abs=0.001)
     assert release_attention_ratio(bridge, "dgx-h100-superpod", 8192) == 1.0  # the Hopper law is cuDNN 9.19's
     # MLPerf v5.1's B200 image installs cuDNN 9.13.1.26: B200's table of that release at the row's sequence
     v51 = "MLPerf Training v5.1, University of Florida HiPerGator DGX B200, PyTorch NVIDIA Release 25.09"
     assert release_attention_ratio(v51, "dgx-b200-superpod", 8192) == pytest.approx(1.081, abs=0.001)
-    # NVIDIA's own v5.1 images install the same cuDNN: GB200 (sm100) at B200's table; GB300 (sm103) has none
+    # NVIDIA's own v5.1 images install the same cuDNN: GB200 (sm100) at B200's table; GB300 (sm103) at its own
     nvidia = "MLPerf Training v5.1, NVIDIA Tyche-hsg (80x GB200 NVL72, 5,120 GPUs), NeMo 25.09 (ngc25.09_nemo)"
     assert release_attention_ratio(nvidia, "gb200-nvl72", 8192) == pytest.approx(1.081, abs=0.001)
-    assert release_attention_ratio(nvidia, "gb300-nvl72", 8192) == 1.0
+    assert release_attention_ratio(nvidia, "gb300-nvl72", 8192) == pytest.approx(1.145, abs=0.001)
 
 
 def test_the_mixtral_rows_of_those_containers_judge_the_ratio():

@@ -14,6 +14,17 @@ from planner.fidelity.validate import generation, validate
 from planner.models.params import padded_vocab
 from planner.space.grid import PlanGrid
 
+# MLPerf v5.1's single-node NVFP4 runs of NVIDIA's B200 Llama 3.1 8B config (mlcommons/training_results_v5.1 @441d65f4)
+NVFP4_B200_ONE_NODE = {
+    "MLPERF-v5.1-Oracle-1xBM.GPU.B200.8-llama31_8b",
+    "MLPERF-v5.1-Nebius-nebius_b200_n1-llama31_8b",
+    "MLPERF-v5.1-Supermicro-AS-4126GS-NBR-LCC-llama31_8b",
+    "MLPERF-v5.1-Supermicro-SYS-422GS-NBRT-LCC-llama31_8b",
+    "MLPERF-v5.1-Lenovo-SR780aV3-8xB200_SXM_180GB-llama31_8b",
+    "MLPERF-v5.1-Lenovo-SR680aV3-8xB200_SXM_180GB-llama31_8b",
+    "MLPERF-v5.1-Dell-1xXE9680Lx8B200-SXM-180GB-llama31_8b",
+}
+
 
 @pytest.fixture(scope="module")
 def result():
@@ -149,18 +160,21 @@ def test_runs_with_unpublished_settings_are_validated_but_not_fitted(result):
     assert len(nvfp4) == 17 and all(r["in_bar"] and not r["in_fit"] for r in nvfp4)
     # and NVIDIA's 4 FP8 Llama 3.1 8B runs of the same round (72 and 512 GB200 and GB300), held out as well
     nvidia_v51 = [r for r in result["runs"] if r["id"].startswith("MLPERF-v5.1") and "_ngc25.09_nemo" in r["id"]]
-    assert len(nvidia_v51) == 8 and all(r["in_bar"] and not r["in_fit"] for r in nvidia_v51)
+    assert len(nvidia_v51) == 10 and all(r["in_bar"] and not r["in_fit"] for r in nvidia_v51)  # + NVFP4 on 8 GPUs
     # and IBM, CoreWeave and NVIDIA's MLPerf v5.0 405B on 512-2,496 GB200 (NVIDIA's tyche implementation), held out
     carina = [r for r in result["runs"] if "carina" in r["id"]]
     assert len(carina) == 5 and all(r["in_bar"] and not r["in_fit"] for r in carina)
     # and Oracle's, Verda's and Dell's (two systems) MLPerf v5.1 runs of NVIDIA's B200 8B config, held out
     copies = [r for r in result["runs"] if r["id"].split("-")[2] in ("Oracle", "Verda", "Dell") and "_8b" in r["id"]]
-    assert len(copies) == 4 and all(r["in_bar"] and not r["in_fit"] for r in copies)
+    assert len(copies) == 6 and all(r["in_bar"] and not r["in_fit"] for r in copies)
+    # and the single-node NVFP4 runs of NVIDIA's B200 8B config by Oracle, Nebius, Supermicro (two), Lenovo (two), Dell
+    one_node = [r for r in result["runs"] if r["id"] in NVFP4_B200_ONE_NODE]
+    assert len(one_node) == 7 and all(r["in_bar"] and not r["in_fit"] for r in one_node)
     # and Lambda's run of an earlier snapshot of NVIDIA's 8B config on 72 GB300, held out
     lam = [r for r in result["runs"] if r["id"] == "MLPERF-v5.1-Lambda-gb300_n18-llama31_8b"]
     assert len(lam) == 1 and lam[0]["in_bar"] and not lam[0]["in_fit"]
     blackwell = "Blackwell (B200, GB200, GB300)"
-    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8 + 8 + 5 + 4 + 1  # 8 long-context B200
+    assert by_gen[blackwell]["runs"] == published[blackwell]["runs"] + 17 + 8 + 8 + 5 + 4 + 1 + 9  # 8 long-context B200
     apart = sorted(r["id"] for r in result["runs"] if not r["in_bar"])
     assert apart == ["MB-25.09-GB200-LLAMA31_405B-PRETRAIN-FP8_MX-n128-gbs64", "NEMODOC-25.02-B200-Nemotron4-15B-n64"]
 

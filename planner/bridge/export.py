@@ -25,10 +25,12 @@ from planner.bridge.table import MODEL_ROWS, MODEL_TAG_ROWS, PRESETS, ROWS, TAGS
 from planner.bridge.values import to_bridge
 from planner.errors import PlannerError
 from planner.megatron.export import (
+    DPA_FP8_RECIPE,
     cuda_device_max_connections,
     megatron_argv,
     model_flags,
     model_notes,
+    nvfp4_fp8_attention,
     train_iterations,
 )
 from planner.megatron.flags import flag_table, parse_megatron_argv
@@ -296,7 +298,7 @@ def _low_precision_fields(o, fields: dict) -> list[str]:
     if o.fp8 is not None and o.fp8_recipe.value == "mxfp8" and o.fp8_param_gather:
         fields["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag"] = True
         notes.append("MXFP8 with fp8_param_gather: reuse_grad_buf_for_mxfp8_param_ag=true (Bridge's MXFP8 preset)")
-    if o.fp8 is not None and o.fp8_dot_product_attention:  # a Megatron-Core config field without a Megatron-LM flag
+    if (o.fp8 is not None or o.fp4 is not None) and o.fp8_dot_product_attention:  # no Megatron-LM flag for it
         fields["mixed_precision.fp8_dot_product_attention"] = True
         notes.append("attention in FP8: mixed_precision.fp8_dot_product_attention=true (no Megatron-LM flag for it)")
     if any(o.bf16_end_layers):
@@ -543,6 +545,8 @@ def _env(req: PlanRequest) -> list[str]:
         env.append(f"CUDA_DEVICE_MAX_CONNECTIONS={connections[0]}")
     if req.ctx.options.expandable_segments:
         env.append("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    if nvfp4_fp8_attention(req):
+        env.append(DPA_FP8_RECIPE)
     return env
 
 

@@ -21,6 +21,7 @@ from planner.bridge.runtime import apply_comm_overlap, apply_precision, megatron
 from planner.bridge.table import MLA_PATHS, MODEL_ROWS, MODEL_TAG_ROWS, NEWEST, ROWS, TAGS
 from planner.bridge.values import to_flags
 from planner.errors import PlannerError
+from planner.megatron.export import DPA_FP8_RECIPE
 from planner.whole import typed_int
 
 HEADER = re.compile(r"^#\s*megaplan-import:\s*(.*)$", re.M)
@@ -336,9 +337,15 @@ def _base_recipe(tag: str, recipe: str, fields: dict, model, gpus, hardware, not
 def _unflagged(data: dict, merged: dict, given: dict, base: dict, spelled: dict) -> list[str]:
     """What no Megatron-LM flag carries, set in the plan's ``data``: FP8 attention (a Megatron-Core field), the
     run's length, the userbuffer config object; the notes saying so."""
+    notes = []
     if merged.get("mixed_precision.fp8_dot_product_attention"):
         data["options"]["fp8_dot_product_attention"] = True
-    notes = _run_length(merged, given, data["training"], base, spelled)
+        if data["options"].get("fp4"):
+            notes.append(
+                "FP8 attention with NVFP4 linears: priced as Transformer Engine runs it with "
+                f"{DPA_FP8_RECIPE} in the launch environment (its per-tensor FP8 kernel); the export sets it"
+            )
+    notes += _run_length(merged, given, data["training"], base, spelled)
     userbuffers, said = recipe_userbuffers(merged)
     if userbuffers is not None:
         data["options"]["tp_comm_overlap_cfg"] = userbuffers

@@ -64,11 +64,14 @@ def fp8_attention_ratios(ctx: Context, s=None) -> tuple | None:
     @ d0067d0): MXFP8 attention follows the MXFP8 recipe (the preset's scalars); the delayed and current-scaling
     recipes run the per-tensor FP8 kernel (``compute.time_ratio_at_seq`` of the preset's tables at the call's
     length ``s``, the training sequence when None). Blockwise has no FP8 attention row there, and a GPU without
-    the table has no published one here: both stay at the 16-bit law."""
+    the table has no published one here: both stay at the 16-bit law. Under NVFP4 (``fp4``) Transformer Engine runs
+    the attention in per-tensor FP8 (current scaling for Q, K, V, O and their gradients, delayed for S and dP) when
+    NVTE_DPA_FP8_RECIPE=Float8CurrentScaling, which the export sets (dot_product_attention.py's recipe table,
+    "NVFP4 | FP8CS"; MLPerf v5.1's NVFP4 Llama 3.1 8B configs, config_common_fp4.sh): the per-tensor tables."""
     opts, kernel = ctx.options, ctx.hardware.attention
-    if not (opts.fp8_dot_product_attention and opts.fp8 is not None):
+    if not (opts.fp8_dot_product_attention and (opts.fp8 is not None or opts.fp4 is not None)):
         return None
-    recipe = opts.fp8_recipe.value
+    recipe = "tensorwise" if opts.fp8 is None else opts.fp8_recipe.value
     if recipe == "mxfp8":
         if kernel.mxfp8_fwd_time_ratio is None or kernel.mxfp8_bwd_time_ratio is None:
             return None

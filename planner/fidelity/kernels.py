@@ -284,6 +284,34 @@ def release_time_ratio(
     return measured / sum(row.measured_s() / q for row, q in rows)
 
 
+def release_fp8_time_ratio(
+    gpu: str,
+    kernel: str,
+    params: dict[str, float],
+    s: int,
+    fp8_over_bf16: tuple[dict[int, float], dict[int, float]],
+    priced: tuple[dict[int, float], dict[int, float]],
+    d: int = 128,
+) -> float:
+    """How much longer an older release's per-tensor FP8 attention takes than megaplan prices it (the law times the
+    preset's FP8/BF16 tables, ``priced``): the release's causal BF16 rows of ``gpu`` at ``s`` keys times its own
+    FP8/BF16 ratios (``fp8_over_bf16``), forward plus backward, over the law's times the priced ratios. B200 cuDNN
+    9.13.1 at 8k: (1.589 × 0.921 + 5.526 × 0.793 ms)/(1.581 × 0.769 + 4.999 × 0.916 ms) = 5.846/5.795 = 1.009."""
+    from planner.costs.compute import time_ratio_at_seq
+
+    rows = [
+        (row, q)
+        for row, q in law_ratios(gpu, params, kernel)
+        if row.causal and row.s == s and row.d_qk == row.d_v == d and row.pass_ in ("fwd", "bwd")
+    ]
+    if {row.pass_ for row, _ in rows} != {"fwd", "bwd"}:
+        raise ValueError(f"no causal {kernel} forward and backward rows of {gpu} at {s} keys, d {d}")
+    index = {"fwd": 0, "bwd": 1}
+    measured = sum(row.measured_s() * float(time_ratio_at_seq(s, fp8_over_bf16[index[row.pass_]])) for row, _ in rows)
+    law = sum(row.measured_s() / q * float(time_ratio_at_seq(s, priced[index[row.pass_]])) for row, q in rows)
+    return measured / law
+
+
 def flash_attn_1_over_2(s: int, *, causal: bool = True, d: int = 128) -> float:
     """FlashAttention (v1)'s time over FlashAttention-2's on H100, forward and backward, at ``s`` keys: the ratio of
     the two kernels' throughput in one figure (Dao 2023, arXiv:2307.08691 Fig. 7, attention_kernels.csv role

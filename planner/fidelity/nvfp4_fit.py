@@ -94,7 +94,8 @@ def band_log_errors(every: list[Run] | None = None) -> dict[str, dict]:
     """Per preset with NVFP4 rows, each row's ln(predicted/published) taken out of sample, and how the rows bear on
     the preset's ratio: GB200's rows fit it, so each is predicted at the ratio fitted without its model (the fitted
     residual plus the leave-one-model-out drift, row by row: ``held_out_log_errors``); a preset whose ratio is
-    measured (GB300, TE's B300 profile) is judged by its rows as shipped, out of sample."""
+    measured (GB300, TE's B300 profile) or carried over (DGX B200, GB200's) is judged by its rows as shipped, out of
+    sample."""
     every = every if every is not None else load_runs()
     out: dict[str, dict] = {}
     for name in dict.fromkeys(r.hardware for r in every if is_nvfp4(r)):
@@ -105,7 +106,8 @@ def band_log_errors(every: list[Run] | None = None) -> dict[str, dict]:
         rest = [r for r in runs if r.id not in fitted_ids]  # out of sample as shipped: other sources', GB300's
         pred = predictions(rest, [prepare(r) for r in rest]) if rest else []
         errs |= {r.id: float(np.log(p / r.published)) for r, p in zip(rest, pred, strict=True)}
-        out[name] = {"bearing": "fitted" if fitted else "held out", "log_errors": errs}
+        bearing = "fitted" if fitted else "carried" if name in CARRIED_TO else "held out"
+        out[name] = {"bearing": bearing, "log_errors": errs}
         out[name]["sources"] = sorted({r.source for r in runs})
     return out
 
@@ -127,12 +129,12 @@ def band_accuracy(preset: HardwareSpec, entry: dict, carried_from: str | None = 
     rows' count, preset, how they bear on the ratio and where they are published (explain prints it)."""
     rms, worst = log_band(list(entry["log_errors"].values()))
     n, name = len(entry["log_errors"]), carried_from or preset.name
-    how = (
-        "fitting its NVFP4 GEMM ratio (Megatron-Bridge's, each predicted with its model left out of the fit; the "
-        "others out of sample)"
-        if entry["bearing"] == "fitted"
-        else "out of sample (its NVFP4 GEMM ratio measured, not fitted)"
-    )
+    how = {
+        "fitted": "fitting its NVFP4 GEMM ratio (Megatron-Bridge's, each predicted with its model left out of the fit; "
+        "the others out of sample)",
+        "carried": f"out of sample (its NVFP4 GEMM ratio carried over from {FIT_PRESET}, not fitted)",
+        "held out": "out of sample (its NVFP4 GEMM ratio measured, not fitted)",
+    }[entry["bearing"]]
     rows = f"{n} NVFP4 rows on {name} ({'; '.join(entry['sources'])}) {how}"
     carried = f"carried over from {carried_from}: " if carried_from else ""
     sources = dict(preset.accuracy.sources) | {
@@ -155,7 +157,8 @@ def note(f: Fit) -> str:
 
 def run_nvfp4_calibration(*, loso: bool = True, write_dir: str | None = None) -> dict:
     """Fit the GB200 ratio, hold out each model, validate the NVFP4 rows with it; the NVFP4 band of each preset with
-    NVFP4 rows (``band_log_errors``, ``band_accuracy``; DGX B200 carries GB200's); optionally write the ratio into
+    NVFP4 rows (``band_log_errors``, ``band_accuracy``; DGX B200 carries GB200's while it has none of its own: since
+    MLPerf v5.1's seven single-node NVFP4 runs it has, out of sample); optionally write the ratio into
     the GB200 preset (fitted) and DGX B200's (carried over), and the bands into their accuracy sections."""
     from planner.fidelity.writer import fitted_calibration, write_hardware_file
 
@@ -176,8 +179,8 @@ def run_nvfp4_calibration(*, loso: bool = True, write_dir: str | None = None) ->
         presets[name] = base.model_copy(update={"calibration": ccal})
     bands = band_log_errors(every)
     accuracy = {name: band_accuracy(load_hardware(name), entry) for name, entry in bands.items()}
-    if FIT_PRESET in bands:
-        for name in CARRIED_TO:
+    if FIT_PRESET in bands:  # a preset the ratio is carried to has GB200's band until it has NVFP4 rows of its own
+        for name in (n for n in CARRIED_TO if n not in bands):
             accuracy[name] = band_accuracy(load_hardware(name), bands[FIT_PRESET], carried_from=FIT_PRESET)
     nvfp4 = [r for r in every if is_nvfp4(r)]
     before = validate(nvfp4)["runs"]

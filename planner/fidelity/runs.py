@@ -542,8 +542,9 @@ def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bo
         fp8_recipe=row["fp8_recipe"] if fp8 and row["fp8_recipe"] else "delayed",
         fp8_param_gather=fp8 and _yes(row["fp8_param_gather"]),
         # the attention core in FP8 (Megatron-Core fp8_dot_product_attention: MLPerf's config_common_fp8attn.sh
-        # FP8_DPA=True), priced at the GPU preset's FP8/BF16 kernel ratios (blocks.fp8_attention_ratios)
-        fp8_dot_product_attention=fp8 and _yes(row["fp8_attention"]),
+        # FP8_DPA=True; under NVFP4 with config_common_fp4.sh's NVTE_DPA_FP8_RECIPE=Float8CurrentScaling), priced at
+        # the GPU preset's FP8/BF16 kernel ratios (blocks.fp8_attention_ratios)
+        fp8_dot_product_attention=(fp8 or fp4) and _yes(row["fp8_attention"]),
         fp4="e2m1" if fp4 else None,
         fp4_param_gather=fp4 and _yes(row["fp8_param_gather"]),
         grad_reduce_in_bf16=row["grad_reduce_dtype"] == "bf16",
@@ -551,7 +552,9 @@ def _modern_options(row: dict, dp_sync: dict[str, dict], ub: tuple, graph_rs: bo
         ub_graph_reorders_rs=graph_rs,
         tp_only_amax_red=reduces_amax_over_tp_only(row["release"], row["model_name"]),
         activation_fusion=not eager,
-        attention_time_ratio=release_attention_ratio(row["release"], row["hardware"], int(row["seq_length"])),
+        attention_time_ratio=release_attention_ratio(
+            row["release"], row["hardware"], int(row["seq_length"]), (fp8 or fp4) and _yes(row["fp8_attention"])
+        ),
         **_dp_sync_options(dp_sync.get(row["run_id"])),
     )
 
@@ -607,36 +610,66 @@ FUSED_ATTN_OFF = "NVTE_FUSED_ATTN=0"
 # docs/releases/software-versions.md), which no table measures.
 MLPERF_V51_CUDNN_9131 = re.compile(r"^MLPerf Training v5\.1,")
 # NVIDIA's own v5.1 images (NVIDIA/benchmarks/llama31_405b/implementations/*_ngc25.09_nemo/Dockerfile:43-44) install the
-# same cuDNN 9.13.1.26: on GB200 (sm100, B200's kernels) priced at B200's table; GB300 (sm103) has none at 9.13.1
-MLPERF_V51_SM100 = ("dgx-b200-superpod", "gb200-nvl72")
+# same cuDNN 9.13.1.26: on GB200 (sm100, B200's kernels) priced at B200's table; GB300 (sm103) at its own, measured by
+# the same benchmark (artifacts/sdpa_fp8_benchmark_results_NVIDIA_GB300.csv @0b1577c8c834: 1.145x the law at 8k).
+# The table per preset: (gpu, kernel) of attention_kernels.csv's cuDNN 9.13.1 rows.
+CUDNN_9131_TABLE = {
+    "dgx-b200-superpod": ("B200", "cuDNN fused attention (cuDNN frontend)"),
+    "gb200-nvl72": ("B200", "cuDNN fused attention (cuDNN frontend)"),
+    "gb300-nvl72": ("GB300", "cuDNN 9.13.1 fused attention (cuDNN frontend)"),
+}
+# cuDNN 9.13.1's per-tensor FP8 attention time over its BF16 time, causal, b 1, 128/8 heads, d_h 128, (forward,
+# backward) by sequence length: NVIDIA/cudnn-frontend @0b1577c8c834 benchmark/sdpa_benchmark_training/artifacts/
+# sdpa_fp8_benchmark_results_NVIDIA_{B200,GB300}.csv, fp8 over bf16 forward_time and backward_time (B200 at 8k: 1.464 /
+# 1.589 and 4.382 / 5.526 ms; GB300: 1.060 / 1.281 and 3.632 / 4.778 ms). The attention MLPerf v5.1's NVFP4 configs ran
+# (config_common_fp8attn.sh); the presets' tables are cuDNN 9.22's. B200's carried to GB200 (the same sm100 kernels).
+CUDNN_9131_FP8_OVER_BF16 = {
+    "B200": (
+        {2048: 0.934, 4096: 0.927, 8192: 0.921, 16384: 0.872, 32768: 0.850},
+        {2048: 0.981, 4096: 0.857, 8192: 0.793, 16384: 0.784, 32768: 0.746},
+    ),
+    "GB300": (
+        {2048: 0.971, 4096: 0.863, 8192: 0.827, 16384: 0.810, 32768: 0.801},
+        {2048: 0.949, 4096: 0.815, 8192: 0.760, 16384: 0.739, 32768: 0.718},
+    ),
+}
 # Megatron-Bridge 25.09 (the NeMo 25.09 container) ships cuDNN 9.11.0.98 (NVIDIA-NeMo/Megatron-Bridge
 # docs/releases/software-versions.md). No table measures 9.11 on sm100; the two B200 tables around it, 9.10.2
 # (NVIDIA/cudnn-frontend @cb560b928823) and 9.13.1 (@0b1577c8c834, presets/reference/attention_kernels.csv), put the
 # causal 8k call at 1.11x and 1.08x the law (docs/cost-model.md §13.7): 9.11 is priced at the newer table's time, the
 # smaller of its two bounds (a later release ran no slower at these shapes: 9.10.2 -> 9.13.1 sped every BF16 length
-# up, 1.01-1.15x), as MLPerf v5.1's rows are. GB300 (sm103) has no 9.13.1 table: at the law.
+# up, 1.01-1.15x), as MLPerf v5.1's rows are. GB300 (sm103) at its own 9.13.1 table.
 BRIDGE_2509_CUDNN_911 = re.compile(r"^NeMo 25\.09 container \(Megatron-Bridge\)")
 CUDNN_970_BLACKWELL_ATTENTION_RATIO = 1.25
 CUDNN_970_CONTAINER = re.compile(r"^NeMo 25\.0[24]\b")
 
 
 @functools.lru_cache(maxsize=16)
-def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192) -> float:
+def release_attention_ratio(release: str, hardware: str, seq_len: int = 8192, fp8_attention: bool = False) -> float:
     """The attention kernels' time over the preset law of a row's container (``release``: its release text) on its
     hardware: NeMo 1's launcher's FlashAttention-2 on Hopper (or a launch script's own NVTE_FUSED_ATTN=0, or MLPerf
     v3.1's flash-attn 2.0.8 that its Transformer Engine calls first), NeMo 25.02/25.04's cuDNN 9.7.0 on Blackwell,
-    MLPerf v5.1's cuDNN 9.13.1 on B200 and GB200 (B200's table at ``seq_len`` keys), else 1 (today's kernels: the
-    law)."""
-    from planner.fidelity.kernels import hopper_flash_attn_1_ratio, hopper_flash_attn_2_ratio, release_time_ratio
+    MLPerf v5.1's cuDNN 9.13.1 on B200, GB200 (B200's table) and GB300 (its own) at ``seq_len`` keys, else 1 (today's
+    kernels: the law). ``fp8_attention``: the row's attention runs in per-tensor FP8, priced at cuDNN 9.13.1's own
+    FP8/BF16 ratios where the release is 9.13.1 (``kernels.release_fp8_time_ratio``; elsewhere the BF16 ratio)."""
+    from planner.fidelity.kernels import (
+        hopper_flash_attn_1_ratio,
+        hopper_flash_attn_2_ratio,
+        release_fp8_time_ratio,
+        release_time_ratio,
+    )
 
     hw = load_hardware(hardware)
     cc = hw.gpu.compute_capability
     if cc >= 10 and CUDNN_970_CONTAINER.search(release):
         return CUDNN_970_BLACKWELL_ATTENTION_RATIO
     cudnn_9131 = MLPERF_V51_CUDNN_9131.search(release) or BRIDGE_2509_CUDNN_911.search(release)
-    if hardware in MLPERF_V51_SM100 and cudnn_9131:
-        kernel, params = "cuDNN fused attention (cuDNN frontend)", hw.attention.model_dump()
-        return release_time_ratio("B200", kernel, params, seq_len, causal=True, max_s=seq_len)
+    if hardware in CUDNN_9131_TABLE and cudnn_9131:
+        (gpu, kernel), params = CUDNN_9131_TABLE[hardware], hw.attention.model_dump()
+        if fp8_attention:
+            priced = (hw.attention.fp8_fwd_time_ratio_by_seq, hw.attention.fp8_bwd_time_ratio_by_seq)
+            return release_fp8_time_ratio(gpu, kernel, params, seq_len, CUDNN_9131_FP8_OVER_BF16[gpu], priced)
+        return release_time_ratio(gpu, kernel, params, seq_len, causal=True, max_s=seq_len)
     if 9 <= cc < 10 and MLPERF_V30_FA1.search(release):
         return hopper_flash_attn_1_ratio(hw.attention.model_dump(), seq_len)
     flash_first = NEMO1_LAUNCHER_FA2.search(release) or FUSED_ATTN_OFF in release or MLPERF_V31_FA2.search(release)

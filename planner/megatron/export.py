@@ -362,6 +362,20 @@ def nccl_graph_register_off(req: PlanRequest) -> bool:
     return o.expandable_segments and o.cuda_graph_impl is CudaGraphImpl.TRANSFORMER_ENGINE
 
 
+# Transformer Engine runs NVFP4 linears with FP8 attention only when told which FP8 recipe the attention takes
+# (dot_product_attention.py's recipe table @ d0067d0, "NVFP4 | FP8CS"); MLPerf v5.1's NVFP4 configs export this
+# (config_common_fp4.sh).
+DPA_FP8_RECIPE = "NVTE_DPA_FP8_RECIPE=Float8CurrentScaling"
+DPA_FP8_RECIPE_WHY = "NVFP4 linears with attention in per-tensor FP8 (Transformer Engine's NVFP4 | FP8CS recipe)"
+
+
+def nvfp4_fp8_attention(req: PlanRequest) -> bool:
+    """Whether the plan runs NVFP4 linears with its attention in FP8 (``--fp8-dot-product-attention``), which
+    Transformer Engine needs NVTE_DPA_FP8_RECIPE for."""
+    o = req.ctx.options
+    return o.fp4 is not None and o.fp8_dot_product_attention
+
+
 def environment_lines(req: PlanRequest) -> list[str]:
     """Environment the plan needs that no flag sets: CUDA_DEVICE_MAX_CONNECTIONS, the allocator and NCCL's graph
     registration."""
@@ -376,6 +390,8 @@ def environment_lines(req: PlanRequest) -> list[str]:
         )
     if req.ctx.options.expandable_segments:
         lines.append("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # no allocator fragmentation")
+    if nvfp4_fp8_attention(req):
+        lines.append(f"export {DPA_FP8_RECIPE}  # {DPA_FP8_RECIPE_WHY}")
     if nccl_graph_register_off(req):
         lines.append(
             "export NCCL_GRAPH_REGISTER=0  # Megatron-LM requires it for TE CUDA graphs with expandable segments"
