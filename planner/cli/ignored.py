@@ -64,6 +64,7 @@ def context_ignored(kw: dict, ctx) -> list[tuple[list[str], str]]:
         (["cuda_graph_modules"], opts.cuda_graph_impl.value == "none", "no --cuda-graph-impl (CUDA graphs are off)"),
         (["fp8_recipe", "fp8_param_gather"], opts.fp8 is None, "no --fp8 (training is not in FP8)"),
         (["fp4_param_gather"], opts.fp4 is None, "no --fp4 (training is not in NVFP4)"),
+        (["fp8_dot_product_attention"], not opts.quantised, "no --fp8 or --fp4 (the attention runs in BF16)"),
         (
             ["first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"],
             not opts.quantised,

@@ -286,6 +286,15 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     Option(("--num-layers-at-start-in-bf16",), "N of --first-last-layers-bf16 (at most L/pp).", 1, IntRange(min=0)),
     Option(("--num-layers-at-end-in-bf16",), "M of --first-last-layers-bf16 (at most L/pp).", 1, IntRange(min=0)),
     Option(
+        ("--fp8-dot-product-attention",),
+        "The attention core in FP8 (Megatron-Core fp8_dot_product_attention, no Megatron-LM flag): MXFP8 under "
+        "--fp8-recipe mxfp8, else cuDNN's per-tensor FP8 kernel (with --fp4 under "
+        "NVTE_DPA_FP8_RECIPE=Float8CurrentScaling, which the export sets).",
+        False,
+        flag=True,
+        solo=True,
+    ),
+    Option(
         ("--fp8-output-proj",),
         "The output layer's logits GEMM in MXFP8 (with --fp8-recipe mxfp8).",
         False,

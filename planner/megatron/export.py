@@ -445,12 +445,16 @@ def unwritten_settings(req: PlanRequest) -> list[tuple[list[str], str]]:
                 "the busiest expert's load over the mean: the estimate's assumption about the router, no setting",
             )
         )
-    for on, what in (
-        (o.fp8_dot_product_attention, "attention in FP8 (Megatron-Core fp8_dot_product_attention"),
-        (o.tp_only_amax_red, "FP8 amaxes reduced over TP×CP only (Megatron-Core tp_only_amax_red"),
+    for on, restore, what in (
+        (
+            o.fp8_dot_product_attention and o.quantised,
+            ["--fp8-dot-product-attention"],
+            "attention in FP8 (Megatron-Core fp8_dot_product_attention",
+        ),
+        (o.tp_only_amax_red, [], "FP8 amaxes reduced over TP×CP only (Megatron-Core tp_only_amax_red"),
     ):
         if on:
-            out.append(([], f"{what}: set it in the model's TransformerConfig, or export for Megatron-Bridge)"))
+            out.append((restore, f"{what}: set it in the model's TransformerConfig, or export for Megatron-Bridge)"))
     if o.ub_graph_reorders_rs:
         out.append(([], "Transformer Engine before v2.16 under CUDA graphs (the version, not a setting)"))
     if o.attention_time_ratio != 1.0 and not o.te_flash_attn:

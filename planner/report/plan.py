@@ -29,6 +29,8 @@ def plan_line(pj: dict) -> str:
         fp8 += " · MXFP8 output layer"
     kernel = f"{opt['attention_kernel']} attention"
     kernel = "flash-attn (--attention-backend flash)" if opt.get("te_flash_attn") else kernel
+    if fp8 and opt.get("fp8_dot_product_attention"):
+        kernel += " in " + ("MXFP8" if opt.get("fp8") and opt.get("fp8_recipe") == "mxfp8" else "FP8")
     return f"{plan_text(pj)} · {tr['precision']}{fp8} · {kernel}"
 
 

@@ -45,9 +45,13 @@ def search_title(ctx, gpus: int) -> str:
         fp8 += " (BF16 first {}, last {} layers)".format(*opt.bf16_end_layers)
     if opt.fp8_output_proj:
         fp8 += ", MXFP8 output layer"
+    fp4 = ", NVFP4" if opt.fp4 else ""
+    attention = f"{opt.attention_kernel.value} attention"
+    if opt.quantised and opt.fp8_dot_product_attention:
+        attention += " in " + ("MXFP8" if opt.fp8 and opt.fp8_recipe.value == "mxfp8" else "FP8")
     return (
         f"{ctx.model.name} on {gpus:,} GPUs of {ctx.hardware.name}: global batch {tr.global_batch} × seq "
-        f"{tr.seq_len}, {tr.precision.value}{fp8}, {opt.attention_kernel.value} attention"
+        f"{tr.seq_len}, {tr.precision.value}{fp8}{fp4}, {attention}"
     )
 
 
