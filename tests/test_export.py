@@ -267,11 +267,12 @@ def test_slurm_script_has_nodes_launcher_environment_and_placeholders():
         tp=2,
         options=dict(fp8="e4m3", fp8_recipe="mxfp8", fp8_dot_product_attention=True),
     )
-    # no Megatron-LM flag for it: the header says so
+    # no Megatron-LM flag for it: the header says so, and the read-back command restores it
+    script = export.slurm_script(fp8_attn)
     assert (
-        "# - attention in FP8 (Megatron-Core fp8_dot_product_attention: set it in the model's"
-        in export.slurm_script(fp8_attn)
+        "# - --fp8-dot-product-attention: attention in FP8 (Megatron-Core fp8_dot_product_attention: set it" in script
     )
+    assert "--hardware dgx-b200-superpod --fp8-dot-product-attention" in script
 
 
 def test_slurm_script_reads_back_as_the_same_plan():
