@@ -362,10 +362,11 @@ def validate_moe(runs: list[Run] | None = None, hardware: dict[str, HardwareSpec
 
 
 def _validate(runs: list[Run], hardware: dict[str, HardwareSpec]) -> dict:
-    rows = []
+    rows, keys = [], []
     search_published(runs)
     for run, (req, ev) in zip(runs, evaluated_runs(runs, hardware), strict=True):
         pred = metric_value(run, req, ev)
+        keys.append(priced_key(run, req))
         rows.append(
             {
                 "id": run.id,
@@ -380,7 +381,60 @@ def _validate(runs: list[Run], hardware: dict[str, HardwareSpec]) -> dict:
                 "assumptions": list(run.assumptions) + _searched_note(run),
             }
         )
-    return {"runs": rows, "summary": summarize(rows)}
+    summary = summarize(rows)
+    summary["replicates"] = replicate_scatter([r["published"] for r in rows], keys, [r["source"] for r in rows])
+    return {"runs": rows, "summary": summary}
+
+
+# A replicate group's source when its rows are different submitters' systems in one round (one software release);
+# any other source's groups are one publisher's later releases of the same configuration
+CLUSTER_SOURCES = ("MLPerf Training",)
+
+
+def priced_key(run: Run, req: api.PlanRequest) -> tuple:
+    """What the estimate of a run reads, as a key: two runs with the same key are the same configuration to megaplan
+    (model, GPUs, plan, training, options, hardware and the published metric)."""
+    ctx = req.ctx
+    return (
+        run.hardware,
+        run.metric,
+        req.gpus,
+        ctx.model.model_dump_json(),
+        req.plan.model_dump_json(),
+        ctx.training.model_dump_json(),
+        ctx.options.model_dump_json(),
+    )
+
+
+def pooled_log_sigma(values: list[float], keys: list) -> tuple[float | None, int, int]:
+    """(σ, degrees of freedom, groups): the pooled standard deviation of ln(value) within the groups of equal key
+    that have more than one value, √(Σ_g Σ_i (ln v_gi − mean_g)² / Σ_g (n_g − 1)); σ None without such a group.
+    Three values 1.0, 1.1, 0.9 in one group: ln 1.1 = 0.09531, ln 0.9 = −0.10536, mean −0.00335, Σ dev² =
+    0.02016, σ = √(0.02016/2) = 0.1004."""
+    groups: dict = {}
+    for v, k in zip(values, keys, strict=True):
+        groups.setdefault(k, []).append(np.log(v))
+    sq, dof, n = 0.0, 0, 0
+    for logs in groups.values():
+        if len(logs) > 1:
+            a = np.asarray(logs)
+            sq += float(np.sum((a - a.mean()) ** 2))
+            dof += len(logs) - 1
+            n += 1
+    return (float(np.sqrt(sq / dof)) if dof else None), dof, n
+
+
+def replicate_scatter(published: list[float], keys: list, sources: list[str]) -> dict:
+    """How much the same configuration (``priced_key``: everything megaplan reads equal) measured more than once
+    scatters, pooled within groups (``pooled_log_sigma``): across MLPerf submitters' systems of one round
+    (``CLUSTER_SOURCES``) and across a publisher's later releases. No model of these inputs can come closer than this
+    to every row: a floor on its error, beside calibrate.RUN_NOISE (the noise a prior is weighed against)."""
+    out = {}
+    for kind, keep in (("clusters", True), ("releases", False)):
+        pick = [i for i, s in enumerate(sources) if (s in CLUSTER_SOURCES) == keep]
+        sigma, dof, groups = pooled_log_sigma([published[i] for i in pick], [keys[i] for i in pick])
+        out[kind] = {"sigma_log": sigma, "dof": dof, "groups": groups}
+    return out
 
 
 def _searched_note(run: Run) -> list[str]:

@@ -56,9 +56,30 @@ def drift_table(factors: dict) -> Table:
     return table
 
 
+def replicates_text(summary: dict, what: str = "runs") -> Text | None:
+    """One line: how much the same configuration, measured more than once, scatters (``validate.replicate_scatter``)."""
+    rep = summary.get("replicates") or {}
+    said = [
+        f"{label} σ {100 * r['sigma_log']:.1f} % ({r['groups']} groups, {r['dof']} degrees of freedom)"
+        for label, r in (
+            ("across MLPerf submitters' systems of one round", rep.get("clusters")),
+            ("across later releases", rep.get("releases")),
+        )
+        if r and r["sigma_log"] is not None
+    ]
+    if not said:
+        return None
+    return Text(
+        f"Replicates among the {what}: the same configuration to megaplan (every input it reads equal) measured more "
+        f"than once scatters in ln(published) {' and '.join(said)}: a floor under the RMS error of any estimate that "
+        "reads only these inputs."
+    )
+
+
 def validation_view(result: dict) -> Group:
     parts = [_runs_table(result, "Predicted vs published (error = predicted/published − 1)")]
     parts += [summary_table(result["summary"]), assumptions_text(result)]
+    parts += [t for t in (replicates_text(result["summary"], "dense runs"),) if t is not None]
     if result["summary"].get("settings_by_hardware"):
         parts.append(settings_table(result["summary"]["settings_by_hardware"]))
     if result["summary"].get("factors_by_hardware"):
@@ -67,6 +88,7 @@ def validation_view(result: dict) -> Group:
         moe = result["moe"]
         title = "Mixture-of-experts runs, out of sample (fitted on the dense runs above)"
         parts += [_runs_table(moe, title), summary_table(moe["summary"]), assumptions_text(moe)]
+        parts += [t for t in (replicates_text(moe["summary"], "MoE runs"),) if t is not None]
     return Group(*parts)
 
 
