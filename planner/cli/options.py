@@ -288,8 +288,8 @@ PLAN_OPTIONS: tuple[Option, ...] = (
     Option(
         ("--fp8-dot-product-attention",),
         "The attention core in FP8 (Megatron-Core fp8_dot_product_attention, no Megatron-LM flag): MXFP8 under "
-        "--fp8-recipe mxfp8, else cuDNN's per-tensor FP8 kernel (with --fp4 under "
-        "NVTE_DPA_FP8_RECIPE=Float8CurrentScaling, which the export sets).",
+        "--fp8-recipe mxfp8, else cuDNN's per-tensor FP8 kernel (with --fp4: current scaling, the export sets "
+        "NVTE_DPA_FP8_RECIPE).",
         False,
         flag=True,
         solo=True,
