@@ -276,3 +276,19 @@ def pytest_configure(config):
     import gc
 
     gc.set_threshold(20_000, 20, 20)
+
+
+def read_bridge_export(text: str):
+    """A megaplan Bridge export read back as its header says (``# megaplan-import:`` tag, recipe, GPUs, hardware and
+    ``# megaplan-env:``): the importer's result, ``.request`` and ``.notes``."""
+    from planner.bridge.importer import header_options, read_bridge_text, request_from_bridge
+
+    head = header_options(text)
+    return request_from_bridge(
+        read_bridge_text(text),
+        tag=head["bridge_version"],
+        recipe=head["bridge_recipe"],
+        gpus=int(head["gpus"]),
+        hardware=head["hardware"],
+        env=head["env"],
+    )

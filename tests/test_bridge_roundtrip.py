@@ -8,10 +8,12 @@ import pytest
 
 from planner.api import explain, make_request
 from planner.bridge.export import bridge_export, dotlist, dotlist_text, export_text, python_text, yaml_text
-from planner.bridge.importer import header_options, read_bridge_text, request_from_bridge
+from planner.bridge.importer import header_options
 from planner.errors import PlannerError
 from planner.megatron.export import megatron_argv
 from planner.plan import CudaGraphImpl, CudaGraphModule, FlexBackend
+
+from conftest import read_bridge_export
 
 H100, B200 = "dgx-h100-superpod", "dgx-b200-superpod"
 DO = {"distributed_optimizer": True}
@@ -274,14 +276,7 @@ def test_bridge_export_reads_back_to_the_same_estimate(name, tag):
     for text in (dotlist_text(exp), yaml_text(exp)):
         head = header_options(text)
         assert head["bridge_version"] == tag and int(head["gpus"]) == req.gpus
-        back = request_from_bridge(
-            read_bridge_text(text),
-            tag=tag,
-            recipe=head["bridge_recipe"],
-            gpus=int(head["gpus"]),
-            hardware=head["hardware"],
-            env=head["env"],
-        ).request
+        back = read_bridge_export(text).request
         assert back.plan == req.plan
         # the run's length is written as train.train_iters, the plan's tokens rounded up to whole iterations (as the
         # Slurm script's TRAIN_ITERS), and read back as that many iterations' tokens
@@ -394,15 +389,7 @@ def test_the_export_writes_where_bridge_keeps_it():
     fp8_attn_req = mx_req.__class__(mx_req.ctx.__class__(*_ctx_parts(mx_req), fp8_attn), mx_req.plan, mx_req.gpus)
     fp8_attn_exp = bridge_export(fp8_attn_req, "v0.6.0")
     assert "mixed_precision.fp8_dot_product_attention=true" in dotlist(fp8_attn_exp)
-    head = header_options(dotlist_text(fp8_attn_exp))
-    back = request_from_bridge(
-        read_bridge_text(dotlist_text(fp8_attn_exp)),
-        tag="v0.6.0",
-        recipe=head["bridge_recipe"],
-        gpus=int(head["gpus"]),
-        hardware=head["hardware"],
-        env=head["env"],
-    ).request
+    back = read_bridge_export(dotlist_text(fp8_attn_exp)).request
     assert back.ctx.options.fp8_dot_product_attention  # read back: a field without a Megatron-LM flag
     small = bridge_export(
         _request(PLANS["llama3-8b cuda graph whole layer"]), "v0.6.0"
@@ -554,12 +541,4 @@ def test_a_layout_with_virtual_stages_writes_their_number_for_bridge():
 
 
 def _read_back_dotlist(text: str):
-    head = header_options(text)
-    return request_from_bridge(
-        read_bridge_text(text),
-        tag=head["bridge_version"],
-        recipe=head["bridge_recipe"],
-        gpus=int(head["gpus"]),
-        hardware=head["hardware"],
-        env=head["env"],
-    ).request
+    return read_bridge_export(text).request

@@ -11,12 +11,14 @@ import yaml
 
 from planner.api import PlanRequest, explain, make_request
 from planner.bridge.export import bridge_export, dotlist, dotlist_text, priced_userbuffers, python_text, yaml_text
-from planner.bridge.importer import header_options, read_bridge_source, read_bridge_text, request_from_bridge
+from planner.bridge.importer import read_bridge_source, request_from_bridge
 from planner.bridge.runtime import userbuffer_preset
 from planner.hardware.userbuffers import bridge_preset_named, load_config_file, ops_from_bridge_repr, preset_like
 from planner.megatron.export import megatron_argv, unwritten_settings
 from planner.plan_file import request_from_fields
 from tests.test_bridge_roundtrip import _read_back_dotlist
+
+from conftest import read_bridge_export
 
 PRESET = "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"
 RECIPE = "llama3_70b_pretrain_32gpu_h100_bf16_config"  # v0.6.0: comm_overlap names PRESET
@@ -231,8 +233,4 @@ def test_the_yaml_says_where_bridge_v021_cannot_merge_another_overlap_class():
 
 
 def _read_back(text: str) -> PlanRequest:
-    head = header_options(text)
-    return request_from_bridge(
-        read_bridge_text(text), tag=head["bridge_version"], recipe=head["bridge_recipe"], gpus=int(head["gpus"]),
-        hardware=head["hardware"], env=head["env"],
-    ).request  # fmt: skip
+    return read_bridge_export(text).request

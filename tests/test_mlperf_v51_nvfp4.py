@@ -127,20 +127,13 @@ def test_the_exports_set_the_attention_recipe_transformer_engine_needs():
 
 def test_a_bridge_export_of_it_reads_back_with_its_fp8_attention_and_the_note():
     from planner.bridge.export import dotlist_text
-    from planner.bridge.importer import header_options, read_bridge_text, request_from_bridge
+
+    from conftest import read_bridge_export
 
     exp = bridge_export(_ctx({"fp4": "e2m1", "fp8_dot_product_attention": True}), "v0.6.0")
     text = dotlist_text(exp)  # the NVFP4 preset's mixed_precision written whole, FP8 attention inside it
     assert "fp8_dot_product_attention:true,fp4:e2m1" in text and "# megaplan-env: NVTE_DPA_FP8_RECIPE=" in text
-    head = header_options(dotlist_text(exp))
-    back = request_from_bridge(
-        read_bridge_text(dotlist_text(exp)),
-        tag="v0.6.0",
-        recipe=head["bridge_recipe"],
-        gpus=int(head["gpus"]),
-        hardware=head["hardware"],
-        env=head["env"],
-    )
+    back = read_bridge_export(text)
     o = back.request.ctx.options
     assert o.fp4 is not None and o.fp8_dot_product_attention
     assert any("NVTE_DPA_FP8_RECIPE=Float8CurrentScaling" in note for note in back.notes)
