@@ -43,7 +43,7 @@ def test_b200_carries_gb200s_gemm_efficiency_at_the_measured_matmul_rates():
 
 def test_the_writer_carries_the_scaled_values_sigma_and_drift(tmp_path, monkeypatch):
     root = presets_root() / "hardware"
-    for name in (GB200, B200, "dgx-h100-superpod"):  # B200's fabric factors are H100's (calibrate.FABRIC_DONORS)
+    for name in (GB200, B200, "dgx-b300-superpod", "dgx-h100-superpod"):  # their fabric factors are H100's
         (tmp_path / f"{name}.yaml").write_text((root / f"{name}.yaml").read_text())
     factors = {
         "gemm_efficiency": FactorFit(0.70, (0.57, 0.95), "fitted", 0.02),

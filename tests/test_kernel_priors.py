@@ -110,7 +110,7 @@ def test_generations_by_compute_capability():
     assert generation("dgx-a100-superpod") == "Ampere (A100)"
     assert generation("dgx-h100-superpod") == generation("dgx-h200-superpod") == "Hopper (H100, H200)"
     assert {generation(n) for n in ("dgx-b200-superpod", "gb200-nvl72", "gb300-nvl72")} == {
-        "Blackwell (B200, GB200, GB300)"
+        "Blackwell (B200, B300, GB200, GB300)"
     }
 
 

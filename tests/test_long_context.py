@@ -134,7 +134,7 @@ def test_a_b200_takes_gb200s_die_and_h100s_fabric():
         0.001,
         54,
     )
-    assert FABRIC_DONORS == {"dgx-b200-superpod": "dgx-h100-superpod"}
+    assert FABRIC_DONORS == {"dgx-b200-superpod": "dgx-h100-superpod", "dgx-b300-superpod": "dgx-h100-superpod"}
     got = carried_fit(gb200, {"gemm_efficiency": 1.0645}, "dgx-b200-superpod").factors
     assert got["gemm_efficiency"].value == pytest.approx(0.72 * 1.0645) and got["gemm_efficiency"].status == "fitted"
     assert not set(FABRIC) & set(got)  # the fabric's factors come from H100's fit

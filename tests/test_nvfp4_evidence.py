@@ -23,7 +23,7 @@ from planner.plan import ParallelPlan
 from planner.presets import load_hardware
 from planner.space.grid import PlanGrid
 
-GB200, GB300, B200 = "gb200-nvl72", "gb300-nvl72", "dgx-b200-superpod"
+GB200, GB300, B200, B300 = "gb200-nvl72", "gb300-nvl72", "dgx-b200-superpod", "dgx-b300-superpod"
 RECIPE_70B = dict(tp=2, pp=4, dp=8, vpp=5, sequence_parallel=True, distributed_optimizer=True)
 
 MLPERF_405B = "llama3.1-405b (MLPerf llama31_405b: Mixtral 8x22B's vocabulary)"
@@ -91,8 +91,9 @@ def test_the_shipped_bands_are_the_rows_out_of_sample_residuals():
         GB200: ("fitted", 13),  # Bridge's 9 fit the ratio, MLPerf v5.1's 4 judge it
         GB300: ("held out", 10),  # its ratio measured (TE's B300 profile)
         B200: ("carried", 7),  # GB200's ratio, judged by MLPerf v5.1's seven single-node runs
+        B300: ("held out", 2),  # its ratio measured (TE's B300 profile), judged by Nebius's and Lenovo's runs
     }
-    for name, donor in ((GB200, GB200), (GB300, GB300), (B200, B200)):
+    for name, donor in ((GB200, GB200), (GB300, GB300), (B200, B200), (B300, B300)):
         acc = load_hardware(name).accuracy
         rms, worst = nvfp4_fit.log_band(list(bands[donor]["log_errors"].values()))
         assert (acc.nvfp4_validation_error_frac, acc.nvfp4_max_error_frac) == (round(rms, 3), round(worst, 3)), (
@@ -113,8 +114,9 @@ def test_the_rows_bear_on_nvfp4_as_fitted_or_held_out():
     kinds = {(r.hardware, evidence.bearing(r)) for r in nvfp4}
     # MLPerf v5.1's NVFP4 rows (405B: 3 on GB200, 1 on GB300; 8B on 8 GPUs: 1 on GB200, 1 on GB300, 7 on B200) judge
     # the ratios out of sample: GB200's is fitted on Megatron-Bridge's rows alone (nvfp4_fit.FIT_SOURCE)
-    held = {(GB200, "held out"), (GB300, "held out"), (B200, "held out")}
-    assert kinds == {(GB200, "fitted")} | held and len(nvfp4) == 30
+    # and 2 on HGX B300 (Nebius, Lenovo)
+    held = {(GB200, "held out"), (GB300, "held out"), (B200, "held out"), (B300, "held out")}
+    assert kinds == {(GB200, "fitted")} | held and len(nvfp4) == 32
     assert {r.source for r in nvfp4 if (r.hardware, evidence.bearing(r)) == (GB200, "held out")} == {"MLPerf Training"}
     assert all(not r.fit for r in nvfp4)  # never in the dense fit (their GEMMs would alias into η_fp8)
     cards = [r for r in load_moe_runs() if r.held_out]
@@ -129,6 +131,7 @@ def test_the_rows_bear_on_nvfp4_as_fitted_or_held_out():
     )
     assert got == [
         (B200, MLPERF_8B, 1, 1, 1, True, 7),
+        (B300, MLPERF_8B, 1, 1, 1, True, 2),
         (GB200, "llama3-70b", 2, 4, 5, False, 4),
         (GB200, MLPERF_8B, 1, 1, 1, True, 1),
         (GB200, "llama3.1-405b", 4, 16, 4, False, 1),
@@ -148,8 +151,8 @@ def test_nvfp4_on_blackwell_is_validated_not_extrapolated():
     ev = evidence.plan_evidence(grid, req.ctx, 64)
     got = evidence.evidence_json(ev, 0, (0.0, 0.0, 0.0), evidence.band_rows(req.ctx))
     fp4 = next(f for f in got["features"] if f["kind"] == "fp8")
-    # 5 and 2 before MLPerf v5.1's 405B, 7 and 4 before its 8B on 8 B200, GB200 and GB300 (2026-12-05)
-    assert fp4 == {"feature": "NVFP4", "kind": "fp8", "settings": 10, "held_out": 7}
+    # 5 and 2 before MLPerf v5.1's 405B, 7 and 4 before its 8B on 8 B200, GB200 and GB300, 10 and 7 before B300's
+    assert fp4 == {"feature": "NVFP4", "kind": "fp8", "settings": 11, "held_out": 8}
     assert got["extrapolated"] == [] and list(ev.extrapolated) == [0]
     assert list(evidence.extrapolated_features(grid, req.ctx, 64)) == [0]
     assert got["band_rows"].startswith("13 NVFP4 rows on gb200-nvl72 (MLPerf Training; Megatron-Bridge performance")
@@ -161,7 +164,7 @@ def test_explain_names_the_rows_count_and_source_on_one_line():
     out = CliRunner().invoke(cli, args, env={"COLUMNS": "400"}).stdout
     line = next(x for x in out.splitlines() if x.startswith("runs"))
     assert line == (
-        "runs  validated by 10 settings on Blackwell (fewest: NVFP4, 7 of them held out); band ± 6.0 % from 10 NVFP4 "
+        "runs  validated by 11 settings on Blackwell (fewest: NVFP4, 8 of them held out); band ± 6.0 % from 10 NVFP4 "
         "rows on gb300-nvl72 (MLPerf Training; Megatron-Bridge performance summary) out of sample (its NVFP4 GEMM "
         "ratio measured, not fitted): RMS of ln(predicted/published) 5.9 % (calibrate --nvfp4)"
     )

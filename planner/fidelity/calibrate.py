@@ -44,8 +44,15 @@ FITTED = ("dgx-a100-superpod", "dgx-h100-superpod", "gb200-nvl72", "gb300-nvl72"
 FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, and too few runs of their own
     "dgx-a100-superpod": ("dgx-a100-40gb-superpod",),  # the same A100, less HBM
     "dgx-h100-superpod": ("dgx-h200-superpod",),  # the same GH100 die: Nebius's two MLPerf H200 runs are held out
-    "gb200-nvl72": ("dgx-b200-superpod",),  # the same B200 GPU at 1000 W: two current runs, validated out of sample
+    "gb200-nvl72": ("dgx-b200-superpod", "dgx-b300-superpod"),  # the same B200 GPU at 1000 W; B300: below
 }
+# DGX/HGX B300 (Blackwell Ultra at 1100 W) is GB300's die, but no measurement ties its GEMM rate to GB300's (1400 W,
+# whose factors rest on its own runs: no MAMF row), while one ties it to GB200's: the same matmul benchmark measured
+# both (stas00/ml-engineering MAMF: B300 SXM 1769 / 3353 TFLOP/s BF16 / FP8, GB200 1822 / 3616, B200 1745 / 3432).
+# So it takes GB200's fit through gpu.matmul_peak_frac, as B200 does, and keeps Blackwell Ultra's own kernels in its
+# preset (GB300's attention tables, Transformer Engine's B300 NVFP4 and cast measurements). Carried from GB300 instead
+# (trial of 2026-12-05), MLPerf v5.1's four B300 rows, never fitted, went -3.2, +3.8, +0.2, -2.7 % -> -14.2, -6.9,
+# -9.2, -11.8 %: GB300's fitted FP8 GEMM rate (0.835 of 5000) is 15 % above what B300 measures relative to B200.
 # ... but a family member takes the donor's die, not its fabric: a DGX B200 leaves its NVLink domain at 8 GPUs, a
 # GB200 NVL72 at 72, so GB200's runs, nearly all inside one NVL72 domain, do not measure a B200's InfiniBand
 # traffic or its scale (a trial refit of 2026-12-04 fitted GB200's η_net at 0.51 ± 0.23 and its stragglers' σ at
@@ -55,8 +62,15 @@ FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, an
 # datasheets; both SuperPOD reference architectures), so it takes the DGX H100 fit's fabric factors, measured on
 # 54 runs of that fabric: its DP and CP rings and its scale.
 FABRIC = ("network_bus_efficiency", "straggler_sigma")
-FABRIC_DONORS = {"dgx-b200-superpod": "dgx-h100-superpod"}  # target: the fitted preset whose fabric it has
-FABRIC_NOTE = "a DGX B200's fabric is a DGX H100's, not GB200's: 8 ConnectX-7 NDR rails a node, NVLink at 8 GPUs"
+# A DGX/HGX B300 leaves its NVLink domain at 8 GPUs too, on eight ConnectX-8 XDR rails: GB300's runs (inside NVL72
+# domains) do not measure that fabric either, and no B300 run crosses a node; it takes the same 8-rail fat tree's.
+FABRIC_DONORS = {"dgx-b200-superpod": "dgx-h100-superpod", "dgx-b300-superpod": "dgx-h100-superpod"}
+FABRIC_NOTE = {
+    "dgx-b200-superpod": "a DGX B200's fabric is a DGX H100's, not GB200's: 8 ConnectX-7 NDR rails a node, NVLink at "
+    "8 GPUs",
+    "dgx-b300-superpod": "a DGX/HGX B300's fabric is an 8-rail fat tree under an 8-GPU NVLink domain, a DGX H100's "
+    "shape (its rails ConnectX-8 at 800 Gb/s), not GB300's NVL72",
+}
 MIN_EFFECT = 0.01  # moving a factor across its band must move some run's prediction by 1 % ...
 MAX_SIGMA_FRAC = 0.5  # ... and the runs must pin it to within half its band (one σ), and to within its own value:
 # a positive factor whose one-σ interval reaches zero is not measured (GB300's x½ was "fitted" at 112 ± 220 in a

@@ -106,6 +106,9 @@ def fit(runs: list[Run], base: Presets | None = None) -> MoeFit:
 A2A_FACTOR = "a2a_network_efficiency"
 A2A_PRESETS = ("dgx-h100-superpod",)  # 8-GPU NVLink domains: the MoE rows' all-to-all crosses nodes
 A2A_FAMILIES = {"dgx-h100-superpod": ("dgx-h200-superpod",)}  # the same GPU, node and NIC
+# A preset with no MoE row of its own takes the MoE band of the preset whose all-to-all has its shape: DGX/HGX B300's
+# EP leaves an 8-GPU NVLink domain over 8 InfiniBand rails as DGX B200's does (GB300's rows stay inside NVL72 domains)
+BAND_FAMILIES = A2A_FAMILIES | {"dgx-b200-superpod": ("dgx-b300-superpod",)}
 
 
 def fit_a2a(
@@ -463,7 +466,7 @@ def run_moe_calibration(*, loso: bool = True, write_dir: str | None = None, step
         out["leave_one_model_out"] = leave_one_model_out(runs, step, presets, pooling.pooled)
     if write_dir:
         by_hw = validation.get("by_hardware", {})
-        family = {t: d for d, ts in A2A_FAMILIES.items() for t in ts if t not in by_hw}  # H200: H100's rows
+        family = {t: d for d, ts in BAND_FAMILIES.items() for t in ts if t not in by_hw}  # H200: H100's rows
         for name, hw in presets.items():
             acc = moe_accuracy(load_hardware(name), by_hw.get(name) or by_hw.get(family.get(name)), family.get(name))
             write_hardware_file(Path(write_dir) / f"{name}.yaml", load_hardware(name), hw.calibration, acc)

@@ -617,6 +617,7 @@ CUDNN_9131_TABLE = {
     "dgx-b200-superpod": ("B200", "cuDNN fused attention (cuDNN frontend)"),
     "gb200-nvl72": ("B200", "cuDNN fused attention (cuDNN frontend)"),
     "gb300-nvl72": ("GB300", "cuDNN 9.13.1 fused attention (cuDNN frontend)"),
+    "dgx-b300-superpod": ("GB300", "cuDNN 9.13.1 fused attention (cuDNN frontend)"),  # GB300's: the same sm103 kernels
 }
 # cuDNN 9.13.1's per-tensor FP8 attention time over its BF16 time, causal, b 1, 128/8 heads, d_h 128, (forward,
 # backward) by sequence length: NVIDIA/cudnn-frontend @0b1577c8c834 benchmark/sdpa_benchmark_training/artifacts/

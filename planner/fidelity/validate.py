@@ -494,7 +494,7 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
-GENERATIONS = {8: "Ampere (A100)", 9: "Hopper (H100, H200)", 10: "Blackwell (B200, GB200, GB300)"}
+GENERATIONS = {8: "Ampere (A100)", 9: "Hopper (H100, H200)", 10: "Blackwell (B200, B300, GB200, GB300)"}
 
 
 def generation(hardware: str) -> str:

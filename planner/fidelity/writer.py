@@ -183,7 +183,8 @@ def write_fits(
                 fdonor = FABRIC_DONORS[target]
                 fnote = f"{fabric.runs} published runs ({'; '.join(fabric.sources)})"
                 fdrift = (drift or {}).get(fdonor)
-                cal = fitted_calibration(cal, fabric, fnote, carried_from=f"{fdonor} ({FABRIC_NOTE})", drift=fdrift)
+                carried = f"{fdonor} ({FABRIC_NOTE[target]})"
+                cal = fitted_calibration(cal, fabric, fnote, carried_from=carried, drift=fdrift)
             tacc = None
             if by_hardware is not None:
                 tacc = fitted_accuracy(

@@ -9,6 +9,7 @@ PRESET_BY_GPU = {  # the GPU as NVIDIA names it -> the shipped preset of the sys
     "H100": "dgx-h100-superpod",
     "H200": "dgx-h200-superpod",
     "B200": "dgx-b200-superpod",
+    "B300": "dgx-b300-superpod",
     "GB200": "gb200-nvl72",
     "GB300": "gb300-nvl72",
 }
