@@ -103,7 +103,7 @@ def test_a_workload_name_megaplan_cannot_price_is_refused_in_one_line(tmp_path):
     with pytest.raises(PlannerError, match="megaplan reads <MODEL>_<GPU>_<DTYPE>_BASE_CONFIG for models"):
         read_bridge_source({"bridge_config": f"{path}#NEMOTRONH_56B_H100_FP8_CS_BASE_CONFIG"})
     with pytest.raises(PlannerError, match="not in the file; allowed: "):
-        read_bridge_source({"bridge_config": f"{path}#LLAMA3_8B_B300_BF16_BASE_CONFIG"})
+        read_bridge_source({"bridge_config": f"{path}#LLAMA3_8B_A100_BF16_BASE_CONFIG"})
 
 
 def _read(tmp_path, tag: str, name: str, **values):

@@ -260,18 +260,23 @@ V060_LIBRARY = {  # recipes/<family>/<gpu>/<file>: its pretraining recipes (qwen
 V060_H100_ONLY = ("llama", "gpt", "gpt_oss")  # recipes/<family>/ holds h100/ and no Blackwell folder
 V060_PERF = {
     "perf_recipes/deepseek/b200/deepseek_v3.py",
+    "perf_recipes/deepseek/b300/deepseek_v3.py",
     "perf_recipes/deepseek/gb200/deepseek_v3.py",
     "perf_recipes/deepseek/gb300/deepseek_v3.py",
     "perf_recipes/gpt_oss/b200/gpt_oss.py",
+    "perf_recipes/gpt_oss/b300/gpt_oss.py",
     "perf_recipes/gpt_oss/gb200/gpt_oss.py",
     "perf_recipes/gpt_oss/gb300/gpt_oss.py",
     "perf_recipes/llama/b200/llama3.py",
     "perf_recipes/llama/b200/llama31.py",
+    "perf_recipes/llama/b300/llama3.py",
+    "perf_recipes/llama/b300/llama31.py",
     "perf_recipes/llama/gb200/llama3.py",
     "perf_recipes/llama/gb200/llama31.py",
     "perf_recipes/llama/gb300/llama3.py",
     "perf_recipes/llama/gb300/llama31.py",
     "perf_recipes/qwen/b200/qwen3_moe.py",
+    "perf_recipes/qwen/b300/qwen3_moe.py",
     "perf_recipes/qwen/gb200/qwen3_moe.py",
     "perf_recipes/qwen/gb300/qwen3_moe.py",
 }
@@ -292,7 +297,13 @@ def test_the_blackwell_recipes_named_are_the_tags():
 
 
 @pytest.mark.parametrize(
-    ("hardware", "gpu"), [("dgx-h100-superpod", "h100"), ("dgx-b200-superpod", "b200"), ("gb200-nvl72", "gb200")]
+    ("hardware", "gpu"),
+    [
+        ("dgx-h100-superpod", "h100"),
+        ("dgx-b200-superpod", "b200"),
+        ("dgx-b300-superpod", "b300"),
+        ("gb200-nvl72", "gb200"),
+    ],
 )
 def test_the_gpu_a_recipe_name_says(hardware, gpu):
     from planner.bridge.recipes import bridge_gpu
@@ -311,10 +322,11 @@ def _bridge(*args: str) -> tuple[list[str], dict, str]:
     return head, fields, result.stdout
 
 
-@pytest.mark.parametrize("hardware", ["dgx-b200-superpod", "gb200-nvl72", "gb300-nvl72"])
+@pytest.mark.parametrize("hardware", ["dgx-b200-superpod", "dgx-b300-superpod", "gb200-nvl72", "gb300-nvl72"])
 def test_a_blackwell_plan_without_a_library_recipe_keeps_the_h100_base_and_says_why(hardware):
     head, fields, _ = _bridge("--model", "llama3-70b", "--hardware", hardware, "--gpus", "64", "--tp", "4", "--pp", "4")
-    gpu = {"dgx-b200-superpod": "b200", "gb200-nvl72": "gb200", "gb300-nvl72": "gb300"}[hardware]
+    gpu = {"dgx-b200-superpod": "b200", "dgx-b300-superpod": "b300", "gb200-nvl72": "gb200", "gb300-nvl72": "gb300"}
+    gpu = gpu[hardware]
     said = " ".join(line.strip() for line in head)
     assert "base recipe llama3_70b_pretrain_32gpu_h100_bf16_config is an H100 recipe" in said
     assert f"no {gpu.upper()} library recipe for llama3-70b" in said

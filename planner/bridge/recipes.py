@@ -55,22 +55,22 @@ def section_fields(tag: str) -> dict[str, set[str]]:
     return {k: set(v["fields"]) for k, v in _defaults().get("sections", {}).get(tag, {}).items()}
 
 
-BRIDGE_GPUS = ("gb300", "gb200", "b200", "h100")  # the GPUs Bridge v0.6.0's recipe names and folders say
+BRIDGE_GPUS = ("gb300", "gb200", "b300", "b200", "h100")  # the GPUs Bridge v0.6.0's recipe names and folders say
 
 
 def bridge_gpu(hardware) -> str | None:
     """The GPU a Bridge recipe name says for a hardware spec, from its GPU's name (B200-SXM-180GB: b200;
-    B200-in-GB200-186GB: gb200; B300-in-GB300-288GB: gb300; H100-SXM5-80GB: h100), else None."""
+    B200-in-GB200-186GB: gb200; B300-in-GB300-288GB: gb300; B300-SXM-270GB: b300; H100-SXM5-80GB: h100), else None."""
     name = hardware.gpu.name.lower()
     inside = next((g for g in ("gb300", "gb200") if f"-in-{g}" in name), None)
-    return inside or next((g for g in ("b200", "h100") if name.startswith(g)), None)
+    return inside or next((g for g in ("b300", "b200", "h100") if name.startswith(g)), None)
 
 
 def base_note(tag: str, name: str, model: str, gpu: str | None, named: bool) -> str | None:
     """The export header's line on the base recipe of a Blackwell plan: the GPU's own library recipe, or why an
     H100 one (Bridge has none for that GPU; its performance recipes are benchmarks: ``GPU_PERF_FILES``); None on
     another GPU or where the user named the recipe."""
-    if named or gpu not in ("b200", "gb200", "gb300"):
+    if named or gpu not in ("b200", "b300", "gb200", "gb300"):
         return None
     if GPU_LIBRARY_RECIPES.get(tag, {}).get((model, gpu)) == name:
         kept = GPU_RECIPE_KEEPS.get(name)

@@ -742,7 +742,7 @@ RECIPES: dict[str, dict[str, tuple[str, str]]] = {
     },
 }
 
-# Bridge v0.6.0's recipes for a Blackwell GPU (B200, GB200, GB300) of the models above, from the tag's tree (``git
+# Bridge v0.6.0's recipes for a Blackwell GPU (B200, B300, GB200, GB300) of the models above, from the tag's tree (``git
 # ls-tree v0.6.0 src/megatron/bridge/recipes src/megatron/bridge/perf_recipes``; tests/test_ux18.py holds the list).
 # Library recipes (recipes/<family>/<gpu>/): Qwen3-30B-A3B on GB200 alone (recipes/qwen/gb200/qwen3_moe.py: "a
 # checkpointable ... config" over the 16-GPU H100 recipe with the GB200 performance recipe's topology, precision,
@@ -769,26 +769,34 @@ GPU_RECIPE_KEEPS = {
 GPU_PERF_FILES: dict[str, dict[tuple[str, str], str]] = {
     "v0.6.0": {
         ("deepseek-v3", "b200"): "perf_recipes/deepseek/b200/deepseek_v3.py",
+        ("deepseek-v3", "b300"): "perf_recipes/deepseek/b300/deepseek_v3.py",
         ("deepseek-v3", "gb200"): "perf_recipes/deepseek/gb200/deepseek_v3.py",
         ("deepseek-v3", "gb300"): "perf_recipes/deepseek/gb300/deepseek_v3.py",
         ("gpt-oss-120b", "b200"): "perf_recipes/gpt_oss/b200/gpt_oss.py",
+        ("gpt-oss-120b", "b300"): "perf_recipes/gpt_oss/b300/gpt_oss.py",
         ("gpt-oss-120b", "gb200"): "perf_recipes/gpt_oss/gb200/gpt_oss.py",
         ("gpt-oss-120b", "gb300"): "perf_recipes/gpt_oss/gb300/gpt_oss.py",
+        ("gpt-oss-20b", "b300"): "perf_recipes/gpt_oss/b300/gpt_oss.py",
         ("gpt-oss-20b", "gb200"): "perf_recipes/gpt_oss/gb200/gpt_oss.py",
         ("gpt-oss-20b", "gb300"): "perf_recipes/gpt_oss/gb300/gpt_oss.py",
         ("llama3-70b", "b200"): "perf_recipes/llama/b200/llama3.py",
+        ("llama3-70b", "b300"): "perf_recipes/llama/b300/llama3.py",
         ("llama3-70b", "gb200"): "perf_recipes/llama/gb200/llama3.py",
         ("llama3-70b", "gb300"): "perf_recipes/llama/gb300/llama3.py",
         ("llama3-8b", "b200"): "perf_recipes/llama/b200/llama3.py",
+        ("llama3-8b", "b300"): "perf_recipes/llama/b300/llama3.py",
         ("llama3-8b", "gb200"): "perf_recipes/llama/gb200/llama3.py",
         ("llama3-8b", "gb300"): "perf_recipes/llama/gb300/llama3.py",
         ("llama3.1-405b", "b200"): "perf_recipes/llama/b200/llama31.py",
+        ("llama3.1-405b", "b300"): "perf_recipes/llama/b300/llama31.py",
         ("llama3.1-405b", "gb200"): "perf_recipes/llama/gb200/llama31.py",
         ("llama3.1-405b", "gb300"): "perf_recipes/llama/gb300/llama31.py",
         ("qwen3-235b-a22b", "b200"): "perf_recipes/qwen/b200/qwen3_moe.py",
+        ("qwen3-235b-a22b", "b300"): "perf_recipes/qwen/b300/qwen3_moe.py",
         ("qwen3-235b-a22b", "gb200"): "perf_recipes/qwen/gb200/qwen3_moe.py",
         ("qwen3-235b-a22b", "gb300"): "perf_recipes/qwen/gb300/qwen3_moe.py",
         ("qwen3-30b-a3b", "b200"): "perf_recipes/qwen/b200/qwen3_moe.py",
+        ("qwen3-30b-a3b", "b300"): "perf_recipes/qwen/b300/qwen3_moe.py",
         ("qwen3-30b-a3b", "gb200"): "perf_recipes/qwen/gb200/qwen3_moe.py",
         ("qwen3-30b-a3b", "gb300"): "perf_recipes/qwen/gb300/qwen3_moe.py",
     }

@@ -28,7 +28,7 @@ from planner.bridge.perf_reader import read_perf_recipe
 from planner.errors import PlannerError
 from planner.hardware.names import PRESET_BY_GPU
 
-GPUS = {gpu: PRESET_BY_GPU[gpu] for gpu in ("H100", "B200", "GB200", "GB300")}  # the GPUs Bridge's workloads name
+GPUS = {gpu: PRESET_BY_GPU[gpu] for gpu in ("H100", "B200", "B300", "GB200", "GB300")}  # the GPUs its workloads name
 MODELS = {  # workload name prefix -> (megaplan preset, its v0.2.1 library recipe)
     "LLAMA3_8B": ("llama3-8b", "llama3_8b_pretrain_config"),
     "LLAMA3_70B": ("llama3-70b", "llama3_70b_pretrain_config"),
@@ -181,7 +181,7 @@ def workload_v021(text: str, name: str) -> Workload:
 
 
 V060_NAME = re.compile(
-    r"^(?P<model>[a-z0-9_]+?)_pretrain_(?P<gpus>\d+)gpu_(?P<gpu>h100|b200|gb200|gb300)_(?P<dtype>[a-z0-9]+)"
+    r"^(?P<model>[a-z0-9_]+?)_pretrain_(?P<gpus>\d+)gpu_(?P<gpu>h100|b200|b300|gb200|gb300)_(?P<dtype>[a-z0-9]+)"
 )
 
 
