@@ -136,7 +136,8 @@ def test_the_recipe_set_covers_every_tuned_setup_in_the_bar():
     """Every (model, preset) a tuned recipe in the bar ran on - a performance page's or a benchmarking recipe's row,
     fitted or held out, not a verification card - has a recipe among ``CHOICE_RECIPES``, and every (model, preset)
     that ran NVFP4 an NVFP4 recipe: the choice is checked on each model and GPU NVIDIA published, not a sample
-    (49 since the NeMo docs' Mixtral 8x22B on B200 was set apart as superseded software; 50 since their Mixtral
+    (53 with Megatron-Bridge's B300 MoE rows; 49 since the NeMo docs' Mixtral 8x22B on B200 was set apart as
+    superseded software; 50 since their Mixtral
     rows; 46 since the DGX Cloud Grok-1 rows; 44 before; before stop 34, 18:
     GPT-OSS-120B, GB300, NVFP4 and Nemotron-4 had none)."""
     from planner.fidelity.choice import CHOICE_RECIPES, recipe_runs, setup_key
@@ -158,7 +159,7 @@ def test_the_recipe_set_covers_every_tuned_setup_in_the_bar():
         and r.metric in ("tokens/s per GPU", "step time (s)", "iteration time (s)")
     ]
     chosen = recipe_runs()
-    assert len(CHOICE_RECIPES) == len(set(CHOICE_RECIPES)) == 49
+    assert len(CHOICE_RECIPES) == len(set(CHOICE_RECIPES)) == 53
     assert {combo(r) for r in tuned} == {combo(r) for r in chosen}
     assert {combo(r) for r in tuned if nvfp4(r)} == {combo(r) for r in chosen if nvfp4(r)}
     assert all(r.fit or r.held_out for r in chosen)

@@ -135,8 +135,8 @@ def test_the_moe_tables_of_the_docs_are_what_the_generator_writes_now():
     now = gen.written(doc, validate_moe()["runs"], model, gen.shipped_factors())
     assert now == doc, "docs/cost-model.md §13.7 is stale: run `python scripts/moe_runs_table.py --write`"
     # 8 GPT-OSS GB200 rows and 128 in all since the verification cards' 14 (cards18), the DGX Cloud recipes' 21 (6
-    # of them its 2024 Grok-1's) and the NeMo docs' 4 Mixtral rows
-    assert "| gpt-oss-120b | GB200 | 8 |" in doc and "| **all** | all | 128 |" in doc
+    # of them its 2024 Grok-1's) and the NeMo docs' 4 Mixtral rows; 147 with Megatron-Bridge's 19 B300 rows
+    assert "| gpt-oss-120b | GB200 | 8 |" in doc and "| **all** | all | 147 |" in doc
 
 
 def test_the_summary_writer_replaces_its_lead_and_table_only():

@@ -26,7 +26,8 @@ from planner.report.labels import plan_text
 # it: GPT-OSS-120B, GB300, NVFP4, Nemotron-4, NeMo 2's GPT-3, the B200 rows of NeMo 25.02, more GPU counts of Llama
 # 3.1 405B and Qwen3-235B; then 2, Grok-1 of the DGX Cloud recipes (held out), on GB200 and H100 in BF16; the last 3,
 # Mixtral 8x7B and 8x22B of the NeMo docs' performance summary (held out), on B200 (25.02) and GB200 (25.04), FP8 -
-# but for 8x22B on B200, apart as superseded software since 2026-12-04 (moe_runs.csv's flag).
+# but for 8x22B on B200, apart as superseded software since 2026-12-04 (moe_runs.csv's flag); the last 4, Megatron-
+# Bridge's B300 MoE rows (held out since 2026-12-05), each model's latest.
 # ``CHOICE_TEST``: a slim subset for the test suite.
 CHOICE_RECIPES = (
     "DGXC-v25.04-H100-Llama3-8B-fp8-n8",
@@ -78,6 +79,10 @@ CHOICE_RECIPES = (
     "NEMODOC-25.02-B200-MIXTRAL8X7B-64",
     "NEMODOC-25.04-GB200-MIXTRAL8X7B-64",
     "NEMODOC-25.04-GB200-MIXTRAL8X22B-256",
+    "MB-26.06-B300-DSV3-256",
+    "MB-26.06-B300-GPTOSS120B-64",
+    "MB-26.06-B300-QWEN3-30B-8",
+    "MB-26.04.01-B300-QWEN3-235B-256",
 )
 CHOICE_TEST = ("DGXC-v25.04-H100-Llama3-8B-fp8-n8", "MB-26.08-GB200-QWEN3-30B-8")
 MEDIAN_TARGET, MAX_TARGET = 0.05, 0.10  # rank 1's claimed gain over the recipe, unless all its features are validated

@@ -41,7 +41,7 @@ from planner.hardware.names import PRESET_BY_GPU
 from planner.presets import load_hardware, presets_root
 
 MOE_METRIC = "tokens/s per GPU"
-SYSTEM = {PRESET_BY_GPU[gpu]: gpu for gpu in ("H100", "B200", "GB200", "GB300")}
+SYSTEM = {PRESET_BY_GPU[gpu]: gpu for gpu in ("H100", "B200", "B300", "GB200", "GB300")}
 
 
 CARDS = "examples/model_verification_cards/"
@@ -78,6 +78,17 @@ def nemo2_row(row: dict) -> bool:
 
 
 NEMODOC = "NeMo Framework User Guide performance summary"  # the NeMo docs' performance summary page
+
+
+# A preset no MoE fit reads (moe_fit.FIT_PRESETS; calibrate.FITTED for the dense factors): DGX/HGX B300 carries
+# GB200's fit by MAMF and DGX B200's MoE band, so its Megatron-Bridge table rows validate out of sample - in the bar,
+# never fitted - as its MLPerf v5.1 rows do (presets/reference/modern_runs.csv, not_fit_because)
+HELD_OUT_PRESETS = ("dgx-b300-superpod",)
+
+
+def held_out_preset_row(row: dict) -> bool:
+    """Whether a row ran on a preset no fit reads (``HELD_OUT_PRESETS``): validated out of sample, never fitted."""
+    return row["hardware"] in HELD_OUT_PRESETS
 
 
 def nemodoc_row(row: dict) -> bool:
@@ -152,14 +163,18 @@ def _expandable_segments(row: dict) -> bool:
     26.06 on (Megatron-Bridge v0.5.0 scripts/performance/utils/executors.py PERF_ENV_VARS, which every
     Slurm run inherits; v0.6.0 perf_recipes/*/*.py env_vars, in every MoE recipe); before, DeepSeek-V3
     only - on H100 in 26.02 (v0.3.0 scripts/performance/perf_plugins.py
-    _set_model_specific_environment_variables), on H100 and GB200 in 26.04 (v0.4.0, the same function);
-    none in 25.09 (v0.2.0: only Llama 3.1 405B on GB200 in FP8)."""
+    _set_model_specific_environment_variables), on H100 and GB200 in 26.04 (v0.4.0, the same function), and on
+    B200 too in 26.04.01 (v0.4.2:278); none in 25.09 (v0.2.0: only Llama 3.1 405B on GB200 in FP8). Never on
+    B300 before 26.06: the function's DeepSeek-V3 branch names ``gpu in ["h100"]`` at v0.3.0:274 and v0.3.1:274,
+    ``["h100", "gb200"]`` at v0.4.0:275, ``["h100", "gb200", "b200"]`` at v0.4.2:278, and no other branch matches
+    a B300 MoE run."""
     release, model, gpu = _release(row), row["model"], row["hardware"]
     if release >= (26, 6):
         return True
     if model != "deepseek-v3" or release < (26, 2):
         return False
-    return gpu == "dgx-h100-superpod" or (release >= (26, 4) and gpu == "gb200-nvl72")
+    b200 = release >= (26, 4, 1) and gpu == "dgx-b200-superpod"  # v0.4.2 perf_plugins.py:278 adds "b200"
+    return gpu == "dgx-h100-superpod" or (release >= (26, 4) and gpu == "gb200-nvl72") or b200
 
 
 def fp8_attention(row: dict) -> bool:
@@ -172,7 +187,10 @@ def fp8_attention(row: dict) -> bool:
     fp8_dot_product_attention=True), never on GB200 (v0.5.0 DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1
     leaves it False, v0.6.0 perf_recipes/deepseek/gb200/deepseek_v3.py:160 does not pass it). With the
     MXFP8 recipe Transformer Engine runs that attention in MXFP8 (TE v2.16 dot_product_attention.py:164,
-    no NVTE_DPA_FP8_RECIPE set by Bridge)."""
+    no NVTE_DPA_FP8_RECIPE set by Bridge). On B300 (26.06, v0.5.0) only Qwen3-30B's MXFP8 recipe sets it, with the
+    fused grouped MLP (qwen3_workload_base_configs.py:432-439, QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1);
+    GPT-OSS's (gpt_oss_workload_base_configs.py:222 = B300_BF16_V2 :181-186) and DeepSeek-V3's
+    (deepseek_workload_base_configs.py:222-235, B300_V2) set neither, which the te_op_fuser gate gives."""
     return row["te_op_fuser"] == "True" and (row["model"] != "deepseek-v3" or row["hardware"] == "gb300-nvl72")
 
 
@@ -182,7 +200,9 @@ def fp8_output_layer(row: dict) -> bool:
     deepseek_llm_pretrain.py:82, 122 in deepseek_v3_pretrain_config_gb300/_gb200 and gpt_oss/gpt_oss_llm_pretrain.py:
     426, 458 in gpt_oss_120b_pretrain_config_gb300/_gb200, each ``if cfg.mixed_precision.fp8_recipe == "mxfp8"``;
     v0.5.1 the same; v0.6.0 perf_recipes/deepseek/{gb200,gb300}/deepseek_v3.py:160, 157 and perf_recipes/gpt_oss/
-    common.py:28). Qwen3's recipes never set it; before v0.5.0 no recipe did."""
+    common.py:28). Qwen3's recipes never set it; before v0.5.0 no recipe did; nor do the B300 functions (v0.5.0
+    deepseek_llm_pretrain.py:181-212 deepseek_v3_pretrain_config_b300, gpt_oss_llm_pretrain.py:489-513
+    gpt_oss_120b_pretrain_config_b300)."""
     return (
         row["model"] in ("deepseek-v3", "gpt-oss-120b")
         and row["hardware"] in ("gb200-nvl72", "gb300-nvl72")
@@ -433,6 +453,8 @@ def _assumptions(row: dict) -> list[str]:
         assumptions.append("held out: a DGX Cloud benchmarking recipe's measurement, validated and never fitted")
     if nemodoc_row(row):
         assumptions.append("held out: a NeMo performance summary measurement, validated and never fitted")
+    if held_out_preset_row(row):
+        assumptions.append(f"held out: {row['hardware']} is in no fit (HELD_OUT_PRESETS), validated and never fitted")
     if row["flag"]:
         assumptions.append(f"reported apart - {row['flag']}")
     return assumptions
@@ -468,7 +490,8 @@ def _run(row: dict) -> Run:
     )
     assumptions = _assumptions(row)
     card, dgxc, nemodoc = card_row(row), dgxc_row(row), nemodoc_row(row)
-    held = card or dgxc or nemodoc  # an out-of-sample source: a card's, a DGX Cloud recipe's or the NeMo docs' row
+    # an out-of-sample source (a card's, a DGX Cloud recipe's or the NeMo docs' row) or preset (HELD_OUT_PRESETS)
+    held = card or dgxc or nemodoc or held_out_preset_row(row)
     return Run(
         row["run_id"],
         moe_source(row["hardware"], card, dgxc, nemodoc),
