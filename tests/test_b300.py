@@ -109,3 +109,43 @@ def test_graphs_are_priced_where_the_runs_barely_differ(b300_rows):
     dell, smc = (b300_rows[i] for i in list(ROWS)[:2])
     assert smc["published"] / dell["published"] == pytest.approx(1.004, abs=0.001)
     assert 1.0 < smc["predicted"] / dell["predicted"] < 1.10
+
+
+def _moe_evidence(hardware: str, ep: int, backend: str):
+    from planner import api
+    from planner.fidelity import evidence
+    from planner.plan import ParallelPlan
+    from planner.space.grid import PlanGrid
+
+    req = api.make_request(
+        model="qwen3-235b-a22b",
+        hardware=hardware,
+        gpus=256,
+        global_batch=8192,
+        seq_len=4096,
+        options={"moe_flex_dispatcher_backend": backend},
+    )
+    plan = ParallelPlan(
+        tp=1, pp=4, ep=ep, etp=1, micro_batch=2, moe_token_dispatcher="flex", distributed_optimizer=True
+    )
+    grid = PlanGrid.from_plans([plan])
+    ev = evidence.plan_evidence(grid, req.ctx, 256)
+    return evidence.evidence_json(ev, 0, (0.0, 0.0, 0.0)), list(evidence.extrapolated_features(grid, req.ctx, 256))
+
+
+def test_hybridep_across_8_gpu_domains_has_no_blackwell_run_behind_it():
+    # EP across NVLink domains is told apart by the dispatcher that carries it there: on Blackwell the three settings
+    # that cross run alltoall (GPT-OSS EP64 on B200 and B300) or DeepEP (DeepSeek-V3 on 256 B200); HybridEP across
+    # 8-GPU domains runs only on H100 (Qwen3-30B EP16 on two nodes) - NVIDIA keeps it to EP 8 on NVL8 for want of
+    # performance (Megatron-Bridge issue 2883)
+    got, extrapolated = _moe_evidence(B300, 16, "hybridep")
+    feature = next(f for f in got["features"] if f["kind"] == "ep_domains")
+    assert feature == {"feature": "EP across NVLink domains (flex/hybridep)", "kind": "ep_domains", "settings": 0,
+                       "held_out": 0}  # fmt: skip
+    assert extrapolated == [1]
+    inside, extrapolated = _moe_evidence(B300, 8, "hybridep")  # EP 8 stays inside the node: no such feature
+    assert not any(f["kind"] == "ep_domains" for f in inside["features"]) and extrapolated == [0]
+    deepep, _ = _moe_evidence(B300, 16, "deepep")
+    assert next(f for f in deepep["features"] if f["kind"] == "ep_domains")["settings"] == 1
+    hopper, extrapolated = _moe_evidence(H100, 16, "hybridep")
+    assert next(f for f in hopper["features"] if f["kind"] == "ep_domains")["settings"] == 3 and extrapolated == [0]

@@ -86,7 +86,12 @@ def feature_codes(grid: PlanGrid, ctx: Context, gpus: int) -> dict[str, np.ndarr
         "tp_overlap": np.where(
             (tp > 1) & grid.sequence_parallel, np.where(grid.option("tp_comm_overlap", opts), 3 if moe else 1, 2), 0
         ).astype(np.int64),
-        "ep_domains": (expert & (ep_domains > 1)).astype(np.int64),
+        # EP across NVLink domains, told apart by the dispatcher that carries it there (the dispatcher's code): NCCL's
+        # all-to-all, DeepEP's internode kernels and HybridEP's RDMA path are separate code paths with separate
+        # evidence - HybridEP across 8-GPU domains is NVIDIA's own open problem ("HybridEP for NVL8 with EP>8 is
+        # currently [not] performant, so we are limiting the EP size to 8", Megatron-Bridge issue 2883, 2026-03-18),
+        # measured only on H100 (Qwen3-30B EP16 on two nodes), never on Blackwell
+        "ep_domains": np.where(expert & (ep_domains > 1), grid.dispatcher + 1 + flex * backend, 0),
         "dispatcher": np.where(expert, grid.dispatcher + 1 + flex * backend, 0),
         "a2a_overlap": (expert & grid.a2a_overlap).astype(np.int64),
         "fp8": full(recipe),
@@ -117,7 +122,9 @@ LABELS = {
         "TP with SP but without the TP comm overlap",
         "TP comm overlap in a MoE model",
     )[c - 1],
-    "ep_domains": lambda c: "EP across NVLink domains",
+    "ep_domains": lambda c: (
+        "EP across NVLink domains (" + ("allgather", "alltoall", *(f"flex/{b}" for b in FLEX_BACKENDS))[c - 1] + ")"
+    ),
     "dispatcher": lambda c: ("allgather dispatcher", "alltoall dispatcher", *(f"flex/{b}" for b in FLEX_BACKENDS))[
         c - 1
     ],
