@@ -51,8 +51,9 @@ FAMILIES = {  # presets that take a fitted preset's values: the same GPU die, an
 # both (stas00/ml-engineering MAMF: B300 SXM 1769 / 3353 TFLOP/s BF16 / FP8, GB200 1822 / 3616, B200 1745 / 3432).
 # So it takes GB200's fit through gpu.matmul_peak_frac, as B200 does, and keeps Blackwell Ultra's own kernels in its
 # preset (GB300's attention tables, Transformer Engine's B300 NVFP4 and cast measurements). Carried from GB300 instead
-# (trial of 2026-12-05), MLPerf v5.1's four B300 rows, never fitted, went -3.2, +3.8, +0.2, -2.7 % -> -14.2, -6.9,
-# -9.2, -11.8 %: GB300's fitted FP8 GEMM rate (0.835 of 5000) is 15 % above what B300 measures relative to B200.
+# (trial of 2026-12-05, at 160 SMs), MLPerf v5.1's four B300 rows, never fitted, went -3.2, +3.8, +0.2, -2.7 % ->
+# -14.2, -6.9, -9.2, -11.8 %: GB300's fitted FP8 GEMM rate (0.835 of 5000) is 15 % above what B300 measures relative to
+# B200 (at the HGX part's 148 SMs the rows are -3.1, +3.9, +0.3, -2.6 %).
 # ... but a family member takes the donor's die, not its fabric: a DGX B200 leaves its NVLink domain at 8 GPUs, a
 # GB200 NVL72 at 72, so GB200's runs, nearly all inside one NVL72 domain, do not measure a B200's InfiniBand
 # traffic or its scale (a trial refit of 2026-12-04 fitted GB200's η_net at 0.51 ± 0.23 and its stragglers' σ at
