@@ -313,7 +313,8 @@ def test_every_shipped_fitted_factor_is_pinned_within_half_its_band_and_its_own_
         cal = hw.calibration
         half = cal.factors["gemm_half_dim"]
         assert half.status == "fitted" and half.prior.value == 497 and half.prior.sigma == 0.13
-        assert cal.gemm_half_dim == pytest.approx(447.8, abs=0.1) and half.sigma == pytest.approx(44, abs=1)
+        # 446.8 since GB300 takes CUDA's 152 SMs (2026-12-05; 447.8 at the die's 160)
+        assert cal.gemm_half_dim == pytest.approx(446.8, abs=0.1) and half.sigma == pytest.approx(44, abs=1)
         assert "the runs give 64% of its information" in half.source
         tau = cal.factors["layer_overhead_us"]
         assert tau.status == "not identifiable" and "against a trial value of 0.00" in tau.source and tau.sigma is None

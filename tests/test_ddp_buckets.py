@@ -119,7 +119,8 @@ def test_lambdas_200_parameter_buckets_cost_less_than_the_model_gives():
     lam = rows["MLPERF-v5.1-Lambda-gb300_n18-llama31_8b"]
     assert lam["published"] / nvidia["published"] == pytest.approx(0.1612 / 0.14801, rel=1e-6)
     assert lam["predicted"] / nvidia["predicted"] == pytest.approx(1.203, abs=0.005)
-    assert lam["in_bar"] and not lam["in_fit"] and 9.0 < lam["error_pct"] < 11.0
+    # +11.1 % since GB300 takes CUDA's 152 SMs (2026-12-05; +10.6 % at the die's 160)
+    assert lam["in_bar"] and not lam["in_fit"] and 9.0 < lam["error_pct"] < 11.5
 
 
 def test_mlperf_nemo2_rows_read_their_bucket_and_ctas_from_the_launch_config():

@@ -82,14 +82,14 @@ def test_gb200_eager_gpt_oss_layer_lasts_the_hosts_work():
     fabric and t_op's with GPT-OSS in its fit, 9,222.8 and 7.96 µs; 25.65 ms since t_op pools only the families within
     2 σ of each other, 9,124.3 and 9.23 µs; 25.66 ms since GB300's stragglers left their floor, 9,128.2 and 9.18 µs,
     since graphed CP ring steps are priced, 9,131.6 and 9.06 µs, and since Megatron-Bridge 25.09's cuDNN 9.11 is
-    priced, 9,131.0 and 9.07 µs, and since Megatron-Core's FP8-parameter bucket groups are counted, 9,130.1 and
-    9.06 µs),
+    priced, 9,131.0 and 9.07 µs, since Megatron-Core's FP8-parameter bucket groups are counted, 9,130.1 and
+    9.06 µs, and since GB300 takes CUDA's 152 SMs, 9,129.3 and 9.07 µs),
     so the layer lasts H exactly; the same plan with
     the A2A overlap (26.04.01), paced by the combined schedule in its paired steps, four of the five micro-batches
     (``unpaired_share`` 1/m), runs 25.95 ms, 0.4 % over H (26.58 ms, 0.6 % over, before; 26.36 ms, 0.2 % under, at the
     law)."""
     layer, host = _full_moe_layer_s("MB-26.02-GB200-GPTOSS120B-64")
-    assert host == pytest.approx(25655.905e-6, rel=1e-6)  # 2.75·(9,130.1 + 2·11·9.06) µs at the shipped t_op
+    assert host == pytest.approx(25654.31e-6, rel=1e-6)  # 2.75·(9,129.3 + 2·11·9.07) µs at the shipped t_op
     assert layer == pytest.approx(host, rel=1e-9)
     layer, host = _full_moe_layer_s("MB-26.04.01-GB200-GPTOSS120B-64")
     assert host < layer < 1.01 * host
@@ -97,7 +97,7 @@ def test_gb200_eager_gpt_oss_layer_lasts_the_hosts_work():
 
 def test_rows_the_host_does_not_pace():
     """GB300 BF16 (no recompute: the backward runs ahead; attention, router and preprocess graphed) and B200 BF16 (x86,
-    ρ = 1: H = 9,130.1 + 16·11·9.06 = 10,724.7 µs against a GPU layer of over 20 ms) are GPU-paced: no excess."""
+    ρ = 1: H = 9,129.3 + 16·11·9.07 = 10,725.6 µs against a GPU layer of over 20 ms) are GPU-paced: no excess."""
     for run_id in ("MB-26.02-GB300-GPTOSS120B-64", "MB-26.04.01-B200-GPTOSS120B-64"):
         run = next(r for r in moe_runs.load_moe_runs() if r.id == run_id)
         req = V.prepare(run)
@@ -106,7 +106,7 @@ def test_rows_the_host_does_not_pace():
         host = moe.combined_host_s(moe.COMBINED_HOST_US, 0.0, parts["moe"]["expert_host"], 1.0)
         assert float(np.ravel(blocks._levelled_excess(lt, req.ctx, parts["attention"], parts["moe"], host))[0]) == 0.0
     layer, host = _full_moe_layer_s("MB-26.04.01-B200-GPTOSS120B-64")
-    assert host == pytest.approx((9130.1 + 16 * 11 * 9.06) * 1e-6, rel=1e-9)
+    assert host == pytest.approx((9129.3 + 16 * 11 * 9.07) * 1e-6, rel=1e-9)
     assert layer > 2 * host
 
 
