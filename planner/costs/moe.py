@@ -408,20 +408,21 @@ def combined_step_s(
 # graphs identify it. A host-paced step lasts what the host takes, whatever the GPU's, so each A/B's overlapped step
 # time is solved for (``host_paced_step_s`` at the A/B's plan; docs/cost-model.md §13.3, hostov20 paragraph):
 #   Megatron-Bridge PR 1760 (a6e92de5f) on 64 B200, Qwen3-235B BF16, the overlap alone switched: 17.2 s -> 9,252.1 µs
-#   (9,253.1 at t_op 9.06 µs, before GB300 took CUDA's 152 SMs, 2026-12-05; 9,254.4 before Megatron-Core's FP8-parameter bucket groups were counted, bucket_group_tensors, 2026-12-04; 9,255.0
-#   before Megatron-Bridge 25.09's cuDNN 9.11 was priced at the 9.13.1 table, 2026-12-04; 9,254.1 before
-#   graphed CP ring steps were priced, §6.7.1; 9,796.2 before DGX B200 took DGX H100's fabric
-#   factors and GPT-OSS joined t_op's fit, 9,384.3 before t_op pooled only the families within 2 σ of each other,
-#   9,248.7 before GB300's stragglers left their floor, 2026-12-04);
+#   (9,253.1 at t_op 9.06 µs, before GB300 took CUDA's 152 SMs, 2026-12-05; 9,254.4 before Megatron-Core's
+#   FP8-parameter bucket groups were counted, bucket_group_tensors, 2026-12-04; 9,255.0 before Megatron-Bridge 25.09's
+#   cuDNN 9.11 was priced at the 9.13.1 table, 2026-12-04; 9,254.1 before graphed CP ring steps were priced, §6.7.1;
+#   9,796.2 before DGX B200 took DGX H100's fabric factors and GPT-OSS joined t_op's fit, 9,384.3 before t_op pooled
+#   only the families within 2 σ of each other, 9,248.7 before GB300's stragglers left their floor, 2026-12-04);
 #   the Bridge skill nemo-mbridge-perf-moe-comm-overlap (SKILL.md @ 067f987, PR 3862) on 16 H100, Qwen3-30B BF16
-#   alltoall: 31.31 s -> 9,006.6 µs (9,007.1; 9,007.6; 9,008.1; 9,002.3; 9,061.3; 8,999.9). Both at the presets' t_op
-#   (9.07 µs): a refit of t_op moves them by 16·6 and 8·6 times its change (the experts' eager ops in H, below).
-# Mean 9,129.3 µs (9,130.1 at t_op 9.06), σ 173.6 µs (the two values' sample deviation, 1.9 %; the published times' rounding adds < 40 µs).
+#   alltoall: 31.31 s -> 9,006.6 µs (9,007.1; 9,007.6; 9,008.1; 9,002.3; 9,061.3; 8,999.9). Both at the presets'
+#   t_op (9.07 µs): a refit of t_op moves them by 16·6 and 8·6 times its change (the experts' eager ops in H, below).
+# Mean 9,129.3 µs (9,130.1 at t_op 9.06), σ 173.6 µs (the two values' sample deviation, 1.9 %; the published times'
+# rounding adds < 40 µs).
 # Two more A/Bs bound it: yanring/Megatron-MoE-ModelZoo's Qwen3-235B on 256 H100 (x1.119 with the overlap, TP2 DeepEP)
 # allows at most about 9.6 ms (above it the overlap cannot gain x1.119 at any φ in its band); PR 1760's MXFP8 pair
 # switched VP4 off with the overlap (issue 3399: VP degraded too), so its 20.1 s -> 10,868.1 µs is an upper bound
-# (10,869.9 at t_op 9.06 µs, 10,870.3 at t_op 9.07 µs before GB300's 152 SMs, 10,871.8 at t_op 9.06 µs before the bucket groups, 10,858.9 at t_op 9.18 µs, 11,081.4 at
-# t_op 7.96 µs, 10,849.7 at 9.23).
+# (10,869.9 at t_op 9.06 µs, 10,870.3 at t_op 9.07 µs before GB300's 152 SMs, 10,871.8 at t_op 9.06 µs before the
+# bucket groups, 10,858.9 at t_op 9.18 µs, 11,081.4 at t_op 7.96 µs, 10,849.7 at 9.23).
 # x86 hosts (DGX B200, DGX H100); no A/B on Grace: GB200/GB300 take ρ times as long for the same work (the preset's
 # node.host_op_time_ratio, 2.75: TransformerEngine issue 2053's torch.nn.Linear host time, GB200 against a DGX H100's
 # Xeon 8480C; ``combined_host_s``). No x86 validation row in the bar is host-paced at this value (each one's GPU step
