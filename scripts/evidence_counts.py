@@ -14,7 +14,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from planner.fidelity.evidence import LABELS, counted_settings, generation, held_out_settings, reference_settings
+from planner.fidelity.evidence import (
+    CONTRADICTIONS,
+    LABELS,
+    counted_settings,
+    generation,
+    held_out_settings,
+    reference_settings,
+)
 from planner.presets import load_hardware, preset_names
 
 TARGET = Path(__file__).resolve().parent.parent / "planner" / "fidelity" / "evidence_counts.py"
@@ -23,8 +30,9 @@ major), feature kind and code, the distinct published settings of the reference 
 held out (``planner.fidelity.evidence.counted_settings``), and in HELD_OUT those whose every row is held out
 (validated out of sample, never fitted: ``held_out_settings``). HELD_ONLY: for a code no fitted setting uses, its
 held-out rows in the bar and r = ln(predicted step time / published), over them: (rows, RMS, lowest, highest)
-(``held_only_errors``). A generation absent here has no reference run. tests/test_evidence.py checks these tables
-equal the live count."""
+(``held_only_errors``). CONTRADICTED: per hardware preset of a ``planner.fidelity.evidence.Contradiction``, the same
+over its rows, set apart in validate (``contradicted_errors``). A generation absent here has no reference run.
+tests/test_evidence.py checks these tables equal the live count."""
 '''
 
 
@@ -58,9 +66,20 @@ def held_only_errors(major: int, rows: dict[str, dict]) -> dict[str, dict[int, t
     for (kind, code), ids in behind.items():
         r = [step_log_ratio(rows[i]) for i in ids if i in rows and rows[i]["in_bar"]]
         if r:
-            rms = math.sqrt(sum(x * x for x in r) / len(r))
-            out[kind][code] = (len(r), round(rms, 4), round(min(r), 4), round(max(r), 4))
+            out[kind][code] = log_ratio_stats(r)
     return out
+
+
+def log_ratio_stats(r: list[float]) -> tuple:
+    """(rows, RMS, lowest, highest) of the r = ln(predicted/published step) values ``r``, rounded to 1e-4."""
+    rms = math.sqrt(sum(x * x for x in r) / len(r))
+    return (len(r), round(rms, 4), round(min(r), 4), round(max(r), 4))
+
+
+def contradicted_errors(rows: dict[str, dict]) -> dict[str, tuple]:
+    """Per preset of a ``Contradiction``: (rows, RMS of r, lowest r, highest r) over its rows (``rows``: validate's,
+    by id; set apart, so in no bar: every row counts)."""
+    return {c.preset: log_ratio_stats([step_log_ratio(rows[i]) for i in c.rows]) for c in CONTRADICTIONS}
 
 
 def validated_rows() -> dict[str, dict]:
@@ -97,6 +116,12 @@ def table_text() -> str:
             lines.append(f'        "{kind}": {{{entries}}},\n')
         lines.append("    },\n")
     lines.append("}\n")
+    entries = [f'"{preset}": {values}' for preset, values in contradicted_errors(rows).items()]
+    one_line = "CONTRADICTED = {" + ", ".join(entries) + "}"
+    if len(one_line) <= 120:  # as ruff formats it (the project's line length)
+        lines.append(f"\n{one_line}\n")
+    else:
+        lines.append("\nCONTRADICTED = {\n" + "".join(f"    {e},\n" for e in entries) + "}\n")
     return "".join(lines)
 
 

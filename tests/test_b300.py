@@ -151,3 +151,82 @@ def test_hybridep_across_8_gpu_domains_has_no_blackwell_run_behind_it():
     assert next(f for f in deepep["features"] if f["kind"] == "ep_domains")["settings"] == 1
     hopper, extrapolated = _moe_evidence(H100, 16, "hybridep")
     assert next(f for f in hopper["features"] if f["kind"] == "ep_domains")["settings"] == 3 and extrapolated == [0]
+
+
+def _contradiction_evidence(hardware: str, model: str = "qwen3-235b-a22b", **options):
+    """Evidence of one MoE plan with VP 2 and the all-to-all overlap, or of the same PP 4 VP 2 plan for a dense model
+    (feature codes only: the plan's legality is not asked)."""
+    from planner import api
+    from planner.fidelity import evidence
+    from planner.plan import ParallelPlan
+    from planner.space.grid import PlanGrid
+
+    moe = model != "llama3-70b"
+    req = api.make_request(
+        model=model, hardware=hardware, gpus=256, global_batch=8192, seq_len=4096, options=options or None
+    )
+    extra = {"ep": 8, "etp": 1, "moe_token_dispatcher": "alltoall", "overlap_moe_expert_parallel_comm": True}
+    plan = ParallelPlan(
+        tp=1, pp=4, vpp=2, micro_batch=1, distributed_optimizer=True, **(extra if moe else {}),
+    )  # fmt: skip
+    grid = PlanGrid.from_plans([plan])
+    ev = evidence.plan_evidence(grid, req.ctx, 256)
+    return evidence.evidence_json(ev, 0, (0.0, 0.0, 0.0)), int(evidence.extrapolated_features(grid, req.ctx, 256)[0])
+
+
+def test_b300_moe_plans_paced_by_the_host_count_the_overlap_and_vp_unsupported():
+    # NVIDIA measured VP and the all-to-all overlap slowing Qwen3-235B on B300 and turned both off (Megatron-Bridge PR
+    # 2669, issue 3399); the model gives the two rows that ran them 37-40 % too much. On B300, a MoE plan whose layers
+    # the host still issues (no CUDA graphs, as those rows ran) counts both features unsupported; graphed whole, as
+    # NVIDIA's one B300 overlap in the bar (Qwen3-30B, 26.06) ran, it does not; nor on B200, nor for a dense model
+    ev, n = _contradiction_evidence(B300)
+    assert ev["disputed"] == ["all-to-all overlap", "interleaved pipeline"] and n == 2
+    assert {f["feature"] for f in ev["contradicted"]} == {"interleaved pipeline", "all-to-all overlap"}
+    assert all(f["source"] == "Megatron-Bridge PR 2669, issue 3399" for f in ev["contradicted"])
+    graphed, n = _contradiction_evidence(B300, cuda_graph_impl="full_iteration")
+    assert graphed["disputed"] == [] and "contradicted" not in graphed and n == 0
+    scoped, n = _contradiction_evidence(B300, cuda_graph_impl="transformer_engine",
+                                        cuda_graph_modules=["attn", "moe_router", "moe_preprocess"])  # fmt: skip
+    assert len(scoped["contradicted"]) == 2 and n == 2  # the experts and the dispatch stay eager: still host-paced
+    b200, n = _contradiction_evidence(B200)
+    assert b200["disputed"] == [] and n == 0
+    dense, n = _contradiction_evidence(B300, model="llama3-70b")
+    assert dense["disputed"] == [] and n == 0
+
+
+def test_the_contradicted_rows_are_predicted_27_to_28_percent_fast():
+    # r = ln(predicted/published step) = ln(published/predicted tokens): 26.02 ln(2,691/3,697.05) = -0.3176, 26.02.01
+    # ln(2,644/3,697.05) = -0.3352 (priced as v0.3.0's recipe, the same prediction); RMS √((0.1009 + 0.1124)/2) = 0.3266
+    from planner.fidelity.evidence_counts import CONTRADICTED
+    from planner.report.memory import _held_out_miss
+
+    n, rms, low, high = CONTRADICTED[B300]
+    assert n == 2 and rms == pytest.approx(0.3266, abs=2e-4)
+    assert (low, high) == (pytest.approx(-0.3352, abs=2e-4), pytest.approx(-0.3176, abs=2e-4))
+    # exp(-0.3352) - 1 = -28.5 %, exp(-0.3176) - 1 = -27.2 %
+    assert _held_out_miss({"low_frac": low, "high_frac": high}) == "predicted 27–28 % faster than they ran"
+
+
+def test_search_on_b300_ranks_the_overlap_and_vp_after_plans_nvidia_runs():
+    # Qwen3-235B on 256 B300 (MXFP8, no CUDA graphs): the fastest estimates interleave with the overlap; rank 1 now
+    # has neither, as NVIDIA's B300 recipes since 26.04, and the note under the table says why the fastest moved down
+    from planner import api
+    from planner.report.memory import evidence_text, ranking_headline
+    from planner.search import search
+
+    req = api.make_request(
+        model="qwen3-235b-a22b", hardware=B300, gpus=256, options={"fp8": "e4m3", "fp8_recipe": "mxfp8"}
+    )
+    result = search(req.ctx, 256, top=3)
+    first = result.plans[0]
+    assert first["parallel"]["vpp"] == 1 and not first["parallel"]["overlap_moe_expert_parallel_comm"]
+    assert first["evidence"]["disputed"] == []
+    fastest = next(pj for pj in result.plans if pj["rank"] == result.fastest_rank)
+    assert fastest["parallel"]["vpp"] > 1 and fastest["parallel"]["overlap_moe_expert_parallel_comm"]
+    said = (
+        "uses all-to-all overlap and interleaved pipeline, slower on dgx-b300-superpod by NVIDIA's own measure, "
+        "which turned them off there (Megatron-Bridge PR 2669, issue 3399)"
+    )
+    assert said in ranking_headline(result)
+    text = evidence_text(fastest).plain
+    assert "its 2 runs there predicted 27–28 % faster than they ran; each counted unsupported" in text

@@ -292,6 +292,7 @@ class PlanEvidence:
     codes: dict[str, np.ndarray]
     counts: dict[str, np.ndarray]
     disputed: dict[str, frozenset[int]] = field(default_factory=dict)  # ``disputed_codes``: counted as unsupported
+    contradicted: dict[str, dict[int, Contradiction]] = field(default_factory=dict)  # ``contradicted``: of disputed
 
     @functools.cached_property
     def settings(self) -> np.ndarray:
@@ -331,13 +332,70 @@ def extrapolated_features(grid: PlanGrid, ctx: Context, gpus: int) -> np.ndarray
 def disputed_codes(ctx: Context) -> dict[str, frozenset[int]]:
     """Per kind, the codes of the plan's generation that only held-out settings use and whose runs the model misses
     by more than a feature no run exercises is given: the RMS of their r = ln(predicted/published step) above the
-    plan's δ (``band_parts``; ``generation_held_only``). Such a feature counts as unsupported, as one no setting
-    exercises does: in the band and in search's ranking (docs/cost-model.md §10.6). On Hopper today: one
-    micro-batch a step (RMS 0.28 over Cisco's two 8B runs and HPE's H200 one) and full-iteration CUDA graphs (HPE's
-    H200 run alone, 0.14), against δ = 0.064."""
+    plan's δ (``band_parts``; ``generation_held_only``); and the codes NVIDIA measured slower on the plan's GPU and
+    turned off there (``contradicted``). Such a feature counts as unsupported, as one no setting exercises does: in
+    the band and in search's ranking (docs/cost-model.md §10.6). On Hopper today: one micro-batch a step (RMS 0.28
+    over Cisco's two 8B runs and HPE's H200 one) and full-iteration CUDA graphs (HPE's H200 run alone, 0.14),
+    against δ = 0.064; on DGX B300, a MoE plan's all-to-all overlap and interleaving where its MoE layers' host work
+    is not all in CUDA graphs."""
     per = band_parts(ctx)[1]
     table = generation_held_only(generation(ctx.hardware))
-    return {kind: frozenset(c for c, v in codes.items() if v[1] > per) for kind, codes in table.items()}
+    out = {kind: frozenset(c for c, v in codes.items() if v[1] > per) for kind, codes in table.items()}
+    for kind, codes in contradicted(ctx).items():
+        out[kind] = out.get(kind, frozenset()) | frozenset(codes)
+    return out
+
+
+@dataclass(frozen=True)
+class Contradiction:
+    """Features NVIDIA measured slowing one GPU's MoE runs and turned off there, by a slowdown the model does not
+    reproduce: its published rows with them (set apart in validate by that finding) are ``rows``. It applies to a
+    MoE plan on ``preset`` whose paired MoE layers the host still issues in part (``host_paced``), as the rows ran."""
+
+    preset: str
+    features: tuple[tuple[str, int], ...]  # (kind, code) of feature_codes
+    rows: tuple[str, ...]
+    source: str
+
+
+# Qwen3-235B on 256 DGX B300, Megatron-Bridge 26.02 and 26.02.01: VP 4 with the all-to-all overlap, no CUDA graphs,
+# 2,691 and 2,644 tokens/s/GPU, predicted 37-40 % fast; NVIDIA turned both off for B300 (PR 2669, 2026-03-05:
+# "updating the B300 Qwen3 235B configs by disabling VP and moe_a2a_overlap") and says why (issue 3399, 2026-05-12:
+# "On B300 ... moe_a2a_overlap and VP degraded perf, so we didn't enable it"); with both off the same model, GPUs and
+# batch ran 1.81x faster in 26.04, where the model gives the changed settings x1.20. No B300 MoE recipe since has
+# interleaved, and its one all-to-all overlap runs in a full-iteration CUDA graph (Qwen3-30B, 26.06, -7.4 %).
+CONTRADICTIONS = (
+    Contradiction(
+        preset="dgx-b300-superpod",
+        features=(("a2a_overlap", 1), ("vpp", 1)),
+        rows=("MB-26.02-B300-QWEN3-235B-256", "MB-26.02.01-B300-QWEN3-235B-256"),
+        source="Megatron-Bridge PR 2669, issue 3399",
+    ),
+)
+
+
+def host_paced(ctx: Context) -> bool:
+    """Whether the host still issues part of every MoE layer: CUDA graphs do not launch both its attention and its
+    MoE block (full-iteration graphs, or scopes naming both), so the all-to-all overlap's paired steps wait on the
+    host for the experts and the dispatch at least (docs/cost-model.md §13.3). The contradicted B300 rows ran
+    without graphs; the one B300 all-to-all overlap in the bar, Qwen3-30B in 26.06, in a full-iteration graph."""
+    from planner.plan import CudaGraphModule
+
+    opts = ctx.options
+    return not (opts.graphs_launch(CudaGraphModule.ATTN) and opts.graphs_launch(CudaGraphModule.MOE))
+
+
+def contradicted(ctx: Context) -> dict[str, dict[int, Contradiction]]:
+    """Per kind, the codes a ``Contradiction`` disputes for ``ctx`` (its preset, a MoE model, host-paced), each
+    with the contradiction."""
+    out: dict[str, dict[int, Contradiction]] = {}
+    if not ctx.model.is_moe:
+        return out
+    for c in CONTRADICTIONS:
+        if c.preset == ctx.hardware.name and host_paced(ctx):
+            for kind, code in c.features:
+                out.setdefault(kind, {})[code] = c
+    return out
 
 
 def _supporting_counts(ctx: Context) -> dict[str, dict[int, int]]:
@@ -384,7 +442,7 @@ def plan_evidence(grid: PlanGrid, ctx: Context, gpus: int) -> PlanEvidence:
     counts = {}
     for kind, code in codes.items():
         counts[kind] = _looked_up(code, table[kind])
-    return PlanEvidence(major, codes, counts, disputed_codes(ctx))
+    return PlanEvidence(major, codes, counts, disputed_codes(ctx), contradicted(ctx))
 
 
 LOOKUP_MAX = 4096  # codes up to this are looked up through a table indexed by the code itself
@@ -440,6 +498,32 @@ def held_only_json(ev: PlanEvidence, i: int) -> list[dict]:
     return out
 
 
+def contradicted_json(ev: PlanEvidence, i: int) -> list[dict]:
+    """Plan i's features a ``Contradiction`` disputes: NVIDIA measured them slower on the plan's GPU and turned them
+    off there; with the GPU, the source and how far the contradiction's rows are predicted (rows, RMS, lowest and
+    highest r = ln(predicted/published step time): ``evidence_counts.CONTRADICTED``)."""
+    from planner.fidelity.evidence_counts import CONTRADICTED
+
+    out = []
+    for kind, codes in ev.contradicted.items():
+        code = int(ev.codes[kind][i])
+        if code in codes:
+            c = codes[code]
+            n, rms, low, high = CONTRADICTED[c.preset]
+            out.append(
+                {
+                    "feature": LABELS[kind](code),
+                    "hardware": c.preset,
+                    "source": c.source,
+                    "runs": n,
+                    "rms_frac": rms,
+                    "low_frac": low,
+                    "high_frac": high,
+                }
+            )
+    return out
+
+
 def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float], rows: str | None = None) -> dict:
     """Plan i's evidence for the plan JSON: every feature it uses with its settings (``held_out`` of them validated
     out of sample, never fitted), the weakest link, what is extrapolated, and its band (``band``: base, per
@@ -453,12 +537,15 @@ def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float], ro
             label = LABELS[kind](int(codes[kind][i]))
             features.append({"feature": label, "kind": kind, "settings": n, "held_out": held})
     held_only = held_only_json(ev, i)
+    contra = contradicted_json(ev, i)
     out = {
         "generation": generation_name(ev.generation),
         "settings": int(settings[i]),
         "features": features,
         "extrapolated": [f["feature"] for f in features if f["settings"] == 0],
-        "disputed": [f["feature"] for f in held_only if f["disputed"]],
+        "disputed": list(
+            dict.fromkeys([*(f["feature"] for f in held_only if f["disputed"]), *(f["feature"] for f in contra)])
+        ),
         "band_frac": band[2],
         "base_band_frac": band[0],
         "per_extrapolated_frac": band[1],
@@ -467,6 +554,8 @@ def evidence_json(ev: PlanEvidence, i: int, band: tuple[float, float, float], ro
         out["band_rows"] = rows
     if held_only:
         out["held_out_only"] = held_only
+    if contra:
+        out["contradicted"] = contra
     return out
 
 

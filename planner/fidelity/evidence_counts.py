@@ -3,8 +3,9 @@ major), feature kind and code, the distinct published settings of the reference 
 held out (``planner.fidelity.evidence.counted_settings``), and in HELD_OUT those whose every row is held out
 (validated out of sample, never fitted: ``held_out_settings``). HELD_ONLY: for a code no fitted setting uses, its
 held-out rows in the bar and r = ln(predicted step time / published), over them: (rows, RMS, lowest, highest)
-(``held_only_errors``). A generation absent here has no reference run. tests/test_evidence.py checks these tables
-equal the live count."""
+(``held_only_errors``). CONTRADICTED: per hardware preset of a ``planner.fidelity.evidence.Contradiction``, the same
+over its rows, set apart in validate (``contradicted_errors``). A generation absent here has no reference run.
+tests/test_evidence.py checks these tables equal the live count."""
 
 COUNTS = {
     8: {
@@ -139,3 +140,5 @@ HELD_ONLY = {
         "tp_overlap": {2: (5, 0.055, -0.0751, 0.0443), 3: (6, 0.037, -0.0742, 0.0274)},
     },
 }
+
+CONTRADICTED = {"dgx-b300-superpod": (2, 0.3266, -0.3352, -0.3176)}

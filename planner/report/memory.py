@@ -159,7 +159,27 @@ def evidence_text(pj: dict) -> Text:
             )
             runs = f"only held-out runs ({f['runs']})" if f["runs"] > 1 else "one held-out run"
             out.append(f"; {f['feature']}: {runs}, {_held_out_miss(f)}{unsupported}", "yellow")
+    groups: dict[tuple, list[dict]] = {}
+    for f in ev.get("contradicted", ()):
+        groups.setdefault((f["hardware"], f["source"]), []).append(f)
+    for found in groups.values():
+        names = " and ".join(f["feature"] for f in found)
+        each = "each " if len(found) > 1 else ""
+        runs = f"its {found[0]['runs']} runs there" if found[0]["runs"] > 1 else "its one run there"
+        out.append(
+            f"; {names}: {_contradiction(found)}; {runs} {_held_out_miss(found[0])}; {each}counted unsupported "
+            f"(± {100 * ev['per_extrapolated_frac']:.1f} %)",
+            "yellow",
+        )
     return out
+
+
+def _contradiction(found: list[dict]) -> str:
+    """What NVIDIA found of contradicted features (one GPU, one source), in words ("slower on dgx-b300-superpod by
+    NVIDIA's own measure, which turned them off there (Megatron-Bridge PR 2669, issue 3399)")."""
+    them = "them" if len(found) > 1 else "it"
+    gpu, source = found[0]["hardware"], found[0]["source"]
+    return f"slower on {gpu} by NVIDIA's own measure, which turned {them} off there ({source})"
 
 
 def _held_out_miss(feature: dict) -> str:
@@ -209,6 +229,13 @@ def ranking_headline(result, columns: list[str] | None = None) -> str:
         runs = "runs" if f["runs"] > 1 else "run"
         was = "were" if f["runs"] > 1 else "was"
         reasons.append(f"{f['feature']}, whose only published {runs}{generation}, held out, {was} {_held_out_miss(f)}")
+    held = {f["feature"] for f in disputed}
+    groups: dict[tuple, list[dict]] = {}
+    for f in evidence.get("contradicted") or []:
+        if f["feature"] not in known | held:
+            groups.setdefault((f["hardware"], f["source"]), []).append(f)
+    for found in groups.values():
+        reasons.append(f"{' and '.join(f['feature'] for f in found)}, {_contradiction(found)}")
     why = (
         "uses " + ", and ".join(reasons)
         if reasons
