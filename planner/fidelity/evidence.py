@@ -375,10 +375,11 @@ CONTRADICTIONS = (
 
 
 def host_paced(ctx: Context) -> bool:
-    """Whether the host still issues part of every MoE layer: CUDA graphs do not launch both its attention and its
-    MoE block (full-iteration graphs, or scopes naming both), so the all-to-all overlap's paired steps wait on the
-    host for the experts and the dispatch at least (docs/cost-model.md §13.3). The contradicted B300 rows ran
-    without graphs; the one B300 all-to-all overlap in the bar, Qwen3-30B in 26.06, in a full-iteration graph."""
+    """Whether the host still issues part of every MoE layer, so that the all-to-all overlap's paired steps wait on
+    it (docs/cost-model.md §13.3): true unless CUDA graphs launch both the layer's attention and its MoE block
+    (full-iteration graphs, or graph scopes that name both); TE scopes of the router and preprocess alone leave the
+    dispatch and the experts to the host. The contradicted B300 rows ran without graphs; the one B300 all-to-all
+    overlap in the bar, Qwen3-30B in 26.06, in a full-iteration graph."""
     from planner.plan import CudaGraphModule
 
     opts = ctx.options

@@ -159,10 +159,7 @@ def evidence_text(pj: dict) -> Text:
             )
             runs = f"only held-out runs ({f['runs']})" if f["runs"] > 1 else "one held-out run"
             out.append(f"; {f['feature']}: {runs}, {_held_out_miss(f)}{unsupported}", "yellow")
-    groups: dict[tuple, list[dict]] = {}
-    for f in ev.get("contradicted", ()):
-        groups.setdefault((f["hardware"], f["source"]), []).append(f)
-    for found in groups.values():
+    for found in _by_finding(ev.get("contradicted", ())):
         names = " and ".join(f["feature"] for f in found)
         each = "each " if len(found) > 1 else ""
         runs = f"its {found[0]['runs']} runs there" if found[0]["runs"] > 1 else "its one run there"
@@ -172,6 +169,15 @@ def evidence_text(pj: dict) -> Text:
             "yellow",
         )
     return out
+
+
+def _by_finding(contradicted) -> list[list[dict]]:
+    """Contradicted features (``evidence.contradicted_json``) grouped by the finding against them (GPU and source),
+    so that one finding is said once for all its features."""
+    groups: dict[tuple, list[dict]] = {}
+    for f in contradicted:
+        groups.setdefault((f["hardware"], f["source"]), []).append(f)
+    return list(groups.values())
 
 
 def _contradiction(found: list[dict]) -> str:
@@ -229,12 +235,8 @@ def ranking_headline(result, columns: list[str] | None = None) -> str:
         runs = "runs" if f["runs"] > 1 else "run"
         was = "were" if f["runs"] > 1 else "was"
         reasons.append(f"{f['feature']}, whose only published {runs}{generation}, held out, {was} {_held_out_miss(f)}")
-    held = {f["feature"] for f in disputed}
-    groups: dict[tuple, list[dict]] = {}
-    for f in evidence.get("contradicted") or []:
-        if f["feature"] not in known | held:
-            groups.setdefault((f["hardware"], f["source"]), []).append(f)
-    for found in groups.values():
+    said = known | {f["feature"] for f in disputed}
+    for found in _by_finding(f for f in evidence.get("contradicted") or [] if f["feature"] not in said):
         reasons.append(f"{' and '.join(f['feature'] for f in found)}, {_contradiction(found)}")
     why = (
         "uses " + ", and ".join(reasons)
