@@ -362,8 +362,11 @@ class Contradiction:
 # 2,691 and 2,644 tokens/s/GPU, predicted 37-40 % fast; NVIDIA turned both off for B300 (PR 2669, 2026-03-05:
 # "updating the B300 Qwen3 235B configs by disabling VP and moe_a2a_overlap") and says why (issue 3399, 2026-05-12:
 # "On B300 ... moe_a2a_overlap and VP degraded perf, so we didn't enable it"); with both off the same model, GPUs and
-# batch ran 1.81x faster in 26.04, where the model gives the changed settings x1.20. No B300 MoE recipe since has
-# interleaved, and its one all-to-all overlap runs in a full-iteration CUDA graph (Qwen3-30B, 26.06, -7.4 %).
+# batch ran 1.81x faster in 26.04, where the model gives the changed settings x1.20. Without CUDA graphs no B300 MoE
+# recipe has used either since; under full-iteration graphs NVIDIA turned both back on for Qwen3-235B MXFP8 (PR 4606:
+# Bridge v0.5.1 qwen3_workload_base_configs.py:265-273, VP 3; v0.6.0 perf_recipes/qwen/b300/qwen3_moe.py
+# qwen3_235b_a22b_pretrain_256gpu_b300_fp8mx_config, _enable_hybridep_full_iteration_mxfp8), not yet in a published
+# table, and the one B300 overlap measured runs in such a graph (Qwen3-30B, 26.06, -7.4 %): the finding is the host's.
 CONTRADICTIONS = (
     Contradiction(
         preset="dgx-b300-superpod",
