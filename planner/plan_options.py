@@ -172,7 +172,7 @@ def _check_outer_sharding(pinned: dict) -> None:
 
 def pinned_modules(values: dict) -> tuple[RecomputeModule, ...] | None:
     """--recompute-modules as given: the modules of every selective row search builds (None: not given, and
-    search picks them, ``space.candidates.SEARCHED_MODULES``)."""
+    search picks them, ``space.candidates.searched_modules``)."""
     given = behaviour({"recompute_modules": values.get("recompute_modules")}).get("recompute_modules")
     if not given:
         return None

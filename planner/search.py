@@ -50,11 +50,11 @@ from planner.result import Shared, brief_plan_json, plan_json
 from planner.space import flex_backend
 from planner.space.candidates import (
     NO_PINS,
-    SEARCHED_MODULES,
     Pins,
     candidate_grid,
     expert_pin_error,
     nvlink_domain_gpus,
+    searched_modules,
     tp_in_domain,
 )
 from planner.space.dominance import DROPPED_RULE, WORK_FIELDS, RecomputeTwins
@@ -155,7 +155,7 @@ class _Options:
 
     contexts: list[Context]
     grad_reduce: bool  # --overlap-grad-reduce, the same for every row
-    searched: bool  # selective recomputation's modules are the search's (``SEARCHED_MODULES``)
+    searched: bool  # selective recomputation's modules are the search's (``searched_modules``)
 
     @property
     def evaluating(self) -> Context:
@@ -242,7 +242,7 @@ def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, 
     pinned, or as today's recipes set them (Megatron-Bridge and NeMo performance recipes):
     --overlap-grad-reduce always, --overlap-param-gather with the distributed optimizer (or Megatron
     FSDP), --tp-comm-overlap with sequence parallelism. Selective recomputation's modules: pinned, or
-    ``SEARCHED_MODULES``. Returns the grid with each row's overlaps and the contexts (``_Options``)."""
+    ``searched_modules``. Returns the grid with each row's overlaps and the contexts (``_Options``)."""
     n = len(grid)
     sharded = grid.distributed_optimizer | grid.fsdp
 
@@ -253,7 +253,7 @@ def recipe_options(ctx: Context, pins: Pins, grid: PlanGrid) -> tuple[PlanGrid, 
     opg = flag(pins.overlap_param_gather, sharded & ogr)
     tpo = flag(pins.tp_comm_overlap, grid.sequence_parallel.copy())
     searched = pins.recompute_modules is None
-    modules = SEARCHED_MODULES[ctx.options.attention_kernel] if searched else pins.recompute_modules
+    modules = searched_modules(ctx) if searched else pins.recompute_modules
     contexts = []
     for k in range(16):
         values = dict(zip(OVERLAPS, (bool(k & 4), bool(k & 2), bool(k & 1)), strict=True))

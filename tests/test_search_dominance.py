@@ -1,10 +1,12 @@
 """Plans that recompute more than a twin without saving time or memory are dropped before the ranking
 (``planner.space.dominance``): DeepSeek-V3's ``rc-mlp`` recomputes the MLP of its 3 dense layers only, so where
 they sit off the memory peak the plan with it is the plan without it, a little slower (half of the top 10 on
-1024 H100 were such twins)."""
+1024 H100 were such twins). Search now builds DeepSeek-V3's selective rows with MLA's up-projections
+(``candidates.searched_modules``), so these tests pin ``--recompute-modules mlp`` to keep the twins they are about."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import json
@@ -16,8 +18,10 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from planner.api import make_request
+from planner.plan import RecomputeModule
 from planner.report.search import search_view
 from planner.search import search
+from planner.space.candidates import NO_PINS
 from planner.space.dominance import MEMORY_TIE_BYTES, RecomputeTwins, recomputes_more
 
 from conftest import run_cli
@@ -125,8 +129,12 @@ CASE = dict(model="deepseek-v3", gpus=256, hardware="dgx-h100-superpod", global_
 
 @pytest.fixture(scope="module")
 def deepseek():
-    req = make_request(**CASE)
-    return req.ctx, search(req.ctx, CASE["gpus"], top=10)
+    # selective recomputation of the mlp module, as search built it for every model before it took MLA's
+    # up-projections for DeepSeek-V3 (``candidates.searched_modules``): the dense-layers-only twins these tests are
+    # about; --recompute-modules mlp pins them (recomputation itself is still searched)
+    req = make_request(**CASE, options={"recompute_modules": ("mlp",)})
+    pins = dataclasses.replace(NO_PINS, recompute_modules=(RecomputeModule.MLP,))
+    return req.ctx, search(req.ctx, CASE["gpus"], pins, top=10)
 
 
 def _same_but_recompute(a: dict, b: dict) -> bool:

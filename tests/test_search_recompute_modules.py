@@ -71,3 +71,39 @@ def test_modules_megatron_refuses_on_the_model_are_said_once():
     assert refused_modules_note(ctx, Pins(recompute_modules=("mla_up_proj",), recompute=Recompute.SELECTIVE)) is None
     ds = api.make_request(model="deepseek-v3", options={"recompute_modules": ("mla_up_proj",)}).ctx
     assert refused_modules_note(ds, Pins(recompute_modules=("mla_up_proj",))) is None
+
+
+def test_search_recomputes_mlas_up_projections_on_an_mla_model():
+    # DeepSeek-V3 (multi-latent attention) under flash attention: search's selective rows recompute MLA's
+    # up-projections, what NVIDIA's DeepSeek-V3 recipes name (mlp reaches only its 3 dense layers); a dense model
+    # keeps mlp, and the unfused kernel core_attn (Korthikanti et al. 2022)
+    from planner.plan import RecomputeModule
+    from planner.space.candidates import searched_modules
+
+    mla = api.make_request(model="deepseek-v3", hardware="dgx-h100-superpod", gpus=1024).ctx
+    dense = api.make_request(model="llama3-70b", hardware="dgx-h100-superpod", gpus=64).ctx
+    unfused = api.make_request(
+        model="deepseek-v3", hardware="dgx-h100-superpod", gpus=1024, options={"attention_kernel": "unfused"}
+    ).ctx
+    assert searched_modules(mla) == (RecomputeModule.MLA_UP_PROJ,)
+    assert searched_modules(dense) == (RecomputeModule.MLP,)
+    assert searched_modules(unfused) == (RecomputeModule.CORE_ATTN,)
+    found = json.loads(
+        run_cli(
+            [
+                "search",
+                "--model",
+                "deepseek-v3",
+                "--gpus",
+                "1024",
+                "--hardware",
+                "dgx-h100-superpod",
+                "--recompute",
+                "selective",
+                "--top",
+                "2",
+                "--json",
+            ]
+        ).stdout  # fmt: skip
+    )["plans"]
+    assert found and all(pj["options"]["recompute_modules"] == ["mla_up_proj"] for pj in found)

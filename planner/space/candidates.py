@@ -32,6 +32,21 @@ SEARCHED_MODULES = {  # selective recomputation's modules when not pinned, by at
     AttentionKernel.FLASH: (RecomputeModule.MLP,),  # flash attention keeps no scores: the MLP is what saves memory
     AttentionKernel.UNFUSED: (RecomputeModule.CORE_ATTN,),  # Korthikanti et al. 2022's selective recomputation
 }
+# A multi-latent-attention model's under flash attention: its up-projections (mla_up_proj), what every published
+# DeepSeek-V3 recipe that recomputes selectively names (Megatron-Bridge's B200, B300, GB200 and H100 tables, the
+# verification cards, DGX Cloud's; with mlp on H100 and B200 26.04.01): they rebuild q, k and v of 128 heads from
+# the latents, where the mlp module reaches only DeepSeek-V3's first three dense layers
+MLA_SEARCHED_MODULES = (RecomputeModule.MLA_UP_PROJ,)
+
+
+def searched_modules(ctx: Context) -> tuple[RecomputeModule, ...]:
+    """Selective recomputation's modules search builds its rows with when none are pinned: ``MLA_SEARCHED_MODULES``
+    for a multi-latent-attention model under flash attention, else ``SEARCHED_MODULES`` of the attention kernel."""
+    if ctx.model.multi_latent_attention and ctx.options.attention_kernel is AttentionKernel.FLASH:
+        return MLA_SEARCHED_MODULES
+    return SEARCHED_MODULES[ctx.options.attention_kernel]
+
+
 MIN_CP_TOKENS = 4096  # context parallelism is searched while each rank keeps at least this many tokens
 MAX_LAYOUT_CHUNKS = 8  # search tries pipeline layouts of up to this many chunks per stage
 
@@ -383,11 +398,11 @@ def _recompute_axes(cols: dict[str, np.ndarray], ctx: Context, pins: Pins) -> di
 
 
 def selective_is_none(ctx: Context) -> bool:
-    """Whether the searched selective recomputation (``SEARCHED_MODULES``) recomputes nothing on this model:
+    """Whether the searched selective recomputation (``searched_modules``) recomputes nothing on this model:
     --recompute-modules mlp on a mixture-of-experts model with no dense MLP layer, since Megatron-LM
     recomputes the mlp module in dense layers only (megatron/core/transformer/transformer_layer.py:
     ``if "mlp" in recompute_modules: if not self.is_moe_layer``)."""
-    modules = SEARCHED_MODULES[ctx.options.attention_kernel]
+    modules = searched_modules(ctx)
     return no_dense(ctx) and set(modules) == {RecomputeModule.MLP}
 
 
