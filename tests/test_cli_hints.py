@@ -65,7 +65,11 @@ def test_compare_answers_first_with_a_fits_line_per_plan():
     out = run([*args, "--a", "--recompute full", "--b", "--micro-batch 4"])
     lines = out.stdout.splitlines()
     assert lines[0].startswith("B is faster") and "B does not fit" in lines[0]
-    assert lines[2].strip().startswith("FITS 34.0 of 72.8 GiB") and lines[4].strip().startswith("DOES NOT FIT")
+    body = [line.strip() for line in lines]
+    fits = [line for line in body if line.startswith(("FITS", "TIGHT", "DOES NOT FIT"))]
+    assert fits[0].startswith("FITS 34.0 of 72.8 GiB") and fits[1].startswith("DOES NOT FIT")
+    # each plan's fits line is followed by what the published runs say of it (explain's runs line)
+    assert [body[body.index(f) + 1].startswith("runs ") for f in fits[:2]] == [True, True]
 
 
 def test_compare_with_one_side_says_the_other_is_the_shared_plan():

@@ -61,6 +61,22 @@ def test_view_highlights(full_vs_selective):
     assert "\x1b[1;32m" in styled and "\x1b[1;31m" in styled  # green (better) and red (worse) cells
 
 
+def test_each_plan_says_what_the_published_runs_say_of_it():
+    # explain's runs line under each plan: GPT-3 175B on A100 with flash attention, which no published Ampere run
+    # used (the 2021-22 runs are unfused), against the same plan with the unfused kernel, validated by those runs
+    a = api.explain(api.make_request(**BASE, recompute="selective", sequence_parallel=True))
+    b = api.explain(
+        api.make_request(**BASE, recompute="selective", sequence_parallel=True, options={"attention_kernel": "unfused"})
+    )
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))
+    console.print(compare_view(compare_plans(a, b)))
+    lines = [" ".join(line.split()) for line in console.export_text().splitlines()]
+    runs = [line for line in lines if line.startswith("runs ")]
+    assert len(runs) == 2
+    assert runs[0].startswith("runs extrapolated: flash attention on Ampere, 0 runs")
+    assert runs[1].startswith("runs validated by") and "flash attention" not in runs[1]
+
+
 def test_override_request_derives_dp_and_gpus():
     base = api.make_request(**BASE)
     b = override_request(base, {"tp": 4})

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from planner.plan import plan_label_legend
 from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
+from planner.report.memory import evidence_text
 from planner.report.wrap import Hanging, command_words
 
 BETTER, WORSE, CHANGED = "bold green", "bold red", "bold yellow"
@@ -210,6 +211,11 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
         head.append("   ")
         head.append_text(fit_line(pj["estimate"]))
         head.append(f" · {pj['estimate']['iteration_s']:.2f} s/iteration\n")
+        runs = evidence_text(pj)  # what the published runs say of it, as explain's runs line
+        if runs.plain:
+            head.append("   runs ")
+            head.append_text(runs)
+            head.append("\n")
     head.append(
         "green: better on that line, red: worse; yellow: a plan field that differs; left out: what applies to "
         "neither plan or is 0 in both (--json has every row)",
