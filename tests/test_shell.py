@@ -468,6 +468,7 @@ _TOKENS = [
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.sampled_from(_TOKENS), max_size=25), st.text(max_size=15))
 @example(tokens=["<<EOF"], tail=";\\")  # bashlex's position lay past the last line: IndexError (lead, refit 3)
+@example(tokens=["$("], tail="$)")  # a "$" last in a substitution: '' in "({" is true, and close_bracket read past it
 def test_random_text_raises_only_shell_parse_error(tokens, tail):
     try:
         result = extract_launch("".join(tokens) + tail)

@@ -31,6 +31,8 @@ def close_bracket(s: str, i: int) -> int:
 
     Raises :class:`ShellParseError` if it is not closed (bashlex would loop on it).
     """
+    if i >= len(s) or s[i] not in _PAIRS:
+        raise ShellParseError(f"expected one of ({{[ at offset {i} of {s!r}")
     opener, closer, depth = s[i], _PAIRS[s[i]], 0
     while i < len(s):
         c = s[i]

@@ -33,7 +33,7 @@ def split_commands(text: str) -> list[tuple[str, list[str]]] | None:
                 quote = ""
         elif c in "'\"":
             quote, word = c, word + c
-        elif c == "$" and text[i + 1 : i + 2] in "({":
+        elif c == "$" and text[i + 1 : i + 2] in ("(", "{"):  # not "" at the end: '' in "({" is true
             from planner.megatron.shell.rewrite import close_bracket
 
             j = close_bracket(text, i + 1)
