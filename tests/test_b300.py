@@ -251,8 +251,8 @@ def test_nvidias_b300_deepseek_tuning_gains_less_than_the_model_gives():
     # 3,131 -> 3,456 tokens/s (x1.104). The model gives MXFP8 x1.135 and BF16 x1.123: most of its BF16 gain is the
     # per-micro-batch host and launch time (τ, the experts' t_op) that b 2 halves and the graphs remove, and B300
     # measures little of it - with the 4-10 % its MoE rows run faster than predicted and the graphed/eager MLPerf pair
-    # above, a lead that B300's hosts cost less than GB200's family fit charges (docs/cost-model.md §13.7). Bounded
-    # here so that a change to it shows
+    # above, a lead that B300 pays less per micro-batch than GB200's family fit charges - not through its CPU, which
+    # pinned to PCT cores only recovers B200's (docs/cost-model.md §13.7). Bounded here so that a change to it shows
     a, b = "MB-26.04-B300-DSV3-256", "MB-26.04.01-B300-DSV3-256"
     mxfp8 = _dsv3_b300_step(a) / _dsv3_b300_step(b)
     assert 3456 / 3131 == pytest.approx(1.104, abs=1e-3) and 1.104 < mxfp8 < 1.16
