@@ -198,13 +198,13 @@ def test_the_contradicted_rows_are_predicted_27_to_28_percent_fast():
     # r = ln(predicted/published step) = ln(published/predicted tokens): 26.02 ln(2,691/3,697.05) = -0.3176, 26.02.01
     # ln(2,644/3,697.05) = -0.3352 (priced as v0.3.0's recipe, the same prediction); RMS √((0.1009 + 0.1124)/2) = 0.3266
     from planner.fidelity.evidence_counts import CONTRADICTED
-    from planner.report.memory import _held_out_miss
+    from planner.report.memory import held_out_miss
 
     n, rms, low, high = CONTRADICTED[B300]
     assert n == 2 and rms == pytest.approx(0.3266, abs=2e-4)
     assert (low, high) == (pytest.approx(-0.3352, abs=2e-4), pytest.approx(-0.3176, abs=2e-4))
     # exp(-0.3352) - 1 = -28.5 %, exp(-0.3176) - 1 = -27.2 %
-    assert _held_out_miss({"low_frac": low, "high_frac": high}) == "predicted 27–28 % faster than they ran"
+    assert held_out_miss({"low_frac": low, "high_frac": high}) == "predicted 27–28 % faster than they ran"
 
 
 def test_search_on_b300_ranks_the_overlap_and_vp_after_plans_nvidia_runs():
@@ -260,3 +260,31 @@ def test_nvidias_b300_deepseek_tuning_gains_less_than_the_model_gives():
     bf16 = {"fp8": None, "fp8_recipe": None}
     gain = _dsv3_b300_step(b, {"micro_batch": 1}, **bf16, **eager) / _dsv3_b300_step(b, **bf16)
     assert 770.03 / 749.1 == pytest.approx(1.028, abs=1e-3) and 1.08 < gain < 1.16
+
+
+def test_an_exported_script_cautions_its_submitter_about_contradicted_features():
+    # The Slurm script's and the Bridge override file's headers carry what NVIDIA measured against the plan's
+    # features on its GPU, above everything else; a plan without them carries no such line
+    from planner import api
+    from planner.bridge.export import bridge_export
+    from planner.megatron.export import contradiction_notes, slurm_script
+
+    base = dict(model="qwen3-235b-a22b", hardware=B300, gpus=256, global_batch=8192, seq_len=4096)
+    plan = dict(tp=1, pp=4, vpp=8, ep=16, etp=1, micro_batch=2, distributed_optimizer=True)
+    plan |= dict(moe_token_dispatcher="flex", pipeline_layout="Et*3|(t*3|)*30tL")
+    options = {"moe_flex_dispatcher_backend": "deepep", "fp8": "e4m3", "fp8_recipe": "mxfp8"}
+    paced = api.make_request(**base, **plan, overlap_moe_expert_parallel_comm=True, options=options)
+    [note] = contradiction_notes(paced)
+    assert note == (
+        "all-to-all overlap and interleaved pipeline: slower on dgx-b300-superpod by NVIDIA's own measure, which "
+        "turned them off there (Megatron-Bridge PR 2669, issue 3399); the runs that used them ran slower than "
+        "estimated (predicted 27–28 % faster than they ran)"
+    )
+    script = slurm_script(paced)
+    assert script.splitlines()[1].startswith("# CAUTION: all-to-all overlap and interleaved pipeline")
+    header = bridge_export(paced, "v0.6.0").header
+    assert any(line.startswith("CAUTION: all-to-all overlap and interleaved pipeline") for line in header)
+    graphed = api.make_request(
+        **base, **plan, overlap_moe_expert_parallel_comm=True, options={**options, "cuda_graph_impl": "full_iteration"}
+    )
+    assert contradiction_notes(graphed) == [] and "CAUTION" not in slurm_script(graphed)

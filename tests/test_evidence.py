@@ -343,12 +343,12 @@ def test_search_ranks_hoppers_one_micro_batch_steps_after_supported_plans():
 
 
 def test_held_out_miss_in_words():
-    from planner.report.memory import _held_out_miss
+    from planner.report.memory import held_out_miss
 
     # exp(-0.4024) - 1 = -33 %, exp(-0.1412) - 1 = -13 %; exp(0.05) - 1 = +5 %, exp(0.09) - 1 = +9 %
-    assert _held_out_miss({"low_frac": -0.4024, "high_frac": -0.1412}) == "predicted 13–33 % faster than they ran"
-    assert _held_out_miss({"low_frac": 0.05, "high_frac": 0.09}) == "predicted 5–9 % slower than they ran"
-    assert _held_out_miss({"low_frac": -0.0946, "high_frac": 0.0443}) == "predicted -9 to +5 % against what they ran"
+    assert held_out_miss({"low_frac": -0.4024, "high_frac": -0.1412}) == "predicted 13–33 % faster than they ran"
+    assert held_out_miss({"low_frac": 0.05, "high_frac": 0.09}) == "predicted 5–9 % slower than they ran"
+    assert held_out_miss({"low_frac": -0.0946, "high_frac": 0.0443}) == "predicted -9 to +5 % against what they ran"
     # one run (HPE's H200 row alone, full-iteration graphs on Hopper): exp(-0.1411) - 1 = -13 %
     one = {"low_frac": -0.1411, "high_frac": -0.1411, "runs": 1}
-    assert _held_out_miss(one) == "predicted 13 % faster than it ran"
+    assert held_out_miss(one) == "predicted 13 % faster than it ran"

@@ -26,6 +26,7 @@ from planner.bridge.values import to_bridge
 from planner.errors import PlannerError
 from planner.megatron.export import (
     DPA_FP8_RECIPE,
+    contradiction_notes,
     cuda_device_max_connections,
     megatron_argv,
     model_flags,
@@ -241,6 +242,9 @@ def bridge_export(
     if said := recipes.base_note(tag, name, req.ctx.model.name, gpu, named):
         said = tuple(textwrap.wrap(said, 110, subsequent_indent="  ", break_on_hyphens=False))
         header = (*header[:2], *said, *header[2:])
+    for line in contradiction_notes(req):  # what NVIDIA measured against the plan's features on its GPU
+        caution = tuple(textwrap.wrap(f"CAUTION: {line}", 110, subsequent_indent="  ", break_on_hyphens=False))
+        header = (*header[:2], *caution, *header[2:])
     env = tuple(_env(req))
     if env:
         header += (f"megaplan-env: {' '.join(env)}",)

@@ -606,6 +606,7 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
         warn += "".join(
             _comment(f"- {shlex.join(restore) + ': ' if restore else ''}{why}") for restore, why in unwritten
         )
+    warn += "".join(_comment(f"CAUTION: {line}") for line in contradiction_notes(req))
     model = "".join(_comment(f"NOTE: not in any Megatron-LM flag: {note}") for note in model_notes(req))
     split = (
         f" ({nodes} nodes of {per_node}: torchrun starts as many on every node)"
@@ -628,6 +629,27 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
 #SBATCH --partition=PLACEHOLDER_PARTITION
 #SBATCH --account=PLACEHOLDER_ACCOUNT
 {_segment_lines(req, nodes)}"""
+
+
+def contradiction_notes(req: PlanRequest) -> list[str]:
+    """What NVIDIA measured against the plan's features on its GPU (``evidence.contradicted``), one line per finding,
+    for the person who submits the script: the features, the GPU, the source and how far the rows that ran them
+    are predicted ("all-to-all overlap and interleaved pipeline: slower on dgx-b300-superpod by NVIDIA's own
+    measure, ...")."""
+    from planner.fidelity import evidence
+    from planner.report.memory import by_finding, contradiction_text, held_out_miss
+    from planner.space.grid import PlanGrid
+
+    found = evidence.contradicted(req.ctx)
+    if not found:
+        return []
+    ev = evidence.plan_evidence(PlanGrid.from_plans([req.plan]), req.ctx, req.gpus)
+    out = []
+    for group in by_finding(evidence.contradicted_json(ev, 0)):
+        names = " and ".join(f["feature"] for f in group)
+        miss = held_out_miss(group[0])
+        out.append(f"{names}: {contradiction_text(group)}; the runs that used them ran slower than estimated ({miss})")
+    return out
 
 
 def _segment_lines(req: PlanRequest, nodes: int) -> str:

@@ -158,20 +158,20 @@ def evidence_text(pj: dict) -> Text:
                 f", counted unsupported (± {100 * ev['per_extrapolated_frac']:.1f} %)" if f["disputed"] else ""
             )
             runs = f"only held-out runs ({f['runs']})" if f["runs"] > 1 else "one held-out run"
-            out.append(f"; {f['feature']}: {runs}, {_held_out_miss(f)}{unsupported}", "yellow")
-    for found in _by_finding(ev.get("contradicted", ())):
+            out.append(f"; {f['feature']}: {runs}, {held_out_miss(f)}{unsupported}", "yellow")
+    for found in by_finding(ev.get("contradicted", ())):
         names = " and ".join(f["feature"] for f in found)
         each = "each " if len(found) > 1 else ""
         runs = f"its {found[0]['runs']} runs there" if found[0]["runs"] > 1 else "its one run there"
         out.append(
-            f"; {names}: {_contradiction(found)}; {runs} {_held_out_miss(found[0])}; {each}counted unsupported "
+            f"; {names}: {contradiction_text(found)}; {runs} {held_out_miss(found[0])}; {each}counted unsupported "
             f"(± {100 * ev['per_extrapolated_frac']:.1f} %)",
             "yellow",
         )
     return out
 
 
-def _by_finding(contradicted) -> list[list[dict]]:
+def by_finding(contradicted) -> list[list[dict]]:
     """Contradicted features (``evidence.contradicted_json``) grouped by the finding against them (GPU and source),
     so that one finding is said once for all its features."""
     groups: dict[tuple, list[dict]] = {}
@@ -180,7 +180,7 @@ def _by_finding(contradicted) -> list[list[dict]]:
     return list(groups.values())
 
 
-def _contradiction(found: list[dict]) -> str:
+def contradiction_text(found: list[dict]) -> str:
     """What NVIDIA found of contradicted features (one GPU, one source), in words ("slower on dgx-b300-superpod by
     NVIDIA's own measure, which turned them off there (Megatron-Bridge PR 2669, issue 3399)")."""
     them = "them" if len(found) > 1 else "it"
@@ -188,7 +188,7 @@ def _contradiction(found: list[dict]) -> str:
     return f"slower on {gpu} by NVIDIA's own measure, which turned {them} off there ({source})"
 
 
-def _held_out_miss(feature: dict) -> str:
+def held_out_miss(feature: dict) -> str:
     """How far a held-out-only feature's runs are predicted, in words: r = ln(predicted/published step time) from
     ``low_frac`` to ``high_frac``, as percentages of the step ("predicted 13–33 % faster than they ran"; one run:
     "predicted 13 % faster than it ran")."""
@@ -234,10 +234,10 @@ def ranking_headline(result, columns: list[str] | None = None) -> str:
     for f in disputed:
         runs = "runs" if f["runs"] > 1 else "run"
         was = "were" if f["runs"] > 1 else "was"
-        reasons.append(f"{f['feature']}, whose only published {runs}{generation}, held out, {was} {_held_out_miss(f)}")
+        reasons.append(f"{f['feature']}, whose only published {runs}{generation}, held out, {was} {held_out_miss(f)}")
     said = known | {f["feature"] for f in disputed}
-    for found in _by_finding(f for f in evidence.get("contradicted") or [] if f["feature"] not in said):
-        reasons.append(f"{' and '.join(f['feature'] for f in found)}, {_contradiction(found)}")
+    for found in by_finding(f for f in evidence.get("contradicted") or [] if f["feature"] not in said):
+        reasons.append(f"{' and '.join(f['feature'] for f in found)}, {contradiction_text(found)}")
     why = (
         "uses " + ", and ".join(reasons)
         if reasons
