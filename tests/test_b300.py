@@ -288,3 +288,22 @@ def test_an_exported_script_cautions_its_submitter_about_contradicted_features()
         **base, **plan, overlap_moe_expert_parallel_comm=True, options={**options, "cuda_graph_impl": "full_iteration"}
     )
     assert contradiction_notes(graphed) == [] and "CAUTION" not in slurm_script(graphed)
+
+
+def test_a_users_copy_of_the_b300_preset_keeps_nvidias_finding(tmp_path):
+    # the contradiction follows the GPU (gpu.name B300-SXM-270GB), not the preset's name: a copy with its own name and
+    # 400 Gb/s rails still counts the all-to-all overlap and VP unsupported for a host-paced MoE plan
+    from planner import api
+    from planner.fidelity import evidence
+    from planner.presets import presets_root
+
+    text = (presets_root() / "hardware" / f"{B300}.yaml").read_text()
+    text = text.replace(f"name: {B300}\n", "name: my-b300-cluster\n").replace(
+        "nic_gbits_per_s: 800.0", "nic_gbits_per_s: 400.0"
+    )
+    path = tmp_path / "my-b300.yaml"
+    path.write_text(text)
+    ctx = api.make_request(model="qwen3-235b-a22b", hardware=str(path), gpus=256).ctx
+    assert ctx.hardware.name == "my-b300-cluster" and ctx.hardware.network.nic_gbits_per_s == 400
+    assert set(evidence.contradicted(ctx)) == {"a2a_overlap", "vpp"}
+    assert not evidence.contradicted(api.make_request(model="qwen3-235b-a22b", hardware=GB300, gpus=256).ctx)

@@ -349,10 +349,12 @@ def disputed_codes(ctx: Context) -> dict[str, frozenset[int]]:
 @dataclass(frozen=True)
 class Contradiction:
     """Features NVIDIA measured slowing one GPU's MoE runs and turned off there, by a slowdown the model does not
-    reproduce: its published rows with them (set apart in validate by that finding) are ``rows``. It applies to a
-    MoE plan on ``preset`` whose paired MoE layers the host still issues in part (``host_paced``), as the rows ran."""
+    reproduce: its published rows with them (set apart in validate by that finding) are ``rows``, measured on
+    ``preset``. It applies to a MoE plan on any hardware with that GPU (``gpu``, the spec's ``gpu.name``: a user's
+    copy of the preset too) whose MoE layers the host still issues in part (``host_paced``), as the rows ran."""
 
     preset: str
+    gpu: str
     features: tuple[tuple[str, int], ...]  # (kind, code) of feature_codes
     rows: tuple[str, ...]
     source: str
@@ -370,6 +372,7 @@ class Contradiction:
 CONTRADICTIONS = (
     Contradiction(
         preset="dgx-b300-superpod",
+        gpu="B300-SXM-270GB",
         features=(("a2a_overlap", 1), ("vpp", 1)),
         rows=("MB-26.02-B300-QWEN3-235B-256", "MB-26.02.01-B300-QWEN3-235B-256"),
         source="Megatron-Bridge PR 2669, issue 3399",
@@ -390,13 +393,13 @@ def host_paced(ctx: Context) -> bool:
 
 
 def contradicted(ctx: Context) -> dict[str, dict[int, Contradiction]]:
-    """Per kind, the codes a ``Contradiction`` disputes for ``ctx`` (its preset, a MoE model, host-paced), each
-    with the contradiction."""
+    """Per kind, the codes a ``Contradiction`` disputes for ``ctx`` (its GPU, a MoE model, host-paced), each with
+    the contradiction."""
     out: dict[str, dict[int, Contradiction]] = {}
     if not ctx.model.is_moe:
         return out
     for c in CONTRADICTIONS:
-        if c.preset == ctx.hardware.name and host_paced(ctx):
+        if c.gpu == ctx.hardware.gpu.name and host_paced(ctx):
             for kind, code in c.features:
                 out.setdefault(kind, {})[code] = c
     return out
