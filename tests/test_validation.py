@@ -93,6 +93,44 @@ def test_each_generation_meets_the_bar(result, gen):
     assert st["max_abs_error_pct"] == max(abs(r["error_pct"]) for r in rows)
 
 
+# Every row in the bar beyond issue 17's maxima (dense 12 %, MoE 20 %), with the bound it must not grow past: the ten
+# rows of docs/cost-model.md §10.8, each needing a measurement nobody has published (what each needs is there).
+BEYOND_DENSE_MAX: dict[str, float] = {
+    "MLPERF-v5.1-Cisco-hpf_n16-H100-llama31_8b": 34.0,  # a per-step cost at one micro-batch a step (test_cisco_rows)
+    "MLPERF-v5.1-Cisco-hpf_n8-H100-llama31_8b": 21.5,
+    "MLM-README-H100-1.7B": 22.0,  # micro-batch, VPP, recomputation unpublished (Megatron-LM #1571, #1031)
+    "MLM-README-H100-7.1B": 20.0,
+    "MLM-README-H100-119B": 20.0,
+    "MLM-README-H100-177B": 13.5,
+    "MLPERF-v5.1-HPE-XD670-H200-n8-llama31_8b": 14.0,  # H200 carries H100's fit
+    "NEMODOC-25.02-B200-Llama3-8B-n8": 14.0,  # OPEN_MISSES above
+    "DGXC-v24.11.1-H100-GPT3-175B-fp8-n1024": 13.5,  # 6.72 s between 6.44 s and 6.24 s of the same software
+}
+BEYOND_MOE_MAX: dict[str, float] = {"MB-26.02-B300-GPTOSS120B-64": 34.0}  # all-to-all at half the 800G line rate
+
+
+def test_the_rows_beyond_issue_17s_maxima_are_the_ten_named(result):
+    # dense: predicted/published - 1 in each row's metric; MoE: tokens/s per GPU (validate_moe)
+    from planner.fidelity.validate import validate_moe
+
+    for rows, bar, named in (
+        (result["runs"], 12.0, BEYOND_DENSE_MAX),
+        (validate_moe()["runs"], 20.0, BEYOND_MOE_MAX),
+    ):
+        beyond = {r["id"]: abs(r["error_pct"]) for r in rows if r["in_bar"] and abs(r["error_pct"]) > bar}
+        assert set(beyond) == set(named), sorted(beyond)
+        for rid, err in beyond.items():
+            assert err <= named[rid], (rid, err)
+    # the bars the issue sets that are met: dense median 3 %, MoE median 6 %, the runs of 8,192 GPUs or more 6 %
+    dense = [abs(r["error_pct"]) for r in result["runs"] if r["in_bar"]]
+    assert np.median(dense) <= 3.0
+    moe = [abs(r["error_pct"]) for r in validate_moe()["runs"] if r["in_bar"]]
+    assert np.median(moe) <= 6.0
+    gpus = {r.id: r.request.get("gpus", 0) for r in load_runs()}
+    big = [abs(r["error_pct"]) for r in result["runs"] if r["in_bar"] and gpus.get(r["id"], 0) >= 8192]
+    assert len(big) == 7 and max(big) <= 6.0
+
+
 def test_nemo1_distributed_fused_adam_runs_are_back_in_the_bar(result):
     # MLPerf GPT-3 under NeMo 1 syncs with Apex's DistributedFusedAdam in 200 MB buckets, without SHARP,
     # the DP communicator at 8 CTAs (presets/reference/dp_sync_runs.csv): modelled, so fitted; at 10,752
