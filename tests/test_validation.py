@@ -113,10 +113,7 @@ def test_the_rows_beyond_issue_17s_maxima_are_the_ten_named(result):
     # dense: predicted/published - 1 in each row's metric; MoE: tokens/s per GPU (validate_moe)
     from planner.fidelity.validate import validate_moe
 
-    for rows, bar, named in (
-        (result["runs"], 12.0, BEYOND_DENSE_MAX),
-        (validate_moe()["runs"], 20.0, BEYOND_MOE_MAX),
-    ):
+    for rows, bar, named in ((result["runs"], 12.0, BEYOND_DENSE_MAX), (validate_moe()["runs"], 20.0, BEYOND_MOE_MAX)):
         beyond = {r["id"]: abs(r["error_pct"]) for r in rows if r["in_bar"] and abs(r["error_pct"]) > bar}
         assert set(beyond) == set(named), sorted(beyond)
         for rid, err in beyond.items():
