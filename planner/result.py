@@ -28,6 +28,7 @@ from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
 from planner.errors import PlannerError
 from planner.fidelity.evidence import PlanEvidence, band_frac, band_parts, band_rows, evidence_json, plan_evidence
+from planner.fidelity.published import published_json, published_runs
 from planner.hardware.spec import GIB
 from planner.models.params import megatron_count_gaps, padded_vocab, param_counts
 from planner.models.pipeline_layout import stage_contents
@@ -122,6 +123,7 @@ class Shared:
         self._bands: dict[int, tuple] = {}
         self._fixed: dict[int, tuple] = {}
         self._params: dict[int, tuple] = {}
+        self._published: dict[tuple, tuple] = {}
 
     def formulas(self, ctx: Context, plan: ParallelPlan) -> dict:
         """``formulas(ctx, plan)``, what it reads of the context alone computed once per context."""
@@ -148,6 +150,13 @@ class Shared:
         if held is None:
             held = self._params[id(model)] = (model, model_params(model))
         return dict(held[1])
+
+    def published(self, ctx: Context, gpus: int) -> tuple:
+        """``published_runs(ctx, gpus)``, looked up once per context and GPU count."""
+        held = self._published.get((id(ctx), gpus))
+        if held is None:
+            held = self._published[(id(ctx), gpus)] = (ctx, published_runs(ctx, gpus))
+        return held[1]
 
     def band(self, ctx: Context, gpus: int, plan: ParallelPlan, i: int) -> tuple:
         """``plan_band`` of row i: the ε of every row of the grid computed at once (once per context)."""
@@ -192,6 +201,9 @@ def plan_json(
         "model_spec": shared.dump(ctx.model),
         "model_params": shared.params(ctx.model),
     }
+    # the setup's published runs and this plan's estimate against the fastest (planner.fidelity.published)
+    if (pub := published_json(shared.published(ctx, gpus), estimate["tokens_per_s"] / gpus)) is not None:
+        out["published"] = pub
     if (ub := userbuffers_json(ctx, plan)) is not None:  # with --tp-comm-overlap-cfg: the config this plan runs
         out["userbuffers"] = ub
     if ev.stages is not None:

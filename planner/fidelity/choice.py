@@ -111,20 +111,28 @@ def published_tokens_per_gpu(run: Run) -> float:
 
 
 def setup_key(run: Run) -> tuple:
-    """The setup a published throughput compares within: the model, the hardware preset, the GPU count, the
-    global batch, the sequence and the precision (BF16, or FP8 / FP4 with its recipe), and token drop's
-    capacity factor (a dropping run does other work) - everything a user asks for, nothing of the plan."""
+    """The setup a published throughput compares within (``planner.fidelity.published.setup_key``): the model, the
+    hardware preset, the GPU count, the global batch, the sequence and the precision (BF16, or FP8 / FP4 with its
+    recipe), and token drop's capacity factor (a dropping run does other work) - everything a user asks for, nothing
+    of the plan."""
+    from planner.fidelity.published import setup_key as key
+
     q = run.request
     o = q.get("options", {})
     model = q["model"] if isinstance(q["model"], str) else q["model"].name
-    if o.get("fp8"):
-        precision = ("fp8", str(o.get("fp8_recipe", "delayed")))
-    elif o.get("fp4"):
-        precision = ("fp4", str(o.get("fp4_recipe", "nvfp4")))
-    else:
-        precision = (str(q.get("precision", "bf16")),)
-    cf = o.get("moe_capacity_factor")
-    return (model, run.hardware, q["gpus"], q["global_batch"], q["seq_len"], precision, cf)
+    return key(
+        model,
+        run.hardware,
+        q["gpus"],
+        q["global_batch"],
+        q["seq_len"],
+        str(q.get("precision", "bf16")),
+        bool(o.get("fp8")),
+        o.get("fp8_recipe", "delayed"),
+        bool(o.get("fp4")),
+        o.get("fp4_recipe", "nvfp4"),
+        o.get("moe_capacity_factor"),
+    )
 
 
 @functools.lru_cache(maxsize=1)

@@ -7,6 +7,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.padding import Padding
 from rich.text import Text
 
+from planner.fidelity.published import published_text
 from planner.report import memory as memory_report
 from planner.report.layout import KEEP, Column, FittedTable, plain_table, plan_text, table_width, tokens_text
 from planner.report.wrap import NBSP, Hanging, command_words
@@ -177,6 +178,9 @@ def verdict(pj: dict, note: str | None = None, read: bool = False) -> Hanging:
         out.append("runs  ", "bold")
         out.append_text(memory_report.evidence_text(pj))
         out.append("\n")
+    if pj.get("published"):  # what was measured for this setup, and this plan against its fastest
+        out.append("setup ", "bold")
+        out.append(published_text(pj["published"]) + "\n")
     out.append("memory", "bold")
     out.append(f" {_largest(est['memory'], MEMORY_TERMS, 'GiB', '.1f')} GiB of {peak:.1f}\n")
     out.append("time  ", "bold")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from planner.fidelity.published import published_text
 from planner.plan import plan_label_legend
 from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
 from planner.report.memory import evidence_text
@@ -216,6 +217,8 @@ def compare_view(cmp: dict, names: tuple[str, str] = ("A", "B")) -> Group:
             head.append("   runs ")
             head.append_text(runs)
             head.append("\n")
+        if pj.get("published"):  # the setup's published runs, and this plan against the fastest (explain's setup line)
+            head.append(f"   setup {published_text(pj['published'], name)}\n")
     head.append(
         "green: better on that line, red: worse; yellow: a plan field that differs; left out: what applies to "
         "neither plan or is 0 in both (--json has every row)",

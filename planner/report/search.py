@@ -4,6 +4,7 @@ table fits any terminal and a new column is one more entry in ``SEARCH_COLUMNS``
 from __future__ import annotations
 
 from planner.errors import counted
+from planner.fidelity.published import published_text
 from planner.plan import plan_label_legend
 from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
 from planner.report.memory import band_text, evidence_cell, ranking_headline, tie_cell, ties_footnote
@@ -62,6 +63,8 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
     rejected = ", ".join(f"{name}: {count:,}" for name, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     tokens = tokens_text(result.plans[0]["estimate"].get("train_tokens", 300e9))
     labels = " ".join(map(plan_text, result.plans))
+    if pub := result.plans[0].get("published"):  # the footer names the setup's fastest published plan too
+        labels += " " + pub["fastest_plan"]
     legend = plan_label_legend(labels)  # the codes the plans shown use
     if "rc-mlp" in labels.split() and no_dense(ctx):  # its rows repeat the rows without it (ux15)
         legend += f". {mlp_recompute_note(ctx.model.name)}"
@@ -88,7 +91,9 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
         rest = f"{cmfu}{peak}{days}. "
         rest += "Each plan's explain and export command lines are in --json."
         headline = ranking_headline(result, shown)
-        return (f"{headline}\n" if headline else "") + foot + rest + (f"\n{ties}" if ties else "")
+        pub = result.plans[0].get("published")  # what was measured for this setup, and #1 against its fastest
+        published = f"{published_text(pub, '#1')}.\n" if pub else ""
+        return (f"{headline}\n" if headline else "") + published + foot + rest + (f"\n{ties}" if ties else "")
 
     title = search_title(ctx, gpus)
     return FittedTable(search_columns(capacity), result.plans, title, gaps, footer=footer, elsewhere=CSV_TOO)

@@ -1,0 +1,113 @@
+"""What was measured for the setup a user asks about: the reference runs of the same model, hardware preset, GPU count,
+global batch, sequence, precision (with its FP8/FP4 recipe) and token-drop capacity factor - everything a user
+chooses, nothing of the plan (``setup_key``; validate --choice's "best published" compares within the same setup).
+A search or an explain of such a setup says how many runs were published for it, the fastest and its plan, and what
+the plan at hand is estimated at against that fastest: a claim the model makes beside a number somebody measured
+(docs/cost-model.md §10.7).
+
+A search reads the table scripts/published_setups.py wrote (``planner.fidelity.published_setups``), not the
+reference runs (building them takes half a second); tests/test_published_setups.py checks it equals the live set.
+A setup matches only with the model the runs priced (its parameter count: a user's edited copy of a preset under
+the preset's name does not match) and the hardware preset's GPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.plan import Context
+
+
+def setup_key(
+    model: str,
+    hardware: str,
+    gpus: int,
+    global_batch: int,
+    seq_len: int,
+    precision: str,
+    fp8: bool,
+    fp8_recipe: str | None,
+    fp4: bool,
+    fp4_recipe: str | None,
+    capacity_factor: float | None,
+) -> tuple:
+    """The setup a published throughput compares within: (model, hardware preset, GPUs, global batch, sequence,
+    precision, capacity factor), the precision ("bf16",), ("fp8", recipe) or ("fp4", recipe)."""
+    if fp8:
+        prec = ("fp8", str(fp8_recipe or "delayed"))
+    elif fp4:
+        prec = ("fp4", str(fp4_recipe or "nvfp4"))
+    else:
+        prec = (str(precision),)
+    return (model, hardware, int(gpus), int(global_batch), int(seq_len), prec, capacity_factor)
+
+
+def context_setup_key(ctx: Context, gpus: int) -> tuple:
+    """``setup_key`` of a search's or an explain's context on ``gpus`` GPUs."""
+    o, tr = ctx.options, ctx.training
+    return setup_key(
+        ctx.model.name,
+        ctx.hardware.name,
+        gpus,
+        tr.global_batch,
+        tr.seq_len,
+        tr.precision.value,
+        o.fp8 is not None,
+        o.fp8_recipe.value,
+        o.fp4 is not None,
+        o.fp4_recipe.value,
+        o.moe_capacity_factor,
+    )
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """One published run of a setup: its throughput in tokens/s per GPU, its id in presets/reference, its plan as
+    search labels plans, the model's total parameters it priced and the GPU it ran on."""
+
+    tokens_per_gpu: float
+    run_id: str
+    plan: str
+    model_params: int
+    gpu: str
+
+
+def published_runs(ctx: Context, gpus: int) -> tuple[PublishedRun, ...]:
+    """The published runs of the context's setup, fastest first; none unless the model has the parameters the runs
+    priced and the hardware the runs' GPU."""
+    from planner.fidelity.published_setups import PUBLISHED
+    from planner.result import model_params
+
+    rows = PUBLISHED.get(context_setup_key(ctx, gpus), ())
+    if not rows:
+        return ()
+    total = model_params(ctx.model)["total"]
+    runs = (PublishedRun(*row) for row in rows)
+    return tuple(r for r in runs if r.model_params == total and r.gpu == ctx.hardware.gpu.name)
+
+
+def published_json(runs: tuple[PublishedRun, ...], tokens_per_gpu: float) -> dict | None:
+    """The plan JSON's ``published``: the setup's published runs (how many, the fastest, its plan) and the plan's
+    estimate against the fastest, claim = estimate / fastest − 1 (None without a run)."""
+    if not runs:
+        return None
+    best = runs[0]
+    return {
+        "runs": len(runs),
+        "fastest_tokens_per_gpu": best.tokens_per_gpu,
+        "fastest_id": best.run_id,
+        "fastest_plan": best.plan,
+        "estimate_tokens_per_gpu": tokens_per_gpu,
+        "claim_pct": 100.0 * (tokens_per_gpu / best.tokens_per_gpu - 1.0),
+        "ids": [r.run_id for r in runs],
+    }
+
+
+def published_text(pub: dict, who: str = "this plan") -> str:
+    """One sentence: what was published for the setup and ``who`` against its fastest."""
+    runs = "1 published run" if pub["runs"] == 1 else f"{pub['runs']} published runs"
+    fastest = "" if pub["runs"] == 1 else "the fastest "
+    best = f"{pub['fastest_tokens_per_gpu']:,.0f} tokens/s per GPU ({pub['fastest_id']}: {pub['fastest_plan']})"
+    return (
+        f"{runs} of this setup (model, GPUs, batch, sequence, precision): {fastest}{best}; {who} is estimated at "
+        f"{pub['estimate_tokens_per_gpu']:,.0f} ({pub['claim_pct']:+.1f} %)"
+    )

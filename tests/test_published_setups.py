@@ -1,0 +1,103 @@
+"""What was published for a user's setup (planner.fidelity.published): the table a search reads, the key a user's
+context makes, and what search and explain print."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from planner import api
+from planner.fidelity.choice import setup_key
+from planner.fidelity.moe_runs import load_moe_runs
+from planner.fidelity.published import context_setup_key, published_runs
+from planner.fidelity.published_setups import PUBLISHED
+from planner.fidelity.runs import load_runs
+from planner.fidelity.validate import prepared
+
+from conftest import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+GPT_OSS_H100 = ("--model", "gpt-oss-120b", "--hardware", "dgx-h100-superpod", "--gpus", "64")
+RECIPE = (*GPT_OSS_H100, "--global-batch", "1280", "--seq-len", "4096")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("published_setups_script", ROOT / "scripts" / "published_setups.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_table_a_search_reads_equals_the_reference_runs():
+    assert _script().live_table() == PUBLISHED, "run python scripts/published_setups.py"
+
+
+def test_a_user_context_makes_the_key_its_runs_were_filed_under():
+    # every run in the table: the context validate prices it with gives the same setup key as the run's request, so
+    # a user asking for that model, hardware, GPUs, batch, sequence and precision finds it
+    runs = {r.id: r for r in [*load_runs(), *load_moe_runs()]}
+    for key, rows in PUBLISHED.items():
+        for row in rows:
+            run = runs[row[1]]
+            assert setup_key(run) == key
+            assert context_setup_key(prepared(run).ctx, run.request["gpus"]) == key, row[1]
+
+
+def test_gpt_oss_on_64_h100_by_hand():
+    # Megatron-Bridge's GPT-OSS-120B BF16 recipe on 64 H100 (GBS 1280, seq 4096): four tables, 26.02 the fastest
+    # (5,993 tokens/s per GPU), all TP1 PP4 EP8 b1 with the alltoall dispatcher
+    result = run_cli(["explain", *RECIPE, "--json"])
+    assert result.exit_code == 0, result.output
+    pj = json.loads(result.stdout)
+    pub = pj["published"]
+    assert pub["runs"] == 4 and pub["fastest_tokens_per_gpu"] == 5993.0
+    assert pub["fastest_id"] == "MB-26.02-H100-GPTOSS120B-64"
+    assert pub["fastest_plan"] == "TP1 PP4 DP16 EP8 ETP1 b1 · DO rc-ln+moeact alltoall"
+    assert pub["ids"] == [
+        "MB-26.02-H100-GPTOSS120B-64",
+        "MB-26.02.01-H100-GPTOSS120B-64",
+        "MB-26.04.01-H100-GPTOSS120B-64",
+        "MB-26.04-H100-GPTOSS120B-64",
+    ]
+    # the plan's estimate per GPU against the fastest: tokens/s / 64 / 5,993 - 1
+    per_gpu = pj["estimate"]["tokens_per_s"] / 64
+    assert pub["estimate_tokens_per_gpu"] == pytest.approx(per_gpu)
+    assert pub["claim_pct"] == pytest.approx(100 * (per_gpu / 5993 - 1))
+
+
+def test_another_setup_or_an_edited_model_finds_nothing(tmp_path):
+    # FP8 is another setup (no FP8 GPT-OSS run on H100), so is another batch; a copy of the preset under its own
+    # name with one layer fewer is another model (the runs priced 116.8 B parameters)
+    ask = dict(model="gpt-oss-120b", hardware="dgx-h100-superpod", gpus=64, seq_len=4096)
+    assert len(published_runs(api.make_request(**ask, global_batch=1280).ctx, 64)) == 4
+    assert published_runs(api.make_request(**ask, global_batch=640).ctx, 64) == ()
+    for args in ([*RECIPE, "--fp8", "e4m3"], [*GPT_OSS_H100, "--global-batch", "640", "--seq-len", "4096"]):
+        result = run_cli(["explain", *args, "--json"])
+        assert result.exit_code == 0, result.output
+        assert "published" not in json.loads(result.stdout)
+    text = (ROOT / "presets" / "models" / "gpt-oss-120b.yaml").read_text()
+    assert "num_layers: 36 " in text
+    edited = tmp_path / "gpt-oss-120b.yaml"
+    edited.write_text(text.replace("num_layers: 36 ", "num_layers: 35 "))
+    result = run_cli(["explain", "--model", str(edited), *RECIPE[2:], "--json"])
+    assert result.exit_code == 0, result.output
+    pj = json.loads(result.stdout)
+    assert pj["model"] == "gpt-oss-120b" and pj["model_spec"]["num_layers"] == 35 and "published" not in pj
+
+
+def test_search_and_explain_say_it():
+    result = run_cli(["search", *RECIPE], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    said = "4 published runs of this setup (model, GPUs, batch, sequence, precision): the fastest 5,993 tokens/s"
+    assert said in flat
+    assert "(MB-26.02-H100-GPTOSS120B-64: TP1 PP4 DP16 EP8 ETP1 b1 · DO rc-ln+moeact alltoall); #1 is estimated" in flat
+    assert "rc-mlp etc.: selective of other modules" in flat  # the legend names its codes (rc-ln+moeact)
+    result = run_cli(["explain", *RECIPE, "--brief"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "\nsetup 4 published runs of this setup" in result.output
+    assert all(len(line) <= 80 for line in result.output.splitlines())
+    # no run of the README's setup (GPT-3 175B on 1,024 A100 at batch 1,536): no such line
+    result = run_cli(["search", "--model", "gpt3-175b", "--gpus", "1024"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0 and "of this setup" not in result.output
