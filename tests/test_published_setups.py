@@ -101,3 +101,18 @@ def test_search_and_explain_say_it():
     # no run of the README's setup (GPT-3 175B on 1,024 A100 at batch 1,536): no such line
     result = run_cli(["search", "--model", "gpt3-175b", "--gpus", "1024"], env={"COLUMNS": "120"})
     assert result.exit_code == 0 and "of this setup" not in result.output
+
+
+def test_the_slurm_script_says_it_to_whoever_submits_it(tmp_path):
+    out = tmp_path / "run.sbatch"
+    result = run_cli(["export", *RECIPE, "--format", "slurm", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    head = " ".join(line.lstrip("# ").strip() for line in out.read_text().splitlines()[1:5])
+    assert head.startswith(
+        "NOTE: 4 published runs of this setup (model, GPUs, batch, sequence, precision): the fastest"
+    )
+    assert "(MB-26.02-H100-GPTOSS120B-64: TP1 PP4 DP16 EP8 ETP1 b1 · DO rc-ln+moeact alltoall); this plan is" in head
+    # the script still reads back to the plan it was written for
+    back = run_cli(["explain", "--megatron-args-file", str(out), *RECIPE[:4], "--json"])
+    assert back.exit_code == 0, back.output
+    assert json.loads(back.stdout)["published"]["fastest_id"] == "MB-26.02-H100-GPTOSS120B-64"

@@ -589,9 +589,11 @@ def readback_args(
     return args + (["--expandable-segments"] if flags_only and req.ctx.options.expandable_segments else [])
 
 
-def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | None, refs: dict) -> str:
-    """The script's first lines: what it launches, the plan's label, what its flags cannot say, how to read it
-    back, and the #SBATCH directives."""
+def _sbatch_header(
+    req: PlanRequest, nodes: int, per_node: int, warning: str | None, refs: dict, iteration_s: float | None = None
+) -> str:
+    """The script's first lines: what it launches, the plan's label, what its flags cannot say, what was published
+    for its setup against the plan's estimate (``iteration_s``), how to read it back, and the #SBATCH directives."""
     label = plan_label(
         req.plan.model_dump(mode="json"), moe=req.ctx.model.is_moe, options=req.ctx.options.model_dump(mode="json")
     )
@@ -607,6 +609,7 @@ def _sbatch_header(req: PlanRequest, nodes: int, per_node: int, warning: str | N
             _comment(f"- {shlex.join(restore) + ': ' if restore else ''}{why}") for restore, why in unwritten
         )
     warn += "".join(_comment(f"CAUTION: {line}") for line in contradiction_notes(req))
+    warn += "".join(_comment(f"NOTE: {line}") for line in published_notes(req, iteration_s))
     model = "".join(_comment(f"NOTE: not in any Megatron-LM flag: {note}") for note in model_notes(req))
     split = (
         f" ({nodes} nodes of {per_node}: torchrun starts as many on every node)"
@@ -650,6 +653,18 @@ def contradiction_notes(req: PlanRequest) -> list[str]:
         miss = held_out_miss(group[0])
         out.append(f"{names}: {contradiction_text(group)}; the runs that used them ran slower than estimated ({miss})")
     return out
+
+
+def published_notes(req: PlanRequest, iteration_s: float | None) -> list[str]:
+    """What was published for the plan's setup (``planner.fidelity.published``) and the plan's estimate against the
+    fastest, for the person who submits the script; nothing without runs or an estimate."""
+    from planner.fidelity.published import published_json, published_runs, published_text
+
+    tr = req.ctx.training
+    if not iteration_s or not (runs := published_runs(req.ctx, req.gpus)):
+        return []
+    per_gpu = tr.global_batch * tr.seq_len / iteration_s / req.gpus
+    return [published_text(published_json(runs, per_gpu))]
 
 
 def _segment_lines(req: PlanRequest, nodes: int) -> str:
@@ -744,7 +759,9 @@ def slurm_script(
         else "iterations between checkpoints"
     )
     return (
-        _sbatch_header(req, nodes, per_node, warning, {"model_ref": model_ref, "hardware_ref": hardware_ref})
+        _sbatch_header(
+            req, nodes, per_node, warning, {"model_ref": model_ref, "hardware_ref": hardware_ref}, iteration_s
+        )
         + f"""
 set -euo pipefail
 {env}
