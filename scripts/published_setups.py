@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Write planner/fidelity/published_setups.py: per setup (``planner.fidelity.published.setup_key``: model, hardware
 preset, GPUs, global batch, sequence, precision, capacity factor), every reference run that published a throughput
-for it, fastest first: tokens/s per GPU, the run's id, its plan as search labels plans, the model's total parameters
-and the GPU (``planner.fidelity.published``). A search reads the written table instead of building every reference
-run (half a second a process). Run it after the reference runs or the presets they name change;
-tests/test_published_setups.py checks the file equals the live table.
+for it, fastest first: tokens/s per GPU, the run's id, its plan as search labels plans (and its CUDA graphs), the
+model's total parameters and the GPU (``planner.fidelity.published``). A search reads the written table instead of
+building every reference run (half a second a process). Run it after the reference runs or the presets they name
+change; tests/test_published_setups.py checks the file equals the live table.
 Usage: python scripts/published_setups.py
 """
 
@@ -30,6 +30,7 @@ def live_table() -> dict[tuple, tuple[tuple, ...]]:
     the run published, as ``planner.plan.plan_label`` writes it), model parameters and GPU."""
     from planner.fidelity.choice import published_by_setup
     from planner.fidelity.moe_runs import load_moe_runs
+    from planner.fidelity.published import graphs_word
     from planner.fidelity.runs import load_runs
     from planner.fidelity.validate import prepared
     from planner.plan import plan_label
@@ -41,11 +42,11 @@ def live_table() -> dict[tuple, tuple[tuple, ...]]:
         rows = []
         for value, rid in measured:
             req = prepared(runs[rid])
-            label = plan_label(
-                req.plan.model_dump(mode="json"),
-                moe=req.ctx.model.is_moe,
-                options=req.ctx.options.model_dump(mode="json"),
-            )
+            o = req.ctx.options
+            par, moe = req.plan.model_dump(mode="json"), req.ctx.model.is_moe
+            label = plan_label(par, moe=moe, options=o.model_dump(mode="json"))
+            graphs = graphs_word(o.cuda_graph_impl.value, tuple(m.value for m in o.cuda_graph_modules))
+            label += f" · {graphs}" if graphs else ""
             rows.append((round(value, 1), rid, label, model_params(req.ctx.model)["total"], req.ctx.hardware.gpu.name))
         out[key] = tuple(sorted(rows, key=lambda row: (-row[0], row[1])))
     return dict(sorted(out.items(), key=lambda kv: repr(kv[0])))

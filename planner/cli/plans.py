@@ -455,6 +455,10 @@ def export(fmt: str, output: str | None, overwrite: bool, force: bool, **kw) -> 
         if fmt == "flags":
             _environment_notes(req)
         _unwritten_notes(req, fmt, kw, output)
+    if pj.get("published") and fmt not in ("slurm", "json"):  # the Slurm header and the JSON carry it themselves
+        from planner.fidelity.published import published_text
+
+        click.echo(f"megaplan: note: {published_text(pj['published'])}", err=True)
     if output is None:
         click.echo(text, nl=False)
         return

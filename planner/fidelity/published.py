@@ -59,10 +59,23 @@ def context_setup_key(ctx: Context, gpus: int) -> tuple:
     )
 
 
+def graphs_word(impl: str, modules: tuple[str, ...] = ()) -> str:
+    """The CUDA graphs a published run captured, which its plan label does not show and which can move a run by tens
+    of percent (a host-bound MoE step): "" without, else "CUDA graphs: full iteration", "CUDA graphs: TE attn,
+    moe_router" (--cuda-graph-impl transformer_engine with its --cuda-graph-modules) or "CUDA graphs: local"."""
+    if impl == "none":
+        return ""
+    if impl == "full_iteration":
+        return "CUDA graphs: full iteration"
+    name = {"transformer_engine": "TE", "local": "local"}.get(impl, impl)
+    return f"CUDA graphs: {name}" + (f" {','.join(modules)}" if modules else "")
+
+
 @dataclass(frozen=True)
 class PublishedRun:
     """One published run of a setup: its throughput in tokens/s per GPU, its id in presets/reference, its plan as
-    search labels plans, the model's total parameters it priced and the GPU it ran on."""
+    search labels plans (with its CUDA graphs, ``graphs_word``), the model's total parameters it priced and the GPU
+    it ran on."""
 
     tokens_per_gpu: float
     run_id: str
