@@ -10,7 +10,7 @@ import pytest
 from planner import api
 from planner.fidelity.choice import setup_key
 from planner.fidelity.moe_runs import load_moe_runs
-from planner.fidelity.published import context_setup_key, graphs_word, published_runs
+from planner.fidelity.published import context_setup_key, graphs_word, nearby_setups, published_runs
 from planner.fidelity.published_setups import PUBLISHED
 from planner.fidelity.runs import load_runs
 from planner.fidelity.validate import prepared
@@ -135,3 +135,22 @@ def test_a_published_plan_names_its_cuda_graphs():
         "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep+ov · CUDA graphs: full iteration",
     )
     assert rows["MB-26.04.01-B300-QWEN3-30B-8"][2].endswith("hybridep · CUDA graphs: TE moe_router,moe_preprocess")
+
+
+def test_runs_of_the_model_on_these_gpus_at_other_setups_are_pointed_to():
+    # Llama 3.1 405B on 1,024 H100 at the preset's batch (2,048 × 8,192: no run) - four setups were published on
+    # those GPUs: DGX Cloud's batch 512 in BF16 and FP8 delayed, Megatron-Bridge's 512 and 1,536 in FP8 tensorwise
+    req = api.make_request(model="llama3.1-405b", hardware="dgx-h100-superpod", gpus=1024)
+    assert published_runs(req.ctx, 1024) == ()
+    assert nearby_setups(req.ctx, 1024) == [
+        "batch 512 × 8,192, bf16",
+        "batch 512 × 8,192, fp8 delayed",
+        "batch 512 × 8,192, fp8 tensorwise",
+        "batch 1,536 × 8,192, fp8 tensorwise",
+    ]
+    assert nearby_setups(api.make_request(model="llama3.1-405b", hardware="dgx-h100-superpod", gpus=512).ctx, 512)
+    at_run = api.make_request(model="llama3.1-405b", hardware="dgx-h100-superpod", gpus=1024, global_batch=512)
+    assert nearby_setups(at_run.ctx, 1024) == []  # its own setup has runs: nothing to point to
+    result = run_cli(["search", "--model", "llama3.1-405b", "--hardware", "dgx-h100-superpod", "--gpus", "1024"])
+    flat = " ".join(result.output.split())
+    assert "Published runs of llama3.1-405b on 1,024 GPUs of dgx-h100-superpod are of other setups: batch 512" in flat

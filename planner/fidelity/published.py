@@ -124,3 +124,24 @@ def published_text(pub: dict, who: str = "this plan") -> str:
         f"{runs} of this setup (model, GPUs, batch, sequence, precision): {fastest}{best}; {who} is estimated at "
         f"{pub['estimate_tokens_per_gpu']:,.0f} ({pub['claim_pct']:+.1f} %)"
     )
+
+
+def nearby_setups(ctx: Context, gpus: int) -> list[str]:
+    """Where the context's own setup has no published run: the other setups of the same model (its parameters) on
+    the same GPU count of the same hardware preset that have one, each as "batch B × s, precision" (the batches,
+    sequences and precisions to ask for to see them), fewest words first; [] when the setup has runs or none is
+    near."""
+    from planner.fidelity.published_setups import PUBLISHED
+    from planner.result import model_params
+
+    own = context_setup_key(ctx, gpus)
+    if own in PUBLISHED:
+        return []
+    total = model_params(ctx.model)["total"]
+    out = []
+    for key, rows in PUBLISHED.items():
+        if key[:3] != own[:3] or not any(r[3] == total and r[4] == ctx.hardware.gpu.name for r in rows):
+            continue
+        precision = " ".join(key[5]) + (f", capacity factor {key[6]:g}" if key[6] is not None else "")
+        out.append(f"batch {key[3]:,} × {key[4]:,}, {precision}")
+    return sorted(out, key=lambda text: (len(text), text))

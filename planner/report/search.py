@@ -4,7 +4,7 @@ table fits any terminal and a new column is one more entry in ``SEARCH_COLUMNS``
 from __future__ import annotations
 
 from planner.errors import counted
-from planner.fidelity.published import published_text
+from planner.fidelity.published import nearby_setups, published_text
 from planner.plan import plan_label_legend
 from planner.report.layout import CSV_TOO, KEEP, Column, FittedTable, plan_text, tokens_text
 from planner.report.memory import band_text, evidence_cell, ranking_headline, tie_cell, ties_footnote
@@ -93,6 +93,11 @@ def search_view(result, ctx, gpus: int) -> FittedTable:
         headline = ranking_headline(result, shown)
         pub = result.plans[0].get("published")  # what was measured for this setup, and #1 against its fastest
         published = f"{published_text(pub, '#1')}.\n" if pub else ""
+        if not pub and (near := nearby_setups(ctx, gpus)):  # runs of this model on these GPUs, asked for otherwise
+            published = (
+                f"Published runs of {ctx.model.name} on {gpus:,} GPUs of {ctx.hardware.name} are of other setups: "
+                f"{'; '.join(near)} (--global-batch, --seq-len, --fp8/--fp8-recipe to see them beside #1).\n"
+            )
         return (f"{headline}\n" if headline else "") + published + foot + rest + (f"\n{ties}" if ties else "")
 
     title = search_title(ctx, gpus)
