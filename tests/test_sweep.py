@@ -181,3 +181,18 @@ def test_min_gpus_small_model_below_one_node():
     fit = min_gpus(api.make_request(model="gpt-1.7b").ctx)
     assert fit.sizes[0]["gpus"] == 1
     assert [s["gpus"] for s in fit.sizes][1:] == [8, 16, 24]
+
+
+def test_sweep_and_smallest_cluster_titles_name_the_precision_as_search_does():
+    # the three titles share one description of the setup (report.search.setup_words): sweep's and --min-gpus's
+    # said "bf16" for an FP8 run before
+    from conftest import run_cli
+
+    args = ["--model", "gpt3-175b", "--hardware", "dgx-h100-superpod", "--global-batch", "256", "--fp8", "hybrid"]
+    setup = "global batch 256 × seq 2048, bf16, FP8, flash attention"
+    sweep_out = run_cli(["sweep", *args, "--gpus", "128,256"], env={"COLUMNS": "120"})
+    assert sweep_out.exit_code == 0 and sweep_out.output.startswith(f"gpt3-175b on dgx-h100-superpod: {setup}\n")
+    fit = run_cli(["search", *args, "--min-gpus"], env={"COLUMNS": "120"})
+    assert fit.exit_code == 0 and fit.output.startswith(f"Smallest cluster for gpt3-175b on dgx-h100-superpod: {setup}")
+    search = run_cli(["search", *args, "--gpus", "128"], env={"COLUMNS": "120"})
+    assert search.exit_code == 0 and search.output.startswith(f"gpt3-175b on 128 GPUs of dgx-h100-superpod: {setup}")

@@ -165,6 +165,7 @@ def _note_unused(kw: dict, ctx: api.Context) -> None:
 
 def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
     from planner.report import runs as report_run
+    from planner.report.search import setup_words
     from planner.runs.min_gpus import min_gpus
 
     with progress("finding the smallest cluster") as step:
@@ -180,12 +181,7 @@ def _min_gpus(req: api.PlanRequest, pins, kw: dict) -> None:
         return click.echo(search_csv(plans), nl=False)
     ctx = req.ctx
     console().print(
-        report_run.fit_view(
-            fit,
-            f"Smallest cluster for {ctx.model.name} on {ctx.hardware.name}: global batch "
-            f"{ctx.training.global_batch} × seq {ctx.training.seq_len}, {ctx.precision}, "
-            f"{ctx.options.attention_kernel.value} attention",
-        )
+        report_run.fit_view(fit, f"Smallest cluster for {ctx.model.name} on {ctx.hardware.name}: {setup_words(ctx)}")
     )
 
 
@@ -217,6 +213,7 @@ def sweep(
     """
     from planner.report import figures as plots
     from planner.report import runs as report_run
+    from planner.report.search import setup_words
     from planner.runs.sweep import parse_gpu_sizes, repeated_sizes
     from planner.runs.sweep import sweep as run_sweep
 
@@ -240,10 +237,7 @@ def sweep(
         if row["plan"]:
             row["plan"]["commands"] = commands(row["plan"], kw["model"], kw["hardware"])
     ctx = req.ctx
-    title = (
-        f"{ctx.model.name} on {ctx.hardware.name}: global batch {ctx.training.global_batch} × seq "
-        f"{ctx.training.seq_len}, {ctx.precision}, {ctx.options.attention_kernel.value} attention"
-    )
+    title = f"{ctx.model.name} on {ctx.hardware.name}: {setup_words(ctx)}"
     if as_json:
         echo_json(result)
     elif as_csv:

@@ -39,7 +39,9 @@ def search_columns(capacity_gib: float) -> list[Column]:
     ]
 
 
-def search_title(ctx, gpus: int) -> str:
+def setup_words(ctx) -> str:
+    """The setup a title names after the model, GPUs and hardware: global batch × sequence, precision (FP8, its
+    BF16 end layers and MXFP8 output layer, NVFP4) and attention (in FP8 where it runs so)."""
     tr, opt = ctx.training, ctx.options
     fp8 = ", FP8" if opt.fp8 else ""
     if any(opt.bf16_end_layers):
@@ -50,10 +52,11 @@ def search_title(ctx, gpus: int) -> str:
     attention = f"{opt.attention_kernel.value} attention"
     if opt.quantised and opt.fp8_dot_product_attention:
         attention += " in " + ("MXFP8" if opt.fp8 and opt.fp8_recipe.value == "mxfp8" else "FP8")
-    return (
-        f"{ctx.model.name} on {gpus:,} GPUs of {ctx.hardware.name}: global batch {tr.global_batch} × seq "
-        f"{tr.seq_len}, {tr.precision.value}{fp8}{fp4}, {attention}"
-    )
+    return f"global batch {tr.global_batch} × seq {tr.seq_len}, {tr.precision.value}{fp8}{fp4}, {attention}"
+
+
+def search_title(ctx, gpus: int) -> str:
+    return f"{ctx.model.name} on {gpus:,} GPUs of {ctx.hardware.name}: {setup_words(ctx)}"
 
 
 def search_view(result, ctx, gpus: int) -> FittedTable:
