@@ -154,3 +154,22 @@ def test_runs_of_the_model_on_these_gpus_at_other_setups_are_pointed_to():
     result = run_cli(["search", "--model", "llama3.1-405b", "--hardware", "dgx-h100-superpod", "--gpus", "1024"])
     flat = " ".join(result.output.split())
     assert "Published runs of llama3.1-405b on 1,024 GPUs of dgx-h100-superpod are of other setups: batch 512" in flat
+
+
+def test_sweep_marks_the_sizes_with_published_runs():
+    # DGX Cloud's Llama 3.1 405B FP8 (delayed) at batch 512 ran on 1,024 H100 (330 tokens/s per GPU at best); the
+    # same batch on 512 and 2,048 GPUs has no run
+    args = ["--model", "llama3.1-405b", "--hardware", "dgx-h100-superpod", "--global-batch", "512", "--fp8", "hybrid"]
+    result = run_cli(["sweep", *args, "--gpus", "512,1024,2048", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["gpus"]: r["plan"].get("published") for r in json.loads(result.stdout)["rows"]}
+    assert rows[512] is None and rows[2048] is None
+    assert rows[1024]["fastest_tokens_per_gpu"] == max(r[0] for r in PUBLISHED[rows_key(1024)])
+    text = run_cli(["sweep", *args, "--gpus", "512,1024,2048"], env={"COLUMNS": "140"}).output
+    line = next(t for t in text.splitlines() if t.startswith("1,024"))
+    assert line.rstrip().endswith(f"{rows[1024]['fastest_tokens_per_gpu']:,.0f} ({rows[1024]['claim_pct']:+.1f} %)")
+    assert "published = the fastest published tokens/s per GPU of that size's setup" in " ".join(text.split())
+
+
+def rows_key(gpus: int) -> tuple:
+    return ("llama3.1-405b", "dgx-h100-superpod", gpus, 512, 8192, ("fp8", "delayed"), None)

@@ -48,7 +48,15 @@ def sweep_columns(result: dict) -> list[Column]:
     ]
     if any(r["plan"] and r["plan"]["estimate"].get("cost") is not None for r in result["rows"]):
         cols.append(Column("cost", _sweep_est("cost", ",.0f"), 5))
+    if any(r["plan"] and r["plan"].get("published") for r in result["rows"]):  # sizes NVIDIA (or MLPerf) measured
+        cols.append(Column("published", _published_cell, 4))
     return cols
+
+
+def _published_cell(r: dict) -> str:
+    """The fastest published tokens/s per GPU of the size's setup, and #1's estimate against it ("5,993 (+24.5 %)")."""
+    pub = r["plan"].get("published") if r["plan"] else None
+    return f"{pub['fastest_tokens_per_gpu']:,.0f} ({pub['claim_pct']:+.1f} %)" if pub else ""
 
 
 def _labels(rows: list[dict]) -> str:
@@ -66,6 +74,11 @@ def sweep_view(result: dict, title: str) -> Group:
         f"TFLOP/s and MFU count model FLOPs, attention over the whole s² (cMFU: causal "
         f"attention halved, Megatron-LM's and Megatron-Bridge's MFU). {plan_label_legend(_labels(rows))}."
     ]
+    if any(r["plan"].get("published") for r in rows):
+        foot.append(
+            "published = the fastest published tokens/s per GPU of that size's setup (model, GPUs, batch, sequence, "
+            "precision) and #1's estimate against it; explain names the run and its plan"
+        )
     foot += [f"{r['gpus']:,} GPUs: no plan: {r['no_plan']}" for r in failed]
     return Group(FittedTable(sweep_columns(result), rows, title, elsewhere=CSV_TOO), Text("\n".join(foot), style="dim"))
 
