@@ -202,7 +202,8 @@ def plan_json(
         "model_params": shared.params(ctx.model),
     }
     # the setup's published runs and this plan's estimate against the fastest (planner.fidelity.published)
-    if (pub := published_json(shared.published(ctx, gpus), estimate["tokens_per_s"] / gpus)) is not None:
+    imbalance = ctx.options.moe_load_imbalance if ctx.model.is_moe else None
+    if (pub := published_json(shared.published(ctx, gpus), estimate["tokens_per_s"] / gpus, imbalance)) is not None:
         out["published"] = pub
     if (ub := userbuffers_json(ctx, plan)) is not None:  # with --tp-comm-overlap-cfg: the config this plan runs
         out["userbuffers"] = ub

@@ -2,9 +2,10 @@
 """Write planner/fidelity/published_setups.py: per setup (``planner.fidelity.published.setup_key``: model, hardware
 preset, GPUs, global batch, sequence, precision, capacity factor), every reference run that published a throughput
 for it, fastest first: tokens/s per GPU, the run's id, its plan as search labels plans (and its CUDA graphs), the
-model's total parameters and the GPU (``planner.fidelity.published``). A search reads the written table instead of
-building every reference run (half a second a process). Run it after the reference runs or the presets they name
-change; tests/test_published_setups.py checks the file equals the live table.
+model's total parameters, the GPU and a MoE run's expert load imbalance (``planner.fidelity.published``). A search
+reads the written table instead of building every reference run (half a second a process). Run it after the
+reference runs or the presets they name change; tests/test_published_setups.py checks the file equals the live
+table.
 Usage: python scripts/published_setups.py
 """
 
@@ -18,7 +19,7 @@ TARGET = Path(__file__).resolve().parent.parent / "planner" / "fidelity" / "publ
 HEADER = '''"""Written by scripts/published_setups.py (do not edit by hand): per setup
 (``planner.fidelity.published.setup_key``: model, hardware preset, GPUs, global batch, sequence, precision, capacity
 factor), every reference run that published a throughput for it, fastest first: (tokens/s per GPU, run id, plan
-label, the model's total parameters, GPU name).
+label, the model's total parameters, GPU name, a MoE run's load imbalance: 1.0 where the tables force-balance).
 tests/test_published_setups.py checks this table equals the live one."""
 
 PUBLISHED = {
@@ -47,7 +48,9 @@ def live_table() -> dict[tuple, tuple[tuple, ...]]:
             label = plan_label(par, moe=moe, options=o.model_dump(mode="json"))
             graphs = graphs_word(o.cuda_graph_impl.value, tuple(m.value for m in o.cuda_graph_modules))
             label += f" · {graphs}" if graphs else ""
-            rows.append((round(value, 1), rid, label, model_params(req.ctx.model)["total"], req.ctx.hardware.gpu.name))
+            imbalance = o.moe_load_imbalance if req.ctx.model.is_moe else None  # the tables force-balance MoE routing
+            params, gpu = model_params(req.ctx.model)["total"], req.ctx.hardware.gpu.name
+            rows.append((round(value, 1), rid, label, params, gpu, imbalance))
         out[key] = tuple(sorted(rows, key=lambda row: (-row[0], row[1])))
     return dict(sorted(out.items(), key=lambda kv: repr(kv[0])))
 

@@ -64,6 +64,10 @@ def test_gpt_oss_on_64_h100_by_hand():
     per_gpu = pj["estimate"]["tokens_per_s"] / 64
     assert pub["estimate_tokens_per_gpu"] == pytest.approx(per_gpu)
     assert pub["claim_pct"] == pytest.approx(100 * (per_gpu / 5993 - 1))
+    # the tables force-balance MoE routing (imbalance 1.0); the plan is priced at the default busiest expert 1.1
+    assert (pub["fastest_load_imbalance"], pub["plan_load_imbalance"]) == (1.0, 1.1)
+    balanced = run_cli(["explain", *RECIPE, "--moe-load-imbalance", "1.0", "--json"])
+    assert "fastest_load_imbalance" not in json.loads(balanced.stdout)["published"]
 
 
 def test_another_setup_or_an_edited_model_finds_nothing(tmp_path):
@@ -97,6 +101,7 @@ def test_search_and_explain_say_it():
     result = run_cli(["explain", *RECIPE, "--brief"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "\nsetup 4 published runs of this setup" in result.output
+    assert "routing force-balanced, busiest expert 1 × the mean; this estimate 1.1 ×" in " ".join(result.output.split())
     assert all(len(line) <= 80 for line in result.output.splitlines())
     # no run of the README's setup (GPT-3 175B on 1,024 A100 at batch 1,536): no such line
     result = run_cli(["search", "--model", "gpt3-175b", "--gpus", "1024"], env={"COLUMNS": "120"})

@@ -74,14 +74,16 @@ def graphs_word(impl: str, modules: tuple[str, ...] = ()) -> str:
 @dataclass(frozen=True)
 class PublishedRun:
     """One published run of a setup: its throughput in tokens/s per GPU, its id in presets/reference, its plan as
-    search labels plans (with its CUDA graphs, ``graphs_word``), the model's total parameters it priced and the GPU
-    it ran on."""
+    search labels plans (with its CUDA graphs, ``graphs_word``), the model's total parameters it priced, the GPU
+    it ran on, and a MoE run's expert load imbalance (Megatron-Bridge's and NeMo's MoE benchmarks force-balance the
+    routing, their tables' footnote: 1.0)."""
 
     tokens_per_gpu: float
     run_id: str
     plan: str
     model_params: int
     gpu: str
+    load_imbalance: float | None = None  # a MoE run's busiest expert / the mean: 1.0 where its table force-balanced
 
 
 def published_runs(ctx: Context, gpus: int) -> tuple[PublishedRun, ...]:
@@ -98,12 +100,19 @@ def published_runs(ctx: Context, gpus: int) -> tuple[PublishedRun, ...]:
     return tuple(r for r in runs if r.model_params == total and r.gpu == ctx.hardware.gpu.name)
 
 
-def published_json(runs: tuple[PublishedRun, ...], tokens_per_gpu: float) -> dict | None:
+def published_json(
+    runs: tuple[PublishedRun, ...], tokens_per_gpu: float, load_imbalance: float | None = None
+) -> dict | None:
     """The plan JSON's ``published``: the setup's published runs (how many, the fastest, its plan) and the plan's
-    estimate against the fastest, claim = estimate / fastest − 1 (None without a run)."""
+    estimate against the fastest, claim = estimate / fastest − 1 (None without a run); with a MoE plan's
+    ``load_imbalance``, the fastest run's beside it where they differ (a force-balanced benchmark against a plan
+    priced with real routing's busiest expert)."""
     if not runs:
         return None
     best = runs[0]
+    balance = {}
+    if load_imbalance is not None and best.load_imbalance is not None and best.load_imbalance != load_imbalance:
+        balance = {"fastest_load_imbalance": best.load_imbalance, "plan_load_imbalance": load_imbalance}
     return {
         "runs": len(runs),
         "fastest_tokens_per_gpu": best.tokens_per_gpu,
@@ -112,6 +121,7 @@ def published_json(runs: tuple[PublishedRun, ...], tokens_per_gpu: float) -> dic
         "estimate_tokens_per_gpu": tokens_per_gpu,
         "claim_pct": 100.0 * (tokens_per_gpu / best.tokens_per_gpu - 1.0),
         "ids": [r.run_id for r in runs],
+        **balance,
     }
 
 
@@ -120,9 +130,15 @@ def published_text(pub: dict, who: str = "this plan") -> str:
     runs = "1 published run" if pub["runs"] == 1 else f"{pub['runs']} published runs"
     fastest = "" if pub["runs"] == 1 else "the fastest "
     best = f"{pub['fastest_tokens_per_gpu']:,.0f} tokens/s per GPU ({pub['fastest_id']}: {pub['fastest_plan']})"
+    balance = ""
+    if "fastest_load_imbalance" in pub:
+        balance = (
+            f" (that run's routing force-balanced, busiest expert {pub['fastest_load_imbalance']:g} × the mean; "
+            f"this estimate {pub['plan_load_imbalance']:g} ×, --moe-load-imbalance)"
+        )
     return (
         f"{runs} of this setup (model, GPUs, batch, sequence, precision): {fastest}{best}; {who} is estimated at "
-        f"{pub['estimate_tokens_per_gpu']:,.0f} ({pub['claim_pct']:+.1f} %)"
+        f"{pub['estimate_tokens_per_gpu']:,.0f} ({pub['claim_pct']:+.1f} %){balance}"
     )
 
 

@@ -1,7 +1,7 @@
 """Written by scripts/published_setups.py (do not edit by hand): per setup
 (``planner.fidelity.published.setup_key``: model, hardware preset, GPUs, global batch, sequence, precision, capacity
 factor), every reference run that published a throughput for it, fastest first: (tokens/s per GPU, run id, plan
-label, the model's total parameters, GPU name).
+label, the model's total parameters, GPU name, a MoE run's load imbalance: 1.0 where the tables force-balance).
 tests/test_published_setups.py checks this table equals the live one."""
 
 PUBLISHED = {
@@ -20,6 +20,7 @@ PUBLISHED = {
             "TP4 PP8 DP4 CP2 b1 V8 · SP DO acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     (
@@ -37,6 +38,7 @@ PUBLISHED = {
             "TP4 PP8 DP7 CP2 b1 V8 · SP DO acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     (
@@ -54,6 +56,7 @@ PUBLISHED = {
             "TP8 PP8 DP16 CP2 b1 V8 · SP DO acc-emb+loss",
             402724438016,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -71,6 +74,7 @@ PUBLISHED = {
             "TP8 PP8 DP19 CP2 b1 V8 · SP DO acc-emb+loss",
             402724438016,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -88,6 +92,7 @@ PUBLISHED = {
             "TP8 PP8 DP20 CP2 b1 V8 · SP DO acc-emb+loss",
             402724438016,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -105,6 +110,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 CP2 b1 V8 · SP DO acc-emb+loss",
             402724438016,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -122,6 +128,7 @@ PUBLISHED = {
             "TP8 PP8 DP64 CP2 b1 V8 · SP DO acc-emb+loss",
             402724438016,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -139,6 +146,7 @@ PUBLISHED = {
             "TP4 PP8 DP16 CP2 b1 V8 · SP DO acc-emb+loss",
             402724438016,
             "H200-SXM-141GB",
+            None,
         ),
     ),
     (
@@ -156,6 +164,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss",
             402724438016,
             "H200-SXM-141GB",
+            None,
         ),
     ),
     (
@@ -173,6 +182,7 @@ PUBLISHED = {
             "TP4 PP8 DP16 CP2 b1 V8 · SP DO acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     (
@@ -190,6 +200,7 @@ PUBLISHED = {
             "TP4 PP8 DP24 CP2 b1 V8 · SP DO acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     (
@@ -207,6 +218,7 @@ PUBLISHED = {
             "TP4 PP8 DP32 CP2 b1 V8 · SP DO acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     (
@@ -224,6 +236,7 @@ PUBLISHED = {
             "TP4 PP8 DP39 CP2 b1 V8 · SP DO acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     (
@@ -241,6 +254,7 @@ PUBLISHED = {
             "TP4 PP8 DP4 CP2 b1 V8 · SP DO acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     (
@@ -258,6 +272,7 @@ PUBLISHED = {
             "TP4 PP8 DP40 CP2 b1 V8 · SP DO no-tpo acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     (
@@ -275,6 +290,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 CP2 b1 V8 · SP DO no-tpo acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     (
@@ -292,6 +308,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             737.7,
@@ -299,6 +316,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     (
@@ -316,6 +334,7 @@ PUBLISHED = {
             "TP4 PP8 DP80 CP2 b1 V8 · SP DO no-tpo acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     (
@@ -333,6 +352,7 @@ PUBLISHED = {
             "TP2 PP8 DP16 CP2 b1 V8 · SP DO no-tpo acc-emb+loss · CUDA graphs: full iteration",
             402724438016,
             "B300-in-GB300-288GB",
+            None,
         ),
     ),
     ("deepseek-v3", "dgx-b200-superpod", 256, 2048, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -342,6 +362,7 @@ PUBLISHED = {
             "TP1 PP16 DP16 EP8 ETP1 b1 · DO rc-mlaup alltoall layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B200-SXM-180GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "dgx-b200-superpod", 256, 4096, 4096, ("fp8", "mxfp8"), None): (
@@ -351,6 +372,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP32 ETP1 b1 V2 · DO rc-mlaup+mlp deepep+ov layout Et*4|(t*4|)*14tmL · CUDA graphs: TE attn,moe_router,moe_preprocess",
             682636472320,
             "B200-SXM-180GB",
+            1.0,
         ),
         (
             2790.0,
@@ -358,6 +380,7 @@ PUBLISHED = {
             "TP1 PP16 DP16 EP8 ETP1 b1 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B200-SXM-180GB",
+            1.0,
         ),
         (
             2689.0,
@@ -365,6 +388,7 @@ PUBLISHED = {
             "TP1 PP16 DP16 EP8 ETP1 b1 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B200-SXM-180GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "dgx-b300-superpod", 256, 4096, 4096, ("fp8", "mxfp8"), None): (
@@ -374,6 +398,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP8 ETP1 b2 · DO rc-mlaup hybridep layout Et*8|(t*8|)*6t*5mL · CUDA graphs: TE attn,moe_router,moe_preprocess",
             682636472320,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             3456.0,
@@ -381,6 +406,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP8 ETP1 b2 · DO rc-mlaup hybridep layout Et*8|(t*8|)*6t*5mL · CUDA graphs: TE attn,moe_router,moe_preprocess",
             682636472320,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             3131.0,
@@ -388,6 +414,7 @@ PUBLISHED = {
             "TP1 PP16 DP16 EP8 ETP1 b1 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             3099.0,
@@ -395,6 +422,7 @@ PUBLISHED = {
             "TP1 PP16 DP16 EP8 ETP1 b1 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             2983.0,
@@ -402,6 +430,7 @@ PUBLISHED = {
             "TP1 PP16 DP16 EP8 ETP1 b1 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B300-SXM-270GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "dgx-h100-superpod", 1024, 16384, 4096, ("bf16",), None): (
@@ -411,6 +440,7 @@ PUBLISHED = {
             "TP2 PP8 DP64 EP64 ETP1 b1 V4 · SP DO no-tpo rc-mlaup+mlp hybridep layout Et|(tt|)*30mL",
             682636472320,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "dgx-h100-superpod", 1024, 8192, 4096, ("bf16",), 1.0): (
@@ -420,6 +450,7 @@ PUBLISHED = {
             "TP2 PP16 DP32 EP64 ETP1 b1 · SP DO no-tpo rc-mlaup alltoall layout Et*3|(t*4|)*14t*2mL",
             682636472320,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "dgx-h100-superpod", 1024, 8192, 4096, ("bf16",), None): (
@@ -429,6 +460,7 @@ PUBLISHED = {
             "TP1 PP8 DP128 EP64 ETP1 b1 V2 · DO rc-mlaup+mlp+moe deepep layout Et*4|(t*4|)*14tmL",
             682636472320,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "dgx-h100-superpod", 1024, 8192, 4096, ("fp8", "tensorwise"), None): (
@@ -438,6 +470,7 @@ PUBLISHED = {
             "TP2 PP8 DP64 EP64 ETP1 b1 V4 · SP DO no-tpo rc-mlaup+mlp deepep+ov layout Et|(tt|)*30mL",
             682636472320,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "dgx-h100-superpod", 512, 4096, 4096, ("bf16",), 1.0): (
@@ -447,6 +480,7 @@ PUBLISHED = {
             "TP2 PP8 DP32 EP64 ETP1 b1 · SP DO no-tpo rc-mlaup alltoall layout Et*7|(t*8|)*6t*6mL",
             682636472320,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "gb200-nvl72", 128, 1024, 4096, ("bf16",), 1.0): (
@@ -456,6 +490,7 @@ PUBLISHED = {
             "TP2 PP4 DP16 EP32 ETP1 b1 · SP DO no-tpo rc-sel alltoall layout Et*15|(t*16|)*2t*14mL",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "gb200-nvl72", 256, 2048, 4096, ("bf16",), 1.0): (
@@ -465,6 +500,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP64 ETP1 b1 V4 · DO rc-mlaup alltoall layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             958.3,
@@ -472,6 +508,7 @@ PUBLISHED = {
             "TP2 PP4 DP32 EP64 ETP1 b1 · SP DO no-tpo rc-sel alltoall layout Et*15|(t*16|)*2t*14mL",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "gb200-nvl72", 256, 2048, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -481,6 +518,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP64 ETP1 b1 V4 · DO rc-mlaup alltoall layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "gb200-nvl72", 256, 4096, 4096, ("fp8", "mxfp8"), None): (
@@ -490,6 +528,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP64 ETP1 b1 V4 · DO rc-mlaup hybridep+ov layout Et*4|(t*4|)*14tmL · CUDA graphs: full iteration",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             4928.0,
@@ -497,6 +536,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP64 ETP1 b1 V4 · DO rc-mlaup hybridep+ov layout Et*4|(t*4|)*14tmL · CUDA graphs: full iteration",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             4912.0,
@@ -504,6 +544,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP64 ETP1 b1 V4 · DO rc-mlaup hybridep+ov layout Et*4|(t*4|)*14tmL · CUDA graphs: full iteration",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             4734.9,
@@ -511,6 +552,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP64 ETP1 b1 V4 · DO rc-mlaup hybridep+ov layout Et*4|(t*4|)*14tmL · CUDA graphs: full iteration",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             4256.0,
@@ -518,6 +560,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP64 ETP1 b1 V4 · DO rc-mlp hybridep layout Et*4|(t*4|)*14tmL · CUDA graphs: TE attn,moe_router,moe_preprocess",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             4193.0,
@@ -525,6 +568,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP64 ETP1 b1 V4 · DO rc-mlp hybridep layout Et*4|(t*4|)*14tmL · CUDA graphs: TE attn,moe_router,moe_preprocess",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             4021.0,
@@ -532,6 +576,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP64 ETP1 b1 V4 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL · CUDA graphs: TE attn,moe_router,moe_preprocess",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             3955.0,
@@ -539,6 +584,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP64 ETP1 b1 V4 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL · CUDA graphs: TE attn,moe_router,moe_preprocess",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "gb200-nvl72", 512, 4096, 4096, ("bf16",), 1.0): (
@@ -548,6 +594,7 @@ PUBLISHED = {
             "TP2 PP4 DP64 EP64 ETP1 b1 · SP DO no-tpo rc-sel alltoall layout Et*15|(t*16|)*2t*14mL",
             682636472320,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "gb300-nvl72", 256, 15360, 4096, ("fp8", "mxfp8"), None): (
@@ -557,6 +604,7 @@ PUBLISHED = {
             "TP1 PP2 DP128 EP32 ETP1 b1 V8 · DO hybridep+ov layout Et*4|(t*4|)*14tmL · CUDA graphs: full iteration",
             682636472320,
             "B300-in-GB300-288GB",
+            1.0,
         ),
     ),
     ("deepseek-v3", "gb300-nvl72", 256, 4096, 4096, ("fp8", "mxfp8"), None): (
@@ -566,6 +614,7 @@ PUBLISHED = {
             "TP1 PP2 DP128 EP32 ETP1 b1 V8 · DO hybridep+ov layout Et*4|(t*4|)*14tmL · CUDA graphs: full iteration",
             682636472320,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             6304.0,
@@ -573,6 +622,7 @@ PUBLISHED = {
             "TP1 PP2 DP128 EP32 ETP1 b1 V8 · DO hybridep+ov layout Et*4|(t*4|)*14tmL · CUDA graphs: full iteration",
             682636472320,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             6288.0,
@@ -580,6 +630,7 @@ PUBLISHED = {
             "TP1 PP2 DP128 EP32 ETP1 b1 V8 · DO hybridep+ov layout Et*4|(t*4|)*14tmL · CUDA graphs: full iteration",
             682636472320,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             6143.6,
@@ -587,6 +638,7 @@ PUBLISHED = {
             "TP1 PP2 DP128 EP32 ETP1 b1 V8 · DO hybridep+ov layout Et*4|(t*4|)*14tmL · CUDA graphs: full iteration",
             682636472320,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             4992.0,
@@ -594,6 +646,7 @@ PUBLISHED = {
             "TP1 PP2 DP128 EP32 ETP1 b2 V8 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             4965.0,
@@ -601,6 +654,7 @@ PUBLISHED = {
             "TP1 PP2 DP128 EP32 ETP1 b2 V8 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             4691.0,
@@ -608,6 +662,7 @@ PUBLISHED = {
             "TP1 PP2 DP128 EP32 ETP1 b2 V8 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             4612.0,
@@ -615,19 +670,27 @@ PUBLISHED = {
             "TP1 PP2 DP128 EP32 ETP1 b2 V8 · DO rc-mlaup hybridep layout Et*4|(t*4|)*14tmL",
             682636472320,
             "B300-in-GB300-288GB",
+            1.0,
         ),
     ),
     ("gpt-1t", "dgx-a100-superpod", 512, 512, 2048, ("bf16",), None): (
-        (28.6, "K22-T5-1T-selSP", "TP8 PP64 DP1 b1 · SP no-ogr no-tpo rc-sel", 1008014617600, "A100-SXM4-80GB"),
-        (21.7, "K22-T5-1T-full", "TP8 PP64 DP1 b1 · no-ogr rc-full", 1008014617600, "A100-SXM4-80GB"),
+        (28.6, "K22-T5-1T-selSP", "TP8 PP64 DP1 b1 · SP no-ogr no-tpo rc-sel", 1008014617600, "A100-SXM4-80GB", None),
+        (21.7, "K22-T5-1T-full", "TP8 PP64 DP1 b1 · no-ogr rc-full", 1008014617600, "A100-SXM4-80GB", None),
     ),
     ("gpt-22b", "dgx-a100-superpod", 8, 4, 2048, ("bf16",), None): (
-        (930.9, "K22-T5-22B-selSP", "TP8 PP1 DP1 b4 · SP no-ogr no-tpo rc-sel", 22068480000, "A100-SXM4-80GB"),
-        (721.1, "K22-T5-22B-full", "TP8 PP1 DP1 b4 · no-ogr rc-full", 22068480000, "A100-SXM4-80GB"),
+        (930.9, "K22-T5-22B-selSP", "TP8 PP1 DP1 b4 · SP no-ogr no-tpo rc-sel", 22068480000, "A100-SXM4-80GB", None),
+        (721.1, "K22-T5-22B-full", "TP8 PP1 DP1 b4 · no-ogr rc-full", 22068480000, "A100-SXM4-80GB", None),
     ),
     ("gpt-530b", "dgx-a100-superpod", 280, 280, 2048, ("bf16",), None): (
-        (54.1, "K22-T5-530B-selSP", "TP8 PP35 DP1 b1 V3 · SP no-ogr no-tpo rc-sel", 529581506560, "A100-SXM4-80GB"),
-        (41.8, "K22-T5-530B-full", "TP8 PP35 DP1 b1 V3 · no-ogr rc-full", 529581506560, "A100-SXM4-80GB"),
+        (
+            54.1,
+            "K22-T5-530B-selSP",
+            "TP8 PP35 DP1 b1 V3 · SP no-ogr no-tpo rc-sel",
+            529581506560,
+            "A100-SXM4-80GB",
+            None,
+        ),
+        (41.8, "K22-T5-530B-full", "TP8 PP35 DP1 b1 V3 · no-ogr rc-full", 529581506560, "A100-SXM4-80GB", None),
     ),
     ("gpt-oss-120b", "dgx-b200-superpod", 64, 1280, 4096, ("bf16",), None): (
         (
@@ -636,6 +699,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP8 ETP1 b4 · DO rc-ln+moeact hybridep",
             116829156672,
             "B200-SXM-180GB",
+            1.0,
         ),
         (
             13568.0,
@@ -643,6 +707,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP8 ETP1 b4 · DO rc-ln+moeact alltoall",
             116829156672,
             "B200-SXM-180GB",
+            1.0,
         ),
         (
             13045.0,
@@ -650,6 +715,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP8 ETP1 b4 · DO rc-ln+moeact hybridep",
             116829156672,
             "B200-SXM-180GB",
+            1.0,
         ),
         (
             8047.0,
@@ -657,6 +723,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO rc-ln+moeact alltoall",
             116829156672,
             "B200-SXM-180GB",
+            1.0,
         ),
     ),
     ("gpt-oss-120b", "dgx-b300-superpod", 64, 1280, 4096, ("bf16",), None): (
@@ -666,6 +733,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             116829156672,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             15114.0,
@@ -673,6 +741,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             116829156672,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             15031.0,
@@ -680,6 +749,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             116829156672,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             8359.0,
@@ -687,6 +757,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO alltoall · CUDA graphs: TE attn,moe_router,moe_preprocess",
             116829156672,
             "B300-SXM-270GB",
+            1.0,
         ),
     ),
     ("gpt-oss-120b", "dgx-b300-superpod", 64, 1280, 4096, ("fp8", "mxfp8"), None): (
@@ -696,6 +767,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             116829156672,
             "B300-SXM-270GB",
+            1.0,
         ),
     ),
     ("gpt-oss-120b", "dgx-h100-superpod", 64, 1280, 4096, ("bf16",), None): (
@@ -705,6 +777,7 @@ PUBLISHED = {
             "TP1 PP4 DP16 EP8 ETP1 b1 · DO rc-ln+moeact alltoall",
             116829156672,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             5984.0,
@@ -712,6 +785,7 @@ PUBLISHED = {
             "TP1 PP4 DP16 EP8 ETP1 b1 · DO rc-ln+moeact alltoall",
             116829156672,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             5824.0,
@@ -719,6 +793,7 @@ PUBLISHED = {
             "TP1 PP4 DP16 EP8 ETP1 b1 · DO rc-ln+moeact alltoall",
             116829156672,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             5810.0,
@@ -726,6 +801,7 @@ PUBLISHED = {
             "TP1 PP4 DP16 EP8 ETP1 b1 · DO rc-ln+moeact alltoall",
             116829156672,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("gpt-oss-120b", "gb200-nvl72", 64, 1280, 4096, ("bf16",), None): (
@@ -735,6 +811,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO rc-ln+moeact alltoall+ov",
             116829156672,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             16398.3,
@@ -742,6 +819,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO rc-ln+moeact alltoall+ov",
             116829156672,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             15938.0,
@@ -749,6 +827,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO rc-ln+moeact hybridep+ov",
             116829156672,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             15784.0,
@@ -756,6 +835,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO rc-ln+moeact alltoall",
             116829156672,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             15754.0,
@@ -763,6 +843,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO rc-ln+moeact hybridep+ov",
             116829156672,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("gpt-oss-120b", "gb200-nvl72", 64, 1280, 4096, ("fp8", "mxfp8"), None): (
@@ -772,6 +853,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             116829156672,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             28672.0,
@@ -779,6 +861,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             116829156672,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             18304.0,
@@ -786,6 +869,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             116829156672,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("gpt-oss-120b", "gb300-nvl72", 64, 1280, 4096, ("bf16",), None): (
@@ -795,6 +879,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO alltoall · CUDA graphs: TE attn,moe_router,moe_preprocess",
             116829156672,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             19366.0,
@@ -802,6 +887,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO alltoall · CUDA graphs: TE attn,moe_router,moe_preprocess",
             116829156672,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             19275.0,
@@ -809,6 +895,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO alltoall · CUDA graphs: TE attn,moe_router,moe_preprocess",
             116829156672,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             19200.0,
@@ -816,6 +903,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP64 ETP1 b4 · DO alltoall · CUDA graphs: TE attn,moe_router,moe_preprocess",
             116829156672,
             "B300-in-GB300-288GB",
+            1.0,
         ),
     ),
     ("gpt-oss-120b", "gb300-nvl72", 64, 1280, 4096, ("fp8", "mxfp8"), None): (
@@ -825,6 +913,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP16 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             116829156672,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             33024.0,
@@ -832,6 +921,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP16 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             116829156672,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             33017.1,
@@ -839,6 +929,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP16 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             116829156672,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             20288.0,
@@ -846,6 +937,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP16 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             116829156672,
             "B300-in-GB300-288GB",
+            1.0,
         ),
     ),
     (
@@ -863,6 +955,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 b2 V6 · SP DO · CUDA graphs: TE",
             174604259328,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     (
@@ -880,6 +973,7 @@ PUBLISHED = {
             "TP4 PP8 DP320 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -897,6 +991,7 @@ PUBLISHED = {
             "TP4 PP6 DP448 b1 V8 · SP DO · CUDA graphs: TE",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             537.8,
@@ -904,6 +999,7 @@ PUBLISHED = {
             "TP4 PP8 DP336 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             523.0,
@@ -911,6 +1007,7 @@ PUBLISHED = {
             "TP4 PP8 DP336 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -928,6 +1025,7 @@ PUBLISHED = {
             "TP4 PP6 DP484 b1 V8 · SP DO · CUDA graphs: TE",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -945,6 +1043,7 @@ PUBLISHED = {
             "TP4 PP8 DP48 b2 V4 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             646.1,
@@ -952,6 +1051,7 @@ PUBLISHED = {
             "TP4 PP8 DP48 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -963,7 +1063,14 @@ PUBLISHED = {
         ("fp8", "delayed"),
         None,
     ): (
-        (891.7, "MLPERF-v4.1-eos_n32_ngc24.09_nemo-gpt3", "TP4 PP8 DP8 b2 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            891.7,
+            "MLPERF-v4.1-eos_n32_ngc24.09_nemo-gpt3",
+            "TP4 PP8 DP8 b2 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     (
         "gpt3-175b (MLPerf gpt3: dropout 0, LayerNorm-1p)",
@@ -980,6 +1087,7 @@ PUBLISHED = {
             "TP4 PP8 DP96 b2 V4 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -997,6 +1105,7 @@ PUBLISHED = {
             "TP4 PP8 DP112 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -1014,6 +1123,7 @@ PUBLISHED = {
             "TP4 PP8 DP128 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -1025,16 +1135,38 @@ PUBLISHED = {
         ("fp8", "delayed"),
         None,
     ): (
-        (862.7, "MLPERF-v4.1-eos_n64_ngc24.09_nemo-gpt3", "TP4 PP8 DP16 b2 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
-        (770.2, "MLPERF-v4.0-SMC-64xSMC-H100-gpt3", "TP4 PP8 DP16 b2 V12 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            862.7,
+            "MLPERF-v4.1-eos_n64_ngc24.09_nemo-gpt3",
+            "TP4 PP8 DP16 b2 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            770.2,
+            "MLPERF-v4.0-SMC-64xSMC-H100-gpt3",
+            "TP4 PP8 DP16 b2 V12 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             739.9,
             "MLPERF-v3.1-eos_n64_ngc23.09_nemo-gpt3",
             "TP4 PP8 DP16 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
-        (678.5, "MLPERF-v3.0-dgxh100_n64_nemo-gpt3", "TP4 PP8 DP16 b1 V12 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            678.5,
+            "MLPERF-v3.0-dgxh100_n64_nemo-gpt3",
+            "TP4 PP8 DP16 b1 V12 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     (
         "gpt3-175b (MLPerf gpt3: dropout 0, LayerNorm-1p)",
@@ -1045,7 +1177,14 @@ PUBLISHED = {
         ("fp8", "delayed"),
         None,
     ): (
-        (839.2, "MLPERF-v4.0-eos_n64_ngc24.04_nemo-gpt3", "TP4 PP8 DP16 b2 V4 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            839.2,
+            "MLPERF-v4.0-eos_n64_ngc24.04_nemo-gpt3",
+            "TP4 PP8 DP16 b2 V4 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     (
         "gpt3-175b (MLPerf gpt3: dropout 0, LayerNorm-1p)",
@@ -1062,6 +1201,7 @@ PUBLISHED = {
             "TP4 PP8 DP192 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -1079,14 +1219,23 @@ PUBLISHED = {
             "TP4 PP8 DP24 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
-        (675.5, "MLPERF-v3.0-dgxh100_n96_nemo-gpt3", "TP4 PP8 DP24 b1 V12 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            675.5,
+            "MLPERF-v3.0-dgxh100_n96_nemo-gpt3",
+            "TP4 PP8 DP24 b1 V12 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             665.8,
             "MLPERF-v3.0-CoreWeave-coreweave_hgxh100_n96_ngc23.04_pytorch-gpt3",
             "TP4 PP8 DP24 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -1104,6 +1253,7 @@ PUBLISHED = {
             "TP4 PP8 DP256 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     (
@@ -1114,7 +1264,16 @@ PUBLISHED = {
         2048,
         ("fp8", "delayed"),
         None,
-    ): ((1600.0, "NEMODOC-25.02-B200-GPT3-175B-n512", "TP4 PP4 DP32 b2 V6 · SP DO", 174604259328, "B200-SXM-180GB"),),
+    ): (
+        (
+            1600.0,
+            "NEMODOC-25.02-B200-GPT3-175B-n512",
+            "TP4 PP4 DP32 b2 V6 · SP DO",
+            174604259328,
+            "B200-SXM-180GB",
+            None,
+        ),
+    ),
     (
         "gpt3-175b (NeMo 2 GPTConfig175B: dropout 0, zero-centred LayerNorm)",
         "dgx-h100-superpod",
@@ -1123,7 +1282,16 @@ PUBLISHED = {
         2048,
         ("fp8", "delayed"),
         None,
-    ): ((866.0, "NEMODOC-25.02-H100-GPT3-175B-n512", "TP4 PP8 DP16 b2 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),),
+    ): (
+        (
+            866.0,
+            "NEMODOC-25.02-H100-GPT3-175B-n512",
+            "TP4 PP8 DP16 b2 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
+    ),
     (
         "gpt3-175b (NeMo 2 GPTConfig175B: dropout 0, zero-centred LayerNorm)",
         "gb200-nvl72",
@@ -1139,81 +1307,199 @@ PUBLISHED = {
             "TP4 PP4 DP8 b2 V12 · SP DO · CUDA graphs: TE",
             174604259328,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("gpt3-175b", "dgx-a100-superpod", 64, 64, 2048, ("bf16",), None): (
-        (148.9, "K22-T5-175B-selSP", "TP8 PP8 DP1 b1 V3 · SP no-ogr no-tpo rc-sel", 174604259328, "A100-SXM4-80GB"),
-        (113.0, "K22-T5-175B-full", "TP8 PP8 DP1 b1 V3 · no-ogr rc-full", 174604259328, "A100-SXM4-80GB"),
+        (
+            148.9,
+            "K22-T5-175B-selSP",
+            "TP8 PP8 DP1 b1 V3 · SP no-ogr no-tpo rc-sel",
+            174604259328,
+            "A100-SXM4-80GB",
+            None,
+        ),
+        (113.0, "K22-T5-175B-full", "TP8 PP8 DP1 b1 V3 · no-ogr rc-full", 174604259328, "A100-SXM4-80GB", None),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 1024, 2048, 2048, ("bf16",), None): (
-        (484.6, "DGXC-v25.04-H100-GPT3-175B-bf16-n1024", "TP4 PP8 DP32 b1 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            484.6,
+            "DGXC-v25.04-H100-GPT3-175B-bf16-n1024",
+            "TP4 PP8 DP32 b1 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             454.6,
             "DGXC-v24.11.1-H100-GPT3-175B-bf16-n1024",
             "TP4 PP8 DP32 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 1024, 2048, 2048, ("fp8", "delayed"), None): (
-        (703.8, "DGXC-v25.04-H100-GPT3-175B-fp8-n1024", "TP4 PP8 DP32 b1 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            703.8,
+            "DGXC-v25.04-H100-GPT3-175B-fp8-n1024",
+            "TP4 PP8 DP32 b1 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             609.5,
             "DGXC-v24.11.1-H100-GPT3-175B-fp8-n1024",
             "TP4 PP8 DP32 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 128, 256, 2048, ("bf16",), None): (
-        (493.0, "DGXC-v25.04-H100-GPT3-175B-bf16-n128", "TP4 PP8 DP4 b1 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
-        (459.7, "DGXC-v24.11.1-H100-GPT3-175B-bf16-n128", "TP4 PP8 DP4 b1 V12 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            493.0,
+            "DGXC-v25.04-H100-GPT3-175B-bf16-n128",
+            "TP4 PP8 DP4 b1 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            459.7,
+            "DGXC-v24.11.1-H100-GPT3-175B-bf16-n128",
+            "TP4 PP8 DP4 b1 V12 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 128, 256, 2048, ("fp8", "delayed"), None): (
-        (728.0, "DGXC-v25.04-H100-GPT3-175B-fp8-n128", "TP4 PP8 DP4 b1 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
-        (691.9, "DGXC-v24.11.1-H100-GPT3-175B-fp8-n128", "TP4 PP8 DP4 b1 V12 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            728.0,
+            "DGXC-v25.04-H100-GPT3-175B-fp8-n128",
+            "TP4 PP8 DP4 b1 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            691.9,
+            "DGXC-v24.11.1-H100-GPT3-175B-fp8-n128",
+            "TP4 PP8 DP4 b1 V12 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 2048, 4096, 2048, ("bf16",), None): (
-        (482.4, "DGXC-v25.04-H100-GPT3-175B-bf16-n2048", "TP4 PP8 DP64 b1 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            482.4,
+            "DGXC-v25.04-H100-GPT3-175B-bf16-n2048",
+            "TP4 PP8 DP64 b1 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             454.1,
             "DGXC-v24.11.1-H100-GPT3-175B-bf16-n2048",
             "TP4 PP8 DP64 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 2048, 4096, 2048, ("fp8", "delayed"), None): (
-        (687.2, "DGXC-v25.04-H100-GPT3-175B-fp8-n2048", "TP4 PP8 DP64 b1 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            687.2,
+            "DGXC-v25.04-H100-GPT3-175B-fp8-n2048",
+            "TP4 PP8 DP64 b1 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             656.4,
             "DGXC-v24.11.1-H100-GPT3-175B-fp8-n2048",
             "TP4 PP8 DP64 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 256, 512, 2048, ("bf16",), None): (
-        (487.2, "DGXC-v25.04-H100-GPT3-175B-bf16-n256", "TP4 PP8 DP8 b1 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
-        (457.7, "DGXC-v24.11.1-H100-GPT3-175B-bf16-n256", "TP4 PP8 DP8 b1 V12 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            487.2,
+            "DGXC-v25.04-H100-GPT3-175B-bf16-n256",
+            "TP4 PP8 DP8 b1 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            457.7,
+            "DGXC-v24.11.1-H100-GPT3-175B-bf16-n256",
+            "TP4 PP8 DP8 b1 V12 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 256, 512, 2048, ("fp8", "delayed"), None): (
-        (715.5, "DGXC-v25.04-H100-GPT3-175B-fp8-n256", "TP4 PP8 DP8 b1 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
-        (687.2, "DGXC-v24.11.1-H100-GPT3-175B-fp8-n256", "TP4 PP8 DP8 b1 V12 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            715.5,
+            "DGXC-v25.04-H100-GPT3-175B-fp8-n256",
+            "TP4 PP8 DP8 b1 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            687.2,
+            "DGXC-v24.11.1-H100-GPT3-175B-fp8-n256",
+            "TP4 PP8 DP8 b1 V12 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 512, 1024, 2048, ("bf16",), None): (
-        (486.5, "DGXC-v25.04-H100-GPT3-175B-bf16-n512", "TP4 PP8 DP16 b1 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            486.5,
+            "DGXC-v25.04-H100-GPT3-175B-bf16-n512",
+            "TP4 PP8 DP16 b1 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             450.6,
             "DGXC-v24.11.1-H100-GPT3-175B-bf16-n512",
             "TP4 PP8 DP16 b1 V12 · SP DO",
             174604259328,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 512, 1024, 2048, ("fp8", "delayed"), None): (
-        (709.4, "DGXC-v25.04-H100-GPT3-175B-fp8-n512", "TP4 PP8 DP16 b1 V6 · SP DO", 174604259328, "H100-SXM5-80GB"),
-        (636.0, "DGXC-v24.11.1-H100-GPT3-175B-fp8-n512", "TP4 PP8 DP16 b1 V12 · SP DO", 174604259328, "H100-SXM5-80GB"),
+        (
+            709.4,
+            "DGXC-v25.04-H100-GPT3-175B-fp8-n512",
+            "TP4 PP8 DP16 b1 V6 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            636.0,
+            "DGXC-v24.11.1-H100-GPT3-175B-fp8-n512",
+            "TP4 PP8 DP16 b1 V12 · SP DO",
+            174604259328,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 1024, 2048, 8192, ("bf16",), 1.0): (
         (
@@ -1222,6 +1508,7 @@ PUBLISHED = {
             "TP4 PP8 DP16 CP2 EP8 ETP4 b1 V8 · SP DO alltoall",
             316454737920,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 1024, 2048, 8192, ("fp8", "delayed"), 1.0): (
@@ -1231,6 +1518,7 @@ PUBLISHED = {
             "TP4 PP8 DP16 CP2 EP8 ETP4 b1 V8 · SP DO alltoall",
             316454737920,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 2048, 4096, 8192, ("bf16",), 1.0): (
@@ -1240,6 +1528,7 @@ PUBLISHED = {
             "TP4 PP8 DP32 CP2 EP8 ETP4 b1 V8 · SP DO alltoall",
             316454737920,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 2048, 4096, 8192, ("fp8", "delayed"), 1.0): (
@@ -1249,6 +1538,7 @@ PUBLISHED = {
             "TP4 PP8 DP32 CP2 EP8 ETP4 b1 V8 · SP DO alltoall",
             316454737920,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 512, 1024, 8192, ("bf16",), 1.0): (
@@ -1258,6 +1548,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 CP2 EP8 ETP1 b1 V8 · SP DO alltoall",
             316454737920,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             786.6,
@@ -1265,6 +1556,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 CP2 EP8 ETP4 b1 V8 · SP DO alltoall",
             316454737920,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 512, 1024, 8192, ("fp8", "delayed"), 1.0): (
@@ -1274,6 +1566,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 CP2 EP8 ETP1 b1 V8 · SP DO alltoall",
             316454737920,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             981.7,
@@ -1281,6 +1574,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 CP2 EP8 ETP4 b1 V8 · SP DO alltoall",
             316454737920,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 128, 256, 8192, ("bf16",), 1.0): (
@@ -1290,6 +1584,7 @@ PUBLISHED = {
             "TP4 PP1 DP32 EP8 ETP4 b1 · SP DO alltoall · CUDA graphs: local",
             316454737920,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 128, 256, 8192, ("fp8", "delayed"), 1.0): (
@@ -1299,6 +1594,7 @@ PUBLISHED = {
             "TP4 PP1 DP32 EP8 ETP4 b1 · SP DO alltoall · CUDA graphs: local",
             316454737920,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 256, 512, 8192, ("bf16",), 1.0): (
@@ -1308,6 +1604,7 @@ PUBLISHED = {
             "TP4 PP1 DP64 EP8 ETP4 b1 · SP DO alltoall · CUDA graphs: local",
             316454737920,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 256, 512, 8192, ("fp8", "delayed"), 1.0): (
@@ -1317,6 +1614,7 @@ PUBLISHED = {
             "TP4 PP1 DP64 EP8 ETP4 b1 · SP DO alltoall · CUDA graphs: local",
             316454737920,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 512, 1024, 8192, ("bf16",), 1.0): (
@@ -1326,6 +1624,7 @@ PUBLISHED = {
             "TP4 PP1 DP128 EP8 ETP4 b1 · SP DO alltoall · CUDA graphs: local",
             316454737920,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 512, 1024, 8192, ("fp8", "delayed"), 1.0): (
@@ -1335,10 +1634,18 @@ PUBLISHED = {
             "TP4 PP1 DP128 EP8 ETP4 b1 · SP DO alltoall · CUDA graphs: local",
             316454737920,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("llama3-70b", "dgx-b200-superpod", 64, 128, 8192, ("fp8", "delayed"), None): (
-        (3062.0, "NEMODOC-25.02-B200-Llama3-70B-n64", "TP2 PP4 DP4 CP2 b1 V5 · SP DO", 70553706496, "B200-SXM-180GB"),
+        (
+            3062.0,
+            "NEMODOC-25.02-B200-Llama3-70B-n64",
+            "TP2 PP4 DP4 CP2 b1 V5 · SP DO",
+            70553706496,
+            "B200-SXM-180GB",
+            None,
+        ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 1024, 2048, 8192, ("bf16",), None): (
         (
@@ -1347,6 +1654,7 @@ PUBLISHED = {
             "TP4 PP4 DP32 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             1098.1,
@@ -1354,16 +1662,25 @@ PUBLISHED = {
             "TP4 PP4 DP32 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 1024, 2048, 8192, ("fp8", "delayed"), None): (
-        (1625.4, "DGXC-v25.04-H100-Llama3-70B-fp8-n1024", "TP4 PP8 DP32 b1 V5 · SP DO", 70553706496, "H100-SXM5-80GB"),
+        (
+            1625.4,
+            "DGXC-v25.04-H100-Llama3-70B-fp8-n1024",
+            "TP4 PP8 DP32 b1 V5 · SP DO",
+            70553706496,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             1452.5,
             "DGXC-v24.11.1-H100-Llama3-70B-fp8-n1024",
             "TP4 PP4 DP32 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 128, 256, 8192, ("bf16",), None): (
@@ -1373,6 +1690,7 @@ PUBLISHED = {
             "TP4 PP4 DP4 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             1112.3,
@@ -1380,16 +1698,25 @@ PUBLISHED = {
             "TP4 PP4 DP4 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 128, 256, 8192, ("fp8", "delayed"), None): (
-        (1646.6, "DGXC-v25.04-H100-Llama3-70B-fp8-n128", "TP4 PP8 DP4 b1 V5 · SP DO", 70553706496, "H100-SXM5-80GB"),
+        (
+            1646.6,
+            "DGXC-v25.04-H100-Llama3-70B-fp8-n128",
+            "TP4 PP8 DP4 b1 V5 · SP DO",
+            70553706496,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             1499.0,
             "DGXC-v24.11.1-H100-Llama3-70B-fp8-n128",
             "TP4 PP4 DP4 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 2048, 4096, 8192, ("bf16",), None): (
@@ -1399,6 +1726,7 @@ PUBLISHED = {
             "TP4 PP4 DP64 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             1093.7,
@@ -1406,16 +1734,25 @@ PUBLISHED = {
             "TP4 PP4 DP64 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 2048, 4096, 8192, ("fp8", "delayed"), None): (
-        (1614.2, "DGXC-v25.04-H100-Llama3-70B-fp8-n2048", "TP4 PP8 DP64 b1 V5 · SP DO", 70553706496, "H100-SXM5-80GB"),
+        (
+            1614.2,
+            "DGXC-v25.04-H100-Llama3-70B-fp8-n2048",
+            "TP4 PP8 DP64 b1 V5 · SP DO",
+            70553706496,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             1438.5,
             "DGXC-v24.11.1-H100-Llama3-70B-fp8-n2048",
             "TP4 PP4 DP64 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 256, 512, 8192, ("bf16",), None): (
@@ -1425,6 +1762,7 @@ PUBLISHED = {
             "TP4 PP4 DP8 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             1107.0,
@@ -1432,16 +1770,25 @@ PUBLISHED = {
             "TP4 PP4 DP8 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 256, 512, 8192, ("fp8", "delayed"), None): (
-        (1638.4, "DGXC-v25.04-H100-Llama3-70B-fp8-n256", "TP4 PP8 DP8 b1 V5 · SP DO", 70553706496, "H100-SXM5-80GB"),
+        (
+            1638.4,
+            "DGXC-v25.04-H100-Llama3-70B-fp8-n256",
+            "TP4 PP8 DP8 b1 V5 · SP DO",
+            70553706496,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             1468.1,
             "DGXC-v24.11.1-H100-Llama3-70B-fp8-n256",
             "TP4 PP4 DP8 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 512, 1024, 8192, ("bf16",), None): (
@@ -1451,6 +1798,7 @@ PUBLISHED = {
             "TP4 PP4 DP16 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             1100.3,
@@ -1458,16 +1806,25 @@ PUBLISHED = {
             "TP4 PP4 DP16 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 512, 1024, 8192, ("fp8", "delayed"), None): (
-        (1627.0, "DGXC-v25.04-H100-Llama3-70B-fp8-n512", "TP4 PP8 DP16 b1 V5 · SP DO", 70553706496, "H100-SXM5-80GB"),
+        (
+            1627.0,
+            "DGXC-v25.04-H100-Llama3-70B-fp8-n512",
+            "TP4 PP8 DP16 b1 V5 · SP DO",
+            70553706496,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             1465.5,
             "DGXC-v24.11.1-H100-Llama3-70B-fp8-n512",
             "TP4 PP4 DP16 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 64, 128, 8192, ("bf16",), None): (
@@ -1477,6 +1834,7 @@ PUBLISHED = {
             "TP4 PP4 DP2 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             1113.0,
@@ -1484,17 +1842,26 @@ PUBLISHED = {
             "TP4 PP4 DP2 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 64, 128, 8192, ("fp8", "delayed"), None): (
-        (1661.7, "DGXC-v25.04-H100-Llama3-70B-fp8-n64", "TP4 PP8 DP2 b1 V5 · SP DO", 70553706496, "H100-SXM5-80GB"),
-        (1621.0, "MLM-EX-H100-Llama3-70B-fp8-n64", "TP4 PP8 DP2 b1 V5 · SP DO", 70553706496, "H100-SXM5-80GB"),
+        (
+            1661.7,
+            "DGXC-v25.04-H100-Llama3-70B-fp8-n64",
+            "TP4 PP8 DP2 b1 V5 · SP DO",
+            70553706496,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (1621.0, "MLM-EX-H100-Llama3-70B-fp8-n64", "TP4 PP8 DP2 b1 V5 · SP DO", 70553706496, "H100-SXM5-80GB", None),
         (
             1488.1,
             "DGXC-v24.11.1-H100-Llama3-70B-fp8-n64",
             "TP4 PP4 DP2 CP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 64, 128, 8192, ("fp8", "tensorwise"), None): (
@@ -1504,6 +1871,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 64, 256, 8192, ("fp8", "tensorwise"), None): (
@@ -1513,6 +1881,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             1639.0,
@@ -1520,6 +1889,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             1633.0,
@@ -1527,6 +1897,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             1621.0,
@@ -1534,6 +1905,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 b1 V5 · SP DO",
             70553706496,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3-70b", "gb200-nvl72", 64, 256, 8192, ("fp4", "nvfp4"), None): (
@@ -1543,6 +1915,7 @@ PUBLISHED = {
             "TP2 PP4 DP8 b1 V5 · SP DO",
             70553706496,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             4864.0,
@@ -1550,6 +1923,7 @@ PUBLISHED = {
             "TP2 PP4 DP8 b1 V5 · SP DO",
             70553706496,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             4557.0,
@@ -1557,6 +1931,7 @@ PUBLISHED = {
             "TP2 PP4 DP8 b1 V5 · SP DO",
             70553706496,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             4458.0,
@@ -1564,6 +1939,7 @@ PUBLISHED = {
             "TP2 PP4 DP8 b1 V5 · SP DO",
             70553706496,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3-70b", "gb200-nvl72", 64, 256, 8192, ("fp8", "mxfp8"), None): (
@@ -1573,6 +1949,7 @@ PUBLISHED = {
             "TP2 PP4 DP8 b1 V5 · SP DO",
             70553706496,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             3828.0,
@@ -1580,6 +1957,7 @@ PUBLISHED = {
             "TP2 PP4 DP8 b1 V5 · SP DO",
             70553706496,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             3712.0,
@@ -1587,6 +1965,7 @@ PUBLISHED = {
             "TP2 PP4 DP8 b1 V5 · SP DO",
             70553706496,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             3613.0,
@@ -1594,6 +1973,7 @@ PUBLISHED = {
             "TP2 PP4 DP8 b1 V5 · SP DO",
             70553706496,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3-70b", "gb300-nvl72", 64, 256, 8192, ("fp4", "nvfp4"), None): (
@@ -1603,6 +1983,7 @@ PUBLISHED = {
             "TP1 PP4 DP16 b1 V5 · DO",
             70553706496,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             7296.0,
@@ -1610,6 +1991,7 @@ PUBLISHED = {
             "TP1 PP4 DP16 b1 V5 · DO",
             70553706496,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             6798.0,
@@ -1617,6 +1999,7 @@ PUBLISHED = {
             "TP1 PP4 DP16 b1 V5 · DO",
             70553706496,
             "B300-in-GB300-288GB",
+            None,
         ),
     ),
     ("llama3-70b", "gb300-nvl72", 64, 256, 8192, ("fp8", "mxfp8"), None): (
@@ -1626,6 +2009,7 @@ PUBLISHED = {
             "TP1 PP4 DP16 b1 V5 · DO",
             70553706496,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             4742.0,
@@ -1633,6 +2017,7 @@ PUBLISHED = {
             "TP1 PP4 DP16 b1 V5 · DO",
             70553706496,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             4596.0,
@@ -1640,6 +2025,7 @@ PUBLISHED = {
             "TP1 PP4 DP16 b1 V5 · DO",
             70553706496,
             "B300-in-GB300-288GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b200-superpod", 16, 32, 8192, ("fp8", "tensorwise"), None): (
@@ -1649,6 +2035,7 @@ PUBLISHED = {
             "TP1 PP1 DP16 b2 · DO · CUDA graphs: full iteration",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
         (
             28160.9,
@@ -1656,6 +2043,7 @@ PUBLISHED = {
             "TP1 PP1 DP16 b2 · DO · CUDA graphs: full iteration",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b200-superpod", 64, 32, 8192, ("fp8", "tensorwise"), None): (
@@ -1665,6 +2053,7 @@ PUBLISHED = {
             "TP1 PP1 DP32 CP2 b1 · DO · CUDA graphs: full iteration",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
         (
             21535.2,
@@ -1672,6 +2061,7 @@ PUBLISHED = {
             "TP1 PP1 DP32 CP2 b1 · DO · CUDA graphs: full iteration",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
         (
             21445.0,
@@ -1679,6 +2069,7 @@ PUBLISHED = {
             "TP1 PP1 DP32 CP2 b1 · DO · CUDA graphs: full iteration",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b200-superpod", 8, 16, 8192, ("fp4", "nvfp4"), None): (
@@ -1688,6 +2079,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
         (
             36441.3,
@@ -1695,6 +2087,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
         (
             36360.4,
@@ -1702,6 +2095,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
         (
             36336.2,
@@ -1709,6 +2103,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
         (
             36312.1,
@@ -1716,6 +2111,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
         (
             36151.8,
@@ -1723,6 +2119,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
         (
             35937.7,
@@ -1730,6 +2127,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b200-superpod", 8, 16, 8192, ("fp8", "tensorwise"), None): (
@@ -1739,6 +2137,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: full iteration",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b300-superpod", 8, 16, 8192, ("fp4", "nvfp4"), None): (
@@ -1748,6 +2147,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: full iteration",
             8030261248,
             "B300-SXM-270GB",
+            None,
         ),
         (
             40354.7,
@@ -1755,6 +2155,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B300-SXM-270GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b300-superpod", 8, 16, 8192, ("fp8", "tensorwise"), None): (
@@ -1764,6 +2165,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: full iteration",
             8030261248,
             "B300-SXM-270GB",
+            None,
         ),
         (
             29778.3,
@@ -1771,13 +2173,28 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO",
             8030261248,
             "B300-SXM-270GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-h100-superpod", 128, 64, 8192, ("fp8", "delayed"), None): (
-        (8443.6, "MLPERF-v5.1-Cisco-hpf_n16-H100-llama31_8b", "TP2 PP1 DP64 b1 · SP DO", 8030261248, "H100-SXM5-80GB"),
+        (
+            8443.6,
+            "MLPERF-v5.1-Cisco-hpf_n16-H100-llama31_8b",
+            "TP2 PP1 DP64 b1 · SP DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-h100-superpod", 64, 64, 8192, ("fp8", "delayed"), None): (
-        (11369.9, "MLPERF-v5.1-Cisco-hpf_n8-H100-llama31_8b", "TP1 PP1 DP64 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (
+            11369.9,
+            "MLPERF-v5.1-Cisco-hpf_n8-H100-llama31_8b",
+            "TP1 PP1 DP64 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-h200-superpod", 64, 32, 8192, ("fp8", "tensorwise"), None): (
         (
@@ -1786,6 +2203,7 @@ PUBLISHED = {
             "TP1 PP1 DP32 CP2 b1 · DO · CUDA graphs: full iteration",
             8030261248,
             "H200-SXM-141GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb200-nvl72", 512, 64, 8192, ("fp8", "tensorwise"), None): (
@@ -1795,6 +2213,7 @@ PUBLISHED = {
             "TP2 PP1 DP64 CP4 b1 · SP DO · CUDA graphs: full iteration",
             8030261248,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb200-nvl72", 72, 36, 8192, ("fp8", "tensorwise"), None): (
@@ -1804,6 +2223,7 @@ PUBLISHED = {
             "TP1 PP1 DP36 CP2 b1 · DO · CUDA graphs: full iteration",
             8030261248,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb200-nvl72", 8, 16, 8192, ("fp4", "nvfp4"), None): (
@@ -1813,6 +2233,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb300-nvl72", 512, 64, 8192, ("fp8", "tensorwise"), None): (
@@ -1822,6 +2243,7 @@ PUBLISHED = {
             "TP2 PP1 DP64 CP4 b1 · SP DO · CUDA graphs: full iteration",
             8030261248,
             "B300-in-GB300-288GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb300-nvl72", 72, 36, 8192, ("fp8", "tensorwise"), None): (
@@ -1831,6 +2253,7 @@ PUBLISHED = {
             "TP1 PP1 DP36 CP2 b1 · DO · CUDA graphs: full iteration",
             8030261248,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             25409.4,
@@ -1838,6 +2261,7 @@ PUBLISHED = {
             "TP1 PP1 DP36 CP2 b1 · DO · CUDA graphs: full iteration",
             8030261248,
             "B300-in-GB300-288GB",
+            None,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb300-nvl72", 8, 16, 8192, ("fp4", "nvfp4"), None): (
@@ -1847,10 +2271,11 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B300-in-GB300-288GB",
+            None,
         ),
     ),
     ("llama3-8b", "dgx-b200-superpod", 8, 128, 8192, ("fp8", "delayed"), None): (
-        (26006.0, "NEMODOC-25.02-B200-Llama3-8B-n8", "TP1 PP1 DP8 b2 · DO", 8030261248, "B200-SXM-180GB"),
+        (26006.0, "NEMODOC-25.02-B200-Llama3-8B-n8", "TP1 PP1 DP8 b2 · DO", 8030261248, "B200-SXM-180GB", None),
     ),
     ("llama3-8b", "dgx-b200-superpod", 8, 128, 8192, ("fp8", "mxfp8"), None): (
         (
@@ -1859,6 +2284,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: TE",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     ("llama3-8b", "dgx-b200-superpod", 8, 128, 8192, ("fp8", "tensorwise"), None): (
@@ -1868,48 +2294,140 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: TE",
             8030261248,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 128, 2048, 8192, ("bf16",), None): (
-        (10630.3, "DGXC-v25.04-H100-Llama3-8B-bf16-n128", "TP1 PP1 DP64 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (10005.5, "DGXC-v24.11.1-H100-Llama3-8B-bf16-n128", "TP1 PP1 DP64 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (
+            10630.3,
+            "DGXC-v25.04-H100-Llama3-8B-bf16-n128",
+            "TP1 PP1 DP64 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            10005.5,
+            "DGXC-v24.11.1-H100-Llama3-8B-bf16-n128",
+            "TP1 PP1 DP64 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 128, 2048, 8192, ("fp8", "delayed"), None): (
-        (13739.2, "DGXC-v25.04-H100-Llama3-8B-fp8-n128", "TP1 PP1 DP64 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (13347.5, "DGXC-v24.11.1-H100-Llama3-8B-fp8-n128", "TP1 PP1 DP64 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (
+            13739.2,
+            "DGXC-v25.04-H100-Llama3-8B-fp8-n128",
+            "TP1 PP1 DP64 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            13347.5,
+            "DGXC-v24.11.1-H100-Llama3-8B-fp8-n128",
+            "TP1 PP1 DP64 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 16, 256, 8192, ("bf16",), None): (
-        (10656.3, "DGXC-v25.04-H100-Llama3-8B-bf16-n16", "TP1 PP1 DP8 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (10082.5, "DGXC-v24.11.1-H100-Llama3-8B-bf16-n16", "TP1 PP1 DP8 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (10656.3, "DGXC-v25.04-H100-Llama3-8B-bf16-n16", "TP1 PP1 DP8 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            10082.5,
+            "DGXC-v24.11.1-H100-Llama3-8B-bf16-n16",
+            "TP1 PP1 DP8 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 16, 256, 8192, ("fp8", "delayed"), None): (
-        (14003.4, "DGXC-v25.04-H100-Llama3-8B-fp8-n16", "TP1 PP1 DP8 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (13470.9, "DGXC-v24.11.1-H100-Llama3-8B-fp8-n16", "TP1 PP1 DP8 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (14003.4, "DGXC-v25.04-H100-Llama3-8B-fp8-n16", "TP1 PP1 DP8 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            13470.9,
+            "DGXC-v24.11.1-H100-Llama3-8B-fp8-n16",
+            "TP1 PP1 DP8 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 32, 512, 8192, ("bf16",), None): (
-        (10639.0, "DGXC-v25.04-H100-Llama3-8B-bf16-n32", "TP1 PP1 DP16 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (10043.8, "DGXC-v24.11.1-H100-Llama3-8B-bf16-n32", "TP1 PP1 DP16 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (
+            10639.0,
+            "DGXC-v25.04-H100-Llama3-8B-bf16-n32",
+            "TP1 PP1 DP16 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            10043.8,
+            "DGXC-v24.11.1-H100-Llama3-8B-bf16-n32",
+            "TP1 PP1 DP16 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 32, 512, 8192, ("fp8", "delayed"), None): (
-        (13899.5, "DGXC-v25.04-H100-Llama3-8B-fp8-n32", "TP1 PP1 DP16 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (13443.3, "DGXC-v24.11.1-H100-Llama3-8B-fp8-n32", "TP1 PP1 DP16 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (13899.5, "DGXC-v25.04-H100-Llama3-8B-fp8-n32", "TP1 PP1 DP16 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            13443.3,
+            "DGXC-v24.11.1-H100-Llama3-8B-fp8-n32",
+            "TP1 PP1 DP16 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 64, 1024, 8192, ("bf16",), None): (
-        (10630.3, "DGXC-v25.04-H100-Llama3-8B-bf16-n64", "TP1 PP1 DP32 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (10020.8, "DGXC-v24.11.1-H100-Llama3-8B-bf16-n64", "TP1 PP1 DP32 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (
+            10630.3,
+            "DGXC-v25.04-H100-Llama3-8B-bf16-n64",
+            "TP1 PP1 DP32 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            10020.8,
+            "DGXC-v24.11.1-H100-Llama3-8B-bf16-n64",
+            "TP1 PP1 DP32 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 64, 1024, 8192, ("fp8", "delayed"), None): (
-        (13826.2, "DGXC-v25.04-H100-Llama3-8B-fp8-n64", "TP1 PP1 DP32 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (13374.7, "DGXC-v24.11.1-H100-Llama3-8B-fp8-n64", "TP1 PP1 DP32 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (13826.2, "DGXC-v25.04-H100-Llama3-8B-fp8-n64", "TP1 PP1 DP32 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            13374.7,
+            "DGXC-v24.11.1-H100-Llama3-8B-fp8-n64",
+            "TP1 PP1 DP32 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 8, 128, 8192, ("bf16",), None): (
-        (10682.3, "DGXC-v25.04-H100-Llama3-8B-bf16-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (10152.7, "DGXC-v24.11.1-H100-Llama3-8B-bf16-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (10682.3, "DGXC-v25.04-H100-Llama3-8B-bf16-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            10152.7,
+            "DGXC-v24.11.1-H100-Llama3-8B-bf16-n8",
+            "TP1 PP1 DP4 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 8, 128, 8192, ("fp8", "delayed"), None): (
-        (14048.4, "DGXC-v25.04-H100-Llama3-8B-fp8-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (13812.0, "MLM-EX-H100-Llama3-8B-fp8-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
-        (13554.5, "DGXC-v24.11.1-H100-Llama3-8B-fp8-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB"),
+        (14048.4, "DGXC-v25.04-H100-Llama3-8B-fp8-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (13812.0, "MLM-EX-H100-Llama3-8B-fp8-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (13554.5, "DGXC-v24.11.1-H100-Llama3-8B-fp8-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
     ),
     ("llama3-8b", "gb200-nvl72", 8, 128, 8192, ("fp8", "mxfp8"), None): (
         (
@@ -1918,6 +2436,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: TE",
             8030261248,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3-8b", "gb200-nvl72", 8, 128, 8192, ("fp8", "tensorwise"), None): (
@@ -1927,6 +2446,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             31737.0,
@@ -1934,6 +2454,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: local",
             8030261248,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             31357.0,
@@ -1941,6 +2462,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 b2 · DO · CUDA graphs: TE",
             8030261248,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-b200-superpod", 128, 64, 8192, ("fp8", "delayed"), None): (
@@ -1950,6 +2472,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-b200-superpod", 128, 64, 8192, ("fp8", "mxfp8"), None): (
@@ -1959,6 +2482,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-b200-superpod", 128, 64, 8192, ("fp8", "tensorwise"), None): (
@@ -1968,6 +2492,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1024, 1536, 8192, ("fp8", "tensorwise"), None): (
@@ -1977,6 +2502,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             326.0,
@@ -1984,6 +2510,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             311.0,
@@ -1991,6 +2518,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1024, 512, 8192, ("bf16",), None): (
@@ -2000,6 +2528,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1024, 512, 8192, ("fp8", "delayed"), None): (
@@ -2009,6 +2538,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             315.0,
@@ -2016,6 +2546,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1024, 512, 8192, ("fp8", "tensorwise"), None): (
@@ -2025,6 +2556,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1152, 504, 8192, ("bf16",), None): (
@@ -2034,6 +2566,7 @@ PUBLISHED = {
             "TP8 PP9 DP8 CP2 b1 V7 · SP DO",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1152, 504, 8192, ("fp8", "delayed"), None): (
@@ -2043,6 +2576,7 @@ PUBLISHED = {
             "TP8 PP9 DP8 CP2 b1 V7 · SP DO",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 2048, 1024, 8192, ("bf16",), None): (
@@ -2052,6 +2586,7 @@ PUBLISHED = {
             "TP8 PP8 DP16 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 2048, 1024, 8192, ("fp8", "delayed"), None): (
@@ -2061,6 +2596,7 @@ PUBLISHED = {
             "TP8 PP8 DP16 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 2304, 1008, 8192, ("bf16",), None): (
@@ -2070,6 +2606,7 @@ PUBLISHED = {
             "TP8 PP9 DP16 CP2 b1 V7 · SP DO",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 2304, 1008, 8192, ("fp8", "delayed"), None): (
@@ -2079,6 +2616,7 @@ PUBLISHED = {
             "TP8 PP9 DP16 CP2 b1 V7 · SP DO",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 512, 256, 8192, ("bf16",), None): (
@@ -2088,6 +2626,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             206.8,
@@ -2095,6 +2634,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 512, 256, 8192, ("fp8", "delayed"), None): (
@@ -2104,6 +2644,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             314.6,
@@ -2111,6 +2652,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 576, 252, 8192, ("bf16",), None): (
@@ -2120,6 +2662,7 @@ PUBLISHED = {
             "TP8 PP9 DP4 CP2 b1 V7 · SP DO",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 576, 252, 8192, ("fp8", "delayed"), None): (
@@ -2129,6 +2672,7 @@ PUBLISHED = {
             "TP8 PP9 DP4 CP2 b1 V7 · SP DO",
             405853388800,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 128, 64, 8192, ("bf16",), None): (
@@ -2138,6 +2682,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 128, 64, 8192, ("fp8", "delayed"), None): (
@@ -2147,6 +2692,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 128, 64, 8192, ("fp8", "mxfp8"), None): (
@@ -2156,6 +2702,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 128, 64, 8192, ("fp8", "tensorwise"), None): (
@@ -2165,6 +2712,7 @@ PUBLISHED = {
             "TP4 PP8 DP2 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 256, 128, 8192, ("bf16",), None): (
@@ -2174,6 +2722,7 @@ PUBLISHED = {
             "TP4 PP8 DP4 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 256, 128, 8192, ("fp8", "delayed"), None): (
@@ -2183,6 +2732,7 @@ PUBLISHED = {
             "TP4 PP8 DP4 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 256, 1536, 8192, ("fp4", "nvfp4"), None): (
@@ -2192,6 +2742,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             1166.0,
@@ -2199,6 +2750,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             1136.0,
@@ -2206,6 +2758,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             1083.0,
@@ -2213,6 +2766,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             1076.0,
@@ -2220,6 +2774,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 256, 1536, 8192, ("fp8", "mxfp8"), None): (
@@ -2229,6 +2784,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             793.0,
@@ -2236,6 +2792,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             786.0,
@@ -2243,6 +2800,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             783.0,
@@ -2250,6 +2808,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             775.0,
@@ -2257,6 +2816,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 256, 1536, 8192, ("fp8", "tensorwise"), None): (
@@ -2266,6 +2826,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             843.0,
@@ -2273,6 +2834,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             842.0,
@@ -2280,6 +2842,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             818.0,
@@ -2287,6 +2850,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
         (
             793.0,
@@ -2294,6 +2858,7 @@ PUBLISHED = {
             "TP4 PP16 DP4 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 512, 256, 8192, ("bf16",), None): (
@@ -2303,6 +2868,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 512, 256, 8192, ("fp8", "delayed"), None): (
@@ -2312,6 +2878,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 CP2 b1 V8 · SP DO acc-emb+loss",
             405853388800,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb300-nvl72", 256, 1536, 8192, ("fp4", "nvfp4"), None): (
@@ -2321,6 +2888,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             1424.0,
@@ -2328,6 +2896,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             1413.0,
@@ -2335,6 +2904,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             1358.0,
@@ -2342,6 +2912,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             1333.0,
@@ -2349,6 +2920,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb300-nvl72", 256, 1536, 8192, ("fp8", "mxfp8"), None): (
@@ -2358,6 +2930,7 @@ PUBLISHED = {
             "TP2 PP8 DP8 CP2 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             960.0,
@@ -2365,6 +2938,7 @@ PUBLISHED = {
             "TP2 PP8 DP8 CP2 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             952.0,
@@ -2372,6 +2946,7 @@ PUBLISHED = {
             "TP2 PP8 DP8 CP2 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             949.0,
@@ -2379,6 +2954,7 @@ PUBLISHED = {
             "TP2 PP8 DP8 CP2 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             931.0,
@@ -2386,6 +2962,7 @@ PUBLISHED = {
             "TP2 PP8 DP8 CP2 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
     ),
     ("llama3.1-405b", "gb300-nvl72", 256, 1536, 8192, ("fp8", "tensorwise"), None): (
@@ -2395,6 +2972,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             1036.0,
@@ -2402,6 +2980,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             1024.0,
@@ -2409,6 +2988,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
         (
             988.0,
@@ -2416,6 +2996,7 @@ PUBLISHED = {
             "TP4 PP8 DP8 b1 V4 · SP DO acc-emb+loss",
             405853388800,
             "B300-in-GB300-288GB",
+            None,
         ),
     ),
     ("mixtral-8x22b", "dgx-b200-superpod", 256, 64, 65536, ("fp8", "delayed"), 1.0): (
@@ -2425,6 +3006,7 @@ PUBLISHED = {
             "TP2 PP4 DP4 CP8 EP8 ETP1 b1 V14 · SP DO no-tpo alltoall",
             140630071296,
             "B200-SXM-180GB",
+            1.0,
         ),
     ),
     ("mixtral-8x22b", "gb200-nvl72", 256, 64, 65536, ("fp8", "tensorwise"), 1.0): (
@@ -2434,6 +3016,7 @@ PUBLISHED = {
             "TP2 PP4 DP4 CP8 EP8 ETP2 b1 V14 · SP DO no-tpo alltoall",
             140630071296,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("mixtral-8x7b", "dgx-b200-superpod", 64, 256, 4096, ("fp8", "delayed"), 1.0): (
@@ -2443,6 +3026,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP8 ETP1 b2 · DO alltoall · CUDA graphs: local",
             46702792704,
             "B200-SXM-180GB",
+            1.0,
         ),
     ),
     ("mixtral-8x7b", "gb200-nvl72", 64, 256, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -2452,6 +3036,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 EP8 ETP1 b2 · DO alltoall · CUDA graphs: local",
             46702792704,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("nemotron-4-15b", "dgx-b200-superpod", 64, 256, 4096, ("fp8", "delayed"), None): (
@@ -2461,6 +3046,7 @@ PUBLISHED = {
             "TP1 PP1 DP64 b2 · DO · CUDA graphs: local",
             15628775424,
             "B200-SXM-180GB",
+            None,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 1024, 4096, 4096, ("bf16",), None): (
@@ -2470,6 +3056,7 @@ PUBLISHED = {
             "TP2 PP1 DP512 b2 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             5659.4,
@@ -2477,6 +3064,7 @@ PUBLISHED = {
             "TP4 PP1 DP256 b4 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             5611.0,
@@ -2484,46 +3072,154 @@ PUBLISHED = {
             "TP4 PP1 DP256 b4 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 1024, 4096, 4096, ("fp8", "delayed"), None): (
-        (8070.9, "DGXC-v25.04-H100-Nemotron4-15B-fp8-n1024", "TP2 PP1 DP512 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (7824.3, "DGXC-v25.02-H100-Nemotron4-15B-fp8-n1024", "TP4 PP1 DP256 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            8070.9,
+            "DGXC-v25.04-H100-Nemotron4-15B-fp8-n1024",
+            "TP2 PP1 DP512 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            7824.3,
+            "DGXC-v25.02-H100-Nemotron4-15B-fp8-n1024",
+            "TP4 PP1 DP256 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             7728.3,
             "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n1024",
             "TP4 PP1 DP256 b4 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 128, 512, 4096, ("bf16",), None): (
-        (6136.3, "DGXC-v25.04-H100-Nemotron4-15B-bf16-n128", "TP2 PP1 DP64 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (5730.7, "DGXC-v25.02-H100-Nemotron4-15B-bf16-n128", "TP4 PP1 DP32 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            6136.3,
+            "DGXC-v25.04-H100-Nemotron4-15B-bf16-n128",
+            "TP2 PP1 DP64 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            5730.7,
+            "DGXC-v25.02-H100-Nemotron4-15B-bf16-n128",
+            "TP4 PP1 DP32 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             5669.2,
             "DGXC-v24.11.1-H100-Nemotron4-15B-bf16-n128",
             "TP4 PP1 DP32 b4 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 128, 512, 4096, ("fp8", "delayed"), None): (
-        (8233.2, "DGXC-v25.04-H100-Nemotron4-15B-fp8-n128", "TP2 PP1 DP64 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (7957.3, "DGXC-v25.02-H100-Nemotron4-15B-fp8-n128", "TP4 PP1 DP32 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (7876.9, "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n128", "TP4 PP1 DP32 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            8233.2,
+            "DGXC-v25.04-H100-Nemotron4-15B-fp8-n128",
+            "TP2 PP1 DP64 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            7957.3,
+            "DGXC-v25.02-H100-Nemotron4-15B-fp8-n128",
+            "TP4 PP1 DP32 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            7876.9,
+            "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n128",
+            "TP4 PP1 DP32 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 16, 64, 4096, ("bf16",), None): (
-        (6159.4, "DGXC-v25.04-H100-Nemotron4-15B-bf16-n16", "TP2 PP1 DP8 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (5966.5, "DGXC-v25.05.05-H100-Nemotron4-15B-bf16-n16", "TP2 PP1 DP8 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (5826.5, "DGXC-v25.02-H100-Nemotron4-15B-bf16-n16", "TP4 PP1 DP4 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (5789.4, "DGXC-v24.11.1-H100-Nemotron4-15B-bf16-n16", "TP4 PP1 DP4 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            6159.4,
+            "DGXC-v25.04-H100-Nemotron4-15B-bf16-n16",
+            "TP2 PP1 DP8 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            5966.5,
+            "DGXC-v25.05.05-H100-Nemotron4-15B-bf16-n16",
+            "TP2 PP1 DP8 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            5826.5,
+            "DGXC-v25.02-H100-Nemotron4-15B-bf16-n16",
+            "TP4 PP1 DP4 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            5789.4,
+            "DGXC-v24.11.1-H100-Nemotron4-15B-bf16-n16",
+            "TP4 PP1 DP4 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 16, 64, 4096, ("fp8", "delayed"), None): (
-        (8274.7, "DGXC-v25.04-H100-Nemotron4-15B-fp8-n16", "TP2 PP1 DP8 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (8241.4, "DGXC-v25.05.05-H100-Nemotron4-15B-fp8-n16", "TP2 PP1 DP8 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (8035.3, "DGXC-v25.02-H100-Nemotron4-15B-fp8-n16", "TP4 PP1 DP4 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (7876.9, "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n16", "TP4 PP1 DP4 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            8274.7,
+            "DGXC-v25.04-H100-Nemotron4-15B-fp8-n16",
+            "TP2 PP1 DP8 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            8241.4,
+            "DGXC-v25.05.05-H100-Nemotron4-15B-fp8-n16",
+            "TP2 PP1 DP8 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            8035.3,
+            "DGXC-v25.02-H100-Nemotron4-15B-fp8-n16",
+            "TP4 PP1 DP4 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            7876.9,
+            "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n16",
+            "TP4 PP1 DP4 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 2048, 8192, 4096, ("bf16",), None): (
         (
@@ -2532,6 +3228,7 @@ PUBLISHED = {
             "TP2 PP1 DP1024 b2 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             5675.1,
@@ -2539,6 +3236,7 @@ PUBLISHED = {
             "TP4 PP1 DP512 b4 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             5535.1,
@@ -2546,6 +3244,7 @@ PUBLISHED = {
             "TP4 PP1 DP512 b4 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 2048, 8192, 4096, ("fp8", "delayed"), None): (
@@ -2555,73 +3254,232 @@ PUBLISHED = {
             "TP2 PP1 DP1024 b2 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
-        (7728.3, "DGXC-v25.02-H100-Nemotron4-15B-fp8-n2048", "TP4 PP1 DP512 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            7728.3,
+            "DGXC-v25.02-H100-Nemotron4-15B-fp8-n2048",
+            "TP4 PP1 DP512 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             7515.6,
             "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n2048",
             "TP4 PP1 DP512 b4 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 256, 1024, 4096, ("bf16",), None): (
-        (6113.4, "DGXC-v25.04-H100-Nemotron4-15B-bf16-n256", "TP2 PP1 DP128 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (5744.7, "DGXC-v25.02-H100-Nemotron4-15B-bf16-n256", "TP4 PP1 DP64 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            6113.4,
+            "DGXC-v25.04-H100-Nemotron4-15B-bf16-n256",
+            "TP2 PP1 DP128 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            5744.7,
+            "DGXC-v25.02-H100-Nemotron4-15B-bf16-n256",
+            "TP4 PP1 DP64 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             5688.9,
             "DGXC-v24.11.1-H100-Nemotron4-15B-bf16-n256",
             "TP4 PP1 DP64 b4 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 256, 1024, 4096, ("fp8", "delayed"), None): (
-        (8192.0, "DGXC-v25.04-H100-Nemotron4-15B-fp8-n256", "TP2 PP1 DP128 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (7895.9, "DGXC-v25.02-H100-Nemotron4-15B-fp8-n256", "TP4 PP1 DP64 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (7801.9, "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n256", "TP4 PP1 DP64 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            8192.0,
+            "DGXC-v25.04-H100-Nemotron4-15B-fp8-n256",
+            "TP2 PP1 DP128 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            7895.9,
+            "DGXC-v25.02-H100-Nemotron4-15B-fp8-n256",
+            "TP4 PP1 DP64 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            7801.9,
+            "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n256",
+            "TP4 PP1 DP64 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 32, 128, 4096, ("bf16",), None): (
-        (6159.4, "DGXC-v25.04-H100-Nemotron4-15B-bf16-n32", "TP2 PP1 DP16 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (5801.7, "DGXC-v25.02-H100-Nemotron4-15B-bf16-n32", "TP4 PP1 DP8 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (5728.7, "DGXC-v24.11.1-H100-Nemotron4-15B-bf16-n32", "TP4 PP1 DP8 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            6159.4,
+            "DGXC-v25.04-H100-Nemotron4-15B-bf16-n32",
+            "TP2 PP1 DP16 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            5801.7,
+            "DGXC-v25.02-H100-Nemotron4-15B-bf16-n32",
+            "TP4 PP1 DP8 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            5728.7,
+            "DGXC-v24.11.1-H100-Nemotron4-15B-bf16-n32",
+            "TP4 PP1 DP8 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 32, 128, 4096, ("fp8", "delayed"), None): (
-        (8274.7, "DGXC-v25.04-H100-Nemotron4-15B-fp8-n32", "TP2 PP1 DP16 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (8007.8, "DGXC-v25.02-H100-Nemotron4-15B-fp8-n32", "TP4 PP1 DP8 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (7915.0, "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n32", "TP4 PP1 DP8 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            8274.7,
+            "DGXC-v25.04-H100-Nemotron4-15B-fp8-n32",
+            "TP2 PP1 DP16 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            8007.8,
+            "DGXC-v25.02-H100-Nemotron4-15B-fp8-n32",
+            "TP4 PP1 DP8 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            7915.0,
+            "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n32",
+            "TP4 PP1 DP8 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 512, 2048, 4096, ("bf16",), None): (
-        (6045.8, "DGXC-v25.04-H100-Nemotron4-15B-bf16-n512", "TP2 PP1 DP256 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (5698.8, "DGXC-v25.02-H100-Nemotron4-15B-bf16-n512", "TP4 PP1 DP128 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            6045.8,
+            "DGXC-v25.04-H100-Nemotron4-15B-bf16-n512",
+            "TP2 PP1 DP256 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            5698.8,
+            "DGXC-v25.02-H100-Nemotron4-15B-bf16-n512",
+            "TP4 PP1 DP128 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             5611.0,
             "DGXC-v24.11.1-H100-Nemotron4-15B-bf16-n512",
             "TP4 PP1 DP128 b4 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 512, 2048, 4096, ("fp8", "delayed"), None): (
-        (8110.9, "DGXC-v25.04-H100-Nemotron4-15B-fp8-n512", "TP2 PP1 DP256 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            8110.9,
+            "DGXC-v25.04-H100-Nemotron4-15B-fp8-n512",
+            "TP2 PP1 DP256 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
         (
             7728.3,
             "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n512",
             "TP4 PP1 DP128 b4 · SP DO",
             15628775424,
             "H100-SXM5-80GB",
+            None,
         ),
-        (7728.3, "DGXC-v25.02-H100-Nemotron4-15B-fp8-n512", "TP4 PP1 DP128 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            7728.3,
+            "DGXC-v25.02-H100-Nemotron4-15B-fp8-n512",
+            "TP4 PP1 DP128 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 64, 256, 4096, ("bf16",), None): (
-        (6136.3, "DGXC-v25.04-H100-Nemotron4-15B-bf16-n64", "TP2 PP1 DP32 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (5758.9, "DGXC-v25.02-H100-Nemotron4-15B-bf16-n64", "TP4 PP1 DP16 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (5728.7, "DGXC-v24.11.1-H100-Nemotron4-15B-bf16-n64", "TP4 PP1 DP16 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            6136.3,
+            "DGXC-v25.04-H100-Nemotron4-15B-bf16-n64",
+            "TP2 PP1 DP32 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            5758.9,
+            "DGXC-v25.02-H100-Nemotron4-15B-bf16-n64",
+            "TP4 PP1 DP16 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            5728.7,
+            "DGXC-v24.11.1-H100-Nemotron4-15B-bf16-n64",
+            "TP4 PP1 DP16 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 64, 256, 4096, ("fp8", "delayed"), None): (
-        (8274.7, "DGXC-v25.04-H100-Nemotron4-15B-fp8-n64", "TP2 PP1 DP32 b2 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (8000.0, "DGXC-v25.02-H100-Nemotron4-15B-fp8-n64", "TP4 PP1 DP16 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
-        (7839.2, "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n64", "TP4 PP1 DP16 b4 · SP DO", 15628775424, "H100-SXM5-80GB"),
+        (
+            8274.7,
+            "DGXC-v25.04-H100-Nemotron4-15B-fp8-n64",
+            "TP2 PP1 DP32 b2 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            8000.0,
+            "DGXC-v25.02-H100-Nemotron4-15B-fp8-n64",
+            "TP4 PP1 DP16 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
+        (
+            7839.2,
+            "DGXC-v24.11.1-H100-Nemotron4-15B-fp8-n64",
+            "TP4 PP1 DP16 b4 · SP DO",
+            15628775424,
+            "H100-SXM5-80GB",
+            None,
+        ),
     ),
     ("nemotron-4-15b", "gb200-nvl72", 16, 64, 4096, ("bf16",), None): (
         (
@@ -2630,6 +3488,7 @@ PUBLISHED = {
             "TP1 PP1 DP16 b2 · DO · CUDA graphs: TE",
             15628775424,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-15b", "gb200-nvl72", 64, 256, 4096, ("fp8", "tensorwise"), None): (
@@ -2639,10 +3498,18 @@ PUBLISHED = {
             "TP1 PP1 DP64 b2 · DO · CUDA graphs: TE",
             15628775424,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "dgx-b200-superpod", 128, 32, 4096, ("fp8", "delayed"), None): (
-        (602.0, "NEMODOC-25.02-B200-Nemotron4-340B-n128", "TP8 PP4 DP4 b1 V12 · SP DO", 341029195776, "B200-SXM-180GB"),
+        (
+            602.0,
+            "NEMODOC-25.02-B200-Nemotron4-340B-n128",
+            "TP8 PP4 DP4 b1 V12 · SP DO",
+            341029195776,
+            "B200-SXM-180GB",
+            None,
+        ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 1024, 256, 4096, ("bf16",), None): (
         (
@@ -2651,6 +3518,7 @@ PUBLISHED = {
             "TP8 PP8 DP16 b1 V12 · SP DO",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             216.5,
@@ -2658,6 +3526,7 @@ PUBLISHED = {
             "TP8 PP8 DP16 b1 V12 · SP DO rc-sel",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 1024, 256, 4096, ("fp8", "delayed"), None): (
@@ -2667,6 +3536,7 @@ PUBLISHED = {
             "TP8 PP8 DP16 b1 V12 · SP DO",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             306.6,
@@ -2674,6 +3544,7 @@ PUBLISHED = {
             "TP8 PP8 DP16 b1 V12 · SP DO rc-sel",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 128, 32, 4096, ("bf16",), None): (
@@ -2683,6 +3554,7 @@ PUBLISHED = {
             "TP8 PP8 DP2 b1 V12 · SP DO rc-sel",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 128, 32, 4096, ("fp8", "delayed"), None): (
@@ -2692,6 +3564,7 @@ PUBLISHED = {
             "TP8 PP8 DP2 b1 V12 · SP DO rc-sel",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 2048, 512, 4096, ("bf16",), None): (
@@ -2701,6 +3574,7 @@ PUBLISHED = {
             "TP8 PP8 DP32 b1 V12 · SP DO",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             211.6,
@@ -2708,6 +3582,7 @@ PUBLISHED = {
             "TP8 PP8 DP32 b1 V12 · SP DO rc-sel",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 2048, 512, 4096, ("fp8", "delayed"), None): (
@@ -2717,6 +3592,7 @@ PUBLISHED = {
             "TP8 PP8 DP32 b1 V12 · SP DO",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             293.4,
@@ -2724,6 +3600,7 @@ PUBLISHED = {
             "TP8 PP8 DP32 b1 V12 · SP DO rc-sel",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 256, 64, 4096, ("bf16",), None): (
@@ -2733,6 +3610,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 b1 V12 · SP DO",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             222.3,
@@ -2740,6 +3618,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 b1 V12 · SP DO",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             219.3,
@@ -2747,6 +3626,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 b1 V12 · SP DO rc-sel",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 256, 64, 4096, ("fp8", "delayed"), None): (
@@ -2756,6 +3636,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 b1 V12 · SP DO",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             329.6,
@@ -2763,6 +3644,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 b1 V12 · SP DO",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             319.0,
@@ -2770,6 +3652,7 @@ PUBLISHED = {
             "TP8 PP8 DP4 b1 V12 · SP DO rc-sel",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 512, 128, 4096, ("bf16",), None): (
@@ -2779,6 +3662,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 b1 V12 · SP DO",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             217.9,
@@ -2786,6 +3670,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 b1 V12 · SP DO rc-sel",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 512, 128, 4096, ("fp8", "delayed"), None): (
@@ -2795,6 +3680,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 b1 V12 · SP DO",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
         (
             314.1,
@@ -2802,6 +3688,7 @@ PUBLISHED = {
             "TP8 PP8 DP8 b1 V12 · SP DO rc-sel",
             341029195776,
             "H100-SXM5-80GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 128, 32, 4096, ("bf16",), None): (
@@ -2811,6 +3698,7 @@ PUBLISHED = {
             "TP8 PP4 DP4 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 128, 32, 4096, ("fp8", "delayed"), None): (
@@ -2820,6 +3708,7 @@ PUBLISHED = {
             "TP8 PP4 DP4 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 128, 32, 4096, ("fp8", "tensorwise"), None): (
@@ -2829,6 +3718,7 @@ PUBLISHED = {
             "TP8 PP4 DP4 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 128, 512, 4096, ("bf16",), None): (
@@ -2838,6 +3728,7 @@ PUBLISHED = {
             "TP8 PP4 DP4 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 128, 512, 4096, ("fp8", "delayed"), None): (
@@ -2847,6 +3738,7 @@ PUBLISHED = {
             "TP8 PP4 DP4 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 256, 512, 4096, ("bf16",), None): (
@@ -2856,6 +3748,7 @@ PUBLISHED = {
             "TP8 PP4 DP8 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 256, 512, 4096, ("fp8", "delayed"), None): (
@@ -2865,6 +3758,7 @@ PUBLISHED = {
             "TP8 PP4 DP8 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 256, 64, 4096, ("bf16",), None): (
@@ -2874,6 +3768,7 @@ PUBLISHED = {
             "TP8 PP4 DP8 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 256, 64, 4096, ("fp8", "delayed"), None): (
@@ -2883,6 +3778,7 @@ PUBLISHED = {
             "TP8 PP4 DP8 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 512, 128, 4096, ("bf16",), None): (
@@ -2892,6 +3788,7 @@ PUBLISHED = {
             "TP8 PP4 DP16 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 512, 128, 4096, ("fp8", "delayed"), None): (
@@ -2901,6 +3798,7 @@ PUBLISHED = {
             "TP8 PP4 DP16 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 512, 512, 4096, ("bf16",), None): (
@@ -2910,6 +3808,7 @@ PUBLISHED = {
             "TP8 PP4 DP16 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 512, 512, 4096, ("fp8", "delayed"), None): (
@@ -2919,6 +3818,7 @@ PUBLISHED = {
             "TP8 PP4 DP16 b1 V12 · SP DO · CUDA graphs: TE",
             341029195776,
             "B200-in-GB200-186GB",
+            None,
         ),
     ),
     ("qwen3-235b-a22b", "dgx-b200-superpod", 256, 8192, 4096, ("fp8", "mxfp8"), None): (
@@ -2928,6 +3828,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP8 ETP1 b1 · DO acc-emb+loss alltoall",
             235093634560,
             "B200-SXM-180GB",
+            1.0,
         ),
         (
             3776.0,
@@ -2935,6 +3836,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP8 ETP1 b1 · DO acc-emb+loss alltoall",
             235093634560,
             "B200-SXM-180GB",
+            1.0,
         ),
     ),
     ("qwen3-235b-a22b", "dgx-b200-superpod", 64, 1024, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -2944,6 +3846,7 @@ PUBLISHED = {
             "TP1 PP8 DP8 EP8 ETP1 b1 V2 · DO acc-emb+loss alltoall",
             235093634560,
             "B200-SXM-180GB",
+            1.0,
         ),
     ),
     ("qwen3-235b-a22b", "dgx-b300-superpod", 256, 8192, 4096, ("fp8", "mxfp8"), None): (
@@ -2953,6 +3856,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP8 ETP1 b2 · DO acc-emb+loss hybridep",
             235093634560,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             4865.0,
@@ -2960,6 +3864,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP8 ETP1 b2 · DO acc-emb+loss alltoall",
             235093634560,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             2691.0,
@@ -2967,6 +3872,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP8 ETP1 b1 V4 · DO acc-emb+loss alltoall+ov",
             235093634560,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             2644.0,
@@ -2974,6 +3880,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP8 ETP1 b1 V4 · DO acc-emb+loss alltoall+ov",
             235093634560,
             "B300-SXM-270GB",
+            1.0,
         ),
     ),
     ("qwen3-235b-a22b", "dgx-h100-superpod", 256, 2048, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -2983,6 +3890,7 @@ PUBLISHED = {
             "TP2 PP8 DP16 EP32 ETP1 b1 V4 · SP DO no-tpo acc-emb+loss alltoall",
             235093634560,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("qwen3-235b-a22b", "dgx-h100-superpod", 256, 8192, 4096, ("fp8", "tensorwise"), None): (
@@ -2992,6 +3900,7 @@ PUBLISHED = {
             "TP2 PP8 DP16 EP32 ETP1 b1 V4 · SP DO no-tpo acc-emb+loss alltoall+ov",
             235093634560,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             1686.0,
@@ -2999,6 +3908,7 @@ PUBLISHED = {
             "TP2 PP8 DP16 EP32 ETP1 b1 V4 · SP DO no-tpo acc-emb+loss alltoall+ov",
             235093634560,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             1633.0,
@@ -3006,6 +3916,7 @@ PUBLISHED = {
             "TP2 PP8 DP16 EP32 ETP1 b1 V4 · SP DO no-tpo acc-emb+loss alltoall+ov",
             235093634560,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             1611.0,
@@ -3013,6 +3924,7 @@ PUBLISHED = {
             "TP2 PP8 DP16 EP32 ETP1 b1 V4 · SP DO no-tpo acc-emb+loss alltoall+ov",
             235093634560,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("qwen3-235b-a22b", "gb200-nvl72", 256, 8192, 4096, ("fp8", "mxfp8"), None): (
@@ -3022,6 +3934,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP32 ETP1 b1 V3 · DO acc-emb+loss hybridep+ov · CUDA graphs: full iteration",
             235093634560,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             7360.0,
@@ -3029,6 +3942,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP32 ETP1 b1 V3 · DO acc-emb+loss hybridep+ov · CUDA graphs: full iteration",
             235093634560,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             7320.3,
@@ -3036,6 +3950,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP32 ETP1 b1 V3 · DO acc-emb+loss hybridep+ov · CUDA graphs: full iteration",
             235093634560,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             7280.0,
@@ -3043,6 +3958,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP32 ETP1 b1 V3 · DO acc-emb+loss hybridep+ov · CUDA graphs: full iteration",
             235093634560,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             5680.0,
@@ -3050,6 +3966,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP32 ETP1 b1 V3 · DO acc-emb+loss hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             235093634560,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             5672.0,
@@ -3057,6 +3974,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP32 ETP1 b1 V3 · DO acc-emb+loss hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             235093634560,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             5448.0,
@@ -3064,6 +3982,7 @@ PUBLISHED = {
             "TP1 PP8 DP32 EP32 ETP1 b1 · DO acc-emb+loss hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             235093634560,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("qwen3-235b-a22b", "gb300-nvl72", 256, 8192, 4096, ("fp8", "mxfp8"), None): (
@@ -3073,6 +3992,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP32 ETP1 b2 V12 · DO acc-emb+loss hybridep+ov · CUDA graphs: full iteration",
             235093634560,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             9008.0,
@@ -3080,6 +4000,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP32 ETP1 b2 V12 · DO acc-emb+loss hybridep+ov · CUDA graphs: full iteration",
             235093634560,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             8816.0,
@@ -3087,6 +4008,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP32 ETP1 b2 V12 · DO acc-emb+loss hybridep+ov · CUDA graphs: full iteration",
             235093634560,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             8784.5,
@@ -3094,6 +4016,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP32 ETP1 b2 V12 · DO acc-emb+loss hybridep+ov · CUDA graphs: full iteration",
             235093634560,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             6994.0,
@@ -3101,6 +4024,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP32 ETP1 b2 V12 · DO acc-emb+loss hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             235093634560,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             6944.0,
@@ -3108,6 +4032,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP32 ETP1 b2 V12 · DO acc-emb+loss hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             235093634560,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             6583.0,
@@ -3115,6 +4040,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP32 ETP1 b2 · DO acc-emb+loss hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             235093634560,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             6583.0,
@@ -3122,6 +4048,7 @@ PUBLISHED = {
             "TP1 PP4 DP64 EP32 ETP1 b2 · DO acc-emb+loss hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             235093634560,
             "B300-in-GB300-288GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-b200-superpod", 8, 512, 4096, ("fp8", "mxfp8"), None): (
@@ -3131,6 +4058,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             30532122624,
             "B200-SXM-180GB",
+            1.0,
         ),
         (
             26859.0,
@@ -3138,6 +4066,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             30532122624,
             "B200-SXM-180GB",
+            1.0,
         ),
         (
             26695.0,
@@ -3145,6 +4074,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE attn,moe_router,moe_preprocess",
             30532122624,
             "B200-SXM-180GB",
+            1.0,
         ),
         (
             9691.0,
@@ -3152,6 +4082,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b1 · DO alltoall · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B200-SXM-180GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-b200-superpod", 8, 512, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -3161,6 +4092,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b1 · DO alltoall · CUDA graphs: local",
             30532122624,
             "B200-SXM-180GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-b300-superpod", 8, 512, 4096, ("fp8", "mxfp8"), None): (
@@ -3170,6 +4102,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             30720.0,
@@ -3177,6 +4110,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             30553.0,
@@ -3184,6 +4118,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             29521.0,
@@ -3191,6 +4126,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B300-SXM-270GB",
+            1.0,
         ),
         (
             29454.0,
@@ -3198,6 +4134,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B300-SXM-270GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-h100-superpod", 16, 1024, 4096, ("bf16",), None): (
@@ -3207,6 +4144,7 @@ PUBLISHED = {
             "TP1 PP1 DP16 EP16 ETP1 b1 · DO hybridep+ov · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-h100-superpod", 16, 1024, 4096, ("fp8", "tensorwise"), None): (
@@ -3216,6 +4154,7 @@ PUBLISHED = {
             "TP1 PP1 DP16 EP16 ETP1 b1 · DO hybridep",
             30532122624,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             8901.0,
@@ -3223,6 +4162,7 @@ PUBLISHED = {
             "TP1 PP1 DP16 EP16 ETP1 b1 · DO hybridep",
             30532122624,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             8826.0,
@@ -3230,6 +4170,7 @@ PUBLISHED = {
             "TP1 PP1 DP16 EP16 ETP1 b1 · DO hybridep",
             30532122624,
             "H100-SXM5-80GB",
+            1.0,
         ),
         (
             5113.0,
@@ -3237,6 +4178,7 @@ PUBLISHED = {
             "TP1 PP2 DP8 EP8 ETP1 b1 V12 · DO deepep+ov",
             30532122624,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-h100-superpod", 16, 512, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -3246,6 +4188,7 @@ PUBLISHED = {
             "TP1 PP2 DP8 EP8 ETP1 b2 V24 · DO alltoall",
             30532122624,
             "H100-SXM5-80GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "gb200-nvl72", 8, 512, 4096, ("fp8", "mxfp8"), None): (
@@ -3255,6 +4198,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             40706.0,
@@ -3262,6 +4206,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             40322.9,
@@ -3269,6 +4214,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             39936.0,
@@ -3276,6 +4222,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             26373.0,
@@ -3283,6 +4230,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             26112.0,
@@ -3290,6 +4238,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             26084.0,
@@ -3297,6 +4246,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B200-in-GB200-186GB",
+            1.0,
         ),
         (
             26032.0,
@@ -3304,6 +4254,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "gb200-nvl72", 8, 512, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -3313,6 +4264,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b4 · DO alltoall · CUDA graphs: local",
             30532122624,
             "B200-in-GB200-186GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "gb300-nvl72", 128, 8192, 4096, ("fp8", "mxfp8"), None): (
@@ -3322,6 +4274,7 @@ PUBLISHED = {
             "TP1 PP1 DP128 EP8 ETP1 b8 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "gb300-nvl72", 256, 16384, 4096, ("fp8", "mxfp8"), None): (
@@ -3331,6 +4284,7 @@ PUBLISHED = {
             "TP1 PP1 DP256 EP8 ETP1 b8 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "gb300-nvl72", 32, 2048, 4096, ("fp8", "mxfp8"), None): (
@@ -3340,6 +4294,7 @@ PUBLISHED = {
             "TP1 PP1 DP32 EP8 ETP1 b8 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
     ),
     ("qwen3-30b-a3b", "gb300-nvl72", 8, 512, 4096, ("fp8", "mxfp8"), None): (
@@ -3349,6 +4304,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             44773.4,
@@ -3356,6 +4312,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             44544.0,
@@ -3363,6 +4320,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             44544.0,
@@ -3370,6 +4328,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             44511.0,
@@ -3377,6 +4336,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep+ov · CUDA graphs: full iteration",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             31744.0,
@@ -3384,6 +4344,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             31470.0,
@@ -3391,6 +4352,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             30411.0,
@@ -3398,6 +4360,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
         (
             30376.0,
@@ -3405,6 +4368,7 @@ PUBLISHED = {
             "TP1 PP1 DP8 EP8 ETP1 b8 · DO hybridep · CUDA graphs: TE moe_router,moe_preprocess",
             30532122624,
             "B300-in-GB300-288GB",
+            1.0,
         ),
     ),
 }

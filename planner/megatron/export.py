@@ -664,7 +664,8 @@ def published_notes(req: PlanRequest, iteration_s: float | None) -> list[str]:
     if not iteration_s or not (runs := published_runs(req.ctx, req.gpus)):
         return []
     per_gpu = tr.global_batch * tr.seq_len / iteration_s / req.gpus
-    return [published_text(published_json(runs, per_gpu))]
+    imbalance = req.ctx.options.moe_load_imbalance if req.ctx.model.is_moe else None
+    return [published_text(published_json(runs, per_gpu, imbalance))]
 
 
 def _segment_lines(req: PlanRequest, nodes: int) -> str:
