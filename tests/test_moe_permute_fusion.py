@@ -112,7 +112,7 @@ def test_nemo2_export_always_writes_it_and_import_takes_the_model_configs_defaul
     assert "model.config.moe_permute_fusion=false" in run_cli([*qwen, "--no-moe-permute-fusion"]).output
     for model, gpus, pp, ep, fused in (("qwen3-30b-a3b", 16, 1, 16, True), ("mixtral-8x7b", 64, 2, 8, False)):
         path = tmp_path / f"{model}.sh"
-        out = run_cli([*args, "--model", model, "--gpus", str(gpus), "--pp", str(pp), "--ep", str(ep)]).output
+        out = run_cli([*args, "--model", model, "--gpus", str(gpus), "--pp", str(pp), "--ep", str(ep)]).stdout
         path.write_text("".join(line + "\n" for line in out.splitlines() if "moe_permute_fusion" not in line))
         read, _ = read_bridge_source({"bridge_config": str(path), "gpus": gpus, "hardware": "dgx-h100-superpod"})
         assert request_from_fields(read.data).ctx.options.moe_permute_fusion is fused
