@@ -178,3 +178,37 @@ def test_sweep_marks_the_sizes_with_published_runs():
 
 def rows_key(gpus: int) -> tuple:
     return ("llama3.1-405b", "dgx-h100-superpod", gpus, 512, 8192, ("fp8", "delayed"), None)
+
+
+def test_a_launch_script_s_model_matches_by_what_it_is(tmp_path):
+    # a model read from Megatron-LM flags is named "imported"; it matches the runs by its parameter count: Llama 3.1
+    # 405B FP8 (delayed) at batch 512 on 1,024 H100 is DGX Cloud's v25.04 recipe's setup
+    flags = run_cli(
+        [
+            "export",
+            "--model",
+            "llama3.1-405b",
+            "--hardware",
+            "dgx-h100-superpod",
+            "--gpus",
+            "1024",
+            "--global-batch",
+            "512",
+            "--fp8",
+            "hybrid",
+            "--format",
+            "flags",
+        ]
+    )
+    assert flags.exit_code == 0, flags.output
+    script = tmp_path / "launch.sh"
+    script.write_text("python pretrain_gpt.py \\\n" + flags.stdout)
+    result = run_cli(
+        ["explain", "--megatron-args-file", str(script), "--hardware", "dgx-h100-superpod", "--gpus", "1024", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    pj = json.loads(result.stdout)
+    assert pj["model"] == "imported"
+    assert (
+        pj["published"]["fastest_id"] == PUBLISHED[rows_key(1024)][0][1] == "DGXC-v25.04-H100-Llama3.1-405B-fp8-n1024"
+    )

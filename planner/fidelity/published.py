@@ -7,11 +7,13 @@ the plan at hand is estimated at against that fastest: a claim the model makes b
 
 A search reads the table scripts/published_setups.py wrote (``planner.fidelity.published_setups``), not the
 reference runs (building them takes half a second); tests/test_published_setups.py checks it equals the live set.
-A setup matches only with the model the runs priced (its parameter count: a user's edited copy of a preset under
-the preset's name does not match) and the hardware preset's GPU."""
+A model matches by what it is, the parameter count the runs priced (a launch script's "imported" model or a renamed
+copy of a preset matches; an edited copy under the preset's name does not), and the hardware preset by its name and
+its GPU."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from planner.plan import Context
@@ -86,18 +88,29 @@ class PublishedRun:
     load_imbalance: float | None = None  # a MoE run's busiest expert / the mean: 1.0 where its table force-balanced
 
 
-def published_runs(ctx: Context, gpus: int) -> tuple[PublishedRun, ...]:
-    """The published runs of the context's setup, fastest first; none unless the model has the parameters the runs
-    priced and the hardware the runs' GPU."""
+@functools.cache
+def _by_setup_without_model() -> dict[tuple, tuple[PublishedRun, ...]]:
+    """The written table keyed by the setup without its model name, each run carrying its model's parameters: a model
+    is matched by what it is (its parameter count, to the parameter), not by its name - a launch script's model is
+    "imported", a user's copy of a preset may be renamed."""
     from planner.fidelity.published_setups import PUBLISHED
+
+    out: dict[tuple, list] = {}
+    for key, rows in PUBLISHED.items():
+        out.setdefault(key[1:], []).extend(PublishedRun(*row) for row in rows)
+    return {k: tuple(sorted(v, key=lambda r: (-r.tokens_per_gpu, r.run_id))) for k, v in out.items()}
+
+
+def published_runs(ctx: Context, gpus: int) -> tuple[PublishedRun, ...]:
+    """The published runs of the context's setup, fastest first: the same hardware preset (and its GPU), GPUs, batch,
+    sequence, precision and capacity factor, and a model with the parameters the runs priced, whatever its name."""
     from planner.result import model_params
 
-    rows = PUBLISHED.get(context_setup_key(ctx, gpus), ())
+    rows = _by_setup_without_model().get(context_setup_key(ctx, gpus)[1:], ())
     if not rows:
         return ()
     total = model_params(ctx.model)["total"]
-    runs = (PublishedRun(*row) for row in rows)
-    return tuple(r for r in runs if r.model_params == total and r.gpu == ctx.hardware.gpu.name)
+    return tuple(r for r in rows if r.model_params == total and r.gpu == ctx.hardware.gpu.name)
 
 
 def published_json(
@@ -147,17 +160,16 @@ def nearby_setups(ctx: Context, gpus: int) -> list[str]:
     the same GPU count of the same hardware preset that have one, each as "batch B × s, precision" (the batches,
     sequences and precisions to ask for to see them), fewest words first; [] when the setup has runs or none is
     near."""
-    from planner.fidelity.published_setups import PUBLISHED
     from planner.result import model_params
 
-    own = context_setup_key(ctx, gpus)
-    if own in PUBLISHED:
+    if published_runs(ctx, gpus):
         return []
-    total = model_params(ctx.model)["total"]
+    own = context_setup_key(ctx, gpus)
+    total, gpu = model_params(ctx.model)["total"], ctx.hardware.gpu.name
     out = []
-    for key, rows in PUBLISHED.items():
-        if key[:3] != own[:3] or not any(r[3] == total and r[4] == ctx.hardware.gpu.name for r in rows):
+    for key, rows in _by_setup_without_model().items():
+        if key[:2] != own[1:3] or not any(r.model_params == total and r.gpu == gpu for r in rows):
             continue
-        precision = " ".join(key[5]) + (f", capacity factor {key[6]:g}" if key[6] is not None else "")
-        out.append(f"batch {key[3]:,} × {key[4]:,}, {precision}")
+        precision = " ".join(key[4]) + (f", capacity factor {key[5]:g}" if key[5] is not None else "")
+        out.append(f"batch {key[2]:,} × {key[3]:,}, {precision}")
     return sorted(out, key=lambda text: (len(text), text))
