@@ -212,3 +212,16 @@ def test_a_launch_script_s_model_matches_by_what_it_is(tmp_path):
     assert (
         pj["published"]["fastest_id"] == PUBLISHED[rows_key(1024)][0][1] == "DGXC-v25.04-H100-Llama3.1-405B-fp8-n1024"
     )
+
+
+def test_the_csv_carries_it():
+    import csv
+    import io
+
+    result = run_cli(["search", *RECIPE, "--csv"])
+    assert result.exit_code == 0, result.output
+    first = next(csv.DictReader(io.StringIO(result.stdout)))
+    assert first["published_fastest_tokens_per_gpu"] == "5993.0"
+    assert first["published_fastest_id"] == "MB-26.02-H100-GPTOSS120B-64"
+    per_gpu = float(first["tokens_per_s"]) / 64
+    assert float(first["published_claim_pct"]) == pytest.approx(100 * (per_gpu / 5993 - 1))

@@ -45,10 +45,21 @@ BAND_KEYS = ("iteration_s_band",)  # [low, high]: two columns each
 def _plan_cells(pj: dict) -> list:
     par, est = pj["parallel"], pj["estimate"]
     bands = [x for k in BAND_KEYS for x in (est.get(k) or (None, None))]
-    return [plan_text(pj), *(par.get(k) for k in PARALLEL_KEYS), *(est.get(k) for k in ESTIMATE_KEYS), *bands]
+    pub = pj.get("published") or {}  # the setup's fastest published run, and this plan against it
+    published = [pub.get("fastest_tokens_per_gpu"), pub.get("fastest_id"), pub.get("claim_pct")]
+    cells = [plan_text(pj), *(par.get(k) for k in PARALLEL_KEYS), *(est.get(k) for k in ESTIMATE_KEYS)]
+    return [*cells, *bands, *published]
 
 
-PLAN_HEADER = ["plan", *PARALLEL_KEYS, *ESTIMATE_KEYS, *(f"{k}_{end}" for k in BAND_KEYS for end in ("low", "high"))]
+PLAN_HEADER = [
+    "plan",
+    *PARALLEL_KEYS,
+    *ESTIMATE_KEYS,
+    *(f"{k}_{end}" for k in BAND_KEYS for end in ("low", "high")),
+    "published_fastest_tokens_per_gpu",
+    "published_fastest_id",
+    "published_claim_pct",
+]
 
 
 def search_csv(plans: list[dict]) -> str:
