@@ -28,7 +28,7 @@ from planner.costs.process_memory import resolve_headroom, usable_bytes
 from planner.costs.train_cost import train_cost_terms
 from planner.errors import PlannerError
 from planner.fidelity.evidence import PlanEvidence, band_frac, band_parts, band_rows, evidence_json, plan_evidence
-from planner.fidelity.published import published_json, published_runs
+from planner.fidelity.published import plan_load_imbalance, published_json, published_runs
 from planner.hardware.spec import GIB
 from planner.models.params import megatron_count_gaps, padded_vocab, param_counts
 from planner.models.pipeline_layout import stage_contents
@@ -202,7 +202,7 @@ def plan_json(
         "model_params": shared.params(ctx.model),
     }
     # the setup's published runs and this plan's estimate against the fastest (planner.fidelity.published)
-    imbalance = ctx.options.moe_load_imbalance if ctx.model.is_moe else None
+    imbalance = plan_load_imbalance(ctx)
     if (pub := published_json(shared.published(ctx, gpus), estimate["tokens_per_s"] / gpus, imbalance)) is not None:
         out["published"] = pub
     if (ub := userbuffers_json(ctx, plan)) is not None:  # with --tp-comm-overlap-cfg: the config this plan runs

@@ -2,7 +2,8 @@
 """Write planner/fidelity/published_setups.py: per setup (``planner.fidelity.published.setup_key``: model, hardware
 preset, GPUs, global batch, sequence, precision, capacity factor), every reference run that published a throughput
 for it, fastest first: tokens/s per GPU, the run's id, its plan as search labels plans (and its CUDA graphs), the
-model's total parameters, the GPU and a MoE run's expert load imbalance (``planner.fidelity.published``). A search
+model's total parameters, the GPU, a MoE run's expert load imbalance and whether validate sets the run apart
+(``planner.fidelity.published``). A search
 reads the written table instead of building every reference run (half a second a process). Run it after the
 reference runs or the presets they name change; tests/test_published_setups.py checks the file equals the live
 table.
@@ -19,7 +20,8 @@ TARGET = Path(__file__).resolve().parent.parent / "planner" / "fidelity" / "publ
 HEADER = '''"""Written by scripts/published_setups.py (do not edit by hand): per setup
 (``planner.fidelity.published.setup_key``: model, hardware preset, GPUs, global batch, sequence, precision, capacity
 factor), every reference run that published a throughput for it, fastest first: (tokens/s per GPU, run id, plan
-label, the model's total parameters, GPU name, a MoE run's load imbalance: 1.0 where the tables force-balance).
+label, the model's total parameters, GPU name, a MoE run's load imbalance: 1.0 where the tables force-balance, and
+whether megaplan validate reports the run apart from its bar).
 tests/test_published_setups.py checks this table equals the live one."""
 
 PUBLISHED = {
@@ -50,7 +52,9 @@ def live_table() -> dict[tuple, tuple[tuple, ...]]:
             label += f" · {graphs}" if graphs else ""
             imbalance = o.moe_load_imbalance if req.ctx.model.is_moe else None  # the tables force-balance MoE routing
             params, gpu = model_params(req.ctx.model)["total"], req.ctx.hardware.gpu.name
-            rows.append((round(value, 1), rid, label, params, gpu, imbalance))
+            run = runs[rid]
+            apart = not (run.fit or run.searched or run.held_out)  # validate reports it apart from the bar
+            rows.append((round(value, 1), rid, label, params, gpu, imbalance, apart))
         out[key] = tuple(sorted(rows, key=lambda row: (-row[0], row[1])))
     return dict(sorted(out.items(), key=lambda kv: repr(kv[0])))
 

@@ -10,7 +10,7 @@ import pytest
 from planner import api
 from planner.fidelity.choice import setup_key
 from planner.fidelity.moe_runs import load_moe_runs
-from planner.fidelity.published import context_setup_key, graphs_word, nearby_setups, published_runs
+from planner.fidelity.published import context_setup_key, graphs_word, nearby_setups, published_runs, published_text
 from planner.fidelity.published_setups import PUBLISHED
 from planner.fidelity.runs import load_runs
 from planner.fidelity.validate import prepared
@@ -225,3 +225,22 @@ def test_the_csv_carries_it():
     assert first["published_fastest_id"] == "MB-26.02-H100-GPTOSS120B-64"
     per_gpu = float(first["tokens_per_s"]) / 64
     assert float(first["published_claim_pct"]) == pytest.approx(100 * (per_gpu / 5993 - 1))
+
+
+def test_a_run_validate_sets_apart_is_said_so_and_token_drop_has_no_balance_note():
+    # DGX Cloud's 25.05.04 DeepSeek-V3 on 512 GB200 (token drop, capacity factor 1): the setup's only run, which
+    # validate reports apart (predicted 61 % fast: that release's software); with a capacity factor every expert is
+    # padded to its capacity, so there is no load imbalance to set beside the tables' force-balance
+    key = ("deepseek-v3", "gb200-nvl72", 512, 4096, 4096, ("bf16",), 1.0)
+    (row,) = PUBLISHED[key]
+    assert row[1] == "DGXC-v25.05.04-GB200-DSV3-512" and row[6] is True
+    result = run_cli(
+        ["explain", "--model", "deepseek-v3", "--hardware", "gb200-nvl72", "--gpus", "512", "--global-batch", "4096"]
+        + ["--moe-capacity-factor", "1.0", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    pub = json.loads(result.stdout)["published"]
+    assert pub["fastest_apart"] is True and "fastest_load_imbalance" not in pub
+    assert "validate reports that run apart (superseded or regressed software" in published_text(pub)
+    # and a run in the bar carries no such flag (GPT-OSS on 64 H100, Megatron-Bridge 26.02)
+    assert not any(r[6] for r in PUBLISHED[("gpt-oss-120b", "dgx-h100-superpod", 64, 1280, 4096, ("bf16",), None)])

@@ -86,6 +86,8 @@ class PublishedRun:
     model_params: int
     gpu: str
     load_imbalance: float | None = None  # a MoE run's busiest expert / the mean: 1.0 where its table force-balanced
+    apart: bool = False  # megaplan validate reports it apart from its bar (superseded or regressed software, an assumed
+    # setting): its throughput is what was published, not what the setup runs at today
 
 
 @functools.cache
@@ -113,6 +115,14 @@ def published_runs(ctx: Context, gpus: int) -> tuple[PublishedRun, ...]:
     return tuple(r for r in rows if r.model_params == total and r.gpu == ctx.hardware.gpu.name)
 
 
+def plan_load_imbalance(ctx: Context) -> float | None:
+    """The busiest expert's load the plan is priced with where the routing is dropless (--moe-load-imbalance); None
+    for a dense model or with a capacity factor (every expert padded to its capacity: no imbalance to compare)."""
+    if not ctx.model.is_moe or ctx.options.moe_capacity_factor is not None:
+        return None
+    return ctx.options.moe_load_imbalance
+
+
 def published_json(
     runs: tuple[PublishedRun, ...], tokens_per_gpu: float, load_imbalance: float | None = None
 ) -> dict | None:
@@ -135,6 +145,7 @@ def published_json(
         "claim_pct": 100.0 * (tokens_per_gpu / best.tokens_per_gpu - 1.0),
         "ids": [r.run_id for r in runs],
         **balance,
+        **({"fastest_apart": True} if best.apart else {}),
     }
 
 
@@ -149,9 +160,14 @@ def published_text(pub: dict, who: str = "this plan") -> str:
             f" (that run's routing force-balanced, busiest expert {pub['fastest_load_imbalance']:g} × the mean; "
             f"this estimate {pub['plan_load_imbalance']:g} ×, --moe-load-imbalance)"
         )
+    apart = (
+        "; megaplan validate reports that run apart (superseded or regressed software, or a setting it assumes)"
+        if pub.get("fastest_apart")
+        else ""
+    )
     return (
         f"{runs} of this setup (model, GPUs, batch, sequence, precision): {fastest}{best}; {who} is estimated at "
-        f"{pub['estimate_tokens_per_gpu']:,.0f} ({pub['claim_pct']:+.1f} %){balance}"
+        f"{pub['estimate_tokens_per_gpu']:,.0f} ({pub['claim_pct']:+.1f} %){balance}{apart}"
     )
 
 

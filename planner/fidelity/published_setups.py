@@ -1,7 +1,8 @@
 """Written by scripts/published_setups.py (do not edit by hand): per setup
 (``planner.fidelity.published.setup_key``: model, hardware preset, GPUs, global batch, sequence, precision, capacity
 factor), every reference run that published a throughput for it, fastest first: (tokens/s per GPU, run id, plan
-label, the model's total parameters, GPU name, a MoE run's load imbalance: 1.0 where the tables force-balance).
+label, the model's total parameters, GPU name, a MoE run's load imbalance: 1.0 where the tables force-balance, and
+whether megaplan validate reports the run apart from its bar).
 tests/test_published_setups.py checks this table equals the live one."""
 
 PUBLISHED = {
@@ -21,6 +22,7 @@ PUBLISHED = {
             402724438016,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     (
@@ -39,6 +41,7 @@ PUBLISHED = {
             402724438016,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     (
@@ -57,6 +60,7 @@ PUBLISHED = {
             402724438016,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -75,6 +79,7 @@ PUBLISHED = {
             402724438016,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -93,6 +98,7 @@ PUBLISHED = {
             402724438016,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -111,6 +117,7 @@ PUBLISHED = {
             402724438016,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -129,6 +136,7 @@ PUBLISHED = {
             402724438016,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -147,6 +155,7 @@ PUBLISHED = {
             402724438016,
             "H200-SXM-141GB",
             None,
+            False,
         ),
     ),
     (
@@ -165,6 +174,7 @@ PUBLISHED = {
             402724438016,
             "H200-SXM-141GB",
             None,
+            False,
         ),
     ),
     (
@@ -183,6 +193,7 @@ PUBLISHED = {
             402724438016,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     (
@@ -201,6 +212,7 @@ PUBLISHED = {
             402724438016,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     (
@@ -219,6 +231,7 @@ PUBLISHED = {
             402724438016,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     (
@@ -237,6 +250,7 @@ PUBLISHED = {
             402724438016,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     (
@@ -255,6 +269,7 @@ PUBLISHED = {
             402724438016,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     (
@@ -273,6 +288,7 @@ PUBLISHED = {
             402724438016,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     (
@@ -291,6 +307,7 @@ PUBLISHED = {
             402724438016,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     (
@@ -309,6 +326,7 @@ PUBLISHED = {
             402724438016,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             737.7,
@@ -317,6 +335,7 @@ PUBLISHED = {
             402724438016,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     (
@@ -335,6 +354,7 @@ PUBLISHED = {
             402724438016,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     (
@@ -353,6 +373,7 @@ PUBLISHED = {
             402724438016,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
     ),
     ("deepseek-v3", "dgx-b200-superpod", 256, 2048, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -363,6 +384,7 @@ PUBLISHED = {
             682636472320,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
     ),
     ("deepseek-v3", "dgx-b200-superpod", 256, 4096, 4096, ("fp8", "mxfp8"), None): (
@@ -373,6 +395,7 @@ PUBLISHED = {
             682636472320,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
         (
             2790.0,
@@ -381,6 +404,7 @@ PUBLISHED = {
             682636472320,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
         (
             2689.0,
@@ -389,6 +413,7 @@ PUBLISHED = {
             682636472320,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
     ),
     ("deepseek-v3", "dgx-b300-superpod", 256, 4096, 4096, ("fp8", "mxfp8"), None): (
@@ -399,6 +424,7 @@ PUBLISHED = {
             682636472320,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             3456.0,
@@ -407,6 +433,7 @@ PUBLISHED = {
             682636472320,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             3131.0,
@@ -415,6 +442,7 @@ PUBLISHED = {
             682636472320,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             3099.0,
@@ -423,6 +451,7 @@ PUBLISHED = {
             682636472320,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             2983.0,
@@ -431,6 +460,7 @@ PUBLISHED = {
             682636472320,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
     ),
     ("deepseek-v3", "dgx-h100-superpod", 1024, 16384, 4096, ("bf16",), None): (
@@ -441,6 +471,7 @@ PUBLISHED = {
             682636472320,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("deepseek-v3", "dgx-h100-superpod", 1024, 8192, 4096, ("bf16",), 1.0): (
@@ -451,6 +482,7 @@ PUBLISHED = {
             682636472320,
             "H100-SXM5-80GB",
             1.0,
+            True,
         ),
     ),
     ("deepseek-v3", "dgx-h100-superpod", 1024, 8192, 4096, ("bf16",), None): (
@@ -461,6 +493,7 @@ PUBLISHED = {
             682636472320,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("deepseek-v3", "dgx-h100-superpod", 1024, 8192, 4096, ("fp8", "tensorwise"), None): (
@@ -471,6 +504,7 @@ PUBLISHED = {
             682636472320,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("deepseek-v3", "dgx-h100-superpod", 512, 4096, 4096, ("bf16",), 1.0): (
@@ -481,6 +515,7 @@ PUBLISHED = {
             682636472320,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("deepseek-v3", "gb200-nvl72", 128, 1024, 4096, ("bf16",), 1.0): (
@@ -491,6 +526,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            True,
         ),
     ),
     ("deepseek-v3", "gb200-nvl72", 256, 2048, 4096, ("bf16",), 1.0): (
@@ -501,6 +537,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             958.3,
@@ -509,6 +546,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            True,
         ),
     ),
     ("deepseek-v3", "gb200-nvl72", 256, 2048, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -519,6 +557,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("deepseek-v3", "gb200-nvl72", 256, 4096, 4096, ("fp8", "mxfp8"), None): (
@@ -529,6 +568,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             4928.0,
@@ -537,6 +577,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             4912.0,
@@ -545,6 +586,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             4734.9,
@@ -553,6 +595,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             4256.0,
@@ -561,6 +604,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             4193.0,
@@ -569,6 +613,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             4021.0,
@@ -577,6 +622,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             3955.0,
@@ -585,6 +631,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("deepseek-v3", "gb200-nvl72", 512, 4096, 4096, ("bf16",), 1.0): (
@@ -595,6 +642,7 @@ PUBLISHED = {
             682636472320,
             "B200-in-GB200-186GB",
             1.0,
+            True,
         ),
     ),
     ("deepseek-v3", "gb300-nvl72", 256, 15360, 4096, ("fp8", "mxfp8"), None): (
@@ -605,6 +653,7 @@ PUBLISHED = {
             682636472320,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
     ),
     ("deepseek-v3", "gb300-nvl72", 256, 4096, 4096, ("fp8", "mxfp8"), None): (
@@ -615,6 +664,7 @@ PUBLISHED = {
             682636472320,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             6304.0,
@@ -623,6 +673,7 @@ PUBLISHED = {
             682636472320,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             6288.0,
@@ -631,6 +682,7 @@ PUBLISHED = {
             682636472320,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             6143.6,
@@ -639,6 +691,7 @@ PUBLISHED = {
             682636472320,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             4992.0,
@@ -647,6 +700,7 @@ PUBLISHED = {
             682636472320,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             4965.0,
@@ -655,6 +709,7 @@ PUBLISHED = {
             682636472320,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             4691.0,
@@ -663,6 +718,7 @@ PUBLISHED = {
             682636472320,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             4612.0,
@@ -671,15 +727,32 @@ PUBLISHED = {
             682636472320,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
     ),
     ("gpt-1t", "dgx-a100-superpod", 512, 512, 2048, ("bf16",), None): (
-        (28.6, "K22-T5-1T-selSP", "TP8 PP64 DP1 b1 · SP no-ogr no-tpo rc-sel", 1008014617600, "A100-SXM4-80GB", None),
-        (21.7, "K22-T5-1T-full", "TP8 PP64 DP1 b1 · no-ogr rc-full", 1008014617600, "A100-SXM4-80GB", None),
+        (
+            28.6,
+            "K22-T5-1T-selSP",
+            "TP8 PP64 DP1 b1 · SP no-ogr no-tpo rc-sel",
+            1008014617600,
+            "A100-SXM4-80GB",
+            None,
+            False,
+        ),
+        (21.7, "K22-T5-1T-full", "TP8 PP64 DP1 b1 · no-ogr rc-full", 1008014617600, "A100-SXM4-80GB", None, False),
     ),
     ("gpt-22b", "dgx-a100-superpod", 8, 4, 2048, ("bf16",), None): (
-        (930.9, "K22-T5-22B-selSP", "TP8 PP1 DP1 b4 · SP no-ogr no-tpo rc-sel", 22068480000, "A100-SXM4-80GB", None),
-        (721.1, "K22-T5-22B-full", "TP8 PP1 DP1 b4 · no-ogr rc-full", 22068480000, "A100-SXM4-80GB", None),
+        (
+            930.9,
+            "K22-T5-22B-selSP",
+            "TP8 PP1 DP1 b4 · SP no-ogr no-tpo rc-sel",
+            22068480000,
+            "A100-SXM4-80GB",
+            None,
+            False,
+        ),
+        (721.1, "K22-T5-22B-full", "TP8 PP1 DP1 b4 · no-ogr rc-full", 22068480000, "A100-SXM4-80GB", None, False),
     ),
     ("gpt-530b", "dgx-a100-superpod", 280, 280, 2048, ("bf16",), None): (
         (
@@ -689,8 +762,9 @@ PUBLISHED = {
             529581506560,
             "A100-SXM4-80GB",
             None,
+            False,
         ),
-        (41.8, "K22-T5-530B-full", "TP8 PP35 DP1 b1 V3 · no-ogr rc-full", 529581506560, "A100-SXM4-80GB", None),
+        (41.8, "K22-T5-530B-full", "TP8 PP35 DP1 b1 V3 · no-ogr rc-full", 529581506560, "A100-SXM4-80GB", None, False),
     ),
     ("gpt-oss-120b", "dgx-b200-superpod", 64, 1280, 4096, ("bf16",), None): (
         (
@@ -700,6 +774,7 @@ PUBLISHED = {
             116829156672,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
         (
             13568.0,
@@ -708,6 +783,7 @@ PUBLISHED = {
             116829156672,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
         (
             13045.0,
@@ -716,6 +792,7 @@ PUBLISHED = {
             116829156672,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
         (
             8047.0,
@@ -724,6 +801,7 @@ PUBLISHED = {
             116829156672,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
     ),
     ("gpt-oss-120b", "dgx-b300-superpod", 64, 1280, 4096, ("bf16",), None): (
@@ -734,6 +812,7 @@ PUBLISHED = {
             116829156672,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             15114.0,
@@ -742,6 +821,7 @@ PUBLISHED = {
             116829156672,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             15031.0,
@@ -750,6 +830,7 @@ PUBLISHED = {
             116829156672,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             8359.0,
@@ -758,6 +839,7 @@ PUBLISHED = {
             116829156672,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
     ),
     ("gpt-oss-120b", "dgx-b300-superpod", 64, 1280, 4096, ("fp8", "mxfp8"), None): (
@@ -768,6 +850,7 @@ PUBLISHED = {
             116829156672,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
     ),
     ("gpt-oss-120b", "dgx-h100-superpod", 64, 1280, 4096, ("bf16",), None): (
@@ -778,6 +861,7 @@ PUBLISHED = {
             116829156672,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             5984.0,
@@ -786,6 +870,7 @@ PUBLISHED = {
             116829156672,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             5824.0,
@@ -794,6 +879,7 @@ PUBLISHED = {
             116829156672,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             5810.0,
@@ -802,6 +888,7 @@ PUBLISHED = {
             116829156672,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("gpt-oss-120b", "gb200-nvl72", 64, 1280, 4096, ("bf16",), None): (
@@ -812,6 +899,7 @@ PUBLISHED = {
             116829156672,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             16398.3,
@@ -820,6 +908,7 @@ PUBLISHED = {
             116829156672,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             15938.0,
@@ -828,6 +917,7 @@ PUBLISHED = {
             116829156672,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             15784.0,
@@ -836,6 +926,7 @@ PUBLISHED = {
             116829156672,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             15754.0,
@@ -844,6 +935,7 @@ PUBLISHED = {
             116829156672,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("gpt-oss-120b", "gb200-nvl72", 64, 1280, 4096, ("fp8", "mxfp8"), None): (
@@ -854,6 +946,7 @@ PUBLISHED = {
             116829156672,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             28672.0,
@@ -862,6 +955,7 @@ PUBLISHED = {
             116829156672,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             18304.0,
@@ -870,6 +964,7 @@ PUBLISHED = {
             116829156672,
             "B200-in-GB200-186GB",
             1.0,
+            True,
         ),
     ),
     ("gpt-oss-120b", "gb300-nvl72", 64, 1280, 4096, ("bf16",), None): (
@@ -880,6 +975,7 @@ PUBLISHED = {
             116829156672,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             19366.0,
@@ -888,6 +984,7 @@ PUBLISHED = {
             116829156672,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             19275.0,
@@ -896,6 +993,7 @@ PUBLISHED = {
             116829156672,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             19200.0,
@@ -904,6 +1002,7 @@ PUBLISHED = {
             116829156672,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
     ),
     ("gpt-oss-120b", "gb300-nvl72", 64, 1280, 4096, ("fp8", "mxfp8"), None): (
@@ -914,6 +1013,7 @@ PUBLISHED = {
             116829156672,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             33024.0,
@@ -922,6 +1022,7 @@ PUBLISHED = {
             116829156672,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             33017.1,
@@ -930,6 +1031,7 @@ PUBLISHED = {
             116829156672,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             20288.0,
@@ -938,6 +1040,7 @@ PUBLISHED = {
             116829156672,
             "B300-in-GB300-288GB",
             1.0,
+            True,
         ),
     ),
     (
@@ -956,6 +1059,7 @@ PUBLISHED = {
             174604259328,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     (
@@ -974,6 +1078,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -992,6 +1097,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             537.8,
@@ -1000,6 +1106,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             523.0,
@@ -1008,6 +1115,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1026,6 +1134,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1044,6 +1153,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             646.1,
@@ -1052,6 +1162,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1070,6 +1181,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1088,6 +1200,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1106,6 +1219,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1124,6 +1238,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1142,6 +1257,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             770.2,
@@ -1150,6 +1266,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             739.9,
@@ -1158,6 +1275,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             678.5,
@@ -1166,6 +1284,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1184,6 +1303,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1202,6 +1322,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1220,6 +1341,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             675.5,
@@ -1228,6 +1350,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             665.8,
@@ -1236,6 +1359,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1254,6 +1378,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1272,6 +1397,7 @@ PUBLISHED = {
             174604259328,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     (
@@ -1290,6 +1416,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     (
@@ -1308,6 +1435,7 @@ PUBLISHED = {
             174604259328,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("gpt3-175b", "dgx-a100-superpod", 64, 64, 2048, ("bf16",), None): (
@@ -1318,8 +1446,9 @@ PUBLISHED = {
             174604259328,
             "A100-SXM4-80GB",
             None,
+            False,
         ),
-        (113.0, "K22-T5-175B-full", "TP8 PP8 DP1 b1 V3 · no-ogr rc-full", 174604259328, "A100-SXM4-80GB", None),
+        (113.0, "K22-T5-175B-full", "TP8 PP8 DP1 b1 V3 · no-ogr rc-full", 174604259328, "A100-SXM4-80GB", None, False),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 1024, 2048, 2048, ("bf16",), None): (
         (
@@ -1329,6 +1458,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             454.6,
@@ -1337,6 +1467,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 1024, 2048, 2048, ("fp8", "delayed"), None): (
@@ -1347,6 +1478,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             609.5,
@@ -1355,6 +1487,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 128, 256, 2048, ("bf16",), None): (
@@ -1365,6 +1498,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             459.7,
@@ -1373,6 +1507,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 128, 256, 2048, ("fp8", "delayed"), None): (
@@ -1383,6 +1518,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             691.9,
@@ -1391,6 +1527,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 2048, 4096, 2048, ("bf16",), None): (
@@ -1401,6 +1538,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             454.1,
@@ -1409,6 +1547,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 2048, 4096, 2048, ("fp8", "delayed"), None): (
@@ -1419,6 +1558,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             656.4,
@@ -1427,6 +1567,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 256, 512, 2048, ("bf16",), None): (
@@ -1437,6 +1578,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             457.7,
@@ -1445,6 +1587,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 256, 512, 2048, ("fp8", "delayed"), None): (
@@ -1455,6 +1598,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             687.2,
@@ -1463,6 +1607,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 512, 1024, 2048, ("bf16",), None): (
@@ -1473,6 +1618,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             450.6,
@@ -1481,6 +1627,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("gpt3-175b", "dgx-h100-superpod", 512, 1024, 2048, ("fp8", "delayed"), None): (
@@ -1491,6 +1638,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             636.0,
@@ -1499,6 +1647,7 @@ PUBLISHED = {
             174604259328,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 1024, 2048, 8192, ("bf16",), 1.0): (
@@ -1509,6 +1658,7 @@ PUBLISHED = {
             316454737920,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 1024, 2048, 8192, ("fp8", "delayed"), 1.0): (
@@ -1519,6 +1669,7 @@ PUBLISHED = {
             316454737920,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 2048, 4096, 8192, ("bf16",), 1.0): (
@@ -1529,6 +1680,7 @@ PUBLISHED = {
             316454737920,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 2048, 4096, 8192, ("fp8", "delayed"), 1.0): (
@@ -1539,6 +1691,7 @@ PUBLISHED = {
             316454737920,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 512, 1024, 8192, ("bf16",), 1.0): (
@@ -1549,6 +1702,7 @@ PUBLISHED = {
             316454737920,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             786.6,
@@ -1557,6 +1711,7 @@ PUBLISHED = {
             316454737920,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "dgx-h100-superpod", 512, 1024, 8192, ("fp8", "delayed"), 1.0): (
@@ -1567,6 +1722,7 @@ PUBLISHED = {
             316454737920,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             981.7,
@@ -1575,6 +1731,7 @@ PUBLISHED = {
             316454737920,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 128, 256, 8192, ("bf16",), 1.0): (
@@ -1585,6 +1742,7 @@ PUBLISHED = {
             316454737920,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 128, 256, 8192, ("fp8", "delayed"), 1.0): (
@@ -1595,6 +1753,7 @@ PUBLISHED = {
             316454737920,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 256, 512, 8192, ("bf16",), 1.0): (
@@ -1605,6 +1764,7 @@ PUBLISHED = {
             316454737920,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 256, 512, 8192, ("fp8", "delayed"), 1.0): (
@@ -1615,6 +1775,7 @@ PUBLISHED = {
             316454737920,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 512, 1024, 8192, ("bf16",), 1.0): (
@@ -1625,6 +1786,7 @@ PUBLISHED = {
             316454737920,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("grok1-314b", "gb200-nvl72", 512, 1024, 8192, ("fp8", "delayed"), 1.0): (
@@ -1635,6 +1797,7 @@ PUBLISHED = {
             316454737920,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-b200-superpod", 64, 128, 8192, ("fp8", "delayed"), None): (
@@ -1645,6 +1808,7 @@ PUBLISHED = {
             70553706496,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 1024, 2048, 8192, ("bf16",), None): (
@@ -1655,6 +1819,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1098.1,
@@ -1663,6 +1828,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 1024, 2048, 8192, ("fp8", "delayed"), None): (
@@ -1673,6 +1839,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1452.5,
@@ -1681,6 +1848,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 128, 256, 8192, ("bf16",), None): (
@@ -1691,6 +1859,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1112.3,
@@ -1699,6 +1868,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 128, 256, 8192, ("fp8", "delayed"), None): (
@@ -1709,6 +1879,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1499.0,
@@ -1717,6 +1888,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 2048, 4096, 8192, ("bf16",), None): (
@@ -1727,6 +1899,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1093.7,
@@ -1735,6 +1908,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 2048, 4096, 8192, ("fp8", "delayed"), None): (
@@ -1745,6 +1919,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1438.5,
@@ -1753,6 +1928,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 256, 512, 8192, ("bf16",), None): (
@@ -1763,6 +1939,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1107.0,
@@ -1771,6 +1948,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 256, 512, 8192, ("fp8", "delayed"), None): (
@@ -1781,6 +1959,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1468.1,
@@ -1789,6 +1968,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 512, 1024, 8192, ("bf16",), None): (
@@ -1799,6 +1979,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1100.3,
@@ -1807,6 +1988,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 512, 1024, 8192, ("fp8", "delayed"), None): (
@@ -1817,6 +1999,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1465.5,
@@ -1825,6 +2008,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 64, 128, 8192, ("bf16",), None): (
@@ -1835,6 +2019,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1113.0,
@@ -1843,6 +2028,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 64, 128, 8192, ("fp8", "delayed"), None): (
@@ -1853,8 +2039,17 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
-        (1621.0, "MLM-EX-H100-Llama3-70B-fp8-n64", "TP4 PP8 DP2 b1 V5 · SP DO", 70553706496, "H100-SXM5-80GB", None),
+        (
+            1621.0,
+            "MLM-EX-H100-Llama3-70B-fp8-n64",
+            "TP4 PP8 DP2 b1 V5 · SP DO",
+            70553706496,
+            "H100-SXM5-80GB",
+            None,
+            False,
+        ),
         (
             1488.1,
             "DGXC-v24.11.1-H100-Llama3-70B-fp8-n64",
@@ -1862,6 +2057,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 64, 128, 8192, ("fp8", "tensorwise"), None): (
@@ -1872,6 +2068,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "dgx-h100-superpod", 64, 256, 8192, ("fp8", "tensorwise"), None): (
@@ -1882,6 +2079,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1639.0,
@@ -1890,6 +2088,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1633.0,
@@ -1898,6 +2097,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             1621.0,
@@ -1906,6 +2106,7 @@ PUBLISHED = {
             70553706496,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "gb200-nvl72", 64, 256, 8192, ("fp4", "nvfp4"), None): (
@@ -1916,6 +2117,7 @@ PUBLISHED = {
             70553706496,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             4864.0,
@@ -1924,6 +2126,7 @@ PUBLISHED = {
             70553706496,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             4557.0,
@@ -1932,6 +2135,7 @@ PUBLISHED = {
             70553706496,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             4458.0,
@@ -1940,6 +2144,7 @@ PUBLISHED = {
             70553706496,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "gb200-nvl72", 64, 256, 8192, ("fp8", "mxfp8"), None): (
@@ -1950,6 +2155,7 @@ PUBLISHED = {
             70553706496,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             3828.0,
@@ -1958,6 +2164,7 @@ PUBLISHED = {
             70553706496,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             3712.0,
@@ -1966,6 +2173,7 @@ PUBLISHED = {
             70553706496,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             3613.0,
@@ -1974,6 +2182,7 @@ PUBLISHED = {
             70553706496,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "gb300-nvl72", 64, 256, 8192, ("fp4", "nvfp4"), None): (
@@ -1984,6 +2193,7 @@ PUBLISHED = {
             70553706496,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             7296.0,
@@ -1992,6 +2202,7 @@ PUBLISHED = {
             70553706496,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             6798.0,
@@ -2000,6 +2211,7 @@ PUBLISHED = {
             70553706496,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
     ),
     ("llama3-70b", "gb300-nvl72", 64, 256, 8192, ("fp8", "mxfp8"), None): (
@@ -2010,6 +2222,7 @@ PUBLISHED = {
             70553706496,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             4742.0,
@@ -2018,6 +2231,7 @@ PUBLISHED = {
             70553706496,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             4596.0,
@@ -2026,6 +2240,7 @@ PUBLISHED = {
             70553706496,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b200-superpod", 16, 32, 8192, ("fp8", "tensorwise"), None): (
@@ -2036,6 +2251,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
         (
             28160.9,
@@ -2044,6 +2260,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b200-superpod", 64, 32, 8192, ("fp8", "tensorwise"), None): (
@@ -2054,6 +2271,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
         (
             21535.2,
@@ -2062,6 +2280,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
         (
             21445.0,
@@ -2070,6 +2289,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b200-superpod", 8, 16, 8192, ("fp4", "nvfp4"), None): (
@@ -2080,6 +2300,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
         (
             36441.3,
@@ -2088,6 +2309,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
         (
             36360.4,
@@ -2096,6 +2318,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
         (
             36336.2,
@@ -2104,6 +2327,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
         (
             36312.1,
@@ -2112,6 +2336,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
         (
             36151.8,
@@ -2120,6 +2345,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
         (
             35937.7,
@@ -2128,6 +2354,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b200-superpod", 8, 16, 8192, ("fp8", "tensorwise"), None): (
@@ -2138,6 +2365,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b300-superpod", 8, 16, 8192, ("fp4", "nvfp4"), None): (
@@ -2148,6 +2376,7 @@ PUBLISHED = {
             8030261248,
             "B300-SXM-270GB",
             None,
+            False,
         ),
         (
             40354.7,
@@ -2156,6 +2385,7 @@ PUBLISHED = {
             8030261248,
             "B300-SXM-270GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-b300-superpod", 8, 16, 8192, ("fp8", "tensorwise"), None): (
@@ -2166,6 +2396,7 @@ PUBLISHED = {
             8030261248,
             "B300-SXM-270GB",
             None,
+            False,
         ),
         (
             29778.3,
@@ -2174,6 +2405,7 @@ PUBLISHED = {
             8030261248,
             "B300-SXM-270GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-h100-superpod", 128, 64, 8192, ("fp8", "delayed"), None): (
@@ -2184,6 +2416,7 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-h100-superpod", 64, 64, 8192, ("fp8", "delayed"), None): (
@@ -2194,6 +2427,7 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "dgx-h200-superpod", 64, 32, 8192, ("fp8", "tensorwise"), None): (
@@ -2204,6 +2438,7 @@ PUBLISHED = {
             8030261248,
             "H200-SXM-141GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb200-nvl72", 512, 64, 8192, ("fp8", "tensorwise"), None): (
@@ -2214,6 +2449,7 @@ PUBLISHED = {
             8030261248,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb200-nvl72", 72, 36, 8192, ("fp8", "tensorwise"), None): (
@@ -2224,6 +2460,7 @@ PUBLISHED = {
             8030261248,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb200-nvl72", 8, 16, 8192, ("fp4", "nvfp4"), None): (
@@ -2234,6 +2471,7 @@ PUBLISHED = {
             8030261248,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb300-nvl72", 512, 64, 8192, ("fp8", "tensorwise"), None): (
@@ -2244,6 +2482,7 @@ PUBLISHED = {
             8030261248,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb300-nvl72", 72, 36, 8192, ("fp8", "tensorwise"), None): (
@@ -2254,6 +2493,7 @@ PUBLISHED = {
             8030261248,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             25409.4,
@@ -2262,6 +2502,7 @@ PUBLISHED = {
             8030261248,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b (Llama 3.1 8B)", "gb300-nvl72", 8, 16, 8192, ("fp4", "nvfp4"), None): (
@@ -2272,10 +2513,11 @@ PUBLISHED = {
             8030261248,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-b200-superpod", 8, 128, 8192, ("fp8", "delayed"), None): (
-        (26006.0, "NEMODOC-25.02-B200-Llama3-8B-n8", "TP1 PP1 DP8 b2 · DO", 8030261248, "B200-SXM-180GB", None),
+        (26006.0, "NEMODOC-25.02-B200-Llama3-8B-n8", "TP1 PP1 DP8 b2 · DO", 8030261248, "B200-SXM-180GB", None, False),
     ),
     ("llama3-8b", "dgx-b200-superpod", 8, 128, 8192, ("fp8", "mxfp8"), None): (
         (
@@ -2285,6 +2527,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-b200-superpod", 8, 128, 8192, ("fp8", "tensorwise"), None): (
@@ -2295,6 +2538,7 @@ PUBLISHED = {
             8030261248,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 128, 2048, 8192, ("bf16",), None): (
@@ -2305,6 +2549,7 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             10005.5,
@@ -2313,6 +2558,7 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 128, 2048, 8192, ("fp8", "delayed"), None): (
@@ -2323,6 +2569,7 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             13347.5,
@@ -2331,10 +2578,19 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 16, 256, 8192, ("bf16",), None): (
-        (10656.3, "DGXC-v25.04-H100-Llama3-8B-bf16-n16", "TP1 PP1 DP8 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            10656.3,
+            "DGXC-v25.04-H100-Llama3-8B-bf16-n16",
+            "TP1 PP1 DP8 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+            False,
+        ),
         (
             10082.5,
             "DGXC-v24.11.1-H100-Llama3-8B-bf16-n16",
@@ -2342,10 +2598,19 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 16, 256, 8192, ("fp8", "delayed"), None): (
-        (14003.4, "DGXC-v25.04-H100-Llama3-8B-fp8-n16", "TP1 PP1 DP8 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            14003.4,
+            "DGXC-v25.04-H100-Llama3-8B-fp8-n16",
+            "TP1 PP1 DP8 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+            False,
+        ),
         (
             13470.9,
             "DGXC-v24.11.1-H100-Llama3-8B-fp8-n16",
@@ -2353,6 +2618,7 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 32, 512, 8192, ("bf16",), None): (
@@ -2363,6 +2629,7 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             10043.8,
@@ -2371,10 +2638,19 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 32, 512, 8192, ("fp8", "delayed"), None): (
-        (13899.5, "DGXC-v25.04-H100-Llama3-8B-fp8-n32", "TP1 PP1 DP16 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            13899.5,
+            "DGXC-v25.04-H100-Llama3-8B-fp8-n32",
+            "TP1 PP1 DP16 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+            False,
+        ),
         (
             13443.3,
             "DGXC-v24.11.1-H100-Llama3-8B-fp8-n32",
@@ -2382,6 +2658,7 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 64, 1024, 8192, ("bf16",), None): (
@@ -2392,6 +2669,7 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             10020.8,
@@ -2400,10 +2678,19 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 64, 1024, 8192, ("fp8", "delayed"), None): (
-        (13826.2, "DGXC-v25.04-H100-Llama3-8B-fp8-n64", "TP1 PP1 DP32 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            13826.2,
+            "DGXC-v25.04-H100-Llama3-8B-fp8-n64",
+            "TP1 PP1 DP32 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+            False,
+        ),
         (
             13374.7,
             "DGXC-v24.11.1-H100-Llama3-8B-fp8-n64",
@@ -2411,10 +2698,19 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 8, 128, 8192, ("bf16",), None): (
-        (10682.3, "DGXC-v25.04-H100-Llama3-8B-bf16-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            10682.3,
+            "DGXC-v25.04-H100-Llama3-8B-bf16-n8",
+            "TP1 PP1 DP4 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+            False,
+        ),
         (
             10152.7,
             "DGXC-v24.11.1-H100-Llama3-8B-bf16-n8",
@@ -2422,12 +2718,29 @@ PUBLISHED = {
             8030261248,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "dgx-h100-superpod", 8, 128, 8192, ("fp8", "delayed"), None): (
-        (14048.4, "DGXC-v25.04-H100-Llama3-8B-fp8-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
-        (13812.0, "MLM-EX-H100-Llama3-8B-fp8-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
-        (13554.5, "DGXC-v24.11.1-H100-Llama3-8B-fp8-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None),
+        (
+            14048.4,
+            "DGXC-v25.04-H100-Llama3-8B-fp8-n8",
+            "TP1 PP1 DP4 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+            False,
+        ),
+        (13812.0, "MLM-EX-H100-Llama3-8B-fp8-n8", "TP1 PP1 DP4 CP2 b1 · DO", 8030261248, "H100-SXM5-80GB", None, False),
+        (
+            13554.5,
+            "DGXC-v24.11.1-H100-Llama3-8B-fp8-n8",
+            "TP1 PP1 DP4 CP2 b1 · DO",
+            8030261248,
+            "H100-SXM5-80GB",
+            None,
+            False,
+        ),
     ),
     ("llama3-8b", "gb200-nvl72", 8, 128, 8192, ("fp8", "mxfp8"), None): (
         (
@@ -2437,6 +2750,7 @@ PUBLISHED = {
             8030261248,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3-8b", "gb200-nvl72", 8, 128, 8192, ("fp8", "tensorwise"), None): (
@@ -2447,6 +2761,7 @@ PUBLISHED = {
             8030261248,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             31737.0,
@@ -2455,6 +2770,7 @@ PUBLISHED = {
             8030261248,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             31357.0,
@@ -2463,6 +2779,7 @@ PUBLISHED = {
             8030261248,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-b200-superpod", 128, 64, 8192, ("fp8", "delayed"), None): (
@@ -2473,6 +2790,7 @@ PUBLISHED = {
             405853388800,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-b200-superpod", 128, 64, 8192, ("fp8", "mxfp8"), None): (
@@ -2483,6 +2801,7 @@ PUBLISHED = {
             405853388800,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-b200-superpod", 128, 64, 8192, ("fp8", "tensorwise"), None): (
@@ -2493,6 +2812,7 @@ PUBLISHED = {
             405853388800,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1024, 1536, 8192, ("fp8", "tensorwise"), None): (
@@ -2503,6 +2823,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             326.0,
@@ -2511,6 +2832,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             311.0,
@@ -2519,6 +2841,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1024, 512, 8192, ("bf16",), None): (
@@ -2529,6 +2852,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1024, 512, 8192, ("fp8", "delayed"), None): (
@@ -2539,6 +2863,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             315.0,
@@ -2547,6 +2872,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1024, 512, 8192, ("fp8", "tensorwise"), None): (
@@ -2557,6 +2883,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1152, 504, 8192, ("bf16",), None): (
@@ -2567,6 +2894,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 1152, 504, 8192, ("fp8", "delayed"), None): (
@@ -2577,6 +2905,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 2048, 1024, 8192, ("bf16",), None): (
@@ -2587,6 +2916,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 2048, 1024, 8192, ("fp8", "delayed"), None): (
@@ -2597,6 +2927,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 2304, 1008, 8192, ("bf16",), None): (
@@ -2607,6 +2938,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 2304, 1008, 8192, ("fp8", "delayed"), None): (
@@ -2617,6 +2949,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 512, 256, 8192, ("bf16",), None): (
@@ -2627,6 +2960,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             206.8,
@@ -2635,6 +2969,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 512, 256, 8192, ("fp8", "delayed"), None): (
@@ -2645,6 +2980,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             314.6,
@@ -2653,6 +2989,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 576, 252, 8192, ("bf16",), None): (
@@ -2663,6 +3000,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "dgx-h100-superpod", 576, 252, 8192, ("fp8", "delayed"), None): (
@@ -2673,6 +3011,7 @@ PUBLISHED = {
             405853388800,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 128, 64, 8192, ("bf16",), None): (
@@ -2683,6 +3022,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 128, 64, 8192, ("fp8", "delayed"), None): (
@@ -2693,6 +3033,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 128, 64, 8192, ("fp8", "mxfp8"), None): (
@@ -2703,6 +3044,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            True,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 128, 64, 8192, ("fp8", "tensorwise"), None): (
@@ -2713,6 +3055,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 256, 128, 8192, ("bf16",), None): (
@@ -2723,6 +3066,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 256, 128, 8192, ("fp8", "delayed"), None): (
@@ -2733,6 +3077,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 256, 1536, 8192, ("fp4", "nvfp4"), None): (
@@ -2743,6 +3088,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             1166.0,
@@ -2751,6 +3097,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             1136.0,
@@ -2759,6 +3106,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             1083.0,
@@ -2767,6 +3115,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             1076.0,
@@ -2775,6 +3124,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 256, 1536, 8192, ("fp8", "mxfp8"), None): (
@@ -2785,6 +3135,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             793.0,
@@ -2793,6 +3144,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             786.0,
@@ -2801,6 +3153,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             783.0,
@@ -2809,6 +3162,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             775.0,
@@ -2817,6 +3171,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 256, 1536, 8192, ("fp8", "tensorwise"), None): (
@@ -2827,6 +3182,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             843.0,
@@ -2835,6 +3191,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             842.0,
@@ -2843,6 +3200,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             818.0,
@@ -2851,6 +3209,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
         (
             793.0,
@@ -2859,6 +3218,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 512, 256, 8192, ("bf16",), None): (
@@ -2869,6 +3229,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb200-nvl72", 512, 256, 8192, ("fp8", "delayed"), None): (
@@ -2879,6 +3240,7 @@ PUBLISHED = {
             405853388800,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb300-nvl72", 256, 1536, 8192, ("fp4", "nvfp4"), None): (
@@ -2889,6 +3251,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             1424.0,
@@ -2897,6 +3260,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             1413.0,
@@ -2905,6 +3269,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             1358.0,
@@ -2913,6 +3278,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             1333.0,
@@ -2921,6 +3287,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb300-nvl72", 256, 1536, 8192, ("fp8", "mxfp8"), None): (
@@ -2931,6 +3298,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             960.0,
@@ -2939,6 +3307,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             952.0,
@@ -2947,6 +3316,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             949.0,
@@ -2955,6 +3325,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             931.0,
@@ -2963,6 +3334,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
     ),
     ("llama3.1-405b", "gb300-nvl72", 256, 1536, 8192, ("fp8", "tensorwise"), None): (
@@ -2973,6 +3345,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             1036.0,
@@ -2981,6 +3354,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             1024.0,
@@ -2989,6 +3363,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
         (
             988.0,
@@ -2997,6 +3372,7 @@ PUBLISHED = {
             405853388800,
             "B300-in-GB300-288GB",
             None,
+            False,
         ),
     ),
     ("mixtral-8x22b", "dgx-b200-superpod", 256, 64, 65536, ("fp8", "delayed"), 1.0): (
@@ -3007,6 +3383,7 @@ PUBLISHED = {
             140630071296,
             "B200-SXM-180GB",
             1.0,
+            True,
         ),
     ),
     ("mixtral-8x22b", "gb200-nvl72", 256, 64, 65536, ("fp8", "tensorwise"), 1.0): (
@@ -3017,6 +3394,7 @@ PUBLISHED = {
             140630071296,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("mixtral-8x7b", "dgx-b200-superpod", 64, 256, 4096, ("fp8", "delayed"), 1.0): (
@@ -3027,6 +3405,7 @@ PUBLISHED = {
             46702792704,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
     ),
     ("mixtral-8x7b", "gb200-nvl72", 64, 256, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -3037,6 +3416,7 @@ PUBLISHED = {
             46702792704,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-b200-superpod", 64, 256, 4096, ("fp8", "delayed"), None): (
@@ -3047,6 +3427,7 @@ PUBLISHED = {
             15628775424,
             "B200-SXM-180GB",
             None,
+            True,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 1024, 4096, 4096, ("bf16",), None): (
@@ -3057,6 +3438,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5659.4,
@@ -3065,6 +3447,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5611.0,
@@ -3073,6 +3456,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 1024, 4096, 4096, ("fp8", "delayed"), None): (
@@ -3083,6 +3467,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7824.3,
@@ -3091,6 +3476,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7728.3,
@@ -3099,6 +3485,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 128, 512, 4096, ("bf16",), None): (
@@ -3109,6 +3496,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5730.7,
@@ -3117,6 +3505,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5669.2,
@@ -3125,6 +3514,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 128, 512, 4096, ("fp8", "delayed"), None): (
@@ -3135,6 +3525,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7957.3,
@@ -3143,6 +3534,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7876.9,
@@ -3151,6 +3543,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 16, 64, 4096, ("bf16",), None): (
@@ -3161,6 +3554,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5966.5,
@@ -3169,6 +3563,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5826.5,
@@ -3177,6 +3572,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5789.4,
@@ -3185,6 +3581,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 16, 64, 4096, ("fp8", "delayed"), None): (
@@ -3195,6 +3592,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             8241.4,
@@ -3203,6 +3601,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             8035.3,
@@ -3211,6 +3610,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7876.9,
@@ -3219,6 +3619,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 2048, 8192, 4096, ("bf16",), None): (
@@ -3229,6 +3630,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5675.1,
@@ -3237,6 +3639,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5535.1,
@@ -3245,6 +3648,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 2048, 8192, 4096, ("fp8", "delayed"), None): (
@@ -3255,6 +3659,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7728.3,
@@ -3263,6 +3668,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7515.6,
@@ -3271,6 +3677,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 256, 1024, 4096, ("bf16",), None): (
@@ -3281,6 +3688,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5744.7,
@@ -3289,6 +3697,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5688.9,
@@ -3297,6 +3706,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 256, 1024, 4096, ("fp8", "delayed"), None): (
@@ -3307,6 +3717,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7895.9,
@@ -3315,6 +3726,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7801.9,
@@ -3323,6 +3735,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 32, 128, 4096, ("bf16",), None): (
@@ -3333,6 +3746,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5801.7,
@@ -3341,6 +3755,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5728.7,
@@ -3349,6 +3764,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 32, 128, 4096, ("fp8", "delayed"), None): (
@@ -3359,6 +3775,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             8007.8,
@@ -3367,6 +3784,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7915.0,
@@ -3375,6 +3793,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 512, 2048, 4096, ("bf16",), None): (
@@ -3385,6 +3804,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5698.8,
@@ -3393,6 +3813,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5611.0,
@@ -3401,6 +3822,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 512, 2048, 4096, ("fp8", "delayed"), None): (
@@ -3411,6 +3833,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7728.3,
@@ -3419,6 +3842,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7728.3,
@@ -3427,6 +3851,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 64, 256, 4096, ("bf16",), None): (
@@ -3437,6 +3862,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5758.9,
@@ -3445,6 +3871,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             5728.7,
@@ -3453,6 +3880,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "dgx-h100-superpod", 64, 256, 4096, ("fp8", "delayed"), None): (
@@ -3463,6 +3891,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             8000.0,
@@ -3471,6 +3900,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             7839.2,
@@ -3479,6 +3909,7 @@ PUBLISHED = {
             15628775424,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "gb200-nvl72", 16, 64, 4096, ("bf16",), None): (
@@ -3489,6 +3920,7 @@ PUBLISHED = {
             15628775424,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-15b", "gb200-nvl72", 64, 256, 4096, ("fp8", "tensorwise"), None): (
@@ -3499,6 +3931,7 @@ PUBLISHED = {
             15628775424,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-b200-superpod", 128, 32, 4096, ("fp8", "delayed"), None): (
@@ -3509,6 +3942,7 @@ PUBLISHED = {
             341029195776,
             "B200-SXM-180GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 1024, 256, 4096, ("bf16",), None): (
@@ -3519,6 +3953,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             216.5,
@@ -3527,6 +3962,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 1024, 256, 4096, ("fp8", "delayed"), None): (
@@ -3537,6 +3973,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             306.6,
@@ -3545,6 +3982,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 128, 32, 4096, ("bf16",), None): (
@@ -3555,6 +3993,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 128, 32, 4096, ("fp8", "delayed"), None): (
@@ -3565,6 +4004,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 2048, 512, 4096, ("bf16",), None): (
@@ -3575,6 +4015,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             211.6,
@@ -3583,6 +4024,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 2048, 512, 4096, ("fp8", "delayed"), None): (
@@ -3593,6 +4035,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             293.4,
@@ -3601,6 +4044,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 256, 64, 4096, ("bf16",), None): (
@@ -3611,6 +4055,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             222.3,
@@ -3619,6 +4064,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             219.3,
@@ -3627,6 +4073,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 256, 64, 4096, ("fp8", "delayed"), None): (
@@ -3637,6 +4084,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             329.6,
@@ -3645,6 +4093,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             319.0,
@@ -3653,6 +4102,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 512, 128, 4096, ("bf16",), None): (
@@ -3663,6 +4113,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             217.9,
@@ -3671,6 +4122,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "dgx-h100-superpod", 512, 128, 4096, ("fp8", "delayed"), None): (
@@ -3681,6 +4133,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
         (
             314.1,
@@ -3689,6 +4142,7 @@ PUBLISHED = {
             341029195776,
             "H100-SXM5-80GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 128, 32, 4096, ("bf16",), None): (
@@ -3699,6 +4153,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 128, 32, 4096, ("fp8", "delayed"), None): (
@@ -3709,6 +4164,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 128, 32, 4096, ("fp8", "tensorwise"), None): (
@@ -3719,6 +4175,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 128, 512, 4096, ("bf16",), None): (
@@ -3729,6 +4186,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 128, 512, 4096, ("fp8", "delayed"), None): (
@@ -3739,6 +4197,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 256, 512, 4096, ("bf16",), None): (
@@ -3749,6 +4208,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 256, 512, 4096, ("fp8", "delayed"), None): (
@@ -3759,6 +4219,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 256, 64, 4096, ("bf16",), None): (
@@ -3769,6 +4230,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 256, 64, 4096, ("fp8", "delayed"), None): (
@@ -3779,6 +4241,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 512, 128, 4096, ("bf16",), None): (
@@ -3789,6 +4252,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 512, 128, 4096, ("fp8", "delayed"), None): (
@@ -3799,6 +4263,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 512, 512, 4096, ("bf16",), None): (
@@ -3809,6 +4274,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("nemotron-4-340b", "gb200-nvl72", 512, 512, 4096, ("fp8", "delayed"), None): (
@@ -3819,6 +4285,7 @@ PUBLISHED = {
             341029195776,
             "B200-in-GB200-186GB",
             None,
+            False,
         ),
     ),
     ("qwen3-235b-a22b", "dgx-b200-superpod", 256, 8192, 4096, ("fp8", "mxfp8"), None): (
@@ -3829,6 +4296,7 @@ PUBLISHED = {
             235093634560,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
         (
             3776.0,
@@ -3837,6 +4305,7 @@ PUBLISHED = {
             235093634560,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-235b-a22b", "dgx-b200-superpod", 64, 1024, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -3847,6 +4316,7 @@ PUBLISHED = {
             235093634560,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-235b-a22b", "dgx-b300-superpod", 256, 8192, 4096, ("fp8", "mxfp8"), None): (
@@ -3857,6 +4327,7 @@ PUBLISHED = {
             235093634560,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             4865.0,
@@ -3865,6 +4336,7 @@ PUBLISHED = {
             235093634560,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             2691.0,
@@ -3873,6 +4345,7 @@ PUBLISHED = {
             235093634560,
             "B300-SXM-270GB",
             1.0,
+            True,
         ),
         (
             2644.0,
@@ -3881,6 +4354,7 @@ PUBLISHED = {
             235093634560,
             "B300-SXM-270GB",
             1.0,
+            True,
         ),
     ),
     ("qwen3-235b-a22b", "dgx-h100-superpod", 256, 2048, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -3891,6 +4365,7 @@ PUBLISHED = {
             235093634560,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-235b-a22b", "dgx-h100-superpod", 256, 8192, 4096, ("fp8", "tensorwise"), None): (
@@ -3901,6 +4376,7 @@ PUBLISHED = {
             235093634560,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             1686.0,
@@ -3909,6 +4385,7 @@ PUBLISHED = {
             235093634560,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             1633.0,
@@ -3917,6 +4394,7 @@ PUBLISHED = {
             235093634560,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             1611.0,
@@ -3925,6 +4403,7 @@ PUBLISHED = {
             235093634560,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-235b-a22b", "gb200-nvl72", 256, 8192, 4096, ("fp8", "mxfp8"), None): (
@@ -3935,6 +4414,7 @@ PUBLISHED = {
             235093634560,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             7360.0,
@@ -3943,6 +4423,7 @@ PUBLISHED = {
             235093634560,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             7320.3,
@@ -3951,6 +4432,7 @@ PUBLISHED = {
             235093634560,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             7280.0,
@@ -3959,6 +4441,7 @@ PUBLISHED = {
             235093634560,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             5680.0,
@@ -3967,6 +4450,7 @@ PUBLISHED = {
             235093634560,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             5672.0,
@@ -3975,6 +4459,7 @@ PUBLISHED = {
             235093634560,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             5448.0,
@@ -3983,6 +4468,7 @@ PUBLISHED = {
             235093634560,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-235b-a22b", "gb300-nvl72", 256, 8192, 4096, ("fp8", "mxfp8"), None): (
@@ -3993,6 +4479,7 @@ PUBLISHED = {
             235093634560,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             9008.0,
@@ -4001,6 +4488,7 @@ PUBLISHED = {
             235093634560,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             8816.0,
@@ -4009,6 +4497,7 @@ PUBLISHED = {
             235093634560,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             8784.5,
@@ -4017,6 +4506,7 @@ PUBLISHED = {
             235093634560,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             6994.0,
@@ -4025,6 +4515,7 @@ PUBLISHED = {
             235093634560,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             6944.0,
@@ -4033,6 +4524,7 @@ PUBLISHED = {
             235093634560,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             6583.0,
@@ -4041,6 +4533,7 @@ PUBLISHED = {
             235093634560,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             6583.0,
@@ -4049,6 +4542,7 @@ PUBLISHED = {
             235093634560,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-b200-superpod", 8, 512, 4096, ("fp8", "mxfp8"), None): (
@@ -4059,6 +4553,7 @@ PUBLISHED = {
             30532122624,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
         (
             26859.0,
@@ -4067,6 +4562,7 @@ PUBLISHED = {
             30532122624,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
         (
             26695.0,
@@ -4075,6 +4571,7 @@ PUBLISHED = {
             30532122624,
             "B200-SXM-180GB",
             1.0,
+            False,
         ),
         (
             9691.0,
@@ -4083,6 +4580,7 @@ PUBLISHED = {
             30532122624,
             "B200-SXM-180GB",
             1.0,
+            True,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-b200-superpod", 8, 512, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -4093,6 +4591,7 @@ PUBLISHED = {
             30532122624,
             "B200-SXM-180GB",
             1.0,
+            True,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-b300-superpod", 8, 512, 4096, ("fp8", "mxfp8"), None): (
@@ -4103,6 +4602,7 @@ PUBLISHED = {
             30532122624,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             30720.0,
@@ -4111,6 +4611,7 @@ PUBLISHED = {
             30532122624,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             30553.0,
@@ -4119,6 +4620,7 @@ PUBLISHED = {
             30532122624,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             29521.0,
@@ -4127,6 +4629,7 @@ PUBLISHED = {
             30532122624,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
         (
             29454.0,
@@ -4135,6 +4638,7 @@ PUBLISHED = {
             30532122624,
             "B300-SXM-270GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-h100-superpod", 16, 1024, 4096, ("bf16",), None): (
@@ -4145,6 +4649,7 @@ PUBLISHED = {
             30532122624,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-h100-superpod", 16, 1024, 4096, ("fp8", "tensorwise"), None): (
@@ -4155,6 +4660,7 @@ PUBLISHED = {
             30532122624,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             8901.0,
@@ -4163,6 +4669,7 @@ PUBLISHED = {
             30532122624,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             8826.0,
@@ -4171,6 +4678,7 @@ PUBLISHED = {
             30532122624,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
         (
             5113.0,
@@ -4179,6 +4687,7 @@ PUBLISHED = {
             30532122624,
             "H100-SXM5-80GB",
             1.0,
+            True,
         ),
     ),
     ("qwen3-30b-a3b", "dgx-h100-superpod", 16, 512, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -4189,6 +4698,7 @@ PUBLISHED = {
             30532122624,
             "H100-SXM5-80GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-30b-a3b", "gb200-nvl72", 8, 512, 4096, ("fp8", "mxfp8"), None): (
@@ -4199,6 +4709,7 @@ PUBLISHED = {
             30532122624,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             40706.0,
@@ -4207,6 +4718,7 @@ PUBLISHED = {
             30532122624,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             40322.9,
@@ -4215,6 +4727,7 @@ PUBLISHED = {
             30532122624,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             39936.0,
@@ -4223,6 +4736,7 @@ PUBLISHED = {
             30532122624,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             26373.0,
@@ -4231,6 +4745,7 @@ PUBLISHED = {
             30532122624,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             26112.0,
@@ -4239,6 +4754,7 @@ PUBLISHED = {
             30532122624,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             26084.0,
@@ -4247,6 +4763,7 @@ PUBLISHED = {
             30532122624,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
         (
             26032.0,
@@ -4255,6 +4772,7 @@ PUBLISHED = {
             30532122624,
             "B200-in-GB200-186GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-30b-a3b", "gb200-nvl72", 8, 512, 4096, ("fp8", "tensorwise"), 1.0): (
@@ -4265,6 +4783,7 @@ PUBLISHED = {
             30532122624,
             "B200-in-GB200-186GB",
             1.0,
+            True,
         ),
     ),
     ("qwen3-30b-a3b", "gb300-nvl72", 128, 8192, 4096, ("fp8", "mxfp8"), None): (
@@ -4275,6 +4794,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-30b-a3b", "gb300-nvl72", 256, 16384, 4096, ("fp8", "mxfp8"), None): (
@@ -4285,6 +4805,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-30b-a3b", "gb300-nvl72", 32, 2048, 4096, ("fp8", "mxfp8"), None): (
@@ -4295,6 +4816,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
     ),
     ("qwen3-30b-a3b", "gb300-nvl72", 8, 512, 4096, ("fp8", "mxfp8"), None): (
@@ -4305,6 +4827,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             44773.4,
@@ -4313,6 +4836,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             44544.0,
@@ -4321,6 +4845,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             44544.0,
@@ -4329,6 +4854,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             44511.0,
@@ -4337,6 +4863,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             31744.0,
@@ -4345,6 +4872,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             31470.0,
@@ -4353,6 +4881,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             30411.0,
@@ -4361,6 +4890,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
         (
             30376.0,
@@ -4369,6 +4899,7 @@ PUBLISHED = {
             30532122624,
             "B300-in-GB300-288GB",
             1.0,
+            False,
         ),
     ),
 }

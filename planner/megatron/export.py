@@ -658,14 +658,13 @@ def contradiction_notes(req: PlanRequest) -> list[str]:
 def published_notes(req: PlanRequest, iteration_s: float | None) -> list[str]:
     """What was published for the plan's setup (``planner.fidelity.published``) and the plan's estimate against the
     fastest, for the person who submits the script; nothing without runs or an estimate."""
-    from planner.fidelity.published import published_json, published_runs, published_text
+    from planner.fidelity.published import plan_load_imbalance, published_json, published_runs, published_text
 
     tr = req.ctx.training
     if not iteration_s or not (runs := published_runs(req.ctx, req.gpus)):
         return []
     per_gpu = tr.global_batch * tr.seq_len / iteration_s / req.gpus
-    imbalance = req.ctx.options.moe_load_imbalance if req.ctx.model.is_moe else None
-    return [published_text(published_json(runs, per_gpu, imbalance))]
+    return [published_text(published_json(runs, per_gpu, plan_load_imbalance(req.ctx)))]
 
 
 def _segment_lines(req: PlanRequest, nodes: int) -> str:
